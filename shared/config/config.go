@@ -1,0 +1,296 @@
+// Package config provides sluice's environment-based configuration: one typed
+// Config value loaded from environment variables with defaults, validated at
+// start-up so that a bad value stops the process with an error naming the
+// variable (SPEC §6.4, §7.2: invalid values never start a half-configured
+// service), and rendered as docs/configuration.md so the reference cannot
+// drift from the code.
+//
+// Every variable is declared once, as a struct field tag:
+//
+//	env:"NAME"          the variable
+//	envDefault:"value"  its default (parsed like a set value)
+//	doc:"..."           one line for docs/configuration.md
+//	docDefault:"..."    shown instead of envDefault when the default is computed
+//
+// Durations accept Go duration strings ("250ms", "2m") and bare numbers,
+// which mean seconds ("30", "0.5"), so the SPEC's *_SECONDS knobs read
+// naturally. Secrets use the Secret type, which never prints its value.
+package config
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"reflect"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/caarlos0/env/v11"
+)
+
+// Config is the whole configuration of a sluice process. Each service reads
+// the sections it needs; Validate checks every section so a typo anywhere
+// fails fast.
+type Config struct {
+	Log           Log           `section:"Logging"`
+	HTTP          HTTP          `section:"Health and metrics server"`
+	Postgres      Postgres      `section:"Postgres"`
+	EventStore    EventStore    `section:"Event store"`
+	Relay         Relay         `section:"Relay (event publisher)"`
+	Kafka         Kafka         `section:"Kafka"`
+	Registry      Registry      `section:"Processed-event registry"`
+	Worker        Worker        `section:"Workers"`
+	Elasticsearch Elasticsearch `section:"Elasticsearch"`
+	API           API           `section:"HTTP API"`
+	Testing       Testing       `section:"Fault injection (tests only)"`
+}
+
+// Log configures structured logging.
+type Log struct {
+	Level  string `env:"SLUICE_LOG_LEVEL" envDefault:"info" doc:"Minimum log level: debug, info, warn or error."`
+	Format string `env:"SLUICE_LOG_FORMAT" envDefault:"json" doc:"Log format: json (one JSON object per line) or text."`
+}
+
+// HTTP configures the per-process observability server.
+type HTTP struct {
+	Addr string `env:"SLUICE_HTTP_ADDR" envDefault:":9090" doc:"Listen address of the /metrics, /livez and /readyz server of every service. Empty disables it."`
+}
+
+// Postgres configures the connection shared by the event-store index and the
+// processed-event registry.
+type Postgres struct {
+	URL      Secret `env:"DATABASE_URL" doc:"Postgres connection string (postgres://user:pass@host:5432/db?sslmode=...). Required by every service; sluice dev starts a local server when unset."`
+	MaxConns int    `env:"DATABASE_MAX_CONNS" envDefault:"16" doc:"Maximum connections in the pool of one process."`
+}
+
+// EventStore configures the segment log (SPEC §5).
+type EventStore struct {
+	Backend                 string        `env:"EVENT_STORE_BACKEND" envDefault:"s3" doc:"Object storage backend: s3 (AWS S3, MinIO, any S3-compatible store) or file (a local directory, single host)."`
+	Bucket                  string        `env:"EVENT_STORE_BUCKET" envDefault:"sluice-events" doc:"Bucket (s3) holding segments/ and checkpoints/."`
+	FileDir                 string        `env:"EVENT_STORE_FILE_DIR" envDefault:"./data/events" doc:"Root directory of the file backend; the bucket is a folder below it."`
+	S3Endpoint              string        `env:"EVENT_STORE_S3_ENDPOINT" doc:"S3 endpoint URL (http://minio:9000). Empty uses AWS's regional endpoint."`
+	S3Region                string        `env:"EVENT_STORE_S3_REGION" envDefault:"us-east-1" doc:"S3 region."`
+	S3AccessKeyID           string        `env:"EVENT_STORE_S3_ACCESS_KEY_ID" doc:"Static access key id. Empty uses the default AWS credential chain."`
+	S3SecretAccessKey       Secret        `env:"EVENT_STORE_S3_SECRET_ACCESS_KEY" doc:"Static secret access key (never logged)."`
+	S3SecretAccessKeyFile   Secret        `env:"EVENT_STORE_S3_SECRET_ACCESS_KEY_FILE,file" doc:"Path of a file holding the secret access key (mounted secret); used when the plain variable is unset."`
+	S3PathStyle             bool          `env:"EVENT_STORE_S3_PATH_STYLE" envDefault:"true" doc:"Use path-style addressing (needed by MinIO)."`
+	GroupCommitMaxWait      time.Duration `env:"EVENT_STORE_GROUP_COMMIT_MAX_WAIT" envDefault:"2ms" doc:"Longest time the committer gathers appends into one group."`
+	GroupCommitMaxEvents    int           `env:"EVENT_STORE_GROUP_COMMIT_MAX_EVENTS" envDefault:"500" doc:"Most envelopes in one group (one segment)."`
+	IdempotencyMismatchMode string        `env:"EVENT_STORE_IDEMPOTENCY_MISMATCH_MODE" envDefault:"error" doc:"Same event_id with a different payload: error (reject with a conflict) or warn (log and return the stored event)."`
+	SequenceAllocatorMode   string        `env:"EVENT_STORE_SEQUENCE_ALLOCATOR_MODE" envDefault:"postgres" doc:"postgres (the store assigns sequence numbers atomically) or off (the caller supplies sequence_number)."`
+	AppendTimeout           time.Duration `env:"EVENT_STORE_APPEND_TIMEOUT" envDefault:"30s" doc:"Age after which a reserved-but-uncommitted append is treated as crashed (relay repair/abandon)."`
+	IndexRetention          time.Duration `env:"EVENT_STORE_INDEX_RETENTION" envDefault:"168h" doc:"How long full index rows are kept beyond every relay checkpoint."`
+	MaxEnvelopeBytes        int           `env:"EVENT_STORE_MAX_ENVELOPE_BYTES" envDefault:"1048576" doc:"Largest accepted envelope, encoded."`
+	MaxDataDepth            int           `env:"EVENT_STORE_MAX_DATA_DEPTH" envDefault:"64" doc:"Deepest accepted nesting of the data object."`
+	MaxMetadataBytes        int           `env:"EVENT_STORE_MAX_METADATA_BYTES" envDefault:"16384" doc:"Largest accepted metadata object, encoded."`
+}
+
+// Relay configures the store-to-Kafka publisher (SPEC §6; seed names kept).
+type Relay struct {
+	Name                       string        `env:"EVENT_PUBLISHER_NAME" envDefault:"default" doc:"Relay name; the checkpoint object is checkpoints/{name}.json unless EVENT_PUBLISHER_CHECKPOINT_KEY is set."`
+	CheckpointKey              string        `env:"EVENT_PUBLISHER_CHECKPOINT_KEY" doc:"Object key of the checkpoint (default checkpoints/{EVENT_PUBLISHER_NAME}.json)."`
+	StartPosition              int64         `env:"EVENT_PUBLISHER_START_POSITION" envDefault:"0" doc:"Position a new checkpoint starts after (0 = the beginning of the log)."`
+	StartTimestamp             string        `env:"EVENT_PUBLISHER_START_TIMESTAMP" doc:"RFC 3339 time a new checkpoint starts at (the first segment committed at or after it). Empty = the beginning."`
+	LookbackSeconds            time.Duration `env:"EVENT_PUBLISHER_LOOKBACK_SECONDS" envDefault:"600" doc:"How long pending gaps are re-checked and published late (the bounded lookback)."`
+	LookbackMaxKeys            int           `env:"EVENT_PUBLISHER_LOOKBACK_MAX_KEYS" envDefault:"50" doc:"Most pending gaps re-checked per cycle."`
+	DedupMaxEvents             int           `env:"EVENT_PUBLISHER_DEDUP_MAX_EVENTS" envDefault:"10000" doc:"Size of the in-memory recent event-id set that suppresses re-publishing."`
+	DedupCheckpointMaxEvents   int           `env:"EVENT_PUBLISHER_DEDUP_CHECKPOINT_MAX_EVENTS" envDefault:"2000" doc:"Most recent event ids stored in the checkpoint."`
+	BatchSize                  int           `env:"EVENT_PUBLISHER_BATCH_SIZE" envDefault:"200" doc:"Segments per LIST page and bound on records per cycle."`
+	KafkaFlushBatchSize        int           `env:"EVENT_PUBLISHER_KAFKA_FLUSH_BATCH_SIZE" envDefault:"0" docDefault:"EVENT_PUBLISHER_BATCH_SIZE" doc:"Records produced before a flush (0 = the batch size)."`
+	KafkaFlushTimeout          time.Duration `env:"EVENT_PUBLISHER_KAFKA_FLUSH_TIMEOUT_SECONDS" envDefault:"10" doc:"Longest wait for Kafka to acknowledge a flush."`
+	MetricsLogInterval         time.Duration `env:"EVENT_PUBLISHER_METRICS_LOG_INTERVAL_SECONDS" envDefault:"30" doc:"Interval of the periodic metrics log line (0 disables it)."`
+	PollInterval               time.Duration `env:"EVENT_PUBLISHER_POLL_INTERVAL" envDefault:"1" doc:"Fallback poll interval when no LISTEN or bucket notification wakes the relay."`
+	LeaderLeaseSeconds         time.Duration `env:"EVENT_PUBLISHER_LEADER_LEASE_SECONDS" envDefault:"10" doc:"Leader lease of one relay replica; a standby takes over after it expires."`
+	ParallelGets               int           `env:"EVENT_PUBLISHER_PARALLEL_GETS" envDefault:"8" doc:"Segment GETs in flight at once."`
+	StallReadinessAfterSeconds time.Duration `env:"EVENT_PUBLISHER_STALL_SECONDS" envDefault:"60" doc:"/readyz turns red when the head grows and the checkpoint has not moved for this long."`
+}
+
+// Kafka configures the brokers and topics (SPEC §14).
+type Kafka struct {
+	Brokers           []string `env:"KAFKA_BROKERS" envDefault:"localhost:9092" envSeparator:"," doc:"Comma-separated seed brokers."`
+	TopicPrefix       string   `env:"KAFKA_TOPIC_PREFIX" envDefault:"sluice." doc:"Prefix of the default topic names."`
+	CommandsTopic     string   `env:"COMMANDS_TOPIC" docDefault:"{prefix}commands" doc:"Commands topic."`
+	EventsTopic       string   `env:"EVENTS_TOPIC" docDefault:"{prefix}events" doc:"Domain events topic."`
+	CommandsDLQTopic  string   `env:"COMMANDS_DLQ_TOPIC" docDefault:"{prefix}commands.dlq" doc:"Dead-letter topic of the instance worker."`
+	EventsDLQTopic    string   `env:"EVENTS_DLQ_TOPIC" docDefault:"{prefix}events.dlq" doc:"Dead-letter topic of the projection worker."`
+	TopicPartitions   int      `env:"KAFKA_TOPIC_PARTITIONS" envDefault:"12" doc:"Partitions of topics created at start-up."`
+	ReplicationFactor int      `env:"KAFKA_TOPIC_REPLICATION_FACTOR" envDefault:"3" doc:"Replication factor of topics created at start-up (1 in dev)."`
+	TLS               bool     `env:"KAFKA_TLS" envDefault:"false" doc:"Connect with TLS."`
+	SASLMechanism     string   `env:"KAFKA_SASL_MECHANISM" doc:"SASL mechanism: empty, PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512."`
+	SASLUsername      string   `env:"KAFKA_SASL_USERNAME" doc:"SASL user."`
+	SASLPassword      Secret   `env:"KAFKA_SASL_PASSWORD" doc:"SASL password (never logged)."`
+}
+
+// Registry configures the processed-event registry (SPEC §7).
+type Registry struct {
+	Enabled           bool          `env:"ENABLE_PROCESSED_EVENT_REGISTRY" envDefault:"true" doc:"Must be true: the registry is not optional, and false is refused at start-up."`
+	Owner             string        `env:"PROCESSED_EVENT_OWNER" docDefault:"hostname" doc:"Stable owner identity of this worker; a restarted worker with the same owner reclaims its in-flight rows at once."`
+	LeaseTimeout      time.Duration `env:"PROCESSED_EVENT_LEASE_TIMEOUT_SECONDS" envDefault:"900" doc:"Lease of a claim; an expired claim may be taken by another owner."`
+	HeartbeatInterval time.Duration `env:"PROCESSED_EVENT_HEARTBEAT_INTERVAL_SECONDS" envDefault:"30" doc:"Heartbeat interval of a claim; must be shorter than the lease."`
+	RetentionDays     int           `env:"PROCESSED_EVENT_RETENTION_DAYS" envDefault:"7" doc:"Age after which done and skipped_stale rows are pruned."`
+}
+
+// Worker configures the Kafka worker runtime (SPEC §8).
+type Worker struct {
+	Concurrency              int           `env:"WORKER_CONCURRENCY" envDefault:"16" doc:"Records of different aggregates processed at once per worker."`
+	InstanceMaxRetryAttempts int           `env:"INSTANCE_WORKER_MAX_RETRY_ATTEMPTS" envDefault:"5" doc:"Attempts of a retryable instance-worker failure before the DLQ."`
+	ProjectionMaxRetries     int           `env:"PROJECTION_WORKER_MAX_RETRIES" envDefault:"5" doc:"Attempts of a retryable projection failure before the DLQ."`
+	RetryBackoffBase         time.Duration `env:"WORKER_RETRY_BACKOFF_BASE" envDefault:"200ms" doc:"Base of the exponential retry backoff (with jitter)."`
+	RetryBackoffCap          time.Duration `env:"WORKER_RETRY_BACKOFF_CAP" envDefault:"30s" doc:"Cap of the retry backoff."`
+	ShutdownTimeout          time.Duration `env:"SHUTDOWN_TIMEOUT" envDefault:"30s" doc:"Time a worker has after SIGTERM to drain in-flight work and commit."`
+}
+
+// Elasticsearch configures the read-model cluster (SPEC §10).
+type Elasticsearch struct {
+	URLs         []string `env:"ELASTICSEARCH_URLS" envDefault:"http://localhost:9200" envSeparator:"," doc:"Comma-separated Elasticsearch node URLs."`
+	APIKey       Secret   `env:"ELASTICSEARCH_API_KEY" doc:"API key (never logged)."`
+	Username     string   `env:"ELASTICSEARCH_USERNAME" doc:"Basic-auth user."`
+	Password     Secret   `env:"ELASTICSEARCH_PASSWORD" doc:"Basic-auth password (never logged)."`
+	IndexPrefix  string   `env:"ELASTICSEARCH_INDEX_PREFIX" envDefault:"sluice_" doc:"Prefix of every index and alias sluice creates."`
+	BulkMaxDocs  int      `env:"ELASTICSEARCH_BULK_MAX_DOCS" envDefault:"1000" doc:"Most operations in one bulk request."`
+	BulkMaxBytes int      `env:"ELASTICSEARCH_BULK_MAX_BYTES" envDefault:"5242880" doc:"Largest bulk request body."`
+}
+
+// API configures the command API (SPEC §12).
+type API struct {
+	Addr         string   `env:"SLUICE_API_ADDR" envDefault:":8080" doc:"Listen address of the command API."`
+	Tokens       []Secret `env:"SLUICE_API_TOKENS" envSeparator:"," doc:"Comma-separated bearer tokens; when set, every /v1 request needs one."`
+	MaxBodyBytes int      `env:"SLUICE_API_MAX_BODY_BYTES" envDefault:"1048576" doc:"Largest accepted request body."`
+}
+
+// Testing holds the crash-point knobs used by the crash tests (SPEC §8).
+type Testing struct {
+	CrashPoint     string `env:"SLUICE_CRASH_POINT" doc:"<worker>:<point>: exit with code 42 at that point, once. Tests only."`
+	CrashMarkerDir string `env:"SLUICE_CRASH_MARKER_DIR" doc:"Directory of the once-only crash marker files."`
+}
+
+// Secret is a string that never prints its value: fmt, slog and JSON see
+// "[redacted]" (SPEC §14: secrets never appear in logs or errors).
+type Secret string
+
+// String implements fmt.Stringer.
+func (s Secret) String() string {
+	if s == "" {
+		return ""
+	}
+	return "[redacted]"
+}
+
+// MarshalText implements encoding.TextMarshaler (used by JSON and slog).
+func (s Secret) MarshalText() ([]byte, error) { return []byte(s.String()), nil }
+
+// Value returns the secret itself, for handing to a client library.
+func (s Secret) Value() string { return string(s) }
+
+// VarError says which variable is wrong and why.
+type VarError struct {
+	Var    string
+	Value  string
+	Reason string
+}
+
+func (e *VarError) Error() string {
+	if e.Value == "" {
+		return fmt.Sprintf("config: %s: %s", e.Var, e.Reason)
+	}
+	return fmt.Sprintf("config: %s=%q: %s", e.Var, e.Value, e.Reason)
+}
+
+// FromOS loads the configuration from the process environment.
+func FromOS() (*Config, error) { return Load(env.ToMap(os.Environ())) }
+
+// Load parses the configuration from environ (variable → value), applies
+// defaults and validates it. Every problem is reported, each naming its
+// variable, joined into one error whose parts are *VarError.
+func Load(environ map[string]string) (*Config, error) {
+	var c Config
+	keys := fieldKeys(reflect.TypeOf(c))
+	err := env.ParseWithOptions(&c, env.Options{
+		Environment: environ,
+		FuncMap:     map[reflect.Type]env.ParserFunc{reflect.TypeOf(time.Duration(0)): parseDuration},
+	})
+	if err != nil {
+		return nil, translate(err, keys, environ)
+	}
+	c.fillDerived()
+	if err := c.Validate(); err != nil {
+		return nil, err
+	}
+	return &c, nil
+}
+
+func parseDuration(v string) (any, error) {
+	v = strings.TrimSpace(v)
+	if f, err := strconv.ParseFloat(v, 64); err == nil {
+		return time.Duration(f * float64(time.Second)), nil
+	}
+	d, err := time.ParseDuration(v)
+	if err != nil {
+		return nil, fmt.Errorf("not a duration (use seconds like 30 or a Go duration like 250ms)")
+	}
+	return d, nil
+}
+
+// fieldKeys maps Go field names to their variable, for error messages.
+func fieldKeys(t reflect.Type) map[string]string {
+	out := map[string]string{}
+	for _, f := range walk(t) {
+		out[f.field] = f.Key
+	}
+	return out
+}
+
+func translate(err error, keys map[string]string, environ map[string]string) error {
+	var agg env.AggregateError
+	if !errors.As(err, &agg) {
+		return fmt.Errorf("config: %w", err)
+	}
+	var out []error
+	for _, e := range agg.Errors {
+		var pe env.ParseError
+		var fe env.LoadFileContentError
+		switch {
+		case errors.As(e, &pe):
+			key := keys[pe.Name]
+			reason := pe.Err.Error()
+			var pve env.ParseValueError
+			if errors.As(pe.Err, &pve) && pve.Err != nil {
+				reason = pve.Err.Error()
+			}
+			out = append(out, &VarError{Var: key, Value: environ[key], Reason: "invalid value: " + reason})
+		case errors.As(e, &fe):
+			out = append(out, &VarError{Var: fe.Key, Reason: "cannot read file: " + fe.Err.Error()})
+		default:
+			out = append(out, fmt.Errorf("config: %w", e))
+		}
+	}
+	return errors.Join(out...)
+}
+
+// fillDerived computes the defaults that depend on other values.
+func (c *Config) fillDerived() {
+	if c.Registry.Owner == "" {
+		if h, err := os.Hostname(); err == nil {
+			c.Registry.Owner = h
+		}
+	}
+	if c.Relay.KafkaFlushBatchSize == 0 {
+		c.Relay.KafkaFlushBatchSize = c.Relay.BatchSize
+	}
+	if c.Relay.CheckpointKey == "" {
+		c.Relay.CheckpointKey = "checkpoints/" + c.Relay.Name + ".json"
+	}
+	p := c.Kafka.TopicPrefix
+	for dst, suffix := range map[*string]string{
+		&c.Kafka.CommandsTopic: "commands", &c.Kafka.EventsTopic: "events",
+		&c.Kafka.CommandsDLQTopic: "commands.dlq", &c.Kafka.EventsDLQTopic: "events.dlq",
+	} {
+		if *dst == "" {
+			*dst = p + suffix
+		}
+	}
+	if c.EventStore.S3SecretAccessKey == "" {
+		c.EventStore.S3SecretAccessKey = Secret(strings.TrimSpace(string(c.EventStore.S3SecretAccessKeyFile)))
+	}
+}

@@ -1,0 +1,245 @@
+package testenv
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/minio/minio-go/v7"
+	"github.com/minio/minio-go/v7/pkg/credentials"
+)
+
+// MinIOModule is the pinned MinIO server module built for the tests.
+const MinIOModule = "github.com/minio/minio@v0.0.0-20260212201848-7aac2a2c5b7c"
+
+// CacheDir is where built tools are kept between runs:
+// $SLUICE_CACHE_DIR, else $XDG_CACHE_HOME/sluice, else ~/.cache/sluice.
+func CacheDir() string {
+	if d := os.Getenv("SLUICE_CACHE_DIR"); d != "" {
+		return d
+	}
+	if d := os.Getenv("XDG_CACHE_HOME"); d != "" {
+		return filepath.Join(d, "sluice")
+	}
+	home, err := os.UserHomeDir()
+	if err != nil {
+		return filepath.Join(os.TempDir(), "sluice-cache")
+	}
+	return filepath.Join(home, ".cache", "sluice")
+}
+
+// MinIOBinary returns the path of the pinned MinIO server, building it with
+// `go install` into the cache directory the first time (a few minutes). A
+// file lock keeps concurrent test packages from building it twice.
+func MinIOBinary(ctx context.Context) (string, error) {
+	if b := os.Getenv("SLUICE_MINIO_BIN"); b != "" {
+		return b, nil
+	}
+	_, version, _ := strings.Cut(MinIOModule, "@")
+	dir := filepath.Join(CacheDir(), "minio", version)
+	bin := filepath.Join(dir, "minio")
+	if _, err := os.Stat(bin); err == nil {
+		return bin, nil
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return "", fmt.Errorf("testenv: cache dir: %w", err)
+	}
+	lf, err := os.OpenFile(filepath.Join(dir, ".lock"), os.O_CREATE|os.O_RDWR, 0o644)
+	if err != nil {
+		return "", fmt.Errorf("testenv: lock: %w", err)
+	}
+	defer lf.Close()
+	if err := syscall.Flock(int(lf.Fd()), syscall.LOCK_EX); err != nil {
+		return "", fmt.Errorf("testenv: lock: %w", err)
+	}
+	defer func() { _ = syscall.Flock(int(lf.Fd()), syscall.LOCK_UN) }()
+	if _, err := os.Stat(bin); err == nil {
+		return bin, nil
+	}
+	cmd := exec.CommandContext(ctx, "go", "install", MinIOModule)
+	cmd.Env = append(os.Environ(), "GOBIN="+dir)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return "", fmt.Errorf("testenv: go install %s: %w\n%s", MinIOModule, err, out)
+	}
+	return bin, nil
+}
+
+// MinIO is a MinIO server process on a loopback port (or an external S3
+// endpoint when SLUICE_TEST_S3_ENDPOINT is set).
+type MinIO struct {
+	Endpoint  string // http://127.0.0.1:PORT
+	AccessKey string
+	SecretKey string
+
+	bin, dir, addr string
+	cmd            *exec.Cmd
+	exited         chan struct{}
+}
+
+// StartMinIO starts a MinIO server with its data in a new temporary folder.
+// Close stops it and removes the folder.
+func StartMinIO(ctx context.Context) (*MinIO, error) {
+	if ep := os.Getenv("SLUICE_TEST_S3_ENDPOINT"); ep != "" {
+		return &MinIO{Endpoint: ep, AccessKey: os.Getenv("SLUICE_TEST_S3_ACCESS_KEY"), SecretKey: os.Getenv("SLUICE_TEST_S3_SECRET_KEY")}, nil
+	}
+	bin, err := MinIOBinary(ctx)
+	if err != nil {
+		return nil, err
+	}
+	dir, err := os.MkdirTemp("", "sluice-minio-")
+	if err != nil {
+		return nil, fmt.Errorf("testenv: minio dir: %w", err)
+	}
+	m := &MinIO{AccessKey: "sluice-test", SecretKey: "sluice-test-secret", bin: bin, dir: dir}
+	var lastErr error
+	for range 3 { // a free port can be taken between probe and bind: retry
+		port, err := freePort()
+		if err != nil {
+			return nil, err
+		}
+		m.addr = fmt.Sprintf("127.0.0.1:%d", port)
+		m.Endpoint = "http://" + m.addr
+		if lastErr = m.start(ctx); lastErr == nil {
+			return m, nil
+		}
+	}
+	_ = os.RemoveAll(dir)
+	return nil, lastErr
+}
+
+func freePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, fmt.Errorf("testenv: free port: %w", err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+func (m *MinIO) start(ctx context.Context) error {
+	consolePort, err := freePort()
+	if err != nil {
+		return err
+	}
+	cmd := exec.Command(m.bin, "server", "--quiet", "--address", m.addr,
+		"--console-address", fmt.Sprintf("127.0.0.1:%d", consolePort), m.dir)
+	cmd.Env = append(os.Environ(),
+		"MINIO_ROOT_USER="+m.AccessKey, "MINIO_ROOT_PASSWORD="+m.SecretKey,
+		"MINIO_BROWSER=off", "MINIO_UPDATE=off", "MINIO_CI_CD=1")
+	logf, err := os.Create(filepath.Join(os.TempDir(), "sluice-minio-"+filepath.Base(m.dir)+".log"))
+	if err == nil {
+		cmd.Stdout, cmd.Stderr = logf, logf
+		defer logf.Close()
+	}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		return fmt.Errorf("testenv: start minio: %w", err)
+	}
+	m.cmd = cmd
+	m.exited = make(chan struct{})
+	go func() { _ = cmd.Wait(); close(m.exited) }()
+	deadline := time.Now().Add(60 * time.Second)
+	for time.Now().Before(deadline) {
+		select {
+		case <-m.exited:
+			return fmt.Errorf("testenv: minio exited at start-up (see %s)", logf.Name())
+		case <-ctx.Done():
+			m.stop()
+			return ctx.Err()
+		case <-time.After(50 * time.Millisecond):
+		}
+		resp, err := http.Get(m.Endpoint + "/minio/health/ready")
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return nil
+			}
+		}
+	}
+	m.stop()
+	return errors.New("testenv: minio not ready after 60s")
+}
+
+func (m *MinIO) stop() {
+	if m.cmd == nil {
+		return
+	}
+	_ = syscall.Kill(-m.cmd.Process.Pid, syscall.SIGKILL)
+	<-m.exited
+	m.cmd = nil
+}
+
+// Stop kills the server and keeps its data, for outage tests; Restart brings
+// it back on the same address with the same data.
+func (m *MinIO) Stop() { m.stop() }
+
+// Restart starts a stopped server again on the same address.
+func (m *MinIO) Restart(ctx context.Context) error {
+	if m.bin == "" {
+		return errors.New("testenv: cannot restart an external S3 endpoint")
+	}
+	m.stop()
+	return m.start(ctx)
+}
+
+// Close stops the server and removes its data.
+func (m *MinIO) Close() {
+	m.stop()
+	if m.dir != "" {
+		_ = os.RemoveAll(m.dir)
+	}
+}
+
+// Client returns a minio-go client for the server.
+func (m *MinIO) Client() (*minio.Client, error) {
+	host := strings.TrimPrefix(strings.TrimPrefix(m.Endpoint, "http://"), "https://")
+	c, err := minio.New(host, &minio.Options{
+		Creds:  credentials.NewStaticV4(m.AccessKey, m.SecretKey, ""),
+		Secure: strings.HasPrefix(m.Endpoint, "https://"),
+	})
+	if err != nil {
+		return nil, fmt.Errorf("testenv: minio client: %w", err)
+	}
+	return c, nil
+}
+
+// NewBucket creates a bucket with a unique name for one test.
+func (m *MinIO) NewBucket(t testing.TB) string {
+	t.Helper()
+	c, err := m.Client()
+	if err != nil {
+		t.Fatal(err)
+	}
+	name := "sluice-test-" + RandomSuffix(12)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := c.MakeBucket(ctx, name, minio.MakeBucketOptions{}); err != nil {
+		t.Fatalf("testenv: MinIO at %s did not create bucket %s: %v", m.Endpoint, name, err)
+	}
+	return name
+}
+
+// RunWithMinIO is a TestMain helper: it starts MinIO, hands it to set, runs
+// the package's tests and stops the server. A MinIO that cannot start fails
+// the whole package (exit code 1) instead of skipping.
+func RunWithMinIO(m *testing.M, set func(*MinIO)) int {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	mi, err := StartMinIO(ctx)
+	cancel()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "testenv: MinIO is required by these tests:", err)
+		return 1
+	}
+	set(mi)
+	defer mi.Close()
+	return m.Run()
+}
