@@ -76,4 +76,3 @@ func TestOpenRejectsBadURL(t *testing.T) {
 		t.Fatalf("password leaked: %v", err)
 	}
 }
-
