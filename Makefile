@@ -1,0 +1,55 @@
+# sluice — see README.md. `make dev` runs the pipeline on embedded defaults;
+# `make test` installs/starts what the tests need and runs them all.
+SHELL := /usr/bin/env bash
+GO ?= go
+BIN := bin
+PKGS := ./...
+VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+COMMIT ?= $(shell git rev-parse --short HEAD 2>/dev/null || echo unknown)
+LDFLAGS := -s -w -X main.version=$(VERSION) -X main.commit=$(COMMIT)
+FUZZTIME ?= 5s
+TEST_TIMEOUT ?= 20m
+
+.PHONY: all build dev test test-deps test-go fuzz lint bench docs clean
+
+all: build
+
+## build: the single binary at bin/sluice
+build:
+	$(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN)/sluice ./cmd/sluice
+
+## dev: build and run the whole pipeline in one process (sluice dev)
+dev: build
+	./$(BIN)/sluice dev
+
+## test: install/start Postgres and MinIO if needed, then every test (race
+## detector on), the fuzz targets for a short budget, and the docs check.
+test: test-deps test-go fuzz
+
+test-deps:
+	./scripts/test-deps.sh
+
+test-go:
+	$(GO) vet $(PKGS)
+	./$(BIN)/gotestsum --format pkgname-and-test-fails --format-hide-empty-pkg -- -race -count=1 -timeout $(TEST_TIMEOUT) $(PKGS)
+
+fuzz:
+	FUZZTIME=$(FUZZTIME) ./scripts/fuzz-short.sh
+
+## lint: gofmt, go vet, staticcheck
+lint: test-deps
+	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
+	$(GO) vet $(PKGS)
+	./$(BIN)/staticcheck $(PKGS)
+
+## bench: benchmarks with the real components (Postgres, MinIO, kfake, ES test server)
+bench: test-deps
+	$(GO) test -run='^$$' -bench=. -benchtime=$${BENCHTIME:-3s} -timeout 30m $(PKGS) | tee $(BIN)/bench.txt
+	@echo "results in $(BIN)/bench.txt; figures are recorded in docs/benchmarks.md"
+
+## docs: regenerate docs/configuration.md from the code
+docs: build
+	./$(BIN)/sluice config docs > docs/configuration.md
+
+clean:
+	rm -rf $(BIN)

@@ -1,0 +1,60 @@
+package main
+
+import (
+	"io"
+	"log/slog"
+
+	"github.com/spf13/cobra"
+
+	"github.com/sluicehq/sluice/shared/config"
+	"github.com/sluicehq/sluice/shared/observability"
+)
+
+// Build information, set with -ldflags "-X main.version=…".
+var (
+	version = "dev"
+	commit  = "unknown"
+)
+
+func newRootCmd(stdout, stderr io.Writer) *cobra.Command {
+	root := &cobra.Command{
+		Use:           "sluice",
+		Short:         "sluice — an event-sourcing pipeline: S3 event store → Kafka → workers → Elasticsearch",
+		SilenceUsage:  true,
+		SilenceErrors: true,
+	}
+	root.SetOut(stdout)
+	root.SetErr(stderr)
+	root.AddCommand(
+		newVersionCmd(),
+		newMigrateCmd(),
+		newConfigCmd(),
+		newDevCmd(),
+	)
+	return root
+}
+
+// loadConfig reads the environment and builds the process logger.
+func loadConfig(cmd *cobra.Command) (*config.Config, *slog.Logger, error) {
+	cfg, err := config.FromOS()
+	if err != nil {
+		return nil, nil, err
+	}
+	logger, err := observability.NewLogger(cmd.ErrOrStderr(), cfg.Log.Format, cfg.Log.Level)
+	if err != nil {
+		return nil, nil, err
+	}
+	return cfg, logger, nil
+}
+
+func newVersionCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:   "version",
+		Short: "Print the version of this binary",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			cmd.Printf("sluice %s (commit %s)\n", version, commit)
+			return nil
+		},
+	}
+}
