@@ -88,22 +88,22 @@ type EventStore struct {
 
 // Relay configures the store-to-Kafka publisher (SPEC §6; seed names kept).
 type Relay struct {
-	Name                       string        `env:"EVENT_PUBLISHER_NAME" envDefault:"default" doc:"Relay name; the checkpoint object is checkpoints/{name}.json unless EVENT_PUBLISHER_CHECKPOINT_KEY is set."`
-	CheckpointKey              string        `env:"EVENT_PUBLISHER_CHECKPOINT_KEY" doc:"Object key of the checkpoint (default checkpoints/{EVENT_PUBLISHER_NAME}.json)."`
-	StartPosition              int64         `env:"EVENT_PUBLISHER_START_POSITION" envDefault:"0" doc:"Position a new checkpoint starts after (0 = the beginning of the log)."`
-	StartTimestamp             string        `env:"EVENT_PUBLISHER_START_TIMESTAMP" doc:"RFC 3339 time a new checkpoint starts at (the first segment committed at or after it). Empty = the beginning."`
-	LookbackSeconds            time.Duration `env:"EVENT_PUBLISHER_LOOKBACK_SECONDS" envDefault:"600" doc:"How long pending gaps are re-checked and published late (the bounded lookback)."`
-	LookbackMaxKeys            int           `env:"EVENT_PUBLISHER_LOOKBACK_MAX_KEYS" envDefault:"50" doc:"Most pending gaps re-checked per cycle."`
-	DedupMaxEvents             int           `env:"EVENT_PUBLISHER_DEDUP_MAX_EVENTS" envDefault:"10000" doc:"Size of the in-memory recent event-id set that suppresses re-publishing."`
-	DedupCheckpointMaxEvents   int           `env:"EVENT_PUBLISHER_DEDUP_CHECKPOINT_MAX_EVENTS" envDefault:"2000" doc:"Most recent event ids stored in the checkpoint."`
-	BatchSize                  int           `env:"EVENT_PUBLISHER_BATCH_SIZE" envDefault:"200" doc:"Segments per LIST page and bound on records per cycle."`
-	KafkaFlushBatchSize        int           `env:"EVENT_PUBLISHER_KAFKA_FLUSH_BATCH_SIZE" envDefault:"0" docDefault:"EVENT_PUBLISHER_BATCH_SIZE" doc:"Records produced before a flush (0 = the batch size)."`
-	KafkaFlushTimeout          time.Duration `env:"EVENT_PUBLISHER_KAFKA_FLUSH_TIMEOUT_SECONDS" envDefault:"10" doc:"Longest wait for Kafka to acknowledge a flush."`
-	MetricsLogInterval         time.Duration `env:"EVENT_PUBLISHER_METRICS_LOG_INTERVAL_SECONDS" envDefault:"30" doc:"Interval of the periodic metrics log line (0 disables it)."`
-	PollInterval               time.Duration `env:"EVENT_PUBLISHER_POLL_INTERVAL" envDefault:"1" doc:"Fallback poll interval when no LISTEN or bucket notification wakes the relay."`
-	LeaderLeaseSeconds         time.Duration `env:"EVENT_PUBLISHER_LEADER_LEASE_SECONDS" envDefault:"10" doc:"Leader lease of one relay replica; a standby takes over after it expires."`
-	ParallelGets               int           `env:"EVENT_PUBLISHER_PARALLEL_GETS" envDefault:"8" doc:"Segment GETs in flight at once."`
-	StallReadinessAfterSeconds time.Duration `env:"EVENT_PUBLISHER_STALL_SECONDS" envDefault:"60" doc:"/readyz turns red when the head grows and the checkpoint has not moved for this long."`
+	Name                     string        `env:"EVENT_PUBLISHER_NAME" envDefault:"default" doc:"Relay name; the checkpoint object is checkpoints/{name}.json unless EVENT_PUBLISHER_CHECKPOINT_KEY is set."`
+	CheckpointKey            string        `env:"EVENT_PUBLISHER_CHECKPOINT_KEY" doc:"Object key of the checkpoint (default checkpoints/{EVENT_PUBLISHER_NAME}.json)."`
+	StartPosition            int64         `env:"EVENT_PUBLISHER_START_POSITION" envDefault:"0" doc:"Position a new checkpoint starts after (0 = the beginning of the log)."`
+	StartTimestamp           string        `env:"EVENT_PUBLISHER_START_TIMESTAMP" doc:"RFC 3339 time a new checkpoint starts at (the first segment committed at or after it). Empty = the beginning."`
+	Lookback                 time.Duration `env:"EVENT_PUBLISHER_LOOKBACK_SECONDS" envDefault:"600" doc:"How long pending gaps are re-checked and published late (the bounded lookback)."`
+	LookbackMaxKeys          int           `env:"EVENT_PUBLISHER_LOOKBACK_MAX_KEYS" envDefault:"50" doc:"Most pending gaps re-checked per cycle."`
+	DedupMaxEvents           int           `env:"EVENT_PUBLISHER_DEDUP_MAX_EVENTS" envDefault:"10000" doc:"Size of the in-memory recent event-id set that suppresses re-publishing."`
+	DedupCheckpointMaxEvents int           `env:"EVENT_PUBLISHER_DEDUP_CHECKPOINT_MAX_EVENTS" envDefault:"2000" doc:"Most recent event ids stored in the checkpoint."`
+	BatchSize                int           `env:"EVENT_PUBLISHER_BATCH_SIZE" envDefault:"200" doc:"Segments per LIST page and bound on records per cycle."`
+	KafkaFlushBatchSize      int           `env:"EVENT_PUBLISHER_KAFKA_FLUSH_BATCH_SIZE" envDefault:"0" docDefault:"EVENT_PUBLISHER_BATCH_SIZE" doc:"Records produced before a flush (0 = the batch size)."`
+	KafkaFlushTimeout        time.Duration `env:"EVENT_PUBLISHER_KAFKA_FLUSH_TIMEOUT_SECONDS" envDefault:"10" doc:"Longest wait for Kafka to acknowledge a flush."`
+	MetricsLogInterval       time.Duration `env:"EVENT_PUBLISHER_METRICS_LOG_INTERVAL_SECONDS" envDefault:"30" doc:"Interval of the periodic metrics log line (0 disables it)."`
+	PollInterval             time.Duration `env:"EVENT_PUBLISHER_POLL_INTERVAL" envDefault:"1" doc:"Fallback poll interval when no LISTEN or bucket notification wakes the relay."`
+	LeaderLease              time.Duration `env:"EVENT_PUBLISHER_LEADER_LEASE_SECONDS" envDefault:"10" doc:"Leader lease of one relay replica; a standby takes over after it expires."`
+	ParallelGets             int           `env:"EVENT_PUBLISHER_PARALLEL_GETS" envDefault:"8" doc:"Segment GETs in flight at once."`
+	StallAfter               time.Duration `env:"EVENT_PUBLISHER_STALL_SECONDS" envDefault:"60" doc:"/readyz turns red when the head grows and the checkpoint has not moved for this long."`
 }
 
 // Kafka configures the brokers and topics (SPEC §14).

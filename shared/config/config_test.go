@@ -25,7 +25,7 @@ func TestDefaults(t *testing.T) {
 		{"lease", c.Registry.LeaseTimeout, 900 * time.Second},
 		{"heartbeat", c.Registry.HeartbeatInterval, 30 * time.Second},
 		{"retention", c.Registry.RetentionDays, 7},
-		{"lookback", c.Relay.LookbackSeconds, 600 * time.Second},
+		{"lookback", c.Relay.Lookback, 600 * time.Second},
 		{"lookback keys", c.Relay.LookbackMaxKeys, 50},
 		{"dedup", c.Relay.DedupMaxEvents, 10000},
 		{"dedup checkpoint", c.Relay.DedupCheckpointMaxEvents, 2000},

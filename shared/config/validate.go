@@ -14,7 +14,6 @@ var bucketName = regexp.MustCompile(`^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$`)
 
 // checker collects VarErrors.
 type checker struct {
-	env  map[string]string
 	errs []error
 }
 
@@ -90,8 +89,8 @@ func (c *Config) Validate() error {
 	if r.StartPosition > 0 && r.StartTimestamp != "" {
 		k.fail("EVENT_PUBLISHER_START_TIMESTAMP", r.StartTimestamp, "set either EVENT_PUBLISHER_START_POSITION or EVENT_PUBLISHER_START_TIMESTAMP, not both")
 	}
-	if r.LookbackSeconds < 0 {
-		k.fail("EVENT_PUBLISHER_LOOKBACK_SECONDS", r.LookbackSeconds.String(), "must not be negative")
+	if r.Lookback < 0 {
+		k.fail("EVENT_PUBLISHER_LOOKBACK_SECONDS", r.Lookback.String(), "must not be negative")
 	}
 	k.atLeast("EVENT_PUBLISHER_LOOKBACK_MAX_KEYS", int64(r.LookbackMaxKeys), 1)
 	k.atLeast("EVENT_PUBLISHER_DEDUP_MAX_EVENTS", int64(r.DedupMaxEvents), 0)
@@ -106,9 +105,9 @@ func (c *Config) Validate() error {
 		k.fail("EVENT_PUBLISHER_METRICS_LOG_INTERVAL_SECONDS", r.MetricsLogInterval.String(), "must not be negative")
 	}
 	k.positive("EVENT_PUBLISHER_POLL_INTERVAL", r.PollInterval)
-	k.positive("EVENT_PUBLISHER_LEADER_LEASE_SECONDS", r.LeaderLeaseSeconds)
+	k.positive("EVENT_PUBLISHER_LEADER_LEASE_SECONDS", r.LeaderLease)
 	k.atLeast("EVENT_PUBLISHER_PARALLEL_GETS", int64(r.ParallelGets), 1)
-	k.positive("EVENT_PUBLISHER_STALL_SECONDS", r.StallReadinessAfterSeconds)
+	k.positive("EVENT_PUBLISHER_STALL_SECONDS", r.StallAfter)
 
 	kf := c.Kafka
 	if len(kf.Brokers) == 0 {

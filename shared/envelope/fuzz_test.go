@@ -1,0 +1,139 @@
+package envelope
+
+import (
+	"bytes"
+	"strings"
+	"testing"
+)
+
+// FuzzAggregateID checks the identity rules of SPEC §4 on arbitrary pairs of
+// strings: normalisation is idempotent, path encoding uses only a safe
+// alphabet and round-trips, and ids that differ after normalisation never
+// share an encoded key (nor a Kafka key or an Elasticsearch _id).
+func FuzzAggregateID(f *testing.F) {
+	seeds := [][2]string{
+		{"Order-1", "order-1"},
+		{"caf\u00e9", "cafe\u0301"},
+		{" \u0301a", "\u0301a"},
+		{"a/b", "a%2Fb"},
+		{"%2F", "/"},
+		{"..", "."},
+		{"\u00a0x\u00a0", "x"},
+		{"shop:orders:a:b", "shop:orders:a/b"},
+		{"🚀", "\u212b"},
+		{"a\x00b", "\xff"},
+		{"\t\n", ""},
+		{"\u0344", "\u0308\u0301"},
+		{"\u1100\u1161\u11a8", "\uac01"},
+		{"e\u0301\u0301", "\u00e9\u0301"},
+		{strings.Repeat("x", 513), strings.Repeat("x", 512)},
+	}
+	for _, s := range seeds {
+		f.Add(s[0], s[1])
+	}
+	f.Fuzz(func(t *testing.T, a, b string) {
+		na, errA := NormalizeAggregateID(a)
+		nb, errB := NormalizeAggregateID(b)
+		for _, c := range []struct {
+			in, n string
+			err   error
+		}{{a, na, errA}, {b, nb, errB}} {
+			if c.err != nil {
+				if fieldOf(c.err) != "aggregate_id" {
+					t.Fatalf("NormalizeAggregateID(%+q): untyped error %v", c.in, c.err)
+				}
+				continue
+			}
+			again, err := NormalizeAggregateID(c.n)
+			if err != nil || again != c.n {
+				t.Fatalf("not idempotent: %+q → %+q → %+q (%v)", c.in, c.n, again, err)
+			}
+			if c.n == "" || len(c.n) > MaxAggregateIDBytes {
+				t.Fatalf("normalised id %+q out of bounds", c.n)
+			}
+			enc := EncodePathSegment(c.n)
+			for i := 0; i < len(enc); i++ {
+				if ch := enc[i]; !keptInPath(ch) && ch != '%' {
+					t.Fatalf("EncodePathSegment(%+q) = %q contains %q", c.n, enc, ch)
+				}
+			}
+			dec, err := DecodePathSegment(enc)
+			if err != nil || dec != c.n {
+				t.Fatalf("DecodePathSegment(EncodePathSegment(%+q)) = %+q, %v", c.n, dec, err)
+			}
+		}
+		if errA == nil && errB == nil && na != nb {
+			if EncodePathSegment(na) == EncodePathSegment(nb) {
+				t.Fatalf("%+q and %+q encode to the same path segment", na, nb)
+			}
+			ka := KafkaKey(Envelope{AggregateType: "T", AggregateID: na})
+			kb := KafkaKey(Envelope{AggregateType: "T", AggregateID: nb})
+			if bytes.Equal(ka, kb) {
+				t.Fatalf("%+q and %+q share a Kafka key", na, nb)
+			}
+			if ESDocumentID(na) == ESDocumentID(nb) {
+				t.Fatalf("%+q and %+q share an ES _id", na, nb)
+			}
+		}
+		// Arbitrary strings never make DecodePathSegment panic, and whatever
+		// it accepts re-encodes to the same string (encoding is a bijection).
+		if dec, err := DecodePathSegment(a); err == nil && EncodePathSegment(dec) != a {
+			t.Fatalf("DecodePathSegment accepted non-canonical %q", a)
+		}
+	})
+}
+
+// FuzzParseEnvelope checks that Parse never panics and that an accepted
+// envelope has a deterministic canonical hash that survives Marshal+Parse.
+func FuzzParseEnvelope(f *testing.F) {
+	f.Add([]byte(minimalValid))
+	f.Add([]byte(`{"event_id":"0B4F2A3C-9D1E-4C8A-B7E2-5F6A7B8C9D0E","event_type":"CREATE_INSTANCE","kind":"command",` +
+		`"aggregate_type":"Instance","aggregate_id":" shop:orders:cafe\u0301/1 ","sequence_number":7,"position":9,` +
+		`"expected_seq":0,"occurred_at":"2026-11-21T11:00:00.123456+01:00","actor":"u",` +
+		`"data":{"b":[1,2,{"c":null}],"a":12345678901234567890123,"s":"<\u2028>"},` +
+		`"metadata":{"command_id":"cmd-1","traceparent":"00-x","x":{"n":1e400}},"schema_version":3}`))
+	f.Add([]byte(`{"event_id":"0b4f2a3c-9d1e-4c8a-b7e2-5f6a7b8c9d0e","data":{"a":{"a":{"a":[[[]]]}}}}`))
+	f.Add([]byte(`{"a":1,"a":2}`))
+	f.Add([]byte(`[{}]`))
+	f.Add([]byte(`{} {}`))
+	f.Add([]byte(`{"data":{"\u0061":1,"a":2}}`))
+	f.Add([]byte("{\"aggregate_id\":\"\xff\"}"))
+	f.Add([]byte(``))
+	limits := Limits{MaxEnvelopeBytes: 64 << 10, MaxDataDepth: 16, MaxMetadataBytes: 4 << 10}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		e, err := Parse(b, limits)
+		if err != nil {
+			if fieldOf(err) == "<nil>" || codeOf(err) == "" {
+				t.Fatalf("Parse error is not a *ValidationError: %v", err)
+			}
+			return
+		}
+		h1, err := CanonicalHash(e)
+		if err != nil {
+			t.Fatalf("CanonicalHash of a parsed envelope: %v", err)
+		}
+		h2, _ := CanonicalHash(e)
+		if h1 != h2 {
+			t.Fatal("CanonicalHash not deterministic")
+		}
+		if err := Validate(e, limits); err != nil {
+			t.Fatalf("parsed envelope fails Validate: %v", err)
+		}
+		out, err := Marshal(e)
+		if err != nil {
+			t.Fatalf("Marshal: %v", err)
+		}
+		e2, err := Parse(out, limits)
+		if err != nil {
+			t.Fatalf("re-Parse of %s: %v", out, err)
+		}
+		h3, err := CanonicalHash(e2)
+		if err != nil || h3 != h1 {
+			t.Fatalf("hash changed after Marshal+Parse (%v):\n%s", err, out)
+		}
+		out2, _ := Marshal(e2)
+		if !bytes.Equal(out, out2) {
+			t.Fatalf("Marshal not stable:\n%s\n%s", out, out2)
+		}
+	})
+}

@@ -1,0 +1,667 @@
+package envelope
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
+	"time"
+	"unicode/utf8"
+)
+
+// Default limits (SPEC §3).
+const (
+	// DefaultMaxEnvelopeBytes is the default limit on an encoded envelope.
+	DefaultMaxEnvelopeBytes = 1 << 20
+	// DefaultMaxDataDepth is the default limit on JSON nesting depth of data
+	// (the data object itself is depth 1); it applies to metadata too.
+	DefaultMaxDataDepth = 64
+	// DefaultMaxMetadataBytes is the default limit on encoded metadata.
+	DefaultMaxMetadataBytes = 16 << 10
+)
+
+// Limits bounds envelope sizes. A zero or negative field means the default.
+type Limits struct {
+	// MaxEnvelopeBytes bounds the encoded envelope (the input of Parse and
+	// the output of Marshal).
+	MaxEnvelopeBytes int
+	// MaxDataDepth bounds JSON nesting depth inside data and inside metadata;
+	// the object itself is depth 1, so {"a":{}} has depth 2.
+	MaxDataDepth int
+	// MaxMetadataBytes bounds the encoded (compact) metadata object.
+	MaxMetadataBytes int
+}
+
+// DefaultLimits returns the limits of SPEC §3: 1 MiB envelope, depth 64,
+// 16 KiB metadata.
+func DefaultLimits() Limits {
+	return Limits{
+		MaxEnvelopeBytes: DefaultMaxEnvelopeBytes,
+		MaxDataDepth:     DefaultMaxDataDepth,
+		MaxMetadataBytes: DefaultMaxMetadataBytes,
+	}
+}
+
+func (l Limits) withDefaults() Limits {
+	if l.MaxEnvelopeBytes <= 0 {
+		l.MaxEnvelopeBytes = DefaultMaxEnvelopeBytes
+	}
+	if l.MaxDataDepth <= 0 {
+		l.MaxDataDepth = DefaultMaxDataDepth
+	}
+	if l.MaxMetadataBytes <= 0 {
+		l.MaxMetadataBytes = DefaultMaxMetadataBytes
+	}
+	return l
+}
+
+// Patterns of the contract, as reported in errors.
+const (
+	// EventTypePattern is the rule for event_type.
+	EventTypePattern = "[A-Z][A-Z0-9_]{0,127}"
+	// AggregateTypePattern is the rule for aggregate_type.
+	AggregateTypePattern = "[A-Za-z][A-Za-z0-9_]{0,63}"
+	// UUIDPattern is the rule for event_id (canonical, lower case, not nil).
+	UUIDPattern = "[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}"
+	// CommandIDPattern is the rule for command ids: printable ASCII without
+	// ':' or space, 1..255 bytes.
+	CommandIDPattern = "[!-9;-~]{1,255}"
+	// KafkaTopicPattern is the rule for metadata.kafka_topic.
+	KafkaTopicPattern = "[A-Za-z0-9._-]{1,249}, not \".\" or \"..\""
+)
+
+// envelopeFields lists the top-level fields in the order they are checked.
+var envelopeFields = [...]string{
+	"event_id", "event_type", "kind", "aggregate_type", "aggregate_id",
+	"sequence_number", "position", "expected_seq", "occurred_at", "actor",
+	"data", "metadata", "schema_version",
+}
+
+func knownField(k string) bool {
+	for _, f := range envelopeFields {
+		if f == k {
+			return true
+		}
+	}
+	return false
+}
+
+// Parse decodes one envelope from the wire, normalises it (Normalize) and
+// validates it (Validate). It is strict: the input must be valid UTF-8, one
+// JSON object with no duplicate keys at any level and no unknown top-level
+// fields; explicit 0 for sequence_number, position or schema_version is
+// rejected. An absent occurred_at stays unset (see FillDefaults). Errors are
+// *ValidationError.
+func Parse(b []byte, limits Limits) (Envelope, error) {
+	l := limits.withDefaults()
+	if len(b) > l.MaxEnvelopeBytes {
+		return Envelope{}, limitExceeded("", fmt.Sprintf("%d bytes", l.MaxEnvelopeBytes),
+			"envelope of %d bytes exceeds the limit of %d bytes", len(b), l.MaxEnvelopeBytes)
+	}
+	if !utf8.Valid(b) {
+		return Envelope{}, malformed("", "UTF-8", "envelope is not valid UTF-8")
+	}
+	err := walkObject(b, "", l.MaxDataDepth, true, func(key string) error {
+		if !knownField(key) {
+			return invalid(key, "known fields", "unknown field; the envelope admits only %s",
+				strings.Join(envelopeFields[:], ", "))
+		}
+		return nil
+	})
+	if err != nil {
+		return Envelope{}, err
+	}
+	var raw map[string]json.RawMessage
+	if err := json.Unmarshal(b, &raw); err != nil {
+		return Envelope{}, malformed("", "JSON", "envelope is not valid JSON: %v", err)
+	}
+	e, err := decodeFields(raw)
+	if err != nil {
+		return Envelope{}, err
+	}
+	if e, err = Normalize(e); err != nil {
+		return Envelope{}, err
+	}
+	// data and metadata were scanned above (depth, duplicate keys).
+	if err := validate(e, l, true); err != nil {
+		return Envelope{}, err
+	}
+	return e, nil
+}
+
+func isNull(v json.RawMessage) bool { return string(v) == "null" }
+
+func decodeFields(raw map[string]json.RawMessage) (Envelope, error) {
+	var e Envelope
+	str := func(field string, dst *string) error {
+		v, ok := raw[field]
+		if !ok || isNull(v) {
+			return nil
+		}
+		if err := json.Unmarshal(v, dst); err != nil {
+			return invalid(field, "string", "must be a JSON string")
+		}
+		return nil
+	}
+	integer := func(field string) (int64, bool, error) {
+		v, ok := raw[field]
+		if !ok || isNull(v) {
+			return 0, false, nil
+		}
+		if len(v) == 0 || (v[0] != '-' && (v[0] < '0' || v[0] > '9')) {
+			return 0, false, invalid(field, "integer", "must be a JSON integer")
+		}
+		n, err := strconv.ParseInt(string(v), 10, 64)
+		if err != nil {
+			if errors.Is(err, strconv.ErrRange) {
+				return 0, false, invalid(field, "int64", "integer %s is out of the int64 range", v)
+			}
+			return 0, false, invalid(field, "integer", "must be a JSON integer without fraction or exponent, got %s", v)
+		}
+		return n, true, nil
+	}
+	var kind string
+	for _, s := range []struct {
+		field string
+		dst   *string
+	}{
+		{"event_id", &e.EventID},
+		{"event_type", &e.EventType},
+		{"kind", &kind},
+		{"aggregate_type", &e.AggregateType},
+		{"aggregate_id", &e.AggregateID},
+	} {
+		if err := str(s.field, s.dst); err != nil {
+			return Envelope{}, err
+		}
+	}
+	e.Kind = Kind(kind)
+
+	for _, f := range []struct {
+		field string
+		dst   *int64
+	}{
+		{"sequence_number", &e.SequenceNumber},
+		{"position", &e.Position},
+	} {
+		n, ok, err := integer(f.field)
+		if err != nil {
+			return Envelope{}, err
+		}
+		if ok && n < 1 {
+			return Envelope{}, invalid(f.field, ">= 1", "must be >= 1 when present, got %d", n)
+		}
+		*f.dst = n
+	}
+	if n, ok, err := integer("expected_seq"); err != nil {
+		return Envelope{}, err
+	} else if ok {
+		e.ExpectedSeq = &n
+	}
+	var occurred string
+	if v, ok := raw["occurred_at"]; ok && !isNull(v) {
+		if err := json.Unmarshal(v, &occurred); err != nil {
+			return Envelope{}, invalid("occurred_at", "RFC 3339", "must be a JSON string in RFC 3339 form")
+		}
+		ts, err := ParseTimestamp(occurred)
+		if err != nil {
+			return Envelope{}, invalid("occurred_at", "RFC 3339", "must be an RFC 3339 time such as 2026-11-21T10:00:00.123Z: %v", err)
+		}
+		e.OccurredAt = ts
+	}
+	if err := str("actor", &e.Actor); err != nil {
+		return Envelope{}, err
+	}
+	if v, ok := raw["data"]; ok && !isNull(v) {
+		if v[0] != '{' {
+			return Envelope{}, invalid("data", "object", "must be a JSON object")
+		}
+		e.Data = v
+	}
+	if v, ok := raw["metadata"]; ok && !isNull(v) {
+		if v[0] != '{' {
+			return Envelope{}, invalid("metadata", "object", "must be a JSON object")
+		}
+		if err := json.Unmarshal(v, &e.Metadata); err != nil {
+			return Envelope{}, malformed("metadata", "object", "must be a JSON object: %v", err)
+		}
+	}
+	if n, ok, err := integer("schema_version"); err != nil {
+		return Envelope{}, err
+	} else if ok {
+		if n < 1 || n > 1<<31-1 {
+			return Envelope{}, invalid("schema_version", ">= 1", "must be an integer in 1..2147483647 when present, got %d", n)
+		}
+		e.SchemaVersion = int(n)
+	}
+	return e, nil
+}
+
+// Normalize applies the deterministic normalisations of the contract and
+// returns the result; it does not validate the other rules. It lower-cases
+// event_id, normalises aggregate_id (NormalizeAggregateID), sets an absent
+// data to {} and an absent schema_version to 1, and drops empty metadata.
+// The input is not modified.
+func Normalize(e Envelope) (Envelope, error) {
+	e.EventID = asciiLower(e.EventID)
+	if e.AggregateID != "" {
+		id, err := NormalizeAggregateID(e.AggregateID)
+		if err != nil {
+			return Envelope{}, err
+		}
+		e.AggregateID = id
+	}
+	if len(e.Data) == 0 {
+		e.Data = json.RawMessage("{}")
+	}
+	if e.SchemaVersion == 0 {
+		e.SchemaVersion = DefaultSchemaVersion
+	}
+	if len(e.Metadata) == 0 {
+		e.Metadata = nil
+	}
+	return e, nil
+}
+
+// FillDefaults returns e with the defaults the store sets at append: an
+// unset occurred_at becomes now() (UTC, milliseconds; time.Now if now is
+// nil), an absent data {} and an absent schema_version 1.
+func FillDefaults(e Envelope, now func() time.Time) Envelope {
+	if e.OccurredAt.IsZero() {
+		if now == nil {
+			now = time.Now
+		}
+		e.OccurredAt = NewTimestamp(now())
+	}
+	if len(e.Data) == 0 {
+		e.Data = json.RawMessage("{}")
+	}
+	if e.SchemaVersion == 0 {
+		e.SchemaVersion = DefaultSchemaVersion
+	}
+	return e
+}
+
+// Prepare is what the store does to an incoming envelope before appending
+// it (SPEC §5.4 step 1): Normalize, FillDefaults, Validate.
+func Prepare(e Envelope, limits Limits, now func() time.Time) (Envelope, error) {
+	e, err := Normalize(e)
+	if err != nil {
+		return Envelope{}, err
+	}
+	e = FillDefaults(e, now)
+	if err := Validate(e, limits); err != nil {
+		return Envelope{}, err
+	}
+	return e, nil
+}
+
+// Validate checks e against the contract of SPEC §3 and §4 and the limits,
+// and returns the first violation as a *ValidationError. It expects a
+// normalised envelope (see Normalize): an aggregate_id that is not in
+// normal form, an upper-case event_id, nil data or schema_version 0 are
+// reported, not repaired. Store-assigned fields may be unset:
+// sequence_number and position 0, occurred_at zero.
+func Validate(e Envelope, limits Limits) error {
+	return validate(e, limits.withDefaults(), false)
+}
+
+// validate implements Validate; scanned says data and metadata were already
+// walked by Parse and need no second token scan.
+func validate(e Envelope, l Limits, scanned bool) error {
+	if e.EventID == "" {
+		return invalid("event_id", "required", "is required")
+	}
+	if !isCanonicalUUID(e.EventID) {
+		return invalid("event_id", UUIDPattern, "must be a UUID in canonical lower-case form %s, got %q", UUIDPattern, e.EventID)
+	}
+	if e.EventID == "00000000-0000-0000-0000-000000000000" {
+		return invalid("event_id", "not nil UUID", "must not be the nil UUID")
+	}
+	if e.EventType == "" {
+		return invalid("event_type", "required", "is required")
+	}
+	if !isEventType(e.EventType) {
+		return invalid("event_type", EventTypePattern, "must match %s", EventTypePattern)
+	}
+	if e.Kind == "" {
+		return invalid("kind", "required", "is required")
+	}
+	if !e.Kind.Valid() {
+		return invalid("kind", "command|domain", "must be %q or %q", KindCommand, KindDomain)
+	}
+	if e.AggregateType == "" {
+		return invalid("aggregate_type", "required", "is required")
+	}
+	if !isAggregateType(e.AggregateType) {
+		return invalid("aggregate_type", AggregateTypePattern, "must match %s", AggregateTypePattern)
+	}
+	if e.AggregateID == "" {
+		return invalid("aggregate_id", "required", "is required")
+	}
+	norm, err := NormalizeAggregateID(e.AggregateID)
+	if err != nil {
+		return err
+	}
+	if norm != e.AggregateID {
+		return invalid("aggregate_id", "normalised", "is not normalised (Unicode NFC, surrounding white space trimmed)")
+	}
+	if e.AggregateType == AggregateTypeInstance {
+		if _, _, _, err := ParseInstanceAggregateID(e.AggregateID); err != nil {
+			return err
+		}
+	}
+	if e.SequenceNumber < 0 {
+		return invalid("sequence_number", ">= 1", "must be >= 1 (0 means not assigned), got %d", e.SequenceNumber)
+	}
+	if e.Position < 0 {
+		return invalid("position", ">= 1", "must be >= 1 (0 means not assigned), got %d", e.Position)
+	}
+	if e.ExpectedSeq != nil {
+		if e.Kind != KindCommand {
+			return invalid("expected_seq", "commands only", "is allowed only on commands (kind %q)", KindCommand)
+		}
+		if *e.ExpectedSeq < 0 {
+			return invalid("expected_seq", ">= 0", "must be >= 0, got %d", *e.ExpectedSeq)
+		}
+	}
+	if !e.OccurredAt.IsZero() {
+		if y := e.OccurredAt.Time().Year(); y < 1 || y > 9999 {
+			return invalid("occurred_at", "RFC 3339", "year %d is out of the range 0001..9999", y)
+		}
+	}
+	if !utf8.ValidString(e.Actor) {
+		return malformed("actor", "UTF-8", "is not valid UTF-8")
+	}
+	if len(e.Data) == 0 {
+		return invalid("data", "object", "is required (a JSON object; Normalize sets {})")
+	}
+	if !scanned {
+		if err := checkObject("data", e.Data, l.MaxDataDepth); err != nil {
+			return err
+		}
+	}
+	if e.SchemaVersion < 1 {
+		return invalid("schema_version", ">= 1", "must be >= 1, got %d", e.SchemaVersion)
+	}
+	if err := validateMetadata(e.Metadata, l, scanned); err != nil {
+		return err
+	}
+	enc, err := Marshal(e)
+	if err != nil {
+		return malformed("", "JSON", "envelope cannot be encoded: %v", err)
+	}
+	if len(enc) > l.MaxEnvelopeBytes {
+		return limitExceeded("", fmt.Sprintf("%d bytes", l.MaxEnvelopeBytes),
+			"encoded envelope of %d bytes exceeds the limit of %d bytes", len(enc), l.MaxEnvelopeBytes)
+	}
+	return nil
+}
+
+func checkObject(field string, b []byte, maxDepth int) error {
+	if !utf8.Valid(b) {
+		return malformed(field, "UTF-8", "is not valid UTF-8")
+	}
+	return walkObject(b, field, maxDepth, false, nil)
+}
+
+func validateMetadata(m Metadata, l Limits, scanned bool) error {
+	if len(m) == 0 {
+		return nil
+	}
+	for k, v := range m {
+		f := "metadata." + k
+		if !utf8.ValidString(k) {
+			return malformed("metadata", "UTF-8", "has a key that is not valid UTF-8")
+		}
+		if len(v) == 0 || !json.Valid(v) || !utf8.Valid(v) {
+			return malformed(f, "JSON", "is not a valid JSON value")
+		}
+	}
+	for _, k := range stringMetadataKeys {
+		v, ok := m[k]
+		if !ok {
+			continue
+		}
+		var s string
+		if err := json.Unmarshal(v, &s); err != nil {
+			return invalid("metadata."+k, "string", "must be a JSON string")
+		}
+		switch k {
+		case MetaCommandID:
+			if err := ValidateCommandID(s); err != nil {
+				return err
+			}
+		case MetaKafkaTopic:
+			if !isKafkaTopic(s) {
+				return invalid("metadata."+k, KafkaTopicPattern, "must be a Kafka topic name %s", KafkaTopicPattern)
+			}
+		}
+	}
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(m); err != nil {
+		return malformed("metadata", "JSON", "cannot be encoded: %v", err)
+	}
+	b := bytes.TrimSuffix(buf.Bytes(), []byte{'\n'})
+	if len(b) > l.MaxMetadataBytes {
+		return limitExceeded("metadata", fmt.Sprintf("%d bytes", l.MaxMetadataBytes),
+			"encoded metadata of %d bytes exceeds the limit of %d bytes", len(b), l.MaxMetadataBytes)
+	}
+	if scanned {
+		return nil
+	}
+	return walkObject(b, "metadata", l.MaxDataDepth, false, nil)
+}
+
+// ValidateCommandID checks a command id (metadata.command_id, the API's
+// Idempotency-Key): 1..255 bytes of printable ASCII without space and
+// without ':'. Excluding ':' keeps the name of DomainEventID uniquely
+// decodable, so distinct commands never share derived ids.
+func ValidateCommandID(id string) error {
+	const field = "metadata.command_id"
+	if id == "" {
+		return invalid(field, CommandIDPattern, "must not be empty")
+	}
+	if len(id) > 255 {
+		return invalid(field, CommandIDPattern, "must be at most 255 bytes, got %d", len(id))
+	}
+	for i := 0; i < len(id); i++ {
+		c := id[i]
+		if c < '!' || c > '~' || c == ':' {
+			return invalid(field, CommandIDPattern, "must match %s (printable ASCII, no space, no ':')", CommandIDPattern)
+		}
+	}
+	return nil
+}
+
+// walkObject scans b, which must hold exactly one JSON object, token by
+// token without recursion. It rejects duplicate keys at any level and
+// nesting deeper than maxDepth. With envelope set, b is a whole envelope:
+// depth is counted inside each top-level field (the field's object is
+// depth 1), errors name that field, and onTopKey is called for each
+// top-level key. Otherwise the object b itself is depth 1 and errors name
+// field.
+func walkObject(b []byte, field string, maxDepth int, envelope bool, onTopKey func(string) error) error {
+	type frame struct {
+		obj     bool
+		wantKey bool
+		keys    map[string]struct{}
+	}
+	offset := 0
+	if envelope {
+		offset = 1
+	}
+	notObject := func() error {
+		if envelope {
+			return malformed("", "object", "envelope must be a JSON object")
+		}
+		return invalid(field, "object", "must be a JSON object")
+	}
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.UseNumber()
+	var stack []frame
+	cur := field
+	started := false
+	valueDone := func() {
+		if n := len(stack); n > 0 && stack[n-1].obj {
+			stack[n-1].wantKey = true
+		}
+	}
+	for {
+		tok, err := dec.Token()
+		if err == io.EOF {
+			if !started {
+				return notObject()
+			}
+			if len(stack) > 0 {
+				return malformed(field, "JSON", "unexpected end of JSON input")
+			}
+			return nil
+		}
+		if err != nil {
+			if envelope {
+				return malformed("", "JSON", "envelope is not valid JSON: %v", err)
+			}
+			return malformed(field, "JSON", "is not valid JSON: %v", err)
+		}
+		if started && len(stack) == 0 {
+			return malformed(field, "JSON", "has trailing data after the JSON object")
+		}
+		n := len(stack)
+		if n > 0 && stack[n-1].obj && stack[n-1].wantKey {
+			key, ok := tok.(string)
+			if !ok { // the closing '}'
+				stack = stack[:n-1]
+				valueDone()
+				continue
+			}
+			f := &stack[n-1]
+			if _, dup := f.keys[key]; dup {
+				if envelope && n == 1 {
+					return malformed(key, "unique keys", "appears more than once")
+				}
+				return malformed(cur, "unique keys", "has duplicate key %q", key)
+			}
+			if f.keys == nil {
+				f.keys = make(map[string]struct{})
+			}
+			f.keys[key] = struct{}{}
+			f.wantKey = false
+			if envelope && n == 1 {
+				cur = key
+				if onTopKey != nil {
+					if err := onTopKey(key); err != nil {
+						return err
+					}
+				}
+			}
+			continue
+		}
+		switch t := tok.(type) {
+		case json.Delim:
+			switch t {
+			case '{', '[':
+				if n == 0 && t != '{' {
+					return notObject()
+				}
+				started = true
+				stack = append(stack, frame{obj: t == '{', wantKey: t == '{'})
+				if d := len(stack) - offset; d > maxDepth {
+					return limitExceeded(cur, fmt.Sprintf("depth %d", maxDepth),
+						"nesting depth exceeds the limit of %d levels", maxDepth)
+				}
+			default: // ']'; '}' is handled with the keys
+				stack = stack[:n-1]
+				valueDone()
+			}
+		default:
+			if n == 0 {
+				return notObject()
+			}
+			valueDone()
+		}
+	}
+}
+
+func asciiLower(s string) string {
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c >= 'A' && c <= 'Z' {
+			b := []byte(s)
+			for j := i; j < len(b); j++ {
+				if b[j] >= 'A' && b[j] <= 'Z' {
+					b[j] += 'a' - 'A'
+				}
+			}
+			return string(b)
+		}
+	}
+	return s
+}
+
+func isCanonicalUUID(s string) bool {
+	if len(s) != 36 {
+		return false
+	}
+	for i := 0; i < 36; i++ {
+		c := s[i]
+		switch i {
+		case 8, 13, 18, 23:
+			if c != '-' {
+				return false
+			}
+		default:
+			if !(c >= '0' && c <= '9' || c >= 'a' && c <= 'f') {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+func isUpper(c byte) bool { return c >= 'A' && c <= 'Z' }
+func isLower(c byte) bool { return c >= 'a' && c <= 'z' }
+func isDigit(c byte) bool { return c >= '0' && c <= '9' }
+
+// isEventType reports whether s matches [A-Z][A-Z0-9_]{0,127}.
+func isEventType(s string) bool {
+	if len(s) < 1 || len(s) > 128 || !isUpper(s[0]) {
+		return false
+	}
+	for i := 1; i < len(s); i++ {
+		if c := s[i]; !isUpper(c) && !isDigit(c) && c != '_' {
+			return false
+		}
+	}
+	return true
+}
+
+// isAggregateType reports whether s matches [A-Za-z][A-Za-z0-9_]{0,63}.
+func isAggregateType(s string) bool {
+	if len(s) < 1 || len(s) > 64 || !(isUpper(s[0]) || isLower(s[0])) {
+		return false
+	}
+	for i := 1; i < len(s); i++ {
+		if c := s[i]; !isUpper(c) && !isLower(c) && !isDigit(c) && c != '_' {
+			return false
+		}
+	}
+	return true
+}
+
+// isKafkaTopic reports whether s is a legal Kafka topic name.
+func isKafkaTopic(s string) bool {
+	if len(s) < 1 || len(s) > 249 || s == "." || s == ".." {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; !isUpper(c) && !isLower(c) && !isDigit(c) && c != '.' && c != '_' && c != '-' {
+			return false
+		}
+	}
+	return true
+}
