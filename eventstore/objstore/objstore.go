@@ -26,9 +26,19 @@ var (
 	// ErrUnavailable: the store could not be reached (connection refused,
 	// timeouts, 5xx); callers pause and retry, they never skip work.
 	ErrUnavailable = errors.New("objstore: unavailable")
+	// ErrInvalidKey: the key breaks the rules of ValidateKey; the request
+	// was not sent. Retrying cannot help.
+	ErrInvalidKey = errors.New("objstore: invalid key")
+	// ErrInvalidRange: GetRange asked for bytes that are not all inside the
+	// object (negative offset, length < 1, or offset+length > size).
+	ErrInvalidRange = errors.New("objstore: invalid range")
 )
 
-// ObjectInfo describes one stored object.
+// ObjectInfo describes one stored object. ETag is the backend's opaque
+// version tag without surrounding quotes (for single-part writes on both
+// backends: the hex MD5 of the body); pass it back as PutOptions.IfMatch.
+// Create and Put return Key, Size and ETag; LastModified is filled by Get,
+// Stat and List only.
 type ObjectInfo struct {
 	Key          string
 	Size         int64
@@ -44,7 +54,9 @@ type PutOptions struct {
 
 // Bucket is the object-storage interface of the event store. Keys are
 // '/'-separated and already safe (SPEC §4 encodes ids before they reach a
-// key). Implementations are safe for concurrent use.
+// key); every method checks them with ValidateKey and fails with
+// ErrInvalidKey, on every backend alike. Implementations are safe for
+// concurrent use. Any error may wrap ErrUnavailable (pause and retry).
 type Bucket interface {
 	// Create writes key only if it does not exist yet (If-None-Match: *),
 	// returning ErrPreconditionFailed if it does. The object is durable
@@ -56,12 +68,16 @@ type Bucket interface {
 	Put(ctx context.Context, key string, body []byte, opts PutOptions) (ObjectInfo, error)
 	// Get reads a whole object.
 	Get(ctx context.Context, key string) ([]byte, ObjectInfo, error)
-	// GetRange reads length bytes at offset.
+	// GetRange reads exactly length bytes at offset (an HTTP Range GET). A
+	// range not entirely inside the object fails with ErrInvalidRange, never
+	// with a short read; a missing key with ErrNotFound.
 	GetRange(ctx context.Context, key string, offset, length int64) ([]byte, error)
 	// Stat returns an object's info without its body.
 	Stat(ctx context.Context, key string) (ObjectInfo, error)
 	// List returns up to limit objects whose key starts with prefix and
-	// sorts strictly after startAfter, in lexicographic key order.
+	// sorts strictly after startAfter, in lexicographic (byte-wise) key
+	// order; limit <= 0 means no limit. Backends page internally (S3 pages
+	// at 1,000 keys). A short result means there is nothing more.
 	List(ctx context.Context, prefix, startAfter string, limit int) ([]ObjectInfo, error)
 	// Delete removes key; deleting a missing key is not an error.
 	Delete(ctx context.Context, key string) error

@@ -1,0 +1,203 @@
+package filestore_test
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice/eventstore/objstore"
+	"github.com/sluicehq/sluice/eventstore/objstore/filestore"
+	"github.com/sluicehq/sluice/eventstore/objstore/objstoretest"
+)
+
+func newBucket(t *testing.T) *filestore.Bucket {
+	t.Helper()
+	b, err := filestore.New(filepath.Join(t.TempDir(), "data", "sluice-events"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = b.Close() })
+	return b
+}
+
+func TestAcceptance(t *testing.T) {
+	objstoretest.Run(t, func(t *testing.T) objstore.Bucket { return newBucket(t) })
+}
+
+// Nothing a key can say reaches outside the root, even with a symlink
+// planted inside it.
+func TestKeysStayBelowRoot(t *testing.T) {
+	parent := t.TempDir()
+	root := filepath.Join(parent, "bucket")
+	b, err := filestore.New(root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	secret := filepath.Join(parent, "secret")
+	if err := os.WriteFile(secret, []byte("outside"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	ctx := t.Context()
+	for _, key := range []string{"../secret", "a/../../secret", "/" + secret, `..\secret`} {
+		if _, _, err := b.Get(ctx, key); !errors.Is(err, objstore.ErrInvalidKey) {
+			t.Fatalf("Get(%q) = %v, want ErrInvalidKey", key, err)
+		}
+		if _, err := b.Put(ctx, key, []byte("pwned"), objstore.PutOptions{}); !errors.Is(err, objstore.ErrInvalidKey) {
+			t.Fatalf("Put(%q) = %v, want ErrInvalidKey", key, err)
+		}
+	}
+	// A symlink inside the root that points out of it is not followed.
+	if err := os.Symlink(parent, filepath.Join(root, "link")); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := b.Get(ctx, "link/secret"); err == nil {
+		t.Fatal("Get through a symlink escaping the root succeeded")
+	}
+	if _, err := b.Create(ctx, "link/new", []byte("x")); err == nil {
+		t.Fatal("Create through a symlink escaping the root succeeded")
+	}
+	if _, err := os.Stat(filepath.Join(parent, "new")); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("a file was created outside the root: %v", err)
+	}
+	if got, _ := os.ReadFile(secret); string(got) != "outside" {
+		t.Fatalf("file outside the root changed: %q", got)
+	}
+	list, err := b.List(ctx, "", "", 0)
+	if err != nil || len(list) != 0 {
+		t.Fatalf("List = %v, %v; symlinks must not be listed", list, err)
+	}
+}
+
+// Temporary files (a crashed writer's leftovers) are never listed or read,
+// and New removes stale ones.
+func TestTempFilesInvisible(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "b")
+	b, err := filestore.New(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := t.Context()
+	if _, err := b.Create(ctx, "segments/1.jsonl", []byte("ok")); err != nil {
+		t.Fatal(err)
+	}
+	tmp := filepath.Join(dir, ".objstore", "tmp", "deadbeef.tmp")
+	if err := os.WriteFile(tmp, []byte("partial"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	list, err := b.List(ctx, "", "", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(list) != 1 || list[0].Key != "segments/1.jsonl" {
+		t.Fatalf("List = %+v, want only segments/1.jsonl", list)
+	}
+	_ = b.Close()
+	old := tmp + ".old"
+	if err := os.Rename(tmp, old); err != nil {
+		t.Fatal(err)
+	}
+	past := time.Date(2000, 1, 1, 0, 0, 0, 0, time.UTC)
+	if err := os.Chtimes(old, past, past); err != nil {
+		t.Fatal(err)
+	}
+	b2, err := filestore.New(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b2.Close()
+	if _, err := os.Stat(old); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("stale temporary file not removed: %v", err)
+	}
+	entries, _ := os.ReadDir(filepath.Join(dir, ".objstore", "tmp"))
+	if len(entries) != 0 {
+		t.Fatalf("tmp holds %d files after Create; want 0", len(entries))
+	}
+}
+
+// A key cannot be an object and a folder at once on the file backend.
+func TestObjectFolderConflict(t *testing.T) {
+	b := newBucket(t)
+	ctx := t.Context()
+	if _, err := b.Create(ctx, "a/b", []byte("x")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.Create(ctx, "a", []byte("x")); !errors.Is(err, objstore.ErrInvalidKey) {
+		t.Fatalf("Create(a) over folder a/ = %v, want ErrInvalidKey", err)
+	}
+	if _, err := b.Put(ctx, "a", []byte("x"), objstore.PutOptions{}); !errors.Is(err, objstore.ErrInvalidKey) {
+		t.Fatalf("Put(a) over folder a/ = %v, want ErrInvalidKey", err)
+	}
+	if _, err := b.Create(ctx, "a/b/c", []byte("x")); !errors.Is(err, objstore.ErrInvalidKey) {
+		t.Fatalf("Create(a/b/c) below object a/b = %v, want ErrInvalidKey", err)
+	}
+	if err := b.Delete(ctx, "a"); err != nil {
+		t.Fatalf("Delete of a folder name: %v", err)
+	}
+	if _, err := b.Stat(ctx, "a/b"); err != nil {
+		t.Fatalf("a/b after Delete(a): %v", err)
+	}
+}
+
+// Objects written by Create and Put are plain files: data-lake tools and
+// humans can read the directory directly.
+func TestPlainFiles(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "b")
+	b, err := filestore.New(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	if _, err := b.Create(t.Context(), "segments/x.jsonl", []byte("{}\n")); err != nil {
+		t.Fatal(err)
+	}
+	got, err := os.ReadFile(filepath.Join(dir, "segments", "x.jsonl"))
+	if err != nil || string(got) != "{}\n" {
+		t.Fatalf("file = %q, %v", got, err)
+	}
+}
+
+// Two Buckets on one directory (as two processes would open it) still
+// serialise conditional Puts through the flock(2) lock files.
+func TestConditionalPutAcrossInstances(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "b")
+	var bs [4]*filestore.Bucket
+	for i := range bs {
+		b, err := filestore.New(dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer b.Close()
+		bs[i] = b
+	}
+	ctx := t.Context()
+	for round := range 20 {
+		key := fmt.Sprintf("checkpoints/r%d.json", round)
+		base, err := bs[0].Create(ctx, key, []byte(`{"position":0}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var wins atomic.Int32
+		var wg sync.WaitGroup
+		for i, b := range bs {
+			wg.Go(func() {
+				_, err := b.Put(ctx, key, fmt.Appendf(nil, `{"position":%d}`, i+1), objstore.PutOptions{IfMatch: base.ETag})
+				switch {
+				case err == nil:
+					wins.Add(1)
+				case !errors.Is(err, objstore.ErrPreconditionFailed):
+					t.Error(err)
+				}
+			})
+		}
+		wg.Wait()
+		if n := wins.Load(); n != 1 {
+			t.Fatalf("round %d: %d conditional Puts won, want 1", round, n)
+		}
+	}
+}
