@@ -30,6 +30,7 @@ func newRootCmd(stdout, stderr io.Writer) *cobra.Command {
 		newMigrateCmd(),
 		newConfigCmd(),
 		newDevCmd(),
+		newRegistryCmd(),
 	)
 	return root
 }

@@ -1,0 +1,298 @@
+package registry_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/sluicehq/sluice/registry"
+	"github.com/sluicehq/sluice/shared/testenv"
+)
+
+// ClaimBatch has the semantics of Claim called for each request in order:
+// every case runs once through Claim and once through ClaimBatch (on its own
+// handler name, same set-up), and both must give the expected results.
+func TestClaimBatchEqualsClaim(t *testing.T) {
+	_, pool := testenv.NewMigratedDatabase(t)
+	ctx := context.Background()
+	r := newRegistry(t, pool, "me", registry.Options{BackoffBase: time.Minute, BackoffCap: time.Minute})
+	other := newRegistry(t, pool, "someone-else", registry.Options{})
+
+	K := struct{ C, D, I, S, W, X, R registry.Kind }{registry.Claimed, registry.DuplicateDone, registry.InProgress, registry.Stale, registry.Wait, registry.Dead, registry.RetryLater}
+	type tcase struct {
+		name  string
+		setup func(t *testing.T, h string)
+		reqs  func(h string) []registry.ClaimRequest
+		want  []registry.Kind
+	}
+	cases := []tcase{
+		{
+			name: "fresh aggregates",
+			reqs: func(h string) []registry.ClaimRequest {
+				return []registry.ClaimRequest{req(h, "a1", "A", 1, wait), req(h, "b3", "B", 3, wait), req(h, "c5", "C", 5, skip), req(h, "d1", "D", 1, skip)}
+			},
+			want: []registry.Kind{K.C, K.W, K.C, K.C},
+		},
+		{
+			name:  "wait: 5, 6, 7 of one aggregate with last 4",
+			setup: func(t *testing.T, h string) { advance(t, r, h, "A", 4) },
+			reqs: func(h string) []registry.ClaimRequest {
+				return []registry.ClaimRequest{req(h, "e5", "A", 5, wait), req(h, "e6", "A", 6, wait), req(h, "e7", "A", 7, wait), req(h, "e4", "A", 4, wait)}
+			},
+			want: []registry.Kind{K.C, K.W, K.W, K.S},
+		},
+		{
+			name:  "wait: out of order in the batch",
+			setup: func(t *testing.T, h string) { advance(t, r, h, "A", 4) },
+			reqs: func(h string) []registry.ClaimRequest {
+				return []registry.ClaimRequest{req(h, "e6", "A", 6, wait), req(h, "e5", "A", 5, wait)}
+			},
+			want: []registry.Kind{K.W, K.C},
+		},
+		{
+			name:  "skip-stale: 5, 6 and 3 of one aggregate with last 4",
+			setup: func(t *testing.T, h string) { advance(t, r, h, "A", 4) },
+			reqs: func(h string) []registry.ClaimRequest {
+				return []registry.ClaimRequest{req(h, "e5", "A", 5, skip), req(h, "e6", "A", 6, skip), req(h, "e3", "A", 3, skip)}
+			},
+			want: []registry.Kind{K.C, K.C, K.S},
+		},
+		{
+			name: "existing rows in every state",
+			setup: func(t *testing.T, h string) {
+				claimDone(t, r, req(h, "done", "A", 1, wait))
+				mustKind(t, claim(t, r, req(h, "stale", "A", 1, wait)), registry.Stale)
+				x := claim(t, r, req(h, "dead", "X", 1, skip))
+				if _, err := r.MarkFailed(ctx, x.Lease, registry.Failure{Err: errors.New("permanent")}); err != nil {
+					t.Fatal(err)
+				}
+				mustKind(t, claim(t, other, req(h, "theirs", "P", 1, skip)), registry.Claimed)
+				f := claim(t, r, req(h, "failed", "F", 1, skip))
+				if _, err := r.MarkFailed(ctx, f.Lease, registry.Failure{Err: errors.New("503"), Retryable: true}); err != nil {
+					t.Fatal(err)
+				}
+			},
+			reqs: func(h string) []registry.ClaimRequest {
+				return []registry.ClaimRequest{
+					req(h, "done", "A", 1, wait), req(h, "stale", "A", 1, wait), req(h, "dead", "X", 1, skip),
+					req(h, "theirs", "P", 1, skip), req(h, "failed", "F", 1, skip), req(h, "new", "A", 2, wait),
+				}
+			},
+			want: []registry.Kind{K.D, K.S, K.X, K.I, K.R, K.C},
+		},
+		{
+			name: "repeated event in one batch",
+			reqs: func(h string) []registry.ClaimRequest {
+				return []registry.ClaimRequest{req(h, "e", "A", 1, wait), req(h, "e", "A", 1, wait), req(h, "f", "B", 1, wait), req(h, "e", " A ", 1, wait)}
+			},
+			want: []registry.Kind{K.C, K.I, K.C, K.I},
+		},
+		{
+			name: "100 events over 10 aggregates",
+			reqs: func(h string) []registry.ClaimRequest {
+				var out []registry.ClaimRequest
+				for i := range 100 {
+					out = append(out, req(h, fmt.Sprintf("e%d", i), fmt.Sprintf("agg-%d", i%10), int64(i/10+1), wait))
+				}
+				return out
+			},
+			want: func() []registry.Kind {
+				out := make([]registry.Kind, 100)
+				for i := range out {
+					out[i] = K.W
+					if i < 10 {
+						out[i] = K.C
+					}
+				}
+				return out
+			}(),
+		},
+	}
+	for ci, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			hs, hb := fmt.Sprintf("case%d-one", ci), fmt.Sprintf("case%d-batch", ci)
+			if tc.setup != nil {
+				tc.setup(t, hs)
+				tc.setup(t, hb)
+			}
+			var one []registry.ClaimResult
+			for _, q := range tc.reqs(hs) {
+				one = append(one, claim(t, r, q))
+			}
+			batch, err := r.ClaimBatch(ctx, tc.reqs(hb))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(batch) != len(tc.want) || len(one) != len(tc.want) {
+				t.Fatalf("%d and %d results for %d requests", len(one), len(batch), len(tc.want))
+			}
+			for i, want := range tc.want {
+				o, b := one[i], batch[i]
+				if o.Kind != want || b.Kind != want {
+					t.Errorf("request %d: Claim %s, ClaimBatch %s, want %s", i, o.Kind, b.Kind, want)
+				}
+				if o.Attempt != b.Attempt || o.LastSequence != b.LastSequence || o.Holder != b.Holder || o.LastError != b.LastError {
+					t.Errorf("request %d differs:\n one   %+v\n batch %+v", i, o, b)
+				}
+				if b.Kind == registry.Claimed && (b.Lease.Token == "" || b.Lease.EventID != tc.reqs(hb)[i].EventID) {
+					t.Errorf("request %d: lease %+v", i, b.Lease)
+				}
+			}
+		})
+	}
+}
+
+func advance(t *testing.T, r *registry.Registry, h, agg string, seq int64) {
+	t.Helper()
+	if _, err := r.AdvanceTo(context.Background(), h, agg, seq); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestMarkDoneBatch(t *testing.T) {
+	_, pool := testenv.NewMigratedDatabase(t)
+	ctx := context.Background()
+	r := newRegistry(t, pool, "me", registry.Options{})
+	var reqs []registry.ClaimRequest
+	for i := range 50 {
+		reqs = append(reqs, req("h", fmt.Sprintf("e%d", i), fmt.Sprintf("agg-%d", i%5), int64(i/5+1), skip))
+	}
+	res, err := r.ClaimBatch(ctx, reqs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	items := make([]registry.Done, len(res))
+	for i, c := range res {
+		mustKind(t, c, registry.Claimed)
+		items[i] = registry.Done{Lease: c.Lease, Outcome: registry.Applied()}
+	}
+	// One lease is forged: only it fails.
+	items[7].Lease.Token = "00000000-0000-4000-8000-000000000000"
+	errs, err := r.MarkDoneBatch(ctx, items)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, e := range errs {
+		if (i == 7) != errors.Is(e, registry.ErrLeaseLost) {
+			t.Fatalf("item %d: %v", i, e)
+		}
+	}
+	for a := range 5 {
+		last, err := r.LastSequence(ctx, "h", fmt.Sprintf("agg-%d", a))
+		if err != nil || last != 10 {
+			t.Fatalf("agg-%d last %d %v", a, last, err)
+		}
+	}
+	if got := row(t, r, "h", "e7"); got.Status != registry.StatusProcessing {
+		t.Fatalf("forged lease changed the row: %+v", got)
+	}
+	// An old and the current lease of one event in one batch: only the
+	// current one counts.
+	old := claim(t, r, req("h", "x", "agg-x", 1, skip))
+	if err := r.Release(ctx, old.Lease); err != nil {
+		t.Fatal(err)
+	}
+	cur := claim(t, r, req("h", "x", "agg-x", 1, skip))
+	errs, err = r.MarkDoneBatch(ctx, []registry.Done{{Lease: old.Lease, Outcome: registry.Applied()}, {Lease: cur.Lease, Outcome: registry.Applied()}})
+	if err != nil || !errors.Is(errs[0], registry.ErrLeaseLost) || errs[1] != nil {
+		t.Fatalf("old and current lease: %v %v", errs, err)
+	}
+	hb, err := r.HeartbeatBatch(ctx, []registry.Lease{old.Lease, cur.Lease})
+	if err != nil || !errors.Is(hb[0], registry.ErrLeaseLost) || !errors.Is(hb[1], registry.ErrLeaseLost) {
+		t.Fatalf("heartbeat after done: %v %v", hb, err)
+	}
+
+	// Retrying the whole batch after a lost reply is harmless.
+	items[7].Lease = res[7].Lease
+	errs, err = r.MarkDoneBatch(ctx, items)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, e := range errs {
+		if e != nil {
+			t.Fatalf("retry item %d: %v", i, e)
+		}
+	}
+}
+
+// SPEC §13: a batch costs O(1) round trips, not one per event. Counted twice:
+// statements (a pgx tracer) and network round trips (a proxy between the
+// pool and the server).
+func TestBatchRoundTrips(t *testing.T) {
+	counter := &queryCounter{}
+	url, _ := testenv.NewMigratedDatabase(t)
+	p, cfg := newProxy(t, url)
+	cfg.ConnConfig.Tracer = counter
+	cfg.MaxConns = 1
+	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	ctx := context.Background()
+	r := newRegistry(t, pool, "me", registry.Options{})
+	batch := func(prefix string, n int) []registry.ClaimRequest {
+		var out []registry.ClaimRequest
+		for i := range n {
+			out = append(out, req("h", fmt.Sprintf("%s-%d", prefix, i), fmt.Sprintf("%s-agg-%d", prefix, i), 1, wait))
+		}
+		return out
+	}
+	claimAndDone := func(reqs []registry.ClaimRequest) (claimQ, claimRT, doneQ, doneRT int64) {
+		q0, t0 := counter.n.Load(), p.Turns()
+		res, err := r.ClaimBatch(ctx, reqs)
+		if err != nil {
+			t.Fatal(err)
+		}
+		q1, t1 := counter.n.Load(), p.Turns()
+		items := make([]registry.Done, len(res))
+		for i, c := range res {
+			mustKind(t, c, registry.Claimed)
+			items[i] = registry.Done{Lease: c.Lease, Outcome: registry.Applied()}
+		}
+		if errs, err := r.MarkDoneBatch(ctx, items); err != nil || errors.Join(errs...) != nil {
+			t.Fatal(err, errs)
+		}
+		return q1 - q0, t1 - t0, counter.n.Load() - q1, p.Turns() - t1
+	}
+	claimAndDone(batch("warm", 3)) // prepares the statements on the connection
+
+	cq, crt, dq, drt := claimAndDone(batch("b", 100))
+	t.Logf("batch of 100: claim %d statements / %d round trips; mark done %d / %d", cq, crt, dq, drt)
+	if cq != 1 || dq != 1 || crt > 2 || drt > 2 {
+		t.Fatalf("a batch of 100 took claim %d/%d, mark done %d/%d (statements/round trips); want 1 statement and at most 2 round trips each", cq, crt, dq, drt)
+	}
+
+	q0, t0 := counter.n.Load(), p.Turns()
+	for _, q := range batch("single", 100) {
+		res := claim(t, r, q)
+		markDone(t, r, res.Lease)
+	}
+	pq, prt := counter.n.Load()-q0, p.Turns()-t0
+	t.Logf("100 events one by one: %d statements / %d round trips", pq, prt)
+	if pq < 200 || prt < 200 {
+		t.Fatalf("per-event path: %d statements, %d round trips", pq, prt)
+	}
+
+	// Heartbeats of many held claims: one statement per tick.
+	res, err := r.ClaimBatch(ctx, batch("held", 50))
+	if err != nil {
+		t.Fatal(err)
+	}
+	leases := make([]registry.Lease, len(res))
+	for i, c := range res {
+		leases[i] = c.Lease
+	}
+	q0, t0 = counter.n.Load(), p.Turns()
+	errs, err := r.HeartbeatBatch(ctx, leases)
+	if err != nil || errors.Join(errs...) != nil {
+		t.Fatal(err, errs)
+	}
+	if q, rt := counter.n.Load()-q0, p.Turns()-t0; q != 1 || rt > 2 {
+		t.Fatalf("heartbeat of 50: %d statements, %d round trips", q, rt)
+	}
+}

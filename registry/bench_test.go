@@ -1,0 +1,99 @@
+package registry_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+
+	"github.com/sluicehq/sluice/registry"
+	"github.com/sluicehq/sluice/shared/testenv"
+)
+
+// benchEvents returns n claim requests under wait-for-predecessor whose
+// aggregates cycle over 1000 ids, so every event is its aggregate's next
+// slot and each batch of ≤ 1000 touches distinct aggregates.
+func benchEvents(run string, from, n int) []registry.ClaimRequest {
+	h := "bench-" + run
+	out := make([]registry.ClaimRequest, n)
+	for i := range out {
+		k := from + i
+		out[i] = req(h, fmt.Sprintf("%s-%d", run, k), fmt.Sprintf("agg-%d", k%1000), int64(k/1000+1), wait)
+	}
+	return out
+}
+
+// BenchmarkClaimMarkDone measures claim + mark done per event: one call per
+// event ("per-event") against ClaimBatch + MarkDoneBatch ("batch-N"), side
+// by side on the real server. The events/s metric is the figure to compare.
+func BenchmarkClaimMarkDone(b *testing.B) {
+	_, pool := testenv.NewMigratedDatabase(b)
+	ctx := context.Background()
+	for _, size := range []int{1000, 100, 1} {
+		name := fmt.Sprintf("batch-%d", size)
+		if size == 1 {
+			name = "per-event"
+		}
+		b.Run(name, func(b *testing.B) {
+			r := newRegistry(b, pool, "bench-"+name, registry.Options{})
+			run := testenv.RandomSuffix(8)
+			b.ResetTimer()
+			for start := 0; start < b.N; start += size {
+				n := min(size, b.N-start)
+				reqs := benchEvents(run, start, n)
+				if size == 1 {
+					res, err := r.Claim(ctx, reqs[0])
+					if err != nil || res.Kind != registry.Claimed {
+						b.Fatal(res.Kind, err)
+					}
+					if err := r.MarkDone(ctx, res.Lease, registry.Applied()); err != nil {
+						b.Fatal(err)
+					}
+					continue
+				}
+				res, err := r.ClaimBatch(ctx, reqs)
+				if err != nil {
+					b.Fatal(err)
+				}
+				items := make([]registry.Done, len(res))
+				for i, c := range res {
+					if c.Kind != registry.Claimed {
+						b.Fatalf("event %d: %s", start+i, c.Kind)
+					}
+					items[i] = registry.Done{Lease: c.Lease, Outcome: registry.Applied()}
+				}
+				errs, err := r.MarkDoneBatch(ctx, items)
+				if err != nil || errors.Join(errs...) != nil {
+					b.Fatal(err, errs)
+				}
+			}
+			b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "events/s")
+		})
+	}
+}
+
+// BenchmarkClaimBatch measures claims alone, 1000 per call.
+func BenchmarkClaimBatch(b *testing.B) {
+	_, pool := testenv.NewMigratedDatabase(b)
+	ctx := context.Background()
+	r := newRegistry(b, pool, "bench", registry.Options{})
+	run := testenv.RandomSuffix(8)
+	const size = 1000
+	b.ResetTimer()
+	for start := 0; start < b.N; start += size {
+		reqs := benchEvents(run, start, min(size, b.N-start))
+		for i := range reqs {
+			reqs[i].Policy = registry.SkipStale // nothing is marked done here
+		}
+		res, err := r.ClaimBatch(ctx, reqs)
+		if err != nil {
+			b.Fatal(err)
+		}
+		for _, c := range res {
+			if c.Kind != registry.Claimed {
+				b.Fatal(c.Kind)
+			}
+		}
+	}
+	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "events/s")
+}

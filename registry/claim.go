@@ -1,0 +1,212 @@
+package registry
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgtype"
+
+	"github.com/sluicehq/sluice/shared/envelope"
+)
+
+// claimSQL runs sluice.registry_claim (migration 00003): all claims of a
+// call in one statement, one transaction, one round trip.
+const claimSQL = `SELECT idx, kind, lease_token::text, attempt, holder, last_sequence,
+       not_before, wait_us, stalled_us, outcome, last_error
+FROM sluice.registry_claim($1::text[], $2::text[], $3::text[], $4::bigint[], $5::boolean[],
+                           $6::text, $7::text::uuid, $8::bigint)`
+
+// Claim claims one event for one handler (SPEC §7.2): the same as ClaimBatch
+// with one request. See Kind for what each result asks the caller to do.
+func (r *Registry) Claim(ctx context.Context, req ClaimRequest) (ClaimResult, error) {
+	res, err := r.ClaimBatch(ctx, []ClaimRequest{req})
+	if err != nil {
+		return ClaimResult{}, err
+	}
+	return res[0], nil
+}
+
+// ClaimBatch claims many events in one Postgres round trip and one
+// transaction; result i answers reqs[i]. The results are those of calling
+// Claim for each request in slice order: several events of one aggregate
+// are evaluated in order against the same last finished sequence (claiming
+// does not advance it; only MarkDone and a dead row do), so under
+// WaitForPredecessor with last = 4 the events 5 and 6 give CLAIMED and WAIT,
+// and under SkipStale both are CLAIMED. A repeated (handler, event_id) in one
+// batch gets its first occurrence's result, except that a CLAIMED first
+// occurrence makes the repeats IN_PROGRESS.
+//
+// The per-(handler, aggregate) advisory locks of the batch are taken in one
+// global order, so concurrent batches cannot deadlock. An invalid request
+// fails the whole call with a *RequestError before anything is sent.
+func (r *Registry) ClaimBatch(ctx context.Context, reqs []ClaimRequest) ([]ClaimResult, error) {
+	if len(reqs) == 0 {
+		return nil, nil
+	}
+	type key struct{ handler, eventID string }
+	firstOf := make(map[key]int, len(reqs))
+	pos := make([]int, len(reqs)) // index into the arrays sent, or -1-j for a repeat of reqs[j]
+	var (
+		handlers   = make([]string, 0, len(reqs))
+		eventIDs   = make([]string, 0, len(reqs))
+		aggregates = make([]string, 0, len(reqs))
+		seqs       = make([]int64, 0, len(reqs))
+		waits      = make([]bool, 0, len(reqs))
+	)
+	for i, q := range reqs {
+		agg, err := validateClaim(i, q)
+		if err != nil {
+			return nil, err
+		}
+		k := key{q.Handler, q.EventID}
+		if j, ok := firstOf[k]; ok {
+			p := pos[j]
+			if aggregates[p] != agg || seqs[p] != q.Seq || reqs[j].Policy != q.Policy {
+				return nil, &RequestError{Index: i, Field: "event_id", Reason: fmt.Sprintf("event %q appears twice in the batch with different aggregate, sequence or policy", q.EventID)}
+			}
+			pos[i] = -1 - j
+			continue
+		}
+		firstOf[k] = i
+		pos[i] = len(handlers)
+		handlers = append(handlers, q.Handler)
+		eventIDs = append(eventIDs, q.EventID)
+		aggregates = append(aggregates, agg)
+		seqs = append(seqs, q.Seq)
+		waits = append(waits, q.Policy == WaitForPredecessor)
+	}
+
+	instance := r.currentInstance()
+	uniq := make([]ClaimResult, len(handlers))
+	err := r.run(ctx, "claim", func(ctx context.Context) error {
+		rows, err := r.pool.Query(ctx, claimSQL, handlers, eventIDs, aggregates, seqs, waits,
+			r.opts.Owner, instance, r.opts.LeaseTimeout.Microseconds())
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		n := 0
+		for rows.Next() {
+			var (
+				idx                 int64
+				kind                string
+				token, holder, lerr pgtype.Text
+				attempt             pgtype.Int4
+				last                int64
+				notBefore           pgtype.Timestamptz
+				waitUS, stalledUS   pgtype.Int8
+				outcome             []byte
+			)
+			if err := rows.Scan(&idx, &kind, &token, &attempt, &holder, &last, &notBefore, &waitUS, &stalledUS, &outcome, &lerr); err != nil {
+				return err
+			}
+			if idx < 1 || int(idx) > len(uniq) {
+				return fmt.Errorf("claim result index %d out of range", idx)
+			}
+			k, err := parseKind(kind)
+			if err != nil {
+				return err
+			}
+			p := int(idx - 1)
+			res := ClaimResult{
+				Kind:         k,
+				Attempt:      int(attempt.Int32),
+				Holder:       holder.String,
+				LastSequence: last,
+				LastError:    lerr.String,
+			}
+			if notBefore.Valid {
+				res.NotBefore = notBefore.Time
+			}
+			if waitUS.Valid {
+				res.RetryIn = time.Duration(max(waitUS.Int64, 0)) * time.Microsecond
+			}
+			if stalledUS.Valid {
+				res.Stalled = time.Duration(max(stalledUS.Int64, 0)) * time.Microsecond
+				res.HealDue = k == Wait && res.Stalled >= r.opts.LeaseTimeout
+			}
+			if res.Outcome, err = decodeOutcome(outcome); err != nil {
+				return err
+			}
+			if k == Claimed {
+				res.Holder = r.opts.Owner
+				res.Lease = Lease{Handler: handlers[p], EventID: eventIDs[p], Token: token.String, Attempt: res.Attempt}
+			}
+			uniq[p] = res
+			n++
+		}
+		if err := rows.Err(); err != nil {
+			return err
+		}
+		if n != len(uniq) {
+			return fmt.Errorf("claim returned %d results for %d requests", n, len(uniq))
+		}
+		return nil
+	})
+	if err != nil {
+		if errors.Is(err, ErrUnavailable) && ambiguous(err) {
+			r.rotateInstance(instance)
+		}
+		return nil, err
+	}
+
+	out := make([]ClaimResult, len(reqs))
+	for i, p := range pos {
+		if p >= 0 {
+			out[i] = uniq[p]
+			continue
+		}
+		first := out[-1-p]
+		if first.Kind == Claimed {
+			first = ClaimResult{Kind: InProgress, Attempt: first.Attempt, Holder: r.opts.Owner, LastSequence: first.LastSequence}
+		}
+		out[i] = first
+	}
+	return out, nil
+}
+
+// validateClaim checks a request and returns its normalised aggregate id.
+func validateClaim(i int, q ClaimRequest) (string, error) {
+	if err := validateKey(i, q.Handler, q.EventID); err != nil {
+		return "", err
+	}
+	agg, err := envelope.NormalizeAggregateID(q.AggregateID)
+	if err != nil {
+		return "", &RequestError{Index: i, Field: "aggregate_id", Reason: err.Error(), Err: err}
+	}
+	if q.Seq < 1 {
+		return "", &RequestError{Index: i, Field: "seq", Reason: fmt.Sprintf("sequence %d must be at least 1", q.Seq)}
+	}
+	if q.Policy != SkipStale && q.Policy != WaitForPredecessor {
+		return "", &RequestError{Index: i, Field: "policy", Reason: fmt.Sprintf("%s is not SkipStale or WaitForPredecessor", q.Policy)}
+	}
+	return agg, nil
+}
+
+// validateKey checks a handler name and an event id.
+func validateKey(i int, handler, eventID string) error {
+	for _, f := range []struct{ name, v string }{{"handler", handler}, {"event_id", eventID}} {
+		switch {
+		case f.v == "":
+			return &RequestError{Index: i, Field: f.name, Reason: "must not be empty"}
+		case len(f.v) > maxIDBytes:
+			return &RequestError{Index: i, Field: f.name, Reason: fmt.Sprintf("is %d bytes; the limit is %d", len(f.v), maxIDBytes)}
+		case !cleanID(f.v):
+			return &RequestError{Index: i, Field: f.name, Reason: "must be valid UTF-8 without control characters"}
+		}
+	}
+	return nil
+}
+
+// validateLease checks a lease before a fenced write.
+func validateLease(i int, l Lease) error {
+	if err := validateKey(i, l.Handler, l.EventID); err != nil {
+		return err
+	}
+	if !validUUID(l.Token) {
+		return &RequestError{Index: i, Field: "lease_token", Reason: fmt.Sprintf("%q is not a lease token from Claim", l.Token)}
+	}
+	return nil
+}

@@ -1,0 +1,50 @@
+// Package registry provides sluice's processed-event registry and
+// per-aggregate sequence guard (SPEC §7), on Postgres tables
+// sluice.processed_events and sluice.aggregate_versions (migration 00003).
+//
+// Every worker passes it before any side effect:
+//
+//	res, err := reg.Claim(ctx, registry.ClaimRequest{Handler: h, EventID: id,
+//		AggregateID: agg, Seq: seq, Policy: registry.WaitForPredecessor})
+//	// errors.Is(err, registry.ErrUnavailable): pause, do not commit, retry.
+//	switch res.Kind {
+//	case registry.Claimed:
+//		pctx, stop := reg.Hold(ctx, res.Lease) // heartbeats; cancelled if the lease is lost
+//		outcome, perr := process(pctx)          // the side effect
+//		stop()
+//		if perr != nil { reg.MarkFailed(ctx, res.Lease, registry.Failure{...}) } else {
+//			reg.MarkDone(ctx, res.Lease, outcome) } // then commit the offset
+//	case registry.DuplicateDone, registry.Stale:  // acknowledge without effect
+//	case registry.InProgress, registry.RetryLater, registry.Wait: // retry later, do not commit past it
+//	case registry.Dead:                           // already dead-lettered
+//	}
+//
+// The guarantees it keeps:
+//
+//   - SPEC §0.1, at most one side effect per event_id (per handler): the
+//     primary key (handler, event_id) is the gate. A claim is one
+//     transaction; only the holder of the current lease token can mark the
+//     row done or failed (fencing, ErrLeaseLost), and a holder whose lease
+//     was taken learns it from its heartbeat, which cancels its processing
+//     context (Hold). Leases are timed on the database clock only: every
+//     "now" in the lease, backoff and stall arithmetic is Postgres's, never
+//     the worker's.
+//   - SPEC §0.3, per-aggregate order: sluice.aggregate_versions holds the
+//     highest finished sequence per (handler, aggregate); a per-(handler,
+//     aggregate) advisory lock serialises the guard. Under SkipStale an
+//     event at or below it is STALE; under WaitForPredecessor only the next
+//     slot may run and later ones WAIT. A done or dead row finishes its slot
+//     (the version advances monotonically in the same transaction), so later
+//     events are never blocked forever; AdvanceTo finishes empty slots when a
+//     worker heals a gap.
+//   - SPEC §0.4, an outage pauses: every method reports an unreachable
+//     Postgres as an error matching ErrUnavailable (*UnavailableError),
+//     distinct from logic errors, so callers pause without side effects,
+//     dead letters or commits; Check is the readiness probe.
+//
+// Throughput (SPEC §13): ClaimBatch, MarkDoneBatch and the heartbeats of
+// Hold cost one Postgres round trip for any number of events.
+//
+// docs/registry.md is the operator guide: states, outcomes, policies,
+// healing, knobs and runbooks.
+package registry

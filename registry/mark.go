@@ -1,0 +1,460 @@
+package registry
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
+
+	"github.com/sluicehq/sluice/shared/envelope"
+)
+
+// markDoneSQL marks many leases done in one statement: only rows still
+// processing under the given token change (fencing); rows already done under
+// that same token count as done (an idempotent retry after a lost reply).
+// The aggregate versions advance monotonically in the same transaction:
+// existing rows are raised only when lower (UPDATE … WHERE last < new),
+// missing ones inserted (a concurrent insert falls back to the same
+// monotonic update). The caller sends the input sorted by (handler,
+// event_id), the order in which claims lock rows, so the row locks of
+// concurrent statements are taken in one order.
+const markDoneSQL = `WITH input AS (
+    SELECT u.handler, u.event_id, u.token::uuid AS token, u.outcome::jsonb AS outcome
+    FROM unnest($1::text[], $2::text[], $3::text[], $4::text[]) AS u(handler, event_id, token, outcome)
+),
+done AS (
+    UPDATE sluice.processed_events pe
+    SET status = 'done', processed_at = now(), heartbeat_at = now(), next_attempt_at = NULL, outcome = i.outcome
+    FROM input i
+    WHERE pe.handler = i.handler AND pe.event_id = i.event_id AND pe.lease_token = i.token
+      AND pe.status = 'processing'
+    RETURNING pe.handler, pe.event_id, pe.lease_token, pe.aggregate_id, pe.sequence_number
+),
+already AS (
+    SELECT pe.handler, pe.event_id, pe.lease_token
+    FROM input i
+    JOIN sluice.processed_events pe
+      ON pe.handler = i.handler AND pe.event_id = i.event_id AND pe.lease_token = i.token
+    WHERE pe.status = 'done'
+),
+maxes AS MATERIALIZED (
+    SELECT d.handler, d.aggregate_id, max(d.sequence_number) AS seq
+    FROM done d
+    GROUP BY d.handler, d.aggregate_id
+    ORDER BY d.handler, d.aggregate_id
+),
+bumped AS (
+    UPDATE sluice.aggregate_versions av
+    SET last_sequence = m.seq, updated_at = now()
+    FROM maxes m
+    WHERE av.handler = m.handler AND av.aggregate_id = m.aggregate_id AND av.last_sequence < m.seq
+    RETURNING av.handler
+),
+created AS (
+    INSERT INTO sluice.aggregate_versions AS av (handler, aggregate_id, last_sequence, updated_at)
+    SELECT m.handler, m.aggregate_id, m.seq, now()
+    FROM maxes m
+    WHERE NOT EXISTS (SELECT 1 FROM sluice.aggregate_versions x
+                      WHERE x.handler = m.handler AND x.aggregate_id = m.aggregate_id)
+    ORDER BY m.handler, m.aggregate_id
+    ON CONFLICT (handler, aggregate_id) DO UPDATE
+    SET last_sequence = EXCLUDED.last_sequence, updated_at = EXCLUDED.updated_at
+    WHERE av.last_sequence < EXCLUDED.last_sequence
+    RETURNING av.handler
+)
+SELECT handler, event_id, lease_token::text FROM done
+UNION ALL
+SELECT handler, event_id, lease_token::text FROM already`
+
+// Done is one item of MarkDoneBatch.
+type Done struct {
+	Lease   Lease
+	Outcome Outcome
+}
+
+// MarkDone records the event as processed with its outcome, only if lease
+// is still the current claim (otherwise *LeaseLostError, ErrLeaseLost), and
+// advances the aggregate's last finished sequence to at least the event's
+// in the same transaction. Repeating a successful MarkDone with the same
+// lease is a no-op success. Commit the record's offset only after it
+// returns nil.
+func (r *Registry) MarkDone(ctx context.Context, lease Lease, outcome Outcome) error {
+	errs, err := r.MarkDoneBatch(ctx, []Done{{Lease: lease, Outcome: outcome}})
+	if err != nil {
+		return err
+	}
+	return errs[0]
+}
+
+// MarkDoneBatch is MarkDone for many leases in one round trip and one
+// transaction. errs[i] is nil when items[i] is done, or a *LeaseLostError;
+// err is set when the call as a whole failed (nothing was marked).
+func (r *Registry) MarkDoneBatch(ctx context.Context, items []Done) (errs []error, err error) {
+	if len(items) == 0 {
+		return nil, nil
+	}
+	type key struct{ handler, eventID, token string }
+	handlers := make([]string, len(items))
+	eventIDs := make([]string, len(items))
+	tokens := make([]string, len(items))
+	outcomes := make([]string, len(items))
+	for i, it := range items {
+		if err := validateLease(i, it.Lease); err != nil {
+			return nil, err
+		}
+		if err := it.Outcome.validate(); err != nil {
+			return nil, &RequestError{Index: i, Field: "outcome", Reason: err.Error()}
+		}
+	}
+	for j, i := range lockOrder(len(items), func(i int) Lease { return items[i].Lease }) {
+		it := items[i]
+		o, err := it.Outcome.encode()
+		if err != nil {
+			return nil, err
+		}
+		handlers[j], eventIDs[j], tokens[j], outcomes[j] = it.Lease.Handler, it.Lease.EventID, it.Lease.Token, o
+	}
+	ok := make(map[key]bool, len(items))
+	err = r.run(ctx, "mark done", func(ctx context.Context) error {
+		clear(ok)
+		rows, err := r.pool.Query(ctx, markDoneSQL, handlers, eventIDs, tokens, outcomes)
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		for rows.Next() {
+			var k key
+			if err := rows.Scan(&k.handler, &k.eventID, &k.token); err != nil {
+				return err
+			}
+			ok[k] = true
+		}
+		return rows.Err()
+	})
+	if err != nil {
+		return nil, err
+	}
+	errs = make([]error, len(items))
+	for i, it := range items {
+		if !ok[key{it.Lease.Handler, it.Lease.EventID, strings.ToLower(it.Lease.Token)}] {
+			errs[i] = &LeaseLostError{Op: "mark done", Handler: it.Lease.Handler, EventID: it.Lease.EventID}
+		}
+	}
+	return errs, nil
+}
+
+// markFailedSQL records a failed attempt under the current lease. A
+// non-retryable failure, or a retryable one at the last attempt, makes the
+// row dead and finishes its slot (the aggregate version advances); otherwise
+// the row is failed until next_attempt_at = now() + min(cap, base·2^(n−1))
+// · U[0.5, 1), all on the database clock. A repeat with the same lease after
+// a lost reply reports the recorded state without changing it.
+const markFailedSQL = `WITH locked AS MATERIALIZED (
+    SELECT pe.handler, pe.event_id,
+           (NOT $5::boolean OR pe.attempt_count >= $6::integer) AS dead
+    FROM sluice.processed_events pe
+    WHERE pe.handler = $1 AND pe.event_id = $2 AND pe.lease_token = $3::text::uuid
+      AND pe.status = 'processing'
+    FOR UPDATE
+),
+upd AS (
+    UPDATE sluice.processed_events pe
+    SET status = CASE WHEN l.dead THEN 'dead' ELSE 'failed' END,
+        last_error = $4,
+        first_failed_at = COALESCE(pe.first_failed_at, now()),
+        heartbeat_at = now(),
+        processed_at = CASE WHEN l.dead THEN now() END,
+        next_attempt_at = CASE WHEN l.dead THEN NULL ELSE now() +
+            least($8::float8, $7::float8 * power(2::float8, least(pe.attempt_count - 1, 60)))
+            * (0.5 + random() * 0.5) * interval '1 microsecond' END
+    FROM locked l
+    WHERE pe.handler = l.handler AND pe.event_id = l.event_id
+    RETURNING pe.handler, pe.aggregate_id, pe.sequence_number, pe.status, pe.attempt_count,
+              pe.next_attempt_at, pe.first_failed_at
+),
+advanced AS (
+    INSERT INTO sluice.aggregate_versions AS av (handler, aggregate_id, last_sequence, updated_at)
+    SELECT u.handler, u.aggregate_id, u.sequence_number, now() FROM upd u WHERE u.status = 'dead'
+    ON CONFLICT (handler, aggregate_id) DO UPDATE
+    SET last_sequence = EXCLUDED.last_sequence, updated_at = EXCLUDED.updated_at
+    WHERE av.last_sequence < EXCLUDED.last_sequence
+    RETURNING av.handler
+)
+SELECT status, attempt_count, next_attempt_at, first_failed_at,
+       (extract(epoch FROM next_attempt_at - now()) * 1000000)::bigint
+FROM upd
+UNION ALL
+SELECT status, attempt_count, next_attempt_at, first_failed_at,
+       (extract(epoch FROM next_attempt_at - now()) * 1000000)::bigint
+FROM sluice.processed_events
+WHERE handler = $1 AND event_id = $2 AND lease_token = $3::text::uuid AND status IN ('failed', 'dead')`
+
+// MarkFailed records a failed attempt of the current lease (SPEC §8): a
+// retryable failure backs off (next_attempt_at, database clock) until the
+// handler's max attempts (f.MaxAttempts, else Options.MaxAttempts); a
+// non-retryable failure or the last attempt makes the row dead, which
+// finishes its slot — send the record to the DLQ, then commit. A dead row is
+// not run again by redelivery (Claim gives DEAD); only Redrive resets it.
+// Returns *LeaseLostError if the lease is no longer current.
+func (r *Registry) MarkFailed(ctx context.Context, lease Lease, f Failure) (FailResult, error) {
+	if err := validateLease(0, lease); err != nil {
+		return FailResult{}, err
+	}
+	maxAttempts := r.opts.MaxAttempts
+	if f.MaxAttempts > 0 {
+		maxAttempts = f.MaxAttempts
+	}
+	msg := "unknown error"
+	if f.Err != nil {
+		msg = cleanText(f.Err.Error())
+	}
+	var res FailResult
+	found := false
+	err := r.run(ctx, "mark failed", func(ctx context.Context) error {
+		var (
+			status       string
+			next, first  pgtype.Timestamptz
+			retryUS      pgtype.Int8
+			attemptCount int32
+		)
+		err := r.pool.QueryRow(ctx, markFailedSQL, lease.Handler, lease.EventID, lease.Token, msg,
+			f.Retryable, maxAttempts, float64(r.opts.BackoffBase.Microseconds()), float64(r.opts.BackoffCap.Microseconds())).
+			Scan(&status, &attemptCount, &next, &first, &retryUS)
+		if errors.Is(err, pgx.ErrNoRows) {
+			found = false
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		found = true
+		res = FailResult{Status: Status(status), Attempt: int(attemptCount)}
+		if next.Valid {
+			res.NotBefore = next.Time
+		}
+		if first.Valid {
+			res.FirstFailedAt = first.Time
+		}
+		if retryUS.Valid {
+			res.RetryIn = time.Duration(max(retryUS.Int64, 0)) * time.Microsecond
+		}
+		return nil
+	})
+	if err != nil {
+		return FailResult{}, err
+	}
+	if !found {
+		return FailResult{}, &LeaseLostError{Op: "mark failed", Handler: lease.Handler, EventID: lease.EventID}
+	}
+	return res, nil
+}
+
+// Release gives a claim back without counting it as an attempt (SIGTERM:
+// "finish or release in-flight claims", SPEC §8): the row becomes failed and
+// due at once, so any owner may claim it again with the same attempt number.
+// Returns *LeaseLostError if the lease is no longer current.
+func (r *Registry) Release(ctx context.Context, lease Lease) error {
+	if err := validateLease(0, lease); err != nil {
+		return err
+	}
+	var n int64
+	err := r.run(ctx, "release", func(ctx context.Context) error {
+		tag, err := r.pool.Exec(ctx, `UPDATE sluice.processed_events
+			SET status = 'failed', next_attempt_at = now(), heartbeat_at = now(),
+			    attempt_count = greatest(attempt_count - 1, 0)
+			WHERE handler = $1 AND event_id = $2 AND lease_token = $3::text::uuid AND status = 'processing'`,
+			lease.Handler, lease.EventID, lease.Token)
+		n = tag.RowsAffected()
+		return err
+	})
+	if err != nil {
+		return err
+	}
+	if n == 0 {
+		return &LeaseLostError{Op: "release", Handler: lease.Handler, EventID: lease.EventID}
+	}
+	return nil
+}
+
+// Redrive resets a dead row for an operator redrive (SPEC §11,
+// `sluice dlq redrive`): it becomes failed and due at once with its attempt
+// count reset, so the next delivery claims it (attempt 1) regardless of the
+// sequence guard — the slot it finished stays finished, so later events are
+// not blocked, and the worker's own conditional or versioned writes decide
+// whether the late side effect still applies. last_error is kept. Returns
+// ErrNotFound or ErrNotDead (wrapped) when there is nothing to redrive.
+func (r *Registry) Redrive(ctx context.Context, handler, eventID string) error {
+	if err := validateKey(0, handler, eventID); err != nil {
+		return err
+	}
+	var status pgtype.Text
+	var redriven bool
+	err := r.run(ctx, "redrive", func(ctx context.Context) error {
+		return r.pool.QueryRow(ctx, `WITH upd AS (
+				UPDATE sluice.processed_events
+				SET status = 'failed', attempt_count = 0, next_attempt_at = now(), processed_at = NULL,
+				    lease_token = NULL, owner_instance = NULL
+				WHERE handler = $1 AND event_id = $2 AND status = 'dead'
+				RETURNING 1)
+			SELECT (SELECT status FROM sluice.processed_events WHERE handler = $1 AND event_id = $2),
+			       EXISTS (SELECT 1 FROM upd)`, handler, eventID).Scan(&status, &redriven)
+	})
+	switch {
+	case err != nil:
+		return err
+	case redriven:
+		return nil
+	case !status.Valid:
+		return fmt.Errorf("registry: redrive handler %q event %q: %w", handler, eventID, ErrNotFound)
+	default:
+		return fmt.Errorf("registry: redrive handler %q event %q: status is %s: %w", handler, eventID, status.String, ErrNotDead)
+	}
+}
+
+// heartbeatSQL extends many leases in one statement; only rows still
+// processing under the given token are touched. Input sorted as for
+// markDoneSQL.
+const heartbeatSQL = `UPDATE sluice.processed_events pe
+SET heartbeat_at = now()
+FROM unnest($1::text[], $2::text[], $3::text[]) AS i(handler, event_id, token)
+WHERE pe.handler = i.handler AND pe.event_id = i.event_id AND pe.lease_token = i.token::uuid
+  AND pe.status = 'processing'
+RETURNING pe.handler, pe.event_id, pe.lease_token::text`
+
+// Heartbeat extends the lease (heartbeat_at = the database's now). It
+// returns *LeaseLostError when the lease was taken or the row is no longer
+// processing: stop processing at once. A lease past its timeout that nobody
+// reclaimed yet is still extended. Hold calls this for you.
+func (r *Registry) Heartbeat(ctx context.Context, lease Lease) error {
+	errs, err := r.HeartbeatBatch(ctx, []Lease{lease})
+	if err != nil {
+		return err
+	}
+	return errs[0]
+}
+
+// HeartbeatBatch is Heartbeat for many leases in one round trip; errs[i] is
+// nil or a *LeaseLostError for leases[i].
+func (r *Registry) HeartbeatBatch(ctx context.Context, leases []Lease) (errs []error, err error) {
+	if len(leases) == 0 {
+		return nil, nil
+	}
+	type key struct{ handler, eventID, token string }
+	handlers := make([]string, len(leases))
+	eventIDs := make([]string, len(leases))
+	tokens := make([]string, len(leases))
+	for i, l := range leases {
+		if err := validateLease(i, l); err != nil {
+			return nil, err
+		}
+	}
+	for j, i := range lockOrder(len(leases), func(i int) Lease { return leases[i] }) {
+		handlers[j], eventIDs[j], tokens[j] = leases[i].Handler, leases[i].EventID, leases[i].Token
+	}
+	ok := make(map[key]bool, len(leases))
+	err = r.run(ctx, "heartbeat", func(ctx context.Context) error {
+		clear(ok)
+		rows, err := r.pool.Query(ctx, heartbeatSQL, handlers, eventIDs, tokens)
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		for rows.Next() {
+			var k key
+			if err := rows.Scan(&k.handler, &k.eventID, &k.token); err != nil {
+				return err
+			}
+			ok[k] = true
+		}
+		return rows.Err()
+	})
+	if err != nil {
+		return nil, err
+	}
+	errs = make([]error, len(leases))
+	for i, l := range leases {
+		if !ok[key{l.Handler, l.EventID, strings.ToLower(l.Token)}] {
+			errs[i] = &LeaseLostError{Op: "heartbeat", Handler: l.Handler, EventID: l.EventID}
+		}
+	}
+	return errs, nil
+}
+
+// AdvanceTo finishes the slots of an aggregate up to seq without claiming
+// them: the aggregate's last finished sequence becomes max(last, seq). It is
+// the healing step of WaitForPredecessor (SPEC §7.3) for slots that hold no
+// event to process (an abandoned or empty slot of the event store); slots
+// that hold a command are healed by claiming and processing that command.
+// The caller asserts every slot ≤ seq is finished. It takes the same
+// advisory lock as Claim and returns the resulting last finished sequence.
+func (r *Registry) AdvanceTo(ctx context.Context, handler, aggregateID string, seq int64) (int64, error) {
+	if err := validateKey(0, handler, "-"); err != nil {
+		return 0, err
+	}
+	agg, err := envelope.NormalizeAggregateID(aggregateID)
+	if err != nil {
+		return 0, &RequestError{Field: "aggregate_id", Reason: err.Error(), Err: err}
+	}
+	if seq < 1 {
+		return 0, &RequestError{Field: "seq", Reason: fmt.Sprintf("sequence %d must be at least 1", seq)}
+	}
+	var last int64
+	err = r.run(ctx, "advance", func(ctx context.Context) error {
+		return pgx.BeginFunc(ctx, r.pool, func(tx pgx.Tx) error {
+			if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock(sluice.registry_lock_key($1, $2))`, handler, agg); err != nil {
+				return err
+			}
+			return tx.QueryRow(ctx, `INSERT INTO sluice.aggregate_versions AS av (handler, aggregate_id, last_sequence, updated_at)
+				VALUES ($1, $2, $3, now())
+				ON CONFLICT (handler, aggregate_id) DO UPDATE
+				SET last_sequence = greatest(av.last_sequence, EXCLUDED.last_sequence),
+				    updated_at = CASE WHEN av.last_sequence < EXCLUDED.last_sequence THEN now() ELSE av.updated_at END
+				RETURNING last_sequence`, handler, agg, seq).Scan(&last)
+		})
+	})
+	return last, err
+}
+
+// LastSequence returns the aggregate's last finished sequence for handler
+// (0 when none).
+func (r *Registry) LastSequence(ctx context.Context, handler, aggregateID string) (int64, error) {
+	if err := validateKey(0, handler, "-"); err != nil {
+		return 0, err
+	}
+	agg, err := envelope.NormalizeAggregateID(aggregateID)
+	if err != nil {
+		return 0, &RequestError{Field: "aggregate_id", Reason: err.Error(), Err: err}
+	}
+	var last int64
+	err = r.run(ctx, "last sequence", func(ctx context.Context) error {
+		err := r.pool.QueryRow(ctx, `SELECT last_sequence FROM sluice.aggregate_versions WHERE handler = $1 AND aggregate_id = $2`, handler, agg).Scan(&last)
+		if errors.Is(err, pgx.ErrNoRows) {
+			last = 0
+			return nil
+		}
+		return err
+	})
+	return last, err
+}
+
+// lockOrder returns the indexes 0..n-1 sorted by (handler, event_id) in byte
+// order — the order of the "C" collation in which claims lock rows.
+func lockOrder(n int, lease func(int) Lease) []int {
+	idx := make([]int, n)
+	for i := range idx {
+		idx[i] = i
+	}
+	slices.SortFunc(idx, func(a, b int) int {
+		la, lb := lease(a), lease(b)
+		if c := strings.Compare(la.Handler, lb.Handler); c != 0 {
+			return c
+		}
+		return strings.Compare(la.EventID, lb.EventID)
+	})
+	return idx
+}

@@ -1,0 +1,653 @@
+package registry_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice/registry"
+	"github.com/sluicehq/sluice/shared/testenv"
+)
+
+const (
+	skip = registry.SkipStale
+	wait = registry.WaitForPredecessor
+)
+
+func TestNewValidatesOptions(t *testing.T) {
+	_, pool := testenv.NewMigratedDatabase(t)
+	for _, tc := range []struct {
+		name string
+		opts registry.Options
+		want string // substring of the error; "" = valid
+	}{
+		{"defaults", registry.Options{Owner: "w1"}, ""},
+		{"no owner", registry.Options{}, "PROCESSED_EVENT_OWNER"},
+		{"control char owner", registry.Options{Owner: "w\n1"}, "control"},
+		{"heartbeat equals lease", registry.Options{Owner: "w", LeaseTimeout: 30 * time.Second, HeartbeatInterval: 30 * time.Second}, "must be shorter than LeaseTimeout"},
+		{"heartbeat above lease", registry.Options{Owner: "w", LeaseTimeout: 10 * time.Second}, "must be shorter than LeaseTimeout"},
+		{"negative heartbeat", registry.Options{Owner: "w", HeartbeatInterval: -time.Second}, "must be positive"},
+		{"tiny lease", registry.Options{Owner: "w", LeaseTimeout: time.Millisecond, HeartbeatInterval: time.Microsecond}, "at least 1s"},
+		{"base above cap", registry.Options{Owner: "w", BackoffBase: time.Minute, BackoffCap: time.Second}, "must not exceed BackoffCap"},
+		{"negative attempts", registry.Options{Owner: "w", MaxAttempts: -1}, "MaxAttempts"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r, err := registry.New(pool, tc.opts)
+			if tc.want == "" {
+				if err != nil {
+					t.Fatal(err)
+				}
+				o := r.Options()
+				if o.LeaseTimeout != registry.DefaultLeaseTimeout || o.HeartbeatInterval != registry.DefaultHeartbeatInterval || o.MaxAttempts != 5 {
+					t.Fatalf("defaults not applied: %+v", o)
+				}
+				return
+			}
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("error %v, want it to mention %q", err, tc.want)
+			}
+		})
+	}
+	if _, err := registry.New(nil, registry.Options{Owner: "w"}); err == nil {
+		t.Fatal("nil pool accepted")
+	}
+}
+
+func TestInvalidRequests(t *testing.T) {
+	_, pool := testenv.NewMigratedDatabase(t)
+	r := newRegistry(t, pool, "w1", registry.Options{})
+	ctx := context.Background()
+	for _, tc := range []struct {
+		name  string
+		req   registry.ClaimRequest
+		field string
+	}{
+		{"empty handler", req("", "e", "a", 1, skip), "handler"},
+		{"empty event", req("h", "", "a", 1, skip), "event_id"},
+		{"blank aggregate", req("h", "e", "  \t", 1, skip), "aggregate_id"},
+		{"control char aggregate", req("h", "e", "a\x07b", 1, skip), "aggregate_id"},
+		{"invalid utf8 aggregate", req("h", "e", "a\xffb", 1, skip), "aggregate_id"},
+		{"seq zero", req("h", "e", "a", 0, skip), "seq"},
+		{"no policy", req("h", "e", "a", 1, 0), "policy"},
+		{"nul in event id", req("h", "e\x00", "a", 1, skip), "event_id"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := r.Claim(ctx, tc.req)
+			var re *registry.RequestError
+			if !errors.Is(err, registry.ErrInvalidRequest) || !errors.As(err, &re) || re.Field != tc.field {
+				t.Fatalf("got %v, want a RequestError on %s", err, tc.field)
+			}
+		})
+	}
+	bad := registry.Lease{Handler: "h", EventID: "e", Token: "not-a-token"}
+	if err := r.MarkDone(ctx, bad, registry.Applied()); !errors.Is(err, registry.ErrInvalidRequest) {
+		t.Fatalf("bad token: %v", err)
+	}
+	res := claim(t, r, req("h", "e1", "a", 1, skip))
+	if err := r.MarkDone(ctx, res.Lease, registry.Outcome{Result: registry.OutcomeRejected}); !errors.Is(err, registry.ErrInvalidRequest) {
+		t.Fatalf("rejected without reason: %v", err)
+	}
+	if err := r.MarkDone(ctx, res.Lease, registry.Outcome{Result: "maybe"}); !errors.Is(err, registry.ErrInvalidRequest) {
+		t.Fatalf("unknown outcome: %v", err)
+	}
+	if _, err := r.ClaimBatch(ctx, []registry.ClaimRequest{req("h", "x", "a", 1, skip), req("h", "x", "a", 2, skip)}); !errors.Is(err, registry.ErrInvalidRequest) {
+		t.Fatalf("conflicting duplicate in batch: %v", err)
+	}
+}
+
+// Duplicate delivery: after claim and done, every redelivery is
+// DUPLICATE_DONE with the recorded outcome and the attempt count stays 1.
+func TestDuplicateDelivery(t *testing.T) {
+	_, pool := testenv.NewMigratedDatabase(t)
+	ctx := context.Background()
+	for _, p := range []registry.Policy{skip, wait} {
+		t.Run(p.String(), func(t *testing.T) {
+			r := newRegistry(t, pool, "w1", registry.Options{})
+			other := newRegistry(t, pool, "w2", registry.Options{})
+			h := "h-" + p.String()
+			res := claim(t, r, req(h, "evt-1", "Order-1", 1, p))
+			mustKind(t, res, registry.Claimed)
+			if res.Lease.Attempt != 1 || res.Attempt != 1 {
+				t.Fatalf("attempt %d", res.Lease.Attempt)
+			}
+			if err := r.MarkDone(ctx, res.Lease, registry.Rejected("instance exists")); err != nil {
+				t.Fatal(err)
+			}
+			for i := range 5 {
+				reg := r
+				if i%2 == 1 {
+					reg = other
+				}
+				d := claim(t, reg, req(h, "evt-1", "Order-1", 1, p))
+				mustKind(t, d, registry.DuplicateDone)
+				if d.Outcome == nil || d.Outcome.Result != registry.OutcomeRejected || d.Outcome.Reason != "instance exists" {
+					t.Fatalf("outcome %+v", d.Outcome)
+				}
+			}
+			got := row(t, r, h, "evt-1")
+			if got.Status != registry.StatusDone || got.Attempts != 1 || got.ProcessedAt.IsZero() {
+				t.Fatalf("row %+v", got)
+			}
+			// MarkDone again with the same lease is an idempotent success.
+			if err := r.MarkDone(ctx, res.Lease, registry.Applied()); err != nil {
+				t.Fatalf("repeated mark done: %v", err)
+			}
+			if last, _ := r.LastSequence(ctx, h, "Order-1"); last != 1 {
+				t.Fatalf("last %d", last)
+			}
+		})
+	}
+}
+
+// Concurrent delivery: 20 goroutines claim one event at once; exactly one
+// gets CLAIMED, the others IN_PROGRESS — through one shared Registry (one
+// worker's goroutines) and through 20 registries of different owners.
+func TestConcurrentDelivery(t *testing.T) {
+	_, pool := testenv.NewMigratedDatabase(t)
+	shared := newRegistry(t, pool, "w-shared", registry.Options{})
+	for _, mode := range []string{"one registry", "twenty owners"} {
+		t.Run(mode, func(t *testing.T) {
+			regs := make([]*registry.Registry, 20)
+			for i := range regs {
+				regs[i] = shared
+				if mode == "twenty owners" {
+					regs[i] = newRegistry(t, pool, fmt.Sprintf("w%d", i), registry.Options{})
+				}
+			}
+			evt := "evt-" + strings.ReplaceAll(mode, " ", "-")
+			start := make(chan struct{})
+			results := make([]registry.ClaimResult, 20)
+			errs := make([]error, 20)
+			var wg sync.WaitGroup
+			for i := range 20 {
+				wg.Go(func() {
+					<-start
+					results[i], errs[i] = regs[i].Claim(context.Background(), req("h", evt, "agg-1", 1, wait))
+				})
+			}
+			close(start)
+			wg.Wait()
+			claimed, inProgress := 0, 0
+			for i := range 20 {
+				if errs[i] != nil {
+					t.Fatal(errs[i])
+				}
+				switch results[i].Kind {
+				case registry.Claimed:
+					claimed++
+				case registry.InProgress:
+					inProgress++
+				default:
+					t.Fatalf("unexpected %s", results[i].Kind)
+				}
+			}
+			if claimed != 1 || inProgress != 19 {
+				t.Fatalf("claimed %d, in progress %d", claimed, inProgress)
+			}
+			if got := row(t, shared, "h", evt); got.Attempts != 1 {
+				t.Fatalf("attempts %d", got.Attempts)
+			}
+		})
+	}
+}
+
+// Lease expiry on the database clock: another owner reclaims an expired
+// lease with attempt 2 and a new token; the first owner is fenced out.
+func TestLeaseExpiry(t *testing.T) {
+	_, pool := testenv.NewMigratedDatabase(t)
+	ctx := context.Background()
+	opts := registry.Options{LeaseTimeout: time.Second, HeartbeatInterval: 200 * time.Millisecond}
+	a := newRegistry(t, pool, "owner-a", opts)
+	b := newRegistry(t, pool, "owner-b", opts)
+
+	first := claim(t, a, req("h", "e1", "agg", 1, skip))
+	mustKind(t, first, registry.Claimed)
+	early := claim(t, b, req("h", "e1", "agg", 1, skip))
+	mustKind(t, early, registry.InProgress)
+	if early.Holder != "owner-a" || early.RetryIn <= 0 || early.RetryIn > time.Second {
+		t.Fatalf("in progress detail %+v", early)
+	}
+	time.Sleep(early.RetryIn + 50*time.Millisecond) // the database said when
+	second := claim(t, b, req("h", "e1", "agg", 1, skip))
+	mustKind(t, second, registry.Claimed)
+	if second.Lease.Attempt != 2 || second.Lease.Token == first.Lease.Token {
+		t.Fatalf("reclaim %+v", second.Lease)
+	}
+	if err := a.MarkDone(ctx, first.Lease, registry.Applied()); !errors.Is(err, registry.ErrLeaseLost) {
+		t.Fatalf("stale holder's mark done: %v, want ErrLeaseLost", err)
+	}
+	if _, err := a.MarkFailed(ctx, first.Lease, registry.Failure{Err: errors.New("x"), Retryable: true}); !errors.Is(err, registry.ErrLeaseLost) {
+		t.Fatalf("stale holder's mark failed: %v", err)
+	}
+	if err := a.Heartbeat(ctx, first.Lease); !errors.Is(err, registry.ErrLeaseLost) {
+		t.Fatalf("stale holder's heartbeat: %v", err)
+	}
+	if got := row(t, a, "h", "e1"); got.Status != registry.StatusProcessing || got.Owner != "owner-b" {
+		t.Fatalf("row %+v", got)
+	}
+	markDone(t, b, second.Lease)
+}
+
+// Hold keeps a lease alive past its timeout; a heartbeat that finds the
+// lease lost cancels the holder's context with ErrLeaseLost as the cause.
+func TestHoldHeartbeatsAndCancelsOnLoss(t *testing.T) {
+	_, pool := testenv.NewMigratedDatabase(t)
+	ctx := context.Background()
+	opts := registry.Options{LeaseTimeout: time.Second, HeartbeatInterval: 150 * time.Millisecond}
+	a := newRegistry(t, pool, "owner-a", opts)
+	b := newRegistry(t, pool, "owner-b", opts)
+
+	res := claim(t, a, req("h", "e1", "agg", 1, skip))
+	pctx, stop := a.Hold(ctx, res.Lease)
+	defer stop()
+	res2 := claim(t, a, req("h", "e2", "agg2", 1, skip))
+	pctx2, stop2 := a.Hold(ctx, res2.Lease)
+	if a.Held() != 2 {
+		t.Fatalf("held %d", a.Held())
+	}
+	time.Sleep(2500 * time.Millisecond) // 2.5 leases
+	mustKind(t, claim(t, b, req("h", "e1", "agg", 1, skip)), registry.InProgress)
+	if pctx.Err() != nil {
+		t.Fatalf("held context cancelled: %v", context.Cause(pctx))
+	}
+	stop2()
+	if pctx2.Err() == nil || a.Held() != 1 {
+		t.Fatal("stop did not cancel and release")
+	}
+
+	// The holder stalls (a long GC pause, a frozen VM): its lease expires
+	// and owner b takes the event.
+	testenv.MustExec(t, pool, `UPDATE sluice.processed_events SET heartbeat_at = now() - interval '1 hour' WHERE event_id = 'e1'`)
+	stolen := claim(t, b, req("h", "e1", "agg", 1, skip))
+	mustKind(t, stolen, registry.Claimed)
+	select {
+	case <-pctx.Done():
+	case <-time.After(3 * time.Second):
+		t.Fatal("holder's context not cancelled after its lease was taken")
+	}
+	if cause := context.Cause(pctx); !errors.Is(cause, registry.ErrLeaseLost) {
+		t.Fatalf("cause %v, want ErrLeaseLost", cause)
+	}
+	if err := a.MarkDone(ctx, res.Lease, registry.Applied()); !errors.Is(err, registry.ErrLeaseLost) {
+		t.Fatalf("fencing: %v", err)
+	}
+	markDone(t, b, stolen.Lease)
+	if a.Held() != 0 {
+		t.Fatalf("held %d after loss", a.Held())
+	}
+}
+
+// A restarted worker (same owner, new Registry) reclaims its in-flight rows
+// at once; a different owner must wait for the lease to expire.
+func TestSameOwnerRestart(t *testing.T) {
+	_, pool := testenv.NewMigratedDatabase(t)
+	ctx := context.Background()
+	before := newRegistry(t, pool, "worker-0", registry.Options{})
+	res := claim(t, before, req("h", "e1", "agg", 1, wait))
+	mustKind(t, res, registry.Claimed)
+	// The same process asking again does not steal its own claim.
+	mustKind(t, claim(t, before, req("h", "e1", "agg", 1, wait)), registry.InProgress)
+
+	stranger := newRegistry(t, pool, "worker-1", registry.Options{})
+	in := claim(t, stranger, req("h", "e1", "agg", 1, wait))
+	mustKind(t, in, registry.InProgress)
+	if in.Holder != "worker-0" || in.RetryIn < 14*time.Minute {
+		t.Fatalf("in progress %+v", in)
+	}
+
+	after := newRegistry(t, pool, "worker-0", registry.Options{}) // the restart
+	again := claim(t, after, req("h", "e1", "agg", 1, wait))
+	mustKind(t, again, registry.Claimed)
+	if again.Lease.Attempt != 2 {
+		t.Fatalf("attempt %d", again.Lease.Attempt)
+	}
+	mustKind(t, claim(t, stranger, req("h", "e1", "agg", 1, wait)), registry.InProgress)
+	if err := before.MarkDone(ctx, res.Lease, registry.Applied()); !errors.Is(err, registry.ErrLeaseLost) {
+		t.Fatalf("old incarnation: %v", err)
+	}
+	markDone(t, after, again.Lease)
+}
+
+func TestSkipStale(t *testing.T) {
+	_, pool := testenv.NewMigratedDatabase(t)
+	ctx := context.Background()
+	r := newRegistry(t, pool, "w", registry.Options{})
+	claimDone(t, r, req("proj", "e10", "agg", 10, skip))
+
+	for _, tc := range []struct {
+		event string
+		seq   int64
+	}{{"e10-again", 10}, {"e9", 9}} {
+		res := claim(t, r, req("proj", tc.event, "agg", tc.seq, skip))
+		mustKind(t, res, registry.Stale)
+		if res.LastSequence != 10 || res.Outcome == nil || res.Outcome.Result != registry.OutcomeStale {
+			t.Fatalf("stale result %+v", res)
+		}
+		got := row(t, r, "proj", tc.event)
+		if got.Status != registry.StatusSkippedStale || got.Attempts != 0 || got.ProcessedAt.IsZero() || got.Outcome == nil || got.Outcome.Result != registry.OutcomeStale {
+			t.Fatalf("stale row %+v", got)
+		}
+		// Recorded: redelivery is STALE without re-evaluation.
+		mustKind(t, claim(t, r, req("proj", tc.event, "agg", tc.seq, skip)), registry.Stale)
+	}
+	e12 := claim(t, r, req("proj", "e12", "agg", 12, skip)) // across the gap at 11
+	mustKind(t, e12, registry.Claimed)
+	e11 := claim(t, r, req("proj", "e11", "agg", 11, skip)) // not stale: 12 is not finished yet
+	mustKind(t, e11, registry.Claimed)
+	markDone(t, r, e12.Lease)
+	markDone(t, r, e11.Lease)
+	// 11 finished after 12: the version stays at 12 (monotonic).
+	if last, err := r.LastSequence(ctx, "proj", "agg"); err != nil || last != 12 {
+		t.Fatalf("last %d, %v", last, err)
+	}
+	mustKind(t, claim(t, r, req("proj", "e11b", "agg", 11, skip)), registry.Stale)
+	// Versions are per handler.
+	mustKind(t, claim(t, r, req("other-proj", "e9", "agg", 9, skip)), registry.Claimed)
+}
+
+func TestWaitForPredecessor(t *testing.T) {
+	_, pool := testenv.NewMigratedDatabase(t)
+	ctx := context.Background()
+	r := newRegistry(t, pool, "w", registry.Options{})
+	h := "instanceworker"
+	for seq := int64(1); seq <= 10; seq++ {
+		claimDone(t, r, req(h, fmt.Sprintf("c%d", seq), "agg", seq, wait))
+	}
+	w := claim(t, r, req(h, "c12", "agg", 12, wait))
+	mustKind(t, w, registry.Wait)
+	if w.LastSequence != 10 || w.HealDue {
+		t.Fatalf("wait %+v", w)
+	}
+	if _, err := r.GetRow(ctx, h, "c12"); !errors.Is(err, registry.ErrNotFound) {
+		t.Fatalf("WAIT recorded a row: %v", err)
+	}
+	c11 := claim(t, r, req(h, "c11", "agg", 11, wait))
+	mustKind(t, c11, registry.Claimed)
+	mustKind(t, claim(t, r, req(h, "c12", "agg", 12, wait)), registry.Wait) // 11 not finished
+	markDone(t, r, c11.Lease)
+	c12 := claim(t, r, req(h, "c12", "agg", 12, wait))
+	mustKind(t, c12, registry.Claimed)
+	markDone(t, r, c12.Lease)
+	mustKind(t, claim(t, r, req(h, "c5-replay", "agg", 5, wait)), registry.Stale)
+
+	// First command of an aggregate: slot 1 is claimable, slot 3 waits.
+	mustKind(t, claim(t, r, req(h, "n1", "new-agg", 1, wait)), registry.Claimed)
+	mustKind(t, claim(t, r, req(h, "m3", "newer-agg", 3, wait)), registry.Wait)
+
+	// A dead or rejected slot finishes it: later commands are not blocked.
+	c13 := claim(t, r, req(h, "c13", "agg", 13, wait))
+	if fr, err := r.MarkFailed(ctx, c13.Lease, registry.Failure{Err: errors.New("validation"), Retryable: false}); err != nil || fr.Status != registry.StatusDead {
+		t.Fatalf("mark failed %+v %v", fr, err)
+	}
+	c14 := claim(t, r, req(h, "c14", "agg", 14, wait))
+	mustKind(t, c14, registry.Claimed)
+	if err := r.MarkDone(ctx, c14.Lease, registry.Rejected("instance missing")); err != nil {
+		t.Fatal(err)
+	}
+	mustKind(t, claim(t, r, req(h, "c15", "agg", 15, wait)), registry.Claimed)
+}
+
+// Healing: a stalled aggregate reports HealDue after the lease timeout
+// (database clock); AdvanceTo finishes empty slots.
+func TestWaitHealing(t *testing.T) {
+	_, pool := testenv.NewMigratedDatabase(t)
+	ctx := context.Background()
+	r := newRegistry(t, pool, "w", registry.Options{LeaseTimeout: time.Second, HeartbeatInterval: 100 * time.Millisecond})
+	h := "instanceworker"
+	w := claim(t, r, req(h, "c3", "agg", 3, wait))
+	mustKind(t, w, registry.Wait)
+	if w.HealDue || w.LastSequence != 0 {
+		t.Fatalf("%+v", w)
+	}
+	time.Sleep(1100 * time.Millisecond)
+	w = claim(t, r, req(h, "c3", "agg", 3, wait))
+	mustKind(t, w, registry.Wait)
+	if !w.HealDue || w.Stalled < time.Second {
+		t.Fatalf("heal not due: %+v", w)
+	}
+	// The worker reads slots 1..2 from the store: slot 1 holds a command,
+	// slot 2 was abandoned (empty).
+	claimDone(t, r, req(h, "c1", "agg", 1, wait))
+	if last, err := r.AdvanceTo(ctx, h, "agg", 2); err != nil || last != 2 {
+		t.Fatalf("advance: %d %v", last, err)
+	}
+	if last, err := r.AdvanceTo(ctx, h, "agg", 1); err != nil || last != 2 { // monotonic
+		t.Fatalf("advance back: %d %v", last, err)
+	}
+	claimDone(t, r, req(h, "c3", "agg", 3, wait))
+}
+
+// Retry path: failures back off on the database clock until max attempts,
+// then the row is dead and redelivery does not re-run it; Redrive resets it.
+func TestRetryPath(t *testing.T) {
+	_, pool := testenv.NewMigratedDatabase(t)
+	ctx := context.Background()
+	const maxAttempts = 3
+	r := newRegistry(t, pool, "w", registry.Options{MaxAttempts: maxAttempts, BackoffBase: 400 * time.Millisecond, BackoffCap: 600 * time.Millisecond})
+	h := "proj"
+	rq := req(h, "e1", "agg", 1, wait)
+	res := claim(t, r, rq)
+	for attempt := 1; attempt < maxAttempts; attempt++ {
+		mustKind(t, res, registry.Claimed)
+		if res.Lease.Attempt != attempt {
+			t.Fatalf("attempt %d, want %d", res.Lease.Attempt, attempt)
+		}
+		fr, err := r.MarkFailed(ctx, res.Lease, registry.Failure{Err: fmt.Errorf("es 503 #%d", attempt), Retryable: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		// min(cap, base·2^(n−1)) · [0.5, 1): 400ms → [200, 400), then 600ms → [300, 600).
+		wantMin := min(600*time.Millisecond, 400*time.Millisecond*time.Duration(1<<(attempt-1))) / 2
+		if fr.Status != registry.StatusFailed || fr.Attempt != attempt || fr.RetryIn < wantMin-20*time.Millisecond || fr.RetryIn > 600*time.Millisecond || fr.FirstFailedAt.IsZero() {
+			t.Fatalf("fail result %+v (want retry in [%s, 600ms])", fr, wantMin)
+		}
+		// Not before the backoff: redelivery now is RETRY_LATER.
+		later := claim(t, r, rq)
+		mustKind(t, later, registry.RetryLater)
+		if later.LastError != fmt.Sprintf("es 503 #%d", attempt) || later.RetryIn <= 0 || later.Attempt != attempt {
+			t.Fatalf("retry later %+v", later)
+		}
+		time.Sleep(later.RetryIn + 30*time.Millisecond)
+		res = claim(t, r, rq)
+	}
+	mustKind(t, res, registry.Claimed)
+	fr, err := r.MarkFailed(ctx, res.Lease, registry.Failure{Err: errors.New("es 503 #3"), Retryable: true})
+	if err != nil || fr.Status != registry.StatusDead || fr.Attempt != maxAttempts {
+		t.Fatalf("last attempt: %+v %v", fr, err)
+	}
+	// Repeating MarkFailed with the same lease reports, does not change.
+	if again, err := r.MarkFailed(ctx, res.Lease, registry.Failure{Err: errors.New("x"), Retryable: true}); err != nil || again.Status != registry.StatusDead {
+		t.Fatalf("repeat: %+v %v", again, err)
+	}
+	for range 5 {
+		d := claim(t, r, rq)
+		mustKind(t, d, registry.Dead)
+		if d.Attempt != maxAttempts || d.LastError != "es 503 #3" {
+			t.Fatalf("dead %+v", d)
+		}
+	}
+	if last, _ := r.LastSequence(ctx, h, "agg"); last != 1 {
+		t.Fatalf("dead slot not finished: last %d", last)
+	}
+	// Operator redrive.
+	if err := r.Redrive(ctx, h, "e1"); err != nil {
+		t.Fatal(err)
+	}
+	red := claim(t, r, rq)
+	mustKind(t, red, registry.Claimed)
+	if red.Lease.Attempt != 1 {
+		t.Fatalf("redriven attempt %d", red.Lease.Attempt)
+	}
+	markDone(t, r, red.Lease)
+	if err := r.Redrive(ctx, h, "e1"); !errors.Is(err, registry.ErrNotDead) {
+		t.Fatalf("redrive of done: %v", err)
+	}
+	if err := r.Redrive(ctx, h, "nope"); !errors.Is(err, registry.ErrNotFound) {
+		t.Fatalf("redrive of missing: %v", err)
+	}
+
+	// Per-handler max attempts and permanent failures.
+	p := claim(t, r, req(h, "e2", "agg2", 1, skip))
+	if fr, err := r.MarkFailed(ctx, p.Lease, registry.Failure{Err: errors.New("mapping"), Retryable: true, MaxAttempts: 1}); err != nil || fr.Status != registry.StatusDead {
+		t.Fatalf("max 1: %+v %v", fr, err)
+	}
+	p = claim(t, r, req(h, "e3", "agg3", 1, skip))
+	if fr, err := r.MarkFailed(ctx, p.Lease, registry.Failure{Err: errors.New("bad\x00input\xff"), Retryable: false}); err != nil || fr.Status != registry.StatusDead {
+		t.Fatalf("permanent: %+v %v", fr, err)
+	}
+}
+
+func TestRelease(t *testing.T) {
+	_, pool := testenv.NewMigratedDatabase(t)
+	ctx := context.Background()
+	a := newRegistry(t, pool, "a", registry.Options{})
+	b := newRegistry(t, pool, "b", registry.Options{})
+	res := claim(t, a, req("h", "e", "agg", 1, wait))
+	if err := a.Release(ctx, res.Lease); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Release(ctx, res.Lease); !errors.Is(err, registry.ErrLeaseLost) {
+		t.Fatalf("second release: %v", err)
+	}
+	again := claim(t, b, req("h", "e", "agg", 1, wait))
+	mustKind(t, again, registry.Claimed)
+	if again.Lease.Attempt != 1 {
+		t.Fatalf("a release counted as an attempt: %d", again.Lease.Attempt)
+	}
+	markDone(t, b, again.Lease)
+}
+
+// Aggregate ids share a version row exactly when equal after normalisation
+// (SPEC §4): surrounding white space and Unicode form do not matter, case
+// and inner characters do.
+func TestAggregateNormalisation(t *testing.T) {
+	_, pool := testenv.NewMigratedDatabase(t)
+	r := newRegistry(t, pool, "w", registry.Options{})
+	h := "instanceworker"
+	claimDone(t, r, req(h, "base", "Order-1/é:x", 1, wait))
+	for i, tc := range []struct {
+		agg  string
+		want registry.Kind
+	}{
+		{"Order-1/é:x", registry.Stale},
+		{"  Order-1/é:x\t", registry.Stale},
+		{"\u00a0Order-1/e\u0301:x", registry.Stale}, // NBSP trimmed, NFD → NFC
+		{"order-1/é:x", registry.Claimed},           // case is significant
+		{"Order-1/é: x", registry.Claimed},
+		{"Order-1/e:x", registry.Claimed},
+		{"Order-1/é:x%", registry.Claimed},
+		{"Order-1/é:x ", registry.Stale},
+	} {
+		res := claim(t, r, req(h, fmt.Sprintf("e%d", i), tc.agg, 1, wait))
+		if res.Kind != tc.want {
+			t.Errorf("%q: %s, want %s", tc.agg, res.Kind, tc.want)
+		}
+	}
+	got := row(t, r, h, "e2")
+	if got.AggregateID != "Order-1/é:x" {
+		t.Fatalf("stored aggregate id %q not normalised", got.AggregateID)
+	}
+}
+
+func TestGetAndFormat(t *testing.T) {
+	_, pool := testenv.NewMigratedDatabase(t)
+	ctx := context.Background()
+	r := newRegistry(t, pool, "w", registry.Options{})
+	claimDone(t, r, req("instanceworker", "cmd-1", "agg", 1, wait))
+	res := claim(t, r, req("projection:history:v1", "cmd-1", "agg", 1, skip))
+	if _, err := r.MarkFailed(ctx, res.Lease, registry.Failure{Err: errors.New("es down"), Retryable: true}); err != nil {
+		t.Fatal(err)
+	}
+	rows, err := r.Get(ctx, "cmd-1")
+	if err != nil || len(rows) != 2 {
+		t.Fatalf("%v %v", rows, err)
+	}
+	if rows[0].Handler != "instanceworker" || rows[0].Status != registry.StatusDone || rows[1].Status != registry.StatusFailed || rows[1].LastError != "es down" || rows[1].NextAttemptAt.IsZero() {
+		t.Fatalf("rows %+v", rows)
+	}
+	none, err := r.Get(ctx, "missing")
+	if err != nil || none == nil || len(none) != 0 {
+		t.Fatalf("missing: %v %v", none, err)
+	}
+	var buf bytes.Buffer
+	if err := registry.FormatRows(&buf, rows); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"instanceworker", "applied", "failed", `"es down"`, "next_attempt_at"} {
+		if !strings.Contains(buf.String(), want) {
+			t.Errorf("show output lacks %q:\n%s", want, buf.String())
+		}
+	}
+}
+
+// Prune removes only done and skipped_stale rows older than the retention,
+// in bounded batches; the version rows stay, so a pruned event replayed
+// later is STALE, not re-run.
+func TestPrune(t *testing.T) {
+	_, pool := testenv.NewMigratedDatabase(t)
+	ctx := context.Background()
+	r := newRegistry(t, pool, "w", registry.Options{PruneBatch: 3})
+	h := "h"
+	for i := 1; i <= 7; i++ { // old done
+		claimDone(t, r, req(h, fmt.Sprintf("old-done-%d", i), fmt.Sprintf("a%d", i), 1, wait))
+	}
+	mustKind(t, claim(t, r, req(h, "old-stale", "a1", 1, wait)), registry.Stale)
+	claimDone(t, r, req(h, "new-done", "b", 1, wait))
+	claim(t, r, req(h, "old-processing", "c", 1, wait))
+	f := claim(t, r, req(h, "old-failed", "d", 1, wait))
+	if _, err := r.MarkFailed(ctx, f.Lease, registry.Failure{Err: errors.New("x"), Retryable: true}); err != nil {
+		t.Fatal(err)
+	}
+	d := claim(t, r, req(h, "old-dead", "e", 1, wait))
+	if _, err := r.MarkFailed(ctx, d.Lease, registry.Failure{Err: errors.New("x")}); err != nil {
+		t.Fatal(err)
+	}
+	testenv.MustExec(t, pool, `UPDATE sluice.processed_events
+		SET processed_at = now() - interval '8 days', started_at = now() - interval '8 days'
+		WHERE event_id LIKE 'old-%'`)
+	n, err := r.Prune(ctx, 7*24*time.Hour)
+	if err != nil || n != 8 {
+		t.Fatalf("pruned %d, %v; want 8", n, err)
+	}
+	var left []string
+	rows, err := pool.Query(ctx, `SELECT event_id FROM sluice.processed_events ORDER BY event_id`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for rows.Next() {
+		var s string
+		_ = rows.Scan(&s)
+		left = append(left, s)
+	}
+	if got := strings.Join(left, ","); got != "new-done,old-dead,old-failed,old-processing" {
+		t.Fatalf("left %s", got)
+	}
+	mustKind(t, claim(t, r, req(h, "old-done-1", "a1", 1, wait)), registry.Stale)
+	if _, err := r.Prune(ctx, 0); !errors.Is(err, registry.ErrInvalidRequest) {
+		t.Fatalf("zero retention: %v", err)
+	}
+}
+
+func TestCheck(t *testing.T) {
+	_, pool := testenv.NewMigratedDatabase(t)
+	r := newRegistry(t, pool, "w", registry.Options{})
+	if err := r.Check(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	// An unmigrated database is not ready, and says why.
+	url := testenv.NewDatabase(t)
+	empty, err := pgxpoolNew(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer empty.Close()
+	r2 := newRegistry(t, empty, "w", registry.Options{})
+	if err := r2.Check(context.Background()); err == nil || !strings.Contains(err.Error(), "migrate") || errors.Is(err, registry.ErrUnavailable) {
+		t.Fatalf("unmigrated: %v", err)
+	}
+}
