@@ -8,7 +8,7 @@ cd "$(dirname "$0")/.."
 FUZZTIME="${FUZZTIME:-5s}"
 n=0
 while IFS= read -r file; do
-  pkg="./$(dirname "$file")"
+  pkg="$(dirname "$file")"
   for target in $(grep -oE '^func (Fuzz[A-Za-z0-9_]+)\(' "$file" | sed -E 's/^func (Fuzz[A-Za-z0-9_]+)\(/\1/'); do
     printf 'fuzz: %s %s (%s)\n' "$pkg" "$target" "$FUZZTIME"
     go test -run='^$' -fuzz="^${target}\$" -fuzztime="$FUZZTIME" "$pkg" >/tmp/sluice-fuzz.log 2>&1 || { cat /tmp/sluice-fuzz.log; exit 1; }

@@ -1,0 +1,32 @@
+// Package eventstore provides sluice's event store (SPEC §5): a segment log
+// on object storage (S3/MinIO or a local directory, through objstore.Bucket)
+// indexed in Postgres (schema sluice: log_head, sequences, appends).
+//
+// It provides
+//   - group-commit Append: concurrent callers' envelopes are gathered into
+//     groups; each group costs one reservation transaction (per-aggregate
+//     sequences with optimistic concurrency, a contiguous block of global
+//     positions, appends rows in state reserved, NOTIFY), one conditional
+//     create of an immutable JSON Lines segment, and one commit transaction;
+//   - idempotency by event_id (a retried append returns the stored envelope)
+//     and the write-side slot rule: commands and domain events share one
+//     sequence per aggregate, and the domain event of command k goes into
+//     slot k;
+//   - reads: an aggregate's stream, one event by id, a command by slot, the
+//     head position, the segment listing and whole segments (for the relay);
+//   - recovery: Repair resolves reservations whose writer crashed, Reindex
+//     rebuilds every table from the segments alone.
+//
+// # Guarantee kept
+//
+// SPEC §0.2, no lost work: Append acknowledges an envelope only after its
+// line is durable in a segment (conditional create returned) and its index
+// row is committed. Every failure between reservation and commit leaves
+// evidence — a reserved row naming the segment key it expects — that Repair
+// (and the relay) resolve: the segment exists → the rows are committed; it
+// never appeared → they are marked abandoned, visibly, and a late writer or a
+// retry of the same event_id revives them. Nothing is dropped silently, and
+// the segments alone suffice to rebuild the index.
+//
+// See docs/eventstore.md for the layout, the protocol, crash cases and knobs.
+package eventstore

@@ -1,0 +1,226 @@
+package eventstore
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/sluicehq/sluice/eventstore/objstore"
+	"github.com/sluicehq/sluice/shared/envelope"
+)
+
+// processGroup runs one group through SPEC §5.4: reserve, write the segment,
+// commit, and settles every item (res, or requeue for the committer).
+func (s *Store) processGroup(g *group) {
+	// A group may outlive the append timeout: it then becomes a late writer
+	// whose commit revives rows a relay abandoned (SPEC §5.4 step 5). The
+	// bound only keeps a hung request from holding a worker forever.
+	ctx, cancel := context.WithTimeout(s.ctx, max(4*s.cfg.appendTO, time.Minute))
+	defer cancel()
+	accepted, first, err := s.reserve(ctx, g.items)
+	s.reserved <- struct{}{}
+	if err != nil {
+		for _, it := range g.items {
+			it.resetOutcome()
+			it.res.Err = err
+		}
+		return
+	}
+	if len(accepted) > 0 {
+		s.writeBlock(ctx, accepted, first)
+	}
+	var dups []*item
+	for _, it := range g.items {
+		switch {
+		case it.stored != nil:
+			dups = append(dups, it)
+		case it.revive != nil:
+			s.reviveItem(ctx, it)
+		case it.resolve != "":
+			if _, _, err := s.resolveBlock(ctx, it.resolve, abandonMine); err != nil {
+				it.requeue = false
+				it.res.Err = err
+			}
+		}
+	}
+	if len(dups) > 0 {
+		s.returnStored(ctx, dups)
+	}
+}
+
+// writeBlock writes the accepted items' segment (step 4) and commits their
+// rows (step 5).
+func (s *Store) writeBlock(ctx context.Context, accepted []*item, first int64) {
+	last := first + int64(len(accepted)) - 1
+	key := SegmentKey(first, last)
+	fail := func(err error) {
+		for _, it := range accepted {
+			it.res.Err = err
+		}
+	}
+	if h := s.cfg.hooks.afterReserve; h != nil {
+		if err := h(ctx, key); err != nil {
+			fail(&crashError{Point: "after reserve", Err: err})
+			return
+		}
+	}
+	size := 0
+	for _, it := range accepted {
+		size += it.tmpl.size() + 1
+	}
+	body := make([]byte, 0, size)
+	offsets := make([]int64, len(accepted))
+	for j, it := range accepted {
+		offsets[j] = int64(len(body))
+		body = it.tmpl.appendLine(body, it.seq, it.pos)
+		body = append(body, '\n')
+	}
+	stored, err := s.createSegment(ctx, key, body)
+	if err != nil {
+		fail(err)
+		return
+	}
+	if !bytes.Equal(stored, body) {
+		// the key already held our events (an earlier attempt of this very
+		// write, or a reviver): the index must point at the bytes stored
+		lines, err := parseSegment(key, stored, first, last)
+		if err != nil {
+			fail(err)
+			return
+		}
+		for j, l := range lines {
+			if l.env.EventID != accepted[j].env.EventID {
+				fail(fmt.Errorf("%w: %s holds event %s at position %d, the index reserved it for %s",
+					ErrCorruptSegment, key, l.env.EventID, l.env.Position, accepted[j].env.EventID))
+				return
+			}
+			offsets[j] = l.offset
+		}
+		body = stored
+	}
+	if h := s.cfg.hooks.afterPut; h != nil {
+		if err := h(ctx, key); err != nil {
+			fail(&crashError{Point: "after put", Err: err})
+			return
+		}
+	}
+	refs := make([]lineRef, len(accepted))
+	for j, it := range accepted {
+		end := offsets[j] + int64(bytes.IndexByte(body[offsets[j]:], '\n'))
+		refs[j] = lineRef{position: it.pos, eventID: it.env.EventID, offset: offsets[j], length: end - offsets[j]}
+	}
+	if _, err := s.commitRows(ctx, key, refs, false); err != nil {
+		fail(err)
+		return
+	}
+	for j, it := range accepted {
+		e := it.env
+		e.SequenceNumber, e.Position = it.seq, it.pos
+		raw := body[refs[j].offset : refs[j].offset+refs[j].length : refs[j].offset+refs[j].length]
+		it.res = Result{Event: Event{Envelope: e, Raw: raw, SegmentKey: key, Offset: refs[j].offset}}
+	}
+}
+
+// createSegment conditionally creates key and returns the bytes stored
+// under it. When the key exists already (an earlier attempt of the same
+// write that the client saw fail, or a reviver) the existing bytes are
+// returned for the caller to verify. On a definite failure (the object is
+// not there) the block's reserved rows are marked abandoned at once, so the
+// relay need not wait for the append timeout; on an ambiguous one they stay
+// reserved for Repair and the relay.
+func (s *Store) createSegment(ctx context.Context, key string, body []byte) ([]byte, error) {
+	_, cerr := s.bucket.Create(ctx, key, body)
+	if cerr == nil {
+		return body, nil
+	}
+	existing, _, gerr := s.bucket.Get(ctx, key)
+	if gerr == nil {
+		return existing, nil
+	}
+	if errors.Is(gerr, objstore.ErrNotFound) && !errors.Is(cerr, objstore.ErrPreconditionFailed) {
+		actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		if _, err := s.pool.Exec(actx, sqlAbandonMine, key, s.cfg.writerID); err != nil {
+			s.cfg.logger.Warn("eventstore: could not mark a failed block abandoned; Repair or the relay will",
+				"segment_key", key, "error", err)
+		}
+	}
+	return nil, fmt.Errorf("eventstore: write segment %s: %w", key, cerr)
+}
+
+const sqlAbandonMine = `
+UPDATE sluice.appends SET state = 'abandoned' WHERE segment_key = $1 AND state = 'reserved' AND writer_id = $2`
+
+// returnStored fills the results of idempotent hits with the stored events.
+func (s *Store) returnStored(ctx context.Context, dups []*item) {
+	rows := make([]indexRow, len(dups))
+	for j, it := range dups {
+		rows[j] = *it.stored
+	}
+	evs, err := s.fetch(ctx, rows)
+	for j, it := range dups {
+		if err != nil {
+			it.res = Result{Err: err}
+			continue
+		}
+		it.res = Result{Event: evs[j], Duplicate: true, Mismatch: it.mismatch}
+	}
+}
+
+// reviveItem re-commits an abandoned reservation of the item's event_id
+// (SPEC §5.4 step 2): its slot and position are kept. If the block's own
+// segment has appeared meanwhile (a late writer), its rows are committed
+// from it; otherwise the envelope gets a segment of its own position.
+func (s *Store) reviveItem(ctx context.Context, it *item) {
+	r := it.revive
+	it.requeue, it.notBefore = true, time.Now() // by default: look again
+	if _, _, err := s.resolveBlock(ctx, r.key, abandonNever); err != nil {
+		it.requeue, it.res.Err = false, err
+		return
+	}
+	key := SegmentKey(r.position, r.position)
+	tag, err := s.pool.Exec(ctx, `UPDATE sluice.appends SET state = 'reserved', writer_id = $2, reserved_at = now(), segment_key = $3
+		WHERE event_id = $1::uuid AND state = 'abandoned'`, r.eventID, s.cfg.writerID, key)
+	if err != nil {
+		it.requeue, it.res.Err = false, fmt.Errorf("eventstore: revive %s: %w", r.eventID, err)
+		return
+	}
+	if tag.RowsAffected() != 1 {
+		return // the row changed meanwhile: look again
+	}
+	e := it.env
+	if !it.explicitTime {
+		e.OccurredAt = envelope.NewTimestamp(r.occurredAt)
+	}
+	tmpl, err := newLineTemplate(e)
+	if err != nil {
+		it.requeue, it.res.Err = false, err
+		return
+	}
+	body := append(tmpl.appendLine(nil, r.seq, r.position), '\n')
+	stored, err := s.createSegment(ctx, key, body)
+	if err != nil {
+		it.requeue, it.res.Err = false, err
+		return
+	}
+	lines, err := parseSegment(key, stored, r.position, r.position)
+	if err != nil {
+		it.requeue, it.res.Err = false, err
+		return
+	}
+	if lines[0].env.EventID != r.eventID {
+		it.requeue, it.res.Err = false, fmt.Errorf("%w: %s holds event %s, want %s", ErrCorruptSegment, key, lines[0].env.EventID, r.eventID)
+		return
+	}
+	ref := lineRef{position: r.position, eventID: r.eventID, offset: 0, length: int64(len(lines[0].raw))}
+	if _, err := s.commitRows(ctx, key, []lineRef{ref}, false); err != nil {
+		it.requeue, it.res.Err = false, err
+		return
+	}
+	e.SequenceNumber, e.Position = r.seq, r.position
+	it.requeue = false
+	it.res = Result{Event: Event{Envelope: e, Raw: lines[0].raw, SegmentKey: key}}
+	s.cfg.logger.Warn("eventstore: re-committed an abandoned append", "event_id", r.eventID, "position", r.position, "segment_key", key)
+}

@@ -1,0 +1,104 @@
+package eventstore
+
+import (
+	"context"
+	"strconv"
+	"time"
+
+	"github.com/sluicehq/sluice/shared/envelope"
+)
+
+// item is one envelope on its way through the committer.
+type item struct {
+	ctx          context.Context
+	idx          int
+	env          envelope.Envelope // prepared (normalised, defaults, valid)
+	explicitTime bool              // the caller set occurred_at
+	hash         [32]byte          // canonical SHA-256
+	tmpl         lineTemplate
+	slot         bool   // postgres allocator: a domain event into its command's slot
+	slotKey      string // (aggregate, sequence, kind) when the caller chose the sequence
+	arrived      time.Time
+
+	done      chan struct{}
+	res       Result
+	followers []*item // identical appends of the same event_id that share res
+
+	// set by the group worker, read by the committer after the group is done
+	requeue   bool
+	notBefore time.Time
+	waits     int
+
+	// reservation outcome (reset per attempt)
+	seq, pos int64
+	stored   *indexRow // committed row of this event_id (idempotent hit)
+	mismatch *IdempotencyMismatchError
+	revive   *indexRow // abandoned row of this event_id to re-commit
+	resolve  string    // segment key of a dead reservation to settle first
+}
+
+func (s *Store) newItem(ctx context.Context, e envelope.Envelope) (*item, error) {
+	explicit := !e.OccurredAt.IsZero()
+	p, err := envelope.Prepare(e, s.cfg.limits, s.cfg.now)
+	if err != nil {
+		return nil, err
+	}
+	if p.Position != 0 {
+		return nil, &envelope.ValidationError{Code: envelope.CodeInvalid, Field: "position", Limit: "assigned by the store",
+			Reason: "is assigned by the store and must not be set at append"}
+	}
+	it := &item{ctx: ctx, env: p, explicitTime: explicit, done: make(chan struct{})}
+	if s.cfg.allocatorOff {
+		if p.SequenceNumber == 0 {
+			return nil, &envelope.ValidationError{Code: envelope.CodeInvalid, Field: "sequence_number", Limit: "required (allocator off)",
+				Reason: "is required when EVENT_STORE_SEQUENCE_ALLOCATOR_MODE=off"}
+		}
+	} else if p.SequenceNumber != 0 {
+		if p.Kind != envelope.KindDomain {
+			return nil, &envelope.ValidationError{Code: envelope.CodeInvalid, Field: "sequence_number", Limit: "assigned by the store",
+				Reason: "is assigned by the store for commands (only a domain event names the slot of its command)"}
+		}
+		it.slot = true
+	}
+	if p.SequenceNumber != 0 {
+		it.slotKey = p.AggregateType + "\x00" + p.AggregateID + "\x00" + strconv.FormatInt(p.SequenceNumber, 10) + "\x00" + string(p.Kind)
+	}
+	if it.hash, err = envelope.CanonicalHash(p); err != nil {
+		return nil, err
+	}
+	if it.tmpl, err = newLineTemplate(p); err != nil {
+		return nil, err
+	}
+	return it, nil
+}
+
+// hashWithTime is the canonical hash of the item's envelope as if its
+// occurred_at were t, when the caller did not set occurred_at (the store's
+// default must not make a retry look different, SPEC §5.4 step 2).
+func (it *item) hashWithTime(t envelope.Timestamp) [32]byte {
+	if it.explicitTime || t.Time().Equal(it.env.OccurredAt.Time()) {
+		return it.hash
+	}
+	e := it.env
+	e.OccurredAt = t
+	h, err := envelope.CanonicalHash(e)
+	if err != nil {
+		return it.hash
+	}
+	return h
+}
+
+func (it *item) resetOutcome() {
+	it.seq, it.pos = 0, 0
+	it.stored, it.mismatch, it.revive, it.resolve = nil, nil, nil, ""
+	it.requeue = false
+	it.res = Result{}
+}
+
+// backoff schedules a retry of an item waiting for another writer.
+func (it *item) backoff(now time.Time) {
+	d := 5 * time.Millisecond << min(it.waits, 6)
+	it.waits++
+	it.requeue = true
+	it.notBefore = now.Add(d)
+}

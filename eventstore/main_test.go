@@ -1,0 +1,264 @@
+package eventstore
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"os"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/sluicehq/sluice/eventstore/objstore"
+	"github.com/sluicehq/sluice/eventstore/objstore/s3store"
+	"github.com/sluicehq/sluice/shared/config"
+	"github.com/sluicehq/sluice/shared/envelope"
+	"github.com/sluicehq/sluice/shared/testenv"
+)
+
+var minio *testenv.MinIO
+
+func TestMain(m *testing.M) {
+	os.Exit(testenv.RunWithMinIO(m, func(mi *testenv.MinIO) { minio = mi }))
+}
+
+// countingTracer counts round trips (statements and batches) of a pool.
+type countingTracer struct{ n atomic.Int64 }
+
+func (c *countingTracer) TraceQueryStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceQueryStartData) context.Context {
+	c.n.Add(1)
+	return ctx
+}
+func (c *countingTracer) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
+func (c *countingTracer) TraceCopyFromStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceCopyFromStartData) context.Context {
+	c.n.Add(1)
+	return ctx
+}
+func (c *countingTracer) TraceCopyFromEnd(context.Context, *pgx.Conn, pgx.TraceCopyFromEndData) {}
+
+// A batch is one round trip, whatever it holds.
+func (c *countingTracer) TraceBatchStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceBatchStartData) context.Context {
+	c.n.Add(1)
+	return ctx
+}
+func (c *countingTracer) TraceBatchQuery(context.Context, *pgx.Conn, pgx.TraceBatchQueryData) {}
+func (c *countingTracer) TraceBatchEnd(context.Context, *pgx.Conn, pgx.TraceBatchEndData)     {}
+
+// countingBucket wraps a bucket, counts requests and can fail or delay them.
+type countingBucket struct {
+	objstore.Bucket
+	creates, gets, ranges, lists atomic.Int64
+	// createErr, when set, is returned after (writeThrough) or instead of
+	// the real Create.
+	mu           sync.Mutex
+	createErr    error
+	writeThrough bool
+}
+
+func (b *countingBucket) Create(ctx context.Context, key string, body []byte) (objstore.ObjectInfo, error) {
+	b.creates.Add(1)
+	b.mu.Lock()
+	cerr, through := b.createErr, b.writeThrough
+	b.mu.Unlock()
+	if cerr != nil {
+		if through {
+			_, _ = b.Bucket.Create(ctx, key, body)
+		}
+		return objstore.ObjectInfo{}, cerr
+	}
+	return b.Bucket.Create(ctx, key, body)
+}
+
+func (b *countingBucket) Get(ctx context.Context, key string) ([]byte, objstore.ObjectInfo, error) {
+	b.gets.Add(1)
+	return b.Bucket.Get(ctx, key)
+}
+
+func (b *countingBucket) GetRange(ctx context.Context, key string, off, n int64) ([]byte, error) {
+	b.ranges.Add(1)
+	return b.Bucket.GetRange(ctx, key, off, n)
+}
+
+func (b *countingBucket) List(ctx context.Context, prefix, startAfter string, limit int) ([]objstore.ObjectInfo, error) {
+	b.lists.Add(1)
+	return b.Bucket.List(ctx, prefix, startAfter, limit)
+}
+
+// env is one test's Postgres database and MinIO bucket.
+type env struct {
+	url    string
+	pool   *pgxpool.Pool // with tracer
+	tracer *countingTracer
+	bucket *countingBucket
+}
+
+func newEnv(t testing.TB) *env {
+	t.Helper()
+	url, _ := testenv.NewMigratedDatabase(t)
+	cfg, err := pgxpool.ParseConfig(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr := &countingTracer{}
+	cfg.ConnConfig.Tracer = tr
+	cfg.MaxConns = 16
+	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	name := minio.NewBucket(t)
+	b, err := s3store.New(context.Background(), s3store.Options{
+		Bucket: name, Endpoint: minio.Endpoint, PathStyle: true,
+		AccessKeyID: minio.AccessKey, SecretAccessKey: minio.SecretKey,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := objstore.SelfTest(context.Background(), b); err != nil {
+		t.Fatal(err)
+	}
+	return &env{url: url, pool: pool, tracer: tr, bucket: &countingBucket{Bucket: b}}
+}
+
+// store opens a Store on the environment; it is closed when the test ends.
+// Its log goes to the test log.
+func (e *env) store(t testing.TB, opts Options) *Store {
+	t.Helper()
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	}
+	s, err := New(e.pool, e.bucket, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.Close() })
+	return s
+}
+
+type testWriter struct{ t testing.TB }
+
+func (w testWriter) Write(p []byte) (int, error) {
+	w.t.Log(strings.TrimSpace(string(p)))
+	return len(p), nil
+}
+
+// levelRecorder records the levels of log records.
+type levelRecorder struct {
+	mu     sync.Mutex
+	levels []slog.Level
+}
+
+func (r *levelRecorder) Enabled(context.Context, slog.Level) bool { return true }
+func (r *levelRecorder) Handle(_ context.Context, rec slog.Record) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.levels = append(r.levels, rec.Level)
+	return nil
+}
+func (r *levelRecorder) WithAttrs([]slog.Attr) slog.Handler { return r }
+func (r *levelRecorder) WithGroup(string) slog.Handler      { return r }
+
+func testConfig() config.EventStore {
+	return config.EventStore{GroupCommitMaxWait: 2 * time.Millisecond, GroupCommitMaxEvents: 500, AppendTimeout: 30 * time.Second}
+}
+
+func ctxT(t testing.TB) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// command returns a command envelope for an aggregate.
+func command(aggType, aggID string, data any) envelope.Envelope {
+	if _, ok := data.(map[string]any); !ok {
+		data = map[string]any{"v": data}
+	}
+	b, _ := json.Marshal(data)
+	return envelope.Envelope{
+		EventID: uuid.NewString(), EventType: "DO_SOMETHING", Kind: envelope.KindCommand,
+		AggregateType: aggType, AggregateID: aggID, Data: b,
+		OccurredAt: envelope.NewTimestamp(time.Date(2026, 11, 21, 10, 0, 0, 0, time.UTC)),
+	}
+}
+
+func domainEvent(aggType, aggID string, data any) envelope.Envelope {
+	e := command(aggType, aggID, data)
+	e.Kind, e.EventType = envelope.KindDomain, "SOMETHING_DONE"
+	return e
+}
+
+func expect(n int64) *int64 { return &n }
+
+// mustAppend appends and fails on any error.
+func mustAppend(t testing.TB, s *Store, envs ...envelope.Envelope) []Result {
+	t.Helper()
+	rs, err := s.Append(ctxT(t), envs...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, r := range rs {
+		if r.Err != nil {
+			t.Fatalf("append %d: %v", i, r.Err)
+		}
+	}
+	return rs
+}
+
+// tableSnapshot is the index content that the segments determine.
+type tableSnapshot struct {
+	appends   []string
+	sequences []string
+	head      int64
+}
+
+func snapshot(t testing.TB, pool *pgxpool.Pool) tableSnapshot {
+	t.Helper()
+	ctx := ctxT(t)
+	var s tableSnapshot
+	collect := func(sql string) []string {
+		rows, err := pool.Query(ctx, sql)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out, err := pgx.CollectRows(rows, pgx.RowTo[string])
+		if err != nil {
+			t.Fatal(err)
+		}
+		return out
+	}
+	s.appends = collect(`SELECT concat_ws('|', position, event_id, kind, aggregate_type, aggregate_id, sequence_number, state,
+		segment_key, byte_offset, byte_length, encode(canonical_hash, 'hex'), occurred_at) FROM sluice.appends ORDER BY position`)
+	s.sequences = collect(`SELECT concat_ws('|', aggregate_type, aggregate_id, last_sequence) FROM sluice.sequences ORDER BY 1`)
+	if err := pool.QueryRow(ctx, `SELECT next_position FROM sluice.log_head`).Scan(&s.head); err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+func rowState(t testing.TB, pool *pgxpool.Pool, eventID string) string {
+	t.Helper()
+	var st string
+	err := pool.QueryRow(ctxT(t), `SELECT state FROM sluice.appends WHERE event_id = $1::uuid`, eventID).Scan(&st)
+	if err == pgx.ErrNoRows {
+		return "none"
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	return st
+}
+
+func describe(r Result) string {
+	if r.Err != nil {
+		return "error: " + r.Err.Error()
+	}
+	return fmt.Sprintf("seq %d pos %d dup %v", r.Event.Envelope.SequenceNumber, r.Event.Envelope.Position, r.Duplicate)
+}

@@ -1,0 +1,129 @@
+package eventstore
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/sluicehq/sluice/shared/config"
+	"github.com/sluicehq/sluice/shared/envelope"
+)
+
+// Knob values of config.EventStore the store understands.
+const (
+	MismatchError     = "error"
+	MismatchWarn      = "warn"
+	AllocatorPostgres = "postgres"
+	AllocatorOff      = "off"
+)
+
+// NotifyChannel is the Postgres channel the store NOTIFYs on: once per
+// reservation ("reserved FIRST LAST") and once per commit or repair
+// ("committed FIRST LAST"). The relay LISTENs on it as a wake-up.
+const NotifyChannel = "sluice_appends"
+
+// Options configure a Store. Zero values take the defaults of SPEC §5.
+type Options struct {
+	// Config holds the EVENT_STORE_* knobs (group commit, idempotency
+	// mismatch mode, sequence allocator mode, append timeout, limits).
+	Config config.EventStore
+	// Logger receives error-level idempotency mismatches (warn mode) and
+	// recovery messages. Default: slog.Default().
+	Logger *slog.Logger
+	// WriterID names this writer in appends.writer_id. Default: a random id
+	// per Store.
+	WriterID string
+	// MaxInFlightGroups bounds the groups between reservation and commit at
+	// once (pipelining: a group reserves while the previous one writes its
+	// segment). Default 4.
+	MaxInFlightGroups int
+	// ReadConcurrency bounds parallel ranged GETs of one read. Default 8.
+	ReadConcurrency int
+	// Now is the clock for absent occurred_at. Default time.Now.
+	Now func() time.Time
+
+	hooks *testHooks
+}
+
+// testHooks are crash points for tests (never set in production). A hook
+// returning an error stops the group at that point exactly as a crashed
+// process would: no clean-up, rows stay as they are.
+type testHooks struct {
+	// afterReserve runs after the reservation transaction committed.
+	afterReserve func(ctx context.Context, segmentKey string) error
+	// afterPut runs after the segment was created.
+	afterPut func(ctx context.Context, segmentKey string) error
+}
+
+type settings struct {
+	maxWait      time.Duration
+	maxEvents    int
+	mismatchWarn bool
+	allocatorOff bool
+	appendTO     time.Duration
+	limits       envelope.Limits
+	logger       *slog.Logger
+	writerID     string
+	maxInFlight  int
+	readConc     int
+	now          func() time.Time
+	hooks        testHooks
+}
+
+func (o Options) settings() (settings, error) {
+	c := o.Config
+	s := settings{
+		maxWait:     c.GroupCommitMaxWait,
+		maxEvents:   c.GroupCommitMaxEvents,
+		appendTO:    c.AppendTimeout,
+		limits:      envelope.Limits{MaxEnvelopeBytes: c.MaxEnvelopeBytes, MaxDataDepth: c.MaxDataDepth, MaxMetadataBytes: c.MaxMetadataBytes},
+		logger:      o.Logger,
+		writerID:    o.WriterID,
+		maxInFlight: o.MaxInFlightGroups,
+		readConc:    o.ReadConcurrency,
+		now:         o.Now,
+	}
+	if s.maxWait <= 0 {
+		s.maxWait = 2 * time.Millisecond
+	}
+	if s.maxEvents <= 0 {
+		s.maxEvents = 500
+	}
+	if s.appendTO <= 0 {
+		s.appendTO = 30 * time.Second
+	}
+	switch c.IdempotencyMismatchMode {
+	case "", MismatchError:
+	case MismatchWarn:
+		s.mismatchWarn = true
+	default:
+		return s, fmt.Errorf("eventstore: EVENT_STORE_IDEMPOTENCY_MISMATCH_MODE must be %q or %q, got %q", MismatchError, MismatchWarn, c.IdempotencyMismatchMode)
+	}
+	switch c.SequenceAllocatorMode {
+	case "", AllocatorPostgres:
+	case AllocatorOff:
+		s.allocatorOff = true
+	default:
+		return s, fmt.Errorf("eventstore: EVENT_STORE_SEQUENCE_ALLOCATOR_MODE must be %q or %q, got %q", AllocatorPostgres, AllocatorOff, c.SequenceAllocatorMode)
+	}
+	if s.logger == nil {
+		s.logger = slog.Default()
+	}
+	if s.writerID == "" {
+		s.writerID = "writer-" + randomID()
+	}
+	if s.maxInFlight <= 0 {
+		s.maxInFlight = 4
+	}
+	if s.readConc <= 0 {
+		s.readConc = 8
+	}
+	if s.now == nil {
+		s.now = time.Now
+	}
+	if o.hooks != nil {
+		s.hooks = *o.hooks
+	}
+	return s, nil
+}

@@ -1,0 +1,261 @@
+package eventstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+
+	"github.com/sluicehq/sluice/eventstore/objstore"
+	"github.com/sluicehq/sluice/shared/envelope"
+)
+
+const indexColumns = `position, event_id::text, kind, aggregate_type, aggregate_id, sequence_number, state, segment_key,
+       coalesce(byte_offset, -1), coalesce(byte_length, 0), canonical_hash, occurred_at, writer_id, false`
+
+func (s *Store) queryRows(ctx context.Context, sql string, args ...any) ([]indexRow, error) {
+	rows, err := s.pool.Query(ctx, sql, args...)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []indexRow
+	for rows.Next() {
+		r, err := scanIndexRow(rows)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, r)
+	}
+	return out, rows.Err()
+}
+
+// Stream returns the committed events of one aggregate with fromSeq <=
+// sequence_number <= toSeq (toSeq 0: no upper bound), ordered by sequence
+// number and, within a slot, the command before its domain event (SPEC
+// §5.5). kind "" returns both kinds. Index rows come from Postgres, the
+// bytes from ranged GETs of the segments, in parallel. Gaps (rejected or
+// abandoned slots) are normal. Page long streams with toSeq.
+func (s *Store) Stream(ctx context.Context, aggregateType, aggregateID string, fromSeq, toSeq int64, kind envelope.Kind) ([]Event, error) {
+	id, err := envelope.NormalizeAggregateID(aggregateID)
+	if err != nil {
+		return nil, err
+	}
+	if kind != "" && !kind.Valid() {
+		return nil, &envelope.ValidationError{Code: envelope.CodeInvalid, Field: "kind", Limit: "command|domain", Reason: fmt.Sprintf("must be %q, %q or empty, got %q", envelope.KindCommand, envelope.KindDomain, kind)}
+	}
+	if toSeq <= 0 {
+		toSeq = math.MaxInt64
+	}
+	rows, err := s.queryRows(ctx, `SELECT `+indexColumns+` FROM sluice.appends
+		WHERE aggregate_type = $1 AND aggregate_id = $2 AND sequence_number BETWEEN $3 AND $4
+		  AND ($5 = '' OR kind = $5) AND state = 'committed'
+		ORDER BY sequence_number, kind`, aggregateType, id, fromSeq, toSeq, string(kind))
+	if err != nil {
+		return nil, fmt.Errorf("eventstore: stream %s %q: %w", aggregateType, id, err)
+	}
+	return s.fetch(ctx, rows)
+}
+
+// ByEventID returns the committed event with this event_id, or an error
+// wrapping ErrNotFound.
+func (s *Store) ByEventID(ctx context.Context, eventID string) (Event, error) {
+	u, err := uuid.Parse(eventID)
+	if err != nil {
+		return Event{}, &envelope.ValidationError{Code: envelope.CodeInvalid, Field: "event_id", Limit: envelope.UUIDPattern, Reason: "must be a UUID"}
+	}
+	return s.one(ctx, "event "+u.String(), `SELECT `+indexColumns+` FROM sluice.appends WHERE event_id = $1::uuid AND state = 'committed'`, u.String())
+}
+
+// Command returns the committed command in slot seq of an aggregate, or an
+// error wrapping ErrNotFound.
+func (s *Store) Command(ctx context.Context, aggregateType, aggregateID string, seq int64) (Event, error) {
+	id, err := envelope.NormalizeAggregateID(aggregateID)
+	if err != nil {
+		return Event{}, err
+	}
+	return s.one(ctx, fmt.Sprintf("command %d of %s %q", seq, aggregateType, id), `SELECT `+indexColumns+` FROM sluice.appends
+		WHERE aggregate_type = $1 AND aggregate_id = $2 AND sequence_number = $3 AND kind = 'command' AND state = 'committed'`,
+		aggregateType, id, seq)
+}
+
+func (s *Store) one(ctx context.Context, what, sql string, args ...any) (Event, error) {
+	rows, err := s.queryRows(ctx, sql, args...)
+	if err != nil {
+		return Event{}, fmt.Errorf("eventstore: read %s: %w", what, err)
+	}
+	if len(rows) == 0 {
+		return Event{}, fmt.Errorf("%w: %s", ErrNotFound, what)
+	}
+	evs, err := s.fetch(ctx, rows)
+	if err != nil {
+		return Event{}, err
+	}
+	return evs[0], nil
+}
+
+// Head returns the highest committed position: the largest position whose
+// appends row is committed (its line is durable in a segment), 0 for an
+// empty store. Lower positions may still be reserved (in flight) or
+// abandoned; relay lag is Head minus the relay checkpoint.
+func (s *Store) Head(ctx context.Context) (int64, error) {
+	var head int64
+	err := s.pool.QueryRow(ctx, `SELECT coalesce(max(position), 0) FROM sluice.appends WHERE state = 'committed'`).Scan(&head)
+	if err != nil {
+		return 0, fmt.Errorf("eventstore: head: %w", err)
+	}
+	return head, nil
+}
+
+// Segments lists up to limit segments holding positions after
+// afterPosition, in position order, from the object listing (keys parsed
+// into first/last). A segment straddling afterPosition (first <=
+// afterPosition < last) is found through the index and listed first. Objects
+// under segments/ whose key is not a segment key are skipped with a warning.
+func (s *Store) Segments(ctx context.Context, afterPosition int64, limit int) ([]SegmentInfo, error) {
+	if limit <= 0 {
+		limit = 1000
+	}
+	var out []SegmentInfo
+	if afterPosition > 0 {
+		var key string
+		err := s.pool.QueryRow(ctx, `SELECT segment_key FROM sluice.appends WHERE position = $1 AND state = 'committed'`, afterPosition+1).Scan(&key)
+		switch {
+		case errors.Is(err, pgx.ErrNoRows):
+		case err != nil:
+			return nil, fmt.Errorf("eventstore: segments: %w", err)
+		default:
+			if first, last, perr := ParseSegmentKey(key); perr == nil && first <= afterPosition {
+				oi, err := s.bucket.Stat(ctx, key)
+				if err != nil {
+					return nil, fmt.Errorf("eventstore: segments: %s: %w", key, err)
+				}
+				out = append(out, SegmentInfo{Key: key, First: first, Last: last, Size: oi.Size, LastModified: oi.LastModified})
+			}
+		}
+	}
+	startAfter := fmt.Sprintf("%s%020d", SegmentPrefix, afterPosition+1)
+	if afterPosition <= 0 {
+		startAfter = ""
+	}
+	for len(out) < limit {
+		objs, err := s.bucket.List(ctx, SegmentPrefix, startAfter, limit-len(out))
+		if err != nil {
+			return nil, fmt.Errorf("eventstore: segments: list: %w", err)
+		}
+		for _, o := range objs {
+			first, last, err := ParseSegmentKey(o.Key)
+			if err != nil {
+				s.cfg.logger.Warn("eventstore: skipping an object under segments/ that is not a segment", "key", o.Key)
+				continue
+			}
+			out = append(out, SegmentInfo{Key: o.Key, First: first, Last: last, Size: o.Size, LastModified: o.LastModified})
+		}
+		if len(objs) == 0 {
+			break
+		}
+		startAfter = objs[len(objs)-1].Key
+	}
+	return out, nil
+}
+
+// ReadSegment reads one whole segment and returns its envelopes with their
+// lines byte for byte (the relay publishes Raw as the record value). It
+// checks that the lines carry exactly the positions the key names.
+func (s *Store) ReadSegment(ctx context.Context, key string) ([]Event, error) {
+	first, last, err := ParseSegmentKey(key)
+	if err != nil {
+		return nil, err
+	}
+	body, _, err := s.bucket.Get(ctx, key)
+	if err != nil {
+		if errors.Is(err, objstore.ErrNotFound) {
+			return nil, fmt.Errorf("%w: segment %s: %w", ErrNotFound, key, err)
+		}
+		return nil, fmt.Errorf("eventstore: read segment %s: %w", key, err)
+	}
+	lines, err := parseSegment(key, body, first, last)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]Event, len(lines))
+	for i, l := range lines {
+		out[i] = Event{Envelope: l.env, Raw: l.raw, SegmentKey: key, Offset: l.offset}
+	}
+	return out, nil
+}
+
+// IndexEntry is one row of the index (sluice.appends), for operators and
+// the relay's gap handling.
+type IndexEntry struct {
+	Position       int64
+	EventID        string
+	Kind           envelope.Kind
+	AggregateType  string
+	AggregateID    string
+	SequenceNumber int64
+	// State is reserved, committed or abandoned.
+	State      string
+	SegmentKey string
+	// ByteOffset and ByteLength locate the line (committed rows).
+	ByteOffset, ByteLength int64
+	WriterID               string
+	ReservedAt             time.Time
+	CommittedAt            time.Time // zero unless committed
+}
+
+// IndexQuery selects index rows by position.
+type IndexQuery struct {
+	// FromPosition..ToPosition, inclusive; ToPosition 0: no upper bound.
+	FromPosition, ToPosition int64
+	// UncommittedOnly returns only reserved and abandoned rows (the relay's
+	// gap query; served by a partial index).
+	UncommittedOnly bool
+	// Limit bounds the rows returned (default 1000).
+	Limit int
+}
+
+// Index returns index rows in position order.
+func (s *Store) Index(ctx context.Context, q IndexQuery) ([]IndexEntry, error) {
+	if q.ToPosition <= 0 {
+		q.ToPosition = math.MaxInt64
+	}
+	if q.Limit <= 0 {
+		q.Limit = 1000
+	}
+	cond := ""
+	if q.UncommittedOnly {
+		cond = " AND state <> 'committed'"
+	}
+	rows, err := s.pool.Query(ctx, `SELECT position, event_id::text, kind, aggregate_type, aggregate_id, sequence_number, state,
+		segment_key, coalesce(byte_offset, 0), coalesce(byte_length, 0), writer_id, reserved_at, committed_at
+		FROM sluice.appends WHERE position BETWEEN $1 AND $2`+cond+` ORDER BY position LIMIT $3`,
+		q.FromPosition, q.ToPosition, q.Limit)
+	if err != nil {
+		return nil, fmt.Errorf("eventstore: index: %w", err)
+	}
+	defer rows.Close()
+	var out []IndexEntry
+	for rows.Next() {
+		var e IndexEntry
+		var kind string
+		var committed *time.Time
+		if err := rows.Scan(&e.Position, &e.EventID, &kind, &e.AggregateType, &e.AggregateID, &e.SequenceNumber, &e.State,
+			&e.SegmentKey, &e.ByteOffset, &e.ByteLength, &e.WriterID, &e.ReservedAt, &committed); err != nil {
+			return nil, fmt.Errorf("eventstore: index: %w", err)
+		}
+		e.Kind = envelope.Kind(kind)
+		if committed != nil {
+			e.CommittedAt = *committed
+		}
+		out = append(out, e)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("eventstore: index: %w", err)
+	}
+	return out, nil
+}

@@ -1,0 +1,337 @@
+package eventstore
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice/eventstore/objstore"
+	"github.com/sluicehq/sluice/shared/envelope"
+)
+
+const shortTimeout = 300 * time.Millisecond
+
+// crashOnce returns hooks that stop the first group at point.
+func crashOnce(point string) *testHooks {
+	var fired atomic.Bool
+	h := func(context.Context, string) error {
+		if fired.CompareAndSwap(false, true) {
+			return errors.New("process killed")
+		}
+		return nil
+	}
+	if point == "afterReserve" {
+		return &testHooks{afterReserve: h}
+	}
+	return &testHooks{afterPut: h}
+}
+
+func crashBatch() []envelope.Envelope {
+	return []envelope.Envelope{command("Order", "a", 1), command("Order", "a", 2), command("Order", "b", 3)}
+}
+
+// appendCrashing appends envs through a store that crashes at point and
+// returns the positions the crashed group reserved.
+func appendCrashing(t *testing.T, e *env, point string, envs []envelope.Envelope) *Store {
+	t.Helper()
+	cfg := testConfig()
+	cfg.AppendTimeout = shortTimeout
+	s := e.store(t, Options{Config: cfg, hooks: crashOnce(point), WriterID: "crashing"})
+	rs, err := s.Append(ctxT(t), envs...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range rs {
+		var ce *crashError
+		if !errors.As(r.Err, &ce) {
+			t.Fatalf("append through a crashing group: %s", describe(r))
+		}
+	}
+	for _, ev := range envs {
+		if st := rowState(t, e.pool, ev.EventID); st != stateReserved {
+			t.Fatalf("after the crash the row is %s, want reserved", st)
+		}
+	}
+	return s
+}
+
+// checkOnce verifies every envelope is stored exactly once, committed, at
+// the position its crashed reservation had (1..n), and readable.
+func checkOnce(t *testing.T, e *env, s *Store, envs []envelope.Envelope) {
+	t.Helper()
+	for i, ev := range envs {
+		got, err := s.ByEventID(ctxT(t), ev.EventID)
+		if err != nil {
+			t.Fatalf("event %d lost: %v", i, err)
+		}
+		if got.Envelope.Position != int64(i+1) {
+			t.Errorf("event %d at position %d, want its reserved position %d", i, got.Envelope.Position, i+1)
+		}
+		if st := rowState(t, e.pool, ev.EventID); st != stateCommitted {
+			t.Errorf("event %d row %s", i, st)
+		}
+	}
+	want := map[string]bool{}
+	for _, ev := range envs {
+		want[ev.EventID] = true
+	}
+	seen := map[string]int{}
+	for _, agg := range []string{"a", "b"} {
+		for _, ev := range mustStream(t, s, "Order", agg) {
+			if want[ev.Envelope.EventID] {
+				seen[ev.Envelope.EventID]++
+			}
+		}
+	}
+	for id := range want {
+		if seen[id] != 1 {
+			t.Errorf("event %s appears %d times in its stream, want once", id, seen[id])
+		}
+	}
+}
+
+func TestCrashRecovery(t *testing.T) {
+	points := []struct {
+		name, point   string
+		segmentExists bool
+	}{
+		{"between reservation and PUT", "afterReserve", false},
+		{"between PUT and commit", "afterPut", true},
+	}
+	for _, p := range points {
+		t.Run(p.name, func(t *testing.T) {
+			t.Run("repair then retry", func(t *testing.T) {
+				e := newEnv(t)
+				envs := crashBatch()
+				appendCrashing(t, e, p.point, envs)
+				cfg := testConfig()
+				cfg.AppendTimeout = shortTimeout
+				s := e.store(t, Options{Config: cfg})
+				rep, err := s.Repair(ctxT(t), 0)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if p.segmentExists {
+					if rep.Committed != 3 || rep.InFlight != 0 {
+						t.Fatalf("repair at once: %+v, want 3 committed", rep)
+					}
+				} else {
+					if rep.InFlight != 3 || rep.Abandoned != 0 {
+						t.Fatalf("repair before the timeout: %+v, want 3 in flight", rep)
+					}
+					time.Sleep(shortTimeout + 50*time.Millisecond)
+					if rep, err = s.Repair(ctxT(t), 0); err != nil || rep.Abandoned != 3 {
+						t.Fatalf("repair after the timeout: %+v %v, want 3 abandoned", rep, err)
+					}
+					if st := rowState(t, e.pool, envs[0].EventID); st != stateAbandoned {
+						t.Fatalf("row %s, want abandoned", st)
+					}
+					// an abandoned slot counts as used: a new command goes after it
+					if r := mustAppend(t, s, command("Order", "a", 9))[0]; r.Event.Envelope.SequenceNumber != 3 {
+						t.Errorf("new command after abandoned slots got seq %d, want 3", r.Event.Envelope.SequenceNumber)
+					}
+				}
+				// the producer retries: stored once, at the reserved slots
+				rs := mustAppend(t, s, envs...)
+				for i, r := range rs {
+					if r.Event.Envelope.SequenceNumber != []int64{1, 2, 1}[i] {
+						t.Errorf("retry %d: %s", i, describe(r))
+					}
+				}
+				checkOnce(t, e, s, envs)
+				if rep, _ := s.Repair(ctxT(t), 0); rep != (RepairReport{}) {
+					t.Errorf("second repair found work: %+v", rep)
+				}
+			})
+			t.Run("later append by another writer", func(t *testing.T) {
+				e := newEnv(t)
+				envs := crashBatch()
+				appendCrashing(t, e, p.point, envs)
+				cfg := testConfig()
+				cfg.AppendTimeout = shortTimeout
+				s := e.store(t, Options{Config: cfg, WriterID: "other"})
+				start := time.Now()
+				mustAppend(t, s, envs...) // waits for the silent writer, then settles its rows
+				if !p.segmentExists && time.Since(start) < shortTimeout/2 {
+					t.Errorf("another writer's fresh reservation was not waited for")
+				}
+				checkOnce(t, e, s, envs)
+			})
+			t.Run("retry by the same writer", func(t *testing.T) {
+				e := newEnv(t)
+				envs := crashBatch()
+				s := appendCrashing(t, e, p.point, envs)
+				start := time.Now()
+				mustAppend(t, s, envs...) // its own dead group: settled at once
+				if time.Since(start) > shortTimeout {
+					t.Errorf("the writer waited %v for its own dead reservation", time.Since(start))
+				}
+				checkOnce(t, e, s, envs)
+			})
+		})
+	}
+}
+
+// A writer stalled between reservation and PUT for longer than the append
+// timeout finds its rows abandoned by a repair; its commit revives them.
+func TestLateWriterRevivesAbandonedRows(t *testing.T) {
+	e := newEnv(t)
+	cfg := testConfig()
+	cfg.AppendTimeout = shortTimeout
+	release := make(chan struct{})
+	stalled := make(chan struct{})
+	hooks := &testHooks{afterReserve: func(ctx context.Context, key string) error {
+		close(stalled)
+		<-release
+		return nil
+	}}
+	late := e.store(t, Options{Config: cfg, hooks: hooks})
+	envs := crashBatch()
+	done := make(chan []Result)
+	go func() {
+		rs, err := late.Append(context.Background(), envs...)
+		if err != nil {
+			t.Error(err)
+		}
+		done <- rs
+	}()
+	<-stalled
+	time.Sleep(shortTimeout + 50*time.Millisecond)
+	repairer := e.store(t, Options{Config: cfg})
+	rep, err := repairer.Repair(ctxT(t), 0)
+	if err != nil || rep.Abandoned != 3 {
+		t.Fatalf("repair: %+v %v, want 3 abandoned", rep, err)
+	}
+	close(release)
+	for i, r := range <-done {
+		if r.Err != nil || r.Event.Envelope.Position != int64(i+1) {
+			t.Fatalf("late writer: %s", describe(r))
+		}
+	}
+	checkOnce(t, e, repairer, envs)
+}
+
+// An ambiguous PUT (the object landed, the client saw an error) and a
+// definite one (nothing landed) are both settled without loss.
+func TestFailedSegmentWrites(t *testing.T) {
+	t.Run("ambiguous", func(t *testing.T) {
+		e := newEnv(t)
+		s := e.store(t, Options{Config: testConfig()})
+		e.bucket.createErr, e.bucket.writeThrough = objstore.ErrUnavailable, true
+		rs := mustAppend(t, s, crashBatch()...)
+		body, _, err := e.bucket.Get(ctxT(t), rs[0].Event.SegmentKey)
+		if err != nil || !bytes.HasPrefix(body, rs[0].Event.Raw) {
+			t.Fatalf("segment: %v", err)
+		}
+	})
+	t.Run("definite", func(t *testing.T) {
+		e := newEnv(t)
+		s := e.store(t, Options{Config: testConfig()})
+		e.bucket.createErr = objstore.ErrUnavailable
+		envs := crashBatch()
+		rs, err := s.Append(ctxT(t), envs...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !errors.Is(rs[0].Err, objstore.ErrUnavailable) {
+			t.Fatalf("got %s, want the write error", describe(rs[0]))
+		}
+		if st := rowState(t, e.pool, envs[0].EventID); st != stateAbandoned {
+			t.Errorf("rows of a failed write are %s, want abandoned at once", st)
+		}
+		e.bucket.mu.Lock()
+		e.bucket.createErr = nil
+		e.bucket.mu.Unlock()
+		mustAppend(t, s, envs...)
+		checkOnce(t, e, s, envs)
+	})
+}
+
+// Reindex rebuilds the tables from the segments alone: on a wiped schema
+// and on a live one the result equals the index the appends built.
+func TestReindexReproducesTables(t *testing.T) {
+	e := newEnv(t)
+	s := e.store(t, Options{Config: testConfig()})
+	for g := range 4 {
+		var envs []envelope.Envelope
+		for i := range 25 {
+			envs = append(envs, command("Instance", "db:c:"+string(rune('a'+i%5)), g*100+i))
+		}
+		rs := mustAppend(t, s, envs...)
+		var doms []envelope.Envelope
+		for _, r := range rs[:5] {
+			d := domainEvent("Instance", r.Event.Envelope.AggregateID, map[string]any{"s": g})
+			d.SequenceNumber = r.Event.Envelope.SequenceNumber
+			d.OccurredAt = envelope.Timestamp{}
+			doms = append(doms, d)
+		}
+		mustAppend(t, s, doms...)
+	}
+	mustAppend(t, s, domainEvent("Other", "x/y z", map[string]any{"deep": map[string]any{"a": []any{1, "2", nil}}}))
+	before := snapshot(t, e.pool)
+
+	for _, wipe := range []bool{false, true} {
+		if wipe {
+			for _, q := range []string{`TRUNCATE sluice.appends, sluice.sequences`, `UPDATE sluice.log_head SET next_position = 1`} {
+				if _, err := e.pool.Exec(ctxT(t), q); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+		rep, err := s.Reindex(ctxT(t))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if rep.Events != int64(len(before.appends)) || rep.Duplicates != 0 || rep.NextPosition != before.head {
+			t.Errorf("wipe=%v: report %+v, want %d events, head %d", wipe, rep, len(before.appends), before.head)
+		}
+		after := snapshot(t, e.pool)
+		if len(after.appends) != len(before.appends) || len(after.sequences) != len(before.sequences) || after.head != before.head {
+			t.Fatalf("wipe=%v: %d/%d appends, %d/%d sequences, head %d/%d", wipe,
+				len(after.appends), len(before.appends), len(after.sequences), len(before.sequences), after.head, before.head)
+		}
+		for i := range before.appends {
+			if after.appends[i] != before.appends[i] {
+				t.Fatalf("wipe=%v: appends row %d\n got  %s\n want %s", wipe, i, after.appends[i], before.appends[i])
+			}
+		}
+		for i := range before.sequences {
+			if after.sequences[i] != before.sequences[i] {
+				t.Fatalf("wipe=%v: sequences row %d: %s, want %s", wipe, i, after.sequences[i], before.sequences[i])
+			}
+		}
+	}
+	// the rebuilt index serves appends and idempotency as before
+	r := mustAppend(t, s, command("Instance", "db:c:a", "next"))[0]
+	if r.Event.Envelope.Position != before.head {
+		t.Errorf("first append after reindex at %d, want %d", r.Event.Envelope.Position, before.head)
+	}
+}
+
+// Reindex commits reserved rows whose segment exists, drops reservations
+// that never reached a segment, and never lowers sequences or log_head.
+func TestReindexAfterCrashes(t *testing.T) {
+	e := newEnv(t)
+	put := crashBatch()
+	appendCrashing(t, e, "afterPut", put)
+	lost := []envelope.Envelope{command("Order", "a", "never written")}
+	appendCrashing(t, e, "afterReserve", lost)
+	s := e.store(t, Options{Config: testConfig()})
+	rep, err := s.Reindex(ctxT(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.Events != 3 || rep.NextPosition != 5 {
+		t.Errorf("report %+v, want 3 events and next position 5", rep)
+	}
+	checkOnce(t, e, s, put)
+	if st := rowState(t, e.pool, lost[0].EventID); st != "none" {
+		t.Errorf("never-written reservation is %s after reindex", st)
+	}
+	if r := mustAppend(t, s, command("Order", "a", "next"))[0]; r.Event.Envelope.SequenceNumber != 4 || r.Event.Envelope.Position != 5 {
+		t.Errorf("after reindex: %s, want seq 4 (slot 3 was handed out) at position 5", describe(r))
+	}
+}

@@ -1,0 +1,179 @@
+package eventstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/sluicehq/sluice/eventstore/objstore"
+)
+
+// lineRef locates one envelope's line in a segment.
+type lineRef struct {
+	position int64
+	eventID  string
+	offset   int64
+	length   int64
+}
+
+const sqlCommitRows = `
+WITH upd AS (
+  UPDATE sluice.appends a
+  SET state = 'committed', segment_key = $1, byte_offset = u.off, byte_length = u.len, committed_at = now()
+  FROM unnest($2::bigint[], $3::text[], $4::bigint[], $5::int[]) AS u(pos, eid, off, len)
+  WHERE a.position = u.pos AND a.event_id = u.eid::uuid AND (NOT $6 OR a.state <> 'committed')
+  RETURNING 1
+)
+SELECT (SELECT count(*) FROM upd), pg_notify('` + NotifyChannel + `', 'committed ' || $7::bigint || ' ' || $8::bigint)`
+
+// commitRows is step 5 of SPEC §5.4 (and the repair of a block whose
+// segment exists): one statement marks the rows committed with their byte
+// ranges — also rows a relay meanwhile marked abandoned, which a late writer
+// thereby revives. With onlyUncommitted, rows already committed are left
+// alone and counted out.
+func (s *Store) commitRows(ctx context.Context, key string, refs []lineRef, onlyUncommitted bool) (int64, error) {
+	n := len(refs)
+	pos, eids, offs, lens := make([]int64, n), make([]string, n), make([]int64, n), make([]int32, n)
+	lo, hi := refs[0].position, refs[0].position
+	for j, r := range refs {
+		pos[j], eids[j], offs[j], lens[j] = r.position, r.eventID, r.offset, int32(r.length)
+		lo, hi = min(lo, r.position), max(hi, r.position)
+	}
+	var updated int64
+	err := s.pool.QueryRow(ctx, sqlCommitRows, key, pos, eids, offs, lens, onlyUncommitted, lo, hi).Scan(&updated, nil)
+	if err != nil {
+		return 0, fmt.Errorf("eventstore: commit %s: %w", key, err)
+	}
+	if !onlyUncommitted && updated != int64(n) {
+		return updated, fmt.Errorf("eventstore: commit %s: %d of %d index rows found (was the index rebuilt meanwhile?)", key, updated, n)
+	}
+	return updated, nil
+}
+
+type abandonPolicy int
+
+const (
+	abandonNever abandonPolicy = iota // only commit from an existing segment
+	abandonMine                       // also abandon rows of this writer or older than the append timeout
+	abandonStale                      // also abandon rows older than the append timeout
+)
+
+const sqlAbandon = `
+WITH upd AS (
+  UPDATE sluice.appends SET state = 'abandoned'
+  WHERE segment_key = $1 AND state = 'reserved'
+    AND (($2::text <> '' AND writer_id = $2) OR reserved_at < now() - make_interval(secs => $3))
+  RETURNING position
+)
+SELECT count(*), coalesce(min(position), 0), coalesce(max(position), 0),
+       CASE WHEN count(*) > 0 THEN pg_notify('` + NotifyChannel + `', 'abandoned ' || min(position) || ' ' || max(position)) END
+FROM upd`
+
+// resolveBlock settles the reservations of one segment key: if the segment
+// exists its rows are committed from it (byte ranges from the segment);
+// if it does not, rows are abandoned as the policy allows. It returns how
+// many rows it committed and abandoned.
+func (s *Store) resolveBlock(ctx context.Context, key string, policy abandonPolicy) (committed, abandoned int64, err error) {
+	first, last, err := ParseSegmentKey(key)
+	if err != nil {
+		return 0, 0, err
+	}
+	body, _, err := s.bucket.Get(ctx, key)
+	if err == nil {
+		lines, err := parseSegment(key, body, first, last)
+		if err != nil {
+			return 0, 0, err
+		}
+		refs := make([]lineRef, len(lines))
+		for j, l := range lines {
+			refs[j] = lineRef{position: l.env.Position, eventID: l.env.EventID, offset: l.offset, length: int64(len(l.raw))}
+		}
+		n, err := s.commitRows(ctx, key, refs, true)
+		if n > 0 {
+			s.cfg.logger.Warn("eventstore: committed reserved rows whose segment exists", "segment_key", key, "rows", n)
+		}
+		return n, 0, err
+	}
+	if !errors.Is(err, objstore.ErrNotFound) {
+		return 0, 0, fmt.Errorf("eventstore: resolve %s: %w", key, err)
+	}
+	if policy == abandonNever {
+		return 0, 0, nil
+	}
+	writer := ""
+	if policy == abandonMine {
+		writer = s.cfg.writerID
+	}
+	var lo, hi int64
+	if err := s.pool.QueryRow(ctx, sqlAbandon, key, writer, s.cfg.appendTO.Seconds()).Scan(&abandoned, &lo, &hi, nil); err != nil {
+		return 0, 0, fmt.Errorf("eventstore: abandon %s: %w", key, err)
+	}
+	if abandoned > 0 {
+		s.cfg.logger.Warn("eventstore: abandoned reserved rows without a segment", "segment_key", key, "rows", abandoned, "first", lo, "last", hi)
+	}
+	return 0, abandoned, nil
+}
+
+// RepairReport summarises a Repair run.
+type RepairReport struct {
+	// Blocks is the number of segment keys examined.
+	Blocks int
+	// Committed rows had their segment: now committed.
+	Committed int64
+	// Abandoned rows had no segment and were older than the append timeout.
+	Abandoned int64
+	// InFlight rows have no segment yet and are younger than the append
+	// timeout: left for their writer.
+	InFlight int64
+}
+
+const sqlReservedBlocks = `
+SELECT segment_key, count(*) FROM sluice.appends
+WHERE state = 'reserved' AND reserved_at <= now() - make_interval(secs => $1)
+GROUP BY segment_key ORDER BY min(position)`
+
+// Repair resolves reservations whose writer may be gone (SPEC §5.4, §6.3;
+// `sluice store repair`): for every reserved row at least olderThan old
+// (database clock; 0 = all), it looks up the segment its block expects —
+// present: the rows are committed with byte ranges from the segment;
+// absent and the row older than EVENT_STORE_APPEND_TIMEOUT: the rows are
+// marked abandoned (a late writer or a retry of the event_id revives them);
+// otherwise they are left in flight. Safe to run concurrently with writers,
+// relays and other repairs: every step is conditional on the row's state.
+func (s *Store) Repair(ctx context.Context, olderThan time.Duration) (RepairReport, error) {
+	var rep RepairReport
+	rows, err := s.pool.Query(ctx, sqlReservedBlocks, olderThan.Seconds())
+	if err != nil {
+		return rep, fmt.Errorf("eventstore: repair: %w", err)
+	}
+	type block struct {
+		key  string
+		rows int64
+	}
+	var blocks []block
+	for rows.Next() {
+		var b block
+		if err := rows.Scan(&b.key, &b.rows); err != nil {
+			rows.Close()
+			return rep, fmt.Errorf("eventstore: repair: %w", err)
+		}
+		blocks = append(blocks, b)
+	}
+	if err := rows.Err(); err != nil {
+		return rep, fmt.Errorf("eventstore: repair: %w", err)
+	}
+	for _, b := range blocks {
+		c, a, err := s.resolveBlock(ctx, b.key, abandonStale)
+		if err != nil {
+			return rep, fmt.Errorf("eventstore: repair: %w", err)
+		}
+		rep.Blocks++
+		rep.Committed += c
+		rep.Abandoned += a
+		if rest := b.rows - c - a; rest > 0 {
+			rep.InFlight += rest
+		}
+	}
+	return rep, nil
+}

@@ -1,0 +1,397 @@
+package eventstore
+
+import (
+	"context"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/sluicehq/sluice/shared/envelope"
+)
+
+// Row states of sluice.appends.
+const (
+	stateReserved  = "reserved"
+	stateCommitted = "committed"
+	stateAbandoned = "abandoned"
+)
+
+// indexRow is one row of sluice.appends.
+type indexRow struct {
+	position   int64
+	eventID    string
+	kind       string
+	aggType    string
+	aggID      string
+	seq        int64
+	state      string
+	key        string
+	offset     int64
+	length     int64
+	hash       []byte
+	occurredAt time.Time
+	writer     string
+	stale      bool // reserved longer than the append timeout (database clock)
+}
+
+const sqlLookupEvents = `
+SELECT position, event_id::text, kind, aggregate_type, aggregate_id, sequence_number, state, segment_key,
+       coalesce(byte_offset, -1), coalesce(byte_length, 0), canonical_hash, occurred_at, writer_id,
+       reserved_at < now() - make_interval(secs => $2)
+FROM sluice.appends WHERE event_id = ANY($1::uuid[])`
+
+func scanIndexRow(rows pgx.Rows) (indexRow, error) {
+	var r indexRow
+	err := rows.Scan(&r.position, &r.eventID, &r.kind, &r.aggType, &r.aggID, &r.seq, &r.state, &r.key,
+		&r.offset, &r.length, &r.hash, &r.occurredAt, &r.writer, &r.stale)
+	return r, err
+}
+
+const sqlLookupSlots = `
+SELECT a.aggregate_type, a.aggregate_id, a.sequence_number, a.kind, a.event_id::text, a.state
+FROM sluice.appends a
+JOIN unnest($1::text[], $2::text[], $3::bigint[]) AS u(t, i, s)
+  ON a.aggregate_type = u.t AND a.aggregate_id = u.i AND a.sequence_number = u.s`
+
+// sqlLockSequences locks (creating at 0 where missing) the sequence rows of
+// the group's aggregates and returns their last sequence. The input is
+// sorted, so concurrent groups lock in the same order.
+const sqlLockSequences = `
+INSERT INTO sluice.sequences AS s (aggregate_type, aggregate_id, last_sequence)
+SELECT t, i, 0 FROM unnest($1::text[], $2::text[]) AS u(t, i)
+ON CONFLICT (aggregate_type, aggregate_id) DO UPDATE SET last_sequence = s.last_sequence
+RETURNING aggregate_type, aggregate_id, last_sequence, (xmax = 0)`
+
+// sqlReserve writes the group's reservation in one statement: new last
+// sequences, removal of sequence rows this transaction created but did not
+// use, one contiguous block of positions from log_head, the appends rows in
+// state reserved with the segment key they will have, and the NOTIFY.
+const sqlReserve = `
+WITH seqs AS (
+  UPDATE sluice.sequences s SET last_sequence = u.last, updated_at = now()
+  FROM unnest($1::text[], $2::text[], $3::bigint[]) AS u(t, i, last)
+  WHERE s.aggregate_type = u.t AND s.aggregate_id = u.i
+  RETURNING 1
+), unused AS (
+  DELETE FROM sluice.sequences s
+  USING unnest($4::text[], $5::text[]) AS u(t, i)
+  WHERE s.aggregate_type = u.t AND s.aggregate_id = u.i AND s.last_sequence = 0
+  RETURNING 1
+), head AS (
+  UPDATE sluice.log_head SET next_position = next_position + $6::bigint
+  RETURNING next_position - $6::bigint AS first
+), ins AS (
+  INSERT INTO sluice.appends (position, event_id, kind, aggregate_type, aggregate_id, sequence_number,
+                              state, segment_key, canonical_hash, occurred_at, writer_id)
+  SELECT head.first + u.ord - 1, u.eid::uuid, u.kind, u.t, u.i, u.seq, 'reserved',
+         'segments/' || lpad(head.first::text, 20, '0') || '-' || lpad((head.first + $6::bigint - 1)::text, 20, '0') || '.jsonl',
+         u.hash, u.occ, $14
+  FROM head, unnest($7::text[], $8::text[], $9::text[], $10::text[], $11::bigint[], $12::bytea[], $13::timestamptz[])
+       WITH ORDINALITY AS u(eid, kind, t, i, seq, hash, occ, ord)
+  RETURNING 1
+)
+SELECT head.first, (SELECT count(*) FROM ins),
+       pg_notify('` + NotifyChannel + `', 'reserved ' || head.first || ' ' || (head.first + $6::bigint - 1))
+FROM head`
+
+type aggKey struct{ t, i string }
+
+// reserve runs step 2 and 3 of SPEC §5.4 for a group: idempotency, slot
+// checks, sequences with OCC, and one reservation transaction. It returns the
+// accepted items (seq and pos set, in position order) and the block's first
+// position. Items it settles otherwise carry res, stored, revive, resolve or
+// requeue. A unique violation (a concurrent writer elsewhere took an
+// event_id or slot) rolls the transaction back and runs it again, so no
+// position is lost.
+func (s *Store) reserve(ctx context.Context, items []*item) (accepted []*item, first int64, err error) {
+	for attempt := 0; ; attempt++ {
+		for _, it := range items {
+			it.resetOutcome()
+		}
+		accepted, first, err = s.reserveOnce(ctx, items)
+		var pgErr *pgconn.PgError
+		if err != nil && errors.As(err, &pgErr) && attempt < 8 &&
+			(pgErr.Code == "23505" || pgErr.Code == "40P01" || pgErr.Code == "40001") {
+			continue
+		}
+		return accepted, first, err
+	}
+}
+
+func (s *Store) reserveOnce(ctx context.Context, items []*item) (accepted []*item, first int64, err error) {
+	conn, err := s.pool.Acquire(ctx)
+	if err != nil {
+		return nil, 0, fmt.Errorf("eventstore: reserve: %w", err)
+	}
+	defer conn.Release() // the pool discards a connection left inside a transaction
+	c := conn.Conn()
+	defer func() {
+		if c.PgConn().TxStatus() != 'I' {
+			_, _ = c.Exec(context.WithoutCancel(ctx), "ROLLBACK")
+		}
+	}()
+
+	// Round trip 1: BEGIN, the idempotency lookup by event_id, the slot
+	// lookup, and the locks on the sequences of every aggregate that may
+	// take a sequence (rows created at 0 where missing).
+	ids := make([]string, len(items))
+	var slotT, slotI []string
+	var slotK []int64
+	aggSet := map[aggKey]bool{}
+	for i, it := range items {
+		ids[i] = it.env.EventID
+		if it.slotKey != "" {
+			slotT, slotI, slotK = append(slotT, it.env.AggregateType), append(slotI, it.env.AggregateID), append(slotK, it.env.SequenceNumber)
+		}
+		if !it.slot {
+			aggSet[aggKey{it.env.AggregateType, it.env.AggregateID}] = true
+		}
+	}
+	keys := make([]aggKey, 0, len(aggSet))
+	for k := range aggSet {
+		keys = append(keys, k)
+	}
+	slices.SortFunc(keys, func(a, b aggKey) int {
+		if c := strings.Compare(a.t, b.t); c != 0 {
+			return c
+		}
+		return strings.Compare(a.i, b.i)
+	})
+	seqT, seqI := make([]string, len(keys)), make([]string, len(keys))
+	for n, k := range keys {
+		seqT[n], seqI[n] = k.t, k.i
+	}
+	b := &pgx.Batch{}
+	b.Queue("BEGIN")
+	b.Queue(sqlLookupEvents, ids, s.cfg.appendTO.Seconds())
+	if len(slotT) > 0 {
+		b.Queue(sqlLookupSlots, slotT, slotI, slotK)
+	}
+	if len(keys) > 0 {
+		b.Queue(sqlLockSequences, seqT, seqI)
+	}
+	existing := map[string]indexRow{}
+	slotRows := map[string]slotRow{}
+	last, read, created := map[aggKey]int64{}, map[aggKey]int64{}, map[aggKey]bool{}
+	err = func() error {
+		br := c.SendBatch(ctx, b)
+		defer br.Close()
+		if _, err := br.Exec(); err != nil {
+			return err
+		}
+		rows, _ := br.Query()
+		for rows.Next() {
+			r, err := scanIndexRow(rows)
+			if err != nil {
+				rows.Close()
+				return err
+			}
+			existing[r.eventID] = r
+		}
+		if err := rows.Err(); err != nil {
+			return err
+		}
+		if len(slotT) > 0 {
+			rows, _ := br.Query()
+			for rows.Next() {
+				var t, i, kind, eid, state string
+				var seq int64
+				if err := rows.Scan(&t, &i, &seq, &kind, &eid, &state); err != nil {
+					rows.Close()
+					return err
+				}
+				slotRows[fmt.Sprintf("%s\x00%s\x00%d\x00%s", t, i, seq, kind)] = slotRow{eid, state}
+			}
+			if err := rows.Err(); err != nil {
+				return err
+			}
+		}
+		if len(keys) > 0 {
+			rows, _ := br.Query()
+			for rows.Next() {
+				var k aggKey
+				var v int64
+				var inserted bool
+				if err := rows.Scan(&k.t, &k.i, &v, &inserted); err != nil {
+					rows.Close()
+					return err
+				}
+				last[k], read[k], created[k] = v, v, inserted
+			}
+			if err := rows.Err(); err != nil {
+				return err
+			}
+		}
+		return br.Close()
+	}()
+	if err != nil {
+		return nil, 0, fmt.Errorf("eventstore: reserve: lookup: %w", err)
+	}
+
+	// 2. idempotency by event_id, then the slot rules
+	now := time.Now()
+	live := make([]*item, 0, len(items))
+	for _, it := range items {
+		if r, ok := existing[it.env.EventID]; ok {
+			s.settleExisting(it, r, now)
+			continue
+		}
+		if it.slotKey != "" && !s.slotAllowed(it, slotRows) {
+			continue
+		}
+		live = append(live, it)
+	}
+
+	// 3. sequences (OCC) in arrival order
+	accepted = make([]*item, 0, len(live))
+	for _, it := range live {
+		if it.slot {
+			it.seq = it.env.SequenceNumber
+			accepted = append(accepted, it)
+			continue
+		}
+		k := aggKey{it.env.AggregateType, it.env.AggregateID}
+		cur := last[k]
+		if it.env.ExpectedSeq != nil && *it.env.ExpectedSeq != cur {
+			it.res.Err = &ConflictError{AggregateType: k.t, AggregateID: k.i, ExpectedSeq: *it.env.ExpectedSeq, ActualSeq: cur}
+			continue
+		}
+		if s.cfg.allocatorOff {
+			it.seq = it.env.SequenceNumber
+			last[k] = max(cur, it.seq)
+		} else {
+			it.seq = cur + 1
+			last[k] = it.seq
+		}
+		accepted = append(accepted, it)
+	}
+	if len(accepted) == 0 {
+		return nil, 0, nil // rolled back: nothing to reserve
+	}
+
+	// Round trip 2: sequences, positions, appends rows, NOTIFY; COMMIT.
+	var upT, upI, delT, delI []string
+	var upLast []int64
+	for _, k := range keys {
+		switch {
+		case last[k] != read[k]:
+			upT, upI, upLast = append(upT, k.t), append(upI, k.i), append(upLast, last[k])
+		case created[k]:
+			delT, delI = append(delT, k.t), append(delI, k.i)
+		}
+	}
+	n := len(accepted)
+	eids, kinds, ts, is := make([]string, n), make([]string, n), make([]string, n), make([]string, n)
+	seqs, hashes, occs := make([]int64, n), make([][]byte, n), make([]time.Time, n)
+	for j, it := range accepted {
+		eids[j], kinds[j], ts[j], is[j] = it.env.EventID, string(it.env.Kind), it.env.AggregateType, it.env.AggregateID
+		seqs[j], hashes[j], occs[j] = it.seq, it.hash[:], it.env.OccurredAt.Time()
+	}
+	b = &pgx.Batch{}
+	b.Queue(sqlReserve, upT, upI, upLast, delT, delI, int64(n), eids, kinds, ts, is, seqs, hashes, occs, s.cfg.writerID)
+	b.Queue("COMMIT")
+	var inserted int64
+	err = func() error {
+		br := c.SendBatch(ctx, b)
+		defer br.Close()
+		if err := br.QueryRow().Scan(&first, &inserted, nil); err != nil {
+			return err
+		}
+		if _, err := br.Exec(); err != nil {
+			return err
+		}
+		return br.Close()
+	}()
+	if err != nil {
+		return nil, 0, fmt.Errorf("eventstore: reserve: %w", err)
+	}
+	if c.PgConn().TxStatus() != 'I' {
+		return nil, 0, fmt.Errorf("eventstore: reserve: transaction did not commit")
+	}
+	if inserted != int64(n) {
+		return nil, 0, fmt.Errorf("eventstore: reserve: inserted %d rows of %d", inserted, n)
+	}
+	for j, it := range accepted {
+		it.pos = first + int64(j)
+	}
+	return accepted, first, nil
+}
+
+type slotRow struct{ eventID, state string }
+
+// settleExisting decides what to do with an item whose event_id is already
+// in appends (SPEC §5.4 step 2).
+func (s *Store) settleExisting(it *item, r indexRow, now time.Time) {
+	switch r.state {
+	case stateCommitted, stateAbandoned:
+		h := it.hashWithTime(envelope.NewTimestamp(r.occurredAt))
+		if string(h[:]) != string(r.hash) {
+			mm := &IdempotencyMismatchError{EventID: r.eventID, StoredHash: hex.EncodeToString(r.hash), NewHash: hex.EncodeToString(h[:])}
+			if s.cfg.mismatchWarn && r.state == stateCommitted {
+				s.cfg.logger.Error("eventstore: idempotency mismatch: returning the stored event",
+					"event_id", r.eventID, "stored_hash", mm.StoredHash, "new_hash", mm.NewHash,
+					"aggregate_type", r.aggType, "aggregate_id", r.aggID)
+				it.mismatch = mm
+				it.stored = &r
+				return
+			}
+			it.res.Err = mm
+			return
+		}
+		if r.state == stateCommitted {
+			it.stored = &r
+		} else {
+			it.revive = &r
+		}
+	case stateReserved:
+		if r.writer == s.cfg.writerID || r.stale {
+			// Our own reservation whose group is over (the committer never
+			// has one event_id in two groups), or a writer silent for longer
+			// than the append timeout: settle it, then try again.
+			it.resolve = r.key
+			it.requeue, it.notBefore = true, now
+			return
+		}
+		it.backoff(now) // a live writer: wait for it
+	default:
+		it.res.Err = fmt.Errorf("eventstore: event %s has unknown state %q", r.eventID, r.state)
+	}
+}
+
+// slotAllowed applies the slot rules (SPEC §5.4) to an item naming its
+// sequence number; a rejected item gets its SlotError.
+func (s *Store) slotAllowed(it *item, found map[string]slotRow) bool {
+	e := it.env
+	serr := &SlotError{AggregateType: e.AggregateType, AggregateID: e.AggregateID, Sequence: e.SequenceNumber, Kind: string(e.Kind)}
+	if held, ok := found[it.slotKey]; ok {
+		serr.ExistingEventID, serr.Reason = held.eventID, "the slot already holds another "+string(e.Kind)
+		if held.state == stateAbandoned {
+			serr.Reason += " (abandoned; only a retry of that event_id can revive it)"
+		}
+		it.res.Err = serr
+		return false
+	}
+	if !it.slot {
+		return true
+	}
+	cmd, ok := found[fmt.Sprintf("%s\x00%s\x00%d\x00%s", e.AggregateType, e.AggregateID, e.SequenceNumber, envelope.KindCommand)]
+	switch {
+	case !ok:
+		serr.Reason = "the slot holds no command (a domain event without a command must not set sequence_number)"
+	case cmd.state == stateAbandoned:
+		serr.ExistingEventID, serr.Reason = cmd.eventID, "the slot's command was abandoned"
+	case e.Metadata.CausationID() != "" && e.Metadata.CausationID() != cmd.eventID:
+		serr.ExistingEventID = cmd.eventID
+		serr.Reason = "metadata.causation_id " + e.Metadata.CausationID() + " is not the slot's command"
+	default:
+		return true
+	}
+	it.res.Err = serr
+	return false
+}

@@ -1,0 +1,81 @@
+package eventstore
+
+import (
+	"bytes"
+	"encoding/json"
+	"testing"
+
+	"github.com/sluicehq/sluice/shared/envelope"
+)
+
+func TestSegmentKeyRoundTrip(t *testing.T) {
+	for _, c := range []struct{ first, last int64 }{{1, 1}, {1, 500}, {99999, 100000}, {1 << 40, 1<<40 + 7}} {
+		k := SegmentKey(c.first, c.last)
+		f, l, err := ParseSegmentKey(k)
+		if err != nil || f != c.first || l != c.last {
+			t.Errorf("ParseSegmentKey(%q) = %d, %d, %v", k, f, l, err)
+		}
+	}
+	for _, bad := range []string{
+		"", "segments/", "segments/1-2.jsonl", "segments/00000000000000000002-00000000000000000001.jsonl",
+		"segments/00000000000000000000-00000000000000000001.jsonl", "segments/0000000000000000000a-00000000000000000001.jsonl",
+		"segments/00000000000000000001-00000000000000000001.json", "checkpoints/00000000000000000001-00000000000000000001.jsonl",
+		"segments/00000000000000000001_00000000000000000001.jsonl", "segments/+0000000000000000001-00000000000000000001.jsonl",
+	} {
+		if _, _, err := ParseSegmentKey(bad); err == nil {
+			t.Errorf("ParseSegmentKey(%q) accepted", bad)
+		}
+	}
+}
+
+// The committer splices sequence_number and position into a line encoded
+// in the caller's goroutine; the result must be exactly envelope.Marshal.
+func TestLineTemplateMatchesMarshal(t *testing.T) {
+	tricky := `x,"sequence_number":7777777777777777771,"position":7777777777777777772,y`
+	cases := []struct {
+		name string
+		mod  func(*envelope.Envelope)
+	}{
+		{"plain", func(*envelope.Envelope) {}},
+		{"tricky aggregate id", func(e *envelope.Envelope) { e.AggregateID = tricky }},
+		{"tricky data and metadata", func(e *envelope.Envelope) {
+			e.Data = json.RawMessage(`{"k":"` + `,\"sequence_number\":1,` + `"}`)
+			e.Metadata.SetString("free", tricky)
+		}},
+		{"expected_seq and actor", func(e *envelope.Envelope) { e.ExpectedSeq = expect(0); e.Actor = "ann" }},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			e := command("Order", "o-1", map[string]any{"a": 1})
+			c.mod(&e)
+			p, err := envelope.Prepare(e, envelope.DefaultLimits(), nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			tmpl, err := newLineTemplate(p)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := tmpl.appendLine(nil, 42, 123456789)
+			p.SequenceNumber, p.Position = 42, 123456789
+			want, _ := envelope.Marshal(p)
+			if !bytes.Equal(got, want) {
+				t.Fatalf("spliced line\n%s\nwant\n%s", got, want)
+			}
+		})
+	}
+}
+
+func TestSpansCoalesceAdjacentRanges(t *testing.T) {
+	rows := []indexRow{
+		{key: "b", offset: 0, length: 10}, {key: "a", offset: 11, length: 10}, {key: "a", offset: 0, length: 10},
+		{key: "a", offset: 100000, length: 5}, {key: "b", offset: 11, length: 3},
+	}
+	sp := spans(rows)
+	if len(sp) != 3 {
+		t.Fatalf("%d spans, want 3: %+v", len(sp), sp)
+	}
+	if sp[0].key != "a" || sp[0].start != 0 || sp[0].end != 21 || len(sp[0].members) != 2 {
+		t.Errorf("first span %+v", sp[0])
+	}
+}

@@ -1,0 +1,151 @@
+package eventstore
+
+import (
+	"context"
+	"fmt"
+	"sync"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/sluicehq/sluice/eventstore/objstore"
+	"github.com/sluicehq/sluice/shared/envelope"
+)
+
+// Store is the event store. It is safe for concurrent use; Close stops its
+// committer.
+type Store struct {
+	pool   *pgxpool.Pool
+	bucket objstore.Bucket
+	cfg    settings
+
+	in        chan []*item
+	groupDone chan *group
+	reserved  chan struct{} // a group's reservation step is over
+	quit      chan struct{}
+	exited    chan struct{}
+
+	mu     sync.RWMutex
+	closed bool
+
+	ctx    context.Context // groups run under it; cancelled after Close drained
+	cancel context.CancelFunc
+}
+
+// New returns a Store over the pool (migrations applied) and the bucket,
+// and starts its committer.
+func New(pool *pgxpool.Pool, bucket objstore.Bucket, opts Options) (*Store, error) {
+	if pool == nil || bucket == nil {
+		return nil, fmt.Errorf("eventstore: New needs a Postgres pool and a bucket")
+	}
+	cfg, err := opts.settings()
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	s := &Store{
+		pool: pool, bucket: bucket, cfg: cfg,
+		in:        make(chan []*item, 64),
+		groupDone: make(chan *group),
+		reserved:  make(chan struct{}),
+		quit:      make(chan struct{}),
+		exited:    make(chan struct{}),
+		ctx:       ctx, cancel: cancel,
+	}
+	go s.run()
+	return s, nil
+}
+
+// Close stops accepting appends, lets the gathered ones and the groups in
+// flight finish, fails appends still waiting for another writer with
+// ErrClosed, and stops the committer. It does not close the pool or bucket.
+func (s *Store) Close() error {
+	s.mu.Lock()
+	already := s.closed
+	s.closed = true
+	s.mu.Unlock()
+	if !already {
+		close(s.quit)
+	}
+	<-s.exited
+	s.cancel()
+	return nil
+}
+
+// Result is the outcome of one envelope of an Append.
+type Result struct {
+	// Event is the stored event (sequence_number, position, line); valid
+	// when Err is nil.
+	Event Event
+	// Duplicate: the event_id was already stored and Event is the stored
+	// one (an idempotent no-op).
+	Duplicate bool
+	// Mismatch is set (with Duplicate) when warn mode returned a stored
+	// event whose canonical form differs from the appended one.
+	Mismatch *IdempotencyMismatchError
+	// Err is this envelope's failure: *envelope.ValidationError,
+	// *ConflictError, *IdempotencyMismatchError, *SlotError, or an
+	// infrastructure error (Postgres, object storage) — then the outcome is
+	// unknown and the caller retries with the same event_id.
+	Err error
+}
+
+// Append stores envelopes (SPEC §5.4). Each envelope succeeds or fails on
+// its own; results are in the order of envs. The error is non-nil only when
+// the call as a whole did not complete (ctx done, store closed); envelopes
+// may then still be stored, and a retry with the same event_ids is safe.
+//
+// Sequence numbers: with the postgres allocator (default) the store assigns
+// them; a command must not carry one. A domain event carrying
+// sequence_number k goes into slot k of its aggregate: slot k must hold a
+// command (metadata.causation_id, when set, must be that command's
+// event_id) and no other domain event. A domain event without one reserves
+// its own slot. With the allocator off every envelope carries its
+// sequence_number and only uniqueness per (aggregate, sequence, kind) is
+// enforced. position must not be set.
+func (s *Store) Append(ctx context.Context, envs ...envelope.Envelope) ([]Result, error) {
+	results := make([]Result, len(envs))
+	items := make([]*item, 0, len(envs))
+	for i, e := range envs {
+		it, err := s.newItem(ctx, e)
+		if err != nil {
+			results[i].Err = err
+			continue
+		}
+		it.idx = i
+		items = append(items, it)
+	}
+	if len(items) == 0 {
+		return results, nil
+	}
+	s.mu.RLock()
+	if s.closed {
+		s.mu.RUnlock()
+		return nil, ErrClosed
+	}
+	select {
+	case s.in <- items:
+		s.mu.RUnlock()
+	case <-ctx.Done():
+		s.mu.RUnlock()
+		return nil, ctx.Err()
+	}
+	for _, it := range items {
+		select {
+		case <-it.done:
+			results[it.idx] = it.res
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+	return results, nil
+}
+
+// AppendOne appends one envelope; the error is the envelope's own (see
+// Result.Err) or the call's.
+func (s *Store) AppendOne(ctx context.Context, e envelope.Envelope) (Result, error) {
+	rs, err := s.Append(ctx, e)
+	if err != nil {
+		return Result{}, err
+	}
+	return rs[0], rs[0].Err
+}
