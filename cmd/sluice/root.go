@@ -31,6 +31,7 @@ func newRootCmd(stdout, stderr io.Writer) *cobra.Command {
 		newConfigCmd(),
 		newDevCmd(),
 		newRegistryCmd(),
+		newStoreCmd(),
 	)
 	return root
 }

@@ -1,0 +1,230 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/sluicehq/sluice/eventstore"
+	"github.com/sluicehq/sluice/eventstore/objstore/backend"
+	"github.com/sluicehq/sluice/shared/envelope"
+)
+
+// openStore opens the configured event store; the caller calls the returned close.
+func openStore(cmd *cobra.Command) (*eventstore.Store, func(), error) {
+	cfg, logger, err := loadConfig(cmd)
+	if err != nil {
+		return nil, nil, err
+	}
+	pool, err := openPool(cmd, cfg)
+	if err != nil {
+		return nil, nil, err
+	}
+	bucket, err := backend.Open(cmd.Context(), cfg.EventStore)
+	if err != nil {
+		pool.Close()
+		return nil, nil, err
+	}
+	st, err := eventstore.New(pool, bucket, eventstore.Options{Config: cfg.EventStore, Logger: logger})
+	if err != nil {
+		pool.Close()
+		return nil, nil, err
+	}
+	return st, func() { _ = st.Close(); pool.Close() }, nil
+}
+
+func newStoreCmd() *cobra.Command {
+	c := &cobra.Command{Use: "store", Short: "Inspect, repair and reindex the event store (SPEC §5)"}
+	c.AddCommand(newStoreSegmentsCmd(), newStoreCatCmd(), newStoreReindexCmd(), newStoreRepairCmd())
+	return c
+}
+
+func newStoreSegmentsCmd() *cobra.Command {
+	var after int64
+	var limit int
+	cmd := &cobra.Command{
+		Use:   "segments",
+		Short: "List segments (first/last position, size) after a position",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			st, closeFn, err := openStore(cmd)
+			if err != nil {
+				return err
+			}
+			defer closeFn()
+			segs, err := st.Segments(cmd.Context(), after, limit)
+			if err != nil {
+				return err
+			}
+			tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
+			fmt.Fprintln(tw, "KEY\tFIRST\tLAST\tEVENTS\tBYTES\tMODIFIED")
+			var events, size int64
+			for _, s := range segs {
+				n := s.Last - s.First + 1
+				events += n
+				size += s.Size
+				fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%s\n", s.Key, s.First, s.Last, n, s.Size, s.LastModified.UTC().Format(time.RFC3339))
+			}
+			_ = tw.Flush()
+			cmd.Printf("%d segments, %d positions, %d bytes\n", len(segs), events, size)
+			return nil
+		},
+	}
+	cmd.Flags().Int64Var(&after, "after", 0, "list segments holding positions after this one")
+	cmd.Flags().IntVar(&limit, "limit", 1000, "most segments to list")
+	return cmd
+}
+
+func newStoreCatCmd() *cobra.Command {
+	var from, to, fromSeq, toSeq int64
+	var eventID, aggType, aggID, kind string
+	cmd := &cobra.Command{
+		Use:   "cat",
+		Short: "Print events as JSON lines: by position range, aggregate or event id",
+		Example: `  sluice store cat --from 1 --to 100
+  sluice store cat --aggregate-type Instance --aggregate-id 'shop:orders:42'
+  sluice store cat --event-id 2f1c…`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			st, closeFn, err := openStore(cmd)
+			if err != nil {
+				return err
+			}
+			defer closeFn()
+			ctx := cmd.Context()
+			out := cmd.OutOrStdout()
+			n := 0
+			print := func(ev eventstore.Event) {
+				_, _ = out.Write(ev.Raw)
+				if len(ev.Raw) == 0 || ev.Raw[len(ev.Raw)-1] != '\n' {
+					_, _ = io.WriteString(out, "\n")
+				}
+				n++
+			}
+			switch {
+			case eventID != "":
+				ev, err := st.ByEventID(ctx, eventID)
+				if err != nil {
+					return err
+				}
+				print(ev)
+			case aggID != "":
+				if aggType == "" {
+					return errors.New("--aggregate-id needs --aggregate-type")
+				}
+				if kind != "" && !envelope.Kind(kind).Valid() {
+					return fmt.Errorf("--kind %q: want command, domain or empty", kind)
+				}
+				evs, err := st.Stream(ctx, aggType, aggID, fromSeq, toSeq, envelope.Kind(kind))
+				if err != nil {
+					return err
+				}
+				for _, ev := range evs {
+					print(ev)
+				}
+			default:
+				if to != 0 && to < from {
+					return errors.New("--to must not be below --from")
+				}
+				after := max(from-1, 0)
+			pages:
+				for {
+					segs, err := st.Segments(ctx, after, 200)
+					if err != nil {
+						return err
+					}
+					if len(segs) == 0 {
+						break
+					}
+					for _, s := range segs {
+						if to != 0 && s.First > to {
+							break pages
+						}
+						evs, err := st.ReadSegment(ctx, s.Key)
+						if err != nil {
+							return err
+						}
+						for _, ev := range evs {
+							if ev.Envelope.Position >= from && (to == 0 || ev.Envelope.Position <= to) {
+								print(ev)
+							}
+						}
+						after = s.Last
+					}
+				}
+			}
+			fmt.Fprintf(cmd.ErrOrStderr(), "%d events\n", n)
+			return nil
+		},
+	}
+	f := cmd.Flags()
+	f.Int64Var(&from, "from", 1, "first position")
+	f.Int64Var(&to, "to", 0, "last position (0: the head)")
+	f.StringVar(&eventID, "event-id", "", "print one event by id")
+	f.StringVar(&aggType, "aggregate-type", "", "aggregate type (with --aggregate-id)")
+	f.StringVar(&aggID, "aggregate-id", "", "print one aggregate's stream")
+	f.Int64Var(&fromSeq, "from-seq", 1, "first sequence number (with --aggregate-id)")
+	f.Int64Var(&toSeq, "to-seq", 0, "last sequence number (0: open)")
+	f.StringVar(&kind, "kind", "", "command, domain or empty for both (with --aggregate-id)")
+	return cmd
+}
+
+func newStoreReindexCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:   "reindex",
+		Short: "Rebuild the Postgres index (log_head, sequences, appends) from the segments alone; stop writers first",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			st, closeFn, err := openStore(cmd)
+			if err != nil {
+				return err
+			}
+			defer closeFn()
+			start := time.Now()
+			rep, err := st.Reindex(cmd.Context())
+			if err != nil {
+				return err
+			}
+			cmd.Printf("reindex: %d segments, %d events, %d aggregates, %d duplicate lines skipped, next position %d (%s)\n",
+				rep.Segments, rep.Events, rep.Aggregates, rep.Duplicates, rep.NextPosition, time.Since(start).Round(time.Millisecond))
+			return nil
+		},
+	}
+}
+
+func newStoreRepairCmd() *cobra.Command {
+	var olderThan time.Duration
+	cmd := &cobra.Command{
+		Use:   "repair",
+		Short: "Resolve reserved rows: commit those whose segment exists, abandon those older than the append timeout without one",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			cfg, _, err := loadConfig(cmd)
+			if err != nil {
+				return err
+			}
+			st, closeFn, err := openStore(cmd)
+			if err != nil {
+				return err
+			}
+			defer closeFn()
+			age := olderThan
+			if age == 0 {
+				age = cfg.EventStore.AppendTimeout
+			}
+			rep, err := st.Repair(cmd.Context(), age)
+			if err != nil {
+				return err
+			}
+			cmd.Printf("repair: %d blocks examined, %d rows committed, %d abandoned, %d still in flight\n",
+				rep.Blocks, rep.Committed, rep.Abandoned, rep.InFlight)
+			return nil
+		},
+	}
+	cmd.Flags().DurationVar(&olderThan, "older-than", 0, "abandon reservations older than this without a segment (default EVENT_STORE_APPEND_TIMEOUT)")
+	return cmd
+}
