@@ -7,8 +7,11 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/spf13/cobra"
 
+	"github.com/sluicehq/sluice/eventstore"
+	"github.com/sluicehq/sluice/eventstore/objstore/backend"
 	"github.com/sluicehq/sluice/migrations"
 	"github.com/sluicehq/sluice/shared/localpg"
 	"github.com/sluicehq/sluice/shared/observability"
@@ -82,8 +85,31 @@ not exist yet are listed as missing. Stop it with Ctrl-C.`,
 				}
 				parts = append(parts, devPart{"metrics/health", true, "http://" + obs.Addr() + "/readyz"})
 			}
+			esCfg := cfg.EventStore
+			if os.Getenv("EVENT_STORE_BACKEND") == "" {
+				esCfg.Backend = "file"
+				esCfg.FileDir = filepath.Join(dataDir, "events")
+			}
+			bucket, err := backend.Open(ctx, esCfg)
+			if err != nil {
+				return err
+			}
+			pool, err := pgxpool.New(ctx, dbURL)
+			if err != nil {
+				return err
+			}
+			defer pool.Close()
+			store, err := eventstore.New(pool, bucket, eventstore.Options{Config: esCfg, Logger: logger})
+			if err != nil {
+				return err
+			}
+			defer func() { _ = store.Close() }()
+			where := "s3 bucket " + esCfg.Bucket
+			if esCfg.Backend == "file" {
+				where = filepath.Join(esCfg.FileDir, esCfg.Bucket)
+			}
+			parts = append(parts, devPart{"event store (" + esCfg.Backend + " backend)", true, where + ", self-test passed"})
 			parts = append(parts,
-				devPart{"event store (file backend)", false, "not built yet (issue: event store)"},
 				devPart{"kafka (embedded kfake)", false, "not built yet (issue: relay)"},
 				devPart{"elasticsearch test server :9200", false, "not built yet (issue: ES test server)"},
 				devPart{"api :8080", false, "not built yet (issue: command API)"},

@@ -98,7 +98,7 @@ func TestDevSetupOnlyStartsLocalPostgres(t *testing.T) {
 	if err != nil {
 		t.Fatalf("dev: %v\n%s", err, out)
 	}
-	for _, want := range []string{"postgres", "running", "migrations", "schema current"} {
+	for _, want := range []string{"postgres", "running", "migrations", "schema current", "event store (file backend)", "self-test passed"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("output lacks %q:\n%s", want, out)
 		}
