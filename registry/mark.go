@@ -98,7 +98,6 @@ func (r *Registry) MarkDoneBatch(ctx context.Context, items []Done) (errs []erro
 	if len(items) == 0 {
 		return nil, nil
 	}
-	type key struct{ handler, eventID, token string }
 	handlers := make([]string, len(items))
 	eventIDs := make([]string, len(items))
 	tokens := make([]string, len(items))
@@ -119,33 +118,11 @@ func (r *Registry) MarkDoneBatch(ctx context.Context, items []Done) (errs []erro
 		}
 		handlers[j], eventIDs[j], tokens[j], outcomes[j] = it.Lease.Handler, it.Lease.EventID, it.Lease.Token, o
 	}
-	ok := make(map[key]bool, len(items))
-	err = r.run(ctx, "mark done", func(ctx context.Context) error {
-		clear(ok)
-		rows, err := r.pool.Query(ctx, markDoneSQL, handlers, eventIDs, tokens, outcomes)
-		if err != nil {
-			return err
-		}
-		defer rows.Close()
-		for rows.Next() {
-			var k key
-			if err := rows.Scan(&k.handler, &k.eventID, &k.token); err != nil {
-				return err
-			}
-			ok[k] = true
-		}
-		return rows.Err()
-	})
-	if err != nil {
-		return nil, err
-	}
-	errs = make([]error, len(items))
+	leases := make([]Lease, len(items)) // in the caller's order, for errs
 	for i, it := range items {
-		if !ok[key{it.Lease.Handler, it.Lease.EventID, strings.ToLower(it.Lease.Token)}] {
-			errs[i] = &LeaseLostError{Op: "mark done", Handler: it.Lease.Handler, EventID: it.Lease.EventID}
-		}
+		leases[i] = it.Lease
 	}
-	return errs, nil
+	return r.fencedUpdate(ctx, "mark done", markDoneSQL, leases, handlers, eventIDs, tokens, outcomes)
 }
 
 // markFailedSQL records a failed attempt under the current lease. A
@@ -344,7 +321,6 @@ func (r *Registry) HeartbeatBatch(ctx context.Context, leases []Lease) (errs []e
 	if len(leases) == 0 {
 		return nil, nil
 	}
-	type key struct{ handler, eventID, token string }
 	handlers := make([]string, len(leases))
 	eventIDs := make([]string, len(leases))
 	tokens := make([]string, len(leases))
@@ -356,33 +332,7 @@ func (r *Registry) HeartbeatBatch(ctx context.Context, leases []Lease) (errs []e
 	for j, i := range lockOrder(len(leases), func(i int) Lease { return leases[i] }) {
 		handlers[j], eventIDs[j], tokens[j] = leases[i].Handler, leases[i].EventID, leases[i].Token
 	}
-	ok := make(map[key]bool, len(leases))
-	err = r.run(ctx, "heartbeat", func(ctx context.Context) error {
-		clear(ok)
-		rows, err := r.pool.Query(ctx, heartbeatSQL, handlers, eventIDs, tokens)
-		if err != nil {
-			return err
-		}
-		defer rows.Close()
-		for rows.Next() {
-			var k key
-			if err := rows.Scan(&k.handler, &k.eventID, &k.token); err != nil {
-				return err
-			}
-			ok[k] = true
-		}
-		return rows.Err()
-	})
-	if err != nil {
-		return nil, err
-	}
-	errs = make([]error, len(leases))
-	for i, l := range leases {
-		if !ok[key{l.Handler, l.EventID, strings.ToLower(l.Token)}] {
-			errs[i] = &LeaseLostError{Op: "heartbeat", Handler: l.Handler, EventID: l.EventID}
-		}
-	}
-	return errs, nil
+	return r.fencedUpdate(ctx, "heartbeat", heartbeatSQL, leases, handlers, eventIDs, tokens)
 }
 
 // AdvanceTo finishes the slots of an aggregate up to seq without claiming
@@ -457,4 +407,39 @@ func lockOrder(n int, lease func(int) Lease) []int {
 		return strings.Compare(la.EventID, lb.EventID)
 	})
 	return idx
+}
+
+// fencedUpdate runs a lease-fenced statement over many leases in one round
+// trip. The statement returns (handler, event_id, lease_token) of every row
+// it updated; leases it did not return have been lost. errs[i] is nil or a
+// *LeaseLostError for leases[i]; err is set when the call as a whole failed.
+func (r *Registry) fencedUpdate(ctx context.Context, op, sql string, leases []Lease, args ...any) (errs []error, err error) {
+	type key struct{ handler, eventID, token string }
+	ok := make(map[key]bool, len(leases))
+	err = r.run(ctx, op, func(ctx context.Context) error {
+		clear(ok)
+		rows, err := r.pool.Query(ctx, sql, args...)
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		for rows.Next() {
+			var k key
+			if err := rows.Scan(&k.handler, &k.eventID, &k.token); err != nil {
+				return err
+			}
+			ok[k] = true
+		}
+		return rows.Err()
+	})
+	if err != nil {
+		return nil, err
+	}
+	errs = make([]error, len(leases))
+	for i, l := range leases {
+		if !ok[key{l.Handler, l.EventID, strings.ToLower(l.Token)}] {
+			errs[i] = &LeaseLostError{Op: op, Handler: l.Handler, EventID: l.EventID}
+		}
+	}
+	return errs, nil
 }

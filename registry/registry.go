@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"errors"
 	"fmt"
+	"github.com/google/uuid"
 	"strings"
 	"sync"
 	"time"
@@ -269,26 +270,8 @@ func newUUID() string {
 	return s.String()
 }
 
-// validUUID reports whether s is a UUID in canonical text form.
-func validUUID(s string) bool {
-	if len(s) != 36 {
-		return false
-	}
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		switch i {
-		case 8, 13, 18, 23:
-			if c != '-' {
-				return false
-			}
-		default:
-			if !('0' <= c && c <= '9' || 'a' <= c && c <= 'f' || 'A' <= c && c <= 'F') {
-				return false
-			}
-		}
-	}
-	return true
-}
+// validUUID reports whether s is a UUID in its 36-character text form.
+func validUUID(s string) bool { return len(s) == 36 && uuid.Validate(s) == nil }
 
 // cleanID reports whether s is valid UTF-8 with no control characters.
 func cleanID(s string) bool {

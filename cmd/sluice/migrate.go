@@ -1,8 +1,10 @@
 package main
 
 import (
+	"database/sql"
 	"errors"
 	"fmt"
+	"log/slog"
 	"text/tabwriter"
 
 	"github.com/spf13/cobra"
@@ -20,14 +22,7 @@ func newMigrateCmd() *cobra.Command {
 		Short: "Apply every pending migration; safe to run concurrently and repeatedly",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			cfg, logger, err := loadConfig(cmd)
-			if err != nil {
-				return err
-			}
-			if cfg.Postgres.URL == "" {
-				return errors.New("DATABASE_URL is not set")
-			}
-			db, err := migrations.Open(cfg.Postgres.URL.Value())
+			db, logger, err := openMigrationsDB(cmd)
 			if err != nil {
 				return err
 			}
@@ -47,14 +42,7 @@ func newMigrateCmd() *cobra.Command {
 		Short: "List the embedded migrations and whether each is applied",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			cfg, _, err := loadConfig(cmd)
-			if err != nil {
-				return err
-			}
-			if cfg.Postgres.URL == "" {
-				return errors.New("DATABASE_URL is not set")
-			}
-			db, err := migrations.Open(cfg.Postgres.URL.Value())
+			db, _, err := openMigrationsDB(cmd)
 			if err != nil {
 				return err
 			}
@@ -80,4 +68,20 @@ func newMigrateCmd() *cobra.Command {
 		},
 	})
 	return c
+}
+
+// openMigrationsDB opens DATABASE_URL through database/sql for goose.
+func openMigrationsDB(cmd *cobra.Command) (*sql.DB, *slog.Logger, error) {
+	cfg, logger, err := loadConfig(cmd)
+	if err != nil {
+		return nil, nil, err
+	}
+	if cfg.Postgres.URL == "" {
+		return nil, nil, errors.New("DATABASE_URL is not set")
+	}
+	db, err := migrations.Open(cfg.Postgres.URL.Value())
+	if err != nil {
+		return nil, nil, err
+	}
+	return db, logger, nil
 }
