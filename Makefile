@@ -10,7 +10,7 @@ LDFLAGS := -s -w -X main.version=$(VERSION) -X main.commit=$(COMMIT)
 FUZZTIME ?= 5s
 TEST_TIMEOUT ?= 20m
 
-.PHONY: all build dev test test-deps test-go fuzz lint bench docs clean
+.PHONY: all build dev test test-deps test-go es-spec-summary fuzz lint bench docs clean
 
 all: build
 
@@ -24,7 +24,7 @@ dev: build
 
 ## test: install/start Postgres and MinIO if needed, then every test (race
 ## detector on), the fuzz targets for a short budget, and the docs check.
-test: test-deps test-go fuzz
+test: test-deps test-go es-spec-summary fuzz
 
 test-deps:
 	./scripts/test-deps.sh
@@ -32,6 +32,11 @@ test-deps:
 test-go:
 	$(GO) vet $(PKGS)
 	./$(BIN)/gotestsum --format pkgname-and-test-fails --format-hide-empty-pkg -- -race -count=1 -timeout $(TEST_TIMEOUT) $(PKGS)
+
+# The Elasticsearch REST YAML suite ran inside test-go; print its count of
+# cases run, passed and skipped (with reasons), which gotestsum hides on success.
+es-spec-summary:
+	@$(GO) test -count=1 -run '^TestESRestSpecYAML$$' -v ./shared/esserver/ | grep -E '^(es-rest-spec:|  skipped )'
 
 fuzz:
 	FUZZTIME=$(FUZZTIME) ./scripts/fuzz-short.sh

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"net"
 	"os"
 	"path/filepath"
 	"time"
@@ -13,6 +14,7 @@ import (
 	"github.com/sluicehq/sluice/eventstore"
 	"github.com/sluicehq/sluice/eventstore/objstore/backend"
 	"github.com/sluicehq/sluice/migrations"
+	"github.com/sluicehq/sluice/shared/esserver"
 	"github.com/sluicehq/sluice/shared/localpg"
 	"github.com/sluicehq/sluice/shared/observability"
 )
@@ -29,6 +31,7 @@ func newDevCmd() *cobra.Command {
 	var dataDir string
 	var pgPort int
 	var setupOnly bool
+	var esAddr string
 	c := &cobra.Command{
 		Use:   "dev",
 		Short: "Run the whole pipeline in one process on embedded defaults (first run, demos)",
@@ -109,9 +112,17 @@ not exist yet are listed as missing. Stop it with Ctrl-C.`,
 				where = filepath.Join(esCfg.FileDir, esCfg.Bucket)
 			}
 			parts = append(parts, devPart{"event store (" + esCfg.Backend + " backend)", true, where + ", self-test passed"})
+			esLn, err := net.Listen("tcp", esAddr)
+			if err != nil {
+				return fmt.Errorf("elasticsearch test server: listen %s: %w (set --es-addr, or stop what holds the port)", esAddr, err)
+			}
+			esCtx, stopES := context.WithCancel(ctx)
+			esDone := make(chan error, 1)
+			go func() { esDone <- esserver.New().Serve(esCtx, esLn) }()
+			defer func() { stopES(); <-esDone }()
+			parts = append(parts, devPart{"elasticsearch test server", true, "http://" + esLn.Addr().String() + " (in-memory, Elasticsearch 8 API subset)"})
 			parts = append(parts,
 				devPart{"kafka (embedded kfake)", false, "not built yet (issue: relay)"},
-				devPart{"elasticsearch test server :9200", false, "not built yet (issue: ES test server)"},
 				devPart{"api :8080", false, "not built yet (issue: command API)"},
 				devPart{"relay", false, "not built yet (issue: relay)"},
 				devPart{"instance-worker", false, "not built yet (issue: instance worker)"},
@@ -143,6 +154,7 @@ not exist yet are listed as missing. Stop it with Ctrl-C.`,
 	}
 	c.Flags().StringVar(&dataDir, "data-dir", envOr("SLUICE_DEV_DATA_DIR", ".dev"), "directory for dev data (postgres, events, kafka)")
 	c.Flags().IntVar(&pgPort, "postgres-port", 54329, "port of the local PostgreSQL started when DATABASE_URL is unset")
+	c.Flags().StringVar(&esAddr, "es-addr", "127.0.0.1:9200", "listen address of the Elasticsearch-compatible test server")
 	c.Flags().BoolVar(&setupOnly, "setup-only", false, "start and check everything, print the status, then stop")
 	return c
 }

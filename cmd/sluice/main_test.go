@@ -94,11 +94,11 @@ func TestDevSetupOnlyStartsLocalPostgres(t *testing.T) {
 	t.Setenv("DATABASE_URL", "")
 	t.Setenv("SLUICE_HTTP_ADDR", "127.0.0.1:0")
 	port := freePort(t)
-	out, _, err := run(t, "dev", "--setup-only", "--data-dir", t.TempDir(), "--postgres-port", strconv.Itoa(port))
+	out, _, err := run(t, "dev", "--setup-only", "--data-dir", t.TempDir(), "--postgres-port", strconv.Itoa(port), "--es-addr", "127.0.0.1:0")
 	if err != nil {
 		t.Fatalf("dev: %v\n%s", err, out)
 	}
-	for _, want := range []string{"postgres", "running", "migrations", "schema current", "event store (file backend)", "self-test passed"} {
+	for _, want := range []string{"postgres", "running", "migrations", "schema current", "event store (file backend)", "self-test passed", "elasticsearch test server"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("output lacks %q:\n%s", want, out)
 		}
