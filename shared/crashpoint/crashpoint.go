@@ -1,0 +1,65 @@
+// Package crashpoint provides the crash points of SPEC §8 for crash tests:
+// with SLUICE_CRASH_POINT=<worker>:<point>, the process exits with code 42
+// the first time it reaches that point, exactly once (a marker file in
+// SLUICE_CRASH_MARKER_DIR remembers that it crashed, so the restarted
+// process runs through). It exists so tests can prove the guarantees of
+// SPEC §0 (no lost work, at most one side effect) across a crash at every
+// step between claim and offset commit.
+//
+// Production code calls Hit at each point; with no crash point configured
+// Hit costs one comparison.
+package crashpoint
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+)
+
+// ExitCode is the exit status of a deliberate crash.
+const ExitCode = 42
+
+// Crasher decides whether a named point crashes the process.
+type Crasher struct {
+	worker, point string
+	markerDir     string
+	exit          func(code int)
+	once          sync.Once
+}
+
+// New returns a Crasher for spec ("<worker>:<point>", empty for none) and
+// the marker directory. A nil *Crasher is valid and never crashes.
+func New(spec, markerDir string) (*Crasher, error) {
+	if spec == "" {
+		return nil, nil
+	}
+	w, p, ok := strings.Cut(spec, ":")
+	if !ok || w == "" || p == "" {
+		return nil, fmt.Errorf("crashpoint: SLUICE_CRASH_POINT %q: want <worker>:<point>", spec)
+	}
+	if markerDir == "" {
+		return nil, fmt.Errorf("crashpoint: SLUICE_CRASH_MARKER_DIR must be set with SLUICE_CRASH_POINT")
+	}
+	return &Crasher{worker: w, point: p, markerDir: markerDir, exit: os.Exit}, nil
+}
+
+// Hit exits the process with ExitCode if (worker, point) is the configured
+// crash point and it has not crashed there before.
+func (c *Crasher) Hit(worker, point string) {
+	if c == nil || worker != c.worker || point != c.point {
+		return
+	}
+	c.once.Do(func() {
+		marker := filepath.Join(c.markerDir, "crashed-"+worker+"-"+point)
+		f, err := os.OpenFile(marker, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o644)
+		if err != nil {
+			return // crashed here before (or cannot record it): run through
+		}
+		_ = f.Sync()
+		_ = f.Close()
+		fmt.Fprintf(os.Stderr, "crashpoint: crashing at %s:%s (exit %d)\n", worker, point, ExitCode)
+		c.exit(ExitCode)
+	})
+}
