@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"context"
 	"net"
+	"net/http"
+	"net/http/httptest"
 	"strconv"
 	"strings"
 	"testing"
@@ -116,4 +118,25 @@ func freePort(t *testing.T) int {
 	}
 	defer l.Close()
 	return l.Addr().(*net.TCPAddr).Port
+}
+
+func TestHealthcheck(t *testing.T) {
+	ok := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(200) }))
+	defer ok.Close()
+	bad := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(503) }))
+	defer bad.Close()
+	cases := []struct {
+		url     string
+		wantErr bool
+	}{
+		{ok.URL, false},
+		{bad.URL, true},
+		{"http://127.0.0.1:1/readyz", true},
+	}
+	for _, tc := range cases {
+		_, _, err := run(t, "healthcheck", "--url", tc.url, "--timeout", "2s")
+		if (err != nil) != tc.wantErr {
+			t.Errorf("healthcheck %s: err=%v, want error=%v", tc.url, err, tc.wantErr)
+		}
+	}
 }

@@ -32,6 +32,7 @@ func newRootCmd(stdout, stderr io.Writer) *cobra.Command {
 		newDevCmd(),
 		newRegistryCmd(),
 		newStoreCmd(),
+		newHealthcheckCmd(),
 	)
 	return root
 }
