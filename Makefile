@@ -55,6 +55,7 @@ bench: test-deps
 ## docs: regenerate docs/configuration.md from the code
 docs: build
 	./$(BIN)/sluice config docs > docs/configuration.md
+	cp api/openapi.json docs/openapi.json
 
 clean:
 	rm -rf $(BIN)

@@ -33,6 +33,7 @@ func newRootCmd(stdout, stderr io.Writer) *cobra.Command {
 		newRegistryCmd(),
 		newStoreCmd(),
 		newHealthcheckCmd(),
+		newAPICmd(),
 	)
 	return root
 }

@@ -1,0 +1,348 @@
+package api
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"crypto/subtle"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/sluicehq/sluice/eventstore"
+	"github.com/sluicehq/sluice/registry"
+	"github.com/sluicehq/sluice/shared/envelope"
+	"github.com/sluicehq/sluice/shared/observability"
+)
+
+// Defaults of Options.
+const (
+	DefaultMaxBodyBytes   = 1 << 20
+	DefaultMaxBatchItems  = 500
+	DefaultHandler        = "instanceworker"
+	DefaultMaxEventsPage  = 1000
+	defaultEventsPageSize = 100
+)
+
+// EventStore is what the API needs of the event store (*eventstore.Store).
+type EventStore interface {
+	Append(ctx context.Context, envs ...envelope.Envelope) ([]eventstore.Result, error)
+	Stream(ctx context.Context, aggregateType, aggregateID string, fromSeq, toSeq int64, kind envelope.Kind) ([]eventstore.Event, error)
+	ByEventID(ctx context.Context, eventID string) (eventstore.Event, error)
+}
+
+// CommandRegistry is what the API needs of the processed-event registry
+// (*registry.Registry): the rows of a command and the instance worker's last
+// finished slot of an aggregate.
+type CommandRegistry interface {
+	Get(ctx context.Context, eventID string) ([]registry.Row, error)
+	LastSequence(ctx context.Context, handler, aggregateID string) (int64, error)
+}
+
+// SequenceReader returns an aggregate's last handed-out sequence number:
+// the value an expected_seq is compared with (0 when the aggregate has no
+// slot). PostgresSequences reads it from the event store's index.
+type SequenceReader interface {
+	LastSequence(ctx context.Context, aggregateType, aggregateID string) (int64, error)
+}
+
+// Options configure the API handler. Store, Registry and Sequences are
+// required; zero values of the rest take the defaults.
+type Options struct {
+	Store     EventStore
+	Registry  CommandRegistry
+	Sequences SequenceReader
+	// Logger receives one line per 5xx reply (and debug lines per request).
+	// Default: slog.Default().
+	Logger *slog.Logger
+	// Tokens are the accepted bearer tokens (SLUICE_API_TOKENS); when
+	// empty, /v1 is open.
+	Tokens []string
+	// MaxBodyBytes bounds a request body (SLUICE_API_MAX_BODY_BYTES,
+	// default 1 MiB).
+	MaxBodyBytes int64
+	// MaxBatchBodyBytes bounds a batch body. Default 8 × MaxBodyBytes.
+	MaxBatchBodyBytes int64
+	// MaxBatchItems bounds the items of one batch. Default 500 (the
+	// default group-commit size).
+	MaxBatchItems int
+	// Limits are the event store's envelope limits (EVENT_STORE_MAX_*), so
+	// that the API rejects what the store would, before appending.
+	Limits envelope.Limits
+	// Handler is the instance worker's registry handler name, whose row of
+	// a command is its status. Default "instanceworker".
+	Handler string
+	// MaxEventsPage bounds the limit of one events page. Default 1000.
+	MaxEventsPage int
+	// Metrics is the Prometheus registry the API registers its metrics on
+	// and serves at /metrics; Health serves /livez and /readyz. Defaults:
+	// new ones (observability.NewRegistry, NewHealth).
+	Metrics *prometheus.Registry
+	Health  *observability.Health
+}
+
+// server is the API's state; everything is per instance.
+type server struct {
+	opts    Options
+	log     *slog.Logger
+	tokens  [][sha256.Size]byte
+	mux     *http.ServeMux
+	metrics *metrics
+}
+
+// New returns the API's HTTP handler: the /v1 routes, /openapi.json and the
+// observability endpoints /metrics, /livez and /readyz.
+func New(opts Options) (http.Handler, error) {
+	if opts.Store == nil || opts.Registry == nil || opts.Sequences == nil {
+		return nil, errors.New("api: Options.Store, Options.Registry and Options.Sequences are required")
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
+	}
+	if opts.MaxBodyBytes <= 0 {
+		opts.MaxBodyBytes = DefaultMaxBodyBytes
+	}
+	if opts.MaxBatchBodyBytes <= 0 {
+		opts.MaxBatchBodyBytes = 8 * opts.MaxBodyBytes
+	}
+	if opts.MaxBatchItems <= 0 {
+		opts.MaxBatchItems = DefaultMaxBatchItems
+	}
+	if opts.Handler == "" {
+		opts.Handler = DefaultHandler
+	}
+	if opts.MaxEventsPage <= 0 {
+		opts.MaxEventsPage = DefaultMaxEventsPage
+	}
+	opts.Limits = withDefaultLimits(opts.Limits)
+	if opts.Limits.MaxDataDepth < 2 {
+		return nil, fmt.Errorf("api: the data depth limit %d leaves no room for instance data (want >= 2)", opts.Limits.MaxDataDepth)
+	}
+	if opts.Metrics == nil {
+		opts.Metrics = observability.NewRegistry()
+	}
+	if opts.Health == nil {
+		opts.Health = observability.NewHealth()
+	}
+	m, err := newMetrics(opts.Metrics)
+	if err != nil {
+		return nil, err
+	}
+	s := &server{opts: opts, log: opts.Logger, metrics: m}
+	for _, t := range opts.Tokens {
+		if t == "" {
+			continue
+		}
+		s.tokens = append(s.tokens, sha256.Sum256([]byte(t)))
+	}
+	if c, ok := opts.Registry.(interface{ Check(context.Context) error }); ok {
+		opts.Health.AddReadiness("registry", c.Check)
+	}
+	if h, ok := opts.Store.(interface {
+		Head(context.Context) (int64, error)
+	}); ok {
+		opts.Health.AddReadiness("event store", func(ctx context.Context) error { _, err := h.Head(ctx); return err })
+	}
+	mux := observability.Handler(opts.Metrics, opts.Health)
+	const inst = "/v1/dbs/{db}/classes/{class}/instances"
+	mux.HandleFunc("POST "+inst, s.handleCreate)
+	mux.HandleFunc("POST "+inst+":batch", s.handleBatch)
+	mux.HandleFunc("PATCH "+inst+"/{id}", s.handleUpdate)
+	mux.HandleFunc("DELETE "+inst+"/{id}", s.handleDelete)
+	mux.HandleFunc("GET "+inst+"/{id}", s.handleGetInstance)
+	mux.HandleFunc("GET "+inst+"/{id}/events", s.handleEvents)
+	mux.HandleFunc("GET /v1/commands/{command_id}", s.handleCommandStatus)
+	mux.HandleFunc("GET /openapi.json", serveOpenAPI)
+	s.mux = mux
+	return s, nil
+}
+
+func withDefaultLimits(l envelope.Limits) envelope.Limits {
+	d := envelope.DefaultLimits()
+	if l.MaxEnvelopeBytes <= 0 {
+		l.MaxEnvelopeBytes = d.MaxEnvelopeBytes
+	}
+	if l.MaxDataDepth <= 0 {
+		l.MaxDataDepth = d.MaxDataDepth
+	}
+	if l.MaxMetadataBytes <= 0 {
+		l.MaxMetadataBytes = d.MaxMetadataBytes
+	}
+	return l
+}
+
+// ServeHTTP authenticates /v1, routes, records metrics and turns the
+// router's own 404/405 and any panic into JSON error bodies.
+func (s *server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	start := time.Now()
+	_, pattern := s.mux.Handler(r)
+	route := pattern
+	if route == "" {
+		route = "unmatched"
+	}
+	sw := &statusWriter{ResponseWriter: w}
+	defer func() {
+		if p := recover(); p != nil {
+			if p == http.ErrAbortHandler {
+				panic(p)
+			}
+			s.log.Error("api: panic serving request", "method", r.Method, "route", route, "panic", p)
+			if !sw.wrote {
+				writeError(sw, newError(http.StatusInternalServerError, CodeInternal, "", "internal error"))
+			}
+		}
+		s.metrics.observe(route, sw.status(), time.Since(start))
+	}()
+	if strings.HasPrefix(r.URL.Path, "/v1/") || r.URL.Path == "/v1" {
+		if e := s.authenticate(sw, r); e != nil {
+			writeError(sw, e)
+			return
+		}
+	}
+	if pattern != "" {
+		s.mux.ServeHTTP(sw, r)
+		return
+	}
+	// No route: let the router decide (404, 405 with Allow, or a redirect
+	// to the cleaned path) and reply with a JSON body for the errors.
+	rec := &recorder{header: http.Header{}, Code: http.StatusOK}
+	s.mux.ServeHTTP(rec, r)
+	switch rec.Code {
+	case http.StatusMethodNotAllowed:
+		sw.Header().Set("Allow", rec.header.Get("Allow"))
+		writeError(sw, newError(http.StatusMethodNotAllowed, CodeMethodNotAllowed, "", "method %s is not allowed here; allowed: %s", r.Method, rec.header.Get("Allow")))
+	case http.StatusNotFound:
+		writeError(sw, newError(http.StatusNotFound, CodeNotFound, "", "no such route: %s %s", r.Method, r.URL.EscapedPath()))
+	default:
+		for k, v := range rec.header {
+			sw.Header()[k] = v
+		}
+		sw.WriteHeader(rec.Code)
+		_, _ = sw.Write(rec.body.Bytes())
+	}
+}
+
+// authenticate checks the bearer token when tokens are configured. Every
+// configured token is compared (in constant time, over SHA-256 digests so
+// lengths do not leak), whichever matches.
+func (s *server) authenticate(w http.ResponseWriter, r *http.Request) *Error {
+	if len(s.tokens) == 0 {
+		return nil
+	}
+	h := r.Header.Get("Authorization")
+	scheme, tok, _ := strings.Cut(h, " ")
+	tok = strings.TrimSpace(tok)
+	if h == "" || !strings.EqualFold(scheme, "Bearer") || tok == "" {
+		w.Header().Set("WWW-Authenticate", `Bearer realm="sluice"`)
+		return newError(http.StatusUnauthorized, CodeUnauthorized, "Authorization", "a bearer token is required: Authorization: Bearer <token>")
+	}
+	sum := sha256.Sum256([]byte(tok))
+	ok := 0
+	for i := range s.tokens {
+		ok |= subtle.ConstantTimeCompare(sum[:], s.tokens[i][:])
+	}
+	if ok != 1 {
+		w.Header().Set("WWW-Authenticate", `Bearer realm="sluice", error="invalid_token"`)
+		return newError(http.StatusUnauthorized, CodeUnauthorized, "Authorization", "the bearer token is not valid")
+	}
+	return nil
+}
+
+// recorder captures the router's own replies (404, 405, redirects).
+type recorder struct {
+	header http.Header
+	Code   int
+	body   bytes.Buffer
+}
+
+func (r *recorder) Header() http.Header         { return r.header }
+func (r *recorder) WriteHeader(code int)        { r.Code = code }
+func (r *recorder) Write(b []byte) (int, error) { return r.body.Write(b) }
+
+// statusWriter remembers the status code written.
+type statusWriter struct {
+	http.ResponseWriter
+	code  int
+	wrote bool
+}
+
+func (w *statusWriter) WriteHeader(code int) {
+	if !w.wrote {
+		w.code, w.wrote = code, true
+	}
+	w.ResponseWriter.WriteHeader(code)
+}
+
+func (w *statusWriter) Write(b []byte) (int, error) {
+	if !w.wrote {
+		w.code, w.wrote = http.StatusOK, true
+	}
+	return w.ResponseWriter.Write(b)
+}
+
+func (w *statusWriter) status() int {
+	if !w.wrote {
+		return http.StatusOK
+	}
+	return w.code
+}
+
+// Unwrap lets http.ResponseController reach the connection.
+func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
+// writeJSON writes v as the JSON body with status.
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(v); err != nil {
+		status = http.StatusInternalServerError
+		buf.Reset()
+		buf.WriteString(`{"error":"internal_error","message":"encoding the reply failed"}` + "\n")
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Content-Length", strconv.Itoa(buf.Len()))
+	w.Header().Set("X-Content-Type-Options", "nosniff")
+	w.WriteHeader(status)
+	_, _ = w.Write(buf.Bytes())
+}
+
+func writeError(w http.ResponseWriter, e *Error) {
+	if e.Status == http.StatusUnauthorized && w.Header().Get("WWW-Authenticate") == "" {
+		w.Header().Set("WWW-Authenticate", `Bearer realm="sluice"`)
+	}
+	writeJSON(w, e.Status, e)
+}
+
+// fail writes e and logs it when it is a server-side failure.
+func (s *server) fail(w http.ResponseWriter, r *http.Request, e *Error) {
+	if e.Status >= 500 {
+		s.log.Error("api: request failed", "method", r.Method, "path", r.URL.EscapedPath(), "status", e.Status, "code", e.Code, "err", e.cause)
+	}
+	writeError(w, e)
+}
+
+// PostgresSequences reads an aggregate's last handed-out sequence from the
+// event store's sluice.sequences table (SPEC §5.3): the value expected_seq is
+// compared with at append.
+func PostgresSequences(pool *pgxpool.Pool) SequenceReader { return pgSequences{pool} }
+
+type pgSequences struct{ pool *pgxpool.Pool }
+
+func (p pgSequences) LastSequence(ctx context.Context, aggregateType, aggregateID string) (int64, error) {
+	var n int64
+	err := p.pool.QueryRow(ctx, `SELECT coalesce(max(last_sequence), 0) FROM sluice.sequences WHERE aggregate_type = $1 AND aggregate_id = $2`,
+		aggregateType, aggregateID).Scan(&n)
+	if err != nil {
+		return 0, fmt.Errorf("api: last sequence of %s %q: %w", aggregateType, aggregateID, err)
+	}
+	return n, nil
+}

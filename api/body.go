@@ -1,0 +1,267 @@
+package api
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"mime"
+	"net/http"
+	"strconv"
+	"strings"
+	"unicode/utf8"
+)
+
+// Media types the API accepts.
+const (
+	mediaJSON       = "application/json"
+	mediaMergePatch = "application/merge-patch+json"
+)
+
+// readBody reads the whole request body, at most limit bytes; a longer body
+// is 413 body_too_large and is not read further.
+func readBody(w http.ResponseWriter, r *http.Request, limit int64) ([]byte, *Error) {
+	if r.ContentLength > limit {
+		return nil, bodyTooLarge(limit)
+	}
+	b, err := io.ReadAll(http.MaxBytesReader(w, r.Body, limit))
+	if err != nil {
+		var mbe *http.MaxBytesError
+		if errors.As(err, &mbe) {
+			return nil, bodyTooLarge(limit)
+		}
+		return nil, newError(http.StatusBadRequest, CodeMalformedJSON, "", "reading the request body failed: %v", err)
+	}
+	return b, nil
+}
+
+func bodyTooLarge(limit int64) *Error {
+	e := newError(http.StatusRequestEntityTooLarge, CodeBodyTooLarge, "", "the request body exceeds the limit of %d bytes (SLUICE_API_MAX_BODY_BYTES)", limit)
+	e.Limit = strconv.FormatInt(limit, 10) + " bytes"
+	return e
+}
+
+// checkMediaType accepts a Content-Type naming one of allowed, with no
+// parameter other than charset=utf-8.
+func checkMediaType(r *http.Request, allowed ...string) *Error {
+	ct := r.Header.Get("Content-Type")
+	want := strings.Join(allowed, " or ")
+	if ct == "" {
+		return newError(http.StatusUnsupportedMediaType, CodeUnsupportedMediaType, "Content-Type", "Content-Type is required: %s", want)
+	}
+	mt, params, err := mime.ParseMediaType(ct)
+	if err != nil {
+		return newError(http.StatusUnsupportedMediaType, CodeUnsupportedMediaType, "Content-Type", "Content-Type %q cannot be parsed; want %s", ct, want)
+	}
+	for k, v := range params {
+		if k != "charset" || !strings.EqualFold(v, "utf-8") {
+			return newError(http.StatusUnsupportedMediaType, CodeUnsupportedMediaType, "Content-Type", "Content-Type parameter %s=%s is not supported (only charset=utf-8)", k, v)
+		}
+	}
+	for _, a := range allowed {
+		if mt == a {
+			return nil
+		}
+	}
+	return newError(http.StatusUnsupportedMediaType, CodeUnsupportedMediaType, "Content-Type", "Content-Type %s is not supported here; want %s", mt, want)
+}
+
+// depthRule says how deep a request document may nest: the user's data
+// object sits at depth offset+1 of the document (offset 0: the document is
+// the data, a merge patch; 1: {"data": {…}}), and may itself nest at most
+// maxData levels (the data object is level 1).
+type depthRule struct {
+	offset  int
+	maxData int
+}
+
+// scanObject checks that b is one well-formed JSON object in valid UTF-8,
+// with no duplicate key at any level and no nesting beyond the rule, by an
+// iterative token scan (never recursion over untrusted input), and returns
+// its top-level members and their names in document order.
+func scanObject(b []byte, rule depthRule, field string) (map[string]json.RawMessage, []string, *Error) {
+	malformed := func(format string, args ...any) *Error {
+		return newError(http.StatusBadRequest, CodeMalformedJSON, field, format, args...)
+	}
+	notObject := func() *Error {
+		return newError(http.StatusUnprocessableEntity, CodeValidationFailed, field, "must be a JSON object")
+	}
+	if !utf8.Valid(b) {
+		return nil, nil, malformed("the body is not valid UTF-8")
+	}
+	type frame struct {
+		obj     bool
+		wantKey bool
+		keys    map[string]struct{}
+	}
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.UseNumber()
+	var stack []frame
+	var order []string
+	cur := field
+	started := false
+	valueDone := func() {
+		if n := len(stack); n > 0 && stack[n-1].obj {
+			stack[n-1].wantKey = true
+		}
+	}
+	for {
+		tok, err := dec.Token()
+		if err == io.EOF {
+			if !started {
+				return nil, nil, malformed("the body is empty; want a JSON object")
+			}
+			if len(stack) > 0 {
+				return nil, nil, malformed("unexpected end of JSON input")
+			}
+			break
+		}
+		if err != nil {
+			return nil, nil, malformed("not valid JSON: %v", err)
+		}
+		if started && len(stack) == 0 {
+			return nil, nil, malformed("trailing data after the JSON object")
+		}
+		n := len(stack)
+		if n > 0 && stack[n-1].obj && stack[n-1].wantKey {
+			key, ok := tok.(string)
+			if !ok { // the closing '}'
+				stack = stack[:n-1]
+				valueDone()
+				continue
+			}
+			f := &stack[n-1]
+			if _, dup := f.keys[key]; dup {
+				return nil, nil, malformed("duplicate key %q", key)
+			}
+			if f.keys == nil {
+				f.keys = make(map[string]struct{})
+			}
+			f.keys[key] = struct{}{}
+			f.wantKey = false
+			if n == 1 {
+				order = append(order, key)
+				if rule.offset > 0 {
+					cur = key
+				}
+			}
+			continue
+		}
+		switch t := tok.(type) {
+		case json.Delim:
+			switch t {
+			case '{', '[':
+				if n == 0 && t != '{' {
+					return nil, nil, notObject()
+				}
+				started = true
+				stack = append(stack, frame{obj: t == '{', wantKey: t == '{'})
+				if d := len(stack) - rule.offset; d > rule.maxData {
+					e := newError(http.StatusRequestEntityTooLarge, CodeLimitExceeded, cur,
+						"nesting depth exceeds the limit of %d levels (the data object is level 1; the limit is EVENT_STORE_MAX_DATA_DEPTH minus the level the command wraps around data)", rule.maxData)
+					e.Limit = fmt.Sprintf("depth %d", rule.maxData)
+					return nil, nil, e
+				}
+			default: // ']'; '}' is handled with the keys
+				stack = stack[:n-1]
+				valueDone()
+			}
+		default:
+			if n == 0 {
+				return nil, nil, notObject()
+			}
+			valueDone()
+		}
+	}
+	members := map[string]json.RawMessage{}
+	if err := json.Unmarshal(b, &members); err != nil { // cannot fail after the scan
+		return nil, nil, malformed("not valid JSON: %v", err)
+	}
+	return members, order, nil
+}
+
+// onlyFields rejects members not in allowed (exact, case-sensitive names).
+func onlyFields(order []string, allowed ...string) *Error {
+	for _, k := range order {
+		ok := false
+		for _, a := range allowed {
+			if k == a {
+				ok = true
+				break
+			}
+		}
+		if !ok {
+			return unprocessable(k, "unknown field %q; allowed: %s", k, strings.Join(allowed, ", "))
+		}
+	}
+	return nil
+}
+
+// isObject reports whether a raw JSON value is an object.
+func isObject(v json.RawMessage) bool { return len(v) > 0 && v[0] == '{' }
+
+// isNull reports whether a raw JSON value is null.
+func isNull(v json.RawMessage) bool { return string(v) == "null" }
+
+// stringMember decodes a member that must be a JSON string.
+func stringMember(v json.RawMessage, field string) (string, *Error) {
+	var s string
+	if len(v) == 0 || v[0] != '"' || json.Unmarshal(v, &s) != nil {
+		return "", unprocessable(field, "must be a JSON string")
+	}
+	return s, nil
+}
+
+// parseSeq parses a non-negative sequence number.
+func parseSeq(s string) (int64, bool) {
+	if s == "" || len(s) > 19 {
+		return 0, false
+	}
+	for i := 0; i < len(s); i++ {
+		if s[i] < '0' || s[i] > '9' {
+			return 0, false
+		}
+	}
+	n, err := strconv.ParseInt(s, 10, 64)
+	return n, err == nil && n >= 0
+}
+
+// expectedSeq reads the OCC precondition from the expected_seq query
+// parameter or the If-Match header ("5", the ETag form "\"5\""). Both may be
+// given only if they agree.
+func expectedSeq(r *http.Request) (*int64, *Error) {
+	var q, h *int64
+	if vals, ok := r.URL.Query()["expected_seq"]; ok {
+		if len(vals) != 1 {
+			return nil, badParam("expected_seq", "expected_seq must be given once")
+		}
+		n, ok := parseSeq(vals[0])
+		if !ok {
+			return nil, badParam("expected_seq", "expected_seq must be an integer >= 0, got %q", vals[0])
+		}
+		q = &n
+	}
+	if vals := r.Header.Values("If-Match"); len(vals) > 0 {
+		if len(vals) != 1 {
+			return nil, badParam("If-Match", "If-Match must be given once, with one sequence number")
+		}
+		v := strings.TrimSpace(vals[0])
+		if len(v) >= 2 && v[0] == '"' && v[len(v)-1] == '"' {
+			v = v[1 : len(v)-1]
+		}
+		n, ok := parseSeq(v)
+		if !ok {
+			return nil, badParam("If-Match", "If-Match must be one strong ETag of a sequence number (\"5\" or 5), got %q", vals[0])
+		}
+		h = &n
+	}
+	switch {
+	case q != nil && h != nil && *q != *h:
+		return nil, badParam("expected_seq", "expected_seq=%d and If-Match %d disagree", *q, *h)
+	case q != nil:
+		return q, nil
+	default:
+		return h, nil
+	}
+}

@@ -1,0 +1,649 @@
+package api
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+
+	"github.com/google/uuid"
+
+	"github.com/sluicehq/sluice/eventstore"
+	"github.com/sluicehq/sluice/shared/envelope"
+)
+
+// Command event types the instance worker consumes (SPEC §9).
+const (
+	TypeCreate = "CREATE_INSTANCE"
+	TypeUpdate = "UPDATE_INSTANCE"
+	TypeDelete = "DELETE_INSTANCE"
+)
+
+// commandRequest is one command as parsed from a request (or batch item),
+// before it becomes an envelope.
+type commandRequest struct {
+	eventType string
+	db, class string
+	// instanceID is the raw id: from the path (update, delete) or the body
+	// (create, may be empty).
+	instanceID string
+	// data is the create's data object or the update's merge patch.
+	data        json.RawMessage
+	expectedSeq *int64
+	// key is the Idempotency-Key, or "" for a fresh command id.
+	key string
+	// keyField names where key came from, for errors.
+	keyField string
+}
+
+// Accepted is the 202 reply to a command (and a batch item's success).
+type Accepted struct {
+	CommandID      string `json:"command_id"`
+	EventID        string `json:"event_id"`
+	AggregateID    string `json:"aggregate_id"`
+	InstanceID     string `json:"instance_id"`
+	SequenceNumber int64  `json:"sequence_number"`
+	StatusURL      string `json:"status_url"`
+}
+
+// EventIDForCommand returns the event_id of the command envelope with this
+// command id: the id itself when it is a UUID in canonical lower-case form
+// (not the nil UUID), else UUIDv5(envelope.EventNamespace,
+// "sluice:command:" + commandID). Distinct command ids get distinct event_ids
+// (a client that sends, as a key, the very UUID derived for another key is
+// caught by the idempotency check: the command_id differs, so the append
+// fails with idempotency_key_reused instead of merging the two).
+func EventIDForCommand(commandID string) string {
+	if isCanonicalUUID(commandID) && commandID != uuid.Nil.String() {
+		return commandID
+	}
+	return uuid.NewSHA1(envelope.Namespace(), []byte("sluice:command:"+commandID)).String()
+}
+
+func isCanonicalUUID(s string) bool {
+	if len(s) != 36 {
+		return false
+	}
+	for i := 0; i < 36; i++ {
+		c := s[i]
+		switch i {
+		case 8, 13, 18, 23:
+			if c != '-' {
+				return false
+			}
+		default:
+			if (c < '0' || c > '9') && (c < 'a' || c > 'f') {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// StatusURL is the path of a command's status resource.
+func StatusURL(commandID string) string { return "/v1/commands/" + url.PathEscape(commandID) }
+
+// buildCommand turns a parsed request into the command envelope, checking
+// every rule of SPEC §3/§4 and the limits before anything is written.
+// The envelope's occurred_at is left to the store, so that a replay with the
+// same Idempotency-Key compares equal to the stored command.
+func (s *server) buildCommand(r *http.Request, req commandRequest) (envelope.Envelope, *Error) {
+	if err := envelope.ValidateDBName(req.db); err != nil {
+		return envelope.Envelope{}, validationAs(err, "db")
+	}
+	if err := envelope.ValidateClassName(req.class); err != nil {
+		return envelope.Envelope{}, validationAs(err, "class")
+	}
+	commandID := req.key
+	if commandID == "" {
+		commandID = uuid.NewString()
+	} else if err := envelope.ValidateCommandID(commandID); err != nil {
+		return envelope.Envelope{}, validationAs(err, req.keyField)
+	}
+	instanceID := req.instanceID
+	var data []byte
+	var err error
+	switch req.eventType {
+	case TypeCreate:
+		if instanceID, err = s.resolveInstanceID(req, commandID); err != nil {
+			return envelope.Envelope{}, asError(err)
+		}
+	}
+	aggID, err := envelope.InstanceAggregateID(req.db, req.class, instanceID)
+	if err != nil {
+		return envelope.Envelope{}, validationAs(err, "instance_id")
+	}
+	_, _, instanceID, _ = envelope.ParseInstanceAggregateID(aggID)
+	switch req.eventType {
+	case TypeCreate:
+		d := req.data
+		if d == nil {
+			d = json.RawMessage(`{}`)
+		}
+		data, err = marshalNoEscape(struct {
+			DB         string          `json:"db"`
+			Class      string          `json:"class"`
+			InstanceID string          `json:"instance_id"`
+			Data       json.RawMessage `json:"data"`
+		}{req.db, req.class, instanceID, d})
+	case TypeUpdate:
+		data, err = marshalNoEscape(struct {
+			Data json.RawMessage `json:"data"`
+		}{req.data})
+	default:
+		data = []byte(`{}`)
+	}
+	if err != nil {
+		return envelope.Envelope{}, newError(http.StatusBadRequest, CodeMalformedJSON, "data", "data cannot be encoded: %v", err)
+	}
+	env := envelope.Envelope{
+		EventID:       EventIDForCommand(commandID),
+		EventType:     req.eventType,
+		Kind:          envelope.KindCommand,
+		AggregateType: envelope.AggregateTypeInstance,
+		AggregateID:   aggID,
+		ExpectedSeq:   req.expectedSeq,
+		Data:          data,
+	}
+	env.Metadata.SetString(envelope.MetaCommandID, commandID)
+	// Transport metadata (left out of the idempotency comparison).
+	if v := r.Header.Get("Traceparent"); v != "" && len(v) <= 256 && printableASCII(v) {
+		env.Metadata.SetString(envelope.MetaTraceparent, v)
+		if ts := r.Header.Get("Tracestate"); ts != "" && len(ts) <= 512 && printableASCII(ts) {
+			env.Metadata.SetString(envelope.MetaTracestate, ts)
+		}
+	}
+	if v := r.Header.Get("X-Request-Id"); v != "" && len(v) <= 200 && printableASCII(v) {
+		env.Metadata.SetString(envelope.MetaRequestID, v)
+	}
+	norm, err := envelope.Normalize(env)
+	if err == nil {
+		err = envelope.Validate(norm, s.opts.Limits)
+	}
+	if err != nil {
+		return envelope.Envelope{}, validationAs(err, "")
+	}
+	return norm, nil
+}
+
+// resolveInstanceID picks a create's instance id (SPEC §9): the request's
+// instance_id, else data["{class}_id"] (a string, or a number's literal),
+// else the id derived from the command id. If both the request and the data
+// name one, they must agree.
+func (s *server) resolveInstanceID(req commandRequest, commandID string) (string, error) {
+	field := req.class + "_id"
+	var fromData string
+	if req.data != nil {
+		var top map[string]json.RawMessage
+		if err := json.Unmarshal(req.data, &top); err != nil {
+			return "", unprocessable("data", "must be a JSON object")
+		}
+		if v, ok := top[field]; ok && !isNull(v) {
+			switch {
+			case len(v) > 0 && v[0] == '"':
+				_ = json.Unmarshal(v, &fromData)
+			case len(v) > 0 && (v[0] == '-' || (v[0] >= '0' && v[0] <= '9')):
+				fromData = string(v)
+			default:
+				return "", unprocessable("data."+field, "the instance id field %q must be a string or a number", field)
+			}
+		}
+	}
+	switch {
+	case req.instanceID != "" && fromData != "":
+		a, errA := envelope.NormalizeAggregateID(req.instanceID)
+		b, errB := envelope.NormalizeAggregateID(fromData)
+		if errA == nil && errB == nil && a != b {
+			return "", unprocessable("instance_id", "instance_id %q and data.%s %q name different instances", req.instanceID, field, fromData)
+		}
+		return req.instanceID, nil
+	case req.instanceID != "":
+		return req.instanceID, nil
+	case fromData != "":
+		return fromData, nil
+	default:
+		return envelope.InstanceIDFromCommand(commandID).String(), nil
+	}
+}
+
+func printableASCII(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if s[i] < ' ' || s[i] > '~' {
+			return false
+		}
+	}
+	return true
+}
+
+func marshalNoEscape(v any) ([]byte, error) {
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(v); err != nil {
+		return nil, err
+	}
+	return bytes.TrimSuffix(buf.Bytes(), []byte{'\n'}), nil
+}
+
+// validationAs maps an envelope validation error, naming field when given.
+func validationAs(err error, field string) *Error {
+	var ve *envelope.ValidationError
+	if errors.As(err, &ve) {
+		return fromValidation(ve, field)
+	}
+	return asError(err)
+}
+
+func asError(err error) *Error {
+	var ae *Error
+	if errors.As(err, &ae) {
+		return ae
+	}
+	return unprocessable("", "%v", err)
+}
+
+// accepted builds the 202 body from the stored command.
+func accepted(ev eventstore.Event) Accepted {
+	e := ev.Envelope
+	_, _, iid, _ := envelope.ParseInstanceAggregateID(e.AggregateID)
+	cid := e.Metadata.CommandID()
+	return Accepted{CommandID: cid, EventID: e.EventID, AggregateID: e.AggregateID, InstanceID: iid,
+		SequenceNumber: e.SequenceNumber, StatusURL: StatusURL(cid)}
+}
+
+// submit appends one command and replies.
+func (s *server) submit(w http.ResponseWriter, r *http.Request, req commandRequest) {
+	env, e := s.buildCommand(r, req)
+	if e != nil {
+		s.metrics.command(req.eventType, "invalid")
+		s.fail(w, r, e)
+		return
+	}
+	res, err := s.opts.Store.Append(r.Context(), env)
+	if err == nil && len(res) == 1 {
+		err = res[0].Err
+	}
+	commandID := env.Metadata.CommandID()
+	if err != nil {
+		ae := fromAppend(err, commandID)
+		s.metrics.command(req.eventType, resultLabel(ae))
+		s.fail(w, r, ae)
+		return
+	}
+	body := accepted(res[0].Event)
+	if res[0].Duplicate {
+		w.Header().Set("Idempotent-Replayed", "true")
+		s.metrics.command(req.eventType, "replayed")
+	} else {
+		s.metrics.command(req.eventType, "accepted")
+	}
+	w.Header().Set("Location", body.StatusURL)
+	writeJSON(w, http.StatusAccepted, body)
+}
+
+func resultLabel(e *Error) string {
+	switch e.Code {
+	case CodeConflict, CodeSlotConflict:
+		return "conflict"
+	case CodeIdempotencyKeyReused:
+		return "reused_key"
+	case CodeUnavailable:
+		return "unavailable"
+	default:
+		return "invalid"
+	}
+}
+
+// pathValue returns a path wildcard, percent-decoded by the router.
+func pathValue(r *http.Request, name string) string { return r.PathValue(name) }
+
+// commonRequest reads what every single command shares: db, class,
+// expected_seq and the Idempotency-Key.
+func commonRequest(r *http.Request, eventType string) (commandRequest, *Error) {
+	req := commandRequest{eventType: eventType, db: pathValue(r, "db"), class: pathValue(r, "class"), keyField: "Idempotency-Key"}
+	if vals := r.Header.Values("Idempotency-Key"); len(vals) > 0 {
+		if len(vals) != 1 {
+			return req, unprocessable("Idempotency-Key", "Idempotency-Key must be given once")
+		}
+		req.key = vals[0]
+		if req.key == "" {
+			return req, unprocessable("Idempotency-Key", "Idempotency-Key must not be empty (it must match %s)", envelope.CommandIDPattern)
+		}
+	}
+	seq, e := expectedSeq(r)
+	if e != nil {
+		return req, e
+	}
+	req.expectedSeq = seq
+	return req, nil
+}
+
+// handleCreate serves POST /v1/dbs/{db}/classes/{class}/instances.
+func (s *server) handleCreate(w http.ResponseWriter, r *http.Request) {
+	req, e := commonRequest(r, TypeCreate)
+	if e == nil {
+		e = checkMediaType(r, mediaJSON)
+	}
+	var b []byte
+	if e == nil {
+		b, e = readBody(w, r, s.opts.MaxBodyBytes)
+	}
+	if e == nil {
+		e = s.parseCreate(b, &req)
+	}
+	if e != nil {
+		s.metrics.command(TypeCreate, "invalid")
+		s.fail(w, r, e)
+		return
+	}
+	s.submit(w, r, req)
+}
+
+// parseCreate reads a create body {"instance_id"?: string, "data"?: object}.
+func (s *server) parseCreate(b []byte, req *commandRequest) *Error {
+	members, order, e := scanObject(b, depthRule{offset: 1, maxData: s.maxUserDepth()}, "")
+	if e != nil {
+		return e
+	}
+	if e := onlyFields(order, "instance_id", "data"); e != nil {
+		return e
+	}
+	if v, ok := members["instance_id"]; ok && !isNull(v) {
+		id, e := stringMember(v, "instance_id")
+		if e != nil {
+			return e
+		}
+		if id == "" {
+			return unprocessable("instance_id", "must not be empty (omit it to derive the id)")
+		}
+		req.instanceID = id
+	}
+	if v, ok := members["data"]; ok && !isNull(v) {
+		if !isObject(v) {
+			return unprocessable("data", "must be a JSON object")
+		}
+		req.data = v
+	}
+	return nil
+}
+
+// maxUserDepth is the deepest a client's data object may nest: the
+// command's data wraps it one level deeper, and the store limits that.
+func (s *server) maxUserDepth() int { return s.opts.Limits.MaxDataDepth - 1 }
+
+// handleUpdate serves PATCH …/instances/{id}: a JSON Merge Patch (RFC 7386).
+func (s *server) handleUpdate(w http.ResponseWriter, r *http.Request) {
+	req, e := commonRequest(r, TypeUpdate)
+	req.instanceID = pathValue(r, "id")
+	if e == nil {
+		e = checkMediaType(r, mediaMergePatch, mediaJSON)
+	}
+	var b []byte
+	if e == nil {
+		b, e = readBody(w, r, s.opts.MaxBodyBytes)
+	}
+	if e == nil {
+		_, _, e = scanObject(b, depthRule{offset: 0, maxData: s.maxUserDepth()}, "data")
+	}
+	if e != nil {
+		s.metrics.command(TypeUpdate, "invalid")
+		s.fail(w, r, e)
+		return
+	}
+	req.data = bytes.TrimSpace(b)
+	s.submit(w, r, req)
+}
+
+// handleDelete serves DELETE …/instances/{id}; it takes no body.
+func (s *server) handleDelete(w http.ResponseWriter, r *http.Request) {
+	req, e := commonRequest(r, TypeDelete)
+	req.instanceID = pathValue(r, "id")
+	if e == nil {
+		var b []byte
+		b, e = readBody(w, r, s.opts.MaxBodyBytes)
+		if e == nil && len(bytes.TrimSpace(b)) > 0 {
+			e = newError(http.StatusBadRequest, CodeUnexpectedBody, "", "DELETE takes no body")
+		}
+	}
+	if e != nil {
+		s.metrics.command(TypeDelete, "invalid")
+		s.fail(w, r, e)
+		return
+	}
+	s.submit(w, r, req)
+}
+
+// BatchItemResult is one item's result in a batch reply: {"index",
+// "status"} followed by the members of Accepted (status 202) or of the
+// Error body.
+type BatchItemResult struct {
+	Index    int
+	Status   int
+	Accepted *Accepted
+	Error    *Error
+}
+
+// MarshalJSON flattens the result into one object.
+func (b BatchItemResult) MarshalJSON() ([]byte, error) {
+	var inner []byte
+	var err error
+	if b.Accepted != nil {
+		inner, err = marshalNoEscape(b.Accepted)
+	} else {
+		inner, err = marshalNoEscape(b.Error)
+	}
+	if err != nil {
+		return nil, err
+	}
+	out := []byte(`{"index":` + strconv.Itoa(b.Index) + `,"status":` + strconv.Itoa(b.Status))
+	if len(inner) > 2 {
+		out = append(out, ',')
+	}
+	return append(out, inner[1:]...), nil
+}
+
+// BatchReply is the 207 body of a batch.
+type BatchReply struct {
+	Results  []BatchItemResult `json:"results"`
+	Accepted int               `json:"accepted"`
+	Failed   int               `json:"failed"`
+}
+
+// handleBatch serves POST …/instances:batch: {"items": [item, …]} where an
+// item is {"op": "create"|"update"|"delete", "instance_id", "data",
+// "expected_seq", "idempotency_key"}. The items are appended together (one
+// group commit) and each succeeds or fails alone; the reply is 207 with one
+// result per item, in order.
+func (s *server) handleBatch(w http.ResponseWriter, r *http.Request) {
+	db, class := pathValue(r, "db"), pathValue(r, "class")
+	e := checkMediaType(r, mediaJSON)
+	var b []byte
+	if e == nil {
+		if len(r.Header.Values("If-Match")) > 0 || r.URL.Query().Has("expected_seq") {
+			e = badParam("expected_seq", "a batch takes expected_seq per item, not as a query parameter or If-Match")
+		}
+	}
+	batchKey := r.Header.Get("Idempotency-Key")
+	if e == nil && batchKey != "" {
+		// Item i without its own key gets "{key}.{i}": a retried batch
+		// replays item by item.
+		if err := envelope.ValidateCommandID(batchKey + "." + strconv.Itoa(s.opts.MaxBatchItems)); err != nil {
+			e = validationAs(err, "Idempotency-Key")
+		}
+	}
+	if e == nil {
+		b, e = readBody(w, r, s.opts.MaxBatchBodyBytes)
+	}
+	var members map[string]json.RawMessage
+	var order []string
+	if e == nil {
+		// Items are checked one by one below; the whole body only for
+		// well-formedness and a generous depth.
+		members, order, e = scanObject(b, depthRule{offset: 3, maxData: s.maxUserDepth() + 16}, "")
+	}
+	if e == nil {
+		e = onlyFields(order, "items")
+	}
+	var items []json.RawMessage
+	if e == nil {
+		v, ok := members["items"]
+		if !ok || len(v) == 0 || v[0] != '[' || json.Unmarshal(v, &items) != nil {
+			e = unprocessable("items", "items must be a JSON array of command objects")
+		}
+	}
+	if e == nil && len(items) == 0 {
+		e = unprocessable("items", "items must not be empty")
+	}
+	if e == nil && len(items) > s.opts.MaxBatchItems {
+		e = newError(http.StatusRequestEntityTooLarge, CodeLimitExceeded, "items", "a batch holds at most %d items, got %d", s.opts.MaxBatchItems, len(items))
+		e.Limit = strconv.Itoa(s.opts.MaxBatchItems) + " items"
+	}
+	if e != nil {
+		s.fail(w, r, e)
+		return
+	}
+	reply := BatchReply{Results: make([]BatchItemResult, len(items))}
+	var envs []envelope.Envelope
+	var envIdx []int
+	for i, raw := range items {
+		req, ie := s.parseBatchItem(raw, db, class)
+		if ie == nil && req.key == "" && batchKey != "" {
+			req.key, req.keyField = batchKey+"."+strconv.Itoa(i), "Idempotency-Key"
+		}
+		var env envelope.Envelope
+		if ie == nil {
+			env, ie = s.buildCommand(r, req)
+		}
+		if ie != nil {
+			s.metrics.command(req.eventType, "invalid")
+			reply.Results[i] = BatchItemResult{Index: i, Status: ie.Status, Error: ie}
+			continue
+		}
+		envs = append(envs, env)
+		envIdx = append(envIdx, i)
+	}
+	if len(envs) > 0 {
+		res, err := s.opts.Store.Append(r.Context(), envs...)
+		for j, env := range envs {
+			i := envIdx[j]
+			ierr := err
+			if ierr == nil {
+				ierr = res[j].Err
+			}
+			if ierr != nil {
+				ae := fromAppend(ierr, env.Metadata.CommandID())
+				if ae.Status >= 500 {
+					s.log.Error("api: batch item failed", "index", i, "status", ae.Status, "err", ae.cause)
+				}
+				s.metrics.command(env.EventType, resultLabel(ae))
+				reply.Results[i] = BatchItemResult{Index: i, Status: ae.Status, Error: ae}
+				continue
+			}
+			a := accepted(res[j].Event)
+			label := "accepted"
+			if res[j].Duplicate {
+				label = "replayed"
+			}
+			s.metrics.command(env.EventType, label)
+			reply.Results[i] = BatchItemResult{Index: i, Status: http.StatusAccepted, Accepted: &a}
+		}
+	}
+	for _, it := range reply.Results {
+		if it.Status == http.StatusAccepted {
+			reply.Accepted++
+		} else {
+			reply.Failed++
+		}
+	}
+	writeJSON(w, http.StatusMultiStatus, reply)
+}
+
+// parseBatchItem reads one batch item.
+func (s *server) parseBatchItem(raw json.RawMessage, db, class string) (commandRequest, *Error) {
+	req := commandRequest{db: db, class: class, keyField: "idempotency_key"}
+	members, order, e := scanObject(raw, depthRule{offset: 1, maxData: s.maxUserDepth()}, "")
+	if e != nil {
+		return req, e
+	}
+	if e := onlyFields(order, "op", "instance_id", "data", "expected_seq", "idempotency_key"); e != nil {
+		return req, e
+	}
+	opRaw, ok := members["op"]
+	if !ok {
+		return req, unprocessable("op", `op is required: "create", "update" or "delete"`)
+	}
+	op, e := stringMember(opRaw, "op")
+	if e != nil {
+		return req, e
+	}
+	switch op {
+	case "create":
+		req.eventType = TypeCreate
+	case "update":
+		req.eventType = TypeUpdate
+	case "delete":
+		req.eventType = TypeDelete
+	default:
+		return req, unprocessable("op", `op must be "create", "update" or "delete", got %q`, op)
+	}
+	if v, ok := members["idempotency_key"]; ok && !isNull(v) {
+		k, e := stringMember(v, "idempotency_key")
+		if e != nil {
+			return req, e
+		}
+		if k == "" {
+			return req, unprocessable("idempotency_key", "must not be empty")
+		}
+		req.key = k
+	}
+	if v, ok := members["expected_seq"]; ok && !isNull(v) {
+		n, ok := parseSeq(strings.TrimSpace(string(v)))
+		if !ok {
+			return req, unprocessable("expected_seq", "must be an integer >= 0")
+		}
+		req.expectedSeq = &n
+	}
+	var id string
+	if v, ok := members["instance_id"]; ok && !isNull(v) {
+		if id, e = stringMember(v, "instance_id"); e != nil {
+			return req, e
+		}
+		if id == "" {
+			return req, unprocessable("instance_id", "must not be empty")
+		}
+	}
+	data, hasData := members["data"]
+	if hasData && isNull(data) {
+		hasData = false
+	}
+	if hasData && !isObject(data) {
+		return req, unprocessable("data", "must be a JSON object")
+	}
+	switch req.eventType {
+	case TypeCreate:
+		req.instanceID = id
+		if hasData {
+			req.data = data
+		}
+	case TypeUpdate:
+		if id == "" {
+			return req, unprocessable("instance_id", "instance_id is required for update")
+		}
+		if !hasData {
+			return req, unprocessable("data", "data (the merge patch) is required for update")
+		}
+		req.instanceID, req.data = id, data
+	case TypeDelete:
+		if id == "" {
+			return req, unprocessable("instance_id", "instance_id is required for delete")
+		}
+		if hasData {
+			return req, unprocessable("data", "delete takes no data")
+		}
+		req.instanceID = id
+	}
+	return req, nil
+}

@@ -1,0 +1,160 @@
+package api
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+
+	"github.com/sluicehq/sluice/eventstore"
+	"github.com/sluicehq/sluice/registry"
+	"github.com/sluicehq/sluice/shared/envelope"
+)
+
+// Error codes of the machine-readable error bodies ({"error": code, …}).
+// They are part of the API contract (docs/api.md, /openapi.json).
+const (
+	CodeMalformedJSON        = "malformed_json"                  // 400
+	CodeInvalidParameter     = "invalid_parameter"               // 400
+	CodeUnexpectedBody       = "unexpected_body"                 // 400
+	CodeUnauthorized         = "unauthorized"                    // 401
+	CodeNotFound             = "not_found"                       // 404 (no such route)
+	CodeCommandNotFound      = "command_not_found"               // 404
+	CodeInstanceNotFound     = "instance_not_found"              // 404
+	CodeInstanceDeleted      = "instance_deleted"                // 404
+	CodeMethodNotAllowed     = "method_not_allowed"              // 405
+	CodeConflict             = "optimistic_concurrency_conflict" // 409
+	CodeSlotConflict         = "slot_conflict"                   // 409
+	CodeBodyTooLarge         = "body_too_large"                  // 413
+	CodeLimitExceeded        = "limit_exceeded"                  // 413
+	CodeUnsupportedMediaType = "unsupported_media_type"          // 415
+	CodeValidationFailed     = "validation_failed"               // 422
+	CodeIdempotencyKeyReused = "idempotency_key_reused"          // 422
+	CodeUnavailable          = "unavailable"                     // 503
+	CodeInternal             = "internal_error"                  // 500
+)
+
+// Error is one failed request (or one failed batch item) as the API reports
+// it. Its JSON form is the error body of every 4xx and 5xx reply.
+type Error struct {
+	// Status is the HTTP status code.
+	Status int `json:"-"`
+	// Code is the machine-readable error code (the Code* constants).
+	Code string `json:"error"`
+	// Message explains the failure for humans.
+	Message string `json:"message"`
+	// Field names the offending input ("data", "instance_id",
+	// "Idempotency-Key", "expected_seq", …), when there is one.
+	Field string `json:"field,omitempty"`
+	// Limit is the rule or limit that was violated ("1048576 bytes",
+	// "depth 63", "[a-z0-9][a-z0-9_-]{0,62}").
+	Limit string `json:"limit,omitempty"`
+	// ExpectedSeq and ActualSeq are set on optimistic-concurrency conflicts.
+	ExpectedSeq *int64 `json:"expected_seq,omitempty"`
+	ActualSeq   *int64 `json:"actual_seq,omitempty"`
+	// CommandID is set when the command may have been stored although the
+	// request failed (503): retry with Idempotency-Key set to it.
+	CommandID string `json:"command_id,omitempty"`
+	// SequenceNumber and PendingCommands describe what is known of a missing
+	// or deleted instance (404 on instance reads).
+	SequenceNumber  *int64 `json:"sequence_number,omitempty"`
+	PendingCommands *int   `json:"pending_commands,omitempty"`
+
+	// cause is the underlying error of a 5xx, logged, never sent.
+	cause error
+}
+
+func (e *Error) Error() string {
+	if e.Field != "" {
+		return fmt.Sprintf("api: %d %s: %s: %s", e.Status, e.Code, e.Field, e.Message)
+	}
+	return fmt.Sprintf("api: %d %s: %s", e.Status, e.Code, e.Message)
+}
+
+// HTTPStatus is the status code of the reply.
+func (e *Error) HTTPStatus() int { return e.Status }
+
+func newError(status int, code, field, format string, args ...any) *Error {
+	return &Error{Status: status, Code: code, Field: field, Message: fmt.Sprintf(format, args...)}
+}
+
+func badParam(field, format string, args ...any) *Error {
+	return newError(http.StatusBadRequest, CodeInvalidParameter, field, format, args...)
+}
+
+func unprocessable(field, format string, args ...any) *Error {
+	return newError(http.StatusUnprocessableEntity, CodeValidationFailed, field, format, args...)
+}
+
+// fromValidation maps an envelope validation error to the API's error,
+// renaming the envelope's field to the request's where they differ.
+func fromValidation(ve *envelope.ValidationError, field string) *Error {
+	status, code := ve.HTTPStatus(), CodeValidationFailed
+	switch {
+	case ve.Code == envelope.CodeLimitExceeded:
+		code = CodeLimitExceeded
+	case ve.Code == envelope.CodeMalformed && field != "":
+		// An id (path segment, header) that is not valid UTF-8: a rule of
+		// SPEC §4 broken, not malformed JSON.
+		status = http.StatusUnprocessableEntity
+	case ve.Code == envelope.CodeMalformed:
+		code = CodeMalformedJSON
+	}
+	if field == "" {
+		field = ve.Field
+	}
+	return &Error{Status: status, Code: code, Field: field, Limit: ve.Limit, Message: ve.Reason}
+}
+
+// fromAppend maps the error of one appended command to the API's error.
+// Store errors that are not one of the typed rejections leave the outcome
+// unknown: 503 with the command id to retry with.
+func fromAppend(err error, commandID string) *Error {
+	var ce *eventstore.ConflictError
+	var me *eventstore.IdempotencyMismatchError
+	var se *eventstore.SlotError
+	var ve *envelope.ValidationError
+	var ae *Error
+	switch {
+	case errors.As(err, &ae):
+		return ae
+	case errors.As(err, &ce):
+		exp, act := ce.ExpectedSeq, ce.ActualSeq
+		return &Error{Status: http.StatusConflict, Code: CodeConflict, Field: "expected_seq",
+			Message:     fmt.Sprintf("expected_seq %d does not match the instance's last sequence %d; read it again and retry with expected_seq %d", exp, act, act),
+			ExpectedSeq: &exp, ActualSeq: &act}
+	case errors.As(err, &me):
+		return &Error{Status: http.StatusUnprocessableEntity, Code: CodeIdempotencyKeyReused, Field: "Idempotency-Key",
+			Message: fmt.Sprintf("Idempotency-Key %q was already used for a different request (stored %.12s…, this %.12s…); use a new key", commandID, me.StoredHash, me.NewHash)}
+	case errors.As(err, &se):
+		return &Error{Status: http.StatusConflict, Code: CodeSlotConflict, Message: se.Error()}
+	case errors.As(err, &ve):
+		return fromValidation(ve, "")
+	case errors.Is(err, context.Canceled):
+		return &Error{Status: http.StatusServiceUnavailable, Code: CodeUnavailable, CommandID: commandID,
+			Message: "the request was cancelled before the command was acknowledged; it may or may not be stored: retry with Idempotency-Key set to command_id"}
+	default:
+		return &Error{Status: http.StatusServiceUnavailable, Code: CodeUnavailable, CommandID: commandID, cause: err,
+			Message: "the event store could not acknowledge the command; it may or may not be stored: retry with Idempotency-Key set to command_id"}
+	}
+}
+
+// fromRead maps the error of a read (store or registry) to the API's error.
+func fromRead(err error) *Error {
+	var ae *Error
+	var ve *envelope.ValidationError
+	switch {
+	case errors.As(err, &ae):
+		return ae
+	case errors.As(err, &ve):
+		return fromValidation(ve, "")
+	case errors.Is(err, registry.ErrUnavailable):
+		e := newError(http.StatusServiceUnavailable, CodeUnavailable, "", "the processed-event registry is unavailable; retry later")
+		e.cause = err
+		return e
+	default:
+		e := newError(http.StatusServiceUnavailable, CodeUnavailable, "", "the read could not be served; retry later")
+		e.cause = err
+		return e
+	}
+}
