@@ -34,6 +34,7 @@ func newRootCmd(stdout, stderr io.Writer) *cobra.Command {
 		newStoreCmd(),
 		newHealthcheckCmd(),
 		newAPICmd(),
+		newInstanceWorkerCmd(),
 	)
 	return root
 }

@@ -1,0 +1,476 @@
+package instanceworker_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"os/signal"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/elastic/go-elasticsearch/v8"
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/sluicehq/sluice/eventstore"
+	"github.com/sluicehq/sluice/eventstore/objstore/backend"
+	"github.com/sluicehq/sluice/instanceworker"
+	"github.com/sluicehq/sluice/registry"
+	"github.com/sluicehq/sluice/shared/config"
+	"github.com/sluicehq/sluice/shared/envelope"
+	"github.com/sluicehq/sluice/shared/esserver"
+	"github.com/sluicehq/sluice/shared/readmodel"
+	"github.com/sluicehq/sluice/shared/testenv"
+)
+
+var minio *testenv.MinIO
+
+const helperEnv = "SLUICE_INSTANCEWORKER_HELPER"
+
+func TestMain(m *testing.M) {
+	if os.Getenv(helperEnv) == "1" {
+		os.Exit(helperMain())
+	}
+	os.Exit(testenv.RunWithMinIO(m, func(mi *testenv.MinIO) { minio = mi }))
+}
+
+// helperMain runs the instance worker as a real process (the test binary
+// re-executed), configured by the environment exactly like
+// `sluice instance-worker`.
+func helperMain() int {
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
+	defer stop()
+	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	cfg, err := config.FromOS()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "helper:", err)
+		return 1
+	}
+	pool, err := pgxpool.New(ctx, cfg.Postgres.URL.Value())
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "helper:", err)
+		return 1
+	}
+	defer pool.Close()
+	bucket, err := backend.Open(ctx, cfg.EventStore)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "helper:", err)
+		return 1
+	}
+	store, err := eventstore.New(pool, bucket, eventstore.Options{Config: cfg.EventStore, Logger: logger})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "helper:", err)
+		return 1
+	}
+	defer func() { _ = store.Close() }()
+	es, err := readmodel.NewClient(cfg.Elasticsearch)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "helper:", err)
+		return 1
+	}
+	svc, err := instanceworker.NewService(cfg, instanceworker.Deps{Pool: pool, Store: store, ES: es, Logger: logger,
+		// A crashed member's session must expire quickly for the restart.
+		KafkaOpts: []kgo.Opt{kgo.SessionTimeout(6 * time.Second), kgo.HeartbeatInterval(500 * time.Millisecond)}})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "helper:", err)
+		return 1
+	}
+	if err := svc.Run(ctx); err != nil {
+		fmt.Fprintln(os.Stderr, "helper:", err)
+		return 1
+	}
+	return 0
+}
+
+// env is one test's pipeline: Postgres, a MinIO bucket, kfake, the ES test
+// server, and the store used to append commands.
+type env struct {
+	t      testing.TB
+	url    string
+	pool   *pgxpool.Pool
+	bucket string
+	store  *eventstore.Store
+	kafka  *testenv.Kafka
+	es     *esserver.Server
+	esURL  string
+	esc    *elasticsearch.Client
+	topic  string
+	dlq    string
+	prod   *kgo.Client
+	vars   map[string]string
+}
+
+func newEnv(t testing.TB, partitions int) *env {
+	t.Helper()
+	url, pool := testenv.NewMigratedDatabase(t)
+	e := &env{t: t, url: url, pool: pool, bucket: minio.NewBucket(t)}
+	e.topic, e.dlq = testenv.UniqueName("cmds-"), testenv.UniqueName("cmds-dlq-")
+	e.kafka = testenv.NewKafka(t)
+	e.es = esserver.New()
+	ts := httptest.NewServer(e.es)
+	t.Cleanup(ts.Close)
+	e.esURL = ts.URL
+	var err error
+	if e.esc, err = elasticsearch.NewClient(elasticsearch.Config{Addresses: []string{ts.URL}}); err != nil {
+		t.Fatal(err)
+	}
+	e.vars = map[string]string{
+		"DATABASE_URL": url, "DATABASE_MAX_CONNS": "8",
+		"EVENT_STORE_BACKEND": "s3", "EVENT_STORE_BUCKET": e.bucket, "EVENT_STORE_S3_ENDPOINT": minio.Endpoint,
+		"EVENT_STORE_S3_ACCESS_KEY_ID": minio.AccessKey, "EVENT_STORE_S3_SECRET_ACCESS_KEY": minio.SecretKey,
+		"EVENT_STORE_S3_PATH_STYLE": "true",
+		"KAFKA_BROKERS":             strings.Join(e.kafka.Brokers, ","), "COMMANDS_TOPIC": e.topic, "COMMANDS_DLQ_TOPIC": e.dlq,
+		"KAFKA_TOPIC_PARTITIONS": fmt.Sprint(partitions), "KAFKA_TOPIC_REPLICATION_FACTOR": "1",
+		"ELASTICSEARCH_URLS": ts.URL, "SLUICE_HTTP_ADDR": "", "SLUICE_LOG_FORMAT": "text",
+		"PROCESSED_EVENT_OWNER": "worker-a", "WORKER_RETRY_BACKOFF_BASE": "20ms", "WORKER_RETRY_BACKOFF_CAP": "200ms",
+		"SHUTDOWN_TIMEOUT": "10s", "INSTANCE_WORKER_MAX_RETRY_ATTEMPTS": "3",
+	}
+	cfg := e.config(nil)
+	bucket, err := backend.Open(context.Background(), cfg.EventStore)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if e.store, err = eventstore.New(pool, bucket, eventstore.Options{Config: cfg.EventStore}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = e.store.Close() })
+	adm := kadm.NewClient(e.producer())
+	if _, err := adm.CreateTopics(context.Background(), int32(partitions), 1, nil, e.topic, e.dlq); err != nil {
+		t.Fatal(err)
+	}
+	return e
+}
+
+func (e *env) config(extra map[string]string) *config.Config {
+	m := map[string]string{}
+	for k, v := range e.vars {
+		m[k] = v
+	}
+	for k, v := range extra {
+		m[k] = v
+	}
+	cfg, err := config.Load(m)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return cfg
+}
+
+func (e *env) producer() *kgo.Client {
+	if e.prod == nil {
+		cl, err := kgo.NewClient(kgo.SeedBrokers(e.kafka.Brokers...), kgo.DefaultProduceTopic(e.topic))
+		if err != nil {
+			e.t.Fatal(err)
+		}
+		e.t.Cleanup(cl.Close)
+		e.prod = cl
+	}
+	return e.prod
+}
+
+// cmd is one command appended to the store.
+type cmd struct {
+	ev eventstore.Event
+}
+
+// appendCmd appends a command for instance db:class:id and returns the stored event.
+func (e *env) appendCmd(typ, db, class, id string, payload map[string]any) cmd {
+	e.t.Helper()
+	agg, err := envelope.InstanceAggregateID(db, class, id)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	b, _ := json.Marshal(payload)
+	env := envelope.Envelope{EventID: uuid.NewString(), EventType: typ, Kind: envelope.KindCommand,
+		AggregateType: envelope.AggregateTypeInstance, AggregateID: agg, Data: b,
+		Metadata: envelope.Metadata{}}
+	env.Metadata.SetString(envelope.MetaCommandID, "cmd-"+uuid.NewString())
+	res, err := e.store.AppendOne(ctxT(e.t), env)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return cmd{ev: res.Event}
+}
+
+// publish produces commands to the topic as the relay would.
+func (e *env) publish(cs ...cmd) {
+	e.t.Helper()
+	var recs []*kgo.Record
+	for _, c := range cs {
+		recs = append(recs, &kgo.Record{Key: envelope.KafkaKey(c.ev.Envelope), Value: c.ev.Raw})
+	}
+	if err := e.producer().ProduceSync(ctxT(e.t), recs...).FirstErr(); err != nil {
+		e.t.Fatal(err)
+	}
+}
+
+func (e *env) publishRaw(key, value []byte) {
+	e.t.Helper()
+	if err := e.producer().ProduceSync(ctxT(e.t), &kgo.Record{Key: key, Value: value}).FirstErr(); err != nil {
+		e.t.Fatal(err)
+	}
+}
+
+func ctxT(t testing.TB) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// startInProcess runs a Service in this process until the test ends or the
+// returned stop is called.
+func (e *env) startInProcess(extra map[string]string) (*instanceworker.Service, func()) {
+	e.t.Helper()
+	cfg := e.config(extra)
+	pool, err := pgxpool.New(context.Background(), cfg.Postgres.URL.Value())
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	bucket, err := backend.Open(context.Background(), cfg.EventStore)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	store, err := eventstore.New(pool, bucket, eventstore.Options{Config: cfg.EventStore})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	es, err := readmodel.NewClient(cfg.Elasticsearch)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	logger := slog.New(slog.NewTextHandler(testWriter{e.t}, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	svc, err := instanceworker.NewService(cfg, instanceworker.Deps{Pool: pool, Store: store, ES: es, Logger: logger,
+		KafkaOpts: []kgo.Opt{kgo.WithLogger(kgo.BasicLogger(testWriter{e.t}, kgo.LogLevelWarn, nil)),
+			kgo.SessionTimeout(6 * time.Second), kgo.HeartbeatInterval(500 * time.Millisecond)}})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- svc.Run(ctx) }()
+	stopped := false
+	stop := func() {
+		if stopped {
+			return
+		}
+		stopped = true
+		cancel()
+		select {
+		case err := <-done:
+			if err != nil {
+				e.t.Errorf("worker: %v", err)
+			}
+		case <-time.After(30 * time.Second):
+			e.t.Error("worker did not stop within 30s")
+		}
+		_ = store.Close()
+		pool.Close()
+	}
+	e.t.Cleanup(stop)
+	return svc, stop
+}
+
+type testWriter struct{ t testing.TB }
+
+func (w testWriter) Write(p []byte) (int, error) {
+	w.t.Log(strings.TrimSpace(string(p)))
+	return len(p), nil
+}
+
+// proc is the worker as a real process.
+type proc struct {
+	cmd  *exec.Cmd
+	done chan error
+}
+
+func (e *env) startProcess(extra map[string]string) *proc {
+	e.t.Helper()
+	c := exec.Command(os.Args[0], "-test.run=^$")
+	c.Env = append(os.Environ(), helperEnv+"=1")
+	for k, v := range e.vars {
+		if _, over := extra[k]; !over {
+			c.Env = append(c.Env, k+"="+v)
+		}
+	}
+	for k, v := range extra {
+		c.Env = append(c.Env, k+"="+v)
+	}
+	c.Stdout, c.Stderr = testWriter{e.t}, testWriter{e.t}
+	if err := c.Start(); err != nil {
+		e.t.Fatal(err)
+	}
+	p := &proc{cmd: c, done: make(chan error, 1)}
+	go func() { p.done <- c.Wait() }()
+	e.t.Cleanup(func() { _ = c.Process.Kill(); <-p.done })
+	return p
+}
+
+// exitCode waits for the process to exit and returns its code.
+func (p *proc) exitCode(t *testing.T, within time.Duration) int {
+	t.Helper()
+	select {
+	case <-p.done:
+		p.done <- nil
+		return p.cmd.ProcessState.ExitCode()
+	case <-time.After(within):
+		t.Fatalf("worker process did not exit within %s", within)
+		return -1
+	}
+}
+
+func (p *proc) term(t *testing.T) int {
+	t.Helper()
+	_ = p.cmd.Process.Signal(syscall.SIGTERM)
+	return p.exitCode(t, 30*time.Second)
+}
+
+// waitFor polls cond until it holds or the deadline passes.
+func waitFor(t testing.TB, within time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for time.Now().Before(deadline) {
+		if cond() {
+			return
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	t.Fatalf("timed out after %s waiting for %s", within, what)
+}
+
+// rows returns the registry rows of the instance worker for the commands.
+func (e *env) statuses(cs ...cmd) map[string]registry.Status {
+	e.t.Helper()
+	out := map[string]registry.Status{}
+	for _, c := range cs {
+		var st string
+		err := e.pool.QueryRow(ctxT(e.t), `SELECT status FROM sluice.processed_events WHERE handler = $1 AND event_id = $2`,
+			instanceworker.HandlerName, c.ev.Envelope.EventID).Scan(&st)
+		if err != nil {
+			st = "none"
+		}
+		out[c.ev.Envelope.EventID] = registry.Status(st)
+	}
+	return out
+}
+
+func (e *env) allDone(cs ...cmd) bool {
+	for _, st := range e.statuses(cs...) {
+		if st != registry.StatusDone {
+			return false
+		}
+	}
+	return true
+}
+
+func (e *env) outcome(c cmd) registry.Outcome {
+	e.t.Helper()
+	var b []byte
+	if err := e.pool.QueryRow(ctxT(e.t), `SELECT outcome FROM sluice.processed_events WHERE handler = $1 AND event_id = $2`,
+		instanceworker.HandlerName, c.ev.Envelope.EventID).Scan(&b); err != nil {
+		e.t.Fatal(err)
+	}
+	var o registry.Outcome
+	_ = json.Unmarshal(b, &o)
+	return o
+}
+
+// domainEvents returns, per aggregate, the slots holding a domain event
+// (and how many events each slot holds).
+func (e *env) domainEvents() map[string][]string {
+	e.t.Helper()
+	rows, err := e.pool.Query(ctxT(e.t), `SELECT aggregate_id, sequence_number, count(*) FROM sluice.appends
+		WHERE kind = 'domain' GROUP BY 1, 2 ORDER BY 1, 2`)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	defer rows.Close()
+	out := map[string][]string{}
+	for rows.Next() {
+		var agg string
+		var seq, n int64
+		if err := rows.Scan(&agg, &seq, &n); err != nil {
+			e.t.Fatal(err)
+		}
+		out[agg] = append(out[agg], fmt.Sprintf("%d×%d", seq, n))
+	}
+	return out
+}
+
+// doc reads an instance document (raw, by concrete index) with its version.
+func (e *env) doc(db, class, id string) (version int64, source map[string]any, found bool) {
+	e.t.Helper()
+	n := readmodel.InstanceNames("sluice_", db, 0)
+	res, err := e.esc.Get(n.Index, readmodel.DocumentID(class, id))
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	defer res.Body.Close()
+	if res.StatusCode == http.StatusNotFound {
+		return 0, nil, false
+	}
+	var g struct {
+		Version int64          `json:"_version"`
+		Source  map[string]any `json:"_source"`
+	}
+	b, _ := io.ReadAll(res.Body)
+	if err := json.Unmarshal(b, &g); err != nil {
+		e.t.Fatalf("doc: %v: %s", err, b)
+	}
+	return g.Version, g.Source, true
+}
+
+// dlqCount returns the records in the DLQ topic.
+func (e *env) dlqRecords() []*kgo.Record {
+	e.t.Helper()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(e.kafka.Brokers...), kgo.ConsumeTopics(e.dlq),
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	defer cl.Close()
+	ends, err := kadm.NewClient(cl).ListEndOffsets(ctxT(e.t), e.dlq)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	var total int64
+	ends.Each(func(o kadm.ListedOffset) { total += o.Offset })
+	var out []*kgo.Record
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	for int64(len(out)) < total && ctx.Err() == nil {
+		cl.PollFetches(ctx).EachRecord(func(r *kgo.Record) { out = append(out, r) })
+	}
+	return out
+}
+
+// committed returns the group's committed offsets and the topic's end
+// offsets, summed over partitions.
+func (e *env) committed() (committed, end int64) {
+	e.t.Helper()
+	adm := kadm.NewClient(e.producer())
+	offs, err := adm.FetchOffsets(ctxT(e.t), instanceworker.GroupName)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	offs.Each(func(o kadm.OffsetResponse) {
+		if o.Topic == e.topic {
+			committed += o.At
+		}
+	})
+	ends, err := adm.ListEndOffsets(ctxT(e.t), e.topic)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	ends.Each(func(o kadm.ListedOffset) { end += o.Offset })
+	return committed, end
+}

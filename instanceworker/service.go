@@ -1,0 +1,126 @@
+package instanceworker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+
+	"github.com/elastic/go-elasticsearch/v8"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/sluicehq/sluice/registry"
+	"github.com/sluicehq/sluice/shared/config"
+	"github.com/sluicehq/sluice/shared/consumer"
+	"github.com/sluicehq/sluice/shared/crashpoint"
+	"github.com/sluicehq/sluice/shared/envelope"
+	"github.com/sluicehq/sluice/shared/observability"
+)
+
+// Deps are the resources a Service runs on; the caller owns and closes them.
+type Deps struct {
+	Pool  *pgxpool.Pool
+	Store Store
+	// ES is the Elasticsearch client (readmodel.NewClient).
+	ES      *elasticsearch.Client
+	Logger  *slog.Logger
+	Metrics prometheus.Registerer
+	Health  *observability.Health
+	// KafkaOpts are extra client options (tests); TLS and SASL come from
+	// the configuration.
+	KafkaOpts []kgo.Opt
+}
+
+// Service is a running instance worker: the runtime consuming the commands
+// topic with a Worker as handler.
+type Service struct {
+	cfg    *config.Config
+	worker *Worker
+	cons   *consumer.Consumer
+	reg    *registry.Registry
+	log    *slog.Logger
+}
+
+// NewService builds the instance worker of `sluice instance-worker` (and
+// `sluice dev`) from the process configuration: registry (handler
+// "instanceworker", wait-for-predecessor), consumer group "instance-worker"
+// on COMMANDS_TOPIC with dead letters to COMMANDS_DLQ_TOPIC, crash points
+// from SLUICE_CRASH_POINT. Run it with Run.
+func NewService(cfg *config.Config, d Deps) (*Service, error) {
+	if !cfg.Registry.Enabled {
+		return nil, errors.New("instanceworker: ENABLE_PROCESSED_EVENT_REGISTRY=false is not supported: the registry is not optional")
+	}
+	if d.Pool == nil || d.Store == nil || d.ES == nil {
+		return nil, errors.New("instanceworker: Pool, Store and ES are required")
+	}
+	if d.Logger == nil {
+		d.Logger = slog.Default()
+	}
+	reg, err := registry.New(d.Pool, registry.OptionsFromConfig(cfg.Registry, cfg.Worker, cfg.Worker.InstanceMaxRetryAttempts))
+	if err != nil {
+		return nil, err
+	}
+	crash, err := crashpoint.New(cfg.Testing.CrashPoint, cfg.Testing.CrashMarkerDir)
+	if err != nil {
+		return nil, err
+	}
+	w, err := New(Options{Store: d.Store, Registry: reg, ES: d.ES, IndexPrefix: cfg.Elasticsearch.IndexPrefix, Crash: crash, Logger: d.Logger})
+	if err != nil {
+		return nil, err
+	}
+	kopts, err := consumer.ClientOptions(cfg.Kafka)
+	if err != nil {
+		return nil, err
+	}
+	co := consumer.OptionsFromConfig(consumer.Options{
+		Brokers: cfg.Kafka.Brokers, KafkaOpts: append(kopts, d.KafkaOpts...),
+		Topic: cfg.Kafka.CommandsTopic, Group: GroupName, DLQTopic: cfg.Kafka.CommandsDLQTopic,
+		HandlerName: HandlerName, Policy: registry.WaitForPredecessor, Registry: reg, Handler: w,
+		Limits: envelope.Limits{MaxEnvelopeBytes: cfg.EventStore.MaxEnvelopeBytes, MaxDataDepth: cfg.EventStore.MaxDataDepth, MaxMetadataBytes: cfg.EventStore.MaxMetadataBytes}, Crash: crash, CrashWorker: HandlerName,
+		Logger: d.Logger, Metrics: d.Metrics, Health: d.Health,
+	}, cfg.Worker, cfg.Worker.InstanceMaxRetryAttempts)
+	cons, err := consumer.New(co)
+	if err != nil {
+		return nil, err
+	}
+	if d.Health != nil {
+		d.Health.AddReadiness(HandlerName+":postgres", reg.Check)
+	}
+	return &Service{cfg: cfg, worker: w, cons: cons, reg: reg, log: d.Logger}, nil
+}
+
+// Worker returns the handler.
+func (s *Service) Worker() *Worker { return s.worker }
+
+// Consumer returns the runtime.
+func (s *Service) Consumer() *consumer.Consumer { return s.cons }
+
+// Run creates the commands and DLQ topics if missing (KAFKA_TOPIC_PARTITIONS,
+// KAFKA_TOPIC_REPLICATION_FACTOR; failures are logged, not fatal), then
+// consumes until ctx ends and drains (SHUTDOWN_TIMEOUT).
+func (s *Service) Run(ctx context.Context) error {
+	s.ensureTopics(ctx)
+	s.log.Info("instance worker running", "topic", s.cfg.Kafka.CommandsTopic, "group", GroupName, "dlq", s.cfg.Kafka.CommandsDLQTopic)
+	err := s.cons.Run(ctx)
+	s.log.Info("instance worker stopped")
+	return err
+}
+
+func (s *Service) ensureTopics(ctx context.Context) {
+	adm := kadm.NewClient(s.cons.Client())
+	rf := s.cfg.Kafka.ReplicationFactor
+	res, err := adm.CreateTopics(ctx, int32(s.cfg.Kafka.TopicPartitions), int16(rf), nil, s.cfg.Kafka.CommandsTopic, s.cfg.Kafka.CommandsDLQTopic)
+	if err != nil {
+		s.log.Warn("create topics", "err", err)
+		return
+	}
+	for _, r := range res.Sorted() {
+		if r.Err != nil && !errors.Is(r.Err, kerr.TopicAlreadyExists) {
+			s.log.Warn("create topic", "topic", r.Topic, "err", fmt.Sprint(r.Err))
+		}
+	}
+}

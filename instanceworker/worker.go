@@ -1,0 +1,534 @@
+// Package instanceworker provides sluice's write-side command handler
+// (SPEC §9): it turns CREATE_INSTANCE, UPDATE_INSTANCE and DELETE_INSTANCE
+// commands from the commands topic into domain events appended into the
+// command's own slot of the event store, and keeps the live instance
+// documents in Elasticsearch. Worker is the handler (consumer.Handler and
+// consumer.Healer); Service wires it to the worker runtime (shared/consumer)
+// for `sluice instance-worker` and `sluice dev`.
+//
+// The guarantees it keeps (SPEC §0):
+//
+//   - §0.1 at most one side effect per command: the domain event has a
+//     deterministic event_id (envelope.DomainEventID) and goes into the
+//     command's slot, so a re-run finds the stored event (an idempotent
+//     append) instead of writing a second one; the instance document is
+//     written with version = slot, version_type = external, so a re-run gets
+//     409 (already applied).
+//   - §0.3 per-aggregate order: the registry's wait-for-predecessor policy
+//     lets command k run only after every slot below k is finished; the
+//     state it decides on is exactly the fold of the domain events below k.
+//     Stalled aggregates heal from the event store (Heal).
+//   - §0.4 explicit failure: malformed commands are dead-lettered with their
+//     reason; business rejections are recorded as outcomes with a reason,
+//     visible through command status.
+//
+// docs/instanceworker.md documents the command payloads.
+package instanceworker
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"sort"
+	"strings"
+	"sync"
+
+	"github.com/elastic/go-elasticsearch/v8"
+	jsonpatch "github.com/evanphx/json-patch/v5"
+
+	"github.com/sluicehq/sluice/eventstore"
+	"github.com/sluicehq/sluice/registry"
+	"github.com/sluicehq/sluice/shared/consumer"
+	"github.com/sluicehq/sluice/shared/crashpoint"
+	"github.com/sluicehq/sluice/shared/envelope"
+	"github.com/sluicehq/sluice/shared/readmodel"
+)
+
+// Names of the handler, its consumer group and its crash-point worker.
+const (
+	HandlerName = "instanceworker"
+	GroupName   = "instance-worker"
+)
+
+// Command and domain event types (SPEC §9).
+const (
+	CreateInstance  = "CREATE_INSTANCE"
+	UpdateInstance  = "UPDATE_INSTANCE"
+	DeleteInstance  = "DELETE_INSTANCE"
+	InstanceCreated = "INSTANCE_CREATED"
+	InstanceUpdated = "INSTANCE_UPDATED"
+	InstanceDeleted = "INSTANCE_DELETED"
+)
+
+// Crash points of the handler (the runtime has the others).
+const (
+	PointBeforeAppend  = "before_append"
+	PointAfterAppend   = "after_append"
+	PointBeforeESWrite = "before_es_write"
+	PointAfterESWrite  = "after_es_write"
+)
+
+// Store is what the worker needs of the event store (*eventstore.Store).
+type Store interface {
+	AppendOne(ctx context.Context, e envelope.Envelope) (eventstore.Result, error)
+	Stream(ctx context.Context, aggregateType, aggregateID string, fromSeq, toSeq int64, kind envelope.Kind) ([]eventstore.Event, error)
+	Command(ctx context.Context, aggregateType, aggregateID string, seq int64) (eventstore.Event, error)
+	ByEventID(ctx context.Context, eventID string) (eventstore.Event, error)
+}
+
+// Options configure a Worker.
+type Options struct {
+	Store    Store
+	Registry *registry.Registry
+	ES       *elasticsearch.Client
+	// IndexPrefix is ELASTICSEARCH_INDEX_PREFIX (default "sluice_");
+	// IndexVersion the instances index version (default 1).
+	IndexPrefix  string
+	IndexVersion int
+	// MaxAttempts is used for failures recorded while healing.
+	Crash  *crashpoint.Crasher
+	Logger *slog.Logger
+}
+
+// Worker handles instance commands. It is safe for concurrent use by the
+// runtime (different aggregates at once).
+type Worker struct {
+	o       Options
+	ensured sync.Map // db → readmodel.Names
+}
+
+// New returns a Worker.
+func New(o Options) (*Worker, error) {
+	if o.Store == nil || o.Registry == nil || o.ES == nil {
+		return nil, errors.New("instanceworker: Store, Registry and ES are required")
+	}
+	if o.IndexPrefix == "" {
+		o.IndexPrefix = "sluice_"
+	}
+	if o.IndexVersion <= 0 {
+		o.IndexVersion = readmodel.DefaultVersion
+	}
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	return &Worker{o: o}, nil
+}
+
+func (w *Worker) hit(point string) {
+	if w.o.Crash != nil {
+		w.o.Crash.Hit(HandlerName, point)
+	}
+}
+
+// payload is the data of an instance command (docs/instanceworker.md).
+type payload struct {
+	DB         *string         `json:"db"`
+	Class      *string         `json:"class"`
+	InstanceID *string         `json:"instance_id"`
+	Data       json.RawMessage `json:"data"`
+}
+
+// command is a validated instance command.
+type command struct {
+	env                   envelope.Envelope
+	db, class, instanceID string
+	data                  json.RawMessage // CREATE: the state; UPDATE: the merge patch
+	commandID             string
+}
+
+// parseCommand validates a command envelope; every failure is permanent.
+func parseCommand(e envelope.Envelope) (command, error) {
+	c := command{env: e, commandID: e.Metadata.CommandID()}
+	if c.commandID == "" {
+		c.commandID = e.EventID
+	}
+	if e.Kind != envelope.KindCommand {
+		return c, fmt.Errorf("kind %q: the instance worker handles commands only", e.Kind)
+	}
+	if e.AggregateType != envelope.AggregateTypeInstance {
+		return c, fmt.Errorf("aggregate_type %q: want %s", e.AggregateType, envelope.AggregateTypeInstance)
+	}
+	switch e.EventType {
+	case CreateInstance, UpdateInstance, DeleteInstance:
+	default:
+		return c, fmt.Errorf("unknown command type %q (want %s, %s or %s)", e.EventType, CreateInstance, UpdateInstance, DeleteInstance)
+	}
+	if e.SequenceNumber < 1 {
+		return c, errors.New("command has no sequence_number")
+	}
+	var err error
+	if c.db, c.class, c.instanceID, err = envelope.ParseInstanceAggregateID(e.AggregateID); err != nil {
+		return c, err
+	}
+	var p payload
+	dec := json.NewDecoder(bytes.NewReader(e.Data))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&p); err != nil {
+		return c, fmt.Errorf("%s payload: %w", e.EventType, err)
+	}
+	if p.DB != nil && *p.DB != c.db {
+		return c, fmt.Errorf("payload db %q does not match aggregate_id %q", *p.DB, e.AggregateID)
+	}
+	if p.Class != nil && *p.Class != c.class {
+		return c, fmt.Errorf("payload class %q does not match aggregate_id %q", *p.Class, e.AggregateID)
+	}
+	if p.InstanceID != nil {
+		id, err := envelope.NormalizeAggregateID(*p.InstanceID)
+		if err != nil || id != c.instanceID {
+			return c, fmt.Errorf("payload instance_id %q does not match aggregate_id %q", *p.InstanceID, e.AggregateID)
+		}
+	}
+	isObject := func(b json.RawMessage) bool {
+		b = bytes.TrimSpace(b)
+		return len(b) > 0 && b[0] == '{'
+	}
+	switch e.EventType {
+	case CreateInstance:
+		if p.DB == nil || p.Class == nil {
+			return c, errors.New("CREATE_INSTANCE payload needs db and class")
+		}
+		if !isObject(p.Data) {
+			return c, errors.New("CREATE_INSTANCE payload needs data, a JSON object")
+		}
+		if p.InstanceID == nil {
+			want, err := DeriveInstanceID(c.class, c.commandID, p.Data)
+			if err != nil {
+				return c, err
+			}
+			if want != c.instanceID {
+				return c, fmt.Errorf("aggregate_id %q does not carry the derived instance_id %q", e.AggregateID, want)
+			}
+		}
+	case UpdateInstance:
+		if !isObject(p.Data) {
+			return c, errors.New("UPDATE_INSTANCE payload needs data, a JSON object (RFC 7386 merge patch)")
+		}
+	case DeleteInstance:
+		if len(p.Data) > 0 && string(bytes.TrimSpace(p.Data)) != "null" && !isObject(p.Data) {
+			return c, errors.New("DELETE_INSTANCE payload data must be absent or an object")
+		}
+	}
+	c.data = p.Data
+	return c, nil
+}
+
+// DeriveInstanceID returns the instance_id of a CREATE_INSTANCE command that
+// names none (SPEC §9): data["{class}_id"] when it is a non-empty string or
+// a number (its JSON text), normalised; else
+// envelope.InstanceIDFromCommand(commandID). commandID is metadata.command_id,
+// or the command's event_id when it has none.
+func DeriveInstanceID(class, commandID string, data json.RawMessage) (string, error) {
+	var fields map[string]json.RawMessage
+	if err := json.Unmarshal(data, &fields); err != nil {
+		return "", fmt.Errorf("data: %w", err)
+	}
+	if raw, ok := fields[class+"_id"]; ok {
+		var s string
+		var n json.Number
+		switch {
+		case json.Unmarshal(raw, &s) == nil && s != "":
+		case json.Unmarshal(raw, &n) == nil:
+			s = n.String()
+		}
+		if s != "" {
+			return envelope.NormalizeAggregateID(s)
+		}
+	}
+	return envelope.InstanceIDFromCommand(commandID).String(), nil
+}
+
+// current is the state of an instance before slot k.
+type current struct {
+	exists, deleted bool
+	state           json.RawMessage
+	createdAt       envelope.Timestamp
+}
+
+// fold applies domain events (full states) in order.
+func (c *current) fold(evs []eventstore.Event) {
+	for _, ev := range evs {
+		e := ev.Envelope
+		switch e.EventType {
+		case InstanceCreated:
+			c.exists, c.deleted, c.state, c.createdAt = true, false, e.Data, e.OccurredAt
+		case InstanceUpdated:
+			c.exists, c.deleted, c.state = true, false, e.Data
+		case InstanceDeleted:
+			c.deleted, c.state = true, json.RawMessage(`{}`)
+		}
+	}
+}
+
+func (w *Worker) names(ctx context.Context, db string) (readmodel.Names, error) {
+	if n, ok := w.ensured.Load(db); ok {
+		return n.(readmodel.Names), nil
+	}
+	n, err := readmodel.EnsureIndex(ctx, w.o.ES, w.o.IndexPrefix, db, w.o.IndexVersion)
+	if err != nil {
+		return n, classifyES(err)
+	}
+	w.ensured.Store(db, n)
+	return n, nil
+}
+
+// load returns the state of the instance before slot k: the real-time
+// document when it holds a slot below k plus the domain events after it
+// (normally none), else the fold of the domain stream below k.
+func (w *Worker) load(ctx context.Context, c command, n readmodel.Names) (current, error) {
+	k := c.env.SequenceNumber
+	var cur current
+	from := int64(1)
+	meta, state, err := readmodel.GetInstance(ctx, w.o.ES, n, c.class, c.instanceID)
+	switch {
+	case err == nil && meta.SequenceNumber < k:
+		cur = current{exists: true, deleted: meta.Deleted, state: state, createdAt: meta.CreatedAt}
+		from = meta.SequenceNumber + 1
+	case err == nil, errors.Is(err, readmodel.ErrNotFound):
+	default:
+		return cur, classifyES(err)
+	}
+	if from <= k-1 {
+		evs, err := w.o.Store.Stream(ctx, envelope.AggregateTypeInstance, c.env.AggregateID, from, k-1, envelope.KindDomain)
+		if err != nil {
+			return cur, consumer.Retryable(fmt.Errorf("read domain stream: %w", err))
+		}
+		cur.fold(evs)
+	}
+	return cur, nil
+}
+
+// Handle processes one claimed command (consumer.Handler).
+func (w *Worker) Handle(ctx context.Context, rec *consumer.Record) (registry.Outcome, error) {
+	return w.process(ctx, rec.Envelope)
+}
+
+// Outcome reasons of rejected commands.
+const (
+	ReasonExists         = "instance already exists"
+	ReasonMissing        = "instance does not exist"
+	ReasonDeleted        = "instance is deleted"
+	ReasonReservedFields = "data uses reserved field"
+)
+
+func (w *Worker) process(ctx context.Context, e envelope.Envelope) (registry.Outcome, error) {
+	c, err := parseCommand(e)
+	if err != nil {
+		return registry.Outcome{}, consumer.Permanent(err)
+	}
+	n, err := w.names(ctx, c.db)
+	if err != nil {
+		return registry.Outcome{}, err
+	}
+	cur, err := w.load(ctx, c, n)
+	if err != nil {
+		return registry.Outcome{}, err
+	}
+	var evType string
+	var newState json.RawMessage
+	switch e.EventType {
+	case CreateInstance:
+		if cur.exists && !cur.deleted {
+			return registry.Rejected(ReasonExists), nil
+		}
+		evType, newState = InstanceCreated, c.data
+	case UpdateInstance:
+		if !cur.exists {
+			return registry.Rejected(ReasonMissing), nil
+		}
+		if cur.deleted {
+			return registry.Rejected(ReasonDeleted), nil
+		}
+		merged, err := jsonpatch.MergePatch(cur.state, c.data)
+		if err != nil {
+			return registry.Outcome{}, consumer.Permanent(fmt.Errorf("merge patch: %w", err))
+		}
+		evType, newState = InstanceUpdated, merged
+	case DeleteInstance:
+		if !cur.exists {
+			return registry.Rejected(ReasonMissing), nil
+		}
+		if cur.deleted {
+			return registry.Rejected(ReasonDeleted), nil
+		}
+		evType, newState = InstanceDeleted, json.RawMessage(`{}`)
+	}
+	if newState, err = compactObject(newState); err != nil {
+		return registry.Outcome{}, consumer.Permanent(err)
+	}
+	if bad := reservedKeys(newState); len(bad) > 0 {
+		return registry.Rejected(ReasonReservedFields + " " + strings.Join(bad, ", ")), nil
+	}
+	stored, err := w.appendEvent(ctx, c, evType, newState)
+	if err != nil {
+		return registry.Outcome{}, err
+	}
+	se := stored.Envelope
+	meta := readmodel.Meta{DB: c.db, Class: c.class, InstanceID: c.instanceID, SequenceNumber: c.env.SequenceNumber,
+		EventID: se.EventID, CreatedAt: cur.createdAt, UpdatedAt: se.OccurredAt, Deleted: se.EventType == InstanceDeleted}
+	if se.EventType == InstanceCreated {
+		meta.CreatedAt = se.OccurredAt
+	}
+	w.hit(PointBeforeESWrite)
+	if _, err := readmodel.WriteInstance(ctx, w.o.ES, n, meta, se.Data); err != nil {
+		var se *readmodel.StatusError
+		if errors.As(err, &se) && se.Status == 404 {
+			w.ensured.Delete(c.db) // the write alias vanished: ensure it again
+		}
+		return registry.Outcome{}, classifyES(err)
+	}
+	w.hit(PointAfterESWrite)
+	return registry.Applied(), nil
+}
+
+// appendEvent conditional-creates the domain event into the command's slot;
+// an event already stored with the same event_id counts as done.
+func (w *Worker) appendEvent(ctx context.Context, c command, evType string, state json.RawMessage) (eventstore.Event, error) {
+	e := c.env
+	ev := envelope.Envelope{
+		EventID:        envelope.DomainEventID(c.commandID, evType, e.AggregateType, e.AggregateID).String(),
+		EventType:      evType,
+		Kind:           envelope.KindDomain,
+		AggregateType:  e.AggregateType,
+		AggregateID:    e.AggregateID,
+		SequenceNumber: e.SequenceNumber,
+		OccurredAt:     e.OccurredAt,
+		Actor:          e.Actor,
+		Data:           state,
+		SchemaVersion:  1,
+		Metadata:       envelope.Metadata{},
+	}
+	ev.Metadata.SetString(envelope.MetaCommandID, c.commandID)
+	corr := e.Metadata.CorrelationID()
+	if corr == "" {
+		corr = c.commandID
+	}
+	ev.Metadata.SetString(envelope.MetaCorrelationID, corr)
+	ev.Metadata.SetString(envelope.MetaCausationID, e.EventID)
+	for _, k := range []string{envelope.MetaOrderingKey, envelope.MetaTraceparent, envelope.MetaTracestate} {
+		if v, ok := e.Metadata.String(k); ok && v != "" {
+			ev.Metadata.SetString(k, v)
+		}
+	}
+	w.hit(PointBeforeAppend)
+	res, err := w.o.Store.AppendOne(ctx, ev)
+	if err == nil {
+		w.hit(PointAfterAppend)
+		return res.Event, nil
+	}
+	var mm *eventstore.IdempotencyMismatchError
+	var slot *eventstore.SlotError
+	var ve *envelope.ValidationError
+	var ce *eventstore.ConflictError
+	switch {
+	case errors.As(err, &mm):
+		// The slot already holds this command's event, decided earlier:
+		// it is the truth; carry on with it.
+		stored, gerr := w.o.Store.ByEventID(ctx, ev.EventID)
+		if gerr != nil {
+			return eventstore.Event{}, consumer.Retryable(fmt.Errorf("read stored domain event: %w", gerr))
+		}
+		w.o.Logger.Warn("domain event already stored with a different payload; using the stored one",
+			"event_id", ev.EventID, "stored_hash", mm.StoredHash, "new_hash", mm.NewHash)
+		w.hit(PointAfterAppend)
+		return stored, nil
+	case errors.As(err, &slot), errors.As(err, &ve), errors.As(err, &ce):
+		return eventstore.Event{}, consumer.Permanent(fmt.Errorf("append domain event: %w", err))
+	}
+	return eventstore.Event{}, consumer.Retryable(fmt.Errorf("append domain event: %w", err))
+}
+
+// compactObject checks that b is a JSON object and compacts it.
+func compactObject(b json.RawMessage) (json.RawMessage, error) {
+	t := bytes.TrimSpace(b)
+	if len(t) == 0 || t[0] != '{' {
+		return nil, errors.New("new state is not a JSON object")
+	}
+	var out bytes.Buffer
+	if err := json.Compact(&out, t); err != nil {
+		return nil, fmt.Errorf("new state: %w", err)
+	}
+	return out.Bytes(), nil
+}
+
+func reservedKeys(state json.RawMessage) []string {
+	var m map[string]json.RawMessage
+	if json.Unmarshal(state, &m) != nil {
+		return nil
+	}
+	var bad []string
+	for k := range m {
+		if readmodel.IsReserved(k) {
+			bad = append(bad, k)
+		}
+	}
+	sort.Strings(bad)
+	return bad
+}
+
+// classifyES maps an Elasticsearch failure to the runtime's error classes:
+// 429, 5xx and transport errors are retryable, other statuses permanent.
+func classifyES(err error) error {
+	var se *readmodel.StatusError
+	if errors.As(err, &se) {
+		if se.Retryable() {
+			return consumer.Retryable(err)
+		}
+		return consumer.Permanent(err)
+	}
+	var ne net.Error
+	if errors.As(err, &ne) || errors.Is(err, context.DeadlineExceeded) {
+		return consumer.Retryable(err)
+	}
+	return consumer.Retryable(err)
+}
+
+// Heal processes the slots an aggregate is waiting for (consumer.Healer,
+// SPEC §7.3): for each slot between the last finished one and the waiting
+// command, the command stored there is claimed and processed like a
+// delivery; a slot without a command (abandoned, or a direct domain event)
+// is finished with AdvanceTo.
+func (w *Worker) Heal(ctx context.Context, rec *consumer.Record, wait registry.ClaimResult) error {
+	e := rec.Envelope
+	key := consumer.DefaultAggregateKey(e)
+	for s := wait.LastSequence + 1; s < e.SequenceNumber; s++ {
+		ev, err := w.o.Store.Command(ctx, e.AggregateType, e.AggregateID, s)
+		if errors.Is(err, eventstore.ErrNotFound) {
+			if _, err := w.o.Registry.AdvanceTo(ctx, HandlerName, key, s); err != nil {
+				return fmt.Errorf("heal slot %d: %w", s, err)
+			}
+			w.o.Logger.Warn("healed an empty slot", "aggregate_id", e.AggregateID, "slot", s)
+			continue
+		}
+		if err != nil {
+			return fmt.Errorf("heal slot %d: %w", s, err)
+		}
+		res, err := w.o.Registry.Claim(ctx, registry.ClaimRequest{Handler: HandlerName, EventID: ev.Envelope.EventID,
+			AggregateID: key, Seq: s, Policy: registry.WaitForPredecessor})
+		if err != nil {
+			return fmt.Errorf("heal slot %d: %w", s, err)
+		}
+		switch res.Kind {
+		case registry.DuplicateDone, registry.Stale, registry.Dead:
+			continue
+		case registry.Claimed:
+		default:
+			return fmt.Errorf("heal slot %d: %s", s, res.Kind)
+		}
+		hctx, stop := w.o.Registry.Hold(ctx, res.Lease)
+		out, perr := w.process(hctx, ev.Envelope)
+		stop()
+		if perr != nil {
+			_ = w.o.Registry.Release(ctx, res.Lease)
+			return fmt.Errorf("heal slot %d: %w", s, perr)
+		}
+		if err := w.o.Registry.MarkDone(ctx, res.Lease, out); err != nil {
+			return fmt.Errorf("heal slot %d: %w", s, err)
+		}
+		w.o.Logger.Info("healed a missing command", "aggregate_id", e.AggregateID, "slot", s, "outcome", out.Result)
+	}
+	return nil
+}

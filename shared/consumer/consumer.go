@@ -1,0 +1,895 @@
+package consumer
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"sort"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/sluicehq/sluice/registry"
+	"github.com/sluicehq/sluice/shared/envelope"
+	"github.com/sluicehq/sluice/shared/observability"
+)
+
+// Crash points the runtime hits (with Options.CrashWorker).
+const (
+	PointAfterClaim     = "after_claim"
+	PointBeforeMarkDone = "before_mark_done"
+	PointBeforeCommit   = "before_commit"
+)
+
+// state is where an unfinished record stands.
+type state int
+
+const (
+	stClaim      state = iota // to be claimed
+	stWait                    // claimed WAIT last time: does not block its aggregate
+	stHandle                  // claimed (lease held), handler to run (again)
+	stMarkDone                // handled: outcome to mark done with the lease
+	stMarkFailed              // failed for good: DLQ acked, MarkFailed to record
+	stDLQ                     // DLQ record to produce (then stMarkFailed, or done)
+	stDone
+)
+
+// item is one polled record on its way through the runtime.
+type item struct {
+	rec       *kgo.Record
+	view      Record
+	parseErr  error
+	key       string
+	part      *partState
+	st        state
+	lease     registry.Lease
+	outcome   registry.Outcome
+	notBefore time.Time
+	tries     int // local retries (backoff exponent)
+	polledAt  time.Time
+	// dead-letter data
+	failure   *registry.Failure
+	errText   string
+	errClass  string
+	attempts  int
+	firstFail time.Time
+	wait      *registry.ClaimResult // last WAIT result, for healing
+}
+
+// partState tracks the records of one partition in offset order.
+type partState struct {
+	topic     string
+	partition int32
+	queue     []*item // unfinished prefix and what follows, in offset order
+	committed int64   // next offset to consume according to our last commit; -1 unknown
+	hwm       int64
+}
+
+// Consumer is one worker's consumer-group member. Create it with New, run it
+// with Run.
+type Consumer struct {
+	o   Options
+	cl  *kgo.Client
+	m   *metrics
+	hb  *observability.Heartbeat
+	log func(msg string, args ...any)
+
+	mu       sync.Mutex // guards parts (rebalance callbacks vs the loop)
+	parts    map[string]map[int32]*partState
+	pending  int
+	paused   bool
+	outage   atomic.Bool
+	omu      sync.Mutex // guards outageAt, outTries
+	outageAt time.Time  // next registry attempt while in outage
+	outTries int
+}
+
+// New validates opts and creates the Kafka client (nothing is fetched before
+// Run).
+func New(opts Options) (*Consumer, error) {
+	o, err := opts.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	c := &Consumer{o: o, m: newMetrics(o.Metrics), parts: map[string]map[int32]*partState{}, hb: observability.NewHeartbeat(time.Minute)}
+	c.log = o.Logger.With("handler", o.HandlerName).Warn
+	kopts := append([]kgo.Opt{
+		kgo.SeedBrokers(o.Brokers...),
+		kgo.ConsumerGroup(o.Group),
+		kgo.ConsumeTopics(o.Topic),
+		kgo.DisableAutoCommit(),
+		kgo.BlockRebalanceOnPoll(),
+		kgo.FetchIsolationLevel(kgo.ReadCommitted()),
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
+		kgo.OnPartitionsRevoked(c.onRevoked),
+		kgo.OnPartitionsLost(c.onLost),
+		kgo.ProducerLinger(0),
+		kgo.RequiredAcks(kgo.AllISRAcks()),
+	}, o.KafkaOpts...)
+	cl, err := kgo.NewClient(kopts...)
+	if err != nil {
+		return nil, fmt.Errorf("consumer: kafka client: %w", err)
+	}
+	c.cl = cl
+	if o.Health != nil {
+		o.Health.AddReadiness(o.HandlerName+":registry", func(ctx context.Context) error {
+			if c.outage.Load() {
+				return errors.New("registry unreachable: consumption paused")
+			}
+			return nil
+		})
+		o.Health.AddLiveness(o.HandlerName+":loop", c.hb.Check)
+	}
+	return c, nil
+}
+
+// Client returns the underlying franz-go client (tests, admin calls).
+func (c *Consumer) Client() *kgo.Client { return c.cl }
+
+// InOutage reports whether consumption is paused by a registry outage.
+func (c *Consumer) InOutage() bool { return c.outage.Load() }
+
+// Run consumes until ctx ends, then drains: it stops fetching, finishes
+// (or releases) in-flight claims, commits the done prefix and leaves the
+// group, within Options.ShutdownTimeout. It returns nil after a clean drain.
+func (c *Consumer) Run(ctx context.Context) error {
+	// work outlives ctx by at most the shutdown timeout: in-flight records
+	// finish after SIGTERM.
+	work, cancelWork := context.WithCancel(context.WithoutCancel(ctx))
+	defer cancelWork()
+	go func() {
+		select {
+		case <-ctx.Done():
+		case <-work.Done():
+			return
+		}
+		t := time.NewTimer(c.o.ShutdownTimeout)
+		defer t.Stop()
+		select {
+		case <-t.C:
+			cancelWork()
+		case <-work.Done():
+		}
+	}()
+	var runErr error
+	for ctx.Err() == nil {
+		c.hb.Beat()
+		if err := c.turn(ctx, work); err != nil {
+			runErr = err
+			break
+		}
+	}
+	c.drain(work)
+	cancelWork()
+	c.cl.Close()
+	return runErr
+}
+
+// turn is one poll and one round of processing, with rebalances blocked.
+func (c *Consumer) turn(ctx, work context.Context) error {
+	defer c.cl.AllowRebalance()
+	wait := c.pollWait()
+	pctx, cancel := context.WithTimeout(ctx, wait)
+	fetches := c.cl.PollRecords(pctx, c.o.MaxPollRecords)
+	cancel()
+	if fetches.IsClientClosed() {
+		return errors.New("consumer: kafka client closed")
+	}
+	fetches.EachError(func(t string, p int32, err error) {
+		if !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, context.Canceled) {
+			c.log("fetch error", "topic", t, "partition", p, "err", err)
+		}
+	})
+	now := time.Now()
+	c.mu.Lock()
+	fetches.EachPartition(func(p kgo.FetchTopicPartition) {
+		ps := c.part(p.Topic, p.Partition)
+		ps.hwm = p.HighWatermark
+		for _, r := range p.Records {
+			it := &item{rec: r, part: ps, polledAt: now}
+			c.parse(it)
+			ps.queue = append(ps.queue, it)
+			c.pending++
+		}
+	})
+	c.mu.Unlock()
+	c.o.Logger.Debug("poll", "records", fetches.NumRecords(), "pending", c.pending, "wait", wait)
+	c.round(work)
+	c.commit(work, nil)
+	c.flowControl()
+	return nil
+}
+
+// pollWait is how long a poll may block: until the earliest due retry.
+func (c *Consumer) pollWait() time.Duration {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	wait := time.Second
+	now := time.Now()
+	for _, ps := range c.allParts() {
+		for _, it := range ps.queue {
+			if it.st == stDone {
+				continue
+			}
+			d := it.notBefore.Sub(now)
+			if d < wait {
+				wait = d
+			}
+		}
+	}
+	if until := c.outageUntil().Sub(now); until > wait {
+		wait = min(until, time.Second)
+	}
+	if wait < 5*time.Millisecond {
+		wait = 5 * time.Millisecond
+	}
+	return wait
+}
+
+func (c *Consumer) part(topic string, p int32) *partState {
+	m := c.parts[topic]
+	if m == nil {
+		m = map[int32]*partState{}
+		c.parts[topic] = m
+	}
+	ps := m[p]
+	if ps == nil {
+		ps = &partState{topic: topic, partition: p, committed: -1}
+		m[p] = ps
+	}
+	return ps
+}
+
+// allParts returns the partitions in a stable order. Callers hold mu.
+func (c *Consumer) allParts() []*partState {
+	var out []*partState
+	for _, m := range c.parts {
+		for _, ps := range m {
+			out = append(out, ps)
+		}
+	}
+	sort.Slice(out, func(i, j int) bool {
+		if out[i].topic != out[j].topic {
+			return out[i].topic < out[j].topic
+		}
+		return out[i].partition < out[j].partition
+	})
+	return out
+}
+
+func (c *Consumer) parse(it *item) {
+	r := it.rec
+	it.view = Record{Topic: r.Topic, Partition: r.Partition, Offset: r.Offset, Key: r.Key, Value: r.Value, Headers: r.Headers, Timestamp: r.Timestamp}
+	env, err := envelope.Parse(r.Value, c.o.Limits)
+	if err != nil {
+		it.parseErr = err
+		it.key = "kafka-key:" + string(r.Key)
+		it.st = stDLQ
+		it.errText, it.errClass, it.attempts = "parse: "+err.Error(), ClassParse, 1
+		it.firstFail = time.Now()
+		return
+	}
+	it.view.Envelope = env
+	it.key = c.o.AggregateKey(env)
+}
+
+// backoff is min(cap, base·2^n) scaled by a random factor in [0.5, 1).
+func backoff(base, limit time.Duration, n int) time.Duration {
+	d := limit
+	if n < 30 {
+		if b := base << n; b > 0 && b < limit {
+			d = b
+		}
+	}
+	return time.Duration(float64(d) * (0.5 + rand.Float64()/2))
+}
+
+func (c *Consumer) retryLater(it *item, reason string, d time.Duration) {
+	it.notBefore = time.Now().Add(d)
+	it.tries++
+	c.m.retries.WithLabelValues(c.o.HandlerName, reason).Inc()
+}
+
+// select picks the runnable items of this round: per aggregate the records
+// in offset order up to and including the first one that is not in WAIT
+// (a waiting record does not block its successors, which may be its
+// predecessors in sequence); an item not yet due blocks its aggregate unless
+// it is waiting.
+func (c *Consumer) selectRunnable(now time.Time) []*item {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	blocked := map[string]bool{}
+	var out []*item
+	for _, ps := range c.allParts() {
+		for _, it := range ps.queue {
+			if it.st == stDone || blocked[it.key] {
+				continue
+			}
+			due := !now.Before(it.notBefore)
+			if due {
+				out = append(out, it)
+			}
+			if it.st != stWait {
+				blocked[it.key] = true
+			}
+			if len(out) >= c.o.MaxPollRecords {
+				return out
+			}
+		}
+	}
+	return out
+}
+
+// round runs every runnable record one step further (usually to done).
+func (c *Consumer) round(ctx context.Context) {
+	now := time.Now()
+	items := c.selectRunnable(now)
+	if len(items) == 0 {
+		return
+	}
+	registryOK := !now.Before(c.outageUntil())
+	var dlq, claims, handles, marks, fails []*item
+	for _, it := range items {
+		switch it.st {
+		case stDLQ:
+			dlq = append(dlq, it)
+		case stClaim, stWait:
+			claims = append(claims, it)
+		case stHandle:
+			handles = append(handles, it)
+		case stMarkDone:
+			marks = append(marks, it)
+		case stMarkFailed:
+			fails = append(fails, it)
+		}
+	}
+	if !registryOK {
+		// Outage: only Kafka-side work (DLQ of parse errors) may go on.
+		c.produceDLQ(ctx, dlq)
+		return
+	}
+	c.produceDLQ(ctx, dlq)
+	if len(claims) > 0 {
+		claimed, heal := c.claim(ctx, claims)
+		handles = append(handles, claimed...)
+		if c.outage.Load() {
+			return
+		}
+		handles = append(handles, heal...)
+	}
+	// after_claim: the claim is recorded, nothing else has happened.
+	if len(handles) > 0 {
+		c.hit(PointAfterClaim)
+	}
+	c.handle(ctx, handles)
+	var dead []*item
+	for _, it := range handles {
+		switch it.st {
+		case stMarkDone:
+			marks = append(marks, it)
+		case stDLQ:
+			dead = append(dead, it)
+		}
+	}
+	c.produceDLQ(ctx, dead)
+	for _, it := range append(dlq, dead...) {
+		if it.st == stMarkFailed && !contains(fails, it) {
+			fails = append(fails, it)
+		}
+	}
+	c.markFailed(ctx, fails)
+	if len(marks) > 0 {
+		c.hit(PointBeforeMarkDone)
+		c.markDone(ctx, marks)
+	}
+}
+
+func contains(items []*item, x *item) bool {
+	for _, it := range items {
+		if it == x {
+			return true
+		}
+	}
+	return false
+}
+
+func (c *Consumer) hit(point string) {
+	if c.o.Crash != nil && c.o.CrashWorker != "" {
+		c.o.Crash.Hit(c.o.CrashWorker, point)
+	}
+}
+
+// enterOutage pauses the registry work after an ErrUnavailable.
+func (c *Consumer) enterOutage(err error) {
+	if !c.outage.Swap(true) {
+		c.log("registry unreachable: pausing consumption", "err", err)
+		c.m.outage.WithLabelValues(c.o.HandlerName).Set(1)
+	}
+	c.omu.Lock()
+	c.outTries++
+	c.outageAt = time.Now().Add(backoff(c.o.BackoffBase, c.o.OutageBackoffCap, c.outTries))
+	c.omu.Unlock()
+	c.m.retries.WithLabelValues(c.o.HandlerName, "outage").Inc()
+}
+
+func (c *Consumer) leaveOutage() {
+	if c.outage.Swap(false) {
+		c.log("registry reachable again: resuming consumption")
+		c.m.outage.WithLabelValues(c.o.HandlerName).Set(0)
+	}
+	c.omu.Lock()
+	c.outTries = 0
+	c.omu.Unlock()
+}
+
+// outageUntil returns when the registry may be tried again (zero: now).
+func (c *Consumer) outageUntil() time.Time {
+	if !c.outage.Load() {
+		return time.Time{}
+	}
+	c.omu.Lock()
+	defer c.omu.Unlock()
+	return c.outageAt
+}
+
+// claim claims items in one batch and sorts them by result; it returns the
+// claimed items and the waiting items due for healing.
+func (c *Consumer) claim(ctx context.Context, items []*item) (claimed, heal []*item) {
+	reqs := make([]registry.ClaimRequest, len(items))
+	for i, it := range items {
+		e := it.view.Envelope
+		reqs[i] = registry.ClaimRequest{Handler: c.o.HandlerName, EventID: e.EventID, AggregateID: it.key, Seq: e.SequenceNumber, Policy: c.o.Policy}
+	}
+	start := time.Now()
+	res, err := c.o.Registry.ClaimBatch(ctx, reqs)
+	c.m.stage.WithLabelValues(c.o.HandlerName, "claim").Observe(time.Since(start).Seconds())
+	if err != nil {
+		if isOutage(ctx, err) {
+			c.enterOutage(err)
+			return nil, nil
+		}
+		var re *registry.RequestError
+		if errors.As(err, &re) && re.Index >= 0 && re.Index < len(items) {
+			// One bad request fails the batch: dead-letter it, retry the rest.
+			it := items[re.Index]
+			it.st, it.errText, it.errClass, it.attempts, it.firstFail = stDLQ, "registry: "+err.Error(), ClassPermanent, 1, time.Now()
+			c.m.retries.WithLabelValues(c.o.HandlerName, "batch_invalid").Inc()
+			return nil, nil
+		}
+		c.log("claim failed", "err", err)
+		for _, it := range items {
+			c.retryLater(it, "claim_error", backoff(c.o.BackoffBase, c.o.BackoffCap, it.tries))
+		}
+		return nil, nil
+	}
+	c.leaveOutage()
+	for i, it := range items {
+		r := res[i]
+		switch r.Kind {
+		case registry.Claimed:
+			it.st, it.lease, it.tries, it.wait = stHandle, r.Lease, 0, nil
+			it.view.Attempt = r.Lease.Attempt
+			claimed = append(claimed, it)
+		case registry.DuplicateDone:
+			c.finish(it, "duplicate")
+		case registry.Stale:
+			c.finish(it, "stale")
+		case registry.Dead:
+			// The DLQ record was acknowledged before the row became dead.
+			c.finish(it, "dead")
+		case registry.InProgress:
+			it.st = stClaim
+			d := backoff(c.o.BackoffBase, c.o.BackoffCap, it.tries)
+			if r.RetryIn > 0 && r.RetryIn < d {
+				d = r.RetryIn
+			}
+			c.retryLater(it, "in_progress", d)
+		case registry.RetryLater:
+			it.st = stClaim
+			c.retryLater(it, "retry_later", max(r.RetryIn, time.Millisecond))
+		case registry.Wait:
+			it.st = stWait
+			w := r
+			it.wait = &w
+			if r.HealDue {
+				if _, ok := c.o.Handler.(Healer); ok {
+					heal = append(heal, it)
+					continue
+				}
+			}
+			c.retryLater(it, "wait", backoff(c.o.BackoffBase, c.o.BackoffCap, it.tries))
+		}
+	}
+	if len(claimed) > 0 {
+		return claimed, heal
+	}
+	return nil, heal
+}
+
+// handle runs the handler for claimed items (and heals for waiting ones):
+// one goroutine per aggregate, at most Concurrency at once, each running
+// its aggregate's items in offset order.
+func (c *Consumer) handle(ctx context.Context, items []*item) {
+	if len(items) == 0 {
+		return
+	}
+	groups := map[string][]*item{}
+	var order []string
+	for _, it := range items {
+		if _, ok := groups[it.key]; !ok {
+			order = append(order, it.key)
+		}
+		groups[it.key] = append(groups[it.key], it)
+	}
+	sem := make(chan struct{}, c.o.Concurrency)
+	var wg sync.WaitGroup
+	for _, k := range order {
+		g := groups[k]
+		sort.SliceStable(g, func(i, j int) bool { return g[i].rec.Offset < g[j].rec.Offset })
+		sem <- struct{}{}
+		wg.Add(1)
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			for _, it := range g {
+				if it.st == stWait {
+					c.heal(ctx, it)
+					continue
+				}
+				c.handleOne(ctx, it)
+			}
+		}()
+	}
+	wg.Wait()
+}
+
+func (c *Consumer) heal(ctx context.Context, it *item) {
+	h := c.o.Handler.(Healer)
+	err := h.Heal(ctx, &it.view, *it.wait)
+	if err != nil {
+		c.log("heal failed", "event_id", it.view.Envelope.EventID, "err", err)
+		c.retryLater(it, "wait", backoff(c.o.BackoffBase, c.o.BackoffCap, it.tries))
+		return
+	}
+	it.notBefore = time.Time{}
+}
+
+func (c *Consumer) handleOne(ctx context.Context, it *item) {
+	start := time.Now()
+	hctx, stop := c.o.Registry.Hold(ctx, it.lease)
+	out, err := c.o.Handler.Handle(hctx, &it.view)
+	stop()
+	c.m.stage.WithLabelValues(c.o.HandlerName, "handle").Observe(time.Since(start).Seconds())
+	if err == nil {
+		it.st, it.outcome = stMarkDone, out
+		return
+	}
+	switch {
+	case isLeaseLost(hctx, err):
+		it.st = stClaim
+		c.retryLater(it, "lease_lost", backoff(c.o.BackoffBase, c.o.BackoffCap, it.tries))
+		return
+	case isOutage(hctx, err):
+		c.enterOutage(err) // keep the lease: run again when Postgres is back
+		c.retryLater(it, "outage", backoff(c.o.BackoffBase, c.o.OutageBackoffCap, it.tries))
+		return
+	case ctx.Err() != nil:
+		// Shutdown ran out of time: hand the claim back.
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
+		_ = c.o.Registry.Release(rctx, it.lease)
+		cancel()
+		it.st = stClaim
+		return
+	}
+	class := Classify(err)
+	if class == ClassConflict {
+		var ce *ConflictError
+		errors.As(err, &ce)
+		it.st, it.outcome = stMarkDone, registry.Conflict(ce.Reason)
+		return
+	}
+	f := registry.Failure{Err: err, Retryable: class == ClassRetryable, MaxAttempts: c.o.MaxAttempts}
+	if f.Retryable && it.lease.Attempt < c.o.MaxAttempts {
+		fr, ferr := c.o.Registry.MarkFailed(ctx, it.lease, f)
+		if ferr != nil {
+			if isOutage(ctx, ferr) {
+				c.enterOutage(ferr)
+				c.retryLater(it, "outage", backoff(c.o.BackoffBase, c.o.OutageBackoffCap, it.tries))
+				return
+			}
+			it.st = stClaim // lease lost: whoever holds it now finishes it
+			c.retryLater(it, "lease_lost", backoff(c.o.BackoffBase, c.o.BackoffCap, it.tries))
+			return
+		}
+		c.o.Logger.Info("attempt failed, will retry", "handler", c.o.HandlerName, "event_id", it.view.Envelope.EventID,
+			"attempt", fr.Attempt, "retry_in", fr.RetryIn, "err", err)
+		it.st = stClaim
+		c.retryLater(it, "failed", max(fr.RetryIn, time.Millisecond))
+		return
+	}
+	// Dead: the DLQ record is produced and acknowledged first, then the row
+	// becomes dead, then the offset moves (a crash in between re-runs the
+	// attempt rather than losing the dead letter).
+	it.failure = &f
+	it.st, it.errText, it.errClass, it.attempts = stDLQ, err.Error(), class, it.lease.Attempt
+	if row, gerr := c.o.Registry.GetRow(ctx, c.o.HandlerName, it.view.Envelope.EventID); gerr == nil && !row.FirstFailedAt.IsZero() {
+		it.firstFail = row.FirstFailedAt
+	} else {
+		it.firstFail = time.Now()
+	}
+}
+
+// produceDLQ produces the dead letters of items in one batch and waits for
+// the acknowledgements.
+func (c *Consumer) produceDLQ(ctx context.Context, items []*item) {
+	var recs []*kgo.Record
+	var its []*item
+	for _, it := range items {
+		if it.st != stDLQ {
+			continue
+		}
+		r, err := dlqRecord(c.o.DLQTopic, c.o.HandlerName, it.rec, it.errText, it.errClass, it.attempts, it.firstFail, time.Now())
+		if err != nil {
+			c.log("dlq record", "err", err)
+			continue
+		}
+		recs = append(recs, r)
+		its = append(its, it)
+	}
+	if len(recs) == 0 {
+		return
+	}
+	start := time.Now()
+	res := c.cl.ProduceSync(ctx, recs...)
+	c.m.stage.WithLabelValues(c.o.HandlerName, "dlq").Observe(time.Since(start).Seconds())
+	for i, pr := range res {
+		it := its[i]
+		if pr.Err != nil {
+			c.log("dlq produce failed; will retry", "offset", it.rec.Offset, "err", pr.Err)
+			c.retryLater(it, "dlq_produce", backoff(c.o.BackoffBase, c.o.BackoffCap, it.tries))
+			continue
+		}
+		c.m.dlq.WithLabelValues(c.o.HandlerName, it.errClass).Inc()
+		c.o.Logger.Error("record dead-lettered", "handler", c.o.HandlerName, "topic", it.rec.Topic, "partition", it.rec.Partition,
+			"offset", it.rec.Offset, "error_class", it.errClass, "err", it.errText)
+		if it.failure != nil {
+			it.st = stMarkFailed
+			continue
+		}
+		if it.parseErr != nil {
+			c.finish(it, "parse_error")
+		} else {
+			c.finish(it, "dead")
+		}
+	}
+}
+
+// markFailed records the final failure of dead-lettered items.
+func (c *Consumer) markFailed(ctx context.Context, items []*item) {
+	for _, it := range items {
+		if it.st != stMarkFailed {
+			continue
+		}
+		_, err := c.o.Registry.MarkFailed(ctx, it.lease, *it.failure)
+		switch {
+		case err == nil:
+			c.finish(it, "dead")
+		case isOutage(ctx, err):
+			c.enterOutage(err)
+			c.retryLater(it, "outage", backoff(c.o.BackoffBase, c.o.OutageBackoffCap, it.tries))
+			return
+		case errors.Is(err, registry.ErrLeaseLost):
+			// Another owner holds it now (its own attempt decides); the DLQ
+			// record exists — acknowledge by claiming again.
+			it.st, it.failure = stClaim, nil
+			c.retryLater(it, "lease_lost", backoff(c.o.BackoffBase, c.o.BackoffCap, it.tries))
+		default:
+			c.log("mark failed", "err", err)
+			c.retryLater(it, "mark_failed", backoff(c.o.BackoffBase, c.o.BackoffCap, it.tries))
+		}
+	}
+}
+
+// markDone records the outcomes of handled items in one batch.
+func (c *Consumer) markDone(ctx context.Context, items []*item) {
+	done := make([]registry.Done, len(items))
+	for i, it := range items {
+		done[i] = registry.Done{Lease: it.lease, Outcome: it.outcome}
+	}
+	start := time.Now()
+	errs, err := c.o.Registry.MarkDoneBatch(ctx, done)
+	c.m.stage.WithLabelValues(c.o.HandlerName, "mark_done").Observe(time.Since(start).Seconds())
+	if err != nil {
+		if isOutage(ctx, err) {
+			c.enterOutage(err)
+		} else {
+			c.log("mark done failed", "err", err)
+		}
+		for _, it := range items {
+			c.retryLater(it, "outage", backoff(c.o.BackoffBase, c.o.OutageBackoffCap, it.tries))
+		}
+		return
+	}
+	c.leaveOutage()
+	for i, it := range items {
+		if errs[i] != nil {
+			it.st = stClaim // lease lost: claim again (DUPLICATE_DONE if the other owner finished it)
+			c.retryLater(it, "lease_lost", backoff(c.o.BackoffBase, c.o.BackoffCap, it.tries))
+			continue
+		}
+		c.finish(it, string(it.outcome.Result))
+	}
+}
+
+// finish marks an item done, wakes waiting records of its aggregate, and
+// counts it.
+func (c *Consumer) finish(it *item, outcome string) {
+	it.st = stDone
+	c.m.records.WithLabelValues(c.o.HandlerName, outcome).Inc()
+	c.m.stage.WithLabelValues(c.o.HandlerName, "end_to_end").Observe(time.Since(it.polledAt).Seconds())
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.pending--
+	for _, o := range it.part.queue {
+		if o.st == stWait && o.key == it.key {
+			o.notBefore, o.tries = time.Time{}, 0
+		}
+	}
+}
+
+// commit commits, per partition, the offset after the highest contiguous
+// finished record; only partitions in only (all when nil).
+func (c *Consumer) commit(ctx context.Context, only map[string][]int32) {
+	c.mu.Lock()
+	offsets := map[string]map[int32]kgo.EpochOffset{}
+	type adv struct {
+		ps   *partState
+		n    int
+		next int64
+	}
+	var advs []adv
+	for _, ps := range c.allParts() {
+		if only != nil && !hasPartition(only, ps.topic, ps.partition) {
+			continue
+		}
+		n := 0
+		for n < len(ps.queue) && ps.queue[n].st == stDone {
+			n++
+		}
+		if n == 0 {
+			continue
+		}
+		last := ps.queue[n-1].rec
+		if offsets[ps.topic] == nil {
+			offsets[ps.topic] = map[int32]kgo.EpochOffset{}
+		}
+		offsets[ps.topic][ps.partition] = kgo.EpochOffset{Epoch: last.LeaderEpoch, Offset: last.Offset + 1}
+		advs = append(advs, adv{ps, n, last.Offset + 1})
+	}
+	c.mu.Unlock()
+	if len(advs) == 0 {
+		return
+	}
+	c.hit(PointBeforeCommit)
+	start := time.Now()
+	var cerr error
+	c.cl.CommitOffsetsSync(ctx, offsets, func(_ *kgo.Client, _ *kmsg.OffsetCommitRequest, resp *kmsg.OffsetCommitResponse, err error) {
+		if err != nil {
+			cerr = err
+			return
+		}
+		for _, t := range resp.Topics {
+			for _, p := range t.Partitions {
+				if e := kerrFor(p.ErrorCode); e != nil && cerr == nil {
+					cerr = e
+				}
+			}
+		}
+	})
+	c.m.stage.WithLabelValues(c.o.HandlerName, "commit").Observe(time.Since(start).Seconds())
+	if cerr != nil {
+		c.log("offset commit failed; will retry", "err", cerr)
+		return
+	}
+	c.m.commits.WithLabelValues(c.o.HandlerName).Inc()
+	c.mu.Lock()
+	for _, a := range advs {
+		a.ps.queue = a.ps.queue[a.n:]
+		a.ps.committed = a.next
+		if a.ps.hwm > 0 {
+			c.m.lag.WithLabelValues(c.o.HandlerName, a.ps.topic, strconv.Itoa(int(a.ps.partition))).Set(float64(max(a.ps.hwm-a.next, 0)))
+		}
+	}
+	c.mu.Unlock()
+}
+
+func kerrFor(code int16) error {
+	if code == 0 {
+		return nil
+	}
+	return fmt.Errorf("offset commit: kafka error code %d", code)
+}
+
+func hasPartition(m map[string][]int32, topic string, p int32) bool {
+	for _, q := range m[topic] {
+		if q == p {
+			return true
+		}
+	}
+	return false
+}
+
+// flowControl pauses fetching while too much is unfinished or the registry
+// is unreachable, and resumes it afterwards.
+func (c *Consumer) flowControl() {
+	c.mu.Lock()
+	pause := c.pending >= c.o.MaxPending || c.outage.Load()
+	was := c.paused
+	c.paused = pause
+	c.mu.Unlock()
+	if pause && !was {
+		c.cl.PauseFetchTopics(c.o.Topic)
+	} else if !pause && was {
+		c.cl.ResumeFetchTopics(c.o.Topic)
+	}
+}
+
+// onRevoked commits the done prefix of the revoked partitions and forgets
+// their records (the next owner starts at the committed offset). With
+// BlockRebalanceOnPoll it never runs while a round is in flight.
+func (c *Consumer) onRevoked(ctx context.Context, _ *kgo.Client, revoked map[string][]int32) {
+	c.commit(ctx, revoked)
+	c.forget(revoked)
+}
+
+func (c *Consumer) onLost(_ context.Context, _ *kgo.Client, lost map[string][]int32) {
+	c.forget(lost)
+}
+
+func (c *Consumer) forget(tps map[string][]int32) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for t, ps := range tps {
+		for _, p := range ps {
+			if st := c.parts[t][p]; st != nil {
+				for _, it := range st.queue {
+					if it.st != stDone {
+						c.pending--
+					}
+				}
+				delete(c.parts[t], p)
+				c.m.lag.DeleteLabelValues(c.o.HandlerName, t, strconv.Itoa(int(p)))
+			}
+		}
+	}
+}
+
+// drain finishes what can be finished after the Run context ended: pending
+// mark_done of handled records, releases of held claims, and the final
+// commit of the done prefix.
+func (c *Consumer) drain(ctx context.Context) {
+	c.mu.Lock()
+	var marks, held []*item
+	for _, ps := range c.allParts() {
+		for _, it := range ps.queue {
+			switch it.st {
+			case stMarkDone:
+				marks = append(marks, it)
+			case stHandle, stMarkFailed:
+				held = append(held, it)
+			}
+		}
+	}
+	c.mu.Unlock()
+	if len(marks) > 0 {
+		c.markDone(ctx, marks)
+	}
+	for _, it := range held {
+		_ = c.o.Registry.Release(ctx, it.lease)
+	}
+	c.commit(ctx, nil)
+}

@@ -1,0 +1,85 @@
+package consumer
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+)
+
+func TestClassify(t *testing.T) {
+	base := errors.New("x")
+	tests := []struct {
+		err  error
+		want string
+	}{
+		{base, ClassRetryable},
+		{Retryable(base), ClassRetryable},
+		{Permanent(base), ClassPermanent},
+		{fmt.Errorf("wrapped: %w", Permanent(base)), ClassPermanent},
+		{ConflictErr("already applied", nil), ClassConflict},
+		{Permanent(Retryable(base)), ClassPermanent},
+	}
+	for _, tt := range tests {
+		if got := Classify(tt.err); got != tt.want {
+			t.Errorf("Classify(%v) = %s, want %s", tt.err, got, tt.want)
+		}
+	}
+}
+
+func TestBackoff(t *testing.T) {
+	for n := range 40 {
+		d := backoff(100*time.Millisecond, 2*time.Second, n)
+		full := min(2*time.Second, 100*time.Millisecond<<min(n, 20))
+		if d < full/2 || d >= full {
+			t.Errorf("backoff(%d) = %s, want in [%s, %s)", n, d, full/2, full)
+		}
+	}
+}
+
+func TestDLQRecordShape(t *testing.T) {
+	at := time.Date(2026, 11, 21, 10, 0, 0, 0, time.UTC)
+	tests := []struct {
+		name, value, wantValue, wantEnc string
+	}{
+		{"utf8", `{"a":1}`, `{"a":1}`, ""},
+		{"binary", "\xff\xfe", "//4=", "base64"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			r := &kgo.Record{Topic: "cmds", Partition: 2, Offset: 7, Key: []byte("k"), Value: []byte(tt.value),
+				Headers: []kgo.RecordHeader{{Key: "h", Value: []byte("v")}}}
+			out, err := dlqRecord("cmds.dlq", "h1", r, "boom", ClassPermanent, 3, at, at.Add(time.Second))
+			if err != nil {
+				t.Fatal(err)
+			}
+			var m map[string]any
+			if err := json.Unmarshal(out.Value, &m); err != nil {
+				t.Fatal(err)
+			}
+			want := []string{"original_topic", "original_partition", "original_offset", "original_key", "original_value",
+				"original_headers", "error", "error_class", "attempt_count", "handler", "first_failed_at", "failed_at"}
+			if len(m) != len(want) {
+				t.Errorf("fields %v", m)
+			}
+			for _, f := range want {
+				if _, ok := m[f]; !ok {
+					t.Errorf("missing %s", f)
+				}
+			}
+			enc := ""
+			for _, h := range out.Headers {
+				if h.Key == "sluice-original-value-encoding" {
+					enc = string(h.Value)
+				}
+			}
+			if m["original_value"] != tt.wantValue || enc != tt.wantEnc || string(out.Key) != "k" || out.Topic != "cmds.dlq" ||
+				m["original_offset"] != float64(7) || m["attempt_count"] != float64(3) {
+				t.Errorf("record %s headers %v", out.Value, out.Headers)
+			}
+		})
+	}
+}

@@ -1,0 +1,114 @@
+package consumer
+
+import (
+	"context"
+	"errors"
+
+	"github.com/sluicehq/sluice/registry"
+)
+
+// Error classes, as written to the DLQ record's error_class and used as
+// metric labels.
+const (
+	// ClassParse: the record is not a valid envelope; dead-lettered at once.
+	ClassParse = "parse"
+	// ClassPermanent: the handler reported a failure retrying cannot fix
+	// (validation, unknown type, mapping errors); dead-lettered at once.
+	ClassPermanent = "permanent"
+	// ClassRetryable: a transient failure (timeouts, 429, 5xx, connection
+	// errors); retried with backoff, dead-lettered after the max attempts.
+	ClassRetryable = "retryable"
+	// ClassConflict: a version conflict of a versioned write; not an error —
+	// the record is finished with outcome conflict.
+	ClassConflict = "conflict"
+)
+
+// RetryableError marks a transient failure: the record is retried with
+// backoff (only its aggregate waits) until the handler's max attempts, then
+// dead-lettered. Unclassified errors are treated as retryable too.
+type RetryableError struct{ Err error }
+
+func (e *RetryableError) Error() string { return "retryable: " + errText(e.Err) }
+func (e *RetryableError) Unwrap() error { return e.Err }
+
+// PermanentError marks a failure retrying cannot fix: the record is
+// dead-lettered at once.
+type PermanentError struct{ Err error }
+
+func (e *PermanentError) Error() string { return "permanent: " + errText(e.Err) }
+func (e *PermanentError) Unwrap() error { return e.Err }
+
+// ConflictError marks a version conflict of a versioned write ("already
+// applied or stale"): the runtime finishes the record with outcome
+// registry.Conflict(Reason) instead of failing it.
+type ConflictError struct {
+	Reason string
+	Err    error
+}
+
+func (e *ConflictError) Error() string {
+	if e.Err == nil {
+		return "conflict: " + e.Reason
+	}
+	return "conflict: " + e.Reason + ": " + e.Err.Error()
+}
+func (e *ConflictError) Unwrap() error { return e.Err }
+
+// Retryable wraps err as a *RetryableError (nil stays nil).
+func Retryable(err error) error {
+	if err == nil {
+		return nil
+	}
+	return &RetryableError{Err: err}
+}
+
+// Permanent wraps err as a *PermanentError (nil stays nil).
+func Permanent(err error) error {
+	if err == nil {
+		return nil
+	}
+	return &PermanentError{Err: err}
+}
+
+// ConflictErr returns a *ConflictError with reason, wrapping err (may be nil).
+func ConflictErr(reason string, err error) error { return &ConflictError{Reason: reason, Err: err} }
+
+// Classify returns the class of a handler error: ClassPermanent,
+// ClassConflict or ClassRetryable (also for unclassified errors). The
+// outermost classification wins.
+func Classify(err error) string {
+	for e := err; e != nil; e = errors.Unwrap(e) {
+		switch e.(type) {
+		case *PermanentError:
+			return ClassPermanent
+		case *ConflictError:
+			return ClassConflict
+		case *RetryableError:
+			return ClassRetryable
+		}
+	}
+	return ClassRetryable
+}
+
+// isOutage reports whether err is (or was caused by) a registry outage.
+func isOutage(ctx context.Context, err error) bool {
+	if errors.Is(err, registry.ErrUnavailable) {
+		return true
+	}
+	return ctx != nil && errors.Is(context.Cause(ctx), registry.ErrUnavailable)
+}
+
+// isLeaseLost reports whether the handler stopped because its lease was lost.
+func isLeaseLost(ctx context.Context, err error) bool {
+	if errors.Is(err, registry.ErrLeaseLost) {
+		return true
+	}
+	return ctx != nil && errors.Is(context.Cause(ctx), registry.ErrLeaseLost)
+}
+
+func errText(err error) string {
+	if err == nil {
+		return "<nil>"
+	}
+	return err.Error()
+}

@@ -1,0 +1,232 @@
+package consumer
+
+import (
+	"context"
+	"crypto/sha256"
+	"crypto/tls"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/sasl/plain"
+	"github.com/twmb/franz-go/pkg/sasl/scram"
+
+	"github.com/sluicehq/sluice/registry"
+	"github.com/sluicehq/sluice/shared/config"
+	"github.com/sluicehq/sluice/shared/crashpoint"
+	"github.com/sluicehq/sluice/shared/envelope"
+	"github.com/sluicehq/sluice/shared/observability"
+)
+
+// Handler runs the side effect of one claimed record. It is called only with
+// a live registry lease; ctx is cancelled when the lease is lost (stop before
+// any further side effect) or when shutdown runs out of time. It returns the
+// outcome recorded by mark_done, or an error classified with Retryable,
+// Permanent or ConflictErr (unclassified errors are retried). A handler must
+// be idempotent: after a crash the same record runs again.
+type Handler interface {
+	Handle(ctx context.Context, rec *Record) (registry.Outcome, error)
+}
+
+// HandlerFunc adapts a function to Handler.
+type HandlerFunc func(ctx context.Context, rec *Record) (registry.Outcome, error)
+
+// Handle calls f.
+func (f HandlerFunc) Handle(ctx context.Context, rec *Record) (registry.Outcome, error) {
+	return f(ctx, rec)
+}
+
+// Healer is implemented by handlers with the wait-for-predecessor policy
+// (SPEC §7.3): when a record has waited for its predecessor for the lease
+// timeout (ClaimResult.HealDue), Heal processes the missing slots from the
+// event store in order (or finishes empty ones with AdvanceTo). The record is
+// claimed again right after a successful Heal.
+type Healer interface {
+	Heal(ctx context.Context, rec *Record, wait registry.ClaimResult) error
+}
+
+// Registry is what the runtime needs of the processed-event registry
+// (*registry.Registry implements it; tests may fake an outage).
+type Registry interface {
+	ClaimBatch(ctx context.Context, reqs []registry.ClaimRequest) ([]registry.ClaimResult, error)
+	Hold(ctx context.Context, lease registry.Lease) (context.Context, func())
+	MarkDoneBatch(ctx context.Context, items []registry.Done) ([]error, error)
+	MarkFailed(ctx context.Context, lease registry.Lease, f registry.Failure) (registry.FailResult, error)
+	Release(ctx context.Context, lease registry.Lease) error
+	GetRow(ctx context.Context, handler, eventID string) (registry.Row, error)
+	Check(ctx context.Context) error
+}
+
+// Record is one Kafka record with its parsed envelope.
+type Record struct {
+	Topic     string
+	Partition int32
+	Offset    int64
+	Key       []byte
+	Value     []byte
+	Headers   []kgo.RecordHeader
+	Timestamp time.Time
+	// Envelope is the parsed value.
+	Envelope envelope.Envelope
+	// Attempt is the registry attempt number of this run (1 for the first).
+	Attempt int
+}
+
+// Options configure a Consumer. Zero values take the defaults noted.
+type Options struct {
+	// Brokers are the seed brokers; KafkaOpts adds client options (TLS,
+	// SASL: see ClientOptions).
+	Brokers   []string
+	KafkaOpts []kgo.Opt
+	// Topic is consumed by consumer group Group; DLQTopic receives dead
+	// letters. All required.
+	Topic, Group, DLQTopic string
+	// HandlerName is the registry handler ("instanceworker",
+	// "projection:{name}:v{version}"), also the DLQ record's handler field
+	// and the metrics label. Required.
+	HandlerName string
+	// Policy is the handler's sequence-guard policy. Required.
+	Policy   registry.Policy
+	Registry Registry
+	Handler  Handler
+	// AggregateKey maps an envelope to the registry's aggregate id and the
+	// ordering unit. Default: aggregate_type + ":" + aggregate_id (ids over
+	// 512 bytes: aggregate_type + ":sha256:" + hex digest of the id).
+	AggregateKey func(envelope.Envelope) string
+	// Concurrency bounds the aggregates processed at once
+	// (WORKER_CONCURRENCY, default 16).
+	Concurrency int
+	// MaxAttempts of a retryable failure before the DLQ (default 5).
+	MaxAttempts int
+	// BackoffBase and BackoffCap shape local retries (WAIT, IN_PROGRESS,
+	// outages, DLQ produce failures): min(cap, base·2^n) with jitter in
+	// [0.5, 1). Retries after a failed attempt use the registry's backoff.
+	// Defaults 200 ms and 30 s.
+	BackoffBase, BackoffCap time.Duration
+	// OutageBackoffCap caps the retry delay while the registry is
+	// unreachable (default 5 s), so consumption resumes soon after it
+	// returns.
+	OutageBackoffCap time.Duration
+	// ShutdownTimeout bounds the drain after the Run context ends
+	// (SHUTDOWN_TIMEOUT, default 30 s).
+	ShutdownTimeout time.Duration
+	// MaxPollRecords bounds one poll, and so one batch of claims (default
+	// 500). MaxPending pauses fetching while that many records are
+	// unfinished (default 10000).
+	MaxPollRecords, MaxPending int
+	// Limits are the envelope limits Parse enforces (default
+	// envelope.DefaultLimits()).
+	Limits envelope.Limits
+	// Crash, with CrashWorker (e.g. "instanceworker"), provides the runtime's
+	// crash points after_claim, before_mark_done and before_commit.
+	Crash       *crashpoint.Crasher
+	CrashWorker string
+	Logger      *slog.Logger
+	// Metrics receives the runtime's collectors (default: a private registry).
+	Metrics prometheus.Registerer
+	// Health, when set, gets the readiness check "<handler>:registry" (red
+	// during a registry outage) and the liveness heartbeat "<handler>:loop".
+	Health *observability.Health
+}
+
+func (o *Options) withDefaults() (Options, error) {
+	c := *o
+	switch {
+	case len(c.Brokers) == 0:
+		return c, errors.New("consumer: no brokers")
+	case c.Topic == "" || c.Group == "" || c.DLQTopic == "":
+		return c, errors.New("consumer: Topic, Group and DLQTopic are required")
+	case c.HandlerName == "":
+		return c, errors.New("consumer: HandlerName is required")
+	case c.Policy != registry.SkipStale && c.Policy != registry.WaitForPredecessor:
+		return c, errors.New("consumer: Policy is required")
+	case c.Registry == nil || c.Handler == nil:
+		return c, errors.New("consumer: Registry and Handler are required")
+	}
+	if c.AggregateKey == nil {
+		c.AggregateKey = DefaultAggregateKey
+	}
+	if c.Concurrency <= 0 {
+		c.Concurrency = 16
+	}
+	if c.MaxAttempts <= 0 {
+		c.MaxAttempts = registry.DefaultMaxAttempts
+	}
+	if c.BackoffBase <= 0 {
+		c.BackoffBase = registry.DefaultBackoffBase
+	}
+	if c.BackoffCap <= 0 {
+		c.BackoffCap = registry.DefaultBackoffCap
+	}
+	if c.OutageBackoffCap <= 0 {
+		c.OutageBackoffCap = 5 * time.Second
+	}
+	if c.ShutdownTimeout <= 0 {
+		c.ShutdownTimeout = 30 * time.Second
+	}
+	if c.MaxPollRecords <= 0 {
+		c.MaxPollRecords = 500
+	}
+	if c.MaxPending <= 0 {
+		c.MaxPending = 10000
+	}
+	if c.Limits == (envelope.Limits{}) {
+		c.Limits = envelope.DefaultLimits()
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	if c.Metrics == nil {
+		c.Metrics = prometheus.NewRegistry()
+	}
+	return c, nil
+}
+
+// DefaultAggregateKey is aggregate_type + ":" + aggregate_id, or for ids too
+// long for the registry aggregate_type + ":sha256:" + the hex SHA-256 of the
+// id; distinct aggregates never share a key.
+func DefaultAggregateKey(e envelope.Envelope) string {
+	k := e.AggregateType + ":" + e.AggregateID
+	if len(k) <= 512 {
+		return k
+	}
+	sum := sha256.Sum256([]byte(e.AggregateID))
+	return e.AggregateType + ":sha256:" + hex.EncodeToString(sum[:])
+}
+
+// OptionsFromConfig fills the worker knobs of Options from the process
+// configuration; maxAttempts is the worker's own
+// (INSTANCE_WORKER_MAX_RETRY_ATTEMPTS or PROJECTION_WORKER_MAX_RETRIES).
+func OptionsFromConfig(o Options, wc config.Worker, maxAttempts int) Options {
+	o.Concurrency = wc.Concurrency
+	o.MaxAttempts = maxAttempts
+	o.BackoffBase = wc.RetryBackoffBase
+	o.BackoffCap = wc.RetryBackoffCap
+	o.ShutdownTimeout = wc.ShutdownTimeout
+	return o
+}
+
+// ClientOptions returns the franz-go options for the configured brokers,
+// TLS and SASL (KAFKA_*).
+func ClientOptions(kc config.Kafka) ([]kgo.Opt, error) {
+	opts := []kgo.Opt{kgo.SeedBrokers(kc.Brokers...)}
+	if kc.TLS {
+		opts = append(opts, kgo.DialTLSConfig(&tls.Config{MinVersion: tls.VersionTLS12}))
+	}
+	switch kc.SASLMechanism {
+	case "":
+	case "PLAIN":
+		opts = append(opts, kgo.SASL(plain.Auth{User: kc.SASLUsername, Pass: kc.SASLPassword.Value()}.AsMechanism()))
+	case "SCRAM-SHA-256":
+		opts = append(opts, kgo.SASL(scram.Auth{User: kc.SASLUsername, Pass: kc.SASLPassword.Value()}.AsSha256Mechanism()))
+	case "SCRAM-SHA-512":
+		opts = append(opts, kgo.SASL(scram.Auth{User: kc.SASLUsername, Pass: kc.SASLPassword.Value()}.AsSha512Mechanism()))
+	default:
+		return nil, fmt.Errorf("consumer: KAFKA_SASL_MECHANISM %q: want PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512", kc.SASLMechanism)
+	}
+	return opts, nil
+}

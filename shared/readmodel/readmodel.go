@@ -1,0 +1,311 @@
+// Package readmodel provides the Elasticsearch side of sluice's read models
+// that several workers share (SPEC §10.2): the instances projection's index
+// naming, mappings and aliases, its document function (current state plus
+// bookkeeping fields, tombstones on delete), the versioned write
+// (version = sequence_number, version_type = external) and EnsureIndex.
+//
+// It keeps SPEC §0.3, per-aggregate order: every instance document is written
+// with the external version of the event's sequence number, so a late or
+// repeated older write gets a 409 and can never overwrite newer state, and a
+// delete is a versioned tombstone rather than a hard delete, so nothing older
+// can resurrect the document.
+package readmodel
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strconv"
+	"strings"
+
+	"github.com/elastic/go-elasticsearch/v8"
+
+	"github.com/sluicehq/sluice/shared/config"
+	"github.com/sluicehq/sluice/shared/envelope"
+)
+
+// Projection is the name of the instances projection; DefaultVersion its
+// version.
+const (
+	Projection     = "instances"
+	DefaultVersion = 1
+)
+
+// ReservedFields returns the top-level keys the document reserves: an
+// instance's state must not use them (the instance worker rejects such
+// commands).
+func ReservedFields() []string {
+	return []string{"db", "class", "instance_id", "sequence_number", "event_id", "created_at", "updated_at", "deleted"}
+}
+
+// IsReserved reports whether key is a reserved document field.
+func IsReserved(key string) bool {
+	for _, f := range ReservedFields() {
+		if f == key {
+			return true
+		}
+	}
+	return false
+}
+
+// Names are the index and aliases of one db's instances read model.
+type Names struct {
+	// Index is the concrete index {prefix}{db}_instances_v{version}.
+	Index string
+	// ReadAlias is {prefix}{db}_instances, filtered to deleted:false.
+	ReadAlias string
+	// WriteAlias is {prefix}{db}_instances_write, pointing at the active
+	// version (is_write_index).
+	WriteAlias string
+}
+
+// InstanceNames returns the names for db at version (DefaultVersion when 0).
+func InstanceNames(prefix, db string, version int) Names {
+	if version <= 0 {
+		version = DefaultVersion
+	}
+	base := prefix + db + "_" + Projection
+	return Names{Index: base + "_v" + strconv.Itoa(version), ReadAlias: base, WriteAlias: base + "_write"}
+}
+
+// DocumentID returns the _id of an instance document: envelope.ESDocumentID
+// of class + ":" + instance_id. The class is part of the id because one
+// index holds every class of a db, and instance ids are unique only within a
+// class.
+func DocumentID(class, instanceID string) string {
+	return envelope.ESDocumentID(class + ":" + instanceID)
+}
+
+// Mappings returns the index body (settings, mappings) of an instances index:
+// the bookkeeping fields are mapped explicitly, the state dynamically.
+func Mappings() map[string]any {
+	kw := map[string]any{"type": "keyword"}
+	return map[string]any{
+		"settings": map[string]any{"number_of_shards": 1},
+		"mappings": map[string]any{
+			"dynamic": true,
+			"properties": map[string]any{
+				"db": kw, "class": kw, "instance_id": kw, "event_id": kw,
+				"sequence_number": map[string]any{"type": "long"},
+				"created_at":      map[string]any{"type": "date"},
+				"updated_at":      map[string]any{"type": "date"},
+				"deleted":         map[string]any{"type": "boolean"},
+			},
+		},
+	}
+}
+
+// Meta is the bookkeeping part of an instance document.
+type Meta struct {
+	DB             string             `json:"db"`
+	Class          string             `json:"class"`
+	InstanceID     string             `json:"instance_id"`
+	SequenceNumber int64              `json:"sequence_number"`
+	EventID        string             `json:"event_id"`
+	CreatedAt      envelope.Timestamp `json:"created_at"`
+	UpdatedAt      envelope.Timestamp `json:"updated_at"`
+	Deleted        bool               `json:"deleted"`
+}
+
+// Document builds the body of an instance document: the full state (a JSON
+// object; ignored for tombstones) with the Meta fields set on top. A
+// tombstone (m.Deleted) carries only the Meta fields.
+func Document(m Meta, state json.RawMessage) ([]byte, error) {
+	doc := map[string]json.RawMessage{}
+	if !m.Deleted && len(state) > 0 {
+		if err := json.Unmarshal(state, &doc); err != nil {
+			return nil, fmt.Errorf("readmodel: state is not a JSON object: %w", err)
+		}
+		if doc == nil {
+			doc = map[string]json.RawMessage{}
+		}
+	}
+	mb, err := json.Marshal(m)
+	if err != nil {
+		return nil, err
+	}
+	var meta map[string]json.RawMessage
+	if err := json.Unmarshal(mb, &meta); err != nil {
+		return nil, err
+	}
+	for k, v := range meta {
+		doc[k] = v
+	}
+	return json.Marshal(doc)
+}
+
+// SplitDocument is the inverse of Document: it returns the Meta fields and
+// the state (the document without them; {} for tombstones).
+func SplitDocument(source []byte) (Meta, json.RawMessage, error) {
+	var m Meta
+	if err := json.Unmarshal(source, &m); err != nil {
+		return m, nil, fmt.Errorf("readmodel: document: %w", err)
+	}
+	var doc map[string]json.RawMessage
+	if err := json.Unmarshal(source, &doc); err != nil {
+		return m, nil, fmt.Errorf("readmodel: document: %w", err)
+	}
+	for _, f := range ReservedFields() {
+		delete(doc, f)
+	}
+	state, err := json.Marshal(doc)
+	return m, state, err
+}
+
+// NewClient returns a go-elasticsearch client for the configuration
+// (ELASTICSEARCH_*).
+func NewClient(cfg config.Elasticsearch) (*elasticsearch.Client, error) {
+	return elasticsearch.NewClient(elasticsearch.Config{
+		Addresses: cfg.URLs, APIKey: cfg.APIKey.Value(), Username: cfg.Username, Password: cfg.Password.Value(),
+		MaxRetries: 0, DisableRetry: true,
+	})
+}
+
+// StatusError is a non-2xx answer of Elasticsearch.
+type StatusError struct {
+	Op     string
+	Status int
+	Type   string
+	Reason string
+}
+
+func (e *StatusError) Error() string {
+	return fmt.Sprintf("elasticsearch %s: %d %s: %s", e.Op, e.Status, e.Type, e.Reason)
+}
+
+// Retryable reports whether the failure is transient (429, 5xx).
+func (e *StatusError) Retryable() bool {
+	return e.Status == http.StatusTooManyRequests || e.Status >= 500
+}
+
+// Conflict reports a version conflict (409).
+func (e *StatusError) Conflict() bool { return e.Status == http.StatusConflict }
+
+func statusError(op string, status int, body io.Reader) *StatusError {
+	b, _ := io.ReadAll(io.LimitReader(body, 64<<10))
+	var eb struct {
+		Error struct {
+			Type   string `json:"type"`
+			Reason string `json:"reason"`
+		} `json:"error"`
+	}
+	se := &StatusError{Op: op, Status: status}
+	if json.Unmarshal(b, &eb) == nil && eb.Error.Type != "" {
+		se.Type, se.Reason = eb.Error.Type, eb.Error.Reason
+	} else {
+		se.Reason = strings.TrimSpace(string(b))
+	}
+	return se
+}
+
+// EnsureIndex creates db's concrete instances index with its read alias
+// (filter deleted:false) and write alias in one request, unless the write
+// alias exists already. Concurrent callers are safe.
+func EnsureIndex(ctx context.Context, es *elasticsearch.Client, prefix, db string, version int) (Names, error) {
+	n := InstanceNames(prefix, db, version)
+	res, err := es.Indices.ExistsAlias([]string{n.WriteAlias}, es.Indices.ExistsAlias.WithContext(ctx))
+	if err != nil {
+		return n, fmt.Errorf("readmodel: alias %s: %w", n.WriteAlias, err)
+	}
+	res.Body.Close()
+	if res.StatusCode == http.StatusOK {
+		return n, nil
+	}
+	if res.StatusCode != http.StatusNotFound {
+		return n, &StatusError{Op: "exists alias", Status: res.StatusCode}
+	}
+	body := Mappings()
+	body["aliases"] = map[string]any{
+		n.ReadAlias:  map[string]any{"filter": map[string]any{"term": map[string]any{"deleted": false}}},
+		n.WriteAlias: map[string]any{"is_write_index": true},
+	}
+	b, _ := json.Marshal(body)
+	cres, err := es.Indices.Create(n.Index, es.Indices.Create.WithContext(ctx), es.Indices.Create.WithBody(bytes.NewReader(b)))
+	if err != nil {
+		return n, fmt.Errorf("readmodel: create index %s: %w", n.Index, err)
+	}
+	defer cres.Body.Close()
+	if cres.IsError() {
+		se := statusError("create index", cres.StatusCode, cres.Body)
+		if se.Type == "resource_already_exists_exception" {
+			return n, nil
+		}
+		return n, se
+	}
+	return n, nil
+}
+
+// WriteResult is what a versioned write did.
+type WriteResult int
+
+const (
+	// Written: the document was created or replaced.
+	Written WriteResult = iota + 1
+	// AlreadyApplied: Elasticsearch answered 409, the document holds this
+	// version or a newer one.
+	AlreadyApplied
+)
+
+// WriteInstance writes an instance document through the write alias with
+// version = m.SequenceNumber, version_type = external and require_alias. A 409
+// is AlreadyApplied, not an error; other failures are *StatusError or
+// transport errors.
+func WriteInstance(ctx context.Context, es *elasticsearch.Client, n Names, m Meta, state json.RawMessage) (WriteResult, error) {
+	body, err := Document(m, state)
+	if err != nil {
+		return 0, err
+	}
+	v := int(m.SequenceNumber)
+	res, err := es.Index(n.WriteAlias, bytes.NewReader(body),
+		es.Index.WithContext(ctx), es.Index.WithDocumentID(DocumentID(m.Class, m.InstanceID)),
+		es.Index.WithVersion(v), es.Index.WithVersionType("external"), es.Index.WithRequireAlias(true))
+	if err != nil {
+		return 0, fmt.Errorf("readmodel: index document: %w", err)
+	}
+	defer res.Body.Close()
+	if res.StatusCode == http.StatusConflict {
+		_, _ = io.Copy(io.Discard, res.Body)
+		return AlreadyApplied, nil
+	}
+	if res.IsError() {
+		return 0, statusError("index", res.StatusCode, res.Body)
+	}
+	_, _ = io.Copy(io.Discard, res.Body)
+	return Written, nil
+}
+
+// ErrNotFound is returned by GetInstance when there is no document.
+var ErrNotFound = errors.New("readmodel: no such document")
+
+// GetInstance reads an instance document in real time through the write
+// alias and splits it into Meta and state. A missing document or index is
+// ErrNotFound.
+func GetInstance(ctx context.Context, es *elasticsearch.Client, n Names, class, instanceID string) (Meta, json.RawMessage, error) {
+	res, err := es.Get(n.WriteAlias, DocumentID(class, instanceID), es.Get.WithContext(ctx), es.Get.WithRealtime(true))
+	if err != nil {
+		return Meta{}, nil, fmt.Errorf("readmodel: get document: %w", err)
+	}
+	defer res.Body.Close()
+	if res.StatusCode == http.StatusNotFound {
+		_, _ = io.Copy(io.Discard, res.Body)
+		return Meta{}, nil, ErrNotFound
+	}
+	if res.IsError() {
+		return Meta{}, nil, statusError("get", res.StatusCode, res.Body)
+	}
+	var g struct {
+		Found  bool            `json:"found"`
+		Source json.RawMessage `json:"_source"`
+	}
+	if err := json.NewDecoder(res.Body).Decode(&g); err != nil {
+		return Meta{}, nil, fmt.Errorf("readmodel: get document: %w", err)
+	}
+	if !g.Found {
+		return Meta{}, nil, ErrNotFound
+	}
+	return SplitDocument(g.Source)
+}
