@@ -2,21 +2,34 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"io"
+	"log/slog"
 	"net"
+	"net/http"
 	"os"
 	"path/filepath"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/spf13/cobra"
+	"github.com/twmb/franz-go/pkg/kfake"
 
+	"github.com/sluicehq/sluice/api"
 	"github.com/sluicehq/sluice/eventstore"
 	"github.com/sluicehq/sluice/eventstore/objstore/backend"
+	"github.com/sluicehq/sluice/instanceworker"
 	"github.com/sluicehq/sluice/migrations"
+	"github.com/sluicehq/sluice/registry"
+	"github.com/sluicehq/sluice/relay"
+	"github.com/sluicehq/sluice/shared/config"
+	"github.com/sluicehq/sluice/shared/envelope"
 	"github.com/sluicehq/sluice/shared/esserver"
 	"github.com/sluicehq/sluice/shared/localpg"
 	"github.com/sluicehq/sluice/shared/observability"
+	"github.com/sluicehq/sluice/shared/readmodel"
 )
 
 // devPart is one piece of the pipeline as `sluice dev` sees it: either
@@ -27,136 +40,278 @@ type devPart struct {
 	detail  string
 }
 
+// devFlags are the knobs of `sluice dev`.
+type devFlags struct {
+	dataDir   string
+	pgPort    int
+	esAddr    string
+	kafkaAddr string
+	setupOnly bool
+}
+
 func newDevCmd() *cobra.Command {
-	var dataDir string
-	var pgPort int
-	var setupOnly bool
-	var esAddr string
+	var f devFlags
 	c := &cobra.Command{
 		Use:   "dev",
 		Short: "Run the whole pipeline in one process on embedded defaults (first run, demos)",
 		Long: `sluice dev starts everything sluice needs in one process, on embedded defaults:
 a local PostgreSQL in the data directory when DATABASE_URL is unset, the schema
-migrations, and each part of the pipeline that exists in this build. Parts that do
-not exist yet are listed as missing. Stop it with Ctrl-C.`,
+migrations, the file-backend event store, an embedded Kafka (kfake, persisted in
+the data directory), the Elasticsearch-compatible test server, and the api, relay
+and instance worker. Parts that do not exist yet are listed as missing. Stop it
+with Ctrl-C.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			cfg, logger, err := loadConfig(cmd)
 			if err != nil {
 				return err
 			}
-			ctx := cmd.Context()
-			out := cmd.OutOrStdout()
-			var parts []devPart
-
-			dbURL := cfg.Postgres.URL.Value()
-			if dbURL == "" {
-				fmt.Fprintf(out, "starting a local PostgreSQL in %s (port %d) — set DATABASE_URL to use your own\n", filepath.Join(dataDir, "postgres"), pgPort)
-				pg, err := localpg.Start(ctx, filepath.Join(dataDir, "postgres"), pgPort)
-				if err != nil {
-					return err
-				}
-				defer func() {
-					sctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-					defer cancel()
-					if err := pg.Stop(sctx); err != nil {
-						logger.Error("stop local postgres", "err", err)
-					}
-				}()
-				dbURL = pg.URL
-				parts = append(parts, devPart{"postgres", true, pg.URL})
-			} else {
-				parts = append(parts, devPart{"postgres", true, "DATABASE_URL"})
-			}
-			db, err := migrations.Open(dbURL)
-			if err != nil {
-				return err
-			}
-			res, err := migrations.Up(ctx, db, nil)
-			db.Close()
-			if err != nil {
-				return err
-			}
-			parts = append(parts, devPart{"migrations", true, fmt.Sprintf("%d applied now, schema current", len(res))})
-
-			reg := observability.NewRegistry()
-			health := observability.NewHealth()
-			var obs *observability.Server
-			if cfg.HTTP.Addr != "" {
-				if obs, err = observability.Listen(cfg.HTTP.Addr, observability.Handler(reg, health)); err != nil {
-					return err
-				}
-				parts = append(parts, devPart{"metrics/health", true, "http://" + obs.Addr() + "/readyz"})
-			}
-			esCfg := cfg.EventStore
-			if os.Getenv("EVENT_STORE_BACKEND") == "" {
-				esCfg.Backend = "file"
-				esCfg.FileDir = filepath.Join(dataDir, "events")
-			}
-			bucket, err := backend.Open(ctx, esCfg)
-			if err != nil {
-				return err
-			}
-			pool, err := pgxpool.New(ctx, dbURL)
-			if err != nil {
-				return err
-			}
-			defer pool.Close()
-			store, err := eventstore.New(pool, bucket, eventstore.Options{Config: esCfg, Logger: logger})
-			if err != nil {
-				return err
-			}
-			defer func() { _ = store.Close() }()
-			where := "s3 bucket " + esCfg.Bucket
-			if esCfg.Backend == "file" {
-				where = filepath.Join(esCfg.FileDir, esCfg.Bucket)
-			}
-			parts = append(parts, devPart{"event store (" + esCfg.Backend + " backend)", true, where + ", self-test passed"})
-			esLn, err := net.Listen("tcp", esAddr)
-			if err != nil {
-				return fmt.Errorf("elasticsearch test server: listen %s: %w (set --es-addr, or stop what holds the port)", esAddr, err)
-			}
-			esCtx, stopES := context.WithCancel(ctx)
-			esDone := make(chan error, 1)
-			go func() { esDone <- esserver.New().Serve(esCtx, esLn) }()
-			defer func() { stopES(); <-esDone }()
-			parts = append(parts, devPart{"elasticsearch test server", true, "http://" + esLn.Addr().String() + " (in-memory, Elasticsearch 8 API subset)"})
-			parts = append(parts,
-				devPart{"kafka (embedded kfake)", false, "not built yet (issue: relay)"},
-				devPart{"api :8080", false, "not built yet (issue: command API)"},
-				devPart{"relay", false, "not built yet (issue: relay)"},
-				devPart{"instance-worker", false, "not built yet (issue: instance worker)"},
-				devPart{"projection-worker", false, "not built yet (issue: projection worker)"},
-			)
-			missing := 0
-			fmt.Fprintln(out, "\nsluice dev:")
-			for _, p := range parts {
-				state := "running"
-				if !p.running {
-					state = "MISSING"
-					missing++
-				}
-				fmt.Fprintf(out, "  %-34s %-8s %s\n", p.name, state, p.detail)
-			}
-			if missing > 0 {
-				fmt.Fprintf(out, "\n%d of %d parts are not built yet: the pipeline cannot carry an event end to end in this build.\n", missing, len(parts))
-			}
-			if setupOnly {
-				return nil
-			}
-			fmt.Fprintln(out, "\nrunning; press Ctrl-C to stop")
-			if obs != nil {
-				return obs.Serve(ctx)
-			}
-			<-ctx.Done()
-			return nil
+			return runDev(cmd.Context(), cmd.OutOrStdout(), cfg, logger, f)
 		},
 	}
-	c.Flags().StringVar(&dataDir, "data-dir", envOr("SLUICE_DEV_DATA_DIR", ".dev"), "directory for dev data (postgres, events, kafka)")
-	c.Flags().IntVar(&pgPort, "postgres-port", 54329, "port of the local PostgreSQL started when DATABASE_URL is unset")
-	c.Flags().StringVar(&esAddr, "es-addr", "127.0.0.1:9200", "listen address of the Elasticsearch-compatible test server")
-	c.Flags().BoolVar(&setupOnly, "setup-only", false, "start and check everything, print the status, then stop")
+	fl := c.Flags()
+	fl.StringVar(&f.dataDir, "data-dir", envOr("SLUICE_DEV_DATA_DIR", ".dev"), "directory for dev data (postgres, events, kafka)")
+	fl.IntVar(&f.pgPort, "postgres-port", 54329, "port of the local PostgreSQL started when DATABASE_URL is unset")
+	fl.StringVar(&f.esAddr, "es-addr", "127.0.0.1:9200", "listen address of the Elasticsearch-compatible test server")
+	fl.StringVar(&f.kafkaAddr, "kafka-addr", "127.0.0.1:9092", "listen address of the embedded Kafka (kfake)")
+	fl.BoolVar(&f.setupOnly, "setup-only", false, "start and check everything, print the status, then stop")
 	return c
+}
+
+func runDev(parent context.Context, out io.Writer, cfg *config.Config, logger *slog.Logger, f devFlags) error {
+	ctx, cancel := context.WithCancel(parent)
+	defer cancel()
+	var parts []devPart
+	var wg sync.WaitGroup
+	errc := make(chan error, 8)
+	// goRun runs a service until ctx ends; a service that fails stops dev.
+	goRun := func(name string, run func(context.Context) error) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := run(ctx); err != nil && ctx.Err() == nil {
+				errc <- fmt.Errorf("%s: %w", name, err)
+			}
+		}()
+	}
+	defer wg.Wait()
+	defer cancel()
+
+	// Postgres
+	if cfg.Postgres.URL == "" {
+		dir := filepath.Join(f.dataDir, "postgres")
+		fmt.Fprintf(out, "starting a local PostgreSQL in %s (port %d) — set DATABASE_URL to use your own\n", dir, f.pgPort)
+		pg, err := localpg.Start(ctx, dir, f.pgPort)
+		if err != nil {
+			return err
+		}
+		defer func() {
+			sctx, scancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer scancel()
+			if err := pg.Stop(sctx); err != nil {
+				logger.Error("stop local postgres", "err", err)
+			}
+		}()
+		cfg.Postgres.URL = config.Secret(pg.URL)
+		parts = append(parts, devPart{"postgres", true, pg.URL})
+	} else {
+		parts = append(parts, devPart{"postgres", true, "DATABASE_URL"})
+	}
+	db, err := migrations.Open(cfg.Postgres.URL.Value())
+	if err != nil {
+		return err
+	}
+	res, err := migrations.Up(ctx, db, nil)
+	db.Close()
+	if err != nil {
+		return err
+	}
+	parts = append(parts, devPart{"migrations", true, fmt.Sprintf("%d applied now, schema current", len(res))})
+	pool, err := pgxpool.New(ctx, cfg.Postgres.URL.Value())
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+
+	// Event store: the file backend unless the environment chose one.
+	if os.Getenv("EVENT_STORE_BACKEND") == "" {
+		cfg.EventStore.Backend = "file"
+		cfg.EventStore.FileDir = filepath.Join(f.dataDir, "events")
+	}
+	bucket, err := backend.Open(ctx, cfg.EventStore)
+	if err != nil {
+		return err
+	}
+	store, err := eventstore.New(pool, bucket, eventstore.Options{Config: cfg.EventStore, Logger: logger})
+	if err != nil {
+		return err
+	}
+	defer func() { _ = store.Close() }()
+	where := "s3 bucket " + cfg.EventStore.Bucket
+	if cfg.EventStore.Backend == "file" {
+		where = filepath.Join(cfg.EventStore.FileDir, cfg.EventStore.Bucket)
+	}
+	parts = append(parts, devPart{"event store (" + cfg.EventStore.Backend + " backend)", true, where + ", self-test passed"})
+
+	// Kafka: embedded kfake, persisted in the data dir.
+	kafkaHost, kafkaPort, err := splitHostPort(f.kafkaAddr)
+	if err != nil {
+		return fmt.Errorf("--kafka-addr: %w", err)
+	}
+	kc, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.Ports(kafkaPort),
+		kfake.ListenFn(func(network, _ string) (net.Listener, error) {
+			return net.Listen(network, net.JoinHostPort(kafkaHost, fmt.Sprint(kafkaPort)))
+		}),
+		kfake.DataDir(filepath.Join(f.dataDir, "kafka")), kfake.AllowAutoTopicCreation(), kfake.DefaultNumPartitions(3))
+	if err != nil {
+		return fmt.Errorf("embedded kafka on %s: %w", f.kafkaAddr, err)
+	}
+	defer kc.Close()
+	cfg.Kafka.Brokers = kc.ListenAddrs()
+	cfg.Kafka.ReplicationFactor = 1
+	cfg.Kafka.TopicPartitions = 3
+	parts = append(parts, devPart{"kafka (embedded kfake)", true, cfg.Kafka.Brokers[0] + ", data in " + filepath.Join(f.dataDir, "kafka")})
+
+	// Elasticsearch-compatible test server.
+	esLn, err := net.Listen("tcp", f.esAddr)
+	if err != nil {
+		return fmt.Errorf("elasticsearch test server: listen %s: %w (set --es-addr, or stop what holds the port)", f.esAddr, err)
+	}
+	esURL := "http://" + esLn.Addr().String()
+	goRun("elasticsearch test server", func(ctx context.Context) error { return esserver.New().Serve(ctx, esLn) })
+	cfg.Elasticsearch.URLs = []string{esURL}
+	parts = append(parts, devPart{"elasticsearch test server", true, esURL + " (in-memory, Elasticsearch 8 API subset)"})
+
+	metrics := observability.NewRegistry()
+	health := observability.NewHealth()
+	health.AddReadiness("postgres", func(ctx context.Context) error { return pool.Ping(ctx) })
+
+	// Relay.
+	ropts := relay.OptionsFromConfig(cfg)
+	ropts.Logger, ropts.Registerer, ropts.Health = logger, metrics, health
+	rl, err := relay.New(store, bucket, pool, ropts)
+	if err != nil {
+		return err
+	}
+	defer rl.Close()
+	goRun("relay", rl.Run)
+	parts = append(parts, devPart{"relay", true, "store → " + cfg.Kafka.CommandsTopic + ", " + cfg.Kafka.EventsTopic})
+
+	// Instance worker.
+	es, err := readmodel.NewClient(cfg.Elasticsearch)
+	if err != nil {
+		return err
+	}
+	iw, err := instanceworker.NewService(cfg, instanceworker.Deps{Pool: pool, Store: store, ES: es, Logger: logger, Metrics: metrics, Health: health})
+	if err != nil {
+		return err
+	}
+	goRun("instance-worker", iw.Run)
+	parts = append(parts, devPart{"instance-worker", true, "group " + instanceworker.GroupName})
+
+	// Command API.
+	reg, err := registry.New(pool, registry.OptionsFromConfig(cfg.Registry, cfg.Worker, cfg.Worker.InstanceMaxRetryAttempts))
+	if err != nil {
+		return err
+	}
+	handler, err := api.New(api.Options{
+		Store: store, Registry: reg, Sequences: api.PostgresSequences(pool), Logger: logger,
+		MaxBodyBytes: int64(cfg.API.MaxBodyBytes),
+		Limits: envelope.Limits{
+			MaxEnvelopeBytes: cfg.EventStore.MaxEnvelopeBytes,
+			MaxDataDepth:     cfg.EventStore.MaxDataDepth,
+			MaxMetadataBytes: cfg.EventStore.MaxMetadataBytes,
+		},
+		Metrics: metrics, Health: health,
+	})
+	if err != nil {
+		return err
+	}
+	apiLn, err := net.Listen("tcp", cfg.API.Addr)
+	if err != nil {
+		return fmt.Errorf("api: listen %s: %w (set SLUICE_API_ADDR)", cfg.API.Addr, err)
+	}
+	apiURL := "http://" + apiLn.Addr().String()
+	goRun("api", func(ctx context.Context) error { return serveHTTP(ctx, apiLn, handler) })
+	parts = append(parts, devPart{"api", true, apiURL + "/openapi.json"})
+	parts = append(parts, devPart{"projection-worker", false, "not built yet (issue: projection worker): history and custom projections do not run; instance documents are written by the instance worker"})
+
+	if cfg.HTTP.Addr != "" {
+		obs, err := observability.Listen(cfg.HTTP.Addr, observability.Handler(metrics, health))
+		if err != nil {
+			return err
+		}
+		goRun("metrics/health", obs.Serve)
+		parts = append(parts, devPart{"metrics/health", true, "http://" + obs.Addr() + "/readyz"})
+	}
+
+	printDevStatus(out, parts, apiURL, esURL, cfg.Elasticsearch.IndexPrefix)
+	if f.setupOnly {
+		return nil
+	}
+	fmt.Fprintln(out, "running; press Ctrl-C to stop")
+	select {
+	case <-ctx.Done():
+		return nil
+	case err := <-errc:
+		return err
+	}
+}
+
+func printDevStatus(out io.Writer, parts []devPart, apiURL, esURL, prefix string) {
+	missing := 0
+	fmt.Fprintln(out, "\nsluice dev:")
+	for _, p := range parts {
+		state := "running"
+		if !p.running {
+			state = "MISSING"
+			missing++
+		}
+		fmt.Fprintf(out, "  %-34s %-8s %s\n", p.name, state, p.detail)
+	}
+	if missing > 0 {
+		fmt.Fprintf(out, "\n%d of %d parts are not built yet (listed as MISSING above).\n", missing, len(parts))
+	}
+	fmt.Fprintf(out, `
+Tour — create an instance through the API, then read it back from Elasticsearch:
+
+  curl -s -X POST %[1]s/v1/dbs/shop/classes/orders/instances \
+       -H 'Content-Type: application/json' -d '{"instance_id":"42","data":{"total":10}}'
+  curl -s %[1]s/v1/dbs/shop/classes/orders/instances/42          # folded from the event store
+  curl -s '%[2]s/%[3]sshop_instances/_search?pretty'             # the read model in Elasticsearch
+
+`, apiURL, esURL, prefix)
+}
+
+// serveHTTP serves h on ln until ctx ends, then shuts down gracefully.
+func serveHTTP(ctx context.Context, ln net.Listener, h http.Handler) error {
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
+	errc := make(chan error, 1)
+	go func() { errc <- srv.Serve(ln) }()
+	select {
+	case err := <-errc:
+		return err
+	case <-ctx.Done():
+		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = srv.Shutdown(sctx)
+		if err := <-errc; err != nil && !errors.Is(err, http.ErrServerClosed) {
+			return err
+		}
+		return nil
+	}
+}
+
+func splitHostPort(addr string) (string, int, error) {
+	host, p, err := net.SplitHostPort(addr)
+	if err != nil {
+		return "", 0, err
+	}
+	var port int
+	if _, err := fmt.Sscanf(p, "%d", &port); err != nil {
+		return "", 0, fmt.Errorf("port %q: %w", p, err)
+	}
+	return host, port, nil
 }
 
 func envOr(key, def string) string {

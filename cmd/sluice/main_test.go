@@ -3,12 +3,14 @@ package main
 import (
 	"bytes"
 	"context"
+	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/sluicehq/sluice/shared/testenv"
 )
@@ -90,17 +92,20 @@ func TestConfigDocsMatchesFile(t *testing.T) {
 }
 
 // sluice dev on a machine with PostgreSQL binaries and no DATABASE_URL
-// starts its own server in the data dir, migrates it, and says plainly which
-// parts of the pipeline are missing.
+// starts its own server in the data dir, migrates it, starts every part, and
+// says plainly which parts of the pipeline are missing.
 func TestDevSetupOnlyStartsLocalPostgres(t *testing.T) {
 	t.Setenv("DATABASE_URL", "")
 	t.Setenv("SLUICE_HTTP_ADDR", "127.0.0.1:0")
+	t.Setenv("SLUICE_API_ADDR", "127.0.0.1:0")
 	port := freePort(t)
-	out, _, err := run(t, "dev", "--setup-only", "--data-dir", t.TempDir(), "--postgres-port", strconv.Itoa(port), "--es-addr", "127.0.0.1:0")
+	out, _, err := run(t, "dev", "--setup-only", "--data-dir", t.TempDir(), "--postgres-port", strconv.Itoa(port),
+		"--es-addr", "127.0.0.1:0", "--kafka-addr", "127.0.0.1:0")
 	if err != nil {
 		t.Fatalf("dev: %v\n%s", err, out)
 	}
-	for _, want := range []string{"postgres", "running", "migrations", "schema current", "event store (file backend)", "self-test passed", "elasticsearch test server"} {
+	for _, want := range []string{"postgres", "migrations", "schema current", "event store (file backend)", "self-test passed",
+		"elasticsearch test server", "kafka (embedded kfake)", "relay", "instance-worker", "api", "Tour"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("output lacks %q:\n%s", want, out)
 		}
@@ -108,6 +113,72 @@ func TestDevSetupOnlyStartsLocalPostgres(t *testing.T) {
 	if strings.Contains(out, "MISSING") && !strings.Contains(out, "not built yet") {
 		t.Errorf("missing parts must say so plainly:\n%s", out)
 	}
+}
+
+// The README's tour on a running `sluice dev`: a create through the API
+// arrives as a document in Elasticsearch (api → event store → relay → Kafka
+// → instance worker → Elasticsearch).
+func TestDevTourCreateArrivesInElasticsearch(t *testing.T) {
+	t.Setenv("DATABASE_URL", testenv.NewDatabase(t))
+	t.Setenv("SLUICE_HTTP_ADDR", "")
+	apiAddr := "127.0.0.1:" + strconv.Itoa(freePort(t))
+	esAddr := "127.0.0.1:" + strconv.Itoa(freePort(t))
+	t.Setenv("SLUICE_API_ADDR", apiAddr)
+	t.Setenv("SLUICE_LOG_LEVEL", "warn")
+	ctx, cancel := context.WithCancel(context.Background())
+	var out, errb bytes.Buffer
+	root := newRootCmd(&out, &errb)
+	root.SetArgs([]string{"dev", "--data-dir", t.TempDir(), "--es-addr", esAddr, "--kafka-addr", "127.0.0.1:0"})
+	done := make(chan error, 1)
+	go func() { done <- root.ExecuteContext(ctx) }()
+	defer func() {
+		cancel()
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Errorf("dev: %v", err)
+			}
+		case <-time.After(60 * time.Second):
+			t.Error("dev did not stop within 60s of Ctrl-C")
+		}
+	}()
+
+	client := &http.Client{Timeout: 5 * time.Second}
+	var resp *http.Response
+	var err error
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		resp, err = client.Post("http://"+apiAddr+"/v1/dbs/shop/classes/orders/instances", "application/json",
+			strings.NewReader(`{"instance_id":"42","data":{"total":10}}`))
+		if err == nil || time.Now().After(deadline) {
+			break
+		}
+		select {
+		case err := <-done:
+			t.Fatalf("dev stopped: %v\n%s\n%s", err, out.String(), errb.String())
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+	if err != nil {
+		t.Fatalf("create: %v", err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusAccepted {
+		t.Fatalf("create: %d %s", resp.StatusCode, body)
+	}
+	for time.Now().Before(deadline) {
+		r, err := client.Get("http://" + esAddr + "/sluice_shop_instances/_search")
+		if err == nil {
+			b, _ := io.ReadAll(r.Body)
+			r.Body.Close()
+			if r.StatusCode == 200 && strings.Contains(string(b), `"instance_id":"42"`) && strings.Contains(string(b), `"total":10`) {
+				return
+			}
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	t.Fatalf("the instance did not arrive in Elasticsearch within 60s\n%s\n%s", out.String(), errb.String())
 }
 
 func freePort(t *testing.T) int {

@@ -35,6 +35,7 @@ func newRootCmd(stdout, stderr io.Writer) *cobra.Command {
 		newHealthcheckCmd(),
 		newAPICmd(),
 		newInstanceWorkerCmd(),
+		newRelayCmd(),
 	)
 	return root
 }

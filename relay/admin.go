@@ -1,0 +1,188 @@
+package relay
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/sluicehq/sluice/eventstore"
+	"github.com/sluicehq/sluice/eventstore/objstore"
+)
+
+// SetCheckpoint moves the checkpoint to position (`sluice relay checkpoint
+// set`). Moving it back re-publishes everything after it (consumers absorb
+// the duplicates): the recent-id set is cleared so nothing is suppressed,
+// and pending gaps above the new position are dropped (they will be walked
+// again). The epoch is kept, so a running leader adopts the new position
+// on its next write. It returns the checkpoint before and after.
+func SetCheckpoint(ctx context.Context, cps *CheckpointStore, position int64) (old, cur Checkpoint, err error) {
+	if position < 0 {
+		return Checkpoint{}, Checkpoint{}, fmt.Errorf("relay: checkpoint position %d: must be >= 0", position)
+	}
+	for range 10 {
+		cp, etag, _, err := cps.Load(ctx)
+		if err != nil {
+			return Checkpoint{}, Checkpoint{}, err
+		}
+		old = cp
+		cur = cp
+		cur.Position = position
+		cur.RecentEventIDs = []string{}
+		cur.PendingGaps = nil
+		for _, g := range cp.PendingGaps {
+			if g.Last <= position {
+				cur.PendingGaps = append(cur.PendingGaps, g)
+			} else if g.First <= position {
+				g.Last = position
+				cur.PendingGaps = append(cur.PendingGaps, g)
+			}
+		}
+		cur.UpdatedAt = time.Now().UTC()
+		cur.Holder = "operator"
+		_, err = cps.Save(ctx, cur, etag)
+		if errors.Is(err, objstore.ErrPreconditionFailed) {
+			continue // the relay wrote meanwhile: read again
+		}
+		return old, cur, err
+	}
+	return Checkpoint{}, Checkpoint{}, errors.New("relay: checkpoint kept changing; try again (or stop the relay first)")
+}
+
+// GapRange is one range reported by `sluice relay gaps`.
+type GapRange struct {
+	First, Last int64
+	// State: pending (abandoned, in the checkpoint, re-checked within the
+	// lookback), abandoned (index rows abandoned, outside the lookback or
+	// not yet passed), reserved (in flight or its writer died).
+	State string
+	// Since: when the relay resolved the gap (pending) or the oldest
+	// reservation of the range.
+	Since time.Time
+	// Aggregates names up to five aggregates of the range.
+	Aggregates []string
+}
+
+// Gaps lists the pending gaps of the checkpoint and every uncommitted range
+// of the index (reserved and abandoned rows), in position order.
+func Gaps(ctx context.Context, store *eventstore.Store, cp Checkpoint) ([]GapRange, error) {
+	var out []GapRange
+	for _, g := range cp.PendingGaps {
+		out = append(out, GapRange{First: g.First, Last: g.Last, State: "pending", Since: g.Since})
+	}
+	const page = 5000
+	var cur *GapRange
+	for from := int64(1); ; {
+		rows, err := store.Index(ctx, eventstore.IndexQuery{FromPosition: from, UncommittedOnly: true, Limit: page})
+		if err != nil {
+			return nil, err
+		}
+		for _, row := range rows {
+			agg := row.AggregateType + ":" + row.AggregateID
+			if cur != nil && cur.State == row.State && cur.Last+1 == row.Position {
+				cur.Last = row.Position
+				if len(cur.Aggregates) < 5 && cur.Aggregates[len(cur.Aggregates)-1] != agg {
+					cur.Aggregates = append(cur.Aggregates, agg)
+				}
+				continue
+			}
+			if cur != nil {
+				out = append(out, *cur)
+			}
+			cur = &GapRange{First: row.Position, Last: row.Position, State: row.State, Since: row.ReservedAt, Aggregates: []string{agg}}
+		}
+		if len(rows) < page {
+			break
+		}
+		from = rows[len(rows)-1].Position + 1
+	}
+	if cur != nil {
+		out = append(out, *cur)
+	}
+	return out, nil
+}
+
+// RepublishReport summarises a republish.
+type RepublishReport struct {
+	Segments int
+	Records  int
+}
+
+// Republish produces the events of positions from..to again, in position
+// order, with the relay's routing (or all to topic when set), and waits for
+// Kafka to acknowledge them (`sluice relay republish`). It does not touch
+// the checkpoint. progress, when set, is called after every flush.
+func Republish(ctx context.Context, store *eventstore.Store, cl *kgo.Client, router *Router, from, to int64, topic string, progress func(RepublishReport, int64)) (RepublishReport, error) {
+	var rep RepublishReport
+	if from < 1 || to < from {
+		return rep, fmt.Errorf("relay: republish %d..%d: want 1 <= from <= to", from, to)
+	}
+	var mu sync.Mutex
+	var failed error
+	after := from - 1
+	const flushEvery = 1000
+	pending := 0
+	flush := func(at int64) error {
+		if err := cl.Flush(ctx); err != nil {
+			return fmt.Errorf("relay: republish: flush: %w", err)
+		}
+		mu.Lock()
+		ferr := failed
+		mu.Unlock()
+		if ferr != nil {
+			return ferr
+		}
+		pending = 0
+		if progress != nil {
+			progress(rep, at)
+		}
+		return nil
+	}
+	for after < to {
+		segs, err := store.Segments(ctx, after, 200)
+		if err != nil {
+			return rep, err
+		}
+		if len(segs) == 0 {
+			break
+		}
+		for _, s := range segs {
+			if s.First > to {
+				after = to
+				break
+			}
+			evs, err := store.ReadSegment(ctx, s.Key)
+			if err != nil {
+				return rep, err
+			}
+			rep.Segments++
+			for _, ev := range evs {
+				p := ev.Envelope.Position
+				if p < from || p > to || p <= after {
+					continue
+				}
+				cl.Produce(ctx, router.Record(ev, topic), func(_ *kgo.Record, err error) {
+					if err != nil {
+						mu.Lock()
+						if failed == nil {
+							failed = fmt.Errorf("relay: republish position %d: %w", p, err)
+						}
+						mu.Unlock()
+					}
+				})
+				rep.Records++
+				pending++
+			}
+			after = max(after, s.Last)
+			if pending >= flushEvery {
+				if err := flush(after); err != nil {
+					return rep, err
+				}
+			}
+		}
+	}
+	return rep, flush(min(after, to))
+}

@@ -1,0 +1,33 @@
+// Package relay provides sluice's store-to-Kafka publisher (SPEC §6): it
+// tails the event store's segment log (LIST after the checkpoint, parallel
+// whole-segment GETs), publishes every envelope line byte for byte as one
+// Kafka record in position order (idempotent producer, acks=all, topic
+// routing, key per SPEC §4, headers), and records its progress in a fenced
+// checkpoint object (checkpoints/{name}.json, conditional PUT with If-Match).
+//
+// # Guarantee kept
+//
+// SPEC §0.2, no lost work: the checkpoint advances only over the contiguous
+// prefix of positions whose records Kafka acknowledged, or that the index
+// resolved as abandoned — and an abandoned range is remembered in
+// pending_gaps and re-checked for the bounded lookback, so a late writer's
+// events are still published (late, counted). A reservation whose writer is
+// still in flight holds back only the aggregates its rows name; everything
+// else keeps flowing, while the checkpoint waits for the gap to resolve.
+// Every resolution of a gap is a metric and a log line; nothing is skipped
+// silently. Delivery is at least once: a crash between a Kafka
+// acknowledgement and the checkpoint write re-publishes at most that last
+// unsaved flush batch.
+//
+// # High availability
+//
+// Several replicas may run. One holds the leader lease (a row in
+// sluice.relay_leases with a fencing epoch); the others stand by and take
+// over when the lease expires (a graceful stop releases it at once). The
+// leader writes its epoch into the checkpoint; a relay that finds a newer
+// epoch there has been fenced and stops publishing.
+//
+// See docs/relay.md for operations: checkpoint, gaps, lookback, HA and the
+// runbooks of `sluice relay gaps`, `sluice relay checkpoint set` and
+// `sluice relay republish`.
+package relay

@@ -1,0 +1,163 @@
+package relay
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"log/slog"
+	"os"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/sluicehq/sluice/shared/config"
+	"github.com/sluicehq/sluice/shared/crashpoint"
+	"github.com/sluicehq/sluice/shared/observability"
+)
+
+// TopicRoute overrides the topics of one aggregate type (SPEC §6.1: the
+// routing table is overridable per aggregate type). An empty field keeps
+// the default topic for that kind.
+type TopicRoute struct {
+	Commands string
+	Events   string
+}
+
+// Options configure a Relay. Config and Kafka carry the EVENT_PUBLISHER_* and
+// KAFKA_* knobs; the rest are Go-only.
+type Options struct {
+	// Config holds the EVENT_PUBLISHER_* knobs.
+	Config config.Relay
+	// Kafka holds brokers, topic names, partitions/replication for topic
+	// bootstrap, TLS and SASL.
+	Kafka config.Kafka
+	// AppendTimeout is EVENT_STORE_APPEND_TIMEOUT: reserved rows younger
+	// than this are in flight (wait); older ones are repaired or abandoned.
+	// Default 30 s. It must equal the store's own setting.
+	AppendTimeout time.Duration
+	// Routes overrides topics per aggregate type.
+	Routes map[string]TopicRoute
+	// Logger receives the relay's log lines. Default slog.Default().
+	Logger *slog.Logger
+	// Registerer receives the relay_* metrics. Default: none (metrics are
+	// still kept, for the metrics log line).
+	Registerer prometheus.Registerer
+	// Health receives the readiness check "relay" and the liveness check
+	// "relay-loop". Optional.
+	Health *observability.Health
+	// Crasher holds the crash points of SPEC §8 (relay after_produce,
+	// before_checkpoint). Optional.
+	Crasher *crashpoint.Crasher
+	// Holder names this replica in the lease table. Default hostname plus
+	// a random suffix (unique per process).
+	Holder string
+	// Wake, when set, is an extra wake-up source (MinIO bucket
+	// notifications, minioext.ListenSegments).
+	Wake <-chan struct{}
+	// KafkaOpts are appended to the producer client's options (tests).
+	KafkaOpts []kgo.Opt
+	// MaxWindow bounds how far (in positions) the relay publishes past a
+	// position the checkpoint cannot pass yet (a young gap). Default 100,000.
+	MaxWindow int64
+	// SkipTopicBootstrap disables the creation of missing topics at start.
+	SkipTopicBootstrap bool
+
+	// ackHook, when set, is called after every flush with the acknowledged
+	// event ids (benchmarks).
+	ackHook func(ids []string, at time.Time)
+}
+
+// OptionsFromConfig returns the options a `sluice relay` process uses.
+func OptionsFromConfig(cfg *config.Config) Options {
+	return Options{Config: cfg.Relay, Kafka: cfg.Kafka, AppendTimeout: cfg.EventStore.AppendTimeout}
+}
+
+// settings are Options with every default applied.
+type settings struct {
+	Options
+	flushBatch int
+	lease      time.Duration
+}
+
+func (o Options) withDefaults() (settings, error) {
+	s := settings{Options: o}
+	c := &s.Config
+	if c.Name == "" {
+		c.Name = "default"
+	}
+	if c.CheckpointKey == "" {
+		c.CheckpointKey = "checkpoints/" + c.Name + ".json"
+	}
+	if c.Lookback <= 0 {
+		c.Lookback = 600 * time.Second
+	}
+	if c.LookbackMaxKeys <= 0 {
+		c.LookbackMaxKeys = 50
+	}
+	if c.DedupMaxEvents <= 0 {
+		c.DedupMaxEvents = 10000
+	}
+	if c.DedupCheckpointMaxEvents <= 0 {
+		c.DedupCheckpointMaxEvents = 2000
+	}
+	c.DedupCheckpointMaxEvents = min(c.DedupCheckpointMaxEvents, c.DedupMaxEvents)
+	if c.BatchSize <= 0 {
+		c.BatchSize = 200
+	}
+	s.flushBatch = c.KafkaFlushBatchSize
+	if s.flushBatch <= 0 {
+		s.flushBatch = c.BatchSize
+	}
+	if c.KafkaFlushTimeout <= 0 {
+		c.KafkaFlushTimeout = 10 * time.Second
+	}
+	if c.PollInterval <= 0 {
+		c.PollInterval = time.Second
+	}
+	if c.LeaderLease <= 0 {
+		c.LeaderLease = 10 * time.Second
+	}
+	s.lease = c.LeaderLease
+	if c.ParallelGets <= 0 {
+		c.ParallelGets = 8
+	}
+	if c.StallAfter <= 0 {
+		c.StallAfter = 60 * time.Second
+	}
+	if c.StartTimestamp != "" {
+		if _, err := time.Parse(time.RFC3339Nano, c.StartTimestamp); err != nil {
+			return s, fmt.Errorf("relay: EVENT_PUBLISHER_START_TIMESTAMP %q: %w", c.StartTimestamp, err)
+		}
+	}
+	if s.AppendTimeout <= 0 {
+		s.AppendTimeout = 30 * time.Second
+	}
+	if s.Logger == nil {
+		s.Logger = slog.Default()
+	}
+	if s.Holder == "" {
+		host, _ := os.Hostname()
+		var b [4]byte
+		_, _ = rand.Read(b[:])
+		s.Holder = host + "-" + hex.EncodeToString(b[:])
+	}
+	if s.MaxWindow <= 0 {
+		s.MaxWindow = 100000
+	}
+	k := &s.Kafka
+	prefix := k.TopicPrefix
+	if k.CommandsTopic == "" {
+		k.CommandsTopic = prefix + "commands"
+	}
+	if k.EventsTopic == "" {
+		k.EventsTopic = prefix + "events"
+	}
+	if k.TopicPartitions <= 0 {
+		k.TopicPartitions = 12
+	}
+	if k.ReplicationFactor <= 0 {
+		k.ReplicationFactor = 1
+	}
+	return s, nil
+}

@@ -1,0 +1,561 @@
+package relay
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/sluicehq/sluice/eventstore"
+	"github.com/sluicehq/sluice/eventstore/objstore"
+	"github.com/sluicehq/sluice/shared/observability"
+)
+
+// Relay publishes the event store into Kafka (SPEC §6). Create it with New,
+// run it with Run, release it with Close.
+type Relay struct {
+	s      settings
+	store  *eventstore.Store
+	pool   *pgxpool.Pool
+	client *kgo.Client
+	router *Router
+	cps    *CheckpointStore
+	lease  *Lease
+	m      *metrics
+	log    *slog.Logger
+	hb     *observability.Heartbeat
+	wake   chan struct{}
+
+	mu            sync.Mutex
+	leader        bool
+	loopErr       error
+	kafkaErr      error
+	head          int64
+	ckpt          int64
+	ckptMovedAt   time.Time
+	topicsCreated map[string]bool
+}
+
+// New returns a relay over the event store (its bucket holds the
+// checkpoint; its pool holds the lease table). It builds its own Kafka
+// producer from opts.Kafka; Close releases it.
+func New(store *eventstore.Store, bucket objstore.Bucket, pool *pgxpool.Pool, opts Options) (*Relay, error) {
+	s, err := opts.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	kopts, err := KafkaOpts(s.Kafka)
+	if err != nil {
+		return nil, err
+	}
+	kopts = append(kopts, ProducerOpts(2*s.flushBatch)...)
+	kopts = append(kopts, s.KafkaOpts...)
+	client, err := kgo.NewClient(kopts...)
+	if err != nil {
+		return nil, fmt.Errorf("relay: kafka client: %w", err)
+	}
+	hbAge := max(30*time.Second, 3*s.Config.PollInterval, 3*s.Config.KafkaFlushTimeout, 3*s.lease)
+	r := &Relay{
+		s:             s,
+		store:         store,
+		pool:          pool,
+		client:        client,
+		router:        NewRouter(s.Kafka.CommandsTopic, s.Kafka.EventsTopic, s.Routes),
+		cps:           NewCheckpointStore(bucket, s.Config.CheckpointKey),
+		lease:         NewLease(pool, s.Config.Name, s.Holder, s.lease),
+		m:             newMetrics(s.Registerer, s.Config.Name),
+		log:           s.Logger.With("relay", s.Config.Name),
+		hb:            observability.NewHeartbeat(hbAge),
+		wake:          make(chan struct{}, 1),
+		ckptMovedAt:   time.Now(),
+		topicsCreated: map[string]bool{},
+	}
+	if s.Health != nil {
+		s.Health.AddReadiness("relay", r.Ready)
+		s.Health.AddLiveness("relay-loop", r.hb.Check)
+	}
+	return r, nil
+}
+
+// Close releases the Kafka producer. Call it after Run returned.
+func (r *Relay) Close() { r.client.Close() }
+
+// Leader reports whether this replica currently holds the lease.
+func (r *Relay) Leader() bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.leader
+}
+
+// Ready is the readiness check: red while the loop fails (Postgres, object
+// storage), Kafka does not acknowledge, or the head grows while the
+// checkpoint has not moved for EVENT_PUBLISHER_STALL_SECONDS.
+func (r *Relay) Ready(context.Context) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	switch {
+	case r.loopErr != nil:
+		return fmt.Errorf("relay: %w", r.loopErr)
+	case r.kafkaErr != nil:
+		return fmt.Errorf("relay: kafka: %w", r.kafkaErr)
+	case r.leader && r.head > r.ckpt && time.Since(r.ckptMovedAt) > r.s.Config.StallAfter:
+		return fmt.Errorf("relay: stalled: head %d, checkpoint %d has not moved for %s", r.head, r.ckpt, time.Since(r.ckptMovedAt).Round(time.Second))
+	}
+	return nil
+}
+
+func (r *Relay) setLoopErr(err error) {
+	r.mu.Lock()
+	r.loopErr = err
+	r.mu.Unlock()
+}
+
+func (r *Relay) setKafkaErr(err error) {
+	r.mu.Lock()
+	r.kafkaErr = err
+	r.mu.Unlock()
+}
+
+func (r *Relay) setLeader(on bool) {
+	r.mu.Lock()
+	r.leader = on
+	r.ckptMovedAt = time.Now()
+	r.mu.Unlock()
+	if on {
+		r.m.leader.Set(1)
+	} else {
+		r.m.leader.Set(0)
+	}
+}
+
+// noteProgress records head and checkpoint for lag, metrics and the stall
+// check.
+func (r *Relay) noteProgress(head, ckpt int64) {
+	r.mu.Lock()
+	if head >= 0 {
+		r.head = head
+	}
+	if ckpt != r.ckpt || r.head <= ckpt {
+		r.ckptMovedAt = time.Now()
+	}
+	r.ckpt = ckpt
+	h := r.head
+	r.mu.Unlock()
+	r.m.head.Set(float64(h))
+	r.m.checkpoint.Set(float64(ckpt))
+	r.m.lag.Set(float64(max(h-ckpt, 0)))
+}
+
+// poke wakes the loop (coalescing).
+func (r *Relay) poke() {
+	select {
+	case r.wake <- struct{}{}:
+	default:
+	}
+}
+
+// Run runs the relay until ctx is done: it competes for the lease, and
+// while it holds it, publishes. It returns nil after ctx is done (having
+// released the lease), or an error that prevents it from running at all.
+func (r *Relay) Run(ctx context.Context) error {
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	wg.Go(func() { r.listen(ctx) })
+	if w := r.s.Wake; w != nil {
+		wg.Go(func() {
+			for {
+				select {
+				case <-ctx.Done():
+					return
+				case _, ok := <-w:
+					if !ok {
+						return
+					}
+					r.poke()
+				}
+			}
+		})
+	}
+	if r.s.Config.MetricsLogInterval > 0 {
+		wg.Go(func() { r.logMetrics(ctx) })
+	}
+	standby := min(r.s.lease/4, r.s.Config.PollInterval)
+	bo := newBackoff(100*time.Millisecond, 5*time.Second)
+	loggedStandby := false
+	for {
+		r.hb.Beat()
+		if ctx.Err() != nil {
+			return nil
+		}
+		epoch, ok, err := r.lease.TryAcquire(ctx)
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			r.setLoopErr(err)
+			r.log.Warn("relay: lease unavailable; retrying", "err", err)
+			sleep(ctx, bo.next())
+			continue
+		}
+		r.setLoopErr(nil)
+		bo.reset()
+		if !ok {
+			if !loggedStandby {
+				r.log.Info("relay: standing by; another replica holds the lease", "holder", r.s.Holder)
+				loggedStandby = true
+			}
+			sleep(ctx, standby)
+			continue
+		}
+		loggedStandby = false
+		r.leadWithLease(ctx, epoch)
+	}
+}
+
+// leadWithLease publishes while the lease with epoch is held.
+func (r *Relay) leadWithLease(ctx context.Context, epoch int64) {
+	lctx, cancel := context.WithCancelCause(ctx)
+	var wg sync.WaitGroup
+	wg.Go(func() { r.keepLease(lctx, cancel, epoch) })
+	r.setLeader(true)
+	r.log.Info("relay: leader", "epoch", epoch, "holder", r.s.Holder)
+	err := r.lead(lctx, epoch)
+	cause := context.Cause(lctx)
+	cancel(nil)
+	wg.Wait()
+	r.setLeader(false)
+	switch {
+	case ctx.Err() != nil:
+		rctx, rc := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer rc()
+		if err := r.lease.Release(rctx, epoch); err != nil {
+			r.log.Warn("relay: lease not released; a standby takes over when it expires", "err", err)
+		} else {
+			r.log.Info("relay: lease released", "epoch", epoch)
+		}
+	case errors.Is(err, ErrFenced) || errors.Is(cause, ErrFenced):
+		r.m.fenced.Inc()
+		r.log.Error("relay: fenced: a newer leader owns the checkpoint; stopped publishing", "epoch", epoch, "err", errors.Join(err, cause))
+	default:
+		r.log.Warn("relay: leadership ended", "epoch", epoch, "err", errors.Join(err, cause))
+	}
+}
+
+// keepLease renews the lease every third of its TTL and cancels lctx when
+// it is lost or cannot be renewed before it would expire.
+func (r *Relay) keepLease(ctx context.Context, cancel context.CancelCauseFunc, epoch int64) {
+	every := r.s.lease / 3
+	deadline := time.Now().Add(r.s.lease)
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		start := time.Now()
+		rctx, rc := context.WithTimeout(ctx, every)
+		ok, err := r.lease.Renew(rctx, epoch)
+		rc()
+		switch {
+		case err == nil && ok:
+			deadline = start.Add(r.s.lease)
+		case err == nil:
+			cancel(fmt.Errorf("%w: lease of epoch %d was taken over", ErrFenced, epoch))
+			return
+		case ctx.Err() != nil:
+			return
+		default:
+			r.log.Warn("relay: lease renewal failed", "err", err)
+			if time.Until(deadline) < every {
+				cancel(fmt.Errorf("relay: lease could not be renewed before it expires: %w", err))
+				return
+			}
+		}
+	}
+}
+
+// lead is the leader's loop: claim the checkpoint, then cycle.
+func (r *Relay) lead(ctx context.Context, epoch int64) error {
+	if err := r.bootstrapTopics(ctx); err != nil {
+		return err
+	}
+	ls, err := r.claim(ctx, epoch)
+	if err != nil {
+		return err
+	}
+	bo := newBackoff(100*time.Millisecond, 5*time.Second)
+	poll := time.NewTimer(r.s.Config.PollInterval)
+	defer poll.Stop()
+	for {
+		r.hb.Beat()
+		if ctx.Err() != nil {
+			return context.Cause(ctx)
+		}
+		more, err := r.cycle(ctx, ls)
+		switch {
+		case err == nil:
+			r.setLoopErr(nil)
+			bo.reset()
+		case ctx.Err() != nil:
+			return context.Cause(ctx)
+		case errors.Is(err, ErrFenced):
+			return err
+		case errors.Is(err, ErrCheckpointMoved):
+			r.log.Warn("relay: the checkpoint was changed by an operator; continuing from it", "err", err)
+			if ls, err = r.claim(ctx, epoch); err != nil {
+				return err
+			}
+			continue
+		default:
+			r.setLoopErr(err)
+			r.log.Warn("relay: cycle failed; retrying (nothing is skipped)", "err", err)
+			sleep(ctx, bo.next())
+			continue
+		}
+		if more {
+			continue
+		}
+		if !poll.Stop() {
+			select {
+			case <-poll.C:
+			default:
+			}
+		}
+		poll.Reset(r.s.Config.PollInterval)
+		select {
+		case <-ctx.Done():
+		case <-r.wake:
+		case <-poll.C:
+		}
+	}
+}
+
+// bootstrapTopics creates the routing table's topics once per process.
+func (r *Relay) bootstrapTopics(ctx context.Context) error {
+	if r.s.SkipTopicBootstrap {
+		return nil
+	}
+	var missing []string
+	r.mu.Lock()
+	for _, t := range r.router.Topics() {
+		if !r.topicsCreated[t] {
+			missing = append(missing, t)
+		}
+	}
+	r.mu.Unlock()
+	return r.ensureTopics(ctx, missing...)
+}
+
+// topicReady creates topic (named by metadata.kafka_topic) before its first
+// record, once per process.
+func (r *Relay) topicReady(ctx context.Context, topic string) error {
+	r.mu.Lock()
+	ok := r.topicsCreated[topic]
+	r.mu.Unlock()
+	if ok || r.s.SkipTopicBootstrap {
+		return nil
+	}
+	return r.ensureTopics(ctx, topic)
+}
+
+func (r *Relay) ensureTopics(ctx context.Context, topics ...string) error {
+	if len(topics) == 0 || r.s.SkipTopicBootstrap {
+		return nil
+	}
+	bo := newBackoff(200*time.Millisecond, 5*time.Second)
+	for {
+		tctx, cancel := context.WithTimeout(ctx, r.s.Config.KafkaFlushTimeout)
+		err := EnsureTopics(tctx, r.client, r.s.Kafka.TopicPartitions, r.s.Kafka.ReplicationFactor, topics...)
+		cancel()
+		if err == nil {
+			r.setKafkaErr(nil)
+			r.mu.Lock()
+			for _, t := range topics {
+				r.topicsCreated[t] = true
+			}
+			r.mu.Unlock()
+			r.log.Info("relay: topics ready", "topics", topics)
+			return nil
+		}
+		if ctx.Err() != nil {
+			return context.Cause(ctx)
+		}
+		r.setKafkaErr(err)
+		r.log.Warn("relay: topic bootstrap failed; retrying", "err", err)
+		r.hb.Beat()
+		sleep(ctx, bo.next())
+	}
+}
+
+// claim loads the checkpoint (or starts a new one) and writes it with this
+// leader's epoch, so an older leader can no longer advance it.
+func (r *Relay) claim(ctx context.Context, epoch int64) (*leaderState, error) {
+	for attempt := 0; ; attempt++ {
+		cp, etag, found, err := r.cps.Load(ctx)
+		if err != nil {
+			return nil, err
+		}
+		if !found {
+			start, err := r.startPosition(ctx)
+			if err != nil {
+				return nil, err
+			}
+			cp = Checkpoint{Position: start}
+			r.log.Info("relay: new checkpoint", "key", r.cps.Key(), "position", start)
+		}
+		if cp.RelayEpoch > epoch {
+			return nil, fmt.Errorf("%w: checkpoint epoch %d, ours %d", ErrFenced, cp.RelayEpoch, epoch)
+		}
+		cp.RelayEpoch = epoch
+		cp.Holder = r.s.Holder
+		cp.UpdatedAt = time.Now().UTC()
+		newTag, err := r.cps.Save(ctx, cp, etag)
+		if errors.Is(err, objstore.ErrPreconditionFailed) && attempt < 10 {
+			continue
+		}
+		if err != nil {
+			return nil, err
+		}
+		ls := newLeaderState(epoch, cp, newTag, r.s.Config.DedupMaxEvents)
+		r.noteProgress(-1, cp.Position)
+		r.m.pendingGaps.Set(float64(len(cp.PendingGaps)))
+		r.log.Info("relay: checkpoint claimed", "position", cp.Position, "epoch", epoch, "pending_gaps", len(cp.PendingGaps), "recent_ids", len(cp.RecentEventIDs))
+		return ls, nil
+	}
+}
+
+// startPosition is where a new checkpoint starts: the configured position,
+// else the first position committed at or after the configured time, else
+// the beginning (an empty checkpoint never skips history).
+func (r *Relay) startPosition(ctx context.Context) (int64, error) {
+	c := r.s.Config
+	switch {
+	case c.StartPosition > 0:
+		return c.StartPosition, nil
+	case c.StartTimestamp != "":
+		t, err := time.Parse(time.RFC3339Nano, c.StartTimestamp)
+		if err != nil {
+			return 0, fmt.Errorf("relay: EVENT_PUBLISHER_START_TIMESTAMP: %w", err)
+		}
+		return PositionAt(ctx, r.pool, t)
+	}
+	return 0, nil
+}
+
+// PositionAt returns the checkpoint position that starts publishing at the
+// first event committed at or after t: that event's position minus one, or
+// the last reserved position when nothing was committed since t.
+func PositionAt(ctx context.Context, pool *pgxpool.Pool, t time.Time) (int64, error) {
+	var p int64
+	err := pool.QueryRow(ctx, `SELECT coalesce(
+  (SELECT min(position) - 1 FROM sluice.appends WHERE state = 'committed' AND committed_at >= $1),
+  (SELECT next_position - 1 FROM sluice.log_head))`, t).Scan(&p)
+	if err != nil {
+		return 0, fmt.Errorf("relay: position at %s: %w", t.Format(time.RFC3339), err)
+	}
+	return p, nil
+}
+
+// headAndNow returns the highest committed position and the database clock.
+func (r *Relay) headAndNow(ctx context.Context) (head int64, now time.Time, err error) {
+	err = r.pool.QueryRow(ctx, `SELECT coalesce(max(position), 0), now() FROM sluice.appends WHERE state = 'committed'`).Scan(&head, &now)
+	if err != nil {
+		return 0, time.Time{}, fmt.Errorf("relay: head: %w", err)
+	}
+	return head, now, nil
+}
+
+// listen LISTENs on the store's channel on a dedicated connection and
+// pokes the loop on commits and abandons; it reconnects with backoff.
+func (r *Relay) listen(ctx context.Context) {
+	bo := newBackoff(250*time.Millisecond, 5*time.Second)
+	for ctx.Err() == nil {
+		conn, err := pgx.ConnectConfig(ctx, r.pool.Config().ConnConfig.Copy())
+		if err != nil {
+			r.log.Debug("relay: LISTEN connection failed; polling meanwhile", "err", err)
+			sleep(ctx, bo.next())
+			continue
+		}
+		if _, err := conn.Exec(ctx, "LISTEN "+pgx.Identifier{eventstore.NotifyChannel}.Sanitize()); err != nil {
+			_ = conn.Close(context.WithoutCancel(ctx))
+			sleep(ctx, bo.next())
+			continue
+		}
+		bo.reset()
+		r.poke() // notifications may have been missed meanwhile
+		for {
+			n, err := conn.WaitForNotification(ctx)
+			if err != nil {
+				break
+			}
+			if !strings.HasPrefix(n.Payload, "reserved") {
+				r.poke()
+			}
+		}
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
+		_ = conn.Close(cctx)
+		cancel()
+	}
+}
+
+// logMetrics writes the periodic metrics line.
+func (r *Relay) logMetrics(ctx context.Context) {
+	t := time.NewTicker(r.s.Config.MetricsLogInterval)
+	defer t.Stop()
+	var last float64
+	lastAt := time.Now()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		pub := sumVec(r.m.published)
+		el := time.Since(lastAt).Seconds()
+		r.mu.Lock()
+		leader, head, ckpt := r.leader, r.head, r.ckpt
+		r.mu.Unlock()
+		r.log.Info("relay: metrics", "leader", leader, "head", head, "checkpoint", ckpt, "lag", max(head-ckpt, 0),
+			"published_total", int64(pub), "published_per_s", int64((pub-last)/el),
+			"pending_gaps", int64(value(r.m.pendingGaps)), "late_published_total", int64(value(r.m.late)),
+			"held_events", int64(value(r.m.held)), "produce_errors_total", int64(value(r.m.produceErrs)))
+		last, lastAt = pub, time.Now()
+	}
+}
+
+// backoff is a capped exponential backoff.
+type backoff struct{ cur, min, max time.Duration }
+
+func newBackoff(lo, hi time.Duration) *backoff { return &backoff{min: lo, max: hi} }
+
+func (b *backoff) next() time.Duration {
+	if b.cur == 0 {
+		b.cur = b.min
+	} else {
+		b.cur = min(2*b.cur, b.max)
+	}
+	return b.cur
+}
+
+func (b *backoff) reset() { b.cur = 0 }
+
+// sleep waits d or until ctx is done.
+func sleep(ctx context.Context, d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+	case <-t.C:
+	}
+}

@@ -1,0 +1,570 @@
+package relay
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/sluicehq/sluice/eventstore"
+	"github.com/sluicehq/sluice/shared/envelope"
+)
+
+// cleanRunEvents is the event count of the clean-run test
+// (SLUICE_RELAY_TEST_EVENTS overrides; -short uses 2,000).
+func cleanRunEvents(t *testing.T) int {
+	if v := os.Getenv("SLUICE_RELAY_TEST_EVENTS"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	if testing.Short() {
+		return 2000
+	}
+	return 10000
+}
+
+// mixedEnvelopes returns n envelopes over aggs aggregates: commands, every
+// 10th a direct domain event, some with trace context, one routed by
+// metadata.kafka_topic (unless customTopic is empty).
+func mixedEnvelopes(n, aggs int, customTopic string) []envelope.Envelope {
+	out := make([]envelope.Envelope, n)
+	for i := range out {
+		e := command("agg-"+strconv.Itoa(i%aggs), i)
+		if i%10 == 3 {
+			e.Kind, e.EventType = envelope.KindDomain, "SOMETHING_DONE"
+		}
+		if i%7 == 0 {
+			e.Metadata.SetString(envelope.MetaTraceparent, "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01")
+			e.Metadata.SetString(envelope.MetaTracestate, "vendor=x")
+		}
+		if i == n/2 && customTopic != "" {
+			e.Metadata.SetString(envelope.MetaKafkaTopic, customTopic)
+		}
+		out[i] = e
+	}
+	return out
+}
+
+// verify checks that every stored event is on Kafka, with key, value and
+// headers as specified, and per aggregate in sequence order; it returns
+// how many times each event id was seen.
+func verify(t *testing.T, e *env, stored map[string]eventstore.Event, recs []*kgo.Record, customTopic string) map[string]int {
+	t.Helper()
+	seen := map[string]int{}
+	lastSeq := map[string]int64{} // topic|partition|aggregate → last sequence
+	for _, r := range recs {
+		id, _ := header(r, "event_id")
+		seen[id]++
+		ev, ok := stored[id]
+		if !ok {
+			t.Fatalf("record %s/%d@%d carries unknown event_id %q", r.Topic, r.Partition, r.Offset, id)
+		}
+		env := ev.Envelope
+		if !bytes.Equal(r.Value, ev.Raw) {
+			t.Fatalf("event %s: value differs from the segment line:\n%s\n%s", id, r.Value, ev.Raw)
+		}
+		if !bytes.Equal(r.Key, envelope.KafkaKey(env)) {
+			t.Fatalf("event %s: key %q, want %q", id, r.Key, envelope.KafkaKey(env))
+		}
+		wantTopic := e.commandsTopic()
+		switch {
+		case env.Metadata.KafkaTopic() != "":
+			wantTopic = customTopic
+		case env.Kind == envelope.KindDomain:
+			wantTopic = e.eventsTopic()
+		}
+		if r.Topic != wantTopic {
+			t.Fatalf("event %s (kind %s) on topic %s, want %s", id, env.Kind, r.Topic, wantTopic)
+		}
+		want := map[string]string{
+			"event_id": env.EventID, "event_type": env.EventType, "kind": string(env.Kind),
+			"aggregate_type": env.AggregateType, "aggregate_id": env.AggregateID,
+			"sequence_number": strconv.FormatInt(env.SequenceNumber, 10), "position": strconv.FormatInt(env.Position, 10),
+			"content-type": "application/json",
+		}
+		if tp := env.Metadata.Traceparent(); tp != "" {
+			want["traceparent"], want["tracestate"] = tp, env.Metadata.Tracestate()
+		}
+		for k, v := range want {
+			if got, ok := header(r, k); !ok || got != v {
+				t.Fatalf("event %s: header %s = %q (present %v), want %q", id, k, got, ok, v)
+			}
+		}
+		if _, ok := header(r, "traceparent"); ok && env.Metadata.Traceparent() == "" {
+			t.Fatalf("event %s: traceparent header without trace context", id)
+		}
+		k := fmt.Sprintf("%s|%d|%s", r.Topic, r.Partition, env.AggregateID)
+		if seen[id] == 1 {
+			if env.SequenceNumber <= lastSeq[k] {
+				t.Fatalf("aggregate %s on %s/%d: sequence %d after %d", env.AggregateID, r.Topic, r.Partition, env.SequenceNumber, lastSeq[k])
+			}
+			lastSeq[k] = env.SequenceNumber
+		}
+	}
+	for id, ev := range stored {
+		if seen[id] == 0 {
+			t.Fatalf("event %s (position %d) was never published", id, ev.Envelope.Position)
+		}
+	}
+	return seen
+}
+
+func TestCleanRunExactlyOnceInOrder(t *testing.T) {
+	n := cleanRunEvents(t)
+	e := newEnv(t, 30*time.Second)
+	custom := e.prefix + "custom"
+	opts := e.opts(t)
+	r, stop := runRelay(t, e, opts)
+	start := time.Now()
+	stored := appendAll(t, e.store, 64, mixedEnvelopes(n, 100, custom))
+	t.Logf("appended %d events in %s", len(stored), time.Since(start).Round(time.Millisecond))
+	waitFor(t, 2*time.Minute, "checkpoint to reach the head", func() bool {
+		return e.checkpoint(t).Position == int64(n)
+	})
+	t.Logf("published %d events %s after the first append", n, time.Since(start).Round(time.Millisecond))
+	if err := r.Ready(context.Background()); err != nil {
+		t.Errorf("caught up relay not ready: %v", err)
+	}
+	stop()
+	recs := e.consumeAll(t, e.commandsTopic(), e.eventsTopic(), custom)
+	seen := verify(t, e, stored, recs, custom)
+	for id, c := range seen {
+		if c != 1 {
+			t.Errorf("event %s published %d times in a clean run", id, c)
+		}
+	}
+	if len(recs) != n {
+		t.Errorf("%d records for %d events", len(recs), n)
+	}
+	cp := e.checkpoint(t)
+	if cp.Position != int64(n) || len(cp.PendingGaps) != 0 || len(cp.RecentEventIDs) != 2000 || cp.RelayEpoch != 1 {
+		t.Errorf("final checkpoint position %d gaps %v recent %d epoch %d", cp.Position, cp.PendingGaps, len(cp.RecentEventIDs), cp.RelayEpoch)
+	}
+	if got := sumVec(r.m.published); got != float64(n) {
+		t.Errorf("relay_published_total %v, want %d", got, n)
+	}
+}
+
+// TestCrashRestart crashes a relay process at each crash point, restarts
+// it and checks that nothing is missing and that the only duplicates are
+// the crashed, unsaved batch.
+func TestCrashRestart(t *testing.T) {
+	for _, point := range []string{"after_produce", "before_checkpoint"} {
+		t.Run(point, func(t *testing.T) {
+			const n, batch = 1500, 100
+			e := newEnv(t, 30*time.Second)
+			stored := appendAll(t, e.store, 16, mixedEnvelopes(n, 20, e.prefix+"custom"))
+			marker := t.TempDir()
+			extra := []string{"SLUICE_CRASH_POINT=relay:" + point, "SLUICE_CRASH_MARKER_DIR=" + marker,
+				"EVENT_PUBLISHER_BATCH_SIZE=" + strconv.Itoa(batch), "EVENT_PUBLISHER_KAFKA_FLUSH_BATCH_SIZE=" + strconv.Itoa(batch)}
+			p1 := e.startHelper(t, "first", extra...)
+			if code := p1.wait(t, time.Minute); code != 42 {
+				t.Fatalf("relay exited with %d, want the crash code 42", code)
+			}
+			atCrash := e.checkpoint(t)
+			// The first flush batch was acknowledged but not checkpointed.
+			if atCrash.Position != 0 {
+				t.Fatalf("checkpoint at crash %d, want 0 (the batch was not saved)", atCrash.Position)
+			}
+			p2 := e.startHelper(t, "second", extra...)
+			waitFor(t, time.Minute, "restarted relay to catch up", func() bool { return e.checkpoint(t).Position == n })
+			if code := p2.stop(t); code != 0 {
+				t.Fatalf("restarted relay exited with %d", code)
+			}
+			recs := e.consumeAll(t, e.commandsTopic(), e.eventsTopic(), e.prefix+"custom")
+			seen := verifyAtLeastOnce(t, stored, recs)
+			dups := 0
+			for id, c := range seen {
+				if c > 1 {
+					dups += c - 1
+					if p := stored[id].Envelope.Position; p > atCrash.Position+batch || c > 2 {
+						t.Errorf("event at position %d seen %d times: outside the unsaved batch (%d, %d]", p, c, atCrash.Position, atCrash.Position+batch)
+					}
+				}
+			}
+			if dups == 0 || dups > batch {
+				t.Errorf("%d duplicates, want 1..%d (the acknowledged, unsaved batch)", dups, batch)
+			}
+			if cp := e.checkpoint(t); cp.RelayEpoch != 2 {
+				t.Errorf("checkpoint epoch %d after one takeover, want 2", cp.RelayEpoch)
+			}
+		})
+	}
+}
+
+// verifyAtLeastOnce checks every stored event is on Kafka with its line as
+// value; it returns the count per event id.
+func verifyAtLeastOnce(t *testing.T, stored map[string]eventstore.Event, recs []*kgo.Record) map[string]int {
+	t.Helper()
+	seen := map[string]int{}
+	for _, r := range recs {
+		id, _ := header(r, "event_id")
+		ev, ok := stored[id]
+		if !ok {
+			t.Fatalf("unknown event id %q on Kafka", id)
+		}
+		if !bytes.Equal(r.Value, ev.Raw) {
+			t.Fatalf("event %s: value differs from its line", id)
+		}
+		seen[id]++
+	}
+	for id, ev := range stored {
+		if seen[id] == 0 {
+			t.Errorf("event %s at position %d missing from Kafka", id, ev.Envelope.Position)
+		}
+	}
+	return seen
+}
+
+// TestTwoReplicas runs two relay processes: exactly one publishes; killing
+// it (no lease release) makes the other take over within seconds.
+func TestTwoReplicas(t *testing.T) {
+	e := newEnv(t, 30*time.Second)
+	a := e.startHelper(t, "replica-a")
+	b := e.startHelper(t, "replica-b")
+	procs := map[string]*helperProc{"replica-a": a, "replica-b": b}
+	first := appendAll(t, e.store, 16, mixedEnvelopes(600, 30, e.prefix+"custom"))
+	waitFor(t, time.Minute, "first batch published", func() bool { return e.checkpoint(t).Position == 600 })
+	lease := NewLease(e.pool, "test", "", time.Second)
+	info, found, err := lease.Info(ctxT(t, 10*time.Second))
+	if err != nil || !found {
+		t.Fatalf("lease: %v found %v", err, found)
+	}
+	recs := e.consumeAll(t, e.commandsTopic(), e.eventsTopic(), e.prefix+"custom")
+	for id, c := range verifyAtLeastOnce(t, first, recs) {
+		if c != 1 {
+			t.Fatalf("event %s published %d times by two replicas", id, c)
+		}
+	}
+	cp := e.checkpoint(t)
+	if cp.Holder != info.Holder || cp.RelayEpoch != info.Epoch {
+		t.Fatalf("checkpoint written by %s/%d, lease held by %s/%d", cp.Holder, cp.RelayEpoch, info.Holder, info.Epoch)
+	}
+	// Kill the leader: no release, the lease must expire.
+	leader := procs[info.Holder]
+	if err := leader.cmd.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	leader.wait(t, 10*time.Second)
+	killed := time.Now()
+	second := appendAll(t, e.store, 16, mixedEnvelopes(400, 30, e.prefix+"custom"))
+	waitFor(t, 30*time.Second, "standby to take over", func() bool { return e.checkpoint(t).Position == 1000 })
+	took := time.Since(killed)
+	t.Logf("standby published everything %s after the leader was killed", took.Round(time.Millisecond))
+	if took > 10*time.Second {
+		t.Errorf("takeover took %s", took)
+	}
+	cp = e.checkpoint(t)
+	if cp.RelayEpoch != info.Epoch+1 || cp.Holder == info.Holder {
+		t.Errorf("after takeover checkpoint epoch %d holder %s, want epoch %d by the other replica", cp.RelayEpoch, cp.Holder, info.Epoch+1)
+	}
+	for id, ev := range second {
+		first[id] = ev
+	}
+	recs = e.consumeAll(t, e.commandsTopic(), e.eventsTopic(), e.prefix+"custom")
+	for id, c := range verifyAtLeastOnce(t, first, recs) {
+		if c != 1 {
+			t.Errorf("event %s published %d times (the killed leader had saved everything)", id, c)
+		}
+	}
+}
+
+// TestFencedByNewerEpoch: a leader whose lease and checkpoint were taken
+// over by a newer epoch stops publishing.
+func TestFencedByNewerEpoch(t *testing.T) {
+	e := newEnv(t, 30*time.Second)
+	opts := e.opts(t)
+	opts.Holder = "old"
+	r, _ := runRelay(t, e, opts)
+	appendAll(t, e.store, 4, mixedEnvelopes(50, 5, e.prefix+"custom"))
+	waitFor(t, 30*time.Second, "first events published", func() bool { return e.checkpoint(t).Position == 50 })
+	ctx := ctxT(t, 30*time.Second)
+	// A newer leader takes lease and checkpoint (as after a partition).
+	if _, err := e.pool.Exec(ctx, `UPDATE sluice.relay_leases SET holder = 'new', epoch = epoch + 1, expires_at = now() + interval '1 hour' WHERE name = 'test'`); err != nil {
+		t.Fatal(err)
+	}
+	cps := NewCheckpointStore(e.bucket, "checkpoints/test.json")
+	cp, etag, _, err := cps.Load(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	staleTag := etag
+	cp.RelayEpoch, cp.Holder = cp.RelayEpoch+1, "new"
+	if _, err := cps.Save(ctx, cp, etag); err != nil {
+		t.Fatal(err)
+	}
+	// The stale relay's conditional write fails.
+	if _, err := cps.Save(ctx, Checkpoint{Position: 999, RelayEpoch: 1}, staleTag); err == nil {
+		t.Fatal("a write over a stale ETag succeeded")
+	}
+	appendAll(t, e.store, 4, mixedEnvelopes(50, 5, e.prefix+"custom"))
+	waitFor(t, 15*time.Second, "old leader to stop", func() bool { return !r.Leader() })
+	time.Sleep(time.Second)
+	if got := e.checkpoint(t); got.Position != 50 || got.RelayEpoch != 2 || got.Holder != "new" {
+		t.Errorf("checkpoint after fencing: position %d epoch %d holder %s, want 50/2/new (untouched by the stale relay)", got.Position, got.RelayEpoch, got.Holder)
+	}
+	if r.Leader() {
+		t.Error("fenced relay leads again while the newer lease is valid")
+	}
+	if v := value(r.m.fenced); v < 1 {
+		t.Errorf("relay_fenced_total %v", v)
+	}
+}
+
+// reserveCrashed inserts a reservation for env as a writer that died right
+// after reserving would leave it (no segment), returning its position.
+func reserveCrashed(t *testing.T, e *env, env envelope.Envelope) int64 {
+	t.Helper()
+	ctx := ctxT(t, 10*time.Second)
+	p, err := envelope.Prepare(env, envelope.DefaultLimits(), time.Now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h, err := envelope.CanonicalHash(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tx, err := e.pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = tx.Rollback(ctx) }()
+	var seq, pos int64
+	if err := tx.QueryRow(ctx, `INSERT INTO sluice.sequences (aggregate_type, aggregate_id, last_sequence) VALUES ($1, $2, 1)
+		ON CONFLICT (aggregate_type, aggregate_id) DO UPDATE SET last_sequence = sequences.last_sequence + 1 RETURNING last_sequence`,
+		p.AggregateType, p.AggregateID).Scan(&seq); err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.QueryRow(ctx, `UPDATE sluice.log_head SET next_position = next_position + 1 RETURNING next_position - 1`).Scan(&pos); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.Exec(ctx, `INSERT INTO sluice.appends (position, event_id, kind, aggregate_type, aggregate_id, sequence_number, state, segment_key, canonical_hash, occurred_at, writer_id)
+		VALUES ($1, $2, $3, $4, $5, $6, 'reserved', $7, $8, $9, 'crashed-writer')`,
+		pos, p.EventID, string(p.Kind), p.AggregateType, p.AggregateID, seq, eventstore.SegmentKey(pos, pos), h[:], p.OccurredAt.Time()); err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	return pos
+}
+
+// TestCrashedWriterGap: a reservation whose writer died holds back only its
+// aggregate; after the append timeout it is abandoned and passed; when the
+// event is committed later (a retry) it is published late and counted.
+func TestCrashedWriterGap(t *testing.T) {
+	const appendTO = 3 * time.Second
+	e := newEnv(t, appendTO)
+	r, _ := runRelay(t, e, e.opts(t))
+	before := appendAll(t, e.store, 1, []envelope.Envelope{command("X", 0), command("Y", 0)})
+	waitFor(t, 20*time.Second, "first events", func() bool { return e.checkpoint(t).Position == 2 })
+
+	crashed := command("X", 1)
+	gapPos := reserveCrashed(t, e, crashed)
+	after := appendAll(t, e.store, 1, []envelope.Envelope{command("Y", 1), command("X", 2), command("Z", 1)})
+	var heldID string
+	for id, ev := range after {
+		if ev.Envelope.AggregateID == "X" {
+			heldID = id
+		}
+	}
+	// Unrelated aggregates flow at once; X waits; the checkpoint waits.
+	waitFor(t, 10*time.Second, "unrelated aggregates published past the young gap", func() bool {
+		return sumVec(r.m.published) == 4
+	})
+	reserved := time.Now()
+	recs := e.consumeAll(t, e.commandsTopic())
+	for _, rec := range recs {
+		if id, _ := header(rec, "event_id"); id == heldID {
+			t.Fatal("the event of the gap's aggregate was published before the gap resolved")
+		}
+	}
+	if cp := e.checkpoint(t); cp.Position != gapPos-1 {
+		t.Fatalf("checkpoint %d passed the young gap at %d", cp.Position, gapPos)
+	}
+	// After the append timeout: abandoned, passed, X's event published.
+	waitFor(t, 20*time.Second, "gap to be abandoned and passed", func() bool { return e.checkpoint(t).Position == gapPos+3 })
+	if waited := time.Since(reserved); waited > appendTO+5*time.Second {
+		t.Errorf("gap resolved after %s", waited)
+	}
+	cp := e.checkpoint(t)
+	if len(cp.PendingGaps) != 1 || cp.PendingGaps[0].First != gapPos || cp.PendingGaps[0].Last != gapPos {
+		t.Fatalf("pending gaps %+v, want [%d,%d]", cp.PendingGaps, gapPos, gapPos)
+	}
+	if v := value(r.m.gaps.WithLabelValues("abandoned")); v != 1 {
+		t.Errorf("abandoned resolutions %v, want 1", v)
+	}
+	// The writer's retry commits the event in place: published late.
+	res, err := e.store.AppendOne(ctxT(t, 10*time.Second), crashed)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Event.Envelope.Position != gapPos {
+		t.Fatalf("retry stored at %d, want its reserved position %d", res.Event.Envelope.Position, gapPos)
+	}
+	waitFor(t, 20*time.Second, "late publication", func() bool { return value(r.m.late) == 1 })
+	waitFor(t, 10*time.Second, "gap to leave the checkpoint", func() bool { return len(e.checkpoint(t).PendingGaps) == 0 })
+	stored := map[string]eventstore.Event{crashed.EventID: res.Event}
+	for id, ev := range before {
+		stored[id] = ev
+	}
+	for id, ev := range after {
+		stored[id] = ev
+	}
+	for id, c := range verifyAtLeastOnce(t, stored, e.consumeAll(t, e.commandsTopic())) {
+		if c != 1 {
+			t.Errorf("event %s published %d times", id, c)
+		}
+	}
+}
+
+// TestRolledBackReservation: a reservation rolled back leaves no hole and
+// never stalls anything.
+func TestRolledBackReservation(t *testing.T) {
+	e := newEnv(t, 30*time.Second)
+	ctx := ctxT(t, 30*time.Second)
+	tx, err := e.pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.Exec(ctx, `UPDATE sluice.log_head SET next_position = next_position + 5`); err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	r, _ := runRelay(t, e, e.opts(t))
+	appendAll(t, e.store, 4, mixedEnvelopes(20, 4, e.prefix+"custom"))
+	waitFor(t, 10*time.Second, "all published", func() bool { return e.checkpoint(t).Position == 20 })
+	if cp := e.checkpoint(t); len(cp.PendingGaps) != 0 || sumVec(r.m.gaps) != 0 {
+		t.Errorf("gaps after a rolled-back reservation: %+v, resolutions %v", cp.PendingGaps, sumVec(r.m.gaps))
+	}
+}
+
+// TestKafkaOutage: produce requests fail with a retriable error; the relay
+// pauses with readiness red and the checkpoint still, then resumes without
+// loss or duplicates.
+func TestKafkaOutage(t *testing.T) {
+	e := newEnv(t, 30*time.Second)
+	if e.kafka.Cluster == nil {
+		t.Skip("fault injection needs kfake (SLUICE_TEST_KAFKA_BROKERS is set)")
+	}
+	opts := e.opts(t)
+	opts.Config.KafkaFlushTimeout = 500 * time.Millisecond
+	r, _ := runRelay(t, e, opts)
+	first := appendAll(t, e.store, 4, mixedEnvelopes(100, 10, e.prefix+"custom"))
+	waitFor(t, 20*time.Second, "first events", func() bool { return e.checkpoint(t).Position == 100 })
+
+	fault := e.kafka.Cluster.Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.Produce}, Err: kerr.NotEnoughReplicas, Count: -1})
+	second := appendAll(t, e.store, 4, mixedEnvelopes(100, 10, e.prefix+"custom"))
+	waitFor(t, 20*time.Second, "readiness to turn red", func() bool { return r.Ready(context.Background()) != nil })
+	t.Logf("readiness during the outage: %v", r.Ready(context.Background()))
+	if cp := e.checkpoint(t); cp.Position != 100 {
+		t.Fatalf("checkpoint moved to %d during the outage", cp.Position)
+	}
+	fault.Remove()
+	waitFor(t, 30*time.Second, "resume", func() bool { return e.checkpoint(t).Position == 200 })
+	waitFor(t, 10*time.Second, "readiness green", func() bool { return r.Ready(context.Background()) == nil })
+	for id, ev := range second {
+		first[id] = ev
+	}
+	recs := e.consumeAll(t, e.commandsTopic(), e.eventsTopic(), e.prefix+"custom")
+	for id, c := range verifyAtLeastOnce(t, first, recs) {
+		if c != 1 {
+			t.Errorf("event %s published %d times", id, c)
+		}
+	}
+}
+
+// TestProduceErrorRetried: a non-retriable produce error fails records;
+// the relay produces them again and never passes them.
+func TestProduceErrorRetried(t *testing.T) {
+	e := newEnv(t, 30*time.Second)
+	if e.kafka.Cluster == nil {
+		t.Skip("fault injection needs kfake")
+	}
+	e.kafka.Cluster.Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.Produce}, Err: kerr.InvalidRecord, Count: 1})
+	r, _ := runRelay(t, e, e.opts(t))
+	stored := appendAll(t, e.store, 4, mixedEnvelopes(100, 10, e.prefix+"custom"))
+	waitFor(t, 30*time.Second, "all published", func() bool { return e.checkpoint(t).Position == 100 })
+	if v := value(r.m.produceErrs); v < 1 {
+		t.Errorf("relay_produce_errors_total %v, want the injected failure counted", v)
+	}
+	recs := e.consumeAll(t, e.commandsTopic(), e.eventsTopic(), e.prefix+"custom")
+	verifyAtLeastOnce(t, stored, recs)
+}
+
+// TestCheckpointMovedBack: an operator moves the checkpoint back while the
+// relay runs; the range is published again and nothing is lost.
+func TestCheckpointMovedBack(t *testing.T) {
+	e := newEnv(t, 30*time.Second)
+	r, _ := runRelay(t, e, e.opts(t))
+	stored := appendAll(t, e.store, 4, mixedEnvelopes(300, 10, e.prefix+"custom"))
+	waitFor(t, 30*time.Second, "all published", func() bool { return e.checkpoint(t).Position == 300 })
+	old, cur, err := SetCheckpoint(ctxT(t, 10*time.Second), NewCheckpointStore(e.bucket, "checkpoints/test.json"), 100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if old.Position != 300 || cur.Position != 100 || len(cur.RecentEventIDs) != 0 {
+		t.Fatalf("set: old %d new %d recent %d", old.Position, cur.Position, len(cur.RecentEventIDs))
+	}
+	r.poke()
+	waitFor(t, 30*time.Second, "replay", func() bool { return sumVec(r.m.published) == 500 })
+	waitFor(t, 10*time.Second, "checkpoint back at the head", func() bool { return e.checkpoint(t).Position == 300 })
+	seen := verifyAtLeastOnce(t, stored, e.consumeAll(t, e.commandsTopic(), e.eventsTopic(), e.prefix+"custom"))
+	for id, c := range seen {
+		want := 1
+		if stored[id].Envelope.Position > 100 {
+			want = 2
+		}
+		if c != want {
+			t.Errorf("event at position %d published %d times, want %d", stored[id].Envelope.Position, c, want)
+		}
+	}
+}
+
+// TestStartPosition: a new checkpoint starts where configured; without
+// configuration at the beginning.
+func TestStartPosition(t *testing.T) {
+	cases := []struct {
+		name      string
+		position  int64
+		timestamp bool
+		want      int
+	}{
+		{"beginning", 0, false, 30},
+		{"position", 20, false, 10},
+		{"timestamp", 0, true, 10},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			e := newEnv(t, 30*time.Second)
+			appendAll(t, e.store, 1, mixedEnvelopes(20, 3, e.prefix+"custom"))
+			time.Sleep(50 * time.Millisecond)
+			mid := time.Now()
+			time.Sleep(50 * time.Millisecond)
+			appendAll(t, e.store, 1, mixedEnvelopes(10, 3, e.prefix+"custom"))
+			opts := e.opts(t)
+			opts.Config.StartPosition = c.position
+			if c.timestamp {
+				opts.Config.StartTimestamp = mid.UTC().Format(time.RFC3339Nano)
+			}
+			r, _ := runRelay(t, e, opts)
+			waitFor(t, 60*time.Second, "caught up", func() bool { return e.checkpoint(t).Position == 30 })
+			if got := sumVec(r.m.published); got != float64(c.want) {
+				t.Errorf("published %v, want %d", got, c.want)
+			}
+		})
+	}
+}
