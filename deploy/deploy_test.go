@@ -3,17 +3,25 @@ package deploy_test
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"io"
+	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 
 	"github.com/compose-spec/compose-go/v2/loader"
 	"github.com/compose-spec/compose-go/v2/types"
 	"gopkg.in/yaml.v3"
+	appsv1 "k8s.io/api/apps/v1"
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	sigsyaml "sigs.k8s.io/yaml"
 
 	"github.com/sluicehq/sluice/shared/config"
 )
@@ -189,13 +197,22 @@ func checkManifests(t *testing.T, dir string, out []byte) {
 	data := map[string]map[string]string{}
 	var workloads []manifest
 	for {
-		var m manifest
-		if err := dec.Decode(&m); err != nil {
+		var node yaml.Node
+		if err := dec.Decode(&node); err != nil {
 			if errors.Is(err, io.EOF) {
 				break
 			}
 			t.Fatalf("%s: decode: %v", dir, err)
 		}
+		raw, err := yaml.Marshal(&node)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var m manifest
+		if err := node.Decode(&m); err != nil {
+			t.Fatalf("%s: decode: %v", dir, err)
+		}
+		strictDecode(t, dir, m.Kind, m.Metadata.Name, raw)
 		switch m.Kind {
 		case "ConfigMap":
 			data["ConfigMap/"+m.Metadata.Name] = m.Data
@@ -260,5 +277,99 @@ func TestDockerfile(t *testing.T) {
 	}
 	if strings.Count(s, "\nFROM ") < 2 {
 		t.Error("Dockerfile must be multi-stage")
+	}
+}
+
+// Every metric the Grafana dashboard queries is one sluice exports (declared
+// with Name: "…" in the Go sources; histograms add _bucket/_sum/_count).
+func TestGrafanaDashboardQueriesExportedMetrics(t *testing.T) {
+	b, err := os.ReadFile("grafana/sluice-dashboard.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var dash struct {
+		Panels []struct {
+			Title   string `json:"title"`
+			Targets []struct {
+				Expr string `json:"expr"`
+			} `json:"targets"`
+		} `json:"panels"`
+	}
+	if err := json.Unmarshal(b, &dash); err != nil {
+		t.Fatalf("dashboard is not JSON: %v", err)
+	}
+	declared := map[string]bool{}
+	nameRe := regexp.MustCompile(`Name:\s+"([a-z_:][a-z0-9_:]*)"`)
+	err = filepath.WalkDir("..", func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() && (d.Name() == ".git" || d.Name() == "bin" || d.Name() == ".dev") {
+			return filepath.SkipDir
+		}
+		if d.IsDir() || !strings.HasSuffix(path, ".go") || strings.HasSuffix(path, "_test.go") {
+			return nil
+		}
+		src, err := os.ReadFile(path)
+		if err != nil {
+			return err
+		}
+		for _, m := range nameRe.FindAllStringSubmatch(string(src), -1) {
+			declared[m[1]] = true
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	metricRe := regexp.MustCompile(`\b((?:sluice|relay)_[a-z0-9_]+)\b`)
+	queries := 0
+	for _, p := range dash.Panels {
+		for _, tg := range p.Targets {
+			queries++
+			for _, m := range metricRe.FindAllString(tg.Expr, -1) {
+				base := m
+				for _, suf := range []string{"_bucket", "_sum", "_count"} {
+					if strings.HasSuffix(m, suf) && declared[strings.TrimSuffix(m, suf)] {
+						base = strings.TrimSuffix(m, suf)
+					}
+				}
+				if !declared[base] {
+					t.Errorf("panel %q queries %s, which no sluice code exports", p.Title, m)
+				}
+			}
+		}
+	}
+	if queries == 0 {
+		t.Fatal("dashboard has no queries")
+	}
+}
+
+// strictDecode decodes one rendered object into its Kubernetes API type,
+// refusing unknown or misspelt fields, as the API server would.
+func strictDecode(t *testing.T, dir, kind, name string, raw []byte) {
+	t.Helper()
+	var obj any
+	switch kind {
+	case "Deployment":
+		obj = &appsv1.Deployment{}
+	case "Job":
+		obj = &batchv1.Job{}
+	case "ConfigMap":
+		obj = &corev1.ConfigMap{}
+	case "Secret":
+		obj = &corev1.Secret{}
+	case "Service":
+		obj = &corev1.Service{}
+	case "Namespace":
+		obj = &corev1.Namespace{}
+	case "PodDisruptionBudget":
+		obj = &policyv1.PodDisruptionBudget{}
+	default:
+		t.Errorf("%s: %s/%s: no API type known to this test; add it", dir, kind, name)
+		return
+	}
+	if err := sigsyaml.UnmarshalStrict(raw, obj); err != nil {
+		t.Errorf("%s: %s/%s does not decode strictly into its API type: %v", dir, kind, name, err)
 	}
 }
