@@ -12,10 +12,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/sluicehq/sluice/api"
-	"github.com/sluicehq/sluice/eventstore"
-	"github.com/sluicehq/sluice/eventstore/objstore/backend"
 	"github.com/sluicehq/sluice/registry"
-	"github.com/sluicehq/sluice/shared/envelope"
 	"github.com/sluicehq/sluice/shared/observability"
 )
 
@@ -34,28 +31,16 @@ instance worker do the rest. Bearer tokens from SLUICE_API_TOKENS are required
 on /v1 when set. The API is described at /openapi.json and in docs/api.md.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			cfg, logger, err := loadConfig(cmd)
+			d, closeFn, err := openStoreDeps(cmd)
 			if err != nil {
 				return err
 			}
+			defer closeFn()
+			cfg, logger, pool, store := d.cfg, d.logger, d.pool, d.store
 			if addr == "" {
 				addr = cfg.API.Addr
 			}
 			ctx := cmd.Context()
-			pool, err := openPool(cmd, cfg)
-			if err != nil {
-				return err
-			}
-			defer pool.Close()
-			bucket, err := backend.Open(ctx, cfg.EventStore)
-			if err != nil {
-				return err
-			}
-			store, err := eventstore.New(pool, bucket, eventstore.Options{Config: cfg.EventStore, Logger: logger})
-			if err != nil {
-				return err
-			}
-			defer func() { _ = store.Close() }()
 			reg, err := registry.New(pool, registry.OptionsFromConfig(cfg.Registry, cfg.Worker, cfg.Worker.InstanceMaxRetryAttempts))
 			if err != nil {
 				return err
@@ -72,11 +57,7 @@ on /v1 when set. The API is described at /openapi.json and in docs/api.md.`,
 			h, err := api.New(api.Options{
 				Store: store, Registry: reg, Sequences: api.PostgresSequences(pool), Logger: logger,
 				Tokens: tokens, MaxBodyBytes: int64(cfg.API.MaxBodyBytes),
-				Limits: envelope.Limits{
-					MaxEnvelopeBytes: cfg.EventStore.MaxEnvelopeBytes,
-					MaxDataDepth:     cfg.EventStore.MaxDataDepth,
-					MaxMetadataBytes: cfg.EventStore.MaxMetadataBytes,
-				},
+				Limits:  envelopeLimits(cfg.EventStore),
 				Metrics: metrics, Health: health,
 			})
 			if err != nil {

@@ -25,7 +25,6 @@ import (
 	"github.com/sluicehq/sluice/registry"
 	"github.com/sluicehq/sluice/relay"
 	"github.com/sluicehq/sluice/shared/config"
-	"github.com/sluicehq/sluice/shared/envelope"
 	"github.com/sluicehq/sluice/shared/esserver"
 	"github.com/sluicehq/sluice/shared/localpg"
 	"github.com/sluicehq/sluice/shared/observability"
@@ -217,12 +216,8 @@ func runDev(parent context.Context, out io.Writer, cfg *config.Config, logger *s
 	handler, err := api.New(api.Options{
 		Store: store, Registry: reg, Sequences: api.PostgresSequences(pool), Logger: logger,
 		MaxBodyBytes: int64(cfg.API.MaxBodyBytes),
-		Limits: envelope.Limits{
-			MaxEnvelopeBytes: cfg.EventStore.MaxEnvelopeBytes,
-			MaxDataDepth:     cfg.EventStore.MaxDataDepth,
-			MaxMetadataBytes: cfg.EventStore.MaxMetadataBytes,
-		},
-		Metrics: metrics, Health: health,
+		Limits:       envelopeLimits(cfg.EventStore),
+		Metrics:      metrics, Health: health,
 	})
 	if err != nil {
 		return err

@@ -6,8 +6,6 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/sluicehq/sluice/eventstore"
-	"github.com/sluicehq/sluice/eventstore/objstore/backend"
 	"github.com/sluicehq/sluice/instanceworker"
 	"github.com/sluicehq/sluice/shared/observability"
 	"github.com/sluicehq/sluice/shared/readmodel"
@@ -22,25 +20,13 @@ func newInstanceWorkerCmd() *cobra.Command {
 		Short: "Run the instance worker: commands → domain events + instance documents (SPEC §9)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			cfg, logger, err := loadConfig(cmd)
+			d, closeFn, err := openStoreDeps(cmd)
 			if err != nil {
 				return err
 			}
+			defer closeFn()
+			cfg, logger, pool, store := d.cfg, d.logger, d.pool, d.store
 			ctx := cmd.Context()
-			pool, err := openPool(cmd, cfg)
-			if err != nil {
-				return err
-			}
-			defer pool.Close()
-			bucket, err := backend.Open(ctx, cfg.EventStore)
-			if err != nil {
-				return err
-			}
-			store, err := eventstore.New(pool, bucket, eventstore.Options{Config: cfg.EventStore, Logger: logger})
-			if err != nil {
-				return err
-			}
-			defer func() { _ = store.Close() }()
 			es, err := readmodel.NewClient(cfg.Elasticsearch)
 			if err != nil {
 				return err

@@ -4,56 +4,19 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
 	"strings"
 	"text/tabwriter"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/spf13/cobra"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/sluicehq/sluice/eventstore"
-	"github.com/sluicehq/sluice/eventstore/objstore"
-	"github.com/sluicehq/sluice/eventstore/objstore/backend"
 	"github.com/sluicehq/sluice/eventstore/objstore/minioext"
 	"github.com/sluicehq/sluice/relay"
-	"github.com/sluicehq/sluice/shared/config"
 	"github.com/sluicehq/sluice/shared/crashpoint"
 	"github.com/sluicehq/sluice/shared/observability"
 )
-
-// relayDeps are what the relay commands open: config, logger, pool, bucket
-// and store. close releases them.
-type relayDeps struct {
-	cfg    *config.Config
-	logger *slog.Logger
-	pool   *pgxpool.Pool
-	bucket objstore.Bucket
-	store  *eventstore.Store
-}
-
-func openRelayDeps(cmd *cobra.Command) (*relayDeps, func(), error) {
-	cfg, logger, err := loadConfig(cmd)
-	if err != nil {
-		return nil, nil, err
-	}
-	pool, err := openPool(cmd, cfg)
-	if err != nil {
-		return nil, nil, err
-	}
-	bucket, err := backend.Open(cmd.Context(), cfg.EventStore)
-	if err != nil {
-		pool.Close()
-		return nil, nil, err
-	}
-	st, err := eventstore.New(pool, bucket, eventstore.Options{Config: cfg.EventStore, Logger: logger})
-	if err != nil {
-		pool.Close()
-		return nil, nil, err
-	}
-	return &relayDeps{cfg: cfg, logger: logger, pool: pool, bucket: bucket, store: st}, func() { _ = st.Close(); pool.Close() }, nil
-}
 
 func newRelayCmd() *cobra.Command {
 	c := &cobra.Command{
@@ -71,7 +34,7 @@ stand by. Configuration: EVENT_PUBLISHER_*, KAFKA_*, EVENT_STORE_*, DATABASE_URL
 }
 
 func runRelayService(cmd *cobra.Command, _ []string) error {
-	d, closeFn, err := openRelayDeps(cmd)
+	d, closeFn, err := openStoreDeps(cmd)
 	if err != nil {
 		return err
 	}
@@ -127,7 +90,7 @@ func newRelayCheckpointCmd() *cobra.Command {
 		Short: "Show the checkpoint, the lease and the lag",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			d, closeFn, err := openRelayDeps(cmd)
+			d, closeFn, err := openStoreDeps(cmd)
 			if err != nil {
 				return err
 			}
@@ -176,7 +139,7 @@ func newRelayCheckpointCmd() *cobra.Command {
 			if posSet == timeSet {
 				return errors.New("set exactly one of --position or --time")
 			}
-			d, closeFn, err := openRelayDeps(cmd)
+			d, closeFn, err := openStoreDeps(cmd)
 			if err != nil {
 				return err
 			}
@@ -215,7 +178,7 @@ func newRelayGapsCmd() *cobra.Command {
 		Short: "List pending gaps of the checkpoint and uncommitted ranges of the index",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			d, closeFn, err := openRelayDeps(cmd)
+			d, closeFn, err := openStoreDeps(cmd)
 			if err != nil {
 				return err
 			}
@@ -257,7 +220,7 @@ func newRelayRepublishCmd() *cobra.Command {
 			if from < 1 || to < from {
 				return fmt.Errorf("--from-position %d --to-position %d: want 1 <= from <= to", from, to)
 			}
-			d, closeFn, err := openRelayDeps(cmd)
+			d, closeFn, err := openStoreDeps(cmd)
 			if err != nil {
 				return err
 			}

@@ -10,32 +10,8 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/sluicehq/sluice/eventstore"
-	"github.com/sluicehq/sluice/eventstore/objstore/backend"
 	"github.com/sluicehq/sluice/shared/envelope"
 )
-
-// openStore opens the configured event store; the caller calls the returned close.
-func openStore(cmd *cobra.Command) (*eventstore.Store, func(), error) {
-	cfg, logger, err := loadConfig(cmd)
-	if err != nil {
-		return nil, nil, err
-	}
-	pool, err := openPool(cmd, cfg)
-	if err != nil {
-		return nil, nil, err
-	}
-	bucket, err := backend.Open(cmd.Context(), cfg.EventStore)
-	if err != nil {
-		pool.Close()
-		return nil, nil, err
-	}
-	st, err := eventstore.New(pool, bucket, eventstore.Options{Config: cfg.EventStore, Logger: logger})
-	if err != nil {
-		pool.Close()
-		return nil, nil, err
-	}
-	return st, func() { _ = st.Close(); pool.Close() }, nil
-}
 
 func newStoreCmd() *cobra.Command {
 	c := &cobra.Command{Use: "store", Short: "Inspect, repair and reindex the event store (SPEC §5)"}
