@@ -2,13 +2,8 @@ package registry_test
 
 import (
 	"context"
-	"fmt"
-	"net"
-	"strconv"
-	"sync"
 	"sync/atomic"
 	"testing"
-	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -82,149 +77,17 @@ func (c *queryCounter) TraceQueryStart(ctx context.Context, _ *pgx.Conn, _ pgx.T
 
 func (c *queryCounter) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
 
-// proxy is a TCP proxy in front of the test Postgres server (its Unix
-// socket or TCP address). Stop cuts every connection and refuses new ones
-// (an outage); Start restores it on the same address. It counts round
-// trips: client-to-server bursts that follow server-to-client data.
-type proxy struct {
-	t              testing.TB
-	network, upstr string
-	addr           string
-
-	mu    sync.Mutex
-	ln    net.Listener
-	conns map[net.Conn]struct{}
-	turns atomic.Int64
-	wg    sync.WaitGroup
-	// dropReplies makes the proxy forward requests but cut the connection
-	// instead of forwarding the server's reply (a reply lost in transit).
-	dropReplies atomic.Bool
-}
-
 // newProxy starts a proxy to the server of url and returns it with a pool
 // config pointing at it.
-func newProxy(t testing.TB, url string) (*proxy, *pgxpool.Config) {
+func newProxy(t testing.TB, url string) (*testenv.PGProxy, *pgxpool.Config) {
 	t.Helper()
-	cfg, err := pgxpool.ParseConfig(url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := &proxy{t: t, conns: map[net.Conn]struct{}{}}
-	host, port := cfg.ConnConfig.Host, cfg.ConnConfig.Port
-	if len(host) > 0 && host[0] == '/' {
-		p.network, p.upstr = "unix", fmt.Sprintf("%s/.s.PGSQL.%d", host, port)
-	} else {
-		p.network, p.upstr = "tcp", net.JoinHostPort(host, strconv.Itoa(int(port)))
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	p.addr = ln.Addr().String()
-	p.serve(ln)
-	t.Cleanup(p.Stop)
-	pp, _ := strconv.Atoi(p.addr[len("127.0.0.1:"):])
-	cfg.ConnConfig.Host, cfg.ConnConfig.Port, cfg.ConnConfig.Fallbacks = "127.0.0.1", uint16(pp), nil
-	cfg.ConnConfig.ConnectTimeout = 2 * time.Second
-	return p, cfg
+	p := testenv.NewPGProxy(t, url)
+	return p, p.PoolConfig()
 }
-
-func (p *proxy) serve(ln net.Listener) {
-	p.mu.Lock()
-	p.ln = ln
-	p.mu.Unlock()
-	p.wg.Add(1)
-	go func() {
-		defer p.wg.Done()
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			u, err := net.Dial(p.network, p.upstr)
-			if err != nil {
-				c.Close()
-				continue
-			}
-			p.mu.Lock()
-			if p.ln != ln { // stopped meanwhile
-				p.mu.Unlock()
-				c.Close()
-				u.Close()
-				return
-			}
-			p.conns[c], p.conns[u] = struct{}{}, struct{}{}
-			p.mu.Unlock()
-			var last atomic.Int32 // 1 = client to server, 2 = server to client
-			pipe := func(dst, src net.Conn, dir int32) {
-				buf := make([]byte, 64<<10)
-				for {
-					n, err := src.Read(buf)
-					if n > 0 && dir == 2 && p.dropReplies.Load() {
-						break
-					}
-					if n > 0 {
-						if dir == 1 && last.Swap(1) != 1 {
-							p.turns.Add(1)
-						} else if dir == 2 {
-							last.Store(2)
-						}
-						if _, werr := dst.Write(buf[:n]); werr != nil {
-							break
-						}
-					}
-					if err != nil {
-						break
-					}
-				}
-				dst.Close()
-				src.Close()
-			}
-			go pipe(u, c, 1)
-			go pipe(c, u, 2)
-		}
-	}()
-}
-
-// Stop cuts all connections and closes the listener.
-func (p *proxy) Stop() {
-	p.mu.Lock()
-	ln := p.ln
-	p.ln = nil
-	for c := range p.conns {
-		c.Close()
-	}
-	clear(p.conns)
-	p.mu.Unlock()
-	if ln != nil {
-		ln.Close()
-	}
-	p.wg.Wait()
-}
-
-// Start listens again on the same address.
-func (p *proxy) Start() {
-	p.t.Helper()
-	var ln net.Listener
-	var err error
-	for range 50 {
-		if ln, err = net.Listen("tcp", p.addr); err == nil {
-			break
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-	if err != nil {
-		p.t.Fatalf("proxy restart: %v", err)
-	}
-	p.serve(ln)
-}
-
-// Turns returns the round trips seen so far.
-func (p *proxy) Turns() int64 { return p.turns.Load() }
 
 // proxiedPool returns a proxy in front of a freshly migrated database and a
 // pool through it (with tr as query tracer when not nil), plus a direct pool.
-func proxiedPool(t testing.TB, tr pgx.QueryTracer, maxConns int32) (*proxy, *pgxpool.Pool, *pgxpool.Pool) {
+func proxiedPool(t testing.TB, tr pgx.QueryTracer, maxConns int32) (*testenv.PGProxy, *pgxpool.Pool, *pgxpool.Pool) {
 	t.Helper()
 	url, direct := testenv.NewMigratedDatabase(t)
 	p, cfg := newProxy(t, url)

@@ -238,11 +238,11 @@ func TestLostClaimReplyIsReclaimed(t *testing.T) {
 	ctx := context.Background()
 	r := newRegistry(t, pool, "w", registry.Options{OpTimeout: 3 * time.Second})
 	claimDone(t, r, req("h", "warm-up", "other", 1, wait)) // prepares the claim statement
-	p.dropReplies.Store(true)
+	p.DropReplies(true)
 	if _, err := r.Claim(ctx, req("h", "e1", "agg", 1, wait)); !errors.Is(err, registry.ErrUnavailable) {
 		t.Fatalf("claim with lost reply: %v", err)
 	}
-	p.dropReplies.Store(false)
+	p.DropReplies(false)
 	var status string
 	var attempts int
 	if err := direct.QueryRow(ctx, `SELECT status, attempt_count FROM sluice.processed_events WHERE event_id = 'e1'`).Scan(&status, &attempts); err != nil || status != "processing" {
