@@ -57,30 +57,10 @@ type Accepted struct {
 // caught by the idempotency check: the command_id differs, so the append
 // fails with idempotency_key_reused instead of merging the two).
 func EventIDForCommand(commandID string) string {
-	if isCanonicalUUID(commandID) && commandID != uuid.Nil.String() {
+	if envelope.IsCanonicalUUID(commandID) && commandID != uuid.Nil.String() {
 		return commandID
 	}
 	return uuid.NewSHA1(envelope.Namespace(), []byte("sluice:command:"+commandID)).String()
-}
-
-func isCanonicalUUID(s string) bool {
-	if len(s) != 36 {
-		return false
-	}
-	for i := 0; i < 36; i++ {
-		c := s[i]
-		switch i {
-		case 8, 13, 18, 23:
-			if c != '-' {
-				return false
-			}
-		default:
-			if (c < '0' || c > '9') && (c < 'a' || c > 'f') {
-				return false
-			}
-		}
-	}
-	return true
 }
 
 // StatusURL is the path of a command's status resource.

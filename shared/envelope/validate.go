@@ -315,7 +315,7 @@ func validate(e Envelope, l Limits, scanned bool) error {
 	if e.EventID == "" {
 		return invalid("event_id", "required", "is required")
 	}
-	if !isCanonicalUUID(e.EventID) {
+	if !IsCanonicalUUID(e.EventID) {
 		return invalid("event_id", UUIDPattern, "must be a UUID in canonical lower-case form %s, got %q", UUIDPattern, e.EventID)
 	}
 	if e.EventID == "00000000-0000-0000-0000-000000000000" {
@@ -603,7 +603,9 @@ func asciiLower(s string) string {
 	return s
 }
 
-func isCanonicalUUID(s string) bool {
+// IsCanonicalUUID reports whether s is a UUID in its canonical text form:
+// 8-4-4-4-12 lower-case hex digits (the form event_ids take, SPEC §3).
+func IsCanonicalUUID(s string) bool {
 	if len(s) != 36 {
 		return false
 	}
