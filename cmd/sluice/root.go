@@ -36,6 +36,9 @@ func newRootCmd(stdout, stderr io.Writer) *cobra.Command {
 		newAPICmd(),
 		newInstanceWorkerCmd(),
 		newRelayCmd(),
+		newConsumerCmd(),
+		newDLQCmd(),
+		newVerifyCmd(),
 	)
 	return root
 }

@@ -19,6 +19,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/url"
 	"strconv"
 	"strings"
 
@@ -261,7 +262,7 @@ func WriteInstance(ctx context.Context, es *elasticsearch.Client, n Names, m Met
 	}
 	v := int(m.SequenceNumber)
 	res, err := es.Index(n.WriteAlias, bytes.NewReader(body),
-		es.Index.WithContext(ctx), es.Index.WithDocumentID(DocumentID(m.Class, m.InstanceID)),
+		es.Index.WithContext(ctx), es.Index.WithDocumentID(url.PathEscape(DocumentID(m.Class, m.InstanceID))),
 		es.Index.WithVersion(v), es.Index.WithVersionType("external"), es.Index.WithRequireAlias(true))
 	if err != nil {
 		return 0, fmt.Errorf("readmodel: index document: %w", err)
@@ -285,7 +286,7 @@ var ErrNotFound = errors.New("readmodel: no such document")
 // alias and splits it into Meta and state. A missing document or index is
 // ErrNotFound.
 func GetInstance(ctx context.Context, es *elasticsearch.Client, n Names, class, instanceID string) (Meta, json.RawMessage, error) {
-	res, err := es.Get(n.WriteAlias, DocumentID(class, instanceID), es.Get.WithContext(ctx), es.Get.WithRealtime(true))
+	res, err := es.Get(n.WriteAlias, url.PathEscape(DocumentID(class, instanceID)), es.Get.WithContext(ctx), es.Get.WithRealtime(true))
 	if err != nil {
 		return Meta{}, nil, fmt.Errorf("readmodel: get document: %w", err)
 	}

@@ -3,6 +3,7 @@ package readmodel_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/http/httptest"
 	"reflect"
 	"testing"
@@ -84,5 +85,34 @@ func TestEnsureWriteGet(t *testing.T) {
 	}
 	if _, _, err := readmodel.GetInstance(ctx, es, n, "customers", "1"); err != readmodel.ErrNotFound {
 		t.Errorf("other class: %v, want ErrNotFound", err)
+	}
+}
+
+// Instance ids may contain '/', '%', '?', '#', spaces and non-ASCII (SPEC §4);
+// each must reach Elasticsearch as one _id and come back unchanged.
+func TestWriteGetIDsWithSpecialCharacters(t *testing.T) {
+	srv := httptest.NewServer(esserver.New())
+	defer srv.Close()
+	es, err := elasticsearch.NewClient(elasticsearch.Config{Addresses: []string{srv.URL}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	n, err := readmodel.EnsureIndex(ctx, es, "sluice_", "shop", 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ids := []string{"a/b", "../x", "50%", "q?x=1", "h#1", "with space", "é", "a:b:c", "a/b/"}
+	for i, id := range ids {
+		m := readmodel.Meta{DB: "shop", Class: "orders", InstanceID: id, SequenceNumber: 1, EventID: fmt.Sprint("e", i)}
+		if got, err := readmodel.WriteInstance(ctx, es, n, m, json.RawMessage(fmt.Sprintf(`{"i":%d}`, i))); err != nil || got != readmodel.Written {
+			t.Fatalf("write %q: %v %v", id, got, err)
+		}
+	}
+	for i, id := range ids {
+		gm, st, err := readmodel.GetInstance(ctx, es, n, "orders", id)
+		if err != nil || gm.InstanceID != id || string(st) != fmt.Sprintf(`{"i":%d}`, i) {
+			t.Errorf("get %q: %+v %s %v", id, gm, st, err)
+		}
 	}
 }

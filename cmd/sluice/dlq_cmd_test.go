@@ -1,0 +1,353 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/sluicehq/sluice/registry"
+	"github.com/sluicehq/sluice/shared/config"
+	"github.com/sluicehq/sluice/shared/consumer"
+	"github.com/sluicehq/sluice/shared/testenv"
+)
+
+// kafkaFixture is a kfake cluster configured through the environment, with a
+// client for the test's own produce/consume/admin work.
+type kafkaFixture struct {
+	kopts []kgo.Opt
+	cl    *kgo.Client
+	adm   *kadm.Client
+}
+
+func newKafkaFixture(t *testing.T) *kafkaFixture {
+	t.Helper()
+	k := testenv.NewKafka(t)
+	t.Setenv("KAFKA_BROKERS", strings.Join(k.Brokers, ","))
+	t.Setenv("KAFKA_TOPIC_REPLICATION_FACTOR", "1")
+	t.Setenv("SLUICE_LOG_LEVEL", "warn")
+	kopts := []kgo.Opt{kgo.SeedBrokers(k.Brokers...)}
+	cl, err := kgo.NewClient(kopts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(cl.Close)
+	return &kafkaFixture{kopts: kopts, cl: cl, adm: kadm.NewClient(cl)}
+}
+
+func (k *kafkaFixture) createTopic(t *testing.T, topic string, partitions int32) {
+	t.Helper()
+	if _, err := k.adm.CreateTopic(context.Background(), partitions, 1, nil, topic); err != nil {
+		t.Fatalf("create %s: %v", topic, err)
+	}
+}
+
+func (k *kafkaFixture) produce(t *testing.T, rs ...*kgo.Record) {
+	t.Helper()
+	if err := k.cl.ProduceSync(context.Background(), rs...).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// records reads every record of topic present now.
+func (k *kafkaFixture) records(t *testing.T, topic string) []*kgo.Record {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	var out []*kgo.Record
+	err := readTopicRange(ctx, k.kopts, k.adm, topic, -1, -1, false, nil, func(r *kgo.Record) (bool, error) {
+		out = append(out, r)
+		return false, nil
+	})
+	if err != nil {
+		t.Fatalf("read %s: %v", topic, err)
+	}
+	return out
+}
+
+// dlqLetterRecord builds a dead letter of orig in the SPEC §8 shape, the way
+// the worker runtime does.
+func dlqLetterRecord(topic, handler string, orig *kgo.Record, class, errText string) *kgo.Record {
+	d := consumer.DLQRecord{OriginalTopic: orig.Topic, OriginalPartition: orig.Partition, OriginalOffset: orig.Offset,
+		OriginalHeaders: map[string]string{}, Error: errText, ErrorClass: class, AttemptCount: 1, Handler: handler,
+		FirstFailedAt: time.Now().UTC(), FailedAt: time.Now().UTC()}
+	hdrs := []kgo.RecordHeader{{Key: "sluice-error-class", Value: []byte(class)}, {Key: "sluice-handler", Value: []byte(handler)}}
+	d.OriginalKey = string(orig.Key)
+	if json.Valid(orig.Value) {
+		d.OriginalValue = string(orig.Value)
+	} else {
+		d.OriginalValue = base64.StdEncoding.EncodeToString(orig.Value)
+		hdrs = append(hdrs, kgo.RecordHeader{Key: "sluice-original-value-encoding", Value: []byte("base64")})
+	}
+	for _, h := range orig.Headers {
+		v := string(h.Value)
+		if h.Key == "bin" {
+			v = "base64:" + base64.StdEncoding.EncodeToString(h.Value)
+		}
+		d.OriginalHeaders[h.Key] = v
+	}
+	b, _ := json.Marshal(d)
+	return &kgo.Record{Topic: topic, Key: orig.Key, Value: b, Headers: hdrs}
+}
+
+// dlq list/show/redrive/drop end to end on kfake and a real Postgres
+// registry: exact letters, decoded originals, the registry row reset and the
+// original re-produced byte for byte exactly once however often a letter is
+// redriven, duplicates and dropped letters skipped, an interrupted redrive
+// completed, durable drops hidden from list.
+func TestDLQListShowRedriveDrop(t *testing.T) {
+	ctx := context.Background()
+	url, pool := testenv.NewMigratedDatabase(t)
+	t.Setenv("DATABASE_URL", url)
+	k := newKafkaFixture(t)
+	orig, dlq := testenv.UniqueName("cmds."), ""
+	dlq = orig + ".dlq"
+	k.createTopic(t, orig, 2)
+	k.createTopic(t, dlq, 1)
+	reg, err := registry.New(pool, registry.Options{Owner: "test"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const handler = "instanceworker"
+	dead := func(eventID, agg string) {
+		t.Helper()
+		res, err := reg.Claim(ctx, registry.ClaimRequest{Handler: handler, EventID: eventID, AggregateID: agg, Seq: 1, Policy: registry.SkipStale})
+		if err != nil || res.Kind != registry.Claimed {
+			t.Fatalf("claim %s: %v %v", eventID, res.Kind, err)
+		}
+		if _, err := reg.MarkFailed(ctx, res.Lease, registry.Failure{Err: errors.New("permanent: boom")}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	status := func(eventID string) registry.Status {
+		t.Helper()
+		rows, err := reg.Get(ctx, eventID)
+		if err != nil || len(rows) != 1 {
+			t.Fatalf("registry %s: %v %v", eventID, rows, err)
+		}
+		return rows[0].Status
+	}
+	// Originals: four commands (dead rows) and one record that is no envelope.
+	ids := make([]string, 5)
+	origs := make([]*kgo.Record, 5)
+	for i := range origs {
+		ids[i] = uuid.NewString()
+		agg := "shop:orders:" + ids[i][:8]
+		origs[i] = &kgo.Record{Topic: orig, Partition: int32(i % 2), Key: []byte("Instance:" + agg),
+			Value:   []byte(`{"event_id":"` + ids[i] + `","event_type":"CREATE_INSTANCE","kind":"command","aggregate_id":"` + agg + `"}`),
+			Headers: []kgo.RecordHeader{{Key: "event_id", Value: []byte(ids[i])}, {Key: "kind", Value: []byte("command")}, {Key: "bin", Value: []byte{0xff, 0x00, 0x01}}}}
+		if i != 1 {
+			dead(ids[i], agg)
+		}
+	}
+	origs[1].Value, origs[1].Headers = []byte{0xde, 0xad, 0xbe, 0xef, '{'}, nil
+	// Pin the originals' partitions for the test's produce, then restore
+	// the key partitioning the relay and redrive use.
+	pk, err := kgo.NewClient(append(k.kopts, kgo.RecordPartitioner(kgo.ManualPartitioner()))...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pk.Close()
+	if err := pk.ProduceSync(ctx, origs...).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+	base := map[int32]int64{} // end offsets before any redrive
+	for _, r := range k.records(t, orig) {
+		base[r.Partition] = max(base[r.Partition], r.Offset+1)
+	}
+	redriven := func() []*kgo.Record {
+		var out []*kgo.Record
+		for _, r := range k.records(t, orig) {
+			if r.Offset >= base[r.Partition] {
+				out = append(out, r)
+			}
+		}
+		return out
+	}
+	// Letters 0..5: 0 permanent, 1 parse, 2 duplicate of 0, 3 to drop,
+	// 4 interrupted after the registry reset, 5 reset by someone else.
+	k.produce(t,
+		dlqLetterRecord(dlq, handler, origs[0], "permanent", "permanent: unknown command type"),
+		dlqLetterRecord(dlq, handler, origs[1], "parse", "parse: invalid character"),
+		dlqLetterRecord(dlq, handler, origs[0], "permanent", "permanent: unknown command type"),
+		dlqLetterRecord(dlq, handler, origs[2], "retryable", "retryable: es 503 after 5 attempts"),
+		dlqLetterRecord(dlq, handler, origs[3], "permanent", "permanent: x"),
+		dlqLetterRecord(dlq, handler, origs[4], "permanent", "permanent: y"),
+	)
+
+	out, _, err := runOps(t, "dlq", "list", "--topic", dlq)
+	if err != nil || !strings.Contains(out, "6 letters, 6 shown, 0 handled") || strings.Count(out, "\n") != 8 {
+		t.Fatalf("list: %v\n%s", err, out)
+	}
+	for _, want := range []string{orig + "/0/0", "parse", "unknown command type", "retryable"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("list lacks %q:\n%s", want, out)
+		}
+	}
+	if !opHasLine(out, "0:0", "new") || !opHasLine(out, "0:5", "new") {
+		t.Errorf("list rows:\n%s", out)
+	}
+	out, _, err = runOps(t, "dlq", "list", "--topic", dlq, "--limit", "2")
+	if err != nil || !strings.Contains(out, "2 shown") || !strings.Contains(out, "4 more not shown") {
+		t.Errorf("list --limit: %v\n%s", err, out)
+	}
+	out, _, err = runOps(t, "dlq", "show", "--topic", dlq, "--offset", "0")
+	if err != nil || !strings.Contains(out, `"event_type": "CREATE_INSTANCE"`) || !opHasLine(out, "event_id", ids[0]) ||
+		!opHasLine(out, "bin", `"\xff\x00\x01"`) || !opHasLine(out, "state", "new") {
+		t.Fatalf("show 0: %v\n%s", err, out)
+	}
+	out, _, err = runOps(t, "dlq", "show", "--topic", dlq, "--offset", "1")
+	if err != nil || !strings.Contains(out, base64.StdEncoding.EncodeToString(origs[1].Value)) || !opHasLine(out, "error_class", "parse") {
+		t.Fatalf("show 1: %v\n%s", err, out)
+	}
+	if _, _, err := runOps(t, "dlq", "show", "--topic", dlq, "--offset", "99"); opExitCode(err) != 3 {
+		t.Fatalf("show of a missing letter: %v", err)
+	}
+
+	// Dry run: nothing changes.
+	out, _, err = runOps(t, "dlq", "redrive", "--topic", dlq, "--offset", "0", "--dry-run")
+	if err != nil || !strings.Contains(out, "1 would be redriven") || status(ids[0]) != registry.StatusDead || len(redriven()) != 0 {
+		t.Fatalf("dry run changed something or failed: %v\n%s", err, out)
+	}
+
+	// Redrive letter 0, twice, then its duplicate: one reset, one record.
+	for i, args := range [][]string{{"--offset", "0"}, {"--offset", "0"}, {"--offset", "2"}} {
+		out, _, err = runOps(t, append([]string{"dlq", "redrive", "--topic", dlq}, args...)...)
+		wantRedriven := map[int]string{0: "1 redriven, 0 skipped", 1: "0 redriven, 1 skipped", 2: "0 redriven, 1 skipped"}[i]
+		if err != nil || !strings.Contains(out, wantRedriven) {
+			t.Fatalf("redrive #%d %v: %v\n%s", i, args, err, out)
+		}
+	}
+	if st := status(ids[0]); st != registry.StatusFailed {
+		t.Fatalf("registry row after redrive: %s, want failed", st)
+	}
+	got := redriven()
+	if len(got) != 1 {
+		t.Fatalf("re-produced %d records, want 1", len(got))
+	}
+	sameRecord(t, got[0], origs[0])
+
+	// Drop letter 3: durable, hidden from list, its row stays dead.
+	out, _, err = runOps(t, "dlq", "drop", "--topic", dlq, "--offset", "3", "--reason", "test data")
+	if err != nil || !strings.Contains(out, "0:3: dropped") {
+		t.Fatalf("drop: %v\n%s", err, out)
+	}
+	if out, _, err = runOps(t, "dlq", "drop", "--topic", dlq, "--offset", "3"); err != nil || !strings.Contains(out, "already dropped") {
+		t.Fatalf("second drop: %v\n%s", err, out)
+	}
+	if st := status(ids[2]); st != registry.StatusDead {
+		t.Fatalf("dropped letter's row: %s, want dead", st)
+	}
+	out, _, err = runOps(t, "dlq", "list", "--topic", dlq)
+	if err != nil || !strings.Contains(out, "6 letters, 3 shown, 3 handled (redriven or dropped) hidden") ||
+		strings.Contains(out, "0:0 ") || strings.Contains(out, "0:3 ") || !strings.Contains(out, "0:1 ") {
+		t.Fatalf("list after redrive and drop: %v\n%s", err, out)
+	}
+	out, _, err = runOps(t, "dlq", "list", "--topic", dlq, "--all")
+	if err != nil || !strings.Contains(out, "6 shown") || !opHasLine(out, "0:3", "dropped") || !opHasLine(out, "0:0", "redriven") {
+		t.Fatalf("list --all: %v\n%s", err, out)
+	}
+
+	// Letter 4: a redrive interrupted after the registry reset (intent
+	// recorded, row reset, nothing produced). Letter 5: its row was reset by
+	// someone else (no intent of this letter): not produced.
+	d := &dlqEnv{cfg: opConfig(t), cl: k.cl, adm: k.adm, topic: dlq}
+	l4 := &dlqLetter{Partition: 0, Offset: 4, Rec: consumer.DLQRecord{OriginalTopic: orig, OriginalPartition: origs[3].Partition,
+		OriginalOffset: origs[3].Offset, Handler: handler, OriginalHeaders: map[string]string{"event_id": ids[3]}}}
+	if err := d.writeMarker(ctx, l4, dlqRedriving, ""); err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range []string{ids[3], ids[4]} {
+		if err := reg.Redrive(ctx, handler, id); err != nil {
+			t.Fatal(err)
+		}
+	}
+	out, _, err = runOps(t, "dlq", "redrive", "--topic", dlq, "--all")
+	// 1 (parse, no row) and 4 (interrupted) are produced; 0, 2, 3 handled
+	// already; 5's row is not dead.
+	if err != nil || !strings.Contains(out, "2 redriven, 4 skipped, 0 failed") || !strings.Contains(out, "no longer dead") {
+		t.Fatalf("redrive --all: %v\n%s", err, out)
+	}
+	got = redriven()
+	if len(got) != 3 {
+		t.Fatalf("after redrive --all: %d re-produced records, want 3", len(got))
+	}
+	byValue := map[string]*kgo.Record{}
+	for _, r := range got {
+		byValue[string(r.Value)] = r
+	}
+	for _, i := range []int{0, 1, 3} {
+		r, ok := byValue[string(origs[i].Value)]
+		if !ok {
+			t.Fatalf("original %d not re-produced", i)
+		}
+		sameRecord(t, r, origs[i])
+	}
+	out, _, err = runOps(t, "dlq", "redrive", "--topic", dlq, "--all")
+	if err != nil || !strings.Contains(out, "0 redriven, 6 skipped") || len(redriven()) != 3 {
+		t.Fatalf("third redrive --all must change nothing: %v\n%s", err, out)
+	}
+	out, _, err = runOps(t, "dlq", "list", "--topic", dlq)
+	if err != nil || !strings.Contains(out, "6 letters, 0 shown, 6 handled") {
+		t.Fatalf("final list: %v\n%s", err, out)
+	}
+}
+
+// sameRecord checks that got is want re-produced: key, value and headers
+// byte for byte (headers in key order).
+func sameRecord(t *testing.T, got, want *kgo.Record) {
+	t.Helper()
+	if !bytes.Equal(got.Key, want.Key) || !bytes.Equal(got.Value, want.Value) {
+		t.Errorf("re-produced record differs:\n got %q %q\nwant %q %q", got.Key, got.Value, want.Key, want.Value)
+	}
+	wantH := map[string][]byte{}
+	for _, h := range want.Headers {
+		wantH[h.Key] = h.Value
+	}
+	if len(got.Headers) != len(wantH) {
+		t.Errorf("headers: got %v want %v", got.Headers, want.Headers)
+	}
+	for _, h := range got.Headers {
+		if !bytes.Equal(wantH[h.Key], h.Value) {
+			t.Errorf("header %s: got %q want %q", h.Key, h.Value, wantH[h.Key])
+		}
+	}
+}
+
+// opHasLine reports whether a line of out starts with the given fields.
+func opHasLine(out string, fields ...string) bool {
+	for _, line := range strings.Split(out, "\n") {
+		f := strings.Fields(line)
+		if len(f) < len(fields) {
+			continue
+		}
+		match := true
+		for i := range fields {
+			if f[i] != fields[i] {
+				match = false
+				break
+			}
+		}
+		if match {
+			return true
+		}
+	}
+	return false
+}
+
+func opConfig(t *testing.T) *config.Config {
+	t.Helper()
+	cfg, err := config.FromOS()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cfg
+}

@@ -1,0 +1,224 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"net/http/httptest"
+	"strings"
+	"testing"
+
+	"github.com/elastic/go-elasticsearch/v8"
+	"github.com/google/uuid"
+	"github.com/spf13/cobra"
+
+	"github.com/sluicehq/sluice/eventstore"
+	"github.com/sluicehq/sluice/eventstore/objstore/backend"
+	"github.com/sluicehq/sluice/shared/config"
+	"github.com/sluicehq/sluice/shared/envelope"
+	"github.com/sluicehq/sluice/shared/esserver"
+	"github.com/sluicehq/sluice/shared/readmodel"
+	"github.com/sluicehq/sluice/shared/testenv"
+)
+
+// runOps executes the CLI in-process like run, with the operator commands of
+// this package added to the root when root.go does not wire them (yet).
+func runOps(t *testing.T, args ...string) (string, string, error) {
+	t.Helper()
+	var out, errb bytes.Buffer
+	root := newRootCmd(&out, &errb)
+	have := map[string]bool{}
+	for _, c := range root.Commands() {
+		have[c.Name()] = true
+	}
+	for _, c := range []*cobra.Command{newVerifyCmd(), newDLQCmd(), newConsumerCmd()} {
+		if !have[c.Name()] {
+			root.AddCommand(c)
+		}
+	}
+	root.SetArgs(args)
+	err := root.ExecuteContext(context.Background())
+	return out.String(), errb.String(), err
+}
+
+// opExitCode returns the exit code main would use for err.
+func opExitCode(err error) int {
+	var ex *exitError
+	switch {
+	case err == nil:
+		return 0
+	case errors.As(err, &ex):
+		return ex.code
+	default:
+		return 1
+	}
+}
+
+// verifyFixture is a file-backend event store on a fresh database plus an
+// in-process Elasticsearch, both configured through the environment.
+type verifyFixture struct {
+	st *eventstore.Store
+	es *elasticsearch.Client
+	n  readmodel.Names
+}
+
+func newVerifyFixture(t *testing.T) *verifyFixture {
+	t.Helper()
+	ctx := context.Background()
+	url, pool := testenv.NewMigratedDatabase(t)
+	ts := httptest.NewServer(esserver.New())
+	t.Cleanup(ts.Close)
+	env := map[string]string{"DATABASE_URL": url, "EVENT_STORE_BACKEND": "file", "EVENT_STORE_FILE_DIR": t.TempDir(),
+		"ELASTICSEARCH_URLS": ts.URL, "SLUICE_LOG_LEVEL": "warn"}
+	for k, v := range env {
+		t.Setenv(k, v)
+	}
+	cfg, err := config.Load(env)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bucket, err := backend.Open(ctx, cfg.EventStore)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := eventstore.New(pool, bucket, eventstore.Options{Config: cfg.EventStore})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = st.Close() })
+	es, err := readmodel.NewClient(cfg.Elasticsearch)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n, err := readmodel.EnsureIndex(ctx, es, cfg.Elasticsearch.IndexPrefix, "shop", readmodel.DefaultVersion)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &verifyFixture{st: st, es: es, n: n}
+}
+
+// event appends one envelope to aggregate Instance db:class:id and returns it as stored.
+func (f *verifyFixture) event(t *testing.T, kind envelope.Kind, typ, aggID, data string) envelope.Envelope {
+	t.Helper()
+	res, err := f.st.AppendOne(context.Background(), envelope.Envelope{
+		EventID: uuid.NewString(), EventType: typ, Kind: kind,
+		AggregateType: envelope.AggregateTypeInstance, AggregateID: aggID, Data: json.RawMessage(data),
+	})
+	if err != nil || res.Err != nil {
+		t.Fatalf("append %s %s: %v %v", typ, aggID, err, res.Err)
+	}
+	return res.Event.Envelope
+}
+
+// doc writes the instance document for e (its slot, event id, deleted flag
+// and data), or with the overrides given.
+func (f *verifyFixture) doc(t *testing.T, class, id string, e envelope.Envelope, deleted bool, state string) {
+	t.Helper()
+	m := readmodel.Meta{DB: "shop", Class: class, InstanceID: id, SequenceNumber: e.SequenceNumber, EventID: e.EventID,
+		CreatedAt: e.OccurredAt, UpdatedAt: e.OccurredAt, Deleted: deleted}
+	if _, err := readmodel.WriteInstance(context.Background(), f.es, f.n, m, json.RawMessage(state)); err != nil {
+		t.Fatalf("write document %s: %v", id, err)
+	}
+}
+
+// verify: the event store against Elasticsearch, with every kind of
+// difference present once (and twice for mismatch), exact counts, exit code
+// 4, the JSON report; a class where everything matches exits 0; the class
+// name's LIKE metacharacters are escaped.
+func TestVerifyReportsMissingStaleExtraMismatch(t *testing.T) {
+	f := newVerifyFixture(t)
+	dom := envelope.KindDomain
+	// ok: created, document at slot 1.
+	e := f.event(t, dom, "INSTANCE_CREATED", "shop:orders:ok1", `{"n":1,"tags":["a"]}`)
+	f.doc(t, "orders", "ok1", e, false, `{"tags":["a"],"n":1}`)
+	// ok: created + updated, document at slot 2 (instance id with ':').
+	f.event(t, dom, "INSTANCE_CREATED", "shop:orders:a:b", `{"n":1}`)
+	e = f.event(t, dom, "INSTANCE_UPDATED", "shop:orders:a:b", `{"n":2}`)
+	f.doc(t, "orders", "a:b", e, false, `{"n":2}`)
+	// ok: created + deleted, tombstone at slot 2.
+	f.event(t, dom, "INSTANCE_CREATED", "shop:orders:gone", `{"n":1}`)
+	e = f.event(t, dom, "INSTANCE_DELETED", "shop:orders:gone", `{}`)
+	f.doc(t, "orders", "gone", e, true, `{}`)
+	// missing: no document.
+	f.event(t, dom, "INSTANCE_CREATED", "shop:orders:missing1", `{"n":1}`)
+	// stale: store at slot 2, document at slot 1.
+	e = f.event(t, dom, "INSTANCE_CREATED", "shop:orders:stale1", `{"n":1}`)
+	f.doc(t, "orders", "stale1", e, false, `{"n":1}`)
+	f.event(t, dom, "INSTANCE_UPDATED", "shop:orders:stale1", `{"n":2}`)
+	// mismatch: deleted in the store, a live document at the same slot.
+	f.event(t, dom, "INSTANCE_CREATED", "shop:orders:delmis", `{"n":1}`)
+	e = f.event(t, dom, "INSTANCE_DELETED", "shop:orders:delmis", `{}`)
+	f.doc(t, "orders", "delmis", e, false, `{"n":1}`)
+	// mismatch: same slot, different state.
+	e = f.event(t, dom, "INSTANCE_CREATED", "shop:orders:statediff", `{"n":1}`)
+	f.doc(t, "orders", "statediff", e, false, `{"n":2}`)
+	// extra: a document without any domain event; and one whose aggregate
+	// has only a (pending or rejected) command.
+	f.doc(t, "orders", "extra1", envelope.Envelope{SequenceNumber: 3, EventID: uuid.NewString()}, false, `{"n":9}`)
+	f.event(t, envelope.KindCommand, "CREATE_INSTANCE", "shop:orders:cmdonly", `{"db":"shop","class":"orders","data":{}}`)
+	f.doc(t, "orders", "cmdonly", envelope.Envelope{SequenceNumber: 1, EventID: uuid.NewString()}, false, `{}`)
+	// Another class of the same db: ok, and not part of the orders report.
+	e = f.event(t, dom, "INSTANCE_CREATED", "shop:users:u1", `{"name":"x"}`)
+	f.doc(t, "users", "u1", e, false, `{"name":"x"}`)
+	// Another db with the same class: not part of the report.
+	f.event(t, dom, "INSTANCE_CREATED", "shopx:orders:1", `{"n":1}`)
+
+	out, errOut, err := runOps(t, "verify", "--db", "shop", "--class", "orders")
+	if code := opExitCode(err); code != exitVerifyDiffers {
+		t.Fatalf("exit code %d (%v), want 4\n%s\n%s", code, err, out, errOut)
+	}
+	want := "verify: 9 instances, 3 ok, 1 missing, 1 stale, 2 extra, 2 mismatched"
+	if !strings.Contains(out, want) {
+		t.Fatalf("want %q in\n%s", want, out)
+	}
+	for _, line := range []string{"missing   missing1", "stale     stale1", "extra     extra1", "extra     cmdonly", "mismatch  delmis", "mismatch  statediff"} {
+		if !strings.Contains(out, line) {
+			t.Errorf("output lacks %q:\n%s", line, out)
+		}
+	}
+	if !strings.Contains(errOut, "verify shop/orders [") || !strings.Contains(errOut, "8/8 aggregates") {
+		t.Errorf("no progress on stderr:\n%s", errOut)
+	}
+
+	out, _, err = runOps(t, "verify", "--db", "shop", "--class", "orders", "--json")
+	if opExitCode(err) != exitVerifyDiffers {
+		t.Fatalf("--json: exit %d (%v)", opExitCode(err), err)
+	}
+	var rep verifyReport
+	if err := json.Unmarshal([]byte(out), &rep); err != nil {
+		t.Fatalf("--json output: %v\n%s", err, out)
+	}
+	got := map[string]string{}
+	for _, p := range rep.Problems {
+		got[p.InstanceID] = p.Status
+	}
+	wantStatus := map[string]string{"missing1": verifyMissing, "stale1": verifyStale, "extra1": verifyExtra, "cmdonly": verifyExtra,
+		"delmis": verifyMismatch, "statediff": verifyMismatch}
+	if rep.Instances != 9 || rep.OK != 3 || len(got) != len(wantStatus) {
+		t.Fatalf("report %+v", rep)
+	}
+	for id, st := range wantStatus {
+		if got[id] != st {
+			t.Errorf("%s: status %q, want %q", id, got[id], st)
+		}
+	}
+
+	cases := []struct {
+		class, want string
+		code        int
+	}{
+		{"users", "verify: 1 instances, 1 ok, 0 missing, 0 stale, 0 extra, 0 mismatched", 0},
+		// '_' is a LIKE wildcard: unescaped, ord_rs would match the orders aggregates.
+		{"ord_rs", "verify: 0 instances, 0 ok, 0 missing, 0 stale, 0 extra, 0 mismatched", 0},
+	}
+	for _, tc := range cases {
+		out, _, err := runOps(t, "verify", "--db", "shop", "--class", tc.class)
+		if opExitCode(err) != tc.code || !strings.Contains(out, tc.want) {
+			t.Errorf("verify %s: exit %d (%v), output %q; want %d and %q", tc.class, opExitCode(err), err, out, tc.code, tc.want)
+		}
+	}
+	if _, _, err := runOps(t, "verify", "--db", "Shop!", "--class", "orders"); err == nil || opExitCode(err) == exitVerifyDiffers {
+		t.Errorf("a bad db name must fail plainly, got %v", err)
+	}
+}
