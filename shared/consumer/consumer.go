@@ -164,7 +164,16 @@ func (c *Consumer) Run(ctx context.Context) error {
 			break
 		}
 	}
-	c.drain(work)
+	// After the deadline work is cancelled, but the bookkeeping of the drain
+	// (mark_done of handlers that did finish, releases, the final commit)
+	// must still reach Postgres and Kafka: give it a short budget of its own.
+	dctx := work
+	if work.Err() != nil {
+		var cancel context.CancelFunc
+		dctx, cancel = context.WithTimeout(context.WithoutCancel(ctx), drainGrace)
+		defer cancel()
+	}
+	c.drain(dctx)
 	cancelWork()
 	c.cl.Close()
 	return runErr
@@ -867,6 +876,10 @@ func (c *Consumer) forget(tps map[string][]int32) {
 		}
 	}
 }
+
+// drainGrace bounds the drain's bookkeeping when SHUTDOWN_TIMEOUT has
+// already run out.
+const drainGrace = 5 * time.Second
 
 // drain finishes what can be finished after the Run context ended: pending
 // mark_done of handled records, releases of held claims, and the final
