@@ -22,6 +22,7 @@ import (
 	"github.com/sluicehq/sluice/eventstore/objstore/backend"
 	"github.com/sluicehq/sluice/instanceworker"
 	"github.com/sluicehq/sluice/migrations"
+	"github.com/sluicehq/sluice/projectionworker"
 	"github.com/sluicehq/sluice/registry"
 	"github.com/sluicehq/sluice/relay"
 	"github.com/sluicehq/sluice/shared/config"
@@ -56,8 +57,8 @@ func newDevCmd() *cobra.Command {
 		Long: `sluice dev starts everything sluice needs in one process, on embedded defaults:
 a local PostgreSQL in the data directory when DATABASE_URL is unset, the schema
 migrations, the file-backend event store, an embedded Kafka (kfake, persisted in
-the data directory), the Elasticsearch-compatible test server, and the api, relay
-and instance worker. Parts that do not exist yet are listed as missing. Stop it
+the data directory), the Elasticsearch-compatible test server, and the api, relay,
+instance worker and projection worker. Parts that do not exist yet are listed as missing. Stop it
 with Ctrl-C.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -208,6 +209,16 @@ func runDev(parent context.Context, out io.Writer, cfg *config.Config, logger *s
 	goRun("instance-worker", iw.Run)
 	parts = append(parts, devPart{"instance-worker", true, "group " + instanceworker.GroupName})
 
+	// Projection worker: the history projection (the instance worker owns
+	// the live instance documents; `sluice projection rebuild` rebuilds them).
+	pw, err := projectionworker.NewService(cfg, projectionworker.Deps{Pool: pool, ES: es, Logger: logger, Metrics: metrics, Health: health},
+		projectionworker.Spec{Projection: projectionworker.History{}})
+	if err != nil {
+		return err
+	}
+	goRun("projection-worker", pw.Run)
+	parts = append(parts, devPart{"projection-worker", true, "projection history → " + cfg.Elasticsearch.IndexPrefix + "{db}_history"})
+
 	// Command API.
 	reg, err := registry.New(pool, registry.OptionsFromConfig(cfg.Registry, cfg.Worker, cfg.Worker.InstanceMaxRetryAttempts))
 	if err != nil {
@@ -229,7 +240,6 @@ func runDev(parent context.Context, out io.Writer, cfg *config.Config, logger *s
 	apiURL := "http://" + apiLn.Addr().String()
 	goRun("api", func(ctx context.Context) error { return serveHTTP(ctx, apiLn, handler) })
 	parts = append(parts, devPart{"api", true, apiURL + "/openapi.json"})
-	parts = append(parts, devPart{"projection-worker", false, "not built yet (issue: projection worker): history and custom projections do not run; instance documents are written by the instance worker"})
 
 	if cfg.HTTP.Addr != "" {
 		obs, err := observability.Listen(cfg.HTTP.Addr, observability.Handler(metrics, health))

@@ -173,12 +173,27 @@ func TestDevTourCreateArrivesInElasticsearch(t *testing.T) {
 			b, _ := io.ReadAll(r.Body)
 			r.Body.Close()
 			if r.StatusCode == 200 && strings.Contains(string(b), `"instance_id":"42"`) && strings.Contains(string(b), `"total":10`) {
+				break
+			}
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	if time.Now().After(deadline) {
+		t.Fatalf("the instance did not arrive in Elasticsearch within 60s\n%s\n%s", out.String(), errb.String())
+	}
+	// The projection worker turns the domain event into a history document.
+	for time.Now().Before(deadline) {
+		r, err := client.Get("http://" + esAddr + "/sluice_shop_history/_search")
+		if err == nil {
+			b, _ := io.ReadAll(r.Body)
+			r.Body.Close()
+			if r.StatusCode == 200 && strings.Contains(string(b), "INSTANCE_CREATED") {
 				return
 			}
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
-	t.Fatalf("the instance did not arrive in Elasticsearch within 60s\n%s\n%s", out.String(), errb.String())
+	t.Fatalf("no history document within 60s\n%s\n%s", out.String(), errb.String())
 }
 
 func freePort(t *testing.T) int {

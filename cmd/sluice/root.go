@@ -39,6 +39,8 @@ func newRootCmd(stdout, stderr io.Writer) *cobra.Command {
 		newConsumerCmd(),
 		newDLQCmd(),
 		newVerifyCmd(),
+		newProjectionWorkerCmd(),
+		newProjectionCmd(),
 	)
 	return root
 }

@@ -1,0 +1,306 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/sluicehq/sluice/projectionworker"
+	"github.com/sluicehq/sluice/shared/config"
+	"github.com/sluicehq/sluice/shared/consumer"
+	"github.com/sluicehq/sluice/shared/observability"
+	"github.com/sluicehq/sluice/shared/readmodel"
+)
+
+// projectionsEnv selects the projections of `sluice projection-worker`.
+const projectionsEnv = "SLUICE_PROJECTIONS"
+
+// parseProjections resolves a comma-separated list of projection names.
+func parseProjections(list string) ([]projectionworker.Spec, error) {
+	var specs []projectionworker.Spec
+	for _, n := range strings.Split(list, ",") {
+		n = strings.TrimSpace(n)
+		if n == "" {
+			continue
+		}
+		p, err := projectionworker.Lookup(n)
+		if err != nil {
+			return nil, err
+		}
+		specs = append(specs, projectionworker.Spec{Projection: p})
+	}
+	if len(specs) == 0 {
+		return nil, errors.New("no projection selected (--projections)")
+	}
+	return specs, nil
+}
+
+// newProjectionWorkerCmd is `sluice projection-worker` (SPEC §10): it runs
+// the selected projections (default history) at their live versions on the
+// events topic until SIGTERM (then it drains within SHUTDOWN_TIMEOUT).
+func newProjectionWorkerCmd() *cobra.Command {
+	var list string
+	cmd := &cobra.Command{
+		Use:   "projection-worker",
+		Short: "Run the projection worker: domain events → Elasticsearch read models (SPEC §10)",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if !cmd.Flags().Changed("projections") {
+				if v := os.Getenv(projectionsEnv); v != "" {
+					list = v
+				}
+			}
+			specs, err := parseProjections(list)
+			if err != nil {
+				return err
+			}
+			cfg, logger, err := loadConfig(cmd)
+			if err != nil {
+				return err
+			}
+			ctx := cmd.Context()
+			pool, err := openPool(cmd, cfg)
+			if err != nil {
+				return err
+			}
+			defer pool.Close()
+			es, err := readmodel.NewClient(cfg.Elasticsearch)
+			if err != nil {
+				return err
+			}
+			metrics := observability.NewRegistry()
+			health := observability.NewHealth()
+			svc, err := projectionworker.NewService(cfg, projectionworker.Deps{Pool: pool, ES: es, Logger: logger, Metrics: metrics, Health: health}, specs...)
+			if err != nil {
+				return err
+			}
+			obsCtx, stopObs := context.WithCancel(context.WithoutCancel(ctx))
+			defer stopObs()
+			if cfg.HTTP.Addr != "" {
+				srv, err := observability.Listen(cfg.HTTP.Addr, observability.Handler(metrics, health))
+				if err != nil {
+					return err
+				}
+				go func() { _ = srv.Serve(obsCtx) }()
+			}
+			if err := svc.Run(ctx); err != nil && !errors.Is(err, context.Canceled) {
+				return err
+			}
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&list, "projections", "history", "comma-separated projections to run ("+projectionsEnv+"); built in: instances, history")
+	return cmd
+}
+
+// newProjectionCmd is `sluice projection list|status|rebuild|rollback`
+// (SPEC §10.3, §11).
+func newProjectionCmd() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "projection",
+		Short: "Inspect, rebuild (blue/green) and roll back projections",
+	}
+	cmd.AddCommand(newProjectionListCmd(), newProjectionStatusCmd(), newProjectionRebuildCmd(), newProjectionRollbackCmd())
+	return cmd
+}
+
+func newProjectionListCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:   "list",
+		Short: "List the projections and their live versions",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			cfg, _, err := loadConfig(cmd)
+			if err != nil {
+				return err
+			}
+			es, err := readmodel.NewClient(cfg.Elasticsearch)
+			if err != nil {
+				return err
+			}
+			tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
+			fmt.Fprintln(tw, "PROJECTION\tCODE VERSION\tLIVE VERSION\tVERSIONS")
+			for _, p := range projectionworker.Builtins() {
+				idx, err := projectionworker.Indices(cmd.Context(), es, cfg.Elasticsearch.IndexPrefix, p.Name())
+				if err != nil {
+					return err
+				}
+				live, vers := 0, map[int]bool{}
+				for _, i := range idx {
+					vers[i.Version] = true
+					if i.Live {
+						live = max(live, i.Version)
+					}
+				}
+				var vs []string
+				for v := 1; len(vs) < len(vers); v++ {
+					if vers[v] {
+						vs = append(vs, fmt.Sprintf("v%d", v))
+					}
+				}
+				liveS := "-"
+				if live > 0 {
+					liveS = fmt.Sprintf("v%d", live)
+				}
+				fmt.Fprintf(tw, "%s\tv%d\t%s\t%s\n", p.Name(), p.Version(), liveS, strings.Join(vs, ","))
+			}
+			return tw.Flush()
+		},
+	}
+}
+
+func newProjectionStatusCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:   "status [name]",
+		Short: "Show indices, aliases, documents and consumer lag per projection version",
+		Args:  cobra.MaximumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			cfg, _, err := loadConfig(cmd)
+			if err != nil {
+				return err
+			}
+			es, err := readmodel.NewClient(cfg.Elasticsearch)
+			if err != nil {
+				return err
+			}
+			ps := projectionworker.Builtins()
+			if len(args) == 1 {
+				p, err := projectionworker.Lookup(args[0])
+				if err != nil {
+					return err
+				}
+				ps = []projectionworker.Projection{p}
+			}
+			adm, closeAdm, err := kafkaAdmin(cfg)
+			if err != nil {
+				return err
+			}
+			defer closeAdm()
+			tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
+			fmt.Fprintln(tw, "PROJECTION\tSCOPE\tVERSION\tINDEX\tWRITE\tREAD\tDOCS\tREFRESH\tGROUP LAG")
+			for _, p := range ps {
+				idx, err := projectionworker.Indices(cmd.Context(), es, cfg.Elasticsearch.IndexPrefix, p.Name())
+				if err != nil {
+					return err
+				}
+				lags := map[int]string{}
+				for _, i := range idx {
+					if _, ok := lags[i.Version]; ok {
+						continue
+					}
+					lctx, cancel := context.WithTimeout(cmd.Context(), 10*time.Second)
+					l, err := projectionworker.GroupLag(lctx, adm, projectionworker.GroupName(p.Name(), i.Version), cfg.Kafka.EventsTopic)
+					cancel()
+					if err != nil {
+						lags[i.Version] = "unknown"
+					} else {
+						lags[i.Version] = fmt.Sprint(l.Lag)
+					}
+				}
+				for _, i := range idx {
+					refresh := i.RefreshInterval
+					if refresh == "" {
+						refresh = "default"
+					}
+					fmt.Fprintf(tw, "%s\t%s\tv%d\t%s\t%s\t%s\t%d\t%s\t%s\n", p.Name(), i.Scope, i.Version, i.Index,
+						yesNo(i.Live), yesNo(i.ReadAlias), i.Docs, refresh, lags[i.Version])
+				}
+			}
+			return tw.Flush()
+		},
+	}
+}
+
+func yesNo(b bool) string {
+	if b {
+		return "yes"
+	}
+	return "-"
+}
+
+func kafkaAdmin(cfg *config.Config) (*kadm.Client, func(), error) {
+	kopts, err := consumer.ClientOptions(cfg.Kafka)
+	if err != nil {
+		return nil, nil, err
+	}
+	cl, err := kgo.NewClient(kopts...)
+	if err != nil {
+		return nil, nil, err
+	}
+	return kadm.NewClient(cl), cl.Close, nil
+}
+
+// switchCmd runs a Rebuild or Rollback with progress on stderr and a
+// summary on stdout.
+func runSwitch(cmd *cobra.Command, name string, version int, settle time.Duration,
+	op func(context.Context, projectionworker.SwitchOptions) (projectionworker.Summary, error)) error {
+	p, err := projectionworker.Lookup(name)
+	if err != nil {
+		return err
+	}
+	cfg, logger, err := loadConfig(cmd)
+	if err != nil {
+		return err
+	}
+	pool, err := openPool(cmd, cfg)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	es, err := readmodel.NewClient(cfg.Elasticsearch)
+	if err != nil {
+		return err
+	}
+	progress := cmd.ErrOrStderr()
+	sum, err := op(cmd.Context(), projectionworker.SwitchOptions{Config: cfg,
+		Deps:       projectionworker.Deps{Pool: pool, ES: es, Logger: logger},
+		Projection: p, Version: version, Settle: settle,
+		Progress: func(pr projectionworker.Progress) { fmt.Fprintln(progress, pr.String()) }})
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(cmd.OutOrStdout(), "%s: v%d → v%d live for %s (%s); v%d kept for rollback\n",
+		sum.Projection, sum.From, sum.To, strings.Join(sum.Scopes, ", "), sum.Elapsed.Round(time.Millisecond), sum.From)
+	return nil
+}
+
+func newProjectionRebuildCmd() *cobra.Command {
+	var version int
+	var settle time.Duration
+	cmd := &cobra.Command{
+		Use:   "rebuild <name> --version N",
+		Short: "Build a new projection version from the beginning of the events topic, then swap the aliases (SPEC §10.3)",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if version <= 0 {
+				return errors.New("--version N (≥ 1, not the live version) is required")
+			}
+			return runSwitch(cmd, args[0], version, settle, projectionworker.Rebuild)
+		},
+	}
+	cmd.Flags().IntVar(&version, "version", 0, "version to build (refused if already live)")
+	cmd.Flags().DurationVar(&settle, "settle", 5*time.Second, "keep consuming this long after the swap")
+	return cmd
+}
+
+func newProjectionRollbackCmd() *cobra.Command {
+	var settle time.Duration
+	cmd := &cobra.Command{
+		Use:   "rollback <name>",
+		Short: "Point the aliases back at the previous version (after it caught up)",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return runSwitch(cmd, args[0], 0, settle, projectionworker.Rollback)
+		},
+	}
+	cmd.Flags().DurationVar(&settle, "settle", 5*time.Second, "keep consuming this long after the swap")
+	return cmd
+}

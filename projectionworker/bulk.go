@@ -1,0 +1,377 @@
+package projectionworker
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/elastic/go-elasticsearch/v8"
+)
+
+// BulkItem is one operation addressed to a concrete index.
+type BulkItem struct {
+	Index string
+	Op    Op
+}
+
+// ItemResult is Elasticsearch's answer to one bulk item.
+type ItemResult struct {
+	Status int
+	Type   string // error type, empty on success
+	Reason string
+}
+
+// OK reports a 2xx answer.
+func (r ItemResult) OK() bool { return r.Status >= 200 && r.Status < 300 }
+
+// Conflict reports a 409 (already applied or stale).
+func (r ItemResult) Conflict() bool { return r.Status == http.StatusConflict }
+
+// Transient reports a 429 or 5xx answer.
+func (r ItemResult) Transient() bool {
+	return r.Status == http.StatusTooManyRequests || r.Status >= 500
+}
+
+// BulkOptions configure a Bulker.
+type BulkOptions struct {
+	// MaxDocs and MaxBytes bound one bulk request (ELASTICSEARCH_BULK_MAX_DOCS,
+	// ELASTICSEARCH_BULK_MAX_BYTES; defaults 1000 and 5 MiB).
+	MaxDocs, MaxBytes int
+	// Linger is how long a batch waits for more operations before it is
+	// sent (default 2 ms). A full batch is sent at once.
+	Linger time.Duration
+	// ItemRetries is how often transient item failures (429, 5xx inside a
+	// successful bulk response) are retried within one call before they are
+	// returned (default 3). Failures of the whole request (an outage) are
+	// retried until every waiter gave up.
+	ItemRetries int
+	// BackoffBase and BackoffCap shape the retries (defaults 50 ms, 5 s).
+	BackoffBase, BackoffCap time.Duration
+	// Observe, when set, is told about every bulk request: items, duration,
+	// error (nil on an HTTP 200).
+	Observe func(items int, d time.Duration, err error)
+}
+
+// Bulker batches the operations of concurrent callers into bulk requests
+// bounded by count and bytes, with refresh=false. Do returns only when
+// Elasticsearch answered every item of the call, so a caller marks its
+// record done only after its writes are durable.
+type Bulker struct {
+	es     *elasticsearch.Client
+	o      BulkOptions
+	mu     sync.Mutex
+	cur    *batch
+	outage atomic.Bool
+}
+
+// batch is one bulk request being filled.
+type batch struct {
+	lines   [][]byte // action+source lines per item
+	bytes   int
+	results []ItemResult
+	waiters atomic.Int32 // callers still waiting
+	sealed  bool
+	done    chan struct{}
+	err     error
+}
+
+// NewBulker returns a Bulker writing to es.
+func NewBulker(es *elasticsearch.Client, o BulkOptions) *Bulker {
+	if o.MaxDocs <= 0 {
+		o.MaxDocs = 1000
+	}
+	if o.MaxBytes <= 0 {
+		o.MaxBytes = 5 << 20
+	}
+	if o.Linger <= 0 {
+		o.Linger = 2 * time.Millisecond
+	}
+	if o.ItemRetries <= 0 {
+		o.ItemRetries = 3
+	}
+	if o.BackoffBase <= 0 {
+		o.BackoffBase = 50 * time.Millisecond
+	}
+	if o.BackoffCap <= 0 {
+		o.BackoffCap = 5 * time.Second
+	}
+	return &Bulker{es: es, o: o}
+}
+
+// InOutage reports whether the last bulk request failed as a whole
+// (transport error, 429 or 5xx on the request).
+func (b *Bulker) InOutage() bool { return b.outage.Load() }
+
+// Check is a readiness check: red while Elasticsearch rejects bulk requests.
+func (b *Bulker) Check(context.Context) error {
+	if b.outage.Load() {
+		return errors.New("elasticsearch bulk requests failing: projection paused")
+	}
+	return nil
+}
+
+// encodeItem returns the NDJSON lines of one item.
+func encodeItem(it BulkItem) ([]byte, error) {
+	meta := map[string]any{"_index": it.Index, "_id": it.Op.ID}
+	if it.Op.Version > 0 {
+		meta["version"] = it.Op.Version
+		meta["version_type"] = "external"
+	}
+	action := "index"
+	if it.Op.Create {
+		action = "create"
+	}
+	mb, err := json.Marshal(map[string]any{action: meta})
+	if err != nil {
+		return nil, err
+	}
+	var doc bytes.Buffer
+	if err := json.Compact(&doc, it.Op.Doc); err != nil {
+		return nil, fmt.Errorf("projectionworker: document of %s: %w", it.Op.ID, err)
+	}
+	out := make([]byte, 0, len(mb)+doc.Len()+2)
+	out = append(append(append(append(out, mb...), '\n'), doc.Bytes()...), '\n')
+	return out, nil
+}
+
+// Do writes items (in one bulk request with other callers' items where
+// possible) and returns one result per item. Transient item failures are
+// retried ItemRetries times; an outage (the request fails as a whole) is
+// retried until ctx ends. The error is non-nil only when ctx ended or an
+// item could not be encoded.
+func (b *Bulker) Do(ctx context.Context, items []BulkItem) ([]ItemResult, error) {
+	lines := make([][]byte, len(items))
+	for i, it := range items {
+		l, err := encodeItem(it)
+		if err != nil {
+			return nil, err
+		}
+		lines[i] = l
+	}
+	results := make([]ItemResult, len(items))
+	pending := make([]int, len(items))
+	for i := range pending {
+		pending[i] = i
+	}
+	for try := 0; ; try++ {
+		res, err := b.submit(ctx, lines, pending)
+		if err != nil {
+			return nil, err
+		}
+		var again []int
+		for j, i := range pending {
+			results[i] = res[j]
+			if res[j].Transient() && try < b.o.ItemRetries {
+				again = append(again, i)
+			}
+		}
+		if len(again) == 0 {
+			return results, nil
+		}
+		pending = again
+		if err := sleep(ctx, backoff(b.o.BackoffBase, b.o.BackoffCap, try)); err != nil {
+			return nil, err
+		}
+	}
+}
+
+// submit adds the lines at idx to the current batch and waits for the
+// batch's answer.
+func (b *Bulker) submit(ctx context.Context, lines [][]byte, idx []int) ([]ItemResult, error) {
+	var parts []struct {
+		bt    *batch
+		first int
+		n     int
+	}
+	b.mu.Lock()
+	var toFlush []*batch
+	for k := 0; k < len(idx); {
+		if b.cur == nil {
+			nb := &batch{done: make(chan struct{})}
+			b.cur = nb
+			time.AfterFunc(b.o.Linger, func() { b.flush(nb) })
+		}
+		bt := b.cur
+		first, n := len(bt.lines), 0
+		for k < len(idx) {
+			l := lines[idx[k]]
+			if len(bt.lines) > 0 && (len(bt.lines) >= b.o.MaxDocs || bt.bytes+len(l) > b.o.MaxBytes) {
+				break
+			}
+			bt.lines = append(bt.lines, l)
+			bt.bytes += len(l)
+			k++
+			n++
+		}
+		if n > 0 {
+			bt.waiters.Add(1)
+			parts = append(parts, struct {
+				bt    *batch
+				first int
+				n     int
+			}{bt, first, n})
+		}
+		if len(bt.lines) >= b.o.MaxDocs || bt.bytes >= b.o.MaxBytes || k < len(idx) {
+			b.cur = nil
+			toFlush = append(toFlush, bt)
+		}
+	}
+	b.mu.Unlock()
+	for _, bt := range toFlush {
+		go b.flush(bt)
+	}
+	out := make([]ItemResult, 0, len(idx))
+	for pi, p := range parts {
+		select {
+		case <-p.bt.done:
+		case <-ctx.Done():
+			for _, q := range parts[pi:] {
+				q.bt.waiters.Add(-1)
+			}
+			return nil, ctx.Err()
+		}
+		p.bt.waiters.Add(-1)
+		if p.bt.err != nil {
+			return nil, p.bt.err
+		}
+		out = append(out, p.bt.results[p.first:p.first+p.n]...)
+	}
+	return out, nil
+}
+
+// flush sends a batch (once), retrying whole-request failures while anyone
+// waits for it.
+func (b *Bulker) flush(bt *batch) {
+	b.mu.Lock()
+	if bt.sealed {
+		b.mu.Unlock()
+		return
+	}
+	bt.sealed = true
+	if b.cur == bt {
+		b.cur = nil
+	}
+	b.mu.Unlock()
+	defer close(bt.done)
+	body := bytes.Join(bt.lines, nil)
+	for try := 0; ; try++ {
+		start := time.Now()
+		res, err := b.send(body, len(bt.lines))
+		if b.o.Observe != nil {
+			b.o.Observe(len(bt.lines), time.Since(start), err)
+		}
+		if err == nil {
+			b.outage.Store(false)
+			bt.results = res
+			return
+		}
+		var pe *permanentBulkError
+		if errors.As(err, &pe) {
+			// The request itself is refused (e.g. 400, 413): every item
+			// gets that answer; the handler dead-letters its event.
+			bt.results = make([]ItemResult, len(bt.lines))
+			for i := range bt.results {
+				bt.results[i] = ItemResult{Status: pe.status, Type: pe.typ, Reason: pe.reason}
+			}
+			return
+		}
+		b.outage.Store(true)
+		if bt.waiters.Load() <= 0 {
+			bt.err = fmt.Errorf("projectionworker: bulk abandoned: %w", err)
+			return
+		}
+		time.Sleep(backoff(b.o.BackoffBase, b.o.BackoffCap, try))
+	}
+}
+
+type permanentBulkError struct {
+	status      int
+	typ, reason string
+}
+
+func (e *permanentBulkError) Error() string {
+	return fmt.Sprintf("bulk request refused: %d %s: %s", e.status, e.typ, e.reason)
+}
+
+// send posts one bulk body and parses the per-item answers.
+func (b *Bulker) send(body []byte, n int) ([]ItemResult, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	res, err := b.es.Bulk(bytes.NewReader(body), b.es.Bulk.WithContext(ctx), b.es.Bulk.WithRefresh("false"))
+	if err != nil {
+		return nil, fmt.Errorf("bulk: %w", err)
+	}
+	defer res.Body.Close()
+	raw, err := io.ReadAll(res.Body)
+	if err != nil {
+		return nil, fmt.Errorf("bulk: read answer: %w", err)
+	}
+	if res.StatusCode != http.StatusOK {
+		var eb struct {
+			Error struct {
+				Type   string `json:"type"`
+				Reason string `json:"reason"`
+			} `json:"error"`
+		}
+		_ = json.Unmarshal(raw, &eb)
+		if res.StatusCode == http.StatusTooManyRequests || res.StatusCode >= 500 {
+			return nil, fmt.Errorf("bulk: %d %s: %s", res.StatusCode, eb.Error.Type, eb.Error.Reason)
+		}
+		return nil, &permanentBulkError{status: res.StatusCode, typ: eb.Error.Type, reason: eb.Error.Reason}
+	}
+	var br struct {
+		Items []map[string]struct {
+			Status int `json:"status"`
+			Error  *struct {
+				Type   string `json:"type"`
+				Reason string `json:"reason"`
+			} `json:"error"`
+		} `json:"items"`
+	}
+	if err := json.Unmarshal(raw, &br); err != nil {
+		return nil, fmt.Errorf("bulk: answer: %w", err)
+	}
+	if len(br.Items) != n {
+		return nil, fmt.Errorf("bulk: %d answers for %d items", len(br.Items), n)
+	}
+	out := make([]ItemResult, n)
+	for i, m := range br.Items {
+		for _, v := range m {
+			out[i].Status = v.Status
+			if v.Error != nil {
+				out[i].Type, out[i].Reason = v.Error.Type, v.Error.Reason
+			}
+		}
+	}
+	return out, nil
+}
+
+// backoff is min(cap, base·2^n) scaled by a random factor in [0.5, 1).
+func backoff(base, limit time.Duration, n int) time.Duration {
+	d := limit
+	if n < 30 {
+		if v := base << n; v > 0 && v < limit {
+			d = v
+		}
+	}
+	return time.Duration(float64(d) * (0.5 + rand.Float64()/2))
+}
+
+func sleep(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}

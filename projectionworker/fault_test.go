@@ -1,0 +1,114 @@
+package projectionworker_test
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice/projectionworker"
+	"github.com/sluicehq/sluice/shared/envelope"
+	"github.com/sluicehq/sluice/shared/esserver"
+)
+
+func instanceEvents(e *env, db string, n int) []envelope.Envelope {
+	var evs []envelope.Envelope
+	for i := range n {
+		id := fmt.Sprintf("f%d", i)
+		evs = append(evs, e.event(projectionworker.InstanceCreated, db, "things", id, 1, map[string]any{"v": 1}),
+			e.event(projectionworker.InstanceUpdated, db, "things", id, 2, map[string]any{"v": 2}))
+	}
+	return evs
+}
+
+// TestElasticsearchFaults: 429 storms (whole requests and items) and a 503
+// outage are retried without committing past unfinished records, and the
+// projection completes after recovery.
+func TestElasticsearchFaults(t *testing.T) {
+	tests := []struct {
+		name   string
+		fault  esserver.Fault
+		outage time.Duration // fault removed after this long (0: Times ends it)
+	}{
+		{"429 requests", esserver.Fault{Match: esserver.MatchPath(http.MethodPost, "/_bulk"), Status: http.StatusTooManyRequests, Times: 8}, 0},
+		{"429 items", esserver.Fault{BulkItemStatus: http.StatusTooManyRequests, Times: 6}, 0},
+		{"429 every other item", esserver.Fault{RejectBulkItems: func(it esserver.BulkItem) bool { return it.Position%2 == 1 }, Times: 4}, 0},
+		{"503 outage", esserver.Fault{Match: esserver.MatchPath(http.MethodPost, "/_bulk"), Status: http.StatusServiceUnavailable}, 3 * time.Second},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			e := newEnv(t, 2)
+			// Indices exist before the storm, so only bulk writes fail.
+			warm := e.event(projectionworker.InstanceCreated, "flt", "things", "warm", 1, nil)
+			e.publish(warm)
+			svc, _ := e.startInProcess(nil, nil, spec("instances"))
+			waitFor(t, 30*time.Second, "warm-up", e.caughtUp("projection-instances-v1"))
+			remove := e.es.InjectFault(tc.fault)
+			evs := instanceEvents(e, "flt", 20)
+			e.publish(evs...)
+			if tc.outage > 0 {
+				time.Sleep(tc.outage)
+				if l := e.lag("projection-instances-v1"); l.Lag != int64(len(evs)) {
+					t.Errorf("during the outage the lag is %d, want %d (nothing committed)", l.Lag, len(evs))
+				}
+				if !svc.Bulker().InOutage() {
+					t.Error("bulker does not report the outage")
+				}
+				remove()
+			}
+			waitFor(t, 60*time.Second, "caught up after recovery", e.caughtUp("projection-instances-v1"))
+			for i := range 20 {
+				if d := e.instance("flt", "things", fmt.Sprintf("f%d", i), 1); d.Version != 2 || d.Source["v"] != float64(2) {
+					t.Errorf("f%d: version %d source %v", i, d.Version, d.Source)
+				}
+			}
+			if n := len(e.dlqRecords()); n != 0 {
+				t.Errorf("DLQ holds %d records", n)
+			}
+			if svc.Bulker().InOutage() {
+				t.Error("bulker still reports an outage")
+			}
+		})
+	}
+}
+
+// TestMappingError: one document Elasticsearch cannot map goes to the DLQ;
+// the rest are applied.
+func TestMappingError(t *testing.T) {
+	e := newEnv(t, 1)
+	evs := []envelope.Envelope{e.event(projectionworker.InstanceCreated, "map", "things", "ok1", 1, map[string]any{"n": 1})}
+	e.publish(evs...)
+	_, _ = e.startInProcess(nil, nil, spec("instances"))
+	waitFor(t, 30*time.Second, "first document", e.caughtUp("projection-instances-v1"))
+	bad := e.event(projectionworker.InstanceCreated, "map", "things", "bad", 1, map[string]any{"n": "not a number"})
+	rest := []envelope.Envelope{bad,
+		e.event(projectionworker.InstanceCreated, "map", "things", "ok2", 1, map[string]any{"n": 2}),
+		e.event(projectionworker.InstanceUpdated, "map", "things", "ok1", 2, map[string]any{"n": 3})}
+	e.publish(rest...)
+	waitFor(t, 60*time.Second, "caught up", e.caughtUp("projection-instances-v1"))
+	dlq := e.dlqRecords()
+	if len(dlq) != 1 {
+		t.Fatalf("DLQ holds %d records, want 1", len(dlq))
+	}
+	var d struct {
+		OriginalValue string `json:"original_value"`
+		ErrorClass    string `json:"error_class"`
+		Handler       string `json:"handler"`
+	}
+	if err := json.Unmarshal(dlq[0].Value, &d); err != nil {
+		t.Fatal(err)
+	}
+	got, err := envelope.Parse([]byte(d.OriginalValue), envelope.DefaultLimits())
+	if err != nil || got.EventID != bad.EventID || d.ErrorClass != "permanent" || d.Handler != "projection:instances:v1" {
+		t.Errorf("dead letter %+v (event %s, err %v)", d, got.EventID, err)
+	}
+	for id, v := range map[string]int64{"ok1": 2, "ok2": 1} {
+		if doc := e.instance("map", "things", id, 1); doc.Version != v {
+			t.Errorf("%s: version %d, want %d", id, doc.Version, v)
+		}
+	}
+	if doc := e.instance("map", "things", "bad", 1); doc.Found {
+		t.Errorf("bad document written: %v", doc.Source)
+	}
+}

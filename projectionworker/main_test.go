@@ -1,0 +1,440 @@
+package projectionworker_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"os/signal"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/elastic/go-elasticsearch/v8"
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/sluicehq/sluice/projectionworker"
+	"github.com/sluicehq/sluice/shared/config"
+	"github.com/sluicehq/sluice/shared/envelope"
+	"github.com/sluicehq/sluice/shared/esserver"
+	"github.com/sluicehq/sluice/shared/readmodel"
+	"github.com/sluicehq/sluice/shared/testenv"
+)
+
+const (
+	helperEnv      = "SLUICE_PROJECTIONWORKER_HELPER"
+	projectionsEnv = "SLUICE_TEST_PROJECTIONS"
+)
+
+func TestMain(m *testing.M) {
+	if os.Getenv(helperEnv) == "1" {
+		os.Exit(helperMain())
+	}
+	os.Exit(m.Run())
+}
+
+// helperMain runs the projection worker as a real process (the test binary
+// re-executed), configured by the environment like `sluice projection-worker`.
+func helperMain() int {
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
+	defer stop()
+	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	fail := func(err error) int { fmt.Fprintln(os.Stderr, "helper:", err); return 1 }
+	cfg, err := config.FromOS()
+	if err != nil {
+		return fail(err)
+	}
+	pool, err := pgxpool.New(ctx, cfg.Postgres.URL.Value())
+	if err != nil {
+		return fail(err)
+	}
+	defer pool.Close()
+	es, err := readmodel.NewClient(cfg.Elasticsearch)
+	if err != nil {
+		return fail(err)
+	}
+	var specs []projectionworker.Spec
+	for _, n := range strings.Split(os.Getenv(projectionsEnv), ",") {
+		p, err := projectionworker.Lookup(n)
+		if err != nil {
+			return fail(err)
+		}
+		specs = append(specs, projectionworker.Spec{Projection: p})
+	}
+	svc, err := projectionworker.NewService(cfg, projectionworker.Deps{Pool: pool, ES: es, Logger: logger,
+		KafkaOpts: []kgo.Opt{kgo.SessionTimeout(6 * time.Second), kgo.HeartbeatInterval(500 * time.Millisecond)}}, specs...)
+	if err != nil {
+		return fail(err)
+	}
+	if err := svc.Run(ctx); err != nil {
+		return fail(err)
+	}
+	return 0
+}
+
+// env is one test's pipeline: Postgres, kfake, the ES test server.
+type env struct {
+	t     testing.TB
+	url   string
+	pool  *pgxpool.Pool
+	kafka *testenv.Kafka
+	es    *esserver.Server
+	esc   *elasticsearch.Client
+	topic string
+	dlq   string
+	prod  *kgo.Client
+	vars  map[string]string
+	pos   int64
+}
+
+func newEnv(t testing.TB, partitions int) *env {
+	t.Helper()
+	url, pool := testenv.NewMigratedDatabase(t)
+	e := &env{t: t, url: url, pool: pool}
+	e.topic, e.dlq = testenv.UniqueName("events-"), testenv.UniqueName("events-dlq-")
+	e.kafka = testenv.NewKafka(t)
+	e.es = esserver.New()
+	ts := httptest.NewServer(e.es)
+	t.Cleanup(ts.Close)
+	var err error
+	if e.esc, err = elasticsearch.NewClient(elasticsearch.Config{Addresses: []string{ts.URL}, DisableRetry: true}); err != nil {
+		t.Fatal(err)
+	}
+	e.vars = map[string]string{
+		"DATABASE_URL": url, "DATABASE_MAX_CONNS": "8",
+		"KAFKA_BROKERS": strings.Join(e.kafka.Brokers, ","), "EVENTS_TOPIC": e.topic, "EVENTS_DLQ_TOPIC": e.dlq,
+		"KAFKA_TOPIC_PARTITIONS": fmt.Sprint(partitions), "KAFKA_TOPIC_REPLICATION_FACTOR": "1",
+		"ELASTICSEARCH_URLS": ts.URL, "SLUICE_HTTP_ADDR": "", "SLUICE_LOG_FORMAT": "text",
+		"PROCESSED_EVENT_OWNER": "worker-a", "WORKER_RETRY_BACKOFF_BASE": "20ms", "WORKER_RETRY_BACKOFF_CAP": "200ms",
+		"SHUTDOWN_TIMEOUT": "10s", "PROJECTION_WORKER_MAX_RETRIES": "3",
+	}
+	adm := kadm.NewClient(e.producer())
+	if _, err := adm.CreateTopics(context.Background(), int32(partitions), 1, nil, e.topic, e.dlq); err != nil {
+		t.Fatal(err)
+	}
+	return e
+}
+
+func (e *env) config(extra map[string]string) *config.Config {
+	m := map[string]string{}
+	for k, v := range e.vars {
+		m[k] = v
+	}
+	for k, v := range extra {
+		m[k] = v
+	}
+	cfg, err := config.Load(m)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return cfg
+}
+
+func (e *env) producer() *kgo.Client {
+	if e.prod == nil {
+		cl, err := kgo.NewClient(kgo.SeedBrokers(e.kafka.Brokers...), kgo.DefaultProduceTopic(e.topic))
+		if err != nil {
+			e.t.Fatal(err)
+		}
+		e.t.Cleanup(cl.Close)
+		e.prod = cl
+	}
+	return e.prod
+}
+
+// event builds an instance domain event as the instance worker writes it.
+func (e *env) event(typ, db, class, id string, seq int64, state map[string]any) envelope.Envelope {
+	e.t.Helper()
+	agg, err := envelope.InstanceAggregateID(db, class, id)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	if state == nil {
+		state = map[string]any{}
+	}
+	b, _ := json.Marshal(state)
+	e.pos++
+	return envelope.Envelope{EventID: uuid.NewString(), EventType: typ, Kind: envelope.KindDomain,
+		AggregateType: envelope.AggregateTypeInstance, AggregateID: agg, SequenceNumber: seq, Position: e.pos,
+		OccurredAt: envelope.NewTimestamp(time.Unix(1_700_000_000+seq, 0)), Data: b, SchemaVersion: 1}
+}
+
+// publish produces events to the topic as the relay would.
+func (e *env) publish(evs ...envelope.Envelope) {
+	e.t.Helper()
+	var recs []*kgo.Record
+	for _, ev := range evs {
+		raw, err := envelope.Marshal(ev)
+		if err != nil {
+			e.t.Fatal(err)
+		}
+		recs = append(recs, &kgo.Record{Key: envelope.KafkaKey(ev), Value: raw})
+	}
+	if err := e.producer().ProduceSync(ctxT(e.t), recs...).FirstErr(); err != nil {
+		e.t.Fatal(err)
+	}
+}
+
+func ctxT(t testing.TB) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+func (e *env) deps(metrics prometheus.Registerer) (projectionworker.Deps, func()) {
+	e.t.Helper()
+	pool, err := pgxpool.New(context.Background(), e.url)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	logger := slog.New(slog.NewTextHandler(testWriter{e.t}, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	return projectionworker.Deps{Pool: pool, ES: e.esc, Logger: logger, Metrics: metrics,
+		KafkaOpts: []kgo.Opt{kgo.SessionTimeout(6 * time.Second), kgo.HeartbeatInterval(500 * time.Millisecond)}}, pool.Close
+}
+
+// startInProcess runs a Service in this process until the test ends or the
+// returned stop is called.
+func (e *env) startInProcess(extra map[string]string, metrics prometheus.Registerer, specs ...projectionworker.Spec) (*projectionworker.Service, func()) {
+	e.t.Helper()
+	cfg := e.config(extra)
+	d, closePool := e.deps(metrics)
+	svc, err := projectionworker.NewService(cfg, d, specs...)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- svc.Run(ctx) }()
+	stopped := false
+	stop := func() {
+		if stopped {
+			return
+		}
+		stopped = true
+		cancel()
+		select {
+		case err := <-done:
+			if err != nil {
+				e.t.Errorf("worker: %v", err)
+			}
+		case <-time.After(30 * time.Second):
+			e.t.Error("worker did not stop within 30s")
+		}
+		closePool()
+	}
+	e.t.Cleanup(stop)
+	return svc, stop
+}
+
+type testWriter struct{ t testing.TB }
+
+func (w testWriter) Write(p []byte) (int, error) {
+	w.t.Log(strings.TrimSpace(string(p)))
+	return len(p), nil
+}
+
+// proc is the worker as a real process.
+type proc struct {
+	cmd  *exec.Cmd
+	done chan error
+}
+
+func (e *env) startProcess(projections string, extra map[string]string) *proc {
+	e.t.Helper()
+	c := exec.Command(os.Args[0], "-test.run=^$")
+	c.Env = append(os.Environ(), helperEnv+"=1", projectionsEnv+"="+projections)
+	for k, v := range e.vars {
+		if _, over := extra[k]; !over {
+			c.Env = append(c.Env, k+"="+v)
+		}
+	}
+	for k, v := range extra {
+		c.Env = append(c.Env, k+"="+v)
+	}
+	c.Stdout, c.Stderr = testWriter{e.t}, testWriter{e.t}
+	if err := c.Start(); err != nil {
+		e.t.Fatal(err)
+	}
+	p := &proc{cmd: c, done: make(chan error, 1)}
+	go func() { p.done <- c.Wait() }()
+	e.t.Cleanup(func() { _ = c.Process.Kill(); <-p.done })
+	return p
+}
+
+func (p *proc) exitCode(t *testing.T, within time.Duration) int {
+	t.Helper()
+	select {
+	case <-p.done:
+		p.done <- nil
+		return p.cmd.ProcessState.ExitCode()
+	case <-time.After(within):
+		t.Fatalf("worker process did not exit within %s", within)
+		return -1
+	}
+}
+
+func (p *proc) term(t *testing.T) int {
+	t.Helper()
+	_ = p.cmd.Process.Signal(syscall.SIGTERM)
+	return p.exitCode(t, 30*time.Second)
+}
+
+// waitFor polls cond until it holds or the deadline passes.
+func waitFor(t testing.TB, within time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for time.Now().Before(deadline) {
+		if cond() {
+			return
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	t.Fatalf("timed out after %s waiting for %s", within, what)
+}
+
+// lag returns group's lag on the events topic.
+func (e *env) lag(group string) projectionworker.Lag {
+	e.t.Helper()
+	l, err := projectionworker.GroupLag(ctxT(e.t), kadm.NewClient(e.producer()), group, e.topic)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return l
+}
+
+func (e *env) caughtUp(group string) func() bool {
+	return func() bool { return e.lag(group).Lag == 0 }
+}
+
+type esDoc struct {
+	Found   bool           `json:"found"`
+	Version int64          `json:"_version"`
+	SeqNo   int64          `json:"_seq_no"`
+	Source  map[string]any `json:"_source"`
+}
+
+// get reads a document by index (or alias) and id.
+func (e *env) get(index, id string) esDoc {
+	e.t.Helper()
+	res, err := e.esc.Get(index, id)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	defer res.Body.Close()
+	var d esDoc
+	if res.StatusCode == http.StatusNotFound {
+		return d
+	}
+	b, _ := io.ReadAll(res.Body)
+	if err := json.Unmarshal(b, &d); err != nil {
+		e.t.Fatalf("get %s/%s: %v: %s", index, id, err, b)
+	}
+	return d
+}
+
+// instance reads an instance document from the concrete index of version.
+func (e *env) instance(db, class, id string, version int) esDoc {
+	return e.get(readmodel.InstanceNames("sluice_", db, version).Index, readmodel.DocumentID(class, id))
+}
+
+// search runs a query on index (an alias applies its filter) and returns
+// the hit ids.
+func (e *env) search(index string, query map[string]any) []string {
+	e.t.Helper()
+	b, _ := json.Marshal(map[string]any{"query": query, "size": 10000})
+	res, err := e.esc.Search(e.esc.Search.WithIndex(index), e.esc.Search.WithBody(strings.NewReader(string(b))))
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	defer res.Body.Close()
+	raw, _ := io.ReadAll(res.Body)
+	if res.IsError() {
+		e.t.Fatalf("search %s: %s", index, raw)
+	}
+	var r struct {
+		Hits struct {
+			Hits []struct {
+				ID string `json:"_id"`
+			} `json:"hits"`
+		} `json:"hits"`
+	}
+	if err := json.Unmarshal(raw, &r); err != nil {
+		e.t.Fatal(err)
+	}
+	var ids []string
+	for _, h := range r.Hits.Hits {
+		ids = append(ids, h.ID)
+	}
+	return ids
+}
+
+// dlqRecords returns the records in the DLQ topic.
+func (e *env) dlqRecords() []*kgo.Record {
+	e.t.Helper()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(e.kafka.Brokers...), kgo.ConsumeTopics(e.dlq),
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	defer cl.Close()
+	ends, err := kadm.NewClient(cl).ListEndOffsets(ctxT(e.t), e.dlq)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	var total int64
+	ends.Each(func(o kadm.ListedOffset) { total += o.Offset })
+	var out []*kgo.Record
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	for int64(len(out)) < total && ctx.Err() == nil {
+		cl.PollFetches(ctx).EachRecord(func(r *kgo.Record) { out = append(out, r) })
+	}
+	return out
+}
+
+// counter sums a counter of the metrics registry with the given labels.
+func counter(t testing.TB, reg *prometheus.Registry, name string, labels map[string]string) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var sum float64
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+	next:
+		for _, m := range mf.GetMetric() {
+			have := map[string]string{}
+			for _, lp := range m.GetLabel() {
+				have[lp.GetName()] = lp.GetValue()
+			}
+			for k, v := range labels {
+				if have[k] != v {
+					continue next
+				}
+			}
+			sum += m.GetCounter().GetValue()
+		}
+	}
+	return sum
+}
+
+func spec(name string) projectionworker.Spec {
+	p, err := projectionworker.Lookup(name)
+	if err != nil {
+		panic(err)
+	}
+	return projectionworker.Spec{Projection: p}
+}

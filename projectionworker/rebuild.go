@@ -1,0 +1,279 @@
+package projectionworker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/sluicehq/sluice/shared/config"
+	"github.com/sluicehq/sluice/shared/consumer"
+)
+
+// ErrAlreadyLive refuses a rebuild of a version that is already live.
+var ErrAlreadyLive = errors.New("projectionworker: version is already live")
+
+// ErrNothingToRollBack: no older version to roll back to.
+var ErrNothingToRollBack = errors.New("projectionworker: no older version to roll back to")
+
+// Lag is a consumer group's position on a topic, summed over partitions.
+type Lag struct {
+	Committed, End, Lag int64
+	// Partitions with lag > 0.
+	Behind int
+}
+
+// GroupLag returns group's lag on topic: per partition end − committed
+// (log start when nothing is committed).
+func GroupLag(ctx context.Context, adm *kadm.Client, group, topic string) (Lag, error) {
+	var l Lag
+	ends, err := adm.ListEndOffsets(ctx, topic)
+	if err != nil {
+		return l, fmt.Errorf("projectionworker: end offsets: %w", err)
+	}
+	if err := ends.Error(); err != nil {
+		return l, fmt.Errorf("projectionworker: end offsets: %w", err)
+	}
+	starts, err := adm.ListStartOffsets(ctx, topic)
+	if err != nil {
+		return l, fmt.Errorf("projectionworker: start offsets: %w", err)
+	}
+	offs, err := adm.FetchOffsets(ctx, group)
+	if errors.Is(err, kerr.GroupIDNotFound) {
+		offs, err = nil, nil
+	}
+	if err != nil {
+		return l, fmt.Errorf("projectionworker: group offsets: %w", err)
+	}
+	ends.Each(func(o kadm.ListedOffset) {
+		c := int64(0)
+		if s, ok := starts.Lookup(o.Topic, o.Partition); ok {
+			c = s.Offset
+		}
+		if r, ok := offs.Lookup(o.Topic, o.Partition); ok && r.Err == nil && r.At >= 0 {
+			c = r.At
+		}
+		l.Committed += c
+		l.End += o.Offset
+		if d := o.Offset - c; d > 0 {
+			l.Lag += d
+			l.Behind++
+		}
+	})
+	return l, nil
+}
+
+// Progress is reported while a rebuild or rollback runs.
+type Progress struct {
+	Phase      string // catching_up, restoring_settings, swapping, settling, done
+	Projection string
+	Version    int
+	Lag        Lag
+	Elapsed    time.Duration
+}
+
+func (p Progress) String() string {
+	pct := 100.0
+	if p.Lag.End > 0 {
+		pct = 100 * float64(p.Lag.End-p.Lag.Lag) / float64(p.Lag.End)
+	}
+	return fmt.Sprintf("%s v%d %s: %d/%d records (%.1f%%), lag %d on %d partitions, %s",
+		p.Projection, p.Version, p.Phase, p.Lag.End-p.Lag.Lag, p.Lag.End, pct, p.Lag.Lag, p.Lag.Behind, p.Elapsed.Round(time.Millisecond))
+}
+
+// SwitchOptions configure Rebuild and Rollback.
+type SwitchOptions struct {
+	Config     *config.Config
+	Deps       Deps
+	Projection Projection
+	// Version to build (Rebuild; ≥ 1 and not live). Ignored by Rollback.
+	Version int
+	// Progress, when set, is called every ProgressEvery (default 1 s) and
+	// at each phase.
+	Progress      func(Progress)
+	ProgressEvery time.Duration
+	// Settle: after the swap the new version keeps consuming until it is
+	// caught up again and at least this long (default 5 s), so events the
+	// relay published around the swap land in it too.
+	Settle time.Duration
+}
+
+// Summary is the result of a Rebuild or Rollback.
+type Summary struct {
+	Projection  string
+	From, To    int
+	Scopes      []string
+	Lag         Lag
+	Elapsed     time.Duration
+	OldReplicas string
+}
+
+// Rebuild builds projection version o.Version blue/green (SPEC §10.3):
+// new concrete indices (refresh off, no replicas), a new consumer group
+// and registry handler consuming the events topic from the beginning until
+// the lag is 0 on every partition, settings restored, then the read and
+// write aliases of every scope swapped atomically. The old indices stay
+// for Rollback. A version that is live for any scope is refused
+// (ErrAlreadyLive).
+func Rebuild(ctx context.Context, o SwitchOptions) (Summary, error) {
+	p := o.Projection
+	prefix := o.Config.Elasticsearch.IndexPrefix
+	if o.Version <= 0 {
+		return Summary{}, fmt.Errorf("projectionworker: rebuild %s: --version must be ≥ 1", p.Name())
+	}
+	idx, err := Indices(ctx, o.Deps.ES, prefix, p.Name())
+	if err != nil {
+		return Summary{}, err
+	}
+	from, replicas := 0, ""
+	for scope, v := range liveVersions(idx) {
+		if v == o.Version {
+			return Summary{}, fmt.Errorf("%w: %s v%d is live for %s", ErrAlreadyLive, p.Name(), v, scope)
+		}
+		from = max(from, v)
+	}
+	for _, i := range idx {
+		if i.Live && i.Version == from {
+			replicas = i.Replicas
+		}
+	}
+	sum, err := switchTo(ctx, o, o.Version, Rebuilding, replicas)
+	sum.From = from
+	return sum, err
+}
+
+// Rollback points the aliases back at the highest version below the live
+// one: that version first catches up with its own consumer group (events
+// that arrived after the swap), then the aliases swap atomically. The
+// newer indices stay.
+func Rollback(ctx context.Context, o SwitchOptions) (Summary, error) {
+	p := o.Projection
+	idx, err := Indices(ctx, o.Deps.ES, o.Config.Elasticsearch.IndexPrefix, p.Name())
+	if err != nil {
+		return Summary{}, err
+	}
+	live := 0
+	for _, v := range liveVersions(idx) {
+		live = max(live, v)
+	}
+	target := 0
+	for _, i := range idx {
+		if i.Version < live {
+			target = max(target, i.Version)
+		}
+	}
+	if live == 0 || target == 0 {
+		return Summary{}, fmt.Errorf("%w: %s (live v%d)", ErrNothingToRollBack, p.Name(), live)
+	}
+	sum, err := switchTo(ctx, o, target, Live, "")
+	sum.From = live
+	return sum, err
+}
+
+// switchTo runs version's consumer until caught up, restores settings
+// (Rebuild mode), swaps the aliases, settles, and stops the consumer.
+func switchTo(ctx context.Context, o SwitchOptions, version int, mode Mode, replicas string) (Summary, error) {
+	start := time.Now()
+	p := o.Projection
+	sum := Summary{Projection: p.Name(), To: version, OldReplicas: replicas}
+	every := o.ProgressEvery
+	if every <= 0 {
+		every = time.Second
+	}
+	settle := o.Settle
+	if settle <= 0 {
+		settle = 5 * time.Second
+	}
+	report := func(phase string, l Lag) {
+		if o.Progress != nil {
+			o.Progress(Progress{Phase: phase, Projection: p.Name(), Version: version, Lag: l, Elapsed: time.Since(start)})
+		}
+	}
+	svc, err := NewService(o.Config, o.Deps, Spec{Projection: p, Version: version, Mode: mode})
+	if err != nil {
+		return sum, err
+	}
+	kopts, err := consumer.ClientOptions(o.Config.Kafka)
+	if err != nil {
+		return sum, err
+	}
+	cl, err := kgo.NewClient(append(kopts, o.Deps.KafkaOpts...)...)
+	if err != nil {
+		return sum, fmt.Errorf("projectionworker: kafka: %w", err)
+	}
+	defer cl.Close()
+	adm := kadm.NewClient(cl)
+	runCtx, stop := context.WithCancel(ctx)
+	defer stop()
+	done := make(chan error, 1)
+	go func() { done <- svc.Run(runCtx) }()
+	stopSvc := func() error {
+		stop()
+		return <-done
+	}
+	group, topic := GroupName(p.Name(), version), o.Config.Kafka.EventsTopic
+	// waitCaughtUp polls until the lag is 0 on every partition (and, when
+	// min > 0, at least that long).
+	waitCaughtUp := func(phase string, minWait time.Duration) (Lag, error) {
+		t0 := time.Now()
+		tick := time.NewTicker(100 * time.Millisecond)
+		defer tick.Stop()
+		last := time.Time{}
+		for {
+			select {
+			case <-ctx.Done():
+				return Lag{}, ctx.Err()
+			case err := <-done:
+				done <- err
+				return Lag{}, fmt.Errorf("projectionworker: consumer stopped: %v", err)
+			case <-tick.C:
+			}
+			l, err := GroupLag(ctx, adm, group, topic)
+			if err != nil {
+				continue // transient admin errors: keep polling
+			}
+			if time.Since(last) >= every {
+				report(phase, l)
+				last = time.Now()
+			}
+			if l.Lag == 0 && time.Since(t0) >= minWait {
+				return l, nil
+			}
+		}
+	}
+	if _, err := waitCaughtUp("catching_up", 0); err != nil {
+		_ = stopSvc()
+		return sum, err
+	}
+	es, prefix := o.Deps.ES, o.Config.Elasticsearch.IndexPrefix
+	if mode == Rebuilding {
+		report("restoring_settings", Lag{})
+		if err := RestoreSettings(ctx, es, prefix, p.Name(), version, replicas); err != nil {
+			_ = stopSvc()
+			return sum, err
+		}
+	}
+	report("swapping", Lag{})
+	scopes, err := SwapAliases(ctx, es, prefix, p, version)
+	if err != nil {
+		_ = stopSvc()
+		return sum, err
+	}
+	sum.Scopes = scopes
+	l, err := waitCaughtUp("settling", settle)
+	if err != nil {
+		_ = stopSvc()
+		return sum, err
+	}
+	sum.Lag = l
+	if err := stopSvc(); err != nil {
+		return sum, err
+	}
+	sum.Elapsed = time.Since(start)
+	report("done", l)
+	return sum, nil
+}

@@ -1,0 +1,230 @@
+package projectionworker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/elastic/go-elasticsearch/v8"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/sluicehq/sluice/registry"
+	"github.com/sluicehq/sluice/shared/config"
+	"github.com/sluicehq/sluice/shared/consumer"
+	"github.com/sluicehq/sluice/shared/crashpoint"
+	"github.com/sluicehq/sluice/shared/envelope"
+	"github.com/sluicehq/sluice/shared/observability"
+)
+
+// MinConcurrency is the least number of aggregates a projection consumer
+// handles at once: handlers only wait for their bulk item, and the batch
+// size is bounded by how many of them wait together, so projections use
+// max(WORKER_CONCURRENCY, MinConcurrency).
+const MinConcurrency = 256
+
+// Deps are the resources a Service runs on; the caller owns and closes them.
+type Deps struct {
+	Pool *pgxpool.Pool
+	// ES is the Elasticsearch client (readmodel.NewClient).
+	ES      *elasticsearch.Client
+	Logger  *slog.Logger
+	Metrics prometheus.Registerer
+	Health  *observability.Health
+	// KafkaOpts are extra client options (tests); TLS and SASL come from
+	// the configuration.
+	KafkaOpts []kgo.Opt
+}
+
+// Spec selects one projection for a Service.
+type Spec struct {
+	Projection Projection
+	// Version to build; 0 = the live version (the highest version a write
+	// alias of the projection points at), else Projection.Version().
+	Version int
+	Mode    Mode
+}
+
+// Service runs projection workers on the events topic: one consumer group
+// (projection-{name}-v{version}) and registry handler
+// (projection:{name}:v{version}, skip-stale) per projection, one shared
+// bulker. Build it with NewService, run it with Run.
+type Service struct {
+	cfg   *config.Config
+	d     Deps
+	specs []Spec
+	reg   *registry.Registry
+	bulk  *Bulker
+	crash *crashpoint.Crasher
+	m     *metrics
+	mu    sync.Mutex
+	cons  map[string]*consumer.Consumer // projection name → consumer (after Start)
+	vers  map[string]int
+}
+
+// NewService builds `sluice projection-worker` (and the projection worker of
+// `sluice dev`) from the process configuration: EVENTS_TOPIC,
+// EVENTS_DLQ_TOPIC, ELASTICSEARCH_* (bulk bounds, index prefix),
+// PROJECTION_WORKER_MAX_RETRIES, WORKER_*, PROCESSED_EVENT_*, crash points
+// from SLUICE_CRASH_POINT (worker "projectionworker").
+func NewService(cfg *config.Config, d Deps, specs ...Spec) (*Service, error) {
+	if !cfg.Registry.Enabled {
+		return nil, errors.New("projectionworker: ENABLE_PROCESSED_EVENT_REGISTRY=false is not supported: the registry is not optional")
+	}
+	if d.Pool == nil || d.ES == nil {
+		return nil, errors.New("projectionworker: Pool and ES are required")
+	}
+	if len(specs) == 0 {
+		return nil, errors.New("projectionworker: no projection selected")
+	}
+	seen := map[string]bool{}
+	for _, s := range specs {
+		if s.Projection == nil {
+			return nil, errors.New("projectionworker: nil projection")
+		}
+		if err := ValidateName(s.Projection.Name()); err != nil {
+			return nil, err
+		}
+		if seen[s.Projection.Name()] {
+			return nil, fmt.Errorf("projectionworker: projection %q selected twice", s.Projection.Name())
+		}
+		seen[s.Projection.Name()] = true
+	}
+	if d.Logger == nil {
+		d.Logger = slog.Default()
+	}
+	if d.Metrics == nil {
+		d.Metrics = prometheus.NewRegistry()
+	}
+	reg, err := registry.New(d.Pool, registry.OptionsFromConfig(cfg.Registry, cfg.Worker, cfg.Worker.ProjectionMaxRetries))
+	if err != nil {
+		return nil, err
+	}
+	crash, err := crashpoint.New(cfg.Testing.CrashPoint, cfg.Testing.CrashMarkerDir)
+	if err != nil {
+		return nil, err
+	}
+	m := newMetrics(d.Metrics)
+	bulk := NewBulker(d.ES, BulkOptions{MaxDocs: cfg.Elasticsearch.BulkMaxDocs, MaxBytes: cfg.Elasticsearch.BulkMaxBytes,
+		Observe: func(n int, dur time.Duration, err error) { m.observeBulk(n, dur, err) }})
+	if d.Health != nil {
+		d.Health.AddReadiness("projectionworker:postgres", reg.Check)
+		d.Health.AddReadiness("projectionworker:elasticsearch", bulk.Check)
+	}
+	return &Service{cfg: cfg, d: d, specs: specs, reg: reg, bulk: bulk, crash: crash, m: m,
+		cons: map[string]*consumer.Consumer{}, vers: map[string]int{}}, nil
+}
+
+// Bulker returns the shared bulk writer.
+func (s *Service) Bulker() *Bulker { return s.bulk }
+
+// Version returns the version a projection runs at (after Start).
+func (s *Service) Version(name string) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.vers[name]
+}
+
+// Start resolves versions and creates the consumers (Run calls it).
+func (s *Service) Start(ctx context.Context) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(s.cons) > 0 {
+		return nil
+	}
+	kopts, err := consumer.ClientOptions(s.cfg.Kafka)
+	if err != nil {
+		return err
+	}
+	for _, sp := range s.specs {
+		p := sp.Projection
+		v := sp.Version
+		if v <= 0 {
+			lv, err := LiveVersion(ctx, s.d.ES, s.cfg.Elasticsearch.IndexPrefix, p.Name())
+			if err != nil {
+				return err
+			}
+			v = max(lv, p.Version())
+			if lv > 0 {
+				v = lv
+			}
+		}
+		w, err := New(Options{Projection: p, Version: v, Mode: sp.Mode, ES: s.d.ES, Bulker: s.bulk,
+			IndexPrefix: s.cfg.Elasticsearch.IndexPrefix, Crash: s.crash, Logger: s.d.Logger, Metrics: s.d.Metrics})
+		if err != nil {
+			return err
+		}
+		co := consumer.OptionsFromConfig(consumer.Options{
+			Brokers: s.cfg.Kafka.Brokers, KafkaOpts: append(append([]kgo.Opt{}, kopts...), s.d.KafkaOpts...),
+			Topic: s.cfg.Kafka.EventsTopic, Group: GroupName(p.Name(), v), DLQTopic: s.cfg.Kafka.EventsDLQTopic,
+			HandlerName: HandlerName(p.Name(), v), Policy: registry.SkipStale, Registry: s.reg, Handler: w,
+			Limits: envelope.Limits{MaxEnvelopeBytes: s.cfg.EventStore.MaxEnvelopeBytes, MaxDataDepth: s.cfg.EventStore.MaxDataDepth,
+				MaxMetadataBytes: s.cfg.EventStore.MaxMetadataBytes},
+			Crash: s.crash, CrashWorker: CrashWorker, Logger: s.d.Logger, Metrics: s.d.Metrics, Health: s.d.Health,
+		}, s.cfg.Worker, s.cfg.Worker.ProjectionMaxRetries)
+		co.Concurrency = max(co.Concurrency, MinConcurrency)
+		c, err := consumer.New(co)
+		if err != nil {
+			return err
+		}
+		s.cons[p.Name()] = c
+		s.vers[p.Name()] = v
+	}
+	return nil
+}
+
+// Run creates the events and DLQ topics if missing (failures are logged),
+// starts the consumers and runs them until ctx ends, then drains them
+// (SHUTDOWN_TIMEOUT). It returns the first consumer error.
+func (s *Service) Run(ctx context.Context) error {
+	if err := s.Start(ctx); err != nil {
+		return err
+	}
+	s.mu.Lock()
+	cons := make(map[string]*consumer.Consumer, len(s.cons))
+	for k, v := range s.cons {
+		cons[k] = v
+	}
+	s.mu.Unlock()
+	var first *consumer.Consumer
+	for _, c := range cons {
+		first = c
+		break
+	}
+	s.ensureTopics(ctx, first.Client())
+	errs := make(chan error, len(cons))
+	for name, c := range cons {
+		s.d.Logger.Info("projection worker running", "projection", name, "version", s.Version(name),
+			"topic", s.cfg.Kafka.EventsTopic, "group", GroupName(name, s.Version(name)))
+		go func() { errs <- c.Run(ctx) }()
+	}
+	var err error
+	for range cons {
+		if e := <-errs; e != nil && err == nil {
+			err = e
+		}
+	}
+	s.d.Logger.Info("projection worker stopped")
+	return err
+}
+
+func (s *Service) ensureTopics(ctx context.Context, cl *kgo.Client) {
+	adm := kadm.NewClient(cl)
+	res, err := adm.CreateTopics(ctx, int32(s.cfg.Kafka.TopicPartitions), int16(s.cfg.Kafka.ReplicationFactor), nil,
+		s.cfg.Kafka.EventsTopic, s.cfg.Kafka.EventsDLQTopic)
+	if err != nil {
+		s.d.Logger.Warn("create topics", "err", err)
+		return
+	}
+	for _, r := range res.Sorted() {
+		if r.Err != nil && !errors.Is(r.Err, kerr.TopicAlreadyExists) {
+			s.d.Logger.Warn("create topic", "topic", r.Topic, "err", fmt.Sprint(r.Err))
+		}
+	}
+}

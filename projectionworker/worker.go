@@ -1,0 +1,350 @@
+package projectionworker
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"sync"
+
+	"github.com/elastic/go-elasticsearch/v8"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/sluicehq/sluice/registry"
+	"github.com/sluicehq/sluice/shared/consumer"
+	"github.com/sluicehq/sluice/shared/crashpoint"
+)
+
+// CrashWorker is the worker name of the projection worker's crash points
+// (SLUICE_CRASH_POINT=projectionworker:<point>).
+const CrashWorker = "projectionworker"
+
+// Crash points hit by the handler (the runtime hits after_claim,
+// before_mark_done and before_commit).
+const (
+	PointBeforeESWrite = "before_es_write"
+	PointAfterESWrite  = "after_es_write"
+)
+
+// Conflict reasons of sluice_projection_conflicts_total.
+const (
+	// ReasonVersion: an external-version write found the same or a newer
+	// version (already applied, or a stale event).
+	ReasonVersion = "version"
+	// ReasonExists: an op_type=create found the document (already applied).
+	ReasonExists = "exists"
+)
+
+// Mode says how a worker manages indices.
+type Mode int
+
+const (
+	// Live creates a missing concrete index together with its read and write
+	// aliases when the scope has no write alias yet.
+	Live Mode = iota
+	// Rebuilding creates concrete indices with refresh off and no replicas and
+	// never touches aliases (the swap does, SPEC §10.3).
+	Rebuilding
+)
+
+// Options configure a Worker.
+type Options struct {
+	Projection Projection
+	// Version is the projection version this worker builds (≥ 1).
+	Version int
+	Mode    Mode
+	ES      *elasticsearch.Client
+	// Bulker batches the writes (shared by several workers of a process).
+	Bulker      *Bulker
+	IndexPrefix string
+	Crash       *crashpoint.Crasher
+	Logger      *slog.Logger
+	// Metrics receives the projection collectors (default: a private
+	// registry). Collectors already registered are reused.
+	Metrics prometheus.Registerer
+}
+
+// Worker is the consumer.Handler of one projection version.
+type Worker struct {
+	o       Options
+	ensured sync.Map // scope → struct{}
+	ensMu   sync.Mutex
+	m       *metrics
+}
+
+// New validates o and returns a Worker.
+func New(o Options) (*Worker, error) {
+	switch {
+	case o.Projection == nil:
+		return nil, errors.New("projectionworker: Projection is required")
+	case o.ES == nil || o.Bulker == nil:
+		return nil, errors.New("projectionworker: ES and Bulker are required")
+	case o.Version <= 0:
+		return nil, fmt.Errorf("projectionworker: version %d: must be ≥ 1", o.Version)
+	}
+	if err := ValidateName(o.Projection.Name()); err != nil {
+		return nil, err
+	}
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	if o.Metrics == nil {
+		o.Metrics = prometheus.NewRegistry()
+	}
+	return &Worker{o: o, m: newMetrics(o.Metrics)}, nil
+}
+
+// HandlerName is the worker's registry handler.
+func (w *Worker) HandlerName() string { return HandlerName(w.o.Projection.Name(), w.o.Version) }
+
+func (w *Worker) hit(point string) {
+	if w.o.Crash != nil {
+		w.o.Crash.Hit(CrashWorker, point)
+	}
+}
+
+// Handle projects one claimed event and writes its operations, returning
+// only after Elasticsearch answered every item: applied, conflict (409 on
+// every item: already applied or stale; counted), Permanent (mapping
+// errors: DLQ for this event only) or Retryable (429/5xx after the
+// bulker's retries).
+func (w *Worker) Handle(ctx context.Context, rec *consumer.Record) (registry.Outcome, error) {
+	p := w.o.Projection
+	e := rec.Envelope
+	if !p.Handles(e) {
+		return registry.Ignored(), nil
+	}
+	ops, err := p.Project(e)
+	if err != nil {
+		return registry.Outcome{}, consumer.Permanent(err)
+	}
+	if len(ops) == 0 {
+		return registry.Ignored(), nil
+	}
+	items := make([]BulkItem, len(ops))
+	for i, op := range ops {
+		if err := ValidateName(op.Scope); err != nil {
+			return registry.Outcome{}, consumer.Permanent(err)
+		}
+		if err := w.ensure(ctx, op.Scope); err != nil {
+			return registry.Outcome{}, err
+		}
+		items[i] = BulkItem{Index: IndexNames(w.o.IndexPrefix, op.Scope, p.Name(), w.o.Version).Index, Op: op}
+	}
+	w.hit(PointBeforeESWrite)
+	res, err := w.o.Bulker.Do(ctx, items)
+	if err != nil {
+		return registry.Outcome{}, consumer.Retryable(err)
+	}
+	w.hit(PointAfterESWrite)
+	conflicts, reason := 0, ReasonVersion
+	var transient, permanent error
+	for i, r := range res {
+		switch {
+		case r.OK():
+		case r.Conflict():
+			conflicts++
+			if items[i].Op.Create {
+				reason = ReasonExists
+			}
+			w.m.conflicts.WithLabelValues(p.Name(), reasonFor(items[i].Op)).Inc()
+		case r.Transient():
+			transient = fmt.Errorf("elasticsearch item %s/%s: %d %s: %s", items[i].Index, items[i].Op.ID, r.Status, r.Type, r.Reason)
+		case r.Status == http.StatusNotFound:
+			w.ensured.Delete(items[i].Op.Scope) // index vanished: ensure again
+			transient = fmt.Errorf("elasticsearch item %s/%s: %d %s: %s", items[i].Index, items[i].Op.ID, r.Status, r.Type, r.Reason)
+		default:
+			permanent = fmt.Errorf("elasticsearch item %s/%s: %d %s: %s", items[i].Index, items[i].Op.ID, r.Status, r.Type, r.Reason)
+		}
+	}
+	switch {
+	case permanent != nil:
+		w.m.items.WithLabelValues(p.Name(), "rejected").Inc()
+		return registry.Outcome{}, consumer.Permanent(permanent)
+	case transient != nil:
+		w.m.items.WithLabelValues(p.Name(), "retry").Inc()
+		return registry.Outcome{}, consumer.Retryable(transient)
+	case conflicts == len(res):
+		w.m.items.WithLabelValues(p.Name(), "conflict").Inc()
+		return registry.Outcome{}, consumer.ConflictErr(reason, nil)
+	}
+	w.m.items.WithLabelValues(p.Name(), "applied").Inc()
+	return registry.Applied(), nil
+}
+
+func reasonFor(op Op) string {
+	if op.Create {
+		return ReasonExists
+	}
+	return ReasonVersion
+}
+
+// ensure creates scope's concrete index of this version once per process
+// (idempotent across processes).
+func (w *Worker) ensure(ctx context.Context, scope string) error {
+	if _, ok := w.ensured.Load(scope); ok {
+		return nil
+	}
+	w.ensMu.Lock()
+	defer w.ensMu.Unlock()
+	if _, ok := w.ensured.Load(scope); ok {
+		return nil
+	}
+	n := IndexNames(w.o.IndexPrefix, scope, w.o.Projection.Name(), w.o.Version)
+	err := createIndex(ctx, w.o.ES, n, w.o.Projection.Template(), w.o.Mode)
+	if err != nil {
+		return classifyES(err)
+	}
+	w.ensured.Store(scope, struct{}{})
+	return nil
+}
+
+// createIndex creates n.Index unless it exists. Live: with the read and
+// write aliases when the write alias does not exist yet. Rebuild: refresh
+// off, no replicas, no aliases.
+func createIndex(ctx context.Context, es *elasticsearch.Client, n Names, t Template, mode Mode) error {
+	res, err := es.Indices.Exists([]string{n.Index}, es.Indices.Exists.WithContext(ctx))
+	if err != nil {
+		return fmt.Errorf("index %s exists: %w", n.Index, err)
+	}
+	res.Body.Close()
+	if res.StatusCode == http.StatusOK {
+		return nil
+	}
+	if res.StatusCode != http.StatusNotFound {
+		return &ESError{Op: "index exists", Status: res.StatusCode}
+	}
+	settings := map[string]any{}
+	for k, v := range t.Settings {
+		settings[k] = v
+	}
+	body := map[string]any{"mappings": t.Mappings}
+	switch mode {
+	case Rebuilding:
+		settings["refresh_interval"] = "-1"
+		settings["number_of_replicas"] = 0
+	case Live:
+		ares, err := es.Indices.ExistsAlias([]string{n.WriteAlias}, es.Indices.ExistsAlias.WithContext(ctx))
+		if err != nil {
+			return fmt.Errorf("alias %s exists: %w", n.WriteAlias, err)
+		}
+		ares.Body.Close()
+		if ares.StatusCode == http.StatusNotFound {
+			read := map[string]any{}
+			if t.ReadFilter != nil {
+				read["filter"] = t.ReadFilter
+			}
+			body["aliases"] = map[string]any{n.ReadAlias: read, n.WriteAlias: map[string]any{"is_write_index": true}}
+		}
+	}
+	body["settings"] = settings
+	b, err := json.Marshal(body)
+	if err != nil {
+		return err
+	}
+	cres, err := es.Indices.Create(n.Index, es.Indices.Create.WithContext(ctx), es.Indices.Create.WithBody(bytes.NewReader(b)))
+	if err != nil {
+		return fmt.Errorf("create index %s: %w", n.Index, err)
+	}
+	defer cres.Body.Close()
+	if cres.IsError() {
+		ee := esError("create index", cres.StatusCode, cres.Body)
+		if ee.Type == "resource_already_exists_exception" {
+			return nil
+		}
+		return ee
+	}
+	_, _ = io.Copy(io.Discard, cres.Body)
+	return nil
+}
+
+// ESError is a non-2xx answer of Elasticsearch to an index-management
+// request.
+type ESError struct {
+	Op     string
+	Status int
+	Type   string
+	Reason string
+}
+
+func (e *ESError) Error() string {
+	return fmt.Sprintf("elasticsearch %s: %d %s: %s", e.Op, e.Status, e.Type, e.Reason)
+}
+
+func esError(op string, status int, body io.Reader) *ESError {
+	b, _ := io.ReadAll(io.LimitReader(body, 64<<10))
+	var eb struct {
+		Error struct {
+			Type   string `json:"type"`
+			Reason string `json:"reason"`
+		} `json:"error"`
+	}
+	e := &ESError{Op: op, Status: status}
+	if json.Unmarshal(b, &eb) == nil && eb.Error.Type != "" {
+		e.Type, e.Reason = eb.Error.Type, eb.Error.Reason
+	} else {
+		e.Reason = string(b)
+	}
+	return e
+}
+
+// classifyES: 429/5xx and transport errors are retryable, other answers
+// permanent.
+func classifyES(err error) error {
+	var ee *ESError
+	if errors.As(err, &ee) && ee.Status != http.StatusTooManyRequests && ee.Status < 500 {
+		return consumer.Permanent(err)
+	}
+	return consumer.Retryable(err)
+}
+
+type metrics struct {
+	conflicts *prometheus.CounterVec
+	items     *prometheus.CounterVec
+	bulks     *prometheus.CounterVec
+	bulkDur   *prometheus.HistogramVec
+	bulkSize  prometheus.Histogram
+}
+
+func newMetrics(r prometheus.Registerer) *metrics {
+	return &metrics{
+		conflicts: register(r, prometheus.NewCounterVec(prometheus.CounterOpts{Name: "sluice_projection_conflicts_total",
+			Help: "Elasticsearch 409s of projection writes (already applied or stale), treated as success."}, []string{"projection", "reason"})),
+		items: register(r, prometheus.NewCounterVec(prometheus.CounterOpts{Name: "sluice_projection_events_total",
+			Help: "Projected events by result (applied, conflict, retry, rejected)."}, []string{"projection", "result"})),
+		bulks: register(r, prometheus.NewCounterVec(prometheus.CounterOpts{Name: "sluice_projection_bulk_requests_total",
+			Help: "Bulk requests by result (ok, error)."}, []string{"result"})),
+		bulkDur: register(r, prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "sluice_projection_bulk_duration_seconds",
+			Help: "Duration of bulk requests.", Buckets: prometheus.ExponentialBuckets(0.001, 2, 14)}, []string{"result"})),
+		bulkSize: register(r, prometheus.NewHistogram(prometheus.HistogramOpts{Name: "sluice_projection_bulk_items",
+			Help: "Items per bulk request.", Buckets: prometheus.ExponentialBuckets(1, 2, 12)})),
+	}
+}
+
+// observeBulk is the Bulker's Observe hook.
+func (m *metrics) observeBulk(items int, d interface{ Seconds() float64 }, err error) {
+	res := "ok"
+	if err != nil {
+		res = "error"
+	}
+	m.bulks.WithLabelValues(res).Inc()
+	m.bulkDur.WithLabelValues(res).Observe(d.Seconds())
+	m.bulkSize.Observe(float64(items))
+}
+
+// register registers c, or returns the collector registered before.
+func register[C prometheus.Collector](r prometheus.Registerer, c C) C {
+	if err := r.Register(c); err != nil {
+		var are prometheus.AlreadyRegisteredError
+		if errors.As(err, &are) {
+			if old, ok := are.ExistingCollector.(C); ok {
+				return old
+			}
+		}
+	}
+	return c
+}
