@@ -374,6 +374,29 @@ func (d *dlqEnv) resolvePartition(ctx context.Context, p int32) (int32, error) {
 }
 
 // letter reads the letter at partition p, offset off.
+// letterAt reads the letter at partition:offset (partition -1: the topic's
+// only partition).
+func (d *dlqEnv) letterAt(ctx context.Context, partition int32, off int64) (*dlqLetter, error) {
+	p, err := d.resolvePartition(ctx, partition)
+	if err != nil {
+		return nil, err
+	}
+	return d.letter(ctx, p, off)
+}
+
+// letterWithMarkers is letterAt plus the handled-letter markers.
+func (d *dlqEnv) letterWithMarkers(ctx context.Context, partition int32, off int64) (*dlqLetter, map[string]dlqMarker, error) {
+	l, err := d.letterAt(ctx, partition, off)
+	if err != nil {
+		return nil, nil, err
+	}
+	ms, err := d.loadMarkers(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	return l, ms, nil
+}
+
 func (d *dlqEnv) letter(ctx context.Context, p int32, off int64) (*dlqLetter, error) {
 	var l *dlqLetter
 	err := readTopicRange(ctx, d.kopts, d.adm, d.topic, p, off, false, nil, func(r *kgo.Record) (bool, error) {
@@ -497,15 +520,7 @@ func newDLQShowCmd(topic *string) *cobra.Command {
 			}
 			defer closeFn()
 			ctx := cmd.Context()
-			p, err := d.resolvePartition(ctx, partition)
-			if err != nil {
-				return err
-			}
-			l, err := d.letter(ctx, p, offset)
-			if err != nil {
-				return err
-			}
-			ms, err := d.loadMarkers(ctx)
+			l, ms, err := d.letterWithMarkers(ctx, partition, offset)
 			if err != nil {
 				return err
 			}
@@ -580,11 +595,7 @@ redriving twice has one effect. Fix the cause first (dlq show).`,
 					return err
 				}
 			} else {
-				p, err := d.resolvePartition(ctx, partition)
-				if err != nil {
-					return err
-				}
-				l, err := d.letter(ctx, p, offset)
+				l, err := d.letterAt(ctx, partition, offset)
 				if err != nil {
 					return err
 				}
@@ -755,15 +766,7 @@ registry row stays dead, so the event is never re-run by redelivery.`,
 			}
 			defer closeFn()
 			ctx := cmd.Context()
-			p, err := d.resolvePartition(ctx, partition)
-			if err != nil {
-				return err
-			}
-			l, err := d.letter(ctx, p, offset)
-			if err != nil {
-				return err
-			}
-			ms, err := d.loadMarkers(ctx)
+			l, ms, err := d.letterWithMarkers(ctx, partition, offset)
 			if err != nil {
 				return err
 			}
