@@ -100,24 +100,30 @@ func (ix *index) writeShards() *orderedMap {
 
 const invalidFilenameChars = `[ , ", *, \, <, |, ,, >, /, ?]`
 
+// namingProblem says why a non-empty name breaks the rules Elasticsearch
+// applies to index and alias names alike, or returns "".
+func namingProblem(name string) string {
+	switch {
+	case strings.ContainsAny(name, "\\/*?\"<>| ,"):
+		return "must not contain the following characters " + invalidFilenameChars
+	case strings.Contains(name, "#"):
+		return "must not contain '#'"
+	case strings.Contains(name, ":"):
+		return "must not contain ':'"
+	case name[0] == '_' || name[0] == '-' || name[0] == '+':
+		return "must not start with '_', '-', or '+'"
+	case strings.ToLower(name) != name:
+		return "must be lowercase"
+	}
+	return ""
+}
+
 func validateIndexName(name string) *esError {
 	if name == "" {
 		return errInvalidIndexName(name, "must not be empty")
 	}
-	if strings.ContainsAny(name, "\\/*?\"<>| ,") {
-		return errInvalidIndexName(name, "must not contain the following characters "+invalidFilenameChars)
-	}
-	if strings.Contains(name, "#") {
-		return errInvalidIndexName(name, "must not contain '#'")
-	}
-	if strings.Contains(name, ":") {
-		return errInvalidIndexName(name, "must not contain ':'")
-	}
-	if name[0] == '_' || name[0] == '-' || name[0] == '+' {
-		return errInvalidIndexName(name, "must not start with '_', '-', or '+'")
-	}
-	if strings.ToLower(name) != name {
-		return errInvalidIndexName(name, "must be lowercase")
+	if why := namingProblem(name); why != "" {
+		return errInvalidIndexName(name, why)
 	}
 	if name == "." || name == ".." {
 		return errInvalidIndexName(name, "must not be '.' or '..'")
@@ -141,20 +147,8 @@ func validateAliasName(name string) *esError {
 	if name == "" {
 		return errInvalidAliasName(name, "alias name cannot be empty")
 	}
-	if strings.ContainsAny(name, "\\/*?\"<>| ,") {
-		return errInvalidAliasName(name, "must not contain the following characters "+invalidFilenameChars)
-	}
-	if strings.Contains(name, "#") {
-		return errInvalidAliasName(name, "must not contain '#'")
-	}
-	if strings.Contains(name, ":") {
-		return errInvalidAliasName(name, "must not contain ':'")
-	}
-	if name[0] == '_' || name[0] == '-' || name[0] == '+' {
-		return errInvalidAliasName(name, "must not start with '_', '-', or '+'")
-	}
-	if strings.ToLower(name) != name {
-		return errInvalidAliasName(name, "must be lowercase")
+	if why := namingProblem(name); why != "" {
+		return errInvalidAliasName(name, why)
 	}
 	return nil
 }
