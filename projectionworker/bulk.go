@@ -156,8 +156,13 @@ func (b *Bulker) Do(ctx context.Context, items []BulkItem) ([]ItemResult, error)
 		}
 		lines[i] = l
 	}
-	results := make([]ItemResult, len(items))
-	pending := make([]int, len(items))
+	return b.doLines(ctx, lines)
+}
+
+// doLines is Do for items already encoded with encodeItem.
+func (b *Bulker) doLines(ctx context.Context, lines [][]byte) ([]ItemResult, error) {
+	results := make([]ItemResult, len(lines))
+	pending := make([]int, len(lines))
 	for i := range pending {
 		pending[i] = i
 	}

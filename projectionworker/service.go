@@ -29,6 +29,15 @@ import (
 // max(WORKER_CONCURRENCY, MinConcurrency).
 const MinConcurrency = 256
 
+// MaxPollRecords bounds one poll, and so one round, of a projection
+// consumer: the worker is a consumer.BatchHandler, so a round's records go
+// to Elasticsearch together (split into bulk requests by
+// ELASTICSEARCH_BULK_MAX_DOCS/MAX_BYTES) and to the registry in one claim
+// and one mark_done; larger rounds amortise those round trips.
+// 1000 rather than 2000: about the same throughput here (6.6k vs 6.2–7.1k
+// events/s) at a quarter of the p50 latency.
+const MaxPollRecords = 1000
+
 // Deps are the resources a Service runs on; the caller owns and closes them.
 type Deps struct {
 	Pool *pgxpool.Pool
@@ -169,6 +178,7 @@ func (s *Service) Start(ctx context.Context) error {
 			Crash: s.crash, CrashWorker: CrashWorker, Logger: s.d.Logger, Metrics: s.d.Metrics, Health: s.d.Health,
 		}, s.cfg.Worker, s.cfg.Worker.ProjectionMaxRetries)
 		co.Concurrency = max(co.Concurrency, MinConcurrency)
+		co.MaxPollRecords = MaxPollRecords
 		c, err := consumer.New(co)
 		if err != nil {
 			return err

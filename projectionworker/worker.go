@@ -68,13 +68,16 @@ type Options struct {
 	Metrics prometheus.Registerer
 }
 
-// Worker is the consumer.Handler of one projection version.
+// Worker is the consumer.Handler (and consumer.BatchHandler) of one
+// projection version.
 type Worker struct {
 	o       Options
 	ensured sync.Map // scope → struct{}
 	ensMu   sync.Mutex
 	m       *metrics
 }
+
+var _ consumer.BatchHandler = (*Worker)(nil)
 
 // New validates o and returns a Worker.
 func New(o Options) (*Worker, error) {
@@ -113,27 +116,9 @@ func (w *Worker) hit(point string) {
 // errors: DLQ for this event only) or Retryable (429/5xx after the
 // bulker's retries).
 func (w *Worker) Handle(ctx context.Context, rec *consumer.Record) (registry.Outcome, error) {
-	p := w.o.Projection
-	e := rec.Envelope
-	if !p.Handles(e) {
-		return registry.Ignored(), nil
-	}
-	ops, err := p.Project(e)
-	if err != nil {
-		return registry.Outcome{}, consumer.Permanent(err)
-	}
-	if len(ops) == 0 {
-		return registry.Ignored(), nil
-	}
-	items := make([]BulkItem, len(ops))
-	for i, op := range ops {
-		if err := ValidateName(op.Scope); err != nil {
-			return registry.Outcome{}, consumer.Permanent(err)
-		}
-		if err := w.ensure(ctx, op.Scope); err != nil {
-			return registry.Outcome{}, err
-		}
-		items[i] = BulkItem{Index: IndexNames(w.o.IndexPrefix, op.Scope, p.Name(), w.o.Version).Index, Op: op}
+	items, out, err := w.prepare(ctx, rec)
+	if err != nil || items == nil {
+		return out, err
 	}
 	w.hit(PointBeforeESWrite)
 	res, err := w.o.Bulker.Do(ctx, items)
@@ -141,6 +126,93 @@ func (w *Worker) Handle(ctx context.Context, rec *consumer.Record) (registry.Out
 		return registry.Outcome{}, consumer.Retryable(err)
 	}
 	w.hit(PointAfterESWrite)
+	return w.evaluate(items, res)
+}
+
+// HandleBatch is Handle for all records of a runtime round
+// (consumer.BatchHandler): it projects every record, writes all their
+// operations together — in bulk requests bounded by the bulker's MaxDocs
+// and MaxBytes, in record order — and maps the item answers back: a record
+// is applied when all its items succeeded (or conflict when all were 409s),
+// and fails on its own (Permanent, Retryable) without affecting the others.
+func (w *Worker) HandleBatch(ctx context.Context, recs []*consumer.Record) []consumer.BatchResult {
+	out := make([]consumer.BatchResult, len(recs))
+	items := make([][]BulkItem, len(recs))
+	var lines [][]byte
+	first := make([]int, len(recs))
+	for i, rec := range recs {
+		its, o, err := w.prepare(ctx, rec)
+		out[i] = consumer.BatchResult{Outcome: o, Err: err}
+		if err != nil || its == nil {
+			continue
+		}
+		enc := make([][]byte, len(its))
+		for j, it := range its {
+			if enc[j], err = encodeItem(it); err != nil {
+				break
+			}
+		}
+		if err != nil {
+			out[i].Err = consumer.Retryable(err)
+			continue
+		}
+		items[i], first[i] = its, len(lines)
+		lines = append(lines, enc...)
+	}
+	if len(lines) == 0 {
+		return out
+	}
+	w.hit(PointBeforeESWrite)
+	res, err := w.o.Bulker.doLines(ctx, lines)
+	if err != nil {
+		for i := range recs {
+			if items[i] != nil {
+				out[i].Err = consumer.Retryable(err)
+			}
+		}
+		return out
+	}
+	w.hit(PointAfterESWrite)
+	for i := range recs {
+		if items[i] != nil {
+			out[i].Outcome, out[i].Err = w.evaluate(items[i], res[first[i]:first[i]+len(items[i])])
+		}
+	}
+	return out
+}
+
+// prepare projects one event into its bulk items (index names resolved,
+// indices ensured). nil items with a nil error: finished without a write
+// (the returned outcome).
+func (w *Worker) prepare(ctx context.Context, rec *consumer.Record) ([]BulkItem, registry.Outcome, error) {
+	p := w.o.Projection
+	e := rec.Envelope
+	if !p.Handles(e) {
+		return nil, registry.Ignored(), nil
+	}
+	ops, err := p.Project(e)
+	if err != nil {
+		return nil, registry.Outcome{}, consumer.Permanent(err)
+	}
+	if len(ops) == 0 {
+		return nil, registry.Ignored(), nil
+	}
+	items := make([]BulkItem, len(ops))
+	for i, op := range ops {
+		if err := ValidateName(op.Scope); err != nil {
+			return nil, registry.Outcome{}, consumer.Permanent(err)
+		}
+		if err := w.ensure(ctx, op.Scope); err != nil {
+			return nil, registry.Outcome{}, err
+		}
+		items[i] = BulkItem{Index: IndexNames(w.o.IndexPrefix, op.Scope, p.Name(), w.o.Version).Index, Op: op}
+	}
+	return items, registry.Outcome{}, nil
+}
+
+// evaluate turns the answers to one event's items into its outcome.
+func (w *Worker) evaluate(items []BulkItem, res []ItemResult) (registry.Outcome, error) {
+	p := w.o.Projection
 	conflicts, reason := 0, ReasonVersion
 	var transient, permanent error
 	for i, r := range res {

@@ -375,7 +375,11 @@ func (c *Consumer) round(ctx context.Context) {
 	if len(handles) > 0 {
 		c.hit(PointAfterClaim)
 	}
-	c.handle(ctx, handles)
+	if bh, ok := c.o.Handler.(BatchHandler); ok {
+		c.handleBatch(ctx, bh, handles)
+	} else {
+		c.handle(ctx, handles)
+	}
 	var dead []*item
 	for _, it := range handles {
 		switch it.st {
@@ -556,6 +560,87 @@ func (c *Consumer) handle(ctx context.Context, items []*item) {
 	wg.Wait()
 }
 
+// errBatchAborted cancels a batch whose handler must stop because the hold
+// of one of its leases ended (lease lost, registry unreachable).
+var errBatchAborted = errors.New("consumer: batch aborted: a lease of the batch was lost")
+
+// handleBatch is handle for a BatchHandler: heals of waiting items run as in
+// handle (first: a waiting item precedes its aggregate's claimed one), then
+// the claimed items go to one HandleBatch call in offset order per
+// partition, each under its own Hold, and every answer is settled as
+// handleOne settles a single one. When a hold ends early the batch context
+// is cancelled; items whose own lease is still fine and that did not
+// finish are released and claimed again.
+func (c *Consumer) handleBatch(ctx context.Context, bh BatchHandler, items []*item) {
+	var waits, run []*item
+	for _, it := range items {
+		if it.st == stWait {
+			waits = append(waits, it)
+		} else {
+			run = append(run, it)
+		}
+	}
+	c.handle(ctx, waits)
+	if len(run) == 0 {
+		return
+	}
+	sort.SliceStable(run, func(i, j int) bool {
+		a, b := run[i].rec, run[j].rec
+		if a.Topic != b.Topic {
+			return a.Topic < b.Topic
+		}
+		if a.Partition != b.Partition {
+			return a.Partition < b.Partition
+		}
+		return a.Offset < b.Offset
+	})
+	start := time.Now()
+	bctx, abort := context.WithCancelCause(ctx)
+	defer abort(nil)
+	hctxs := make([]context.Context, len(run))
+	stops := make([]func(), len(run))
+	recs := make([]*Record, len(run))
+	for i, it := range run {
+		hctx, stop := c.o.Registry.Hold(bctx, it.lease)
+		unwatch := context.AfterFunc(hctx, func() { abort(errBatchAborted) })
+		hctxs[i], recs[i] = hctx, &it.view
+		stops[i] = func() { unwatch(); stop() }
+	}
+	res := bh.HandleBatch(bctx, recs)
+	aborted := bctx.Err() != nil
+	// Read the causes before stopping the holds (stop cancels hctx too).
+	causes := make([]error, len(run))
+	for i := range run {
+		causes[i] = context.Cause(hctxs[i])
+	}
+	for _, stop := range stops {
+		stop()
+	}
+	c.m.stage.WithLabelValues(c.o.HandlerName, "handle").Observe(time.Since(start).Seconds())
+	if len(res) != len(run) {
+		err := fmt.Errorf("consumer: HandleBatch returned %d results for %d records", len(res), len(run))
+		c.log("batch handler", "err", err)
+		res = make([]BatchResult, len(run))
+		for i := range res {
+			res[i].Err = err
+		}
+	}
+	for i, it := range run {
+		r := res[i]
+		if r.Err != nil && aborted && ctx.Err() == nil && errors.Is(causes[i], errBatchAborted) {
+			// Another lease of the batch ended: this one is still ours, but
+			// the handler stopped early. Hand it back and claim it again.
+			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
+			_ = c.o.Registry.Release(rctx, it.lease)
+			cancel()
+			it.st = stClaim
+			c.retryLater(it, "batch_aborted", backoff(c.o.BackoffBase, c.o.BackoffCap, it.tries))
+			continue
+		}
+		c.settle(ctx, causes[i], it, r.Outcome, r.Err)
+	}
+}
+
 func (c *Consumer) heal(ctx context.Context, it *item) {
 	h := c.o.Handler.(Healer)
 	err := h.Heal(ctx, &it.view, *it.wait)
@@ -573,16 +658,25 @@ func (c *Consumer) handleOne(ctx context.Context, it *item) {
 	out, err := c.o.Handler.Handle(hctx, &it.view)
 	stop()
 	c.m.stage.WithLabelValues(c.o.HandlerName, "handle").Observe(time.Since(start).Seconds())
+	c.settle(ctx, context.Cause(hctx), it, out, err)
+}
+
+// settle moves a handled item on according to the handler's answer: to
+// mark_done (success, conflict), to a later claim (retryable failure, lease
+// lost, shutdown) or to the DLQ (permanent or exhausted failure). cause is
+// the cancellation cause of the context the handler ran with (it tells a
+// lost lease or a registry outage).
+func (c *Consumer) settle(ctx context.Context, cause error, it *item, out registry.Outcome, err error) {
 	if err == nil {
 		it.st, it.outcome = stMarkDone, out
 		return
 	}
 	switch {
-	case isLeaseLost(hctx, err):
+	case isLeaseLost(cause, err):
 		it.st = stClaim
 		c.retryLater(it, "lease_lost", backoff(c.o.BackoffBase, c.o.BackoffCap, it.tries))
 		return
-	case isOutage(hctx, err):
+	case errors.Is(err, registry.ErrUnavailable) || errors.Is(cause, registry.ErrUnavailable):
 		c.enterOutage(err) // keep the lease: run again when Postgres is back
 		c.retryLater(it, "outage", backoff(c.o.BackoffBase, c.o.OutageBackoffCap, it.tries))
 		return

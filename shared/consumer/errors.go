@@ -98,12 +98,10 @@ func isOutage(ctx context.Context, err error) bool {
 	return ctx != nil && errors.Is(context.Cause(ctx), registry.ErrUnavailable)
 }
 
-// isLeaseLost reports whether the handler stopped because its lease was lost.
-func isLeaseLost(ctx context.Context, err error) bool {
-	if errors.Is(err, registry.ErrLeaseLost) {
-		return true
-	}
-	return ctx != nil && errors.Is(context.Cause(ctx), registry.ErrLeaseLost)
+// isLeaseLost reports whether the handler stopped because its lease was
+// lost; cause is the cancellation cause of the handler's context.
+func isLeaseLost(cause, err error) bool {
+	return errors.Is(err, registry.ErrLeaseLost) || errors.Is(cause, registry.ErrLeaseLost)
 }
 
 func errText(err error) string {

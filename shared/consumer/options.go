@@ -230,3 +230,26 @@ func ClientOptions(kc config.Kafka) ([]kgo.Opt, error) {
 	}
 	return opts, nil
 }
+
+// BatchHandler is an optional interface of a Handler: when the configured
+// Handler implements it, the runtime calls HandleBatch once per round with
+// every record it claimed in that round instead of calling Handle per
+// record. recs are in offset order per partition; all hold live leases
+// (ctx is cancelled when one of them is lost or shutdown runs out of time).
+// A round selects at most one claimable record per aggregate, so a batch
+// holds no two records of one aggregate today; should it, they are in
+// offset order and the handler must apply them in that order. It returns one BatchResult per record,
+// at the same index; each is settled exactly as Handle's answer would be
+// (mark_done in one batch for the successes; retry, DLQ or conflict for
+// the failures). Records the handler did not finish because ctx was
+// cancelled should report ctx's error.
+type BatchHandler interface {
+	HandleBatch(ctx context.Context, recs []*Record) []BatchResult
+}
+
+// BatchResult is the answer of HandleBatch for one record: what Handle
+// would have returned.
+type BatchResult struct {
+	Outcome registry.Outcome
+	Err     error
+}

@@ -1,0 +1,195 @@
+package consumer
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/sluicehq/sluice/registry"
+	"github.com/sluicehq/sluice/shared/envelope"
+	"github.com/sluicehq/sluice/shared/testenv"
+)
+
+// fakeRegistry claims everything, records mark_done calls and schedules
+// retries 20 ms out.
+type fakeRegistry struct {
+	mu       sync.Mutex
+	attempts map[string]int
+	marks    [][]registry.Done
+	failed   []string
+}
+
+func (f *fakeRegistry) ClaimBatch(_ context.Context, reqs []registry.ClaimRequest) ([]registry.ClaimResult, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	out := make([]registry.ClaimResult, len(reqs))
+	for i, q := range reqs {
+		f.attempts[q.EventID]++
+		a := f.attempts[q.EventID]
+		out[i] = registry.ClaimResult{Kind: registry.Claimed, Attempt: a,
+			Lease: registry.Lease{Handler: q.Handler, EventID: q.EventID, Token: fmt.Sprintf("%s/%d", q.EventID, a), Attempt: a}}
+	}
+	return out, nil
+}
+
+func (f *fakeRegistry) Hold(ctx context.Context, _ registry.Lease) (context.Context, func()) {
+	hctx, cancel := context.WithCancelCause(ctx)
+	return hctx, func() { cancel(errors.New("stopped")) }
+}
+
+func (f *fakeRegistry) MarkDoneBatch(_ context.Context, items []registry.Done) ([]error, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.marks = append(f.marks, append([]registry.Done(nil), items...))
+	return make([]error, len(items)), nil
+}
+
+func (f *fakeRegistry) MarkFailed(_ context.Context, l registry.Lease, _ registry.Failure) (registry.FailResult, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.failed = append(f.failed, l.EventID)
+	return registry.FailResult{Status: registry.StatusFailed, Attempt: l.Attempt, RetryIn: 20 * time.Millisecond}, nil
+}
+
+func (f *fakeRegistry) Release(context.Context, registry.Lease) error { return nil }
+func (f *fakeRegistry) GetRow(context.Context, string, string) (registry.Row, error) {
+	return registry.Row{}, errors.New("no row")
+}
+func (f *fakeRegistry) Check(context.Context) error { return nil }
+
+// batchFunc is a BatchHandler (Handle must not be called).
+type batchFunc func(ctx context.Context, recs []*Record) []BatchResult
+
+func (f batchFunc) Handle(context.Context, *Record) (registry.Outcome, error) {
+	panic("Handle called on a BatchHandler")
+}
+func (f batchFunc) HandleBatch(ctx context.Context, recs []*Record) []BatchResult {
+	return f(ctx, recs)
+}
+
+// TestBatchHandler: one HandleBatch call per round with the claimed records
+// in offset order; results go to the right records (one MarkDoneBatch for
+// the successes); a retryable failure in the middle is retried through the
+// registry and the offset is not committed past it until it is done.
+func TestBatchHandler(t *testing.T) {
+	topic := testenv.UniqueName("batch-")
+	k := testenv.NewKafka(t, kfake.SeedTopics(1, topic))
+	ids := make([]string, 5)
+	var recs []*kgo.Record
+	for i := range ids {
+		ids[i] = uuid.NewString()
+		e := envelope.Envelope{EventID: ids[i], EventType: "THING_HAPPENED", Kind: envelope.KindDomain, AggregateType: "thing",
+			AggregateID: fmt.Sprintf("a%d", i), SequenceNumber: 1, Position: int64(i + 1),
+			OccurredAt: envelope.NewTimestamp(time.Unix(1_700_000_000, 0)), Data: json.RawMessage(`{}`), SchemaVersion: 1}
+		raw, err := envelope.Marshal(e)
+		if err != nil {
+			t.Fatal(err)
+		}
+		recs = append(recs, &kgo.Record{Topic: topic, Key: []byte(e.AggregateID), Value: raw})
+	}
+	pcl, err := kgo.NewClient(kgo.SeedBrokers(k.Brokers...), kgo.DefaultProduceTopic(topic))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pcl.Close()
+	if err := pcl.ProduceSync(context.Background(), recs...).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+
+	reg := &fakeRegistry{attempts: map[string]int{}}
+	var (
+		c          *Consumer
+		mu         sync.Mutex
+		calls      [][]int64
+		commitSeen = int64(-2)
+	)
+	committed := func() int64 {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		if ps := c.parts[topic][0]; ps != nil {
+			return ps.committed
+		}
+		return -1
+	}
+	h := batchFunc(func(_ context.Context, recs []*Record) []BatchResult {
+		mu.Lock()
+		defer mu.Unlock()
+		var offs []int64
+		out := make([]BatchResult, len(recs))
+		for i, r := range recs {
+			offs = append(offs, r.Offset)
+			out[i].Outcome = registry.Conflict(r.Envelope.EventID) // proves the mapping in mark_done
+			if r.Offset == 2 {
+				if r.Attempt == 1 {
+					out[i] = BatchResult{Err: Retryable(errors.New("boom"))}
+				} else {
+					commitSeen = committed()
+				}
+			}
+		}
+		calls = append(calls, offs)
+		return out
+	})
+	c, err = New(Options{Brokers: k.Brokers, Topic: topic, Group: topic + "-g", DLQTopic: topic + ".dlq", HandlerName: "h",
+		Policy: registry.SkipStale, Registry: reg, Handler: h, Logger: slog.New(slog.DiscardHandler), BackoffBase: 5 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- c.Run(ctx) }()
+	deadline := time.Now().Add(20 * time.Second)
+	for committed() != 5 {
+		if time.Now().After(deadline) {
+			t.Fatalf("committed %d, want 5", committed())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+
+	mu.Lock()
+	defer mu.Unlock()
+	if len(calls) != 2 || fmt.Sprint(calls[0]) != "[0 1 2 3 4]" || fmt.Sprint(calls[1]) != "[2]" {
+		t.Fatalf("HandleBatch calls %v, want [[0 1 2 3 4] [2]]", calls)
+	}
+	if commitSeen != 2 {
+		t.Errorf("committed offset while offset 2 was failing: %d, want 2", commitSeen)
+	}
+	reg.mu.Lock()
+	defer reg.mu.Unlock()
+	if fmt.Sprint(reg.failed) != fmt.Sprint([]string{ids[2]}) {
+		t.Errorf("MarkFailed for %v, want %s", reg.failed, ids[2])
+	}
+	if len(reg.marks) != 2 {
+		t.Fatalf("MarkDoneBatch calls %d, want 2", len(reg.marks))
+	}
+	var got []string
+	for _, m := range reg.marks[0] {
+		got = append(got, m.Lease.EventID)
+	}
+	if fmt.Sprint(got) != fmt.Sprint([]string{ids[0], ids[1], ids[3], ids[4]}) {
+		t.Errorf("first MarkDoneBatch %v, want offsets 0 1 3 4", got)
+	}
+	for _, ms := range reg.marks {
+		for _, m := range ms {
+			if m.Outcome != registry.Conflict(m.Lease.EventID) {
+				t.Errorf("event %s marked with outcome %+v (another record's result)", m.Lease.EventID, m.Outcome)
+			}
+		}
+	}
+	if len(reg.marks[1]) != 1 || reg.marks[1][0].Lease.EventID != ids[2] || reg.marks[1][0].Lease.Attempt != 2 {
+		t.Errorf("second MarkDoneBatch %+v, want offset 2, attempt 2", reg.marks[1])
+	}
+}
