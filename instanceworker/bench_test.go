@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/instanceworker"
+	"github.com/sluicehq/sluice/shared/testenv"
 )
 
 // BenchmarkInstanceWorker measures commands/s end to end through one worker
@@ -28,7 +29,7 @@ func BenchmarkInstanceWorker(b *testing.B) {
 	b.ResetTimer()
 	start := time.Now()
 	e.startInProcess(map[string]string{"SLUICE_LOG_LEVEL": "warn"})
-	waitFor(b, 10*time.Minute, "all committed", func() bool { c, end := e.committed(); return c == end })
+	testenv.WaitFor(b, 10*time.Minute, "all committed", func() bool { c, end := e.committed(); return c == end })
 	el := time.Since(start)
 	b.StopTimer()
 	if !e.allDone(all...) {

@@ -9,6 +9,7 @@ import (
 	"github.com/sluicehq/sluice/registry"
 	"github.com/sluicehq/sluice/shared/consumer"
 	"github.com/sluicehq/sluice/shared/crashpoint"
+	"github.com/sluicehq/sluice/shared/testenv"
 )
 
 // TestCrashPoints crashes the worker process (exit 42) at every
@@ -36,13 +37,13 @@ func TestCrashPoints(t *testing.T) {
 			e.publish(all...)
 
 			crash := map[string]string{"SLUICE_CRASH_POINT": instanceworker.HandlerName + ":" + point, "SLUICE_CRASH_MARKER_DIR": t.TempDir()}
-			if code := e.startProcess(crash).exitCode(t, 60*time.Second); code != crashpoint.ExitCode {
+			if code := e.startProcess(crash).ExitCode(t, 60*time.Second); code != crashpoint.ExitCode {
 				t.Fatalf("first run exited %d, want %d", code, crashpoint.ExitCode)
 			}
 			p := e.startProcess(crash) // the marker makes it run through
-			waitFor(t, 60*time.Second, "all commands done", func() bool { return e.allDone(all...) })
-			waitFor(t, 30*time.Second, "offsets committed", func() bool { c, end := e.committed(); return c == end })
-			if code := p.term(t); code != 0 {
+			testenv.WaitFor(t, 60*time.Second, "all commands done", func() bool { return e.allDone(all...) })
+			testenv.WaitFor(t, 30*time.Second, "offsets committed", func() bool { c, end := e.committed(); return c == end })
+			if code := p.Term(t); code != 0 {
 				t.Errorf("SIGTERM exit code %d, want 0", code)
 			}
 

@@ -16,6 +16,7 @@ import (
 	"github.com/sluicehq/sluice/registry"
 	"github.com/sluicehq/sluice/shared/envelope"
 	"github.com/sluicehq/sluice/shared/esserver"
+	"github.com/sluicehq/sluice/shared/testenv"
 )
 
 // rowsWithStatus returns the event ids of the instance worker's registry
@@ -132,7 +133,7 @@ func TestDrain(t *testing.T) {
 			removeFault := e.es.InjectFault(esserver.Fault{Match: esserver.MatchPath(http.MethodPut, tc.slow), Delay: tc.delay})
 			p := e.startProcess(map[string]string{"SHUTDOWN_TIMEOUT": fmt.Sprint(tc.shutdown)})
 			var inFlight map[string]bool
-			waitFor(t, 30*time.Second, "handlers in flight", func() bool {
+			testenv.WaitFor(t, 30*time.Second, "handlers in flight", func() bool {
 				inFlight = e.rowsWithStatus(registry.StatusProcessing)
 				if !tc.inFlightDone {
 					// deadline: d0 hangs, d1–d3 have written their documents
@@ -148,10 +149,10 @@ func TestDrain(t *testing.T) {
 				return len(inFlight) > 0 && len(e.rowsWithStatus(registry.StatusDone)) > 0
 			})
 			sent := time.Now()
-			if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+			if err := p.Signal(syscall.SIGTERM); err != nil {
 				t.Fatal(err)
 			}
-			code := p.exitCode(t, tc.shutdown+tc.grace+10*time.Second)
+			code := p.ExitCode(t, tc.shutdown+tc.grace+10*time.Second)
 			took := time.Since(sent)
 			t.Logf("SIGTERM with %d handlers in flight: exit %d after %s", len(inFlight), code, took.Round(time.Millisecond))
 			if code != 0 {
@@ -205,9 +206,9 @@ func TestDrain(t *testing.T) {
 			// Restart without the slow writes: every command exactly once.
 			removeFault()
 			p = e.startProcess(nil)
-			waitFor(t, 40*time.Second, "all commands done after restart", func() bool { return e.allDone(all...) })
-			waitFor(t, 20*time.Second, "offsets committed", func() bool { c, end := e.committed(); return c == end })
-			if code := p.term(t); code != 0 {
+			testenv.WaitFor(t, 40*time.Second, "all commands done after restart", func() bool { return e.allDone(all...) })
+			testenv.WaitFor(t, 20*time.Second, "offsets committed", func() bool { c, end := e.committed(); return c == end })
+			if code := p.Term(t); code != 0 {
 				t.Errorf("second run: SIGTERM exit code %d, want 0", code)
 			}
 			for _, c := range all {

@@ -12,6 +12,7 @@ import (
 	"github.com/sluicehq/sluice/instanceworker"
 	"github.com/sluicehq/sluice/registry"
 	"github.com/sluicehq/sluice/shared/envelope"
+	"github.com/sluicehq/sluice/shared/testenv"
 )
 
 // healLease is the PROCESSED_EVENT_LEASE_TIMEOUT of the heal tests: also the
@@ -99,8 +100,8 @@ func TestHealMissingCommands(t *testing.T) {
 
 	start := time.Now()
 	e.startInProcess(healVars)
-	waitFor(t, 30*time.Second, "slot 1 done", func() bool { return e.allDone(c1) })
-	waitFor(t, 10*time.Second, "slot 1 committed", func() bool { c, _ := e.committed(); return c == 1 })
+	testenv.WaitFor(t, 30*time.Second, "slot 1 done", func() bool { return e.allDone(c1) })
+	testenv.WaitFor(t, 10*time.Second, "slot 1 committed", func() bool { c, _ := e.committed(); return c == 1 })
 
 	// Slot 4 waits: nothing of slots 2–4 is done, the document stays at
 	// slot 1, and the offset does not move past the waiting record.
@@ -115,7 +116,7 @@ func TestHealMissingCommands(t *testing.T) {
 		t.Fatalf("while waiting: committed %d of %d, want 1 (not past the waiting record)", c, end)
 	}
 
-	waitFor(t, 30*time.Second, "healed and all done", func() bool { return e.allDone(c1, c2, c3, c4) })
+	testenv.WaitFor(t, 30*time.Second, "healed and all done", func() bool { return e.allDone(c1, c2, c3, c4) })
 	t.Logf("healed %s after start", time.Since(start).Round(time.Millisecond))
 	// Healing started no earlier than the lease timeout after the aggregate
 	// last advanced (database clock), and went in slot order.
@@ -140,7 +141,7 @@ func TestHealMissingCommands(t *testing.T) {
 	if last := e.lastSequence("Instance:heal:things:m"); last != 4 {
 		t.Errorf("aggregate_versions.last_sequence %d, want 4", last)
 	}
-	waitFor(t, 10*time.Second, "offsets committed", func() bool { c, end := e.committed(); return c == end })
+	testenv.WaitFor(t, 10*time.Second, "offsets committed", func() bool { c, end := e.committed(); return c == end })
 	if n := len(e.dlqRecords()); n != 0 {
 		t.Errorf("DLQ holds %d records, want 0", n)
 	}
@@ -163,7 +164,7 @@ func TestHealAbandonedSlot(t *testing.T) {
 	e.publish(c1, c3)
 
 	e.startInProcess(healVars)
-	waitFor(t, 30*time.Second, "slot 1 done", func() bool { return e.allDone(c1) })
+	testenv.WaitFor(t, 30*time.Second, "slot 1 done", func() bool { return e.allDone(c1) })
 	time.Sleep(healLease / 2)
 	if st := e.statuses(c3)[c3.ev.Envelope.EventID]; st != "none" {
 		t.Fatalf("before the lease timeout: slot 3 status %s, want no row (WAIT)", st)
@@ -172,7 +173,7 @@ func TestHealAbandonedSlot(t *testing.T) {
 		t.Fatalf("while waiting: committed %d, want at most 1", c)
 	}
 
-	waitFor(t, 30*time.Second, "slot 3 done after healing", func() bool { return e.allDone(c3) })
+	testenv.WaitFor(t, 30*time.Second, "slot 3 done after healing", func() bool { return e.allDone(c3) })
 	if d := e.processedAt(c3).Sub(e.processedAt(c1)); d < healLease {
 		t.Errorf("slot 3 applied %s after slot 1, want >= the lease timeout %s", d, healLease)
 	}
@@ -189,7 +190,7 @@ func TestHealAbandonedSlot(t *testing.T) {
 	if last := e.lastSequence("Instance:heal:things:g"); last != 3 {
 		t.Errorf("aggregate_versions.last_sequence %d, want 3", last)
 	}
-	waitFor(t, 10*time.Second, "offsets committed", func() bool { c, end := e.committed(); return c == end })
+	testenv.WaitFor(t, 10*time.Second, "offsets committed", func() bool { c, end := e.committed(); return c == end })
 	if n := len(e.dlqRecords()); n != 0 {
 		t.Errorf("DLQ holds %d records, want 0", n)
 	}

@@ -9,7 +9,6 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
-	"os/exec"
 	"os/signal"
 	"strings"
 	"syscall"
@@ -248,9 +247,9 @@ func (e *env) startInProcess(extra map[string]string) (*instanceworker.Service, 
 	if err != nil {
 		e.t.Fatal(err)
 	}
-	logger := slog.New(slog.NewTextHandler(testWriter{e.t}, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	logger := slog.New(slog.NewTextHandler(testenv.LogWriter{T: e.t}, &slog.HandlerOptions{Level: slog.LevelInfo}))
 	svc, err := instanceworker.NewService(cfg, instanceworker.Deps{Pool: pool, Store: store, ES: es, Logger: logger,
-		KafkaOpts: []kgo.Opt{kgo.WithLogger(kgo.BasicLogger(testWriter{e.t}, kgo.LogLevelWarn, nil)),
+		KafkaOpts: []kgo.Opt{kgo.WithLogger(kgo.BasicLogger(testenv.LogWriter{T: e.t}, kgo.LogLevelWarn, nil)),
 			kgo.SessionTimeout(6 * time.Second), kgo.HeartbeatInterval(500 * time.Millisecond)}})
 	if err != nil {
 		e.t.Fatal(err)
@@ -280,71 +279,20 @@ func (e *env) startInProcess(extra map[string]string) (*instanceworker.Service, 
 	return svc, stop
 }
 
-type testWriter struct{ t testing.TB }
-
-func (w testWriter) Write(p []byte) (int, error) {
-	w.t.Log(strings.TrimSpace(string(p)))
-	return len(p), nil
-}
-
-// proc is the worker as a real process.
-type proc struct {
-	cmd  *exec.Cmd
-	done chan error
-}
-
-func (e *env) startProcess(extra map[string]string) *proc {
+// startProcess runs the worker as a real process (the test binary
+// re-executed; TestMain runs the worker when instanceworker's helper variable is set).
+func (e *env) startProcess(extra map[string]string) *testenv.Process {
 	e.t.Helper()
-	c := exec.Command(os.Args[0], "-test.run=^$")
-	c.Env = append(os.Environ(), helperEnv+"=1")
+	env := []string{helperEnv + "=1"}
 	for k, v := range e.vars {
 		if _, over := extra[k]; !over {
-			c.Env = append(c.Env, k+"="+v)
+			env = append(env, k+"="+v)
 		}
 	}
 	for k, v := range extra {
-		c.Env = append(c.Env, k+"="+v)
+		env = append(env, k+"="+v)
 	}
-	c.Stdout, c.Stderr = testWriter{e.t}, testWriter{e.t}
-	if err := c.Start(); err != nil {
-		e.t.Fatal(err)
-	}
-	p := &proc{cmd: c, done: make(chan error, 1)}
-	go func() { p.done <- c.Wait() }()
-	e.t.Cleanup(func() { _ = c.Process.Kill(); <-p.done })
-	return p
-}
-
-// exitCode waits for the process to exit and returns its code.
-func (p *proc) exitCode(t *testing.T, within time.Duration) int {
-	t.Helper()
-	select {
-	case <-p.done:
-		p.done <- nil
-		return p.cmd.ProcessState.ExitCode()
-	case <-time.After(within):
-		t.Fatalf("worker process did not exit within %s", within)
-		return -1
-	}
-}
-
-func (p *proc) term(t *testing.T) int {
-	t.Helper()
-	_ = p.cmd.Process.Signal(syscall.SIGTERM)
-	return p.exitCode(t, 30*time.Second)
-}
-
-// waitFor polls cond until it holds or the deadline passes.
-func waitFor(t testing.TB, within time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(within)
-	for time.Now().Before(deadline) {
-		if cond() {
-			return
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	t.Fatalf("timed out after %s waiting for %s", within, what)
+	return testenv.StartHelperProcess(e.t, env)
 }
 
 // rows returns the registry rows of the instance worker for the commands.

@@ -18,8 +18,8 @@ func TestPostgresOutage(t *testing.T) {
 	first := []cmd{e.appendCmd(instanceworker.CreateInstance, "out", "things", "a", create("out", "things", strp("a"), map[string]any{"v": 0}))}
 	e.publish(first...)
 	svc, _ := e.startInProcess(map[string]string{"DATABASE_URL": proxied})
-	waitFor(t, 30*time.Second, "first command done", func() bool { return e.allDone(first...) })
-	waitFor(t, 10*time.Second, "first commit", func() bool { c, end := e.committed(); return c == end })
+	testenv.WaitFor(t, 30*time.Second, "first command done", func() bool { return e.allDone(first...) })
+	testenv.WaitFor(t, 10*time.Second, "first commit", func() bool { c, end := e.committed(); return c == end })
 
 	var second []cmd
 	for i := range 3 {
@@ -30,7 +30,7 @@ func TestPostgresOutage(t *testing.T) {
 	committedBefore, _ := e.committed()
 	proxy.Stop()
 	e.publish(second...)
-	waitFor(t, 30*time.Second, "outage detected", svc.Consumer().InOutage)
+	testenv.WaitFor(t, 30*time.Second, "outage detected", svc.Consumer().InOutage)
 	time.Sleep(2 * time.Second)
 	if c, _ := e.committed(); c != committedBefore {
 		t.Errorf("committed %d during the outage, before %d", c, committedBefore)
@@ -40,8 +40,8 @@ func TestPostgresOutage(t *testing.T) {
 	}
 
 	proxy.Start()
-	waitFor(t, 60*time.Second, "all done after restore", func() bool { return e.allDone(append(first, second...)...) })
-	waitFor(t, 20*time.Second, "committed after restore", func() bool { c, end := e.committed(); return c == end })
+	testenv.WaitFor(t, 60*time.Second, "all done after restore", func() bool { return e.allDone(append(first, second...)...) })
+	testenv.WaitFor(t, 20*time.Second, "committed after restore", func() bool { c, end := e.committed(); return c == end })
 	if svc.Consumer().InOutage() {
 		t.Error("still in outage after restore")
 	}

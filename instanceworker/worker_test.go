@@ -13,6 +13,7 @@ import (
 	"github.com/sluicehq/sluice/shared/consumer"
 	"github.com/sluicehq/sluice/shared/envelope"
 	"github.com/sluicehq/sluice/shared/esserver"
+	"github.com/sluicehq/sluice/shared/testenv"
 )
 
 func create(db, class string, id *string, data map[string]any) map[string]any {
@@ -42,7 +43,7 @@ func TestCommands(t *testing.T) {
 	e.publish(all...)
 
 	e.startInProcess(nil)
-	waitFor(t, 30*time.Second, "all commands done", func() bool { return e.allDone(all...) })
+	testenv.WaitFor(t, 30*time.Second, "all commands done", func() bool { return e.allDone(all...) })
 
 	wantOutcomes := []struct {
 		c    cmd
@@ -87,7 +88,7 @@ func TestCommands(t *testing.T) {
 		!reflect.DeepEqual(state, map[string]any{"n": float64(2), "tags": map[string]any{"y": float64(2)}}) {
 		t.Errorf("domain event %s", ev.Raw)
 	}
-	waitFor(t, 10*time.Second, "offsets committed", func() bool { c, end := e.committed(); return c == end })
+	testenv.WaitFor(t, 10*time.Second, "offsets committed", func() bool { c, end := e.committed(); return c == end })
 	if n := len(e.dlqRecords()); n != 0 {
 		t.Errorf("DLQ holds %d records, want 0", n)
 	}
@@ -102,7 +103,7 @@ func TestOutOfOrder(t *testing.T) {
 	c3 := e.appendCmd(instanceworker.UpdateInstance, "shop", "orders", "o", map[string]any{"data": map[string]any{"w": 3}})
 	e.publish(c3, c1, c2)
 	e.startInProcess(nil)
-	waitFor(t, 30*time.Second, "all done", func() bool { return e.allDone(c1, c2, c3) })
+	testenv.WaitFor(t, 30*time.Second, "all done", func() bool { return e.allDone(c1, c2, c3) })
 	v, src, _ := e.doc("shop", "orders", "o")
 	if v != 3 || src["v"] != float64(2) || src["w"] != float64(3) {
 		t.Errorf("version %d doc %v, want version 3 {v:2, w:3}", v, src)
@@ -110,7 +111,7 @@ func TestOutOfOrder(t *testing.T) {
 	if got := e.domainEvents()["shop:orders:o"]; !reflect.DeepEqual(got, []string{"1×1", "2×1", "3×1"}) {
 		t.Errorf("domain events %v", got)
 	}
-	waitFor(t, 10*time.Second, "offsets committed", func() bool { c, end := e.committed(); return c == end })
+	testenv.WaitFor(t, 10*time.Second, "offsets committed", func() bool { c, end := e.committed(); return c == end })
 }
 
 // TestDuplicatesAndTwoWorkers delivers every command twice to two workers
@@ -129,7 +130,7 @@ func TestDuplicatesAndTwoWorkers(t *testing.T) {
 	e.publish(all...)
 	e.startInProcess(map[string]string{"PROCESSED_EVENT_OWNER": "worker-a"})
 	e.startInProcess(map[string]string{"PROCESSED_EVENT_OWNER": "worker-b"})
-	waitFor(t, 60*time.Second, "all done", func() bool { return e.allDone(all...) })
+	testenv.WaitFor(t, 60*time.Second, "all done", func() bool { return e.allDone(all...) })
 	events := e.domainEvents()
 	for i := range 10 {
 		agg := fmt.Sprintf("shop:orders:i%d", i)
@@ -140,7 +141,7 @@ func TestDuplicatesAndTwoWorkers(t *testing.T) {
 			t.Errorf("%s: version %d doc %v", agg, v, src)
 		}
 	}
-	waitFor(t, 20*time.Second, "offsets committed", func() bool { c, end := e.committed(); return c == end })
+	testenv.WaitFor(t, 20*time.Second, "offsets committed", func() bool { c, end := e.committed(); return c == end })
 	if n := len(e.dlqRecords()); n != 0 {
 		t.Errorf("DLQ holds %d records", n)
 	}
@@ -160,8 +161,8 @@ func TestFailures(t *testing.T) {
 	e.publishRaw([]byte("Instance:shop:orders:bad"), []byte(`{"event_id": nope`))
 	e.publish(ok1, unknown, ok2)
 	e.startInProcess(nil)
-	waitFor(t, 30*time.Second, "done", func() bool { return e.allDone(ok1, ok2) })
-	waitFor(t, 10*time.Second, "unknown dead", func() bool { return e.statuses(unknown)[unknown.ev.Envelope.EventID] == registry.StatusDead })
+	testenv.WaitFor(t, 30*time.Second, "done", func() bool { return e.allDone(ok1, ok2) })
+	testenv.WaitFor(t, 10*time.Second, "unknown dead", func() bool { return e.statuses(unknown)[unknown.ev.Envelope.EventID] == registry.StatusDead })
 
 	// A permanent ES failure (400 on every write of this document).
 	perm := e.appendCmd(instanceworker.CreateInstance, "shop", "orders", "perm", create("shop", "orders", strp("perm"), map[string]any{"v": 1}))
@@ -169,11 +170,11 @@ func TestFailures(t *testing.T) {
 	e.es.InjectFault(esserver.Fault{Match: esserver.MatchPath(http.MethodPut, "/sluice_shop_instances_write/_doc/orders:perm"), Status: 400})
 	e.es.InjectFault(esserver.Fault{Match: esserver.MatchPath(http.MethodPut, "/sluice_shop_instances_write/_doc/orders:busy"), Status: 429})
 	e.publish(perm, retry)
-	waitFor(t, 30*time.Second, "perm and retry dead", func() bool {
+	testenv.WaitFor(t, 30*time.Second, "perm and retry dead", func() bool {
 		s := e.statuses(perm, retry)
 		return s[perm.ev.Envelope.EventID] == registry.StatusDead && s[retry.ev.Envelope.EventID] == registry.StatusDead
 	})
-	waitFor(t, 10*time.Second, "offsets committed", func() bool { c, end := e.committed(); return c == end })
+	testenv.WaitFor(t, 10*time.Second, "offsets committed", func() bool { c, end := e.committed(); return c == end })
 	recs := e.dlqRecords()
 	byClass := map[string][]consumer.DLQRecord{}
 	for _, r := range recs {
@@ -207,7 +208,7 @@ func TestFailures(t *testing.T) {
 	// Redelivery of a dead command: acknowledged, not re-run, no new DLQ record.
 	e.es.ClearFaults()
 	e.publish(perm)
-	waitFor(t, 10*time.Second, "redelivery committed", func() bool { c, end := e.committed(); return c == end })
+	testenv.WaitFor(t, 10*time.Second, "redelivery committed", func() bool { c, end := e.committed(); return c == end })
 	if n := len(e.dlqRecords()); n != 4 {
 		t.Errorf("DLQ holds %d records after redelivery, want 4", n)
 	}

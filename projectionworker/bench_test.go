@@ -10,6 +10,7 @@ import (
 
 	"github.com/sluicehq/sluice/projectionworker"
 	"github.com/sluicehq/sluice/shared/envelope"
+	"github.com/sluicehq/sluice/shared/testenv"
 )
 
 // BenchmarkProjection measures events/s Kafka → registry claim (batched) →
@@ -44,7 +45,7 @@ func BenchmarkProjection(b *testing.B) {
 			b.ResetTimer()
 			start := time.Now()
 			e.startInProcess(map[string]string{"ELASTICSEARCH_BULK_MAX_DOCS": tc.maxDocs, "SLUICE_LOG_LEVEL": "warn"}, metrics, spec("history"))
-			waitFor(b, 10*time.Minute, "caught up", e.caughtUp("projection-history-v1"))
+			testenv.WaitFor(b, 10*time.Minute, "caught up", e.caughtUp("projection-history-v1"))
 			el := time.Since(start)
 			b.StopTimer()
 			b.ReportMetric(float64(len(evs))/el.Seconds(), "events/s")

@@ -9,6 +9,7 @@ import (
 	"github.com/sluicehq/sluice/shared/consumer"
 	"github.com/sluicehq/sluice/shared/crashpoint"
 	"github.com/sluicehq/sluice/shared/envelope"
+	"github.com/sluicehq/sluice/shared/testenv"
 )
 
 // TestCrashPoints crashes the worker process (exit 42) at every projection
@@ -31,14 +32,14 @@ func TestCrashPoints(t *testing.T) {
 			evs = append(evs, e.event(projectionworker.InstanceDeleted, "crash", "things", "i0", 4, nil))
 			e.publish(evs...)
 			crash := map[string]string{"SLUICE_CRASH_POINT": projectionworker.CrashWorker + ":" + point, "SLUICE_CRASH_MARKER_DIR": t.TempDir()}
-			if code := e.startProcess("instances,history", crash).exitCode(t, 60*time.Second); code != crashpoint.ExitCode {
+			if code := e.startProcess("instances,history", crash).ExitCode(t, 60*time.Second); code != crashpoint.ExitCode {
 				t.Fatalf("first run exited %d, want %d", code, crashpoint.ExitCode)
 			}
 			p := e.startProcess("instances,history", crash) // the marker makes it run through
 			for _, g := range []string{"projection-instances-v1", "projection-history-v1"} {
-				waitFor(t, 90*time.Second, g+" committed", e.caughtUp(g))
+				testenv.WaitFor(t, 90*time.Second, g+" committed", e.caughtUp(g))
 			}
-			if code := p.term(t); code != 0 {
+			if code := p.Term(t); code != 0 {
 				t.Errorf("SIGTERM exit code %d, want 0", code)
 			}
 			for i := range 4 {

@@ -10,6 +10,7 @@ import (
 	"github.com/sluicehq/sluice/projectionworker"
 	"github.com/sluicehq/sluice/shared/envelope"
 	"github.com/sluicehq/sluice/shared/esserver"
+	"github.com/sluicehq/sluice/shared/testenv"
 )
 
 func instanceEvents(e *env, db string, n int) []envelope.Envelope {
@@ -43,7 +44,7 @@ func TestElasticsearchFaults(t *testing.T) {
 			warm := e.event(projectionworker.InstanceCreated, "flt", "things", "warm", 1, nil)
 			e.publish(warm)
 			svc, _ := e.startInProcess(nil, nil, spec("instances"))
-			waitFor(t, 30*time.Second, "warm-up", e.caughtUp("projection-instances-v1"))
+			testenv.WaitFor(t, 30*time.Second, "warm-up", e.caughtUp("projection-instances-v1"))
 			remove := e.es.InjectFault(tc.fault)
 			evs := instanceEvents(e, "flt", 20)
 			e.publish(evs...)
@@ -57,7 +58,7 @@ func TestElasticsearchFaults(t *testing.T) {
 				}
 				remove()
 			}
-			waitFor(t, 60*time.Second, "caught up after recovery", e.caughtUp("projection-instances-v1"))
+			testenv.WaitFor(t, 60*time.Second, "caught up after recovery", e.caughtUp("projection-instances-v1"))
 			for i := range 20 {
 				if d := e.instance("flt", "things", fmt.Sprintf("f%d", i), 1); d.Version != 2 || d.Source["v"] != float64(2) {
 					t.Errorf("f%d: version %d source %v", i, d.Version, d.Source)
@@ -80,13 +81,13 @@ func TestMappingError(t *testing.T) {
 	evs := []envelope.Envelope{e.event(projectionworker.InstanceCreated, "map", "things", "ok1", 1, map[string]any{"n": 1})}
 	e.publish(evs...)
 	_, _ = e.startInProcess(nil, nil, spec("instances"))
-	waitFor(t, 30*time.Second, "first document", e.caughtUp("projection-instances-v1"))
+	testenv.WaitFor(t, 30*time.Second, "first document", e.caughtUp("projection-instances-v1"))
 	bad := e.event(projectionworker.InstanceCreated, "map", "things", "bad", 1, map[string]any{"n": "not a number"})
 	rest := []envelope.Envelope{bad,
 		e.event(projectionworker.InstanceCreated, "map", "things", "ok2", 1, map[string]any{"n": 2}),
 		e.event(projectionworker.InstanceUpdated, "map", "things", "ok1", 2, map[string]any{"n": 3})}
 	e.publish(rest...)
-	waitFor(t, 60*time.Second, "caught up", e.caughtUp("projection-instances-v1"))
+	testenv.WaitFor(t, 60*time.Second, "caught up", e.caughtUp("projection-instances-v1"))
 	dlq := e.dlqRecords()
 	if len(dlq) != 1 {
 		t.Fatalf("DLQ holds %d records, want 1", len(dlq))

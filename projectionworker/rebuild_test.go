@@ -11,6 +11,7 @@ import (
 
 	"github.com/sluicehq/sluice/projectionworker"
 	"github.com/sluicehq/sluice/shared/envelope"
+	"github.com/sluicehq/sluice/shared/testenv"
 )
 
 // TestRebuildAndRollback rebuilds instances to v2 while events keep
@@ -31,7 +32,7 @@ func TestRebuildAndRollback(t *testing.T) {
 	evs = append(evs, deleted, e.event(projectionworker.InstanceDeleted, "rb", "things", "gone", 2, nil))
 	e.publish(evs...)
 	_, _ = e.startInProcess(nil, nil, spec("instances"))
-	waitFor(t, 30*time.Second, "v1 caught up", e.caughtUp("projection-instances-v1"))
+	testenv.WaitFor(t, 30*time.Second, "v1 caught up", e.caughtUp("projection-instances-v1"))
 
 	// Events keep flowing during the rebuild (until the swap, at most 300).
 	var stopProducing atomic.Bool
@@ -92,7 +93,7 @@ func TestRebuildAndRollback(t *testing.T) {
 	if v, err := projectionworker.LiveVersion(ctxT(t), e.esc, "sluice_", "instances"); err != nil || v != 2 {
 		t.Errorf("live version %d (%v), want 2", v, err)
 	}
-	waitFor(t, 30*time.Second, "v1 caught up", e.caughtUp("projection-instances-v1"))
+	testenv.WaitFor(t, 30*time.Second, "v1 caught up", e.caughtUp("projection-instances-v1"))
 	for i := range n {
 		v1, v2 := e.instance("rb", "things", fmt.Sprint(i), 1), e.instance("rb", "things", fmt.Sprint(i), 2)
 		if v2.Version != seqs[i] || v1.Version != seqs[i] || v2.Source["v"] != float64(seqs[i]) {

@@ -12,6 +12,7 @@ import (
 	"github.com/sluicehq/sluice/projectionworker"
 	"github.com/sluicehq/sluice/shared/envelope"
 	"github.com/sluicehq/sluice/shared/readmodel"
+	"github.com/sluicehq/sluice/shared/testenv"
 )
 
 func TestNames(t *testing.T) {
@@ -64,12 +65,12 @@ func TestProjectOrderAndTombstones(t *testing.T) {
 	metrics := prometheus.NewRegistry()
 	_, stop := e.startInProcess(nil, metrics, spec("instances"), spec("history"))
 	for _, g := range []string{"projection-instances-v1", "projection-history-v1"} {
-		waitFor(t, 60*time.Second, g+" caught up", e.caughtUp(g))
+		testenv.WaitFor(t, 60*time.Second, g+" caught up", e.caughtUp(g))
 	}
 	e.publish(late) // arrives after the delete was applied
 	evs = append(evs, late)
 	for _, g := range []string{"projection-instances-v1", "projection-history-v1"} {
-		waitFor(t, 60*time.Second, g+" caught up", e.caughtUp(g))
+		testenv.WaitFor(t, 60*time.Second, g+" caught up", e.caughtUp(g))
 	}
 	stop()
 
@@ -141,7 +142,7 @@ func TestReplayIntoLiveVersion(t *testing.T) {
 	}
 	e.publish(evs...)
 	_, stop := e.startInProcess(nil, nil, spec("instances"), spec("history"))
-	waitFor(t, 60*time.Second, "caught up", func() bool {
+	testenv.WaitFor(t, 60*time.Second, "caught up", func() bool {
 		return e.lag("projection-instances-v1").Lag == 0 && e.lag("projection-history-v1").Lag == 0
 	})
 	stop()
@@ -158,7 +159,7 @@ func TestReplayIntoLiveVersion(t *testing.T) {
 	}
 	metrics := prometheus.NewRegistry()
 	_, stop = e.startInProcess(nil, metrics, spec("instances"), spec("history"))
-	waitFor(t, 60*time.Second, "replay caught up", func() bool {
+	testenv.WaitFor(t, 60*time.Second, "replay caught up", func() bool {
 		return e.lag("projection-instances-v1").Lag == 0 && e.lag("projection-history-v1").Lag == 0
 	})
 	stop()
