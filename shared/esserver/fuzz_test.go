@@ -22,9 +22,14 @@ func checkResponse(t *testing.T, rec *httptest.ResponseRecorder, method string) 
 		if err := json.Unmarshal(rec.Body.Bytes(), &m); err != nil {
 			t.Fatalf("error body is not JSON: %v: %q", err, rec.Body.String())
 		}
-		// Like Elasticsearch, a cluster-health wait that times out answers
-		// 408 with the health body (timed_out: true), not an error body.
-		if rec.Code == http.StatusRequestTimeout && m["timed_out"] == true && m["cluster_name"] != nil {
+		// Elasticsearch answers some 4xx with a result body, not an error
+		// body: a missing document (GET: found false; DELETE: result
+		// not_found) and a cluster-health wait that timed out (408 with the
+		// health body).
+		switch {
+		case rec.Code == http.StatusNotFound && (m["found"] == false || m["result"] == "not_found") && m["_id"] != nil:
+			return
+		case rec.Code == http.StatusRequestTimeout && m["timed_out"] == true && m["cluster_name"] != nil:
 			return
 		}
 		if _, ok := m["error"]; !ok {
