@@ -477,16 +477,23 @@ func (s *Server) handleIndexDoc(rq *request, target, id string, create bool) res
 	if len(bytes.TrimSpace(rq.body)) > 0 {
 		op.source = bytes.TrimSpace(rq.body)
 	}
-	s.mu.Lock()
-	res := s.applyWrite(op)
-	if res.err == nil && refresh != refreshNone {
-		res.ix.refreshShard(res.ix.shardOf(res.id))
-	}
-	s.mu.Unlock()
+	res := s.writeOne(op, refresh)
 	if res.err != nil {
 		return errResp(res.err)
 	}
 	return response{res.status, writeResponse(res, refresh == refreshForce)}
+}
+
+// writeOne applies a single-document write under the lock and, unless
+// refresh is off, refreshes the shard the document lives on.
+func (s *Server) writeOne(op *writeOp, refresh refreshMode) writeResult {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	res := s.applyWrite(op)
+	if res.err == nil && refresh != refreshNone {
+		res.ix.refreshShard(res.ix.shardOf(res.id))
+	}
+	return res
 }
 
 func (s *Server) handleDeleteDoc(rq *request, target, id string) response {
@@ -498,12 +505,7 @@ func (s *Server) handleDeleteDoc(rq *request, target, id string) response {
 	if err != nil {
 		return errResp(err)
 	}
-	s.mu.Lock()
-	res := s.applyWrite(op)
-	if res.err == nil && refresh != refreshNone {
-		res.ix.refreshShard(res.ix.shardOf(res.id))
-	}
-	s.mu.Unlock()
+	res := s.writeOne(op, refresh)
 	if res.err != nil {
 		return errResp(res.err)
 	}
@@ -529,12 +531,7 @@ func (s *Server) handleUpdateDoc(rq *request, target, id string) response {
 	if f, explicit, _ := sourceFilterFromParams(rq); explicit {
 		op.sourceFilter = f
 	}
-	s.mu.Lock()
-	res := s.applyWrite(op)
-	if res.err == nil && refresh != refreshNone {
-		res.ix.refreshShard(res.ix.shardOf(res.id))
-	}
-	s.mu.Unlock()
+	res := s.writeOne(op, refresh)
 	if res.err != nil {
 		return errResp(res.err)
 	}
