@@ -3,14 +3,11 @@ package instanceworker
 import (
 	"context"
 	"errors"
-	"fmt"
 	"log/slog"
 
 	"github.com/elastic/go-elasticsearch/v8"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/twmb/franz-go/pkg/kadm"
-	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/sluicehq/sluice/registry"
@@ -19,6 +16,7 @@ import (
 	"github.com/sluicehq/sluice/shared/crashpoint"
 	"github.com/sluicehq/sluice/shared/envelope"
 	"github.com/sluicehq/sluice/shared/observability"
+	"github.com/sluicehq/sluice/shared/topics"
 )
 
 // Deps are the resources a Service runs on; the caller owns and closes them.
@@ -111,16 +109,8 @@ func (s *Service) Run(ctx context.Context) error {
 }
 
 func (s *Service) ensureTopics(ctx context.Context) {
-	adm := kadm.NewClient(s.cons.Client())
-	rf := s.cfg.Kafka.ReplicationFactor
-	res, err := adm.CreateTopics(ctx, int32(s.cfg.Kafka.TopicPartitions), int16(rf), nil, s.cfg.Kafka.CommandsTopic, s.cfg.Kafka.CommandsDLQTopic)
-	if err != nil {
+	k := s.cfg.Kafka
+	if err := topics.Ensure(ctx, s.cons.Client(), k.TopicPartitions, k.ReplicationFactor, k.CommandsTopic, k.CommandsDLQTopic); err != nil {
 		s.log.Warn("create topics", "err", err)
-		return
-	}
-	for _, r := range res.Sorted() {
-		if r.Err != nil && !errors.Is(r.Err, kerr.TopicAlreadyExists) {
-			s.log.Warn("create topic", "topic", r.Topic, "err", fmt.Sprint(r.Err))
-		}
 	}
 }

@@ -11,8 +11,6 @@ import (
 	"github.com/elastic/go-elasticsearch/v8"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/twmb/franz-go/pkg/kadm"
-	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/sluicehq/sluice/registry"
@@ -21,6 +19,7 @@ import (
 	"github.com/sluicehq/sluice/shared/crashpoint"
 	"github.com/sluicehq/sluice/shared/envelope"
 	"github.com/sluicehq/sluice/shared/observability"
+	"github.com/sluicehq/sluice/shared/topics"
 )
 
 // MinConcurrency is the least number of aggregates a projection consumer
@@ -225,16 +224,8 @@ func (s *Service) Run(ctx context.Context) error {
 }
 
 func (s *Service) ensureTopics(ctx context.Context, cl *kgo.Client) {
-	adm := kadm.NewClient(cl)
-	res, err := adm.CreateTopics(ctx, int32(s.cfg.Kafka.TopicPartitions), int16(s.cfg.Kafka.ReplicationFactor), nil,
-		s.cfg.Kafka.EventsTopic, s.cfg.Kafka.EventsDLQTopic)
-	if err != nil {
+	k := s.cfg.Kafka
+	if err := topics.Ensure(ctx, cl, k.TopicPartitions, k.ReplicationFactor, k.EventsTopic, k.EventsDLQTopic); err != nil {
 		s.d.Logger.Warn("create topics", "err", err)
-		return
-	}
-	for _, r := range res.Sorted() {
-		if r.Err != nil && !errors.Is(r.Err, kerr.TopicAlreadyExists) {
-			s.d.Logger.Warn("create topic", "topic", r.Topic, "err", fmt.Sprint(r.Err))
-		}
 	}
 }

@@ -1,14 +1,10 @@
 package relay
 
 import (
-	"context"
 	"crypto/tls"
-	"errors"
 	"fmt"
 	"strings"
 
-	"github.com/twmb/franz-go/pkg/kadm"
-	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/sasl/plain"
 	"github.com/twmb/franz-go/pkg/sasl/scram"
@@ -47,25 +43,4 @@ func ProducerOpts(maxBuffered int) []kgo.Opt {
 		kgo.MaxBufferedRecords(max(maxBuffered, 1000)),
 		kgo.ProducerLinger(0),
 	}
-}
-
-// EnsureTopics creates the topics that do not exist yet with the
-// configured partitions and replication factor; TOPIC_ALREADY_EXISTS is
-// success.
-func EnsureTopics(ctx context.Context, cl *kgo.Client, partitions, replication int, topics ...string) error {
-	if len(topics) == 0 {
-		return nil
-	}
-	adm := kadm.NewClient(cl)
-	rs, err := adm.CreateTopics(ctx, int32(partitions), int16(replication), nil, topics...)
-	if err != nil {
-		return fmt.Errorf("relay: create topics %v: %w", topics, err)
-	}
-	var errs []error
-	for _, r := range rs.Sorted() {
-		if r.Err != nil && !errors.Is(r.Err, kerr.TopicAlreadyExists) {
-			errs = append(errs, fmt.Errorf("relay: create topic %s: %w", r.Topic, r.Err))
-		}
-	}
-	return errors.Join(errs...)
 }

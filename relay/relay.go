@@ -16,6 +16,7 @@ import (
 	"github.com/sluicehq/sluice/eventstore"
 	"github.com/sluicehq/sluice/eventstore/objstore"
 	"github.com/sluicehq/sluice/shared/observability"
+	"github.com/sluicehq/sluice/shared/topics"
 )
 
 // Relay publishes the event store into Kafka (SPEC §6). Create it with New,
@@ -369,23 +370,23 @@ func (r *Relay) topicReady(ctx context.Context, topic string) error {
 	return r.ensureTopics(ctx, topic)
 }
 
-func (r *Relay) ensureTopics(ctx context.Context, topics ...string) error {
-	if len(topics) == 0 || r.s.SkipTopicBootstrap {
+func (r *Relay) ensureTopics(ctx context.Context, names ...string) error {
+	if len(names) == 0 || r.s.SkipTopicBootstrap {
 		return nil
 	}
 	bo := newBackoff(200*time.Millisecond, 5*time.Second)
 	for {
 		tctx, cancel := context.WithTimeout(ctx, r.s.Config.KafkaFlushTimeout)
-		err := EnsureTopics(tctx, r.client, r.s.Kafka.TopicPartitions, r.s.Kafka.ReplicationFactor, topics...)
+		err := topics.Ensure(tctx, r.client, r.s.Kafka.TopicPartitions, r.s.Kafka.ReplicationFactor, names...)
 		cancel()
 		if err == nil {
 			r.setKafkaErr(nil)
 			r.mu.Lock()
-			for _, t := range topics {
+			for _, t := range names {
 				r.topicsCreated[t] = true
 			}
 			r.mu.Unlock()
-			r.log.Info("relay: topics ready", "topics", topics)
+			r.log.Info("relay: topics ready", "topics", names)
 			return nil
 		}
 		if ctx.Err() != nil {

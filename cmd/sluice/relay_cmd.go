@@ -16,6 +16,7 @@ import (
 	"github.com/sluicehq/sluice/relay"
 	"github.com/sluicehq/sluice/shared/crashpoint"
 	"github.com/sluicehq/sluice/shared/observability"
+	"github.com/sluicehq/sluice/shared/topics"
 )
 
 func newRelayCmd() *cobra.Command {
@@ -235,11 +236,11 @@ func newRelayRepublishCmd() *cobra.Command {
 			}
 			defer cl.Close()
 			router := relay.NewRouter(d.cfg.Kafka.CommandsTopic, d.cfg.Kafka.EventsTopic, nil)
-			topics := router.Topics()
+			names := router.Topics()
 			if topic != "" {
-				topics = []string{topic}
+				names = []string{topic}
 			}
-			if err := relay.EnsureTopics(cmd.Context(), cl, d.cfg.Kafka.TopicPartitions, d.cfg.Kafka.ReplicationFactor, topics...); err != nil {
+			if err := topics.Ensure(cmd.Context(), cl, d.cfg.Kafka.TopicPartitions, d.cfg.Kafka.ReplicationFactor, names...); err != nil {
 				return err
 			}
 			start := time.Now()
