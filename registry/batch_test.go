@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -85,6 +86,45 @@ func TestClaimBatchEqualsClaim(t *testing.T) {
 			want: []registry.Kind{K.D, K.S, K.X, K.I, K.R, K.C},
 		},
 		{
+			// A row takes precedence over the guard: e6 was claimed by another
+			// owner (skip-stale) while the aggregate is at 4, so under
+			// wait-for-predecessor it is IN_PROGRESS, not WAIT; the new
+			// events of the batch are still claimed (the claim's fast path
+			// for new events is undone and the general path decides).
+			name: "wait-for-predecessor input that already has a row",
+			setup: func(t *testing.T, h string) {
+				advance(t, r, h, "A", 4)
+				mustKind(t, claim(t, other, req(h, "e6", "A", 6, skip)), registry.Claimed)
+			},
+			reqs: func(h string) []registry.ClaimRequest {
+				return []registry.ClaimRequest{req(h, "a5", "A", 5, wait), req(h, "e6", "A", 6, wait), req(h, "z1", "Z", 1, wait), req(h, "b7", "A", 7, wait)}
+			},
+			want: []registry.Kind{K.C, K.I, K.C, K.W},
+		},
+		{
+			// The existing row sorts last: every new event before it was
+			// inserted by the fast path before the conflict; none may be
+			// left behind or claimed twice.
+			name: "existing row last in key order",
+			setup: func(t *testing.T, h string) {
+				claimDone(t, r, req(h, "zz-done", "Q", 1, skip))
+			},
+			reqs: func(h string) []registry.ClaimRequest {
+				out := []registry.ClaimRequest{req(h, "zz-done", "Q", 1, skip)}
+				for i := range 20 {
+					out = append(out, req(h, fmt.Sprintf("a%02d", i), fmt.Sprintf("n%d", i), 1, skip))
+				}
+				return out
+			},
+			want: func() []registry.Kind {
+				out := []registry.Kind{K.D}
+				for range 20 {
+					out = append(out, K.C)
+				}
+				return out
+			}(),
+		},
+		{
 			name: "repeated event in one batch",
 			reqs: func(h string) []registry.ClaimRequest {
 				return []registry.ClaimRequest{req(h, "e", "A", 1, wait), req(h, "e", "A", 1, wait), req(h, "f", "B", 1, wait), req(h, "e", " A ", 1, wait)}
@@ -140,6 +180,21 @@ func TestClaimBatchEqualsClaim(t *testing.T) {
 				}
 				if b.Kind == registry.Claimed && (b.Lease.Token == "" || b.Lease.EventID != tc.reqs(hb)[i].EventID) {
 					t.Errorf("request %d: lease %+v", i, b.Lease)
+				}
+			}
+			// The lease each CLAIMED result carries is the row's: it marks
+			// the row done (fencing accepts it), and tokens are distinct.
+			tokens := map[string]bool{}
+			for i, b := range batch {
+				if b.Kind != registry.Claimed || tokens[b.Lease.Token] {
+					if b.Kind == registry.Claimed {
+						t.Errorf("request %d: token %s handed out twice", i, b.Lease.Token)
+					}
+					continue
+				}
+				tokens[b.Lease.Token] = true
+				if got := row(t, r, hb, b.Lease.EventID); got.LeaseToken != b.Lease.Token || got.Attempts != b.Attempt {
+					t.Errorf("request %d: row has token %s attempt %d, result %s attempt %d", i, got.LeaseToken, got.Attempts, b.Lease.Token, b.Attempt)
 				}
 			}
 		})
@@ -204,6 +259,18 @@ func TestMarkDoneBatch(t *testing.T) {
 	hb, err := r.HeartbeatBatch(ctx, []registry.Lease{old.Lease, cur.Lease})
 	if err != nil || !errors.Is(hb[0], registry.ErrLeaseLost) || !errors.Is(hb[1], registry.ErrLeaseLost) {
 		t.Fatalf("heartbeat after done: %v %v", hb, err)
+	}
+
+	// The same lease twice in one batch, once in upper case: both done.
+	dup := claim(t, r, req("h", "dup", "agg-dup", 1, skip))
+	upper := dup.Lease
+	upper.Token = strings.ToUpper(upper.Token)
+	errs, err = r.MarkDoneBatch(ctx, []registry.Done{{Lease: dup.Lease, Outcome: registry.Applied()}, {Lease: upper, Outcome: registry.Rejected("twice")}})
+	if err != nil || errs[0] != nil || errs[1] != nil {
+		t.Fatalf("same lease twice: %v %v", errs, err)
+	}
+	if got := row(t, r, "h", "dup"); got.Status != registry.StatusDone {
+		t.Fatalf("dup row %+v", got)
 	}
 
 	// Retrying the whole batch after a lost reply is harmless.

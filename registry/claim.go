@@ -11,12 +11,13 @@ import (
 	"github.com/sluicehq/sluice/shared/envelope"
 )
 
-// claimSQL runs sluice.registry_claim (migration 00003): all claims of a
-// call in one statement, one transaction, one round trip.
-const claimSQL = `SELECT idx, kind, lease_token::text, attempt, holder, last_sequence,
+// claimSQL runs sluice.registry_claim_batch (migration 00005): all claims
+// of a call in one statement, one transaction, one round trip. The lease
+// tokens are generated here (one per input, used only if it is claimed).
+const claimSQL = `SELECT idx, kind, attempt, holder, last_sequence,
        not_before, wait_us, stalled_us, outcome, last_error
-FROM sluice.registry_claim($1::text[], $2::text[], $3::text[], $4::bigint[], $5::boolean[],
-                           $6::text, $7::text::uuid, $8::bigint)`
+FROM sluice.registry_claim_batch($1::text[], $2::text[], $3::text[], $4::bigint[], $5::boolean[],
+                                 $6::uuid[], $7::text, $8::text::uuid, $9::bigint)`
 
 // Claim claims one event for one handler (SPEC §7.2): the same as ClaimBatch
 // with one request. See Kind for what each result asks the caller to do.
@@ -79,9 +80,10 @@ func (r *Registry) ClaimBatch(ctx context.Context, reqs []ClaimRequest) ([]Claim
 	}
 
 	instance := r.currentInstance()
+	tokens := newTokens(len(handlers))
 	uniq := make([]ClaimResult, len(handlers))
 	err := r.run(ctx, "claim", func(ctx context.Context) error {
-		rows, err := r.pool.Query(ctx, claimSQL, handlers, eventIDs, aggregates, seqs, waits,
+		rows, err := r.pool.Query(ctx, claimSQL, handlers, eventIDs, aggregates, seqs, waits, tokens,
 			r.opts.Owner, instance, r.opts.LeaseTimeout.Microseconds())
 		if err != nil {
 			return err
@@ -90,16 +92,16 @@ func (r *Registry) ClaimBatch(ctx context.Context, reqs []ClaimRequest) ([]Claim
 		n := 0
 		for rows.Next() {
 			var (
-				idx                 int64
-				kind                string
-				token, holder, lerr pgtype.Text
-				attempt             pgtype.Int4
-				last                int64
-				notBefore           pgtype.Timestamptz
-				waitUS, stalledUS   pgtype.Int8
-				outcome             []byte
+				idx               int32
+				kind              string
+				holder, lerr      pgtype.Text
+				attempt           pgtype.Int4
+				last              int64
+				notBefore         pgtype.Timestamptz
+				waitUS, stalledUS pgtype.Int8
+				outcome           []byte
 			)
-			if err := rows.Scan(&idx, &kind, &token, &attempt, &holder, &last, &notBefore, &waitUS, &stalledUS, &outcome, &lerr); err != nil {
+			if err := rows.Scan(&idx, &kind, &attempt, &holder, &last, &notBefore, &waitUS, &stalledUS, &outcome, &lerr); err != nil {
 				return err
 			}
 			if idx < 1 || int(idx) > len(uniq) {
@@ -132,7 +134,7 @@ func (r *Registry) ClaimBatch(ctx context.Context, reqs []ClaimRequest) ([]Claim
 			}
 			if k == Claimed {
 				res.Holder = r.opts.Owner
-				res.Lease = Lease{Handler: handlers[p], EventID: eventIDs[p], Token: token.String, Attempt: res.Attempt}
+				res.Lease = Lease{Handler: handlers[p], EventID: eventIDs[p], Token: formatUUID(tokens[p].Bytes), Attempt: res.Attempt}
 			}
 			uniq[p] = res
 			n++

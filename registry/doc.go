@@ -1,6 +1,7 @@
 // Package registry provides sluice's processed-event registry and
 // per-aggregate sequence guard (SPEC §7), on Postgres tables
-// sluice.processed_events and sluice.aggregate_versions (migration 00003).
+// sluice.processed_events and sluice.aggregate_versions (migrations 00003
+// and 00005).
 //
 // Every worker passes it before any side effect:
 //
@@ -43,7 +44,9 @@
 //     dead letters or commits; Check is the readiness probe.
 //
 // Throughput (SPEC §13): ClaimBatch, MarkDoneBatch and the heartbeats of
-// Hold cost one Postgres round trip for any number of events.
+// Hold cost one Postgres round trip for any number of events; a batch of
+// first deliveries takes the claim's fast path (docs/registry.md, "Where the
+// time goes").
 //
 // docs/registry.md is the operator guide: states, outcomes, policies,
 // healing, knobs and runbooks.

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgtype"
 
@@ -17,15 +18,21 @@ import (
 // markDoneSQL marks many leases done in one statement: only rows still
 // processing under the given token change (fencing); rows already done under
 // that same token count as done (an idempotent retry after a lost reply).
-// The aggregate versions advance monotonically in the same transaction:
-// existing rows are raised only when lower (UPDATE … WHERE last < new),
-// missing ones inserted (a concurrent insert falls back to the same
-// monotonic update). The caller sends the input sorted by (handler,
-// event_id), the order in which claims lock rows, so the row locks of
-// concurrent statements are taken in one order.
+// It returns the 1-based input positions of both. The aggregate versions
+// advance monotonically (greatest) in the same transaction: existing rows by
+// one UPDATE, which also tells which rows exist (cheaper than ON CONFLICT DO
+// UPDATE, which costs twice as much per row); missing ones are inserted, and
+// a concurrent insert falls back to the same monotonic update. The inputs
+// are unique and sorted by (handler, event_id), the order in which claims
+// lock rows, so the row locks of concurrent statements are taken in one
+// order; outcomes are sent once per distinct value ($5 indexes $4). The
+// plan must not depend on row estimates (a parameter array is estimated at
+// 10 rows): the anti-joins against CTEs are NOT IN, which Postgres runs as a
+// hashed subplan, never as a nested loop over the CTE.
 const markDoneSQL = `WITH input AS (
-    SELECT u.handler, u.event_id, u.token::uuid AS token, u.outcome::jsonb AS outcome
-    FROM unnest($1::text[], $2::text[], $3::text[], $4::text[]) AS u(handler, event_id, token, outcome)
+    SELECT u.idx, u.handler, u.event_id, u.token, ($4::jsonb[])[u.o] AS outcome
+    FROM unnest($1::text[], $2::text[], $3::uuid[], $5::integer[])
+         WITH ORDINALITY AS u(handler, event_id, token, o, idx)
 ),
 done AS (
     UPDATE sluice.processed_events pe
@@ -33,14 +40,7 @@ done AS (
     FROM input i
     WHERE pe.handler = i.handler AND pe.event_id = i.event_id AND pe.lease_token = i.token
       AND pe.status = 'processing'
-    RETURNING pe.handler, pe.event_id, pe.lease_token, pe.aggregate_id, pe.sequence_number
-),
-already AS (
-    SELECT pe.handler, pe.event_id, pe.lease_token
-    FROM input i
-    JOIN sluice.processed_events pe
-      ON pe.handler = i.handler AND pe.event_id = i.event_id AND pe.lease_token = i.token
-    WHERE pe.status = 'done'
+    RETURNING i.idx, pe.handler, pe.aggregate_id, pe.sequence_number
 ),
 maxes AS MATERIALIZED (
     SELECT d.handler, d.aggregate_id, max(d.sequence_number) AS seq
@@ -50,26 +50,34 @@ maxes AS MATERIALIZED (
 ),
 bumped AS (
     UPDATE sluice.aggregate_versions av
-    SET last_sequence = m.seq, updated_at = now()
+    SET last_sequence = greatest(av.last_sequence, m.seq),
+        updated_at = CASE WHEN av.last_sequence < m.seq THEN now() ELSE av.updated_at END
     FROM maxes m
-    WHERE av.handler = m.handler AND av.aggregate_id = m.aggregate_id AND av.last_sequence < m.seq
-    RETURNING av.handler
+    WHERE av.handler = m.handler AND av.aggregate_id = m.aggregate_id
+    RETURNING av.handler, av.aggregate_id
 ),
 created AS (
     INSERT INTO sluice.aggregate_versions AS av (handler, aggregate_id, last_sequence, updated_at)
     SELECT m.handler, m.aggregate_id, m.seq, now()
     FROM maxes m
-    WHERE NOT EXISTS (SELECT 1 FROM sluice.aggregate_versions x
-                      WHERE x.handler = m.handler AND x.aggregate_id = m.aggregate_id)
+    WHERE (m.handler, m.aggregate_id) NOT IN (SELECT b.handler, b.aggregate_id FROM bumped b)
     ORDER BY m.handler, m.aggregate_id
     ON CONFLICT (handler, aggregate_id) DO UPDATE
     SET last_sequence = EXCLUDED.last_sequence, updated_at = EXCLUDED.updated_at
     WHERE av.last_sequence < EXCLUDED.last_sequence
-    RETURNING av.handler
+),
+missing AS MATERIALIZED (
+    SELECT i.idx, i.handler, i.event_id, i.token
+    FROM input i
+    WHERE i.idx NOT IN (SELECT d.idx FROM done d)
 )
-SELECT handler, event_id, lease_token::text FROM done
+SELECT d.idx FROM done d
 UNION ALL
-SELECT handler, event_id, lease_token::text FROM already`
+SELECT m.idx
+FROM missing m
+JOIN sluice.processed_events pe
+  ON pe.handler = m.handler AND pe.event_id = m.event_id AND pe.lease_token = m.token
+WHERE pe.status = 'done'`
 
 // Done is one item of MarkDoneBatch.
 type Done struct {
@@ -98,10 +106,6 @@ func (r *Registry) MarkDoneBatch(ctx context.Context, items []Done) (errs []erro
 	if len(items) == 0 {
 		return nil, nil
 	}
-	handlers := make([]string, len(items))
-	eventIDs := make([]string, len(items))
-	tokens := make([]string, len(items))
-	outcomes := make([]string, len(items))
 	for i, it := range items {
 		if err := validateLease(i, it.Lease); err != nil {
 			return nil, err
@@ -110,19 +114,80 @@ func (r *Registry) MarkDoneBatch(ctx context.Context, items []Done) (errs []erro
 			return nil, &RequestError{Index: i, Field: "outcome", Reason: err.Error()}
 		}
 	}
-	for j, i := range lockOrder(len(items), func(i int) Lease { return items[i].Lease }) {
+	// The statement gets each (handler, event_id, token) once, in lock
+	// order; slot[i] is the position sent for items[i].
+	type key struct {
+		handler, eventID string
+		token            [16]byte
+	}
+	var (
+		slot      = make([]int, len(items))
+		seen      = make(map[key]int, len(items))
+		handlers  = make([]string, 0, len(items))
+		eventIDs  = make([]string, 0, len(items))
+		tokens    = make([]pgtype.UUID, 0, len(items))
+		outcomeOf = make([]int32, 0, len(items))
+		outcomes  []string
+		codes     = map[Outcome]int32{}
+	)
+	for _, i := range lockOrder(len(items), func(i int) Lease { return items[i].Lease }) {
 		it := items[i]
-		o, err := it.Outcome.encode()
-		if err != nil {
-			return nil, err
+		tok, err := uuid.Parse(it.Lease.Token)
+		if err != nil { // validated above
+			return nil, &RequestError{Index: i, Field: "lease_token", Reason: err.Error(), Err: err}
 		}
-		handlers[j], eventIDs[j], tokens[j], outcomes[j] = it.Lease.Handler, it.Lease.EventID, it.Lease.Token, o
+		k := key{it.Lease.Handler, it.Lease.EventID, tok}
+		if j, ok := seen[k]; ok {
+			slot[i] = j
+			continue
+		}
+		code, ok := codes[it.Outcome]
+		if !ok {
+			o, err := it.Outcome.encode()
+			if err != nil {
+				return nil, err
+			}
+			outcomes = append(outcomes, o)
+			code = int32(len(outcomes)) // 1-based, a Postgres array index
+			codes[it.Outcome] = code
+		}
+		slot[i] = len(handlers)
+		seen[k] = len(handlers)
+		handlers = append(handlers, it.Lease.Handler)
+		eventIDs = append(eventIDs, it.Lease.EventID)
+		tokens = append(tokens, pgtype.UUID{Bytes: tok, Valid: true})
+		outcomeOf = append(outcomeOf, code)
 	}
-	leases := make([]Lease, len(items)) // in the caller's order, for errs
+	done := make([]bool, len(handlers))
+	err = r.run(ctx, "mark done", func(ctx context.Context) error {
+		clear(done)
+		rows, err := r.pool.Query(ctx, markDoneSQL, handlers, eventIDs, tokens, outcomes, outcomeOf)
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		var idx int64
+		for rows.Next() {
+			if err := rows.Scan(&idx); err != nil {
+				return err
+			}
+			if idx < 1 || int(idx) > len(done) {
+				return fmt.Errorf("mark done result index %d out of range", idx)
+			}
+			done[idx-1] = true
+		}
+		return rows.Err()
+	})
+	if err != nil {
+		return nil, err
+	}
+	errs = make([]error, len(items))
 	for i, it := range items {
-		leases[i] = it.Lease
+		if !done[slot[i]] {
+			errs[i] = &LeaseLostError{Op: "mark done", Handler: it.Lease.Handler, EventID: it.Lease.EventID}
+		}
 	}
-	return r.fencedUpdate(ctx, "mark done", markDoneSQL, leases, handlers, eventIDs, tokens, outcomes)
+	return errs, nil
 }
 
 // markFailedSQL records a failed attempt under the current lease. A

@@ -12,6 +12,7 @@ import (
 	"unicode"
 	"unicode/utf8"
 
+	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/sluicehq/sluice/shared/config"
@@ -203,12 +204,12 @@ func (r *Registry) Check(ctx context.Context) error {
 	var ok bool
 	err := r.pool.QueryRow(ctx, `SELECT to_regclass('sluice.processed_events') IS NOT NULL
 		AND to_regclass('sluice.aggregate_versions') IS NOT NULL
-		AND to_regprocedure('sluice.registry_claim(text[],text[],text[],bigint[],boolean[],text,uuid,bigint)') IS NOT NULL`).Scan(&ok)
+		AND to_regprocedure('sluice.registry_claim_batch(text[],text[],text[],bigint[],boolean[],uuid[],text,uuid,bigint)') IS NOT NULL`).Scan(&ok)
 	if err != nil {
 		return r.wrap(ctx, "check", err)
 	}
 	if !ok {
-		return errors.New("registry: check: tables sluice.processed_events/aggregate_versions are missing: run `sluice migrate up`")
+		return errors.New("registry: check: tables sluice.processed_events/aggregate_versions or function sluice.registry_claim_batch are missing: run `sluice migrate up`")
 	}
 	return nil
 }
@@ -254,20 +255,40 @@ func (r *Registry) wrap(parent context.Context, op string, err error) error {
 
 // newUUID returns a random (version 4) UUID in canonical text form.
 func newUUID() string {
-	var b [16]byte
-	_, _ = rand.Read(b[:])
-	b[6] = b[6]&0x0f | 0x40
-	b[8] = b[8]&0x3f | 0x80
+	return formatUUID(newTokens(1)[0].Bytes)
+}
+
+// newTokens returns n random (version 4) UUIDs, the lease tokens of a
+// claim: crypto/rand, like gen_random_uuid(), but generated here, where
+// they cost less than on the server (docs/registry.md).
+func newTokens(n int) []pgtype.UUID {
+	b := make([]byte, 16*n)
+	_, _ = rand.Read(b) // never fails (crypto/rand)
+	out := make([]pgtype.UUID, n)
+	for i := range out {
+		u := &out[i]
+		copy(u.Bytes[:], b[16*i:])
+		u.Bytes[6] = u.Bytes[6]&0x0f | 0x40
+		u.Bytes[8] = u.Bytes[8]&0x3f | 0x80
+		u.Valid = true
+	}
+	return out
+}
+
+// formatUUID returns b in canonical (lower-case) UUID text form.
+func formatUUID(b [16]byte) string {
 	const hex = "0123456789abcdef"
-	var s strings.Builder
+	var s [36]byte
+	j := 0
 	for i, c := range b {
 		if i == 4 || i == 6 || i == 8 || i == 10 {
-			s.WriteByte('-')
+			s[j] = '-'
+			j++
 		}
-		s.WriteByte(hex[c>>4])
-		s.WriteByte(hex[c&0x0f])
+		s[j], s[j+1] = hex[c>>4], hex[c&0x0f]
+		j += 2
 	}
-	return s.String()
+	return string(s[:])
 }
 
 // validUUID reports whether s is a UUID in its 36-character text form.
