@@ -510,8 +510,8 @@ func TestGroupOf500IsOnePutAndConstantRoundTrips(t *testing.T) {
 	if puts != 1 {
 		t.Errorf("%d PUTs, want 1", puts)
 	}
-	if queries > 3 {
-		t.Errorf("%d Postgres round trips for one group, want 3 (reservation: 2, commit: 1)", queries)
+	if queries > 2 {
+		t.Errorf("%d Postgres round trips for one group, want 2 (reservation: 1, commit: 1)", queries)
 	}
 	keys := map[string]bool{}
 	for _, r := range rs {

@@ -26,10 +26,12 @@ func BenchmarkAppend(b *testing.B) {
 		e := newEnv(b)
 		s := e.store(b, Options{Config: testConfig()})
 		b.Run(fmt.Sprintf("groupcommit/appenders=%d", conc), func(b *testing.B) {
+			before := s.stats.snapshot()
 			runAppenders(b, conc, func(ctx context.Context, ev envelope.Envelope) error {
 				_, err := s.AppendOne(ctx, ev)
 				return err
 			})
+			reportStages(b, s.stats.snapshot().sub(before))
 		})
 		b.Run(fmt.Sprintf("object-per-event/appenders=%d", conc), func(b *testing.B) {
 			var n atomic.Int64
@@ -85,4 +87,20 @@ func runAppenders(b *testing.B, conc int, appendFn func(context.Context, envelop
 	b.ReportMetric(pct(0.50), "p50-ms")
 	b.ReportMetric(pct(0.99), "p99-ms")
 	b.ReportMetric(0, "ns/op")
+}
+
+// reportStages reports where a group's time went: events per group, the
+// mean gather wait, reservation, segment PUT and commit, and the mean
+// number of groups in flight.
+func reportStages(b *testing.B, st stageSnapshot) {
+	if st.groups == 0 {
+		return
+	}
+	ms := func(d time.Duration) float64 { return float64(d) / float64(st.groups) / float64(time.Millisecond) }
+	b.ReportMetric(float64(st.events)/float64(st.groups), "events/group")
+	b.ReportMetric(ms(st.gather), "gather-ms")
+	b.ReportMetric(ms(st.reserve), "reserve-ms")
+	b.ReportMetric(ms(st.put), "put-ms")
+	b.ReportMetric(ms(st.commit), "commit-ms")
+	b.ReportMetric(float64(st.inFlight)/float64(st.groups), "inflight")
 }

@@ -6,7 +6,10 @@ import (
 
 // group is one unit of group commit: the leaders the worker processes.
 type group struct {
-	items []*item
+	items    []*item
+	oldest   time.Time // arrival of the group's oldest item
+	started  time.Time // when the committer dispatched it
+	inFlight int       // groups in flight when it started, itself included
 }
 
 // committer state, owned by the run goroutine.
@@ -16,7 +19,7 @@ type committer struct {
 	leaders   map[string]*item    // event_id → the item carrying it (in a group in flight)
 	slots     map[string]struct{} // slot keys in flight
 	inFlight  int
-	reserving bool // a group is in its reservation transaction
+	reserving int // groups in their reservation transaction
 }
 
 // run is the committer: it gathers pending appends into groups of up to
@@ -40,7 +43,7 @@ func (s *Store) run() {
 			}
 			c.pending = append(c.pending, batch...)
 		case <-s.reserved:
-			c.reserving = false
+			c.reserving--
 		case g := <-s.groupDone:
 			c.finish(g)
 		case <-timer.C:
@@ -73,15 +76,16 @@ func (s *Store) run() {
 	}
 }
 
-// dispatch starts a group when one is due, no other group is in its
-// reservation and fewer than MaxInFlightGroups are between reservation and
-// commit. Reservations thus run one at a time (they serialise on log_head
-// anyway) while segment writes and commits overlap, and appends arriving
-// during a reservation make the next group larger. It returns when the
-// committer should wake up next (zero: no timer needed).
+// dispatch starts a group when one is due, fewer than MaxReservingGroups
+// are in their reservation round trip and fewer than MaxInFlightGroups are
+// between reservation and commit. With the default of one reservation at a
+// time (they serialise on log_head anyway) segment writes and commits still
+// overlap, and appends arriving during a reservation make the next group
+// larger. It returns when the committer should wake up next (zero: no timer
+// needed).
 func (c *committer) dispatch(now time.Time, quitting bool) time.Time {
 	cfg := c.s.cfg
-	for !c.reserving && c.inFlight < cfg.maxInFlight {
+	for c.reserving < cfg.maxReserving && c.inFlight < cfg.maxInFlight {
 		ready, oldest := 0, time.Time{}
 		for _, it := range c.pending {
 			if it.notBefore.After(now) {
@@ -107,7 +111,8 @@ func (c *committer) dispatch(now time.Time, quitting bool) time.Time {
 			break // everything ready waits for a group in flight
 		}
 		c.inFlight++
-		c.reserving = true
+		c.reserving++
+		g.started, g.inFlight = now, c.inFlight
 		go func() {
 			c.s.processGroup(g)
 			c.s.groupDone <- g
@@ -117,7 +122,7 @@ func (c *committer) dispatch(now time.Time, quitting bool) time.Time {
 	for _, it := range c.pending {
 		t := it.notBefore
 		if !t.After(now) {
-			if c.reserving || c.inFlight >= cfg.maxInFlight {
+			if c.reserving >= cfg.maxReserving || c.inFlight >= cfg.maxInFlight {
 				continue // the reservation or a finishing group wakes us
 			}
 			if c.blocked(it) {
@@ -186,6 +191,9 @@ func (c *committer) form(now time.Time) *group {
 			c.slots[it.slotKey] = struct{}{}
 		}
 		c.leaders[it.env.EventID] = it
+		if g.oldest.IsZero() || it.arrived.Before(g.oldest) {
+			g.oldest = it.arrived
+		}
 		g.items = append(g.items, it)
 	}
 	clear(c.pending[len(rest):])

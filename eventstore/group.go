@@ -19,8 +19,16 @@ func (s *Store) processGroup(g *group) {
 	// bound only keeps a hung request from holding a worker forever.
 	ctx, cancel := context.WithTimeout(s.ctx, max(4*s.cfg.appendTO, time.Minute))
 	defer cancel()
+	t0 := time.Now()
 	accepted, first, err := s.reserve(ctx, g.items)
 	s.reserved <- struct{}{}
+	if err == nil && len(accepted) > 0 {
+		s.stats.groups.Add(1)
+		s.stats.events.Add(int64(len(accepted)))
+		s.stats.gather.Add(int64(g.started.Sub(g.oldest)))
+		s.stats.reserve.Add(int64(time.Since(t0)))
+		s.stats.inFlight.Add(int64(g.inFlight))
+	}
 	if err != nil {
 		for _, it := range g.items {
 			it.resetOutcome()
@@ -77,7 +85,9 @@ func (s *Store) writeBlock(ctx context.Context, accepted []*item, first int64) {
 		body = it.tmpl.appendLine(body, it.seq, it.pos)
 		body = append(body, '\n')
 	}
+	t0 := time.Now()
 	stored, err := s.createSegment(ctx, key, body)
+	s.stats.put.Add(int64(time.Since(t0)))
 	if err != nil {
 		fail(err)
 		return
@@ -111,7 +121,10 @@ func (s *Store) writeBlock(ctx context.Context, accepted []*item, first int64) {
 		end := offsets[j] + int64(bytes.IndexByte(body[offsets[j]:], '\n'))
 		refs[j] = lineRef{position: it.pos, eventID: it.env.EventID, offset: offsets[j], length: end - offsets[j]}
 	}
-	if _, err := s.commitRows(ctx, key, refs, false); err != nil {
+	t0 = time.Now()
+	_, err = s.commitRows(ctx, key, refs, false)
+	s.stats.commit.Add(int64(time.Since(t0)))
+	if err != nil {
 		fail(err)
 		return
 	}

@@ -38,6 +38,13 @@ type Options struct {
 	// once (pipelining: a group reserves while the previous one writes its
 	// segment). Default 4.
 	MaxInFlightGroups int
+	// MaxReservingGroups bounds the groups in their reservation round trip
+	// at once (at most MaxInFlightGroups). Default 1: the next group gathers
+	// while one reserves, which keeps groups large. With more, a group may
+	// reserve while the previous one waits for its WAL flush (the log_head
+	// lock is released before the flush, so they overlap), at the price of
+	// smaller groups; positions still follow reservation commit order.
+	MaxReservingGroups int
 	// ReadConcurrency bounds parallel ranged GETs of one read. Default 8.
 	ReadConcurrency int
 	// Now is the clock for absent occurred_at. Default time.Now.
@@ -66,6 +73,7 @@ type settings struct {
 	logger       *slog.Logger
 	writerID     string
 	maxInFlight  int
+	maxReserving int
 	readConc     int
 	now          func() time.Time
 	hooks        testHooks
@@ -74,15 +82,16 @@ type settings struct {
 func (o Options) settings() (settings, error) {
 	c := o.Config
 	s := settings{
-		maxWait:     c.GroupCommitMaxWait,
-		maxEvents:   c.GroupCommitMaxEvents,
-		appendTO:    c.AppendTimeout,
-		limits:      envelope.Limits{MaxEnvelopeBytes: c.MaxEnvelopeBytes, MaxDataDepth: c.MaxDataDepth, MaxMetadataBytes: c.MaxMetadataBytes},
-		logger:      o.Logger,
-		writerID:    o.WriterID,
-		maxInFlight: o.MaxInFlightGroups,
-		readConc:    o.ReadConcurrency,
-		now:         o.Now,
+		maxWait:      c.GroupCommitMaxWait,
+		maxEvents:    c.GroupCommitMaxEvents,
+		appendTO:     c.AppendTimeout,
+		limits:       envelope.Limits{MaxEnvelopeBytes: c.MaxEnvelopeBytes, MaxDataDepth: c.MaxDataDepth, MaxMetadataBytes: c.MaxMetadataBytes},
+		logger:       o.Logger,
+		writerID:     o.WriterID,
+		maxInFlight:  o.MaxInFlightGroups,
+		maxReserving: o.MaxReservingGroups,
+		readConc:     o.ReadConcurrency,
+		now:          o.Now,
 	}
 	if s.maxWait <= 0 {
 		s.maxWait = 2 * time.Millisecond
@@ -116,6 +125,10 @@ func (o Options) settings() (settings, error) {
 	if s.maxInFlight <= 0 {
 		s.maxInFlight = 4
 	}
+	if s.maxReserving <= 0 {
+		s.maxReserving = 1
+	}
+	s.maxReserving = min(s.maxReserving, s.maxInFlight)
 	if s.readConc <= 0 {
 		s.readConc = 8
 	}

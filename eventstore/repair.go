@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/sluicehq/sluice/eventstore/objstore"
 )
 
@@ -25,13 +27,24 @@ WITH upd AS (
   WHERE a.position = u.pos AND a.event_id = u.eid::uuid AND (NOT $6 OR a.state <> 'committed')
   RETURNING 1
 )
-SELECT (SELECT count(*) FROM upd), pg_notify('` + NotifyChannel + `', 'committed ' || $7::bigint || ' ' || $8::bigint)`
+SELECT count(*) FROM upd`
+
+// sqlNotify sends a wake-up on NotifyChannel in a transaction of its own.
+const sqlNotify = `SELECT pg_notify('` + NotifyChannel + `', $1)`
 
 // commitRows is step 5 of SPEC §5.4 (and the repair of a block whose
 // segment exists): one statement marks the rows committed with their byte
 // ranges — also rows a relay meanwhile marked abandoned, which a late writer
 // thereby revives. With onlyUncommitted, rows already committed are left
 // alone and counted out.
+//
+// One round trip: BEGIN; the update; COMMIT; then the NOTIFY in a
+// transaction of its own. A NOTIFY inside the updating transaction would hold
+// Postgres's cluster-wide notification lock through that transaction's
+// commit fsync, serialising it with every other notifying commit (the
+// reservations among them); after the commit it costs no fsync. The
+// wake-up still follows the commit; if the process dies in between, the
+// relay's poll finds the rows.
 func (s *Store) commitRows(ctx context.Context, key string, refs []lineRef, onlyUncommitted bool) (int64, error) {
 	n := len(refs)
 	pos, eids, offs, lens := make([]int64, n), make([]string, n), make([]int64, n), make([]int32, n)
@@ -40,13 +53,52 @@ func (s *Store) commitRows(ctx context.Context, key string, refs []lineRef, only
 		pos[j], eids[j], offs[j], lens[j] = r.position, r.eventID, r.offset, int32(r.length)
 		lo, hi = min(lo, r.position), max(hi, r.position)
 	}
-	var updated int64
-	err := s.pool.QueryRow(ctx, sqlCommitRows, key, pos, eids, offs, lens, onlyUncommitted, lo, hi).Scan(&updated, nil)
+	updated, err := s.commitRoundTrip(ctx, key, pos, eids, offs, lens, onlyUncommitted, fmt.Sprintf("committed %d %d", lo, hi))
 	if err != nil {
 		return 0, fmt.Errorf("eventstore: commit %s: %w", key, err)
 	}
 	if !onlyUncommitted && updated != int64(n) {
 		return updated, fmt.Errorf("eventstore: commit %s: %d of %d index rows found (was the index rebuilt meanwhile?)", key, updated, n)
+	}
+	return updated, nil
+}
+
+func (s *Store) commitRoundTrip(ctx context.Context, key string, pos []int64, eids []string, offs []int64, lens []int32,
+	onlyUncommitted bool, payload string) (int64, error) {
+	conn, err := s.pool.Acquire(ctx)
+	if err != nil {
+		return 0, err
+	}
+	defer conn.Release()
+	c := conn.Conn()
+	defer func() {
+		if c.PgConn().TxStatus() != 'I' {
+			_, _ = c.Exec(context.WithoutCancel(ctx), "ROLLBACK")
+		}
+	}()
+	b := &pgx.Batch{}
+	b.Queue("BEGIN")
+	b.Queue(sqlCommitRows, key, pos, eids, offs, lens, onlyUncommitted)
+	b.Queue("COMMIT")
+	b.Queue(sqlNotify, payload)
+	br := c.SendBatch(ctx, b)
+	defer br.Close()
+	var updated int64
+	if _, err := br.Exec(); err != nil {
+		return 0, err
+	}
+	if err := br.QueryRow().Scan(&updated); err != nil {
+		return 0, err
+	}
+	if _, err := br.Exec(); err != nil {
+		return 0, err
+	}
+	if _, err := br.Exec(); err != nil {
+		// committed; only the wake-up failed (the relay polls)
+		s.cfg.logger.Debug("eventstore: NOTIFY after commit failed", "segment_key", key, "error", err)
+	}
+	if err := br.Close(); err != nil && c.PgConn().TxStatus() != 'I' {
+		return 0, err
 	}
 	return updated, nil
 }

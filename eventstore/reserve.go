@@ -125,6 +125,15 @@ func (s *Store) reserve(ctx context.Context, items []*item) (accepted []*item, f
 }
 
 func (s *Store) reserveOnce(ctx context.Context, items []*item) (accepted []*item, first int64, err error) {
+	if s.fastEligible(items) {
+		accepted, first, ok, err := s.reserveFast(ctx, items)
+		if ok || err != nil {
+			return accepted, first, err
+		}
+		for _, it := range items {
+			it.resetOutcome()
+		}
+	}
 	conn, err := s.pool.Acquire(ctx)
 	if err != nil {
 		return nil, 0, fmt.Errorf("eventstore: reserve: %w", err)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"sync/atomic"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
@@ -29,6 +30,9 @@ type Store struct {
 
 	ctx    context.Context // groups run under it; cancelled after Close drained
 	cancel context.CancelFunc
+
+	stats         stageStats
+	noFastReserve atomic.Bool // migration 00006 missing: general reservation path only
 }
 
 // New returns a Store over the pool (migrations applied) and the bucket,

@@ -1,0 +1,404 @@
+package eventstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/sluicehq/sluice/shared/envelope"
+)
+
+// The one-round-trip reservation (migration 00006) and the general path
+// leave identical tables and return identical results for the same appends:
+// sequences, OCC conflicts (also within one group and on a new aggregate),
+// all-conflict groups, positions, segment keys and byte ranges.
+func TestFastReservationMatchesGeneralPath(t *testing.T) {
+	type step struct {
+		envs []envelope.Envelope
+	}
+	mk := func() []step {
+		withExp := func(e envelope.Envelope, n int64) envelope.Envelope { e.ExpectedSeq = expect(n); return e }
+		return []step{
+			{[]envelope.Envelope{command("Order", "a", 1), command("Order", "a", 2), command("Order", "b", 3)}},
+			{[]envelope.Envelope{
+				withExp(command("Order", "a", "fresh"), 2),
+				withExp(command("Order", "a", "stale"), 1),
+				withExp(command("Order", "a", "after"), 3),
+				withExp(command("Order", "new", "first"), 0),
+				withExp(command("Order", "ghost", "never"), 5), // new aggregate, conflict: no sequences row stays
+				command("Invoice", "i-1", "plain"),
+			}},
+			{[]envelope.Envelope{withExp(command("Order", "a", "all stale"), 1)}}, // nothing reserved
+			{[]envelope.Envelope{command("Order", "b", 4), domainEvent("Order", "b", 5)}},
+		}
+	}
+	steps := mk()
+	type outcome struct {
+		results []string
+		snap    tableSnapshot
+	}
+	run := func(t *testing.T, fast bool) outcome {
+		e := newEnv(t)
+		s := e.store(t, Options{Config: testConfig()})
+		s.noFastReserve.Store(!fast)
+		var out outcome
+		for _, st := range steps {
+			rs, err := s.Append(ctxT(t), st.envs...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, r := range rs {
+				d := describe(r)
+				var ce *ConflictError
+				if errors.As(r.Err, &ce) {
+					d = fmt.Sprintf("conflict expected %d actual %d", ce.ExpectedSeq, ce.ActualSeq)
+				} else if r.Err == nil {
+					d += fmt.Sprintf(" %s@%d+%d", r.Event.SegmentKey, r.Event.Offset, len(r.Event.Raw))
+				}
+				out.results = append(out.results, d)
+			}
+		}
+		if s.noFastReserve.Load() == fast {
+			t.Fatalf("fast path enabled = %v after the run, want %v", !s.noFastReserve.Load(), fast)
+		}
+		out.snap = snapshot(t, e.pool)
+		return out
+	}
+	general := run(t, false)
+	fast := run(t, true)
+	if !slices.Equal(general.results, fast.results) {
+		t.Errorf("results differ:\ngeneral %q\nfast    %q", general.results, fast.results)
+	}
+	if !slices.Equal(general.snap.appends, fast.snap.appends) || !slices.Equal(general.snap.sequences, fast.snap.sequences) ||
+		general.snap.head != fast.snap.head {
+		t.Errorf("tables differ:\ngeneral %v\nfast    %v", general.snap, fast.snap)
+	}
+	for _, seq := range fast.snap.sequences {
+		if strings.HasPrefix(seq, "Order|ghost|") {
+			t.Errorf("a conflicting envelope on a new aggregate left its sequences row: %s", seq)
+		}
+	}
+	if want := int64(len(general.snap.appends) + 1); fast.snap.head != want {
+		t.Errorf("log_head %d with %d rows: positions have a hole", fast.snap.head, len(fast.snap.appends))
+	}
+}
+
+// A group with an event_id already stored takes the general path (nothing
+// reserved by the fast path), and a store without migration 00006 falls
+// back to the general path for good.
+func TestFastReservationFallsBack(t *testing.T) {
+	cases := []struct {
+		name string
+		prep func(t *testing.T, e *env, s *Store) (envs []envelope.Envelope, check func([]Result))
+	}{
+		{"retry of a stored event in the group", func(t *testing.T, e *env, s *Store) ([]envelope.Envelope, func([]Result)) {
+			old := command("Order", "o", "old")
+			first := mustAppend(t, s, old)[0]
+			return []envelope.Envelope{command("Order", "o", "new"), old}, func(rs []Result) {
+				if rs[0].Err != nil || rs[0].Event.Envelope.SequenceNumber != 2 || rs[0].Event.Envelope.Position != 2 {
+					t.Errorf("new envelope: %s, want seq 2 pos 2", describe(rs[0]))
+				}
+				if rs[1].Err != nil || !rs[1].Duplicate || rs[1].Event.Envelope.Position != first.Event.Envelope.Position {
+					t.Errorf("retry: %s, want the stored event", describe(rs[1]))
+				}
+			}
+		}},
+		{"migration 00006 missing", func(t *testing.T, e *env, s *Store) ([]envelope.Envelope, func([]Result)) {
+			if _, err := e.pool.Exec(ctxT(t), `DROP FUNCTION sluice.eventstore_reserve`); err != nil {
+				t.Fatal(err)
+			}
+			return []envelope.Envelope{command("Order", "o", 1), command("Order", "o", 2)}, func(rs []Result) {
+				for i, r := range rs {
+					if r.Err != nil || r.Event.Envelope.SequenceNumber != int64(i+1) {
+						t.Errorf("envelope %d: %s", i, describe(r))
+					}
+				}
+				if !s.noFastReserve.Load() {
+					t.Error("the store did not switch to the general path")
+				}
+			}
+		}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			e := newEnv(t)
+			s := e.store(t, Options{Config: testConfig()})
+			envs, check := c.prep(t, e, s)
+			rs, err := s.Append(ctxT(t), envs...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			check(rs)
+			if rs, err := s.Append(ctxT(t), command("Order", "after", 1)); err != nil || rs[0].Err != nil {
+				t.Fatalf("next append: %v %v", err, rs)
+			}
+		})
+	}
+}
+
+// The reservation commits asynchronously (its locks are released before the
+// WAL flush) but is durable before the segment is written: the flush
+// transaction of the same round trip has run when the PUT starts. Each
+// reservation sends its NOTIFY, and so does each commit.
+func TestReservationFlushedBeforePutAndNotified(t *testing.T) {
+	e := newEnv(t)
+	ctx := ctxT(t)
+	listener, err := pgx.Connect(ctx, e.url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer listener.Close(context.Background())
+	if _, err := listener.Exec(ctx, "LISTEN "+NotifyChannel); err != nil {
+		t.Fatal(err)
+	}
+	probe, err := pgx.Connect(ctx, e.url) // untraced: round trips are counted below
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer probe.Close(context.Background())
+	flushes := func(ctx context.Context) int64 {
+		var n int64
+		if err := probe.QueryRow(ctx, `SELECT coalesce(sum(flushes), 0) FROM sluice.eventstore_flush`).Scan(&n); err != nil {
+			t.Error(err)
+		}
+		return n
+	}
+	var mu sync.Mutex
+	var atPut []int64
+	hooks := &testHooks{afterReserve: func(ctx context.Context, key string) error {
+		n := flushes(ctx)
+		mu.Lock()
+		atPut = append(atPut, n)
+		mu.Unlock()
+		return nil
+	}}
+	s := e.store(t, Options{Config: testConfig(), hooks: hooks})
+	q0 := e.tracer.n.Load()
+	mustAppend(t, s, command("Order", "a", 1), command("Order", "b", 2))
+	mustAppend(t, s, command("Order", "a", 3))
+	if n := e.tracer.n.Load() - q0; n != 4 {
+		t.Errorf("%d Postgres round trips for two groups, want 4 (reservation 1 + commit 1 each)", n)
+	}
+	if !slices.Equal(atPut, []int64{1, 2}) {
+		t.Errorf("flush transactions seen when each segment was written: %v, want [1 2]", atPut)
+	}
+	want := []string{"reserved 1 2", "committed 1 2", "reserved 3 3", "committed 3 3"}
+	var got []string
+	wctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	for len(got) < len(want) {
+		n, err := listener.WaitForNotification(wctx)
+		if err != nil {
+			t.Fatalf("notifications %q, then %v", got, err)
+		}
+		got = append(got, n.Payload)
+	}
+	if !slices.Equal(got, want) {
+		t.Errorf("notifications %q, want %q", got, want)
+	}
+}
+
+// Several groups in flight at once, the middle one crashing (after its
+// reservation, or after its PUT): the groups around it are acknowledged,
+// positions stay contiguous per group and in reservation order, and Repair
+// settles the middle block — committed from its segment, or abandoned —
+// with no event lost or duplicated.
+func TestGroupsInFlightWithCrashInTheMiddle(t *testing.T) {
+	for _, point := range []string{"afterReserve", "afterPut"} {
+		t.Run(point, func(t *testing.T) {
+			e := newEnv(t)
+			cfg := testConfig()
+			cfg.AppendTimeout = shortTimeout
+			entered := make(chan string, 3)
+			release := make(chan struct{})
+			middle := SegmentKey(4, 6)
+			crash := errors.New("process killed")
+			hooks := &testHooks{
+				afterReserve: func(ctx context.Context, key string) error {
+					entered <- key
+					if key == middle {
+						if point == "afterReserve" {
+							return crash
+						}
+						return nil
+					}
+					<-release // groups 1 and 3 stay in flight until all three reserved
+					return nil
+				},
+				afterPut: func(ctx context.Context, key string) error {
+					if key == middle && point == "afterPut" {
+						return crash
+					}
+					return nil
+				},
+			}
+			s := e.store(t, Options{Config: cfg, hooks: hooks, WriterID: "crashing", MaxInFlightGroups: 4})
+			groups := [][]envelope.Envelope{
+				{command("Order", "a", 1), command("Order", "b", 1), command("Order", "a", 2)},
+				{command("Order", "a", 3), command("Order", "c", 1), command("Order", "b", 2)},
+				{command("Order", "b", 3), command("Order", "a", 4), command("Order", "c", 2)},
+			}
+			results := make([][]Result, len(groups))
+			var wg sync.WaitGroup
+			for g, envs := range groups {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					rs, err := s.Append(context.Background(), envs...)
+					if err != nil {
+						t.Error(err)
+					}
+					results[g] = rs
+				}()
+				if key := <-entered; key != SegmentKey(int64(3*g+1), int64(3*g+3)) {
+					t.Fatalf("group %d reserved %s", g, key)
+				}
+			}
+			close(release)
+			wg.Wait()
+			for g, rs := range results {
+				for i, r := range rs {
+					var ce *crashError
+					switch {
+					case g == 1 && !errors.As(r.Err, &ce):
+						t.Errorf("middle group envelope %d: %s, want the crash", i, describe(r))
+					case g != 1 && (r.Err != nil || r.Event.Envelope.Position != int64(3*g+i+1)):
+						t.Errorf("group %d envelope %d: %s, want position %d", g, i, describe(r), 3*g+i+1)
+					}
+				}
+			}
+			for _, ev := range groups[1] {
+				if st := rowState(t, e.pool, ev.EventID); st != stateReserved {
+					t.Fatalf("crashed group's row is %s, want reserved", st)
+				}
+			}
+			if point == "afterReserve" {
+				time.Sleep(shortTimeout + 50*time.Millisecond)
+			}
+			rep, err := s.Repair(ctxT(t), 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			wantState := stateCommitted
+			if point == "afterReserve" {
+				wantState = stateAbandoned
+				if rep.Abandoned != 3 {
+					t.Errorf("repair %+v, want 3 abandoned", rep)
+				}
+			} else if rep.Committed != 3 {
+				t.Errorf("repair %+v, want 3 committed", rep)
+			}
+			for _, ev := range groups[1] {
+				if st := rowState(t, e.pool, ev.EventID); st != wantState {
+					t.Errorf("middle row %s after repair, want %s", st, wantState)
+				}
+			}
+			// every acknowledged or repaired event is stored once, per
+			// aggregate in sequence order without a repeated sequence
+			seen := map[string]int{}
+			for _, agg := range []string{"a", "b", "c"} {
+				var last int64
+				for _, ev := range mustStream(t, s, "Order", agg) {
+					seen[ev.Envelope.EventID]++
+					if ev.Envelope.SequenceNumber <= last {
+						t.Errorf("aggregate %s: sequence %d after %d", agg, ev.Envelope.SequenceNumber, last)
+					}
+					last = ev.Envelope.SequenceNumber
+				}
+			}
+			for g, envs := range groups {
+				for _, ev := range envs {
+					want := 1
+					if g == 1 && point == "afterReserve" {
+						want = 0
+					}
+					if seen[ev.EventID] != want {
+						t.Errorf("group %d event %s read %d times, want %d", g, ev.EventID, seen[ev.EventID], want)
+					}
+				}
+			}
+			snap := snapshot(t, e.pool)
+			if snap.head != 10 || len(snap.appends) != 9 {
+				t.Errorf("log_head %d with %d rows, want 10 with 9", snap.head, len(snap.appends))
+			}
+			// a retry of the crashed group's envelopes settles them in place
+			rs, err := s.Append(ctxT(t), groups[1]...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for i, r := range rs {
+				if r.Err != nil || r.Event.Envelope.Position != int64(4+i) {
+					t.Errorf("retry %d: %s, want position %d", i, describe(r), 4+i)
+				}
+			}
+		})
+	}
+}
+
+// Many appenders over few aggregates with two reservations in flight at
+// once: every aggregate's sequences are 1..n without a gap or a repeat, and
+// positions 1..N each hold exactly one event, in the segment its key names.
+func TestConcurrentReservations(t *testing.T) {
+	e := newEnv(t)
+	s := e.store(t, Options{Config: testConfig(), MaxReservingGroups: 2})
+	if s.cfg.maxReserving < 2 {
+		t.Fatalf("maxReserving %d: this test needs reservations in flight together", s.cfg.maxReserving)
+	}
+	const appenders, each = 32, 20
+	var wg sync.WaitGroup
+	for g := range appenders {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range each {
+				ev := command("Order", fmt.Sprintf("o-%d", (g+i)%5), i)
+				if _, err := s.AppendOne(ctxT(t), ev); err != nil {
+					t.Error(err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	total := 0
+	for a := range 5 {
+		evs := mustStream(t, s, "Order", fmt.Sprintf("o-%d", a))
+		for i, ev := range evs {
+			if ev.Envelope.SequenceNumber != int64(i+1) {
+				t.Fatalf("aggregate o-%d: event %d has sequence %d", a, i, ev.Envelope.SequenceNumber)
+			}
+		}
+		total += len(evs)
+	}
+	if total != appenders*each {
+		t.Fatalf("%d events read, want %d", total, appenders*each)
+	}
+	segs, err := s.Segments(ctxT(t), 0, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	next := int64(1)
+	for _, sg := range segs {
+		if sg.First != next {
+			t.Fatalf("segment %s starts at %d, want %d", sg.Key, sg.First, next)
+		}
+		body, err := s.ReadSegment(ctxT(t), sg.Key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if int64(len(body)) != sg.Last-sg.First+1 {
+			t.Fatalf("segment %s holds %d events", sg.Key, len(body))
+		}
+		next = sg.Last + 1
+	}
+	if next != appenders*each+1 {
+		t.Fatalf("segments end at %d, want %d", next-1, appenders*each)
+	}
+}

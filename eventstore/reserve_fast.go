@@ -1,0 +1,182 @@
+package eventstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+// sqlFlush makes everything this connection committed before durable: a
+// transaction with a WAL record and an xid, committed with the session's
+// synchronous_commit, flushes the WAL through its own commit record (see
+// migrations/00006_eventstore_fast.sql).
+const sqlFlush = `
+INSERT INTO sluice.eventstore_flush AS f (backend_pid, flushes) VALUES (pg_backend_pid(), 1)
+ON CONFLICT (backend_pid) DO UPDATE SET flushes = f.flushes + 1`
+
+// sqlNotifyReserved sends the reservation's NOTIFY ("reserved FIRST LAST",
+// left by eventstore_reserve in the session variable) after its commit, in
+// a transaction without WAL of its own.
+const sqlNotifyReserved = `
+SELECT pg_notify('` + NotifyChannel + `', p) FROM (SELECT current_setting('sluice.reserved_notify', true) AS p) AS x WHERE p <> ''`
+
+// sqlReserveFast calls the one-round-trip reservation of migration 00006
+// (sluice.eventstore_reserve): the whole reservation transaction of a group
+// as one statement.
+const sqlReserveFast = `
+SELECT first_pos, seqs, actuals FROM sluice.eventstore_reserve($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)`
+
+// fastEligible reports whether a group can take the one-round-trip
+// reservation: the postgres allocator, and no envelope naming its sequence
+// number (those need the slot lookups of the general path).
+func (s *Store) fastEligible(items []*item) bool {
+	if s.cfg.allocatorOff || s.noFastReserve.Load() {
+		return false
+	}
+	for _, it := range items {
+		if it.slotKey != "" || it.slot {
+			return false
+		}
+	}
+	return true
+}
+
+// reserveFast runs a group's reservation in one round trip (SPEC §5.4
+// steps 2–3 for the common case; see migrations/00006_eventstore_fast.sql).
+// ok is false when the general path must decide instead: an event_id of the
+// group is already in appends (idempotency, revival, a live writer), or the
+// function is missing (migration 00006 not applied). Its outcome is the
+// general path's: accepted items in arrival order with their sequences and
+// consecutive positions from first, *ConflictError for the rest.
+func (s *Store) reserveFast(ctx context.Context, items []*item) (accepted []*item, first int64, ok bool, err error) {
+	idx := make(map[aggKey]int32, len(items))
+	keys := make([]aggKey, 0, len(items))
+	for _, it := range items {
+		k := aggKey{it.env.AggregateType, it.env.AggregateID}
+		if _, seen := idx[k]; !seen {
+			idx[k] = 0
+			keys = append(keys, k)
+		}
+	}
+	// sorted, so concurrent reservations lock sequences rows in one order
+	slices.SortFunc(keys, func(a, b aggKey) int {
+		if c := strings.Compare(a.t, b.t); c != 0 {
+			return c
+		}
+		return strings.Compare(a.i, b.i)
+	})
+	ts, is := make([]string, len(keys)), make([]string, len(keys))
+	for n, k := range keys {
+		ts[n], is[n] = k.t, k.i
+		idx[k] = int32(n + 1)
+	}
+	n := len(items)
+	eids, kinds := make([]string, n), make([]string, n)
+	aggs, hasExp, exps := make([]int32, n), make([]bool, n), make([]int64, n)
+	hashes, occs := make([][]byte, n), make([]time.Time, n)
+	for j, it := range items {
+		eids[j], kinds[j] = it.env.EventID, string(it.env.Kind)
+		aggs[j] = idx[aggKey{it.env.AggregateType, it.env.AggregateID}]
+		if it.env.ExpectedSeq != nil {
+			hasExp[j], exps[j] = true, *it.env.ExpectedSeq
+		}
+		hashes[j], occs[j] = it.hash[:], it.env.OccurredAt.Time()
+	}
+	var firstPos *int64
+	var seqs, actuals []int64
+	if err := s.reserveFastRoundTrip(ctx, []any{ts, is, eids, kinds, aggs, hasExp, exps, hashes, occs, s.cfg.writerID},
+		&firstPos, &seqs, &actuals); err != nil {
+		var pgErr *pgconn.PgError
+		if errors.As(err, &pgErr) && (pgErr.Code == "42883" || pgErr.Code == "42P01") { // undefined function or table
+			s.noFastReserve.Store(true)
+			s.cfg.logger.Warn("eventstore: migration 00006 not applied; reservations take two round trips", "error", err)
+			return nil, 0, false, nil
+		}
+		return nil, 0, false, fmt.Errorf("eventstore: reserve: %w", err)
+	}
+	if firstPos == nil {
+		return nil, 0, false, nil
+	}
+	if len(seqs) != n || len(actuals) != n {
+		return nil, 0, false, fmt.Errorf("eventstore: reserve: %d sequences for %d envelopes", len(seqs), n)
+	}
+	first = *firstPos
+	accepted = make([]*item, 0, n)
+	for j, it := range items {
+		if seqs[j] == 0 {
+			it.res.Err = &ConflictError{AggregateType: it.env.AggregateType, AggregateID: it.env.AggregateID,
+				ExpectedSeq: *it.env.ExpectedSeq, ActualSeq: actuals[j]}
+			continue
+		}
+		it.seq, it.pos = seqs[j], first+int64(len(accepted))
+		accepted = append(accepted, it)
+	}
+	if len(accepted) > 0 && first < 1 {
+		return nil, 0, false, fmt.Errorf("eventstore: reserve: %d envelopes accepted without a position block", len(accepted))
+	}
+	if len(accepted) == 0 {
+		return nil, 0, true, nil
+	}
+	return accepted, first, true, nil
+}
+
+// reserveFastRoundTrip sends the reservation in one pipelined round trip:
+// BEGIN; synchronous_commit off for this transaction; the reservation;
+// COMMIT — which releases the locks on log_head and sequences without
+// waiting for the WAL flush, so the next group's reservation proceeds —;
+// the reservation's NOTIFY in a transaction of its own (it writes no WAL, so
+// it waits for no flush while holding the notification lock); and then
+// sqlFlush, whose synchronous commit returns only once the WAL holding the
+// reservation is durable. When this returns without error the
+// reservation is exactly as durable as a synchronous commit would have made
+// it; the segment is written only after that.
+func (s *Store) reserveFastRoundTrip(ctx context.Context, args []any, firstPos **int64, seqs, actuals *[]int64) error {
+	conn, err := s.pool.Acquire(ctx)
+	if err != nil {
+		return err
+	}
+	defer conn.Release()
+	c := conn.Conn()
+	defer func() {
+		if c.PgConn().TxStatus() != 'I' {
+			_, _ = c.Exec(context.WithoutCancel(ctx), "ROLLBACK")
+		}
+	}()
+	b := &pgx.Batch{}
+	b.Queue("BEGIN")
+	b.Queue("SET LOCAL synchronous_commit = off")
+	b.Queue(sqlReserveFast, args...)
+	b.Queue("COMMIT")
+	b.Queue("BEGIN")
+	b.Queue(sqlNotifyReserved)
+	b.Queue("COMMIT")
+	b.Queue(sqlFlush)
+	br := c.SendBatch(ctx, b)
+	defer br.Close()
+	for range 2 {
+		if _, err := br.Exec(); err != nil {
+			return err
+		}
+	}
+	if err := br.QueryRow().Scan(firstPos, seqs, actuals); err != nil {
+		return err
+	}
+	for range 5 {
+		if _, err := br.Exec(); err != nil {
+			return err
+		}
+	}
+	if err := br.Close(); err != nil {
+		return err
+	}
+	if c.PgConn().TxStatus() != 'I' {
+		return fmt.Errorf("reservation did not commit")
+	}
+	return nil
+}
