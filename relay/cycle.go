@@ -5,11 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"sort"
-	"sync"
+	"sync/atomic"
 	"time"
-
-	"github.com/twmb/franz-go/pkg/kerr"
-	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/sluicehq/sluice/eventstore"
 	"github.com/sluicehq/sluice/eventstore/objstore"
@@ -32,18 +29,26 @@ type item struct {
 	rows  []eventstore.IndexEntry
 }
 
-// fetch is one segment GET, started ahead of the walk.
+// fetch is one segment GET, started ahead of the walk (or by the previous
+// cycle's prefetch).
 type fetch struct {
-	key  string
-	done chan struct{}
-	evs  []eventstore.Event
-	err  error
+	key     string
+	started atomic.Bool
+	done    chan struct{}
+	evs     []eventstore.Event
+	err     error
 }
+
+func newFetch(key string) *fetch { return &fetch{key: key, done: make(chan struct{})} }
 
 type plan struct {
 	items     []item
-	truncated bool // more to do at once
-	repair    bool // reserved rows older than the append timeout: repair first
+	truncated bool  // more to do at once
+	next      int64 // when truncated: where the next listing starts
+	repair    bool  // reserved rows older than the append timeout: repair first
+	// prefetched is the prefetch this plan used; it is cancelled when the
+	// cycle ends.
+	prefetched *prefetch
 }
 
 type aggKey struct{ typ, id string }
@@ -65,6 +70,9 @@ func (r *Relay) cycle(ctx context.Context, ls *leaderState) (more bool, err erro
 		return false, err
 	}
 	pl, err := r.plan(ctx, ls, head, now)
+	if pl.prefetched != nil {
+		defer pl.prefetched.cancel()
+	}
 	if err != nil {
 		return false, err
 	}
@@ -81,6 +89,11 @@ func (r *Relay) cycle(ctx context.Context, ls *leaderState) (more bool, err erro
 	cctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	r.startFetches(cctx, pl.items)
+	if pl.truncated {
+		// A backlog: list the next page and GET its first segments while
+		// this cycle publishes.
+		r.startPrefetch(ctx, ls, pl.next)
+	}
 	n, err := r.walk(ctx, ls, pl.items, now)
 	return pl.truncated || n > 0, err
 }
@@ -93,9 +106,14 @@ func (r *Relay) plan(ctx context.Context, ls *leaderState, head int64, now time.
 	batch := r.s.Config.BatchSize
 	var segs []eventstore.SegmentInfo
 	after, toFetch := base, 0
+	pf := ls.takePrefetch(base)
+	pl.prefetched = pf
 listing:
 	for {
-		page, err := r.store.Segments(ctx, after, batch)
+		page, err := pf.listing(ctx, after)
+		if page == nil && err == nil {
+			page, err = r.store.Segments(ctx, after, batch)
+		}
 		if err != nil {
 			return pl, err
 		}
@@ -118,7 +136,7 @@ listing:
 			break
 		}
 		if toFetch >= batch {
-			pl.truncated = true
+			pl.truncated, pl.next = true, after
 			break
 		}
 	}
@@ -175,7 +193,7 @@ listing:
 					return pl, fmt.Errorf("relay: index row %d names segment %q: %w", row.Position, row.SegmentKey, err)
 				}
 				direct[row.SegmentKey] = true
-				pl.items = append(pl.items, item{first: first, seg: &fetch{key: row.SegmentKey, done: make(chan struct{})}})
+				pl.items = append(pl.items, item{first: first, seg: pf.fetchFor(row.SegmentKey)})
 			case stateReserved:
 				if now.Sub(row.ReservedAt) >= r.s.AppendTimeout {
 					pl.repair = true
@@ -199,7 +217,7 @@ listing:
 	}
 	for _, s := range segs {
 		if !allDone(ls, s) {
-			pl.items = append(pl.items, item{first: s.First, seg: &fetch{key: s.Key, done: make(chan struct{})}})
+			pl.items = append(pl.items, item{first: s.First, seg: pf.fetchFor(s.Key)})
 		}
 	}
 	sort.SliceStable(pl.items, func(i, j int) bool {
@@ -243,47 +261,152 @@ func (r *Relay) indexRange(ctx context.Context, first, last int64) ([]eventstore
 }
 
 // startFetches GETs the plan's segments in order, at most ParallelGets at
-// once.
+// once (shared with the prefetch); fetches the prefetch started already
+// are skipped.
 func (r *Relay) startFetches(ctx context.Context, items []item) {
-	sem := make(chan struct{}, r.s.Config.ParallelGets)
 	go func() {
 		for i, it := range items {
-			if it.seg == nil {
+			if it.seg == nil || it.seg.started.Load() {
 				continue
 			}
 			select {
-			case sem <- struct{}{}:
+			case r.gets <- struct{}{}:
 			case <-ctx.Done():
 				for _, rest := range items[i:] {
-					if rest.seg != nil {
+					if rest.seg != nil && rest.seg.started.CompareAndSwap(false, true) {
 						rest.seg.err = ctx.Err()
 						close(rest.seg.done)
 					}
 				}
 				return
 			}
-			go func(f *fetch) {
-				defer func() { <-sem }()
-				f.evs, f.err = r.store.ReadSegment(ctx, f.key)
-				close(f.done)
-			}(it.seg)
+			r.runFetch(ctx, it.seg)
 		}
 	}()
 }
 
+// runFetch GETs f in the background unless it was started already; it
+// holds one slot of r.gets, taken by the caller, until the GET is done.
+func (r *Relay) runFetch(ctx context.Context, f *fetch) {
+	if !f.started.CompareAndSwap(false, true) {
+		<-r.gets
+		return
+	}
+	go func() {
+		defer func() { <-r.gets }()
+		f.evs, f.err = r.store.ReadSegment(ctx, f.key)
+		close(f.done)
+	}()
+}
+
+// prefetch is the next cycle's first listing page and the GETs of its
+// first segments, started while a cycle publishes a backlog.
+type prefetch struct {
+	after   int64
+	done    chan struct{} // closed when the listing is in
+	segs    []eventstore.SegmentInfo
+	err     error
+	fetches map[string]*fetch // written before done closes
+	cancel  context.CancelFunc
+}
+
+// startPrefetch lists the page after position after and starts the GETs of
+// its first ParallelGets segments, replacing any earlier prefetch.
+func (r *Relay) startPrefetch(ctx context.Context, ls *leaderState, after int64) {
+	ls.dropPrefetch()
+	pctx, cancel := context.WithCancel(ctx)
+	pf := &prefetch{after: after, done: make(chan struct{}), fetches: map[string]*fetch{}, cancel: cancel}
+	ls.prefetch = pf
+	go func() {
+		segs, err := r.store.Segments(pctx, after, r.s.Config.BatchSize)
+		var start []*fetch
+		for _, s := range segs {
+			if len(start) == r.s.Config.ParallelGets {
+				break
+			}
+			if s.Last > after {
+				f := newFetch(s.Key)
+				pf.fetches[s.Key] = f
+				start = append(start, f)
+			}
+		}
+		pf.segs, pf.err = segs, err
+		close(pf.done)
+		for _, f := range start {
+			select {
+			case r.gets <- struct{}{}:
+			case <-pctx.Done():
+				return // the cycle that takes f starts it (or f is dropped)
+			}
+			r.runFetch(pctx, f)
+		}
+	}()
+}
+
+// takePrefetch returns the prefetch of the listing after base, if any, and
+// drops any other.
+func (ls *leaderState) takePrefetch(base int64) *prefetch {
+	pf := ls.prefetch
+	ls.prefetch = nil
+	if pf != nil && pf.after != base {
+		pf.cancel()
+		return nil
+	}
+	return pf
+}
+
+// dropPrefetch cancels the prefetch, if any.
+func (ls *leaderState) dropPrefetch() {
+	if pf := ls.prefetch; pf != nil {
+		pf.cancel()
+		ls.prefetch = nil
+	}
+}
+
+// listing returns the prefetched page when after is where it starts; nil
+// and no error otherwise (list it now). A prefetch that failed is listed
+// again.
+func (pf *prefetch) listing(ctx context.Context, after int64) ([]eventstore.SegmentInfo, error) {
+	if pf == nil || after != pf.after {
+		return nil, nil
+	}
+	select {
+	case <-pf.done:
+	case <-ctx.Done():
+		return nil, context.Cause(ctx)
+	}
+	if pf.err != nil || pf.segs == nil {
+		return nil, nil
+	}
+	return pf.segs, nil
+}
+
+// fetchFor returns the prefetch's fetch of key, or a new one.
+func (pf *prefetch) fetchFor(key string) *fetch {
+	if pf != nil {
+		select {
+		case <-pf.done:
+			if f, ok := pf.fetches[key]; ok {
+				return f
+			}
+		default:
+		}
+	}
+	return newFetch(key)
+}
+
 // walk publishes the plan in position order. Events of an aggregate named
 // by a young reservation (or by an event already held) are held back;
-// everything else is produced. It returns the number of records produced.
+// everything else is produced through the pipeline (pipeline.go). It
+// returns the number of records produced; when it returns, every produced
+// record was answered by Kafka and processed.
 func (r *Relay) walk(ctx context.Context, ls *leaderState, items []item, now time.Time) (int, error) {
 	held := map[aggKey]struct{}{}
 	heldEvents, produced := 0, 0
 	maxPos := ls.cp.Position
-	b := r.newBatch()
+	var p pipe
 	fail := func(err error) (int, error) {
-		if ferr := r.flushAndSave(ctx, ls, b); ferr != nil {
-			return produced, errors.Join(err, ferr)
-		}
-		return produced, err
+		return produced, errors.Join(err, r.drain(ctx, ls, &p))
 	}
 	for _, it := range items {
 		if it.seg == nil {
@@ -332,14 +455,14 @@ func (r *Relay) walk(ctx context.Context, ls *leaderState, items []item, now tim
 			return fail(it.seg.err)
 		}
 		for _, ev := range it.seg.evs {
-			p := ev.Envelope.Position
-			if p <= maxPos || ls.isDone(p) {
+			pos := ev.Envelope.Position
+			if pos <= maxPos || ls.isDone(pos) {
 				continue
 			}
-			maxPos = p
+			maxPos = pos
 			id := ev.Envelope.EventID
 			if ls.dedup.has(id) {
-				ls.markDone(p)
+				ls.markDone(pos)
 				r.m.dedupSkipped.Inc()
 				continue
 			}
@@ -352,174 +475,23 @@ func (r *Relay) walk(ctx context.Context, ls *leaderState, items []item, now tim
 			if err := r.topicReady(ctx, rec.Topic); err != nil {
 				return fail(err)
 			}
-			b.produce(ctx, r.client, rec, p, id, false)
-			produced++
-			if b.len() >= r.s.flushBatch {
-				if err := r.flushAndSave(ctx, ls, b); err != nil {
-					return produced, err
-				}
-				b = r.newBatch()
+			if err := r.produceRec(ctx, ls, &p, rec, pos, id, false); err != nil {
+				return fail(err)
 			}
+			produced++
 		}
 	}
 	r.m.held.Set(float64(heldEvents))
 	if heldEvents > 0 {
 		r.log.Info("relay: events held back behind an in-flight reservation of their aggregate", "events", heldEvents, "aggregates", len(held), "checkpoint", ls.cp.Position)
 	}
-	return produced, r.flushAndSave(ctx, ls, b)
-}
-
-// batch is the records produced since the last flush.
-type batch struct {
-	mu   sync.Mutex
-	recs []pendingRec
-}
-
-type pendingRec struct {
-	pos   int64
-	id    string
-	topic string
-	late  bool
-	err   error
-}
-
-func (r *Relay) newBatch() *batch { return &batch{recs: make([]pendingRec, 0, r.s.flushBatch)} }
-
-func (b *batch) len() int {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return len(b.recs)
-}
-
-// produce hands rec to the producer; its outcome lands in the batch.
-func (b *batch) produce(ctx context.Context, cl *kgo.Client, rec *kgo.Record, pos int64, id string, late bool) {
-	b.mu.Lock()
-	i := len(b.recs)
-	b.recs = append(b.recs, pendingRec{pos: pos, id: id, topic: rec.Topic, late: late})
-	b.mu.Unlock()
-	cl.Produce(ctx, rec, func(_ *kgo.Record, err error) {
-		if err != nil {
-			b.mu.Lock()
-			b.recs[i].err = err
-			b.mu.Unlock()
-		}
-	})
-}
-
-// flushAndSave waits for Kafka to acknowledge the batch (pausing, never
-// skipping, while Kafka is out), marks the acknowledged positions done,
-// advances the checkpoint over the contiguous done prefix and writes it.
-func (r *Relay) flushAndSave(ctx context.Context, ls *leaderState, b *batch) error {
-	var failed error
-	if b.len() > 0 {
-		if err := r.flush(ctx); err != nil {
-			return err
-		}
-		b.mu.Lock()
-		recs := b.recs
-		b.mu.Unlock()
-		var acked []string
-		var late int
-		missingTopics := map[string]bool{}
-		for _, pr := range recs {
-			if pr.err != nil {
-				r.m.produceErrs.Inc()
-				if failed == nil {
-					failed = fmt.Errorf("relay: kafka did not acknowledge position %d (topic %s): %w", pr.pos, pr.topic, pr.err)
-				}
-				if errors.Is(pr.err, kerr.UnknownTopicOrPartition) {
-					missingTopics[pr.topic] = true
-				}
-				continue
-			}
-			ls.markDone(pr.pos)
-			ls.dedup.add(pr.id)
-			r.m.published.WithLabelValues(pr.topic).Inc()
-			acked = append(acked, pr.id)
-			if pr.late {
-				late++
-			}
-		}
-		if len(acked) > 0 {
-			ls.dirty = true
-		}
-		if late > 0 {
-			r.m.late.Add(float64(late))
-			r.m.gaps.WithLabelValues("late_published").Add(float64(late))
-		}
-		if h := r.s.ackHook; h != nil {
-			h(acked, time.Now())
-		}
-		r.s.Crasher.Hit("relay", "after_produce")
-		if failed != nil {
-			r.setKafkaErr(failed)
-			for t := range missingTopics {
-				r.log.Warn("relay: topic missing; creating it", "topic", t)
-				if err := r.ensureTopics(ctx, t); err != nil {
-					failed = errors.Join(failed, err)
-				}
-			}
-		} else {
-			r.setKafkaErr(nil)
-		}
+	if err := r.drain(ctx, ls, &p); err != nil {
+		return produced, err
 	}
+	// Positions resolved without producing (abandoned, dedup-skipped) may
+	// have moved the checkpoint too.
 	ls.advance()
-	if ls.dirty {
-		r.s.Crasher.Hit("relay", "before_checkpoint")
-		if err := r.save(ctx, ls); err != nil {
-			return errors.Join(failed, err)
-		}
-	}
-	return failed
-}
-
-// flush waits until Kafka acknowledged every buffered record. While it
-// cannot (outage) it marks Kafka unready and keeps waiting.
-func (r *Relay) flush(ctx context.Context) error {
-	start := time.Now()
-	for {
-		fctx, cancel := context.WithTimeout(ctx, r.s.Config.KafkaFlushTimeout)
-		err := r.client.Flush(fctx)
-		cancel()
-		if err == nil {
-			break
-		}
-		if ctx.Err() != nil {
-			return context.Cause(ctx)
-		}
-		kerr := fmt.Errorf("%d records not acknowledged after %s", r.client.BufferedProduceRecords(), time.Since(start).Round(time.Millisecond))
-		r.setKafkaErr(kerr)
-		r.log.Warn("relay: kafka is not acknowledging; waiting (the checkpoint does not move)", "err", kerr)
-		r.hb.Beat()
-	}
-	r.m.flush.Observe(time.Since(start).Seconds())
-	return nil
-}
-
-// save writes the checkpoint over the version this leader last wrote. A
-// lost race means a newer leader (fenced) or an operator (adopt).
-func (r *Relay) save(ctx context.Context, ls *leaderState) error {
-	ls.cp.RecentEventIDs = ls.dedup.recent(r.s.Config.DedupCheckpointMaxEvents)
-	ls.cp.UpdatedAt = time.Now().UTC()
-	tag, err := r.cps.Save(ctx, ls.cp, ls.etag)
-	if errors.Is(err, objstore.ErrPreconditionFailed) {
-		cur, _, found, lerr := r.cps.Load(ctx)
-		if lerr != nil {
-			return errors.Join(err, lerr)
-		}
-		if found && cur.RelayEpoch > ls.epoch {
-			return fmt.Errorf("%w: checkpoint has epoch %d (holder %s), ours is %d", ErrFenced, cur.RelayEpoch, cur.Holder, ls.epoch)
-		}
-		return fmt.Errorf("%w: position now %d", ErrCheckpointMoved, cur.Position)
-	}
-	if err != nil {
-		return err
-	}
-	ls.etag = tag
-	ls.dirty = false
-	r.noteProgress(-1, ls.cp.Position)
-	r.m.pendingGaps.Set(float64(len(ls.cp.PendingGaps)))
-	return nil
+	return produced, r.maybeSave(ctx, ls)
 }
 
 // recheckGaps re-checks pending gaps within the lookback (at most
@@ -597,6 +569,8 @@ func (r *Relay) recheckGaps(ctx context.Context, ls *leaderState, now time.Time)
 					return err
 				}
 				b.produce(ctx, r.client, rec, p, ev.Envelope.EventID, true)
+				ls.produced++
+				ls.processed++
 				n++
 			}
 		}
@@ -617,7 +591,8 @@ func (r *Relay) recheckGaps(ctx context.Context, ls *leaderState, now time.Time)
 		return nil
 	}
 	if b.len() > 0 {
-		if err := r.flush(ctx); err != nil {
+		b.seal()
+		if err := r.awaitBatch(ctx, b); err != nil {
 			return err
 		}
 		b.mu.Lock()
@@ -666,9 +641,17 @@ func subtract(g Gap, drop []int64) []Gap {
 }
 
 // watchCheckpoint notices, once per poll interval, a checkpoint written by
-// someone else: a newer leader (fenced) or an operator (adopt).
+// someone else: a newer leader (fenced) or an operator (adopt). A busy
+// leader's own conditional writes do that job; the Stat is for idle ones.
 func (r *Relay) watchCheckpoint(ctx context.Context, ls *leaderState) error {
 	if time.Since(ls.lastStat) < r.s.Config.PollInterval {
+		return nil
+	}
+	if ls.inflight != nil || ls.lastSave.After(ls.lastStat) {
+		// A conditional write since the last check (If-Match our ETag)
+		// notices a foreign write as well, without a round trip here; an
+		// in-flight one reports it when collected.
+		ls.lastStat = time.Now()
 		return nil
 	}
 	ls.lastStat = time.Now()

@@ -79,6 +79,12 @@ func runHelper() int {
 	}
 	opts := OptionsFromConfig(cfg)
 	opts.Logger, opts.Crasher, opts.Holder = logger, crasher, os.Getenv("RELAY_TEST_HOLDER")
+	if v := os.Getenv("RELAY_TEST_CHECKPOINT_MAX_RECORDS"); v != "" {
+		if opts.CheckpointMaxRecords, err = strconv.Atoi(v); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 2
+		}
+	}
 	r, err := New(st, bucket, pool, opts)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)

@@ -62,6 +62,16 @@ type Options struct {
 	MaxWindow int64
 	// SkipTopicBootstrap disables the creation of missing topics at start.
 	SkipTopicBootstrap bool
+	// CheckpointInterval is the longest time between two checkpoint writes
+	// while there is progress to save (the writes run in the background,
+	// one at a time). Default 100 ms.
+	CheckpointInterval time.Duration
+	// CheckpointMaxRecords bounds the records produced since the last
+	// durable checkpoint, and with it what a crash re-publishes: at the
+	// bound the relay waits for a checkpoint write before producing more.
+	// A write starts in the background when half of it was acknowledged.
+	// Default 10,000; values below the flush batch size are raised to it.
+	CheckpointMaxRecords int
 
 	// ackHook, when set, is called after every flush with the acknowledged
 	// event ids (benchmarks).
@@ -76,8 +86,10 @@ func OptionsFromConfig(cfg *config.Config) Options {
 // settings are Options with every default applied.
 type settings struct {
 	Options
-	flushBatch int
-	lease      time.Duration
+	flushBatch     int
+	lease          time.Duration
+	ckptInterval   time.Duration
+	ckptMaxRecords int
 }
 
 func (o Options) withDefaults() (settings, error) {
@@ -109,6 +121,15 @@ func (o Options) withDefaults() (settings, error) {
 	if s.flushBatch <= 0 {
 		s.flushBatch = c.BatchSize
 	}
+	s.ckptInterval = s.CheckpointInterval
+	if s.ckptInterval <= 0 {
+		s.ckptInterval = 100 * time.Millisecond
+	}
+	s.ckptMaxRecords = s.CheckpointMaxRecords
+	if s.ckptMaxRecords <= 0 {
+		s.ckptMaxRecords = 10000
+	}
+	s.ckptMaxRecords = max(s.ckptMaxRecords, s.flushBatch)
 	if c.KafkaFlushTimeout <= 0 {
 		c.KafkaFlushTimeout = 10 * time.Second
 	}

@@ -33,6 +33,7 @@ type Relay struct {
 	log    *slog.Logger
 	hb     *observability.Heartbeat
 	wake   chan struct{}
+	gets   chan struct{} // segment GETs in flight (ParallelGets)
 
 	mu            sync.Mutex
 	leader        bool
@@ -56,7 +57,7 @@ func New(store *eventstore.Store, bucket objstore.Bucket, pool *pgxpool.Pool, op
 	if err != nil {
 		return nil, err
 	}
-	kopts = append(kopts, ProducerOpts(2*s.flushBatch)...)
+	kopts = append(kopts, ProducerOpts((pipelineDepth+1)*s.flushBatch)...)
 	kopts = append(kopts, s.KafkaOpts...)
 	client, err := kgo.NewClient(kopts...)
 	if err != nil {
@@ -75,6 +76,7 @@ func New(store *eventstore.Store, bucket objstore.Bucket, pool *pgxpool.Pool, op
 		log:           s.Logger.With("relay", s.Config.Name),
 		hb:            observability.NewHeartbeat(hbAge),
 		wake:          make(chan struct{}, 1),
+		gets:          make(chan struct{}, s.Config.ParallelGets),
 		ckptMovedAt:   time.Now(),
 		topicsCreated: map[string]bool{},
 	}
@@ -295,50 +297,119 @@ func (r *Relay) lead(ctx context.Context, epoch int64) error {
 	if err != nil {
 		return err
 	}
+	defer func() { r.finalSave(ctx, ls) }()
 	bo := newBackoff(100*time.Millisecond, 5*time.Second)
 	poll := time.NewTimer(r.s.Config.PollInterval)
 	defer poll.Stop()
+	ckpt := time.NewTimer(time.Hour)
+	defer ckpt.Stop()
+	// handle deals with a cycle's (or a checkpoint write's) error: nil to
+	// go on, or the error that ends the leadership.
+	handle := func(err error) (retry bool, fatal error) {
+		switch {
+		case err == nil:
+			r.setLoopErr(nil)
+			bo.reset()
+			return false, nil
+		case ctx.Err() != nil:
+			return false, context.Cause(ctx)
+		case errors.Is(err, ErrFenced):
+			return false, err
+		case errors.Is(err, ErrCheckpointMoved):
+			r.log.Warn("relay: the checkpoint was changed by an operator; continuing from it", "err", err)
+			r.abandonSave(ls)
+			nls, err := r.claim(ctx, epoch)
+			if err != nil {
+				return false, err
+			}
+			ls = nls
+			return true, nil
+		default:
+			r.setLoopErr(err)
+			r.log.Warn("relay: cycle failed; retrying (nothing is skipped)", "err", err)
+			sleep(ctx, bo.next())
+			return true, nil
+		}
+	}
 	for {
 		r.hb.Beat()
 		if ctx.Err() != nil {
 			return context.Cause(ctx)
 		}
 		more, err := r.cycle(ctx, ls)
-		switch {
-		case err == nil:
-			r.setLoopErr(nil)
-			bo.reset()
-		case ctx.Err() != nil:
-			return context.Cause(ctx)
-		case errors.Is(err, ErrFenced):
-			return err
-		case errors.Is(err, ErrCheckpointMoved):
-			r.log.Warn("relay: the checkpoint was changed by an operator; continuing from it", "err", err)
-			if ls, err = r.claim(ctx, epoch); err != nil {
-				return err
-			}
-			continue
-		default:
-			r.setLoopErr(err)
-			r.log.Warn("relay: cycle failed; retrying (nothing is skipped)", "err", err)
-			sleep(ctx, bo.next())
+		if retry, fatal := handle(err); fatal != nil {
+			return fatal
+		} else if retry || more {
 			continue
 		}
-		if more {
-			continue
+		resetTimer(poll, r.s.Config.PollInterval)
+	idle:
+		// Caught up: the checkpoint becomes durable within
+		// CheckpointInterval; a wake-up or the poll starts the next cycle.
+		var saveDone <-chan struct{}
+		var ckptC <-chan time.Time
+		if op := ls.inflight; op != nil {
+			saveDone = op.done
+		} else if ls.dirty {
+			resetTimer(ckpt, max(0, r.s.ckptInterval-time.Since(ls.lastSave)))
+			ckptC = ckpt.C
 		}
-		if !poll.Stop() {
-			select {
-			case <-poll.C:
-			default:
-			}
-		}
-		poll.Reset(r.s.Config.PollInterval)
 		select {
 		case <-ctx.Done():
 		case <-r.wake:
 		case <-poll.C:
+		case <-ckptC:
+			r.startSave(ctx, ls)
+			goto idle
+		case <-saveDone:
+			if retry, fatal := handle(r.collectSave(ctx, ls)); fatal != nil {
+				return fatal
+			} else if !retry {
+				goto idle
+			}
 		}
+	}
+}
+
+// resetTimer stops t, drains it and starts it again with d.
+func resetTimer(t *time.Timer, d time.Duration) {
+	if !t.Stop() {
+		select {
+		case <-t.C:
+		default:
+		}
+	}
+	t.Reset(d)
+}
+
+// abandonSave waits for a background checkpoint write whose leader state
+// is being dropped (the checkpoint is claimed again); its result no longer
+// matters.
+func (r *Relay) abandonSave(ls *leaderState) {
+	ls.dropPrefetch()
+	if op := ls.inflight; op != nil {
+		<-op.done
+		ls.inflight = nil
+	}
+}
+
+// finalSave makes the progress of a leader that is stopping durable (a
+// graceful stop hands over without duplicates). It does nothing when the
+// leadership was lost (fenced, or the lease could not be renewed).
+func (r *Relay) finalSave(ctx context.Context, ls *leaderState) {
+	ls.dropPrefetch()
+	if !errors.Is(context.Cause(ctx), context.Canceled) {
+		r.abandonSave(ls)
+		return
+	}
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	err := r.collectSave(sctx, ls)
+	if err == nil && ls.dirty {
+		err = r.save(sctx, ls)
+	}
+	if err != nil {
+		r.log.Warn("relay: final checkpoint write failed; the next leader re-publishes from the last durable one", "err", err)
 	}
 }
 

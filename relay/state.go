@@ -21,10 +21,22 @@ type leaderState struct {
 	gapCursor    int
 	// lastStat paces the check for checkpoints written by others.
 	lastStat time.Time
+
+	// The pipeline's counters (pipeline.go): records handed to the
+	// producer, records whose outcome was processed, the processed count
+	// at the snapshot of the last started write and of the last durable
+	// one. produced - durable is what a crash may re-publish.
+	produced, processed, snapSeq, durable int64
+	// inflight is the background checkpoint write, nil when none.
+	inflight *saveOp
+	// lastSave is when the last write started.
+	lastSave time.Time
+	// prefetch is the next cycle's listing and first GETs (backlog).
+	prefetch *prefetch
 }
 
 func newLeaderState(epoch int64, cp Checkpoint, etag string, dedupMax int) *leaderState {
-	ls := &leaderState{epoch: epoch, cp: cp, etag: etag, done: map[int64]struct{}{}, dedup: newIDSet(dedupMax)}
+	ls := &leaderState{epoch: epoch, cp: cp, etag: etag, done: map[int64]struct{}{}, dedup: newIDSet(dedupMax), lastSave: time.Now()}
 	for _, id := range cp.RecentEventIDs {
 		ls.dedup.add(id)
 	}

@@ -1,0 +1,376 @@
+package relay
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/sluicehq/sluice/eventstore/objstore"
+)
+
+// The publishing pipeline (docs/relay.md, "Pipeline and the crash bound"):
+//
+//   - records are produced in flush batches; while batch k+1 is being
+//     produced, the acknowledgements of batch k are outstanding (at most two
+//     batches in flight, no producer-wide Flush that would drain the
+//     pipeline);
+//   - when a batch is acknowledged its positions are marked done and the
+//     in-memory checkpoint advances over the contiguous done prefix;
+//   - the checkpoint is written in the background (conditional PUT, at most
+//     one write in flight, each over the ETag of the previous one) when
+//     CheckpointMaxRecords/2 records were processed since the last write or
+//     CheckpointInterval passed, and when the relay is caught up;
+//   - before a record is produced, the records produced since the snapshot
+//     of the last durable checkpoint must be fewer than
+//     CheckpointMaxRecords; otherwise the walk drains the pipeline and waits
+//     for a durable checkpoint. That bounds what a crash re-publishes.
+
+// batch is one flush batch: records handed to the producer whose
+// acknowledgements are counted down by the produce callbacks.
+type batch struct {
+	mu          sync.Mutex
+	recs        []pendingRec
+	outstanding int
+	sealed      bool
+	done        chan struct{} // closed when sealed and every record answered
+}
+
+type pendingRec struct {
+	pos   int64
+	id    string
+	topic string
+	late  bool
+	err   error
+}
+
+func (r *Relay) newBatch() *batch {
+	return &batch{recs: make([]pendingRec, 0, r.s.flushBatch), done: make(chan struct{})}
+}
+
+func (b *batch) len() int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return len(b.recs)
+}
+
+// produce hands rec to the producer; its outcome lands in the batch.
+func (b *batch) produce(ctx context.Context, cl *kgo.Client, rec *kgo.Record, pos int64, id string, late bool) {
+	b.mu.Lock()
+	i := len(b.recs)
+	b.recs = append(b.recs, pendingRec{pos: pos, id: id, topic: rec.Topic, late: late})
+	b.outstanding++
+	b.mu.Unlock()
+	cl.Produce(ctx, rec, func(_ *kgo.Record, err error) {
+		b.mu.Lock()
+		if err != nil {
+			b.recs[i].err = err
+		}
+		b.outstanding--
+		closeNow := b.sealed && b.outstanding == 0
+		b.mu.Unlock()
+		if closeNow {
+			close(b.done)
+		}
+	})
+}
+
+// seal marks the batch complete: done closes once every record is answered.
+func (b *batch) seal() {
+	b.mu.Lock()
+	if b.sealed {
+		b.mu.Unlock()
+		return
+	}
+	b.sealed = true
+	closeNow := b.outstanding == 0
+	b.mu.Unlock()
+	if closeNow {
+		close(b.done)
+	}
+}
+
+// pipelineDepth is how many sealed flush batches may await Kafka's
+// acknowledgements while the next one is produced.
+const pipelineDepth = 4
+
+// pipe is a walk's producer pipeline: the batch being filled and the
+// sealed ones whose acknowledgements are outstanding, oldest first.
+type pipe struct {
+	cur    *batch
+	sealed []*batch
+}
+
+// saveOp is one checkpoint write running in the background.
+type saveOp struct {
+	cp   Checkpoint
+	etag string
+	seq  int64 // ls.processed at the snapshot
+	done chan struct{}
+	tag  string
+	err  error
+}
+
+// produceRec produces one record through the pipeline: it first makes room
+// under the crash bound, and when the current batch is full it waits for
+// the previous one and starts a new batch.
+func (r *Relay) produceRec(ctx context.Context, ls *leaderState, p *pipe, rec *kgo.Record, pos int64, id string, late bool) error {
+	if err := r.ensureBudget(ctx, ls, p); err != nil {
+		return err
+	}
+	if p.cur == nil {
+		p.cur = r.newBatch()
+	}
+	p.cur.produce(ctx, r.client, rec, pos, id, late)
+	ls.produced++
+	if p.cur.len() < r.s.flushBatch {
+		return nil
+	}
+	p.cur.seal()
+	p.sealed = append(p.sealed, p.cur)
+	p.cur = nil
+	// Process the batches Kafka answered meanwhile, in order; wait for the
+	// oldest only when the pipeline is full.
+	for len(p.sealed) > 0 {
+		b := p.sealed[0]
+		if len(p.sealed) <= pipelineDepth {
+			select {
+			case <-b.done:
+			default:
+				return nil
+			}
+		}
+		p.sealed = p.sealed[1:]
+		if err := r.finishBatch(ctx, ls, b); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// drain waits for every batch of the pipeline and processes it, in order.
+// The first error is returned after every batch was processed.
+func (r *Relay) drain(ctx context.Context, ls *leaderState, p *pipe) error {
+	if p.cur != nil {
+		p.cur.seal()
+		p.sealed = append(p.sealed, p.cur)
+		p.cur = nil
+	}
+	var errs []error
+	for _, b := range p.sealed {
+		if err := r.finishBatch(ctx, ls, b); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	p.sealed = nil
+	return errors.Join(errs...)
+}
+
+// ensureBudget keeps the records produced since the last durable
+// checkpoint below CheckpointMaxRecords: at the bound it drains the
+// pipeline and waits until a checkpoint covering everything is durable.
+func (r *Relay) ensureBudget(ctx context.Context, ls *leaderState, p *pipe) error {
+	if ls.produced-ls.durable < int64(r.s.ckptMaxRecords) {
+		return nil
+	}
+	if err := r.drain(ctx, ls, p); err != nil {
+		return err
+	}
+	if err := r.collectSave(ctx, ls); err != nil {
+		return err
+	}
+	if ls.produced-ls.durable < int64(r.s.ckptMaxRecords) {
+		return nil
+	}
+	ls.dirty = true // every produced record is processed: cover them all
+	return r.save(ctx, ls)
+}
+
+// finishBatch waits for Kafka to acknowledge b (pausing, never skipping,
+// while Kafka is out), marks the acknowledged positions done, advances the
+// in-memory checkpoint and starts a checkpoint write when one is due.
+func (r *Relay) finishBatch(ctx context.Context, ls *leaderState, b *batch) error {
+	if err := r.awaitBatch(ctx, b); err != nil {
+		return err
+	}
+	b.mu.Lock()
+	recs := b.recs
+	b.mu.Unlock()
+	var failed error
+	acked := make([]string, 0, len(recs))
+	var late int
+	var missingTopics map[string]bool
+	for _, pr := range recs {
+		if pr.err != nil {
+			r.m.produceErrs.Inc()
+			if failed == nil {
+				failed = fmt.Errorf("relay: kafka did not acknowledge position %d (topic %s): %w", pr.pos, pr.topic, pr.err)
+			}
+			if errors.Is(pr.err, kerr.UnknownTopicOrPartition) {
+				if missingTopics == nil {
+					missingTopics = map[string]bool{}
+				}
+				missingTopics[pr.topic] = true
+			}
+			continue
+		}
+		ls.markDone(pr.pos)
+		ls.dedup.add(pr.id)
+		r.m.published.WithLabelValues(pr.topic).Inc()
+		acked = append(acked, pr.id)
+		if pr.late {
+			late++
+		}
+	}
+	ls.processed += int64(len(recs))
+	if len(acked) > 0 {
+		ls.dirty = true
+	}
+	if late > 0 {
+		r.m.late.Add(float64(late))
+		r.m.gaps.WithLabelValues("late_published").Add(float64(late))
+	}
+	if h := r.s.ackHook; h != nil {
+		h(acked, time.Now())
+	}
+	r.s.Crasher.Hit("relay", "after_produce")
+	if ls.inflight != nil {
+		// A checkpoint write is in flight and a later batch is already
+		// acknowledged (the crash bound's worst case).
+		r.s.Crasher.Hit("relay", "checkpoint_in_flight")
+	}
+	if failed != nil {
+		r.setKafkaErr(failed)
+		for t := range missingTopics {
+			r.log.Warn("relay: topic missing; creating it", "topic", t)
+			if err := r.ensureTopics(ctx, t); err != nil {
+				failed = errors.Join(failed, err)
+			}
+		}
+	} else {
+		r.setKafkaErr(nil)
+	}
+	ls.advance()
+	return errors.Join(failed, r.maybeSave(ctx, ls))
+}
+
+// awaitBatch waits until Kafka answered every record of b. While it does
+// not (outage) it marks Kafka unready and keeps waiting.
+func (r *Relay) awaitBatch(ctx context.Context, b *batch) error {
+	start := time.Now()
+	t := time.NewTimer(r.s.Config.KafkaFlushTimeout)
+	defer t.Stop()
+	for {
+		select {
+		case <-b.done:
+			r.m.flush.Observe(time.Since(start).Seconds())
+			return nil
+		case <-ctx.Done():
+			return context.Cause(ctx)
+		case <-t.C:
+			kerr := fmt.Errorf("%d records not acknowledged after %s", r.client.BufferedProduceRecords(), time.Since(start).Round(time.Millisecond))
+			r.setKafkaErr(kerr)
+			r.log.Warn("relay: kafka is not acknowledging; waiting (the checkpoint does not move)", "err", kerr)
+			r.hb.Beat()
+			t.Reset(r.s.Config.KafkaFlushTimeout)
+		}
+	}
+}
+
+// maybeSave collects a finished background write and starts the next one
+// when it is due: CheckpointMaxRecords/2 records processed since the last
+// snapshot, or CheckpointInterval since the last write started.
+func (r *Relay) maybeSave(ctx context.Context, ls *leaderState) error {
+	if op := ls.inflight; op != nil {
+		select {
+		case <-op.done:
+		default:
+			return nil // one write at a time
+		}
+		if err := r.collectSave(ctx, ls); err != nil {
+			return err
+		}
+	}
+	if !ls.dirty {
+		return nil
+	}
+	if ls.processed-ls.snapSeq >= int64(r.s.ckptMaxRecords/2) || time.Since(ls.lastSave) >= r.s.ckptInterval {
+		r.startSave(ctx, ls)
+	}
+	return nil
+}
+
+// startSave snapshots the in-memory checkpoint and writes it in the
+// background over the ETag of the last write. At most one write is in
+// flight: the caller collects the previous one first.
+func (r *Relay) startSave(ctx context.Context, ls *leaderState) {
+	r.s.Crasher.Hit("relay", "before_checkpoint")
+	cp := ls.cp
+	cp.PendingGaps = slices.Clone(ls.cp.PendingGaps)
+	cp.RecentEventIDs = ls.dedup.recent(r.s.Config.DedupCheckpointMaxEvents)
+	cp.UpdatedAt = time.Now().UTC()
+	op := &saveOp{cp: cp, etag: ls.etag, seq: ls.processed, done: make(chan struct{})}
+	ls.inflight, ls.dirty, ls.snapSeq, ls.lastSave = op, false, ls.processed, time.Now()
+	epoch := ls.epoch
+	go func() {
+		defer close(op.done)
+		op.tag, op.err = r.writeCheckpoint(ctx, op.cp, op.etag, epoch)
+		if op.err == nil {
+			r.noteProgress(-1, op.cp.Position)
+			r.m.pendingGaps.Set(float64(len(op.cp.PendingGaps)))
+		}
+	}()
+}
+
+// collectSave waits for the background write, if any, and takes its
+// result: the new ETag and what is now durable, or its error.
+func (r *Relay) collectSave(ctx context.Context, ls *leaderState) error {
+	op := ls.inflight
+	if op == nil {
+		return nil
+	}
+	select {
+	case <-op.done:
+	case <-ctx.Done():
+		return context.Cause(ctx)
+	}
+	ls.inflight = nil
+	if op.err != nil {
+		ls.dirty = true
+		return op.err
+	}
+	ls.etag = op.tag
+	ls.durable = max(ls.durable, op.seq)
+	return nil
+}
+
+// save writes the checkpoint now and waits until it is durable.
+func (r *Relay) save(ctx context.Context, ls *leaderState) error {
+	if err := r.collectSave(ctx, ls); err != nil {
+		return err
+	}
+	r.startSave(ctx, ls)
+	return r.collectSave(ctx, ls)
+}
+
+// writeCheckpoint writes cp over etag. A lost race means a newer leader
+// (fenced) or an operator (adopt).
+func (r *Relay) writeCheckpoint(ctx context.Context, cp Checkpoint, etag string, epoch int64) (string, error) {
+	tag, err := r.cps.Save(ctx, cp, etag)
+	if errors.Is(err, objstore.ErrPreconditionFailed) {
+		cur, _, found, lerr := r.cps.Load(ctx)
+		if lerr != nil {
+			return "", errors.Join(err, lerr)
+		}
+		if found && cur.RelayEpoch > epoch {
+			return "", fmt.Errorf("%w: checkpoint has epoch %d (holder %s), ours is %d", ErrFenced, cur.RelayEpoch, cur.Holder, epoch)
+		}
+		return "", fmt.Errorf("%w: position now %d", ErrCheckpointMoved, cur.Position)
+	}
+	return tag, err
+}
