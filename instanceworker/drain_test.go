@@ -105,14 +105,15 @@ func TestDrain(t *testing.T) {
 		grace           time.Duration // allowed beyond SHUTDOWN_TIMEOUT
 		inFlightDone    bool          // in-flight commands are done at exit
 	}{
-		{name: "finish", delay: 1500 * time.Millisecond, shutdown: 8 * time.Second, slow: "/_doc/", inFlightDone: true},
-		// Only d0's writes hang past the deadline: d1–d3 finish their
-		// handlers in the same round and must still be marked done and
-		// committed by the drain. Past the deadline the runtime releases,
-		// commits and leaves the group: allow a little beyond the timeout.
-		// (The hung write is answered 5 s later — with version 1, which the
-		// re-run's versions make harmless.)
-		{name: "deadline", delay: 5 * time.Second, shutdown: 2 * time.Second, slow: "/_doc/things:d0", grace: 3 * time.Second},
+		// The worker writes a round's documents with one _bulk: slowing the
+		// bulk keeps every handler of the round in flight.
+		{name: "finish", delay: 1500 * time.Millisecond, shutdown: 8 * time.Second, slow: "/_bulk", inFlightDone: true},
+		// The round's bulk hangs past the deadline: its handlers are
+		// cancelled and their claims released; past the deadline the
+		// runtime releases, commits and leaves the group, so allow a little
+		// beyond the timeout. (The hung bulk is answered 5 s later — with
+		// version 1, which the re-run's versions make harmless.)
+		{name: "deadline", delay: 5 * time.Second, shutdown: 2 * time.Second, slow: "/_bulk", grace: 3 * time.Second},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -130,19 +131,13 @@ func TestDrain(t *testing.T) {
 			}
 			e.publish(all...)
 
-			removeFault := e.es.InjectFault(esserver.Fault{Match: esserver.MatchPath(http.MethodPut, tc.slow), Delay: tc.delay})
+			removeFault := e.es.InjectFault(esserver.Fault{Match: esserver.MatchPath(http.MethodPost, tc.slow), Delay: tc.delay})
 			p := e.startProcess(map[string]string{"SHUTDOWN_TIMEOUT": fmt.Sprint(tc.shutdown)})
 			var inFlight map[string]bool
 			testenv.WaitFor(t, 30*time.Second, "handlers in flight", func() bool {
 				inFlight = e.rowsWithStatus(registry.StatusProcessing)
 				if !tc.inFlightDone {
-					// deadline: d0 hangs, d1–d3 have written their documents
-					// (handled, waiting for the round's mark_done).
-					for _, id := range ids[1:] {
-						if _, _, ok := e.doc("drain", "things", id); !ok {
-							return false
-						}
-					}
+					// deadline: the first round's bulk hangs.
 					return len(inFlight) > 0
 				}
 				// finish: mid-run, with some commands already done.

@@ -3,6 +3,7 @@ package instanceworker_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -19,6 +20,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/sluicehq/sluice/eventstore"
@@ -407,6 +409,10 @@ func (e *env) committed() (committed, end int64) {
 	e.t.Helper()
 	adm := kadm.NewClient(e.producer())
 	offs, err := adm.FetchOffsets(ctxT(e.t), instanceworker.GroupName)
+	if errors.Is(err, kerr.GroupIDNotFound) {
+		// The worker has not joined yet: nothing committed.
+		offs, err = nil, nil
+	}
 	if err != nil {
 		e.t.Fatal(err)
 	}

@@ -279,14 +279,20 @@ func (w *Worker) names(ctx context.Context, db string) (readmodel.Names, error) 
 // document when it holds a slot below k plus the domain events after it
 // (normally none), else the fold of the domain stream below k.
 func (w *Worker) load(ctx context.Context, c command, n readmodel.Names) (current, error) {
+	var g readmodel.GetResult
+	g.Meta, g.State, g.Err = readmodel.GetInstance(ctx, w.o.ES, n, c.class, c.instanceID)
+	return w.loadFrom(ctx, c, g)
+}
+
+// loadFrom is load given the answer of the real-time GET of the document.
+func (w *Worker) loadFrom(ctx context.Context, c command, g readmodel.GetResult) (current, error) {
 	k := c.env.SequenceNumber
 	var cur current
 	from := int64(1)
-	meta, state, err := readmodel.GetInstance(ctx, w.o.ES, n, c.class, c.instanceID)
-	switch {
-	case err == nil && meta.SequenceNumber < k:
-		cur = current{exists: true, deleted: meta.Deleted, state: state, createdAt: meta.CreatedAt}
-		from = meta.SequenceNumber + 1
+	switch err := g.Err; {
+	case err == nil && g.Meta.SequenceNumber < k:
+		cur = current{exists: true, deleted: g.Meta.Deleted, state: g.State, createdAt: g.Meta.CreatedAt}
+		from = g.Meta.SequenceNumber + 1
 	case err == nil, errors.Is(err, readmodel.ErrNotFound):
 	default:
 		return cur, classifyES(err)
@@ -327,53 +333,22 @@ func (w *Worker) process(ctx context.Context, e envelope.Envelope) (registry.Out
 	if err != nil {
 		return registry.Outcome{}, err
 	}
-	var evType string
-	var newState json.RawMessage
-	switch e.EventType {
-	case CreateInstance:
-		if cur.exists && !cur.deleted {
-			return registry.Rejected(ReasonExists), nil
-		}
-		evType, newState = InstanceCreated, c.data
-	case UpdateInstance:
-		if !cur.exists {
-			return registry.Rejected(ReasonMissing), nil
-		}
-		if cur.deleted {
-			return registry.Rejected(ReasonDeleted), nil
-		}
-		merged, err := jsonpatch.MergePatch(cur.state, c.data)
-		if err != nil {
-			return registry.Outcome{}, consumer.Permanent(fmt.Errorf("merge patch: %w", err))
-		}
-		evType, newState = InstanceUpdated, merged
-	case DeleteInstance:
-		if !cur.exists {
-			return registry.Rejected(ReasonMissing), nil
-		}
-		if cur.deleted {
-			return registry.Rejected(ReasonDeleted), nil
-		}
-		evType, newState = InstanceDeleted, json.RawMessage(`{}`)
+	evType, newState, rejected, err := decide(c, cur)
+	if rejected != nil {
+		return *rejected, nil
 	}
-	if newState, err = compactObject(newState); err != nil {
-		return registry.Outcome{}, consumer.Permanent(err)
+	if err != nil {
+		return registry.Outcome{}, err
 	}
-	if bad := reservedKeys(newState); len(bad) > 0 {
-		return registry.Rejected(ReasonReservedFields + " " + strings.Join(bad, ", ")), nil
-	}
+	w.hit(PointBeforeAppend)
 	stored, err := w.appendEvent(ctx, c, evType, newState)
 	if err != nil {
 		return registry.Outcome{}, err
 	}
-	se := stored.Envelope
-	meta := readmodel.Meta{DB: c.db, Class: c.class, InstanceID: c.instanceID, SequenceNumber: c.env.SequenceNumber,
-		EventID: se.EventID, CreatedAt: cur.createdAt, UpdatedAt: se.OccurredAt, Deleted: se.EventType == InstanceDeleted}
-	if se.EventType == InstanceCreated {
-		meta.CreatedAt = se.OccurredAt
-	}
+	w.hit(PointAfterAppend)
+	meta := docMeta(c, cur, stored)
 	w.hit(PointBeforeESWrite)
-	if _, err := readmodel.WriteInstance(ctx, w.o.ES, n, meta, se.Data); err != nil {
+	if _, err := readmodel.WriteInstance(ctx, w.o.ES, n, meta, stored.Envelope.Data); err != nil {
 		var se *readmodel.StatusError
 		if errors.As(err, &se) && se.Status == 404 {
 			w.ensured.Delete(c.db) // the write alias vanished: ensure it again
@@ -384,8 +359,68 @@ func (w *Worker) process(ctx context.Context, e envelope.Envelope) (registry.Out
 	return registry.Applied(), nil
 }
 
+// decide applies command c to the state before its slot: the domain event
+// type and the full new state, or the rejection (an outcome), or a
+// permanent error.
+func decide(c command, cur current) (string, json.RawMessage, *registry.Outcome, error) {
+	reject := func(reason string) (string, json.RawMessage, *registry.Outcome, error) {
+		o := registry.Rejected(reason)
+		return "", nil, &o, nil
+	}
+	var evType string
+	var newState json.RawMessage
+	switch c.env.EventType {
+	case CreateInstance:
+		if cur.exists && !cur.deleted {
+			return reject(ReasonExists)
+		}
+		evType, newState = InstanceCreated, c.data
+	case UpdateInstance:
+		if !cur.exists {
+			return reject(ReasonMissing)
+		}
+		if cur.deleted {
+			return reject(ReasonDeleted)
+		}
+		merged, err := jsonpatch.MergePatch(cur.state, c.data)
+		if err != nil {
+			return "", nil, nil, consumer.Permanent(fmt.Errorf("merge patch: %w", err))
+		}
+		evType, newState = InstanceUpdated, merged
+	case DeleteInstance:
+		if !cur.exists {
+			return reject(ReasonMissing)
+		}
+		if cur.deleted {
+			return reject(ReasonDeleted)
+		}
+		evType, newState = InstanceDeleted, json.RawMessage(`{}`)
+	}
+	newState, err := compactObject(newState)
+	if err != nil {
+		return "", nil, nil, consumer.Permanent(err)
+	}
+	if bad := reservedKeys(newState); len(bad) > 0 {
+		return reject(ReasonReservedFields + " " + strings.Join(bad, ", "))
+	}
+	return evType, newState, nil, nil
+}
+
+// docMeta is the bookkeeping part of the instance document written for the
+// stored domain event of command c (state before it: cur).
+func docMeta(c command, cur current, stored eventstore.Event) readmodel.Meta {
+	se := stored.Envelope
+	meta := readmodel.Meta{DB: c.db, Class: c.class, InstanceID: c.instanceID, SequenceNumber: c.env.SequenceNumber,
+		EventID: se.EventID, CreatedAt: cur.createdAt, UpdatedAt: se.OccurredAt, Deleted: se.EventType == InstanceDeleted}
+	if se.EventType == InstanceCreated {
+		meta.CreatedAt = se.OccurredAt
+	}
+	return meta
+}
+
 // appendEvent conditional-creates the domain event into the command's slot;
-// an event already stored with the same event_id counts as done.
+// an event already stored with the same event_id counts as done. The
+// caller hits the append crash points.
 func (w *Worker) appendEvent(ctx context.Context, c command, evType string, state json.RawMessage) (eventstore.Event, error) {
 	e := c.env
 	ev := envelope.Envelope{
@@ -413,10 +448,8 @@ func (w *Worker) appendEvent(ctx context.Context, c command, evType string, stat
 			ev.Metadata.SetString(k, v)
 		}
 	}
-	w.hit(PointBeforeAppend)
 	res, err := w.o.Store.AppendOne(ctx, ev)
 	if err == nil {
-		w.hit(PointAfterAppend)
 		return res.Event, nil
 	}
 	var mm *eventstore.IdempotencyMismatchError
@@ -433,7 +466,6 @@ func (w *Worker) appendEvent(ctx context.Context, c command, evType string, stat
 		}
 		w.o.Logger.Warn("domain event already stored with a different payload; using the stored one",
 			"event_id", ev.EventID, "stored_hash", mm.StoredHash, "new_hash", mm.NewHash)
-		w.hit(PointAfterAppend)
 		return stored, nil
 	case errors.As(err, &slot), errors.As(err, &ve), errors.As(err, &ce):
 		return eventstore.Event{}, consumer.Permanent(fmt.Errorf("append domain event: %w", err))

@@ -156,19 +156,25 @@ func TestFailures(t *testing.T) {
 	unknown := e.appendCmd("RENAME_INSTANCE", "shop", "orders", "u", map[string]any{})
 	ok2 := e.appendCmd(instanceworker.CreateInstance, "shop", "orders", "ok2", create("shop", "orders", strp("ok2"), map[string]any{"v": 1}))
 
-	// 503 twice on the first write of ok1: retried, not dead-lettered.
-	e.es.InjectFault(esserver.Fault{Match: esserver.MatchPath(http.MethodPut, "/sluice_shop_instances_write/_doc/orders:ok1"), Status: 503, Times: 2})
+	// The documents are written in one bulk per round: faults are per item.
+	rejectItem := func(id string, times int) func() {
+		return e.es.InjectFault(esserver.Fault{Match: esserver.MatchPath(http.MethodPost, "/_bulk"), Times: times,
+			RejectBulkItems: func(it esserver.BulkItem) bool { return it.ID == id }})
+	}
+	// 429 on the first two writes of ok1: retried, not dead-lettered.
+	removeOK1 := rejectItem("orders:ok1", 2)
 	e.publishRaw([]byte("Instance:shop:orders:bad"), []byte(`{"event_id": nope`))
 	e.publish(ok1, unknown, ok2)
 	e.startInProcess(nil)
 	testenv.WaitFor(t, 30*time.Second, "done", func() bool { return e.allDone(ok1, ok2) })
 	testenv.WaitFor(t, 10*time.Second, "unknown dead", func() bool { return e.statuses(unknown)[unknown.ev.Envelope.EventID] == registry.StatusDead })
+	removeOK1()
 
-	// A permanent ES failure (400 on every write of this document).
-	perm := e.appendCmd(instanceworker.CreateInstance, "shop", "orders", "perm", create("shop", "orders", strp("perm"), map[string]any{"v": 1}))
+	// A permanent ES failure (a 400 mapping error: v is a long since ok1)
+	// and a retryable one (429 on every write of busy), in one bulk.
+	perm := e.appendCmd(instanceworker.CreateInstance, "shop", "orders", "perm", create("shop", "orders", strp("perm"), map[string]any{"v": "not a number"}))
 	retry := e.appendCmd(instanceworker.CreateInstance, "shop", "orders", "busy", create("shop", "orders", strp("busy"), map[string]any{"v": 1}))
-	e.es.InjectFault(esserver.Fault{Match: esserver.MatchPath(http.MethodPut, "/sluice_shop_instances_write/_doc/orders:perm"), Status: 400})
-	e.es.InjectFault(esserver.Fault{Match: esserver.MatchPath(http.MethodPut, "/sluice_shop_instances_write/_doc/orders:busy"), Status: 429})
+	rejectItem("orders:busy", 0)
 	e.publish(perm, retry)
 	testenv.WaitFor(t, 30*time.Second, "perm and retry dead", func() bool {
 		s := e.statuses(perm, retry)
@@ -205,7 +211,8 @@ func TestFailures(t *testing.T) {
 		t.Errorf("ok1 version %d", v)
 	}
 
-	// Redelivery of a dead command: acknowledged, not re-run, no new DLQ record.
+	// Redelivery of a dead command: acknowledged, not re-run, no new DLQ
+	// record (the mapping error would fail it again).
 	e.es.ClearFaults()
 	e.publish(perm)
 	testenv.WaitFor(t, 10*time.Second, "redelivery committed", func() bool { c, end := e.committed(); return c == end })

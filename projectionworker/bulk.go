@@ -9,6 +9,7 @@ import (
 	"io"
 	"math/rand/v2"
 	"net/http"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -120,26 +121,38 @@ func (b *Bulker) Check(context.Context) error {
 
 // encodeItem returns the NDJSON lines of one item.
 func encodeItem(it BulkItem) ([]byte, error) {
-	meta := map[string]any{"_index": it.Index, "_id": it.Op.ID}
-	if it.Op.Version > 0 {
-		meta["version"] = it.Op.Version
-		meta["version_type"] = "external"
-	}
-	action := "index"
-	if it.Op.Create {
-		action = "create"
-	}
-	mb, err := json.Marshal(map[string]any{action: meta})
+	// The action line is built by hand (no map, no reflection): it is
+	// encoded once per operation on the hot path.
+	ix, err := json.Marshal(it.Index)
 	if err != nil {
 		return nil, err
 	}
-	var doc bytes.Buffer
-	if err := json.Compact(&doc, it.Op.Doc); err != nil {
+	id, err := json.Marshal(it.Op.ID)
+	if err != nil {
+		return nil, err
+	}
+	out := bytes.NewBuffer(make([]byte, 0, len(ix)+len(id)+len(it.Op.Doc)+80))
+	if it.Op.Create {
+		out.WriteString(`{"create":{"_index":`)
+	} else {
+		out.WriteString(`{"index":{"_index":`)
+	}
+	out.Write(ix)
+	out.WriteString(`,"_id":`)
+	out.Write(id)
+	if it.Op.Version > 0 {
+		out.WriteString(`,"version":`)
+		out.WriteString(strconv.FormatInt(it.Op.Version, 10))
+		out.WriteString(`,"version_type":"external"`)
+	}
+	out.WriteString("}}\n")
+	// Compact: the document must be one line (custom projections may
+	// return indented JSON); this also rejects invalid JSON.
+	if err := json.Compact(out, it.Op.Doc); err != nil {
 		return nil, fmt.Errorf("projectionworker: document of %s: %w", it.Op.ID, err)
 	}
-	out := make([]byte, 0, len(mb)+doc.Len()+2)
-	out = append(append(append(append(out, mb...), '\n'), doc.Bytes()...), '\n')
-	return out, nil
+	out.WriteByte('\n')
+	return out.Bytes(), nil
 }
 
 // Do writes items (in one bulk request with other callers' items where

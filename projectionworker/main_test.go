@@ -24,6 +24,7 @@ import (
 
 	"github.com/sluicehq/sluice/projectionworker"
 	"github.com/sluicehq/sluice/shared/config"
+	"github.com/sluicehq/sluice/shared/consumer"
 	"github.com/sluicehq/sluice/shared/envelope"
 	"github.com/sluicehq/sluice/shared/esserver"
 	"github.com/sluicehq/sluice/shared/readmodel"
@@ -94,6 +95,9 @@ type env struct {
 	prod  *kgo.Client
 	vars  map[string]string
 	pos   int64
+	// wrapRegistry, when set, wraps the registry of workers started in
+	// process (Deps.WrapRegistry).
+	wrapRegistry func(consumer.Registry) consumer.Registry
 }
 
 func newEnv(t testing.TB, partitions int) *env {
@@ -197,7 +201,7 @@ func (e *env) deps(metrics prometheus.Registerer) (projectionworker.Deps, func()
 		e.t.Fatal(err)
 	}
 	logger := slog.New(slog.NewTextHandler(testenv.LogWriter{T: e.t}, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	return projectionworker.Deps{Pool: pool, ES: e.esc, Logger: logger, Metrics: metrics,
+	return projectionworker.Deps{Pool: pool, ES: e.esc, Logger: logger, Metrics: metrics, WrapRegistry: e.wrapRegistry,
 		KafkaOpts: []kgo.Opt{kgo.SessionTimeout(6 * time.Second), kgo.HeartbeatInterval(500 * time.Millisecond)}}, pool.Close
 }
 

@@ -48,6 +48,10 @@ type Deps struct {
 	// KafkaOpts are extra client options (tests); TLS and SASL come from
 	// the configuration.
 	KafkaOpts []kgo.Opt
+	// WrapRegistry, when set, wraps the registry the consumers use (tests
+	// and benchmarks: counting round trips, the per-event registry path,
+	// faults). nil uses the registry as is.
+	WrapRegistry func(consumer.Registry) consumer.Registry
 }
 
 // Spec selects one projection for a Service.
@@ -168,10 +172,14 @@ func (s *Service) Start(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
+		var reg consumer.Registry = s.reg
+		if s.d.WrapRegistry != nil {
+			reg = s.d.WrapRegistry(reg)
+		}
 		co := consumer.OptionsFromConfig(consumer.Options{
 			Brokers: s.cfg.Kafka.Brokers, KafkaOpts: append(append([]kgo.Opt{}, kopts...), s.d.KafkaOpts...),
 			Topic: s.cfg.Kafka.EventsTopic, Group: GroupName(p.Name(), v), DLQTopic: s.cfg.Kafka.EventsDLQTopic,
-			HandlerName: HandlerName(p.Name(), v), Policy: registry.SkipStale, Registry: s.reg, Handler: w,
+			HandlerName: HandlerName(p.Name(), v), Policy: registry.SkipStale, Registry: reg, Handler: w,
 			Limits: envelope.Limits{MaxEnvelopeBytes: s.cfg.EventStore.MaxEnvelopeBytes, MaxDataDepth: s.cfg.EventStore.MaxDataDepth,
 				MaxMetadataBytes: s.cfg.EventStore.MaxMetadataBytes},
 			Crash: s.crash, CrashWorker: CrashWorker, Logger: s.d.Logger, Metrics: s.d.Metrics, Health: s.d.Health,

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"runtime"
 	"sort"
 	"strconv"
 	"sync"
@@ -59,6 +60,10 @@ type item struct {
 	attempts  int
 	firstFail time.Time
 	wait      *registry.ClaimResult // last WAIT result, for healing
+	// busy: the item belongs to the round in flight (its second half runs
+	// in the background). Guarded by Consumer.mu; while set, only that
+	// round touches the item's other fields.
+	busy bool
 }
 
 // partState tracks the records of one partition in offset order.
@@ -68,6 +73,10 @@ type partState struct {
 	queue     []*item // unfinished prefix and what follows, in offset order
 	committed int64   // next offset to consume according to our last commit; -1 unknown
 	hwm       int64
+	// mayWait is set when a record of the partition was answered WAIT and
+	// cleared by commit when none is waiting any more: finish looks for
+	// waiting records to wake only then (the scan is O(queue)).
+	mayWait atomic.Bool
 }
 
 // Consumer is one worker's consumer-group member. Create it with New, run it
@@ -87,6 +96,12 @@ type Consumer struct {
 	omu      sync.Mutex // guards outageAt, outTries
 	outageAt time.Time  // next registry attempt while in outage
 	outTries int
+
+	// The round in flight (see turn): its second half runs in the
+	// background while the loop polls, parses and claims the next round.
+	inflight  chan struct{} // closed when it finished; nil when none
+	rebalance atomic.Bool   // a rebalance waits for the loop to allow it
+	allowedAt time.Time     // last AllowRebalance
 }
 
 // New validates opts and creates the Kafka client (nothing is fetched before
@@ -108,6 +123,7 @@ func New(opts Options) (*Consumer, error) {
 		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
 		kgo.OnPartitionsRevoked(c.onRevoked),
 		kgo.OnPartitionsLost(c.onLost),
+		kgo.OnPartitionsCallbackBlocked(func(context.Context, *kgo.Client) { c.rebalance.Store(true) }),
 		kgo.ProducerLinger(0),
 		kgo.RequiredAcks(kgo.AllISRAcks()),
 	}, o.KafkaOpts...)
@@ -157,6 +173,7 @@ func (c *Consumer) Run(ctx context.Context) error {
 		}
 	}()
 	var runErr error
+	c.allowedAt = time.Now()
 	for ctx.Err() == nil {
 		c.hb.Beat()
 		if err := c.turn(ctx, work); err != nil {
@@ -164,6 +181,8 @@ func (c *Consumer) Run(ctx context.Context) error {
 			break
 		}
 	}
+	c.join()
+	c.cl.AllowRebalance()
 	// After the deadline work is cancelled, but the bookkeeping of the drain
 	// (mark_done of handlers that did finish, releases, the final commit)
 	// must still reach Postgres and Kafka: give it a short budget of its own.
@@ -179,11 +198,34 @@ func (c *Consumer) Run(ctx context.Context) error {
 	return runErr
 }
 
-// turn is one poll and one round of processing, with rebalances blocked.
+// maxBlocked bounds how long the loop keeps rebalances blocked while it
+// overlaps rounds (a waiting rebalance is also signalled by franz-go, see
+// OnPartitionsCallbackBlocked; this is the backstop).
+const maxBlocked = 2 * time.Second
+
+// turn is one poll and one round of processing, with rebalances blocked
+// (BlockRebalanceOnPoll). Rounds overlap: a round's first half (select,
+// claim) runs here, its second half (handler, dead letters, mark_done) in
+// the background while the next turn polls, parses and claims the next
+// round. The records of a round in flight are busy: no later round selects
+// them or any record of their aggregates, so per-aggregate order is kept.
+// Commits happen only here, after the round in flight finished, and cover
+// only the contiguous done prefix. Before rebalances are allowed the round
+// in flight is joined and committed, so a rebalance never sees in-flight
+// work.
 func (c *Consumer) turn(ctx, work context.Context) error {
-	defer c.cl.AllowRebalance()
 	wait := c.pollWait()
 	pctx, cancel := context.WithTimeout(ctx, wait)
+	if done := c.inflight; done != nil {
+		// Poll until records arrive or the round in flight finishes.
+		go func() {
+			select {
+			case <-done:
+				cancel()
+			case <-pctx.Done():
+			}
+		}()
+	}
 	fetches := c.cl.PollRecords(pctx, c.o.MaxPollRecords)
 	cancel()
 	if fetches.IsClientClosed() {
@@ -195,23 +237,56 @@ func (c *Consumer) turn(ctx, work context.Context) error {
 		}
 	})
 	now := time.Now()
-	c.mu.Lock()
+	type polled struct {
+		p   kgo.FetchTopicPartition
+		its []*item
+	}
+	var ps []polled
+	var all []*item
 	fetches.EachPartition(func(p kgo.FetchTopicPartition) {
-		ps := c.part(p.Topic, p.Partition)
-		ps.hwm = p.HighWatermark
-		for _, r := range p.Records {
-			it := &item{rec: r, part: ps, polledAt: now}
-			c.parse(it)
-			ps.queue = append(ps.queue, it)
-			c.pending++
+		its := make([]*item, len(p.Records))
+		for i, r := range p.Records {
+			its[i] = &item{rec: r, polledAt: now}
 		}
+		ps = append(ps, polled{p, its})
+		all = append(all, its...)
 	})
+	c.parseAll(all)
+	c.mu.Lock()
+	for _, pp := range ps {
+		part := c.part(pp.p.Topic, pp.p.Partition)
+		part.hwm = pp.p.HighWatermark
+		for _, it := range pp.its {
+			it.part = part
+		}
+		part.queue = append(part.queue, pp.its...)
+		c.pending += len(pp.its)
+	}
 	c.mu.Unlock()
 	c.o.Logger.Debug("poll", "records", fetches.NumRecords(), "pending", c.pending, "wait", wait)
-	c.round(work)
+	next := c.roundStart(work)
+	c.join()
 	c.commit(work, nil)
+	if next != nil {
+		c.launch(work, next)
+	}
+	if c.inflight == nil || c.rebalance.Load() || time.Since(c.allowedAt) > maxBlocked || ctx.Err() != nil {
+		c.join()
+		c.commit(work, nil)
+		c.rebalance.Store(false)
+		c.allowedAt = time.Now()
+		c.cl.AllowRebalance()
+	}
 	c.flowControl()
 	return nil
+}
+
+// join waits for the round in flight, if any.
+func (c *Consumer) join() {
+	if c.inflight != nil {
+		<-c.inflight
+		c.inflight = nil
+	}
 }
 
 // pollWait is how long a poll may block: until the earliest due retry.
@@ -222,7 +297,7 @@ func (c *Consumer) pollWait() time.Duration {
 	now := time.Now()
 	for _, ps := range c.allParts() {
 		for _, it := range ps.queue {
-			if it.st == stDone {
+			if it.busy || it.st == stDone {
 				continue
 			}
 			d := it.notBefore.Sub(now)
@@ -271,6 +346,34 @@ func (c *Consumer) allParts() []*partState {
 	return out
 }
 
+// parseChunk is the least number of records a parsing goroutine takes.
+const parseChunk = 64
+
+// parseAll parses the records of items on all cores: envelope parsing and
+// validation is the runtime's main CPU cost per record.
+func (c *Consumer) parseAll(items []*item) {
+	workers := min(runtime.GOMAXPROCS(0), (len(items)+parseChunk-1)/parseChunk)
+	if workers <= 1 {
+		for _, it := range items {
+			c.parse(it)
+		}
+		return
+	}
+	var wg sync.WaitGroup
+	per := (len(items) + workers - 1) / workers
+	for lo := 0; lo < len(items); lo += per {
+		chunk := items[lo:min(lo+per, len(items))]
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for _, it := range chunk {
+				c.parse(it)
+			}
+		}()
+	}
+	wg.Wait()
+}
+
 func (c *Consumer) parse(it *item) {
 	r := it.rec
 	it.view = Record{Topic: r.Topic, Partition: r.Partition, Offset: r.Offset, Key: r.Key, Value: r.Value, Headers: r.Headers, Timestamp: r.Timestamp}
@@ -313,10 +416,19 @@ func (c *Consumer) selectRunnable(now time.Time) []*item {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	blocked := map[string]bool{}
-	var out []*item
-	for _, ps := range c.allParts() {
+	parts := c.allParts()
+	// The aggregates of the round in flight wait for it entirely.
+	for _, ps := range parts {
 		for _, it := range ps.queue {
-			if it.st == stDone || blocked[it.key] {
+			if it.busy {
+				blocked[it.key] = true
+			}
+		}
+	}
+	var out []*item
+	for _, ps := range parts {
+		for _, it := range ps.queue {
+			if blocked[it.key] || it.st == stDone {
 				continue
 			}
 			due := !now.Before(it.notBefore)
@@ -334,47 +446,84 @@ func (c *Consumer) selectRunnable(now time.Time) []*item {
 	return out
 }
 
-// round runs every runnable record one step further (usually to done).
-func (c *Consumer) round(ctx context.Context) {
+// roundWork is a round between its two halves: the items it selected, by
+// what is left to do for them.
+type roundWork struct {
+	all                        []*item
+	dlq, handles, marks, fails []*item
+}
+
+// roundStart is the first half of a round: it selects the runnable records,
+// dead-letters parse errors and claims in one batch. It returns what the
+// second half (roundFinish) does, or nil when nothing is left this round.
+func (c *Consumer) roundStart(ctx context.Context) *roundWork {
 	now := time.Now()
 	items := c.selectRunnable(now)
 	if len(items) == 0 {
-		return
+		return nil
 	}
 	registryOK := !now.Before(c.outageUntil())
-	var dlq, claims, handles, marks, fails []*item
+	w := &roundWork{all: items}
+	var claims []*item
 	for _, it := range items {
 		switch it.st {
 		case stDLQ:
-			dlq = append(dlq, it)
+			w.dlq = append(w.dlq, it)
 		case stClaim, stWait:
 			claims = append(claims, it)
 		case stHandle:
-			handles = append(handles, it)
+			w.handles = append(w.handles, it)
 		case stMarkDone:
-			marks = append(marks, it)
+			w.marks = append(w.marks, it)
 		case stMarkFailed:
-			fails = append(fails, it)
+			w.fails = append(w.fails, it)
 		}
 	}
+	c.produceDLQ(ctx, w.dlq)
 	if !registryOK {
 		// Outage: only Kafka-side work (DLQ of parse errors) may go on.
-		c.produceDLQ(ctx, dlq)
-		return
+		return nil
 	}
-	c.produceDLQ(ctx, dlq)
 	if len(claims) > 0 {
 		claimed, heal := c.claim(ctx, claims)
-		handles = append(handles, claimed...)
+		w.handles = append(w.handles, claimed...)
 		if c.outage.Load() {
-			return
+			return nil
 		}
-		handles = append(handles, heal...)
+		w.handles = append(w.handles, heal...)
 	}
 	// after_claim: the claim is recorded, nothing else has happened.
-	if len(handles) > 0 {
+	if len(w.handles) > 0 {
 		c.hit(PointAfterClaim)
 	}
+	return w
+}
+
+// launch runs the second half of round w in the background; its items are
+// busy until it finished.
+func (c *Consumer) launch(ctx context.Context, w *roundWork) {
+	c.mu.Lock()
+	for _, it := range w.all {
+		it.busy = true
+	}
+	c.mu.Unlock()
+	done := make(chan struct{})
+	c.inflight = done
+	go func() {
+		defer close(done)
+		c.roundFinish(ctx, w)
+		c.mu.Lock()
+		for _, it := range w.all {
+			it.busy = false
+		}
+		c.mu.Unlock()
+	}()
+}
+
+// roundFinish is the second half of a round: the handlers, the dead
+// letters of failed records, MarkFailed and one MarkDoneBatch.
+func (c *Consumer) roundFinish(ctx context.Context, w *roundWork) {
+	handles, marks, fails := w.handles, w.marks, w.fails
 	if bh, ok := c.o.Handler.(BatchHandler); ok {
 		c.handleBatch(ctx, bh, handles)
 	} else {
@@ -390,7 +539,7 @@ func (c *Consumer) round(ctx context.Context) {
 		}
 	}
 	c.produceDLQ(ctx, dead)
-	for _, it := range append(dlq, dead...) {
+	for _, it := range append(w.dlq, dead...) {
 		if it.st == stMarkFailed && !contains(fails, it) {
 			fails = append(fails, it)
 		}
@@ -507,6 +656,7 @@ func (c *Consumer) claim(ctx context.Context, items []*item) (claimed, heal []*i
 			c.retryLater(it, "retry_later", max(r.RetryIn, time.Millisecond))
 		case registry.Wait:
 			it.st = stWait
+			it.part.mayWait.Store(true)
 			w := r
 			it.wait = &w
 			if r.HealDue {
@@ -837,8 +987,11 @@ func (c *Consumer) finish(it *item, outcome string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.pending--
+	if !it.part.mayWait.Load() {
+		return
+	}
 	for _, o := range it.part.queue {
-		if o.st == stWait && o.key == it.key {
+		if o.key == it.key && o.st == stWait { // key first: other aggregates may belong to another round
 			o.notBefore, o.tries = time.Time{}, 0
 		}
 	}
@@ -903,6 +1056,16 @@ func (c *Consumer) commit(ctx context.Context, only map[string][]int32) {
 	for _, a := range advs {
 		a.ps.queue = a.ps.queue[a.n:]
 		a.ps.committed = a.next
+		if a.ps.mayWait.Load() {
+			waiting := false
+			for _, it := range a.ps.queue {
+				if it.st == stWait {
+					waiting = true
+					break
+				}
+			}
+			a.ps.mayWait.Store(waiting)
+		}
 		if a.ps.hwm > 0 {
 			c.m.lag.WithLabelValues(c.o.HandlerName, a.ps.topic, strconv.Itoa(int(a.ps.partition))).Set(float64(max(a.ps.hwm-a.next, 0)))
 		}

@@ -310,3 +310,172 @@ func GetInstance(ctx context.Context, es *elasticsearch.Client, n Names, class, 
 	}
 	return SplitDocument(g.Source)
 }
+
+// Ref names one instance document of a batch read: the names of its db and
+// its class and instance id.
+type Ref struct {
+	Names      Names
+	Class      string
+	InstanceID string
+}
+
+// GetResult is one answer of GetInstances: Err is ErrNotFound for a missing
+// document or index, a *StatusError for another item failure, else nil with
+// Meta and State set.
+type GetResult struct {
+	Meta  Meta
+	State json.RawMessage
+	Err   error
+}
+
+// GetInstances reads many instance documents in real time through their
+// write aliases in one _mget request (realtime=true) and splits each into
+// Meta and state; results are at the index of their ref. A failure of the
+// whole request (transport, non-2xx) is returned as the error.
+func GetInstances(ctx context.Context, es *elasticsearch.Client, refs []Ref) ([]GetResult, error) {
+	out := make([]GetResult, len(refs))
+	if len(refs) == 0 {
+		return out, nil
+	}
+	var body bytes.Buffer
+	body.WriteString(`{"docs":[`)
+	for i, r := range refs {
+		if i > 0 {
+			body.WriteByte(',')
+		}
+		ix, _ := json.Marshal(r.Names.WriteAlias)
+		id, _ := json.Marshal(DocumentID(r.Class, r.InstanceID))
+		body.WriteString(`{"_index":`)
+		body.Write(ix)
+		body.WriteString(`,"_id":`)
+		body.Write(id)
+		body.WriteByte('}')
+	}
+	body.WriteString(`]}`)
+	res, err := es.Mget(&body, es.Mget.WithContext(ctx), es.Mget.WithRealtime(true))
+	if err != nil {
+		return nil, fmt.Errorf("readmodel: mget: %w", err)
+	}
+	defer res.Body.Close()
+	if res.IsError() {
+		return nil, statusError("mget", res.StatusCode, res.Body)
+	}
+	var mr struct {
+		Docs []struct {
+			Found  bool            `json:"found"`
+			Source json.RawMessage `json:"_source"`
+			Error  *struct {
+				Type   string `json:"type"`
+				Reason string `json:"reason"`
+			} `json:"error"`
+		} `json:"docs"`
+	}
+	if err := json.NewDecoder(res.Body).Decode(&mr); err != nil {
+		return nil, fmt.Errorf("readmodel: mget: %w", err)
+	}
+	if len(mr.Docs) != len(refs) {
+		return nil, fmt.Errorf("readmodel: mget: %d answers for %d documents", len(mr.Docs), len(refs))
+	}
+	for i, d := range mr.Docs {
+		switch {
+		case d.Error != nil && d.Error.Type == "index_not_found_exception":
+			out[i].Err = ErrNotFound
+		case d.Error != nil:
+			out[i].Err = &StatusError{Op: "mget", Status: http.StatusInternalServerError, Type: d.Error.Type, Reason: d.Error.Reason}
+		case !d.Found:
+			out[i].Err = ErrNotFound
+		default:
+			out[i].Meta, out[i].State, out[i].Err = SplitDocument(d.Source)
+		}
+	}
+	return out, nil
+}
+
+// Write is one instance document of a batch write.
+type Write struct {
+	Names Names
+	Meta  Meta
+	State json.RawMessage
+}
+
+// WriteItem is the answer to one Write: Result, or Err (a *StatusError
+// with the item's status, or a document error).
+type WriteItem struct {
+	Result WriteResult
+	Err    error
+}
+
+// WriteInstances writes many instance documents in one _bulk request, each
+// exactly as WriteInstance writes one (through the write alias,
+// require_alias, version = Meta.SequenceNumber, version_type = external,
+// refresh=false). Per-item answers are at the index of their write: a 409 is
+// AlreadyApplied. A failure of the whole request (transport, non-2xx) is
+// returned as the error.
+func WriteInstances(ctx context.Context, es *elasticsearch.Client, ws []Write) ([]WriteItem, error) {
+	out := make([]WriteItem, len(ws))
+	var body bytes.Buffer
+	pos := make([]int, 0, len(ws)) // index into ws of each bulk item
+	for i, w := range ws {
+		doc, err := Document(w.Meta, w.State)
+		if err != nil {
+			out[i].Err = err
+			continue
+		}
+		ix, _ := json.Marshal(w.Names.WriteAlias)
+		id, _ := json.Marshal(DocumentID(w.Meta.Class, w.Meta.InstanceID))
+		body.WriteString(`{"index":{"_index":`)
+		body.Write(ix)
+		body.WriteString(`,"_id":`)
+		body.Write(id)
+		body.WriteString(`,"version":`)
+		body.WriteString(strconv.FormatInt(w.Meta.SequenceNumber, 10))
+		body.WriteString(`,"version_type":"external","require_alias":true}}` + "\n")
+		body.Write(doc)
+		body.WriteByte('\n')
+		pos = append(pos, i)
+	}
+	if len(pos) == 0 {
+		return out, nil
+	}
+	res, err := es.Bulk(&body, es.Bulk.WithContext(ctx), es.Bulk.WithRefresh("false"))
+	if err != nil {
+		return nil, fmt.Errorf("readmodel: bulk: %w", err)
+	}
+	defer res.Body.Close()
+	if res.IsError() {
+		return nil, statusError("bulk", res.StatusCode, res.Body)
+	}
+	var br struct {
+		Items []map[string]struct {
+			Status int `json:"status"`
+			Error  *struct {
+				Type   string `json:"type"`
+				Reason string `json:"reason"`
+			} `json:"error"`
+		} `json:"items"`
+	}
+	if err := json.NewDecoder(res.Body).Decode(&br); err != nil {
+		return nil, fmt.Errorf("readmodel: bulk: %w", err)
+	}
+	if len(br.Items) != len(pos) {
+		return nil, fmt.Errorf("readmodel: bulk: %d answers for %d items", len(br.Items), len(pos))
+	}
+	for j, it := range br.Items {
+		i := pos[j]
+		for _, r := range it {
+			switch {
+			case r.Status == http.StatusConflict:
+				out[i].Result = AlreadyApplied
+			case r.Status >= 200 && r.Status < 300:
+				out[i].Result = Written
+			default:
+				se := &StatusError{Op: "bulk index", Status: r.Status}
+				if r.Error != nil {
+					se.Type, se.Reason = r.Error.Type, r.Error.Reason
+				}
+				out[i].Err = se
+			}
+		}
+	}
+	return out, nil
+}

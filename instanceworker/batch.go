@@ -1,0 +1,189 @@
+package instanceworker
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"sync"
+
+	"github.com/sluicehq/sluice/eventstore"
+	"github.com/sluicehq/sluice/registry"
+	"github.com/sluicehq/sluice/shared/consumer"
+	"github.com/sluicehq/sluice/shared/readmodel"
+)
+
+var _ consumer.BatchHandler = (*Worker)(nil)
+
+// batchParallelism bounds the concurrent store calls of one batch (domain
+// stream reads and appends). Appends wait for the store's group commit, so
+// they are cheap to run many at once: the more wait together, the fewer
+// groups (each group is one PUT and a few Postgres round trips).
+const batchParallelism = 512
+
+// job is one command of a batch on its way through HandleBatch.
+type job struct {
+	i        int // index in the batch
+	c        command
+	n        readmodel.Names
+	cur      current
+	evType   string
+	newState json.RawMessage
+	stored   eventstore.Event
+}
+
+// HandleBatch processes every command claimed in one runtime round
+// (consumer.BatchHandler) with the same semantics as Handle, per command,
+// but with the I/O batched: one _mget for the current documents (real
+// time), the domain stream read only where the document is behind (normally
+// nowhere), all domain events appended concurrently (the event store's group
+// commit puts them into few groups), one _bulk for the instance documents
+// (version = slot, version_type = external). A round holds at most one
+// command per aggregate (wait-for-predecessor: the next slot is claimable
+// only after this one is done), so the commands are independent.
+//
+// Crash points are hit once per batch: before_append before the first
+// append, after_append when every append finished, before_es_write and
+// after_es_write around the bulk. Each command fails on its own: a
+// permanent failure, a retryable store or ES error, or a rejection concerns
+// only its record.
+func (w *Worker) HandleBatch(ctx context.Context, recs []*consumer.Record) []consumer.BatchResult {
+	out := make([]consumer.BatchResult, len(recs))
+	jobs := make([]*job, 0, len(recs))
+	for i, rec := range recs {
+		c, err := parseCommand(rec.Envelope)
+		if err != nil {
+			out[i].Err = consumer.Permanent(err)
+			continue
+		}
+		n, err := w.names(ctx, c.db)
+		if err != nil {
+			out[i].Err = err
+			continue
+		}
+		jobs = append(jobs, &job{i: i, c: c, n: n})
+	}
+	jobs = w.loadBatch(ctx, jobs, out)
+
+	// Decide.
+	live := jobs[:0]
+	for _, j := range jobs {
+		evType, newState, rejected, err := decide(j.c, j.cur)
+		switch {
+		case rejected != nil:
+			out[j.i].Outcome = *rejected
+		case err != nil:
+			out[j.i].Err = err
+		default:
+			j.evType, j.newState = evType, newState
+			live = append(live, j)
+		}
+	}
+	jobs = live
+	if len(jobs) == 0 {
+		return out
+	}
+
+	// Append every domain event at once (group commit).
+	w.hit(PointBeforeAppend)
+	errs := make([]error, len(jobs))
+	w.each(len(jobs), func(k int) {
+		j := jobs[k]
+		j.stored, errs[k] = w.appendEvent(ctx, j.c, j.evType, j.newState)
+	})
+	live = jobs[:0]
+	for k, j := range jobs {
+		if errs[k] != nil {
+			out[j.i].Err = errs[k]
+			continue
+		}
+		live = append(live, j)
+	}
+	jobs = live
+	if len(jobs) == 0 {
+		return out
+	}
+	w.hit(PointAfterAppend)
+
+	// One bulk for the documents.
+	ws := make([]readmodel.Write, len(jobs))
+	for k, j := range jobs {
+		ws[k] = readmodel.Write{Names: j.n, Meta: docMeta(j.c, j.cur, j.stored), State: j.stored.Envelope.Data}
+	}
+	w.hit(PointBeforeESWrite)
+	res, err := readmodel.WriteInstances(ctx, w.o.ES, ws)
+	if err != nil {
+		err = classifyES(err)
+		for _, j := range jobs {
+			out[j.i].Err = err
+		}
+		return out
+	}
+	w.hit(PointAfterESWrite)
+	for k, j := range jobs {
+		if err := res[k].Err; err != nil {
+			var se *readmodel.StatusError
+			if errors.As(err, &se) && se.Status == 404 {
+				w.ensured.Delete(j.c.db) // the write alias vanished: ensure it again
+			}
+			out[j.i].Err = classifyES(err)
+			continue
+		}
+		out[j.i].Outcome = registry.Applied()
+	}
+	return out
+}
+
+// loadBatch loads the state before its slot for every job (as load does for
+// one): one _mget of the documents, then the domain stream tails where
+// needed, in parallel. Jobs that failed get their error in out and are left
+// out of the returned slice.
+func (w *Worker) loadBatch(ctx context.Context, jobs []*job, out []consumer.BatchResult) []*job {
+	if len(jobs) == 0 {
+		return jobs
+	}
+	refs := make([]readmodel.Ref, len(jobs))
+	for k, j := range jobs {
+		refs[k] = readmodel.Ref{Names: j.n, Class: j.c.class, InstanceID: j.c.instanceID}
+	}
+	got, err := readmodel.GetInstances(ctx, w.o.ES, refs)
+	if err != nil {
+		err = classifyES(err)
+		for _, j := range jobs {
+			out[j.i].Err = err
+		}
+		return nil
+	}
+	errs := make([]error, len(jobs))
+	w.each(len(jobs), func(k int) {
+		jobs[k].cur, errs[k] = w.loadFrom(ctx, jobs[k].c, got[k])
+	})
+	live := jobs[:0]
+	for k, j := range jobs {
+		if errs[k] != nil {
+			out[j.i].Err = errs[k]
+			continue
+		}
+		live = append(live, j)
+	}
+	return live
+}
+
+// each runs f(0…n-1) concurrently, at most batchParallelism at once, and
+// waits for all of them.
+func (w *Worker) each(n int, f func(k int)) {
+	if n == 1 {
+		f(0)
+		return
+	}
+	sem := make(chan struct{}, batchParallelism)
+	var wg sync.WaitGroup
+	for k := 0; k < n; k++ {
+		sem <- struct{}{}
+		wg.Add(1)
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			f(k)
+		}()
+	}
+	wg.Wait()
+}
