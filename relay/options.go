@@ -64,13 +64,14 @@ type Options struct {
 	SkipTopicBootstrap bool
 	// CheckpointInterval is the longest time between two checkpoint writes
 	// while there is progress to save (the writes run in the background,
-	// one at a time). Default 100 ms.
+	// one at a time). Default Config.CheckpointInterval, else 100 ms.
 	CheckpointInterval time.Duration
 	// CheckpointMaxRecords bounds the records produced since the last
 	// durable checkpoint, and with it what a crash re-publishes: at the
 	// bound the relay waits for a checkpoint write before producing more.
 	// A write starts in the background when half of it was acknowledged.
-	// Default 10,000; values below the flush batch size are raised to it.
+	// Default Config.CheckpointMaxRecords, else 10,000; values below the
+	// flush batch size are raised to it.
 	CheckpointMaxRecords int
 
 	// ackHook, when set, is called after every flush with the acknowledged
@@ -123,9 +124,15 @@ func (o Options) withDefaults() (settings, error) {
 	}
 	s.ckptInterval = s.CheckpointInterval
 	if s.ckptInterval <= 0 {
+		s.ckptInterval = c.CheckpointInterval
+	}
+	if s.ckptInterval <= 0 {
 		s.ckptInterval = 100 * time.Millisecond
 	}
 	s.ckptMaxRecords = s.CheckpointMaxRecords
+	if s.ckptMaxRecords <= 0 {
+		s.ckptMaxRecords = c.CheckpointMaxRecords
+	}
 	if s.ckptMaxRecords <= 0 {
 		s.ckptMaxRecords = 10000
 	}

@@ -104,6 +104,8 @@ type Relay struct {
 	LeaderLease              time.Duration `env:"EVENT_PUBLISHER_LEADER_LEASE_SECONDS" envDefault:"10" doc:"Leader lease of one relay replica; a standby takes over after it expires."`
 	ParallelGets             int           `env:"EVENT_PUBLISHER_PARALLEL_GETS" envDefault:"8" doc:"Segment GETs in flight at once."`
 	StallAfter               time.Duration `env:"EVENT_PUBLISHER_STALL_SECONDS" envDefault:"60" doc:"/readyz turns red when the head grows and the checkpoint has not moved for this long."`
+	CheckpointMaxRecords     int           `env:"EVENT_PUBLISHER_CHECKPOINT_MAX_RECORDS" envDefault:"10000" doc:"Most produced records not yet covered by a durable checkpoint: what a relay crash re-publishes at most; a background write starts at half of it (raised to the flush batch size when smaller)."`
+	CheckpointInterval       time.Duration `env:"EVENT_PUBLISHER_CHECKPOINT_INTERVAL" envDefault:"100ms" doc:"Longest time between two checkpoint writes while there is progress to save."`
 }
 
 // Kafka configures the brokers and topics (SPEC §14).

@@ -104,6 +104,8 @@ func TestInvalidValuesNameTheVariable(t *testing.T) {
 		{map[string]string{"EVENT_PUBLISHER_START_TIMESTAMP": "yesterday"}, "EVENT_PUBLISHER_START_TIMESTAMP", "RFC 3339"},
 		{map[string]string{"EVENT_PUBLISHER_DEDUP_CHECKPOINT_MAX_EVENTS": "20000"}, "EVENT_PUBLISHER_DEDUP_CHECKPOINT_MAX_EVENTS", "must not exceed"},
 		{map[string]string{"EVENT_PUBLISHER_POLL_INTERVAL": "0"}, "EVENT_PUBLISHER_POLL_INTERVAL", "greater than zero"},
+		{map[string]string{"EVENT_PUBLISHER_CHECKPOINT_MAX_RECORDS": "0"}, "EVENT_PUBLISHER_CHECKPOINT_MAX_RECORDS", "at least 1"},
+		{map[string]string{"EVENT_PUBLISHER_CHECKPOINT_INTERVAL": "0"}, "EVENT_PUBLISHER_CHECKPOINT_INTERVAL", "greater than zero"},
 		{map[string]string{"KAFKA_BROKERS": "localhost"}, "KAFKA_BROKERS", "host:port"},
 		{map[string]string{"KAFKA_SASL_MECHANISM": "GSSAPI"}, "KAFKA_SASL_MECHANISM", "one of"},
 		{map[string]string{"WORKER_CONCURRENCY": "0"}, "WORKER_CONCURRENCY", "at least 1"},

@@ -105,6 +105,8 @@ func (c *Config) Validate() error {
 		k.fail("EVENT_PUBLISHER_METRICS_LOG_INTERVAL_SECONDS", r.MetricsLogInterval.String(), "must not be negative")
 	}
 	k.positive("EVENT_PUBLISHER_POLL_INTERVAL", r.PollInterval)
+	k.atLeast("EVENT_PUBLISHER_CHECKPOINT_MAX_RECORDS", int64(r.CheckpointMaxRecords), 1)
+	k.positive("EVENT_PUBLISHER_CHECKPOINT_INTERVAL", r.CheckpointInterval)
 	k.positive("EVENT_PUBLISHER_LEADER_LEASE_SECONDS", r.LeaderLease)
 	k.atLeast("EVENT_PUBLISHER_PARALLEL_GETS", int64(r.ParallelGets), 1)
 	k.positive("EVENT_PUBLISHER_STALL_SECONDS", r.StallAfter)
