@@ -120,7 +120,7 @@ func TestDevSetupOnlyStartsLocalPostgres(t *testing.T) {
 // → instance worker → Elasticsearch).
 func TestDevTourCreateArrivesInElasticsearch(t *testing.T) {
 	t.Setenv("DATABASE_URL", testenv.NewDatabase(t))
-	t.Setenv("SLUICE_HTTP_ADDR", "")
+	t.Setenv("SLUICE_HTTP_ADDR", "off")
 	apiAddr := "127.0.0.1:" + strconv.Itoa(freePort(t))
 	esAddr := "127.0.0.1:" + strconv.Itoa(freePort(t))
 	t.Setenv("SLUICE_API_ADDR", apiAddr)

@@ -54,7 +54,7 @@ type Log struct {
 
 // HTTP configures the per-process observability server.
 type HTTP struct {
-	Addr string `env:"SLUICE_HTTP_ADDR" envDefault:":9090" doc:"Listen address of the /metrics, /livez and /readyz server of every service. Empty disables it."`
+	Addr string `env:"SLUICE_HTTP_ADDR" envDefault:":9090" doc:"Listen address of the /metrics, /livez and /readyz server of every service. off disables it (an empty value means the default)."`
 }
 
 // Postgres configures the connection shared by the event-store index and the
@@ -272,6 +272,9 @@ func translate(err error, keys map[string]string, environ map[string]string) err
 
 // fillDerived computes the defaults that depend on other values.
 func (c *Config) fillDerived() {
+	if strings.EqualFold(c.HTTP.Addr, "off") {
+		c.HTTP.Addr = ""
+	}
 	if c.Registry.Owner == "" {
 		if h, err := os.Hostname(); err == nil {
 			c.Registry.Owner = h

@@ -64,6 +64,7 @@ func TestOverridesAndDerived(t *testing.T) {
 		"PROCESSED_EVENT_LEASE_TIMEOUT_SECONDS":      "5",
 		"PROCESSED_EVENT_HEARTBEAT_INTERVAL_SECONDS": "1",
 		"SLUICE_API_TOKENS":                          "t1,t2",
+		"SLUICE_HTTP_ADDR":                           "off",
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -79,6 +80,9 @@ func TestOverridesAndDerived(t *testing.T) {
 	}
 	if len(c.API.Tokens) != 2 || c.API.Tokens[1].Value() != "t2" {
 		t.Errorf("tokens: %d", len(c.API.Tokens))
+	}
+	if c.HTTP.Addr != "" {
+		t.Errorf("SLUICE_HTTP_ADDR=off: addr %q, want disabled", c.HTTP.Addr)
 	}
 }
 
