@@ -65,17 +65,11 @@ func (s *Store) commitRows(ctx context.Context, key string, refs []lineRef, only
 
 func (s *Store) commitRoundTrip(ctx context.Context, key string, pos []int64, eids []string, offs []int64, lens []int32,
 	onlyUncommitted bool, payload string) (int64, error) {
-	conn, err := s.pool.Acquire(ctx)
+	c, release, err := s.txConn(ctx)
 	if err != nil {
 		return 0, err
 	}
-	defer conn.Release()
-	c := conn.Conn()
-	defer func() {
-		if c.PgConn().TxStatus() != 'I' {
-			_, _ = c.Exec(context.WithoutCancel(ctx), "ROLLBACK")
-		}
-	}()
+	defer release()
 	b := &pgx.Batch{}
 	b.Queue("BEGIN")
 	b.Queue(sqlCommitRows, key, pos, eids, offs, lens, onlyUncommitted)

@@ -102,6 +102,32 @@ FROM head`
 
 type aggKey struct{ t, i string }
 
+// compareAggKeys orders aggregates by (type, id): concurrent reservations
+// lock sequences rows in this one order, so they cannot deadlock.
+func compareAggKeys(a, b aggKey) int {
+	if c := strings.Compare(a.t, b.t); c != 0 {
+		return c
+	}
+	return strings.Compare(a.i, b.i)
+}
+
+// txConn acquires a connection for one hand-written transaction (BEGIN …
+// COMMIT in a batch). release rolls back a transaction the caller left open
+// (an error half-way) before the connection goes back to the pool.
+func (s *Store) txConn(ctx context.Context) (c *pgx.Conn, release func(), err error) {
+	conn, err := s.pool.Acquire(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	c = conn.Conn()
+	return c, func() {
+		if c.PgConn().TxStatus() != 'I' {
+			_, _ = c.Exec(context.WithoutCancel(ctx), "ROLLBACK")
+		}
+		conn.Release()
+	}, nil
+}
+
 // reserve runs step 2 and 3 of SPEC §5.4 for a group: idempotency, slot
 // checks, sequences with OCC, and one reservation transaction. It returns the
 // accepted items (seq and pos set, in position order) and the block's first
@@ -134,17 +160,11 @@ func (s *Store) reserveOnce(ctx context.Context, items []*item) (accepted []*ite
 			it.resetOutcome()
 		}
 	}
-	conn, err := s.pool.Acquire(ctx)
+	c, release, err := s.txConn(ctx)
 	if err != nil {
 		return nil, 0, fmt.Errorf("eventstore: reserve: %w", err)
 	}
-	defer conn.Release() // the pool discards a connection left inside a transaction
-	c := conn.Conn()
-	defer func() {
-		if c.PgConn().TxStatus() != 'I' {
-			_, _ = c.Exec(context.WithoutCancel(ctx), "ROLLBACK")
-		}
-	}()
+	defer release()
 
 	// Round trip 1: BEGIN, the idempotency lookup by event_id, the slot
 	// lookup, and the locks on the sequences of every aggregate that may
@@ -166,12 +186,7 @@ func (s *Store) reserveOnce(ctx context.Context, items []*item) (accepted []*ite
 	for k := range aggSet {
 		keys = append(keys, k)
 	}
-	slices.SortFunc(keys, func(a, b aggKey) int {
-		if c := strings.Compare(a.t, b.t); c != 0 {
-			return c
-		}
-		return strings.Compare(a.i, b.i)
-	})
+	slices.SortFunc(keys, compareAggKeys)
 	seqT, seqI := make([]string, len(keys)), make([]string, len(keys))
 	for n, k := range keys {
 		seqT[n], seqI[n] = k.t, k.i

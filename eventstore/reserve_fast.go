@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -65,12 +64,7 @@ func (s *Store) reserveFast(ctx context.Context, items []*item) (accepted []*ite
 		}
 	}
 	// sorted, so concurrent reservations lock sequences rows in one order
-	slices.SortFunc(keys, func(a, b aggKey) int {
-		if c := strings.Compare(a.t, b.t); c != 0 {
-			return c
-		}
-		return strings.Compare(a.i, b.i)
-	})
+	slices.SortFunc(keys, compareAggKeys)
 	ts, is := make([]string, len(keys)), make([]string, len(keys))
 	for n, k := range keys {
 		ts[n], is[n] = k.t, k.i
@@ -137,17 +131,11 @@ func (s *Store) reserveFast(ctx context.Context, items []*item) (accepted []*ite
 // reservation is exactly as durable as a synchronous commit would have made
 // it; the segment is written only after that.
 func (s *Store) reserveFastRoundTrip(ctx context.Context, args []any, firstPos **int64, seqs, actuals *[]int64) error {
-	conn, err := s.pool.Acquire(ctx)
+	c, release, err := s.txConn(ctx)
 	if err != nil {
 		return err
 	}
-	defer conn.Release()
-	c := conn.Conn()
-	defer func() {
-		if c.PgConn().TxStatus() != 'I' {
-			_, _ = c.Exec(context.WithoutCancel(ctx), "ROLLBACK")
-		}
-	}()
+	defer release()
 	b := &pgx.Batch{}
 	b.Queue("BEGIN")
 	b.Queue("SET LOCAL synchronous_commit = off")

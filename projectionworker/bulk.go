@@ -15,6 +15,8 @@ import (
 	"time"
 
 	"github.com/elastic/go-elasticsearch/v8"
+
+	"github.com/sluicehq/sluice/shared/readmodel"
 )
 
 // BulkItem is one operation addressed to a concrete index.
@@ -24,22 +26,7 @@ type BulkItem struct {
 }
 
 // ItemResult is Elasticsearch's answer to one bulk item.
-type ItemResult struct {
-	Status int
-	Type   string // error type, empty on success
-	Reason string
-}
-
-// OK reports a 2xx answer.
-func (r ItemResult) OK() bool { return r.Status >= 200 && r.Status < 300 }
-
-// Conflict reports a 409 (already applied or stale).
-func (r ItemResult) Conflict() bool { return r.Status == http.StatusConflict }
-
-// Transient reports a 429 or 5xx answer.
-func (r ItemResult) Transient() bool {
-	return r.Status == http.StatusTooManyRequests || r.Status >= 500
-}
+type ItemResult = readmodel.BulkItemResult
 
 // BulkOptions configure a Bulker.
 type BulkOptions struct {
@@ -345,31 +332,7 @@ func (b *Bulker) send(body []byte, n int) ([]ItemResult, error) {
 		}
 		return nil, &permanentBulkError{status: res.StatusCode, typ: eb.Error.Type, reason: eb.Error.Reason}
 	}
-	var br struct {
-		Items []map[string]struct {
-			Status int `json:"status"`
-			Error  *struct {
-				Type   string `json:"type"`
-				Reason string `json:"reason"`
-			} `json:"error"`
-		} `json:"items"`
-	}
-	if err := json.Unmarshal(raw, &br); err != nil {
-		return nil, fmt.Errorf("bulk: answer: %w", err)
-	}
-	if len(br.Items) != n {
-		return nil, fmt.Errorf("bulk: %d answers for %d items", len(br.Items), n)
-	}
-	out := make([]ItemResult, n)
-	for i, m := range br.Items {
-		for _, v := range m {
-			out[i].Status = v.Status
-			if v.Error != nil {
-				out[i].Type, out[i].Reason = v.Error.Type, v.Error.Reason
-			}
-		}
-	}
-	return out, nil
+	return readmodel.DecodeBulkItems(bytes.NewReader(raw), n)
 }
 
 // backoff is min(cap, base·2^n) scaled by a random factor in [0.5, 1).

@@ -445,6 +445,45 @@ func WriteInstances(ctx context.Context, es *elasticsearch.Client, ws []Write) (
 	if res.IsError() {
 		return nil, statusError("bulk", res.StatusCode, res.Body)
 	}
+	items, err := DecodeBulkItems(res.Body, len(pos))
+	if err != nil {
+		return nil, fmt.Errorf("readmodel: %w", err)
+	}
+	for j, r := range items {
+		i := pos[j]
+		switch {
+		case r.Conflict():
+			out[i].Result = AlreadyApplied
+		case r.OK():
+			out[i].Result = Written
+		default:
+			out[i].Err = &StatusError{Op: "bulk index", Status: r.Status, Type: r.Type, Reason: r.Reason}
+		}
+	}
+	return out, nil
+}
+
+// BulkItemResult is Elasticsearch's answer to one item of a _bulk request.
+type BulkItemResult struct {
+	Status int
+	Type   string // error type, empty on success
+	Reason string
+}
+
+// OK reports a 2xx answer.
+func (r BulkItemResult) OK() bool { return r.Status >= 200 && r.Status < 300 }
+
+// Conflict reports a 409 (already applied or stale).
+func (r BulkItemResult) Conflict() bool { return r.Status == http.StatusConflict }
+
+// Transient reports a 429 or 5xx answer.
+func (r BulkItemResult) Transient() bool {
+	return r.Status == http.StatusTooManyRequests || r.Status >= 500
+}
+
+// DecodeBulkItems decodes the per-item answers of a _bulk response body, in
+// request order, and checks that there are want of them.
+func DecodeBulkItems(body io.Reader, want int) ([]BulkItemResult, error) {
 	var br struct {
 		Items []map[string]struct {
 			Status int `json:"status"`
@@ -454,26 +493,18 @@ func WriteInstances(ctx context.Context, es *elasticsearch.Client, ws []Write) (
 			} `json:"error"`
 		} `json:"items"`
 	}
-	if err := json.NewDecoder(res.Body).Decode(&br); err != nil {
-		return nil, fmt.Errorf("readmodel: bulk: %w", err)
+	if err := json.NewDecoder(body).Decode(&br); err != nil {
+		return nil, fmt.Errorf("bulk: answer: %w", err)
 	}
-	if len(br.Items) != len(pos) {
-		return nil, fmt.Errorf("readmodel: bulk: %d answers for %d items", len(br.Items), len(pos))
+	if len(br.Items) != want {
+		return nil, fmt.Errorf("bulk: %d answers for %d items", len(br.Items), want)
 	}
-	for j, it := range br.Items {
-		i := pos[j]
-		for _, r := range it {
-			switch {
-			case r.Status == http.StatusConflict:
-				out[i].Result = AlreadyApplied
-			case r.Status >= 200 && r.Status < 300:
-				out[i].Result = Written
-			default:
-				se := &StatusError{Op: "bulk index", Status: r.Status}
-				if r.Error != nil {
-					se.Type, se.Reason = r.Error.Type, r.Error.Reason
-				}
-				out[i].Err = se
+	out := make([]BulkItemResult, want)
+	for i, m := range br.Items {
+		for _, v := range m {
+			out[i].Status = v.Status
+			if v.Error != nil {
+				out[i].Type, out[i].Reason = v.Error.Type, v.Error.Reason
 			}
 		}
 	}
