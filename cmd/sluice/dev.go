@@ -47,6 +47,9 @@ type devFlags struct {
 	esAddr    string
 	kafkaAddr string
 	setupOnly bool
+	// wrapES, when set, wraps the Elasticsearch test server's handler
+	// (the pipeline benchmark observes document writes with it).
+	wrapES func(http.Handler) http.Handler
 }
 
 func newDevCmd() *cobra.Command {
@@ -178,7 +181,12 @@ func runDev(parent context.Context, out io.Writer, cfg *config.Config, logger *s
 		return fmt.Errorf("elasticsearch test server: listen %s: %w (set --es-addr, or stop what holds the port)", f.esAddr, err)
 	}
 	esURL := "http://" + esLn.Addr().String()
-	goRun("elasticsearch test server", func(ctx context.Context) error { return esserver.New().Serve(ctx, esLn) })
+	if f.wrapES != nil {
+		h := f.wrapES(esserver.New())
+		goRun("elasticsearch test server", func(ctx context.Context) error { return serveHTTP(ctx, esLn, h) })
+	} else {
+		goRun("elasticsearch test server", func(ctx context.Context) error { return esserver.New().Serve(ctx, esLn) })
+	}
 	cfg.Elasticsearch.URLs = []string{esURL}
 	parts = append(parts, devPart{"elasticsearch test server", true, esURL + " (in-memory, Elasticsearch 8 API subset)"})
 

@@ -196,7 +196,7 @@ func TestDevTourCreateArrivesInElasticsearch(t *testing.T) {
 	t.Fatalf("no history document within 60s\n%s\n%s", out.String(), errb.String())
 }
 
-func freePort(t *testing.T) int {
+func freePort(t testing.TB) int {
 	t.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
