@@ -18,6 +18,9 @@ import (
 	"testing"
 	"time"
 
+	dto "github.com/prometheus/client_model/go"
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/sluicehq/sluice/shared/config"
@@ -72,12 +75,13 @@ type docKey struct {
 
 // pipeline is a running `sluice dev` with its observers.
 type pipeline struct {
-	api    string
-	client *http.Client
-	mu     sync.Mutex
-	es     map[docKey]time.Time // first successful _bulk answer per document version
-	kafka  map[docKey]time.Time // produce time of the command (key: aggregate, seq)
-	run    atomic.Int64         // distinguishes the instances of each load
+	api     string
+	metrics string
+	client  *http.Client
+	mu      sync.Mutex
+	es      map[docKey]time.Time // first successful _bulk answer per document version
+	kafka   map[docKey]time.Time // produce time of the command (key: aggregate, seq)
+	run     atomic.Int64         // distinguishes the instances of each load
 }
 
 func startPipeline(b *testing.B) *pipeline {
@@ -93,17 +97,19 @@ func startPipeline(b *testing.B) *pipeline {
 	b.Setenv("EVENT_STORE_S3_ACCESS_KEY_ID", mi.AccessKey)
 	b.Setenv("EVENT_STORE_S3_SECRET_ACCESS_KEY", mi.SecretKey)
 	b.Setenv("EVENT_STORE_BUCKET", mi.NewBucket(b))
-	b.Setenv("SLUICE_HTTP_ADDR", "off")
+	metricsAddr := "127.0.0.1:" + strconv.Itoa(freePort(b))
+	b.Setenv("SLUICE_HTTP_ADDR", metricsAddr)
 	b.Setenv("SLUICE_LOG_LEVEL", "warn")
 	api := "127.0.0.1:" + strconv.Itoa(freePort(b))
 	b.Setenv("SLUICE_API_ADDR", api)
 	kafkaAddr := "127.0.0.1:" + strconv.Itoa(freePort(b))
 
 	p := &pipeline{
-		api:    "http://" + api,
-		client: &http.Client{Timeout: time.Minute, Transport: &http.Transport{MaxIdleConnsPerHost: 256, MaxConnsPerHost: 256}},
-		es:     map[docKey]time.Time{},
-		kafka:  map[docKey]time.Time{},
+		api:     "http://" + api,
+		metrics: "http://" + metricsAddr + "/metrics",
+		client:  &http.Client{Timeout: time.Minute, Transport: &http.Transport{MaxIdleConnsPerHost: 256, MaxConnsPerHost: 256}},
+		es:      map[docKey]time.Time{},
+		kafka:   map[docKey]time.Time{},
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	var out, errb bytes.Buffer
@@ -257,6 +263,7 @@ type sent struct {
 // until every accepted command's document is visible, and reports.
 func (p *pipeline) load(b *testing.B, name string, rate int, d time.Duration) {
 	run := p.run.Add(1)
+	before := p.stageTimes(b)
 	const clients = 64
 	var mu sync.Mutex
 	var sents []sent
@@ -361,6 +368,14 @@ func (p *pipeline) load(b *testing.B, name string, rate int, d time.Duration) {
 	report(b, "kafka", kafka)
 	report(b, "es", es)
 	b.ReportMetric(float64(failed.Load()), "failed")
+	// Where the time goes: mean time per call of each stage during this
+	// load, from the services' own histograms.
+	after := p.stageTimes(b)
+	for k, a := range after {
+		if d := a.sub(before[k]); d.count > 0 {
+			b.ReportMetric(d.sum/float64(d.count)*1000, k+"-mean-ms")
+		}
+	}
 	b.ReportMetric(0, "ns/op")
 }
 
@@ -381,4 +396,64 @@ func report(b *testing.B, stage string, d []time.Duration) {
 	b.ReportMetric(ms(d[len(d)/2]), stage+"-p50-ms")
 	b.ReportMetric(ms(d[len(d)*99/100]), stage+"-p99-ms")
 	b.ReportMetric(ms(d[len(d)-1]), stage+"-max-ms")
+}
+
+// histSum is a histogram's sum (seconds) and count.
+type histSum struct {
+	sum   float64
+	count uint64
+}
+
+func (a histSum) sub(b histSum) histSum { return histSum{a.sum - b.sum, a.count - b.count} }
+
+// stageTimes scrapes /metrics: the stage histograms of both workers
+// (claim, handle, mark_done, commit, end_to_end), the relay's flush, the
+// projection's ES bulk and the API's requests, by a short name.
+func (p *pipeline) stageTimes(b *testing.B) map[string]histSum {
+	b.Helper()
+	resp, err := p.client.Get(p.metrics)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer resp.Body.Close()
+	parser := expfmt.NewTextParser(model.UTF8Validation)
+	fams, err := parser.TextToMetricFamilies(resp.Body)
+	if err != nil {
+		b.Fatal(err)
+	}
+	out := map[string]histSum{}
+	add := func(name string, m *dto.Metric) {
+		h := m.GetHistogram()
+		cur := out[name]
+		out[name] = histSum{cur.sum + h.GetSampleSum(), cur.count + h.GetSampleCount()}
+	}
+	label := func(m *dto.Metric, name string) string {
+		for _, l := range m.GetLabel() {
+			if l.GetName() == name {
+				return l.GetValue()
+			}
+		}
+		return ""
+	}
+	for name, f := range fams {
+		for _, m := range f.GetMetric() {
+			switch name {
+			case "sluice_worker_stage_duration_seconds":
+				h := label(m, "handler")
+				if h == "instanceworker" {
+					h = "iw"
+				} else {
+					h = strings.NewReplacer("projection:", "", ":", "-").Replace(h)
+				}
+				add(h+"-"+label(m, "stage"), m)
+			case "relay_flush_seconds":
+				add("relay-flush", m)
+			case "sluice_projection_bulk_duration_seconds":
+				add("projection-bulk", m)
+			case "sluice_api_request_duration_seconds":
+				add("api-request", m)
+			}
+		}
+	}
+	return out
 }
