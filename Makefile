@@ -10,7 +10,7 @@ LDFLAGS := -s -w -X main.version=$(VERSION) -X main.commit=$(COMMIT)
 FUZZTIME ?= 5s
 TEST_TIMEOUT ?= 20m
 
-.PHONY: all build dev test test-deps test-go es-spec-summary fuzz lint bench docs clean
+.PHONY: all build dev test test-deps test-go es-spec-summary fuzz lint bench soak docs clean
 
 all: build
 
@@ -51,6 +51,13 @@ lint: test-deps
 bench: test-deps
 	$(GO) test -run='^$$' -bench=. -benchtime=$${BENCHTIME:-3s} -timeout 30m $(PKGS) | tee $(BIN)/bench.txt
 	@echo "results in $(BIN)/bench.txt; figures are recorded in docs/benchmarks.md"
+
+## soak: the long chaos soak of the acceptance suite (docs/acceptance.md):
+## SOAK of load and faults (default 5m), then drain and verify. The short
+## version (45 s) runs in `make test`.
+SOAK ?= 5m
+soak: test-deps
+	SLUICE_SOAK=$(SOAK) $(GO) test -count=1 -run '^TestChaosSoak$$' -v -timeout 60m ./acceptance/
 
 ## docs: regenerate docs/configuration.md from the code
 docs: build

@@ -79,7 +79,7 @@ func (c *queryCounter) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryE
 
 // newProxy starts a proxy to the server of url and returns it with a pool
 // config pointing at it.
-func newProxy(t testing.TB, url string) (*testenv.PGProxy, *pgxpool.Config) {
+func newProxy(t testing.TB, url string) (*testenv.Proxy, *pgxpool.Config) {
 	t.Helper()
 	p := testenv.NewPGProxy(t, url)
 	return p, p.PoolConfig()
@@ -87,7 +87,7 @@ func newProxy(t testing.TB, url string) (*testenv.PGProxy, *pgxpool.Config) {
 
 // proxiedPool returns a proxy in front of a freshly migrated database and a
 // pool through it (with tr as query tracer when not nil), plus a direct pool.
-func proxiedPool(t testing.TB, tr pgx.QueryTracer, maxConns int32) (*testenv.PGProxy, *pgxpool.Pool, *pgxpool.Pool) {
+func proxiedPool(t testing.TB, tr pgx.QueryTracer, maxConns int32) (*testenv.Proxy, *pgxpool.Pool, *pgxpool.Pool) {
 	t.Helper()
 	url, direct := testenv.NewMigratedDatabase(t)
 	p, cfg := newProxy(t, url)

@@ -17,10 +17,10 @@ import (
 // /readyz and /openapi.json, and stops cleanly when its context ends.
 func TestAPICommand(t *testing.T) {
 	url, _ := testenv.NewMigratedDatabase(t)
-	port := freePort(t)
+	port := testenv.FreePort(t)
 	for k, v := range map[string]string{
 		"DATABASE_URL": url, "EVENT_STORE_BACKEND": "file", "EVENT_STORE_FILE_DIR": t.TempDir(),
-		"SLUICE_API_ADDR": "127.0.0.1:" + strconv.Itoa(port), "SLUICE_HTTP_ADDR": "127.0.0.1:" + strconv.Itoa(freePort(t)),
+		"SLUICE_API_ADDR": "127.0.0.1:" + strconv.Itoa(port), "SLUICE_HTTP_ADDR": "127.0.0.1:" + strconv.Itoa(testenv.FreePort(t)),
 		"SLUICE_API_TOKENS": "tok-1,tok-2", "SLUICE_LOG_LEVEL": "error",
 	} {
 		t.Setenv(k, v)

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"io"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"strconv"
@@ -98,7 +97,7 @@ func TestDevSetupOnlyStartsLocalPostgres(t *testing.T) {
 	t.Setenv("DATABASE_URL", "")
 	t.Setenv("SLUICE_HTTP_ADDR", "127.0.0.1:0")
 	t.Setenv("SLUICE_API_ADDR", "127.0.0.1:0")
-	port := freePort(t)
+	port := testenv.FreePort(t)
 	out, _, err := run(t, "dev", "--setup-only", "--data-dir", t.TempDir(), "--postgres-port", strconv.Itoa(port),
 		"--es-addr", "127.0.0.1:0", "--kafka-addr", "127.0.0.1:0")
 	if err != nil {
@@ -121,8 +120,8 @@ func TestDevSetupOnlyStartsLocalPostgres(t *testing.T) {
 func TestDevTourCreateArrivesInElasticsearch(t *testing.T) {
 	t.Setenv("DATABASE_URL", testenv.NewDatabase(t))
 	t.Setenv("SLUICE_HTTP_ADDR", "off")
-	apiAddr := "127.0.0.1:" + strconv.Itoa(freePort(t))
-	esAddr := "127.0.0.1:" + strconv.Itoa(freePort(t))
+	apiAddr := "127.0.0.1:" + strconv.Itoa(testenv.FreePort(t))
+	esAddr := "127.0.0.1:" + strconv.Itoa(testenv.FreePort(t))
 	t.Setenv("SLUICE_API_ADDR", apiAddr)
 	t.Setenv("SLUICE_LOG_LEVEL", "warn")
 	ctx, cancel := context.WithCancel(context.Background())
@@ -194,16 +193,6 @@ func TestDevTourCreateArrivesInElasticsearch(t *testing.T) {
 		time.Sleep(200 * time.Millisecond)
 	}
 	t.Fatalf("no history document within 60s\n%s\n%s", out.String(), errb.String())
-}
-
-func freePort(t testing.TB) int {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
 }
 
 func TestHealthcheck(t *testing.T) {

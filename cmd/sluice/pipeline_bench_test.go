@@ -97,12 +97,12 @@ func startPipeline(b *testing.B) *pipeline {
 	b.Setenv("EVENT_STORE_S3_ACCESS_KEY_ID", mi.AccessKey)
 	b.Setenv("EVENT_STORE_S3_SECRET_ACCESS_KEY", mi.SecretKey)
 	b.Setenv("EVENT_STORE_BUCKET", mi.NewBucket(b))
-	metricsAddr := "127.0.0.1:" + strconv.Itoa(freePort(b))
+	metricsAddr := "127.0.0.1:" + strconv.Itoa(testenv.FreePort(b))
 	b.Setenv("SLUICE_HTTP_ADDR", metricsAddr)
 	b.Setenv("SLUICE_LOG_LEVEL", "warn")
-	api := "127.0.0.1:" + strconv.Itoa(freePort(b))
+	api := "127.0.0.1:" + strconv.Itoa(testenv.FreePort(b))
 	b.Setenv("SLUICE_API_ADDR", api)
-	kafkaAddr := "127.0.0.1:" + strconv.Itoa(freePort(b))
+	kafkaAddr := "127.0.0.1:" + strconv.Itoa(testenv.FreePort(b))
 
 	p := &pipeline{
 		api:     "http://" + api,
@@ -113,7 +113,7 @@ func startPipeline(b *testing.B) *pipeline {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	var out, errb bytes.Buffer
-	f := devFlags{dataDir: b.TempDir(), esAddr: "127.0.0.1:" + strconv.Itoa(freePort(b)), kafkaAddr: kafkaAddr, wrapES: p.observeES}
+	f := devFlags{dataDir: b.TempDir(), esAddr: "127.0.0.1:" + strconv.Itoa(testenv.FreePort(b)), kafkaAddr: kafkaAddr, wrapES: p.observeES}
 	done := make(chan error, 1)
 	go func() {
 		cfg, err := config.FromOS()

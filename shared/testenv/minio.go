@@ -243,3 +243,13 @@ func RunWithMinIO(m *testing.M, set func(*MinIO)) int {
 	defer mi.Close()
 	return m.Run()
 }
+
+// FreePort returns a TCP port on 127.0.0.1 that was free a moment ago.
+func FreePort(t testing.TB) int {
+	t.Helper()
+	p, err := freePort()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}

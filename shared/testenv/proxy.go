@@ -14,16 +14,17 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
-// PGProxy is a TCP proxy in front of the test Postgres server (its Unix
-// socket or TCP address), for outage tests: Stop cuts every connection and
-// refuses new ones; Start restores it on the same address. It also counts
-// round trips (client-to-server bursts that follow server-to-client data)
-// and can drop replies to simulate a reply lost in transit.
-type PGProxy struct {
+// Proxy is a TCP proxy for outage tests, in front of the test Postgres
+// server (NewPGProxy: its Unix socket or TCP address) or any TCP server
+// (NewTCPProxy: MinIO, say): Stop cuts every connection and refuses new
+// ones; Start restores it on the same address. It also counts round trips
+// (client-to-server bursts that follow server-to-client data) and can drop
+// replies to simulate a reply lost in transit.
+type Proxy struct {
 	t              testing.TB
 	network, upstr string
 	addr           string
-	conn           *pgx.ConnConfig
+	conn           *pgx.ConnConfig // NewPGProxy only
 
 	mu    sync.Mutex
 	ln    net.Listener
@@ -35,18 +36,28 @@ type PGProxy struct {
 
 // NewPGProxy starts a proxy to the server of dbURL; it is stopped when the
 // test ends.
-func NewPGProxy(t testing.TB, dbURL string) *PGProxy {
+func NewPGProxy(t testing.TB, dbURL string) *Proxy {
 	t.Helper()
 	cc, err := pgx.ParseConfig(dbURL)
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := &PGProxy{t: t, conn: cc, conns: map[net.Conn]struct{}{}}
 	if len(cc.Host) > 0 && cc.Host[0] == '/' {
-		p.network, p.upstr = "unix", fmt.Sprintf("%s/.s.PGSQL.%d", cc.Host, cc.Port)
-	} else {
-		p.network, p.upstr = "tcp", net.JoinHostPort(cc.Host, strconv.Itoa(int(cc.Port)))
+		return newProxy(t, cc, "unix", fmt.Sprintf("%s/.s.PGSQL.%d", cc.Host, cc.Port))
 	}
+	return newProxy(t, cc, "tcp", net.JoinHostPort(cc.Host, strconv.Itoa(int(cc.Port))))
+}
+
+// NewTCPProxy starts a proxy to the TCP address upstream (host:port); it is
+// stopped when the test ends. Clients connect to Addr.
+func NewTCPProxy(t testing.TB, upstream string) *Proxy {
+	t.Helper()
+	return newProxy(t, nil, "tcp", upstream)
+}
+
+func newProxy(t testing.TB, cc *pgx.ConnConfig, network, upstream string) *Proxy {
+	t.Helper()
+	p := &Proxy{t: t, conn: cc, network: network, upstr: upstream, conns: map[net.Conn]struct{}{}}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -57,8 +68,12 @@ func NewPGProxy(t testing.TB, dbURL string) *PGProxy {
 	return p
 }
 
-// URL is a connection string to the same database through the proxy.
-func (p *PGProxy) URL() string {
+// Addr is the proxy's listen address (host:port).
+func (p *Proxy) Addr() string { return p.addr }
+
+// URL is a connection string to the same database through the proxy
+// (NewPGProxy only).
+func (p *Proxy) URL() string {
 	u := url.URL{Scheme: "postgres", Host: p.addr, Path: "/" + p.conn.Database, RawQuery: "sslmode=disable&connect_timeout=2"}
 	if p.conn.Password != "" {
 		u.User = url.UserPassword(p.conn.User, p.conn.Password)
@@ -69,7 +84,7 @@ func (p *PGProxy) URL() string {
 }
 
 // PoolConfig is a pool configuration connecting through the proxy.
-func (p *PGProxy) PoolConfig() *pgxpool.Config {
+func (p *Proxy) PoolConfig() *pgxpool.Config {
 	p.t.Helper()
 	cfg, err := pgxpool.ParseConfig(p.URL())
 	if err != nil {
@@ -80,12 +95,12 @@ func (p *PGProxy) PoolConfig() *pgxpool.Config {
 
 // DropReplies makes the proxy forward requests but cut the connection
 // instead of forwarding the server's reply (while on).
-func (p *PGProxy) DropReplies(on bool) { p.drop.Store(on) }
+func (p *Proxy) DropReplies(on bool) { p.drop.Store(on) }
 
 // Turns returns the round trips seen so far.
-func (p *PGProxy) Turns() int64 { return p.turns.Load() }
+func (p *Proxy) Turns() int64 { return p.turns.Load() }
 
-func (p *PGProxy) serve(ln net.Listener) {
+func (p *Proxy) serve(ln net.Listener) {
 	p.mu.Lock()
 	p.ln = ln
 	p.mu.Unlock()
@@ -135,6 +150,10 @@ func (p *PGProxy) serve(ln net.Listener) {
 				}
 				dst.Close()
 				src.Close()
+				p.mu.Lock()
+				delete(p.conns, dst)
+				delete(p.conns, src)
+				p.mu.Unlock()
 			}
 			go pipe(u, c, 1)
 			go pipe(c, u, 2)
@@ -143,7 +162,7 @@ func (p *PGProxy) serve(ln net.Listener) {
 }
 
 // Stop cuts all connections and closes the listener (an outage).
-func (p *PGProxy) Stop() {
+func (p *Proxy) Stop() {
 	p.mu.Lock()
 	ln := p.ln
 	p.ln = nil
@@ -158,8 +177,9 @@ func (p *PGProxy) Stop() {
 	p.wg.Wait()
 }
 
-// Start listens again on the same address (the outage ends).
-func (p *PGProxy) Start() {
+// Start listens again on the same address (the outage ends). It may be
+// called from any goroutine: a failure is reported with Errorf.
+func (p *Proxy) Start() {
 	p.t.Helper()
 	var ln net.Listener
 	var err error
@@ -170,7 +190,8 @@ func (p *PGProxy) Start() {
 		time.Sleep(100 * time.Millisecond)
 	}
 	if err != nil {
-		p.t.Fatalf("testenv: proxy restart: %v", err)
+		p.t.Errorf("testenv: proxy restart: %v", err)
+		return
 	}
 	p.serve(ln)
 }

@@ -1,0 +1,170 @@
+package acceptance
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"sort"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kmsg"
+)
+
+// esWrites sits in front of the Elasticsearch test server and records every
+// document write it acknowledged: a version of a document acknowledged
+// twice is a side effect made twice. It also records item failures (429,
+// 5xx) with their times, to observe retries and backoff.
+type esWrites struct {
+	mu        sync.Mutex
+	ok        map[string]int         // "index/_id@version" → acknowledged writes
+	failures  map[string][]time.Time // "index/_id" → times of failed writes
+	conflicts int
+}
+
+func newESWrites() *esWrites {
+	return &esWrites{ok: map[string]int{}, failures: map[string][]time.Time{}}
+}
+
+type captureWriter struct {
+	http.ResponseWriter
+	status int
+	buf    bytes.Buffer
+}
+
+func (c *captureWriter) WriteHeader(code int) {
+	c.status = code
+	c.ResponseWriter.WriteHeader(code)
+}
+
+func (c *captureWriter) Write(b []byte) (int, error) {
+	if c.status == 0 {
+		c.status = http.StatusOK
+	}
+	c.buf.Write(b)
+	return c.ResponseWriter.Write(b)
+}
+
+// writeResult is one write's answer (a bulk item or a single-document
+// write).
+type writeResult struct {
+	Index   string `json:"_index"`
+	ID      string `json:"_id"`
+	Version int64  `json:"_version"`
+	Status  int    `json:"status"`
+	Result  string `json:"result"`
+}
+
+func (w *esWrites) wrap(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
+		path := strings.TrimSuffix(r.URL.Path, "/")
+		bulk := strings.HasSuffix(path, "/_bulk")
+		single := (r.Method == http.MethodPut || r.Method == http.MethodPost) && (strings.Contains(path, "/_doc/") || strings.Contains(path, "/_create/"))
+		if !bulk && !single {
+			h.ServeHTTP(rw, r)
+			return
+		}
+		cw := &captureWriter{ResponseWriter: rw}
+		h.ServeHTTP(cw, r)
+		now := time.Now()
+		if bulk {
+			var res struct {
+				Items []map[string]writeResult `json:"items"`
+			}
+			if json.Unmarshal(cw.buf.Bytes(), &res) != nil {
+				return
+			}
+			for _, it := range res.Items {
+				for _, wr := range it {
+					w.record(wr, now)
+				}
+			}
+			return
+		}
+		var wr writeResult
+		if json.Unmarshal(cw.buf.Bytes(), &wr) == nil && wr.ID != "" {
+			wr.Status = cw.status
+			w.record(wr, now)
+		}
+	})
+}
+
+func (w *esWrites) record(wr writeResult, at time.Time) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	switch {
+	case wr.Status == http.StatusOK || wr.Status == http.StatusCreated:
+		w.ok[fmt.Sprintf("%s/%s@%d", wr.Index, wr.ID, wr.Version)]++
+	case wr.Status == http.StatusConflict:
+		w.conflicts++
+	case wr.Status == http.StatusTooManyRequests || wr.Status >= 500:
+		k := wr.Index + "/" + wr.ID
+		w.failures[k] = append(w.failures[k], at)
+	}
+}
+
+// duplicates returns the document versions acknowledged more than once.
+func (w *esWrites) duplicates() []string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	var out []string
+	for k, n := range w.ok {
+		if n > 1 {
+			out = append(out, fmt.Sprintf("%s×%d", k, n))
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
+// acknowledged returns the number of acknowledged writes of documents of
+// indices whose name starts with indexPrefix.
+func (w *esWrites) acknowledged(indexPrefix string) int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	n := 0
+	for k, c := range w.ok {
+		if strings.HasPrefix(k, indexPrefix) {
+			n += c
+		}
+	}
+	return n
+}
+
+// failuresOf returns the times of failed writes of documents of indices
+// starting with indexPrefix, by document.
+func (w *esWrites) failuresOf(indexPrefix string) map[string][]time.Time {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	out := map[string][]time.Time{}
+	for k, ts := range w.failures {
+		if strings.HasPrefix(k, indexPrefix) {
+			out[k] = append([]time.Time(nil), ts...)
+		}
+	}
+	return out
+}
+
+// kafkaFault drops the client connection of the next n requests of key
+// (the client sees a broken connection and must retry); it returns a
+// counter of the requests it dropped.
+func kafkaFault(c *kfake.Cluster, key kmsg.Key, n int32) *atomic.Int32 {
+	var dropped atomic.Int32
+	c.ControlKey(int16(key), func(kmsg.Request) (kmsg.Response, error, bool) {
+		if dropped.Load() >= n {
+			c.DropControl()
+			return nil, nil, false
+		}
+		dropped.Add(1)
+		if dropped.Load() < n {
+			c.KeepControl()
+		}
+		return nil, errors.New("acceptance: injected connection drop"), true
+	})
+	return &dropped
+}

@@ -1,0 +1,415 @@
+package acceptance
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"net/http"
+	"os"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/sluicehq/sluice/shared/esserver"
+)
+
+// soakDuration is the load-and-faults phase of the chaos soak:
+// SLUICE_SOAK (a Go duration, `make soak` sets minutes), else 45 s.
+func soakDuration(t *testing.T) time.Duration {
+	t.Helper()
+	if v := os.Getenv("SLUICE_SOAK"); v != "" {
+		d, err := time.ParseDuration(v)
+		if err != nil || d <= 0 {
+			t.Fatalf("SLUICE_SOAK=%q: want a positive Go duration (5m)", v)
+		}
+		return d
+	}
+	return 45 * time.Second
+}
+
+// soakSeed is SLUICE_SOAK_SEED, else the clock: the seed is logged so a
+// failing run can be replayed with the same fault schedule.
+func soakSeed(t *testing.T) uint64 {
+	t.Helper()
+	if v := os.Getenv("SLUICE_SOAK_SEED"); v != "" {
+		s, err := strconv.ParseUint(v, 10, 64)
+		if err != nil {
+			t.Fatalf("SLUICE_SOAK_SEED=%q: %v", v, err)
+		}
+		return s
+	}
+	return uint64(time.Now().UnixNano())
+}
+
+// faultCounts counts the faults the chaos controller injected.
+type faultCounts struct {
+	mu sync.Mutex
+	n  map[string]int
+}
+
+func (f *faultCounts) add(name string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.n[name]++
+}
+
+func (f *faultCounts) String() string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	keys := make([]string, 0, len(f.n))
+	for k := range f.n {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	var parts []string
+	for _, k := range keys {
+		parts = append(parts, fmt.Sprintf("%s=%d", k, f.n[k]))
+	}
+	return strings.Join(parts, " ")
+}
+
+// soakInstance is the load generator's model of one instance.
+type soakInstance struct {
+	id      string
+	state   map[string]any
+	deleted bool
+	slot    int64 // slot of the last command (= document version)
+}
+
+// soakCmd is one acknowledged command.
+type soakCmd struct {
+	eventID string
+	kind    string
+}
+
+// soakLoad is one load-generating client: it owns its instances and sends
+// their commands one at a time (each retried with its Idempotency-Key until
+// acknowledged), so the model knows the order of every instance's slots.
+type soakLoad struct {
+	p     *pipeline
+	db    string
+	class string
+	name  string
+	rng   *rand.Rand
+	insts []*soakInstance
+	cmds  []soakCmd
+	errs  []error
+}
+
+func (l *soakLoad) run(ctx context.Context) {
+	n := 0
+	send := func(method, path string, body any) (accepted, bool) {
+		n++
+		key := fmt.Sprintf("soak-%s-%d", l.name, n)
+		a, err := l.p.command(method, path, body, key, 3*time.Minute)
+		if err != nil {
+			l.errs = append(l.errs, fmt.Errorf("%s %s (key %s): %w", method, path, key, err))
+			return a, false
+		}
+		return a, true
+	}
+	for ctx.Err() == nil {
+		var live []*soakInstance
+		for _, in := range l.insts {
+			if !in.deleted {
+				live = append(live, in)
+			}
+		}
+		switch r := l.rng.Float64(); {
+		case len(live) < 4 || r < 0.25:
+			id := fmt.Sprintf("%s-%d", l.name, len(l.insts))
+			state := map[string]any{"owner": l.name, "v": float64(0)}
+			a, ok := send(http.MethodPost, instancesPath(l.db, l.class), map[string]any{"instance_id": id, "data": state})
+			if !ok {
+				return
+			}
+			l.insts = append(l.insts, &soakInstance{id: id, state: state, slot: a.SequenceNumber})
+			l.cmds = append(l.cmds, soakCmd{a.EventID, "create"})
+		case r < 0.33:
+			in := live[l.rng.IntN(len(live))]
+			a, ok := send(http.MethodDelete, instancePath(l.db, l.class, in.id), nil)
+			if !ok {
+				return
+			}
+			in.deleted, in.slot = true, a.SequenceNumber
+			l.cmds = append(l.cmds, soakCmd{a.EventID, "delete"})
+		default:
+			in := live[l.rng.IntN(len(live))]
+			v := in.state["v"].(float64) + 1
+			patch := map[string]any{"v": v, fmt.Sprintf("f%d", int(v)%5): v}
+			a, ok := send(http.MethodPatch, instancePath(l.db, l.class, in.id), patch)
+			if !ok {
+				return
+			}
+			for k, x := range patch {
+				in.state[k] = x
+			}
+			in.slot = a.SequenceNumber
+			l.cmds = append(l.cmds, soakCmd{a.EventID, "patch"})
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(time.Duration(40+l.rng.IntN(80)) * time.Millisecond):
+		}
+	}
+}
+
+// chaos injects one random fault every 1–2.5 s until ctx ends.
+func chaos(ctx context.Context, p *pipeline, rng *rand.Rand, faults *faultCounts) {
+	kafkaKeys := []struct {
+		name string
+		key  kmsg.Key
+	}{{"produce", kmsg.Produce}, {"fetch", kmsg.Fetch}, {"offset_commit", kmsg.OffsetCommit}, {"metadata", kmsg.Metadata}}
+	sleep := func(d time.Duration) {
+		select {
+		case <-ctx.Done():
+		case <-time.After(d):
+		}
+	}
+	for ctx.Err() == nil {
+		sleep(time.Duration(1000+rng.IntN(1500)) * time.Millisecond)
+		if ctx.Err() != nil {
+			return
+		}
+		switch rng.IntN(8) {
+		case 0, 1: // kill a process (the supervisor restarts it)
+			name := []string{"relay", "instance-worker", "projection-worker", "api"}[rng.IntN(4)]
+			if p.service(name).kill() {
+				faults.add("kill_" + name)
+			}
+		case 2: // Postgres unreachable for every service
+			faults.add("pg_cut")
+			p.pg.Stop()
+			time.Sleep(time.Duration(1000+rng.IntN(2000)) * time.Millisecond)
+			p.pg.Start()
+		case 3: // MinIO unreachable for every service
+			faults.add("minio_cut")
+			p.s3.Stop()
+			time.Sleep(time.Duration(1000+rng.IntN(2000)) * time.Millisecond)
+			p.s3.Start()
+		case 4, 5: // Kafka: the next requests of one kind lose their connection
+			k := kafkaKeys[rng.IntN(len(kafkaKeys))]
+			kafkaFault(p.kafka.Cluster, k.key, int32(1+rng.IntN(3)))
+			faults.add("kafka_drop_" + k.name)
+		case 6:
+			p.es.InjectFault(esserver.Fault{Status: http.StatusTooManyRequests, Times: 3 + rng.IntN(8)})
+			faults.add("es_429")
+		case 7:
+			p.es.InjectFault(esserver.Fault{Status: http.StatusServiceUnavailable, Times: 3 + rng.IntN(8)})
+			faults.add("es_503")
+		}
+	}
+}
+
+// TestChaosSoak is the chaos soak: a steady load of creates, patches and
+// deletes through the API while a controller kills and restarts the relay,
+// the workers and the API, cuts Postgres and MinIO for seconds, drops Kafka
+// connections and makes Elasticsearch answer 429 and 503. Then the faults
+// stop, the pipeline drains, and the end state must show 0 lost commands,
+// 0 duplicated side effects and a read model equal to the event store (and
+// to the load generator's own model). SLUICE_SOAK lengthens it (make soak).
+func TestChaosSoak(t *testing.T) {
+	t.Parallel()
+	dur, seed := soakDuration(t), soakSeed(t)
+	t.Logf("chaos soak: %s of load and faults, SLUICE_SOAK_SEED=%d", dur, seed)
+	p := newPipeline(t, setup{
+		partitions: 3,
+		pgProxied:  []string{"api", "relay", "instance-worker", "projection-worker"},
+		s3Proxied:  true,
+	})
+	p.startDefault()
+	const db, class = "soak", "items"
+
+	ctx, cancel := context.WithTimeout(context.Background(), dur)
+	defer cancel()
+	faults := &faultCounts{n: map[string]int{}}
+	var loads []*soakLoad
+	var wg sync.WaitGroup
+	for i := range 3 {
+		l := &soakLoad{p: p, db: db, class: class, name: fmt.Sprintf("c%d", i), rng: rand.New(rand.NewPCG(seed, uint64(i)))}
+		loads = append(loads, l)
+		wg.Add(1)
+		go func() { defer wg.Done(); l.run(ctx) }()
+	}
+	chaosDone := make(chan struct{})
+	go func() {
+		defer close(chaosDone)
+		chaos(ctx, p, rand.New(rand.NewPCG(seed, 99)), faults)
+	}()
+	<-chaosDone
+	wg.Wait() // the last commands finish (retried until acknowledged)
+	p.es.ClearFaults()
+	start := time.Now()
+	for _, n := range []string{"api", "relay", "instance-worker", "projection-worker"} {
+		p.service(n).waitReady(2 * time.Minute)
+	}
+	p.waitDrained(4 * time.Minute)
+	drain := time.Since(start).Round(100 * time.Millisecond)
+
+	var errs []error
+	var acked, creates, patches, deletes int
+	insts := map[string]*soakInstance{}
+	var cmds []soakCmd
+	for _, l := range loads {
+		errs = append(errs, l.errs...)
+		cmds = append(cmds, l.cmds...)
+		for _, in := range l.insts {
+			insts[in.id] = in
+		}
+	}
+	for _, c := range cmds {
+		acked++
+		switch c.kind {
+		case "create":
+			creates++
+		case "patch":
+			patches++
+		case "delete":
+			deletes++
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		t.Errorf("commands the API did not acknowledge: %v", err)
+	}
+	if acked == 0 {
+		t.Fatal("the load generator got no command acknowledged")
+	}
+
+	// Lost: an acknowledged command without a done, applied registry row.
+	rows := map[string]regRow{}
+	for _, r := range p.registry(instanceHandler, db+":") {
+		rows[r.EventID] = r
+	}
+	lost := 0
+	for _, c := range cmds {
+		if r, ok := rows[c.eventID]; !ok || r.Status != "done" || r.Result != "applied" {
+			lost++
+			if lost <= 10 {
+				t.Errorf("acknowledged %s command %s: registry row %+v", c.kind, c.eventID, r)
+			}
+		}
+	}
+	if len(rows) != acked {
+		t.Errorf("%d instance-worker registry rows for %d acknowledged commands", len(rows), acked)
+	}
+	// Duplicates: more domain events than commands, a document version
+	// written twice, a history document missing or extra.
+	doms := p.storeEvents("domain", db+":")
+	dupEvents := max(len(doms)-acked, 0)
+	if len(doms) != acked {
+		t.Errorf("%d domain events for %d acknowledged commands", len(doms), acked)
+	}
+	dupWrites := p.writes.duplicates()
+	hist := p.historyDocs(db)
+	histRows := map[string]regRow{}
+	for _, r := range p.registry(historyHandler, db+":") {
+		histRows[r.EventID] = r
+	}
+	// Known issue (docs/acceptance.md, "Late publication"): a domain event
+	// whose append the relay abandoned after EVENT_STORE_APPEND_TIMEOUT and
+	// the instance worker then re-committed at its old position is
+	// published late, after newer events of its aggregate; the history
+	// projection's skip-stale guard finishes it without a document. Such
+	// an event is counted apart — it fails the soak only with
+	// SLUICE_SOAK_STRICT_HISTORY=1 — when the events topic shows a newer
+	// event of its aggregate delivered before it; any other skip or
+	// missing document fails.
+	late := p.publishedAfterNewer(eventsTopic)
+	histMissing, lateSkipped := 0, 0
+	for _, d := range doms {
+		r := histRows[d.EventID]
+		switch {
+		case r.Status == "skipped_stale" && late[d.EventID]:
+			lateSkipped++
+			t.Logf("known issue: domain event %s (%s #%d) was published after a newer event of its aggregate and skipped as stale: no history document",
+				d.EventID, d.AggregateID, d.Seq)
+		case r.Status != "done":
+			t.Errorf("history row of %s (%s #%d) is %q", d.EventID, d.AggregateID, d.Seq, r.Status)
+			histMissing++
+		default:
+			if _, ok := hist[d.EventID]; !ok {
+				t.Errorf("domain event %s (%s #%d) is done without a history document", d.EventID, d.AggregateID, d.Seq)
+				histMissing++
+			}
+		}
+	}
+	strictHistory := os.Getenv("SLUICE_SOAK_STRICT_HISTORY") == "1"
+	if lateSkipped > 0 && strictHistory {
+		t.Errorf("%d domain events published late lost their history document (SLUICE_SOAK_STRICT_HISTORY=1)", lateSkipped)
+	}
+	// Read model = event store (sluice verify) = the client's model.
+	rep := p.verify(db, class, len(insts))
+	mismatches := 0
+	for _, in := range insts {
+		doc := p.instanceDoc(db, class, in.id)
+		ok := doc.Found && doc.Version == in.slot && doc.Source["deleted"] == in.deleted
+		if ok && !in.deleted {
+			for k, v := range in.state {
+				ok = ok && doc.Source[k] == v
+			}
+		}
+		if !ok {
+			mismatches++
+			if mismatches <= 10 {
+				t.Errorf("instance %s: document found %t _version %d %v; client model slot %d deleted %t state %v",
+					in.id, doc.Found, doc.Version, doc.Source, in.slot, in.deleted, in.state)
+			}
+		}
+	}
+	dlq := p.records(commandsDLQ) + p.records(eventsDLQ)
+	restarts := map[string]string{}
+	for _, n := range []string{"api", "relay", "instance-worker", "projection-worker"} {
+		s := p.service(n)
+		s.mu.Lock()
+		restarts[n] = fmt.Sprintf("%d (exit codes %v)", s.starts-1, s.exits)
+		s.mu.Unlock()
+	}
+	result := "PASS"
+	if lost > 0 || dupEvents > 0 || len(dupWrites) > 0 || histMissing > 0 || mismatches > 0 || dlq > 0 || rep.OK != len(insts) || len(errs) > 0 ||
+		(strictHistory && lateSkipped > 0) {
+		result = "FAIL"
+	}
+	t.Logf("chaos soak summary: load %s, drain %s, seed %d; %d commands acknowledged (%d creates, %d patches, %d deletes) on %d instances; "+
+		"faults injected: %s; restarts: %v; verification: lost=%d duplicate_domain_events=%d duplicate_es_writes=%d missing_history=%d "+
+		"read_model_mismatches=%d dlq_records=%d sluice_verify=%d/%d ok; known issue: late_published_skipped_history=%d => %s",
+		dur, drain, seed, acked, creates, patches, deletes, len(insts), faults, restarts, lost, dupEvents, len(dupWrites), histMissing,
+		mismatches, dlq, rep.OK, rep.Instances, lateSkipped, result)
+	if len(dupWrites) > 0 {
+		t.Errorf("document versions written twice: %v", dupWrites)
+	}
+	if dlq > 0 {
+		t.Errorf("%d DLQ records (faults are transient: nothing may be dead-lettered)", dlq)
+	}
+}
+
+// publishedAfterNewer returns the event ids whose first record in topic
+// came, in its partition, after a record of the same key with a higher
+// sequence number (out of per-aggregate order).
+func (p *pipeline) publishedAfterNewer(topic string) map[string]bool {
+	p.t.Helper()
+	out, seen := map[string]bool{}, map[string]bool{}
+	highest := map[string]int64{} // partition/key → highest sequence number so far
+	for _, r := range p.readTopic(topic) {
+		var e struct {
+			EventID string `json:"event_id"`
+			Seq     int64  `json:"sequence_number"`
+		}
+		if err := json.Unmarshal(r.Value, &e); err != nil {
+			continue
+		}
+		k := fmt.Sprintf("%d/%s", r.Partition, r.Key)
+		if !seen[e.EventID] && e.Seq < highest[k] {
+			out[e.EventID] = true
+		}
+		seen[e.EventID] = true
+		highest[k] = max(highest[k], e.Seq)
+	}
+	return out
+}
