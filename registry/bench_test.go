@@ -51,21 +51,7 @@ func BenchmarkClaimMarkDone(b *testing.B) {
 					}
 					continue
 				}
-				res, err := r.ClaimBatch(ctx, reqs)
-				if err != nil {
-					b.Fatal(err)
-				}
-				items := make([]registry.Done, len(res))
-				for i, c := range res {
-					if c.Kind != registry.Claimed {
-						b.Fatalf("event %d: %s", start+i, c.Kind)
-					}
-					items[i] = registry.Done{Lease: c.Lease, Outcome: registry.Applied()}
-				}
-				errs, err := r.MarkDoneBatch(ctx, items)
-				if err != nil || errors.Join(errs...) != nil {
-					b.Fatal(err, errs)
-				}
+				claimAndMarkDone(ctx, b, r, reqs)
 			}
 			b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "events/s")
 		})
@@ -108,20 +94,7 @@ func BenchmarkClaimRedelivery(b *testing.B) {
 	r := newRegistry(b, pool, "bench", registry.Options{})
 	const size = 1000
 	reqs := benchEvents(testenv.RandomSuffix(8), 0, size)
-	res, err := r.ClaimBatch(ctx, reqs)
-	if err != nil {
-		b.Fatal(err)
-	}
-	items := make([]registry.Done, len(res))
-	for i, c := range res {
-		if c.Kind != registry.Claimed {
-			b.Fatal(c.Kind)
-		}
-		items[i] = registry.Done{Lease: c.Lease, Outcome: registry.Applied()}
-	}
-	if errs, err := r.MarkDoneBatch(ctx, items); err != nil || errors.Join(errs...) != nil {
-		b.Fatal(err, errs)
-	}
+	claimAndMarkDone(ctx, b, r, reqs)
 	for b.Loop() {
 		res, err := r.ClaimBatch(ctx, reqs)
 		if err != nil {
@@ -134,4 +107,24 @@ func BenchmarkClaimRedelivery(b *testing.B) {
 		}
 	}
 	b.ReportMetric(float64(b.N*size)/b.Elapsed().Seconds(), "events/s")
+}
+
+// claimAndMarkDone claims reqs with one ClaimBatch, requires every one to be
+// CLAIMED, and marks them all done with one MarkDoneBatch.
+func claimAndMarkDone(ctx context.Context, b *testing.B, r *registry.Registry, reqs []registry.ClaimRequest) {
+	b.Helper()
+	res, err := r.ClaimBatch(ctx, reqs)
+	if err != nil {
+		b.Fatal(err)
+	}
+	items := make([]registry.Done, len(res))
+	for i, c := range res {
+		if c.Kind != registry.Claimed {
+			b.Fatalf("event %s: %s", reqs[i].EventID, c.Kind)
+		}
+		items[i] = registry.Done{Lease: c.Lease, Outcome: registry.Applied()}
+	}
+	if errs, err := r.MarkDoneBatch(ctx, items); err != nil || errors.Join(errs...) != nil {
+		b.Fatal(err, errs)
+	}
 }

@@ -181,12 +181,11 @@ func runDev(parent context.Context, out io.Writer, cfg *config.Config, logger *s
 		return fmt.Errorf("elasticsearch test server: listen %s: %w (set --es-addr, or stop what holds the port)", f.esAddr, err)
 	}
 	esURL := "http://" + esLn.Addr().String()
+	var esHandler http.Handler = esserver.New()
 	if f.wrapES != nil {
-		h := f.wrapES(esserver.New())
-		goRun("elasticsearch test server", func(ctx context.Context) error { return serveHTTP(ctx, esLn, h) })
-	} else {
-		goRun("elasticsearch test server", func(ctx context.Context) error { return esserver.New().Serve(ctx, esLn) })
+		esHandler = f.wrapES(esHandler)
 	}
+	goRun("elasticsearch test server", func(ctx context.Context) error { return serveHTTP(ctx, esLn, esHandler) })
 	cfg.Elasticsearch.URLs = []string{esURL}
 	parts = append(parts, devPart{"elasticsearch test server", true, esURL + " (in-memory, Elasticsearch 8 API subset)"})
 
