@@ -54,6 +54,12 @@ const (
 	instanceGroup   = instanceworker.GroupName
 	historyHandler  = "projection:history:v1"
 	historyGroup    = "projection-history-v1"
+	// shadowHandler and shadowGroup are the instances projection run by a
+	// projection worker under shadowPrefix (scenario 4), next to the
+	// instance worker's own documents.
+	shadowHandler = "projection:instances:v1"
+	shadowGroup   = "projection-instances-v1"
+	shadowPrefix  = indexPrefix + "shadow_"
 )
 
 // TestProductNames checks the names the suite queries by against the
@@ -959,7 +965,13 @@ type esDoc struct {
 // instanceDoc reads the instance document of db/class/id by real-time GET.
 func (p *pipeline) instanceDoc(db, class, id string) esDoc {
 	p.t.Helper()
-	n := readmodel.InstanceNames(indexPrefix, db, 0)
+	return p.docAt(indexPrefix, db, class, id)
+}
+
+// docAt returns an instance document under an index prefix.
+func (p *pipeline) docAt(prefix, db, class, id string) esDoc {
+	p.t.Helper()
+	n := readmodel.InstanceNames(prefix, db, 0)
 	var d esDoc
 	p.esGet("/"+n.WriteAlias+"/_doc/"+url.PathEscape(readmodel.DocumentID(class, id)), &d)
 	return d

@@ -35,14 +35,22 @@ func shuffled(recs []storeRecord, seed uint64) []storeRecord {
 // events are delivered with shuffled sequence numbers (records copied from
 // the event store with `sluice store cat` and produced out of order onto
 // the topics, before the relay ever runs). The instance worker waits for
-// predecessors and applies every command in slot order; the projection
-// worker skips events older than what it applied (skip-stale); the final
-// state is the state of the highest sequence number, and the relay's
-// later in-order publication changes nothing.
+// predecessors and applies every command in slot order. On the events
+// topic two projections see the shuffle: a second projection worker builds
+// the instances read model from the events under its own index prefix
+// (skip-stale: events older than what it applied are acknowledged without a
+// write and counted; its final documents are the state of the highest
+// sequence number), and history (unguarded) gets exactly one document per
+// event however late it arrives. The relay's later in-order publication
+// changes nothing.
 func TestOutOfOrderEventsStaleIgnored(t *testing.T) {
 	t.Parallel()
 	p := newPipeline(t, setup{})
 	p.startDefault("relay")
+	shadow := p.add("projection-worker-instances", kindProjection,
+		map[string]string{"SLUICE_PROJECTIONS": "instances", "ELASTICSEARCH_INDEX_PREFIX": shadowPrefix})
+	shadow.start()
+	shadow.waitReady(90 * time.Second)
 	const db, class, steps = "ooo", "items", 5
 	ids := []string{"a", "b", "c", "d"}
 	for _, id := range ids {
@@ -94,58 +102,78 @@ func TestOutOfOrderEventsStaleIgnored(t *testing.T) {
 	})
 
 	var stale, fresh int
-	t.Run("shuffled events skip stale", func(t *testing.T) {
+	var domIDs []string
+	t.Run("shuffled events: stale skipped by instances, every event in history", func(t *testing.T) {
 		var doms []storeRecord
 		for _, r := range p.storeCat("--from", "1") {
 			if r.Kind == "domain" {
 				doms = append(doms, r)
+				domIDs = append(domIDs, r.EventID)
 			}
 		}
 		order := shuffled(doms, 2)
 		// skip-stale: an event is stale when its aggregate already had a
 		// higher or equal sequence number delivered before it.
 		seen := map[string]int64{}
-		freshIDs := map[string]bool{}
 		for _, r := range order {
 			if r.Seq <= seen[r.AggregateID] {
 				stale++
 				continue
 			}
 			seen[r.AggregateID] = r.Seq
-			freshIDs[r.EventID] = true
 			fresh++
 		}
 		if stale == 0 {
 			t.Fatal("the shuffle produced no stale event")
 		}
 		inject(eventsTopic, order)
-		waitFor(t, 90*time.Second, "every shuffled event finished", func() bool {
-			n, err := p.unfinished("domain", historyHandler)
-			return err == nil && n == 0 && p.caughtUp(historyGroup, eventsTopic)
+		waitFor(t, 90*time.Second, "every shuffled event finished by both projections", func() bool {
+			h, err := p.unfinished("domain", historyHandler)
+			if err != nil || h > 0 {
+				return false
+			}
+			i, err := p.unfinished("domain", shadowHandler)
+			return err == nil && i == 0 && p.caughtUp(historyGroup, eventsTopic) && p.caughtUp(shadowGroup, eventsTopic)
 		})
+		// instances (skip-stale): the stale events finished without a write.
 		counts := map[string]int{}
-		for _, r := range p.registry(historyHandler, db+":") {
+		for _, r := range p.registry(shadowHandler, db+":") {
 			counts[r.Status]++
 		}
 		if counts["skipped_stale"] != stale || counts["done"] != fresh {
-			t.Errorf("history registry %v, want %d done and %d skipped_stale", counts, fresh, stale)
+			t.Errorf("instances registry %v, want %d done and %d skipped_stale", counts, fresh, stale)
 		}
-		if n := p.service("projection-worker").metric("sluice_worker_records_total", `outcome="stale"`); int(n) != stale {
-			t.Errorf("projection worker counted %v stale records, want %d", n, stale)
-		}
-		hist := p.historyDocs(db)
-		for id := range hist {
-			if !freshIDs[id] {
-				t.Errorf("history document written for stale event %s", id)
-			}
-		}
-		if len(hist) != fresh {
-			t.Errorf("%d history documents, want %d (the non-stale events)", len(hist), fresh)
+		if n := shadow.metric("sluice_worker_records_total", `outcome="stale"`); int(n) != stale {
+			t.Errorf("instances projection counted %v stale records, want %d", n, stale)
 		}
 		for _, id := range ids {
 			if seen[db+":"+class+":"+id] != steps {
 				t.Errorf("%s: highest delivered event %d, want %d", id, seen[db+":"+class+":"+id], steps)
 			}
+			doc := p.docAt(shadowPrefix, db, class, id)
+			if doc.Version != steps || doc.Source["step"] != float64(steps-1) {
+				t.Errorf("%s: shadow document _version %d state %v, want the state of slot %d", id, doc.Version, doc.Source, steps)
+			}
+		}
+		// history (unguarded): every event done, one document each.
+		counts = map[string]int{}
+		for _, r := range p.registry(historyHandler, db+":") {
+			counts[r.Status]++
+		}
+		if counts["done"] != len(doms) || len(counts) != 1 {
+			t.Errorf("history registry %v, want %d done", counts, len(doms))
+		}
+		if n := p.service("projection-worker").metric("sluice_worker_records_total", `outcome="stale"`); n != 0 {
+			t.Errorf("history counted %v stale records, want 0", n)
+		}
+		hist := p.historyDocs(db)
+		for _, id := range domIDs {
+			if _, ok := hist[id]; !ok {
+				t.Errorf("history lacks event %s", id)
+			}
+		}
+		if len(hist) != len(doms) {
+			t.Errorf("%d history documents, want %d (one per event)", len(hist), len(doms))
 		}
 	})
 
@@ -163,12 +191,16 @@ func TestOutOfOrderEventsStaleIgnored(t *testing.T) {
 				t.Errorf("%s: document _version %d state %v, want the state of slot %d", id, doc.Version, doc.Source, steps)
 			}
 		}
+		waitFor(t, 60*time.Second, "the instances projection caught up", func() bool { return p.caughtUp(shadowGroup, eventsTopic) })
 		counts := map[string]int{}
-		for _, r := range p.registry(historyHandler, db+":") {
+		for _, r := range p.registry(shadowHandler, db+":") {
 			counts[r.Status]++
 		}
 		if counts["skipped_stale"] != stale || counts["done"] != fresh {
-			t.Errorf("after republication history registry %v, want %d done and %d skipped_stale", counts, fresh, stale)
+			t.Errorf("after republication instances registry %v, want %d done and %d skipped_stale", counts, fresh, stale)
+		}
+		if n := len(p.historyDocs(db)); n != len(domIDs) {
+			t.Errorf("after republication %d history documents, want %d", n, len(domIDs))
 		}
 		if n := len(p.storeEvents("domain", db+":")); n != len(ids)*steps {
 			t.Errorf("%d domain events, want %d", n, len(ids)*steps)

@@ -312,26 +312,22 @@ func TestChaosSoak(t *testing.T) {
 	for _, r := range p.registry(historyHandler, db+":") {
 		histRows[r.EventID] = r
 	}
-	// Known issue (docs/acceptance.md, "Late publication"): a domain event
-	// whose append the relay abandoned after EVENT_STORE_APPEND_TIMEOUT and
-	// the instance worker then re-committed at its old position is
-	// published late, after newer events of its aggregate; the history
-	// projection's skip-stale guard finishes it without a document. Such
-	// an event is counted apart — it fails the soak only with
-	// SLUICE_SOAK_STRICT_HISTORY=1 — when the events topic shows a newer
-	// event of its aggregate delivered before it; any other skip or
-	// missing document fails.
+	// Late publication (docs/acceptance.md): a domain event whose append
+	// the relay abandoned after EVENT_STORE_APPEND_TIMEOUT and the instance
+	// worker then re-committed at its old position is published after newer
+	// events of its aggregate. History is unguarded (registry.Unguarded), so
+	// it must still have its document like every other event; such events
+	// are counted to show the case was exercised.
 	late := p.publishedAfterNewer(eventsTopic)
-	histMissing, lateSkipped := 0, 0
+	histMissing, latePublished := 0, 0
 	for _, d := range doms {
 		r := histRows[d.EventID]
+		if late[d.EventID] {
+			latePublished++
+		}
 		switch {
-		case r.Status == "skipped_stale" && late[d.EventID]:
-			lateSkipped++
-			t.Logf("known issue: domain event %s (%s #%d) was published after a newer event of its aggregate and skipped as stale: no history document",
-				d.EventID, d.AggregateID, d.Seq)
 		case r.Status != "done":
-			t.Errorf("history row of %s (%s #%d) is %q", d.EventID, d.AggregateID, d.Seq, r.Status)
+			t.Errorf("history row of %s (%s #%d, published after a newer event: %t) is %q", d.EventID, d.AggregateID, d.Seq, late[d.EventID], r.Status)
 			histMissing++
 		default:
 			if _, ok := hist[d.EventID]; !ok {
@@ -339,10 +335,6 @@ func TestChaosSoak(t *testing.T) {
 				histMissing++
 			}
 		}
-	}
-	strictHistory := os.Getenv("SLUICE_SOAK_STRICT_HISTORY") == "1"
-	if lateSkipped > 0 && strictHistory {
-		t.Errorf("%d domain events published late lost their history document (SLUICE_SOAK_STRICT_HISTORY=1)", lateSkipped)
 	}
 	// Read model = event store (sluice verify) = the client's model.
 	rep := p.verify(db, class, len(insts))
@@ -372,15 +364,14 @@ func TestChaosSoak(t *testing.T) {
 		s.mu.Unlock()
 	}
 	result := "PASS"
-	if lost > 0 || dupEvents > 0 || len(dupWrites) > 0 || histMissing > 0 || mismatches > 0 || dlq > 0 || rep.OK != len(insts) || len(errs) > 0 ||
-		(strictHistory && lateSkipped > 0) {
+	if lost > 0 || dupEvents > 0 || len(dupWrites) > 0 || histMissing > 0 || mismatches > 0 || dlq > 0 || rep.OK != len(insts) || len(errs) > 0 {
 		result = "FAIL"
 	}
 	t.Logf("chaos soak summary: load %s, drain %s, seed %d; %d commands acknowledged (%d creates, %d patches, %d deletes) on %d instances; "+
 		"faults injected: %s; restarts: %v; verification: lost=%d duplicate_domain_events=%d duplicate_es_writes=%d missing_history=%d "+
-		"read_model_mismatches=%d dlq_records=%d sluice_verify=%d/%d ok; known issue: late_published_skipped_history=%d => %s",
+		"read_model_mismatches=%d dlq_records=%d sluice_verify=%d/%d ok; late_published_domain_events=%d (each with its history document) => %s",
 		dur, drain, seed, acked, creates, patches, deletes, len(insts), faults, restarts, lost, dupEvents, len(dupWrites), histMissing,
-		mismatches, dlq, rep.OK, rep.Instances, lateSkipped, result)
+		mismatches, dlq, rep.OK, rep.Instances, latePublished, result)
 	if len(dupWrites) > 0 {
 		t.Errorf("document versions written twice: %v", dupWrites)
 	}

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 
+	"github.com/sluicehq/sluice/registry"
 	"github.com/sluicehq/sluice/shared/envelope"
 	"github.com/sluicehq/sluice/shared/readmodel"
 )
@@ -84,6 +85,11 @@ func (History) Name() string { return "history" }
 
 // Version is 1.
 func (History) Version() int { return 1 }
+
+// SequenceGuard is registry.Unguarded: every domain event has a document of
+// its own, including one published late after newer events of its aggregate
+// (SPEC §6.3); op_type create and the registry row keep it to one.
+func (History) SequenceGuard() registry.Policy { return registry.Unguarded }
 
 // Handles instance domain events (any type).
 func (History) Handles(e envelope.Envelope) bool {

@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/sluicehq/sluice/registry"
 	"github.com/sluicehq/sluice/shared/envelope"
 )
 
@@ -31,6 +32,32 @@ type Projection interface {
 	// Project returns the bulk operations for one handled event. An error
 	// is permanent: the event goes to the dead-letter topic.
 	Project(e envelope.Envelope) ([]Op, error)
+}
+
+// Guarded is implemented by a projection that chooses its registry
+// sequence-guard policy (SPEC §7.3). A projection without it is skip-stale:
+// its documents hold current state, versioned by sequence number, so an
+// event at or below the aggregate's last applied sequence has nothing to add.
+// A projection whose documents are the events themselves (history: one
+// document per event, op_type create) returns registry.Unguarded, so that an
+// event published late, after newer events of its aggregate, still gets its
+// document. WaitForPredecessor is not for projections and is refused.
+type Guarded interface {
+	SequenceGuard() registry.Policy
+}
+
+// guardOf returns p's sequence-guard policy.
+func guardOf(p Projection) (registry.Policy, error) {
+	g, ok := p.(Guarded)
+	if !ok {
+		return registry.SkipStale, nil
+	}
+	switch pol := g.SequenceGuard(); pol {
+	case registry.SkipStale, registry.Unguarded:
+		return pol, nil
+	default:
+		return 0, fmt.Errorf("projectionworker: projection %q: sequence guard %s: want skip-stale or none", p.Name(), pol)
+	}
 }
 
 // Template describes a projection's indices.

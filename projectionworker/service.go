@@ -167,6 +167,10 @@ func (s *Service) Start(ctx context.Context) error {
 				v = lv
 			}
 		}
+		guard, err := guardOf(p)
+		if err != nil {
+			return err
+		}
 		w, err := New(Options{Projection: p, Version: v, Mode: sp.Mode, ES: s.d.ES, Bulker: s.bulk,
 			IndexPrefix: s.cfg.Elasticsearch.IndexPrefix, Crash: s.crash, Logger: s.d.Logger, Metrics: s.d.Metrics})
 		if err != nil {
@@ -179,7 +183,7 @@ func (s *Service) Start(ctx context.Context) error {
 		co := consumer.OptionsFromConfig(consumer.Options{
 			Brokers: s.cfg.Kafka.Brokers, KafkaOpts: append(append([]kgo.Opt{}, kopts...), s.d.KafkaOpts...),
 			Topic: s.cfg.Kafka.EventsTopic, Group: GroupName(p.Name(), v), DLQTopic: s.cfg.Kafka.EventsDLQTopic,
-			HandlerName: HandlerName(p.Name(), v), Policy: registry.SkipStale, Registry: reg, Handler: w,
+			HandlerName: HandlerName(p.Name(), v), Policy: guard, Registry: reg, Handler: w,
 			Limits: envelope.Limits{MaxEnvelopeBytes: s.cfg.EventStore.MaxEnvelopeBytes, MaxDataDepth: s.cfg.EventStore.MaxDataDepth,
 				MaxMetadataBytes: s.cfg.EventStore.MaxMetadataBytes},
 			Crash: s.crash, CrashWorker: CrashWorker, Logger: s.d.Logger, Metrics: s.d.Metrics, Health: s.d.Health,

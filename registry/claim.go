@@ -11,7 +11,7 @@ import (
 	"github.com/sluicehq/sluice/shared/envelope"
 )
 
-// claimSQL runs sluice.registry_claim_batch (migration 00005): all claims
+// claimSQL runs sluice.registry_claim_batch (migrations 00005, 00007): all claims
 // of a call in one statement, one transaction, one round trip. The lease
 // tokens are generated here (one per input, used only if it is claimed).
 const claimSQL = `SELECT idx, kind, attempt, holder, last_sequence,
@@ -54,7 +54,7 @@ func (r *Registry) ClaimBatch(ctx context.Context, reqs []ClaimRequest) ([]Claim
 		eventIDs   = make([]string, 0, len(reqs))
 		aggregates = make([]string, 0, len(reqs))
 		seqs       = make([]int64, 0, len(reqs))
-		waits      = make([]bool, 0, len(reqs))
+		waits      = make([]pgtype.Bool, 0, len(reqs)) // NULL: Unguarded
 	)
 	for i, q := range reqs {
 		agg, err := validateClaim(i, q)
@@ -76,7 +76,7 @@ func (r *Registry) ClaimBatch(ctx context.Context, reqs []ClaimRequest) ([]Claim
 		eventIDs = append(eventIDs, q.EventID)
 		aggregates = append(aggregates, agg)
 		seqs = append(seqs, q.Seq)
-		waits = append(waits, q.Policy == WaitForPredecessor)
+		waits = append(waits, pgtype.Bool{Bool: q.Policy == WaitForPredecessor, Valid: q.Policy != Unguarded})
 	}
 
 	instance := r.currentInstance()
@@ -181,8 +181,8 @@ func validateClaim(i int, q ClaimRequest) (string, error) {
 	if q.Seq < 1 {
 		return "", &RequestError{Index: i, Field: "seq", Reason: fmt.Sprintf("sequence %d must be at least 1", q.Seq)}
 	}
-	if q.Policy != SkipStale && q.Policy != WaitForPredecessor {
-		return "", &RequestError{Index: i, Field: "policy", Reason: fmt.Sprintf("%s is not SkipStale or WaitForPredecessor", q.Policy)}
+	if !q.Policy.Valid() {
+		return "", &RequestError{Index: i, Field: "policy", Reason: fmt.Sprintf("%s is not SkipStale, WaitForPredecessor or Unguarded", q.Policy)}
 	}
 	return agg, nil
 }

@@ -34,7 +34,9 @@
 //     highest finished sequence per (handler, aggregate); a per-(handler,
 //     aggregate) advisory lock serialises the guard. Under SkipStale an
 //     event at or below it is STALE; under WaitForPredecessor only the next
-//     slot may run and later ones WAIT. A done or dead row finishes its slot
+//     slot may run and later ones WAIT; Unguarded (per-event side effects
+//     such as history, which have no "newer state" to protect) has no
+//     guard. A done or dead row finishes its slot
 //     (the version advances monotonically in the same transaction), so later
 //     events are never blocked forever; AdvanceTo finishes empty slots when a
 //     worker heals a gap.

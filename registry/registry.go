@@ -204,12 +204,12 @@ func (r *Registry) Check(ctx context.Context) error {
 	var ok bool
 	err := r.pool.QueryRow(ctx, `SELECT to_regclass('sluice.processed_events') IS NOT NULL
 		AND to_regclass('sluice.aggregate_versions') IS NOT NULL
-		AND to_regprocedure('sluice.registry_claim_batch(text[],text[],text[],bigint[],boolean[],uuid[],text,uuid,bigint)') IS NOT NULL`).Scan(&ok)
+		AND coalesce(obj_description(to_regprocedure('sluice.registry_claim_batch(text[],text[],text[],bigint[],boolean[],uuid[],text,uuid,bigint)'), 'pg_proc'), '') LIKE '%policy:none%'`).Scan(&ok)
 	if err != nil {
 		return r.wrap(ctx, "check", err)
 	}
 	if !ok {
-		return errors.New("registry: check: tables sluice.processed_events/aggregate_versions or function sluice.registry_claim_batch are missing: run `sluice migrate up`")
+		return errors.New("registry: check: tables sluice.processed_events/aggregate_versions or function sluice.registry_claim_batch (migration 00007) are missing: run `sluice migrate up`")
 	}
 	return nil
 }

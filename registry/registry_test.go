@@ -350,6 +350,69 @@ func TestSkipStale(t *testing.T) {
 	mustKind(t, claim(t, r, req("other-proj", "e9", "agg", 9, skip)), registry.Claimed)
 }
 
+// Unguarded (history): an event at or below the aggregate's last finished
+// sequence is still claimable, once — on the fast path (no input has a row)
+// and on the general path (a batch in which some input has a row) alike —
+// while its own row still decides duplicates, leases and retries.
+func TestUnguarded(t *testing.T) {
+	_, pool := testenv.NewMigratedDatabase(t)
+	ctx := context.Background()
+	r := newRegistry(t, pool, "w", registry.Options{})
+	other := newRegistry(t, pool, "other", registry.Options{})
+	const h = "projection:history:v1"
+	none := registry.Unguarded
+	claimDone(t, r, req(h, "e10", "agg", 10, none))
+	claimDone(t, r, req(h, "e12", "agg", 12, none))
+
+	// Fast path: a late event (published after 12) is claimed, not STALE.
+	late := claim(t, r, req(h, "e9", "agg", 9, none))
+	mustKind(t, late, registry.Claimed)
+	// Its row decides a concurrent delivery: IN_PROGRESS, not a second claim.
+	mustKind(t, claim(t, other, req(h, "e9", "agg", 9, none)), registry.InProgress)
+	markDone(t, r, late.Lease)
+	mustKind(t, claim(t, other, req(h, "e9", "agg", 9, none)), registry.DuplicateDone)
+	if last, err := r.LastSequence(ctx, h, "agg"); err != nil || last != 12 {
+		t.Fatalf("last %d, %v (must stay monotonic)", last, err)
+	}
+
+	// General path: the batch holds done rows, so the fast path gives way.
+	res, err := r.ClaimBatch(ctx, []registry.ClaimRequest{
+		req(h, "e10", "agg", 10, none),    // done
+		req(h, "e11", "agg", 11, none),    // late, no row
+		req(h, "e11b", "agg", 5, none),    // later still
+		req(h, "e13", "agg", 13, none),    // new
+		req(h, "e12", "agg", 12, none),    // done
+		req(h, "s11", "agg", 11, skip),    // a skip-stale handler of the same name is still guarded
+		req("proj", "p1", "agg", 1, skip), // other handlers unaffected
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []registry.Kind{registry.DuplicateDone, registry.Claimed, registry.Claimed, registry.Claimed,
+		registry.DuplicateDone, registry.Stale, registry.Claimed}
+	for i, k := range want {
+		if res[i].Kind != k {
+			t.Fatalf("input %d: got %s (%+v), want %s", i, res[i].Kind, res[i], k)
+		}
+	}
+	for _, i := range []int{1, 2, 3} {
+		markDone(t, r, res[i].Lease)
+		if got := row(t, r, h, res[i].Lease.EventID); got.Status != registry.StatusDone {
+			t.Fatalf("row %+v", got)
+		}
+	}
+	// A failed attempt of an unguarded event is retried by its row, not
+	// dropped as stale.
+	f := claim(t, r, req(h, "e7", "agg", 7, none))
+	mustKind(t, f, registry.Claimed)
+	if fr, err := r.MarkFailed(ctx, f.Lease, registry.Failure{Err: errors.New("es 503"), Retryable: true}); err != nil || fr.Status != registry.StatusFailed {
+		t.Fatalf("mark failed %+v %v", fr, err)
+	}
+	if got := claim(t, r, req(h, "e7", "agg", 7, none)); got.Kind != registry.RetryLater && got.Kind != registry.Claimed {
+		t.Fatalf("failed unguarded event: %+v", got)
+	}
+}
+
 func TestWaitForPredecessor(t *testing.T) {
 	_, pool := testenv.NewMigratedDatabase(t)
 	ctx := context.Background()

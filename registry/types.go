@@ -20,18 +20,33 @@ const (
 	// finished slot has last 0, so its first claimable slot is 1); anything
 	// higher is WAIT until its predecessor is finished.
 	WaitForPredecessor
+	// Unguarded (per-event side effects such as the history projection, whose
+	// document is the event itself): no sequence guard. Every event is
+	// claimable once whatever the aggregate's last finished sequence, so an
+	// event published late, after newer events of its aggregate, still gets
+	// its effect. Duplicates, leases and retries are decided by the event's
+	// row as under the other policies (at most one effect per event id).
+	// Needs migration 00007.
+	Unguarded
 )
 
-// String returns "skip-stale" or "wait-for-predecessor".
+// String returns "skip-stale", "wait-for-predecessor" or "none".
 func (p Policy) String() string {
 	switch p {
 	case SkipStale:
 		return "skip-stale"
 	case WaitForPredecessor:
 		return "wait-for-predecessor"
+	case Unguarded:
+		return "none"
 	default:
 		return fmt.Sprintf("Policy(%d)", int(p))
 	}
+}
+
+// Valid reports whether p is one of the three policies.
+func (p Policy) Valid() bool {
+	return p == SkipStale || p == WaitForPredecessor || p == Unguarded
 }
 
 // Kind is the result of a claim.

@@ -142,7 +142,7 @@ func (o *Options) withDefaults() (Options, error) {
 		return c, errors.New("consumer: Topic, Group and DLQTopic are required")
 	case c.HandlerName == "":
 		return c, errors.New("consumer: HandlerName is required")
-	case c.Policy != registry.SkipStale && c.Policy != registry.WaitForPredecessor:
+	case !c.Policy.Valid():
 		return c, errors.New("consumer: Policy is required")
 	case c.Registry == nil || c.Handler == nil:
 		return c, errors.New("consumer: Registry and Handler are required")
