@@ -97,9 +97,12 @@ type Consumer struct {
 	outageAt time.Time  // next registry attempt while in outage
 	outTries int
 
-	// The round in flight (see turn): its second half runs in the
-	// background while the loop polls, parses and claims the next round.
-	inflight  chan struct{} // closed when it finished; nil when none
+	// The rounds in flight (see turn), oldest first: their second halves
+	// run in the background while the loop polls, parses, claims and
+	// launches the next rounds. Each channel is closed when its round
+	// finished. Only the loop goroutine touches the slice.
+	inflight  []chan struct{}
+	roundDone chan struct{} // a round finished: wakes the poll (capacity 1)
 	rebalance atomic.Bool   // a rebalance waits for the loop to allow it
 	allowedAt time.Time     // last AllowRebalance
 }
@@ -111,7 +114,8 @@ func New(opts Options) (*Consumer, error) {
 	if err != nil {
 		return nil, err
 	}
-	c := &Consumer{o: o, m: newMetrics(o.Metrics), parts: map[string]map[int32]*partState{}, hb: observability.NewHeartbeat(time.Minute)}
+	c := &Consumer{o: o, m: newMetrics(o.Metrics), parts: map[string]map[int32]*partState{}, hb: observability.NewHeartbeat(time.Minute),
+		roundDone: make(chan struct{}, 1)}
 	c.log = o.Logger.With("handler", o.HandlerName).Warn
 	kopts := append([]kgo.Opt{
 		kgo.SeedBrokers(o.Brokers...),
@@ -198,6 +202,9 @@ func (c *Consumer) Run(ctx context.Context) error {
 	return runErr
 }
 
+// DefaultRoundsInFlight is the default of Options.RoundsInFlight.
+const DefaultRoundsInFlight = 4
+
 // maxBlocked bounds how long the loop keeps rebalances blocked while it
 // overlaps rounds (a waiting rebalance is also signalled by franz-go, see
 // OnPartitionsCallbackBlocked; this is the backstop).
@@ -206,21 +213,23 @@ const maxBlocked = 2 * time.Second
 // turn is one poll and one round of processing, with rebalances blocked
 // (BlockRebalanceOnPoll). Rounds overlap: a round's first half (select,
 // claim) runs here, its second half (handler, dead letters, mark_done) in
-// the background while the next turn polls, parses and claims the next
-// round. The records of a round in flight are busy: no later round selects
-// them or any record of their aggregates, so per-aggregate order is kept.
-// Commits happen only here, after the round in flight finished, and cover
-// only the contiguous done prefix. Before rebalances are allowed the round
-// in flight is joined and committed, so a rebalance never sees in-flight
-// work.
+// the background while the next turns poll, parse, claim and launch the
+// next rounds, up to Options.RoundsInFlight at once. A record that arrives
+// while rounds are in flight so starts at the next turn instead of waiting
+// for them. The records of a round in flight are busy: no later round
+// selects them or any record of their aggregates, so per-aggregate order is
+// kept. Commits happen only here and cover only the contiguous done prefix,
+// which ends at the first record of a round in flight. Before rebalances
+// are allowed every round in flight is joined and committed, so a
+// rebalance never sees in-flight work.
 func (c *Consumer) turn(ctx, work context.Context) error {
 	wait := c.pollWait()
 	pctx, cancel := context.WithTimeout(ctx, wait)
-	if done := c.inflight; done != nil {
-		// Poll until records arrive or the round in flight finishes.
+	if len(c.inflight) > 0 {
+		// Poll until records arrive or a round in flight finishes.
 		go func() {
 			select {
-			case <-done:
+			case <-c.roundDone:
 				cancel()
 			case <-pctx.Done():
 			}
@@ -265,12 +274,17 @@ func (c *Consumer) turn(ctx, work context.Context) error {
 	c.mu.Unlock()
 	c.o.Logger.Debug("poll", "records", fetches.NumRecords(), "pending", c.pending, "wait", wait)
 	next := c.roundStart(work)
-	c.join()
-	c.commit(work, nil)
 	if next != nil {
+		c.reap()
+		for len(c.inflight) >= c.o.RoundsInFlight {
+			<-c.inflight[0]
+			c.reap()
+		}
 		c.launch(work, next)
 	}
-	if c.inflight == nil || c.rebalance.Load() || time.Since(c.allowedAt) > maxBlocked || ctx.Err() != nil {
+	c.reap()
+	c.commit(work, nil)
+	if len(c.inflight) == 0 || c.rebalance.Load() || time.Since(c.allowedAt) > maxBlocked || ctx.Err() != nil {
 		c.join()
 		c.commit(work, nil)
 		c.rebalance.Store(false)
@@ -281,12 +295,27 @@ func (c *Consumer) turn(ctx, work context.Context) error {
 	return nil
 }
 
-// join waits for the round in flight, if any.
-func (c *Consumer) join() {
-	if c.inflight != nil {
-		<-c.inflight
-		c.inflight = nil
+// reap forgets the rounds in flight that finished.
+func (c *Consumer) reap() {
+	live := c.inflight[:0]
+	for _, done := range c.inflight {
+		select {
+		case <-done:
+		default:
+			live = append(live, done)
+		}
 	}
+	clear(c.inflight[len(live):])
+	c.inflight = live
+}
+
+// join waits for every round in flight.
+func (c *Consumer) join() {
+	for _, done := range c.inflight {
+		<-done
+	}
+	clear(c.inflight)
+	c.inflight = c.inflight[:0]
 }
 
 // pollWait is how long a poll may block: until the earliest due retry.
@@ -508,15 +537,19 @@ func (c *Consumer) launch(ctx context.Context, w *roundWork) {
 	}
 	c.mu.Unlock()
 	done := make(chan struct{})
-	c.inflight = done
+	c.inflight = append(c.inflight, done)
 	go func() {
-		defer close(done)
 		c.roundFinish(ctx, w)
 		c.mu.Lock()
 		for _, it := range w.all {
 			it.busy = false
 		}
 		c.mu.Unlock()
+		close(done)
+		select {
+		case c.roundDone <- struct{}{}:
+		default:
+		}
 	}()
 }
 
@@ -1012,8 +1045,10 @@ func (c *Consumer) commit(ctx context.Context, only map[string][]int32) {
 		if only != nil && !hasPartition(only, ps.topic, ps.partition) {
 			continue
 		}
+		// A busy record's state belongs to its round in flight (written
+		// without mu): the prefix ends there.
 		n := 0
-		for n < len(ps.queue) && ps.queue[n].st == stDone {
+		for n < len(ps.queue) && !ps.queue[n].busy && ps.queue[n].st == stDone {
 			n++
 		}
 		if n == 0 {
@@ -1059,7 +1094,7 @@ func (c *Consumer) commit(ctx context.Context, only map[string][]int32) {
 		if a.ps.mayWait.Load() {
 			waiting := false
 			for _, it := range a.ps.queue {
-				if it.st == stWait {
+				if it.busy || it.st == stWait { // a busy record may still answer WAIT
 					waiting = true
 					break
 				}

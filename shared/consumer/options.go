@@ -118,6 +118,12 @@ type Options struct {
 	// 500). MaxPending pauses fetching while that many records are
 	// unfinished (default 10000).
 	MaxPollRecords, MaxPending int
+	// RoundsInFlight bounds the rounds whose second half (handler, dead
+	// letters, mark_done) runs at once, on disjoint aggregates (default 4;
+	// 1 = a round's handling waits for the previous one). More rounds let a
+	// record that arrives during a slow round start at once instead of
+	// queueing behind it.
+	RoundsInFlight int
 	// Limits are the envelope limits Parse enforces (default
 	// envelope.DefaultLimits()).
 	Limits envelope.Limits
@@ -170,6 +176,9 @@ func (o *Options) withDefaults() (Options, error) {
 	}
 	if c.MaxPollRecords <= 0 {
 		c.MaxPollRecords = 500
+	}
+	if c.RoundsInFlight <= 0 {
+		c.RoundsInFlight = DefaultRoundsInFlight
 	}
 	if c.MaxPending <= 0 {
 		c.MaxPending = 10000

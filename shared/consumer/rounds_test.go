@@ -1,0 +1,136 @@
+package consumer
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/sluicehq/sluice/registry"
+	"github.com/sluicehq/sluice/shared/envelope"
+	"github.com/sluicehq/sluice/shared/testenv"
+)
+
+// TestRoundsInFlight: while a round is stuck in its handler, a record of
+// another aggregate that arrives later is handled at once in a round of
+// its own (with RoundsInFlight 1 it would wait for the stuck one); the next
+// record of the stuck aggregate waits for it (per-aggregate order); and no
+// offset is committed past the stuck record until it is done.
+func TestRoundsInFlight(t *testing.T) {
+	topic := testenv.UniqueName("rounds-")
+	k := testenv.NewKafka(t, kfake.SeedTopics(1, topic))
+	pcl, err := kgo.NewClient(kgo.SeedBrokers(k.Brokers...), kgo.DefaultProduceTopic(topic))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pcl.Close()
+	produce := func(agg string, seq int64) {
+		t.Helper()
+		e := envelope.Envelope{EventID: uuid.NewString(), EventType: "THING_HAPPENED", Kind: envelope.KindDomain, AggregateType: "thing",
+			AggregateID: agg, SequenceNumber: seq, Position: seq,
+			OccurredAt: envelope.NewTimestamp(time.Unix(1_700_000_000, 0)), Data: json.RawMessage(`{}`), SchemaVersion: 1}
+		raw, err := envelope.Marshal(e)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := pcl.ProduceSync(context.Background(), &kgo.Record{Key: []byte(agg), Value: raw}).FirstErr(); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	var (
+		c       *Consumer
+		mu      sync.Mutex
+		handled []string // "agg/seq" in handling order
+		started = make(chan struct{}, 1)
+		release = make(chan struct{})
+	)
+	committed := func() int64 {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		if ps := c.parts[topic][0]; ps != nil {
+			return ps.committed
+		}
+		return -1
+	}
+	h := batchFunc(func(ctx context.Context, recs []*Record) []BatchResult {
+		out := make([]BatchResult, len(recs))
+		for i, r := range recs {
+			name := fmt.Sprintf("%s/%d", r.Envelope.AggregateID, r.Envelope.SequenceNumber)
+			if name == "stuck/1" {
+				started <- struct{}{}
+				select {
+				case <-release:
+				case <-ctx.Done():
+					out[i].Err = ctx.Err()
+					continue
+				}
+			}
+			mu.Lock()
+			handled = append(handled, name)
+			mu.Unlock()
+			out[i].Outcome = registry.Applied()
+		}
+		return out
+	})
+	reg := &fakeRegistry{attempts: map[string]int{}}
+	c, err = New(Options{Brokers: k.Brokers, Topic: topic, Group: topic + "-g", DLQTopic: topic + ".dlq", HandlerName: "h",
+		Policy: registry.SkipStale, Registry: reg, Handler: h, Logger: slog.New(slog.DiscardHandler), BackoffBase: 5 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- c.Run(ctx) }()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Error(err)
+		}
+	}()
+	has := func(name string) bool {
+		mu.Lock()
+		defer mu.Unlock()
+		for _, h := range handled {
+			if h == name {
+				return true
+			}
+		}
+		return false
+	}
+
+	produce("stuck", 1) // offset 0
+	select {
+	case <-started:
+	case <-time.After(20 * time.Second):
+		t.Fatal("the first record was never handled")
+	}
+	produce("free", 1)  // offset 1
+	produce("stuck", 2) // offset 2
+	testenv.WaitFor(t, 20*time.Second, "the other aggregate handled while the first round is stuck", func() bool { return has("free/1") })
+	// Give the loop a few more turns: stuck/2 must stay behind stuck/1 and
+	// nothing may be committed past offset 0.
+	for range 20 {
+		time.Sleep(5 * time.Millisecond)
+		if has("stuck/2") {
+			t.Fatal("stuck/2 handled before stuck/1 finished")
+		}
+		if got := committed(); got > 0 {
+			t.Fatalf("committed offset %d while offset 0 is in flight", got)
+		}
+	}
+	close(release)
+	testenv.WaitFor(t, 20*time.Second, "every record committed", func() bool { return committed() == 3 })
+	mu.Lock()
+	defer mu.Unlock()
+	if fmt.Sprint(handled) != "[free/1 stuck/1 stuck/2]" {
+		t.Errorf("handling order %v, want [free/1 stuck/1 stuck/2]", handled)
+	}
+}
