@@ -123,6 +123,10 @@ func FuzzParseEnvelope(f *testing.F) {
 		if err != nil {
 			t.Fatalf("Marshal: %v", err)
 		}
+		// Parse skips the encoded-size check below this bound.
+		if len(out) > maxEncodedLen(len(b)) {
+			t.Fatalf("encoding of %d bytes exceeds maxEncodedLen(%d) = %d", len(out), len(b), maxEncodedLen(len(b)))
+		}
 		e2, err := Parse(out, limits)
 		if err != nil {
 			t.Fatalf("re-Parse of %s: %v", out, err)
