@@ -31,6 +31,12 @@ const versionTable = "sluice.schema_migrations"
 // (crc of "sluice.migrations"; any fixed value unique to sluice works).
 const lockID int64 = 0x51_75_1C_E0_00_01
 
+// schemaLockID serialises CREATE SCHEMA among runners. It must differ from
+// lockID: a runner waiting for lockID inside a transaction would deadlock
+// with the holder's CREATE INDEX CONCURRENTLY (migration 00005), which
+// waits for every open transaction to end.
+const schemaLockID int64 = lockID + 1
+
 // Result describes one migration applied by Up.
 type Result struct {
 	Version  int64
@@ -58,13 +64,13 @@ func Open(databaseURL string) (*sql.DB, error) {
 
 func provider(ctx context.Context, db *sql.DB, logger *slog.Logger) (*goose.Provider, error) {
 	// goose's version table lives in schema sluice, so the schema must exist
-	// first; a transaction-scoped advisory lock keeps concurrent runners from
-	// racing on CREATE SCHEMA.
+	// first; a transaction-scoped advisory lock (not the migrations' lock)
+	// keeps concurrent runners from racing on CREATE SCHEMA.
 	tx, err := db.BeginTx(ctx, nil)
 	if err != nil {
 		return nil, fmt.Errorf("migrations: begin: %w", err)
 	}
-	if _, err := tx.ExecContext(ctx, `SELECT pg_advisory_xact_lock($1)`, lockID); err != nil {
+	if _, err := tx.ExecContext(ctx, `SELECT pg_advisory_xact_lock($1)`, schemaLockID); err != nil {
 		_ = tx.Rollback()
 		return nil, fmt.Errorf("migrations: lock: %w", err)
 	}
