@@ -101,6 +101,11 @@ func (r *Relay) cycle(ctx context.Context, ls *leaderState) (more bool, err erro
 // plan lists segments after the checkpoint and turns the holes between them
 // into index lookups.
 func (r *Relay) plan(ctx context.Context, ls *leaderState, head int64, now time.Time) (plan, error) {
+	if pl, ok, err := r.planFromIndex(ctx, ls, head); err != nil || ok {
+		return pl, err
+	}
+	r.m.plans.WithLabelValues("list").Inc()
+	ls.lastList = time.Now()
 	var pl plan
 	base := ls.cp.Position
 	batch := r.s.Config.BatchSize
@@ -227,6 +232,57 @@ listing:
 		return pl.items[i].seg == nil && pl.items[j].seg != nil
 	})
 	return pl, nil
+}
+
+// planFromIndex is the plan of a cycle that is close behind the head: when
+// every position between the checkpoint and the head (at most one batch)
+// is committed, the index names their segments and they are read directly
+// (SPEC §6.3 rule 1 applied to the whole window), without the LIST. At low
+// load the LIST is most of a cycle (on MinIO here p50 5 ms, p99 21 ms,
+// against 0.4 ms for the index query), and every append waits for a cycle
+// or two. ok is false, and the cycle lists as usual, for a backlog, a
+// prefetch in progress, or any position of the window not committed (in
+// flight, abandoned, missing: the LIST and the gap rules of SPEC §6.3 deal
+// with those). Segments written but not yet committed wait for their
+// commit's notification instead of being found by the LIST.
+func (r *Relay) planFromIndex(ctx context.Context, ls *leaderState, head int64) (pl plan, ok bool, err error) {
+	base := ls.cp.Position
+	n := head - base
+	if n <= 0 && ls.prefetch == nil && time.Since(ls.lastList) < r.s.Config.PollInterval {
+		// Nothing committed past the checkpoint (a wake-up for a commit the
+		// previous cycle published): a LIST could only find segments whose
+		// commit is still to come, and their notification will wake us. A
+		// cycle lists at least once per poll interval all the same.
+		r.m.plans.WithLabelValues("idle").Inc()
+		return plan{}, true, nil
+	}
+	if n <= 0 || n > int64(r.s.Config.BatchSize) || ls.prefetch != nil {
+		return plan{}, false, nil
+	}
+	rows, err := r.store.Index(ctx, eventstore.IndexQuery{FromPosition: base + 1, ToPosition: head, Limit: int(n)})
+	if err != nil {
+		return plan{}, false, err
+	}
+	if int64(len(rows)) != n {
+		return plan{}, false, nil
+	}
+	seen := map[string]bool{}
+	for i, row := range rows {
+		if row.Position != base+1+int64(i) || row.State != stateCommitted {
+			return plan{}, false, nil
+		}
+		if ls.isDone(row.Position) || seen[row.SegmentKey] {
+			continue
+		}
+		first, _, err := eventstore.ParseSegmentKey(row.SegmentKey)
+		if err != nil {
+			return plan{}, false, fmt.Errorf("relay: index row %d names segment %q: %w", row.Position, row.SegmentKey, err)
+		}
+		seen[row.SegmentKey] = true
+		pl.items = append(pl.items, item{first: first, seg: newFetch(row.SegmentKey)})
+	}
+	r.m.plans.WithLabelValues("index").Inc()
+	return pl, true, nil
 }
 
 // allDone reports whether every position of s above the checkpoint is done.

@@ -12,6 +12,7 @@ type metrics struct {
 	late         prometheus.Counter
 	dedupSkipped prometheus.Counter
 	gaps         *prometheus.CounterVec // resolution
+	plans        *prometheus.CounterVec // how a cycle found its segments
 	produceErrs  prometheus.Counter
 	fenced       prometheus.Counter
 	flush        prometheus.Histogram
@@ -35,6 +36,9 @@ func newMetrics(reg prometheus.Registerer, name string) *metrics {
 		gaps: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "relay_gap_resolutions_total", ConstLabels: cl,
 			Help: "Positions resolved by the gap rules of SPEC §6.3, by resolution (committed_direct, repaired_committed, abandoned, no_index_row, expired, late_published)."},
 			[]string{"resolution"}),
+		plans: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "relay_cycles_total", ConstLabels: cl,
+			Help: "Publishing cycles by how they found their segments: list (LIST after the checkpoint), index (every position up to the head committed: GET by the index's keys, no LIST) or idle (nothing committed past the checkpoint, last LIST less than a poll interval ago)."},
+			[]string{"plan"}),
 		produceErrs: prometheus.NewCounter(prometheus.CounterOpts{Name: "relay_produce_errors_total", ConstLabels: cl,
 			Help: "Records Kafka did not acknowledge (they are produced again; the checkpoint does not pass them)."}),
 		fenced: prometheus.NewCounter(prometheus.CounterOpts{Name: "relay_fenced_total", ConstLabels: cl,
@@ -55,7 +59,7 @@ func newMetrics(reg prometheus.Registerer, name string) *metrics {
 			Help: "1 while this replica holds the leader lease and publishes."}),
 	}
 	if reg != nil {
-		for _, c := range []prometheus.Collector{m.published, m.late, m.dedupSkipped, m.gaps, m.produceErrs, m.fenced,
+		for _, c := range []prometheus.Collector{m.published, m.late, m.dedupSkipped, m.gaps, m.plans, m.produceErrs, m.fenced,
 			m.flush, m.lag, m.head, m.checkpoint, m.pendingGaps, m.held, m.leader} {
 			// A second relay of the same name in one process (tests)
 			// keeps its own collectors unregistered.

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"maps"
 	"os"
 	"strconv"
 	"testing"
@@ -584,5 +585,47 @@ func TestStartPosition(t *testing.T) {
 				t.Errorf("published %v, want %d", got, c.want)
 			}
 		})
+	}
+}
+
+// TestIndexPlan: a relay close behind the head reads the committed segments
+// by the index's keys without a LIST (the index plan), publishes them
+// exactly once in order, and a wake-up with nothing new past the checkpoint
+// lists nothing until a poll interval has passed; appends made while it
+// runs (one writer: the window is always committed) go the same way.
+func TestIndexPlan(t *testing.T) {
+	e := newEnv(t, 30*time.Second)
+	custom := e.prefix + "custom"
+	opts := e.opts(t)
+	opts.Config.PollInterval = time.Hour // every listing after the first is the plan's choice
+	first := appendAll(t, e.store, 4, mixedEnvelopes(60, 6, custom))
+	r, stop := runRelay(t, e, opts)
+	waitFor(t, 20*time.Second, "first window published", func() bool { return e.checkpoint(t).Position == 60 })
+	if v := value(r.m.plans.WithLabelValues("index")); v < 1 {
+		t.Errorf("index plans %v, want ≥ 1 (60 committed positions, batch 200)", v)
+	}
+	// The cycle after it lists once: no LIST yet in this relay's life.
+	waitFor(t, 20*time.Second, "the first LIST", func() bool { return value(r.m.plans.WithLabelValues("list")) >= 1 })
+	lists := value(r.m.plans.WithLabelValues("list"))
+	// Wake-ups with nothing committed past the checkpoint: no LIST.
+	for range 5 {
+		r.poke()
+		time.Sleep(20 * time.Millisecond)
+	}
+	more := appendAll(t, e.store, 1, mixedEnvelopes(40, 4, custom))
+	waitFor(t, 20*time.Second, "second window published", func() bool { return e.checkpoint(t).Position == 100 })
+	if v := value(r.m.plans.WithLabelValues("list")); v != lists {
+		t.Errorf("%v LIST cycles after the catch-up, want none (index or idle plans only)", v-lists)
+	}
+	if v := value(r.m.plans.WithLabelValues("idle")); v < 1 {
+		t.Errorf("idle plans %v, want ≥ 1", v)
+	}
+	stop()
+	maps.Copy(first, more)
+	recs := e.consumeAll(t, e.commandsTopic(), e.eventsTopic(), custom)
+	for id, c := range verify(t, e, first, recs, custom) {
+		if c != 1 {
+			t.Errorf("event %s published %d times", id, c)
+		}
 	}
 }

@@ -33,6 +33,9 @@ type leaderState struct {
 	lastSave time.Time
 	// prefetch is the next cycle's listing and first GETs (backlog).
 	prefetch *prefetch
+	// lastList is when a cycle last listed segments (planFromIndex skips
+	// the LIST of an empty window for at most a poll interval).
+	lastList time.Time
 }
 
 func newLeaderState(epoch int64, cp Checkpoint, etag string, dedupMax int) *leaderState {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"runtime"
+	"slices"
 	"sort"
 	"strconv"
 	"sync"
@@ -101,10 +102,16 @@ type Consumer struct {
 	// run in the background while the loop polls, parses, claims and
 	// launches the next rounds. Each channel is closed when its round
 	// finished. Only the loop goroutine touches the slice.
-	inflight  []chan struct{}
-	roundDone chan struct{} // a round finished: wakes the poll (capacity 1)
-	rebalance atomic.Bool   // a rebalance waits for the loop to allow it
-	allowedAt time.Time     // last AllowRebalance
+	inflight []chan struct{}
+	rounds   sync.WaitGroup // the rounds in flight, for the rebalance callbacks
+	// wake is closed (and replaced, under mu) when a round finishes: a
+	// broadcast that ends the poll of the turn that took it.
+	wake chan struct{}
+	// sem bounds the handler goroutines of all rounds together
+	// (Options.Concurrency).
+	sem       chan struct{}
+	rebalance atomic.Bool // a rebalance waits for the loop to allow it
+	allowedAt time.Time   // last AllowRebalance
 }
 
 // New validates opts and creates the Kafka client (nothing is fetched before
@@ -115,7 +122,7 @@ func New(opts Options) (*Consumer, error) {
 		return nil, err
 	}
 	c := &Consumer{o: o, m: newMetrics(o.Metrics), parts: map[string]map[int32]*partState{}, hb: observability.NewHeartbeat(time.Minute),
-		roundDone: make(chan struct{}, 1)}
+		wake: make(chan struct{}), sem: make(chan struct{}, o.Concurrency)}
 	c.log = o.Logger.With("handler", o.HandlerName).Warn
 	kopts := append([]kgo.Opt{
 		kgo.SeedBrokers(o.Brokers...),
@@ -223,13 +230,13 @@ const maxBlocked = 2 * time.Second
 // are allowed every round in flight is joined and committed, so a
 // rebalance never sees in-flight work.
 func (c *Consumer) turn(ctx, work context.Context) error {
-	wait := c.pollWait()
+	wait, wake := c.pollWait()
 	pctx, cancel := context.WithTimeout(ctx, wait)
 	if len(c.inflight) > 0 {
 		// Poll until records arrive or a round in flight finishes.
 		go func() {
 			select {
-			case <-c.roundDone:
+			case <-wake:
 				cancel()
 			case <-pctx.Done():
 			}
@@ -273,13 +280,14 @@ func (c *Consumer) turn(ctx, work context.Context) error {
 	}
 	c.mu.Unlock()
 	c.o.Logger.Debug("poll", "records", fetches.NumRecords(), "pending", c.pending, "wait", wait)
-	next := c.roundStart(work)
-	if next != nil {
+	// A free slot before claiming: leases are not held until the round is
+	// launched.
+	c.reap()
+	for len(c.inflight) >= c.o.RoundsInFlight {
+		<-c.inflight[0]
 		c.reap()
-		for len(c.inflight) >= c.o.RoundsInFlight {
-			<-c.inflight[0]
-			c.reap()
-		}
+	}
+	if next := c.roundStart(work); next != nil {
 		c.launch(work, next)
 	}
 	c.reap()
@@ -318,15 +326,18 @@ func (c *Consumer) join() {
 	c.inflight = c.inflight[:0]
 }
 
-// pollWait is how long a poll may block: until the earliest due retry.
-func (c *Consumer) pollWait() time.Duration {
+// pollWait is how long a poll may block: until the earliest due retry of
+// an aggregate that no round in flight holds (those wait for the round's
+// wake-up, which it returns too).
+func (c *Consumer) pollWait() (time.Duration, <-chan struct{}) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	wait := time.Second
 	now := time.Now()
+	blocked := c.busyKeys()
 	for _, ps := range c.allParts() {
 		for _, it := range ps.queue {
-			if it.busy || it.st == stDone {
+			if blocked[it.key] || it.st == stDone {
 				continue
 			}
 			d := it.notBefore.Sub(now)
@@ -341,7 +352,22 @@ func (c *Consumer) pollWait() time.Duration {
 	if wait < 5*time.Millisecond {
 		wait = 5 * time.Millisecond
 	}
-	return wait
+	return wait, c.wake
+}
+
+// busyKeys returns the aggregates of the rounds in flight. Callers hold mu.
+func (c *Consumer) busyKeys() map[string]bool {
+	blocked := map[string]bool{}
+	for _, m := range c.parts {
+		for _, ps := range m {
+			for _, it := range ps.queue {
+				if it.busy {
+					blocked[it.key] = true
+				}
+			}
+		}
+	}
+	return blocked
 }
 
 func (c *Consumer) part(topic string, p int32) *partState {
@@ -444,16 +470,9 @@ func (c *Consumer) retryLater(it *item, reason string, d time.Duration) {
 func (c *Consumer) selectRunnable(now time.Time) []*item {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	blocked := map[string]bool{}
 	parts := c.allParts()
-	// The aggregates of the round in flight wait for it entirely.
-	for _, ps := range parts {
-		for _, it := range ps.queue {
-			if it.busy {
-				blocked[it.key] = true
-			}
-		}
-	}
+	// The aggregates of the rounds in flight wait for them entirely.
+	blocked := c.busyKeys()
 	var out []*item
 	for _, ps := range parts {
 		for _, it := range ps.queue {
@@ -478,7 +497,6 @@ func (c *Consumer) selectRunnable(now time.Time) []*item {
 // roundWork is a round between its two halves: the items it selected, by
 // what is left to do for them.
 type roundWork struct {
-	all                        []*item
 	dlq, handles, marks, fails []*item
 }
 
@@ -492,7 +510,7 @@ func (c *Consumer) roundStart(ctx context.Context) *roundWork {
 		return nil
 	}
 	registryOK := !now.Before(c.outageUntil())
-	w := &roundWork{all: items}
+	w := &roundWork{}
 	var claims []*item
 	for _, it := range items {
 		switch it.st {
@@ -514,11 +532,11 @@ func (c *Consumer) roundStart(ctx context.Context) *roundWork {
 		return nil
 	}
 	if len(claims) > 0 {
-		claimed, heal := c.claim(ctx, claims)
-		w.handles = append(w.handles, claimed...)
-		if c.outage.Load() {
+		claimed, heal, outage := c.claim(ctx, claims)
+		if outage {
 			return nil
 		}
+		w.handles = append(w.handles, claimed...)
 		w.handles = append(w.handles, heal...)
 	}
 	// after_claim: the claim is recorded, nothing else has happened.
@@ -528,28 +546,30 @@ func (c *Consumer) roundStart(ctx context.Context) *roundWork {
 	return w
 }
 
-// launch runs the second half of round w in the background; its items are
-// busy until it finished.
+// launch runs the second half of round w in the background; the items it
+// works on are busy until it finished (those the claim finished or put off
+// are not: the commit may pass the finished ones at once).
 func (c *Consumer) launch(ctx context.Context, w *roundWork) {
+	touched := slices.Concat(w.dlq, w.handles, w.marks, w.fails)
 	c.mu.Lock()
-	for _, it := range w.all {
+	for _, it := range touched {
 		it.busy = true
 	}
 	c.mu.Unlock()
 	done := make(chan struct{})
 	c.inflight = append(c.inflight, done)
+	c.rounds.Add(1)
 	go func() {
+		defer c.rounds.Done()
 		c.roundFinish(ctx, w)
 		c.mu.Lock()
-		for _, it := range w.all {
+		for _, it := range touched {
 			it.busy = false
 		}
+		close(c.wake)
+		c.wake = make(chan struct{})
 		c.mu.Unlock()
 		close(done)
-		select {
-		case c.roundDone <- struct{}{}:
-		default:
-		}
 	}()
 }
 
@@ -634,7 +654,7 @@ func (c *Consumer) outageUntil() time.Time {
 
 // claim claims items in one batch and sorts them by result; it returns the
 // claimed items and the waiting items due for healing.
-func (c *Consumer) claim(ctx context.Context, items []*item) (claimed, heal []*item) {
+func (c *Consumer) claim(ctx context.Context, items []*item) (claimed, heal []*item, outage bool) {
 	reqs := make([]registry.ClaimRequest, len(items))
 	for i, it := range items {
 		e := it.view.Envelope
@@ -646,7 +666,7 @@ func (c *Consumer) claim(ctx context.Context, items []*item) (claimed, heal []*i
 	if err != nil {
 		if isOutage(ctx, err) {
 			c.enterOutage(err)
-			return nil, nil
+			return nil, nil, true
 		}
 		var re *registry.RequestError
 		if errors.As(err, &re) && re.Index >= 0 && re.Index < len(items) {
@@ -654,13 +674,13 @@ func (c *Consumer) claim(ctx context.Context, items []*item) (claimed, heal []*i
 			it := items[re.Index]
 			it.st, it.errText, it.errClass, it.attempts, it.firstFail = stDLQ, "registry: "+err.Error(), ClassPermanent, 1, time.Now()
 			c.m.retries.WithLabelValues(c.o.HandlerName, "batch_invalid").Inc()
-			return nil, nil
+			return nil, nil, false
 		}
 		c.log("claim failed", "err", err)
 		for _, it := range items {
 			c.retryLater(it, "claim_error", backoff(c.o.BackoffBase, c.o.BackoffCap, it.tries))
 		}
-		return nil, nil
+		return nil, nil, false
 	}
 	c.leaveOutage()
 	for i, it := range items {
@@ -702,9 +722,9 @@ func (c *Consumer) claim(ctx context.Context, items []*item) (claimed, heal []*i
 		}
 	}
 	if len(claimed) > 0 {
-		return claimed, heal
+		return claimed, heal, false
 	}
-	return nil, heal
+	return nil, heal, false
 }
 
 // handle runs the handler for claimed items (and heals for waiting ones):
@@ -722,7 +742,7 @@ func (c *Consumer) handle(ctx context.Context, items []*item) {
 		}
 		groups[it.key] = append(groups[it.key], it)
 	}
-	sem := make(chan struct{}, c.o.Concurrency)
+	sem := c.sem // shared by the rounds in flight
 	var wg sync.WaitGroup
 	for _, k := range order {
 		g := groups[k]
@@ -1143,11 +1163,17 @@ func (c *Consumer) flowControl() {
 // their records (the next owner starts at the committed offset). With
 // BlockRebalanceOnPoll it never runs while a round is in flight.
 func (c *Consumer) onRevoked(ctx context.Context, _ *kgo.Client, revoked map[string][]int32) {
+	c.rounds.Wait() // none in flight but for a corner of franz-go's polling; see onLost
 	c.commit(ctx, revoked)
 	c.forget(revoked)
 }
 
 func (c *Consumer) onLost(_ context.Context, _ *kgo.Client, lost map[string][]int32) {
+	// The loop joins every round before it allows a rebalance, but a poll
+	// that returns nothing may not hold off rebalances (franz-go), and a
+	// round of due retries can start after it: wait for the rounds, which
+	// never wait for these callbacks.
+	c.rounds.Wait()
 	c.forget(lost)
 }
 

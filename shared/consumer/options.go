@@ -97,8 +97,10 @@ type Options struct {
 	// ordering unit. Default: aggregate_type + ":" + aggregate_id (ids over
 	// 512 bytes: aggregate_type + ":sha256:" + hex digest of the id).
 	AggregateKey func(envelope.Envelope) string
-	// Concurrency bounds the aggregates processed at once
-	// (WORKER_CONCURRENCY, default 16).
+	// Concurrency bounds the aggregates processed at once, by the handler
+	// goroutines of all rounds in flight together (WORKER_CONCURRENCY,
+	// default 16). A BatchHandler gets one call per round and bounds its
+	// own parallelism.
 	Concurrency int
 	// MaxAttempts of a retryable failure before the DLQ (default 5).
 	MaxAttempts int
@@ -247,7 +249,8 @@ func ClientOptions(kc config.Kafka) ([]kgo.Opt, error) {
 // (ctx is cancelled when one of them is lost or shutdown runs out of time).
 // A round selects at most one claimable record per aggregate, so a batch
 // holds no two records of one aggregate today; should it, they are in
-// offset order and the handler must apply them in that order. It returns one BatchResult per record,
+// offset order and the handler must apply them in that order. Up to
+// Options.RoundsInFlight calls run at once, always on disjoint aggregates. It returns one BatchResult per record,
 // at the same index; each is settled exactly as Handle's answer would be
 // (mark_done in one batch for the successes; retry, DLQ or conflict for
 // the failures). Records the handler did not finish because ctx was

@@ -65,7 +65,10 @@ func TestRoundsInFlight(t *testing.T) {
 		for i, r := range recs {
 			name := fmt.Sprintf("%s/%d", r.Envelope.AggregateID, r.Envelope.SequenceNumber)
 			if name == "stuck/1" {
-				started <- struct{}{}
+				select {
+				case started <- struct{}{}:
+				default:
+				}
 				select {
 				case <-release:
 				case <-ctx.Done():
