@@ -140,7 +140,6 @@ func newPipeline(t *testing.T, s setup) *pipeline {
 	if p.kafka.Cluster == nil {
 		t.Fatal("acceptance: the scenarios inject Kafka faults and need the embedded kfake cluster (unset SLUICE_TEST_KAFKA_BROKERS)")
 	}
-	shortenGroupSessions(p.kafka.Cluster)
 	var err error
 	if p.kcl, err = kgo.NewClient(kgo.SeedBrokers(p.kafka.Brokers...)); err != nil {
 		t.Fatal(err)
@@ -166,23 +165,13 @@ func newPipeline(t *testing.T, s setup) *pipeline {
 		"PROCESSED_EVENT_LEASE_TIMEOUT_SECONDS": "8", "PROCESSED_EVENT_HEARTBEAT_INTERVAL_SECONDS": "2",
 		"WORKER_CONCURRENCY": "8", "WORKER_RETRY_BACKOFF_BASE": "50ms", "WORKER_RETRY_BACKOFF_CAP": "1s",
 		"SHUTDOWN_TIMEOUT": "10s", "SLUICE_PROJECTIONS": "history",
+		// A killed worker's partitions go to its restarted successor after
+		// 10 s instead of the default 45 s.
+		"KAFKA_SESSION_TIMEOUT": "10s",
 	}
 	maps.Copy(p.base, s.env)
 	t.Cleanup(p.stopAll) // registered last: runs first
 	return p
-}
-
-// shortenGroupSessions caps the session timeout members ask for when they
-// join a group at 10 s, so the group forgets a killed worker quickly (the
-// binary uses franz-go's default of 45 s, which would make every restart
-// after a crash wait that long).
-func shortenGroupSessions(c *kfake.Cluster) {
-	c.ControlKey(int16(kmsg.JoinGroup), func(r kmsg.Request) (kmsg.Response, error, bool) {
-		if jr, ok := r.(*kmsg.JoinGroupRequest); ok && jr.SessionTimeoutMillis > 10000 {
-			jr.SessionTimeoutMillis = 10000
-		}
-		return nil, nil, false
-	})
 }
 
 // ctx returns a context for one step of a test.

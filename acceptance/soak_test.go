@@ -377,6 +377,11 @@ func TestChaosSoak(t *testing.T) {
 	}
 	if dlq > 0 {
 		t.Errorf("%d DLQ records (faults are transient: nothing may be dead-lettered)", dlq)
+		for _, topic := range []string{commandsDLQ, eventsDLQ} {
+			for _, r := range p.readTopic(topic) {
+				t.Logf("DLQ %s: %.600s", topic, r.Value)
+			}
+		}
 	}
 }
 

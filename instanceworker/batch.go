@@ -110,7 +110,7 @@ func (w *Worker) HandleBatch(ctx context.Context, recs []*consumer.Record) []con
 		ws[k] = readmodel.Write{Names: j.n, Meta: docMeta(j.c, j.cur, j.stored), State: j.stored.Envelope.Data}
 	}
 	w.hit(PointBeforeESWrite)
-	res, err := readmodel.WriteInstances(ctx, w.o.ES, ws)
+	res, err := w.writeInstances(ctx, ws)
 	if err != nil {
 		err = classifyES(err)
 		for _, j := range jobs {
@@ -145,7 +145,11 @@ func (w *Worker) loadBatch(ctx context.Context, jobs []*job, out []consumer.Batc
 	for k, j := range jobs {
 		refs[k] = readmodel.Ref{Names: j.n, Class: j.c.class, InstanceID: j.c.instanceID}
 	}
-	got, err := readmodel.GetInstances(ctx, w.o.ES, refs)
+	var got []readmodel.GetResult
+	err := w.o.ESRetry.Do(ctx, func(ctx context.Context) (err error) {
+		got, err = readmodel.GetInstances(ctx, w.o.ES, refs)
+		return err
+	})
 	if err != nil {
 		err = classifyES(err)
 		for _, j := range jobs {
@@ -166,6 +170,43 @@ func (w *Worker) loadBatch(ctx context.Context, jobs []*job, out []consumer.Batc
 		live = append(live, j)
 	}
 	return live
+}
+
+// writeInstances is readmodel.WriteInstances with ESRetry: a transient
+// failure of the whole request repeats it, and items that failed
+// transiently (429, 5xx) are sent again on their own. A repeated write is
+// safe: it carries the same external version, so one that did apply the
+// first time answers 409 (conflict, treated as done).
+func (w *Worker) writeInstances(ctx context.Context, ws []readmodel.Write) ([]readmodel.WriteItem, error) {
+	out := make([]readmodel.WriteItem, len(ws))
+	pending := make([]int, len(ws))
+	for i := range pending {
+		pending[i] = i
+	}
+	for n := 0; ; n++ {
+		sub := make([]readmodel.Write, len(pending))
+		for k, i := range pending {
+			sub[k] = ws[i]
+		}
+		res, err := readmodel.WriteInstances(ctx, w.o.ES, sub)
+		if err != nil {
+			if n < w.o.ESRetry.Tries && readmodel.Transient(ctx, err) && w.o.ESRetry.Sleep(ctx, n) == nil {
+				continue
+			}
+			return nil, err
+		}
+		var again []int
+		for k, i := range pending {
+			out[i] = res[k]
+			if res[k].Err != nil && readmodel.Transient(ctx, res[k].Err) {
+				again = append(again, i)
+			}
+		}
+		if len(again) == 0 || n >= w.o.ESRetry.Tries || w.o.ESRetry.Sleep(ctx, n) != nil {
+			return out, nil
+		}
+		pending = again
+	}
 }
 
 // each runs f(0…n-1) concurrently, at most batchParallelism at once, and

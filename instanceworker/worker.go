@@ -36,6 +36,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/elastic/go-elasticsearch/v8"
 	jsonpatch "github.com/evanphx/json-patch/v5"
@@ -89,9 +90,12 @@ type Options struct {
 	// IndexVersion the instances index version (default 1).
 	IndexPrefix  string
 	IndexVersion int
-	// MaxAttempts is used for failures recorded while healing.
-	Crash  *crashpoint.Crasher
-	Logger *slog.Logger
+	// ESRetry repeats transient Elasticsearch failures (429, 5xx, transport)
+	// within one attempt at a command (default 3 repetitions, 50 ms to 2 s),
+	// so that a short 429 storm does not use up the command's attempts.
+	ESRetry readmodel.Retry
+	Crash   *crashpoint.Crasher
+	Logger  *slog.Logger
 }
 
 // Worker handles instance commands. It is safe for concurrent use by the
@@ -114,6 +118,9 @@ func New(o Options) (*Worker, error) {
 	}
 	if o.Logger == nil {
 		o.Logger = slog.Default()
+	}
+	if o.ESRetry == (readmodel.Retry{}) {
+		o.ESRetry = readmodel.Retry{Tries: 3, Base: 50 * time.Millisecond, Cap: 2 * time.Second}
 	}
 	return &Worker{o: o}, nil
 }
@@ -267,7 +274,11 @@ func (w *Worker) names(ctx context.Context, db string) (readmodel.Names, error) 
 	if n, ok := w.ensured.Load(db); ok {
 		return n.(readmodel.Names), nil
 	}
-	n, err := readmodel.EnsureIndex(ctx, w.o.ES, w.o.IndexPrefix, db, w.o.IndexVersion)
+	var n readmodel.Names
+	err := w.o.ESRetry.Do(ctx, func(ctx context.Context) (err error) {
+		n, err = readmodel.EnsureIndex(ctx, w.o.ES, w.o.IndexPrefix, db, w.o.IndexVersion)
+		return err
+	})
 	if err != nil {
 		return n, classifyES(err)
 	}
@@ -280,7 +291,10 @@ func (w *Worker) names(ctx context.Context, db string) (readmodel.Names, error) 
 // (normally none), else the fold of the domain stream below k.
 func (w *Worker) load(ctx context.Context, c command, n readmodel.Names) (current, error) {
 	var g readmodel.GetResult
-	g.Meta, g.State, g.Err = readmodel.GetInstance(ctx, w.o.ES, n, c.class, c.instanceID)
+	g.Err = w.o.ESRetry.Do(ctx, func(ctx context.Context) (err error) {
+		g.Meta, g.State, err = readmodel.GetInstance(ctx, w.o.ES, n, c.class, c.instanceID)
+		return err
+	})
 	return w.loadFrom(ctx, c, g)
 }
 
@@ -348,7 +362,11 @@ func (w *Worker) process(ctx context.Context, e envelope.Envelope) (registry.Out
 	w.hit(PointAfterAppend)
 	meta := docMeta(c, cur, stored)
 	w.hit(PointBeforeESWrite)
-	if _, err := readmodel.WriteInstance(ctx, w.o.ES, n, meta, stored.Envelope.Data); err != nil {
+	err = w.o.ESRetry.Do(ctx, func(ctx context.Context) error {
+		_, err := readmodel.WriteInstance(ctx, w.o.ES, n, meta, stored.Envelope.Data)
+		return err
+	})
+	if err != nil {
 		var se *readmodel.StatusError
 		if errors.As(err, &se) && se.Status == 404 {
 			w.ensured.Delete(c.db) // the write alias vanished: ensure it again

@@ -161,7 +161,8 @@ func TestFailures(t *testing.T) {
 		return e.es.InjectFault(esserver.Fault{Match: esserver.MatchPath(http.MethodPost, "/_bulk"), Times: times,
 			RejectBulkItems: func(it esserver.BulkItem) bool { return it.ID == id }})
 	}
-	// 429 on the first two writes of ok1: retried, not dead-lettered.
+	// 429 on the first two writes of ok1: repeated within the first attempt
+	// (ESRetry), neither dead-lettered nor charged a second attempt.
 	removeOK1 := rejectItem("orders:ok1", 2)
 	e.publishRaw([]byte("Instance:shop:orders:bad"), []byte(`{"event_id": nope`))
 	e.publish(ok1, unknown, ok2)
@@ -169,6 +170,11 @@ func TestFailures(t *testing.T) {
 	testenv.WaitFor(t, 30*time.Second, "done", func() bool { return e.allDone(ok1, ok2) })
 	testenv.WaitFor(t, 10*time.Second, "unknown dead", func() bool { return e.statuses(unknown)[unknown.ev.Envelope.EventID] == registry.StatusDead })
 	removeOK1()
+	var attempts int
+	if err := e.pool.QueryRow(ctxT(t), `SELECT attempt_count FROM sluice.processed_events WHERE handler = $1 AND event_id = $2`,
+		instanceworker.HandlerName, ok1.ev.Envelope.EventID).Scan(&attempts); err != nil || attempts != 1 {
+		t.Errorf("ok1 took %d registry attempts (%v), want 1: the 429s are repeated within the attempt", attempts, err)
+	}
 
 	// A permanent ES failure (a 400 mapping error: v is a long since ok1)
 	// and a retryable one (429 on every write of busy), in one bulk.

@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"math/rand/v2"
 	"net/http"
 	"strconv"
 	"sync"
@@ -182,7 +181,7 @@ func (b *Bulker) doLines(ctx context.Context, lines [][]byte) ([]ItemResult, err
 			return results, nil
 		}
 		pending = again
-		if err := sleep(ctx, backoff(b.o.BackoffBase, b.o.BackoffCap, try)); err != nil {
+		if err := b.retry().Sleep(ctx, try); err != nil {
 			return nil, err
 		}
 	}
@@ -293,7 +292,7 @@ func (b *Bulker) flush(bt *batch) {
 			bt.err = fmt.Errorf("projectionworker: bulk abandoned: %w", err)
 			return
 		}
-		time.Sleep(backoff(b.o.BackoffBase, b.o.BackoffCap, try))
+		time.Sleep(b.retry().Delay(try))
 	}
 }
 
@@ -335,24 +334,7 @@ func (b *Bulker) send(body []byte, n int) ([]ItemResult, error) {
 	return readmodel.DecodeBulkItems(bytes.NewReader(raw), n)
 }
 
-// backoff is min(cap, base·2^n) scaled by a random factor in [0.5, 1).
-func backoff(base, limit time.Duration, n int) time.Duration {
-	d := limit
-	if n < 30 {
-		if v := base << n; v > 0 && v < limit {
-			d = v
-		}
-	}
-	return time.Duration(float64(d) * (0.5 + rand.Float64()/2))
-}
-
-func sleep(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
+// retry is the bulker's backoff (BackoffBase, BackoffCap).
+func (b *Bulker) retry() readmodel.Retry {
+	return readmodel.Retry{Tries: b.o.ItemRetries, Base: b.o.BackoffBase, Cap: b.o.BackoffCap}
 }

@@ -141,6 +141,7 @@ type Worker struct {
 	RetryBackoffBase         time.Duration `env:"WORKER_RETRY_BACKOFF_BASE" envDefault:"200ms" doc:"Base of the exponential retry backoff (with jitter)."`
 	RetryBackoffCap          time.Duration `env:"WORKER_RETRY_BACKOFF_CAP" envDefault:"30s" doc:"Cap of the retry backoff."`
 	ShutdownTimeout          time.Duration `env:"SHUTDOWN_TIMEOUT" envDefault:"30s" doc:"Time a worker has after SIGTERM to drain in-flight work and commit."`
+	SessionTimeout           time.Duration `env:"KAFKA_SESSION_TIMEOUT" envDefault:"45s" doc:"Consumer-group session timeout of the workers: a worker killed without a clean shutdown keeps its partitions this long. 6s to 30m (the brokers' default group.min/max.session.timeout.ms)."`
 }
 
 // Elasticsearch configures the read-model cluster (SPEC §10).

@@ -114,6 +114,8 @@ func TestInvalidValuesNameTheVariable(t *testing.T) {
 		{map[string]string{"KAFKA_SASL_MECHANISM": "GSSAPI"}, "KAFKA_SASL_MECHANISM", "one of"},
 		{map[string]string{"WORKER_CONCURRENCY": "0"}, "WORKER_CONCURRENCY", "at least 1"},
 		{map[string]string{"WORKER_RETRY_BACKOFF_CAP": "1ms"}, "WORKER_RETRY_BACKOFF_CAP", "at least WORKER_RETRY_BACKOFF_BASE"},
+		{map[string]string{"KAFKA_SESSION_TIMEOUT": "2s"}, "KAFKA_SESSION_TIMEOUT", "between 6s and 30m"},
+		{map[string]string{"KAFKA_SESSION_TIMEOUT": "1h"}, "KAFKA_SESSION_TIMEOUT", "between 6s and 30m"},
 		{map[string]string{"ELASTICSEARCH_URLS": "es:9200"}, "ELASTICSEARCH_URLS", "http://"},
 		{map[string]string{"SLUICE_LOG_LEVEL": "loud"}, "SLUICE_LOG_LEVEL", "one of"},
 		{map[string]string{"SLUICE_CRASH_POINT": "relay"}, "SLUICE_CRASH_POINT", "<worker>:<point>"},

@@ -148,6 +148,9 @@ func (c *Config) Validate() error {
 		k.fail("WORKER_RETRY_BACKOFF_CAP", w.RetryBackoffCap.String(), "must be at least WORKER_RETRY_BACKOFF_BASE (%s)", w.RetryBackoffBase)
 	}
 	k.positive("SHUTDOWN_TIMEOUT", w.ShutdownTimeout)
+	if w.SessionTimeout < 6*time.Second || w.SessionTimeout > 30*time.Minute {
+		k.fail("KAFKA_SESSION_TIMEOUT", w.SessionTimeout.String(), "must be between 6s and 30m (the brokers' group.min.session.timeout.ms and group.max.session.timeout.ms defaults)")
+	}
 
 	e := c.Elasticsearch
 	if len(e.URLs) == 0 {

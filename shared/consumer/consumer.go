@@ -124,7 +124,7 @@ func New(opts Options) (*Consumer, error) {
 	c := &Consumer{o: o, m: newMetrics(o.Metrics), parts: map[string]map[int32]*partState{}, hb: observability.NewHeartbeat(time.Minute),
 		wake: make(chan struct{}), sem: make(chan struct{}, o.Concurrency)}
 	c.log = o.Logger.With("handler", o.HandlerName).Warn
-	kopts := append([]kgo.Opt{
+	kopts := []kgo.Opt{
 		kgo.SeedBrokers(o.Brokers...),
 		kgo.ConsumerGroup(o.Group),
 		kgo.ConsumeTopics(o.Topic),
@@ -137,7 +137,11 @@ func New(opts Options) (*Consumer, error) {
 		kgo.OnPartitionsCallbackBlocked(func(context.Context, *kgo.Client) { c.rebalance.Store(true) }),
 		kgo.ProducerLinger(0),
 		kgo.RequiredAcks(kgo.AllISRAcks()),
-	}, o.KafkaOpts...)
+	}
+	if o.SessionTimeout > 0 {
+		kopts = append(kopts, kgo.SessionTimeout(o.SessionTimeout))
+	}
+	kopts = append(kopts, o.KafkaOpts...) // last: they override the above
 	cl, err := kgo.NewClient(kopts...)
 	if err != nil {
 		return nil, fmt.Errorf("consumer: kafka client: %w", err)

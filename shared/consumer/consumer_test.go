@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/sluicehq/sluice/registry"
 )
 
 func TestClassify(t *testing.T) {
@@ -79,6 +81,33 @@ func TestDLQRecordShape(t *testing.T) {
 			if m["original_value"] != tt.wantValue || enc != tt.wantEnc || string(out.Key) != "k" || out.Topic != "cmds.dlq" ||
 				m["original_offset"] != float64(7) || m["attempt_count"] != float64(3) {
 				t.Errorf("record %s headers %v", out.Value, out.Headers)
+			}
+		})
+	}
+}
+
+// KAFKA_SESSION_TIMEOUT reaches the group member; explicit KafkaOpts win.
+func TestSessionTimeout(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		o    Options
+		want time.Duration
+	}{
+		{"franz-go default", Options{}, 45 * time.Second},
+		{"configured", Options{SessionTimeout: 7 * time.Second}, 7 * time.Second},
+		{"KafkaOpts override", Options{SessionTimeout: 7 * time.Second, KafkaOpts: []kgo.Opt{kgo.SessionTimeout(9 * time.Second)}}, 9 * time.Second},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			o := tc.o
+			o.Brokers, o.Topic, o.Group, o.DLQTopic, o.HandlerName = []string{"127.0.0.1:1"}, "t", "g", "t.dlq", "h"
+			o.Policy, o.Registry, o.Handler = registry.SkipStale, &fakeRegistry{}, batchFunc(nil)
+			c, err := New(o)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Client().Close()
+			if got := c.Client().OptValue(kgo.SessionTimeout); got != tc.want {
+				t.Fatalf("session timeout %v, want %v", got, tc.want)
 			}
 		})
 	}

@@ -113,6 +113,10 @@ type Options struct {
 	// unreachable (default 5 s), so consumption resumes soon after it
 	// returns.
 	OutageBackoffCap time.Duration
+	// SessionTimeout is the consumer-group session timeout
+	// (KAFKA_SESSION_TIMEOUT; default franz-go's, 45 s): how long a member
+	// that stopped heartbeating keeps its partitions.
+	SessionTimeout time.Duration
 	// ShutdownTimeout bounds the drain after the Run context ends
 	// (SHUTDOWN_TIMEOUT, default 30 s).
 	ShutdownTimeout time.Duration
@@ -218,6 +222,7 @@ func OptionsFromConfig(o Options, wc config.Worker, maxAttempts int) Options {
 	o.BackoffBase = wc.RetryBackoffBase
 	o.BackoffCap = wc.RetryBackoffCap
 	o.ShutdownTimeout = wc.ShutdownTimeout
+	o.SessionTimeout = wc.SessionTimeout
 	return o
 }
 
