@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"maps"
 	"net/http"
+	"os"
+	"strings"
 	"testing"
 	"time"
 )
@@ -110,4 +112,93 @@ func TestRegistryOutagePausesThenRecovers(t *testing.T) {
 		}
 		p.checkEndState(exp)
 	})
+}
+
+// TestObjectStoreDownAtStartupWaits: the services that open the event store
+// (api, relay, instance worker) start while MinIO is unreachable. They do
+// not exit: each logs that it waits, and once MinIO is back they become
+// ready and the pipeline works end to end (SPEC §0.4: an outage pauses and
+// resumes by itself).
+func TestObjectStoreDownAtStartupWaits(t *testing.T) {
+	t.Parallel()
+	p := newPipeline(t, setup{s3Proxied: true})
+	p.s3.Stop()
+	names := []string{"api", "relay", "instance-worker"}
+	for _, n := range names {
+		p.add(n, n, nil).start() // the service names are their kinds
+	}
+	waitFor(t, 60*time.Second, "every service waiting for the object store", func() bool {
+		for _, n := range names {
+			b, _ := os.ReadFile(p.service(n).logPath)
+			if !strings.Contains(string(b), "event store unreachable at start-up; waiting for it") {
+				return false
+			}
+		}
+		return true
+	})
+	time.Sleep(2 * time.Second) // a few more retries: still no exit
+	for _, n := range names {
+		s := p.service(n)
+		checkNoExit(t, s, "the object store was down")
+		// Live but not ready, so an orchestrator neither restarts it nor
+		// routes to it.
+		if code := s.readyStatus(); code != http.StatusServiceUnavailable {
+			t.Errorf("%s /readyz while waiting: %d, want 503", n, code)
+		}
+		resp, err := http.Get("http://" + s.httpAddr + "/livez")
+		if err != nil || resp.StatusCode != http.StatusOK {
+			t.Errorf("%s /livez while waiting: %v %v, want 200", n, resp, err)
+		}
+		if resp != nil {
+			resp.Body.Close()
+		}
+	}
+	p.s3.Start()
+	for _, n := range names {
+		p.service(n).waitReady(90 * time.Second)
+	}
+	p.add("projection-worker", kindProjection, nil).start()
+	p.service("projection-worker").waitReady(90 * time.Second)
+	exp := expectation{db: "late", class: "boot", instances: 1, applied: 2}
+	p.create(exp.db, exp.class, "x", map[string]any{"v": 1})
+	p.patch(exp.db, exp.class, "x", map[string]any{"v": 2})
+	p.waitDrained(90 * time.Second)
+	p.checkEndState(exp)
+}
+
+// TestPostgresDownAtStartupWaits: every service starts while Postgres is
+// unreachable; none exits, and once Postgres is back they become ready and
+// the pipeline works end to end.
+func TestPostgresDownAtStartupWaits(t *testing.T) {
+	t.Parallel()
+	names := []string{"api", "relay", "instance-worker", "projection-worker"}
+	p := newPipeline(t, setup{pgProxied: names})
+	p.pg.Stop()
+	for _, n := range names {
+		p.add(n, n, nil).start()
+	}
+	time.Sleep(5 * time.Second) // several attempts at Postgres
+	for _, n := range names {
+		checkNoExit(t, p.service(n), "Postgres was down")
+	}
+	p.pg.Start()
+	for _, n := range names {
+		p.service(n).waitReady(90 * time.Second)
+	}
+	exp := expectation{db: "late", class: "pgboot", instances: 1, applied: 2}
+	p.create(exp.db, exp.class, "x", map[string]any{"v": 1})
+	p.patch(exp.db, exp.class, "x", map[string]any{"v": 2})
+	p.waitDrained(90 * time.Second)
+	p.checkEndState(exp)
+}
+
+// checkNoExit fails the test unless s was started once and never exited.
+func checkNoExit(t *testing.T, s *service, while string) {
+	t.Helper()
+	s.mu.Lock()
+	exits := maps.Clone(s.exits)
+	s.mu.Unlock()
+	if s.startCount() != 1 || len(exits) != 0 {
+		t.Errorf("%s started %d times (exits %v) while %s, want one start and no exit", s.name, s.startCount(), exits, while)
+	}
 }

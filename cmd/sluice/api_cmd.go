@@ -31,7 +31,7 @@ instance worker do the rest. Bearer tokens from SLUICE_API_TOKENS are required
 on /v1 when set. The API is described at /openapi.json and in docs/api.md.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			d, closeFn, err := openStoreDeps(cmd)
+			d, closeFn, err := openServiceDeps(cmd)
 			if err != nil {
 				return err
 			}

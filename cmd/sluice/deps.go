@@ -1,7 +1,10 @@
 package main
 
 import (
+	"context"
+	"errors"
 	"log/slog"
+	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/spf13/cobra"
@@ -11,6 +14,7 @@ import (
 	"github.com/sluicehq/sluice/eventstore/objstore/backend"
 	"github.com/sluicehq/sluice/shared/config"
 	"github.com/sluicehq/sluice/shared/envelope"
+	"github.com/sluicehq/sluice/shared/observability"
 )
 
 // storeDeps are what the commands that touch the event store open: config,
@@ -23,7 +27,20 @@ type storeDeps struct {
 	store  *eventstore.Store
 }
 
+// openStoreDeps opens them for a command: an unreachable object store is
+// an error at once.
 func openStoreDeps(cmd *cobra.Command) (*storeDeps, func(), error) {
+	return openDeps(cmd, false)
+}
+
+// openServiceDeps opens them for a long-running service (api, relay,
+// instance-worker): an object store that is unreachable at start-up is
+// waited for, as an outage while running would be (SPEC §0.4).
+func openServiceDeps(cmd *cobra.Command) (*storeDeps, func(), error) {
+	return openDeps(cmd, true)
+}
+
+func openDeps(cmd *cobra.Command, wait bool) (*storeDeps, func(), error) {
 	cfg, logger, err := loadConfig(cmd)
 	if err != nil {
 		return nil, nil, err
@@ -32,7 +49,7 @@ func openStoreDeps(cmd *cobra.Command) (*storeDeps, func(), error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	bucket, err := backend.Open(cmd.Context(), cfg.EventStore)
+	bucket, err := openBucket(cmd.Context(), cfg, logger, wait)
 	if err != nil {
 		pool.Close()
 		return nil, nil, err
@@ -43,6 +60,63 @@ func openStoreDeps(cmd *cobra.Command) (*storeDeps, func(), error) {
 		return nil, nil, err
 	}
 	return &storeDeps{cfg: cfg, logger: logger, pool: pool, bucket: bucket, store: st}, func() { _ = st.Close(); pool.Close() }, nil
+}
+
+// openBucket opens the bucket and runs its self-test (backend.Open). With
+// wait, an unreachable object store (objstore.ErrUnavailable: refused,
+// reset, timeouts, 5xx) is logged and tried again with a capped backoff
+// until ctx ends; any other failure (credentials, a missing bucket, a
+// backend without conditional create) ends start-up at once. While it
+// waits, SLUICE_HTTP_ADDR answers /livez 200 and /readyz 503 (waiting for
+// the event store), so that orchestrators see a live, unready service
+// rather than a dead one; the service's own server takes the address over
+// afterwards.
+func openBucket(ctx context.Context, cfg *config.Config, logger *slog.Logger, wait bool) (objstore.Bucket, error) {
+	delay := 500 * time.Millisecond
+	var stopProbes func()
+	defer func() {
+		if stopProbes != nil {
+			stopProbes()
+		}
+	}()
+	for {
+		b, err := backend.Open(ctx, cfg.EventStore)
+		if err == nil || !wait || !errors.Is(err, objstore.ErrUnavailable) {
+			return b, err
+		}
+		if stopProbes == nil {
+			stopProbes = serveStartupProbes(cfg.HTTP.Addr, logger, "waiting for the event store: "+err.Error())
+		}
+		logger.Warn("event store unreachable at start-up; waiting for it", "err", err, "retry_in", delay)
+		t := time.NewTimer(delay)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return nil, err
+		case <-t.C:
+		}
+		delay = min(2*delay, 10*time.Second)
+	}
+}
+
+// serveStartupProbes serves /livez (200) and /readyz (503, reason) on addr
+// until the returned func is called; nothing when addr is empty (off) or
+// taken.
+func serveStartupProbes(addr string, logger *slog.Logger, reason string) func() {
+	if addr == "" {
+		return func() {}
+	}
+	health := observability.NewHealth()
+	health.AddReadiness("startup", func(context.Context) error { return errors.New(reason) })
+	srv, err := observability.Listen(addr, observability.Handler(observability.NewRegistry(), health))
+	if err != nil {
+		logger.Warn("no start-up probes", "err", err)
+		return func() {}
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); _ = srv.Serve(ctx) }()
+	return func() { cancel(); <-done }
 }
 
 // openStore opens the configured event store; the caller calls the returned close.

@@ -20,7 +20,7 @@ func newInstanceWorkerCmd() *cobra.Command {
 		Short: "Run the instance worker: commands → domain events + instance documents (SPEC §9)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			d, closeFn, err := openStoreDeps(cmd)
+			d, closeFn, err := openServiceDeps(cmd)
 			if err != nil {
 				return err
 			}

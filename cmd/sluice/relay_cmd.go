@@ -35,7 +35,7 @@ stand by. Configuration: EVENT_PUBLISHER_*, KAFKA_*, EVENT_STORE_*, DATABASE_URL
 }
 
 func runRelayService(cmd *cobra.Command, _ []string) error {
-	d, closeFn, err := openStoreDeps(cmd)
+	d, closeFn, err := openServiceDeps(cmd)
 	if err != nil {
 		return err
 	}
