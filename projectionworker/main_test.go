@@ -211,6 +211,7 @@ func (e *env) startInProcess(extra map[string]string, metrics prometheus.Registe
 	e.t.Helper()
 	cfg := e.config(extra)
 	d, closePool := e.deps(metrics)
+	d.VersionCheck = 200 * time.Millisecond // follow a rebuild's swap quickly
 	svc, err := projectionworker.NewService(cfg, d, specs...)
 	if err != nil {
 		e.t.Fatal(err)

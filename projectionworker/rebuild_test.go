@@ -17,8 +17,9 @@ import (
 // TestRebuildAndRollback rebuilds instances to v2 while events keep
 // flowing (a live v1 worker keeps v1 current), polling reads through the
 // read alias the whole time: v2 catches up, the aliases swap atomically and
-// no read ever misses a document; a second rebuild of v2 is refused;
-// rollback restores v1.
+// no read ever misses a document; the live worker follows the swap to v2
+// without a restart; a second rebuild of v2 is refused; rollback restores
+// v1, and the worker follows it back.
 func TestRebuildAndRollback(t *testing.T) {
 	e := newEnv(t, 3)
 	const n = 10
@@ -31,7 +32,7 @@ func TestRebuildAndRollback(t *testing.T) {
 	deleted := e.event(projectionworker.InstanceCreated, "rb", "things", "gone", 1, nil)
 	evs = append(evs, deleted, e.event(projectionworker.InstanceDeleted, "rb", "things", "gone", 2, nil))
 	e.publish(evs...)
-	_, _ = e.startInProcess(nil, nil, spec("instances"))
+	svc, _ := e.startInProcess(nil, nil, spec("instances"))
 	testenv.WaitFor(t, 30*time.Second, "v1 caught up", e.caughtUp("projection-instances-v1"))
 
 	// Events keep flowing during the rebuild (until the swap, at most 300).
@@ -93,16 +94,26 @@ func TestRebuildAndRollback(t *testing.T) {
 	if v, err := projectionworker.LiveVersion(ctxT(t), e.esc, "sluice_", "instances"); err != nil || v != 2 {
 		t.Errorf("live version %d (%v), want 2", v, err)
 	}
-	testenv.WaitFor(t, 30*time.Second, "v1 caught up", e.caughtUp("projection-instances-v1"))
-	for i := range n {
-		v1, v2 := e.instance("rb", "things", fmt.Sprint(i), 1), e.instance("rb", "things", fmt.Sprint(i), 2)
-		if v2.Version != seqs[i] || v1.Version != seqs[i] || v2.Source["v"] != float64(seqs[i]) {
-			t.Errorf("%d: v1 version %d, v2 version %d %v, want %d", i, v1.Version, v2.Version, v2.Source, seqs[i])
+	// v2 is live and complete. v1 is kept for a rollback but no longer
+	// maintained: the live worker moves to v2 (below), and a rollback
+	// catches v1 up first.
+	testenv.WaitFor(t, 30*time.Second, "v2 complete", func() bool {
+		for i := range n {
+			if v2 := e.instance("rb", "things", fmt.Sprint(i), 2); v2.Version != seqs[i] || v2.Source["v"] != float64(seqs[i]) {
+				return false
+			}
 		}
-	}
+		return true
+	})
 	if g := e.instance("rb", "things", "gone", 2); g.Version != 2 || g.Source["deleted"] != true {
 		t.Errorf("tombstone in v2: %+v", g)
 	}
+	// The running worker follows the swap without a restart: new events
+	// reach v2, the version reads go through.
+	testenv.WaitFor(t, 30*time.Second, "the live worker switched to v2", func() bool { return svc.Version("instances") == 2 })
+	seqs[0]++
+	e.publish(e.event(projectionworker.InstanceUpdated, "rb", "things", "0", seqs[0], map[string]any{"v": seqs[0]}))
+	testenv.WaitFor(t, 30*time.Second, "a new event in v2", func() bool { return e.instance("rb", "things", "0", 2).Version == seqs[0] })
 	idx, err := projectionworker.Indices(ctxT(t), e.esc, "sluice_", "instances")
 	if err != nil || len(idx) != 2 || idx[1].RefreshInterval == "-1" || idx[0].Live || !idx[1].Live || !idx[1].ReadAlias {
 		t.Errorf("indices after rebuild %+v (%v)", idx, err)
@@ -125,6 +136,19 @@ func TestRebuildAndRollback(t *testing.T) {
 	if got := len(e.search("sluice_rb_instances", map[string]any{"match_all": map[string]any{}})); got != n {
 		t.Errorf("after rollback the alias shows %d documents", got)
 	}
+	// And back: the worker follows the rollback, and v1 catches up with
+	// what only v2 had seen.
+	testenv.WaitFor(t, 30*time.Second, "the live worker switched back to v1", func() bool { return svc.Version("instances") == 1 })
+	seqs[1]++
+	e.publish(e.event(projectionworker.InstanceUpdated, "rb", "things", "1", seqs[1], map[string]any{"v": seqs[1]}))
+	testenv.WaitFor(t, 30*time.Second, "v1 current again", func() bool {
+		for i := range n {
+			if e.instance("rb", "things", fmt.Sprint(i), 1).Version != seqs[i] {
+				return false
+			}
+		}
+		return true
+	})
 	if _, err := projectionworker.Rollback(ctxT(t), projectionworker.SwitchOptions{Config: cfg, Deps: d,
 		Projection: projectionworker.Instances{}}); !errors.Is(err, projectionworker.ErrNothingToRollBack) {
 		t.Errorf("second rollback: %v, want ErrNothingToRollBack", err)

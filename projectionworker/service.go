@@ -52,6 +52,10 @@ type Deps struct {
 	// and benchmarks: counting round trips, the per-event registry path,
 	// faults). nil uses the registry as is.
 	WrapRegistry func(consumer.Registry) consumer.Registry
+	// VersionCheck is how often a projection that runs at its live version
+	// checks whether a rebuild or rollback moved it (default
+	// DefaultVersionCheck, 10 s; negative: never).
+	VersionCheck time.Duration
 }
 
 // Spec selects one projection for a Service.
@@ -150,10 +154,6 @@ func (s *Service) Start(ctx context.Context) error {
 	if len(s.cons) > 0 {
 		return nil
 	}
-	kopts, err := consumer.ClientOptions(s.cfg.Kafka)
-	if err != nil {
-		return err
-	}
 	for _, sp := range s.specs {
 		p := sp.Projection
 		v := sp.Version
@@ -162,35 +162,12 @@ func (s *Service) Start(ctx context.Context) error {
 			if err != nil {
 				return err
 			}
-			v = max(lv, p.Version())
+			v = p.Version()
 			if lv > 0 {
 				v = lv
 			}
 		}
-		guard, err := guardOf(p)
-		if err != nil {
-			return err
-		}
-		w, err := New(Options{Projection: p, Version: v, Mode: sp.Mode, ES: s.d.ES, Bulker: s.bulk,
-			IndexPrefix: s.cfg.Elasticsearch.IndexPrefix, Crash: s.crash, Logger: s.d.Logger, Metrics: s.d.Metrics})
-		if err != nil {
-			return err
-		}
-		var reg consumer.Registry = s.reg
-		if s.d.WrapRegistry != nil {
-			reg = s.d.WrapRegistry(reg)
-		}
-		co := consumer.OptionsFromConfig(consumer.Options{
-			Brokers: s.cfg.Kafka.Brokers, KafkaOpts: append(append([]kgo.Opt{}, kopts...), s.d.KafkaOpts...),
-			Topic: s.cfg.Kafka.EventsTopic, Group: GroupName(p.Name(), v), DLQTopic: s.cfg.Kafka.EventsDLQTopic,
-			HandlerName: HandlerName(p.Name(), v), Policy: guard, Registry: reg, Handler: w,
-			Limits: envelope.Limits{MaxEnvelopeBytes: s.cfg.EventStore.MaxEnvelopeBytes, MaxDataDepth: s.cfg.EventStore.MaxDataDepth,
-				MaxMetadataBytes: s.cfg.EventStore.MaxMetadataBytes},
-			Crash: s.crash, CrashWorker: CrashWorker, Logger: s.d.Logger, Metrics: s.d.Metrics, Health: s.d.Health,
-		}, s.cfg.Worker, s.cfg.Worker.ProjectionMaxRetries)
-		co.Concurrency = max(co.Concurrency, MinConcurrency)
-		co.MaxPollRecords = MaxPollRecords
-		c, err := consumer.New(co)
+		c, err := s.newConsumer(sp, v)
 		if err != nil {
 			return err
 		}
@@ -198,6 +175,39 @@ func (s *Service) Start(ctx context.Context) error {
 		s.vers[p.Name()] = v
 	}
 	return nil
+}
+
+// newConsumer builds the consumer of projection sp at version v.
+func (s *Service) newConsumer(sp Spec, v int) (*consumer.Consumer, error) {
+	p := sp.Projection
+	kopts, err := consumer.ClientOptions(s.cfg.Kafka)
+	if err != nil {
+		return nil, err
+	}
+	guard, err := guardOf(p)
+	if err != nil {
+		return nil, err
+	}
+	w, err := New(Options{Projection: p, Version: v, Mode: sp.Mode, ES: s.d.ES, Bulker: s.bulk,
+		IndexPrefix: s.cfg.Elasticsearch.IndexPrefix, Crash: s.crash, Logger: s.d.Logger, Metrics: s.d.Metrics})
+	if err != nil {
+		return nil, err
+	}
+	var reg consumer.Registry = s.reg
+	if s.d.WrapRegistry != nil {
+		reg = s.d.WrapRegistry(reg)
+	}
+	co := consumer.OptionsFromConfig(consumer.Options{
+		Brokers: s.cfg.Kafka.Brokers, KafkaOpts: append(kopts, s.d.KafkaOpts...),
+		Topic: s.cfg.Kafka.EventsTopic, Group: GroupName(p.Name(), v), DLQTopic: s.cfg.Kafka.EventsDLQTopic,
+		HandlerName: HandlerName(p.Name(), v), Policy: guard, Registry: reg, Handler: w,
+		Limits: envelope.Limits{MaxEnvelopeBytes: s.cfg.EventStore.MaxEnvelopeBytes, MaxDataDepth: s.cfg.EventStore.MaxDataDepth,
+			MaxMetadataBytes: s.cfg.EventStore.MaxMetadataBytes},
+		Crash: s.crash, CrashWorker: CrashWorker, Logger: s.d.Logger, Metrics: s.d.Metrics, Health: s.d.Health,
+	}, s.cfg.Worker, s.cfg.Worker.ProjectionMaxRetries)
+	co.Concurrency = max(co.Concurrency, MinConcurrency)
+	co.MaxPollRecords = MaxPollRecords
+	return consumer.New(co)
 }
 
 // Run creates the events and DLQ topics if missing (failures are logged),
@@ -219,20 +229,89 @@ func (s *Service) Run(ctx context.Context) error {
 		break
 	}
 	s.ensureTopics(ctx, first.Client())
-	errs := make(chan error, len(cons))
-	for name, c := range cons {
-		s.d.Logger.Info("projection worker running", "projection", name, "version", s.Version(name),
-			"topic", s.cfg.Kafka.EventsTopic, "group", GroupName(name, s.Version(name)))
-		go func() { errs <- c.Run(ctx) }()
+	errs := make(chan error, len(s.specs))
+	for _, sp := range s.specs {
+		go func() { errs <- s.runProjection(ctx, sp) }()
 	}
 	var err error
-	for range cons {
+	for range s.specs {
 		if e := <-errs; e != nil && err == nil {
 			err = e
 		}
 	}
 	s.d.Logger.Info("projection worker stopped")
 	return err
+}
+
+// DefaultVersionCheck is the default of Deps.VersionCheck.
+const DefaultVersionCheck = 10 * time.Second
+
+// runProjection runs the consumer of one projection until ctx ends. A
+// projection that runs at its live version (Spec.Version 0) follows it:
+// every Deps.VersionCheck it reads the live version, and when a rebuild or
+// a rollback moved the aliases (`sluice projection rebuild|rollback`), it
+// drains the consumer of the old version and starts one for the new
+// version, which resumes from that version's consumer group. Reads through
+// the aliases so stay current without a restart.
+func (s *Service) runProjection(ctx context.Context, sp Spec) error {
+	name := sp.Projection.Name()
+	for {
+		s.mu.Lock()
+		c, v := s.cons[name], s.vers[name]
+		s.mu.Unlock()
+		s.d.Logger.Info("projection worker running", "projection", name, "version", v,
+			"topic", s.cfg.Kafka.EventsTopic, "group", GroupName(name, v))
+		cctx, cancel := context.WithCancel(ctx)
+		done := make(chan error, 1)
+		go func() { done <- c.Run(cctx) }()
+		next, err := s.watchVersion(ctx, sp, v, done)
+		cancel()
+		if next == 0 {
+			return err
+		}
+		s.d.Logger.Info("projection worker: the live version changed; switching", "projection", name, "from", v, "to", next)
+		if err := <-done; err != nil {
+			s.d.Logger.Warn("projection worker: draining the old version", "projection", name, "version", v, "err", err)
+		}
+		nc, err := s.newConsumer(sp, next)
+		if err != nil {
+			return err
+		}
+		s.mu.Lock()
+		s.cons[name], s.vers[name] = nc, next
+		s.mu.Unlock()
+	}
+}
+
+// watchVersion waits for the consumer (done) and returns its error with
+// next 0, or returns the new live version of sp (next > 0) when it differs
+// from v. A pinned version (Spec.Version > 0) or a negative
+// Deps.VersionCheck only waits.
+func (s *Service) watchVersion(ctx context.Context, sp Spec, v int, done <-chan error) (next int, err error) {
+	every := s.d.VersionCheck
+	if every == 0 {
+		every = DefaultVersionCheck
+	}
+	if sp.Version > 0 || every < 0 {
+		return 0, <-done
+	}
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case err := <-done:
+			return 0, err
+		case <-t.C:
+			lv, err := LiveVersion(ctx, s.d.ES, s.cfg.Elasticsearch.IndexPrefix, sp.Projection.Name())
+			if err != nil {
+				s.d.Logger.Debug("projection worker: live version check failed", "projection", sp.Projection.Name(), "err", err)
+				continue
+			}
+			if lv > 0 && lv != v {
+				return lv, nil
+			}
+		}
+	}
 }
 
 func (s *Service) ensureTopics(ctx context.Context, cl *kgo.Client) {

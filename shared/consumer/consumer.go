@@ -210,6 +210,12 @@ func (c *Consumer) Run(ctx context.Context) error {
 	c.drain(dctx)
 	cancelWork()
 	c.cl.Close()
+	if c.o.Health != nil {
+		// A stopped consumer is neither ready nor live: its checks go (a
+		// process that replaces it registers the new one's).
+		c.o.Health.Remove(c.o.HandlerName + ":registry")
+		c.o.Health.Remove(c.o.HandlerName + ":loop")
+	}
 	return runErr
 }
 

@@ -85,6 +85,15 @@ func (h *Health) AddLiveness(name string, c Check) {
 	h.liveness[name] = c
 }
 
+// Remove drops the readiness and liveness checks called name (a component
+// that stopped, such as a consumer replaced by another).
+func (h *Health) Remove(name string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	delete(h.readiness, name)
+	delete(h.liveness, name)
+}
+
 // Report is the JSON body of /livez and /readyz.
 type Report struct {
 	Status string            `json:"status"`
