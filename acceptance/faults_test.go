@@ -1,8 +1,6 @@
 package acceptance
 
 import (
-	"bytes"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
@@ -14,6 +12,8 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/sluicehq/sluice/shared/esserver"
 )
 
 // esWrites sits in front of the Elasticsearch test server and records every
@@ -21,6 +21,7 @@ import (
 // twice is a side effect made twice. It also records item failures (429,
 // 5xx) with their times, to observe retries and backoff.
 type esWrites struct {
+	log       *esserver.WriteLog
 	mu        sync.Mutex
 	ok        map[string]int         // "index/_id@version" → acknowledged writes
 	failures  map[string][]time.Time // "index/_id" → times of failed writes
@@ -28,83 +29,25 @@ type esWrites struct {
 }
 
 func newESWrites() *esWrites {
-	return &esWrites{ok: map[string]int{}, failures: map[string][]time.Time{}}
+	w := &esWrites{ok: map[string]int{}, failures: map[string][]time.Time{}}
+	w.log = esserver.NewWriteLog(w.record)
+	return w
 }
 
-type captureWriter struct {
-	http.ResponseWriter
-	status int
-	buf    bytes.Buffer
-}
+// wrap puts the write log in front of the ES test server.
+func (w *esWrites) wrap(h http.Handler) http.Handler { return w.log.Wrap(h) }
 
-func (c *captureWriter) WriteHeader(code int) {
-	c.status = code
-	c.ResponseWriter.WriteHeader(code)
-}
-
-func (c *captureWriter) Write(b []byte) (int, error) {
-	if c.status == 0 {
-		c.status = http.StatusOK
-	}
-	c.buf.Write(b)
-	return c.ResponseWriter.Write(b)
-}
-
-// writeResult is one write's answer (a bulk item or a single-document
-// write).
-type writeResult struct {
-	Index   string `json:"_index"`
-	ID      string `json:"_id"`
-	Version int64  `json:"_version"`
-	Status  int    `json:"status"`
-	Result  string `json:"result"`
-}
-
-func (w *esWrites) wrap(h http.Handler) http.Handler {
-	return http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
-		path := strings.TrimSuffix(r.URL.Path, "/")
-		bulk := strings.HasSuffix(path, "/_bulk")
-		single := (r.Method == http.MethodPut || r.Method == http.MethodPost) && (strings.Contains(path, "/_doc/") || strings.Contains(path, "/_create/"))
-		if !bulk && !single {
-			h.ServeHTTP(rw, r)
-			return
-		}
-		cw := &captureWriter{ResponseWriter: rw}
-		h.ServeHTTP(cw, r)
-		now := time.Now()
-		if bulk {
-			var res struct {
-				Items []map[string]writeResult `json:"items"`
-			}
-			if json.Unmarshal(cw.buf.Bytes(), &res) != nil {
-				return
-			}
-			for _, it := range res.Items {
-				for _, wr := range it {
-					w.record(wr, now)
-				}
-			}
-			return
-		}
-		var wr writeResult
-		if json.Unmarshal(cw.buf.Bytes(), &wr) == nil && wr.ID != "" {
-			wr.Status = cw.status
-			w.record(wr, now)
-		}
-	})
-}
-
-func (w *esWrites) record(wr writeResult, at time.Time) {
+func (w *esWrites) record(wr esserver.Write) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	switch {
-	case wr.Status == http.StatusOK || wr.Status == http.StatusCreated:
+	case wr.OK():
 		w.ok[fmt.Sprintf("%s/%s@%d", wr.Index, wr.ID, wr.Version)]++
 	case wr.Status == http.StatusConflict:
 		w.conflicts++
 	case wr.Status == http.StatusTooManyRequests || wr.Status >= 500:
 		k := wr.Index + "/" + wr.ID
-		w.failures[k] = append(w.failures[k], at)
+		w.failures[k] = append(w.failures[k], wr.At)
 	}
 }
 

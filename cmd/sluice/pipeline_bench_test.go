@@ -23,6 +23,7 @@ import (
 
 	"github.com/sluicehq/sluice/shared/config"
 	"github.com/sluicehq/sluice/shared/envelope"
+	"github.com/sluicehq/sluice/shared/esserver"
 	"github.com/sluicehq/sluice/shared/observability"
 	"github.com/sluicehq/sluice/shared/readmodel"
 	"github.com/sluicehq/sluice/shared/testenv"
@@ -152,49 +153,20 @@ func startPipeline(b *testing.B) *pipeline {
 }
 
 // observeES records, per instance document version, when the ES test
-// server answered the _bulk request that wrote it (the first 2xx item
-// answer carrying that _id and _version).
+// server answered the request that wrote it (the first 2xx answer carrying
+// that _id and _version), through an esserver.WriteLog.
 func (p *pipeline) observeES(h http.Handler) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if !strings.HasSuffix(r.URL.Path, "/_bulk") {
-			h.ServeHTTP(w, r)
+	return esserver.NewWriteLog(func(w esserver.Write) {
+		if !w.OK() {
 			return
 		}
-		rec := &recorder{ResponseWriter: w}
-		h.ServeHTTP(rec, r)
-		var res struct {
-			Items []map[string]struct {
-				ID      string `json:"_id"`
-				Version int64  `json:"_version"`
-				Status  int    `json:"status"`
-			} `json:"items"`
-		}
-		if json.Unmarshal(rec.buf.Bytes(), &res) != nil {
-			return
-		}
-		now := time.Now()
+		k := docKey{w.ID, w.Version}
 		p.mu.Lock()
 		defer p.mu.Unlock()
-		for _, it := range res.Items {
-			for _, item := range it {
-				k := docKey{item.ID, item.Version}
-				if _, seen := p.es[k]; !seen && item.Status >= 200 && item.Status < 300 {
-					p.es[k] = now
-				}
-			}
+		if _, seen := p.es[k]; !seen {
+			p.es[k] = w.At
 		}
-	})
-}
-
-// recorder keeps a copy of the response body.
-type recorder struct {
-	http.ResponseWriter
-	buf bytes.Buffer
-}
-
-func (r *recorder) Write(b []byte) (int, error) {
-	r.buf.Write(b)
-	return r.ResponseWriter.Write(b)
+	}).Wrap(h)
 }
 
 // watchCommands records the produce time of every command on the commands

@@ -385,3 +385,40 @@ func TestConcurrentWritesAndSearches(t *testing.T) {
 		t.Fatalf("count %v", body["count"])
 	}
 }
+
+// The write log records every document write with the status the server
+// answered: bulk items (applied, version conflict, injected 429) and
+// single-document writes; other requests pass through unrecorded.
+func TestWriteLog(t *testing.T) {
+	srv := esserver.New()
+	var seen []esserver.Write
+	log := esserver.NewWriteLog(func(w esserver.Write) { seen = append(seen, w) })
+	h := log.Wrap(srv)
+	bulk := `{"index":{"_index":"x","_id":"a","version":3,"version_type":"external"}}` + "\n{}\n" +
+		`{"index":{"_index":"x","_id":"a","version":3,"version_type":"external"}}` + "\n{}\n"
+	if status, _, _ := doReq(t, h, call{"POST", "/_bulk", bulk}); status != 200 {
+		t.Fatalf("bulk status %d", status)
+	}
+	if status, _, _ := doReq(t, h, call{"PUT", "/x/_doc/b", `{"n":1}`}); status != 201 {
+		t.Fatalf("put status %d", status)
+	}
+	srv.InjectFault(esserver.Fault{BulkItemStatus: 429, Times: 1})
+	doReq(t, h, call{"POST", "/_bulk", `{"index":{"_index":"x","_id":"c"}}` + "\n{}\n"})
+	doReq(t, h, call{"GET", "/x/_doc/a", ""})
+	got := log.Writes()
+	want := []struct {
+		id      string
+		version int64
+		status  int
+		ok      bool
+	}{{"a", 3, 201, true}, {"a", 0, 409, false}, {"b", 1, 201, true}, {"c", 0, 429, false}} // error items carry no _version
+	if len(got) != len(want) || len(seen) != len(want) {
+		t.Fatalf("recorded %+v (observed %d), want %d writes", got, len(seen), len(want))
+	}
+	for i, w := range want {
+		g := got[i]
+		if g.Index != "x" || g.ID != w.id || g.Version != w.version || g.Status != w.status || g.OK() != w.ok || g.At.IsZero() {
+			t.Errorf("write %d: %+v, want %+v", i, g, w)
+		}
+	}
+}
