@@ -1085,6 +1085,9 @@ func (p *pipeline) checkNoDuplicateWrites() {
 	if d := p.writes.duplicates(); len(d) > 0 {
 		p.t.Errorf("Elasticsearch document versions written more than once: %v", d)
 	}
+	if n := p.writes.log.Unparsed(); n > 0 {
+		p.t.Errorf("%d Elasticsearch write answers could not be read: the duplicate check is incomplete", n)
+	}
 }
 
 // lines splits command output into non-empty lines.

@@ -113,3 +113,21 @@ func TestMappingError(t *testing.T) {
 		t.Errorf("bad document written: %v", doc.Source)
 	}
 }
+
+// TestElasticsearchDownAtStartup: the worker starts while Elasticsearch
+// answers 503 to the index listing that resolves the live version; it waits
+// instead of returning an error, then projects everything.
+func TestElasticsearchDownAtStartup(t *testing.T) {
+	e := newEnv(t, 2)
+	remove := e.es.InjectFault(esserver.Fault{Match: esserver.MatchPath(http.MethodGet, "_history_v"), Status: http.StatusServiceUnavailable})
+	evs := instanceEvents(e, "boot", 5)
+	e.publish(evs...)
+	svc, stop := e.startInProcess(nil, nil, spec("history"))
+	time.Sleep(1500 * time.Millisecond) // several attempts at the listing
+	if v := svc.Version("history"); v != 0 {
+		t.Fatalf("running at version %d while the listing fails", v)
+	}
+	remove()
+	testenv.WaitFor(t, 30*time.Second, "caught up after Elasticsearch came back", e.caughtUp("projection-history-v1"))
+	stop() // reports an error if Run returned one
+}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/http"
 	"sync"
 	"time"
 
@@ -19,6 +20,7 @@ import (
 	"github.com/sluicehq/sluice/shared/crashpoint"
 	"github.com/sluicehq/sluice/shared/envelope"
 	"github.com/sluicehq/sluice/shared/observability"
+	"github.com/sluicehq/sluice/shared/readmodel"
 	"github.com/sluicehq/sluice/shared/topics"
 )
 
@@ -150,16 +152,27 @@ func (s *Service) Version(name string) int {
 // Start resolves versions and creates the consumers (Run calls it).
 func (s *Service) Start(ctx context.Context) error {
 	s.mu.Lock()
-	defer s.mu.Unlock()
-	if len(s.cons) > 0 {
+	started := len(s.cons) > 0
+	s.mu.Unlock()
+	if started {
 		return nil
+	}
+	// Built without holding mu: resolving a version may wait for
+	// Elasticsearch (startupLiveVersion), and Version must answer meanwhile.
+	cons := map[string]*consumer.Consumer{}
+	vers := map[string]int{}
+	discard := func() {
+		for _, c := range cons {
+			c.Client().Close()
+		}
 	}
 	for _, sp := range s.specs {
 		p := sp.Projection
 		v := sp.Version
 		if v <= 0 {
-			lv, err := LiveVersion(ctx, s.d.ES, s.cfg.Elasticsearch.IndexPrefix, p.Name())
+			lv, err := s.startupLiveVersion(ctx, p.Name())
 			if err != nil {
+				discard()
 				return err
 			}
 			v = p.Version()
@@ -169,12 +182,47 @@ func (s *Service) Start(ctx context.Context) error {
 		}
 		c, err := s.newConsumer(sp, v)
 		if err != nil {
+			discard()
 			return err
 		}
-		s.cons[p.Name()] = c
-		s.vers[p.Name()] = v
+		cons[p.Name()], vers[p.Name()] = c, v
 	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(s.cons) > 0 { // started concurrently
+		discard()
+		return nil
+	}
+	s.cons, s.vers = cons, vers
 	return nil
+}
+
+// startupLiveVersion is LiveVersion at start-up: an Elasticsearch that is
+// unreachable or overloaded (transport errors, 429, 5xx) is waited for
+// with a capped backoff, logged, as an outage while running is (SPEC §0.4),
+// instead of ending the process. Other failures end start-up.
+func (s *Service) startupLiveVersion(ctx context.Context, name string) (int, error) {
+	wait := readmodel.Retry{Base: 200 * time.Millisecond, Cap: 5 * time.Second}
+	for n := 0; ; n++ {
+		v, err := LiveVersion(ctx, s.d.ES, s.cfg.Elasticsearch.IndexPrefix, name)
+		if err == nil || !transientESError(ctx, err) {
+			return v, err
+		}
+		s.d.Logger.Warn("projection worker: Elasticsearch unavailable at start-up; waiting for it", "projection", name, "err", err)
+		if serr := wait.Sleep(ctx, n); serr != nil {
+			return 0, err
+		}
+	}
+}
+
+// transientESError reports whether an Elasticsearch failure of this
+// package may pass by itself: 429, 5xx or a transport error.
+func transientESError(ctx context.Context, err error) bool {
+	var pe *ESError
+	if errors.As(err, &pe) {
+		return pe.Status == http.StatusTooManyRequests || pe.Status >= 500
+	}
+	return readmodel.Transient(ctx, err)
 }
 
 // newConsumer builds the consumer of projection sp at version v.
@@ -229,14 +277,19 @@ func (s *Service) Run(ctx context.Context) error {
 		break
 	}
 	s.ensureTopics(ctx, first.Client())
+	// One projection failing stops them all, so that the process exits
+	// with the error (and is restarted) instead of running on without it.
+	rctx, stop := context.WithCancel(ctx)
+	defer stop()
 	errs := make(chan error, len(s.specs))
 	for _, sp := range s.specs {
-		go func() { errs <- s.runProjection(ctx, sp) }()
+		go func() { errs <- s.runProjection(rctx, sp) }()
 	}
 	var err error
 	for range s.specs {
 		if e := <-errs; e != nil && err == nil {
 			err = e
+			stop()
 		}
 	}
 	s.d.Logger.Info("projection worker stopped")

@@ -79,25 +79,30 @@ func openBucket(ctx context.Context, cfg *config.Config, logger *slog.Logger, wa
 			stopProbes()
 		}
 	}()
+	if wait {
+		// From the first attempt: a hung endpoint can take a minute to fail.
+		stopProbes = serveStartupProbes(cfg.HTTP.Addr, logger, "opening the event store")
+	}
 	for {
 		b, err := backend.Open(ctx, cfg.EventStore)
 		if err == nil || !wait || !errors.Is(err, objstore.ErrUnavailable) {
 			return b, err
-		}
-		if stopProbes == nil {
-			stopProbes = serveStartupProbes(cfg.HTTP.Addr, logger, "waiting for the event store: "+err.Error())
 		}
 		logger.Warn("event store unreachable at start-up; waiting for it", "err", err, "retry_in", delay)
 		t := time.NewTimer(delay)
 		select {
 		case <-ctx.Done():
 			t.Stop()
-			return nil, err
+			return nil, errStopped
 		case <-t.C:
 		}
 		delay = min(2*delay, 10*time.Second)
 	}
 }
+
+// errStopped ends a start-up that was still waiting when the process was
+// told to stop (SIGTERM): a clean exit, not a failure.
+var errStopped = errors.New("stopped while waiting for the event store")
 
 // serveStartupProbes serves /livez (200) and /readyz (503, reason) on addr
 // until the returned func is called; nothing when addr is empty (off) or

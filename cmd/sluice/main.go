@@ -19,6 +19,9 @@ func main() {
 	root := newRootCmd(os.Stdout, os.Stderr)
 	if err := root.ExecuteContext(ctx); err != nil {
 		fmt.Fprintln(os.Stderr, "sluice:", err)
+		if errors.Is(err, errStopped) {
+			return // told to stop before it was up: a clean exit
+		}
 		var ex *exitError
 		if errors.As(err, &ex) {
 			os.Exit(ex.code)

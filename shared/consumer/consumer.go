@@ -104,6 +104,9 @@ type Consumer struct {
 	// finished. Only the loop goroutine touches the slice.
 	inflight []chan struct{}
 	rounds   sync.WaitGroup // the rounds in flight, for the rebalance callbacks
+	// roundMu is held by the loop from a round's selection to its launch,
+	// so that a rebalance callback never runs between the two.
+	roundMu sync.Mutex
 	// wake is closed (and replaced, under mu) when a round finishes: a
 	// broadcast that ends the poll of the turn that took it.
 	wake chan struct{}
@@ -216,6 +219,7 @@ func (c *Consumer) Run(ctx context.Context) error {
 		c.o.Health.Remove(c.o.HandlerName + ":registry")
 		c.o.Health.Remove(c.o.HandlerName + ":loop")
 	}
+	c.m.outage.DeleteLabelValues(c.o.HandlerName)
 	return runErr
 }
 
@@ -288,8 +292,9 @@ func (c *Consumer) turn(ctx, work context.Context) error {
 		part.queue = append(part.queue, pp.its...)
 		c.pending += len(pp.its)
 	}
+	pending := c.pending
 	c.mu.Unlock()
-	c.o.Logger.Debug("poll", "records", fetches.NumRecords(), "pending", c.pending, "wait", wait)
+	c.o.Logger.Debug("poll", "records", fetches.NumRecords(), "pending", pending, "wait", wait)
 	// A free slot before claiming: leases are not held until the round is
 	// launched.
 	c.reap()
@@ -297,8 +302,12 @@ func (c *Consumer) turn(ctx, work context.Context) error {
 		<-c.inflight[0]
 		c.reap()
 	}
-	if next := c.roundStart(work); next != nil {
-		c.launch(work, next)
+	if ctx.Err() == nil { // after SIGTERM nothing new is claimed: the drain finishes what is held
+		c.roundMu.Lock()
+		if next := c.roundStart(work); next != nil {
+			c.launch(work, next)
+		}
+		c.roundMu.Unlock()
 	}
 	c.reap()
 	c.commit(work, nil)
@@ -349,6 +358,10 @@ func (c *Consumer) pollWait() (time.Duration, <-chan struct{}) {
 		for _, it := range ps.queue {
 			if blocked[it.key] || it.st == stDone {
 				continue
+			}
+			if it.st != stWait {
+				// As in selectRunnable: the records behind it wait for it.
+				blocked[it.key] = true
 			}
 			d := it.notBefore.Sub(now)
 			if d < wait {
@@ -1173,7 +1186,7 @@ func (c *Consumer) flowControl() {
 // their records (the next owner starts at the committed offset). With
 // BlockRebalanceOnPoll it never runs while a round is in flight.
 func (c *Consumer) onRevoked(ctx context.Context, _ *kgo.Client, revoked map[string][]int32) {
-	c.rounds.Wait() // none in flight but for a corner of franz-go's polling; see onLost
+	c.waitRounds() // none in flight but for a corner of franz-go's polling; see onLost
 	c.commit(ctx, revoked)
 	c.forget(revoked)
 }
@@ -1183,8 +1196,15 @@ func (c *Consumer) onLost(_ context.Context, _ *kgo.Client, lost map[string][]in
 	// that returns nothing may not hold off rebalances (franz-go), and a
 	// round of due retries can start after it: wait for the rounds, which
 	// never wait for these callbacks.
-	c.rounds.Wait()
+	c.waitRounds()
 	c.forget(lost)
+}
+
+// waitRounds waits until no round is being started or in flight.
+func (c *Consumer) waitRounds() {
+	c.roundMu.Lock()
+	defer c.roundMu.Unlock()
+	c.rounds.Wait()
 }
 
 func (c *Consumer) forget(tps map[string][]int32) {

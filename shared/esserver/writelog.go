@@ -31,9 +31,10 @@ func (w Write) OK() bool { return w.Status == http.StatusOK || w.Status == http.
 // write, so that tests see side effects as Elasticsearch acknowledged them —
 // a version acknowledged twice is a side effect made twice — and when.
 type WriteLog struct {
-	observe []func(Write)
-	mu      sync.Mutex
-	writes  []Write
+	observe  []func(Write)
+	mu       sync.Mutex
+	writes   []Write
+	unparsed int
 }
 
 // NewWriteLog returns an empty log; each observe func is called with every
@@ -47,6 +48,21 @@ func (l *WriteLog) Writes() []Write {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return append([]Write(nil), l.writes...)
+}
+
+// Unparsed returns the number of write answers the log could not read
+// (not JSON, compressed, an error body without _id): writes it cannot have
+// recorded. Tests that count writes should require 0.
+func (l *WriteLog) Unparsed() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.unparsed
+}
+
+func (l *WriteLog) miss() {
+	l.mu.Lock()
+	l.unparsed++
+	l.mu.Unlock()
 }
 
 // Wrap returns h with the log in front of it.
@@ -75,6 +91,7 @@ func (l *WriteLog) Wrap(h http.Handler) http.Handler {
 				Items []map[string]answer `json:"items"`
 			}
 			if json.Unmarshal(cw.buf.Bytes(), &res) != nil {
+				l.miss()
 				return
 			}
 			for _, it := range res.Items {
@@ -84,8 +101,19 @@ func (l *WriteLog) Wrap(h http.Handler) http.Handler {
 			}
 		} else {
 			var a answer
-			if json.Unmarshal(cw.buf.Bytes(), &a) != nil || a.ID == "" {
+			if json.Unmarshal(cw.buf.Bytes(), &a) != nil {
+				l.miss()
 				return
+			}
+			if a.ID == "" {
+				// An error answer names no document: take it from the
+				// path, /{index}/_doc/{id} or /{index}/_create/{id}.
+				parts := strings.Split(strings.TrimPrefix(r.URL.Path, "/"), "/")
+				if len(parts) != 3 {
+					l.miss()
+					return
+				}
+				a.Index, a.ID = parts[0], parts[2]
 			}
 			a.Status = cw.status
 			got = append(got, a)
