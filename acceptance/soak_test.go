@@ -357,14 +357,21 @@ func TestChaosSoak(t *testing.T) {
 	}
 	dlq := p.records(commandsDLQ) + p.records(eventsDLQ)
 	restarts := map[string]string{}
+	badExits := 0 // exits the controller did not cause: outages pause a service, they never end it
 	for _, n := range []string{"api", "relay", "instance-worker", "projection-worker"} {
 		s := p.service(n)
 		s.mu.Lock()
 		restarts[n] = fmt.Sprintf("%d (exit codes %v)", s.starts-1, s.exits)
+		for code, k := range s.exits {
+			if code != -1 { // -1: killed by the controller
+				badExits += k
+				t.Errorf("%s exited %d times with code %d during the soak (see its log)", n, k, code)
+			}
+		}
 		s.mu.Unlock()
 	}
 	result := "PASS"
-	if lost > 0 || dupEvents > 0 || len(dupWrites) > 0 || histMissing > 0 || mismatches > 0 || dlq > 0 || rep.OK != len(insts) || len(errs) > 0 {
+	if lost > 0 || dupEvents > 0 || len(dupWrites) > 0 || histMissing > 0 || mismatches > 0 || dlq > 0 || rep.OK != len(insts) || len(errs) > 0 || badExits > 0 {
 		result = "FAIL"
 	}
 	t.Logf("chaos soak summary: load %s, drain %s, seed %d; %d commands acknowledged (%d creates, %d patches, %d deletes) on %d instances; "+
