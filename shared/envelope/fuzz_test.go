@@ -2,8 +2,10 @@ package envelope
 
 import (
 	"bytes"
+	"encoding/json"
 	"strings"
 	"testing"
+	"unicode/utf8"
 )
 
 // FuzzAggregateID checks the identity rules of SPEC §4 on arbitrary pairs of
@@ -99,8 +101,27 @@ func FuzzParseEnvelope(f *testing.F) {
 	f.Add([]byte(`{"data":{"\u0061":1,"a":2}}`))
 	f.Add([]byte("{\"aggregate_id\":\"\xff\"}"))
 	f.Add([]byte(``))
+	f.Add([]byte(` { "data" : { "a" : [ 1 , "x" ] } , "position":7 ,"actor":null, "schema_version" :1e0 }`))
+	f.Add([]byte("{\"data\":{}\n,\"metadata\":\t{\"k\":\"\\u00e9\"}}"))
 	limits := Limits{MaxEnvelopeBytes: 64 << 10, MaxDataDepth: 16, MaxMetadataBytes: 4 << 10}
 	f.Fuzz(func(t *testing.T, b []byte) {
+		// The walk's top-level fields are exactly json.Unmarshal's (Parse
+		// relies on it instead of a second pass).
+		walked := map[string]json.RawMessage{}
+		if utf8.Valid(b) && walkObject(b, "", 1<<20, true, nil, func(k string, v []byte) { walked[k] = v }) == nil {
+			var want map[string]json.RawMessage
+			if err := json.Unmarshal(b, &want); err != nil {
+				t.Fatalf("walk accepted what json.Unmarshal rejects (%v): %q", err, b)
+			}
+			if len(want) != len(walked) {
+				t.Fatalf("walk found %d fields, json.Unmarshal %d: %q", len(walked), len(want), b)
+			}
+			for k, v := range want {
+				if !bytes.Equal(walked[k], v) {
+					t.Fatalf("field %q: walk %q, json.Unmarshal %q", k, walked[k], v)
+				}
+			}
+		}
 		e, err := Parse(b, limits)
 		if err != nil {
 			if fieldOf(err) == "<nil>" || codeOf(err) == "" {

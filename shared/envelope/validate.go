@@ -104,20 +104,20 @@ func Parse(b []byte, limits Limits) (Envelope, error) {
 	if !utf8.Valid(b) {
 		return Envelope{}, malformed("", "UTF-8", "envelope is not valid UTF-8")
 	}
+	raw := make(map[string]json.RawMessage, len(envelopeFields))
 	err := walkObject(b, "", l.MaxDataDepth, true, func(key string) error {
 		if !knownField(key) {
 			return invalid(key, "known fields", "unknown field; the envelope admits only %s",
 				strings.Join(envelopeFields[:], ", "))
 		}
 		return nil
-	})
+	}, func(key string, v []byte) { raw[key] = v })
 	if err != nil {
 		return Envelope{}, err
 	}
-	var raw map[string]json.RawMessage
-	if err := json.Unmarshal(b, &raw); err != nil {
-		return Envelope{}, malformed("", "JSON", "envelope is not valid JSON: %v", err)
-	}
+	// raw holds each field's bytes as json.Unmarshal into a
+	// map[string]json.RawMessage would (FuzzParseEnvelope compares them),
+	// without a second pass over the envelope.
 	e, err := decodeFields(raw)
 	if err != nil {
 		return Envelope{}, err
@@ -219,7 +219,7 @@ func decodeFields(raw map[string]json.RawMessage) (Envelope, error) {
 		if v[0] != '{' {
 			return Envelope{}, invalid("data", "object", "must be a JSON object")
 		}
-		e.Data = v
+		e.Data = bytes.Clone(v) // v may alias the caller's buffer
 	}
 	if v, ok := raw["metadata"]; ok && !isNull(v) {
 		if v[0] != '{' {
@@ -422,7 +422,7 @@ func checkObject(field string, b []byte, maxDepth int) error {
 	if !utf8.Valid(b) {
 		return malformed(field, "UTF-8", "is not valid UTF-8")
 	}
-	return walkObject(b, field, maxDepth, false, nil)
+	return walkObject(b, field, maxDepth, false, nil, nil)
 }
 
 func validateMetadata(m Metadata, l Limits, scanned bool) error {
@@ -472,7 +472,7 @@ func validateMetadata(m Metadata, l Limits, scanned bool) error {
 	if scanned {
 		return nil
 	}
-	return walkObject(b, "metadata", l.MaxDataDepth, false, nil)
+	return walkObject(b, "metadata", l.MaxDataDepth, false, nil, nil)
 }
 
 // ValidateCommandID checks a command id (metadata.command_id, the API's
@@ -502,8 +502,9 @@ func ValidateCommandID(id string) error {
 // depth is counted inside each top-level field (the field's object is
 // depth 1), errors name that field, and onTopKey is called for each
 // top-level key. Otherwise the object b itself is depth 1 and errors name
-// field.
-func walkObject(b []byte, field string, maxDepth int, envelope bool, onTopKey func(string) error) error {
+// field. With envelope, onTopValue (if not nil) gets each top-level key
+// with its value's bytes, a sub-slice of b, once the value is complete.
+func walkObject(b []byte, field string, maxDepth int, envelope bool, onTopKey func(string) error, onTopValue func(string, []byte)) error {
 	type frame struct {
 		obj     bool
 		wantKey bool
@@ -524,9 +525,15 @@ func walkObject(b []byte, field string, maxDepth int, envelope bool, onTopKey fu
 	var stack []frame
 	cur := field
 	started := false
+	valStart := 0 // where the current top-level value starts (onTopValue)
 	valueDone := func() {
 		if n := len(stack); n > 0 && stack[n-1].obj {
 			stack[n-1].wantKey = true
+		}
+		if envelope && onTopValue != nil && len(stack) == 1 {
+			// A value of the envelope object is complete: the decoder is
+			// right after its last byte.
+			onTopValue(cur, b[valStart:dec.InputOffset()])
 		}
 	}
 	for {
@@ -576,6 +583,7 @@ func walkObject(b []byte, field string, maxDepth int, envelope bool, onTopKey fu
 						return err
 					}
 				}
+				valStart = valueStart(b, int(dec.InputOffset()))
 			}
 			continue
 		}
@@ -603,6 +611,22 @@ func walkObject(b []byte, field string, maxDepth int, envelope bool, onTopKey fu
 			valueDone()
 		}
 	}
+}
+
+// valueStart returns the index of the value that follows an object key
+// ending at i: past white space, the ':' and white space.
+func valueStart(b []byte, i int) int {
+	skip := func() {
+		for i < len(b) && (b[i] == ' ' || b[i] == '\t' || b[i] == '\n' || b[i] == '\r') {
+			i++
+		}
+	}
+	skip()
+	if i < len(b) && b[i] == ':' {
+		i++
+	}
+	skip()
+	return i
 }
 
 func asciiLower(s string) string {
