@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -136,4 +137,79 @@ func TestRoundsInFlight(t *testing.T) {
 	if fmt.Sprint(handled) != "[free/1 stuck/1 stuck/2]" {
 		t.Errorf("handling order %v, want [free/1 stuck/1 stuck/2]", handled)
 	}
+}
+
+// TestConcurrencyAcrossRounds: WORKER_CONCURRENCY bounds the handler
+// goroutines of all rounds in flight together. With Concurrency 1, a
+// record of another aggregate that arrives in a later round does not start
+// while the first round's handler runs (with a semaphore per round it
+// would), and runs once that handler returns.
+func TestConcurrencyAcrossRounds(t *testing.T) {
+	topic := testenv.UniqueName("conc-")
+	k := testenv.NewKafka(t, kfake.SeedTopics(1, topic))
+	pcl, err := kgo.NewClient(kgo.SeedBrokers(k.Brokers...), kgo.DefaultProduceTopic(topic))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pcl.Close()
+	produce := func(agg string) {
+		t.Helper()
+		e := envelope.Envelope{EventID: uuid.NewString(), EventType: "THING_HAPPENED", Kind: envelope.KindDomain, AggregateType: "thing",
+			AggregateID: agg, SequenceNumber: 1, Position: 1,
+			OccurredAt: envelope.NewTimestamp(time.Unix(1_700_000_000, 0)), Data: json.RawMessage(`{}`), SchemaVersion: 1}
+		raw, err := envelope.Marshal(e)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := pcl.ProduceSync(context.Background(), &kgo.Record{Key: []byte(agg), Value: raw}).FirstErr(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var (
+		mu      sync.Mutex
+		started []string
+		release = make(chan struct{})
+	)
+	h := HandlerFunc(func(ctx context.Context, rec *Record) (registry.Outcome, error) {
+		mu.Lock()
+		started = append(started, rec.Envelope.AggregateID)
+		mu.Unlock()
+		if rec.Envelope.AggregateID == "first" {
+			select {
+			case <-release:
+			case <-ctx.Done():
+				return registry.Outcome{}, ctx.Err()
+			}
+		}
+		return registry.Applied(), nil
+	})
+	has := func(agg string) bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return slices.Contains(started, agg)
+	}
+	c, err := New(Options{Brokers: k.Brokers, Topic: topic, Group: topic + "-g", DLQTopic: topic + ".dlq", HandlerName: "h",
+		Policy: registry.SkipStale, Registry: &fakeRegistry{attempts: map[string]int{}}, Handler: h, Concurrency: 1,
+		Logger: slog.New(slog.DiscardHandler), BackoffBase: 5 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- c.Run(ctx) }()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Error(err)
+		}
+	}()
+	produce("first")
+	testenv.WaitFor(t, 20*time.Second, "the first handler running", func() bool { return has("first") })
+	produce("second")
+	time.Sleep(500 * time.Millisecond) // several turns: a later round polls and claims "second"
+	if has("second") {
+		t.Fatal("a second handler started while the first held the only slot (Concurrency 1)")
+	}
+	close(release)
+	testenv.WaitFor(t, 20*time.Second, "the second handler after the first", func() bool { return has("second") })
 }
