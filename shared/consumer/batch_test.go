@@ -2,7 +2,6 @@ package consumer
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -11,12 +10,9 @@ import (
 	"time"
 
 	"github.com/google/uuid"
-	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/sluicehq/sluice/registry"
-	"github.com/sluicehq/sluice/shared/envelope"
-	"github.com/sluicehq/sluice/shared/testenv"
 )
 
 // fakeRegistry claims everything, records mark_done calls and schedules
@@ -81,45 +77,24 @@ func (f batchFunc) HandleBatch(ctx context.Context, recs []*Record) []BatchResul
 // the successes); a retryable failure in the middle is retried through the
 // registry and the offset is not committed past it until it is done.
 func TestBatchHandler(t *testing.T) {
-	topic := testenv.UniqueName("batch-")
-	k := testenv.NewKafka(t, kfake.SeedTopics(1, topic))
+	brokers, topic, produce := oneTopic(t, "batch-")
 	ids := make([]string, 5)
 	var recs []*kgo.Record
 	for i := range ids {
 		ids[i] = uuid.NewString()
-		e := envelope.Envelope{EventID: ids[i], EventType: "THING_HAPPENED", Kind: envelope.KindDomain, AggregateType: "thing",
-			AggregateID: fmt.Sprintf("a%d", i), SequenceNumber: 1, Position: int64(i + 1),
-			OccurredAt: envelope.NewTimestamp(time.Unix(1_700_000_000, 0)), Data: json.RawMessage(`{}`), SchemaVersion: 1}
-		raw, err := envelope.Marshal(e)
-		if err != nil {
-			t.Fatal(err)
-		}
-		recs = append(recs, &kgo.Record{Topic: topic, Key: []byte(e.AggregateID), Value: raw})
+		recs = append(recs, thingRecord(t, ids[i], fmt.Sprintf("a%d", i), 1, int64(i+1)))
 	}
-	pcl, err := kgo.NewClient(kgo.SeedBrokers(k.Brokers...), kgo.DefaultProduceTopic(topic))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer pcl.Close()
-	if err := pcl.ProduceSync(context.Background(), recs...).FirstErr(); err != nil {
-		t.Fatal(err)
-	}
+	produce(recs...)
 
 	reg := &fakeRegistry{attempts: map[string]int{}}
 	var (
+		err        error
 		c          *Consumer
 		mu         sync.Mutex
 		calls      [][]int64
 		commitSeen = int64(-2)
 	)
-	committed := func() int64 {
-		c.mu.Lock()
-		defer c.mu.Unlock()
-		if ps := c.parts[topic][0]; ps != nil {
-			return ps.committed
-		}
-		return -1
-	}
+	committed := func() int64 { return committedOffset(c, topic) }
 	h := batchFunc(func(_ context.Context, recs []*Record) []BatchResult {
 		mu.Lock()
 		defer mu.Unlock()
@@ -139,7 +114,7 @@ func TestBatchHandler(t *testing.T) {
 		calls = append(calls, offs)
 		return out
 	})
-	c, err = New(Options{Brokers: k.Brokers, Topic: topic, Group: topic + "-g", DLQTopic: topic + ".dlq", HandlerName: "h",
+	c, err = New(Options{Brokers: brokers, Topic: topic, Group: topic + "-g", DLQTopic: topic + ".dlq", HandlerName: "h",
 		Policy: registry.SkipStale, Registry: reg, Handler: h, Logger: slog.New(slog.DiscardHandler), BackoffBase: 5 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)

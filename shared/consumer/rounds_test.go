@@ -2,7 +2,6 @@ package consumer
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"log/slog"
 	"slices"
@@ -10,12 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/google/uuid"
-	"github.com/twmb/franz-go/pkg/kfake"
-	"github.com/twmb/franz-go/pkg/kgo"
-
 	"github.com/sluicehq/sluice/registry"
-	"github.com/sluicehq/sluice/shared/envelope"
 	"github.com/sluicehq/sluice/shared/testenv"
 )
 
@@ -25,42 +19,18 @@ import (
 // record of the stuck aggregate waits for it (per-aggregate order); and no
 // offset is committed past the stuck record until it is done.
 func TestRoundsInFlight(t *testing.T) {
-	topic := testenv.UniqueName("rounds-")
-	k := testenv.NewKafka(t, kfake.SeedTopics(1, topic))
-	pcl, err := kgo.NewClient(kgo.SeedBrokers(k.Brokers...), kgo.DefaultProduceTopic(topic))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer pcl.Close()
-	produce := func(agg string, seq int64) {
-		t.Helper()
-		e := envelope.Envelope{EventID: uuid.NewString(), EventType: "THING_HAPPENED", Kind: envelope.KindDomain, AggregateType: "thing",
-			AggregateID: agg, SequenceNumber: seq, Position: seq,
-			OccurredAt: envelope.NewTimestamp(time.Unix(1_700_000_000, 0)), Data: json.RawMessage(`{}`), SchemaVersion: 1}
-		raw, err := envelope.Marshal(e)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := pcl.ProduceSync(context.Background(), &kgo.Record{Key: []byte(agg), Value: raw}).FirstErr(); err != nil {
-			t.Fatal(err)
-		}
-	}
+	brokers, topic, produceRecs := oneTopic(t, "rounds-")
+	produce := func(agg string, seq int64) { produceRecs(thingRecord(t, "", agg, seq, seq)) }
 
 	var (
+		err     error
 		c       *Consumer
 		mu      sync.Mutex
 		handled []string // "agg/seq" in handling order
 		started = make(chan struct{}, 1)
 		release = make(chan struct{})
 	)
-	committed := func() int64 {
-		c.mu.Lock()
-		defer c.mu.Unlock()
-		if ps := c.parts[topic][0]; ps != nil {
-			return ps.committed
-		}
-		return -1
-	}
+	committed := func() int64 { return committedOffset(c, topic) }
 	h := batchFunc(func(ctx context.Context, recs []*Record) []BatchResult {
 		out := make([]BatchResult, len(recs))
 		for i, r := range recs {
@@ -85,7 +55,7 @@ func TestRoundsInFlight(t *testing.T) {
 		return out
 	})
 	reg := &fakeRegistry{attempts: map[string]int{}}
-	c, err = New(Options{Brokers: k.Brokers, Topic: topic, Group: topic + "-g", DLQTopic: topic + ".dlq", HandlerName: "h",
+	c, err = New(Options{Brokers: brokers, Topic: topic, Group: topic + "-g", DLQTopic: topic + ".dlq", HandlerName: "h",
 		Policy: registry.SkipStale, Registry: reg, Handler: h, Logger: slog.New(slog.DiscardHandler), BackoffBase: 5 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
@@ -145,26 +115,8 @@ func TestRoundsInFlight(t *testing.T) {
 // while the first round's handler runs (with a semaphore per round it
 // would), and runs once that handler returns.
 func TestConcurrencyAcrossRounds(t *testing.T) {
-	topic := testenv.UniqueName("conc-")
-	k := testenv.NewKafka(t, kfake.SeedTopics(1, topic))
-	pcl, err := kgo.NewClient(kgo.SeedBrokers(k.Brokers...), kgo.DefaultProduceTopic(topic))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer pcl.Close()
-	produce := func(agg string) {
-		t.Helper()
-		e := envelope.Envelope{EventID: uuid.NewString(), EventType: "THING_HAPPENED", Kind: envelope.KindDomain, AggregateType: "thing",
-			AggregateID: agg, SequenceNumber: 1, Position: 1,
-			OccurredAt: envelope.NewTimestamp(time.Unix(1_700_000_000, 0)), Data: json.RawMessage(`{}`), SchemaVersion: 1}
-		raw, err := envelope.Marshal(e)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := pcl.ProduceSync(context.Background(), &kgo.Record{Key: []byte(agg), Value: raw}).FirstErr(); err != nil {
-			t.Fatal(err)
-		}
-	}
+	brokers, topic, produceRecs := oneTopic(t, "conc-")
+	produce := func(agg string) { produceRecs(thingRecord(t, "", agg, 1, 1)) }
 	var (
 		mu      sync.Mutex
 		started []string
@@ -188,7 +140,7 @@ func TestConcurrencyAcrossRounds(t *testing.T) {
 		defer mu.Unlock()
 		return slices.Contains(started, agg)
 	}
-	c, err := New(Options{Brokers: k.Brokers, Topic: topic, Group: topic + "-g", DLQTopic: topic + ".dlq", HandlerName: "h",
+	c, err := New(Options{Brokers: brokers, Topic: topic, Group: topic + "-g", DLQTopic: topic + ".dlq", HandlerName: "h",
 		Policy: registry.SkipStale, Registry: &fakeRegistry{attempts: map[string]int{}}, Handler: h, Concurrency: 1,
 		Logger: slog.New(slog.DiscardHandler), BackoffBase: 5 * time.Millisecond})
 	if err != nil {
