@@ -353,22 +353,10 @@ func (c *Consumer) pollWait() (time.Duration, <-chan struct{}) {
 	defer c.mu.Unlock()
 	wait := time.Second
 	now := time.Now()
-	blocked := c.busyKeys()
-	for _, ps := range c.allParts() {
-		for _, it := range ps.queue {
-			if blocked[it.key] || it.st == stDone {
-				continue
-			}
-			if it.st != stWait {
-				// As in selectRunnable: the records behind it wait for it.
-				blocked[it.key] = true
-			}
-			d := it.notBefore.Sub(now)
-			if d < wait {
-				wait = d
-			}
-		}
-	}
+	c.eachSelectable(func(it *item) bool {
+		wait = min(wait, it.notBefore.Sub(now))
+		return true
+	})
 	if until := c.outageUntil().Sub(now); until > wait {
 		wait = min(until, time.Second)
 	}
@@ -493,28 +481,36 @@ func (c *Consumer) retryLater(it *item, reason string, d time.Duration) {
 func (c *Consumer) selectRunnable(now time.Time) []*item {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	parts := c.allParts()
-	// The aggregates of the rounds in flight wait for them entirely.
-	blocked := c.busyKeys()
 	var out []*item
-	for _, ps := range parts {
+	c.eachSelectable(func(it *item) bool {
+		if !now.Before(it.notBefore) {
+			out = append(out, it)
+		}
+		return len(out) < c.o.MaxPollRecords
+	})
+	return out
+}
+
+// eachSelectable calls fn, in partition and offset order, for every record
+// a round may select once it is due: not done, not of an aggregate a round
+// in flight holds, and not behind a record of its aggregate that is not
+// waiting (a WAIT does not block its successors, which may be its missing
+// predecessors). fn returns false to stop. Callers hold mu.
+func (c *Consumer) eachSelectable(fn func(it *item) bool) {
+	blocked := c.busyKeys()
+	for _, ps := range c.allParts() {
 		for _, it := range ps.queue {
 			if blocked[it.key] || it.st == stDone {
 				continue
 			}
-			due := !now.Before(it.notBefore)
-			if due {
-				out = append(out, it)
-			}
 			if it.st != stWait {
 				blocked[it.key] = true
 			}
-			if len(out) >= c.o.MaxPollRecords {
-				return out
+			if !fn(it) {
+				return
 			}
 		}
 	}
-	return out
 }
 
 // roundWork is a round between its two halves: the items it selected, by
