@@ -266,16 +266,8 @@ func (s *Service) Run(ctx context.Context) error {
 		return err
 	}
 	s.mu.Lock()
-	cons := make(map[string]*consumer.Consumer, len(s.cons))
-	for k, v := range s.cons {
-		cons[k] = v
-	}
+	first := s.cons[s.specs[0].Projection.Name()] // any client can create the topics
 	s.mu.Unlock()
-	var first *consumer.Consumer
-	for _, c := range cons {
-		first = c
-		break
-	}
 	s.ensureTopics(ctx, first.Client())
 	// One projection failing stops them all, so that the process exits
 	// with the error (and is restarted) instead of running on without it.
