@@ -12,6 +12,8 @@ import (
 	"strings"
 
 	"github.com/elastic/go-elasticsearch/v8"
+
+	"github.com/sluicehq/sluice/shared/readmodel"
 )
 
 // IndexInfo is one concrete index of a projection.
@@ -42,7 +44,7 @@ func Indices(ctx context.Context, es *elasticsearch.Client, prefix, name string)
 		return nil, nil
 	}
 	if res.IsError() {
-		return nil, esError("get indices", res.StatusCode, res.Body)
+		return nil, readmodel.NewStatusError("get indices", res.StatusCode, res.Body)
 	}
 	var body map[string]struct {
 		Aliases  map[string]json.RawMessage `json:"aliases"`
@@ -101,7 +103,7 @@ func count(ctx context.Context, es *elasticsearch.Client, index string) (int64, 
 	}
 	defer res.Body.Close()
 	if res.IsError() {
-		return 0, esError("count", res.StatusCode, res.Body)
+		return 0, readmodel.NewStatusError("count", res.StatusCode, res.Body)
 	}
 	var c struct {
 		Count int64 `json:"count"`
@@ -188,7 +190,7 @@ func SwapAliases(ctx context.Context, es *elasticsearch.Client, prefix string, p
 	}
 	defer res.Body.Close()
 	if res.IsError() {
-		return nil, esError("update aliases", res.StatusCode, res.Body)
+		return nil, readmodel.NewStatusError("update aliases", res.StatusCode, res.Body)
 	}
 	_, _ = io.Copy(io.Discard, res.Body)
 	return scopes, nil
@@ -225,7 +227,7 @@ func RestoreSettings(ctx context.Context, es *elasticsearch.Client, prefix, name
 	}
 	defer res.Body.Close()
 	if res.IsError() {
-		return esError("put settings", res.StatusCode, res.Body)
+		return readmodel.NewStatusError("put settings", res.StatusCode, res.Body)
 	}
 	_, _ = io.Copy(io.Discard, res.Body)
 	// Make everything written while refresh was off searchable before the
@@ -236,7 +238,7 @@ func RestoreSettings(ctx context.Context, es *elasticsearch.Client, prefix, name
 	}
 	defer rres.Body.Close()
 	if rres.IsError() {
-		return esError("refresh", rres.StatusCode, rres.Body)
+		return readmodel.NewStatusError("refresh", rres.StatusCode, rres.Body)
 	}
 	_, _ = io.Copy(io.Discard, rres.Body)
 	return nil

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net/http"
 	"sync"
 	"time"
 
@@ -205,7 +204,7 @@ func (s *Service) startupLiveVersion(ctx context.Context, name string) (int, err
 	wait := readmodel.Retry{Base: 200 * time.Millisecond, Cap: 5 * time.Second}
 	for n := 0; ; n++ {
 		v, err := LiveVersion(ctx, s.d.ES, s.cfg.Elasticsearch.IndexPrefix, name)
-		if err == nil || !transientESError(ctx, err) {
+		if err == nil || !readmodel.Transient(ctx, err) {
 			return v, err
 		}
 		s.d.Logger.Warn("projection worker: Elasticsearch unavailable at start-up; waiting for it", "projection", name, "err", err)
@@ -213,16 +212,6 @@ func (s *Service) startupLiveVersion(ctx context.Context, name string) (int, err
 			return 0, err
 		}
 	}
-}
-
-// transientESError reports whether an Elasticsearch failure of this
-// package may pass by itself: 429, 5xx or a transport error.
-func transientESError(ctx context.Context, err error) bool {
-	var pe *ESError
-	if errors.As(err, &pe) {
-		return pe.Status == http.StatusTooManyRequests || pe.Status >= 500
-	}
-	return readmodel.Transient(ctx, err)
 }
 
 // newConsumer builds the consumer of projection sp at version v.

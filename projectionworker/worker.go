@@ -17,6 +17,7 @@ import (
 	"github.com/sluicehq/sluice/registry"
 	"github.com/sluicehq/sluice/shared/consumer"
 	"github.com/sluicehq/sluice/shared/crashpoint"
+	"github.com/sluicehq/sluice/shared/readmodel"
 )
 
 // CrashWorker is the worker name of the projection worker's crash points
@@ -324,7 +325,7 @@ func createIndex(ctx context.Context, es *elasticsearch.Client, n Names, t Templ
 	}
 	defer cres.Body.Close()
 	if cres.IsError() {
-		ee := esError("create index", cres.StatusCode, cres.Body)
+		ee := readmodel.NewStatusError("create index", cres.StatusCode, cres.Body)
 		if ee.Type == "resource_already_exists_exception" {
 			return nil
 		}
@@ -335,40 +336,14 @@ func createIndex(ctx context.Context, es *elasticsearch.Client, n Names, t Templ
 }
 
 // ESError is a non-2xx answer of Elasticsearch to an index-management
-// request.
-type ESError struct {
-	Op     string
-	Status int
-	Type   string
-	Reason string
-}
-
-func (e *ESError) Error() string {
-	return fmt.Sprintf("elasticsearch %s: %d %s: %s", e.Op, e.Status, e.Type, e.Reason)
-}
-
-func esError(op string, status int, body io.Reader) *ESError {
-	b, _ := io.ReadAll(io.LimitReader(body, 64<<10))
-	var eb struct {
-		Error struct {
-			Type   string `json:"type"`
-			Reason string `json:"reason"`
-		} `json:"error"`
-	}
-	e := &ESError{Op: op, Status: status}
-	if json.Unmarshal(b, &eb) == nil && eb.Error.Type != "" {
-		e.Type, e.Reason = eb.Error.Type, eb.Error.Reason
-	} else {
-		e.Reason = string(b)
-	}
-	return e
-}
+// request: readmodel's StatusError.
+type ESError = readmodel.StatusError
 
 // classifyES: 429/5xx and transport errors are retryable, other answers
 // permanent.
 func classifyES(err error) error {
 	var ee *ESError
-	if errors.As(err, &ee) && ee.Status != http.StatusTooManyRequests && ee.Status < 500 {
+	if errors.As(err, &ee) && !ee.Retryable() {
 		return consumer.Permanent(err)
 	}
 	return consumer.Retryable(err)

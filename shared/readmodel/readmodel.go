@@ -186,7 +186,9 @@ func (e *StatusError) Retryable() bool {
 // Conflict reports a version conflict (409).
 func (e *StatusError) Conflict() bool { return e.Status == http.StatusConflict }
 
-func statusError(op string, status int, body io.Reader) *StatusError {
+// NewStatusError reads a non-2xx answer of operation op (its error type and
+// reason, or the body itself when it is not an Elasticsearch error).
+func NewStatusError(op string, status int, body io.Reader) *StatusError {
 	b, _ := io.ReadAll(io.LimitReader(body, 64<<10))
 	var eb struct {
 		Error struct {
@@ -231,7 +233,7 @@ func EnsureIndex(ctx context.Context, es *elasticsearch.Client, prefix, db strin
 	}
 	defer cres.Body.Close()
 	if cres.IsError() {
-		se := statusError("create index", cres.StatusCode, cres.Body)
+		se := NewStatusError("create index", cres.StatusCode, cres.Body)
 		if se.Type == "resource_already_exists_exception" {
 			return n, nil
 		}
@@ -273,7 +275,7 @@ func WriteInstance(ctx context.Context, es *elasticsearch.Client, n Names, m Met
 		return AlreadyApplied, nil
 	}
 	if res.IsError() {
-		return 0, statusError("index", res.StatusCode, res.Body)
+		return 0, NewStatusError("index", res.StatusCode, res.Body)
 	}
 	_, _ = io.Copy(io.Discard, res.Body)
 	return Written, nil
@@ -296,7 +298,7 @@ func GetInstance(ctx context.Context, es *elasticsearch.Client, n Names, class, 
 		return Meta{}, nil, ErrNotFound
 	}
 	if res.IsError() {
-		return Meta{}, nil, statusError("get", res.StatusCode, res.Body)
+		return Meta{}, nil, NewStatusError("get", res.StatusCode, res.Body)
 	}
 	var g struct {
 		Found  bool            `json:"found"`
@@ -358,7 +360,7 @@ func GetInstances(ctx context.Context, es *elasticsearch.Client, refs []Ref) ([]
 	}
 	defer res.Body.Close()
 	if res.IsError() {
-		return nil, statusError("mget", res.StatusCode, res.Body)
+		return nil, NewStatusError("mget", res.StatusCode, res.Body)
 	}
 	var mr struct {
 		Docs []struct {
@@ -443,7 +445,7 @@ func WriteInstances(ctx context.Context, es *elasticsearch.Client, ws []Write) (
 	}
 	defer res.Body.Close()
 	if res.IsError() {
-		return nil, statusError("bulk", res.StatusCode, res.Body)
+		return nil, NewStatusError("bulk", res.StatusCode, res.Body)
 	}
 	items, err := DecodeBulkItems(res.Body, len(pos))
 	if err != nil {
