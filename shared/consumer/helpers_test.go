@@ -1,0 +1,64 @@
+package consumer
+
+import (
+	"context"
+	"encoding/json"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/sluicehq/sluice/shared/envelope"
+	"github.com/sluicehq/sluice/shared/testenv"
+)
+
+// oneTopic starts a kfake cluster with a fresh one-partition topic and
+// returns its brokers, the topic and a func producing records to it
+// (synchronously).
+func oneTopic(t *testing.T, prefix string) (brokers []string, topic string, produce func(recs ...*kgo.Record)) {
+	t.Helper()
+	topic = testenv.UniqueName(prefix)
+	k := testenv.NewKafka(t, kfake.SeedTopics(1, topic))
+	pcl, err := kgo.NewClient(kgo.SeedBrokers(k.Brokers...), kgo.DefaultProduceTopic(topic))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pcl.Close)
+	return k.Brokers, topic, func(recs ...*kgo.Record) {
+		t.Helper()
+		if err := pcl.ProduceSync(context.Background(), recs...).FirstErr(); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// thingRecord is a record carrying a valid domain event of aggregate
+// thing/agg at sequence seq and position pos, with event id id (a new one
+// when empty), keyed by agg.
+func thingRecord(t *testing.T, id, agg string, seq, pos int64) *kgo.Record {
+	t.Helper()
+	if id == "" {
+		id = uuid.NewString()
+	}
+	e := envelope.Envelope{EventID: id, EventType: "THING_HAPPENED", Kind: envelope.KindDomain, AggregateType: "thing",
+		AggregateID: agg, SequenceNumber: seq, Position: pos,
+		OccurredAt: envelope.NewTimestamp(time.Unix(1_700_000_000, 0)), Data: json.RawMessage(`{}`), SchemaVersion: 1}
+	raw, err := envelope.Marshal(e)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &kgo.Record{Key: []byte(agg), Value: raw}
+}
+
+// committedOffset is the offset c last committed on partition 0 of topic
+// (-1 when unknown).
+func committedOffset(c *Consumer, topic string) int64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if ps := c.parts[topic][0]; ps != nil {
+		return ps.committed
+	}
+	return -1
+}
