@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
 	"sync"
 	"testing"
 	"time"
@@ -88,7 +87,6 @@ func TestBatchHandler(t *testing.T) {
 
 	reg := &fakeRegistry{attempts: map[string]int{}}
 	var (
-		err        error
 		c          *Consumer
 		mu         sync.Mutex
 		calls      [][]int64
@@ -114,14 +112,8 @@ func TestBatchHandler(t *testing.T) {
 		calls = append(calls, offs)
 		return out
 	})
-	c, err = New(Options{Brokers: brokers, Topic: topic, Group: topic + "-g", DLQTopic: topic + ".dlq", HandlerName: "h",
-		Policy: registry.SkipStale, Registry: reg, Handler: h, Logger: slog.New(slog.DiscardHandler), BackoffBase: 5 * time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- c.Run(ctx) }()
+	var stop func()
+	c, stop = startConsumer(t, brokers, topic, Options{Registry: reg, Handler: h})
 	deadline := time.Now().Add(20 * time.Second)
 	for committed() != 5 {
 		if time.Now().After(deadline) {
@@ -129,10 +121,7 @@ func TestBatchHandler(t *testing.T) {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-	cancel()
-	if err := <-done; err != nil {
-		t.Fatal(err)
-	}
+	stop()
 
 	mu.Lock()
 	defer mu.Unlock()

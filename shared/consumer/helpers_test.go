@@ -3,6 +3,8 @@ package consumer
 import (
 	"context"
 	"encoding/json"
+	"log/slog"
+	"sync"
 	"testing"
 	"time"
 
@@ -10,6 +12,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/sluicehq/sluice/registry"
 	"github.com/sluicehq/sluice/shared/envelope"
 	"github.com/sluicehq/sluice/shared/testenv"
 )
@@ -61,4 +64,32 @@ func committedOffset(c *Consumer, topic string) int64 {
 		return ps.committed
 	}
 	return -1
+}
+
+// startConsumer runs a consumer of topic with o's registry, handler and
+// bounds and the tests' defaults (group topic-g, DLQ topic.dlq, handler
+// name "h", skip-stale, no logs, 5 ms backoff). stop ends Run and reports
+// its error; it runs again at the end of the test (then it does nothing).
+func startConsumer(t *testing.T, brokers []string, topic string, o Options) (c *Consumer, stop func()) {
+	t.Helper()
+	o.Brokers, o.Topic, o.Group, o.DLQTopic, o.HandlerName = brokers, topic, topic+"-g", topic+".dlq", "h"
+	o.Policy, o.Logger, o.BackoffBase = registry.SkipStale, slog.New(slog.DiscardHandler), 5*time.Millisecond
+	c, err := New(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- c.Run(ctx) }()
+	var once sync.Once
+	stop = func() {
+		once.Do(func() {
+			cancel()
+			if err := <-done; err != nil {
+				t.Error(err)
+			}
+		})
+	}
+	t.Cleanup(stop)
+	return c, stop
 }

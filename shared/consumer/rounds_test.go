@@ -3,7 +3,6 @@ package consumer
 import (
 	"context"
 	"fmt"
-	"log/slog"
 	"slices"
 	"sync"
 	"testing"
@@ -23,7 +22,6 @@ func TestRoundsInFlight(t *testing.T) {
 	produce := func(agg string, seq int64) { produceRecs(thingRecord(t, "", agg, seq, seq)) }
 
 	var (
-		err     error
 		c       *Consumer
 		mu      sync.Mutex
 		handled []string // "agg/seq" in handling order
@@ -54,21 +52,7 @@ func TestRoundsInFlight(t *testing.T) {
 		}
 		return out
 	})
-	reg := &fakeRegistry{attempts: map[string]int{}}
-	c, err = New(Options{Brokers: brokers, Topic: topic, Group: topic + "-g", DLQTopic: topic + ".dlq", HandlerName: "h",
-		Policy: registry.SkipStale, Registry: reg, Handler: h, Logger: slog.New(slog.DiscardHandler), BackoffBase: 5 * time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- c.Run(ctx) }()
-	defer func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Error(err)
-		}
-	}()
+	c, _ = startConsumer(t, brokers, topic, Options{Registry: &fakeRegistry{attempts: map[string]int{}}, Handler: h})
 	has := func(name string) bool {
 		mu.Lock()
 		defer mu.Unlock()
@@ -140,21 +124,7 @@ func TestConcurrencyAcrossRounds(t *testing.T) {
 		defer mu.Unlock()
 		return slices.Contains(started, agg)
 	}
-	c, err := New(Options{Brokers: brokers, Topic: topic, Group: topic + "-g", DLQTopic: topic + ".dlq", HandlerName: "h",
-		Policy: registry.SkipStale, Registry: &fakeRegistry{attempts: map[string]int{}}, Handler: h, Concurrency: 1,
-		Logger: slog.New(slog.DiscardHandler), BackoffBase: 5 * time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- c.Run(ctx) }()
-	defer func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Error(err)
-		}
-	}()
+	startConsumer(t, brokers, topic, Options{Registry: &fakeRegistry{attempts: map[string]int{}}, Handler: h, Concurrency: 1})
 	produce("first")
 	testenv.WaitFor(t, 20*time.Second, "the first handler running", func() bool { return has("first") })
 	produce("second")
