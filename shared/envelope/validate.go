@@ -10,6 +10,8 @@ import (
 	"strings"
 	"time"
 	"unicode/utf8"
+
+	"github.com/go-json-experiment/json/jsontext"
 )
 
 // Default limits (SPEC §3).
@@ -134,6 +136,22 @@ func Parse(b []byte, limits Limits) (Envelope, error) {
 
 func isNull(v json.RawMessage) bool { return string(v) == "null" }
 
+// unquote returns the string a JSON string value (already validated by
+// walkObject) stands for; ok is false when v is not a string.
+func unquote(v []byte) (string, bool) {
+	if len(v) < 2 || v[0] != '"' {
+		return "", false
+	}
+	if bytes.IndexByte(v, '\\') < 0 {
+		return string(v[1 : len(v)-1]), true
+	}
+	u, err := jsontext.AppendUnquote(nil, v)
+	if err != nil {
+		return "", false
+	}
+	return string(u), true
+}
+
 func decodeFields(raw map[string]json.RawMessage) (Envelope, error) {
 	var e Envelope
 	str := func(field string, dst *string) error {
@@ -141,9 +159,11 @@ func decodeFields(raw map[string]json.RawMessage) (Envelope, error) {
 		if !ok || isNull(v) {
 			return nil
 		}
-		if err := json.Unmarshal(v, dst); err != nil {
+		u, ok := unquote(v)
+		if !ok {
 			return invalid(field, "string", "must be a JSON string")
 		}
+		*dst = u
 		return nil
 	}
 	integer := func(field string) (int64, bool, error) {
@@ -203,7 +223,8 @@ func decodeFields(raw map[string]json.RawMessage) (Envelope, error) {
 	}
 	var occurred string
 	if v, ok := raw["occurred_at"]; ok && !isNull(v) {
-		if err := json.Unmarshal(v, &occurred); err != nil {
+		var ok bool
+		if occurred, ok = unquote(v); !ok {
 			return Envelope{}, invalid("occurred_at", "RFC 3339", "must be a JSON string in RFC 3339 form")
 		}
 		ts, err := ParseTimestamp(occurred)
@@ -496,20 +517,16 @@ func ValidateCommandID(id string) error {
 	return nil
 }
 
-// walkObject scans b, which must hold exactly one JSON object, token by
-// token without recursion. It rejects duplicate keys at any level and
-// nesting deeper than maxDepth. With envelope set, b is a whole envelope:
-// depth is counted inside each top-level field (the field's object is
-// depth 1), errors name that field, and onTopKey is called for each
+// walkObject scans b, which must hold exactly one JSON object, in one pass
+// with the jsontext tokenizer (encoding/json/v2's, which rejects duplicate
+// keys at any level, invalid UTF-8 and invalid escapes by itself) and
+// rejects nesting deeper than maxDepth. With envelope set, b is a whole
+// envelope: depth is counted inside each top-level field (the field's object
+// is depth 1), errors name that field, and onTopKey is called for each
 // top-level key. Otherwise the object b itself is depth 1 and errors name
 // field. With envelope, onTopValue (if not nil) gets each top-level key
 // with its value's bytes, a sub-slice of b, once the value is complete.
 func walkObject(b []byte, field string, maxDepth int, envelope bool, onTopKey func(string) error, onTopValue func(string, []byte)) error {
-	type frame struct {
-		obj     bool
-		wantKey bool
-		keys    map[string]struct{}
-	}
 	offset := 0
 	if envelope {
 		offset = 1
@@ -520,97 +537,79 @@ func walkObject(b []byte, field string, maxDepth int, envelope bool, onTopKey fu
 		}
 		return invalid(field, "object", "must be a JSON object")
 	}
-	dec := json.NewDecoder(bytes.NewReader(b))
-	dec.UseNumber()
-	var stack []frame
+	// A *bytes.Buffer is read in place, without a copy.
+	dec := jsontext.NewDecoder(bytes.NewBuffer(b))
 	cur := field
-	started := false
 	valStart := 0 // where the current top-level value starts (onTopValue)
-	valueDone := func() {
-		if n := len(stack); n > 0 && stack[n-1].obj {
-			stack[n-1].wantKey = true
+	closed := false
+	for started := false; ; started = true {
+		if !started && dec.PeekKind() != '{' {
+			if _, err := dec.ReadToken(); err != nil && err != io.EOF {
+				return syntaxError(err, envelope, field)
+			}
+			return notObject()
 		}
-		if envelope && onTopValue != nil && len(stack) == 1 {
-			// A value of the envelope object is complete: the decoder is
-			// right after its last byte.
-			onTopValue(cur, b[valStart:dec.InputOffset()])
-		}
-	}
-	for {
-		tok, err := dec.Token()
+		tok, err := dec.ReadToken()
 		if err == io.EOF {
-			if !started {
-				return notObject()
-			}
-			if len(stack) > 0 {
-				return malformed(field, "JSON", "unexpected end of JSON input")
-			}
 			return nil
 		}
 		if err != nil {
-			if envelope {
-				return malformed("", "JSON", "envelope is not valid JSON: %v", err)
-			}
-			return malformed(field, "JSON", "is not valid JSON: %v", err)
+			return syntaxError(err, envelope, field)
 		}
-		if started && len(stack) == 0 {
+		if closed {
+			// the decoder reads a stream of values; b must hold one
 			return malformed(field, "JSON", "has trailing data after the JSON object")
 		}
-		n := len(stack)
-		if n > 0 && stack[n-1].obj && stack[n-1].wantKey {
-			key, ok := tok.(string)
-			if !ok { // the closing '}'
-				stack = stack[:n-1]
-				valueDone()
-				continue
-			}
-			f := &stack[n-1]
-			if _, dup := f.keys[key]; dup {
-				if envelope && n == 1 {
-					return malformed(key, "unique keys", "appears more than once")
-				}
-				return malformed(cur, "unique keys", "has duplicate key %q", key)
-			}
-			if f.keys == nil {
-				f.keys = make(map[string]struct{})
-			}
-			f.keys[key] = struct{}{}
-			f.wantKey = false
-			if envelope && n == 1 {
-				cur = key
-				if onTopKey != nil {
-					if err := onTopKey(key); err != nil {
-						return err
-					}
-				}
-				valStart = valueStart(b, int(dec.InputOffset()))
-			}
+		depth := dec.StackDepth()
+		closed = depth == 0
+		if k := tok.Kind(); (k == '{' || k == '[') && depth-offset > maxDepth {
+			return limitExceeded(cur, fmt.Sprintf("depth %d", maxDepth),
+				"nesting depth exceeds the limit of %d levels", maxDepth)
+		}
+		if !envelope || depth != 1 {
 			continue
 		}
-		switch t := tok.(type) {
-		case json.Delim:
-			switch t {
-			case '{', '[':
-				if n == 0 && t != '{' {
-					return notObject()
+		// Inside the envelope object: a name (odd count) starts a field, a
+		// value (even count) completes one.
+		if _, n := dec.StackIndex(1); n%2 == 1 {
+			cur = tok.String()
+			if onTopKey != nil {
+				if err := onTopKey(cur); err != nil {
+					return err
 				}
-				started = true
-				stack = append(stack, frame{obj: t == '{', wantKey: t == '{'})
-				if d := len(stack) - offset; d > maxDepth {
-					return limitExceeded(cur, fmt.Sprintf("depth %d", maxDepth),
-						"nesting depth exceeds the limit of %d levels", maxDepth)
-				}
-			default: // ']'; '}' is handled with the keys
-				stack = stack[:n-1]
-				valueDone()
 			}
-		default:
-			if n == 0 {
-				return notObject()
-			}
-			valueDone()
+			valStart = valueStart(b, int(dec.InputOffset()))
+		} else if n > 0 && onTopValue != nil {
+			onTopValue(cur, b[valStart:dec.InputOffset()])
 		}
 	}
+}
+
+// syntaxError turns a jsontext error into a malformed ValidationError that
+// names the envelope field (or field) it happened in.
+func syntaxError(err error, envelope bool, field string) error {
+	var se *jsontext.SyntacticError
+	if !errors.As(err, &se) {
+		return malformed(field, "JSON", "is not valid JSON: %v", err)
+	}
+	where := field
+	if envelope {
+		for tok := range se.JSONPointer.Tokens() {
+			where = tok
+			break
+		}
+	}
+	if errors.Is(err, jsontext.ErrDuplicateName) {
+		key := se.JSONPointer.LastToken()
+		if envelope && se.JSONPointer.Parent() == "" {
+			return malformed(key, "unique keys", "appears more than once")
+		}
+		return malformed(where, "unique keys", "has duplicate key %q", key)
+	}
+	if envelope && (where == "" || errors.Is(err, io.ErrUnexpectedEOF)) {
+		return malformed("", "JSON", "envelope is not valid JSON: %v", se.Err)
+	}
+	return malformed(where, "JSON", "is not valid JSON: %v", se.Err)
 }
 
 // valueStart returns the index of the value that follows an object key
