@@ -24,6 +24,7 @@ import (
 	"strings"
 
 	"github.com/elastic/go-elasticsearch/v8"
+	jsonv2 "github.com/go-json-experiment/json"
 
 	"github.com/sluicehq/sluice/shared/config"
 	"github.com/sluicehq/sluice/shared/envelope"
@@ -495,7 +496,9 @@ func DecodeBulkItems(body io.Reader, want int) ([]BulkItemResult, error) {
 			} `json:"error"`
 		} `json:"items"`
 	}
-	if err := json.NewDecoder(body).Decode(&br); err != nil {
+	// encoding/json/v2's decoder: a third of v1's time and allocations on
+	// large answers (projection benchmark).
+	if err := jsonv2.UnmarshalRead(body, &br); err != nil {
 		return nil, fmt.Errorf("bulk: answer: %w", err)
 	}
 	if len(br.Items) != want {
