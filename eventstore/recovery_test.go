@@ -175,6 +175,78 @@ func TestCrashRecovery(t *testing.T) {
 	}
 }
 
+// The commit step is committed asynchronously (the segment already holds
+// the events): a Postgres crash may lose it after Append returned. The rows
+// are then exactly those of a crash between PUT and commit, and are
+// settled the same way, at the positions and offsets the append returned.
+func TestLostAsyncCommit(t *testing.T) {
+	// loseCommit appends envs successfully and rewinds their rows to what a
+	// lost commit leaves: reserved, no byte range.
+	loseCommit := func(t *testing.T, e *env) (*Store, []envelope.Envelope, []Result) {
+		t.Helper()
+		cfg := testConfig()
+		cfg.AppendTimeout = shortTimeout
+		s := e.store(t, Options{Config: cfg, WriterID: "async"})
+		envs := crashBatch()
+		rs := mustAppend(t, s, envs...)
+		tag, err := e.pool.Exec(ctxT(t), `UPDATE sluice.appends SET state = 'reserved', byte_offset = NULL,
+			byte_length = NULL, committed_at = NULL WHERE writer_id = 'async'`)
+		if err != nil || tag.RowsAffected() != 3 {
+			t.Fatalf("rewind: %v, %d rows", err, tag.RowsAffected())
+		}
+		return s, envs, rs
+	}
+	same := func(t *testing.T, got, want []Result) {
+		t.Helper()
+		for i := range want {
+			g, w := got[i].Event, want[i].Event
+			if g.Envelope.SequenceNumber != w.Envelope.SequenceNumber || g.Envelope.Position != w.Envelope.Position ||
+				g.SegmentKey != w.SegmentKey || g.Offset != w.Offset || string(g.Raw) != string(w.Raw) {
+				t.Errorf("event %d: %s, the append returned %s", i, describe(got[i]), describe(want[i]))
+			}
+		}
+	}
+	t.Run("repair", func(t *testing.T) {
+		e := newEnv(t)
+		s, envs, rs := loseCommit(t, e)
+		rep, err := s.Repair(ctxT(t), 0)
+		if err != nil || rep.Committed != 3 {
+			t.Fatalf("repair: %+v %v, want 3 committed", rep, err)
+		}
+		var got []Result
+		for _, ev := range envs {
+			g, err := s.ByEventID(ctxT(t), ev.EventID)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got = append(got, Result{Event: g})
+		}
+		same(t, got, rs)
+		checkOnce(t, e, s, envs)
+	})
+	t.Run("retry by the same writer", func(t *testing.T) {
+		e := newEnv(t)
+		s, envs, rs := loseCommit(t, e)
+		got := mustAppend(t, s, envs...)
+		for i, r := range got {
+			if !r.Duplicate {
+				t.Errorf("retry %d not a duplicate: %s", i, describe(r))
+			}
+		}
+		same(t, got, rs)
+		checkOnce(t, e, s, envs)
+	})
+	t.Run("later append by another writer", func(t *testing.T) {
+		e := newEnv(t)
+		_, envs, rs := loseCommit(t, e)
+		cfg := testConfig()
+		cfg.AppendTimeout = shortTimeout
+		other := e.store(t, Options{Config: cfg, WriterID: "other"})
+		same(t, mustAppend(t, other, envs...), rs)
+		checkOnce(t, e, other, envs)
+	})
+}
+
 // A writer stalled between reservation and PUT for longer than the append
 // timeout finds its rows abandoned by a repair; its commit revives them.
 func TestLateWriterRevivesAbandonedRows(t *testing.T) {
