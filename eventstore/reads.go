@@ -17,8 +17,19 @@ import (
 const indexColumns = `position, event_id::text, kind, aggregate_type, aggregate_id, sequence_number, state, segment_key,
        coalesce(byte_offset, -1), coalesce(byte_length, 0), canonical_hash, occurred_at, writer_id, false`
 
+// Replan is the pgx execution mode of the store's queries on its growing
+// tables (and the relay's): an unnamed statement with a cached description,
+// so Postgres plans every execution for the table as it is. With cached
+// prepared statements a plan made while appends was small (a sequential
+// scan) stays in use as the table grows until an ANALYZE invalidates it —
+// parameterless statements such as Head always reuse their first plan;
+// measured 1.5 ms per Head at 10,000 rows instead of 0.05 ms, growing with
+// the table. A plan costs 0.1–0.3 ms of Postgres CPU per statement; the
+// store's statements each serve a whole group or read.
+const Replan = pgx.QueryExecModeCacheDescribe
+
 func (s *Store) queryRows(ctx context.Context, sql string, args ...any) ([]indexRow, error) {
-	rows, err := s.pool.Query(ctx, sql, args...)
+	rows, err := s.pool.Query(ctx, sql, append([]any{Replan}, args...)...)
 	if err != nil {
 		return nil, err
 	}
@@ -104,7 +115,7 @@ func (s *Store) one(ctx context.Context, what, sql string, args ...any) (Event, 
 // abandoned; relay lag is Head minus the relay checkpoint.
 func (s *Store) Head(ctx context.Context) (int64, error) {
 	var head int64
-	err := s.pool.QueryRow(ctx, `SELECT coalesce(max(position), 0) FROM sluice.appends WHERE state = 'committed'`).Scan(&head)
+	err := s.pool.QueryRow(ctx, `SELECT coalesce(max(position), 0) FROM sluice.appends WHERE state = 'committed'`, Replan).Scan(&head)
 	if err != nil {
 		return 0, fmt.Errorf("eventstore: head: %w", err)
 	}
@@ -123,7 +134,7 @@ func (s *Store) Segments(ctx context.Context, afterPosition int64, limit int) ([
 	var out []SegmentInfo
 	if afterPosition > 0 {
 		var key string
-		err := s.pool.QueryRow(ctx, `SELECT segment_key FROM sluice.appends WHERE position = $1 AND state = 'committed'`, afterPosition+1).Scan(&key)
+		err := s.pool.QueryRow(ctx, `SELECT segment_key FROM sluice.appends WHERE position = $1 AND state = 'committed'`, Replan, afterPosition+1).Scan(&key)
 		switch {
 		case errors.Is(err, pgx.ErrNoRows):
 		case err != nil:
@@ -233,7 +244,7 @@ func (s *Store) Index(ctx context.Context, q IndexQuery) ([]IndexEntry, error) {
 	}
 	rows, err := s.pool.Query(ctx, `SELECT position, event_id::text, kind, aggregate_type, aggregate_id, sequence_number, state,
 		segment_key, coalesce(byte_offset, 0), coalesce(byte_length, 0), writer_id, reserved_at, committed_at
-		FROM sluice.appends WHERE position BETWEEN $1 AND $2`+cond+` ORDER BY position LIMIT $3`,
+		FROM sluice.appends WHERE position BETWEEN $1 AND $2`+cond+` ORDER BY position LIMIT $3`, Replan,
 		q.FromPosition, q.ToPosition, q.Limit)
 	if err != nil {
 		return nil, fmt.Errorf("eventstore: index: %w", err)

@@ -30,9 +30,10 @@ WITH upd AS (
 SELECT count(*) FROM upd`
 
 // sqlCommitSettings makes the commit transaction asynchronous and plans
-// its update for the arrays at hand: a generic plan cached while appends was
-// small joins the arrays to a sequential scan of appends (measured: 4 ms per
-// 50-row commit at 40,000 rows, growing with the table until an ANALYZE).
+// its update per call (sqlPlanPerCall): a generic plan cached while appends
+// was small joins the arrays to a sequential scan of appends (measured: 4 ms
+// per 50-row commit at 40,000 rows, growing with the table until an
+// ANALYZE).
 const sqlCommitSettings = `SELECT set_config('synchronous_commit', 'off', true), set_config('plan_cache_mode', 'force_custom_plan', true)`
 
 // sqlNotify sends a wake-up on NotifyChannel in a transaction of its own.

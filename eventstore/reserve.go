@@ -59,6 +59,11 @@ FROM sluice.appends a
 JOIN unnest($1::text[], $2::text[], $3::bigint[]) AS u(t, i, s)
   ON a.aggregate_type = u.t AND a.aggregate_id = u.i AND a.sequence_number = u.s`
 
+// sqlPlanPerCall makes the general path's statements plan per call, for
+// the arrays at hand and the tables as they are: generic plans cached while
+// appends was small scan it sequentially (see Replan).
+const sqlPlanPerCall = `SELECT set_config('plan_cache_mode', 'force_custom_plan', true)`
+
 // sqlLockSequences locks (creating at 0 where missing) the sequence rows of
 // the group's aggregates and returns their last sequence. The input is
 // sorted, so concurrent groups lock in the same order.
@@ -193,6 +198,7 @@ func (s *Store) reserveOnce(ctx context.Context, items []*item) (accepted []*ite
 	}
 	b := &pgx.Batch{}
 	b.Queue("BEGIN")
+	b.Queue(sqlPlanPerCall)
 	b.Queue(sqlLookupEvents, ids, s.cfg.appendTO.Seconds())
 	if len(slotT) > 0 {
 		b.Queue(sqlLookupSlots, slotT, slotI, slotK)
@@ -206,8 +212,10 @@ func (s *Store) reserveOnce(ctx context.Context, items []*item) (accepted []*ite
 	err = func() error {
 		br := c.SendBatch(ctx, b)
 		defer br.Close()
-		if _, err := br.Exec(); err != nil {
-			return err
+		for range 2 { // BEGIN, sqlPlanPerCall
+			if _, err := br.Exec(); err != nil {
+				return err
+			}
 		}
 		rows, _ := br.Query()
 		for rows.Next() {

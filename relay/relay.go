@@ -541,7 +541,7 @@ func PositionAt(ctx context.Context, pool *pgxpool.Pool, t time.Time) (int64, er
 
 // headAndNow returns the highest committed position and the database clock.
 func (r *Relay) headAndNow(ctx context.Context) (head int64, now time.Time, err error) {
-	err = r.pool.QueryRow(ctx, `SELECT coalesce(max(position), 0), now() FROM sluice.appends WHERE state = 'committed'`).Scan(&head, &now)
+	err = r.pool.QueryRow(ctx, `SELECT coalesce(max(position), 0), now() FROM sluice.appends WHERE state = 'committed'`, eventstore.Replan).Scan(&head, &now)
 	if err != nil {
 		return 0, time.Time{}, fmt.Errorf("relay: head: %w", err)
 	}
