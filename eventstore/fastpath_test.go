@@ -15,7 +15,7 @@ import (
 	"github.com/sluicehq/sluice/shared/envelope"
 )
 
-// The one-round-trip reservation (migration 00006) and the general path
+// The one-round-trip reservation (migrations 00006, 00008) and the general path
 // leave identical tables and return identical results for the same appends:
 // sequences, OCC conflicts (also within one group and on a new aggregate),
 // all-conflict groups, positions, segment keys and byte ranges.
@@ -91,7 +91,7 @@ func TestFastReservationMatchesGeneralPath(t *testing.T) {
 }
 
 // A group with an event_id already stored takes the general path (nothing
-// reserved by the fast path), and a store without migration 00006 falls
+// reserved by the fast path), and a store without migration 00008 falls
 // back to the general path for good.
 func TestFastReservationFallsBack(t *testing.T) {
 	cases := []struct {
@@ -110,8 +110,8 @@ func TestFastReservationFallsBack(t *testing.T) {
 				}
 			}
 		}},
-		{"migration 00006 missing", func(t *testing.T, e *env, s *Store) ([]envelope.Envelope, func([]Result)) {
-			if _, err := e.pool.Exec(ctxT(t), `DROP FUNCTION sluice.eventstore_reserve`); err != nil {
+		{"migration 00008 missing", func(t *testing.T, e *env, s *Store) ([]envelope.Envelope, func([]Result)) {
+			if _, err := e.pool.Exec(ctxT(t), `DROP FUNCTION sluice.eventstore_reserve_v2`); err != nil {
 				t.Fatal(err)
 			}
 			return []envelope.Envelope{command("Order", "o", 1), command("Order", "o", 2)}, func(rs []Result) {

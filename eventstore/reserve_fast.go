@@ -20,16 +20,19 @@ INSERT INTO sluice.eventstore_flush AS f (backend_pid, flushes) VALUES (pg_backe
 ON CONFLICT (backend_pid) DO UPDATE SET flushes = f.flushes + 1`
 
 // sqlNotifyReserved sends the reservation's NOTIFY ("reserved FIRST LAST",
-// left by eventstore_reserve in the session variable) after its commit, in
+// left by eventstore_reserve_v2 in the session variable) after its commit, in
 // a transaction without WAL of its own.
 const sqlNotifyReserved = `
 SELECT pg_notify('` + NotifyChannel + `', p) FROM (SELECT current_setting('sluice.reserved_notify', true) AS p) AS x WHERE p <> ''`
 
-// sqlReserveFast calls the one-round-trip reservation of migration 00006
-// (sluice.eventstore_reserve): the whole reservation transaction of a group
-// as one statement.
+// sqlReserveFast calls the one-round-trip reservation of migration 00008
+// (sluice.eventstore_reserve_v2): the whole reservation transaction of a
+// group as one statement.
 const sqlReserveFast = `
-SELECT first_pos, seqs, actuals FROM sluice.eventstore_reserve($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)`
+SELECT first_pos, seqs, actuals FROM sluice.eventstore_reserve_v2($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)`
+
+// eventIDKey is the unique constraint on appends.event_id.
+const eventIDKey = "appends_event_id_key"
 
 // fastEligible reports whether a group can take the one-round-trip
 // reservation: the postgres allocator, and no envelope naming its sequence
@@ -47,10 +50,12 @@ func (s *Store) fastEligible(items []*item) bool {
 }
 
 // reserveFast runs a group's reservation in one round trip (SPEC §5.4
-// steps 2–3 for the common case; see migrations/00006_eventstore_fast.sql).
-// ok is false when the general path must decide instead: an event_id of the
-// group is already in appends (idempotency, revival, a live writer), or the
-// function is missing (migration 00006 not applied). Its outcome is the
+// steps 2–3 for the common case; see migrations/00006_eventstore_fast.sql
+// and 00008_eventstore_reserve_v2.sql). ok is false when the general path
+// must decide instead: an event_id of the group is already in appends
+// (idempotency, revival, a live writer: the function fails on the unique
+// index and nothing of it remains), or the function is missing (migration
+// 00008 not applied). Its outcome is the
 // general path's: accepted items in arrival order with their sequences and
 // consecutive positions from first, *ConflictError for the rest.
 func (s *Store) reserveFast(ctx context.Context, items []*item) (accepted []*item, first int64, ok bool, err error) {
@@ -89,8 +94,11 @@ func (s *Store) reserveFast(ctx context.Context, items []*item) (accepted []*ite
 		var pgErr *pgconn.PgError
 		if errors.As(err, &pgErr) && (pgErr.Code == "42883" || pgErr.Code == "42P01") { // undefined function or table
 			s.noFastReserve.Store(true)
-			s.cfg.logger.Warn("eventstore: migration 00006 not applied; reservations take two round trips", "error", err)
+			s.cfg.logger.Warn("eventstore: migration 00008 not applied; reservations take two round trips", "error", err)
 			return nil, 0, false, nil
+		}
+		if errors.As(err, &pgErr) && pgErr.Code == "23505" && pgErr.ConstraintName == eventIDKey {
+			return nil, 0, false, nil // an event id is stored already (or being stored)
 		}
 		return nil, 0, false, fmt.Errorf("eventstore: reserve: %w", err)
 	}

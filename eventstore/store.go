@@ -32,7 +32,7 @@ type Store struct {
 	cancel context.CancelFunc
 
 	stats         stageStats
-	noFastReserve atomic.Bool // migration 00006 missing: general reservation path only
+	noFastReserve atomic.Bool // migration 00008 missing: general reservation path only
 }
 
 // New returns a Store over the pool (migrations applied) and the bucket,
