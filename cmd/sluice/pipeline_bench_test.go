@@ -5,6 +5,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
+	"math"
 	"math/rand/v2"
 	"net/http"
 	"os"
@@ -298,12 +300,17 @@ func (p *pipeline) load(b *testing.B, name string, rate int, d time.Duration) {
 		}
 		return true
 	})
-	var api, kafka, es []time.Duration
+	// Per command: api, kafka and es from the scheduled send; relay (the
+	// 202 → the command on Kafka) and worker (on Kafka → the ES write) are
+	// the two later legs alone, so the tail of es can be placed.
+	var api, kafka, es, relayLeg, workerLeg []time.Duration
 	p.mu.Lock()
 	for _, s := range sents {
 		api = append(api, s.accepted.Sub(s.at))
 		if at, ok := p.kafka[s.key]; ok {
 			kafka = append(kafka, at.Sub(s.at))
+			relayLeg = append(relayLeg, at.Sub(s.accepted))
+			workerLeg = append(workerLeg, p.es[s.key].Sub(at))
 		}
 		es = append(es, p.es[s.key].Sub(s.at))
 	}
@@ -312,13 +319,17 @@ func (p *pipeline) load(b *testing.B, name string, rate int, d time.Duration) {
 	report(b, "api", api)
 	report(b, "kafka", kafka)
 	report(b, "es", es)
+	report(b, "relay", relayLeg)
+	report(b, "worker", workerLeg)
 	b.ReportMetric(float64(failed.Load()), "failed")
 	// Where the time goes: mean time per call of each stage during this
-	// load, from the services' own histograms.
+	// load, from the services' own histograms, and the bucket bound its
+	// p99 lies under.
 	after := p.stageTimes(b)
 	for k, a := range after {
 		if d := a.sub(before[k]); d.count > 0 {
 			b.ReportMetric(d.sum/float64(d.count)*1000, k+"-mean-ms")
+			b.ReportMetric(d.quantile(0.99)*1000, k+"-p99le-ms") // a bucket bound
 		}
 	}
 	b.ReportMetric(0, "ns/op")
@@ -343,13 +354,33 @@ func report(b *testing.B, stage string, d []time.Duration) {
 	b.ReportMetric(ms(d[len(d)-1]), stage+"-max-ms")
 }
 
-// histSum is a histogram's sum (seconds) and count.
+// histSum is a histogram's sum (seconds), count and cumulative bucket
+// counts by upper bound.
 type histSum struct {
-	sum   float64
-	count uint64
+	sum     float64
+	count   uint64
+	buckets map[float64]uint64
 }
 
-func (a histSum) sub(b histSum) histSum { return histSum{a.sum - b.sum, a.count - b.count} }
+func (a histSum) sub(b histSum) histSum {
+	d := histSum{a.sum - b.sum, a.count - b.count, map[float64]uint64{}}
+	for ub, n := range a.buckets {
+		d.buckets[ub] = n - b.buckets[ub]
+	}
+	return d
+}
+
+// quantile is the upper bound of the first bucket holding the q-quantile
+// (+Inf beyond the last bound).
+func (a histSum) quantile(q float64) float64 {
+	ubs := slices.Sorted(maps.Keys(a.buckets))
+	for _, ub := range ubs {
+		if float64(a.buckets[ub]) >= q*float64(a.count) {
+			return ub
+		}
+	}
+	return math.Inf(1)
+}
 
 // stageTimes scrapes /metrics: the stage histograms of both workers
 // (claim, handle, mark_done, commit, end_to_end), the relay's flush, the
@@ -370,7 +401,14 @@ func (p *pipeline) stageTimes(b *testing.B) map[string]histSum {
 	add := func(name string, m *dto.Metric) {
 		h := m.GetHistogram()
 		cur := out[name]
-		out[name] = histSum{cur.sum + h.GetSampleSum(), cur.count + h.GetSampleCount()}
+		bs := maps.Clone(cur.buckets)
+		if bs == nil {
+			bs = map[float64]uint64{}
+		}
+		for _, bk := range h.GetBucket() {
+			bs[bk.GetUpperBound()] += bk.GetCumulativeCount()
+		}
+		out[name] = histSum{cur.sum + h.GetSampleSum(), cur.count + h.GetSampleCount(), bs}
 	}
 	label := func(m *dto.Metric, name string) string {
 		for _, l := range m.GetLabel() {
