@@ -110,6 +110,33 @@ func TestFastReservationFallsBack(t *testing.T) {
 				}
 			}
 		}},
+		{"retry of a stored event with expected_seq", func(t *testing.T, e *env, s *Store) ([]envelope.Envelope, func([]Result)) {
+			// OCC would reject the retry (the aggregate is at 1 now) before
+			// its insert could hit the unique index: idempotency first.
+			old := command("Order", "o", "old")
+			old.ExpectedSeq = expect(0)
+			first := mustAppend(t, s, old)[0]
+			return []envelope.Envelope{old}, func(rs []Result) {
+				if rs[0].Err != nil || !rs[0].Duplicate || rs[0].Event.Envelope.Position != first.Event.Envelope.Position {
+					t.Errorf("retry: %s, want the stored event", describe(rs[0]))
+				}
+			}
+		}},
+		{"retry with expected_seq next to a fresh envelope", func(t *testing.T, e *env, s *Store) ([]envelope.Envelope, func([]Result)) {
+			old := command("Order", "o", "old")
+			old.ExpectedSeq = expect(0)
+			first := mustAppend(t, s, old)[0]
+			fresh := command("Order", "p", "fresh")
+			fresh.ExpectedSeq = expect(0)
+			return []envelope.Envelope{fresh, old}, func(rs []Result) {
+				if rs[0].Err != nil || rs[0].Event.Envelope.SequenceNumber != 1 {
+					t.Errorf("fresh: %s, want seq 1", describe(rs[0]))
+				}
+				if rs[1].Err != nil || !rs[1].Duplicate || rs[1].Event.Envelope.Position != first.Event.Envelope.Position {
+					t.Errorf("retry: %s, want the stored event", describe(rs[1]))
+				}
+			}
+		}},
 		{"migration 00008 missing", func(t *testing.T, e *env, s *Store) ([]envelope.Envelope, func([]Result)) {
 			if _, err := e.pool.Exec(ctxT(t), `DROP FUNCTION sluice.eventstore_reserve_v2`); err != nil {
 				t.Fatal(err)

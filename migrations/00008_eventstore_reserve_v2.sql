@@ -5,13 +5,16 @@
 -- (a rolling upgrade runs both). Two differences, both measured on the
 -- development machine (docs/eventstore.md, "Where the time goes"):
 --
---   1. No look-up of the group's event ids before the work. A group holding
---      an event id that is already in appends fails on the unique index
---      appends_event_id_key (SQLSTATE 23505) and rolls back whole, exactly as
---      a concurrent writer taking an id did before; the caller then runs the
---      general path (idempotency, revival, waiting for a live writer). The
---      look-up cost an index probe per envelope on every group to serve the
---      rare retry (0.3 ms of 2 ms for 50 envelopes).
+--   1. No look-up of the group's event ids before the work when no envelope
+--      carries expected_seq: every envelope is then inserted, so a group
+--      holding an event id that is already in appends fails on the unique
+--      index appends_event_id_key (SQLSTATE 23505) and rolls back whole,
+--      exactly as a concurrent writer taking an id did before; the caller
+--      then runs the general path (idempotency, revival, waiting for a live
+--      writer). The look-up cost an index probe per envelope on every group
+--      to serve the rare retry (0.3 ms of 2 ms for 50 envelopes). Groups with
+--      expected_seq keep it: a stale retry would be rejected by OCC before
+--      its insert could fail.
 --   2. A group in which no envelope carries expected_seq (no OCC) moves its
 --      aggregates' sequences with ONE upsert: each aggregate's last sequence
 --      goes up by its number of envelopes, created at that number when
@@ -79,7 +82,14 @@ BEGIN
     ELSE
         -- OCC: the form of 00006 (lock in sorted order, creating at 0; read;
         -- assign in arrival order; write back; delete rows created unused).
+        -- A stale envelope is rejected before any insert, so the unique
+        -- index cannot catch a retry here: idempotency (SPEC §5.4 step 2)
+        -- comes before OCC, and a stored event id sends the group to the
+        -- general path as in 00006.
         PERFORM set_config('plan_cache_mode', 'force_custom_plan', true);
+        IF EXISTS (SELECT 1 FROM sluice.appends WHERE event_id = ANY (p_eid::uuid[])) THEN
+            RETURN; -- first_pos NULL: the general path decides
+        END IF;
         WITH ins AS (
             INSERT INTO sluice.sequences AS s (aggregate_type, aggregate_id, last_sequence)
             SELECT u.t, u.i, 0 FROM unnest(p_t, p_i) AS u(t, i)

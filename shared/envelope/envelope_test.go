@@ -321,6 +321,10 @@ func TestParseValidEdges(t *testing.T) {
 		{"metadata free keys", withField(t, "metadata", `{"x":[1,{"y":null}],"z":1e400}`)},
 		{"ordering_key empty", withField(t, "metadata", `{"ordering_key":""}`)},
 		{"whitespace around", " \n" + minimalValid + "\n\t "},
+		// encoding/json accepts escaped lone surrogates (as U+FFFD); events
+		// stored by earlier releases may hold them
+		{"lone surrogate escape in data", withField(t, "data", `{"a":"\ud800","\udfff":1}`)},
+		{"lone surrogate escape in metadata", withField(t, "metadata", `{"note":"x\udc00y"}`)},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -328,6 +332,19 @@ func TestParseValidEdges(t *testing.T) {
 				t.Fatalf("Parse(%s): %v", tc.input, err)
 			}
 		})
+	}
+	// A string field with one decodes as encoding/json does.
+	in := strings.Replace(withField(t, "actor", `"a\ud800b"`), `"Order-1"`, `"Order-\u0031"`, 1)
+	e, err := Parse([]byte(in), DefaultLimits())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var want struct{ Actor string }
+	if err := json.Unmarshal([]byte(in), &want); err != nil {
+		t.Fatal(err)
+	}
+	if e.Actor != want.Actor || e.AggregateID != "Order-1" {
+		t.Fatalf("actor %q aggregate_id %q, want %q and Order-1", e.Actor, e.AggregateID, want.Actor)
 	}
 }
 

@@ -145,11 +145,13 @@ func unquote(v []byte) (string, bool) {
 	if bytes.IndexByte(v, '\\') < 0 {
 		return string(v[1 : len(v)-1]), true
 	}
-	u, err := jsontext.AppendUnquote(nil, v)
-	if err != nil {
+	// With escapes: the tokenizer, as walkObject read it (a lone surrogate
+	// escape becomes U+FFFD, as encoding/json decodes it).
+	tok, err := jsontext.NewDecoder(bytes.NewBuffer(v), jsontext.AllowInvalidUTF8(true)).ReadToken()
+	if err != nil || tok.Kind() != '"' {
 		return "", false
 	}
-	return string(u), true
+	return tok.String(), true
 }
 
 func decodeFields(raw map[string]json.RawMessage) (Envelope, error) {
@@ -519,7 +521,7 @@ func ValidateCommandID(id string) error {
 
 // walkObject scans b, which must hold exactly one JSON object, in one pass
 // with the jsontext tokenizer (encoding/json/v2's, which rejects duplicate
-// keys at any level, invalid UTF-8 and invalid escapes by itself) and
+// keys at any level and invalid escapes by itself) and
 // rejects nesting deeper than maxDepth. With envelope set, b is a whole
 // envelope: depth is counted inside each top-level field (the field's object
 // is depth 1), errors name that field, and onTopKey is called for each
@@ -537,8 +539,11 @@ func walkObject(b []byte, field string, maxDepth int, envelope bool, onTopKey fu
 		}
 		return invalid(field, "object", "must be a JSON object")
 	}
-	// A *bytes.Buffer is read in place, without a copy.
-	dec := jsontext.NewDecoder(bytes.NewBuffer(b))
+	// A *bytes.Buffer is read in place, without a copy. Raw UTF-8 is
+	// checked before (utf8.Valid); AllowInvalidUTF8 only lets escaped lone
+	// surrogates ("\ud800") through, which encoding/json accepts (as U+FFFD)
+	// and events stored before this parser may hold.
+	dec := jsontext.NewDecoder(bytes.NewBuffer(b), jsontext.AllowInvalidUTF8(true))
 	cur := field
 	valStart := 0 // where the current top-level value starts (onTopValue)
 	closed := false
