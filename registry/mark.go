@@ -161,9 +161,7 @@ func (r *Registry) MarkDoneBatch(ctx context.Context, items []Done) (errs []erro
 	done := make([]bool, len(handlers))
 	err = r.run(ctx, "mark done", func(ctx context.Context) error {
 		clear(done)
-		// Planned per call: a generic plan made while processed_events
-		// was small costs 2.7× a custom one later (pipeline benchmark).
-		rows, err := r.pool.Query(ctx, markDoneSQL, pgx.QueryExecModeCacheDescribe, handlers, eventIDs, tokens, outcomes, outcomeOf)
+		rows, err := r.pool.Query(ctx, markDoneSQL, handlers, eventIDs, tokens, outcomes, outcomeOf)
 		if err != nil {
 			return err
 		}
