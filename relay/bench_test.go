@@ -88,7 +88,7 @@ func BenchmarkRelay(b *testing.B) {
 					}
 				}
 			}
-			_, stop := runRelay(b, e, opts)
+			r, stop := runRelay(b, e, opts)
 			waitFor(b, 30*time.Second, "relay leader", func() bool { return e.checkpoint(b).Position == 0 })
 			total := rate * 5
 			envs := mixedEnvelopes(total, 500, "")
@@ -131,6 +131,10 @@ func BenchmarkRelay(b *testing.B) {
 			slices.Sort(rlat)
 			b.ReportMetric(float64(rlat[len(rlat)/2].Microseconds())/1000, "relay_p50_ms")
 			b.ReportMetric(float64(rlat[len(rlat)*99/100].Microseconds())/1000, "relay_p99_ms")
+			// How the cycles were planned (a LIST costs several ms on MinIO).
+			for _, pl := range []string{"list", "index", "idle"} {
+				b.ReportMetric(value(r.m.plans.WithLabelValues(pl)), pl+"_cycles")
+			}
 			b.ReportMetric(0, "ns/op")
 		}
 	})

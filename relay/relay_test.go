@@ -629,3 +629,44 @@ func TestIndexPlan(t *testing.T) {
 		}
 	}
 }
+
+// TestIndexPlanInFlight: a window holding a position still in flight (a
+// group committing after a later one) is planned from the index too, not
+// listed: the other aggregates' events are published at once, the
+// in-flight position's aggregate waits, the checkpoint stops before it.
+func TestIndexPlanInFlight(t *testing.T) {
+	e := newEnv(t, 30*time.Second) // the reservation stays young
+	opts := e.opts(t)
+	opts.Config.PollInterval = time.Hour // every listing after the first is the plan's choice
+	r, stop := runRelay(t, e, opts)
+	defer stop()
+	appendAll(t, e.store, 1, []envelope.Envelope{command("X", 0), command("Y", 0)})
+	waitFor(t, 20*time.Second, "first events", func() bool { return e.checkpoint(t).Position == 2 })
+	waitFor(t, 20*time.Second, "the first LIST", func() bool { return value(r.m.plans.WithLabelValues("list")) >= 1 })
+	lists, indexes := value(r.m.plans.WithLabelValues("list")), value(r.m.plans.WithLabelValues("index"))
+
+	gapPos := reserveCrashed(t, e, command("X", 1))
+	after := appendAll(t, e.store, 1, []envelope.Envelope{command("Y", 1), command("X", 2), command("Z", 1)})
+	waitFor(t, 10*time.Second, "unrelated aggregates published past the in-flight position", func() bool {
+		return sumVec(r.m.published) == 4
+	})
+	for _, rec := range e.consumeAll(t, e.commandsTopic()) {
+		if agg, _ := header(rec, "aggregate_id"); agg == "X" {
+			if pos, _ := header(rec, "position"); pos != "1" {
+				t.Errorf("X's event at position %s published while X's position %d is in flight", pos, gapPos)
+			}
+		}
+	}
+	if v := value(r.m.plans.WithLabelValues("list")); v != lists {
+		t.Errorf("%v LIST cycles with an in-flight position in the window, want none", v-lists)
+	}
+	if v := value(r.m.plans.WithLabelValues("index")); v <= indexes {
+		t.Errorf("no index plan for the window with an in-flight position")
+	}
+	if cp := e.checkpoint(t); cp.Position != gapPos-1 {
+		t.Errorf("checkpoint %d, want %d (before the in-flight position)", cp.Position, gapPos-1)
+	}
+	if len(after) != 3 {
+		t.Fatalf("%d appended", len(after))
+	}
+}
