@@ -25,9 +25,10 @@ func (s *Store) processGroup(g *group) {
 	if err == nil && len(accepted) > 0 {
 		s.stats.groups.Add(1)
 		s.stats.events.Add(int64(len(accepted)))
-		s.stats.gather.Add(int64(g.started.Sub(g.oldest)))
-		s.stats.reserve.Add(int64(time.Since(t0)))
+		s.observeStage(&s.stats.gather, "gather", g.started.Sub(g.oldest))
+		s.observeStage(&s.stats.reserve, "reserve", time.Since(t0))
 		s.stats.inFlight.Add(int64(g.inFlight))
+		s.m.events.Observe(float64(len(accepted)))
 	}
 	if err != nil {
 		for _, it := range g.items {
@@ -87,7 +88,7 @@ func (s *Store) writeBlock(ctx context.Context, accepted []*item, first int64) {
 	}
 	t0 := time.Now()
 	stored, err := s.createSegment(ctx, key, body)
-	s.stats.put.Add(int64(time.Since(t0)))
+	s.observeStage(&s.stats.put, "put", time.Since(t0))
 	if err != nil {
 		fail(err)
 		return
@@ -123,7 +124,7 @@ func (s *Store) writeBlock(ctx context.Context, accepted []*item, first int64) {
 	}
 	t0 = time.Now()
 	_, err = s.commitRows(ctx, key, refs, false)
-	s.stats.commit.Add(int64(time.Since(t0)))
+	s.observeStage(&s.stats.commit, "commit", time.Since(t0))
 	if err != nil {
 		fail(err)
 		return

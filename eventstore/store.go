@@ -32,6 +32,7 @@ type Store struct {
 	cancel context.CancelFunc
 
 	stats         stageStats
+	m             *metrics
 	noFastReserve atomic.Bool // migration 00008 missing: general reservation path only
 }
 
@@ -54,6 +55,7 @@ func New(pool *pgxpool.Pool, bucket objstore.Bucket, opts Options) (*Store, erro
 		quit:      make(chan struct{}),
 		exited:    make(chan struct{}),
 		ctx:       ctx, cancel: cancel,
+		m: newMetrics(),
 	}
 	go s.run()
 	return s, nil
@@ -119,6 +121,7 @@ func (s *Store) Append(ctx context.Context, envs ...envelope.Envelope) ([]Result
 		items = append(items, it)
 	}
 	if len(items) == 0 {
+		s.m.countResults(results)
 		return results, nil
 	}
 	s.mu.RLock()
@@ -141,6 +144,7 @@ func (s *Store) Append(ctx context.Context, envs ...envelope.Envelope) ([]Result
 			return nil, ctx.Err()
 		}
 	}
+	s.m.countResults(results)
 	return results, nil
 }
 

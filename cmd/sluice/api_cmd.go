@@ -52,6 +52,7 @@ on /v1 when set. The API is described at /openapi.json and in docs/api.md.`,
 				}
 			}
 			metrics := observability.NewRegistry()
+			metrics.MustRegister(store.Collectors()...)
 			health := observability.NewHealth()
 			health.AddReadiness("postgres", func(ctx context.Context) error { return pool.Ping(ctx) })
 			h, err := api.New(api.Options{

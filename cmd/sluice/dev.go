@@ -190,6 +190,7 @@ func runDev(parent context.Context, out io.Writer, cfg *config.Config, logger *s
 	parts = append(parts, devPart{"elasticsearch test server", true, esURL + " (in-memory, Elasticsearch 8 API subset)"})
 
 	metrics := observability.NewRegistry()
+	metrics.MustRegister(store.Collectors()...)
 	health := observability.NewHealth()
 	health.AddReadiness("postgres", func(ctx context.Context) error { return pool.Ping(ctx) })
 

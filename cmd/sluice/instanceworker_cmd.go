@@ -32,6 +32,7 @@ func newInstanceWorkerCmd() *cobra.Command {
 				return err
 			}
 			metrics := observability.NewRegistry()
+			metrics.MustRegister(store.Collectors()...)
 			health := observability.NewHealth()
 			svc, err := instanceworker.NewService(cfg, instanceworker.Deps{
 				Pool: pool, Store: store, ES: es, Logger: logger, Metrics: metrics, Health: health,

@@ -393,7 +393,8 @@ func (a histSum) quantile(q float64) float64 {
 }
 
 // stageTimes scrapes /metrics: the stage histograms of both workers
-// (claim, handle, mark_done, commit, end_to_end), the relay's flush, the
+// (claim, handle, mark_done, commit, end_to_end), the event store's group
+// commit (gather, reserve, put, commit), the relay's flush, the
 // projection's ES bulk and the API's requests, by a short name.
 func (p *pipeline) stageTimes(b *testing.B) map[string]histSum {
 	b.Helper()
@@ -439,6 +440,8 @@ func (p *pipeline) stageTimes(b *testing.B) map[string]histSum {
 					h = strings.NewReplacer("projection:", "", ":", "-").Replace(h)
 				}
 				add(h+"-"+label(m, "stage"), m)
+			case "sluice_eventstore_stage_duration_seconds":
+				add("store-"+label(m, "stage"), m)
 			case "relay_flush_seconds":
 				add("relay-flush", m)
 			case "sluice_projection_bulk_duration_seconds":
