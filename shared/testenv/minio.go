@@ -4,11 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"net"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -116,13 +118,50 @@ func StartMinIO(ctx context.Context) (*MinIO, error) {
 	return nil, lastErr
 }
 
+// freePort returns a port on 127.0.0.1 that was free a moment ago. It is
+// drawn at random from below the kernel's ephemeral range: a port the
+// kernel handed out for ":0" and took back is soon handed out again — to
+// another test's listener or as the source port of any outgoing
+// connection — so the window between this probe and the caller's bind was
+// a real race when test packages run in parallel (seen in CI: a service
+// of the acceptance suite found its port taken and another process
+// answered on it). Below the ephemeral range only other callers of
+// freePort pick ports, at random among thousands. Falls back to ":0".
 func freePort() (int, error) {
+	lo, hi := portRange()
+	for range 64 {
+		if hi <= lo {
+			break
+		}
+		port := lo + rand.IntN(hi-lo)
+		l, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", port))
+		if err != nil {
+			continue // taken: draw again
+		}
+		_ = l.Close()
+		return port, nil
+	}
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return 0, fmt.Errorf("testenv: free port: %w", err)
 	}
 	defer l.Close()
 	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+// portRange is the range freePort draws from: 20000 up to the start of the
+// kernel's ephemeral range (net.ipv4.ip_local_port_range; 32768 when it
+// cannot be read), empty when that range starts lower.
+func portRange() (lo, hi int) {
+	hi = 32768
+	if b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range"); err == nil {
+		if f := strings.Fields(string(b)); len(f) == 2 {
+			if v, err := strconv.Atoi(f[0]); err == nil {
+				hi = v
+			}
+		}
+	}
+	return 20000, hi
 }
 
 func (m *MinIO) start(ctx context.Context) error {
