@@ -35,8 +35,8 @@ func TestMetrics(t *testing.T) {
 		}
 	}
 	// One group reserved one envelope (the retry reserves nothing).
-	if n := testutil.CollectAndCount(s.m.events); n != 1 {
-		t.Fatalf("group_events: %d series", n)
+	if c := histCount(t, s.m.events); c != 1 {
+		t.Fatalf("group_events observed %d groups, want 1", c)
 	}
 	for _, stage := range []string{"gather", "reserve", "put", "commit"} {
 		h := s.m.stage.WithLabelValues(stage).(prometheus.Histogram)

@@ -247,8 +247,10 @@ listing:
 // ok is false, and the cycle lists as usual, for a backlog, a prefetch in
 // progress, or any position of the window abandoned, missing or reserved
 // past the append timeout (the LIST and the gap rules of SPEC §6.3 deal
-// with those). Segments written but not yet committed wait for their
-// commit's notification instead of being found by the LIST.
+// with those), and, while positions are in flight, once per poll interval:
+// that LIST finds a segment whose writer died between PUT and commit.
+// Otherwise segments written but not yet committed wait for their commit's
+// notification instead of being found by the LIST.
 func (r *Relay) planFromIndex(ctx context.Context, ls *leaderState, head int64, now time.Time) (pl plan, ok bool, err error) {
 	base := ls.cp.Position
 	n := head - base
@@ -272,6 +274,7 @@ func (r *Relay) planFromIndex(ctx context.Context, ls *leaderState, head int64, 
 	}
 	seen := map[string]bool{}
 	var run []eventstore.IndexEntry // reserved positions in flight, in order
+	inFlight := false
 	endRun := func() {
 		if len(run) > 0 {
 			pl.items = append(pl.items, item{first: run[0].Position, rows: run})
@@ -288,6 +291,7 @@ func (r *Relay) planFromIndex(ctx context.Context, ls *leaderState, head int64, 
 			// one): the walk holds its aggregate back, exactly as the
 			// LIST plan's hole would; its commit's notification wakes us.
 			run = append(run, row)
+			inFlight = true
 			continue
 		case row.State != stateCommitted:
 			return plan{}, false, nil // abandoned, or reserved past the timeout
@@ -304,6 +308,13 @@ func (r *Relay) planFromIndex(ctx context.Context, ls *leaderState, head int64, 
 		pl.items = append(pl.items, item{first: first, seg: newFetch(row.SegmentKey)})
 	}
 	endRun()
+	if inFlight && time.Since(ls.lastList) >= r.s.Config.PollInterval {
+		// A cycle lists at least once per poll interval while positions
+		// are in flight: a segment whose writer died between PUT and
+		// commit is found and published then, not only after the append
+		// timeout.
+		return plan{}, false, nil
+	}
 	r.m.plans.WithLabelValues("index").Inc()
 	return pl, true, nil
 }

@@ -3,9 +3,11 @@ package relay
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"maps"
 	"os"
+	"slices"
 	"strconv"
 	"testing"
 	"time"
@@ -663,10 +665,75 @@ func TestIndexPlanInFlight(t *testing.T) {
 	if v := value(r.m.plans.WithLabelValues("index")); v <= indexes {
 		t.Errorf("no index plan for the window with an in-flight position")
 	}
-	if cp := e.checkpoint(t); cp.Position != gapPos-1 {
-		t.Errorf("checkpoint %d, want %d (before the in-flight position)", cp.Position, gapPos-1)
-	}
 	if len(after) != 3 {
 		t.Fatalf("%d appended", len(after))
+	}
+	// The in-flight position commits (its writer's segment exists; Repair
+	// commits it and notifies): X's events follow in order, the
+	// checkpoint passes everything.
+	writeSegmentOf(t, e, gapPos)
+	if _, err := e.store.Repair(ctxT(t, 10*time.Second), 0); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 10*time.Second, "the checkpoint past the committed position", func() bool { return e.checkpoint(t).Position == gapPos+3 })
+	var xs []string
+	for _, rec := range e.consumeAll(t, e.commandsTopic()) {
+		if agg, _ := header(rec, "aggregate_id"); agg == "X" {
+			pos, _ := header(rec, "position")
+			xs = append(xs, pos)
+		}
+	}
+	if want := []string{"1", strconv.FormatInt(gapPos, 10), strconv.FormatInt(gapPos+2, 10)}; !slices.Equal(xs, want) {
+		t.Errorf("X's events published at positions %v, want %v (each once, in order)", xs, want)
+	}
+}
+
+// TestUncommittedSegmentListed: while positions are in flight the relay
+// still lists once per poll interval, so a segment whose writer died
+// between PUT and commit is published then, not after the append timeout.
+func TestUncommittedSegmentListed(t *testing.T) {
+	e := newEnv(t, 30*time.Second) // the reservation stays young
+	opts := e.opts(t)
+	opts.Config.PollInterval = 300 * time.Millisecond
+	r, stop := runRelay(t, e, opts)
+	defer stop()
+	appendAll(t, e.store, 1, []envelope.Envelope{command("X", 0)})
+	waitFor(t, 20*time.Second, "first event", func() bool { return e.checkpoint(t).Position == 1 })
+	gapPos := reserveCrashed(t, e, command("W", 1))
+	writeSegmentOf(t, e, gapPos) // PUT done, commit never came
+	appendAll(t, e.store, 1, []envelope.Envelope{command("Y", 1)})
+	start := time.Now()
+	waitFor(t, 10*time.Second, "the uncommitted segment's event published", func() bool { return sumVec(r.m.published) == 3 })
+	if d := time.Since(start); d > 5*time.Second {
+		t.Errorf("published after %s, want about one poll interval", d)
+	}
+	waitFor(t, 10*time.Second, "checkpoint past it", func() bool { return e.checkpoint(t).Position == gapPos+1 })
+}
+
+// writeSegmentOf writes the one-envelope segment that the reservation at
+// pos (made by reserveCrashed) expects, as its writer would have.
+func writeSegmentOf(t *testing.T, e *env, pos int64) {
+	t.Helper()
+	ctx := ctxT(t, 10*time.Second)
+	rows, err := e.store.Index(ctx, eventstore.IndexQuery{FromPosition: pos, ToPosition: pos, Limit: 1})
+	if err != nil || len(rows) != 1 {
+		t.Fatalf("index row %d: %v %v", pos, rows, err)
+	}
+	env := envelope.Envelope{
+		EventID: rows[0].EventID, EventType: "DO_SOMETHING", Kind: envelope.KindCommand,
+		AggregateType: rows[0].AggregateType, AggregateID: rows[0].AggregateID, Data: json.RawMessage(`{"n":1}`),
+		OccurredAt:     envelope.NewTimestamp(time.Date(2026, 11, 21, 10, 0, 0, 0, time.UTC)),
+		SequenceNumber: rows[0].SequenceNumber, Position: pos,
+	}
+	p, err := envelope.Prepare(env, envelope.DefaultLimits(), time.Now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	line, err := envelope.Marshal(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.bucket.Create(ctx, rows[0].SegmentKey, append(line, '\n')); err != nil {
+		t.Fatal(err)
 	}
 }

@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -119,14 +120,15 @@ func StartMinIO(ctx context.Context) (*MinIO, error) {
 }
 
 // freePort returns a port on 127.0.0.1 that was free a moment ago. It is
-// drawn at random from below the kernel's ephemeral range: a port the
+// drawn at random from outside the kernel's ephemeral range: a port the
 // kernel handed out for ":0" and took back is soon handed out again — to
 // another test's listener or as the source port of any outgoing
 // connection — so the window between this probe and the caller's bind was
 // a real race when test packages run in parallel (seen in CI: a service
 // of the acceptance suite found its port taken and another process
-// answered on it). Below the ephemeral range only other callers of
-// freePort pick ports, at random among thousands. Falls back to ":0".
+// answered on it). Outside the ephemeral range only explicit binds take
+// ports. A port is handed out once per process (callers often draw
+// several before binding any). Falls back to ":0".
 func freePort() (int, error) {
 	lo, hi := portRange()
 	for range 64 {
@@ -134,6 +136,9 @@ func freePort() (int, error) {
 			break
 		}
 		port := lo + rand.IntN(hi-lo)
+		if !handedOut.claim(port) {
+			continue
+		}
 		l, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", port))
 		if err != nil {
 			continue // taken: draw again
@@ -149,19 +154,46 @@ func freePort() (int, error) {
 	return l.Addr().(*net.TCPAddr).Port, nil
 }
 
-// portRange is the range freePort draws from: 20000 up to the start of the
-// kernel's ephemeral range (net.ipv4.ip_local_port_range; 32768 when it
-// cannot be read), empty when that range starts lower.
+// portSet is the set of ports freePort handed out in this process. Ports
+// are a process-wide (indeed host-wide) resource, hence one set per
+// process: the only package-level state of testenv.
+type portSet struct {
+	mu   sync.Mutex
+	used map[int]bool
+}
+
+var handedOut = &portSet{used: map[int]bool{}}
+
+// claim reports whether port was not handed out before, and marks it.
+func (s *portSet) claim(port int) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.used[port] {
+		return false
+	}
+	s.used[port] = true
+	return true
+}
+
+// portRange is the range freePort draws from: the larger of 20000 up to the
+// start of the kernel's ephemeral range (net.ipv4.ip_local_port_range;
+// 32768–60999 when it cannot be read) and the ports above its end.
 func portRange() (lo, hi int) {
-	hi = 32768
+	elo, ehi := 32768, 60999
 	if b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range"); err == nil {
 		if f := strings.Fields(string(b)); len(f) == 2 {
-			if v, err := strconv.Atoi(f[0]); err == nil {
-				hi = v
+			a, errA := strconv.Atoi(f[0])
+			z, errZ := strconv.Atoi(f[1])
+			if errA == nil && errZ == nil && a <= z {
+				elo, ehi = a, z
 			}
 		}
 	}
-	return 20000, hi
+	below, above := elo-20000, 65535-ehi
+	if below >= above {
+		return 20000, elo
+	}
+	return ehi + 1, 65536
 }
 
 func (m *MinIO) start(ctx context.Context) error {
