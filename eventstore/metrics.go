@@ -29,7 +29,7 @@ func newMetrics() *metrics {
 			Help:    "Envelopes reserved per group commit (one segment each).",
 			Buckets: prometheus.ExponentialBuckets(1, 2, 10)}),
 		appends: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "sluice_eventstore_appends_total",
-			Help: "Envelopes appended, by outcome: stored, duplicate (idempotent retry), conflict (OCC), invalid, slot (slot rules), mismatch (idempotency mismatch), error."},
+			Help: "Envelopes appended, by outcome: stored, duplicate (idempotent retry), conflict (OCC), invalid, slot (slot rules), mismatch (idempotency mismatch, rejected or answered with the stored event in warn mode), error."},
 			[]string{"outcome"}),
 	}
 }
@@ -63,6 +63,8 @@ func outcome(r Result) string {
 		me *IdempotencyMismatchError
 	)
 	switch err := r.Err; {
+	case err == nil && r.Mismatch != nil: // warn mode returned the stored event
+		return "mismatch"
 	case err == nil && r.Duplicate:
 		return "duplicate"
 	case err == nil:

@@ -1,11 +1,14 @@
 package eventstore
 
 import (
+	"fmt"
 	"testing"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	dto "github.com/prometheus/client_model/go"
+
+	"github.com/sluicehq/sluice/shared/envelope"
 )
 
 // The store's metrics count every append's outcome and observe each group's
@@ -56,4 +59,24 @@ func histCount(t *testing.T, h prometheus.Histogram) uint64 {
 		t.Fatal(err)
 	}
 	return m.GetHistogram().GetSampleCount()
+}
+
+func TestOutcome(t *testing.T) {
+	for _, c := range []struct {
+		r    Result
+		want string
+	}{
+		{Result{}, "stored"},
+		{Result{Duplicate: true}, "duplicate"},
+		{Result{Duplicate: true, Mismatch: &IdempotencyMismatchError{}}, "mismatch"},
+		{Result{Err: &IdempotencyMismatchError{}}, "mismatch"},
+		{Result{Err: &ConflictError{}}, "conflict"},
+		{Result{Err: &SlotError{}}, "slot"},
+		{Result{Err: &envelope.ValidationError{}}, "invalid"},
+		{Result{Err: fmt.Errorf("eventstore: write segment: %w", ErrClosed)}, "error"},
+	} {
+		if got := outcome(c.r); got != c.want {
+			t.Errorf("outcome(%+v) = %q, want %q", c.r, got, c.want)
+		}
+	}
 }
