@@ -216,28 +216,7 @@ func (e *env) startInProcess(extra map[string]string, metrics prometheus.Registe
 	if err != nil {
 		e.t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- svc.Run(ctx) }()
-	stopped := false
-	stop := func() {
-		if stopped {
-			return
-		}
-		stopped = true
-		cancel()
-		select {
-		case err := <-done:
-			if err != nil {
-				e.t.Errorf("worker: %v", err)
-			}
-		case <-time.After(30 * time.Second):
-			e.t.Error("worker did not stop within 30s")
-		}
-		closePool()
-	}
-	e.t.Cleanup(stop)
-	return svc, stop
+	return svc, testenv.RunInBackground(e.t, "worker", svc.Run, closePool)
 }
 
 // startProcess runs the worker as a real process (the test binary

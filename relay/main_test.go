@@ -238,21 +238,7 @@ func runRelay(t testing.TB, e *env, opts Options) (r *Relay, stop func()) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- r.Run(ctx) }()
-	var once sync.Once
-	stop = func() {
-		once.Do(func() {
-			cancel()
-			if err := <-done; err != nil {
-				t.Errorf("relay Run: %v", err)
-			}
-			r.Close()
-		})
-	}
-	t.Cleanup(stop)
-	return r, stop
+	return r, testenv.RunInBackground(t, "relay Run", r.Run, r.Close)
 }
 
 type testWriter struct {

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"log/slog"
-	"sync"
 	"testing"
 	"time"
 
@@ -78,18 +77,5 @@ func startConsumer(t *testing.T, brokers []string, topic string, o Options) (c *
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- c.Run(ctx) }()
-	var once sync.Once
-	stop = func() {
-		once.Do(func() {
-			cancel()
-			if err := <-done; err != nil {
-				t.Error(err)
-			}
-		})
-	}
-	t.Cleanup(stop)
-	return c, stop
+	return c, testenv.RunInBackground(t, "consumer Run", c.Run)
 }

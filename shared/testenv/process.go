@@ -1,9 +1,11 @@
 package testenv
 
 import (
+	"context"
 	"os"
 	"os/exec"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -77,4 +79,35 @@ func WaitFor(t testing.TB, within time.Duration, what string, cond func() bool) 
 		time.Sleep(50 * time.Millisecond)
 	}
 	t.Fatalf("timed out after %s waiting for %s", within, what)
+}
+
+// RunInBackground runs run(ctx) — a service's or a consumer's Run — in a
+// goroutine until stop is called or the test ends. stop cancels ctx, waits
+// for run to return (at most 30 s), reports an error it returned, or that
+// it did not stop, as a test error naming what, and then calls each of
+// then (closing what run used). It does all that once; later calls do
+// nothing.
+func RunInBackground(t testing.TB, what string, run func(context.Context) error, then ...func()) (stop func()) {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- run(ctx) }()
+	var once sync.Once
+	stop = func() {
+		once.Do(func() {
+			cancel()
+			select {
+			case err := <-done:
+				if err != nil {
+					t.Errorf("%s: %v", what, err)
+				}
+			case <-time.After(30 * time.Second):
+				t.Errorf("%s did not stop within 30s", what)
+			}
+			for _, f := range then {
+				f()
+			}
+		})
+	}
+	t.Cleanup(stop)
+	return stop
 }
