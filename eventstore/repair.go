@@ -85,11 +85,10 @@ func (s *Store) commitRoundTrip(ctx context.Context, key string, pos []int64, ei
 	br := c.SendBatch(ctx, b)
 	defer br.Close()
 	var updated int64
-	if _, err := br.Exec(); err != nil {
-		return 0, err
-	}
-	if _, err := br.Exec(); err != nil {
-		return 0, err
+	for range 2 { // BEGIN, sqlPlanPerCall
+		if _, err := br.Exec(); err != nil {
+			return 0, err
+		}
 	}
 	if err := br.QueryRow().Scan(&updated); err != nil {
 		return 0, err

@@ -51,6 +51,16 @@ type plan struct {
 	prefetched *prefetch
 }
 
+// endRun closes a run of index rows without a segment to read (in flight,
+// abandoned, missing): the run becomes one item, resolved row by row by the
+// walk.
+func (pl *plan) endRun(run *[]eventstore.IndexEntry) {
+	if len(*run) > 0 {
+		pl.items = append(pl.items, item{first: (*run)[0].Position, rows: *run})
+		*run = nil
+	}
+}
+
 type aggKey struct{ typ, id string }
 
 // cycle runs one pass: re-check pending gaps, list after the checkpoint,
@@ -172,12 +182,6 @@ listing:
 			return pl, err
 		}
 		var run []eventstore.IndexEntry
-		endRun := func() {
-			if len(run) > 0 {
-				pl.items = append(pl.items, item{first: run[0].Position, rows: run})
-				run = nil
-			}
-		}
 		exp := h[0]
 		for _, row := range rows {
 			for ; exp < row.Position; exp++ {
@@ -186,7 +190,7 @@ listing:
 			exp = row.Position + 1
 			switch row.State {
 			case stateCommitted:
-				endRun()
+				pl.endRun(&run)
 				if !ls.isDone(row.Position) {
 					directRows++
 				}
@@ -211,7 +215,7 @@ listing:
 		for ; exp <= h[1]; exp++ {
 			run = append(run, eventstore.IndexEntry{Position: exp, State: stateMissing})
 		}
-		endRun()
+		pl.endRun(&run)
 	}
 	if pl.repair {
 		return pl, nil
@@ -275,12 +279,6 @@ func (r *Relay) planFromIndex(ctx context.Context, ls *leaderState, head int64, 
 	seen := map[string]bool{}
 	var run []eventstore.IndexEntry // reserved positions in flight, in order
 	inFlight := false
-	endRun := func() {
-		if len(run) > 0 {
-			pl.items = append(pl.items, item{first: run[0].Position, rows: run})
-			run = nil
-		}
-	}
 	for i, row := range rows {
 		if row.Position != base+1+int64(i) {
 			return plan{}, false, nil
@@ -296,7 +294,7 @@ func (r *Relay) planFromIndex(ctx context.Context, ls *leaderState, head int64, 
 		case row.State != stateCommitted:
 			return plan{}, false, nil // abandoned, or reserved past the timeout
 		}
-		endRun()
+		pl.endRun(&run)
 		if ls.isDone(row.Position) || seen[row.SegmentKey] {
 			continue
 		}
@@ -307,7 +305,7 @@ func (r *Relay) planFromIndex(ctx context.Context, ls *leaderState, head int64, 
 		seen[row.SegmentKey] = true
 		pl.items = append(pl.items, item{first: first, seg: newFetch(row.SegmentKey)})
 	}
-	endRun()
+	pl.endRun(&run)
 	if inFlight && time.Since(ls.lastList) >= r.s.Config.PollInterval {
 		// A cycle lists at least once per poll interval while positions
 		// are in flight: a segment whose writer died between PUT and
