@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/sluicehq/sluice/eventstore/objstore/filestore"
 )
 
@@ -88,6 +90,8 @@ func BenchmarkRelay(b *testing.B) {
 					}
 				}
 			}
+			reg := prometheus.NewRegistry()
+			reg.MustRegister(e.store.Collectors()...)
 			r, stop := runRelay(b, e, opts)
 			waitFor(b, 30*time.Second, "relay leader", func() bool { return e.checkpoint(b).Position == 0 })
 			total := rate * 5
@@ -132,12 +136,41 @@ func BenchmarkRelay(b *testing.B) {
 			b.ReportMetric(float64(rlat[len(rlat)/2].Microseconds())/1000, "relay_p50_ms")
 			b.ReportMetric(float64(rlat[len(rlat)*99/100].Microseconds())/1000, "relay_p99_ms")
 			// How the cycles were planned (a LIST costs several ms on MinIO).
-			for _, pl := range []string{"list", "index", "idle"} {
+			for _, pl := range []string{"list", "index", "hint", "idle"} {
 				b.ReportMetric(value(r.m.plans.WithLabelValues(pl)), pl+"_cycles")
 			}
+			// Where the append's share goes: the store's stages (means).
+			reportStoreStages(b, reg)
 			b.ReportMetric(0, "ns/op")
 		}
 	})
+}
+
+// reportStoreStages reports the mean of each of the event store's group
+// commit stages (sluice_eventstore_stage_duration_seconds) as
+// store_<stage>_ms.
+func reportStoreStages(b *testing.B, reg *prometheus.Registry) {
+	b.Helper()
+	fams, err := reg.Gather()
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, f := range fams {
+		if f.GetName() != "sluice_eventstore_stage_duration_seconds" {
+			continue
+		}
+		for _, m := range f.GetMetric() {
+			h := m.GetHistogram()
+			if h.GetSampleCount() == 0 {
+				continue
+			}
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "stage" {
+					b.ReportMetric(h.GetSampleSum()/float64(h.GetSampleCount())*1000, "store_"+l.GetValue()+"_ms")
+				}
+			}
+		}
+	}
 }
 
 // useFileBucket switches the env's store and checkpoint to a file bucket.

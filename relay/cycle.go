@@ -68,6 +68,14 @@ type aggKey struct{ typ, id string }
 // position order, flushing and checkpointing every flush batch. more says
 // there is more to do at once.
 func (r *Relay) cycle(ctx context.Context, ls *leaderState) (more bool, err error) {
+	if items, last, ok := r.planFromHints(ctx, ls); ok {
+		if _, err := r.walk(ctx, ls, items, time.Now()); err != nil {
+			return false, err
+		}
+		r.noteProgress(max(r.lastHead(), last), ls.cp.Position)
+		return len(r.hints.chain(ls.cp.Position+1)) > 0, nil
+	}
+	ls.lastFull = time.Now()
 	head, now, err := r.headAndNow(ctx)
 	if err != nil {
 		return false, err
@@ -303,7 +311,7 @@ func (r *Relay) planFromIndex(ctx context.Context, ls *leaderState, head int64, 
 			return plan{}, false, fmt.Errorf("relay: index row %d names segment %q: %w", row.Position, row.SegmentKey, err)
 		}
 		seen[row.SegmentKey] = true
-		pl.items = append(pl.items, item{first: first, seg: newFetch(row.SegmentKey)})
+		pl.items = append(pl.items, item{first: first, seg: r.hints.fetchFor(row.SegmentKey)})
 	}
 	pl.endRun(&run)
 	if inFlight && time.Since(ls.lastList) >= r.s.Config.PollInterval {
@@ -315,6 +323,48 @@ func (r *Relay) planFromIndex(ctx context.Context, ls *leaderState, head int64, 
 	}
 	r.m.plans.WithLabelValues("index").Inc()
 	return pl, true, nil
+}
+
+// planFromHints is the plan of a cycle woken by commits that continue the
+// checkpoint (hints.go): the hinted segments from checkpoint+1 on, read by
+// the GETs their notifications started, when nothing above the checkpoint
+// is done, held or resolved (so no index row can change what the walk
+// does) and a full cycle ran within the poll interval. ok is false, and
+// the cycle takes the usual path, otherwise or when a hinted segment
+// cannot be read (its hint is dropped). last is the highest position of
+// the plan.
+func (r *Relay) planFromHints(ctx context.Context, ls *leaderState) (items []item, last int64, ok bool) {
+	if len(ls.done) > 0 || len(ls.abandoned) > 0 || ls.prefetch != nil || time.Since(ls.lastFull) >= r.s.Config.PollInterval {
+		return nil, 0, false
+	}
+	chain := r.hints.chain(ls.cp.Position + 1)
+	if len(chain) == 0 {
+		return nil, 0, false
+	}
+	r.startFetches(ctx, itemsOf(chain))
+	for _, x := range chain {
+		select {
+		case <-x.f.done:
+		case <-ctx.Done():
+			return nil, 0, false
+		}
+		if x.f.err != nil {
+			r.log.Debug("relay: hinted segment not readable; planning as usual", "segment", x.f.key, "err", x.f.err)
+			r.hints.drop(x.first)
+			return nil, 0, false
+		}
+	}
+	r.m.plans.WithLabelValues("hint").Inc()
+	return itemsOf(chain), chain[len(chain)-1].last, true
+}
+
+// itemsOf returns the plan items of hinted segments.
+func itemsOf(chain []*hint) []item {
+	items := make([]item, len(chain))
+	for i, x := range chain {
+		items[i] = item{first: x.first, seg: x.f}
+	}
+	return items
 }
 
 // allDone reports whether every position of s above the checkpoint is done.

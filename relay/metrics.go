@@ -37,7 +37,7 @@ func newMetrics(reg prometheus.Registerer, name string) *metrics {
 			Help: "Positions resolved by the gap rules of SPEC §6.3, by resolution (committed_direct, repaired_committed, abandoned, no_index_row, expired, late_published)."},
 			[]string{"resolution"}),
 		plans: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "relay_cycles_total", ConstLabels: cl,
-			Help: "Publishing cycles by how they found their segments: list (LIST after the checkpoint), index (every position up to the head committed: GET by the index's keys, no LIST) or idle (nothing committed past the checkpoint, last LIST less than a poll interval ago)."},
+			Help: "Publishing cycles by how they found their segments: list (LIST after the checkpoint), index (every position up to the head committed or in flight: GET by the index's keys, no LIST), hint (commit notifications that continue the checkpoint: their segments, without the head and index queries) or idle (nothing committed past the checkpoint, last LIST less than a poll interval ago)."},
 			[]string{"plan"}),
 		produceErrs: prometheus.NewCounter(prometheus.CounterOpts{Name: "relay_produce_errors_total", ConstLabels: cl,
 			Help: "Records Kafka did not acknowledge (they are produced again; the checkpoint does not pass them)."}),

@@ -34,6 +34,7 @@ type Relay struct {
 	hb     *observability.Heartbeat
 	wake   chan struct{}
 	gets   chan struct{} // segment GETs in flight (ParallelGets)
+	hints  hints         // commit notifications' segments (hints.go)
 
 	mu            sync.Mutex
 	leader        bool
@@ -136,6 +137,13 @@ func (r *Relay) setLeader(on bool) {
 	} else {
 		r.m.leader.Set(0)
 	}
+}
+
+// lastHead returns the head the last cycle saw (or a hinted commit raised).
+func (r *Relay) lastHead() int64 {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.head
 }
 
 // noteProgress records head and checkpoint for lag, metrics and the stall
@@ -298,6 +306,7 @@ func (r *Relay) lead(ctx context.Context, epoch int64) error {
 		return err
 	}
 	defer func() { r.finalSave(ctx, ls) }()
+	defer r.hints.lead(ctx)()
 	bo := newBackoff(100*time.Millisecond, 5*time.Second)
 	poll := time.NewTimer(r.s.Config.PollInterval)
 	defer poll.Stop()
@@ -571,9 +580,13 @@ func (r *Relay) listen(ctx context.Context) {
 			if err != nil {
 				break
 			}
-			if !strings.HasPrefix(n.Payload, "reserved") {
-				r.poke()
+			if strings.HasPrefix(n.Payload, "reserved") {
+				continue
 			}
+			if first, last, ok := parseCommitHint(n.Payload); ok {
+				r.addHint(first, last)
+			}
+			r.poke()
 		}
 		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
 		_ = conn.Close(cctx)

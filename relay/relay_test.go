@@ -5,10 +5,13 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"log/slog"
 	"maps"
 	"os"
 	"slices"
 	"strconv"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -735,5 +738,134 @@ func writeSegmentOf(t *testing.T, e *env, pos int64) {
 	}
 	if _, err := e.bucket.Create(ctx, rows[0].SegmentKey, append(line, '\n')); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestCommitHints: commit notifications that continue the checkpoint are
+// published from the hinted segments without the head and index queries
+// (hint cycles), with the same guarantees: every event once, in order per
+// aggregate, the checkpoint at the head. Appends come one group at a time
+// from a few writers, as at a steady low rate.
+func TestCommitHints(t *testing.T) {
+	e := newEnv(t, 30*time.Second)
+	opts := e.opts(t)
+	opts.Config.PollInterval = time.Minute // full cycles only when a hint cannot serve
+	r, stop := runRelay(t, e, opts)
+	defer stop()
+	waitFor(t, 20*time.Second, "relay leader", func() bool { return r.Leader() })
+	stored := map[string]eventstore.Event{}
+	envs := mixedEnvelopes(300, 7, "")
+	for i := 0; i < len(envs); i += 3 {
+		maps.Copy(stored, appendAll(t, e.store, 3, envs[i:min(i+3, len(envs))]))
+		time.Sleep(2 * time.Millisecond)
+	}
+	waitFor(t, 30*time.Second, "checkpoint at the head", func() bool { return e.checkpoint(t).Position == int64(len(envs)) })
+	stop()
+	recs := e.consumeAll(t, e.commandsTopic(), e.eventsTopic())
+	for id, c := range verify(t, e, stored, recs, "") {
+		if c != 1 {
+			t.Errorf("event %s published %d times", id, c)
+		}
+	}
+	if len(recs) != len(envs) {
+		t.Errorf("%d records for %d events", len(recs), len(envs))
+	}
+	if v := value(r.m.plans.WithLabelValues("hint")); v == 0 {
+		t.Error("no cycle was planned from commit hints")
+	} else {
+		t.Logf("cycles: hint %v, index %v, list %v, idle %v", v, value(r.m.plans.WithLabelValues("index")),
+			value(r.m.plans.WithLabelValues("list")), value(r.m.plans.WithLabelValues("idle")))
+	}
+}
+
+// TestBogusCommitHints: a notification naming a block whose segment does
+// not exist, or naming more or fewer positions than its segment holds,
+// costs a GET and changes nothing: the cycle plans as usual, every event is
+// published once and no cycle fails.
+func TestBogusCommitHints(t *testing.T) {
+	e := newEnv(t, 30*time.Second)
+	opts := e.opts(t)
+	opts.Config.PollInterval = time.Minute
+	var logs lockedBuffer
+	opts.Logger = slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	r, stop := runRelay(t, e, opts)
+	defer stop()
+	waitFor(t, 20*time.Second, "relay leader", func() bool { return r.Leader() })
+	notify := func(payload string) {
+		t.Helper()
+		if _, err := e.pool.Exec(ctxT(t, 5*time.Second), `SELECT pg_notify($1, $2)`, eventstore.NotifyChannel, payload); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Before the block exists: positions 1..2 are not written yet.
+	notify("committed 1 2")
+	notify("committed 3 x")
+	time.Sleep(200 * time.Millisecond)
+	stored := appendAll(t, e.store, 1, []envelope.Envelope{command("A", 0), command("B", 0)})
+	waitFor(t, 20*time.Second, "first events", func() bool { return e.checkpoint(t).Position == int64(len(stored)) })
+	// A hint wider than the segment that follows (3..5 when 3..3 is written).
+	notify("committed 3 5")
+	time.Sleep(200 * time.Millisecond)
+	maps.Copy(stored, appendAll(t, e.store, 1, []envelope.Envelope{command("A", 1)}))
+	maps.Copy(stored, appendAll(t, e.store, 1, []envelope.Envelope{command("B", 1)}))
+	waitFor(t, 20*time.Second, "all events", func() bool { return e.checkpoint(t).Position == int64(len(stored)) })
+	stop()
+	recs := e.consumeAll(t, e.commandsTopic(), e.eventsTopic())
+	for id, c := range verify(t, e, stored, recs, "") {
+		if c != 1 {
+			t.Errorf("event %s published %d times", id, c)
+		}
+	}
+	if len(recs) != len(stored) {
+		t.Errorf("%d records for %d events", len(recs), len(stored))
+	}
+	out := logs.String()
+	if strings.Contains(out, "cycle failed") {
+		t.Errorf("a cycle failed on a bogus hint:\n%s", out)
+	}
+	if !strings.Contains(out, "hinted segment not readable") {
+		t.Errorf("no hinted segment was found unreadable (the hints were not tried):\n%s", out)
+	}
+}
+
+// lockedBuffer is a log destination safe for concurrent writers.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+func TestParseCommitHint(t *testing.T) {
+	for _, c := range []struct {
+		payload     string
+		first, last int64
+		ok          bool
+	}{
+		{"committed 1 1", 1, 1, true},
+		{"committed 17 42", 17, 42, true},
+		{"reserved 1 2", 0, 0, false},
+		{"abandoned 1 2", 0, 0, false},
+		{"committed 2 1", 0, 0, false},
+		{"committed 0 3", 0, 0, false},
+		{"committed 1", 0, 0, false},
+		{"committed a b", 0, 0, false},
+		{"committed 1 2 3", 0, 0, false},
+		{"", 0, 0, false},
+	} {
+		first, last, ok := parseCommitHint(c.payload)
+		if first != c.first || last != c.last || ok != c.ok {
+			t.Errorf("parseCommitHint(%q) = %d, %d, %v; want %d, %d, %v", c.payload, first, last, ok, c.first, c.last, c.ok)
+		}
 	}
 }

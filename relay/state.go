@@ -36,6 +36,9 @@ type leaderState struct {
 	// lastList is when a cycle last listed segments (planFromIndex skips
 	// the LIST of an empty window for at most a poll interval).
 	lastList time.Time
+	// lastFull is when the last cycle with the head query started (a
+	// cycle planned from commit hints skips it; hints.go).
+	lastFull time.Time
 }
 
 func newLeaderState(epoch int64, cp Checkpoint, etag string, dedupMax int) *leaderState {

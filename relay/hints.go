@@ -1,0 +1,152 @@
+package relay
+
+import (
+	"context"
+	"strconv"
+	"strings"
+	"sync"
+
+	"github.com/sluicehq/sluice/eventstore"
+)
+
+// Commit hints: the event store's commit notification names the block it
+// committed ("committed FIRST LAST", eventstore.NotifyChannel), and a
+// block's segment key follows from its positions. The relay uses that in
+// two ways, both only shortcuts of what a cycle would find anyway:
+//
+//   - the segment's GET starts when the notification arrives, while the
+//     loop may still be busy with the previous cycle, and the cycle that
+//     plans the segment takes the running fetch;
+//   - when the hinted blocks continue the checkpoint (the first hinted
+//     position is checkpoint+1) and nothing above the checkpoint is done or
+//     held, the cycle publishes them without the head and index queries:
+//     positions cp+1..LAST are committed, so there is no gap to resolve and
+//     no aggregate to hold back (planFromHints).
+//
+// A hint is never trusted beyond that: a segment that cannot be read or
+// does not carry exactly the hinted positions sends the cycle down the
+// usual path, and a full cycle (head, gap re-checks, checkpoint watch)
+// still runs at least once per poll interval.
+
+// maxHints bounds the hinted segments held (each at most
+// EVENT_STORE_GROUP_COMMIT_MAX_EVENTS envelopes): hints far ahead of the
+// checkpoint (a backlog) are dropped, and the usual plan reads those
+// segments when it gets there.
+const maxHints = 16
+
+// hints are the fetches started for commit notifications, by first
+// position. The listener adds; the leader's loop takes and prunes.
+type hints struct {
+	mu      sync.Mutex
+	ctx     context.Context // the leadership's; nil while not leading
+	byFirst map[int64]*hint
+}
+
+type hint struct {
+	first, last int64
+	f           *fetch
+}
+
+// parseCommitHint parses a "committed FIRST LAST" payload.
+func parseCommitHint(payload string) (first, last int64, ok bool) {
+	rest, ok := strings.CutPrefix(payload, "committed ")
+	if !ok {
+		return 0, 0, false
+	}
+	a, b, ok := strings.Cut(rest, " ")
+	if !ok {
+		return 0, 0, false
+	}
+	first, err1 := strconv.ParseInt(a, 10, 64)
+	last, err2 := strconv.ParseInt(b, 10, 64)
+	if err1 != nil || err2 != nil || first < 1 || last < first {
+		return 0, 0, false
+	}
+	return first, last, true
+}
+
+// lead starts accepting hints for a leadership (ctx) and returns the
+// function that ends it.
+func (h *hints) lead(ctx context.Context) (end func()) {
+	h.mu.Lock()
+	h.ctx, h.byFirst = ctx, map[int64]*hint{}
+	h.mu.Unlock()
+	return func() {
+		h.mu.Lock()
+		h.ctx, h.byFirst = nil, nil
+		h.mu.Unlock()
+	}
+}
+
+// add records a hint and starts its segment's GET (taking a slot of gets
+// only when one is free: a busy relay reads the segment in its cycle).
+func (r *Relay) addHint(first, last int64) {
+	h := &r.hints
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.ctx == nil || len(h.byFirst) >= maxHints || h.byFirst[first] != nil {
+		return
+	}
+	f := newFetch(eventstore.SegmentKey(first, last))
+	h.byFirst[first] = &hint{first: first, last: last, f: f}
+	select {
+	case r.gets <- struct{}{}:
+		r.runFetch(h.ctx, f)
+	default:
+	}
+}
+
+// fetchFor returns the hinted fetch of key, or a new one. A hinted fetch
+// that failed is dropped (the new one reads the segment again).
+func (h *hints) fetchFor(key string) *fetch {
+	first, _, err := eventstore.ParseSegmentKey(key)
+	if err == nil {
+		h.mu.Lock()
+		defer h.mu.Unlock()
+		if x := h.byFirst[first]; x != nil && x.f.key == key {
+			if !x.f.failed() {
+				return x.f
+			}
+			delete(h.byFirst, first)
+		}
+	}
+	return newFetch(key)
+}
+
+// chain returns the hinted fetches of the blocks from..X that follow each
+// other without a hole, dropping hints the checkpoint has passed.
+func (h *hints) chain(from int64) []*hint {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for first, x := range h.byFirst {
+		if x.last < from || x.f.failed() {
+			delete(h.byFirst, first)
+		}
+	}
+	var out []*hint
+	for next := from; ; {
+		x := h.byFirst[next]
+		if x == nil {
+			return out
+		}
+		out = append(out, x)
+		next = x.last + 1
+	}
+}
+
+// drop forgets the hint of the block starting at first.
+func (h *hints) drop(first int64) {
+	h.mu.Lock()
+	delete(h.byFirst, first)
+	h.mu.Unlock()
+}
+
+// failed reports whether f is done with an error.
+func (f *fetch) failed() bool {
+	select {
+	case <-f.done:
+		return f.err != nil
+	default:
+		return false
+	}
+}
