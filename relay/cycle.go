@@ -68,12 +68,21 @@ type aggKey struct{ typ, id string }
 // position order, flushing and checkpointing every flush batch. more says
 // there is more to do at once.
 func (r *Relay) cycle(ctx context.Context, ls *leaderState) (more bool, err error) {
+	// Whatever the plan, hints the checkpoint passed are dropped (they
+	// would otherwise fill the map and turn fresh hints away).
+	defer func() { r.hints.prune(ls.cp.Position) }()
 	if items, last, ok := r.planFromHints(ctx, ls); ok {
 		if _, err := r.walk(ctx, ls, items, time.Now()); err != nil {
 			return false, err
 		}
-		r.noteProgress(max(r.lastHead(), last), ls.cp.Position)
-		return len(r.hints.chain(ls.cp.Position+1)) > 0, nil
+		head := max(r.lastHead(), last)
+		r.noteProgress(head, ls.cp.Position)
+		// More hinted blocks continue the checkpoint, or the last full
+		// cycle saw positions above it (events held back behind the
+		// position just published, blocks committed before their hints
+		// were taken): the next cycle runs at once, as a full one when no
+		// hint continues the checkpoint.
+		return len(r.hints.chain(ls.cp.Position+1)) > 0 || head > ls.cp.Position, nil
 	}
 	ls.lastFull = time.Now()
 	head, now, err := r.headAndNow(ctx)
@@ -210,7 +219,7 @@ listing:
 					return pl, fmt.Errorf("relay: index row %d names segment %q: %w", row.Position, row.SegmentKey, err)
 				}
 				direct[row.SegmentKey] = true
-				pl.items = append(pl.items, item{first: first, seg: pf.fetchFor(row.SegmentKey)})
+				pl.items = append(pl.items, item{first: first, seg: pf.fetchFor(&r.hints, row.SegmentKey)})
 			case stateReserved:
 				if now.Sub(row.ReservedAt) >= r.s.AppendTimeout {
 					pl.repair = true
@@ -234,7 +243,7 @@ listing:
 	}
 	for _, s := range segs {
 		if !allDone(ls, s) {
-			pl.items = append(pl.items, item{first: s.First, seg: pf.fetchFor(s.Key)})
+			pl.items = append(pl.items, item{first: s.First, seg: pf.fetchFor(&r.hints, s.Key)})
 		}
 	}
 	sort.SliceStable(pl.items, func(i, j int) bool {
@@ -519,8 +528,9 @@ func (pf *prefetch) listing(ctx context.Context, after int64) ([]eventstore.Segm
 	return pf.segs, nil
 }
 
-// fetchFor returns the prefetch's fetch of key, or a new one.
-func (pf *prefetch) fetchFor(key string) *fetch {
+// fetchFor returns the prefetch's fetch of key, else the hinted one
+// (hints.go), else a new one.
+func (pf *prefetch) fetchFor(h *hints, key string) *fetch {
 	if pf != nil {
 		select {
 		case <-pf.done:
@@ -530,7 +540,7 @@ func (pf *prefetch) fetchFor(key string) *fetch {
 		default:
 		}
 	}
-	return newFetch(key)
+	return h.fetchFor(key)
 }
 
 // walk publishes the plan in position order. Events of an aggregate named

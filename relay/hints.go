@@ -40,6 +40,10 @@ type hints struct {
 	mu      sync.Mutex
 	ctx     context.Context // the leadership's; nil while not leading
 	byFirst map[int64]*hint
+	// floor is the checkpoint at the last prune: a hint ending at or below
+	// it names positions already published (a repair's or a revival's
+	// notification) and is not taken.
+	floor int64
 }
 
 type hint struct {
@@ -69,7 +73,7 @@ func parseCommitHint(payload string) (first, last int64, ok bool) {
 // function that ends it.
 func (h *hints) lead(ctx context.Context) (end func()) {
 	h.mu.Lock()
-	h.ctx, h.byFirst = ctx, map[int64]*hint{}
+	h.ctx, h.byFirst, h.floor = ctx, map[int64]*hint{}, 0
 	h.mu.Unlock()
 	return func() {
 		h.mu.Lock()
@@ -84,7 +88,16 @@ func (r *Relay) addHint(first, last int64) {
 	h := &r.hints
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if h.ctx == nil || len(h.byFirst) >= maxHints || h.byFirst[first] != nil {
+	if h.ctx == nil || last <= h.floor {
+		return
+	}
+	if x := h.byFirst[first]; x != nil {
+		if x.last == last && !x.f.failed() {
+			return // a repeated notification
+		}
+		delete(h.byFirst, first) // a failed GET, or another block there
+	}
+	if len(h.byFirst) >= maxHints {
 		return
 	}
 	f := newFetch(eventstore.SegmentKey(first, last))
@@ -113,16 +126,29 @@ func (h *hints) fetchFor(key string) *fetch {
 	return newFetch(key)
 }
 
-// chain returns the hinted fetches of the blocks from..X that follow each
-// other without a hole, dropping hints the checkpoint has passed.
-func (h *hints) chain(from int64) []*hint {
+// prune drops the hints the checkpoint cp has passed and those whose GET
+// failed, and turns away later hints at or below cp.
+func (h *hints) prune(cp int64) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	h.pruneLocked(cp)
+}
+
+func (h *hints) pruneLocked(cp int64) {
+	h.floor = cp
 	for first, x := range h.byFirst {
-		if x.last < from || x.f.failed() {
+		if x.last <= cp || x.f.failed() {
 			delete(h.byFirst, first)
 		}
 	}
+}
+
+// chain returns the hinted fetches of the blocks from..X that follow each
+// other without a hole, dropping hints the checkpoint (from-1) has passed.
+func (h *hints) chain(from int64) []*hint {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.pruneLocked(from - 1)
 	var out []*hint
 	for next := from; ; {
 		x := h.byFirst[next]

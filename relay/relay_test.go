@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 	"maps"
@@ -867,5 +868,102 @@ func TestParseCommitHint(t *testing.T) {
 		if first != c.first || last != c.last || ok != c.ok {
 			t.Errorf("parseCommitHint(%q) = %d, %d, %v; want %d, %d, %v", c.payload, first, last, ok, c.first, c.last, c.ok)
 		}
+	}
+}
+
+// TestHeldEventFollowsHintCycle: X's event at 3 is held behind X's
+// in-flight position 2 and has no hint (committed before this leadership).
+// When 2 commits, its hint cycle publishes 2, and 3 must follow at once —
+// not a poll interval later (here a minute).
+func TestHeldEventFollowsHintCycle(t *testing.T) {
+	e := newEnv(t, 30*time.Second)
+	appendAll(t, e.store, 1, []envelope.Envelope{command("X", 0)}) // 1
+	gap := reserveCrashed(t, e, command("X", 1))                   // 2, in flight
+	appendAll(t, e.store, 1, []envelope.Envelope{command("X", 2)}) // 3, held behind 2
+	opts := e.opts(t)
+	opts.Config.PollInterval = time.Minute
+	r, stop := runRelay(t, e, opts)
+	defer stop()
+	waitFor(t, 20*time.Second, "first event", func() bool { return sumVec(r.m.published) == 1 })
+	time.Sleep(300 * time.Millisecond)
+	if n := sumVec(r.m.published); n != 1 {
+		t.Fatalf("%v published while X's position %d is in flight", n, gap)
+	}
+	writeSegmentOf(t, e, gap)
+	if _, err := e.store.Repair(ctxT(t, 10*time.Second), 0); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 10*time.Second, "the held event after its gap committed", func() bool { return sumVec(r.m.published) == 3 })
+	if e.checkpoint(t).Position != 3 {
+		waitFor(t, 10*time.Second, "checkpoint 3", func() bool { return e.checkpoint(t).Position == 3 })
+	}
+}
+
+// TestHintPastInFlight: a commit hint for a block above an in-flight
+// position does not continue the checkpoint, so it must not publish the
+// in-flight position's aggregate ahead of it.
+func TestHintPastInFlight(t *testing.T) {
+	e := newEnv(t, 30*time.Second)
+	opts := e.opts(t)
+	opts.Config.PollInterval = time.Minute
+	r, stop := runRelay(t, e, opts)
+	defer stop()
+	waitFor(t, 20*time.Second, "relay leader", func() bool { return r.Leader() })
+	appendAll(t, e.store, 1, []envelope.Envelope{command("X", 0)})
+	waitFor(t, 20*time.Second, "first event", func() bool { return sumVec(r.m.published) == 1 })
+	gap := reserveCrashed(t, e, command("X", 1))
+	appendAll(t, e.store, 1, []envelope.Envelope{command("X", 2)})
+	time.Sleep(500 * time.Millisecond)
+	if n := sumVec(r.m.published); n != 1 {
+		t.Fatalf("%v published while X's position %d is in flight", n, gap)
+	}
+	writeSegmentOf(t, e, gap)
+	if _, err := e.store.Repair(ctxT(t, 10*time.Second), 0); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 10*time.Second, "all", func() bool { return sumVec(r.m.published) == 3 })
+}
+
+// TestHintsPruned: hints the checkpoint passed are dropped after any cycle
+// (not only after a hint cycle), so they never fill the map and turn fresh
+// hints away; a hint at or below the checkpoint (a repair's or revival's
+// notification) is not taken; a hint replaces a failed one at the same
+// first position.
+func TestHintsPruned(t *testing.T) {
+	r := &Relay{gets: make(chan struct{})} // no free GET slot: no store access
+	end := r.hints.lead(context.Background())
+	defer end()
+	for p := int64(1); p <= maxHints; p++ {
+		r.addHint(p, p)
+	}
+	r.addHint(maxHints+1, maxHints+1)
+	if r.hints.byFirst[maxHints+1] != nil {
+		t.Fatalf("hint %d taken beyond the bound of %d", maxHints+1, maxHints)
+	}
+	// A full cycle (planFromIndex) takes the hinted fetches and the
+	// checkpoint passes them; the cycle ends with a prune.
+	for p := int64(1); p <= maxHints; p++ {
+		_ = r.hints.fetchFor(r.hints.byFirst[p].f.key)
+	}
+	r.hints.prune(maxHints)
+	if n := len(r.hints.byFirst); n != 0 {
+		t.Fatalf("%d hints held after the checkpoint passed them all", n)
+	}
+	r.addHint(maxHints+1, maxHints+1)
+	if r.hints.byFirst[maxHints+1] == nil {
+		t.Fatal("fresh hint dropped after the prune")
+	}
+	r.addHint(3, 3)
+	if r.hints.byFirst[3] != nil {
+		t.Error("a hint below the checkpoint was taken")
+	}
+	// A failed GET at first 20 gives way to a new notification there.
+	r.addHint(20, 21)
+	old := r.hints.byFirst[20].f
+	old.err = errors.New("gone")
+	close(old.done)
+	r.addHint(20, 22)
+	if x := r.hints.byFirst[20]; x == nil || x.last != 22 {
+		t.Errorf("hint after a failed one at the same position: %+v", x)
 	}
 }
