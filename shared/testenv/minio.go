@@ -76,6 +76,37 @@ func MinIOBinary(ctx context.Context) (string, error) {
 	return bin, nil
 }
 
+// tmpfsMagic is the f_type statfs reports for a tmpfs.
+const tmpfsMagic = 0x01021994
+
+// MinIODataParent is the folder in which each MinIO server of the tests gets
+// its data folder: $SLUICE_MINIO_DATA_DIR when set (a disk path, to measure
+// MinIO on a real drive), else /dev/shm when it is a tmpfs with at least
+// 1 GiB free, else the temporary directory.
+//
+// Why tmpfs by default: MinIO creates and removes a temporary directory for
+// every PUT, and on an ext4 without a journal — the root file system of the
+// development and CI machines — every inode allocation then scans the
+// inodes freed in the last seconds (recently_deleted in the kernel's
+// find_inode_bit): perf showed 35–43 % of MinIO's CPU there, and a
+// segment PUT took 6–21 ms instead of 2 ms, growing with the run's length.
+// That is a property of the machine's file system, not of MinIO on the
+// XFS drives it recommends, and it made every timing of the tests and
+// benchmarks depend on how much the machine had written in the last
+// seconds (docs/benchmarks.md). Postgres, which carries the durability of
+// a reservation and a commit, stays on its disk.
+func MinIODataParent() string {
+	if d := os.Getenv("SLUICE_MINIO_DATA_DIR"); d != "" {
+		return d
+	}
+	var st syscall.Statfs_t
+	if err := syscall.Statfs("/dev/shm", &st); err == nil && int64(st.Type) == tmpfsMagic &&
+		st.Bavail*uint64(st.Bsize) >= 1<<30 {
+		return "/dev/shm"
+	}
+	return os.TempDir()
+}
+
 // MinIO is a MinIO server process on a loopback port (or an external S3
 // endpoint when SLUICE_TEST_S3_ENDPOINT is set).
 type MinIO struct {
@@ -98,7 +129,7 @@ func StartMinIO(ctx context.Context) (*MinIO, error) {
 	if err != nil {
 		return nil, err
 	}
-	dir, err := os.MkdirTemp("", "sluice-minio-")
+	dir, err := os.MkdirTemp(MinIODataParent(), "sluice-minio-")
 	if err != nil {
 		return nil, fmt.Errorf("testenv: minio dir: %w", err)
 	}
@@ -269,6 +300,10 @@ func (m *MinIO) Close() {
 		_ = os.RemoveAll(m.dir)
 	}
 }
+
+// DataDir returns the folder holding the server's data ("" for an
+// external endpoint).
+func (m *MinIO) DataDir() string { return m.dir }
 
 // Client returns a minio-go client for the server.
 func (m *MinIO) Client() (*minio.Client, error) {

@@ -14,6 +14,8 @@
 //	                           SLUICE_TEST_S3_SECRET_KEY
 //	SLUICE_TEST_KAFKA_BROKERS  comma-separated brokers of a real Kafka
 //	SLUICE_MINIO_BIN           a MinIO binary to use instead of the cached build
+//	SLUICE_MINIO_DATA_DIR      where MinIO servers keep their data (default
+//	                           /dev/shm when it is a tmpfs; MinIODataParent)
 package testenv
 
 import (

@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -120,5 +121,28 @@ func TestKafkaRoundTrip(t *testing.T) {
 			}
 			return
 		}
+	}
+}
+
+// TestMinIODataParent: SLUICE_MINIO_DATA_DIR wins; without it the data goes
+// to /dev/shm when that is a tmpfs with room, else to the temp directory;
+// and the running server's data folder is under the chosen parent.
+func TestMinIODataParent(t *testing.T) {
+	want := os.TempDir()
+	var st syscall.Statfs_t
+	if err := syscall.Statfs("/dev/shm", &st); err == nil && int64(st.Type) == 0x01021994 && st.Bavail*uint64(st.Bsize) >= 1<<30 {
+		want = "/dev/shm"
+	}
+	for _, tc := range []struct{ env, want string }{
+		{"", want},
+		{"/var/tmp/minio-on-disk", "/var/tmp/minio-on-disk"},
+	} {
+		t.Setenv("SLUICE_MINIO_DATA_DIR", tc.env)
+		if got := testenv.MinIODataParent(); got != tc.want {
+			t.Errorf("SLUICE_MINIO_DATA_DIR=%q: MinIODataParent() = %q, want %q", tc.env, got, tc.want)
+		}
+	}
+	if os.Getenv("SLUICE_TEST_S3_ENDPOINT") == "" && !strings.HasPrefix(s3.DataDir(), want+string(os.PathSeparator)) {
+		t.Errorf("MinIO's data folder %q is not under %q", s3.DataDir(), want)
 	}
 }
