@@ -15,7 +15,7 @@ import (
 	"github.com/sluicehq/sluice/shared/envelope"
 )
 
-// The one-round-trip reservation (migrations 00006, 00008) and the general path
+// The one-round-trip reservation (migrations 00006, 00008, 00009) and the general path
 // leave identical tables and return identical results for the same appends:
 // sequences, OCC conflicts (also within one group and on a new aggregate),
 // all-conflict groups, positions, segment keys and byte ranges.
@@ -23,6 +23,16 @@ func TestFastReservationMatchesGeneralPath(t *testing.T) {
 	type step struct {
 		envs []envelope.Envelope
 	}
+	sc1, sc2, sc3 := command("Order", "s", 1), command("Order", "s", 2), command("Order", "s", 3)
+	slot := func(cmd envelope.Envelope, seq int64, cause string) envelope.Envelope {
+		d := domainEvent(cmd.AggregateType, cmd.AggregateID, fmt.Sprintf("done %d %s", seq, cause))
+		d.SequenceNumber = seq
+		if cause != "" {
+			d.Metadata.SetString(envelope.MetaCausationID, cause)
+		}
+		return d
+	}
+	d1 := slot(sc1, 1, sc1.EventID)
 	mk := func() []step {
 		withExp := func(e envelope.Envelope, n int64) envelope.Envelope { e.ExpectedSeq = expect(n); return e }
 		return []step{
@@ -37,8 +47,22 @@ func TestFastReservationMatchesGeneralPath(t *testing.T) {
 			}},
 			{[]envelope.Envelope{withExp(command("Order", "a", "all stale"), 1)}}, // nothing reserved
 			{[]envelope.Envelope{command("Order", "b", 4), domainEvent("Order", "b", 5)}},
+			// Domain events into their commands' slots (migration 00009).
+			{[]envelope.Envelope{sc1, sc2, sc3}},
+			{[]envelope.Envelope{d1, slot(sc2, 2, ""), command("Order", "s", "four"), command("Order", "u", "one")}},
+			{[]envelope.Envelope{
+				slot(sc1, 1, ""),          // slot 1 holds a domain event already
+				slot(sc1, 9, ""),          // no command in slot 9
+				slot(sc3, 3, sc1.EventID), // causation_id is not slot 3's command
+			}},
+			{[]envelope.Envelope{d1}},                        // retry of a stored domain event
+			{[]envelope.Envelope{slot(sc3, 3, sc3.EventID)}}, // slot 3 after all
+			{[]envelope.Envelope{slot(sc1, 1, "")}},          // alone: fails on appends_slot_key
 		}
 	}
+	// Which steps the fast path decides (the others fall back to the
+	// general path, which names the rule).
+	fastSteps := []bool{true, true, true, true, true, true, false, false, true, false}
 	steps := mk()
 	type outcome struct {
 		results []string
@@ -49,10 +73,14 @@ func TestFastReservationMatchesGeneralPath(t *testing.T) {
 		s := e.store(t, Options{Config: testConfig()})
 		s.noFastReserve.Store(!fast)
 		var out outcome
-		for _, st := range steps {
+		for i, st := range steps {
+			before := s.stats.fast.Load()
 			rs, err := s.Append(ctxT(t), st.envs...)
 			if err != nil {
 				t.Fatal(err)
+			}
+			if got := s.stats.fast.Load() > before; fast && got != fastSteps[i] {
+				t.Errorf("step %d decided by the fast path: %v, want %v", i, got, fastSteps[i])
 			}
 			for _, r := range rs {
 				d := describe(r)
@@ -91,7 +119,7 @@ func TestFastReservationMatchesGeneralPath(t *testing.T) {
 }
 
 // A group with an event_id already stored takes the general path (nothing
-// reserved by the fast path), and a store without migration 00008 falls
+// reserved by the fast path), and a store without migration 00009 falls
 // back to the general path for good.
 func TestFastReservationFallsBack(t *testing.T) {
 	cases := []struct {
@@ -137,8 +165,8 @@ func TestFastReservationFallsBack(t *testing.T) {
 				}
 			}
 		}},
-		{"migration 00008 missing", func(t *testing.T, e *env, s *Store) ([]envelope.Envelope, func([]Result)) {
-			if _, err := e.pool.Exec(ctxT(t), `DROP FUNCTION sluice.eventstore_reserve_v2`); err != nil {
+		{"migration 00009 missing", func(t *testing.T, e *env, s *Store) ([]envelope.Envelope, func([]Result)) {
+			if _, err := e.pool.Exec(ctxT(t), `DROP FUNCTION sluice.eventstore_reserve_v3`); err != nil {
 				t.Fatal(err)
 			}
 			return []envelope.Envelope{command("Order", "o", 1), command("Order", "o", 2)}, func(rs []Result) {

@@ -158,6 +158,9 @@ func (s *Store) reserve(ctx context.Context, items []*item) (accepted []*item, f
 func (s *Store) reserveOnce(ctx context.Context, items []*item) (accepted []*item, first int64, err error) {
 	if s.fastEligible(items) {
 		accepted, first, ok, err := s.reserveFast(ctx, items)
+		if ok {
+			s.stats.fast.Add(1)
+		}
 		if ok || err != nil {
 			return accepted, first, err
 		}

@@ -25,24 +25,30 @@ ON CONFLICT (backend_pid) DO UPDATE SET flushes = f.flushes + 1`
 const sqlNotifyReserved = `
 SELECT pg_notify('` + NotifyChannel + `', p) FROM (SELECT current_setting('sluice.reserved_notify', true) AS p) AS x WHERE p <> ''`
 
-// sqlReserveFast calls the one-round-trip reservation of migration 00008
-// (sluice.eventstore_reserve_v2): the whole reservation transaction of a
-// group as one statement.
+// sqlReserveFast calls the one-round-trip reservation of migration 00009
+// (sluice.eventstore_reserve_v3): the whole reservation transaction of a
+// group as one statement, domain events into their commands' slots
+// included.
 const sqlReserveFast = `
-SELECT first_pos, seqs, actuals FROM sluice.eventstore_reserve_v2($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)`
+SELECT first_pos, seqs, actuals FROM sluice.eventstore_reserve_v3($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)`
 
-// eventIDKey is the unique constraint on appends.event_id.
-const eventIDKey = "appends_event_id_key"
+// eventIDKey and slotUniqueKey are the unique constraints on appends.event_id and
+// on (aggregate, sequence_number, kind).
+const (
+	eventIDKey    = "appends_event_id_key"
+	slotUniqueKey = "appends_slot_key"
+)
 
 // fastEligible reports whether a group can take the one-round-trip
-// reservation: the postgres allocator, and no envelope naming its sequence
-// number (those need the slot lookups of the general path).
+// reservation: the postgres allocator (so the only envelopes naming their
+// sequence number are domain events into their commands' slots, whose
+// rules eventstore_reserve_v3 checks).
 func (s *Store) fastEligible(items []*item) bool {
 	if s.cfg.allocatorOff || s.noFastReserve.Load() {
 		return false
 	}
 	for _, it := range items {
-		if it.slotKey != "" || it.slot {
+		if it.slotKey != "" && !it.slot {
 			return false
 		}
 	}
@@ -51,11 +57,12 @@ func (s *Store) fastEligible(items []*item) bool {
 
 // reserveFast runs a group's reservation in one round trip (SPEC §5.4
 // steps 2–3 for the common case; see migrations/00006_eventstore_fast.sql
-// and 00008_eventstore_reserve_v2.sql). ok is false when the general path
-// must decide instead: an event_id of the group is already in appends
-// (idempotency, revival, a live writer: the function fails on the unique
-// index and nothing of it remains), or the function is missing (migration
-// 00008 not applied). Its outcome is the
+// 00008_eventstore_reserve_v2.sql and 00009_eventstore_reserve_slots.sql).
+// ok is false when the general path must decide instead: an event_id of the
+// group is already in appends (idempotency, revival, a live writer: the
+// function fails on the unique index and nothing of it remains), a slot
+// envelope breaks a slot rule (the general path names it), or the function
+// is missing (migration 00009 not applied). Its outcome is the
 // general path's: accepted items in arrival order with their sequences and
 // consecutive positions from first, *ConflictError for the rest.
 func (s *Store) reserveFast(ctx context.Context, items []*item) (accepted []*item, first int64, ok bool, err error) {
@@ -79,7 +86,11 @@ func (s *Store) reserveFast(ctx context.Context, items []*item) (accepted []*ite
 	eids, kinds := make([]string, n), make([]string, n)
 	aggs, hasExp, exps := make([]int32, n), make([]bool, n), make([]int64, n)
 	hashes, occs := make([][]byte, n), make([]time.Time, n)
+	slots, slotSeqs, causes := make([]bool, n), make([]int64, n), make([]string, n)
 	for j, it := range items {
+		if it.slot {
+			slots[j], slotSeqs[j], causes[j] = true, it.env.SequenceNumber, it.env.Metadata.CausationID()
+		}
 		eids[j], kinds[j] = it.env.EventID, string(it.env.Kind)
 		aggs[j] = idx[aggKey{it.env.AggregateType, it.env.AggregateID}]
 		if it.env.ExpectedSeq != nil {
@@ -89,16 +100,16 @@ func (s *Store) reserveFast(ctx context.Context, items []*item) (accepted []*ite
 	}
 	var firstPos *int64
 	var seqs, actuals []int64
-	if err := s.reserveFastRoundTrip(ctx, []any{ts, is, eids, kinds, aggs, hasExp, exps, hashes, occs, s.cfg.writerID},
+	if err := s.reserveFastRoundTrip(ctx, []any{ts, is, eids, kinds, aggs, hasExp, exps, hashes, occs, s.cfg.writerID, slots, slotSeqs, causes},
 		&firstPos, &seqs, &actuals); err != nil {
 		var pgErr *pgconn.PgError
 		if errors.As(err, &pgErr) && (pgErr.Code == "42883" || pgErr.Code == "42P01") { // undefined function or table
 			s.noFastReserve.Store(true)
-			s.cfg.logger.Warn("eventstore: migration 00008 not applied; reservations take two round trips", "error", err)
+			s.cfg.logger.Warn("eventstore: migration 00009 not applied; reservations take two round trips", "error", err)
 			return nil, 0, false, nil
 		}
-		if errors.As(err, &pgErr) && pgErr.Code == "23505" && pgErr.ConstraintName == eventIDKey {
-			return nil, 0, false, nil // an event id is stored already (or being stored)
+		if errors.As(err, &pgErr) && pgErr.Code == "23505" && (pgErr.ConstraintName == eventIDKey || pgErr.ConstraintName == slotUniqueKey) {
+			return nil, 0, false, nil // an event id or a slot is taken already (or being taken)
 		}
 		return nil, 0, false, fmt.Errorf("eventstore: reserve: %w", err)
 	}

@@ -16,6 +16,7 @@ type stageStats struct {
 	put      atomic.Int64 // ns in the segment's conditional create
 	commit   atomic.Int64 // ns in the commit statement
 	inFlight atomic.Int64 // sum over groups of the groups in flight when it started
+	fast     atomic.Int64 // reservations decided by the one-round-trip path
 }
 
 // stageSnapshot is a copy of stageStats.
