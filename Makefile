@@ -7,7 +7,7 @@ PKGS := ./...
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 COMMIT ?= $(shell git rev-parse --short HEAD 2>/dev/null || echo unknown)
 LDFLAGS := -s -w -X main.version=$(VERSION) -X main.commit=$(COMMIT)
-FUZZTIME ?= 5s
+FUZZTIME ?= 30000x
 TEST_TIMEOUT ?= 20m
 
 .PHONY: all build dev test test-deps test-go es-spec-summary fuzz lint bench soak docs clean
