@@ -22,12 +22,18 @@ import (
 // sequences, OCC conflicts (also within one group and on a new aggregate),
 // all-conflict groups, positions, segment keys and byte ranges.
 func TestFastReservationMatchesGeneralPath(t *testing.T) {
+	// A step is one Append; prep runs before it; fast says whether the
+	// one-round-trip path decides it (the others fall back to the general
+	// path, which names the rule).
 	type step struct {
+		prep string
 		envs []envelope.Envelope
+		fast bool
 	}
-	sc1, sc2, sc3 := command("Order", "s", 1), command("Order", "s", 2), command("Order", "s", 3)
+	sc1, sc2, sc3, sc4 := command("Order", "s", 1), command("Order", "s", 2), command("Order", "s", 3), command("Order", "s", 4)
+	sc5, st1 := command("Order", "s", 5), command("Order", "t", 1)
 	slot := func(cmd envelope.Envelope, seq int64, cause string) envelope.Envelope {
-		d := domainEvent(cmd.AggregateType, cmd.AggregateID, fmt.Sprintf("done %d %s", seq, cause))
+		d := domainEvent(cmd.AggregateType, cmd.AggregateID, fmt.Sprintf("done %d %q", seq, cause))
 		d.SequenceNumber = seq
 		if cause != "" {
 			d.Metadata.SetString(envelope.MetaCausationID, cause)
@@ -35,37 +41,38 @@ func TestFastReservationMatchesGeneralPath(t *testing.T) {
 		return d
 	}
 	d1 := slot(sc1, 1, sc1.EventID)
-	mk := func() []step {
-		withExp := func(e envelope.Envelope, n int64) envelope.Envelope { e.ExpectedSeq = expect(n); return e }
-		return []step{
-			{[]envelope.Envelope{command("Order", "a", 1), command("Order", "a", 2), command("Order", "b", 3)}},
-			{[]envelope.Envelope{
-				withExp(command("Order", "a", "fresh"), 2),
-				withExp(command("Order", "a", "stale"), 1),
-				withExp(command("Order", "a", "after"), 3),
-				withExp(command("Order", "new", "first"), 0),
-				withExp(command("Order", "ghost", "never"), 5), // new aggregate, conflict: no sequences row stays
-				command("Invoice", "i-1", "plain"),
-			}},
-			{[]envelope.Envelope{withExp(command("Order", "a", "all stale"), 1)}}, // nothing reserved
-			{[]envelope.Envelope{command("Order", "b", 4), domainEvent("Order", "b", 5)}},
-			// Domain events into their commands' slots (migration 00009).
-			{[]envelope.Envelope{sc1, sc2, sc3}},
-			{[]envelope.Envelope{d1, slot(sc2, 2, ""), command("Order", "s", "four"), command("Order", "u", "one")}},
-			{[]envelope.Envelope{
-				slot(sc1, 1, ""),          // slot 1 holds a domain event already
-				slot(sc1, 9, ""),          // no command in slot 9
-				slot(sc3, 3, sc1.EventID), // causation_id is not slot 3's command
-			}},
-			{[]envelope.Envelope{d1}},                        // retry of a stored domain event
-			{[]envelope.Envelope{slot(sc3, 3, sc3.EventID)}}, // slot 3 after all
-			{[]envelope.Envelope{slot(sc1, 1, "")}},          // alone: fails on appends_slot_key
-		}
+	withExp := func(e envelope.Envelope, n int64) envelope.Envelope { e.ExpectedSeq = expect(n); return e }
+	plain := func(id string) envelope.Envelope { return command("Order", "x", id) }
+	steps := []step{
+		{"", []envelope.Envelope{command("Order", "a", 1), command("Order", "a", 2), command("Order", "b", 3)}, true},
+		{"", []envelope.Envelope{
+			withExp(command("Order", "a", "fresh"), 2),
+			withExp(command("Order", "a", "stale"), 1),
+			withExp(command("Order", "a", "after"), 3),
+			withExp(command("Order", "new", "first"), 0),
+			withExp(command("Order", "ghost", "never"), 5), // new aggregate, conflict: no sequences row stays
+			command("Invoice", "i-1", "plain"),
+		}, true},
+		{"", []envelope.Envelope{withExp(command("Order", "a", "all stale"), 1)}, true}, // nothing reserved
+		{"", []envelope.Envelope{command("Order", "b", 4), domainEvent("Order", "b", 5)}, true},
+		// Domain events into their commands' slots (migration 00009).
+		{"", []envelope.Envelope{sc1, sc2, sc3, sc4, st1}, true},
+		{"", []envelope.Envelope{d1, slot(sc2, 2, ""), sc5, command("Order", "u", "one")}, true},
+		{"", []envelope.Envelope{d1}, false},                               // retry of a stored domain event
+		{"", []envelope.Envelope{slot(sc1, 1, ""), plain("taken")}, false}, // slot 1 holds a domain event: appends_slot_key
+		// Each slot rule alone, next to a valid command that a fast path
+		// letting the rule pass would reserve with it.
+		{"", []envelope.Envelope{plain("no command"), slot(sc1, 9, "")}, false},
+		{"", []envelope.Envelope{plain("cause"), slot(sc3, 3, sc1.EventID)}, false},
+		{"", []envelope.Envelope{plain("nul"), slot(sc3, 3, "x\x00y")}, false}, // no UUID (and no Postgres text): the general path at once
+		{"UPDATE sluice.appends SET state = 'abandoned' WHERE aggregate_id = 's' AND sequence_number = 4 AND kind = 'command'",
+			[]envelope.Envelope{plain("abandoned"), slot(sc4, 4, "")}, false},
+		{"", []envelope.Envelope{slot(sc3, 3, sc3.EventID)}, true}, // slot 3 after all
+		// OCC groups with slot envelopes: a stale command, an aggregate
+		// named only by a slot envelope (t), and all stale.
+		{"", []envelope.Envelope{withExp(command("Order", "s", "occ"), 5), slot(st1, 1, ""), withExp(command("Order", "s", "stale"), 0)}, true},
+		{"", []envelope.Envelope{withExp(command("Order", "s", "all stale"), 0), slot(sc5, 5, sc5.EventID)}, true},
 	}
-	// Which steps the fast path decides (the others fall back to the
-	// general path, which names the rule).
-	fastSteps := []bool{true, true, true, true, true, true, false, false, true, false}
-	steps := mk()
 	type outcome struct {
 		results []string
 		snap    tableSnapshot
@@ -76,13 +83,18 @@ func TestFastReservationMatchesGeneralPath(t *testing.T) {
 		s.noFastReserve.Store(!fast)
 		var out outcome
 		for i, st := range steps {
+			if st.prep != "" {
+				if _, err := e.pool.Exec(ctxT(t), st.prep); err != nil {
+					t.Fatal(err)
+				}
+			}
 			before := s.stats.fast.Load()
 			rs, err := s.Append(ctxT(t), st.envs...)
 			if err != nil {
 				t.Fatal(err)
 			}
-			if got := s.stats.fast.Load() > before; fast && got != fastSteps[i] {
-				t.Errorf("step %d decided by the fast path: %v, want %v", i, got, fastSteps[i])
+			if got := s.stats.fast.Load() > before; fast && got != st.fast {
+				t.Errorf("step %d decided by the fast path: %v, want %v", i, got, st.fast)
 			}
 			for _, r := range rs {
 				d := describe(r)
@@ -92,7 +104,7 @@ func TestFastReservationMatchesGeneralPath(t *testing.T) {
 				} else if r.Err == nil {
 					d += fmt.Sprintf(" %s@%d+%d", r.Event.SegmentKey, r.Event.Offset, len(r.Event.Raw))
 				}
-				out.results = append(out.results, d)
+				out.results = append(out.results, fmt.Sprintf("%d: %s", i, d))
 			}
 		}
 		if s.noFastReserve.Load() == fast {

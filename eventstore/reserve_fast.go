@@ -9,6 +9,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/sluicehq/sluice/shared/envelope"
 )
 
 // sqlFlush makes everything this connection committed before durable: a
@@ -20,7 +22,7 @@ INSERT INTO sluice.eventstore_flush AS f (backend_pid, flushes) VALUES (pg_backe
 ON CONFLICT (backend_pid) DO UPDATE SET flushes = f.flushes + 1`
 
 // sqlNotifyReserved sends the reservation's NOTIFY ("reserved FIRST LAST",
-// left by eventstore_reserve_v2 in the session variable) after its commit, in
+// left by eventstore_reserve_v3 in the session variable) after its commit, in
 // a transaction without WAL of its own.
 const sqlNotifyReserved = `
 SELECT pg_notify('` + NotifyChannel + `', p) FROM (SELECT current_setting('sluice.reserved_notify', true) AS p) AS x WHERE p <> ''`
@@ -49,6 +51,12 @@ func (s *Store) fastEligible(items []*item) bool {
 	}
 	for _, it := range items {
 		if it.slotKey != "" && !it.slot {
+			return false
+		}
+		// A causation_id that is no canonical UUID never names a command's
+		// event_id: the general path rejects it (*SlotError) without
+		// sending it to Postgres, whose text cannot hold every string (NUL).
+		if c := it.env.Metadata.CausationID(); it.slot && c != "" && !envelope.IsCanonicalUUID(c) {
 			return false
 		}
 	}
@@ -123,6 +131,9 @@ func (s *Store) reserveFast(ctx context.Context, items []*item) (accepted []*ite
 	accepted = make([]*item, 0, n)
 	for j, it := range items {
 		if seqs[j] == 0 {
+			if it.env.ExpectedSeq == nil {
+				return nil, 0, false, fmt.Errorf("eventstore: reserve: envelope %d without expected_seq was not reserved", j)
+			}
 			it.res.Err = &ConflictError{AggregateType: it.env.AggregateType, AggregateID: it.env.AggregateID,
 				ExpectedSeq: *it.env.ExpectedSeq, ActualSeq: actuals[j]}
 			continue

@@ -49,6 +49,7 @@ DECLARE
     seg     text;
     moved   bigint;
     nslot   int := 0;
+    mode    text;
 BEGIN
     PERFORM set_config('sluice.reserved_notify', '', false);
     IF n = 0 THEN
@@ -59,6 +60,7 @@ BEGIN
 
     -- Slot envelopes: the slot rules, before anything is written.
     IF true = ANY (p_slot) THEN
+        mode := current_setting('plan_cache_mode');
         PERFORM set_config('plan_cache_mode', 'force_custom_plan', true);
         -- One probe of the slot index per envelope (LATERAL … LIMIT 1):
         -- a plain join let the planner, trusting statistics taken while
@@ -77,6 +79,9 @@ BEGIN
                              OR (u.cause <> '' AND u.cause <> c.event_id::text))) THEN
             RETURN; -- first_pos NULL: the general path decides and names the rule
         END IF;
+        -- Only the look-up plans per call; the writes below keep their
+        -- cached plans (the OCC form sets it again for itself).
+        PERFORM set_config('plan_cache_mode', mode, true);
         FOR j IN 1..n LOOP
             IF p_slot[j] THEN
                 seqs[j] := p_slot_seq[j];
