@@ -148,7 +148,8 @@ func BenchmarkRelay(b *testing.B) {
 
 // reportStoreStages reports the mean of each of the event store's group
 // commit stages (sluice_eventstore_stage_duration_seconds) as
-// store_<stage>_ms.
+// store_<stage>_ms, and the bound of the histogram bucket holding its p99 as
+// store_<stage>_p99le_ms.
 func reportStoreStages(b *testing.B, reg *prometheus.Registry) {
 	b.Helper()
 	fams, err := reg.Gather()
@@ -167,6 +168,12 @@ func reportStoreStages(b *testing.B, reg *prometheus.Registry) {
 			for _, l := range m.GetLabel() {
 				if l.GetName() == "stage" {
 					b.ReportMetric(h.GetSampleSum()/float64(h.GetSampleCount())*1000, "store_"+l.GetValue()+"_ms")
+					for _, bk := range h.GetBucket() {
+						if float64(bk.GetCumulativeCount()) >= 0.99*float64(h.GetSampleCount()) {
+							b.ReportMetric(bk.GetUpperBound()*1000, "store_"+l.GetValue()+"_p99le_ms")
+							break
+						}
+					}
 				}
 			}
 		}
