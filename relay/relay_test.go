@@ -871,57 +871,52 @@ func TestParseCommitHint(t *testing.T) {
 	}
 }
 
-// TestHeldEventFollowsHintCycle: X's event at 3 is held behind X's
-// in-flight position 2 and has no hint (committed before this leadership).
-// When 2 commits, its hint cycle publishes 2, and 3 must follow at once —
-// not a poll interval later (here a minute).
-func TestHeldEventFollowsHintCycle(t *testing.T) {
-	e := newEnv(t, 30*time.Second)
-	appendAll(t, e.store, 1, []envelope.Envelope{command("X", 0)}) // 1
-	gap := reserveCrashed(t, e, command("X", 1))                   // 2, in flight
-	appendAll(t, e.store, 1, []envelope.Envelope{command("X", 2)}) // 3, held behind 2
-	opts := e.opts(t)
-	opts.Config.PollInterval = time.Minute
-	r, stop := runRelay(t, e, opts)
-	defer stop()
-	waitFor(t, 20*time.Second, "first event", func() bool { return sumVec(r.m.published) == 1 })
-	time.Sleep(300 * time.Millisecond)
-	if n := sumVec(r.m.published); n != 1 {
-		t.Fatalf("%v published while X's position %d is in flight", n, gap)
+// TestHeldBehindInFlight: X's event at 3 waits behind X's in-flight
+// position 2 and follows at once — not a poll interval later (here a
+// minute) — when 2 commits. Two ways in:
+//   - the relay starts after 3 committed, so 3 has no hint: the hint cycle
+//     that publishes 2 must be followed at once by a full cycle (it waited
+//     for the poll before);
+//   - the relay leads when 2 is reserved and 3 commits: 3's hint does not
+//     continue the checkpoint and must not publish X past 2.
+func TestHeldBehindInFlight(t *testing.T) {
+	for _, leading := range []bool{false, true} {
+		t.Run(fmt.Sprintf("relay leading=%v", leading), func(t *testing.T) {
+			e := newEnv(t, 30*time.Second)
+			opts := e.opts(t)
+			opts.Config.PollInterval = time.Minute
+			var r *Relay
+			start := func() {
+				var stop func()
+				r, stop = runRelay(t, e, opts)
+				t.Cleanup(stop)
+				waitFor(t, 20*time.Second, "relay leader", func() bool { return r.Leader() })
+			}
+			if leading {
+				start()
+			}
+			appendAll(t, e.store, 1, []envelope.Envelope{command("X", 0)}) // 1
+			if leading {
+				waitFor(t, 20*time.Second, "first event", func() bool { return sumVec(r.m.published) == 1 })
+			}
+			gap := reserveCrashed(t, e, command("X", 1))                   // 2, in flight
+			appendAll(t, e.store, 1, []envelope.Envelope{command("X", 2)}) // 3, held behind 2
+			if !leading {
+				start()
+				waitFor(t, 20*time.Second, "first event", func() bool { return sumVec(r.m.published) == 1 })
+			}
+			time.Sleep(500 * time.Millisecond)
+			if n := sumVec(r.m.published); n != 1 {
+				t.Fatalf("%v published while X's position %d is in flight", n, gap)
+			}
+			writeSegmentOf(t, e, gap)
+			if _, err := e.store.Repair(ctxT(t, 10*time.Second), 0); err != nil {
+				t.Fatal(err)
+			}
+			waitFor(t, 10*time.Second, "the held event after its gap committed", func() bool { return sumVec(r.m.published) == 3 })
+			waitFor(t, 10*time.Second, "checkpoint 3", func() bool { return e.checkpoint(t).Position == 3 })
+		})
 	}
-	writeSegmentOf(t, e, gap)
-	if _, err := e.store.Repair(ctxT(t, 10*time.Second), 0); err != nil {
-		t.Fatal(err)
-	}
-	waitFor(t, 10*time.Second, "the held event after its gap committed", func() bool { return sumVec(r.m.published) == 3 })
-	if e.checkpoint(t).Position != 3 {
-		waitFor(t, 10*time.Second, "checkpoint 3", func() bool { return e.checkpoint(t).Position == 3 })
-	}
-}
-
-// TestHintPastInFlight: a commit hint for a block above an in-flight
-// position does not continue the checkpoint, so it must not publish the
-// in-flight position's aggregate ahead of it.
-func TestHintPastInFlight(t *testing.T) {
-	e := newEnv(t, 30*time.Second)
-	opts := e.opts(t)
-	opts.Config.PollInterval = time.Minute
-	r, stop := runRelay(t, e, opts)
-	defer stop()
-	waitFor(t, 20*time.Second, "relay leader", func() bool { return r.Leader() })
-	appendAll(t, e.store, 1, []envelope.Envelope{command("X", 0)})
-	waitFor(t, 20*time.Second, "first event", func() bool { return sumVec(r.m.published) == 1 })
-	gap := reserveCrashed(t, e, command("X", 1))
-	appendAll(t, e.store, 1, []envelope.Envelope{command("X", 2)})
-	time.Sleep(500 * time.Millisecond)
-	if n := sumVec(r.m.published); n != 1 {
-		t.Fatalf("%v published while X's position %d is in flight", n, gap)
-	}
-	writeSegmentOf(t, e, gap)
-	if _, err := e.store.Repair(ctxT(t, 10*time.Second), 0); err != nil {
-		t.Fatal(err)
-	}
-	waitFor(t, 10*time.Second, "all", func() bool { return sumVec(r.m.published) == 3 })
 }
 
 // TestHintsPruned: hints the checkpoint passed are dropped after any cycle
