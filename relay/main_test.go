@@ -311,12 +311,18 @@ func appendAll(t testing.TB, st *eventstore.Store, writers int, envs []envelope.
 // waitFor polls cond until it holds or the timeout passes.
 func waitFor(t testing.TB, timeout time.Duration, what string, cond func() bool) {
 	t.Helper()
+	waitForEvery(t, timeout, 50*time.Millisecond, what, cond)
+}
+
+// waitForEvery is waitFor checking cond every period.
+func waitForEvery(t testing.TB, timeout, period time.Duration, what string, cond func() bool) {
+	t.Helper()
 	deadline := time.Now().Add(timeout)
 	for !cond() {
 		if time.Now().After(deadline) {
 			t.Fatalf("timed out after %s waiting for %s", timeout, what)
 		}
-		time.Sleep(50 * time.Millisecond)
+		time.Sleep(period)
 	}
 }
 
