@@ -1,12 +1,13 @@
 package envelope
 
 import (
-	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"unicode/utf8"
 )
 
@@ -47,16 +48,14 @@ func CanonicalJSON(e Envelope) ([]byte, error) {
 	if err != nil {
 		return nil, fmt.Errorf("envelope: canonical form: %w", err)
 	}
-	dec := json.NewDecoder(bytes.NewReader(enc))
-	dec.UseNumber()
-	var v any
-	if err := dec.Decode(&v); err != nil {
+	out, next, err := appendCanonical(make([]byte, 0, len(enc)), enc, skipSpace(enc, 0), 0)
+	if err == nil && skipSpace(enc, next) != len(enc) {
+		err = errors.New("data after the top-level value")
+	}
+	if err != nil {
 		return nil, fmt.Errorf("envelope: canonical form: %w", err)
 	}
-	var buf bytes.Buffer
-	buf.Grow(len(enc))
-	writeCanonical(&buf, v)
-	return buf.Bytes(), nil
+	return out, nil
 }
 
 // CanonicalHash returns the SHA-256 of CanonicalJSON(e).
@@ -78,90 +77,225 @@ func CanonicalHashHex(e Envelope) (string, error) {
 	return hex.EncodeToString(h[:]), nil
 }
 
-// writeCanonical writes v, a value decoded by encoding/json with UseNumber,
-// in canonical form. Its recursion is bounded by encoding/json's own nesting
-// limit and, for validated envelopes, by Limits.MaxDataDepth.
-func writeCanonical(buf *bytes.Buffer, v any) {
-	switch t := v.(type) {
-	case nil:
-		buf.WriteString("null")
-	case bool:
-		if t {
-			buf.WriteString("true")
-		} else {
-			buf.WriteString("false")
-		}
-	case json.Number:
-		buf.WriteString(string(t))
-	case string:
-		writeCanonicalString(buf, t)
-	case []any:
-		buf.WriteByte('[')
-		for i, x := range t {
-			if i > 0 {
-				buf.WriteByte(',')
-			}
-			writeCanonical(buf, x)
-		}
-		buf.WriteByte(']')
-	case map[string]any:
-		keys := make([]string, 0, len(t))
-		for k := range t {
-			keys = append(keys, k)
-		}
-		slices.Sort(keys)
-		buf.WriteByte('{')
-		for i, k := range keys {
-			if i > 0 {
-				buf.WriteByte(',')
-			}
-			writeCanonicalString(buf, k)
-			buf.WriteByte(':')
-			writeCanonical(buf, t[k])
-		}
-		buf.WriteByte('}')
+// maxCanonicalDepth is encoding/json's nesting limit, which the canonical
+// form has always had (it was computed by decoding with encoding/json).
+const maxCanonicalDepth = 10000
+
+// member is one name/value pair of an object being canonicalised: its
+// decoded name and the bounds of its canonical value in the object's
+// scratch buffer.
+type member struct {
+	name       string
+	start, end int
+}
+
+// appendCanonical appends the canonical form of the JSON value starting at
+// src[i] (valid JSON, as Marshal writes it) to dst and returns the index
+// after the value. It works on the bytes, without decoding into Go values:
+// strings without escapes, control or non-UTF-8 bytes are copied as they
+// are (already minimal), other strings are decoded by encoding/json and
+// re-encoded (appendCanonicalString); numbers and literals are copied;
+// object members are sorted by name, the last of duplicate names kept.
+func appendCanonical(dst, src []byte, i, depth int) ([]byte, int, error) {
+	if i >= len(src) {
+		return dst, i, errors.New("unexpected end of JSON")
 	}
+	switch c := src[i]; {
+	case c == '"':
+		end, plain, err := scanString(src, i)
+		if err != nil {
+			return dst, i, err
+		}
+		if plain {
+			return append(dst, src[i:end]...), end, nil
+		}
+		var s string
+		if err := json.Unmarshal(src[i:end], &s); err != nil {
+			return dst, i, err
+		}
+		return appendCanonicalString(dst, s), end, nil
+	case c == '{':
+		if depth >= maxCanonicalDepth {
+			return dst, i, errors.New("exceeded max depth")
+		}
+		var scratch []byte
+		var ms []member
+		i = skipSpace(src, i+1)
+		if i < len(src) && src[i] == '}' {
+			return append(dst, "{}"...), i + 1, nil
+		}
+		for {
+			if i >= len(src) || src[i] != '"' {
+				return dst, i, errors.New("object member name expected")
+			}
+			end, plain, err := scanString(src, i)
+			if err != nil {
+				return dst, i, err
+			}
+			var name string
+			if plain {
+				name = string(src[i+1 : end-1])
+			} else if err := json.Unmarshal(src[i:end], &name); err != nil {
+				return dst, i, err
+			}
+			i = skipSpace(src, end)
+			if i >= len(src) || src[i] != ':' {
+				return dst, i, errors.New("':' expected after an object member name")
+			}
+			m := member{name: name, start: len(scratch)}
+			if scratch, i, err = appendCanonical(scratch, src, skipSpace(src, i+1), depth+1); err != nil {
+				return dst, i, err
+			}
+			m.end = len(scratch)
+			ms = append(ms, m)
+			i = skipSpace(src, i)
+			if i < len(src) && src[i] == ',' {
+				i = skipSpace(src, i+1)
+				continue
+			}
+			if i < len(src) && src[i] == '}' {
+				i++
+				break
+			}
+			return dst, i, errors.New("',' or '}' expected in an object")
+		}
+		// Sort by name keeping input order among equal names, so the
+		// last of a run is the one encoding/json would keep.
+		slices.SortStableFunc(ms, func(a, b member) int { return strings.Compare(a.name, b.name) })
+		dst = append(dst, '{')
+		first := true
+		for k, m := range ms {
+			if k+1 < len(ms) && ms[k+1].name == m.name {
+				continue
+			}
+			if !first {
+				dst = append(dst, ',')
+			}
+			first = false
+			dst = appendCanonicalString(dst, m.name)
+			dst = append(dst, ':')
+			dst = append(dst, scratch[m.start:m.end]...)
+		}
+		return append(dst, '}'), i, nil
+	case c == '[':
+		if depth >= maxCanonicalDepth {
+			return dst, i, errors.New("exceeded max depth")
+		}
+		dst = append(dst, '[')
+		i = skipSpace(src, i+1)
+		if i < len(src) && src[i] == ']' {
+			return append(dst, ']'), i + 1, nil
+		}
+		for {
+			var err error
+			if dst, i, err = appendCanonical(dst, src, i, depth+1); err != nil {
+				return dst, i, err
+			}
+			i = skipSpace(src, i)
+			if i < len(src) && src[i] == ',' {
+				dst = append(dst, ',')
+				i = skipSpace(src, i+1)
+				continue
+			}
+			if i < len(src) && src[i] == ']' {
+				return append(dst, ']'), i + 1, nil
+			}
+			return dst, i, errors.New("',' or ']' expected in an array")
+		}
+	default:
+		// a number, true, false or null: kept exactly as written
+		end := i
+		for end < len(src) && !isDelimiter(src[end]) {
+			end++
+		}
+		if end == i {
+			return dst, i, fmt.Errorf("unexpected %q", c)
+		}
+		return append(dst, src[i:end]...), end, nil
+	}
+}
+
+// scanString returns the index after the JSON string starting at src[i]
+// (a '"') and whether its bytes are already canonical: no escape, no
+// control byte, valid UTF-8.
+func scanString(src []byte, i int) (end int, plain bool, err error) {
+	plain = true
+	ascii := true
+	for j := i + 1; j < len(src); j++ {
+		switch c := src[j]; {
+		case c == '"':
+			if !ascii && !utf8.Valid(src[i+1:j]) {
+				plain = false
+			}
+			return j + 1, plain, nil
+		case c == '\\':
+			plain = false
+			j++ // the escaped byte (a '"' or '\\' must not end the scan)
+		case c < 0x20:
+			plain = false
+		case c >= utf8.RuneSelf:
+			ascii = false
+		}
+	}
+	return len(src), false, errors.New("unterminated string")
+}
+
+func skipSpace(src []byte, i int) int {
+	for i < len(src) && (src[i] == ' ' || src[i] == '\t' || src[i] == '\n' || src[i] == '\r') {
+		i++
+	}
+	return i
+}
+
+func isDelimiter(c byte) bool {
+	switch c {
+	case ',', '}', ']', ':', ' ', '\t', '\n', '\r', '"', '{', '[':
+		return true
+	}
+	return false
 }
 
 const lowerHex = "0123456789abcdef"
 
-func writeCanonicalString(buf *bytes.Buffer, s string) {
-	buf.WriteByte('"')
+// appendCanonicalString appends s as a minimal JSON string: only '"', '\\'
+// and control characters are escaped; bytes that are not UTF-8 become
+// \ufffd.
+func appendCanonicalString(dst []byte, s string) []byte {
+	dst = append(dst, '"')
 	for i := 0; i < len(s); {
 		c := s[i]
 		if c >= utf8.RuneSelf {
 			r, size := utf8.DecodeRuneInString(s[i:])
 			if r == utf8.RuneError && size == 1 {
-				buf.WriteString(`\ufffd`)
+				dst = append(dst, `\ufffd`...)
 			} else {
-				buf.WriteString(s[i : i+size])
+				dst = append(dst, s[i:i+size]...)
 			}
 			i += size
 			continue
 		}
 		switch {
 		case c == '"':
-			buf.WriteString(`\"`)
+			dst = append(dst, `\"`...)
 		case c == '\\':
-			buf.WriteString(`\\`)
+			dst = append(dst, `\\`...)
 		case c == '\n':
-			buf.WriteString(`\n`)
+			dst = append(dst, `\n`...)
 		case c == '\r':
-			buf.WriteString(`\r`)
+			dst = append(dst, `\r`...)
 		case c == '\t':
-			buf.WriteString(`\t`)
+			dst = append(dst, `\t`...)
 		case c == '\b':
-			buf.WriteString(`\b`)
+			dst = append(dst, `\b`...)
 		case c == '\f':
-			buf.WriteString(`\f`)
+			dst = append(dst, `\f`...)
 		case c < 0x20:
-			buf.WriteString(`\u00`)
-			buf.WriteByte(lowerHex[c>>4])
-			buf.WriteByte(lowerHex[c&0x0f])
+			dst = append(dst, `\u00`...)
+			dst = append(dst, lowerHex[c>>4], lowerHex[c&0x0f])
 		default:
-			buf.WriteByte(c)
+			dst = append(dst, c)
 		}
 		i++
 	}
-	buf.WriteByte('"')
+	return append(dst, '"')
 }
