@@ -10,6 +10,7 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"os"
+	"runtime/debug"
 	"slices"
 	"strconv"
 	"strings"
@@ -137,6 +138,8 @@ func startPipeline(b *testing.B) *pipeline {
 			done <- err
 			return
 		}
+		// as `sluice dev` does (loadConfig); restored for the tests after
+		defer debug.SetGCPercent(applyRuntime(cfg.Runtime))
 		done <- runDev(ctx, &out, cfg, logger, f)
 	}()
 	b.Cleanup(func() {

@@ -3,6 +3,7 @@ package main
 import (
 	"io"
 	"log/slog"
+	"runtime/debug"
 
 	"github.com/spf13/cobra"
 
@@ -45,12 +46,14 @@ func newRootCmd(stdout, stderr io.Writer) *cobra.Command {
 	return root
 }
 
-// loadConfig reads the environment and builds the process logger.
+// loadConfig reads the environment, applies its Go runtime settings
+// (applyRuntime) and builds the process logger.
 func loadConfig(cmd *cobra.Command) (*config.Config, *slog.Logger, error) {
 	cfg, err := config.FromOS()
 	if err != nil {
 		return nil, nil, err
 	}
+	applyRuntime(cfg.Runtime)
 	logger, err := observability.NewLogger(cmd.ErrOrStderr(), cfg.Log.Format, cfg.Log.Level)
 	if err != nil {
 		return nil, nil, err
@@ -68,4 +71,11 @@ func newVersionCmd() *cobra.Command {
 			return nil
 		},
 	}
+}
+
+// applyRuntime sets the garbage collector's target from GOGC (default 400;
+// the Go runtime alone would use 100 when GOGC is unset) and returns the
+// previous one.
+func applyRuntime(r config.Runtime) (previous int) {
+	return debug.SetGCPercent(r.GCPercent())
 }

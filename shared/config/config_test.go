@@ -44,6 +44,8 @@ func TestDefaults(t *testing.T) {
 		{"owner", c.Registry.Owner, "w1"},
 		{"mismatch mode", c.EventStore.IdempotencyMismatchMode, "error"},
 		{"max envelope", c.EventStore.MaxEnvelopeBytes, 1 << 20},
+		{"gc percent", c.Runtime.GCPercent(), 400},
+		{"memory limit", c.Runtime.GOMEMLIMIT, ""},
 	}
 	for _, tc := range checks {
 		if fmt.Sprint(tc.got) != fmt.Sprint(tc.want) {
@@ -118,6 +120,8 @@ func TestInvalidValuesNameTheVariable(t *testing.T) {
 		{map[string]string{"KAFKA_SESSION_TIMEOUT": "1h"}, "KAFKA_SESSION_TIMEOUT", "between 6s and 30m"},
 		{map[string]string{"ELASTICSEARCH_URLS": "es:9200"}, "ELASTICSEARCH_URLS", "http://"},
 		{map[string]string{"SLUICE_LOG_LEVEL": "loud"}, "SLUICE_LOG_LEVEL", "one of"},
+		{map[string]string{"GOGC": "0"}, "GOGC", "at least 1, or off"},
+		{map[string]string{"GOGC": "lots"}, "GOGC", "at least 1, or off"},
 		{map[string]string{"SLUICE_CRASH_POINT": "relay"}, "SLUICE_CRASH_POINT", "<worker>:<point>"},
 		{map[string]string{"EVENT_STORE_S3_SECRET_ACCESS_KEY_FILE": "/nonexistent/secret"}, "EVENT_STORE_S3_SECRET_ACCESS_KEY_FILE", "cannot read file"},
 	}
@@ -188,6 +192,27 @@ func TestConfigurationDocMatchesCode(t *testing.T) {
 		seen[v.Key] = true
 		if v.Doc == "" {
 			t.Errorf("variable %s has no doc", v.Key)
+		}
+	}
+}
+
+// TestGCPercent: GOGC as the Go runtime reads it, as debug.SetGCPercent
+// takes it.
+func TestGCPercent(t *testing.T) {
+	for _, tc := range []struct {
+		gogc string
+		want int
+	}{{"", 400}, {"100", 100}, {"50", 50}, {"off", -1}, {"OFF", -1}} {
+		env := map[string]string{"PROCESSED_EVENT_OWNER": "w1"}
+		if tc.gogc != "" {
+			env["GOGC"] = tc.gogc
+		}
+		c, err := Load(env)
+		if err != nil {
+			t.Fatalf("GOGC=%q: %v", tc.gogc, err)
+		}
+		if got := c.Runtime.GCPercent(); got != tc.want {
+			t.Errorf("GOGC=%q: GCPercent() = %d, want %d", tc.gogc, got, tc.want)
 		}
 	}
 }

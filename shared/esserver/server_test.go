@@ -405,6 +405,9 @@ func TestWriteLog(t *testing.T) {
 	srv.InjectFault(esserver.Fault{BulkItemStatus: 429, Times: 1})
 	doReq(t, h, call{"POST", "/_bulk", `{"index":{"_index":"x","_id":"c"}}` + "\n{}\n"})
 	doReq(t, h, call{"GET", "/x/_doc/a", ""})
+	// every bulk action is a write
+	doReq(t, h, call{"POST", "/_bulk", `{"create":{"_index":"x","_id":"d"}}` + "\n{}\n" +
+		`{"update":{"_index":"x","_id":"d"}}` + "\n" + `{"doc":{"n":2}}` + "\n" + `{"delete":{"_index":"x","_id":"d"}}` + "\n"})
 	// A single-document conflict answers an error body without _id.
 	if status, _, _ := doReq(t, h, call{"PUT", "/x/_doc/a?version=2&version_type=external", `{}`}); status != 409 {
 		t.Fatalf("stale put status %d", status)
@@ -418,7 +421,8 @@ func TestWriteLog(t *testing.T) {
 		version int64
 		status  int
 		ok      bool
-	}{{"a", 3, 201, true}, {"a", 0, 409, false}, {"b", 1, 201, true}, {"c", 0, 429, false}, {"a", 0, 409, false}} // error items carry no _version
+	}{{"a", 3, 201, true}, {"a", 0, 409, false}, {"b", 1, 201, true}, {"c", 0, 429, false},
+		{"d", 1, 201, true}, {"d", 2, 200, true}, {"d", 3, 200, true}, {"a", 0, 409, false}} // error items carry no _version
 	if len(got) != len(want) || len(seen) != len(want) {
 		t.Fatalf("recorded %+v (observed %d), want %d writes", got, len(seen), len(want))
 	}

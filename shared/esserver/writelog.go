@@ -87,16 +87,24 @@ func (l *WriteLog) Wrap(h http.Handler) http.Handler {
 		}
 		var got []answer
 		if bulk {
+			// Each item is an object with one key, its action.
 			var res struct {
-				Items []map[string]answer `json:"items"`
+				Items []struct {
+					Index  *answer `json:"index"`
+					Create *answer `json:"create"`
+					Update *answer `json:"update"`
+					Delete *answer `json:"delete"`
+				} `json:"items"`
 			}
 			if json.Unmarshal(cw.buf.Bytes(), &res) != nil {
 				l.miss()
 				return
 			}
 			for _, it := range res.Items {
-				for _, a := range it {
-					got = append(got, a)
+				for _, a := range []*answer{it.Index, it.Create, it.Update, it.Delete} {
+					if a != nil {
+						got = append(got, *a)
+					}
 				}
 			}
 		} else {
