@@ -49,7 +49,7 @@ lint: test-deps
 
 ## bench: benchmarks with the real components (Postgres, MinIO, kfake, ES test server)
 bench: test-deps
-	$(GO) test -run='^$$' -bench=. -benchtime=$${BENCHTIME:-3s} -timeout 30m $(PKGS) | tee $(BIN)/bench.txt
+	GOGC=$${GOGC:-400} $(GO) test -run='^$$' -bench=. -benchtime=$${BENCHTIME:-3s} -timeout 30m $(PKGS) | tee $(BIN)/bench.txt
 	@echo "results in $(BIN)/bench.txt; figures are recorded in docs/benchmarks.md"
 
 ## soak: the long chaos soak of the acceptance suite (docs/acceptance.md):

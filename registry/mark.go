@@ -161,7 +161,7 @@ func (r *Registry) MarkDoneBatch(ctx context.Context, items []Done) (errs []erro
 	done := make([]bool, len(handlers))
 	err = r.run(ctx, "mark done", func(ctx context.Context) error {
 		clear(done)
-		rows, err := r.pool.Query(ctx, markDoneSQL, handlers, eventIDs, tokens, outcomes, outcomeOf)
+		rows, err := r.pool.Query(ctx, markDoneSQL, replan, handlers, eventIDs, tokens, outcomes, outcomeOf)
 		if err != nil {
 			return err
 		}
@@ -474,6 +474,16 @@ func lockOrder(n int, lease func(int) Lease) []int {
 	return idx
 }
 
+// replan is the pgx execution mode of the batch statements that join their
+// input with processed_events and aggregate_versions (mark done, heartbeat,
+// fenced updates): an unnamed statement, planned at each execution for the
+// tables as they are then. Under pgx's default mode a prepared statement
+// switches to a generic plan after five executions; made while a new
+// deployment's tables were empty, that plan scanned them whole at every
+// batch as they grew (migrations/00010_registry_replan.sql). The plan costs
+// a fraction of a millisecond per batch.
+const replan = pgx.QueryExecModeCacheDescribe
+
 // fencedUpdate runs a lease-fenced statement over many leases in one round
 // trip. The statement returns (handler, event_id, lease_token) of every row
 // it updated; leases it did not return have been lost. errs[i] is nil or a
@@ -483,7 +493,7 @@ func (r *Registry) fencedUpdate(ctx context.Context, op, sql string, leases []Le
 	ok := make(map[key]bool, len(leases))
 	err = r.run(ctx, op, func(ctx context.Context) error {
 		clear(ok)
-		rows, err := r.pool.Query(ctx, sql, args...)
+		rows, err := r.pool.Query(ctx, sql, append([]any{replan}, args...)...)
 		if err != nil {
 			return err
 		}

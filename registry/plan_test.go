@@ -1,0 +1,123 @@
+package registry_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/sluicehq/sluice/registry"
+	"github.com/sluicehq/sluice/shared/testenv"
+)
+
+// TestBatchStatementsReplanAsTablesGrow: a worker's connections are opened
+// while a new deployment's tables are empty. Plans made then must not stay
+// in use once the tables are large: every batch statement (claim on its
+// fast and general path, heartbeat, mark done) probes the primary keys
+// instead of scanning processed_events or aggregate_versions whole. Without
+// ANALYZE (autovacuum's first one comes late), only re-planning at each
+// call sees the growth (migrations/00010_registry_replan.sql; replan).
+func TestBatchStatementsReplanAsTablesGrow(t *testing.T) {
+	url, _ := testenv.NewMigratedDatabase(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	cfg, err := pgxpool.ParseConfig(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.MaxConns, cfg.MinConns = 1, 1 // one session: the one whose plans were made on empty tables
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	r := newRegistry(t, pool, "w1", registry.Options{})
+	const h = "plan"
+	round := func(name string, from int) {
+		t.Helper()
+		reqs := make([]registry.ClaimRequest, 5)
+		for i := range reqs {
+			k := from + i
+			reqs[i] = req(h, fmt.Sprintf("%s-%d", name, k), fmt.Sprintf("%s-agg-%d", name, k), 1, wait)
+		}
+		res, err := r.ClaimBatch(ctx, reqs) // fast path: no row yet
+		if err != nil {
+			t.Fatal(err)
+		}
+		leases := make([]registry.Lease, len(res))
+		items := make([]registry.Done, len(res))
+		for i, c := range res {
+			if c.Kind != registry.Claimed {
+				t.Fatalf("%s: %s", reqs[i].EventID, c.Kind)
+			}
+			leases[i], items[i] = c.Lease, registry.Done{Lease: c.Lease, Outcome: registry.Applied()}
+		}
+		if errs, err := r.HeartbeatBatch(ctx, leases); err != nil || errors.Join(errs...) != nil {
+			t.Fatal(err, errs)
+		}
+		if errs, err := r.MarkDoneBatch(ctx, items); err != nil || errors.Join(errs...) != nil {
+			t.Fatal(err, errs)
+		}
+		res, err = r.ClaimBatch(ctx, reqs) // general path: every row exists
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i, c := range res {
+			if c.Kind != registry.DuplicateDone {
+				t.Fatalf("%s redelivered: %s", reqs[i].EventID, c.Kind)
+			}
+		}
+	}
+	// Plans are made and cached (pgx switches a prepared statement to a
+	// generic plan after five executions) while the tables are empty.
+	for i := range 8 {
+		round("prime", 10*i)
+	}
+	const n = 20000
+	if _, err := pool.Exec(ctx, `INSERT INTO sluice.processed_events
+		    (handler, event_id, aggregate_id, sequence_number, status, owner, started_at, processed_at, attempt_count)
+		SELECT $1, 'old-' || g, 'old-agg-' || g, 1, 'done', 'w0', now(), now(), 1 FROM generate_series(1, $2::int) AS g`, h, n); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pool.Exec(ctx, `INSERT INTO sluice.aggregate_versions (handler, aggregate_id, last_sequence)
+		SELECT $1, 'old-agg-' || g, 1 FROM generate_series(1, $2::int) AS g`, h, n); err != nil {
+		t.Fatal(err)
+	}
+	// seqScans reads the tables' sequential-scan counters once this
+	// session's pending statistics are flushed.
+	seqScans := func() map[string]int64 {
+		t.Helper()
+		if _, err := pool.Exec(ctx, `SELECT pg_stat_force_next_flush()`); err != nil {
+			t.Fatal(err)
+		}
+		rows, err := pool.Query(ctx, `SELECT relname, seq_scan FROM pg_stat_user_tables
+			WHERE schemaname = 'sluice' AND relname IN ('processed_events', 'aggregate_versions')`)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out := map[string]int64{}
+		for rows.Next() {
+			var name string
+			var n int64
+			if err := rows.Scan(&name, &n); err != nil {
+				t.Fatal(err)
+			}
+			out[name] = n
+		}
+		if err := rows.Err(); err != nil {
+			t.Fatal(err)
+		}
+		return out
+	}
+	before := seqScans()
+	round("grown", 0)
+	after := seqScans()
+	for _, tbl := range []string{"processed_events", "aggregate_versions"} {
+		if d := after[tbl] - before[tbl]; d != 0 {
+			t.Errorf("%d sequential scans of %s (%d rows) in one round of batch statements, want 0", d, tbl, n)
+		}
+	}
+}
