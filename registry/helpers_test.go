@@ -67,7 +67,8 @@ func row(t testing.TB, r *registry.Registry, handler, eventID string) registry.R
 	return got
 }
 
-// queryCounter is a pgx QueryTracer counting the statements a pool runs.
+// queryCounter is a pgx QueryTracer and BatchTracer counting the
+// statements a pool runs, alone or queued in a batch.
 type queryCounter struct{ n atomic.Int64 }
 
 func (c *queryCounter) TraceQueryStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceQueryStartData) context.Context {
@@ -76,6 +77,16 @@ func (c *queryCounter) TraceQueryStart(ctx context.Context, _ *pgx.Conn, _ pgx.T
 }
 
 func (c *queryCounter) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
+
+func (c *queryCounter) TraceBatchStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceBatchStartData) context.Context {
+	return ctx
+}
+
+func (c *queryCounter) TraceBatchQuery(context.Context, *pgx.Conn, pgx.TraceBatchQueryData) {
+	c.n.Add(1)
+}
+
+func (c *queryCounter) TraceBatchEnd(context.Context, *pgx.Conn, pgx.TraceBatchEndData) {}
 
 // newProxy starts a proxy to the server of url and returns it with a pool
 // config pointing at it.

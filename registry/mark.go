@@ -161,13 +161,8 @@ func (r *Registry) MarkDoneBatch(ctx context.Context, items []Done) (errs []erro
 	done := make([]bool, len(handlers))
 	err = r.run(ctx, "mark done", func(ctx context.Context) error {
 		clear(done)
-		rows, err := r.pool.Query(ctx, markDoneSQL, replan, handlers, eventIDs, tokens, outcomes, outcomeOf)
-		if err != nil {
-			return err
-		}
-		defer rows.Close()
-		var idx int64
-		for rows.Next() {
+		return r.probeQuery(ctx, markDoneSQL, []any{handlers, eventIDs, tokens, outcomes, outcomeOf}, func(rows pgx.Rows) error {
+			var idx int64
 			if err := rows.Scan(&idx); err != nil {
 				return err
 			}
@@ -175,8 +170,8 @@ func (r *Registry) MarkDoneBatch(ctx context.Context, items []Done) (errs []erro
 				return fmt.Errorf("mark done result index %d out of range", idx)
 			}
 			done[idx-1] = true
-		}
-		return rows.Err()
+			return nil
+		})
 	})
 	if err != nil {
 		return nil, err
@@ -474,15 +469,54 @@ func lockOrder(n int, lease func(int) Lease) []int {
 	return idx
 }
 
-// replan is the pgx execution mode of the batch statements that join their
-// input with processed_events and aggregate_versions (mark done, heartbeat,
-// fenced updates): an unnamed statement, planned at each execution for the
-// tables as they are then. Under pgx's default mode a prepared statement
-// switches to a generic plan after five executions; made while a new
-// deployment's tables were empty, that plan scanned them whole at every
-// batch as they grew (migrations/00010_registry_replan.sql). The plan costs
-// a fraction of a millisecond per batch.
-const replan = pgx.QueryExecModeCacheDescribe
+// probeQuery runs sql, a batch statement that joins its input with
+// processed_events or aggregate_versions by their primary keys (mark done,
+// heartbeat), with enable_seqscan off, and calls each for every row; one
+// round trip (BEGIN; SET LOCAL; the statement; COMMIT, pipelined).
+//
+// pgx prepares the statement and Postgres switches it to a generic plan
+// after five executions. A worker's first executions happen while a new
+// deployment's tables are empty; a plan made then joins the batch with a
+// sequential scan, and a generic plan is kept until an ANALYZE invalidates
+// it, so it scanned the tables whole at every batch as they grew (≈ 18 s
+// of Postgres CPU in a 20 s pipeline run before migration 00010). With
+// sequential scans off the only plans left probe the primary key per input
+// row, right at any table size; planning the statement at every call (an
+// unnamed statement) would also see the growth, but costs ≈ 0.3 ms per
+// batch. The claim function carries the same setting (migrations/
+// 00010_registry_replan.sql).
+func (r *Registry) probeQuery(ctx context.Context, sql string, args []any, each func(pgx.Rows) error) error {
+	b := &pgx.Batch{}
+	b.Queue("BEGIN")
+	b.Queue("SET LOCAL enable_seqscan = off")
+	b.Queue(sql, args...)
+	b.Queue("COMMIT")
+	br := r.pool.SendBatch(ctx, b)
+	defer br.Close()
+	for range 2 {
+		if _, err := br.Exec(); err != nil {
+			return err
+		}
+	}
+	rows, err := br.Query()
+	if err != nil {
+		return err
+	}
+	for rows.Next() {
+		if err := each(rows); err != nil {
+			rows.Close()
+			return err
+		}
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return err
+	}
+	if _, err := br.Exec(); err != nil {
+		return err
+	}
+	return br.Close()
+}
 
 // fencedUpdate runs a lease-fenced statement over many leases in one round
 // trip. The statement returns (handler, event_id, lease_token) of every row
@@ -493,19 +527,14 @@ func (r *Registry) fencedUpdate(ctx context.Context, op, sql string, leases []Le
 	ok := make(map[key]bool, len(leases))
 	err = r.run(ctx, op, func(ctx context.Context) error {
 		clear(ok)
-		rows, err := r.pool.Query(ctx, sql, append([]any{replan}, args...)...)
-		if err != nil {
-			return err
-		}
-		defer rows.Close()
-		for rows.Next() {
+		return r.probeQuery(ctx, sql, args, func(rows pgx.Rows) error {
 			var k key
 			if err := rows.Scan(&k.handler, &k.eventID, &k.token); err != nil {
 				return err
 			}
 			ok[k] = true
-		}
-		return rows.Err()
+			return nil
+		})
 	})
 	if err != nil {
 		return nil, err
