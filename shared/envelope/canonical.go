@@ -26,6 +26,24 @@ import (
 // occurred_at should, on an idempotency hit, compare against the stored
 // envelope's occurred_at rather than the fresh default.
 func CanonicalJSON(e Envelope) ([]byte, error) {
+	enc, err := canonicalInput(e)
+	if err != nil {
+		return nil, err
+	}
+	out, next, err := appendCanonical(make([]byte, 0, len(enc)), enc, skipSpace(enc, 0), 0)
+	if err == nil && skipSpace(enc, next) != len(enc) {
+		err = errors.New("data after the top-level value")
+	}
+	if err != nil {
+		return nil, fmt.Errorf("envelope: canonical form: %w", err)
+	}
+	return out, nil
+}
+
+// canonicalInput is Marshal of what the canonical form covers: e
+// normalised, without sequence_number, position and the transport metadata
+// keys (metadata omitted when nothing is left in it).
+func canonicalInput(e Envelope) ([]byte, error) {
 	e, err := Normalize(e)
 	if err != nil {
 		return nil, err
@@ -48,14 +66,7 @@ func CanonicalJSON(e Envelope) ([]byte, error) {
 	if err != nil {
 		return nil, fmt.Errorf("envelope: canonical form: %w", err)
 	}
-	out, next, err := appendCanonical(make([]byte, 0, len(enc)), enc, skipSpace(enc, 0), 0)
-	if err == nil && skipSpace(enc, next) != len(enc) {
-		err = errors.New("data after the top-level value")
-	}
-	if err != nil {
-		return nil, fmt.Errorf("envelope: canonical form: %w", err)
-	}
-	return out, nil
+	return enc, nil
 }
 
 // CanonicalHash returns the SHA-256 of CanonicalJSON(e).

@@ -11,29 +11,12 @@ import (
 )
 
 // referenceCanonicalJSON is the canonical form computed the slow, obvious
-// way: decode the marshalled envelope with encoding/json (UseNumber) into Go
-// values and write them back with sorted keys. CanonicalJSON works on the
+// way: decode the marshalled envelope (canonicalInput) with encoding/json
+// (UseNumber) into Go values and write them back with sorted keys. CanonicalJSON works on the
 // bytes instead; the two must agree on every envelope, since stored hashes
 // compare across versions.
 func referenceCanonicalJSON(e Envelope) ([]byte, error) {
-	e, err := Normalize(e)
-	if err != nil {
-		return nil, err
-	}
-	e.SequenceNumber, e.Position = 0, 0
-	if len(e.Metadata) > 0 {
-		m := Metadata{}
-		for k, v := range e.Metadata {
-			if !IsTransportMetadataKey(k) {
-				m[k] = v
-			}
-		}
-		if len(m) == 0 {
-			m = nil
-		}
-		e.Metadata = m
-	}
-	enc, err := Marshal(e)
+	enc, err := canonicalInput(e)
 	if err != nil {
 		return nil, err
 	}
