@@ -471,32 +471,34 @@ func lockOrder(n int, lease func(int) Lease) []int {
 
 // probeQuery runs sql, a batch statement that joins its input with
 // processed_events or aggregate_versions by their primary keys (mark done,
-// heartbeat), with enable_seqscan off, and calls each for every row; one
-// round trip (BEGIN; SET LOCAL; the statement; COMMIT, pipelined).
+// heartbeat), with enable_seqscan off, and calls each for every row. One
+// request: set_config(…, is_local) and the statement are pipelined before a
+// single Sync, so they share the implicit transaction that the Sync ends; a
+// failed statement rolls it back there and the connection returns to the
+// pool idle (an explicit BEGIN would leave it aborted, and the pool would
+// close it).
 //
-// pgx prepares the statement and Postgres switches it to a generic plan
-// after five executions. A worker's first executions happen while a new
-// deployment's tables are empty; a plan made then joins the batch with a
-// sequential scan, and a generic plan is kept until an ANALYZE invalidates
-// it, so it scanned the tables whole at every batch as they grew (≈ 18 s
-// of Postgres CPU in a 20 s pipeline run before migration 00010). With
-// sequential scans off the only plans left probe the primary key per input
-// row, right at any table size; planning the statement at every call (an
-// unnamed statement) would also see the growth, but costs ≈ 0.3 ms per
-// batch. The claim function carries the same setting (migrations/
+// Postgres switches a prepared statement to a generic plan after five
+// executions when that plan does not look costlier. A worker's first
+// executions happen while a new deployment's tables are empty; a plan made
+// then joins the batch with a sequential scan, and a generic plan is kept
+// until an ANALYZE invalidates it, so it scanned the tables whole at every
+// batch as they grew (≈ 18 s of Postgres CPU in a 20 s pipeline run before
+// migration 00010). With sequential scans off the only plans left probe the
+// primary key per input row, right at any table size; planning the
+// statement at every call (an unnamed statement) would also see the
+// growth, but costs ≈ 0.3 ms per batch. The setting never invalidates a
+// cached plan, so these statement texts must run only through here. The
+// claim function carries the same setting (migrations/
 // 00010_registry_replan.sql).
 func (r *Registry) probeQuery(ctx context.Context, sql string, args []any, each func(pgx.Rows) error) error {
 	b := &pgx.Batch{}
-	b.Queue("BEGIN")
-	b.Queue("SET LOCAL enable_seqscan = off")
+	b.Queue(sqlNoSeqScan)
 	b.Queue(sql, args...)
-	b.Queue("COMMIT")
 	br := r.pool.SendBatch(ctx, b)
 	defer br.Close()
-	for range 2 {
-		if _, err := br.Exec(); err != nil {
-			return err
-		}
+	if _, err := br.Exec(); err != nil {
+		return err
 	}
 	rows, err := br.Query()
 	if err != nil {
@@ -512,11 +514,11 @@ func (r *Registry) probeQuery(ctx context.Context, sql string, args []any, each 
 	if err := rows.Err(); err != nil {
 		return err
 	}
-	if _, err := br.Exec(); err != nil {
-		return err
-	}
 	return br.Close()
 }
+
+// sqlNoSeqScan turns sequential scans off until the end of the transaction.
+const sqlNoSeqScan = `SELECT set_config('enable_seqscan', 'off', true)`
 
 // fencedUpdate runs a lease-fenced statement over many leases in one round
 // trip. The statement returns (handler, event_id, lease_token) of every row

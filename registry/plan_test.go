@@ -71,8 +71,9 @@ func TestBatchStatementsReplanAsTablesGrow(t *testing.T) {
 			}
 		}
 	}
-	// Plans are made and cached (pgx switches a prepared statement to a
-	// generic plan after five executions) while the tables are empty.
+	// Plans are made and cached while the tables are empty (Postgres
+	// switches a prepared statement to a generic plan after five
+	// executions; the claim function plans once per session).
 	for i := range 8 {
 		round("prime", 10*i)
 	}
