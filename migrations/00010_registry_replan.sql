@@ -20,6 +20,10 @@
 -- more than 100 is still planned per call for its size. The body is
 -- unchanged. Mark done and heartbeat, sent by the Go code, run with the
 -- same setting (registry/mark.go, probeQuery).
+--
+-- A later CREATE OR REPLACE FUNCTION of registry_claim_batch drops the
+-- function's settings: it must state enable_seqscan = off (and
+-- plan_cache_mode = force_generic_plan) again.
 ALTER FUNCTION sluice.registry_claim_batch(text[], text[], text[], bigint[], boolean[], uuid[], text, uuid, bigint)
     SET enable_seqscan = off;
 

@@ -138,9 +138,12 @@ func startPipeline(b *testing.B) *pipeline {
 			done <- err
 			return
 		}
-		// as `sluice dev` does (loadConfig); restored for the tests after
-		defer debug.SetGCPercent(applyRuntime(cfg.Runtime))
-		done <- runDev(ctx, &out, cfg, logger, f)
+		// as `sluice dev` does (loadConfig); restored for the tests after,
+		// before done lets a later pipeline start
+		prev := applyRuntime(cfg.Runtime)
+		err = runDev(ctx, &out, cfg, logger, f)
+		debug.SetGCPercent(prev)
+		done <- err
 	}()
 	b.Cleanup(func() {
 		cancel()

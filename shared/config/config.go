@@ -66,15 +66,12 @@ type Runtime struct {
 	GOMEMLIMIT string `env:"GOMEMLIMIT" doc:"Soft memory limit of the Go runtime (for example 900MiB), read by the runtime itself. Set it somewhat under the container's memory limit: near it the collector runs more often, whatever GOGC says."`
 }
 
-// GCPercent is GOGC as debug.SetGCPercent takes it (-1 for off). It
-// expects a validated configuration.
+// GCPercent is GOGC as debug.SetGCPercent takes it (-1 for off, or any
+// negative value). It expects a validated configuration.
 func (r Runtime) GCPercent() int {
-	if strings.EqualFold(r.GOGC, "off") {
-		return -1
-	}
 	n, err := strconv.Atoi(r.GOGC)
-	if err != nil {
-		return 100
+	if err != nil || n < 0 {
+		return -1 // off
 	}
 	return n
 }

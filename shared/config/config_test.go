@@ -120,8 +120,8 @@ func TestInvalidValuesNameTheVariable(t *testing.T) {
 		{map[string]string{"KAFKA_SESSION_TIMEOUT": "1h"}, "KAFKA_SESSION_TIMEOUT", "between 6s and 30m"},
 		{map[string]string{"ELASTICSEARCH_URLS": "es:9200"}, "ELASTICSEARCH_URLS", "http://"},
 		{map[string]string{"SLUICE_LOG_LEVEL": "loud"}, "SLUICE_LOG_LEVEL", "one of"},
-		{map[string]string{"GOGC": "0"}, "GOGC", "at least 1, or off"},
-		{map[string]string{"GOGC": "lots"}, "GOGC", "at least 1, or off"},
+		{map[string]string{"GOGC": "lots"}, "GOGC", "as the Go runtime reads it"},
+		{map[string]string{"GOGC": "OFF"}, "GOGC", "as the Go runtime reads it"},
 		{map[string]string{"SLUICE_CRASH_POINT": "relay"}, "SLUICE_CRASH_POINT", "<worker>:<point>"},
 		{map[string]string{"EVENT_STORE_S3_SECRET_ACCESS_KEY_FILE": "/nonexistent/secret"}, "EVENT_STORE_S3_SECRET_ACCESS_KEY_FILE", "cannot read file"},
 	}
@@ -202,7 +202,7 @@ func TestGCPercent(t *testing.T) {
 	for _, tc := range []struct {
 		gogc string
 		want int
-	}{{"", 400}, {"100", 100}, {"50", 50}, {"off", -1}, {"OFF", -1}} {
+	}{{"", 400}, {"100", 100}, {"0", 0}, {"off", -1}, {"-1", -1}} {
 		env := map[string]string{"PROCESSED_EVENT_OWNER": "w1"}
 		if tc.gogc != "" {
 			env["GOGC"] = tc.gogc

@@ -49,8 +49,8 @@ func (c *Config) Validate() error {
 	k.oneOf("SLUICE_LOG_LEVEL", c.Log.Level, "debug", "info", "warn", "error")
 	k.oneOf("SLUICE_LOG_FORMAT", c.Log.Format, "json", "text")
 	k.atLeast("DATABASE_MAX_CONNS", int64(c.Postgres.MaxConns), 1)
-	if n, err := strconv.Atoi(c.Runtime.GOGC); !strings.EqualFold(c.Runtime.GOGC, "off") && (err != nil || n < 1) {
-		k.fail("GOGC", c.Runtime.GOGC, "must be a percentage of at least 1, or off")
+	if _, err := strconv.Atoi(c.Runtime.GOGC); err != nil && c.Runtime.GOGC != "off" {
+		k.fail("GOGC", c.Runtime.GOGC, "must be a percentage (an integer; negative means off) or off, as the Go runtime reads it")
 	}
 
 	es := c.EventStore

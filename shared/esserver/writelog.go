@@ -101,10 +101,14 @@ func (l *WriteLog) Wrap(h http.Handler) http.Handler {
 				return
 			}
 			for _, it := range res.Items {
+				n := len(got)
 				for _, a := range []*answer{it.Index, it.Create, it.Update, it.Delete} {
 					if a != nil {
 						got = append(got, *a)
 					}
+				}
+				if len(got) == n {
+					l.miss() // an item of no known action: a write not recorded
 				}
 			}
 		} else {
