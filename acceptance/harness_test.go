@@ -479,16 +479,7 @@ func (s *service) waitReady(within time.Duration) {
 // within.
 func waitFor(t testing.TB, within time.Duration, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(within)
-	for {
-		if cond() {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s", within, what)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+	testenv.WaitForEvery(t, within, 100*time.Millisecond, what, cond)
 }
 
 // --- Kafka ---------------------------------------------------------------

@@ -13,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/sluicehq/sluice/eventstore/objstore/filestore"
+	"github.com/sluicehq/sluice/shared/testenv"
 )
 
 // BenchmarkRelay measures the relay against real MinIO and Postgres and a
@@ -76,8 +77,8 @@ func BenchmarkRelay(b *testing.B) {
 				// the acks first, without a request (a checkpoint GET every
 				// few ms would take MinIO CPU from the drain), then the
 				// checkpoint
-				waitForEvery(b, 5*time.Minute, time.Millisecond, "the last ack", func() bool { return lastAck.Load() != nil })
-				waitForEvery(b, time.Minute, 5*time.Millisecond, "the checkpoint at the head", func() bool { return e.checkpoint(b).Position == int64(events) })
+				testenv.WaitForEvery(b, 5*time.Minute, time.Millisecond, "the last ack", func() bool { return lastAck.Load() != nil })
+				testenv.WaitForEvery(b, time.Minute, 5*time.Millisecond, "the checkpoint at the head", func() bool { return e.checkpoint(b).Position == int64(events) })
 				durable := time.Now()
 				cancel()
 				<-done
@@ -112,7 +113,7 @@ func BenchmarkRelay(b *testing.B) {
 			reg := prometheus.NewRegistry()
 			reg.MustRegister(e.store.Collectors()...)
 			r, stop := runRelay(b, e, opts)
-			waitFor(b, 30*time.Second, "relay leader", func() bool { return e.checkpoint(b).Position == 0 })
+			testenv.WaitFor(b, 30*time.Second, "relay leader", func() bool { return e.checkpoint(b).Position == 0 })
 			total := rate * 5
 			envs := mixedEnvelopes(total, 500, "")
 			ctx := context.Background()
@@ -136,7 +137,7 @@ func BenchmarkRelay(b *testing.B) {
 				})
 			}
 			wg.Wait()
-			waitFor(b, time.Minute, "all published", func() bool {
+			testenv.WaitFor(b, time.Minute, "all published", func() bool {
 				mu.Lock()
 				defer mu.Unlock()
 				return len(acked) >= total

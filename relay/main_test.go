@@ -308,24 +308,6 @@ func appendAll(t testing.TB, st *eventstore.Store, writers int, envs []envelope.
 	return out
 }
 
-// waitFor polls cond until it holds or the timeout passes.
-func waitFor(t testing.TB, timeout time.Duration, what string, cond func() bool) {
-	t.Helper()
-	waitForEvery(t, timeout, 50*time.Millisecond, what, cond)
-}
-
-// waitForEvery is waitFor checking cond every period.
-func waitForEvery(t testing.TB, timeout, period time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s", timeout, what)
-		}
-		time.Sleep(period)
-	}
-}
-
 // checkpoint reads the checkpoint object.
 func (e *env) checkpoint(t testing.TB) Checkpoint {
 	t.Helper()

@@ -10,6 +10,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/sluicehq/sluice/eventstore/objstore"
+	"github.com/sluicehq/sluice/shared/testenv"
 )
 
 // gatedBucket holds every checkpoint Put (the relay's conditional writes)
@@ -82,9 +83,9 @@ func TestCheckpointStallBoundsProduction(t *testing.T) {
 		r.Close()
 	})
 
-	waitFor(t, 30*time.Second, "a checkpoint write to hang", func() bool { return gate.waiting() == 1 })
+	testenv.WaitFor(t, 30*time.Second, "a checkpoint write to hang", func() bool { return gate.waiting() == 1 })
 	// Give the relay time to run into the bound.
-	waitFor(t, 30*time.Second, "production to reach the bound", func() bool { return sumVec(r.m.published) >= maxRecords })
+	testenv.WaitFor(t, 30*time.Second, "production to reach the bound", func() bool { return sumVec(r.m.published) >= maxRecords })
 	time.Sleep(500 * time.Millisecond)
 	if got := sumVec(r.m.published); got != maxRecords {
 		t.Fatalf("published %v records while no checkpoint after the claim was durable, want exactly the bound %d", got, maxRecords)
@@ -93,7 +94,7 @@ func TestCheckpointStallBoundsProduction(t *testing.T) {
 		t.Fatalf("checkpoint %d while its writes hang", cp.Position)
 	}
 	gate.release()
-	waitFor(t, time.Minute, "catch up", func() bool { return e.checkpoint(t).Position == n })
+	testenv.WaitFor(t, time.Minute, "catch up", func() bool { return e.checkpoint(t).Position == n })
 	recs := e.consumeAll(t, e.commandsTopic(), e.eventsTopic())
 	for id, c := range verifyAtLeastOnce(t, stored, recs) {
 		if c != 1 {

@@ -23,6 +23,7 @@ import (
 
 	"github.com/sluicehq/sluice/eventstore"
 	"github.com/sluicehq/sluice/shared/envelope"
+	"github.com/sluicehq/sluice/shared/testenv"
 )
 
 // cleanRunEvents is the event count of the clean-run test
@@ -136,7 +137,7 @@ func TestCleanRunExactlyOnceInOrder(t *testing.T) {
 	start := time.Now()
 	stored := appendAll(t, e.store, 64, mixedEnvelopes(n, 100, custom))
 	t.Logf("appended %d events in %s", len(stored), time.Since(start).Round(time.Millisecond))
-	waitFor(t, 2*time.Minute, "checkpoint to reach the head", func() bool {
+	testenv.WaitFor(t, 2*time.Minute, "checkpoint to reach the head", func() bool {
 		return e.checkpoint(t).Position == int64(n)
 	})
 	t.Logf("published %d events %s after the first append", n, time.Since(start).Round(time.Millisecond))
@@ -202,7 +203,7 @@ func TestCrashRestart(t *testing.T) {
 				t.Fatalf("checkpoint at crash %d: the crash point was hit too late to test anything", atCrash.Position)
 			}
 			p2 := e.startHelper(t, "second", extra...)
-			waitFor(t, time.Minute, "restarted relay to catch up", func() bool { return e.checkpoint(t).Position == n })
+			testenv.WaitFor(t, time.Minute, "restarted relay to catch up", func() bool { return e.checkpoint(t).Position == n })
 			if code := p2.stop(t); code != 0 {
 				t.Fatalf("restarted relay exited with %d", code)
 			}
@@ -260,7 +261,7 @@ func TestTwoReplicas(t *testing.T) {
 	b := e.startHelper(t, "replica-b")
 	procs := map[string]*helperProc{"replica-a": a, "replica-b": b}
 	first := appendAll(t, e.store, 16, mixedEnvelopes(600, 30, e.prefix+"custom"))
-	waitFor(t, time.Minute, "first batch published", func() bool { return e.checkpoint(t).Position == 600 })
+	testenv.WaitFor(t, time.Minute, "first batch published", func() bool { return e.checkpoint(t).Position == 600 })
 	lease := NewLease(e.pool, "test", "", time.Second)
 	info, found, err := lease.Info(ctxT(t, 10*time.Second))
 	if err != nil || !found {
@@ -284,7 +285,7 @@ func TestTwoReplicas(t *testing.T) {
 	leader.wait(t, 10*time.Second)
 	killed := time.Now()
 	second := appendAll(t, e.store, 16, mixedEnvelopes(400, 30, e.prefix+"custom"))
-	waitFor(t, 30*time.Second, "standby to take over", func() bool { return e.checkpoint(t).Position == 1000 })
+	testenv.WaitFor(t, 30*time.Second, "standby to take over", func() bool { return e.checkpoint(t).Position == 1000 })
 	took := time.Since(killed)
 	t.Logf("standby published everything %s after the leader was killed", took.Round(time.Millisecond))
 	if took > 10*time.Second {
@@ -313,7 +314,7 @@ func TestFencedByNewerEpoch(t *testing.T) {
 	opts.Holder = "old"
 	r, _ := runRelay(t, e, opts)
 	appendAll(t, e.store, 4, mixedEnvelopes(50, 5, e.prefix+"custom"))
-	waitFor(t, 30*time.Second, "first events published", func() bool { return e.checkpoint(t).Position == 50 })
+	testenv.WaitFor(t, 30*time.Second, "first events published", func() bool { return e.checkpoint(t).Position == 50 })
 	ctx := ctxT(t, 30*time.Second)
 	// A newer leader takes lease and checkpoint (as after a partition).
 	if _, err := e.pool.Exec(ctx, `UPDATE sluice.relay_leases SET holder = 'new', epoch = epoch + 1, expires_at = now() + interval '1 hour' WHERE name = 'test'`); err != nil {
@@ -334,7 +335,7 @@ func TestFencedByNewerEpoch(t *testing.T) {
 		t.Fatal("a write over a stale ETag succeeded")
 	}
 	appendAll(t, e.store, 4, mixedEnvelopes(50, 5, e.prefix+"custom"))
-	waitFor(t, 15*time.Second, "old leader to stop", func() bool { return !r.Leader() })
+	testenv.WaitFor(t, 15*time.Second, "old leader to stop", func() bool { return !r.Leader() })
 	time.Sleep(time.Second)
 	if got := e.checkpoint(t); got.Position != 50 || got.RelayEpoch != 2 || got.Holder != "new" {
 		t.Errorf("checkpoint after fencing: position %d epoch %d holder %s, want 50/2/new (untouched by the stale relay)", got.Position, got.RelayEpoch, got.Holder)
@@ -393,7 +394,7 @@ func TestCrashedWriterGap(t *testing.T) {
 	e := newEnv(t, appendTO)
 	r, _ := runRelay(t, e, e.opts(t))
 	before := appendAll(t, e.store, 1, []envelope.Envelope{command("X", 0), command("Y", 0)})
-	waitFor(t, 20*time.Second, "first events", func() bool { return e.checkpoint(t).Position == 2 })
+	testenv.WaitFor(t, 20*time.Second, "first events", func() bool { return e.checkpoint(t).Position == 2 })
 
 	crashed := command("X", 1)
 	gapPos := reserveCrashed(t, e, crashed)
@@ -405,7 +406,7 @@ func TestCrashedWriterGap(t *testing.T) {
 		}
 	}
 	// Unrelated aggregates flow at once; X waits; the checkpoint waits.
-	waitFor(t, 10*time.Second, "unrelated aggregates published past the young gap", func() bool {
+	testenv.WaitFor(t, 10*time.Second, "unrelated aggregates published past the young gap", func() bool {
 		return sumVec(r.m.published) == 4
 	})
 	reserved := time.Now()
@@ -419,7 +420,7 @@ func TestCrashedWriterGap(t *testing.T) {
 		t.Fatalf("checkpoint %d passed the young gap at %d", cp.Position, gapPos)
 	}
 	// After the append timeout: abandoned, passed, X's event published.
-	waitFor(t, 20*time.Second, "gap to be abandoned and passed", func() bool { return e.checkpoint(t).Position == gapPos+3 })
+	testenv.WaitFor(t, 20*time.Second, "gap to be abandoned and passed", func() bool { return e.checkpoint(t).Position == gapPos+3 })
 	if waited := time.Since(reserved); waited > appendTO+5*time.Second {
 		t.Errorf("gap resolved after %s", waited)
 	}
@@ -438,8 +439,8 @@ func TestCrashedWriterGap(t *testing.T) {
 	if res.Event.Envelope.Position != gapPos {
 		t.Fatalf("retry stored at %d, want its reserved position %d", res.Event.Envelope.Position, gapPos)
 	}
-	waitFor(t, 20*time.Second, "late publication", func() bool { return value(r.m.late) == 1 })
-	waitFor(t, 10*time.Second, "gap to leave the checkpoint", func() bool { return len(e.checkpoint(t).PendingGaps) == 0 })
+	testenv.WaitFor(t, 20*time.Second, "late publication", func() bool { return value(r.m.late) == 1 })
+	testenv.WaitFor(t, 10*time.Second, "gap to leave the checkpoint", func() bool { return len(e.checkpoint(t).PendingGaps) == 0 })
 	stored := map[string]eventstore.Event{crashed.EventID: res.Event}
 	for id, ev := range before {
 		stored[id] = ev
@@ -471,7 +472,7 @@ func TestRolledBackReservation(t *testing.T) {
 	}
 	r, _ := runRelay(t, e, e.opts(t))
 	appendAll(t, e.store, 4, mixedEnvelopes(20, 4, e.prefix+"custom"))
-	waitFor(t, 10*time.Second, "all published", func() bool { return e.checkpoint(t).Position == 20 })
+	testenv.WaitFor(t, 10*time.Second, "all published", func() bool { return e.checkpoint(t).Position == 20 })
 	if cp := e.checkpoint(t); len(cp.PendingGaps) != 0 || sumVec(r.m.gaps) != 0 {
 		t.Errorf("gaps after a rolled-back reservation: %+v, resolutions %v", cp.PendingGaps, sumVec(r.m.gaps))
 	}
@@ -489,18 +490,18 @@ func TestKafkaOutage(t *testing.T) {
 	opts.Config.KafkaFlushTimeout = 500 * time.Millisecond
 	r, _ := runRelay(t, e, opts)
 	first := appendAll(t, e.store, 4, mixedEnvelopes(100, 10, e.prefix+"custom"))
-	waitFor(t, 20*time.Second, "first events", func() bool { return e.checkpoint(t).Position == 100 })
+	testenv.WaitFor(t, 20*time.Second, "first events", func() bool { return e.checkpoint(t).Position == 100 })
 
 	fault := e.kafka.Cluster.Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.Produce}, Err: kerr.NotEnoughReplicas, Count: -1})
 	second := appendAll(t, e.store, 4, mixedEnvelopes(100, 10, e.prefix+"custom"))
-	waitFor(t, 20*time.Second, "readiness to turn red", func() bool { return r.Ready(context.Background()) != nil })
+	testenv.WaitFor(t, 20*time.Second, "readiness to turn red", func() bool { return r.Ready(context.Background()) != nil })
 	t.Logf("readiness during the outage: %v", r.Ready(context.Background()))
 	if cp := e.checkpoint(t); cp.Position != 100 {
 		t.Fatalf("checkpoint moved to %d during the outage", cp.Position)
 	}
 	fault.Remove()
-	waitFor(t, 30*time.Second, "resume", func() bool { return e.checkpoint(t).Position == 200 })
-	waitFor(t, 10*time.Second, "readiness green", func() bool { return r.Ready(context.Background()) == nil })
+	testenv.WaitFor(t, 30*time.Second, "resume", func() bool { return e.checkpoint(t).Position == 200 })
+	testenv.WaitFor(t, 10*time.Second, "readiness green", func() bool { return r.Ready(context.Background()) == nil })
 	for id, ev := range second {
 		first[id] = ev
 	}
@@ -522,7 +523,7 @@ func TestProduceErrorRetried(t *testing.T) {
 	e.kafka.Cluster.Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.Produce}, Err: kerr.InvalidRecord, Count: 1})
 	r, _ := runRelay(t, e, e.opts(t))
 	stored := appendAll(t, e.store, 4, mixedEnvelopes(100, 10, e.prefix+"custom"))
-	waitFor(t, 30*time.Second, "all published", func() bool { return e.checkpoint(t).Position == 100 })
+	testenv.WaitFor(t, 30*time.Second, "all published", func() bool { return e.checkpoint(t).Position == 100 })
 	if v := value(r.m.produceErrs); v < 1 {
 		t.Errorf("relay_produce_errors_total %v, want the injected failure counted", v)
 	}
@@ -536,7 +537,7 @@ func TestCheckpointMovedBack(t *testing.T) {
 	e := newEnv(t, 30*time.Second)
 	r, _ := runRelay(t, e, e.opts(t))
 	stored := appendAll(t, e.store, 4, mixedEnvelopes(300, 10, e.prefix+"custom"))
-	waitFor(t, 30*time.Second, "all published", func() bool { return e.checkpoint(t).Position == 300 })
+	testenv.WaitFor(t, 30*time.Second, "all published", func() bool { return e.checkpoint(t).Position == 300 })
 	old, cur, err := SetCheckpoint(ctxT(t, 10*time.Second), NewCheckpointStore(e.bucket, "checkpoints/test.json"), 100)
 	if err != nil {
 		t.Fatal(err)
@@ -545,8 +546,8 @@ func TestCheckpointMovedBack(t *testing.T) {
 		t.Fatalf("set: old %d new %d recent %d", old.Position, cur.Position, len(cur.RecentEventIDs))
 	}
 	r.poke()
-	waitFor(t, 30*time.Second, "replay", func() bool { return sumVec(r.m.published) == 500 })
-	waitFor(t, 10*time.Second, "checkpoint back at the head", func() bool { return e.checkpoint(t).Position == 300 })
+	testenv.WaitFor(t, 30*time.Second, "replay", func() bool { return sumVec(r.m.published) == 500 })
+	testenv.WaitFor(t, 10*time.Second, "checkpoint back at the head", func() bool { return e.checkpoint(t).Position == 300 })
 	seen := verifyAtLeastOnce(t, stored, e.consumeAll(t, e.commandsTopic(), e.eventsTopic(), e.prefix+"custom"))
 	for id, c := range seen {
 		want := 1
@@ -586,7 +587,7 @@ func TestStartPosition(t *testing.T) {
 				opts.Config.StartTimestamp = mid.UTC().Format(time.RFC3339Nano)
 			}
 			r, _ := runRelay(t, e, opts)
-			waitFor(t, 60*time.Second, "caught up", func() bool { return e.checkpoint(t).Position == 30 })
+			testenv.WaitFor(t, 60*time.Second, "caught up", func() bool { return e.checkpoint(t).Position == 30 })
 			if got := sumVec(r.m.published); got != float64(c.want) {
 				t.Errorf("published %v, want %d", got, c.want)
 			}
@@ -606,12 +607,12 @@ func TestIndexPlan(t *testing.T) {
 	opts.Config.PollInterval = time.Hour // every listing after the first is the plan's choice
 	first := appendAll(t, e.store, 4, mixedEnvelopes(60, 6, custom))
 	r, stop := runRelay(t, e, opts)
-	waitFor(t, 20*time.Second, "first window published", func() bool { return e.checkpoint(t).Position == 60 })
+	testenv.WaitFor(t, 20*time.Second, "first window published", func() bool { return e.checkpoint(t).Position == 60 })
 	if v := value(r.m.plans.WithLabelValues("index")); v < 1 {
 		t.Errorf("index plans %v, want ≥ 1 (60 committed positions, batch 200)", v)
 	}
 	// The cycle after it lists once: no LIST yet in this relay's life.
-	waitFor(t, 20*time.Second, "the first LIST", func() bool { return value(r.m.plans.WithLabelValues("list")) >= 1 })
+	testenv.WaitFor(t, 20*time.Second, "the first LIST", func() bool { return value(r.m.plans.WithLabelValues("list")) >= 1 })
 	lists := value(r.m.plans.WithLabelValues("list"))
 	// Wake-ups with nothing committed past the checkpoint: no LIST.
 	for range 5 {
@@ -619,7 +620,7 @@ func TestIndexPlan(t *testing.T) {
 		time.Sleep(20 * time.Millisecond)
 	}
 	more := appendAll(t, e.store, 1, mixedEnvelopes(40, 4, custom))
-	waitFor(t, 20*time.Second, "second window published", func() bool { return e.checkpoint(t).Position == 100 })
+	testenv.WaitFor(t, 20*time.Second, "second window published", func() bool { return e.checkpoint(t).Position == 100 })
 	if v := value(r.m.plans.WithLabelValues("list")); v != lists {
 		t.Errorf("%v LIST cycles after the catch-up, want none (index or idle plans only)", v-lists)
 	}
@@ -647,13 +648,13 @@ func TestIndexPlanInFlight(t *testing.T) {
 	r, stop := runRelay(t, e, opts)
 	defer stop()
 	appendAll(t, e.store, 1, []envelope.Envelope{command("X", 0), command("Y", 0)})
-	waitFor(t, 20*time.Second, "first events", func() bool { return e.checkpoint(t).Position == 2 })
-	waitFor(t, 20*time.Second, "the first LIST", func() bool { return value(r.m.plans.WithLabelValues("list")) >= 1 })
+	testenv.WaitFor(t, 20*time.Second, "first events", func() bool { return e.checkpoint(t).Position == 2 })
+	testenv.WaitFor(t, 20*time.Second, "the first LIST", func() bool { return value(r.m.plans.WithLabelValues("list")) >= 1 })
 	lists, indexes := value(r.m.plans.WithLabelValues("list")), value(r.m.plans.WithLabelValues("index"))
 
 	gapPos := reserveCrashed(t, e, command("X", 1))
 	after := appendAll(t, e.store, 1, []envelope.Envelope{command("Y", 1), command("X", 2), command("Z", 1)})
-	waitFor(t, 10*time.Second, "unrelated aggregates published past the in-flight position", func() bool {
+	testenv.WaitFor(t, 10*time.Second, "unrelated aggregates published past the in-flight position", func() bool {
 		return sumVec(r.m.published) == 4
 	})
 	for _, rec := range e.consumeAll(t, e.commandsTopic()) {
@@ -679,7 +680,7 @@ func TestIndexPlanInFlight(t *testing.T) {
 	if _, err := e.store.Repair(ctxT(t, 10*time.Second), 0); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 10*time.Second, "the checkpoint past the committed position", func() bool { return e.checkpoint(t).Position == gapPos+3 })
+	testenv.WaitFor(t, 10*time.Second, "the checkpoint past the committed position", func() bool { return e.checkpoint(t).Position == gapPos+3 })
 	var xs []string
 	for _, rec := range e.consumeAll(t, e.commandsTopic()) {
 		if agg, _ := header(rec, "aggregate_id"); agg == "X" {
@@ -702,16 +703,16 @@ func TestUncommittedSegmentListed(t *testing.T) {
 	r, stop := runRelay(t, e, opts)
 	defer stop()
 	appendAll(t, e.store, 1, []envelope.Envelope{command("X", 0)})
-	waitFor(t, 20*time.Second, "first event", func() bool { return e.checkpoint(t).Position == 1 })
+	testenv.WaitFor(t, 20*time.Second, "first event", func() bool { return e.checkpoint(t).Position == 1 })
 	gapPos := reserveCrashed(t, e, command("W", 1))
 	writeSegmentOf(t, e, gapPos) // PUT done, commit never came
 	appendAll(t, e.store, 1, []envelope.Envelope{command("Y", 1)})
 	start := time.Now()
-	waitFor(t, 10*time.Second, "the uncommitted segment's event published", func() bool { return sumVec(r.m.published) == 3 })
+	testenv.WaitFor(t, 10*time.Second, "the uncommitted segment's event published", func() bool { return sumVec(r.m.published) == 3 })
 	if d := time.Since(start); d > 5*time.Second {
 		t.Errorf("published after %s, want about one poll interval", d)
 	}
-	waitFor(t, 10*time.Second, "checkpoint past it", func() bool { return e.checkpoint(t).Position == gapPos+1 })
+	testenv.WaitFor(t, 10*time.Second, "checkpoint past it", func() bool { return e.checkpoint(t).Position == gapPos+1 })
 }
 
 // writeSegmentOf writes the one-envelope segment that the reservation at
@@ -753,14 +754,14 @@ func TestCommitHints(t *testing.T) {
 	opts.Config.PollInterval = time.Minute // full cycles only when a hint cannot serve
 	r, stop := runRelay(t, e, opts)
 	defer stop()
-	waitFor(t, 20*time.Second, "relay leader", func() bool { return r.Leader() })
+	testenv.WaitFor(t, 20*time.Second, "relay leader", func() bool { return r.Leader() })
 	stored := map[string]eventstore.Event{}
 	envs := mixedEnvelopes(300, 7, "")
 	for i := 0; i < len(envs); i += 3 {
 		maps.Copy(stored, appendAll(t, e.store, 3, envs[i:min(i+3, len(envs))]))
 		time.Sleep(2 * time.Millisecond)
 	}
-	waitFor(t, 30*time.Second, "checkpoint at the head", func() bool { return e.checkpoint(t).Position == int64(len(envs)) })
+	testenv.WaitFor(t, 30*time.Second, "checkpoint at the head", func() bool { return e.checkpoint(t).Position == int64(len(envs)) })
 	stop()
 	recs := e.consumeAll(t, e.commandsTopic(), e.eventsTopic())
 	for id, c := range verify(t, e, stored, recs, "") {
@@ -791,7 +792,7 @@ func TestBogusCommitHints(t *testing.T) {
 	opts.Logger = slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	r, stop := runRelay(t, e, opts)
 	defer stop()
-	waitFor(t, 20*time.Second, "relay leader", func() bool { return r.Leader() })
+	testenv.WaitFor(t, 20*time.Second, "relay leader", func() bool { return r.Leader() })
 	notify := func(payload string) {
 		t.Helper()
 		if _, err := e.pool.Exec(ctxT(t, 5*time.Second), `SELECT pg_notify($1, $2)`, eventstore.NotifyChannel, payload); err != nil {
@@ -803,13 +804,13 @@ func TestBogusCommitHints(t *testing.T) {
 	notify("committed 3 x")
 	time.Sleep(200 * time.Millisecond)
 	stored := appendAll(t, e.store, 1, []envelope.Envelope{command("A", 0), command("B", 0)})
-	waitFor(t, 20*time.Second, "first events", func() bool { return e.checkpoint(t).Position == int64(len(stored)) })
+	testenv.WaitFor(t, 20*time.Second, "first events", func() bool { return e.checkpoint(t).Position == int64(len(stored)) })
 	// A hint wider than the segment that follows (3..5 when 3..3 is written).
 	notify("committed 3 5")
 	time.Sleep(200 * time.Millisecond)
 	maps.Copy(stored, appendAll(t, e.store, 1, []envelope.Envelope{command("A", 1)}))
 	maps.Copy(stored, appendAll(t, e.store, 1, []envelope.Envelope{command("B", 1)}))
-	waitFor(t, 20*time.Second, "all events", func() bool { return e.checkpoint(t).Position == int64(len(stored)) })
+	testenv.WaitFor(t, 20*time.Second, "all events", func() bool { return e.checkpoint(t).Position == int64(len(stored)) })
 	stop()
 	recs := e.consumeAll(t, e.commandsTopic(), e.eventsTopic())
 	for id, c := range verify(t, e, stored, recs, "") {
@@ -890,20 +891,20 @@ func TestHeldBehindInFlight(t *testing.T) {
 				var stop func()
 				r, stop = runRelay(t, e, opts)
 				t.Cleanup(stop)
-				waitFor(t, 20*time.Second, "relay leader", func() bool { return r.Leader() })
+				testenv.WaitFor(t, 20*time.Second, "relay leader", func() bool { return r.Leader() })
 			}
 			if leading {
 				start()
 			}
 			appendAll(t, e.store, 1, []envelope.Envelope{command("X", 0)}) // 1
 			if leading {
-				waitFor(t, 20*time.Second, "first event", func() bool { return sumVec(r.m.published) == 1 })
+				testenv.WaitFor(t, 20*time.Second, "first event", func() bool { return sumVec(r.m.published) == 1 })
 			}
 			gap := reserveCrashed(t, e, command("X", 1))                   // 2, in flight
 			appendAll(t, e.store, 1, []envelope.Envelope{command("X", 2)}) // 3, held behind 2
 			if !leading {
 				start()
-				waitFor(t, 20*time.Second, "first event", func() bool { return sumVec(r.m.published) == 1 })
+				testenv.WaitFor(t, 20*time.Second, "first event", func() bool { return sumVec(r.m.published) == 1 })
 			}
 			time.Sleep(500 * time.Millisecond)
 			if n := sumVec(r.m.published); n != 1 {
@@ -913,8 +914,8 @@ func TestHeldBehindInFlight(t *testing.T) {
 			if _, err := e.store.Repair(ctxT(t, 10*time.Second), 0); err != nil {
 				t.Fatal(err)
 			}
-			waitFor(t, 10*time.Second, "the held event after its gap committed", func() bool { return sumVec(r.m.published) == 3 })
-			waitFor(t, 10*time.Second, "checkpoint 3", func() bool { return e.checkpoint(t).Position == 3 })
+			testenv.WaitFor(t, 10*time.Second, "the held event after its gap committed", func() bool { return sumVec(r.m.published) == 3 })
+			testenv.WaitFor(t, 10*time.Second, "checkpoint 3", func() bool { return e.checkpoint(t).Position == 3 })
 		})
 	}
 }

@@ -71,14 +71,19 @@ func (w LogWriter) Write(p []byte) (int, error) {
 // WaitFor polls cond every 50 ms until it holds, failing the test after within.
 func WaitFor(t testing.TB, within time.Duration, what string, cond func() bool) {
 	t.Helper()
+	WaitForEvery(t, within, 50*time.Millisecond, what, cond)
+}
+
+// WaitForEvery is WaitFor checking cond every period.
+func WaitForEvery(t testing.TB, within, period time.Duration, what string, cond func() bool) {
+	t.Helper()
 	deadline := time.Now().Add(within)
-	for time.Now().Before(deadline) {
-		if cond() {
-			return
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %s waiting for %s", within, what)
 		}
-		time.Sleep(50 * time.Millisecond)
+		time.Sleep(period)
 	}
-	t.Fatalf("timed out after %s waiting for %s", within, what)
 }
 
 // RunInBackground runs run(ctx) — a service's or a consumer's Run — in a
