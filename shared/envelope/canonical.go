@@ -111,24 +111,20 @@ func appendCanonical(dst, src []byte, i, depth int) ([]byte, int, error) {
 	if i >= len(src) {
 		return dst, i, errors.New("unexpected end of JSON")
 	}
+	if c := src[i]; (c == '{' || c == '[') && depth >= maxCanonicalDepth {
+		return dst, i, errors.New("exceeded max depth")
+	}
 	switch c := src[i]; {
 	case c == '"':
-		end, plain, err := scanString(src, i)
+		s, end, plain, err := readString(src, i)
 		if err != nil {
 			return dst, i, err
 		}
 		if plain {
 			return append(dst, src[i:end]...), end, nil
 		}
-		var s string
-		if err := json.Unmarshal(src[i:end], &s); err != nil {
-			return dst, i, err
-		}
 		return appendCanonicalString(dst, s), end, nil
 	case c == '{':
-		if depth >= maxCanonicalDepth {
-			return dst, i, errors.New("exceeded max depth")
-		}
 		var scratch []byte
 		var ms []member
 		i = skipSpace(src, i+1)
@@ -139,15 +135,12 @@ func appendCanonical(dst, src []byte, i, depth int) ([]byte, int, error) {
 			if i >= len(src) || src[i] != '"' {
 				return dst, i, errors.New("object member name expected")
 			}
-			end, plain, err := scanString(src, i)
+			name, end, plain, err := readString(src, i)
 			if err != nil {
 				return dst, i, err
 			}
-			var name string
 			if plain {
 				name = string(src[i+1 : end-1])
-			} else if err := json.Unmarshal(src[i:end], &name); err != nil {
-				return dst, i, err
 			}
 			i = skipSpace(src, end)
 			if i >= len(src) || src[i] != ':' {
@@ -189,9 +182,6 @@ func appendCanonical(dst, src []byte, i, depth int) ([]byte, int, error) {
 		}
 		return append(dst, '}'), i, nil
 	case c == '[':
-		if depth >= maxCanonicalDepth {
-			return dst, i, errors.New("exceeded max depth")
-		}
 		dst = append(dst, '[')
 		i = skipSpace(src, i+1)
 		if i < len(src) && src[i] == ']' {
@@ -224,6 +214,20 @@ func appendCanonical(dst, src []byte, i, depth int) ([]byte, int, error) {
 		}
 		return append(dst, src[i:end]...), end, nil
 	}
+}
+
+// readString reads the JSON string starting at src[i]: the index after
+// it, whether its bytes are already canonical (scanString), and, when they
+// are not, its value as encoding/json decodes it (s is empty otherwise:
+// the caller takes the bytes as they are).
+func readString(src []byte, i int) (s string, end int, plain bool, err error) {
+	end, plain, err = scanString(src, i)
+	if err != nil || plain {
+		return "", end, plain, err
+	}
+	var v string // declared here: only strings that need decoding allocate it
+	err = json.Unmarshal(src[i:end], &v)
+	return v, end, false, err
 }
 
 // scanString returns the index after the JSON string starting at src[i]
