@@ -21,7 +21,33 @@ const (
 	// ClassConflict: a version conflict of a versioned write; not an error —
 	// the record is finished with outcome conflict.
 	ClassConflict = "conflict"
+	// ClassOutage: a dependency (Elasticsearch, object storage, Postgres,
+	// Kafka) is unreachable or overloaded. Not the record's fault: the
+	// worker pauses without spending an attempt, keeps the lease, turns
+	// readiness red and resumes by itself; never dead-lettered.
+	ClassOutage = "outage"
 )
+
+// OutageError marks a failure caused by a dependency outage (connection
+// refused or reset, timeouts, 429, 502, 503, 504). The runtime pauses the
+// worker instead of counting an attempt; see ClassOutage.
+type OutageError struct {
+	// Dependency names what is out: "elasticsearch", "objectstore",
+	// "postgres" or "kafka" (a metric label and the readiness reason).
+	Dependency string
+	Err        error
+}
+
+func (e *OutageError) Error() string { return e.Dependency + " outage: " + errText(e.Err) }
+func (e *OutageError) Unwrap() error { return e.Err }
+
+// Outage wraps err as an *OutageError of dependency dep (nil stays nil).
+func Outage(dep string, err error) error {
+	if err == nil {
+		return nil
+	}
+	return &OutageError{Dependency: dep, Err: err}
+}
 
 // RetryableError marks a transient failure: the record is retried with
 // backoff (only its aggregate waits) until the handler's max attempts, then
@@ -74,7 +100,7 @@ func Permanent(err error) error {
 func ConflictErr(reason string, err error) error { return &ConflictError{Reason: reason, Err: err} }
 
 // Classify returns the class of a handler error: ClassPermanent,
-// ClassConflict or ClassRetryable (also for unclassified errors). The
+// ClassConflict, ClassOutage or ClassRetryable (also for unclassified errors). The
 // outermost classification wins.
 func Classify(err error) string {
 	for e := err; e != nil; e = errors.Unwrap(e) {
@@ -85,6 +111,8 @@ func Classify(err error) string {
 			return ClassConflict
 		case *RetryableError:
 			return ClassRetryable
+		case *OutageError:
+			return ClassOutage
 		}
 	}
 	return ClassRetryable
