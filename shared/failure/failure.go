@@ -1,0 +1,147 @@
+// Package failure classifies the failures of sluice's dependencies
+// (Postgres, Kafka, Elasticsearch, object storage) in one place, as an
+// outage or as permanent. It keeps guarantee 4 of docs/architecture.md
+// ("explicit failure"): an outage pauses the affected loop and resumes by
+// itself, it never spends a record's retry budget or dead-letters it; a
+// permanent failure is the record's own and goes to its DLQ record with the
+// reason. The table it encodes is in docs/failures.md.
+package failure
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net"
+	"net/http"
+	"syscall"
+
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/twmb/franz-go/pkg/kerr"
+)
+
+// Class is the class of a dependency failure.
+type Class int
+
+const (
+	// Unknown: the error says nothing either way; the caller keeps its
+	// own default (a worker retries it within the retry budget).
+	Unknown Class = iota
+	// Outage: the dependency is unreachable, overloaded or too slow;
+	// the same request may succeed later. Pause, never dead-letter.
+	Outage
+	// Permanent: the dependency understood the request and refused it;
+	// repeating it cannot help (a mapping conflict, a 400 for one
+	// document, a record too large, an invalid topic).
+	Permanent
+)
+
+func (c Class) String() string {
+	switch c {
+	case Outage:
+		return "outage"
+	case Permanent:
+		return "permanent"
+	}
+	return "unknown"
+}
+
+// Dependency names, used as metric labels and in readiness reasons.
+const (
+	Postgres      = "postgres"
+	Kafka         = "kafka"
+	Elasticsearch = "elasticsearch"
+	ObjectStore   = "objectstore"
+)
+
+// httpStatuser is an error carrying the HTTP status of a dependency's
+// answer (readmodel.StatusError, eventstore's typed errors).
+type httpStatuser interface{ HTTPStatus() int }
+
+// httpStatusCoder is the same for the AWS SDK's response errors.
+type httpStatusCoder interface{ HTTPStatusCode() int }
+
+// IsOutage reports whether err is a dependency outage (Classify == Outage).
+func IsOutage(ctx context.Context, err error) bool { return Classify(ctx, err) == Outage }
+
+// Classify returns the class of err, a failure of a call to a dependency
+// made under ctx. The caller's own cancellation (ctx done) is Unknown: it
+// says nothing about the dependency.
+//
+// Outage: connection refused, reset, aborted or unreachable; an unexpected
+// EOF; a timeout (net.Error Timeout, context.DeadlineExceeded of a
+// per-request deadline); HTTP 408, 429, 502, 503, 504; Postgres connection
+// failures and SQLSTATE classes 08 (connection), 53 (insufficient
+// resources), 57P01–57P03 (shutdown, cannot connect now); Kafka errors
+// franz-go marks retriable.
+//
+// Permanent: any other HTTP 4xx (400 mapping conflict, 413, 404 of a
+// named resource…); any other Kafka error code (MESSAGE_TOO_LARGE,
+// INVALID_TOPIC_EXCEPTION, TOPIC_AUTHORIZATION_FAILED…).
+//
+// The first classifiable error in err's chain wins.
+func Classify(ctx context.Context, err error) Class {
+	if err == nil || (ctx != nil && ctx.Err() != nil) {
+		return Unknown
+	}
+	if st := status(err); st != 0 {
+		switch {
+		case st == http.StatusRequestTimeout, st == http.StatusTooManyRequests,
+			st == http.StatusBadGateway, st == http.StatusServiceUnavailable, st == http.StatusGatewayTimeout:
+			return Outage
+		case st >= 400 && st < 500:
+			return Permanent
+		case st >= 500:
+			return Unknown
+		}
+	}
+	var ke *kerr.Error
+	if errors.As(err, &ke) {
+		if ke.Retriable {
+			return Outage
+		}
+		return Permanent
+	}
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) {
+		switch {
+		case len(pe.Code) == 5 && (pe.Code[:2] == "08" || pe.Code[:2] == "53"),
+			pe.Code == "57P01", pe.Code == "57P02", pe.Code == "57P03":
+			return Outage
+		}
+		return Unknown
+	}
+	var ce *pgconn.ConnectError
+	if errors.As(err, &ce) {
+		return Outage
+	}
+	if pgconn.Timeout(err) {
+		return Outage
+	}
+	switch {
+	case errors.Is(err, context.DeadlineExceeded),
+		errors.Is(err, syscall.ECONNREFUSED), errors.Is(err, syscall.ECONNRESET),
+		errors.Is(err, syscall.ECONNABORTED), errors.Is(err, syscall.EPIPE),
+		errors.Is(err, syscall.EHOSTUNREACH), errors.Is(err, syscall.ENETUNREACH),
+		errors.Is(err, syscall.ETIMEDOUT),
+		errors.Is(err, io.ErrUnexpectedEOF), errors.Is(err, io.EOF):
+		return Outage
+	}
+	var ne net.Error
+	if errors.As(err, &ne) {
+		return Outage // a transport failure: timeout, refused, DNS, TLS
+	}
+	return Unknown
+}
+
+// status returns the HTTP status carried by err's chain, or 0.
+func status(err error) int {
+	var hs httpStatuser
+	if errors.As(err, &hs) {
+		return hs.HTTPStatus()
+	}
+	var hc httpStatusCoder
+	if errors.As(err, &hc) {
+		return hc.HTTPStatusCode()
+	}
+	return 0
+}
