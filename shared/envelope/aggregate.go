@@ -39,8 +39,8 @@ func NormalizeAggregateID(s string) (string, error) {
 }
 
 func normalizeID(field, s string) (string, error) {
-	if !utf8.ValidString(s) {
-		return "", invalid(field, "UTF-8", "is not valid UTF-8")
+	if err := CheckText(s, field); err != nil {
+		return "", err
 	}
 	t := s
 	for round := 0; ; round++ {

@@ -38,3 +38,19 @@ func BenchmarkCanonicalHash(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkScanJSONText is the text check Parse runs before tokenizing
+// (utf8.Valid, which Parse ran before, plus the escape scan).
+func BenchmarkScanJSONText(b *testing.B) {
+	for _, n := range []int{1 << 10, 64 << 10} {
+		in := benchEnvelope(n)
+		b.Run(strconv.Itoa(len(in))+"B", func(b *testing.B) {
+			b.SetBytes(int64(len(in)))
+			for b.Loop() {
+				if _, _, ok := ScanJSONText(in); !ok {
+					b.Fatal("invalid")
+				}
+			}
+		})
+	}
+}

@@ -202,7 +202,7 @@ func TestParseInvalid(t *testing.T) {
 		{"truncated", minimalValid[:40], "", CodeMalformed},
 		{"trailing value", minimalValid + ` {}`, "", CodeMalformed},
 		{"trailing garbage", minimalValid + `x`, "", CodeMalformed},
-		{"invalid utf8", strings.Replace(minimalValid, "Order-1", "Order-\xff", 1), "", CodeMalformed},
+		{"invalid utf8", strings.Replace(minimalValid, "Order-1", "Order-\xff", 1), "aggregate_id", CodeInvalidText},
 		{"unknown field", withField(t, "colour", `"red"`), "colour", CodeInvalid},
 		{"unknown field by case", withField(t, "Event_ID", `"x"`), "Event_ID", CodeInvalid},
 		{"duplicate field", strings.Replace(minimalValid, `"kind":"domain"`, `"kind":"domain","kind":"command"`, 1), "kind", CodeMalformed},
@@ -321,10 +321,8 @@ func TestParseValidEdges(t *testing.T) {
 		{"metadata free keys", withField(t, "metadata", `{"x":[1,{"y":null}],"z":1e400}`)},
 		{"ordering_key empty", withField(t, "metadata", `{"ordering_key":""}`)},
 		{"whitespace around", " \n" + minimalValid + "\n\t "},
-		// encoding/json accepts escaped lone surrogates (as U+FFFD); events
-		// stored by earlier releases may hold them
-		{"lone surrogate escape in data", withField(t, "data", `{"a":"\ud800","\udfff":1}`)},
-		{"lone surrogate escape in metadata", withField(t, "metadata", `{"note":"x\udc00y"}`)},
+		{"surrogate pair escape in data", withField(t, "data", `{"a":"\ud83d\ude80","\uDBFF\uDFFF":1}`)},
+		{"escaped backslash before u", withField(t, "data", `{"a":"\\ud800"}`)},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -333,8 +331,8 @@ func TestParseValidEdges(t *testing.T) {
 			}
 		})
 	}
-	// A string field with one decodes as encoding/json does.
-	in := strings.Replace(withField(t, "actor", `"a\ud800b"`), `"Order-1"`, `"Order-\u0031"`, 1)
+	// A string field with escapes decodes as encoding/json does.
+	in := strings.Replace(withField(t, "actor", `"a\ud83d\ude80b\n"`), `"Order-1"`, `"Order-\u0031"`, 1)
 	e, err := Parse([]byte(in), DefaultLimits())
 	if err != nil {
 		t.Fatal(err)

@@ -19,6 +19,10 @@ const (
 	// CodeInvalid: well-formed input that breaks a rule of the contract
 	// (missing or unknown field, wrong type, pattern, range). HTTP 422.
 	CodeInvalid ErrorCode = "invalid"
+	// CodeInvalidText: text that is not valid UTF-8, or a JSON \u escape of
+	// a lone UTF-16 surrogate, in an id, key or value (CheckJSONText). It is
+	// refused, never replaced by U+FFFD. HTTP 400.
+	CodeInvalidText ErrorCode = "invalid_text"
 )
 
 // ValidationError reports one violated rule of the envelope or identity
@@ -35,6 +39,9 @@ type ValidationError struct {
 	Limit string
 	// Reason is a human-readable explanation that includes the limit.
 	Reason string
+	// Fault says what is wrong with invalid text (Code CodeInvalidText):
+	// FaultInvalidUTF8 or FaultLoneSurrogate; "" for other codes.
+	Fault TextFault
 }
 
 // Error formats the failure as `envelope: field "F": reason`.
@@ -46,10 +53,10 @@ func (e *ValidationError) Error() string {
 }
 
 // HTTPStatus maps the error to the status the HTTP API replies with:
-// 400 (malformed), 413 (limit exceeded) or 422 (invalid).
+// 400 (malformed, invalid text), 413 (limit exceeded) or 422 (invalid).
 func (e *ValidationError) HTTPStatus() int {
 	switch e.Code {
-	case CodeMalformed:
+	case CodeMalformed, CodeInvalidText:
 		return http.StatusBadRequest
 	case CodeLimitExceeded:
 		return http.StatusRequestEntityTooLarge

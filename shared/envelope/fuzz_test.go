@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 	"unicode/utf8"
+
+	"github.com/go-json-experiment/json/jsontext"
 )
 
 // FuzzAggregateID checks the identity rules of SPEC §4 on arbitrary pairs of
@@ -103,6 +105,12 @@ func FuzzParseEnvelope(f *testing.F) {
 	f.Add([]byte(``))
 	f.Add([]byte(` { "data" : { "a" : [ 1 , "x" ] } , "position":7 ,"actor":null, "schema_version" :1e0 }`))
 	f.Add([]byte("{\"data\":{}\n,\"metadata\":\t{\"k\":\"\\u00e9\"}}"))
+	// Invalid text: lone surrogate escapes and invalid UTF-8 (issue 26.2).
+	for _, bad := range []string{`\ud800`, `\udbff`, `\udfff`, `\ud800\u0041`, `\udc00\ud800`, `\\\ud800`, "\xed\xa0\x80", "\xc0\xaf"} {
+		f.Add([]byte(strings.Replace(minimalValid, "Order-1", "Order-"+bad, 1)))
+		f.Add([]byte(`{"data":{"a":"` + bad + `","k` + bad + `":[1]},"metadata":{"n":"` + bad + `"}}`))
+	}
+	f.Add([]byte(strings.Replace(minimalValid, "Order-1", `\ufffd\ud83d\ude80`, 1)))
 	limits := Limits{MaxEnvelopeBytes: 64 << 10, MaxDataDepth: 16, MaxMetadataBytes: 4 << 10}
 	f.Fuzz(func(t *testing.T, b []byte) {
 		// The walk's top-level fields are exactly json.Unmarshal's (Parse
@@ -123,11 +131,18 @@ func FuzzParseEnvelope(f *testing.F) {
 			}
 		}
 		e, err := Parse(b, limits)
+		_, _, textOK := ScanJSONText(b)
 		if err != nil {
 			if fieldOf(err) == "<nil>" || codeOf(err) == "" {
 				t.Fatalf("Parse error is not a *ValidationError: %v", err)
 			}
+			if codeOf(err) == CodeInvalidText && textOK {
+				t.Fatalf("invalid_text error for text ScanJSONText accepts: %v", err)
+			}
 			return
+		}
+		if !textOK {
+			t.Fatalf("Parse accepted invalid text (lone surrogate escape or invalid UTF-8): %q", b)
 		}
 		h1, err := CanonicalHash(e)
 		if err != nil {
@@ -159,6 +174,40 @@ func FuzzParseEnvelope(f *testing.F) {
 		out2, _ := Marshal(e2)
 		if !bytes.Equal(out, out2) {
 			t.Fatalf("Marshal not stable:\n%s\n%s", out, out2)
+		}
+	})
+}
+
+// FuzzScanJSONText compares ScanJSONText with the strict jsontext decoder
+// (encoding/json/v2's, which rejects invalid UTF-8 and lone surrogate
+// escapes): on any input the lenient decoder reads as JSON, the strict one
+// accepts it exactly when ScanJSONText does, and CheckJSONText's error is
+// typed whatever the input.
+func FuzzScanJSONText(f *testing.F) {
+	for _, s := range []string{`"\ud800"`, `"\udbff\udfff"`, `{"a":"\ud83d\ude80","\udc00":1}`, `["\\ud800","\u0041"]`,
+		"\"\xed\xa0\x80\"", "\"\xff\"", `"\ufffd"`, `{"a":[{"b":"\ud800x"}]}`, `"\ud800\n"`, `"\u12"`, `"\`} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		_, _, ok := ScanJSONText(b)
+		err := CheckJSONText(b, "x")
+		if ok != (err == nil) {
+			t.Fatalf("ScanJSONText ok=%v but CheckJSONText = %v", ok, err)
+		}
+		if err != nil && (codeOf(err) != CodeInvalidText || !strings.HasPrefix(fieldOf(err), "x")) {
+			t.Fatalf("CheckJSONText error not typed: %v", err)
+		}
+		if !utf8.Valid(b) {
+			if ok {
+				t.Fatalf("invalid UTF-8 accepted: %q", b)
+			}
+			return
+		}
+		if jsontext.Value(b).IsValid(jsontext.AllowInvalidUTF8(true)) {
+			strict := jsontext.Value(b).IsValid()
+			if strict != ok {
+				t.Fatalf("strict decoder %v, ScanJSONText %v on %q", strict, ok, b)
+			}
 		}
 	})
 }

@@ -9,7 +9,6 @@ import (
 	"strconv"
 	"strings"
 	"time"
-	"unicode/utf8"
 
 	"github.com/go-json-experiment/json/jsontext"
 )
@@ -103,8 +102,8 @@ func Parse(b []byte, limits Limits) (Envelope, error) {
 		return Envelope{}, limitExceeded("", fmt.Sprintf("%d bytes", l.MaxEnvelopeBytes),
 			"envelope of %d bytes exceeds the limit of %d bytes", len(b), l.MaxEnvelopeBytes)
 	}
-	if !utf8.Valid(b) {
-		return Envelope{}, malformed("", "UTF-8", "envelope is not valid UTF-8")
+	if off, fault, ok := ScanJSONText(b); !ok {
+		return Envelope{}, textError(b, "", off, fault)
 	}
 	raw := make(map[string]json.RawMessage, len(envelopeFields))
 	err := walkObject(b, "", l.MaxDataDepth, true, func(key string) error {
@@ -145,8 +144,8 @@ func unquote(v []byte) (string, bool) {
 	if bytes.IndexByte(v, '\\') < 0 {
 		return string(v[1 : len(v)-1]), true
 	}
-	// With escapes: the tokenizer, as walkObject read it (a lone surrogate
-	// escape becomes U+FFFD, as encoding/json decodes it).
+	// With escapes: the tokenizer, as walkObject read it (the text was
+	// checked by ScanJSONText: no lone surrogate escape is left to replace).
 	tok, err := jsontext.NewDecoder(bytes.NewBuffer(v), jsontext.AllowInvalidUTF8(true)).ReadToken()
 	if err != nil || tok.Kind() != '"' {
 		return "", false
@@ -400,8 +399,8 @@ func validate(e Envelope, l Limits, wire int) error {
 			return invalid("occurred_at", "RFC 3339", "year %d is out of the range 0001..9999", y)
 		}
 	}
-	if !utf8.ValidString(e.Actor) {
-		return malformed("actor", "UTF-8", "is not valid UTF-8")
+	if err := CheckText(e.Actor, "actor"); err != nil {
+		return err
 	}
 	if len(e.Data) == 0 {
 		return invalid("data", "object", "is required (a JSON object; Normalize sets {})")
@@ -442,8 +441,8 @@ func validate(e Envelope, l Limits, wire int) error {
 func maxEncodedLen(n int) int { return 6*n + 4096 }
 
 func checkObject(field string, b []byte, maxDepth int) error {
-	if !utf8.Valid(b) {
-		return malformed(field, "UTF-8", "is not valid UTF-8")
+	if err := CheckJSONText(b, field); err != nil {
+		return err
 	}
 	return walkObject(b, field, maxDepth, false, nil, nil)
 }
@@ -454,10 +453,16 @@ func validateMetadata(m Metadata, l Limits, scanned bool) error {
 	}
 	for k, v := range m {
 		f := "metadata." + k
-		if !utf8.ValidString(k) {
-			return malformed("metadata", "UTF-8", "has a key that is not valid UTF-8")
+		if err := CheckText(k, "metadata"); err != nil {
+			return err
 		}
-		if len(v) == 0 || !json.Valid(v) || !utf8.Valid(v) {
+		if !scanned {
+			// Parse checked the whole envelope's text already.
+			if err := CheckJSONText(v, f); err != nil {
+				return err
+			}
+		}
+		if len(v) == 0 || !json.Valid(v) {
 			return malformed(f, "JSON", "is not a valid JSON value")
 		}
 	}
@@ -539,10 +544,9 @@ func walkObject(b []byte, field string, maxDepth int, envelope bool, onTopKey fu
 		}
 		return invalid(field, "object", "must be a JSON object")
 	}
-	// A *bytes.Buffer is read in place, without a copy. Raw UTF-8 is
-	// checked before (utf8.Valid); AllowInvalidUTF8 only lets escaped lone
-	// surrogates ("\ud800") through, which encoding/json accepts (as U+FFFD)
-	// and events stored before this parser may hold.
+	// A *bytes.Buffer is read in place, without a copy. Every caller checks
+	// the text first (CheckJSONText: valid UTF-8, no lone surrogate escape),
+	// so AllowInvalidUTF8 only spares the tokenizer a second check.
 	dec := jsontext.NewDecoder(bytes.NewBuffer(b), jsontext.AllowInvalidUTF8(true))
 	cur := field
 	valStart := 0 // where the current top-level value starts (onTopValue)
