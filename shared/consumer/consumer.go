@@ -13,6 +13,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
@@ -61,6 +62,14 @@ type item struct {
 	attempts  int
 	firstFail time.Time
 	wait      *registry.ClaimResult // last WAIT result, for healing
+	healFails int                   // retryable Heal failures (bounded by MaxAttempts)
+	// park and unpark are the Hold that keeps the lease alive while the
+	// claimed item waits out an outage (parkLease).
+	park   context.Context
+	unpark func()
+	// dlqPointer is why the dead letter is written in pointer form ("":
+	// the full form, unless it is too large).
+	dlqPointer string
 	// busy: the item belongs to the round in flight (its second half runs
 	// in the background). Guarded by Consumer.mu; while set, only that
 	// round touches the item's other fields.
@@ -89,14 +98,20 @@ type Consumer struct {
 	hb  *observability.Heartbeat
 	log func(msg string, args ...any)
 
-	mu       sync.Mutex // guards parts (rebalance callbacks vs the loop)
-	parts    map[string]map[int32]*partState
-	pending  int
-	paused   bool
-	outage   atomic.Bool
-	omu      sync.Mutex // guards outageAt, outTries
-	outageAt time.Time  // next registry attempt while in outage
-	outTries int
+	// h is the handler under the recover middleware (guarded).
+	h *guarded
+	// dlqMax bounds a dead letter's size (Options.DLQMaxBytes, else the
+	// producer's maximum batch size): a larger one is written in pointer
+	// form.
+	dlqMax int
+
+	mu      sync.Mutex // guards parts (rebalance callbacks vs the loop)
+	parts   map[string]map[int32]*partState
+	pending int
+	paused  bool
+	// out are the dependencies in outage (the registry's and the
+	// handler's), see outage.go.
+	out outages
 
 	// The rounds in flight (see turn), oldest first: their second halves
 	// run in the background while the loop polls, parses, claims and
@@ -127,6 +142,8 @@ func New(opts Options) (*Consumer, error) {
 	c := &Consumer{o: o, m: newMetrics(o.Metrics), parts: map[string]map[int32]*partState{}, hb: observability.NewHeartbeat(time.Minute),
 		wake: make(chan struct{}), sem: make(chan struct{}, o.Concurrency)}
 	c.log = o.Logger.With("handler", o.HandlerName).Warn
+	c.h = newGuarded(c, o.Handler)
+	c.out.deps, c.out.checks = map[string]*depOutage{}, map[string]bool{}
 	kopts := []kgo.Opt{
 		kgo.SeedBrokers(o.Brokers...),
 		kgo.ConsumerGroup(o.Group),
@@ -150,13 +167,12 @@ func New(opts Options) (*Consumer, error) {
 		return nil, fmt.Errorf("consumer: kafka client: %w", err)
 	}
 	c.cl = cl
+	c.dlqMax = o.DLQMaxBytes
+	if mb, ok := cl.OptValue(kgo.ProducerBatchMaxBytes).(int32); ok && (c.dlqMax <= 0 || int(mb) < c.dlqMax) {
+		c.dlqMax = int(mb)
+	}
 	if o.Health != nil {
-		o.Health.AddReadiness(o.HandlerName+":registry", func(ctx context.Context) error {
-			if c.outage.Load() {
-				return errors.New("registry unreachable: consumption paused")
-			}
-			return nil
-		})
+		o.Health.AddReadiness(o.HandlerName+":registry", func(context.Context) error { return c.outageErr(DependencyRegistry) })
 		o.Health.AddLiveness(o.HandlerName+":loop", c.hb.Check)
 	}
 	return c, nil
@@ -165,8 +181,13 @@ func New(opts Options) (*Consumer, error) {
 // Client returns the underlying franz-go client (tests, admin calls).
 func (c *Consumer) Client() *kgo.Client { return c.cl }
 
-// InOutage reports whether consumption is paused by a registry outage.
-func (c *Consumer) InOutage() bool { return c.outage.Load() }
+// InOutage reports whether consumption is paused by a dependency outage:
+// the registry's, or one the handler reported (OutageError).
+func (c *Consumer) InOutage() bool { return c.out.n.Load() > 0 }
+
+// OutageDependencies returns the dependencies whose outage pauses
+// consumption now (sorted; empty when none).
+func (c *Consumer) OutageDependencies() []string { return c.outDeps() }
 
 // Run consumes until ctx ends, then drains: it stops fetching, finishes
 // (or releases) in-flight claims, commits the done prefix and leaves the
@@ -219,7 +240,7 @@ func (c *Consumer) Run(ctx context.Context) error {
 		c.o.Health.Remove(c.o.HandlerName + ":registry")
 		c.o.Health.Remove(c.o.HandlerName + ":loop")
 	}
-	c.m.outage.DeleteLabelValues(c.o.HandlerName)
+	c.endOutages()
 	return runErr
 }
 
@@ -550,6 +571,19 @@ func (c *Consumer) roundStart(ctx context.Context) *roundWork {
 		// Outage: only Kafka-side work (DLQ of parse errors) may go on.
 		return nil
 	}
+	if out, until := c.handlerOutage(); out {
+		// A dependency of the handler is out: its calls wait for the next
+		// try; then the claims already held probe it (new claims only when
+		// none is held, so an outage does not claim the whole backlog).
+		if now.Before(until) {
+			w.handles, claims = nil, nil
+		} else if len(w.handles) > 0 {
+			claims = nil
+		}
+		if len(w.handles)+len(claims)+len(w.marks)+len(w.fails) == 0 {
+			return nil
+		}
+	}
 	if len(claims) > 0 {
 		claimed, heal, outage := c.claim(ctx, claims)
 		if outage {
@@ -596,8 +630,8 @@ func (c *Consumer) launch(ctx context.Context, w *roundWork) {
 // letters of failed records, MarkFailed and one MarkDoneBatch.
 func (c *Consumer) roundFinish(ctx context.Context, w *roundWork) {
 	handles, marks, fails := w.handles, w.marks, w.fails
-	if bh, ok := c.o.Handler.(BatchHandler); ok {
-		c.handleBatch(ctx, bh, handles)
+	if c.h.batch != nil {
+		c.handleBatch(ctx, handles)
 	} else {
 		c.handle(ctx, handles)
 	}
@@ -638,39 +672,6 @@ func (c *Consumer) hit(point string) {
 	}
 }
 
-// enterOutage pauses the registry work after an ErrUnavailable.
-func (c *Consumer) enterOutage(err error) {
-	if !c.outage.Swap(true) {
-		c.log("registry unreachable: pausing consumption", "err", err)
-		c.m.outage.WithLabelValues(c.o.HandlerName).Set(1)
-	}
-	c.omu.Lock()
-	c.outTries++
-	c.outageAt = time.Now().Add(backoff(c.o.BackoffBase, c.o.OutageBackoffCap, c.outTries))
-	c.omu.Unlock()
-	c.m.retries.WithLabelValues(c.o.HandlerName, "outage").Inc()
-}
-
-func (c *Consumer) leaveOutage() {
-	if c.outage.Swap(false) {
-		c.log("registry reachable again: resuming consumption")
-		c.m.outage.WithLabelValues(c.o.HandlerName).Set(0)
-	}
-	c.omu.Lock()
-	c.outTries = 0
-	c.omu.Unlock()
-}
-
-// outageUntil returns when the registry may be tried again (zero: now).
-func (c *Consumer) outageUntil() time.Time {
-	if !c.outage.Load() {
-		return time.Time{}
-	}
-	c.omu.Lock()
-	defer c.omu.Unlock()
-	return c.outageAt
-}
-
 // claim claims items in one batch and sorts them by result; it returns the
 // claimed items and the waiting items due for healing.
 func (c *Consumer) claim(ctx context.Context, items []*item) (claimed, heal []*item, outage bool) {
@@ -684,7 +685,7 @@ func (c *Consumer) claim(ctx context.Context, items []*item) (claimed, heal []*i
 	c.m.stage.WithLabelValues(c.o.HandlerName, "claim").Observe(time.Since(start).Seconds())
 	if err != nil {
 		if isOutage(ctx, err) {
-			c.enterOutage(err)
+			c.enterOutage(DependencyRegistry, err)
 			return nil, nil, true
 		}
 		var re *registry.RequestError
@@ -701,7 +702,7 @@ func (c *Consumer) claim(ctx context.Context, items []*item) (claimed, heal []*i
 		}
 		return nil, nil, false
 	}
-	c.leaveOutage()
+	c.leaveOutage(DependencyRegistry)
 	for i, it := range items {
 		r := res[i]
 		switch r.Kind {
@@ -732,7 +733,7 @@ func (c *Consumer) claim(ctx context.Context, items []*item) (claimed, heal []*i
 			w := r
 			it.wait = &w
 			if r.HealDue {
-				if _, ok := c.o.Handler.(Healer); ok {
+				if c.h.healer != nil {
 					heal = append(heal, it)
 					continue
 				}
@@ -793,12 +794,15 @@ var errBatchAborted = errors.New("consumer: batch aborted: a lease of the batch 
 // handleOne settles a single one. When a hold ends early the batch context
 // is cancelled; items whose own lease is still fine and that did not
 // finish are released and claimed again.
-func (c *Consumer) handleBatch(ctx context.Context, bh BatchHandler, items []*item) {
+func (c *Consumer) handleBatch(ctx context.Context, items []*item) {
 	var waits, run []*item
 	for _, it := range items {
-		if it.st == stWait {
+		switch {
+		case it.st == stWait:
 			waits = append(waits, it)
-		} else {
+		case c.unparkLease(it):
+			c.leaseLostParked(it)
+		default:
 			run = append(run, it)
 		}
 	}
@@ -828,7 +832,7 @@ func (c *Consumer) handleBatch(ctx context.Context, bh BatchHandler, items []*it
 		hctxs[i], recs[i] = hctx, &it.view
 		stops[i] = func() { unwatch(); stop() }
 	}
-	res := bh.HandleBatch(bctx, recs)
+	res := c.h.HandleBatch(bctx, recs)
 	aborted := bctx.Err() != nil
 	// Read the causes before stopping the holds (stop cancels hctx too).
 	causes := make([]error, len(run))
@@ -863,21 +867,71 @@ func (c *Consumer) handleBatch(ctx context.Context, bh BatchHandler, items []*it
 	}
 }
 
+// heal runs the Healer for a waiting item whose heal is due. A Heal that
+// fails on an outage pauses like a handler call (nothing counted); a
+// permanent failure, or MaxAttempts retryable ones (*RetryableError,
+// panics), dead-letters the waiting record with the reason instead of
+// retrying it forever; an unclassified failure (such as a predecessor that
+// another worker still holds) is retried with backoff.
 func (c *Consumer) heal(ctx context.Context, it *item) {
-	h := c.o.Handler.(Healer)
-	err := h.Heal(ctx, &it.view, *it.wait)
-	if err != nil {
-		c.log("heal failed", "event_id", it.view.Envelope.EventID, "err", err)
-		c.retryLater(it, "wait", backoff(c.o.BackoffBase, c.o.BackoffCap, it.tries))
+	err := c.h.Heal(ctx, &it.view, *it.wait)
+	if err == nil {
+		c.leaveHandlerOutages()
+		it.notBefore, it.healFails = time.Time{}, 0
 		return
 	}
-	it.notBefore = time.Time{}
+	switch {
+	case ctx.Err() != nil:
+		c.retryLater(it, "wait", backoff(c.o.BackoffBase, c.o.BackoffCap, it.tries))
+		return
+	case isOutage(ctx, err):
+		c.enterOutage(DependencyRegistry, err)
+		c.retryLater(it, "outage", backoff(c.o.BackoffBase, c.o.OutageBackoffCap, it.tries))
+		return
+	}
+	if dep, ok := outageOf(ctx, err); ok {
+		it.notBefore = c.enterOutage(dep, err)
+		it.tries++
+		return
+	}
+	class := Classify(err)
+	var re *RetryableError
+	var pe *PanicError
+	counted := class == ClassPermanent || errors.As(err, &re) || errors.As(err, &pe)
+	if counted {
+		it.healFails++
+		if it.firstFail.IsZero() {
+			it.firstFail = time.Now()
+		}
+	}
+	if class == ClassPermanent || (counted && it.healFails >= c.o.MaxAttempts) {
+		// Dead-letter the waiting record (it has no registry row: its
+		// claim answered WAIT); the offset moves on and the DLQ record
+		// says why the gap could not be healed.
+		c.log("heal failed for good: dead-lettering the waiting record", "event_id", it.view.Envelope.EventID, "err", err)
+		it.st, it.failure, it.wait = stDLQ, nil, nil
+		it.errText, it.errClass, it.attempts = "heal: "+err.Error(), class, max(it.healFails, 1)
+		return
+	}
+	c.log("heal failed", "event_id", it.view.Envelope.EventID, "err", err)
+	c.retryLater(it, "wait", backoff(c.o.BackoffBase, c.o.BackoffCap, it.tries))
+}
+
+// leaseLostParked moves on an item whose lease was lost while it waited out
+// an outage: whoever holds it now finishes it.
+func (c *Consumer) leaseLostParked(it *item) {
+	it.st = stClaim
+	c.retryLater(it, "lease_lost", backoff(c.o.BackoffBase, c.o.BackoffCap, it.tries))
 }
 
 func (c *Consumer) handleOne(ctx context.Context, it *item) {
+	if c.unparkLease(it) {
+		c.leaseLostParked(it)
+		return
+	}
 	start := time.Now()
 	hctx, stop := c.o.Registry.Hold(ctx, it.lease)
-	out, err := c.o.Handler.Handle(hctx, &it.view)
+	out, err := c.h.Handle(hctx, &it.view)
 	stop()
 	c.m.stage.WithLabelValues(c.o.HandlerName, "handle").Observe(time.Since(start).Seconds())
 	c.settle(ctx, context.Cause(hctx), it, out, err)
@@ -890,6 +944,7 @@ func (c *Consumer) handleOne(ctx context.Context, it *item) {
 // lost lease or a registry outage).
 func (c *Consumer) settle(ctx context.Context, cause error, it *item, out registry.Outcome, err error) {
 	if err == nil {
+		c.leaveHandlerOutages()
 		it.st, it.outcome = stMarkDone, out
 		return
 	}
@@ -899,7 +954,8 @@ func (c *Consumer) settle(ctx context.Context, cause error, it *item, out regist
 		c.retryLater(it, "lease_lost", backoff(c.o.BackoffBase, c.o.BackoffCap, it.tries))
 		return
 	case errors.Is(err, registry.ErrUnavailable) || errors.Is(cause, registry.ErrUnavailable):
-		c.enterOutage(err) // keep the lease: run again when Postgres is back
+		c.enterOutage(DependencyRegistry, err) // keep the lease: run again when Postgres is back
+		c.parkLease(ctx, it)
 		c.retryLater(it, "outage", backoff(c.o.BackoffBase, c.o.OutageBackoffCap, it.tries))
 		return
 	case ctx.Err() != nil:
@@ -910,8 +966,21 @@ func (c *Consumer) settle(ctx context.Context, cause error, it *item, out regist
 		it.st = stClaim
 		return
 	}
+	if dep, ok := outageOf(ctx, err); ok {
+		// A dependency of the handler is out: not the record's fault. No
+		// attempt is spent (no MarkFailed, no dead letter); the lease is
+		// kept alive and the same claim runs again after the outage's
+		// backoff, which has no cap on total time.
+		c.parkLease(ctx, it)
+		it.notBefore = c.enterOutage(dep, err)
+		it.tries++
+		c.o.Logger.Debug("dependency outage, will retry", "handler", c.o.HandlerName, "dependency", dep,
+			"event_id", it.view.Envelope.EventID, "retry_at", it.notBefore, "err", err)
+		return
+	}
 	class := Classify(err)
 	if class == ClassConflict {
+		c.leaveHandlerOutages()
 		var ce *ConflictError
 		errors.As(err, &ce)
 		it.st, it.outcome = stMarkDone, registry.Conflict(ce.Reason)
@@ -922,7 +991,7 @@ func (c *Consumer) settle(ctx context.Context, cause error, it *item, out regist
 		fr, ferr := c.o.Registry.MarkFailed(ctx, it.lease, f)
 		if ferr != nil {
 			if isOutage(ctx, ferr) {
-				c.enterOutage(ferr)
+				c.enterOutage(DependencyRegistry, ferr)
 				c.retryLater(it, "outage", backoff(c.o.BackoffBase, c.o.OutageBackoffCap, it.tries))
 				return
 			}
@@ -957,11 +1026,17 @@ func (c *Consumer) produceDLQ(ctx context.Context, items []*item) {
 		if it.st != stDLQ {
 			continue
 		}
-		r, err := dlqRecord(c.o.DLQTopic, c.o.HandlerName, it.rec, it.errText, it.errClass, it.attempts, it.firstFail, time.Now())
+		d := deadLetter{topic: c.o.DLQTopic, handler: c.o.HandlerName, rec: it.rec, errText: it.errText, class: it.errClass,
+			attempts: it.attempts, first: it.firstFail, failed: time.Now()}
+		if it.parseErr == nil {
+			d.eventID, d.position = it.view.Envelope.EventID, it.view.Envelope.Position
+		}
+		r, ptr, err := d.record(c.dlqMax, it.dlqPointer)
 		if err != nil {
 			c.log("dlq record", "err", err)
 			continue
 		}
+		it.dlqPointer = ptr
 		recs = append(recs, r)
 		its = append(its, it)
 	}
@@ -973,12 +1048,25 @@ func (c *Consumer) produceDLQ(ctx context.Context, items []*item) {
 	c.m.stage.WithLabelValues(c.o.HandlerName, "dlq").Observe(time.Since(start).Seconds())
 	for i, pr := range res {
 		it := its[i]
+		if pr.Err != nil && it.dlqPointer == "" && (errors.Is(pr.Err, kerr.MessageTooLarge) || errors.Is(pr.Err, kerr.RecordListTooLarge)) {
+			// Permanent for this form: never retry it; write the pointer
+			// form at once.
+			c.log("dlq record too large for the broker; writing it in pointer form", "offset", it.rec.Offset, "err", pr.Err)
+			it.dlqPointer = truncTooLarge
+			c.retryLater(it, "dlq_too_large", 0)
+			continue
+		}
 		if pr.Err != nil {
 			c.log("dlq produce failed; will retry", "offset", it.rec.Offset, "err", pr.Err)
 			c.retryLater(it, "dlq_produce", backoff(c.o.BackoffBase, c.o.BackoffCap, it.tries))
 			continue
 		}
 		c.m.dlq.WithLabelValues(c.o.HandlerName, it.errClass).Inc()
+		if reason := it.dlqPointer; reason != "" {
+			c.m.dlqPtr.WithLabelValues(c.o.HandlerName, reason).Inc()
+			c.log("dead letter written in pointer form (original left out; read it at its offset)", "topic", it.rec.Topic,
+				"partition", it.rec.Partition, "offset", it.rec.Offset, "original_size", len(it.rec.Value), "reason", reason)
+		}
 		c.o.Logger.Error("record dead-lettered", "handler", c.o.HandlerName, "topic", it.rec.Topic, "partition", it.rec.Partition,
 			"offset", it.rec.Offset, "error_class", it.errClass, "err", it.errText)
 		if it.failure != nil {
@@ -1004,7 +1092,7 @@ func (c *Consumer) markFailed(ctx context.Context, items []*item) {
 		case err == nil:
 			c.finish(it, "dead")
 		case isOutage(ctx, err):
-			c.enterOutage(err)
+			c.enterOutage(DependencyRegistry, err)
 			c.retryLater(it, "outage", backoff(c.o.BackoffBase, c.o.OutageBackoffCap, it.tries))
 			return
 		case errors.Is(err, registry.ErrLeaseLost):
@@ -1030,7 +1118,7 @@ func (c *Consumer) markDone(ctx context.Context, items []*item) {
 	c.m.stage.WithLabelValues(c.o.HandlerName, "mark_done").Observe(time.Since(start).Seconds())
 	if err != nil {
 		if isOutage(ctx, err) {
-			c.enterOutage(err)
+			c.enterOutage(DependencyRegistry, err)
 		} else {
 			c.log("mark done failed", "err", err)
 		}
@@ -1039,7 +1127,7 @@ func (c *Consumer) markDone(ctx context.Context, items []*item) {
 		}
 		return
 	}
-	c.leaveOutage()
+	c.leaveOutage(DependencyRegistry)
 	for i, it := range items {
 		if errs[i] != nil {
 			it.st = stClaim // lease lost: claim again (DUPLICATE_DONE if the other owner finished it)
@@ -1167,7 +1255,7 @@ func hasPartition(m map[string][]int32, topic string, p int32) bool {
 // is unreachable, and resumes it afterwards.
 func (c *Consumer) flowControl() {
 	c.mu.Lock()
-	pause := c.pending >= c.o.MaxPending || c.outage.Load()
+	pause := c.pending >= c.o.MaxPending || c.InOutage()
 	was := c.paused
 	c.paused = pause
 	c.mu.Unlock()
@@ -1178,21 +1266,31 @@ func (c *Consumer) flowControl() {
 	}
 }
 
-// onRevoked commits the done prefix of the revoked partitions and forgets
-// their records (the next owner starts at the committed offset). With
-// BlockRebalanceOnPoll it never runs while a round is in flight.
+// onRevoked hands back the claims held on the revoked partitions (see
+// handBack), commits their done prefix and forgets their records (the next
+// owner starts at the committed offset and claims at once: no lease of
+// ours is left for it to wait out). With BlockRebalanceOnPoll it never runs
+// while a round is in flight.
 func (c *Consumer) onRevoked(ctx context.Context, _ *kgo.Client, revoked map[string][]int32) {
 	c.waitRounds() // none in flight but for a corner of franz-go's polling; see onLost
+	hctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), drainGrace)
+	defer cancel()
+	c.handBack(hctx, revoked)
 	c.commit(ctx, revoked)
 	c.forget(revoked)
 }
 
-func (c *Consumer) onLost(_ context.Context, _ *kgo.Client, lost map[string][]int32) {
+// onLost is onRevoked without the commit (the partitions are no longer
+// ours to commit): the registry claims are handed back all the same.
+func (c *Consumer) onLost(ctx context.Context, _ *kgo.Client, lost map[string][]int32) {
 	// The loop joins every round before it allows a rebalance, but a poll
 	// that returns nothing may not hold off rebalances (franz-go), and a
 	// round of due retries can start after it: wait for the rounds, which
 	// never wait for these callbacks.
 	c.waitRounds()
+	hctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), drainGrace)
+	defer cancel()
+	c.handBack(hctx, lost)
 	c.forget(lost)
 }
 
@@ -1225,18 +1323,35 @@ func (c *Consumer) forget(tps map[string][]int32) {
 // already run out.
 const drainGrace = 5 * time.Second
 
-// drain finishes what can be finished after the Run context ended: pending
-// mark_done of handled records, releases of held claims, and the final
-// commit of the done prefix.
+// drain finishes what can be finished after the Run context ended (see
+// handBack) and makes the final commit of the done prefix.
 func (c *Consumer) drain(ctx context.Context) {
+	c.handBack(ctx, nil)
+	c.commit(ctx, nil)
+}
+
+// handBack settles the registry claims held, outside any round, on the
+// partitions in only (all when nil): outcomes still to be marked are marked
+// done; dead letters already acknowledged are marked failed, so that the
+// next owner does not run the record again and write a second dead letter;
+// every other claim (held, or parked in an outage) is released without
+// counting an attempt, so that the next owner claims it at once instead of
+// waiting out the lease. Callers make sure no round is in flight.
+func (c *Consumer) handBack(ctx context.Context, only map[string][]int32) {
 	c.mu.Lock()
-	var marks, held []*item
+	var marks, fails, held []*item
 	for _, ps := range c.allParts() {
+		if only != nil && !hasPartition(only, ps.topic, ps.partition) {
+			continue
+		}
 		for _, it := range ps.queue {
+			c.unparkLease(it)
 			switch it.st {
 			case stMarkDone:
 				marks = append(marks, it)
-			case stHandle, stMarkFailed:
+			case stMarkFailed:
+				fails = append(fails, it)
+			case stHandle:
 				held = append(held, it)
 			}
 		}
@@ -1245,8 +1360,14 @@ func (c *Consumer) drain(ctx context.Context) {
 	if len(marks) > 0 {
 		c.markDone(ctx, marks)
 	}
-	for _, it := range held {
-		_ = c.o.Registry.Release(ctx, it.lease)
+	if len(fails) > 0 {
+		c.markFailed(ctx, fails)
 	}
-	c.commit(ctx, nil)
+	for _, it := range slices.Concat(held, marks, fails) {
+		switch it.st {
+		case stHandle, stMarkDone, stMarkFailed: // not settled above
+			_ = c.o.Registry.Release(ctx, it.lease)
+			it.st, it.lease, it.failure = stClaim, registry.Lease{}, nil
+		}
+	}
 }

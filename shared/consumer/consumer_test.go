@@ -24,6 +24,8 @@ func TestClassify(t *testing.T) {
 		{fmt.Errorf("wrapped: %w", Permanent(base)), ClassPermanent},
 		{ConflictErr("already applied", nil), ClassConflict},
 		{Permanent(Retryable(base)), ClassPermanent},
+		{Outage("elasticsearch", base), ClassOutage},
+		{&PanicError{Value: "boom"}, ClassRetryable},
 	}
 	for _, tt := range tests {
 		if got := Classify(tt.err); got != tt.want {
@@ -54,9 +56,10 @@ func TestDLQRecordShape(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			r := &kgo.Record{Topic: "cmds", Partition: 2, Offset: 7, Key: []byte("k"), Value: []byte(tt.value),
 				Headers: []kgo.RecordHeader{{Key: "h", Value: []byte("v")}}}
-			out, err := dlqRecord("cmds.dlq", "h1", r, "boom", ClassPermanent, 3, at, at.Add(time.Second))
-			if err != nil {
-				t.Fatal(err)
+			d := deadLetter{topic: "cmds.dlq", handler: "h1", rec: r, errText: "boom", class: ClassPermanent, attempts: 3, first: at, failed: at.Add(time.Second)}
+			out, ptr, err := d.record(1<<20, "")
+			if err != nil || ptr != "" {
+				t.Fatal(ptr, err)
 			}
 			var m map[string]any
 			if err := json.Unmarshal(out.Value, &m); err != nil {

@@ -3,6 +3,7 @@ package consumer
 import (
 	"context"
 	"errors"
+	"fmt"
 
 	"github.com/sluicehq/sluice/registry"
 )
@@ -48,6 +49,19 @@ func Outage(dep string, err error) error {
 	}
 	return &OutageError{Dependency: dep, Err: err}
 }
+
+// PanicError is a handler call (Handle, HandleBatch, Heal) that panicked,
+// turned into an error by the runtime's recover middleware. It is
+// retryable: the record is retried within its budget, then dead-lettered
+// with the panic value in its error; the worker process never crashes.
+type PanicError struct {
+	// Value is what the handler panicked with; Stack is the goroutine's
+	// stack at the panic (also logged).
+	Value any
+	Stack []byte
+}
+
+func (e *PanicError) Error() string { return fmt.Sprintf("handler panicked: %v", e.Value) }
 
 // RetryableError marks a transient failure: the record is retried with
 // backoff (only its aggregate waits) until the handler's max attempts, then
@@ -113,6 +127,8 @@ func Classify(err error) string {
 			return ClassRetryable
 		case *OutageError:
 			return ClassOutage
+		case *PanicError:
+			return ClassRetryable
 		}
 	}
 	return ClassRetryable

@@ -14,8 +14,13 @@ type metrics struct {
 	lag     *prometheus.GaugeVec     // handler, topic, partition
 	retries *prometheus.CounterVec   // handler, reason
 	dlq     *prometheus.CounterVec   // handler, error_class
-	outage  *prometheus.GaugeVec     // handler
-	commits *prometheus.CounterVec   // handler
+	outage  *prometheus.GaugeVec     // handler (the registry's; kept beside depOutage)
+	// depOutage is 1 while a dependency is out, by dependency ("registry",
+	// "elasticsearch", "objectstore", "postgres", "kafka", "unknown").
+	depOutage *prometheus.GaugeVec   // handler, dependency
+	panics    *prometheus.CounterVec // handler, call
+	dlqPtr    *prometheus.CounterVec // handler, reason
+	commits   *prometheus.CounterVec // handler
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -35,6 +40,13 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Help: "Dead-letter records produced and acknowledged, by error class."}, []string{"handler", "error_class"}),
 		outage: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "sluice_worker_registry_outage",
 			Help: "1 while the registry is unreachable and consumption is paused."}, []string{"handler"}),
+		depOutage: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "sluice_worker_dependency_outage",
+			Help: "1 while a dependency (registry, elasticsearch, objectstore, postgres, kafka, unknown) is unavailable and the handler's work is paused."},
+			[]string{"handler", "dependency"}),
+		panics: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "sluice_worker_handler_panics_total",
+			Help: "Handler calls that panicked and were recovered, by call (handle, handle_batch, heal)."}, []string{"handler", "call"}),
+		dlqPtr: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "sluice_worker_dlq_truncated_total",
+			Help: "Dead letters written in pointer form (the original value left out), by reason (size, too_large)."}, []string{"handler", "reason"}),
 		commits: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "sluice_worker_offset_commits_total",
 			Help: "Offset commits made."}, []string{"handler"}),
 	}
@@ -45,6 +57,9 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	m.dlq = register(reg, m.dlq)
 	m.outage = register(reg, m.outage)
 	m.commits = register(reg, m.commits)
+	m.depOutage = register(reg, m.depOutage)
+	m.panics = register(reg, m.panics)
+	m.dlqPtr = register(reg, m.dlqPtr)
 	return m
 }
 

@@ -130,6 +130,14 @@ type Options struct {
 	// record that arrives during a slow round start at once instead of
 	// queueing behind it.
 	RoundsInFlight int
+	// DLQMaxBytes bounds a dead letter's size; a dead letter whose full
+	// form (the original embedded) would be larger is written in pointer
+	// form (DLQRecord.OriginalTruncated). Default and upper bound: the
+	// producer's maximum batch size (kgo.ProducerBatchMaxBytes, franz-go's
+	// default 1,000,012 bytes). A broker that refuses a full dead letter as
+	// too large (a smaller max.message.bytes on the DLQ topic) gets the
+	// pointer form too.
+	DLQMaxBytes int
 	// Limits are the envelope limits Parse enforces (default
 	// envelope.DefaultLimits()).
 	Limits envelope.Limits
@@ -141,7 +149,9 @@ type Options struct {
 	// Metrics receives the runtime's collectors (default: a private registry).
 	Metrics prometheus.Registerer
 	// Health, when set, gets the readiness check "<handler>:registry" (red
-	// during a registry outage) and the liveness heartbeat "<handler>:loop".
+	// during a registry outage), one "<handler>:<dependency>" per
+	// dependency the handler reported out (red during its outage), and the
+	// liveness heartbeat "<handler>:loop".
 	Health *observability.Health
 }
 

@@ -145,3 +145,20 @@ func status(err error) int {
 	}
 	return 0
 }
+
+// Dependency names the dependency err came from when its chain says so
+// (a Postgres error: Postgres; a Kafka error code: Kafka), else "". Errors
+// of HTTP dependencies do not say which one answered: callers that know
+// wrap them (consumer.Outage(failure.Elasticsearch, err)).
+func Dependency(err error) string {
+	var pe *pgconn.PgError
+	var ce *pgconn.ConnectError
+	var ke *kerr.Error
+	switch {
+	case errors.As(err, &pe), errors.As(err, &ce):
+		return Postgres
+	case errors.As(err, &ke):
+		return Kafka
+	}
+	return ""
+}

@@ -83,3 +83,24 @@ func TestClassifyRealRefusedConnection(t *testing.T) {
 		t.Fatalf("Classify(%v) = %v, want outage", err, got)
 	}
 }
+
+func TestDependency(t *testing.T) {
+	cases := []struct {
+		name string
+		err  error
+		want string
+	}{
+		{"postgres error", fmt.Errorf("claim: %w", &pgconn.PgError{Code: "57P01"}), Postgres},
+		{"kafka error", fmt.Errorf("produce: %w", kerr.MessageTooLarge), Kafka},
+		{"http status", statusErr(503), ""},
+		{"plain", errors.New("x"), ""},
+		{"nil", nil, ""},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := Dependency(tc.err); got != tc.want {
+				t.Errorf("Dependency(%v) = %q, want %q", tc.err, got, tc.want)
+			}
+		})
+	}
+}
