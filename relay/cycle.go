@@ -144,7 +144,7 @@ listing:
 	for {
 		page, err := pf.listing(ctx, after)
 		if page == nil && err == nil {
-			page, err = r.store.Segments(ctx, after, batch)
+			page, err = r.segments(ctx, after, batch)
 		}
 		if err != nil {
 			return pl, err
@@ -441,7 +441,7 @@ func (r *Relay) runFetch(ctx context.Context, f *fetch) {
 	}
 	go func() {
 		defer func() { <-r.gets }()
-		f.evs, f.err = r.store.ReadSegment(ctx, f.key)
+		f.evs, f.err = r.readSegment(ctx, f.key)
 		close(f.done)
 	}()
 }
@@ -465,7 +465,7 @@ func (r *Relay) startPrefetch(ctx context.Context, ls *leaderState, after int64)
 	pf := &prefetch{after: after, done: make(chan struct{}), fetches: map[string]*fetch{}, cancel: cancel}
 	ls.prefetch = pf
 	go func() {
-		segs, err := r.store.Segments(pctx, after, r.s.Config.BatchSize)
+		segs, err := r.segments(pctx, after, r.s.Config.BatchSize)
 		var start []*fetch
 		for _, s := range segs {
 			if len(start) == r.s.Config.ParallelGets {
@@ -621,9 +621,12 @@ func (r *Relay) walk(ctx context.Context, ls *leaderState, items []item, now tim
 			}
 			rec := r.router.Record(ev, "")
 			if err := r.topicReady(ctx, rec.Topic); err != nil {
-				return fail(err)
+				if perr := r.parkRefusedTopic(ctx, ls, err, rec, pos, id, it.seg.key); perr != nil {
+					return fail(perr)
+				}
+				continue
 			}
-			if err := r.produceRec(ctx, ls, &p, rec, pos, id, false); err != nil {
+			if err := r.produceRec(ctx, ls, &p, rec, pos, id, it.seg.key, false); err != nil {
 				return fail(err)
 			}
 			produced++
@@ -701,7 +704,7 @@ func (r *Relay) recheckGaps(ctx context.Context, ls *leaderState, now time.Time)
 		}
 		n := 0
 		for key := range keys {
-			evs, err := r.store.ReadSegment(ctx, key)
+			evs, err := r.readSegment(ctx, key)
 			if err != nil {
 				return err
 			}
@@ -718,9 +721,13 @@ func (r *Relay) recheckGaps(ctx context.Context, ls *leaderState, now time.Time)
 				}
 				rec := r.router.Record(ev, "")
 				if err := r.topicReady(ctx, rec.Topic); err != nil {
-					return err
+					if perr := r.parkRefusedTopic(ctx, ls, err, rec, p, ev.Envelope.EventID, key); perr != nil {
+						return perr
+					}
+					n++
+					continue
 				}
-				b.produce(ctx, r.client, rec, p, ev.Envelope.EventID, true)
+				b.produce(ctx, r.client, rec, p, ev.Envelope.EventID, key, true)
 				ls.produced++
 				ls.processed++
 				n++
@@ -750,19 +757,30 @@ func (r *Relay) recheckGaps(ctx context.Context, ls *leaderState, now time.Time)
 		b.mu.Lock()
 		recs := b.recs
 		b.mu.Unlock()
-		for _, pr := range recs {
+		parkedLate := map[int64]bool{}
+		for i := range recs {
+			pr := &recs[i]
 			if pr.err != nil {
 				r.m.produceErrs.Inc()
-				r.setKafkaErr(pr.err)
-				return fmt.Errorf("relay: late publication of position %d: %w", pr.pos, pr.err)
+				published, err := r.settle(ctx, ls, pr)
+				if err != nil {
+					r.setKafkaErr(err)
+					return fmt.Errorf("relay: late publication of position %d: %w", pr.pos, err)
+				}
+				if !published {
+					parkedLate[pr.pos] = true
+				}
 			}
 		}
 		for _, pr := range recs {
+			if parkedLate[pr.pos] {
+				continue
+			}
 			ls.dedup.add(pr.id)
 			r.m.published.WithLabelValues(pr.topic).Inc()
 		}
-		r.m.late.Add(float64(len(recs)))
-		r.m.gaps.WithLabelValues("late_published").Add(float64(len(recs)))
+		r.m.late.Add(float64(len(recs) - len(parkedLate)))
+		r.m.gaps.WithLabelValues("late_published").Add(float64(len(recs) - len(parkedLate)))
 		for _, l := range lates {
 			if l.n > 0 {
 				r.log.Warn("relay: published events of a pending gap late (their writer committed after the append timeout)",
@@ -807,14 +825,14 @@ func (r *Relay) watchCheckpoint(ctx context.Context, ls *leaderState) error {
 		return nil
 	}
 	ls.lastStat = time.Now()
-	oi, err := r.cps.bucket.Stat(ctx, r.cps.key)
+	oi, err := r.checkpointStat(ctx)
 	if err != nil && !errors.Is(err, objstore.ErrNotFound) {
 		return fmt.Errorf("relay: stat checkpoint: %w", err)
 	}
 	if err == nil && oi.ETag == ls.etag {
 		return nil
 	}
-	cur, _, found, err := r.cps.Load(ctx)
+	cur, _, found, err := r.checkpointLoad(ctx)
 	if err != nil {
 		return err
 	}

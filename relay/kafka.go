@@ -3,6 +3,7 @@ package relay
 import (
 	"crypto/tls"
 	"fmt"
+	"math"
 	"strings"
 
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -32,6 +33,16 @@ func KafkaOpts(k config.Kafka) ([]kgo.Opt, error) {
 		return nil, fmt.Errorf("relay: KAFKA_SASL_MECHANISM %q: want PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512", k.SASLMechanism)
 	}
 	return opts, nil
+}
+
+// BudgetOpts size the producer to the Kafka size budget (SizeBudget,
+// topics.MessageBudget): its largest record batch is maxMessageBytes, the
+// number the relay's topics get as max.message.bytes.
+func BudgetOpts(maxMessageBytes int) []kgo.Opt {
+	if maxMessageBytes <= 0 {
+		return nil
+	}
+	return []kgo.Opt{kgo.ProducerBatchMaxBytes(int32(min(maxMessageBytes, math.MaxInt32)))}
 }
 
 // ProducerOpts are the producer settings of SPEC §6.1: idempotent (the

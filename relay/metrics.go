@@ -22,6 +22,10 @@ type metrics struct {
 	pendingGaps  prometheus.Gauge
 	held         prometheus.Gauge
 	leader       prometheus.Gauge
+	parkedTotal  *prometheus.CounterVec // reason
+	parked       prometheus.Gauge
+	objErrs      *prometheus.CounterVec // op, class
+	objStalled   prometheus.Gauge
 }
 
 func newMetrics(reg prometheus.Registerer, name string) *metrics {
@@ -57,10 +61,20 @@ func newMetrics(reg prometheus.Registerer, name string) *metrics {
 			Help: "Events held back in the last cycle because a young reservation names their aggregate."}),
 		leader: prometheus.NewGauge(prometheus.GaugeOpts{Name: "relay_leader", ConstLabels: cl,
 			Help: "1 while this replica holds the leader lease and publishes."}),
+		parkedTotal: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "relay_parked_total", ConstLabels: cl,
+			Help: "Records Kafka refused for a reason of their own, parked in sluice.relay_parked after EVENT_PUBLISHER_PARK_AFTER_ATTEMPTS attempts, by reason (too_large, invalid_topic, topic_collision, rejected)."},
+			[]string{"reason"}),
+		parked: prometheus.NewGauge(prometheus.GaugeOpts{Name: "relay_parked_records", ConstLabels: cl,
+			Help: "Rows of sluice.relay_parked in state parked (waiting for `sluice relay parked republish|drop`)."}),
+		objErrs: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "relay_objectstore_errors_total", ConstLabels: cl,
+			Help: "Object-storage calls of the relay that failed, by operation (list, get, checkpoint) and class (outage: timeout, refused, 5xx; permanent; unknown). A call that hangs fails after the object-store timeout and counts as an outage."},
+			[]string{"op", "class"}),
+		objStalled: prometheus.NewGauge(prometheus.GaugeOpts{Name: "relay_objectstore_stalled", ConstLabels: cl,
+			Help: "1 while object storage is unavailable to the relay: a call outstanding for longer than the object-store timeout, or the last call failed as an outage (readiness is red meanwhile)."}),
 	}
 	if reg != nil {
 		for _, c := range []prometheus.Collector{m.published, m.late, m.dedupSkipped, m.gaps, m.plans, m.produceErrs, m.fenced,
-			m.flush, m.lag, m.head, m.checkpoint, m.pendingGaps, m.held, m.leader} {
+			m.flush, m.lag, m.head, m.checkpoint, m.pendingGaps, m.held, m.leader, m.parkedTotal, m.parked, m.objErrs, m.objStalled} {
 			// A second relay of the same name in one process (tests)
 			// keeps its own collectors unregistered.
 			_ = reg.Register(c)

@@ -47,6 +47,10 @@ type pendingRec struct {
 	topic string
 	late  bool
 	err   error
+	// rec and seg are kept for the retries of a refused record and its
+	// parked row (parking.go).
+	rec *kgo.Record
+	seg string
 }
 
 func (r *Relay) newBatch() *batch {
@@ -59,11 +63,12 @@ func (b *batch) len() int {
 	return len(b.recs)
 }
 
-// produce hands rec to the producer; its outcome lands in the batch.
-func (b *batch) produce(ctx context.Context, cl *kgo.Client, rec *kgo.Record, pos int64, id string, late bool) {
+// produce hands rec (of position pos, event id, stored in segment seg) to
+// the producer; its outcome lands in the batch.
+func (b *batch) produce(ctx context.Context, cl *kgo.Client, rec *kgo.Record, pos int64, id, seg string, late bool) {
 	b.mu.Lock()
 	i := len(b.recs)
-	b.recs = append(b.recs, pendingRec{pos: pos, id: id, topic: rec.Topic, late: late})
+	b.recs = append(b.recs, pendingRec{pos: pos, id: id, topic: rec.Topic, late: late, rec: rec, seg: seg})
 	b.outstanding++
 	b.mu.Unlock()
 	cl.Produce(ctx, rec, func(_ *kgo.Record, err error) {
@@ -119,14 +124,14 @@ type saveOp struct {
 // produceRec produces one record through the pipeline: it first makes room
 // under the crash bound, and when the current batch is full it waits for
 // the previous one and starts a new batch.
-func (r *Relay) produceRec(ctx context.Context, ls *leaderState, p *pipe, rec *kgo.Record, pos int64, id string, late bool) error {
+func (r *Relay) produceRec(ctx context.Context, ls *leaderState, p *pipe, rec *kgo.Record, pos int64, id, seg string, late bool) error {
 	if err := r.ensureBudget(ctx, ls, p); err != nil {
 		return err
 	}
 	if p.cur == nil {
 		p.cur = r.newBatch()
 	}
-	p.cur.produce(ctx, r.client, rec, pos, id, late)
+	p.cur.produce(ctx, r.client, rec, pos, id, seg, late)
 	ls.produced++
 	if p.cur.len() < r.s.flushBatch {
 		return nil
@@ -205,9 +210,23 @@ func (r *Relay) finishBatch(ctx context.Context, ls *leaderState, b *batch) erro
 	acked := make([]string, 0, len(recs))
 	var late int
 	var missingTopics map[string]bool
-	for _, pr := range recs {
+	for i := range recs {
+		pr := &recs[i]
 		if pr.err != nil {
 			r.m.produceErrs.Inc()
+			// A refusal of the record's own is retried alone, then parked
+			// (parking.go); an outage stays a failure, retried without limit.
+			published, err := r.settle(ctx, ls, pr)
+			switch {
+			case err == nil && !published:
+				continue // parked: done, not published
+			case err == nil:
+				pr.err = nil // acknowledged when produced alone
+			default:
+				pr.err = err
+			}
+		}
+		if pr.err != nil {
 			if failed == nil {
 				failed = fmt.Errorf("relay: kafka did not acknowledge position %d (topic %s): %w", pr.pos, pr.topic, pr.err)
 			}
@@ -248,7 +267,10 @@ func (r *Relay) finishBatch(ctx context.Context, ls *leaderState, b *batch) erro
 		r.setKafkaErr(failed)
 		for t := range missingTopics {
 			r.log.Warn("relay: topic missing; creating it", "topic", t)
-			if err := r.ensureTopics(ctx, t); err != nil {
+			r.mu.Lock()
+			delete(r.topicsCreated, t)
+			r.mu.Unlock()
+			if err := r.topicReady(ctx, t); err != nil {
 				failed = errors.Join(failed, err)
 			}
 		}
@@ -361,9 +383,9 @@ func (r *Relay) save(ctx context.Context, ls *leaderState) error {
 // writeCheckpoint writes cp over etag. A lost race means a newer leader
 // (fenced) or an operator (adopt).
 func (r *Relay) writeCheckpoint(ctx context.Context, cp Checkpoint, etag string, epoch int64) (string, error) {
-	tag, err := r.cps.Save(ctx, cp, etag)
+	tag, err := r.checkpointSave(ctx, cp, etag)
 	if errors.Is(err, objstore.ErrPreconditionFailed) {
-		cur, _, found, lerr := r.cps.Load(ctx)
+		cur, _, found, lerr := r.checkpointLoad(ctx)
 		if lerr != nil {
 			return "", errors.Join(err, lerr)
 		}

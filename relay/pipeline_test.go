@@ -132,7 +132,7 @@ func TestBatchDone(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			b := r.newBatch()
 			for i := range tc.records {
-				b.produce(ctx, cl, &kgo.Record{Topic: "t", Value: []byte("v")}, int64(i+1), "id", false)
+				b.produce(ctx, cl, &kgo.Record{Topic: "t", Value: []byte("v")}, int64(i+1), "id", "", false)
 			}
 			if !tc.sealFirst {
 				if err := cl.Flush(ctx); err != nil {

@@ -26,6 +26,11 @@ type Relay struct {
 	store  *eventstore.Store
 	pool   *pgxpool.Pool
 	client *kgo.Client
+	// solo produces one record at a time, alone in its batch: the retries
+	// of a record Kafka refused (parking.go), so a record is judged on its
+	// own and never for a neighbour in a broker-side batch.
+	solo   *kgo.Client
+	parked *ParkedStore
 	router *Router
 	cps    *CheckpointStore
 	lease  *Lease
@@ -44,6 +49,11 @@ type Relay struct {
 	ckpt          int64
 	ckptMovedAt   time.Time
 	topicsCreated map[string]bool
+	// topicsRefused are topics the broker refused to create for a reason
+	// of their own (parking.go); their records are parked at once until
+	// the refusal expires.
+	topicsRefused map[string]topicRefusal
+	obj           objWatch
 }
 
 // New returns a relay over the event store (its bucket holds the
@@ -58,10 +68,17 @@ func New(store *eventstore.Store, bucket objstore.Bucket, pool *pgxpool.Pool, op
 	if err != nil {
 		return nil, err
 	}
+	kopts = append(kopts, BudgetOpts(s.MaxMessageBytes)...)
+	soloOpts := append(append([]kgo.Opt{}, kopts...), ProducerOpts(1)...)
 	kopts = append(kopts, ProducerOpts((pipelineDepth+1)*s.flushBatch)...)
 	kopts = append(kopts, s.KafkaOpts...)
 	client, err := kgo.NewClient(kopts...)
 	if err != nil {
+		return nil, fmt.Errorf("relay: kafka client: %w", err)
+	}
+	solo, err := kgo.NewClient(append(soloOpts, s.KafkaOpts...)...)
+	if err != nil {
+		client.Close()
 		return nil, fmt.Errorf("relay: kafka client: %w", err)
 	}
 	hbAge := max(30*time.Second, 3*s.Config.PollInterval, 3*s.Config.KafkaFlushTimeout, 3*s.lease)
@@ -70,6 +87,8 @@ func New(store *eventstore.Store, bucket objstore.Bucket, pool *pgxpool.Pool, op
 		store:         store,
 		pool:          pool,
 		client:        client,
+		solo:          solo,
+		parked:        NewParkedStore(pool),
 		router:        NewRouter(s.Kafka.CommandsTopic, s.Kafka.EventsTopic, s.Routes),
 		cps:           NewCheckpointStore(bucket, s.Config.CheckpointKey),
 		lease:         NewLease(pool, s.Config.Name, s.Holder, s.lease),
@@ -80,7 +99,9 @@ func New(store *eventstore.Store, bucket objstore.Bucket, pool *pgxpool.Pool, op
 		gets:          make(chan struct{}, s.Config.ParallelGets),
 		ckptMovedAt:   time.Now(),
 		topicsCreated: map[string]bool{},
+		topicsRefused: map[string]topicRefusal{},
 	}
+	r.obj.init(s.ObjectStoreTimeout)
 	if s.Health != nil {
 		s.Health.AddReadiness("relay", r.Ready)
 		s.Health.AddLiveness("relay-loop", r.hb.Check)
@@ -89,7 +110,10 @@ func New(store *eventstore.Store, bucket objstore.Bucket, pool *pgxpool.Pool, op
 }
 
 // Close releases the Kafka producer. Call it after Run returned.
-func (r *Relay) Close() { r.client.Close() }
+func (r *Relay) Close() {
+	r.client.Close()
+	r.solo.Close()
+}
 
 // Leader reports whether this replica currently holds the lease.
 func (r *Relay) Leader() bool {
@@ -104,6 +128,9 @@ func (r *Relay) Leader() bool {
 func (r *Relay) Ready(context.Context) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	if err := r.obj.stalled(); err != nil {
+		return fmt.Errorf("relay: %w", err)
+	}
 	switch {
 	case r.loopErr != nil:
 		return fmt.Errorf("relay: %w", r.loopErr)
@@ -439,15 +466,64 @@ func (r *Relay) bootstrapTopics(ctx context.Context) error {
 }
 
 // topicReady creates topic (named by metadata.kafka_topic) before its first
-// record, once per process.
+// record, once per process. A broker refusal that is the topic's own (an
+// invalid name, a '.'/'_' collision: parkReason) is retried
+// EVENT_PUBLISHER_PARK_AFTER_ATTEMPTS times, then returned as a
+// *topicRefusedError (the caller parks the record) and remembered for
+// topicRefusalTTL; any other failure is retried without limit.
 func (r *Relay) topicReady(ctx context.Context, topic string) error {
 	r.mu.Lock()
 	ok := r.topicsCreated[topic]
+	ref, refused := r.topicsRefused[topic]
 	r.mu.Unlock()
 	if ok || r.s.SkipTopicBootstrap {
 		return nil
 	}
-	return r.ensureTopics(ctx, topic)
+	if refused && time.Now().Before(ref.until) {
+		return &topicRefusedError{topic: topic, reason: ref.reason, attempts: ref.attempts, err: ref.err}
+	}
+	bo := newBackoff(200*time.Millisecond, 5*time.Second)
+	attempts := 0
+	for {
+		tctx, cancel := context.WithTimeout(ctx, r.s.Config.KafkaFlushTimeout)
+		err := topics.EnsureSpec(tctx, r.client, r.topicSpec(), topic)
+		cancel()
+		if err == nil {
+			r.setKafkaErr(nil)
+			r.mu.Lock()
+			r.topicsCreated[topic] = true
+			delete(r.topicsRefused, topic)
+			r.mu.Unlock()
+			r.log.Info("relay: topics ready", "topics", []string{topic})
+			return nil
+		}
+		if ctx.Err() != nil {
+			return context.Cause(ctx)
+		}
+		if reason, ok := parkReason(ctx, err); ok {
+			attempts++
+			if attempts >= r.s.Config.ParkAfterAttempts {
+				r.mu.Lock()
+				r.topicsRefused[topic] = topicRefusal{reason: reason, attempts: attempts, err: err, until: time.Now().Add(topicRefusalTTL)}
+				r.mu.Unlock()
+				r.log.Error("relay: the broker refuses to create a topic; its records are parked (see `sluice relay parked list`)",
+					"topic", topic, "reason", reason, "attempts", attempts, "err", err)
+				return &topicRefusedError{topic: topic, reason: reason, attempts: attempts, err: err}
+			}
+		} else {
+			attempts = 0
+			r.setKafkaErr(err)
+		}
+		r.log.Warn("relay: topic creation failed; retrying", "topic", topic, "attempt", attempts, "err", err)
+		r.hb.Beat()
+		sleep(ctx, bo.next())
+	}
+}
+
+// topicSpec is how the relay creates topics: the configured partitions and
+// replication, and max.message.bytes = the size budget.
+func (r *Relay) topicSpec() topics.Spec {
+	return topics.Spec{Partitions: r.s.Kafka.TopicPartitions, Replication: r.s.Kafka.ReplicationFactor, MaxMessageBytes: r.s.MaxMessageBytes}
 }
 
 func (r *Relay) ensureTopics(ctx context.Context, names ...string) error {
@@ -457,7 +533,7 @@ func (r *Relay) ensureTopics(ctx context.Context, names ...string) error {
 	bo := newBackoff(200*time.Millisecond, 5*time.Second)
 	for {
 		tctx, cancel := context.WithTimeout(ctx, r.s.Config.KafkaFlushTimeout)
-		err := topics.Ensure(tctx, r.client, r.s.Kafka.TopicPartitions, r.s.Kafka.ReplicationFactor, names...)
+		err := topics.EnsureSpec(tctx, r.client, r.topicSpec(), names...)
 		cancel()
 		if err == nil {
 			r.setKafkaErr(nil)
@@ -483,7 +559,7 @@ func (r *Relay) ensureTopics(ctx context.Context, names ...string) error {
 // leader's epoch, so an older leader can no longer advance it.
 func (r *Relay) claim(ctx context.Context, epoch int64) (*leaderState, error) {
 	for attempt := 0; ; attempt++ {
-		cp, etag, found, err := r.cps.Load(ctx)
+		cp, etag, found, err := r.checkpointLoad(ctx)
 		if err != nil {
 			return nil, err
 		}
@@ -501,7 +577,7 @@ func (r *Relay) claim(ctx context.Context, epoch int64) (*leaderState, error) {
 		cp.RelayEpoch = epoch
 		cp.Holder = r.s.Holder
 		cp.UpdatedAt = time.Now().UTC()
-		newTag, err := r.cps.Save(ctx, cp, etag)
+		newTag, err := r.checkpointSave(ctx, cp, etag)
 		if errors.Is(err, objstore.ErrPreconditionFailed) && attempt < 10 {
 			continue
 		}
@@ -509,6 +585,16 @@ func (r *Relay) claim(ctx context.Context, epoch int64) (*leaderState, error) {
 			return nil, err
 		}
 		ls := newLeaderState(epoch, cp, newTag, r.s.Config.DedupMaxEvents)
+		// Positions parked by an earlier leader that crashed before its
+		// checkpoint passed them: done, neither produced nor parked again.
+		parked, err := r.parked.parkedAfter(ctx, r.s.Config.Name, cp.Position)
+		if err != nil {
+			return nil, err
+		}
+		for _, p := range parked {
+			ls.markDone(p)
+		}
+		r.refreshParkedGauge(ctx, ls)
 		r.noteProgress(-1, cp.Position)
 		r.m.pendingGaps.Set(float64(len(cp.PendingGaps)))
 		r.log.Info("relay: checkpoint claimed", "position", cp.Position, "epoch", epoch, "pending_gaps", len(cp.PendingGaps), "recent_ids", len(cp.RecentEventIDs))

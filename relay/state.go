@@ -39,6 +39,9 @@ type leaderState struct {
 	// lastFull is when the last cycle with the head query started (a
 	// cycle planned from commit hints skips it; hints.go).
 	lastFull time.Time
+	// lastParkedCount is when relay_parked_records was last read from the
+	// table (parking.go).
+	lastParkedCount time.Time
 }
 
 func newLeaderState(epoch int64, cp Checkpoint, etag string, dedupMax int) *leaderState {

@@ -125,6 +125,7 @@ type Relay struct {
 	StallAfter               time.Duration `env:"EVENT_PUBLISHER_STALL_SECONDS" envDefault:"60" doc:"/readyz turns red when the head grows and the checkpoint has not moved for this long."`
 	CheckpointMaxRecords     int           `env:"EVENT_PUBLISHER_CHECKPOINT_MAX_RECORDS" envDefault:"10000" doc:"Most produced records not yet covered by a durable checkpoint: what a relay crash re-publishes at most; a background write starts at half of it (raised to the flush batch size when smaller)."`
 	CheckpointInterval       time.Duration `env:"EVENT_PUBLISHER_CHECKPOINT_INTERVAL" envDefault:"100ms" doc:"Longest time between two checkpoint writes while there is progress to save."`
+	ParkAfterAttempts        int           `env:"EVENT_PUBLISHER_PARK_AFTER_ATTEMPTS" envDefault:"3" doc:"Attempts at a record Kafka refuses for a reason of its own (too large, topic refused) before the relay parks it in sluice.relay_parked and moves on; outages are retried without limit."`
 }
 
 // Kafka configures the brokers and topics (SPEC §14).
@@ -141,6 +142,7 @@ type Kafka struct {
 	SASLMechanism     string   `env:"KAFKA_SASL_MECHANISM" doc:"SASL mechanism: empty, PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512."`
 	SASLUsername      string   `env:"KAFKA_SASL_USERNAME" doc:"SASL user."`
 	SASLPassword      Secret   `env:"KAFKA_SASL_PASSWORD" doc:"SASL password (never logged)."`
+	MaxMessageBytes   int      `env:"KAFKA_MAX_MESSAGE_BYTES" envDefault:"0" docDefault:"EVENT_STORE_MAX_ENVELOPE_BYTES + EVENT_STORE_MAX_METADATA_BYTES + 4096" doc:"Largest record batch the relay produces and max.message.bytes of the topics it creates (0 = derived from the envelope limit); a value below the derived budget fails sluice config check."`
 }
 
 // Registry configures the processed-event registry (SPEC §7).
