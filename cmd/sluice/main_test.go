@@ -37,7 +37,8 @@ func TestConfigCheck(t *testing.T) {
 		env     map[string]string
 		wantErr string
 	}{
-		{"defaults", nil, ""},
+		{"defaults", map[string]string{"DATABASE_URL": "postgres://u:p@db/sluice"}, ""},
+		{"database url required", map[string]string{"DATABASE_URL": ""}, "DATABASE_URL: must be set"},
 		{"bad int names the variable", map[string]string{"KAFKA_TOPIC_PARTITIONS": "many"}, "KAFKA_TOPIC_PARTITIONS"},
 		{"registry cannot be disabled", map[string]string{"ENABLE_PROCESSED_EVENT_REGISTRY": "false"}, "not optional"},
 	}

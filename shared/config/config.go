@@ -11,10 +11,13 @@
 //	envDefault:"value"  its default (parsed like a set value)
 //	doc:"..."           one line for docs/configuration.md
 //	docDefault:"..."    shown instead of envDefault when the default is computed
+//	file:"true"         a credential: NAME_FILE may name a file holding it
 //
 // Durations accept Go duration strings ("250ms", "2m") and bare numbers,
 // which mean seconds ("30", "0.5"), so the SPEC's *_SECONDS knobs read
-// naturally. Secrets use the Secret type, which never prints its value.
+// naturally. Secrets use the Secret type, which never prints its value, and
+// every credential can be read from a mounted file instead (NAME_FILE, see
+// ReadSecretFiles).
 package config
 
 import (
@@ -79,7 +82,7 @@ func (r Runtime) GCPercent() int {
 // Postgres configures the connection shared by the event-store index and the
 // processed-event registry.
 type Postgres struct {
-	URL      Secret `env:"DATABASE_URL" doc:"Postgres connection string (postgres://user:pass@host:5432/db?sslmode=...). Required by every service; sluice dev starts a local server when unset."`
+	URL      Secret `env:"DATABASE_URL" file:"true" doc:"Postgres connection string (postgres://user:pass@host:5432/db?sslmode=...). Required by every service; sluice dev starts a local server when unset."`
 	MaxConns int    `env:"DATABASE_MAX_CONNS" envDefault:"16" doc:"Maximum connections in the pool of one process."`
 }
 
@@ -90,9 +93,8 @@ type EventStore struct {
 	FileDir                 string        `env:"EVENT_STORE_FILE_DIR" envDefault:"./data/events" doc:"Root directory of the file backend; the bucket is a folder below it."`
 	S3Endpoint              string        `env:"EVENT_STORE_S3_ENDPOINT" doc:"S3 endpoint URL (http://minio:9000). Empty uses AWS's regional endpoint."`
 	S3Region                string        `env:"EVENT_STORE_S3_REGION" envDefault:"us-east-1" doc:"S3 region."`
-	S3AccessKeyID           string        `env:"EVENT_STORE_S3_ACCESS_KEY_ID" doc:"Static access key id. Empty uses the default AWS credential chain."`
-	S3SecretAccessKey       Secret        `env:"EVENT_STORE_S3_SECRET_ACCESS_KEY" doc:"Static secret access key (never logged)."`
-	S3SecretAccessKeyFile   Secret        `env:"EVENT_STORE_S3_SECRET_ACCESS_KEY_FILE,file" doc:"Path of a file holding the secret access key (mounted secret); used when the plain variable is unset."`
+	S3AccessKeyID           string        `env:"EVENT_STORE_S3_ACCESS_KEY_ID" file:"true" doc:"Static access key id. Empty uses the default AWS credential chain."`
+	S3SecretAccessKey       Secret        `env:"EVENT_STORE_S3_SECRET_ACCESS_KEY" file:"true" doc:"Static secret access key (never logged)."`
 	S3PathStyle             bool          `env:"EVENT_STORE_S3_PATH_STYLE" envDefault:"true" doc:"Use path-style addressing (needed by MinIO)."`
 	GroupCommitMaxWait      time.Duration `env:"EVENT_STORE_GROUP_COMMIT_MAX_WAIT" envDefault:"2ms" doc:"Longest time the committer gathers appends into one group."`
 	GroupCommitMaxEvents    int           `env:"EVENT_STORE_GROUP_COMMIT_MAX_EVENTS" envDefault:"500" doc:"Most envelopes in one group (one segment)."`
@@ -140,8 +142,8 @@ type Kafka struct {
 	ReplicationFactor int      `env:"KAFKA_TOPIC_REPLICATION_FACTOR" envDefault:"3" doc:"Replication factor of topics created at start-up (1 in dev)."`
 	TLS               bool     `env:"KAFKA_TLS" envDefault:"false" doc:"Connect with TLS."`
 	SASLMechanism     string   `env:"KAFKA_SASL_MECHANISM" doc:"SASL mechanism: empty, PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512."`
-	SASLUsername      string   `env:"KAFKA_SASL_USERNAME" doc:"SASL user."`
-	SASLPassword      Secret   `env:"KAFKA_SASL_PASSWORD" doc:"SASL password (never logged)."`
+	SASLUsername      string   `env:"KAFKA_SASL_USERNAME" file:"true" doc:"SASL user."`
+	SASLPassword      Secret   `env:"KAFKA_SASL_PASSWORD" file:"true" doc:"SASL password (never logged)."`
 	MaxMessageBytes   int      `env:"KAFKA_MAX_MESSAGE_BYTES" envDefault:"0" docDefault:"EVENT_STORE_MAX_ENVELOPE_BYTES + EVENT_STORE_MAX_METADATA_BYTES + 4096" doc:"Largest record batch the relay produces and max.message.bytes of the topics it creates (0 = derived from the envelope limit); a value below the derived budget fails sluice config check."`
 }
 
@@ -168,9 +170,9 @@ type Worker struct {
 // Elasticsearch configures the read-model cluster (SPEC §10).
 type Elasticsearch struct {
 	URLs         []string `env:"ELASTICSEARCH_URLS" envDefault:"http://localhost:9200" envSeparator:"," doc:"Comma-separated Elasticsearch node URLs."`
-	APIKey       Secret   `env:"ELASTICSEARCH_API_KEY" doc:"API key (never logged)."`
-	Username     string   `env:"ELASTICSEARCH_USERNAME" doc:"Basic-auth user."`
-	Password     Secret   `env:"ELASTICSEARCH_PASSWORD" doc:"Basic-auth password (never logged)."`
+	APIKey       Secret   `env:"ELASTICSEARCH_API_KEY" file:"true" doc:"API key (never logged)."`
+	Username     string   `env:"ELASTICSEARCH_USERNAME" file:"true" doc:"Basic-auth user."`
+	Password     Secret   `env:"ELASTICSEARCH_PASSWORD" file:"true" doc:"Basic-auth password (never logged)."`
 	IndexPrefix  string   `env:"ELASTICSEARCH_INDEX_PREFIX" envDefault:"sluice_" doc:"Prefix of every index and alias sluice creates."`
 	BulkMaxDocs  int      `env:"ELASTICSEARCH_BULK_MAX_DOCS" envDefault:"1000" doc:"Most operations in one bulk request."`
 	BulkMaxBytes int      `env:"ELASTICSEARCH_BULK_MAX_BYTES" envDefault:"5242880" doc:"Largest bulk request body."`
@@ -179,7 +181,7 @@ type Elasticsearch struct {
 // API configures the command API (SPEC §12).
 type API struct {
 	Addr         string   `env:"SLUICE_API_ADDR" envDefault:":8080" doc:"Listen address of the command API."`
-	Tokens       []Secret `env:"SLUICE_API_TOKENS" envSeparator:"," doc:"Comma-separated bearer tokens; when set, every /v1 request needs one."`
+	Tokens       []Secret `env:"SLUICE_API_TOKENS" envSeparator:"," file:"true" doc:"Comma-separated bearer tokens; when set, every /v1 request needs one."`
 	MaxBodyBytes int      `env:"SLUICE_API_MAX_BODY_BYTES" envDefault:"1048576" doc:"Largest accepted request body."`
 }
 
@@ -222,7 +224,10 @@ func (e *VarError) Error() string {
 }
 
 // FromOS loads the configuration from the process environment.
-func FromOS() (*Config, error) { return Load(env.ToMap(os.Environ())) }
+func FromOS() (*Config, error) { return Load(environMap()) }
+
+// environMap is the process environment as Load takes it.
+func environMap() map[string]string { return env.ToMap(os.Environ()) }
 
 // Load parses the configuration from environ (variable → value), applies
 // defaults and validates it. Every problem is reported, each naming its
@@ -230,7 +235,11 @@ func FromOS() (*Config, error) { return Load(env.ToMap(os.Environ())) }
 func Load(environ map[string]string) (*Config, error) {
 	var c Config
 	keys := fieldKeys(reflect.TypeOf(c))
-	err := env.ParseWithOptions(&c, env.Options{
+	environ, err := ReadSecretFiles(environ)
+	if err != nil {
+		return nil, err
+	}
+	err = env.ParseWithOptions(&c, env.Options{
 		Environment: environ,
 		FuncMap:     map[reflect.Type]env.ParserFunc{reflect.TypeOf(time.Duration(0)): parseDuration},
 	})
@@ -260,7 +269,9 @@ func parseDuration(v string) (any, error) {
 func fieldKeys(t reflect.Type) map[string]string {
 	out := map[string]string{}
 	for _, f := range walk(t) {
-		out[f.field] = f.Key
+		if f.field != "" {
+			out[f.field] = f.Key
+		}
 	}
 	return out
 }
@@ -282,7 +293,11 @@ func translate(err error, keys map[string]string, environ map[string]string) err
 			if errors.As(pe.Err, &pve) && pve.Err != nil {
 				reason = pve.Err.Error()
 			}
-			out = append(out, &VarError{Var: key, Value: environ[key], Reason: "invalid value: " + reason})
+			value := environ[key]
+			if isSecret(key) {
+				value = "" // never echoed (SPEC §14)
+			}
+			out = append(out, &VarError{Var: key, Value: value, Reason: "invalid value: " + reason})
 		case errors.As(e, &fe):
 			out = append(out, &VarError{Var: fe.Key, Reason: "cannot read file: " + fe.Err.Error()})
 		default:
@@ -316,8 +331,5 @@ func (c *Config) fillDerived() {
 		if *dst == "" {
 			*dst = p + suffix
 		}
-	}
-	if c.EventStore.S3SecretAccessKey == "" {
-		c.EventStore.S3SecretAccessKey = Secret(strings.TrimSpace(string(c.EventStore.S3SecretAccessKeyFile)))
 	}
 }

@@ -12,7 +12,11 @@ type Var struct {
 	Default string
 	Doc     string
 	Section string
-	field   string
+	// FileOf is set on NAME_FILE variables: the credential NAME they hold.
+	FileOf string
+	field  string
+	// secret is true for credentials whose value is never printed.
+	secret bool
 }
 
 // Vars lists every variable sluice reads, in declaration order.
@@ -34,7 +38,16 @@ func walk(t reflect.Type) []Var {
 			if d, ok := f.Tag.Lookup("docDefault"); ok {
 				def = d
 			}
-			out = append(out, Var{Key: key, Default: def, Doc: f.Tag.Get("doc"), Section: sec.Tag.Get("section"), field: f.Name})
+			secret := f.Type == reflect.TypeOf(Secret("")) || f.Type == reflect.TypeOf([]Secret(nil))
+			out = append(out, Var{Key: key, Default: def, Doc: f.Tag.Get("doc"), Section: sec.Tag.Get("section"), field: f.Name, secret: secret})
+			if f.Tag.Get("file") == "true" {
+				out = append(out, Var{
+					Key:     key + fileSuffix,
+					Doc:     "Path of a file holding " + key + " (a mounted secret); trailing newlines are dropped. Setting both is an error.",
+					Section: sec.Tag.Get("section"),
+					FileOf:  key,
+				})
+			}
 		}
 	}
 	return out

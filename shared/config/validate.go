@@ -18,6 +18,9 @@ type checker struct {
 }
 
 func (k *checker) fail(name, value, format string, args ...any) {
+	if isSecret(name) {
+		value = "" // a credential is never echoed, not even a wrong one (SPEC §14)
+	}
 	k.errs = append(k.errs, &VarError{Var: name, Value: value, Reason: fmt.Sprintf(format, args...)})
 }
 
@@ -49,8 +52,16 @@ func (c *Config) Validate() error {
 	k.oneOf("SLUICE_LOG_LEVEL", c.Log.Level, "debug", "info", "warn", "error")
 	k.oneOf("SLUICE_LOG_FORMAT", c.Log.Format, "json", "text")
 	k.atLeast("DATABASE_MAX_CONNS", int64(c.Postgres.MaxConns), 1)
+	if u := c.Postgres.URL.Value(); u != "" {
+		if reason := postgresURLProblem(u); reason != "" {
+			k.fail("DATABASE_URL", "", "%s", reason)
+		}
+	}
 	if _, err := strconv.Atoi(c.Runtime.GOGC); err != nil && c.Runtime.GOGC != "off" {
 		k.fail("GOGC", c.Runtime.GOGC, "must be a percentage (an integer; negative means off) or off, as the Go runtime reads it")
+	}
+	if m := c.Runtime.GOMEMLIMIT; m != "" && !validMemLimit(m) {
+		k.fail("GOMEMLIMIT", m, "must be a byte count as the Go runtime reads it: an integer number of bytes (536870912, what the Kubernetes downward API gives with divisor 1), optionally with a B, KiB, MiB, GiB or TiB suffix (900MiB), or off")
 	}
 
 	es := c.EventStore

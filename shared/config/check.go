@@ -1,0 +1,147 @@
+package config
+
+import (
+	"errors"
+	"regexp"
+	"slices"
+	"strings"
+)
+
+// knownPrefixes are the prefixes of sluice's own variables: an unknown
+// variable with one of them is a mistake (a typo or a variable of another
+// version), whatever its distance to a known name.
+var knownPrefixes = []string{
+	"EVENT_STORE_", "EVENT_PUBLISHER_", "KAFKA_", "PROCESSED_EVENT_", "SLUICE_",
+	"ELASTICSEARCH_", "INSTANCE_WORKER_", "PROJECTION_WORKER_", "DATABASE_",
+}
+
+// toolPrefixes are variables of sluice's test harness, benchmarks and
+// build tooling (shared/testenv, the soak, make), which a developer's shell
+// or CI sets next to a process's configuration: not typos.
+var toolPrefixes = []string{
+	"SLUICE_TEST_", "SLUICE_MINIO_", "SLUICE_SOAK", "SLUICE_BENCH_", "SLUICE_RELAY_TEST_",
+	"SLUICE_ES_REST_SPEC_DIR", "SLUICE_CACHE_DIR",
+}
+
+// serviceLink matches the variables Kubernetes injects for every Service of
+// the namespace (SLUICE_API_SERVICE_HOST, KAFKA_PORT_9092_TCP_ADDR, …) when
+// a pod keeps enableServiceLinks: they are not sluice's and not typos.
+var serviceLink = regexp.MustCompile(`^[A-Z0-9_]+_(SERVICE_HOST|SERVICE_PORT(_[A-Z0-9_]+)?|PORT(_[0-9]+_(TCP|UDP|SCTP)(_(PROTO|PORT|ADDR))?)?)$`)
+
+// Check is what `sluice config check` runs on a deployment's environment:
+// Load (every value parsed and validated), plus the checks that only make
+// sense for a deployed service — DATABASE_URL must be set (sluice dev starts
+// its own Postgres, so Load alone allows it unset) and no variable may look
+// like a typo of one sluice reads (UnknownVars). Every problem is a
+// *VarError naming its variable; all of them are joined.
+func Check(environ map[string]string) (*Config, error) {
+	var errs []error
+	c, err := Load(environ)
+	if err != nil {
+		errs = append(errs, err)
+	}
+	if environ["DATABASE_URL"] == "" && environ["DATABASE_URL"+fileSuffix] == "" {
+		errs = append(errs, &VarError{Var: "DATABASE_URL", Reason: "must be set (postgres://user:password@host:5432/db?sslmode=require), or DATABASE_URL_FILE naming a file that holds it"})
+	}
+	errs = append(errs, UnknownVars(environ)...)
+	if len(errs) > 0 {
+		return nil, errors.Join(errs...)
+	}
+	return c, nil
+}
+
+// UnknownVars returns a *VarError for every variable of environ that sluice
+// does not read but that looks meant for it: one with a prefix of sluice's
+// own (EVENT_STORE_, KAFKA_, SLUICE_, …) or within a typo's distance of a
+// known name (EVENT_STORE_BAKEND, KAFKA_BROKER, DATABSE_URL). Each names the
+// closest known variable. Other variables (PATH, HOME, Kubernetes service
+// links) are left alone. The result is sorted by variable.
+func UnknownVars(environ map[string]string) []error {
+	vars := Vars()
+	known := make(map[string]bool, len(vars))
+	fileOK := map[string]bool{}
+	for _, v := range vars {
+		known[v.Key] = true
+		if v.FileOf != "" {
+			fileOK[v.FileOf] = true
+		}
+	}
+	names := make([]string, 0, len(environ))
+	for name := range environ {
+		names = append(names, name)
+	}
+	slices.Sort(names)
+	var out []error
+	for _, name := range names {
+		if known[name] || serviceLink.MatchString(name) || slices.ContainsFunc(toolPrefixes, func(p string) bool { return strings.HasPrefix(name, p) }) {
+			continue
+		}
+		upper := strings.ToUpper(name)
+		best, dist := "", -1
+		for _, v := range vars {
+			if d := editDistance(upper, v.Key); dist < 0 || d < dist {
+				best, dist = v.Key, d
+			}
+		}
+		prefixed := false
+		for _, p := range knownPrefixes {
+			if strings.HasPrefix(upper, p) {
+				prefixed = true
+				break
+			}
+		}
+		if !prefixed && dist > typoDistance(name) {
+			continue
+		}
+		reason := "is not a variable sluice reads"
+		switch base, isFile := strings.CutSuffix(upper, fileSuffix); {
+		case upper != name && known[upper]:
+			reason += "; variable names are upper case: did you mean " + upper + "?"
+		case isFile && known[base] && !fileOK[base]:
+			reason += "; only credentials can be read from a file, set " + base + " itself"
+		case dist <= typoDistance(name) || prefixed:
+			reason += "; did you mean " + best + "?"
+		}
+		out = append(out, &VarError{Var: name, Reason: reason + " (docs/configuration.md lists them)"})
+	}
+	return out
+}
+
+// typoDistance is the largest edit distance still taken for a typo of a
+// name: one edit for short names (GOGC must not claim GOOS), two otherwise.
+func typoDistance(name string) int {
+	if len(name) < 8 {
+		return 1
+	}
+	return 2
+}
+
+// editDistance is the optimal-string-alignment distance of a and b:
+// insertions, deletions, substitutions and transpositions of adjacent
+// characters count one each (DATABSE_URL is one edit from DATABASE_URL).
+func editDistance(a, b string) int {
+	prev2 := make([]int, len(b)+1)
+	prev := make([]int, len(b)+1)
+	cur := make([]int, len(b)+1)
+	for j := range cur {
+		prev[j] = j
+	}
+	for i := 1; i <= len(a); i++ {
+		cur[0] = i
+		for j := 1; j <= len(b); j++ {
+			cost := 1
+			if a[i-1] == b[j-1] {
+				cost = 0
+			}
+			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
+			if i > 1 && j > 1 && a[i-1] == b[j-2] && a[i-2] == b[j-1] {
+				cur[j] = min(cur[j], prev2[j-2]+1)
+			}
+		}
+		prev2, prev, cur = prev, cur, prev2
+	}
+	return prev[len(b)]
+}
+
+// CheckOS runs Check on the process environment.
+func CheckOS() (*Config, error) { return Check(environMap()) }
