@@ -17,12 +17,12 @@ import (
 )
 
 // oneTopic starts a kfake cluster with a fresh one-partition topic and
-// returns its brokers, the topic and a func producing records to it
-// (synchronously).
+// returns its brokers, the topic (its DLQ topic topic.dlq exists too) and
+// a func producing records to it (synchronously).
 func oneTopic(t *testing.T, prefix string) (brokers []string, topic string, produce func(recs ...*kgo.Record)) {
 	t.Helper()
 	topic = testenv.UniqueName(prefix)
-	k := testenv.NewKafka(t, kfake.SeedTopics(1, topic))
+	k := testenv.NewKafka(t, kfake.SeedTopics(1, topic, topic+".dlq"))
 	pcl, err := kgo.NewClient(kgo.SeedBrokers(k.Brokers...), kgo.DefaultProduceTopic(topic))
 	if err != nil {
 		t.Fatal(err)
