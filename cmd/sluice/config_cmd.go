@@ -3,6 +3,7 @@ package main
 import (
 	"github.com/spf13/cobra"
 
+	"github.com/sluicehq/sluice/relay"
 	"github.com/sluicehq/sluice/shared/config"
 )
 
@@ -26,7 +27,11 @@ like a typo of one sluice reads (EVENT_STORE_BAKEND, KAFKA_BROKER): each is
 named with the variable that was probably meant. Exit status 1 on any problem.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if _, err := config.CheckOS(); err != nil {
+			cfg, err := config.CheckOS()
+			if err != nil {
+				return err
+			}
+			if err := relay.CheckLimits(cfg); err != nil {
 				return err
 			}
 			cmd.Println("configuration OK")

@@ -30,7 +30,7 @@ stand by. Configuration: EVENT_PUBLISHER_*, KAFKA_*, EVENT_STORE_*, DATABASE_URL
 		Args: cobra.NoArgs,
 		RunE: runRelayService,
 	}
-	c.AddCommand(newRelayCheckpointCmd(), newRelayGapsCmd(), newRelayRepublishCmd())
+	c.AddCommand(newRelayCheckpointCmd(), newRelayGapsCmd(), newRelayRepublishCmd(), newRelayParkedCmd())
 	return c
 }
 
@@ -230,6 +230,7 @@ func newRelayRepublishCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
+			kopts = append(kopts, relay.BudgetOpts(relay.SizeBudget(d.cfg))...)
 			cl, err := kgo.NewClient(append(kopts, relay.ProducerOpts(2000)...)...)
 			if err != nil {
 				return err
@@ -265,5 +266,181 @@ func newRelayRepublishCmd() *cobra.Command {
 	c.Flags().StringVar(&topic, "topic", "", "publish every record to this topic instead of its routed topic")
 	_ = c.MarkFlagRequired("from-position")
 	_ = c.MarkFlagRequired("to-position")
+	return c
+}
+
+// newRelayParkedCmd is `sluice relay parked`: the records the relay parked
+// because Kafka refused them for a reason of their own (docs/relay.md,
+// "Parked records"). The logic is package relay's (ParkedStore,
+// RepublishParked, DropParked), so an admin API can call it too.
+func newRelayParkedCmd() *cobra.Command {
+	c := &cobra.Command{
+		Use:   "parked",
+		Short: "List, show, republish or drop records the relay parked (Kafka refused them)",
+		Long: `A record Kafka refuses for a reason of its own (too large for the broker or
+its topic, a topic the broker will not create, a '.'/'_' collision) is retried
+EVENT_PUBLISHER_PARK_AFTER_ATTEMPTS times and then parked in
+sluice.relay_parked; the relay moves on. These commands handle the parked
+rows of the relay named EVENT_PUBLISHER_NAME.`,
+	}
+	c.AddCommand(newRelayParkedListCmd(), newRelayParkedShowCmd(), newRelayParkedResolveCmd("republish"), newRelayParkedResolveCmd("drop"))
+	return c
+}
+
+func newRelayParkedListCmd() *cobra.Command {
+	var f relay.ParkedFilter
+	c := &cobra.Command{
+		Use:     "list",
+		Short:   "List parked records with their reason (default: state parked)",
+		Example: `  sluice relay parked list [--reason too_large] [--topic T] [--state parked|republished|dropped|all] [--from-position N --to-position M] [--limit 100]`,
+		Args:    cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if f.State == "all" {
+				f.State = ""
+			}
+			d, closeFn, err := openStoreDeps(cmd)
+			if err != nil {
+				return err
+			}
+			defer closeFn()
+			f.Relay = d.cfg.Relay.Name
+			rows, err := relay.NewParkedStore(d.pool).List(cmd.Context(), f)
+			if err != nil {
+				return err
+			}
+			tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
+			fmt.Fprintln(tw, "POSITION\tEVENT_ID\tTOPIC\tREASON\tATTEMPTS\tBYTES\tSTATE\tPARKED_AT\tERROR")
+			for _, p := range rows {
+				fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%d\t%d\t%s\t%s\t%s\n", p.Position, p.EventID, p.Topic, p.Reason, p.Attempts,
+					p.EnvelopeBytes, p.State, p.ParkedAt.UTC().Format(time.RFC3339), oneLine(p.Error, 120))
+			}
+			_ = tw.Flush()
+			cmd.Printf("%d records (relay %s)\n", len(rows), f.Relay)
+			return nil
+		},
+	}
+	c.Flags().StringVar(&f.State, "state", relay.ParkedStateParked, "parked, republished, dropped or all")
+	c.Flags().StringVar(&f.Reason, "reason", "", "only this reason: too_large, invalid_topic, topic_collision, rejected")
+	c.Flags().StringVar(&f.Topic, "topic", "", "only records of this topic")
+	c.Flags().Int64Var(&f.FromPosition, "from-position", 0, "first position")
+	c.Flags().Int64Var(&f.ToPosition, "to-position", 0, "last position (0 = no bound)")
+	c.Flags().IntVar(&f.Limit, "limit", 100, "most records listed")
+	return c
+}
+
+func newRelayParkedShowCmd() *cobra.Command {
+	var position int64
+	var raw bool
+	c := &cobra.Command{
+		Use:     "show",
+		Short:   "Print one parked record: its row, headers and the envelope",
+		Example: `  sluice relay parked show --position 1234 [--raw]`,
+		Args:    cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			d, closeFn, err := openStoreDeps(cmd)
+			if err != nil {
+				return err
+			}
+			defer closeFn()
+			p, err := relay.NewParkedStore(d.pool).Get(cmd.Context(), d.cfg.Relay.Name, position)
+			if err != nil {
+				return err
+			}
+			out := cmd.OutOrStdout()
+			if raw {
+				_, err := out.Write(p.Envelope)
+				return err
+			}
+			fmt.Fprintf(out, "relay           %s\nposition        %d\nevent_id        %s\ntopic           %s\nkey             %s\nreason          %s\nerror           %s\nattempts        %d\nparked_at       %s\nstate           %s\nsegment         %s\nenvelope_bytes  %d\nheaders         %s\n",
+				p.Relay, p.Position, p.EventID, p.Topic, p.Key, p.Reason, p.Error, p.Attempts, p.ParkedAt.UTC().Format(time.RFC3339Nano),
+				p.State, p.SegmentKey, p.EnvelopeBytes, p.HeadersString())
+			if !p.ResolvedAt.IsZero() {
+				fmt.Fprintf(out, "resolved_at     %s\nresolved_topic  %s\n", p.ResolvedAt.UTC().Format(time.RFC3339Nano), p.ResolvedTopic)
+			}
+			fmt.Fprintf(out, "envelope        %s\n", oneLine(string(p.Envelope), 4096))
+			return nil
+		},
+	}
+	c.Flags().Int64Var(&position, "position", 0, "position of the parked record (required)")
+	c.Flags().BoolVar(&raw, "raw", false, "print only the envelope bytes, as stored")
+	_ = c.MarkFlagRequired("position")
+	return c
+}
+
+// newRelayParkedResolveCmd is `parked republish` or `parked drop`.
+func newRelayParkedResolveCmd(verb string) *cobra.Command {
+	var position int64
+	var topic string
+	var dryRun, yes bool
+	short, example := "Mark a parked record dropped: it will not be published (the row and its envelope stay)",
+		`  sluice relay parked drop --position 1234 --dry-run
+  sluice relay parked drop --position 1234 --yes`
+	if verb == "republish" {
+		short, example = "Produce a parked record again, byte for byte, and mark it republished (refused, with Kafka's error, if it still cannot be produced)",
+			`  sluice relay parked republish --position 1234 --dry-run
+  sluice relay parked republish --position 1234 --yes [--topic sluice.large]`
+	}
+	c := &cobra.Command{
+		Use:     verb,
+		Short:   short,
+		Example: example,
+		Args:    cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if !dryRun && !yes {
+				return fmt.Errorf("%s changes the parked record: pass --yes to act, or --dry-run to see what it would do", verb)
+			}
+			d, closeFn, err := openStoreDeps(cmd)
+			if err != nil {
+				return err
+			}
+			defer closeFn()
+			ctx := cmd.Context()
+			ps := relay.NewParkedStore(d.pool)
+			name := d.cfg.Relay.Name
+			opts := relay.ResolveOptions{Topic: topic, DryRun: dryRun}
+			var p relay.ParkedRecord
+			if verb == "drop" {
+				p, err = relay.DropParked(ctx, ps, name, position, opts)
+			} else {
+				budget := relay.SizeBudget(d.cfg)
+				opts.Spec = topics.Spec{Partitions: d.cfg.Kafka.TopicPartitions, Replication: d.cfg.Kafka.ReplicationFactor, MaxMessageBytes: budget}
+				kopts, kerr := relay.KafkaOpts(d.cfg.Kafka)
+				if kerr != nil {
+					return kerr
+				}
+				cl, kerr := kgo.NewClient(append(append(kopts, relay.BudgetOpts(budget)...), relay.ProducerOpts(1)...)...)
+				if kerr != nil {
+					return kerr
+				}
+				defer cl.Close()
+				p, err = relay.RepublishParked(ctx, ps, cl, name, position, opts)
+			}
+			if err != nil {
+				return err
+			}
+			dest := p.Topic
+			if topic != "" {
+				dest = topic
+			}
+			switch {
+			case dryRun && verb == "drop":
+				cmd.Printf("dry run: would drop parked position %d (event %s, topic %s, reason %s); nothing changed\n", p.Position, p.EventID, p.Topic, p.Reason)
+			case dryRun:
+				cmd.Printf("dry run: would republish parked position %d (event %s, %d bytes, reason %s) to %s; nothing produced\n", p.Position, p.EventID, p.EnvelopeBytes, p.Reason, dest)
+			case verb == "drop":
+				cmd.Printf("dropped parked position %d (event %s, topic %s)\n", p.Position, p.EventID, p.Topic)
+			default:
+				cmd.Printf("republished parked position %d (event %s, %d bytes) to %s\n", p.Position, p.EventID, p.EnvelopeBytes, dest)
+			}
+			return nil
+		},
+	}
+	c.Flags().Int64Var(&position, "position", 0, "position of the parked record (required)")
+	c.Flags().BoolVar(&dryRun, "dry-run", false, "check and print what would be done; change nothing")
+	c.Flags().BoolVar(&yes, "yes", false, "act (required unless --dry-run)")
+	if verb == "republish" {
+		c.Flags().StringVar(&topic, "topic", "", "produce to this topic instead of the record's own (created with the size budget when missing)")
+	}
+	_ = c.MarkFlagRequired("position")
 	return c
 }

@@ -11,7 +11,10 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/sluicehq/sluice/eventstore"
 	"github.com/sluicehq/sluice/eventstore/objstore/backend"
@@ -149,5 +152,190 @@ func TestRelayCommands(t *testing.T) {
 	})
 	if replayed != 3 || published != 5 {
 		t.Fatalf("records: %d on %s (want 3), %d on commands (want 5)", replayed, replay, published)
+	}
+}
+
+// TestRelayParkedCommands: `sluice relay parked list|show|republish|drop`
+// on the file backend and kfake. Two records routed to a topic the broker
+// refuses to create are parked by the relay service, which moves on; list
+// and show report them with their reason; republish and drop need --yes
+// (or --dry-run, which changes nothing); a republish refused by Kafka
+// fails with its error and leaves the record parked; once the broker takes
+// the topic, republish produces it and drop drops the other.
+func TestRelayParkedCommands(t *testing.T) {
+	ctx := context.Background()
+	url, pool := testenv.NewMigratedDatabase(t)
+	k := testenv.NewKafka(t)
+	if k.Cluster == nil {
+		t.Skip("needs kfake fault injection")
+	}
+	prefix := testenv.UniqueName("cli") + "."
+	refusedTopic := prefix + "refused"
+	fault := k.Cluster.Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.CreateTopics}, Topic: refusedTopic, Err: kerr.InvalidTopicException, Count: -1})
+	env := map[string]string{
+		"DATABASE_URL": url, "EVENT_STORE_BACKEND": "file", "EVENT_STORE_FILE_DIR": t.TempDir(),
+		"KAFKA_BROKERS": strings.Join(k.Brokers, ","), "KAFKA_TOPIC_PREFIX": prefix,
+		"KAFKA_TOPIC_REPLICATION_FACTOR": "1", "KAFKA_TOPIC_PARTITIONS": "2",
+		"SLUICE_HTTP_ADDR": "127.0.0.1:0", "EVENT_PUBLISHER_POLL_INTERVAL": "100ms",
+		"EVENT_PUBLISHER_METRICS_LOG_INTERVAL_SECONDS": "0", "SLUICE_LOG_LEVEL": "warn",
+		"EVENT_PUBLISHER_PARK_AFTER_ATTEMPTS": "2",
+	}
+	for key, v := range env {
+		t.Setenv(key, v)
+	}
+	cfg, err := config.Load(env)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bucket, err := backend.Open(ctx, cfg.EventStore)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := eventstore.New(pool, bucket, eventstore.Options{Config: cfg.EventStore})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = st.Close() }()
+	ids := map[int64]string{}
+	for i := range 4 {
+		e := envelope.Envelope{
+			EventID: uuid.NewString(), EventType: "DO_IT", Kind: envelope.KindCommand,
+			AggregateType: "Order", AggregateID: fmt.Sprintf("o-%d", i), Data: json.RawMessage(`{}`),
+		}
+		if i == 1 || i == 2 {
+			e.Metadata.SetString(envelope.MetaKafkaTopic, refusedTopic)
+		}
+		res, err := st.AppendOne(ctx, e)
+		if err != nil || res.Err != nil {
+			t.Fatalf("append: %v %v", err, res.Err)
+		}
+		ids[res.Event.Envelope.Position] = e.EventID
+	}
+
+	cps := relay.NewCheckpointStore(bucket, cfg.Relay.CheckpointKey)
+	rctx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() {
+		out, err := runRelayCLI(rctx)
+		if err != nil {
+			t.Log(out)
+		}
+		done <- err
+	}()
+	testenv.WaitFor(t, time.Minute, "the relay to pass the refused records", func() bool {
+		cp, _, found, err := cps.Load(ctx)
+		return err == nil && found && cp.Position == 4
+	})
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatalf("relay service: %v", err)
+	}
+
+	out, err := runRelayCLI(ctx, "parked", "list")
+	if err != nil || !strings.Contains(out, "2 records") || strings.Count(out, "invalid_topic") != 2 || !strings.Contains(out, ids[2]) || !strings.Contains(out, ids[3]) {
+		t.Fatalf("list: %q %v", out, err)
+	}
+	if out, err := runRelayCLI(ctx, "parked", "list", "--reason", "too_large"); err != nil || !strings.Contains(out, "0 records") {
+		t.Fatalf("list --reason too_large: %q %v", out, err)
+	}
+	out, err = runRelayCLI(ctx, "parked", "show", "--position", "2")
+	if err != nil || !strings.Contains(out, ids[2]) || !strings.Contains(out, "invalid_topic") || !strings.Contains(out, refusedTopic) || !strings.Contains(out, `"event_id":"`+ids[2]) {
+		t.Fatalf("show: %q %v", out, err)
+	}
+	if out, err := runRelayCLI(ctx, "parked", "show", "--position", "9"); err == nil {
+		t.Fatalf("show of a position that is not parked: %q, want an error", out)
+	}
+
+	// Without --yes: refused; --dry-run: nothing changes.
+	if out, err := runRelayCLI(ctx, "parked", "republish", "--position", "2"); err == nil || !strings.Contains(err.Error(), "--yes") {
+		t.Fatalf("republish without --yes: %q %v", out, err)
+	}
+	if out, err := runRelayCLI(ctx, "parked", "republish", "--position", "2", "--dry-run"); err != nil || !strings.Contains(out, "dry run") {
+		t.Fatalf("republish --dry-run: %q %v", out, err)
+	}
+	if out, err := runRelayCLI(ctx, "parked", "drop", "--position", "3", "--dry-run"); err != nil || !strings.Contains(out, "dry run") {
+		t.Fatalf("drop --dry-run: %q %v", out, err)
+	}
+	// Still refused by the broker: an error naming it, still parked.
+	if out, err := runRelayCLI(ctx, "parked", "republish", "--position", "2", "--yes"); err == nil || !strings.Contains(err.Error(), "INVALID_TOPIC_EXCEPTION") {
+		t.Fatalf("republish while the topic is refused: %q %v", out, err)
+	}
+	if out, err := runRelayCLI(ctx, "parked", "list"); err != nil || !strings.Contains(out, "2 records") {
+		t.Fatalf("list after refused republish and dry runs: %q %v", out, err)
+	}
+
+	fault.Remove()
+	if out, err := runRelayCLI(ctx, "parked", "republish", "--position", "2", "--yes"); err != nil || !strings.Contains(out, "republished parked position 2") {
+		t.Fatalf("republish: %q %v", out, err)
+	}
+	if out, err := runRelayCLI(ctx, "parked", "drop", "--position", "3", "--yes"); err != nil || !strings.Contains(out, "dropped parked position 3") {
+		t.Fatalf("drop: %q %v", out, err)
+	}
+	if out, err := runRelayCLI(ctx, "parked", "drop", "--position", "3", "--yes"); err == nil {
+		t.Fatalf("second drop: %q, want an error (no longer parked)", out)
+	}
+	out, err = runRelayCLI(ctx, "parked", "list", "--state", "all")
+	if err != nil || !strings.Contains(out, "republished") || !strings.Contains(out, "dropped") {
+		t.Fatalf("list --state all: %q %v", out, err)
+	}
+	if out, err := runRelayCLI(ctx, "parked", "list"); err != nil || !strings.Contains(out, "0 records") {
+		t.Fatalf("list after resolving: %q %v", out, err)
+	}
+	cl, err := kgo.NewClient(kgo.SeedBrokers(k.Brokers...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	ends, err := kadm.NewClient(cl).ListEndOffsets(ctx, refusedTopic, prefix+"commands")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var republished, published int64
+	ends.Each(func(o kadm.ListedOffset) {
+		if o.Topic == refusedTopic {
+			republished += o.Offset
+		} else {
+			published += o.Offset
+		}
+	})
+	if republished != 1 || published != 2 {
+		t.Fatalf("records: %d on %s (want the 1 republished), %d on commands (want 2)", republished, refusedTopic, published)
+	}
+}
+
+// TestConfigCheckSizeBudget: `sluice config check` fails when the Kafka
+// budget (KAFKA_MAX_MESSAGE_BYTES) is below what an envelope at
+// EVENT_STORE_MAX_ENVELOPE_BYTES needs, naming the variable; the derived
+// budget passes.
+func TestConfigCheckSizeBudget(t *testing.T) {
+	cases := []struct {
+		name, maxMsg, envelope, want string
+	}{
+		{"derived", "", "", "configuration OK"},
+		{"large enough", "2000000", "", "configuration OK"},
+		{"franz-go default below the envelope limit", "1000012", "", "KAFKA_MAX_MESSAGE_BYTES=1000012"},
+		{"envelope limit raised past an explicit budget", "1100000", "2097152", "KAFKA_MAX_MESSAGE_BYTES=1100000"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Setenv("DATABASE_URL", "postgres://u:p@localhost:5432/db")
+			t.Setenv("KAFKA_MAX_MESSAGE_BYTES", tc.maxMsg)
+			if tc.envelope != "" {
+				t.Setenv("EVENT_STORE_MAX_ENVELOPE_BYTES", tc.envelope)
+			}
+			var out bytes.Buffer
+			c := newConfigCmd()
+			c.SetOut(&out)
+			c.SetErr(&out)
+			c.SetArgs([]string{"check"})
+			err := c.Execute()
+			got := out.String()
+			if err != nil {
+				got += err.Error()
+			}
+			if !strings.Contains(got, tc.want) || (tc.want == "configuration OK") != (err == nil) {
+				t.Errorf("config check: %q (err %v), want %q", got, err, tc.want)
+			}
+		})
 	}
 }
