@@ -8,8 +8,8 @@
 // # Guarantee kept
 //
 // SPEC §0.2, no lost work: the checkpoint advances only over the contiguous
-// prefix of positions whose records Kafka acknowledged, or that the index
-// resolved as abandoned — and an abandoned range is remembered in
+// prefix of positions whose records Kafka acknowledged, that were parked
+// durably in sluice.relay_parked, or that the index resolved as abandoned — and an abandoned range is remembered in
 // pending_gaps and re-checked for the bounded lookback, so a late writer's
 // events are still published (late, counted). A reservation whose writer is
 // still in flight holds back only the aggregates its rows name; everything
@@ -18,6 +18,16 @@
 // silently. Delivery is at least once: a crash between a Kafka
 // acknowledgement and the checkpoint write re-publishes at most that last
 // unsaved flush batch.
+//
+// Never wedged by one record: a record Kafka refuses for a reason of its
+// own (too large, a topic it will not create) is retried a bounded number
+// of times and then parked with its reason — written to Postgres before the
+// checkpoint may pass it, counted, logged — and publishing goes on;
+// `sluice relay parked` republishes or drops it. Outages (shared/failure)
+// are never parked: they pause the relay, readiness red, until they end.
+// The producer and the topics it creates share one size budget derived
+// from the store's envelope limit (topics.MessageBudget), so a stored
+// envelope is producible unless a broker's own limit is lower.
 //
 // # High availability
 //
@@ -28,6 +38,6 @@
 // epoch there has been fenced and stops publishing.
 //
 // See docs/relay.md for operations: checkpoint, gaps, lookback, HA and the
-// runbooks of `sluice relay gaps`, `sluice relay checkpoint set` and
-// `sluice relay republish`.
+// runbooks of `sluice relay gaps`, `sluice relay checkpoint set`,
+// `sluice relay republish` and `sluice relay parked`.
 package relay

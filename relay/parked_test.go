@@ -349,3 +349,56 @@ func TestCheckLimits(t *testing.T) {
 		})
 	}
 }
+
+// TestCrashAfterPark: a relay process that crashes after a record's park
+// row is written but before its checkpoint passes the position loses
+// nothing and parks nothing twice: the next leader passes the position
+// with the one row unchanged, publishes everything else, and never
+// produces the parked record.
+func TestCrashAfterPark(t *testing.T) {
+	e := newEnv(t, 30*time.Second)
+	if e.kafka.Cluster == nil {
+		t.Skip("needs kfake fault injection")
+	}
+	refused := e.prefix + "refused"
+	e.kafka.Cluster.Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.CreateTopics}, Topic: refused, Err: kerr.InvalidTopicException, Count: -1})
+	stored := appendAll(t, e.store, 1, mixedEnvelopes(10, 3, ""))
+	b := command("refused-agg", 0)
+	b.Metadata.SetString(envelope.MetaKafkaTopic, refused)
+	bad := appendOne(t, e.store, b)
+	for id, ev := range appendAll(t, e.store, 1, mixedEnvelopes(10, 3, "")) {
+		stored[id] = ev
+	}
+	extra := []string{"SLUICE_CRASH_POINT=relay:after_park", "SLUICE_CRASH_MARKER_DIR=" + t.TempDir(), "EVENT_PUBLISHER_PARK_AFTER_ATTEMPTS=2"}
+	if code := e.startHelper(t, "first", extra...).wait(t, time.Minute); code != 42 {
+		t.Fatalf("relay exited with %d, want the crash code 42 after the park", code)
+	}
+	ps := NewParkedStore(e.pool)
+	ctx := ctxT(t, time.Minute)
+	first, err := ps.Get(ctx, "test", bad.Envelope.Position)
+	if err != nil {
+		t.Fatalf("no parked row after the crash: %v", err)
+	}
+	if cp := e.checkpoint(t); cp.Position >= bad.Envelope.Position {
+		t.Fatalf("checkpoint %d passed the parked position %d before the crash point", cp.Position, bad.Envelope.Position)
+	}
+	p2 := e.startHelper(t, "second", extra...)
+	testenv.WaitFor(t, time.Minute, "the restarted relay to pass the parked position", func() bool { return e.checkpoint(t).Position == 21 })
+	if code := p2.stop(t); code != 0 {
+		t.Fatalf("restarted relay exited with %d", code)
+	}
+	rows, err := ps.List(ctx, ParkedFilter{Relay: "test", State: ""})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rows) != 1 || rows[0].State != ParkedStateParked || !rows[0].ParkedAt.Equal(first.ParkedAt) || rows[0].Attempts != first.Attempts {
+		t.Fatalf("parked rows after the restart: %+v; want the one row of the first process unchanged (%+v)", rows, first)
+	}
+	recs := e.consumeAll(t, e.commandsTopic(), e.eventsTopic())
+	verifyAtLeastOnce(t, stored, recs)
+	for _, rec := range recs {
+		if id, _ := header(rec, "event_id"); id == bad.Envelope.EventID {
+			t.Fatalf("the parked record was produced")
+		}
+	}
+}
