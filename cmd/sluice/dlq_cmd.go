@@ -107,6 +107,10 @@ func (l *dlqLetter) original() (*kgo.Record, error) {
 	if l.Bad != nil {
 		return nil, l.Bad
 	}
+	if l.Rec.OriginalTruncated {
+		return nil, fmt.Errorf("dlq %s: pointer form (%s, %d bytes): the original is not in the letter; it is at %s", l.id(),
+			l.Rec.TruncatedReason, l.Rec.OriginalSize, l.originalRef())
+	}
 	key, err := decodeText(l.Rec.OriginalKey, l.header("sluice-original-key-encoding") == "base64")
 	if err != nil {
 		return nil, fmt.Errorf("dlq %s: original_key: %w", l.id(), err)
@@ -139,6 +143,9 @@ func (l *dlqLetter) original() (*kgo.Record, error) {
 
 // eventID is the original's event_id: its header, else the envelope's field.
 func (l *dlqLetter) eventID() string {
+	if l.Rec.OriginalEventID != "" {
+		return l.Rec.OriginalEventID
+	}
 	if v := l.Rec.OriginalHeaders["event_id"]; v != "" && !strings.HasPrefix(v, "base64:") {
 		return v
 	}
@@ -414,6 +421,32 @@ func (d *dlqEnv) letter(ctx context.Context, p int32, off int64) (*dlqLetter, er
 	return l, nil
 }
 
+// originalOf is l.original(), or for a letter in pointer form (the original
+// was too large to embed, consumer.DLQRecord.OriginalTruncated) the
+// original record read back from Kafka at its topic, partition and offset;
+// an error says so when retention has removed it.
+func (d *dlqEnv) originalOf(ctx context.Context, l *dlqLetter) (*kgo.Record, error) {
+	if l.Bad != nil || !l.Rec.OriginalTruncated {
+		return l.original()
+	}
+	var orig *kgo.Record
+	err := readTopicRange(ctx, d.kopts, d.adm, l.Rec.OriginalTopic, l.Rec.OriginalPartition, l.Rec.OriginalOffset, false, nil,
+		func(r *kgo.Record) (bool, error) {
+			if r.Offset == l.Rec.OriginalOffset {
+				orig = &kgo.Record{Topic: r.Topic, Key: r.Key, Value: r.Value, Headers: r.Headers}
+			}
+			return true, nil
+		})
+	if err == nil && orig == nil {
+		err = errors.New("no record at that offset any more (retention or compaction removed it)")
+	}
+	if err != nil {
+		return nil, fmt.Errorf("dlq %s: pointer form: read the original at %s: %w; republish it from the event store instead "+
+			"(event_id %q, position %d: sluice relay republish)", l.id(), l.originalRef(), err, l.eventID(), l.Rec.OriginalPosition)
+	}
+	return orig, nil
+}
+
 func stateOf(ms map[string]dlqMarker, l *dlqLetter) string {
 	if m, ok := ms[l.id()]; ok {
 		return m.Action
@@ -538,7 +571,11 @@ func newDLQShowCmd(topic *string) *cobra.Command {
 			fmt.Fprintf(out, "original           %s\nhandler            %s\nevent_id           %s\nerror_class        %s\nattempt_count      %d\nfirst_failed_at    %s\nfailed_at          %s\nerror              %s\n",
 				l.originalRef(), r.Handler, l.eventID(), r.ErrorClass, r.AttemptCount,
 				r.FirstFailedAt.UTC().Format(time.RFC3339Nano), r.FailedAt.UTC().Format(time.RFC3339Nano), r.Error)
-			orig, err := l.original()
+			if r.OriginalTruncated {
+				fmt.Fprintf(out, "pointer form       %s: the original (%d bytes, position %d) is read from %s\n",
+					r.TruncatedReason, r.OriginalSize, r.OriginalPosition, l.originalRef())
+			}
+			orig, err := d.originalOf(ctx, l)
 			if err != nil {
 				return err
 			}
@@ -677,7 +714,7 @@ func (rd *redriver) redrive(ctx context.Context, l *dlqLetter) error {
 			return nil
 		}
 	}
-	orig, err := l.original()
+	orig, err := rd.d.originalOf(ctx, l)
 	if err != nil {
 		rd.failed++
 		fmt.Fprintf(rd.out, "failed    %s  %v\n", l.id(), err)
