@@ -90,6 +90,7 @@ func (r *Relay) cycle(ctx context.Context, ls *leaderState) (more bool, err erro
 		return false, err
 	}
 	r.noteProgress(head, ls.cp.Position)
+	r.refreshParkedGauge(ctx, ls)
 	if err := r.watchCheckpoint(ctx, ls); err != nil {
 		return false, err
 	}

@@ -57,7 +57,11 @@ func (r *Relay) settle(ctx context.Context, ls *leaderState, pr *pendingRec) (pu
 	bo := newBackoff(100*time.Millisecond, 2*time.Second)
 	for attempts < r.s.Config.ParkAfterAttempts || solo == 0 {
 		r.hb.Beat()
-		sleep(ctx, bo.next())
+		if solo > 0 {
+			// The first retry alone runs at once: a neighbour of a batch
+			// the broker refused as a whole is published without delay.
+			sleep(ctx, bo.next())
+		}
 		if ctx.Err() != nil {
 			return false, context.Cause(ctx)
 		}
