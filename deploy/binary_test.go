@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluicehq/sluice/shared/config"
 	"github.com/sluicehq/sluice/shared/testenv"
 )
 
@@ -338,4 +339,23 @@ func keys(m map[string]string) []string {
 		out = append(out, k)
 	}
 	return out
+}
+
+// TestGOMEMLIMITAsTheRuntimeReadsIt: sluice's validation accepts a
+// GOMEMLIMIT exactly when the Go runtime does (a malformed one aborts the
+// process before main), including the plain byte count the manifests'
+// downward API gives.
+func TestGOMEMLIMITAsTheRuntimeReadsIt(t *testing.T) {
+	for _, v := range []string{
+		"536870912", "268435456", "900MiB", "1GiB", "64KiB", "1TiB", "100B", "0", "off",
+		"512Mi", "900MB", "1.5GiB", "-1", "+5", "+5MiB", "5-", "--5", " 900MiB", "MiB", "1e9", "0x100", "9223372036854775807KiB",
+	} {
+		code, out, errOut := runSluice(t, map[string]string{"GOMEMLIMIT": v}, "version")
+		runtimeOK := code == 0
+		_, err := config.Load(map[string]string{"GOMEMLIMIT": v, "PROCESSED_EVENT_OWNER": "w1"})
+		if configOK := err == nil; configOK != runtimeOK {
+			t.Errorf("GOMEMLIMIT=%q: the Go runtime accepts it: %v (exit %d %s%s); sluice's validation accepts it: %v (%v)",
+				v, runtimeOK, code, out, errOut, configOK, err)
+		}
+	}
 }

@@ -172,7 +172,7 @@ func TestGOMEMLIMIT(t *testing.T) {
 	}{
 		{"536870912", true}, {"900MiB", true}, {"1GiB", true}, {"512KiB", true}, {"2TiB", true},
 		{"100B", true}, {"off", true}, {"0", true},
-		{"512Mi", false}, {"900MB", false}, {"1.5GiB", false}, {"-1", false}, {"+5", false},
+		{"512Mi", false}, {"900MB", false}, {"1.5GiB", false}, {"-1", false}, {"+5", true}, {"+5MiB", true}, {"5-", false},
 		{" 900MiB", false}, {"MiB", false}, {"9223372036854775807KiB", false},
 	} {
 		_, err := Load(map[string]string{"PROCESSED_EVENT_OWNER": "w1", "GOMEMLIMIT": tc.v})

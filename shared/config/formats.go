@@ -30,7 +30,9 @@ func postgresURLProblem(s string) string {
 
 // validMemLimit reports whether the Go runtime accepts s as GOMEMLIMIT
 // (runtime.parseByteCount, plus "off"): a non-negative integer number of
-// bytes, optionally followed by B, KiB, MiB, GiB or TiB, without spaces.
+// bytes (a leading + allowed), optionally followed by B, KiB, MiB, GiB or
+// TiB, without spaces. deploy's TestGOMEMLIMITAsTheRuntimeReadsIt holds it
+// to the runtime of the built binary.
 // An unparsable GOMEMLIMIT makes the runtime abort before main.
 func validMemLimit(s string) bool {
 	if s == "off" {
@@ -46,7 +48,7 @@ func validMemLimit(s string) bool {
 			break
 		}
 	}
-	if num == "" || strings.ContainsAny(num, "+-") {
+	if num == "" {
 		return false
 	}
 	n, err := strconv.ParseInt(num, 10, 64)
