@@ -67,12 +67,19 @@ func committedOffset(c *Consumer, topic string) int64 {
 
 // startConsumer runs a consumer of topic with o's registry, handler and
 // bounds and the tests' defaults (group topic-g, DLQ topic.dlq, handler
-// name "h", skip-stale, no logs, 5 ms backoff). stop ends Run and reports
-// its error; it runs again at the end of the test (then it does nothing).
+// name "h", no logs; skip-stale and 5 ms backoff unless o sets them). stop
+// ends Run and reports its error; it runs again at the end of the test
+// (then it does nothing).
 func startConsumer(t *testing.T, brokers []string, topic string, o Options) (c *Consumer, stop func()) {
 	t.Helper()
 	o.Brokers, o.Topic, o.Group, o.DLQTopic, o.HandlerName = brokers, topic, topic+"-g", topic+".dlq", "h"
-	o.Policy, o.Logger, o.BackoffBase = registry.SkipStale, slog.New(slog.DiscardHandler), 5*time.Millisecond
+	o.Logger = slog.New(slog.DiscardHandler)
+	if !o.Policy.Valid() {
+		o.Policy = registry.SkipStale
+	}
+	if o.BackoffBase == 0 {
+		o.BackoffBase = 5 * time.Millisecond
+	}
 	c, err := New(o)
 	if err != nil {
 		t.Fatal(err)
