@@ -10,6 +10,7 @@ import (
 	"github.com/sluicehq/sluice/eventstore"
 	"github.com/sluicehq/sluice/registry"
 	"github.com/sluicehq/sluice/shared/envelope"
+	"github.com/sluicehq/sluice/shared/readmodel"
 )
 
 // Command statuses (GET /v1/commands/{command_id}).
@@ -42,7 +43,15 @@ type CommandStatus struct {
 	Attempts       int        `json:"attempts,omitempty"`
 	NextAttemptAt  *time.Time `json:"next_attempt_at,omitempty"`
 	ProcessedAt    *time.Time `json:"processed_at,omitempty"`
+	// ReadModel is "stale" for an APPLIED command whose domain event is
+	// stored but whose instance document could not be written (Reason says
+	// why): the read model is out of date until repaired.
+	ReadModel string `json:"read_model,omitempty"`
 }
+
+// ReadModelStale is CommandStatus.ReadModel of an applied command whose
+// document is out of date.
+const ReadModelStale = "stale"
 
 // handleCommandStatus serves GET /v1/commands/{command_id}: the command must
 // be in the event store (else 404); its status is the instance worker's
@@ -84,7 +93,9 @@ func (s *server) handleCommandStatus(w http.ResponseWriter, r *http.Request) {
 // applyRow maps a registry row to the command's status:
 // processing → PROCESSING; failed (backing off, will retry) → FAILED with
 // the last error; dead → DEAD; done → APPLIED (outcome applied or conflict,
-// i.e. newer state already there) or REJECTED (rejected, or ignored);
+// i.e. newer state already there; read_model "stale" when the applied
+// outcome says the document could not be written) or REJECTED (rejected,
+// or ignored);
 // skipped_stale → REJECTED (its slot was already finished without it).
 func applyRow(st *CommandStatus, row registry.Row) {
 	st.Attempts = row.Attempts
@@ -123,6 +134,9 @@ func applyRow(st *CommandStatus, row registry.Row) {
 				}
 			default:
 				st.Reason = row.Outcome.Reason
+				if row.Outcome.Result == registry.OutcomeApplied && readmodel.IsStaleReason(row.Outcome.Reason) {
+					st.ReadModel = ReadModelStale
+				}
 			}
 		}
 	}

@@ -3,12 +3,12 @@ package instanceworker
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"sync"
 
 	"github.com/sluicehq/sluice/eventstore"
 	"github.com/sluicehq/sluice/registry"
 	"github.com/sluicehq/sluice/shared/consumer"
+	"github.com/sluicehq/sluice/shared/failure"
 	"github.com/sluicehq/sluice/shared/readmodel"
 )
 
@@ -22,7 +22,8 @@ const batchParallelism = 512
 
 // job is one command of a batch on its way through HandleBatch.
 type job struct {
-	i        int // index in the batch
+	i        int  // index in the batch
+	last     bool // the runtime's last attempt at the record
 	c        command
 	n        readmodel.Names
 	cur      current
@@ -60,7 +61,7 @@ func (w *Worker) HandleBatch(ctx context.Context, recs []*consumer.Record) []con
 			out[i].Err = err
 			continue
 		}
-		jobs = append(jobs, &job{i: i, c: c, n: n})
+		jobs = append(jobs, &job{i: i, c: c, n: n, last: rec.Attempt >= w.o.MaxAttempts})
 	}
 	jobs = w.loadBatch(ctx, jobs, out)
 
@@ -92,6 +93,10 @@ func (w *Worker) HandleBatch(ctx context.Context, recs []*consumer.Record) []con
 	})
 	live = jobs[:0]
 	for k, j := range jobs {
+		if o, ok := reusedOutcome(errs[k]); ok {
+			out[j.i].Outcome = o
+			continue
+		}
 		if errs[k] != nil {
 			out[j.i].Err = errs[k]
 			continue
@@ -112,20 +117,15 @@ func (w *Worker) HandleBatch(ctx context.Context, recs []*consumer.Record) []con
 	w.hit(PointBeforeESWrite)
 	res, err := w.writeInstances(ctx, ws)
 	if err != nil {
-		err = classifyES(err)
 		for _, j := range jobs {
-			out[j.i].Err = err
+			out[j.i].Outcome, out[j.i].Err = w.writeFailed(ctx, j.c, err, j.last)
 		}
 		return out
 	}
 	w.hit(PointAfterESWrite)
 	for k, j := range jobs {
 		if err := res[k].Err; err != nil {
-			var se *readmodel.StatusError
-			if errors.As(err, &se) && se.Status == 404 {
-				w.ensured.Delete(j.c.db) // the write alias vanished: ensure it again
-			}
-			out[j.i].Err = classifyES(err)
+			out[j.i].Outcome, out[j.i].Err = w.writeFailed(ctx, j.c, err, j.last)
 			continue
 		}
 		out[j.i].Outcome = registry.Applied()
@@ -146,12 +146,12 @@ func (w *Worker) loadBatch(ctx context.Context, jobs []*job, out []consumer.Batc
 		refs[k] = readmodel.Ref{Names: j.n, Class: j.c.class, InstanceID: j.c.instanceID}
 	}
 	var got []readmodel.GetResult
-	err := w.o.ESRetry.Do(ctx, func(ctx context.Context) (err error) {
+	err := w.esDo(ctx, func(ctx context.Context) (err error) {
 		got, err = readmodel.GetInstances(ctx, w.o.ES, refs)
 		return err
 	})
 	if err != nil {
-		err = classifyES(err)
+		err = classifyES(ctx, err)
 		for _, j := range jobs {
 			out[j.i].Err = err
 		}
@@ -172,12 +172,40 @@ func (w *Worker) loadBatch(ctx context.Context, jobs []*job, out []consumer.Batc
 	return live
 }
 
-// writeInstances is readmodel.WriteInstances with ESRetry: a transient
+// writeInstances is writeBulk that isolates the writes a refused request
+// was refused for: when Elasticsearch refuses the whole request for a
+// reason retrying cannot fix (a request-level 400 or 413), the writes are
+// split in halves and sent again, down to single writes, so that only the
+// writes it refuses alone get the refusal (as their item error) and the
+// others are written. The error is a failure of a request as a whole that
+// is not permanent (an outage, after ESRetry).
+func (w *Worker) writeInstances(ctx context.Context, ws []readmodel.Write) ([]readmodel.WriteItem, error) {
+	res, err := w.writeBulk(ctx, ws)
+	if err == nil || failure.Classify(ctx, err) != failure.Permanent {
+		return res, err
+	}
+	if len(ws) == 1 {
+		return []readmodel.WriteItem{{Err: err}}, nil
+	}
+	h := len(ws) / 2
+	a, err := w.writeInstances(ctx, ws[:h])
+	if err != nil {
+		return nil, err
+	}
+	b, err := w.writeInstances(ctx, ws[h:])
+	if err != nil {
+		return nil, err
+	}
+	return append(a, b...), nil
+}
+
+// writeBulk is readmodel.WriteInstances with ESRetry: a transient
 // failure of the whole request repeats it, and items that failed
 // transiently (429, 5xx) are sent again on their own. A repeated write is
 // safe: it carries the same external version, so one that did apply the
-// first time answers 409 (conflict, treated as done).
-func (w *Worker) writeInstances(ctx context.Context, ws []readmodel.Write) ([]readmodel.WriteItem, error) {
+// first time answers 409 (conflict, treated as done). Every request is
+// reported to Availability.
+func (w *Worker) writeBulk(ctx context.Context, ws []readmodel.Write) ([]readmodel.WriteItem, error) {
 	out := make([]readmodel.WriteItem, len(ws))
 	pending := make([]int, len(ws))
 	for i := range pending {
@@ -189,6 +217,7 @@ func (w *Worker) writeInstances(ctx context.Context, ws []readmodel.Write) ([]re
 			sub[k] = ws[i]
 		}
 		res, err := readmodel.WriteInstances(ctx, w.o.ES, sub)
+		w.o.Availability.Observe(ctx, err)
 		if err != nil {
 			if n < w.o.ESRetry.Tries && readmodel.Transient(ctx, err) && w.o.ESRetry.Sleep(ctx, n) == nil {
 				continue
@@ -198,6 +227,9 @@ func (w *Worker) writeInstances(ctx context.Context, ws []readmodel.Write) ([]re
 		var again []int
 		for k, i := range pending {
 			out[i] = res[k]
+			if failure.Classify(ctx, res[k].Err) == failure.Outage {
+				w.o.Availability.Observe(ctx, res[k].Err) // 429 or 503 items: overloaded
+			}
 			if res[k].Err != nil && readmodel.Transient(ctx, res[k].Err) {
 				again = append(again, i)
 			}

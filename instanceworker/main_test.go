@@ -30,6 +30,7 @@ import (
 	"github.com/sluicehq/sluice/shared/config"
 	"github.com/sluicehq/sluice/shared/envelope"
 	"github.com/sluicehq/sluice/shared/esserver"
+	"github.com/sluicehq/sluice/shared/observability"
 	"github.com/sluicehq/sluice/shared/readmodel"
 	"github.com/sluicehq/sluice/shared/testenv"
 )
@@ -187,6 +188,12 @@ type cmd struct {
 // appendCmd appends a command for instance db:class:id and returns the stored event.
 func (e *env) appendCmd(typ, db, class, id string, payload map[string]any) cmd {
 	e.t.Helper()
+	return e.appendCmdID(typ, db, class, id, payload, "cmd-"+uuid.NewString())
+}
+
+// appendCmdID is appendCmd with the command's metadata.command_id.
+func (e *env) appendCmdID(typ, db, class, id string, payload map[string]any, commandID string) cmd {
+	e.t.Helper()
 	agg, err := envelope.InstanceAggregateID(db, class, id)
 	if err != nil {
 		e.t.Fatal(err)
@@ -195,7 +202,7 @@ func (e *env) appendCmd(typ, db, class, id string, payload map[string]any) cmd {
 	env := envelope.Envelope{EventID: uuid.NewString(), EventType: typ, Kind: envelope.KindCommand,
 		AggregateType: envelope.AggregateTypeInstance, AggregateID: agg, Data: b,
 		Metadata: envelope.Metadata{}}
-	env.Metadata.SetString(envelope.MetaCommandID, "cmd-"+uuid.NewString())
+	env.Metadata.SetString(envelope.MetaCommandID, commandID)
 	res, err := e.store.AppendOne(ctxT(e.t), env)
 	if err != nil {
 		e.t.Fatal(err)
@@ -232,6 +239,13 @@ func ctxT(t testing.TB) context.Context {
 // returned stop is called.
 func (e *env) startInProcess(extra map[string]string) (*instanceworker.Service, func()) {
 	e.t.Helper()
+	return e.startInProcessWith(extra, nil)
+}
+
+// startInProcessWith is startInProcess with the service's checks
+// registered in health (nil: none).
+func (e *env) startInProcessWith(extra map[string]string, health *observability.Health) (*instanceworker.Service, func()) {
+	e.t.Helper()
 	cfg := e.config(extra)
 	pool, err := pgxpool.New(context.Background(), cfg.Postgres.URL.Value())
 	if err != nil {
@@ -250,7 +264,7 @@ func (e *env) startInProcess(extra map[string]string) (*instanceworker.Service, 
 		e.t.Fatal(err)
 	}
 	logger := slog.New(slog.NewTextHandler(testenv.LogWriter{T: e.t}, &slog.HandlerOptions{Level: slog.LevelInfo}))
-	svc, err := instanceworker.NewService(cfg, instanceworker.Deps{Pool: pool, Store: store, ES: es, Logger: logger,
+	svc, err := instanceworker.NewService(cfg, instanceworker.Deps{Pool: pool, Store: store, ES: es, Logger: logger, Health: health,
 		KafkaOpts: []kgo.Opt{kgo.WithLogger(kgo.BasicLogger(testenv.LogWriter{T: e.t}, kgo.LogLevelWarn, nil)),
 			kgo.SessionTimeout(6 * time.Second), kgo.HeartbeatInterval(500 * time.Millisecond)}})
 	if err != nil {

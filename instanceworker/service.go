@@ -66,7 +66,8 @@ func NewService(cfg *config.Config, d Deps) (*Service, error) {
 	if err != nil {
 		return nil, err
 	}
-	w, err := New(Options{Store: d.Store, Registry: reg, ES: d.ES, IndexPrefix: cfg.Elasticsearch.IndexPrefix, Crash: crash, Logger: d.Logger})
+	w, err := New(Options{Store: d.Store, Registry: reg, ES: d.ES, IndexPrefix: cfg.Elasticsearch.IndexPrefix,
+		MaxAttempts: cfg.Worker.InstanceMaxRetryAttempts, Crash: crash, Logger: d.Logger})
 	if err != nil {
 		return nil, err
 	}
@@ -87,6 +88,7 @@ func NewService(cfg *config.Config, d Deps) (*Service, error) {
 	}
 	if d.Health != nil {
 		d.Health.AddReadiness(HandlerName+":postgres", reg.Check)
+		d.Health.AddReadiness(HandlerName+":elasticsearch", w.Availability().Check)
 	}
 	return &Service{cfg: cfg, worker: w, cons: cons, reg: reg, log: d.Logger}, nil
 }

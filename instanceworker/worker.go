@@ -20,7 +20,21 @@
 //     Stalled aggregates heal from the event store (Heal).
 //   - §0.4 explicit failure: malformed commands are dead-lettered with their
 //     reason; business rejections are recorded as outcomes with a reason,
-//     visible through command status.
+//     visible through command status. An Elasticsearch outage (refused,
+//     reset, timed out, 429, 502, 503, 504: shared/failure) is returned as
+//     consumer.Outage, so the runtime pauses instead of spending attempts,
+//     and readiness is red while it lasts (Availability); it is never a
+//     dead letter.
+//   - APPLIED means applied: a command is applied only when its domain event
+//     is stored. When the instance document cannot be written after that
+//     for a reason retrying cannot fix (a mapping conflict), the command is
+//     still applied, its outcome reason says the read model is stale
+//     (readmodel.StaleReason), and the instance is not blocked: later
+//     commands fold the domain stream and write the full state again;
+//     Repair rewrites a document from the store.
+//   - A command_id reused with a different payload is rejected with the
+//     store's idempotency mismatch as reason; it never borrows another
+//     command's domain event.
 //
 // docs/instanceworker.md documents the command payloads.
 package instanceworker
@@ -32,7 +46,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net"
+	"net/http"
 	"sort"
 	"strings"
 	"sync"
@@ -46,6 +60,7 @@ import (
 	"github.com/sluicehq/sluice/shared/consumer"
 	"github.com/sluicehq/sluice/shared/crashpoint"
 	"github.com/sluicehq/sluice/shared/envelope"
+	"github.com/sluicehq/sluice/shared/failure"
 	"github.com/sluicehq/sluice/shared/readmodel"
 )
 
@@ -94,8 +109,17 @@ type Options struct {
 	// within one attempt at a command (default 3 repetitions, 50 ms to 2 s),
 	// so that a short 429 storm does not use up the command's attempts.
 	ESRetry readmodel.Retry
-	Crash   *crashpoint.Crasher
-	Logger  *slog.Logger
+	// MaxAttempts is the runtime's attempts of a retryable failure
+	// (INSTANCE_WORKER_MAX_RETRY_ATTEMPTS, default
+	// registry.DefaultMaxAttempts): on the last one, a document write that
+	// still fails after the domain event was appended finishes the command
+	// as applied with a stale read model instead of dead-lettering it.
+	MaxAttempts int
+	// Availability tracks Elasticsearch outages for readiness (default: a
+	// new one pinging ES).
+	Availability *readmodel.Availability
+	Crash        *crashpoint.Crasher
+	Logger       *slog.Logger
 }
 
 // Worker handles instance commands. It is safe for concurrent use by the
@@ -122,7 +146,26 @@ func New(o Options) (*Worker, error) {
 	if o.ESRetry == (readmodel.Retry{}) {
 		o.ESRetry = readmodel.Retry{Tries: 3, Base: 50 * time.Millisecond, Cap: 2 * time.Second}
 	}
+	if o.MaxAttempts <= 0 {
+		o.MaxAttempts = registry.DefaultMaxAttempts
+	}
+	if o.Availability == nil {
+		o.Availability = &readmodel.Availability{ES: o.ES}
+	}
 	return &Worker{o: o}, nil
+}
+
+// Availability is the worker's view of Elasticsearch: its Check is the
+// readiness check "instanceworker:elasticsearch".
+func (w *Worker) Availability() *readmodel.Availability { return w.o.Availability }
+
+// esDo runs one Elasticsearch call with the in-attempt retry of short
+// blips (ESRetry), reporting every try to Availability, so that readiness
+// turns red at the first try that fails as an outage.
+func (w *Worker) esDo(ctx context.Context, fn func(ctx context.Context) error) error {
+	return w.o.ESRetry.Do(ctx, func(ctx context.Context) error {
+		return w.o.Availability.Observe(ctx, fn(ctx))
+	})
 }
 
 func (w *Worker) hit(point string) {
@@ -275,12 +318,12 @@ func (w *Worker) names(ctx context.Context, db string) (readmodel.Names, error) 
 		return n.(readmodel.Names), nil
 	}
 	var n readmodel.Names
-	err := w.o.ESRetry.Do(ctx, func(ctx context.Context) (err error) {
+	err := w.esDo(ctx, func(ctx context.Context) (err error) {
 		n, err = readmodel.EnsureIndex(ctx, w.o.ES, w.o.IndexPrefix, db, w.o.IndexVersion)
 		return err
 	})
 	if err != nil {
-		return n, classifyES(err)
+		return n, classifyES(ctx, err)
 	}
 	w.ensured.Store(db, n)
 	return n, nil
@@ -291,7 +334,7 @@ func (w *Worker) names(ctx context.Context, db string) (readmodel.Names, error) 
 // (normally none), else the fold of the domain stream below k.
 func (w *Worker) load(ctx context.Context, c command, n readmodel.Names) (current, error) {
 	var g readmodel.GetResult
-	g.Err = w.o.ESRetry.Do(ctx, func(ctx context.Context) (err error) {
+	g.Err = w.esDo(ctx, func(ctx context.Context) (err error) {
 		g.Meta, g.State, err = readmodel.GetInstance(ctx, w.o.ES, n, c.class, c.instanceID)
 		return err
 	})
@@ -309,7 +352,7 @@ func (w *Worker) loadFrom(ctx context.Context, c command, g readmodel.GetResult)
 		from = g.Meta.SequenceNumber + 1
 	case err == nil, errors.Is(err, readmodel.ErrNotFound):
 	default:
-		return cur, classifyES(err)
+		return cur, classifyES(ctx, err)
 	}
 	if from <= k-1 {
 		evs, err := w.o.Store.Stream(ctx, envelope.AggregateTypeInstance, c.env.AggregateID, from, k-1, envelope.KindDomain)
@@ -323,7 +366,7 @@ func (w *Worker) loadFrom(ctx context.Context, c command, g readmodel.GetResult)
 
 // Handle processes one claimed command (consumer.Handler).
 func (w *Worker) Handle(ctx context.Context, rec *consumer.Record) (registry.Outcome, error) {
-	return w.process(ctx, rec.Envelope)
+	return w.process(ctx, rec.Envelope, rec.Attempt >= w.o.MaxAttempts)
 }
 
 // Outcome reasons of rejected commands.
@@ -332,9 +375,15 @@ const (
 	ReasonMissing        = "instance does not exist"
 	ReasonDeleted        = "instance is deleted"
 	ReasonReservedFields = "data uses reserved field"
+	// ReasonCommandIDReused starts the reason of a command whose
+	// command_id names another command's domain event (stored with a
+	// different payload).
+	ReasonCommandIDReused = "command_id reused with a different payload"
 )
 
-func (w *Worker) process(ctx context.Context, e envelope.Envelope) (registry.Outcome, error) {
+// process handles one command; last says this is the runtime's last
+// attempt at it (see Options.MaxAttempts).
+func (w *Worker) process(ctx context.Context, e envelope.Envelope, last bool) (registry.Outcome, error) {
 	c, err := parseCommand(e)
 	if err != nil {
 		return registry.Outcome{}, consumer.Permanent(err)
@@ -356,25 +405,54 @@ func (w *Worker) process(ctx context.Context, e envelope.Envelope) (registry.Out
 	}
 	w.hit(PointBeforeAppend)
 	stored, err := w.appendEvent(ctx, c, evType, newState)
+	if o, ok := reusedOutcome(err); ok {
+		return o, nil
+	}
 	if err != nil {
 		return registry.Outcome{}, err
 	}
 	w.hit(PointAfterAppend)
 	meta := docMeta(c, cur, stored)
 	w.hit(PointBeforeESWrite)
-	err = w.o.ESRetry.Do(ctx, func(ctx context.Context) error {
+	err = w.esDo(ctx, func(ctx context.Context) error {
 		_, err := readmodel.WriteInstance(ctx, w.o.ES, n, meta, stored.Envelope.Data)
 		return err
 	})
 	if err != nil {
-		var se *readmodel.StatusError
-		if errors.As(err, &se) && se.Status == 404 {
-			w.ensured.Delete(c.db) // the write alias vanished: ensure it again
-		}
-		return registry.Outcome{}, classifyES(err)
+		return w.writeFailed(ctx, c, err, last)
 	}
 	w.hit(PointAfterESWrite)
 	return registry.Applied(), nil
+}
+
+// writeFailed decides what a failed document write means for command c,
+// whose domain event is stored (APPLIED means applied): an outage pauses
+// (consumer.Outage); a missing write alias is retried after ensuring it
+// again; a failure retrying cannot fix (a 400 mapping conflict), or any
+// other failure on the last attempt, finishes the command as applied with
+// the read model stale (readmodel.StaleReason), visible in command status
+// and `sluice verify`, repaired by a later write of the instance or Repair.
+// Otherwise the attempt is retried.
+func (w *Worker) writeFailed(ctx context.Context, c command, err error, last bool) (registry.Outcome, error) {
+	var se *readmodel.StatusError
+	if errors.As(err, &se) && se.Status == http.StatusNotFound {
+		w.ensured.Delete(c.db) // the write alias vanished: ensure it again
+		if !last {
+			return registry.Outcome{}, consumer.Retryable(err)
+		}
+	}
+	cerr := classifyES(ctx, err)
+	switch consumer.Classify(cerr) {
+	case consumer.ClassOutage:
+		return registry.Outcome{}, cerr
+	case consumer.ClassRetryable:
+		if !last || ctx.Err() != nil {
+			return registry.Outcome{}, cerr
+		}
+	}
+	w.o.Logger.Error("instance document not written: the command is applied, its read model is stale until repaired",
+		"aggregate_id", c.env.AggregateID, "sequence_number", c.env.SequenceNumber, "command_id", c.commandID, "err", err)
+	return registry.Outcome{Result: registry.OutcomeApplied, Reason: readmodel.StaleReason(err)}, nil
 }
 
 // decide applies command c to the state before its slot: the domain event
@@ -476,15 +554,23 @@ func (w *Worker) appendEvent(ctx context.Context, c command, evType string, stat
 	var ce *eventstore.ConflictError
 	switch {
 	case errors.As(err, &mm):
-		// The slot already holds this command's event, decided earlier:
-		// it is the truth; carry on with it.
 		stored, gerr := w.o.Store.ByEventID(ctx, ev.EventID)
 		if gerr != nil {
 			return eventstore.Event{}, consumer.Retryable(fmt.Errorf("read stored domain event: %w", gerr))
 		}
-		w.o.Logger.Warn("domain event already stored with a different payload; using the stored one",
-			"event_id", ev.EventID, "stored_hash", mm.StoredHash, "new_hash", mm.NewHash)
-		return stored, nil
+		se := stored.Envelope
+		if cause, _ := se.Metadata.String(envelope.MetaCausationID); cause == e.EventID && se.AggregateID == e.AggregateID &&
+			se.SequenceNumber == e.SequenceNumber {
+			// This command's own event, decided by an earlier attempt:
+			// it is the truth; carry on with it.
+			w.o.Logger.Warn("domain event already stored with a different payload; using the stored one",
+				"event_id", ev.EventID, "stored_hash", mm.StoredHash, "new_hash", mm.NewHash)
+			return stored, nil
+		}
+		// Another command's event: this command reused its command_id.
+		cause, _ := se.Metadata.String(envelope.MetaCausationID)
+		return eventstore.Event{}, &reusedCommandIDError{commandID: c.commandID, eventID: ev.EventID,
+			otherCommand: cause, otherSlot: se.SequenceNumber, err: err}
 	case errors.As(err, &slot), errors.As(err, &ve), errors.As(err, &ce):
 		return eventstore.Event{}, consumer.Permanent(fmt.Errorf("append domain event: %w", err))
 	}
@@ -519,19 +605,42 @@ func reservedKeys(state json.RawMessage) []string {
 	return bad
 }
 
-// classifyES maps an Elasticsearch failure to the runtime's error classes:
-// 429, 5xx and transport errors are retryable, other statuses permanent.
-func classifyES(err error) error {
-	var se *readmodel.StatusError
-	if errors.As(err, &se) {
-		if se.Retryable() {
-			return consumer.Retryable(err)
-		}
-		return consumer.Permanent(err)
+// reusedCommandIDError: the domain event id of a command (derived from its
+// command_id) is already stored for another command, with another payload.
+type reusedCommandIDError struct {
+	commandID, eventID, otherCommand string
+	otherSlot                        int64
+	err                              error
+}
+
+func (e *reusedCommandIDError) Error() string {
+	return fmt.Sprintf("%s: command_id %q names domain event %s, already stored for command %s in slot %d: %v",
+		ReasonCommandIDReused, e.commandID, e.eventID, e.otherCommand, e.otherSlot, e.err)
+}
+
+func (e *reusedCommandIDError) Unwrap() error { return e.err }
+
+// reusedOutcome is the rejection of a command whose append failed with a
+// *reusedCommandIDError.
+func reusedOutcome(err error) (registry.Outcome, bool) {
+	var re *reusedCommandIDError
+	if !errors.As(err, &re) {
+		return registry.Outcome{}, false
 	}
-	var ne net.Error
-	if errors.As(err, &ne) || errors.Is(err, context.DeadlineExceeded) {
-		return consumer.Retryable(err)
+	return registry.Rejected(re.Error()), true
+}
+
+// classifyES maps a failure of an Elasticsearch call made under ctx to the
+// runtime's error classes with shared/failure: an outage (refused, reset,
+// timeout, 429, 502, 503, 504) is consumer.Outage (the worker pauses, no
+// attempt is spent), a permanent failure (another 4xx) consumer.Permanent,
+// anything else (a 500, the caller's own cancellation) retryable.
+func classifyES(ctx context.Context, err error) error {
+	switch failure.Classify(ctx, err) {
+	case failure.Outage:
+		return consumer.Outage(failure.Elasticsearch, err)
+	case failure.Permanent:
+		return consumer.Permanent(err)
 	}
 	return consumer.Retryable(err)
 }
@@ -569,7 +678,7 @@ func (w *Worker) Heal(ctx context.Context, rec *consumer.Record, wait registry.C
 			return fmt.Errorf("heal slot %d: %s", s, res.Kind)
 		}
 		hctx, stop := w.o.Registry.Hold(ctx, res.Lease)
-		out, perr := w.process(hctx, ev.Envelope)
+		out, perr := w.process(hctx, ev.Envelope, false)
 		stop()
 		if perr != nil {
 			_ = w.o.Registry.Release(ctx, res.Lease)
@@ -581,4 +690,47 @@ func (w *Worker) Heal(ctx context.Context, rec *consumer.Record, wait registry.C
 		w.o.Logger.Info("healed a missing command", "aggregate_id", e.AggregateID, "slot", s, "outcome", out.Result)
 	}
 	return nil
+}
+
+// ErrNoDomainEvents: Repair found no domain event of the instance.
+var ErrNoDomainEvents = errors.New("instanceworker: the instance has no domain event")
+
+// Repair rewrites the instance document of aggregateID from the event
+// store: the fold of every domain event of the instance, written with
+// version = its last domain slot (version_type external, so a document
+// already as new or newer is left alone: readmodel.AlreadyApplied). It is
+// the repair of a stale read model (a command whose outcome reason is
+// readmodel.StaleReason, an instance `sluice verify` reports stale) once
+// its cause (the mapping, the data) is fixed. Safe to run at any time and
+// repeatedly, next to a running worker.
+func (w *Worker) Repair(ctx context.Context, aggregateID string) (readmodel.WriteResult, error) {
+	db, class, iid, err := envelope.ParseInstanceAggregateID(aggregateID)
+	if err != nil {
+		return 0, fmt.Errorf("instanceworker: repair: %w", err)
+	}
+	evs, err := w.o.Store.Stream(ctx, envelope.AggregateTypeInstance, aggregateID, 1, 0, envelope.KindDomain)
+	if err != nil {
+		return 0, fmt.Errorf("instanceworker: repair %s: read domain stream: %w", aggregateID, err)
+	}
+	if len(evs) == 0 {
+		return 0, fmt.Errorf("%w: %s", ErrNoDomainEvents, aggregateID)
+	}
+	var cur current
+	cur.fold(evs)
+	last := evs[len(evs)-1].Envelope
+	n, err := w.names(ctx, db)
+	if err != nil {
+		return 0, fmt.Errorf("instanceworker: repair %s: %w", aggregateID, err)
+	}
+	meta := readmodel.Meta{DB: db, Class: class, InstanceID: iid, SequenceNumber: last.SequenceNumber, EventID: last.EventID,
+		CreatedAt: cur.createdAt, UpdatedAt: last.OccurredAt, Deleted: cur.deleted}
+	var res readmodel.WriteResult
+	err = w.esDo(ctx, func(ctx context.Context) (err error) {
+		res, err = readmodel.WriteInstance(ctx, w.o.ES, n, meta, cur.state)
+		return err
+	})
+	if err != nil {
+		return 0, fmt.Errorf("instanceworker: repair %s: %w", aggregateID, err)
+	}
+	return res, nil
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/http"
 	"reflect"
+	"strings"
 	"testing"
 	"time"
 
@@ -13,6 +14,7 @@ import (
 	"github.com/sluicehq/sluice/shared/consumer"
 	"github.com/sluicehq/sluice/shared/envelope"
 	"github.com/sluicehq/sluice/shared/esserver"
+	"github.com/sluicehq/sluice/shared/readmodel"
 	"github.com/sluicehq/sluice/shared/testenv"
 )
 
@@ -148,8 +150,12 @@ func TestDuplicatesAndTwoWorkers(t *testing.T) {
 }
 
 // TestFailures: poison records go to the DLQ with the SPEC §8 shape without
-// blocking others; retryable ES failures are retried; a permanent one
-// dead-letters after the max attempts and a redelivery does not re-run it.
+// blocking others; retryable ES failures are retried. A document write
+// that fails after the domain event was appended never makes the command
+// DEAD (APPLIED means applied): a permanent one (a 400 mapping error) at
+// once, a retryable one (500 on every write) after the max attempts, the
+// command is applied with a stale read model. A redelivery does not re-run
+// a finished command.
 func TestFailures(t *testing.T) {
 	e := newEnv(t, 1)
 	ok1 := e.appendCmd(instanceworker.CreateInstance, "shop", "orders", "ok1", create("shop", "orders", strp("ok1"), map[string]any{"v": 1}))
@@ -176,17 +182,36 @@ func TestFailures(t *testing.T) {
 		t.Errorf("ok1 took %d registry attempts (%v), want 1: the 429s are repeated within the attempt", attempts, err)
 	}
 
-	// A permanent ES failure (a 400 mapping error: v is a long since ok1)
-	// and a retryable one (429 on every write of busy), in one bulk.
+	// A permanent ES failure after the append (a 400 mapping error: v is a
+	// long since ok1): applied at the first attempt, read model stale.
 	perm := e.appendCmd(instanceworker.CreateInstance, "shop", "orders", "perm", create("shop", "orders", strp("perm"), map[string]any{"v": "not a number"}))
-	retry := e.appendCmd(instanceworker.CreateInstance, "shop", "orders", "busy", create("shop", "orders", strp("busy"), map[string]any{"v": 1}))
-	rejectItem("orders:busy", 0)
-	e.publish(perm, retry)
-	testenv.WaitFor(t, 30*time.Second, "perm and retry dead", func() bool {
-		s := e.statuses(perm, retry)
-		return s[perm.ev.Envelope.EventID] == registry.StatusDead && s[retry.ev.Envelope.EventID] == registry.StatusDead
-	})
+	e.publish(perm)
+	testenv.WaitFor(t, 30*time.Second, "perm done", func() bool { return e.allDone(perm) })
+	// A retryable one (500 on every write of busy): applied with a stale
+	// read model at the last attempt.
+	busy := e.appendCmd(instanceworker.CreateInstance, "shop", "orders", "busy", create("shop", "orders", strp("busy"), map[string]any{"v": 1}))
+	e.es.InjectFault(esserver.Fault{Match: matchBody("/_bulk", "orders:busy"), BulkItemStatus: http.StatusInternalServerError})
+	e.publish(busy)
+	testenv.WaitFor(t, 30*time.Second, "busy done", func() bool { return e.allDone(busy) })
 	testenv.WaitFor(t, 10*time.Second, "offsets committed", func() bool { c, end := e.committed(); return c == end })
+	for _, c := range []struct {
+		c        cmd
+		attempts int
+		reason   string
+	}{{perm, 1, "400 document_parsing_exception"}, {busy, 3, "500"}} {
+		o := e.outcome(c.c)
+		if o.Result != registry.OutcomeApplied || !readmodel.IsStaleReason(o.Reason) || !strings.Contains(o.Reason, c.reason) {
+			t.Errorf("%s: outcome %+v, want applied with a stale read model (%s)", c.c.ev.Envelope.AggregateID, o, c.reason)
+		}
+		var n int
+		if err := e.pool.QueryRow(ctxT(t), `SELECT attempt_count FROM sluice.processed_events WHERE handler = $1 AND event_id = $2`,
+			instanceworker.HandlerName, c.c.ev.Envelope.EventID).Scan(&n); err != nil || n != c.attempts {
+			t.Errorf("%s: %d attempts (%v), want %d", c.c.ev.Envelope.AggregateID, n, err, c.attempts)
+		}
+	}
+	if got := e.domainEvents(); fmt.Sprint(got["shop:orders:perm"], got["shop:orders:busy"]) != "[1×1] [1×1]" {
+		t.Errorf("domain events of perm and busy: %v", got)
+	}
 	recs := e.dlqRecords()
 	byClass := map[string][]consumer.DLQRecord{}
 	for _, r := range recs {
@@ -204,28 +229,25 @@ func TestFailures(t *testing.T) {
 		}
 		byClass[d.ErrorClass] = append(byClass[d.ErrorClass], d)
 	}
-	if len(recs) != 4 || len(byClass[consumer.ClassParse]) != 1 || len(byClass[consumer.ClassPermanent]) != 2 || len(byClass[consumer.ClassRetryable]) != 1 {
+	if len(recs) != 2 || len(byClass[consumer.ClassParse]) != 1 || len(byClass[consumer.ClassPermanent]) != 1 {
 		t.Errorf("DLQ by class: %v", byClass)
 	}
-	if r := byClass[consumer.ClassRetryable]; len(r) == 1 && r[0].AttemptCount != 3 {
-		t.Errorf("retryable dead letter after %d attempts, want 3", r[0].AttemptCount)
-	}
 	if _, _, found := e.doc("shop", "orders", "perm"); found {
-		t.Error("a dead command wrote a document")
+		t.Error("a document was written for perm")
 	}
 	if v, _, _ := e.doc("shop", "orders", "ok1"); v != 1 {
 		t.Errorf("ok1 version %d", v)
 	}
 
-	// Redelivery of a dead command: acknowledged, not re-run, no new DLQ
-	// record (the mapping error would fail it again).
+	// Redelivery of a finished command: acknowledged, not re-run, no DLQ
+	// record.
 	e.es.ClearFaults()
 	e.publish(perm)
 	testenv.WaitFor(t, 10*time.Second, "redelivery committed", func() bool { c, end := e.committed(); return c == end })
-	if n := len(e.dlqRecords()); n != 4 {
-		t.Errorf("DLQ holds %d records after redelivery, want 4", n)
+	if n := len(e.dlqRecords()); n != 2 {
+		t.Errorf("DLQ holds %d records after redelivery, want 2", n)
 	}
-	if _, _, found := e.doc("shop", "orders", "perm"); found {
-		t.Error("redelivery re-ran a dead command")
+	if got := e.domainEvents()["shop:orders:perm"]; fmt.Sprint(got) != "[1×1]" {
+		t.Errorf("redelivery re-ran perm: domain events %v", got)
 	}
 }

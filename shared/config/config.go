@@ -176,6 +176,10 @@ type Elasticsearch struct {
 	IndexPrefix  string   `env:"ELASTICSEARCH_INDEX_PREFIX" envDefault:"sluice_" doc:"Prefix of every index and alias sluice creates."`
 	BulkMaxDocs  int      `env:"ELASTICSEARCH_BULK_MAX_DOCS" envDefault:"1000" doc:"Most operations in one bulk request."`
 	BulkMaxBytes int      `env:"ELASTICSEARCH_BULK_MAX_BYTES" envDefault:"5242880" doc:"Largest bulk request body."`
+	// RequestTimeout bounds every Elasticsearch request of the workers
+	// (readmodel.NewClient), so that a frozen cluster is an outage within
+	// one timeout instead of a hang.
+	RequestTimeout time.Duration `env:"ELASTICSEARCH_REQUEST_TIMEOUT" envDefault:"10s" doc:"Deadline of each Elasticsearch request (connect to last byte of the answer); a request past it counts as an Elasticsearch outage."`
 }
 
 // API configures the command API (SPEC §12).

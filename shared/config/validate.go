@@ -177,6 +177,7 @@ func (c *Config) Validate() error {
 	}
 	k.atLeast("ELASTICSEARCH_BULK_MAX_DOCS", int64(e.BulkMaxDocs), 1)
 	k.atLeast("ELASTICSEARCH_BULK_MAX_BYTES", int64(e.BulkMaxBytes), 1024)
+	k.positive("ELASTICSEARCH_REQUEST_TIMEOUT", e.RequestTimeout)
 
 	k.atLeast("SLUICE_API_MAX_BODY_BYTES", int64(c.API.MaxBodyBytes), 1024)
 

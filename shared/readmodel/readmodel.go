@@ -160,11 +160,20 @@ func SplitDocument(source []byte) (Meta, json.RawMessage, error) {
 }
 
 // NewClient returns a go-elasticsearch client for the configuration
-// (ELASTICSEARCH_*).
+// (ELASTICSEARCH_*). Every request it sends has a deadline of
+// cfg.RequestTimeout (ELASTICSEARCH_REQUEST_TIMEOUT; none when 0), from the
+// connect to the last byte of the answer: a cluster that accepts
+// connections but never answers fails the request with
+// context.DeadlineExceeded, an outage (failure.Classify), within one
+// timeout.
 func NewClient(cfg config.Elasticsearch) (*elasticsearch.Client, error) {
+	var tr http.RoundTripper = http.DefaultTransport.(*http.Transport).Clone()
+	if cfg.RequestTimeout > 0 {
+		tr = DeadlineTransport{Base: tr, Timeout: cfg.RequestTimeout}
+	}
 	return elasticsearch.NewClient(elasticsearch.Config{
 		Addresses: cfg.URLs, APIKey: cfg.APIKey.Value(), Username: cfg.Username, Password: cfg.Password.Value(),
-		MaxRetries: 0, DisableRetry: true,
+		MaxRetries: 0, DisableRetry: true, Transport: tr,
 	})
 }
 
@@ -179,6 +188,10 @@ type StatusError struct {
 func (e *StatusError) Error() string {
 	return fmt.Sprintf("elasticsearch %s: %d %s: %s", e.Op, e.Status, e.Type, e.Reason)
 }
+
+// HTTPStatus is the answer's status (failure.Classify reads it: 429, 502,
+// 503, 504 are outages, other 4xx permanent).
+func (e *StatusError) HTTPStatus() int { return e.Status }
 
 // Retryable reports whether the failure is transient (429, 5xx).
 func (e *StatusError) Retryable() bool {

@@ -1,0 +1,253 @@
+package instanceworker_test
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice/instanceworker"
+	"github.com/sluicehq/sluice/registry"
+	"github.com/sluicehq/sluice/shared/config"
+	"github.com/sluicehq/sluice/shared/consumer"
+	"github.com/sluicehq/sluice/shared/esserver"
+	"github.com/sluicehq/sluice/shared/observability"
+	"github.com/sluicehq/sluice/shared/readmodel"
+	"github.com/sluicehq/sluice/shared/testenv"
+)
+
+// esGate stands between a worker and the test's esserver: through a TCP
+// proxy (Stop: connections refused, the port closed) to an HTTP handler
+// that forwards to esserver unless frozen (Freeze: connections accepted,
+// requests never answered until Thaw).
+type esGate struct {
+	proxy  *testenv.Proxy
+	mu     sync.Mutex
+	frozen chan struct{} // closed by Thaw; nil when not frozen
+}
+
+func newESGate(t testing.TB, es *esserver.Server) *esGate {
+	t.Helper()
+	g := &esGate{}
+	ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		g.mu.Lock()
+		fr := g.frozen
+		g.mu.Unlock()
+		if fr != nil {
+			select {
+			case <-fr:
+			case <-r.Context().Done():
+				return
+			}
+		}
+		es.ServeHTTP(w, r)
+	}))
+	t.Cleanup(ts.Close)
+	g.proxy = testenv.NewTCPProxy(t, strings.TrimPrefix(ts.URL, "http://"))
+	t.Cleanup(g.Thaw)
+	return g
+}
+
+// URL is the address workers use.
+func (g *esGate) URL() string { return "http://" + g.proxy.Addr() }
+
+// Freeze makes every request hang (the server accepts and never answers).
+func (g *esGate) Freeze() {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.frozen == nil {
+		g.frozen = make(chan struct{})
+	}
+}
+
+// Thaw ends Freeze.
+func (g *esGate) Thaw() {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.frozen != nil {
+		close(g.frozen)
+		g.frozen = nil
+	}
+}
+
+// esFault is one kind of Elasticsearch outage: start begins it, and the
+// returned function ends it.
+type esFault struct {
+	name  string
+	start func(e *env, g *esGate) (end func())
+	// hold is how long an end-to-end test keeps the outage: longer than
+	// the worker's retry budget (3 attempts of 4 requests of 500 ms when
+	// frozen), so that an outage spending attempts would dead-letter.
+	hold time.Duration
+}
+
+func esFaults() []esFault {
+	status := func(code int) func(e *env, g *esGate) func() {
+		return func(e *env, g *esGate) func() { return e.es.InjectFault(esserver.Fault{Status: code}) }
+	}
+	return []esFault{
+		{"closed port", func(_ *env, g *esGate) func() { g.proxy.Stop(); return g.proxy.Start }, 3 * time.Second},
+		{"frozen", func(_ *env, g *esGate) func() { g.Freeze(); return g.Thaw }, 10 * time.Second},
+		{"503", status(http.StatusServiceUnavailable), 3 * time.Second},
+		{"429", status(http.StatusTooManyRequests), 3 * time.Second},
+	}
+}
+
+// newWorker builds a Worker on the env's store and registry with an
+// Elasticsearch client to url (request deadline 300 ms).
+func (e *env) newWorker(url string) *instanceworker.Worker {
+	e.t.Helper()
+	reg, err := registry.New(e.pool, registry.Options{Owner: "direct"})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	es, err := readmodel.NewClient(config.Elasticsearch{URLs: []string{url}, RequestTimeout: 300 * time.Millisecond})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	w, err := instanceworker.New(instanceworker.Options{Store: e.store, Registry: reg, ES: es,
+		ESRetry: readmodel.Retry{Tries: 1, Base: time.Millisecond, Cap: 5 * time.Millisecond}})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return w
+}
+
+// TestESOutageIsAnOutage calls the handler (one command and a batch)
+// during each kind of Elasticsearch outage: the error is of class outage
+// (the runtime pauses; it is never a dead letter), readiness is red; once
+// Elasticsearch is back, readiness turns green by itself and the same
+// commands are applied.
+func TestESOutageIsAnOutage(t *testing.T) {
+	for _, f := range esFaults() {
+		t.Run(f.name, func(t *testing.T) {
+			e := newEnv(t, 1)
+			g := newESGate(t, e.es)
+			w := e.newWorker(g.URL())
+			ctx := ctxT(t)
+			if err := w.Availability().Check(ctx); err != nil {
+				t.Fatalf("readiness red before the outage: %v", err)
+			}
+			one := e.appendCmd(instanceworker.CreateInstance, "out", "things", "one", create("out", "things", strp("one"), map[string]any{"v": 1}))
+			two := e.appendCmd(instanceworker.CreateInstance, "out", "things", "two", create("out", "things", strp("two"), map[string]any{"v": 2}))
+			end := f.start(e, g)
+			_, err := w.Handle(ctx, &consumer.Record{Envelope: one.ev.Envelope, Attempt: 1})
+			if c := consumer.Classify(err); c != consumer.ClassOutage {
+				t.Errorf("Handle during the outage: class %s (%v), want %s", c, err, consumer.ClassOutage)
+			}
+			res := w.HandleBatch(ctx, []*consumer.Record{{Envelope: two.ev.Envelope, Attempt: 1}})
+			if c := consumer.Classify(res[0].Err); c != consumer.ClassOutage {
+				t.Errorf("HandleBatch during the outage: class %s (%v), want %s", c, res[0].Err, consumer.ClassOutage)
+			}
+			if err := w.Availability().Check(ctx); err == nil {
+				t.Error("readiness green during the outage")
+			}
+			end()
+			testenv.WaitFor(t, 10*time.Second, "readiness green after the outage", func() bool {
+				cctx, cancel := context.WithTimeout(ctx, time.Second)
+				defer cancel()
+				return w.Availability().Check(cctx) == nil
+			})
+			if out, err := w.Handle(ctx, &consumer.Record{Envelope: one.ev.Envelope, Attempt: 2}); err != nil || out != registry.Applied() {
+				t.Errorf("Handle after the outage: %+v, %v", out, err)
+			}
+			res = w.HandleBatch(ctx, []*consumer.Record{{Envelope: two.ev.Envelope, Attempt: 2}})
+			if res[0].Err != nil || res[0].Outcome != registry.Applied() {
+				t.Errorf("HandleBatch after the outage: %+v", res[0])
+			}
+			for _, id := range []string{"one", "two"} {
+				if v, _, ok := e.doc("out", "things", id); !ok || v != 1 {
+					t.Errorf("%s: version %d found %v", id, v, ok)
+				}
+			}
+		})
+	}
+}
+
+// TestESOutagePausesTheWorker runs the instance worker through each kind of
+// Elasticsearch outage with commands arriving during it: readiness turns
+// red, nothing is dead-lettered and no command is DEAD; after the outage
+// every command is applied exactly once (one domain event per slot, the
+// documents at their last version) and readiness is green again.
+func TestESOutagePausesTheWorker(t *testing.T) {
+	for _, f := range esFaults() {
+		t.Run(f.name, func(t *testing.T) {
+			e := newEnv(t, 2)
+			g := newESGate(t, e.es)
+			first := []cmd{e.appendCmd(instanceworker.CreateInstance, "out", "things", "a", create("out", "things", strp("a"), map[string]any{"v": 0}))}
+			e.publish(first...)
+			health := observability.NewHealth()
+			esRed := func() bool {
+				err := health.Ready(ctxT(t))
+				return err != nil && strings.Contains(err.Error(), "instanceworker:elasticsearch")
+			}
+			e.startInProcessWith(map[string]string{"ELASTICSEARCH_URLS": g.URL(), "ELASTICSEARCH_REQUEST_TIMEOUT": "500ms"}, health)
+			testenv.WaitFor(t, 30*time.Second, "first command done", func() bool { return e.allDone(first...) })
+			if esRed() {
+				t.Fatal("readiness red before the outage")
+			}
+
+			var second []cmd
+			for i := range 3 {
+				second = append(second, e.appendCmd(instanceworker.UpdateInstance, "out", "things", "a", map[string]any{"data": map[string]any{"v": i + 1}}))
+				id := fmt.Sprintf("n%d", i)
+				second = append(second, e.appendCmd(instanceworker.CreateInstance, "out", "things", id, create("out", "things", strp(id), map[string]any{"v": 0})))
+			}
+			end := f.start(e, g)
+			e.publish(second...)
+			testenv.WaitFor(t, 30*time.Second, "readiness red", esRed)
+			time.Sleep(f.hold) // the outage goes on while the commands are retried
+			for id, st := range e.statuses(second...) {
+				if st == registry.StatusDead {
+					t.Errorf("command %s DEAD during the outage", id)
+				}
+			}
+			if n := len(e.dlqRecords()); n != 0 {
+				t.Errorf("DLQ holds %d records during the outage", n)
+			}
+			end()
+			testenv.WaitFor(t, 60*time.Second, "all done after the outage", func() bool { return e.allDone(append(first, second...)...) })
+			testenv.WaitFor(t, 20*time.Second, "committed after the outage", func() bool { c, end := e.committed(); return c == end })
+			testenv.WaitFor(t, 10*time.Second, "readiness green", func() bool { return !esRed() })
+			ev := e.domainEvents()
+			if got := fmt.Sprint(ev["out:things:a"]); got != "[1×1 2×1 3×1 4×1]" {
+				t.Errorf("out:things:a domain events %s", got)
+			}
+			for i := range 3 {
+				if got := fmt.Sprint(ev[fmt.Sprintf("out:things:n%d", i)]); got != "[1×1]" {
+					t.Errorf("n%d domain events %s", i, got)
+				}
+			}
+			for _, c := range append(first, second...) {
+				if o := e.outcome(c); o != registry.Applied() {
+					t.Errorf("command %s outcome %+v", c.ev.Envelope.EventID, o)
+				}
+			}
+			if v, src, _ := e.doc("out", "things", "a"); v != 4 || src["v"] != float64(3) {
+				t.Errorf("a: version %d doc %v", v, src)
+			}
+			if n := len(e.dlqRecords()); n != 0 {
+				t.Errorf("DLQ holds %d records", n)
+			}
+		})
+	}
+}
+
+// matchBody matches requests whose path contains path and whose body
+// contains substr (the body is read and put back).
+func matchBody(path, substr string) func(*http.Request) bool {
+	return func(r *http.Request) bool {
+		if !strings.Contains(r.URL.Path, path) || r.Body == nil {
+			return false
+		}
+		b, _ := io.ReadAll(r.Body)
+		r.Body = io.NopCloser(bytes.NewReader(b))
+		return bytes.Contains(b, []byte(substr))
+	}
+}
