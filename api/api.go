@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"net/url"
 	"strconv"
 	"strings"
 	"time"
@@ -208,6 +209,10 @@ func (s *server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	if pattern != "" {
+		if e := checkPathText(pattern, r.URL.EscapedPath()); e != nil {
+			writeError(sw, e)
+			return
+		}
 		s.mux.ServeHTTP(sw, r)
 		return
 	}
@@ -228,6 +233,35 @@ func (s *server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		sw.WriteHeader(rec.Code)
 		_, _ = sw.Write(rec.body.Bytes())
 	}
+}
+
+// checkPathText refuses a request whose path wildcards ({db}, {class},
+// {id}, {command_id}) do not percent-decode to valid UTF-8: 400
+// invalid_text naming the wildcard (issue 26.2: invalid text is refused,
+// never replaced). A percent-encoded surrogate (%ED%A0%80) is invalid UTF-8.
+func checkPathText(pattern, escapedPath string) *Error {
+	if _, p, ok := strings.Cut(pattern, " "); ok {
+		pattern = p
+	}
+	pat := strings.Split(pattern, "/")
+	segs := strings.Split(escapedPath, "/")
+	for i, ps := range pat {
+		if i >= len(segs) || len(ps) < 2 || ps[0] != '{' || ps[len(ps)-1] != '}' {
+			continue
+		}
+		v, err := url.PathUnescape(segs[i])
+		if err != nil {
+			continue // the router decided on this path; it decodes
+		}
+		name := ps[1 : len(ps)-1]
+		if name == "id" {
+			name = "instance_id" // as the other errors about it say
+		}
+		if err := envelope.CheckText(v, name); err != nil {
+			return validationAs(err, name)
+		}
+	}
+	return nil
 }
 
 // authenticate checks the bearer token when tokens are configured. Every
@@ -300,15 +334,21 @@ func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 
 // writeJSON writes v as the JSON body with status.
 func writeJSON(w http.ResponseWriter, status int, v any) {
+	writeBody(w, status, "application/json", v)
+}
+
+// writeBody writes v as JSON of the media type with status.
+func writeBody(w http.ResponseWriter, status int, mediaType string, v any) {
 	var buf bytes.Buffer
 	enc := json.NewEncoder(&buf)
 	enc.SetEscapeHTML(false)
 	if err := enc.Encode(v); err != nil {
 		status = http.StatusInternalServerError
 		buf.Reset()
-		buf.WriteString(`{"error":"internal_error","message":"encoding the reply failed"}` + "\n")
+		mediaType = mediaProblem
+		buf.WriteString(`{"type":"` + ProblemTypePrefix + CodeInternal + `","title":"Internal error","status":500,"detail":"encoding the reply failed","code":"internal_error","error":"internal_error","message":"encoding the reply failed"}` + "\n")
 	}
-	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Content-Type", mediaType)
 	w.Header().Set("Content-Length", strconv.Itoa(buf.Len()))
 	w.Header().Set("X-Content-Type-Options", "nosniff")
 	w.WriteHeader(status)
@@ -319,7 +359,7 @@ func writeError(w http.ResponseWriter, e *Error) {
 	if e.Status == http.StatusUnauthorized && w.Header().Get("WWW-Authenticate") == "" {
 		w.Header().Set("WWW-Authenticate", `Bearer realm="sluice"`)
 	}
-	writeJSON(w, e.Status, e)
+	writeBody(w, e.Status, mediaProblem, e)
 }
 
 // fail writes e and logs it when it is a server-side failure.

@@ -172,7 +172,7 @@ func TestBadInput(t *testing.T) {
 		{"malformed json", "POST", base, `{"data":`, nil, 400, CodeMalformedJSON, ""},
 		{"trailing data", "POST", base, `{"data":{}} {}`, nil, 400, CodeMalformedJSON, ""},
 		{"duplicate key", "POST", base, `{"data":{"a":1,"a":2}}`, nil, 400, CodeMalformedJSON, ""},
-		{"invalid utf-8", "POST", base, "{\"data\":{\"a\":\"\xff\"}}", nil, 400, CodeMalformedJSON, ""},
+		{"invalid utf-8", "POST", base, "{\"data\":{\"a\":\"\xff\"}}", nil, 400, CodeInvalidText, "data.a"},
 		{"empty body", "POST", base, ``, []string{"Content-Type: application/json"}, 400, CodeMalformedJSON, ""},
 		{"not an object", "POST", base, `[1,2]`, nil, 422, CodeValidationFailed, ""},
 		{"unknown field", "POST", base, `{"data":{},"extra":1}`, nil, 422, CodeValidationFailed, "extra"},
@@ -194,7 +194,7 @@ func TestBadInput(t *testing.T) {
 		{"control char in path id", "PATCH", base + "/o%07x", `{}`, nil, 422, CodeValidationFailed, "instance_id"},
 		{"newline in body id", "POST", base, `{"instance_id":"a\nb"}`, nil, 422, CodeValidationFailed, "instance_id"},
 		{"zero-width in id", "DELETE", base + "/a%E2%80%8Bb", ``, nil, 422, CodeValidationFailed, "instance_id"},
-		{"invalid utf-8 in path id", "DELETE", base + "/a%FFb", ``, nil, 422, CodeValidationFailed, "instance_id"},
+		{"invalid utf-8 in path id", "DELETE", base + "/a%FFb", ``, nil, 400, CodeInvalidText, "instance_id"},
 		{"blank id", "DELETE", base + "/%20%20", ``, nil, 422, CodeValidationFailed, "instance_id"},
 		{"empty body id", "POST", base, `{"instance_id":""}`, nil, 422, CodeValidationFailed, "instance_id"},
 		{"id too long", "POST", base, `{"instance_id":"` + strings.Repeat("i", 600) + `"}`, nil, 422, CodeValidationFailed, "instance_id"},
@@ -567,7 +567,7 @@ func TestOpenAPIDocument(t *testing.T) {
 	for _, code := range []string{CodeMalformedJSON, CodeInvalidParameter, CodeUnexpectedBody, CodeUnauthorized, CodeNotFound,
 		CodeCommandNotFound, CodeInstanceNotFound, CodeInstanceDeleted, CodeMethodNotAllowed, CodeConflict, CodeSlotConflict,
 		CodeBodyTooLarge, CodeLimitExceeded, CodeUnsupportedMediaType, CodeValidationFailed, CodeIdempotencyKeyReused,
-		CodeUnavailable, CodeInternal} {
+		CodeUnavailable, CodeInternal, CodeInvalidText, CodeInvalidDataKey} {
 		if !strings.Contains(string(r.body), `"`+code+`"`) {
 			t.Fatalf("openapi.json does not list error code %s", code)
 		}

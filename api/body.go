@@ -10,7 +10,8 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
-	"unicode/utf8"
+
+	"github.com/sluicehq/sluice/shared/envelope"
 )
 
 // Media types the API accepts.
@@ -87,8 +88,11 @@ func scanObject(b []byte, rule depthRule, field string) (map[string]json.RawMess
 	notObject := func() *Error {
 		return newError(http.StatusUnprocessableEntity, CodeValidationFailed, field, "must be a JSON object")
 	}
-	if !utf8.Valid(b) {
-		return nil, nil, malformed("the body is not valid UTF-8")
+	// Invalid UTF-8 and lone surrogate escapes are refused before
+	// decoding: encoding/json would replace them by U+FFFD, turning two
+	// different inputs into one id, key or value (issue 26.2).
+	if err := envelope.CheckJSONText(b, field); err != nil {
+		return nil, nil, validationAs(err, "")
 	}
 	type frame struct {
 		obj     bool

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -13,6 +14,7 @@ import (
 
 	"github.com/sluicehq/sluice/eventstore"
 	"github.com/sluicehq/sluice/shared/envelope"
+	"github.com/sluicehq/sluice/shared/readmodel"
 )
 
 // Command event types the instance worker consumes (SPEC §9).
@@ -95,6 +97,18 @@ func (s *server) buildCommand(r *http.Request, req commandRequest) (envelope.Env
 	aggID, err := envelope.InstanceAggregateID(req.db, req.class, instanceID)
 	if err != nil {
 		return envelope.Envelope{}, validationAs(err, "instance_id")
+	}
+	// Data keys the instance document cannot hold are refused here, by
+	// the rule the instance worker decides with (issue 26.3), instead of
+	// a 202 and a command that can never be applied.
+	switch {
+	case req.eventType == TypeCreate && req.data != nil:
+		err = readmodel.ValidateData(req.data)
+	case req.eventType == TypeUpdate:
+		err = readmodel.ValidateMergePatch(req.data)
+	}
+	if err != nil {
+		return envelope.Envelope{}, fromDataError(err)
 	}
 	_, _, instanceID, _ = envelope.ParseInstanceAggregateID(aggID)
 	switch req.eventType {
@@ -208,6 +222,20 @@ func marshalNoEscape(v any) ([]byte, error) {
 	return bytes.TrimSuffix(buf.Bytes(), []byte{'\n'}), nil
 }
 
+// fromDataError maps a readmodel.DataError to 422 invalid_data_key naming
+// the key's path (data.a.b) and the rule.
+func fromDataError(err error) *Error {
+	var de *readmodel.DataError
+	if !errors.As(err, &de) {
+		return asError(err)
+	}
+	if de.Rule == readmodel.RuleNotObject {
+		return unprocessable("data", "data %s", de.Reason)
+	}
+	return &Error{Status: http.StatusUnprocessableEntity, Code: CodeInvalidDataKey, Field: de.Field, Limit: de.Rule,
+		Message: fmt.Sprintf("data key %q cannot be stored in the instance's read model: %s", de.Key, de.Reason)}
+}
+
 // validationAs maps an envelope validation error, naming field when given.
 func validationAs(err error, field string) *Error {
 	var ve *envelope.ValidationError
@@ -289,6 +317,9 @@ func commonRequest(r *http.Request, eventType string) (commandRequest, *Error) {
 			return req, unprocessable("Idempotency-Key", "Idempotency-Key must be given once")
 		}
 		req.key = vals[0]
+		if err := envelope.CheckText(req.key, "Idempotency-Key"); err != nil {
+			return req, validationAs(err, "Idempotency-Key")
+		}
 		if req.key == "" {
 			return req, unprocessable("Idempotency-Key", "Idempotency-Key must not be empty (it must match %s)", envelope.CommandIDPattern)
 		}
@@ -418,7 +449,11 @@ func (b BatchItemResult) MarshalJSON() ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	out := []byte(`{"index":` + strconv.Itoa(b.Index) + `,"status":` + strconv.Itoa(b.Status))
+	out := []byte(`{"index":` + strconv.Itoa(b.Index))
+	if b.Error == nil {
+		// An error's problem document carries its own "status".
+		out = append(out, `,"status":`+strconv.Itoa(b.Status)...)
+	}
 	if len(inner) > 2 {
 		out = append(out, ',')
 	}
@@ -447,6 +482,11 @@ func (s *server) handleBatch(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	batchKey := r.Header.Get("Idempotency-Key")
+	if e == nil {
+		if err := envelope.CheckText(batchKey, "Idempotency-Key"); err != nil {
+			e = validationAs(err, "Idempotency-Key")
+		}
+	}
 	if e == nil && batchKey != "" {
 		// Item i without its own key gets "{key}.{i}": a retried batch
 		// replays item by item.

@@ -15,6 +15,7 @@ import (
 // They are part of the API contract (docs/api.md, /openapi.json).
 const (
 	CodeMalformedJSON        = "malformed_json"                  // 400
+	CodeInvalidText          = "invalid_text"                    // 400
 	CodeInvalidParameter     = "invalid_parameter"               // 400
 	CodeUnexpectedBody       = "unexpected_body"                 // 400
 	CodeUnauthorized         = "unauthorized"                    // 401
@@ -29,13 +30,46 @@ const (
 	CodeLimitExceeded        = "limit_exceeded"                  // 413
 	CodeUnsupportedMediaType = "unsupported_media_type"          // 415
 	CodeValidationFailed     = "validation_failed"               // 422
+	CodeInvalidDataKey       = "invalid_data_key"                // 422
 	CodeIdempotencyKeyReused = "idempotency_key_reused"          // 422
 	CodeUnavailable          = "unavailable"                     // 503
 	CodeInternal             = "internal_error"                  // 500
 )
 
+// ProblemTypePrefix is the prefix of the problem type URI of every error
+// body: "urn:sluice:problem:" + the error code (RFC 9457 "type").
+const ProblemTypePrefix = "urn:sluice:problem:"
+
+// mediaProblem is the media type of error bodies (RFC 9457).
+const mediaProblem = "application/problem+json"
+
+// problemTitles are the RFC 9457 titles, one per problem type (code).
+var problemTitles = map[string]string{
+	CodeMalformedJSON:        "Malformed JSON",
+	CodeInvalidText:          "Invalid text",
+	CodeInvalidParameter:     "Invalid parameter",
+	CodeUnexpectedBody:       "Unexpected body",
+	CodeUnauthorized:         "Unauthorized",
+	CodeNotFound:             "Not found",
+	CodeCommandNotFound:      "Command not found",
+	CodeInstanceNotFound:     "Instance not found",
+	CodeInstanceDeleted:      "Instance deleted",
+	CodeMethodNotAllowed:     "Method not allowed",
+	CodeConflict:             "Optimistic concurrency conflict",
+	CodeSlotConflict:         "Slot conflict",
+	CodeBodyTooLarge:         "Body too large",
+	CodeLimitExceeded:        "Limit exceeded",
+	CodeUnsupportedMediaType: "Unsupported media type",
+	CodeValidationFailed:     "Validation failed",
+	CodeInvalidDataKey:       "Invalid data key",
+	CodeIdempotencyKeyReused: "Idempotency key reused",
+	CodeUnavailable:          "Unavailable",
+	CodeInternal:             "Internal error",
+}
+
 // Error is one failed request (or one failed batch item) as the API reports
-// it. Its JSON form is the error body of every 4xx and 5xx reply.
+// it. Its JSON form (MarshalJSON) is the error body of every 4xx and 5xx
+// reply: an RFC 9457 problem document.
 type Error struct {
 	// Status is the HTTP status code.
 	Status int `json:"-"`
@@ -62,6 +96,42 @@ type Error struct {
 
 	// cause is the underlying error of a 5xx, logged, never sent.
 	cause error
+}
+
+// problem is the wire form of Error: the RFC 9457 members (type, title,
+// status, detail), the machine-readable code and field path, and the
+// members the API always had (error = code, message = detail).
+type problem struct {
+	Type            string `json:"type"`
+	Title           string `json:"title"`
+	Status          int    `json:"status"`
+	Detail          string `json:"detail"`
+	Code            string `json:"code"`
+	Field           string `json:"field,omitempty"`
+	Limit           string `json:"limit,omitempty"`
+	Error           string `json:"error"`
+	Message         string `json:"message"`
+	ExpectedSeq     *int64 `json:"expected_seq,omitempty"`
+	ActualSeq       *int64 `json:"actual_seq,omitempty"`
+	CommandID       string `json:"command_id,omitempty"`
+	SequenceNumber  *int64 `json:"sequence_number,omitempty"`
+	PendingCommands *int   `json:"pending_commands,omitempty"`
+}
+
+// MarshalJSON encodes the error as an RFC 9457 problem document:
+// {"type": "urn:sluice:problem:<code>", "title", "status", "detail",
+// "code", "field", "limit", "error": code, "message": detail, …}.
+func (e *Error) MarshalJSON() ([]byte, error) {
+	title := problemTitles[e.Code]
+	if title == "" {
+		title = http.StatusText(e.Status)
+	}
+	return marshalNoEscape(problem{
+		Type: ProblemTypePrefix + e.Code, Title: title, Status: e.Status, Detail: e.Message, Code: e.Code,
+		Field: e.Field, Limit: e.Limit, Error: e.Code, Message: e.Message,
+		ExpectedSeq: e.ExpectedSeq, ActualSeq: e.ActualSeq, CommandID: e.CommandID,
+		SequenceNumber: e.SequenceNumber, PendingCommands: e.PendingCommands,
+	})
 }
 
 func (e *Error) Error() string {
@@ -91,6 +161,14 @@ func unprocessable(field, format string, args ...any) *Error {
 func fromValidation(ve *envelope.ValidationError, field string) *Error {
 	status, code := ve.HTTPStatus(), CodeValidationFailed
 	switch {
+	case ve.Code == envelope.CodeInvalidText:
+		// Invalid UTF-8 or a lone surrogate escape: 400 wherever it is
+		// (body, path segment, header), naming the path the envelope
+		// found (a body's) or the request's field.
+		code = CodeInvalidText
+		if ve.Field != "" && field == "" {
+			field = ve.Field
+		}
 	case ve.Code == envelope.CodeLimitExceeded:
 		code = CodeLimitExceeded
 	case ve.Code == envelope.CodeMalformed && field != "":

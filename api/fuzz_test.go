@@ -12,6 +12,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"unicode/utf8"
 
 	"github.com/sluicehq/sluice/eventstore"
 	"github.com/sluicehq/sluice/registry"
@@ -125,10 +126,17 @@ func FuzzRequestBody(f *testing.F) {
 		`{"items":[{"op":"create","data":{}},{"op":"update","instance_id":"x","data":{"a":1},"expected_seq":1},{"op":"delete","instance_id":"x"}]}`,
 		`{"data":{"a":1,"a":2}}`, `[`, `{"data":` + strings.Repeat("[", 100), "{\"instance_id\":\"\xff\"}", `{}`, `null`, `"x"`, `{"items":[1]}`,
 		`{"data":{"order_id":"a:b/c"}} `, `{"instance_id":"\u0000"}`, `{"data":{"order_id":1e400}}`,
+		// invalid text (issue 26.2): lone surrogate escapes, invalid UTF-8
+		`{"instance_id":"\ud800"}`, `{"instance_id":"\udbff"}`, `{"data":{"a":"\udc00\ud800"}}`, `{"data":{"\uDFFF":1}}`,
+		`{"a":"\ud83d\n"}`, "{\"data\":{\"a\":\"\xed\xa0\x80\"}}", `{"items":[{"op":"create","instance_id":"\ud800"}]}`,
+		`{"instance_id":"\ud83d\ude80","data":{"\ud834\udd1e":"\\ud800"}}`,
 	}
 	for i, s := range seeds {
 		f.Add(uint8(i), s, "o-1", "key-1", "1")
 	}
+	f.Add(uint8(2), ``, "\xed\xa0\x80", "key-1", "")
+	f.Add(uint8(5), ``, "o-1", "k\xff", "")
+	f.Add(uint8(4), ``, "a\xc0\xafb", "", "")
 	h := newMemAPI(f)
 	f.Fuzz(func(t *testing.T, op uint8, body, id, key, seq string) {
 		path := base
@@ -158,12 +166,31 @@ func FuzzRequestBody(f *testing.F) {
 		}
 		if rec.Code >= 400 {
 			var e struct {
+				Type    string `json:"type"`
+				Title   string `json:"title"`
+				Status  int    `json:"status"`
+				Detail  string `json:"detail"`
+				Code    string `json:"code"`
 				Error   string `json:"error"`
 				Message string `json:"message"`
 			}
-			if err := json.Unmarshal(rec.Body.Bytes(), &e); err != nil || e.Error == "" || e.Message == "" {
-				t.Fatalf("%s %s: %d without a JSON error body: %s", method, path, rec.Code, rec.Body.Bytes())
+			if err := json.Unmarshal(rec.Body.Bytes(), &e); err != nil || e.Error == "" || e.Message == "" ||
+				e.Code != e.Error || e.Type != ProblemTypePrefix+e.Code || e.Title == "" || e.Status != rec.Code || e.Detail == "" ||
+				rec.Header().Get("Content-Type") != "application/problem+json" {
+				t.Fatalf("%s %s: %d without a problem+json error body: %s", method, path, rec.Code, rec.Body.Bytes())
 			}
+			return
+		}
+		// Invalid text is never accepted: not in a body a command was
+		// built from, not in a path id, not in a key.
+		if _, _, ok := envelope.ScanJSONText([]byte(body)); !ok && (method == "POST" || method == "PATCH") {
+			t.Fatalf("%s %s accepted a body with invalid text: %d %q", method, path, rec.Code, body)
+		}
+		if (op%6 == 1 || op%6 == 2 || op%6 == 4) && !utf8.ValidString(id) {
+			t.Fatalf("%s accepted an id with invalid UTF-8: %d %q", method, rec.Code, id)
+		}
+		if key != "" && !utf8.ValidString(key) && method != "GET" {
+			t.Fatalf("%s accepted an Idempotency-Key with invalid UTF-8: %d %q", method, rec.Code, key)
 		}
 	})
 }

@@ -164,7 +164,7 @@ func doHandler(t testing.TB, h http.Handler, method, target, body string, header
 	rec := httptest.NewRecorder()
 	h.ServeHTTP(rec, req)
 	r := reply{code: rec.Code, header: rec.Header(), body: rec.Body.Bytes()}
-	if strings.HasPrefix(rec.Header().Get("Content-Type"), "application/json") {
+	if ct := rec.Header().Get("Content-Type"); strings.HasPrefix(ct, "application/json") || strings.HasPrefix(ct, "application/problem+json") {
 		if err := json.Unmarshal(r.body, &r.json); err != nil {
 			t.Fatalf("%s %s: reply is not a JSON object: %v\n%s", method, target, err, r.body)
 		}
