@@ -402,3 +402,36 @@ func TestCrashAfterPark(t *testing.T) {
 		}
 	}
 }
+
+// TestRefusedBatchNeighboursNotParked: when the broker refuses a whole
+// produce request with MESSAGE_TOO_LARGE (a partition batch over its
+// limit), every record of it fails, though only one may be too large. Each
+// is retried alone before it can be parked, even with
+// EVENT_PUBLISHER_PARK_AFTER_ATTEMPTS=1, so records that fit are published
+// and none is parked.
+func TestRefusedBatchNeighboursNotParked(t *testing.T) {
+	e := newEnv(t, 30*time.Second)
+	if e.kafka.Cluster == nil {
+		t.Skip("needs kfake fault injection")
+	}
+	opts := e.opts(t)
+	opts.Config.ParkAfterAttempts = 1
+	r, _ := runRelay(t, e, opts)
+	first := appendAll(t, e.store, 4, mixedEnvelopes(10, 5, ""))
+	testenv.WaitFor(t, 30*time.Second, "first events", func() bool { return e.checkpoint(t).Position == 10 })
+	e.kafka.Cluster.Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.Produce}, Topic: e.commandsTopic(), Err: kerr.MessageTooLarge, Count: 1})
+	for id, ev := range appendAll(t, e.store, 4, mixedEnvelopes(50, 5, "")) {
+		first[id] = ev
+	}
+	testenv.WaitFor(t, 30*time.Second, "all published", func() bool { return e.checkpoint(t).Position == 60 })
+	if v := value(r.m.produceErrs); v < 1 {
+		t.Fatalf("relay_produce_errors_total = %v: the injected refusal did not happen", v)
+	}
+	if v := sumVec(r.m.parkedTotal); v != 0 {
+		t.Errorf("relay_parked_total = %v: a record refused only with its batch was parked", v)
+	}
+	if n, err := NewParkedStore(e.pool).Count(ctxT(t, 10*time.Second), "test"); err != nil || n != 0 {
+		t.Errorf("%d parked rows (err %v), want none", n, err)
+	}
+	verifyAtLeastOnce(t, first, e.consumeAll(t, e.commandsTopic(), e.eventsTopic()))
+}
