@@ -8,12 +8,14 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/spf13/cobra"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/sluicehq/sluice/eventstore"
 	"github.com/sluicehq/sluice/eventstore/objstore/minioext"
 	"github.com/sluicehq/sluice/relay"
+	"github.com/sluicehq/sluice/shared/config"
 	"github.com/sluicehq/sluice/shared/crashpoint"
 	"github.com/sluicehq/sluice/shared/observability"
 	"github.com/sluicehq/sluice/shared/topics"
@@ -298,7 +300,7 @@ func newRelayParkedListCmd() *cobra.Command {
 			if f.State == "all" {
 				f.State = ""
 			}
-			d, closeFn, err := openStoreDeps(cmd)
+			d, closeFn, err := openParkedDeps(cmd)
 			if err != nil {
 				return err
 			}
@@ -337,7 +339,7 @@ func newRelayParkedShowCmd() *cobra.Command {
 		Example: `  sluice relay parked show --position 1234 [--raw]`,
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			d, closeFn, err := openStoreDeps(cmd)
+			d, closeFn, err := openParkedDeps(cmd)
 			if err != nil {
 				return err
 			}
@@ -389,7 +391,7 @@ func newRelayParkedResolveCmd(verb string) *cobra.Command {
 			if !dryRun && !yes {
 				return fmt.Errorf("%s changes the parked record: pass --yes to act, or --dry-run to see what it would do", verb)
 			}
-			d, closeFn, err := openStoreDeps(cmd)
+			d, closeFn, err := openParkedDeps(cmd)
 			if err != nil {
 				return err
 			}
@@ -443,4 +445,24 @@ func newRelayParkedResolveCmd(verb string) *cobra.Command {
 	}
 	_ = c.MarkFlagRequired("position")
 	return c
+}
+
+// parkedDeps are what `sluice relay parked` needs: the configuration and
+// the Postgres pool (not the object store: parked rows hold their
+// envelopes, so the commands work while object storage is out).
+type parkedDeps struct {
+	cfg  *config.Config
+	pool *pgxpool.Pool
+}
+
+func openParkedDeps(cmd *cobra.Command) (*parkedDeps, func(), error) {
+	cfg, _, err := loadConfig(cmd)
+	if err != nil {
+		return nil, nil, err
+	}
+	pool, err := openPool(cmd, cfg)
+	if err != nil {
+		return nil, nil, err
+	}
+	return &parkedDeps{cfg: cfg, pool: pool}, pool.Close, nil
 }
