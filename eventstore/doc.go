@@ -24,8 +24,10 @@
 // row is committed. Every failure between reservation and commit leaves
 // evidence — a reserved row naming the segment key it expects — that Repair
 // (and the relay) resolve: the segment exists → the rows are committed; it
-// never appeared → they are marked abandoned, visibly, and a late writer or a
-// retry of the same event_id revives them. Nothing is dropped silently, and
+// never appeared → they are marked abandoned, visibly. Abandoned is final:
+// the relay may have passed the position for good, so a late writer or a
+// retry of the same event_id reserves the envelope afresh, at a new
+// position, and it is published in order. Nothing is dropped silently, and
 // the segments alone suffice to rebuild the index.
 //
 // See docs/eventstore.md for the layout, the protocol, crash cases and knobs.

@@ -8,15 +8,15 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/eventstore/objstore"
-	"github.com/sluicehq/sluice/shared/envelope"
 )
 
 // processGroup runs one group through SPEC §5.4: reserve, write the segment,
 // commit, and settles every item (res, or requeue for the committer).
 func (s *Store) processGroup(g *group) {
 	// A group may outlive the append timeout: it then becomes a late writer
-	// whose commit revives rows a relay abandoned (SPEC §5.4 step 5). The
-	// bound only keeps a hung request from holding a worker forever.
+	// whose rows a relay may have abandoned; its commit leaves those alone
+	// and appends their envelopes again (writeBlock). The bound only keeps
+	// a hung request from holding a worker forever.
 	ctx, cancel := context.WithTimeout(s.ctx, max(4*s.cfg.appendTO, time.Minute))
 	defer cancel()
 	t0 := time.Now()
@@ -45,8 +45,6 @@ func (s *Store) processGroup(g *group) {
 		switch {
 		case it.stored != nil:
 			dups = append(dups, it)
-		case it.revive != nil:
-			s.reviveItem(ctx, it)
 		case it.resolve != "":
 			if _, _, err := s.resolveBlock(ctx, it.resolve, abandonMine); err != nil {
 				it.requeue = false
@@ -95,7 +93,7 @@ func (s *Store) writeBlock(ctx context.Context, accepted []*item, first int64) {
 	}
 	if !bytes.Equal(stored, body) {
 		// the key already held our events (an earlier attempt of this very
-		// write, or a reviver): the index must point at the bytes stored
+		// write, whose client saw it fail): the index must point at the bytes stored
 		lines, err := parseSegment(key, stored, first, last)
 		if err != nil {
 			fail(err)
@@ -123,23 +121,38 @@ func (s *Store) writeBlock(ctx context.Context, accepted []*item, first int64) {
 		refs[j] = lineRef{position: it.pos, eventID: it.env.EventID, offset: offsets[j], length: end - offsets[j]}
 	}
 	t0 = time.Now()
-	_, err = s.commitRows(ctx, key, refs, false)
+	committed, err := s.commitRows(ctx, key, refs)
 	s.observeStage(&s.stats.commit, "commit", time.Since(t0))
 	if err != nil {
 		fail(err)
 		return
 	}
+	var late []string
 	for j, it := range accepted {
+		if !committed[it.pos] {
+			// A late writer: the relay (or Repair) abandoned this row
+			// meanwhile, and may already be past its position — perhaps
+			// past its lookback. The envelope is not acknowledged here:
+			// it goes back to the committer and is reserved afresh, so it
+			// is published in order like a new append (SPEC §0.2).
+			it.requeue, it.notBefore = true, time.Now()
+			late = append(late, it.env.EventID)
+			continue
+		}
 		e := it.env
 		e.SequenceNumber, e.Position = it.seq, it.pos
 		raw := body[refs[j].offset : refs[j].offset+refs[j].length : refs[j].offset+refs[j].length]
 		it.res = Result{Event: Event{Envelope: e, Raw: raw, SegmentKey: key, Offset: refs[j].offset}}
 	}
+	if len(late) > 0 {
+		s.cfg.logger.Warn("eventstore: late writer: rows abandoned while the segment was written; appending those envelopes again at fresh positions",
+			"segment_key", key, "rows", len(late), "event_ids", late)
+	}
 }
 
 // createSegment conditionally creates key and returns the bytes stored
 // under it. When the key exists already (an earlier attempt of the same
-// write that the client saw fail, or a reviver) the existing bytes are
+// write that the client saw fail) the existing bytes are
 // returned for the caller to verify. On a definite failure (the object is
 // not there) the block's reserved rows are marked abandoned at once, so the
 // relay need not wait for the append timeout; on an ambiguous one they stay
@@ -181,60 +194,4 @@ func (s *Store) returnStored(ctx context.Context, dups []*item) {
 		}
 		it.res = Result{Event: evs[j], Duplicate: true, Mismatch: it.mismatch}
 	}
-}
-
-// reviveItem re-commits an abandoned reservation of the item's event_id
-// (SPEC §5.4 step 2): its slot and position are kept. If the block's own
-// segment has appeared meanwhile (a late writer), its rows are committed
-// from it; otherwise the envelope gets a segment of its own position.
-func (s *Store) reviveItem(ctx context.Context, it *item) {
-	r := it.revive
-	it.requeue, it.notBefore = true, time.Now() // by default: look again
-	if _, _, err := s.resolveBlock(ctx, r.key, abandonNever); err != nil {
-		it.requeue, it.res.Err = false, err
-		return
-	}
-	key := SegmentKey(r.position, r.position)
-	tag, err := s.pool.Exec(ctx, `UPDATE sluice.appends SET state = 'reserved', writer_id = $2, reserved_at = now(), segment_key = $3
-		WHERE event_id = $1::uuid AND state = 'abandoned'`, r.eventID, s.cfg.writerID, key)
-	if err != nil {
-		it.requeue, it.res.Err = false, fmt.Errorf("eventstore: revive %s: %w", r.eventID, err)
-		return
-	}
-	if tag.RowsAffected() != 1 {
-		return // the row changed meanwhile: look again
-	}
-	e := it.env
-	if !it.explicitTime {
-		e.OccurredAt = envelope.NewTimestamp(r.occurredAt)
-	}
-	tmpl, err := newLineTemplate(e)
-	if err != nil {
-		it.requeue, it.res.Err = false, err
-		return
-	}
-	body := append(tmpl.appendLine(nil, r.seq, r.position), '\n')
-	stored, err := s.createSegment(ctx, key, body)
-	if err != nil {
-		it.requeue, it.res.Err = false, err
-		return
-	}
-	lines, err := parseSegment(key, stored, r.position, r.position)
-	if err != nil {
-		it.requeue, it.res.Err = false, err
-		return
-	}
-	if lines[0].env.EventID != r.eventID {
-		it.requeue, it.res.Err = false, fmt.Errorf("%w: %s holds event %s, want %s", ErrCorruptSegment, key, lines[0].env.EventID, r.eventID)
-		return
-	}
-	ref := lineRef{position: r.position, eventID: r.eventID, offset: 0, length: int64(len(lines[0].raw))}
-	if _, err := s.commitRows(ctx, key, []lineRef{ref}, false); err != nil {
-		it.requeue, it.res.Err = false, err
-		return
-	}
-	e.SequenceNumber, e.Position = r.seq, r.position
-	it.requeue = false
-	it.res = Result{Event: Event{Envelope: e, Raw: lines[0].raw, SegmentKey: key}}
-	s.cfg.logger.Warn("eventstore: re-committed an abandoned append", "event_id", r.eventID, "position", r.position, "segment_key", key)
 }

@@ -2,6 +2,7 @@ package eventstore
 
 import (
 	"context"
+	"fmt"
 	"strconv"
 	"time"
 
@@ -33,7 +34,7 @@ type item struct {
 	seq, pos int64
 	stored   *indexRow // committed row of this event_id (idempotent hit)
 	mismatch *IdempotencyMismatchError
-	revive   *indexRow // abandoned row of this event_id to re-commit
+	moved    *indexRow // abandoned row of this event_id, replaced by this append's fresh reservation
 	resolve  string    // segment key of a dead reservation to settle first
 }
 
@@ -69,7 +70,26 @@ func (s *Store) newItem(ctx context.Context, e envelope.Envelope) (*item, error)
 	if it.tmpl, err = newLineTemplate(p); err != nil {
 		return nil, err
 	}
+	if err := s.checkLineSize(it.tmpl); err != nil {
+		return nil, err
+	}
 	return it, nil
+}
+
+// checkLineSize refuses an envelope whose stored line could exceed
+// EVENT_STORE_MAX_ENVELOPE_BYTES once the store adds sequence_number and
+// position (issue 21 item 4): the limit bounds the line every consumer
+// reads, not the envelope as the producer sent it. The bound takes both
+// numbers at their widest, so the answer does not depend on the position
+// the envelope would get.
+func (s *Store) checkLineSize(t lineTemplate) error {
+	limit := s.cfg.maxLine
+	if n := t.maxLine(); n > limit {
+		return &envelope.ValidationError{Code: envelope.CodeLimitExceeded, Limit: strconv.Itoa(limit) + " bytes",
+			Reason: fmt.Sprintf("envelope of %d bytes as stored (with sequence_number and position, %d bytes for them at their widest) exceeds the limit of %d bytes",
+				n, len(sentinelMarker)-1, limit)}
+	}
+	return nil
 }
 
 // hashWithTime is the canonical hash of the item's envelope as if its
@@ -90,7 +110,7 @@ func (it *item) hashWithTime(t envelope.Timestamp) [32]byte {
 
 func (it *item) resetOutcome() {
 	it.seq, it.pos = 0, 0
-	it.stored, it.mismatch, it.revive, it.resolve = nil, nil, nil, ""
+	it.stored, it.mismatch, it.moved, it.resolve = nil, nil, nil, ""
 	it.requeue = false
 	it.res = Result{}
 }

@@ -70,6 +70,7 @@ type settings struct {
 	allocatorOff bool
 	appendTO     time.Duration
 	limits       envelope.Limits
+	maxLine      int // EVENT_STORE_MAX_ENVELOPE_BYTES: bound of a stored line
 	logger       *slog.Logger
 	writerID     string
 	maxInFlight  int
@@ -92,6 +93,10 @@ func (o Options) settings() (settings, error) {
 		maxReserving: o.MaxReservingGroups,
 		readConc:     o.ReadConcurrency,
 		now:          o.Now,
+	}
+	s.maxLine = c.MaxEnvelopeBytes
+	if s.maxLine <= 0 {
+		s.maxLine = envelope.DefaultMaxEnvelopeBytes
 	}
 	if s.maxWait <= 0 {
 		s.maxWait = 2 * time.Millisecond

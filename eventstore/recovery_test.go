@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -58,17 +59,26 @@ func appendCrashing(t *testing.T, e *env, point string, envs []envelope.Envelope
 	return s
 }
 
-// checkOnce verifies every envelope is stored exactly once, committed, at
-// the position its crashed reservation had (1..n), and readable.
-func checkOnce(t *testing.T, e *env, s *Store, envs []envelope.Envelope) {
+// checkOnce verifies every envelope is stored exactly once, committed, and
+// readable: at the position its crashed reservation had (1..n) when its
+// segment was written (fresh false), else at a fresh position after the
+// crashed block's, in the order of envs (an abandoned append is never
+// committed at its old position, which the relay may have passed).
+func checkOnce(t *testing.T, e *env, s *Store, envs []envelope.Envelope, fresh bool) {
 	t.Helper()
+	prev := int64(len(envs))
 	for i, ev := range envs {
 		got, err := s.ByEventID(ctxT(t), ev.EventID)
 		if err != nil {
 			t.Fatalf("event %d lost: %v", i, err)
 		}
-		if got.Envelope.Position != int64(i+1) {
-			t.Errorf("event %d at position %d, want its reserved position %d", i, got.Envelope.Position, i+1)
+		switch p := got.Envelope.Position; {
+		case !fresh && p != int64(i+1):
+			t.Errorf("event %d at position %d, want its reserved position %d", i, p, i+1)
+		case fresh && p <= prev:
+			t.Errorf("event %d at position %d, want a fresh one after %d", i, p, prev)
+		case fresh:
+			prev = p
 		}
 		if st := rowState(t, e.pool, ev.EventID); st != stateCommitted {
 			t.Errorf("event %d row %s", i, st)
@@ -134,14 +144,21 @@ func TestCrashRecovery(t *testing.T) {
 						t.Errorf("new command after abandoned slots got seq %d, want 3", r.Event.Envelope.SequenceNumber)
 					}
 				}
-				// the producer retries: stored once, at the reserved slots
+				// the producer retries: stored once; at the reserved slots
+				// when the segment was written, else at fresh positions,
+				// and "a" takes new slots after the command appended
+				// meanwhile (its old ones were followed by slot 3)
 				rs := mustAppend(t, s, envs...)
+				wantSeq := []int64{1, 2, 1}
+				if !p.segmentExists {
+					wantSeq = []int64{4, 5, 1}
+				}
 				for i, r := range rs {
-					if r.Event.Envelope.SequenceNumber != []int64{1, 2, 1}[i] {
-						t.Errorf("retry %d: %s", i, describe(r))
+					if r.Event.Envelope.SequenceNumber != wantSeq[i] {
+						t.Errorf("retry %d: %s, want seq %d", i, describe(r), wantSeq[i])
 					}
 				}
-				checkOnce(t, e, s, envs)
+				checkOnce(t, e, s, envs, !p.segmentExists)
 				if rep, _ := s.Repair(ctxT(t), 0); rep != (RepairReport{}) {
 					t.Errorf("second repair found work: %+v", rep)
 				}
@@ -154,38 +171,56 @@ func TestCrashRecovery(t *testing.T) {
 				cfg.AppendTimeout = shortTimeout
 				s := e.store(t, Options{Config: cfg, WriterID: "other"})
 				start := time.Now()
-				mustAppend(t, s, envs...) // waits for the silent writer, then settles its rows
+				rs := mustAppend(t, s, envs...) // waits for the silent writer, then settles its rows
 				if !p.segmentExists && time.Since(start) < shortTimeout/2 {
 					t.Errorf("another writer's fresh reservation was not waited for")
 				}
-				checkOnce(t, e, s, envs)
+				checkSeqs(t, rs, 1, 2, 1) // nothing followed the abandoned slots: kept
+				checkOnce(t, e, s, envs, !p.segmentExists)
 			})
 			t.Run("retry by the same writer", func(t *testing.T) {
 				e := newEnv(t)
 				envs := crashBatch()
 				s := appendCrashing(t, e, p.point, envs)
 				start := time.Now()
-				mustAppend(t, s, envs...) // its own dead group: settled at once
+				rs := mustAppend(t, s, envs...) // its own dead group: settled at once
 				if time.Since(start) > shortTimeout {
 					t.Errorf("the writer waited %v for its own dead reservation", time.Since(start))
 				}
-				checkOnce(t, e, s, envs)
+				checkSeqs(t, rs, 1, 2, 1)
+				checkOnce(t, e, s, envs, !p.segmentExists)
 			})
 		})
 	}
 }
 
+// checkSeqs checks the sequence numbers of results.
+func checkSeqs(t *testing.T, rs []Result, want ...int64) {
+	t.Helper()
+	for i, r := range rs {
+		if r.Err != nil || r.Event.Envelope.SequenceNumber != want[i] {
+			t.Errorf("result %d: %s, want seq %d", i, describe(r), want[i])
+		}
+	}
+}
+
 // A writer stalled between reservation and PUT for longer than the append
-// timeout finds its rows abandoned by a repair; its commit revives them.
-func TestLateWriterRevivesAbandonedRows(t *testing.T) {
+// timeout finds its rows abandoned by a repair (as the relay's would be,
+// which then passes their positions). Its commit leaves them abandoned and
+// appends the envelopes again at fresh positions, keeping their slots: it
+// acknowledges nothing at a position the relay may have passed for good.
+func TestLateWriterAppendsAbandonedRowsAgain(t *testing.T) {
 	e := newEnv(t)
 	cfg := testConfig()
 	cfg.AppendTimeout = shortTimeout
 	release := make(chan struct{})
 	stalled := make(chan struct{})
+	var once sync.Once
 	hooks := &testHooks{afterReserve: func(ctx context.Context, key string) error {
-		close(stalled)
-		<-release
+		once.Do(func() {
+			close(stalled)
+			<-release
+		})
 		return nil
 	}}
 	late := e.store(t, Options{Config: cfg, hooks: hooks})
@@ -206,12 +241,17 @@ func TestLateWriterRevivesAbandonedRows(t *testing.T) {
 		t.Fatalf("repair: %+v %v, want 3 abandoned", rep, err)
 	}
 	close(release)
-	for i, r := range <-done {
-		if r.Err != nil || r.Event.Envelope.Position != int64(i+1) {
-			t.Fatalf("late writer: %s", describe(r))
+	rs := <-done
+	checkSeqs(t, rs, 1, 2, 1)
+	for i, r := range rs {
+		if r.Event.Envelope.Position <= 3 {
+			t.Errorf("late writer acknowledged event %d at its abandoned position %d", i, r.Event.Envelope.Position)
 		}
 	}
-	checkOnce(t, e, repairer, envs)
+	checkOnce(t, e, repairer, envs, true)
+	if rep, err := repairer.Repair(ctxT(t), 0); err != nil || rep != (RepairReport{}) {
+		t.Errorf("repair after the late writer: %+v %v", rep, err)
+	}
 }
 
 // An ambiguous PUT (the object landed, the client saw an error) and a
@@ -246,7 +286,7 @@ func TestFailedSegmentWrites(t *testing.T) {
 		e.bucket.createErr = nil
 		e.bucket.mu.Unlock()
 		mustAppend(t, s, envs...)
-		checkOnce(t, e, s, envs)
+		checkOnce(t, e, s, envs, true)
 	})
 }
 
@@ -327,7 +367,7 @@ func TestReindexAfterCrashes(t *testing.T) {
 	if rep.Events != 3 || rep.NextPosition != 5 {
 		t.Errorf("report %+v, want 3 events and next position 5", rep)
 	}
-	checkOnce(t, e, s, put)
+	checkOnce(t, e, s, put, false)
 	if st := rowState(t, e.pool, lost[0].EventID); st != "none" {
 		t.Errorf("never-written reservation is %s after reindex", st)
 	}

@@ -24,19 +24,21 @@ WITH upd AS (
   UPDATE sluice.appends a
   SET state = 'committed', segment_key = $1, byte_offset = u.off, byte_length = u.len, committed_at = now()
   FROM unnest($2::bigint[], $3::text[], $4::bigint[], $5::int[]) AS u(pos, eid, off, len)
-  WHERE a.position = u.pos AND a.event_id = u.eid::uuid AND (NOT $6 OR a.state <> 'committed')
-  RETURNING 1
+  WHERE a.position = u.pos AND a.event_id = u.eid::uuid AND a.state = 'reserved'
+  RETURNING a.position
 )
-SELECT count(*) FROM upd`
+SELECT coalesce(array_agg(position), '{}') FROM upd`
 
 // sqlNotify sends a wake-up on NotifyChannel in a transaction of its own.
 const sqlNotify = `SELECT pg_notify('` + NotifyChannel + `', $1)`
 
 // commitRows is step 5 of SPEC §5.4 (and the repair of a block whose
-// segment exists): one statement marks the rows committed with their byte
-// ranges — also rows a relay meanwhile marked abandoned, which a late writer
-// thereby revives. With onlyUncommitted, rows already committed are left
-// alone and counted out.
+// segment exists): one statement marks the block's reserved rows committed
+// with their byte ranges, and returns the positions it committed. Rows in
+// any other state are left alone: committed ones (a repair got there
+// first), and abandoned ones — abandoned is final, because the relay may
+// have passed the position and its bounded lookback; a late writer appends
+// those envelopes again at fresh positions instead (writeBlock).
 //
 // One round trip: BEGIN; the update; COMMIT; then the NOTIFY in a
 // transaction of its own. A NOTIFY inside the updating transaction would hold
@@ -46,9 +48,9 @@ const sqlNotify = `SELECT pg_notify('` + NotifyChannel + `', $1)`
 // wake-up still follows the commit; if the process dies in between, the
 // relay's poll finds the rows. The commit is synchronous: a commit that a
 // Postgres crash could lose after Append returned would leave rows the
-// relay may already have published (or revived rows back to abandoned)
+// relay may already have published (or committed rows back to reserved)
 // with nothing left to settle them.
-func (s *Store) commitRows(ctx context.Context, key string, refs []lineRef, onlyUncommitted bool) (int64, error) {
+func (s *Store) commitRows(ctx context.Context, key string, refs []lineRef) (map[int64]bool, error) {
 	n := len(refs)
 	pos, eids, offs, lens := make([]int64, n), make([]string, n), make([]int64, n), make([]int32, n)
 	lo, hi := refs[0].position, refs[0].position
@@ -56,21 +58,22 @@ func (s *Store) commitRows(ctx context.Context, key string, refs []lineRef, only
 		pos[j], eids[j], offs[j], lens[j] = r.position, r.eventID, r.offset, int32(r.length)
 		lo, hi = min(lo, r.position), max(hi, r.position)
 	}
-	updated, err := s.commitRoundTrip(ctx, key, pos, eids, offs, lens, onlyUncommitted, fmt.Sprintf("committed %d %d", lo, hi))
+	updated, err := s.commitRoundTrip(ctx, key, pos, eids, offs, lens, fmt.Sprintf("committed %d %d", lo, hi))
 	if err != nil {
-		return 0, fmt.Errorf("eventstore: commit %s: %w", key, err)
+		return nil, fmt.Errorf("eventstore: commit %s: %w", key, err)
 	}
-	if !onlyUncommitted && updated != int64(n) {
-		return updated, fmt.Errorf("eventstore: commit %s: %d of %d index rows found (was the index rebuilt meanwhile?)", key, updated, n)
+	out := make(map[int64]bool, len(updated))
+	for _, p := range updated {
+		out[p] = true
 	}
-	return updated, nil
+	return out, nil
 }
 
 func (s *Store) commitRoundTrip(ctx context.Context, key string, pos []int64, eids []string, offs []int64, lens []int32,
-	onlyUncommitted bool, payload string) (int64, error) {
+	payload string) ([]int64, error) {
 	c, release, err := s.txConn(ctx)
 	if err != nil {
-		return 0, err
+		return nil, err
 	}
 	defer release()
 	b := &pgx.Batch{}
@@ -79,29 +82,29 @@ func (s *Store) commitRoundTrip(ctx context.Context, key string, pos []int64, ei
 	// hash-joins the arrays to a sequential scan of appends (measured: 4 ms
 	// per 50-row commit at 40,000 rows, growing until an ANALYZE).
 	b.Queue(sqlPlanPerCall)
-	b.Queue(sqlCommitRows, key, pos, eids, offs, lens, onlyUncommitted)
+	b.Queue(sqlCommitRows, key, pos, eids, offs, lens)
 	b.Queue("COMMIT")
 	b.Queue(sqlNotify, payload)
 	br := c.SendBatch(ctx, b)
 	defer br.Close()
-	var updated int64
+	var updated []int64
 	for range 2 { // BEGIN, sqlPlanPerCall
 		if _, err := br.Exec(); err != nil {
-			return 0, err
+			return nil, err
 		}
 	}
 	if err := br.QueryRow().Scan(&updated); err != nil {
-		return 0, err
+		return nil, err
 	}
 	if _, err := br.Exec(); err != nil {
-		return 0, err
+		return nil, err
 	}
 	if _, err := br.Exec(); err != nil {
 		// committed; only the wake-up failed (the relay polls)
 		s.cfg.logger.Debug("eventstore: NOTIFY after commit failed", "segment_key", key, "error", err)
 	}
 	if err := br.Close(); err != nil && c.PgConn().TxStatus() != 'I' {
-		return 0, err
+		return nil, err
 	}
 	return updated, nil
 }
@@ -144,7 +147,8 @@ func (s *Store) resolveBlock(ctx context.Context, key string, policy abandonPoli
 		for j, l := range lines {
 			refs[j] = lineRef{position: l.env.Position, eventID: l.env.EventID, offset: l.offset, length: int64(len(l.raw))}
 		}
-		n, err := s.commitRows(ctx, key, refs, true)
+		done, err := s.commitRows(ctx, key, refs)
+		n := int64(len(done))
 		if n > 0 {
 			s.cfg.logger.Warn("eventstore: committed reserved rows whose segment exists", "segment_key", key, "rows", n)
 		}

@@ -147,8 +147,8 @@ func (s *Store) reserve(ctx context.Context, items []*item) (accepted []*item, f
 		}
 		accepted, first, err = s.reserveOnce(ctx, items)
 		var pgErr *pgconn.PgError
-		if err != nil && errors.As(err, &pgErr) && attempt < 8 &&
-			(pgErr.Code == "23505" || pgErr.Code == "40P01" || pgErr.Code == "40001") {
+		if err != nil && attempt < 8 && (errors.Is(err, errMovedRace) || errors.As(err, &pgErr) &&
+			(pgErr.Code == "23505" || pgErr.Code == "40P01" || pgErr.Code == "40001")) {
 			continue
 		}
 		return accepted, first, err
@@ -275,16 +275,25 @@ func (s *Store) reserveOnce(ctx context.Context, items []*item) (accepted []*ite
 	for _, it := range items {
 		if r, ok := existing[it.env.EventID]; ok {
 			s.settleExisting(it, r, now)
-			continue
+			if it.moved == nil {
+				continue
+			}
 		}
 		if it.slotKey != "" && !s.slotAllowed(it, slotRows) {
+			it.moved = nil
 			continue
 		}
 		live = append(live, it)
 	}
 
+	superseded, err := s.supersededSlots(ctx, c, live)
+	if err != nil {
+		return nil, 0, err
+	}
+
 	// 3. sequences (OCC) in arrival order
 	accepted = make([]*item, 0, len(live))
+	top := map[aggKey]int64{} // highest sequence accepted per aggregate in this group
 	for _, it := range live {
 		if it.slot {
 			it.seq = it.env.SequenceNumber
@@ -293,6 +302,21 @@ func (s *Store) reserveOnce(ctx context.Context, items []*item) (accepted []*ite
 		}
 		k := aggKey{it.env.AggregateType, it.env.AggregateID}
 		cur := last[k]
+		if m := it.moved; m != nil && (s.cfg.allocatorOff || !superseded[it] && m.seq > top[k]) {
+			// A retry of an abandoned append whose slot nothing after it
+			// filled (every later slot of the aggregate is abandoned too,
+			// or being retried here, in order): it keeps its slot — its
+			// expected_seq held when the slot was handed out — and only
+			// its position is fresh, so consumers still see the
+			// aggregate's sequences in position order.
+			it.seq = m.seq
+			top[k] = max(top[k], it.seq)
+			accepted = append(accepted, it)
+			continue
+		}
+		// Otherwise it is a new append: optimistic concurrency against the
+		// aggregate as it is, and the next sequence; a retry's old slot
+		// stays an empty one (SPEC §5.4: an abandoned slot is finished).
 		if it.env.ExpectedSeq != nil && *it.env.ExpectedSeq != cur {
 			it.res.Err = &ConflictError{AggregateType: k.t, AggregateID: k.i, ExpectedSeq: *it.env.ExpectedSeq, ActualSeq: cur}
 			continue
@@ -304,10 +328,14 @@ func (s *Store) reserveOnce(ctx context.Context, items []*item) (accepted []*ite
 			it.seq = cur + 1
 			last[k] = it.seq
 		}
+		top[k] = max(top[k], it.seq)
 		accepted = append(accepted, it)
 	}
 	if len(accepted) == 0 {
 		return nil, 0, nil // rolled back: nothing to reserve
+	}
+	if err := s.dropMoved(ctx, c, accepted); err != nil {
+		return nil, 0, err
 	}
 
 	// Round trip 2: sequences, positions, appends rows, NOTIFY; COMMIT.
@@ -360,6 +388,87 @@ func (s *Store) reserveOnce(ctx context.Context, items []*item) (accepted []*ite
 
 type slotRow struct{ eventID, state string }
 
+const sqlSupersededSlots = `
+SELECT u.ord FROM unnest($1::text[], $2::text[], $3::bigint[]) WITH ORDINALITY AS u(t, i, s, ord)
+WHERE EXISTS (SELECT 1 FROM sluice.appends a
+              WHERE a.aggregate_type = u.t AND a.aggregate_id = u.i AND a.sequence_number > u.s AND a.state <> 'abandoned')`
+
+// supersededSlots returns the retries of abandoned appends (store-assigned
+// sequences) whose old slot was followed by a slot that is not abandoned:
+// consumers may have seen the later sequence, so the old one would be
+// stale; they take a new sequence. The aggregates' sequence rows are
+// locked by the reservation, so no slot is handed out meanwhile.
+func (s *Store) supersededSlots(ctx context.Context, c *pgx.Conn, live []*item) (map[*item]bool, error) {
+	var cand []*item
+	var ts, is []string
+	var seqs []int64
+	for _, it := range live {
+		if it.moved != nil && !it.slot && !s.cfg.allocatorOff {
+			cand = append(cand, it)
+			ts, is, seqs = append(ts, it.env.AggregateType), append(is, it.env.AggregateID), append(seqs, it.moved.seq)
+		}
+	}
+	if len(cand) == 0 {
+		return nil, nil
+	}
+	rows, err := c.Query(ctx, sqlSupersededSlots, ts, is, seqs)
+	if err != nil {
+		return nil, fmt.Errorf("eventstore: reserve: %w", err)
+	}
+	ords, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+	if err != nil {
+		return nil, fmt.Errorf("eventstore: reserve: %w", err)
+	}
+	out := make(map[*item]bool, len(ords))
+	for _, o := range ords {
+		out[cand[o-1]] = true
+	}
+	return out, nil
+}
+
+// errMovedRace: an abandoned row a retry was to replace changed state
+// between the look-up and its removal; the reservation runs again.
+var errMovedRace = errors.New("eventstore: reserve: an abandoned row changed meanwhile")
+
+const sqlDropMoved = `
+DELETE FROM sluice.appends WHERE event_id = ANY($1::uuid[]) AND state = 'abandoned' RETURNING event_id::text`
+
+// dropMoved removes, inside the reservation transaction, the abandoned rows
+// that accepted retries replace with fresh reservations (the event_id is
+// unique). It takes their row locks, so a late writer's commit of the same
+// rows waits for this transaction and then finds them gone. A row that is
+// no longer abandoned fails the reservation with errMovedRace (rolled
+// back, run again).
+func (s *Store) dropMoved(ctx context.Context, c *pgx.Conn, accepted []*item) error {
+	var ids []string
+	for _, it := range accepted {
+		if it.moved != nil {
+			ids = append(ids, it.env.EventID)
+		}
+	}
+	if len(ids) == 0 {
+		return nil
+	}
+	rows, err := c.Query(ctx, sqlDropMoved, ids)
+	if err != nil {
+		return fmt.Errorf("eventstore: reserve: %w", err)
+	}
+	n, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return fmt.Errorf("eventstore: reserve: %w", err)
+	}
+	if len(n) != len(ids) {
+		return errMovedRace
+	}
+	for _, it := range accepted {
+		if m := it.moved; m != nil {
+			s.cfg.logger.Warn("eventstore: an abandoned append was retried; it gets a fresh position (its old one may be behind the relay)",
+				"event_id", m.eventID, "old_position", m.position, "old_sequence", m.seq)
+		}
+	}
+	return nil
+}
+
 // settleExisting decides what to do with an item whose event_id is already
 // in appends (SPEC §5.4 step 2).
 func (s *Store) settleExisting(it *item, r indexRow, now time.Time) {
@@ -382,7 +491,10 @@ func (s *Store) settleExisting(it *item, r indexRow, now time.Time) {
 		if r.state == stateCommitted {
 			it.stored = &r
 		} else {
-			it.revive = &r
+			// Never re-committed at its old position, which the relay
+			// may have passed (and left its lookback): the append is
+			// reserved afresh, and published in order like a new one.
+			it.moved = &r
 		}
 	case stateReserved:
 		if r.writer == s.cfg.writerID || r.stale {
@@ -404,10 +516,10 @@ func (s *Store) settleExisting(it *item, r indexRow, now time.Time) {
 func (s *Store) slotAllowed(it *item, found map[string]slotRow) bool {
 	e := it.env
 	serr := &SlotError{AggregateType: e.AggregateType, AggregateID: e.AggregateID, Sequence: e.SequenceNumber, Kind: string(e.Kind)}
-	if held, ok := found[it.slotKey]; ok {
+	if held, ok := found[it.slotKey]; ok && held.eventID != e.EventID {
 		serr.ExistingEventID, serr.Reason = held.eventID, "the slot already holds another "+string(e.Kind)
 		if held.state == stateAbandoned {
-			serr.Reason += " (abandoned; only a retry of that event_id can revive it)"
+			serr.Reason += " (abandoned; only a retry of that event_id can take it)"
 		}
 		it.res.Err = serr
 		return false

@@ -112,6 +112,13 @@ func (t lineTemplate) appendLine(dst []byte, seq, pos int64) []byte {
 
 func (t lineTemplate) size() int { return len(t.head) + len(t.tail) + 64 }
 
+// maxLine is the length of the envelope's stored line (without the newline)
+// with sequence_number and position at their widest (19 digits each, the
+// width of the sentinels): an upper bound of the line whatever the store
+// assigns, so the envelope limit can be checked before the reservation and
+// a retry of the same envelope always gets the same answer.
+func (t lineTemplate) maxLine() int { return len(t.head) + len(sentinelMarker) + len(t.tail) }
+
 // segmentLine locates one line of a parsed segment.
 type segmentLine struct {
 	env    envelope.Envelope
