@@ -47,8 +47,6 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
-	"sort"
-	"strings"
 	"sync"
 	"time"
 
@@ -374,7 +372,10 @@ const (
 	ReasonExists         = "instance already exists"
 	ReasonMissing        = "instance does not exist"
 	ReasonDeleted        = "instance is deleted"
-	ReasonReservedFields = "data uses reserved field"
+	// ReasonInvalidData starts the reason of a command whose new state
+	// holds a key the instance document cannot hold
+	// (readmodel.ValidateData; the reason goes on with its error).
+	ReasonInvalidData = "data cannot be stored"
 	// ReasonCommandIDReused starts the reason of a command whose
 	// command_id names another command's domain event (stored with a
 	// different payload).
@@ -496,8 +497,9 @@ func decide(c command, cur current) (string, json.RawMessage, *registry.Outcome,
 	if err != nil {
 		return "", nil, nil, consumer.Permanent(err)
 	}
-	if bad := reservedKeys(newState); len(bad) > 0 {
-		return reject(ReasonReservedFields + " " + strings.Join(bad, ", "))
+	// The API refuses such data with the same rule (issue 26.3).
+	if err := readmodel.ValidateData(newState); err != nil {
+		return reject(ReasonInvalidData + ": " + err.Error())
 	}
 	return evType, newState, nil, nil
 }
@@ -588,21 +590,6 @@ func compactObject(b json.RawMessage) (json.RawMessage, error) {
 		return nil, fmt.Errorf("new state: %w", err)
 	}
 	return out.Bytes(), nil
-}
-
-func reservedKeys(state json.RawMessage) []string {
-	var m map[string]json.RawMessage
-	if json.Unmarshal(state, &m) != nil {
-		return nil
-	}
-	var bad []string
-	for k := range m {
-		if readmodel.IsReserved(k) {
-			bad = append(bad, k)
-		}
-	}
-	sort.Strings(bad)
-	return bad
 }
 
 // reusedCommandIDError: the domain event id of a command (derived from its
