@@ -15,7 +15,8 @@ import (
 )
 
 // fakeRegistry claims everything, records mark_done calls and schedules
-// retries 20 ms out.
+// retries 250 ms out (long enough for the round that failed to finish and
+// commit first, even on a loaded machine under -race).
 type fakeRegistry struct {
 	mu       sync.Mutex
 	attempts map[string]int
@@ -52,7 +53,7 @@ func (f *fakeRegistry) MarkFailed(_ context.Context, l registry.Lease, _ registr
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.failed = append(f.failed, l.EventID)
-	return registry.FailResult{Status: registry.StatusFailed, Attempt: l.Attempt, RetryIn: 20 * time.Millisecond}, nil
+	return registry.FailResult{Status: registry.StatusFailed, Attempt: l.Attempt, RetryIn: 250 * time.Millisecond}, nil
 }
 
 func (f *fakeRegistry) Release(context.Context, registry.Lease) error { return nil }

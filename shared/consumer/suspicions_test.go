@@ -173,7 +173,7 @@ func TestRevokedPartitionHandsBackClaims(t *testing.T) {
 	}
 	_, pool := testenv.NewMigratedDatabase(t)
 	var mu sync.Mutex
-	held := map[string]bool{}    // by the first owner (its Elasticsearch is out)
+	held := map[string]bool{}   // by the first owner (its Elasticsearch is out)
 	applied := map[string]int{} // by the second
 	down := HandlerFunc(func(_ context.Context, rec *Record) (registry.Outcome, error) {
 		mu.Lock()
