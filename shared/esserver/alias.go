@@ -122,6 +122,7 @@ func (s *Server) handlePutAlias(rq *request, indexExpr, name string) response {
 	for _, n := range names {
 		m := *meta
 		s.indices[n].aliases[alias] = &m
+		s.journalMeta(s.indices[n])
 	}
 	return ok(newOrderedMap().Set("acknowledged", true))
 }
@@ -144,11 +145,15 @@ func (s *Server) handleDeleteAlias(rq *request, indexExpr, nameExpr string) resp
 	removed := 0
 	for _, n := range names {
 		ix := s.indices[n]
+		before := removed
 		for an := range ix.aliases {
 			if pathMatchesAny(an, patterns) {
 				delete(ix.aliases, an)
 				removed++
 			}
+		}
+		if removed > before {
+			s.journalMeta(ix)
 		}
 	}
 	if removed == 0 {
@@ -329,10 +334,15 @@ func (s *Server) handleUpdateAliases(rq *request) response {
 	// Commit.
 	for n := range removedIdx {
 		delete(s.indices, n)
+		s.journalDrop(n)
 	}
 	for n, aliases := range state {
 		if ix := s.indices[n]; ix != nil {
+			changed := aliasesChanged(ix.aliases, aliases)
 			ix.aliases = aliases
+			if changed {
+				s.journalMeta(ix)
+			}
 		}
 	}
 	return ok(newOrderedMap().Set("acknowledged", true).Set("errors", false))

@@ -12,9 +12,10 @@ import (
 
 // BenchmarkBulkIndex measures in-process bulk indexing of small documents
 // in batches of 1000 through the HTTP handler.
-func BenchmarkBulkIndex(b *testing.B) {
+func BenchmarkBulkIndex(b *testing.B) { benchBulk(b, esserver.New()) }
+
+func benchBulk(b *testing.B, srv *esserver.Server) {
 	const batch = 1000
-	srv := esserver.New()
 	bodies := make([][]byte, 16)
 	for i := range bodies {
 		var buf bytes.Buffer
@@ -37,4 +38,16 @@ func BenchmarkBulkIndex(b *testing.B) {
 	}
 	b.StopTimer()
 	b.ReportMetric(float64(b.N*batch)/b.Elapsed().Seconds(), "docs/s")
+}
+
+// BenchmarkBulkIndexPersistent is BenchmarkBulkIndex on a server made by
+// Open: every _bulk is written to the log and fsynced once before it is
+// answered.
+func BenchmarkBulkIndexPersistent(b *testing.B) {
+	srv, err := esserver.Open(b.TempDir())
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer func() { _ = srv.Close() }()
+	benchBulk(b, srv)
 }

@@ -33,6 +33,13 @@
 //   - Faults (429, 503, delays, per-item bulk rejections) can be injected
 //     for chosen requests with Server.InjectFault.
 //
+//   - Persistence (Open): a server opened on a data directory answers, after
+//     a restart or a crash, every write it acknowledged, with the same
+//     _version and _seq_no. Each write request is in the checksummed log and
+//     fsynced before it is answered (one fsync per request, so per _bulk); a
+//     snapshot written aside and renamed into place compacts the log; a torn
+//     log tail (never acknowledged) is dropped, any other damage refused.
+//
 // The server holds no package-level mutable state and is safe for
 // concurrent use.
 package esserver

@@ -259,10 +259,14 @@ func (s *Server) doIndex(ix *index, op *writeOp, res *writeResult) {
 		return
 	}
 	applyUpdates(ix.mapping, ups)
+	if len(ups) > 0 {
+		s.journalMeta(ix)
+	}
 	ix.seqNo++
 	ix.order++
 	e := &docEntry{id: op.id, version: v, seqNo: ix.seqNo, primaryTerm: 1, source: raw, parsed: parsed, order: ix.order}
 	ix.publish(e)
+	s.journalDoc(ix, e)
 	ix.stats.indexTotal++
 	res.entry = e
 	if exists {
@@ -287,6 +291,7 @@ func (s *Server) doDelete(ix *index, op *writeOp, res *writeResult) {
 	ix.seqNo++
 	e := &docEntry{id: op.id, version: v, seqNo: ix.seqNo, primaryTerm: 1, deleted: true}
 	ix.publish(e)
+	s.journalDoc(ix, e)
 	res.entry = e
 	if exists {
 		ix.stats.deleteTotal++

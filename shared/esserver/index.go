@@ -479,6 +479,7 @@ func (s *Server) createIndexLocked(rawName string, body map[string]any) (*index,
 		}
 	}
 	s.indices[name] = ix
+	s.journalMeta(ix)
 	return ix, nil
 }
 
@@ -774,6 +775,7 @@ func (s *Server) writeIndexFor(name string, autoCreate bool) (*index, *esError) 
 	st, _ := buildSettings(flat)
 	ix = s.newIndex(resolved, flat, st, nil)
 	s.indices[resolved] = ix
+	s.journalMeta(ix)
 	return ix, nil
 }
 
@@ -809,6 +811,7 @@ func (s *Server) handleDeleteIndex(rq *request, expr string) response {
 	}
 	for _, n := range names {
 		delete(s.indices, n)
+		s.journalDrop(n)
 	}
 	return ok(newOrderedMap().Set("acknowledged", true))
 }
@@ -901,6 +904,7 @@ func (s *Server) handlePutMapping(rq *request, expr string) response {
 	}
 	for _, n := range names {
 		_ = mergeRoot(s.indices[n].mapping, cloneMapping(upd))
+		s.journalMeta(s.indices[n])
 	}
 	return ok(newOrderedMap().Set("acknowledged", true))
 }
@@ -982,6 +986,7 @@ func (s *Server) handlePutSettings(rq *request, expr string) response {
 		if ix.settings.autoRefresh && !wasAuto {
 			ix.refresh()
 		}
+		s.journalMeta(ix)
 	}
 	return ok(newOrderedMap().Set("acknowledged", true))
 }

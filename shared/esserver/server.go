@@ -33,6 +33,9 @@ type Server struct {
 	idPrefix string
 	uuidSeq  atomic.Uint64
 	faults   faultSet
+	// store is the data directory of a server made by Open; nil keeps
+	// everything in memory only.
+	store *store
 }
 
 type config struct {
@@ -102,11 +105,18 @@ func randomUUIDLike() string {
 	return string(out)
 }
 
-// Reset deletes all indices and aliases.
+// Reset deletes all indices and aliases (on disk too, for a server made by
+// Open).
 func (s *Server) Reset() {
 	s.mu.Lock()
-	defer s.mu.Unlock()
+	for n := range s.indices {
+		s.journalDrop(n)
+	}
 	s.indices = map[string]*index{}
+	s.mu.Unlock()
+	if s.store != nil {
+		_ = s.store.sync()
+	}
 }
 
 // ListenAndServe serves the API on addr (for example ":9200") until ctx is
@@ -190,6 +200,10 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 	}()
 	resp := s.serve(rq, w)
+	if s.store != nil && r.Method != http.MethodGet && r.Method != http.MethodHead {
+		// Acknowledge nothing that a restart would lose.
+		resp = s.afterWrite(resp)
+	}
 	s.write(w, rq, resp)
 }
 
