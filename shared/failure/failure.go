@@ -71,8 +71,11 @@ func IsOutage(ctx context.Context, err error) bool { return Classify(ctx, err) =
 // EOF; a timeout (net.Error Timeout, context.DeadlineExceeded of a
 // per-request deadline); HTTP 408, 429, 502, 503, 504; Postgres connection
 // failures and SQLSTATE classes 08 (connection), 53 (insufficient
-// resources), 57P01–57P03 (shutdown, cannot connect now); Kafka errors
-// franz-go marks retriable.
+// resources), 58 (system I/O error), 57P01–57P03 (shutdown, cannot connect
+// now), 57P05 (idle session timeout), 57014 (statement timeout on an
+// overloaded server), 25006 (read-only: a standby after a failover) — the
+// registry's own list (registry.ErrUnavailable); Kafka errors franz-go marks
+// retriable.
 //
 // Permanent: any other HTTP 4xx (400 mapping conflict, 413, 404 of a
 // named resource…); any other Kafka error code (MESSAGE_TOO_LARGE,
@@ -104,8 +107,9 @@ func Classify(ctx context.Context, err error) Class {
 	var pe *pgconn.PgError
 	if errors.As(err, &pe) {
 		switch {
-		case len(pe.Code) == 5 && (pe.Code[:2] == "08" || pe.Code[:2] == "53"),
-			pe.Code == "57P01", pe.Code == "57P02", pe.Code == "57P03":
+		case len(pe.Code) == 5 && (pe.Code[:2] == "08" || pe.Code[:2] == "53" || pe.Code[:2] == "58"),
+			pe.Code == "57P01", pe.Code == "57P02", pe.Code == "57P03", pe.Code == "57P05",
+			pe.Code == "57014", pe.Code == "25006":
 			return Outage
 		}
 		return Unknown

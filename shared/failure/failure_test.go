@@ -57,6 +57,10 @@ func TestClassify(t *testing.T) {
 		{"pg admin shutdown", nil, &pgconn.PgError{Code: "57P01"}, Outage},
 		{"pg connection", nil, &pgconn.PgError{Code: "08006"}, Outage},
 		{"pg too many connections", nil, &pgconn.PgError{Code: "53300"}, Outage},
+		{"pg statement timeout", nil, &pgconn.PgError{Code: "57014"}, Outage},
+		{"pg read-only standby", nil, &pgconn.PgError{Code: "25006"}, Outage},
+		{"pg idle session timeout", nil, &pgconn.PgError{Code: "57P05"}, Outage},
+		{"pg disk i/o", nil, &pgconn.PgError{Code: "58030"}, Outage},
 		{"pg unique violation", nil, &pgconn.PgError{Code: "23505"}, Unknown},
 	}
 	for _, tc := range cases {
