@@ -318,7 +318,15 @@ func (d *dlqEnv) loadMarkers(ctx context.Context) (map[string]dlqMarker, error) 
 
 // writeMarker records what was done with l, durably (acks=all).
 func (d *dlqEnv) writeMarker(ctx context.Context, l *dlqLetter, action, note string) error {
-	_, err := d.adm.CreateTopic(ctx, 1, int16(d.cfg.Kafka.ReplicationFactor),
+	// The sidecar is the operator's own topic. Unless
+	// KAFKA_TOPIC_REPLICATION_FACTOR is set, it takes the cluster's
+	// default.replication.factor (-1, KIP-464) rather than the config
+	// default of 3, which a one-broker dev Kafka refuses.
+	rf := int16(-1)
+	if _, set := os.LookupEnv("KAFKA_TOPIC_REPLICATION_FACTOR"); set {
+		rf = int16(d.cfg.Kafka.ReplicationFactor)
+	}
+	_, err := d.adm.CreateTopic(ctx, 1, rf,
 		map[string]*string{"cleanup.policy": kadm.StringPtr("compact")}, d.handledTopic())
 	if err != nil && !errors.Is(err, kerr.TopicAlreadyExists) {
 		return fmt.Errorf("create %s: %w", d.handledTopic(), err)
