@@ -2,9 +2,7 @@ package consumer
 
 import (
 	"context"
-	"crypto/sha256"
 	"crypto/tls"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -94,8 +92,7 @@ type Options struct {
 	Registry Registry
 	Handler  Handler
 	// AggregateKey maps an envelope to the registry's aggregate id and the
-	// ordering unit. Default: aggregate_type + ":" + aggregate_id (ids over
-	// 512 bytes: aggregate_type + ":sha256:" + hex digest of the id).
+	// ordering unit. Default: DefaultAggregateKey (envelope.AggregateKey).
 	AggregateKey func(envelope.Envelope) string
 	// Concurrency bounds the aggregates processed at once, by the handler
 	// goroutines of all rounds in flight together (WORKER_CONCURRENCY,
@@ -211,16 +208,12 @@ func (o *Options) withDefaults() (Options, error) {
 	return c, nil
 }
 
-// DefaultAggregateKey is aggregate_type + ":" + aggregate_id, or for ids too
-// long for the registry aggregate_type + ":sha256:" + the hex SHA-256 of the
-// id; distinct aggregates never share a key.
+// DefaultAggregateKey is envelope.AggregateKey: aggregate_type + ":" +
+// aggregate_id, escaped with "~" when the id starts with "~" or "sha256:",
+// or for ids too long for the registry aggregate_type + ":sha256:" + the
+// hex SHA-256 of the id; distinct aggregates never share a key.
 func DefaultAggregateKey(e envelope.Envelope) string {
-	k := e.AggregateType + ":" + e.AggregateID
-	if len(k) <= 512 {
-		return k
-	}
-	sum := sha256.Sum256([]byte(e.AggregateID))
-	return e.AggregateType + ":sha256:" + hex.EncodeToString(sum[:])
+	return envelope.AggregateKey(e.AggregateType, e.AggregateID)
 }
 
 // OptionsFromConfig fills the worker knobs of Options from the process

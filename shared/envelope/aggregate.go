@@ -269,3 +269,46 @@ func ESDocumentID(id string) string {
 	sum := sha256.Sum256([]byte(id))
 	return hex.EncodeToString(sum[:])
 }
+
+// MaxAggregateKeyBytes is the longest aggregate key AggregateKey returns:
+// the registry's limit on its aggregate_id column (SPEC §7.1).
+const MaxAggregateKeyBytes = 512
+
+// Prefixes of the aggregate-key forms (AggregateKey).
+const (
+	// aggregateKeyHashed starts the part after "type:" of a hashed key.
+	aggregateKeyHashed = "sha256:"
+	// aggregateKeyEscape starts the part after "type:" of a literal id
+	// that could be mistaken for another form.
+	aggregateKeyEscape = "~"
+)
+
+// AggregateKey returns the key of an aggregate in the processed-event
+// registry and the workers' ordering unit (SPEC §7): aggregate_type + ":"
+// followed by one of three forms, which no two aggregates can share:
+//
+//   - the id itself, when it starts with neither "~" nor "sha256:";
+//   - "~" + the id, when it starts with "~" or "sha256:" (escaped, so a
+//     literal id "sha256:<hex>" cannot pose as the hashed form, nor "~x" as
+//     the escape of "x");
+//   - "sha256:" + the lower-case hex SHA-256 of the id, when the key of
+//     either form above would be longer than MaxAggregateKeyBytes.
+//
+// The part after the first ':' tells its form by its first bytes, and
+// aggregate_type contains no ':' (AggregateTypePattern), so the map from
+// (aggregate_type, aggregate_id) to key is injective (up to SHA-256
+// collisions). Issue 21.8: the earlier form had no escape, and the id
+// "sha256:<hex>" shared its key with the long id hashing to <hex>.
+// Deployment note: keys of ids starting with "~" or "sha256:" changed with
+// this form (docs/worker-runtime.md).
+func AggregateKey(aggregateType, aggregateID string) string {
+	k := aggregateType + ":"
+	if strings.HasPrefix(aggregateID, aggregateKeyEscape) || strings.HasPrefix(aggregateID, aggregateKeyHashed) {
+		k += aggregateKeyEscape
+	}
+	if len(k)+len(aggregateID) <= MaxAggregateKeyBytes {
+		return k + aggregateID
+	}
+	sum := sha256.Sum256([]byte(aggregateID))
+	return aggregateType + ":" + aggregateKeyHashed + hex.EncodeToString(sum[:])
+}
