@@ -23,11 +23,18 @@
 //     that arrives later on the topic can run and unblock it.
 //   - §0.4 explicit failure: parse errors and exhausted or permanent failures
 //     go to the dead-letter topic with the record shape of SPEC §8 before the
-//     offset moves; a registry outage (registry.ErrUnavailable) pauses
-//     consumption — no claim, no side effect, no commit, no DLQ — turns
-//     readiness red and resumes by itself.
+//     offset moves; a dead letter too large to embed its original is written
+//     in pointer form instead of blocking its partition. An outage of a
+//     dependency — the registry (registry.ErrUnavailable) or one the handler
+//     reports (OutageError, or an error failure.Classify calls an outage) —
+//     pauses consumption without spending an attempt: no DLQ, no commit past
+//     it, the claim kept and heartbeated; readiness names the dependency and
+//     turns red, and the runtime resumes by itself. A panicking handler call
+//     is recovered into a retryable error; the process never crash-loops.
 //
-// Handlers classify their failures with Retryable, Permanent and
-// ConflictErr (errors.As-friendly types); unclassified errors are retried.
+// Handlers classify their failures with Retryable, Permanent, ConflictErr
+// and Outage (errors.As-friendly types); unclassified errors are retried
+// (or paused on, when failure.Classify calls them an outage).
+// docs/failures.md is the table of dependency failures.
 // docs/worker-runtime.md is the operator guide.
 package consumer
