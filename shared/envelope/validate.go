@@ -481,8 +481,8 @@ func validateMetadata(m Metadata, l Limits, scanned bool) error {
 				return err
 			}
 		case MetaKafkaTopic:
-			if !isKafkaTopic(s) {
-				return invalid("metadata."+k, KafkaTopicPattern, "must be a Kafka topic name %s", KafkaTopicPattern)
+			if err := ValidateKafkaTopic(s); err != nil {
+				return err
 			}
 		}
 	}
@@ -704,15 +704,55 @@ func isAggregateType(s string) bool {
 	return true
 }
 
+// ValidateKafkaTopic checks a topic name for metadata.kafka_topic: Kafka's
+// rule KafkaTopicPattern (1..249 bytes of [A-Za-z0-9._-], not "." or
+// ".."), so that a name the broker refuses is refused at append instead of
+// reaching the relay. When configured topic names are given (the
+// deployment's commands, events and DLQ topics), a name that differs from
+// one of them only by '.' versus '_' is refused too: Kafka treats such names
+// as colliding (their metric names are the same) and refuses to create the
+// second. Errors are *ValidationError (CodeInvalid, field
+// metadata.kafka_topic).
+func ValidateKafkaTopic(topic string, configured ...string) error {
+	const field = "metadata." + MetaKafkaTopic
+	switch {
+	case topic == "":
+		return invalid(field, KafkaTopicPattern, "must not be empty (a Kafka topic name %s)", KafkaTopicPattern)
+	case len(topic) > 249:
+		return invalid(field, KafkaTopicPattern, "is %d bytes; a Kafka topic name is at most 249", len(topic))
+	case topic == "." || topic == "..":
+		return invalid(field, KafkaTopicPattern, "%q is not a legal Kafka topic name", topic)
+	}
+	if !isKafkaTopic(topic) {
+		i := 0
+		for i < len(topic) && isTopicByte(topic[i]) {
+			i++
+		}
+		return invalid(field, KafkaTopicPattern, "byte %d (%q) is outside [A-Za-z0-9._-]; a Kafka topic name must match %s", i, topic[i], KafkaTopicPattern)
+	}
+	norm := strings.ReplaceAll(topic, ".", "_")
+	for _, c := range configured {
+		if c != topic && strings.ReplaceAll(c, ".", "_") == norm {
+			return invalid(field, "no '.'/'_' collision", "%q collides with the configured topic %q: Kafka treats '.' and '_' alike in topic names", topic, c)
+		}
+	}
+	return nil
+}
+
 // isKafkaTopic reports whether s is a legal Kafka topic name.
 func isKafkaTopic(s string) bool {
 	if len(s) < 1 || len(s) > 249 || s == "." || s == ".." {
 		return false
 	}
 	for i := 0; i < len(s); i++ {
-		if c := s[i]; !isUpper(c) && !isLower(c) && !isDigit(c) && c != '.' && c != '_' && c != '-' {
+		if !isTopicByte(s[i]) {
 			return false
 		}
 	}
 	return true
+}
+
+// isTopicByte reports whether c may appear in a Kafka topic name.
+func isTopicByte(c byte) bool {
+	return isUpper(c) || isLower(c) || isDigit(c) || c == '.' || c == '_' || c == '-'
 }
