@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -11,6 +12,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -60,9 +62,10 @@ func newDevCmd() *cobra.Command {
 		Long: `sluice dev starts everything sluice needs in one process, on embedded defaults:
 a local PostgreSQL in the data directory when DATABASE_URL is unset, the schema
 migrations, the file-backend event store, an embedded Kafka (kfake, persisted in
-the data directory), the Elasticsearch-compatible test server, and the api, relay,
-instance worker and projection worker. Parts that do not exist yet are listed as missing. Stop it
-with Ctrl-C.`,
+the data directory), the Elasticsearch-compatible test server (persisted in the data
+directory), and the api, relay, instance worker and projection worker. Parts that do not
+exist yet are listed as missing. Stop it with Ctrl-C; a restart on the same data directory
+brings everything back. One sluice dev owns a data directory at a time.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			cfg, logger, err := loadConfig(cmd)
@@ -73,7 +76,7 @@ with Ctrl-C.`,
 		},
 	}
 	fl := c.Flags()
-	fl.StringVar(&f.dataDir, "data-dir", envOr("SLUICE_DEV_DATA_DIR", ".dev"), "directory for dev data (postgres, events, kafka)")
+	fl.StringVar(&f.dataDir, "data-dir", envOr("SLUICE_DEV_DATA_DIR", ".dev"), "directory for dev data (postgres, events, kafka, elasticsearch)")
 	fl.IntVar(&f.pgPort, "postgres-port", 54329, "port of the local PostgreSQL started when DATABASE_URL is unset")
 	fl.StringVar(&f.esAddr, "es-addr", "127.0.0.1:9200", "listen address of the Elasticsearch-compatible test server")
 	fl.StringVar(&f.kafkaAddr, "kafka-addr", "127.0.0.1:9092", "listen address of the embedded Kafka (kfake)")
@@ -99,6 +102,16 @@ func runDev(parent context.Context, out io.Writer, cfg *config.Config, logger *s
 	}
 	defer wg.Wait()
 	defer cancel()
+
+	// One owner per data dir: a second sluice dev would adopt this one's
+	// Postgres, then stop it on exit.
+	lock, err := lockDevDataDir(f.dataDir, devOwner{
+		PID: os.Getpid(), PostgresPort: f.pgPort, ESAddr: f.esAddr, KafkaAddr: f.kafkaAddr, APIAddr: cfg.API.Addr,
+	})
+	if err != nil {
+		return err
+	}
+	defer lock.release()
 
 	// Postgres
 	if cfg.Postgres.URL == "" {
@@ -181,13 +194,32 @@ func runDev(parent context.Context, out io.Writer, cfg *config.Config, logger *s
 		return fmt.Errorf("elasticsearch test server: listen %s: %w (set --es-addr, or stop what holds the port)", f.esAddr, err)
 	}
 	esURL := "http://" + esLn.Addr().String()
-	var esHandler http.Handler = esserver.New()
+	esDir := filepath.Join(f.dataDir, "elasticsearch")
+	esSrv, err := esserver.Open(esDir)
+	if err != nil {
+		_ = esLn.Close()
+		return fmt.Errorf("elasticsearch test server: %w", err)
+	}
+	var esHandler http.Handler = esSrv
 	if f.wrapES != nil {
 		esHandler = f.wrapES(esHandler)
 	}
-	goRun("elasticsearch test server", func(ctx context.Context) error { return serveHTTP(ctx, esLn, esHandler) })
+	goRun("elasticsearch test server", func(ctx context.Context) error {
+		err := serveHTTP(ctx, esLn, esHandler)
+		// Close after the last request: it compacts the log into a snapshot.
+		if cerr := esSrv.Close(); cerr != nil {
+			logger.Error("close elasticsearch test server", "err", cerr)
+		}
+		return err
+	})
 	cfg.Elasticsearch.URLs = []string{esURL}
-	parts = append(parts, devPart{"elasticsearch test server", true, esURL + " (in-memory, Elasticsearch 8 API subset)"})
+	rec := esSrv.Recovery()
+	parts = append(parts, devPart{"elasticsearch test server", true, fmt.Sprintf("%s (Elasticsearch 8 API subset; data in %s: %d indices, %d documents restored)",
+		esURL, esDir, rec.Indices, rec.Documents)})
+	if rec.TornBytes > 0 {
+		logger.Warn("elasticsearch test server: dropped the torn end of its log (a write cut off by a crash, never acknowledged)",
+			"bytes", rec.TornBytes, "dir", esDir)
+	}
 
 	metrics := observability.NewRegistry()
 	metrics.MustRegister(store.Collectors()...)
@@ -333,3 +365,62 @@ func envOr(key, def string) string {
 	}
 	return def
 }
+
+// devLockName is the lock file of a dev data dir.
+const devLockName = "sluice-dev.lock"
+
+// errDevDataDirInUse means another sluice dev owns the data dir.
+var errDevDataDirInUse = errors.New("the data dir is in use by another sluice dev")
+
+// devOwner is what a running sluice dev writes into its lock file, so that a
+// second one can say who holds the data dir.
+type devOwner struct {
+	PID          int    `json:"pid"`
+	PostgresPort int    `json:"postgres_port"`
+	ESAddr       string `json:"elasticsearch_addr"`
+	KafkaAddr    string `json:"kafka_addr"`
+	APIAddr      string `json:"api_addr"`
+}
+
+// devLock is an exclusive flock on <data-dir>/sluice-dev.lock, held for the
+// whole life of sluice dev. The kernel drops it when the process dies, so a
+// crashed sluice dev never leaves a stale lock behind.
+type devLock struct{ f *os.File }
+
+// lockDevDataDir takes the data dir for this process, or fails at once with
+// errDevDataDirInUse naming the owner's PID and ports.
+func lockDevDataDir(dir string, me devOwner) (*devLock, error) {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, fmt.Errorf("data dir: %w", err)
+	}
+	path := filepath.Join(dir, devLockName)
+	fl, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o644)
+	if err != nil {
+		return nil, fmt.Errorf("data dir lock: %w", err)
+	}
+	if err := syscall.Flock(int(fl.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		defer func() { _ = fl.Close() }()
+		if !errors.Is(err, syscall.EWOULDBLOCK) {
+			return nil, fmt.Errorf("data dir lock %s: %w", path, err)
+		}
+		owner := "an unknown process"
+		var o devOwner
+		if b, rerr := io.ReadAll(fl); rerr == nil && json.Unmarshal(b, &o) == nil && o.PID > 0 {
+			owner = fmt.Sprintf("pid %d (postgres port %d, elasticsearch %s, kafka %s, api %s)", o.PID, o.PostgresPort, o.ESAddr, o.KafkaAddr, o.APIAddr)
+		}
+		return nil, fmt.Errorf("%w: %s is held by %s; stop that sluice dev first, or pass another --data-dir", errDevDataDirInUse, dir, owner)
+	}
+	b, _ := json.Marshal(me)
+	if err := fl.Truncate(0); err == nil {
+		_, err = fl.WriteAt(append(b, '\n'), 0)
+	}
+	if err != nil {
+		_ = fl.Close()
+		return nil, fmt.Errorf("data dir lock %s: %w", path, err)
+	}
+	return &devLock{f: fl}, nil
+}
+
+// release drops the lock (the file stays; its content is stale until the
+// next owner rewrites it).
+func (l *devLock) release() { _ = l.f.Close() }
