@@ -14,11 +14,15 @@
 // # Guarantee kept
 //
 // SPEC §0.4, explicit failure: bad input gets a clear 4xx with a
-// machine-readable body ({"error": code, "message", "field", "limit"}) and
-// nothing is half-written. Every rule is checked before the append — body
-// size and JSON depth limits, strict JSON (no duplicate keys, no unknown
+// machine-readable body (an RFC 9457 problem document: type, title,
+// status, detail, code, field, limit) and nothing is half-written. Every
+// rule is checked before the append — body size and JSON depth limits,
+// valid text (no invalid UTF-8, no lone surrogate escape: 400
+// invalid_text, never U+FFFD), strict JSON (no duplicate keys, no unknown
 // fields), the id rules of SPEC §4 (db and class names, normalised instance
-// ids, Idempotency-Key syntax) and the store's envelope limits — and a
+// ids, Idempotency-Key syntax), the data keys the instance document can
+// hold (readmodel.ValidateData, the worker's own rule: 422
+// invalid_data_key) and the store's envelope limits — and a
 // command is one envelope appended atomically, so a request either stored
 // its command (202) or stored nothing (4xx). When the store cannot say
 // (503), the reply names the command id to retry with; retries with the same

@@ -65,7 +65,19 @@
 // is depth 1, encoded metadata ≤ 16 KiB. Depth is measured by an iterative
 // token scan, never by recursion over untrusted input.
 //
+// Text: JSON text must be valid UTF-8 with no \u escape of a lone UTF-16
+// surrogate (CheckJSONText, checked on the raw bytes before decoding; ids,
+// keys and values alike). Such input is refused (CodeInvalidText), never
+// decoded as U+FFFD, so two different inputs cannot become one id. This
+// includes envelopes stored by earlier versions: a worker dead-letters them
+// with the reason.
+//
+// Registry keys: AggregateKey maps (aggregate_type, aggregate_id) to the
+// processed-event registry's aggregate key, injectively (an escape keeps
+// literal ids apart from the hashed form of long ids).
+//
 // Errors: every validation failure is a *ValidationError naming the field and
-// the rule or limit; its Code maps to HTTP 400 (malformed JSON), 413 (a
-// configured limit exceeded) or 422 (a rule of the contract violated).
+// the rule or limit; its Code maps to HTTP 400 (malformed JSON, invalid
+// text), 413 (a configured limit exceeded) or 422 (a rule of the contract
+// violated).
 package envelope
