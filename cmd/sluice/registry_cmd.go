@@ -2,11 +2,14 @@ package main
 
 import (
 	"errors"
+	"fmt"
+	"text/tabwriter"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/spf13/cobra"
 
+	"github.com/sluicehq/sluice/instanceworker"
 	"github.com/sluicehq/sluice/registry"
 	"github.com/sluicehq/sluice/shared/config"
 )
@@ -64,10 +67,21 @@ func newRegistryCmd() *cobra.Command {
 		},
 	})
 	var olderThan time.Duration
+	var g guardFlags
+	var asJSON bool
 	prune := &cobra.Command{
 		Use:   "prune",
-		Short: "Delete done and skipped_stale rows older than the retention (PROCESSED_EVENT_RETENTION_DAYS)",
-		Args:  cobra.NoArgs,
+		Short: "Delete done and skipped_stale rows older than the retention (PROCESSED_EVENT_RETENTION_DAYS); never the command statuses",
+		Long: `prune deletes done and skipped_stale rows older than the retention, in batches. It never
+deletes the instance worker's rows: they are the command statuses GET /v1/commands/{id}
+reads, and without them an applied command would read as PENDING. --older-than below the
+lease timeout (PROCESSED_EVENT_LEASE_TIMEOUT_SECONDS) or the relay lookback
+(EVENT_PUBLISHER_LOOKBACK_SECONDS) is refused: such rows still absorb redeliveries.
+--dry-run prints the rows it would delete per handler; acting needs --yes (or a "yes" on a
+terminal).`,
+		Example: `  sluice registry prune --older-than 72h --dry-run
+  sluice registry prune --older-than 72h --yes`,
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			cfg, _, err := loadConfig(cmd)
 			if err != nil {
@@ -82,15 +96,58 @@ func newRegistryCmd() *cobra.Command {
 			if age == 0 {
 				age = time.Duration(cfg.Registry.RetentionDays) * 24 * time.Hour
 			}
-			n, err := reg.Prune(cmd.Context(), age)
+			req := registry.PruneRequest{OlderThan: age, Lookback: cfg.Relay.Lookback, Keep: []string{instanceworker.HandlerName}}
+			plan, err := reg.PlanPrune(cmd.Context(), req)
+			if errors.Is(err, registry.ErrUnsafePrune) {
+				return unsafe(err)
+			}
 			if err != nil {
 				return err
 			}
-			cmd.Printf("registry prune: %d rows older than %s deleted\n", n, age)
+			out := cmd.OutOrStdout()
+			if !asJSON {
+				tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
+				fmt.Fprintln(tw, "HANDLER\tSTATUS\tROWS\tACTION")
+				for _, c := range plan.Counts {
+					action := "delete"
+					if c.Kept {
+						action = "keep (command statuses)"
+					}
+					fmt.Fprintf(tw, "%s\t%s\t%d\t%s\n", c.Handler, c.Status, c.Rows, action)
+				}
+				_ = tw.Flush()
+			}
+			act, err := g.confirm(cmd, fmt.Sprintf("delete %d registry rows older than %s", plan.Delete, age))
+			if err != nil || !act {
+				if err == nil {
+					if asJSON {
+						return writeSummary(out, pruneSummary{DryRun: true, Plan: plan})
+					}
+					cmd.Printf("registry prune (dry run): %d rows older than %s would be deleted, %d kept; nothing changed\n", plan.Delete, age, plan.KeptRows)
+				}
+				return err
+			}
+			n, err := reg.PruneSafely(cmd.Context(), req)
+			if err != nil {
+				return err
+			}
+			if asJSON {
+				return writeSummary(out, pruneSummary{Plan: plan, Deleted: n})
+			}
+			cmd.Printf("registry prune: %d rows older than %s deleted, %d command-status rows kept\n", n, age, plan.KeptRows)
 			return nil
 		},
 	}
-	prune.Flags().DurationVar(&olderThan, "older-than", 0, "override the retention (e.g. 72h)")
+	prune.Flags().DurationVar(&olderThan, "older-than", 0, "override the retention (e.g. 72h; at least the lease timeout and the relay lookback)")
+	prune.Flags().BoolVar(&asJSON, "json", false, "print a JSON summary")
+	g.register(prune, false)
 	c.AddCommand(prune)
 	return c
+}
+
+// pruneSummary is the --json output of `sluice registry prune`.
+type pruneSummary struct {
+	DryRun  bool               `json:"dry_run"`
+	Plan    registry.PrunePlan `json:"plan"`
+	Deleted int64              `json:"deleted"`
 }

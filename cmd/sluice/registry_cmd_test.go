@@ -44,15 +44,68 @@ func TestRegistryShowAndPrune(t *testing.T) {
 		t.Fatalf("show of an unknown event: want exit 3, got %v", err)
 	}
 
-	out, _, err = run(t, "registry", "prune")
-	if err != nil || !strings.Contains(out, "0 rows") {
-		t.Fatalf("prune with 7-day retention must keep a fresh row: %q %v", out, err)
+}
+
+// TestRegistryPruneGuard: prune refuses an age below the lease timeout,
+// refuses to act without --yes on a non-terminal, prints its plan on
+// --dry-run, and with --yes deletes old rows but never the instance
+// worker's rows the command-status API reads.
+func TestRegistryPruneGuard(t *testing.T) {
+	ctx := context.Background()
+	url, pool := testenv.NewMigratedDatabase(t)
+	t.Setenv("DATABASE_URL", url)
+	reg, err := registry.New(pool, registry.Options{Owner: "cli-test"})
+	if err != nil {
+		t.Fatal(err)
 	}
-	out, _, err = run(t, "registry", "prune", "--older-than", "1ns")
-	if err != nil || !strings.Contains(out, "1 rows") {
-		t.Fatalf("prune --older-than 1ns: %q %v", out, err)
+	status, other := uuid.NewString(), uuid.NewString()
+	for _, c := range []struct{ handler, id string }{{"instanceworker", status}, {"projection-history-v1", other}} {
+		res, err := reg.Claim(ctx, registry.ClaimRequest{Handler: c.handler, EventID: c.id, AggregateID: "db:c:1", Seq: 1, Policy: registry.SkipStale})
+		if err != nil || res.Kind != registry.Claimed {
+			t.Fatalf("claim: %+v %v", res, err)
+		}
+		if err := reg.MarkDone(ctx, res.Lease, registry.Applied()); err != nil {
+			t.Fatal(err)
+		}
 	}
-	if rows, err := reg.Get(ctx, id); err != nil || len(rows) != 0 {
-		t.Fatalf("after prune: %d rows, %v", len(rows), err)
+	if _, err := pool.Exec(ctx, `UPDATE sluice.processed_events SET started_at = now() - interval '8 days', processed_at = now() - interval '8 days'`); err != nil {
+		t.Fatal(err)
+	}
+	rowsOf := func(id string) int {
+		rows, err := reg.Get(ctx, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return len(rows)
+	}
+	steps := []struct {
+		name     string
+		args     []string
+		wantCode int
+		wantOut  []string
+		left     [2]int // rows of status, other afterwards
+	}{
+		{"below the lease timeout", []string{"--older-than", "1ns", "--yes"}, exitUnsafe, nil, [2]int{1, 1}},
+		{"no --yes on a non-terminal", nil, exitNeedsConfirmation, nil, [2]int{1, 1}},
+		{"dry run", []string{"--dry-run"}, 0, []string{"projection-history-v1", "delete", "keep (command statuses)", "1 rows older than 168h0m0s would be deleted, 1 kept; nothing changed"}, [2]int{1, 1}},
+		{"act", []string{"--yes", "--json"}, 0, []string{`"deleted": 1`, `"kept_rows": 1`}, [2]int{1, 0}},
+	}
+	for _, st := range steps {
+		out, _, err := run(t, append([]string{"registry", "prune"}, st.args...)...)
+		var ex *exitError
+		switch {
+		case st.wantCode == 0 && err != nil:
+			t.Fatalf("%s: %v", st.name, err)
+		case st.wantCode != 0 && (!errors.As(err, &ex) || ex.code != st.wantCode):
+			t.Fatalf("%s: want exit %d, got %v", st.name, st.wantCode, err)
+		}
+		for _, w := range st.wantOut {
+			if !strings.Contains(out, w) {
+				t.Errorf("%s: output lacks %q:\n%s", st.name, w, out)
+			}
+		}
+		if got := [2]int{rowsOf(status), rowsOf(other)}; got != st.left {
+			t.Fatalf("%s: rows left (status, other) = %v, want %v", st.name, got, st.left)
+		}
 	}
 }

@@ -1,0 +1,105 @@
+package main
+
+import (
+	"bufio"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+
+	"github.com/schollz/progressbar/v3"
+	"github.com/spf13/cobra"
+	"golang.org/x/term"
+)
+
+// Exit codes of the destructive-command guards (docs/operator-commands.md).
+const (
+	// exitNeedsConfirmation: a destructive command ran without --yes or
+	// --dry-run and stdin is not a terminal to ask on; nothing changed.
+	exitNeedsConfirmation = 6
+	// exitUnsafe: the guard refused the target itself (past the head,
+	// below the lease timeout, a live writer, an older projection version);
+	// nothing changed, and --yes does not override it.
+	exitUnsafe = 7
+)
+
+// guardFlags are the --dry-run and --yes flags every destructive command
+// takes: --dry-run prints exactly what would change and changes nothing;
+// acting needs --yes, or a "yes" typed on a terminal.
+type guardFlags struct {
+	dryRun bool
+	yes    bool
+}
+
+func (g *guardFlags) register(cmd *cobra.Command, dryRunDefault bool) {
+	help := "print exactly what would change; change nothing"
+	if dryRunDefault {
+		help += " (the default without --yes)"
+	}
+	cmd.Flags().BoolVar(&g.dryRun, "dry-run", false, help)
+	cmd.Flags().BoolVar(&g.yes, "yes", false, "act without asking (required when stdin is not a terminal)")
+}
+
+// confirm decides whether the command acts, after its plan was printed:
+// false with a nil error on --dry-run; true on --yes; on a terminal it asks
+// "what" and acts on y/yes; otherwise it refuses with exitNeedsConfirmation.
+func (g *guardFlags) confirm(cmd *cobra.Command, what string) (bool, error) {
+	if g.dryRun {
+		return false, nil
+	}
+	if g.yes {
+		return true, nil
+	}
+	in := cmd.InOrStdin()
+	if f, ok := in.(*os.File); ok && term.IsTerminal(int(f.Fd())) {
+		fmt.Fprintf(cmd.ErrOrStderr(), "%s? type yes to proceed: ", what)
+		line, err := bufio.NewReader(in).ReadString('\n')
+		if err != nil && !errors.Is(err, io.EOF) {
+			return false, fmt.Errorf("read confirmation: %w", err)
+		}
+		if a := strings.ToLower(strings.TrimSpace(line)); a == "y" || a == "yes" {
+			return true, nil
+		}
+		return false, &exitError{code: exitNeedsConfirmation, err: errors.New("not confirmed: nothing changed")}
+	}
+	return false, &exitError{code: exitNeedsConfirmation,
+		err: fmt.Errorf("refusing to %s without confirmation: stdin is not a terminal; pass --yes to act or --dry-run to see the plan (nothing changed)", what)}
+}
+
+// unsafe wraps a guard refusal with exitUnsafe.
+func unsafe(err error) error { return &exitError{code: exitUnsafe, err: err} }
+
+// isTerminal reports whether w is a terminal.
+func isTerminal(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	return ok && term.IsTerminal(int(f.Fd()))
+}
+
+// newProgress returns a progress bar over total units drawn on stderr, shown
+// only when stdout and stderr are terminals (scripts and pipes see nothing;
+// they use --json). total < 0 is an unknown total (a spinner).
+func newProgress(cmd *cobra.Command, total int64, desc, unit string) *progressbar.ProgressBar {
+	if !isTerminal(cmd.OutOrStdout()) || !isTerminal(cmd.ErrOrStderr()) {
+		return progressbar.DefaultSilent(total, desc)
+	}
+	return progressbar.NewOptions64(total,
+		progressbar.OptionSetWriter(cmd.ErrOrStderr()),
+		progressbar.OptionSetDescription(desc),
+		progressbar.OptionShowCount(),
+		progressbar.OptionShowIts(),
+		progressbar.OptionSetItsString(unit),
+		progressbar.OptionSetPredictTime(true),
+		progressbar.OptionThrottle(100_000_000), // 100ms
+		progressbar.OptionClearOnFinish(),
+		progressbar.OptionFullWidth(),
+	)
+}
+
+// writeSummary prints v as one indented JSON document (the --json summary).
+func writeSummary(w io.Writer, v any) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
+}

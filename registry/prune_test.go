@@ -1,0 +1,66 @@
+package registry_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/sluicehq/sluice/registry"
+	"github.com/sluicehq/sluice/shared/testenv"
+)
+
+// TestPruneSafely: a prune below the lease timeout or the lookback is
+// refused and deletes nothing; an allowed prune deletes old rows of other
+// handlers but keeps the rows of the handlers users read (the instance
+// worker's command statuses).
+func TestPruneSafely(t *testing.T) {
+	ctx := context.Background()
+	_, pool := testenv.NewMigratedDatabase(t)
+	r := newRegistry(t, pool, "prune-test", registry.Options{LeaseTimeout: time.Hour})
+	status, other := uuid.NewString(), uuid.NewString()
+	claimDone(t, r, req("instanceworker", status, "db:c:1", 1, registry.SkipStale))
+	claimDone(t, r, req("projection-history", other, "db:c:1", 1, registry.SkipStale))
+	if _, err := pool.Exec(ctx, `UPDATE sluice.processed_events SET started_at = now() - interval '3 hours', processed_at = now() - interval '3 hours'`); err != nil {
+		t.Fatal(err)
+	}
+	keep := []string{"instanceworker"}
+	cases := []struct {
+		name       string
+		req        registry.PruneRequest
+		wantUnsafe bool
+	}{
+		{"below the lease timeout", registry.PruneRequest{OlderThan: 30 * time.Minute, Keep: keep}, true},
+		{"below the lookback", registry.PruneRequest{OlderThan: 2 * time.Hour, Lookback: 4 * time.Hour, Keep: keep}, true},
+		{"allowed", registry.PruneRequest{OlderThan: 2 * time.Hour, Lookback: 10 * time.Minute, Keep: keep}, false},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			plan, err := r.PlanPrune(ctx, tc.req)
+			if tc.wantUnsafe {
+				if !errors.Is(err, registry.ErrUnsafePrune) {
+					t.Fatalf("plan: want ErrUnsafePrune, got %v", err)
+				}
+				if n, err := r.PruneSafely(ctx, tc.req); !errors.Is(err, registry.ErrUnsafePrune) || n != 0 {
+					t.Fatalf("prune: want ErrUnsafePrune and 0 rows, got %d %v", n, err)
+				}
+				return
+			}
+			if err != nil || plan.Delete != 1 || plan.KeptRows != 1 {
+				t.Fatalf("plan: %+v %v; want 1 to delete, 1 kept", plan, err)
+			}
+			n, err := r.PruneSafely(ctx, tc.req)
+			if err != nil || n != 1 {
+				t.Fatalf("prune: %d %v, want 1", n, err)
+			}
+		})
+	}
+	if rows, err := r.Get(ctx, status); err != nil || len(rows) != 1 {
+		t.Fatalf("the instance worker's row (a command status) must stay: %d rows, %v", len(rows), err)
+	}
+	if rows, err := r.Get(ctx, other); err != nil || len(rows) != 0 {
+		t.Fatalf("the projection's old row must be pruned: %d rows, %v", len(rows), err)
+	}
+}
