@@ -141,6 +141,7 @@ func New(opts Options) (*Consumer, error) {
 	}
 	c := &Consumer{o: o, m: newMetrics(o.Metrics), parts: map[string]map[int32]*partState{}, hb: observability.NewHeartbeat(time.Minute),
 		wake: make(chan struct{}), sem: make(chan struct{}, o.Concurrency)}
+	c.m.zero(o.HandlerName)
 	c.log = o.Logger.With("handler", o.HandlerName).Warn
 	c.h = newGuarded(c, o.Handler)
 	c.out.deps, c.out.checks = map[string]*depOutage{}, map[string]bool{}
@@ -894,6 +895,7 @@ func (c *Consumer) heal(ctx context.Context, it *item) {
 		it.tries++
 		return
 	}
+	c.leaveHandlerOutages()
 	class := Classify(err)
 	var re *RetryableError
 	var pe *PanicError
@@ -978,9 +980,11 @@ func (c *Consumer) settle(ctx context.Context, cause error, it *item, out regist
 			"event_id", it.view.Envelope.EventID, "retry_at", it.notBefore, "err", err)
 		return
 	}
+	// The dependencies answered (not an outage): the handler's outage, if
+	// any, is over, whatever the record's own fate.
+	c.leaveHandlerOutages()
 	class := Classify(err)
 	if class == ClassConflict {
-		c.leaveHandlerOutages()
 		var ce *ConflictError
 		errors.As(err, &ce)
 		it.st, it.outcome = stMarkDone, registry.Conflict(ce.Reason)
@@ -1254,6 +1258,15 @@ func hasPartition(m map[string][]int32, topic string, p int32) bool {
 // flowControl pauses fetching while too much is unfinished or the registry
 // is unreachable, and resumes it afterwards.
 func (c *Consumer) flowControl() {
+	c.mu.Lock()
+	idle := c.pending == 0
+	c.mu.Unlock()
+	if idle {
+		// Nothing waits for a dependency of the handler any more (the
+		// records it held were revoked): no outage to report; the next
+		// record finds out again.
+		c.leaveHandlerOutages()
+	}
 	c.mu.Lock()
 	pause := c.pending >= c.o.MaxPending || c.InOutage()
 	was := c.paused

@@ -2,6 +2,7 @@ package consumer
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -192,5 +193,33 @@ func TestHandlerOutagePauses(t *testing.T) {
 				t.Error("InOutage true after the outage")
 			}
 		})
+	}
+}
+
+// TestOutageEndsOnAnyAnswer: when the dependency is back but answers the
+// held record with a permanent failure (dead-lettered: its own fault), the
+// outage is over all the same — readiness does not stay red with nothing
+// left to probe it.
+func TestOutageEndsOnAnyAnswer(t *testing.T) {
+	brokers, topic, produce := oneTopic(t, "outage-end-")
+	health := observability.NewHealth()
+	var down atomic.Bool
+	down.Store(true)
+	h := HandlerFunc(func(context.Context, *Record) (registry.Outcome, error) {
+		if down.Load() {
+			return registry.Outcome{}, Outage(failure.Elasticsearch, refused())
+		}
+		return registry.Outcome{}, Permanent(errors.New("mapping conflict"))
+	})
+	produce(thingRecord(t, "", "a", 1, 1))
+	c, _ := startConsumer(t, brokers, topic, Options{Registry: realRegistry(t, "w1", 10*time.Second), Handler: h, Health: health,
+		OutageBackoffCap: 50 * time.Millisecond})
+	ctx := context.Background()
+	testenv.WaitFor(t, 20*time.Second, "readiness red", func() bool { return health.Ready(ctx) != nil })
+	down.Store(false)
+	testenv.WaitFor(t, 20*time.Second, "the record dead-lettered", func() bool { return committedOffset(c, topic) == 1 })
+	testenv.WaitFor(t, 20*time.Second, "readiness green with nothing left to probe", func() bool { return health.Ready(ctx) == nil })
+	if dl := readTopic(t, brokers, topic+".dlq"); len(dl) != 1 {
+		t.Errorf("%d dead letters, want 1 (the permanent failure)", len(dl))
 	}
 }
