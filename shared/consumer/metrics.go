@@ -4,6 +4,9 @@ import (
 	"errors"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/sluicehq/sluice/registry"
+	"github.com/sluicehq/sluice/shared/failure"
 )
 
 // metrics are the runtime's collectors; several consumers in one process
@@ -61,6 +64,39 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	m.panics = register(reg, m.panics)
 	m.dlqPtr = register(reg, m.dlqPtr)
 	return m
+}
+
+// zero creates, at 0, the handler's series whose label values are known at
+// start (the outcomes, retry reasons, error classes, dependencies, panic
+// calls, truncation reasons and stages named in the metrics' Help), so that
+// dashboards and rate()/increase() alerts see every series before its first
+// event. Only the lag's partitions are unknown until assignment.
+func (m *metrics) zero(handler string) {
+	for _, v := range []string{string(registry.OutcomeApplied), string(registry.OutcomeRejected), string(registry.OutcomeConflict),
+		string(registry.OutcomeIgnored), "duplicate", string(registry.OutcomeStale), "dead", "parse_error"} {
+		m.records.WithLabelValues(handler, v)
+	}
+	for _, v := range []string{"failed", "wait", "in_progress", "retry_later", "outage", "lease_lost", "claim_error",
+		"batch_invalid", "batch_aborted", "dlq_produce", "dlq_too_large"} {
+		m.retries.WithLabelValues(handler, v)
+	}
+	for _, v := range []string{ClassParse, ClassPermanent, ClassRetryable} {
+		m.dlq.WithLabelValues(handler, v)
+	}
+	m.outage.WithLabelValues(handler)
+	for _, v := range []string{DependencyRegistry, failure.Elasticsearch, failure.ObjectStore, failure.Postgres, failure.Kafka, dependencyUnknown} {
+		m.depOutage.WithLabelValues(handler, v)
+	}
+	for _, v := range []string{"handle", "handle_batch", "heal"} {
+		m.panics.WithLabelValues(handler, v)
+	}
+	for _, v := range []string{truncSize, truncTooLarge} {
+		m.dlqPtr.WithLabelValues(handler, v)
+	}
+	for _, v := range []string{"claim", "handle", "mark_done", "dlq", "commit", "end_to_end"} {
+		m.stage.WithLabelValues(handler, v)
+	}
+	m.commits.WithLabelValues(handler)
 }
 
 // register registers c, or returns the collector already registered under
