@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"sort"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -227,7 +226,7 @@ func (c *Consumer) endOutages() {
 	c.m.outage.DeleteLabelValues(c.o.HandlerName)
 }
 
-// parkLease keeps it's lease alive (Registry.Hold heartbeats it) while the
+// parkLease keeps the item's lease alive (Registry.Hold heartbeats it) while the
 // item waits out an outage, so that no other owner can take the claim and
 // re-running it needs no new claim (no attempt is counted).
 func (c *Consumer) parkLease(ctx context.Context, it *item) {
@@ -248,6 +247,3 @@ func (c *Consumer) unparkLease(it *item) (lost bool) {
 	it.park, it.unpark = nil, nil
 	return lost
 }
-
-// outageSummary is the list of dependencies that are out, for logs.
-func (c *Consumer) outageSummary() string { return strings.Join(c.outDeps(), ",") }
