@@ -85,6 +85,17 @@ brings everything back. One sluice dev owns a data directory at a time.`,
 }
 
 func runDev(parent context.Context, out io.Writer, cfg *config.Config, logger *slog.Logger, f devFlags) error {
+	// One owner per data dir: a second sluice dev would adopt this one's
+	// Postgres, then stop it on exit. It is released last, after every
+	// part (the Elasticsearch server's final snapshot too) has stopped.
+	lock, err := lockDevDataDir(f.dataDir, devOwner{
+		PID: os.Getpid(), PostgresPort: f.pgPort, ESAddr: f.esAddr, KafkaAddr: f.kafkaAddr, APIAddr: cfg.API.Addr,
+	})
+	if err != nil {
+		return err
+	}
+	defer lock.release()
+
 	ctx, cancel := context.WithCancel(parent)
 	defer cancel()
 	var parts []devPart
@@ -102,16 +113,6 @@ func runDev(parent context.Context, out io.Writer, cfg *config.Config, logger *s
 	}
 	defer wg.Wait()
 	defer cancel()
-
-	// One owner per data dir: a second sluice dev would adopt this one's
-	// Postgres, then stop it on exit.
-	lock, err := lockDevDataDir(f.dataDir, devOwner{
-		PID: os.Getpid(), PostgresPort: f.pgPort, ESAddr: f.esAddr, KafkaAddr: f.kafkaAddr, APIAddr: cfg.API.Addr,
-	})
-	if err != nil {
-		return err
-	}
-	defer lock.release()
 
 	// Postgres
 	if cfg.Postgres.URL == "" {
@@ -221,7 +222,7 @@ func runDev(parent context.Context, out io.Writer, cfg *config.Config, logger *s
 			"bytes", rec.TornBytes, "dir", esDir)
 	}
 
-	metrics := observability.NewRegistry()
+	metrics := newRegistry()
 	metrics.MustRegister(store.Collectors()...)
 	health := observability.NewHealth()
 	health.AddReadiness("postgres", func(ctx context.Context) error { return pool.Ping(ctx) })

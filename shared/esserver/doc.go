@@ -32,7 +32,6 @@
 //     same status codes; malformed input never panics the server.
 //   - Faults (429, 503, delays, per-item bulk rejections) can be injected
 //     for chosen requests with Server.InjectFault.
-//
 //   - Persistence (Open): a server opened on a data directory answers, after
 //     a restart or a crash, every write it acknowledged, with the same
 //     _version and _seq_no. Each write request is in the checksummed log and

@@ -380,6 +380,7 @@ func (s *Server) afterWrite(resp response) response {
 // --- snapshot and compaction ------------------------------------------------
 
 type snapIndex struct {
+	name string
 	meta []byte
 	docs []*docEntry
 }
@@ -459,7 +460,7 @@ func (s *Server) copyState() ([]snapIndex, error) {
 			docs = append(docs, e)
 		}
 		sort.Slice(docs, func(i, j int) bool { return docs[i].seqNo < docs[j].seqNo })
-		out = append(out, snapIndex{meta: meta, docs: docs})
+		out = append(out, snapIndex{name: n, meta: meta, docs: docs})
 	}
 	return out, nil
 }
@@ -491,10 +492,9 @@ func writeSnapshot(dir string, gen uint64, snap []snapIndex) (int64, error) {
 		if err := put(appendFrame(frame[:0], ix.meta)); err != nil {
 			return 0, err
 		}
-		name := metaName(ix.meta)
 		for _, e := range ix.docs {
 			records++
-			frame = appendDocFrame(frame[:0], name, e)
+			frame = appendDocFrame(frame[:0], ix.name, e)
 			if err := put(frame); err != nil {
 				return 0, err
 			}
@@ -591,15 +591,6 @@ func encodeMeta(ix *index) ([]byte, error) {
 		return nil, fmt.Errorf("esserver: encode metadata of index [%s]: %w", ix.name, err)
 	}
 	return append([]byte{recMeta}, b...), nil
-}
-
-// metaName reads the index name back from an encoded meta record.
-func metaName(rec []byte) string {
-	var p struct {
-		Name string `json:"name"`
-	}
-	_ = json.Unmarshal(rec[1:], &p)
-	return p.Name
 }
 
 func decodeMeta(payload []byte) (*persistedIndex, error) {
