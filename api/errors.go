@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"time"
 
 	"github.com/sluicehq/sluice/eventstore"
 	"github.com/sluicehq/sluice/registry"
@@ -96,6 +97,9 @@ type Error struct {
 
 	// cause is the underlying error of a 5xx, logged, never sent.
 	cause error
+	// retryAfter, when set, is sent as the Retry-After header (seconds) of
+	// a 503 for a dependency outage.
+	retryAfter time.Duration
 }
 
 // problem is the wire form of Error: the RFC 9457 members (type, title,
@@ -192,10 +196,20 @@ func fromAppend(err error, commandID string) *Error {
 	var me *eventstore.IdempotencyMismatchError
 	var se *eventstore.SlotError
 	var ve *envelope.ValidationError
+	var ue *eventstore.UnavailableError
 	var ae *Error
 	switch {
 	case errors.As(err, &ae):
 		return ae
+	case errors.As(err, &ue):
+		// Object storage unreachable or hung (issue 26): the store failed
+		// the append within EVENT_STORE_OBJECT_TIMEOUT.
+		msg := "the event store's object storage is unavailable; the command may or may not be stored: retry after Retry-After with Idempotency-Key set to command_id"
+		if ue.NotWritten {
+			msg = "the event store's object storage is unavailable; the command was not stored: retry after Retry-After with Idempotency-Key set to command_id"
+		}
+		return &Error{Status: http.StatusServiceUnavailable, Code: CodeUnavailable, CommandID: commandID, cause: err,
+			Message: msg, retryAfter: ue.RetryAfter}
 	case errors.As(err, &ce):
 		exp, act := ce.ExpectedSeq, ce.ActualSeq
 		return &Error{Status: http.StatusConflict, Code: CodeConflict, Field: "expected_seq",

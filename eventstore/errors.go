@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"time"
 )
 
 var (
@@ -74,6 +75,32 @@ func (e *SlotError) Error() string {
 
 // HTTPStatus is 409.
 func (e *SlotError) HTTPStatus() int { return http.StatusConflict }
+
+// retryAfterUnavailable is the wait UnavailableError suggests.
+const retryAfterUnavailable = 2 * time.Second
+
+// UnavailableError: a dependency of the append (object storage) could not
+// be reached, or did not answer within its deadline (EVENT_STORE_OBJECT_TIMEOUT);
+// HTTP 503 with Retry-After, an outage for shared/failure. It keeps SPEC §0.4
+// (explicit failure: a hung store fails the append as fast as a refused one).
+// NotWritten: the segment definitely was not written and the reservation was
+// released; otherwise the outcome is unknown (the envelope may be stored).
+// Either way a retry with the same event_id is safe.
+type UnavailableError struct {
+	Dependency string // shared/failure dependency name ("objectstore")
+	NotWritten bool
+	RetryAfter time.Duration
+	Err        error
+}
+
+func (e *UnavailableError) Error() string {
+	return fmt.Sprintf("eventstore: %s unavailable: %v", e.Dependency, e.Err)
+}
+
+func (e *UnavailableError) Unwrap() error { return e.Err }
+
+// HTTPStatus is 503.
+func (e *UnavailableError) HTTPStatus() int { return http.StatusServiceUnavailable }
 
 // crashError is returned to the callers of a group stopped by a test crash
 // hook: the group stopped where a crashed process would have, without any

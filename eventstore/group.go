@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/eventstore/objstore"
+	"github.com/sluicehq/sluice/shared/failure"
 )
 
 // processGroup runs one group through SPEC §5.4: reserve, write the segment,
@@ -152,33 +153,74 @@ func (s *Store) writeBlock(ctx context.Context, accepted []*item, first int64) {
 
 // createSegment conditionally creates key and returns the bytes stored
 // under it. When the key exists already (an earlier attempt of the same
-// write that the client saw fail) the existing bytes are
-// returned for the caller to verify. On a definite failure (the object is
-// not there) the block's reserved rows are marked abandoned at once, so the
-// relay need not wait for the append timeout; on an ambiguous one they stay
-// reserved for Repair and the relay.
+// write that the client saw fail) the existing bytes are returned for the
+// caller to verify.
+//
+// A failed write settles the block's reservation by what is known of it
+// (issue 26): definitely not written (objstore.ErrNotWritten: refused, or
+// answered with an error) → the block's reserved rows are marked abandoned
+// at once, so the relay passes their positions without waiting for
+// EVENT_STORE_APPEND_TIMEOUT and the appends behind them are published
+// without delay; outcome unknown (a timeout after the request was sent, a
+// reset) → the object is looked for once, unless the call ran out of time
+// (the store is hung: a look-up would hang as long), and if it is not
+// there the rows stay reserved for the relay's rule 3 and Repair — the PUT
+// may still land. Object-storage failures are returned as
+// *UnavailableError.
 func (s *Store) createSegment(ctx context.Context, key string, body []byte) ([]byte, error) {
 	_, cerr := s.bucket.Create(ctx, key, body)
 	if cerr == nil {
 		return body, nil
 	}
-	existing, _, gerr := s.bucket.Get(ctx, key)
-	if gerr == nil {
-		return existing, nil
+	if errors.Is(cerr, objstore.ErrNotWritten) {
+		s.abandonBlock(ctx, key, cerr)
+		return nil, s.objectError(fmt.Errorf("eventstore: write segment %s (not written; its positions were released): %w", key, cerr), true)
 	}
-	if errors.Is(gerr, objstore.ErrNotFound) && !errors.Is(cerr, objstore.ErrPreconditionFailed) {
-		actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-		defer cancel()
-		if _, err := s.pool.Exec(actx, sqlAbandonMine, key, s.cfg.writerID); err != nil {
-			s.cfg.logger.Warn("eventstore: could not mark a failed block abandoned; Repair or the relay will",
-				"segment_key", key, "error", err)
+	if !errors.Is(cerr, context.DeadlineExceeded) || errors.Is(cerr, objstore.ErrPreconditionFailed) {
+		existing, _, gerr := s.bucket.Get(ctx, key)
+		if gerr == nil {
+			return existing, nil
 		}
 	}
-	return nil, fmt.Errorf("eventstore: write segment %s: %w", key, cerr)
+	return nil, s.objectError(fmt.Errorf("eventstore: write segment %s: %w", key, cerr), false)
+}
+
+// abandonBlock marks this writer's reserved rows of key abandoned after a
+// write that definitely did not happen.
+func (s *Store) abandonBlock(ctx context.Context, key string, cause error) {
+	actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	var n, lo, hi int64
+	if err := s.pool.QueryRow(actx, sqlAbandonMine, key, s.cfg.writerID).Scan(&n, &lo, &hi, nil); err != nil {
+		s.cfg.logger.Warn("eventstore: could not mark a failed block abandoned; the relay will after the append timeout",
+			"segment_key", key, "error", err)
+		return
+	}
+	if n > 0 {
+		s.m.settled.Add(float64(n))
+		s.cfg.logger.Warn("eventstore: segment not written; its reserved rows are abandoned at once",
+			"segment_key", key, "rows", n, "first", lo, "last", hi, "error", cause)
+	}
+}
+
+// objectError wraps an object-storage failure: *UnavailableError when the
+// store could not be reached or did not answer in time.
+func (s *Store) objectError(err error, notWritten bool) error {
+	if !errors.Is(err, objstore.ErrUnavailable) {
+		return err
+	}
+	return &UnavailableError{Dependency: failure.ObjectStore, NotWritten: notWritten, RetryAfter: retryAfterUnavailable, Err: err}
 }
 
 const sqlAbandonMine = `
-UPDATE sluice.appends SET state = 'abandoned' WHERE segment_key = $1 AND state = 'reserved' AND writer_id = $2`
+WITH upd AS (
+  UPDATE sluice.appends SET state = 'abandoned'
+  WHERE segment_key = $1 AND state = 'reserved' AND writer_id = $2
+  RETURNING position
+)
+SELECT count(*), coalesce(min(position), 0), coalesce(max(position), 0),
+       CASE WHEN count(*) > 0 THEN pg_notify('` + NotifyChannel + `', 'abandoned ' || min(position) || ' ' || max(position)) END
+FROM upd`
 
 // returnStored fills the results of idempotent hits with the stored events.
 func (s *Store) returnStored(ctx context.Context, dups []*item) {

@@ -60,6 +60,8 @@ type countingBucket struct {
 	mu           sync.Mutex
 	createErr    error
 	writeThrough bool
+	// getErr, when set, is returned instead of the real Get.
+	getErr error
 }
 
 func (b *countingBucket) Create(ctx context.Context, key string, body []byte) (objstore.ObjectInfo, error) {
@@ -78,7 +80,20 @@ func (b *countingBucket) Create(ctx context.Context, key string, body []byte) (o
 
 func (b *countingBucket) Get(ctx context.Context, key string) ([]byte, objstore.ObjectInfo, error) {
 	b.gets.Add(1)
+	b.mu.Lock()
+	gerr := b.getErr
+	b.mu.Unlock()
+	if gerr != nil {
+		return nil, objstore.ObjectInfo{}, gerr
+	}
 	return b.Bucket.Get(ctx, key)
+}
+
+// fail sets the injected Create and Get errors (nil: none).
+func (b *countingBucket) fail(createErr error, writeThrough bool, getErr error) {
+	b.mu.Lock()
+	b.createErr, b.writeThrough, b.getErr = createErr, writeThrough, getErr
+	b.mu.Unlock()
 }
 
 func (b *countingBucket) GetRange(ctx context.Context, key string, off, n int64) ([]byte, error) {

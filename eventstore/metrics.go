@@ -18,6 +18,7 @@ type metrics struct {
 	stage   *prometheus.HistogramVec // stage: gather, reserve, put, commit
 	events  prometheus.Histogram     // accepted envelopes per group
 	appends *prometheus.CounterVec   // outcome
+	settled prometheus.Counter       // positions released at once after a write that did not happen
 }
 
 func newMetrics() *metrics {
@@ -29,16 +30,19 @@ func newMetrics() *metrics {
 			Help:    "Envelopes reserved per group commit (one segment each).",
 			Buckets: prometheus.ExponentialBuckets(1, 2, 10)}),
 		appends: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "sluice_eventstore_appends_total",
-			Help: "Envelopes appended, by outcome: stored, duplicate (idempotent retry), conflict (OCC), invalid, slot (slot rules), mismatch (idempotency mismatch, rejected or answered with the stored event in warn mode), error."},
+			Help: "Envelopes appended, by outcome: stored, duplicate (idempotent retry), conflict (OCC), invalid, slot (slot rules), mismatch (idempotency mismatch, rejected or answered with the stored event in warn mode), unavailable (object storage unreachable or not answering in time), error."},
 			[]string{"outcome"}),
+		settled: prometheus.NewCounter(prometheus.CounterOpts{Name: "sluice_eventstore_released_positions_total",
+			Help: "Reserved positions a writer marked abandoned at once because its segment PUT definitely did not happen (the relay passes them without waiting for EVENT_STORE_APPEND_TIMEOUT)."}),
 	}
 }
 
 // Collectors returns the store's metrics for a service's registry:
 // sluice_eventstore_stage_duration_seconds{stage},
-// sluice_eventstore_group_events and sluice_eventstore_appends_total{outcome}.
+// sluice_eventstore_group_events, sluice_eventstore_appends_total{outcome}
+// and sluice_eventstore_released_positions_total.
 func (s *Store) Collectors() []prometheus.Collector {
-	return []prometheus.Collector{s.m.stage, s.m.events, s.m.appends}
+	return []prometheus.Collector{s.m.stage, s.m.events, s.m.appends, s.m.settled}
 }
 
 // observeStage adds a group's time in one step to the benchmark's sums and
@@ -61,6 +65,7 @@ func outcome(r Result) string {
 		ve *envelope.ValidationError
 		se *SlotError
 		me *IdempotencyMismatchError
+		ue *UnavailableError
 	)
 	switch err := r.Err; {
 	case err == nil && r.Mismatch != nil: // warn mode returned the stored event
@@ -77,6 +82,8 @@ func outcome(r Result) string {
 		return "slot"
 	case errors.As(err, &me):
 		return "mismatch"
+	case errors.As(err, &ue):
+		return "unavailable"
 	default:
 		return "error"
 	}

@@ -1,16 +1,19 @@
 package eventstore
 
 import (
-	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
 	"github.com/sluicehq/sluice/eventstore/objstore"
 	"github.com/sluicehq/sluice/shared/envelope"
+	"github.com/sluicehq/sluice/shared/failure"
 )
 
 const shortTimeout = 300 * time.Millisecond
@@ -254,40 +257,83 @@ func TestLateWriterAppendsAbandonedRowsAgain(t *testing.T) {
 	}
 }
 
-// An ambiguous PUT (the object landed, the client saw an error) and a
-// definite one (nothing landed) are both settled without loss.
+// A failed segment PUT settles its reservation by what is known of it
+// (issue 26): definitely not written → the rows are abandoned at once and
+// the relay can pass them, so the appends behind them are publishable
+// without waiting for the append timeout; outcome unknown → the rows stay
+// reserved for the relay's rule 3; written after all → acknowledged. The
+// object store is down for reads too (as when MinIO is killed), so the
+// writer cannot look the segment up.
 func TestFailedSegmentWrites(t *testing.T) {
-	t.Run("ambiguous", func(t *testing.T) {
-		e := newEnv(t)
-		s := e.store(t, Options{Config: testConfig()})
-		e.bucket.createErr, e.bucket.writeThrough = objstore.ErrUnavailable, true
-		rs := mustAppend(t, s, crashBatch()...)
-		body, _, err := e.bucket.Get(ctxT(t), rs[0].Event.SegmentKey)
-		if err != nil || !bytes.HasPrefix(body, rs[0].Event.Raw) {
-			t.Fatalf("segment: %v", err)
-		}
-	})
-	t.Run("definite", func(t *testing.T) {
-		e := newEnv(t)
-		s := e.store(t, Options{Config: testConfig()})
-		e.bucket.createErr = objstore.ErrUnavailable
-		envs := crashBatch()
-		rs, err := s.Append(ctxT(t), envs...)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if !errors.Is(rs[0].Err, objstore.ErrUnavailable) {
-			t.Fatalf("got %s, want the write error", describe(rs[0]))
-		}
-		if st := rowState(t, e.pool, envs[0].EventID); st != stateAbandoned {
-			t.Errorf("rows of a failed write are %s, want abandoned at once", st)
-		}
-		e.bucket.mu.Lock()
-		e.bucket.createErr = nil
-		e.bucket.mu.Unlock()
-		mustAppend(t, s, envs...)
-		checkOnce(t, e, s, envs, true)
-	})
+	notWritten := fmt.Errorf("connection refused: %w: %w", objstore.ErrNotWritten, objstore.ErrUnavailable)
+	cases := []struct {
+		name         string
+		createErr    error
+		writeThrough bool
+		getErr       error
+		wantState    string // of the failed append's rows
+	}{
+		{"not written, store down", notWritten, false, objstore.ErrUnavailable, stateAbandoned},
+		{"outcome unknown, store down", objstore.ErrUnavailable, false, objstore.ErrUnavailable, stateReserved},
+		{"outcome unknown, object absent", objstore.ErrUnavailable, false, nil, stateReserved},
+		{"written although the client saw an error", objstore.ErrUnavailable, true, nil, stateCommitted},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			e := newEnv(t)
+			s := e.store(t, Options{Config: testConfig()})
+			e.bucket.fail(c.createErr, c.writeThrough, c.getErr)
+			envs := crashBatch()
+			rs, err := s.Append(ctxT(t), envs...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, ev := range envs {
+				if st := rowState(t, e.pool, ev.EventID); st != c.wantState {
+					t.Errorf("row of the failed write is %s, want %s", st, c.wantState)
+				}
+			}
+			e.bucket.fail(nil, false, nil)
+			if c.wantState == stateCommitted {
+				checkOnce(t, e, s, envs, false)
+				return
+			}
+			var ue *UnavailableError
+			if !errors.As(rs[0].Err, &ue) || ue.HTTPStatus() != 503 || ue.NotWritten != (c.wantState == stateAbandoned) ||
+				!errors.Is(rs[0].Err, objstore.ErrUnavailable) || !failure.IsOutage(context.Background(), rs[0].Err) {
+				t.Fatalf("got %s, want *UnavailableError (503, an outage, NotWritten %v)", describe(rs[0]), c.wantState == stateAbandoned)
+			}
+			// The next append: committed; below it nothing is in flight
+			// when the failed write was settled at once (the relay's view:
+			// the checkpoint may pass every position up to the head now).
+			next := mustAppend(t, s, command("Order", "next", 1))[0]
+			head, err := s.Head(ctxT(t))
+			if err != nil || head != next.Event.Envelope.Position {
+				t.Fatalf("head %d %v, want %d", head, err, next.Event.Envelope.Position)
+			}
+			rows, err := s.Index(ctxT(t), IndexQuery{FromPosition: 1, ToPosition: head, UncommittedOnly: true})
+			if err != nil {
+				t.Fatal(err)
+			}
+			inFlight := 0
+			for _, r := range rows {
+				if r.State == stateReserved {
+					inFlight++
+				}
+			}
+			if want := map[string]int{stateAbandoned: 0, stateReserved: 3}[c.wantState]; inFlight != want {
+				t.Errorf("%d reserved positions below the head hold the relay, want %d", inFlight, want)
+			}
+			if c.wantState == stateAbandoned {
+				if got := testutil.ToFloat64(s.m.settled); got != 3 {
+					t.Errorf("released positions metric %v, want 3", got)
+				}
+				// the producer's retry is stored at fresh positions
+				mustAppend(t, s, envs...)
+				checkOnce(t, e, s, envs, true)
+			}
+		})
+	}
 }
 
 // Reindex rebuilds the tables from the segments alone: on a wiped schema

@@ -26,6 +26,13 @@ var (
 	// ErrUnavailable: the store could not be reached (connection refused,
 	// timeouts, 5xx); callers pause and retry, they never skip work.
 	ErrUnavailable = errors.New("objstore: unavailable")
+	// ErrNotWritten: a write (Create, Put) definitely did not take effect:
+	// no attempt reached the store in full (refused, DNS, reset while
+	// sending), or the store answered every attempt that did with an error
+	// status. It is wrapped next to the error's class (ErrUnavailable, …).
+	// A failed write without it has an unknown outcome: the object may
+	// exist, or appear later. ErrPreconditionFailed never carries it.
+	ErrNotWritten = errors.New("objstore: not written")
 	// ErrInvalidKey: the key breaks the rules of ValidateKey; the request
 	// was not sent. Retrying cannot help.
 	ErrInvalidKey = errors.New("objstore: invalid key")

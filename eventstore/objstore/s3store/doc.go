@@ -13,4 +13,11 @@
 // response at all (connection refused, reset, timeout), 5xx, 429, SlowDown
 // and RequestTimeout — after the SDK's own retries — are
 // objstore.ErrUnavailable, always wrapped around the cause.
+//
+// It keeps SPEC §0.4 (explicit failure) for a store that hangs: every call
+// runs under a deadline (Options.Timeout plus its body's transfer time), so
+// a store that accepts connections but never answers fails calls with
+// ErrUnavailable instead of holding them; and a failed write carries
+// objstore.ErrNotWritten when no attempt can have taken effect, so callers
+// can release what they reserved for it at once.
 package s3store

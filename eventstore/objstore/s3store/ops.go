@@ -20,11 +20,14 @@ func (b *Bucket) Create(ctx context.Context, key string, body []byte) (objstore.
 	if err := objstore.ValidateKey(key); err != nil {
 		return objstore.ObjectInfo{}, fmt.Errorf("s3store: %w", err)
 	}
-	out, err := b.client.PutObject(ctx, b.putInput(key, body, func(in *s3.PutObjectInput) {
+	d := b.deadline(ctx, int64(len(body)))
+	defer d.done()
+	wctx, rec := withWriteRecord(d.ctx)
+	out, err := b.client.PutObject(wctx, b.putInput(key, body, func(in *s3.PutObjectInput) {
 		in.IfNoneMatch = aws.String("*")
 	}))
 	if err != nil {
-		return objstore.ObjectInfo{}, classify(ctx, "create", key, err)
+		return objstore.ObjectInfo{}, writeErr(ctx, "create", key, rec, d.wrap(err))
 	}
 	return objstore.ObjectInfo{Key: key, Size: int64(len(body)), ETag: etag(out.ETag)}, nil
 }
@@ -34,13 +37,16 @@ func (b *Bucket) Put(ctx context.Context, key string, body []byte, opts objstore
 	if err := objstore.ValidateKey(key); err != nil {
 		return objstore.ObjectInfo{}, fmt.Errorf("s3store: %w", err)
 	}
-	out, err := b.client.PutObject(ctx, b.putInput(key, body, func(in *s3.PutObjectInput) {
+	d := b.deadline(ctx, int64(len(body)))
+	defer d.done()
+	wctx, rec := withWriteRecord(d.ctx)
+	out, err := b.client.PutObject(wctx, b.putInput(key, body, func(in *s3.PutObjectInput) {
 		if m := strings.Trim(opts.IfMatch, `"`); m != "" {
 			in.IfMatch = aws.String(`"` + m + `"`)
 		}
 	}))
 	if err != nil {
-		return objstore.ObjectInfo{}, classify(ctx, "put", key, err)
+		return objstore.ObjectInfo{}, writeErr(ctx, "put", key, rec, d.wrap(err))
 	}
 	return objstore.ObjectInfo{Key: key, Size: int64(len(body)), ETag: etag(out.ETag)}, nil
 }
@@ -74,14 +80,17 @@ func (b *Bucket) Get(ctx context.Context, key string) ([]byte, objstore.ObjectIn
 	if err := objstore.ValidateKey(key); err != nil {
 		return nil, objstore.ObjectInfo{}, fmt.Errorf("s3store: %w", err)
 	}
-	out, err := b.client.GetObject(ctx, &s3.GetObjectInput{Bucket: aws.String(b.bucket), Key: aws.String(key)})
+	d := b.deadline(ctx, 0)
+	defer d.done()
+	out, err := b.client.GetObject(d.ctx, &s3.GetObjectInput{Bucket: aws.String(b.bucket), Key: aws.String(key)})
 	if err != nil {
-		return nil, objstore.ObjectInfo{}, classify(ctx, "get", key, err)
+		return nil, objstore.ObjectInfo{}, classify(ctx, "get", key, d.wrap(err))
 	}
 	defer out.Body.Close()
+	d.extend(aws.ToInt64(out.ContentLength))
 	body, err := readBody(out.Body, aws.ToInt64(out.ContentLength))
 	if err != nil {
-		return nil, objstore.ObjectInfo{}, classify(ctx, "get", key, err)
+		return nil, objstore.ObjectInfo{}, classify(ctx, "get", key, d.wrap(err))
 	}
 	if out.ContentLength != nil && int64(len(body)) != *out.ContentLength {
 		return nil, objstore.ObjectInfo{}, classify(ctx, "get", key, fmt.Errorf("read %d of %d bytes: %w", len(body), *out.ContentLength, io.ErrUnexpectedEOF))
@@ -100,18 +109,23 @@ func (b *Bucket) GetRange(ctx context.Context, key string, offset, length int64)
 	if offset < 0 || length < 1 || length > math.MaxInt64-offset {
 		return nil, fmt.Errorf("s3store: get %s [%d+%d]: %w", key, offset, length, objstore.ErrInvalidRange)
 	}
-	out, err := b.client.GetObject(ctx, &s3.GetObjectInput{
+	d := b.deadline(ctx, length)
+	defer d.done()
+	out, err := b.client.GetObject(d.ctx, &s3.GetObjectInput{
 		Bucket: aws.String(b.bucket),
 		Key:    aws.String(key),
 		Range:  aws.String(fmt.Sprintf("bytes=%d-%d", offset, offset+length-1)),
 	})
 	if err != nil {
-		return nil, classify(ctx, fmt.Sprintf("get [%d+%d]", offset, length), key, err)
+		return nil, classify(ctx, fmt.Sprintf("get [%d+%d]", offset, length), key, d.wrap(err))
 	}
 	defer out.Body.Close()
+	if n := aws.ToInt64(out.ContentLength); n > length {
+		d.extend(n) // a store that ignored Range sends the whole object
+	}
 	body, err := readBody(out.Body, min(aws.ToInt64(out.ContentLength), length))
 	if err != nil {
-		return nil, classify(ctx, "get", key, err)
+		return nil, classify(ctx, "get", key, d.wrap(err))
 	}
 	if out.ContentRange == nil && int64(len(body)) > length {
 		// A store that ignored Range sent the whole object.
@@ -144,9 +158,11 @@ func (b *Bucket) Stat(ctx context.Context, key string) (objstore.ObjectInfo, err
 	if err := objstore.ValidateKey(key); err != nil {
 		return objstore.ObjectInfo{}, fmt.Errorf("s3store: %w", err)
 	}
-	out, err := b.client.HeadObject(ctx, &s3.HeadObjectInput{Bucket: aws.String(b.bucket), Key: aws.String(key)})
+	d := b.deadline(ctx, 0)
+	defer d.done()
+	out, err := b.client.HeadObject(d.ctx, &s3.HeadObjectInput{Bucket: aws.String(b.bucket), Key: aws.String(key)})
 	if err != nil {
-		return objstore.ObjectInfo{}, classify(ctx, "stat", key, err)
+		return objstore.ObjectInfo{}, classify(ctx, "stat", key, d.wrap(err))
 	}
 	return objstore.ObjectInfo{
 		Key: key, Size: aws.ToInt64(out.ContentLength), ETag: etag(out.ETag), LastModified: aws.ToTime(out.LastModified).UTC(),
@@ -171,7 +187,7 @@ func (b *Bucket) List(ctx context.Context, prefix, startAfter string, limit int)
 			page = int32(min(limit-len(out), listPage))
 		}
 		in.MaxKeys = aws.Int32(page)
-		res, err := b.client.ListObjectsV2(ctx, in)
+		res, err := b.listPage(ctx, in)
 		if err != nil {
 			return nil, classify(ctx, fmt.Sprintf("list after %q", startAfter), prefix+"*", err)
 		}
@@ -191,14 +207,25 @@ func (b *Bucket) List(ctx context.Context, prefix, startAfter string, limit int)
 	}
 }
 
+// listPage runs one ListObjectsV2 call under its own deadline (a page is
+// about 250 bytes a key: its transfer time counts).
+func (b *Bucket) listPage(ctx context.Context, in *s3.ListObjectsV2Input) (*s3.ListObjectsV2Output, error) {
+	d := b.deadline(ctx, int64(aws.ToInt32(in.MaxKeys))*256)
+	defer d.done()
+	res, err := b.client.ListObjectsV2(d.ctx, in)
+	return res, d.wrap(err)
+}
+
 // Delete removes key; a missing key is not an error.
 func (b *Bucket) Delete(ctx context.Context, key string) error {
 	if err := objstore.ValidateKey(key); err != nil {
 		return fmt.Errorf("s3store: %w", err)
 	}
-	_, err := b.client.DeleteObject(ctx, &s3.DeleteObjectInput{Bucket: aws.String(b.bucket), Key: aws.String(key)})
+	d := b.deadline(ctx, 0)
+	defer d.done()
+	_, err := b.client.DeleteObject(d.ctx, &s3.DeleteObjectInput{Bucket: aws.String(b.bucket), Key: aws.String(key)})
 	if err != nil && errorCode(err) != "NoSuchKey" {
-		return classify(ctx, "delete", key, err)
+		return classify(ctx, "delete", key, d.wrap(err))
 	}
 	return nil
 }

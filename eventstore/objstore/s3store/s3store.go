@@ -25,6 +25,11 @@ const (
 	DefaultMaxBackoff            = 5 * time.Second
 	DefaultConnectTimeout        = 5 * time.Second
 	DefaultResponseHeaderTimeout = 30 * time.Second
+	// DefaultTimeout bounds one call (EVENT_STORE_OBJECT_TIMEOUT).
+	DefaultTimeout = 5 * time.Second
+	// DefaultMinBytesPerSecond is the slowest transfer a call's deadline
+	// allows for its body (1 MiB/s: a 1 MiB segment adds 1 s).
+	DefaultMinBytesPerSecond = 1 << 20
 	// listPage is the most keys one ListObjectsV2 call returns.
 	listPage = 1000
 )
@@ -57,14 +62,27 @@ type Options struct {
 	// ConnectTimeout bounds establishing a TCP connection.
 	ConnectTimeout time.Duration
 	// ResponseHeaderTimeout bounds the wait for a response once the
-	// request has been sent.
+	// request has been sent (one attempt).
 	ResponseHeaderTimeout time.Duration
+	// Timeout bounds one call of the Bucket, every attempt and backoff
+	// included (EVENT_STORE_OBJECT_TIMEOUT): a store that does not answer
+	// fails the call with objstore.ErrUnavailable after it. Calls that
+	// move a body get MinBytesPerSecond on top: Create and Put for the
+	// body they send, GetRange for the range, Get for the size its
+	// response announces (the wait for that response is bounded by
+	// Timeout alone).
+	Timeout time.Duration
+	// MinBytesPerSecond is the slowest transfer rate a call's deadline
+	// allows for its body.
+	MinBytesPerSecond int64
 }
 
 // Bucket is one S3 bucket; it is safe for concurrent use.
 type Bucket struct {
-	client *s3.Client
-	bucket string
+	client  *s3.Client
+	bucket  string
+	timeout time.Duration
+	minRate int64
 }
 
 var _ objstore.Bucket = (*Bucket)(nil)
@@ -111,12 +129,16 @@ func New(ctx context.Context, o Options) (*Bucket, error) {
 			so.BaseEndpoint = aws.String(o.Endpoint)
 		}
 		so.UsePathStyle = o.PathStyle
+		// Wrapped after the configuration was loaded (a custom CA bundle
+		// is applied to the SDK's own client type): it tells writes that
+		// never took effect from those with an unknown outcome.
+		so.HTTPClient = tracingClient{next: so.HTTPClient}
 		// Request checksums (CRC32 on uploads) stay on: MinIO and S3 verify
 		// them. Response validation needs whole-object checksums, which
 		// ranged GETs never have; skip it rather than log on every read.
 		so.ResponseChecksumValidation = aws.ResponseChecksumValidationWhenRequired
 	})
-	return &Bucket{client: client, bucket: o.Bucket}, nil
+	return &Bucket{client: client, bucket: o.Bucket, timeout: o.Timeout, minRate: o.MinBytesPerSecond}, nil
 }
 
 func (o Options) withDefaults() Options {
@@ -134,6 +156,12 @@ func (o Options) withDefaults() Options {
 	}
 	if o.ResponseHeaderTimeout <= 0 {
 		o.ResponseHeaderTimeout = DefaultResponseHeaderTimeout
+	}
+	if o.Timeout <= 0 {
+		o.Timeout = DefaultTimeout
+	}
+	if o.MinBytesPerSecond <= 0 {
+		o.MinBytesPerSecond = DefaultMinBytesPerSecond
 	}
 	return o
 }
