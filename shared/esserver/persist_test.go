@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"reflect"
 	"strings"
+	"sync"
 	"testing"
 )
 
@@ -317,4 +318,72 @@ func TestPersistOneOwner(t *testing.T) {
 		t.Errorf("a write answered 500 after Close survived: GET /late = %d", code)
 	}
 	_ = s2.Close()
+}
+
+// Concurrent writers share fsyncs (group commit): every write any of them
+// saw acknowledged is there after a crash, at the acknowledged version.
+func TestPersistConcurrentWritersCrash(t *testing.T) {
+	dir := t.TempDir()
+	s1, err := Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const writers, rounds = 6, 15
+	type ack struct {
+		id      string
+		version float64
+	}
+	acks := make([][]ack, writers)
+	var wg sync.WaitGroup
+	for w := 0; w < writers; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for r := 0; r < rounds; r++ {
+				id := fmt.Sprintf("w%d", w) // each writer rewrites its own document
+				req := httptest.NewRequest("PUT", "/shared/_doc/"+id, strings.NewReader(fmt.Sprintf(`{"round":%d}`, r)))
+				req.Header.Set("Content-Type", "application/json")
+				rec := httptest.NewRecorder()
+				s1.ServeHTTP(rec, req)
+				var res map[string]any
+				if rec.Code/100 != 2 || json.Unmarshal(rec.Body.Bytes(), &res) != nil {
+					t.Errorf("writer %d round %d: %d %s", w, r, rec.Code, rec.Body.String())
+					return
+				}
+				acks[w] = append(acks[w], ack{id, res["_version"].(float64)})
+				bulk := fmt.Sprintf(`{"index":{"_index":"shared","_id":"w%d-r%d"}}`+"\n"+`{"round":%d}`+"\n", w, r, r)
+				breq := httptest.NewRequest("POST", "/_bulk", strings.NewReader(bulk))
+				breq.Header.Set("Content-Type", "application/x-ndjson")
+				brec := httptest.NewRecorder()
+				s1.ServeHTTP(brec, breq)
+				if brec.Code != 200 {
+					t.Errorf("writer %d bulk %d: %d", w, r, brec.Code)
+					return
+				}
+				acks[w] = append(acks[w], ack{fmt.Sprintf("w%d-r%d", w, r), 1})
+			}
+		}()
+	}
+	wg.Wait()
+	crash(t, s1)
+	s2, err := Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = s2.Close() }()
+	latest := map[string]float64{}
+	for _, as := range acks {
+		for _, a := range as {
+			latest[a.id] = max(latest[a.id], a.version)
+		}
+	}
+	if len(latest) != writers*(rounds+1) {
+		t.Fatalf("%d acknowledged documents, want %d", len(latest), writers*(rounds+1))
+	}
+	for id, v := range latest {
+		got := mustReq(t, s2, "GET", "/shared/_doc/"+id, "", 200).(map[string]any)
+		if got["_version"].(float64) != v {
+			t.Errorf("%s: _version %v after the crash, want the acknowledged %v", id, got["_version"], v)
+		}
+	}
 }
