@@ -636,7 +636,7 @@ func (r *Relay) walk(ctx context.Context, ls *leaderState, items []item, now tim
 	r.m.held.Set(float64(heldEvents))
 	if heldEvents > 0 {
 		// Normal under load (groups commit out of order), so not at info
-		// level on every cycle: relay_held_events shows it, and a
+		// level on every cycle: sluice_relay_held_events shows it, and a
 		// reservation that outlives the append timeout is resolved with a
 		// warning (SPEC §6.3 rule 3).
 		r.log.Debug("relay: events held back behind an in-flight reservation of their aggregate", "events", heldEvents, "aggregates", len(held), "checkpoint", ls.cp.Position)

@@ -3,10 +3,15 @@ package relay
 import (
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
+
+	"github.com/sluicehq/sluice/shared/failure"
 )
 
 // metrics are the relay's collectors (SPEC §13), labelled with the relay
-// name.
+// name. Every name carries the sluice_ prefix, and every labelled series
+// whose label values are known at start exists at 0 from newMetrics on, so
+// that dashboards and rate()/increase() alerts see a series before its
+// first event.
 type metrics struct {
 	published    *prometheus.CounterVec // topic
 	late         prometheus.Counter
@@ -28,49 +33,70 @@ type metrics struct {
 	objStalled   prometheus.Gauge
 }
 
-func newMetrics(reg prometheus.Registerer, name string) *metrics {
+// newMetrics creates the relay's collectors, registers them on reg (when
+// not nil) and creates, at 0, the series of every known label value: the
+// topics the relay publishes to (topics), the gap resolutions, cycle plans,
+// park reasons and object-store operations and failure classes.
+func newMetrics(reg prometheus.Registerer, name string, topics []string) *metrics {
 	cl := prometheus.Labels{"relay": name}
 	m := &metrics{
-		published: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "relay_published_total", ConstLabels: cl,
+		published: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "sluice_relay_published_total", ConstLabels: cl,
 			Help: "Records published and acknowledged by Kafka, by topic (late publications included)."}, []string{"topic"}),
-		late: prometheus.NewCounter(prometheus.CounterOpts{Name: "relay_late_published_total", ConstLabels: cl,
+		late: prometheus.NewCounter(prometheus.CounterOpts{Name: "sluice_relay_late_published_total", ConstLabels: cl,
 			Help: "Events of a pending (abandoned) gap published late because their writer committed them within the lookback."}),
-		dedupSkipped: prometheus.NewCounter(prometheus.CounterOpts{Name: "relay_dedup_skipped_total", ConstLabels: cl,
+		dedupSkipped: prometheus.NewCounter(prometheus.CounterOpts{Name: "sluice_relay_dedup_skipped_total", ConstLabels: cl,
 			Help: "Events not re-published because their id is in the recent-id set (already acknowledged)."}),
-		gaps: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "relay_gap_resolutions_total", ConstLabels: cl,
+		gaps: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "sluice_relay_gap_resolutions_total", ConstLabels: cl,
 			Help: "Positions resolved by the gap rules of SPEC §6.3, by resolution (committed_direct, repaired_committed, abandoned, no_index_row, expired, late_published)."},
 			[]string{"resolution"}),
-		plans: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "relay_cycles_total", ConstLabels: cl,
+		plans: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "sluice_relay_cycles_total", ConstLabels: cl,
 			Help: "Publishing cycles by how they found their segments: list (LIST after the checkpoint), index (every position up to the head committed or in flight: GET by the index's keys, no LIST), hint (commit notifications that continue the checkpoint: their segments, without the head and index queries) or idle (nothing committed past the checkpoint, last LIST less than a poll interval ago)."},
 			[]string{"plan"}),
-		produceErrs: prometheus.NewCounter(prometheus.CounterOpts{Name: "relay_produce_errors_total", ConstLabels: cl,
+		produceErrs: prometheus.NewCounter(prometheus.CounterOpts{Name: "sluice_relay_produce_errors_total", ConstLabels: cl,
 			Help: "Records Kafka did not acknowledge (they are produced again; the checkpoint does not pass them)."}),
-		fenced: prometheus.NewCounter(prometheus.CounterOpts{Name: "relay_fenced_total", ConstLabels: cl,
+		fenced: prometheus.NewCounter(prometheus.CounterOpts{Name: "sluice_relay_fenced_total", ConstLabels: cl,
 			Help: "Times this relay found a newer epoch in the checkpoint or lost its lease and stopped publishing."}),
-		flush: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "relay_flush_seconds", ConstLabels: cl,
+		flush: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "sluice_relay_flush_seconds", ConstLabels: cl,
 			Help: "Time from the flush call to Kafka's acknowledgement of every record of a batch.", Buckets: prometheus.ExponentialBuckets(0.0005, 2, 16)}),
-		lag: prometheus.NewGauge(prometheus.GaugeOpts{Name: "relay_lag", ConstLabels: cl,
+		lag: prometheus.NewGauge(prometheus.GaugeOpts{Name: "sluice_relay_lag", ConstLabels: cl,
 			Help: "Event-store head position minus the checkpoint position."}),
-		head: prometheus.NewGauge(prometheus.GaugeOpts{Name: "relay_head_position", ConstLabels: cl,
+		head: prometheus.NewGauge(prometheus.GaugeOpts{Name: "sluice_relay_head_position", ConstLabels: cl,
 			Help: "Highest committed position of the event store, as last seen."}),
-		checkpoint: prometheus.NewGauge(prometheus.GaugeOpts{Name: "relay_checkpoint_position", ConstLabels: cl,
+		checkpoint: prometheus.NewGauge(prometheus.GaugeOpts{Name: "sluice_relay_checkpoint_position", ConstLabels: cl,
 			Help: "Position of the durable checkpoint."}),
-		pendingGaps: prometheus.NewGauge(prometheus.GaugeOpts{Name: "relay_pending_gaps", ConstLabels: cl,
+		pendingGaps: prometheus.NewGauge(prometheus.GaugeOpts{Name: "sluice_relay_pending_gaps", ConstLabels: cl,
 			Help: "Abandoned ranges in the checkpoint still re-checked within the lookback."}),
-		held: prometheus.NewGauge(prometheus.GaugeOpts{Name: "relay_held_events", ConstLabels: cl,
+		held: prometheus.NewGauge(prometheus.GaugeOpts{Name: "sluice_relay_held_events", ConstLabels: cl,
 			Help: "Events held back in the last cycle because a young reservation names their aggregate."}),
-		leader: prometheus.NewGauge(prometheus.GaugeOpts{Name: "relay_leader", ConstLabels: cl,
+		leader: prometheus.NewGauge(prometheus.GaugeOpts{Name: "sluice_relay_leader", ConstLabels: cl,
 			Help: "1 while this replica holds the leader lease and publishes."}),
-		parkedTotal: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "relay_parked_total", ConstLabels: cl,
+		parkedTotal: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "sluice_relay_parked_total", ConstLabels: cl,
 			Help: "Records Kafka refused for a reason of their own, parked in sluice.relay_parked after EVENT_PUBLISHER_PARK_AFTER_ATTEMPTS attempts, by reason (too_large, invalid_topic, topic_collision, rejected)."},
 			[]string{"reason"}),
-		parked: prometheus.NewGauge(prometheus.GaugeOpts{Name: "relay_parked_records", ConstLabels: cl,
+		parked: prometheus.NewGauge(prometheus.GaugeOpts{Name: "sluice_relay_parked_records", ConstLabels: cl,
 			Help: "Rows of sluice.relay_parked in state parked (waiting for `sluice relay parked republish|drop`)."}),
-		objErrs: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "relay_objectstore_errors_total", ConstLabels: cl,
+		objErrs: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "sluice_relay_objectstore_errors_total", ConstLabels: cl,
 			Help: "Object-storage calls of the relay that failed, by operation (list, get, checkpoint) and class (outage: timeout, refused, 5xx; permanent; unknown). A call that hangs fails after the object-store timeout and counts as an outage."},
 			[]string{"op", "class"}),
-		objStalled: prometheus.NewGauge(prometheus.GaugeOpts{Name: "relay_objectstore_stalled", ConstLabels: cl,
+		objStalled: prometheus.NewGauge(prometheus.GaugeOpts{Name: "sluice_relay_objectstore_stalled", ConstLabels: cl,
 			Help: "1 while object storage is unavailable to the relay: a call outstanding for longer than the object-store timeout, or the last call failed as an outage (readiness is red meanwhile)."}),
+	}
+	for _, t := range topics {
+		m.published.WithLabelValues(t)
+	}
+	for _, v := range []string{"committed_direct", "repaired_committed", "abandoned", "no_index_row", "expired", "late_published"} {
+		m.gaps.WithLabelValues(v)
+	}
+	for _, v := range []string{"list", "index", "hint", "idle"} {
+		m.plans.WithLabelValues(v)
+	}
+	for _, v := range []string{ReasonTooLarge, ReasonInvalidTopic, ReasonTopicCollision, ReasonRejected} {
+		m.parkedTotal.WithLabelValues(v)
+	}
+	for _, op := range []string{"list", "get", "checkpoint"} {
+		for _, class := range []failure.Class{failure.Outage, failure.Permanent, failure.Unknown} {
+			m.objErrs.WithLabelValues(op, class.String())
+		}
 	}
 	if reg != nil {
 		for _, c := range []prometheus.Collector{m.published, m.late, m.dedupSkipped, m.gaps, m.plans, m.produceErrs, m.fenced,

@@ -64,7 +64,7 @@ func (w *objWatch) stalled() error {
 
 // watchCall runs fn, one object-storage call of operation op on key, under
 // the object-store timeout, and accounts for it: in-flight tracking for
-// readiness, relay_objectstore_errors_total and relay_objectstore_stalled,
+// readiness, sluice_relay_objectstore_errors_total and sluice_relay_objectstore_stalled,
 // a rate-limited warning. A call cancelled by its caller (ctx done) counts
 // for nothing; objstore.ErrNotFound is an answer, not a failure.
 func watchCall[T any](ctx context.Context, r *Relay, op, key string, fn func(context.Context) (T, error)) (T, error) {

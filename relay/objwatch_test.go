@@ -104,8 +104,8 @@ func (f *faultyBucket) List(ctx context.Context, prefix, startAfter string, limi
 
 // TestObjectStoreFaultVisible (issue 26): while the object store hangs or
 // refuses, the relay turns readiness red naming object storage within one
-// object-store timeout, counts the failures in relay_objectstore_errors_total
-// and relay_objectstore_stalled, and logs it; when the store answers again
+// object-store timeout, counts the failures in sluice_relay_objectstore_errors_total
+// and sluice_relay_objectstore_stalled, and logs it; when the store answers again
 // it recovers by itself and publishes what was appended meanwhile. Before,
 // a hanging call blocked the relay with readiness green (until the stall
 // check, here a minute) and nothing in the metrics or log.
@@ -143,13 +143,13 @@ func TestObjectStoreFaultVisible(t *testing.T) {
 			})
 			t.Logf("readiness while the store is %s: %v", mode, r.Ready(context.Background()))
 			if v := sumVec(r.m.objErrs); v < 1 {
-				t.Errorf("relay_objectstore_errors_total = %v, want the failures counted", v)
+				t.Errorf("sluice_relay_objectstore_errors_total = %v, want the failures counted", v)
 			}
 			if v := value(r.m.objErrs.WithLabelValues("get", "outage")) + value(r.m.objErrs.WithLabelValues("list", "outage")) + value(r.m.objErrs.WithLabelValues("checkpoint", "outage")); v < 1 {
 				t.Errorf("no object-storage failure classified as an outage")
 			}
 			if v := value(r.m.objStalled); v != 1 {
-				t.Errorf("relay_objectstore_stalled = %v, want 1", v)
+				t.Errorf("sluice_relay_objectstore_stalled = %v, want 1", v)
 			}
 			if !strings.Contains(logs.String(), "object storage call failed") {
 				t.Errorf("no warning logged:\n%s", logs.String())
@@ -159,7 +159,7 @@ func TestObjectStoreFaultVisible(t *testing.T) {
 			testenv.WaitFor(t, 30*time.Second, "recovery", func() bool { return e.checkpoint(t).Position == 40 })
 			testenv.WaitFor(t, 10*time.Second, "readiness green", func() bool { return r.Ready(context.Background()) == nil })
 			if v := value(r.m.objStalled); v != 0 {
-				t.Errorf("relay_objectstore_stalled = %v after recovery, want 0", v)
+				t.Errorf("sluice_relay_objectstore_stalled = %v after recovery, want 0", v)
 			}
 			if n := strings.Count(logs.String(), "object storage call failed"); n > 10 {
 				t.Errorf("%d warnings: not rate-limited", n)

@@ -25,7 +25,7 @@ import (
 // skipped silently (a metric, an error log line, `sluice relay parked`).
 
 // Reasons a record is parked (sluice.relay_parked.reason, the reason label
-// of relay_parked_total).
+// of sluice_relay_parked_total).
 const (
 	// ReasonTooLarge: MESSAGE_TOO_LARGE / RECORD_LIST_TOO_LARGE, from the
 	// producer's budget or the broker's (or the topic's) limit.

@@ -150,10 +150,10 @@ func TestUnproducibleRecordParked(t *testing.T) {
 				t.Errorf("parked record does not hold the stored line and key")
 			}
 			if v := value(r.m.parkedTotal.WithLabelValues(tc.reason)); v != 1 {
-				t.Errorf("relay_parked_total{reason=%q} = %v, want 1", tc.reason, v)
+				t.Errorf("sluice_relay_parked_total{reason=%q} = %v, want 1", tc.reason, v)
 			}
 			if v := value(r.m.parked); v != 1 {
-				t.Errorf("relay_parked_records = %v, want 1", v)
+				t.Errorf("sluice_relay_parked_records = %v, want 1", v)
 			}
 			testenv.WaitFor(t, 10*time.Second, "readiness green after parking", func() bool { return r.Ready(context.Background()) == nil })
 
@@ -193,7 +193,7 @@ func TestEnvelopeAboveDefaultBatchSizePublished(t *testing.T) {
 	rest[big.Envelope.EventID] = big
 	verifyAtLeastOnce(t, rest, e.consumeAll(t, e.commandsTopic(), e.eventsTopic()))
 	if v := sumVec(r.m.parkedTotal); v != 0 {
-		t.Errorf("relay_parked_total = %v, want nothing parked", v)
+		t.Errorf("sluice_relay_parked_total = %v, want nothing parked", v)
 	}
 }
 
@@ -231,7 +231,7 @@ func TestParkedPositionNotRepublished(t *testing.T) {
 		}
 	}
 	if v := sumVec(r.m.parkedTotal); v != 0 {
-		t.Errorf("relay_parked_total = %v: the position was parked again", v)
+		t.Errorf("sluice_relay_parked_total = %v: the position was parked again", v)
 	}
 	if n, err := ps.Count(ctxT(t, 10*time.Second), "test"); err != nil || n != 1 {
 		t.Errorf("parked rows %d (err %v), want 1", n, err)
@@ -425,10 +425,10 @@ func TestRefusedBatchNeighboursNotParked(t *testing.T) {
 	}
 	testenv.WaitFor(t, 30*time.Second, "all published", func() bool { return e.checkpoint(t).Position == 60 })
 	if v := value(r.m.produceErrs); v < 1 {
-		t.Fatalf("relay_produce_errors_total = %v: the injected refusal did not happen", v)
+		t.Fatalf("sluice_relay_produce_errors_total = %v: the injected refusal did not happen", v)
 	}
 	if v := sumVec(r.m.parkedTotal); v != 0 {
-		t.Errorf("relay_parked_total = %v: a record refused only with its batch was parked", v)
+		t.Errorf("sluice_relay_parked_total = %v: a record refused only with its batch was parked", v)
 	}
 	if n, err := NewParkedStore(e.pool).Count(ctxT(t, 10*time.Second), "test"); err != nil || n != 0 {
 		t.Errorf("%d parked rows (err %v), want none", n, err)

@@ -124,7 +124,7 @@ func (r *Relay) park(ctx context.Context, ls *leaderState, rec *kgo.Record, pos 
 	return nil
 }
 
-// refreshParkedGauge sets relay_parked_records from the table (rows an
+// refreshParkedGauge sets sluice_relay_parked_records from the table (rows an
 // operator resolved meanwhile leave it), at most once per ten poll
 // intervals.
 func (r *Relay) refreshParkedGauge(ctx context.Context, ls *leaderState) {

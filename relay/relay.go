@@ -82,6 +82,7 @@ func New(store *eventstore.Store, bucket objstore.Bucket, pool *pgxpool.Pool, op
 		return nil, fmt.Errorf("relay: kafka client: %w", err)
 	}
 	hbAge := max(30*time.Second, 3*s.Config.PollInterval, 3*s.Config.KafkaFlushTimeout, 3*s.lease)
+	router := NewRouter(s.Kafka.CommandsTopic, s.Kafka.EventsTopic, s.Routes)
 	r := &Relay{
 		s:             s,
 		store:         store,
@@ -89,10 +90,10 @@ func New(store *eventstore.Store, bucket objstore.Bucket, pool *pgxpool.Pool, op
 		client:        client,
 		solo:          solo,
 		parked:        NewParkedStore(pool),
-		router:        NewRouter(s.Kafka.CommandsTopic, s.Kafka.EventsTopic, s.Routes),
+		router:        router,
 		cps:           NewCheckpointStore(bucket, s.Config.CheckpointKey),
 		lease:         NewLease(pool, s.Config.Name, s.Holder, s.lease),
-		m:             newMetrics(s.Registerer, s.Config.Name),
+		m:             newMetrics(s.Registerer, s.Config.Name, router.Topics()),
 		log:           s.Logger.With("relay", s.Config.Name),
 		hb:            observability.NewHeartbeat(hbAge),
 		wake:          make(chan struct{}, 1),

@@ -160,7 +160,7 @@ func TestCleanRunExactlyOnceInOrder(t *testing.T) {
 		t.Errorf("final checkpoint position %d gaps %v recent %d epoch %d", cp.Position, cp.PendingGaps, len(cp.RecentEventIDs), cp.RelayEpoch)
 	}
 	if got := sumVec(r.m.published); got != float64(n) {
-		t.Errorf("relay_published_total %v, want %d", got, n)
+		t.Errorf("sluice_relay_published_total %v, want %d", got, n)
 	}
 }
 
@@ -344,7 +344,7 @@ func TestFencedByNewerEpoch(t *testing.T) {
 		t.Error("fenced relay leads again while the newer lease is valid")
 	}
 	if v := value(r.m.fenced); v < 1 {
-		t.Errorf("relay_fenced_total %v", v)
+		t.Errorf("sluice_relay_fenced_total %v", v)
 	}
 }
 
@@ -525,7 +525,7 @@ func TestProduceErrorRetried(t *testing.T) {
 	stored := appendAll(t, e.store, 4, mixedEnvelopes(100, 10, e.prefix+"custom"))
 	testenv.WaitFor(t, 30*time.Second, "all published", func() bool { return e.checkpoint(t).Position == 100 })
 	if v := value(r.m.produceErrs); v < 1 {
-		t.Errorf("relay_produce_errors_total %v, want the injected failure counted", v)
+		t.Errorf("sluice_relay_produce_errors_total %v, want the injected failure counted", v)
 	}
 	recs := e.consumeAll(t, e.commandsTopic(), e.eventsTopic(), e.prefix+"custom")
 	verifyAtLeastOnce(t, stored, recs)

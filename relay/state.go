@@ -39,7 +39,7 @@ type leaderState struct {
 	// lastFull is when the last cycle with the head query started (a
 	// cycle planned from commit hints skips it; hints.go).
 	lastFull time.Time
-	// lastParkedCount is when relay_parked_records was last read from the
+	// lastParkedCount is when sluice_relay_parked_records was last read from the
 	// table (parking.go).
 	lastParkedCount time.Time
 }

@@ -448,7 +448,7 @@ func (p *pipeline) stageTimes(b *testing.B) map[string]histSum {
 				add(h+"-"+label(m, "stage"), m)
 			case "sluice_eventstore_stage_duration_seconds":
 				add("store-"+label(m, "stage"), m)
-			case "relay_flush_seconds":
+			case "sluice_relay_flush_seconds":
 				add("relay-flush", m)
 			case "sluice_projection_bulk_duration_seconds":
 				add("projection-bulk", m)
