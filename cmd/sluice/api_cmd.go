@@ -51,7 +51,7 @@ on /v1 when set. The API is described at /openapi.json and in docs/api.md.`,
 					tokens = append(tokens, t.Value())
 				}
 			}
-			metrics := observability.NewRegistry()
+			metrics := newRegistry()
 			metrics.MustRegister(store.Collectors()...)
 			health := observability.NewHealth()
 			health.AddReadiness("postgres", func(ctx context.Context) error { return pool.Ping(ctx) })

@@ -113,7 +113,7 @@ func serveStartupProbes(addr string, logger *slog.Logger, reason string) func() 
 	}
 	health := observability.NewHealth()
 	health.AddReadiness("startup", func(context.Context) error { return errors.New(reason) })
-	srv, err := observability.Listen(addr, observability.Handler(observability.NewRegistry(), health))
+	srv, err := observability.Listen(addr, observability.Handler(newRegistry(), health))
 	if err != nil {
 		logger.Warn("no start-up probes", "err", err)
 		return func() {}

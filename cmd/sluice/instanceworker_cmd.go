@@ -31,7 +31,7 @@ func newInstanceWorkerCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			metrics := observability.NewRegistry()
+			metrics := newRegistry()
 			metrics.MustRegister(store.Collectors()...)
 			health := observability.NewHealth()
 			svc, err := instanceworker.NewService(cfg, instanceworker.Deps{

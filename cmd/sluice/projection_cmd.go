@@ -76,7 +76,7 @@ func newProjectionWorkerCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			metrics := observability.NewRegistry()
+			metrics := newRegistry()
 			health := observability.NewHealth()
 			svc, err := projectionworker.NewService(cfg, projectionworker.Deps{Pool: pool, ES: es, Logger: logger, Metrics: metrics, Health: health}, specs...)
 			if err != nil {

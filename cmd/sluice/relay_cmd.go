@@ -47,7 +47,7 @@ func runRelayService(cmd *cobra.Command, _ []string) error {
 	if err != nil {
 		return err
 	}
-	reg := observability.NewRegistry()
+	reg := newRegistry()
 	health := observability.NewHealth()
 	health.AddReadiness("postgres", func(ctx context.Context) error { return d.pool.Ping(ctx) })
 	opts := relay.OptionsFromConfig(d.cfg)

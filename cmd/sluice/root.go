@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"runtime/debug"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/spf13/cobra"
 
 	"github.com/sluicehq/sluice/shared/config"
@@ -16,6 +17,13 @@ var (
 	version = "dev"
 	commit  = "unknown"
 )
+
+// newRegistry returns the Prometheus registry of a sluice process, with
+// sluice_build_info{version, commit, go_version} = 1 from this binary's
+// build information.
+func newRegistry() *prometheus.Registry {
+	return observability.NewProcessRegistry(version, commit)
+}
 
 func newRootCmd(stdout, stderr io.Writer) *cobra.Command {
 	root := &cobra.Command{

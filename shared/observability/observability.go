@@ -17,6 +17,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"runtime"
 	"sort"
 	"strings"
 	"sync"
@@ -51,6 +52,26 @@ func NewRegistry() *prometheus.Registry {
 	r := prometheus.NewRegistry()
 	r.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return r
+}
+
+// NewProcessRegistry returns NewRegistry with sluice_build_info registered:
+// the registry of a sluice process, which tells its scraper which build it
+// runs (version and commit as set by the linker, and the Go version).
+func NewProcessRegistry(version, commit string) *prometheus.Registry {
+	r := NewRegistry()
+	r.MustRegister(BuildInfo(version, commit))
+	return r
+}
+
+// BuildInfo returns the sluice_build_info gauge: always 1, labelled with
+// version, commit and go_version (runtime.Version()). Joined on these labels,
+// it tells which build every other series of the process comes from.
+func BuildInfo(version, commit string) prometheus.Collector {
+	g := prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "sluice_build_info",
+		Help: "Always 1; labelled with the version, commit and Go version of the running binary."},
+		[]string{"version", "commit", "go_version"})
+	g.WithLabelValues(version, commit, runtime.Version()).Set(1)
+	return g
 }
 
 // Check reports whether one dependency or loop is healthy; a nil error means
