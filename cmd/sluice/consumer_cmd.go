@@ -186,10 +186,11 @@ func parseResetTarget(s string) (resetTarget, error) {
 
 func newConsumerResetCmd() *cobra.Command {
 	var group, topic, to string
-	var dryRun, force bool
+	var g guardFlags
+	var force bool
 	cmd := &cobra.Command{
 		Use:   "reset",
-		Short: "Set a consumer group's committed offsets (replay or skip); refuses while the group has live members",
+		Short: "Set a consumer group's committed offsets (replay or skip); a dry run without --yes; refuses while the group has live members",
 		Long: `reset commits new offsets for every partition of the topic (default: every topic the group
 has committed offsets for):
 
@@ -198,14 +199,17 @@ has committed offsets for):
   time:T         the first offset with a timestamp at or after T (RFC 3339); the end when none
   offset:N       N, clamped to [start, end] of each partition
 
-Stop the group's workers first: reset refuses while the group has live members. --force skips
-that check, but Kafka itself refuses offset commits from outside a group that has members
-(UNKNOWN_MEMBER_ID), so it only helps once the members are gone or about to time out.
---dry-run prints the offsets it would set and changes nothing.`,
-		Example: `  sluice consumer reset --group instance-worker --topic sluice.commands --to earliest --dry-run
-  sluice consumer reset --group projection-history-v1 --to time:2026-11-21T10:00:00Z`,
+reset is a dry run by default: it prints the offsets it would set (CURRENT → NEW per partition)
+and changes nothing. --yes commits them.
+
+Stop the group's workers first: reset --yes refuses while the group has live members. --force
+skips that check, but Kafka itself refuses offset commits from outside a group that has members
+(UNKNOWN_MEMBER_ID), so it only helps once the members are gone or about to time out.`,
+		Example: `  sluice consumer reset --group instance-worker --topic sluice.commands --to earliest
+  sluice consumer reset --group projection-history-v1 --to time:2026-11-21T10:00:00Z --yes`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			act := g.yes && !g.dryRun
 			target, err := parseResetTarget(to)
 			if err != nil {
 				return err
@@ -230,7 +234,7 @@ that check, but Kafka itself refuses offset commits from outside a group that ha
 					ids = append(ids, m.ClientID+"@"+m.ClientHost)
 				}
 				msg := fmt.Sprintf("group %s has %d live members (%s, state %s): stop its workers first", group, n, strings.Join(ids, ", "), g.State)
-				if !force && !dryRun {
+				if !force && act {
 					return &exitError{code: exitGroupActive, err: errors.New(msg + " (or --force)")}
 				}
 				fmt.Fprintln(cmd.ErrOrStderr(), "warning: "+msg)
@@ -286,8 +290,8 @@ that check, but Kafka itself refuses offset commits from outside a group that ha
 				set.AddOffset(e.Topic, e.Partition, n, -1)
 			}
 			_ = tw.Flush()
-			if dryRun {
-				cmd.Printf("consumer reset %s (dry run): %d partitions would be set to %s; nothing changed\n", group, len(set.Sorted()), to)
+			if !act {
+				cmd.Printf("consumer reset %s (dry run): %d partitions would be set to %s; nothing changed (pass --yes to commit)\n", group, len(set.Sorted()), to)
 				return nil
 			}
 			resp, err := adm.CommitOffsets(ctx, group, set)
@@ -305,7 +309,7 @@ that check, but Kafka itself refuses offset commits from outside a group that ha
 	f.StringVar(&group, "group", "", "consumer group (required)")
 	f.StringVar(&topic, "topic", "", "only this topic (default: every topic the group committed)")
 	f.StringVar(&to, "to", "", "earliest, latest, time:<RFC 3339> or offset:<N> (required)")
-	f.BoolVar(&dryRun, "dry-run", false, "print the offsets it would set; change nothing")
+	g.register(cmd, true)
 	f.BoolVar(&force, "force", false, "skip the live-members check")
 	_ = cmd.MarkFlagRequired("group")
 	_ = cmd.MarkFlagRequired("to")

@@ -13,7 +13,8 @@ import (
 )
 
 // consumer lag and reset end to end on kfake: lag numbers of a group with
-// committed offsets; reset --dry-run changes nothing; reset to earliest,
+// committed offsets; reset --dry-run, and reset without --yes (a dry run
+// by default, issue 27.2), change nothing; reset to earliest,
 // latest, offset:N (clamped) and time:T sets exactly those offsets; a group
 // with a live member is refused (and --force meets Kafka's own refusal);
 // once the member is gone reset works again.
@@ -71,6 +72,10 @@ func TestConsumerLagAndReset(t *testing.T) {
 	if err != nil || !opHasLine(out, topic, "0", "4", "0") || !strings.Contains(out, "nothing changed") || committed() != [2]int64{4, 6} {
 		t.Fatalf("dry run: %v %v\n%s", err, committed(), out)
 	}
+	out, _, err = runOps(t, "consumer", "reset", "--group", group, "--to", "earliest")
+	if err != nil || !opHasLine(out, topic, "0", "4", "0") || !strings.Contains(out, "nothing changed (pass --yes to commit)") || committed() != [2]int64{4, 6} {
+		t.Fatalf("reset without --yes must be a dry run: %v %v\n%s", err, committed(), out)
+	}
 
 	cases := []struct {
 		to   string
@@ -85,7 +90,7 @@ func TestConsumerLagAndReset(t *testing.T) {
 	}
 	for _, tc := range cases {
 		commit(1, 1)
-		out, _, err := runOps(t, "consumer", "reset", "--group", group, "--topic", topic, "--to", tc.to)
+		out, _, err := runOps(t, "consumer", "reset", "--group", group, "--topic", topic, "--to", tc.to, "--yes")
 		if err != nil || !strings.Contains(out, "2 partitions set to "+tc.to) {
 			t.Fatalf("reset --to %s: %v\n%s", tc.to, err, out)
 		}
@@ -124,7 +129,7 @@ func TestConsumerLagAndReset(t *testing.T) {
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-	_, _, err = runOps(t, "consumer", "reset", "--group", group, "--to", "earliest")
+	_, _, err = runOps(t, "consumer", "reset", "--group", group, "--to", "earliest", "--yes")
 	if opExitCode(err) != exitGroupActive || !strings.Contains(err.Error(), "1 live members") {
 		t.Fatalf("reset with a live member: exit %d %v", opExitCode(err), err)
 	}
@@ -132,7 +137,7 @@ func TestConsumerLagAndReset(t *testing.T) {
 	if err != nil || !strings.Contains(errOut, "warning: group") || !opHasLine(out, topic, "0", "2", "0") {
 		t.Fatalf("dry run with a live member: %v\n%s\n%s", err, out, errOut)
 	}
-	_, _, err = runOps(t, "consumer", "reset", "--group", group, "--to", "earliest", "--force")
+	_, _, err = runOps(t, "consumer", "reset", "--group", group, "--to", "earliest", "--force", "--yes")
 	if err == nil || !strings.Contains(err.Error(), "commit offsets") {
 		t.Fatalf("reset --force with a live member: want the broker's refusal, got %v", err)
 	}
@@ -142,7 +147,7 @@ func TestConsumerLagAndReset(t *testing.T) {
 	stop()
 	<-polled
 	member.Close() // leaves the group
-	out, _, err = runOps(t, "consumer", "reset", "--group", group, "--to", "earliest")
+	out, _, err = runOps(t, "consumer", "reset", "--group", group, "--to", "earliest", "--yes")
 	if err != nil || committed() != [2]int64{0, 0} {
 		t.Fatalf("reset after the member left: %v %v\n%s", err, committed(), out)
 	}

@@ -12,6 +12,8 @@ import (
 	"github.com/schollz/progressbar/v3"
 	"github.com/spf13/cobra"
 	"golang.org/x/term"
+
+	"github.com/sluicehq/sluice/relay"
 )
 
 // Exit codes of the destructive-command guards (docs/operator-commands.md).
@@ -102,4 +104,27 @@ func writeSummary(w io.Writer, v any) error {
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")
 	return enc.Encode(v)
+}
+
+// printCheckpointPlan prints what `sluice relay checkpoint set` would do.
+func printCheckpointPlan(cmd *cobra.Command, p relay.CheckpointPlan) {
+	cur := fmt.Sprint(p.From)
+	if !p.Found {
+		cur += " (no checkpoint yet)"
+	}
+	cmd.Printf("checkpoint %s: %s -> %d (head %d, retention floor %d)\n", p.Key, cur, p.To, p.Head, p.Floor)
+	switch {
+	case p.Republish > 0:
+		cmd.Printf("  %d positions (%d..%d) are published again; consumers absorb the duplicates\n", p.Republish, p.To+1, p.From)
+	case p.Skip > 0:
+		cmd.Printf("  %d positions (%d..%d) are skipped and never published\n", p.Skip, p.From+1, p.To)
+	default:
+		cmd.Printf("  no position changes\n")
+	}
+	if p.DroppedGaps > 0 {
+		cmd.Printf("  %d pending gaps above %d are dropped (walked again)\n", p.DroppedGaps, p.To)
+	}
+	if p.Skip > 0 || p.Republish > 0 {
+		cmd.Printf("  the recent-event-id set is cleared\n")
+	}
 }

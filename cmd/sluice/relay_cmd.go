@@ -131,6 +131,7 @@ func newRelayCheckpointCmd() *cobra.Command {
 	})
 	var position int64
 	var at string
+	var g guardFlags
 	set := &cobra.Command{
 		Use:   "set",
 		Short: "Move the checkpoint (moving it back re-publishes; consumers absorb duplicates)",
@@ -157,7 +158,18 @@ func newRelayCheckpointCmd() *cobra.Command {
 					return err
 				}
 			}
-			old, cur, err := relay.SetCheckpoint(ctx, relay.NewCheckpointStore(d.bucket, d.cfg.Relay.CheckpointKey), position)
+			cps := relay.NewCheckpointStore(d.bucket, d.cfg.Relay.CheckpointKey)
+			plan, err := relay.PlanCheckpoint(ctx, d.store, cps, position)
+			if errors.Is(err, relay.ErrCheckpointOutOfRange) {
+				return unsafe(err)
+			} else if err != nil {
+				return err
+			}
+			printCheckpointPlan(cmd, plan)
+			if act, err := g.confirm(cmd, fmt.Sprintf("move checkpoint %s from %d to %d", plan.Key, plan.From, plan.To)); !act {
+				return err
+			}
+			old, cur, err := relay.SetCheckpoint(ctx, cps, position)
 			if err != nil {
 				return err
 			}
@@ -171,6 +183,7 @@ func newRelayCheckpointCmd() *cobra.Command {
 	}
 	set.Flags().Int64Var(&position, "position", 0, "new checkpoint position (the relay publishes from position+1)")
 	set.Flags().StringVar(&at, "time", "", "RFC 3339 time: publish from the first event committed at or after it")
+	g.register(set, false)
 	c.AddCommand(set)
 	return c
 }

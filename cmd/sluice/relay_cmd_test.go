@@ -117,7 +117,7 @@ func TestRelayCommands(t *testing.T) {
 	if _, err := runRelayCLI(ctx, "checkpoint", "set", "--position", "1", "--time", "2026-01-01T00:00:00Z"); err == nil {
 		t.Fatal("set with both --position and --time must fail")
 	}
-	out, err = runRelayCLI(ctx, "checkpoint", "set", "--position", "2")
+	out, err = runRelayCLI(ctx, "checkpoint", "set", "--position", "2", "--yes")
 	if err != nil || !strings.Contains(out, "5 -> 2") {
 		t.Fatalf("set: %q %v", out, err)
 	}

@@ -77,9 +77,15 @@ func IsOutage(ctx context.Context, err error) bool { return Classify(ctx, err) =
 // registry's own list (registry.ErrUnavailable); Kafka errors franz-go marks
 // retriable.
 //
+// Credentials and policy are the deployment's, never the record's: HTTP
+// 401 and 403 (a wrong key, an expired token, an index blocked read-only by
+// a full disk) and Kafka's authorization and SASL errors are outages too, so
+// that a credential mistake pauses the worker with readiness red instead of
+// dead-lettering every record it touches.
+//
 // Permanent: any other HTTP 4xx (400 mapping conflict, 413, 404 of a
 // named resource…); any other Kafka error code (MESSAGE_TOO_LARGE,
-// INVALID_TOPIC_EXCEPTION, TOPIC_AUTHORIZATION_FAILED…).
+// INVALID_TOPIC_EXCEPTION…).
 //
 // The first classifiable error in err's chain wins.
 func Classify(ctx context.Context, err error) Class {
@@ -89,7 +95,8 @@ func Classify(ctx context.Context, err error) Class {
 	if st := status(err); st != 0 {
 		switch {
 		case st == http.StatusRequestTimeout, st == http.StatusTooManyRequests,
-			st == http.StatusBadGateway, st == http.StatusServiceUnavailable, st == http.StatusGatewayTimeout:
+			st == http.StatusBadGateway, st == http.StatusServiceUnavailable, st == http.StatusGatewayTimeout,
+			st == http.StatusUnauthorized, st == http.StatusForbidden:
 			return Outage
 		case st >= 400 && st < 500:
 			return Permanent
@@ -99,7 +106,7 @@ func Classify(ctx context.Context, err error) Class {
 	}
 	var ke *kerr.Error
 	if errors.As(err, &ke) {
-		if ke.Retriable {
+		if ke.Retriable || kafkaAccessDenied(ke) {
 			return Outage
 		}
 		return Permanent
@@ -165,4 +172,15 @@ func Dependency(err error) string {
 		return Kafka
 	}
 	return ""
+}
+
+// kafkaAccessDenied reports Kafka's authentication and authorization
+// refusals: the deployment's credentials or ACLs, not the record.
+func kafkaAccessDenied(ke *kerr.Error) bool {
+	switch ke {
+	case kerr.TopicAuthorizationFailed, kerr.GroupAuthorizationFailed, kerr.ClusterAuthorizationFailed,
+		kerr.TransactionalIDAuthorizationFailed, kerr.SaslAuthenticationFailed, kerr.DelegationTokenAuthorizationFailed:
+		return true
+	}
+	return false
 }
