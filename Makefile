@@ -53,11 +53,15 @@ bench: test-deps
 	@echo "results in $(BIN)/bench.txt; figures are recorded in docs/benchmarks.md"
 
 ## soak: the long chaos soak of the acceptance suite (docs/acceptance.md):
-## SOAK of load and faults (default 5m), then drain and verify. The short
-## version (45 s) runs in `make test`.
+## SOAK of load and faults (default 5m), then drain and verify; then the
+## poison soak: SLUICE_POISON_EVENTS normal commands (default 20000) with
+## at least 1 % poison and kills. The short versions (45 s; a few hundred
+## commands) run in `make test`.
 SOAK ?= 5m
+SLUICE_POISON_EVENTS ?= 20000
 soak: test-deps
 	SLUICE_SOAK=$(SOAK) $(GO) test -count=1 -run '^TestChaosSoak$$' -v -timeout 60m ./acceptance/
+	SLUICE_POISON_EVENTS=$(SLUICE_POISON_EVENTS) $(GO) test -count=1 -run '^TestPoisonSoak$$' -v -timeout 120m ./acceptance/
 
 ## docs: regenerate docs/configuration.md from the code
 docs: build
