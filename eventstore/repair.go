@@ -112,9 +112,8 @@ func (s *Store) commitRoundTrip(ctx context.Context, key string, pos []int64, ei
 type abandonPolicy int
 
 const (
-	abandonNever abandonPolicy = iota // only commit from an existing segment
-	abandonMine                       // also abandon rows of this writer or older than the append timeout
-	abandonStale                      // also abandon rows older than the append timeout
+	abandonMine  abandonPolicy = iota // abandon rows of this writer or older than the append timeout
+	abandonStale                      // abandon rows older than the append timeout
 )
 
 const sqlAbandon = `
@@ -156,9 +155,6 @@ func (s *Store) resolveBlock(ctx context.Context, key string, policy abandonPoli
 	}
 	if !errors.Is(err, objstore.ErrNotFound) {
 		return 0, 0, fmt.Errorf("eventstore: resolve %s: %w", key, err)
-	}
-	if policy == abandonNever {
-		return 0, 0, nil
 	}
 	writer := ""
 	if policy == abandonMine {
