@@ -217,7 +217,11 @@ func (w *Worker) writeBulk(ctx context.Context, ws []readmodel.Write) ([]readmod
 			sub[k] = ws[i]
 		}
 		res, err := readmodel.WriteInstances(ctx, w.o.ES, sub)
-		w.o.Availability.Observe(ctx, err)
+		if err != nil {
+			w.o.Availability.Observe(ctx, err)
+		} else {
+			w.o.Availability.ObserveItems(ctx, itemOutage(ctx, res))
+		}
 		if err != nil {
 			if n < w.o.ESRetry.Tries && readmodel.Transient(ctx, err) && w.o.ESRetry.Sleep(ctx, n) == nil {
 				continue
@@ -227,9 +231,6 @@ func (w *Worker) writeBulk(ctx context.Context, ws []readmodel.Write) ([]readmod
 		var again []int
 		for k, i := range pending {
 			out[i] = res[k]
-			if failure.Classify(ctx, res[k].Err) == failure.Outage {
-				w.o.Availability.Observe(ctx, res[k].Err) // 429 or 503 items: overloaded
-			}
 			if res[k].Err != nil && readmodel.Transient(ctx, res[k].Err) {
 				again = append(again, i)
 			}
@@ -239,6 +240,17 @@ func (w *Worker) writeBulk(ctx context.Context, ws []readmodel.Write) ([]readmod
 		}
 		pending = again
 	}
+}
+
+// itemOutage is the first item of a bulk answer refused as an outage (429,
+// 502, 503, 504: the cluster is overloaded although it answers), or nil.
+func itemOutage(ctx context.Context, res []readmodel.WriteItem) error {
+	for _, r := range res {
+		if r.Err != nil && failure.Classify(ctx, r.Err) == failure.Outage {
+			return r.Err
+		}
+	}
+	return nil
 }
 
 // each runs f(0…n-1) concurrently, at most batchParallelism at once, and

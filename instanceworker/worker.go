@@ -369,9 +369,9 @@ func (w *Worker) Handle(ctx context.Context, rec *consumer.Record) (registry.Out
 
 // Outcome reasons of rejected commands.
 const (
-	ReasonExists         = "instance already exists"
-	ReasonMissing        = "instance does not exist"
-	ReasonDeleted        = "instance is deleted"
+	ReasonExists  = "instance already exists"
+	ReasonMissing = "instance does not exist"
+	ReasonDeleted = "instance is deleted"
 	// ReasonInvalidData starts the reason of a command whose new state
 	// holds a key the instance document cannot hold
 	// (readmodel.ValidateData; the reason goes on with its error).

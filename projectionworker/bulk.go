@@ -15,6 +15,7 @@ import (
 
 	"github.com/elastic/go-elasticsearch/v8"
 
+	"github.com/sluicehq/sluice/shared/failure"
 	"github.com/sluicehq/sluice/shared/readmodel"
 )
 
@@ -42,6 +43,12 @@ type BulkOptions struct {
 	ItemRetries int
 	// BackoffBase and BackoffCap shape the retries (defaults 50 ms, 5 s).
 	BackoffBase, BackoffCap time.Duration
+	// RequestTimeout bounds one bulk request (ELASTICSEARCH_REQUEST_TIMEOUT,
+	// default 10 s): a request past it is an outage, retried.
+	RequestTimeout time.Duration
+	// Availability receives the result of every bulk request (default: a
+	// new one pinging the bulker's client); Check reports it.
+	Availability *readmodel.Availability
 	// Observe, when set, is told about every bulk request: items, duration,
 	// error (nil on an HTTP 200).
 	Observe func(items int, d time.Duration, err error)
@@ -52,11 +59,10 @@ type BulkOptions struct {
 // Elasticsearch answered every item of the call, so a caller marks its
 // record done only after its writes are durable.
 type Bulker struct {
-	es     *elasticsearch.Client
-	o      BulkOptions
-	mu     sync.Mutex
-	cur    *batch
-	outage atomic.Bool
+	es  *elasticsearch.Client
+	o   BulkOptions
+	mu  sync.Mutex
+	cur *batch
 }
 
 // batch is one bulk request being filled.
@@ -90,20 +96,30 @@ func NewBulker(es *elasticsearch.Client, o BulkOptions) *Bulker {
 	if o.BackoffCap <= 0 {
 		o.BackoffCap = 5 * time.Second
 	}
+	if o.RequestTimeout <= 0 {
+		o.RequestTimeout = 10 * time.Second
+	}
+	if o.Availability == nil {
+		o.Availability = &readmodel.Availability{ES: es}
+	}
 	return &Bulker{es: es, o: o}
 }
 
-// InOutage reports whether the last bulk request failed as a whole
-// (transport error, 429 or 5xx on the request).
-func (b *Bulker) InOutage() bool { return b.outage.Load() }
-
-// Check is a readiness check: red while Elasticsearch rejects bulk requests.
-func (b *Bulker) Check(context.Context) error {
-	if b.outage.Load() {
-		return errors.New("elasticsearch bulk requests failing: projection paused")
-	}
-	return nil
+// InOutage reports whether Elasticsearch is out: the last request failed
+// as an outage (refused, reset, timed out, 429, 502, 503, 504) and none
+// got an answer since.
+func (b *Bulker) InOutage() bool {
+	out, _ := b.o.Availability.Out()
+	return out
 }
+
+// Availability is the bulker's view of Elasticsearch, shared with the
+// workers using it (their index management reports to it too).
+func (b *Bulker) Availability() *readmodel.Availability { return b.o.Availability }
+
+// Check is a readiness check: red while Elasticsearch is out (the
+// projections are paused), green again once it answers.
+func (b *Bulker) Check(ctx context.Context) error { return b.o.Availability.Check(ctx) }
 
 // encodeItem returns the NDJSON lines of one item.
 func encodeItem(it BulkItem) ([]byte, error) {
@@ -265,29 +281,13 @@ func (b *Bulker) flush(bt *batch) {
 	}
 	b.mu.Unlock()
 	defer close(bt.done)
-	body := bytes.Join(bt.lines, nil)
 	for try := 0; ; try++ {
-		start := time.Now()
-		res, err := b.send(body, len(bt.lines))
-		if b.o.Observe != nil {
-			b.o.Observe(len(bt.lines), time.Since(start), err)
-		}
+		res, err := b.sendLines(bt.lines)
 		if err == nil {
-			b.outage.Store(false)
 			bt.results = res
 			return
 		}
-		var pe *permanentBulkError
-		if errors.As(err, &pe) {
-			// The request itself is refused (e.g. 400, 413): every item
-			// gets that answer; the handler dead-letters its event.
-			bt.results = make([]ItemResult, len(bt.lines))
-			for i := range bt.results {
-				bt.results[i] = ItemResult{Status: pe.status, Type: pe.typ, Reason: pe.reason}
-			}
-			return
-		}
-		b.outage.Store(true)
+		// An outage (or a 500): retried while anyone waits.
 		if bt.waiters.Load() <= 0 {
 			bt.err = fmt.Errorf("projectionworker: bulk abandoned: %w", err)
 			return
@@ -296,18 +296,66 @@ func (b *Bulker) flush(bt *batch) {
 	}
 }
 
-type permanentBulkError struct {
-	status      int
-	typ, reason string
+// sendLines sends lines as one bulk request. When Elasticsearch refuses
+// the request as a whole for a reason retrying cannot fix (a request-level
+// 400 or 413: shared/failure Permanent), the lines are split in halves and
+// sent again, down to single lines, so that only the items it refuses on
+// their own get the refusal as their answer and the others are written
+// (one bad item never dead-letters the events it was batched with). The
+// error is a failure of a request as a whole that is not permanent (an
+// outage, a 500).
+func (b *Bulker) sendLines(lines [][]byte) ([]ItemResult, error) {
+	start := time.Now()
+	res, err := b.send(bytes.Join(lines, nil), len(lines))
+	if b.o.Observe != nil {
+		b.o.Observe(len(lines), time.Since(start), err)
+	}
+	if err != nil {
+		b.o.Availability.Observe(context.Background(), err)
+	} else {
+		b.o.Availability.ObserveItems(context.Background(), itemOutage(res))
+	}
+	if err == nil || failure.Classify(context.Background(), err) != failure.Permanent {
+		return res, err
+	}
+	if len(lines) == 1 {
+		var se *readmodel.StatusError
+		if !errors.As(err, &se) {
+			return nil, err
+		}
+		return []ItemResult{{Status: se.Status, Type: se.Type, Reason: se.Reason}}, nil
+	}
+	h := len(lines) / 2
+	first, err := b.sendLines(lines[:h])
+	if err != nil {
+		return nil, err
+	}
+	second, err := b.sendLines(lines[h:])
+	if err != nil {
+		return nil, err
+	}
+	return append(first, second...), nil
 }
 
-func (e *permanentBulkError) Error() string {
-	return fmt.Sprintf("bulk request refused: %d %s: %s", e.status, e.typ, e.reason)
+// itemOutage is the first item of a bulk answer refused as an outage (429,
+// 502, 503, 504: the cluster is overloaded although it answers), or nil.
+func itemOutage(res []ItemResult) error {
+	for _, r := range res {
+		if r.OK() || r.Conflict() {
+			continue
+		}
+		ie := &readmodel.StatusError{Op: "bulk item", Status: r.Status, Type: r.Type, Reason: r.Reason}
+		if failure.Classify(context.Background(), ie) == failure.Outage {
+			return ie
+		}
+	}
+	return nil
 }
 
-// send posts one bulk body and parses the per-item answers.
+// send posts one bulk body under RequestTimeout and parses the per-item
+// answers; a non-200 answer is a *readmodel.StatusError.
 func (b *Bulker) send(body []byte, n int) ([]ItemResult, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), b.o.RequestTimeout)
 	defer cancel()
 	res, err := b.es.Bulk(bytes.NewReader(body), b.es.Bulk.WithContext(ctx), b.es.Bulk.WithRefresh("false"))
 	if err != nil {
@@ -319,17 +367,7 @@ func (b *Bulker) send(body []byte, n int) ([]ItemResult, error) {
 		return nil, fmt.Errorf("bulk: read answer: %w", err)
 	}
 	if res.StatusCode != http.StatusOK {
-		var eb struct {
-			Error struct {
-				Type   string `json:"type"`
-				Reason string `json:"reason"`
-			} `json:"error"`
-		}
-		_ = json.Unmarshal(raw, &eb)
-		if res.StatusCode == http.StatusTooManyRequests || res.StatusCode >= 500 {
-			return nil, fmt.Errorf("bulk: %d %s: %s", res.StatusCode, eb.Error.Type, eb.Error.Reason)
-		}
-		return nil, &permanentBulkError{status: res.StatusCode, typ: eb.Error.Type, reason: eb.Error.Reason}
+		return nil, readmodel.NewStatusError("bulk", res.StatusCode, bytes.NewReader(raw))
 	}
 	return readmodel.DecodeBulkItems(bytes.NewReader(raw), n)
 }

@@ -273,6 +273,22 @@ func switchTo(ctx context.Context, o SwitchOptions, version int, mode Mode, repl
 	if err := stopSvc(); err != nil {
 		return sum, err
 	}
+	// A scope first seen while the aliases swapped has its index of this
+	// version created after the swap listed the indices (or during the
+	// settle): swap again, now that this version's consumer has stopped
+	// creating indices, so that no scope keeps its aliases on the old
+	// version. (A scope first seen after this is claimed by the live
+	// worker that follows the swap: claimAliases.)
+	if mode == Rebuilding {
+		if err := RestoreSettings(ctx, es, prefix, p.Name(), version, replicas); err != nil {
+			return sum, err
+		}
+	}
+	scopes, err = SwapAliases(ctx, es, prefix, p, version)
+	if err != nil {
+		return sum, err
+	}
+	sum.Scopes = scopes
 	sum.Elapsed = time.Since(start)
 	report("done", l)
 	return sum, nil

@@ -129,7 +129,8 @@ func NewService(cfg *config.Config, d Deps, specs ...Spec) (*Service, error) {
 	}
 	m := newMetrics(d.Metrics)
 	bulk := NewBulker(d.ES, BulkOptions{MaxDocs: cfg.Elasticsearch.BulkMaxDocs, MaxBytes: cfg.Elasticsearch.BulkMaxBytes,
-		Observe: func(n int, dur time.Duration, err error) { m.observeBulk(n, dur, err) }})
+		RequestTimeout: cfg.Elasticsearch.RequestTimeout,
+		Observe:        func(n int, dur time.Duration, err error) { m.observeBulk(n, dur, err) }})
 	if d.Health != nil {
 		d.Health.AddReadiness("projectionworker:postgres", reg.Check)
 		d.Health.AddReadiness("projectionworker:elasticsearch", bulk.Check)

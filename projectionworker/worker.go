@@ -9,6 +9,8 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"strconv"
+	"strings"
 	"sync"
 
 	"github.com/elastic/go-elasticsearch/v8"
@@ -17,6 +19,7 @@ import (
 	"github.com/sluicehq/sluice/registry"
 	"github.com/sluicehq/sluice/shared/consumer"
 	"github.com/sluicehq/sluice/shared/crashpoint"
+	"github.com/sluicehq/sluice/shared/failure"
 	"github.com/sluicehq/sluice/shared/readmodel"
 )
 
@@ -114,8 +117,9 @@ func (w *Worker) hit(point string) {
 // Handle projects one claimed event and writes its operations, returning
 // only after Elasticsearch answered every item: applied, conflict (409 on
 // every item: already applied or stale; counted), Permanent (mapping
-// errors: DLQ for this event only) or Retryable (429/5xx after the
-// bulker's retries).
+// errors: DLQ for this event only), Outage (429, 502, 503, 504 items after
+// the bulker's retries, or index management failing as an outage: the
+// runtime pauses, no attempt is spent) or Retryable (other 5xx).
 func (w *Worker) Handle(ctx context.Context, rec *consumer.Record) (registry.Outcome, error) {
 	items, out, err := w.prepare(ctx, rec)
 	if err != nil || items == nil {
@@ -124,7 +128,7 @@ func (w *Worker) Handle(ctx context.Context, rec *consumer.Record) (registry.Out
 	w.hit(PointBeforeESWrite)
 	res, err := w.o.Bulker.Do(ctx, items)
 	if err != nil {
-		return registry.Outcome{}, consumer.Retryable(err)
+		return registry.Outcome{}, classifyES(ctx, err)
 	}
 	w.hit(PointAfterESWrite)
 	return w.evaluate(items, res)
@@ -154,7 +158,7 @@ func (w *Worker) HandleBatch(ctx context.Context, recs []*consumer.Record) []con
 			}
 		}
 		if err != nil {
-			out[i].Err = consumer.Retryable(err)
+			out[i].Err = consumer.Permanent(err) // a document that is not JSON
 			continue
 		}
 		items[i], first[i] = its, len(lines)
@@ -166,9 +170,10 @@ func (w *Worker) HandleBatch(ctx context.Context, recs []*consumer.Record) []con
 	w.hit(PointBeforeESWrite)
 	res, err := w.o.Bulker.doLines(ctx, lines)
 	if err != nil {
+		err = classifyES(ctx, err)
 		for i := range recs {
 			if items[i] != nil {
-				out[i].Err = consumer.Retryable(err)
+				out[i].Err = err
 			}
 		}
 		return out
@@ -215,7 +220,7 @@ func (w *Worker) prepare(ctx context.Context, rec *consumer.Record) ([]BulkItem,
 func (w *Worker) evaluate(items []BulkItem, res []ItemResult) (registry.Outcome, error) {
 	p := w.o.Projection
 	conflicts, reason := 0, ReasonVersion
-	var transient, permanent error
+	var transient, permanent, outage error
 	for i, r := range res {
 		switch {
 		case r.OK():
@@ -226,7 +231,13 @@ func (w *Worker) evaluate(items []BulkItem, res []ItemResult) (registry.Outcome,
 			}
 			w.m.conflicts.WithLabelValues(p.Name(), reasonFor(items[i].Op)).Inc()
 		case r.Transient():
-			transient = fmt.Errorf("elasticsearch item %s/%s: %d %s: %s", items[i].Index, items[i].Op.ID, r.Status, r.Type, r.Reason)
+			err := fmt.Errorf("elasticsearch item %s/%s: %w", items[i].Index, items[i].Op.ID,
+				&readmodel.StatusError{Op: "bulk item", Status: r.Status, Type: r.Type, Reason: r.Reason})
+			if failure.Classify(context.Background(), err) == failure.Outage {
+				outage = err // 429, 502, 503, 504: the cluster is overloaded or out
+			} else {
+				transient = err
+			}
 		case r.Status == http.StatusNotFound:
 			w.ensured.Delete(items[i].Op.Scope) // index vanished: ensure again
 			transient = fmt.Errorf("elasticsearch item %s/%s: %d %s: %s", items[i].Index, items[i].Op.ID, r.Status, r.Type, r.Reason)
@@ -238,6 +249,9 @@ func (w *Worker) evaluate(items []BulkItem, res []ItemResult) (registry.Outcome,
 	case permanent != nil:
 		w.m.items.WithLabelValues(p.Name(), "rejected").Inc()
 		return registry.Outcome{}, consumer.Permanent(permanent)
+	case outage != nil:
+		w.m.items.WithLabelValues(p.Name(), "retry").Inc()
+		return registry.Outcome{}, consumer.Outage(failure.Elasticsearch, outage)
 	case transient != nil:
 		w.m.items.WithLabelValues(p.Name(), "retry").Inc()
 		return registry.Outcome{}, consumer.Retryable(transient)
@@ -269,16 +283,17 @@ func (w *Worker) ensure(ctx context.Context, scope string) error {
 	}
 	n := IndexNames(w.o.IndexPrefix, scope, w.o.Projection.Name(), w.o.Version)
 	err := createIndex(ctx, w.o.ES, n, w.o.Projection.Template(), w.o.Mode)
+	w.o.Bulker.Availability().Observe(ctx, err)
 	if err != nil {
-		return classifyES(err)
+		return classifyES(ctx, err)
 	}
 	w.ensured.Store(scope, struct{}{})
 	return nil
 }
 
 // createIndex creates n.Index unless it exists. Live: with the read and
-// write aliases when the write alias does not exist yet. Rebuild: refresh
-// off, no replicas, no aliases.
+// write aliases when the write alias does not exist yet, and then (index
+// new or not) claimAliases. Rebuild: refresh off, no replicas, no aliases.
 func createIndex(ctx context.Context, es *elasticsearch.Client, n Names, t Template, mode Mode) error {
 	res, err := es.Indices.Exists([]string{n.Index}, es.Indices.Exists.WithContext(ctx))
 	if err != nil {
@@ -286,6 +301,9 @@ func createIndex(ctx context.Context, es *elasticsearch.Client, n Names, t Templ
 	}
 	res.Body.Close()
 	if res.StatusCode == http.StatusOK {
+		if mode == Live {
+			return claimAliases(ctx, es, n, t)
+		}
 		return nil
 	}
 	if res.StatusCode != http.StatusNotFound {
@@ -326,24 +344,120 @@ func createIndex(ctx context.Context, es *elasticsearch.Client, n Names, t Templ
 	defer cres.Body.Close()
 	if cres.IsError() {
 		ee := readmodel.NewStatusError("create index", cres.StatusCode, cres.Body)
-		if ee.Type == "resource_already_exists_exception" {
-			return nil
+		if ee.Type != "resource_already_exists_exception" {
+			return ee
 		}
-		return ee
+	} else {
+		_, _ = io.Copy(io.Discard, cres.Body)
 	}
-	_, _ = io.Copy(io.Discard, cres.Body)
+	if mode == Live {
+		return claimAliases(ctx, es, n, t)
+	}
 	return nil
+}
+
+// claimAliases makes a live worker's index the target of its scope's read
+// and write aliases when they are missing or point at a lower version of
+// the projection, in one atomic _aliases request; aliases on a higher
+// version are left alone (this worker is the old one, about to follow the
+// live version). It closes the rebuild's swap race: a scope whose first
+// event arrived while `projection rebuild` swapped the aliases got its
+// aliases on the old version from the old live worker and an index of the
+// new version without them; the worker that follows the swap moves them.
+func claimAliases(ctx context.Context, es *elasticsearch.Client, n Names, t Template) error {
+	res, err := es.Indices.GetAlias(es.Indices.GetAlias.WithContext(ctx), es.Indices.GetAlias.WithName(n.WriteAlias, n.ReadAlias))
+	if err != nil {
+		return fmt.Errorf("aliases of %s: %w", n.Index, err)
+	}
+	defer res.Body.Close()
+	holders := map[string]map[string]json.RawMessage{} // index → alias → definition
+	switch {
+	case res.StatusCode == http.StatusNotFound:
+		_, _ = io.Copy(io.Discard, res.Body)
+	case res.IsError():
+		return readmodel.NewStatusError("get alias", res.StatusCode, res.Body)
+	default:
+		var body map[string]struct {
+			Aliases map[string]json.RawMessage `json:"aliases"`
+		}
+		if err := json.NewDecoder(res.Body).Decode(&body); err != nil {
+			return fmt.Errorf("aliases of %s: %w", n.Index, err)
+		}
+		for ix, v := range body {
+			holders[ix] = v.Aliases
+		}
+	}
+	ours := versionOf(n, n.Index)
+	var actions []map[string]any
+	needRead, needWrite := true, true
+	for ix, aliases := range holders {
+		for alias := range aliases {
+			if alias != n.ReadAlias && alias != n.WriteAlias {
+				continue
+			}
+			if ix == n.Index {
+				needRead, needWrite = needRead && alias != n.ReadAlias, needWrite && alias != n.WriteAlias
+				continue
+			}
+			if v := versionOf(n, ix); v == 0 || v > ours {
+				return nil // a newer (or foreign) index holds it: not ours to move
+			}
+			actions = append(actions, map[string]any{"remove": map[string]any{"index": ix, "alias": alias}})
+		}
+	}
+	if !needRead && !needWrite && len(actions) == 0 {
+		return nil
+	}
+	read := map[string]any{"index": n.Index, "alias": n.ReadAlias}
+	if t.ReadFilter != nil {
+		read["filter"] = t.ReadFilter
+	}
+	actions = append(actions, map[string]any{"add": read},
+		map[string]any{"add": map[string]any{"index": n.Index, "alias": n.WriteAlias, "is_write_index": true}})
+	b, err := json.Marshal(map[string]any{"actions": actions})
+	if err != nil {
+		return err
+	}
+	ures, err := es.Indices.UpdateAliases(bytes.NewReader(b), es.Indices.UpdateAliases.WithContext(ctx))
+	if err != nil {
+		return fmt.Errorf("move aliases to %s: %w", n.Index, err)
+	}
+	defer ures.Body.Close()
+	if ures.IsError() {
+		return readmodel.NewStatusError("update aliases", ures.StatusCode, ures.Body)
+	}
+	_, _ = io.Copy(io.Discard, ures.Body)
+	return nil
+}
+
+// versionOf returns the version of index ix of the scope named by n
+// ({read alias}_v{N}), or 0 when ix is not one of them.
+func versionOf(n Names, ix string) int {
+	rest, ok := strings.CutPrefix(ix, n.ReadAlias+"_v")
+	if !ok {
+		return 0
+	}
+	v, err := strconv.Atoi(rest)
+	if err != nil || v <= 0 {
+		return 0
+	}
+	return v
 }
 
 // ESError is a non-2xx answer of Elasticsearch to an index-management
 // request: readmodel's StatusError.
 type ESError = readmodel.StatusError
 
-// classifyES: 429/5xx and transport errors are retryable, other answers
-// permanent.
-func classifyES(err error) error {
-	var ee *ESError
-	if errors.As(err, &ee) && !ee.Retryable() {
+// classifyES maps a failure of an Elasticsearch call made under ctx to the
+// runtime's classes with shared/failure: an outage (refused, reset,
+// timeout, 429, 502, 503, 504) is consumer.Outage (the worker pauses, no
+// attempt is spent, never a dead letter), another 4xx is permanent,
+// anything else (a 500, the caller's own cancellation) retryable.
+func classifyES(ctx context.Context, err error) error {
+	switch failure.Classify(ctx, err) {
+	case failure.Outage:
+		return consumer.Outage(failure.Elasticsearch, err)
+	case failure.Permanent:
 		return consumer.Permanent(err)
 	}
 	return consumer.Retryable(err)

@@ -62,6 +62,7 @@ type Availability struct {
 
 	mu    sync.Mutex
 	out   bool
+	items bool // out because of refused items (ObserveItems): a ping cannot tell
 	since time.Time
 	last  error
 }
@@ -88,6 +89,26 @@ func (a *Availability) Observe(ctx context.Context, err error) error {
 	return err
 }
 
+// ObserveItems records a request Elasticsearch answered but whose items
+// it refused as an outage (429, 503 items of a 200 bulk: the cluster is
+// overloaded); itemErr is the first such item's error, nil when none
+// was. Out until a request's items are accepted again (ObserveItems or
+// Observe with nil): Check's ping, which the cluster answers, cannot clear
+// it.
+func (a *Availability) ObserveItems(ctx context.Context, itemErr error) {
+	if itemErr == nil {
+		a.Observe(ctx, nil)
+		return
+	}
+	if ctx.Err() != nil || failure.Classify(ctx, itemErr) != failure.Outage {
+		return
+	}
+	a.set(true, itemErr)
+	a.mu.Lock()
+	a.items = true
+	a.mu.Unlock()
+}
+
 func (a *Availability) set(out bool, err error) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
@@ -95,6 +116,7 @@ func (a *Availability) set(out bool, err error) {
 		a.since = time.Now()
 	}
 	a.out, a.last = out, err
+	a.items = false
 }
 
 // Out reports whether Elasticsearch is out, and the last outage error.
@@ -105,16 +127,16 @@ func (a *Availability) Out() (bool, error) {
 }
 
 // Check is a readiness check: an error while Elasticsearch is out. When
-// ES is set it pings the cluster first, so that the check recovers by
-// itself.
+// ES is set it pings the cluster first (unless the outage is one of
+// refused items, ObserveItems), so that the check recovers by itself.
 func (a *Availability) Check(ctx context.Context) error {
 	a.mu.Lock()
-	out := a.out
+	out, items := a.out, a.items
 	a.mu.Unlock()
 	if !out {
 		return nil
 	}
-	if a.ES != nil {
+	if a.ES != nil && !items {
 		res, err := a.ES.Ping(a.ES.Ping.WithContext(ctx))
 		if err == nil {
 			_, _ = io.Copy(io.Discard, res.Body)

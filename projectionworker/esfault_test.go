@@ -1,0 +1,293 @@
+package projectionworker_test
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/elastic/go-elasticsearch/v8"
+
+	"github.com/sluicehq/sluice/projectionworker"
+	"github.com/sluicehq/sluice/registry"
+	"github.com/sluicehq/sluice/shared/config"
+	"github.com/sluicehq/sluice/shared/consumer"
+	"github.com/sluicehq/sluice/shared/envelope"
+	"github.com/sluicehq/sluice/shared/esserver"
+	"github.com/sluicehq/sluice/shared/observability"
+	"github.com/sluicehq/sluice/shared/readmodel"
+	"github.com/sluicehq/sluice/shared/testenv"
+)
+
+// esGate stands between a worker and the test's esserver: through a TCP
+// proxy (Stop: connections refused, the port closed) to an HTTP handler
+// that forwards to esserver unless frozen (Freeze: connections accepted,
+// requests never answered until Thaw).
+type esGate struct {
+	proxy  *testenv.Proxy
+	mu     sync.Mutex
+	frozen chan struct{} // closed by Thaw; nil when not frozen
+}
+
+func newESGate(t testing.TB, es *esserver.Server) *esGate {
+	t.Helper()
+	g := &esGate{}
+	ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		g.mu.Lock()
+		fr := g.frozen
+		g.mu.Unlock()
+		if fr != nil {
+			select {
+			case <-fr:
+			case <-r.Context().Done():
+				return
+			}
+		}
+		es.ServeHTTP(w, r)
+	}))
+	t.Cleanup(ts.Close)
+	g.proxy = testenv.NewTCPProxy(t, strings.TrimPrefix(ts.URL, "http://"))
+	t.Cleanup(g.Thaw)
+	return g
+}
+
+// client is a worker's Elasticsearch client through the gate (request
+// deadline 500 ms).
+func (g *esGate) client(t testing.TB) *elasticsearch.Client {
+	t.Helper()
+	es, err := readmodel.NewClient(config.Elasticsearch{URLs: []string{"http://" + g.proxy.Addr()}, RequestTimeout: 500 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return es
+}
+
+// Freeze makes every request hang (the server accepts and never answers).
+func (g *esGate) Freeze() {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.frozen == nil {
+		g.frozen = make(chan struct{})
+	}
+}
+
+// Thaw ends Freeze.
+func (g *esGate) Thaw() {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.frozen != nil {
+		close(g.frozen)
+		g.frozen = nil
+	}
+}
+
+// esFault is one kind of Elasticsearch outage: start begins it, and the
+// returned function ends it; hold is how long an end-to-end test keeps it
+// (longer than the retry budget when it spent attempts). items: only bulk
+// items fail (the request succeeds), so it concerns existing indices.
+type esFault struct {
+	name  string
+	start func(e *env, g *esGate) (end func())
+	hold  time.Duration
+	items bool
+}
+
+func esFaults() []esFault {
+	status := func(code int) func(e *env, g *esGate) func() {
+		return func(e *env, g *esGate) func() { return e.es.InjectFault(esserver.Fault{Status: code}) }
+	}
+	return []esFault{
+		{"closed port", func(_ *env, g *esGate) func() { g.proxy.Stop(); return g.proxy.Start }, 3 * time.Second, false},
+		{"frozen", func(_ *env, g *esGate) func() { g.Freeze(); return g.Thaw }, 5 * time.Second, false},
+		{"503", status(http.StatusServiceUnavailable), 3 * time.Second, false},
+		{"429", status(http.StatusTooManyRequests), 3 * time.Second, false},
+		{"429 items", func(e *env, _ *esGate) func() {
+			return e.es.InjectFault(esserver.Fault{BulkItemStatus: http.StatusTooManyRequests})
+		}, 5 * time.Second, true},
+	}
+}
+
+// TestESOutageIsAnOutage calls the handler for an event of a new scope
+// (its index is created first; of a known scope for item faults) during
+// each kind of Elasticsearch outage:
+// the error is of class outage (the runtime pauses; never a dead letter)
+// and readiness is red; once Elasticsearch is back readiness turns green
+// by itself (for refused bulk items: at the first accepted write) and the
+// same event is applied.
+func TestESOutageIsAnOutage(t *testing.T) {
+	for _, f := range esFaults() {
+		t.Run(f.name, func(t *testing.T) {
+			e := newEnv(t, 1)
+			g := newESGate(t, e.es)
+			es := g.client(t)
+			bulk := projectionworker.NewBulker(es, projectionworker.BulkOptions{RequestTimeout: 500 * time.Millisecond})
+			w, err := projectionworker.New(projectionworker.Options{Projection: projectionworker.Instances{}, Version: 1, ES: es, Bulker: bulk, IndexPrefix: "sluice_"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			ctx := ctxT(t)
+			if f.items {
+				warm := e.event(projectionworker.InstanceCreated, "outg", "things", "warm", 1, nil)
+				if _, err := w.Handle(ctx, &consumer.Record{Envelope: warm, Attempt: 1}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			ev := e.event(projectionworker.InstanceCreated, "outg", "things", "a", 1, map[string]any{"v": 1})
+			end := f.start(e, g)
+			_, err = w.Handle(ctx, &consumer.Record{Envelope: ev, Attempt: 1})
+			if c := consumer.Classify(err); c != consumer.ClassOutage {
+				t.Errorf("Handle during the outage: class %s (%v), want %s", c, err, consumer.ClassOutage)
+			}
+			res := w.HandleBatch(ctx, []*consumer.Record{{Envelope: ev, Attempt: 1}})
+			if c := consumer.Classify(res[0].Err); c != consumer.ClassOutage {
+				t.Errorf("HandleBatch during the outage: class %s (%v), want %s", c, res[0].Err, consumer.ClassOutage)
+			}
+			if err := bulk.Check(ctx); err == nil {
+				t.Error("readiness green during the outage")
+			}
+			end()
+			green := func() bool {
+				cctx, cancel := context.WithTimeout(ctx, time.Second)
+				defer cancel()
+				return bulk.Check(cctx) == nil
+			}
+			if !f.items {
+				// Back by itself: while red, the check pings the cluster.
+				testenv.WaitFor(t, 10*time.Second, "readiness green after the outage", green)
+			}
+			if out, err := w.Handle(ctx, &consumer.Record{Envelope: ev, Attempt: 2}); err != nil || out != registry.Applied() {
+				t.Errorf("Handle after the outage: %+v, %v", out, err)
+			}
+			if !green() {
+				t.Error("readiness red after writes succeeded again")
+			}
+			if d := e.instance("outg", "things", "a", 1); d.Version != 1 {
+				t.Errorf("document version %d", d.Version)
+			}
+		})
+	}
+}
+
+// TestESOutagePausesTheWorker runs the instances and history projections
+// through each kind of Elasticsearch outage, with events arriving during it
+// (of a new scope, whose index is created first; of a known scope for item
+// faults): readiness turns red, nothing is
+// committed or dead-lettered; afterwards every event is projected exactly
+// once (instance documents at their last version, one history document per
+// event) and readiness is green again.
+func TestESOutagePausesTheWorker(t *testing.T) {
+	for _, f := range esFaults() {
+		t.Run(f.name, func(t *testing.T) {
+			e := newEnv(t, 2)
+			g := newESGate(t, e.es)
+			warm := e.event(projectionworker.InstanceCreated, "known", "things", "warm", 1, nil)
+			e.publish(warm)
+			health := observability.NewHealth()
+			esRed := func() bool {
+				err := health.Ready(ctxT(t))
+				return err != nil && strings.Contains(err.Error(), "projectionworker:elasticsearch")
+			}
+			cfg := e.config(map[string]string{"ELASTICSEARCH_REQUEST_TIMEOUT": "500ms"})
+			d, closePool := e.deps(nil)
+			d.ES, d.Health, d.VersionCheck = g.client(t), health, -1
+			svc, err := projectionworker.NewService(cfg, d, spec("instances"), spec("history"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			testenv.RunInBackground(t, "worker", svc.Run, closePool)
+			for _, gr := range []string{"projection-instances-v1", "projection-history-v1"} {
+				testenv.WaitFor(t, 30*time.Second, "warm-up", e.caughtUp(gr))
+			}
+			if esRed() {
+				t.Fatal("readiness red before the outage")
+			}
+			end := f.start(e, g)
+			db := "fresh"
+			if f.items {
+				db = "known"
+			}
+			var evs []envelope.Envelope
+			for i := range 5 {
+				id := fmt.Sprint("i", i)
+				evs = append(evs, e.event(projectionworker.InstanceCreated, db, "things", id, 1, map[string]any{"v": 1}),
+					e.event(projectionworker.InstanceUpdated, db, "things", id, 2, map[string]any{"v": 2}))
+			}
+			e.publish(evs...)
+			testenv.WaitFor(t, 30*time.Second, "readiness red", esRed)
+			time.Sleep(f.hold) // the outage goes on while the events are retried
+			for _, gr := range []string{"projection-instances-v1", "projection-history-v1"} {
+				if l := e.lag(gr); l.Lag != int64(len(evs)) {
+					t.Errorf("%s: lag %d during the outage, want %d (nothing committed)", gr, l.Lag, len(evs))
+				}
+			}
+			if n := len(e.dlqRecords()); n != 0 {
+				t.Errorf("DLQ holds %d records during the outage", n)
+			}
+			end()
+			for _, gr := range []string{"projection-instances-v1", "projection-history-v1"} {
+				testenv.WaitFor(t, 60*time.Second, "caught up after the outage", e.caughtUp(gr))
+			}
+			testenv.WaitFor(t, 10*time.Second, "readiness green", func() bool { return !esRed() })
+			for i := range 5 {
+				if doc := e.instance(db, "things", fmt.Sprint("i", i), 1); doc.Version != 2 || doc.Source["v"] != float64(2) {
+					t.Errorf("%s i%d: version %d source %v", db, i, doc.Version, doc.Source)
+				}
+			}
+			for _, ev := range evs {
+				if doc := e.get("sluice_"+db+"_history_v1", envelope.ESDocumentID(ev.EventID)); !doc.Found || doc.Version != 1 {
+					t.Errorf("history of %s: found %v version %d", ev.EventID, doc.Found, doc.Version)
+				}
+			}
+			if n := len(e.dlqRecords()); n != 0 {
+				t.Errorf("DLQ holds %d records", n)
+			}
+		})
+	}
+}
+
+// TestBulkRequestRefused (issue 21, suspected "request-level bulk 400",
+// confirmed): Elasticsearch refuses a whole bulk request because of one
+// document in it; the bulker splits the request until that document is
+// alone, so only its event is dead-lettered and the events batched with it
+// are written.
+func TestBulkRequestRefused(t *testing.T) {
+	e := newEnv(t, 1)
+	warm := e.event(projectionworker.InstanceCreated, "blk", "things", "warm", 1, nil)
+	e.publish(warm)
+	e.startInProcess(nil, nil, spec("instances"))
+	testenv.WaitFor(t, 30*time.Second, "warm-up", e.caughtUp("projection-instances-v1"))
+	e.es.InjectFault(esserver.Fault{Match: func(r *http.Request) bool {
+		if !strings.Contains(r.URL.Path, "/_bulk") || r.Body == nil {
+			return false
+		}
+		b, _ := io.ReadAll(r.Body)
+		r.Body = io.NopCloser(bytes.NewReader(b))
+		return bytes.Contains(b, []byte("refuse-this-request"))
+	}, Status: http.StatusBadRequest, ErrorType: "illegal_argument_exception", Reason: "request refused (test)"})
+	var evs []envelope.Envelope
+	for i := range 8 {
+		data := map[string]any{"v": i}
+		if i == 5 {
+			data["poison"] = "refuse-this-request"
+		}
+		evs = append(evs, e.event(projectionworker.InstanceCreated, "blk", "things", fmt.Sprint("i", i), 1, data))
+	}
+	e.publish(evs...)
+	testenv.WaitFor(t, 60*time.Second, "caught up", e.caughtUp("projection-instances-v1"))
+	dlq := e.dlqRecords()
+	if len(dlq) != 1 || !bytes.Contains(dlq[0].Value, []byte(evs[5].EventID)) {
+		t.Errorf("DLQ holds %d records, want the poison event only", len(dlq))
+	}
+	for i := range evs {
+		doc := e.instance("blk", "things", fmt.Sprint("i", i), 1)
+		if doc.Found != (i != 5) {
+			t.Errorf("i%d: document found %v", i, doc.Found)
+		}
+	}
+}
