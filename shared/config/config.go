@@ -101,6 +101,7 @@ type EventStore struct {
 	IdempotencyMismatchMode string        `env:"EVENT_STORE_IDEMPOTENCY_MISMATCH_MODE" envDefault:"error" doc:"Same event_id with a different payload: error (reject with a conflict) or warn (log and return the stored event)."`
 	SequenceAllocatorMode   string        `env:"EVENT_STORE_SEQUENCE_ALLOCATOR_MODE" envDefault:"postgres" doc:"postgres (the store assigns sequence numbers atomically) or off (the caller supplies sequence_number)."`
 	AppendTimeout           time.Duration `env:"EVENT_STORE_APPEND_TIMEOUT" envDefault:"30s" doc:"Age after which a reserved-but-uncommitted append is treated as crashed (relay repair/abandon)."`
+	ObjectTimeout           time.Duration `env:"EVENT_STORE_OBJECT_TIMEOUT" envDefault:"5s" doc:"Deadline of one object-storage call, retries included, plus transfer time at 1 MiB/s: a hung store fails appends with 503 after it instead of blocking them."`
 	IndexRetention          time.Duration `env:"EVENT_STORE_INDEX_RETENTION" envDefault:"168h" doc:"How long full index rows are kept beyond every relay checkpoint."`
 	MaxEnvelopeBytes        int           `env:"EVENT_STORE_MAX_ENVELOPE_BYTES" envDefault:"1048576" doc:"Largest accepted envelope, encoded."`
 	MaxDataDepth            int           `env:"EVENT_STORE_MAX_DATA_DEPTH" envDefault:"64" doc:"Deepest accepted nesting of the data object."`

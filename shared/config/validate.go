@@ -85,6 +85,7 @@ func (c *Config) Validate() error {
 	k.oneOf("EVENT_STORE_IDEMPOTENCY_MISMATCH_MODE", es.IdempotencyMismatchMode, "error", "warn")
 	k.oneOf("EVENT_STORE_SEQUENCE_ALLOCATOR_MODE", es.SequenceAllocatorMode, "postgres", "off")
 	k.positive("EVENT_STORE_APPEND_TIMEOUT", es.AppendTimeout)
+	k.positive("EVENT_STORE_OBJECT_TIMEOUT", es.ObjectTimeout)
 	k.positive("EVENT_STORE_INDEX_RETENTION", es.IndexRetention)
 	k.atLeast("EVENT_STORE_MAX_ENVELOPE_BYTES", int64(es.MaxEnvelopeBytes), 1024)
 	k.atLeast("EVENT_STORE_MAX_DATA_DEPTH", int64(es.MaxDataDepth), 1)

@@ -71,6 +71,7 @@ func S3Options(cfg config.EventStore) s3store.Options {
 		PathStyle:       cfg.S3PathStyle,
 		AccessKeyID:     cfg.S3AccessKeyID,
 		SecretAccessKey: cfg.S3SecretAccessKey.Value(),
+		Timeout:         cfg.ObjectTimeout,
 	}
 }
 
