@@ -42,6 +42,12 @@ const writerReindex = "reindex"
 // writers stopped: a group between reservation and commit while it runs
 // fails its commit and its caller retries.
 func (s *Store) Reindex(ctx context.Context) (ReindexReport, error) {
+	return s.ReindexWithProgress(ctx, nil)
+}
+
+// ReindexWithProgress is Reindex calling progress (if not nil) after each
+// page of segments is read (`sluice store reindex` draws its bar from it).
+func (s *Store) ReindexWithProgress(ctx context.Context, progress func(ReindexProgress)) (ReindexReport, error) {
 	var rep ReindexReport
 	tx, err := s.pool.Begin(ctx)
 	if err != nil {
@@ -88,6 +94,9 @@ func (s *Store) Reindex(ctx context.Context) (ReindexReport, error) {
 		}
 		lines += n
 		rep.Segments += len(segs)
+		if progress != nil {
+			progress(ReindexProgress{Segments: rep.Segments, Lines: lines})
+		}
 	}
 	tag, err := tx.Exec(ctx, `TRUNCATE sluice.appends`)
 	if err != nil {

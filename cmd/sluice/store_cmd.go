@@ -150,26 +150,99 @@ func newStoreCatCmd() *cobra.Command {
 }
 
 func newStoreReindexCmd() *cobra.Command {
-	return &cobra.Command{
+	var g guardFlags
+	var quiet time.Duration
+	var asJSON bool
+	cmd := &cobra.Command{
 		Use:   "reindex",
-		Short: "Rebuild the Postgres index (log_head, sequences, appends) from the segments alone; stop writers first",
-		Args:  cobra.NoArgs,
+		Short: "Rebuild the Postgres index (log_head, sequences, appends) from the segments alone; refused while a writer is live",
+		Long: `reindex replaces sluice.appends with one row per segment line and raises sequences and
+log_head to what the segments say (never lowers them). It is refused while a writer is live:
+any position reserved within --quiet-for (default twice EVENT_STORE_APPEND_TIMEOUT) by a writer
+other than reindex. Stop the api and the instance workers first.
+
+--dry-run prints the segments, positions and bytes it would read and the index it replaces;
+acting needs --yes (or a "yes" on a terminal). On a terminal a progress bar shows events/s and
+the ETA; --json prints a summary for scripts.`,
+		Example: `  sluice store reindex --dry-run
+  sluice store reindex --yes --json`,
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			cfg, _, err := loadConfig(cmd)
+			if err != nil {
+				return err
+			}
 			st, closeFn, err := openStore(cmd)
 			if err != nil {
 				return err
 			}
 			defer closeFn()
-			start := time.Now()
-			rep, err := st.Reindex(cmd.Context())
+			if !cmd.Flags().Changed("quiet-for") {
+				quiet = 2 * cfg.EventStore.AppendTimeout
+			}
+			plan, err := st.PlanReindex(cmd.Context(), quiet)
+			if errors.Is(err, eventstore.ErrWriterLive) {
+				return unsafe(err)
+			}
 			if err != nil {
 				return err
 			}
-			cmd.Printf("reindex: %d segments, %d events, %d aggregates, %d duplicate lines skipped, next position %d (%s)\n",
-				rep.Segments, rep.Events, rep.Aggregates, rep.Duplicates, rep.NextPosition, time.Since(start).Round(time.Millisecond))
+			out := cmd.OutOrStdout()
+			if !asJSON {
+				cmd.Printf("reindex plan: read %d segments (%d positions, %d bytes); replace %d index rows (log_head %d); no writer reserved within %s\n",
+					plan.Segments, plan.Positions, plan.Bytes, plan.IndexRows, plan.NextPosition, quiet)
+			}
+			act, err := g.confirm(cmd, fmt.Sprintf("replace the index of %d rows from %d segments", plan.IndexRows, plan.Segments))
+			if err != nil {
+				return err
+			}
+			if !act {
+				if asJSON {
+					return writeSummary(out, reindexSummary{DryRun: true, Plan: plan})
+				}
+				cmd.Printf("reindex (dry run): nothing changed\n")
+				return nil
+			}
+			bar := newProgress(cmd, plan.Positions, "reindex", "events")
+			start := time.Now()
+			rep, err := st.ReindexWithProgress(cmd.Context(), func(p eventstore.ReindexProgress) { _ = bar.Set64(p.Lines) })
+			_ = bar.Finish()
+			if err != nil {
+				return err
+			}
+			el := time.Since(start)
+			sum := reindexSummary{Plan: plan, Report: &reindexReportJSON{Segments: rep.Segments, Events: rep.Events,
+				Duplicates: rep.Duplicates, Aggregates: rep.Aggregates, NextPosition: rep.NextPosition}, ElapsedSeconds: el.Seconds(), EventsPerSecond: float64(rep.Events) / max(el.Seconds(), 1e-9)}
+			if asJSON {
+				return writeSummary(out, sum)
+			}
+			cmd.Printf("reindex: %d segments, %d events, %d aggregates, %d duplicate lines skipped, next position %d (%s, %.0f events/s)\n",
+				rep.Segments, rep.Events, rep.Aggregates, rep.Duplicates, rep.NextPosition, el.Round(time.Millisecond), sum.EventsPerSecond)
 			return nil
 		},
 	}
+	g.register(cmd, false)
+	cmd.Flags().DurationVar(&quiet, "quiet-for", 0, "a writer that reserved within this long counts as live (default 2 × EVENT_STORE_APPEND_TIMEOUT)")
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print a JSON summary")
+	return cmd
+}
+
+// reindexReportJSON is eventstore.ReindexReport in the --json summary.
+type reindexReportJSON struct {
+	Segments     int   `json:"segments"`
+	Events       int64 `json:"events"`
+	Duplicates   int64 `json:"duplicates"`
+	Aggregates   int64 `json:"aggregates"`
+	NextPosition int64 `json:"next_position"`
+}
+
+// reindexSummary is the --json output of `sluice store reindex`.
+type reindexSummary struct {
+	DryRun          bool                   `json:"dry_run"`
+	Plan            eventstore.ReindexPlan `json:"plan"`
+	Report          *reindexReportJSON     `json:"report,omitempty"`
+	ElapsedSeconds  float64                `json:"elapsed_seconds,omitempty"`
+	EventsPerSecond float64                `json:"events_per_second,omitempty"`
 }
 
 func newStoreRepairCmd() *cobra.Command {

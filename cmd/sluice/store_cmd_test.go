@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strings"
 	"testing"
@@ -77,12 +78,91 @@ func TestStoreCommands(t *testing.T) {
 		t.Fatalf("repair: %q %v", out, err)
 	}
 	testenv.MustExec(t, pool, `DELETE FROM sluice.appends`)
-	out, _, err = run(t, "store", "reindex")
+	out, _, err = run(t, "store", "reindex", "--yes")
 	if err != nil || !strings.Contains(out, "3 events, 2 aggregates") || !strings.Contains(out, "next position 4") {
 		t.Fatalf("reindex: %q %v", out, err)
 	}
 	var n int
 	if err := pool.QueryRow(ctx, `SELECT count(*) FROM sluice.appends WHERE state = 'committed'`).Scan(&n); err != nil || n != 3 {
 		t.Fatalf("after reindex: %d committed rows, %v", n, err)
+	}
+}
+
+// TestStoreReindexGuard (issue 27.2): reindex is refused (even with --yes)
+// while a writer reserved positions within the quiet window; once the
+// writers are quiet it refuses to act without --yes on a non-terminal,
+// prints its plan on --dry-run without changing the index, and rebuilds it
+// with --yes, with a --json summary.
+func TestStoreReindexGuard(t *testing.T) {
+	ctx := context.Background()
+	url, pool := testenv.NewMigratedDatabase(t)
+	env := map[string]string{"DATABASE_URL": url, "EVENT_STORE_BACKEND": "file", "EVENT_STORE_FILE_DIR": t.TempDir()}
+	for k, v := range env {
+		t.Setenv(k, v)
+	}
+	cfg, err := config.Load(env)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bucket, err := backend.Open(ctx, cfg.EventStore)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := eventstore.New(pool, bucket, eventstore.Options{Config: cfg.EventStore, WriterID: "api-7"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = st.Close() }()
+	for i := range 3 {
+		res, err := st.AppendOne(ctx, envelope.Envelope{
+			EventID: uuid.NewString(), EventType: "INSTANCE_CREATED", Kind: envelope.KindDomain,
+			AggregateType: "Instance", AggregateID: fmt.Sprintf("shop:orders:%d", i), Data: json.RawMessage(`{}`),
+		})
+		if err != nil || res.Err != nil {
+			t.Fatalf("append %d: %v %v", i, err, res.Err)
+		}
+	}
+	rows := func() (n int) {
+		if err := pool.QueryRow(ctx, `SELECT count(*) FROM sluice.appends`).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	// The writer is live: it reserved just now. Its lost row is what reindex
+	// would restore, and it must not while the writer may append.
+	testenv.MustExec(t, pool, `DELETE FROM sluice.appends WHERE position = 3`)
+	steps := []struct {
+		name     string
+		before   string // SQL run first
+		args     []string
+		wantCode int
+		wantOut  []string
+		wantRows int
+	}{
+		{"live writer", "", []string{"--yes"}, exitUnsafe, []string{"a writer is live", "api-7"}, 2},
+		{"no --yes on a non-terminal", `UPDATE sluice.appends SET reserved_at = now() - interval '1 hour'`, nil, exitNeedsConfirmation, []string{"pass --yes"}, 2},
+		{"dry run", "", []string{"--dry-run"}, 0, []string{"read 3 segments (3 positions", "replace 2 index rows", "nothing changed"}, 2},
+		{"act", "", []string{"--yes", "--json"}, 0, []string{`"events": 3`, `"events_per_second"`}, 3},
+	}
+	for _, s := range steps {
+		if s.before != "" {
+			testenv.MustExec(t, pool, s.before)
+		}
+		out, _, err := run(t, append([]string{"store", "reindex"}, s.args...)...)
+		var ex *exitError
+		switch {
+		case s.wantCode == 0 && err != nil:
+			t.Fatalf("%s: %v\n%s", s.name, err, out)
+		case s.wantCode != 0 && (!errors.As(err, &ex) || ex.code != s.wantCode):
+			t.Fatalf("%s: want exit %d, got %v\n%s", s.name, s.wantCode, err, out)
+		}
+		for _, w := range s.wantOut {
+			if msg := out + fmt.Sprint(err); !strings.Contains(msg, w) {
+				t.Errorf("%s: output lacks %q:\n%s", s.name, w, msg)
+			}
+		}
+		if got := rows(); got != s.wantRows {
+			t.Fatalf("%s: %d index rows, want %d", s.name, got, s.wantRows)
+		}
 	}
 }
