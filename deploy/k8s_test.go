@@ -12,6 +12,7 @@ import (
 	"strings"
 	"testing"
 
+	monitoringv1 "github.com/prometheus-operator/prometheus-operator/pkg/apis/monitoring/v1"
 	"gopkg.in/yaml.v3"
 	appsv1 "k8s.io/api/apps/v1"
 	batchv1 "k8s.io/api/batch/v1"
@@ -38,6 +39,9 @@ type rendered struct {
 	workloads  []workload
 	pdbs       []policyv1.PodDisruptionBudget
 	netpols    []networkingv1.NetworkPolicy
+	// podMonitors and rules are the monitoring resources (prometheus_test.go).
+	podMonitors []monitoringv1.PodMonitor
+	rules       []monitoringv1.PrometheusRule
 }
 
 // workload is a Deployment or Job: its pod template, and whether it is a
@@ -140,6 +144,16 @@ func render(t *testing.T, dir string) rendered {
 			strict(&corev1.Service{})
 		case "Namespace":
 			strict(&corev1.Namespace{})
+		case "PodMonitor":
+			var m monitoringv1.PodMonitor
+			if strict(&m) {
+				r.podMonitors = append(r.podMonitors, m)
+			}
+		case "PrometheusRule":
+			var p monitoringv1.PrometheusRule
+			if strict(&p) {
+				r.rules = append(r.rules, p)
+			}
 		case "Secret":
 			// A committed Secret is a placeholder at best and a leaked
 			// credential at worst: the user creates it (docs/deploy.md).
