@@ -239,8 +239,10 @@ func (a *testAPI) finish(eventID, aggID string, seq int64, out registry.Outcome)
 
 func (a *testAPI) claim(eventID, aggID string, seq int64) registry.Lease {
 	a.t.Helper()
+	// The instance worker's runtime keys the aggregate with
+	// envelope.AggregateKey (consumer.DefaultAggregateKey).
 	res, err := a.reg.Claim(context.Background(), registry.ClaimRequest{Handler: DefaultHandler, EventID: eventID,
-		AggregateID: aggID, Seq: seq, Policy: registry.WaitForPredecessor})
+		AggregateID: envelope.AggregateKey(envelope.AggregateTypeInstance, aggID), Seq: seq, Policy: registry.WaitForPredecessor})
 	if err != nil {
 		a.t.Fatal(err)
 	}

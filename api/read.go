@@ -202,7 +202,9 @@ func (s *server) fold(r *http.Request, aggID string) (folded, *Error) {
 	if head == 0 {
 		return f, nil
 	}
-	last, err := s.opts.Registry.LastSequence(ctx, s.opts.Handler, aggID)
+	// The registry keys aggregates as the worker runtime does
+	// (envelope.AggregateKey: "Instance:" + the aggregate id).
+	last, err := s.opts.Registry.LastSequence(ctx, s.opts.Handler, envelope.AggregateKey(envelope.AggregateTypeInstance, aggID))
 	if err != nil {
 		return f, fromRead(err)
 	}
