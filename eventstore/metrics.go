@@ -21,8 +21,11 @@ type metrics struct {
 	settled prometheus.Counter       // positions released at once after a write that did not happen
 }
 
+// newMetrics creates the store's collectors with the series of every stage
+// and outcome at 0, so that dashboards and alerts see them before the first
+// append (issue 23.5).
 func newMetrics() *metrics {
-	return &metrics{
+	m := &metrics{
 		stage: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "sluice_eventstore_stage_duration_seconds",
 			Help:    "Time a group commit spends per step: gather (oldest envelope's wait before its group started), reserve (the reservation round trips, flush included), put (the segment's conditional create), commit.",
 			Buckets: prometheus.ExponentialBuckets(0.00025, 2, 16)}, []string{"stage"}),
@@ -35,6 +38,13 @@ func newMetrics() *metrics {
 		settled: prometheus.NewCounter(prometheus.CounterOpts{Name: "sluice_eventstore_released_positions_total",
 			Help: "Reserved positions a writer marked abandoned at once because its segment PUT definitely did not happen (the relay passes them without waiting for EVENT_STORE_APPEND_TIMEOUT)."}),
 	}
+	for _, st := range []string{"gather", "reserve", "put", "commit"} {
+		m.stage.WithLabelValues(st)
+	}
+	for _, o := range []string{"stored", "duplicate", "conflict", "invalid", "slot", "mismatch", "unavailable", "error"} {
+		m.appends.WithLabelValues(o)
+	}
+	return m
 }
 
 // Collectors returns the store's metrics for a service's registry:
