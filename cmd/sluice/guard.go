@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"strings"
+	"time"
 
 	"github.com/schollz/progressbar/v3"
 	"github.com/spf13/cobra"
@@ -79,24 +80,52 @@ func isTerminal(w io.Writer) bool {
 	return ok && term.IsTerminal(int(f.Fd()))
 }
 
-// newProgress returns a progress bar over total units drawn on stderr, shown
-// only when stdout and stderr are terminals (scripts and pipes see nothing;
-// they use --json). total < 0 is an unknown total (a spinner).
-func newProgress(cmd *cobra.Command, total int64, desc, unit string) *progressbar.ProgressBar {
+// progress is a progress bar drawn on stderr when stdout and stderr are
+// terminals; a nil *progress (scripts, pipes: they use --json) does
+// nothing.
+type progress struct{ bar *progressbar.ProgressBar }
+
+// newProgress returns a bar over total units (total <= 0: set later with
+// setMax), nil when not on a terminal.
+func newProgress(cmd *cobra.Command, total int64, desc, unit string) *progress {
 	if !isTerminal(cmd.OutOrStdout()) || !isTerminal(cmd.ErrOrStderr()) {
-		return progressbar.DefaultSilent(total, desc)
+		return nil
 	}
-	return progressbar.NewOptions64(total,
+	return &progress{bar: progressbar.NewOptions64(max(total, 1),
 		progressbar.OptionSetWriter(cmd.ErrOrStderr()),
 		progressbar.OptionSetDescription(desc),
 		progressbar.OptionShowCount(),
 		progressbar.OptionShowIts(),
 		progressbar.OptionSetItsString(unit),
 		progressbar.OptionSetPredictTime(true),
-		progressbar.OptionThrottle(100_000_000), // 100ms
+		progressbar.OptionThrottle(100*time.Millisecond),
 		progressbar.OptionClearOnFinish(),
 		progressbar.OptionFullWidth(),
-	)
+	)}
+}
+
+func (p *progress) set(n int64) {
+	if p != nil {
+		_ = p.bar.Set64(n)
+	}
+}
+
+func (p *progress) setMax(n int64) {
+	if p != nil && n > 0 && p.bar.GetMax64() != n {
+		p.bar.ChangeMax64(n)
+	}
+}
+
+func (p *progress) describe(s string) {
+	if p != nil {
+		p.bar.Describe(s)
+	}
+}
+
+func (p *progress) finish() {
+	if p != nil {
+		_ = p.bar.Finish()
+	}
 }
 
 // writeSummary prints v as one indented JSON document (the --json summary).

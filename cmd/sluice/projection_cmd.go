@@ -238,9 +238,10 @@ func kafkaAdmin(cfg *config.Config) (*kadm.Client, func(), error) {
 	return kadm.NewClient(cl), cl.Close, nil
 }
 
-// switchCmd runs a Rebuild or Rollback with progress on stderr and a
-// summary on stdout.
-func runSwitch(cmd *cobra.Command, name string, version int, settle time.Duration,
+// runSwitch runs a Rebuild or Rollback with a progress bar on a terminal
+// (records consumed of the topic's end) and a summary on stdout: a line,
+// or JSON with asJSON.
+func runSwitch(cmd *cobra.Command, name string, version int, settle time.Duration, asJSON bool,
 	op func(context.Context, projectionworker.SwitchOptions) (projectionworker.Summary, error)) error {
 	p, err := projectionworker.Lookup(name)
 	if err != nil {
@@ -259,48 +260,126 @@ func runSwitch(cmd *cobra.Command, name string, version int, settle time.Duratio
 	if err != nil {
 		return err
 	}
-	progress := cmd.ErrOrStderr()
+	bar := newProgress(cmd, 0, p.Name(), "records")
 	sum, err := op(cmd.Context(), projectionworker.SwitchOptions{Config: cfg,
 		Deps:       projectionworker.Deps{Pool: pool, ES: es, Logger: logger},
 		Projection: p, Version: version, Settle: settle,
-		Progress: func(pr projectionworker.Progress) { fmt.Fprintln(progress, pr.String()) }})
+		Progress: func(pr projectionworker.Progress) {
+			bar.setMax(pr.Lag.End)
+			bar.describe(fmt.Sprintf("%s v%d %s", pr.Projection, pr.Version, pr.Phase))
+			bar.set(pr.Lag.End - pr.Lag.Lag)
+		}})
+	bar.finish()
 	if err != nil {
 		return err
+	}
+	if asJSON {
+		return writeSummary(cmd.OutOrStdout(), switchSummary{Projection: sum.Projection, From: sum.From, To: sum.To,
+			Scopes: sum.Scopes, Records: sum.Lag.End, ElapsedSeconds: sum.Elapsed.Seconds()})
 	}
 	fmt.Fprintf(cmd.OutOrStdout(), "%s: v%d → v%d live for %s (%s); v%d kept for rollback\n",
 		sum.Projection, sum.From, sum.To, strings.Join(sum.Scopes, ", "), sum.Elapsed.Round(time.Millisecond), sum.From)
 	return nil
 }
 
+// switchSummary is the --json output of `sluice projection rebuild` and
+// `rollback`.
+type switchSummary struct {
+	DryRun         bool                          `json:"dry_run,omitempty"`
+	Plan           *projectionworker.RebuildPlan `json:"plan,omitempty"`
+	Projection     string                        `json:"projection,omitempty"`
+	From           int                           `json:"from,omitempty"`
+	To             int                           `json:"to,omitempty"`
+	Scopes         []string                      `json:"scopes,omitempty"`
+	Records        int64                         `json:"records,omitempty"`
+	ElapsedSeconds float64                       `json:"elapsed_seconds,omitempty"`
+}
+
 func newProjectionRebuildCmd() *cobra.Command {
 	var version int
 	var settle time.Duration
+	var g guardFlags
+	var asJSON bool
 	cmd := &cobra.Command{
 		Use:   "rebuild <name> --version N",
 		Short: "Build a new projection version from the beginning of the events topic, then swap the aliases (SPEC §10.3)",
-		Args:  cobra.ExactArgs(1),
+		Long: `rebuild builds version N into fresh indices with a fresh consumer group and registry handler,
+then swaps the aliases. N must be newer than every existing version (live or kept for
+rollback) and its consumer group must have no committed offsets: an older or existing version
+would reuse old indices and offsets and skip every event. To go back use
+` + "`sluice projection rollback`" + `.
+
+--dry-run prints the indices, group and handler it would create; acting needs --yes (or a
+"yes" on a terminal). On a terminal a progress bar shows the records consumed; --json prints a
+summary.`,
+		Example: `  sluice projection rebuild history --version 3 --dry-run
+  sluice projection rebuild history --version 3 --yes`,
+		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if version <= 0 {
-				return errors.New("--version N (≥ 1, not the live version) is required")
+				return errors.New("--version N (≥ 1, newer than every existing version) is required")
 			}
-			return runSwitch(cmd, args[0], version, settle, projectionworker.Rebuild)
+			p, err := projectionworker.Lookup(args[0])
+			if err != nil {
+				return err
+			}
+			cfg, _, err := loadConfig(cmd)
+			if err != nil {
+				return err
+			}
+			es, err := readmodel.NewClient(cfg.Elasticsearch)
+			if err != nil {
+				return err
+			}
+			adm, closeAdm, err := kafkaAdmin(cfg)
+			if err != nil {
+				return err
+			}
+			defer closeAdm()
+			plan, err := projectionworker.PlanRebuild(cmd.Context(), es, adm, cfg.Elasticsearch.IndexPrefix, p, version)
+			if errors.Is(err, projectionworker.ErrStaleVersion) || errors.Is(err, projectionworker.ErrAlreadyLive) {
+				return unsafe(err)
+			}
+			if err != nil {
+				return err
+			}
+			if !asJSON {
+				cmd.Printf("rebuild plan: %s v%d (live %v, highest v%d): create %s; consumer group %s and registry handler %s from the beginning of %s; then swap the aliases\n",
+					plan.Projection, plan.Version, plan.Live, plan.Highest, strings.Join(plan.Indices, ", "), plan.Group, plan.Handler, cfg.Kafka.EventsTopic)
+			}
+			act, err := g.confirm(cmd, fmt.Sprintf("rebuild %s as v%d", plan.Projection, plan.Version))
+			if err != nil {
+				return err
+			}
+			if !act {
+				if asJSON {
+					return writeSummary(cmd.OutOrStdout(), switchSummary{DryRun: true, Plan: &plan})
+				}
+				cmd.Printf("rebuild (dry run): nothing changed\n")
+				return nil
+			}
+			return runSwitch(cmd, args[0], version, settle, asJSON, projectionworker.Rebuild)
 		},
 	}
-	cmd.Flags().IntVar(&version, "version", 0, "version to build (refused if already live)")
+	cmd.Flags().IntVar(&version, "version", 0, "version to build (newer than every existing version)")
 	cmd.Flags().DurationVar(&settle, "settle", 5*time.Second, "keep consuming this long after the swap")
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print a JSON summary")
+	g.register(cmd, false)
 	return cmd
 }
 
 func newProjectionRollbackCmd() *cobra.Command {
 	var settle time.Duration
+	var asJSON bool
 	cmd := &cobra.Command{
 		Use:   "rollback <name>",
 		Short: "Point the aliases back at the previous version (after it caught up)",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return runSwitch(cmd, args[0], 0, settle, projectionworker.Rollback)
+			return runSwitch(cmd, args[0], 0, settle, asJSON, projectionworker.Rollback)
 		},
 	}
 	cmd.Flags().DurationVar(&settle, "settle", 5*time.Second, "keep consuming this long after the swap")
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print a JSON summary")
 	return cmd
 }

@@ -205,8 +205,8 @@ the ETA; --json prints a summary for scripts.`,
 			}
 			bar := newProgress(cmd, plan.Positions, "reindex", "events")
 			start := time.Now()
-			rep, err := st.ReindexWithProgress(cmd.Context(), func(p eventstore.ReindexProgress) { _ = bar.Set64(p.Lines) })
-			_ = bar.Finish()
+			rep, err := st.ReindexWithProgress(cmd.Context(), func(p eventstore.ReindexProgress) { bar.set(p.Lines) })
+			bar.finish()
 			if err != nil {
 				return err
 			}
