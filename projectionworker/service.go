@@ -128,6 +128,11 @@ func NewService(cfg *config.Config, d Deps, specs ...Spec) (*Service, error) {
 		return nil, err
 	}
 	m := newMetrics(d.Metrics)
+	names := make([]string, 0, len(specs))
+	for _, sp := range specs {
+		names = append(names, sp.Projection.Name())
+	}
+	m.zero(names)
 	bulk := NewBulker(d.ES, BulkOptions{MaxDocs: cfg.Elasticsearch.BulkMaxDocs, MaxBytes: cfg.Elasticsearch.BulkMaxBytes,
 		RequestTimeout: cfg.Elasticsearch.RequestTimeout,
 		Observe:        func(n int, dur time.Duration, err error) { m.observeBulk(n, dur, err) }})

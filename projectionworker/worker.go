@@ -486,6 +486,24 @@ func newMetrics(r prometheus.Registerer) *metrics {
 	}
 }
 
+// zero creates, at 0, the series of every projection in projections (by
+// result and conflict reason) and of both bulk results, so that dashboards
+// and increase() alerts see them before the first event (issue 23.5).
+func (m *metrics) zero(projections []string) {
+	for _, p := range projections {
+		for _, r := range []string{"applied", "conflict", "retry", "rejected"} {
+			m.items.WithLabelValues(p, r)
+		}
+		for _, r := range []string{ReasonExists, ReasonVersion} {
+			m.conflicts.WithLabelValues(p, r)
+		}
+	}
+	for _, r := range []string{"ok", "error"} {
+		m.bulks.WithLabelValues(r)
+		m.bulkDur.WithLabelValues(r)
+	}
+}
+
 // observeBulk is the Bulker's Observe hook.
 func (m *metrics) observeBulk(items int, d interface{ Seconds() float64 }, err error) {
 	res := "ok"
