@@ -73,7 +73,7 @@ func TestDuplicatePublishSideEffectsOnce(t *testing.T) {
 		cmds, doms := len(p.storeEvents("command", "")), len(p.storeEvents("domain", ""))
 		before := map[string]int64{commandsTopic: p.records(commandsTopic), eventsTopic: p.records(eventsTopic)}
 		acks := p.writes.acknowledged(indexPrefix)
-		out, errOut, code := p.cli("relay", "checkpoint", "set", "--position", "0")
+		out, errOut, code := p.cli("relay", "checkpoint", "set", "--position", "0", "--yes")
 		if code != 0 || !strings.Contains(out, "moved back") {
 			t.Fatalf("relay checkpoint set --position 0: exit %d %s %s", code, out, errOut)
 		}
