@@ -110,6 +110,12 @@ func (p *progress) set(n int64) {
 	}
 }
 
+func (p *progress) add(n int64) {
+	if p != nil {
+		_ = p.bar.Add64(n)
+	}
+}
+
 func (p *progress) setMax(n int64) {
 	if p != nil && n > 0 && p.bar.GetMax64() != n {
 		p.bar.ChangeMax64(n)

@@ -140,7 +140,9 @@ Exit code 0 when everything matches, 4 when anything differs.`,
 			}
 			v := &verifier{pool: pool, store: st, es: es, db: db, class: class,
 				names: readmodel.InstanceNames(cfg.Elasticsearch.IndexPrefix, db, version), concurrency: max(concurrency, 1)}
-			rep, err := v.run(ctx, cmd.ErrOrStderr())
+			rep, err := v.run(ctx, func(total int64) *progress {
+				return newProgress(cmd, total, fmt.Sprintf("verify %s/%s", db, class), "aggregates")
+			})
 			if err != nil {
 				return err
 			}
@@ -206,7 +208,9 @@ type storeInst struct {
 
 const verifyPage = 500
 
-func (v *verifier) run(ctx context.Context, progressOut io.Writer) (*verifyReport, error) {
+// run compares the store with the index; newBar makes the progress bar
+// over the number of aggregates (nil: no bar).
+func (v *verifier) run(ctx context.Context, newBar func(total int64) *progress) (*verifyReport, error) {
 	start := time.Now()
 	rep := &verifyReport{DB: v.db, Class: v.class, Index: v.names.WriteAlias, Problems: []verifyItem{}}
 	prefix := v.db + ":" + v.class + ":"
@@ -220,7 +224,7 @@ func (v *verifier) run(ctx context.Context, progressOut io.Writer) (*verifyRepor
 	if err != nil {
 		return nil, err
 	}
-	prog := newOpProgress(progressOut, fmt.Sprintf("verify %s/%s", v.db, v.class), total, "aggregates")
+	prog := newBar(total)
 	after := ""
 	for {
 		rows, err := v.pool.Query(ctx, `SELECT s.aggregate_id,
@@ -298,7 +302,7 @@ func (v *verifier) run(ctx context.Context, progressOut io.Writer) (*verifyRepor
 		d := docs[id]
 		rep.add(verifyItem{InstanceID: id, Status: verifyExtra, ESSeq: d.meta.SequenceNumber, Reason: "no domain event in the event store"})
 	}
-	prog.done()
+	prog.finish()
 	rep.DurationMS = time.Since(start).Milliseconds()
 	return rep, nil
 }
