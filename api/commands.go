@@ -9,6 +9,7 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/google/uuid"
 
@@ -160,7 +161,34 @@ func (s *server) buildCommand(r *http.Request, req commandRequest) (envelope.Env
 	if err != nil {
 		return envelope.Envelope{}, validationAs(err, "")
 	}
+	if req.eventType == TypeCreate {
+		if err := s.checkCreatedEvent(norm, commandID, req.data); err != nil {
+			return envelope.Envelope{}, validationAs(err, "data")
+		}
+	}
 	return norm, nil
+}
+
+// checkCreatedEvent refuses a create whose domain event the store would
+// refuse (the one size budget): the INSTANCE_CREATED event carries the
+// whole state and its own metadata, so a command just under the envelope
+// limit can yield an event over it. Built by the instance worker's own
+// function (envelope.DomainEventFor) and measured as the store measures
+// (envelope.CheckStoredSize), it is refused here with 413 instead of a 202
+// and a command that can never be applied. A patch's resulting state is
+// known only to the worker, which rejects it with the reason.
+func (s *server) checkCreatedEvent(cmd envelope.Envelope, commandID string, data json.RawMessage) error {
+	if data == nil {
+		data = json.RawMessage(`{}`)
+	}
+	var compact bytes.Buffer
+	if json.Compact(&compact, data) == nil {
+		data = compact.Bytes() // as the command stores it
+	}
+	if cmd.OccurredAt.IsZero() {
+		cmd.OccurredAt = envelope.NewTimestamp(time.Now()) // the store sets it; same width
+	}
+	return envelope.CheckStoredSize(envelope.DomainEventFor(cmd, commandID, TypeCreated, data), s.opts.Limits.MaxEnvelopeBytes)
 }
 
 // resolveInstanceID picks a create's instance id (SPEC §9): the request's

@@ -69,6 +69,8 @@ type testAPI struct {
 type apiConfig struct {
 	minio bool
 	opts  func(*Options)
+	// store adjusts the event store's configuration.
+	store func(*config.EventStore)
 }
 
 func newTestAPI(t testing.TB, c apiConfig) *testAPI {
@@ -96,9 +98,11 @@ func newTestAPI(t testing.TB, c apiConfig) *testAPI {
 		bucket = b
 	}
 	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
-	st, err := eventstore.New(pool, bucket, eventstore.Options{Logger: logger, Config: config.EventStore{
-		GroupCommitMaxWait: 2 * time.Millisecond, GroupCommitMaxEvents: 500, AppendTimeout: 30 * time.Second,
-	}})
+	scfg := config.EventStore{GroupCommitMaxWait: 2 * time.Millisecond, GroupCommitMaxEvents: 500, AppendTimeout: 30 * time.Second}
+	if c.store != nil {
+		c.store(&scfg)
+	}
+	st, err := eventstore.New(pool, bucket, eventstore.Options{Logger: logger, Config: scfg})
 	if err != nil {
 		t.Fatal(err)
 	}

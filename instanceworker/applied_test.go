@@ -178,3 +178,34 @@ func TestBulkRequestRefused(t *testing.T) {
 		t.Errorf("DLQ holds %d records", n)
 	}
 }
+
+// TestStateOverTheLimitRejected: a patch whose resulting state makes the
+// domain event larger than the envelope limit is REJECTED with the store's
+// reason — decided by the command and the state before it, so a retry can
+// never succeed — instead of going DEAD to the DLQ; the instance's later
+// commands are applied.
+func TestStateOverTheLimitRejected(t *testing.T) {
+	e := newEnv(t, 1)
+	blob := strings.Repeat("x", 600<<10)
+	c1 := e.appendCmd(instanceworker.CreateInstance, "big", "things", "a", create("big", "things", strp("a"), map[string]any{"a": blob}))
+	c2 := e.appendCmd(instanceworker.UpdateInstance, "big", "things", "a", map[string]any{"data": map[string]any{"b": blob}})
+	c3 := e.appendCmd(instanceworker.UpdateInstance, "big", "things", "a", map[string]any{"data": map[string]any{"w": 1}})
+	e.startInProcess(nil)
+	e.publish(c1, c2, c3)
+	testenv.WaitFor(t, 60*time.Second, "commands done", func() bool { return e.allDone(c1, c2, c3) })
+	if o := e.outcome(c1); o != registry.Applied() {
+		t.Errorf("create: %+v", o)
+	}
+	if o := e.outcome(c2); o.Result != registry.OutcomeRejected || !strings.HasPrefix(o.Reason, instanceworker.ReasonInvalidEvent) || !strings.Contains(o.Reason, "exceeds the limit") {
+		t.Errorf("patch over the limit: outcome %+v, want rejected (%s …)", o, instanceworker.ReasonInvalidEvent)
+	}
+	if o := e.outcome(c3); o != registry.Applied() {
+		t.Errorf("later patch: %+v", o)
+	}
+	if n := len(e.dlqRecords()); n != 0 {
+		t.Errorf("%d DLQ records, want 0", n)
+	}
+	if v, src, _ := e.doc("big", "things", "a"); v != 3 || src["w"] != float64(1) || src["b"] != nil {
+		t.Errorf("document version %d, w=%v, b set=%v", v, src["w"], src["b"] != nil)
+	}
+}

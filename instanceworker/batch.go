@@ -97,6 +97,10 @@ func (w *Worker) HandleBatch(ctx context.Context, recs []*consumer.Record) []con
 			out[j.i].Outcome = o
 			continue
 		}
+		if o, ok := invalidEventOutcome(errs[k]); ok {
+			out[j.i].Outcome = o
+			continue
+		}
 		if errs[k] != nil {
 			out[j.i].Err = errs[k]
 			continue

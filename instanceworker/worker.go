@@ -376,6 +376,9 @@ const (
 	// holds a key the instance document cannot hold
 	// (readmodel.ValidateData; the reason goes on with its error).
 	ReasonInvalidData = "data cannot be stored"
+	// ReasonInvalidEvent starts the reason of a command whose domain event
+	// the store refuses (the new state over EVENT_STORE_MAX_ENVELOPE_BYTES).
+	ReasonInvalidEvent = "domain event refused by the store"
 	// ReasonCommandIDReused starts the reason of a command whose
 	// command_id names another command's domain event (stored with a
 	// different payload).
@@ -407,6 +410,9 @@ func (w *Worker) process(ctx context.Context, e envelope.Envelope, last bool) (r
 	w.hit(PointBeforeAppend)
 	stored, err := w.appendEvent(ctx, c, evType, newState)
 	if o, ok := reusedOutcome(err); ok {
+		return o, nil
+	}
+	if o, ok := invalidEventOutcome(err); ok {
 		return o, nil
 	}
 	if err != nil {
@@ -454,6 +460,20 @@ func (w *Worker) writeFailed(ctx context.Context, c command, err error, last boo
 	w.o.Logger.Error("instance document not written: the command is applied, its read model is stale until repaired",
 		"aggregate_id", c.env.AggregateID, "sequence_number", c.env.SequenceNumber, "command_id", c.commandID, "err", err)
 	return registry.Outcome{Result: registry.OutcomeApplied, Reason: readmodel.StaleReason(err)}, nil
+}
+
+// invalidEventOutcome turns the store's refusal of the domain event itself
+// (a *envelope.ValidationError: the new state is over the envelope limit,
+// say) into the command's rejection. The refusal is decided by the command
+// and the state before it, so every retry would meet it again: the command
+// is REJECTED with the reason, its slot stays without an event, and later
+// commands of the instance go on — never DEAD, never in the DLQ.
+func invalidEventOutcome(err error) (registry.Outcome, bool) {
+	var ve *envelope.ValidationError
+	if err == nil || !errors.As(err, &ve) {
+		return registry.Outcome{}, false
+	}
+	return registry.Rejected(ReasonInvalidEvent + ": " + ve.Error()), true
 }
 
 // decide applies command c to the state before its slot: the domain event
@@ -521,31 +541,7 @@ func docMeta(c command, cur current, stored eventstore.Event) readmodel.Meta {
 // caller hits the append crash points.
 func (w *Worker) appendEvent(ctx context.Context, c command, evType string, state json.RawMessage) (eventstore.Event, error) {
 	e := c.env
-	ev := envelope.Envelope{
-		EventID:        envelope.DomainEventID(c.commandID, evType, e.AggregateType, e.AggregateID).String(),
-		EventType:      evType,
-		Kind:           envelope.KindDomain,
-		AggregateType:  e.AggregateType,
-		AggregateID:    e.AggregateID,
-		SequenceNumber: e.SequenceNumber,
-		OccurredAt:     e.OccurredAt,
-		Actor:          e.Actor,
-		Data:           state,
-		SchemaVersion:  1,
-		Metadata:       envelope.Metadata{},
-	}
-	ev.Metadata.SetString(envelope.MetaCommandID, c.commandID)
-	corr := e.Metadata.CorrelationID()
-	if corr == "" {
-		corr = c.commandID
-	}
-	ev.Metadata.SetString(envelope.MetaCorrelationID, corr)
-	ev.Metadata.SetString(envelope.MetaCausationID, e.EventID)
-	for _, k := range []string{envelope.MetaOrderingKey, envelope.MetaTraceparent, envelope.MetaTracestate} {
-		if v, ok := e.Metadata.String(k); ok && v != "" {
-			ev.Metadata.SetString(k, v)
-		}
-	}
+	ev := envelope.DomainEventFor(e, c.commandID, evType, state)
 	res, err := w.o.Store.AppendOne(ctx, ev)
 	if err == nil {
 		return res.Event, nil
