@@ -114,7 +114,14 @@ func (r *Registry) PruneSafely(ctx context.Context, req PruneRequest) (int64, er
 	if err := r.checkPrune(req); err != nil {
 		return 0, err
 	}
-	keep := req.Keep
+	return r.pruneRows(ctx, req.OlderThan, req.Keep)
+}
+
+// pruneRows deletes done and skipped_stale rows started and processed more
+// than olderThan ago, except those of the handlers in keep, in statements
+// of at most Options.PruneBatch rows so no transaction grows large; it
+// returns how many rows it deleted (also when it stops early on an error).
+func (r *Registry) pruneRows(ctx context.Context, olderThan time.Duration, keep []string) (int64, error) {
 	if keep == nil {
 		keep = []string{}
 	}
@@ -134,7 +141,7 @@ func (r *Registry) PruneSafely(ctx context.Context, req PruneRequest) (int64, er
 				USING victims v
 				WHERE pe.handler = v.handler AND pe.event_id = v.event_id
 				  AND pe.status IN ('done', 'skipped_stale')`,
-				req.OlderThan.Microseconds(), r.opts.PruneBatch, keep)
+				olderThan.Microseconds(), r.opts.PruneBatch, keep)
 			n = tag.RowsAffected()
 			return err
 		})

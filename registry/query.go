@@ -118,33 +118,7 @@ func (r *Registry) Prune(ctx context.Context, olderThan time.Duration) (int64, e
 	if olderThan <= 0 {
 		return 0, &RequestError{Field: "older_than", Reason: fmt.Sprintf("retention %s must be positive", olderThan)}
 	}
-	var total int64
-	for {
-		var n int64
-		err := r.run(ctx, "prune", func(ctx context.Context) error {
-			tag, err := r.pool.Exec(ctx, `WITH victims AS (
-					SELECT handler, event_id FROM sluice.processed_events
-					WHERE started_at < now() - $1::bigint * interval '1 microsecond'
-					  AND processed_at < now() - $1::bigint * interval '1 microsecond'
-					  AND status IN ('done', 'skipped_stale')
-					LIMIT $2
-					FOR UPDATE SKIP LOCKED)
-				DELETE FROM sluice.processed_events pe
-				USING victims v
-				WHERE pe.handler = v.handler AND pe.event_id = v.event_id
-				  AND pe.status IN ('done', 'skipped_stale')`,
-				olderThan.Microseconds(), r.opts.PruneBatch)
-			n = tag.RowsAffected()
-			return err
-		})
-		if err != nil {
-			return total, err
-		}
-		total += n
-		if n < int64(r.opts.PruneBatch) {
-			return total, nil
-		}
-	}
+	return r.pruneRows(ctx, olderThan, nil)
 }
 
 // FormatRows writes rows as an aligned text table for `sluice registry
