@@ -11,8 +11,10 @@ import (
 	"github.com/sluicehq/sluice/shared/esserver"
 )
 
-// TestRetryBackoffDLQThenRedrive is scenario 6: Elasticsearch rejects every
-// history write of one db (429 per bulk item). The projection worker
+// TestRetryBackoffDLQThenRedrive is scenario 6: Elasticsearch fails every
+// history write of one db (500 per bulk item: a failure that says nothing
+// about an outage, so it is retried within the budget; a 429 would be an
+// outage and pause the worker instead, docs/failures.md). The projection worker
 // retries with backoff, dead-letters each event after
 // PROJECTION_WORKER_MAX_RETRIES attempts (registry row dead, one DLQ
 // record each, nothing committed past them without the DLQ ack), while
@@ -27,7 +29,7 @@ func TestRetryBackoffDLQThenRedrive(t *testing.T) {
 	}})
 	p.startDefault()
 	badIndex := indexPrefix + "retry_history"
-	removeFault := p.es.InjectFault(esserver.Fault{RejectBulkItems: func(it esserver.BulkItem) bool {
+	removeFault := p.es.InjectFault(esserver.Fault{BulkItemStatus: 500, RejectBulkItems: func(it esserver.BulkItem) bool {
 		return strings.HasPrefix(it.Index, badIndex)
 	}})
 	bad := expectation{db: "retry", class: "jobs", dlqEvents: 4}

@@ -247,7 +247,11 @@ func (s *Server) handleBulk(rq *request, target string) response {
 		case op.missingIndex:
 			res = writeResult{index: "", id: op.id, err: errValidation("index is missing")}
 		case fault != nil && fault.RejectBulkItems != nil && fault.RejectBulkItems(BulkItem{Position: i, Action: op.action, Index: op.index, ID: op.id}):
-			res = writeResult{index: op.index, id: op.id, err: rejectedExecution()}
+			st := fault.BulkItemStatus
+			if st == 0 {
+				st = http.StatusTooManyRequests
+			}
+			res = writeResult{index: op.index, id: op.id, err: faultItemError(st)}
 		case fault != nil && fault.RejectBulkItems == nil && fault.BulkItemStatus != 0:
 			res = writeResult{index: op.index, id: op.id, err: faultItemError(fault.BulkItemStatus)}
 		default:

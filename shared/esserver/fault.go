@@ -28,11 +28,12 @@ type Fault struct {
 	// Times limits how many requests the fault applies to; 0 means
 	// unlimited.
 	Times int
-	// RejectBulkItems selects bulk items that fail with 429
-	// es_rejected_execution_exception.
+	// RejectBulkItems selects bulk items that fail with BulkItemStatus
+	// (default 429 es_rejected_execution_exception).
 	RejectBulkItems func(BulkItem) bool
-	// BulkItemStatus fails every item of matching bulk requests with this
-	// status when RejectBulkItems is nil.
+	// BulkItemStatus is the status of the items RejectBulkItems selects,
+	// or, when RejectBulkItems is nil, of every item of matching bulk
+	// requests.
 	BulkItemStatus int
 }
 
