@@ -199,7 +199,7 @@ func TestSecretsNeverLeak(t *testing.T) {
 	if code != 0 || !strings.Contains(out, "SLUICE_API_TOKENS=[redacted]\n") || !strings.Contains(out, "DATABASE_URL=[redacted]\n") {
 		t.Errorf("config show: exit %d, want the credentials as [redacted]:\n%s%s", code, out, errOut)
 	}
-	code, out, errOut = runSluice(t, env, "config", "docs")
+	_, out, errOut = runSluice(t, env, "config", "docs")
 	record("config docs", out+errOut)
 	for _, bad := range []map[string]string{
 		{"DATABASE_URL_FILE": "", "DATABASE_URL": "mysql://sluice:" + pgPassword + "@db/sluice"},
@@ -213,7 +213,7 @@ func TestSecretsNeverLeak(t *testing.T) {
 		if code != 1 {
 			t.Errorf("config check with %v: exit %d, want 1", keys(bad), code)
 		}
-		code, out, errOut = runSluice(t, with(bad), "config", "show")
+		_, out, errOut = runSluice(t, with(bad), "config", "show")
 		record(fmt.Sprintf("config show %v", keys(bad)), out+errOut)
 	}
 

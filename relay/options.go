@@ -239,7 +239,7 @@ func CheckLimits(cfg *config.Config) error {
 			m, need, cfg.EventStore.MaxEnvelopeBytes, cfg.EventStore.MaxMetadataBytes, topics.FramingBytes))
 	}
 	if b := SizeBudget(cfg); b > math.MaxInt32 {
-		errs = append(errs, fmt.Errorf("Kafka size budget %d bytes (KAFKA_MAX_MESSAGE_BYTES or EVENT_STORE_MAX_ENVELOPE_BYTES): exceeds %d, the most Kafka can carry", b, math.MaxInt32))
+		errs = append(errs, fmt.Errorf("size budget for Kafka %d bytes (KAFKA_MAX_MESSAGE_BYTES or EVENT_STORE_MAX_ENVELOPE_BYTES): exceeds %d, the most Kafka can carry", b, math.MaxInt32))
 	}
 	if cfg.Relay.ParkAfterAttempts < 1 {
 		errs = append(errs, fmt.Errorf("EVENT_PUBLISHER_PARK_AFTER_ATTEMPTS=%d: must be at least 1", cfg.Relay.ParkAfterAttempts))

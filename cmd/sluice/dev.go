@@ -412,10 +412,11 @@ func lockDevDataDir(dir string, me devOwner) (*devLock, error) {
 		return nil, fmt.Errorf("%w: %s is held by %s; stop that sluice dev first, or pass another --data-dir", errDevDataDirInUse, dir, owner)
 	}
 	b, _ := json.Marshal(me)
-	if err := fl.Truncate(0); err == nil {
-		_, err = fl.WriteAt(append(b, '\n'), 0)
+	werr := fl.Truncate(0)
+	if werr == nil {
+		_, werr = fl.WriteAt(append(b, '\n'), 0)
 	}
-	if err != nil {
+	if err := werr; err != nil {
 		_ = fl.Close()
 		return nil, fmt.Errorf("data dir lock %s: %w", path, err)
 	}

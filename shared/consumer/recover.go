@@ -31,7 +31,12 @@ func newGuarded(c *Consumer, h Handler) *guarded {
 // recovered turns a panic value into a *PanicError and logs it with its
 // stack; what names the call.
 func (g *guarded) recovered(v any, what string, rec *Record) error {
-	stack := debug.Stack()
+	return g.recoveredStack(v, debug.Stack(), what, rec)
+}
+
+// recoveredStack is recovered with the stack taken where the panic was
+// recovered.
+func (g *guarded) recoveredStack(v any, stack []byte, what string, rec *Record) error {
 	args := []any{"handler", g.c.o.HandlerName, "call", what, "panic", v, "stack", string(stack)}
 	if rec != nil {
 		args = append(args, "topic", rec.Topic, "partition", rec.Partition, "offset", rec.Offset, "event_id", rec.Envelope.EventID)
@@ -50,18 +55,44 @@ func (g *guarded) Handle(ctx context.Context, rec *Record) (out registry.Outcome
 	return g.h.Handle(ctx, rec)
 }
 
-// HandleBatch answers every record of a panicking call with the panic.
-func (g *guarded) HandleBatch(ctx context.Context, recs []*Record) (res []BatchResult) {
+// HandleBatch isolates a panicking record: when a call of several records
+// panics, the batch is split in halves and each half handled again, down to
+// the single record that panics, which alone is answered with the panic.
+// The others are handled normally (handlers are idempotent under their
+// claims, so repeating the ones a panicking call already touched is safe),
+// so one poison record never spends the retry budget of its batch mates.
+func (g *guarded) HandleBatch(ctx context.Context, recs []*Record) []BatchResult {
+	res, v, stack, ok := g.tryBatch(ctx, recs)
+	if ok {
+		return res
+	}
+	if len(recs) == 1 || ctx.Err() != nil {
+		var rec *Record
+		if len(recs) == 1 {
+			rec = recs[0]
+		}
+		err := g.recoveredStack(v, stack, "handle_batch", rec)
+		res = make([]BatchResult, len(recs))
+		for i := range res {
+			res[i].Err = err
+		}
+		return res
+	}
+	g.c.o.Logger.Warn("batch handler panicked; splitting the batch to isolate the record", "handler", g.c.o.HandlerName,
+		"records", len(recs), "panic", v)
+	mid := len(recs) / 2
+	return append(g.HandleBatch(ctx, recs[:mid]), g.HandleBatch(ctx, recs[mid:])...)
+}
+
+// tryBatch calls HandleBatch, reporting a panic (its value and stack)
+// instead of propagating it.
+func (g *guarded) tryBatch(ctx context.Context, recs []*Record) (res []BatchResult, v any, stack []byte, ok bool) {
 	defer func() {
-		if v := recover(); v != nil {
-			err := g.recovered(v, "handle_batch", nil)
-			res = make([]BatchResult, len(recs))
-			for i := range res {
-				res[i].Err = err
-			}
+		if r := recover(); r != nil {
+			res, v, stack, ok = nil, r, debug.Stack(), false
 		}
 	}()
-	return g.batch.HandleBatch(ctx, recs)
+	return g.batch.HandleBatch(ctx, recs), nil, nil, true
 }
 
 func (g *guarded) Heal(ctx context.Context, rec *Record, wait registry.ClaimResult) (err error) {
