@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
 	"sync/atomic"
 	"time"
@@ -699,8 +700,19 @@ func (r *Relay) recheckGaps(ctx context.Context, ls *leaderState, now time.Time)
 				keys[row.SegmentKey] = true
 			}
 		}
+		// Positions without any index row left the gap for good: abandoned
+		// is final, and a retry of their event deleted the abandoned row
+		// and stored the event at a fresh position, published in order
+		// (docs/eventstore.md, "Abandoned is final").
+		moved := goneFrom(g, rows)
 		if len(committed) == 0 {
-			keep = append(keep, g)
+			if len(moved) > 0 {
+				keep = append(keep, subtract(g, moved)...)
+				r.m.gaps.WithLabelValues("moved").Add(float64(len(moved)))
+				changed = true
+			} else {
+				keep = append(keep, g)
+			}
 			continue
 		}
 		n := 0
@@ -736,12 +748,13 @@ func (r *Relay) recheckGaps(ctx context.Context, ls *leaderState, now time.Time)
 		}
 		// Positions committed and found in their segment leave the gap;
 		// the rest (still abandoned, or not yet readable) stay.
-		var pubs []int64
+		pubs := moved
 		for _, row := range rows {
 			if _, left := committed[row.Position]; row.State == stateCommitted && !left {
 				pubs = append(pubs, row.Position)
 			}
 		}
+		slices.Sort(pubs)
 		keep = append(keep, subtract(g, pubs)...)
 		lates = append(lates, lateGap{g, n})
 		changed = true
@@ -793,6 +806,21 @@ func (r *Relay) recheckGaps(ctx context.Context, ls *leaderState, now time.Time)
 	ls.cp.PendingGaps = keep
 	ls.dirty = true
 	return r.save(ctx, ls)
+}
+
+// goneFrom returns the positions of g (ascending) that have no index row.
+func goneFrom(g Gap, rows []eventstore.IndexEntry) []int64 {
+	has := make(map[int64]bool, len(rows))
+	for _, row := range rows {
+		has[row.Position] = true
+	}
+	var gone []int64
+	for p := g.First; p <= g.Last; p++ {
+		if !has[p] {
+			gone = append(gone, p)
+		}
+	}
+	return gone
 }
 
 // subtract removes the positions in drop (ascending) from g.

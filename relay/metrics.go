@@ -84,7 +84,7 @@ func newMetrics(reg prometheus.Registerer, name string, topics []string) *metric
 	for _, t := range topics {
 		m.published.WithLabelValues(t)
 	}
-	for _, v := range []string{"committed_direct", "repaired_committed", "abandoned", "no_index_row", "expired", "late_published"} {
+	for _, v := range []string{"committed_direct", "repaired_committed", "abandoned", "no_index_row", "expired", "late_published", "moved"} {
 		m.gaps.WithLabelValues(v)
 	}
 	for _, v := range []string{"list", "index", "hint", "idle"} {
