@@ -2,8 +2,10 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"log/slog"
+	"net/http"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -106,14 +108,27 @@ var errStopped = errors.New("stopped while waiting for the event store")
 
 // serveStartupProbes serves /livez (200) and /readyz (503, reason) on addr
 // until the returned func is called; nothing when addr is empty (off) or
-// taken.
+// taken. Every other path answers 503 with Retry-After (problem+json code
+// "starting"): the API shares its address with the probes, and a client
+// calling it while it waits for a dependency must learn to retry, not get
+// a 404 that says the route does not exist.
 func serveStartupProbes(addr string, logger *slog.Logger, reason string) func() {
 	if addr == "" {
 		return func() {}
 	}
 	health := observability.NewHealth()
 	health.AddReadiness("startup", func(context.Context) error { return errors.New(reason) })
-	srv, err := observability.Listen(addr, observability.Handler(newRegistry(), health))
+	mux := observability.Handler(newRegistry(), health)
+	mux.HandleFunc("/", func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "application/problem+json")
+		w.Header().Set("Retry-After", "2")
+		w.WriteHeader(http.StatusServiceUnavailable)
+		_ = json.NewEncoder(w).Encode(map[string]any{
+			"type": "urn:sluice:problem:starting", "title": "Service starting", "status": http.StatusServiceUnavailable,
+			"code": "starting", "error": "starting", "detail": reason,
+		})
+	})
+	srv, err := observability.Listen(addr, mux)
 	if err != nil {
 		logger.Warn("no start-up probes", "err", err)
 		return func() {}
