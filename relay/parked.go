@@ -297,15 +297,9 @@ type ResolveOptions struct {
 // parked. It returns the row as it was before. A dry run only checks that
 // the row is parked.
 func RepublishParked(ctx context.Context, ps *ParkedStore, cl *kgo.Client, relay string, position int64, opts ResolveOptions) (ParkedRecord, error) {
-	p, err := ps.Get(ctx, relay, position)
-	if err != nil {
+	p, err := getParked(ctx, ps, relay, position)
+	if err != nil || opts.DryRun {
 		return p, err
-	}
-	if p.State != ParkedStateParked {
-		return p, fmt.Errorf("%w: relay %s, position %d is %s", ErrNotParked, relay, position, p.State)
-	}
-	if opts.DryRun {
-		return p, nil
 	}
 	rec := p.Record(opts.Topic)
 	if opts.Spec.Partitions > 0 {
@@ -323,19 +317,13 @@ func RepublishParked(ctx context.Context, ps *ParkedStore, cl *kgo.Client, relay
 	if err := cl.ProduceSync(pctx, rec).FirstErr(); err != nil {
 		return p, fmt.Errorf("relay: republish parked position %d to %s: still refused (%s): %w", position, rec.Topic, failure.Classify(pctx, err), err)
 	}
-	resolvedTopic := ""
-	if opts.Topic != "" {
-		resolvedTopic = opts.Topic
-	} else {
-		resolvedTopic = p.Topic
-	}
-	return p, ps.resolve(ctx, relay, position, ParkedStateRepublished, resolvedTopic)
+	return p, ps.resolve(ctx, relay, position, ParkedStateRepublished, rec.Topic)
 }
 
-// DropParked marks the parked record at position of relay dropped: the
-// operator decided it is not to be published. The row (and the envelope in
-// it) stays for the record. A dry run only checks that the row is parked.
-func DropParked(ctx context.Context, ps *ParkedStore, relay string, position int64, opts ResolveOptions) (ParkedRecord, error) {
+// getParked reads the row at position of relay and refuses it
+// (ErrNotParked) unless it is still parked: what republish and drop, dry
+// run or not, both check first.
+func getParked(ctx context.Context, ps *ParkedStore, relay string, position int64) (ParkedRecord, error) {
 	p, err := ps.Get(ctx, relay, position)
 	if err != nil {
 		return p, err
@@ -343,8 +331,16 @@ func DropParked(ctx context.Context, ps *ParkedStore, relay string, position int
 	if p.State != ParkedStateParked {
 		return p, fmt.Errorf("%w: relay %s, position %d is %s", ErrNotParked, relay, position, p.State)
 	}
-	if opts.DryRun {
-		return p, nil
+	return p, nil
+}
+
+// DropParked marks the parked record at position of relay dropped: the
+// operator decided it is not to be published. The row (and the envelope in
+// it) stays for the record. A dry run only checks that the row is parked.
+func DropParked(ctx context.Context, ps *ParkedStore, relay string, position int64, opts ResolveOptions) (ParkedRecord, error) {
+	p, err := getParked(ctx, ps, relay, position)
+	if err != nil || opts.DryRun {
+		return p, err
 	}
 	return p, ps.resolve(ctx, relay, position, ParkedStateDropped, "")
 }
