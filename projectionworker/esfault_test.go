@@ -6,9 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"net/http/httptest"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -25,66 +23,24 @@ import (
 	"github.com/sluicehq/sluice/shared/testenv"
 )
 
-// esGate stands between a worker and the test's esserver: through a TCP
-// proxy (Stop: connections refused, the port closed) to an HTTP handler
-// that forwards to esserver unless frozen (Freeze: connections accepted,
-// requests never answered until Thaw).
-type esGate struct {
-	proxy  *testenv.Proxy
-	mu     sync.Mutex
-	frozen chan struct{} // closed by Thaw; nil when not frozen
-}
+// esGate stands between a worker and the test's esserver
+// (testenv.Gate: a closed port, a frozen server).
+type esGate struct{ *testenv.Gate }
 
 func newESGate(t testing.TB, es *esserver.Server) *esGate {
 	t.Helper()
-	g := &esGate{}
-	ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		g.mu.Lock()
-		fr := g.frozen
-		g.mu.Unlock()
-		if fr != nil {
-			select {
-			case <-fr:
-			case <-r.Context().Done():
-				return
-			}
-		}
-		es.ServeHTTP(w, r)
-	}))
-	t.Cleanup(ts.Close)
-	g.proxy = testenv.NewTCPProxy(t, strings.TrimPrefix(ts.URL, "http://"))
-	t.Cleanup(g.Thaw)
-	return g
+	return &esGate{testenv.NewGate(t, es)}
 }
 
 // client is a worker's Elasticsearch client through the gate (request
 // deadline 500 ms).
 func (g *esGate) client(t testing.TB) *elasticsearch.Client {
 	t.Helper()
-	es, err := readmodel.NewClient(config.Elasticsearch{URLs: []string{"http://" + g.proxy.Addr()}, RequestTimeout: 500 * time.Millisecond})
+	es, err := readmodel.NewClient(config.Elasticsearch{URLs: []string{g.URL()}, RequestTimeout: 500 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}
 	return es
-}
-
-// Freeze makes every request hang (the server accepts and never answers).
-func (g *esGate) Freeze() {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	if g.frozen == nil {
-		g.frozen = make(chan struct{})
-	}
-}
-
-// Thaw ends Freeze.
-func (g *esGate) Thaw() {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	if g.frozen != nil {
-		close(g.frozen)
-		g.frozen = nil
-	}
 }
 
 // esFault is one kind of Elasticsearch outage: start begins it, and the
@@ -103,7 +59,7 @@ func esFaults() []esFault {
 		return func(e *env, g *esGate) func() { return e.es.InjectFault(esserver.Fault{Status: code}) }
 	}
 	return []esFault{
-		{"closed port", func(_ *env, g *esGate) func() { g.proxy.Stop(); return g.proxy.Start }, 3 * time.Second, false},
+		{"closed port", func(_ *env, g *esGate) func() { g.Stop(); return g.Start }, 3 * time.Second, false},
 		{"frozen", func(_ *env, g *esGate) func() { g.Freeze(); return g.Thaw }, 5 * time.Second, false},
 		{"503", status(http.StatusServiceUnavailable), 3 * time.Second, false},
 		{"429", status(http.StatusTooManyRequests), 3 * time.Second, false},
