@@ -3,11 +3,8 @@ package eventstore
 import (
 	"context"
 	"errors"
-	"io"
-	"net"
 	"net/http"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -15,41 +12,6 @@ import (
 	"github.com/sluicehq/sluice/shared/failure"
 	"github.com/sluicehq/sluice/shared/testenv"
 )
-
-// frozenStore accepts connections and reads requests but never answers: a
-// MinIO frozen with SIGSTOP as its clients see it.
-func frozenStore(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var wg sync.WaitGroup
-	var mu sync.Mutex
-	var conns []net.Conn
-	wg.Go(func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			mu.Lock()
-			conns = append(conns, c)
-			mu.Unlock()
-			wg.Go(func() { _, _ = io.Copy(io.Discard, c) })
-		}
-	})
-	t.Cleanup(func() {
-		ln.Close()
-		mu.Lock()
-		for _, c := range conns {
-			c.Close()
-		}
-		mu.Unlock()
-		wg.Wait()
-	})
-	return ln.Addr().String()
-}
 
 // An object-store outage fails appends fast with *UnavailableError (503,
 // Retry-After, an outage) instead of holding them until the store comes
@@ -76,7 +38,7 @@ func TestObjectStoreOutage(t *testing.T) {
 			proxy := testenv.NewTCPProxy(t, upstream)
 			endpoint := "http://" + proxy.Addr()
 			if c.frozen {
-				endpoint = "http://" + frozenStore(t)
+				endpoint = "http://" + testenv.BlackHole(t)
 			}
 			b, err := s3store.New(context.Background(), s3store.Options{
 				Bucket: name, Endpoint: endpoint, PathStyle: true, AccessKeyID: minio.AccessKey, SecretAccessKey: minio.SecretKey,

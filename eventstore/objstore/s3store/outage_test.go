@@ -4,11 +4,9 @@ import (
 	"context"
 	"errors"
 	"io"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"strconv"
-	"sync"
 	"testing"
 	"time"
 
@@ -16,42 +14,6 @@ import (
 	"github.com/sluicehq/sluice/shared/failure"
 	"github.com/sluicehq/sluice/shared/testenv"
 )
-
-// blackHole accepts connections and reads what is sent, but never answers:
-// to a client it is a store frozen with SIGSTOP (the kernel completes the
-// handshake and buffers the request; nothing comes back).
-func blackHole(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var wg sync.WaitGroup
-	var mu sync.Mutex
-	var conns []net.Conn
-	wg.Go(func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			mu.Lock()
-			conns = append(conns, c)
-			mu.Unlock()
-			wg.Go(func() { _, _ = io.Copy(io.Discard, c) })
-		}
-	})
-	t.Cleanup(func() {
-		ln.Close()
-		mu.Lock()
-		for _, c := range conns {
-			c.Close()
-		}
-		mu.Unlock()
-		wg.Wait()
-	})
-	return "http://" + ln.Addr().String()
-}
 
 // Every call of the s3 backend has a deadline (issue 26): a store that does
 // not answer fails the call with ErrUnavailable (an outage, its cause a
@@ -71,7 +33,7 @@ func TestOutages(t *testing.T) {
 		notWritten bool // a write's outcome is known: not written
 		deadline   bool // the call was cut by its deadline
 	}{
-		{"frozen (accepts, never answers)", blackHole(t), false, true},
+		{"frozen (accepts, never answers)", "http://" + testenv.BlackHole(t), false, true},
 		{"refused (port closed)", "http://127.0.0.1:" + strconv.Itoa(testenv.FreePort(t)), true, false},
 		{"answers 503", answer503.URL, true, false},
 	}
