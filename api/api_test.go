@@ -573,3 +573,61 @@ func TestOpenAPIDocument(t *testing.T) {
 		}
 	}
 }
+
+// pending_commands counts a command only until the instance worker finishes
+// it, whatever the outcome: a REJECTED command (finished without a domain
+// event) and a DEAD one (failed for good) both stop counting (issue 27
+// item 5), on the instance's 200 and on a missing instance's 404 alike.
+func TestPendingClearedWhenFinished(t *testing.T) {
+	const agg = "shop:order:o-1"
+	cases := []struct {
+		name   string
+		finish func(a *testAPI, eventID string, seq int64)
+		status string
+	}{
+		{"rejected", func(a *testAPI, ev string, seq int64) {
+			a.finish(ev, agg, seq, registry.Rejected("instance exists"))
+		}, StatusRejected},
+		{"dead", func(a *testAPI, ev string, seq int64) {
+			lease := a.claim(ev, agg, seq)
+			if _, err := a.reg.MarkFailed(a.t.Context(), lease, registry.Failure{Err: fmt.Errorf("mapping error"), Retryable: false}); err != nil {
+				a.t.Fatal(err)
+			}
+		}, StatusDead},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			a := newTestAPI(t, apiConfig{})
+			// A create that never produced state: 404 with one pending
+			// command until it is finished.
+			first := a.do("POST", base, `{"instance_id":"o-1","data":{"total":1}}`, "Idempotency-Key: c-1").expect(t, 202, "")
+			if r := a.do("GET", base+"/o-1", ``).expect(t, 404, CodeInstanceNotFound); r.num("pending_commands") != 1 {
+				t.Fatalf("before: %s", r.body)
+			}
+			c.finish(a, first.str("event_id"), 1)
+			if r := a.do("GET", "/v1/commands/c-1", ``).expect(t, 200, ""); r.str("status") != c.status {
+				t.Fatalf("status: %s", r.body)
+			}
+			if r := a.do("GET", base+"/o-1", ``).expect(t, 404, CodeInstanceNotFound); r.num("pending_commands") != 0 || r.num("sequence_number") != 1 {
+				t.Fatalf("after %s create: %s", c.name, r.body)
+			}
+			// An instance with state and a later command: 200 with the
+			// old state and one pending command, then none.
+			a.do("POST", base+"?expected_seq=1", `{"instance_id":"o-1","data":{"total":2}}`, "Idempotency-Key: c-2").expect(t, 202, "")
+			a.domain(agg, 2, TypeCreated, `{"total":2}`)
+			a.finish(a.commandEventID(agg, 2), agg, 2, registry.Applied())
+			patch := a.do("PATCH", base+"/o-1", `{"total":3}`, `If-Match: "2"`, "Idempotency-Key: c-3").expect(t, 202, "")
+			if r := a.do("GET", base+"/o-1", ``).expect(t, 200, ""); r.num("pending_commands") != 1 {
+				t.Fatalf("pending patch: %s", r.body)
+			}
+			c.finish(a, patch.str("event_id"), 3)
+			if r := a.do("GET", "/v1/commands/c-3", ``).expect(t, 200, ""); r.str("status") != c.status {
+				t.Fatalf("status: %s", r.body)
+			}
+			r := a.do("GET", base+"/o-1", ``).expect(t, 200, "")
+			if r.num("pending_commands") != 0 || r.num("sequence_number") != 3 || r.num("state_sequence_number") != 2 {
+				t.Fatalf("after %s patch: %s", c.name, r.body)
+			}
+		})
+	}
+}
