@@ -2,12 +2,15 @@ package consumer
 
 import (
 	"bytes"
+	"context"
 	"encoding/base64"
 	"encoding/json"
+	"errors"
 	"strconv"
 	"time"
 	"unicode/utf8"
 
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 )
 
@@ -224,4 +227,68 @@ func truncateUTF8(s string, n int) string {
 		n--
 	}
 	return s[:n]
+}
+
+// produceDLQ produces the dead letters of items in one batch and waits for
+// the acknowledgements.
+func (c *Consumer) produceDLQ(ctx context.Context, items []*item) {
+	var recs []*kgo.Record
+	var its []*item
+	for _, it := range items {
+		if it.st != stDLQ {
+			continue
+		}
+		d := deadLetter{topic: c.o.DLQTopic, handler: c.o.HandlerName, rec: it.rec, errText: it.errText, class: it.errClass,
+			attempts: it.attempts, first: it.firstFail, failed: time.Now()}
+		if it.parseErr == nil {
+			d.eventID, d.position = it.view.Envelope.EventID, it.view.Envelope.Position
+		}
+		r, ptr, err := d.record(c.dlqMax, it.dlqPointer)
+		if err != nil {
+			c.log("dlq record", "err", err)
+			continue
+		}
+		it.dlqPointer = ptr
+		recs = append(recs, r)
+		its = append(its, it)
+	}
+	if len(recs) == 0 {
+		return
+	}
+	start := time.Now()
+	res := c.cl.ProduceSync(ctx, recs...)
+	c.m.stage.WithLabelValues(c.o.HandlerName, "dlq").Observe(time.Since(start).Seconds())
+	for i, pr := range res {
+		it := its[i]
+		if pr.Err != nil && it.dlqPointer == "" && (errors.Is(pr.Err, kerr.MessageTooLarge) || errors.Is(pr.Err, kerr.RecordListTooLarge)) {
+			// Permanent for this form: never retry it; write the pointer
+			// form at once.
+			c.log("dlq record too large for the broker; writing it in pointer form", "offset", it.rec.Offset, "err", pr.Err)
+			it.dlqPointer = truncTooLarge
+			c.retryLater(it, "dlq_too_large", 0)
+			continue
+		}
+		if pr.Err != nil {
+			c.log("dlq produce failed; will retry", "offset", it.rec.Offset, "err", pr.Err)
+			c.retryLater(it, "dlq_produce", backoff(c.o.BackoffBase, c.o.BackoffCap, it.tries))
+			continue
+		}
+		c.m.dlq.WithLabelValues(c.o.HandlerName, it.errClass).Inc()
+		if reason := it.dlqPointer; reason != "" {
+			c.m.dlqPtr.WithLabelValues(c.o.HandlerName, reason).Inc()
+			c.log("dead letter written in pointer form (original left out; read it at its offset)", "topic", it.rec.Topic,
+				"partition", it.rec.Partition, "offset", it.rec.Offset, "original_size", len(it.rec.Value), "reason", reason)
+		}
+		c.o.Logger.Error("record dead-lettered", "handler", c.o.HandlerName, "topic", it.rec.Topic, "partition", it.rec.Partition,
+			"offset", it.rec.Offset, "error_class", it.errClass, "err", it.errText)
+		if it.failure != nil {
+			it.st = stMarkFailed
+			continue
+		}
+		if it.parseErr != nil {
+			c.finish(it, "parse_error")
+		} else {
+			c.finish(it, "dead")
+		}
+	}
 }

@@ -142,3 +142,48 @@ func mustJSON(t *testing.T, v any) string {
 	}
 	return string(b)
 }
+
+func TestDLQRecordShape(t *testing.T) {
+	at := time.Date(2026, 11, 21, 10, 0, 0, 0, time.UTC)
+	tests := []struct {
+		name, value, wantValue, wantEnc string
+	}{
+		{"utf8", `{"a":1}`, `{"a":1}`, ""},
+		{"binary", "\xff\xfe", "//4=", "base64"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			r := &kgo.Record{Topic: "cmds", Partition: 2, Offset: 7, Key: []byte("k"), Value: []byte(tt.value),
+				Headers: []kgo.RecordHeader{{Key: "h", Value: []byte("v")}}}
+			d := deadLetter{topic: "cmds.dlq", handler: "h1", rec: r, errText: "boom", class: ClassPermanent, attempts: 3, first: at, failed: at.Add(time.Second)}
+			out, ptr, err := d.record(1<<20, "")
+			if err != nil || ptr != "" {
+				t.Fatal(ptr, err)
+			}
+			var m map[string]any
+			if err := json.Unmarshal(out.Value, &m); err != nil {
+				t.Fatal(err)
+			}
+			want := []string{"original_topic", "original_partition", "original_offset", "original_key", "original_value",
+				"original_headers", "error", "error_class", "attempt_count", "handler", "first_failed_at", "failed_at"}
+			if len(m) != len(want) {
+				t.Errorf("fields %v", m)
+			}
+			for _, f := range want {
+				if _, ok := m[f]; !ok {
+					t.Errorf("missing %s", f)
+				}
+			}
+			enc := ""
+			for _, h := range out.Headers {
+				if h.Key == "sluice-original-value-encoding" {
+					enc = string(h.Value)
+				}
+			}
+			if m["original_value"] != tt.wantValue || enc != tt.wantEnc || string(out.Key) != "k" || out.Topic != "cmds.dlq" ||
+				m["original_offset"] != float64(7) || m["attempt_count"] != float64(3) {
+				t.Errorf("record %s headers %v", out.Value, out.Headers)
+			}
+		})
+	}
+}

@@ -117,7 +117,7 @@ func TestPanicStackLogged(t *testing.T) {
 	if !errors.As(err, &pe) || pe.Value != "kaboom" || len(pe.Stack) == 0 {
 		t.Fatalf("Handle after a panic: %v, want a *PanicError with its stack", err)
 	}
-	if out := buf.String(); !strings.Contains(out, "handler panicked") || !strings.Contains(out, "recover_test.go") {
+	if out := buf.String(); !strings.Contains(out, "handler panicked") || !strings.Contains(out, "middleware_test.go") {
 		t.Errorf("log %q: want the panic and its stack", out)
 	}
 }
