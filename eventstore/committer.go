@@ -164,6 +164,7 @@ func (c *committer) anyDispatchable(now time.Time) bool {
 // appends to a slot in flight.
 func (c *committer) form(now time.Time) *group {
 	g := &group{}
+	units := c.unitsReady(now)
 	rest := c.pending[:0]
 	for _, it := range c.pending {
 		if it.ctx.Err() != nil {
@@ -171,12 +172,32 @@ func (c *committer) form(now time.Time) *group {
 				continue
 			}
 		}
+		if u := it.unit; u != nil {
+			// An atomic batch goes into one group whole: when all its
+			// members may go, and (unless the group is empty) they fit.
+			st := units[u]
+			if !st.decided {
+				st.decided = true
+				st.take = st.ready && (len(g.items) == 0 || len(g.items)+st.n <= c.s.cfg.maxEvents)
+				units[u] = st
+			}
+			if !st.take {
+				rest = append(rest, it)
+				continue
+			}
+			c.leaders[it.env.EventID] = it
+			if g.oldest.IsZero() || it.arrived.Before(g.oldest) {
+				g.oldest = it.arrived
+			}
+			g.items = append(g.items, it)
+			continue
+		}
 		if len(g.items) >= c.s.cfg.maxEvents || it.notBefore.After(now) {
 			rest = append(rest, it)
 			continue
 		}
 		if l, ok := c.leaders[it.env.EventID]; ok {
-			if it.hashWithTime(l.env.OccurredAt) == l.hash {
+			if l.unit == nil && it.hashWithTime(l.env.OccurredAt) == l.hash {
 				l.followers = append(l.followers, it)
 			} else {
 				rest = append(rest, it)
@@ -199,6 +220,41 @@ func (c *committer) form(now time.Time) *group {
 	clear(c.pending[len(rest):])
 	c.pending = rest
 	return g
+}
+
+// unitState is what form knows of an atomic batch in pending.
+type unitState struct {
+	n             int  // members pending
+	ready         bool // every pending member may go now
+	decided, take bool
+}
+
+// unitsReady looks at the atomic batches in pending: a batch may go when
+// none of its members waits (notBefore) or has an event_id in flight.
+func (c *committer) unitsReady(now time.Time) map[*unit]unitState {
+	var out map[*unit]unitState
+	for _, it := range c.pending {
+		u := it.unit
+		if u == nil {
+			continue
+		}
+		if out == nil {
+			out = map[*unit]unitState{}
+		}
+		st, seen := out[u]
+		if !seen {
+			st.ready = true
+		}
+		st.n++
+		if it.notBefore.After(now) || it.ctx.Err() != nil {
+			st.ready = false
+		}
+		if _, ok := c.leaders[it.env.EventID]; ok {
+			st.ready = false
+		}
+		out[u] = st
+	}
+	return out
 }
 
 // finish takes a group back from its worker: requeued items go back to

@@ -24,6 +24,7 @@ type item struct {
 	done      chan struct{}
 	res       Result
 	followers []*item // identical appends of the same event_id that share res
+	unit      *unit   // the atomic batch (AppendBatch) this item belongs to, or nil
 
 	// set by the group worker, read by the committer after the group is done
 	requeue   bool

@@ -286,6 +286,8 @@ func (s *Store) reserveOnce(ctx context.Context, items []*item) (accepted []*ite
 		live = append(live, it)
 	}
 
+	units, live := settleUnits(items, live)
+
 	superseded, err := s.supersededSlots(ctx, c, live)
 	if err != nil {
 		return nil, 0, err
@@ -294,7 +296,18 @@ func (s *Store) reserveOnce(ctx context.Context, items []*item) (accepted []*ite
 	// 3. sequences (OCC) in arrival order
 	accepted = make([]*item, 0, len(live))
 	top := map[aggKey]int64{} // highest sequence accepted per aggregate in this group
+	var doneUnits map[*unit]bool
 	for _, it := range live {
+		if u := it.unit; u != nil {
+			if !doneUnits[u] {
+				if doneUnits == nil {
+					doneUnits = map[*unit]bool{}
+				}
+				doneUnits[u] = true
+				accepted = s.reserveUnit(u, units[u], last, top, superseded, accepted)
+			}
+			continue
+		}
 		if it.slot {
 			it.seq = it.env.SequenceNumber
 			accepted = append(accepted, it)

@@ -50,6 +50,9 @@ func (s *Store) fastEligible(items []*item) bool {
 		return false
 	}
 	for _, it := range items {
+		if it.unit != nil {
+			return false // atomic batches: the general path's unit rules
+		}
 		if it.slotKey != "" && !it.slot {
 			return false
 		}
