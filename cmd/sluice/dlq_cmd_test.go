@@ -14,6 +14,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/sluicehq/sluice/dlq"
 	"github.com/sluicehq/sluice/registry"
 	"github.com/sluicehq/sluice/shared/config"
 	"github.com/sluicehq/sluice/shared/consumer"
@@ -23,9 +24,10 @@ import (
 // kafkaFixture is a kfake cluster configured through the environment, with a
 // client for the test's own produce/consume/admin work.
 type kafkaFixture struct {
-	kopts []kgo.Opt
-	cl    *kgo.Client
-	adm   *kadm.Client
+	brokers []string
+	kopts   []kgo.Opt
+	cl      *kgo.Client
+	adm     *kadm.Client
 }
 
 func newKafkaFixture(t *testing.T) *kafkaFixture {
@@ -40,7 +42,7 @@ func newKafkaFixture(t *testing.T) *kafkaFixture {
 		t.Fatal(err)
 	}
 	t.Cleanup(cl.Close)
-	return &kafkaFixture{kopts: kopts, cl: cl, adm: kadm.NewClient(cl)}
+	return &kafkaFixture{brokers: k.Brokers, kopts: kopts, cl: cl, adm: kadm.NewClient(cl)}
 }
 
 func (k *kafkaFixture) createTopic(t *testing.T, topic string, partitions int32) {
@@ -60,17 +62,7 @@ func (k *kafkaFixture) produce(t *testing.T, rs ...*kgo.Record) {
 // records reads every record of topic present now.
 func (k *kafkaFixture) records(t *testing.T, topic string) []*kgo.Record {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	var out []*kgo.Record
-	err := readTopicRange(ctx, k.kopts, k.adm, topic, -1, -1, false, nil, func(r *kgo.Record) (bool, error) {
-		out = append(out, r)
-		return false, nil
-	})
-	if err != nil {
-		t.Fatalf("read %s: %v", topic, err)
-	}
-	return out
+	return testenv.ReadTopic(t, k.brokers, topic)
 }
 
 // dlqLetterRecord builds a dead letter of orig in the SPEC §8 shape, the way
@@ -108,10 +100,10 @@ func TestDLQListShowRedriveDrop(t *testing.T) {
 	url, pool := testenv.NewMigratedDatabase(t)
 	t.Setenv("DATABASE_URL", url)
 	k := newKafkaFixture(t)
-	orig, dlq := testenv.UniqueName("cmds."), ""
-	dlq = orig + ".dlq"
+	orig, dlqTopic := testenv.UniqueName("cmds."), ""
+	dlqTopic = orig + ".dlq"
 	k.createTopic(t, orig, 2)
-	k.createTopic(t, dlq, 1)
+	k.createTopic(t, dlqTopic, 1)
 	reg, err := registry.New(pool, registry.Options{Owner: "test"})
 	if err != nil {
 		t.Fatal(err)
@@ -175,15 +167,15 @@ func TestDLQListShowRedriveDrop(t *testing.T) {
 	// Letters 0..5: 0 permanent, 1 parse, 2 duplicate of 0, 3 to drop,
 	// 4 interrupted after the registry reset, 5 reset by someone else.
 	k.produce(t,
-		dlqLetterRecord(dlq, handler, origs[0], "permanent", "permanent: unknown command type"),
-		dlqLetterRecord(dlq, handler, origs[1], "parse", "parse: invalid character"),
-		dlqLetterRecord(dlq, handler, origs[0], "permanent", "permanent: unknown command type"),
-		dlqLetterRecord(dlq, handler, origs[2], "retryable", "retryable: es 503 after 5 attempts"),
-		dlqLetterRecord(dlq, handler, origs[3], "permanent", "permanent: x"),
-		dlqLetterRecord(dlq, handler, origs[4], "permanent", "permanent: y"),
+		dlqLetterRecord(dlqTopic, handler, origs[0], "permanent", "permanent: unknown command type"),
+		dlqLetterRecord(dlqTopic, handler, origs[1], "parse", "parse: invalid character"),
+		dlqLetterRecord(dlqTopic, handler, origs[0], "permanent", "permanent: unknown command type"),
+		dlqLetterRecord(dlqTopic, handler, origs[2], "retryable", "retryable: es 503 after 5 attempts"),
+		dlqLetterRecord(dlqTopic, handler, origs[3], "permanent", "permanent: x"),
+		dlqLetterRecord(dlqTopic, handler, origs[4], "permanent", "permanent: y"),
 	)
 
-	out, _, err := runOps(t, "dlq", "list", "--topic", dlq)
+	out, _, err := runOps(t, "dlq", "list", "--topic", dlqTopic)
 	if err != nil || !strings.Contains(out, "6 letters, 6 shown, 0 handled") || strings.Count(out, "\n") != 8 {
 		t.Fatalf("list: %v\n%s", err, out)
 	}
@@ -195,32 +187,32 @@ func TestDLQListShowRedriveDrop(t *testing.T) {
 	if !opHasLine(out, "0:0", "new") || !opHasLine(out, "0:5", "new") {
 		t.Errorf("list rows:\n%s", out)
 	}
-	out, _, err = runOps(t, "dlq", "list", "--topic", dlq, "--limit", "2")
+	out, _, err = runOps(t, "dlq", "list", "--topic", dlqTopic, "--limit", "2")
 	if err != nil || !strings.Contains(out, "2 shown") || !strings.Contains(out, "4 more not shown") {
 		t.Errorf("list --limit: %v\n%s", err, out)
 	}
-	out, _, err = runOps(t, "dlq", "show", "--topic", dlq, "--offset", "0")
+	out, _, err = runOps(t, "dlq", "show", "--topic", dlqTopic, "--offset", "0")
 	if err != nil || !strings.Contains(out, `"event_type": "CREATE_INSTANCE"`) || !opHasLine(out, "event_id", ids[0]) ||
 		!opHasLine(out, "bin", `"\xff\x00\x01"`) || !opHasLine(out, "state", "new") {
 		t.Fatalf("show 0: %v\n%s", err, out)
 	}
-	out, _, err = runOps(t, "dlq", "show", "--topic", dlq, "--offset", "1")
+	out, _, err = runOps(t, "dlq", "show", "--topic", dlqTopic, "--offset", "1")
 	if err != nil || !strings.Contains(out, base64.StdEncoding.EncodeToString(origs[1].Value)) || !opHasLine(out, "error_class", "parse") {
 		t.Fatalf("show 1: %v\n%s", err, out)
 	}
-	if _, _, err := runOps(t, "dlq", "show", "--topic", dlq, "--offset", "99"); opExitCode(err) != 3 {
+	if _, _, err := runOps(t, "dlq", "show", "--topic", dlqTopic, "--offset", "99"); opExitCode(err) != 3 {
 		t.Fatalf("show of a missing letter: %v", err)
 	}
 
 	// Dry run: nothing changes.
-	out, _, err = runOps(t, "dlq", "redrive", "--topic", dlq, "--offset", "0", "--dry-run")
+	out, _, err = runOps(t, "dlq", "redrive", "--topic", dlqTopic, "--offset", "0", "--dry-run")
 	if err != nil || !strings.Contains(out, "1 would be redriven") || status(ids[0]) != registry.StatusDead || len(redriven()) != 0 {
 		t.Fatalf("dry run changed something or failed: %v\n%s", err, out)
 	}
 
 	// Redrive letter 0, twice, then its duplicate: one reset, one record.
 	for i, args := range [][]string{{"--offset", "0"}, {"--offset", "0"}, {"--offset", "2"}} {
-		out, _, err = runOps(t, append([]string{"dlq", "redrive", "--topic", dlq}, args...)...)
+		out, _, err = runOps(t, append([]string{"dlq", "redrive", "--topic", dlqTopic}, args...)...)
 		wantRedriven := map[int]string{0: "1 redriven, 0 skipped", 1: "0 redriven, 1 skipped", 2: "0 redriven, 1 skipped"}[i]
 		if err != nil || !strings.Contains(out, wantRedriven) {
 			t.Fatalf("redrive #%d %v: %v\n%s", i, args, err, out)
@@ -236,22 +228,22 @@ func TestDLQListShowRedriveDrop(t *testing.T) {
 	sameRecord(t, got[0], origs[0])
 
 	// Drop letter 3: durable, hidden from list, its row stays dead.
-	out, _, err = runOps(t, "dlq", "drop", "--topic", dlq, "--offset", "3", "--reason", "test data")
+	out, _, err = runOps(t, "dlq", "drop", "--topic", dlqTopic, "--offset", "3", "--reason", "test data")
 	if err != nil || !strings.Contains(out, "0:3: dropped") {
 		t.Fatalf("drop: %v\n%s", err, out)
 	}
-	if out, _, err = runOps(t, "dlq", "drop", "--topic", dlq, "--offset", "3"); err != nil || !strings.Contains(out, "already dropped") {
+	if out, _, err = runOps(t, "dlq", "drop", "--topic", dlqTopic, "--offset", "3"); err != nil || !strings.Contains(out, "already dropped") {
 		t.Fatalf("second drop: %v\n%s", err, out)
 	}
 	if st := status(ids[2]); st != registry.StatusDead {
 		t.Fatalf("dropped letter's row: %s, want dead", st)
 	}
-	out, _, err = runOps(t, "dlq", "list", "--topic", dlq)
+	out, _, err = runOps(t, "dlq", "list", "--topic", dlqTopic)
 	if err != nil || !strings.Contains(out, "6 letters, 3 shown, 3 handled (redriven or dropped) hidden") ||
 		strings.Contains(out, "0:0 ") || strings.Contains(out, "0:3 ") || !strings.Contains(out, "0:1 ") {
 		t.Fatalf("list after redrive and drop: %v\n%s", err, out)
 	}
-	out, _, err = runOps(t, "dlq", "list", "--topic", dlq, "--all")
+	out, _, err = runOps(t, "dlq", "list", "--topic", dlqTopic, "--all")
 	if err != nil || !strings.Contains(out, "6 shown") || !opHasLine(out, "0:3", "dropped") || !opHasLine(out, "0:0", "redriven") {
 		t.Fatalf("list --all: %v\n%s", err, out)
 	}
@@ -259,18 +251,16 @@ func TestDLQListShowRedriveDrop(t *testing.T) {
 	// Letter 4: a redrive interrupted after the registry reset (intent
 	// recorded, row reset, nothing produced). Letter 5: its row was reset by
 	// someone else (no intent of this letter): not produced.
-	d := &dlqEnv{cfg: opConfig(t), cl: k.cl, adm: k.adm, topic: dlq}
-	l4 := &dlqLetter{Partition: 0, Offset: 4, Rec: consumer.DLQRecord{OriginalTopic: orig, OriginalPartition: origs[3].Partition,
-		OriginalOffset: origs[3].Offset, Handler: handler, OriginalHeaders: map[string]string{"event_id": ids[3]}}}
-	if err := d.writeMarker(ctx, l4, dlqRedriving, ""); err != nil {
-		t.Fatal(err)
-	}
+	intent, _ := json.Marshal(dlq.Marker{Action: dlq.StateRedriving, DLQTopic: dlqTopic, DLQPartition: 0, DLQOffset: 4,
+		OriginalTopic: orig, OriginalPartition: origs[3].Partition, OriginalOffset: origs[3].Offset, Handler: handler,
+		EventID: ids[3], At: time.Now().UTC(), By: "test"})
+	k.produce(t, &kgo.Record{Topic: dlqTopic + ".handled", Key: []byte("0:4"), Value: intent})
 	for _, id := range []string{ids[3], ids[4]} {
 		if err := reg.Redrive(ctx, handler, id); err != nil {
 			t.Fatal(err)
 		}
 	}
-	out, _, err = runOps(t, "dlq", "redrive", "--topic", dlq, "--all")
+	out, _, err = runOps(t, "dlq", "redrive", "--topic", dlqTopic, "--all")
 	// 1 (parse, no row) and 4 (interrupted) are produced; 0, 2, 3 handled
 	// already; 5's row is not dead.
 	if err != nil || !strings.Contains(out, "2 redriven, 4 skipped, 0 failed") || !strings.Contains(out, "no longer dead") {
@@ -291,11 +281,11 @@ func TestDLQListShowRedriveDrop(t *testing.T) {
 		}
 		sameRecord(t, r, origs[i])
 	}
-	out, _, err = runOps(t, "dlq", "redrive", "--topic", dlq, "--all")
+	out, _, err = runOps(t, "dlq", "redrive", "--topic", dlqTopic, "--all")
 	if err != nil || !strings.Contains(out, "0 redriven, 6 skipped") || len(redriven()) != 3 {
 		t.Fatalf("third redrive --all must change nothing: %v\n%s", err, out)
 	}
-	out, _, err = runOps(t, "dlq", "list", "--topic", dlq)
+	out, _, err = runOps(t, "dlq", "list", "--topic", dlqTopic)
 	if err != nil || !strings.Contains(out, "6 letters, 0 shown, 6 handled") {
 		t.Fatalf("final list: %v\n%s", err, out)
 	}
