@@ -260,9 +260,14 @@ func runSwitch(cmd *cobra.Command, name string, version int, settle time.Duratio
 	if err != nil {
 		return err
 	}
+	metrics, stopMetrics, err := serveSwitchMetrics(cmd, logger)
+	if err != nil {
+		return err
+	}
+	defer stopMetrics()
 	bar := newProgress(cmd, 0, p.Name(), "records")
 	sum, err := op(cmd.Context(), projectionworker.SwitchOptions{Config: cfg,
-		Deps:       projectionworker.Deps{Pool: pool, ES: es, Logger: logger},
+		Deps:       projectionworker.Deps{Pool: pool, ES: es, Logger: logger, Metrics: metrics},
 		Projection: p, Version: version, Settle: settle,
 		Progress: func(pr projectionworker.Progress) {
 			bar.setMax(pr.Lag.End)
@@ -364,6 +369,7 @@ summary.`,
 	cmd.Flags().IntVar(&version, "version", 0, "version to build (newer than every existing version)")
 	cmd.Flags().DurationVar(&settle, "settle", 5*time.Second, "keep consuming this long after the swap")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print a JSON summary")
+	addSwitchMetricsFlag(cmd)
 	g.register(cmd, false)
 	return cmd
 }
@@ -381,5 +387,6 @@ func newProjectionRollbackCmd() *cobra.Command {
 	}
 	cmd.Flags().DurationVar(&settle, "settle", 5*time.Second, "keep consuming this long after the swap")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print a JSON summary")
+	addSwitchMetricsFlag(cmd)
 	return cmd
 }

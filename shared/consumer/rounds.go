@@ -7,6 +7,7 @@ import (
 	"context"
 	"errors"
 	"slices"
+	"strconv"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -80,6 +81,11 @@ func (c *Consumer) turn(ctx, work context.Context) error {
 		}
 		part.queue = append(part.queue, pp.its...)
 		c.pending += len(pp.its)
+		// The lag from the first uncommitted record, at every poll: a
+		// consumer that never commits (a stuck rebuild) shows it too.
+		if part.hwm > 0 && len(part.queue) > 0 {
+			c.m.lag.WithLabelValues(c.o.HandlerName, part.topic, strconv.Itoa(int(part.partition))).Set(float64(max(part.hwm-part.queue[0].rec.Offset, 0)))
+		}
 	}
 	pending := c.pending
 	c.mu.Unlock()
