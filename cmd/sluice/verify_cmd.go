@@ -1,22 +1,15 @@
 package main
 
 import (
-	"bytes"
-	"context"
-	"crypto/sha256"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
-	"net/http"
-	"sort"
 	"strings"
 	"sync"
 	"text/tabwriter"
 	"time"
 
-	"github.com/elastic/go-elasticsearch/v8"
-	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/spf13/cobra"
 
 	"github.com/sluicehq/sluice/eventstore"
@@ -30,61 +23,8 @@ import (
 // and Elasticsearch disagree.
 const exitVerifyDiffers = 4
 
-// Verify statuses of one instance.
-const (
-	verifyOK       = "ok"
-	verifyMissing  = "missing"  // the store has the instance, Elasticsearch has no document
-	verifyStale    = "stale"    // the document's sequence_number is below the store's last domain slot
-	verifyExtra    = "extra"    // a document of the class the store does not know
-	verifyMismatch = "mismatch" // same slot but different deleted flag, event_id or state, or ES ahead of the store
-)
-
-// verifyItem is one instance that is not ok.
-type verifyItem struct {
-	InstanceID string `json:"instance_id"`
-	Status     string `json:"status"`
-	StoreSeq   int64  `json:"store_seq"`
-	ESSeq      int64  `json:"es_seq"`
-	Reason     string `json:"reason,omitempty"`
-}
-
-// verifyReport is the result of `sluice verify` (its --json output).
-type verifyReport struct {
-	DB         string       `json:"db"`
-	Class      string       `json:"class"`
-	Index      string       `json:"index"`
-	Instances  int          `json:"instances"`
-	OK         int          `json:"ok"`
-	Missing    int          `json:"missing"`
-	Stale      int          `json:"stale"`
-	Extra      int          `json:"extra"`
-	Mismatch   int          `json:"mismatch"`
-	Problems   []verifyItem `json:"problems"`
-	DurationMS int64        `json:"duration_ms"`
-}
-
-func (r *verifyReport) add(it verifyItem) {
-	r.Instances++
-	switch it.Status {
-	case verifyOK:
-		r.OK++
-		return
-	case verifyMissing:
-		r.Missing++
-	case verifyStale:
-		r.Stale++
-	case verifyExtra:
-		r.Extra++
-	case verifyMismatch:
-		r.Mismatch++
-	}
-	r.Problems = append(r.Problems, it)
-}
-
-func (r *verifyReport) summary() string {
-	return fmt.Sprintf("verify: %d instances, %d ok, %d missing, %d stale, %d extra, %d mismatched", r.Instances, r.OK, r.Missing, r.Stale, r.Extra, r.Mismatch)
-}
-
+// newVerifyCmd is `sluice verify`: flags and printing; the comparison is
+// instanceworker.Verify, which the admin API calls too.
 func newVerifyCmd() *cobra.Command {
 	var db, class string
 	var version, concurrency int
@@ -138,11 +78,18 @@ Exit code 0 when everything matches, 4 when anything differs.`,
 			if err != nil {
 				return err
 			}
-			v := &verifier{pool: pool, store: st, es: es, db: db, class: class,
-				names: readmodel.InstanceNames(cfg.Elasticsearch.IndexPrefix, db, version), concurrency: max(concurrency, 1)}
-			rep, err := v.run(ctx, func(total int64) *progress {
-				return newProgress(cmd, total, fmt.Sprintf("verify %s/%s", db, class), "aggregates")
-			})
+			var bar *progress
+			barMade := false
+			rep, err := instanceworker.Verify(ctx, instanceworker.VerifyOptions{Store: st, ES: es, IndexPrefix: cfg.Elasticsearch.IndexPrefix,
+				DB: db, Class: class, IndexVersion: version, Concurrency: max(concurrency, 1),
+				Progress: func(_, total int64) {
+					if !barMade {
+						barMade = true
+						bar = newProgress(cmd, total, fmt.Sprintf("verify %s/%s", db, class), "aggregates")
+					}
+					bar.add(1)
+				}})
+			bar.finish()
 			if err != nil {
 				return err
 			}
@@ -162,10 +109,10 @@ Exit code 0 when everything matches, 4 when anything differs.`,
 					}
 					_ = tw.Flush()
 				}
-				fmt.Fprintln(out, rep.summary())
+				fmt.Fprintln(out, rep.Summary())
 			}
 			if len(rep.Problems) > 0 {
-				return &exitError{code: exitVerifyDiffers, err: errors.New(rep.summary())}
+				return &exitError{code: exitVerifyDiffers, err: errors.New(rep.Summary())}
 			}
 			return nil
 		},
@@ -179,275 +126,6 @@ Exit code 0 when everything matches, 4 when anything differs.`,
 	_ = cmd.MarkFlagRequired("db")
 	_ = cmd.MarkFlagRequired("class")
 	return cmd
-}
-
-// verifier compares one db/class.
-type verifier struct {
-	pool        *pgxpool.Pool
-	store       *eventstore.Store
-	es          *elasticsearch.Client
-	names       readmodel.Names
-	db, class   string
-	concurrency int
-}
-
-// esDoc is what the scan keeps of one Elasticsearch document.
-type esDoc struct {
-	meta      readmodel.Meta
-	stateHash [32]byte
-}
-
-// storeInst is the store's view of one instance: its last domain event.
-type storeInst struct {
-	instanceID string
-	seq        int64
-	eventID    string
-	deleted    bool
-	stateHash  [32]byte
-}
-
-const verifyPage = 500
-
-// run compares the store with the index; newBar makes the progress bar
-// over the number of aggregates (nil: no bar).
-func (v *verifier) run(ctx context.Context, newBar func(total int64) *progress) (*verifyReport, error) {
-	start := time.Now()
-	rep := &verifyReport{DB: v.db, Class: v.class, Index: v.names.WriteAlias, Problems: []verifyItem{}}
-	prefix := v.db + ":" + v.class + ":"
-	like := escapeLike(prefix) + "%"
-	var total int64
-	if err := v.pool.QueryRow(ctx, `SELECT count(*) FROM sluice.sequences WHERE aggregate_type = $1 AND aggregate_id LIKE $2 ESCAPE '\'`,
-		envelope.AggregateTypeInstance, like).Scan(&total); err != nil {
-		return nil, fmt.Errorf("verify: count aggregates: %w", err)
-	}
-	docs, err := v.scanES(ctx)
-	if err != nil {
-		return nil, err
-	}
-	prog := newBar(total)
-	after := ""
-	for {
-		rows, err := v.pool.Query(ctx, `SELECT s.aggregate_id,
-				(SELECT max(a.sequence_number) FROM sluice.appends a
-				 WHERE a.aggregate_type = s.aggregate_type AND a.aggregate_id = s.aggregate_id
-				   AND a.kind = 'domain' AND a.state = 'committed')
-			FROM sluice.sequences s
-			WHERE s.aggregate_type = $1 AND s.aggregate_id LIKE $2 ESCAPE '\' AND s.aggregate_id > $3
-			ORDER BY s.aggregate_id LIMIT $4`, envelope.AggregateTypeInstance, like, after, verifyPage)
-		if err != nil {
-			return nil, fmt.Errorf("verify: list aggregates: %w", err)
-		}
-		type agg struct {
-			id  string
-			seq *int64
-		}
-		var page []agg
-		for rows.Next() {
-			var a agg
-			if err := rows.Scan(&a.id, &a.seq); err != nil {
-				rows.Close()
-				return nil, fmt.Errorf("verify: list aggregates: %w", err)
-			}
-			page = append(page, a)
-		}
-		rows.Close()
-		if err := rows.Err(); err != nil {
-			return nil, fmt.Errorf("verify: list aggregates: %w", err)
-		}
-		if len(page) == 0 {
-			break
-		}
-		after = page[len(page)-1].id
-		// Read the last domain event of each aggregate, in parallel.
-		insts := make([]*storeInst, len(page))
-		errs := make([]error, len(page))
-		sem := make(chan struct{}, v.concurrency)
-		var wg sync.WaitGroup
-		for i, a := range page {
-			if a.seq == nil {
-				continue // commands only (all rejected or pending): no instance yet
-			}
-			wg.Add(1)
-			sem <- struct{}{}
-			go func() {
-				defer func() { <-sem; wg.Done() }()
-				insts[i], errs[i] = v.readLast(ctx, a.id, strings.TrimPrefix(a.id, prefix), *a.seq)
-			}()
-		}
-		wg.Wait()
-		for i := range page {
-			if errs[i] != nil {
-				return nil, errs[i]
-			}
-			prog.add(1)
-			if insts[i] == nil {
-				continue
-			}
-			in := insts[i]
-			d, found := docs[in.instanceID]
-			delete(docs, in.instanceID)
-			it, err := v.compare(ctx, in, d, found)
-			if err != nil {
-				return nil, err
-			}
-			rep.add(it)
-		}
-	}
-	extras := make([]string, 0, len(docs))
-	for id := range docs {
-		extras = append(extras, id)
-	}
-	sort.Strings(extras)
-	for _, id := range extras {
-		d := docs[id]
-		rep.add(verifyItem{InstanceID: id, Status: verifyExtra, ESSeq: d.meta.SequenceNumber, Reason: "no domain event in the event store"})
-	}
-	prog.finish()
-	rep.DurationMS = time.Since(start).Milliseconds()
-	return rep, nil
-}
-
-// readLast reads the domain event at seq of aggregate aggID.
-func (v *verifier) readLast(ctx context.Context, aggID, instanceID string, seq int64) (*storeInst, error) {
-	evs, err := v.store.Stream(ctx, envelope.AggregateTypeInstance, aggID, seq, seq, envelope.KindDomain)
-	if err != nil {
-		return nil, fmt.Errorf("verify: read %s slot %d: %w", aggID, seq, err)
-	}
-	if len(evs) != 1 {
-		return nil, fmt.Errorf("verify: read %s slot %d: %d domain events, want 1", aggID, seq, len(evs))
-	}
-	e := evs[0].Envelope
-	in := &storeInst{instanceID: instanceID, seq: seq, eventID: e.EventID, deleted: e.EventType == instanceworker.InstanceDeleted}
-	if !in.deleted {
-		if in.stateHash, err = stateHash(e.Data); err != nil {
-			return nil, fmt.Errorf("verify: %s slot %d: %w", aggID, seq, err)
-		}
-	}
-	return in, nil
-}
-
-// compare classifies one store instance against its scanned document;
-// missing and stale candidates are re-checked with a real-time GET (the
-// scan goes through search, which may lag a refresh behind).
-func (v *verifier) compare(ctx context.Context, in *storeInst, d esDoc, found bool) (verifyItem, error) {
-	if !found || d.meta.SequenceNumber < in.seq {
-		meta, state, err := readmodel.GetInstance(ctx, v.es, v.names, v.class, in.instanceID)
-		switch {
-		case errors.Is(err, readmodel.ErrNotFound):
-			return verifyItem{InstanceID: in.instanceID, Status: verifyMissing, StoreSeq: in.seq, Reason: "no document"}, nil
-		case err != nil:
-			return verifyItem{}, fmt.Errorf("verify: get %s: %w", in.instanceID, err)
-		}
-		d = esDoc{meta: meta}
-		if d.stateHash, err = stateHash(state); err != nil {
-			return verifyItem{}, err
-		}
-	}
-	it := verifyItem{InstanceID: in.instanceID, Status: verifyOK, StoreSeq: in.seq, ESSeq: d.meta.SequenceNumber}
-	switch {
-	case d.meta.SequenceNumber < in.seq:
-		it.Status, it.Reason = verifyStale, fmt.Sprintf("document at slot %d, store at %d", d.meta.SequenceNumber, in.seq)
-	case d.meta.SequenceNumber > in.seq:
-		it.Status, it.Reason = verifyMismatch, fmt.Sprintf("document at slot %d is ahead of the store (%d)", d.meta.SequenceNumber, in.seq)
-	case d.meta.Deleted != in.deleted:
-		it.Status, it.Reason = verifyMismatch, fmt.Sprintf("deleted: store %t, document %t", in.deleted, d.meta.Deleted)
-	case d.meta.EventID != in.eventID:
-		it.Status, it.Reason = verifyMismatch, fmt.Sprintf("event_id: store %s, document %s", in.eventID, d.meta.EventID)
-	case !in.deleted && d.stateHash != in.stateHash:
-		it.Status, it.Reason = verifyMismatch, "state differs"
-	}
-	return it, nil
-}
-
-// scanES reads every document of the class from the write alias (tombstones
-// included), paging with search_after on instance_id.
-func (v *verifier) scanES(ctx context.Context) (map[string]esDoc, error) {
-	docs := map[string]esDoc{}
-	var after []any
-	for {
-		body := map[string]any{
-			"size":  verifyPage,
-			"query": map[string]any{"term": map[string]any{"class": v.class}},
-			"sort":  []any{map[string]any{"instance_id": "asc"}},
-		}
-		if after != nil {
-			body["search_after"] = after
-		}
-		b, _ := json.Marshal(body)
-		res, err := v.es.Search(v.es.Search.WithContext(ctx), v.es.Search.WithIndex(v.names.WriteAlias), v.es.Search.WithBody(bytes.NewReader(b)))
-		if err != nil {
-			return nil, fmt.Errorf("verify: search %s: %w", v.names.WriteAlias, err)
-		}
-		if res.StatusCode == http.StatusNotFound {
-			_, _ = io.Copy(io.Discard, res.Body)
-			res.Body.Close()
-			return docs, nil // no index yet: no documents
-		}
-		if res.IsError() {
-			raw, _ := io.ReadAll(io.LimitReader(res.Body, 4<<10))
-			res.Body.Close()
-			return nil, fmt.Errorf("verify: search %s: %d %s", v.names.WriteAlias, res.StatusCode, strings.TrimSpace(string(raw)))
-		}
-		var sr struct {
-			Hits struct {
-				Hits []struct {
-					Source json.RawMessage `json:"_source"`
-					Sort   []any           `json:"sort"`
-				} `json:"hits"`
-			} `json:"hits"`
-		}
-		err = json.NewDecoder(res.Body).Decode(&sr)
-		res.Body.Close()
-		if err != nil {
-			return nil, fmt.Errorf("verify: search %s: %w", v.names.WriteAlias, err)
-		}
-		for _, h := range sr.Hits.Hits {
-			meta, state, err := readmodel.SplitDocument(h.Source)
-			if err != nil {
-				return nil, err
-			}
-			if meta.DB != "" && meta.DB != v.db {
-				continue
-			}
-			d := esDoc{meta: meta}
-			if d.stateHash, err = stateHash(state); err != nil {
-				return nil, err
-			}
-			docs[meta.InstanceID] = d
-		}
-		if len(sr.Hits.Hits) < verifyPage {
-			return docs, nil
-		}
-		after = sr.Hits.Hits[len(sr.Hits.Hits)-1].Sort
-		if len(after) == 0 {
-			return nil, errors.New("verify: search returned no sort values to page with")
-		}
-	}
-}
-
-// stateHash hashes a JSON object in a canonical form (keys sorted, numbers
-// kept as written), so the event's data and the document's state compare
-// equal regardless of key order.
-func stateHash(state json.RawMessage) ([32]byte, error) {
-	if len(bytes.TrimSpace(state)) == 0 {
-		state = json.RawMessage(`{}`)
-	}
-	dec := json.NewDecoder(bytes.NewReader(state))
-	dec.UseNumber()
-	var v any
-	if err := dec.Decode(&v); err != nil {
-		return [32]byte{}, fmt.Errorf("verify: state: %w", err)
-	}
-	b, err := json.Marshal(v)
-	if err != nil {
-		return [32]byte{}, fmt.Errorf("verify: state: %w", err)
-	}
-	return sha256.Sum256(b), nil
-}
-
-// escapeLike escapes the LIKE metacharacters of s (escape character \).
-func escapeLike(s string) string {
-	return strings.NewReplacer(`\`, `\\`, `%`, `\%`, `_`, `\_`).Replace(s)
 }
 
 // opProgress prints a throttled progress bar (one line per update, so it

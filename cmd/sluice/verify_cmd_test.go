@@ -15,6 +15,7 @@ import (
 
 	"github.com/sluicehq/sluice/eventstore"
 	"github.com/sluicehq/sluice/eventstore/objstore/backend"
+	"github.com/sluicehq/sluice/instanceworker"
 	"github.com/sluicehq/sluice/shared/config"
 	"github.com/sluicehq/sluice/shared/envelope"
 	"github.com/sluicehq/sluice/shared/esserver"
@@ -185,7 +186,7 @@ func TestVerifyReportsMissingStaleExtraMismatch(t *testing.T) {
 	if opExitCode(err) != exitVerifyDiffers {
 		t.Fatalf("--json: exit %d (%v)", opExitCode(err), err)
 	}
-	var rep verifyReport
+	var rep instanceworker.VerifyReport
 	if err := json.Unmarshal([]byte(out), &rep); err != nil {
 		t.Fatalf("--json output: %v\n%s", err, out)
 	}
@@ -193,8 +194,8 @@ func TestVerifyReportsMissingStaleExtraMismatch(t *testing.T) {
 	for _, p := range rep.Problems {
 		got[p.InstanceID] = p.Status
 	}
-	wantStatus := map[string]string{"missing1": verifyMissing, "stale1": verifyStale, "extra1": verifyExtra, "cmdonly": verifyExtra,
-		"delmis": verifyMismatch, "statediff": verifyMismatch}
+	wantStatus := map[string]string{"missing1": instanceworker.VerifyMissing, "stale1": instanceworker.VerifyStale, "extra1": instanceworker.VerifyExtra, "cmdonly": instanceworker.VerifyExtra,
+		"delmis": instanceworker.VerifyMismatch, "statediff": instanceworker.VerifyMismatch}
 	if rep.Instances != 9 || rep.OK != 3 || len(got) != len(wantStatus) {
 		t.Fatalf("report %+v", rep)
 	}

@@ -1,0 +1,150 @@
+package instanceworker_test
+
+import (
+	"context"
+	"encoding/json"
+	"net/http/httptest"
+	"testing"
+
+	"github.com/elastic/go-elasticsearch/v8"
+	"github.com/google/uuid"
+
+	"github.com/sluicehq/sluice/eventstore"
+	"github.com/sluicehq/sluice/eventstore/objstore/backend"
+	"github.com/sluicehq/sluice/instanceworker"
+	"github.com/sluicehq/sluice/shared/config"
+	"github.com/sluicehq/sluice/shared/envelope"
+	"github.com/sluicehq/sluice/shared/esserver"
+	"github.com/sluicehq/sluice/shared/readmodel"
+	"github.com/sluicehq/sluice/shared/testenv"
+)
+
+// verifyFixture is a file-backend event store on a fresh database and an
+// in-process Elasticsearch with the shop instances index.
+type verifyFixture struct {
+	st *eventstore.Store
+	es *elasticsearch.Client
+	n  readmodel.Names
+	// prefix is ELASTICSEARCH_INDEX_PREFIX.
+	prefix string
+}
+
+func newVerifyFixture(t *testing.T) *verifyFixture {
+	t.Helper()
+	ctx := context.Background()
+	_, pool := testenv.NewMigratedDatabase(t)
+	ts := httptest.NewServer(esserver.New())
+	t.Cleanup(ts.Close)
+	cfg, err := config.Load(map[string]string{"EVENT_STORE_BACKEND": "file", "EVENT_STORE_FILE_DIR": t.TempDir(), "ELASTICSEARCH_URLS": ts.URL})
+	if err != nil {
+		t.Fatal(err)
+	}
+	bucket, err := backend.Open(ctx, cfg.EventStore)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := eventstore.New(pool, bucket, eventstore.Options{Config: cfg.EventStore})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = st.Close() })
+	es, err := readmodel.NewClient(cfg.Elasticsearch)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n, err := readmodel.EnsureIndex(ctx, es, cfg.Elasticsearch.IndexPrefix, "shop", readmodel.DefaultVersion)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &verifyFixture{st: st, es: es, n: n, prefix: cfg.Elasticsearch.IndexPrefix}
+}
+
+func (f *verifyFixture) event(t *testing.T, kind envelope.Kind, typ, aggID, data string) envelope.Envelope {
+	t.Helper()
+	res, err := f.st.AppendOne(context.Background(), envelope.Envelope{
+		EventID: uuid.NewString(), EventType: typ, Kind: kind,
+		AggregateType: envelope.AggregateTypeInstance, AggregateID: aggID, Data: json.RawMessage(data),
+	})
+	if err != nil || res.Err != nil {
+		t.Fatalf("append %s %s: %v %v", typ, aggID, err, res.Err)
+	}
+	return res.Event.Envelope
+}
+
+func (f *verifyFixture) doc(t *testing.T, class, id string, e envelope.Envelope, deleted bool, state string) {
+	t.Helper()
+	m := readmodel.Meta{DB: "shop", Class: class, InstanceID: id, SequenceNumber: e.SequenceNumber, EventID: e.EventID,
+		CreatedAt: e.OccurredAt, UpdatedAt: e.OccurredAt, Deleted: deleted}
+	if _, err := readmodel.WriteInstance(context.Background(), f.es, f.n, m, json.RawMessage(state)); err != nil {
+		t.Fatalf("write document %s: %v", id, err)
+	}
+}
+
+// Verify classifies every kind of difference between the event store and
+// the instance documents, counts them, reports progress over the class's
+// aggregates, and keeps other classes and dbs (and LIKE metacharacters in
+// the class name) out of the report.
+func TestVerify(t *testing.T) {
+	f := newVerifyFixture(t)
+	ctx := context.Background()
+	dom := envelope.KindDomain
+	e := f.event(t, dom, "INSTANCE_CREATED", "shop:orders:ok1", `{"n":1,"tags":["a"]}`)
+	f.doc(t, "orders", "ok1", e, false, `{"tags":["a"],"n":1}`) // ok: key order does not matter
+	f.event(t, dom, "INSTANCE_CREATED", "shop:orders:gone", `{"n":1}`)
+	e = f.event(t, dom, "INSTANCE_DELETED", "shop:orders:gone", `{}`)
+	f.doc(t, "orders", "gone", e, true, `{}`)                              // ok: tombstone
+	f.event(t, dom, "INSTANCE_CREATED", "shop:orders:missing1", `{"n":1}`) // missing
+	e = f.event(t, dom, "INSTANCE_CREATED", "shop:orders:stale1", `{"n":1}`)
+	f.doc(t, "orders", "stale1", e, false, `{"n":1}`)
+	f.event(t, dom, "INSTANCE_UPDATED", "shop:orders:stale1", `{"n":2}`) // stale
+	e = f.event(t, dom, "INSTANCE_CREATED", "shop:orders:statediff", `{"n":1}`)
+	f.doc(t, "orders", "statediff", e, false, `{"n":2}`) // mismatch
+	e = f.event(t, dom, "INSTANCE_CREATED", "shop:orders:ahead", `{"n":1}`)
+	e.SequenceNumber = 5
+	f.doc(t, "orders", "ahead", e, false, `{"n":1}`)                                                                       // mismatch: ahead
+	f.event(t, envelope.KindCommand, "CREATE_INSTANCE", "shop:orders:cmdonly", `{"db":"shop","class":"orders","data":{}}`) // no instance
+	f.doc(t, "orders", "extra1", envelope.Envelope{SequenceNumber: 3, EventID: uuid.NewString()}, false, `{}`)             // extra
+	e = f.event(t, dom, "INSTANCE_CREATED", "shop:users:u1", `{"name":"x"}`)
+	f.doc(t, "users", "u1", e, false, `{"name":"x"}`)
+	f.event(t, dom, "INSTANCE_CREATED", "shopx:orders:1", `{"n":1}`)
+
+	var lastDone, lastTotal int64
+	rep, err := instanceworker.Verify(ctx, instanceworker.VerifyOptions{Store: f.st, ES: f.es, IndexPrefix: f.prefix, DB: "shop", Class: "orders",
+		Progress: func(done, total int64) { lastDone, lastTotal = done, total }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]string{"missing1": instanceworker.VerifyMissing, "stale1": instanceworker.VerifyStale,
+		"statediff": instanceworker.VerifyMismatch, "ahead": instanceworker.VerifyMismatch, "extra1": instanceworker.VerifyExtra}
+	got := map[string]string{}
+	for _, p := range rep.Problems {
+		got[p.InstanceID] = p.Status
+	}
+	if rep.Instances != 7 || rep.OK != 2 || rep.Missing != 1 || rep.Stale != 1 || rep.Extra != 1 || rep.Mismatch != 2 || len(got) != len(want) {
+		t.Fatalf("report %+v", rep)
+	}
+	for id, st := range want {
+		if got[id] != st {
+			t.Errorf("%s: %q, want %q", id, got[id], st)
+		}
+	}
+	if lastTotal != 7 || lastDone != 7 { // 7 aggregates of shop:orders: (cmdonly too, not extra1)
+		t.Errorf("progress ended at %d of %d, want 7 of 7", lastDone, lastTotal)
+	}
+	if rep.Summary() != "verify: 7 instances, 2 ok, 1 missing, 1 stale, 1 extra, 2 mismatched" {
+		t.Errorf("summary %q", rep.Summary())
+	}
+
+	for _, tc := range []struct {
+		class     string
+		instances int
+	}{{"users", 1}, {"ord_rs", 0}} {
+		rep, err := instanceworker.Verify(ctx, instanceworker.VerifyOptions{Store: f.st, ES: f.es, IndexPrefix: f.prefix, DB: "shop", Class: tc.class})
+		if err != nil || rep.Instances != tc.instances || len(rep.Problems) != 0 {
+			t.Errorf("verify %s: %+v %v, want %d instances, no problems", tc.class, rep, err, tc.instances)
+		}
+	}
+	if _, err := instanceworker.Verify(ctx, instanceworker.VerifyOptions{Store: f.st, ES: f.es, DB: "Shop!", Class: "orders"}); err == nil {
+		t.Error("a bad db name: no error")
+	}
+}
