@@ -10,30 +10,25 @@ import (
 	"syscall"
 
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/sluicehq/sluice/shared/claim"
 )
 
-// ErrUnavailable matches (errors.Is) every error caused by Postgres being
-// unreachable or unable to serve: connection refused or cut, pool acquire
-// timeout, server shutting down or starting up, too many connections, the
-// registry's own operation timeout. Callers pause on it (SPEC §7.4): no side
-// effect, no dead letter, no offset commit; retry with capped backoff.
-var ErrUnavailable = errors.New("registry: Postgres unavailable")
+// ErrUnavailable is claim.ErrUnavailable: it matches every error caused
+// by Postgres being unreachable or unable to serve. Callers pause on it.
+var ErrUnavailable = claim.ErrUnavailable
 
-// ErrLeaseLost matches the error of MarkDone, MarkFailed, Release and
-// Heartbeat when the caller no longer holds the claim: the lease token is not
-// the row's current one (another owner reclaimed an expired lease) or the row
-// is no longer processing. The caller must not commit the record's offset on
-// its own account; the new holder finishes it.
-var ErrLeaseLost = errors.New("registry: lease lost")
+// ErrLeaseLost is claim.ErrLeaseLost: the caller no longer holds the claim.
+var ErrLeaseLost = claim.ErrLeaseLost
+
+// ErrInvalidRequest is claim.ErrInvalidRequest: it matches every
+// *RequestError.
+var ErrInvalidRequest = claim.ErrInvalidRequest
 
 // ErrNotFound matches the error of GetRow and Redrive when no row exists.
 var ErrNotFound = errors.New("registry: no such row")
 
 // ErrNotDead matches the error of Redrive when the row is not dead.
 var ErrNotDead = errors.New("registry: row is not dead")
-
-// ErrInvalidRequest matches every *RequestError.
-var ErrInvalidRequest = errors.New("registry: invalid request")
 
 // UnavailableError is the error of an operation that failed because Postgres
 // could not be reached or could not serve. It matches ErrUnavailable.
@@ -72,31 +67,6 @@ func (e *LeaseLostError) Error() string {
 
 // Is reports whether target is ErrLeaseLost.
 func (e *LeaseLostError) Is(target error) bool { return target == ErrLeaseLost }
-
-// RequestError reports a request the registry refuses before touching
-// Postgres (a caller bug or bad input). It matches ErrInvalidRequest.
-type RequestError struct {
-	// Index is the position of the offending request in a batch (0 for
-	// single calls).
-	Index int
-	// Field names the offending field ("handler", "aggregate_id", …).
-	Field string
-	// Reason explains the rule that was broken.
-	Reason string
-	// Err is an underlying validation error, if any.
-	Err error
-}
-
-// Error names the field and the rule.
-func (e *RequestError) Error() string {
-	return fmt.Sprintf("registry: request %d: %s: %s", e.Index, e.Field, e.Reason)
-}
-
-// Unwrap returns the underlying validation error, if any.
-func (e *RequestError) Unwrap() error { return e.Err }
-
-// Is reports whether target is ErrInvalidRequest.
-func (e *RequestError) Is(target error) bool { return target == ErrInvalidRequest }
 
 // isUnavailable reports whether err means Postgres cannot serve now.
 func isUnavailable(err error) bool {

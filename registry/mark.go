@@ -79,12 +79,6 @@ JOIN sluice.processed_events pe
   ON pe.handler = m.handler AND pe.event_id = m.event_id AND pe.lease_token = m.token
 WHERE pe.status = 'done'`
 
-// Done is one item of MarkDoneBatch.
-type Done struct {
-	Lease   Lease
-	Outcome Outcome
-}
-
 // MarkDone records the event as processed with its outcome, only if lease
 // is still the current claim (otherwise *LeaseLostError, ErrLeaseLost), and
 // advances the aggregate's last finished sequence to at least the event's
@@ -110,7 +104,7 @@ func (r *Registry) MarkDoneBatch(ctx context.Context, items []Done) (errs []erro
 		if err := validateLease(i, it.Lease); err != nil {
 			return nil, err
 		}
-		if err := it.Outcome.validate(); err != nil {
+		if err := validateOutcome(it.Outcome); err != nil {
 			return nil, &RequestError{Index: i, Field: "outcome", Reason: err.Error()}
 		}
 	}
@@ -143,7 +137,7 @@ func (r *Registry) MarkDoneBatch(ctx context.Context, items []Done) (errs []erro
 		}
 		code, ok := codes[it.Outcome]
 		if !ok {
-			o, err := it.Outcome.encode()
+			o, err := encodeOutcome(it.Outcome)
 			if err != nil {
 				return nil, err
 			}

@@ -5,16 +5,18 @@ import (
 	"crypto/rand"
 	"errors"
 	"fmt"
-	"github.com/google/uuid"
 	"strings"
 	"sync"
 	"time"
 	"unicode"
 	"unicode/utf8"
 
+	"github.com/google/uuid"
+
 	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/sluicehq/sluice/shared/claim"
 	"github.com/sluicehq/sluice/shared/config"
 )
 
@@ -22,9 +24,9 @@ import (
 const (
 	DefaultLeaseTimeout      = 900 * time.Second
 	DefaultHeartbeatInterval = 30 * time.Second
-	DefaultMaxAttempts       = 5
-	DefaultBackoffBase       = 200 * time.Millisecond
-	DefaultBackoffCap        = 30 * time.Second
+	DefaultMaxAttempts       = claim.DefaultMaxAttempts
+	DefaultBackoffBase       = claim.DefaultBackoffBase
+	DefaultBackoffCap        = claim.DefaultBackoffCap
 	DefaultOpTimeout         = 15 * time.Second
 	DefaultPruneBatch        = 5000
 	// checkTimeout bounds the readiness probe.

@@ -3,112 +3,76 @@ package registry
 import (
 	"encoding/json"
 	"fmt"
-	"time"
+
+	"github.com/sluicehq/sluice/shared/claim"
 )
 
-// Policy is a handler's sequence-guard policy (SPEC §7.3).
-type Policy int
+// The vocabulary of claims lives in shared/claim, below both this package
+// and the worker runtime (shared/consumer), so that the runtime depends on
+// its own small interface and not on the registry (docs/architecture.md,
+// "Floors"). The registry names it under its own names too, so that its
+// callers keep one import.
+type (
+	Policy        = claim.Policy
+	Kind          = claim.Kind
+	Status        = claim.Status
+	ClaimRequest  = claim.Request
+	Lease         = claim.Lease
+	ClaimResult   = claim.Result
+	OutcomeResult = claim.OutcomeResult
+	Outcome       = claim.Outcome
+	Failure       = claim.Failure
+	FailResult    = claim.FailResult
+	Row           = claim.Row
+	Done          = claim.Done
+	RequestError  = claim.RequestError
+)
 
+// Policies, claim results, row states and outcomes: see shared/claim.
 const (
-	// SkipStale (projections): an event whose sequence is at or below the
-	// aggregate's last finished sequence is STALE; higher sequences are
-	// claimable even across gaps (domain events carry full state and the
-	// Elasticsearch write is versioned, so the final state converges).
-	SkipStale Policy = iota + 1
-	// WaitForPredecessor (instance worker): at or below the last finished
-	// sequence is STALE; exactly last+1 is claimable (an aggregate with no
-	// finished slot has last 0, so its first claimable slot is 1); anything
-	// higher is WAIT until its predecessor is finished.
-	WaitForPredecessor
-	// Unguarded (per-event side effects such as the history projection, whose
-	// document is the event itself): no sequence guard. Every event is
-	// claimable once whatever the aggregate's last finished sequence, so an
-	// event published late, after newer events of its aggregate, still gets
-	// its effect. Duplicates, leases and retries are decided by the event's
-	// row as under the other policies (at most one effect per event id).
-	// Needs migration 00007.
-	Unguarded
+	SkipStale          = claim.SkipStale
+	WaitForPredecessor = claim.WaitForPredecessor
+	Unguarded          = claim.Unguarded
+
+	Claimed       = claim.Claimed
+	DuplicateDone = claim.DuplicateDone
+	InProgress    = claim.InProgress
+	Stale         = claim.Stale
+	Wait          = claim.Wait
+	Dead          = claim.Dead
+	RetryLater    = claim.RetryLater
+
+	StatusProcessing   = claim.StatusProcessing
+	StatusDone         = claim.StatusDone
+	StatusFailed       = claim.StatusFailed
+	StatusDead         = claim.StatusDead
+	StatusSkippedStale = claim.StatusSkippedStale
+
+	OutcomeApplied  = claim.OutcomeApplied
+	OutcomeRejected = claim.OutcomeRejected
+	OutcomeConflict = claim.OutcomeConflict
+	OutcomeIgnored  = claim.OutcomeIgnored
+	OutcomeStale    = claim.OutcomeStale
 )
 
-// String returns "skip-stale", "wait-for-predecessor" or "none".
-func (p Policy) String() string {
-	switch p {
-	case SkipStale:
-		return "skip-stale"
-	case WaitForPredecessor:
-		return "wait-for-predecessor"
-	case Unguarded:
-		return "none"
-	default:
-		return fmt.Sprintf("Policy(%d)", int(p))
-	}
-}
+// Applied is claim.Applied.
+func Applied() Outcome { return claim.Applied() }
 
-// Valid reports whether p is one of the three policies.
-func (p Policy) Valid() bool {
-	return p == SkipStale || p == WaitForPredecessor || p == Unguarded
-}
+// Rejected is claim.Rejected.
+func Rejected(reason string) Outcome { return claim.Rejected(reason) }
 
-// Kind is the result of a claim.
-type Kind int
+// Conflict is claim.Conflict.
+func Conflict(reason string) Outcome { return claim.Conflict(reason) }
 
-const (
-	// Claimed: the caller holds the lease (ClaimResult.Lease) and may run
-	// the side effect, then MarkDone or MarkFailed.
-	Claimed Kind = iota + 1
-	// DuplicateDone: the event was already processed (ClaimResult.Outcome);
-	// acknowledge without effect.
-	DuplicateDone
-	// InProgress: another claim holds a live lease (ClaimResult.Holder,
-	// until ClaimResult.NotBefore unless heartbeated); do not commit past
-	// the record, try again later.
-	InProgress
-	// Stale: the sequence guard found the event at or below the aggregate's
-	// last finished sequence; it is recorded as skipped_stale and
-	// acknowledged without effect.
-	Stale
-	// Wait: wait-for-predecessor found a missing predecessor (the last
-	// finished sequence is ClaimResult.LastSequence); nothing is recorded.
-	// Retry after backoff; when ClaimResult.HealDue, heal the gap
-	// (docs/registry.md).
-	Wait
-	// Dead: the event failed for good and was dead-lettered; it is not run
-	// again by redelivery (only Redrive resets it). Acknowledge.
-	Dead
-	// RetryLater: an earlier attempt failed and the row is backing off until
-	// ClaimResult.NotBefore (database clock; ClaimResult.RetryIn from now).
-	// Do not commit past the record; claim again after RetryIn.
-	RetryLater
-)
+// Ignored is claim.Ignored.
+func Ignored() Outcome { return claim.Ignored() }
 
 // allKinds lists every Kind, for parsing.
 func allKinds() [7]Kind {
 	return [7]Kind{Claimed, DuplicateDone, InProgress, Stale, Wait, Dead, RetryLater}
 }
 
-// String returns the SPEC name: CLAIMED, DUPLICATE_DONE, IN_PROGRESS, STALE,
-// WAIT, DEAD or RETRY_LATER.
-func (k Kind) String() string {
-	switch k {
-	case Claimed:
-		return "CLAIMED"
-	case DuplicateDone:
-		return "DUPLICATE_DONE"
-	case InProgress:
-		return "IN_PROGRESS"
-	case Stale:
-		return "STALE"
-	case Wait:
-		return "WAIT"
-	case Dead:
-		return "DEAD"
-	case RetryLater:
-		return "RETRY_LATER"
-	default:
-		return fmt.Sprintf("Kind(%d)", int(k))
-	}
-}
-
+// parseKind reads a claim result as the claim statement names it.
 func parseKind(s string) (Kind, error) {
 	for _, k := range allKinds() {
 		if k.String() == s {
@@ -118,121 +82,11 @@ func parseKind(s string) (Kind, error) {
 	return 0, fmt.Errorf("registry: unknown claim result %q", s)
 }
 
-// Status is the state of a processed_events row.
-type Status string
-
-// Row states (SPEC §7.1).
-const (
-	StatusProcessing   Status = "processing"
-	StatusDone         Status = "done"
-	StatusFailed       Status = "failed"
-	StatusDead         Status = "dead"
-	StatusSkippedStale Status = "skipped_stale"
-)
-
-// ClaimRequest asks to claim one event for one handler.
-type ClaimRequest struct {
-	// Handler names the consumer ("instanceworker",
-	// "projection:{name}:v{version}"); rows and versions are per handler.
-	Handler string
-	// EventID is the envelope's event_id.
-	EventID string
-	// AggregateID is the envelope's aggregate_id; it is normalised (SPEC §4)
-	// before use, so ids equal after normalisation share a version row and
-	// no others do. Invalid ids are refused (*RequestError).
-	AggregateID string
-	// Seq is the envelope's sequence_number (≥ 1).
-	Seq int64
-	// Policy is the handler's sequence-guard policy.
-	Policy Policy
-}
-
-// Lease identifies a claim; the token fences every later write.
-type Lease struct {
-	Handler string
-	EventID string
-	// Token is the lease token (a UUID) of this claim.
-	Token string
-	// Attempt is the attempt number of this claim (1 for the first).
-	Attempt int
-}
-
-// ClaimResult is the registry's answer to one ClaimRequest.
-type ClaimResult struct {
-	Kind Kind
-	// Lease is set when Kind is Claimed.
-	Lease Lease
-	// Attempt is the claim's attempt number (Claimed), or the attempts made
-	// so far (DuplicateDone, InProgress, Dead, RetryLater).
-	Attempt int
-	// Holder is the owner holding the lease (InProgress).
-	Holder string
-	// LastSequence is the aggregate's last finished sequence when the claim
-	// was evaluated (0 when none); what Stale and Wait were decided against.
-	LastSequence int64
-	// NotBefore, on the database clock, is when the holder's lease expires
-	// unless heartbeated (InProgress), or when the next attempt is due
-	// (RetryLater).
-	NotBefore time.Time
-	// RetryIn is NotBefore minus the database's now at evaluation, so
-	// callers can wait without comparing clocks.
-	RetryIn time.Duration
-	// Stalled (Wait) is how long the aggregate has not advanced, on the
-	// database clock.
-	Stalled time.Duration
-	// HealDue (Wait) is true once Stalled reaches the lease timeout: the
-	// worker should heal the gap (read the missing slots from the event
-	// store and process them in order, AdvanceTo for empty slots).
-	HealDue bool
-	// Outcome is the recorded outcome (DuplicateDone; Stale records
-	// OutcomeStale).
-	Outcome *Outcome
-	// LastError is the last recorded failure (Dead, RetryLater).
-	LastError string
-}
-
-// OutcomeResult classifies what a finished event did.
-type OutcomeResult string
-
-// Outcome results.
-const (
-	// OutcomeApplied: the side effect was made.
-	OutcomeApplied OutcomeResult = "applied"
-	// OutcomeRejected: the command was refused by business rules (the slot
-	// is finished empty); Reason says why and is shown by command status.
-	OutcomeRejected OutcomeResult = "rejected"
-	// OutcomeConflict: a versioned write found newer state (already applied
-	// or stale); counted, treated as success.
-	OutcomeConflict OutcomeResult = "conflict"
-	// OutcomeIgnored: the handler does not act on this event type.
-	OutcomeIgnored OutcomeResult = "ignored"
-	// OutcomeStale: recorded by the registry for skipped_stale rows.
-	OutcomeStale OutcomeResult = "stale"
-)
-
 // maxReasonBytes bounds Outcome.Reason and recorded error texts.
 const maxReasonBytes = 2048
 
-// Outcome is what a done row records, stored as JSON in
-// processed_events.outcome: {"result":"rejected","reason":"instance exists"}.
-type Outcome struct {
-	Result OutcomeResult `json:"result"`
-	Reason string        `json:"reason,omitempty"`
-}
-
-// Applied is the outcome of a successful side effect.
-func Applied() Outcome { return Outcome{Result: OutcomeApplied} }
-
-// Rejected is the outcome of a command refused by business rules.
-func Rejected(reason string) Outcome { return Outcome{Result: OutcomeRejected, Reason: reason} }
-
-// Conflict is the outcome of a versioned write that found newer state.
-func Conflict(reason string) Outcome { return Outcome{Result: OutcomeConflict, Reason: reason} }
-
-// Ignored is the outcome of an event the handler does not act on.
-func Ignored() Outcome { return Outcome{Result: OutcomeIgnored} }
-
-func (o Outcome) validate() error {
+// validateOutcome checks an outcome a handler asks to record.
+func validateOutcome(o Outcome) error {
 	switch o.Result {
 	case OutcomeApplied, OutcomeConflict, OutcomeIgnored:
 		return nil
@@ -248,7 +102,8 @@ func (o Outcome) validate() error {
 	}
 }
 
-func (o Outcome) encode() (string, error) {
+// encodeOutcome is the outcome's JSON as stored in the row.
+func encodeOutcome(o Outcome) (string, error) {
 	o.Reason = cleanText(o.Reason)
 	b, err := json.Marshal(o)
 	if err != nil {
@@ -257,6 +112,7 @@ func (o Outcome) encode() (string, error) {
 	return string(b), nil
 }
 
+// decodeOutcome reads a stored outcome (nil when none).
 func decodeOutcome(b []byte) (*Outcome, error) {
 	if len(b) == 0 {
 		return nil, nil
@@ -266,51 +122,6 @@ func decodeOutcome(b []byte) (*Outcome, error) {
 		return nil, fmt.Errorf("registry: decode outcome: %w", err)
 	}
 	return &o, nil
-}
-
-// Failure describes a failed attempt for MarkFailed.
-type Failure struct {
-	// Err is the failure; its text is recorded as last_error.
-	Err error
-	// Retryable failures back off and run again until MaxAttempts; others
-	// (Permanent, SPEC §8) make the row dead at once.
-	Retryable bool
-	// MaxAttempts overrides Options.MaxAttempts for this handler when > 0.
-	MaxAttempts int
-}
-
-// FailResult reports what MarkFailed recorded.
-type FailResult struct {
-	// Status is StatusFailed (will be retried) or StatusDead (send the
-	// record to the DLQ, then commit).
-	Status Status
-	// Attempt is the number of the attempt that failed.
-	Attempt int
-	// NotBefore is when the next attempt is due (database clock; failed
-	// only), RetryIn the same as a duration from the database's now.
-	NotBefore time.Time
-	RetryIn   time.Duration
-	// FirstFailedAt is the database time of the first failure of the event.
-	FirstFailedAt time.Time
-}
-
-// Row is one processed_events row (Get, GetRow; `sluice registry show`).
-type Row struct {
-	Handler       string
-	EventID       string
-	AggregateID   string
-	Sequence      int64
-	Status        Status
-	Owner         string
-	LeaseToken    string
-	StartedAt     time.Time // zero when unset
-	HeartbeatAt   time.Time
-	ProcessedAt   time.Time
-	NextAttemptAt time.Time
-	FirstFailedAt time.Time
-	Attempts      int
-	LastError     string
-	Outcome       *Outcome
 }
 
 // truncate shortens s to at most n bytes at a rune boundary.

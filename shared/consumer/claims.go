@@ -9,16 +9,16 @@ import (
 	"slices"
 	"time"
 
-	"github.com/sluicehq/sluice/registry"
+	"github.com/sluicehq/sluice/shared/claim"
 )
 
 // claim claims items in one batch and sorts them by result; it returns the
 // claimed items and the waiting items due for healing.
 func (c *Consumer) claim(ctx context.Context, items []*item) (claimed, heal []*item, outage bool) {
-	reqs := make([]registry.ClaimRequest, len(items))
+	reqs := make([]claim.Request, len(items))
 	for i, it := range items {
 		e := it.view.Envelope
-		reqs[i] = registry.ClaimRequest{Handler: c.o.HandlerName, EventID: e.EventID, AggregateID: it.key, Seq: e.SequenceNumber, Policy: c.o.Policy}
+		reqs[i] = claim.Request{Handler: c.o.HandlerName, EventID: e.EventID, AggregateID: it.key, Seq: e.SequenceNumber, Policy: c.o.Policy}
 	}
 	start := time.Now()
 	res, err := c.o.Registry.ClaimBatch(ctx, reqs)
@@ -28,7 +28,7 @@ func (c *Consumer) claim(ctx context.Context, items []*item) (claimed, heal []*i
 			c.enterOutage(DependencyRegistry, err)
 			return nil, nil, true
 		}
-		var re *registry.RequestError
+		var re *claim.RequestError
 		if errors.As(err, &re) && re.Index >= 0 && re.Index < len(items) {
 			// One bad request fails the batch: dead-letter it, retry the rest.
 			it := items[re.Index]
@@ -46,28 +46,28 @@ func (c *Consumer) claim(ctx context.Context, items []*item) (claimed, heal []*i
 	for i, it := range items {
 		r := res[i]
 		switch r.Kind {
-		case registry.Claimed:
+		case claim.Claimed:
 			it.st, it.lease, it.tries, it.wait = stHandle, r.Lease, 0, nil
 			it.view.Attempt = r.Lease.Attempt
 			claimed = append(claimed, it)
-		case registry.DuplicateDone:
+		case claim.DuplicateDone:
 			c.finish(it, "duplicate")
-		case registry.Stale:
+		case claim.Stale:
 			c.finish(it, "stale")
-		case registry.Dead:
+		case claim.Dead:
 			// The DLQ record was acknowledged before the row became dead.
 			c.finish(it, "dead")
-		case registry.InProgress:
+		case claim.InProgress:
 			it.st = stClaim
 			d := backoff(c.o.BackoffBase, c.o.BackoffCap, it.tries)
 			if r.RetryIn > 0 && r.RetryIn < d {
 				d = r.RetryIn
 			}
 			c.retryLater(it, "in_progress", d)
-		case registry.RetryLater:
+		case claim.RetryLater:
 			it.st = stClaim
 			c.retryLater(it, "retry_later", max(r.RetryIn, time.Millisecond))
-		case registry.Wait:
+		case claim.Wait:
 			it.st = stWait
 			it.part.mayWait.Store(true)
 			w := r
@@ -147,9 +147,9 @@ func (c *Consumer) leaseLostParked(it *item) {
 
 // markDone records the outcomes of handled items in one batch.
 func (c *Consumer) markDone(ctx context.Context, items []*item) {
-	done := make([]registry.Done, len(items))
+	done := make([]claim.Done, len(items))
 	for i, it := range items {
-		done[i] = registry.Done{Lease: it.lease, Outcome: it.outcome}
+		done[i] = claim.Done{Lease: it.lease, Outcome: it.outcome}
 	}
 	start := time.Now()
 	errs, err := c.o.Registry.MarkDoneBatch(ctx, done)
@@ -213,7 +213,7 @@ func (c *Consumer) handBack(ctx context.Context, only map[string][]int32) {
 		switch it.st {
 		case stHandle, stMarkDone, stMarkFailed: // not settled above
 			_ = c.o.Registry.Release(ctx, it.lease)
-			it.st, it.lease, it.failure = stClaim, registry.Lease{}, nil
+			it.st, it.lease, it.failure = stClaim, claim.Lease{}, nil
 		}
 	}
 }

@@ -11,7 +11,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"github.com/sluicehq/sluice/registry"
+	"github.com/sluicehq/sluice/shared/claim"
 	"github.com/sluicehq/sluice/shared/envelope"
 	"github.com/sluicehq/sluice/shared/observability"
 )
@@ -44,19 +44,19 @@ type item struct {
 	key       string
 	part      *partState
 	st        state
-	lease     registry.Lease
-	outcome   registry.Outcome
+	lease     claim.Lease
+	outcome   claim.Outcome
 	notBefore time.Time
 	tries     int // local retries (backoff exponent)
 	polledAt  time.Time
 	// dead-letter data
-	failure   *registry.Failure
+	failure   *claim.Failure
 	errText   string
 	errClass  string
 	attempts  int
 	firstFail time.Time
-	wait      *registry.ClaimResult // last WAIT result, for healing
-	healFails int                   // retryable Heal failures (bounded by MaxAttempts)
+	wait      *claim.Result // last WAIT result, for healing
+	healFails int           // retryable Heal failures (bounded by MaxAttempts)
 	// park and unpark are the Hold that keeps the lease alive while the
 	// claimed item waits out an outage (parkLease).
 	park   context.Context

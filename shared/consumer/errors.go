@@ -5,7 +5,7 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/sluicehq/sluice/registry"
+	"github.com/sluicehq/sluice/shared/claim"
 )
 
 // Error classes, as written to the DLQ record's error_class and used as
@@ -80,7 +80,7 @@ func (e *PermanentError) Unwrap() error { return e.Err }
 
 // ConflictError marks a version conflict of a versioned write ("already
 // applied or stale"): the runtime finishes the record with outcome
-// registry.Conflict(Reason) instead of failing it.
+// claim.Conflict(Reason) instead of failing it.
 type ConflictError struct {
 	Reason string
 	Err    error
@@ -136,16 +136,16 @@ func Classify(err error) string {
 
 // isOutage reports whether err is (or was caused by) a registry outage.
 func isOutage(ctx context.Context, err error) bool {
-	if errors.Is(err, registry.ErrUnavailable) {
+	if errors.Is(err, claim.ErrUnavailable) {
 		return true
 	}
-	return ctx != nil && errors.Is(context.Cause(ctx), registry.ErrUnavailable)
+	return ctx != nil && errors.Is(context.Cause(ctx), claim.ErrUnavailable)
 }
 
 // isLeaseLost reports whether the handler stopped because its lease was
 // lost; cause is the cancellation cause of the handler's context.
 func isLeaseLost(cause, err error) bool {
-	return errors.Is(err, registry.ErrLeaseLost) || errors.Is(cause, registry.ErrLeaseLost)
+	return errors.Is(err, claim.ErrLeaseLost) || errors.Is(cause, claim.ErrLeaseLost)
 }
 
 func errText(err error) string {

@@ -19,6 +19,9 @@ import (
 // oneTopic starts a kfake cluster with a fresh one-partition topic and
 // returns its brokers, the topic (its DLQ topic topic.dlq exists too) and
 // a func producing records to it (synchronously).
+// The registry satisfies the runtime's own interface (the workers pass it in).
+var _ Registry = (*registry.Registry)(nil)
+
 func oneTopic(t *testing.T, prefix string) (brokers []string, topic string, produce func(recs ...*kgo.Record)) {
 	t.Helper()
 	topic = testenv.UniqueName(prefix)

@@ -5,7 +5,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/sluicehq/sluice/registry"
+	"github.com/sluicehq/sluice/shared/claim"
 	"github.com/sluicehq/sluice/shared/failure"
 )
 
@@ -72,8 +72,8 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 // dashboards and rate()/increase() alerts see every series before its first
 // event. Only the lag's partitions are unknown until assignment.
 func (m *metrics) zero(handler string) {
-	for _, v := range []string{string(registry.OutcomeApplied), string(registry.OutcomeRejected), string(registry.OutcomeConflict),
-		string(registry.OutcomeIgnored), "duplicate", string(registry.OutcomeStale), "dead", "parse_error"} {
+	for _, v := range []string{string(claim.OutcomeApplied), string(claim.OutcomeRejected), string(claim.OutcomeConflict),
+		string(claim.OutcomeIgnored), "duplicate", string(claim.OutcomeStale), "dead", "parse_error"} {
 		m.records.WithLabelValues(handler, v)
 	}
 	for _, v := range []string{"failed", "wait", "in_progress", "retry_later", "outage", "lease_lost", "claim_error",

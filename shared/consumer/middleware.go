@@ -4,7 +4,7 @@ import (
 	"context"
 	"runtime/debug"
 
-	"github.com/sluicehq/sluice/registry"
+	"github.com/sluicehq/sluice/shared/claim"
 )
 
 // guarded is the runtime's handler middleware: every call of the worker's
@@ -46,10 +46,10 @@ func (g *guarded) recoveredStack(v any, stack []byte, what string, rec *Record) 
 	return &PanicError{Value: v, Stack: stack}
 }
 
-func (g *guarded) Handle(ctx context.Context, rec *Record) (out registry.Outcome, err error) {
+func (g *guarded) Handle(ctx context.Context, rec *Record) (out claim.Outcome, err error) {
 	defer func() {
 		if v := recover(); v != nil {
-			out, err = registry.Outcome{}, g.recovered(v, "handle", rec)
+			out, err = claim.Outcome{}, g.recovered(v, "handle", rec)
 		}
 	}()
 	return g.h.Handle(ctx, rec)
@@ -95,7 +95,7 @@ func (g *guarded) tryBatch(ctx context.Context, recs []*Record) (res []BatchResu
 	return g.batch.HandleBatch(ctx, recs), nil, nil, true
 }
 
-func (g *guarded) Heal(ctx context.Context, rec *Record, wait registry.ClaimResult) (err error) {
+func (g *guarded) Heal(ctx context.Context, rec *Record, wait claim.Result) (err error) {
 	defer func() {
 		if v := recover(); v != nil {
 			err = g.recovered(v, "heal", rec)

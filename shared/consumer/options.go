@@ -13,7 +13,7 @@ import (
 	"github.com/twmb/franz-go/pkg/sasl/plain"
 	"github.com/twmb/franz-go/pkg/sasl/scram"
 
-	"github.com/sluicehq/sluice/registry"
+	"github.com/sluicehq/sluice/shared/claim"
 	"github.com/sluicehq/sluice/shared/config"
 	"github.com/sluicehq/sluice/shared/crashpoint"
 	"github.com/sluicehq/sluice/shared/envelope"
@@ -27,14 +27,14 @@ import (
 // Permanent or ConflictErr (unclassified errors are retried). A handler must
 // be idempotent: after a crash the same record runs again.
 type Handler interface {
-	Handle(ctx context.Context, rec *Record) (registry.Outcome, error)
+	Handle(ctx context.Context, rec *Record) (claim.Outcome, error)
 }
 
 // HandlerFunc adapts a function to Handler.
-type HandlerFunc func(ctx context.Context, rec *Record) (registry.Outcome, error)
+type HandlerFunc func(ctx context.Context, rec *Record) (claim.Outcome, error)
 
 // Handle calls f.
-func (f HandlerFunc) Handle(ctx context.Context, rec *Record) (registry.Outcome, error) {
+func (f HandlerFunc) Handle(ctx context.Context, rec *Record) (claim.Outcome, error) {
 	return f(ctx, rec)
 }
 
@@ -44,18 +44,20 @@ func (f HandlerFunc) Handle(ctx context.Context, rec *Record) (registry.Outcome,
 // event store in order (or finishes empty ones with AdvanceTo). The record is
 // claimed again right after a successful Heal.
 type Healer interface {
-	Heal(ctx context.Context, rec *Record, wait registry.ClaimResult) error
+	Heal(ctx context.Context, rec *Record, wait claim.Result) error
 }
 
-// Registry is what the runtime needs of the processed-event registry
-// (*registry.Registry implements it; tests may fake an outage).
+// Registry is what the runtime needs of the processed-event registry, in
+// the runtime's own terms: *registry.Registry implements it, and the
+// workers pass one in (the runtime does not import the registry: it sits a
+// floor below, docs/architecture.md "Floors"). Tests may fake an outage.
 type Registry interface {
-	ClaimBatch(ctx context.Context, reqs []registry.ClaimRequest) ([]registry.ClaimResult, error)
-	Hold(ctx context.Context, lease registry.Lease) (context.Context, func())
-	MarkDoneBatch(ctx context.Context, items []registry.Done) ([]error, error)
-	MarkFailed(ctx context.Context, lease registry.Lease, f registry.Failure) (registry.FailResult, error)
-	Release(ctx context.Context, lease registry.Lease) error
-	GetRow(ctx context.Context, handler, eventID string) (registry.Row, error)
+	ClaimBatch(ctx context.Context, reqs []claim.Request) ([]claim.Result, error)
+	Hold(ctx context.Context, lease claim.Lease) (context.Context, func())
+	MarkDoneBatch(ctx context.Context, items []claim.Done) ([]error, error)
+	MarkFailed(ctx context.Context, lease claim.Lease, f claim.Failure) (claim.FailResult, error)
+	Release(ctx context.Context, lease claim.Lease) error
+	GetRow(ctx context.Context, handler, eventID string) (claim.Row, error)
 	Check(ctx context.Context) error
 }
 
@@ -88,7 +90,7 @@ type Options struct {
 	// and the metrics label. Required.
 	HandlerName string
 	// Policy is the handler's sequence-guard policy. Required.
-	Policy   registry.Policy
+	Policy   claim.Policy
 	Registry Registry
 	Handler  Handler
 	// AggregateKey maps an envelope to the registry's aggregate id and the
@@ -173,13 +175,13 @@ func (o *Options) withDefaults() (Options, error) {
 		c.Concurrency = 16
 	}
 	if c.MaxAttempts <= 0 {
-		c.MaxAttempts = registry.DefaultMaxAttempts
+		c.MaxAttempts = claim.DefaultMaxAttempts
 	}
 	if c.BackoffBase <= 0 {
-		c.BackoffBase = registry.DefaultBackoffBase
+		c.BackoffBase = claim.DefaultBackoffBase
 	}
 	if c.BackoffCap <= 0 {
-		c.BackoffCap = registry.DefaultBackoffCap
+		c.BackoffCap = claim.DefaultBackoffCap
 	}
 	if c.OutageBackoffCap <= 0 {
 		c.OutageBackoffCap = 5 * time.Second
@@ -270,6 +272,6 @@ type BatchHandler interface {
 // BatchResult is the answer of HandleBatch for one record: what Handle
 // would have returned.
 type BatchResult struct {
-	Outcome registry.Outcome
+	Outcome claim.Outcome
 	Err     error
 }

@@ -9,12 +9,12 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/sluicehq/sluice/registry"
+	"github.com/sluicehq/sluice/shared/claim"
 	"github.com/sluicehq/sluice/shared/failure"
 )
 
 // DependencyRegistry is the dependency name of the processed-event
-// registry's own outages (Postgres behind registry.ErrUnavailable): the
+// registry's own outages (Postgres behind claim.ErrUnavailable): the
 // metric label of sluice_worker_dependency_outage and the readiness check
 // "<handler>:registry".
 const DependencyRegistry = "registry"
@@ -242,7 +242,7 @@ func (c *Consumer) unparkLease(it *item) (lost bool) {
 	if it.unpark == nil {
 		return false
 	}
-	lost = errors.Is(context.Cause(it.park), registry.ErrLeaseLost)
+	lost = errors.Is(context.Cause(it.park), claim.ErrLeaseLost)
 	it.unpark()
 	it.park, it.unpark = nil, nil
 	return lost

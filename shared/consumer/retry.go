@@ -9,7 +9,7 @@ import (
 	"math/rand/v2"
 	"time"
 
-	"github.com/sluicehq/sluice/registry"
+	"github.com/sluicehq/sluice/shared/claim"
 )
 
 // backoff is min(cap, base·2^n) scaled by a random factor in [0.5, 1).
@@ -34,7 +34,7 @@ func (c *Consumer) retryLater(it *item, reason string, d time.Duration) {
 // lost, shutdown) or to the DLQ (permanent or exhausted failure). cause is
 // the cancellation cause of the context the handler ran with (it tells a
 // lost lease or a registry outage).
-func (c *Consumer) settle(ctx context.Context, cause error, it *item, out registry.Outcome, err error) {
+func (c *Consumer) settle(ctx context.Context, cause error, it *item, out claim.Outcome, err error) {
 	if err == nil {
 		c.leaveHandlerOutages()
 		it.st, it.outcome = stMarkDone, out
@@ -45,7 +45,7 @@ func (c *Consumer) settle(ctx context.Context, cause error, it *item, out regist
 		it.st = stClaim
 		c.retryLater(it, "lease_lost", backoff(c.o.BackoffBase, c.o.BackoffCap, it.tries))
 		return
-	case errors.Is(err, registry.ErrUnavailable) || errors.Is(cause, registry.ErrUnavailable):
+	case errors.Is(err, claim.ErrUnavailable) || errors.Is(cause, claim.ErrUnavailable):
 		c.enterOutage(DependencyRegistry, err) // keep the lease: run again when Postgres is back
 		c.parkLease(ctx, it)
 		c.retryLater(it, "outage", backoff(c.o.BackoffBase, c.o.OutageBackoffCap, it.tries))
@@ -77,10 +77,10 @@ func (c *Consumer) settle(ctx context.Context, cause error, it *item, out regist
 	if class == ClassConflict {
 		var ce *ConflictError
 		errors.As(err, &ce)
-		it.st, it.outcome = stMarkDone, registry.Conflict(ce.Reason)
+		it.st, it.outcome = stMarkDone, claim.Conflict(ce.Reason)
 		return
 	}
-	f := registry.Failure{Err: err, Retryable: class == ClassRetryable, MaxAttempts: c.o.MaxAttempts}
+	f := claim.Failure{Err: err, Retryable: class == ClassRetryable, MaxAttempts: c.o.MaxAttempts}
 	if f.Retryable && it.lease.Attempt < c.o.MaxAttempts {
 		fr, ferr := c.o.Registry.MarkFailed(ctx, it.lease, f)
 		if ferr != nil {
@@ -125,7 +125,7 @@ func (c *Consumer) markFailed(ctx context.Context, items []*item) {
 			c.enterOutage(DependencyRegistry, err)
 			c.retryLater(it, "outage", backoff(c.o.BackoffBase, c.o.OutageBackoffCap, it.tries))
 			return
-		case errors.Is(err, registry.ErrLeaseLost):
+		case errors.Is(err, claim.ErrLeaseLost):
 			// Another owner holds it now (its own attempt decides); the DLQ
 			// record exists — acknowledge by claiming again.
 			it.st, it.failure = stClaim, nil

@@ -1,0 +1,195 @@
+// Package archtest holds the architecture checks of the module: the
+// layering of its packages into floors and the ownership of its Postgres
+// tables (docs/architecture.md, "Floors" and "Table ownership"). Its tests
+// run them on the real module (go list, the migrations and every .go
+// file); the checks themselves are plain functions so that the tests can
+// also show them failing on synthetic violations.
+package archtest
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os/exec"
+	"sort"
+	"strings"
+)
+
+// Module is the module path of sluice.
+const Module = "github.com/sluicehq/sluice"
+
+// Floor numbers. A package imports (outside its tests) only packages of a
+// lower floor, or of its own component; on the floors above Foundation,
+// two components of one floor never import each other.
+const (
+	// Foundation: shared/…, migrations, internal/…: what several services
+	// use. Packages of this floor may import each other.
+	Foundation = 0
+	// Stores: eventstore and registry, the owners of the Postgres tables
+	// and the objects. Neither imports the other.
+	Stores = 1
+	// Services: relay, the workers and api, which run on the stores.
+	Services = 2
+	// Tools: the packages behind the operator commands (dlq, inspect, console),
+	// which read across the services.
+	Tools = 3
+	// Commands: cmd/…, flags, wiring and printing.
+	Commands = 4
+	// TestOnly marks a package without non-test Go files (acceptance,
+	// deploy, docs): it is never linked into a binary and may import
+	// anything.
+	TestOnly = -1
+)
+
+// floors maps a module-relative path prefix to its floor. The longest
+// matching prefix wins; a package that matches none is an error, so that a
+// new top-level package gets a floor on purpose.
+func floors() map[string]int {
+	return map[string]int{
+		"shared":           Foundation,
+		"migrations":       Foundation,
+		"internal":         Foundation,
+		"eventstore":       Stores,
+		"registry":         Stores,
+		"relay":            Services,
+		"instanceworker":   Services,
+		"projectionworker": Services,
+		"api":              Services,
+		"dlq":              Tools,
+		"inspect":          Tools,
+		"console":          Tools,
+		"cmd":              Commands,
+		"acceptance":       TestOnly,
+		"deploy":           TestOnly,
+		"docs":             TestOnly,
+	}
+}
+
+// Package is what the layering check needs of one package of the module.
+type Package struct {
+	// Path is the import path.
+	Path string
+	// Imports are the package's imports outside its tests.
+	Imports []string
+	// TestOnly is set for a package that has test files only.
+	TestOnly bool
+}
+
+// Violation is one import that breaks the layering.
+type Violation struct {
+	From, To string
+	Reason   string
+}
+
+func (v Violation) String() string {
+	if v.To == "" {
+		return v.From + ": " + v.Reason
+	}
+	return fmt.Sprintf("%s imports %s: %s", v.From, v.To, v.Reason)
+}
+
+// rel returns path relative to the module ("" for the module root, ok false
+// outside it).
+func rel(path string) (string, bool) {
+	if path == Module {
+		return "", true
+	}
+	r, ok := strings.CutPrefix(path, Module+"/")
+	return r, ok
+}
+
+// FloorOf returns the floor and the component of a module package (the
+// component is the first path element, or shared/<name> on the shared
+// floor). ok is false for a package no rule places.
+func FloorOf(path string) (floor int, component string, ok bool) {
+	r, in := rel(path)
+	if !in {
+		return 0, "", false
+	}
+	best, rules := "", floors()
+	for prefix := range rules {
+		if (r == prefix || strings.HasPrefix(r, prefix+"/")) && len(prefix) > len(best) {
+			best = prefix
+		}
+	}
+	if best == "" {
+		return 0, "", false
+	}
+	parts := strings.Split(r, "/")
+	component = parts[0]
+	if (component == "shared" || component == "internal") && len(parts) > 1 {
+		component += "/" + parts[1]
+	}
+	return rules[best], component, true
+}
+
+// CheckLayering returns every import among pkgs that breaks the floors,
+// sorted. Imports outside the module are not checked.
+func CheckLayering(pkgs []Package) []Violation {
+	var out []Violation
+	for _, p := range pkgs {
+		if _, in := rel(p.Path); !in {
+			continue
+		}
+		ff, fc, ok := FloorOf(p.Path)
+		if !ok {
+			out = append(out, Violation{From: p.Path, Reason: "the package has no floor: add its path to floors in internal/archtest and to docs/architecture.md"})
+			continue
+		}
+		if p.TestOnly || ff == TestOnly {
+			continue
+		}
+		for _, imp := range p.Imports {
+			if _, in := rel(imp); !in {
+				continue
+			}
+			tf, tc, ok := FloorOf(imp)
+			switch {
+			case !ok:
+				out = append(out, Violation{From: p.Path, To: imp, Reason: "the imported package has no floor"})
+			case tf == TestOnly:
+				out = append(out, Violation{From: p.Path, To: imp, Reason: "a test-only package is imported by a production package"})
+			case tc == fc:
+				// within one component
+			case tf > ff:
+				out = append(out, Violation{From: p.Path, To: imp, Reason: fmt.Sprintf("upward import (floor %d imports floor %d)", ff, tf)})
+			case tf == ff && ff != Foundation:
+				out = append(out, Violation{From: p.Path, To: imp, Reason: fmt.Sprintf("sibling import on floor %d (%s imports %s)", ff, fc, tc)})
+			}
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].String() < out[j].String() })
+	return out
+}
+
+// ListPackages runs `go list -json ./...` in dir (the module root) and
+// returns the module's packages.
+func ListPackages(dir string) ([]Package, error) {
+	cmd := exec.Command("go", "list", "-json", "./...")
+	cmd.Dir = dir
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	b, err := cmd.Output()
+	if err != nil {
+		return nil, fmt.Errorf("archtest: go list: %w: %s", err, stderr.String())
+	}
+	var out []Package
+	dec := json.NewDecoder(bytes.NewReader(b))
+	for {
+		var p struct {
+			ImportPath string
+			Imports    []string
+			GoFiles    []string
+			CgoFiles   []string
+		}
+		if err := dec.Decode(&p); errors.Is(err, io.EOF) {
+			break
+		} else if err != nil {
+			return nil, fmt.Errorf("archtest: go list output: %w", err)
+		}
+		out = append(out, Package{Path: p.ImportPath, Imports: p.Imports, TestOnly: len(p.GoFiles)+len(p.CgoFiles) == 0})
+	}
+	return out, nil
+}
