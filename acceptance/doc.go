@@ -1,5 +1,5 @@
 // Package acceptance is sluice's operational acceptance suite (issue #10):
-// it proves the four guarantees of SPEC §0 on the whole pipeline, the way an
+// it proves the four guarantees of docs/architecture.md#the-guarantees on the whole pipeline, the way an
 // operator sees it. Every scenario runs the real binary (`sluice api`,
 // `sluice relay`, `sluice instance-worker`, `sluice projection-worker`, and
 // the operator commands `sluice verify`, `sluice relay checkpoint set`,

@@ -57,7 +57,7 @@ func TestAggregateIDNormalisationNoCollisions(t *testing.T) {
 		{"00"},                                              //
 		{"quote\"and\\backslash", " quote\"and\\backslash"}, //
 	}
-	// Refused (SPEC §4): empty after trimming, control and format
+	// Refused (docs/architecture.md#aggregate-identity): empty after trimming, control and format
 	// characters (category C), invalid UTF-8, an aggregate id over 512 bytes.
 	invalid := []string{"   ", "nul\u0000", "bell\u0007", "tab\tinside", "zero\u200bwidth", "bad\xffutf8", strings.Repeat("x", 600)}
 

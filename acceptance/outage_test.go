@@ -117,7 +117,7 @@ func TestRegistryOutagePausesThenRecovers(t *testing.T) {
 // TestObjectStoreDownAtStartupWaits: the services that open the event store
 // (api, relay, instance worker) start while MinIO is unreachable. They do
 // not exit: each logs that it waits, and once MinIO is back they become
-// ready and the pipeline works end to end (SPEC §0.4: an outage pauses and
+// ready and the pipeline works end to end (docs/architecture.md#explicit-failure: an outage pauses and
 // resumes by itself).
 func TestObjectStoreDownAtStartupWaits(t *testing.T) {
 	t.Parallel()

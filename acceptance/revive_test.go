@@ -39,7 +39,7 @@ func (lostPutBucket) Get(context.Context, string) ([]byte, objstore.ObjectInfo, 
 // append timeout, the relay's checkpoint passes it and its pending gap
 // leaves the bounded lookback; then the producer retries the append with
 // the same event_id. The retry is acknowledged, so the relay must publish
-// it (SPEC §0.2) — it did not while the store re-committed the event at
+// it (docs/architecture.md#no-lost-work) — it did not while the store re-committed the event at
 // its old position, behind the checkpoint.
 func TestAbandonedAppendRetriedAfterTheLookbackIsPublished(t *testing.T) {
 	const appendTimeout, lookback = time.Second, time.Second

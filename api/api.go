@@ -374,7 +374,7 @@ func (s *server) fail(w http.ResponseWriter, r *http.Request, e *Error) {
 }
 
 // PostgresSequences reads an aggregate's last handed-out sequence from the
-// event store's sluice.sequences table (SPEC §5.3): the value expected_seq is
+// event store's sluice.sequences table (docs/eventstore.md#layout): the value expected_seq is
 // compared with at append.
 func PostgresSequences(pool *pgxpool.Pool) SequenceReader { return pgSequences{pool} }
 

@@ -506,7 +506,7 @@ func mustJSON(t testing.TB, v any) []byte {
 	return b
 }
 
-// SPEC §4: ids equal after NFC and trimming are one aggregate; case and
+// docs/architecture.md#aggregate-identity: ids equal after NFC and trimming are one aggregate; case and
 // every other difference keep them apart. Ids may hold ':' and '/'.
 func TestInstanceIdentity(t *testing.T) {
 	a := newTestAPI(t, apiConfig{})

@@ -18,7 +18,7 @@ import (
 	"github.com/sluicehq/sluice/shared/readmodel"
 )
 
-// Command event types the instance worker consumes (SPEC §9).
+// Command event types the instance worker consumes (docs/instanceworker.md).
 const (
 	TypeCreate = "CREATE_INSTANCE"
 	TypeUpdate = "UPDATE_INSTANCE"
@@ -70,7 +70,7 @@ func EventIDForCommand(commandID string) string {
 func StatusURL(commandID string) string { return "/v1/commands/" + url.PathEscape(commandID) }
 
 // buildCommand turns a parsed request into the command envelope, checking
-// every rule of SPEC §3/§4 and the limits before anything is written.
+// every rule of docs/architecture.md#the-envelope, docs/architecture.md#aggregate-identity and the limits before anything is written.
 // The envelope's occurred_at is left to the store, so that a replay with the
 // same Idempotency-Key compares equal to the stored command.
 func (s *server) buildCommand(r *http.Request, req commandRequest) (envelope.Envelope, *Error) {
@@ -191,7 +191,7 @@ func (s *server) checkCreatedEvent(cmd envelope.Envelope, commandID string, data
 	return envelope.CheckStoredSize(envelope.DomainEventFor(cmd, commandID, TypeCreated, data), s.opts.Limits.MaxEnvelopeBytes)
 }
 
-// resolveInstanceID picks a create's instance id (SPEC §9): the request's
+// resolveInstanceID picks a create's instance id (docs/instanceworker.md): the request's
 // instance_id, else data["{class}_id"] (a string, or a number's literal),
 // else the id derived from the command id. If both the request and the data
 // name one, they must agree.

@@ -1,4 +1,4 @@
-// Package api provides sluice's command API (SPEC §12, `sluice api`): the
+// Package api provides sluice's command API (docs/api.md, `sluice api`): the
 // HTTP front of the write side. Clients create, merge-patch and delete
 // instances; each request becomes one command envelope appended to the event
 // store (kind command, aggregate Instance "{db}:{class}:{instance_id}",
@@ -8,25 +8,25 @@
 // instance's state folded from the event store (read-your-writes) and its
 // event stream, /openapi.json, and /metrics, /livez and /readyz.
 //
-// SPEC §2 does not list api/: it is the write side's HTTP front, kept apart
+// api/ is the write side's HTTP front (docs/architecture.md#the-parts), kept apart
 // from eventstore (which it only calls) and from the workers.
 //
 // # Guarantee kept
 //
-// SPEC §0.4, explicit failure: bad input gets a clear 4xx with a
+// Explicit failure (docs/architecture.md#explicit-failure): bad input gets a clear 4xx with a
 // machine-readable body (an RFC 9457 problem document: type, title,
 // status, detail, code, field, limit) and nothing is half-written. Every
 // rule is checked before the append — body size and JSON depth limits,
 // valid text (no invalid UTF-8, no lone surrogate escape: 400
 // invalid_text, never U+FFFD), strict JSON (no duplicate keys, no unknown
-// fields), the id rules of SPEC §4 (db and class names, normalised instance
+// fields), the id rules of docs/architecture.md#aggregate-identity (db and class names, normalised instance
 // ids, Idempotency-Key syntax), the data keys the instance document can
 // hold (readmodel.ValidateData, the worker's own rule: 422
 // invalid_data_key) and the store's envelope limits — and a
 // command is one envelope appended atomically, so a request either stored
 // its command (202) or stored nothing (4xx). When the store cannot say
 // (503), the reply names the command id to retry with; retries with the same
-// Idempotency-Key are idempotent (SPEC §0.1: the store de-duplicates by
+// Idempotency-Key are idempotent (docs/architecture.md#at-most-one-side-effect: the store de-duplicates by
 // event_id).
 //
 // # Command envelope

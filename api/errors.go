@@ -177,7 +177,7 @@ func fromValidation(ve *envelope.ValidationError, field string) *Error {
 		code = CodeLimitExceeded
 	case ve.Code == envelope.CodeMalformed && field != "":
 		// An id (path segment, header) that is not valid UTF-8: a rule of
-		// SPEC §4 broken, not malformed JSON.
+		// docs/architecture.md#aggregate-identity broken, not malformed JSON.
 		status = http.StatusUnprocessableEntity
 	case ve.Code == envelope.CodeMalformed:
 		code = CodeMalformedJSON

@@ -8,7 +8,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 )
 
-// metrics are the API's Prometheus series (SPEC §13).
+// metrics are the API's Prometheus series (docs/architecture.md#observability).
 type metrics struct {
 	requests *prometheus.CounterVec
 	duration *prometheus.HistogramVec

@@ -7,7 +7,7 @@ import (
 )
 
 // docs/openapi.json is the copy of the served document kept with the docs
-// (SPEC §12); `make docs` refreshes it.
+// (docs/api.md); `make docs` refreshes it.
 func TestOpenAPIDocsCopyMatches(t *testing.T) {
 	served, err := os.ReadFile("openapi.json")
 	if err != nil {

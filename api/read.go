@@ -23,7 +23,7 @@ const (
 	StatusDead       = "DEAD"
 )
 
-// Domain event types of instances (SPEC §9) the read side folds.
+// Domain event types of instances (docs/instanceworker.md) the read side folds.
 const (
 	TypeCreated = "INSTANCE_CREATED"
 	TypeUpdated = "INSTANCE_UPDATED"

@@ -1,6 +1,6 @@
 // Package deploy holds sluice's deployment files — the Dockerfile, the
-// docker-compose file and the Kubernetes kustomize base and overlays (SPEC
-// §15, docs/deploy.md) — and the tests that check what can be checked
+// docker-compose file and the Kubernetes kustomize base and overlays
+// (docs/deploy.md) — and the tests that check what can be checked
 // without a container engine or a cluster:
 //
 //   - every kustomization renders (`kubectl kustomize`), decodes strictly

@@ -1,4 +1,4 @@
-// Package eventstore provides sluice's event store (SPEC §5): a segment log
+// Package eventstore provides sluice's event store (docs/eventstore.md): a segment log
 // on object storage (S3/MinIO or a local directory, through objstore.Bucket)
 // indexed in Postgres (schema sluice: log_head, sequences, appends).
 //
@@ -19,7 +19,7 @@
 //
 // # Guarantee kept
 //
-// SPEC §0.2, no lost work: Append acknowledges an envelope only after its
+// No lost work (docs/architecture.md#no-lost-work): Append acknowledges an envelope only after its
 // line is durable in a segment (conditional create returned) and its index
 // row is committed. Every failure between reservation and commit leaves
 // evidence — a reserved row naming the segment key it expects — that Repair

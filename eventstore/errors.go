@@ -18,7 +18,7 @@ var (
 )
 
 // ConflictError is the optimistic-concurrency failure of one envelope
-// (SPEC §5.4 step 3, HTTP 409): its expected_seq did not equal the
+// (docs/eventstore.md#append-protocol-group-commit step 3, HTTP 409): its expected_seq did not equal the
 // aggregate's last sequence. Nothing was written for it.
 type ConflictError struct {
 	AggregateType string
@@ -36,7 +36,7 @@ func (e *ConflictError) Error() string {
 func (e *ConflictError) HTTPStatus() int { return http.StatusConflict }
 
 // IdempotencyMismatchError: an envelope reused the event_id of a stored one
-// with a different canonical form (SPEC §5.4 step 2). Hashes are lower-case
+// with a different canonical form (docs/eventstore.md#append-protocol-group-commit step 2). Hashes are lower-case
 // hex SHA-256 of the canonical forms.
 type IdempotencyMismatchError struct {
 	EventID    string
@@ -53,7 +53,7 @@ func (e *IdempotencyMismatchError) Error() string {
 func (e *IdempotencyMismatchError) HTTPStatus() int { return http.StatusConflict }
 
 // SlotError: a domain event addressed to slot Sequence of an aggregate
-// (SPEC §5.4) cannot go there, or (sequence allocator off) a caller-supplied
+// (docs/eventstore.md#append-protocol-group-commit) cannot go there, or (sequence allocator off) a caller-supplied
 // sequence number is already used. Reason says which rule.
 type SlotError struct {
 	AggregateType string
@@ -81,8 +81,8 @@ const retryAfterUnavailable = 2 * time.Second
 
 // UnavailableError: a dependency of the append (object storage) could not
 // be reached, or did not answer within its deadline (EVENT_STORE_OBJECT_TIMEOUT);
-// HTTP 503 with Retry-After, an outage for shared/failure. It keeps SPEC §0.4
-// (explicit failure: a hung store fails the append as fast as a refused one).
+// HTTP 503 with Retry-After, an outage for shared/failure. It keeps
+// docs/architecture.md#explicit-failure (a hung store fails the append as fast as a refused one).
 // NotWritten: the segment definitely was not written and the reservation was
 // released; otherwise the outcome is unknown (the envelope may be stored).
 // Either way a retry with the same event_id is safe.

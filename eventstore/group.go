@@ -11,7 +11,7 @@ import (
 	"github.com/sluicehq/sluice/shared/failure"
 )
 
-// processGroup runs one group through SPEC §5.4: reserve, write the segment,
+// processGroup runs one group through docs/eventstore.md#append-protocol-group-commit: reserve, write the segment,
 // commit, and settles every item (res, or requeue for the committer).
 func (s *Store) processGroup(g *group) {
 	// A group may outlive the append timeout: it then becomes a late writer
@@ -135,7 +135,7 @@ func (s *Store) writeBlock(ctx context.Context, accepted []*item, first int64) {
 			// meanwhile, and may already be past its position — perhaps
 			// past its lookback. The envelope is not acknowledged here:
 			// it goes back to the committer and is reserved afresh, so it
-			// is published in order like a new append (SPEC §0.2).
+			// is published in order like a new append (docs/architecture.md#no-lost-work).
 			it.requeue, it.notBefore = true, time.Now()
 			late = append(late, it.env.EventID)
 			continue

@@ -95,7 +95,7 @@ func (s *Store) checkLineSize(t lineTemplate) error {
 
 // hashWithTime is the canonical hash of the item's envelope as if its
 // occurred_at were t, when the caller did not set occurred_at (the store's
-// default must not make a retry look different, SPEC §5.4 step 2).
+// default must not make a retry look different, docs/eventstore.md#append-protocol-group-commit step 2).
 func (it *item) hashWithTime(t envelope.Timestamp) [32]byte {
 	if it.explicitTime || t.Time().Equal(it.env.OccurredAt.Time()) {
 		return it.hash

@@ -10,7 +10,7 @@ import (
 	"github.com/sluicehq/sluice/shared/envelope"
 )
 
-// metrics are the store's Prometheus collectors (SPEC §13): where a
+// metrics are the store's Prometheus collectors (docs/architecture.md#observability): where a
 // group's time goes, how large groups are, and what appends came to. The
 // store creates them unregistered; a service registers Collectors() on its
 // registry.

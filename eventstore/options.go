@@ -23,7 +23,7 @@ const (
 // ("committed FIRST LAST"). The relay LISTENs on it as a wake-up.
 const NotifyChannel = "sluice_appends"
 
-// Options configure a Store. Zero values take the defaults of SPEC §5.
+// Options configure a Store. Zero values take the defaults of docs/eventstore.md.
 type Options struct {
 	// Config holds the EVENT_STORE_* knobs (group commit, idempotency
 	// mismatch mode, sequence allocator mode, append timeout, limits).

@@ -47,8 +47,8 @@ func (s *Store) queryRows(ctx context.Context, sql string, args ...any) ([]index
 
 // Stream returns the committed events of one aggregate with fromSeq <=
 // sequence_number <= toSeq (toSeq 0: no upper bound), ordered by sequence
-// number and, within a slot, the command before its domain event (SPEC
-// §5.5). kind "" returns both kinds. Index rows come from Postgres, the
+// number and, within a slot, the command before its domain event
+// (docs/eventstore.md#reads). kind "" returns both kinds. Index rows come from Postgres, the
 // bytes from ranged GETs of the segments, in parallel. Gaps (rejected or
 // abandoned slots) are normal. Page long streams with toSeq.
 func (s *Store) Stream(ctx context.Context, aggregateType, aggregateID string, fromSeq, toSeq int64, kind envelope.Kind) ([]Event, error) {

@@ -28,7 +28,7 @@ type ReindexReport struct {
 // writerReindex is the writer_id of rows rebuilt by Reindex.
 const writerReindex = "reindex"
 
-// Reindex rebuilds the index from the segments alone (SPEC §5;
+// Reindex rebuilds the index from the segments alone (docs/eventstore.md;
 // `sluice store reindex`): in one transaction that locks the three tables
 // (appends are blocked meanwhile), it lists and reads every segment,
 // recomputes each line's canonical hash, and replaces sluice.appends with

@@ -32,7 +32,7 @@ SELECT coalesce(array_agg(position), '{}') FROM upd`
 // sqlNotify sends a wake-up on NotifyChannel in a transaction of its own.
 const sqlNotify = `SELECT pg_notify('` + NotifyChannel + `', $1)`
 
-// commitRows is step 5 of SPEC §5.4 (and the repair of a block whose
+// commitRows is step 5 of docs/eventstore.md#append-protocol-group-commit (and the repair of a block whose
 // segment exists): one statement marks the block's reserved rows committed
 // with their byte ranges, and returns the positions it committed. Rows in
 // any other state are left alone: committed ones (a repair got there
@@ -188,7 +188,7 @@ SELECT segment_key, count(*) FROM sluice.appends
 WHERE state = 'reserved' AND reserved_at <= now() - make_interval(secs => $1)
 GROUP BY segment_key ORDER BY min(position)`
 
-// Repair resolves reservations whose writer may be gone (SPEC §5.4, §6.3;
+// Repair resolves reservations whose writer may be gone (docs/eventstore.md#append-protocol-group-commit, docs/relay.md#gaps-and-the-bounded-lookback;
 // `sluice store repair`): for every reserved row at least olderThan old
 // (database clock; 0 = all), it looks up the segment its block expects —
 // present: the rows are committed with byte ranges from the segment;

@@ -133,7 +133,7 @@ func (s *Store) txConn(ctx context.Context) (c *pgx.Conn, release func(), err er
 	}, nil
 }
 
-// reserve runs step 2 and 3 of SPEC §5.4 for a group: idempotency, slot
+// reserve runs step 2 and 3 of docs/eventstore.md#append-protocol-group-commit for a group: idempotency, slot
 // checks, sequences with OCC, and one reservation transaction. It returns the
 // accepted items (seq and pos set, in position order) and the block's first
 // position. Items it settles otherwise carry res, stored, revive, resolve or
@@ -329,7 +329,7 @@ func (s *Store) reserveOnce(ctx context.Context, items []*item) (accepted []*ite
 		}
 		// Otherwise it is a new append: optimistic concurrency against the
 		// aggregate as it is, and the next sequence; a retry's old slot
-		// stays an empty one (SPEC §5.4: an abandoned slot is finished).
+		// stays an empty one (docs/eventstore.md#append-protocol-group-commit: an abandoned slot is finished).
 		if it.env.ExpectedSeq != nil && *it.env.ExpectedSeq != cur {
 			it.res.Err = &ConflictError{AggregateType: k.t, AggregateID: k.i, ExpectedSeq: *it.env.ExpectedSeq, ActualSeq: cur}
 			continue
@@ -483,7 +483,7 @@ func (s *Store) dropMoved(ctx context.Context, c *pgx.Conn, accepted []*item) er
 }
 
 // settleExisting decides what to do with an item whose event_id is already
-// in appends (SPEC §5.4 step 2).
+// in appends (docs/eventstore.md#append-protocol-group-commit step 2).
 func (s *Store) settleExisting(it *item, r indexRow, now time.Time) {
 	switch r.state {
 	case stateCommitted, stateAbandoned:
@@ -524,7 +524,7 @@ func (s *Store) settleExisting(it *item, r indexRow, now time.Time) {
 	}
 }
 
-// slotAllowed applies the slot rules (SPEC §5.4) to an item naming its
+// slotAllowed applies the slot rules (docs/eventstore.md#append-protocol-group-commit) to an item naming its
 // sequence number; a rejected item gets its SlotError.
 func (s *Store) slotAllowed(it *item, found map[string]slotRow) bool {
 	e := it.env

@@ -66,7 +66,7 @@ func (s *Store) fastEligible(items []*item) bool {
 	return true
 }
 
-// reserveFast runs a group's reservation in one round trip (SPEC §5.4
+// reserveFast runs a group's reservation in one round trip (docs/eventstore.md#append-protocol-group-commit
 // steps 2–3 for the common case; see migrations/00006_eventstore_fast.sql
 // 00008_eventstore_reserve_v2.sql and 00009_eventstore_reserve_slots.sql).
 // ok is false when the general path must decide instead: an event_id of the

@@ -13,7 +13,7 @@ import (
 	"github.com/sluicehq/sluice/shared/envelope"
 )
 
-// SegmentPrefix is the key prefix of every segment (SPEC §5.2).
+// SegmentPrefix is the key prefix of every segment (docs/objstore.md#layout).
 const SegmentPrefix = "segments/"
 
 const segmentSuffix = ".jsonl"

@@ -95,7 +95,7 @@ type Result struct {
 	Err error
 }
 
-// Append stores envelopes (SPEC §5.4). Each envelope succeeds or fails on
+// Append stores envelopes (docs/eventstore.md#append-protocol-group-commit). Each envelope succeeds or fails on
 // its own; results are in the order of envs. The error is non-nil only when
 // the call as a whole did not complete (ctx done, store closed); envelopes
 // may then still be stored, and a retry with the same event_ids is safe.

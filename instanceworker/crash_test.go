@@ -13,7 +13,7 @@ import (
 )
 
 // TestCrashPoints crashes the worker process (exit 42) at every
-// instance-worker crash point of SPEC §8, restarts it, and checks the end
+// instance-worker crash point of docs/worker-runtime.md#crash-points, restarts it, and checks the end
 // state: exactly one domain event per applied command, document version =
 // last applied slot, every registry row done, offsets committed, empty DLQ.
 func TestCrashPoints(t *testing.T) {

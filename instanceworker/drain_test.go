@@ -86,7 +86,7 @@ func (e *env) topicRecords() map[int32][]*kgo.Record {
 }
 
 // TestDrain runs the worker as a real process, slows the Elasticsearch
-// document writes so that handlers are in flight, and sends SIGTERM (SPEC §8):
+// document writes so that handlers are in flight, and sends SIGTERM (docs/worker-runtime.md#shutdown-sigterm):
 //
 //   - finish: the writes take less than SHUTDOWN_TIMEOUT, so the in-flight
 //     commands are finished and marked done during the drain;

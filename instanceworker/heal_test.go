@@ -16,7 +16,7 @@ import (
 )
 
 // healLease is the PROCESSED_EVENT_LEASE_TIMEOUT of the heal tests: also the
-// stall after which a WAIT heals (SPEC §7.3).
+// stall after which a WAIT heals (docs/registry.md#sequence-guard-policies-per-handler).
 const healLease = 3 * time.Second
 
 var healVars = map[string]string{

@@ -1,12 +1,12 @@
 // Package instanceworker provides sluice's write-side command handler
-// (SPEC §9): it turns CREATE_INSTANCE, UPDATE_INSTANCE and DELETE_INSTANCE
+// (docs/instanceworker.md): it turns CREATE_INSTANCE, UPDATE_INSTANCE and DELETE_INSTANCE
 // commands from the commands topic into domain events appended into the
 // command's own slot of the event store, and keeps the live instance
 // documents in Elasticsearch. Worker is the handler (consumer.Handler and
 // consumer.Healer); Service wires it to the worker runtime (shared/consumer)
 // for `sluice instance-worker` and `sluice dev`.
 //
-// The guarantees it keeps (SPEC §0):
+// The guarantees it keeps (docs/architecture.md#the-guarantees):
 //
 //   - §0.1 at most one side effect per command: the domain event has a
 //     deterministic event_id (envelope.DomainEventID) and goes into the
@@ -68,7 +68,7 @@ const (
 	GroupName   = "instance-worker"
 )
 
-// Command and domain event types (SPEC §9).
+// Command and domain event types (docs/instanceworker.md).
 const (
 	CreateInstance  = "CREATE_INSTANCE"
 	UpdateInstance  = "UPDATE_INSTANCE"
@@ -265,7 +265,7 @@ func parseCommand(e envelope.Envelope) (command, error) {
 }
 
 // DeriveInstanceID returns the instance_id of a CREATE_INSTANCE command that
-// names none (SPEC §9): data["{class}_id"] when it is a non-empty string or
+// names none (docs/instanceworker.md): data["{class}_id"] when it is a non-empty string or
 // a number (its JSON text), normalised; else
 // envelope.InstanceIDFromCommand(commandID). commandID is metadata.command_id,
 // or the command's event_id when it has none.
@@ -629,7 +629,7 @@ func classifyES(ctx context.Context, err error) error {
 }
 
 // Heal processes the slots an aggregate is waiting for (consumer.Healer,
-// SPEC §7.3): for each slot between the last finished one and the waiting
+// docs/registry.md#sequence-guard-policies-per-handler): for each slot between the last finished one and the waiting
 // command, the command stored there is claimed and processed like a
 // delivery; a slot without a command (abandoned, or a direct domain event)
 // is finished with AdvanceTo.

@@ -149,7 +149,7 @@ func TestDuplicatesAndTwoWorkers(t *testing.T) {
 	}
 }
 
-// TestFailures: poison records go to the DLQ with the SPEC §8 shape without
+// TestFailures: poison records go to the DLQ with the shape of docs/worker-runtime.md#the-dead-letter-record without
 // blocking others; retryable ES failures are retried. A document write
 // that fails after the domain event was appended never makes the command
 // DEAD (APPLIED means applied): a permanent one (a 400 mapping error) at

@@ -1,7 +1,7 @@
 // Package migrations provides sluice's Postgres schema as SQL migrations
 // embedded in the binary (`sluice migrate up|status`), applied with goose.
 //
-// It keeps the start-up half of SPEC §0.2 ("no lost work"): every process
+// It keeps the start-up half of "no lost work" (docs/architecture.md#no-lost-work): every process
 // runs against a known schema. Up is idempotent and safe to run from many
 // processes at once — a Postgres session advisory lock serialises runners, so
 // each migration is applied exactly once — and every table lives in schema

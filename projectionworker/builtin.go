@@ -9,7 +9,7 @@ import (
 	"github.com/sluicehq/sluice/shared/readmodel"
 )
 
-// Domain event types of instances (SPEC §9).
+// Domain event types of instances (docs/instanceworker.md).
 const (
 	InstanceCreated = "INSTANCE_CREATED"
 	InstanceUpdated = "INSTANCE_UPDATED"
@@ -25,7 +25,7 @@ const MetaCreatedAt = "created_at"
 // Instances is the built-in `instances` projection: the current state of
 // every instance, the same document (shared/readmodel) the instance worker
 // writes. The instance worker owns the live documents; the projection
-// worker runs instances to rebuild them (SPEC §9, §10.3).
+// worker runs instances to rebuild them (docs/instanceworker.md, docs/projectionworker.md#rebuild-and-rollback-runbook).
 type Instances struct{}
 
 // Name is readmodel.Projection ("instances").
@@ -88,7 +88,7 @@ func (History) Version() int { return 1 }
 
 // SequenceGuard is registry.Unguarded: every domain event has a document of
 // its own, including one published late after newer events of its aggregate
-// (SPEC §6.3); op_type create and the registry row keep it to one.
+// (docs/relay.md#gaps-and-the-bounded-lookback); op_type create and the registry row keep it to one.
 func (History) SequenceGuard() registry.Policy { return registry.Unguarded }
 
 // Handles instance domain events (any type).

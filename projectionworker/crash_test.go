@@ -13,7 +13,7 @@ import (
 )
 
 // TestCrashPoints crashes the worker process (exit 42) at every projection
-// crash point of SPEC §8, restarts it, and checks the end state: every
+// crash point of docs/worker-runtime.md#crash-points, restarts it, and checks the end state: every
 // instance document at its last version, exactly one history document per
 // event, offsets committed, empty DLQ.
 func TestCrashPoints(t *testing.T) {

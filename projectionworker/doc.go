@@ -1,4 +1,4 @@
-// Package projectionworker provides sluice's projection worker (SPEC §10): the
+// Package projectionworker provides sluice's projection worker (docs/projectionworker.md): the
 // projection model (a named, versioned Go value that turns domain events into
 // Elasticsearch bulk operations), the built-in projections `instances` and
 // `history`, the batched bulk writer, the worker service that runs
@@ -6,7 +6,7 @@
 // blue/green rebuild, rollback and status operations behind
 // `sluice projection …`.
 //
-// The guarantees it keeps (SPEC §0):
+// The guarantees it keeps (docs/architecture.md#the-guarantees):
 //
 //   - §0.1 at most one side effect per event_id: every write runs under a
 //     registry claim (handler projection:{name}:v{version}, skip-stale) and is

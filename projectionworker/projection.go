@@ -11,7 +11,7 @@ import (
 	"github.com/sluicehq/sluice/shared/envelope"
 )
 
-// Projection is a read model in Elasticsearch (SPEC §10.1): a named,
+// Projection is a read model in Elasticsearch (docs/projectionworker.md#model): a named,
 // versioned Go value with the event types it handles, its index template
 // and a pure function from one event to bulk operations. Implementations
 // must be safe for concurrent use and deterministic: the same event always
@@ -35,7 +35,7 @@ type Projection interface {
 }
 
 // Guarded is implemented by a projection that chooses its registry
-// sequence-guard policy (SPEC §7.3). A projection without it is skip-stale:
+// sequence-guard policy (docs/registry.md#sequence-guard-policies-per-handler). A projection without it is skip-stale:
 // its documents hold current state, versioned by sequence number, so an
 // event at or below the aggregate's last applied sequence has nothing to add.
 // A projection whose documents are the events themselves (history: one

@@ -112,7 +112,7 @@ type Summary struct {
 	OldReplicas string
 }
 
-// Rebuild builds projection version o.Version blue/green (SPEC §10.3):
+// Rebuild builds projection version o.Version blue/green (docs/projectionworker.md#rebuild-and-rollback-runbook):
 // new concrete indices (refresh off, no replicas), a new consumer group
 // and registry handler consuming the events topic from the beginning until
 // the lag is 0 on every partition, settings restored, then the read and

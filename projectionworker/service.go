@@ -204,7 +204,7 @@ func (s *Service) Start(ctx context.Context) error {
 
 // startupLiveVersion is LiveVersion at start-up: an Elasticsearch that is
 // unreachable or overloaded (transport errors, 429, 5xx) is waited for
-// with a capped backoff, logged, as an outage while running is (SPEC §0.4),
+// with a capped backoff, logged, as an outage while running is (docs/architecture.md#explicit-failure),
 // instead of ending the process. Other failures end start-up.
 func (s *Service) startupLiveVersion(ctx context.Context, name string) (int, error) {
 	wait := readmodel.Retry{Base: 200 * time.Millisecond, Cap: 5 * time.Second}

@@ -51,7 +51,7 @@ const (
 	// aliases when the scope has no write alias yet.
 	Live Mode = iota
 	// Rebuilding creates concrete indices with refresh off and no replicas and
-	// never touches aliases (the swap does, SPEC §10.3).
+	// never touches aliases (the swap does, docs/projectionworker.md#rebuild-and-rollback-runbook).
 	Rebuilding
 )
 

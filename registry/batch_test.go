@@ -286,7 +286,7 @@ func TestMarkDoneBatch(t *testing.T) {
 	}
 }
 
-// SPEC §13: a batch costs O(1) round trips, not one per event. Counted twice:
+// docs/architecture.md#observability: a batch costs O(1) round trips, not one per event. Counted twice:
 // statements (a pgx tracer) and network round trips (a proxy between the
 // pool and the server).
 func TestBatchRoundTrips(t *testing.T) {

@@ -19,7 +19,7 @@ const claimSQL = `SELECT idx, kind, attempt, holder, last_sequence,
 FROM sluice.registry_claim_batch($1::text[], $2::text[], $3::text[], $4::bigint[], $5::boolean[],
                                  $6::uuid[], $7::text, $8::text::uuid, $9::bigint)`
 
-// Claim claims one event for one handler (SPEC §7.2): the same as ClaimBatch
+// Claim claims one event for one handler (docs/registry.md#claim-results): the same as ClaimBatch
 // with one request. See Kind for what each result asks the caller to do.
 func (r *Registry) Claim(ctx context.Context, req ClaimRequest) (ClaimResult, error) {
 	res, err := r.ClaimBatch(ctx, []ClaimRequest{req})

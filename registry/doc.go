@@ -1,5 +1,5 @@
 // Package registry provides sluice's processed-event registry and
-// per-aggregate sequence guard (SPEC §7), on Postgres tables
+// per-aggregate sequence guard (docs/registry.md), on Postgres tables
 // sluice.processed_events and sluice.aggregate_versions (migrations 00003
 // and 00005).
 //
@@ -22,7 +22,7 @@
 //
 // The guarantees it keeps:
 //
-//   - SPEC §0.1, at most one side effect per event_id (per handler): the
+//   - at most one side effect per event_id, per handler (docs/architecture.md#at-most-one-side-effect): the
 //     primary key (handler, event_id) is the gate. A claim is one
 //     transaction; only the holder of the current lease token can mark the
 //     row done or failed (fencing, ErrLeaseLost), and a holder whose lease
@@ -30,7 +30,7 @@
 //     context (Hold). Leases are timed on the database clock only: every
 //     "now" in the lease, backoff and stall arithmetic is Postgres's, never
 //     the worker's.
-//   - SPEC §0.3, per-aggregate order: sluice.aggregate_versions holds the
+//   - per-aggregate order (docs/architecture.md#per-aggregate-order): sluice.aggregate_versions holds the
 //     highest finished sequence per (handler, aggregate); a per-(handler,
 //     aggregate) advisory lock serialises the guard. Under SkipStale an
 //     event at or below it is STALE; under WaitForPredecessor only the next
@@ -40,12 +40,12 @@
 //     (the version advances monotonically in the same transaction), so later
 //     events are never blocked forever; AdvanceTo finishes empty slots when a
 //     worker heals a gap.
-//   - SPEC §0.4, an outage pauses: every method reports an unreachable
+//   - an outage pauses (docs/architecture.md#explicit-failure): every method reports an unreachable
 //     Postgres as an error matching ErrUnavailable (*UnavailableError),
 //     distinct from logic errors, so callers pause without side effects,
 //     dead letters or commits; Check is the readiness probe.
 //
-// Throughput (SPEC §13): ClaimBatch, MarkDoneBatch and the heartbeats of
+// Throughput (docs/architecture.md#observability): ClaimBatch, MarkDoneBatch and the heartbeats of
 // Hold cost one Postgres round trip for any number of events; a batch of
 // first deliveries takes the claim's fast path (docs/registry.md, "Where the
 // time goes").

@@ -225,7 +225,7 @@ SELECT status, attempt_count, next_attempt_at, first_failed_at,
 FROM sluice.processed_events
 WHERE handler = $1 AND event_id = $2 AND lease_token = $3::text::uuid AND status IN ('failed', 'dead')`
 
-// MarkFailed records a failed attempt of the current lease (SPEC §8): a
+// MarkFailed records a failed attempt of the current lease (docs/worker-runtime.md#errors): a
 // retryable failure backs off (next_attempt_at, database clock) until the
 // handler's max attempts (f.MaxAttempts, else Options.MaxAttempts); a
 // non-retryable failure or the last attempt makes the row dead, which
@@ -286,7 +286,7 @@ func (r *Registry) MarkFailed(ctx context.Context, lease Lease, f Failure) (Fail
 }
 
 // Release gives a claim back without counting it as an attempt (SIGTERM:
-// "finish or release in-flight claims", SPEC §8): the row becomes failed and
+// "finish or release in-flight claims", docs/worker-runtime.md#shutdown-sigterm): the row becomes failed and
 // due at once, so any owner may claim it again with the same attempt number.
 // Returns *LeaseLostError if the lease is no longer current.
 func (r *Registry) Release(ctx context.Context, lease Lease) error {
@@ -312,7 +312,7 @@ func (r *Registry) Release(ctx context.Context, lease Lease) error {
 	return nil
 }
 
-// Redrive resets a dead row for an operator redrive (SPEC §11,
+// Redrive resets a dead row for an operator redrive (docs/operator-commands.md#sluice-dlq,
 // `sluice dlq redrive`): it becomes failed and due at once with its attempt
 // count reset, so the next delivery claims it (attempt 1) regardless of the
 // sequence guard — the slot it finished stays finished, so later events are
@@ -391,7 +391,7 @@ func (r *Registry) HeartbeatBatch(ctx context.Context, leases []Lease) (errs []e
 
 // AdvanceTo finishes the slots of an aggregate up to seq without claiming
 // them: the aggregate's last finished sequence becomes max(last, seq). It is
-// the healing step of WaitForPredecessor (SPEC §7.3) for slots that hold no
+// the healing step of WaitForPredecessor (docs/registry.md#sequence-guard-policies-per-handler) for slots that hold no
 // event to process (an abandoned or empty slot of the event store); slots
 // that hold a command are healed by claiming and processing that command.
 // The caller asserts every slot ≤ seq is finished. It takes the same

@@ -20,7 +20,7 @@ import (
 	"github.com/sluicehq/sluice/shared/config"
 )
 
-// Defaults of Options (SPEC §7, §8).
+// Defaults of Options (docs/registry.md, docs/worker-runtime.md).
 const (
 	DefaultLeaseTimeout      = 900 * time.Second
 	DefaultHeartbeatInterval = 30 * time.Second

@@ -586,7 +586,7 @@ func TestRelease(t *testing.T) {
 }
 
 // Aggregate ids share a version row exactly when equal after normalisation
-// (SPEC §4): surrounding white space and Unicode form do not matter, case
+// (docs/architecture.md#aggregate-identity): surrounding white space and Unicode form do not matter, case
 // and inner characters do.
 func TestAggregateNormalisation(t *testing.T) {
 	_, pool := testenv.NewMigratedDatabase(t)

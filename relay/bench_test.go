@@ -43,7 +43,7 @@ func BenchmarkRelay(b *testing.B) {
 	}{
 		{"drain/flush=200", 200, false},
 		{"drain/flush=2000", 2000, false},
-		// The same backlog in a file bucket (SPEC §5.1): what the relay
+		// The same backlog in a file bucket (docs/objstore.md#backends): what the relay
 		// does when segment GETs and checkpoint PUTs are cheap.
 		{"drain-file/flush=200", 200, true},
 	}

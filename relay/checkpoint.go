@@ -10,7 +10,7 @@ import (
 	"github.com/sluicehq/sluice/eventstore/objstore"
 )
 
-// Checkpoint is the relay's durable progress (SPEC §6.2), stored as JSON at
+// Checkpoint is the relay's durable progress (docs/relay.md#the-checkpoint), stored as JSON at
 // checkpoints/{name}.json.
 type Checkpoint struct {
 	// Position: every position <= Position was acknowledged by Kafka or

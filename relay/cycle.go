@@ -111,7 +111,7 @@ func (r *Relay) cycle(ctx context.Context, ls *leaderState) (more bool, err erro
 			return false, fmt.Errorf("relay: repair: %w", err)
 		}
 		r.m.gaps.WithLabelValues("repaired_committed").Add(float64(rep.Committed))
-		r.log.Warn("relay: resolved reservations older than the append timeout (SPEC §6.3 rule 3)",
+		r.log.Warn("relay: resolved reservations older than the append timeout (hole rule 3)",
 			"committed_from_segment", rep.Committed, "abandoned", rep.Abandoned, "still_in_flight", rep.InFlight, "blocks", rep.Blocks)
 		return rep.Committed+rep.Abandoned > 0, nil
 	}
@@ -260,7 +260,7 @@ listing:
 // planFromIndex is the plan of a cycle that is close behind the head: when
 // every position between the checkpoint and the head (at most one batch)
 // is committed or in flight, the index names the committed positions'
-// segments and they are read directly (SPEC §6.3 rule 1 applied to the
+// segments and they are read directly (hole rule 1 of docs/relay.md#what-it-does-per-cycle applied to the
 // whole window), without the LIST; in-flight positions (reserved, younger
 // than the append timeout: rule 2) become runs that hold their aggregates
 // back, as the LIST plan's holes do. At low load the LIST is most of a
@@ -269,7 +269,7 @@ listing:
 // committing out of order, a window with an in-flight position is common.
 // ok is false, and the cycle lists as usual, for a backlog, a prefetch in
 // progress, or any position of the window abandoned, missing or reserved
-// past the append timeout (the LIST and the gap rules of SPEC §6.3 deal
+// past the append timeout (the LIST and the hole rules of docs/relay.md#what-it-does-per-cycle deal
 // with those), and, while positions are in flight, once per poll interval:
 // that LIST finds a segment whose writer died between PUT and commit.
 // Otherwise segments written but not yet committed wait for their commit's
@@ -639,7 +639,7 @@ func (r *Relay) walk(ctx context.Context, ls *leaderState, items []item, now tim
 		// Normal under load (groups commit out of order), so not at info
 		// level on every cycle: sluice_relay_held_events shows it, and a
 		// reservation that outlives the append timeout is resolved with a
-		// warning (SPEC §6.3 rule 3).
+		// warning (hole rule 3, docs/relay.md#what-it-does-per-cycle).
 		r.log.Debug("relay: events held back behind an in-flight reservation of their aggregate", "events", heldEvents, "aggregates", len(held), "checkpoint", ls.cp.Position)
 	}
 	if err := r.drain(ctx, ls, &p); err != nil {

@@ -1,13 +1,13 @@
-// Package relay provides sluice's store-to-Kafka publisher (SPEC §6): it
+// Package relay provides sluice's store-to-Kafka publisher (docs/relay.md): it
 // tails the event store's segment log (LIST after the checkpoint, parallel
 // whole-segment GETs), publishes every envelope line byte for byte as one
 // Kafka record in position order (idempotent producer, acks=all, topic
-// routing, key per SPEC §4, headers), and records its progress in a fenced
+// routing, key per docs/architecture.md#aggregate-identity, headers), and records its progress in a fenced
 // checkpoint object (checkpoints/{name}.json, conditional PUT with If-Match).
 //
 // # Guarantee kept
 //
-// SPEC §0.2, no lost work: the checkpoint advances only over the contiguous
+// No lost work (docs/architecture.md#no-lost-work): the checkpoint advances only over the contiguous
 // prefix of positions whose records Kafka acknowledged, that were parked
 // durably in sluice.relay_parked, or that the index resolved as abandoned — and an abandoned range is remembered in
 // pending_gaps and re-checked for the bounded lookback, so a late writer's

@@ -14,7 +14,7 @@ import (
 )
 
 // KafkaOpts returns the client options for the configured brokers, TLS and
-// SASL (SPEC §14). The password never appears in errors.
+// SASL (docs/architecture.md#security-and-bad-input). The password never appears in errors.
 func KafkaOpts(k config.Kafka) ([]kgo.Opt, error) {
 	opts := []kgo.Opt{kgo.SeedBrokers(k.Brokers...)}
 	if k.TLS {
@@ -45,7 +45,7 @@ func BudgetOpts(maxMessageBytes int) []kgo.Opt {
 	return []kgo.Opt{kgo.ProducerBatchMaxBytes(int32(min(maxMessageBytes, math.MaxInt32)))}
 }
 
-// ProducerOpts are the producer settings of SPEC §6.1: idempotent (the
+// ProducerOpts are the producer settings of docs/relay.md#what-it-does-per-cycle: idempotent (the
 // default), acks=all, bounded buffering; records are never failed by a
 // delivery timeout (an outage pauses the relay instead).
 func ProducerOpts(maxBuffered int) []kgo.Opt {

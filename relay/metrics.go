@@ -7,7 +7,7 @@ import (
 	"github.com/sluicehq/sluice/shared/failure"
 )
 
-// metrics are the relay's collectors (SPEC §13), labelled with the relay
+// metrics are the relay's collectors (docs/architecture.md#observability), labelled with the relay
 // name. Every name carries the sluice_ prefix, and every labelled series
 // whose label values are known at start exists at 0 from newMetrics on, so
 // that dashboards and rate()/increase() alerts see a series before its
@@ -47,7 +47,7 @@ func newMetrics(reg prometheus.Registerer, name string, topics []string) *metric
 		dedupSkipped: prometheus.NewCounter(prometheus.CounterOpts{Name: "sluice_relay_dedup_skipped_total", ConstLabels: cl,
 			Help: "Events not re-published because their id is in the recent-id set (already acknowledged)."}),
 		gaps: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "sluice_relay_gap_resolutions_total", ConstLabels: cl,
-			Help: "Positions resolved by the gap rules of SPEC §6.3, by resolution (committed_direct, repaired_committed, abandoned, no_index_row, expired, late_published)."},
+			Help: "Positions resolved by the relay's hole and gap rules (docs/relay.md), by resolution (committed_direct, repaired_committed, abandoned, no_index_row, expired, late_published)."},
 			[]string{"resolution"}),
 		plans: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "sluice_relay_cycles_total", ConstLabels: cl,
 			Help: "Publishing cycles by how they found their segments: list (LIST after the checkpoint), index (every position up to the head committed or in flight: GET by the index's keys, no LIST), hint (commit notifications that continue the checkpoint: their segments, without the head and index queries) or idle (nothing committed past the checkpoint, last LIST less than a poll interval ago)."},

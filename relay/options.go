@@ -20,7 +20,7 @@ import (
 	"github.com/sluicehq/sluice/shared/topics"
 )
 
-// TopicRoute overrides the topics of one aggregate type (SPEC §6.1: the
+// TopicRoute overrides the topics of one aggregate type (docs/relay.md#what-it-does-per-cycle: the
 // routing table is overridable per aggregate type). An empty field keeps
 // the default topic for that kind.
 type TopicRoute struct {
@@ -50,7 +50,7 @@ type Options struct {
 	// Health receives the readiness check "relay" and the liveness check
 	// "relay-loop". Optional.
 	Health *observability.Health
-	// Crasher holds the crash points of SPEC §8 (relay after_produce,
+	// Crasher holds the crash points of docs/worker-runtime.md#crash-points (relay after_produce,
 	// before_checkpoint). Optional.
 	Crasher *crashpoint.Crasher
 	// Holder names this replica in the lease table. Default hostname plus

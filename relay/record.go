@@ -12,7 +12,7 @@ import (
 // ContentType is the content-type header of every record.
 const ContentType = "application/json"
 
-// Router chooses the topic of an envelope (SPEC §6.1).
+// Router chooses the topic of an envelope (docs/relay.md#what-it-does-per-cycle).
 type Router struct {
 	commands, events string
 	routes           map[string]TopicRoute
@@ -64,7 +64,7 @@ func (r *Router) Topics() []string {
 }
 
 // Record builds the Kafka record of a stored event: the line byte for byte
-// as value, the key of SPEC §4, and the headers of SPEC §6.1. topic
+// as value, the key of docs/architecture.md#aggregate-identity, and the headers of docs/relay.md#what-it-does-per-cycle. topic
 // overrides the routing when non-empty (republish --topic).
 func (r *Router) Record(ev eventstore.Event, topic string) *kgo.Record {
 	e := ev.Envelope

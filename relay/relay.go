@@ -19,7 +19,7 @@ import (
 	"github.com/sluicehq/sluice/shared/topics"
 )
 
-// Relay publishes the event store into Kafka (SPEC §6). Create it with New,
+// Relay publishes the event store into Kafka (docs/relay.md). Create it with New,
 // run it with Run, release it with Close.
 type Relay struct {
 	s      settings

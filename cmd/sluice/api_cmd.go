@@ -16,7 +16,7 @@ import (
 	"github.com/sluicehq/sluice/shared/observability"
 )
 
-// newAPICmd is `sluice api` (SPEC §12): the command API on SLUICE_API_ADDR,
+// newAPICmd is `sluice api` (docs/api.md): the command API on SLUICE_API_ADDR,
 // plus /metrics, /livez and /readyz on SLUICE_HTTP_ADDR like every service
 // (the API's own port serves them too). It stops gracefully on SIGTERM,
 // finishing requests in flight within SHUTDOWN_TIMEOUT.
@@ -24,7 +24,7 @@ func newAPICmd() *cobra.Command {
 	var addr string
 	c := &cobra.Command{
 		Use:   "api",
-		Short: "Serve the command API: create, patch and delete instances, command status, reads (SPEC §12)",
+		Short: "Serve the command API: create, patch and delete instances, command status, reads (docs/api.md)",
 		Long: `sluice api serves the HTTP command API. Each accepted request is one command
 appended to the event store (202 with its command id); the relay and the
 instance worker do the rest. Bearer tokens from SLUICE_API_TOKENS are required

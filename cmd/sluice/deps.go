@@ -37,7 +37,7 @@ func openStoreDeps(cmd *cobra.Command) (*storeDeps, func(), error) {
 
 // openServiceDeps opens them for a long-running service (api, relay,
 // instance-worker): an object store that is unreachable at start-up is
-// waited for, as an outage while running would be (SPEC §0.4).
+// waited for, as an outage while running would be (docs/architecture.md#explicit-failure).
 func openServiceDeps(cmd *cobra.Command) (*storeDeps, func(), error) {
 	return openDeps(cmd, true)
 }

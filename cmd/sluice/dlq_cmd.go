@@ -86,9 +86,9 @@ func newDLQCmd() *cobra.Command {
 	var topic string
 	c := &cobra.Command{
 		Use:   "dlq",
-		Short: "Inspect, redrive and drop dead letters (SPEC §8, §11)",
+		Short: "Inspect, redrive and drop dead letters (docs/operator-commands.md#sluice-dlq)",
 		Long: `Dead letters are the records a worker gave up on, in its DLQ topic
-(COMMANDS_DLQ_TOPIC, EVENTS_DLQ_TOPIC) with the SPEC §8 record. A letter is named
+(COMMANDS_DLQ_TOPIC, EVENTS_DLQ_TOPIC) with the record of docs/worker-runtime.md#the-dead-letter-record. A letter is named
 partition:offset. What was done with it (redriven, dropped) is recorded in the
 compacted topic {topic}.handled; list hides handled letters unless --all.`,
 	}

@@ -65,7 +65,7 @@ func (k *kafkaFixture) records(t *testing.T, topic string) []*kgo.Record {
 	return testenv.ReadTopic(t, k.brokers, topic)
 }
 
-// dlqLetterRecord builds a dead letter of orig in the SPEC §8 shape, the way
+// dlqLetterRecord builds a dead letter of orig in the shape of docs/worker-runtime.md#the-dead-letter-record, the way
 // the worker runtime does.
 func dlqLetterRecord(topic, handler string, orig *kgo.Record, class, errText string) *kgo.Record {
 	d := consumer.DLQRecord{OriginalTopic: orig.Topic, OriginalPartition: orig.Partition, OriginalOffset: orig.Offset,

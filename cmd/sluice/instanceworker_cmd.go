@@ -11,13 +11,13 @@ import (
 	"github.com/sluicehq/sluice/shared/readmodel"
 )
 
-// newInstanceWorkerCmd is `sluice instance-worker` (SPEC §9): it consumes the
+// newInstanceWorkerCmd is `sluice instance-worker` (docs/instanceworker.md): it consumes the
 // commands topic and turns commands into domain events and instance
 // documents, until SIGTERM (then it drains within SHUTDOWN_TIMEOUT).
 func newInstanceWorkerCmd() *cobra.Command {
 	return &cobra.Command{
 		Use:   "instance-worker",
-		Short: "Run the instance worker: commands → domain events + instance documents (SPEC §9)",
+		Short: "Run the instance worker: commands → domain events + instance documents (docs/instanceworker.md)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			d, closeFn, err := openServiceDeps(cmd)

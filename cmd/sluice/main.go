@@ -1,7 +1,7 @@
 // Command sluice is the single binary of the sluice event-sourcing pipeline:
 // every service (api, relay, instance-worker, projection-worker, dev) and
 // every operator action (migrate, store, relay, registry, …) is a
-// subcommand (SPEC §2, §11).
+// subcommand (docs/architecture.md#the-parts, docs/operator-commands.md).
 package main
 
 import (

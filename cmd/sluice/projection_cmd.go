@@ -43,14 +43,14 @@ func parseProjections(list string) ([]projectionworker.Spec, error) {
 	return specs, nil
 }
 
-// newProjectionWorkerCmd is `sluice projection-worker` (SPEC §10): it runs
+// newProjectionWorkerCmd is `sluice projection-worker` (docs/projectionworker.md): it runs
 // the selected projections (default history) at their live versions on the
 // events topic until SIGTERM (then it drains within SHUTDOWN_TIMEOUT).
 func newProjectionWorkerCmd() *cobra.Command {
 	var list string
 	cmd := &cobra.Command{
 		Use:   "projection-worker",
-		Short: "Run the projection worker: domain events → Elasticsearch read models (SPEC §10)",
+		Short: "Run the projection worker: domain events → Elasticsearch read models (docs/projectionworker.md)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if !cmd.Flags().Changed("projections") {
@@ -102,7 +102,7 @@ func newProjectionWorkerCmd() *cobra.Command {
 }
 
 // newProjectionCmd is `sluice projection list|status|rebuild|rollback`
-// (SPEC §10.3, §11).
+// (docs/projectionworker.md#rebuild-and-rollback-runbook, docs/operator-commands.md).
 func newProjectionCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "projection",
@@ -307,7 +307,7 @@ func newProjectionRebuildCmd() *cobra.Command {
 	var asJSON bool
 	cmd := &cobra.Command{
 		Use:   "rebuild <name> --version N",
-		Short: "Build a new projection version from the beginning of the events topic, then swap the aliases (SPEC §10.3)",
+		Short: "Build a new projection version from the beginning of the events topic, then swap the aliases (docs/projectionworker.md#rebuild-and-rollback-runbook)",
 		Long: `rebuild builds version N into fresh indices with a fresh consumer group and registry handler,
 then swaps the aliases. N must be newer than every existing version (live or kept for
 rollback) and its consumer group must have no committed offsets: an older or existing version

@@ -24,7 +24,7 @@ import (
 func newRelayCmd() *cobra.Command {
 	c := &cobra.Command{
 		Use:   "relay",
-		Short: "Run the relay: publish the event store into Kafka (SPEC §6)",
+		Short: "Run the relay: publish the event store into Kafka (docs/relay.md)",
 		Long: `sluice relay tails the event store's segment log and publishes every event to
 Kafka in position order, checkpointing its progress in checkpoints/{name}.json.
 Several replicas may run: one holds the leader lease and publishes, the others

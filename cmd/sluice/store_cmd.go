@@ -14,7 +14,7 @@ import (
 )
 
 func newStoreCmd() *cobra.Command {
-	c := &cobra.Command{Use: "store", Short: "Inspect, repair and reindex the event store (SPEC §5)"}
+	c := &cobra.Command{Use: "store", Short: "Inspect, repair and reindex the event store (docs/eventstore.md)"}
 	c.AddCommand(newStoreSegmentsCmd(), newStoreCatCmd(), newStoreReindexCmd(), newStoreRepairCmd())
 	return c
 }

@@ -1,9 +1,9 @@
 // Package objstore provides the one object-storage interface the event store
-// and the relay are written against (SPEC §5.1), with two implementations —
+// and the relay are written against (docs/objstore.md#backends), with two implementations —
 // s3 (aws-sdk-go-v2: AWS S3, MinIO, any S3-compatible store) and file (a
 // local directory for dev) — that pass one shared acceptance suite.
 //
-// It keeps the immutability half of SPEC §0.2: segments are written with a
+// It keeps the immutability half of docs/architecture.md#no-lost-work: segments are written with a
 // conditional create that never overwrites, and the relay checkpoint with a
 // conditional put (If-Match), so two writers can never both win. A backend
 // that does not honour conditional creates is refused at start-up by
@@ -60,7 +60,7 @@ type PutOptions struct {
 }
 
 // Bucket is the object-storage interface of the event store. Keys are
-// '/'-separated and already safe (SPEC §4 encodes ids before they reach a
+// '/'-separated and already safe (docs/architecture.md#aggregate-identity encodes ids before they reach a
 // key); every method checks them with ValidateKey and fails with
 // ErrInvalidKey, on every backend alike. Implementations are safe for
 // concurrent use. Any error may wrap ErrUnavailable (pause and retry).

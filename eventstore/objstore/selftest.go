@@ -18,7 +18,7 @@ const SelfTestPrefix = "_sluice/selftest/"
 // object while refusing it).
 var ErrNoConditionalCreate = errors.New("objstore: backend does not honour conditional create (If-None-Match: *); sluice refuses to start because segments could be overwritten")
 
-// SelfTest is the start-up check of SPEC §5.1: it creates a fresh probe key
+// SelfTest is the start-up check of docs/objstore.md#backends: it creates a fresh probe key
 // under SelfTestPrefix twice and requires the second Create to fail with
 // ErrPreconditionFailed and the object to keep the first body; then it
 // deletes the probe. It returns ErrNoConditionalCreate when the backend

@@ -1,7 +1,7 @@
 // Package config provides sluice's environment-based configuration: one typed
 // Config value loaded from environment variables with defaults, validated at
 // start-up so that a bad value stops the process with an error naming the
-// variable (SPEC §6.4, §7.2: invalid values never start a half-configured
+// variable (docs/configuration.md: invalid values never start a half-configured
 // service), and rendered as docs/configuration.md so the reference cannot
 // drift from the code.
 //
@@ -14,7 +14,7 @@
 //	file:"true"         a credential: NAME_FILE may name a file holding it
 //
 // Durations accept Go duration strings ("250ms", "2m") and bare numbers,
-// which mean seconds ("30", "0.5"), so the SPEC's *_SECONDS knobs read
+// which mean seconds ("30", "0.5"), so the *_SECONDS knobs read
 // naturally. Secrets use the Secret type, which never prints its value, and
 // every credential can be read from a mounted file instead (NAME_FILE, see
 // ReadSecretFiles).
@@ -86,7 +86,7 @@ type Postgres struct {
 	MaxConns int    `env:"DATABASE_MAX_CONNS" envDefault:"16" doc:"Maximum connections in the pool of one process."`
 }
 
-// EventStore configures the segment log (SPEC §5).
+// EventStore configures the segment log (docs/eventstore.md).
 type EventStore struct {
 	Backend                 string        `env:"EVENT_STORE_BACKEND" envDefault:"s3" doc:"Object storage backend: s3 (AWS S3, MinIO, any S3-compatible store) or file (a local directory, single host)."`
 	Bucket                  string        `env:"EVENT_STORE_BUCKET" envDefault:"sluice-events" doc:"Bucket (s3) holding segments/ and checkpoints/."`
@@ -108,7 +108,7 @@ type EventStore struct {
 	MaxMetadataBytes        int           `env:"EVENT_STORE_MAX_METADATA_BYTES" envDefault:"16384" doc:"Largest accepted metadata object, encoded."`
 }
 
-// Relay configures the store-to-Kafka publisher (SPEC §6; seed names kept).
+// Relay configures the store-to-Kafka publisher (docs/relay.md; seed names kept).
 type Relay struct {
 	Name                     string        `env:"EVENT_PUBLISHER_NAME" envDefault:"default" doc:"Relay name; the checkpoint object is checkpoints/{name}.json unless EVENT_PUBLISHER_CHECKPOINT_KEY is set."`
 	CheckpointKey            string        `env:"EVENT_PUBLISHER_CHECKPOINT_KEY" doc:"Object key of the checkpoint (default checkpoints/{EVENT_PUBLISHER_NAME}.json)."`
@@ -131,7 +131,7 @@ type Relay struct {
 	ParkAfterAttempts        int           `env:"EVENT_PUBLISHER_PARK_AFTER_ATTEMPTS" envDefault:"3" doc:"Attempts at a record Kafka refuses for a reason of its own (too large, topic refused) before the relay parks it in sluice.relay_parked and moves on; outages are retried without limit."`
 }
 
-// Kafka configures the brokers and topics (SPEC §14).
+// Kafka configures the brokers and topics (docs/architecture.md#security-and-bad-input).
 type Kafka struct {
 	Brokers           []string `env:"KAFKA_BROKERS" envDefault:"localhost:9092" envSeparator:"," doc:"Comma-separated seed brokers."`
 	TopicPrefix       string   `env:"KAFKA_TOPIC_PREFIX" envDefault:"sluice." doc:"Prefix of the default topic names."`
@@ -148,7 +148,7 @@ type Kafka struct {
 	MaxMessageBytes   int      `env:"KAFKA_MAX_MESSAGE_BYTES" envDefault:"0" docDefault:"EVENT_STORE_MAX_ENVELOPE_BYTES + EVENT_STORE_MAX_METADATA_BYTES + 4096" doc:"Largest record batch the relay produces and max.message.bytes of the topics it creates (0 = derived from the envelope limit); a value below the derived budget fails sluice config check."`
 }
 
-// Registry configures the processed-event registry (SPEC §7).
+// Registry configures the processed-event registry (docs/registry.md).
 type Registry struct {
 	Enabled           bool          `env:"ENABLE_PROCESSED_EVENT_REGISTRY" envDefault:"true" doc:"Must be true: the registry is not optional, and false is refused at start-up."`
 	Owner             string        `env:"PROCESSED_EVENT_OWNER" docDefault:"hostname" doc:"Stable owner identity of this worker; a restarted worker with the same owner reclaims its in-flight rows at once."`
@@ -157,7 +157,7 @@ type Registry struct {
 	RetentionDays     int           `env:"PROCESSED_EVENT_RETENTION_DAYS" envDefault:"7" doc:"Age after which done and skipped_stale rows are pruned."`
 }
 
-// Worker configures the Kafka worker runtime (SPEC §8).
+// Worker configures the Kafka worker runtime (docs/worker-runtime.md).
 type Worker struct {
 	Concurrency              int           `env:"WORKER_CONCURRENCY" envDefault:"16" doc:"Records of different aggregates processed at once per worker."`
 	InstanceMaxRetryAttempts int           `env:"INSTANCE_WORKER_MAX_RETRY_ATTEMPTS" envDefault:"5" doc:"Attempts of a retryable instance-worker failure before the DLQ."`
@@ -168,7 +168,7 @@ type Worker struct {
 	SessionTimeout           time.Duration `env:"KAFKA_SESSION_TIMEOUT" envDefault:"45s" doc:"Consumer-group session timeout of the workers: a worker killed without a clean shutdown keeps its partitions this long. 6s to 30m (the brokers' default group.min/max.session.timeout.ms)."`
 }
 
-// Elasticsearch configures the read-model cluster (SPEC §10).
+// Elasticsearch configures the read-model cluster (docs/projectionworker.md).
 type Elasticsearch struct {
 	URLs         []string `env:"ELASTICSEARCH_URLS" envDefault:"http://localhost:9200" envSeparator:"," doc:"Comma-separated Elasticsearch node URLs."`
 	APIKey       Secret   `env:"ELASTICSEARCH_API_KEY" file:"true" doc:"API key (never logged)."`
@@ -183,21 +183,21 @@ type Elasticsearch struct {
 	RequestTimeout time.Duration `env:"ELASTICSEARCH_REQUEST_TIMEOUT" envDefault:"10s" doc:"Deadline of each Elasticsearch request (connect to last byte of the answer); a request past it counts as an Elasticsearch outage."`
 }
 
-// API configures the command API (SPEC §12).
+// API configures the command API (docs/api.md).
 type API struct {
 	Addr         string   `env:"SLUICE_API_ADDR" envDefault:":8080" doc:"Listen address of the command API."`
 	Tokens       []Secret `env:"SLUICE_API_TOKENS" envSeparator:"," file:"true" doc:"Comma-separated bearer tokens; when set, every /v1 request needs one."`
 	MaxBodyBytes int      `env:"SLUICE_API_MAX_BODY_BYTES" envDefault:"1048576" doc:"Largest accepted request body."`
 }
 
-// Testing holds the crash-point knobs used by the crash tests (SPEC §8).
+// Testing holds the crash-point knobs used by the crash tests (docs/worker-runtime.md#crash-points).
 type Testing struct {
 	CrashPoint     string `env:"SLUICE_CRASH_POINT" doc:"<worker>:<point>: exit with code 42 at that point, once. Tests only."`
 	CrashMarkerDir string `env:"SLUICE_CRASH_MARKER_DIR" doc:"Directory of the once-only crash marker files."`
 }
 
 // Secret is a string that never prints its value: fmt, slog and JSON see
-// "[redacted]" (SPEC §14: secrets never appear in logs or errors).
+// "[redacted]" (docs/architecture.md#security-and-bad-input: secrets never appear in logs or errors).
 type Secret string
 
 // String implements fmt.Stringer.
@@ -300,7 +300,7 @@ func translate(err error, keys map[string]string, environ map[string]string) err
 			}
 			value := environ[key]
 			if isSecret(key) {
-				value = "" // never echoed (SPEC §14)
+				value = "" // never echoed (docs/architecture.md#security-and-bad-input)
 			}
 			out = append(out, &VarError{Var: key, Value: value, Reason: "invalid value: " + reason})
 		case errors.As(e, &fe):

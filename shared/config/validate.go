@@ -19,7 +19,7 @@ type checker struct {
 
 func (k *checker) fail(name, value, format string, args ...any) {
 	if isSecret(name) {
-		value = "" // a credential is never echoed, not even a wrong one (SPEC §14)
+		value = "" // a credential is never echoed, not even a wrong one (docs/architecture.md#security-and-bad-input)
 	}
 	k.errs = append(k.errs, &VarError{Var: name, Value: value, Reason: fmt.Sprintf(format, args...)})
 }
@@ -142,7 +142,7 @@ func (c *Config) Validate() error {
 
 	rg := c.Registry
 	if !rg.Enabled {
-		k.fail("ENABLE_PROCESSED_EVENT_REGISTRY", "false", "the processed-event registry is not optional: without it duplicates, crashes and replays would repeat side effects (SPEC §0, §7); remove the variable or set it to true")
+		k.fail("ENABLE_PROCESSED_EVENT_REGISTRY", "false", "the processed-event registry is not optional: without it duplicates, crashes and replays would repeat side effects (docs/architecture.md#the-guarantees, docs/registry.md); remove the variable or set it to true")
 	}
 	if rg.Owner == "" {
 		k.fail("PROCESSED_EVENT_OWNER", "", "must be set (the hostname could not be read)")

@@ -14,7 +14,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 )
 
-// DLQRecord is the value of a dead-letter record (SPEC §8). Its key is the
+// DLQRecord is the value of a dead-letter record (docs/worker-runtime.md#the-dead-letter-record). Its key is the
 // original record's key.
 //
 // A dead letter never blocks its partition for being too large: when the
@@ -154,7 +154,7 @@ func (d deadLetter) base() (DLQRecord, []kgo.RecordHeader) {
 	return v, hdrs
 }
 
-// full is the dead letter with the original embedded (SPEC §8).
+// full is the dead letter with the original embedded (docs/worker-runtime.md#the-dead-letter-record).
 func (d deadLetter) full() (*kgo.Record, error) {
 	v, hdrs := d.base()
 	r := d.rec

@@ -1,10 +1,10 @@
-// Package consumer provides sluice's Kafka worker runtime (SPEC §8), shared by
+// Package consumer provides sluice's Kafka worker runtime (docs/worker-runtime.md), shared by
 // the instance worker and the projection workers: a franz-go consumer group
 // with manual commits and read_committed isolation that runs every record
 // through parse → registry claim → handler side effect → mark_done → offset
 // commit, in that order.
 //
-// The guarantees it keeps (SPEC §0):
+// The guarantees it keeps (docs/architecture.md#the-guarantees):
 //
 //   - §0.1 at most one side effect per event_id: no handler runs without a
 //     CLAIMED registry lease (kept alive by Registry.Hold, whose loss cancels
@@ -22,7 +22,7 @@
 //     predecessor) does not block the records behind it, so a predecessor
 //     that arrives later on the topic can run and unblock it.
 //   - §0.4 explicit failure: parse errors and exhausted or permanent failures
-//     go to the dead-letter topic with the record shape of SPEC §8 before the
+//     go to the dead-letter topic with the record shape of docs/worker-runtime.md#the-dead-letter-record before the
 //     offset moves; a dead letter too large to embed its original is written
 //     in pointer form instead of blocking its partition. An outage of a
 //     dependency — the registry (registry.ErrUnavailable) or one the handler

@@ -39,7 +39,7 @@ func (f HandlerFunc) Handle(ctx context.Context, rec *Record) (claim.Outcome, er
 }
 
 // Healer is implemented by handlers with the wait-for-predecessor policy
-// (SPEC §7.3): when a record has waited for its predecessor for the lease
+// (docs/registry.md#sequence-guard-policies-per-handler): when a record has waited for its predecessor for the lease
 // timeout (ClaimResult.HealDue), Heal processes the missing slots from the
 // event store in order (or finishes empty ones with AdvanceTo). The record is
 // claimed again right after a successful Heal.

@@ -1,9 +1,9 @@
-// Package crashpoint provides the crash points of SPEC §8 for crash tests:
+// Package crashpoint provides the crash points of docs/worker-runtime.md#crash-points for crash tests:
 // with SLUICE_CRASH_POINT=<worker>:<point>, the process exits with code 42
 // the first time it reaches that point, exactly once (a marker file in
 // SLUICE_CRASH_MARKER_DIR remembers that it crashed, so the restarted
 // process runs through). It exists so tests can prove the guarantees of
-// SPEC §0 (no lost work, at most one side effect) across a crash at every
+// docs/architecture.md#the-guarantees (no lost work, at most one side effect) across a crash at every
 // step between claim and offset commit.
 //
 // Production code calls Hit at each point; with no crash point configured

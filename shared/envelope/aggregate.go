@@ -11,7 +11,7 @@ import (
 )
 
 // MaxAggregateIDBytes is the longest aggregate_id, in bytes after
-// normalisation (SPEC §4).
+// normalisation (docs/architecture.md#aggregate-identity).
 const MaxAggregateIDBytes = 512
 
 // MaxESIDBytes is the longest Elasticsearch _id used as is; longer ids are
@@ -26,7 +26,7 @@ const NamePattern = "[a-z0-9][a-z0-9_-]{0,62}"
 // settles after at most two rounds.
 const maxNormalizeRounds = 8
 
-// NormalizeAggregateID returns the normal form of an aggregate id (SPEC §4):
+// NormalizeAggregateID returns the normal form of an aggregate id (docs/architecture.md#aggregate-identity):
 // the input must be valid UTF-8; Unicode NFC is applied and surrounding white
 // space (unicode.IsSpace, e.g. space, tab, NBSP) is trimmed, repeatedly until
 // neither step changes the string, so the function is idempotent. The result
@@ -173,7 +173,7 @@ func keptInPath(c byte) bool {
 const upperHex = "0123456789ABCDEF"
 
 // EncodePathSegment percent-encodes an id for use as one path segment or
-// file name (SPEC §4): A-Z a-z 0-9 '-' '_' '~' are kept, every other byte of
+// file name (docs/architecture.md#aggregate-identity): A-Z a-z 0-9 '-' '_' '~' are kept, every other byte of
 // the UTF-8 encoding (including '/', '%', '.', ':') becomes %XX with
 // upper-case hex. The output contains only [A-Za-z0-9_~%-], so it can never
 // be "." or "..", contain a separator, or traverse; distinct inputs give
@@ -250,7 +250,7 @@ func DecodePathSegment(s string) (string, error) {
 	return string(b), nil
 }
 
-// KafkaKey returns the Kafka record key of e (SPEC §4): metadata.ordering_key
+// KafkaKey returns the Kafka record key of e (docs/architecture.md#aggregate-identity): metadata.ordering_key
 // if set and non-empty, else aggregate_type + ":" + aggregate_id.
 func KafkaKey(e Envelope) []byte {
 	if k, ok := e.Metadata.String(MetaOrderingKey); ok && k != "" {
@@ -259,7 +259,7 @@ func KafkaKey(e Envelope) []byte {
 	return []byte(e.AggregateType + ":" + e.AggregateID)
 }
 
-// ESDocumentID returns the Elasticsearch _id for an id (SPEC §4): the id
+// ESDocumentID returns the Elasticsearch _id for an id (docs/architecture.md#aggregate-identity): the id
 // itself when it is at most 512 bytes, else the lower-case hex SHA-256 of
 // it (the caller keeps the full id in the document body).
 func ESDocumentID(id string) string {
@@ -271,7 +271,7 @@ func ESDocumentID(id string) string {
 }
 
 // MaxAggregateKeyBytes is the longest aggregate key AggregateKey returns:
-// the registry's limit on its aggregate_id column (SPEC §7.1).
+// the registry's limit on its aggregate_id column (docs/registry.md#tables).
 const MaxAggregateKeyBytes = 512
 
 // Prefixes of the aggregate-key forms (AggregateKey).
@@ -284,7 +284,7 @@ const (
 )
 
 // AggregateKey returns the key of an aggregate in the processed-event
-// registry and the workers' ordering unit (SPEC §7): aggregate_type + ":"
+// registry and the workers' ordering unit (docs/registry.md): aggregate_type + ":"
 // followed by one of three forms, which no two aggregates can share:
 //
 //   - the id itself, when it starts with neither "~" nor "sha256:";

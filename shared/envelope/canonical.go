@@ -12,7 +12,7 @@ import (
 )
 
 // CanonicalJSON returns the canonical form of e used for the idempotency
-// comparison (SPEC §3, §5.4): e is normalised (Normalize), then encoded
+// comparison (docs/architecture.md#the-envelope, docs/eventstore.md#append-protocol-group-commit): e is normalised (Normalize), then encoded
 // without sequence_number, position and the transport metadata keys (see
 // IsTransportMetadataKey), with object keys sorted by their UTF-8 bytes at
 // every level, no insignificant white space, and metadata omitted when

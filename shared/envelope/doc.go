@@ -1,5 +1,5 @@
-// Package envelope provides the sluice event envelope (SPEC §3) and the
-// aggregate identity rules (SPEC §4): the Envelope type and its strict wire
+// Package envelope provides the sluice event envelope (docs/architecture.md#the-envelope) and the
+// aggregate identity rules (docs/architecture.md#aggregate-identity): the Envelope type and its strict wire
 // parser, validation with typed errors, the canonical form and its SHA-256
 // used for idempotent appends, deterministic event and instance ids, and the
 // normalisation and encodings of aggregate ids (path segments, Kafka keys,
@@ -7,18 +7,18 @@
 //
 // # Guarantees kept
 //
-// Everything here exists to keep SPEC §0.1, "at most one side effect per
-// event_id":
+// Everything here exists to keep "at most one side effect per
+// event_id" (docs/architecture.md#at-most-one-side-effect):
 //
 //   - Ids are deterministic. DomainEventID derives the event_id of the domain
 //     event produced for a command with UUIDv5 over a fixed namespace
 //     (EventNamespace), so a retried command yields the same event_id and the
 //     registry/store de-duplicate it. InstanceIDFromCommand does the same for
-//     generated instance ids (SPEC §9).
+//     generated instance ids (docs/instanceworker.md).
 //   - Equal logical content has one canonical form. CanonicalJSON sorts keys
 //     at every level, drops store-assigned and transport fields, and keeps
 //     numbers exactly as written, so the store's idempotency comparison
-//     (SPEC §5.4) depends on content only, not on key order or whitespace.
+//     (docs/eventstore.md#append-protocol-group-commit) depends on content only, not on key order or whitespace.
 //   - No two aggregates collide on one key. NormalizeAggregateID maps ids
 //     that are equal after Unicode NFC and trimming to one string and keeps
 //     every other difference (case is significant); EncodePathSegment is a
@@ -60,7 +60,7 @@
 // DomainEventID uniquely decodable, so two different (command, aggregate)
 // pairs can never be given the same event_id.
 //
-// Limits (Limits, defaults per SPEC §3): encoded envelope ≤ 1 MiB, JSON
+// Limits (Limits, defaults per docs/architecture.md#the-envelope): encoded envelope ≤ 1 MiB, JSON
 // nesting depth of data (and of metadata) ≤ 64 where the data object itself
 // is depth 1, encoded metadata ≤ 16 KiB. Depth is measured by an iterative
 // token scan, never by recursion over untrusted input.

@@ -20,7 +20,7 @@ const (
 // Valid reports whether k is one of the defined kinds.
 func (k Kind) Valid() bool { return k == KindCommand || k == KindDomain }
 
-// AggregateTypeInstance is the aggregate_type of instances (SPEC §4); their
+// AggregateTypeInstance is the aggregate_type of instances (docs/architecture.md#aggregate-identity); their
 // aggregate_id has the form {db}:{class}:{instance_id}.
 const AggregateTypeInstance = "Instance"
 
@@ -28,7 +28,7 @@ const AggregateTypeInstance = "Instance"
 const DefaultSchemaVersion = 1
 
 // Envelope is one command or domain event as stored in the event store and
-// published to Kafka (SPEC §3). The zero values of SequenceNumber and
+// published to Kafka (docs/architecture.md#the-envelope). The zero values of SequenceNumber and
 // Position mean "not assigned yet"; a nil ExpectedSeq means "no OCC
 // precondition". Use Parse for bytes from the wire, Prepare (or Normalize,
 // FillDefaults and Validate) for envelopes built in Go, and Marshal to encode.
@@ -42,7 +42,7 @@ type Envelope struct {
 	Kind Kind `json:"kind"`
 	// AggregateType names the aggregate's type, [A-Za-z][A-Za-z0-9_]{0,63}.
 	AggregateType string `json:"aggregate_type"`
-	// AggregateID identifies the aggregate, normalised per SPEC §4.
+	// AggregateID identifies the aggregate, normalised per docs/architecture.md#aggregate-identity.
 	AggregateID string `json:"aggregate_id"`
 	// SequenceNumber is the per-aggregate sequence assigned by the store
 	// (≥ 1); 0 means not assigned.
@@ -155,7 +155,7 @@ func (ts *Timestamp) UnmarshalJSON(b []byte) error {
 	return nil
 }
 
-// Well-known metadata keys (SPEC §3).
+// Well-known metadata keys (docs/architecture.md#the-envelope).
 const (
 	// MetaCommandID is the id of the command an envelope is or stems from.
 	MetaCommandID = "command_id"

@@ -10,7 +10,7 @@ import (
 	"github.com/go-json-experiment/json/jsontext"
 )
 
-// FuzzAggregateID checks the identity rules of SPEC §4 on arbitrary pairs of
+// FuzzAggregateID checks the identity rules of docs/architecture.md#aggregate-identity on arbitrary pairs of
 // strings: normalisation is idempotent, path encoding uses only a safe
 // alphabet and round-trips, and ids that differ after normalisation never
 // share an encoded key (nor a Kafka key or an Elasticsearch _id).

@@ -15,7 +15,7 @@ var namespace = uuid.MustParse(EventNamespace)
 func Namespace() uuid.UUID { return namespace }
 
 // DomainEventID returns the deterministic event_id of the domain event that
-// command commandID produces (SPEC §3):
+// command commandID produces (docs/architecture.md#the-envelope):
 //
 //	UUIDv5(EventNamespace, "sluice:" + commandID + ":" + eventType + ":" + aggregateType + ":" + aggregateID)
 //
@@ -30,7 +30,7 @@ func DomainEventID(commandID, eventType, aggregateType, aggregateID string) uuid
 }
 
 // InstanceIDFromCommand returns the deterministic instance_id generated for a
-// CREATE_INSTANCE command that names none (SPEC §9):
+// CREATE_INSTANCE command that names none (docs/instanceworker.md):
 // UUIDv5(EventNamespace, "sluice:instance:" + commandID). Use its String()
 // form as the instance_id.
 func InstanceIDFromCommand(commandID string) uuid.UUID {

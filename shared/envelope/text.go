@@ -10,7 +10,7 @@ import (
 	"github.com/go-json-experiment/json/jsontext"
 )
 
-// Text rules (SPEC §3 "UTF-8", §4 "invalid UTF-8 rejected", issue 26.2):
+// Text rules (docs/architecture.md#the-envelope "UTF-8", #aggregate-identity "invalid text", issue 26.2):
 // JSON text must be valid UTF-8, and a \u escape of a UTF-16 surrogate
 // (U+D800..U+DFFF) must be a high surrogate immediately followed by a low
 // one. Decoders such as encoding/json replace both faults with U+FFFD, which

@@ -13,7 +13,7 @@ import (
 	"github.com/go-json-experiment/json/jsontext"
 )
 
-// Default limits (SPEC §3).
+// Default limits (docs/architecture.md#the-envelope).
 const (
 	// DefaultMaxEnvelopeBytes is the default limit on an encoded envelope.
 	DefaultMaxEnvelopeBytes = 1 << 20
@@ -36,7 +36,7 @@ type Limits struct {
 	MaxMetadataBytes int
 }
 
-// DefaultLimits returns the limits of SPEC §3: 1 MiB envelope, depth 64,
+// DefaultLimits returns the limits of docs/architecture.md#the-envelope: 1 MiB envelope, depth 64,
 // 16 KiB metadata.
 func DefaultLimits() Limits {
 	return Limits{
@@ -308,7 +308,7 @@ func FillDefaults(e Envelope, now func() time.Time) Envelope {
 }
 
 // Prepare is what the store does to an incoming envelope before appending
-// it (SPEC §5.4 step 1): Normalize, FillDefaults, Validate.
+// it (docs/eventstore.md#append-protocol-group-commit step 1): Normalize, FillDefaults, Validate.
 func Prepare(e Envelope, limits Limits, now func() time.Time) (Envelope, error) {
 	e, err := Normalize(e)
 	if err != nil {
@@ -321,7 +321,7 @@ func Prepare(e Envelope, limits Limits, now func() time.Time) (Envelope, error) 
 	return e, nil
 }
 
-// Validate checks e against the contract of SPEC §3 and §4 and the limits,
+// Validate checks e against the contract of docs/architecture.md#the-envelope, docs/architecture.md#aggregate-identity and the limits,
 // and returns the first violation as a *ValidationError. It expects a
 // normalised envelope (see Normalize): an aggregate_id that is not in
 // normal form, an upper-case event_id, nil data or schema_version 0 are
@@ -653,7 +653,7 @@ func asciiLower(s string) string {
 }
 
 // IsCanonicalUUID reports whether s is a UUID in its canonical text form:
-// 8-4-4-4-12 lower-case hex digits (the form event_ids take, SPEC §3).
+// 8-4-4-4-12 lower-case hex digits (the form event_ids take, docs/architecture.md#the-envelope).
 func IsCanonicalUUID(s string) bool {
 	if len(s) != 36 {
 		return false

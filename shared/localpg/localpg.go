@@ -1,12 +1,12 @@
 // Package localpg provides a throw-away local PostgreSQL server in a data
 // directory of the caller's choosing, for `sluice dev` when DATABASE_URL is
-// unset (SPEC §16). It finds the server binaries (PATH, then the Debian and
+// unset (docs/architecture.md#how-it-is-tested). It finds the server binaries (PATH, then the Debian and
 // RPM layouts), initialises the directory once, and starts the server on a
 // loopback port with its socket inside the data directory, so it never
 // touches a system cluster. PostgreSQL refuses to run as root; when sluice
 // runs as root the server runs as the `postgres` system user.
 //
-// It keeps sluice dev honest (SPEC §0.4, explicit failure): when no
+// It keeps sluice dev honest (explicit failure, docs/architecture.md#explicit-failure): when no
 // PostgreSQL binaries are installed the error says what to install.
 package localpg
 

@@ -1,8 +1,8 @@
 // Package observability provides what every sluice process exposes to its
-// operators (SPEC §13): a JSON slog logger, a private Prometheus registry and
+// operators (docs/architecture.md#observability): a JSON slog logger, a private Prometheus registry and
 // one HTTP server per process serving /metrics, /livez and /readyz.
 //
-// It keeps the "explicit failure" guarantee of SPEC §0.4 visible: services
+// It keeps the explicit-failure guarantee (docs/architecture.md#explicit-failure) visible: services
 // register readiness checks (Postgres reachable, relay not stalled, registry
 // not in outage) and liveness heartbeats (the main loop is still turning), and
 // /readyz or /livez turn red with the failing check's name and reason.

@@ -47,8 +47,8 @@ func (b *cancelBody) Close() error {
 	return err
 }
 
-// Availability tracks whether Elasticsearch is out (SPEC §0.4, guarantee 4
-// of docs/architecture.md): a worker reports the result of each of its
+// Availability tracks whether Elasticsearch is out (guarantee 4,
+// docs/architecture.md#explicit-failure): a worker reports the result of each of its
 // Elasticsearch calls with Observe, and its readiness check (Check) is red
 // from the first call that failed as an outage (refused, reset, timed out,
 // 429, 502, 503, 504) until a call gets an answer again. Check itself asks

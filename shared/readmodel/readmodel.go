@@ -1,10 +1,10 @@
 // Package readmodel provides the Elasticsearch side of sluice's read models
-// that several workers share (SPEC §10.2): the instances projection's index
+// that several workers share (docs/projectionworker.md#bulk-writes): the instances projection's index
 // naming, mappings and aliases, its document function (current state plus
 // bookkeeping fields, tombstones on delete), the versioned write
 // (version = sequence_number, version_type = external) and EnsureIndex.
 //
-// It keeps SPEC §0.3, per-aggregate order: every instance document is written
+// It keeps per-aggregate order (docs/architecture.md#per-aggregate-order): every instance document is written
 // with the external version of the event's sequence number, so a late or
 // repeated older write gets a 409 and can never overwrite newer state, and a
 // delete is a versioned tombstone rather than a hard delete, so nothing older

@@ -89,7 +89,7 @@ func TestEnsureWriteGet(t *testing.T) {
 	}
 }
 
-// Instance ids may contain '/', '%', '?', '#', spaces and non-ASCII (SPEC §4);
+// Instance ids may contain '/', '%', '?', '#', spaces and non-ASCII (docs/architecture.md#aggregate-identity);
 // each must reach Elasticsearch as one _id and come back unchanged.
 func TestWriteGetIDsWithSpecialCharacters(t *testing.T) {
 	srv := httptest.NewServer(esserver.New())

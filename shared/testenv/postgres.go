@@ -1,9 +1,9 @@
 // Package testenv provides the real components sluice's tests run against
-// (SPEC §16): a fresh Postgres database per test on a real server, a MinIO
+// (docs/architecture.md#how-it-is-tested): a fresh Postgres database per test on a real server, a MinIO
 // server process per test package on a free loopback port (built once from a
 // pinned module version and cached), and in-process kfake Kafka clusters.
 //
-// It exists so that the guarantees of SPEC §0 are tested against the real
+// It exists so that the guarantees of docs/architecture.md#the-guarantees are tested against the real
 // thing: a test that needs Postgres or MinIO fails when they are down, it
 // never skips silently. Environment overrides point the same tests at
 // external services:

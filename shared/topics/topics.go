@@ -1,7 +1,7 @@
 // Package topics provides topic bootstrap for every sluice process that
 // produces or consumes (relay, workers, operator commands): missing topics
 // are created with KAFKA_TOPIC_PARTITIONS and KAFKA_TOPIC_REPLICATION_FACTOR,
-// and a topic that already exists counts as success. It keeps SPEC §0.2 (no
+// and a topic that already exists counts as success. It keeps docs/architecture.md#no-lost-work (no
 // lost work) at start-up: records are never produced to a topic that the
 // broker would auto-create with other settings, or reject.
 //

@@ -1,7 +1,7 @@
 // Package backend provides Open, which builds the objstore.Bucket that the
 // configuration names (EVENT_STORE_BACKEND: s3 or file) and refuses it
 // unless it passes objstore.SelfTest — so no sluice process ever runs on a
-// store that could overwrite a segment (SPEC §5.1).
+// store that could overwrite a segment (docs/objstore.md#backends).
 //
 // It lives apart from objstore because it imports both backends, which
 // import objstore.

@@ -1,5 +1,5 @@
 // Package filestore provides the file backend of objstore: a bucket that is
-// a local directory (dev mode, single host; SPEC §5.1).
+// a local directory (dev mode, single host; docs/objstore.md#backends).
 //
 // It keeps the same guarantees as the s3 backend, on one machine:
 //

@@ -1,4 +1,4 @@
-// Package s3store provides the s3 backend of objstore (SPEC §5.1), built on
+// Package s3store provides the s3 backend of objstore (docs/objstore.md#backends), built on
 // aws-sdk-go-v2: AWS S3, MinIO or any S3-compatible store, with path-style
 // addressing, TLS (an https:// endpoint), static credentials or the default
 // AWS credential chain, and ranged GETs.
@@ -14,7 +14,7 @@
 // and RequestTimeout — after the SDK's own retries — are
 // objstore.ErrUnavailable, always wrapped around the cause.
 //
-// It keeps SPEC §0.4 (explicit failure) for a store that hangs: every call
+// It keeps explicit failure (docs/architecture.md#explicit-failure) for a store that hangs: every call
 // runs under a deadline (Options.Timeout plus its body's transfer time), so
 // a store that accepts connections but never answers fails calls with
 // ErrUnavailable instead of holding them; and a failed write carries

@@ -63,7 +63,7 @@ func (b *Bucket) putInput(key string, body []byte, cond func(*s3.PutObjectInput)
 	return in
 }
 
-// contentType names the formats of SPEC §5.2 so that data-lake tools and
+// contentType names the formats of docs/objstore.md#layout so that data-lake tools and
 // consoles show segments and checkpoints as what they are.
 func contentType(key string) string {
 	switch path.Ext(key) {
