@@ -46,7 +46,7 @@ type AggregateEvent struct {
 }
 
 // Guard is one handler's sequence-guard state of the aggregate: the highest
-// finished sequence (SPEC §7.3).
+// finished sequence (docs/registry.md#sequence-guard-policies-per-handler).
 type Guard struct {
 	Handler      string    `json:"handler"`
 	LastSequence int64     `json:"last_sequence"`

@@ -13,7 +13,7 @@ import (
 const MaxGetMany = 1000
 
 // Version is one handler's sequence-guard state of an aggregate: the
-// highest finished sequence (sluice.aggregate_versions, SPEC §7.3) and when
+// highest finished sequence (sluice.aggregate_versions, docs/registry.md#sequence-guard-policies-per-handler) and when
 // it last moved (database clock).
 type Version struct {
 	Handler      string
