@@ -20,7 +20,7 @@ const (
 	DefaultBackoffCap  = 30 * time.Second
 )
 
-// Policy is a handler's sequence-guard policy (SPEC §7.3).
+// Policy is a handler's sequence-guard policy (docs/registry.md#sequence-guard-policies-per-handler).
 type Policy int
 
 const (
@@ -121,7 +121,7 @@ func (k Kind) String() string {
 // Status is the state of a processed_events row.
 type Status string
 
-// Row states (SPEC §7.1).
+// Row states (docs/registry.md#tables).
 const (
 	StatusProcessing   Status = "processing"
 	StatusDone         Status = "done"
@@ -137,7 +137,7 @@ type Request struct {
 	Handler string
 	// EventID is the envelope's event_id.
 	EventID string
-	// AggregateID is the envelope's aggregate_id; it is normalised (SPEC §4)
+	// AggregateID is the envelope's aggregate_id; it is normalised (docs/architecture.md#aggregate-identity)
 	// before use, so ids equal after normalisation share a version row and
 	// no others do. Invalid ids are refused (*RequestError).
 	AggregateID string
@@ -234,7 +234,7 @@ type Failure struct {
 	// Err is the failure; its text is recorded as last_error.
 	Err error
 	// Retryable failures back off and run again until MaxAttempts; others
-	// (Permanent, SPEC §8) make the row dead at once.
+	// (Permanent, docs/worker-runtime.md#errors) make the row dead at once.
 	Retryable bool
 	// MaxAttempts overrides Options.MaxAttempts for this handler when > 0.
 	MaxAttempts int
@@ -283,7 +283,7 @@ type Done struct {
 // ErrUnavailable matches (errors.Is) every error caused by Postgres being
 // unreachable or unable to serve: connection refused or cut, pool acquire
 // timeout, server shutting down or starting up, too many connections, the
-// registry's own operation timeout. Callers pause on it (SPEC §7.4): no side
+// registry's own operation timeout. Callers pause on it (docs/registry.md#outage-behaviour): no side
 // effect, no dead letter, no offset commit; retry with capped backoff.
 var ErrUnavailable = errors.New("registry: Postgres unavailable")
 
