@@ -1,20 +1,18 @@
 package main
 
 import (
-	"context"
 	"errors"
 	"fmt"
-	"sort"
 	"strconv"
 	"strings"
 	"text/tabwriter"
-	"time"
 
 	"github.com/spf13/cobra"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/sluicehq/sluice/relay"
+	"github.com/sluicehq/sluice/shared/consumer"
 )
 
 // exitGroupActive is the exit code of `sluice consumer reset` when it refuses
@@ -38,6 +36,9 @@ func openConsumerAdmin(cmd *cobra.Command) (*kadm.Client, func(), error) {
 	return kadm.NewClient(cl), cl.Close, nil
 }
 
+// newConsumerCmd is `sluice consumer`: flags and printing; the offset
+// logic is package consumer's (Lag, ResetOffsets), which the admin API
+// calls too.
 func newConsumerCmd() *cobra.Command {
 	c := &cobra.Command{
 		Use:   "consumer",
@@ -51,18 +52,11 @@ duplicates (at most one side effect per event_id).`,
 	return c
 }
 
-// groupTopics returns the topics to work on: the flag, else every topic the
-// group has committed offsets for.
-func groupTopics(committed kadm.OffsetResponses, topic string) []string {
-	if topic != "" {
-		return []string{topic}
+func offsetOrDash(o int64) string {
+	if o < 0 {
+		return "-"
 	}
-	var ts []string
-	for t := range committed {
-		ts = append(ts, t)
-	}
-	sort.Strings(ts)
-	return ts
+	return strconv.FormatInt(o, 10)
 }
 
 func newConsumerLagCmd() *cobra.Command {
@@ -78,46 +72,25 @@ func newConsumerLagCmd() *cobra.Command {
 				return err
 			}
 			defer closeFn()
-			ctx := cmd.Context()
-			committed, err := adm.FetchOffsets(ctx, group)
-			if err == nil {
-				err = committed.Error()
-			}
-			if err != nil {
-				return fmt.Errorf("group %s: offsets: %w", group, err)
-			}
-			topics := groupTopics(committed, topic)
-			if len(topics) == 0 {
-				cmd.Printf("group %s has no committed offsets; give --topic to see the lag of a topic it would consume\n", group)
-				return nil
-			}
-			starts, ends, err := listStartEnd(ctx, adm, topics)
+			l, err := consumer.Lag(cmd.Context(), adm, group, topic)
 			if err != nil {
 				return err
 			}
+			if len(l.Topics) == 0 {
+				cmd.Printf("group %s has no committed offsets; give --topic to see the lag of a topic it would consume\n", group)
+				return nil
+			}
 			members := "?"
-			if dg, err := adm.DescribeGroups(ctx, group); err == nil {
-				if g, ok := dg[group]; ok && g.Err == nil {
-					members = fmt.Sprintf("%d members, state %s", len(g.Members), g.State)
-				}
+			if l.MembersKnown {
+				members = fmt.Sprintf("%d members, state %s", l.Members, l.State)
 			}
 			tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
 			fmt.Fprintln(tw, "TOPIC\tPARTITION\tCOMMITTED\tEND\tLAG")
-			var total, parts int64
-			for _, e := range sortedListed(ends) {
-				lag, shown := int64(0), "-"
-				if o, ok := committed.Lookup(e.Topic, e.Partition); ok && o.At >= 0 {
-					shown = strconv.FormatInt(o.At, 10)
-					lag = max(e.Offset-o.At, 0)
-				} else if s, ok := starts.Lookup(e.Topic, e.Partition); ok {
-					lag = max(e.Offset-s.Offset, 0) // nothing committed: everything retained is unread
-				}
-				total += lag
-				parts++
-				fmt.Fprintf(tw, "%s\t%d\t%s\t%d\t%d\n", e.Topic, e.Partition, shown, e.Offset, lag)
+			for _, p := range l.Partitions {
+				fmt.Fprintf(tw, "%s\t%d\t%s\t%d\t%d\n", p.Topic, p.Partition, offsetOrDash(p.Committed), p.End, p.Lag)
 			}
 			_ = tw.Flush()
-			cmd.Printf("consumer lag %s: %d partitions of %s, total lag %d (%s)\n", group, parts, strings.Join(topics, ","), total, members)
+			cmd.Printf("consumer lag %s: %d partitions of %s, total lag %d (%s)\n", group, len(l.Partitions), strings.Join(l.Topics, ","), l.Total, members)
 			return nil
 		},
 	}
@@ -125,63 +98,6 @@ func newConsumerLagCmd() *cobra.Command {
 	cmd.Flags().StringVar(&topic, "topic", "", "only this topic (default: every topic the group committed)")
 	_ = cmd.MarkFlagRequired("group")
 	return cmd
-}
-
-func listStartEnd(ctx context.Context, adm *kadm.Client, topics []string) (kadm.ListedOffsets, kadm.ListedOffsets, error) {
-	starts, err := adm.ListStartOffsets(ctx, topics...)
-	if err == nil {
-		err = starts.Error()
-	}
-	if err != nil {
-		return nil, nil, fmt.Errorf("start offsets: %w", err)
-	}
-	ends, err := adm.ListEndOffsets(ctx, topics...)
-	if err == nil {
-		err = ends.Error()
-	}
-	if err != nil {
-		return nil, nil, fmt.Errorf("end offsets: %w", err)
-	}
-	return starts, ends, nil
-}
-
-func sortedListed(l kadm.ListedOffsets) []kadm.ListedOffset {
-	var out []kadm.ListedOffset
-	l.Each(func(o kadm.ListedOffset) { out = append(out, o) })
-	sort.Slice(out, func(i, j int) bool {
-		if out[i].Topic != out[j].Topic {
-			return out[i].Topic < out[j].Topic
-		}
-		return out[i].Partition < out[j].Partition
-	})
-	return out
-}
-
-// resetTarget is a parsed --to.
-type resetTarget struct {
-	kind   string // earliest, latest, time, offset
-	at     time.Time
-	offset int64
-}
-
-func parseResetTarget(s string) (resetTarget, error) {
-	switch {
-	case s == "earliest" || s == "latest":
-		return resetTarget{kind: s}, nil
-	case strings.HasPrefix(s, "time:"):
-		t, err := time.Parse(time.RFC3339Nano, strings.TrimPrefix(s, "time:"))
-		if err != nil {
-			return resetTarget{}, fmt.Errorf("--to %q: want time:<RFC 3339>: %w", s, err)
-		}
-		return resetTarget{kind: "time", at: t}, nil
-	case strings.HasPrefix(s, "offset:"):
-		n, err := strconv.ParseInt(strings.TrimPrefix(s, "offset:"), 10, 64)
-		if err != nil || n < 0 {
-			return resetTarget{}, fmt.Errorf("--to %q: want offset:<N >= 0>", s)
-		}
-		return resetTarget{kind: "offset", offset: n}, nil
-	}
-	return resetTarget{}, fmt.Errorf("--to %q: want earliest, latest, time:<RFC 3339> or offset:<N>", s)
 }
 
 func newConsumerResetCmd() *cobra.Command {
@@ -210,7 +126,7 @@ skips that check, but Kafka itself refuses offset commits from outside a group t
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			act := g.yes && !g.dryRun
-			target, err := parseResetTarget(to)
+			target, err := consumer.ParseResetTarget(to)
 			if err != nil {
 				return err
 			}
@@ -219,89 +135,29 @@ skips that check, but Kafka itself refuses offset commits from outside a group t
 				return err
 			}
 			defer closeFn()
-			ctx := cmd.Context()
-			dg, err := adm.DescribeGroups(ctx, group)
-			if err != nil {
-				return fmt.Errorf("describe group %s: %w", group, err)
+			res, err := consumer.ResetOffsets(cmd.Context(), adm, consumer.ResetOptions{Group: group, Topic: topic, To: target, DryRun: !act, Force: force})
+			if errors.Is(err, consumer.ErrGroupActive) {
+				return &exitError{code: exitGroupActive, err: errors.New(res.MembersText() + " (or --force)")}
 			}
-			g := dg[group]
-			if g.Err != nil {
-				return fmt.Errorf("describe group %s: %w", group, g.Err)
+			if len(res.Members) > 0 {
+				fmt.Fprintln(cmd.ErrOrStderr(), "warning: "+res.MembersText())
 			}
-			if n := len(g.Members); n > 0 {
-				ids := make([]string, 0, n)
-				for _, m := range g.Members {
-					ids = append(ids, m.ClientID+"@"+m.ClientHost)
+			if err == nil || len(res.Partitions) > 0 {
+				tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
+				fmt.Fprintln(tw, "TOPIC\tPARTITION\tCURRENT\tNEW\tSTART\tEND")
+				for _, p := range res.Partitions {
+					fmt.Fprintf(tw, "%s\t%d\t%s\t%d\t%d\t%d\n", p.Topic, p.Partition, offsetOrDash(p.Current), p.New, p.Start, p.End)
 				}
-				msg := fmt.Sprintf("group %s has %d live members (%s, state %s): stop its workers first", group, n, strings.Join(ids, ", "), g.State)
-				if !force && act {
-					return &exitError{code: exitGroupActive, err: errors.New(msg + " (or --force)")}
-				}
-				fmt.Fprintln(cmd.ErrOrStderr(), "warning: "+msg)
+				_ = tw.Flush()
 			}
-			committed, err := adm.FetchOffsets(ctx, group)
-			if err == nil {
-				err = committed.Error()
-			}
-			if err != nil {
-				return fmt.Errorf("group %s: offsets: %w", group, err)
-			}
-			topics := groupTopics(committed, topic)
-			if len(topics) == 0 {
-				return fmt.Errorf("group %s has no committed offsets: give --topic", group)
-			}
-			starts, ends, err := listStartEnd(ctx, adm, topics)
 			if err != nil {
 				return err
 			}
-			var atTime kadm.ListedOffsets
-			if target.kind == "time" {
-				if atTime, err = adm.ListOffsetsAfterMilli(ctx, target.at.UnixMilli(), topics...); err == nil {
-					err = atTime.Error()
-				}
-				if err != nil {
-					return fmt.Errorf("offsets at %s: %w", target.at.Format(time.RFC3339), err)
-				}
-			}
-			var set kadm.Offsets
-			tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
-			fmt.Fprintln(tw, "TOPIC\tPARTITION\tCURRENT\tNEW\tSTART\tEND")
-			for _, e := range sortedListed(ends) {
-				s, _ := starts.Lookup(e.Topic, e.Partition)
-				var n int64
-				switch target.kind {
-				case "earliest":
-					n = s.Offset
-				case "latest":
-					n = e.Offset
-				case "time":
-					n = e.Offset
-					if o, ok := atTime.Lookup(e.Topic, e.Partition); ok && o.Offset >= 0 {
-						n = o.Offset
-					}
-				case "offset":
-					n = min(max(target.offset, s.Offset), e.Offset)
-				}
-				cur := "-"
-				if o, ok := committed.Lookup(e.Topic, e.Partition); ok && o.At >= 0 {
-					cur = strconv.FormatInt(o.At, 10)
-				}
-				fmt.Fprintf(tw, "%s\t%d\t%s\t%d\t%d\t%d\n", e.Topic, e.Partition, cur, n, s.Offset, e.Offset)
-				set.AddOffset(e.Topic, e.Partition, n, -1)
-			}
-			_ = tw.Flush()
 			if !act {
-				cmd.Printf("consumer reset %s (dry run): %d partitions would be set to %s; nothing changed (pass --yes to commit)\n", group, len(set.Sorted()), to)
+				cmd.Printf("consumer reset %s (dry run): %d partitions would be set to %s; nothing changed (pass --yes to commit)\n", group, len(res.Partitions), to)
 				return nil
 			}
-			resp, err := adm.CommitOffsets(ctx, group, set)
-			if err == nil {
-				err = resp.Error()
-			}
-			if err != nil {
-				return fmt.Errorf("commit offsets of group %s: %w (Kafka refuses commits from outside a group with live members)", group, err)
-			}
-			cmd.Printf("consumer reset %s: %d partitions set to %s\n", group, len(set.Sorted()), to)
+			cmd.Printf("consumer reset %s: %d partitions set to %s\n", group, len(res.Partitions), to)
 			return nil
 		},
 	}
