@@ -36,7 +36,7 @@ test-go:
 # The Elasticsearch REST YAML suite ran inside test-go; print its count of
 # cases run, passed and skipped (with reasons), which gotestsum hides on success.
 es-spec-summary:
-	@$(GO) test -count=1 -run '^TestESRestSpecYAML$$' -v ./shared/esserver/ | grep -E '^(es-rest-spec:|  skipped )'
+	@$(GO) test -count=1 -run '^TestESRestSpecYAML$$' -v ./internal/esserver/ | grep -E '^(es-rest-spec:|  skipped )'
 
 fuzz:
 	FUZZTIME=$(FUZZTIME) ./scripts/fuzz-short.sh

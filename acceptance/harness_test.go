@@ -31,8 +31,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/sluicehq/sluice/instanceworker"
+	"github.com/sluicehq/sluice/internal/esserver"
 	"github.com/sluicehq/sluice/projectionworker"
-	"github.com/sluicehq/sluice/shared/esserver"
 	"github.com/sluicehq/sluice/shared/readmodel"
 	"github.com/sluicehq/sluice/shared/testenv"
 )

@@ -7,8 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluicehq/sluice/internal/esserver"
 	"github.com/sluicehq/sluice/shared/consumer"
-	"github.com/sluicehq/sluice/shared/esserver"
 )
 
 // TestRetryBackoffDLQThenRedrive is scenario 6: Elasticsearch fails every

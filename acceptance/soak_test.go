@@ -17,7 +17,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kmsg"
 
-	"github.com/sluicehq/sluice/shared/esserver"
+	"github.com/sluicehq/sluice/internal/esserver"
 )
 
 // soakDuration is the load-and-faults phase of the chaos soak:

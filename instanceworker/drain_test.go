@@ -13,9 +13,9 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/sluicehq/sluice/instanceworker"
+	"github.com/sluicehq/sluice/internal/esserver"
 	"github.com/sluicehq/sluice/registry"
 	"github.com/sluicehq/sluice/shared/envelope"
-	"github.com/sluicehq/sluice/shared/esserver"
 	"github.com/sluicehq/sluice/shared/testenv"
 )
 

@@ -10,10 +10,10 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/instanceworker"
+	"github.com/sluicehq/sluice/internal/esserver"
 	"github.com/sluicehq/sluice/registry"
 	"github.com/sluicehq/sluice/shared/consumer"
 	"github.com/sluicehq/sluice/shared/envelope"
-	"github.com/sluicehq/sluice/shared/esserver"
 	"github.com/sluicehq/sluice/shared/readmodel"
 	"github.com/sluicehq/sluice/shared/testenv"
 )

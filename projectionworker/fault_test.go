@@ -7,9 +7,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluicehq/sluice/internal/esserver"
 	"github.com/sluicehq/sluice/projectionworker"
 	"github.com/sluicehq/sluice/shared/envelope"
-	"github.com/sluicehq/sluice/shared/esserver"
 	"github.com/sluicehq/sluice/shared/testenv"
 )
 

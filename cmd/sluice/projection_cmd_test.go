@@ -20,7 +20,7 @@ import (
 	"github.com/sluicehq/sluice/projectionworker"
 	"github.com/sluicehq/sluice/shared/envelope"
 
-	"github.com/sluicehq/sluice/shared/esserver"
+	"github.com/sluicehq/sluice/internal/esserver"
 	"github.com/sluicehq/sluice/shared/readmodel"
 	"github.com/sluicehq/sluice/shared/testenv"
 )

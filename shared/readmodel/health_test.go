@@ -10,8 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluicehq/sluice/internal/esserver"
 	"github.com/sluicehq/sluice/shared/config"
-	"github.com/sluicehq/sluice/shared/esserver"
 	"github.com/sluicehq/sluice/shared/failure"
 	"github.com/sluicehq/sluice/shared/readmodel"
 )

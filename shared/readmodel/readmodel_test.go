@@ -12,8 +12,8 @@ import (
 
 	"github.com/elastic/go-elasticsearch/v8"
 
+	"github.com/sluicehq/sluice/internal/esserver"
 	"github.com/sluicehq/sluice/shared/envelope"
-	"github.com/sluicehq/sluice/shared/esserver"
 	"github.com/sluicehq/sluice/shared/readmodel"
 )
 

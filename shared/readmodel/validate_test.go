@@ -11,7 +11,7 @@ import (
 
 	"github.com/elastic/go-elasticsearch/v8"
 
-	"github.com/sluicehq/sluice/shared/esserver"
+	"github.com/sluicehq/sluice/internal/esserver"
 	"github.com/sluicehq/sluice/shared/readmodel"
 )
 

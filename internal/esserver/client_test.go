@@ -16,7 +16,7 @@ import (
 	"github.com/elastic/go-elasticsearch/v8/esapi"
 	"github.com/elastic/go-elasticsearch/v8/esutil"
 
-	"github.com/sluicehq/sluice/shared/esserver"
+	"github.com/sluicehq/sluice/internal/esserver"
 )
 
 func newClient(t *testing.T, srv *esserver.Server) *elasticsearch.Client {

@@ -1,5 +1,8 @@
 // Package esserver provides an Elasticsearch-8-compatible, in-memory HTTP
-// test server for sluice's tests and for `sluice dev`.
+// test server for sluice's tests and for `sluice dev`. It lives in
+// internal/ as its own package (docs/esserver.md): the services do not share
+// it, `sluice dev` serves it as its development cluster, and nothing outside
+// this module may import it.
 //
 // A *Server is an http.Handler: mount it in-process with net/http/httptest,
 // or serve it on a real listener (for example :9200) with ListenAndServe.

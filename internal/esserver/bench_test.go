@@ -7,7 +7,7 @@ import (
 	"net/http/httptest"
 	"testing"
 
-	"github.com/sluicehq/sluice/shared/esserver"
+	"github.com/sluicehq/sluice/internal/esserver"
 )
 
 // BenchmarkBulkIndex measures in-process bulk indexing of small documents
