@@ -88,6 +88,14 @@ type Options struct {
 	// new ones (observability.NewRegistry, NewHealth).
 	Metrics *prometheus.Registry
 	Health  *observability.Health
+	// Events serves the event API (/v1/streams, /v1/log; events.go); nil
+	// leaves it out. Commits wakes its subscriptions on commits (nil: they
+	// poll every SSEPollInterval, default 1 s); SSEHeartbeat is the
+	// keep-alive comment interval (default 15 s).
+	Events          EventLog
+	Commits         CommitNotifier
+	SSEPollInterval time.Duration
+	SSEHeartbeat    time.Duration
 }
 
 // server is the API's state; everything is per instance.
@@ -122,6 +130,12 @@ func New(opts Options) (http.Handler, error) {
 	}
 	if opts.MaxEventsPage <= 0 {
 		opts.MaxEventsPage = DefaultMaxEventsPage
+	}
+	if opts.SSEPollInterval <= 0 {
+		opts.SSEPollInterval = DefaultSSEPollInterval
+	}
+	if opts.SSEHeartbeat <= 0 {
+		opts.SSEHeartbeat = DefaultSSEHeartbeat
 	}
 	opts.Limits = withDefaultLimits(opts.Limits)
 	if opts.Limits.MaxDataDepth < 2 {
@@ -162,6 +176,9 @@ func New(opts Options) (http.Handler, error) {
 	mux.HandleFunc("GET "+inst+"/{id}/events", s.handleEvents)
 	mux.HandleFunc("GET /v1/commands/{command_id}", s.handleCommandStatus)
 	mux.HandleFunc("GET /openapi.json", serveOpenAPI)
+	if opts.Events != nil {
+		s.mountEvents(mux)
+	}
 	s.mux = mux
 	return s, nil
 }

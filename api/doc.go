@@ -8,6 +8,14 @@
 // instance's state folded from the event store (read-your-writes) and its
 // event stream, /openapi.json, and /metrics, /livez and /readyz.
 //
+// The event API (events.go, cloudevents.go, subscribe.go) lets producers
+// append domain events of their own aggregate types — one event or an
+// atomic batch, with an expected_sequence and idempotency by event_id, in
+// sluice's own JSON or as CloudEvents — read streams forward and backward
+// and the global log by position, and subscribe to the log over
+// Server-Sent Events, resuming from Last-Event-ID without loss or
+// duplicates (eventstore.LogPage.Through).
+//
 // api/ is the write side's HTTP front (docs/architecture.md#the-parts), kept apart
 // from eventstore (which it only calls) and from the workers.
 //

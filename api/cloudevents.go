@@ -1,0 +1,205 @@
+package api
+
+import (
+	"encoding/json"
+	"net/http"
+	"regexp"
+	"strconv"
+	"strings"
+
+	"github.com/google/uuid"
+
+	"github.com/sluicehq/sluice/shared/envelope"
+)
+
+// CloudEvents JSON input (structured mode, application/cloudevents+json;
+// batch mode, application/cloudevents-batch+json; CloudEvents 1.0). The
+// mapping onto the envelope (docs/api.md, "CloudEvents"):
+//
+//	specversion      must be "1.0"
+//	id + source      event_id: id itself when it is a UUID (canonical,
+//	                 lower-case after folding), else
+//	                 UUIDv5(envelope.Namespace, "sluice:cloudevent:" +
+//	                 source + "\n" + id) — CloudEvents identify an event by
+//	                 (source, id), and so does the store's idempotency
+//	type             event_type: upper-cased, every run of characters
+//	                 outside [A-Z0-9] replaced by "_" ("com.example.order.
+//	                 placed" → "COM_EXAMPLE_ORDER_PLACED"); must then match
+//	                 the envelope's rule
+//	time             occurred_at
+//	data             data (a JSON object; data_base64 is refused)
+//	datacontenttype  absent, application/json or a +json type
+//	source, id, type, subject, dataschema
+//	                 kept in metadata as ce_source, ce_id, ce_type,
+//	                 ce_subject, ce_dataschema
+//	traceparent, tracestate (distributed tracing extension)
+//	                 metadata traceparent, tracestate
+//	other extensions metadata "ce_" + name (their JSON values)
+//
+// The aggregate is the request path's, whatever subject says.
+
+// cloudEventAttr is the CloudEvents attribute name rule (lower-case
+// letters and digits, at most 20 characters recommended; we allow 64).
+var cloudEventAttr = regexp.MustCompile(`^[a-z0-9]{1,64}$`)
+
+// cloudEventIDPrefix is the name space of event_ids derived from (source, id).
+const cloudEventIDPrefix = "sluice:cloudevent:"
+
+// CloudEventID returns the event_id of the CloudEvent (source, id).
+func CloudEventID(source, id string) string {
+	if l := strings.ToLower(id); envelope.IsCanonicalUUID(l) && l != uuid.Nil.String() {
+		return l
+	}
+	return uuid.NewSHA1(envelope.Namespace(), []byte(cloudEventIDPrefix+source+"\n"+id)).String()
+}
+
+// CloudEventType maps a CloudEvents type to an event_type.
+func CloudEventType(t string) string {
+	var b strings.Builder
+	under := false
+	for _, r := range strings.ToUpper(t) {
+		if r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' {
+			b.WriteRune(r)
+			under = false
+			continue
+		}
+		if !under && b.Len() > 0 {
+			b.WriteByte('_')
+			under = true
+		}
+	}
+	return strings.TrimSuffix(b.String(), "_")
+}
+
+// parseCloudEvents reads one structured CloudEvent or a batch (a JSON
+// array of them).
+func (s *server) parseCloudEvents(b []byte, batch bool) ([]eventInput, *Error) {
+	if !batch {
+		in, e := s.parseCloudEvent(b, "")
+		if e != nil {
+			return nil, e
+		}
+		return []eventInput{in}, nil
+	}
+	// Wrap the array so that the object scan checks text, duplicate keys
+	// and depth for every element: {"events": [...]}.
+	wrapped := append(append([]byte(`{"events":`), b...), '}')
+	members, _, e := scanObject(wrapped, depthRule{offset: 3, maxData: s.opts.Limits.MaxDataDepth}, "")
+	if e != nil {
+		if e.Field == "events" {
+			e.Field = ""
+		}
+		return nil, e
+	}
+	var items []json.RawMessage
+	if v := members["events"]; len(v) == 0 || v[0] != '[' || json.Unmarshal(v, &items) != nil {
+		return nil, unprocessable("", "a CloudEvents batch is a JSON array of CloudEvent objects")
+	}
+	out := make([]eventInput, 0, len(items))
+	for i, raw := range items {
+		in, e := s.parseCloudEvent(raw, "["+strconv.Itoa(i)+"]")
+		if e != nil {
+			return nil, e
+		}
+		out = append(out, in)
+	}
+	return out, nil
+}
+
+func (s *server) parseCloudEvent(raw []byte, field string) (eventInput, *Error) {
+	in := eventInput{field: field}
+	at := func(f string) string {
+		if field == "" {
+			return f
+		}
+		return field + "." + f
+	}
+	m, order, e := scanObject(raw, depthRule{offset: 1, maxData: s.opts.Limits.MaxDataDepth}, field)
+	if e != nil {
+		return in, e
+	}
+	str := func(name string, required bool) (string, *Error) {
+		v, ok := m[name]
+		if !ok || isNull(v) {
+			if required {
+				return "", unprocessable(at(name), "the CloudEvents attribute %s is required", name)
+			}
+			return "", nil
+		}
+		return stringMember(v, at(name))
+	}
+	spec, e := str("specversion", true)
+	if e != nil {
+		return in, e
+	}
+	if spec != "1.0" {
+		return in, unprocessable(at("specversion"), `specversion must be "1.0", got %q`, spec)
+	}
+	id, e := str("id", true)
+	if e != nil {
+		return in, e
+	}
+	source, e := str("source", true)
+	if e != nil {
+		return in, e
+	}
+	typ, e := str("type", true)
+	if e != nil {
+		return in, e
+	}
+	if id == "" || source == "" || typ == "" {
+		return in, unprocessable(at("id"), "the CloudEvents attributes id, source and type must not be empty")
+	}
+	if ct, e := str("datacontenttype", false); e != nil {
+		return in, e
+	} else if ct != "" {
+		mt, _, _ := strings.Cut(ct, ";")
+		mt = strings.ToLower(strings.TrimSpace(mt))
+		if mt != mediaJSON && !strings.HasSuffix(mt, "+json") {
+			return in, newError(http.StatusUnsupportedMediaType, CodeUnsupportedMediaType, at("datacontenttype"), "data must be JSON (datacontenttype %q)", ct)
+		}
+	}
+	if _, ok := m["data_base64"]; ok {
+		return in, newError(http.StatusUnsupportedMediaType, CodeUnsupportedMediaType, at("data_base64"), "binary data (data_base64) is not accepted: data must be a JSON object")
+	}
+	in.eventID = CloudEventID(source, id)
+	in.eventType = CloudEventType(typ)
+	in.metadata.SetString("ce_id", id)
+	in.metadata.SetString("ce_source", source)
+	in.metadata.SetString("ce_type", typ)
+	if v, ok := m["data"]; ok && !isNull(v) {
+		if !isObject(v) {
+			return in, unprocessable(at("data"), "data must be a JSON object")
+		}
+		in.data = v
+	}
+	if v, ok := m["time"]; ok && !isNull(v) {
+		if err := json.Unmarshal(v, &in.occurredAt); err != nil {
+			return in, unprocessable(at("time"), "time must be an RFC 3339 time: %v", err)
+		}
+	}
+	for _, k := range order {
+		switch k {
+		case "specversion", "id", "source", "type", "data", "time", "datacontenttype":
+			continue
+		case "subject", "dataschema":
+			v, e := str(k, false)
+			if e != nil {
+				return in, e
+			}
+			in.metadata.SetString("ce_"+k, v)
+		case "traceparent", "tracestate":
+			v, e := str(k, false)
+			if e != nil {
+				return in, e
+			}
+			in.metadata.SetString(k, v)
+		default:
+			if !cloudEventAttr.MatchString(k) {
+				return in, unprocessable(at(k), "%q is not a CloudEvents attribute name ([a-z0-9]{1,64})", k)
+			}
+			in.metadata["ce_"+k] = m[k]
+		}
+	}
+	return in, nil
+}

@@ -1,0 +1,479 @@
+package api
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+)
+
+// eventAPI is a test API with the event routes mounted on its own store.
+func eventAPI(t testing.TB, commits bool) *testAPI {
+	t.Helper()
+	a := newTestAPI(t, apiConfig{opts: func(o *Options) {
+		o.Events = o.Store.(EventLog)
+		o.SSEPollInterval = 50 * time.Millisecond
+		o.SSEHeartbeat = 200 * time.Millisecond
+		if !commits {
+			o.SSEPollInterval = 20 * time.Millisecond
+		}
+	}})
+	if commits {
+		ctx, cancel := context.WithCancel(context.Background())
+		t.Cleanup(cancel)
+		n := PostgresCommits(ctx, a.pool, nil)
+		h, err := New(Options{Store: a.store, Registry: a.reg, Sequences: PostgresSequences(a.pool), Events: a.store, Commits: n,
+			SSEPollInterval: time.Hour, SSEHeartbeat: 200 * time.Millisecond})
+		if err != nil {
+			t.Fatal(err)
+		}
+		a.h = h
+	}
+	return a
+}
+
+type evIn struct {
+	ID, Type string
+	Data     map[string]any
+}
+
+func appendBody(expect any, evs ...evIn) string {
+	type ev struct {
+		EventID   string         `json:"event_id,omitempty"`
+		EventType string         `json:"event_type"`
+		Data      map[string]any `json:"data,omitempty"`
+	}
+	body := struct {
+		Expected any  `json:"expected_sequence,omitempty"`
+		Events   []ev `json:"events"`
+	}{Expected: expect}
+	for _, e := range evs {
+		body.Events = append(body.Events, ev{e.ID, e.Type, e.Data})
+	}
+	b, _ := json.Marshal(body)
+	return string(b)
+}
+
+func newEvents(n int, typ string) []evIn {
+	out := make([]evIn, n)
+	for i := range out {
+		out[i] = evIn{ID: uuid.NewString(), Type: typ, Data: map[string]any{"i": i}}
+	}
+	return out
+}
+
+const devicePath = "/v1/streams/Device/dev-1/events"
+
+func TestEventAppendReplayAndConflicts(t *testing.T) {
+	a := eventAPI(t, false)
+	first := newEvents(3, "READING_TAKEN")
+	r := a.do("POST", devicePath, appendBody("no_stream", first...)).expect(t, http.StatusCreated, "")
+	if r.num("first_sequence") != 1 || r.num("last_sequence") != 3 || r.json["replayed"] != false {
+		t.Fatalf("reply %s", r.body)
+	}
+	// A retry of the same batch returns the same result.
+	r2 := a.do("POST", devicePath, appendBody("no_stream", first...)).expect(t, http.StatusOK, "")
+	if r2.json["replayed"] != true || r2.header.Get("Idempotent-Replayed") != "true" || fmt.Sprint(r2.json["events"]) != fmt.Sprint(r.json["events"]) {
+		t.Fatalf("replay %s, first %s", r2.body, r.body)
+	}
+	reused := first[1]
+	reused.Data = map[string]any{"other": true}
+	bad := newEvents(3, "READING_TAKEN")
+	badType := newEvents(3, "READING_TAKEN")
+	badType[1].Type = "lower-case"
+	badKey := newEvents(3, "READING_TAKEN")
+	badKey[1].Data = map[string]any{"_id": 1}
+	cases := []struct {
+		name, path, body string
+		status           int
+		code, field      string
+		actual           int64
+	}{
+		{"stale sequence", devicePath, appendBody(1, newEvents(2, "X")...), 409, CodeConflict, "expected_sequence", 3},
+		{"no_stream on a stream", devicePath, appendBody("no_stream", newEvents(1, "X")...), 409, CodeConflict, "expected_sequence", 3},
+		{"exists on no stream", "/v1/streams/Device/dev-new/events", appendBody("exists", newEvents(1, "X")...), 409, CodeConflict, "expected_sequence", 0},
+		{"reused event_id in the middle", devicePath, appendBody("any", bad[0], reused, bad[2]), 409, CodeEventIDReused, "events[1].event_id", -1},
+		{"stored and new mixed", devicePath, appendBody("any", first[0], bad[1]), 409, CodePartialBatch, "events[0].event_id", -1},
+		{"invalid event type in the middle", devicePath, appendBody("any", badType...), 422, CodeValidationFailed, "events[1].event_type", -1},
+		{"data key the read model cannot hold", devicePath, appendBody("any", badKey...), 422, CodeInvalidDataKey, "events[1].data._id", -1},
+		{"instances go through commands", "/v1/streams/Instance/a:b:c/events", appendBody("any", newEvents(1, "X")...), 422, CodeValidationFailed, "aggregate_type", -1},
+		{"bad aggregate type", "/v1/streams/1bad/x/events", appendBody("any", newEvents(1, "X")...), 422, CodeValidationFailed, "aggregate_type", -1},
+		{"invalid text in the path", "/v1/streams/Device/%ED%A0%80/events", appendBody("any", newEvents(1, "X")...), 400, CodeInvalidText, "aggregate_id", -1},
+		{"bad expectation", devicePath, appendBody("sometimes", newEvents(1, "X")...), 422, CodeValidationFailed, "expected_sequence", -1},
+		{"string number expectation", devicePath, appendBody("3", newEvents(1, "X")...), 422, CodeValidationFailed, "expected_sequence", -1},
+		{"empty batch", devicePath, `{"events":[]}`, 422, CodeValidationFailed, "events", -1},
+		{"unknown field", devicePath, `{"events":[{"event_type":"X","extra":1}]}`, 422, CodeValidationFailed, "events[0].extra", -1},
+		{"kafka_topic", devicePath, `{"events":[{"event_type":"X","metadata":{"kafka_topic":"elsewhere"}}]}`, 422, CodeValidationFailed, "events[0].metadata.kafka_topic", -1},
+		{"duplicate key", devicePath, `{"events":[{"event_type":"X","data":{"a":1,"a":2}}]}`, 400, CodeMalformedJSON, "", -1},
+		{"lone surrogate", devicePath, `{"events":[{"event_type":"X","data":{"a":"\ud800"}}]}`, 400, CodeInvalidText, "", -1},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			before := a.appendsCount()
+			r := a.do("POST", tc.path, tc.body).expect(t, tc.status, tc.code)
+			if tc.field != "" && r.str("field") != tc.field {
+				t.Fatalf("field %q, want %q: %s", r.str("field"), tc.field, r.body)
+			}
+			if tc.actual >= 0 && r.num("actual_seq") != tc.actual {
+				t.Fatalf("actual_seq %d, want %d: %s", r.num("actual_seq"), tc.actual, r.body)
+			}
+			if r.header.Get("Content-Type") != mediaProblem {
+				t.Fatalf("Content-Type %q", r.header.Get("Content-Type"))
+			}
+			if after := a.appendsCount(); after != before {
+				t.Fatalf("a refused batch wrote %d rows", after-before)
+			}
+		})
+	}
+	// The stream holds the first batch only.
+	page := a.do("GET", devicePath+"?limit=10", "").expect(t, 200, "")
+	if evs := page.json["events"].([]any); len(evs) != 3 || page.num("last_sequence") != 3 {
+		t.Fatalf("stream %s", page.body)
+	}
+}
+
+// 50 writers append batches of two with the expected sequence they know
+// (learned from their conflicts): every expected sequence has exactly one
+// winner, and the stream has no gap.
+func TestEventAppendConcurrentWriters(t *testing.T) {
+	a := eventAPI(t, false)
+	const writers = 50
+	var mu sync.Mutex
+	wins := map[int64]int{}
+	var wg sync.WaitGroup
+	for range writers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			var known int64
+			for attempt := 0; attempt < 500; attempt++ {
+				r := doHandler(t, a.h, "POST", "/v1/streams/Counter/c-1/events", appendBody(known, newEvents(2, "INCREMENTED")...))
+				switch r.code {
+				case http.StatusCreated:
+					if r.num("first_sequence") != known+1 || r.num("last_sequence") != known+2 {
+						t.Errorf("won at %d with %s", known, r.body)
+					}
+					mu.Lock()
+					wins[known]++
+					mu.Unlock()
+					return
+				case http.StatusConflict:
+					if r.num("actual_seq") == known {
+						t.Errorf("conflict at %d naming the same sequence: %s", known, r.body)
+						return
+					}
+					known = r.num("actual_seq")
+				default:
+					t.Errorf("status %d: %s", r.code, r.body)
+					return
+				}
+			}
+			t.Error("a writer never won")
+		}()
+	}
+	wg.Wait()
+	if len(wins) != writers {
+		t.Fatalf("%d winning sequences, want %d", len(wins), writers)
+	}
+	for seq, n := range wins {
+		if n != 1 || seq%2 != 0 {
+			t.Fatalf("expected_sequence %d won %d times", seq, n)
+		}
+	}
+	seen := int64(0)
+	for from := int64(1); ; {
+		p := a.do("GET", "/v1/streams/Counter/c-1/events?limit=37&from_sequence="+strconv.FormatInt(from, 10), "").expect(t, 200, "")
+		for _, raw := range p.json["events"].([]any) {
+			seen++
+			if seq := int64(raw.(map[string]any)["sequence_number"].(float64)); seq != seen {
+				t.Fatalf("event %d has sequence %d", seen, seq)
+			}
+		}
+		next, ok := p.json["next_from_sequence"].(float64)
+		if !ok {
+			break
+		}
+		from = int64(next)
+	}
+	if seen != 2*writers {
+		t.Fatalf("%d events, want %d", seen, 2*writers)
+	}
+}
+
+func seqsOf(t *testing.T, r reply) []int64 {
+	t.Helper()
+	var out []int64
+	for _, raw := range r.json["events"].([]any) {
+		out = append(out, int64(raw.(map[string]any)["sequence_number"].(float64)))
+	}
+	return out
+}
+
+func TestEventStreamPaging(t *testing.T) {
+	a := eventAPI(t, false)
+	a.do("POST", devicePath, appendBody("no_stream", newEvents(7, "READING_TAKEN")...)).expect(t, 201, "")
+	walk := func(dir, from string) [][]int64 {
+		var pages [][]int64
+		q := "?limit=3&direction=" + dir + from
+		for {
+			r := a.do("GET", devicePath+q, "").expect(t, 200, "")
+			pages = append(pages, seqsOf(t, r))
+			next, ok := r.json["next_from_sequence"].(float64)
+			if !ok {
+				return pages
+			}
+			q = "?limit=3&direction=" + dir + "&from_sequence=" + strconv.Itoa(int(next))
+		}
+	}
+	cases := []struct{ dir, from, want string }{
+		{"forward", "", "[[1 2 3] [4 5 6] [7]]"},
+		{"forward", "&from_sequence=6", "[[6 7]]"},
+		{"backward", "", "[[7 6 5] [4 3 2] [1]]"},
+		{"backward", "&from_sequence=4", "[[4 3 2] [1]]"},
+		{"backward", "&from_sequence=99", "[[7 6 5] [4 3 2] [1]]"},
+	}
+	for _, tc := range cases {
+		if got := fmt.Sprint(walk(tc.dir, tc.from)); got != tc.want {
+			t.Errorf("%s%s: %s, want %s", tc.dir, tc.from, got, tc.want)
+		}
+	}
+	a.do("GET", "/v1/streams/Device/none/events", "").expect(t, 404, CodeStreamNotFound)
+	a.do("GET", devicePath+"?direction=sideways", "").expect(t, 400, CodeInvalidParameter)
+	a.do("GET", devicePath+"?limit=0", "").expect(t, 400, CodeInvalidParameter)
+}
+
+func TestEventLogPaging(t *testing.T) {
+	a := eventAPI(t, false)
+	a.do("POST", devicePath, appendBody("any", newEvents(3, "READING_TAKEN")...)).expect(t, 201, "")
+	a.do("POST", "/v1/streams/Order/o-1/events", appendBody("any", newEvents(2, "ORDER_PLACED")...)).expect(t, 201, "")
+	a.do("POST", devicePath, appendBody("any", newEvents(2, "READING_TAKEN")...)).expect(t, 201, "")
+	read := func(filter string) (positions []int64, types []string) {
+		for from := int64(1); ; {
+			r := a.do("GET", "/v1/log?limit=2&from_position="+strconv.FormatInt(from, 10)+filter, "").expect(t, 200, "")
+			evs := r.json["events"].([]any)
+			for _, raw := range evs {
+				m := raw.(map[string]any)
+				positions = append(positions, int64(m["position"].(float64)))
+				types = append(types, m["aggregate_type"].(string))
+			}
+			next := r.num("next_from_position")
+			if len(evs) == 0 && next == from {
+				return
+			}
+			from = next
+		}
+	}
+	pos, _ := read("")
+	if fmt.Sprint(pos) != "[1 2 3 4 5 6 7]" {
+		t.Fatalf("log positions %v", pos)
+	}
+	pos, types := read("&aggregate_type=Order")
+	if fmt.Sprint(pos) != "[4 5]" || fmt.Sprint(types) != "[Order Order]" {
+		t.Fatalf("Order positions %v %v", pos, types)
+	}
+	a.do("GET", "/v1/log?aggregate_type=no:colon", "").expect(t, 400, CodeInvalidParameter)
+}
+
+func TestCloudEventsInput(t *testing.T) {
+	a := eventAPI(t, false)
+	ce := `{"specversion":"1.0","id":"A234-1234-1234","source":"/sensors/dev-1","type":"com.example.reading.taken",
+		"time":"2026-11-21T10:00:00.5+01:00","subject":"dev-1","datacontenttype":"application/json",
+		"traceparent":"00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01","comexampleshard":3,"data":{"celsius":21.5}}`
+	r := a.do("POST", devicePath, ce, "Content-Type: "+mediaCloudEvent).expect(t, 201, "")
+	wantID := CloudEventID("/sensors/dev-1", "A234-1234-1234")
+	if ev := r.json["events"].([]any)[0].(map[string]any); ev["event_id"] != wantID {
+		t.Fatalf("event_id %v, want %s", ev["event_id"], wantID)
+	}
+	a.do("POST", devicePath, ce, "Content-Type: "+mediaCloudEvent).expect(t, 200, "") // replay
+	page := a.do("GET", devicePath, "").expect(t, 200, "")
+	var env struct {
+		EventType  string            `json:"event_type"`
+		OccurredAt string            `json:"occurred_at"`
+		Data       map[string]any    `json:"data"`
+		Metadata   map[string]any    `json:"metadata"`
+		Kind       string            `json:"kind"`
+		Extra      map[string]string `json:"-"`
+	}
+	b, _ := json.Marshal(page.json["events"].([]any)[0])
+	if err := json.Unmarshal(b, &env); err != nil {
+		t.Fatal(err)
+	}
+	if env.EventType != "COM_EXAMPLE_READING_TAKEN" || env.OccurredAt != "2026-11-21T09:00:00.500Z" || env.Data["celsius"] != 21.5 || env.Kind != "domain" {
+		t.Fatalf("envelope %s", b)
+	}
+	for k, want := range map[string]any{"ce_id": "A234-1234-1234", "ce_source": "/sensors/dev-1", "ce_type": "com.example.reading.taken",
+		"ce_subject": "dev-1", "ce_comexampleshard": 3.0, "traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"} {
+		if env.Metadata[k] != want {
+			t.Errorf("metadata %s = %v, want %v", k, env.Metadata[k], want)
+		}
+	}
+	batch := `[{"specversion":"1.0","id":"b-1","source":"s","type":"x.y","data":{"n":1}},{"specversion":"1.0","id":"b-2","source":"s","type":"x.y","data":{"n":2}}]`
+	r = a.do("POST", devicePath+"?expected_sequence=1", batch, "Content-Type: "+mediaCloudEventBatch).expect(t, 201, "")
+	if r.num("first_sequence") != 2 || r.num("last_sequence") != 3 {
+		t.Fatalf("batch %s", r.body)
+	}
+	a.do("POST", devicePath+"?expected_sequence=1", `[{"specversion":"1.0","id":"b-3","source":"s","type":"x.y"}]`, "Content-Type: "+mediaCloudEventBatch).expect(t, 409, CodeConflict)
+	for name, tc := range map[string]struct {
+		body, ct string
+		status   int
+		field    string
+	}{
+		"no specversion":  {`{"id":"1","source":"s","type":"t"}`, mediaCloudEvent, 422, "specversion"},
+		"old specversion": {`{"specversion":"0.3","id":"1","source":"s","type":"t"}`, mediaCloudEvent, 422, "specversion"},
+		"binary data":     {`{"specversion":"1.0","id":"1","source":"s","type":"t","data_base64":"AA=="}`, mediaCloudEvent, 415, "data_base64"},
+		"xml data":        {`{"specversion":"1.0","id":"1","source":"s","type":"t","datacontenttype":"text/xml"}`, mediaCloudEvent, 415, "datacontenttype"},
+		"bad in batch":    {`[{"specversion":"1.0","id":"1","source":"s","type":"t","data":[1]}]`, mediaCloudEventBatch, 422, "[0].data"},
+		"type unmappable": {`{"specversion":"1.0","id":"1","source":"s","type":"1.x"}`, mediaCloudEvent, 422, "event_type"},
+	} {
+		r := a.do("POST", devicePath, tc.body, "Content-Type: "+tc.ct)
+		if r.code != tc.status || r.str("field") != tc.field {
+			t.Errorf("%s: %d field %q, want %d %q: %s", name, r.code, r.str("field"), tc.status, tc.field, r.body)
+		}
+	}
+}
+
+// sseEvent is one Server-Sent Event.
+type sseEvent struct{ id, data string }
+
+// sseRead reads events from an SSE body until n arrived or the deadline.
+func sseRead(t *testing.T, br *bufio.Reader, n int, deadline time.Duration) []sseEvent {
+	t.Helper()
+	var out []sseEvent
+	var cur sseEvent
+	done := make(chan struct{})
+	timer := time.AfterFunc(deadline, func() { close(done) })
+	defer timer.Stop()
+	for len(out) < n {
+		select {
+		case <-done:
+			t.Fatalf("only %d of %d events within %s", len(out), n, deadline)
+		default:
+		}
+		line, err := br.ReadString('\n')
+		if err != nil {
+			t.Fatalf("reading the event stream: %v (after %d events)", err, len(out))
+		}
+		line = strings.TrimSuffix(line, "\n")
+		switch {
+		case line == "":
+			if cur.data != "" {
+				out = append(out, cur)
+			}
+			cur = sseEvent{}
+		case strings.HasPrefix(line, "id: "):
+			cur.id = line[4:]
+		case strings.HasPrefix(line, "data: "):
+			cur.data = line[6:]
+		}
+	}
+	return out
+}
+
+func openSSE(t *testing.T, ctx context.Context, url, lastID string) *bufio.Reader {
+	t.Helper()
+	req, _ := http.NewRequestWithContext(ctx, "GET", url, nil)
+	req.Header.Set("Accept", mediaEventStream)
+	if lastID != "" {
+		req.Header.Set("Last-Event-ID", lastID)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = resp.Body.Close() })
+	if resp.StatusCode != 200 || resp.Header.Get("Content-Type") != mediaEventStream {
+		t.Fatalf("subscribe: %d %s", resp.StatusCode, resp.Header.Get("Content-Type"))
+	}
+	return bufio.NewReader(resp.Body)
+}
+
+// A subscriber that disconnects and resumes with Last-Event-ID gets every
+// event once: those appended while it was away (catch-up) and those after
+// (live, through the commit notifications).
+func TestSubscribeResumeAfterDisconnect(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		commits bool
+		path    string
+		other   bool // events of another type interleave (filtered out)
+	}{
+		{"log with notifications", true, "/v1/log/subscribe?from_position=1", false},
+		{"aggregate type polling", false, "/v1/streams/Device/subscribe?from_position=1", true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			a := eventAPI(t, tc.commits)
+			srv := httptest.NewServer(a.h)
+			t.Cleanup(srv.Close)
+			var want []string
+			appendN := func(n int) {
+				evs := newEvents(n, "READING_TAKEN")
+				doHandler(t, a.h, "POST", devicePath, appendBody("any", evs...)).expect(t, 201, "")
+				for _, e := range evs {
+					want = append(want, e.ID)
+				}
+				if tc.other {
+					doHandler(t, a.h, "POST", "/v1/streams/Order/o-1/events", appendBody("any", newEvents(1, "ORDER_PLACED")...)).expect(t, 201, "")
+				}
+			}
+			appendN(3)
+			ctx1, cancel1 := context.WithCancel(context.Background())
+			br1 := openSSE(t, ctx1, srv.URL+tc.path, "")
+			got := sseRead(t, br1, 3, 10*time.Second) // catch-up
+			appendN(2)
+			got = append(got, sseRead(t, br1, 2, 10*time.Second)...) // live
+			cancel1()                                                // disconnect
+			appendN(4)                                               // while away
+			ctx2, cancel2 := context.WithCancel(context.Background())
+			defer cancel2()
+			br := openSSE(t, ctx2, srv.URL+tc.path, got[len(got)-1].id)
+			got = append(got, sseRead(t, br, 4, 10*time.Second)...)
+			appendN(2) // live again
+			got = append(got, sseRead(t, br, 2, 10*time.Second)...)
+			var ids []string
+			last := int64(0)
+			for _, ev := range got {
+				var env struct {
+					EventID       string `json:"event_id"`
+					Position      int64  `json:"position"`
+					AggregateType string `json:"aggregate_type"`
+				}
+				if err := json.Unmarshal([]byte(ev.data), &env); err != nil {
+					t.Fatal(err)
+				}
+				if strconv.FormatInt(env.Position, 10) != ev.id || env.Position <= last || env.AggregateType != "Device" {
+					t.Fatalf("event id %s position %d after %d type %s", ev.id, env.Position, last, env.AggregateType)
+				}
+				last = env.Position
+				ids = append(ids, env.EventID)
+			}
+			if fmt.Sprint(ids) != fmt.Sprint(want) {
+				t.Fatalf("received %v\nwant     %v", ids, want)
+			}
+		})
+	}
+}
+
+func TestOpenAPIDocumentsEventAPI(t *testing.T) {
+	a := eventAPI(t, false)
+	r := a.do("GET", "/openapi.json", ``).expect(t, 200, "")
+	paths, _ := r.json["paths"].(map[string]any)
+	for _, p := range []string{"/v1/streams/{aggregate_type}/{aggregate_id}/events", "/v1/streams/{aggregate_type}/subscribe", "/v1/log", "/v1/log/subscribe"} {
+		if _, ok := paths[p]; !ok {
+			t.Errorf("openapi.json lacks %s", p)
+		}
+	}
+	for _, code := range []string{CodeEventIDReused, CodePartialBatch, CodeStreamNotFound} {
+		if !strings.Contains(string(r.body), `"`+code+`"`) {
+			t.Errorf("openapi.json does not list error code %s", code)
+		}
+	}
+}
