@@ -43,7 +43,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/sluicehq/sluice/registry"
-	"github.com/sluicehq/sluice/relay"
+	"github.com/sluicehq/sluice/shared/config"
+	"github.com/sluicehq/sluice/shared/kafka"
 )
 
 // Letter states, as recorded in the handled topic ("new": no marker).
@@ -85,9 +86,9 @@ type Registry interface {
 type Options struct {
 	// Topic is the dead-letter topic (COMMANDS_DLQ_TOPIC, EVENTS_DLQ_TOPIC).
 	Topic string
-	// Kafka are the client options that reach the brokers (seeds, TLS,
-	// SASL); the Queue adds its producer settings.
-	Kafka []kgo.Opt
+	// Kafka is the KAFKA_* configuration its clients are built from
+	// (kafka.NewClient: brokers, TLS, SASL, producer settings).
+	Kafka config.Kafka
 	// ReplicationFactor of the handled topic when it is created; -1 (or
 	// 0) takes the cluster's default.replication.factor (KIP-464).
 	ReplicationFactor int16
@@ -113,9 +114,9 @@ func Open(opts Options) (*Queue, error) {
 	if opts.ReplicationFactor == 0 {
 		opts.ReplicationFactor = -1
 	}
-	cl, err := kgo.NewClient(append(append([]kgo.Opt{}, opts.Kafka...), relay.ProducerOpts(100)...)...)
+	cl, err := kafka.NewClient(opts.Kafka, kafka.MaxBuffered(100))
 	if err != nil {
-		return nil, fmt.Errorf("dlq: kafka client: %w", err)
+		return nil, fmt.Errorf("dlq: %w", err)
 	}
 	return &Queue{opts: opts, cl: cl, adm: kadm.NewClient(cl)}, nil
 }

@@ -17,6 +17,7 @@ import (
 
 	"github.com/sluicehq/sluice/dlq"
 	"github.com/sluicehq/sluice/registry"
+	"github.com/sluicehq/sluice/shared/config"
 	"github.com/sluicehq/sluice/shared/consumer"
 	"github.com/sluicehq/sluice/shared/testenv"
 )
@@ -58,7 +59,7 @@ func newFixture(t *testing.T) *fixture {
 
 func (f *fixture) queue(t *testing.T) *dlq.Queue {
 	t.Helper()
-	q, err := dlq.Open(dlq.Options{Topic: f.topic, Kafka: []kgo.Opt{kgo.SeedBrokers(f.k.Brokers...)}, ReplicationFactor: 1, Registry: f.reg, By: "tester"})
+	q, err := dlq.Open(dlq.Options{Topic: f.topic, Kafka: config.Kafka{Brokers: f.k.Brokers}, ReplicationFactor: 1, Registry: f.reg, By: "tester"})
 	if err != nil {
 		t.Fatal(err)
 	}

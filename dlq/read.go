@@ -9,6 +9,9 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/sluicehq/sluice/shared/config"
+	"github.com/sluicehq/sluice/shared/kafka"
 )
 
 // ProgressFunc is told, record by record or letter by letter, how far a
@@ -20,7 +23,7 @@ type ProgressFunc func(done, total int64)
 // per partition. onlyPartition >= 0 restricts it to one partition, and
 // from >= 0 starts there. A missing topic is an error unless missingOK. fn
 // returns true to stop early.
-func readTopicRange(ctx context.Context, kopts []kgo.Opt, adm *kadm.Client, topic string, onlyPartition int32, from int64, missingOK bool,
+func readTopicRange(ctx context.Context, kc config.Kafka, adm *kadm.Client, topic string, onlyPartition int32, from int64, missingOK bool,
 	prog ProgressFunc, fn func(*kgo.Record) (bool, error)) error {
 	starts, err := adm.ListStartOffsets(ctx, topic)
 	if err == nil {
@@ -57,8 +60,8 @@ func readTopicRange(ctx context.Context, kopts []kgo.Opt, adm *kadm.Client, topi
 	if len(parts) == 0 {
 		return nil
 	}
-	cc, err := kgo.NewClient(append(append([]kgo.Opt{}, kopts...),
-		kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{topic: parts}), kgo.FetchMaxWait(500*time.Millisecond))...)
+	cc, err := kafka.NewClient(kc,
+		kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{topic: parts}), kgo.FetchMaxWait(500*time.Millisecond))
 	if err != nil {
 		return err
 	}

@@ -9,6 +9,7 @@ import (
 	"github.com/sluicehq/sluice/registry"
 	"github.com/sluicehq/sluice/relay"
 	"github.com/sluicehq/sluice/shared/config"
+	"github.com/sluicehq/sluice/shared/kafka"
 )
 
 // Deps are the clients a process already has, for NewFromConfig.
@@ -28,7 +29,7 @@ type Deps struct {
 // name, checkpoint and routing, the Kafka connection and the index prefix
 // come from cfg, the clients from d.
 func NewFromConfig(cfg *config.Config, d Deps) (*Inspector, error) {
-	kopts, err := relay.KafkaOpts(cfg.Kafka)
+	kopts, err := kafka.Opts(cfg.Kafka)
 	if err != nil {
 		return nil, err
 	}

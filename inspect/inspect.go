@@ -68,7 +68,7 @@ type Options struct {
 	Checkpoint *relay.CheckpointStore
 	Parked     *relay.ParkedStore
 	RelayName  string
-	// KafkaOpts connect to the brokers (relay.KafkaOpts); nil: no Kafka.
+	// KafkaOpts connect to the brokers (kafka.Opts); nil: no Kafka.
 	KafkaOpts []kgo.Opt
 	// ES reads documents; IndexPrefix is ELASTICSEARCH_INDEX_PREFIX.
 	ES          *elasticsearch.Client

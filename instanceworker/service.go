@@ -15,8 +15,8 @@ import (
 	"github.com/sluicehq/sluice/shared/consumer"
 	"github.com/sluicehq/sluice/shared/crashpoint"
 	"github.com/sluicehq/sluice/shared/envelope"
+	"github.com/sluicehq/sluice/shared/kafka"
 	"github.com/sluicehq/sluice/shared/observability"
-	"github.com/sluicehq/sluice/shared/topics"
 )
 
 // Deps are the resources a Service runs on; the caller owns and closes them.
@@ -71,12 +71,8 @@ func NewService(cfg *config.Config, d Deps) (*Service, error) {
 	if err != nil {
 		return nil, err
 	}
-	kopts, err := consumer.ClientOptions(cfg.Kafka)
-	if err != nil {
-		return nil, err
-	}
 	co := consumer.OptionsFromConfig(consumer.Options{
-		Brokers: cfg.Kafka.Brokers, KafkaOpts: append(kopts, d.KafkaOpts...),
+		Kafka: cfg.Kafka, KafkaOpts: d.KafkaOpts,
 		Topic: cfg.Kafka.CommandsTopic, Group: GroupName, DLQTopic: cfg.Kafka.CommandsDLQTopic,
 		HandlerName: HandlerName, Policy: registry.WaitForPredecessor, Registry: reg, Handler: w,
 		Limits: envelope.Limits{MaxEnvelopeBytes: cfg.EventStore.MaxEnvelopeBytes, MaxDataDepth: cfg.EventStore.MaxDataDepth, MaxMetadataBytes: cfg.EventStore.MaxMetadataBytes}, Crash: crash, CrashWorker: HandlerName,
@@ -112,7 +108,7 @@ func (s *Service) Run(ctx context.Context) error {
 
 func (s *Service) ensureTopics(ctx context.Context) {
 	k := s.cfg.Kafka
-	if err := topics.Ensure(ctx, s.cons.Client(), k.TopicPartitions, k.ReplicationFactor, k.CommandsTopic, k.CommandsDLQTopic); err != nil {
+	if err := kafka.EnsureTopics(ctx, s.cons.Client(), k, k.CommandsTopic, k.CommandsDLQTopic); err != nil {
 		s.log.Warn("create topics", "err", err)
 	}
 }

@@ -8,10 +8,9 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
-	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/sluicehq/sluice/shared/config"
-	"github.com/sluicehq/sluice/shared/consumer"
+	"github.com/sluicehq/sluice/shared/kafka"
 )
 
 // ErrAlreadyLive refuses a rebuild of a version that is already live.
@@ -197,13 +196,9 @@ func switchTo(ctx context.Context, o SwitchOptions, version int, mode Mode, repl
 	if err != nil {
 		return sum, err
 	}
-	kopts, err := consumer.ClientOptions(o.Config.Kafka)
+	cl, err := kafka.NewClient(o.Config.Kafka, o.Deps.KafkaOpts...)
 	if err != nil {
-		return sum, err
-	}
-	cl, err := kgo.NewClient(append(kopts, o.Deps.KafkaOpts...)...)
-	if err != nil {
-		return sum, fmt.Errorf("projectionworker: kafka: %w", err)
+		return sum, fmt.Errorf("projectionworker: %w", err)
 	}
 	defer cl.Close()
 	adm := kadm.NewClient(cl)

@@ -18,9 +18,9 @@ import (
 	"github.com/sluicehq/sluice/shared/consumer"
 	"github.com/sluicehq/sluice/shared/crashpoint"
 	"github.com/sluicehq/sluice/shared/envelope"
+	"github.com/sluicehq/sluice/shared/kafka"
 	"github.com/sluicehq/sluice/shared/observability"
 	"github.com/sluicehq/sluice/shared/readmodel"
-	"github.com/sluicehq/sluice/shared/topics"
 )
 
 // MinConcurrency is the least number of aggregates a projection consumer
@@ -223,10 +223,6 @@ func (s *Service) startupLiveVersion(ctx context.Context, name string) (int, err
 // newConsumer builds the consumer of projection sp at version v.
 func (s *Service) newConsumer(sp Spec, v int) (*consumer.Consumer, error) {
 	p := sp.Projection
-	kopts, err := consumer.ClientOptions(s.cfg.Kafka)
-	if err != nil {
-		return nil, err
-	}
 	guard, err := guardOf(p)
 	if err != nil {
 		return nil, err
@@ -241,7 +237,7 @@ func (s *Service) newConsumer(sp Spec, v int) (*consumer.Consumer, error) {
 		reg = s.d.WrapRegistry(reg)
 	}
 	co := consumer.OptionsFromConfig(consumer.Options{
-		Brokers: s.cfg.Kafka.Brokers, KafkaOpts: append(kopts, s.d.KafkaOpts...),
+		Kafka: s.cfg.Kafka, KafkaOpts: s.d.KafkaOpts,
 		Topic: s.cfg.Kafka.EventsTopic, Group: GroupName(p.Name(), v), DLQTopic: s.cfg.Kafka.EventsDLQTopic,
 		HandlerName: HandlerName(p.Name(), v), Policy: guard, Registry: reg, Handler: w,
 		Limits: envelope.Limits{MaxEnvelopeBytes: s.cfg.EventStore.MaxEnvelopeBytes, MaxDataDepth: s.cfg.EventStore.MaxDataDepth,
@@ -356,7 +352,7 @@ func (s *Service) watchVersion(ctx context.Context, sp Spec, v int, done <-chan 
 
 func (s *Service) ensureTopics(ctx context.Context, cl *kgo.Client) {
 	k := s.cfg.Kafka
-	if err := topics.Ensure(ctx, cl, k.TopicPartitions, k.ReplicationFactor, k.EventsTopic, k.EventsDLQTopic); err != nil {
+	if err := kafka.EnsureTopics(ctx, cl, k, k.EventsTopic, k.EventsDLQTopic); err != nil {
 		s.d.Logger.Warn("create topics", "err", err)
 	}
 }

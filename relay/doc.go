@@ -26,7 +26,7 @@
 // `sluice relay parked` republishes or drops it. Outages (shared/failure)
 // are never parked: they pause the relay, readiness red, until they end.
 // The producer and the topics it creates share one size budget derived
-// from the store's envelope limit (topics.MessageBudget), so a stored
+// from the store's envelope limit (kafka.MessageBudget), so a stored
 // envelope is producible unless a broker's own limit is lower.
 //
 // # High availability

@@ -15,9 +15,8 @@ import (
 
 	"github.com/sluicehq/sluice/shared/config"
 	"github.com/sluicehq/sluice/shared/crashpoint"
-	"github.com/sluicehq/sluice/shared/envelope"
+	"github.com/sluicehq/sluice/shared/kafka"
 	"github.com/sluicehq/sluice/shared/observability"
-	"github.com/sluicehq/sluice/shared/topics"
 )
 
 // TopicRoute overrides the topics of one aggregate type (docs/relay.md#what-it-does-per-cycle: the
@@ -78,7 +77,7 @@ type Options struct {
 	// flush batch size are raised to it.
 	CheckpointMaxRecords int
 
-	// MaxMessageBytes is the one Kafka size budget (topics.MessageBudget):
+	// MaxMessageBytes is the one Kafka size budget (kafka.MessageBudget):
 	// the producer's largest record batch and the max.message.bytes of the
 	// topics the relay creates. Default: the budget of the default
 	// envelope and metadata limits; OptionsFromConfig derives it from the
@@ -190,8 +189,9 @@ func (o Options) withDefaults() (settings, error) {
 		c.ParkAfterAttempts = 3
 	}
 	if s.MaxMessageBytes <= 0 {
-		s.MaxMessageBytes = topics.MessageBudget(envelope.DefaultMaxEnvelopeBytes, envelope.DefaultMaxMetadataBytes)
+		s.MaxMessageBytes = kafka.Budget(s.Kafka)
 	}
+	s.Kafka.MaxMessageBytes = s.MaxMessageBytes
 	if s.ObjectStoreTimeout <= 0 {
 		s.ObjectStoreTimeout = 10 * time.Second
 	}
@@ -216,13 +216,13 @@ func (o Options) withDefaults() (settings, error) {
 }
 
 // SizeBudget is the Kafka size budget of a configuration: KAFKA_MAX_MESSAGE_BYTES
-// when set, else topics.MessageBudget of EVENT_STORE_MAX_ENVELOPE_BYTES and
+// when set, else kafka.MessageBudget of EVENT_STORE_MAX_ENVELOPE_BYTES and
 // EVENT_STORE_MAX_METADATA_BYTES.
 func SizeBudget(cfg *config.Config) int {
 	if cfg.Kafka.MaxMessageBytes > 0 {
 		return cfg.Kafka.MaxMessageBytes
 	}
-	return topics.MessageBudget(cfg.EventStore.MaxEnvelopeBytes, cfg.EventStore.MaxMetadataBytes)
+	return kafka.MessageBudget(cfg.EventStore.MaxEnvelopeBytes, cfg.EventStore.MaxMetadataBytes)
 }
 
 // CheckLimits reports configured limits that disagree (`sluice config
@@ -233,10 +233,10 @@ func SizeBudget(cfg *config.Config) int {
 // variable at fault.
 func CheckLimits(cfg *config.Config) error {
 	var errs []error
-	need := topics.MessageBudget(cfg.EventStore.MaxEnvelopeBytes, cfg.EventStore.MaxMetadataBytes)
+	need := kafka.MessageBudget(cfg.EventStore.MaxEnvelopeBytes, cfg.EventStore.MaxMetadataBytes)
 	if m := cfg.Kafka.MaxMessageBytes; m > 0 && m < need {
 		errs = append(errs, fmt.Errorf("KAFKA_MAX_MESSAGE_BYTES=%d is below the %d bytes an envelope at EVENT_STORE_MAX_ENVELOPE_BYTES=%d needs on Kafka (+ EVENT_STORE_MAX_METADATA_BYTES=%d for key and headers + %d framing): raise it, lower the envelope limit, or leave it unset (0) to derive it",
-			m, need, cfg.EventStore.MaxEnvelopeBytes, cfg.EventStore.MaxMetadataBytes, topics.FramingBytes))
+			m, need, cfg.EventStore.MaxEnvelopeBytes, cfg.EventStore.MaxMetadataBytes, kafka.FramingBytes))
 	}
 	if b := SizeBudget(cfg); b > math.MaxInt32 {
 		errs = append(errs, fmt.Errorf("size budget for Kafka %d bytes (KAFKA_MAX_MESSAGE_BYTES or EVENT_STORE_MAX_ENVELOPE_BYTES): exceeds %d, the most Kafka can carry", b, math.MaxInt32))

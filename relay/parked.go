@@ -14,7 +14,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/sluicehq/sluice/shared/failure"
-	"github.com/sluicehq/sluice/shared/topics"
+	"github.com/sluicehq/sluice/shared/kafka"
 )
 
 // Parking (docs/relay.md, "Parked records"): a record Kafka refuses for a
@@ -285,7 +285,7 @@ type ResolveOptions struct {
 	DryRun bool
 	// Spec, when Partitions is set, creates the target topic if missing
 	// before producing (republish only).
-	Spec topics.Spec
+	Spec kafka.Spec
 	// Timeout bounds the produce (default 30 s).
 	Timeout time.Duration
 }
@@ -303,10 +303,10 @@ func RepublishParked(ctx context.Context, ps *ParkedStore, cl *kgo.Client, relay
 	}
 	rec := p.Record(opts.Topic)
 	if opts.Spec.Partitions > 0 {
-		if err := topics.EnsureSpec(ctx, cl, opts.Spec, rec.Topic); err != nil {
+		if err := kafka.EnsureSpec(ctx, cl, opts.Spec, rec.Topic); err != nil {
 			return p, fmt.Errorf("relay: republish parked position %d: %w", position, err)
 		}
-	} else if err := topics.ValidName(rec.Topic); err != nil {
+	} else if err := kafka.ValidName(rec.Topic); err != nil {
 		return p, fmt.Errorf("relay: republish parked position %d: %w", position, err)
 	}
 	if opts.Timeout <= 0 {
@@ -369,7 +369,7 @@ func parkReason(ctx context.Context, err error) (reason string, ok bool) {
 			return "", false
 		}
 	}
-	var te *topics.TopicError
+	var te *kafka.TopicError
 	switch {
 	case errors.Is(err, kerr.MessageTooLarge), errors.Is(err, kerr.RecordListTooLarge):
 		return ReasonTooLarge, true

@@ -14,14 +14,13 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kfake"
-	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/sluicehq/sluice/eventstore"
 	"github.com/sluicehq/sluice/shared/config"
 	"github.com/sluicehq/sluice/shared/envelope"
+	"github.com/sluicehq/sluice/shared/kafka"
 	"github.com/sluicehq/sluice/shared/testenv"
-	"github.com/sluicehq/sluice/shared/topics"
 )
 
 // newEnvWithKafka is newEnv on a kfake cluster started with opts (broker
@@ -259,12 +258,12 @@ func TestRepublishAndDropParked(t *testing.T) {
 
 	ctx := ctxT(t, time.Minute)
 	ps := NewParkedStore(e.pool)
-	cl, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(e.kafka.Brokers...)}, BudgetOpts(opts.MaxMessageBytes)...)...)
+	cl, err := kafka.NewClient(config.Kafka{Brokers: e.kafka.Brokers, MaxMessageBytes: opts.MaxMessageBytes})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer cl.Close()
-	spec := topics.Spec{Partitions: 4, Replication: 1, MaxMessageBytes: topics.MessageBudget(envelope.DefaultMaxEnvelopeBytes, envelope.DefaultMaxMetadataBytes)}
+	spec := kafka.Spec{Partitions: 4, Replication: 1, MaxMessageBytes: kafka.MessageBudget(envelope.DefaultMaxEnvelopeBytes, envelope.DefaultMaxMetadataBytes)}
 
 	// Still refused by its topic: an error, the row stays parked.
 	_, err = RepublishParked(ctx, ps, cl, "test", 1, ResolveOptions{Spec: spec})

@@ -10,6 +10,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/sluicehq/sluice/eventstore/objstore"
+	"github.com/sluicehq/sluice/shared/config"
+	"github.com/sluicehq/sluice/shared/kafka"
 	"github.com/sluicehq/sluice/shared/testenv"
 )
 
@@ -111,7 +113,7 @@ func TestBatchDone(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer c.Close()
-	cl, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(c.ListenAddrs()...)}, ProducerOpts(100)...)...)
+	cl, err := kafka.NewClient(config.Kafka{Brokers: c.ListenAddrs()}, kafka.MaxBuffered(100))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -15,8 +15,8 @@ import (
 
 	"github.com/sluicehq/sluice/eventstore"
 	"github.com/sluicehq/sluice/eventstore/objstore"
+	"github.com/sluicehq/sluice/shared/kafka"
 	"github.com/sluicehq/sluice/shared/observability"
-	"github.com/sluicehq/sluice/shared/topics"
 )
 
 // Relay publishes the event store into Kafka (docs/relay.md). Create it with New,
@@ -64,22 +64,14 @@ func New(store *eventstore.Store, bucket objstore.Bucket, pool *pgxpool.Pool, op
 	if err != nil {
 		return nil, err
 	}
-	kopts, err := KafkaOpts(s.Kafka)
+	client, err := kafka.NewClient(s.Kafka, append([]kgo.Opt{kafka.MaxBuffered((pipelineDepth + 1) * s.flushBatch)}, s.KafkaOpts...)...)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("relay: %w", err)
 	}
-	kopts = append(kopts, BudgetOpts(s.MaxMessageBytes)...)
-	soloOpts := append(append([]kgo.Opt{}, kopts...), ProducerOpts(1)...)
-	kopts = append(kopts, ProducerOpts((pipelineDepth+1)*s.flushBatch)...)
-	kopts = append(kopts, s.KafkaOpts...)
-	client, err := kgo.NewClient(kopts...)
-	if err != nil {
-		return nil, fmt.Errorf("relay: kafka client: %w", err)
-	}
-	solo, err := kgo.NewClient(append(soloOpts, s.KafkaOpts...)...)
+	solo, err := kafka.NewClient(s.Kafka, append([]kgo.Opt{kafka.MaxBuffered(1)}, s.KafkaOpts...)...)
 	if err != nil {
 		client.Close()
-		return nil, fmt.Errorf("relay: kafka client: %w", err)
+		return nil, fmt.Errorf("relay: %w", err)
 	}
 	hbAge := max(30*time.Second, 3*s.Config.PollInterval, 3*s.Config.KafkaFlushTimeout, 3*s.lease)
 	router := NewRouter(s.Kafka.CommandsTopic, s.Kafka.EventsTopic, s.Routes)
@@ -487,7 +479,7 @@ func (r *Relay) topicReady(ctx context.Context, topic string) error {
 	attempts := 0
 	for {
 		tctx, cancel := context.WithTimeout(ctx, r.s.Config.KafkaFlushTimeout)
-		err := topics.EnsureSpec(tctx, r.client, r.topicSpec(), topic)
+		err := kafka.EnsureSpec(tctx, r.client, r.topicSpec(), topic)
 		cancel()
 		if err == nil {
 			r.setKafkaErr(nil)
@@ -523,8 +515,8 @@ func (r *Relay) topicReady(ctx context.Context, topic string) error {
 
 // topicSpec is how the relay creates topics: the configured partitions and
 // replication, and max.message.bytes = the size budget.
-func (r *Relay) topicSpec() topics.Spec {
-	return topics.Spec{Partitions: r.s.Kafka.TopicPartitions, Replication: r.s.Kafka.ReplicationFactor, MaxMessageBytes: r.s.MaxMessageBytes}
+func (r *Relay) topicSpec() kafka.Spec {
+	return kafka.TopicSpec(r.s.Kafka)
 }
 
 func (r *Relay) ensureTopics(ctx context.Context, names ...string) error {
@@ -534,7 +526,7 @@ func (r *Relay) ensureTopics(ctx context.Context, names ...string) error {
 	bo := newBackoff(200*time.Millisecond, 5*time.Second)
 	for {
 		tctx, cancel := context.WithTimeout(ctx, r.s.Config.KafkaFlushTimeout)
-		err := topics.EnsureSpec(tctx, r.client, r.topicSpec(), names...)
+		err := kafka.EnsureSpec(tctx, r.client, r.topicSpec(), names...)
 		cancel()
 		if err == nil {
 			r.setKafkaErr(nil)

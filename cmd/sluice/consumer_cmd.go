@@ -9,10 +9,9 @@ import (
 
 	"github.com/spf13/cobra"
 	"github.com/twmb/franz-go/pkg/kadm"
-	"github.com/twmb/franz-go/pkg/kgo"
 
-	"github.com/sluicehq/sluice/relay"
 	"github.com/sluicehq/sluice/shared/consumer"
+	"github.com/sluicehq/sluice/shared/kafka"
 )
 
 // exitGroupActive is the exit code of `sluice consumer reset` when it refuses
@@ -25,11 +24,7 @@ func openConsumerAdmin(cmd *cobra.Command) (*kadm.Client, func(), error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	kopts, err := relay.KafkaOpts(cfg.Kafka)
-	if err != nil {
-		return nil, nil, err
-	}
-	cl, err := kgo.NewClient(kopts...)
+	cl, err := kafka.NewClient(cfg.Kafka)
 	if err != nil {
 		return nil, nil, err
 	}

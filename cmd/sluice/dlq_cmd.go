@@ -16,7 +16,6 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/sluicehq/sluice/dlq"
-	"github.com/sluicehq/sluice/relay"
 )
 
 // The dead-letter commands: flags and printing. The logic (the handled
@@ -33,10 +32,6 @@ func openDLQ(cmd *cobra.Command, topic string, reg dlq.Registry) (*dlq.Queue, er
 	if err != nil {
 		return nil, err
 	}
-	kopts, err := relay.KafkaOpts(cfg.Kafka)
-	if err != nil {
-		return nil, err
-	}
 	// The handled topic is the operator's own topic. Unless
 	// KAFKA_TOPIC_REPLICATION_FACTOR is set, it takes the cluster's
 	// default.replication.factor (-1, KIP-464) rather than the config
@@ -49,7 +44,7 @@ func openDLQ(cmd *cobra.Command, topic string, reg dlq.Registry) (*dlq.Queue, er
 	if u := os.Getenv("USER"); u != "" {
 		by = u + "@" + by
 	}
-	return dlq.Open(dlq.Options{Topic: topic, Kafka: kopts, ReplicationFactor: rf, Registry: reg, By: by})
+	return dlq.Open(dlq.Options{Topic: topic, Kafka: cfg.Kafka, ReplicationFactor: rf, Registry: reg, By: by})
 }
 
 // noLetter gives a missing letter exit code 3.

@@ -11,11 +11,10 @@ import (
 
 	"github.com/spf13/cobra"
 	"github.com/twmb/franz-go/pkg/kadm"
-	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/sluicehq/sluice/projectionworker"
 	"github.com/sluicehq/sluice/shared/config"
-	"github.com/sluicehq/sluice/shared/consumer"
+	"github.com/sluicehq/sluice/shared/kafka"
 	"github.com/sluicehq/sluice/shared/observability"
 	"github.com/sluicehq/sluice/shared/readmodel"
 )
@@ -227,11 +226,7 @@ func yesNo(b bool) string {
 }
 
 func kafkaAdmin(cfg *config.Config) (*kadm.Client, func(), error) {
-	kopts, err := consumer.ClientOptions(cfg.Kafka)
-	if err != nil {
-		return nil, nil, err
-	}
-	cl, err := kgo.NewClient(kopts...)
+	cl, err := kafka.NewClient(cfg.Kafka)
 	if err != nil {
 		return nil, nil, err
 	}

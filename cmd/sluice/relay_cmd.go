@@ -10,15 +10,14 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/spf13/cobra"
-	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/sluicehq/sluice/eventstore"
 	"github.com/sluicehq/sluice/eventstore/objstore/minioext"
 	"github.com/sluicehq/sluice/relay"
 	"github.com/sluicehq/sluice/shared/config"
 	"github.com/sluicehq/sluice/shared/crashpoint"
+	"github.com/sluicehq/sluice/shared/kafka"
 	"github.com/sluicehq/sluice/shared/observability"
-	"github.com/sluicehq/sluice/shared/topics"
 )
 
 func newRelayCmd() *cobra.Command {
@@ -241,12 +240,7 @@ func newRelayRepublishCmd() *cobra.Command {
 				return err
 			}
 			defer closeFn()
-			kopts, err := relay.KafkaOpts(d.cfg.Kafka)
-			if err != nil {
-				return err
-			}
-			kopts = append(kopts, relay.BudgetOpts(relay.SizeBudget(d.cfg))...)
-			cl, err := kgo.NewClient(append(kopts, relay.ProducerOpts(2000)...)...)
+			cl, err := kafka.NewClient(d.cfg.Kafka, kafka.MaxBuffered(2000))
 			if err != nil {
 				return err
 			}
@@ -256,7 +250,7 @@ func newRelayRepublishCmd() *cobra.Command {
 			if topic != "" {
 				names = []string{topic}
 			}
-			if err := topics.Ensure(cmd.Context(), cl, d.cfg.Kafka.TopicPartitions, d.cfg.Kafka.ReplicationFactor, names...); err != nil {
+			if err := kafka.EnsureTopics(cmd.Context(), cl, d.cfg.Kafka, names...); err != nil {
 				return err
 			}
 			start := time.Now()
@@ -417,13 +411,8 @@ func newRelayParkedResolveCmd(verb string) *cobra.Command {
 			if verb == "drop" {
 				p, err = relay.DropParked(ctx, ps, name, position, opts)
 			} else {
-				budget := relay.SizeBudget(d.cfg)
-				opts.Spec = topics.Spec{Partitions: d.cfg.Kafka.TopicPartitions, Replication: d.cfg.Kafka.ReplicationFactor, MaxMessageBytes: budget}
-				kopts, kerr := relay.KafkaOpts(d.cfg.Kafka)
-				if kerr != nil {
-					return kerr
-				}
-				cl, kerr := kgo.NewClient(append(append(kopts, relay.BudgetOpts(budget)...), relay.ProducerOpts(1)...)...)
+				opts.Spec = kafka.TopicSpec(d.cfg.Kafka)
+				cl, kerr := kafka.NewClient(d.cfg.Kafka, kafka.MaxBuffered(1))
 				if kerr != nil {
 					return kerr
 				}

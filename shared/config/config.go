@@ -325,6 +325,12 @@ func (c *Config) fillDerived() {
 	if c.Relay.KafkaFlushBatchSize == 0 {
 		c.Relay.KafkaFlushBatchSize = c.Relay.BatchSize
 	}
+	if c.Kafka.MaxMessageBytes == 0 {
+		// kafka.MessageBudget of the envelope limits (shared/kafka imports
+		// this package, so the sum is spelled out here; TestBudgetDerived
+		// holds the two together).
+		c.Kafka.MaxMessageBytes = c.EventStore.MaxEnvelopeBytes + max(c.EventStore.MaxMetadataBytes, 0) + 4096
+	}
 	if c.Relay.CheckpointKey == "" {
 		c.Relay.CheckpointKey = "checkpoints/" + c.Relay.Name + ".json"
 	}

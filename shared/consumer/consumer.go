@@ -13,6 +13,7 @@ import (
 
 	"github.com/sluicehq/sluice/shared/claim"
 	"github.com/sluicehq/sluice/shared/envelope"
+	"github.com/sluicehq/sluice/shared/kafka"
 	"github.com/sluicehq/sluice/shared/observability"
 )
 
@@ -140,7 +141,6 @@ func New(opts Options) (*Consumer, error) {
 	c.h = newGuarded(c, o.Handler)
 	c.out.deps, c.out.checks = map[string]*depOutage{}, map[string]bool{}
 	kopts := []kgo.Opt{
-		kgo.SeedBrokers(o.Brokers...),
 		kgo.ConsumerGroup(o.Group),
 		kgo.ConsumeTopics(o.Topic),
 		kgo.DisableAutoCommit(),
@@ -150,16 +150,14 @@ func New(opts Options) (*Consumer, error) {
 		kgo.OnPartitionsRevoked(c.onRevoked),
 		kgo.OnPartitionsLost(c.onLost),
 		kgo.OnPartitionsCallbackBlocked(func(context.Context, *kgo.Client) { c.rebalance.Store(true) }),
-		kgo.ProducerLinger(0),
-		kgo.RequiredAcks(kgo.AllISRAcks()),
 	}
 	if o.SessionTimeout > 0 {
 		kopts = append(kopts, kgo.SessionTimeout(o.SessionTimeout))
 	}
-	kopts = append(kopts, o.KafkaOpts...) // last: they override the above
-	cl, err := kgo.NewClient(kopts...)
+	kopts = append(kopts, o.KafkaOpts...)         // last: they override the above
+	cl, err := kafka.NewClient(o.Kafka, kopts...) // TLS, SASL, acks=all, the size budget
 	if err != nil {
-		return nil, fmt.Errorf("consumer: kafka client: %w", err)
+		return nil, fmt.Errorf("consumer: %w", err)
 	}
 	c.cl = cl
 	c.dlqMax = o.DLQMaxBytes

@@ -22,7 +22,7 @@ func TestSessionTimeout(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			o := tc.o
-			o.Brokers, o.Topic, o.Group, o.DLQTopic, o.HandlerName = []string{"127.0.0.1:1"}, "t", "g", "t.dlq", "h"
+			o.Kafka.Brokers, o.Topic, o.Group, o.DLQTopic, o.HandlerName = []string{"127.0.0.1:1"}, "t", "g", "t.dlq", "h"
 			o.Policy, o.Registry, o.Handler = registry.SkipStale, &fakeRegistry{}, batchFunc(nil)
 			c, err := New(o)
 			if err != nil {

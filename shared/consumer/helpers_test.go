@@ -75,7 +75,7 @@ func committedOffset(c *Consumer, topic string) int64 {
 // (then it does nothing).
 func startConsumer(t *testing.T, brokers []string, topic string, o Options) (c *Consumer, stop func()) {
 	t.Helper()
-	o.Brokers, o.Topic, o.Group, o.DLQTopic, o.HandlerName = brokers, topic, topic+"-g", topic+".dlq", "h"
+	o.Kafka.Brokers, o.Topic, o.Group, o.DLQTopic, o.HandlerName = brokers, topic, topic+"-g", topic+".dlq", "h"
 	o.Logger = slog.New(slog.DiscardHandler)
 	if !o.Policy.Valid() {
 		o.Policy = registry.SkipStale

@@ -2,16 +2,12 @@ package consumer
 
 import (
 	"context"
-	"crypto/tls"
 	"errors"
-	"fmt"
 	"log/slog"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kgo"
-	"github.com/twmb/franz-go/pkg/sasl/plain"
-	"github.com/twmb/franz-go/pkg/sasl/scram"
 
 	"github.com/sluicehq/sluice/shared/claim"
 	"github.com/sluicehq/sluice/shared/config"
@@ -78,9 +74,10 @@ type Record struct {
 
 // Options configure a Consumer. Zero values take the defaults noted.
 type Options struct {
-	// Brokers are the seed brokers; KafkaOpts adds client options (TLS,
-	// SASL: see ClientOptions).
-	Brokers   []string
+	// Kafka is the KAFKA_* configuration the client is built from
+	// (kafka.NewClient: brokers, TLS, SASL, the size budget that bounds a
+	// dead letter). KafkaOpts adds client options last (tests).
+	Kafka     config.Kafka
 	KafkaOpts []kgo.Opt
 	// Topic is consumed by consumer group Group; DLQTopic receives dead
 	// letters. All required.
@@ -132,8 +129,9 @@ type Options struct {
 	// DLQMaxBytes bounds a dead letter's size; a dead letter whose full
 	// form (the original embedded) would be larger is written in pointer
 	// form (DLQRecord.OriginalTruncated). Default and upper bound: the
-	// producer's maximum batch size (kgo.ProducerBatchMaxBytes, franz-go's
-	// default 1,000,012 bytes). A broker that refuses a full dead letter as
+	// producer's maximum batch size (kgo.ProducerBatchMaxBytes: the size
+	// budget of Kafka, kafka.Budget, which the DLQ topics sluice creates
+	// also get as max.message.bytes). A broker that refuses a full dead letter as
 	// too large (a smaller max.message.bytes on the DLQ topic) gets the
 	// pointer form too.
 	DLQMaxBytes int
@@ -157,7 +155,7 @@ type Options struct {
 func (o *Options) withDefaults() (Options, error) {
 	c := *o
 	switch {
-	case len(c.Brokers) == 0:
+	case len(c.Kafka.Brokers) == 0:
 		return c, errors.New("consumer: no brokers")
 	case c.Topic == "" || c.Group == "" || c.DLQTopic == "":
 		return c, errors.New("consumer: Topic, Group and DLQTopic are required")
@@ -229,27 +227,6 @@ func OptionsFromConfig(o Options, wc config.Worker, maxAttempts int) Options {
 	o.ShutdownTimeout = wc.ShutdownTimeout
 	o.SessionTimeout = wc.SessionTimeout
 	return o
-}
-
-// ClientOptions returns the franz-go options for the configured brokers,
-// TLS and SASL (KAFKA_*).
-func ClientOptions(kc config.Kafka) ([]kgo.Opt, error) {
-	opts := []kgo.Opt{kgo.SeedBrokers(kc.Brokers...)}
-	if kc.TLS {
-		opts = append(opts, kgo.DialTLSConfig(&tls.Config{MinVersion: tls.VersionTLS12}))
-	}
-	switch kc.SASLMechanism {
-	case "":
-	case "PLAIN":
-		opts = append(opts, kgo.SASL(plain.Auth{User: kc.SASLUsername, Pass: kc.SASLPassword.Value()}.AsMechanism()))
-	case "SCRAM-SHA-256":
-		opts = append(opts, kgo.SASL(scram.Auth{User: kc.SASLUsername, Pass: kc.SASLPassword.Value()}.AsSha256Mechanism()))
-	case "SCRAM-SHA-512":
-		opts = append(opts, kgo.SASL(scram.Auth{User: kc.SASLUsername, Pass: kc.SASLPassword.Value()}.AsSha512Mechanism()))
-	default:
-		return nil, fmt.Errorf("consumer: KAFKA_SASL_MECHANISM %q: want PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512", kc.SASLMechanism)
-	}
-	return opts, nil
 }
 
 // BatchHandler is an optional interface of a Handler: when the configured

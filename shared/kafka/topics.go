@@ -1,17 +1,4 @@
-// Package topics provides topic bootstrap for every sluice process that
-// produces or consumes (relay, workers, operator commands): missing topics
-// are created with KAFKA_TOPIC_PARTITIONS and KAFKA_TOPIC_REPLICATION_FACTOR,
-// and a topic that already exists counts as success. It keeps docs/architecture.md#no-lost-work (no
-// lost work) at start-up: records are never produced to a topic that the
-// broker would auto-create with other settings, or reject.
-//
-// It also holds the one size budget from the event store to the broker
-// (MessageBudget): the producer's largest record batch and the
-// max.message.bytes of the topics sluice creates are the same number,
-// derived from the store's envelope limit, so any envelope the store
-// accepted can be produced unless the broker's own limit is lower (then the
-// relay parks the record; docs/relay.md).
-package topics
+package kafka
 
 import (
 	"context"
@@ -23,6 +10,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/sluicehq/sluice/shared/config"
 )
 
 // FramingBytes bounds the bytes of one relay record batch that are neither
@@ -73,9 +62,9 @@ type TopicError struct {
 
 func (e *TopicError) Error() string {
 	if e.Collides != "" {
-		return fmt.Sprintf("topics: create %s: collides with existing topic %s ('.' and '_' are the same to Kafka): %v", e.Topic, e.Collides, e.Err)
+		return fmt.Sprintf("kafka: create topic %s: collides with existing topic %s ('.' and '_' are the same to Kafka): %v", e.Topic, e.Collides, e.Err)
 	}
-	return fmt.Sprintf("topics: create %s: %v", e.Topic, e.Err)
+	return fmt.Sprintf("kafka: create topic %s: %v", e.Topic, e.Err)
 }
 
 func (e *TopicError) Unwrap() error { return e.Err }
@@ -96,10 +85,13 @@ func ValidName(name string) error {
 	return nil
 }
 
-// Ensure creates the topics that do not exist yet; TOPIC_ALREADY_EXISTS is
-// success. The error joins one error per topic that could not be created.
-func Ensure(ctx context.Context, cl *kgo.Client, partitions, replication int, names ...string) error {
-	return EnsureSpec(ctx, cl, Spec{Partitions: partitions, Replication: replication}, names...)
+// EnsureTopics creates the topics that do not exist yet as the
+// configuration says (TopicSpec: KAFKA_TOPIC_PARTITIONS,
+// KAFKA_TOPIC_REPLICATION_FACTOR and the size budget as max.message.bytes).
+// Every sluice process creates topics through it or EnsureSpec, so a topic
+// has the same settings whichever process created it first.
+func EnsureTopics(ctx context.Context, cl *kgo.Client, c config.Kafka, names ...string) error {
+	return EnsureSpec(ctx, cl, TopicSpec(c), names...)
 }
 
 // EnsureSpec creates the topics that do not exist yet with spec;
@@ -128,7 +120,7 @@ func EnsureSpec(ctx context.Context, cl *kgo.Client, spec Spec, names ...string)
 	adm := kadm.NewClient(cl)
 	rs, err := adm.CreateTopics(ctx, int32(spec.Partitions), int16(spec.Replication), configs, valid...)
 	if err != nil {
-		return errors.Join(append(errs, fmt.Errorf("topics: create %v: %w", valid, err))...)
+		return errors.Join(append(errs, fmt.Errorf("kafka: create topic %v: %w", valid, err))...)
 	}
 	for _, r := range rs.Sorted() {
 		if r.Err == nil || errors.Is(r.Err, kerr.TopicAlreadyExists) {

@@ -1,4 +1,4 @@
-package topics_test
+package kafka_test
 
 import (
 	"context"
@@ -7,8 +7,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/sluicehq/sluice/shared/kafka"
 	"github.com/sluicehq/sluice/shared/testenv"
-	"github.com/sluicehq/sluice/shared/topics"
 )
 
 func TestEnsureCreatesMissingAndAcceptsExisting(t *testing.T) {
@@ -20,10 +20,10 @@ func TestEnsureCreatesMissingAndAcceptsExisting(t *testing.T) {
 	defer cl.Close()
 	ctx := context.Background()
 	a, b := testenv.UniqueName("a-"), testenv.UniqueName("b-")
-	if err := topics.Ensure(ctx, cl, 3, 1, a); err != nil {
+	if err := kafka.EnsureSpec(ctx, cl, kafka.Spec{Partitions: 3, Replication: 1}, a); err != nil {
 		t.Fatal(err)
 	}
-	if err := topics.Ensure(ctx, cl, 5, 1, a, b); err != nil { // a exists: not an error, not changed
+	if err := kafka.EnsureSpec(ctx, cl, kafka.Spec{Partitions: 5, Replication: 1}, a, b); err != nil { // a exists: not an error, not changed
 		t.Fatal(err)
 	}
 	td, err := kadm.NewClient(cl).ListTopics(ctx, a, b)
@@ -36,10 +36,10 @@ func TestEnsureCreatesMissingAndAcceptsExisting(t *testing.T) {
 	if got := len(td[b].Partitions); got != 5 {
 		t.Errorf("%s has %d partitions, want 5", b, got)
 	}
-	if err := topics.Ensure(ctx, cl, 0, 1, testenv.UniqueName("bad-")); err == nil {
+	if err := kafka.EnsureSpec(ctx, cl, kafka.Spec{Partitions: 0, Replication: 1}, testenv.UniqueName("bad-")); err == nil {
 		t.Error("0 partitions: want an error")
 	}
-	if err := topics.Ensure(ctx, cl, 3, 1); err != nil {
+	if err := kafka.EnsureSpec(ctx, cl, kafka.Spec{Partitions: 3, Replication: 1}); err != nil {
 		t.Errorf("no topics: %v", err)
 	}
 }
