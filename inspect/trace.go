@@ -129,7 +129,7 @@ func (in *Inspector) traceEvent(ctx context.Context, ev eventstore.Event, rows [
 		AggregateID: e.AggregateID, Sequence: e.SequenceNumber, Position: e.Position, OccurredAt: e.OccurredAt.Time()}
 	first := Step{Step: "accepted", State: StateDone, At: e.OccurredAt.Time(), Detail: "accepted by the API (occurred_at)"}
 	if e.Kind == envelope.KindDomain {
-		first = Step{Step: "emitted", State: StateDone, At: e.OccurredAt.Time(), Detail: "emitted by its handler (occurred_at)"}
+		first = Step{Step: "emitted", State: StateDone, At: e.OccurredAt.Time(), Detail: "emitted by its handler (its occurred_at)"}
 		if c := e.Metadata.CausationID(); c != "" {
 			first.Detail += ", caused by " + c
 		}

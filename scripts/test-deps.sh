@@ -5,6 +5,8 @@
 #   - PostgreSQL 15: installed with apt-get when absent, the local cluster
 #     started, a superuser role for the current OS user created.
 #   - MinIO: the pinned server module built once into the cache directory.
+#   - Chromium: Debian's chromium (apt-get) for the console's browser
+#     tests (cmd/sluice, TestConsoleInBrowser), which fail without it.
 #   - gotestsum and staticcheck: pinned tools built into ./bin.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -59,6 +61,13 @@ if [ -z "${SLUICE_TEST_S3_ENDPOINT:-}" ] && [ -z "${SLUICE_MINIO_BIN:-}" ]; then
     mkdir -p "$dir"
     GOBIN="$dir" go install "$MINIO_MODULE"
   fi
+fi
+
+# --- Chromium -----------------------------------------------------------------
+if [ -z "${SLUICE_CHROMIUM:-}" ] && ! command -v chromium >/dev/null 2>&1; then
+  log "installing Chromium (apt-get install chromium) for the console's browser tests"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq chromium >/dev/null
 fi
 
 # --- Go tools -----------------------------------------------------------------

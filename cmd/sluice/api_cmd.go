@@ -65,6 +65,12 @@ on /v1 when set. The API is described at /openapi.json and in docs/api.md.`,
 			if err != nil {
 				return err
 			}
+			in, err := newInspector(cfg, pool, store, d.bucket, reg)
+			if err != nil {
+				return err
+			}
+			defer in.Close()
+			h = withConsole(h, in)
 			if cfg.HTTP.Addr != "" && cfg.HTTP.Addr != addr {
 				obs, err := observability.Listen(cfg.HTTP.Addr, observability.Handler(metrics, health))
 				if err != nil {

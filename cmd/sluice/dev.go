@@ -274,6 +274,12 @@ func runDev(parent context.Context, out io.Writer, cfg *config.Config, logger *s
 	if err != nil {
 		return err
 	}
+	in, err := newInspector(cfg, pool, store, bucket, reg)
+	if err != nil {
+		return err
+	}
+	defer in.Close()
+	handler = withConsole(handler, in)
 	apiLn, err := net.Listen("tcp", cfg.API.Addr)
 	if err != nil {
 		return fmt.Errorf("api: listen %s: %w (set SLUICE_API_ADDR)", cfg.API.Addr, err)

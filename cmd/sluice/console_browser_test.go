@@ -1,0 +1,372 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/chromedp/chromedp"
+
+	"github.com/sluicehq/sluice/shared/config"
+	"github.com/sluicehq/sluice/shared/observability"
+	"github.com/sluicehq/sluice/shared/testenv"
+)
+
+// Environment of the browser tests.
+const (
+	// envChromium names the Chromium binary (default: chromium on PATH,
+	// which scripts/test-deps.sh installs).
+	envChromium = "SLUICE_CHROMIUM"
+	// envArtifacts is the directory screenshots are saved to (default
+	// bin/artifacts at the repository root).
+	envArtifacts = "SLUICE_ARTIFACTS"
+	// envUpdateDocs, set to 1, also writes the screenshots into
+	// docs/console/ (how the pictures in docs/console.md are made).
+	envUpdateDocs = "SLUICE_UPDATE_DOCS_SCREENSHOTS"
+)
+
+const consoleToken = "console-test-operator-token"
+
+// chromium returns the browser binary. A missing browser fails the test:
+// CI installs it (scripts/test-deps.sh), so a skip would hide a broken
+// setup.
+func chromium(t *testing.T) string {
+	t.Helper()
+	if p := os.Getenv(envChromium); p != "" {
+		return p
+	}
+	for _, name := range []string{"chromium", "chromium-browser", "google-chrome", "google-chrome-stable"} {
+		if p, err := exec.LookPath(name); err == nil {
+			return p
+		}
+	}
+	t.Fatalf("no Chromium found (install Debian's chromium, as scripts/test-deps.sh does, or set %s)", envChromium)
+	return ""
+}
+
+// artifacts returns the screenshot directory, created.
+func artifacts(t *testing.T) string {
+	t.Helper()
+	dir := os.Getenv(envArtifacts)
+	if dir == "" {
+		dir = filepath.Join("..", "..", "bin", "artifacts")
+	}
+	dir = filepath.Join(dir, "console")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
+// devConsole is `sluice dev` in this process with the console's admin
+// token, and an Elasticsearch fault switch.
+type devConsole struct {
+	api    string
+	client *http.Client
+	// failLoads, while set, answers 500 to the instance worker's reads of
+	// the instance documents whose request names failID (its state load
+	// before the append), so that commands for that instance exhaust their
+	// retries and go to the DLQ.
+	failLoads atomic.Bool
+	failID    string
+}
+
+func startDevConsole(t *testing.T) *devConsole {
+	t.Helper()
+	t.Setenv("DATABASE_URL", testenv.NewDatabase(t))
+	t.Setenv("SLUICE_HTTP_ADDR", "off")
+	t.Setenv("SLUICE_LOG_LEVEL", "warn")
+	t.Setenv("SLUICE_ADMIN_TOKEN", consoleToken)
+	t.Setenv("INSTANCE_WORKER_MAX_RETRY_ATTEMPTS", "2")
+	t.Setenv("WORKER_RETRY_BACKOFF_BASE", "50ms")
+	t.Setenv("WORKER_RETRY_BACKOFF_CAP", "200ms")
+	api := "127.0.0.1:" + strconv.Itoa(testenv.FreePort(t))
+	t.Setenv("SLUICE_API_ADDR", api)
+	d := &devConsole{api: "http://" + api, client: &http.Client{Timeout: 30 * time.Second}, failID: "dlq-demo"}
+	f := devFlags{dataDir: t.TempDir(), esAddr: "127.0.0.1:" + strconv.Itoa(testenv.FreePort(t)),
+		kafkaAddr: "127.0.0.1:" + strconv.Itoa(testenv.FreePort(t)), wrapES: d.wrapES}
+	ctx, cancel := context.WithCancel(context.Background())
+	var out, errb bytes.Buffer
+	done := make(chan error, 1)
+	go func() {
+		cfg, err := config.FromOS()
+		if err != nil {
+			done <- err
+			return
+		}
+		logger, err := observability.NewLogger(&errb, cfg.Log.Format, cfg.Log.Level)
+		if err != nil {
+			done <- err
+			return
+		}
+		done <- runDev(ctx, &out, cfg, logger, f)
+	}()
+	t.Cleanup(func() {
+		cancel()
+		select {
+		case <-done:
+		case <-time.After(time.Minute):
+			t.Error("dev did not stop within a minute")
+		}
+		if t.Failed() {
+			t.Logf("dev output:\n%s\n%s", out.String(), errb.String())
+		}
+	})
+	testenv.WaitFor(t, time.Minute, "the api", func() bool {
+		select {
+		case err := <-done:
+			t.Fatalf("dev stopped: %v\n%s\n%s", err, out.String(), errb.String())
+		default:
+		}
+		r, err := d.client.Get(d.api + "/livez")
+		if err != nil {
+			return false
+		}
+		r.Body.Close()
+		return r.StatusCode == http.StatusOK
+	})
+	return d
+}
+
+func (d *devConsole) wrapES(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if d.failLoads.Load() && strings.Contains(r.URL.Path, "_instances") {
+			var body []byte
+			if r.Body != nil {
+				body, _ = io.ReadAll(r.Body)
+				r.Body = io.NopCloser(bytes.NewReader(body))
+			}
+			read := r.Method == http.MethodGet || strings.HasSuffix(r.URL.Path, "/_mget")
+			if read && (strings.Contains(r.URL.Path, d.failID) || bytes.Contains(body, []byte(d.failID))) {
+				w.Header().Set("Content-Type", "application/json")
+				w.WriteHeader(http.StatusInternalServerError)
+				_, _ = io.WriteString(w, `{"error":{"type":"test_fault","reason":"injected by the console test"},"status":500}`)
+				return
+			}
+		}
+		h.ServeHTTP(w, r)
+	})
+}
+
+// send posts a create and returns its command_id.
+func (d *devConsole) send(t *testing.T, id string, total int) string {
+	t.Helper()
+	res, err := d.client.Post(d.api+"/v1/dbs/shop/classes/orders/instances", "application/json",
+		strings.NewReader(fmt.Sprintf(`{"instance_id":%q,"data":{"total":%d}}`, id, total)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer res.Body.Close()
+	var acc struct {
+		CommandID string `json:"command_id"`
+	}
+	if err := json.NewDecoder(res.Body).Decode(&acc); err != nil || res.StatusCode != http.StatusAccepted {
+		t.Fatalf("create %s: %d %v", id, res.StatusCode, err)
+	}
+	return acc.CommandID
+}
+
+// status is the command's status from the command API.
+func (d *devConsole) status(t *testing.T, cid string) string {
+	t.Helper()
+	res, err := d.client.Get(d.api + "/v1/commands/" + cid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer res.Body.Close()
+	var st struct {
+		Status string `json:"status"`
+	}
+	_ = json.NewDecoder(res.Body).Decode(&st)
+	return st.Status
+}
+
+// browser is one headless Chromium tab on the console.
+type browser struct {
+	t     *testing.T
+	ctx   context.Context
+	dir   string
+	loads *int
+}
+
+// with returns b reporting to t (a subtest).
+func (b *browser) with(t *testing.T) *browser {
+	c := *b
+	c.t = t
+	return &c
+}
+
+func newBrowser(t *testing.T) *browser {
+	t.Helper()
+	opts := append(chromedp.DefaultExecAllocatorOptions[:],
+		chromedp.ExecPath(chromium(t)), chromedp.NoSandbox, chromedp.WindowSize(1440, 1000),
+		chromedp.Flag("disable-dev-shm-usage", true))
+	actx, cancelA := chromedp.NewExecAllocator(context.Background(), opts...)
+	ctx, cancel := chromedp.NewContext(actx, chromedp.WithLogf(t.Logf))
+	t.Cleanup(func() { cancel(); cancelA() })
+	if err := chromedp.Do(ctx); err != nil {
+		t.Fatalf("start chromium: %v", err)
+	}
+	return &browser{t: t, ctx: ctx, dir: artifacts(t), loads: new(int)}
+}
+
+// open loads the console afresh at the view named by hash (a new query
+// string each time, so that it is a new document and not a hash change).
+func (b *browser) open(api, hash string) chromedp.Action[chromedp.Void] {
+	*b.loads++
+	return chromedp.Navigate(api + "/console/?load=" + strconv.Itoa(*b.loads) + hash)
+}
+
+// run runs actions with a deadline.
+func (b *browser) run(what string, actions ...chromedp.Action[chromedp.Void]) {
+	b.t.Helper()
+	ctx, cancel := context.WithTimeout(b.ctx, 90*time.Second)
+	defer cancel()
+	if err := chromedp.Do(ctx, actions...); err != nil {
+		b.fail(what, err)
+	}
+}
+
+// value runs one action that returns a value, with a deadline.
+func value[T any](b *browser, what string, a chromedp.Action[T]) T {
+	b.t.Helper()
+	ctx, cancel := context.WithTimeout(b.ctx, 90*time.Second)
+	defer cancel()
+	v, err := chromedp.Run(ctx, a)
+	if err != nil {
+		b.fail(what, err)
+	}
+	return v
+}
+
+func (b *browser) fail(what string, err error) {
+	b.t.Helper()
+	ctx, cancel := context.WithTimeout(b.ctx, 10*time.Second)
+	defer cancel()
+	page, _ := chromedp.Run(ctx, chromedp.OuterHTML(chromedp.CSS("main")))
+	b.shot(strings.ReplaceAll(what, " ", "-") + "-failed")
+	b.t.Fatalf("%s: %v\npage: %.3000s", what, err, page)
+}
+
+// shot saves a full-page screenshot as name.png in the artifact directory
+// (and in docs/console when SLUICE_UPDATE_DOCS_SCREENSHOTS=1).
+func (b *browser) shot(name string) {
+	b.t.Helper()
+	ctx, cancel := context.WithTimeout(b.ctx, 30*time.Second)
+	defer cancel()
+	png, err := chromedp.Run(ctx, chromedp.FullScreenshot(100))
+	if err != nil {
+		b.t.Errorf("screenshot %s: %v", name, err)
+		return
+	}
+	dirs := []string{b.dir}
+	if os.Getenv(envUpdateDocs) == "1" && !strings.HasSuffix(name, "-failed") {
+		dirs = append(dirs, filepath.Join("..", "..", "docs", "console"))
+	}
+	for _, dir := range dirs {
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			b.t.Fatal(err)
+		}
+		p := filepath.Join(dir, name+".png")
+		if err := os.WriteFile(p, png, 0o644); err != nil {
+			b.t.Fatal(err)
+		}
+		b.t.Logf("screenshot %s (%d bytes)", p, len(png))
+	}
+}
+
+// The console on a running dev pipeline, in headless Chromium: the token
+// is refused until entered, a command's trace shows every step done, and
+// the aggregate view shows its events, guards and document.
+func TestConsoleInBrowser(t *testing.T) {
+	start := time.Now()
+	d := startDevConsole(t)
+	t.Logf("dev pipeline up in %s", time.Since(start).Round(time.Millisecond))
+	b := newBrowser(t)
+	cid := d.send(t, "42", 10)
+	testenv.WaitFor(t, time.Minute, "the command applied", func() bool { return d.status(t, cid) == "APPLIED" })
+	t.Logf("browser up and command applied at %s", time.Since(start).Round(time.Millisecond))
+	defer func() { t.Logf("browser tests done at %s", time.Since(start).Round(time.Millisecond)) }()
+
+	// Without a token the admin API answers 401 and the page says so.
+	b.run("open without a token", b.open(d.api, "#/trace/"+cid), chromedp.WaitVisible(chromedp.ID("error")))
+	msg := value(b, "read the error", chromedp.Text(chromedp.ID("error")))
+	if !strings.Contains(msg, "401") {
+		t.Errorf("error without a token: %q", msg)
+	}
+	b.run("enter the token",
+		chromedp.SendKeys(chromedp.ID("token"), consoleToken),
+		chromedp.Click(chromedp.CSS("#token-form button")),
+		chromedp.WaitVisible(chromedp.CSS(`li[data-step="published"]`)))
+
+	t.Run("trace", func(t *testing.T) {
+		b := b.with(t)
+		// Every step done, the offset commits included (they follow the
+		// handlers' work: reload until they show).
+		sel := `section[data-kind="domain"] li[data-step="offset_commit"][data-state="done"]`
+		deadline := time.Now().Add(time.Minute)
+		for {
+			b.run("trace", b.open(d.api, "#/trace/"+cid),
+				chromedp.WaitVisible(chromedp.CSS(`section[data-kind="command"] li[data-step="published"]`)))
+			n := value(b, "count done commits", chromedp.Evaluate[int](`document.querySelectorAll('`+sel+`').length`))
+			if n > 0 {
+				break
+			}
+			if time.Now().After(deadline) {
+				b.shot("trace-incomplete")
+				t.Fatal("the trace never showed the domain event's offset commit done")
+			}
+			time.Sleep(time.Second)
+		}
+		states := value(b, "read the steps", chromedp.Evaluate[[]map[string]string](`[...document.querySelectorAll('li[data-step]')].map(li => ({kind: li.closest('section').dataset.kind, step: li.dataset.step, state: li.dataset.state, who: li.dataset.handler, text: li.innerText}))`))
+		want := []string{
+			"command accepted done", "command appended done", "command published done", "command handled done instanceworker",
+			"command document done instanceworker", "command offset_commit done instance-worker",
+			"domain emitted done", "domain appended done", "domain published done", "domain handled done projection:history:v1",
+			"domain document done projection:history:v1", "domain offset_commit done projection-history-v1",
+		}
+		var got []string
+		for _, s := range states {
+			g := s["kind"] + " " + s["step"] + " " + s["state"]
+			if s["who"] != "" {
+				g += " " + s["who"]
+			}
+			got = append(got, g)
+		}
+		if strings.Join(got, "\n") != strings.Join(want, "\n") {
+			t.Errorf("trace steps:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+		}
+		for _, s := range states {
+			if s["step"] == "published" && !strings.Contains(s["text"], "@ offset") {
+				t.Errorf("published step without partition and offset: %q", s["text"])
+			}
+		}
+		b.shot("trace")
+	})
+
+	t.Run("aggregate", func(t *testing.T) {
+		b := b.with(t)
+		b.run("aggregate", b.open(d.api, "#/aggregate/Instance/shop:orders:42"), chromedp.WaitVisible(chromedp.CSS(".doc-version")))
+		version := value(b, "document version", chromedp.Text(chromedp.CSS(".doc-version")))
+		rows := value(b, "events and guards", chromedp.Evaluate[string](`[...document.querySelectorAll('table.events tbody tr')].map(r => r.dataset.seq + r.dataset.kind[0]).join(' ') + ' | ' +
+				[...document.querySelectorAll('table.guards tbody tr')].map(r => r.dataset.handler + '=' + r.cells[1].innerText).join(' ')`))
+		if version != "1" {
+			t.Errorf("document version %q, want 1", version)
+		}
+		if !strings.HasPrefix(rows, "1c 1d | ") || !strings.Contains(rows, "instanceworker=1") {
+			t.Errorf("events | guards: %q", rows)
+		}
+		b.shot("aggregate")
+	})
+}
