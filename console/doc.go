@@ -9,5 +9,5 @@
 // view and the dead-letter actions, each action first as a dry run whose
 // preview the operator confirms. The guarantee it keeps: the console can do
 // nothing the token's role may not do through the API itself.
-// Its operator guide, once written, goes to docs/ as console.md.
+// docs/console.md is the operator guide.
 package console

@@ -20,5 +20,5 @@
 // group nor committing. Nothing records a published record's offset: the
 // relay's checkpoint says whether a position was acknowledged, and Trace
 // finds the record itself by reading its partition back from the
-// record's timestamp (see "Trace" in the console's operator guide).
+// record's timestamp (docs/console.md#trace).
 package inspect
