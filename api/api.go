@@ -15,7 +15,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/sluicehq/sluice/eventstore"
@@ -50,7 +49,7 @@ type CommandRegistry interface {
 
 // SequenceReader returns an aggregate's last handed-out sequence number:
 // the value an expected_seq is compared with (0 when the aggregate has no
-// slot). PostgresSequences reads it from the event store's index.
+// slot). *eventstore.Store implements it (LastSequence).
 type SequenceReader interface {
 	LastSequence(ctx context.Context, aggregateType, aggregateID string) (int64, error)
 }
@@ -388,21 +387,4 @@ func (s *server) fail(w http.ResponseWriter, r *http.Request, e *Error) {
 		s.log.Error("api: request failed", "method", r.Method, "path", r.URL.EscapedPath(), "status", e.Status, "code", e.Code, "err", e.cause)
 	}
 	writeError(w, e)
-}
-
-// PostgresSequences reads an aggregate's last handed-out sequence from the
-// event store's sluice.sequences table (docs/eventstore.md#layout): the value expected_seq is
-// compared with at append.
-func PostgresSequences(pool *pgxpool.Pool) SequenceReader { return pgSequences{pool} }
-
-type pgSequences struct{ pool *pgxpool.Pool }
-
-func (p pgSequences) LastSequence(ctx context.Context, aggregateType, aggregateID string) (int64, error) {
-	var n int64
-	err := p.pool.QueryRow(ctx, `SELECT coalesce(max(last_sequence), 0) FROM sluice.sequences WHERE aggregate_type = $1 AND aggregate_id = $2`,
-		aggregateType, aggregateID).Scan(&n)
-	if err != nil {
-		return 0, fmt.Errorf("api: last sequence of %s %q: %w", aggregateType, aggregateID, err)
-	}
-	return n, nil
 }

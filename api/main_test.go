@@ -111,7 +111,7 @@ func newTestAPI(t testing.TB, c apiConfig) *testAPI {
 	if err != nil {
 		t.Fatal(err)
 	}
-	opts := Options{Store: st, Registry: reg, Sequences: PostgresSequences(pool), Logger: logger}
+	opts := Options{Store: st, Registry: reg, Sequences: st, Logger: logger}
 	if c.opts != nil {
 		c.opts(&opts)
 	}

@@ -45,7 +45,7 @@ func (s *Store) Aggregates(ctx context.Context, q AggregateQuery) ([]AggregateIn
 	rows, err := s.pool.Query(ctx, `SELECT s.aggregate_id,
 			coalesce((SELECT max(a.sequence_number) FROM sluice.appends a
 			 WHERE a.aggregate_type = s.aggregate_type AND a.aggregate_id = s.aggregate_id
-			   AND ($5 = '' OR a.kind = $5) AND a.state = 'committed'), 0)
+			   AND ($5 = '' OR a.kind = $5) AND a.state = '`+StateCommitted+`'), 0)
 		FROM sluice.sequences s
 		WHERE s.aggregate_type = $1 AND s.aggregate_id LIKE $2 ESCAPE '\' AND s.aggregate_id > $3
 		ORDER BY s.aggregate_id LIMIT $4`, q.Type, escapeLike(q.Prefix)+"%", q.After, q.Limit, string(q.Kind))

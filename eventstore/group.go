@@ -214,12 +214,12 @@ func (s *Store) objectError(err error, notWritten bool) error {
 
 const sqlAbandonMine = `
 WITH upd AS (
-  UPDATE sluice.appends SET state = 'abandoned'
-  WHERE segment_key = $1 AND state = 'reserved' AND writer_id = $2
+  UPDATE sluice.appends SET state = '` + StateAbandoned + `'
+  WHERE segment_key = $1 AND state = '` + StateReserved + `' AND writer_id = $2
   RETURNING position
 )
 SELECT count(*), coalesce(min(position), 0), coalesce(max(position), 0),
-       CASE WHEN count(*) > 0 THEN pg_notify('` + NotifyChannel + `', 'abandoned ' || min(position) || ' ' || max(position)) END
+       CASE WHEN count(*) > 0 THEN pg_notify('` + NotifyChannel + `', '` + StateAbandoned + ` ' || min(position) || ' ' || max(position)) END
 FROM upd`
 
 // returnStored fills the results of idempotent hits with the stored events.

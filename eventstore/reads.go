@@ -64,7 +64,7 @@ func (s *Store) Stream(ctx context.Context, aggregateType, aggregateID string, f
 	}
 	rows, err := s.queryRows(ctx, `SELECT `+indexColumns+` FROM sluice.appends
 		WHERE aggregate_type = $1 AND aggregate_id = $2 AND sequence_number BETWEEN $3 AND $4
-		  AND ($5 = '' OR kind = $5) AND state = 'committed'
+		  AND ($5 = '' OR kind = $5) AND state = '`+StateCommitted+`'
 		ORDER BY sequence_number, kind`, aggregateType, id, fromSeq, toSeq, string(kind))
 	if err != nil {
 		return nil, fmt.Errorf("eventstore: stream %s %q: %w", aggregateType, id, err)
@@ -79,7 +79,7 @@ func (s *Store) ByEventID(ctx context.Context, eventID string) (Event, error) {
 	if err != nil {
 		return Event{}, &envelope.ValidationError{Code: envelope.CodeInvalid, Field: "event_id", Limit: envelope.UUIDPattern, Reason: "must be a UUID"}
 	}
-	return s.one(ctx, "event "+u.String(), `SELECT `+indexColumns+` FROM sluice.appends WHERE event_id = $1::uuid AND state = 'committed'`, u.String())
+	return s.one(ctx, "event "+u.String(), `SELECT `+indexColumns+` FROM sluice.appends WHERE event_id = $1::uuid AND state = '`+StateCommitted+`'`, u.String())
 }
 
 // Command returns the committed command in slot seq of an aggregate, or an
@@ -90,7 +90,7 @@ func (s *Store) Command(ctx context.Context, aggregateType, aggregateID string, 
 		return Event{}, err
 	}
 	return s.one(ctx, fmt.Sprintf("command %d of %s %q", seq, aggregateType, id), `SELECT `+indexColumns+` FROM sluice.appends
-		WHERE aggregate_type = $1 AND aggregate_id = $2 AND sequence_number = $3 AND kind = 'command' AND state = 'committed'`,
+		WHERE aggregate_type = $1 AND aggregate_id = $2 AND sequence_number = $3 AND kind = 'command' AND state = '`+StateCommitted+`'`,
 		aggregateType, id, seq)
 }
 
@@ -115,7 +115,7 @@ func (s *Store) one(ctx context.Context, what, sql string, args ...any) (Event, 
 // abandoned; relay lag is Head minus the relay checkpoint.
 func (s *Store) Head(ctx context.Context) (int64, error) {
 	var head int64
-	err := s.pool.QueryRow(ctx, `SELECT coalesce(max(position), 0) FROM sluice.appends WHERE state = 'committed'`, Replan).Scan(&head)
+	err := s.pool.QueryRow(ctx, `SELECT coalesce(max(position), 0) FROM sluice.appends WHERE state = '`+StateCommitted+`'`, Replan).Scan(&head)
 	if err != nil {
 		return 0, fmt.Errorf("eventstore: head: %w", err)
 	}
@@ -134,7 +134,7 @@ func (s *Store) Segments(ctx context.Context, afterPosition int64, limit int) ([
 	var out []SegmentInfo
 	if afterPosition > 0 {
 		var key string
-		err := s.pool.QueryRow(ctx, `SELECT segment_key FROM sluice.appends WHERE position = $1 AND state = 'committed'`, Replan, afterPosition+1).Scan(&key)
+		err := s.pool.QueryRow(ctx, `SELECT segment_key FROM sluice.appends WHERE position = $1 AND state = '`+StateCommitted+`'`, Replan, afterPosition+1).Scan(&key)
 		switch {
 		case errors.Is(err, pgx.ErrNoRows):
 		case err != nil:
@@ -240,7 +240,7 @@ func (s *Store) Index(ctx context.Context, q IndexQuery) ([]IndexEntry, error) {
 	}
 	cond := ""
 	if q.UncommittedOnly {
-		cond = " AND state <> 'committed'"
+		cond = " AND state <> '" + StateCommitted + "'"
 	}
 	rows, err := s.pool.Query(ctx, `SELECT position, event_id::text, kind, aggregate_type, aggregate_id, sequence_number, state,
 		segment_key, coalesce(byte_offset, 0), coalesce(byte_length, 0), writer_id, reserved_at, committed_at

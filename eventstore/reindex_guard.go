@@ -78,7 +78,7 @@ func (s *Store) PlanReindex(ctx context.Context, quiet time.Duration) (ReindexPl
 	if err != nil {
 		return p, fmt.Errorf("eventstore: plan reindex: index: %w", err)
 	}
-	rows, err := s.pool.Query(ctx, `SELECT writer_id, max(reserved_at), count(*), count(*) FILTER (WHERE state = 'reserved')
+	rows, err := s.pool.Query(ctx, `SELECT writer_id, max(reserved_at), count(*), count(*) FILTER (WHERE state = '`+StateReserved+`')
 		FROM sluice.appends
 		WHERE writer_id <> $2 AND reserved_at > now() - $1::bigint * interval '1 microsecond'
 		GROUP BY writer_id ORDER BY 2 DESC`, quiet.Microseconds(), writerReindex)

@@ -22,9 +22,9 @@ type lineRef struct {
 const sqlCommitRows = `
 WITH upd AS (
   UPDATE sluice.appends a
-  SET state = 'committed', segment_key = $1, byte_offset = u.off, byte_length = u.len, committed_at = now()
+  SET state = '` + StateCommitted + `', segment_key = $1, byte_offset = u.off, byte_length = u.len, committed_at = now()
   FROM unnest($2::bigint[], $3::text[], $4::bigint[], $5::int[]) AS u(pos, eid, off, len)
-  WHERE a.position = u.pos AND a.event_id = u.eid::uuid AND a.state = 'reserved'
+  WHERE a.position = u.pos AND a.event_id = u.eid::uuid AND a.state = '` + StateReserved + `'
   RETURNING a.position
 )
 SELECT coalesce(array_agg(position), '{}') FROM upd`
@@ -58,7 +58,7 @@ func (s *Store) commitRows(ctx context.Context, key string, refs []lineRef) (map
 		pos[j], eids[j], offs[j], lens[j] = r.position, r.eventID, r.offset, int32(r.length)
 		lo, hi = min(lo, r.position), max(hi, r.position)
 	}
-	updated, err := s.commitRoundTrip(ctx, key, pos, eids, offs, lens, fmt.Sprintf("committed %d %d", lo, hi))
+	updated, err := s.commitRoundTrip(ctx, key, pos, eids, offs, lens, fmt.Sprintf("%s %d %d", StateCommitted, lo, hi))
 	if err != nil {
 		return nil, fmt.Errorf("eventstore: commit %s: %w", key, err)
 	}
@@ -118,13 +118,13 @@ const (
 
 const sqlAbandon = `
 WITH upd AS (
-  UPDATE sluice.appends SET state = 'abandoned'
-  WHERE segment_key = $1 AND state = 'reserved'
+  UPDATE sluice.appends SET state = '` + StateAbandoned + `'
+  WHERE segment_key = $1 AND state = '` + StateReserved + `'
     AND (($2::text <> '' AND writer_id = $2) OR reserved_at < now() - make_interval(secs => $3))
   RETURNING position
 )
 SELECT count(*), coalesce(min(position), 0), coalesce(max(position), 0),
-       CASE WHEN count(*) > 0 THEN pg_notify('` + NotifyChannel + `', 'abandoned ' || min(position) || ' ' || max(position)) END
+       CASE WHEN count(*) > 0 THEN pg_notify('` + NotifyChannel + `', '` + StateAbandoned + ` ' || min(position) || ' ' || max(position)) END
 FROM upd`
 
 // resolveBlock settles the reservations of one segment key: if the segment
@@ -185,7 +185,7 @@ type RepairReport struct {
 
 const sqlReservedBlocks = `
 SELECT segment_key, count(*) FROM sluice.appends
-WHERE state = 'reserved' AND reserved_at <= now() - make_interval(secs => $1)
+WHERE state = '` + StateReserved + `' AND reserved_at <= now() - make_interval(secs => $1)
 GROUP BY segment_key ORDER BY min(position)`
 
 // Repair resolves reservations whose writer may be gone (docs/eventstore.md#append-protocol-group-commit, docs/relay.md#gaps-and-the-bounded-lookback;

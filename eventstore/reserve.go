@@ -15,13 +15,6 @@ import (
 	"github.com/sluicehq/sluice/shared/envelope"
 )
 
-// Row states of sluice.appends.
-const (
-	stateReserved  = "reserved"
-	stateCommitted = "committed"
-	stateAbandoned = "abandoned"
-)
-
 // indexRow is one row of sluice.appends.
 type indexRow struct {
 	position   int64
@@ -94,7 +87,7 @@ WITH seqs AS (
 ), ins AS (
   INSERT INTO sluice.appends (position, event_id, kind, aggregate_type, aggregate_id, sequence_number,
                               state, segment_key, canonical_hash, occurred_at, writer_id)
-  SELECT head.first + u.ord - 1, u.eid::uuid, u.kind, u.t, u.i, u.seq, 'reserved',
+  SELECT head.first + u.ord - 1, u.eid::uuid, u.kind, u.t, u.i, u.seq, '` + StateReserved + `',
          'segments/' || lpad(head.first::text, 20, '0') || '-' || lpad((head.first + $6::bigint - 1)::text, 20, '0') || '.jsonl',
          u.hash, u.occ, $14
   FROM head, unnest($7::text[], $8::text[], $9::text[], $10::text[], $11::bigint[], $12::bytea[], $13::timestamptz[])
@@ -102,7 +95,7 @@ WITH seqs AS (
   RETURNING 1
 )
 SELECT head.first, (SELECT count(*) FROM ins),
-       pg_notify('` + NotifyChannel + `', 'reserved ' || head.first || ' ' || (head.first + $6::bigint - 1))
+       pg_notify('` + NotifyChannel + `', '` + StateReserved + ` ' || head.first || ' ' || (head.first + $6::bigint - 1))
 FROM head`
 
 type aggKey struct{ t, i string }
@@ -404,7 +397,7 @@ type slotRow struct{ eventID, state string }
 const sqlSupersededSlots = `
 SELECT u.ord FROM unnest($1::text[], $2::text[], $3::bigint[]) WITH ORDINALITY AS u(t, i, s, ord)
 WHERE EXISTS (SELECT 1 FROM sluice.appends a
-              WHERE a.aggregate_type = u.t AND a.aggregate_id = u.i AND a.sequence_number > u.s AND a.state <> 'abandoned')`
+              WHERE a.aggregate_type = u.t AND a.aggregate_id = u.i AND a.sequence_number > u.s AND a.state <> '` + StateAbandoned + `')`
 
 // supersededSlots returns the retries of abandoned appends (store-assigned
 // sequences) whose old slot was followed by a slot that is not abandoned:
@@ -444,7 +437,7 @@ func (s *Store) supersededSlots(ctx context.Context, c *pgx.Conn, live []*item) 
 var errMovedRace = errors.New("eventstore: reserve: an abandoned row changed meanwhile")
 
 const sqlDropMoved = `
-DELETE FROM sluice.appends WHERE event_id = ANY($1::uuid[]) AND state = 'abandoned' RETURNING event_id::text`
+DELETE FROM sluice.appends WHERE event_id = ANY($1::uuid[]) AND state = '` + StateAbandoned + `' RETURNING event_id::text`
 
 // dropMoved removes, inside the reservation transaction, the abandoned rows
 // that accepted retries replace with fresh reservations (the event_id is

@@ -46,7 +46,7 @@ type Handler struct {
 }
 
 // SequenceReader returns an aggregate's last handed-out sequence number
-// (api.PostgresSequences).
+// (*eventstore.Store implements it).
 type SequenceReader interface {
 	LastSequence(ctx context.Context, aggregateType, aggregateID string) (int64, error)
 }

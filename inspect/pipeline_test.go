@@ -97,14 +97,14 @@ func startPipeline(t *testing.T) *pipeline {
 		t.Fatal(err)
 	}
 	testenv.RunInBackground(t, "projection worker", pw.Run)
-	h, err := api.New(api.Options{Store: store, Registry: reg, Sequences: api.PostgresSequences(pool), Logger: logger})
+	h, err := api.New(api.Options{Store: store, Registry: reg, Sequences: store, Logger: logger})
 	if err != nil {
 		t.Fatal(err)
 	}
 	srv := httptest.NewServer(h)
 	t.Cleanup(srv.Close)
 	in, err := inspect.NewFromConfig(cfg, inspect.Deps{Pool: pool, Store: store, Bucket: bucket, Registry: reg,
-		Sequences: api.PostgresSequences(pool), ES: esc, Handlers: handlers})
+		Sequences: store, ES: esc, Handlers: handlers})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -13,12 +13,13 @@ import (
 	"github.com/sluicehq/sluice/eventstore/objstore"
 )
 
-// Index row states (sluice.appends.state), plus the relay's own "missing"
-// for a position below the head without any row (a rebuilt index).
+// The store's row states (eventstore.State*), plus the relay's own
+// "missing" for a position below the head without any row (a rebuilt
+// index).
 const (
-	stateReserved  = "reserved"
-	stateCommitted = "committed"
-	stateAbandoned = "abandoned"
+	stateReserved  = eventstore.StateReserved
+	stateCommitted = eventstore.StateCommitted
+	stateAbandoned = eventstore.StateAbandoned
 	stateMissing   = "missing"
 )
 

@@ -2,15 +2,13 @@ package relay
 
 import (
 	"context"
-	"strconv"
-	"strings"
 	"sync"
 
 	"github.com/sluicehq/sluice/eventstore"
 )
 
 // Commit hints: the event store's commit notification names the block it
-// committed ("committed FIRST LAST", eventstore.NotifyChannel), and a
+// committed (a Committed notification of eventstore.Subscribe), and a
 // block's segment key follows from its positions. The relay uses that in
 // two ways, both only shortcuts of what a cycle would find anyway:
 //
@@ -49,24 +47,6 @@ type hints struct {
 type hint struct {
 	first, last int64
 	f           *fetch
-}
-
-// parseCommitHint parses a "committed FIRST LAST" payload.
-func parseCommitHint(payload string) (first, last int64, ok bool) {
-	rest, ok := strings.CutPrefix(payload, "committed ")
-	if !ok {
-		return 0, 0, false
-	}
-	a, b, ok := strings.Cut(rest, " ")
-	if !ok {
-		return 0, 0, false
-	}
-	first, err1 := strconv.ParseInt(a, 10, 64)
-	last, err2 := strconv.ParseInt(b, 10, 64)
-	if err1 != nil || err2 != nil || first < 1 || last < first {
-		return 0, 0, false
-	}
-	return first, last, true
 }
 
 // lead starts accepting hints for a leadership (ctx) and returns the

@@ -5,11 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"strings"
 	"sync"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/twmb/franz-go/pkg/kgo"
 
@@ -608,68 +606,32 @@ func (r *Relay) startPosition(ctx context.Context) (int64, error) {
 		if err != nil {
 			return 0, fmt.Errorf("relay: EVENT_PUBLISHER_START_TIMESTAMP: %w", err)
 		}
-		return PositionAt(ctx, r.pool, t)
+		return r.store.PositionAt(ctx, t)
 	}
 	return 0, nil
 }
 
-// PositionAt returns the checkpoint position that starts publishing at the
-// first event committed at or after t: that event's position minus one, or
-// the last reserved position when nothing was committed since t.
-func PositionAt(ctx context.Context, pool *pgxpool.Pool, t time.Time) (int64, error) {
-	var p int64
-	err := pool.QueryRow(ctx, `SELECT coalesce(
-  (SELECT min(position) - 1 FROM sluice.appends WHERE state = 'committed' AND committed_at >= $1),
-  (SELECT next_position - 1 FROM sluice.log_head))`, t).Scan(&p)
-	if err != nil {
-		return 0, fmt.Errorf("relay: position at %s: %w", t.Format(time.RFC3339), err)
-	}
-	return p, nil
-}
-
 // headAndNow returns the highest committed position and the database clock.
 func (r *Relay) headAndNow(ctx context.Context) (head int64, now time.Time, err error) {
-	err = r.pool.QueryRow(ctx, `SELECT coalesce(max(position), 0), now() FROM sluice.appends WHERE state = 'committed'`, eventstore.Replan).Scan(&head, &now)
+	h, err := r.store.HeadWithClock(ctx)
 	if err != nil {
-		return 0, time.Time{}, fmt.Errorf("relay: head: %w", err)
+		return 0, time.Time{}, fmt.Errorf("relay: %w", err)
 	}
-	return head, now, nil
+	return h.Position, h.Now, nil
 }
 
-// listen LISTENs on the store's channel on a dedicated connection and
-// pokes the loop on commits and abandons; it reconnects with backoff.
+// listen follows the store's commit stream and pokes the loop on commits,
+// abandons and resyncs (the stream reconnects by itself; the poll covers
+// what it misses). A commit's range starts its segment's fetch (hints).
 func (r *Relay) listen(ctx context.Context) {
-	bo := newBackoff(250*time.Millisecond, 5*time.Second)
-	for ctx.Err() == nil {
-		conn, err := pgx.ConnectConfig(ctx, r.pool.Config().ConnConfig.Copy())
-		if err != nil {
-			r.log.Debug("relay: LISTEN connection failed; polling meanwhile", "err", err)
-			sleep(ctx, bo.next())
+	for n := range r.store.Subscribe(ctx) {
+		switch n.Kind {
+		case eventstore.Reserved:
 			continue
+		case eventstore.Committed:
+			r.addHint(n.First, n.Last)
 		}
-		if _, err := conn.Exec(ctx, "LISTEN "+pgx.Identifier{eventstore.NotifyChannel}.Sanitize()); err != nil {
-			_ = conn.Close(context.WithoutCancel(ctx))
-			sleep(ctx, bo.next())
-			continue
-		}
-		bo.reset()
-		r.poke() // notifications may have been missed meanwhile
-		for {
-			n, err := conn.WaitForNotification(ctx)
-			if err != nil {
-				break
-			}
-			if strings.HasPrefix(n.Payload, "reserved") {
-				continue
-			}
-			if first, last, ok := parseCommitHint(n.Payload); ok {
-				r.addHint(first, last)
-			}
-			r.poke()
-		}
-		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
-		_ = conn.Close(cctx)
-		cancel()
+		r.poke()
 	}
 }
 

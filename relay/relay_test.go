@@ -853,30 +853,6 @@ func (l *lockedBuffer) String() string {
 	return l.b.String()
 }
 
-func TestParseCommitHint(t *testing.T) {
-	for _, c := range []struct {
-		payload     string
-		first, last int64
-		ok          bool
-	}{
-		{"committed 1 1", 1, 1, true},
-		{"committed 17 42", 17, 42, true},
-		{"reserved 1 2", 0, 0, false},
-		{"abandoned 1 2", 0, 0, false},
-		{"committed 2 1", 0, 0, false},
-		{"committed 0 3", 0, 0, false},
-		{"committed 1", 0, 0, false},
-		{"committed a b", 0, 0, false},
-		{"committed 1 2 3", 0, 0, false},
-		{"", 0, 0, false},
-	} {
-		first, last, ok := parseCommitHint(c.payload)
-		if first != c.first || last != c.last || ok != c.ok {
-			t.Errorf("parseCommitHint(%q) = %d, %d, %v; want %d, %d, %v", c.payload, first, last, ok, c.first, c.last, c.ok)
-		}
-	}
-}
-
 // TestHeldBehindInFlight: X's event at 3 waits behind X's in-flight
 // position 2 and follows at once — not a poll interval later (here a
 // minute) — when 2 commits. Two ways in:

@@ -56,7 +56,7 @@ on /v1 when set. The API is described at /openapi.json and in docs/api.md.`,
 			health := observability.NewHealth()
 			health.AddReadiness("postgres", func(ctx context.Context) error { return pool.Ping(ctx) })
 			h, err := api.New(api.Options{
-				Store: store, Registry: reg, Sequences: api.PostgresSequences(pool), Logger: logger,
+				Store: store, Registry: reg, Sequences: store, Logger: logger,
 				Tokens: tokens, MaxBodyBytes: int64(cfg.API.MaxBodyBytes),
 				Limits:  envelopeLimits(cfg.EventStore),
 				Metrics: metrics, Health: health,

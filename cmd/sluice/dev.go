@@ -266,7 +266,7 @@ func runDev(parent context.Context, out io.Writer, cfg *config.Config, logger *s
 		return err
 	}
 	handler, err := api.New(api.Options{
-		Store: store, Registry: reg, Sequences: api.PostgresSequences(pool), Logger: logger,
+		Store: store, Registry: reg, Sequences: store, Logger: logger,
 		MaxBodyBytes: int64(cfg.API.MaxBodyBytes),
 		Limits:       envelopeLimits(cfg.EventStore),
 		Metrics:      metrics, Health: health,

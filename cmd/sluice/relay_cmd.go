@@ -153,7 +153,7 @@ func newRelayCheckpointCmd() *cobra.Command {
 				if err != nil {
 					return fmt.Errorf("--time %q: want an RFC 3339 time: %w", at, err)
 				}
-				if position, err = relay.PositionAt(ctx, d.pool, t); err != nil {
+				if position, err = d.store.PositionAt(ctx, t); err != nil {
 					return err
 				}
 			}

@@ -1,0 +1,72 @@
+package eventstore
+
+import (
+	"context"
+	"fmt"
+	"time"
+)
+
+// Row states of sluice.appends, declared once: the store's SQL, IndexEntry.State
+// and the relay's walk use these (see TestRowStatesMatchSchema).
+const (
+	// StateReserved: the position is held for an append in flight.
+	StateReserved = "reserved"
+	// StateCommitted: the event's line is durable in a segment; readable.
+	StateCommitted = "committed"
+	// StateAbandoned: the position will never hold an event.
+	StateAbandoned = "abandoned"
+)
+
+// The package's own short names of the row states.
+const (
+	stateReserved  = StateReserved
+	stateCommitted = StateCommitted
+	stateAbandoned = StateAbandoned
+)
+
+// HeadClock is the committed head read together with the database clock
+// (the clock that stamps reserved_at and committed_at, so that ages
+// compared with it are free of the reader's clock skew).
+type HeadClock struct {
+	// Position is the highest committed position, 0 for an empty store.
+	Position int64
+	// Now is the database's clock when Position was read.
+	Now time.Time
+}
+
+// HeadWithClock returns Head and the database clock in one round trip.
+func (s *Store) HeadWithClock(ctx context.Context) (HeadClock, error) {
+	var h HeadClock
+	err := s.pool.QueryRow(ctx, `SELECT coalesce(max(position), 0), now() FROM sluice.appends WHERE state = '`+StateCommitted+`'`, Replan).Scan(&h.Position, &h.Now)
+	if err != nil {
+		return HeadClock{}, fmt.Errorf("eventstore: head: %w", err)
+	}
+	return h, nil
+}
+
+// PositionAt returns the position before the first event committed at or
+// after t (a reader that starts after it starts at that event), or the last
+// reserved position when nothing was committed since t.
+func (s *Store) PositionAt(ctx context.Context, t time.Time) (int64, error) {
+	var p int64
+	err := s.pool.QueryRow(ctx, `SELECT coalesce(
+  (SELECT min(position) - 1 FROM sluice.appends WHERE state = '`+StateCommitted+`' AND committed_at >= $1),
+  (SELECT next_position - 1 FROM sluice.log_head))`, t).Scan(&p)
+	if err != nil {
+		return 0, fmt.Errorf("eventstore: position at %s: %w", t.Format(time.RFC3339), err)
+	}
+	return p, nil
+}
+
+// LastSequence returns the last sequence number handed out to an aggregate
+// (0 when it has none): the value an append's expected_seq is compared with.
+// A handed-out slot may still be reserved, not yet committed.
+func (s *Store) LastSequence(ctx context.Context, aggregateType, aggregateID string) (int64, error) {
+	var n int64
+	err := s.pool.QueryRow(ctx, `SELECT coalesce(max(last_sequence), 0) FROM sluice.sequences WHERE aggregate_type = $1 AND aggregate_id = $2`,
+		aggregateType, aggregateID).Scan(&n)
+	if err != nil {
+		return 0, fmt.Errorf("eventstore: last sequence of %s %q: %w", aggregateType, aggregateID, err)
+	}
+	return n, nil
+}
