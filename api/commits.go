@@ -2,13 +2,7 @@ package api
 
 import (
 	"context"
-	"log/slog"
-	"strings"
 	"sync"
-	"time"
-
-	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/sluicehq/sluice/eventstore"
 )
@@ -22,16 +16,13 @@ type CommitNotifier interface {
 	Subscribe() (<-chan struct{}, func())
 }
 
-// PostgresCommits returns a CommitNotifier fed by the event store's
-// NOTIFY (eventstore.NotifyChannel: "committed F L" and "abandoned F L")
-// on one LISTEN connection of its own, reconnecting with backoff, until
-// ctx is done.
-func PostgresCommits(ctx context.Context, pool *pgxpool.Pool, log *slog.Logger) CommitNotifier {
-	if log == nil {
-		log = slog.Default()
-	}
+// StoreCommits returns a CommitNotifier fed by the event store's commit
+// stream (eventstore.Subscribe: commits, abandons and resyncs wake; a
+// reservation does not), fanned out to every subscription, until ctx is
+// done. One stream serves all subscriptions.
+func StoreCommits(ctx context.Context, store *eventstore.Store) CommitNotifier {
 	b := &broadcaster{subs: map[chan struct{}]struct{}{}}
-	go b.listen(ctx, pool, log)
+	go b.follow(store.Subscribe(ctx))
 	return b
 }
 
@@ -64,39 +55,12 @@ func (b *broadcaster) wake() {
 	}
 }
 
-func (b *broadcaster) listen(ctx context.Context, pool *pgxpool.Pool, log *slog.Logger) {
-	wait := 250 * time.Millisecond
-	for ctx.Err() == nil {
-		conn, err := pgx.ConnectConfig(ctx, pool.Config().ConnConfig.Copy())
-		if err == nil {
-			_, err = conn.Exec(ctx, "LISTEN "+pgx.Identifier{eventstore.NotifyChannel}.Sanitize())
-			if err != nil {
-				_ = conn.Close(context.WithoutCancel(ctx))
-			}
-		}
-		if err != nil {
-			log.Debug("api: LISTEN for commits failed; subscriptions poll meanwhile", "err", err)
-			select {
-			case <-ctx.Done():
-			case <-time.After(wait):
-			}
-			wait = min(2*wait, 5*time.Second)
-			continue
-		}
-		wait = 250 * time.Millisecond
-		b.wake() // notifications may have been missed meanwhile
-		for {
-			n, err := conn.WaitForNotification(ctx)
-			if err != nil {
-				break
-			}
-			if strings.HasPrefix(n.Payload, "reserved") {
-				continue
-			}
+// follow wakes the subscriptions for each notification of the stream but
+// reservations, until the stream ends.
+func (b *broadcaster) follow(stream <-chan eventstore.Notification) {
+	for n := range stream {
+		if n.Kind != eventstore.Reserved {
 			b.wake()
 		}
-		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
-		_ = conn.Close(cctx)
-		cancel()
 	}
 }

@@ -30,8 +30,8 @@ func eventAPI(t testing.TB, commits bool) *testAPI {
 	if commits {
 		ctx, cancel := context.WithCancel(context.Background())
 		t.Cleanup(cancel)
-		n := PostgresCommits(ctx, a.pool, nil)
-		h, err := New(Options{Store: a.store, Registry: a.reg, Sequences: PostgresSequences(a.pool), Events: a.store, Commits: n,
+		n := StoreCommits(ctx, a.store)
+		h, err := New(Options{Store: a.store, Registry: a.reg, Sequences: a.store, Events: a.store, Commits: n,
 			SSEPollInterval: time.Hour, SSEHeartbeat: 200 * time.Millisecond})
 		if err != nil {
 			t.Fatal(err)

@@ -60,7 +60,7 @@ on /v1 when set. The API is described at /openapi.json and in docs/api.md.`,
 				Tokens: tokens, MaxBodyBytes: int64(cfg.API.MaxBodyBytes),
 				Limits:  envelopeLimits(cfg.EventStore),
 				Metrics: metrics, Health: health,
-				Events: store, Commits: api.PostgresCommits(ctx, pool, logger),
+				Events: store, Commits: api.StoreCommits(ctx, store),
 			})
 			if err != nil {
 				return err
