@@ -10,7 +10,6 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/sluicehq/sluice/api"
 	"github.com/sluicehq/sluice/console"
 	"github.com/sluicehq/sluice/eventstore"
 	"github.com/sluicehq/sluice/eventstore/objstore"
@@ -45,7 +44,7 @@ func newInspector(cfg *config.Config, pool *pgxpool.Pool, store *eventstore.Stor
 		hs = append(hs, inspect.Handler{Name: projectionworker.HandlerName(n, v), Group: projectionworker.GroupName(n, v), Kind: envelope.KindDomain})
 	}
 	return inspect.NewFromConfig(cfg, inspect.Deps{Pool: pool, Store: store, Bucket: bucket, Registry: reg,
-		Sequences: api.PostgresSequences(pool), ES: es, Handlers: hs})
+		Sequences: store, ES: es, Handlers: hs})
 }
 
 // withConsole serves the console (static, public) and the inspect
