@@ -47,18 +47,17 @@ func newInspector(cfg *config.Config, pool *pgxpool.Pool, store *eventstore.Stor
 		Sequences: store, ES: es, Handlers: hs})
 }
 
-// withConsole serves the console (static, public) and the inspect
-// endpoints (behind the admin tokens) beside the API.
-func withConsole(apiHandler http.Handler, in *inspect.Inspector) http.Handler {
-	mux := http.NewServeMux()
+// consoleRoutes are the console (static, public) and the inspect
+// endpoints (behind the admin tokens), served beside the API.
+func consoleRoutes(in *inspect.Inspector) map[string]http.Handler {
 	ch := console.Handler()
-	mux.Handle(console.Path, ch)
-	mux.Handle(strings.TrimSuffix(console.Path, "/"), ch)
 	auth := adminReadAuth(adminTokensFromEnv())
-	mux.Handle(inspect.TracePath, auth(in.Handler()))
-	mux.Handle(inspect.AggregatePath, auth(in.Handler()))
-	mux.Handle("/", apiHandler)
-	return mux
+	return map[string]http.Handler{
+		console.Path:                          ch,
+		strings.TrimSuffix(console.Path, "/"): ch,
+		inspect.TracePath:                     auth(in.Handler()),
+		inspect.AggregatePath:                 auth(in.Handler()),
+	}
 }
 
 // adminTokens are the SHA-256 sums of the accepted admin tokens.

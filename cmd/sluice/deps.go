@@ -15,7 +15,6 @@ import (
 	"github.com/sluicehq/sluice/eventstore/objstore"
 	"github.com/sluicehq/sluice/eventstore/objstore/backend"
 	"github.com/sluicehq/sluice/shared/config"
-	"github.com/sluicehq/sluice/shared/envelope"
 	"github.com/sluicehq/sluice/shared/observability"
 )
 
@@ -146,13 +145,4 @@ func openStore(cmd *cobra.Command) (*eventstore.Store, func(), error) {
 		return nil, nil, err
 	}
 	return d.store, closeFn, nil
-}
-
-// envelopeLimits are the store's envelope limits (EVENT_STORE_MAX_*).
-func envelopeLimits(c config.EventStore) envelope.Limits {
-	return envelope.Limits{
-		MaxEnvelopeBytes: c.MaxEnvelopeBytes,
-		MaxDataDepth:     c.MaxDataDepth,
-		MaxMetadataBytes: c.MaxMetadataBytes,
-	}
 }

@@ -19,19 +19,15 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/twmb/franz-go/pkg/kfake"
 
-	"github.com/sluicehq/sluice/api"
 	"github.com/sluicehq/sluice/eventstore"
 	"github.com/sluicehq/sluice/eventstore/objstore/backend"
 	"github.com/sluicehq/sluice/instanceworker"
 	"github.com/sluicehq/sluice/internal/esserver"
 	"github.com/sluicehq/sluice/migrations"
-	"github.com/sluicehq/sluice/projectionworker"
-	"github.com/sluicehq/sluice/registry"
-	"github.com/sluicehq/sluice/relay"
+	"github.com/sluicehq/sluice/pipeline"
 	"github.com/sluicehq/sluice/shared/config"
 	"github.com/sluicehq/sluice/shared/localpg"
 	"github.com/sluicehq/sluice/shared/observability"
-	"github.com/sluicehq/sluice/shared/readmodel"
 )
 
 // devPart is one piece of the pipeline as `sluice dev` sees it: either
@@ -222,71 +218,39 @@ func runDev(parent context.Context, out io.Writer, cfg *config.Config, logger *s
 			"bytes", rec.TornBytes, "dir", esDir)
 	}
 
-	metrics := newRegistry()
-	metrics.MustRegister(store.Collectors()...)
-	health := observability.NewHealth()
-	health.AddReadiness("postgres", func(ctx context.Context) error { return pool.Ping(ctx) })
-
-	// Relay.
-	ropts := relay.OptionsFromConfig(cfg)
-	ropts.Logger, ropts.Registerer, ropts.Health = logger, metrics, health
-	rl, err := relay.New(store, bucket, pool, ropts)
+	// The services, built from the one table every service command uses.
+	deps := pipeline.Deps{Config: cfg, Logger: logger, Pool: pool, Bucket: bucket, Store: store,
+		Metrics: newRegistry(), Health: observability.NewHealth()}
+	metrics, health := deps.Metrics, deps.Health
+	routes, closeRoutes, err := apiRoutes(deps)
 	if err != nil {
 		return err
 	}
-	defer rl.Close()
-	goRun("relay", rl.Run)
-	parts = append(parts, devPart{"relay", true, "store → " + cfg.Kafka.CommandsTopic + ", " + cfg.Kafka.EventsTopic})
-
-	// Instance worker.
-	es, err := readmodel.NewClient(cfg.Elasticsearch)
-	if err != nil {
-		return err
+	defer closeRoutes()
+	apiURL := ""
+	for _, svc := range pipeline.Table() {
+		r, err := pipeline.Build(ctx, svc.Name, deps, pipeline.Options{APIRoutes: routes})
+		if err != nil {
+			return err
+		}
+		defer r.Close()
+		goRun(svc.Name, r.Run)
+		var detail string
+		switch svc.Name {
+		case pipeline.Relay:
+			detail = "store → " + cfg.Kafka.CommandsTopic + ", " + cfg.Kafka.EventsTopic
+		case pipeline.InstanceWorker:
+			detail = "group " + instanceworker.GroupName
+		case pipeline.ProjectionWorker:
+			// The history projection (the instance worker owns the live
+			// instance documents; `sluice projection rebuild` rebuilds them).
+			detail = "projection history → " + cfg.Elasticsearch.IndexPrefix + "{db}_history"
+		case pipeline.API:
+			apiURL = "http://" + r.(*pipeline.APIRunner).Addr().String()
+			detail = apiURL + "/openapi.json"
+		}
+		parts = append(parts, devPart{svc.Name, true, detail})
 	}
-	iw, err := instanceworker.NewService(cfg, instanceworker.Deps{Pool: pool, Store: store, ES: es, Logger: logger, Metrics: metrics, Health: health})
-	if err != nil {
-		return err
-	}
-	goRun("instance-worker", iw.Run)
-	parts = append(parts, devPart{"instance-worker", true, "group " + instanceworker.GroupName})
-
-	// Projection worker: the history projection (the instance worker owns
-	// the live instance documents; `sluice projection rebuild` rebuilds them).
-	pw, err := projectionworker.NewService(cfg, projectionworker.Deps{Pool: pool, ES: es, Logger: logger, Metrics: metrics, Health: health},
-		projectionworker.Spec{Projection: projectionworker.History{}})
-	if err != nil {
-		return err
-	}
-	goRun("projection-worker", pw.Run)
-	parts = append(parts, devPart{"projection-worker", true, "projection history → " + cfg.Elasticsearch.IndexPrefix + "{db}_history"})
-
-	// Command API.
-	reg, err := registry.New(pool, registry.OptionsFromConfig(cfg.Registry, cfg.Worker, cfg.Worker.InstanceMaxRetryAttempts))
-	if err != nil {
-		return err
-	}
-	handler, err := api.New(api.Options{
-		Store: store, Registry: reg, Sequences: store, Logger: logger,
-		MaxBodyBytes: int64(cfg.API.MaxBodyBytes),
-		Limits:       envelopeLimits(cfg.EventStore),
-		Metrics:      metrics, Health: health,
-	})
-	if err != nil {
-		return err
-	}
-	in, err := newInspector(cfg, pool, store, bucket, reg)
-	if err != nil {
-		return err
-	}
-	defer in.Close()
-	handler = withConsole(handler, in)
-	apiLn, err := net.Listen("tcp", cfg.API.Addr)
-	if err != nil {
-		return fmt.Errorf("api: listen %s: %w (set SLUICE_API_ADDR)", cfg.API.Addr, err)
-	}
-	apiURL := "http://" + apiLn.Addr().String()
-	goRun("api", func(ctx context.Context) error { return serveHTTP(ctx, apiLn, handler) })
-	parts = append(parts, devPart{"api", true, apiURL + "/openapi.json"})
 
 	if cfg.HTTP.Addr != "" {
 		obs, err := observability.Listen(cfg.HTTP.Addr, observability.Handler(metrics, health))

@@ -85,8 +85,8 @@ type docKey struct {
 	version int64
 }
 
-// pipeline is a running `sluice dev` with its observers.
-type pipeline struct {
+// benchPipeline is a running `sluice dev` with its observers.
+type benchPipeline struct {
 	api     string
 	metrics string
 	client  *http.Client
@@ -96,7 +96,7 @@ type pipeline struct {
 	run     atomic.Int64         // distinguishes the instances of each load
 }
 
-func startPipeline(b *testing.B) *pipeline {
+func startPipeline(b *testing.B) *benchPipeline {
 	b.Helper()
 	mi, err := testenv.StartMinIO(context.Background())
 	if err != nil {
@@ -116,7 +116,7 @@ func startPipeline(b *testing.B) *pipeline {
 	b.Setenv("SLUICE_API_ADDR", api)
 	kafkaAddr := "127.0.0.1:" + strconv.Itoa(testenv.FreePort(b))
 
-	p := &pipeline{
+	p := &benchPipeline{
 		api:     "http://" + api,
 		metrics: "http://" + metricsAddr + "/metrics",
 		client:  &http.Client{Timeout: time.Minute, Transport: &http.Transport{MaxIdleConnsPerHost: 256, MaxConnsPerHost: 256}},
@@ -173,7 +173,7 @@ func startPipeline(b *testing.B) *pipeline {
 // observeES records, per instance document version, when the ES test
 // server answered the request that wrote it (the first 2xx answer carrying
 // that _id and _version), through an esserver.WriteLog.
-func (p *pipeline) observeES(h http.Handler) http.Handler {
+func (p *benchPipeline) observeES(h http.Handler) http.Handler {
 	return esserver.NewWriteLog(func(w esserver.Write) {
 		if !w.OK() {
 			return
@@ -189,7 +189,7 @@ func (p *pipeline) observeES(h http.Handler) http.Handler {
 
 // watchCommands records the produce time of every command on the commands
 // topic, by (instance document id, sequence number).
-func (p *pipeline) watchCommands(ctx context.Context, b *testing.B, kafkaAddr string) {
+func (p *benchPipeline) watchCommands(ctx context.Context, b *testing.B, kafkaAddr string) {
 	cl, err := kgo.NewClient(kgo.SeedBrokers(kafkaAddr), kgo.ConsumeTopics("sluice.commands"),
 		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
 	if err != nil {
@@ -224,7 +224,7 @@ type sent struct {
 
 // load offers rate commands/s (0: closed loop, 64 clients) for d, waits
 // until every accepted command's document is visible, and reports.
-func (p *pipeline) load(b *testing.B, name string, rate int, d time.Duration) {
+func (p *benchPipeline) load(b *testing.B, name string, rate int, d time.Duration) {
 	run := p.run.Add(1)
 	before := p.stageTimes(b)
 	const clients = 64
@@ -402,7 +402,7 @@ func (a histSum) quantile(q float64) float64 {
 // (claim, handle, mark_done, commit, end_to_end), the event store's group
 // commit (gather, reserve, put, commit), the relay's flush, the
 // projection's ES bulk and the API's requests, by a short name.
-func (p *pipeline) stageTimes(b *testing.B) map[string]histSum {
+func (p *benchPipeline) stageTimes(b *testing.B) map[string]histSum {
 	b.Helper()
 	resp, err := p.client.Get(p.metrics)
 	if err != nil {

@@ -12,10 +12,10 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/twmb/franz-go/pkg/kadm"
 
+	"github.com/sluicehq/sluice/pipeline"
 	"github.com/sluicehq/sluice/projectionworker"
 	"github.com/sluicehq/sluice/shared/config"
 	"github.com/sluicehq/sluice/shared/kafka"
-	"github.com/sluicehq/sluice/shared/observability"
 	"github.com/sluicehq/sluice/shared/readmodel"
 )
 
@@ -61,39 +61,7 @@ func newProjectionWorkerCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			cfg, logger, err := loadConfig(cmd)
-			if err != nil {
-				return err
-			}
-			ctx := cmd.Context()
-			pool, err := openPool(cmd, cfg)
-			if err != nil {
-				return err
-			}
-			defer pool.Close()
-			es, err := readmodel.NewClient(cfg.Elasticsearch)
-			if err != nil {
-				return err
-			}
-			metrics := newRegistry()
-			health := observability.NewHealth()
-			svc, err := projectionworker.NewService(cfg, projectionworker.Deps{Pool: pool, ES: es, Logger: logger, Metrics: metrics, Health: health}, specs...)
-			if err != nil {
-				return err
-			}
-			obsCtx, stopObs := context.WithCancel(context.WithoutCancel(ctx))
-			defer stopObs()
-			if cfg.HTTP.Addr != "" {
-				srv, err := observability.Listen(cfg.HTTP.Addr, observability.Handler(metrics, health))
-				if err != nil {
-					return err
-				}
-				go func() { _ = srv.Serve(obsCtx) }()
-			}
-			if err := svc.Run(ctx); err != nil && !errors.Is(err, context.Canceled) {
-				return err
-			}
-			return nil
+			return runService(cmd, pipeline.ProjectionWorker, pipeline.Options{Projections: specs}, nil)
 		},
 	}
 	cmd.Flags().StringVar(&list, "projections", "history", "comma-separated projections to run ("+projectionsEnv+"); built in: instances, history")

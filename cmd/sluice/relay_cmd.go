@@ -1,7 +1,6 @@
 package main
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"strings"
@@ -11,13 +10,10 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/spf13/cobra"
 
-	"github.com/sluicehq/sluice/eventstore"
-	"github.com/sluicehq/sluice/eventstore/objstore/minioext"
+	"github.com/sluicehq/sluice/pipeline"
 	"github.com/sluicehq/sluice/relay"
 	"github.com/sluicehq/sluice/shared/config"
-	"github.com/sluicehq/sluice/shared/crashpoint"
 	"github.com/sluicehq/sluice/shared/kafka"
-	"github.com/sluicehq/sluice/shared/observability"
 )
 
 func newRelayCmd() *cobra.Command {
@@ -29,60 +25,12 @@ Kafka in position order, checkpointing its progress in checkpoints/{name}.json.
 Several replicas may run: one holds the leader lease and publishes, the others
 stand by. Configuration: EVENT_PUBLISHER_*, KAFKA_*, EVENT_STORE_*, DATABASE_URL.`,
 		Args: cobra.NoArgs,
-		RunE: runRelayService,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return runService(cmd, pipeline.Relay, pipeline.Options{}, nil)
+		},
 	}
 	c.AddCommand(newRelayCheckpointCmd(), newRelayGapsCmd(), newRelayRepublishCmd(), newRelayParkedCmd())
 	return c
-}
-
-func runRelayService(cmd *cobra.Command, _ []string) error {
-	d, closeFn, err := openServiceDeps(cmd)
-	if err != nil {
-		return err
-	}
-	defer closeFn()
-	ctx := cmd.Context()
-	crasher, err := crashpoint.New(d.cfg.Testing.CrashPoint, d.cfg.Testing.CrashMarkerDir)
-	if err != nil {
-		return err
-	}
-	reg := newRegistry()
-	health := observability.NewHealth()
-	health.AddReadiness("postgres", func(ctx context.Context) error { return d.pool.Ping(ctx) })
-	opts := relay.OptionsFromConfig(d.cfg)
-	opts.Logger, opts.Registerer, opts.Health, opts.Crasher = d.logger, reg, health, crasher
-	if es := d.cfg.EventStore; es.Backend == "s3" && es.S3Endpoint != "" {
-		// MinIO bucket notifications as an extra wake-up (hints only).
-		if mc, err := minioext.New(minioext.Options{Endpoint: es.S3Endpoint, Region: es.S3Region,
-			AccessKeyID: es.S3AccessKeyID, SecretAccessKey: es.S3SecretAccessKey.Value()}); err == nil {
-			if ch, err := mc.ListenSegments(ctx, es.Bucket, eventstore.SegmentPrefix); err == nil {
-				opts.Wake = ch
-			} else {
-				d.logger.Info("relay: no bucket notifications; relying on LISTEN and polling", "err", err)
-			}
-		}
-	}
-	r, err := relay.New(d.store, d.bucket, d.pool, opts)
-	if err != nil {
-		return err
-	}
-	defer r.Close()
-	errc := make(chan error, 1)
-	if d.cfg.HTTP.Addr != "" {
-		srv, err := observability.Listen(d.cfg.HTTP.Addr, observability.Handler(reg, health))
-		if err != nil {
-			return err
-		}
-		d.logger.Info("relay: observability server", "addr", srv.Addr())
-		go func() { errc <- srv.Serve(ctx) }()
-	}
-	err = r.Run(ctx)
-	if d.cfg.HTTP.Addr != "" {
-		if serr := <-errc; serr != nil && err == nil {
-			err = serr
-		}
-	}
-	return err
 }
 
 func newRelayCheckpointCmd() *cobra.Command {

@@ -32,7 +32,8 @@ const (
 	Stores = 1
 	// Services: relay, the workers and api, which run on the stores.
 	Services = 2
-	// Tools: the packages behind the operator commands (dlq, inspect, console),
+	// Tools: the packages behind the operator commands (dlq, inspect, console)
+	// and the table of services (pipeline),
 	// which read across the services.
 	Tools = 3
 	// Commands: cmd/…, flags, wiring and printing.
@@ -58,6 +59,7 @@ func floors() map[string]int {
 		"projectionworker": Services,
 		"api":              Services,
 		"dlq":              Tools,
+		"pipeline":         Tools,
 		"inspect":          Tools,
 		"console":          Tools,
 		"cmd":              Commands,

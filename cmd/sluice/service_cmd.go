@@ -1,0 +1,107 @@
+package main
+
+import (
+	"context"
+	"net/http"
+
+	"github.com/spf13/cobra"
+
+	"github.com/sluicehq/sluice/pipeline"
+	"github.com/sluicehq/sluice/registry"
+	"github.com/sluicehq/sluice/shared/observability"
+)
+
+// runService runs one service of the pipeline table as its own process:
+// it opens what the service needs (the event store waited for at start-up,
+// docs/architecture.md), builds it from the table, serves /metrics and the
+// probes on SLUICE_HTTP_ADDR (unless the API serves them on that very
+// address) until the service has stopped, and runs it until SIGTERM.
+// started, when set, is called once the service is built (the api prints
+// its address).
+func runService(cmd *cobra.Command, name string, o pipeline.Options, started func(pipeline.Deps, pipeline.Runner)) error {
+	svc, err := pipeline.Lookup(name)
+	if err != nil {
+		return err
+	}
+	ctx := cmd.Context()
+	var d pipeline.Deps
+	if svc.NeedsStore {
+		sd, closeFn, err := openServiceDeps(cmd)
+		if err != nil {
+			return err
+		}
+		defer closeFn()
+		d = pipeline.Deps{Config: sd.cfg, Logger: sd.logger, Pool: sd.pool, Bucket: sd.bucket, Store: sd.store}
+	} else {
+		cfg, logger, err := loadConfig(cmd)
+		if err != nil {
+			return err
+		}
+		pool, err := openPool(cmd, cfg)
+		if err != nil {
+			return err
+		}
+		defer pool.Close()
+		d = pipeline.Deps{Config: cfg, Logger: logger, Pool: pool}
+	}
+	d.Metrics, d.Health = newRegistry(), observability.NewHealth()
+	if name == pipeline.API {
+		routes, closeRoutes, err := apiRoutes(d)
+		if err != nil {
+			return err
+		}
+		defer closeRoutes()
+		o.APIRoutes = routes
+	}
+	r, err := pipeline.Build(ctx, name, d, o)
+	if err != nil {
+		return err
+	}
+	defer r.Close()
+	obsAddr := d.Config.HTTP.Addr
+	if name == pipeline.API && (obsAddr == o.APIAddr || o.APIAddr == "" && obsAddr == d.Config.API.Addr) {
+		obsAddr = "" // the API's own port serves them
+	}
+	var obsErr chan error
+	stopObs := func() {}
+	if obsAddr != "" {
+		srv, err := observability.Listen(obsAddr, observability.Handler(d.Metrics, d.Health))
+		if err != nil {
+			return err
+		}
+		d.Logger.Info(name+": observability server", "addr", srv.Addr())
+		// It serves until the service has drained, not only until SIGTERM.
+		obsCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+		stopObs = cancel
+		obsErr = make(chan error, 1)
+		go func() { obsErr <- srv.Serve(obsCtx) }()
+		defer cancel()
+	}
+	if started != nil {
+		started(d, r)
+	}
+	err = r.Run(ctx)
+	if obsErr != nil {
+		stopObs()
+		if serr := <-obsErr; serr != nil && err == nil {
+			err = serr
+		}
+	}
+	return err
+}
+
+// apiRoutes are what the api process serves beside the API: the console
+// and the trace and aggregate views (which need the event store, hence
+// built here, above the table). The returned func releases them.
+func apiRoutes(d pipeline.Deps) (map[string]http.Handler, func(), error) {
+	cfg := d.Config
+	reg, err := registry.New(d.Pool, registry.OptionsFromConfig(cfg.Registry, cfg.Worker, cfg.Worker.InstanceMaxRetryAttempts))
+	if err != nil {
+		return nil, nil, err
+	}
+	in, err := newInspector(cfg, d.Pool, d.Store, d.Bucket, reg)
+	if err != nil {
+		return nil, nil, err
+	}
+	return consoleRoutes(in), in.Close, nil
+}

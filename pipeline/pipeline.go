@@ -1,0 +1,353 @@
+// Package pipeline is sluice's one table of services: how each of api,
+// relay, instance-worker and projection-worker is built from the
+// configuration and the process's shared resources, and how it runs. `sluice
+// dev` builds them all in one process, each service command builds one, and
+// tests start them in-process from the same table, so a service is wired
+// the same way wherever it runs (docs/architecture.md, "Service wiring").
+//
+// The table builds and runs; it opens nothing shared itself. The caller
+// opens the Postgres pool, the event store and the Prometheus and health
+// registries (once per process, Deps), serves /metrics and the probes, and
+// prints. A service that needs extra HTTP routes on the API (the admin API)
+// gets them through Options, so this package stays below the ones that
+// provide them.
+package pipeline
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"slices"
+	"time"
+
+	"github.com/elastic/go-elasticsearch/v8"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/sluicehq/sluice/api"
+	"github.com/sluicehq/sluice/eventstore"
+	"github.com/sluicehq/sluice/eventstore/objstore"
+	"github.com/sluicehq/sluice/eventstore/objstore/minioext"
+	"github.com/sluicehq/sluice/instanceworker"
+	"github.com/sluicehq/sluice/projectionworker"
+	"github.com/sluicehq/sluice/registry"
+	"github.com/sluicehq/sluice/relay"
+	"github.com/sluicehq/sluice/shared/config"
+	"github.com/sluicehq/sluice/shared/crashpoint"
+	"github.com/sluicehq/sluice/shared/envelope"
+	"github.com/sluicehq/sluice/shared/observability"
+	"github.com/sluicehq/sluice/shared/readmodel"
+)
+
+// Names of the services, as the subcommands of the binary name them.
+const (
+	API              = "api"
+	Relay            = "relay"
+	InstanceWorker   = "instance-worker"
+	ProjectionWorker = "projection-worker"
+)
+
+// Deps are the shared resources of one process that services are built on.
+// Store and Bucket may be nil for a process whose services do not need the
+// event store (Service.NeedsStore).
+type Deps struct {
+	Config *config.Config
+	Logger *slog.Logger
+	Pool   *pgxpool.Pool
+	Bucket objstore.Bucket
+	Store  *eventstore.Store
+	// Metrics and Health are the process's registries; every service adds
+	// its series and checks to them.
+	Metrics *prometheus.Registry
+	Health  *observability.Health
+}
+
+// Options are what a command sets beyond the configuration.
+type Options struct {
+	// APIListener serves the API; nil listens on APIAddr, else on
+	// Config.API.Addr.
+	APIListener net.Listener
+	APIAddr     string
+	// APIRoutes are mounted on the API beside its own routes: pattern
+	// (http.ServeMux syntax, e.g. "/admin/") → handler.
+	APIRoutes map[string]http.Handler
+	// Projections run by the projection worker (default: history).
+	Projections []projectionworker.Spec
+}
+
+// Service is one row of the table.
+type Service struct {
+	Name string
+	// NeedsStore is set when the service reads or appends to the event
+	// store (Deps.Store and Deps.Bucket required).
+	NeedsStore bool
+	// Build makes the service ready to run; nothing runs yet.
+	Build func(ctx context.Context, d Deps, o Options) (Runner, error)
+}
+
+// Runner is a built service.
+type Runner interface {
+	// Run runs the service until ctx ends (then it drains within
+	// SHUTDOWN_TIMEOUT) or it fails; an ended ctx is not an error.
+	Run(ctx context.Context) error
+	// Close releases what Build acquired; after Run, or instead of it.
+	Close()
+}
+
+// Table returns the services, in the order `sluice dev` starts them.
+func Table() []Service {
+	return []Service{
+		{Name: Relay, NeedsStore: true, Build: buildRelay},
+		{Name: InstanceWorker, NeedsStore: true, Build: buildInstanceWorker},
+		{Name: ProjectionWorker, Build: buildProjectionWorker},
+		{Name: API, NeedsStore: true, Build: buildAPI},
+	}
+}
+
+// Lookup returns the service called name.
+func Lookup(name string) (Service, error) {
+	ts := Table()
+	if i := slices.IndexFunc(ts, func(s Service) bool { return s.Name == name }); i >= 0 {
+		return ts[i], nil
+	}
+	return Service{}, fmt.Errorf("pipeline: no service %q", name)
+}
+
+// Build builds the service called name.
+func Build(ctx context.Context, name string, d Deps, o Options) (Runner, error) {
+	s, err := Lookup(name)
+	if err != nil {
+		return nil, err
+	}
+	if s.NeedsStore && (d.Store == nil || d.Bucket == nil) {
+		return nil, fmt.Errorf("pipeline: %s needs the event store", name)
+	}
+	if d.Config == nil || d.Pool == nil || d.Metrics == nil || d.Health == nil {
+		return nil, fmt.Errorf("pipeline: %s needs the config, the Postgres pool and the metrics and health registries", name)
+	}
+	if d.Logger == nil {
+		d.Logger = slog.Default()
+	}
+	return s.Build(ctx, d, o)
+}
+
+// registerStore adds the event store's series to the process registry
+// once (the api and the instance worker both append).
+func registerStore(d Deps) error {
+	for _, c := range d.Store.Collectors() {
+		if err := d.Metrics.Register(c); err != nil {
+			if are := (prometheus.AlreadyRegisteredError{}); !errors.As(err, &are) {
+				return fmt.Errorf("pipeline: event store metrics: %w", err)
+			}
+		}
+	}
+	return nil
+}
+
+func postgresReady(d Deps) {
+	d.Health.AddReadiness("postgres", func(ctx context.Context) error { return d.Pool.Ping(ctx) })
+}
+
+// runner adapts a run and a close func.
+type runner struct {
+	run   func(context.Context) error
+	close func()
+}
+
+func (r runner) Run(ctx context.Context) error {
+	if err := r.run(ctx); err != nil && !(errors.Is(err, context.Canceled) && ctx.Err() != nil) {
+		return err
+	}
+	return nil
+}
+
+func (r runner) Close() {
+	if r.close != nil {
+		r.close()
+	}
+}
+
+// buildRelay is `sluice relay`: the store-to-Kafka publisher, with MinIO
+// bucket notifications as an extra wake-up on an s3 endpoint.
+func buildRelay(ctx context.Context, d Deps, _ Options) (Runner, error) {
+	crasher, err := crashpoint.New(d.Config.Testing.CrashPoint, d.Config.Testing.CrashMarkerDir)
+	if err != nil {
+		return nil, err
+	}
+	postgresReady(d)
+	opts := relay.OptionsFromConfig(d.Config)
+	opts.Logger, opts.Registerer, opts.Health, opts.Crasher = d.Logger, d.Metrics, d.Health, crasher
+	if es := d.Config.EventStore; es.Backend == "s3" && es.S3Endpoint != "" {
+		// MinIO bucket notifications as an extra wake-up (hints only).
+		if mc, err := minioext.New(minioext.Options{Endpoint: es.S3Endpoint, Region: es.S3Region,
+			AccessKeyID: es.S3AccessKeyID, SecretAccessKey: es.S3SecretAccessKey.Value()}); err == nil {
+			if ch, err := mc.ListenSegments(ctx, es.Bucket, eventstore.SegmentPrefix); err == nil {
+				opts.Wake = ch
+			} else {
+				d.Logger.Info("relay: no bucket notifications; relying on LISTEN and polling", "err", err)
+			}
+		}
+	}
+	r, err := relay.New(d.Store, d.Bucket, d.Pool, opts)
+	if err != nil {
+		return nil, err
+	}
+	return runner{run: r.Run, close: r.Close}, nil
+}
+
+func esClient(d Deps) (*elasticsearch.Client, error) {
+	return readmodel.NewClient(d.Config.Elasticsearch)
+}
+
+// buildInstanceWorker is `sluice instance-worker`: commands → domain events
+// and instance documents.
+func buildInstanceWorker(_ context.Context, d Deps, _ Options) (Runner, error) {
+	es, err := esClient(d)
+	if err != nil {
+		return nil, err
+	}
+	if err := registerStore(d); err != nil {
+		return nil, err
+	}
+	svc, err := instanceworker.NewService(d.Config, instanceworker.Deps{
+		Pool: d.Pool, Store: d.Store, ES: es, Logger: d.Logger, Metrics: d.Metrics, Health: d.Health,
+	})
+	if err != nil {
+		return nil, err
+	}
+	return runner{run: svc.Run}, nil
+}
+
+// buildProjectionWorker is `sluice projection-worker`: domain events →
+// read models, for o.Projections (default history).
+func buildProjectionWorker(_ context.Context, d Deps, o Options) (Runner, error) {
+	specs := o.Projections
+	if len(specs) == 0 {
+		specs = []projectionworker.Spec{{Projection: projectionworker.History{}}}
+	}
+	es, err := esClient(d)
+	if err != nil {
+		return nil, err
+	}
+	svc, err := projectionworker.NewService(d.Config, projectionworker.Deps{Pool: d.Pool, ES: es, Logger: d.Logger, Metrics: d.Metrics, Health: d.Health},
+		specs...)
+	if err != nil {
+		return nil, err
+	}
+	return runner{run: svc.Run}, nil
+}
+
+// APIRunner is the built API: its address is known before it runs.
+type APIRunner struct {
+	ln      net.Listener
+	handler http.Handler
+	grace   time.Duration
+	logger  *slog.Logger
+	// Auth is true when bearer tokens guard /v1.
+	Auth bool
+}
+
+// Addr is the address the API listens on.
+func (a *APIRunner) Addr() net.Addr { return a.ln.Addr() }
+
+// Handler is the API's handler (with the extra routes).
+func (a *APIRunner) Handler() http.Handler { return a.handler }
+
+// Run serves until ctx ends, then shuts down gracefully, giving requests
+// in flight up to SHUTDOWN_TIMEOUT to finish.
+func (a *APIRunner) Run(ctx context.Context) error {
+	return Serve(ctx, a.ln, a.handler, a.grace, a.logger)
+}
+
+// Close closes the listener (a no-op after Run).
+func (a *APIRunner) Close() { _ = a.ln.Close() }
+
+// buildAPI is `sluice api`: the HTTP command API, with o.APIRoutes beside.
+func buildAPI(ctx context.Context, d Deps, o Options) (Runner, error) {
+	cfg := d.Config
+	reg, err := registry.New(d.Pool, registry.OptionsFromConfig(cfg.Registry, cfg.Worker, cfg.Worker.InstanceMaxRetryAttempts))
+	if err != nil {
+		return nil, err
+	}
+	tokens := make([]string, 0, len(cfg.API.Tokens))
+	for _, t := range cfg.API.Tokens {
+		if t.Value() != "" {
+			tokens = append(tokens, t.Value())
+		}
+	}
+	if err := registerStore(d); err != nil {
+		return nil, err
+	}
+	postgresReady(d)
+	h, err := api.New(api.Options{
+		Store: d.Store, Registry: reg, Sequences: d.Store, Logger: d.Logger,
+		Tokens: tokens, MaxBodyBytes: int64(cfg.API.MaxBodyBytes),
+		Limits: envelope.Limits{
+			MaxEnvelopeBytes: cfg.EventStore.MaxEnvelopeBytes,
+			MaxDataDepth:     cfg.EventStore.MaxDataDepth,
+			MaxMetadataBytes: cfg.EventStore.MaxMetadataBytes,
+		},
+		Metrics: d.Metrics, Health: d.Health,
+		Events: d.Store, Commits: api.StoreCommits(ctx, d.Store),
+	})
+	if err != nil {
+		return nil, err
+	}
+	if len(o.APIRoutes) > 0 {
+		mux := http.NewServeMux()
+		for pattern, rh := range o.APIRoutes {
+			mux.Handle(pattern, rh)
+		}
+		mux.Handle("/", h)
+		h = mux
+	}
+	ln := o.APIListener
+	if ln == nil {
+		addr := o.APIAddr
+		if addr == "" {
+			addr = cfg.API.Addr
+		}
+		if ln, err = net.Listen("tcp", addr); err != nil {
+			return nil, fmt.Errorf("api: listen %s: %w (set SLUICE_API_ADDR)", addr, err)
+		}
+	}
+	return &APIRunner{ln: ln, handler: h, grace: cfg.Worker.ShutdownTimeout, logger: d.Logger, Auth: len(tokens) > 0}, nil
+}
+
+// Serve serves h on ln until ctx is done, then shuts down gracefully,
+// giving requests in flight up to grace (default 30 s) to finish.
+func Serve(ctx context.Context, ln net.Listener, h http.Handler, grace time.Duration, logger *slog.Logger) error {
+	srv := &http.Server{
+		Handler:           h,
+		ReadHeaderTimeout: 10 * time.Second,
+		ReadTimeout:       60 * time.Second,
+		WriteTimeout:      60 * time.Second,
+		IdleTimeout:       120 * time.Second,
+		MaxHeaderBytes:    64 << 10,
+		ErrorLog:          slog.NewLogLogger(logger.Handler(), slog.LevelWarn),
+		BaseContext:       func(net.Listener) context.Context { return context.WithoutCancel(ctx) },
+	}
+	errc := make(chan error, 1)
+	go func() { errc <- srv.Serve(ln) }()
+	select {
+	case err := <-errc:
+		return fmt.Errorf("api: serve: %w", err)
+	case <-ctx.Done():
+	}
+	if grace <= 0 {
+		grace = 30 * time.Second
+	}
+	sctx, cancel := context.WithTimeout(context.Background(), grace)
+	defer cancel()
+	err := srv.Shutdown(sctx)
+	if serr := <-errc; serr != nil && !errors.Is(serr, http.ErrServerClosed) {
+		return fmt.Errorf("api: serve: %w", serr)
+	}
+	if err != nil {
+		return fmt.Errorf("api: shutdown: %w", err)
+	}
+	return nil
+}

@@ -1,0 +1,74 @@
+package pipeline_test
+
+import (
+	"context"
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice/pipeline"
+	"github.com/sluicehq/sluice/pipeline/pipelinetest"
+)
+
+// The table's services, built and run in one process, carry a command from
+// the API to its instance document and its history document; an extra
+// route mounted through Options answers beside the API's own.
+func TestTableRunsThePipeline(t *testing.T) {
+	e := pipelinetest.Start(t, pipelinetest.Options{
+		APIRoutes: func(pipeline.Deps) map[string]http.Handler {
+			return map[string]http.Handler{"/extra/": http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "extra") })}
+		},
+	})
+	client := &http.Client{Timeout: 5 * time.Second}
+	resp, err := client.Post(e.APIURL+"/v1/dbs/shop/classes/orders/instances", "application/json", strings.NewReader(`{"instance_id":"42","data":{"total":10}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusAccepted {
+		t.Fatalf("create: %d", resp.StatusCode)
+	}
+	search := func(index, want string) func() bool {
+		return func() bool {
+			r, err := client.Get(e.ESURL + "/" + index + "/_search")
+			if err != nil {
+				return false
+			}
+			b, _ := io.ReadAll(r.Body)
+			r.Body.Close()
+			return r.StatusCode == 200 && strings.Contains(string(b), want)
+		}
+	}
+	pipelinetest.WaitFor(t, 30*time.Second, "the instance document", search("sluice_shop_instances", `"total":10`))
+	pipelinetest.WaitFor(t, 30*time.Second, "the history document", search("sluice_shop_history", "INSTANCE_CREATED"))
+	r, err := client.Get(e.APIURL + "/extra/x")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(r.Body)
+	r.Body.Close()
+	if string(b) != "extra" {
+		t.Fatalf("extra route: %d %q", r.StatusCode, b)
+	}
+	if r, err := client.Get(e.APIURL + "/readyz"); err != nil || r.StatusCode != 200 {
+		t.Fatalf("/readyz: %v %v", r, err)
+	}
+}
+
+// Lookup knows the four services and nothing else; Build refuses a service
+// without the event store it needs.
+func TestLookupAndBuildChecks(t *testing.T) {
+	for _, n := range []string{pipeline.API, pipeline.Relay, pipeline.InstanceWorker, pipeline.ProjectionWorker} {
+		if s, err := pipeline.Lookup(n); err != nil || s.Name != n || s.Build == nil {
+			t.Errorf("Lookup(%q): %+v %v", n, s, err)
+		}
+	}
+	if _, err := pipeline.Lookup("dev"); err == nil {
+		t.Error("Lookup(dev): no error")
+	}
+	if _, err := pipeline.Build(context.Background(), pipeline.Relay, pipeline.Deps{}, pipeline.Options{}); err == nil || !strings.Contains(err.Error(), "event store") {
+		t.Errorf("Build without a store: %v", err)
+	}
+}
