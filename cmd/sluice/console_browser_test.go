@@ -80,6 +80,7 @@ type devConsole struct {
 	// retries and go to the DLQ.
 	failLoads atomic.Bool
 	failID    string
+	faults    atomic.Int64
 }
 
 func startDevConsole(t *testing.T) *devConsole {
@@ -141,7 +142,7 @@ func startDevConsole(t *testing.T) *devConsole {
 
 func (d *devConsole) wrapES(h http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if d.failLoads.Load() && strings.Contains(r.URL.Path, "_instances") {
+		if d.failLoads.Load() {
 			var body []byte
 			if r.Body != nil {
 				body, _ = io.ReadAll(r.Body)
@@ -149,6 +150,7 @@ func (d *devConsole) wrapES(h http.Handler) http.Handler {
 			}
 			read := r.Method == http.MethodGet || strings.HasSuffix(r.URL.Path, "/_mget")
 			if read && (strings.Contains(r.URL.Path, d.failID) || bytes.Contains(body, []byte(d.failID))) {
+				d.faults.Add(1)
 				w.Header().Set("Content-Type", "application/json")
 				w.WriteHeader(http.StatusInternalServerError)
 				_, _ = io.WriteString(w, `{"error":{"type":"test_fault","reason":"injected by the console test"},"status":500}`)
