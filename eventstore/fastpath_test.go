@@ -17,7 +17,7 @@ import (
 	"github.com/sluicehq/sluice/shared/envelope"
 )
 
-// The one-round-trip reservation (migrations 00006, 00008, 00009) and the general path
+// The one-round-trip reservation (sluice.eventstore_reserve) and the general path
 // leave identical tables and return identical results for the same appends:
 // sequences, OCC conflicts (also within one group and on a new aggregate),
 // all-conflict groups, positions, segment keys and byte ranges.
@@ -55,7 +55,7 @@ func TestFastReservationMatchesGeneralPath(t *testing.T) {
 		}, true},
 		{"", []envelope.Envelope{withExp(command("Order", "a", "all stale"), 1)}, true}, // nothing reserved
 		{"", []envelope.Envelope{command("Order", "b", 4), domainEvent("Order", "b", 5)}, true},
-		// Domain events into their commands' slots (migration 00009).
+		// Domain events into their commands' slots.
 		{"", []envelope.Envelope{sc1, sc2, sc3, sc4, st1}, true},
 		{"", []envelope.Envelope{d1, slot(sc2, 2, ""), sc5, command("Order", "u", "one")}, true},
 		{"", []envelope.Envelope{d1}, false},                               // retry of a stored domain event
@@ -133,7 +133,7 @@ func TestFastReservationMatchesGeneralPath(t *testing.T) {
 }
 
 // A group with an event_id already stored takes the general path (nothing
-// reserved by the fast path), and a store without migration 00009 falls
+// reserved by the fast path), and a store without sluice.eventstore_reserve falls
 // back to the general path for good.
 func TestFastReservationFallsBack(t *testing.T) {
 	cases := []struct {
@@ -179,8 +179,8 @@ func TestFastReservationFallsBack(t *testing.T) {
 				}
 			}
 		}},
-		{"migration 00009 missing", func(t *testing.T, e *env, s *Store) ([]envelope.Envelope, func([]Result)) {
-			if _, err := e.pool.Exec(ctxT(t), `DROP FUNCTION sluice.eventstore_reserve_v3`); err != nil {
+		{"function eventstore_reserve missing", func(t *testing.T, e *env, s *Store) ([]envelope.Envelope, func([]Result)) {
+			if _, err := e.pool.Exec(ctxT(t), `DROP FUNCTION sluice.eventstore_reserve`); err != nil {
 				t.Fatal(err)
 			}
 			return []envelope.Envelope{command("Order", "o", 1), command("Order", "o", 2)}, func(rs []Result) {
@@ -480,7 +480,7 @@ func TestConcurrentReservations(t *testing.T) {
 	}
 }
 
-// TestSlotCheckProbesTheIndex: the slot rules of eventstore_reserve_v3
+// TestSlotCheckProbesTheIndex: the slot rules of eventstore_reserve
 // look each slot's command up through the slot index, also before the
 // planner has statistics of appends (a fresh deployment's first minute:
 // autoanalyze lags behind a table that grows by thousands of rows a

@@ -16,23 +16,23 @@ import (
 // sqlFlush makes everything this connection committed before durable: a
 // transaction with a WAL record and an xid, committed with the session's
 // synchronous_commit, flushes the WAL through its own commit record (see
-// migrations/00006_eventstore_fast.sql).
+// migrations/00013_eventstore.sql).
 const sqlFlush = `
 INSERT INTO sluice.eventstore_flush AS f (backend_pid, flushes) VALUES (pg_backend_pid(), 1)
 ON CONFLICT (backend_pid) DO UPDATE SET flushes = f.flushes + 1`
 
 // sqlNotifyReserved sends the reservation's NOTIFY ("reserved FIRST LAST",
-// left by eventstore_reserve_v3 in the session variable) after its commit, in
+// left by eventstore_reserve in the session variable) after its commit, in
 // a transaction without WAL of its own.
 const sqlNotifyReserved = `
 SELECT pg_notify('` + NotifyChannel + `', p) FROM (SELECT current_setting('sluice.reserved_notify', true) AS p) AS x WHERE p <> ''`
 
-// sqlReserveFast calls the one-round-trip reservation of migration 00009
-// (sluice.eventstore_reserve_v3): the whole reservation transaction of a
+// sqlReserveFast calls the one-round-trip reservation
+// (sluice.eventstore_reserve, migrations/00013_eventstore.sql): the whole reservation transaction of a
 // group as one statement, domain events into their commands' slots
 // included.
 const sqlReserveFast = `
-SELECT first_pos, seqs, actuals FROM sluice.eventstore_reserve_v3($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)`
+SELECT first_pos, seqs, actuals FROM sluice.eventstore_reserve($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)`
 
 // eventIDKey and slotUniqueKey are the unique constraints on appends.event_id and
 // on (aggregate, sequence_number, kind).
@@ -44,7 +44,7 @@ const (
 // fastEligible reports whether a group can take the one-round-trip
 // reservation: the postgres allocator (so the only envelopes naming their
 // sequence number are domain events into their commands' slots, whose
-// rules eventstore_reserve_v3 checks).
+// rules eventstore_reserve checks).
 func (s *Store) fastEligible(items []*item) bool {
 	if s.cfg.allocatorOff || s.noFastReserve.Load() {
 		return false
@@ -67,13 +67,12 @@ func (s *Store) fastEligible(items []*item) bool {
 }
 
 // reserveFast runs a group's reservation in one round trip (docs/eventstore.md#append-protocol-group-commit
-// steps 2–3 for the common case; see migrations/00006_eventstore_fast.sql
-// 00008_eventstore_reserve_v2.sql and 00009_eventstore_reserve_slots.sql).
+// steps 2–3 for the common case; see migrations/00013_eventstore.sql).
 // ok is false when the general path must decide instead: an event_id of the
 // group is already in appends (idempotency, revival, a live writer: the
 // function fails on the unique index and nothing of it remains), a slot
 // envelope breaks a slot rule (the general path names it), or the function
-// is missing (migration 00009 not applied). Its outcome is the
+// is missing (the schema is not migrated). Its outcome is the
 // general path's: accepted items in arrival order with their sequences and
 // consecutive positions from first, *ConflictError for the rest.
 func (s *Store) reserveFast(ctx context.Context, items []*item) (accepted []*item, first int64, ok bool, err error) {
@@ -116,7 +115,7 @@ func (s *Store) reserveFast(ctx context.Context, items []*item) (accepted []*ite
 		var pgErr *pgconn.PgError
 		if errors.As(err, &pgErr) && (pgErr.Code == "42883" || pgErr.Code == "42P01") { // undefined function or table
 			s.noFastReserve.Store(true)
-			s.cfg.logger.Warn("eventstore: migration 00009 not applied; reservations take two round trips", "error", err)
+			s.cfg.logger.Warn("eventstore: function sluice.eventstore_reserve missing (run sluice migrate up); reservations take two round trips", "error", err)
 			return nil, 0, false, nil
 		}
 		if errors.As(err, &pgErr) && pgErr.Code == "23505" && (pgErr.ConstraintName == eventIDKey || pgErr.ConstraintName == slotUniqueKey) {

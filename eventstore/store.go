@@ -33,7 +33,7 @@ type Store struct {
 
 	stats         stageStats
 	m             *metrics
-	noFastReserve atomic.Bool // migration 00009 missing: general reservation path only
+	noFastReserve atomic.Bool // sluice.eventstore_reserve missing: general reservation path only
 }
 
 // New returns a Store over the pool (migrations applied) and the bucket,

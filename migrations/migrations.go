@@ -1,6 +1,14 @@
 // Package migrations provides sluice's Postgres schema as SQL migrations
 // embedded in the binary (`sluice migrate up|status`), applied with goose.
 //
+// The schema starts with a baseline, one file per area (00012_schema,
+// 00013_eventstore, 00014_registry, 00015_relay); new migrations follow
+// it. The pre-release chain it replaced (versions 1 to 11) is kept under
+// testdata/prerelease, not in the binary: a database that ran that whole
+// chain takes the baseline like a new one (its statements are idempotent
+// and converge on the same schema), and one that stopped part-way is
+// refused with a *PrereleaseError. docs/migrations.md has the rules.
+//
 // It keeps the start-up half of "no lost work" (docs/architecture.md#no-lost-work): every process
 // runs against a known schema. Up is idempotent and safe to run from many
 // processes at once — a Postgres session advisory lock serialises runners, so
@@ -33,9 +41,52 @@ const lockID int64 = 0x51_75_1C_E0_00_01
 
 // schemaLockID serialises CREATE SCHEMA among runners. It must differ from
 // lockID: a runner waiting for lockID inside a transaction would deadlock
-// with the holder's CREATE INDEX CONCURRENTLY (migration 00005), which
-// waits for every open transaction to end.
+// with a holder's CREATE INDEX CONCURRENTLY (a NO TRANSACTION migration),
+// which waits for every open transaction to end.
 const schemaLockID int64 = lockID + 1
+
+// prereleaseLast is the last version of the pre-release chain that the
+// baseline replaced; versions 1..prereleaseLast are never used again.
+const prereleaseLast = 11
+
+// PrereleaseError reports a database that ran only part of the pre-release
+// migration chain (versions 1 to 11): the baseline cannot take it over,
+// because the chain's missing steps changed tables the baseline leaves in
+// place when they exist. Migrate it with the release that still shipped the
+// chain, or recreate it.
+type PrereleaseError struct {
+	Version int64 // the highest pre-release version applied
+}
+
+func (e *PrereleaseError) Error() string {
+	return fmt.Sprintf("migrations: the database is at pre-release schema version %d of %d; "+
+		"the baseline takes over only a database that ran the whole pre-release chain "+
+		"(migrate it with the previous sluice build first, or recreate it; docs/migrations.md)", e.Version, prereleaseLast)
+}
+
+// checkPrerelease refuses a database that stopped part-way through the
+// pre-release chain. It runs under the schema lock, before goose.
+func checkPrerelease(ctx context.Context, tx *sql.Tx) error {
+	var exists bool
+	if err := tx.QueryRowContext(ctx, `SELECT to_regclass($1) IS NOT NULL`, versionTable).Scan(&exists); err != nil {
+		return fmt.Errorf("migrations: look for %s: %w", versionTable, err)
+	}
+	if !exists {
+		return nil // a new database
+	}
+	var old, later sql.NullInt64
+	err := tx.QueryRowContext(ctx, `
+SELECT max(version_id) FILTER (WHERE version_id BETWEEN 1 AND $1),
+       max(version_id) FILTER (WHERE version_id > $1)
+FROM `+versionTable, prereleaseLast).Scan(&old, &later)
+	if err != nil {
+		return fmt.Errorf("migrations: read %s: %w", versionTable, err)
+	}
+	if old.Valid && old.Int64 < prereleaseLast && !later.Valid {
+		return &PrereleaseError{Version: old.Int64}
+	}
+	return nil
+}
 
 // Result describes one migration applied by Up.
 type Result struct {
@@ -77,6 +128,10 @@ func provider(ctx context.Context, db *sql.DB, logger *slog.Logger) (*goose.Prov
 	if _, err := tx.ExecContext(ctx, `CREATE SCHEMA IF NOT EXISTS sluice`); err != nil {
 		_ = tx.Rollback()
 		return nil, fmt.Errorf("migrations: create schema: %w", err)
+	}
+	if err := checkPrerelease(ctx, tx); err != nil {
+		_ = tx.Rollback()
+		return nil, err
 	}
 	if err := tx.Commit(); err != nil {
 		return nil, fmt.Errorf("migrations: commit: %w", err)

@@ -11,7 +11,7 @@ import (
 	"github.com/sluicehq/sluice/shared/envelope"
 )
 
-// claimSQL runs sluice.registry_claim_batch (migrations 00005, 00007): all claims
+// claimSQL runs sluice.registry_claim_batch (migrations/00014_registry.sql): all claims
 // of a call in one statement, one transaction, one round trip. The lease
 // tokens are generated here (one per input, used only if it is claimed).
 const claimSQL = `SELECT idx, kind, attempt, holder, last_sequence,

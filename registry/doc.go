@@ -1,7 +1,7 @@
 // Package registry provides sluice's processed-event registry and
 // per-aggregate sequence guard (docs/registry.md), on Postgres tables
-// sluice.processed_events and sluice.aggregate_versions (migrations 00003
-// and 00005).
+// sluice.processed_events and sluice.aggregate_versions
+// (migrations/00014_registry.sql).
 //
 // Every worker passes it before any side effect:
 //

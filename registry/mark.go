@@ -478,13 +478,13 @@ func lockOrder(n int, lease func(int) Lease) []int {
 // then joins the batch with a sequential scan, and a generic plan is kept
 // until an ANALYZE invalidates it, so it scanned the tables whole at every
 // batch as they grew (≈ 18 s of Postgres CPU in a 20 s pipeline run before
-// migration 00010). With sequential scans off the only plans left probe the
+// the setting). With sequential scans off the only plans left probe the
 // primary key per input row, right at any table size; planning the
 // statement at every call (an unnamed statement) would also see the
 // growth, but costs ≈ 0.3 ms per batch. The setting never invalidates a
 // cached plan, so these statement texts must run only through here. The
 // claim function carries the same setting (migrations/
-// 00010_registry_replan.sql).
+// 00014_registry.sql).
 func (r *Registry) probeQuery(ctx context.Context, sql string, args []any, each func(pgx.Rows) error) error {
 	b := &pgx.Batch{}
 	b.Queue(sqlNoSeqScan)

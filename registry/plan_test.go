@@ -18,7 +18,7 @@ import (
 // in use once the tables are large: every batch statement (claim on its
 // fast and general path, heartbeat, mark done) probes the primary keys
 // instead of reading processed_events or aggregate_versions whole, by a
-// sequential scan or along an index (migrations/00010_registry_replan.sql;
+// sequential scan or along an index (migrations/00014_registry.sql;
 // replan).
 func TestBatchStatementsReplanAsTablesGrow(t *testing.T) {
 	url, _ := testenv.NewMigratedDatabase(t)

@@ -211,7 +211,7 @@ func (r *Registry) Check(ctx context.Context) error {
 		return r.wrap(ctx, "check", err)
 	}
 	if !ok {
-		return errors.New("registry: check: tables sluice.processed_events/aggregate_versions or function sluice.registry_claim_batch (migration 00007) are missing: run `sluice migrate up`")
+		return errors.New("registry: check: tables sluice.processed_events/aggregate_versions or function sluice.registry_claim_batch with policy:none are missing: run `sluice migrate up`")
 	}
 	return nil
 }

@@ -64,7 +64,7 @@ func TestConfigCheck(t *testing.T) {
 func TestMigrateUpAndStatus(t *testing.T) {
 	t.Setenv("DATABASE_URL", testenv.NewDatabase(t))
 	out, _, err := run(t, "migrate", "up")
-	if err != nil || !strings.Contains(out, "schema is current") || !strings.Contains(out, "applied 00001") {
+	if err != nil || !strings.Contains(out, "schema is current") || !strings.Contains(out, "applied 00012") {
 		t.Fatalf("migrate up: %q %v", out, err)
 	}
 	out, _, err = run(t, "migrate", "up")

@@ -40,7 +40,7 @@ const (
 	// event published late, after newer events of its aggregate, still gets
 	// its effect. Duplicates, leases and retries are decided by the event's
 	// row as under the other policies (at most one effect per event id).
-	// Needs migration 00007.
+	// The claim function marks its support with "policy:none".
 	Unguarded
 )
 
