@@ -29,7 +29,13 @@ const (
 	DefaultMaxBatchItems  = 500
 	DefaultHandler        = "instanceworker"
 	DefaultMaxEventsPage  = 1000
+	DefaultMaxInFlight    = 1024
 	defaultEventsPageSize = 100
+	// defaultRetryAfter is the Retry-After of a 429 or 503 whose cause
+	// names no better delay: long enough not to hammer a struggling
+	// dependency, short enough that a client's retry lands soon after it
+	// is back.
+	defaultRetryAfter = time.Second
 )
 
 // EventStore is what the API needs of the event store (*eventstore.Store).
@@ -82,6 +88,11 @@ type Options struct {
 	Handler string
 	// MaxEventsPage bounds the limit of one events page. Default 1000.
 	MaxEventsPage int
+	// MaxInFlight bounds the /v1 requests served at once
+	// (SLUICE_API_MAX_IN_FLIGHT, default 1024); one more is answered 429
+	// too_many_requests with Retry-After at once, instead of queueing
+	// behind the event store's group commit until clients time out.
+	MaxInFlight int
 	// Metrics is the Prometheus registry the API registers its metrics on
 	// and serves at /metrics; Health serves /livez and /readyz. Defaults:
 	// new ones (observability.NewRegistry, NewHealth).
@@ -104,6 +115,9 @@ type server struct {
 	tokens  [][sha256.Size]byte
 	mux     *http.ServeMux
 	metrics *metrics
+	// inflight holds one token per /v1 request being served
+	// (Options.MaxInFlight).
+	inflight chan struct{}
 }
 
 // New returns the API's HTTP handler: the /v1 routes, /openapi.json and the
@@ -136,6 +150,9 @@ func New(opts Options) (http.Handler, error) {
 	if opts.SSEHeartbeat <= 0 {
 		opts.SSEHeartbeat = DefaultSSEHeartbeat
 	}
+	if opts.MaxInFlight <= 0 {
+		opts.MaxInFlight = DefaultMaxInFlight
+	}
 	opts.Limits = withDefaultLimits(opts.Limits)
 	if opts.Limits.MaxDataDepth < 2 {
 		return nil, fmt.Errorf("api: the data depth limit %d leaves no room for instance data (want >= 2)", opts.Limits.MaxDataDepth)
@@ -150,7 +167,7 @@ func New(opts Options) (http.Handler, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &server{opts: opts, log: opts.Logger, metrics: m}
+	s := &server{opts: opts, log: opts.Logger, metrics: m, inflight: make(chan struct{}, opts.MaxInFlight)}
 	for _, t := range opts.Tokens {
 		if t == "" {
 			continue
@@ -222,6 +239,19 @@ func (s *server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		if e := s.authenticate(sw, r); e != nil {
 			writeError(sw, e)
 			return
+		}
+		// A subscription (…/subscribe, server-sent events) holds its
+		// connection for as long as the client reads: it takes no slot,
+		// or a few subscribers would lock every command out.
+		if !strings.HasSuffix(pattern, "/subscribe") {
+			select {
+			case s.inflight <- struct{}{}:
+				defer func() { <-s.inflight }()
+			default:
+				writeError(sw, newError(http.StatusTooManyRequests, CodeTooManyRequests, "",
+					"the API is serving %d requests already (SLUICE_API_MAX_IN_FLIGHT); retry after Retry-After", cap(s.inflight)))
+				return
+			}
 		}
 	}
 	if pattern != "" {
@@ -375,8 +405,11 @@ func writeError(w http.ResponseWriter, e *Error) {
 	if e.Status == http.StatusUnauthorized && w.Header().Get("WWW-Authenticate") == "" {
 		w.Header().Set("WWW-Authenticate", `Bearer realm="sluice"`)
 	}
-	if e.retryAfter > 0 {
-		w.Header().Set("Retry-After", strconv.Itoa(int((e.retryAfter+time.Second-1)/time.Second)))
+	if after := e.retryAfter; after > 0 || e.Status == http.StatusTooManyRequests || e.Status == http.StatusServiceUnavailable {
+		if after <= 0 {
+			after = defaultRetryAfter
+		}
+		w.Header().Set("Retry-After", strconv.Itoa(int((after+time.Second-1)/time.Second)))
 	}
 	writeBody(w, e.Status, mediaProblem, e)
 }

@@ -33,7 +33,9 @@ const (
 	CodeValidationFailed     = "validation_failed"               // 422
 	CodeInvalidDataKey       = "invalid_data_key"                // 422
 	CodeIdempotencyKeyReused = "idempotency_key_reused"          // 422
+	CodeTooManyRequests      = "too_many_requests"               // 429
 	CodeUnavailable          = "unavailable"                     // 503
+	CodeStarting             = "starting"                        // 503 (the process's start-up probes: cmd/sluice)
 	CodeInternal             = "internal_error"                  // 500
 )
 
@@ -64,7 +66,9 @@ var problemTitles = map[string]string{
 	CodeValidationFailed:     "Validation failed",
 	CodeInvalidDataKey:       "Invalid data key",
 	CodeIdempotencyKeyReused: "Idempotency key reused",
+	CodeTooManyRequests:      "Too many requests",
 	CodeUnavailable:          "Unavailable",
+	CodeStarting:             "Service starting",
 	CodeInternal:             "Internal error",
 }
 
@@ -98,7 +102,8 @@ type Error struct {
 	// cause is the underlying error of a 5xx, logged, never sent.
 	cause error
 	// retryAfter, when set, is sent as the Retry-After header (seconds) of
-	// a 503 for a dependency outage.
+	// a 503 for a dependency outage; a 429 or 503 without it gets
+	// defaultRetryAfter.
 	retryAfter time.Duration
 }
 

@@ -15,6 +15,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/sluicehq/sluice/api/apitest"
 	"github.com/sluicehq/sluice/eventstore"
 	"github.com/sluicehq/sluice/eventstore/objstore"
 	"github.com/sluicehq/sluice/eventstore/objstore/filestore"
@@ -166,7 +167,7 @@ func doHandler(t testing.TB, h http.Handler, method, target, body string, header
 		req.Header.Set(k, v)
 	}
 	rec := httptest.NewRecorder()
-	h.ServeHTTP(rec, req)
+	openAPIValidator(t).Handler(t, h).ServeHTTP(rec, req)
 	r := reply{code: rec.Code, header: rec.Header(), body: rec.Body.Bytes()}
 	if ct := rec.Header().Get("Content-Type"); strings.HasPrefix(ct, "application/json") || strings.HasPrefix(ct, "application/problem+json") {
 		if err := json.Unmarshal(r.body, &r.json); err != nil {
@@ -175,6 +176,20 @@ func doHandler(t testing.TB, h http.Handler, method, target, body string, header
 	}
 	return r
 }
+
+// openAPIValidator is the validator of the served document, loaded once
+// per test binary: every exchange of the suite goes through it (doHandler),
+// so a reply the document does not describe fails the test.
+var openAPIValidator = sync.OnceValue(func() func(testing.TB) *apitest.Validator {
+	v, err := apitest.New(OpenAPI())
+	return func(t testing.TB) *apitest.Validator {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return v
+	}
+})()
 
 // expect fails unless the reply has the status (and, when code is set, the
 // error code).

@@ -32,7 +32,7 @@ func TestStoreErrorStatuses(t *testing.T) {
 		{"object store hung", &eventstore.UnavailableError{Dependency: "objectstore", RetryAfter: 2 * time.Second, Err: outage}, http.StatusServiceUnavailable, CodeUnavailable, "2", ""},
 		{"object store refused, not written", &eventstore.UnavailableError{Dependency: "objectstore", NotWritten: true, RetryAfter: 1500 * time.Millisecond, Err: outage}, http.StatusServiceUnavailable, CodeUnavailable, "2", ""},
 		{"line over the limit", &envelope.ValidationError{Code: envelope.CodeLimitExceeded, Limit: "4096 bytes", Reason: "envelope of 4097 bytes as stored exceeds the limit of 4096 bytes"}, http.StatusRequestEntityTooLarge, CodeLimitExceeded, "", "4096 bytes"},
-		{"unknown store failure", errors.New("eventstore: commit: connection reset"), http.StatusServiceUnavailable, CodeUnavailable, "", ""},
+		{"unknown store failure", errors.New("eventstore: commit: connection reset"), http.StatusServiceUnavailable, CodeUnavailable, "1", ""},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

@@ -284,7 +284,7 @@ func buildAPI(ctx context.Context, d Deps, o Options) (Runner, error) {
 	postgresReady(d)
 	h, err := api.New(api.Options{
 		Store: d.Store, Registry: reg, Sequences: d.Store, Logger: d.Logger,
-		Tokens: tokens, MaxBodyBytes: int64(cfg.API.MaxBodyBytes),
+		Tokens: tokens, MaxBodyBytes: int64(cfg.API.MaxBodyBytes), MaxInFlight: cfg.API.MaxInFlight,
 		Limits: envelope.Limits{
 			MaxEnvelopeBytes: cfg.EventStore.MaxEnvelopeBytes,
 			MaxDataDepth:     cfg.EventStore.MaxDataDepth,

@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluicehq/sluice/api"
+	"github.com/sluicehq/sluice/api/apitest"
 	"github.com/sluicehq/sluice/shared/testenv"
 )
 
@@ -50,13 +52,16 @@ func TestAPICommand(t *testing.T) {
 	if resp.StatusCode != 200 {
 		t.Fatalf("/readyz: %d", resp.StatusCode)
 	}
+	// Every exchange with the running API is checked against its OpenAPI
+	// document.
+	client := &http.Client{Transport: apitest.MustNew(t, api.OpenAPI()).RoundTripper(t, nil)}
 	post := func(token string) *http.Response {
 		req, _ := http.NewRequest("POST", base+"/v1/dbs/shop/classes/order/instances", strings.NewReader(`{"instance_id":"o-1","data":{"a":1}}`))
 		req.Header.Set("Content-Type", "application/json")
 		if token != "" {
 			req.Header.Set("Authorization", "Bearer "+token)
 		}
-		r, err := http.DefaultClient.Do(req)
+		r, err := client.Do(req)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -75,7 +80,7 @@ func TestAPICommand(t *testing.T) {
 	if r.StatusCode != 202 || acc.SequenceNumber != 1 || acc.AggregateID != "shop:order:o-1" {
 		t.Fatalf("create: %d %+v", r.StatusCode, acc)
 	}
-	if r, err := http.Get(base + "/openapi.json"); err != nil || r.StatusCode != 200 {
+	if r, err := client.Get(base + "/openapi.json"); err != nil || r.StatusCode != 200 {
 		t.Fatalf("/openapi.json: %v", err)
 	}
 	cancel()

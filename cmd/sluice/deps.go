@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/spf13/cobra"
 
+	"github.com/sluicehq/sluice/api"
 	"github.com/sluicehq/sluice/eventstore"
 	"github.com/sluicehq/sluice/eventstore/objstore"
 	"github.com/sluicehq/sluice/eventstore/objstore/backend"
@@ -123,8 +124,8 @@ func serveStartupProbes(addr string, logger *slog.Logger, reason string) func() 
 		w.Header().Set("Retry-After", "2")
 		w.WriteHeader(http.StatusServiceUnavailable)
 		_ = json.NewEncoder(w).Encode(map[string]any{
-			"type": "urn:sluice:problem:starting", "title": "Service starting", "status": http.StatusServiceUnavailable,
-			"code": "starting", "error": "starting", "detail": reason,
+			"type": api.ProblemTypePrefix + api.CodeStarting, "title": "Service starting", "status": http.StatusServiceUnavailable,
+			"code": api.CodeStarting, "error": api.CodeStarting, "detail": reason, "message": reason,
 		})
 	})
 	srv, err := observability.Listen(addr, mux)

@@ -188,6 +188,7 @@ type API struct {
 	Addr         string   `env:"SLUICE_API_ADDR" envDefault:":8080" doc:"Listen address of the command API."`
 	Tokens       []Secret `env:"SLUICE_API_TOKENS" envSeparator:"," file:"true" doc:"Comma-separated bearer tokens; when set, every /v1 request needs one."`
 	MaxBodyBytes int      `env:"SLUICE_API_MAX_BODY_BYTES" envDefault:"1048576" doc:"Largest accepted request body."`
+	MaxInFlight  int      `env:"SLUICE_API_MAX_IN_FLIGHT" envDefault:"1024" doc:"Most /v1 requests served at once; one more is answered 429 too_many_requests with Retry-After at once, rather than queued until clients time out."`
 }
 
 // Testing holds the crash-point knobs used by the crash tests (docs/worker-runtime.md#crash-points).

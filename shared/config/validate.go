@@ -181,6 +181,7 @@ func (c *Config) Validate() error {
 	k.positive("ELASTICSEARCH_REQUEST_TIMEOUT", e.RequestTimeout)
 
 	k.atLeast("SLUICE_API_MAX_BODY_BYTES", int64(c.API.MaxBodyBytes), 1024)
+	k.atLeast("SLUICE_API_MAX_IN_FLIGHT", int64(c.API.MaxInFlight), 1)
 
 	if cp := c.Testing.CrashPoint; cp != "" {
 		if w, p, ok := strings.Cut(cp, ":"); !ok || w == "" || p == "" {
