@@ -16,11 +16,13 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/sluicehq/sluice/eventstore"
 	"github.com/sluicehq/sluice/registry"
 	"github.com/sluicehq/sluice/shared/envelope"
 	"github.com/sluicehq/sluice/shared/observability"
+	"github.com/sluicehq/sluice/shared/tracing"
 )
 
 // Defaults of Options.
@@ -106,6 +108,9 @@ type Options struct {
 	Commits         CommitNotifier
 	SSEPollInterval time.Duration
 	SSEHeartbeat    time.Duration
+	// TracerProvider traces each /v1 request and its append
+	// (docs/tracing.md); nil or a no-op provider: off.
+	TracerProvider trace.TracerProvider
 }
 
 // server is the API's state; everything is per instance.
@@ -118,6 +123,7 @@ type server struct {
 	// inflight holds one token per /v1 request being served
 	// (Options.MaxInFlight).
 	inflight chan struct{}
+	tracer   trace.Tracer // nil: tracing off
 }
 
 // New returns the API's HTTP handler: the /v1 routes, /openapi.json and the
@@ -167,7 +173,8 @@ func New(opts Options) (http.Handler, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &server{opts: opts, log: opts.Logger, metrics: m, inflight: make(chan struct{}, opts.MaxInFlight)}
+	s := &server{opts: opts, log: opts.Logger, metrics: m, inflight: make(chan struct{}, opts.MaxInFlight),
+		tracer: tracing.Tracer(opts.TracerProvider)}
 	for _, t := range opts.Tokens {
 		if t == "" {
 			continue
@@ -223,6 +230,11 @@ func (s *server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		route = "unmatched"
 	}
 	sw := &statusWriter{ResponseWriter: w}
+	if s.tracer != nil && strings.HasPrefix(r.URL.Path, "/v1/") {
+		var end func()
+		r, end = s.traceRequest(r, route, sw)
+		defer end()
+	}
 	defer func() {
 		if p := recover(); p != nil {
 			if p == http.ErrAbortHandler {

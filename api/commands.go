@@ -145,12 +145,7 @@ func (s *server) buildCommand(r *http.Request, req commandRequest) (envelope.Env
 	}
 	env.Metadata.SetString(envelope.MetaCommandID, commandID)
 	// Transport metadata (left out of the idempotency comparison).
-	if v := r.Header.Get("Traceparent"); v != "" && len(v) <= 256 && printableASCII(v) {
-		env.Metadata.SetString(envelope.MetaTraceparent, v)
-		if ts := r.Header.Get("Tracestate"); ts != "" && len(ts) <= 512 && printableASCII(ts) {
-			env.Metadata.SetString(envelope.MetaTracestate, ts)
-		}
-	}
+	s.setTraceMetadata(r, &env.Metadata)
 	if v := r.Header.Get("X-Request-Id"); v != "" && len(v) <= 200 && printableASCII(v) {
 		env.Metadata.SetString(envelope.MetaRequestID, v)
 	}
@@ -298,7 +293,7 @@ func (s *server) submit(w http.ResponseWriter, r *http.Request, req commandReque
 		s.fail(w, r, e)
 		return
 	}
-	res, err := s.opts.Store.Append(r.Context(), env)
+	res, err := s.traceAppend(r.Context(), env)
 	if err == nil && len(res) == 1 {
 		err = res[0].Err
 	}
@@ -574,7 +569,7 @@ func (s *server) handleBatch(w http.ResponseWriter, r *http.Request) {
 		envIdx = append(envIdx, i)
 	}
 	if len(envs) > 0 {
-		res, err := s.opts.Store.Append(r.Context(), envs...)
+		res, err := s.traceAppend(r.Context(), envs...)
 		for j, env := range envs {
 			i := envIdx[j]
 			ierr := err

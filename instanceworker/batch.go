@@ -4,12 +4,16 @@ import (
 	"context"
 	"encoding/json"
 	"sync"
+	"time"
+
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/sluicehq/sluice/eventstore"
 	"github.com/sluicehq/sluice/registry"
 	"github.com/sluicehq/sluice/shared/consumer"
 	"github.com/sluicehq/sluice/shared/failure"
 	"github.com/sluicehq/sluice/shared/readmodel"
+	"github.com/sluicehq/sluice/shared/tracing"
 )
 
 var _ consumer.BatchHandler = (*Worker)(nil)
@@ -61,6 +65,7 @@ func (w *Worker) HandleBatch(ctx context.Context, recs []*consumer.Record) []con
 			out[i].Err = err
 			continue
 		}
+		c.span = rec.Span
 		jobs = append(jobs, &job{i: i, c: c, n: n, last: rec.Attempt >= w.o.MaxAttempts})
 	}
 	jobs = w.loadBatch(ctx, jobs, out)
@@ -119,7 +124,15 @@ func (w *Worker) HandleBatch(ctx context.Context, recs []*consumer.Record) []con
 		ws[k] = readmodel.Write{Names: j.n, Meta: docMeta(j.c, j.cur, j.stored), State: j.stored.Envelope.Data}
 	}
 	w.hit(PointBeforeESWrite)
+	esStart := time.Now()
 	res, err := w.writeInstances(ctx, ws)
+	if jobs[0].c.span != nil {
+		spans := make([]trace.Span, len(jobs))
+		for k, j := range jobs {
+			spans[k] = j.c.span
+		}
+		tracing.Stage(spans, "elasticsearch bulk", esStart, time.Now(), err)
+	}
 	if err != nil {
 		for _, j := range jobs {
 			out[j.i].Outcome, out[j.i].Err = w.writeFailed(ctx, j.c, err, j.last)

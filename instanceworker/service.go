@@ -9,6 +9,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/sluicehq/sluice/registry"
 	"github.com/sluicehq/sluice/shared/config"
@@ -31,6 +32,8 @@ type Deps struct {
 	// KafkaOpts are extra client options (tests); TLS and SASL come from
 	// the configuration.
 	KafkaOpts []kgo.Opt
+	// TracerProvider traces each command (docs/tracing.md); nil: off.
+	TracerProvider trace.TracerProvider
 }
 
 // Service is a running instance worker: the runtime consuming the commands
@@ -76,7 +79,7 @@ func NewService(cfg *config.Config, d Deps) (*Service, error) {
 		Topic: cfg.Kafka.CommandsTopic, Group: GroupName, DLQTopic: cfg.Kafka.CommandsDLQTopic,
 		HandlerName: HandlerName, Policy: registry.WaitForPredecessor, Registry: reg, Handler: w,
 		Limits: envelope.Limits{MaxEnvelopeBytes: cfg.EventStore.MaxEnvelopeBytes, MaxDataDepth: cfg.EventStore.MaxDataDepth, MaxMetadataBytes: cfg.EventStore.MaxMetadataBytes}, Crash: crash, CrashWorker: HandlerName,
-		Logger: d.Logger, Metrics: d.Metrics, Health: d.Health,
+		Logger: d.Logger, Metrics: d.Metrics, Health: d.Health, TracerProvider: d.TracerProvider,
 	}, cfg.Worker, cfg.Worker.InstanceMaxRetryAttempts)
 	cons, err := consumer.New(co)
 	if err != nil {

@@ -52,6 +52,7 @@ import (
 
 	"github.com/elastic/go-elasticsearch/v8"
 	jsonpatch "github.com/evanphx/json-patch/v5"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/sluicehq/sluice/eventstore"
 	"github.com/sluicehq/sluice/registry"
@@ -60,6 +61,7 @@ import (
 	"github.com/sluicehq/sluice/shared/envelope"
 	"github.com/sluicehq/sluice/shared/failure"
 	"github.com/sluicehq/sluice/shared/readmodel"
+	"github.com/sluicehq/sluice/shared/tracing"
 )
 
 // Names of the handler, its consumer group and its crash-point worker.
@@ -186,6 +188,8 @@ type command struct {
 	db, class, instanceID string
 	data                  json.RawMessage // CREATE: the state; UPDATE: the merge patch
 	commandID             string
+	// span is the record's span when tracing is on (consumer.Record.Span).
+	span trace.Span
 }
 
 // parseCommand validates a command envelope; every failure is permanent.
@@ -364,7 +368,7 @@ func (w *Worker) loadFrom(ctx context.Context, c command, g readmodel.GetResult)
 
 // Handle processes one claimed command (consumer.Handler).
 func (w *Worker) Handle(ctx context.Context, rec *consumer.Record) (registry.Outcome, error) {
-	return w.process(ctx, rec.Envelope, rec.Attempt >= w.o.MaxAttempts)
+	return w.process(ctx, rec.Envelope, rec.Attempt >= w.o.MaxAttempts, rec.Span)
 }
 
 // Outcome reasons of rejected commands.
@@ -387,11 +391,12 @@ const (
 
 // process handles one command; last says this is the runtime's last
 // attempt at it (see Options.MaxAttempts).
-func (w *Worker) process(ctx context.Context, e envelope.Envelope, last bool) (registry.Outcome, error) {
+func (w *Worker) process(ctx context.Context, e envelope.Envelope, last bool, span trace.Span) (registry.Outcome, error) {
 	c, err := parseCommand(e)
 	if err != nil {
 		return registry.Outcome{}, consumer.Permanent(err)
 	}
+	c.span = span
 	n, err := w.names(ctx, c.db)
 	if err != nil {
 		return registry.Outcome{}, err
@@ -421,10 +426,12 @@ func (w *Worker) process(ctx context.Context, e envelope.Envelope, last bool) (r
 	w.hit(PointAfterAppend)
 	meta := docMeta(c, cur, stored)
 	w.hit(PointBeforeESWrite)
-	err = w.esDo(ctx, func(ctx context.Context) error {
+	sctx, sp := tracing.StartChild(ctx, c.span, "elasticsearch write", trace.WithSpanKind(trace.SpanKindClient))
+	err = w.esDo(sctx, func(ctx context.Context) error {
 		_, err := readmodel.WriteInstance(ctx, w.o.ES, n, meta, stored.Envelope.Data)
 		return err
 	})
+	tracing.End(sp, err)
 	if err != nil {
 		return w.writeFailed(ctx, c, err, last)
 	}
@@ -542,7 +549,14 @@ func docMeta(c command, cur current, stored eventstore.Event) readmodel.Meta {
 func (w *Worker) appendEvent(ctx context.Context, c command, evType string, state json.RawMessage) (eventstore.Event, error) {
 	e := c.env
 	ev := envelope.DomainEventFor(e, c.commandID, evType, state)
-	res, err := w.o.Store.AppendOne(ctx, ev)
+	actx, sp := tracing.StartChild(ctx, c.span, "eventstore append", trace.WithSpanKind(trace.SpanKindClient))
+	if sp != nil {
+		// The domain event carries this span on to the relay and the
+		// projection worker; same length, so the API's size check holds.
+		tracing.ReplaceTraceparent(actx, &ev.Metadata)
+	}
+	res, err := w.o.Store.AppendOne(actx, ev)
+	tracing.End(sp, err)
 	if err == nil {
 		return res.Event, nil
 	}
@@ -661,7 +675,7 @@ func (w *Worker) Heal(ctx context.Context, rec *consumer.Record, wait registry.C
 			return fmt.Errorf("heal slot %d: %s", s, res.Kind)
 		}
 		hctx, stop := w.o.Registry.Hold(ctx, res.Lease)
-		out, perr := w.process(hctx, ev.Envelope, false)
+		out, perr := w.process(hctx, ev.Envelope, false, nil)
 		stop()
 		if perr != nil {
 			_ = w.o.Registry.Release(ctx, res.Lease)

@@ -26,6 +26,7 @@ import (
 	"github.com/elastic/go-elasticsearch/v8"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/sluicehq/sluice/api"
 	"github.com/sluicehq/sluice/eventstore"
@@ -63,6 +64,8 @@ type Deps struct {
 	// its series and checks to them.
 	Metrics *prometheus.Registry
 	Health  *observability.Health
+	// TracerProvider traces every service (docs/tracing.md); nil: off.
+	TracerProvider trace.TracerProvider
 }
 
 // Options are what a command sets beyond the configuration.
@@ -180,6 +183,7 @@ func buildRelay(ctx context.Context, d Deps, _ Options) (Runner, error) {
 	postgresReady(d)
 	opts := relay.OptionsFromConfig(d.Config)
 	opts.Logger, opts.Registerer, opts.Health, opts.Crasher = d.Logger, d.Metrics, d.Health, crasher
+	opts.TracerProvider = d.TracerProvider
 	if es := d.Config.EventStore; es.Backend == "s3" && es.S3Endpoint != "" {
 		// MinIO bucket notifications as an extra wake-up (hints only).
 		if mc, err := minioext.New(minioext.Options{Endpoint: es.S3Endpoint, Region: es.S3Region,
@@ -214,6 +218,7 @@ func buildInstanceWorker(_ context.Context, d Deps, _ Options) (Runner, error) {
 	}
 	svc, err := instanceworker.NewService(d.Config, instanceworker.Deps{
 		Pool: d.Pool, Store: d.Store, ES: es, Logger: d.Logger, Metrics: d.Metrics, Health: d.Health,
+		TracerProvider: d.TracerProvider,
 	})
 	if err != nil {
 		return nil, err
@@ -232,7 +237,8 @@ func buildProjectionWorker(_ context.Context, d Deps, o Options) (Runner, error)
 	if err != nil {
 		return nil, err
 	}
-	svc, err := projectionworker.NewService(d.Config, projectionworker.Deps{Pool: d.Pool, ES: es, Logger: d.Logger, Metrics: d.Metrics, Health: d.Health},
+	svc, err := projectionworker.NewService(d.Config, projectionworker.Deps{Pool: d.Pool, ES: es, Logger: d.Logger, Metrics: d.Metrics, Health: d.Health,
+		TracerProvider: d.TracerProvider},
 		specs...)
 	if err != nil {
 		return nil, err
@@ -290,7 +296,7 @@ func buildAPI(ctx context.Context, d Deps, o Options) (Runner, error) {
 			MaxDataDepth:     cfg.EventStore.MaxDataDepth,
 			MaxMetadataBytes: cfg.EventStore.MaxMetadataBytes,
 		},
-		Metrics: d.Metrics, Health: d.Health,
+		Metrics: d.Metrics, Health: d.Health, TracerProvider: d.TracerProvider,
 		Events: d.Store, Commits: api.StoreCommits(ctx, d.Store),
 	})
 	if err != nil {

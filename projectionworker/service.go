@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/sluicehq/sluice/registry"
 	"github.com/sluicehq/sluice/shared/config"
@@ -49,6 +50,8 @@ type Deps struct {
 	// KafkaOpts are extra client options (tests); TLS and SASL come from
 	// the configuration.
 	KafkaOpts []kgo.Opt
+	// TracerProvider traces each event (docs/tracing.md); nil: off.
+	TracerProvider trace.TracerProvider
 	// WrapRegistry, when set, wraps the registry the consumers use (tests
 	// and benchmarks: counting round trips, the per-event registry path,
 	// faults). nil uses the registry as is.
@@ -243,6 +246,7 @@ func (s *Service) newConsumer(sp Spec, v int) (*consumer.Consumer, error) {
 		Limits: envelope.Limits{MaxEnvelopeBytes: s.cfg.EventStore.MaxEnvelopeBytes, MaxDataDepth: s.cfg.EventStore.MaxDataDepth,
 			MaxMetadataBytes: s.cfg.EventStore.MaxMetadataBytes},
 		Crash: s.crash, CrashWorker: CrashWorker, Logger: s.d.Logger, Metrics: s.d.Metrics, Health: s.d.Health,
+		TracerProvider: s.d.TracerProvider,
 	}, s.cfg.Worker, s.cfg.Worker.ProjectionMaxRetries)
 	co.Concurrency = max(co.Concurrency, MinConcurrency)
 	co.MaxPollRecords = MaxPollRecords

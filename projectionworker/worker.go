@@ -12,15 +12,18 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/elastic/go-elasticsearch/v8"
 	"github.com/prometheus/client_golang/prometheus"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/sluicehq/sluice/registry"
 	"github.com/sluicehq/sluice/shared/consumer"
 	"github.com/sluicehq/sluice/shared/crashpoint"
 	"github.com/sluicehq/sluice/shared/failure"
 	"github.com/sluicehq/sluice/shared/readmodel"
+	"github.com/sluicehq/sluice/shared/tracing"
 )
 
 // CrashWorker is the worker name of the projection worker's crash points
@@ -168,7 +171,17 @@ func (w *Worker) HandleBatch(ctx context.Context, recs []*consumer.Record) []con
 		return out
 	}
 	w.hit(PointBeforeESWrite)
+	esStart := time.Now()
 	res, err := w.o.Bulker.doLines(ctx, lines)
+	if recs[0].Span != nil {
+		spans := make([]trace.Span, 0, len(recs))
+		for i, rec := range recs {
+			if items[i] != nil {
+				spans = append(spans, rec.Span)
+			}
+		}
+		tracing.Stage(spans, "elasticsearch bulk", esStart, time.Now(), err)
+	}
 	if err != nil {
 		err = classifyES(ctx, err)
 		for i := range recs {

@@ -12,6 +12,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/sluicehq/sluice/shared/config"
 	"github.com/sluicehq/sluice/shared/crashpoint"
@@ -49,6 +50,10 @@ type Options struct {
 	// Health receives the readiness check "relay" and the liveness check
 	// "relay-loop". Optional.
 	Health *observability.Health
+	// TracerProvider traces each publish as a producer span continuing the
+	// stored event's traceparent, which the record's traceparent header
+	// then names (docs/tracing.md). nil or a no-op provider: off.
+	TracerProvider trace.TracerProvider
 	// Crasher holds the crash points of docs/worker-runtime.md#crash-points (relay after_produce,
 	// before_checkpoint). Optional.
 	Crasher *crashpoint.Crasher

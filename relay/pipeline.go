@@ -10,6 +10,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/sluicehq/sluice/eventstore/objstore"
 )
@@ -39,6 +40,7 @@ type batch struct {
 	outstanding int
 	sealed      bool
 	done        chan struct{} // closed when sealed and every record answered
+	tracer      trace.Tracer  // nil: tracing off
 }
 
 type pendingRec struct {
@@ -54,7 +56,7 @@ type pendingRec struct {
 }
 
 func (r *Relay) newBatch() *batch {
-	return &batch{recs: make([]pendingRec, 0, r.s.flushBatch), done: make(chan struct{})}
+	return &batch{recs: make([]pendingRec, 0, r.s.flushBatch), done: make(chan struct{}), tracer: r.tracer}
 }
 
 func (b *batch) len() int {
@@ -71,7 +73,14 @@ func (b *batch) produce(ctx context.Context, cl *kgo.Client, rec *kgo.Record, po
 	b.recs = append(b.recs, pendingRec{pos: pos, id: id, topic: rec.Topic, late: late, rec: rec, seg: seg})
 	b.outstanding++
 	b.mu.Unlock()
+	var span trace.Span
+	if b.tracer != nil {
+		span = startPublish(ctx, b.tracer, rec, pos)
+	}
 	cl.Produce(ctx, rec, func(_ *kgo.Record, err error) {
+		if span != nil {
+			endPublish(span, err)
+		}
 		b.mu.Lock()
 		if err != nil {
 			b.recs[i].err = err

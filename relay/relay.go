@@ -10,11 +10,13 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/sluicehq/sluice/eventstore"
 	"github.com/sluicehq/sluice/eventstore/objstore"
 	"github.com/sluicehq/sluice/shared/kafka"
 	"github.com/sluicehq/sluice/shared/observability"
+	"github.com/sluicehq/sluice/shared/tracing"
 )
 
 // Relay publishes the event store into Kafka (docs/relay.md). Create it with New,
@@ -30,6 +32,7 @@ type Relay struct {
 	solo   *kgo.Client
 	parked *ParkedStore
 	router *Router
+	tracer trace.Tracer // nil: tracing off
 	cps    *CheckpointStore
 	lease  *Lease
 	m      *metrics
@@ -81,6 +84,7 @@ func New(store *eventstore.Store, bucket objstore.Bucket, pool *pgxpool.Pool, op
 		solo:          solo,
 		parked:        NewParkedStore(pool),
 		router:        router,
+		tracer:        tracing.Tracer(s.TracerProvider),
 		cps:           NewCheckpointStore(bucket, s.Config.CheckpointKey),
 		lease:         NewLease(pool, s.Config.Name, s.Holder, s.lease),
 		m:             newMetrics(s.Registerer, s.Config.Name, router.Topics()),

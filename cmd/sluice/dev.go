@@ -18,6 +18,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/spf13/cobra"
 	"github.com/twmb/franz-go/pkg/kfake"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/sluicehq/sluice/eventstore"
 	"github.com/sluicehq/sluice/eventstore/objstore/backend"
@@ -28,6 +29,7 @@ import (
 	"github.com/sluicehq/sluice/shared/config"
 	"github.com/sluicehq/sluice/shared/localpg"
 	"github.com/sluicehq/sluice/shared/observability"
+	"github.com/sluicehq/sluice/shared/tracing"
 )
 
 // devPart is one piece of the pipeline as `sluice dev` sees it: either
@@ -48,6 +50,9 @@ type devFlags struct {
 	// wrapES, when set, wraps the Elasticsearch test server's handler
 	// (the pipeline benchmark observes document writes with it).
 	wrapES func(http.Handler) http.Handler
+	// tracerProvider, when set, traces every part (tests record spans
+	// with it); nil builds one from the OTEL_* environment.
+	tracerProvider trace.TracerProvider
 }
 
 func newDevCmd() *cobra.Command {
@@ -219,8 +224,21 @@ func runDev(parent context.Context, out io.Writer, cfg *config.Config, logger *s
 	}
 
 	// The services, built from the one table every service command uses.
+	tp := f.tracerProvider
+	if tp == nil {
+		tr, err := tracing.Setup(ctx, "sluice-dev", version, cfg.Tracing.Headers.Value())
+		if err != nil {
+			return err
+		}
+		defer func() {
+			sctx, scancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer scancel()
+			_ = tr.Shutdown(sctx)
+		}()
+		tp = tr.TracerProvider()
+	}
 	deps := pipeline.Deps{Config: cfg, Logger: logger, Pool: pool, Bucket: bucket, Store: store,
-		Metrics: newRegistry(), Health: observability.NewHealth()}
+		Metrics: newRegistry(), Health: observability.NewHealth(), TracerProvider: tp}
 	metrics, health := deps.Metrics, deps.Health
 	routes, closeRoutes, err := apiRoutes(deps)
 	if err != nil {

@@ -45,6 +45,12 @@ func runService(cmd *cobra.Command, name string, o pipeline.Options, started fun
 		d = pipeline.Deps{Config: cfg, Logger: logger, Pool: pool}
 	}
 	d.Metrics, d.Health = newRegistry(), observability.NewHealth()
+	tp, stopTracing, err := startTracing(cmd, d.Config, d.Logger, name)
+	if err != nil {
+		return err
+	}
+	defer stopTracing()
+	d.TracerProvider = tp
 	if name == pipeline.API {
 		routes, closeRoutes, err := apiRoutes(d)
 		if err != nil {

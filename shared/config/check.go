@@ -23,6 +23,11 @@ var toolPrefixes = []string{
 	"SLUICE_ES_REST_SPEC_DIR", "SLUICE_CACHE_DIR",
 }
 
+// sdkPrefixes are variables read by libraries sluice embeds: the
+// OpenTelemetry SDK reads the whole OTEL_* set (Tracing lists the main
+// ones), so an OTEL_ variable sluice does not declare is not a typo.
+var sdkPrefixes = []string{"OTEL_"}
+
 // serviceLink matches the variables Kubernetes injects for every Service of
 // the namespace (SLUICE_API_SERVICE_HOST, KAFKA_PORT_9092_TCP_ADDR, …) when
 // a pod keeps enableServiceLinks: they are not sluice's and not typos.
@@ -73,7 +78,8 @@ func UnknownVars(environ map[string]string) []error {
 	slices.Sort(names)
 	var out []error
 	for _, name := range names {
-		if known[name] || serviceLink.MatchString(name) || slices.ContainsFunc(toolPrefixes, func(p string) bool { return strings.HasPrefix(name, p) }) {
+		if known[name] || serviceLink.MatchString(name) || slices.ContainsFunc(toolPrefixes, func(p string) bool { return strings.HasPrefix(name, p) }) ||
+			slices.ContainsFunc(sdkPrefixes, func(p string) bool { return strings.HasPrefix(name, p) }) {
 			continue
 		}
 		upper := strings.ToUpper(name)

@@ -31,6 +31,7 @@ var credentials = []struct {
 		}
 		return strings.Join(s, ",")
 	}},
+	{"OTEL_EXPORTER_OTLP_HEADERS", func(c *Config) string { return c.Tracing.Headers.Value() }},
 }
 
 // baseEnv completes a credential so that Load accepts it alone.

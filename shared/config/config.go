@@ -47,6 +47,7 @@ type Config struct {
 	Worker        Worker        `section:"Workers"`
 	Elasticsearch Elasticsearch `section:"Elasticsearch"`
 	API           API           `section:"HTTP API"`
+	Tracing       Tracing       `section:"Tracing (OpenTelemetry)"`
 	Testing       Testing       `section:"Fault injection (tests only)"`
 }
 

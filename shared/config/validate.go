@@ -51,6 +51,7 @@ func (c *Config) Validate() error {
 	k := &checker{}
 	k.oneOf("SLUICE_LOG_LEVEL", c.Log.Level, "debug", "info", "warn", "error")
 	k.oneOf("SLUICE_LOG_FORMAT", c.Log.Format, "json", "text")
+	c.Tracing.validate(k)
 	k.atLeast("DATABASE_MAX_CONNS", int64(c.Postgres.MaxConns), 1)
 	if u := c.Postgres.URL.Value(); u != "" {
 		if reason := postgresURLProblem(u); reason != "" {

@@ -23,6 +23,9 @@ func (c *Consumer) claim(ctx context.Context, items []*item) (claimed, heal []*i
 	start := time.Now()
 	res, err := c.o.Registry.ClaimBatch(ctx, reqs)
 	c.m.stage.WithLabelValues(c.o.HandlerName, "claim").Observe(time.Since(start).Seconds())
+	if c.tracer != nil {
+		c.traceStage(items, "registry claim", start, err)
+	}
 	if err != nil {
 		if isOutage(ctx, err) {
 			c.enterOutage(DependencyRegistry, err)
@@ -154,6 +157,9 @@ func (c *Consumer) markDone(ctx context.Context, items []*item) {
 	start := time.Now()
 	errs, err := c.o.Registry.MarkDoneBatch(ctx, done)
 	c.m.stage.WithLabelValues(c.o.HandlerName, "mark_done").Observe(time.Since(start).Seconds())
+	if c.tracer != nil {
+		c.traceStage(items, "registry mark_done", start, err)
+	}
 	if err != nil {
 		if isOutage(ctx, err) {
 			c.enterOutage(DependencyRegistry, err)

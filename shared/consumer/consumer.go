@@ -10,11 +10,13 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/sluicehq/sluice/shared/claim"
 	"github.com/sluicehq/sluice/shared/envelope"
 	"github.com/sluicehq/sluice/shared/kafka"
 	"github.com/sluicehq/sluice/shared/observability"
+	"github.com/sluicehq/sluice/shared/tracing"
 )
 
 // Crash points the runtime hits (with Options.CrashWorker).
@@ -69,6 +71,8 @@ type item struct {
 	// in the background). Guarded by Consumer.mu; while set, only that
 	// round touches the item's other fields.
 	busy bool
+	// span is the record's span (tracing on), ended at its offset commit.
+	span trace.Span
 }
 
 // partState tracks the records of one partition in offset order.
@@ -92,6 +96,8 @@ type Consumer struct {
 	m   *metrics
 	hb  *observability.Heartbeat
 	log func(msg string, args ...any)
+	// tracer is nil when tracing is off.
+	tracer trace.Tracer
 
 	// h is the handler under the recover middleware (guarded).
 	h *guarded
@@ -139,6 +145,7 @@ func New(opts Options) (*Consumer, error) {
 	c.m.zero(o.HandlerName)
 	c.log = o.Logger.With("handler", o.HandlerName).Warn
 	c.h = newGuarded(c, o.Handler)
+	c.tracer = tracing.Tracer(o.TracerProvider)
 	c.out.deps, c.out.checks = map[string]*depOutage{}, map[string]bool{}
 	kopts := []kgo.Opt{
 		kgo.ConsumerGroup(o.Group),
@@ -310,6 +317,9 @@ func (c *Consumer) parse(it *item) {
 	}
 	it.view.Envelope = env
 	it.key = c.o.AggregateKey(env)
+	if c.tracer != nil {
+		c.startSpan(it)
+	}
 }
 
 func (c *Consumer) hit(point string) {

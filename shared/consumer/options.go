@@ -8,6 +8,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/sluicehq/sluice/shared/claim"
 	"github.com/sluicehq/sluice/shared/config"
@@ -70,6 +71,10 @@ type Record struct {
 	Envelope envelope.Envelope
 	// Attempt is the registry attempt number of this run (1 for the first).
 	Attempt int
+	// Span is the record's span (poll to offset commit), continuing the
+	// traceparent header, when tracing is on; nil when off. Handlers hang
+	// their steps under it (tracing.StartChild, tracing.Stage).
+	Span trace.Span
 }
 
 // Options configure a Consumer. Zero values take the defaults noted.
@@ -145,6 +150,9 @@ type Options struct {
 	Logger      *slog.Logger
 	// Metrics receives the runtime's collectors (default: a private registry).
 	Metrics prometheus.Registerer
+	// TracerProvider traces each record from its poll to its offset commit
+	// (docs/tracing.md); nil or a no-op provider: off.
+	TracerProvider trace.TracerProvider
 	// Health, when set, gets the readiness check "<handler>:registry" (red
 	// during a registry outage), one "<handler>:<dependency>" per
 	// dependency the handler reported out (red during its outage), and the

@@ -141,6 +141,13 @@ func (c *Consumer) commit(ctx context.Context, only map[string][]int32) {
 		}
 	})
 	c.m.stage.WithLabelValues(c.o.HandlerName, "commit").Observe(time.Since(start).Seconds())
+	if c.tracer != nil {
+		c.mu.Lock()
+		for _, a := range advs {
+			c.traceCommit(a.ps.queue[:a.n], start, cerr)
+		}
+		c.mu.Unlock()
+	}
 	if cerr != nil {
 		c.log("offset commit failed; will retry", "err", cerr)
 		return
