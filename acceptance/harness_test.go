@@ -16,6 +16,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -23,7 +24,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
+	"github.com/sluicehq/sluice/eventstore"
+	"github.com/sluicehq/sluice/eventstore/eventstoretest"
+	"github.com/sluicehq/sluice/registry/registrytest"
+
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kfake"
@@ -33,6 +37,7 @@ import (
 	"github.com/sluicehq/sluice/instanceworker"
 	"github.com/sluicehq/sluice/internal/esserver"
 	"github.com/sluicehq/sluice/projectionworker"
+	"github.com/sluicehq/sluice/shared/envelope"
 	"github.com/sluicehq/sluice/shared/readmodel"
 	"github.com/sluicehq/sluice/shared/testenv"
 )
@@ -793,27 +798,43 @@ func (p *pipeline) verify(db, class string, wantInstances int) verifyReport {
 
 // --- Postgres ---------------------------------------------------------------
 
-func (p *pipeline) queryInt(sql string, args ...any) int64 {
-	p.t.Helper()
+// storeCount counts the event store's index rows f selects.
+func (p *pipeline) storeCount(f eventstoretest.Filter) (int64, error) {
 	ctx, cancel := p.ctx(30 * time.Second)
 	defer cancel()
-	var n int64
-	if err := p.pool.QueryRow(ctx, sql, args...).Scan(&n); err != nil {
-		p.t.Fatalf("%.90s: %v", sql, err)
+	return eventstoretest.Count(ctx, p.pool, f)
+}
+
+// mustStoreCount is storeCount that fails the test on an error.
+func (p *pipeline) mustStoreCount(f eventstoretest.Filter) int64 {
+	p.t.Helper()
+	n, err := p.storeCount(f)
+	if err != nil {
+		p.t.Fatal(err)
 	}
 	return n
 }
 
-// tryInt is queryInt that reports errors instead of failing.
-func (p *pipeline) tryInt(sql string, args ...any) (int64, error) {
+// storeHead is the event store's highest committed position (0: none).
+func (p *pipeline) storeHead() (int64, error) {
 	ctx, cancel := p.ctx(30 * time.Second)
 	defer cancel()
-	var n int64
-	err := p.pool.QueryRow(ctx, sql, args...).Scan(&n)
-	return n, err
+	return eventstoretest.Head(ctx, p.pool)
 }
 
-// regRow is one sluice.processed_events row.
+// registryCount is the number of registry rows of every handler.
+func (p *pipeline) registryCount() int64 {
+	p.t.Helper()
+	ctx, cancel := p.ctx(30 * time.Second)
+	defer cancel()
+	n, err := registrytest.Count(ctx, p.pool)
+	if err != nil {
+		p.t.Fatal(err)
+	}
+	return n
+}
+
+// regRow is one registry row.
 type regRow struct {
 	EventID     string
 	AggregateID string
@@ -829,15 +850,27 @@ func (p *pipeline) registry(handler, aggPrefix string) []regRow {
 	p.t.Helper()
 	ctx, cancel := p.ctx(30 * time.Second)
 	defer cancel()
-	rows, err := p.pool.Query(ctx, `SELECT event_id, aggregate_id, sequence_number, status, attempt_count, coalesce(outcome->>'result', '')
-		FROM sluice.processed_events WHERE handler = $1 AND starts_with(aggregate_id, $2) ORDER BY aggregate_id, sequence_number`, handler, "Instance:"+aggPrefix)
+	rows, err := registrytest.Rows(ctx, p.pool, handler)
 	if err != nil {
 		p.t.Fatal(err)
 	}
-	out, err := pgx.CollectRows(rows, pgx.RowToStructByPos[regRow])
-	if err != nil {
-		p.t.Fatal(err)
+	var out []regRow
+	for _, r := range rows {
+		if !strings.HasPrefix(r.AggregateID, "Instance:"+aggPrefix) {
+			continue
+		}
+		rr := regRow{EventID: r.EventID, AggregateID: r.AggregateID, Seq: r.Sequence, Status: string(r.Status), Attempts: r.Attempts}
+		if r.Outcome != nil {
+			rr.Result = string(r.Outcome.Result)
+		}
+		out = append(out, rr)
 	}
+	sort.SliceStable(out, func(i, j int) bool {
+		if out[i].AggregateID != out[j].AggregateID {
+			return out[i].AggregateID < out[j].AggregateID
+		}
+		return out[i].Seq < out[j].Seq
+	})
 	return out
 }
 
@@ -856,14 +889,13 @@ func (p *pipeline) storeEvents(kind, aggPrefix string) []storeEvent {
 	p.t.Helper()
 	ctx, cancel := p.ctx(30 * time.Second)
 	defer cancel()
-	rows, err := p.pool.Query(ctx, `SELECT event_id::text, kind, aggregate_id, sequence_number, position FROM sluice.appends
-		WHERE state = 'committed' AND kind = $1 AND starts_with(aggregate_id, $2) ORDER BY position`, kind, aggPrefix)
+	rows, err := eventstoretest.Select(ctx, p.pool, eventstoretest.Filter{State: eventstore.StateCommitted, Kind: envelope.Kind(kind), AggregateIDPrefix: aggPrefix})
 	if err != nil {
 		p.t.Fatal(err)
 	}
-	out, err := pgx.CollectRows(rows, pgx.RowToStructByPos[storeEvent])
-	if err != nil {
-		p.t.Fatal(err)
+	out := make([]storeEvent, 0, len(rows))
+	for _, r := range rows {
+		out = append(out, storeEvent{EventID: r.EventID, Kind: string(r.Kind), AggregateID: r.AggregateID, Seq: r.SequenceNumber, Position: r.Position})
 	}
 	return out
 }
@@ -871,9 +903,7 @@ func (p *pipeline) storeEvents(kind, aggPrefix string) []storeEvent {
 // unfinished counts committed events of kind that handler has not
 // finished (no row in done, skipped_stale or dead).
 func (p *pipeline) unfinished(kind, handler string) (int64, error) {
-	return p.tryInt(`SELECT count(*) FROM sluice.appends a WHERE a.state = 'committed' AND a.kind = $1
-		AND NOT EXISTS (SELECT 1 FROM sluice.processed_events pe WHERE pe.handler = $2 AND pe.event_id = a.event_id::text
-			AND pe.status IN ('done', 'skipped_stale', 'dead'))`, kind, handler)
+	return p.unfinishedExcept(kind, handler, nil)
 }
 
 // drained reports whether the pipeline has finished everything: every
@@ -887,7 +917,7 @@ func (p *pipeline) drained() (bool, string) {
 	if n, err := p.unfinished("domain", historyHandler); err != nil || n > 0 {
 		return false, fmt.Sprintf("%d domain events unfinished (%v)", n, err)
 	}
-	if n, err := p.tryInt(`SELECT count(*) FROM sluice.appends WHERE state = 'reserved'`); err != nil || n > 0 {
+	if n, err := p.storeCount(eventstoretest.Filter{State: eventstore.StateReserved}); err != nil || n > 0 {
 		return false, fmt.Sprintf("%d appends reserved (%v)", n, err)
 	}
 	if !p.caughtUp(instanceGroup, commandsTopic) {

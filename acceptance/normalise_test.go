@@ -8,6 +8,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluicehq/sluice/eventstore/eventstoretest"
+	"github.com/sluicehq/sluice/shared/envelope"
+
 	"golang.org/x/text/unicode/norm"
 )
 
@@ -106,7 +109,7 @@ func TestAggregateIDNormalisationNoCollisions(t *testing.T) {
 	}
 
 	// Commands only: the instance worker is still appending domain events.
-	appendsBefore := p.queryInt(`SELECT count(*) FROM sluice.appends WHERE kind = 'command'`)
+	appendsBefore := p.mustStoreCount(eventstoretest.Filter{Kind: envelope.KindCommand})
 	for _, bad := range invalid {
 		// the body is written by hand: json.Marshal would replace
 		// invalid UTF-8 with U+FFFD.
@@ -117,7 +120,7 @@ func TestAggregateIDNormalisationNoCollisions(t *testing.T) {
 			t.Errorf("create %q: %v, want 422 (or 400)", bad, err)
 		}
 	}
-	if n := p.queryInt(`SELECT count(*) FROM sluice.appends WHERE kind = 'command'`); n != appendsBefore {
+	if n := p.mustStoreCount(eventstoretest.Filter{Kind: envelope.KindCommand}); n != appendsBefore {
 		t.Errorf("invalid ids wrote %d commands", n-appendsBefore)
 	}
 

@@ -17,6 +17,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluicehq/sluice/eventstore/eventstoretest"
+	"github.com/sluicehq/sluice/registry"
+	"github.com/sluicehq/sluice/registry/registrytest"
+
 	"github.com/google/uuid"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kfake"
@@ -453,7 +457,7 @@ func (r *poisonRun) watchStalls(ctx context.Context, m *stallMeter) {
 		lctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 		cp, _, found, err := cps.Load(lctx)
 		cancel()
-		if head, herr := p.tryInt(`SELECT coalesce(max(position), 0) FROM sluice.appends WHERE state = 'committed'`); herr == nil && err == nil {
+		if head, herr := p.storeHead(); herr == nil && err == nil {
 			pos := int64(0)
 			if found {
 				pos = cp.Position
@@ -467,13 +471,38 @@ func (r *poisonRun) watchStalls(ctx context.Context, m *stallMeter) {
 	}
 }
 
+// parkedCount is the number of records the relay (named "default", as the
+// pipeline runs it) has parked and not resolved.
+func (p *pipeline) parkedCount() (int64, error) {
+	ctx, cancel := p.ctx(30 * time.Second)
+	defer cancel()
+	return relay.NewParkedStore(p.pool).Count(ctx, "default")
+}
+
 // unfinishedExcept is pipeline.unfinished leaving out the parked records
 // (no worker ever receives them).
 func (p *pipeline) unfinishedExcept(kind, handler string, except []string) (int64, error) {
-	return p.tryInt(`SELECT count(*) FROM sluice.appends a WHERE a.state = 'committed' AND a.kind = $1
-		AND NOT (a.event_id::text = ANY($3))
-		AND NOT EXISTS (SELECT 1 FROM sluice.processed_events pe WHERE pe.handler = $2 AND pe.event_id = a.event_id::text
-			AND pe.status IN ('done', 'skipped_stale', 'dead'))`, kind, handler, except)
+	ctx, cancel := p.ctx(30 * time.Second)
+	defer cancel()
+	rows, err := eventstoretest.Select(ctx, p.pool, eventstoretest.Filter{State: eventstore.StateCommitted, Kind: envelope.Kind(kind)})
+	if err != nil {
+		return 0, err
+	}
+	finished, err := registrytest.EventIDs(ctx, p.pool, handler, registry.StatusDone, registry.StatusSkippedStale, registry.StatusDead)
+	if err != nil {
+		return 0, err
+	}
+	left := make(map[string]bool, len(except))
+	for _, id := range except {
+		left[id] = true
+	}
+	var n int64
+	for _, r := range rows {
+		if !finished[r.EventID] && !left[r.EventID] {
+			n++
+		}
+	}
+	return n, nil
 }
 
 // TestPoisonSoak is the poison soak of issue 21: SLUICE_POISON_EVENTS normal
@@ -526,7 +555,7 @@ func TestPoisonSoak(t *testing.T) {
 	defer func() { stopWatch(); <-watchDone }()
 
 	normal := func() int64 {
-		n, _ := p.tryInt(`SELECT count(*) FROM sluice.appends WHERE kind = 'command' AND starts_with(aggregate_id, $1)`, db+":items:c")
+		n, _ := p.storeCount(eventstoretest.Filter{Kind: envelope.KindCommand, AggregateIDPrefix: db + ":items:c"})
 		return n
 	}
 	loadCtx, stopLoad := context.WithCancel(context.Background())
@@ -599,10 +628,10 @@ func TestPoisonSoak(t *testing.T) {
 		if n, err := p.unfinishedExcept("domain", historyHandler, parkedIDs); err != nil || n > 0 {
 			return false
 		}
-		if n, err := p.tryInt(`SELECT count(*) FROM sluice.appends WHERE state = 'reserved'`); err != nil || n > 0 {
+		if n, err := p.storeCount(eventstoretest.Filter{State: eventstore.StateReserved}); err != nil || n > 0 {
 			return false
 		}
-		if n, err := p.tryInt(`SELECT count(*) FROM sluice.relay_parked WHERE state = 'parked'`); err != nil || n < int64(len(parkedIDs)) {
+		if n, err := p.parkedCount(); err != nil || n < int64(len(parkedIDs)) {
 			return false
 		}
 		return p.caughtUp(instanceGroup, commandsTopic) && p.caughtUp(historyGroup, eventsTopic)
@@ -719,7 +748,7 @@ func TestPoisonSoak(t *testing.T) {
 			}
 			accounted["applied"]++
 		case pcReusedKey:
-			n, _ := p.tryInt(`SELECT count(*) FROM sluice.appends WHERE kind = 'command' AND aggregate_id = $1`, prefix+fmt.Sprintf("%s-%d", strings.ReplaceAll(it.class, "_", ""), it.n))
+			n, _ := p.storeCount(eventstoretest.Filter{Kind: envelope.KindCommand, AggregateIDs: []string{prefix + fmt.Sprintf("%s-%d", strings.ReplaceAll(it.class, "_", ""), it.n)}})
 			if n != 1 {
 				fail(it, "%d commands stored for one Idempotency-Key, want 1", n)
 				continue
@@ -806,7 +835,7 @@ func TestPoisonSoak(t *testing.T) {
 	if code != 0 || !strings.Contains(out, fmt.Sprintf("%d records", len(r.parked))) {
 		t.Errorf("sluice relay parked list: exit %d, %s %s", code, out, errOut)
 	}
-	stored, err := p.tryInt(`SELECT count(*) FROM sluice.appends WHERE aggregate_id = ANY($1)`, prefixed(prefix, r.refusedIDs))
+	stored, err := p.storeCount(eventstoretest.Filter{AggregateIDs: prefixed(prefix, r.refusedIDs)})
 	if err != nil || stored != 0 {
 		t.Errorf("%d appends of commands the API refused (%v)", stored, err)
 	}
@@ -901,12 +930,13 @@ func (r *poisonRun) commandStatus(commandID string) (st struct {
 // commandStatusByEvent returns the registry outcome reason of a command
 // by its event id (a producer's command has no API status by key).
 func (r *poisonRun) commandStatusByEvent(eventID string) string {
-	var reason string
 	ctx, cancel := r.p.ctx(30 * time.Second)
 	defer cancel()
-	_ = r.p.pool.QueryRow(ctx, `SELECT coalesce(outcome->>'reason', '') FROM sluice.processed_events WHERE handler = $1 AND event_id = $2`,
-		instanceHandler, eventID).Scan(&reason)
-	return reason
+	row, err := registrytest.Row(ctx, r.p.pool, instanceHandler, eventID)
+	if err != nil || row.Outcome == nil {
+		return ""
+	}
+	return row.Outcome.Reason
 }
 
 func prefixed(prefix string, ids []string) []string {

@@ -4,9 +4,12 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"log/slog"
 	"testing"
 	"time"
+
+	"github.com/sluicehq/sluice/eventstore/eventstoretest"
 
 	"github.com/google/uuid"
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -106,7 +109,13 @@ func TestAbandonedAppendRetriedAfterTheLookbackIsPublished(t *testing.T) {
 		return err == nil && found && cp.Position >= after.Event.Envelope.Position && len(cp.PendingGaps) == 0
 	})
 	var state string
-	if err := pool.QueryRow(ctx, `SELECT state FROM sluice.appends WHERE event_id = $1::uuid`, retried.EventID).Scan(&state); err != nil || state != "abandoned" {
+	rows, err := eventstoretest.Select(ctx, pool, eventstoretest.Filter{EventID: retried.EventID})
+	if err == nil && len(rows) != 1 {
+		err = fmt.Errorf("%d rows", len(rows))
+	} else if err == nil {
+		state = rows[0].State
+	}
+	if err != nil || state != eventstore.StateAbandoned {
 		t.Fatalf("dead writer's row: %q %v, want abandoned", state, err)
 	}
 

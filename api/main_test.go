@@ -13,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluicehq/sluice/eventstore/eventstoretest"
+
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/sluicehq/sluice/api/apitest"
@@ -204,11 +206,11 @@ func (r reply) expect(t testing.TB, status int, code string) reply {
 // appendsCount is the number of rows in the event store's index.
 func (a *testAPI) appendsCount() int {
 	a.t.Helper()
-	var n int
-	if err := a.pool.QueryRow(context.Background(), `SELECT count(*) FROM sluice.appends`).Scan(&n); err != nil {
+	n, err := eventstoretest.Count(context.Background(), a.pool, eventstoretest.Filter{})
+	if err != nil {
 		a.t.Fatal(err)
 	}
-	return n
+	return int(n)
 }
 
 // stream returns the instance's stored events.

@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluicehq/sluice/registry/registrytest"
+
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
@@ -23,19 +25,15 @@ import (
 // rows in the given status.
 func (e *env) rowsWithStatus(st registry.Status) map[string]bool {
 	e.t.Helper()
-	rows, err := e.pool.Query(ctxT(e.t), `SELECT event_id::text FROM sluice.processed_events WHERE handler = $1 AND status = $2`,
-		instanceworker.HandlerName, string(st))
+	rows, err := registrytest.Rows(ctxT(e.t), e.pool, instanceworker.HandlerName)
 	if err != nil {
 		e.t.Fatal(err)
 	}
-	defer rows.Close()
 	out := map[string]bool{}
-	for rows.Next() {
-		var id string
-		if err := rows.Scan(&id); err != nil {
-			e.t.Fatal(err)
+	for _, r := range rows {
+		if r.Status == st {
+			out[r.EventID] = true
 		}
-		out[id] = true
 	}
 	return out
 }
@@ -211,10 +209,13 @@ func TestDrain(t *testing.T) {
 					t.Errorf("slot %d of %s: outcome %+v, want applied", c.ev.Envelope.SequenceNumber, c.ev.Envelope.AggregateID, o)
 				}
 			}
-			var attempts int
-			if err := e.pool.QueryRow(ctxT(t), `SELECT coalesce(max(attempt_count), 0) FROM sluice.processed_events WHERE handler = $1`,
-				instanceworker.HandlerName).Scan(&attempts); err != nil {
+			rows, err := registrytest.Rows(ctxT(t), e.pool, instanceworker.HandlerName)
+			if err != nil {
 				t.Fatal(err)
+			}
+			attempts := 0
+			for _, r := range rows {
+				attempts = max(attempts, r.Attempts)
 			}
 			if attempts != 1 {
 				t.Errorf("max attempt_count %d, want 1 (a released claim counts no attempt)", attempts)

@@ -6,8 +6,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluicehq/sluice/eventstore"
+	"github.com/sluicehq/sluice/eventstore/eventstoretest"
+	"github.com/sluicehq/sluice/registry/registrytest"
+
 	"github.com/google/uuid"
-	"github.com/jackc/pgx/v5"
 
 	"github.com/sluicehq/sluice/instanceworker"
 	"github.com/sluicehq/sluice/registry"
@@ -28,20 +31,21 @@ var healVars = map[string]string{
 // was finished.
 func (e *env) processedAt(c cmd) time.Time {
 	e.t.Helper()
-	var at time.Time
-	if err := e.pool.QueryRow(ctxT(e.t), `SELECT processed_at FROM sluice.processed_events WHERE handler = $1 AND event_id = $2`,
-		instanceworker.HandlerName, c.ev.Envelope.EventID).Scan(&at); err != nil {
+	row, err := registrytest.Row(ctxT(e.t), e.pool, instanceworker.HandlerName, c.ev.Envelope.EventID)
+	if err != nil {
 		e.t.Fatal(err)
 	}
-	return at
+	if row.ProcessedAt.IsZero() {
+		e.t.Fatalf("%s: not finished", c.ev.Envelope.EventID)
+	}
+	return row.ProcessedAt
 }
 
 // lastSequence returns the instance worker's aggregate_versions value.
 func (e *env) lastSequence(agg string) int64 {
 	e.t.Helper()
-	var last int64
-	if err := e.pool.QueryRow(ctxT(e.t), `SELECT last_sequence FROM sluice.aggregate_versions WHERE handler = $1 AND aggregate_id = $2`,
-		instanceworker.HandlerName, agg).Scan(&last); err != nil {
+	last, err := registrytest.LastSequence(ctxT(e.t), e.pool, instanceworker.HandlerName, agg)
+	if err != nil {
 		e.t.Fatal(err)
 	}
 	return last
@@ -57,25 +61,9 @@ func (e *env) abandonSlot(db, class, id string) int64 {
 	if err != nil {
 		e.t.Fatal(err)
 	}
-	var slot int64
-	err = pgx.BeginFunc(ctxT(e.t), e.pool, func(tx pgx.Tx) error {
-		if err := tx.QueryRow(ctxT(e.t), `UPDATE sluice.sequences SET last_sequence = last_sequence + 1, updated_at = now()
-			WHERE aggregate_type = $1 AND aggregate_id = $2 RETURNING last_sequence`,
-			envelope.AggregateTypeInstance, agg).Scan(&slot); err != nil {
-			return err
-		}
-		var pos int64
-		if err := tx.QueryRow(ctxT(e.t), `UPDATE sluice.log_head SET next_position = next_position + 1 RETURNING next_position - 1`).Scan(&pos); err != nil {
-			return err
-		}
-		hash := sha256.Sum256([]byte("abandoned"))
-		_, err := tx.Exec(ctxT(e.t), `INSERT INTO sluice.appends (position, event_id, kind, aggregate_type, aggregate_id, sequence_number,
-				state, segment_key, canonical_hash, occurred_at, writer_id)
-			VALUES ($1::bigint, $2::text::uuid, 'command', $3, $4, $5, 'abandoned',
-				'segments/' || lpad($1::bigint::text, 20, '0') || '-' || lpad($1::bigint::text, 20, '0') || '.jsonl', $6, now(), 'crashed-writer')`,
-			pos, uuid.NewString(), envelope.AggregateTypeInstance, agg, slot, hash[:])
-		return err
-	})
+	hash := sha256.Sum256([]byte("abandoned"))
+	_, slot, err := eventstoretest.Forge(ctxT(e.t), e.pool, eventstoretest.Forged{EventID: uuid.NewString(), Kind: envelope.KindCommand,
+		AggregateType: envelope.AggregateTypeInstance, AggregateID: agg, State: eventstore.StateAbandoned, CanonicalHash: hash[:]})
 	if err != nil {
 		e.t.Fatal(err)
 	}

@@ -11,10 +11,14 @@ import (
 	"net/http/httptest"
 	"os"
 	"os/signal"
+	"sort"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/sluicehq/sluice/eventstore/eventstoretest"
+	"github.com/sluicehq/sluice/registry/registrytest"
 
 	"github.com/elastic/go-elasticsearch/v8"
 	"github.com/google/uuid"
@@ -294,13 +298,11 @@ func (e *env) statuses(cs ...cmd) map[string]registry.Status {
 	e.t.Helper()
 	out := map[string]registry.Status{}
 	for _, c := range cs {
-		var st string
-		err := e.pool.QueryRow(ctxT(e.t), `SELECT status FROM sluice.processed_events WHERE handler = $1 AND event_id = $2`,
-			instanceworker.HandlerName, c.ev.Envelope.EventID).Scan(&st)
-		if err != nil {
-			st = "none"
+		st := registry.Status("none")
+		if row, err := registrytest.Row(ctxT(e.t), e.pool, instanceworker.HandlerName, c.ev.Envelope.EventID); err == nil {
+			st = row.Status
 		}
-		out[c.ev.Envelope.EventID] = registry.Status(st)
+		out[c.ev.Envelope.EventID] = st
 	}
 	return out
 }
@@ -316,34 +318,49 @@ func (e *env) allDone(cs ...cmd) bool {
 
 func (e *env) outcome(c cmd) registry.Outcome {
 	e.t.Helper()
-	var b []byte
-	if err := e.pool.QueryRow(ctxT(e.t), `SELECT outcome FROM sluice.processed_events WHERE handler = $1 AND event_id = $2`,
-		instanceworker.HandlerName, c.ev.Envelope.EventID).Scan(&b); err != nil {
+	row, err := registrytest.Row(ctxT(e.t), e.pool, instanceworker.HandlerName, c.ev.Envelope.EventID)
+	if err != nil {
 		e.t.Fatal(err)
 	}
-	var o registry.Outcome
-	_ = json.Unmarshal(b, &o)
-	return o
+	if row.Outcome == nil {
+		return registry.Outcome{}
+	}
+	return *row.Outcome
 }
 
 // domainEvents returns, per aggregate, the slots holding a domain event
 // (and how many events each slot holds).
 func (e *env) domainEvents() map[string][]string {
 	e.t.Helper()
-	rows, err := e.pool.Query(ctxT(e.t), `SELECT aggregate_id, sequence_number, count(*) FROM sluice.appends
-		WHERE kind = 'domain' GROUP BY 1, 2 ORDER BY 1, 2`)
+	rows, err := eventstoretest.Rows(ctxT(e.t), e.pool)
 	if err != nil {
 		e.t.Fatal(err)
 	}
-	defer rows.Close()
-	out := map[string][]string{}
-	for rows.Next() {
-		var agg string
-		var seq, n int64
-		if err := rows.Scan(&agg, &seq, &n); err != nil {
-			e.t.Fatal(err)
+	type slot struct {
+		agg string
+		seq int64
+	}
+	count := map[slot]int{}
+	var slots []slot
+	for _, r := range rows {
+		if r.Kind != envelope.KindDomain {
+			continue
 		}
-		out[agg] = append(out[agg], fmt.Sprintf("%d×%d", seq, n))
+		k := slot{r.AggregateID, r.SequenceNumber}
+		if count[k] == 0 {
+			slots = append(slots, k)
+		}
+		count[k]++
+	}
+	sort.Slice(slots, func(i, j int) bool {
+		if slots[i].agg != slots[j].agg {
+			return slots[i].agg < slots[j].agg
+		}
+		return slots[i].seq < slots[j].seq
+	})
+	out := map[string][]string{}
+	for _, k := range slots {
+		out[k.agg] = append(out[k.agg], fmt.Sprintf("%d×%d", k.seq, count[k]))
 	}
 	return out
 }

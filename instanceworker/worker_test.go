@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluicehq/sluice/registry/registrytest"
+
 	"github.com/sluicehq/sluice/instanceworker"
 	"github.com/sluicehq/sluice/internal/esserver"
 	"github.com/sluicehq/sluice/registry"
@@ -176,9 +178,8 @@ func TestFailures(t *testing.T) {
 	testenv.WaitFor(t, 30*time.Second, "done", func() bool { return e.allDone(ok1, ok2) })
 	testenv.WaitFor(t, 10*time.Second, "unknown dead", func() bool { return e.statuses(unknown)[unknown.ev.Envelope.EventID] == registry.StatusDead })
 	removeOK1()
-	var attempts int
-	if err := e.pool.QueryRow(ctxT(t), `SELECT attempt_count FROM sluice.processed_events WHERE handler = $1 AND event_id = $2`,
-		instanceworker.HandlerName, ok1.ev.Envelope.EventID).Scan(&attempts); err != nil || attempts != 1 {
+	row, err := registrytest.Row(ctxT(t), e.pool, instanceworker.HandlerName, ok1.ev.Envelope.EventID)
+	if attempts := row.Attempts; err != nil || attempts != 1 {
 		t.Errorf("ok1 took %d registry attempts (%v), want 1: the 429s are repeated within the attempt", attempts, err)
 	}
 
@@ -203,9 +204,8 @@ func TestFailures(t *testing.T) {
 		if o.Result != registry.OutcomeApplied || !readmodel.IsStaleReason(o.Reason) || !strings.Contains(o.Reason, c.reason) {
 			t.Errorf("%s: outcome %+v, want applied with a stale read model (%s)", c.c.ev.Envelope.AggregateID, o, c.reason)
 		}
-		var n int
-		if err := e.pool.QueryRow(ctxT(t), `SELECT attempt_count FROM sluice.processed_events WHERE handler = $1 AND event_id = $2`,
-			instanceworker.HandlerName, c.c.ev.Envelope.EventID).Scan(&n); err != nil || n != c.attempts {
+		row, err := registrytest.Row(ctxT(t), e.pool, instanceworker.HandlerName, c.c.ev.Envelope.EventID)
+		if n := row.Attempts; err != nil || n != c.attempts {
 			t.Errorf("%s: %d attempts (%v), want %d", c.c.ev.Envelope.AggregateID, n, err, c.attempts)
 		}
 	}

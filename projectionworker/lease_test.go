@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluicehq/sluice/registry/registrytest"
+
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kadm"
 
@@ -49,12 +51,11 @@ func TestLeaseLostMidBatch(t *testing.T) {
 	stolenOffset := int64(stolenIdx + 1)
 
 	status := func(eventID string) string {
-		var st string
-		err := e.pool.QueryRow(ctxT(t), `SELECT status FROM sluice.processed_events WHERE handler = $1 AND event_id = $2`, handler, eventID).Scan(&st)
+		row, err := registrytest.Row(ctxT(t), e.pool, handler, eventID)
 		if err != nil {
 			return ""
 		}
-		return st
+		return string(row.Status)
 	}
 	testenv.WaitFor(t, 30*time.Second, "the batch claimed", func() bool {
 		for _, ev := range evs {
@@ -67,10 +68,8 @@ func TestLeaseLostMidBatch(t *testing.T) {
 
 	// Another owner takes the lease and keeps it alive until released.
 	steal := func() {
-		tag, err := e.pool.Exec(ctxT(t), `UPDATE sluice.processed_events SET owner = 'thief', lease_token = gen_random_uuid(), heartbeat_at = now()
-			WHERE handler = $1 AND event_id = $2`, handler, stolen.EventID)
-		if err != nil || tag.RowsAffected() != 1 {
-			t.Fatalf("steal the lease: %v (%d rows)", err, tag.RowsAffected())
+		if ok, err := registrytest.Steal(ctxT(t), e.pool, handler, stolen.EventID, "thief"); err != nil || !ok {
+			t.Fatalf("steal the lease: %v (row found: %v)", err, ok)
 		}
 	}
 	steal()
@@ -86,8 +85,7 @@ func TestLeaseLostMidBatch(t *testing.T) {
 			case <-stop:
 				return
 			case <-tick.C:
-				_, _ = e.pool.Exec(ctxT(t), `UPDATE sluice.processed_events SET heartbeat_at = now()
-					WHERE handler = $1 AND event_id = $2 AND owner = 'thief'`, handler, stolen.EventID)
+				_ = registrytest.Beat(ctxT(t), e.pool, handler, stolen.EventID, "thief")
 			}
 		}
 	}()

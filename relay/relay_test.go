@@ -16,6 +16,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluicehq/sluice/eventstore/eventstoretest"
+
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -361,26 +363,9 @@ func reserveCrashed(t *testing.T, e *env, env envelope.Envelope) int64 {
 	if err != nil {
 		t.Fatal(err)
 	}
-	tx, err := e.pool.Begin(ctx)
+	pos, _, err := eventstoretest.Forge(ctx, e.pool, eventstoretest.Forged{EventID: p.EventID, Kind: p.Kind, AggregateType: p.AggregateType,
+		AggregateID: p.AggregateID, State: eventstore.StateReserved, CanonicalHash: h[:], OccurredAt: p.OccurredAt.Time()})
 	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = tx.Rollback(ctx) }()
-	var seq, pos int64
-	if err := tx.QueryRow(ctx, `INSERT INTO sluice.sequences (aggregate_type, aggregate_id, last_sequence) VALUES ($1, $2, 1)
-		ON CONFLICT (aggregate_type, aggregate_id) DO UPDATE SET last_sequence = sequences.last_sequence + 1 RETURNING last_sequence`,
-		p.AggregateType, p.AggregateID).Scan(&seq); err != nil {
-		t.Fatal(err)
-	}
-	if err := tx.QueryRow(ctx, `UPDATE sluice.log_head SET next_position = next_position + 1 RETURNING next_position - 1`).Scan(&pos); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := tx.Exec(ctx, `INSERT INTO sluice.appends (position, event_id, kind, aggregate_type, aggregate_id, sequence_number, state, segment_key, canonical_hash, occurred_at, writer_id)
-		VALUES ($1, $2, $3, $4, $5, $6, 'reserved', $7, $8, $9, 'crashed-writer')`,
-		pos, p.EventID, string(p.Kind), p.AggregateType, p.AggregateID, seq, eventstore.SegmentKey(pos, pos), h[:], p.OccurredAt.Time()); err != nil {
-		t.Fatal(err)
-	}
-	if err := tx.Commit(ctx); err != nil {
 		t.Fatal(err)
 	}
 	return pos
@@ -465,14 +450,7 @@ func TestCrashedWriterGap(t *testing.T) {
 func TestRolledBackReservation(t *testing.T) {
 	e := newEnv(t, 30*time.Second)
 	ctx := ctxT(t, 30*time.Second)
-	tx, err := e.pool.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := tx.Exec(ctx, `UPDATE sluice.log_head SET next_position = next_position + 5`); err != nil {
-		t.Fatal(err)
-	}
-	if err := tx.Rollback(ctx); err != nil {
+	if err := eventstoretest.RolledBackReservation(ctx, e.pool, 5); err != nil {
 		t.Fatal(err)
 	}
 	r, _ := runRelay(t, e, e.opts(t))

@@ -5,6 +5,9 @@ import (
 	"errors"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice/registry/registrytest"
 
 	"github.com/google/uuid"
 
@@ -68,7 +71,7 @@ func TestRegistryPruneGuard(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if _, err := pool.Exec(ctx, `UPDATE sluice.processed_events SET started_at = now() - interval '8 days', processed_at = now() - interval '8 days'`); err != nil {
+	if err := registrytest.Age(ctx, pool, 8*24*time.Hour); err != nil {
 		t.Fatal(err)
 	}
 	rowsOf := func(id string) int {

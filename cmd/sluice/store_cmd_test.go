@@ -7,6 +7,9 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice/eventstore/eventstoretest"
 
 	"github.com/google/uuid"
 
@@ -77,13 +80,15 @@ func TestStoreCommands(t *testing.T) {
 	if err != nil || !strings.Contains(out, "0 rows committed, 0 abandoned") {
 		t.Fatalf("repair: %q %v", out, err)
 	}
-	testenv.MustExec(t, pool, `DELETE FROM sluice.appends`)
+	if err := eventstoretest.DeleteRows(ctx, pool); err != nil {
+		t.Fatal(err)
+	}
 	out, _, err = run(t, "store", "reindex", "--yes")
 	if err != nil || !strings.Contains(out, "3 events, 2 aggregates") || !strings.Contains(out, "next position 4") {
 		t.Fatalf("reindex: %q %v", out, err)
 	}
-	var n int
-	if err := pool.QueryRow(ctx, `SELECT count(*) FROM sluice.appends WHERE state = 'committed'`).Scan(&n); err != nil || n != 3 {
+	n, err := eventstoretest.Count(ctx, pool, eventstoretest.Filter{State: eventstore.StateCommitted})
+	if err != nil || n != 3 {
 		t.Fatalf("after reindex: %d committed rows, %v", n, err)
 	}
 }
@@ -122,31 +127,36 @@ func TestStoreReindexGuard(t *testing.T) {
 			t.Fatalf("append %d: %v %v", i, err, res.Err)
 		}
 	}
-	rows := func() (n int) {
-		if err := pool.QueryRow(ctx, `SELECT count(*) FROM sluice.appends`).Scan(&n); err != nil {
+	rows := func() int {
+		n, err := eventstoretest.Count(ctx, pool, eventstoretest.Filter{})
+		if err != nil {
 			t.Fatal(err)
 		}
-		return n
+		return int(n)
 	}
 	// The writer is live: it reserved just now. Its lost row is what reindex
 	// would restore, and it must not while the writer may append.
-	testenv.MustExec(t, pool, `DELETE FROM sluice.appends WHERE position = 3`)
+	if err := eventstoretest.DeleteRows(ctx, pool, 3); err != nil {
+		t.Fatal(err)
+	}
 	steps := []struct {
 		name     string
-		before   string // SQL run first
+		before   func() error // run first
 		args     []string
 		wantCode int
 		wantOut  []string
 		wantRows int
 	}{
-		{"live writer", "", []string{"--yes"}, exitUnsafe, []string{"a writer is live", "api-7"}, 2},
-		{"no --yes on a non-terminal", `UPDATE sluice.appends SET reserved_at = now() - interval '1 hour'`, nil, exitNeedsConfirmation, []string{"pass --yes"}, 2},
-		{"dry run", "", []string{"--dry-run"}, 0, []string{"read 3 segments (3 positions", "replace 2 index rows", "nothing changed"}, 2},
-		{"act", "", []string{"--yes", "--json"}, 0, []string{`"events": 3`, `"events_per_second"`}, 3},
+		{"live writer", nil, []string{"--yes"}, exitUnsafe, []string{"a writer is live", "api-7"}, 2},
+		{"no --yes on a non-terminal", func() error { return eventstoretest.AgeReservations(ctx, pool, time.Hour) }, nil, exitNeedsConfirmation, []string{"pass --yes"}, 2},
+		{"dry run", nil, []string{"--dry-run"}, 0, []string{"read 3 segments (3 positions", "replace 2 index rows", "nothing changed"}, 2},
+		{"act", nil, []string{"--yes", "--json"}, 0, []string{`"events": 3`, `"events_per_second"`}, 3},
 	}
 	for _, s := range steps {
-		if s.before != "" {
-			testenv.MustExec(t, pool, s.before)
+		if s.before != nil {
+			if err := s.before(); err != nil {
+				t.Fatal(err)
+			}
 		}
 		out, _, err := run(t, append([]string{"store", "reindex"}, s.args...)...)
 		var ex *exitError

@@ -1,0 +1,165 @@
+// Package eventstoretest gives the tests of other packages what they used
+// to do to the event store's tables with SQL of their own: read the index
+// rows, and forge the states a crashed or stalled writer leaves behind. The
+// store owns its schema (docs/architecture.md, "Table ownership"); this
+// package is where that schema is named for tests, beside the store.
+package eventstoretest
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/sluicehq/sluice/eventstore"
+	"github.com/sluicehq/sluice/shared/envelope"
+)
+
+// Filter selects index rows; zero fields select everything.
+type Filter struct {
+	State             string // eventstore.StateReserved, StateCommitted or StateAbandoned
+	Kind              envelope.Kind
+	EventID           string
+	AggregateIDPrefix string
+	AggregateIDs      []string // any of these
+}
+
+const filterSQL = ` WHERE ($1 = '' OR state = $1) AND ($2 = '' OR kind = $2) AND ($3 = '' OR event_id::text = $3)
+	AND starts_with(aggregate_id, $4) AND (cardinality($5::text[]) = 0 OR aggregate_id = ANY($5))`
+
+func (f Filter) args() []any {
+	ids := f.AggregateIDs
+	if ids == nil {
+		ids = []string{}
+	}
+	return []any{f.State, string(f.Kind), f.EventID, f.AggregateIDPrefix, ids}
+}
+
+// Rows returns every index row, in position order.
+func Rows(ctx context.Context, pool *pgxpool.Pool) ([]eventstore.IndexEntry, error) {
+	return Select(ctx, pool, Filter{})
+}
+
+// Select returns the index rows f selects, in position order.
+func Select(ctx context.Context, pool *pgxpool.Pool, f Filter) ([]eventstore.IndexEntry, error) {
+	rows, err := pool.Query(ctx, `SELECT position, event_id::text, kind, aggregate_type, aggregate_id, sequence_number,
+		state, coalesce(segment_key, ''), coalesce(writer_id, ''), reserved_at FROM sluice.appends`+filterSQL+` ORDER BY position`, f.args()...)
+	if err != nil {
+		return nil, fmt.Errorf("eventstoretest: rows: %w", err)
+	}
+	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (eventstore.IndexEntry, error) {
+		var e eventstore.IndexEntry
+		var kind string
+		err := r.Scan(&e.Position, &e.EventID, &kind, &e.AggregateType, &e.AggregateID, &e.SequenceNumber, &e.State, &e.SegmentKey, &e.WriterID, &e.ReservedAt)
+		e.Kind = envelope.Kind(kind)
+		return e, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("eventstoretest: rows: %w", err)
+	}
+	return out, nil
+}
+
+// Count returns how many index rows f selects.
+func Count(ctx context.Context, pool *pgxpool.Pool, f Filter) (int64, error) {
+	var n int64
+	if err := pool.QueryRow(ctx, `SELECT count(*) FROM sluice.appends`+filterSQL, f.args()...).Scan(&n); err != nil {
+		return 0, fmt.Errorf("eventstoretest: count: %w", err)
+	}
+	return n, nil
+}
+
+// Head returns the highest committed position (0 when none).
+func Head(ctx context.Context, pool *pgxpool.Pool) (int64, error) {
+	var n int64
+	if err := pool.QueryRow(ctx, `SELECT coalesce(max(position), 0) FROM sluice.appends WHERE state = $1`, eventstore.StateCommitted).Scan(&n); err != nil {
+		return 0, fmt.Errorf("eventstoretest: head: %w", err)
+	}
+	return n, nil
+}
+
+// Forged is an index row as a writer that died after its reservation
+// leaves it: no line in any segment.
+type Forged struct {
+	EventID       string
+	Kind          envelope.Kind
+	AggregateType string
+	AggregateID   string
+	// State is eventstore.StateReserved or eventstore.StateAbandoned.
+	State         string
+	CanonicalHash []byte
+	OccurredAt    time.Time
+	// WriterID defaults to "crashed-writer".
+	WriterID string
+}
+
+// Forge reserves the aggregate's next slot and the log's next position for
+// f, as the store's reservation does, in one transaction, and returns them.
+// Its segment key is the one-position segment of the position.
+func Forge(ctx context.Context, pool *pgxpool.Pool, f Forged) (position, seq int64, err error) {
+	if f.WriterID == "" {
+		f.WriterID = "crashed-writer"
+	}
+	if f.OccurredAt.IsZero() {
+		f.OccurredAt = time.Now()
+	}
+	err = pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+		if err := tx.QueryRow(ctx, `INSERT INTO sluice.sequences (aggregate_type, aggregate_id, last_sequence) VALUES ($1, $2, 1)
+			ON CONFLICT (aggregate_type, aggregate_id) DO UPDATE SET last_sequence = sequences.last_sequence + 1, updated_at = now()
+			RETURNING last_sequence`, f.AggregateType, f.AggregateID).Scan(&seq); err != nil {
+			return err
+		}
+		if err := tx.QueryRow(ctx, `UPDATE sluice.log_head SET next_position = next_position + 1 RETURNING next_position - 1`).Scan(&position); err != nil {
+			return err
+		}
+		_, err := tx.Exec(ctx, `INSERT INTO sluice.appends (position, event_id, kind, aggregate_type, aggregate_id, sequence_number,
+				state, segment_key, canonical_hash, occurred_at, writer_id)
+			VALUES ($1, $2::text::uuid, $3, $4, $5, $6, $7, $8, $9, $10, $11)`,
+			position, f.EventID, string(f.Kind), f.AggregateType, f.AggregateID, seq, f.State,
+			eventstore.SegmentKey(position, position), f.CanonicalHash, f.OccurredAt, f.WriterID)
+		return err
+	})
+	if err != nil {
+		return 0, 0, fmt.Errorf("eventstoretest: forge a %s row: %w", f.State, err)
+	}
+	return position, seq, nil
+}
+
+// RolledBackReservation takes n positions in a transaction that rolls
+// back, as a reservation whose transaction failed does.
+func RolledBackReservation(ctx context.Context, pool *pgxpool.Pool, n int64) error {
+	tx, err := pool.Begin(ctx)
+	if err != nil {
+		return fmt.Errorf("eventstoretest: begin: %w", err)
+	}
+	if _, err := tx.Exec(ctx, `UPDATE sluice.log_head SET next_position = next_position + $1`, n); err != nil {
+		_ = tx.Rollback(ctx)
+		return fmt.Errorf("eventstoretest: reserve: %w", err)
+	}
+	return tx.Rollback(ctx)
+}
+
+// DeleteRows deletes the index rows at positions (every row when none is
+// given), as a lost or partly restored index would lack them.
+func DeleteRows(ctx context.Context, pool *pgxpool.Pool, positions ...int64) error {
+	var err error
+	if len(positions) == 0 {
+		_, err = pool.Exec(ctx, `DELETE FROM sluice.appends`)
+	} else {
+		_, err = pool.Exec(ctx, `DELETE FROM sluice.appends WHERE position = ANY($1)`, positions)
+	}
+	if err != nil {
+		return fmt.Errorf("eventstoretest: delete rows: %w", err)
+	}
+	return nil
+}
+
+// AgeReservations moves the reservation time of every row d into the past.
+func AgeReservations(ctx context.Context, pool *pgxpool.Pool, d time.Duration) error {
+	if _, err := pool.Exec(ctx, `UPDATE sluice.appends SET reserved_at = now() - make_interval(secs => $1)`, d.Seconds()); err != nil {
+		return fmt.Errorf("eventstoretest: age reservations: %w", err)
+	}
+	return nil
+}
