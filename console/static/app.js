@@ -287,6 +287,14 @@ async function showDLQ() {
   const body = $("#dlq-body");
   const sel = $("#dlq-topic");
   try {
+    if (sel.options.length === 0) {
+      // The dead-letter topics and their open letters, from the overview.
+      const ov = await admin.overview();
+      const topics = Array.isArray(ov.dlq) ? ov.dlq : [];
+      sel.replaceChildren(...topics.map((c) => el("option", { value: c.topic }, c.topic + " (" + (c.open ?? c.total ?? 0) + " open)")));
+      const open = topics.find((c) => c.open > 0);
+      if (open) sel.value = open.topic;
+    }
     const res = await admin.dlq(sel.value, $("#dlq-all").checked);
     showError(null);
     if (Array.isArray(res.topics) && sel.options.length === 0) {
