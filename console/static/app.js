@@ -305,15 +305,16 @@ async function showDLQ() {
     body.replaceChildren(
       el("p", { class: "muted" }, (topic ? topic + ": " : "") + letters.length + " letters shown" + (res.hidden ? ", " + res.hidden + " handled hidden" : "")),
       letters.length ? el("table", { class: "letters" },
-        el("thead", {}, el("tr", {}, ["letter", "state", "handler", "event", "reason", "error", "at", ""].map((c) => el("th", {}, c)))),
+        el("thead", {}, el("tr", {}, ["letter", "state", "handler", "event", "class", "attempts", "error", "failed at", ""].map((c) => el("th", {}, c)))),
         el("tbody", {}, letters.map((l) => {
           const r = l.record || l;
           const id = letterID(l);
           return el("tr", { "data-letter": id, "data-state": l.state || "" },
             el("td", {}, id), el("td", {}, badge(l.state || "dead")), el("td", {}, r.handler || ""),
             el("td", {}, r.event_id ? el("a", { href: "#/trace/" + encodeURIComponent(r.event_id) }, r.event_id) : ""),
-            el("td", {}, r.failure_class || r.reason || ""), el("td", {}, String(r.error || r.last_error || "").slice(0, 160)),
-            el("td", {}, fmtTime(l.timestamp || r.failed_at)),
+            el("td", {}, r.error_class || r.reason || ""), el("td", { class: "num" }, r.attempts ?? ""),
+            el("td", {}, String(r.error || r.last_error || "").slice(0, 160)),
+            el("td", {}, fmtTime(r.failed_at || l.produced_at)),
             el("td", {},
               el("button", { class: "small redrive", type: "button", onclick: () => act("redrive", topic, id) }, "Redrive…"), " ",
               el("button", { class: "small drop", type: "button", onclick: () => act("drop", topic, id) }, "Drop…")));
