@@ -40,7 +40,7 @@ func newRelayCheckpointCmd() *cobra.Command {
 		Short: "Show the checkpoint, the lease and the lag",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			d, closeFn, err := openStoreDeps(cmd)
+			d, closeFn, err := openReadStoreDeps(cmd)
 			if err != nil {
 				return err
 			}
@@ -141,7 +141,7 @@ func newRelayGapsCmd() *cobra.Command {
 		Short: "List pending gaps of the checkpoint and uncommitted ranges of the index",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			d, closeFn, err := openStoreDeps(cmd)
+			d, closeFn, err := openReadStoreDeps(cmd)
 			if err != nil {
 				return err
 			}

@@ -27,7 +27,7 @@ func newStoreSegmentsCmd() *cobra.Command {
 		Short: "List segments (first/last position, size) after a position",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			st, closeFn, err := openStore(cmd)
+			st, closeFn, err := openReadStore(cmd)
 			if err != nil {
 				return err
 			}
@@ -66,7 +66,7 @@ func newStoreCatCmd() *cobra.Command {
   sluice store cat --event-id 2f1c…`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			st, closeFn, err := openStore(cmd)
+			st, closeFn, err := openReadStore(cmd)
 			if err != nil {
 				return err
 			}
