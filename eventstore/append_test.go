@@ -588,3 +588,52 @@ func TestSegmentsListing(t *testing.T) {
 		t.Error("index rows not in position order")
 	}
 }
+
+// TestSlotRules covers each rule of sluice.eventstore_slot_refusal through
+// Append (the one-round-trip reservation refuses, the general path names
+// the rule): an abandoned command's slot, a causation_id that is no UUID,
+// and a slot without a command, next to one that is allowed.
+func TestSlotRules(t *testing.T) {
+	e := newEnv(t)
+	s := e.store(t, Options{Config: testConfig()})
+	cmds := mustAppend(t, s, command("Instance", "db:cls:rules", 1), command("Instance", "db:cls:rules", 2))
+	abandoned := cmds[0].Event.Envelope
+	if _, err := e.pool.Exec(ctxT(t), `UPDATE sluice.appends SET state = 'abandoned' WHERE event_id = $1`, abandoned.EventID); err != nil {
+		t.Fatal(err)
+	}
+	into := func(seq int64, cause string) envelope.Envelope {
+		d := domainEvent("Instance", "db:cls:rules", map[string]any{"seq": seq, "cause": cause})
+		d.SequenceNumber = seq
+		if cause != "" {
+			d.Metadata.SetString(envelope.MetaCausationID, cause)
+		}
+		return d
+	}
+	cases := []struct {
+		name, reason, existing string
+		env                    envelope.Envelope
+	}{
+		{"abandoned command", "command was abandoned", abandoned.EventID, into(1, "")},
+		{"causation not a uuid", "causation_id not-a-uuid is not the slot's command", cmds[1].Event.Envelope.EventID, into(2, "not-a-uuid")},
+		{"no command", "holds no command", "", into(5, "")},
+		{"allowed", "", "", into(2, cmds[1].Event.Envelope.EventID)},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			rs, err := s.Append(ctxT(t), c.env)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if c.reason == "" {
+				if rs[0].Err != nil {
+					t.Fatalf("refused: %s", describe(rs[0]))
+				}
+				return
+			}
+			var se *SlotError
+			if !errors.As(rs[0].Err, &se) || !strings.Contains(se.Error(), c.reason) || se.ExistingEventID != c.existing {
+				t.Fatalf("%s, want a slot error %q naming %q", describe(rs[0]), c.reason, c.existing)
+			}
+		})
+	}
+}

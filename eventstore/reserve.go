@@ -52,6 +52,23 @@ FROM sluice.appends a
 JOIN unnest($1::text[], $2::text[], $3::bigint[]) AS u(t, i, s)
   ON a.aggregate_type = u.t AND a.aggregate_id = u.i AND a.sequence_number = u.s`
 
+// sqlSlotRefusals applies the slot rules to the domain events going into
+// their commands' slots: sluice.eventstore_slot_refusal, the one definition
+// the one-round-trip reservation applies too (migrations/00013_eventstore.sql),
+// gives the rule each breaks (NULL: none) and the slot's command. One probe
+// of the slot index per envelope, as in the reservation.
+const sqlSlotRefusals = `
+SELECT u.ord, sluice.eventstore_slot_refusal(c.event_id, c.state, u.cause), coalesce(c.event_id::text, '')
+FROM unnest($1::text[], $2::text[], $3::bigint[], $4::text[]) WITH ORDINALITY AS u(t, i, s, cause, ord)
+LEFT JOIN LATERAL (
+     SELECT a.event_id, a.state FROM sluice.appends a
+      WHERE a.aggregate_type = u.t AND a.aggregate_id = u.i AND a.sequence_number = u.s AND a.kind = 'command'
+      LIMIT 1) c ON true`
+
+// slotRefusal is what sqlSlotRefusals says of one slot envelope: the rule it
+// breaks ("" for none) and the event_id of the slot's command ("" for none).
+type slotRefusal struct{ rule, command string }
+
 // sqlPlanPerCall makes the general path's statements plan per call, for
 // the arrays at hand and the tables as they are: generic plans cached while
 // appends was small scan it sequentially (see Replan).
@@ -171,13 +188,26 @@ func (s *Store) reserveOnce(ctx context.Context, items []*item) (accepted []*ite
 	// lookup, and the locks on the sequences of every aggregate that may
 	// take a sequence (rows created at 0 where missing).
 	ids := make([]string, len(items))
-	var slotT, slotI []string
-	var slotK []int64
+	var slotT, slotI, intoT, intoI, intoCause []string
+	var slotK, intoK []int64
+	var into []*item // domain events into their commands' slots
 	aggSet := map[aggKey]bool{}
 	for i, it := range items {
 		ids[i] = it.env.EventID
 		if it.slotKey != "" {
 			slotT, slotI, slotK = append(slotT, it.env.AggregateType), append(slotI, it.env.AggregateID), append(slotK, it.env.SequenceNumber)
+		}
+		if it.slot {
+			// A causation_id that is no UUID never names a command, and
+			// Postgres text cannot carry every string (NUL): any non-UUID
+			// stands for it.
+			cause := it.env.Metadata.CausationID()
+			if cause != "" && !envelope.IsCanonicalUUID(cause) {
+				cause = "not a uuid"
+			}
+			into = append(into, it)
+			intoT, intoI, intoK, intoCause = append(intoT, it.env.AggregateType), append(intoI, it.env.AggregateID),
+				append(intoK, it.env.SequenceNumber), append(intoCause, cause)
 		}
 		if !it.slot {
 			aggSet[aggKey{it.env.AggregateType, it.env.AggregateID}] = true
@@ -199,11 +229,15 @@ func (s *Store) reserveOnce(ctx context.Context, items []*item) (accepted []*ite
 	if len(slotT) > 0 {
 		b.Queue(sqlLookupSlots, slotT, slotI, slotK)
 	}
+	if len(into) > 0 {
+		b.Queue(sqlSlotRefusals, intoT, intoI, intoK, intoCause)
+	}
 	if len(keys) > 0 {
 		b.Queue(sqlLockSequences, seqT, seqI)
 	}
 	existing := map[string]indexRow{}
 	slotRows := map[string]slotRow{}
+	refusals := make(map[*item]slotRefusal, len(into))
 	last, read, created := map[aggKey]int64{}, map[aggKey]int64{}, map[aggKey]bool{}
 	err = func() error {
 		br := c.SendBatch(ctx, b)
@@ -235,6 +269,30 @@ func (s *Store) reserveOnce(ctx context.Context, items []*item) (accepted []*ite
 					return err
 				}
 				slotRows[fmt.Sprintf("%s\x00%s\x00%d\x00%s", t, i, seq, kind)] = slotRow{eid, state}
+			}
+			if err := rows.Err(); err != nil {
+				return err
+			}
+		}
+		if len(into) > 0 {
+			rows, _ := br.Query()
+			for rows.Next() {
+				var ord int64
+				var rule *string
+				var cmd string
+				if err := rows.Scan(&ord, &rule, &cmd); err != nil {
+					rows.Close()
+					return err
+				}
+				if ord < 1 || int(ord) > len(into) {
+					rows.Close()
+					return fmt.Errorf("slot rules: row %d of %d inputs", ord, len(into))
+				}
+				r := slotRefusal{command: cmd}
+				if rule != nil {
+					r.rule = *rule
+				}
+				refusals[into[ord-1]] = r
 			}
 			if err := rows.Err(); err != nil {
 				return err
@@ -272,7 +330,7 @@ func (s *Store) reserveOnce(ctx context.Context, items []*item) (accepted []*ite
 				continue
 			}
 		}
-		if it.slotKey != "" && !s.slotAllowed(it, slotRows) {
+		if it.slotKey != "" && !s.slotAllowed(it, slotRows, refusals[it]) {
 			it.moved = nil
 			continue
 		}
@@ -517,9 +575,14 @@ func (s *Store) settleExisting(it *item, r indexRow, now time.Time) {
 	}
 }
 
-// slotAllowed applies the slot rules (docs/eventstore.md#append-protocol-group-commit) to an item naming its
-// sequence number; a rejected item gets its SlotError.
-func (s *Store) slotAllowed(it *item, found map[string]slotRow) bool {
+// slotAllowed applies the slot rules (docs/eventstore.md#slots-commands-and-domain-events)
+// to an item naming its sequence number; a rejected item gets its
+// SlotError. Whether another event of its kind holds the slot is read from
+// found (the unique index would refuse it anyway); for a domain event into
+// its command's slot, the rule it breaks comes from Postgres (ref, from
+// sluice.eventstore_slot_refusal, the rules' one definition) and is only
+// put into words here.
+func (s *Store) slotAllowed(it *item, found map[string]slotRow, ref slotRefusal) bool {
 	e := it.env
 	serr := &SlotError{AggregateType: e.AggregateType, AggregateID: e.AggregateID, Sequence: e.SequenceNumber, Kind: string(e.Kind)}
 	if held, ok := found[it.slotKey]; ok && held.eventID != e.EventID {
@@ -533,17 +596,18 @@ func (s *Store) slotAllowed(it *item, found map[string]slotRow) bool {
 	if !it.slot {
 		return true
 	}
-	cmd, ok := found[fmt.Sprintf("%s\x00%s\x00%d\x00%s", e.AggregateType, e.AggregateID, e.SequenceNumber, envelope.KindCommand)]
-	switch {
-	case !ok:
+	switch ref.rule {
+	case "":
+		return true
+	case "no_command":
 		serr.Reason = "the slot holds no command (a domain event without a command must not set sequence_number)"
-	case cmd.state == stateAbandoned:
-		serr.ExistingEventID, serr.Reason = cmd.eventID, "the slot's command was abandoned"
-	case e.Metadata.CausationID() != "" && e.Metadata.CausationID() != cmd.eventID:
-		serr.ExistingEventID = cmd.eventID
+	case "command_abandoned":
+		serr.ExistingEventID, serr.Reason = ref.command, "the slot's command was abandoned"
+	case "causation_mismatch":
+		serr.ExistingEventID = ref.command
 		serr.Reason = "metadata.causation_id " + e.Metadata.CausationID() + " is not the slot's command"
 	default:
-		return true
+		serr.ExistingEventID, serr.Reason = ref.command, "slot rule "+ref.rule
 	}
 	it.res.Err = serr
 	return false

@@ -90,6 +90,33 @@ DROP FUNCTION IF EXISTS sluice.eventstore_reserve(text[], text[], text[], text[]
 DROP FUNCTION IF EXISTS sluice.eventstore_reserve_v2(text[], text[], text[], text[], int[], boolean[], bigint[], bytea[], timestamptz[], text);
 DROP FUNCTION IF EXISTS sluice.eventstore_reserve_v3(text[], text[], text[], text[], int[], boolean[], bigint[], bytea[], timestamptz[], text, boolean[], bigint[], text[]);
 
+-- The slot rules, defined once: whether a domain event may take slot k of
+-- its aggregate, given the command stored in that slot (NULLs when there is
+-- none) and the event's metadata.causation_id ('' when absent). NULL means
+-- it may; otherwise the rule it breaks:
+--   no_command          the slot holds no command;
+--   command_abandoned   the slot's command was abandoned (abandoned is
+--                       final, docs/eventstore.md#abandoned-is-final-issue-21-item-2);
+--   causation_mismatch  causation_id names another event than the command.
+-- eventstore_reserve below applies it, and so does the general reservation
+-- path of eventstore/reserve.go (slotAllowed), which only turns the code
+-- into its error message. That the slot holds no other domain event is the
+-- unique index appends_slot_key. A SQL function, so it is inlined into the
+-- queries that call it.
+-- +goose StatementBegin
+CREATE OR REPLACE FUNCTION sluice.eventstore_slot_refusal(
+    p_command_event_id uuid, p_command_state text, p_causation_id text)
+RETURNS text
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
+AS $$
+    SELECT CASE
+        WHEN p_command_event_id IS NULL THEN 'no_command'
+        WHEN p_command_state = 'abandoned' THEN 'command_abandoned'
+        WHEN p_causation_id <> '' AND p_causation_id <> p_command_event_id::text THEN 'causation_mismatch'
+    END
+$$;
+-- +goose StatementEnd
+
 -- sluice.eventstore_reserve is the reservation transaction of a group in ONE
 -- round trip (one statement, committed on its own) for the common group of
 -- the postgres allocator: commands, direct domain events, and domain events
@@ -102,9 +129,8 @@ DROP FUNCTION IF EXISTS sluice.eventstore_reserve_v3(text[], text[], text[], tex
 -- p_slot_seq[j] of its command, with p_cause[j] its metadata.causation_id
 -- ('' when absent).
 --
---   1. Slot envelopes first: when a slot rule fails (the slot holds no
---      command, or an abandoned one, or causation_id names another event)
---      it returns first_pos NULL having written nothing, and the general
+--   1. Slot envelopes first: when a slot rule fails
+--      (eventstore_slot_refusal) it returns first_pos NULL having written nothing, and the general
 --      path decides and names the rule. A slot envelope moves no sequence.
 --   2. Without expected sequences, one upsert moves each aggregate's last
 --      sequence by its number of envelopes. With them (OCC) it locks the
@@ -175,8 +201,7 @@ BEGIN
                     WHERE a.aggregate_type = p_t[u.k] AND a.aggregate_id = p_i[u.k]
                       AND a.sequence_number = u.sq AND a.kind = 'command'
                     LIMIT 1) c ON true
-             WHERE u.sl AND (c.event_id IS NULL OR c.state = 'abandoned'
-                             OR (u.cause <> '' AND u.cause <> c.event_id::text))) THEN
+             WHERE u.sl AND sluice.eventstore_slot_refusal(c.event_id, c.state, u.cause) IS NOT NULL) THEN
             RETURN; -- first_pos NULL: the general path decides and names the rule
         END IF;
         -- Only the look-up plans per call; the writes below keep their
@@ -294,6 +319,7 @@ $fn$;
 -- +goose StatementEnd
 
 -- +goose Down
+DROP FUNCTION IF EXISTS sluice.eventstore_slot_refusal(uuid, text, text);
 DROP FUNCTION IF EXISTS sluice.eventstore_reserve(text[], text[], text[], text[], int[], boolean[], bigint[], bytea[], timestamptz[], text, boolean[], bigint[], text[]);
 DROP TABLE IF EXISTS sluice.eventstore_flush;
 DROP TABLE IF EXISTS sluice.appends;
