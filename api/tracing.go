@@ -60,7 +60,7 @@ func (s *server) traceAppend(ctx context.Context, envs ...envelope.Envelope) ([]
 }
 
 // setTraceMetadata puts the trace context of a command into its metadata
-// (transport metadata, SPEC §3): with tracing on the request's span, so the
+// (transport metadata, docs/architecture.md#the-envelope): with tracing on the request's span, so the
 // relay and the workers continue this trace; off, the caller's
 // traceparent and tracestate headers as they came.
 func (s *server) setTraceMetadata(r *http.Request, md *envelope.Metadata) {
