@@ -95,7 +95,7 @@ const (
 	RetryLater
 )
 
-// String returns the SPEC name: CLAIMED, DUPLICATE_DONE, IN_PROGRESS, STALE,
+// String returns the documented name (docs/registry.md#claim-results): CLAIMED, DUPLICATE_DONE, IN_PROGRESS, STALE,
 // WAIT, DEAD or RETRY_LATER.
 func (k Kind) String() string {
 	switch k {
