@@ -34,6 +34,7 @@ import (
 	"github.com/sluicehq/sluice/eventstore/objstore/minioext"
 	"github.com/sluicehq/sluice/instanceworker"
 	"github.com/sluicehq/sluice/projectionworker"
+	"github.com/sluicehq/sluice/projectionworker/declarative"
 	"github.com/sluicehq/sluice/registry"
 	"github.com/sluicehq/sluice/relay"
 	"github.com/sluicehq/sluice/shared/config"
@@ -237,13 +238,28 @@ func buildProjectionWorker(_ context.Context, d Deps, o Options) (Runner, error)
 	if err != nil {
 		return nil, err
 	}
-	svc, err := projectionworker.NewService(d.Config, projectionworker.Deps{Pool: d.Pool, ES: es, Logger: d.Logger, Metrics: d.Metrics, Health: d.Health,
-		TracerProvider: d.TracerProvider},
-		specs...)
+	deps := projectionworker.Deps{Pool: d.Pool, ES: es, Logger: d.Logger, Metrics: d.Metrics, Health: d.Health,
+		TracerProvider: d.TracerProvider}
+	svc, err := projectionworker.NewService(d.Config, deps, specs...)
 	if err != nil {
 		return nil, err
 	}
-	return runner{run: svc.Run}, nil
+	var decl []*declarative.Projection
+	for _, sp := range specs {
+		if p, ok := sp.Projection.(*declarative.Projection); ok {
+			decl = append(decl, p)
+		}
+	}
+	if len(decl) == 0 {
+		return runner{run: svc.Run}, nil
+	}
+	return runner{run: func(ctx context.Context) error {
+		// A declared version newer than the live one rebuilds blue/green.
+		if _, _, err := declarative.RebuildChanged(ctx, d.Config, deps, decl); err != nil {
+			return err
+		}
+		return svc.Run(ctx)
+	}}, nil
 }
 
 // APIRunner is the built API: its address is known before it runs.

@@ -124,7 +124,7 @@ func (w *Worker) hit(point string) {
 // the bulker's retries, or index management failing as an outage: the
 // runtime pauses, no attempt is spent) or Retryable (other 5xx).
 func (w *Worker) Handle(ctx context.Context, rec *consumer.Record) (registry.Outcome, error) {
-	items, out, err := w.prepare(ctx, rec)
+	items, out, err := w.prepare(ctx, rec, w.newDocState())
 	if err != nil || items == nil {
 		return out, err
 	}
@@ -148,8 +148,9 @@ func (w *Worker) HandleBatch(ctx context.Context, recs []*consumer.Record) []con
 	items := make([][]BulkItem, len(recs))
 	var lines [][]byte
 	first := make([]int, len(recs))
+	st := w.newDocState()
 	for i, rec := range recs {
-		its, o, err := w.prepare(ctx, rec)
+		its, o, err := w.prepare(ctx, rec, st)
 		out[i] = consumer.BatchResult{Outcome: o, Err: err}
 		if err != nil || its == nil {
 			continue
@@ -203,13 +204,22 @@ func (w *Worker) HandleBatch(ctx context.Context, recs []*consumer.Record) []con
 // prepare projects one event into its bulk items (index names resolved,
 // indices ensured). nil items with a nil error: finished without a write
 // (the returned outcome).
-func (w *Worker) prepare(ctx context.Context, rec *consumer.Record) ([]BulkItem, registry.Outcome, error) {
+func (w *Worker) prepare(ctx context.Context, rec *consumer.Record, st *DocState) ([]BulkItem, registry.Outcome, error) {
 	p := w.o.Projection
 	e := rec.Envelope
 	if !p.Handles(e) {
 		return nil, registry.Ignored(), nil
 	}
-	ops, err := p.Project(e)
+	var ops []Op
+	var err error
+	if sp, ok := p.(Stateful); ok {
+		ops, err = sp.ProjectState(ctx, e, st)
+		if err != nil && isLoadError(err) {
+			return nil, registry.Outcome{}, classifyES(ctx, err)
+		}
+	} else {
+		ops, err = p.Project(e)
+	}
 	if err != nil {
 		return nil, registry.Outcome{}, consumer.Permanent(err)
 	}
@@ -268,6 +278,11 @@ func (w *Worker) evaluate(items []BulkItem, res []ItemResult) (registry.Outcome,
 	case transient != nil:
 		w.m.items.WithLabelValues(p.Name(), "retry").Inc()
 		return registry.Outcome{}, consumer.Retryable(transient)
+	case conflicts > 0 && isStateful(p):
+		// Another worker wrote the document since it was read: project
+		// the event again on the new state.
+		w.m.items.WithLabelValues(p.Name(), "retry").Inc()
+		return registry.Outcome{}, consumer.Retryable(fmt.Errorf("projectionworker: %s: a document changed while the event was projected; retrying on its new state", p.Name()))
 	case conflicts == len(res):
 		w.m.items.WithLabelValues(p.Name(), "conflict").Inc()
 		return registry.Outcome{}, consumer.ConflictErr(reason, nil)

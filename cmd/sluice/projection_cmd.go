@@ -14,6 +14,7 @@ import (
 
 	"github.com/sluicehq/sluice/pipeline"
 	"github.com/sluicehq/sluice/projectionworker"
+	"github.com/sluicehq/sluice/projectionworker/declarative"
 	"github.com/sluicehq/sluice/shared/config"
 	"github.com/sluicehq/sluice/shared/kafka"
 	"github.com/sluicehq/sluice/shared/readmodel"
@@ -22,15 +23,45 @@ import (
 // projectionsEnv selects the projections of `sluice projection-worker`.
 const projectionsEnv = "SLUICE_PROJECTIONS"
 
-// parseProjections resolves a comma-separated list of projection names.
-func parseProjections(list string) ([]projectionworker.Spec, error) {
+// projectionsFileEnv names the declarative projections file (or
+// directory) of `sluice projection-worker` and `sluice projection …`.
+const projectionsFileEnv = "SLUICE_PROJECTIONS_FILE"
+
+// loadDeclarative compiles the declarative projections of file ("" or
+// unset: $SLUICE_PROJECTIONS_FILE; none when both are empty). A compile
+// error names the file, line and column.
+func loadDeclarative(file string) ([]*declarative.Projection, error) {
+	if file == "" {
+		file = os.Getenv(projectionsFileEnv)
+	}
+	if file == "" {
+		return nil, nil
+	}
+	specs, err := declarative.LoadFiles(file)
+	if err != nil {
+		return nil, err
+	}
+	return declarative.Compile(specs)
+}
+
+func asProjections(ps []*declarative.Projection) []projectionworker.Projection {
+	out := make([]projectionworker.Projection, len(ps))
+	for i, p := range ps {
+		out[i] = p
+	}
+	return out
+}
+
+// parseProjections resolves a comma-separated list of projection names
+// among the built-ins and custom.
+func parseProjections(list string, custom ...projectionworker.Projection) ([]projectionworker.Spec, error) {
 	var specs []projectionworker.Spec
 	for _, n := range strings.Split(list, ",") {
 		n = strings.TrimSpace(n)
 		if n == "" {
 			continue
 		}
-		p, err := projectionworker.Lookup(n)
+		p, err := projectionworker.Lookup(n, custom...)
 		if err != nil {
 			return nil, err
 		}
@@ -46,25 +77,37 @@ func parseProjections(list string) ([]projectionworker.Spec, error) {
 // the selected projections (default history) at their live versions on the
 // events topic until SIGTERM (then it drains within SHUTDOWN_TIMEOUT).
 func newProjectionWorkerCmd() *cobra.Command {
-	var list string
+	var list, file string
 	cmd := &cobra.Command{
 		Use:   "projection-worker",
 		Short: "Run the projection worker: domain events → Elasticsearch read models (docs/projectionworker.md)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			decl, err := loadDeclarative(file)
+			if err != nil {
+				return err // a compile error refuses to start
+			}
 			if !cmd.Flags().Changed("projections") {
 				if v := os.Getenv(projectionsEnv); v != "" {
 					list = v
+				} else if len(decl) > 0 {
+					list = "" // a projections file alone runs its projections
 				}
 			}
-			specs, err := parseProjections(list)
-			if err != nil {
-				return err
+			var specs []projectionworker.Spec
+			if strings.TrimSpace(list) != "" || len(decl) == 0 {
+				if specs, err = parseProjections(list); err != nil {
+					return err
+				}
+			}
+			for _, p := range decl {
+				specs = append(specs, projectionworker.Spec{Projection: p})
 			}
 			return runService(cmd, pipeline.ProjectionWorker, pipeline.Options{Projections: specs}, nil)
 		},
 	}
 	cmd.Flags().StringVar(&list, "projections", "history", "comma-separated projections to run ("+projectionsEnv+"); built in: instances, history")
+	cmd.Flags().StringVar(&file, "projections-file", "", "declarative projections: a YAML file or a directory of them ("+projectionsFileEnv+"; docs/projections.md); a changed version rebuilds blue/green")
 	return cmd
 }
 
@@ -75,7 +118,8 @@ func newProjectionCmd() *cobra.Command {
 		Use:   "projection",
 		Short: "Inspect, rebuild (blue/green) and roll back projections",
 	}
-	cmd.AddCommand(newProjectionListCmd(), newProjectionStatusCmd(), newProjectionRebuildCmd(), newProjectionRollbackCmd())
+	cmd.AddCommand(newProjectionListCmd(), newProjectionStatusCmd(), newProjectionRebuildCmd(), newProjectionRollbackCmd(), newProjectionTestCmd())
+	cmd.PersistentFlags().String("projections-file", "", "declarative projections (YAML file or directory; "+projectionsFileEnv+") to find by name")
 	return cmd
 }
 
@@ -140,7 +184,7 @@ func newProjectionStatusCmd() *cobra.Command {
 			}
 			ps := projectionworker.Builtins()
 			if len(args) == 1 {
-				p, err := projectionworker.Lookup(args[0])
+				p, err := lookupProjection(cmd, args[0])
 				if err != nil {
 					return err
 				}
@@ -206,7 +250,7 @@ func kafkaAdmin(cfg *config.Config) (*kadm.Client, func(), error) {
 // or JSON with asJSON.
 func runSwitch(cmd *cobra.Command, name string, version int, settle time.Duration, asJSON bool,
 	op func(context.Context, projectionworker.SwitchOptions) (projectionworker.Summary, error)) error {
-	p, err := projectionworker.Lookup(name)
+	p, err := lookupProjection(cmd, name)
 	if err != nil {
 		return err
 	}
@@ -287,7 +331,7 @@ summary.`,
 			if version <= 0 {
 				return errors.New("--version N (≥ 1, newer than every existing version) is required")
 			}
-			p, err := projectionworker.Lookup(args[0])
+			p, err := lookupProjection(cmd, args[0])
 			if err != nil {
 				return err
 			}
@@ -351,5 +395,53 @@ func newProjectionRollbackCmd() *cobra.Command {
 	cmd.Flags().DurationVar(&settle, "settle", 5*time.Second, "keep consuming this long after the swap")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print a JSON summary")
 	addSwitchMetricsFlag(cmd)
+	return cmd
+}
+
+// lookupProjection finds a projection by name among the built-ins and the
+// declarative projections of --projections-file.
+func lookupProjection(cmd *cobra.Command, name string) (projectionworker.Projection, error) {
+	file, _ := cmd.Flags().GetString("projections-file")
+	decl, err := loadDeclarative(file)
+	if err != nil {
+		return nil, err
+	}
+	return projectionworker.Lookup(name, asProjections(decl)...)
+}
+
+// newProjectionTestCmd is `sluice projection test FILE --events sample.jsonl`.
+func newProjectionTestCmd() *cobra.Command {
+	var events string
+	cmd := &cobra.Command{
+		Use:   "test FILE --events sample.jsonl",
+		Short: "Run declarative projections over sample events and print the documents (docs/projections.md)",
+		Long: `test compiles the declarative projections of FILE (a YAML file or a directory), runs them over
+the envelopes of --events (JSON Lines, as the event store writes them; "-" reads stdin) with the
+documents in memory, and prints each resulting document as a JSON line: projection, scope, _id,
+_version and _source. Nothing is read from or written to Elasticsearch or Kafka.`,
+		Example: "  sluice projection test examples/projections/order_totals.yaml --events examples/projections/order_totals.events.jsonl",
+		Args:    cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			specs, err := declarative.LoadFiles(args[0])
+			if err != nil {
+				return err
+			}
+			ps, err := declarative.Compile(specs)
+			if err != nil {
+				return err
+			}
+			in := cmd.InOrStdin()
+			if events != "-" {
+				f, err := os.Open(events)
+				if err != nil {
+					return err
+				}
+				defer f.Close()
+				in = f
+			}
+			return declarative.RunSample(cmd.Context(), ps, in, cmd.OutOrStdout())
+		},
+	}
+	cmd.Flags().StringVar(&events, "events", "-", "sample envelopes, JSON Lines (- = stdin)")
 	return cmd
 }

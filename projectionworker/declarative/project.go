@@ -1,0 +1,471 @@
+package declarative
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+
+	"github.com/google/cel-go/common/types"
+	"github.com/google/cel-go/common/types/ref"
+	"github.com/google/cel-go/common/types/traits"
+	"github.com/google/cel-go/interpreter"
+
+	"github.com/sluicehq/sluice/projectionworker"
+	"github.com/sluicehq/sluice/shared/envelope"
+)
+
+// Store is where ProjectState reads documents and records what it
+// writes: the worker's *projectionworker.DocState, or Memory.
+type Store interface {
+	Get(ctx context.Context, scope, id string) (projectionworker.Doc, error)
+	Put(scope, id string, d projectionworker.Doc)
+}
+
+// EvalError is a runtime failure of one expression for one event: the
+// event goes to the dead-letter topic with this message.
+type EvalError struct {
+	Projection string
+	What       string // "key", "updates[1].by", …
+	Expr       Expr
+	EventID    string
+	Err        error
+}
+
+func (e *EvalError) Error() string {
+	return fmt.Sprintf("projection %s: %s at %s: expression %q failed on event %s: %v", e.Projection, e.What, e.Expr.Pos, e.Expr.Source, e.EventID, e.Err)
+}
+
+func (e *EvalError) Unwrap() error { return e.Err }
+
+// Project projects e onto an empty document store (what ProjectState does
+// for an event whose document does not exist yet).
+func (p *Projection) Project(e envelope.Envelope) ([]projectionworker.Op, error) {
+	return p.Apply(context.Background(), e, NewMemory())
+}
+
+// ProjectState applies one event to its document (projectionworker.Stateful).
+func (p *Projection) ProjectState(ctx context.Context, e envelope.Envelope, st *projectionworker.DocState) ([]projectionworker.Op, error) {
+	return p.Apply(ctx, e, st)
+}
+
+// Apply applies one event to its document in store and returns the write.
+func (p *Projection) Apply(ctx context.Context, e envelope.Envelope, store Store) ([]projectionworker.Op, error) {
+	event, err := eventVars(e)
+	if err != nil {
+		return nil, fmt.Errorf("projection %s: event %s: %w", p.spec.Name, e.EventID, err)
+	}
+	vars := &activation{event: event, doc: emptyDoc, memo: map[*program]any{}}
+	kv, err := p.eval(p.key, vars, e)
+	if err != nil {
+		return nil, err
+	}
+	key, err := asKey(kv)
+	if err != nil {
+		return nil, p.evalErr(p.key, e, err)
+	}
+	vars.key = key
+	docID := key
+	if p.docID != nil {
+		v, err := p.eval(p.docID, vars, e)
+		if err != nil {
+			return nil, err
+		}
+		if docID, err = asKey(v); err != nil {
+			return nil, p.evalErr(p.docID, e, err)
+		}
+	}
+	docID = envelope.ESDocumentID(docID)
+	scope := p.spec.Scope
+	cur, err := store.Get(ctx, scope, docID)
+	if err != nil {
+		return nil, err
+	}
+	doc := map[string]any{}
+	if cur.Source != nil {
+		if err := decodeJSON(cur.Source, &doc); err != nil {
+			return nil, fmt.Errorf("projection %s: document %s is not a JSON object: %w", p.spec.Name, docID, err)
+		}
+	}
+	meta, _ := doc["sluice"].(map[string]any)
+	applied, _ := meta["applied"].(map[string]any)
+	if applied == nil {
+		applied = map[string]any{}
+	}
+	aggKey := envelope.AggregateKey(e.AggregateType, e.AggregateID)
+	if last, ok := applied[aggKey]; ok {
+		if n, ok := toFloat(last); ok && e.SequenceNumber <= int64(n) {
+			return nil, nil // applied already (a replay): nothing to write
+		}
+	}
+	next := doc
+	delete(next, "sluice")
+	if d, _ := next["deleted"].(bool); d {
+		next = map[string]any{} // a deleted document starts afresh
+	}
+	delete(next, "deleted")
+	if p.usesDoc {
+		// Expressions see the document as it was before the event.
+		vars.doc = cloneMap(next)
+	}
+	deleted := false
+	if p.deleteIf != nil {
+		v, err := p.eval(p.deleteIf, vars, e)
+		if err != nil {
+			return nil, err
+		}
+		b, ok := v.(bool)
+		if !ok {
+			return nil, p.evalErr(p.deleteIf, e, fmt.Errorf("delete_when must be a bool, got %T", v))
+		}
+		deleted = b
+	}
+	if deleted {
+		next = map[string]any{}
+	} else {
+		for i, u := range p.updates {
+			if u.when != nil {
+				v, err := p.eval(u.when, vars, e)
+				if err != nil {
+					return nil, err
+				}
+				b, ok := v.(bool)
+				if !ok {
+					return nil, p.evalErr(u.when, e, fmt.Errorf("when must be a bool, got %T", v))
+				}
+				if !b {
+					continue
+				}
+			}
+			var val any
+			if u.value != nil {
+				if val, err = p.eval(u.value, vars, e); err != nil {
+					return nil, err
+				}
+			}
+			if err := applyUpdate(next, u, val); err != nil {
+				prog := u.value
+				if prog == nil {
+					prog = &program{what: fmt.Sprintf("updates[%d]", i), expr: Expr{Source: u.op + " " + joinPath(u.field), Pos: p.spec.Updates[i].Pos}}
+				}
+				return nil, p.evalErr(prog, e, err)
+			}
+		}
+	}
+	applied[aggKey] = e.SequenceNumber
+	next["deleted"] = deleted
+	next["sluice"] = map[string]any{"applied": applied, "key": key, "event_id": e.EventID, "updated_at": e.OccurredAt.String()}
+	body, err := encodeJSON(next)
+	if err != nil {
+		return nil, fmt.Errorf("projection %s: document %s: %w", p.spec.Name, docID, err)
+	}
+	version := cur.Version + 1
+	store.Put(scope, docID, projectionworker.Doc{Source: body, Version: version})
+	return []projectionworker.Op{{Scope: scope, ID: docID, Version: version, Doc: body}}, nil
+}
+
+// eval evaluates one expression for the event; an expression that
+// occurs several times in the projection (the same when: on several
+// updates) is evaluated once per event (they see the same variables:
+// the event, the key and the document before the event).
+func (p *Projection) eval(pr *program, vars *activation, e envelope.Envelope) (any, error) {
+	memo := pr.keyed && vars.key != ""
+	if memo {
+		if v, ok := vars.memo[pr.shared]; ok {
+			return v, nil
+		}
+	}
+	out, _, err := pr.prg.Eval(vars)
+	if err != nil {
+		return nil, p.evalErr(pr, e, err)
+	}
+	v, err := toNative(out)
+	if err != nil {
+		return nil, p.evalErr(pr, e, err)
+	}
+	if memo {
+		vars.memo[pr.shared] = v
+	}
+	return v, nil
+}
+
+// emptyDoc is the doc variable of expressions that do not read it.
+var emptyDoc = map[string]any{}
+
+// activation binds the expression variables without a map per
+// evaluation (interpreter.Activation).
+type activation struct {
+	event map[string]any
+	doc   map[string]any
+	key   string
+	memo  map[*program]any
+}
+
+// ResolveName binds event, doc and key.
+func (a *activation) ResolveName(name string) (any, bool) {
+	switch name {
+	case "event":
+		return a.event, true
+	case "doc":
+		return a.doc, true
+	case "key":
+		return a.key, true
+	}
+	return nil, false
+}
+
+// Parent is nil: there is no enclosing scope.
+func (a *activation) Parent() interpreter.Activation { return nil }
+
+func (p *Projection) evalErr(pr *program, e envelope.Envelope, err error) error {
+	return &EvalError{Projection: p.spec.Name, What: pr.what, Expr: pr.expr, EventID: e.EventID, Err: err}
+}
+
+// eventVars is the event as the expressions see it.
+func eventVars(e envelope.Envelope) (map[string]any, error) {
+	m := map[string]any{
+		"event_id": e.EventID, "event_type": e.EventType, "kind": string(e.Kind),
+		"aggregate_type": e.AggregateType, "aggregate_id": e.AggregateID,
+		"sequence_number": e.SequenceNumber, "position": e.Position,
+		"occurred_at": e.OccurredAt.String(), "schema_version": int64(e.SchemaVersion),
+	}
+	data := map[string]any{}
+	if len(e.Data) > 0 {
+		if err := decodeJSON(e.Data, &data); err != nil {
+			return nil, fmt.Errorf("data: %w", err)
+		}
+	}
+	m["data"] = data
+	md := map[string]any{}
+	for k, raw := range e.Metadata {
+		var v any
+		if err := decodeJSON(raw, &v); err != nil {
+			return nil, fmt.Errorf("metadata.%s: %w", k, err)
+		}
+		md[k] = v
+	}
+	m["metadata"] = md
+	return m, nil
+}
+
+func decodeJSON(b []byte, v any) error { return json.Unmarshal(b, v) }
+
+func encodeJSON(v any) (json.RawMessage, error) {
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(v); err != nil {
+		return nil, err
+	}
+	return bytes.TrimSuffix(buf.Bytes(), []byte{'\n'}), nil
+}
+
+// asKey turns a key or document id value into a string.
+func asKey(v any) (string, error) {
+	switch t := v.(type) {
+	case string:
+		if t == "" {
+			return "", errors.New("the key is empty")
+		}
+		return t, nil
+	case int64:
+		return strconv.FormatInt(t, 10), nil
+	case uint64:
+		return strconv.FormatUint(t, 10), nil
+	case float64:
+		return strconv.FormatFloat(t, 'f', -1, 64), nil
+	case nil:
+		return "", errors.New("the key is null")
+	}
+	return "", fmt.Errorf("the key must be a string or a number, got %T", v)
+}
+
+// toNative converts a CEL value into JSON-able Go values.
+func toNative(v ref.Val) (any, error) {
+	switch v.Type() {
+	case types.NullType:
+		return nil, nil
+	case types.BoolType, types.StringType, types.DoubleType, types.IntType, types.UintType:
+		return v.Value(), nil
+	case types.BytesType:
+		return nil, errors.New("bytes cannot be stored in a document")
+	case types.TimestampType, types.DurationType:
+		s := v.ConvertToType(types.StringType)
+		if types.IsError(s) {
+			return nil, fmt.Errorf("%v", s)
+		}
+		return s.Value(), nil
+	}
+	if types.IsError(v) {
+		return nil, fmt.Errorf("%v", v)
+	}
+	if m, ok := v.(traits.Mapper); ok {
+		out := map[string]any{}
+		it := m.Iterator()
+		for it.HasNext() == types.True {
+			k := it.Next()
+			ks, ok := k.Value().(string)
+			if !ok {
+				return nil, fmt.Errorf("a document key must be a string, got %v", k.Type())
+			}
+			nv, err := toNative(m.Get(k))
+			if err != nil {
+				return nil, err
+			}
+			out[ks] = nv
+		}
+		return out, nil
+	}
+	if l, ok := v.(traits.Lister); ok {
+		var out []any
+		it := l.Iterator()
+		for it.HasNext() == types.True {
+			nv, err := toNative(it.Next())
+			if err != nil {
+				return nil, err
+			}
+			out = append(out, nv)
+		}
+		if out == nil {
+			out = []any{}
+		}
+		return out, nil
+	}
+	return v.Value(), nil
+}
+
+func toFloat(v any) (float64, bool) {
+	switch t := v.(type) {
+	case float64:
+		return t, true
+	case int64:
+		return float64(t), true
+	case uint64:
+		return float64(t), true
+	case int:
+		return float64(t), true
+	case json.Number:
+		f, err := t.Float64()
+		return f, err == nil
+	}
+	return 0, false
+}
+
+func cloneMap(m map[string]any) map[string]any {
+	out := make(map[string]any, len(m))
+	for k, v := range m {
+		switch t := v.(type) {
+		case map[string]any:
+			out[k] = cloneMap(t)
+		case []any:
+			out[k] = append([]any(nil), t...)
+		default:
+			out[k] = v
+		}
+	}
+	return out
+}
+
+func joinPath(p []string) string {
+	s := ""
+	for i, f := range p {
+		if i > 0 {
+			s += "."
+		}
+		s += f
+	}
+	return s
+}
+
+// applyUpdate applies one field update to doc.
+func applyUpdate(doc map[string]any, u update, val any) error {
+	parent := doc
+	for _, f := range u.field[:len(u.field)-1] {
+		next, ok := parent[f].(map[string]any)
+		if !ok {
+			if parent[f] != nil && u.op != OpUnset {
+				return fmt.Errorf("field %s: %q is not an object", joinPath(u.field), f)
+			}
+			if u.op == OpUnset {
+				return nil
+			}
+			next = map[string]any{}
+			parent[f] = next
+		}
+		parent = next
+	}
+	leaf := u.field[len(u.field)-1]
+	switch u.op {
+	case OpSet:
+		parent[leaf] = val
+	case OpUnset:
+		delete(parent, leaf)
+	case OpIncrement:
+		by := any(int64(1))
+		if u.value != nil {
+			by = val
+		}
+		d, ok := toFloat(by)
+		if !ok {
+			return fmt.Errorf("increment %s by %v: not a number", joinPath(u.field), by)
+		}
+		cur := 0.0
+		if old, present := parent[leaf]; present && old != nil {
+			if cur, ok = toFloat(old); !ok {
+				return fmt.Errorf("increment %s: the field holds %T, not a number", joinPath(u.field), old)
+			}
+		}
+		parent[leaf] = cur + d
+	case OpAppend:
+		list, _ := parent[leaf].([]any)
+		if old, present := parent[leaf]; present && old != nil && list == nil {
+			return fmt.Errorf("append to %s: the field holds %T, not a list", joinPath(u.field), old)
+		}
+		parent[leaf] = append(list, val)
+	case OpMerge:
+		patch, ok := val.(map[string]any)
+		if !ok {
+			return fmt.Errorf("merge into %s: the value is %T, not an object", joinPath(u.field), val)
+		}
+		target, _ := parent[leaf].(map[string]any)
+		parent[leaf] = mergePatch(target, patch)
+	}
+	return nil
+}
+
+// mergePatch applies an RFC 7386 merge patch to target.
+func mergePatch(target, patch map[string]any) map[string]any {
+	if target == nil {
+		target = map[string]any{}
+	}
+	for k, v := range patch {
+		switch pv := v.(type) {
+		case nil:
+			delete(target, k)
+		case map[string]any:
+			t, _ := target[k].(map[string]any)
+			target[k] = mergePatch(t, pv)
+		default:
+			target[k] = v
+		}
+	}
+	return target
+}
+
+// Memory is an in-memory document store (sluice projection test, tests).
+type Memory struct {
+	Docs map[[2]string]projectionworker.Doc
+}
+
+// NewMemory returns an empty Memory.
+func NewMemory() *Memory { return &Memory{Docs: map[[2]string]projectionworker.Doc{}} }
+
+// Get returns the document, or a zero Doc.
+func (m *Memory) Get(_ context.Context, scope, id string) (projectionworker.Doc, error) {
+	return m.Docs[[2]string{scope, id}], nil
+}
+
+// Put stores the document.
+func (m *Memory) Put(scope, id string, d projectionworker.Doc) { m.Docs[[2]string{scope, id}] = d }
