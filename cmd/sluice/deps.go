@@ -87,6 +87,9 @@ func openBucket(ctx context.Context, cfg *config.Config, logger *slog.Logger, wa
 	}
 	for {
 		b, err := backend.Open(ctx, cfg.EventStore)
+		if cerr := s3CredentialError(err); cerr != nil {
+			return nil, cerr
+		}
 		if err == nil || !wait || !errors.Is(err, objstore.ErrUnavailable) {
 			return b, err
 		}

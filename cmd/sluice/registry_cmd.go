@@ -24,7 +24,15 @@ func openPool(cmd *cobra.Command, cfg *config.Config) (*pgxpool.Pool, error) {
 		return nil, err // pgx redacts the password
 	}
 	pc.MaxConns = int32(cfg.Postgres.MaxConns)
-	return pgxpool.NewWithConfig(cmd.Context(), pc)
+	pool, err := pgxpool.NewWithConfig(cmd.Context(), pc)
+	if err != nil {
+		return nil, err
+	}
+	if err := checkPostgresCredentials(cmd.Context(), pool); err != nil {
+		pool.Close()
+		return nil, err
+	}
+	return pool, nil
 }
 
 func openRegistry(cmd *cobra.Command) (*registry.Registry, func(), error) {
