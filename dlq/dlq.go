@@ -395,3 +395,50 @@ func (q *Queue) Drop(ctx context.Context, ref Ref, reason string, dryRun bool) (
 	res.Dropped = true
 	return res, nil
 }
+
+// Counts are the letters of a topic without reading them: Total retained
+// records (end − start offsets), Handled the letters marked redriven or
+// dropped, Open the difference.
+type Counts struct {
+	Topic   string `json:"topic"`
+	Total   int64  `json:"total"`
+	Handled int64  `json:"handled"`
+	Open    int64  `json:"open"`
+}
+
+// Count returns the topic's Counts (a missing topic counts zero).
+func (q *Queue) Count(ctx context.Context) (Counts, error) {
+	c := Counts{Topic: q.opts.Topic}
+	starts, err := q.adm.ListStartOffsets(ctx, q.opts.Topic)
+	if err == nil {
+		err = starts.Error()
+	}
+	if errors.Is(err, kerr.UnknownTopicOrPartition) {
+		return c, nil
+	}
+	if err != nil {
+		return c, fmt.Errorf("topic %s: %w", q.opts.Topic, err)
+	}
+	ends, err := q.adm.ListEndOffsets(ctx, q.opts.Topic)
+	if err == nil {
+		err = ends.Error()
+	}
+	if err != nil {
+		return c, fmt.Errorf("topic %s: %w", q.opts.Topic, err)
+	}
+	ends.Each(func(e kadm.ListedOffset) {
+		s, _ := starts.Lookup(e.Topic, e.Partition)
+		c.Total += max(e.Offset-s.Offset, 0)
+	})
+	ms, err := q.Markers(ctx)
+	if err != nil {
+		return c, err
+	}
+	for _, m := range ms {
+		if m.Action == StateRedriven || m.Action == StateDropped {
+			c.Handled++
+		}
+	}
+	c.Open = max(c.Total-c.Handled, 0)
+	return c, nil
+}

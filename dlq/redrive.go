@@ -39,10 +39,12 @@ type RedriveItem struct {
 
 // RedriveResult is what Redrive did (or, on a dry run, would do).
 type RedriveResult struct {
-	Topic                     string        `json:"topic"`
-	DryRun                    bool          `json:"dry_run"`
-	Items                     []RedriveItem `json:"items"`
-	Redriven, Skipped, Failed int
+	Topic    string        `json:"topic"`
+	DryRun   bool          `json:"dry_run"`
+	Items    []RedriveItem `json:"items"`
+	Redriven int           `json:"redriven"`
+	Skipped  int           `json:"skipped"`
+	Failed   int           `json:"failed"`
 	// Letters is the number of letters considered.
 	Letters int `json:"letters"`
 }

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"regexp"
+	"slices"
 	"sort"
 	"strings"
 	"testing"
@@ -219,6 +220,28 @@ func withoutDocs(c catalog) catalog {
 	return out
 }
 
+// baselineLast is the last version of the baseline; later migrations add
+// to it (laterTables) and are left out of the comparison with the chain.
+const baselineLast = 15
+
+// laterTables are the tables the migrations after the baseline create.
+var laterTables = []string{"admin_audit"}
+
+// withoutLater drops the catalog entries of laterTables.
+func withoutLater(c map[string]string) map[string]string {
+	out := map[string]string{}
+	for k, v := range c {
+		later := false
+		for _, t := range laterTables {
+			later = later || strings.Contains(k, t)
+		}
+		if !later {
+			out[k] = v
+		}
+	}
+	return out
+}
+
 // TestBaselineIsThePrereleaseSchema applies the pre-release chain to one
 // database and the baseline to another and compares their catalogs: the
 // same tables, columns, types, defaults, collations, storage options,
@@ -245,7 +268,7 @@ func TestBaselineIsThePrereleaseSchema(t *testing.T) {
 			t.Errorf("the baseline does not define %s", a)
 		}
 	}
-	if d := diff(withoutDocs(oc), withoutDocs(fc)); len(d) > 0 {
+	if d := diff(withoutDocs(oc), withoutDocs(withoutLater(fc))); len(d) > 0 {
 		t.Fatalf("the baseline's schema differs from the pre-release chain's (first: chain, second: baseline):\n%s", strings.Join(d, "\n"))
 	}
 	if len(fc) < 60 {
@@ -268,7 +291,7 @@ INSERT INTO sluice.aggregate_versions (handler, aggregate_id, last_sequence) VAL
 		t.Fatal(err)
 	}
 	res := up(t, old)
-	if len(res) != 4 {
+	if n := len(slices.DeleteFunc(slices.Clone(res), func(r migrations.Result) bool { return r.Version > baselineLast })); n != 4 {
 		t.Fatalf("Up over the pre-release chain applied %d migrations, want the 4 baseline files: %+v", len(res), res)
 	}
 	up(t, fresh)

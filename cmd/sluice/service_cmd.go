@@ -6,9 +6,11 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/sluicehq/sluice/admin"
 	"github.com/sluicehq/sluice/pipeline"
 	"github.com/sluicehq/sluice/registry"
 	"github.com/sluicehq/sluice/shared/observability"
+	"github.com/sluicehq/sluice/shared/readmodel"
 )
 
 // runService runs one service of the pipeline table as its own process:
@@ -96,9 +98,10 @@ func runService(cmd *cobra.Command, name string, o pipeline.Options, started fun
 	return err
 }
 
-// apiRoutes are what the api process serves beside the API: the console
-// and the trace and aggregate views (which need the event store, hence
-// built here, above the table). The returned func releases them.
+// apiRoutes are what the api process serves beside the API: the console,
+// the trace and aggregate views and the admin API (which need the event
+// store and the tools, hence built here, above the table). The returned
+// func releases them.
 func apiRoutes(d pipeline.Deps) (map[string]http.Handler, func(), error) {
 	cfg := d.Config
 	reg, err := registry.New(d.Pool, registry.OptionsFromConfig(cfg.Registry, cfg.Worker, cfg.Worker.InstanceMaxRetryAttempts))
@@ -109,5 +112,18 @@ func apiRoutes(d pipeline.Deps) (map[string]http.Handler, func(), error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	return consoleRoutes(in), in.Close, nil
+	es, err := readmodel.NewClient(cfg.Elasticsearch)
+	if err != nil {
+		in.Close()
+		return nil, nil, err
+	}
+	adm, err := admin.New(admin.Options{Config: cfg, Pool: d.Pool, Store: d.Store, Bucket: d.Bucket, Registry: reg, ES: es, Logger: d.Logger,
+		OperatorToken: cfg.API.AdminToken.Value(), ReadToken: cfg.API.AdminReadToken.Value()})
+	if err != nil {
+		in.Close()
+		return nil, nil, err
+	}
+	routes := consoleRoutes(in)
+	routes[admin.Prefix] = adm
+	return routes, in.Close, nil
 }

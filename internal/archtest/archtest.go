@@ -36,8 +36,11 @@ const (
 	// and the table of services (pipeline),
 	// which read across the services.
 	Tools = 3
+	// Admin: the admin API, which serves the tools over HTTP (it calls
+	// dlq and the services' operator functions).
+	Admin = 4
 	// Commands: cmd/…, flags, wiring and printing.
-	Commands = 4
+	Commands = 5
 	// TestOnly marks a package without non-test Go files (acceptance,
 	// deploy, docs): it is never linked into a binary and may import
 	// anything.
@@ -62,6 +65,7 @@ func floors() map[string]int {
 		"pipeline":         Tools,
 		"inspect":          Tools,
 		"console":          Tools,
+		"admin":            Admin,
 		"cmd":              Commands,
 		"acceptance":       TestOnly,
 		"deploy":           TestOnly,

@@ -50,7 +50,7 @@ func TestLayeringViolations(t *testing.T) {
 		}, []string{"sibling import on floor 2 (api imports instanceworker)"}},
 		{"a service imports a command", []Package{
 			{Path: m("relay"), Imports: []string{m("cmd/sluice")}},
-		}, []string{"upward import (floor 2 imports floor 4)"}},
+		}, []string{"upward import (floor 2 imports floor 5)"}},
 		{"a production package imports a test-only one", []Package{
 			{Path: m("api"), Imports: []string{m("acceptance")}},
 		}, []string{"test-only package"}},

@@ -32,6 +32,8 @@ var credentials = []struct {
 		return strings.Join(s, ",")
 	}},
 	{"OTEL_EXPORTER_OTLP_HEADERS", func(c *Config) string { return c.Tracing.Headers.Value() }},
+	{"SLUICE_ADMIN_TOKEN", func(c *Config) string { return c.API.AdminToken.Value() }},
+	{"SLUICE_ADMIN_READ_TOKEN", func(c *Config) string { return c.API.AdminReadToken.Value() }},
 }
 
 // baseEnv completes a credential so that Load accepts it alone.

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
 )
 
 // Consumer-group offset tools, shared by `sluice consumer` and the admin
@@ -66,6 +67,11 @@ func fetchCommitted(ctx context.Context, adm *kadm.Client, group string) (kadm.O
 	committed, err := adm.FetchOffsets(ctx, group)
 	if err == nil {
 		err = committed.Error()
+	}
+	if errors.Is(err, kerr.GroupIDNotFound) {
+		// Kafka answers an unknown group with no offsets; some brokers
+		// (kfake) with this error: the same thing.
+		return kadm.OffsetResponses{}, nil
 	}
 	if err != nil {
 		return nil, fmt.Errorf("group %s: offsets: %w", group, err)

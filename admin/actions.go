@@ -1,0 +1,525 @@
+package admin
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+
+	"github.com/sluicehq/sluice/dlq"
+	"github.com/sluicehq/sluice/instanceworker"
+	"github.com/sluicehq/sluice/projectionworker"
+	"github.com/sluicehq/sluice/relay"
+	"github.com/sluicehq/sluice/shared/consumer"
+	"github.com/sluicehq/sluice/shared/kafka"
+)
+
+func (s *Server) routes() {
+	s.read("GET "+Prefix+"overview", s.overview)
+	s.read("GET "+Prefix+"audit", func(r *http.Request) (any, error) {
+		n, _ := strconv.Atoi(r.URL.Query().Get("limit"))
+		return s.Audit(r.Context(), n)
+	})
+	s.act("POST "+Prefix+"relay/checkpoint", "relay.checkpoint.set", s.checkpointSet)
+	s.read("GET "+Prefix+"relay/parked", s.parkedList)
+	s.act("POST "+Prefix+"relay/parked/{position}/republish", "relay.parked.republish", s.parkedResolve(true))
+	s.act("POST "+Prefix+"relay/parked/{position}/drop", "relay.parked.drop", s.parkedResolve(false))
+	s.read("GET "+Prefix+"consumers/{group}", s.groupLag)
+	s.act("POST "+Prefix+"consumers/{group}/reset", "consumer.reset", s.groupReset)
+	s.read("GET "+Prefix+"dlq", s.dlqList)
+	s.read("GET "+Prefix+"dlq/letter", s.dlqShow)
+	s.act("POST "+Prefix+"dlq/redrive", "dlq.redrive", s.dlqRedrive)
+	s.act("POST "+Prefix+"dlq/drop", "dlq.drop", s.dlqDrop)
+	s.act("POST "+Prefix+"projections/{name}/rebuild", "projection.rebuild", s.projectionSwitch(true))
+	s.act("POST "+Prefix+"projections/{name}/rollback", "projection.rollback", s.projectionSwitch(false))
+	s.act("POST "+Prefix+"verify", "verify", s.verify)
+	s.mux.HandleFunc(Prefix, func(w http.ResponseWriter, r *http.Request) {
+		writeProblem(w, http.StatusNotFound, "not_found", "no admin endpoint "+r.Method+" "+r.URL.Path+" (docs/console.md)")
+	})
+}
+
+// ---- relay ----------------------------------------------------------------
+
+// CheckpointRequest moves the relay checkpoint: exactly one of Position or
+// Time (RFC 3339: the first event committed at or after it).
+type CheckpointRequest struct {
+	Position *int64 `json:"position"`
+	Time     string `json:"time"`
+	DryRun   bool   `json:"dry_run"`
+}
+
+// CheckpointResult is the plan and, unless a dry run, the move.
+type CheckpointResult struct {
+	Plan   relay.CheckpointPlan `json:"plan"`
+	DryRun bool                 `json:"dry_run"`
+	Moved  bool                 `json:"moved"`
+	From   int64                `json:"from"`
+	To     int64                `json:"to"`
+}
+
+func (s *Server) checkpointSet(r *http.Request, body []byte) (Action, error) {
+	var req CheckpointRequest
+	if err := decode(body, &req); err != nil {
+		return Action{}, err
+	}
+	a := Action{Target: "relay " + s.opts.Config.Relay.Name, DryRun: req.DryRun}
+	if (req.Position == nil) == (req.Time == "") {
+		return a, invalid("give exactly one of position or time")
+	}
+	if s.opts.Store == nil || s.opts.Bucket == nil {
+		return a, errors.New("admin: the event store is not available in this process")
+	}
+	ctx := r.Context()
+	var pos int64
+	if req.Position != nil {
+		pos = *req.Position
+	} else {
+		t, err := time.Parse(time.RFC3339Nano, req.Time)
+		if err != nil {
+			return a, invalid("time %q: want RFC 3339: %v", req.Time, err)
+		}
+		if pos, err = s.opts.Store.PositionAt(ctx, t); err != nil {
+			return a, err
+		}
+	}
+	cps := relay.NewCheckpointStore(s.opts.Bucket, s.opts.Config.Relay.CheckpointKey)
+	plan, err := relay.PlanCheckpoint(ctx, s.opts.Store, cps, pos)
+	if errors.Is(err, relay.ErrCheckpointOutOfRange) {
+		return a, kind(errUnsafe, err)
+	}
+	if err != nil {
+		return a, err
+	}
+	res := CheckpointResult{Plan: plan, DryRun: req.DryRun, From: plan.From, To: plan.To}
+	a.Target = fmt.Sprintf("checkpoint %s %d -> %d", plan.Key, plan.From, plan.To)
+	if !req.DryRun {
+		old, cur, err := relay.SetCheckpoint(ctx, cps, pos)
+		if err != nil {
+			return a, err
+		}
+		res.Moved, res.From, res.To = true, old.Position, cur.Position
+	}
+	a.Result = res
+	return a, nil
+}
+
+func (s *Server) parkedList(r *http.Request) (any, error) {
+	q := r.URL.Query()
+	f := relay.ParkedFilter{Relay: s.opts.Config.Relay.Name, State: q.Get("state"), Reason: q.Get("reason"), Topic: q.Get("topic"), Limit: 100}
+	if f.State == "" {
+		f.State = relay.ParkedStateParked
+	} else if f.State == "all" {
+		f.State = ""
+	}
+	if n, err := strconv.Atoi(q.Get("limit")); err == nil && n > 0 {
+		f.Limit = n
+	}
+	return relay.NewParkedStore(s.opts.Pool).List(r.Context(), f)
+}
+
+// ResolveRequest republishes or drops a parked record.
+type ResolveRequest struct {
+	DryRun bool `json:"dry_run"`
+	// Topic produces to this topic instead of the record's own (republish).
+	Topic string `json:"topic"`
+}
+
+func (s *Server) parkedResolve(republish bool) func(*http.Request, []byte) (Action, error) {
+	return func(r *http.Request, body []byte) (Action, error) {
+		var req ResolveRequest
+		if err := decode(body, &req); err != nil {
+			return Action{}, err
+		}
+		a := Action{Target: "parked " + r.PathValue("position"), DryRun: req.DryRun}
+		pos, err := strconv.ParseInt(r.PathValue("position"), 10, 64)
+		if err != nil || pos < 1 {
+			return a, invalid("position %q: want a position >= 1", r.PathValue("position"))
+		}
+		ctx := r.Context()
+		cfg := s.opts.Config
+		ps := relay.NewParkedStore(s.opts.Pool)
+		opts := relay.ResolveOptions{Topic: req.Topic, DryRun: req.DryRun}
+		var p relay.ParkedRecord
+		if republish {
+			opts.Spec = kafka.TopicSpec(cfg.Kafka)
+			cl, kerr := kafka.NewClient(cfg.Kafka, kafka.MaxBuffered(1))
+			if kerr != nil {
+				return a, kerr
+			}
+			defer cl.Close()
+			p, err = relay.RepublishParked(ctx, ps, cl, cfg.Relay.Name, pos, opts)
+		} else {
+			if req.Topic != "" {
+				return a, invalid("topic applies to republish only")
+			}
+			p, err = relay.DropParked(ctx, ps, cfg.Relay.Name, pos, opts)
+		}
+		switch {
+		case errors.Is(err, relay.ErrParkedNotFound):
+			return a, kind(errNotFound, err)
+		case errors.Is(err, relay.ErrNotParked):
+			return a, kind(errConflict, err)
+		case err != nil:
+			return a, err
+		}
+		a.Result = map[string]any{"dry_run": req.DryRun, "position": p.Position, "event_id": p.EventID, "topic": p.Topic,
+			"reason": p.Reason, "envelope_bytes": p.EnvelopeBytes, "republished": republish && !req.DryRun, "dropped": !republish && !req.DryRun}
+		return a, nil
+	}
+}
+
+// ---- consumer groups ------------------------------------------------------
+
+func (s *Server) kadm() (*kadm.Client, func(), error) {
+	cl, err := kafka.NewClient(s.opts.Config.Kafka)
+	if err != nil {
+		return nil, nil, err
+	}
+	return kadm.NewClient(cl), cl.Close, nil
+}
+
+func (s *Server) groupLag(r *http.Request) (any, error) {
+	adm, closeFn, err := s.kadm()
+	if err != nil {
+		return nil, err
+	}
+	defer closeFn()
+	return consumer.Lag(r.Context(), adm, r.PathValue("group"), r.URL.Query().Get("topic"))
+}
+
+// ResetRequest resets a group's offsets (sluice consumer reset).
+type ResetRequest struct {
+	Topic  string `json:"topic"`
+	To     string `json:"to"`
+	DryRun bool   `json:"dry_run"`
+	Force  bool   `json:"force"`
+}
+
+func (s *Server) groupReset(r *http.Request, body []byte) (Action, error) {
+	var req ResetRequest
+	if err := decode(body, &req); err != nil {
+		return Action{}, err
+	}
+	group := r.PathValue("group")
+	a := Action{Target: "group " + group + " to " + req.To, DryRun: req.DryRun}
+	to, err := consumer.ParseResetTarget(req.To)
+	if err != nil {
+		return a, invalid("%s", strings.Replace(err.Error(), "--to", "to", 1))
+	}
+	adm, closeFn, err := s.kadm()
+	if err != nil {
+		return a, err
+	}
+	defer closeFn()
+	res, err := consumer.ResetOffsets(r.Context(), adm, consumer.ResetOptions{Group: group, Topic: req.Topic, To: to, DryRun: req.DryRun, Force: req.Force})
+	a.Result = res
+	if errors.Is(err, consumer.ErrGroupActive) {
+		return a, kind(errConflict, errors.New(res.MembersText()+" (or force)"))
+	}
+	return a, err
+}
+
+// ---- dead letters ---------------------------------------------------------
+
+func (s *Server) queue(topic string) (*dlq.Queue, error) {
+	if topic == "" {
+		return nil, invalid("topic is required (e.g. %s)", s.opts.Config.Kafka.CommandsDLQTopic)
+	}
+	return dlq.Open(dlq.Options{Topic: topic, Kafka: s.opts.Config.Kafka, Registry: s.opts.Registry, By: who(RoleOperator)})
+}
+
+// parseLetter reads "partition:offset" (or "offset" for a single-partition topic).
+func parseLetter(s string) (dlq.Ref, error) {
+	p, o, found := strings.Cut(s, ":")
+	if !found {
+		p, o = "-1", s
+	}
+	part, err1 := strconv.ParseInt(p, 10, 32)
+	off, err2 := strconv.ParseInt(o, 10, 64)
+	if err1 != nil || err2 != nil || off < 0 || part < -1 {
+		return dlq.Ref{}, invalid("letter %q: want partition:offset", s)
+	}
+	return dlq.Ref{Partition: int32(part), Offset: off}, nil
+}
+
+// LetterView is a letter as the admin API shows it.
+type LetterView struct {
+	Letter    string    `json:"letter"`
+	State     string    `json:"state"`
+	Timestamp time.Time `json:"produced_at"`
+	Original  string    `json:"original,omitempty"`
+	Handler   string    `json:"handler,omitempty"`
+	EventID   string    `json:"event_id,omitempty"`
+	Class     string    `json:"error_class,omitempty"`
+	Attempts  int       `json:"attempts,omitempty"`
+	FailedAt  time.Time `json:"failed_at,omitzero"`
+	Error     string    `json:"error"`
+	Pointer   bool      `json:"pointer_form,omitempty"`
+}
+
+func letterView(l *dlq.Letter, state string) LetterView {
+	v := LetterView{Letter: l.ID(), State: state, Timestamp: l.Timestamp.UTC()}
+	if l.Bad != nil {
+		v.Error = l.Bad.Error()
+		return v
+	}
+	v.Original, v.Handler, v.EventID, v.Class, v.Attempts, v.FailedAt, v.Error, v.Pointer = l.OriginalRef(), l.Record.Handler, l.EventID(),
+		l.Record.ErrorClass, l.Record.AttemptCount, l.Record.FailedAt.UTC(), l.Record.Error, l.Record.OriginalTruncated
+	return v
+}
+
+func (s *Server) dlqList(r *http.Request) (any, error) {
+	q := r.URL.Query()
+	queue, err := s.queue(q.Get("topic"))
+	if err != nil {
+		return nil, err
+	}
+	defer queue.Close()
+	limit := 100
+	if n, err := strconv.Atoi(q.Get("limit")); err == nil && n >= 0 {
+		limit = n
+	}
+	res, err := queue.List(r.Context(), dlq.ListOptions{All: q.Get("all") == "true", Limit: limit})
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]any{"topic": res.Topic, "total": res.Total, "handled": res.Handled, "hidden": res.Hidden, "more": res.More}
+	ls := make([]LetterView, 0, len(res.Letters))
+	for _, e := range res.Letters {
+		ls = append(ls, letterView(e.Letter, e.State))
+	}
+	out["letters"] = ls
+	return out, nil
+}
+
+func (s *Server) dlqShow(r *http.Request) (any, error) {
+	q := r.URL.Query()
+	ref, err := parseLetter(q.Get("letter"))
+	if err != nil {
+		return nil, err
+	}
+	queue, err := s.queue(q.Get("topic"))
+	if err != nil {
+		return nil, err
+	}
+	defer queue.Close()
+	res, err := queue.Show(r.Context(), ref)
+	if errors.Is(err, dlq.ErrNoLetter) {
+		return nil, kind(errNotFound, err)
+	}
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]any{"letter": letterView(res.Letter, res.State), "marker": res.Marker}
+	if res.OriginalErr != nil {
+		out["original_error"] = res.OriginalErr.Error()
+	} else if o := res.Original; o != nil {
+		hdrs := map[string]string{}
+		for _, h := range o.Headers {
+			hdrs[h.Key] = string(h.Value)
+		}
+		out["original"] = map[string]any{"topic": o.Topic, "key": string(o.Key), "value": string(o.Value), "headers": hdrs}
+	}
+	return out, nil
+}
+
+// RedriveRequest redrives one letter (Letter, "partition:offset") or all
+// letters not yet handled (All) of Topic.
+type RedriveRequest struct {
+	Topic  string `json:"topic"`
+	Letter string `json:"letter"`
+	All    bool   `json:"all"`
+	DryRun bool   `json:"dry_run"`
+}
+
+func (s *Server) dlqRedrive(r *http.Request, body []byte) (Action, error) {
+	var req RedriveRequest
+	if err := decode(body, &req); err != nil {
+		return Action{}, err
+	}
+	a := Action{Target: req.Topic + " " + req.Letter, DryRun: req.DryRun}
+	if req.All {
+		a.Target = req.Topic + " all"
+	}
+	if req.All == (req.Letter != "") {
+		return a, invalid("give exactly one of letter or all")
+	}
+	o := dlq.RedriveOptions{All: req.All, DryRun: req.DryRun}
+	if !req.All {
+		ref, err := parseLetter(req.Letter)
+		if err != nil {
+			return a, err
+		}
+		o.Ref = &ref
+	}
+	queue, err := s.queue(req.Topic)
+	if err != nil {
+		return a, err
+	}
+	defer queue.Close()
+	res, err := queue.Redrive(r.Context(), o)
+	a.Result = res
+	if errors.Is(err, dlq.ErrNoLetter) {
+		return a, kind(errNotFound, err)
+	}
+	return a, err
+}
+
+// DropRequest drops one letter.
+type DropRequest struct {
+	Topic  string `json:"topic"`
+	Letter string `json:"letter"`
+	Reason string `json:"reason"`
+	DryRun bool   `json:"dry_run"`
+}
+
+func (s *Server) dlqDrop(r *http.Request, body []byte) (Action, error) {
+	var req DropRequest
+	if err := decode(body, &req); err != nil {
+		return Action{}, err
+	}
+	a := Action{Target: req.Topic + " " + req.Letter, DryRun: req.DryRun}
+	ref, err := parseLetter(req.Letter)
+	if err != nil {
+		return a, err
+	}
+	queue, err := s.queue(req.Topic)
+	if err != nil {
+		return a, err
+	}
+	defer queue.Close()
+	res, err := queue.Drop(r.Context(), ref, req.Reason, req.DryRun)
+	if errors.Is(err, dlq.ErrNoLetter) {
+		return a, kind(errNotFound, err)
+	}
+	if err != nil {
+		return a, err
+	}
+	out := map[string]any{"letter": res.Letter.ID(), "dry_run": req.DryRun, "dropped": res.Dropped, "already": res.Already}
+	a.Result = out
+	return a, nil
+}
+
+// ---- projections ----------------------------------------------------------
+
+// SwitchRequest is a projection rebuild (Version, newer than every existing
+// one) or rollback. Acting starts a job in this process (202); its progress
+// is in the overview's jobs.
+type SwitchRequest struct {
+	Version int    `json:"version"`
+	DryRun  bool   `json:"dry_run"`
+	Settle  string `json:"settle"`
+}
+
+func (s *Server) projectionSwitch(rebuild bool) func(*http.Request, []byte) (Action, error) {
+	return func(r *http.Request, body []byte) (Action, error) {
+		var req SwitchRequest
+		if err := decode(body, &req); err != nil {
+			return Action{}, err
+		}
+		name := r.PathValue("name")
+		a := Action{Target: "projection " + name, DryRun: req.DryRun}
+		p, err := projectionworker.Lookup(name)
+		if err != nil {
+			return a, kind(errNotFound, err)
+		}
+		settle := 5 * time.Second
+		if req.Settle != "" {
+			if settle, err = time.ParseDuration(req.Settle); err != nil || settle < 0 {
+				return a, invalid("settle %q: want a duration", req.Settle)
+			}
+		}
+		if s.opts.ES == nil {
+			return a, errors.New("admin: Elasticsearch is not configured in this process")
+		}
+		cfg := s.opts.Config
+		if rebuild {
+			if req.Version <= 0 {
+				return a, invalid("version N (>= 1, newer than every existing version) is required")
+			}
+			a.Target = fmt.Sprintf("projection %s v%d", name, req.Version)
+			adm, closeFn, err := s.kadm()
+			if err != nil {
+				return a, err
+			}
+			plan, err := projectionworker.PlanRebuild(r.Context(), s.opts.ES, adm, cfg.Elasticsearch.IndexPrefix, p, req.Version)
+			closeFn()
+			if errors.Is(err, projectionworker.ErrStaleVersion) || errors.Is(err, projectionworker.ErrAlreadyLive) {
+				return a, kind(errUnsafe, err)
+			}
+			if err != nil {
+				return a, err
+			}
+			if req.DryRun {
+				a.Result = map[string]any{"dry_run": true, "plan": plan}
+				return a, nil
+			}
+		} else if req.DryRun {
+			idx, err := projectionworker.Indices(r.Context(), s.opts.ES, cfg.Elasticsearch.IndexPrefix, name)
+			if err != nil {
+				return a, err
+			}
+			a.Result = map[string]any{"dry_run": true, "indices": idx}
+			return a, nil
+		}
+		if s.jobs.running(name) {
+			return a, kind(errConflict, fmt.Errorf("a rebuild or rollback of %s is already running in this process", name))
+		}
+		k := map[bool]string{true: "rebuild", false: "rollback"}[rebuild]
+		job := s.jobs.start(k, name, req.Version)
+		op := projectionworker.Rollback
+		if rebuild {
+			op = projectionworker.Rebuild
+		}
+		go func() {
+			// The job outlives the request; it stops with the process.
+			sum, err := op(context.WithoutCancel(r.Context()), projectionworker.SwitchOptions{Config: cfg,
+				Deps:       projectionworker.Deps{Pool: s.opts.Pool, ES: s.opts.ES, Logger: s.log},
+				Projection: p, Version: req.Version, Settle: settle,
+				Progress: func(pr projectionworker.Progress) { s.jobs.update(func() { job.Progress = &pr }) }})
+			s.jobs.update(func() {
+				job.EndedAt = time.Now().UTC()
+				if err != nil {
+					job.Error = err.Error()
+				} else {
+					job.Summary = &sum
+				}
+			})
+			s.log.Info("admin job ended", "job", job.ID, "err", err)
+		}()
+		a.Status, a.Result = http.StatusAccepted, map[string]any{"job": job.ID, "started": true}
+		return a, nil
+	}
+}
+
+// ---- verify ---------------------------------------------------------------
+
+// VerifyRequest compares one db/class (sluice verify).
+type VerifyRequest struct {
+	DB           string `json:"db"`
+	Class        string `json:"class"`
+	IndexVersion int    `json:"index_version"`
+}
+
+func (s *Server) verify(r *http.Request, body []byte) (Action, error) {
+	var req VerifyRequest
+	if err := decode(body, &req); err != nil {
+		return Action{}, err
+	}
+	a := Action{Target: req.DB + "/" + req.Class, DryRun: true} // verify changes nothing
+	if s.opts.Store == nil || s.opts.ES == nil {
+		return a, errors.New("admin: verify needs the event store and Elasticsearch")
+	}
+	rep, err := instanceworker.Verify(r.Context(), instanceworker.VerifyOptions{Store: s.opts.Store, ES: s.opts.ES,
+		IndexPrefix: s.opts.Config.Elasticsearch.IndexPrefix, DB: req.DB, Class: req.Class, IndexVersion: req.IndexVersion})
+	if err != nil && (strings.HasPrefix(err.Error(), "db:") || strings.HasPrefix(err.Error(), "class:")) {
+		return a, kind(errInvalid, err)
+	}
+	a.Result = rep
+	return a, err
+}

@@ -1,0 +1,346 @@
+// Package admin is the admin REST API under /admin/v1/ (docs/console.md):
+// an overview of the whole pipeline and the operator actions of the CLI —
+// relay checkpoint, parked records, consumer-group reset, dead letters,
+// projection rebuild and rollback, verify — calling the same package code
+// as `sluice` does (dlq, consumer, relay, projectionworker,
+// instanceworker).
+//
+// Guarantees: it is never open. Every request needs a bearer token: the
+// operator token (SLUICE_ADMIN_TOKEN) may read and act, the read token
+// (SLUICE_ADMIN_READ_TOKEN) may read only; without a token configured every
+// request is answered 401, a read token on an action 403. Every action,
+// dry run or not, is recorded before the answer is sent: a row in
+// sluice.admin_audit (owned by this package) and a log line; an action
+// whose audit row cannot be written is not reported as done.
+package admin
+
+import (
+	"context"
+	"crypto/sha256"
+	"crypto/subtle"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/elastic/go-elasticsearch/v8"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/sluicehq/sluice/eventstore"
+	"github.com/sluicehq/sluice/eventstore/objstore"
+	"github.com/sluicehq/sluice/projectionworker"
+	"github.com/sluicehq/sluice/registry"
+	"github.com/sluicehq/sluice/shared/config"
+)
+
+// Prefix is the path prefix of the admin API.
+const Prefix = "/admin/v1/"
+
+// Roles of a token.
+const (
+	RoleOperator = "operator"
+	RoleRead     = "read"
+)
+
+// Options are what the admin API works on.
+type Options struct {
+	Config   *config.Config
+	Pool     *pgxpool.Pool
+	Store    *eventstore.Store
+	Bucket   objstore.Bucket
+	Registry *registry.Registry
+	ES       *elasticsearch.Client
+	Logger   *slog.Logger
+	// OperatorToken and ReadToken are the accepted bearer tokens ("" none).
+	OperatorToken, ReadToken string
+	// Projections are the projections whose versions and groups the
+	// overview shows (default: every built-in projection).
+	Projections []projectionworker.Projection
+	// DLQTopics are the dead-letter topics the overview counts (default:
+	// the configured commands and events DLQ topics).
+	DLQTopics []string
+}
+
+// Server is the admin API.
+type Server struct {
+	opts   Options
+	log    *slog.Logger
+	tokens []token
+	mux    *http.ServeMux
+	jobs   *jobs
+}
+
+type token struct {
+	sum  [sha256.Size]byte
+	role string
+}
+
+// New returns the admin API. It holds no connections of its own beyond
+// what Options gives; Kafka clients are opened per request.
+func New(o Options) (*Server, error) {
+	if o.Config == nil || o.Pool == nil || o.Registry == nil {
+		return nil, errors.New("admin: New needs the config, the Postgres pool and the registry")
+	}
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	if len(o.Projections) == 0 {
+		o.Projections = projectionworker.Builtins()
+	}
+	if len(o.DLQTopics) == 0 {
+		o.DLQTopics = []string{o.Config.Kafka.CommandsDLQTopic, o.Config.Kafka.EventsDLQTopic}
+	}
+	s := &Server{opts: o, log: o.Logger, mux: http.NewServeMux(), jobs: newJobs()}
+	if o.OperatorToken != "" {
+		s.tokens = append(s.tokens, token{sum: sha256.Sum256([]byte(o.OperatorToken)), role: RoleOperator})
+	}
+	if o.ReadToken != "" {
+		s.tokens = append(s.tokens, token{sum: sha256.Sum256([]byte(o.ReadToken)), role: RoleRead})
+	}
+	s.routes()
+	return s, nil
+}
+
+// ServeHTTP authenticates and dispatches.
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	role := s.role(r)
+	if role == "" {
+		w.Header().Set("WWW-Authenticate", `Bearer realm="sluice-admin"`)
+		writeProblem(w, http.StatusUnauthorized, "unauthorized",
+			"the admin API needs a bearer token (SLUICE_ADMIN_TOKEN or SLUICE_ADMIN_READ_TOKEN); with neither configured it is closed")
+		return
+	}
+	s.mux.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), roleKey{}, role)))
+}
+
+type roleKey struct{}
+
+// role returns the role of the request's bearer token, "" when none matches.
+func (s *Server) role(r *http.Request) string {
+	bearer, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+	if !ok || len(s.tokens) == 0 {
+		return ""
+	}
+	sum := sha256.Sum256([]byte(strings.TrimSpace(bearer)))
+	role := ""
+	for _, t := range s.tokens {
+		if subtle.ConstantTimeCompare(sum[:], t.sum[:]) == 1 {
+			role = t.role
+		}
+	}
+	return role
+}
+
+func roleOf(r *http.Request) string {
+	v, _ := r.Context().Value(roleKey{}).(string)
+	return v
+}
+
+// read registers a read endpoint (both roles).
+func (s *Server) read(pattern string, h func(*http.Request) (any, error)) {
+	s.mux.HandleFunc(pattern, func(w http.ResponseWriter, r *http.Request) {
+		v, err := h(r)
+		if err != nil {
+			writeError(w, err)
+			return
+		}
+		writeJSON(w, http.StatusOK, v)
+	})
+}
+
+// Action is what an action handler returns: its target and result.
+type Action struct {
+	Target string
+	DryRun bool
+	Result any
+	// Status is the HTTP status of a success (default 200).
+	Status int
+}
+
+// act registers an action endpoint: the operator role only, its request
+// decoded into the handler's body, audited.
+func (s *Server) act(pattern, name string, h func(r *http.Request, body []byte) (Action, error)) {
+	s.mux.HandleFunc(pattern, func(w http.ResponseWriter, r *http.Request) {
+		role := roleOf(r)
+		body, err := io.ReadAll(io.LimitReader(r.Body, 1<<20))
+		if err != nil {
+			writeProblem(w, http.StatusBadRequest, "invalid", "read body: "+err.Error())
+			return
+		}
+		if role != RoleOperator {
+			_ = s.audit(r.Context(), auditEntry{Role: role, Action: name, Target: r.URL.Path, DryRun: dryRunOf(body), Outcome: "forbidden", Status: http.StatusForbidden, Request: body})
+			writeProblem(w, http.StatusForbidden, "forbidden", "the read-only token may not act; use the operator token (SLUICE_ADMIN_TOKEN)")
+			return
+		}
+		a, err := h(r, body)
+		status := a.Status
+		if status == 0 {
+			status = http.StatusOK
+		}
+		e := auditEntry{Role: role, Action: name, Target: a.Target, DryRun: a.DryRun || dryRunOf(body), Outcome: "ok", Status: status, Request: body, Result: a.Result}
+		if err != nil {
+			e.Status, e.Code = problemOf(err)
+			e.Outcome, e.Result = e.Code, map[string]string{"error": err.Error()}
+		}
+		if aerr := s.audit(r.Context(), e); aerr != nil {
+			writeProblem(w, http.StatusServiceUnavailable, "audit_failed",
+				fmt.Sprintf("the action ran (%s) but its audit record could not be written: %v", e.Outcome, aerr))
+			return
+		}
+		if err != nil {
+			writeError(w, err)
+			return
+		}
+		writeJSON(w, status, a.Result)
+	})
+}
+
+// dryRunOf reads "dry_run" from a JSON body.
+func dryRunOf(body []byte) bool {
+	var v struct {
+		DryRun bool `json:"dry_run"`
+	}
+	_ = json.Unmarshal(body, &v)
+	return v.DryRun
+}
+
+// decode reads a JSON request body into v, refusing unknown fields.
+func decode(body []byte, v any) error {
+	if len(strings.TrimSpace(string(body))) == 0 {
+		return nil
+	}
+	dec := json.NewDecoder(strings.NewReader(string(body)))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		return invalid("body: %v", err)
+	}
+	return nil
+}
+
+// Error kinds of the handlers, mapped to problem+json.
+var (
+	errInvalid  = errors.New("invalid")
+	errNotFound = errors.New("not_found")
+	errConflict = errors.New("conflict")
+	errUnsafe   = errors.New("unsafe")
+)
+
+func invalid(format string, a ...any) error {
+	return fmt.Errorf("%w: %s", errInvalid, fmt.Sprintf(format, a...))
+}
+
+func kind(k error, err error) error { return fmt.Errorf("%w: %w", k, err) }
+
+func problemOf(err error) (int, string) {
+	switch {
+	case errors.Is(err, errInvalid):
+		return http.StatusBadRequest, "invalid"
+	case errors.Is(err, errNotFound):
+		return http.StatusNotFound, "not_found"
+	case errors.Is(err, errConflict):
+		return http.StatusConflict, "conflict"
+	case errors.Is(err, errUnsafe):
+		return http.StatusUnprocessableEntity, "unsafe"
+	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, context.Canceled):
+		return http.StatusServiceUnavailable, "unavailable"
+	}
+	return http.StatusServiceUnavailable, "unavailable"
+}
+
+func writeError(w http.ResponseWriter, err error) {
+	status, code := problemOf(err)
+	detail := err.Error()
+	for _, k := range []error{errInvalid, errNotFound, errConflict, errUnsafe} {
+		detail = strings.TrimPrefix(detail, k.Error()+": ")
+	}
+	writeProblem(w, status, code, detail)
+}
+
+// writeProblem answers an RFC 9457 problem, in the shape of the command
+// API's (type urn:sluice:problem:{code}, title, status, code, detail).
+func writeProblem(w http.ResponseWriter, status int, code, detail string) {
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.Header().Set("Cache-Control", "no-store")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(map[string]any{
+		"type": "urn:sluice:problem:" + code, "title": http.StatusText(status), "status": status, "code": code, "detail": detail,
+	})
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Cache-Control", "no-store")
+	w.WriteHeader(status)
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	_ = enc.Encode(v)
+}
+
+// jobs tracks the long actions (projection rebuild and rollback) this
+// process started, for the overview.
+type jobs struct {
+	mu   sync.Mutex
+	byID map[string]*Job
+	seq  int
+}
+
+// Job is a long action running in this process.
+type Job struct {
+	ID         string                     `json:"id"`
+	Kind       string                     `json:"kind"`
+	Projection string                     `json:"projection"`
+	Version    int                        `json:"version,omitempty"`
+	StartedAt  time.Time                  `json:"started_at"`
+	EndedAt    time.Time                  `json:"ended_at,omitzero"`
+	Progress   *projectionworker.Progress `json:"progress,omitempty"`
+	Summary    *projectionworker.Summary  `json:"summary,omitempty"`
+	Error      string                     `json:"error,omitempty"`
+}
+
+func newJobs() *jobs { return &jobs{byID: map[string]*Job{}} }
+
+func (j *jobs) start(kind, projection string, version int) *Job {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	j.seq++
+	job := &Job{ID: fmt.Sprintf("%s-%s-%d", kind, projection, j.seq), Kind: kind, Projection: projection, Version: version, StartedAt: time.Now().UTC()}
+	j.byID[job.ID] = job
+	return job
+}
+
+func (j *jobs) update(f func()) {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	f()
+}
+
+func (j *jobs) list() []Job {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	out := make([]Job, 0, len(j.byID))
+	for _, job := range j.byID {
+		c := *job
+		if job.Progress != nil {
+			p := *job.Progress
+			c.Progress = &p
+		}
+		out = append(out, c)
+	}
+	return out
+}
+
+func (j *jobs) running(projection string) bool {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	for _, job := range j.byID {
+		if job.Projection == projection && job.EndedAt.IsZero() {
+			return true
+		}
+	}
+	return false
+}

@@ -1,0 +1,412 @@
+package admin_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/sluicehq/sluice/admin"
+	"github.com/sluicehq/sluice/pipeline"
+	"github.com/sluicehq/sluice/pipeline/pipelinetest"
+	"github.com/sluicehq/sluice/registry"
+	"github.com/sluicehq/sluice/shared/config"
+	"github.com/sluicehq/sluice/shared/consumer"
+	"github.com/sluicehq/sluice/shared/readmodel"
+	"github.com/sluicehq/sluice/shared/testenv"
+)
+
+const (
+	opToken   = "operator-secret"
+	readToken = "reader-secret"
+)
+
+// env is a running pipeline with the admin API mounted on its API.
+type env struct {
+	*pipelinetest.Env
+	t *testing.T
+}
+
+func start(t *testing.T) *env {
+	t.Helper()
+	e := pipelinetest.Start(t, pipelinetest.Options{
+		APIRoutes: func(d pipeline.Deps) map[string]http.Handler {
+			reg, err := registry.New(d.Pool, registry.Options{Owner: "admin-test"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			es, err := readmodel.NewClient(d.Config.Elasticsearch)
+			if err != nil {
+				t.Fatal(err)
+			}
+			srv, err := admin.New(admin.Options{Config: d.Config, Pool: d.Pool, Store: d.Store, Bucket: d.Bucket, Registry: reg, ES: es,
+				Logger: d.Logger, OperatorToken: opToken, ReadToken: readToken})
+			if err != nil {
+				t.Fatal(err)
+			}
+			return map[string]http.Handler{admin.Prefix: srv}
+		},
+	})
+	return &env{Env: e, t: t}
+}
+
+// call sends method path with the token and body; it returns the status
+// and the decoded JSON answer.
+func (e *env) call(method, path, token string, body any) (int, map[string]any, http.Header) {
+	e.t.Helper()
+	var rd io.Reader
+	if body != nil {
+		b, _ := json.Marshal(body)
+		rd = bytes.NewReader(b)
+	}
+	req, _ := http.NewRequest(method, e.APIURL+path, rd)
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		e.t.Fatalf("%s %s: %v", method, path, err)
+	}
+	defer resp.Body.Close()
+	raw, _ := io.ReadAll(resp.Body)
+	out := map[string]any{}
+	if len(bytes.TrimSpace(raw)) > 0 && raw[0] == '{' {
+		if err := json.Unmarshal(raw, &out); err != nil {
+			e.t.Fatalf("%s %s: %d %s: %v", method, path, resp.StatusCode, raw, err)
+		}
+	} else if len(bytes.TrimSpace(raw)) > 0 {
+		out["_raw"] = string(raw)
+	}
+	return resp.StatusCode, out, resp.Header
+}
+
+func (e *env) create(id string) {
+	e.t.Helper()
+	resp, err := http.Post(e.APIURL+"/v1/dbs/shop/classes/orders/instances", "application/json", strings.NewReader(`{"instance_id":"`+id+`","data":{"n":1}}`))
+	if err != nil || resp.StatusCode != http.StatusAccepted {
+		e.t.Fatalf("create %s: %v %v", id, resp, err)
+	}
+	resp.Body.Close()
+}
+
+// Without a configured token the admin API is closed: 401 to everything.
+func TestNoTokenConfiguredIsClosed(t *testing.T) {
+	_, pool := testenv.NewMigratedDatabase(t)
+	reg, err := registry.New(pool, registry.Options{Owner: "t"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := mustConfig(t)
+	srv, err := admin.New(admin.Options{Config: cfg, Pool: pool, Registry: reg})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct{ method, path, auth string }{
+		{"GET", "/admin/v1/overview", ""},
+		{"GET", "/admin/v1/overview", "Bearer "},
+		{"GET", "/admin/v1/overview", "Bearer anything"},
+		{"POST", "/admin/v1/dlq/drop", "Bearer anything"},
+	} {
+		req := httptest.NewRequest(tc.method, tc.path, strings.NewReader("{}"))
+		if tc.auth != "" {
+			req.Header.Set("Authorization", tc.auth)
+		}
+		w := httptest.NewRecorder()
+		srv.ServeHTTP(w, req)
+		if w.Code != http.StatusUnauthorized || w.Header().Get("Content-Type") != "application/problem+json" || w.Header().Get("WWW-Authenticate") == "" {
+			t.Errorf("%s %s with %q: %d %s, want 401 problem+json", tc.method, tc.path, tc.auth, w.Code, w.Header())
+		}
+	}
+}
+
+func mustConfig(t *testing.T) *config.Config {
+	t.Helper()
+	c, err := config.Load(map[string]string{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// Every endpoint on a running pipeline: 401 without or with a wrong token,
+// reads with either token, 403 for the read token on every action (and
+// the refusal audited), each action's dry run changing nothing and its act
+// doing what the CLI does, problem+json errors, and an audit record for
+// every action with who, what and whether it was a dry run.
+func TestAdminAPI(t *testing.T) {
+	e := start(t)
+	e.create("1")
+	pipelinetest.WaitFor(t, 30*time.Second, "the instance document", func() bool {
+		_, ov, _ := e.call("GET", "/admin/v1/overview", readToken, nil)
+		for _, g := range ov["groups"].([]any) {
+			g := g.(map[string]any)
+			if g["group"] == "instance-worker" && g["lag"] == 0.0 && len(g["partitions"].([]any)) > 0 {
+				return true
+			}
+		}
+		return false
+	})
+
+	// Authentication.
+	for _, tok := range []string{"", "wrong"} {
+		if st, body, _ := e.call("GET", "/admin/v1/overview", tok, nil); st != http.StatusUnauthorized || body["code"] != "unauthorized" {
+			t.Fatalf("overview with token %q: %d %v, want 401", tok, st, body)
+		}
+	}
+
+	// Overview.
+	st, ov, _ := e.call("GET", "/admin/v1/overview", readToken, nil)
+	if st != 200 {
+		t.Fatalf("overview: %d %v", st, ov)
+	}
+	store := ov["store"].(map[string]any)
+	rl := ov["relay"].(map[string]any)
+	if store["head"].(float64) < 2 || rl["lease_state"] != "held" || rl["leader"] == "" || rl["found"] != true {
+		t.Errorf("overview store/relay: %v %v", store, rl)
+	}
+	reg := ov["registry"].(map[string]any)
+	if len(reg["handlers"].([]any)) == 0 {
+		t.Errorf("overview registry: %v", reg)
+	}
+	if n := len(ov["dlq"].([]any)); n != 2 {
+		t.Errorf("overview dlq: %v", ov["dlq"])
+	}
+	if ps := ov["projections"].([]any); len(ps) == 0 {
+		t.Errorf("overview projections: %v", ps)
+	}
+	if _, ok := ov["parked"].(map[string]any)["parked"]; !ok {
+		t.Errorf("overview parked: %v", ov["parked"])
+	}
+	if st, _, _ := e.call("GET", "/admin/v1/overview", opToken, nil); st != 200 {
+		t.Errorf("overview with the operator token: %d", st)
+	}
+
+	// The read token may not act: 403 on every action.
+	actions := []struct{ path string }{
+		{"/admin/v1/relay/checkpoint"}, {"/admin/v1/relay/parked/1/republish"}, {"/admin/v1/relay/parked/1/drop"},
+		{"/admin/v1/consumers/instance-worker/reset"}, {"/admin/v1/dlq/redrive"}, {"/admin/v1/dlq/drop"},
+		{"/admin/v1/projections/history/rebuild"}, {"/admin/v1/projections/history/rollback"}, {"/admin/v1/verify"},
+	}
+	for _, a := range actions {
+		if st, body, h := e.call("POST", a.path, readToken, map[string]any{"dry_run": true}); st != http.StatusForbidden ||
+			body["code"] != "forbidden" || h.Get("Content-Type") != "application/problem+json" {
+			t.Errorf("POST %s with the read token: %d %v, want 403", a.path, st, body)
+		}
+		if st, _, _ := e.call("POST", a.path, "", map[string]any{"dry_run": true}); st != http.StatusUnauthorized {
+			t.Errorf("POST %s without a token: %d, want 401", a.path, st)
+		}
+	}
+
+	// Relay checkpoint: a dry run plans, the act moves.
+	head := int64(store["head"].(float64))
+	st, body, _ := e.call("POST", "/admin/v1/relay/checkpoint", opToken, map[string]any{"position": 0, "dry_run": true})
+	if st != 200 || body["moved"] != false || body["plan"].(map[string]any)["republish"].(float64) < 1 {
+		t.Fatalf("checkpoint dry run: %d %v", st, body)
+	}
+	if st, body, _ := e.call("POST", "/admin/v1/relay/checkpoint", opToken, map[string]any{"position": head + 100}); st != http.StatusUnprocessableEntity || body["code"] != "unsafe" {
+		t.Errorf("checkpoint past the head: %d %v, want 422", st, body)
+	}
+	if st, body, _ := e.call("POST", "/admin/v1/relay/checkpoint", opToken, map[string]any{}); st != 400 || body["code"] != "invalid" {
+		t.Errorf("checkpoint without a target: %d %v, want 400", st, body)
+	}
+	if st, body, _ := e.call("POST", "/admin/v1/relay/checkpoint", opToken, map[string]any{"position": head}); st != 200 || body["moved"] != true {
+		t.Errorf("checkpoint set: %d %v", st, body)
+	}
+
+	// Parked records: none; resolving a missing one is 404.
+	if st, body, _ := e.call("GET", "/admin/v1/relay/parked", readToken, nil); st != 200 {
+		t.Errorf("parked list: %d %v", st, body)
+	}
+	if st, body, _ := e.call("POST", "/admin/v1/relay/parked/999/drop", opToken, map[string]any{"dry_run": true}); st != 404 || body["code"] != "not_found" {
+		t.Errorf("drop of a missing parked record: %d %v", st, body)
+	}
+
+	// Consumer reset: a dry run lists the offsets; the act is refused
+	// while the worker is a live member (409).
+	st, body, _ = e.call("POST", "/admin/v1/consumers/instance-worker/reset", opToken, map[string]any{"to": "earliest", "dry_run": true})
+	if st != 200 || len(body["partitions"].([]any)) == 0 || len(body["members"].([]any)) != 1 || body["committed"] != false {
+		t.Fatalf("reset dry run: %d %v", st, body)
+	}
+	if st, body, _ := e.call("POST", "/admin/v1/consumers/instance-worker/reset", opToken, map[string]any{"to": "earliest"}); st != 409 || !strings.Contains(body["detail"].(string), "live members") {
+		t.Errorf("reset of a live group: %d %v, want 409", st, body)
+	}
+	if st, _, _ := e.call("POST", "/admin/v1/consumers/instance-worker/reset", opToken, map[string]any{"to": "yesterday"}); st != 400 {
+		t.Errorf("reset to yesterday: %d, want 400", st)
+	}
+	if st, body, _ := e.call("GET", "/admin/v1/consumers/instance-worker", readToken, nil); st != 200 || body["total"] != 0.0 {
+		t.Errorf("group lag: %d %v", st, body)
+	}
+
+	// Dead letters: one letter that is not a DLQ record and one that is.
+	dlqTopic := e.Config.Kafka.CommandsDLQTopic
+	cl, err := kgo.NewClient(kgo.SeedBrokers(e.Kafka.Brokers...), kgo.AllowAutoTopicCreation())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	if _, err := kadm.NewClient(cl).CreateTopic(context.Background(), 1, 1, nil, "admin-test.originals"); err != nil {
+		t.Fatal(err)
+	}
+	letter, _ := json.Marshal(consumer.DLQRecord{OriginalTopic: "admin-test.originals", // no worker consumes it
+		OriginalKey: "k", OriginalValue: `{"x":1}`,
+		OriginalHeaders: map[string]string{}, Error: "permanent: boom", ErrorClass: "permanent", AttemptCount: 1, Handler: "instanceworker",
+		FirstFailedAt: time.Now(), FailedAt: time.Now()})
+	if err := cl.ProduceSync(context.Background(), &kgo.Record{Topic: dlqTopic, Value: []byte("not a letter")}, &kgo.Record{Topic: dlqTopic, Value: letter}).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+	st, body, _ = e.call("GET", "/admin/v1/dlq?topic="+dlqTopic, readToken, nil)
+	if st != 200 || body["total"] != 2.0 || len(body["letters"].([]any)) != 2 {
+		t.Fatalf("dlq list: %d %v", st, body)
+	}
+	ids := []string{}
+	for _, l := range body["letters"].([]any) {
+		ids = append(ids, l.(map[string]any)["letter"].(string))
+	}
+	if st, body, _ := e.call("GET", "/admin/v1/dlq/letter?topic="+dlqTopic+"&letter="+ids[1], readToken, nil); st != 200 || body["original"].(map[string]any)["value"] != `{"x":1}` {
+		t.Errorf("dlq show: %d %v", st, body)
+	}
+	if st, _, _ := e.call("GET", "/admin/v1/dlq/letter?topic="+dlqTopic+"&letter=0:99", readToken, nil); st != 404 {
+		t.Errorf("dlq show of a missing letter: %d, want 404", st)
+	}
+	if st, _, _ := e.call("GET", "/admin/v1/dlq", readToken, nil); st != 400 {
+		t.Errorf("dlq list without a topic: %d, want 400", st)
+	}
+	st, body, _ = e.call("POST", "/admin/v1/dlq/redrive", opToken, map[string]any{"topic": dlqTopic, "letter": ids[1], "dry_run": true})
+	if st != 200 || body["redriven"] != 1.0 || body["dry_run"] != true {
+		t.Fatalf("redrive dry run: %d %v", st, body)
+	}
+	st, body, _ = e.call("POST", "/admin/v1/dlq/redrive", opToken, map[string]any{"topic": dlqTopic, "letter": ids[1]})
+	if st != 200 || body["redriven"] != 1.0 {
+		t.Fatalf("redrive: %d %v", st, body)
+	}
+	if st, body, _ := e.call("POST", "/admin/v1/dlq/redrive", opToken, map[string]any{"topic": dlqTopic, "letter": ids[1]}); st != 200 || body["skipped"] != 1.0 {
+		t.Errorf("second redrive: %d %v, want skipped", st, body)
+	}
+	st, body, _ = e.call("POST", "/admin/v1/dlq/drop", opToken, map[string]any{"topic": dlqTopic, "letter": ids[0], "reason": "junk", "dry_run": true})
+	if st != 200 || body["dropped"] != false {
+		t.Fatalf("drop dry run: %d %v", st, body)
+	}
+	if st, body, _ := e.call("POST", "/admin/v1/dlq/drop", opToken, map[string]any{"topic": dlqTopic, "letter": ids[0], "reason": "junk"}); st != 200 || body["dropped"] != true {
+		t.Errorf("drop: %d %v", st, body)
+	}
+	if st, body, _ := e.call("GET", "/admin/v1/dlq?topic="+dlqTopic, readToken, nil); st != 200 || len(body["letters"].([]any)) != 0 || body["handled"] != 2.0 {
+		t.Errorf("dlq list after redrive and drop: %d %v", st, body)
+	}
+	if st, _, _ := e.call("POST", "/admin/v1/dlq/drop", opToken, map[string]any{"topic": dlqTopic, "letter": "x:y"}); st != 400 {
+		t.Errorf("drop of letter x:y: %d, want 400", st)
+	}
+
+	// Projections: rebuilding the live version is unsafe; a dry run of a
+	// new version plans; acting starts a job that the overview follows to
+	// its end; rollback's dry run lists the indices.
+	if st, body, _ := e.call("POST", "/admin/v1/projections/history/rebuild", opToken, map[string]any{"version": 1, "dry_run": true}); st != 422 {
+		t.Errorf("rebuild of the live version: %d %v, want 422", st, body)
+	}
+	st, body, _ = e.call("POST", "/admin/v1/projections/history/rebuild", opToken, map[string]any{"version": 2, "dry_run": true})
+	if st != 200 || body["plan"] == nil {
+		t.Fatalf("rebuild dry run: %d %v", st, body)
+	}
+	if st, _, _ := e.call("POST", "/admin/v1/projections/nosuch/rollback", opToken, map[string]any{"dry_run": true}); st != 404 {
+		t.Errorf("rollback of an unknown projection: %d, want 404", st)
+	}
+	st, body, _ = e.call("POST", "/admin/v1/projections/history/rebuild", opToken, map[string]any{"version": 2, "settle": "0s"})
+	if st != http.StatusAccepted || body["job"] == nil {
+		t.Fatalf("rebuild: %d %v", st, body)
+	}
+	pipelinetest.WaitFor(t, 60*time.Second, "the rebuild job to end", func() bool {
+		_, ov, _ := e.call("GET", "/admin/v1/overview", readToken, nil)
+		for _, j := range ov["jobs"].([]any) {
+			j := j.(map[string]any)
+			if j["id"] == body["job"] && j["ended_at"] != nil {
+				if j["error"] != nil {
+					t.Fatalf("rebuild job failed: %v", j)
+				}
+				return true
+			}
+		}
+		return false
+	})
+	if st, body, _ := e.call("POST", "/admin/v1/projections/history/rollback", opToken, map[string]any{"dry_run": true}); st != 200 || body["indices"] == nil {
+		t.Errorf("rollback dry run: %d %v", st, body)
+	}
+
+	// Verify: the store against Elasticsearch.
+	st, body, _ = e.call("POST", "/admin/v1/verify", opToken, map[string]any{"db": "shop", "class": "orders"})
+	if st != 200 || body["instances"] != 1.0 || body["ok"] != 1.0 {
+		t.Errorf("verify: %d %v", st, body)
+	}
+	if st, _, _ := e.call("POST", "/admin/v1/verify", opToken, map[string]any{"db": "Shop!", "class": "orders"}); st != 400 {
+		t.Errorf("verify of a bad db name: %d, want 400", st)
+	}
+	if st, _, _ := e.call("POST", "/admin/v1/verify", opToken, map[string]any{"db": "shop", "nope": 1}); st != 400 {
+		t.Errorf("verify with an unknown field: %d, want 400", st)
+	}
+	if st, body, _ := e.call("GET", "/admin/v1/nosuch", readToken, nil); st != 404 || body["code"] != "not_found" {
+		t.Errorf("unknown endpoint: %d %v", st, body)
+	}
+
+	// The audit log: every action above, newest first, with role and dry run.
+	recs := e.audit(t)
+	count := func(action, role, outcome string, dryRun bool) int {
+		n := 0
+		for _, r := range recs {
+			if r.Action == action && r.Role == role && r.Outcome == outcome && r.DryRun == dryRun && r.Who == "admin:"+role {
+				n++
+			}
+		}
+		return n
+	}
+	for _, c := range []struct {
+		action, role, outcome string
+		dryRun                bool
+		want                  int
+	}{
+		{"relay.checkpoint.set", "read", "forbidden", true, 1},
+		{"verify", "read", "forbidden", true, 1},
+		{"relay.checkpoint.set", "operator", "ok", true, 1},
+		{"relay.checkpoint.set", "operator", "ok", false, 1},
+		{"relay.checkpoint.set", "operator", "unsafe", false, 1},
+		{"relay.checkpoint.set", "operator", "invalid", false, 1},
+		{"relay.parked.drop", "operator", "not_found", true, 1},
+		{"consumer.reset", "operator", "ok", true, 1},
+		{"consumer.reset", "operator", "conflict", false, 1},
+		{"dlq.redrive", "operator", "ok", true, 1},
+		{"dlq.redrive", "operator", "ok", false, 2},
+		{"dlq.drop", "operator", "ok", true, 1},
+		{"dlq.drop", "operator", "ok", false, 1},
+		{"projection.rebuild", "operator", "ok", false, 1},
+		{"projection.rebuild", "operator", "unsafe", true, 1},
+		{"verify", "operator", "ok", true, 1},
+	} {
+		if got := count(c.action, c.role, c.outcome, c.dryRun); got != c.want {
+			t.Errorf("audit records %s by %s, outcome %s, dry run %t: %d, want %d", c.action, c.role, c.outcome, c.dryRun, got, c.want)
+		}
+	}
+	if len(recs) > 0 && !strings.Contains(string(recs[0].Detail), "request") {
+		t.Errorf("audit detail: %s", recs[0].Detail)
+	}
+}
+
+// audit reads the audit log through the API.
+func (e *env) audit(t *testing.T) []admin.AuditRecord {
+	req, _ := http.NewRequest("GET", e.APIURL+"/admin/v1/audit?limit=1000", nil)
+	req.Header.Set("Authorization", "Bearer "+readToken)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var recs []admin.AuditRecord
+	if err := json.NewDecoder(resp.Body).Decode(&recs); err != nil {
+		t.Fatal(err)
+	}
+	return recs
+}

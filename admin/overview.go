@@ -1,0 +1,205 @@
+package admin
+
+import (
+	"context"
+	"net/http"
+	"sort"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+
+	"github.com/sluicehq/sluice/dlq"
+	"github.com/sluicehq/sluice/instanceworker"
+	"github.com/sluicehq/sluice/projectionworker"
+	"github.com/sluicehq/sluice/registry"
+	"github.com/sluicehq/sluice/relay"
+	"github.com/sluicehq/sluice/shared/consumer"
+	"github.com/sluicehq/sluice/shared/kafka"
+)
+
+// Overview is GET /admin/v1/overview: where the whole pipeline stands. A
+// part that cannot be read says so in its error field; the rest is shown.
+type Overview struct {
+	At          time.Time         `json:"at"`
+	Store       StoreView         `json:"store"`
+	Relay       RelayView         `json:"relay"`
+	Groups      []GroupView       `json:"groups"`
+	Registry    RegistryView      `json:"registry"`
+	DLQ         []dlq.Counts      `json:"dlq"`
+	Parked      ParkedView        `json:"parked"`
+	Projections []ProjectionView  `json:"projections"`
+	Jobs        []Job             `json:"jobs"`
+	Errors      map[string]string `json:"errors,omitempty"`
+}
+
+// StoreView is the event store's head.
+type StoreView struct {
+	Head int64 `json:"head"`
+}
+
+// RelayView is the relay's checkpoint, lag and leader.
+type RelayView struct {
+	Name       string    `json:"name"`
+	Checkpoint int64     `json:"checkpoint"`
+	Found      bool      `json:"found"`
+	UpdatedAt  time.Time `json:"updated_at,omitzero"`
+	Lag        int64     `json:"lag"`
+	Leader     string    `json:"leader,omitempty"`
+	Epoch      int64     `json:"epoch,omitempty"`
+	LeaseState string    `json:"lease_state"` // held, expired, none
+	PendingGap int       `json:"pending_gaps"`
+}
+
+// GroupView is one worker group's lag per partition.
+type GroupView struct {
+	Group      string                  `json:"group"`
+	Topic      string                  `json:"topic"`
+	Handler    string                  `json:"handler"`
+	Lag        int64                   `json:"lag"`
+	Members    int                     `json:"members"`
+	State      string                  `json:"state,omitempty"`
+	Partitions []consumer.PartitionLag `json:"partitions"`
+	Error      string                  `json:"error,omitempty"`
+}
+
+// RegistryView counts the registry rows per handler and in total.
+type RegistryView struct {
+	InProgress int64                   `json:"in_progress"`
+	Expired    int64                   `json:"expired"`
+	Failed     int64                   `json:"failed"`
+	Dead       int64                   `json:"dead"`
+	Handlers   []registry.HandlerStats `json:"handlers"`
+}
+
+// ParkedView counts the relay's parked records.
+type ParkedView struct {
+	Parked int64 `json:"parked"`
+}
+
+// ProjectionView is one projection's versions.
+type ProjectionView struct {
+	Name        string                       `json:"name"`
+	CodeVersion int                          `json:"code_version"`
+	Live        int                          `json:"live"`
+	Versions    []int                        `json:"versions"`
+	Indices     []projectionworker.IndexInfo `json:"indices"`
+}
+
+func (s *Server) overview(r *http.Request) (any, error) {
+	ctx, cancel := context.WithTimeout(r.Context(), 20*time.Second)
+	defer cancel()
+	cfg := s.opts.Config
+	ov := Overview{At: time.Now().UTC(), Groups: []GroupView{}, DLQ: []dlq.Counts{}, Projections: []ProjectionView{}, Jobs: s.jobs.list(), Errors: map[string]string{}}
+	fail := func(part string, err error) { ov.Errors[part] = err.Error() }
+
+	if s.opts.Store != nil {
+		if h, err := s.opts.Store.Head(ctx); err != nil {
+			fail("store", err)
+		} else {
+			ov.Store.Head = h
+		}
+	}
+	ov.Relay = RelayView{Name: cfg.Relay.Name, LeaseState: "none"}
+	if s.opts.Bucket != nil {
+		cp, _, found, err := relay.NewCheckpointStore(s.opts.Bucket, cfg.Relay.CheckpointKey).Load(ctx)
+		if err != nil {
+			fail("relay", err)
+		} else {
+			ov.Relay.Found, ov.Relay.Checkpoint, ov.Relay.UpdatedAt, ov.Relay.PendingGap = found, cp.Position, cp.UpdatedAt, len(cp.PendingGaps)
+			ov.Relay.Lag = max(ov.Store.Head-cp.Position, 0)
+		}
+	}
+	if info, ok, err := relay.NewLease(s.opts.Pool, cfg.Relay.Name, "", time.Second).Info(ctx); err != nil {
+		fail("relay_lease", err)
+	} else if ok {
+		ov.Relay.Leader, ov.Relay.Epoch, ov.Relay.LeaseState = info.Holder, info.Epoch, "held"
+		if info.Expired {
+			ov.Relay.LeaseState = "expired"
+		}
+	}
+	if n, err := relay.NewParkedStore(s.opts.Pool).Count(ctx, cfg.Relay.Name); err != nil {
+		fail("parked", err)
+	} else {
+		ov.Parked.Parked = n
+	}
+	if st, err := s.opts.Registry.Stats(ctx); err != nil {
+		fail("registry", err)
+	} else {
+		ov.Registry.Handlers = st
+		for _, h := range st {
+			ov.Registry.InProgress += h.InProgress
+			ov.Registry.Expired += h.Expired
+			ov.Registry.Failed += h.Failed
+			ov.Registry.Dead += h.Dead
+		}
+	}
+
+	// Projections: versions from the indices; their groups below.
+	type groupRef struct{ group, topic, handler string }
+	groups := []groupRef{{instanceworker.GroupName, cfg.Kafka.CommandsTopic, instanceworker.HandlerName}}
+	for _, p := range s.opts.Projections {
+		pv := ProjectionView{Name: p.Name(), CodeVersion: p.Version(), Versions: []int{}, Indices: []projectionworker.IndexInfo{}}
+		if s.opts.ES != nil {
+			idx, err := projectionworker.Indices(ctx, s.opts.ES, cfg.Elasticsearch.IndexPrefix, p.Name())
+			if err != nil {
+				fail("projection "+p.Name(), err)
+			}
+			seen := map[int]bool{}
+			for _, i := range idx {
+				pv.Indices = append(pv.Indices, i)
+				if i.Live {
+					pv.Live = max(pv.Live, i.Version)
+				}
+				if !seen[i.Version] {
+					seen[i.Version] = true
+					pv.Versions = append(pv.Versions, i.Version)
+				}
+			}
+			sort.Ints(pv.Versions)
+		}
+		versions := pv.Versions
+		if len(versions) == 0 {
+			versions = []int{p.Version()}
+		}
+		for _, v := range versions {
+			groups = append(groups, groupRef{projectionworker.GroupName(p.Name(), v), cfg.Kafka.EventsTopic, projectionworker.HandlerName(p.Name(), v)})
+		}
+		ov.Projections = append(ov.Projections, pv)
+	}
+
+	cl, err := kafka.NewClient(cfg.Kafka)
+	if err != nil {
+		fail("kafka", err)
+		return ov, nil
+	}
+	defer cl.Close()
+	adm := kadm.NewClient(cl)
+	for _, g := range groups {
+		gv := GroupView{Group: g.group, Topic: g.topic, Handler: g.handler, Partitions: []consumer.PartitionLag{}}
+		l, err := consumer.Lag(ctx, adm, g.group, g.topic)
+		if err != nil {
+			gv.Error = err.Error()
+		} else {
+			gv.Lag, gv.Members, gv.State, gv.Partitions = l.Total, l.Members, l.State, l.Partitions
+		}
+		ov.Groups = append(ov.Groups, gv)
+	}
+	for _, topic := range s.opts.DLQTopics {
+		q, err := dlq.Open(dlq.Options{Topic: topic, Kafka: cfg.Kafka})
+		if err != nil {
+			fail("dlq "+topic, err)
+			continue
+		}
+		c, err := q.Count(ctx)
+		q.Close()
+		if err != nil {
+			fail("dlq "+topic, err)
+			continue
+		}
+		ov.DLQ = append(ov.DLQ, c)
+	}
+	if len(ov.Errors) == 0 {
+		ov.Errors = nil
+	}
+	return ov, nil
+}
