@@ -18,6 +18,7 @@ import (
 
 	"github.com/chromedp/chromedp"
 
+	"github.com/sluicehq/sluice/api"
 	"github.com/sluicehq/sluice/shared/config"
 	"github.com/sluicehq/sluice/shared/observability"
 	"github.com/sluicehq/sluice/shared/testenv"
@@ -370,5 +371,54 @@ func TestConsoleInBrowser(t *testing.T) {
 			t.Errorf("events | guards: %q", rows)
 		}
 		b.shot("aggregate")
+	})
+
+	t.Run("overview", func(t *testing.T) {
+		b := b.with(t)
+		b.run("overview", b.open(d.api, "#/overview"),
+			chromedp.WaitVisible(chromedp.CSS(`#figures .figure[data-key="relay lag"]`)),
+			chromedp.WaitVisible(chromedp.CSS(`#charts .chart[data-series]`)))
+		// Let a few refreshes draw the lines.
+		time.Sleep(5 * time.Second)
+		charts := value(b, "lag charts", chromedp.Evaluate[[]string](`[...document.querySelectorAll('#charts .chart')].map(c =>
+			c.dataset.series + '=' + c.querySelector('.lag-value').innerText + ' (' + c.querySelector('polyline').getAttribute('points').split(' ').length + ' points)')`))
+		joined := strings.Join(charts, "\n")
+		for _, want := range []string{"relay / lag=0", "instance-worker / lag=0", "projection-history-v1 / lag=0"} {
+			if !strings.Contains(joined, want) {
+				t.Errorf("no lag chart %q in:\n%s", want, joined)
+			}
+		}
+		if !strings.Contains(joined, "points)") || strings.Contains(joined, "(1 points)") && !strings.Contains(joined, "(2 points)") {
+			t.Errorf("the charts did not gather points over the refreshes:\n%s", joined)
+		}
+		b.shot("overview")
+	})
+
+	t.Run("dlq redrive", func(t *testing.T) {
+		b := b.with(t)
+		d.failLoads.Store(true)
+		dead := d.send(t, d.failID, 5)
+		testenv.WaitFor(t, time.Minute, "the command dead-lettered", func() bool { return d.status(t, dead) == "DEAD" })
+		d.failLoads.Store(false)
+		row := `tr[data-letter]:has(a[href="#/trace/` + api.EventIDForCommand(dead) + `"])`
+		b.run("dlq list", b.open(d.api, "#/dlq"), chromedp.WaitVisible(chromedp.CSS(row)))
+		b.shot("dlq")
+		b.run("redrive: dry run", chromedp.Click(chromedp.CSS(row+" button.redrive")), chromedp.WaitVisible(chromedp.ID("confirm-preview")))
+		preview := value(b, "preview", chromedp.Text(chromedp.ID("confirm-preview")))
+		if !strings.Contains(preview, "dry_run") {
+			t.Errorf("the preview is not a dry run: %s", preview)
+		}
+		if st := d.status(t, dead); st != "DEAD" {
+			t.Fatalf("the dry run changed the command: %s", st)
+		}
+		b.shot("dlq-confirm")
+		b.run("redrive: confirm", chromedp.Click(chromedp.ID("confirm-ok")), chromedp.WaitVisible(chromedp.CSS(`.result[data-action="redrive"]`)))
+		testenv.WaitFor(t, time.Minute, "the redriven command applied", func() bool { return d.status(t, dead) == "APPLIED" })
+		// The trace shows it: the instance worker's row done after its
+		// failed attempts, the document written.
+		b.run("trace the redriven command", b.open(d.api, "#/trace/"+dead),
+			chromedp.WaitVisible(chromedp.CSS(`section[data-kind="command"] li[data-step="handled"][data-state="done"]`)),
+			chromedp.WaitVisible(chromedp.CSS(`section[data-kind="command"] li[data-step="document"][data-state="done"]`)))
+		b.shot("dlq-redriven-trace")
 	})
 }
