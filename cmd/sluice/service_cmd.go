@@ -7,6 +7,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/sluicehq/sluice/admin"
+	"github.com/sluicehq/sluice/inspect"
 	"github.com/sluicehq/sluice/pipeline"
 	"github.com/sluicehq/sluice/registry"
 	"github.com/sluicehq/sluice/shared/observability"
@@ -123,7 +124,9 @@ func apiRoutes(d pipeline.Deps) (map[string]http.Handler, func(), error) {
 		in.Close()
 		return nil, nil, err
 	}
-	routes := consoleRoutes(in)
+	adm.HandleRead(inspect.TracePath, in.Handler())
+	adm.HandleRead(inspect.AggregatePath, in.Handler())
+	routes := consoleRoutes()
 	routes[admin.Prefix] = adm
 	return routes, in.Close, nil
 }
