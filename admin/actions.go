@@ -478,7 +478,7 @@ func (s *Server) projectionSwitch(rebuild bool) func(*http.Request, []byte) (Act
 		}
 		go func() {
 			// The job outlives the request; it stops with the process.
-			sum, err := op(context.WithoutCancel(r.Context()), projectionworker.SwitchOptions{Config: cfg,
+			sum, err := op(context.WithoutCancel(r.Context()), projectionworker.SwitchOptions{Config: cfg.ProjectionWorker(),
 				Deps:       projectionworker.Deps{Pool: s.opts.Pool, ES: s.opts.ES, Logger: s.log},
 				Projection: p, Version: req.Version, Settle: settle,
 				Progress: func(pr projectionworker.Progress) { s.jobs.update(func() { job.Progress = &pr }) }})

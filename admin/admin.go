@@ -33,9 +33,9 @@ import (
 
 	"github.com/sluicehq/sluice/eventstore"
 	"github.com/sluicehq/sluice/eventstore/objstore"
+	"github.com/sluicehq/sluice/pipeline/sluiceconfig"
 	"github.com/sluicehq/sluice/projectionworker"
 	"github.com/sluicehq/sluice/registry"
-	"github.com/sluicehq/sluice/shared/config"
 )
 
 // Prefix is the path prefix of the admin API.
@@ -49,7 +49,7 @@ const (
 
 // Options are what the admin API works on.
 type Options struct {
-	Config   *config.Config
+	Config   *sluiceconfig.Config
 	Pool     *pgxpool.Pool
 	Store    *eventstore.Store
 	Bucket   objstore.Bucket

@@ -17,8 +17,8 @@ import (
 	"github.com/sluicehq/sluice/admin"
 	"github.com/sluicehq/sluice/pipeline"
 	"github.com/sluicehq/sluice/pipeline/pipelinetest"
+	"github.com/sluicehq/sluice/pipeline/sluiceconfig"
 	"github.com/sluicehq/sluice/registry"
-	"github.com/sluicehq/sluice/shared/config"
 	"github.com/sluicehq/sluice/shared/consumer"
 	"github.com/sluicehq/sluice/shared/readmodel"
 	"github.com/sluicehq/sluice/shared/testenv"
@@ -127,9 +127,9 @@ func TestNoTokenConfiguredIsClosed(t *testing.T) {
 	}
 }
 
-func mustConfig(t *testing.T) *config.Config {
+func mustConfig(t *testing.T) *sluiceconfig.Config {
 	t.Helper()
-	c, err := config.Load(map[string]string{})
+	c, err := sluiceconfig.Load(map[string]string{})
 	if err != nil {
 		t.Fatal(err)
 	}

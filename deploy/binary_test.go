@@ -16,7 +16,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sluicehq/sluice/shared/config"
+	"github.com/sluicehq/sluice/pipeline/sluiceconfig"
 	"github.com/sluicehq/sluice/shared/testenv"
 )
 
@@ -352,7 +352,7 @@ func TestGOMEMLIMITAsTheRuntimeReadsIt(t *testing.T) {
 	} {
 		code, out, errOut := runSluice(t, map[string]string{"GOMEMLIMIT": v}, "version")
 		runtimeOK := code == 0
-		_, err := config.Load(map[string]string{"GOMEMLIMIT": v, "PROCESSED_EVENT_OWNER": "w1"})
+		_, err := sluiceconfig.Load(map[string]string{"GOMEMLIMIT": v, "PROCESSED_EVENT_OWNER": "w1"})
 		if configOK := err == nil; configOK != runtimeOK {
 			t.Errorf("GOMEMLIMIT=%q: the Go runtime accepts it: %v (exit %d %s%s); sluice's validation accepts it: %v (%v)",
 				v, runtimeOK, code, out, errOut, configOK, err)

@@ -16,7 +16,7 @@ import (
 	"github.com/compose-spec/compose-go/v2/loader"
 	"github.com/compose-spec/compose-go/v2/types"
 
-	"github.com/sluicehq/sluice/shared/config"
+	"github.com/sluicehq/sluice/pipeline/sluiceconfig"
 )
 
 var sluiceBin string
@@ -57,12 +57,12 @@ func checkCommand(t *testing.T, where string, args []string) {
 }
 
 // checkEnv fails unless every variable is one sluice reads and the set as a
-// whole passes `sluice config check` (config.Check: start-up validation,
+// whole passes `sluice config check` (sluiceconfig.Check: start-up validation,
 // DATABASE_URL set and valid, no typo of a known name).
 func checkEnv(t *testing.T, where string, env map[string]string) {
 	t.Helper()
 	known := map[string]bool{}
-	for _, v := range config.Vars() {
+	for _, v := range sluiceconfig.Vars() {
 		known[v.Key] = true
 	}
 	for k := range env {
@@ -70,7 +70,7 @@ func checkEnv(t *testing.T, where string, env map[string]string) {
 			t.Errorf("%s: sets %s, which sluice does not read (typo?)", where, k)
 		}
 	}
-	if _, err := config.Check(env); err != nil {
+	if _, err := sluiceconfig.Check(env); err != nil {
 		t.Errorf("%s: configuration is refused by sluice config check: %v", where, err)
 	}
 }

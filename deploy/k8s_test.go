@@ -21,7 +21,7 @@ import (
 	policyv1 "k8s.io/api/policy/v1"
 	sigsyaml "sigs.k8s.io/yaml"
 
-	"github.com/sluicehq/sluice/shared/config"
+	"github.com/sluicehq/sluice/pipeline/sluiceconfig"
 )
 
 // podUID is the numeric user and group of the image (distroless' nonroot)
@@ -372,7 +372,7 @@ func credentialsOf(command string) []string {
 		return []string{"DATABASE_URL"}
 	}
 	var out []string
-	for _, v := range config.Vars() {
+	for _, v := range sluiceconfig.Vars() {
 		if v.FileOf != "" && (v.FileOf != "SLUICE_API_TOKENS" || command == "api") {
 			out = append(out, v.FileOf)
 		}
@@ -450,7 +450,7 @@ func sluiceEnv(t *testing.T, where string, c corev1.Container, r rendered, comma
 			t.Errorf("%s: %s slot optional=%v, want %v (only DATABASE_URL is required)", where, name, optional, !required)
 		}
 	}
-	for _, v := range config.Vars() {
+	for _, v := range sluiceconfig.Vars() {
 		if v.FileOf == "" {
 			continue
 		}

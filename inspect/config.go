@@ -25,10 +25,17 @@ type Deps struct {
 	Handlers []Handler
 }
 
+// Config is what the inspector reads of the process configuration.
+type Config struct {
+	Kafka         config.Kafka
+	Relay         config.Relay
+	Elasticsearch config.Elasticsearch
+}
+
 // NewFromConfig returns an Inspector for the configuration: the relay's
 // name, checkpoint and routing, the Kafka connection and the index prefix
 // come from cfg, the clients from d.
-func NewFromConfig(cfg *config.Config, d Deps) (*Inspector, error) {
+func NewFromConfig(cfg Config, d Deps) (*Inspector, error) {
 	kopts, err := kafka.Opts(cfg.Kafka)
 	if err != nil {
 		return nil, err

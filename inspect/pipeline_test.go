@@ -23,10 +23,10 @@ import (
 	"github.com/sluicehq/sluice/inspect"
 	"github.com/sluicehq/sluice/instanceworker"
 	"github.com/sluicehq/sluice/internal/esserver"
+	"github.com/sluicehq/sluice/pipeline/sluiceconfig"
 	"github.com/sluicehq/sluice/projectionworker"
 	"github.com/sluicehq/sluice/registry"
 	"github.com/sluicehq/sluice/relay"
-	"github.com/sluicehq/sluice/shared/config"
 	"github.com/sluicehq/sluice/shared/envelope"
 	"github.com/sluicehq/sluice/shared/readmodel"
 	"github.com/sluicehq/sluice/shared/testenv"
@@ -37,7 +37,7 @@ import (
 // server, the API, the relay (started by startRelay), the instance worker
 // and the history projection.
 type pipeline struct {
-	cfg    *config.Config
+	cfg    *sluiceconfig.Config
 	store  *eventstore.Store
 	reg    *registry.Registry
 	in     *inspect.Inspector
@@ -59,7 +59,7 @@ func startPipeline(t *testing.T) *pipeline {
 	k := testenv.NewKafka(t)
 	es := httptest.NewServer(esserver.New())
 	t.Cleanup(es.Close)
-	cfg, err := config.Load(map[string]string{
+	cfg, err := sluiceconfig.Load(map[string]string{
 		"DATABASE_URL": dbURL, "EVENT_STORE_BACKEND": "file", "EVENT_STORE_FILE_DIR": filepath.Join(t.TempDir(), "events"),
 		"KAFKA_BROKERS": strings.Join(k.Brokers, ","), "KAFKA_TOPIC_PARTITIONS": "3", "KAFKA_TOPIC_REPLICATION_FACTOR": "1",
 		"KAFKA_TOPIC_PREFIX": testenv.UniqueName("t") + ".", "ELASTICSEARCH_URLS": es.URL, "PROCESSED_EVENT_OWNER": "inspect-test",
@@ -86,12 +86,12 @@ func startPipeline(t *testing.T) *pipeline {
 	if err != nil {
 		t.Fatal(err)
 	}
-	iw, err := instanceworker.NewService(cfg, instanceworker.Deps{Pool: pool, Store: store, ES: esc, Logger: logger})
+	iw, err := instanceworker.NewService(cfg.InstanceWorker(), instanceworker.Deps{Pool: pool, Store: store, ES: esc, Logger: logger})
 	if err != nil {
 		t.Fatal(err)
 	}
 	testenv.RunInBackground(t, "instance worker", iw.Run)
-	pw, err := projectionworker.NewService(cfg, projectionworker.Deps{Pool: pool, ES: esc, Logger: logger},
+	pw, err := projectionworker.NewService(cfg.ProjectionWorker(), projectionworker.Deps{Pool: pool, ES: esc, Logger: logger},
 		projectionworker.Spec{Projection: projectionworker.History{}})
 	if err != nil {
 		t.Fatal(err)
@@ -103,7 +103,7 @@ func startPipeline(t *testing.T) *pipeline {
 	}
 	srv := httptest.NewServer(h)
 	t.Cleanup(srv.Close)
-	in, err := inspect.NewFromConfig(cfg, inspect.Deps{Pool: pool, Store: store, Bucket: bucket, Registry: reg,
+	in, err := inspect.NewFromConfig(inspect.Config{Kafka: cfg.Kafka, Relay: cfg.Relay, Elasticsearch: cfg.Elasticsearch}, inspect.Deps{Pool: pool, Store: store, Bucket: bucket, Registry: reg,
 		Sequences: store, ES: esc, Handlers: handlers})
 	if err != nil {
 		t.Fatal(err)
@@ -111,7 +111,7 @@ func startPipeline(t *testing.T) *pipeline {
 	t.Cleanup(in.Close)
 	p := &pipeline{cfg: cfg, store: store, reg: reg, in: in, api: srv, kafka: k, parked: relay.NewParkedStore(pool)}
 	p.relay = func() {
-		ropts := relay.OptionsFromConfig(cfg)
+		ropts := cfg.RelayOptions()
 		ropts.Logger = logger
 		rl, err := relay.New(store, bucket, pool, ropts)
 		if err != nil {

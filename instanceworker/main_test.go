@@ -31,8 +31,8 @@ import (
 	"github.com/sluicehq/sluice/eventstore/objstore/backend"
 	"github.com/sluicehq/sluice/instanceworker"
 	"github.com/sluicehq/sluice/internal/esserver"
+	"github.com/sluicehq/sluice/pipeline/sluiceconfig"
 	"github.com/sluicehq/sluice/registry"
-	"github.com/sluicehq/sluice/shared/config"
 	"github.com/sluicehq/sluice/shared/envelope"
 	"github.com/sluicehq/sluice/shared/observability"
 	"github.com/sluicehq/sluice/shared/readmodel"
@@ -57,7 +57,7 @@ func helperMain() int {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
 	defer stop()
 	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
-	cfg, err := config.FromOS()
+	cfg, err := sluiceconfig.FromOS()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "helper:", err)
 		return 1
@@ -84,7 +84,7 @@ func helperMain() int {
 		fmt.Fprintln(os.Stderr, "helper:", err)
 		return 1
 	}
-	svc, err := instanceworker.NewService(cfg, instanceworker.Deps{Pool: pool, Store: store, ES: es, Logger: logger,
+	svc, err := instanceworker.NewService(cfg.InstanceWorker(), instanceworker.Deps{Pool: pool, Store: store, ES: es, Logger: logger,
 		// A crashed member's session must expire quickly for the restart.
 		KafkaOpts: []kgo.Opt{kgo.SessionTimeout(6 * time.Second), kgo.HeartbeatInterval(500 * time.Millisecond)}})
 	if err != nil {
@@ -157,7 +157,7 @@ func newEnv(t testing.TB, partitions int) *env {
 	return e
 }
 
-func (e *env) config(extra map[string]string) *config.Config {
+func (e *env) config(extra map[string]string) *sluiceconfig.Config {
 	m := map[string]string{}
 	for k, v := range e.vars {
 		m[k] = v
@@ -165,7 +165,7 @@ func (e *env) config(extra map[string]string) *config.Config {
 	for k, v := range extra {
 		m[k] = v
 	}
-	cfg, err := config.Load(m)
+	cfg, err := sluiceconfig.Load(m)
 	if err != nil {
 		e.t.Fatal(err)
 	}
@@ -268,7 +268,7 @@ func (e *env) startInProcessWith(extra map[string]string, health *observability.
 		e.t.Fatal(err)
 	}
 	logger := slog.New(slog.NewTextHandler(testenv.LogWriter{T: e.t}, &slog.HandlerOptions{Level: slog.LevelInfo}))
-	svc, err := instanceworker.NewService(cfg, instanceworker.Deps{Pool: pool, Store: store, ES: es, Logger: logger, Health: health,
+	svc, err := instanceworker.NewService(cfg.InstanceWorker(), instanceworker.Deps{Pool: pool, Store: store, ES: es, Logger: logger, Health: health,
 		KafkaOpts: []kgo.Opt{kgo.WithLogger(kgo.BasicLogger(testenv.LogWriter{T: e.t}, kgo.LogLevelWarn, nil)),
 			kgo.SessionTimeout(6 * time.Second), kgo.HeartbeatInterval(500 * time.Millisecond)}})
 	if err != nil {

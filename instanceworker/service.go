@@ -36,10 +36,23 @@ type Deps struct {
 	TracerProvider trace.TracerProvider
 }
 
+// Config is what the instance worker reads of the process configuration: the
+// sections it shares with the other services, each declared by the package
+// it configures (shared/config is the mechanism; pipeline/sluiceconfig fills it
+// for the sluice binary, and config.Parse reads it alone).
+type Config struct {
+	Kafka         config.Kafka
+	EventStore    config.EventStore
+	Registry      config.Registry
+	Worker        config.Worker
+	Elasticsearch config.Elasticsearch
+	Testing       config.Testing
+}
+
 // Service is a running instance worker: the runtime consuming the commands
 // topic with a Worker as handler.
 type Service struct {
-	cfg    *config.Config
+	cfg    Config
 	worker *Worker
 	cons   *consumer.Consumer
 	reg    *registry.Registry
@@ -51,7 +64,7 @@ type Service struct {
 // "instanceworker", wait-for-predecessor), consumer group "instance-worker"
 // on COMMANDS_TOPIC with dead letters to COMMANDS_DLQ_TOPIC, crash points
 // from SLUICE_CRASH_POINT. Run it with Run.
-func NewService(cfg *config.Config, d Deps) (*Service, error) {
+func NewService(cfg Config, d Deps) (*Service, error) {
 	if !cfg.Registry.Enabled {
 		return nil, errors.New("instanceworker: ENABLE_PROCESSED_EVENT_REGISTRY=false is not supported: the registry is not optional")
 	}

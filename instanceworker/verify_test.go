@@ -13,7 +13,7 @@ import (
 	"github.com/sluicehq/sluice/eventstore/objstore/backend"
 	"github.com/sluicehq/sluice/instanceworker"
 	"github.com/sluicehq/sluice/internal/esserver"
-	"github.com/sluicehq/sluice/shared/config"
+	"github.com/sluicehq/sluice/pipeline/sluiceconfig"
 	"github.com/sluicehq/sluice/shared/envelope"
 	"github.com/sluicehq/sluice/shared/readmodel"
 	"github.com/sluicehq/sluice/shared/testenv"
@@ -35,7 +35,7 @@ func newVerifyFixture(t *testing.T) *verifyFixture {
 	_, pool := testenv.NewMigratedDatabase(t)
 	ts := httptest.NewServer(esserver.New())
 	t.Cleanup(ts.Close)
-	cfg, err := config.Load(map[string]string{"EVENT_STORE_BACKEND": "file", "EVENT_STORE_FILE_DIR": t.TempDir(), "ELASTICSEARCH_URLS": ts.URL})
+	cfg, err := sluiceconfig.Load(map[string]string{"EVENT_STORE_BACKEND": "file", "EVENT_STORE_FILE_DIR": t.TempDir(), "ELASTICSEARCH_URLS": ts.URL})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -33,11 +33,11 @@ import (
 	"github.com/sluicehq/sluice/eventstore/objstore"
 	"github.com/sluicehq/sluice/eventstore/objstore/minioext"
 	"github.com/sluicehq/sluice/instanceworker"
+	"github.com/sluicehq/sluice/pipeline/sluiceconfig"
 	"github.com/sluicehq/sluice/projectionworker"
 	"github.com/sluicehq/sluice/projectionworker/declarative"
 	"github.com/sluicehq/sluice/registry"
 	"github.com/sluicehq/sluice/relay"
-	"github.com/sluicehq/sluice/shared/config"
 	"github.com/sluicehq/sluice/shared/crashpoint"
 	"github.com/sluicehq/sluice/shared/envelope"
 	"github.com/sluicehq/sluice/shared/observability"
@@ -56,7 +56,7 @@ const (
 // Store and Bucket may be nil for a process whose services do not need the
 // event store (Service.NeedsStore).
 type Deps struct {
-	Config *config.Config
+	Config *sluiceconfig.Config
 	Logger *slog.Logger
 	Pool   *pgxpool.Pool
 	Bucket objstore.Bucket
@@ -182,7 +182,7 @@ func buildRelay(ctx context.Context, d Deps, _ Options) (Runner, error) {
 		return nil, err
 	}
 	postgresReady(d)
-	opts := relay.OptionsFromConfig(d.Config)
+	opts := d.Config.RelayOptions()
 	opts.Logger, opts.Registerer, opts.Health, opts.Crasher = d.Logger, d.Metrics, d.Health, crasher
 	opts.TracerProvider = d.TracerProvider
 	if es := d.Config.EventStore; es.Backend == "s3" && es.S3Endpoint != "" {
@@ -217,7 +217,7 @@ func buildInstanceWorker(_ context.Context, d Deps, _ Options) (Runner, error) {
 	if err := registerStore(d); err != nil {
 		return nil, err
 	}
-	svc, err := instanceworker.NewService(d.Config, instanceworker.Deps{
+	svc, err := instanceworker.NewService(d.Config.InstanceWorker(), instanceworker.Deps{
 		Pool: d.Pool, Store: d.Store, ES: es, Logger: d.Logger, Metrics: d.Metrics, Health: d.Health,
 		TracerProvider: d.TracerProvider,
 	})
@@ -240,7 +240,7 @@ func buildProjectionWorker(_ context.Context, d Deps, o Options) (Runner, error)
 	}
 	deps := projectionworker.Deps{Pool: d.Pool, ES: es, Logger: d.Logger, Metrics: d.Metrics, Health: d.Health,
 		TracerProvider: d.TracerProvider}
-	svc, err := projectionworker.NewService(d.Config, deps, specs...)
+	svc, err := projectionworker.NewService(d.Config.ProjectionWorker(), deps, specs...)
 	if err != nil {
 		return nil, err
 	}
@@ -255,7 +255,7 @@ func buildProjectionWorker(_ context.Context, d Deps, o Options) (Runner, error)
 	}
 	return runner{run: func(ctx context.Context) error {
 		// A declared version newer than the live one rebuilds blue/green.
-		if _, _, err := declarative.RebuildChanged(ctx, d.Config, deps, decl); err != nil {
+		if _, _, err := declarative.RebuildChanged(ctx, d.Config.ProjectionWorker(), deps, decl); err != nil {
 			return err
 		}
 		return svc.Run(ctx)

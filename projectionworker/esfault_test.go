@@ -152,7 +152,7 @@ func TestESOutagePausesTheWorker(t *testing.T) {
 			cfg := e.config(map[string]string{"ELASTICSEARCH_REQUEST_TIMEOUT": "500ms"})
 			d, closePool := e.deps(nil)
 			d.ES, d.Health, d.VersionCheck = g.client(t), health, -1
-			svc, err := projectionworker.NewService(cfg, d, spec("instances"), spec("history"))
+			svc, err := projectionworker.NewService(cfg.ProjectionWorker(), d, spec("instances"), spec("history"))
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -23,8 +23,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/sluicehq/sluice/internal/esserver"
+	"github.com/sluicehq/sluice/pipeline/sluiceconfig"
 	"github.com/sluicehq/sluice/projectionworker"
-	"github.com/sluicehq/sluice/shared/config"
 	"github.com/sluicehq/sluice/shared/consumer"
 	"github.com/sluicehq/sluice/shared/envelope"
 	"github.com/sluicehq/sluice/shared/readmodel"
@@ -50,7 +50,7 @@ func helperMain() int {
 	defer stop()
 	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
 	fail := func(err error) int { fmt.Fprintln(os.Stderr, "helper:", err); return 1 }
-	cfg, err := config.FromOS()
+	cfg, err := sluiceconfig.FromOS()
 	if err != nil {
 		return fail(err)
 	}
@@ -71,7 +71,7 @@ func helperMain() int {
 		}
 		specs = append(specs, projectionworker.Spec{Projection: p})
 	}
-	svc, err := projectionworker.NewService(cfg, projectionworker.Deps{Pool: pool, ES: es, Logger: logger,
+	svc, err := projectionworker.NewService(cfg.ProjectionWorker(), projectionworker.Deps{Pool: pool, ES: es, Logger: logger,
 		KafkaOpts: []kgo.Opt{kgo.SessionTimeout(6 * time.Second), kgo.HeartbeatInterval(500 * time.Millisecond)}}, specs...)
 	if err != nil {
 		return fail(err)
@@ -128,7 +128,7 @@ func newEnv(t testing.TB, partitions int) *env {
 	return e
 }
 
-func (e *env) config(extra map[string]string) *config.Config {
+func (e *env) config(extra map[string]string) *sluiceconfig.Config {
 	m := map[string]string{}
 	for k, v := range e.vars {
 		m[k] = v
@@ -136,7 +136,7 @@ func (e *env) config(extra map[string]string) *config.Config {
 	for k, v := range extra {
 		m[k] = v
 	}
-	cfg, err := config.Load(m)
+	cfg, err := sluiceconfig.Load(m)
 	if err != nil {
 		e.t.Fatal(err)
 	}
@@ -212,7 +212,7 @@ func (e *env) startInProcess(extra map[string]string, metrics prometheus.Registe
 	cfg := e.config(extra)
 	d, closePool := e.deps(metrics)
 	d.VersionCheck = 200 * time.Millisecond // follow a rebuild's swap quickly
-	svc, err := projectionworker.NewService(cfg, d, specs...)
+	svc, err := projectionworker.NewService(cfg.ProjectionWorker(), d, specs...)
 	if err != nil {
 		e.t.Fatal(err)
 	}

@@ -16,7 +16,7 @@ func TestMetricsSeriesExistAtZeroAfterNewService(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	d, closePool := e.deps(reg)
 	t.Cleanup(closePool)
-	if _, err := projectionworker.NewService(e.config(nil), d, spec("instances"), spec("history")); err != nil {
+	if _, err := projectionworker.NewService(e.config(nil).ProjectionWorker(), d, spec("instances"), spec("history")); err != nil {
 		t.Fatal(err)
 	}
 	mfs, err := reg.Gather()

@@ -9,7 +9,6 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
 
-	"github.com/sluicehq/sluice/shared/config"
 	"github.com/sluicehq/sluice/shared/kafka"
 )
 
@@ -86,7 +85,7 @@ func (p Progress) String() string {
 
 // SwitchOptions configure Rebuild and Rollback.
 type SwitchOptions struct {
-	Config     *config.Config
+	Config     Config
 	Deps       Deps
 	Projection Projection
 	// Version to build (Rebuild; ≥ 1 and not live). Ignored by Rollback.

@@ -71,12 +71,25 @@ type Spec struct {
 	Mode    Mode
 }
 
+// Config is what the projection worker reads of the process configuration: the
+// sections it shares with the other services, each declared by the package
+// it configures (shared/config is the mechanism; pipeline/sluiceconfig fills it
+// for the sluice binary, and config.Parse reads it alone).
+type Config struct {
+	Kafka         config.Kafka
+	EventStore    config.EventStore
+	Registry      config.Registry
+	Worker        config.Worker
+	Elasticsearch config.Elasticsearch
+	Testing       config.Testing
+}
+
 // Service runs projection workers on the events topic: one consumer group
 // (projection-{name}-v{version}) and registry handler
 // (projection:{name}:v{version}, skip-stale) per projection, one shared
 // bulker. Build it with NewService, run it with Run.
 type Service struct {
-	cfg   *config.Config
+	cfg   Config
 	d     Deps
 	specs []Spec
 	reg   *registry.Registry
@@ -93,7 +106,7 @@ type Service struct {
 // EVENTS_DLQ_TOPIC, ELASTICSEARCH_* (bulk bounds, index prefix),
 // PROJECTION_WORKER_MAX_RETRIES, WORKER_*, PROCESSED_EVENT_*, crash points
 // from SLUICE_CRASH_POINT (worker "projectionworker").
-func NewService(cfg *config.Config, d Deps, specs ...Spec) (*Service, error) {
+func NewService(cfg Config, d Deps, specs ...Spec) (*Service, error) {
 	if !cfg.Registry.Enabled {
 		return nil, errors.New("projectionworker: ENABLE_PROCESSED_EVENT_REGISTRY=false is not supported: the registry is not optional")
 	}

@@ -85,7 +85,7 @@ func TestRebuildSwapRace(t *testing.T) {
 	d, closePool := e.deps(nil)
 	defer closePool()
 	d.ES = es
-	if _, err := projectionworker.Rebuild(ctxT(t), projectionworker.SwitchOptions{Config: e.config(nil), Deps: d,
+	if _, err := projectionworker.Rebuild(ctxT(t), projectionworker.SwitchOptions{Config: e.config(nil).ProjectionWorker(), Deps: d,
 		Projection: projectionworker.Instances{}, Version: 2, Settle: time.Second}); err != nil {
 		t.Fatal(err)
 	}

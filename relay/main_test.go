@@ -48,8 +48,14 @@ func TestMain(m *testing.M) {
 func runHelper() int {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
 	defer stop()
-	cfg, err := config.FromOS()
-	if err != nil {
+	var cfg struct {
+		Postgres   config.Postgres
+		EventStore config.EventStore
+		Relay      config.Relay
+		Kafka      config.Kafka
+		Testing    config.Testing
+	}
+	if err := config.Parse(&cfg, config.EnvironOS()); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 2
 	}
@@ -77,7 +83,7 @@ func runHelper() int {
 		fmt.Fprintln(os.Stderr, err)
 		return 2
 	}
-	opts := OptionsFromConfig(cfg)
+	opts := Options{Config: cfg.Relay, Kafka: cfg.Kafka, AppendTimeout: cfg.EventStore.AppendTimeout}
 	opts.Logger, opts.Crasher, opts.Holder = logger, crasher, os.Getenv("RELAY_TEST_HOLDER")
 	if v := os.Getenv("RELAY_TEST_CHECKPOINT_MAX_RECORDS"); v != "" {
 		if opts.CheckpointMaxRecords, err = strconv.Atoi(v); err != nil {

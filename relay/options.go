@@ -3,10 +3,8 @@ package relay
 import (
 	"crypto/rand"
 	"encoding/hex"
-	"errors"
 	"fmt"
 	"log/slog"
-	"math"
 	"os"
 	"time"
 
@@ -85,8 +83,8 @@ type Options struct {
 	// MaxMessageBytes is the one Kafka size budget (kafka.MessageBudget):
 	// the producer's largest record batch and the max.message.bytes of the
 	// topics the relay creates. Default: the budget of the default
-	// envelope and metadata limits; OptionsFromConfig derives it from the
-	// configuration (SizeBudget).
+	// envelope and metadata limits, or Kafka.MaxMessageBytes as the
+	// process configuration derived it (kafka.Budget).
 	MaxMessageBytes int
 	// ObjectStoreTimeout bounds every object-storage call of the relay
 	// (segment LIST and GET, checkpoint read and write): a store that
@@ -97,11 +95,6 @@ type Options struct {
 	// ackHook, when set, is called after every flush with the acknowledged
 	// event ids (benchmarks).
 	ackHook func(ids []string, at time.Time)
-}
-
-// OptionsFromConfig returns the options a `sluice relay` process uses.
-func OptionsFromConfig(cfg *config.Config) Options {
-	return Options{Config: cfg.Relay, Kafka: cfg.Kafka, AppendTimeout: cfg.EventStore.AppendTimeout, MaxMessageBytes: SizeBudget(cfg)}
 }
 
 // settings are Options with every default applied.
@@ -218,36 +211,4 @@ func (o Options) withDefaults() (settings, error) {
 		k.ReplicationFactor = 1
 	}
 	return s, nil
-}
-
-// SizeBudget is the Kafka size budget of a configuration: KAFKA_MAX_MESSAGE_BYTES
-// when set, else kafka.MessageBudget of EVENT_STORE_MAX_ENVELOPE_BYTES and
-// EVENT_STORE_MAX_METADATA_BYTES.
-func SizeBudget(cfg *config.Config) int {
-	if cfg.Kafka.MaxMessageBytes > 0 {
-		return cfg.Kafka.MaxMessageBytes
-	}
-	return kafka.MessageBudget(cfg.EventStore.MaxEnvelopeBytes, cfg.EventStore.MaxMetadataBytes)
-}
-
-// CheckLimits reports configured limits that disagree (`sluice config
-// check`): a KAFKA_MAX_MESSAGE_BYTES below the budget an envelope at
-// EVENT_STORE_MAX_ENVELOPE_BYTES needs (the store would accept envelopes the
-// relay can only park), a budget above what Kafka's protocol can carry, and
-// an EVENT_PUBLISHER_PARK_AFTER_ATTEMPTS below 1. The error names every
-// variable at fault.
-func CheckLimits(cfg *config.Config) error {
-	var errs []error
-	need := kafka.MessageBudget(cfg.EventStore.MaxEnvelopeBytes, cfg.EventStore.MaxMetadataBytes)
-	if m := cfg.Kafka.MaxMessageBytes; m > 0 && m < need {
-		errs = append(errs, fmt.Errorf("KAFKA_MAX_MESSAGE_BYTES=%d is below the %d bytes an envelope at EVENT_STORE_MAX_ENVELOPE_BYTES=%d needs on Kafka (+ EVENT_STORE_MAX_METADATA_BYTES=%d for key and headers + %d framing): raise it, lower the envelope limit, or leave it unset (0) to derive it",
-			m, need, cfg.EventStore.MaxEnvelopeBytes, cfg.EventStore.MaxMetadataBytes, kafka.FramingBytes))
-	}
-	if b := SizeBudget(cfg); b > math.MaxInt32 {
-		errs = append(errs, fmt.Errorf("size budget for Kafka %d bytes (KAFKA_MAX_MESSAGE_BYTES or EVENT_STORE_MAX_ENVELOPE_BYTES): exceeds %d, the most Kafka can carry", b, math.MaxInt32))
-	}
-	if cfg.Relay.ParkAfterAttempts < 1 {
-		errs = append(errs, fmt.Errorf("EVENT_PUBLISHER_PARK_AFTER_ATTEMPTS=%d: must be at least 1", cfg.Relay.ParkAfterAttempts))
-	}
-	return errors.Join(errs...)
 }

@@ -8,7 +8,6 @@ import (
 	"encoding/json"
 	"errors"
 	"strconv"
-	"strings"
 	"testing"
 	"time"
 
@@ -311,41 +310,6 @@ func TestRepublishAndDropParked(t *testing.T) {
 	}
 	if n, err := ps.Count(ctx, "test"); err != nil || n != 0 {
 		t.Errorf("parked count %d (err %v), want 0", n, err)
-	}
-}
-
-// TestCheckLimits: `sluice config check` fails when the Kafka budget is set
-// below what an envelope at the store's limit needs.
-func TestCheckLimits(t *testing.T) {
-	cases := []struct {
-		name     string
-		maxMsg   int
-		attempts int
-		wantErr  string
-	}{
-		{"derived", 0, 3, ""},
-		{"explicit and large enough", 2 << 20, 3, ""},
-		{"below the envelope limit", 1_000_012, 3, "KAFKA_MAX_MESSAGE_BYTES=1000012"},
-		{"no attempts", 0, 0, "EVENT_PUBLISHER_PARK_AFTER_ATTEMPTS"},
-	}
-	for _, tc := range cases {
-		t.Run(tc.name, func(t *testing.T) {
-			cfg := &config.Config{EventStore: config.EventStore{MaxEnvelopeBytes: 1 << 20, MaxMetadataBytes: 16384}}
-			cfg.Kafka.MaxMessageBytes = tc.maxMsg
-			cfg.Relay.ParkAfterAttempts = tc.attempts
-			err := CheckLimits(cfg)
-			switch {
-			case tc.wantErr == "" && err != nil:
-				t.Errorf("unexpected error: %v", err)
-			case tc.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tc.wantErr)):
-				t.Errorf("error %v, want one naming %s", err, tc.wantErr)
-			}
-			if tc.wantErr == "" {
-				if got, want := SizeBudget(cfg), max(tc.maxMsg, 1<<20+16384+4096); got != want {
-					t.Errorf("SizeBudget = %d, want %d", got, want)
-				}
-			}
-		})
 	}
 }
 

@@ -3,8 +3,7 @@ package main
 import (
 	"github.com/spf13/cobra"
 
-	"github.com/sluicehq/sluice/relay"
-	"github.com/sluicehq/sluice/shared/config"
+	"github.com/sluicehq/sluice/pipeline/sluiceconfig"
 )
 
 func newConfigCmd() *cobra.Command {
@@ -14,7 +13,7 @@ func newConfigCmd() *cobra.Command {
 		Short: "Print the configuration reference (docs/configuration.md) generated from the code",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			cmd.Print(config.Markdown())
+			cmd.Print(sluiceconfig.Markdown())
 			return nil
 		},
 	}, &cobra.Command{
@@ -27,11 +26,7 @@ like a typo of one sluice reads (EVENT_STORE_BAKEND, KAFKA_BROKER): each is
 named with the variable that was probably meant. Exit status 1 on any problem.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			cfg, err := config.CheckOS()
-			if err != nil {
-				return err
-			}
-			if err := relay.CheckLimits(cfg); err != nil {
+			if _, err := sluiceconfig.CheckOS(); err != nil {
 				return err
 			}
 			cmd.Println("configuration OK")
@@ -42,7 +37,7 @@ named with the variable that was probably meant. Exit status 1 on any problem.`,
 		Short: "Print every variable with the value this environment gives it (credentials redacted)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			cfg, err := config.FromOS()
+			cfg, err := sluiceconfig.FromOS()
 			if err != nil {
 				return err
 			}

@@ -19,7 +19,7 @@ import (
 	"github.com/chromedp/chromedp"
 
 	"github.com/sluicehq/sluice/api"
-	"github.com/sluicehq/sluice/shared/config"
+	"github.com/sluicehq/sluice/pipeline/sluiceconfig"
 	"github.com/sluicehq/sluice/shared/observability"
 	"github.com/sluicehq/sluice/shared/testenv"
 )
@@ -102,7 +102,7 @@ func startDevConsole(t *testing.T) *devConsole {
 	var out, errb bytes.Buffer
 	done := make(chan error, 1)
 	go func() {
-		cfg, err := config.FromOS()
+		cfg, err := sluiceconfig.FromOS()
 		if err != nil {
 			done <- err
 			return

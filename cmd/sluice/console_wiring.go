@@ -12,9 +12,9 @@ import (
 	"github.com/sluicehq/sluice/eventstore/objstore"
 	"github.com/sluicehq/sluice/inspect"
 	"github.com/sluicehq/sluice/instanceworker"
+	"github.com/sluicehq/sluice/pipeline/sluiceconfig"
 	"github.com/sluicehq/sluice/projectionworker"
 	"github.com/sluicehq/sluice/registry"
-	"github.com/sluicehq/sluice/shared/config"
 	"github.com/sluicehq/sluice/shared/envelope"
 	"github.com/sluicehq/sluice/shared/readmodel"
 )
@@ -22,7 +22,7 @@ import (
 // newInspector opens the trace and aggregate views for the api process:
 // the workers are the instance worker and the projections SLUICE_PROJECTIONS
 // names (default history, as `sluice projection-worker`).
-func newInspector(cfg *config.Config, pool *pgxpool.Pool, store *eventstore.Store, bucket objstore.Bucket, reg *registry.Registry) (*inspect.Inspector, error) {
+func newInspector(cfg *sluiceconfig.Config, pool *pgxpool.Pool, store *eventstore.Store, bucket objstore.Bucket, reg *registry.Registry) (*inspect.Inspector, error) {
 	es, err := readmodel.NewClient(cfg.Elasticsearch)
 	if err != nil {
 		return nil, err
@@ -40,7 +40,7 @@ func newInspector(cfg *config.Config, pool *pgxpool.Pool, store *eventstore.Stor
 		n, v := s.Projection.Name(), s.Projection.Version()
 		hs = append(hs, inspect.Handler{Name: projectionworker.HandlerName(n, v), Group: projectionworker.GroupName(n, v), Kind: envelope.KindDomain})
 	}
-	return inspect.NewFromConfig(cfg, inspect.Deps{Pool: pool, Store: store, Bucket: bucket, Registry: reg,
+	return inspect.NewFromConfig(inspect.Config{Kafka: cfg.Kafka, Relay: cfg.Relay, Elasticsearch: cfg.Elasticsearch}, inspect.Deps{Pool: pool, Store: store, Bucket: bucket, Registry: reg,
 		Sequences: store, ES: es, Handlers: hs})
 }
 

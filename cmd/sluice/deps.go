@@ -15,14 +15,14 @@ import (
 	"github.com/sluicehq/sluice/eventstore"
 	"github.com/sluicehq/sluice/eventstore/objstore"
 	"github.com/sluicehq/sluice/eventstore/objstore/backend"
-	"github.com/sluicehq/sluice/shared/config"
+	"github.com/sluicehq/sluice/pipeline/sluiceconfig"
 	"github.com/sluicehq/sluice/shared/observability"
 )
 
 // storeDeps are what the commands that touch the event store open: config,
 // logger, pool, bucket (self-tested) and store. The close func releases them.
 type storeDeps struct {
-	cfg    *config.Config
+	cfg    *sluiceconfig.Config
 	logger *slog.Logger
 	pool   *pgxpool.Pool
 	bucket objstore.Bucket
@@ -73,7 +73,7 @@ func openDeps(cmd *cobra.Command, wait bool) (*storeDeps, func(), error) {
 // the event store), so that orchestrators see a live, unready service
 // rather than a dead one; the service's own server takes the address over
 // afterwards.
-func openBucket(ctx context.Context, cfg *config.Config, logger *slog.Logger, wait bool) (objstore.Bucket, error) {
+func openBucket(ctx context.Context, cfg *sluiceconfig.Config, logger *slog.Logger, wait bool) (objstore.Bucket, error) {
 	delay := 500 * time.Millisecond
 	var stopProbes func()
 	defer func() {

@@ -26,6 +26,7 @@ import (
 	"github.com/sluicehq/sluice/internal/esserver"
 	"github.com/sluicehq/sluice/migrations"
 	"github.com/sluicehq/sluice/pipeline"
+	"github.com/sluicehq/sluice/pipeline/sluiceconfig"
 	"github.com/sluicehq/sluice/shared/config"
 	"github.com/sluicehq/sluice/shared/localpg"
 	"github.com/sluicehq/sluice/shared/observability"
@@ -85,7 +86,7 @@ brings everything back. One sluice dev owns a data directory at a time.`,
 	return c
 }
 
-func runDev(parent context.Context, out io.Writer, cfg *config.Config, logger *slog.Logger, f devFlags) error {
+func runDev(parent context.Context, out io.Writer, cfg *sluiceconfig.Config, logger *slog.Logger, f devFlags) error {
 	// One owner per data dir: a second sluice dev would adopt this one's
 	// Postgres, then stop it on exit. It is released last, after every
 	// part (the Elasticsearch server's final snapshot too) has stopped.

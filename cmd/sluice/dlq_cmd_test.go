@@ -15,8 +15,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/sluicehq/sluice/dlq"
+	"github.com/sluicehq/sluice/pipeline/sluiceconfig"
 	"github.com/sluicehq/sluice/registry"
-	"github.com/sluicehq/sluice/shared/config"
 	"github.com/sluicehq/sluice/shared/consumer"
 	"github.com/sluicehq/sluice/shared/testenv"
 )
@@ -333,9 +333,9 @@ func opHasLine(out string, fields ...string) bool {
 	return false
 }
 
-func opConfig(t *testing.T) *config.Config {
+func opConfig(t *testing.T) *sluiceconfig.Config {
 	t.Helper()
-	cfg, err := config.FromOS()
+	cfg, err := sluiceconfig.FromOS()
 	if err != nil {
 		t.Fatal(err)
 	}

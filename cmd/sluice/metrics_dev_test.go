@@ -14,7 +14,7 @@ import (
 	"github.com/prometheus/common/model"
 
 	"github.com/sluicehq/sluice/instanceworker"
-	"github.com/sluicehq/sluice/shared/config"
+	"github.com/sluicehq/sluice/pipeline/sluiceconfig"
 	"github.com/sluicehq/sluice/shared/observability"
 	"github.com/sluicehq/sluice/shared/testenv"
 )
@@ -32,7 +32,7 @@ func TestDevFirstScrape(t *testing.T) {
 	t.Setenv("SLUICE_HTTP_ADDR", metricsAddr)
 	t.Setenv("SLUICE_API_ADDR", "127.0.0.1:"+strconv.Itoa(testenv.FreePort(t)))
 	t.Setenv("SLUICE_LOG_LEVEL", "warn")
-	cfg, err := config.FromOS()
+	cfg, err := sluiceconfig.FromOS()
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -25,7 +25,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/sluicehq/sluice/internal/esserver"
-	"github.com/sluicehq/sluice/shared/config"
+	"github.com/sluicehq/sluice/pipeline/sluiceconfig"
 	"github.com/sluicehq/sluice/shared/envelope"
 	"github.com/sluicehq/sluice/shared/observability"
 	"github.com/sluicehq/sluice/shared/readmodel"
@@ -128,7 +128,7 @@ func startPipeline(b *testing.B) *benchPipeline {
 	f := devFlags{dataDir: b.TempDir(), esAddr: "127.0.0.1:" + strconv.Itoa(testenv.FreePort(b)), kafkaAddr: kafkaAddr, wrapES: p.observeES}
 	done := make(chan error, 1)
 	go func() {
-		cfg, err := config.FromOS()
+		cfg, err := sluiceconfig.FromOS()
 		if err != nil {
 			done <- err
 			return

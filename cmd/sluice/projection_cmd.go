@@ -13,9 +13,9 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 
 	"github.com/sluicehq/sluice/pipeline"
+	"github.com/sluicehq/sluice/pipeline/sluiceconfig"
 	"github.com/sluicehq/sluice/projectionworker"
 	"github.com/sluicehq/sluice/projectionworker/declarative"
-	"github.com/sluicehq/sluice/shared/config"
 	"github.com/sluicehq/sluice/shared/kafka"
 	"github.com/sluicehq/sluice/shared/readmodel"
 )
@@ -237,7 +237,7 @@ func yesNo(b bool) string {
 	return "-"
 }
 
-func kafkaAdmin(cfg *config.Config) (*kadm.Client, func(), error) {
+func kafkaAdmin(cfg *sluiceconfig.Config) (*kadm.Client, func(), error) {
 	cl, err := kafka.NewClient(cfg.Kafka)
 	if err != nil {
 		return nil, nil, err
@@ -273,7 +273,7 @@ func runSwitch(cmd *cobra.Command, name string, version int, settle time.Duratio
 	}
 	defer stopMetrics()
 	bar := newProgress(cmd, 0, p.Name(), "records")
-	sum, err := op(cmd.Context(), projectionworker.SwitchOptions{Config: cfg,
+	sum, err := op(cmd.Context(), projectionworker.SwitchOptions{Config: cfg.ProjectionWorker(),
 		Deps:       projectionworker.Deps{Pool: pool, ES: es, Logger: logger, Metrics: metrics},
 		Projection: p, Version: version, Settle: settle,
 		Progress: func(pr projectionworker.Progress) {

@@ -18,7 +18,7 @@ import (
 	"github.com/sluicehq/sluice/eventstore"
 	"github.com/sluicehq/sluice/eventstore/objstore/backend"
 	"github.com/sluicehq/sluice/internal/esserver"
-	"github.com/sluicehq/sluice/shared/config"
+	"github.com/sluicehq/sluice/pipeline/sluiceconfig"
 	"github.com/sluicehq/sluice/shared/envelope"
 	"github.com/sluicehq/sluice/shared/testenv"
 )
@@ -66,7 +66,7 @@ func TestReadOnlyCommandsWithReadOnlyCredentials(t *testing.T) {
 		"EVENT_STORE_S3_ACCESS_KEY_ID": mi.AccessKey, "EVENT_STORE_S3_SECRET_ACCESS_KEY": mi.SecretKey,
 		"EVENT_STORE_BUCKET": mi.NewBucket(t),
 	}
-	cfg, err := config.Load(env)
+	cfg, err := sluiceconfig.Load(env)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -10,12 +10,12 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/sluicehq/sluice/instanceworker"
+	"github.com/sluicehq/sluice/pipeline/sluiceconfig"
 	"github.com/sluicehq/sluice/registry"
-	"github.com/sluicehq/sluice/shared/config"
 )
 
 // openPool connects to DATABASE_URL; the caller closes the pool.
-func openPool(cmd *cobra.Command, cfg *config.Config) (*pgxpool.Pool, error) {
+func openPool(cmd *cobra.Command, cfg *sluiceconfig.Config) (*pgxpool.Pool, error) {
 	if cfg.Postgres.URL == "" {
 		return nil, errors.New("DATABASE_URL is not set")
 	}

@@ -12,8 +12,8 @@ import (
 
 	"github.com/sluicehq/sluice/eventstore"
 	"github.com/sluicehq/sluice/eventstore/objstore/backend"
+	"github.com/sluicehq/sluice/pipeline/sluiceconfig"
 	"github.com/sluicehq/sluice/relay"
-	"github.com/sluicehq/sluice/shared/config"
 	"github.com/sluicehq/sluice/shared/envelope"
 	"github.com/sluicehq/sluice/shared/testenv"
 )
@@ -30,7 +30,7 @@ func TestRelayCheckpointSetGuard(t *testing.T) {
 	for key, v := range env {
 		t.Setenv(key, v)
 	}
-	cfg, err := config.Load(env)
+	cfg, err := sluiceconfig.Load(env)
 	if err != nil {
 		t.Fatal(err)
 	}

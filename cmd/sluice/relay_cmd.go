@@ -11,8 +11,8 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/sluicehq/sluice/pipeline"
+	"github.com/sluicehq/sluice/pipeline/sluiceconfig"
 	"github.com/sluicehq/sluice/relay"
-	"github.com/sluicehq/sluice/shared/config"
 	"github.com/sluicehq/sluice/shared/kafka"
 )
 
@@ -401,7 +401,7 @@ func newRelayParkedResolveCmd(verb string) *cobra.Command {
 // the Postgres pool (not the object store: parked rows hold their
 // envelopes, so the commands work while object storage is out).
 type parkedDeps struct {
-	cfg  *config.Config
+	cfg  *sluiceconfig.Config
 	pool *pgxpool.Pool
 }
 

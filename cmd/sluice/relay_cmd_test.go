@@ -18,8 +18,8 @@ import (
 
 	"github.com/sluicehq/sluice/eventstore"
 	"github.com/sluicehq/sluice/eventstore/objstore/backend"
+	"github.com/sluicehq/sluice/pipeline/sluiceconfig"
 	"github.com/sluicehq/sluice/relay"
-	"github.com/sluicehq/sluice/shared/config"
 	"github.com/sluicehq/sluice/shared/envelope"
 	"github.com/sluicehq/sluice/shared/testenv"
 )
@@ -52,7 +52,7 @@ func TestRelayCommands(t *testing.T) {
 	for key, v := range env {
 		t.Setenv(key, v)
 	}
-	cfg, err := config.Load(env)
+	cfg, err := sluiceconfig.Load(env)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -183,7 +183,7 @@ func TestRelayParkedCommands(t *testing.T) {
 	for key, v := range env {
 		t.Setenv(key, v)
 	}
-	cfg, err := config.Load(env)
+	cfg, err := sluiceconfig.Load(env)
 	if err != nil {
 		t.Fatal(err)
 	}

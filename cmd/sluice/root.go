@@ -8,6 +8,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/spf13/cobra"
 
+	"github.com/sluicehq/sluice/pipeline/sluiceconfig"
 	"github.com/sluicehq/sluice/shared/config"
 	"github.com/sluicehq/sluice/shared/observability"
 )
@@ -56,8 +57,8 @@ func newRootCmd(stdout, stderr io.Writer) *cobra.Command {
 
 // loadConfig reads the environment, applies its Go runtime settings
 // (applyRuntime) and builds the process logger.
-func loadConfig(cmd *cobra.Command) (*config.Config, *slog.Logger, error) {
-	cfg, err := config.FromOS()
+func loadConfig(cmd *cobra.Command) (*sluiceconfig.Config, *slog.Logger, error) {
+	cfg, err := sluiceconfig.FromOS()
 	if err != nil {
 		return nil, nil, err
 	}

@@ -15,7 +15,7 @@ import (
 
 	"github.com/sluicehq/sluice/eventstore"
 	"github.com/sluicehq/sluice/eventstore/objstore/backend"
-	"github.com/sluicehq/sluice/shared/config"
+	"github.com/sluicehq/sluice/pipeline/sluiceconfig"
 	"github.com/sluicehq/sluice/shared/envelope"
 	"github.com/sluicehq/sluice/shared/testenv"
 )
@@ -29,7 +29,7 @@ func TestStoreCommands(t *testing.T) {
 	for k, v := range env {
 		t.Setenv(k, v)
 	}
-	cfg, err := config.Load(env)
+	cfg, err := sluiceconfig.Load(env)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -105,7 +105,7 @@ func TestStoreReindexGuard(t *testing.T) {
 	for k, v := range env {
 		t.Setenv(k, v)
 	}
-	cfg, err := config.Load(env)
+	cfg, err := sluiceconfig.Load(env)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -8,7 +8,7 @@ import (
 	"github.com/spf13/cobra"
 	"go.opentelemetry.io/otel/trace"
 
-	"github.com/sluicehq/sluice/shared/config"
+	"github.com/sluicehq/sluice/pipeline/sluiceconfig"
 	"github.com/sluicehq/sluice/shared/tracing"
 )
 
@@ -16,7 +16,7 @@ import (
 // environment (docs/tracing.md; off unless an exporter is asked for) and
 // returns it with the func that flushes and stops it at exit. component
 // names the default service.name, sluice-{component}.
-func startTracing(cmd *cobra.Command, cfg *config.Config, logger *slog.Logger, component string) (trace.TracerProvider, func(), error) {
+func startTracing(cmd *cobra.Command, cfg *sluiceconfig.Config, logger *slog.Logger, component string) (trace.TracerProvider, func(), error) {
 	p, err := tracing.Setup(cmd.Context(), "sluice-"+component, version, cfg.Tracing.Headers.Value())
 	if err != nil {
 		return nil, nil, err

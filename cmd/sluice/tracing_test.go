@@ -17,8 +17,8 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/sluicehq/sluice/instanceworker"
+	"github.com/sluicehq/sluice/pipeline/sluiceconfig"
 	"github.com/sluicehq/sluice/projectionworker"
-	"github.com/sluicehq/sluice/shared/config"
 	"github.com/sluicehq/sluice/shared/observability"
 	"github.com/sluicehq/sluice/shared/testenv"
 	"github.com/sluicehq/sluice/shared/tracing"
@@ -60,7 +60,7 @@ func TestTraceOneCommand(t *testing.T) {
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
 	t.Cleanup(func() { _ = tp.Shutdown(context.Background()) })
 
-	cfg, err := config.FromOS()
+	cfg, err := sluiceconfig.FromOS()
 	if err != nil {
 		t.Fatal(err)
 	}

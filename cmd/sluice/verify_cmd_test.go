@@ -17,7 +17,7 @@ import (
 	"github.com/sluicehq/sluice/eventstore/objstore/backend"
 	"github.com/sluicehq/sluice/instanceworker"
 	"github.com/sluicehq/sluice/internal/esserver"
-	"github.com/sluicehq/sluice/shared/config"
+	"github.com/sluicehq/sluice/pipeline/sluiceconfig"
 	"github.com/sluicehq/sluice/shared/envelope"
 	"github.com/sluicehq/sluice/shared/readmodel"
 	"github.com/sluicehq/sluice/shared/testenv"
@@ -75,7 +75,7 @@ func newVerifyFixture(t *testing.T) *verifyFixture {
 	for k, v := range env {
 		t.Setenv(k, v)
 	}
-	cfg, err := config.Load(env)
+	cfg, err := sluiceconfig.Load(env)
 	if err != nil {
 		t.Fatal(err)
 	}

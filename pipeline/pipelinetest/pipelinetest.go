@@ -23,14 +23,14 @@ import (
 	"github.com/sluicehq/sluice/eventstore/objstore/backend"
 	"github.com/sluicehq/sluice/internal/esserver"
 	"github.com/sluicehq/sluice/pipeline"
-	"github.com/sluicehq/sluice/shared/config"
+	"github.com/sluicehq/sluice/pipeline/sluiceconfig"
 	"github.com/sluicehq/sluice/shared/observability"
 	"github.com/sluicehq/sluice/shared/testenv"
 )
 
 // Env is a running pipeline.
 type Env struct {
-	Config *config.Config
+	Config *sluiceconfig.Config
 	Deps   pipeline.Deps
 	Pool   *pgxpool.Pool
 	Store  *eventstore.Store
@@ -68,7 +68,7 @@ func Start(t testing.TB, o Options) *Env {
 		"SHUTDOWN_TIMEOUT": "5s",
 	}
 	maps.Copy(env, o.Env)
-	cfg, err := config.Load(env)
+	cfg, err := sluiceconfig.Load(env)
 	if err != nil {
 		t.Fatalf("pipelinetest: config: %v", err)
 	}

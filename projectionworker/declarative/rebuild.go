@@ -5,7 +5,6 @@ import (
 	"errors"
 
 	"github.com/sluicehq/sluice/projectionworker"
-	"github.com/sluicehq/sluice/shared/config"
 )
 
 // RebuildChanged starts, in the background, the blue/green rebuild of
@@ -17,7 +16,7 @@ import (
 // version already has indices (a rebuild under way, perhaps by another
 // replica, or kept for rollback) is left alone with a log line. It returns
 // once the rebuilds are started; done receives each one's outcome.
-func RebuildChanged(ctx context.Context, cfg *config.Config, d projectionworker.Deps, ps []*Projection) (started int, done <-chan error, err error) {
+func RebuildChanged(ctx context.Context, cfg projectionworker.Config, d projectionworker.Deps, ps []*Projection) (started int, done <-chan error, err error) {
 	out := make(chan error, len(ps))
 	prefix := cfg.Elasticsearch.IndexPrefix
 	for _, p := range ps {

@@ -1,7 +1,6 @@
 package config
 
 import (
-	"errors"
 	"regexp"
 	"slices"
 	"strings"
@@ -33,36 +32,13 @@ var sdkPrefixes = []string{"OTEL_"}
 // a pod keeps enableServiceLinks: they are not sluice's and not typos.
 var serviceLink = regexp.MustCompile(`^[A-Z0-9_]+_(SERVICE_HOST|SERVICE_PORT(_[A-Z0-9_]+)?|PORT(_[0-9]+_(TCP|UDP|SCTP)(_(PROTO|PORT|ADDR))?)?)$`)
 
-// Check is what `sluice config check` runs on a deployment's environment:
-// Load (every value parsed and validated), plus the checks that only make
-// sense for a deployed service — DATABASE_URL must be set (sluice dev starts
-// its own Postgres, so Load alone allows it unset) and no variable may look
-// like a typo of one sluice reads (UnknownVars). Every problem is a
-// *VarError naming its variable; all of them are joined.
-func Check(environ map[string]string) (*Config, error) {
-	var errs []error
-	c, err := Load(environ)
-	if err != nil {
-		errs = append(errs, err)
-	}
-	if environ["DATABASE_URL"] == "" && environ["DATABASE_URL"+fileSuffix] == "" {
-		errs = append(errs, &VarError{Var: "DATABASE_URL", Reason: "must be set (postgres://user:password@host:5432/db?sslmode=require), or DATABASE_URL_FILE naming a file that holds it"})
-	}
-	errs = append(errs, UnknownVars(environ)...)
-	if len(errs) > 0 {
-		return nil, errors.Join(errs...)
-	}
-	return c, nil
-}
-
-// UnknownVars returns a *VarError for every variable of environ that sluice
-// does not read but that looks meant for it: one with a prefix of sluice's
+// UnknownVars returns a *VarError for every variable of environ that is not
+// one of vars (what sluice reads) but that looks meant for it: one with a prefix of sluice's
 // own (EVENT_STORE_, KAFKA_, SLUICE_, …) or within a typo's distance of a
 // known name (EVENT_STORE_BAKEND, KAFKA_BROKER, DATABSE_URL). Each names the
 // closest known variable. Other variables (PATH, HOME, Kubernetes service
 // links) are left alone. The result is sorted by variable.
-func UnknownVars(environ map[string]string) []error {
-	vars := Vars()
+func UnknownVars(vars []Var, environ map[string]string) []error {
 	known := make(map[string]bool, len(vars))
 	fileOK := map[string]bool{}
 	for _, v := range vars {
@@ -148,6 +124,3 @@ func editDistance(a, b string) int {
 	}
 	return prev[len(b)]
 }
-
-// CheckOS runs Check on the process environment.
-func CheckOS() (*Config, error) { return Check(environMap()) }

@@ -1,23 +1,30 @@
-// Package config provides sluice's environment-based configuration: one typed
-// Config value loaded from environment variables with defaults, validated at
-// start-up so that a bad value stops the process with an error naming the
-// variable (docs/configuration.md: invalid values never start a half-configured
-// service), and rendered as docs/configuration.md so the reference cannot
-// drift from the code.
+// Package config is the mechanism of sluice's environment-based
+// configuration. Each component declares its own settings, once, as a Go
+// struct (a section) in its own package: the variable, its default, its
+// one-line documentation and whether it is a credential are field tags, and
+// its checks are the section's Validate method. A process composes the
+// sections it runs (pipeline/sluiceconfig for the sluice binary) and Parse reads
+// them all, so that a bad value stops the process at start-up with an error
+// naming the variable (invalid values never start a half-configured
+// service), and Vars and Markdown render the same declarations as
+// docs/configuration.md, which therefore cannot drift from the code.
 //
-// Every variable is declared once, as a struct field tag:
+// The field tags:
 //
 //	env:"NAME"          the variable
 //	envDefault:"value"  its default (parsed like a set value)
 //	doc:"..."           one line for docs/configuration.md
 //	docDefault:"..."    shown instead of envDefault when the default is computed
 //	file:"true"         a credential: NAME_FILE may name a file holding it
+//	section:"Title"     on a composition's field: the section's heading
 //
-// Durations accept Go duration strings ("250ms", "2m") and bare numbers,
-// which mean seconds ("30", "0.5"), so the *_SECONDS knobs read
-// naturally. Secrets use the Secret type, which never prints its value, and
-// every credential can be read from a mounted file instead (NAME_FILE, see
-// ReadSecretFiles).
+// A section may implement Deriver (defaults that depend on other values)
+// and Validator (checks, with Checker); so may a composition, for rules
+// across sections. Durations accept Go duration strings ("250ms", "2m") and
+// bare numbers, which mean seconds ("30", "0.5"), so the *_SECONDS knobs
+// read naturally. Secrets use the Secret type, which never prints its
+// value, and every credential can be read from a mounted file instead
+// (NAME_FILE, see ReadSecretFiles).
 package config
 
 import (
@@ -31,176 +38,6 @@ import (
 
 	"github.com/caarlos0/env/v11"
 )
-
-// Config is the whole configuration of a sluice process. Each service reads
-// the sections it needs; Validate checks every section so a typo anywhere
-// fails fast.
-type Config struct {
-	Log           Log           `section:"Logging"`
-	HTTP          HTTP          `section:"Health and metrics server"`
-	Runtime       Runtime       `section:"Go runtime"`
-	Postgres      Postgres      `section:"Postgres"`
-	EventStore    EventStore    `section:"Event store"`
-	Relay         Relay         `section:"Relay (event publisher)"`
-	Kafka         Kafka         `section:"Kafka"`
-	Registry      Registry      `section:"Processed-event registry"`
-	Worker        Worker        `section:"Workers"`
-	Elasticsearch Elasticsearch `section:"Elasticsearch"`
-	API           API           `section:"HTTP API"`
-	Tracing       Tracing       `section:"Tracing (OpenTelemetry)"`
-	Testing       Testing       `section:"Fault injection (tests only)"`
-}
-
-// Log configures structured logging.
-type Log struct {
-	Level  string `env:"SLUICE_LOG_LEVEL" envDefault:"info" doc:"Minimum log level: debug, info, warn or error."`
-	Format string `env:"SLUICE_LOG_FORMAT" envDefault:"json" doc:"Log format: json (one JSON object per line) or text."`
-}
-
-// HTTP configures the per-process observability server.
-type HTTP struct {
-	Addr string `env:"SLUICE_HTTP_ADDR" envDefault:":9090" doc:"Listen address of the /metrics, /livez and /readyz server of every service. off disables it (an empty value means the default)."`
-}
-
-// Runtime configures the Go runtime of a sluice process. The Go runtime
-// reads both variables itself at start-up; sluice applies GOGC's default
-// when it is unset (GCPercent).
-type Runtime struct {
-	GOGC       string `env:"GOGC" envDefault:"400" doc:"Garbage-collector target of the Go runtime: a collection starts when the heap has grown by this percentage over the live heap (off: never). Go's own default is 100; sluice's is 400, which took about a quarter off the pipeline's p99 at 1,000 commands/s for about 100 MB more memory in sluice dev (docs/benchmarks.md). Bound the heap with GOMEMLIMIT."`
-	GOMEMLIMIT string `env:"GOMEMLIMIT" doc:"Soft memory limit of the Go runtime, read by the runtime itself: a byte count (536870912) or one with a B, KiB, MiB, GiB or TiB suffix (900MiB), or off. Near it the collector runs more often, whatever GOGC says. The Kubernetes manifests set it to the container's memory limit through the downward API (docs/deploy.md)."`
-}
-
-// GCPercent is GOGC as debug.SetGCPercent takes it (-1 for off, or any
-// negative value). It expects a validated configuration.
-func (r Runtime) GCPercent() int {
-	n, err := strconv.Atoi(r.GOGC)
-	if err != nil || n < 0 {
-		return -1 // off
-	}
-	return n
-}
-
-// Postgres configures the connection shared by the event-store index and the
-// processed-event registry.
-type Postgres struct {
-	URL      Secret `env:"DATABASE_URL" file:"true" doc:"Postgres connection string (postgres://user:pass@host:5432/db?sslmode=...). Required by every service; sluice dev starts a local server when unset."`
-	MaxConns int    `env:"DATABASE_MAX_CONNS" envDefault:"16" doc:"Maximum connections in the pool of one process."`
-}
-
-// EventStore configures the segment log (docs/eventstore.md).
-type EventStore struct {
-	Backend                 string        `env:"EVENT_STORE_BACKEND" envDefault:"s3" doc:"Object storage backend: s3 (AWS S3, MinIO, any S3-compatible store) or file (a local directory, single host)."`
-	Bucket                  string        `env:"EVENT_STORE_BUCKET" envDefault:"sluice-events" doc:"Bucket (s3) holding segments/ and checkpoints/."`
-	FileDir                 string        `env:"EVENT_STORE_FILE_DIR" envDefault:"./data/events" doc:"Root directory of the file backend; the bucket is a folder below it."`
-	S3Endpoint              string        `env:"EVENT_STORE_S3_ENDPOINT" doc:"S3 endpoint URL (http://minio:9000). Empty uses AWS's regional endpoint."`
-	S3Region                string        `env:"EVENT_STORE_S3_REGION" envDefault:"us-east-1" doc:"S3 region."`
-	S3AccessKeyID           string        `env:"EVENT_STORE_S3_ACCESS_KEY_ID" file:"true" doc:"Static access key id. Empty uses the default AWS credential chain."`
-	S3SecretAccessKey       Secret        `env:"EVENT_STORE_S3_SECRET_ACCESS_KEY" file:"true" doc:"Static secret access key (never logged)."`
-	S3PathStyle             bool          `env:"EVENT_STORE_S3_PATH_STYLE" envDefault:"true" doc:"Use path-style addressing (needed by MinIO)."`
-	GroupCommitMaxWait      time.Duration `env:"EVENT_STORE_GROUP_COMMIT_MAX_WAIT" envDefault:"2ms" doc:"Longest time the committer gathers appends into one group."`
-	GroupCommitMaxEvents    int           `env:"EVENT_STORE_GROUP_COMMIT_MAX_EVENTS" envDefault:"500" doc:"Most envelopes in one group (one segment)."`
-	IdempotencyMismatchMode string        `env:"EVENT_STORE_IDEMPOTENCY_MISMATCH_MODE" envDefault:"error" doc:"Same event_id with a different payload: error (reject with a conflict) or warn (log and return the stored event)."`
-	SequenceAllocatorMode   string        `env:"EVENT_STORE_SEQUENCE_ALLOCATOR_MODE" envDefault:"postgres" doc:"postgres (the store assigns sequence numbers atomically) or off (the caller supplies sequence_number)."`
-	AppendTimeout           time.Duration `env:"EVENT_STORE_APPEND_TIMEOUT" envDefault:"30s" doc:"Age after which a reserved-but-uncommitted append is treated as crashed (relay repair/abandon)."`
-	ObjectTimeout           time.Duration `env:"EVENT_STORE_OBJECT_TIMEOUT" envDefault:"5s" doc:"Deadline of one object-storage call, retries included, plus transfer time at 1 MiB/s: a hung store fails appends with 503 after it instead of blocking them."`
-	IndexRetention          time.Duration `env:"EVENT_STORE_INDEX_RETENTION" envDefault:"168h" doc:"How long full index rows are kept beyond every relay checkpoint."`
-	MaxEnvelopeBytes        int           `env:"EVENT_STORE_MAX_ENVELOPE_BYTES" envDefault:"1048576" doc:"Largest accepted envelope, encoded."`
-	MaxDataDepth            int           `env:"EVENT_STORE_MAX_DATA_DEPTH" envDefault:"64" doc:"Deepest accepted nesting of the data object."`
-	MaxMetadataBytes        int           `env:"EVENT_STORE_MAX_METADATA_BYTES" envDefault:"16384" doc:"Largest accepted metadata object, encoded."`
-}
-
-// Relay configures the store-to-Kafka publisher (docs/relay.md; seed names kept).
-type Relay struct {
-	Name                     string        `env:"EVENT_PUBLISHER_NAME" envDefault:"default" doc:"Relay name; the checkpoint object is checkpoints/{name}.json unless EVENT_PUBLISHER_CHECKPOINT_KEY is set."`
-	CheckpointKey            string        `env:"EVENT_PUBLISHER_CHECKPOINT_KEY" doc:"Object key of the checkpoint (default checkpoints/{EVENT_PUBLISHER_NAME}.json)."`
-	StartPosition            int64         `env:"EVENT_PUBLISHER_START_POSITION" envDefault:"0" doc:"Position a new checkpoint starts after (0 = the beginning of the log)."`
-	StartTimestamp           string        `env:"EVENT_PUBLISHER_START_TIMESTAMP" doc:"RFC 3339 time a new checkpoint starts at (the first segment committed at or after it). Empty = the beginning."`
-	Lookback                 time.Duration `env:"EVENT_PUBLISHER_LOOKBACK_SECONDS" envDefault:"600" doc:"How long pending gaps are re-checked and published late (the bounded lookback)."`
-	LookbackMaxKeys          int           `env:"EVENT_PUBLISHER_LOOKBACK_MAX_KEYS" envDefault:"50" doc:"Most pending gaps re-checked per cycle."`
-	DedupMaxEvents           int           `env:"EVENT_PUBLISHER_DEDUP_MAX_EVENTS" envDefault:"10000" doc:"Size of the in-memory recent event-id set that suppresses re-publishing."`
-	DedupCheckpointMaxEvents int           `env:"EVENT_PUBLISHER_DEDUP_CHECKPOINT_MAX_EVENTS" envDefault:"2000" doc:"Most recent event ids stored in the checkpoint."`
-	BatchSize                int           `env:"EVENT_PUBLISHER_BATCH_SIZE" envDefault:"200" doc:"Segments per LIST page and bound on records per cycle."`
-	KafkaFlushBatchSize      int           `env:"EVENT_PUBLISHER_KAFKA_FLUSH_BATCH_SIZE" envDefault:"0" docDefault:"EVENT_PUBLISHER_BATCH_SIZE" doc:"Records produced before a flush (0 = the batch size)."`
-	KafkaFlushTimeout        time.Duration `env:"EVENT_PUBLISHER_KAFKA_FLUSH_TIMEOUT_SECONDS" envDefault:"10" doc:"Longest wait for Kafka to acknowledge a flush."`
-	MetricsLogInterval       time.Duration `env:"EVENT_PUBLISHER_METRICS_LOG_INTERVAL_SECONDS" envDefault:"30" doc:"Interval of the periodic metrics log line (0 disables it)."`
-	PollInterval             time.Duration `env:"EVENT_PUBLISHER_POLL_INTERVAL" envDefault:"1" doc:"Fallback poll interval when no LISTEN or bucket notification wakes the relay."`
-	LeaderLease              time.Duration `env:"EVENT_PUBLISHER_LEADER_LEASE_SECONDS" envDefault:"10" doc:"Leader lease of one relay replica; a standby takes over after it expires."`
-	ParallelGets             int           `env:"EVENT_PUBLISHER_PARALLEL_GETS" envDefault:"8" doc:"Segment GETs in flight at once."`
-	StallAfter               time.Duration `env:"EVENT_PUBLISHER_STALL_SECONDS" envDefault:"60" doc:"/readyz turns red when the head grows and the checkpoint has not moved for this long."`
-	CheckpointMaxRecords     int           `env:"EVENT_PUBLISHER_CHECKPOINT_MAX_RECORDS" envDefault:"10000" doc:"Most produced records not yet covered by a durable checkpoint: what a relay crash re-publishes at most; a background write starts at half of it (raised to the flush batch size when smaller)."`
-	CheckpointInterval       time.Duration `env:"EVENT_PUBLISHER_CHECKPOINT_INTERVAL" envDefault:"100ms" doc:"Longest time between two checkpoint writes while there is progress to save."`
-	ParkAfterAttempts        int           `env:"EVENT_PUBLISHER_PARK_AFTER_ATTEMPTS" envDefault:"3" doc:"Attempts at a record Kafka refuses for a reason of its own (too large, topic refused) before the relay parks it in sluice.relay_parked and moves on; outages are retried without limit."`
-}
-
-// Kafka configures the brokers and topics (docs/architecture.md#security-and-bad-input).
-type Kafka struct {
-	Brokers           []string `env:"KAFKA_BROKERS" envDefault:"localhost:9092" envSeparator:"," doc:"Comma-separated seed brokers."`
-	TopicPrefix       string   `env:"KAFKA_TOPIC_PREFIX" envDefault:"sluice." doc:"Prefix of the default topic names."`
-	CommandsTopic     string   `env:"COMMANDS_TOPIC" docDefault:"{prefix}commands" doc:"Commands topic."`
-	EventsTopic       string   `env:"EVENTS_TOPIC" docDefault:"{prefix}events" doc:"Domain events topic."`
-	CommandsDLQTopic  string   `env:"COMMANDS_DLQ_TOPIC" docDefault:"{prefix}commands.dlq" doc:"Dead-letter topic of the instance worker."`
-	EventsDLQTopic    string   `env:"EVENTS_DLQ_TOPIC" docDefault:"{prefix}events.dlq" doc:"Dead-letter topic of the projection worker."`
-	TopicPartitions   int      `env:"KAFKA_TOPIC_PARTITIONS" envDefault:"12" doc:"Partitions of topics created at start-up."`
-	ReplicationFactor int      `env:"KAFKA_TOPIC_REPLICATION_FACTOR" envDefault:"3" doc:"Replication factor of topics created at start-up (1 in dev)."`
-	TLS               bool     `env:"KAFKA_TLS" envDefault:"false" doc:"Connect with TLS."`
-	SASLMechanism     string   `env:"KAFKA_SASL_MECHANISM" doc:"SASL mechanism: empty, PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512."`
-	SASLUsername      string   `env:"KAFKA_SASL_USERNAME" file:"true" doc:"SASL user."`
-	SASLPassword      Secret   `env:"KAFKA_SASL_PASSWORD" file:"true" doc:"SASL password (never logged)."`
-	MaxMessageBytes   int      `env:"KAFKA_MAX_MESSAGE_BYTES" envDefault:"0" docDefault:"EVENT_STORE_MAX_ENVELOPE_BYTES + EVENT_STORE_MAX_METADATA_BYTES + 4096" doc:"Largest record batch the relay produces and max.message.bytes of the topics it creates (0 = derived from the envelope limit); a value below the derived budget fails sluice config check."`
-}
-
-// Registry configures the processed-event registry (docs/registry.md).
-type Registry struct {
-	Enabled           bool          `env:"ENABLE_PROCESSED_EVENT_REGISTRY" envDefault:"true" doc:"Must be true: the registry is not optional, and false is refused at start-up."`
-	Owner             string        `env:"PROCESSED_EVENT_OWNER" docDefault:"hostname" doc:"Stable owner identity of this worker; a restarted worker with the same owner reclaims its in-flight rows at once."`
-	LeaseTimeout      time.Duration `env:"PROCESSED_EVENT_LEASE_TIMEOUT_SECONDS" envDefault:"900" doc:"Lease of a claim; an expired claim may be taken by another owner."`
-	HeartbeatInterval time.Duration `env:"PROCESSED_EVENT_HEARTBEAT_INTERVAL_SECONDS" envDefault:"30" doc:"Heartbeat interval of a claim; must be shorter than the lease."`
-	RetentionDays     int           `env:"PROCESSED_EVENT_RETENTION_DAYS" envDefault:"7" doc:"Age after which done and skipped_stale rows are pruned."`
-}
-
-// Worker configures the Kafka worker runtime (docs/worker-runtime.md).
-type Worker struct {
-	Concurrency              int           `env:"WORKER_CONCURRENCY" envDefault:"16" doc:"Records of different aggregates processed at once per worker."`
-	InstanceMaxRetryAttempts int           `env:"INSTANCE_WORKER_MAX_RETRY_ATTEMPTS" envDefault:"5" doc:"Attempts of a retryable instance-worker failure before the DLQ."`
-	ProjectionMaxRetries     int           `env:"PROJECTION_WORKER_MAX_RETRIES" envDefault:"5" doc:"Attempts of a retryable projection failure before the DLQ."`
-	RetryBackoffBase         time.Duration `env:"WORKER_RETRY_BACKOFF_BASE" envDefault:"200ms" doc:"Base of the exponential retry backoff (with jitter)."`
-	RetryBackoffCap          time.Duration `env:"WORKER_RETRY_BACKOFF_CAP" envDefault:"30s" doc:"Cap of the retry backoff."`
-	ShutdownTimeout          time.Duration `env:"SHUTDOWN_TIMEOUT" envDefault:"30s" doc:"Time a worker has after SIGTERM to drain in-flight work and commit."`
-	SessionTimeout           time.Duration `env:"KAFKA_SESSION_TIMEOUT" envDefault:"45s" doc:"Consumer-group session timeout of the workers: a worker killed without a clean shutdown keeps its partitions this long. 6s to 30m (the brokers' default group.min/max.session.timeout.ms)."`
-}
-
-// Elasticsearch configures the read-model cluster (docs/projectionworker.md).
-type Elasticsearch struct {
-	URLs         []string `env:"ELASTICSEARCH_URLS" envDefault:"http://localhost:9200" envSeparator:"," doc:"Comma-separated Elasticsearch node URLs."`
-	APIKey       Secret   `env:"ELASTICSEARCH_API_KEY" file:"true" doc:"API key (never logged)."`
-	Username     string   `env:"ELASTICSEARCH_USERNAME" file:"true" doc:"Basic-auth user."`
-	Password     Secret   `env:"ELASTICSEARCH_PASSWORD" file:"true" doc:"Basic-auth password (never logged)."`
-	IndexPrefix  string   `env:"ELASTICSEARCH_INDEX_PREFIX" envDefault:"sluice_" doc:"Prefix of every index and alias sluice creates."`
-	BulkMaxDocs  int      `env:"ELASTICSEARCH_BULK_MAX_DOCS" envDefault:"1000" doc:"Most operations in one bulk request."`
-	BulkMaxBytes int      `env:"ELASTICSEARCH_BULK_MAX_BYTES" envDefault:"5242880" doc:"Largest bulk request body."`
-	// RequestTimeout bounds every Elasticsearch request of the workers
-	// (readmodel.NewClient), so that a frozen cluster is an outage within
-	// one timeout instead of a hang.
-	RequestTimeout time.Duration `env:"ELASTICSEARCH_REQUEST_TIMEOUT" envDefault:"10s" doc:"Deadline of each Elasticsearch request (connect to last byte of the answer); a request past it counts as an Elasticsearch outage."`
-}
-
-// API configures the command API (docs/api.md).
-type API struct {
-	Addr         string   `env:"SLUICE_API_ADDR" envDefault:":8080" doc:"Listen address of the command API."`
-	Tokens       []Secret `env:"SLUICE_API_TOKENS" envSeparator:"," file:"true" doc:"Comma-separated bearer tokens; when set, every /v1 request needs one."`
-	MaxBodyBytes int      `env:"SLUICE_API_MAX_BODY_BYTES" envDefault:"1048576" doc:"Largest accepted request body."`
-	MaxInFlight  int      `env:"SLUICE_API_MAX_IN_FLIGHT" envDefault:"1024" doc:"Most /v1 requests served at once; one more is answered 429 too_many_requests with Retry-After at once, rather than queued until clients time out."`
-	// AdminToken and AdminReadToken guard the admin API (/admin/v1/,
-	// docs/console.md); without either, it answers 401 to every request.
-	AdminToken     Secret `env:"SLUICE_ADMIN_TOKEN" file:"true" doc:"Bearer token of the admin API's operator role (reads and actions); unset: no operator."`
-	AdminReadToken Secret `env:"SLUICE_ADMIN_READ_TOKEN" file:"true" doc:"Bearer token of the admin API's read-only role; unset: no reader. Without either token the admin API answers 401."`
-}
-
-// Testing holds the crash-point knobs used by the crash tests (docs/worker-runtime.md#crash-points).
-type Testing struct {
-	CrashPoint     string `env:"SLUICE_CRASH_POINT" doc:"<worker>:<point>: exit with code 42 at that point, once. Tests only."`
-	CrashMarkerDir string `env:"SLUICE_CRASH_MARKER_DIR" doc:"Directory of the once-only crash marker files."`
-}
 
 // Secret is a string that never prints its value: fmt, slog and JSON see
 // "[redacted]" (docs/architecture.md#security-and-bad-input: secrets never appear in logs or errors).
@@ -234,34 +71,115 @@ func (e *VarError) Error() string {
 	return fmt.Sprintf("config: %s=%q: %s", e.Var, e.Value, e.Reason)
 }
 
-// FromOS loads the configuration from the process environment.
-func FromOS() (*Config, error) { return Load(environMap()) }
+// EnvironOS is the process environment as Parse takes it.
+func EnvironOS() map[string]string { return env.ToMap(os.Environ()) }
 
-// environMap is the process environment as Load takes it.
-func environMap() map[string]string { return env.ToMap(os.Environ()) }
+// Deriver is implemented by a section (or a composition of sections) whose
+// defaults depend on other values: Parse calls Derive after the variables
+// are read, sections first, then the composition.
+type Deriver interface{ Derive() }
 
-// Load parses the configuration from environ (variable → value), applies
-// defaults and validates it. Every problem is reported, each naming its
-// variable, joined into one error whose parts are *VarError.
-func Load(environ map[string]string) (*Config, error) {
-	var c Config
-	keys := fieldKeys(reflect.TypeOf(c))
-	environ, err := ReadSecretFiles(environ)
-	if err != nil {
-		return nil, err
+// Validator is implemented by a section (or a composition) that checks its
+// values: Parse calls Validate after Derive and joins every error. Errors
+// should be *VarError (Checker builds them).
+type Validator interface{ Validate() error }
+
+// Parse reads dst, a pointer to a section (a struct of env-tagged fields)
+// or to a composition of sections (a struct of such structs, nested to any
+// depth), from environ (variable → value): NAME_FILE credentials resolved
+// (ReadSecretFiles), defaults applied, Derive and Validate run on every
+// section and then on dst itself. Every problem is reported, each naming
+// its variable, joined into one error whose parts are *VarError; a
+// credential's value is never part of it.
+func Parse(dst any, environ map[string]string) error {
+	rv := reflect.ValueOf(dst)
+	if rv.Kind() != reflect.Pointer || rv.Elem().Kind() != reflect.Struct {
+		return fmt.Errorf("config: Parse needs a pointer to a struct, not %T", dst)
 	}
-	err = env.ParseWithOptions(&c, env.Options{
+	vars := Vars(dst)
+	environ, err := ReadSecretFiles(vars, environ)
+	if err != nil {
+		return err
+	}
+	err = env.ParseWithOptions(dst, env.Options{
 		Environment: environ,
 		FuncMap:     map[reflect.Type]env.ParserFunc{reflect.TypeOf(time.Duration(0)): parseDuration},
 	})
 	if err != nil {
-		return nil, translate(err, keys, environ)
+		return translate(err, vars, environ)
 	}
-	c.fillDerived()
-	if err := c.Validate(); err != nil {
-		return nil, err
+	secs := sections(rv.Elem())
+	for _, s := range secs {
+		if d, ok := s.Addr().Interface().(Deriver); ok {
+			d.Derive()
+		}
 	}
-	return &c, nil
+	if d, ok := dst.(Deriver); ok && !isSection(rv.Elem().Type()) {
+		d.Derive()
+	}
+	var errs []error
+	for _, s := range secs {
+		if v, ok := s.Addr().Interface().(Validator); ok {
+			errs = append(errs, v.Validate())
+		}
+	}
+	if v, ok := dst.(Validator); ok && !isSection(rv.Elem().Type()) {
+		errs = append(errs, v.Validate())
+	}
+	return redact(errors.Join(errs...), vars)
+}
+
+// sections returns the section structs under v (v itself when it is one),
+// depth first, as addressable values.
+func sections(v reflect.Value) []reflect.Value {
+	if isSection(v.Type()) {
+		return []reflect.Value{v}
+	}
+	var out []reflect.Value
+	for i := range v.NumField() {
+		if f := v.Field(i); f.Kind() == reflect.Struct && v.Type().Field(i).IsExported() {
+			out = append(out, sections(f)...)
+		}
+	}
+	return out
+}
+
+// isSection reports whether t declares variables itself (an env-tagged
+// field) rather than composing sections.
+func isSection(t reflect.Type) bool {
+	for i := range t.NumField() {
+		if t.Field(i).Tag.Get("env") != "" {
+			return true
+		}
+	}
+	return false
+}
+
+// redact blanks the value of every *VarError about a credential, so that
+// not even a wrong one is echoed (docs/architecture.md#security-and-bad-input).
+func redact(err error, vars []Var) error {
+	if err == nil {
+		return nil
+	}
+	secret := map[string]bool{}
+	for _, v := range vars {
+		if v.Secret {
+			secret[v.Key] = true
+		}
+	}
+	var walk func(error)
+	walk = func(e error) {
+		if ve, ok := e.(*VarError); ok && secret[ve.Var] {
+			ve.Value = ""
+		}
+		if j, ok := e.(interface{ Unwrap() []error }); ok {
+			for _, x := range j.Unwrap() {
+				walk(x)
+			}
+		}
+	}
+	walk(err)
+	return err
 }
 
 func parseDuration(v string) (any, error) {
@@ -276,18 +194,15 @@ func parseDuration(v string) (any, error) {
 	return d, nil
 }
 
-// fieldKeys maps Go field names to their variable, for error messages.
-func fieldKeys(t reflect.Type) map[string]string {
-	out := map[string]string{}
-	for _, f := range walk(t) {
-		if f.field != "" {
-			out[f.field] = f.Key
+func translate(err error, vars []Var, environ map[string]string) error {
+	keys := map[string]string{} // Go field → variable, for env's errors
+	secret := map[string]bool{}
+	for _, v := range vars {
+		if v.field != "" {
+			keys[v.field] = v.Key
 		}
+		secret[v.Key] = v.Secret
 	}
-	return out
-}
-
-func translate(err error, keys map[string]string, environ map[string]string) error {
 	var agg env.AggregateError
 	if !errors.As(err, &agg) {
 		return fmt.Errorf("config: %w", err)
@@ -305,7 +220,7 @@ func translate(err error, keys map[string]string, environ map[string]string) err
 				reason = pve.Err.Error()
 			}
 			value := environ[key]
-			if isSecret(key) {
+			if secret[key] {
 				value = "" // never echoed (docs/architecture.md#security-and-bad-input)
 			}
 			out = append(out, &VarError{Var: key, Value: value, Reason: "invalid value: " + reason})
@@ -316,37 +231,4 @@ func translate(err error, keys map[string]string, environ map[string]string) err
 		}
 	}
 	return errors.Join(out...)
-}
-
-// fillDerived computes the defaults that depend on other values.
-func (c *Config) fillDerived() {
-	if strings.EqualFold(c.HTTP.Addr, "off") {
-		c.HTTP.Addr = ""
-	}
-	if c.Registry.Owner == "" {
-		if h, err := os.Hostname(); err == nil {
-			c.Registry.Owner = h
-		}
-	}
-	if c.Relay.KafkaFlushBatchSize == 0 {
-		c.Relay.KafkaFlushBatchSize = c.Relay.BatchSize
-	}
-	if c.Kafka.MaxMessageBytes == 0 {
-		// kafka.MessageBudget of the envelope limits (shared/kafka imports
-		// this package, so the sum is spelled out here; TestBudgetDerived
-		// holds the two together).
-		c.Kafka.MaxMessageBytes = c.EventStore.MaxEnvelopeBytes + max(c.EventStore.MaxMetadataBytes, 0) + 4096
-	}
-	if c.Relay.CheckpointKey == "" {
-		c.Relay.CheckpointKey = "checkpoints/" + c.Relay.Name + ".json"
-	}
-	p := c.Kafka.TopicPrefix
-	for dst, suffix := range map[*string]string{
-		&c.Kafka.CommandsTopic: "commands", &c.Kafka.EventsTopic: "events",
-		&c.Kafka.CommandsDLQTopic: "commands.dlq", &c.Kafka.EventsDLQTopic: "events.dlq",
-	} {
-		if *dst == "" {
-			*dst = p + suffix
-		}
-	}
 }

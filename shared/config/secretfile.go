@@ -11,8 +11,8 @@ import (
 // fileSuffix turns a credential's variable into the one naming its file.
 const fileSuffix = "_FILE"
 
-// ReadSecretFiles returns environ with every credential given as a file
-// resolved: for each variable declared with file:"true" (DATABASE_URL, the
+// ReadSecretFiles returns environ with every credential of vars given as a
+// file resolved: for each variable declared with file:"true" (DATABASE_URL, the
 // S3 keys, Kafka SASL, the Elasticsearch user, password and API key,
 // SLUICE_API_TOKENS), NAME_FILE names a file whose content, trailing
 // newlines dropped, becomes NAME — the form Kubernetes and Docker mount
@@ -21,11 +21,11 @@ const fileSuffix = "_FILE"
 // set together (which one wins would be a guess), and names NAME_FILE when
 // the file cannot be read or is empty. The content is never part of an
 // error. environ itself is not modified.
-func ReadSecretFiles(environ map[string]string) (map[string]string, error) {
+func ReadSecretFiles(vars []Var, environ map[string]string) (map[string]string, error) {
 	out := environ
 	cloned := false
 	var errs []error
-	for _, v := range Vars() {
+	for _, v := range vars {
 		if v.FileOf == "" {
 			continue
 		}
@@ -61,15 +61,4 @@ func ReadSecretFiles(environ map[string]string) (map[string]string, error) {
 		return nil, errors.Join(errs...)
 	}
 	return out, nil
-}
-
-// isSecret reports whether key is a credential whose value is never printed
-// (a Secret field: DATABASE_URL, passwords, secret keys, API key, tokens).
-func isSecret(key string) bool {
-	for _, v := range Vars() {
-		if v.Key == key {
-			return v.secret
-		}
-	}
-	return false
 }

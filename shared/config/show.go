@@ -13,25 +13,33 @@ type Setting struct {
 	Value string
 }
 
-// Settings lists every variable with its effective value (defaults and
-// derived values applied), in declaration order, for `sluice config show`.
-// A credential set (DATABASE_URL, passwords, keys, tokens) shows as
-// [redacted], never its value; NAME_FILE variables are not listed (their
-// content is NAME's).
-func (c *Config) Settings() []Setting {
+// Settings lists every variable of v (a section or a composition, or a
+// pointer to one) with the value it holds, in declaration order, for
+// `sluice config show`. A credential set (DATABASE_URL, passwords, keys,
+// tokens) shows as [redacted], never its value; NAME_FILE variables are not
+// listed (their content is NAME's).
+func Settings(v any) []Setting {
+	rv := reflect.ValueOf(v)
+	if rv.Kind() == reflect.Pointer {
+		rv = rv.Elem()
+	}
+	return settings(rv)
+}
+
+func settings(v reflect.Value) []Setting {
 	var out []Setting
-	v := reflect.ValueOf(*c)
 	t := v.Type()
 	for i := range t.NumField() {
-		sec := v.Field(i)
-		for j := range sec.NumField() {
-			tag := sec.Type().Field(j).Tag.Get("env")
-			if tag == "" {
-				continue
+		f := t.Field(i)
+		tag := f.Tag.Get("env")
+		if tag == "" {
+			if f.Type.Kind() == reflect.Struct && f.IsExported() {
+				out = append(out, settings(v.Field(i))...)
 			}
-			key, _, _ := strings.Cut(tag, ",")
-			out = append(out, Setting{Key: key, Value: showValue(sec.Field(j))})
+			continue
 		}
+		key, _, _ := strings.Cut(tag, ",")
+		out = append(out, Setting{Key: key, Value: showValue(v.Field(i))})
 	}
 	return out
 }

@@ -20,19 +20,22 @@ type Tracing struct {
 	TracesProtocol string `env:"OTEL_EXPORTER_OTLP_TRACES_PROTOCOL" doc:"OTLP transport for traces, overriding OTEL_EXPORTER_OTLP_PROTOCOL."`
 }
 
-func (t Tracing) validate(k *checker) {
+// Validate checks the values sluice's tracing must understand.
+func (t Tracing) Validate() error {
+	k := &Checker{}
 	if v := strings.ToLower(strings.TrimSpace(t.Exporter)); v != "" {
 		first, _, _ := strings.Cut(v, ",")
-		k.oneOf("OTEL_TRACES_EXPORTER", strings.TrimSpace(first), "otlp", "console", "none")
+		k.OneOf("OTEL_TRACES_EXPORTER", strings.TrimSpace(first), "otlp", "console", "none")
 	}
 	if t.Protocol != "" {
-		k.oneOf("OTEL_EXPORTER_OTLP_PROTOCOL", t.Protocol, "http/protobuf", "grpc")
+		k.OneOf("OTEL_EXPORTER_OTLP_PROTOCOL", t.Protocol, "http/protobuf", "grpc")
 	}
 	if t.TracesProtocol != "" {
-		k.oneOf("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", t.TracesProtocol, "http/protobuf", "grpc")
+		k.OneOf("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", t.TracesProtocol, "http/protobuf", "grpc")
 	}
 	if t.Sampler != "" {
-		k.oneOf("OTEL_TRACES_SAMPLER", t.Sampler, "always_on", "always_off", "traceidratio",
+		k.OneOf("OTEL_TRACES_SAMPLER", t.Sampler, "always_on", "always_off", "traceidratio",
 			"parentbased_always_on", "parentbased_always_off", "parentbased_traceidratio")
 	}
+	return k.Err()
 }

@@ -182,32 +182,3 @@ func TestEnsureTopicsUsesTheConfiguredSpec(t *testing.T) {
 		t.Errorf("replication factor 4 on 3 brokers: err = %v, want InvalidReplicationFactor", err)
 	}
 }
-
-// TestBudgetDerivedByConfig holds shared/config's derivation of
-// KAFKA_MAX_MESSAGE_BYTES to MessageBudget: unset, it is the envelope limit
-// plus the key and header bound; set, it is kept.
-func TestBudgetDerivedByConfig(t *testing.T) {
-	for _, tc := range []struct {
-		name string
-		env  map[string]string
-		want int
-	}{
-		{"defaults", nil, kafka.MessageBudget(envelope.DefaultMaxEnvelopeBytes, envelope.DefaultMaxMetadataBytes)},
-		{"raised envelope limit", map[string]string{"EVENT_STORE_MAX_ENVELOPE_BYTES": "4194304", "EVENT_STORE_MAX_METADATA_BYTES": "32768"}, kafka.MessageBudget(4194304, 32768)},
-		{"explicit", map[string]string{"KAFKA_MAX_MESSAGE_BYTES": "9000000"}, 9000000},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			env := map[string]string{"PROCESSED_EVENT_OWNER": "w1"}
-			for k, v := range tc.env {
-				env[k] = v
-			}
-			cfg, err := config.Load(env)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if got := kafka.Budget(cfg.Kafka); got != tc.want {
-				t.Errorf("Budget = %d, want %d", got, tc.want)
-			}
-		})
-	}
-}

@@ -27,14 +27,11 @@ func TestMain(m *testing.M) {
 // binaries do, so the test covers the real variable names.
 func loadConfig(t *testing.T, env map[string]string) config.EventStore {
 	t.Helper()
-	if env["DATABASE_URL"] == "" {
-		env["DATABASE_URL"] = "postgres://localhost/x"
-	}
-	c, err := config.Load(env)
-	if err != nil {
+	var c config.EventStore
+	if err := config.Parse(&c, env); err != nil {
 		t.Fatal(err)
 	}
-	return c.EventStore
+	return c
 }
 
 func TestOpenFileCreatesRoot(t *testing.T) {

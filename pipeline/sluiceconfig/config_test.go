@@ -1,4 +1,4 @@
-package config
+package sluiceconfig
 
 import (
 	"errors"
@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/sluicehq/sluice/shared/config"
 )
 
 func TestDefaults(t *testing.T) {
@@ -131,7 +133,7 @@ func TestInvalidValuesNameTheVariable(t *testing.T) {
 			if err == nil {
 				t.Fatalf("Load(%v) succeeded, want an error naming %s", tc.env, tc.wantVar)
 			}
-			var ve *VarError
+			var ve *config.VarError
 			if !errors.As(err, &ve) || ve.Var != tc.wantVar {
 				t.Fatalf("error %q does not carry VarError for %s", err, tc.wantVar)
 			}

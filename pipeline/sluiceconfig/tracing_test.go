@@ -1,10 +1,12 @@
-package config
+package sluiceconfig
 
 import (
 	"errors"
 	"os"
 	"strings"
 	"testing"
+
+	"github.com/sluicehq/sluice/shared/config"
 )
 
 // TestTracingVariables: the OTEL_* values sluice's tracing cannot use are
@@ -40,7 +42,7 @@ func TestTracingVariables(t *testing.T) {
 				}
 				return
 			}
-			var ve *VarError
+			var ve *config.VarError
 			if !errors.As(err, &ve) || ve.Var != c.wantVar {
 				t.Fatalf("got %v, want an error naming %s", err, c.wantVar)
 			}

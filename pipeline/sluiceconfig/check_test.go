@@ -1,4 +1,4 @@
-package config
+package sluiceconfig
 
 import (
 	"errors"
@@ -8,6 +8,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/sluicehq/sluice/shared/config"
 )
 
 // credentials are every variable that may hold a credential, with the field
@@ -104,9 +106,9 @@ func TestSecretFiles(t *testing.T) {
 					t.Errorf("%s: accepted", tc.name)
 					continue
 				}
-				var ve *VarError
+				var ve *config.VarError
 				if !errors.As(err, &ve) || ve.Var != file {
-					t.Errorf("%s: error is not a *VarError naming %s: %v", tc.name, file, err)
+					t.Errorf("%s: error is not a *config.VarError naming %s: %v", tc.name, file, err)
 				}
 				for _, w := range tc.wants {
 					if !strings.Contains(err.Error(), w) {
@@ -242,7 +244,7 @@ func TestCheck(t *testing.T) {
 				}
 			}
 			for _, e := range flatten(err) {
-				var ve *VarError
+				var ve *config.VarError
 				if !errors.As(e, &ve) || ve.Var == "" {
 					t.Errorf("part %q names no variable", e)
 				}
@@ -291,7 +293,7 @@ func TestSecretsNeverShown(t *testing.T) {
 		if _, ok := shown[v.Key]; !ok && v.FileOf == "" {
 			t.Errorf("%s not shown", v.Key)
 		}
-		if v.secret && shown[v.Key] != "[redacted]" {
+		if v.Secret && shown[v.Key] != "[redacted]" {
 			t.Errorf("%s shown as %q, want [redacted]", v.Key, shown[v.Key])
 		}
 	}
@@ -311,4 +313,14 @@ func TestSecretsNeverShown(t *testing.T) {
 			t.Errorf("credential %q shown:\n%s", s, b.String())
 		}
 	}
+}
+
+// isSecret reports whether key is a credential whose value is never shown.
+func isSecret(key string) bool {
+	for _, v := range Vars() {
+		if v.Key == key {
+			return v.Secret
+		}
+	}
+	return false
 }
