@@ -203,14 +203,25 @@ func buildRelay(ctx context.Context, d Deps, _ Options) (Runner, error) {
 	return runner{run: r.Run, close: r.Close}, nil
 }
 
-func esClient(d Deps) (*elasticsearch.Client, error) {
-	return readmodel.NewClient(d.Config.Elasticsearch)
+// esClient builds the workers' Elasticsearch client and checks once that
+// the cluster accepts its credentials: a refusal (401, 403) ends start-up
+// with an error naming the variables (readmodel.ErrCredentials); an
+// unreachable cluster does not, it is an outage the worker waits out.
+func esClient(ctx context.Context, d Deps) (*elasticsearch.Client, error) {
+	es, err := readmodel.NewClient(d.Config.Elasticsearch)
+	if err != nil {
+		return nil, err
+	}
+	if err := readmodel.CheckCredentials(ctx, es, d.Config.Elasticsearch.RequestTimeout); err != nil {
+		return nil, err
+	}
+	return es, nil
 }
 
 // buildInstanceWorker is `sluice instance-worker`: commands → domain events
 // and instance documents.
-func buildInstanceWorker(_ context.Context, d Deps, _ Options) (Runner, error) {
-	es, err := esClient(d)
+func buildInstanceWorker(ctx context.Context, d Deps, _ Options) (Runner, error) {
+	es, err := esClient(ctx, d)
 	if err != nil {
 		return nil, err
 	}
@@ -229,12 +240,12 @@ func buildInstanceWorker(_ context.Context, d Deps, _ Options) (Runner, error) {
 
 // buildProjectionWorker is `sluice projection-worker`: domain events →
 // read models, for o.Projections (default history).
-func buildProjectionWorker(_ context.Context, d Deps, o Options) (Runner, error) {
+func buildProjectionWorker(ctx context.Context, d Deps, o Options) (Runner, error) {
 	specs := o.Projections
 	if len(specs) == 0 {
 		specs = []projectionworker.Spec{{Projection: projectionworker.History{}}}
 	}
-	es, err := esClient(d)
+	es, err := esClient(ctx, d)
 	if err != nil {
 		return nil, err
 	}

@@ -2,14 +2,17 @@ package pipeline_test
 
 import (
 	"context"
+	"errors"
 	"io"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/sluicehq/sluice/pipeline"
 	"github.com/sluicehq/sluice/pipeline/pipelinetest"
+	"github.com/sluicehq/sluice/shared/readmodel"
 )
 
 // The table's services, built and run in one process, carry a command from
@@ -70,5 +73,32 @@ func TestLookupAndBuildChecks(t *testing.T) {
 	}
 	if _, err := pipeline.Build(context.Background(), pipeline.Relay, pipeline.Deps{}, pipeline.Options{}); err == nil || !strings.Contains(err.Error(), "event store") {
 		t.Errorf("Build without a store: %v", err)
+	}
+}
+
+// A worker whose Elasticsearch refuses the configured credentials does not
+// start (an error naming the variables), instead of pausing for ever on
+// an "outage" that no waiting ends.
+func TestWorkerRefusedByElasticsearchDoesNotStart(t *testing.T) {
+	e := pipelinetest.Start(t, pipelinetest.Options{Services: []string{pipeline.Relay}})
+	refuse := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusUnauthorized)
+		_, _ = io.WriteString(w, `{"error":{"type":"security_exception","reason":"unable to authenticate user [sluice]"},"status":401}`)
+	}))
+	t.Cleanup(refuse.Close)
+	cfg := *e.Config
+	cfg.Elasticsearch.URLs = []string{refuse.URL}
+	d := e.Deps
+	d.Config = &cfg
+	for _, name := range []string{pipeline.InstanceWorker, pipeline.ProjectionWorker} {
+		r, err := pipeline.Build(context.Background(), name, d, pipeline.Options{})
+		if err == nil {
+			r.Close()
+			t.Fatalf("%s: started with refused credentials", name)
+		}
+		if !errors.Is(err, readmodel.ErrCredentials) || !strings.Contains(err.Error(), "ELASTICSEARCH_PASSWORD") {
+			t.Fatalf("%s: want a credentials error naming the variables, got %v", name, err)
+		}
 	}
 }
