@@ -56,14 +56,14 @@ const (
 // product's.
 const (
 	instanceHandler = instanceworker.HandlerName
-	instanceGroup   = instanceworker.GroupName
+	instanceGroup   = "sluice." + instanceworker.GroupName // KAFKA_GROUP_PREFIX defaults to KAFKA_TOPIC_PREFIX
 	historyHandler  = "projection:history:v1"
-	historyGroup    = "projection-history-v1"
+	historyGroup    = "sluice.projection-history-v1"
 	// shadowHandler and shadowGroup are the instances projection run by a
 	// projection worker under shadowPrefix (scenario 4), next to the
 	// instance worker's own documents.
 	shadowHandler = "projection:instances:v1"
-	shadowGroup   = "projection-instances-v1"
+	shadowGroup   = "sluice.projection-instances-v1"
 	shadowPrefix  = indexPrefix + "shadow_"
 )
 
@@ -73,7 +73,7 @@ func TestProductNames(t *testing.T) {
 	if h := projectionworker.HandlerName("history", 1); h != historyHandler {
 		t.Errorf("history handler %q, the suite uses %q", h, historyHandler)
 	}
-	if g := projectionworker.GroupName("history", 1); g != historyGroup {
+	if g := "sluice." + projectionworker.GroupName("history", 1); g != historyGroup {
 		t.Errorf("history group %q, the suite uses %q", g, historyGroup)
 	}
 }

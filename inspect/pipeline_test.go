@@ -47,9 +47,13 @@ type pipeline struct {
 	relay  func()
 }
 
-var handlers = []inspect.Handler{
-	{Name: instanceworker.HandlerName, Group: instanceworker.GroupName, Kind: envelope.KindCommand},
-	{Name: projectionworker.HandlerName("history", 1), Group: projectionworker.GroupName("history", 1), Kind: envelope.KindDomain},
+// handlersOf are the pipeline's workers, their groups named as the
+// workers name them (KAFKA_GROUP_PREFIX first).
+func handlersOf(k config.Kafka) []inspect.Handler {
+	return []inspect.Handler{
+		{Name: instanceworker.HandlerName, Group: k.Group(instanceworker.GroupName), Kind: envelope.KindCommand},
+		{Name: projectionworker.HandlerName("history", 1), Group: k.Group(projectionworker.GroupName("history", 1)), Kind: envelope.KindDomain},
+	}
 }
 
 func startPipeline(t *testing.T) *pipeline {
@@ -104,7 +108,7 @@ func startPipeline(t *testing.T) *pipeline {
 	srv := httptest.NewServer(h)
 	t.Cleanup(srv.Close)
 	in, err := inspect.NewFromConfig(inspect.Config{Kafka: cfg.Kafka, Relay: cfg.Relay, Elasticsearch: cfg.Elasticsearch}, inspect.Deps{Pool: pool, Store: store, Bucket: bucket, Registry: reg,
-		Sequences: store, ES: esc, Handlers: handlers})
+		Sequences: store, ES: esc, Handlers: handlersOf(cfg.Kafka)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -203,8 +207,8 @@ func TestTraceFollowsACommandThroughThePipeline(t *testing.T) {
 	}
 
 	p.relay()
-	want = "command: accepted=done appended=done published=done handled[instanceworker]=done document[instanceworker]=done offset_commit[instance-worker]=done\n" +
-		"domain: emitted=done appended=done published=done handled[" + hist + "]=done document[" + hist + "]=done offset_commit[projection-history-v1]=done"
+	want = "command: accepted=done appended=done published=done handled[instanceworker]=done document[instanceworker]=done offset_commit[" + p.cfg.Kafka.Group(instanceworker.GroupName) + "]=done\n" +
+		"domain: emitted=done appended=done published=done handled[" + hist + "]=done document[" + hist + "]=done offset_commit[" + p.cfg.Kafka.Group(projectionworker.GroupName("history", 1)) + "]=done"
 	deadline := time.Now().Add(60 * time.Second)
 	for {
 		tr, err = p.in.Trace(ctx, cid)

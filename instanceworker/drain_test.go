@@ -42,7 +42,7 @@ func (e *env) rowsWithStatus(st registry.Status) map[string]bool {
 // of the commands topic (absent: nothing committed).
 func (e *env) committedByPartition() map[int32]int64 {
 	e.t.Helper()
-	offs, err := kadm.NewClient(e.producer()).FetchOffsets(ctxT(e.t), instanceworker.GroupName)
+	offs, err := kadm.NewClient(e.producer()).FetchOffsets(ctxT(e.t), e.config(nil).Kafka.Group(instanceworker.GroupName))
 	if err != nil {
 		e.t.Fatal(err)
 	}

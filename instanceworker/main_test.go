@@ -417,7 +417,7 @@ func (e *env) dlqRecords() []*kgo.Record {
 func (e *env) committed() (committed, end int64) {
 	e.t.Helper()
 	adm := kadm.NewClient(e.producer())
-	offs, err := adm.FetchOffsets(ctxT(e.t), instanceworker.GroupName)
+	offs, err := adm.FetchOffsets(ctxT(e.t), e.config(nil).Kafka.Group(instanceworker.GroupName))
 	if errors.Is(err, kerr.GroupIDNotFound) {
 		// The worker has not joined yet: nothing committed.
 		offs, err = nil, nil

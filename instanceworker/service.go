@@ -89,7 +89,7 @@ func NewService(cfg Config, d Deps) (*Service, error) {
 	}
 	co := consumer.OptionsFromConfig(consumer.Options{
 		Kafka: cfg.Kafka, KafkaOpts: d.KafkaOpts,
-		Topic: cfg.Kafka.CommandsTopic, Group: GroupName, DLQTopic: cfg.Kafka.CommandsDLQTopic,
+		Topic: cfg.Kafka.CommandsTopic, Group: cfg.Kafka.Group(GroupName), AdoptGroup: GroupName, DLQTopic: cfg.Kafka.CommandsDLQTopic,
 		HandlerName: HandlerName, Policy: registry.WaitForPredecessor, Registry: reg, Handler: w,
 		Limits: envelope.Limits{MaxEnvelopeBytes: cfg.EventStore.MaxEnvelopeBytes, MaxDataDepth: cfg.EventStore.MaxDataDepth, MaxMetadataBytes: cfg.EventStore.MaxMetadataBytes}, Crash: crash, CrashWorker: HandlerName,
 		Logger: d.Logger, Metrics: d.Metrics, Health: d.Health, TracerProvider: d.TracerProvider,
@@ -116,7 +116,7 @@ func (s *Service) Consumer() *consumer.Consumer { return s.cons }
 // consumes until ctx ends and drains (SHUTDOWN_TIMEOUT).
 func (s *Service) Run(ctx context.Context) error {
 	s.ensureTopics(ctx)
-	s.log.Info("instance worker running", "topic", s.cfg.Kafka.CommandsTopic, "group", GroupName, "dlq", s.cfg.Kafka.CommandsDLQTopic)
+	s.log.Info("instance worker running", "topic", s.cfg.Kafka.CommandsTopic, "group", s.cfg.Kafka.Group(GroupName), "dlq", s.cfg.Kafka.CommandsDLQTopic)
 	err := s.cons.Run(ctx)
 	s.log.Info("instance worker stopped")
 	return err

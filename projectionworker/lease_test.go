@@ -100,7 +100,7 @@ func TestLeaseLostMidBatch(t *testing.T) {
 	t.Cleanup(release)
 
 	committed := func() int64 {
-		offs, err := kadm.NewClient(e.producer()).FetchOffsets(ctxT(t), "projection-history-v1")
+		offs, err := kadm.NewClient(e.producer()).FetchOffsets(ctxT(t), e.config(nil).Kafka.Group("projection-history-v1"))
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -235,10 +235,12 @@ func (e *env) startProcess(projections string, extra map[string]string) *testenv
 	return testenv.StartHelperProcess(e.t, env)
 }
 
-// lag returns group's lag on the events topic.
+// lag is the lag of the worker group with base name group
+// ("projection-instances-v1"), its id prefixed as the worker prefixes it
+// (KAFKA_GROUP_PREFIX).
 func (e *env) lag(group string) projectionworker.Lag {
 	e.t.Helper()
-	l, err := projectionworker.GroupLag(ctxT(e.t), kadm.NewClient(e.producer()), group, e.topic)
+	l, err := projectionworker.GroupLag(ctxT(e.t), kadm.NewClient(e.producer()), e.config(nil).Kafka.Group(group), e.topic)
 	if err != nil {
 		e.t.Fatal(err)
 	}

@@ -124,7 +124,8 @@ func HandlerName(name string, version int) string {
 	return "projection:" + name + ":v" + strconv.Itoa(version)
 }
 
-// GroupName is the consumer group of a projection version.
+// GroupName is the base consumer group of a projection version; the
+// group id is config.Kafka.Group(GroupName(…)), KAFKA_GROUP_PREFIX first.
 func GroupName(name string, version int) string {
 	return "projection-" + name + "-v" + strconv.Itoa(version)
 }

@@ -209,7 +209,7 @@ func switchTo(ctx context.Context, o SwitchOptions, version int, mode Mode, repl
 		stop()
 		return <-done
 	}
-	group, topic := GroupName(p.Name(), version), o.Config.Kafka.EventsTopic
+	group, topic := o.Config.Kafka.Group(GroupName(p.Name(), version)), o.Config.Kafka.EventsTopic
 	// waitCaughtUp polls until the lag is 0 on every partition (and, when
 	// min > 0, at least that long).
 	waitCaughtUp := func(phase string, minWait time.Duration) (Lag, error) {

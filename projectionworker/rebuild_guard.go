@@ -37,10 +37,11 @@ type RebuildPlan struct {
 // PlanRebuild checks that version is fresh — newer than every existing
 // index of the projection (live or kept), equal to none, and its consumer
 // group has no committed offsets (adm nil skips that check) — and returns
-// what a rebuild creates. It changes nothing.
-func PlanRebuild(ctx context.Context, es *elasticsearch.Client, adm *kadm.Client, prefix string, p Projection, version int) (RebuildPlan, error) {
+// what a rebuild creates. It changes nothing. groupPrefix is
+// KAFKA_GROUP_PREFIX (config.Kafka.GroupPrefix).
+func PlanRebuild(ctx context.Context, es *elasticsearch.Client, adm *kadm.Client, prefix, groupPrefix string, p Projection, version int) (RebuildPlan, error) {
 	plan := RebuildPlan{Projection: p.Name(), Version: version, Live: map[string]int{},
-		Group: GroupName(p.Name(), version), Handler: HandlerName(p.Name(), version)}
+		Group: groupPrefix + GroupName(p.Name(), version), Handler: HandlerName(p.Name(), version)}
 	if version <= 0 {
 		return plan, fmt.Errorf("projectionworker: rebuild %s: --version must be ≥ 1", p.Name())
 	}

@@ -254,7 +254,7 @@ func (s *Service) newConsumer(sp Spec, v int) (*consumer.Consumer, error) {
 	}
 	co := consumer.OptionsFromConfig(consumer.Options{
 		Kafka: s.cfg.Kafka, KafkaOpts: s.d.KafkaOpts,
-		Topic: s.cfg.Kafka.EventsTopic, Group: GroupName(p.Name(), v), DLQTopic: s.cfg.Kafka.EventsDLQTopic,
+		Topic: s.cfg.Kafka.EventsTopic, Group: s.cfg.Kafka.Group(GroupName(p.Name(), v)), AdoptGroup: GroupName(p.Name(), v), DLQTopic: s.cfg.Kafka.EventsDLQTopic,
 		HandlerName: HandlerName(p.Name(), v), Policy: guard, Registry: reg, Handler: w,
 		Limits: envelope.Limits{MaxEnvelopeBytes: s.cfg.EventStore.MaxEnvelopeBytes, MaxDataDepth: s.cfg.EventStore.MaxDataDepth,
 			MaxMetadataBytes: s.cfg.EventStore.MaxMetadataBytes},
@@ -313,7 +313,7 @@ func (s *Service) runProjection(ctx context.Context, sp Spec) error {
 		c, v := s.cons[name], s.vers[name]
 		s.mu.Unlock()
 		s.d.Logger.Info("projection worker running", "projection", name, "version", v,
-			"topic", s.cfg.Kafka.EventsTopic, "group", GroupName(name, v))
+			"topic", s.cfg.Kafka.EventsTopic, "group", s.cfg.Kafka.Group(GroupName(name, v)))
 		cctx, cancel := context.WithCancel(ctx)
 		done := make(chan error, 1)
 		go func() { done <- c.Run(cctx) }()

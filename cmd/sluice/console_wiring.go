@@ -27,7 +27,7 @@ func newInspector(cfg *sluiceconfig.Config, pool *pgxpool.Pool, store *eventstor
 	if err != nil {
 		return nil, err
 	}
-	hs := []inspect.Handler{{Name: instanceworker.HandlerName, Group: instanceworker.GroupName, Kind: envelope.KindCommand}}
+	hs := []inspect.Handler{{Name: instanceworker.HandlerName, Group: cfg.Kafka.Group(instanceworker.GroupName), Kind: envelope.KindCommand}}
 	list := os.Getenv(projectionsEnv)
 	if list == "" {
 		list = "history"
@@ -38,7 +38,7 @@ func newInspector(cfg *sluiceconfig.Config, pool *pgxpool.Pool, store *eventstor
 	}
 	for _, s := range specs {
 		n, v := s.Projection.Name(), s.Projection.Version()
-		hs = append(hs, inspect.Handler{Name: projectionworker.HandlerName(n, v), Group: projectionworker.GroupName(n, v), Kind: envelope.KindDomain})
+		hs = append(hs, inspect.Handler{Name: projectionworker.HandlerName(n, v), Group: cfg.Kafka.Group(projectionworker.GroupName(n, v)), Kind: envelope.KindDomain})
 	}
 	return inspect.NewFromConfig(inspect.Config{Kafka: cfg.Kafka, Relay: cfg.Relay, Elasticsearch: cfg.Elasticsearch}, inspect.Deps{Pool: pool, Store: store, Bucket: bucket, Registry: reg,
 		Sequences: store, ES: es, Handlers: hs})

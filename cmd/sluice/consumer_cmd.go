@@ -38,12 +38,14 @@ func newConsumerCmd() *cobra.Command {
 	c := &cobra.Command{
 		Use:   "consumer",
 		Short: "Kafka consumer-group offset tools: lag, and reset for replaying a topic into a worker group",
-		Long: `Worker groups: instance-worker (topic {prefix}commands), projection-{name}-v{version}
-(topic {prefix}events). Replaying a topic into a worker group means: stop the group's
-workers, sluice consumer reset --to ..., start them again; the registry absorbs the
-duplicates (at most one side effect per event_id).`,
+		Long: `Worker groups: {group prefix}instance-worker (topic {prefix}commands) and
+{group prefix}projection-{name}-v{version} (topic {prefix}events); the group prefix is
+KAFKA_GROUP_PREFIX, by default KAFKA_TOPIC_PREFIX (sluice.instance-worker). Replaying a
+topic into a worker group means: stop the group's workers, sluice consumer reset --to ...,
+start them again; the registry absorbs the duplicates (at most one side effect per
+event_id). copy-offsets moves a worker to a new group id without re-reading its topic.`,
 	}
-	c.AddCommand(newConsumerLagCmd(), newConsumerResetCmd())
+	c.AddCommand(newConsumerLagCmd(), newConsumerResetCmd(), newConsumerCopyOffsetsCmd())
 	return c
 }
 
@@ -59,7 +61,7 @@ func newConsumerLagCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:     "lag",
 		Short:   "Per partition: committed offset, end offset and lag of a consumer group; totals",
-		Example: `  sluice consumer lag --group instance-worker [--topic sluice.commands]`,
+		Example: `  sluice consumer lag --group sluice.instance-worker [--topic sluice.commands]`,
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			adm, closeFn, err := openConsumerAdmin(cmd)
@@ -116,8 +118,8 @@ and changes nothing. --yes commits them.
 Stop the group's workers first: reset --yes refuses while the group has live members. --force
 skips that check, but Kafka itself refuses offset commits from outside a group that has members
 (UNKNOWN_MEMBER_ID), so it only helps once the members are gone or about to time out.`,
-		Example: `  sluice consumer reset --group instance-worker --topic sluice.commands --to earliest
-  sluice consumer reset --group projection-history-v1 --to time:2026-11-21T10:00:00Z --yes`,
+		Example: `  sluice consumer reset --group sluice.instance-worker --topic sluice.commands --to earliest
+  sluice consumer reset --group sluice.projection-history-v1 --to time:2026-11-21T10:00:00Z --yes`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			act := g.yes && !g.dryRun
@@ -164,5 +166,72 @@ skips that check, but Kafka itself refuses offset commits from outside a group t
 	f.BoolVar(&force, "force", false, "skip the live-members check")
 	_ = cmd.MarkFlagRequired("group")
 	_ = cmd.MarkFlagRequired("to")
+	return cmd
+}
+
+func newConsumerCopyOffsetsCmd() *cobra.Command {
+	var from, to, topic string
+	var g guardFlags
+	var force bool
+	cmd := &cobra.Command{
+		Use:   "copy-offsets",
+		Short: "Copy a group's committed offsets on a topic to another group (migrate a worker to a new group id); a dry run without --yes",
+		Long: `copy-offsets commits the --from group's committed offsets on --topic as the --to group's,
+partition by partition, so that workers started under the new group id go on where the old
+group stopped instead of re-reading the topic.
+
+It is a dry run by default: it prints FROM and the --to group's CURRENT offset per partition
+and changes nothing. --yes commits. It refuses while the --to group has live members (Kafka
+refuses the commit anyway), when the --to group already committed offsets on the topic, and
+while the --from group has live members (its offsets still move); --force skips the last two.
+
+Workers do this by themselves on first start when KAFKA_GROUP_PREFIX renames their group
+(the unprefixed id of earlier versions is adopted); the command is for other renames, or to
+do it ahead of the rollout.`,
+		Example: `  sluice consumer copy-offsets --from instance-worker --to sluice.instance-worker --topic sluice.commands
+  sluice consumer copy-offsets --from projection-history-v1 --to sluice.projection-history-v1 --topic sluice.events --yes`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			adm, closeFn, err := openConsumerAdmin(cmd)
+			if err != nil {
+				return err
+			}
+			defer closeFn()
+			o := consumer.CopyOptions{From: from, To: to, Topic: topic, DryRun: true, Force: force}
+			plan, err := consumer.CopyOffsets(cmd.Context(), adm, o)
+			if err != nil {
+				return err
+			}
+			tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
+			fmt.Fprintln(tw, "TOPIC\tPARTITION\tFROM\tCURRENT")
+			for _, p := range plan.Partitions {
+				fmt.Fprintf(tw, "%s\t%d\t%d\t%s\n", topic, p.Partition, p.From, offsetOrDash(p.Current))
+			}
+			_ = tw.Flush()
+			if act := g.yes && !g.dryRun; !act {
+				cmd.Printf("consumer copy-offsets %s → %s (dry run): %d partitions of %s would be committed; nothing changed (pass --yes to commit)\n", from, to, len(plan.Partitions), topic)
+				return nil
+			}
+			o.DryRun = false
+			res, err := consumer.CopyOffsets(cmd.Context(), adm, o)
+			if errors.Is(err, consumer.ErrGroupActive) || errors.Is(err, consumer.ErrTargetHasOffsets) {
+				return unsafe(err)
+			}
+			if err != nil {
+				return err
+			}
+			cmd.Printf("consumer copy-offsets %s → %s: %d partitions of %s committed\n", from, to, len(res.Partitions), topic)
+			return nil
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&from, "from", "", "source consumer group (required)")
+	f.StringVar(&to, "to", "", "target consumer group (required)")
+	f.StringVar(&topic, "topic", "", "topic whose offsets are copied (required)")
+	g.register(cmd, true)
+	f.BoolVar(&force, "force", false, "copy although the target has offsets on the topic or the source has live members")
+	for _, n := range []string{"from", "to", "topic"} {
+		_ = cmd.MarkFlagRequired(n)
+	}
 	return cmd
 }

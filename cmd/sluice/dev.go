@@ -259,7 +259,7 @@ func runDev(parent context.Context, out io.Writer, cfg *sluiceconfig.Config, log
 		case pipeline.Relay:
 			detail = "store → " + cfg.Kafka.CommandsTopic + ", " + cfg.Kafka.EventsTopic
 		case pipeline.InstanceWorker:
-			detail = "group " + instanceworker.GroupName
+			detail = "group " + cfg.Kafka.Group(instanceworker.GroupName)
 		case pipeline.ProjectionWorker:
 			// The history projection (the instance worker owns the live
 			// instance documents; `sluice projection rebuild` rebuilds them).

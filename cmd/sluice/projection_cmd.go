@@ -208,7 +208,7 @@ func newProjectionStatusCmd() *cobra.Command {
 						continue
 					}
 					lctx, cancel := context.WithTimeout(cmd.Context(), 10*time.Second)
-					l, err := projectionworker.GroupLag(lctx, adm, projectionworker.GroupName(p.Name(), i.Version), cfg.Kafka.EventsTopic)
+					l, err := projectionworker.GroupLag(lctx, adm, cfg.Kafka.Group(projectionworker.GroupName(p.Name(), i.Version)), cfg.Kafka.EventsTopic)
 					cancel()
 					if err != nil {
 						lags[i.Version] = "unknown"
@@ -348,7 +348,7 @@ summary.`,
 				return err
 			}
 			defer closeAdm()
-			plan, err := projectionworker.PlanRebuild(cmd.Context(), es, adm, cfg.Elasticsearch.IndexPrefix, p, version)
+			plan, err := projectionworker.PlanRebuild(cmd.Context(), es, adm, cfg.Elasticsearch.IndexPrefix, cfg.Kafka.GroupPrefix, p, version)
 			if errors.Is(err, projectionworker.ErrStaleVersion) || errors.Is(err, projectionworker.ErrAlreadyLive) {
 				return unsafe(err)
 			}

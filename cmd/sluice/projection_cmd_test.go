@@ -173,7 +173,7 @@ func TestProjectionRebuildGuard(t *testing.T) {
 		{"older than live", []string{"--version", "1", "--yes"}, exitUnsafe, "use `sluice projection rollback instances`", "v1v2*v3"},
 		{"existing index", []string{"--version", "3", "--yes"}, exitUnsafe, "rebuild as v4", "v1v2*v3"},
 		{"no --yes on a non-terminal", []string{"--version", "4"}, exitNeedsConfirmation, "pass --yes", "v1v2*v3"},
-		{"dry run", []string{"--version", "4", "--dry-run"}, 0, "create sluice_shop_instances_v4; consumer group projection-instances-v4", "v1v2*v3"},
+		{"dry run", []string{"--version", "4", "--dry-run"}, 0, "create sluice_shop_instances_v4; consumer group sluice.projection-instances-v4", "v1v2*v3"},
 		{"act", []string{"--version", "4", "--yes", "--settle", "0s", "--json"}, 0, `"to": 4`, "v1v2v3v4*"},
 	}
 	for _, s := range steps {

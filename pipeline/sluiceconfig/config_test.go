@@ -218,3 +218,30 @@ func TestGCPercent(t *testing.T) {
 		}
 	}
 }
+
+// Consumer group ids follow the topic prefix unless KAFKA_GROUP_PREFIX
+// says otherwise; set empty it keeps the unprefixed ids (issue 27 item 3).
+func TestGroupPrefix(t *testing.T) {
+	cases := []struct {
+		name string
+		env  map[string]string
+		want string
+	}{
+		{"default", map[string]string{}, "sluice.instance-worker"},
+		{"follows the topic prefix", map[string]string{"KAFKA_TOPIC_PREFIX": "staging."}, "staging.instance-worker"},
+		{"own setting", map[string]string{"KAFKA_TOPIC_PREFIX": "staging.", "KAFKA_GROUP_PREFIX": "team-a."}, "team-a.instance-worker"},
+		{"empty keeps the unprefixed id", map[string]string{"KAFKA_TOPIC_PREFIX": "staging.", "KAFKA_GROUP_PREFIX": ""}, "instance-worker"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			c.env["PROCESSED_EVENT_OWNER"] = "w1"
+			cfg, err := Load(c.env)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := cfg.Kafka.Group("instance-worker"); got != c.want {
+				t.Fatalf("group %q, want %q", got, c.want)
+			}
+		})
+	}
+}

@@ -59,6 +59,11 @@ func Load(environ map[string]string) (*Config, error) {
 	if err := config.Parse(&c, environ); err != nil {
 		return nil, err
 	}
+	// KAFKA_GROUP_PREFIX defaults to the topic prefix; set empty, it keeps
+	// the unprefixed group ids of earlier versions.
+	if _, set := environ["KAFKA_GROUP_PREFIX"]; !set {
+		c.Kafka.GroupPrefix = c.Kafka.TopicPrefix
+	}
 	return &c, nil
 }
 

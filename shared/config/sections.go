@@ -99,6 +99,7 @@ type Relay struct {
 type Kafka struct {
 	Brokers           []string `env:"KAFKA_BROKERS" envDefault:"localhost:9092" envSeparator:"," doc:"Comma-separated seed brokers."`
 	TopicPrefix       string   `env:"KAFKA_TOPIC_PREFIX" envDefault:"sluice." doc:"Prefix of the default topic names."`
+	GroupPrefix       string   `env:"KAFKA_GROUP_PREFIX" docDefault:"KAFKA_TOPIC_PREFIX" doc:"Prefix of every consumer group id ({prefix}instance-worker, {prefix}projection-{name}-v{N}), so that two pipelines on one cluster never share a group. Empty keeps the unprefixed ids of earlier versions; a worker whose prefixed group has committed nothing yet first takes over the unprefixed group's offsets (docs/operations.md)."`
 	CommandsTopic     string   `env:"COMMANDS_TOPIC" docDefault:"{prefix}commands" doc:"Commands topic."`
 	EventsTopic       string   `env:"EVENTS_TOPIC" docDefault:"{prefix}events" doc:"Domain events topic."`
 	CommandsDLQTopic  string   `env:"COMMANDS_DLQ_TOPIC" docDefault:"{prefix}commands.dlq" doc:"Dead-letter topic of the instance worker."`
@@ -191,6 +192,10 @@ func (r *Relay) Derive() {
 		r.CheckpointKey = "checkpoints/" + r.Name + ".json"
 	}
 }
+
+// Group returns the consumer group id of a worker's base group name
+// ("instance-worker", "projection-history-v1"): GroupPrefix + base.
+func (c Kafka) Group(base string) string { return c.GroupPrefix + base }
 
 // Derive names the topics left unset after KAFKA_TOPIC_PREFIX.
 func (c *Kafka) Derive() {

@@ -161,7 +161,10 @@ func New(opts Options) (*Consumer, error) {
 	if o.SessionTimeout > 0 {
 		kopts = append(kopts, kgo.SessionTimeout(o.SessionTimeout))
 	}
-	kopts = append(kopts, o.KafkaOpts...)         // last: they override the above
+	kopts = append(kopts, o.KafkaOpts...) // last: they override the above
+	if err := adoptBeforeJoin(o); err != nil {
+		return nil, err
+	}
 	cl, err := kafka.NewClient(o.Kafka, kopts...) // TLS, SASL, acks=all, the size budget
 	if err != nil {
 		return nil, fmt.Errorf("consumer: %w", err)

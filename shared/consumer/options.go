@@ -87,6 +87,12 @@ type Options struct {
 	// Topic is consumed by consumer group Group; DLQTopic receives dead
 	// letters. All required.
 	Topic, Group, DLQTopic string
+	// AdoptGroup, when set and not Group, is an earlier id of the same
+	// worker's group (the unprefixed one before KAFKA_GROUP_PREFIX): New
+	// copies its committed offsets on Topic to Group when Group has none
+	// yet (AdoptOffsets), so that a renamed group goes on where the old one
+	// stopped instead of re-reading the topic.
+	AdoptGroup string
 	// HandlerName is the registry handler ("instanceworker",
 	// "projection:{name}:v{version}"), also the DLQ record's handler field
 	// and the metrics label. Required.

@@ -1,0 +1,64 @@
+package main
+
+import (
+	"context"
+	"strings"
+	"testing"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+
+	"github.com/sluicehq/sluice/shared/testenv"
+)
+
+// consumer copy-offsets end to end on kfake (issue 27 item 3, the manual
+// migration to prefixed group ids): without --yes it is a dry run that
+// prints the plan and changes nothing; --yes copies; a second copy onto the
+// group that now has offsets is refused as unsafe, and --force overwrites.
+func TestConsumerCopyOffsets(t *testing.T) {
+	ctx := context.Background()
+	k := newKafkaFixture(t)
+	topic := testenv.UniqueName("sluice.commands.")
+	k.createTopic(t, topic, 2)
+	from, to := testenv.UniqueName("instance-worker-"), testenv.UniqueName("sluice.instance-worker-")
+	commit := func(p0, p1 int64) {
+		t.Helper()
+		var os kadm.Offsets
+		os.AddOffset(topic, 0, p0, -1)
+		os.AddOffset(topic, 1, p1, -1)
+		if err := k.adm.CommitAllOffsets(ctx, from, os); err != nil {
+			t.Fatal(err)
+		}
+	}
+	target := func() string {
+		t.Helper()
+		r, err := k.adm.FetchOffsets(ctx, to)
+		if err != nil {
+			return "none"
+		}
+		o0, ok0 := r.Lookup(topic, 0)
+		o1, ok1 := r.Lookup(topic, 1)
+		if !ok0 || !ok1 {
+			return "none"
+		}
+		return strings.Join([]string{offsetOrDash(o0.At), offsetOrDash(o1.At)}, ",")
+	}
+	commit(0, 0)
+	args := []string{"consumer", "copy-offsets", "--from", from, "--to", to, "--topic", topic}
+	for _, extra := range [][]string{nil, {"--dry-run"}, {"--dry-run", "--yes"}} {
+		out, _, err := runOps(t, append(args, extra...)...)
+		if err != nil || !opHasLine(out, topic, "0", "0", "-") || !strings.Contains(out, "nothing changed") || target() != "none" {
+			t.Fatalf("%v must be a dry run: %v %s\n%s", extra, err, target(), out)
+		}
+	}
+	out, _, err := runOps(t, append(args, "--yes")...)
+	if err != nil || !strings.Contains(out, "2 partitions of "+topic+" committed") || target() != "0,0" {
+		t.Fatalf("copy: %v %s\n%s", err, target(), out)
+	}
+	commit(5, 3)
+	if _, _, err := runOps(t, append(args, "--yes")...); opExitCode(err) != exitUnsafe || !strings.Contains(err.Error(), "already has committed offsets") || target() != "0,0" {
+		t.Fatalf("copy onto a group with offsets: exit %d %v, target %s", opExitCode(err), err, target())
+	}
+	if _, _, err := runOps(t, append(args, "--yes", "--force")...); err != nil || target() != "5,3" {
+		t.Fatalf("forced copy: %v, target %s", err, target())
+	}
+}
