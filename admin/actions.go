@@ -447,7 +447,7 @@ func (s *Server) projectionSwitch(rebuild bool) func(*http.Request, []byte) (Act
 			if err != nil {
 				return a, err
 			}
-			plan, err := projectionworker.PlanRebuild(r.Context(), s.opts.ES, adm, cfg.Elasticsearch.IndexPrefix, p, req.Version)
+			plan, err := projectionworker.PlanRebuild(r.Context(), s.opts.ES, adm, cfg.Elasticsearch.IndexPrefix, cfg.Kafka.GroupPrefix, p, req.Version)
 			closeFn()
 			if errors.Is(err, projectionworker.ErrStaleVersion) || errors.Is(err, projectionworker.ErrAlreadyLive) {
 				return a, kind(errUnsafe, err)

@@ -136,7 +136,7 @@ func (s *Server) overview(r *http.Request) (any, error) {
 
 	// Projections: versions from the indices; their groups below.
 	type groupRef struct{ group, topic, handler string }
-	groups := []groupRef{{instanceworker.GroupName, cfg.Kafka.CommandsTopic, instanceworker.HandlerName}}
+	groups := []groupRef{{cfg.Kafka.Group(instanceworker.GroupName), cfg.Kafka.CommandsTopic, instanceworker.HandlerName}}
 	for _, p := range s.opts.Projections {
 		pv := ProjectionView{Name: p.Name(), CodeVersion: p.Version(), Versions: []int{}, Indices: []projectionworker.IndexInfo{}}
 		if s.opts.ES != nil {
@@ -162,7 +162,7 @@ func (s *Server) overview(r *http.Request) (any, error) {
 			versions = []int{p.Version()}
 		}
 		for _, v := range versions {
-			groups = append(groups, groupRef{projectionworker.GroupName(p.Name(), v), cfg.Kafka.EventsTopic, projectionworker.HandlerName(p.Name(), v)})
+			groups = append(groups, groupRef{cfg.Kafka.Group(projectionworker.GroupName(p.Name(), v)), cfg.Kafka.EventsTopic, projectionworker.HandlerName(p.Name(), v)})
 		}
 		ov.Projections = append(ov.Projections, pv)
 	}

@@ -27,7 +27,7 @@ func RebuildChanged(ctx context.Context, cfg projectionworker.Config, d projecti
 		if live == 0 || p.Version() <= live {
 			continue
 		}
-		if _, err := projectionworker.PlanRebuild(ctx, d.ES, nil, prefix, p, p.Version()); err != nil {
+		if _, err := projectionworker.PlanRebuild(ctx, d.ES, nil, prefix, cfg.Kafka.GroupPrefix, p, p.Version()); err != nil {
 			if errors.Is(err, projectionworker.ErrStaleVersion) || errors.Is(err, projectionworker.ErrAlreadyLive) {
 				d.Logger.Warn("declarative projection: version changed, but its indices exist already (a rebuild under way or kept for rollback); not rebuilding",
 					"projection", p.Name(), "live", live, "declared", p.Version(), "err", err)
