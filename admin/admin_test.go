@@ -189,6 +189,9 @@ func TestAdminAPI(t *testing.T) {
 		t.Errorf("overview with the operator token: %d", st)
 	}
 
+	// The instance worker's group id carries the group prefix.
+	iwGroup := e.Config.Kafka.Group("instance-worker")
+
 	// The read token may not act: 403 on every action.
 	actions := []struct{ path string }{
 		{"/admin/v1/relay/checkpoint"}, {"/admin/v1/relay/parked/1/republish"}, {"/admin/v1/relay/parked/1/drop"},
@@ -231,17 +234,17 @@ func TestAdminAPI(t *testing.T) {
 
 	// Consumer reset: a dry run lists the offsets; the act is refused
 	// while the worker is a live member (409).
-	st, body, _ = e.call("POST", "/admin/v1/consumers/instance-worker/reset", opToken, map[string]any{"to": "earliest", "dry_run": true})
+	st, body, _ = e.call("POST", "/admin/v1/consumers/"+iwGroup+"/reset", opToken, map[string]any{"to": "earliest", "dry_run": true})
 	if st != 200 || len(body["partitions"].([]any)) == 0 || len(body["members"].([]any)) != 1 || body["committed"] != false {
 		t.Fatalf("reset dry run: %d %v", st, body)
 	}
-	if st, body, _ := e.call("POST", "/admin/v1/consumers/instance-worker/reset", opToken, map[string]any{"to": "earliest"}); st != 409 || !strings.Contains(body["detail"].(string), "live members") {
+	if st, body, _ := e.call("POST", "/admin/v1/consumers/"+iwGroup+"/reset", opToken, map[string]any{"to": "earliest"}); st != 409 || !strings.Contains(body["detail"].(string), "live members") {
 		t.Errorf("reset of a live group: %d %v, want 409", st, body)
 	}
-	if st, _, _ := e.call("POST", "/admin/v1/consumers/instance-worker/reset", opToken, map[string]any{"to": "yesterday"}); st != 400 {
+	if st, _, _ := e.call("POST", "/admin/v1/consumers/"+iwGroup+"/reset", opToken, map[string]any{"to": "yesterday"}); st != 400 {
 		t.Errorf("reset to yesterday: %d, want 400", st)
 	}
-	if st, body, _ := e.call("GET", "/admin/v1/consumers/instance-worker", readToken, nil); st != 200 || body["total"] != 0.0 {
+	if st, body, _ := e.call("GET", "/admin/v1/consumers/"+iwGroup, readToken, nil); st != 200 || body["total"] != 0.0 {
 		t.Errorf("group lag: %d %v", st, body)
 	}
 
