@@ -34,31 +34,11 @@ func (r *Registry) GetMany(ctx context.Context, eventIDs []string) ([]Row, error
 			return nil, err
 		}
 	}
-	out := []Row{}
 	if len(eventIDs) == 0 {
-		return out, nil
+		return []Row{}, nil
 	}
-	err := r.run(ctx, "get many", func(ctx context.Context) error {
-		out = out[:0]
-		rows, err := r.pool.Query(ctx, `SELECT `+rowColumns+` FROM sluice.processed_events
+	return r.queryRows(ctx, "get many", `SELECT `+rowColumns+` FROM sluice.processed_events
 			WHERE event_id = ANY($1::text[]) ORDER BY event_id, handler`, eventIDs)
-		if err != nil {
-			return err
-		}
-		defer rows.Close()
-		for rows.Next() {
-			row, err := scanRow(rows)
-			if err != nil {
-				return err
-			}
-			out = append(out, row)
-		}
-		return rows.Err()
-	})
-	if err != nil {
-		return nil, err
-	}
-	return out, nil
 }
 
 // Versions returns the sequence-guard rows of the aggregate (its registry

@@ -56,10 +56,16 @@ func (r *Registry) Get(ctx context.Context, eventID string) ([]Row, error) {
 	if err := validateKey(0, "-", eventID); err != nil {
 		return nil, err
 	}
-	var out []Row
-	err := r.run(ctx, "get", func(ctx context.Context) error {
+	return r.queryRows(ctx, "get", `SELECT `+rowColumns+` FROM sluice.processed_events WHERE event_id = $1 ORDER BY handler`, eventID)
+}
+
+// queryRows runs a query of rowColumns (under r.run's outage handling) and
+// returns its rows; none is an empty slice.
+func (r *Registry) queryRows(ctx context.Context, op, sql string, args ...any) ([]Row, error) {
+	out := []Row{}
+	err := r.run(ctx, op, func(ctx context.Context) error {
 		out = out[:0]
-		rows, err := r.pool.Query(ctx, `SELECT `+rowColumns+` FROM sluice.processed_events WHERE event_id = $1 ORDER BY handler`, eventID)
+		rows, err := r.pool.Query(ctx, sql, args...)
 		if err != nil {
 			return err
 		}
@@ -75,9 +81,6 @@ func (r *Registry) Get(ctx context.Context, eventID string) ([]Row, error) {
 	})
 	if err != nil {
 		return nil, err
-	}
-	if out == nil {
-		out = []Row{}
 	}
 	return out, nil
 }
