@@ -31,6 +31,9 @@ func (s *Server) routes() {
 	s.act("POST "+Prefix+"relay/parked/{position}/drop", "relay.parked.drop", s.parkedResolve(false))
 	s.read("GET "+Prefix+"consumers/{group}", s.groupLag)
 	s.act("POST "+Prefix+"consumers/{group}/reset", "consumer.reset", s.groupReset)
+	s.read("GET "+Prefix+"consumers/{group}/pause", s.groupPauseState)
+	s.act("POST "+Prefix+"consumers/{group}/pause", "consumer.pause", s.groupPause(true))
+	s.act("POST "+Prefix+"consumers/{group}/resume", "consumer.resume", s.groupPause(false))
 	s.read("GET "+Prefix+"dlq", s.dlqList)
 	s.read("GET "+Prefix+"dlq/letter", s.dlqShow)
 	s.act("POST "+Prefix+"dlq/redrive", "dlq.redrive", s.dlqRedrive)
@@ -222,6 +225,34 @@ func (s *Server) groupReset(r *http.Request, body []byte) (Action, error) {
 		return a, kind(errConflict, errors.New(res.MembersText()+" (or force)"))
 	}
 	return a, err
+}
+
+func (s *Server) groupPauseState(r *http.Request) (any, error) {
+	return s.opts.Registry.GroupPaused(r.Context(), r.PathValue("group"))
+}
+
+// PauseRequest pauses or resumes a worker group (sluice consumer
+// pause|resume); the result is a registry.PauseChange.
+type PauseRequest struct {
+	Reason string `json:"reason"`
+	DryRun bool   `json:"dry_run"`
+}
+
+func (s *Server) groupPause(pause bool) func(*http.Request, []byte) (Action, error) {
+	return func(r *http.Request, body []byte) (Action, error) {
+		var req PauseRequest
+		if err := decode(body, &req); err != nil {
+			return Action{}, err
+		}
+		group := r.PathValue("group")
+		a := Action{Target: "group " + group, DryRun: req.DryRun}
+		res, err := s.opts.Registry.SetGroupPaused(r.Context(), group, pause, who(roleOf(r)), req.Reason, req.DryRun)
+		if err != nil {
+			return a, err
+		}
+		a.Result = res
+		return a, nil
+	}
 }
 
 // ---- dead letters ---------------------------------------------------------

@@ -90,7 +90,7 @@ func NewService(cfg Config, d Deps) (*Service, error) {
 	co := consumer.OptionsFromConfig(consumer.Options{
 		Kafka: cfg.Kafka, KafkaOpts: d.KafkaOpts,
 		Topic: cfg.Kafka.CommandsTopic, Group: cfg.Kafka.Group(GroupName), AdoptGroup: GroupName, DLQTopic: cfg.Kafka.CommandsDLQTopic,
-		HandlerName: HandlerName, Policy: registry.WaitForPredecessor, Registry: reg, Handler: w,
+		HandlerName: HandlerName, Policy: registry.WaitForPredecessor, Registry: reg, Handler: w, Pause: reg,
 		Limits: envelope.Limits{MaxEnvelopeBytes: cfg.EventStore.MaxEnvelopeBytes, MaxDataDepth: cfg.EventStore.MaxDataDepth, MaxMetadataBytes: cfg.EventStore.MaxMetadataBytes}, Crash: crash, CrashWorker: HandlerName,
 		Logger: d.Logger, Metrics: d.Metrics, Health: d.Health, TracerProvider: d.TracerProvider,
 	}, cfg.Worker, cfg.Worker.InstanceMaxRetryAttempts)

@@ -255,7 +255,7 @@ func (s *Service) newConsumer(sp Spec, v int) (*consumer.Consumer, error) {
 	co := consumer.OptionsFromConfig(consumer.Options{
 		Kafka: s.cfg.Kafka, KafkaOpts: s.d.KafkaOpts,
 		Topic: s.cfg.Kafka.EventsTopic, Group: s.cfg.Kafka.Group(GroupName(p.Name(), v)), AdoptGroup: GroupName(p.Name(), v), DLQTopic: s.cfg.Kafka.EventsDLQTopic,
-		HandlerName: HandlerName(p.Name(), v), Policy: guard, Registry: reg, Handler: w,
+		HandlerName: HandlerName(p.Name(), v), Policy: guard, Registry: reg, Handler: w, Pause: s.reg,
 		Limits: envelope.Limits{MaxEnvelopeBytes: s.cfg.EventStore.MaxEnvelopeBytes, MaxDataDepth: s.cfg.EventStore.MaxDataDepth,
 			MaxMetadataBytes: s.cfg.EventStore.MaxMetadataBytes},
 		Crash: s.crash, CrashWorker: CrashWorker, Logger: s.d.Logger, Metrics: s.d.Metrics, Health: s.d.Health,

@@ -131,6 +131,7 @@ type Worker struct {
 	RetryBackoffCap          time.Duration `env:"WORKER_RETRY_BACKOFF_CAP" envDefault:"30s" doc:"Cap of the retry backoff."`
 	ShutdownTimeout          time.Duration `env:"SHUTDOWN_TIMEOUT" envDefault:"30s" doc:"Time a worker has after SIGTERM to drain in-flight work and commit."`
 	SessionTimeout           time.Duration `env:"KAFKA_SESSION_TIMEOUT" envDefault:"45s" doc:"Consumer-group session timeout of the workers: a worker killed without a clean shutdown keeps its partitions this long. 6s to 30m (the brokers' default group.min/max.session.timeout.ms)."`
+	PausePoll                time.Duration `env:"WORKER_PAUSE_POLL_INTERVAL" envDefault:"2s" doc:"How often a worker reads its group's pause flag (sluice consumer pause/resume): a pause or resume takes effect within this time."`
 }
 
 // Elasticsearch configures the read-model cluster (docs/projectionworker.md).

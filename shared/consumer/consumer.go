@@ -110,6 +110,9 @@ type Consumer struct {
 	parts   map[string]map[int32]*partState
 	pending int
 	paused  bool
+	// opPaused is the operator's pause flag of the group as last read
+	// (watchPause); flowControl stops fetching while it is set.
+	opPaused atomic.Bool
 	// out are the dependencies in outage (the registry's and the
 	// handler's), see outage.go.
 	out outages
@@ -216,6 +219,13 @@ func (c *Consumer) Run(ctx context.Context) error {
 	}()
 	var runErr error
 	c.allowedAt = time.Now()
+	if c.o.Pause != nil {
+		c.readPause(ctx) // before the first fetch: a paused group fetches nothing
+		c.flowControl()
+		pctx, stop := context.WithCancel(ctx)
+		defer stop()
+		go c.watchPause(pctx)
+	}
 	for ctx.Err() == nil {
 		c.hb.Beat()
 		if err := c.turn(ctx, work); err != nil {

@@ -24,6 +24,7 @@ type metrics struct {
 	panics    *prometheus.CounterVec // handler, call
 	dlqPtr    *prometheus.CounterVec // handler, reason
 	commits   *prometheus.CounterVec // handler
+	paused    *prometheus.GaugeVec   // handler: 1 while an operator paused the group
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -52,6 +53,8 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Help: "Dead letters written in pointer form (the original value left out), by reason (size, too_large)."}, []string{"handler", "reason"}),
 		commits: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "sluice_worker_offset_commits_total",
 			Help: "Offset commits made."}, []string{"handler"}),
+		paused: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "sluice_worker_paused",
+			Help: "1 while an operator paused the worker's consumer group (sluice consumer pause): it fetches nothing new."}, []string{"handler"}),
 	}
 	m.records = register(reg, m.records)
 	m.stage = register(reg, m.stage)
@@ -63,6 +66,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	m.depOutage = register(reg, m.depOutage)
 	m.panics = register(reg, m.panics)
 	m.dlqPtr = register(reg, m.dlqPtr)
+	m.paused = register(reg, m.paused)
 	return m
 }
 
@@ -72,6 +76,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 // dashboards and rate()/increase() alerts see every series before its first
 // event. Only the lag's partitions are unknown until assignment.
 func (m *metrics) zero(handler string) {
+	m.paused.WithLabelValues(handler).Set(0)
 	for _, v := range []string{string(claim.OutcomeApplied), string(claim.OutcomeRejected), string(claim.OutcomeConflict),
 		string(claim.OutcomeIgnored), "duplicate", string(claim.OutcomeStale), "dead", "parse_error"} {
 		m.records.WithLabelValues(handler, v)

@@ -164,6 +164,19 @@ type Options struct {
 	// dependency the handler reported out (red during its outage), and the
 	// liveness heartbeat "<handler>:loop".
 	Health *observability.Health
+	// Pause, when set, is read every PausePoll: while it reports the group
+	// paused (an operator's `sluice consumer pause`), the consumer fetches
+	// nothing new; what it already fetched finishes and is committed. It
+	// stays in the group and ready. An error keeps the last known state.
+	Pause PauseSource
+	// PausePoll is how often Pause is read (default 2s).
+	PausePoll time.Duration
+}
+
+// PauseSource says whether an operator paused a consumer group
+// (registry.Registry satisfies it).
+type PauseSource interface {
+	Paused(ctx context.Context, group string) (bool, error)
 }
 
 func (o *Options) withDefaults() (Options, error) {
@@ -213,6 +226,9 @@ func (o *Options) withDefaults() (Options, error) {
 	if c.Limits == (envelope.Limits{}) {
 		c.Limits = envelope.DefaultLimits()
 	}
+	if c.PausePoll <= 0 {
+		c.PausePoll = 2 * time.Second
+	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
@@ -240,6 +256,7 @@ func OptionsFromConfig(o Options, wc config.Worker, maxAttempts int) Options {
 	o.BackoffCap = wc.RetryBackoffCap
 	o.ShutdownTimeout = wc.ShutdownTimeout
 	o.SessionTimeout = wc.SessionTimeout
+	o.PausePoll = wc.PausePoll
 	return o
 }
 

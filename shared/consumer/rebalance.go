@@ -24,7 +24,7 @@ func (c *Consumer) flowControl() {
 		c.leaveHandlerOutages()
 	}
 	c.mu.Lock()
-	pause := c.pending >= c.o.MaxPending || c.InOutage()
+	pause := c.pending >= c.o.MaxPending || c.InOutage() || c.opPaused.Load()
 	was := c.paused
 	c.paused = pause
 	c.mu.Unlock()
