@@ -25,7 +25,7 @@ func TestAdminPauseResume(t *testing.T) {
 		Services:  []string{"api", "relay", "instance-worker"},
 		APIRoutes: adminRoutes(t),
 	})}
-	const group = "/admin/v1/consumers/" + instanceworker.GroupName
+	group := "/admin/v1/consumers/" + e.Config.Kafka.Group(instanceworker.GroupName)
 	reg, err := registry.New(e.Pool, registry.Options{Owner: "pause-test"})
 	if err != nil {
 		t.Fatal(err)
