@@ -45,7 +45,7 @@ topic into a worker group means: stop the group's workers, sluice consumer reset
 start them again; the registry absorbs the duplicates (at most one side effect per
 event_id). copy-offsets moves a worker to a new group id without re-reading its topic.`,
 	}
-	c.AddCommand(newConsumerLagCmd(), newConsumerResetCmd(), newConsumerCopyOffsetsCmd())
+	c.AddCommand(newConsumerLagCmd(), newConsumerResetCmd(), newConsumerCopyOffsetsCmd(), newConsumerPauseCmd(true), newConsumerPauseCmd(false))
 	return c
 }
 
