@@ -281,6 +281,26 @@ func (s *Service) Run(ctx context.Context) error {
 	// with the error (and is restarted) instead of running on without it.
 	rctx, stop := context.WithCancel(ctx)
 	defer stop()
+	// A read model found lost is rebuilt beside the live consumers
+	// (docs/projectionworker.md#read-model-lost); Run waits for it.
+	var rebuilds sync.WaitGroup
+	defer func() { stop(); rebuilds.Wait() }()
+	for _, sp := range s.specs {
+		if sp.Version > 0 { // pinned (a rebuild's own service): never checked
+			continue
+		}
+		name := sp.Projection.Name()
+		v := s.Version(name)
+		lost, why, err := s.readModelLost(ctx, first.Client(), name, v)
+		if err != nil {
+			s.d.Logger.Warn("projection worker: read model check failed", "projection", name, "err", err)
+			continue
+		}
+		if lost {
+			rebuilds.Add(1)
+			go func() { defer rebuilds.Done(); s.rebuildLost(rctx, first.Client(), sp, v, why) }()
+		}
+	}
 	errs := make(chan error, len(s.specs))
 	for _, sp := range s.specs {
 		go func() { errs <- s.runProjection(rctx, sp) }()

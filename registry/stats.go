@@ -46,3 +46,15 @@ func (r *Registry) Stats(ctx context.Context) ([]HandlerStats, error) {
 	}
 	return out, nil
 }
+
+// HasDone reports whether handler has at least one done row: the handler
+// has applied an event, so whatever it writes must not be empty (the
+// projection worker's read-model-lost check, docs/projectionworker.md#read-model-lost).
+func (r *Registry) HasDone(ctx context.Context, handler string) (bool, error) {
+	var ok bool
+	err := r.pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM sluice.processed_events WHERE handler = $1 AND status = 'done')`, handler).Scan(&ok)
+	if err != nil {
+		return false, r.wrap(ctx, "has done", err)
+	}
+	return ok, nil
+}

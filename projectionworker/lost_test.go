@@ -1,0 +1,99 @@
+package projectionworker_test
+
+import (
+	"encoding/json"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice/projectionworker"
+	"github.com/sluicehq/sluice/shared/envelope"
+	"github.com/sluicehq/sluice/shared/testenv"
+)
+
+// TestReadModelLost: a worker restarted after its index was deleted (the
+// dev Elasticsearch lost its data) finds the read model empty while its
+// registry handler has done rows, rebuilds it as v2 from the start of the
+// topic, and every document comes back through the read alias; a fresh
+// deployment (nothing projected yet) does not rebuild.
+func TestReadModelLost(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		lose bool
+	}{{"index deleted", true}, {"fresh deployment", false}} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := newEnv(t, 3)
+			const n = 20
+			var evs []envelope.Envelope
+			for i := range n {
+				evs = append(evs, e.event(projectionworker.InstanceCreated, "rl", "things", fmt.Sprint(i), 1, map[string]any{"v": i}))
+			}
+			readAlias := projectionworker.IndexNames("sluice_", "rl", "instances", 1).ReadAlias
+			if tc.lose {
+				e.publish(evs...)
+				_, stop := e.startInProcess(nil, nil, spec("instances"))
+				testenv.WaitFor(t, 30*time.Second, "v1 caught up", e.caughtUp("projection-instances-v1"))
+				testenv.WaitFor(t, 30*time.Second, "v1 complete", func() bool {
+					return e.countIn(readAlias) == n
+				})
+				stop()
+				res, err := e.esc.Indices.Delete([]string{projectionworker.IndexNames("sluice_", "rl", "instances", 1).Index})
+				if err != nil || res.IsError() {
+					t.Fatalf("delete index: %v %v", res, err)
+				}
+				res.Body.Close()
+			}
+			svc, _ := e.startInProcess(nil, nil, spec("instances"))
+			if !tc.lose {
+				// Give a wrongly triggered rebuild time to create its group
+				// and index, then project the events.
+				time.Sleep(2 * time.Second)
+				e.publish(evs...)
+			}
+			testenv.WaitFor(t, 60*time.Second, "all documents through the read alias", func() bool {
+				return e.countIn(readAlias) == n
+			})
+			want := 1
+			if tc.lose {
+				want = 2
+			}
+			testenv.WaitFor(t, 30*time.Second, fmt.Sprintf("the worker runs v%d", want), func() bool { return svc.Version("instances") == want })
+			if v, err := projectionworker.LiveVersion(ctxT(t), e.esc, "sluice_", "instances"); err != nil || v != want {
+				t.Errorf("live version %d (%v), want %d", v, err, want)
+			}
+			for i := range n {
+				if d := e.instance("rl", "things", fmt.Sprint(i), want); !d.Found || d.Source["v"] != float64(i) {
+					t.Errorf("document %d in v%d: %+v", i, want, d)
+				}
+			}
+			if !tc.lose {
+				if l := e.lag("projection-instances-v2"); l.Committed != 0 {
+					t.Errorf("fresh deployment: group v2 has committed %d (a rebuild was triggered)", l.Committed)
+				}
+				idx, err := projectionworker.Indices(ctxT(t), e.esc, "sluice_", "instances")
+				if err != nil || len(idx) != 1 {
+					t.Errorf("fresh deployment: indices %+v (%v), want only v1", idx, err)
+				}
+			}
+		})
+	}
+}
+
+// countIn counts the documents of index (or alias); -1 when it is missing.
+func (e *env) countIn(index string) int {
+	res, err := e.esc.Count(e.esc.Count.WithIndex(index))
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	defer res.Body.Close()
+	if res.IsError() {
+		return -1
+	}
+	var c struct {
+		Count int `json:"count"`
+	}
+	if err := json.NewDecoder(res.Body).Decode(&c); err != nil {
+		e.t.Fatal(err)
+	}
+	return c.Count
+}
