@@ -335,9 +335,9 @@ func TestConsoleInBrowser(t *testing.T) {
 		states := value(b, "read the steps", chromedp.Evaluate[[]map[string]string](`[...document.querySelectorAll('li[data-step]')].map(li => ({kind: li.closest('section').dataset.kind, step: li.dataset.step, state: li.dataset.state, who: li.dataset.handler, text: li.innerText}))`))
 		want := []string{
 			"command accepted done", "command appended done", "command published done", "command handled done instanceworker",
-			"command document done instanceworker", "command offset_commit done instance-worker",
+			"command document done instanceworker", "command offset_commit done sluice.instance-worker",
 			"domain emitted done", "domain appended done", "domain published done", "domain handled done projection:history:v1",
-			"domain document done projection:history:v1", "domain offset_commit done projection-history-v1",
+			"domain document done projection:history:v1", "domain offset_commit done sluice.projection-history-v1",
 		}
 		var got []string
 		for _, s := range states {
