@@ -157,7 +157,8 @@ func TestReplayIntoLiveVersion(t *testing.T) {
 		before[ev.EventID] = e.get("sluice_rp_history_v1", ev.EventID)
 	}
 	adm := kadm.NewClient(e.producer())
-	if _, err := adm.DeleteGroups(context.Background(), "projection-instances-v1", "projection-history-v1"); err != nil {
+	kc := e.config(nil).Kafka
+	if _, err := adm.DeleteGroups(context.Background(), kc.Group("projection-instances-v1"), kc.Group("projection-history-v1")); err != nil {
 		t.Fatal(err)
 	}
 	metrics := prometheus.NewRegistry()
