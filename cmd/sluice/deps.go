@@ -43,6 +43,15 @@ func openServiceDeps(cmd *cobra.Command) (*storeDeps, func(), error) {
 }
 
 func openDeps(cmd *cobra.Command, wait bool) (*storeDeps, func(), error) {
+	return openDepsWith(cmd, func(ctx context.Context, cfg *sluiceconfig.Config, logger *slog.Logger) (objstore.Bucket, error) {
+		return openBucket(ctx, cfg, logger, wait)
+	})
+}
+
+// openDepsWith opens the config, the pool, the bucket (with openBucket's
+// choice of self-test and waiting) and the store; the close func releases
+// them.
+func openDepsWith(cmd *cobra.Command, open func(context.Context, *sluiceconfig.Config, *slog.Logger) (objstore.Bucket, error)) (*storeDeps, func(), error) {
 	cfg, logger, err := loadConfig(cmd)
 	if err != nil {
 		return nil, nil, err
@@ -51,7 +60,7 @@ func openDeps(cmd *cobra.Command, wait bool) (*storeDeps, func(), error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	bucket, err := openBucket(cmd.Context(), cfg, logger, wait)
+	bucket, err := open(cmd.Context(), cfg, logger)
 	if err != nil {
 		pool.Close()
 		return nil, nil, err

@@ -1,10 +1,15 @@
 package main
 
 import (
+	"context"
+	"log/slog"
+
 	"github.com/spf13/cobra"
 
 	"github.com/sluicehq/sluice/eventstore"
+	"github.com/sluicehq/sluice/eventstore/objstore"
 	"github.com/sluicehq/sluice/eventstore/objstore/backend"
+	"github.com/sluicehq/sluice/pipeline/sluiceconfig"
 )
 
 // openReadStoreDeps opens config, pool, bucket and store for a command that
@@ -14,25 +19,9 @@ import (
 // with only s3:GetObject and s3:ListBucket, MinIO's readonly policy) are
 // enough. Nothing these commands do writes to the bucket.
 func openReadStoreDeps(cmd *cobra.Command) (*storeDeps, func(), error) {
-	cfg, logger, err := loadConfig(cmd)
-	if err != nil {
-		return nil, nil, err
-	}
-	pool, err := openPool(cmd, cfg)
-	if err != nil {
-		return nil, nil, err
-	}
-	bucket, err := backend.New(cmd.Context(), cfg.EventStore)
-	if err != nil {
-		pool.Close()
-		return nil, nil, err
-	}
-	st, err := eventstore.New(pool, bucket, eventstore.Options{Config: cfg.EventStore, Logger: logger})
-	if err != nil {
-		pool.Close()
-		return nil, nil, err
-	}
-	return &storeDeps{cfg: cfg, logger: logger, pool: pool, bucket: bucket, store: st}, func() { _ = st.Close(); pool.Close() }, nil
+	return openDepsWith(cmd, func(ctx context.Context, cfg *sluiceconfig.Config, _ *slog.Logger) (objstore.Bucket, error) {
+		return backend.New(ctx, cfg.EventStore)
+	})
 }
 
 // openReadStore is openReadStoreDeps for commands that need only the store.
