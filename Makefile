@@ -10,7 +10,7 @@ LDFLAGS := -s -w -X main.version=$(VERSION) -X main.commit=$(COMMIT)
 FUZZTIME ?= 30000x
 TEST_TIMEOUT ?= 20m
 
-.PHONY: all build dev test test-deps test-go es-spec-summary fuzz lint bench soak docs clean
+.PHONY: all build dev test test-deps test-go es-spec-summary fuzz lint bench bench-ab soak docs clean
 
 all: build
 
@@ -51,6 +51,12 @@ lint: test-deps
 bench: test-deps
 	GOGC=$${GOGC:-400} $(GO) test -run='^$$' -bench=. -benchtime=$${BENCHTIME:-3s} -timeout 30m $(PKGS) | tee $(BIN)/bench.txt
 	@echo "results in $(BIN)/bench.txt; figures are recorded in docs/benchmarks.md"
+
+## bench-ab: the main benchmarks of BASE (a git revision) and of this tree,
+## alternated round by round in one run (ROUNDS, BENCHES: scripts/bench-ab.sh)
+BASE ?= HEAD~1
+bench-ab:
+	./scripts/bench-ab.sh $(BASE)
 
 ## soak: the long chaos soak of the acceptance suite (docs/acceptance.md):
 ## SOAK of load and faults (default 5m), then drain and verify; then the
