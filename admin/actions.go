@@ -16,7 +16,9 @@ import (
 	"github.com/sluicehq/sluice/projectionworker"
 	"github.com/sluicehq/sluice/relay"
 	"github.com/sluicehq/sluice/shared/consumer"
+	"github.com/sluicehq/sluice/shared/envelope"
 	"github.com/sluicehq/sluice/shared/kafka"
+	"github.com/sluicehq/sluice/shared/readmodel"
 )
 
 func (s *Server) routes() {
@@ -530,11 +532,24 @@ func (s *Server) projectionSwitch(rebuild bool) func(*http.Request, []byte) (Act
 
 // ---- verify ---------------------------------------------------------------
 
-// VerifyRequest compares one db/class (sluice verify).
+// VerifyRequest compares one db/class (sluice verify). DryRun only checks
+// the request and names what would be compared, without reading it: a
+// verify reads the whole class from the store and Elasticsearch.
 type VerifyRequest struct {
 	DB           string `json:"db"`
 	Class        string `json:"class"`
 	IndexVersion int    `json:"index_version"`
+	DryRun       bool   `json:"dry_run"`
+}
+
+// VerifyPlan is a verify's dry run: what it would compare.
+type VerifyPlan struct {
+	DryRun     bool   `json:"dry_run"`
+	DB         string `json:"db"`
+	Class      string `json:"class"`
+	Index      string `json:"index"`
+	WriteAlias string `json:"write_alias"`
+	Compares   string `json:"compares"`
 }
 
 func (s *Server) verify(r *http.Request, body []byte) (Action, error) {
@@ -543,6 +558,19 @@ func (s *Server) verify(r *http.Request, body []byte) (Action, error) {
 		return Action{}, err
 	}
 	a := Action{Target: req.DB + "/" + req.Class, DryRun: true} // verify changes nothing
+	if req.DryRun {
+		if err := envelope.ValidateDBName(req.DB); err != nil {
+			return a, invalid("db: %v", err)
+		}
+		if err := envelope.ValidateClassName(req.Class); err != nil {
+			return a, invalid("class: %v", err)
+		}
+		n := readmodel.InstanceNames(s.opts.Config.Elasticsearch.IndexPrefix, req.DB, req.IndexVersion)
+		a.Result = VerifyPlan{DryRun: true, DB: req.DB, Class: req.Class, Index: n.Index, WriteAlias: n.WriteAlias,
+			Compares: "every instance of " + req.DB + "/" + req.Class + " in the event store (its last domain event) against its document in " +
+				n.WriteAlias + "; reads the whole class, changes nothing"}
+		return a, nil
+	}
 	if s.opts.Store == nil || s.opts.ES == nil {
 		return a, errors.New("admin: verify needs the event store and Elasticsearch")
 	}

@@ -341,7 +341,16 @@ func TestAdminAPI(t *testing.T) {
 		t.Errorf("rollback dry run: %d %v", st, body)
 	}
 
-	// Verify: the store against Elasticsearch.
+	// Verify: a dry run names what it would compare without reading it;
+	// the act compares the store with Elasticsearch.
+	st, body, _ = e.call("POST", "/admin/v1/verify", opToken, map[string]any{"db": "shop", "class": "orders", "dry_run": true})
+	if st != 200 || body["dry_run"] != true || body["write_alias"] != e.Config.Elasticsearch.IndexPrefix+"shop_instances_write" ||
+		body["instances"] != nil || !strings.Contains(body["compares"].(string), "shop/orders") {
+		t.Errorf("verify dry run: %d %v", st, body)
+	}
+	if st, body, _ := e.call("POST", "/admin/v1/verify", opToken, map[string]any{"db": "Shop!", "class": "orders", "dry_run": true}); st != 400 || body["code"] != "invalid" {
+		t.Errorf("verify dry run of a bad db name: %d %v, want 400", st, body)
+	}
 	st, body, _ = e.call("POST", "/admin/v1/verify", opToken, map[string]any{"db": "shop", "class": "orders"})
 	if st != 200 || body["instances"] != 1.0 || body["ok"] != 1.0 {
 		t.Errorf("verify: %d %v", st, body)
@@ -387,7 +396,8 @@ func TestAdminAPI(t *testing.T) {
 		{"dlq.drop", "operator", "ok", false, 1},
 		{"projection.rebuild", "operator", "ok", false, 1},
 		{"projection.rebuild", "operator", "unsafe", true, 1},
-		{"verify", "operator", "ok", true, 1},
+		{"verify", "operator", "ok", true, 2},
+		{"verify", "operator", "invalid", true, 2},
 	} {
 		if got := count(c.action, c.role, c.outcome, c.dryRun); got != c.want {
 			t.Errorf("audit records %s by %s, outcome %s, dry run %t: %d, want %d", c.action, c.role, c.outcome, c.dryRun, got, c.want)

@@ -59,7 +59,15 @@ type GroupView struct {
 	Members    int                     `json:"members"`
 	State      string                  `json:"state,omitempty"`
 	Partitions []consumer.PartitionLag `json:"partitions"`
-	Error      string                  `json:"error,omitempty"`
+	// Paused is the operator's durable pause flag of the group (the
+	// registry's sluice.registry_group_pause, as `sluice consumer pause`
+	// and POST consumers/{group}/pause set it); Pause says who set it,
+	// when and why. Both are absent when the flag could not be read
+	// (PauseError says why).
+	Paused     *bool                `json:"paused,omitempty"`
+	Pause      *registry.GroupPause `json:"pause,omitempty"`
+	PauseError string               `json:"pause_error,omitempty"`
+	Error      string               `json:"error,omitempty"`
 }
 
 // RegistryView counts the registry rows per handler and in total.
@@ -170,12 +178,18 @@ func (s *Server) overview(r *http.Request) (any, error) {
 	cl, err := kafka.NewClient(cfg.Kafka)
 	if err != nil {
 		fail("kafka", err)
+		for _, g := range groups {
+			gv := GroupView{Group: g.group, Topic: g.topic, Handler: g.handler, Partitions: []consumer.PartitionLag{}, Error: err.Error()}
+			s.groupPauseView(ctx, &gv)
+			ov.Groups = append(ov.Groups, gv)
+		}
 		return ov, nil
 	}
 	defer cl.Close()
 	adm := kadm.NewClient(cl)
 	for _, g := range groups {
 		gv := GroupView{Group: g.group, Topic: g.topic, Handler: g.handler, Partitions: []consumer.PartitionLag{}}
+		s.groupPauseView(ctx, &gv)
 		l, err := consumer.Lag(ctx, adm, g.group, g.topic)
 		if err != nil {
 			gv.Error = err.Error()
@@ -202,4 +216,16 @@ func (s *Server) overview(r *http.Request) (any, error) {
 		ov.Errors = nil
 	}
 	return ov, nil
+}
+
+// groupPauseView reads the group's pause flag through the registry (its
+// owner) into gv; a registry error is the group's pause_error, the rest of
+// the group is still shown.
+func (s *Server) groupPauseView(ctx context.Context, gv *GroupView) {
+	p, err := s.opts.Registry.GroupPaused(ctx, gv.Group)
+	if err != nil {
+		gv.PauseError = err.Error()
+		return
+	}
+	gv.Paused, gv.Pause = &p.Paused, &p
 }

@@ -17,7 +17,8 @@ import (
 // Pausing the instance worker's group through the admin API: a command
 // accepted while it is paused is not claimed (no registry row, lag left on
 // the topic) while the worker stays in the group; after resume it is
-// processed exactly once and the lag drains. 401 and 403 guard both
+// processed exactly once and the lag drains. The overview shows the
+// group's pause state (who, why) throughout. 401 and 403 guard both
 // actions, a dry run changes nothing, and every call is audited.
 func TestAdminPauseResume(t *testing.T) {
 	e := &env{t: t, Env: pipelinetest.Start(t, pipelinetest.Options{
@@ -51,8 +52,31 @@ func TestAdminPauseResume(t *testing.T) {
 		}
 		return body["total"].(float64)
 	}
+	// overviewPause is the group's pause state as the overview shows it.
+	overviewPause := func() (paused any, pause map[string]any) {
+		t.Helper()
+		st, ov, _ := e.call("GET", "/admin/v1/overview", readToken, nil)
+		if st != 200 {
+			t.Fatalf("overview: %d %v", st, ov)
+		}
+		for _, g := range ov["groups"].([]any) {
+			g := g.(map[string]any)
+			if g["group"] == e.Config.Kafka.Group(instanceworker.GroupName) {
+				if g["pause_error"] != nil {
+					t.Fatalf("overview pause error: %v", g)
+				}
+				p, _ := g["pause"].(map[string]any)
+				return g["paused"], p
+			}
+		}
+		t.Fatalf("overview without the instance worker's group: %v", ov["groups"])
+		return nil, nil
+	}
 	e.create("1")
 	pipelinetest.WaitFor(t, 30*time.Second, "the first command processed", func() bool { _, d := rows(); return d == 1 && lag() == 0 })
+	if paused, _ := overviewPause(); paused != false {
+		t.Errorf("overview paused before any pause: %v, want false", paused)
+	}
 
 	// Guards: no token 401, the read token 403 (audited); a dry run
 	// changes nothing.
@@ -84,6 +108,9 @@ func TestAdminPauseResume(t *testing.T) {
 		body["by"] != "admin:operator" || body["reason"] != "maintenance" {
 		t.Fatalf("pause state: %d %v", st, body)
 	}
+	if paused, p := overviewPause(); paused != true || p["by"] != "admin:operator" || p["reason"] != "maintenance" || p["changed_at"] == nil {
+		t.Errorf("overview after the pause: paused %v, pause %v", paused, p)
+	}
 	time.Sleep(1500 * time.Millisecond) // > the poll interval and one poll's wait: the worker has seen it
 	e.create("2")
 	pipelinetest.WaitFor(t, 30*time.Second, "the second command on the topic", func() bool { return lag() >= 1 })
@@ -102,6 +129,9 @@ func TestAdminPauseResume(t *testing.T) {
 	st, body, _ = e.call("POST", group+"/resume", opToken, map[string]any{})
 	if st != 200 || body["changed"] != true || body["after"].(map[string]any)["paused"] != false {
 		t.Fatalf("resume: %d %v", st, body)
+	}
+	if paused, _ := overviewPause(); paused != false {
+		t.Errorf("overview after the resume: paused %v, want false", paused)
 	}
 	pipelinetest.WaitFor(t, 30*time.Second, "the second command processed", func() bool { _, d := rows(); return d == 2 && lag() == 0 })
 	time.Sleep(time.Second)
