@@ -2,7 +2,6 @@ package projectionworker_test
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"testing"
 	"time"
@@ -11,75 +10,19 @@ import (
 
 	"github.com/sluicehq/sluice/projectionworker"
 	"github.com/sluicehq/sluice/projectionworker/declarative"
+	"github.com/sluicehq/sluice/projectionworker/declarative/declarativetest"
 	"github.com/sluicehq/sluice/shared/envelope"
 	"github.com/sluicehq/sluice/shared/testenv"
 )
 
-// goOrderTotals is examples/projections/order_totals.yaml in Go: the
-// same documents (checked in package declarative), as a Stateful
-// projection of its own, for BenchmarkDeclarativeVsGo.
+// goOrderTotals is examples/projections/order_totals.yaml in Go
+// (declarativetest.OrderTotals, the same documents, checked in package
+// declarative), as a Stateful projection of its own, for
+// BenchmarkDeclarativeVsGo.
 type goOrderTotals struct{ *declarative.Projection }
 
 func (g goOrderTotals) ProjectState(ctx context.Context, e envelope.Envelope, st *projectionworker.DocState) ([]projectionworker.Op, error) {
-	var data struct {
-		CustomerID string  `json:"customer_id"`
-		Amount     float64 `json:"amount"`
-	}
-	if err := json.Unmarshal(e.Data, &data); err != nil {
-		return nil, err
-	}
-	key := data.CustomerID
-	id := envelope.ESDocumentID("customer-" + key)
-	cur, err := st.Get(ctx, "shop", id)
-	if err != nil {
-		return nil, err
-	}
-	type meta struct {
-		Applied   map[string]int64 `json:"applied"`
-		Key       string           `json:"key"`
-		EventID   string           `json:"event_id"`
-		UpdatedAt string           `json:"updated_at"`
-	}
-	var doc struct {
-		CustomerID  string   `json:"customer_id"`
-		Deleted     bool     `json:"deleted"`
-		LastOrderAt string   `json:"last_order_at"`
-		OrderIDs    []string `json:"order_ids,omitempty"`
-		Orders      float64  `json:"orders"`
-		Sluice      meta     `json:"sluice"`
-		Total       float64  `json:"total"`
-	}
-	if cur.Source != nil {
-		if err := json.Unmarshal(cur.Source, &doc); err != nil {
-			return nil, err
-		}
-	}
-	if doc.Sluice.Applied == nil {
-		doc.Sluice.Applied = map[string]int64{}
-	}
-	ak := envelope.AggregateKey(e.AggregateType, e.AggregateID)
-	if last, ok := doc.Sluice.Applied[ak]; ok && e.SequenceNumber <= last {
-		return nil, nil
-	}
-	doc.CustomerID = key
-	switch e.EventType {
-	case "ORDER_PLACED":
-		doc.Total += data.Amount
-		doc.Orders++
-		doc.OrderIDs = append(doc.OrderIDs, e.AggregateID)
-	case "ORDER_CANCELLED":
-		doc.Total -= data.Amount
-		doc.Orders--
-	}
-	doc.LastOrderAt = e.OccurredAt.String()
-	doc.Sluice.Applied[ak] = e.SequenceNumber
-	doc.Sluice.Key, doc.Sluice.EventID, doc.Sluice.UpdatedAt = key, e.EventID, e.OccurredAt.String()
-	body, err := json.Marshal(doc)
-	if err != nil {
-		return nil, err
-	}
-	st.Put("shop", id, projectionworker.Doc{Source: body, Version: cur.Version + 1})
-	return []projectionworker.Op{{Scope: "shop", ID: id, Version: cur.Version + 1, Doc: body}}, nil
+	return declarativetest.OrderTotals(ctx, e, st)
 }
 
 // BenchmarkDeclarativeVsGo measures events/s Kafka → registry claim →
