@@ -7,8 +7,8 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
-	"github.com/twmb/franz-go/pkg/kerr"
 
+	"github.com/sluicehq/sluice/shared/consumer"
 	"github.com/sluicehq/sluice/shared/kafka"
 )
 
@@ -26,42 +26,25 @@ type Lag struct {
 }
 
 // GroupLag returns group's lag on topic: per partition end − committed
-// (log start when nothing is committed).
+// (log start when nothing is committed), summed over consumer.Lag.
 func GroupLag(ctx context.Context, adm *kadm.Client, group, topic string) (Lag, error) {
 	var l Lag
-	ends, err := adm.ListEndOffsets(ctx, topic)
+	gl, err := consumer.Lag(ctx, adm, group, topic)
 	if err != nil {
-		return l, fmt.Errorf("projectionworker: end offsets: %w", err)
+		return l, fmt.Errorf("projectionworker: %w", err)
 	}
-	if err := ends.Error(); err != nil {
-		return l, fmt.Errorf("projectionworker: end offsets: %w", err)
-	}
-	starts, err := adm.ListStartOffsets(ctx, topic)
-	if err != nil {
-		return l, fmt.Errorf("projectionworker: start offsets: %w", err)
-	}
-	offs, err := adm.FetchOffsets(ctx, group)
-	if errors.Is(err, kerr.GroupIDNotFound) {
-		offs, err = nil, nil
-	}
-	if err != nil {
-		return l, fmt.Errorf("projectionworker: group offsets: %w", err)
-	}
-	ends.Each(func(o kadm.ListedOffset) {
-		c := int64(0)
-		if s, ok := starts.Lookup(o.Topic, o.Partition); ok {
-			c = s.Offset
-		}
-		if r, ok := offs.Lookup(o.Topic, o.Partition); ok && r.Err == nil && r.At >= 0 {
-			c = r.At
+	for _, p := range gl.Partitions {
+		c := p.Committed
+		if c < 0 {
+			c = p.Start
 		}
 		l.Committed += c
-		l.End += o.Offset
-		if d := o.Offset - c; d > 0 {
-			l.Lag += d
+		l.End += p.End
+		if p.Lag > 0 {
+			l.Lag += p.Lag
 			l.Behind++
 		}
-	})
+	}
 	return l, nil
 }
 
