@@ -30,7 +30,6 @@ import (
 	"github.com/sluicehq/sluice/eventstore"
 	"github.com/sluicehq/sluice/eventstore/objstore/s3store"
 	"github.com/sluicehq/sluice/relay"
-	"github.com/sluicehq/sluice/shared/config"
 	"github.com/sluicehq/sluice/shared/envelope"
 )
 
@@ -525,7 +524,7 @@ func TestPoisonSoak(t *testing.T) {
 	p.kafka.Cluster.Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.CreateTopics}, Topic: "poison.refused", Err: kerr.InvalidTopicException, Count: -1})
 	p.startDefault()
 	const db = "poison"
-	st, err := eventstore.New(p.pool, mustS3(t, p), eventstore.Options{Config: config.EventStore{
+	st, err := eventstore.New(p.pool, mustS3(t, p), eventstore.Options{Config: eventstore.Config{
 		AppendTimeout: 5 * time.Second, MaxEnvelopeBytes: poisonEnvelopeLimit,
 	}})
 	if err != nil {

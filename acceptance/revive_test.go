@@ -18,8 +18,8 @@ import (
 	"github.com/sluicehq/sluice/eventstore/objstore"
 	"github.com/sluicehq/sluice/eventstore/objstore/s3store"
 	"github.com/sluicehq/sluice/relay"
-	"github.com/sluicehq/sluice/shared/config"
 	"github.com/sluicehq/sluice/shared/envelope"
+	"github.com/sluicehq/sluice/shared/kafka"
 	"github.com/sluicehq/sluice/shared/observability"
 	"github.com/sluicehq/sluice/shared/testenv"
 )
@@ -56,7 +56,7 @@ func TestAbandonedAppendRetriedAfterTheLookbackIsPublished(t *testing.T) {
 		t.Fatal(err)
 	}
 	log := slog.New(slog.NewTextHandler(testLog{t}, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	storeCfg := config.EventStore{GroupCommitMaxWait: 2 * time.Millisecond, GroupCommitMaxEvents: 500, AppendTimeout: appendTimeout}
+	storeCfg := eventstore.Config{GroupCommitMaxWait: 2 * time.Millisecond, GroupCommitMaxEvents: 500, AppendTimeout: appendTimeout}
 	open := func(b objstore.Bucket) *eventstore.Store {
 		st, err := eventstore.New(pool, b, eventstore.Options{Config: storeCfg, Logger: log})
 		if err != nil {
@@ -83,15 +83,15 @@ func TestAbandonedAppendRetriedAfterTheLookbackIsPublished(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	kafka := testenv.NewKafka(t)
+	kf := testenv.NewKafka(t)
 	prefix := testenv.UniqueName("revive") + "."
 	const cpKey = "checkpoints/revive.json"
 	r, err := relay.New(store, bucket, pool, relay.Options{
-		Config: config.Relay{Name: "revive", CheckpointKey: cpKey, BatchSize: 200, KafkaFlushBatchSize: 200,
+		Config: relay.Config{Name: "revive", CheckpointKey: cpKey, BatchSize: 200, KafkaFlushBatchSize: 200,
 			KafkaFlushTimeout: 2 * time.Second, PollInterval: 100 * time.Millisecond, LeaderLease: 2 * time.Second,
 			ParallelGets: 8, StallAfter: time.Minute, Lookback: lookback, LookbackMaxKeys: 50,
 			DedupMaxEvents: 10000, DedupCheckpointMaxEvents: 2000},
-		Kafka:         config.Kafka{Brokers: kafka.Brokers, TopicPrefix: prefix, TopicPartitions: 1, ReplicationFactor: 1},
+		Kafka:         kafka.Config{Brokers: kf.Brokers, TopicPrefix: prefix, TopicPartitions: 1, ReplicationFactor: 1},
 		AppendTimeout: appendTimeout,
 		Logger:        log,
 		Health:        observability.NewHealth(),
@@ -125,7 +125,7 @@ func TestAbandonedAppendRetriedAfterTheLookbackIsPublished(t *testing.T) {
 		t.Fatalf("retry: %v", err)
 	}
 	t.Logf("retry acknowledged at position %d, sequence %d", res.Event.Envelope.Position, res.Event.Envelope.SequenceNumber)
-	cl, err := kgo.NewClient(kgo.SeedBrokers(kafka.Brokers...), kgo.ConsumeTopics(prefix+"commands"),
+	cl, err := kgo.NewClient(kgo.SeedBrokers(kf.Brokers...), kgo.ConsumeTopics(prefix+"commands"),
 		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
 	if err != nil {
 		t.Fatal(err)

@@ -23,7 +23,6 @@ import (
 	"github.com/sluicehq/sluice/eventstore/objstore/filestore"
 	"github.com/sluicehq/sluice/eventstore/objstore/s3store"
 	"github.com/sluicehq/sluice/registry"
-	"github.com/sluicehq/sluice/shared/config"
 	"github.com/sluicehq/sluice/shared/envelope"
 	"github.com/sluicehq/sluice/shared/testenv"
 )
@@ -73,7 +72,7 @@ type apiConfig struct {
 	minio bool
 	opts  func(*Options)
 	// store adjusts the event store's configuration.
-	store func(*config.EventStore)
+	store func(*eventstore.Config)
 }
 
 func newTestAPI(t testing.TB, c apiConfig) *testAPI {
@@ -101,7 +100,7 @@ func newTestAPI(t testing.TB, c apiConfig) *testAPI {
 		bucket = b
 	}
 	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
-	scfg := config.EventStore{GroupCommitMaxWait: 2 * time.Millisecond, GroupCommitMaxEvents: 500, AppendTimeout: 30 * time.Second}
+	scfg := eventstore.Config{GroupCommitMaxWait: 2 * time.Millisecond, GroupCommitMaxEvents: 500, AppendTimeout: 30 * time.Second}
 	if c.store != nil {
 		c.store(&scfg)
 	}

@@ -8,7 +8,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/sluicehq/sluice/shared/config"
+	"github.com/sluicehq/sluice/eventstore"
 	"github.com/sluicehq/sluice/shared/envelope"
 )
 
@@ -23,7 +23,7 @@ func TestCreateWhoseDomainEventIsOverTheLimit(t *testing.T) {
 	const limit = 4096
 	a := newTestAPI(t, apiConfig{
 		opts:  func(o *Options) { o.Limits.MaxEnvelopeBytes = limit },
-		store: func(c *config.EventStore) { c.MaxEnvelopeBytes = limit },
+		store: func(c *eventstore.Config) { c.MaxEnvelopeBytes = limit },
 	})
 	ctx := context.Background()
 	var accepted, refused int

@@ -43,7 +43,6 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/sluicehq/sluice/registry"
-	"github.com/sluicehq/sluice/shared/config"
 	"github.com/sluicehq/sluice/shared/kafka"
 )
 
@@ -88,7 +87,7 @@ type Options struct {
 	Topic string
 	// Kafka is the KAFKA_* configuration its clients are built from
 	// (kafka.NewClient: brokers, TLS, SASL, producer settings).
-	Kafka config.Kafka
+	Kafka kafka.Config
 	// ReplicationFactor of the handled topic when it is created; -1 (or
 	// 0) takes the cluster's default.replication.factor (KIP-464).
 	ReplicationFactor int16

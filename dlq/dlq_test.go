@@ -17,8 +17,8 @@ import (
 
 	"github.com/sluicehq/sluice/dlq"
 	"github.com/sluicehq/sluice/registry"
-	"github.com/sluicehq/sluice/shared/config"
 	"github.com/sluicehq/sluice/shared/consumer"
+	"github.com/sluicehq/sluice/shared/kafka"
 	"github.com/sluicehq/sluice/shared/testenv"
 )
 
@@ -59,7 +59,7 @@ func newFixture(t *testing.T) *fixture {
 
 func (f *fixture) queue(t *testing.T) *dlq.Queue {
 	t.Helper()
-	q, err := dlq.Open(dlq.Options{Topic: f.topic, Kafka: config.Kafka{Brokers: f.k.Brokers}, ReplicationFactor: 1, Registry: f.reg, By: "tester"})
+	q, err := dlq.Open(dlq.Options{Topic: f.topic, Kafka: kafka.Config{Brokers: f.k.Brokers}, ReplicationFactor: 1, Registry: f.reg, By: "tester"})
 	if err != nil {
 		t.Fatal(err)
 	}

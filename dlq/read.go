@@ -10,7 +10,6 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"github.com/sluicehq/sluice/shared/config"
 	"github.com/sluicehq/sluice/shared/kafka"
 )
 
@@ -23,7 +22,7 @@ type ProgressFunc func(done, total int64)
 // per partition. onlyPartition >= 0 restricts it to one partition, and
 // from >= 0 starts there. A missing topic is an error unless missingOK. fn
 // returns true to stop early.
-func readTopicRange(ctx context.Context, kc config.Kafka, adm *kadm.Client, topic string, onlyPartition int32, from int64, missingOK bool,
+func readTopicRange(ctx context.Context, kc kafka.Config, adm *kadm.Client, topic string, onlyPartition int32, from int64, missingOK bool,
 	prog ProgressFunc, fn func(*kgo.Record) (bool, error)) error {
 	starts, err := adm.ListStartOffsets(ctx, topic)
 	if err == nil {

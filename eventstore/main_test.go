@@ -18,7 +18,6 @@ import (
 
 	"github.com/sluicehq/sluice/eventstore/objstore"
 	"github.com/sluicehq/sluice/eventstore/objstore/s3store"
-	"github.com/sluicehq/sluice/shared/config"
 	"github.com/sluicehq/sluice/shared/envelope"
 	"github.com/sluicehq/sluice/shared/testenv"
 )
@@ -181,8 +180,8 @@ func (r *levelRecorder) Handle(_ context.Context, rec slog.Record) error {
 func (r *levelRecorder) WithAttrs([]slog.Attr) slog.Handler { return r }
 func (r *levelRecorder) WithGroup(string) slog.Handler      { return r }
 
-func testConfig() config.EventStore {
-	return config.EventStore{GroupCommitMaxWait: 2 * time.Millisecond, GroupCommitMaxEvents: 500, AppendTimeout: 30 * time.Second}
+func testConfig() Config {
+	return Config{GroupCommitMaxWait: 2 * time.Millisecond, GroupCommitMaxEvents: 500, AppendTimeout: 30 * time.Second}
 }
 
 func ctxT(t testing.TB) context.Context {

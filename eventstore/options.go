@@ -6,11 +6,10 @@ import (
 	"log/slog"
 	"time"
 
-	"github.com/sluicehq/sluice/shared/config"
 	"github.com/sluicehq/sluice/shared/envelope"
 )
 
-// Knob values of config.EventStore the store understands.
+// Knob values of Config the store understands.
 const (
 	MismatchError     = "error"
 	MismatchWarn      = "warn"
@@ -27,7 +26,7 @@ const NotifyChannel = "sluice_appends"
 type Options struct {
 	// Config holds the EVENT_STORE_* knobs (group commit, idempotency
 	// mismatch mode, sequence allocator mode, append timeout, limits).
-	Config config.EventStore
+	Config Config
 	// Logger receives error-level idempotency mismatches (warn mode) and
 	// recovery messages. Default: slog.Default().
 	Logger *slog.Logger

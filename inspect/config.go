@@ -8,8 +8,8 @@ import (
 	"github.com/sluicehq/sluice/eventstore/objstore"
 	"github.com/sluicehq/sluice/registry"
 	"github.com/sluicehq/sluice/relay"
-	"github.com/sluicehq/sluice/shared/config"
 	"github.com/sluicehq/sluice/shared/kafka"
+	"github.com/sluicehq/sluice/shared/readmodel"
 )
 
 // Deps are the clients a process already has, for NewFromConfig.
@@ -27,9 +27,9 @@ type Deps struct {
 
 // Config is what the inspector reads of the process configuration.
 type Config struct {
-	Kafka         config.Kafka
-	Relay         config.Relay
-	Elasticsearch config.Elasticsearch
+	Kafka         kafka.Config
+	Relay         relay.Config
+	Elasticsearch readmodel.Config
 }
 
 // NewFromConfig returns an Inspector for the configuration: the relay's

@@ -27,8 +27,8 @@ import (
 	"github.com/sluicehq/sluice/projectionworker"
 	"github.com/sluicehq/sluice/registry"
 	"github.com/sluicehq/sluice/relay"
-	"github.com/sluicehq/sluice/shared/config"
 	"github.com/sluicehq/sluice/shared/envelope"
+	"github.com/sluicehq/sluice/shared/kafka"
 	"github.com/sluicehq/sluice/shared/readmodel"
 	"github.com/sluicehq/sluice/shared/testenv"
 )
@@ -50,7 +50,7 @@ type pipeline struct {
 
 // handlersOf are the pipeline's workers, their groups named as the
 // workers name them (KAFKA_GROUP_PREFIX first).
-func handlersOf(k config.Kafka) []inspect.Handler {
+func handlersOf(k kafka.Config) []inspect.Handler {
 	return []inspect.Handler{
 		{Name: instanceworker.HandlerName, Group: k.Group(instanceworker.GroupName), Kind: envelope.KindCommand},
 		{Name: projectionworker.HandlerName("history", 1), Group: k.Group(projectionworker.GroupName("history", 1)), Kind: envelope.KindDomain},
@@ -87,7 +87,7 @@ func startPipeline(t *testing.T) *pipeline {
 	if err != nil {
 		t.Fatal(err)
 	}
-	reg, err := registry.New(pool, registry.OptionsFromConfig(cfg.Registry, cfg.Worker, cfg.Worker.InstanceMaxRetryAttempts))
+	reg, err := registry.New(pool, cfg.Registry.Options(cfg.Worker.InstanceRetry()))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -13,7 +13,6 @@ import (
 	"github.com/sluicehq/sluice/instanceworker"
 	"github.com/sluicehq/sluice/internal/esserver"
 	"github.com/sluicehq/sluice/registry"
-	"github.com/sluicehq/sluice/shared/config"
 	"github.com/sluicehq/sluice/shared/consumer"
 	"github.com/sluicehq/sluice/shared/observability"
 	"github.com/sluicehq/sluice/shared/readmodel"
@@ -67,7 +66,7 @@ func (e *env) newWorker(url string) *instanceworker.Worker {
 	if err != nil {
 		e.t.Fatal(err)
 	}
-	es, err := readmodel.NewClient(config.Elasticsearch{URLs: []string{url}, RequestTimeout: 300 * time.Millisecond})
+	es, err := readmodel.NewClient(readmodel.Config{URLs: []string{url}, RequestTimeout: 300 * time.Millisecond})
 	if err != nil {
 		e.t.Fatal(err)
 	}

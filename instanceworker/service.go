@@ -11,13 +11,14 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/sluicehq/sluice/eventstore"
 	"github.com/sluicehq/sluice/registry"
-	"github.com/sluicehq/sluice/shared/config"
 	"github.com/sluicehq/sluice/shared/consumer"
 	"github.com/sluicehq/sluice/shared/crashpoint"
 	"github.com/sluicehq/sluice/shared/envelope"
 	"github.com/sluicehq/sluice/shared/kafka"
 	"github.com/sluicehq/sluice/shared/observability"
+	"github.com/sluicehq/sluice/shared/readmodel"
 )
 
 // Deps are the resources a Service runs on; the caller owns and closes them.
@@ -41,12 +42,12 @@ type Deps struct {
 // it configures (shared/config is the mechanism; pipeline/sluiceconfig fills it
 // for the sluice binary, and config.Parse reads it alone).
 type Config struct {
-	Kafka         config.Kafka
-	EventStore    config.EventStore
-	Registry      config.Registry
-	Worker        config.Worker
-	Elasticsearch config.Elasticsearch
-	Testing       config.Testing
+	Kafka         kafka.Config
+	EventStore    eventstore.Config
+	Registry      registry.Config
+	Worker        consumer.Config
+	Elasticsearch readmodel.Config
+	Testing       crashpoint.Config
 }
 
 // Service is a running instance worker: the runtime consuming the commands
@@ -74,7 +75,7 @@ func NewService(cfg Config, d Deps) (*Service, error) {
 	if d.Logger == nil {
 		d.Logger = slog.Default()
 	}
-	reg, err := registry.New(d.Pool, registry.OptionsFromConfig(cfg.Registry, cfg.Worker, cfg.Worker.InstanceMaxRetryAttempts))
+	reg, err := registry.New(d.Pool, cfg.Registry.Options(cfg.Worker.InstanceRetry()))
 	if err != nil {
 		return nil, err
 	}
@@ -87,13 +88,13 @@ func NewService(cfg Config, d Deps) (*Service, error) {
 	if err != nil {
 		return nil, err
 	}
-	co := consumer.OptionsFromConfig(consumer.Options{
-		Kafka: cfg.Kafka, KafkaOpts: d.KafkaOpts,
+	co := consumer.Options{
+		Config: cfg.Worker, MaxAttempts: cfg.Worker.InstanceMaxRetryAttempts, Kafka: cfg.Kafka, KafkaOpts: d.KafkaOpts,
 		Topic: cfg.Kafka.CommandsTopic, Group: cfg.Kafka.Group(GroupName), AdoptGroup: GroupName, DLQTopic: cfg.Kafka.CommandsDLQTopic,
 		HandlerName: HandlerName, Policy: registry.WaitForPredecessor, Registry: reg, Handler: w, Pause: reg,
 		Limits: envelope.Limits{MaxEnvelopeBytes: cfg.EventStore.MaxEnvelopeBytes, MaxDataDepth: cfg.EventStore.MaxDataDepth, MaxMetadataBytes: cfg.EventStore.MaxMetadataBytes}, Crash: crash, CrashWorker: HandlerName,
 		Logger: d.Logger, Metrics: d.Metrics, Health: d.Health, TracerProvider: d.TracerProvider,
-	}, cfg.Worker, cfg.Worker.InstanceMaxRetryAttempts)
+	}
 	cons, err := consumer.New(co)
 	if err != nil {
 		return nil, err

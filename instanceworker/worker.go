@@ -67,7 +67,7 @@ import (
 // Names of the handler, its consumer group and its crash-point worker.
 const (
 	HandlerName = "instanceworker"
-	GroupName   = "instance-worker" // the group id is config.Kafka.Group(GroupName)
+	GroupName   = "instance-worker" // the group id is kafka.Config.Group(GroupName)
 )
 
 // Command and domain event types (docs/instanceworker.md).

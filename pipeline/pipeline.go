@@ -301,7 +301,7 @@ func (a *APIRunner) Close() { _ = a.ln.Close() }
 // buildAPI is `sluice api`: the HTTP command API, with o.APIRoutes beside.
 func buildAPI(ctx context.Context, d Deps, o Options) (Runner, error) {
 	cfg := d.Config
-	reg, err := registry.New(d.Pool, registry.OptionsFromConfig(cfg.Registry, cfg.Worker, cfg.Worker.InstanceMaxRetryAttempts))
+	reg, err := registry.New(d.Pool, cfg.Registry.Options(cfg.Worker.InstanceRetry()))
 	if err != nil {
 		return nil, err
 	}

@@ -15,7 +15,6 @@ import (
 	"github.com/sluicehq/sluice/internal/esserver"
 	"github.com/sluicehq/sluice/projectionworker"
 	"github.com/sluicehq/sluice/registry"
-	"github.com/sluicehq/sluice/shared/config"
 	"github.com/sluicehq/sluice/shared/consumer"
 	"github.com/sluicehq/sluice/shared/envelope"
 	"github.com/sluicehq/sluice/shared/observability"
@@ -36,7 +35,7 @@ func newESGate(t testing.TB, es *esserver.Server) *esGate {
 // deadline 500 ms).
 func (g *esGate) client(t testing.TB) *elasticsearch.Client {
 	t.Helper()
-	es, err := readmodel.NewClient(config.Elasticsearch{URLs: []string{g.URL()}, RequestTimeout: 500 * time.Millisecond})
+	es, err := readmodel.NewClient(readmodel.Config{URLs: []string{g.URL()}, RequestTimeout: 500 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -125,7 +125,7 @@ func HandlerName(name string, version int) string {
 }
 
 // GroupName is the base consumer group of a projection version; the
-// group id is config.Kafka.Group(GroupName(…)), KAFKA_GROUP_PREFIX first.
+// group id is kafka.Config.Group(GroupName(…)), KAFKA_GROUP_PREFIX first.
 func GroupName(name string, version int) string {
 	return "projection-" + name + "-v" + strconv.Itoa(version)
 }

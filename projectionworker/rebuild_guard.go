@@ -38,7 +38,7 @@ type RebuildPlan struct {
 // index of the projection (live or kept), equal to none, and its consumer
 // group has no committed offsets (adm nil skips that check) — and returns
 // what a rebuild creates. It changes nothing. groupPrefix is
-// KAFKA_GROUP_PREFIX (config.Kafka.GroupPrefix).
+// KAFKA_GROUP_PREFIX (kafka.Config.GroupPrefix).
 func PlanRebuild(ctx context.Context, es *elasticsearch.Client, adm *kadm.Client, prefix, groupPrefix string, p Projection, version int) (RebuildPlan, error) {
 	plan := RebuildPlan{Projection: p.Name(), Version: version, Live: map[string]int{},
 		Group: groupPrefix + GroupName(p.Name(), version), Handler: HandlerName(p.Name(), version)}

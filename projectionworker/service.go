@@ -14,8 +14,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/sluicehq/sluice/eventstore"
 	"github.com/sluicehq/sluice/registry"
-	"github.com/sluicehq/sluice/shared/config"
 	"github.com/sluicehq/sluice/shared/consumer"
 	"github.com/sluicehq/sluice/shared/crashpoint"
 	"github.com/sluicehq/sluice/shared/envelope"
@@ -76,12 +76,12 @@ type Spec struct {
 // it configures (shared/config is the mechanism; pipeline/sluiceconfig fills it
 // for the sluice binary, and config.Parse reads it alone).
 type Config struct {
-	Kafka         config.Kafka
-	EventStore    config.EventStore
-	Registry      config.Registry
-	Worker        config.Worker
-	Elasticsearch config.Elasticsearch
-	Testing       config.Testing
+	Kafka         kafka.Config
+	EventStore    eventstore.Config
+	Registry      registry.Config
+	Worker        consumer.Config
+	Elasticsearch readmodel.Config
+	Testing       crashpoint.Config
 }
 
 // Service runs projection workers on the events topic: one consumer group
@@ -135,7 +135,7 @@ func NewService(cfg Config, d Deps, specs ...Spec) (*Service, error) {
 	if d.Metrics == nil {
 		d.Metrics = prometheus.NewRegistry()
 	}
-	reg, err := registry.New(d.Pool, registry.OptionsFromConfig(cfg.Registry, cfg.Worker, cfg.Worker.ProjectionMaxRetries))
+	reg, err := registry.New(d.Pool, cfg.Registry.Options(cfg.Worker.ProjectionRetry()))
 	if err != nil {
 		return nil, err
 	}
@@ -252,15 +252,15 @@ func (s *Service) newConsumer(sp Spec, v int) (*consumer.Consumer, error) {
 	if s.d.WrapRegistry != nil {
 		reg = s.d.WrapRegistry(reg)
 	}
-	co := consumer.OptionsFromConfig(consumer.Options{
-		Kafka: s.cfg.Kafka, KafkaOpts: s.d.KafkaOpts,
+	co := consumer.Options{
+		Config: s.cfg.Worker, MaxAttempts: s.cfg.Worker.ProjectionMaxRetries, Kafka: s.cfg.Kafka, KafkaOpts: s.d.KafkaOpts,
 		Topic: s.cfg.Kafka.EventsTopic, Group: s.cfg.Kafka.Group(GroupName(p.Name(), v)), AdoptGroup: GroupName(p.Name(), v), DLQTopic: s.cfg.Kafka.EventsDLQTopic,
 		HandlerName: HandlerName(p.Name(), v), Policy: guard, Registry: reg, Handler: w, Pause: s.reg,
 		Limits: envelope.Limits{MaxEnvelopeBytes: s.cfg.EventStore.MaxEnvelopeBytes, MaxDataDepth: s.cfg.EventStore.MaxDataDepth,
 			MaxMetadataBytes: s.cfg.EventStore.MaxMetadataBytes},
 		Crash: s.crash, CrashWorker: CrashWorker, Logger: s.d.Logger, Metrics: s.d.Metrics, Health: s.d.Health,
 		TracerProvider: s.d.TracerProvider,
-	}, s.cfg.Worker, s.cfg.Worker.ProjectionMaxRetries)
+	}
 	co.Concurrency = max(co.Concurrency, MinConcurrency)
 	co.MaxPollRecords = MaxPollRecords
 	return consumer.New(co)

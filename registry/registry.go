@@ -17,7 +17,6 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/sluicehq/sluice/shared/claim"
-	"github.com/sluicehq/sluice/shared/config"
 )
 
 // Defaults of Options (docs/registry.md, docs/worker-runtime.md).
@@ -65,20 +64,6 @@ type Options struct {
 	OpTimeout time.Duration
 	// PruneBatch is the number of rows Prune deletes per statement.
 	PruneBatch int
-}
-
-// OptionsFromConfig maps the process configuration to Options; maxAttempts
-// is the worker's own (INSTANCE_WORKER_MAX_RETRY_ATTEMPTS or
-// PROJECTION_WORKER_MAX_RETRIES).
-func OptionsFromConfig(rc config.Registry, wc config.Worker, maxAttempts int) Options {
-	return Options{
-		Owner:             rc.Owner,
-		LeaseTimeout:      rc.LeaseTimeout,
-		HeartbeatInterval: rc.HeartbeatInterval,
-		MaxAttempts:       maxAttempts,
-		BackoffBase:       wc.RetryBackoffBase,
-		BackoffCap:        wc.RetryBackoffCap,
-	}
 }
 
 func (o Options) withDefaults() Options {

@@ -23,9 +23,11 @@ import (
 	"github.com/sluicehq/sluice/eventstore"
 	"github.com/sluicehq/sluice/eventstore/objstore"
 	"github.com/sluicehq/sluice/eventstore/objstore/s3store"
+	"github.com/sluicehq/sluice/migrations"
 	"github.com/sluicehq/sluice/shared/config"
 	"github.com/sluicehq/sluice/shared/crashpoint"
 	"github.com/sluicehq/sluice/shared/envelope"
+	"github.com/sluicehq/sluice/shared/kafka"
 	"github.com/sluicehq/sluice/shared/observability"
 	"github.com/sluicehq/sluice/shared/testenv"
 )
@@ -49,11 +51,11 @@ func runHelper() int {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
 	defer stop()
 	var cfg struct {
-		Postgres   config.Postgres
-		EventStore config.EventStore
-		Relay      config.Relay
-		Kafka      config.Kafka
-		Testing    config.Testing
+		Postgres   migrations.PostgresConfig
+		EventStore eventstore.Config
+		Relay      Config
+		Kafka      kafka.Config
+		Testing    crashpoint.Config
 	}
 	if err := config.Parse(&cfg, config.EnvironOS()); err != nil {
 		fmt.Fprintln(os.Stderr, err)
@@ -135,7 +137,7 @@ func newEnv(t testing.TB, appendTimeout time.Duration) *env {
 
 func (e *env) newStore(t testing.TB) *eventstore.Store {
 	t.Helper()
-	st, err := eventstore.New(e.pool, e.bucket, eventstore.Options{Config: config.EventStore{
+	st, err := eventstore.New(e.pool, e.bucket, eventstore.Options{Config: eventstore.Config{
 		GroupCommitMaxWait: 2 * time.Millisecond, GroupCommitMaxEvents: 500, AppendTimeout: e.appendTO,
 	}, Logger: testLogger(t, slog.LevelWarn)})
 	if err != nil {
@@ -151,13 +153,13 @@ func (e *env) eventsTopic() string   { return e.prefix + "events" }
 // opts are relay options for tests: fast polling, short lease and timeouts.
 func (e *env) opts(t testing.TB) Options {
 	return Options{
-		Config: config.Relay{
+		Config: Config{
 			Name: "test", BatchSize: 200, KafkaFlushBatchSize: 200, KafkaFlushTimeout: 2 * time.Second,
 			PollInterval: 100 * time.Millisecond, LeaderLease: 2 * time.Second, ParallelGets: 8,
 			StallAfter: 3 * time.Second, Lookback: time.Minute, LookbackMaxKeys: 50,
 			DedupMaxEvents: 10000, DedupCheckpointMaxEvents: 2000,
 		},
-		Kafka:         config.Kafka{Brokers: e.kafka.Brokers, TopicPrefix: e.prefix, TopicPartitions: 4, ReplicationFactor: 1},
+		Kafka:         kafka.Config{Brokers: e.kafka.Brokers, TopicPrefix: e.prefix, TopicPartitions: 4, ReplicationFactor: 1},
 		AppendTimeout: e.appendTO,
 		Logger:        testLogger(t, slog.LevelInfo),
 		Health:        observability.NewHealth(),

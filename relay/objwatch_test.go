@@ -11,7 +11,6 @@ import (
 
 	"github.com/sluicehq/sluice/eventstore"
 	"github.com/sluicehq/sluice/eventstore/objstore"
-	"github.com/sluicehq/sluice/shared/config"
 	"github.com/sluicehq/sluice/shared/testenv"
 )
 
@@ -116,7 +115,7 @@ func TestObjectStoreFaultVisible(t *testing.T) {
 			fb := newFaultyBucket(e.bucket)
 			// The relay reads through the faulty bucket; the writers
 			// append through the real one.
-			rst, err := eventstore.New(e.pool, fb, eventstore.Options{Config: config.EventStore{AppendTimeout: e.appendTO}, Logger: testLogger(t, slog.LevelWarn)})
+			rst, err := eventstore.New(e.pool, fb, eventstore.Options{Config: eventstore.Config{AppendTimeout: e.appendTO}, Logger: testLogger(t, slog.LevelWarn)})
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -12,7 +12,6 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"go.opentelemetry.io/otel/trace"
 
-	"github.com/sluicehq/sluice/shared/config"
 	"github.com/sluicehq/sluice/shared/crashpoint"
 	"github.com/sluicehq/sluice/shared/kafka"
 	"github.com/sluicehq/sluice/shared/observability"
@@ -30,10 +29,10 @@ type TopicRoute struct {
 // KAFKA_* knobs; the rest are Go-only.
 type Options struct {
 	// Config holds the EVENT_PUBLISHER_* knobs.
-	Config config.Relay
+	Config Config
 	// Kafka holds brokers, topic names, partitions/replication for topic
 	// bootstrap, TLS and SASL.
-	Kafka config.Kafka
+	Kafka kafka.Config
 	// AppendTimeout is EVENT_STORE_APPEND_TIMEOUT: reserved rows younger
 	// than this are in flight (wait); older ones are repaired or abandoned.
 	// Default 30 s. It must equal the store's own setting.

@@ -16,7 +16,6 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/sluicehq/sluice/eventstore"
-	"github.com/sluicehq/sluice/shared/config"
 	"github.com/sluicehq/sluice/shared/envelope"
 	"github.com/sluicehq/sluice/shared/kafka"
 	"github.com/sluicehq/sluice/shared/testenv"
@@ -257,7 +256,7 @@ func TestRepublishAndDropParked(t *testing.T) {
 
 	ctx := ctxT(t, time.Minute)
 	ps := NewParkedStore(e.pool)
-	cl, err := kafka.NewClient(config.Kafka{Brokers: e.kafka.Brokers, MaxMessageBytes: opts.MaxMessageBytes})
+	cl, err := kafka.NewClient(kafka.Config{Brokers: e.kafka.Brokers, MaxMessageBytes: opts.MaxMessageBytes})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -10,7 +10,6 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/sluicehq/sluice/eventstore/objstore"
-	"github.com/sluicehq/sluice/shared/config"
 	"github.com/sluicehq/sluice/shared/kafka"
 	"github.com/sluicehq/sluice/shared/testenv"
 )
@@ -113,7 +112,7 @@ func TestBatchDone(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer c.Close()
-	cl, err := kafka.NewClient(config.Kafka{Brokers: c.ListenAddrs()}, kafka.MaxBuffered(100))
+	cl, err := kafka.NewClient(kafka.Config{Brokers: c.ListenAddrs()}, kafka.MaxBuffered(100))
 	if err != nil {
 		t.Fatal(err)
 	}

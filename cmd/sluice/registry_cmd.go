@@ -44,7 +44,7 @@ func openRegistry(cmd *cobra.Command) (*registry.Registry, func(), error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	reg, err := registry.New(pool, registry.OptionsFromConfig(cfg.Registry, cfg.Worker, cfg.Worker.InstanceMaxRetryAttempts))
+	reg, err := registry.New(pool, cfg.Registry.Options(cfg.Worker.InstanceRetry()))
 	if err != nil {
 		pool.Close()
 		return nil, nil, err

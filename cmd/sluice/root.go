@@ -9,7 +9,6 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/sluicehq/sluice/pipeline/sluiceconfig"
-	"github.com/sluicehq/sluice/shared/config"
 	"github.com/sluicehq/sluice/shared/observability"
 )
 
@@ -85,6 +84,6 @@ func newVersionCmd() *cobra.Command {
 // applyRuntime sets the garbage collector's target from GOGC (default 400;
 // the Go runtime alone would use 100 when GOGC is unset) and returns the
 // previous one.
-func applyRuntime(r config.Runtime) (previous int) {
+func applyRuntime(r observability.RuntimeConfig) (previous int) {
 	return debug.SetGCPercent(r.GCPercent())
 }

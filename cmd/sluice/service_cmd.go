@@ -105,7 +105,7 @@ func runService(cmd *cobra.Command, name string, o pipeline.Options, started fun
 // func releases them.
 func apiRoutes(d pipeline.Deps) (map[string]http.Handler, func(), error) {
 	cfg := d.Config
-	reg, err := registry.New(d.Pool, registry.OptionsFromConfig(cfg.Registry, cfg.Worker, cfg.Worker.InstanceMaxRetryAttempts))
+	reg, err := registry.New(d.Pool, cfg.Registry.Options(cfg.Worker.InstanceRetry()))
 	if err != nil {
 		return nil, nil, err
 	}

@@ -164,6 +164,12 @@ func exemptFromTables(path string) bool {
 // module-relative paths, but those of exempt components, hidden
 // directories and testdata.
 func ModuleFiles(root string) ([]SourceFile, error) {
+	return moduleFiles(root, exemptFromTables)
+}
+
+// moduleFiles reads every .go file under root but those exempt says,
+// hidden directories and testdata.
+func moduleFiles(root string, exempt func(rel string) bool) ([]SourceFile, error) {
 	var out []SourceFile
 	err := filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
 		if err != nil {
@@ -179,7 +185,7 @@ func ModuleFiles(root string) ([]SourceFile, error) {
 			}
 			return nil
 		}
-		if !strings.HasSuffix(p, ".go") || exemptFromTables(rel) {
+		if !strings.HasSuffix(p, ".go") || exempt(rel) {
 			return nil
 		}
 		b, err := os.ReadFile(p)

@@ -4,7 +4,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/sluicehq/sluice/shared/config"
+	"github.com/sluicehq/sluice/eventstore"
 	"github.com/sluicehq/sluice/shared/envelope"
 	"github.com/sluicehq/sluice/shared/kafka"
 )
@@ -25,7 +25,7 @@ func TestCheckLimits(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			cfg := &Config{EventStore: config.EventStore{MaxEnvelopeBytes: 1 << 20, MaxMetadataBytes: 16384}}
+			cfg := &Config{EventStore: eventstore.Config{MaxEnvelopeBytes: 1 << 20, MaxMetadataBytes: 16384}}
 			cfg.Kafka.MaxMessageBytes = tc.maxMsg
 			cfg.Relay.ParkAfterAttempts = tc.attempts
 			err := cfg.CheckLimits()

@@ -17,30 +17,39 @@ import (
 	"fmt"
 	"math"
 
+	"github.com/sluicehq/sluice/api"
+	"github.com/sluicehq/sluice/eventstore"
 	"github.com/sluicehq/sluice/instanceworker"
+	"github.com/sluicehq/sluice/migrations"
 	"github.com/sluicehq/sluice/projectionworker"
+	"github.com/sluicehq/sluice/registry"
 	"github.com/sluicehq/sluice/relay"
 	"github.com/sluicehq/sluice/shared/config"
+	"github.com/sluicehq/sluice/shared/consumer"
+	"github.com/sluicehq/sluice/shared/crashpoint"
 	"github.com/sluicehq/sluice/shared/kafka"
+	"github.com/sluicehq/sluice/shared/observability"
+	"github.com/sluicehq/sluice/shared/readmodel"
+	"github.com/sluicehq/sluice/shared/tracing"
 )
 
 // Config is the whole configuration of a sluice process. Each service reads
 // the sections it needs; Parse checks every section so a typo anywhere
 // fails fast. The order of the fields is the order of docs/configuration.md.
 type Config struct {
-	Log           config.Log           `section:"Logging"`
-	HTTP          config.HTTP          `section:"Health and metrics server"`
-	Runtime       config.Runtime       `section:"Go runtime"`
-	Postgres      config.Postgres      `section:"Postgres"`
-	EventStore    config.EventStore    `section:"Event store"`
-	Relay         config.Relay         `section:"Relay (event publisher)"`
-	Kafka         config.Kafka         `section:"Kafka"`
-	Registry      config.Registry      `section:"Processed-event registry"`
-	Worker        config.Worker        `section:"Workers"`
-	Elasticsearch config.Elasticsearch `section:"Elasticsearch"`
-	API           config.API           `section:"HTTP API"`
-	Tracing       config.Tracing       `section:"Tracing (OpenTelemetry)"`
-	Testing       config.Testing       `section:"Fault injection (tests only)"`
+	Log           observability.LogConfig     `section:"Logging"`
+	HTTP          observability.HTTPConfig    `section:"Health and metrics server"`
+	Runtime       observability.RuntimeConfig `section:"Go runtime"`
+	Postgres      migrations.PostgresConfig   `section:"Postgres"`
+	EventStore    eventstore.Config           `section:"Event store"`
+	Relay         relay.Config                `section:"Relay (event publisher)"`
+	Kafka         kafka.Config                `section:"Kafka"`
+	Registry      registry.Config             `section:"Processed-event registry"`
+	Worker        consumer.Config             `section:"Workers"`
+	Elasticsearch readmodel.Config            `section:"Elasticsearch"`
+	API           api.Config                  `section:"HTTP API"`
+	Tracing       tracing.Config              `section:"Tracing (OpenTelemetry)"`
+	Testing       crashpoint.Config           `section:"Fault injection (tests only)"`
 }
 
 // Derive computes the defaults that cross sections: KAFKA_MAX_MESSAGE_BYTES,

@@ -20,6 +20,14 @@ const (
 	DefaultBackoffCap  = 30 * time.Second
 )
 
+// Retry is how a retryable failure is retried: the attempts before it is
+// dead, and the backoff between them, min(BackoffCap, BackoffBase·2^(n−1))
+// with jitter.
+type Retry struct {
+	MaxAttempts             int
+	BackoffBase, BackoffCap time.Duration
+}
+
 // Policy is a handler's sequence-guard policy (docs/registry.md#sequence-guard-policies-per-handler).
 type Policy int
 

@@ -16,9 +16,9 @@ func TestSessionTimeout(t *testing.T) {
 		o    Options
 		want time.Duration
 	}{
-		{"franz-go default", Options{}, 45 * time.Second},
-		{"configured", Options{SessionTimeout: 7 * time.Second}, 7 * time.Second},
-		{"KafkaOpts override", Options{SessionTimeout: 7 * time.Second, KafkaOpts: []kgo.Opt{kgo.SessionTimeout(9 * time.Second)}}, 9 * time.Second},
+		{"default (KAFKA_SESSION_TIMEOUT)", Options{}, 45 * time.Second},
+		{"configured", Options{Config: Config{SessionTimeout: 7 * time.Second}}, 7 * time.Second},
+		{"KafkaOpts override", Options{Config: Config{SessionTimeout: 7 * time.Second}, KafkaOpts: []kgo.Opt{kgo.SessionTimeout(9 * time.Second)}}, 9 * time.Second},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			o := tc.o

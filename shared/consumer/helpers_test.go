@@ -80,8 +80,8 @@ func startConsumer(t *testing.T, brokers []string, topic string, o Options) (c *
 	if !o.Policy.Valid() {
 		o.Policy = registry.SkipStale
 	}
-	if o.BackoffBase == 0 {
-		o.BackoffBase = 5 * time.Millisecond
+	if o.RetryBackoffBase == 0 {
+		o.RetryBackoffBase = 5 * time.Millisecond
 	}
 	c, err := New(o)
 	if err != nil {

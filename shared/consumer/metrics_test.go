@@ -8,7 +8,7 @@ import (
 	dto "github.com/prometheus/client_model/go"
 
 	"github.com/sluicehq/sluice/registry"
-	"github.com/sluicehq/sluice/shared/config"
+	"github.com/sluicehq/sluice/shared/kafka"
 )
 
 // Every series whose label values are known at start exists at 0 as soon
@@ -18,7 +18,7 @@ import (
 func TestMetricsSeriesExistAtZeroAfterNew(t *testing.T) {
 	brokers, topic, _ := oneTopic(t, "zero.")
 	reg := prometheus.NewRegistry()
-	c, err := New(Options{Kafka: config.Kafka{Brokers: brokers}, Topic: topic, Group: topic + "-g", DLQTopic: topic + ".dlq", HandlerName: "h",
+	c, err := New(Options{Kafka: kafka.Config{Brokers: brokers}, Topic: topic, Group: topic + "-g", DLQTopic: topic + ".dlq", HandlerName: "h",
 		Policy: registry.SkipStale, Registry: realRegistry(t, "w1", 10*time.Second), Handler: batchFunc(nil), Metrics: reg})
 	if err != nil {
 		t.Fatal(err)

@@ -14,6 +14,7 @@ import (
 	"github.com/sluicehq/sluice/shared/config"
 	"github.com/sluicehq/sluice/shared/crashpoint"
 	"github.com/sluicehq/sluice/shared/envelope"
+	"github.com/sluicehq/sluice/shared/kafka"
 	"github.com/sluicehq/sluice/shared/observability"
 )
 
@@ -82,7 +83,7 @@ type Options struct {
 	// Kafka is the KAFKA_* configuration the client is built from
 	// (kafka.NewClient: brokers, TLS, SASL, the size budget that bounds a
 	// dead letter). KafkaOpts adds client options last (tests).
-	Kafka     config.Kafka
+	Kafka     kafka.Config
 	KafkaOpts []kgo.Opt
 	// Topic is consumed by consumer group Group; DLQTopic receives dead
 	// letters. All required.
@@ -104,29 +105,26 @@ type Options struct {
 	// AggregateKey maps an envelope to the registry's aggregate id and the
 	// ordering unit. Default: DefaultAggregateKey (envelope.AggregateKey).
 	AggregateKey func(envelope.Envelope) string
-	// Concurrency bounds the aggregates processed at once, by the handler
-	// goroutines of all rounds in flight together (WORKER_CONCURRENCY,
-	// default 16). A BatchHandler gets one call per round and bounds its
-	// own parallelism.
-	Concurrency int
-	// MaxAttempts of a retryable failure before the DLQ (default 5).
+	// Config is the WORKER_* section: Concurrency bounds the aggregates
+	// processed at once, by the handler goroutines of all rounds in flight
+	// together (a BatchHandler gets one call per round and bounds its own
+	// parallelism); RetryBackoffBase and RetryBackoffCap shape local retries
+	// (WAIT, IN_PROGRESS, outages, DLQ produce failures): min(cap,
+	// base·2^n) with jitter in [0.5, 1), while retries after a failed
+	// attempt use the registry's backoff; SessionTimeout is the
+	// consumer-group session timeout, how long a member that stopped
+	// heartbeating keeps its partitions; ShutdownTimeout bounds the drain
+	// after the Run context ends; PausePoll is how often Pause is read. Its
+	// zero fields take the defaults of its tags.
+	Config
+	// MaxAttempts of a retryable failure before the DLQ: the worker's own
+	// (Config.InstanceMaxRetryAttempts or Config.ProjectionMaxRetries;
+	// default claim.DefaultMaxAttempts).
 	MaxAttempts int
-	// BackoffBase and BackoffCap shape local retries (WAIT, IN_PROGRESS,
-	// outages, DLQ produce failures): min(cap, base·2^n) with jitter in
-	// [0.5, 1). Retries after a failed attempt use the registry's backoff.
-	// Defaults 200 ms and 30 s.
-	BackoffBase, BackoffCap time.Duration
 	// OutageBackoffCap caps the retry delay while the registry is
 	// unreachable (default 5 s), so consumption resumes soon after it
 	// returns.
 	OutageBackoffCap time.Duration
-	// SessionTimeout is the consumer-group session timeout
-	// (KAFKA_SESSION_TIMEOUT; default franz-go's, 45 s): how long a member
-	// that stopped heartbeating keeps its partitions.
-	SessionTimeout time.Duration
-	// ShutdownTimeout bounds the drain after the Run context ends
-	// (SHUTDOWN_TIMEOUT, default 30 s).
-	ShutdownTimeout time.Duration
 	// MaxPollRecords bounds one poll, and so one batch of claims (default
 	// 500). MaxPending pauses fetching while that many records are
 	// unfinished (default 10000).
@@ -169,8 +167,6 @@ type Options struct {
 	// nothing new; what it already fetched finishes and is committed. It
 	// stays in the group and ready. An error keeps the last known state.
 	Pause PauseSource
-	// PausePoll is how often Pause is read (default 2s).
-	PausePoll time.Duration
 }
 
 // PauseSource says whether an operator paused a consumer group
@@ -196,23 +192,12 @@ func (o *Options) withDefaults() (Options, error) {
 	if c.AggregateKey == nil {
 		c.AggregateKey = DefaultAggregateKey
 	}
-	if c.Concurrency <= 0 {
-		c.Concurrency = 16
-	}
+	config.FillZero(&c.Config)
 	if c.MaxAttempts <= 0 {
 		c.MaxAttempts = claim.DefaultMaxAttempts
 	}
-	if c.BackoffBase <= 0 {
-		c.BackoffBase = claim.DefaultBackoffBase
-	}
-	if c.BackoffCap <= 0 {
-		c.BackoffCap = claim.DefaultBackoffCap
-	}
 	if c.OutageBackoffCap <= 0 {
 		c.OutageBackoffCap = 5 * time.Second
-	}
-	if c.ShutdownTimeout <= 0 {
-		c.ShutdownTimeout = 30 * time.Second
 	}
 	if c.MaxPollRecords <= 0 {
 		c.MaxPollRecords = 500
@@ -225,9 +210,6 @@ func (o *Options) withDefaults() (Options, error) {
 	}
 	if c.Limits == (envelope.Limits{}) {
 		c.Limits = envelope.DefaultLimits()
-	}
-	if c.PausePoll <= 0 {
-		c.PausePoll = 2 * time.Second
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
@@ -244,20 +226,6 @@ func (o *Options) withDefaults() (Options, error) {
 // hex SHA-256 of the id; distinct aggregates never share a key.
 func DefaultAggregateKey(e envelope.Envelope) string {
 	return envelope.AggregateKey(e.AggregateType, e.AggregateID)
-}
-
-// OptionsFromConfig fills the worker knobs of Options from the process
-// configuration; maxAttempts is the worker's own
-// (INSTANCE_WORKER_MAX_RETRY_ATTEMPTS or PROJECTION_WORKER_MAX_RETRIES).
-func OptionsFromConfig(o Options, wc config.Worker, maxAttempts int) Options {
-	o.Concurrency = wc.Concurrency
-	o.MaxAttempts = maxAttempts
-	o.BackoffBase = wc.RetryBackoffBase
-	o.BackoffCap = wc.RetryBackoffCap
-	o.ShutdownTimeout = wc.ShutdownTimeout
-	o.SessionTimeout = wc.SessionTimeout
-	o.PausePoll = wc.PausePoll
-	return o
 }
 
 // BatchHandler is an optional interface of a Handler: when the configured

@@ -43,12 +43,12 @@ func (c *Consumer) settle(ctx context.Context, cause error, it *item, out claim.
 	switch {
 	case isLeaseLost(cause, err):
 		it.st = stClaim
-		c.retryLater(it, "lease_lost", backoff(c.o.BackoffBase, c.o.BackoffCap, it.tries))
+		c.retryLater(it, "lease_lost", backoff(c.o.RetryBackoffBase, c.o.RetryBackoffCap, it.tries))
 		return
 	case errors.Is(err, claim.ErrUnavailable) || errors.Is(cause, claim.ErrUnavailable):
 		c.enterOutage(DependencyRegistry, err) // keep the lease: run again when Postgres is back
 		c.parkLease(ctx, it)
-		c.retryLater(it, "outage", backoff(c.o.BackoffBase, c.o.OutageBackoffCap, it.tries))
+		c.retryLater(it, "outage", backoff(c.o.RetryBackoffBase, c.o.OutageBackoffCap, it.tries))
 		return
 	case ctx.Err() != nil:
 		// Shutdown ran out of time: hand the claim back.
@@ -86,11 +86,11 @@ func (c *Consumer) settle(ctx context.Context, cause error, it *item, out claim.
 		if ferr != nil {
 			if isOutage(ctx, ferr) {
 				c.enterOutage(DependencyRegistry, ferr)
-				c.retryLater(it, "outage", backoff(c.o.BackoffBase, c.o.OutageBackoffCap, it.tries))
+				c.retryLater(it, "outage", backoff(c.o.RetryBackoffBase, c.o.OutageBackoffCap, it.tries))
 				return
 			}
 			it.st = stClaim // lease lost: whoever holds it now finishes it
-			c.retryLater(it, "lease_lost", backoff(c.o.BackoffBase, c.o.BackoffCap, it.tries))
+			c.retryLater(it, "lease_lost", backoff(c.o.RetryBackoffBase, c.o.RetryBackoffCap, it.tries))
 			return
 		}
 		c.o.Logger.Info("attempt failed, will retry", "handler", c.o.HandlerName, "event_id", it.view.Envelope.EventID,
@@ -123,16 +123,16 @@ func (c *Consumer) markFailed(ctx context.Context, items []*item) {
 			c.finish(it, "dead")
 		case isOutage(ctx, err):
 			c.enterOutage(DependencyRegistry, err)
-			c.retryLater(it, "outage", backoff(c.o.BackoffBase, c.o.OutageBackoffCap, it.tries))
+			c.retryLater(it, "outage", backoff(c.o.RetryBackoffBase, c.o.OutageBackoffCap, it.tries))
 			return
 		case errors.Is(err, claim.ErrLeaseLost):
 			// Another owner holds it now (its own attempt decides); the DLQ
 			// record exists — acknowledge by claiming again.
 			it.st, it.failure = stClaim, nil
-			c.retryLater(it, "lease_lost", backoff(c.o.BackoffBase, c.o.BackoffCap, it.tries))
+			c.retryLater(it, "lease_lost", backoff(c.o.RetryBackoffBase, c.o.RetryBackoffCap, it.tries))
 		default:
 			c.log("mark failed", "err", err)
-			c.retryLater(it, "mark_failed", backoff(c.o.BackoffBase, c.o.BackoffCap, it.tries))
+			c.retryLater(it, "mark_failed", backoff(c.o.RetryBackoffBase, c.o.RetryBackoffCap, it.tries))
 		}
 	}
 }

@@ -124,7 +124,7 @@ func TestConcurrencyAcrossRounds(t *testing.T) {
 		defer mu.Unlock()
 		return slices.Contains(started, agg)
 	}
-	startConsumer(t, brokers, topic, Options{Registry: &fakeRegistry{attempts: map[string]int{}}, Handler: h, Concurrency: 1})
+	startConsumer(t, brokers, topic, Options{Registry: &fakeRegistry{attempts: map[string]int{}}, Handler: h, Config: Config{Concurrency: 1}})
 	produce("first")
 	testenv.WaitFor(t, 20*time.Second, "the first handler running", func() bool { return has("first") })
 	produce("second")

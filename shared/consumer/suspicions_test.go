@@ -129,7 +129,7 @@ func TestDrainWritesNoDuplicateDeadLetter(t *testing.T) {
 	flaky.fail.Store(true)
 	// Long backoffs: after the failed MarkFailed nothing is retried before
 	// the drain.
-	_, stop1 := startConsumer(t, brokers, topic, Options{Registry: flaky, Handler: h, BackoffBase: time.Minute, OutageBackoffCap: 2 * time.Minute})
+	_, stop1 := startConsumer(t, brokers, topic, Options{Registry: flaky, Handler: h, Config: Config{RetryBackoffBase: time.Minute}, OutageBackoffCap: 2 * time.Minute})
 	testenv.WaitFor(t, 30*time.Second, "the dead letter acked and MarkFailed refused", func() bool {
 		return flaky.fails.Load() > 0 && len(readTopic(t, brokers, topic+".dlq")) == 1
 	})

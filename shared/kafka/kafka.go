@@ -40,7 +40,7 @@ import (
 // configuration derived it (EVENT_STORE_MAX_ENVELOPE_BYTES plus the key and
 // header bound when unset), or, for a configuration built by hand with it
 // zero, the budget of the default envelope limits.
-func Budget(c config.Kafka) int {
+func Budget(c Config) int {
 	if c.MaxMessageBytes > 0 {
 		return c.MaxMessageBytes
 	}
@@ -49,7 +49,7 @@ func Budget(c config.Kafka) int {
 
 // TopicSpec is how sluice creates a missing topic: KAFKA_TOPIC_PARTITIONS,
 // KAFKA_TOPIC_REPLICATION_FACTOR and max.message.bytes = Budget.
-func TopicSpec(c config.Kafka) Spec {
+func TopicSpec(c Config) Spec {
 	return Spec{Partitions: c.TopicPartitions, Replication: c.ReplicationFactor, MaxMessageBytes: Budget(c)}
 }
 
@@ -59,7 +59,7 @@ func TopicSpec(c config.Kafka) Spec {
 // (ProducerBatchMaxBytes). Consumers and admin clients get the producer
 // settings too: they cost nothing, and the workers produce dead letters
 // with their consumer client. The SASL password never appears in errors.
-func Opts(c config.Kafka) ([]kgo.Opt, error) {
+func Opts(c Config) ([]kgo.Opt, error) {
 	opts := []kgo.Opt{kgo.SeedBrokers(c.Brokers...)}
 	if c.TLS {
 		opts = append(opts, kgo.DialTLSConfig(&tls.Config{MinVersion: tls.VersionTLS12}))
@@ -85,7 +85,7 @@ func Opts(c config.Kafka) ([]kgo.Opt, error) {
 
 // NewClient returns a client with Opts(c) followed by extra (which may
 // override them: a consumer group, consumed partitions, test hooks).
-func NewClient(c config.Kafka, extra ...kgo.Opt) (*kgo.Client, error) {
+func NewClient(c Config, extra ...kgo.Opt) (*kgo.Client, error) {
 	opts, err := Opts(c)
 	if err != nil {
 		return nil, err

@@ -48,7 +48,7 @@ func TestNewClientAuthenticatesAsConfigured(t *testing.T) {
 		{"no SASL configured", "", "", "", false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			cl, err := kafka.NewClient(config.Kafka{Brokers: brokers, SASLMechanism: tc.mech, SASLUsername: tc.user, SASLPassword: config.Secret(tc.pass)},
+			cl, err := kafka.NewClient(kafka.Config{Brokers: brokers, SASLMechanism: tc.mech, SASLUsername: tc.user, SASLPassword: config.Secret(tc.pass)},
 				kgo.RetryTimeout(2*time.Second))
 			if err != nil {
 				t.Fatal(err)
@@ -79,13 +79,13 @@ func TestOptsCarryTLSAndProducerSettings(t *testing.T) {
 	derived := kafka.MessageBudget(envelope.DefaultMaxEnvelopeBytes, envelope.DefaultMaxMetadataBytes)
 	for _, tc := range []struct {
 		name       string
-		cfg        config.Kafka
+		cfg        kafka.Config
 		wantTLS    bool
 		wantBudget int
 	}{
-		{"plain, derived budget", config.Kafka{Brokers: brokers}, false, derived},
-		{"TLS", config.Kafka{Brokers: brokers, TLS: true}, true, derived},
-		{"explicit budget", config.Kafka{Brokers: brokers, MaxMessageBytes: 4 << 20}, false, 4 << 20},
+		{"plain, derived budget", kafka.Config{Brokers: brokers}, false, derived},
+		{"TLS", kafka.Config{Brokers: brokers, TLS: true}, true, derived},
+		{"explicit budget", kafka.Config{Brokers: brokers, MaxMessageBytes: 4 << 20}, false, 4 << 20},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			cl, err := kafka.NewClient(tc.cfg)
@@ -113,7 +113,7 @@ func TestOptsCarryTLSAndProducerSettings(t *testing.T) {
 }
 
 func TestOptsRefuseUnknownSASLMechanism(t *testing.T) {
-	_, err := kafka.Opts(config.Kafka{Brokers: []string{"localhost:9092"}, SASLMechanism: "GSSAPI", SASLPassword: "hunter2"})
+	_, err := kafka.Opts(kafka.Config{Brokers: []string{"localhost:9092"}, SASLMechanism: "GSSAPI", SASLPassword: "hunter2"})
 	var ve *config.VarError
 	if !errors.As(err, &ve) || ve.Var != "KAFKA_SASL_MECHANISM" {
 		t.Fatalf("err = %v, want a *config.VarError naming KAFKA_SASL_MECHANISM", err)
@@ -130,7 +130,7 @@ func TestOptsRefuseUnknownSASLMechanism(t *testing.T) {
 // refused rather than silently lowered.
 func TestEnsureTopicsUsesTheConfiguredSpec(t *testing.T) {
 	brokers := newCluster(t, kfake.NumBrokers(3))
-	cfg := config.Kafka{Brokers: brokers, TopicPartitions: 5, ReplicationFactor: 3, MaxMessageBytes: 2_100_000}
+	cfg := kafka.Config{Brokers: brokers, TopicPartitions: 5, ReplicationFactor: 3, MaxMessageBytes: 2_100_000}
 	cl, err := kafka.NewClient(cfg)
 	if err != nil {
 		t.Fatal(err)

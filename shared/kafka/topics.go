@@ -10,8 +10,6 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
-
-	"github.com/sluicehq/sluice/shared/config"
 )
 
 // FramingBytes bounds the bytes of one relay record batch that are neither
@@ -90,7 +88,7 @@ func ValidName(name string) error {
 // KAFKA_TOPIC_REPLICATION_FACTOR and the size budget as max.message.bytes).
 // Every sluice process creates topics through it or EnsureSpec, so a topic
 // has the same settings whichever process created it first.
-func EnsureTopics(ctx context.Context, cl *kgo.Client, c config.Kafka, names ...string) error {
+func EnsureTopics(ctx context.Context, cl *kgo.Client, c Config, names ...string) error {
 	return EnsureSpec(ctx, cl, TopicSpec(c), names...)
 }
 

@@ -9,7 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sluicehq/sluice/shared/config"
 	"github.com/sluicehq/sluice/shared/readmodel"
 )
 
@@ -41,7 +40,7 @@ func TestCheckCredentials(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			srv := httptest.NewServer(c.handler)
 			defer srv.Close()
-			es, err := readmodel.NewClient(config.Elasticsearch{URLs: []string{srv.URL}})
+			es, err := readmodel.NewClient(readmodel.Config{URLs: []string{srv.URL}})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -63,7 +62,7 @@ func TestCheckCredentials(t *testing.T) {
 		})
 	}
 	// An unreachable cluster is not a credential error either.
-	es, err := readmodel.NewClient(config.Elasticsearch{URLs: []string{"http://127.0.0.1:1"}})
+	es, err := readmodel.NewClient(readmodel.Config{URLs: []string{"http://127.0.0.1:1"}})
 	if err != nil {
 		t.Fatal(err)
 	}

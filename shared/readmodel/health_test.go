@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/internal/esserver"
-	"github.com/sluicehq/sluice/shared/config"
 	"github.com/sluicehq/sluice/shared/failure"
 	"github.com/sluicehq/sluice/shared/readmodel"
 )
@@ -66,7 +65,7 @@ func TestOutagesAreDetected(t *testing.T) {
 				t.Cleanup(ts.Close)
 				url = ts.URL
 			}
-			client, err := readmodel.NewClient(config.Elasticsearch{URLs: []string{url}, RequestTimeout: 200 * time.Millisecond})
+			client, err := readmodel.NewClient(readmodel.Config{URLs: []string{url}, RequestTimeout: 200 * time.Millisecond})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -101,7 +100,7 @@ func TestOutagesAreDetected(t *testing.T) {
 func TestItemOutageNeedsAWrite(t *testing.T) {
 	ts := httptest.NewServer(esserver.New())
 	t.Cleanup(ts.Close)
-	client, err := readmodel.NewClient(config.Elasticsearch{URLs: []string{ts.URL}, RequestTimeout: time.Second})
+	client, err := readmodel.NewClient(readmodel.Config{URLs: []string{ts.URL}, RequestTimeout: time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}

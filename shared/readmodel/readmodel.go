@@ -27,7 +27,6 @@ import (
 	jsonv2 "github.com/go-json-experiment/json"
 	"github.com/go-json-experiment/json/jsontext"
 
-	"github.com/sluicehq/sluice/shared/config"
 	"github.com/sluicehq/sluice/shared/envelope"
 )
 
@@ -166,7 +165,7 @@ func SplitDocument(source []byte) (Meta, json.RawMessage, error) {
 // connections but never answers fails the request with
 // context.DeadlineExceeded, an outage (failure.Classify), within one
 // timeout.
-func NewClient(cfg config.Elasticsearch) (*elasticsearch.Client, error) {
+func NewClient(cfg Config) (*elasticsearch.Client, error) {
 	var tr http.RoundTripper = http.DefaultTransport.(*http.Transport).Clone()
 	if cfg.RequestTimeout > 0 {
 		tr = DeadlineTransport{Base: tr, Timeout: cfg.RequestTimeout}

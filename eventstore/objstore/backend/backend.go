@@ -12,11 +12,11 @@ import (
 	"fmt"
 	"path/filepath"
 
+	"github.com/sluicehq/sluice/eventstore"
 	"github.com/sluicehq/sluice/eventstore/objstore"
 	"github.com/sluicehq/sluice/eventstore/objstore/filestore"
 	"github.com/sluicehq/sluice/eventstore/objstore/minioext"
 	"github.com/sluicehq/sluice/eventstore/objstore/s3store"
-	"github.com/sluicehq/sluice/shared/config"
 )
 
 // Open builds the configured backend and runs objstore.SelfTest on it.
@@ -25,7 +25,7 @@ import (
 // for dev and tests). Errors wrap objstore.ErrUnavailable when the store
 // could not be reached, so callers may retry, and
 // objstore.ErrNoConditionalCreate when it must never be used.
-func Open(ctx context.Context, cfg config.EventStore) (objstore.Bucket, error) {
+func Open(ctx context.Context, cfg eventstore.Config) (objstore.Bucket, error) {
 	b, err := New(ctx, cfg)
 	if err != nil {
 		return nil, err
@@ -41,7 +41,7 @@ func Open(ctx context.Context, cfg config.EventStore) (objstore.Bucket, error) {
 
 // New builds the configured backend without the self-test, for tools that
 // only read.
-func New(ctx context.Context, cfg config.EventStore) (objstore.Bucket, error) {
+func New(ctx context.Context, cfg eventstore.Config) (objstore.Bucket, error) {
 	switch cfg.Backend {
 	case "s3":
 		b, err := s3store.New(ctx, S3Options(cfg))
@@ -63,7 +63,7 @@ func New(ctx context.Context, cfg config.EventStore) (objstore.Bucket, error) {
 }
 
 // S3Options maps the EVENT_STORE_S3_* settings to s3store.Options.
-func S3Options(cfg config.EventStore) s3store.Options {
+func S3Options(cfg eventstore.Config) s3store.Options {
 	return s3store.Options{
 		Bucket:          cfg.Bucket,
 		Endpoint:        cfg.S3Endpoint,
@@ -77,7 +77,7 @@ func S3Options(cfg config.EventStore) s3store.Options {
 
 // MinIO returns a minioext client for the configured S3 endpoint (bucket
 // bootstrap, notifications); it needs EVENT_STORE_S3_ENDPOINT.
-func MinIO(cfg config.EventStore) (*minioext.Client, error) {
+func MinIO(cfg eventstore.Config) (*minioext.Client, error) {
 	return minioext.New(minioext.Options{
 		Endpoint:        cfg.S3Endpoint,
 		Region:          cfg.S3Region,

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluicehq/sluice/eventstore"
 	"github.com/sluicehq/sluice/eventstore/objstore"
 	"github.com/sluicehq/sluice/eventstore/objstore/backend"
 	"github.com/sluicehq/sluice/eventstore/objstore/filestore"
@@ -25,9 +26,9 @@ func TestMain(m *testing.M) {
 
 // loadConfig reads the configuration from an environment map, as the
 // binaries do, so the test covers the real variable names.
-func loadConfig(t *testing.T, env map[string]string) config.EventStore {
+func loadConfig(t *testing.T, env map[string]string) eventstore.Config {
 	t.Helper()
-	var c config.EventStore
+	var c eventstore.Config
 	if err := config.Parse(&c, env); err != nil {
 		t.Fatal(err)
 	}
@@ -117,7 +118,7 @@ func TestOpenS3Unreachable(t *testing.T) {
 }
 
 func TestUnknownBackend(t *testing.T) {
-	if _, err := backend.Open(t.Context(), config.EventStore{Backend: "gcs", Bucket: "b"}); err == nil {
+	if _, err := backend.Open(t.Context(), eventstore.Config{Backend: "gcs", Bucket: "b"}); err == nil {
 		t.Fatal("Open accepted an unknown backend")
 	}
 }

@@ -1,0 +1,25 @@
+package api
+
+import (
+	"github.com/sluicehq/sluice/shared/config"
+)
+
+// Config configures the command API (docs/api.md).
+type Config struct {
+	Addr         string          `env:"SLUICE_API_ADDR" envDefault:":8080" doc:"Listen address of the command API."`
+	Tokens       []config.Secret `env:"SLUICE_API_TOKENS" envSeparator:"," file:"true" doc:"Comma-separated bearer tokens; when set, every /v1 request needs one."`
+	MaxBodyBytes int             `env:"SLUICE_API_MAX_BODY_BYTES" envDefault:"1048576" doc:"Largest accepted request body."`
+	MaxInFlight  int             `env:"SLUICE_API_MAX_IN_FLIGHT" envDefault:"1024" doc:"Most /v1 requests served at once; one more is answered 429 too_many_requests with Retry-After at once, rather than queued until clients time out."`
+	// AdminToken and AdminReadToken guard the admin API (/admin/v1/,
+	// docs/console.md); without either, it answers 401 to every request.
+	AdminToken     config.Secret `env:"SLUICE_ADMIN_TOKEN" file:"true" doc:"Bearer token of the admin API's operator role (reads and actions); unset: no operator."`
+	AdminReadToken config.Secret `env:"SLUICE_ADMIN_READ_TOKEN" file:"true" doc:"Bearer token of the admin API's read-only role; unset: no reader. Without either token the admin API answers 401."`
+}
+
+// Validate checks the section; every problem is a *config.VarError.
+func (c Config) Validate() error {
+	k := &config.Checker{}
+	k.AtLeast("SLUICE_API_MAX_BODY_BYTES", int64(c.MaxBodyBytes), 1024)
+	k.AtLeast("SLUICE_API_MAX_IN_FLIGHT", int64(c.MaxInFlight), 1)
+	return k.Err()
+}

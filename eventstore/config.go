@@ -1,0 +1,64 @@
+package eventstore
+
+import (
+	"net/url"
+	"regexp"
+	"time"
+
+	"github.com/sluicehq/sluice/shared/config"
+)
+
+var bucketName = regexp.MustCompile(`^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$`)
+
+// Config configures the segment log (docs/eventstore.md).
+type Config struct {
+	Backend                 string        `env:"EVENT_STORE_BACKEND" envDefault:"s3" doc:"Object storage backend: s3 (AWS S3, MinIO, any S3-compatible store) or file (a local directory, single host)."`
+	Bucket                  string        `env:"EVENT_STORE_BUCKET" envDefault:"sluice-events" doc:"Bucket (s3) holding segments/ and checkpoints/."`
+	FileDir                 string        `env:"EVENT_STORE_FILE_DIR" envDefault:"./data/events" doc:"Root directory of the file backend; the bucket is a folder below it."`
+	S3Endpoint              string        `env:"EVENT_STORE_S3_ENDPOINT" doc:"S3 endpoint URL (http://minio:9000). Empty uses AWS's regional endpoint."`
+	S3Region                string        `env:"EVENT_STORE_S3_REGION" envDefault:"us-east-1" doc:"S3 region."`
+	S3AccessKeyID           string        `env:"EVENT_STORE_S3_ACCESS_KEY_ID" file:"true" doc:"Static access key id. Empty uses the default AWS credential chain."`
+	S3SecretAccessKey       config.Secret `env:"EVENT_STORE_S3_SECRET_ACCESS_KEY" file:"true" doc:"Static secret access key (never logged)."`
+	S3PathStyle             bool          `env:"EVENT_STORE_S3_PATH_STYLE" envDefault:"true" doc:"Use path-style addressing (needed by MinIO)."`
+	GroupCommitMaxWait      time.Duration `env:"EVENT_STORE_GROUP_COMMIT_MAX_WAIT" envDefault:"2ms" doc:"Longest time the committer gathers appends into one group."`
+	GroupCommitMaxEvents    int           `env:"EVENT_STORE_GROUP_COMMIT_MAX_EVENTS" envDefault:"500" doc:"Most envelopes in one group (one segment)."`
+	IdempotencyMismatchMode string        `env:"EVENT_STORE_IDEMPOTENCY_MISMATCH_MODE" envDefault:"error" doc:"Same event_id with a different payload: error (reject with a conflict) or warn (log and return the stored event)."`
+	SequenceAllocatorMode   string        `env:"EVENT_STORE_SEQUENCE_ALLOCATOR_MODE" envDefault:"postgres" doc:"postgres (the store assigns sequence numbers atomically) or off (the caller supplies sequence_number)."`
+	AppendTimeout           time.Duration `env:"EVENT_STORE_APPEND_TIMEOUT" envDefault:"30s" doc:"Age after which a reserved-but-uncommitted append is treated as crashed (relay repair/abandon)."`
+	ObjectTimeout           time.Duration `env:"EVENT_STORE_OBJECT_TIMEOUT" envDefault:"5s" doc:"Deadline of one object-storage call, retries included, plus transfer time at 1 MiB/s: a hung store fails appends with 503 after it instead of blocking them."`
+	IndexRetention          time.Duration `env:"EVENT_STORE_INDEX_RETENTION" envDefault:"168h" doc:"How long full index rows are kept beyond every relay checkpoint."`
+	MaxEnvelopeBytes        int           `env:"EVENT_STORE_MAX_ENVELOPE_BYTES" envDefault:"1048576" doc:"Largest accepted envelope, encoded."`
+	MaxDataDepth            int           `env:"EVENT_STORE_MAX_DATA_DEPTH" envDefault:"64" doc:"Deepest accepted nesting of the data object."`
+	MaxMetadataBytes        int           `env:"EVENT_STORE_MAX_METADATA_BYTES" envDefault:"16384" doc:"Largest accepted metadata object, encoded."`
+}
+
+// Validate checks the section; every problem is a *config.VarError.
+func (es Config) Validate() error {
+	k := &config.Checker{}
+	k.OneOf("EVENT_STORE_BACKEND", es.Backend, "s3", "file")
+	if !bucketName.MatchString(es.Bucket) {
+		k.Fail("EVENT_STORE_BUCKET", es.Bucket, "must be a valid bucket name (3-63 characters: a-z, 0-9, '.', '-')")
+	}
+	if es.Backend == "file" && es.FileDir == "" {
+		k.Fail("EVENT_STORE_FILE_DIR", "", "must be set when EVENT_STORE_BACKEND=file")
+	}
+	if es.S3Endpoint != "" {
+		if u, err := url.Parse(es.S3Endpoint); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			k.Fail("EVENT_STORE_S3_ENDPOINT", es.S3Endpoint, "must be an http:// or https:// URL")
+		}
+	}
+	if (es.S3AccessKeyID == "") != (es.S3SecretAccessKey == "") {
+		k.Fail("EVENT_STORE_S3_ACCESS_KEY_ID", "", "EVENT_STORE_S3_ACCESS_KEY_ID and EVENT_STORE_S3_SECRET_ACCESS_KEY(_FILE) must be set together")
+	}
+	k.Positive("EVENT_STORE_GROUP_COMMIT_MAX_WAIT", es.GroupCommitMaxWait)
+	k.AtLeast("EVENT_STORE_GROUP_COMMIT_MAX_EVENTS", int64(es.GroupCommitMaxEvents), 1)
+	k.OneOf("EVENT_STORE_IDEMPOTENCY_MISMATCH_MODE", es.IdempotencyMismatchMode, "error", "warn")
+	k.OneOf("EVENT_STORE_SEQUENCE_ALLOCATOR_MODE", es.SequenceAllocatorMode, "postgres", "off")
+	k.Positive("EVENT_STORE_APPEND_TIMEOUT", es.AppendTimeout)
+	k.Positive("EVENT_STORE_OBJECT_TIMEOUT", es.ObjectTimeout)
+	k.Positive("EVENT_STORE_INDEX_RETENTION", es.IndexRetention)
+	k.AtLeast("EVENT_STORE_MAX_ENVELOPE_BYTES", int64(es.MaxEnvelopeBytes), 1024)
+	k.AtLeast("EVENT_STORE_MAX_DATA_DEPTH", int64(es.MaxDataDepth), 1)
+	k.AtLeast("EVENT_STORE_MAX_METADATA_BYTES", int64(es.MaxMetadataBytes), 256)
+	return k.Err()
+}

@@ -1,0 +1,119 @@
+package archtest
+
+import (
+	"strings"
+	"testing"
+)
+
+// Every setting is declared once, in the package it configures
+// (docs/architecture.md, "How a component declares its settings").
+func TestConfigSections(t *testing.T) {
+	files, err := ConfigFiles("../..")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(files) < 100 {
+		t.Fatalf("found %d .go files: not the module", len(files))
+	}
+	yet := map[string]bool{} // → seen
+	for _, k := range restatedYet {
+		yet[k] = false
+	}
+	for _, p := range CheckConfig(files) {
+		if _, ok := yet[p.Restated]; ok {
+			yet[p.Restated] = true
+			continue
+		}
+		t.Error(p)
+	}
+	for k, seen := range yet {
+		if !seen {
+			t.Errorf("%s: no longer restated: remove it from restatedYet", k)
+		}
+	}
+}
+
+// restatedYet are the defaults still written twice, file and variable,
+// each to go: the list only shrinks.
+var restatedYet = []string{
+	"api/api.go SLUICE_API_MAX_BODY_BYTES",
+	"api/api.go SLUICE_API_MAX_IN_FLIGHT",
+	"eventstore/objstore/minioext/minioext.go EVENT_STORE_S3_REGION",
+	"eventstore/objstore/s3store/s3store.go EVENT_STORE_S3_REGION",
+	"instanceworker/worker.go ELASTICSEARCH_INDEX_PREFIX",
+	"projectionworker/bulk.go ELASTICSEARCH_BULK_MAX_BYTES",
+	"projectionworker/bulk.go ELASTICSEARCH_BULK_MAX_DOCS",
+	"projectionworker/bulk.go ELASTICSEARCH_REQUEST_TIMEOUT",
+	"registry/registry.go PROCESSED_EVENT_HEARTBEAT_INTERVAL_SECONDS",
+	"registry/registry.go PROCESSED_EVENT_LEASE_TIMEOUT_SECONDS",
+	"registry/registry.go WORKER_RETRY_BACKOFF_BASE",
+	"registry/registry.go WORKER_RETRY_BACKOFF_CAP",
+	"relay/options.go EVENT_PUBLISHER_BATCH_SIZE",
+	"relay/options.go EVENT_PUBLISHER_DEDUP_CHECKPOINT_MAX_EVENTS",
+	"relay/options.go EVENT_PUBLISHER_DEDUP_MAX_EVENTS",
+	"relay/options.go EVENT_PUBLISHER_KAFKA_FLUSH_TIMEOUT_SECONDS",
+	"relay/options.go EVENT_PUBLISHER_LEADER_LEASE_SECONDS",
+	"relay/options.go EVENT_PUBLISHER_LOOKBACK_MAX_KEYS",
+	"relay/options.go EVENT_PUBLISHER_LOOKBACK_SECONDS",
+	"relay/options.go EVENT_PUBLISHER_NAME",
+	"relay/options.go EVENT_PUBLISHER_PARALLEL_GETS",
+	"relay/options.go EVENT_PUBLISHER_PARK_AFTER_ATTEMPTS",
+	"relay/options.go EVENT_PUBLISHER_POLL_INTERVAL",
+	"relay/options.go EVENT_PUBLISHER_STALL_SECONDS",
+	"relay/options.go EVENT_STORE_APPEND_TIMEOUT",
+	"relay/options.go KAFKA_TOPIC_PARTITIONS",
+	"shared/envelope/validate.go EVENT_STORE_MAX_DATA_DEPTH",
+	"shared/envelope/validate.go EVENT_STORE_MAX_ENVELOPE_BYTES",
+	"shared/envelope/validate.go EVENT_STORE_MAX_METADATA_BYTES",
+}
+
+// The check fails on each kind of violation (synthetic sources).
+func TestConfigSectionsViolations(t *testing.T) {
+	src := func(pkg, body string) []byte {
+		return []byte("package " + pkg + "\n\nimport \"time\"\n\nvar _ time.Duration\n\n" + body + "\n")
+	}
+	relay := SourceFile{"relay/config.go", src("relay", "type Config struct {\n"+
+		"\tBatchSize int `env:\"EVENT_PUBLISHER_BATCH_SIZE\" envDefault:\"200\"`\n"+
+		"\tLookback time.Duration `env:\"EVENT_PUBLISHER_LOOKBACK_SECONDS\" envDefault:\"600\"`\n"+
+		"\tName string `env:\"EVENT_PUBLISHER_NAME\" envDefault:\"default\"`\n"+
+		"\tMetricsLogInterval time.Duration `env:\"EVENT_PUBLISHER_METRICS_LOG_INTERVAL_SECONDS\" envDefault:\"30\"`\n}")}
+	s3 := SourceFile{"eventstore/config.go", src("eventstore", "type Config struct {\n\tS3Region string `env:\"EVENT_STORE_S3_REGION\" envDefault:\"us-east-1\"`\n}")}
+	for _, tc := range []struct {
+		name  string
+		files []SourceFile
+		want  []string // substrings of the problems, in order; none: clean
+	}{
+		{"sections in their packages, read through the tags", []SourceFile{relay, s3,
+			{"relay/options.go", src("relay", "func f(c *Config) {\n\tconfig.FillZero(c)\n\tc.BatchSize = 100\n\tc.MetricsLogInterval = 0\n}")}}, nil},
+		{"a section in the mechanism", []SourceFile{
+			{"shared/config/sections.go", src("config", "// Relay configures the relay.\ntype Relay struct {\n\tName string `env:\"EVENT_PUBLISHER_NAME\"`\n}")}},
+			[]string{"shared/config/sections.go:8: section Relay is declared in shared/config, which is only the mechanism"}},
+		{"a variable declared twice", []SourceFile{relay,
+			{"shared/kafka/config.go", src("kafka", "type Config struct {\n\tBatch int `env:\"EVENT_PUBLISHER_BATCH_SIZE\"`\n}")}},
+			[]string{"shared/kafka/config.go:8: EVENT_PUBLISHER_BATCH_SIZE is declared twice"}},
+		{"a default restated as a literal", []SourceFile{relay,
+			{"relay/options.go", src("relay", "func f(c *Config) {\n\tif c.BatchSize <= 0 {\n\t\tc.BatchSize = 200\n\t}\n\tif c.Lookback <= 0 {\n\t\tc.Lookback = 600 * time.Second\n\t}\n\tif c.Name == \"\" {\n\t\tc.Name = \"default\"\n\t}\n}")}},
+			[]string{"relay/options.go:12: the default of EVENT_PUBLISHER_LOOKBACK_SECONDS (600000000000",
+				"relay/options.go:15: the default of EVENT_PUBLISHER_NAME (\"default\"",
+				"relay/options.go:9: the default of EVENT_PUBLISHER_BATCH_SIZE (200"}},
+		{"a default restated through a constant of another package", []SourceFile{s3,
+			{"eventstore/objstore/s3store/s3store.go", src("s3store", "const DefaultRegion = \"us-east-1\"\n\nfunc f(o *Options) { o.Region = DefaultRegion }")},
+			{"shared/other/x.go", src("other", "var o = Options{MaxBatch: 200, Lookback: 10 * time.Minute}")}},
+			[]string{"s3store.go:9: the default of EVENT_STORE_S3_REGION (\"us-east-1\""}},
+		{"through a named constant and a shift", []SourceFile{relay,
+			{"relay/defaults.go", src("relay", "const (\n\tminute = 60 * time.Second\n\tdefaultLookback = 10 * minute\n\tbatch = 25 << 3\n)\n\nvar d = Config{Lookback: defaultLookback, BatchSize: batch}")}},
+			[]string{"relay/defaults.go:13: the default of EVENT_PUBLISHER_BATCH_SIZE", "relay/defaults.go:13: the default of EVENT_PUBLISHER_LOOKBACK_SECONDS"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got := CheckConfig(tc.files)
+			if len(got) != len(tc.want) {
+				t.Fatalf("got %d problems %v, want %d %v", len(got), got, len(tc.want), tc.want)
+			}
+			for i, p := range got {
+				if !strings.Contains(p.String(), tc.want[i]) {
+					t.Errorf("problem %d = %q, want it to contain %q", i, p, tc.want[i])
+				}
+			}
+		})
+	}
+}

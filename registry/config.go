@@ -1,0 +1,60 @@
+package registry
+
+import (
+	"os"
+	"time"
+
+	"github.com/sluicehq/sluice/shared/claim"
+
+	"github.com/sluicehq/sluice/shared/config"
+)
+
+// Config configures the processed-event registry (docs/registry.md).
+type Config struct {
+	Enabled           bool          `env:"ENABLE_PROCESSED_EVENT_REGISTRY" envDefault:"true" doc:"Must be true: the registry is not optional, and false is refused at start-up."`
+	Owner             string        `env:"PROCESSED_EVENT_OWNER" docDefault:"hostname" doc:"Stable owner identity of this worker; a restarted worker with the same owner reclaims its in-flight rows at once."`
+	LeaseTimeout      time.Duration `env:"PROCESSED_EVENT_LEASE_TIMEOUT_SECONDS" envDefault:"900" doc:"Lease of a claim; an expired claim may be taken by another owner."`
+	HeartbeatInterval time.Duration `env:"PROCESSED_EVENT_HEARTBEAT_INTERVAL_SECONDS" envDefault:"30" doc:"Heartbeat interval of a claim; must be shorter than the lease."`
+	RetentionDays     int           `env:"PROCESSED_EVENT_RETENTION_DAYS" envDefault:"7" doc:"Age after which done and skipped_stale rows are pruned."`
+}
+
+// Derive defaults the owner to the hostname.
+func (r *Config) Derive() {
+	if r.Owner == "" {
+		if h, err := os.Hostname(); err == nil {
+			r.Owner = h
+		}
+	}
+}
+
+// Validate checks the section; every problem is a *config.VarError.
+func (rg Config) Validate() error {
+	k := &config.Checker{}
+	if !rg.Enabled {
+		k.Fail("ENABLE_PROCESSED_EVENT_REGISTRY", "false", "the processed-event registry is not optional: without it duplicates, crashes and replays would repeat side effects (docs/architecture.md#the-guarantees, docs/registry.md); remove the variable or set it to true")
+	}
+	if rg.Owner == "" {
+		k.Fail("PROCESSED_EVENT_OWNER", "", "must be set (the hostname could not be read)")
+	}
+	k.Positive("PROCESSED_EVENT_LEASE_TIMEOUT_SECONDS", rg.LeaseTimeout)
+	k.Positive("PROCESSED_EVENT_HEARTBEAT_INTERVAL_SECONDS", rg.HeartbeatInterval)
+	if rg.HeartbeatInterval >= rg.LeaseTimeout {
+		k.Fail("PROCESSED_EVENT_HEARTBEAT_INTERVAL_SECONDS", rg.HeartbeatInterval.String(), "must be shorter than PROCESSED_EVENT_LEASE_TIMEOUT_SECONDS (%s)", rg.LeaseTimeout)
+	}
+	k.AtLeast("PROCESSED_EVENT_RETENTION_DAYS", int64(rg.RetentionDays), 1)
+	return k.Err()
+}
+
+// Options are the Options of a registry configured by c (owner, lease and
+// heartbeat), whose retryable failures are retried as retry says (the
+// worker's WORKER_RETRY_* knobs and its number of attempts).
+func (c Config) Options(retry claim.Retry) Options {
+	return Options{
+		Owner:             c.Owner,
+		LeaseTimeout:      c.LeaseTimeout,
+		HeartbeatInterval: c.HeartbeatInterval,
+		MaxAttempts:       retry.MaxAttempts,
+		BackoffBase:       retry.BackoffBase,
+		BackoffCap:        retry.BackoffCap,
+	}
+}
