@@ -16,6 +16,14 @@ const admin = {
   dlq: (topic, all) => call("GET", "/admin/v1/dlq" + query({ topic, all: all ? "true" : "" })),
   redrive: (topic, letter, dryRun) => call("POST", "/admin/v1/dlq/redrive", { topic, letter, dry_run: dryRun }),
   drop: (topic, letter, reason, dryRun) => call("POST", "/admin/v1/dlq/drop", { topic, letter, reason, dry_run: dryRun }),
+  checkpoint: (target, dryRun) => call("POST", "/admin/v1/relay/checkpoint", { ...target, dry_run: dryRun }),
+  parked: (state) => call("GET", "/admin/v1/relay/parked" + query({ state, limit: 100 })),
+  parkedResolve: (position, kind, dryRun) => call("POST", "/admin/v1/relay/parked/" + encodeURIComponent(position) + "/" + kind, { dry_run: dryRun }),
+  pause: (group, paused, reason, dryRun) => call("POST", "/admin/v1/consumers/" + encodeURIComponent(group) + (paused ? "/pause" : "/resume"), { reason, dry_run: dryRun }),
+  reset: (group, body, dryRun) => call("POST", "/admin/v1/consumers/" + encodeURIComponent(group) + "/reset", { ...body, dry_run: dryRun }),
+  rebuild: (name, body, dryRun) => call("POST", "/admin/v1/projections/" + encodeURIComponent(name) + "/rebuild", { ...body, dry_run: dryRun }),
+  rollback: (name, body, dryRun) => call("POST", "/admin/v1/projections/" + encodeURIComponent(name) + "/rollback", { ...body, dry_run: dryRun }),
+  verify: (body, dryRun) => call("POST", "/admin/v1/verify", { ...body, dry_run: dryRun }),
 };
 
 const $ = (sel, root = document) => root.querySelector(sel);
@@ -27,11 +35,14 @@ function query(params) {
   return s ? "?" + s : "";
 }
 
+// APIError is a failed admin API call, from its problem+json body (code,
+// detail) when it has one.
 class APIError extends Error {
   constructor(status, body) {
     super((body && (body.detail || body.error || body.title)) || "HTTP " + status);
     this.status = status;
     this.body = body;
+    this.code = (body && body.code) || "";
   }
 }
 
@@ -60,13 +71,26 @@ function el(tag, attrs = {}, ...children) {
   return e;
 }
 
-function showError(err) {
+// showError shows a failed call (what: the action it belongs to) with the
+// status, code and detail of the problem+json answer; null hides it.
+function showError(err, what) {
   const box = $("#error");
-  if (!err) { box.hidden = true; box.textContent = ""; return; }
+  if (!err) { box.hidden = true; box.textContent = ""; delete box.dataset.status; delete box.dataset.code; return; }
   let msg = err.message || String(err);
   if (err.status === 401) msg = "401: the admin API wants a token — enter SLUICE_ADMIN_TOKEN or SLUICE_ADMIN_READ_TOKEN above. (" + msg + ")";
   else if (err.status === 403) msg = "403: this token may only read; actions need the operator token. (" + msg + ")";
-  box.textContent = msg;
+  else if (err.status) msg = err.status + (err.code ? " " + err.code : "") + ": " + msg;
+  box.textContent = (what ? what + " — " : "") + msg;
+  box.dataset.status = err.status || "";
+  box.dataset.code = err.code || "";
+  box.hidden = false;
+}
+
+// showResult shows what a confirmed action did, above every view.
+function showResult(action, text) {
+  const box = $("#result");
+  box.dataset.action = action;
+  box.textContent = text;
   box.hidden = false;
 }
 
@@ -110,6 +134,50 @@ function cell(v, depth) {
 
 const series = new Map(); // name → [{t, v}]
 let timer = null;
+let lastOverview = null;
+
+// pauseBadge shows a group's operator pause flag (unknown when the
+// registry could not be read).
+function pauseBadge(g) {
+  if (g.paused === undefined || g.paused === null) return el("span", { class: "state unknown", title: g.pause_error || "" }, "unknown");
+  return el("span", { class: "state " + (g.paused ? "paused" : "running") }, g.paused ? "paused" : "running");
+}
+
+// groupsTable lists the worker groups with their lag and pause state, and
+// the buttons to pause or resume each (dry run, then confirm).
+function groupsTable(groups) {
+  if (!groups.length) return el("p", { class: "muted" }, "no worker groups");
+  return el("table", { class: "groups" },
+    el("thead", {}, el("tr", {}, ["group", "handler", "topic", "lag", "members", "state", "pause", "paused by / reason / since", ""].map((c) => el("th", {}, c)))),
+    el("tbody", {}, groups.map((g) => el("tr", { "data-group": g.group, "data-paused": g.paused === undefined ? "unknown" : String(g.paused) },
+      el("td", {}, g.group), el("td", {}, g.handler), el("td", {}, g.topic), el("td", { class: "num" }, (g.lag ?? 0).toLocaleString("en-US")),
+      el("td", { class: "num" }, g.members ?? 0), el("td", {}, g.state || (g.error ? "error" : "")),
+      el("td", {}, pauseBadge(g)),
+      el("td", {}, g.pause && g.pause.changed_at ? [g.pause.by || "", g.pause.reason ? " · " + g.pause.reason : "", " · " + fmtTime(g.pause.changed_at)] : el("span", { class: "muted" }, "—")),
+      el("td", {},
+        g.paused ? el("button", { class: "small resume", type: "button", onclick: () => pauseGroup(g.group, false) }, "Resume…")
+          : el("button", { class: "small pause", type: "button", onclick: () => pauseGroup(g.group, true) }, "Pause…"))))));
+}
+
+// jobsView shows the rebuild and rollback jobs of this api process with
+// their progress.
+function jobsView(jobs) {
+  if (!jobs.length) return el("p", { class: "muted" }, "no rebuild or rollback jobs in this api process");
+  const progress = (j) => {
+    const p = j.progress;
+    if (!p) return j.ended_at ? "" : "starting";
+    const lag = p.Lag || {};
+    const pct = lag.End > 0 ? Math.round((100 * (lag.End - lag.Lag)) / lag.End) : 100;
+    return (p.Phase || "") + " · " + (lag.End - lag.Lag || 0) + "/" + (lag.End || 0) + " records (" + pct + "%) · lag " + (lag.Lag || 0);
+  };
+  return el("table", { class: "jobs" },
+    el("thead", {}, el("tr", {}, ["job", "kind", "projection", "started", "progress", "ended", "result"].map((c) => el("th", {}, c)))),
+    el("tbody", {}, [...jobs].sort((a, b) => String(b.started_at).localeCompare(String(a.started_at))).map((j) =>
+      el("tr", { "data-job": j.id, "data-state": j.error ? "failed" : j.ended_at ? "done" : "running" },
+        el("td", {}, j.id), el("td", {}, j.kind), el("td", {}, j.projection + (j.version ? " v" + j.version : "")),
+        el("td", {}, fmtTime(j.started_at)), el("td", {}, progress(j)), el("td", {}, fmtTime(j.ended_at)),
+        el("td", {}, j.error ? el("span", { class: "error-text" }, j.error) : j.ended_at ? badge("done") : badge("processing"))))));
+}
 
 // lagFigures walks the overview for every number whose key says lag, named
 // by its path (array items by their group, name or topic/partition).
@@ -179,6 +247,9 @@ async function refreshOverview() {
       el("div", { class: "figure", "data-key": k }, el("div", { class: "v" }, v.toLocaleString("en-US")), el("div", { class: "k" }, k))));
     const names = [...series.keys()].sort((a, b) => a.split("/").length - b.split("/").length || a.localeCompare(b)).slice(0, MAX_CHARTS);
     $("#charts").replaceChildren(...(names.length ? names.map((n) => chart(n, series.get(n))) : [el("p", { class: "muted" }, "no lag figures in the overview")]));
+    lastOverview = ov;
+    $("#groups").replaceChildren(groupsTable(ov.groups || []));
+    $("#overview-jobs").replaceChildren(jobsView(ov.jobs || []));
     $("#overview-body").replaceChildren(render(ov));
     $("#updated").textContent = "updated " + new Date().toLocaleTimeString();
   } catch (err) {
@@ -325,28 +396,93 @@ async function showDLQ() {
   }
 }
 
-// act runs an action as a dry run, shows its preview and runs it for real
-// only when the operator confirms.
-async function act(kind, topic, letter) {
+// act redrives or drops a dead letter: dry run, preview, confirm.
+function act(kind, topic, letter) {
+  return confirmAction({
+    action: kind,
+    title: (kind === "redrive" ? "Redrive " : "Drop ") + letter + " of " + topic + "?",
+    reason: kind === "drop",
+    dryRun: () => (kind === "redrive" ? admin.redrive(topic, letter, true) : admin.drop(topic, letter, "", true)),
+    run: (reason) => (kind === "redrive" ? admin.redrive(topic, letter, false) : admin.drop(topic, letter, reason, false)),
+    done: async (res) => {
+      await showDLQ();
+      $("#dlq-body").prepend(el("div", { class: "result", "data-action": kind }, kind + " of " + letter + " done: " + summary(res)));
+    },
+  });
+}
+
+// confirmAction runs an action as a dry run, shows its preview (a sentence
+// and the API's answer) and runs it for real only when the operator
+// presses Confirm; a failure of either call is shown from its
+// problem+json body. reason asks for a reason in the dialog.
+async function confirmAction({ action, title, dryRun, run, reason = false, done }) {
   const dlg = $("#confirm");
-  const needsReason = kind === "drop";
+  let preview;
   try {
-    const preview = kind === "redrive" ? await admin.redrive(topic, letter, true) : await admin.drop(topic, letter, "", true);
-    showError(null);
-    $("#confirm-title").textContent = (kind === "redrive" ? "Redrive " : "Drop ") + letter + " of " + topic + "?";
-    $("#confirm-preview").textContent = JSON.stringify(preview, null, 2);
-    $("#confirm-reason-label").hidden = !needsReason;
-    $("#confirm-reason").value = "";
-    dlg.returnValue = "";
-    dlg.showModal();
-    const answer = await new Promise((resolve) => dlg.addEventListener("close", () => resolve(dlg.returnValue), { once: true }));
-    if (answer !== "ok") return;
-    const done = kind === "redrive" ? await admin.redrive(topic, letter, false) : await admin.drop(topic, letter, $("#confirm-reason").value, false);
-    await showDLQ();
-    $("#dlq-body").prepend(el("div", { class: "result", "data-action": kind }, kind + " of " + letter + " done: " + summary(done)));
+    preview = await dryRun();
   } catch (err) {
-    showError(err);
+    showError(err, title.replace(/\?$/, "") + " (dry run)");
+    return;
   }
+  showError(null);
+  $("#result").hidden = true;
+  dlg.dataset.action = action;
+  $("#confirm-title").textContent = title;
+  $("#confirm-summary").textContent = describe(action, preview);
+  $("#confirm-preview").textContent = JSON.stringify(preview, null, 2);
+  $("#confirm-reason-label").hidden = !reason;
+  $("#confirm-reason").value = "";
+  dlg.returnValue = "";
+  dlg.showModal();
+  const answer = await new Promise((resolve) => dlg.addEventListener("close", () => resolve(dlg.returnValue), { once: true }));
+  if (answer !== "ok") return;
+  try {
+    const res = await run($("#confirm-reason").value.trim());
+    showError(null);
+    if (done) await done(res);
+    else showResult(action, title.replace(/\?$/, "") + " — done: " + describe(action, res));
+  } catch (err) {
+    showError(err, title.replace(/\?$/, ""));
+  }
+}
+
+// describe says in one sentence what a dry run would do (or an action did).
+function describe(action, r) {
+  if (!r || typeof r !== "object") return String(r);
+  const would = r.dry_run ? "would " : "";
+  switch (action) {
+    case "relay.checkpoint.set": {
+      const p = r.plan || {};
+      return (r.moved ? "moved" : "would move") + " the relay checkpoint from " + r.from + " to " + r.to + " (head " + p.head +
+        "): republish " + (p.republish || 0) + ", skip " + (p.skip || 0) + ", drop " + (p.dropped_gaps || 0) + " pending gaps";
+    }
+    case "consumer.pause":
+    case "consumer.resume": {
+      const verb = action === "consumer.pause" ? "pause" : "resume";
+      if (!r.changed) return "no change: " + r.group + " is already " + (r.before && r.before.paused ? "paused" : "running");
+      return (r.dry_run ? "would " + verb : verb + "d") + " " + r.group + " (now " + (r.before && r.before.paused ? "paused" : "running") + ")";
+    }
+    case "consumer.reset": {
+      const ps = (r.partitions || []).map((p) => JSON.stringify(p)).join("; ");
+      return (r.committed ? "reset" : "would reset") + " " + r.group + " to " + r.to + " on " + (r.partitions || []).length + " partitions" +
+        ((r.members || []).length ? "; live members: " + r.members.join(", ") : "") + (ps ? " — " + ps : "");
+    }
+    case "relay.parked.republish":
+    case "relay.parked.drop":
+      return would + (action.endsWith("republish") ? "republish" : "drop") + " parked position " + r.position + " (" + r.topic + ", " + r.reason + ")" +
+        (r.republished ? ": republished" : r.dropped ? ": dropped" : "");
+    case "projection.rebuild":
+      if (r.job) return "started job " + r.job + " (progress below)";
+      return "would build " + (r.plan ? r.plan.projection + " v" + r.plan.version + " into " + (r.plan.indices || []).join(", ") + " with group " + r.plan.group : "");
+    case "projection.rollback":
+      if (r.job) return "started job " + r.job + " (progress below)";
+      return "would roll back to the previous version; indices now: " + (r.indices || []).map((i) => i.Index + " v" + i.Version + (i.Live ? " (live)" : "")).join(", ");
+    case "verify":
+      if (r.dry_run) return "would compare " + r.compares;
+      return "verified " + r.db + "/" + r.class + " against " + r.index + ": " + r.instances + " instances, " + r.ok + " ok, " + r.missing + " missing, " +
+        r.stale + " stale, " + r.extra + " extra, " + r.mismatch + " mismatched (" + r.duration_ms + " ms)";
+  }
+  return summary(r);
 }
 
 function summary(r) {
@@ -356,17 +492,199 @@ function summary(r) {
   return parts.length ? parts.join(", ") : JSON.stringify(r);
 }
 
+// ---- actions ----------------------------------------------------------
+
+let jobsTimer = null;
+
+// pauseGroup pauses or resumes a worker group: dry run, preview, confirm
+// (with a reason), then the overview shows the new state.
+function pauseGroup(group, paused) {
+  const action = paused ? "consumer.pause" : "consumer.resume";
+  return confirmAction({
+    action,
+    title: (paused ? "Pause " : "Resume ") + group + "?",
+    reason: paused,
+    dryRun: () => admin.pause(group, paused, "", true),
+    run: (reason) => admin.pause(group, paused, reason, false),
+    done: async (res) => {
+      showResult(action, describe(action, res));
+      if (!$("#view-overview").hidden) await refreshOverview();
+      if (!$("#view-actions").hidden) await showActions();
+    },
+  });
+}
+
+function checkpointTarget() {
+  const pos = $("#cp-position").value.trim();
+  const time = $("#cp-time").value.trim();
+  return pos !== "" ? { position: Number(pos) } : time !== "" ? { time } : {};
+}
+
+function resetBody() {
+  const body = { to: $("#reset-to").value.trim(), force: $("#reset-force").checked };
+  const g = ((lastOverview && lastOverview.groups) || []).find((x) => x.group === $("#group-name").value);
+  if (g && g.topic) body.topic = g.topic;
+  return body;
+}
+
+function switchBody(rebuild) {
+  const body = {};
+  const settle = $("#proj-settle").value.trim();
+  if (settle) body.settle = settle;
+  if (rebuild) body.version = Number($("#proj-version").value || 0);
+  return body;
+}
+
+function verifyBody() {
+  const body = { db: $("#verify-db").value.trim(), class: $("#verify-class").value.trim() };
+  const v = $("#verify-version").value.trim();
+  if (v) body.index_version = Number(v);
+  return body;
+}
+
+// showActions fills the selects from the overview, lists the parked
+// records and follows the jobs while one runs.
+async function showActions() {
+  try {
+    const ov = await admin.overview();
+    lastOverview = ov;
+    showError(null);
+    fillSelect($("#group-name"), (ov.groups || []).map((g) => [g.group, g.group + " (" + (g.paused ? "paused" : "running") + ", lag " + (g.lag ?? 0) + ")"]));
+    fillSelect($("#proj-name"), (ov.projections || []).map((p) => [p.name, p.name + " (live v" + p.live + ", code v" + p.code_version + ")"]));
+    const proj = (ov.projections || []).find((p) => p.name === $("#proj-name").value);
+    if (proj && !$("#proj-version").value) $("#proj-version").value = Math.max(proj.code_version, ...(proj.versions || [0])) + 1;
+    if (!$("#cp-position").value && !$("#cp-time").value && ov.relay) $("#cp-position").placeholder = "now " + ov.relay.checkpoint + ", head " + (ov.store ? ov.store.head : "?");
+    $("#jobs").replaceChildren(jobsView(ov.jobs || []));
+    followJobs((ov.jobs || []).some((j) => !j.ended_at));
+  } catch (err) {
+    showError(err);
+  }
+  await showParked();
+}
+
+// fillSelect replaces a select's options, keeping the chosen value.
+function fillSelect(sel, options) {
+  const keep = sel.value;
+  sel.replaceChildren(...options.map(([v, label]) => el("option", { value: v }, label)));
+  if (options.some(([v]) => v === keep)) sel.value = keep;
+}
+
+// followJobs refreshes the jobs every REFRESH_MS while one runs and the
+// actions view is open.
+function followJobs(running) {
+  if (jobsTimer || !running) return;
+  jobsTimer = setInterval(async () => {
+    if ($("#view-actions").hidden) { clearInterval(jobsTimer); jobsTimer = null; return; }
+    try {
+      const ov = await admin.overview();
+      $("#jobs").replaceChildren(jobsView(ov.jobs || []));
+      if (!(ov.jobs || []).some((j) => !j.ended_at)) { clearInterval(jobsTimer); jobsTimer = null; }
+    } catch (err) {
+      showError(err);
+    }
+  }, REFRESH_MS);
+}
+
+async function showParked() {
+  const body = $("#parked-body");
+  try {
+    const list = (await admin.parked($("#parked-state").value)) || [];
+    body.replaceChildren(list.length ? el("table", { class: "parked" },
+      el("thead", {}, el("tr", {}, ["position", "event", "topic", "reason", "error", "attempts", "parked at", "state", ""].map((c) => el("th", {}, c)))),
+      el("tbody", {}, list.map((p) => el("tr", { "data-position": p.Position, "data-state": p.State },
+        el("td", { class: "num" }, p.Position), el("td", {}, p.EventID ? el("a", { href: "#/trace/" + encodeURIComponent(p.EventID) }, p.EventID) : ""),
+        el("td", {}, p.Topic), el("td", {}, p.Reason), el("td", {}, String(p.Error || "").slice(0, 160)), el("td", { class: "num" }, p.Attempts),
+        el("td", {}, fmtTime(p.ParkedAt)), el("td", {}, badge(p.State)),
+        el("td", {}, p.State === "parked" ? [
+          el("button", { class: "small republish", type: "button", onclick: () => resolveParked(p.Position, "republish") }, "Republish…"), " ",
+          el("button", { class: "small drop", type: "button", onclick: () => resolveParked(p.Position, "drop") }, "Drop…")] : "")))))
+      : el("p", { class: "muted" }, "No parked records."));
+  } catch (err) {
+    body.replaceChildren();
+    showError(err);
+  }
+}
+
+function resolveParked(position, kind) {
+  const action = "relay.parked." + kind;
+  return confirmAction({
+    action,
+    title: (kind === "republish" ? "Republish" : "Drop") + " parked position " + position + "?",
+    dryRun: () => admin.parkedResolve(position, kind, true),
+    run: () => admin.parkedResolve(position, kind, false),
+    done: async (res) => { showResult(action, describe(action, res)); await showParked(); },
+  });
+}
+
+function initActions() {
+  $("#checkpoint-form").addEventListener("submit", (ev) => {
+    ev.preventDefault();
+    const target = checkpointTarget();
+    confirmAction({
+      action: "relay.checkpoint.set",
+      title: "Set the relay checkpoint to " + (target.position ?? target.time ?? "?") + "?",
+      dryRun: () => admin.checkpoint(target, true),
+      run: () => admin.checkpoint(target, false),
+    });
+  });
+  $("#group-pause").addEventListener("click", () => pauseGroup($("#group-name").value, true));
+  $("#group-resume").addEventListener("click", () => pauseGroup($("#group-name").value, false));
+  $("#group-form").addEventListener("submit", (ev) => {
+    ev.preventDefault();
+    const group = $("#group-name").value;
+    const body = resetBody();
+    confirmAction({
+      action: "consumer.reset",
+      title: "Reset " + group + " to " + body.to + "?",
+      dryRun: () => admin.reset(group, body, true),
+      run: () => admin.reset(group, body, false),
+    });
+  });
+  for (const rebuild of [true, false]) {
+    $(rebuild ? "#proj-rebuild" : "#proj-rollback").addEventListener("click", () => {
+      const name = $("#proj-name").value;
+      const body = switchBody(rebuild);
+      const action = rebuild ? "projection.rebuild" : "projection.rollback";
+      confirmAction({
+        action,
+        title: (rebuild ? "Rebuild " + name + " as v" + body.version : "Roll back " + name) + "?",
+        dryRun: () => (rebuild ? admin.rebuild(name, body, true) : admin.rollback(name, body, true)),
+        run: () => (rebuild ? admin.rebuild(name, body, false) : admin.rollback(name, body, false)),
+        done: async (res) => { showResult(action, describe(action, res)); await showActions(); },
+      });
+    });
+  }
+  $("#verify-form").addEventListener("submit", (ev) => {
+    ev.preventDefault();
+    const body = verifyBody();
+    confirmAction({
+      action: "verify",
+      title: "Verify " + body.db + "/" + body.class + "?",
+      dryRun: () => admin.verify(body, true),
+      run: () => admin.verify(body, false),
+      done: (res) => {
+        showResult("verify", describe("verify", res));
+        $("#verify-result").replaceChildren(el("div", { class: "verify-report", "data-db": res.db, "data-class": res.class }, render(res)));
+      },
+    });
+  });
+  $("#parked-state").addEventListener("change", showParked);
+  $("#parked-refresh").addEventListener("click", showParked);
+  $("#proj-name").addEventListener("change", () => { $("#proj-version").value = ""; showActions(); });
+}
+
 // ---- routing ----------------------------------------------------------
 
 function route() {
   const parts = location.hash.replace(/^#\/?/, "").split("/").map(decodeURIComponent);
-  const view = ["overview", "trace", "aggregate", "dlq"].includes(parts[0]) ? parts[0] : "overview";
+  const view = ["overview", "trace", "aggregate", "dlq", "actions"].includes(parts[0]) ? parts[0] : "overview";
   for (const s of document.querySelectorAll(".view")) s.hidden = s.id !== "view-" + view;
   for (const a of document.querySelectorAll("#nav a")) a.classList.toggle("active", a.dataset.view === view);
   if (view === "overview") startOverview(); else stopOverview();
   if (view === "trace") showTrace(parts.slice(1).join("/"));
   if (view === "aggregate") showAggregate(parts[1], parts.slice(2).join("/"));
   if (view === "dlq") showDLQ();
+  if (view === "actions") showActions();
 }
 
 function tokenState() {
@@ -397,6 +715,7 @@ function init() {
   $("#dlq-refresh").addEventListener("click", showDLQ);
   $("#dlq-topic").addEventListener("change", showDLQ);
   $("#dlq-all").addEventListener("change", showDLQ);
+  initActions();
   window.addEventListener("hashchange", route);
   route();
 }
