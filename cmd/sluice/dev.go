@@ -241,6 +241,11 @@ func runDev(parent context.Context, out io.Writer, cfg *sluiceconfig.Config, log
 	deps := pipeline.Deps{Config: cfg, Logger: logger, Pool: pool, Bucket: bucket, Store: store,
 		Metrics: newRegistry(), Health: observability.NewHealth(), TracerProvider: tp}
 	metrics, health := deps.Metrics, deps.Health
+	// The console needs a token; dev makes one when none is set.
+	tok, err := devAdminToken(cfg, f.dataDir)
+	if err != nil {
+		return err
+	}
 	routes, closeRoutes, err := apiRoutes(deps)
 	if err != nil {
 		return err
@@ -281,6 +286,7 @@ func runDev(parent context.Context, out io.Writer, cfg *sluiceconfig.Config, log
 	}
 
 	printDevStatus(out, parts, apiURL, esURL, cfg.Elasticsearch.IndexPrefix)
+	printConsoleAccess(out, apiURL, tok)
 	if f.setupOnly {
 		return nil
 	}
