@@ -32,6 +32,14 @@ type Config struct {
 	MaxMetadataBytes        int           `env:"EVENT_STORE_MAX_METADATA_BYTES" envDefault:"16384" doc:"Largest accepted metadata object, encoded."`
 }
 
+// DefaultConfig is the section with the defaults of its tags, as a process
+// with none of its variables set reads it (before Derive).
+func DefaultConfig() Config {
+	var c Config
+	config.Defaults(&c)
+	return c
+}
+
 // Validate checks the section; every problem is a *config.VarError.
 func (es Config) Validate() error {
 	k := &config.Checker{}

@@ -18,6 +18,14 @@ type Config struct {
 	RetentionDays     int           `env:"PROCESSED_EVENT_RETENTION_DAYS" envDefault:"7" doc:"Age after which done and skipped_stale rows are pruned."`
 }
 
+// DefaultConfig is the section with the defaults of its tags, as a process
+// with none of its variables set reads it (before Derive).
+func DefaultConfig() Config {
+	var c Config
+	config.Defaults(&c)
+	return c
+}
+
 // Derive defaults the owner to the hostname.
 func (r *Config) Derive() {
 	if r.Owner == "" {

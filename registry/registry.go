@@ -19,15 +19,13 @@ import (
 	"github.com/sluicehq/sluice/shared/claim"
 )
 
-// Defaults of Options (docs/registry.md, docs/worker-runtime.md).
+// Defaults of Options (docs/registry.md, docs/worker-runtime.md); the lease
+// and the heartbeat default to those of Config's tags, the backoff to
+// claim.DefaultBackoff.
 const (
-	DefaultLeaseTimeout      = 900 * time.Second
-	DefaultHeartbeatInterval = 30 * time.Second
-	DefaultMaxAttempts       = claim.DefaultMaxAttempts
-	DefaultBackoffBase       = claim.DefaultBackoffBase
-	DefaultBackoffCap        = claim.DefaultBackoffCap
-	DefaultOpTimeout         = 15 * time.Second
-	DefaultPruneBatch        = 5000
+	DefaultMaxAttempts = claim.DefaultMaxAttempts
+	DefaultOpTimeout   = 15 * time.Second
+	DefaultPruneBatch  = 5000
 	// checkTimeout bounds the readiness probe.
 	checkTimeout = 2 * time.Second
 	// maxTxRetries bounds the immediate re-runs of a statement the server
@@ -67,20 +65,22 @@ type Options struct {
 }
 
 func (o Options) withDefaults() Options {
+	def := DefaultConfig()
 	if o.LeaseTimeout == 0 {
-		o.LeaseTimeout = DefaultLeaseTimeout
+		o.LeaseTimeout = def.LeaseTimeout
 	}
 	if o.HeartbeatInterval == 0 {
-		o.HeartbeatInterval = DefaultHeartbeatInterval
+		o.HeartbeatInterval = def.HeartbeatInterval
 	}
 	if o.MaxAttempts == 0 {
 		o.MaxAttempts = DefaultMaxAttempts
 	}
+	backoff := claim.DefaultBackoff()
 	if o.BackoffBase == 0 {
-		o.BackoffBase = DefaultBackoffBase
+		o.BackoffBase = backoff.RetryBackoffBase
 	}
 	if o.BackoffCap == 0 {
-		o.BackoffCap = DefaultBackoffCap
+		o.BackoffCap = backoff.RetryBackoffCap
 	}
 	if o.OpTimeout == 0 {
 		o.OpTimeout = DefaultOpTimeout

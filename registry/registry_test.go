@@ -43,7 +43,7 @@ func TestNewValidatesOptions(t *testing.T) {
 					t.Fatal(err)
 				}
 				o := r.Options()
-				if o.LeaseTimeout != registry.DefaultLeaseTimeout || o.HeartbeatInterval != registry.DefaultHeartbeatInterval || o.MaxAttempts != 5 {
+				if o.LeaseTimeout != registry.DefaultConfig().LeaseTimeout || o.HeartbeatInterval != registry.DefaultConfig().HeartbeatInterval || o.MaxAttempts != 5 {
 					t.Fatalf("defaults not applied: %+v", o)
 				}
 				return

@@ -31,6 +31,14 @@ type Config struct {
 	ParkAfterAttempts        int           `env:"EVENT_PUBLISHER_PARK_AFTER_ATTEMPTS" envDefault:"3" doc:"Attempts at a record Kafka refuses for a reason of its own (too large, topic refused) before the relay parks it in sluice.relay_parked and moves on; outages are retried without limit."`
 }
 
+// DefaultConfig is the section with the defaults of its tags, as a process
+// with none of its variables set reads it (before Derive).
+func DefaultConfig() Config {
+	var c Config
+	config.Defaults(&c)
+	return c
+}
+
 // Derive defaults the flush batch to the batch size and the checkpoint key
 // to the relay's name.
 func (r *Config) Derive() {

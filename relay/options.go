@@ -12,6 +12,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/sluicehq/sluice/eventstore"
+	"github.com/sluicehq/sluice/shared/config"
 	"github.com/sluicehq/sluice/shared/crashpoint"
 	"github.com/sluicehq/sluice/shared/kafka"
 	"github.com/sluicehq/sluice/shared/observability"
@@ -28,14 +30,16 @@ type TopicRoute struct {
 // Options configure a Relay. Config and Kafka carry the EVENT_PUBLISHER_* and
 // KAFKA_* knobs; the rest are Go-only.
 type Options struct {
-	// Config holds the EVENT_PUBLISHER_* knobs.
+	// Config holds the EVENT_PUBLISHER_* knobs; its zero fields take the
+	// defaults of its tags (a zero MetricsLogInterval stays off).
 	Config Config
 	// Kafka holds brokers, topic names, partitions/replication for topic
 	// bootstrap, TLS and SASL.
 	Kafka kafka.Config
 	// AppendTimeout is EVENT_STORE_APPEND_TIMEOUT: reserved rows younger
 	// than this are in flight (wait); older ones are repaired or abandoned.
-	// Default 30 s. It must equal the store's own setting.
+	// Default: EVENT_STORE_APPEND_TIMEOUT's. It must equal the store's own
+	// setting.
 	AppendTimeout time.Duration
 	// Routes overrides topics per aggregate type.
 	Routes map[string]TopicRoute
@@ -69,13 +73,13 @@ type Options struct {
 	SkipTopicBootstrap bool
 	// CheckpointInterval is the longest time between two checkpoint writes
 	// while there is progress to save (the writes run in the background,
-	// one at a time). Default Config.CheckpointInterval, else 100 ms.
+	// one at a time). Default Config.CheckpointInterval.
 	CheckpointInterval time.Duration
 	// CheckpointMaxRecords bounds the records produced since the last
 	// durable checkpoint, and with it what a crash re-publishes: at the
 	// bound the relay waits for a checkpoint write before producing more.
 	// A write starts in the background when half of it was acknowledged.
-	// Default Config.CheckpointMaxRecords, else 10,000; values below the
+	// Default Config.CheckpointMaxRecords; values below the
 	// flush batch size are raised to it.
 	CheckpointMaxRecords int
 
@@ -108,70 +112,29 @@ type settings struct {
 func (o Options) withDefaults() (settings, error) {
 	s := settings{Options: o}
 	c := &s.Config
-	if c.Name == "" {
-		c.Name = "default"
-	}
-	if c.CheckpointKey == "" {
-		c.CheckpointKey = "checkpoints/" + c.Name + ".json"
-	}
-	if c.Lookback <= 0 {
-		c.Lookback = 600 * time.Second
-	}
-	if c.LookbackMaxKeys <= 0 {
-		c.LookbackMaxKeys = 50
-	}
-	if c.DedupMaxEvents <= 0 {
-		c.DedupMaxEvents = 10000
-	}
-	if c.DedupCheckpointMaxEvents <= 0 {
-		c.DedupCheckpointMaxEvents = 2000
-	}
+	// The defaults of the EVENT_PUBLISHER_* tags for what the caller left
+	// unset, but a zero metrics interval: it turns the log line off.
+	config.FillZero(c, "EVENT_PUBLISHER_METRICS_LOG_INTERVAL_SECONDS")
+	c.Derive()
 	c.DedupCheckpointMaxEvents = min(c.DedupCheckpointMaxEvents, c.DedupMaxEvents)
-	if c.BatchSize <= 0 {
-		c.BatchSize = 200
-	}
 	s.flushBatch = c.KafkaFlushBatchSize
-	if s.flushBatch <= 0 {
-		s.flushBatch = c.BatchSize
-	}
 	s.ckptInterval = s.CheckpointInterval
 	if s.ckptInterval <= 0 {
 		s.ckptInterval = c.CheckpointInterval
-	}
-	if s.ckptInterval <= 0 {
-		s.ckptInterval = 100 * time.Millisecond
 	}
 	s.ckptMaxRecords = s.CheckpointMaxRecords
 	if s.ckptMaxRecords <= 0 {
 		s.ckptMaxRecords = c.CheckpointMaxRecords
 	}
-	if s.ckptMaxRecords <= 0 {
-		s.ckptMaxRecords = 10000
-	}
 	s.ckptMaxRecords = max(s.ckptMaxRecords, s.flushBatch)
-	if c.KafkaFlushTimeout <= 0 {
-		c.KafkaFlushTimeout = 10 * time.Second
-	}
-	if c.PollInterval <= 0 {
-		c.PollInterval = time.Second
-	}
-	if c.LeaderLease <= 0 {
-		c.LeaderLease = 10 * time.Second
-	}
 	s.lease = c.LeaderLease
-	if c.ParallelGets <= 0 {
-		c.ParallelGets = 8
-	}
-	if c.StallAfter <= 0 {
-		c.StallAfter = 60 * time.Second
-	}
 	if c.StartTimestamp != "" {
 		if _, err := time.Parse(time.RFC3339Nano, c.StartTimestamp); err != nil {
 			return s, fmt.Errorf("relay: EVENT_PUBLISHER_START_TIMESTAMP %q: %w", c.StartTimestamp, err)
 		}
 	}
 	if s.AppendTimeout <= 0 {
-		s.AppendTimeout = 30 * time.Second
+		s.AppendTimeout = eventstore.DefaultConfig().AppendTimeout
 	}
 	if s.Logger == nil {
 		s.Logger = slog.Default()
@@ -181,9 +144,6 @@ func (o Options) withDefaults() (settings, error) {
 		var b [4]byte
 		_, _ = rand.Read(b[:])
 		s.Holder = host + "-" + hex.EncodeToString(b[:])
-	}
-	if c.ParkAfterAttempts <= 0 {
-		c.ParkAfterAttempts = 3
 	}
 	if s.MaxMessageBytes <= 0 {
 		s.MaxMessageBytes = kafka.Budget(s.Kafka)
@@ -196,18 +156,12 @@ func (o Options) withDefaults() (settings, error) {
 		s.MaxWindow = 100000
 	}
 	k := &s.Kafka
-	prefix := k.TopicPrefix
-	if k.CommandsTopic == "" {
-		k.CommandsTopic = prefix + "commands"
-	}
-	if k.EventsTopic == "" {
-		k.EventsTopic = prefix + "events"
-	}
+	k.Derive() // the topics left unset, after the prefix
 	if k.TopicPartitions <= 0 {
-		k.TopicPartitions = 12
+		k.TopicPartitions = kafka.DefaultConfig().TopicPartitions
 	}
 	if k.ReplicationFactor <= 0 {
-		k.ReplicationFactor = 1
+		k.ReplicationFactor = 1 // a library caller's cluster: one broker, unlike KAFKA_TOPIC_REPLICATION_FACTOR's
 	}
 	return s, nil
 }

@@ -11,14 +11,30 @@ import (
 	"errors"
 	"fmt"
 	"time"
+
+	"github.com/sluicehq/sluice/shared/config"
 )
 
-// Retry defaults shared by the registry (Options) and the worker runtime.
-const (
-	DefaultMaxAttempts = 5
-	DefaultBackoffBase = 200 * time.Millisecond
-	DefaultBackoffCap  = 30 * time.Second
-)
+// DefaultMaxAttempts is the attempts of a retryable failure of the
+// registry (Options) and the worker runtime when their caller gives none.
+const DefaultMaxAttempts = 5
+
+// Backoff is the backoff of a worker's retries, min(cap, base·2^(n−1))
+// with jitter: the WORKER_RETRY_* part of the workers' section
+// (consumer.Config embeds it), declared here, below both the worker
+// runtime and the registry, which computes the delay after a failed
+// attempt, so that both read the same defaults.
+type Backoff struct {
+	RetryBackoffBase time.Duration `env:"WORKER_RETRY_BACKOFF_BASE" envDefault:"200ms" doc:"Base of the exponential retry backoff (with jitter)."`
+	RetryBackoffCap  time.Duration `env:"WORKER_RETRY_BACKOFF_CAP" envDefault:"30s" doc:"Cap of the retry backoff."`
+}
+
+// DefaultBackoff is the backoff of the tags' defaults.
+func DefaultBackoff() Backoff {
+	var b Backoff
+	config.Defaults(&b)
+	return b
+}
 
 // Retry is how a retryable failure is retried: the attempts before it is
 // dead, and the backoff between them, min(BackoffCap, BackoffBase·2^(n−1))

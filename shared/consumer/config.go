@@ -10,14 +10,13 @@ import (
 
 // Config configures the Kafka worker runtime (docs/worker-runtime.md).
 type Config struct {
-	Concurrency              int           `env:"WORKER_CONCURRENCY" envDefault:"16" doc:"Records of different aggregates processed at once per worker."`
-	InstanceMaxRetryAttempts int           `env:"INSTANCE_WORKER_MAX_RETRY_ATTEMPTS" envDefault:"5" doc:"Attempts of a retryable instance-worker failure before the DLQ."`
-	ProjectionMaxRetries     int           `env:"PROJECTION_WORKER_MAX_RETRIES" envDefault:"5" doc:"Attempts of a retryable projection failure before the DLQ."`
-	RetryBackoffBase         time.Duration `env:"WORKER_RETRY_BACKOFF_BASE" envDefault:"200ms" doc:"Base of the exponential retry backoff (with jitter)."`
-	RetryBackoffCap          time.Duration `env:"WORKER_RETRY_BACKOFF_CAP" envDefault:"30s" doc:"Cap of the retry backoff."`
-	ShutdownTimeout          time.Duration `env:"SHUTDOWN_TIMEOUT" envDefault:"30s" doc:"Time a worker has after SIGTERM to drain in-flight work and commit."`
-	SessionTimeout           time.Duration `env:"KAFKA_SESSION_TIMEOUT" envDefault:"45s" doc:"Consumer-group session timeout of the workers: a worker killed without a clean shutdown keeps its partitions this long. 6s to 30m (the brokers' default group.min/max.session.timeout.ms)."`
-	PausePoll                time.Duration `env:"WORKER_PAUSE_POLL_INTERVAL" envDefault:"2s" doc:"How often a worker reads its group's pause flag (sluice consumer pause/resume): a pause or resume takes effect within this time."`
+	Concurrency              int `env:"WORKER_CONCURRENCY" envDefault:"16" doc:"Records of different aggregates processed at once per worker."`
+	InstanceMaxRetryAttempts int `env:"INSTANCE_WORKER_MAX_RETRY_ATTEMPTS" envDefault:"5" doc:"Attempts of a retryable instance-worker failure before the DLQ."`
+	ProjectionMaxRetries     int `env:"PROJECTION_WORKER_MAX_RETRIES" envDefault:"5" doc:"Attempts of a retryable projection failure before the DLQ."`
+	claim.Backoff
+	ShutdownTimeout time.Duration `env:"SHUTDOWN_TIMEOUT" envDefault:"30s" doc:"Time a worker has after SIGTERM to drain in-flight work and commit."`
+	SessionTimeout  time.Duration `env:"KAFKA_SESSION_TIMEOUT" envDefault:"45s" doc:"Consumer-group session timeout of the workers: a worker killed without a clean shutdown keeps its partitions this long. 6s to 30m (the brokers' default group.min/max.session.timeout.ms)."`
+	PausePoll       time.Duration `env:"WORKER_PAUSE_POLL_INTERVAL" envDefault:"2s" doc:"How often a worker reads its group's pause flag (sluice consumer pause/resume): a pause or resume takes effect within this time."`
 }
 
 // Validate checks the section; every problem is a *config.VarError.

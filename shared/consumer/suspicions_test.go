@@ -16,6 +16,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/sluicehq/sluice/registry"
+	"github.com/sluicehq/sluice/shared/claim"
 	"github.com/sluicehq/sluice/shared/failure"
 	"github.com/sluicehq/sluice/shared/testenv"
 )
@@ -129,7 +130,7 @@ func TestDrainWritesNoDuplicateDeadLetter(t *testing.T) {
 	flaky.fail.Store(true)
 	// Long backoffs: after the failed MarkFailed nothing is retried before
 	// the drain.
-	_, stop1 := startConsumer(t, brokers, topic, Options{Registry: flaky, Handler: h, Config: Config{RetryBackoffBase: time.Minute}, OutageBackoffCap: 2 * time.Minute})
+	_, stop1 := startConsumer(t, brokers, topic, Options{Registry: flaky, Handler: h, Config: Config{Backoff: claim.Backoff{RetryBackoffBase: time.Minute}}, OutageBackoffCap: 2 * time.Minute})
 	testenv.WaitFor(t, 30*time.Second, "the dead letter acked and MarkFailed refused", func() bool {
 		return flaky.fails.Load() > 0 && len(readTopic(t, brokers, topic+".dlq")) == 1
 	})

@@ -24,6 +24,14 @@ type Config struct {
 	MaxMessageBytes   int           `env:"KAFKA_MAX_MESSAGE_BYTES" envDefault:"0" docDefault:"EVENT_STORE_MAX_ENVELOPE_BYTES + EVENT_STORE_MAX_METADATA_BYTES + 4096" doc:"Largest record batch the relay produces and max.message.bytes of the topics it creates (0 = derived from the envelope limit); a value below the derived budget fails sluice config check."`
 }
 
+// DefaultConfig is the section with the defaults of its tags, as a process
+// with none of its variables set reads it (before Derive).
+func DefaultConfig() Config {
+	var c Config
+	config.Defaults(&c)
+	return c
+}
+
 // Group returns the consumer group id of a worker's base group name
 // ("instance-worker", "projection-history-v1"): GroupPrefix + base.
 func (c Config) Group(base string) string { return c.GroupPrefix + base }
