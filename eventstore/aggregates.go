@@ -82,3 +82,78 @@ func (s *Store) CountAggregates(ctx context.Context, aggType, prefix string) (in
 func escapeLike(s string) string {
 	return strings.NewReplacer(`\`, `\\`, `%`, `\%`, `_`, `\_`).Replace(s)
 }
+
+// Streams returns the committed events of kind ("" both) of many aggregates
+// of one type at once: one index query for all of them and the segment
+// reads of Stream (ranged GETs, coalesced, in parallel). The result holds
+// one stream per id, at the index of its id, each ordered as Stream orders
+// it; an id without events gets an empty stream. A rebuild reads a page of
+// aggregates with it instead of one round trip per aggregate.
+func (s *Store) Streams(ctx context.Context, aggregateType string, ids []string, kind envelope.Kind) ([][]Event, error) {
+	out := make([][]Event, len(ids))
+	if len(ids) == 0 {
+		return out, nil
+	}
+	if kind != "" && !kind.Valid() {
+		return nil, fmt.Errorf("eventstore: streams: kind %q: want command, domain or empty", kind)
+	}
+	norm := make([]string, len(ids))
+	at := make(map[string]int, len(ids))
+	for i, id := range ids {
+		n, err := envelope.NormalizeAggregateID(id)
+		if err != nil {
+			return nil, err
+		}
+		norm[i] = n
+		at[n] = i
+	}
+	rows, err := s.queryRows(ctx, `SELECT `+indexColumns+` FROM sluice.appends
+		WHERE aggregate_type = $1 AND aggregate_id = ANY($2)
+		  AND ($3 = '' OR kind = $3) AND state = '`+StateCommitted+`'
+		ORDER BY aggregate_id, sequence_number, kind`, aggregateType, norm, string(kind))
+	if err != nil {
+		return nil, fmt.Errorf("eventstore: streams of %d %s: %w", len(ids), aggregateType, err)
+	}
+	evs, err := s.fetch(ctx, rows)
+	if err != nil {
+		return nil, err
+	}
+	for k, r := range rows {
+		i := at[r.aggID]
+		out[i] = append(out[i], evs[k])
+	}
+	return out, nil
+}
+
+// CountAggregatesByPart counts, in one query, the aggregates of type aggType
+// that have at least one committed event of kind ("" either), grouped by the
+// part of the aggregate id before the first sep (the db of an instance
+// aggregate "{db}:{class}:{id}" with sep ":"). The instance worker compares
+// it with its index document counts (docs/instanceworker.md#read-model-lost).
+func (s *Store) CountAggregatesByPart(ctx context.Context, aggType, sep string, kind envelope.Kind) (map[string]int64, error) {
+	if kind != "" && !kind.Valid() {
+		return nil, fmt.Errorf("eventstore: count aggregates: kind %q: want command, domain or empty", kind)
+	}
+	rows, err := s.pool.Query(ctx, `SELECT split_part(s.aggregate_id, $2, 1), count(*) FROM sluice.sequences s
+		WHERE s.aggregate_type = $1 AND EXISTS (SELECT 1 FROM sluice.appends a
+			WHERE a.aggregate_type = s.aggregate_type AND a.aggregate_id = s.aggregate_id
+			  AND ($3 = '' OR a.kind = $3) AND a.state = '`+StateCommitted+`')
+		GROUP BY 1`, Replan, aggType, sep, string(kind))
+	if err != nil {
+		return nil, fmt.Errorf("eventstore: count aggregates of %s by part: %w", aggType, err)
+	}
+	defer rows.Close()
+	out := map[string]int64{}
+	for rows.Next() {
+		var part string
+		var n int64
+		if err := rows.Scan(&part, &n); err != nil {
+			return nil, fmt.Errorf("eventstore: count aggregates of %s by part: %w", aggType, err)
+		}
+		out[part] = n
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("eventstore: count aggregates of %s by part: %w", aggType, err)
+	}
+	return out, nil
+}
