@@ -139,6 +139,7 @@ func (w *Worker) HandleBatch(ctx context.Context, recs []*consumer.Record) []con
 		}
 		return out
 	}
+	w.retryLost(ctx, ws, res)
 	w.hit(PointAfterESWrite)
 	for k, j := range jobs {
 		if err := res[k].Err; err != nil {
@@ -288,4 +289,42 @@ func (w *Worker) each(n int, f func(k int)) {
 		}()
 	}
 	wg.Wait()
+}
+
+// retryLost handles the items of a bulk answered 404 (the index of their db
+// was deleted under the worker): for each such db the index is created
+// again and its rebuild from the store started (recoverIndex), then those
+// writes are sent once more and their answers replace res's.
+func (w *Worker) retryLost(ctx context.Context, ws []readmodel.Write, res []readmodel.WriteItem) {
+	var again []int
+	recovered := map[string]bool{}
+	for k, r := range res {
+		if !lostIndex(r.Err) {
+			continue
+		}
+		db := ws[k].Meta.DB
+		ok, seen := recovered[db]
+		if !seen {
+			ok = w.recoverIndex(ctx, db, r.Err) == nil
+			recovered[db] = ok
+		}
+		if ok {
+			again = append(again, k)
+		}
+	}
+	if len(again) == 0 {
+		return
+	}
+	sub := make([]readmodel.Write, len(again))
+	for j, k := range again {
+		sub[j] = ws[k]
+	}
+	r2, err := w.writeInstances(ctx, sub)
+	for j, k := range again {
+		if err != nil {
+			res[k].Err = err
+			continue
+		}
+		res[k] = r2[j]
+	}
 }

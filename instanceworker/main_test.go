@@ -114,6 +114,8 @@ type env struct {
 	dlq    string
 	prod   *kgo.Client
 	vars   map[string]string
+	// logs, when set, also receives the log of in-process workers.
+	logs io.Writer
 }
 
 func newEnv(t testing.TB, partitions int) *env {
@@ -267,7 +269,11 @@ func (e *env) startInProcessWith(extra map[string]string, health *observability.
 	if err != nil {
 		e.t.Fatal(err)
 	}
-	logger := slog.New(slog.NewTextHandler(testenv.LogWriter{T: e.t}, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	var lw io.Writer = testenv.LogWriter{T: e.t}
+	if e.logs != nil {
+		lw = io.MultiWriter(lw, e.logs)
+	}
+	logger := slog.New(slog.NewTextHandler(lw, &slog.HandlerOptions{Level: slog.LevelInfo}))
 	svc, err := instanceworker.NewService(cfg.InstanceWorker(), instanceworker.Deps{Pool: pool, Store: store, ES: es, Logger: logger, Health: health,
 		KafkaOpts: []kgo.Opt{kgo.WithLogger(kgo.BasicLogger(testenv.LogWriter{T: e.t}, kgo.LogLevelWarn, nil)),
 			kgo.SessionTimeout(6 * time.Second), kgo.HeartbeatInterval(500 * time.Millisecond)}})

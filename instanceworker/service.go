@@ -117,6 +117,10 @@ func (s *Service) Consumer() *consumer.Consumer { return s.cons }
 // consumes until ctx ends and drains (SHUTDOWN_TIMEOUT).
 func (s *Service) Run(ctx context.Context) error {
 	s.ensureTopics(ctx)
+	// A lost instances index is rebuilt beside the consumer
+	// (docs/instanceworker.md#read-model-lost); Run waits for it.
+	defer s.worker.serveRebuilds(ctx)()
+	s.checkLost(ctx, s.cons.Client())
 	s.log.Info("instance worker running", "topic", s.cfg.Kafka.CommandsTopic, "group", s.cfg.Kafka.Group(GroupName), "dlq", s.cfg.Kafka.CommandsDLQTopic)
 	err := s.cons.Run(ctx)
 	s.log.Info("instance worker stopped")

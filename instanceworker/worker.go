@@ -120,6 +120,9 @@ type Options struct {
 	Availability *readmodel.Availability
 	Crash        *crashpoint.Crasher
 	Logger       *slog.Logger
+	// RebuildProgressEvery is how often the rebuild of a lost index logs
+	// its progress (default DefaultRebuildProgressEvery, 5 s).
+	RebuildProgressEvery time.Duration
 }
 
 // Worker handles instance commands. It is safe for concurrent use by the
@@ -127,6 +130,7 @@ type Options struct {
 type Worker struct {
 	o       Options
 	ensured sync.Map // db → readmodel.Names
+	rb      rebuilds // lost indices being rebuilt (lost.go)
 }
 
 // New returns a Worker.
@@ -431,6 +435,14 @@ func (w *Worker) process(ctx context.Context, e envelope.Envelope, last bool, sp
 		_, err := readmodel.WriteInstance(ctx, w.o.ES, n, meta, stored.Envelope.Data)
 		return err
 	})
+	if lostIndex(err) && w.recoverIndex(ctx, c.db, err) == nil {
+		// The index was deleted under the worker: it exists again (and
+		// is being rebuilt); write this document once more.
+		err = w.esDo(sctx, func(ctx context.Context) error {
+			_, err := readmodel.WriteInstance(ctx, w.o.ES, n, meta, stored.Envelope.Data)
+			return err
+		})
+	}
 	tracing.End(sp, err)
 	if err != nil {
 		return w.writeFailed(ctx, c, err, last)
@@ -712,22 +724,30 @@ func (w *Worker) Repair(ctx context.Context, aggregateID string) (readmodel.Writ
 	if len(evs) == 0 {
 		return 0, fmt.Errorf("%w: %s", ErrNoDomainEvents, aggregateID)
 	}
-	var cur current
-	cur.fold(evs)
-	last := evs[len(evs)-1].Envelope
 	n, err := w.names(ctx, db)
 	if err != nil {
 		return 0, fmt.Errorf("instanceworker: repair %s: %w", aggregateID, err)
 	}
-	meta := readmodel.Meta{DB: db, Class: class, InstanceID: iid, SequenceNumber: last.SequenceNumber, EventID: last.EventID,
-		CreatedAt: cur.createdAt, UpdatedAt: last.OccurredAt, Deleted: cur.deleted}
+	meta, state := storedDocument(db, class, iid, evs)
 	var res readmodel.WriteResult
 	err = w.esDo(ctx, func(ctx context.Context) (err error) {
-		res, err = readmodel.WriteInstance(ctx, w.o.ES, n, meta, cur.state)
+		res, err = readmodel.WriteInstance(ctx, w.o.ES, n, meta, state)
 		return err
 	})
 	if err != nil {
 		return 0, fmt.Errorf("instanceworker: repair %s: %w", aggregateID, err)
 	}
 	return res, nil
+}
+
+// storedDocument is the instance document the event store says instance
+// db/class/iid has: the fold of its domain events evs (in slot order, at
+// least one), versioned by the last one's slot. Repair and the rebuild of a
+// lost index (RebuildIndex) write it.
+func storedDocument(db, class, iid string, evs []eventstore.Event) (readmodel.Meta, json.RawMessage) {
+	var cur current
+	cur.fold(evs)
+	last := evs[len(evs)-1].Envelope
+	return readmodel.Meta{DB: db, Class: class, InstanceID: iid, SequenceNumber: last.SequenceNumber, EventID: last.EventID,
+		CreatedAt: cur.createdAt, UpdatedAt: last.OccurredAt, Deleted: cur.deleted}, cur.state
 }

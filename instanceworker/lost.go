@@ -1,0 +1,430 @@
+package instanceworker
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/sluicehq/sluice/eventstore"
+	"github.com/sluicehq/sluice/shared/envelope"
+	"github.com/sluicehq/sluice/shared/readmodel"
+)
+
+// A lost read model (docs/instanceworker.md#read-model-lost): the instance
+// documents of a db are rebuilt from the event store when the worker finds
+// its index missing, empty or clearly short at start-up, or a write is
+// answered 404 while it runs.
+
+// RebuildStore is what rebuilding an instances index needs of the event
+// store (*eventstore.Store has it): the aggregates of a db page by page,
+// their domain streams a page at a time, and the count of instances per db.
+type RebuildStore interface {
+	Aggregates(ctx context.Context, q eventstore.AggregateQuery) ([]eventstore.AggregateInfo, error)
+	Streams(ctx context.Context, aggregateType string, ids []string, kind envelope.Kind) ([][]eventstore.Event, error)
+	CountAggregatesByPart(ctx context.Context, aggType, sep string, kind envelope.Kind) (map[string]int64, error)
+}
+
+// rebuildPage is how many aggregates a rebuild reads (one index query and
+// the coalesced segment reads) and writes (one _bulk) at a time.
+const rebuildPage = 200
+
+// DefaultRebuildProgressEvery is how often a rebuild logs its progress.
+const DefaultRebuildProgressEvery = 5 * time.Second
+
+// ShortFraction: an index is clearly short when more than 1/ShortFraction
+// of the instances the store knows have no document (ShortIndex).
+const ShortFraction = 10
+
+// ShortIndex is the rule that decides that db's instances index was lost
+// (docs/instanceworker.md#read-model-lost): want is the number of instance
+// aggregates of the db with at least one domain event in the store, docs
+// the document count of the write alias (tombstones included; exists false
+// when the alias is missing). The index is lost when the store has
+// instances and the alias is missing, holds no document, or holds fewer
+// than want − want/ShortFraction (more than 10% missing: a few documents a
+// crash left unwritten, or a stale read model, do not trigger it).
+func ShortIndex(want, docs int64, exists bool) (bool, string) {
+	switch {
+	case want <= 0:
+		return false, ""
+	case !exists:
+		return true, fmt.Sprintf("no instances index while the store has %d instances", want)
+	case docs <= 0:
+		return true, fmt.Sprintf("the instances index holds no document while the store has %d instances", want)
+	case (want-docs)*ShortFraction > want:
+		return true, fmt.Sprintf("the instances index holds %d documents while the store has %d instances (more than 1/%d missing)", docs, want, ShortFraction)
+	}
+	return false, ""
+}
+
+// RebuildProgress is the state of a running rebuild.
+type RebuildProgress struct {
+	DB string
+	// Total is the number of instances of the db the store counted at the
+	// start; Done how many were read and written so far.
+	Total, Done int64
+	// Written documents, Current ones (409: the document already held that
+	// slot or a newer one — the live worker got there first), Failed ones
+	// (refused by Elasticsearch: the read model of those stays stale).
+	Written, Current, Failed int64
+	Elapsed                  time.Duration
+}
+
+// RebuildIndex rewrites every instance document of db from the event store
+// into the db's write alias (created when missing): for each page of
+// instance aggregates, one read of their domain streams (Store.Streams) and
+// one _bulk of the folded documents (storedDocument, as Repair writes one),
+// each with version = its last domain slot, version_type external. A
+// document the live worker wrote meanwhile at the same or a newer slot
+// answers 409 and stays: a rebuild never moves a document backwards, so it
+// is safe next to a running worker. progress (optional) is called about
+// every Options.RebuildProgressEvery and at the end.
+func (w *Worker) RebuildIndex(ctx context.Context, db string, progress func(RebuildProgress)) (RebuildProgress, error) {
+	st := RebuildProgress{DB: db}
+	store, ok := w.o.Store.(RebuildStore)
+	if !ok {
+		return st, errors.New("instanceworker: rebuild: the store cannot list aggregates")
+	}
+	if err := envelope.ValidateDBName(db); err != nil {
+		return st, fmt.Errorf("instanceworker: rebuild: %w", err)
+	}
+	start := time.Now()
+	every := w.o.RebuildProgressEvery
+	if every <= 0 {
+		every = DefaultRebuildProgressEvery
+	}
+	report := func() {
+		st.Elapsed = time.Since(start)
+		if progress != nil {
+			progress(st)
+		}
+	}
+	counts, err := store.CountAggregatesByPart(ctx, envelope.AggregateTypeInstance, ":", envelope.KindDomain)
+	if err != nil {
+		return st, fmt.Errorf("instanceworker: rebuild %s: %w", db, err)
+	}
+	st.Total = counts[db]
+	w.ensured.Delete(db)
+	n, err := w.names(ctx, db)
+	if err != nil {
+		return st, fmt.Errorf("instanceworker: rebuild %s: %w", db, err)
+	}
+	last := time.Now()
+	prefix := db + ":"
+	after := ""
+	for {
+		page, err := store.Aggregates(ctx, eventstore.AggregateQuery{Type: envelope.AggregateTypeInstance, Prefix: prefix,
+			After: after, Limit: rebuildPage, Kind: envelope.KindDomain})
+		if err != nil {
+			return st, fmt.Errorf("instanceworker: rebuild %s: %w", db, err)
+		}
+		if len(page) == 0 {
+			break
+		}
+		after = page[len(page)-1].ID
+		ids := make([]string, 0, len(page))
+		for _, a := range page {
+			if a.LastSeq > 0 { // commands only: no instance
+				ids = append(ids, a.ID)
+			}
+		}
+		streams, err := store.Streams(ctx, envelope.AggregateTypeInstance, ids, envelope.KindDomain)
+		if err != nil {
+			return st, fmt.Errorf("instanceworker: rebuild %s: %w", db, err)
+		}
+		ws := make([]readmodel.Write, 0, len(ids))
+		for i, id := range ids {
+			if len(streams[i]) == 0 {
+				continue
+			}
+			_, class, iid, err := envelope.ParseInstanceAggregateID(id)
+			if err != nil {
+				return st, fmt.Errorf("instanceworker: rebuild %s: %w", db, err)
+			}
+			meta, state := storedDocument(db, class, iid, streams[i])
+			ws = append(ws, readmodel.Write{Names: n, Meta: meta, State: state})
+		}
+		if err := w.rebuildWrite(ctx, ws, &st); err != nil {
+			return st, fmt.Errorf("instanceworker: rebuild %s: %w", db, err)
+		}
+		st.Done += int64(len(ws))
+		if time.Since(last) >= every {
+			last = time.Now()
+			report()
+		}
+	}
+	report()
+	return st, nil
+}
+
+// rebuildWrite writes one page of a rebuild. A failure of the whole
+// request (an outage, after ESRetry) is waited out with a capped backoff
+// until ctx ends; an item answered 404 (the index was deleted again) gets
+// the index ensured and is sent once more; other refused items are counted
+// as failed and logged.
+func (w *Worker) rebuildWrite(ctx context.Context, ws []readmodel.Write, st *RebuildProgress) error {
+	if len(ws) == 0 {
+		return nil
+	}
+	wait := readmodel.Retry{Base: 200 * time.Millisecond, Cap: 5 * time.Second}
+	var res []readmodel.WriteItem
+	for try := 0; ; try++ {
+		var err error
+		res, err = w.writeInstances(ctx, ws)
+		if err == nil {
+			break
+		}
+		w.o.Logger.Warn("read model rebuild: Elasticsearch refused a page; retrying", "db", st.DB, "err", err)
+		if serr := wait.Sleep(ctx, try); serr != nil {
+			return err
+		}
+	}
+	var again []int
+	for k, r := range res {
+		if lostIndex(r.Err) {
+			again = append(again, k)
+		}
+	}
+	if len(again) > 0 {
+		w.ensured.Delete(st.DB)
+		if _, err := w.names(ctx, st.DB); err != nil {
+			return err
+		}
+		sub := make([]readmodel.Write, len(again))
+		for j, k := range again {
+			sub[j] = ws[k]
+		}
+		r2, err := w.writeInstances(ctx, sub)
+		if err != nil {
+			return err
+		}
+		for j, k := range again {
+			res[k] = r2[j]
+		}
+	}
+	for k, r := range res {
+		switch {
+		case r.Err != nil:
+			st.Failed++
+			if st.Failed <= 10 {
+				w.o.Logger.Error("read model rebuild: document not written; its read model stays stale",
+					"db", st.DB, "class", ws[k].Meta.Class, "instance_id", ws[k].Meta.InstanceID, "err", r.Err)
+			}
+		case r.Result == readmodel.AlreadyApplied:
+			st.Current++
+		default:
+			st.Written++
+		}
+	}
+	return nil
+}
+
+// lostIndex reports whether err is a write answered 404: with require_alias
+// the write alias is gone (its index deleted under the worker).
+func lostIndex(err error) bool {
+	var se *readmodel.StatusError
+	return errors.As(err, &se) && se.Status == http.StatusNotFound
+}
+
+// rebuilds runs the background rebuilds of a Worker: at most one per db at
+// a time; a rebuild asked for while one runs makes it run once more after.
+type rebuilds struct {
+	mu      sync.Mutex
+	ctx     context.Context // nil: not serving (no Service.Run)
+	running map[string]bool
+	again   map[string]string
+	wg      sync.WaitGroup
+}
+
+// serveRebuilds lets the worker start background rebuilds under ctx until
+// the returned stop is called; stop cancels them and waits.
+func (w *Worker) serveRebuilds(ctx context.Context) (stop func()) {
+	ctx, cancel := context.WithCancel(ctx)
+	r := &w.rb
+	r.mu.Lock()
+	r.ctx = ctx
+	r.running, r.again = map[string]bool{}, map[string]string{}
+	r.mu.Unlock()
+	return func() {
+		cancel()
+		r.wg.Wait()
+		r.mu.Lock()
+		r.ctx = nil
+		r.mu.Unlock()
+	}
+}
+
+// startRebuild rebuilds db's index in the background (RebuildIndex),
+// logging `read model missing; rebuilding` with why, progress every
+// RebuildProgressEvery, and the result. Without a running Service it only
+// logs what to do.
+func (w *Worker) startRebuild(db, why string) {
+	r := &w.rb
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.ctx == nil {
+		w.o.Logger.Error("instance index lost; rebuild it: restart the instance worker", "db", db, "reason", why)
+		return
+	}
+	if r.running[db] {
+		r.again[db] = why
+		return
+	}
+	r.running[db] = true
+	r.wg.Add(1)
+	ctx := r.ctx
+	go func() {
+		defer r.wg.Done()
+		for {
+			w.rebuildLogged(ctx, db, why)
+			r.mu.Lock()
+			next, ok := r.again[db]
+			delete(r.again, db)
+			if !ok || ctx.Err() != nil {
+				delete(r.running, db)
+				r.mu.Unlock()
+				return
+			}
+			r.mu.Unlock()
+			why = next
+		}
+	}()
+}
+
+// rebuildLogged is RebuildIndex with its logs.
+func (w *Worker) rebuildLogged(ctx context.Context, db, why string) {
+	log := w.o.Logger.With("db", db)
+	log.Warn("read model missing; rebuilding", "reason", why)
+	var lastDone int64
+	lastAt := time.Now()
+	st, err := w.RebuildIndex(ctx, db, func(p RebuildProgress) {
+		rate := 0.0
+		if dt := time.Since(lastAt).Seconds(); dt > 0 {
+			rate = float64(p.Done-lastDone) / dt
+		}
+		lastDone, lastAt = p.Done, time.Now()
+		log.Info("read model rebuild", "instances", p.Done, "total", p.Total, "written", p.Written, "current", p.Current,
+			"failed", p.Failed, "instances_per_s", fmt.Sprintf("%.0f", rate), "elapsed", p.Elapsed.Round(time.Millisecond))
+	})
+	if err != nil {
+		if ctx.Err() == nil {
+			log.Error("read model rebuild failed: restart the instance worker to try again", "err", err)
+		}
+		return
+	}
+	log.Info("read model rebuilt", "instances", st.Done, "written", st.Written, "current", st.Current, "failed", st.Failed,
+		"elapsed", st.Elapsed.Round(time.Millisecond))
+}
+
+// recoverIndex handles a document write answered 404 for db while running:
+// the index was deleted under the worker. It creates the index and its
+// aliases again now (so the write can be repeated) and starts the rebuild
+// of the db's documents from the store.
+func (w *Worker) recoverIndex(ctx context.Context, db string, cause error) error {
+	w.ensured.Delete(db)
+	if _, err := w.names(ctx, db); err != nil {
+		return err
+	}
+	w.startRebuild(db, "a document write was answered 404 (the index was deleted): "+cause.Error())
+	return nil
+}
+
+// checkLost is the start-up check (docs/instanceworker.md#read-model-lost):
+// when the worker has done work (registry done rows or committed offsets
+// of its group), each db the store has instances of is compared with its
+// index by ShortIndex (one grouped count query, one _count per db), and a
+// lost one is rebuilt in the background.
+func (s *Service) checkLost(ctx context.Context, cl *kgo.Client) {
+	store, ok := s.worker.o.Store.(RebuildStore)
+	if !ok {
+		return
+	}
+	worked, err := s.hasWorked(ctx, cl)
+	if err != nil {
+		s.log.Warn("instance worker: read model check failed", "err", err)
+		return
+	}
+	if !worked {
+		return // a fresh deployment
+	}
+	want, err := store.CountAggregatesByPart(ctx, envelope.AggregateTypeInstance, ":", envelope.KindDomain)
+	if err != nil {
+		s.log.Warn("instance worker: read model check failed", "err", err)
+		return
+	}
+	dbs := make([]string, 0, len(want))
+	for db := range want {
+		dbs = append(dbs, db)
+	}
+	sort.Strings(dbs)
+	for _, db := range dbs {
+		if envelope.ValidateDBName(db) != nil {
+			continue
+		}
+		docs, exists, err := countDocs(ctx, s.worker, db)
+		if err != nil {
+			s.log.Warn("instance worker: read model check failed", "db", db, "err", err)
+			continue
+		}
+		if lost, why := ShortIndex(want[db], docs, exists); lost {
+			s.worker.startRebuild(db, why)
+		}
+	}
+}
+
+// hasWorked reports whether the instance worker has done work: a done row
+// of its registry handler, or an offset committed by its group.
+func (s *Service) hasWorked(ctx context.Context, cl *kgo.Client) (bool, error) {
+	done, err := s.reg.HasDone(ctx, HandlerName)
+	if err != nil || done {
+		return done, err
+	}
+	group := s.cfg.Kafka.Group(GroupName)
+	offs, err := kadm.NewClient(cl).FetchOffsets(ctx, group)
+	if err != nil && !errors.Is(err, kerr.GroupIDNotFound) {
+		return false, fmt.Errorf("offsets of %s: %w", group, err)
+	}
+	committed := false
+	offs.Each(func(o kadm.OffsetResponse) {
+		if o.Err == nil && o.At > 0 {
+			committed = true
+		}
+	})
+	return committed, nil
+}
+
+// countDocs is the document count of db's write alias (tombstones
+// included); exists is false when the alias is missing.
+func countDocs(ctx context.Context, w *Worker, db string) (docs int64, exists bool, err error) {
+	n := readmodel.InstanceNames(w.o.IndexPrefix, db, w.o.IndexVersion)
+	es := w.o.ES
+	res, err := es.Count(es.Count.WithContext(ctx), es.Count.WithIndex(n.WriteAlias))
+	if err != nil {
+		return 0, false, fmt.Errorf("count %s: %w", n.WriteAlias, err)
+	}
+	defer res.Body.Close()
+	if res.StatusCode == http.StatusNotFound {
+		_, _ = io.Copy(io.Discard, res.Body)
+		return 0, false, nil
+	}
+	if res.IsError() {
+		return 0, false, readmodel.NewStatusError("count", res.StatusCode, res.Body)
+	}
+	var c struct {
+		Count int64 `json:"count"`
+	}
+	if err := json.NewDecoder(res.Body).Decode(&c); err != nil {
+		return 0, false, fmt.Errorf("count %s: %w", n.WriteAlias, err)
+	}
+	return c.Count, true, nil
+}

@@ -1,0 +1,215 @@
+package instanceworker_test
+
+import (
+	"bytes"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice/instanceworker"
+	"github.com/sluicehq/sluice/registry"
+	"github.com/sluicehq/sluice/shared/readmodel"
+	"github.com/sluicehq/sluice/shared/testenv"
+)
+
+// logTap keeps what the in-process workers log.
+type logTap struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (l *logTap) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.buf.Write(p)
+}
+
+func (l *logTap) has(s string) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return strings.Contains(l.buf.String(), s)
+}
+
+const lostDB, lostClass = "shop", "orders"
+
+// lostCommands appends and publishes, for n instances, a create, an update
+// of every third and a delete of every sixth; it returns the commands.
+func (e *env) lostCommands(from, n int) []cmd {
+	e.t.Helper()
+	var cs []cmd
+	for i := from; i < from+n; i++ {
+		id := fmt.Sprint(i)
+		cs = append(cs, e.appendCmd(instanceworker.CreateInstance, lostDB, lostClass, id,
+			map[string]any{"db": lostDB, "class": lostClass, "instance_id": id, "data": map[string]any{"n": i, "v": 0}}))
+		if i%3 == 0 {
+			cs = append(cs, e.appendCmd(instanceworker.UpdateInstance, lostDB, lostClass, id, map[string]any{"data": map[string]any{"v": 1}}))
+		}
+		if i%6 == 0 {
+			cs = append(cs, e.appendCmd(instanceworker.DeleteInstance, lostDB, lostClass, id, map[string]any{}))
+		}
+	}
+	e.publish(cs...)
+	return cs
+}
+
+// verifyAll is `sluice verify` of the test's class.
+func (e *env) verifyAll() *instanceworker.VerifyReport {
+	e.t.Helper()
+	rep, err := instanceworker.Verify(ctxT(e.t), instanceworker.VerifyOptions{Store: e.store, ES: e.esc, IndexPrefix: "sluice_",
+		DB: lostDB, Class: lostClass})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return rep
+}
+
+// allBack waits until verify finds every one of n instances ok, then checks
+// that each document's Elasticsearch _version is its sequence_number (the
+// last domain slot: external versioning).
+func (e *env) allBack(n int, within time.Duration) {
+	e.t.Helper()
+	var rep *instanceworker.VerifyReport
+	testenv.WaitForEvery(e.t, within, 200*time.Millisecond, fmt.Sprintf("all %d instances back", n), func() bool {
+		rep = e.verifyAll()
+		return rep.Instances == n && rep.OK == n
+	})
+	for i := range n {
+		v, src, found := e.doc(lostDB, lostClass, fmt.Sprint(i))
+		if !found {
+			e.t.Errorf("instance %d: no document", i)
+			continue
+		}
+		if seq, _ := src["sequence_number"].(float64); int64(seq) != v || v < 1 {
+			e.t.Errorf("instance %d: _version %d, sequence_number %v", i, v, src["sequence_number"])
+		}
+	}
+}
+
+func (e *env) deleteIndex() {
+	e.t.Helper()
+	res, err := e.esc.Indices.Delete([]string{readmodel.InstanceNames("sluice_", lostDB, readmodel.DefaultVersion).Index})
+	if err != nil || res.IsError() {
+		e.t.Fatalf("delete index: %v %v", res, err)
+	}
+	res.Body.Close()
+}
+
+// TestReadModelLost: an instance worker restarted after its index was
+// deleted, or after part of its documents were, rebuilds the documents
+// from the event store (every one back at its last domain slot, as
+// `sluice verify` sees it); a fresh deployment, and a restart with the
+// index intact, rebuild nothing.
+func TestReadModelLost(t *testing.T) {
+	const n = 24
+	for _, tc := range []struct {
+		name string
+		lose func(e *env)
+	}{
+		{"index deleted", func(e *env) { e.deleteIndex() }},
+		{"partly emptied", func(e *env) {
+			// As an index restored from an older snapshot: only every
+			// other document. (Deleting documents one by one would leave
+			// Elasticsearch delete tombstones, index.gc_deletes, whose
+			// versions refuse the rebuild's writes for 60 s.)
+			ctx := ctxT(t)
+			type kept struct {
+				m     readmodel.Meta
+				state []byte
+			}
+			var keep []kept
+			for i := 0; i < n; i += 2 {
+				nm := readmodel.InstanceNames("sluice_", lostDB, readmodel.DefaultVersion)
+				m, st, err := readmodel.GetInstance(ctx, e.esc, nm, lostClass, fmt.Sprint(i))
+				if err != nil {
+					t.Fatal(err)
+				}
+				keep = append(keep, kept{m, st})
+			}
+			e.deleteIndex()
+			nm, err := readmodel.EnsureIndex(ctx, e.esc, "sluice_", lostDB, readmodel.DefaultVersion)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, k := range keep {
+				if _, err := readmodel.WriteInstance(ctx, e.esc, nm, k.m, k.state); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if rep := e.verifyAll(); rep.Missing != n/2 {
+				t.Fatalf("after restoring half: %s", rep.Summary())
+			}
+		}},
+		{"fresh deployment", nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := newEnv(t, 2)
+			tap := &logTap{}
+			e.logs = tap
+			if tc.lose == nil {
+				// Nothing done yet: the check must not fire.
+				_, stop := e.startInProcess(nil)
+				time.Sleep(time.Second)
+				cs := e.lostCommands(0, n)
+				testenv.WaitFor(t, 60*time.Second, "all commands done", func() bool { return e.allDone(cs...) })
+				e.allBack(n, 30*time.Second)
+				stop()
+				// A restart with the index intact rebuilds nothing either.
+				_, stop = e.startInProcess(nil)
+				time.Sleep(2 * time.Second)
+				stop()
+				if tap.has("read model missing") {
+					t.Fatal("a rebuild was triggered")
+				}
+				return
+			}
+			_, stop := e.startInProcess(nil)
+			cs := e.lostCommands(0, n)
+			testenv.WaitFor(t, 60*time.Second, "all commands done", func() bool { return e.allDone(cs...) })
+			e.allBack(n, 30*time.Second)
+			stop()
+			tc.lose(e)
+			if tap.has("read model missing") {
+				t.Fatal("rebuild before the loss")
+			}
+			e.startInProcess(nil)
+			e.allBack(n, 60*time.Second)
+			testenv.WaitFor(t, 10*time.Second, "rebuild logged", func() bool {
+				return tap.has("read model missing; rebuilding") && tap.has("read model rebuilt")
+			})
+		})
+	}
+}
+
+// TestIndexDeletedWhileRunning: the index is deleted under a running
+// worker. The next document write is answered 404: the worker creates the
+// index again, writes the document, and rebuilds the others from the
+// store — no command dead-lettered, stale or failed, every document back.
+func TestIndexDeletedWhileRunning(t *testing.T) {
+	const n = 24
+	e := newEnv(t, 2)
+	tap := &logTap{}
+	e.logs = tap
+	e.startInProcess(nil)
+	cs := e.lostCommands(0, n)
+	testenv.WaitFor(t, 60*time.Second, "all commands done", func() bool { return e.allDone(cs...) })
+	e.allBack(n, 30*time.Second)
+	e.deleteIndex()
+	// Commands after the loss: new instances (their documents are written
+	// by the live worker through the recreated alias).
+	more := e.lostCommands(n, 4)
+	testenv.WaitFor(t, 60*time.Second, "the new commands done", func() bool { return e.allDone(more...) })
+	for _, c := range more {
+		if o := e.outcome(c); o.Result != registry.OutcomeApplied || o.Reason != "" {
+			t.Errorf("command %s: outcome %+v", c.ev.Envelope.EventType, o)
+		}
+	}
+	e.allBack(n+4, 60*time.Second)
+	if !tap.has("read model missing; rebuilding") {
+		t.Error("no rebuild logged")
+	}
+	if recs := e.dlqRecords(); len(recs) != 0 {
+		t.Errorf("%d dead letters", len(recs))
+	}
+}
