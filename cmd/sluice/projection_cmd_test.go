@@ -3,22 +3,15 @@ package main
 import (
 	"bytes"
 	"context"
-	"encoding/json"
-	"errors"
 	"fmt"
 	"net/http/httptest"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/elastic/go-elasticsearch/v8"
-	"github.com/google/uuid"
 	"github.com/spf13/cobra"
-	"github.com/twmb/franz-go/pkg/kadm"
-	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/sluicehq/sluice/projectionworker"
-	"github.com/sluicehq/sluice/shared/envelope"
 
 	"github.com/sluicehq/sluice/internal/esserver"
 	"github.com/sluicehq/sluice/shared/readmodel"
@@ -111,28 +104,7 @@ func TestProjectionRebuildGuard(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cl, err := kgo.NewClient(kgo.SeedBrokers(kafka.Brokers...))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cl.Close()
-	if _, err := kadm.NewClient(cl).CreateTopic(ctx, 1, 1, nil, events); err != nil {
-		t.Fatal(err)
-	}
-	agg, err := envelope.InstanceAggregateID("shop", "orders", "1")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ev := envelope.Envelope{EventID: uuid.NewString(), EventType: "INSTANCE_CREATED", Kind: envelope.KindDomain,
-		AggregateType: envelope.AggregateTypeInstance, AggregateID: agg, SequenceNumber: 1, Position: 1,
-		OccurredAt: envelope.NewTimestamp(time.Unix(1_700_000_000, 0)), Data: json.RawMessage(`{}`), SchemaVersion: 1}
-	raw, err := envelope.Marshal(ev)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cl.ProduceSync(ctx, &kgo.Record{Topic: events, Key: envelope.KafkaKey(ev), Value: raw}).FirstErr(); err != nil {
-		t.Fatal(err)
-	}
+	publishInstanceCreated(t, kafka.Brokers, events)
 	if _, err := readmodel.EnsureIndex(ctx, es, "sluice_", "shop", 1); err != nil {
 		t.Fatal(err)
 	}
@@ -178,16 +150,7 @@ func TestProjectionRebuildGuard(t *testing.T) {
 	}
 	for _, s := range steps {
 		out, _, err := runProjection(t, append([]string{"projection", "rebuild", "instances"}, s.args...)...)
-		var ex *exitError
-		switch {
-		case s.wantCode == 0 && err != nil:
-			t.Fatalf("%s: %v\n%s", s.name, err, out)
-		case s.wantCode != 0 && (!errors.As(err, &ex) || ex.code != s.wantCode):
-			t.Fatalf("%s: want exit %d, got %v\n%s", s.name, s.wantCode, err, out)
-		}
-		if msg := out + fmt.Sprint(err); !strings.Contains(msg, s.wantOut) {
-			t.Errorf("%s: output lacks %q:\n%s", s.name, s.wantOut, msg)
-		}
+		checkGuardStep(t, s.name, out, err, s.wantCode, s.wantOut)
 		if got := live(); got != s.wantIdx {
 			t.Fatalf("%s: indices %s, want %s", s.name, got, s.wantIdx)
 		}

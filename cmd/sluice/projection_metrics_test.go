@@ -3,7 +3,6 @@ package main
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"io"
 	"log/slog"
 	"net/http"
@@ -13,7 +12,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/google/uuid"
 	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
@@ -21,11 +19,8 @@ import (
 	"github.com/prometheus/prometheus/model/rulefmt"
 	"github.com/prometheus/prometheus/promql/parser"
 	"github.com/spf13/cobra"
-	"github.com/twmb/franz-go/pkg/kadm"
-	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/sluicehq/sluice/internal/esserver"
-	"github.com/sluicehq/sluice/shared/envelope"
 	"github.com/sluicehq/sluice/shared/testenv"
 )
 
@@ -59,28 +54,7 @@ func TestRebuildServesStuckAlertMetrics(t *testing.T) {
 	t.Setenv("KAFKA_BROKERS", strings.Join(kafka.Brokers, ","))
 	t.Setenv("EVENTS_TOPIC", events)
 	t.Setenv("SHUTDOWN_TIMEOUT", "1s") // the drain gives up on the stuck write
-	cl, err := kgo.NewClient(kgo.SeedBrokers(kafka.Brokers...))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cl.Close()
-	if _, err := kadm.NewClient(cl).CreateTopic(ctx, 1, 1, nil, events); err != nil {
-		t.Fatal(err)
-	}
-	agg, err := envelope.InstanceAggregateID("shop", "orders", "1")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ev := envelope.Envelope{EventID: uuid.NewString(), EventType: "INSTANCE_CREATED", Kind: envelope.KindDomain,
-		AggregateType: envelope.AggregateTypeInstance, AggregateID: agg, SequenceNumber: 1, Position: 1,
-		OccurredAt: envelope.NewTimestamp(time.Unix(1_700_000_000, 0)), Data: json.RawMessage(`{}`), SchemaVersion: 1}
-	raw, err := envelope.Marshal(ev)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cl.ProduceSync(ctx, &kgo.Record{Topic: events, Key: envelope.KafkaKey(ev), Value: raw}).FirstErr(); err != nil {
-		t.Fatal(err)
-	}
+	publishInstanceCreated(t, kafka.Brokers, events)
 
 	addr := "127.0.0.1:" + strconv.Itoa(testenv.FreePort(t))
 	runCtx, cancel := context.WithCancel(ctx)

@@ -2,19 +2,11 @@ package main
 
 import (
 	"context"
-	"encoding/json"
-	"errors"
 	"fmt"
-	"strings"
 	"testing"
 
-	"github.com/google/uuid"
-
 	"github.com/sluicehq/sluice/eventstore"
-	"github.com/sluicehq/sluice/eventstore/objstore/backend"
-	"github.com/sluicehq/sluice/pipeline/sluiceconfig"
 	"github.com/sluicehq/sluice/relay"
-	"github.com/sluicehq/sluice/shared/envelope"
 	"github.com/sluicehq/sluice/shared/testenv"
 )
 
@@ -27,31 +19,8 @@ func TestRelayCheckpointSetGuard(t *testing.T) {
 	ctx := context.Background()
 	url, pool := testenv.NewMigratedDatabase(t)
 	env := map[string]string{"DATABASE_URL": url, "EVENT_STORE_BACKEND": "file", "EVENT_STORE_FILE_DIR": t.TempDir(), "SLUICE_LOG_LEVEL": "warn"}
-	for key, v := range env {
-		t.Setenv(key, v)
-	}
-	cfg, err := sluiceconfig.Load(env)
-	if err != nil {
-		t.Fatal(err)
-	}
-	bucket, err := backend.Open(ctx, cfg.EventStore)
-	if err != nil {
-		t.Fatal(err)
-	}
-	st, err := eventstore.New(pool, bucket, eventstore.Options{Config: cfg.EventStore})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = st.Close() }()
-	for i := range 5 {
-		res, err := st.AppendOne(ctx, envelope.Envelope{
-			EventID: uuid.NewString(), EventType: "DO_IT", Kind: envelope.KindCommand,
-			AggregateType: "Order", AggregateID: fmt.Sprintf("o-%d", i), Data: json.RawMessage(`{}`),
-		})
-		if err != nil || res.Err != nil {
-			t.Fatalf("append: %v %v", err, res.Err)
-		}
-	}
+	cfg, bucket, st := openEnvStore(t, pool, env, eventstore.Options{})
+	appendCommands(t, st, 5, func(i int) string { return fmt.Sprintf("o-%d", i) })
 	segs, err := st.Segments(ctx, 0, 1)
 	if err != nil || len(segs) != 1 || segs[0].First != 1 || segs[0].Last != 1 {
 		t.Fatalf("want a first segment holding only position 1: %+v %v", segs, err)
@@ -83,16 +52,7 @@ func TestRelayCheckpointSetGuard(t *testing.T) {
 	}
 	for _, s := range steps {
 		out, err := runRelayCLI(ctx, append([]string{"checkpoint", "set"}, s.args...)...)
-		var ex *exitError
-		switch {
-		case s.wantCode == 0 && err != nil:
-			t.Fatalf("%s: %v\n%s", s.name, err, out)
-		case s.wantCode != 0 && (!errors.As(err, &ex) || ex.code != s.wantCode):
-			t.Fatalf("%s: want exit %d, got %v\n%s", s.name, s.wantCode, err, out)
-		}
-		if msg := out + fmt.Sprint(err); !strings.Contains(msg, s.wantOut) {
-			t.Errorf("%s: output lacks %q:\n%s", s.name, s.wantOut, msg)
-		}
+		checkGuardStep(t, s.name, out, err, s.wantCode, s.wantOut)
 		if got := position(); got != s.wantPos {
 			t.Fatalf("%s: checkpoint %d, want %d", s.name, got, s.wantPos)
 		}

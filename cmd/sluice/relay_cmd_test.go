@@ -17,8 +17,6 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/sluicehq/sluice/eventstore"
-	"github.com/sluicehq/sluice/eventstore/objstore/backend"
-	"github.com/sluicehq/sluice/pipeline/sluiceconfig"
 	"github.com/sluicehq/sluice/relay"
 	"github.com/sluicehq/sluice/shared/envelope"
 	"github.com/sluicehq/sluice/shared/testenv"
@@ -49,31 +47,8 @@ func TestRelayCommands(t *testing.T) {
 		"SLUICE_HTTP_ADDR": "127.0.0.1:0", "EVENT_PUBLISHER_POLL_INTERVAL": "100ms",
 		"EVENT_PUBLISHER_METRICS_LOG_INTERVAL_SECONDS": "0", "SLUICE_LOG_LEVEL": "warn",
 	}
-	for key, v := range env {
-		t.Setenv(key, v)
-	}
-	cfg, err := sluiceconfig.Load(env)
-	if err != nil {
-		t.Fatal(err)
-	}
-	bucket, err := backend.Open(ctx, cfg.EventStore)
-	if err != nil {
-		t.Fatal(err)
-	}
-	st, err := eventstore.New(pool, bucket, eventstore.Options{Config: cfg.EventStore})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = st.Close() }()
-	for i := range 5 {
-		res, err := st.AppendOne(ctx, envelope.Envelope{
-			EventID: uuid.NewString(), EventType: "DO_IT", Kind: envelope.KindCommand,
-			AggregateType: "Order", AggregateID: fmt.Sprintf("o-%d", i%2), Data: json.RawMessage(`{}`),
-		})
-		if err != nil || res.Err != nil {
-			t.Fatalf("append: %v %v", err, res.Err)
-		}
-	}
+	cfg, bucket, st := openEnvStore(t, pool, env, eventstore.Options{})
+	appendCommands(t, st, 5, func(i int) string { return fmt.Sprintf("o-%d", i%2) })
 
 	out, err := runRelayCLI(ctx, "checkpoint", "show")
 	if err != nil || !strings.Contains(out, "no checkpoint") {
@@ -180,22 +155,7 @@ func TestRelayParkedCommands(t *testing.T) {
 		"EVENT_PUBLISHER_METRICS_LOG_INTERVAL_SECONDS": "0", "SLUICE_LOG_LEVEL": "warn",
 		"EVENT_PUBLISHER_PARK_AFTER_ATTEMPTS": "2",
 	}
-	for key, v := range env {
-		t.Setenv(key, v)
-	}
-	cfg, err := sluiceconfig.Load(env)
-	if err != nil {
-		t.Fatal(err)
-	}
-	bucket, err := backend.Open(ctx, cfg.EventStore)
-	if err != nil {
-		t.Fatal(err)
-	}
-	st, err := eventstore.New(pool, bucket, eventstore.Options{Config: cfg.EventStore})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = st.Close() }()
+	cfg, bucket, st := openEnvStore(t, pool, env, eventstore.Options{})
 	ids := map[int64]string{}
 	for i := range 4 {
 		e := envelope.Envelope{

@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"strings"
 	"testing"
@@ -14,8 +13,6 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/sluicehq/sluice/eventstore"
-	"github.com/sluicehq/sluice/eventstore/objstore/backend"
-	"github.com/sluicehq/sluice/pipeline/sluiceconfig"
 	"github.com/sluicehq/sluice/shared/envelope"
 	"github.com/sluicehq/sluice/shared/testenv"
 )
@@ -26,21 +23,7 @@ func TestStoreCommands(t *testing.T) {
 	ctx := context.Background()
 	url, pool := testenv.NewMigratedDatabase(t)
 	env := map[string]string{"DATABASE_URL": url, "EVENT_STORE_BACKEND": "file", "EVENT_STORE_FILE_DIR": t.TempDir()}
-	for k, v := range env {
-		t.Setenv(k, v)
-	}
-	cfg, err := sluiceconfig.Load(env)
-	if err != nil {
-		t.Fatal(err)
-	}
-	bucket, err := backend.Open(ctx, cfg.EventStore)
-	if err != nil {
-		t.Fatal(err)
-	}
-	st, err := eventstore.New(pool, bucket, eventstore.Options{Config: cfg.EventStore})
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, _, st := openEnvStore(t, pool, env, eventstore.Options{})
 	var ids []string
 	for i, agg := range []string{"shop:orders:1", "shop:orders:2", "shop:orders:1"} {
 		id := uuid.NewString()
@@ -102,22 +85,7 @@ func TestStoreReindexGuard(t *testing.T) {
 	ctx := context.Background()
 	url, pool := testenv.NewMigratedDatabase(t)
 	env := map[string]string{"DATABASE_URL": url, "EVENT_STORE_BACKEND": "file", "EVENT_STORE_FILE_DIR": t.TempDir()}
-	for k, v := range env {
-		t.Setenv(k, v)
-	}
-	cfg, err := sluiceconfig.Load(env)
-	if err != nil {
-		t.Fatal(err)
-	}
-	bucket, err := backend.Open(ctx, cfg.EventStore)
-	if err != nil {
-		t.Fatal(err)
-	}
-	st, err := eventstore.New(pool, bucket, eventstore.Options{Config: cfg.EventStore, WriterID: "api-7"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = st.Close() }()
+	_, _, st := openEnvStore(t, pool, env, eventstore.Options{WriterID: "api-7"})
 	for i := range 3 {
 		res, err := st.AppendOne(ctx, envelope.Envelope{
 			EventID: uuid.NewString(), EventType: "INSTANCE_CREATED", Kind: envelope.KindDomain,
@@ -159,18 +127,7 @@ func TestStoreReindexGuard(t *testing.T) {
 			}
 		}
 		out, _, err := run(t, append([]string{"store", "reindex"}, s.args...)...)
-		var ex *exitError
-		switch {
-		case s.wantCode == 0 && err != nil:
-			t.Fatalf("%s: %v\n%s", s.name, err, out)
-		case s.wantCode != 0 && (!errors.As(err, &ex) || ex.code != s.wantCode):
-			t.Fatalf("%s: want exit %d, got %v\n%s", s.name, s.wantCode, err, out)
-		}
-		for _, w := range s.wantOut {
-			if msg := out + fmt.Sprint(err); !strings.Contains(msg, w) {
-				t.Errorf("%s: output lacks %q:\n%s", s.name, w, msg)
-			}
-		}
+		checkGuardStep(t, s.name, out, err, s.wantCode, s.wantOut...)
 		if got := rows(); got != s.wantRows {
 			t.Fatalf("%s: %d index rows, want %d", s.name, got, s.wantRows)
 		}

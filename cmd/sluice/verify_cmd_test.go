@@ -14,10 +14,8 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/sluicehq/sluice/eventstore"
-	"github.com/sluicehq/sluice/eventstore/objstore/backend"
 	"github.com/sluicehq/sluice/instanceworker"
 	"github.com/sluicehq/sluice/internal/esserver"
-	"github.com/sluicehq/sluice/pipeline/sluiceconfig"
 	"github.com/sluicehq/sluice/shared/envelope"
 	"github.com/sluicehq/sluice/shared/readmodel"
 	"github.com/sluicehq/sluice/shared/testenv"
@@ -72,22 +70,7 @@ func newVerifyFixture(t *testing.T) *verifyFixture {
 	t.Cleanup(ts.Close)
 	env := map[string]string{"DATABASE_URL": url, "EVENT_STORE_BACKEND": "file", "EVENT_STORE_FILE_DIR": t.TempDir(),
 		"ELASTICSEARCH_URLS": ts.URL, "SLUICE_LOG_LEVEL": "warn"}
-	for k, v := range env {
-		t.Setenv(k, v)
-	}
-	cfg, err := sluiceconfig.Load(env)
-	if err != nil {
-		t.Fatal(err)
-	}
-	bucket, err := backend.Open(ctx, cfg.EventStore)
-	if err != nil {
-		t.Fatal(err)
-	}
-	st, err := eventstore.New(pool, bucket, eventstore.Options{Config: cfg.EventStore})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = st.Close() })
+	cfg, _, st := openEnvStore(t, pool, env, eventstore.Options{})
 	es, err := readmodel.NewClient(cfg.Elasticsearch)
 	if err != nil {
 		t.Fatal(err)
