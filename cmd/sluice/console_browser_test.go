@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -37,7 +38,24 @@ const (
 	envUpdateDocs = "SLUICE_UPDATE_DOCS_SCREENSHOTS"
 )
 
-const consoleToken = "console-test-operator-token"
+// consoleOutput is the dev output, written by runDev's goroutine and read by
+// the test.
+type consoleOutput struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *consoleOutput) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *consoleOutput) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
 
 // chromium returns the browser binary. A missing browser fails the test:
 // CI installs it (scripts/test-deps.sh), so a skip would hide a broken
@@ -75,6 +93,9 @@ func artifacts(t *testing.T) string {
 type devConsole struct {
 	api    string
 	client *http.Client
+	// token is the operator token sluice dev made and printed (the test
+	// sets none).
+	token string
 	// failLoads, while set, answers 500 to the instance worker's reads of
 	// the instance documents whose request names failID (its state load
 	// before the append), so that commands for that instance exhaust their
@@ -89,17 +110,20 @@ func startDevConsole(t *testing.T) *devConsole {
 	t.Setenv("DATABASE_URL", testenv.NewDatabase(t))
 	t.Setenv("SLUICE_HTTP_ADDR", "off")
 	t.Setenv("SLUICE_LOG_LEVEL", "warn")
-	t.Setenv("SLUICE_ADMIN_TOKEN", consoleToken)
+	// No token: sluice dev makes one and prints it with the console's URL.
+	t.Setenv("SLUICE_ADMIN_TOKEN", "")
+	t.Setenv("SLUICE_ADMIN_TOKEN_FILE", "")
 	t.Setenv("INSTANCE_WORKER_MAX_RETRY_ATTEMPTS", "2")
 	t.Setenv("WORKER_RETRY_BACKOFF_BASE", "50ms")
 	t.Setenv("WORKER_RETRY_BACKOFF_CAP", "200ms")
 	api := "127.0.0.1:" + strconv.Itoa(testenv.FreePort(t))
 	t.Setenv("SLUICE_API_ADDR", api)
 	d := &devConsole{api: "http://" + api, client: &http.Client{Timeout: 30 * time.Second}, failID: "dlq-demo"}
-	f := devFlags{dataDir: t.TempDir(), esAddr: "127.0.0.1:" + strconv.Itoa(testenv.FreePort(t)),
+	dataDir := t.TempDir()
+	f := devFlags{dataDir: dataDir, esAddr: "127.0.0.1:" + strconv.Itoa(testenv.FreePort(t)),
 		kafkaAddr: "127.0.0.1:" + strconv.Itoa(testenv.FreePort(t)), wrapES: d.wrapES}
 	ctx, cancel := context.WithCancel(context.Background())
-	var out, errb bytes.Buffer
+	var out, errb consoleOutput
 	done := make(chan error, 1)
 	go func() {
 		cfg, err := sluiceconfig.FromOS()
@@ -138,7 +162,43 @@ func startDevConsole(t *testing.T) *devConsole {
 		r.Body.Close()
 		return r.StatusCode == http.StatusOK
 	})
+	testenv.WaitFor(t, time.Minute, "the console's URL and token printed", func() bool {
+		return strings.Contains(out.String(), "admin token: ")
+	})
+	tok, err := os.ReadFile(filepath.Join(dataDir, devAdminTokenFile))
+	if err != nil {
+		t.Fatalf("the token sluice dev made: %v", err)
+	}
+	d.token = strings.TrimSpace(string(tok))
+	if st, err := os.Stat(filepath.Join(dataDir, devAdminTokenFile)); err != nil || st.Mode().Perm() != 0o600 {
+		t.Errorf("token file: %v %v, want mode 0600", st, err)
+	}
+	if o := out.String(); !strings.Contains(o, "Console: "+d.api+"/console/") || !strings.Contains(o, "admin token: "+d.token) {
+		t.Errorf("sluice dev did not print the console's URL and its token:\n%s", o)
+	}
 	return d
+}
+
+// admin calls the admin API with the operator token and decodes its answer.
+func (d *devConsole) admin(t *testing.T, method, path string, body any) map[string]any {
+	t.Helper()
+	var rd io.Reader
+	if body != nil {
+		b, _ := json.Marshal(body)
+		rd = bytes.NewReader(b)
+	}
+	req, _ := http.NewRequest(method, d.api+path, rd)
+	req.Header.Set("Authorization", "Bearer "+d.token)
+	res, err := d.client.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer res.Body.Close()
+	out := map[string]any{}
+	if err := json.NewDecoder(res.Body).Decode(&out); err != nil || res.StatusCode != http.StatusOK {
+		t.Fatalf("%s %s: %d %v %v", method, path, res.StatusCode, out, err)
+	}
+	return out
 }
 
 func (d *devConsole) wrapES(h http.Handler) http.Handler {
@@ -309,7 +369,7 @@ func TestConsoleInBrowser(t *testing.T) {
 		t.Errorf("error without a token: %q", msg)
 	}
 	b.run("enter the token",
-		chromedp.SendKeys(chromedp.ID("token"), consoleToken),
+		chromedp.SendKeys(chromedp.ID("token"), d.token),
 		chromedp.Click(chromedp.CSS("#token-form button")),
 		chromedp.WaitVisible(chromedp.CSS(`li[data-step="published"]`)))
 
@@ -392,6 +452,92 @@ func TestConsoleInBrowser(t *testing.T) {
 			t.Errorf("the charts did not gather points over the refreshes:\n%s", joined)
 		}
 		b.shot("overview")
+	})
+
+	t.Run("pause and resume", func(t *testing.T) {
+		b := b.with(t)
+		group := d.admin(t, "GET", "/admin/v1/overview", nil)
+		name := ""
+		for _, g := range group["groups"].([]any) {
+			if n := g.(map[string]any)["group"].(string); strings.HasSuffix(n, "instance-worker") {
+				name = n
+			}
+		}
+		if name == "" {
+			t.Fatalf("no instance-worker group in the overview: %v", group["groups"])
+		}
+		pausePath := "/admin/v1/consumers/" + name + "/pause"
+		row := `#groups tr[data-group="` + name + `"]`
+		// Auto-refresh off: the page refreshes the overview itself after
+		// the action, which is what this test looks at.
+		b.run("overview groups", b.open(d.api, "#/overview"), chromedp.WaitVisible(chromedp.CSS(row+`[data-paused="false"]`)),
+			chromedp.Click(chromedp.ID("auto")))
+		b.run("pause: dry run", chromedp.Click(chromedp.CSS(row+" button.pause")), chromedp.WaitVisible(chromedp.ID("confirm-summary")))
+		summary := value(b, "pause preview", chromedp.Text(chromedp.ID("confirm-summary")))
+		preview := value(b, "pause preview JSON", chromedp.Text(chromedp.ID("confirm-preview")))
+		if !strings.Contains(summary, "would pause "+name) || !strings.Contains(preview, `"dry_run": true`) {
+			t.Errorf("pause preview: %q\n%s", summary, preview)
+		}
+		if st := d.admin(t, "GET", pausePath, nil); st["paused"] != false {
+			t.Fatalf("the dry run paused the group: %v", st)
+		}
+		b.shot("pause-confirm")
+		b.run("pause: confirm", chromedp.SendKeys(chromedp.ID("confirm-reason"), "browser test"), chromedp.Click(chromedp.ID("confirm-ok")),
+			chromedp.WaitVisible(chromedp.CSS(row+`[data-paused="true"]`)))
+		if st := d.admin(t, "GET", pausePath, nil); st["paused"] != true || st["reason"] != "browser test" || st["by"] != "admin:operator" {
+			t.Errorf("pause state after confirm: %v", st)
+		}
+		badge := value(b, "pause badge", chromedp.Text(chromedp.CSS(row+" .state.paused")))
+		if badge != "paused" {
+			t.Errorf("the overview's pause badge: %q", badge)
+		}
+		b.shot("overview-paused")
+		b.run("resume: dry run", chromedp.Click(chromedp.CSS(row+" button.resume")), chromedp.WaitVisible(chromedp.ID("confirm-summary")))
+		if summary := value(b, "resume preview", chromedp.Text(chromedp.ID("confirm-summary"))); !strings.Contains(summary, "would resume "+name) {
+			t.Errorf("resume preview: %q", summary)
+		}
+		if st := d.admin(t, "GET", pausePath, nil); st["paused"] != true {
+			t.Fatalf("the resume dry run changed the group: %v", st)
+		}
+		b.run("resume: confirm", chromedp.Click(chromedp.ID("confirm-ok")), chromedp.WaitVisible(chromedp.CSS(row+`[data-paused="false"]`)))
+		if st := d.admin(t, "GET", pausePath, nil); st["paused"] != false {
+			t.Errorf("pause state after resume: %v", st)
+		}
+	})
+
+	t.Run("checkpoint dry run", func(t *testing.T) {
+		b := b.with(t)
+		before := d.admin(t, "GET", "/admin/v1/overview", nil)["relay"].(map[string]any)["checkpoint"]
+		b.run("actions", b.open(d.api, "#/actions"), chromedp.WaitVisible(chromedp.CSS(`#cp-position[placeholder^="now "]`)),
+			chromedp.SendKeys(chromedp.ID("cp-position"), "0"), chromedp.Click(chromedp.ID("cp-set")),
+			chromedp.WaitVisible(chromedp.ID("confirm-summary")))
+		summary := value(b, "checkpoint preview", chromedp.Text(chromedp.ID("confirm-summary")))
+		if !strings.Contains(summary, "would move the relay checkpoint from ") || !strings.Contains(summary, " to 0 ") || !strings.Contains(summary, "republish ") {
+			t.Errorf("checkpoint preview: %q", summary)
+		}
+		b.shot("checkpoint-confirm")
+		b.run("checkpoint: cancel", chromedp.Click(chromedp.ID("confirm-cancel")), chromedp.WaitNotVisible(chromedp.ID("confirm-summary")))
+		time.Sleep(500 * time.Millisecond)
+		if after := d.admin(t, "GET", "/admin/v1/overview", nil)["relay"].(map[string]any)["checkpoint"]; after != before {
+			t.Errorf("the checkpoint moved from %v to %v without a confirm", before, after)
+		}
+		// An action the API refuses shows its problem+json: a checkpoint
+		// past the head is unsafe (422).
+		b.run("checkpoint past the head", chromedp.SetValue(chromedp.ID("cp-position"), "999999"), chromedp.Click(chromedp.ID("cp-set")),
+			chromedp.WaitVisible(chromedp.CSS(`#error[data-code="unsafe"]`)))
+		if msg := value(b, "the refusal", chromedp.Text(chromedp.ID("error"))); !strings.Contains(msg, "422 unsafe") {
+			t.Errorf("refused checkpoint: %q", msg)
+		}
+		// Verify: dry run, confirm, the report.
+		b.run("verify", chromedp.Click(chromedp.ID("verify-run")), chromedp.WaitVisible(chromedp.ID("confirm-summary")))
+		if summary := value(b, "verify preview", chromedp.Text(chromedp.ID("confirm-summary"))); !strings.Contains(summary, "would compare every instance of shop/orders") {
+			t.Errorf("verify preview: %q", summary)
+		}
+		b.run("verify: confirm", chromedp.Click(chromedp.ID("confirm-ok")), chromedp.WaitVisible(chromedp.CSS(`.verify-report[data-class="orders"]`)))
+		if res := value(b, "verify result", chromedp.Text(chromedp.ID("result"))); !strings.Contains(res, "missing") || !strings.Contains(res, " 0 mismatched") {
+			t.Errorf("verify result: %q", res)
+		}
+		b.shot("actions")
 	})
 
 	t.Run("dlq redrive", func(t *testing.T) {

@@ -460,7 +460,8 @@ function describe(action, r) {
     case "consumer.resume": {
       const verb = action === "consumer.pause" ? "pause" : "resume";
       if (!r.changed) return "no change: " + r.group + " is already " + (r.before && r.before.paused ? "paused" : "running");
-      return (r.dry_run ? "would " + verb : verb + "d") + " " + r.group + " (now " + (r.before && r.before.paused ? "paused" : "running") + ")";
+      const was = r.before && r.before.paused ? "paused" : "running";
+      return r.dry_run ? "would " + verb + " " + r.group + " (now " + was + ")" : verb + "d " + r.group + " (was " + was + ")";
     }
     case "consumer.reset": {
       const ps = (r.partitions || []).map((p) => JSON.stringify(p)).join("; ");
