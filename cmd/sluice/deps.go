@@ -150,12 +150,3 @@ func serveStartupProbes(addr string, logger *slog.Logger, reason string) func() 
 	go func() { defer close(done); _ = srv.Serve(ctx) }()
 	return func() { cancel(); <-done }
 }
-
-// openStore opens the configured event store; the caller calls the returned close.
-func openStore(cmd *cobra.Command) (*eventstore.Store, func(), error) {
-	d, closeFn, err := openStoreDeps(cmd)
-	if err != nil {
-		return nil, nil, err
-	}
-	return d.store, closeFn, nil
-}

@@ -9,6 +9,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/elastic/go-elasticsearch/v8"
 	"github.com/spf13/cobra"
 	"github.com/twmb/franz-go/pkg/kadm"
 
@@ -129,11 +130,7 @@ func newProjectionListCmd() *cobra.Command {
 		Short: "List the projections and their live versions",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			cfg, _, err := loadConfig(cmd)
-			if err != nil {
-				return err
-			}
-			es, err := readmodel.NewClient(cfg.Elasticsearch)
+			cfg, es, err := loadConfigES(cmd)
 			if err != nil {
 				return err
 			}
@@ -174,11 +171,7 @@ func newProjectionStatusCmd() *cobra.Command {
 		Short: "Show indices, aliases, documents and consumer lag per projection version",
 		Args:  cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			cfg, _, err := loadConfig(cmd)
-			if err != nil {
-				return err
-			}
-			es, err := readmodel.NewClient(cfg.Elasticsearch)
+			cfg, es, err := loadConfigES(cmd)
 			if err != nil {
 				return err
 			}
@@ -335,11 +328,7 @@ summary.`,
 			if err != nil {
 				return err
 			}
-			cfg, _, err := loadConfig(cmd)
-			if err != nil {
-				return err
-			}
-			es, err := readmodel.NewClient(cfg.Elasticsearch)
+			cfg, es, err := loadConfigES(cmd)
 			if err != nil {
 				return err
 			}
@@ -444,4 +433,18 @@ _version and _source. Nothing is read from or written to Elasticsearch or Kafka.
 	}
 	cmd.Flags().StringVar(&events, "events", "-", "sample envelopes, JSON Lines (- = stdin)")
 	return cmd
+}
+
+// loadConfigES loads the configuration and makes the Elasticsearch client
+// it names, for the projection commands that read or change indices.
+func loadConfigES(cmd *cobra.Command) (*sluiceconfig.Config, *elasticsearch.Client, error) {
+	cfg, _, err := loadConfig(cmd)
+	if err != nil {
+		return nil, nil, err
+	}
+	es, err := readmodel.NewClient(cfg.Elasticsearch)
+	if err != nil {
+		return nil, nil, err
+	}
+	return cfg, es, nil
 }

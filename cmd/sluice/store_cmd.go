@@ -168,15 +168,12 @@ the ETA; --json prints a summary for scripts.`,
   sluice store reindex --yes --json`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			cfg, _, err := loadConfig(cmd)
-			if err != nil {
-				return err
-			}
-			st, closeFn, err := openStore(cmd)
+			d, closeFn, err := openStoreDeps(cmd)
 			if err != nil {
 				return err
 			}
 			defer closeFn()
+			cfg, st := d.cfg, d.store
 			if !cmd.Flags().Changed("quiet-for") {
 				quiet = 2 * cfg.EventStore.AppendTimeout
 			}
@@ -252,15 +249,12 @@ func newStoreRepairCmd() *cobra.Command {
 		Short: "Resolve reserved rows: commit those whose segment exists, abandon those older than the append timeout without one",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			cfg, _, err := loadConfig(cmd)
-			if err != nil {
-				return err
-			}
-			st, closeFn, err := openStore(cmd)
+			d, closeFn, err := openStoreDeps(cmd)
 			if err != nil {
 				return err
 			}
 			defer closeFn()
+			cfg, st := d.cfg, d.store
 			age := olderThan
 			if age == 0 {
 				age = cfg.EventStore.AppendTimeout
