@@ -521,6 +521,15 @@ func TestConsoleInBrowser(t *testing.T) {
 		if after := d.admin(t, "GET", "/admin/v1/overview", nil)["relay"].(map[string]any)["checkpoint"]; after != before {
 			t.Errorf("the checkpoint moved from %v to %v without a confirm", before, after)
 		}
+		// A consumer reset's preview lists the partitions and the live
+		// member; cancelled, nothing is committed.
+		b.run("reset: dry run", chromedp.SetValue(chromedp.ID("reset-to"), "earliest"), chromedp.Click(chromedp.ID("group-reset")),
+			chromedp.WaitVisible(chromedp.ID("confirm-summary")))
+		if summary := value(b, "reset preview", chromedp.Text(chromedp.ID("confirm-summary"))); !strings.Contains(summary, "would reset ") ||
+			!strings.Contains(summary, " to earliest on 3 partitions; live members: ") {
+			t.Errorf("reset preview: %q", summary)
+		}
+		b.run("reset: cancel", chromedp.Click(chromedp.ID("confirm-cancel")), chromedp.WaitNotVisible(chromedp.ID("confirm-summary")))
 		// An action the API refuses shows its problem+json: a checkpoint
 		// past the head is unsafe (422).
 		b.run("checkpoint past the head", chromedp.SetValue(chromedp.ID("cp-position"), "999999"), chromedp.Click(chromedp.ID("cp-set")),
@@ -566,5 +575,38 @@ func TestConsoleInBrowser(t *testing.T) {
 			chromedp.WaitVisible(chromedp.CSS(`section[data-kind="command"] li[data-step="handled"][data-state="done"]`)),
 			chromedp.WaitVisible(chromedp.CSS(`section[data-kind="command"] li[data-step="document"][data-state="done"]`)))
 		b.shot("dlq-redriven-trace")
+	})
+
+	t.Run("projection rebuild", func(t *testing.T) {
+		b := b.with(t)
+		b.run("actions", b.open(d.api, "#/actions"), chromedp.WaitVisible(chromedp.CSS(`#cp-position[placeholder^="now "]`)),
+			chromedp.SetValue(chromedp.ID("proj-name"), "history"), chromedp.SetValue(chromedp.ID("proj-version"), "2"),
+			chromedp.SetValue(chromedp.ID("proj-settle"), "0s"),
+			chromedp.Click(chromedp.ID("proj-rebuild")), chromedp.WaitVisible(chromedp.ID("confirm-summary")))
+		if summary := value(b, "rebuild preview", chromedp.Text(chromedp.ID("confirm-summary"))); !strings.Contains(summary, "would build history v2 into ") {
+			t.Errorf("rebuild preview: %q", summary)
+		}
+		if jobs := d.admin(t, "GET", "/admin/v1/overview", nil)["jobs"].([]any); len(jobs) != 0 {
+			t.Fatalf("the rebuild dry run started a job: %v", jobs)
+		}
+		b.run("rebuild: confirm", chromedp.Click(chromedp.ID("confirm-ok")),
+			chromedp.WaitVisible(chromedp.CSS(`#result[data-action="projection.rebuild"]`)),
+			chromedp.WaitVisible(chromedp.CSS(`#jobs tr[data-job][data-state="done"]`)))
+		if res := value(b, "rebuild result", chromedp.Text(chromedp.ID("result"))); !strings.Contains(res, "started job rebuild-history-") {
+			t.Errorf("rebuild result: %q", res)
+		}
+		if prog := value(b, "job progress", chromedp.Text(chromedp.CSS(`#jobs tr[data-job]`))); !strings.Contains(prog, "done: v1 → v2") {
+			t.Errorf("the finished job's row: %q", prog)
+		}
+		b.shot("rebuild-job")
+		// Rollback: its preview lists the indices; cancelled, nothing runs.
+		b.run("rollback: dry run", chromedp.Click(chromedp.ID("proj-rollback")), chromedp.WaitVisible(chromedp.ID("confirm-summary")))
+		if summary := value(b, "rollback preview", chromedp.Text(chromedp.ID("confirm-summary"))); !strings.Contains(summary, "would roll back") || !strings.Contains(summary, "_history_v2") {
+			t.Errorf("rollback preview: %q", summary)
+		}
+		b.run("rollback: cancel", chromedp.Click(chromedp.ID("confirm-cancel")), chromedp.WaitNotVisible(chromedp.ID("confirm-summary")))
+		if jobs := d.admin(t, "GET", "/admin/v1/overview", nil)["jobs"].([]any); len(jobs) != 1 {
+			t.Errorf("jobs after a cancelled rollback: %v, want the rebuild only", jobs)
+		}
 	})
 }

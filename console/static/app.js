@@ -164,6 +164,11 @@ function groupsTable(groups) {
 function jobsView(jobs) {
   if (!jobs.length) return el("p", { class: "muted" }, "no rebuild or rollback jobs in this api process");
   const progress = (j) => {
+    const sum = j.summary;
+    if (sum) {
+      const lag = sum.Lag || {};
+      return "done: v" + sum.From + " → v" + sum.To + " · " + (lag.End || 0) + " records · " + Math.round((sum.Elapsed || 0) / 1e6) + " ms";
+    }
     const p = j.progress;
     if (!p) return j.ended_at ? "" : "starting";
     const lag = p.Lag || {};
@@ -579,7 +584,11 @@ function followJobs(running) {
     try {
       const ov = await admin.overview();
       $("#jobs").replaceChildren(jobsView(ov.jobs || []));
-      if (!(ov.jobs || []).some((j) => !j.ended_at)) { clearInterval(jobsTimer); jobsTimer = null; }
+      if (!(ov.jobs || []).some((j) => !j.ended_at)) {
+        clearInterval(jobsTimer);
+        jobsTimer = null;
+        await showActions(); // the projections' versions after the switch
+      }
     } catch (err) {
       showError(err);
     }
