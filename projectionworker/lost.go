@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
@@ -114,4 +115,66 @@ func (s *Service) rebuildLost(ctx context.Context, cl *kgo.Client, sp Spec, v in
 		return
 	}
 	log.Info("read model rebuilt", "from", sum.From, "to", sum.To, "scopes", sum.Scopes, "elapsed", sum.Elapsed.Round(time.Millisecond))
+}
+
+// lostRebuilds are the in-process rebuilds of lost read models: at most
+// one per projection at a time.
+type lostRebuilds struct {
+	mu      sync.Mutex
+	ctx     context.Context // nil: not running
+	cl      *kgo.Client
+	running map[string]bool
+	wg      sync.WaitGroup
+}
+
+// serveLost lets the service start rebuilds of lost read models under ctx
+// (with cl for the consumer-group checks) until the returned stop is
+// called; stop waits for them (ctx is Run's, cancelled first).
+func (s *Service) serveLost(ctx context.Context, cl *kgo.Client) (stop func()) {
+	ctx, cancel := context.WithCancel(ctx)
+	r := &s.lost
+	r.mu.Lock()
+	r.ctx, r.cl, r.running = ctx, cl, map[string]bool{}
+	r.mu.Unlock()
+	return func() {
+		cancel()
+		r.wg.Wait()
+		r.mu.Lock()
+		r.ctx = nil
+		r.mu.Unlock()
+	}
+}
+
+// startLost runs rebuildLost for projection sp, live at v, in the
+// background unless one runs already.
+func (s *Service) startLost(sp Spec, v int, why string) {
+	r := &s.lost
+	name := sp.Projection.Name()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.ctx == nil || r.running[name] {
+		return
+	}
+	r.running[name] = true
+	ctx, cl := r.ctx, r.cl
+	r.wg.Add(1)
+	go func() {
+		defer r.wg.Done()
+		s.rebuildLost(ctx, cl, sp, v, why)
+		r.mu.Lock()
+		delete(r.running, name)
+		r.mu.Unlock()
+	}()
+}
+
+// indexLost is a live worker's Options.OnIndexLost: a write of projection
+// sp (at version v) to scope was answered 404 while running — the index
+// was deleted under the worker. The event is retried (its index is
+// created again with the aliases) and the read model is rebuilt as the
+// next version, exactly as when found lost at start-up.
+func (s *Service) indexLost(sp Spec, v int, scope, reason string) {
+	if s.Version(sp.Projection.Name()) != v {
+		return // an old version's consumer draining after a swap
+	}
+	s.startLost(sp, v, "a write to scope "+scope+" was answered 404 (the index was deleted): "+reason)
 }

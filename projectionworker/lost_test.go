@@ -3,9 +3,11 @@ package projectionworker_test
 import (
 	"encoding/json"
 	"fmt"
+	"net/http"
 	"testing"
 	"time"
 
+	"github.com/sluicehq/sluice/internal/esserver"
 	"github.com/sluicehq/sluice/projectionworker"
 	"github.com/sluicehq/sluice/shared/envelope"
 	"github.com/sluicehq/sluice/shared/testenv"
@@ -96,4 +98,43 @@ func (e *env) countIn(index string) int {
 		e.t.Fatal(err)
 	}
 	return c.Count
+}
+
+// TestReadModelLostWhileRunning: the index of a live projection is deleted
+// under the running worker and the next write is answered 404 (an
+// Elasticsearch that does not create indices on write). The event is
+// retried into the index created again, and the read model is rebuilt as
+// v2 from the topic, exactly as at start-up: every document, old and new,
+// comes back through the read alias, nothing is dead-lettered.
+func TestReadModelLostWhileRunning(t *testing.T) {
+	e := newEnv(t, 3)
+	const n, m = 20, 5
+	var evs []envelope.Envelope
+	for i := range n + m {
+		evs = append(evs, e.event(projectionworker.InstanceCreated, "rl", "things", fmt.Sprint(i), 1, map[string]any{"v": i}))
+	}
+	names := projectionworker.IndexNames("sluice_", "rl", "instances", 1)
+	e.publish(evs[:n]...)
+	svc, _ := e.startInProcess(nil, nil, spec("instances"))
+	testenv.WaitFor(t, 30*time.Second, "v1 complete", func() bool { return e.countIn(names.ReadAlias) == n })
+	res, err := e.esc.Indices.Delete([]string{names.Index})
+	if err != nil || res.IsError() {
+		t.Fatalf("delete index: %v %v", res, err)
+	}
+	res.Body.Close()
+	e.es.InjectFault(esserver.Fault{Times: 1, BulkItemStatus: http.StatusNotFound,
+		RejectBulkItems: func(it esserver.BulkItem) bool { return it.Index == names.Index }})
+	e.publish(evs[n:]...)
+	testenv.WaitFor(t, 60*time.Second, "the worker runs v2", func() bool { return svc.Version("instances") == 2 })
+	testenv.WaitFor(t, 60*time.Second, "all documents through the read alias", func() bool {
+		return e.countIn(names.ReadAlias) == n+m
+	})
+	for i := range n + m {
+		if d := e.instance("rl", "things", fmt.Sprint(i), 2); !d.Found || d.Source["v"] != float64(i) {
+			t.Errorf("document %d in v2: %+v", i, d)
+		}
+	}
+	if recs := e.dlqRecords(); len(recs) != 0 {
+		t.Errorf("%d dead letters", len(recs))
+	}
 }

@@ -99,6 +99,7 @@ type Service struct {
 	mu    sync.Mutex
 	cons  map[string]*consumer.Consumer // projection name → consumer (after Start)
 	vers  map[string]int
+	lost  lostRebuilds // read models being rebuilt (lost.go)
 }
 
 // NewService builds `sluice projection-worker` (and the projection worker of
@@ -243,8 +244,12 @@ func (s *Service) newConsumer(sp Spec, v int) (*consumer.Consumer, error) {
 	if err != nil {
 		return nil, err
 	}
-	w, err := New(Options{Projection: p, Version: v, Mode: sp.Mode, ES: s.d.ES, Bulker: s.bulk,
-		IndexPrefix: s.cfg.Elasticsearch.IndexPrefix, Crash: s.crash, Logger: s.d.Logger, Metrics: s.d.Metrics})
+	o := Options{Projection: p, Version: v, Mode: sp.Mode, ES: s.d.ES, Bulker: s.bulk,
+		IndexPrefix: s.cfg.Elasticsearch.IndexPrefix, Crash: s.crash, Logger: s.d.Logger, Metrics: s.d.Metrics}
+	if sp.Version <= 0 { // live-following: a write's 404 rebuilds (lost.go)
+		o.OnIndexLost = func(scope, reason string) { s.indexLost(sp, v, scope, reason) }
+	}
+	w, err := New(o)
 	if err != nil {
 		return nil, err
 	}
@@ -283,8 +288,7 @@ func (s *Service) Run(ctx context.Context) error {
 	defer stop()
 	// A read model found lost is rebuilt beside the live consumers
 	// (docs/projectionworker.md#read-model-lost); Run waits for it.
-	var rebuilds sync.WaitGroup
-	defer func() { stop(); rebuilds.Wait() }()
+	defer s.serveLost(rctx, first.Client())()
 	for _, sp := range s.specs {
 		if sp.Version > 0 { // pinned (a rebuild's own service): never checked
 			continue
@@ -297,8 +301,7 @@ func (s *Service) Run(ctx context.Context) error {
 			continue
 		}
 		if lost {
-			rebuilds.Add(1)
-			go func() { defer rebuilds.Done(); s.rebuildLost(rctx, first.Client(), sp, v, why) }()
+			s.startLost(sp, v, why)
 		}
 	}
 	errs := make(chan error, len(s.specs))

@@ -73,6 +73,11 @@ type Options struct {
 	// Metrics receives the projection collectors (default: a private
 	// registry). Collectors already registered are reused.
 	Metrics prometheus.Registerer
+	// OnIndexLost, when set, is told of a write answered 404 (the index
+	// was deleted under the worker and Elasticsearch does not create it
+	// on write): the Service rebuilds the read model
+	// (docs/projectionworker.md#read-model-lost).
+	OnIndexLost func(scope, reason string)
 }
 
 // Worker is the consumer.Handler (and consumer.BatchHandler) of one
@@ -264,6 +269,9 @@ func (w *Worker) evaluate(items []BulkItem, res []ItemResult) (registry.Outcome,
 		case r.Status == http.StatusNotFound:
 			w.ensured.Delete(items[i].Op.Scope) // index vanished: ensure again
 			transient = fmt.Errorf("elasticsearch item %s/%s: %d %s: %s", items[i].Index, items[i].Op.ID, r.Status, r.Type, r.Reason)
+			if w.o.OnIndexLost != nil {
+				w.o.OnIndexLost(items[i].Op.Scope, transient.Error())
+			}
 		default:
 			permanent = fmt.Errorf("elasticsearch item %s/%s: %d %s: %s", items[i].Index, items[i].Op.ID, r.Status, r.Type, r.Reason)
 		}
