@@ -20,6 +20,8 @@ func TestHandlerServesTheEmbeddedPage(t *testing.T) {
 		ctype, body  string
 	}{
 		{"GET", "/console/", 200, "text/html", `<script type="module" src="app.js">`},
+		{"GET", "/console/?actions", 200, "text/html", `id="view-actions"`},
+		{"GET", "/console/app.js", 200, "javascript", `"/admin/v1/relay/checkpoint"`},
 		{"GET", "/console/app.js", 200, "javascript", `"/admin/v1/overview"`},
 		{"GET", "/console/style.css", 200, "text/css", ".timeline"},
 		{"HEAD", "/console/", 200, "text/html", ""},

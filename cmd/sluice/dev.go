@@ -66,8 +66,10 @@ a local PostgreSQL in the data directory when DATABASE_URL is unset, the schema
 migrations, the file-backend event store, an embedded Kafka (kfake, persisted in
 the data directory), the Elasticsearch-compatible test server (persisted in the data
 directory), and the api, relay, instance worker and projection worker. Parts that do not
-exist yet are listed as missing. Stop it with Ctrl-C; a restart on the same data directory
-brings everything back. One sluice dev owns a data directory at a time.`,
+exist yet are listed as missing. The operator console is at /console/ on the api; without
+SLUICE_ADMIN_TOKEN, sluice dev makes an admin token, prints it and keeps it in the data
+directory (admin-token, mode 0600) for the next run. Stop it with Ctrl-C; a restart on the same
+data directory brings everything back. One sluice dev owns a data directory at a time.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			cfg, logger, err := loadConfig(cmd)
