@@ -160,14 +160,7 @@ func newEnv(t testing.TB, partitions int) *env {
 }
 
 func (e *env) config(extra map[string]string) *sluiceconfig.Config {
-	m := map[string]string{}
-	for k, v := range e.vars {
-		m[k] = v
-	}
-	for k, v := range extra {
-		m[k] = v
-	}
-	cfg, err := sluiceconfig.Load(m)
+	cfg, err := sluiceconfig.Load(testenv.MergeVars(e.vars, extra))
 	if err != nil {
 		e.t.Fatal(err)
 	}
@@ -287,16 +280,7 @@ func (e *env) startInProcessWith(extra map[string]string, health *observability.
 // re-executed; TestMain runs the worker when instanceworker's helper variable is set).
 func (e *env) startProcess(extra map[string]string) *testenv.Process {
 	e.t.Helper()
-	env := []string{helperEnv + "=1"}
-	for k, v := range e.vars {
-		if _, over := extra[k]; !over {
-			env = append(env, k+"="+v)
-		}
-	}
-	for k, v := range extra {
-		env = append(env, k+"="+v)
-	}
-	return testenv.StartHelperProcess(e.t, env)
+	return testenv.StartHelperProcess(e.t, testenv.HelperEnv(e.vars, extra, helperEnv+"=1"))
 }
 
 // rows returns the registry rows of the instance worker for the commands.
@@ -394,28 +378,10 @@ func (e *env) doc(db, class, id string) (version int64, source map[string]any, f
 	return g.Version, g.Source, true
 }
 
-// dlqCount returns the records in the DLQ topic.
+// dlqRecords returns the records in the DLQ topic.
 func (e *env) dlqRecords() []*kgo.Record {
 	e.t.Helper()
-	cl, err := kgo.NewClient(kgo.SeedBrokers(e.kafka.Brokers...), kgo.ConsumeTopics(e.dlq),
-		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	defer cl.Close()
-	ends, err := kadm.NewClient(cl).ListEndOffsets(ctxT(e.t), e.dlq)
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	var total int64
-	ends.Each(func(o kadm.ListedOffset) { total += o.Offset })
-	var out []*kgo.Record
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	for int64(len(out)) < total && ctx.Err() == nil {
-		cl.PollFetches(ctx).EachRecord(func(r *kgo.Record) { out = append(out, r) })
-	}
-	return out
+	return testenv.ReadTopic(e.t, e.kafka.Brokers, e.dlq)
 }
 
 // committed returns the group's committed offsets and the topic's end

@@ -129,14 +129,7 @@ func newEnv(t testing.TB, partitions int) *env {
 }
 
 func (e *env) config(extra map[string]string) *sluiceconfig.Config {
-	m := map[string]string{}
-	for k, v := range e.vars {
-		m[k] = v
-	}
-	for k, v := range extra {
-		m[k] = v
-	}
-	cfg, err := sluiceconfig.Load(m)
+	cfg, err := sluiceconfig.Load(testenv.MergeVars(e.vars, extra))
 	if err != nil {
 		e.t.Fatal(err)
 	}
@@ -223,16 +216,7 @@ func (e *env) startInProcess(extra map[string]string, metrics prometheus.Registe
 // re-executed; TestMain runs the worker when projectionworker's helper variable is set).
 func (e *env) startProcess(projections string, extra map[string]string) *testenv.Process {
 	e.t.Helper()
-	env := []string{helperEnv + "=1", projectionsEnv + "=" + projections}
-	for k, v := range e.vars {
-		if _, over := extra[k]; !over {
-			env = append(env, k+"="+v)
-		}
-	}
-	for k, v := range extra {
-		env = append(env, k+"="+v)
-	}
-	return testenv.StartHelperProcess(e.t, env)
+	return testenv.StartHelperProcess(e.t, testenv.HelperEnv(e.vars, extra, helperEnv+"=1", projectionsEnv+"="+projections))
 }
 
 // lag is the lag of the worker group with base name group
@@ -316,25 +300,7 @@ func (e *env) search(index string, query map[string]any) []string {
 // dlqRecords returns the records in the DLQ topic.
 func (e *env) dlqRecords() []*kgo.Record {
 	e.t.Helper()
-	cl, err := kgo.NewClient(kgo.SeedBrokers(e.kafka.Brokers...), kgo.ConsumeTopics(e.dlq),
-		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	defer cl.Close()
-	ends, err := kadm.NewClient(cl).ListEndOffsets(ctxT(e.t), e.dlq)
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	var total int64
-	ends.Each(func(o kadm.ListedOffset) { total += o.Offset })
-	var out []*kgo.Record
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	for int64(len(out)) < total && ctx.Err() == nil {
-		cl.PollFetches(ctx).EachRecord(func(r *kgo.Record) { out = append(out, r) })
-	}
-	return out
+	return testenv.ReadTopic(e.t, e.kafka.Brokers, e.dlq)
 }
 
 // counter sums a counter of the metrics registry with the given labels.
