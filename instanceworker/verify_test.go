@@ -2,7 +2,6 @@ package instanceworker_test
 
 import (
 	"context"
-	"encoding/json"
 	"net/http/httptest"
 	"testing"
 
@@ -10,8 +9,8 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/sluicehq/sluice/eventstore"
-	"github.com/sluicehq/sluice/eventstore/objstore/backend"
 	"github.com/sluicehq/sluice/instanceworker"
+	"github.com/sluicehq/sluice/instanceworker/instanceworkertest"
 	"github.com/sluicehq/sluice/internal/esserver"
 	"github.com/sluicehq/sluice/pipeline/sluiceconfig"
 	"github.com/sluicehq/sluice/shared/envelope"
@@ -20,8 +19,10 @@ import (
 )
 
 // verifyFixture is a file-backend event store on a fresh database and an
-// in-process Elasticsearch with the shop instances index.
+// in-process Elasticsearch with the shop instances index
+// (instanceworkertest.Verify).
 type verifyFixture struct {
+	v  *instanceworkertest.Verify
 	st *eventstore.Store
 	es *elasticsearch.Client
 	n  readmodel.Names
@@ -31,7 +32,6 @@ type verifyFixture struct {
 
 func newVerifyFixture(t *testing.T) *verifyFixture {
 	t.Helper()
-	ctx := context.Background()
 	_, pool := testenv.NewMigratedDatabase(t)
 	ts := httptest.NewServer(esserver.New())
 	t.Cleanup(ts.Close)
@@ -39,45 +39,18 @@ func newVerifyFixture(t *testing.T) *verifyFixture {
 	if err != nil {
 		t.Fatal(err)
 	}
-	bucket, err := backend.Open(ctx, cfg.EventStore)
-	if err != nil {
-		t.Fatal(err)
-	}
-	st, err := eventstore.New(pool, bucket, eventstore.Options{Config: cfg.EventStore})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = st.Close() })
-	es, err := readmodel.NewClient(cfg.Elasticsearch)
-	if err != nil {
-		t.Fatal(err)
-	}
-	n, err := readmodel.EnsureIndex(ctx, es, cfg.Elasticsearch.IndexPrefix, "shop", readmodel.DefaultVersion)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return &verifyFixture{st: st, es: es, n: n, prefix: cfg.Elasticsearch.IndexPrefix}
+	v := instanceworkertest.OpenVerify(t, pool, cfg.EventStore, cfg.Elasticsearch)
+	return &verifyFixture{v: v, st: v.Store, es: v.ES, n: v.Names, prefix: cfg.Elasticsearch.IndexPrefix}
 }
 
 func (f *verifyFixture) event(t *testing.T, kind envelope.Kind, typ, aggID, data string) envelope.Envelope {
 	t.Helper()
-	res, err := f.st.AppendOne(context.Background(), envelope.Envelope{
-		EventID: uuid.NewString(), EventType: typ, Kind: kind,
-		AggregateType: envelope.AggregateTypeInstance, AggregateID: aggID, Data: json.RawMessage(data),
-	})
-	if err != nil || res.Err != nil {
-		t.Fatalf("append %s %s: %v %v", typ, aggID, err, res.Err)
-	}
-	return res.Event.Envelope
+	return f.v.Event(t, kind, typ, aggID, data)
 }
 
 func (f *verifyFixture) doc(t *testing.T, class, id string, e envelope.Envelope, deleted bool, state string) {
 	t.Helper()
-	m := readmodel.Meta{DB: "shop", Class: class, InstanceID: id, SequenceNumber: e.SequenceNumber, EventID: e.EventID,
-		CreatedAt: e.OccurredAt, UpdatedAt: e.OccurredAt, Deleted: deleted}
-	if _, err := readmodel.WriteInstance(context.Background(), f.es, f.n, m, json.RawMessage(state)); err != nil {
-		t.Fatalf("write document %s: %v", id, err)
-	}
+	f.v.Doc(t, class, id, e, deleted, state)
 }
 
 // Verify classifies every kind of difference between the event store and

@@ -27,13 +27,7 @@ import (
 // the end of the test; closing it earlier is fine.
 func openEnvStore(t *testing.T, pool *pgxpool.Pool, env map[string]string, opts eventstore.Options) (*sluiceconfig.Config, objstore.Bucket, *eventstore.Store) {
 	t.Helper()
-	for k, v := range env {
-		t.Setenv(k, v)
-	}
-	cfg, err := sluiceconfig.Load(env)
-	if err != nil {
-		t.Fatal(err)
-	}
+	cfg := setEnvConfig(t, env)
 	bucket, err := backend.Open(context.Background(), cfg.EventStore)
 	if err != nil {
 		t.Fatal(err)
@@ -45,6 +39,20 @@ func openEnvStore(t *testing.T, pool *pgxpool.Pool, env map[string]string, opts 
 	}
 	t.Cleanup(func() { _ = st.Close() })
 	return cfg, bucket, st
+}
+
+// setEnvConfig sets env as the test's process environment (what the
+// commands under test read) and returns the configuration it loads to.
+func setEnvConfig(t *testing.T, env map[string]string) *sluiceconfig.Config {
+	t.Helper()
+	for k, v := range env {
+		t.Setenv(k, v)
+	}
+	cfg, err := sluiceconfig.Load(env)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cfg
 }
 
 // appendCommands appends n DO_IT commands to the store, the i-th to

@@ -9,15 +9,13 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/elastic/go-elasticsearch/v8"
 	"github.com/google/uuid"
 	"github.com/spf13/cobra"
 
-	"github.com/sluicehq/sluice/eventstore"
 	"github.com/sluicehq/sluice/instanceworker"
+	"github.com/sluicehq/sluice/instanceworker/instanceworkertest"
 	"github.com/sluicehq/sluice/internal/esserver"
 	"github.com/sluicehq/sluice/shared/envelope"
-	"github.com/sluicehq/sluice/shared/readmodel"
 	"github.com/sluicehq/sluice/shared/testenv"
 )
 
@@ -54,56 +52,17 @@ func opExitCode(err error) int {
 	}
 }
 
-// verifyFixture is a file-backend event store on a fresh database plus an
-// in-process Elasticsearch, both configured through the environment.
-type verifyFixture struct {
-	st *eventstore.Store
-	es *elasticsearch.Client
-	n  readmodel.Names
-}
-
-func newVerifyFixture(t *testing.T) *verifyFixture {
+// newVerifyFixture is a file-backend event store on a fresh database plus
+// an in-process Elasticsearch, both configured through the environment.
+func newVerifyFixture(t *testing.T) *instanceworkertest.Verify {
 	t.Helper()
-	ctx := context.Background()
 	url, pool := testenv.NewMigratedDatabase(t)
 	ts := httptest.NewServer(esserver.New())
 	t.Cleanup(ts.Close)
 	env := map[string]string{"DATABASE_URL": url, "EVENT_STORE_BACKEND": "file", "EVENT_STORE_FILE_DIR": t.TempDir(),
 		"ELASTICSEARCH_URLS": ts.URL, "SLUICE_LOG_LEVEL": "warn"}
-	cfg, _, st := openEnvStore(t, pool, env, eventstore.Options{})
-	es, err := readmodel.NewClient(cfg.Elasticsearch)
-	if err != nil {
-		t.Fatal(err)
-	}
-	n, err := readmodel.EnsureIndex(ctx, es, cfg.Elasticsearch.IndexPrefix, "shop", readmodel.DefaultVersion)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return &verifyFixture{st: st, es: es, n: n}
-}
-
-// event appends one envelope to aggregate Instance db:class:id and returns it as stored.
-func (f *verifyFixture) event(t *testing.T, kind envelope.Kind, typ, aggID, data string) envelope.Envelope {
-	t.Helper()
-	res, err := f.st.AppendOne(context.Background(), envelope.Envelope{
-		EventID: uuid.NewString(), EventType: typ, Kind: kind,
-		AggregateType: envelope.AggregateTypeInstance, AggregateID: aggID, Data: json.RawMessage(data),
-	})
-	if err != nil || res.Err != nil {
-		t.Fatalf("append %s %s: %v %v", typ, aggID, err, res.Err)
-	}
-	return res.Event.Envelope
-}
-
-// doc writes the instance document for e (its slot, event id, deleted flag
-// and data), or with the overrides given.
-func (f *verifyFixture) doc(t *testing.T, class, id string, e envelope.Envelope, deleted bool, state string) {
-	t.Helper()
-	m := readmodel.Meta{DB: "shop", Class: class, InstanceID: id, SequenceNumber: e.SequenceNumber, EventID: e.EventID,
-		CreatedAt: e.OccurredAt, UpdatedAt: e.OccurredAt, Deleted: deleted}
-	if _, err := readmodel.WriteInstance(context.Background(), f.es, f.n, m, json.RawMessage(state)); err != nil {
-		t.Fatalf("write document %s: %v", id, err)
-	}
+	cfg := setEnvConfig(t, env)
+	return instanceworkertest.OpenVerify(t, pool, cfg.EventStore, cfg.Elasticsearch)
 }
 
 // verify: the event store against Elasticsearch, with every kind of
@@ -114,39 +73,39 @@ func TestVerifyReportsMissingStaleExtraMismatch(t *testing.T) {
 	f := newVerifyFixture(t)
 	dom := envelope.KindDomain
 	// ok: created, document at slot 1.
-	e := f.event(t, dom, "INSTANCE_CREATED", "shop:orders:ok1", `{"n":1,"tags":["a"]}`)
-	f.doc(t, "orders", "ok1", e, false, `{"tags":["a"],"n":1}`)
+	e := f.Event(t, dom, "INSTANCE_CREATED", "shop:orders:ok1", `{"n":1,"tags":["a"]}`)
+	f.Doc(t, "orders", "ok1", e, false, `{"tags":["a"],"n":1}`)
 	// ok: created + updated, document at slot 2 (instance id with ':').
-	f.event(t, dom, "INSTANCE_CREATED", "shop:orders:a:b", `{"n":1}`)
-	e = f.event(t, dom, "INSTANCE_UPDATED", "shop:orders:a:b", `{"n":2}`)
-	f.doc(t, "orders", "a:b", e, false, `{"n":2}`)
+	f.Event(t, dom, "INSTANCE_CREATED", "shop:orders:a:b", `{"n":1}`)
+	e = f.Event(t, dom, "INSTANCE_UPDATED", "shop:orders:a:b", `{"n":2}`)
+	f.Doc(t, "orders", "a:b", e, false, `{"n":2}`)
 	// ok: created + deleted, tombstone at slot 2.
-	f.event(t, dom, "INSTANCE_CREATED", "shop:orders:gone", `{"n":1}`)
-	e = f.event(t, dom, "INSTANCE_DELETED", "shop:orders:gone", `{}`)
-	f.doc(t, "orders", "gone", e, true, `{}`)
+	f.Event(t, dom, "INSTANCE_CREATED", "shop:orders:gone", `{"n":1}`)
+	e = f.Event(t, dom, "INSTANCE_DELETED", "shop:orders:gone", `{}`)
+	f.Doc(t, "orders", "gone", e, true, `{}`)
 	// missing: no document.
-	f.event(t, dom, "INSTANCE_CREATED", "shop:orders:missing1", `{"n":1}`)
+	f.Event(t, dom, "INSTANCE_CREATED", "shop:orders:missing1", `{"n":1}`)
 	// stale: store at slot 2, document at slot 1.
-	e = f.event(t, dom, "INSTANCE_CREATED", "shop:orders:stale1", `{"n":1}`)
-	f.doc(t, "orders", "stale1", e, false, `{"n":1}`)
-	f.event(t, dom, "INSTANCE_UPDATED", "shop:orders:stale1", `{"n":2}`)
+	e = f.Event(t, dom, "INSTANCE_CREATED", "shop:orders:stale1", `{"n":1}`)
+	f.Doc(t, "orders", "stale1", e, false, `{"n":1}`)
+	f.Event(t, dom, "INSTANCE_UPDATED", "shop:orders:stale1", `{"n":2}`)
 	// mismatch: deleted in the store, a live document at the same slot.
-	f.event(t, dom, "INSTANCE_CREATED", "shop:orders:delmis", `{"n":1}`)
-	e = f.event(t, dom, "INSTANCE_DELETED", "shop:orders:delmis", `{}`)
-	f.doc(t, "orders", "delmis", e, false, `{"n":1}`)
+	f.Event(t, dom, "INSTANCE_CREATED", "shop:orders:delmis", `{"n":1}`)
+	e = f.Event(t, dom, "INSTANCE_DELETED", "shop:orders:delmis", `{}`)
+	f.Doc(t, "orders", "delmis", e, false, `{"n":1}`)
 	// mismatch: same slot, different state.
-	e = f.event(t, dom, "INSTANCE_CREATED", "shop:orders:statediff", `{"n":1}`)
-	f.doc(t, "orders", "statediff", e, false, `{"n":2}`)
+	e = f.Event(t, dom, "INSTANCE_CREATED", "shop:orders:statediff", `{"n":1}`)
+	f.Doc(t, "orders", "statediff", e, false, `{"n":2}`)
 	// extra: a document without any domain event; and one whose aggregate
 	// has only a (pending or rejected) command.
-	f.doc(t, "orders", "extra1", envelope.Envelope{SequenceNumber: 3, EventID: uuid.NewString()}, false, `{"n":9}`)
-	f.event(t, envelope.KindCommand, "CREATE_INSTANCE", "shop:orders:cmdonly", `{"db":"shop","class":"orders","data":{}}`)
-	f.doc(t, "orders", "cmdonly", envelope.Envelope{SequenceNumber: 1, EventID: uuid.NewString()}, false, `{}`)
+	f.Doc(t, "orders", "extra1", envelope.Envelope{SequenceNumber: 3, EventID: uuid.NewString()}, false, `{"n":9}`)
+	f.Event(t, envelope.KindCommand, "CREATE_INSTANCE", "shop:orders:cmdonly", `{"db":"shop","class":"orders","data":{}}`)
+	f.Doc(t, "orders", "cmdonly", envelope.Envelope{SequenceNumber: 1, EventID: uuid.NewString()}, false, `{}`)
 	// Another class of the same db: ok, and not part of the orders report.
-	e = f.event(t, dom, "INSTANCE_CREATED", "shop:users:u1", `{"name":"x"}`)
-	f.doc(t, "users", "u1", e, false, `{"name":"x"}`)
+	e = f.Event(t, dom, "INSTANCE_CREATED", "shop:users:u1", `{"name":"x"}`)
+	f.Doc(t, "users", "u1", e, false, `{"name":"x"}`)
 	// Another db with the same class: not part of the report.
-	f.event(t, dom, "INSTANCE_CREATED", "shopx:orders:1", `{"n":1}`)
+	f.Event(t, dom, "INSTANCE_CREATED", "shopx:orders:1", `{"n":1}`)
 
 	out, errOut, err := runOps(t, "verify", "--db", "shop", "--class", "orders")
 	if code := opExitCode(err); code != exitVerifyDiffers {
