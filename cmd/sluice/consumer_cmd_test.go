@@ -6,7 +6,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/sluicehq/sluice/shared/testenv"
@@ -38,28 +37,8 @@ func TestConsumerLagAndReset(t *testing.T) {
 	if err := pk.ProduceSync(ctx, rs...).FirstErr(); err != nil {
 		t.Fatal(err)
 	}
-	commit := func(p0, p1 int64) {
-		t.Helper()
-		var os kadm.Offsets
-		os.AddOffset(topic, 0, p0, -1)
-		os.AddOffset(topic, 1, p1, -1)
-		if err := k.adm.CommitAllOffsets(ctx, group, os); err != nil {
-			t.Fatal(err)
-		}
-	}
-	committed := func() [2]int64 {
-		t.Helper()
-		r, err := k.adm.FetchOffsets(ctx, group)
-		if err != nil || r.Error() != nil {
-			t.Fatalf("fetch offsets: %v %v", err, r.Error())
-		}
-		var got [2]int64
-		for p := range int32(2) {
-			o, _ := r.Lookup(topic, p)
-			got[p] = o.At
-		}
-		return got
-	}
+	commit := func(p0, p1 int64) { t.Helper(); testenv.CommitOffsets(t, k.adm, group, topic, p0, p1) }
+	committed := func() [2]int64 { t.Helper(); return [2]int64(testenv.CommittedOffsets(t, k.adm, group, topic, 2)) }
 	commit(4, 6)
 
 	out, _, err := runOps(t, "consumer", "lag", "--group", group)

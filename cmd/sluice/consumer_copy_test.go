@@ -5,8 +5,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/twmb/franz-go/pkg/kadm"
-
 	"github.com/sluicehq/sluice/shared/testenv"
 )
 
@@ -20,15 +18,7 @@ func TestConsumerCopyOffsets(t *testing.T) {
 	topic := testenv.UniqueName("sluice.commands.")
 	k.createTopic(t, topic, 2)
 	from, to := testenv.UniqueName("instance-worker-"), testenv.UniqueName("sluice.instance-worker-")
-	commit := func(p0, p1 int64) {
-		t.Helper()
-		var os kadm.Offsets
-		os.AddOffset(topic, 0, p0, -1)
-		os.AddOffset(topic, 1, p1, -1)
-		if err := k.adm.CommitAllOffsets(ctx, from, os); err != nil {
-			t.Fatal(err)
-		}
-	}
+	commit := func(p0, p1 int64) { t.Helper(); testenv.CommitOffsets(t, k.adm, from, topic, p0, p1) }
 	target := func() string {
 		t.Helper()
 		r, err := k.adm.FetchOffsets(ctx, to)

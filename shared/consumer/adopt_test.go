@@ -43,15 +43,7 @@ func TestCopyAndAdoptOffsets(t *testing.T) {
 	if err := pcl.ProduceSync(ctx, recs...).FirstErr(); err != nil {
 		t.Fatal(err)
 	}
-	commit := func(group string, p0, p1 int64) {
-		t.Helper()
-		var os kadm.Offsets
-		os.AddOffset(topic, 0, p0, -1)
-		os.AddOffset(topic, 1, p1, -1)
-		if err := adm.CommitAllOffsets(ctx, group, os); err != nil {
-			t.Fatal(err)
-		}
-	}
+	commit := func(group string, p0, p1 int64) { t.Helper(); testenv.CommitOffsets(t, adm, group, topic, p0, p1) }
 	offsets := func(group string) [2]int64 {
 		t.Helper()
 		got := [2]int64{-1, -1}
