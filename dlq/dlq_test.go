@@ -3,13 +3,10 @@ package dlq_test
 import (
 	"bytes"
 	"context"
-	"encoding/base64"
-	"encoding/json"
 	"errors"
 	"strings"
 	"testing"
 	"time"
-	"unicode/utf8"
 
 	"github.com/google/uuid"
 	"github.com/twmb/franz-go/pkg/kadm"
@@ -98,26 +95,12 @@ func (f *fixture) status(t *testing.T, eventID string) registry.Status {
 
 // letter is the dead letter of orig as the worker runtime writes it.
 func (f *fixture) letter(orig *kgo.Record) *kgo.Record {
-	d := consumer.DLQRecord{OriginalTopic: orig.Topic, OriginalPartition: orig.Partition, OriginalOffset: orig.Offset,
-		OriginalHeaders: map[string]string{}, Error: "permanent: boom", ErrorClass: "permanent", AttemptCount: 1, Handler: handler,
-		FirstFailedAt: time.Now().UTC(), FailedAt: time.Now().UTC()}
-	var hdrs []kgo.RecordHeader
-	d.OriginalKey = string(orig.Key)
-	if json.Valid(orig.Value) {
-		d.OriginalValue = string(orig.Value)
-	} else {
-		d.OriginalValue = base64.StdEncoding.EncodeToString(orig.Value)
-		hdrs = append(hdrs, kgo.RecordHeader{Key: "sluice-original-value-encoding", Value: []byte("base64")})
+	now := time.Now()
+	r, err := consumer.DeadLetterRecord(f.topic, handler, orig, "permanent", "permanent: boom", 1, now, now)
+	if err != nil {
+		panic(err)
 	}
-	for _, h := range orig.Headers {
-		v := string(h.Value)
-		if !utf8.Valid(h.Value) {
-			v = "base64:" + base64.StdEncoding.EncodeToString(h.Value)
-		}
-		d.OriginalHeaders[h.Key] = v
-	}
-	b, _ := json.Marshal(d)
-	return &kgo.Record{Topic: f.topic, Key: orig.Key, Value: b, Headers: hdrs}
+	return r
 }
 
 // original produces an original command record and returns it with its offset.

@@ -68,26 +68,12 @@ func (k *kafkaFixture) records(t *testing.T, topic string) []*kgo.Record {
 // dlqLetterRecord builds a dead letter of orig in the shape of docs/worker-runtime.md#the-dead-letter-record, the way
 // the worker runtime does.
 func dlqLetterRecord(topic, handler string, orig *kgo.Record, class, errText string) *kgo.Record {
-	d := consumer.DLQRecord{OriginalTopic: orig.Topic, OriginalPartition: orig.Partition, OriginalOffset: orig.Offset,
-		OriginalHeaders: map[string]string{}, Error: errText, ErrorClass: class, AttemptCount: 1, Handler: handler,
-		FirstFailedAt: time.Now().UTC(), FailedAt: time.Now().UTC()}
-	hdrs := []kgo.RecordHeader{{Key: "sluice-error-class", Value: []byte(class)}, {Key: "sluice-handler", Value: []byte(handler)}}
-	d.OriginalKey = string(orig.Key)
-	if json.Valid(orig.Value) {
-		d.OriginalValue = string(orig.Value)
-	} else {
-		d.OriginalValue = base64.StdEncoding.EncodeToString(orig.Value)
-		hdrs = append(hdrs, kgo.RecordHeader{Key: "sluice-original-value-encoding", Value: []byte("base64")})
+	now := time.Now()
+	r, err := consumer.DeadLetterRecord(topic, handler, orig, class, errText, 1, now, now)
+	if err != nil {
+		panic(err)
 	}
-	for _, h := range orig.Headers {
-		v := string(h.Value)
-		if h.Key == "bin" {
-			v = "base64:" + base64.StdEncoding.EncodeToString(h.Value)
-		}
-		d.OriginalHeaders[h.Key] = v
-	}
-	b, _ := json.Marshal(d)
-	return &kgo.Record{Topic: topic, Key: orig.Key, Value: b, Headers: hdrs}
+	return r
 }
 
 // dlq list/show/redrive/drop end to end on kfake and a real Postgres

@@ -154,6 +154,15 @@ func (d deadLetter) base() (DLQRecord, []kgo.RecordHeader) {
 	return v, hdrs
 }
 
+// DeadLetterRecord is the dead letter the runtime writes to topic for orig
+// once handler failed on it attempts times with errText of class, in the
+// full form (docs/worker-runtime.md#the-dead-letter-record): for tools and
+// tests that need one without running a worker.
+func DeadLetterRecord(topic, handler string, orig *kgo.Record, class, errText string, attempts int, first, failed time.Time) (*kgo.Record, error) {
+	return deadLetter{topic: topic, handler: handler, rec: orig, errText: errText, class: class,
+		attempts: attempts, first: first, failed: failed}.full()
+}
+
 // full is the dead letter with the original embedded (docs/worker-runtime.md#the-dead-letter-record).
 func (d deadLetter) full() (*kgo.Record, error) {
 	v, hdrs := d.base()
