@@ -33,6 +33,47 @@ func runRelayCLI(ctx context.Context, args ...string) (string, error) {
 	return out.String() + errb.String(), err
 }
 
+// runRelayUntil runs the relay service (`sluice relay`) until its
+// checkpoint in cps reaches position, then stops it; it fails the test
+// when the service fails or does not get there within a minute.
+func runRelayUntil(t *testing.T, cps *relay.CheckpointStore, position int64, what string) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		out, err := runRelayCLI(ctx)
+		if err != nil {
+			t.Log(out)
+		}
+		done <- err
+	}()
+	testenv.WaitFor(t, time.Minute, what, func() bool {
+		cp, _, found, err := cps.Load(context.Background())
+		return err == nil && found && cp.Position == position
+	})
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatalf("relay service: %v", err)
+	}
+}
+
+// endOffsets returns the end offsets of topics, summed over partitions.
+func endOffsets(t *testing.T, brokers []string, topics ...string) map[string]int64 {
+	t.Helper()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	ends, err := kadm.NewClient(cl).ListEndOffsets(context.Background(), topics...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]int64{}
+	ends.Each(func(o kadm.ListedOffset) { out[o.Topic] += o.Offset })
+	return out
+}
+
 // The relay commands on the file backend and kfake: run the service until it
 // caught up, then show, move, list gaps and republish.
 func TestRelayCommands(t *testing.T) {
@@ -57,33 +98,7 @@ func TestRelayCommands(t *testing.T) {
 
 	// The service, until it has published everything.
 	cps := relay.NewCheckpointStore(bucket, cfg.Relay.CheckpointKey)
-	rctx, cancel := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	go func() {
-		out, err := runRelayCLI(rctx)
-		if err != nil {
-			t.Log(out)
-		}
-		done <- err
-	}()
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		cp, _, found, err := cps.Load(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if found && cp.Position == 5 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("relay service did not publish: checkpoint %+v", cp)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	cancel()
-	if err := <-done; err != nil {
-		t.Fatalf("relay service: %v", err)
-	}
+	runRelayUntil(t, cps, 5, "the relay service to publish everything")
 
 	out, err = runRelayCLI(ctx, "checkpoint", "show")
 	if err != nil || !strings.Contains(out, "position        5") || !strings.Contains(out, "lag             0") || !strings.Contains(out, "lease           expired") {
@@ -108,24 +123,8 @@ func TestRelayCommands(t *testing.T) {
 	if err != nil || !strings.Contains(out, "republished 3 records") {
 		t.Fatalf("republish: %q %v", out, err)
 	}
-	cl, err := kgo.NewClient(kgo.SeedBrokers(k.Brokers...))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cl.Close()
-	ends, err := kadm.NewClient(cl).ListEndOffsets(ctx, replay, prefix+"commands")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var replayed, published int64
-	ends.Each(func(o kadm.ListedOffset) {
-		if o.Topic == replay {
-			replayed += o.Offset
-		} else {
-			published += o.Offset
-		}
-	})
-	if replayed != 3 || published != 5 {
+	ends := endOffsets(t, k.Brokers, replay, prefix+"commands")
+	if replayed, published := ends[replay], ends[prefix+"commands"]; replayed != 3 || published != 5 {
 		t.Fatalf("records: %d on %s (want 3), %d on commands (want 5)", replayed, replay, published)
 	}
 }
@@ -173,23 +172,7 @@ func TestRelayParkedCommands(t *testing.T) {
 	}
 
 	cps := relay.NewCheckpointStore(bucket, cfg.Relay.CheckpointKey)
-	rctx, cancel := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	go func() {
-		out, err := runRelayCLI(rctx)
-		if err != nil {
-			t.Log(out)
-		}
-		done <- err
-	}()
-	testenv.WaitFor(t, time.Minute, "the relay to pass the refused records", func() bool {
-		cp, _, found, err := cps.Load(ctx)
-		return err == nil && found && cp.Position == 4
-	})
-	cancel()
-	if err := <-done; err != nil {
-		t.Fatalf("relay service: %v", err)
-	}
+	runRelayUntil(t, cps, 4, "the relay to pass the refused records")
 
 	out, err := runRelayCLI(ctx, "parked", "list")
 	if err != nil || !strings.Contains(out, "2 records") || strings.Count(out, "invalid_topic") != 2 || !strings.Contains(out, ids[2]) || !strings.Contains(out, ids[3]) {
@@ -241,24 +224,8 @@ func TestRelayParkedCommands(t *testing.T) {
 	if out, err := runRelayCLI(ctx, "parked", "list"); err != nil || !strings.Contains(out, "0 records") {
 		t.Fatalf("list after resolving: %q %v", out, err)
 	}
-	cl, err := kgo.NewClient(kgo.SeedBrokers(k.Brokers...))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cl.Close()
-	ends, err := kadm.NewClient(cl).ListEndOffsets(ctx, refusedTopic, prefix+"commands")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var republished, published int64
-	ends.Each(func(o kadm.ListedOffset) {
-		if o.Topic == refusedTopic {
-			republished += o.Offset
-		} else {
-			published += o.Offset
-		}
-	})
-	if republished != 1 || published != 2 {
+	ends := endOffsets(t, k.Brokers, refusedTopic, prefix+"commands")
+	if republished, published := ends[refusedTopic], ends[prefix+"commands"]; republished != 1 || published != 2 {
 		t.Fatalf("records: %d on %s (want the 1 republished), %d on commands (want 2)", republished, refusedTopic, published)
 	}
 }
