@@ -611,6 +611,17 @@ func (s *Server) resolveOptsFrom(rq *request, def resolveOpts) (resolveOpts, *es
 	return o, nil
 }
 
+// indicesOf resolves expr with the request's ignore_unavailable and
+// allow_no_indices (default: allowed), as the index read and refresh
+// APIs do. The caller holds s.mu.
+func (s *Server) indicesOf(rq *request, expr string) ([]string, *esError) {
+	o, err := s.resolveOptsFrom(rq, resolveOpts{allowNoIndices: true})
+	if err != nil {
+		return nil, err
+	}
+	return s.resolveIndices(expr, o)
+}
+
 // resolveIndices expands an index expression (comma list, wildcards,
 // _all, aliases, -exclusions, date math) to concrete index names, sorted.
 func (s *Server) resolveIndices(expr string, o resolveOpts) ([]string, *esError) {
@@ -834,13 +845,9 @@ func (s *Server) handleIndexExists(rq *request, expr string) response {
 }
 
 func (s *Server) handleGetIndex(rq *request, expr string) response {
-	o, err := s.resolveOptsFrom(rq, resolveOpts{allowNoIndices: true})
-	if err != nil {
-		return errResp(err)
-	}
 	s.mu.RLock()
 	defer s.mu.RUnlock()
-	names, err := s.resolveIndices(expr, o)
+	names, err := s.indicesOf(rq, expr)
 	if err != nil {
 		return errResp(err)
 	}
@@ -861,13 +868,9 @@ func (s *Server) handleGetIndex(rq *request, expr string) response {
 }
 
 func (s *Server) handleGetMapping(rq *request, expr string) response {
-	o, err := s.resolveOptsFrom(rq, resolveOpts{allowNoIndices: true})
-	if err != nil {
-		return errResp(err)
-	}
 	s.mu.RLock()
 	defer s.mu.RUnlock()
-	names, err := s.resolveIndices(expr, o)
+	names, err := s.indicesOf(rq, expr)
 	if err != nil {
 		return errResp(err)
 	}
@@ -992,13 +995,9 @@ func (s *Server) handlePutSettings(rq *request, expr string) response {
 }
 
 func (s *Server) handleRefresh(rq *request, expr string) response {
-	o, err := s.resolveOptsFrom(rq, resolveOpts{allowNoIndices: true})
-	if err != nil {
-		return errResp(err)
-	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	names, err := s.resolveIndices(expr, o)
+	names, err := s.indicesOf(rq, expr)
 	if err != nil {
 		return errResp(err)
 	}

@@ -169,15 +169,7 @@ func parseProperties(parent *fieldMapping, props map[string]any) *esError {
 			if p == "" {
 				return mappingFailure(errIllegalArgument("field name cannot contain only whitespaces or empty path segments: [%s]", name))
 			}
-			child := target.Properties[p]
-			if child == nil {
-				child = &fieldMapping{Properties: map[string]*fieldMapping{}}
-				target.Properties[p] = child
-			}
-			if child.Properties == nil {
-				child.Properties = map[string]*fieldMapping{}
-			}
-			target = child
+			target = target.objectChild(p)
 		}
 		leaf := parts[len(parts)-1]
 		if existing := target.Properties[leaf]; existing != nil {
@@ -678,21 +670,27 @@ func dateFormatOf(fm *fieldMapping) string {
 	return "strict_date_optional_time||epoch_millis"
 }
 
+// objectChild returns the object field name of m, made (or given
+// properties) when it has none: one step down a dotted path.
+func (m *fieldMapping) objectChild(name string) *fieldMapping {
+	child := m.Properties[name]
+	if child == nil {
+		child = &fieldMapping{Properties: map[string]*fieldMapping{}}
+		m.Properties[name] = child
+	}
+	if child.Properties == nil {
+		child.Properties = map[string]*fieldMapping{}
+	}
+	return child
+}
+
 // applyUpdates installs dynamic mapping updates into the root mapping.
 func applyUpdates(root *fieldMapping, ups []mappingUpdate) {
 	for _, u := range ups {
 		parts := strings.Split(u.path, ".")
 		cur := root
 		for _, p := range parts[:len(parts)-1] {
-			next := cur.Properties[p]
-			if next == nil {
-				next = &fieldMapping{Properties: map[string]*fieldMapping{}}
-				cur.Properties[p] = next
-			}
-			if next.Properties == nil {
-				next.Properties = map[string]*fieldMapping{}
-			}
-			cur = next
+			cur = cur.objectChild(p)
 		}
 		leaf := parts[len(parts)-1]
 		if cur.Properties[leaf] == nil {
