@@ -525,7 +525,7 @@ func TestPoisonSoak(t *testing.T) {
 	p.startDefault()
 	const db = "poison"
 	st, err := eventstore.New(p.pool, mustS3(t, p), eventstore.Options{Config: eventstore.Config{
-		AppendTimeout: 5 * time.Second, MaxEnvelopeBytes: poisonEnvelopeLimit,
+		AppendTimeout: 5 * time.Second, Limits: envelope.Limits{MaxEnvelopeBytes: poisonEnvelopeLimit},
 	}})
 	if err != nil {
 		t.Fatal(err)

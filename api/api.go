@@ -25,13 +25,12 @@ import (
 	"github.com/sluicehq/sluice/shared/tracing"
 )
 
-// Defaults of Options.
+// Defaults of Options; MaxBodyBytes and MaxInFlight default to those of
+// Config's tags.
 const (
-	DefaultMaxBodyBytes   = 1 << 20
 	DefaultMaxBatchItems  = 500
 	DefaultHandler        = "instanceworker"
 	DefaultMaxEventsPage  = 1000
-	DefaultMaxInFlight    = 1024
 	defaultEventsPageSize = 100
 	// defaultRetryAfter is the Retry-After of a 429 or 503 whose cause
 	// names no better delay: long enough not to hammer a struggling
@@ -74,8 +73,8 @@ type Options struct {
 	// Tokens are the accepted bearer tokens (SLUICE_API_TOKENS); when
 	// empty, /v1 is open.
 	Tokens []string
-	// MaxBodyBytes bounds a request body (SLUICE_API_MAX_BODY_BYTES,
-	// default 1 MiB).
+	// MaxBodyBytes bounds a request body (SLUICE_API_MAX_BODY_BYTES, whose
+	// default is the default).
 	MaxBodyBytes int64
 	// MaxBatchBodyBytes bounds a batch body. Default 8 × MaxBodyBytes.
 	MaxBatchBodyBytes int64
@@ -91,7 +90,7 @@ type Options struct {
 	// MaxEventsPage bounds the limit of one events page. Default 1000.
 	MaxEventsPage int
 	// MaxInFlight bounds the /v1 requests served at once
-	// (SLUICE_API_MAX_IN_FLIGHT, default 1024); one more is answered 429
+	// (SLUICE_API_MAX_IN_FLIGHT, whose default is the default); one more is answered 429
 	// too_many_requests with Retry-After at once, instead of queueing
 	// behind the event store's group commit until clients time out.
 	MaxInFlight int
@@ -135,8 +134,9 @@ func New(opts Options) (http.Handler, error) {
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}
+	def := DefaultConfig()
 	if opts.MaxBodyBytes <= 0 {
-		opts.MaxBodyBytes = DefaultMaxBodyBytes
+		opts.MaxBodyBytes = int64(def.MaxBodyBytes)
 	}
 	if opts.MaxBatchBodyBytes <= 0 {
 		opts.MaxBatchBodyBytes = 8 * opts.MaxBodyBytes
@@ -157,7 +157,7 @@ func New(opts Options) (http.Handler, error) {
 		opts.SSEHeartbeat = DefaultSSEHeartbeat
 	}
 	if opts.MaxInFlight <= 0 {
-		opts.MaxInFlight = DefaultMaxInFlight
+		opts.MaxInFlight = def.MaxInFlight
 	}
 	opts.Limits = withDefaultLimits(opts.Limits)
 	if opts.Limits.MaxDataDepth < 2 {

@@ -16,6 +16,14 @@ type Config struct {
 	AdminReadToken config.Secret `env:"SLUICE_ADMIN_READ_TOKEN" file:"true" doc:"Bearer token of the admin API's read-only role; unset: no reader. Without either token the admin API answers 401."`
 }
 
+// DefaultConfig is the section with the defaults of its tags, as a process
+// with none of its variables set reads it.
+func DefaultConfig() Config {
+	var c Config
+	config.Defaults(&c)
+	return c
+}
+
 // Validate checks the section; every problem is a *config.VarError.
 func (c Config) Validate() error {
 	k := &config.Checker{}

@@ -5,31 +5,28 @@ import (
 	"regexp"
 	"time"
 
+	"github.com/sluicehq/sluice/eventstore/objstore"
 	"github.com/sluicehq/sluice/shared/config"
+	"github.com/sluicehq/sluice/shared/envelope"
 )
 
 var bucketName = regexp.MustCompile(`^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$`)
 
 // Config configures the segment log (docs/eventstore.md).
 type Config struct {
-	Backend                 string        `env:"EVENT_STORE_BACKEND" envDefault:"s3" doc:"Object storage backend: s3 (AWS S3, MinIO, any S3-compatible store) or file (a local directory, single host)."`
-	Bucket                  string        `env:"EVENT_STORE_BUCKET" envDefault:"sluice-events" doc:"Bucket (s3) holding segments/ and checkpoints/."`
-	FileDir                 string        `env:"EVENT_STORE_FILE_DIR" envDefault:"./data/events" doc:"Root directory of the file backend; the bucket is a folder below it."`
-	S3Endpoint              string        `env:"EVENT_STORE_S3_ENDPOINT" doc:"S3 endpoint URL (http://minio:9000). Empty uses AWS's regional endpoint."`
-	S3Region                string        `env:"EVENT_STORE_S3_REGION" envDefault:"us-east-1" doc:"S3 region."`
-	S3AccessKeyID           string        `env:"EVENT_STORE_S3_ACCESS_KEY_ID" file:"true" doc:"Static access key id. Empty uses the default AWS credential chain."`
-	S3SecretAccessKey       config.Secret `env:"EVENT_STORE_S3_SECRET_ACCESS_KEY" file:"true" doc:"Static secret access key (never logged)."`
-	S3PathStyle             bool          `env:"EVENT_STORE_S3_PATH_STYLE" envDefault:"true" doc:"Use path-style addressing (needed by MinIO)."`
+	Backend string `env:"EVENT_STORE_BACKEND" envDefault:"s3" doc:"Object storage backend: s3 (AWS S3, MinIO, any S3-compatible store) or file (a local directory, single host)."`
+	Bucket  string `env:"EVENT_STORE_BUCKET" envDefault:"sluice-events" doc:"Bucket (s3) holding segments/ and checkpoints/."`
+	FileDir string `env:"EVENT_STORE_FILE_DIR" envDefault:"./data/events" doc:"Root directory of the file backend; the bucket is a folder below it."`
+	// The EVENT_STORE_S3_* connection settings.
+	objstore.S3Config
 	GroupCommitMaxWait      time.Duration `env:"EVENT_STORE_GROUP_COMMIT_MAX_WAIT" envDefault:"2ms" doc:"Longest time the committer gathers appends into one group."`
 	GroupCommitMaxEvents    int           `env:"EVENT_STORE_GROUP_COMMIT_MAX_EVENTS" envDefault:"500" doc:"Most envelopes in one group (one segment)."`
 	IdempotencyMismatchMode string        `env:"EVENT_STORE_IDEMPOTENCY_MISMATCH_MODE" envDefault:"error" doc:"Same event_id with a different payload: error (reject with a conflict) or warn (log and return the stored event)."`
 	SequenceAllocatorMode   string        `env:"EVENT_STORE_SEQUENCE_ALLOCATOR_MODE" envDefault:"postgres" doc:"postgres (the store assigns sequence numbers atomically) or off (the caller supplies sequence_number)."`
 	AppendTimeout           time.Duration `env:"EVENT_STORE_APPEND_TIMEOUT" envDefault:"30s" doc:"Age after which a reserved-but-uncommitted append is treated as crashed (relay repair/abandon)."`
-	ObjectTimeout           time.Duration `env:"EVENT_STORE_OBJECT_TIMEOUT" envDefault:"5s" doc:"Deadline of one object-storage call, retries included, plus transfer time at 1 MiB/s: a hung store fails appends with 503 after it instead of blocking them."`
 	IndexRetention          time.Duration `env:"EVENT_STORE_INDEX_RETENTION" envDefault:"168h" doc:"How long full index rows are kept beyond every relay checkpoint."`
-	MaxEnvelopeBytes        int           `env:"EVENT_STORE_MAX_ENVELOPE_BYTES" envDefault:"1048576" doc:"Largest accepted envelope, encoded."`
-	MaxDataDepth            int           `env:"EVENT_STORE_MAX_DATA_DEPTH" envDefault:"64" doc:"Deepest accepted nesting of the data object."`
-	MaxMetadataBytes        int           `env:"EVENT_STORE_MAX_METADATA_BYTES" envDefault:"16384" doc:"Largest accepted metadata object, encoded."`
+	// The EVENT_STORE_MAX_* envelope limits.
+	envelope.Limits
 }
 
 // DefaultConfig is the section with the defaults of its tags, as a process

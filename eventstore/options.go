@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/sluicehq/sluice/shared/config"
 	"github.com/sluicehq/sluice/shared/envelope"
 )
 
@@ -81,11 +82,12 @@ type settings struct {
 
 func (o Options) settings() (settings, error) {
 	c := o.Config
+	config.FillZero(&c) // the defaults of the EVENT_STORE_* tags for what the caller left unset
 	s := settings{
 		maxWait:      c.GroupCommitMaxWait,
 		maxEvents:    c.GroupCommitMaxEvents,
 		appendTO:     c.AppendTimeout,
-		limits:       envelope.Limits{MaxEnvelopeBytes: c.MaxEnvelopeBytes, MaxDataDepth: c.MaxDataDepth, MaxMetadataBytes: c.MaxMetadataBytes},
+		limits:       c.Limits,
 		logger:       o.Logger,
 		writerID:     o.WriterID,
 		maxInFlight:  o.MaxInFlightGroups,
@@ -94,18 +96,6 @@ func (o Options) settings() (settings, error) {
 		now:          o.Now,
 	}
 	s.maxLine = c.MaxEnvelopeBytes
-	if s.maxLine <= 0 {
-		s.maxLine = envelope.DefaultMaxEnvelopeBytes
-	}
-	if s.maxWait <= 0 {
-		s.maxWait = 2 * time.Millisecond
-	}
-	if s.maxEvents <= 0 {
-		s.maxEvents = 500
-	}
-	if s.appendTO <= 0 {
-		s.appendTO = 30 * time.Second
-	}
 	switch c.IdempotencyMismatchMode {
 	case "", MismatchError:
 	case MismatchWarn:

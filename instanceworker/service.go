@@ -15,7 +15,6 @@ import (
 	"github.com/sluicehq/sluice/registry"
 	"github.com/sluicehq/sluice/shared/consumer"
 	"github.com/sluicehq/sluice/shared/crashpoint"
-	"github.com/sluicehq/sluice/shared/envelope"
 	"github.com/sluicehq/sluice/shared/kafka"
 	"github.com/sluicehq/sluice/shared/observability"
 	"github.com/sluicehq/sluice/shared/readmodel"
@@ -92,7 +91,7 @@ func NewService(cfg Config, d Deps) (*Service, error) {
 		Config: cfg.Worker, MaxAttempts: cfg.Worker.InstanceMaxRetryAttempts, Kafka: cfg.Kafka, KafkaOpts: d.KafkaOpts,
 		Topic: cfg.Kafka.CommandsTopic, Group: cfg.Kafka.Group(GroupName), AdoptGroup: GroupName, DLQTopic: cfg.Kafka.CommandsDLQTopic,
 		HandlerName: HandlerName, Policy: registry.WaitForPredecessor, Registry: reg, Handler: w, Pause: reg,
-		Limits: envelope.Limits{MaxEnvelopeBytes: cfg.EventStore.MaxEnvelopeBytes, MaxDataDepth: cfg.EventStore.MaxDataDepth, MaxMetadataBytes: cfg.EventStore.MaxMetadataBytes}, Crash: crash, CrashWorker: HandlerName,
+		Limits: cfg.EventStore.Limits, Crash: crash, CrashWorker: HandlerName,
 		Logger: d.Logger, Metrics: d.Metrics, Health: d.Health, TracerProvider: d.TracerProvider,
 	}
 	cons, err := consumer.New(co)

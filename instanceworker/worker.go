@@ -101,7 +101,7 @@ type Options struct {
 	Store    Store
 	Registry *registry.Registry
 	ES       *elasticsearch.Client
-	// IndexPrefix is ELASTICSEARCH_INDEX_PREFIX (default "sluice_");
+	// IndexPrefix is ELASTICSEARCH_INDEX_PREFIX (and its default);
 	// IndexVersion the instances index version (default 1).
 	IndexPrefix  string
 	IndexVersion int
@@ -139,7 +139,7 @@ func New(o Options) (*Worker, error) {
 		return nil, errors.New("instanceworker: Store, Registry and ES are required")
 	}
 	if o.IndexPrefix == "" {
-		o.IndexPrefix = "sluice_"
+		o.IndexPrefix = readmodel.DefaultConfig().IndexPrefix
 	}
 	if o.IndexVersion <= 0 {
 		o.IndexVersion = readmodel.DefaultVersion

@@ -39,7 +39,6 @@ import (
 	"github.com/sluicehq/sluice/registry"
 	"github.com/sluicehq/sluice/relay"
 	"github.com/sluicehq/sluice/shared/crashpoint"
-	"github.com/sluicehq/sluice/shared/envelope"
 	"github.com/sluicehq/sluice/shared/observability"
 	"github.com/sluicehq/sluice/shared/readmodel"
 )
@@ -318,11 +317,7 @@ func buildAPI(ctx context.Context, d Deps, o Options) (Runner, error) {
 	h, err := api.New(api.Options{
 		Store: d.Store, Registry: reg, Sequences: d.Store, Logger: d.Logger,
 		Tokens: tokens, MaxBodyBytes: int64(cfg.API.MaxBodyBytes), MaxInFlight: cfg.API.MaxInFlight,
-		Limits: envelope.Limits{
-			MaxEnvelopeBytes: cfg.EventStore.MaxEnvelopeBytes,
-			MaxDataDepth:     cfg.EventStore.MaxDataDepth,
-			MaxMetadataBytes: cfg.EventStore.MaxMetadataBytes,
-		},
+		Limits:  cfg.EventStore.Limits,
 		Metrics: d.Metrics, Health: d.Health, TracerProvider: d.TracerProvider,
 		Events: d.Store, Commits: api.StoreCommits(ctx, d.Store),
 	})

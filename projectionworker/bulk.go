@@ -31,7 +31,7 @@ type ItemResult = readmodel.BulkItemResult
 // BulkOptions configure a Bulker.
 type BulkOptions struct {
 	// MaxDocs and MaxBytes bound one bulk request (ELASTICSEARCH_BULK_MAX_DOCS,
-	// ELASTICSEARCH_BULK_MAX_BYTES; defaults 1000 and 5 MiB).
+	// ELASTICSEARCH_BULK_MAX_BYTES, and their defaults).
 	MaxDocs, MaxBytes int
 	// Linger is how long a batch waits for more operations before it is
 	// sent (default 2 ms). A full batch is sent at once.
@@ -43,8 +43,8 @@ type BulkOptions struct {
 	ItemRetries int
 	// BackoffBase and BackoffCap shape the retries (defaults 50 ms, 5 s).
 	BackoffBase, BackoffCap time.Duration
-	// RequestTimeout bounds one bulk request (ELASTICSEARCH_REQUEST_TIMEOUT,
-	// default 10 s): a request past it is an outage, retried.
+	// RequestTimeout bounds one bulk request (ELASTICSEARCH_REQUEST_TIMEOUT
+	// and its default): a request past it is an outage, retried.
 	RequestTimeout time.Duration
 	// Availability receives the result of every bulk request (default: a
 	// new one pinging the bulker's client); Check reports it.
@@ -78,11 +78,12 @@ type batch struct {
 
 // NewBulker returns a Bulker writing to es.
 func NewBulker(es *elasticsearch.Client, o BulkOptions) *Bulker {
+	def := readmodel.DefaultConfig() // the ELASTICSEARCH_* defaults
 	if o.MaxDocs <= 0 {
-		o.MaxDocs = 1000
+		o.MaxDocs = def.BulkMaxDocs
 	}
 	if o.MaxBytes <= 0 {
-		o.MaxBytes = 5 << 20
+		o.MaxBytes = def.BulkMaxBytes
 	}
 	if o.Linger <= 0 {
 		o.Linger = 2 * time.Millisecond
@@ -97,7 +98,7 @@ func NewBulker(es *elasticsearch.Client, o BulkOptions) *Bulker {
 		o.BackoffCap = 5 * time.Second
 	}
 	if o.RequestTimeout <= 0 {
-		o.RequestTimeout = 10 * time.Second
+		o.RequestTimeout = def.RequestTimeout
 	}
 	if o.Availability == nil {
 		o.Availability = &readmodel.Availability{ES: es}

@@ -18,7 +18,6 @@ import (
 	"github.com/sluicehq/sluice/registry"
 	"github.com/sluicehq/sluice/shared/consumer"
 	"github.com/sluicehq/sluice/shared/crashpoint"
-	"github.com/sluicehq/sluice/shared/envelope"
 	"github.com/sluicehq/sluice/shared/kafka"
 	"github.com/sluicehq/sluice/shared/observability"
 	"github.com/sluicehq/sluice/shared/readmodel"
@@ -261,9 +260,8 @@ func (s *Service) newConsumer(sp Spec, v int) (*consumer.Consumer, error) {
 		Config: s.cfg.Worker, MaxAttempts: s.cfg.Worker.ProjectionMaxRetries, Kafka: s.cfg.Kafka, KafkaOpts: s.d.KafkaOpts,
 		Topic: s.cfg.Kafka.EventsTopic, Group: s.cfg.Kafka.Group(GroupName(p.Name(), v)), AdoptGroup: GroupName(p.Name(), v), DLQTopic: s.cfg.Kafka.EventsDLQTopic,
 		HandlerName: HandlerName(p.Name(), v), Policy: guard, Registry: reg, Handler: w, Pause: s.reg,
-		Limits: envelope.Limits{MaxEnvelopeBytes: s.cfg.EventStore.MaxEnvelopeBytes, MaxDataDepth: s.cfg.EventStore.MaxDataDepth,
-			MaxMetadataBytes: s.cfg.EventStore.MaxMetadataBytes},
-		Crash: s.crash, CrashWorker: CrashWorker, Logger: s.d.Logger, Metrics: s.d.Metrics, Health: s.d.Health,
+		Limits: s.cfg.EventStore.Limits,
+		Crash:  s.crash, CrashWorker: CrashWorker, Logger: s.d.Logger, Metrics: s.d.Metrics, Health: s.d.Health,
 		TracerProvider: s.d.TracerProvider,
 	}
 	co.Concurrency = max(co.Concurrency, MinConcurrency)

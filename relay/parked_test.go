@@ -261,7 +261,7 @@ func TestRepublishAndDropParked(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer cl.Close()
-	spec := kafka.Spec{Partitions: 4, Replication: 1, MaxMessageBytes: kafka.MessageBudget(envelope.DefaultMaxEnvelopeBytes, envelope.DefaultMaxMetadataBytes)}
+	spec := kafka.Spec{Partitions: 4, Replication: 1, MaxMessageBytes: kafka.MessageBudget(envelope.DefaultLimits().MaxEnvelopeBytes, envelope.DefaultLimits().MaxMetadataBytes)}
 
 	// Still refused by its topic: an error, the row stays parked.
 	_, err = RepublishParked(ctx, ps, cl, "test", 1, ResolveOptions{Spec: spec})

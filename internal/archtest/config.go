@@ -20,8 +20,6 @@ import (
 type ConfigProblem struct {
 	Pos    string // file:line
 	Reason string
-	// Restated is set on a default written again: "file VAR".
-	Restated string
 }
 
 func (p ConfigProblem) String() string { return p.Pos + ": " + p.Reason }
@@ -174,8 +172,7 @@ func CheckConfig(files []SourceFile) []ConfigProblem {
 		report := func(n ast.Node, name string, val constant.Value) {
 			if v, ok := match(name, val); ok {
 				out = append(out, ConfigProblem{Pos: fmt.Sprintf("%s:%d", p.path, p.fset.Position(n.Pos()).Line),
-					Reason:   fmt.Sprintf("the default of %s (%s, declared at %s) is written again: read it from the tags (DefaultConfig, config.Defaults, config.FillZero)", v.key, v.def.ExactString(), v.pos),
-					Restated: p.path + " " + v.key})
+					Reason: fmt.Sprintf("the default of %s (%s, declared at %s) is written again: read it from the tags (DefaultConfig, config.Defaults, config.FillZero)", v.key, v.def.ExactString(), v.pos)})
 			}
 		}
 		ast.Inspect(p.f, func(n ast.Node) bool {

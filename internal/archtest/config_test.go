@@ -15,38 +15,9 @@ func TestConfigSections(t *testing.T) {
 	if len(files) < 100 {
 		t.Fatalf("found %d .go files: not the module", len(files))
 	}
-	yet := map[string]bool{} // → seen
-	for _, k := range restatedYet {
-		yet[k] = false
-	}
 	for _, p := range CheckConfig(files) {
-		if _, ok := yet[p.Restated]; ok {
-			yet[p.Restated] = true
-			continue
-		}
 		t.Error(p)
 	}
-	for k, seen := range yet {
-		if !seen {
-			t.Errorf("%s: no longer restated: remove it from restatedYet", k)
-		}
-	}
-}
-
-// restatedYet are the defaults still written twice, file and variable,
-// each to go: the list only shrinks.
-var restatedYet = []string{
-	"api/api.go SLUICE_API_MAX_BODY_BYTES",
-	"api/api.go SLUICE_API_MAX_IN_FLIGHT",
-	"eventstore/objstore/minioext/minioext.go EVENT_STORE_S3_REGION",
-	"eventstore/objstore/s3store/s3store.go EVENT_STORE_S3_REGION",
-	"instanceworker/worker.go ELASTICSEARCH_INDEX_PREFIX",
-	"projectionworker/bulk.go ELASTICSEARCH_BULK_MAX_BYTES",
-	"projectionworker/bulk.go ELASTICSEARCH_BULK_MAX_DOCS",
-	"projectionworker/bulk.go ELASTICSEARCH_REQUEST_TIMEOUT",
-	"shared/envelope/validate.go EVENT_STORE_MAX_DATA_DEPTH",
-	"shared/envelope/validate.go EVENT_STORE_MAX_ENVELOPE_BYTES",
-	"shared/envelope/validate.go EVENT_STORE_MAX_METADATA_BYTES",
 }
 
 // The check fails on each kind of violation (synthetic sources).

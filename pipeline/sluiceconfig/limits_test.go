@@ -25,7 +25,7 @@ func TestCheckLimits(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			cfg := &Config{EventStore: eventstore.Config{MaxEnvelopeBytes: 1 << 20, MaxMetadataBytes: 16384}}
+			cfg := &Config{EventStore: eventstore.Config{Limits: envelope.Limits{MaxEnvelopeBytes: 1 << 20, MaxMetadataBytes: 16384}}}
 			cfg.Kafka.MaxMessageBytes = tc.maxMsg
 			cfg.Relay.ParkAfterAttempts = tc.attempts
 			err := cfg.CheckLimits()
@@ -53,7 +53,7 @@ func TestBudgetDerivedByConfig(t *testing.T) {
 		env  map[string]string
 		want int
 	}{
-		{"defaults", nil, kafka.MessageBudget(envelope.DefaultMaxEnvelopeBytes, envelope.DefaultMaxMetadataBytes)},
+		{"defaults", nil, kafka.MessageBudget(envelope.DefaultLimits().MaxEnvelopeBytes, envelope.DefaultLimits().MaxMetadataBytes)},
 		{"raised envelope limit", map[string]string{"EVENT_STORE_MAX_ENVELOPE_BYTES": "4194304", "EVENT_STORE_MAX_METADATA_BYTES": "32768"}, kafka.MessageBudget(4194304, 32768)},
 		{"explicit", map[string]string{"KAFKA_MAX_MESSAGE_BYTES": "9000000"}, 9000000},
 	} {

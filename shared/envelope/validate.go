@@ -11,50 +11,45 @@ import (
 	"time"
 
 	"github.com/go-json-experiment/json/jsontext"
+
+	"github.com/sluicehq/sluice/shared/config"
 )
 
-// Default limits (docs/architecture.md#the-envelope).
-const (
-	// DefaultMaxEnvelopeBytes is the default limit on an encoded envelope.
-	DefaultMaxEnvelopeBytes = 1 << 20
-	// DefaultMaxDataDepth is the default limit on JSON nesting depth of data
-	// (the data object itself is depth 1); it applies to metadata too.
-	DefaultMaxDataDepth = 64
-	// DefaultMaxMetadataBytes is the default limit on encoded metadata.
-	DefaultMaxMetadataBytes = 16 << 10
-)
-
-// Limits bounds envelope sizes. A zero or negative field means the default.
+// Limits bounds envelope sizes (docs/architecture.md#the-envelope). A zero
+// or negative field means the default. They are the EVENT_STORE_MAX_*
+// settings: eventstore.Config embeds Limits, whose tags declare the
+// variables and their defaults.
 type Limits struct {
 	// MaxEnvelopeBytes bounds the encoded envelope (the input of Parse and
 	// the output of Marshal).
-	MaxEnvelopeBytes int
+	MaxEnvelopeBytes int `env:"EVENT_STORE_MAX_ENVELOPE_BYTES" envDefault:"1048576" doc:"Largest accepted envelope, encoded."`
 	// MaxDataDepth bounds JSON nesting depth inside data and inside metadata;
 	// the object itself is depth 1, so {"a":{}} has depth 2.
-	MaxDataDepth int
+	MaxDataDepth int `env:"EVENT_STORE_MAX_DATA_DEPTH" envDefault:"64" doc:"Deepest accepted nesting of the data object."`
 	// MaxMetadataBytes bounds the encoded (compact) metadata object.
-	MaxMetadataBytes int
+	MaxMetadataBytes int `env:"EVENT_STORE_MAX_METADATA_BYTES" envDefault:"16384" doc:"Largest accepted metadata object, encoded."`
 }
 
-// DefaultLimits returns the limits of docs/architecture.md#the-envelope: 1 MiB envelope, depth 64,
-// 16 KiB metadata.
-func DefaultLimits() Limits {
-	return Limits{
-		MaxEnvelopeBytes: DefaultMaxEnvelopeBytes,
-		MaxDataDepth:     DefaultMaxDataDepth,
-		MaxMetadataBytes: DefaultMaxMetadataBytes,
-	}
-}
+// defaultLimits are the defaults of Limits' tags (1 MiB envelope, depth 64,
+// 16 KiB metadata), read once: Parse applies them to every envelope.
+var defaultLimits = func() Limits {
+	var l Limits
+	config.Defaults(&l)
+	return l
+}()
+
+// DefaultLimits returns the default limits, those of Limits' tags.
+func DefaultLimits() Limits { return defaultLimits }
 
 func (l Limits) withDefaults() Limits {
 	if l.MaxEnvelopeBytes <= 0 {
-		l.MaxEnvelopeBytes = DefaultMaxEnvelopeBytes
+		l.MaxEnvelopeBytes = defaultLimits.MaxEnvelopeBytes
 	}
 	if l.MaxDataDepth <= 0 {
-		l.MaxDataDepth = DefaultMaxDataDepth
+		l.MaxDataDepth = defaultLimits.MaxDataDepth
 	}
 	if l.MaxMetadataBytes <= 0 {
-		l.MaxMetadataBytes = DefaultMaxMetadataBytes
+		l.MaxMetadataBytes = defaultLimits.MaxMetadataBytes
 	}
 	return l
 }

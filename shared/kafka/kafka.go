@@ -44,7 +44,7 @@ func Budget(c Config) int {
 	if c.MaxMessageBytes > 0 {
 		return c.MaxMessageBytes
 	}
-	return MessageBudget(envelope.DefaultMaxEnvelopeBytes, envelope.DefaultMaxMetadataBytes)
+	return MessageBudget(envelope.DefaultLimits().MaxEnvelopeBytes, envelope.DefaultLimits().MaxMetadataBytes)
 }
 
 // TopicSpec is how sluice creates a missing topic: KAFKA_TOPIC_PARTITIONS,

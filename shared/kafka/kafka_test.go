@@ -76,7 +76,7 @@ func TestNewClientAuthenticatesAsConfigured(t *testing.T) {
 // derived from the envelope limits when KAFKA_MAX_MESSAGE_BYTES is unset.
 func TestOptsCarryTLSAndProducerSettings(t *testing.T) {
 	brokers := newCluster(t)
-	derived := kafka.MessageBudget(envelope.DefaultMaxEnvelopeBytes, envelope.DefaultMaxMetadataBytes)
+	derived := kafka.MessageBudget(envelope.DefaultLimits().MaxEnvelopeBytes, envelope.DefaultLimits().MaxMetadataBytes)
 	for _, tc := range []struct {
 		name       string
 		cfg        kafka.Config

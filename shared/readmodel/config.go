@@ -22,6 +22,14 @@ type Config struct {
 	RequestTimeout time.Duration `env:"ELASTICSEARCH_REQUEST_TIMEOUT" envDefault:"10s" doc:"Deadline of each Elasticsearch request (connect to last byte of the answer); a request past it counts as an Elasticsearch outage."`
 }
 
+// DefaultConfig is the section with the defaults of its tags, as a process
+// with none of its variables set reads it.
+func DefaultConfig() Config {
+	var c Config
+	config.Defaults(&c)
+	return c
+}
+
 // Validate checks the section; every problem is a *config.VarError.
 func (e Config) Validate() error {
 	k := &config.Checker{}

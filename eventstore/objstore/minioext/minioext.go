@@ -57,7 +57,7 @@ func New(o Options) (*Client, error) {
 		})
 	}
 	if o.Region == "" {
-		o.Region = "us-east-1"
+		o.Region = objstore.DefaultS3Config().S3Region
 	}
 	mc, err := minio.New(u.Host, &minio.Options{
 		Creds:        creds,

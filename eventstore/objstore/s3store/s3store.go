@@ -18,15 +18,14 @@ import (
 	"github.com/sluicehq/sluice/eventstore/objstore"
 )
 
-// Defaults of Options' zero values.
+// Defaults of Options' zero values; the region and the timeout of one call
+// default to those of EVENT_STORE_S3_REGION and EVENT_STORE_OBJECT_TIMEOUT
+// (objstore.DefaultS3Config).
 const (
-	DefaultRegion                = "us-east-1"
 	DefaultMaxAttempts           = 3
 	DefaultMaxBackoff            = 5 * time.Second
 	DefaultConnectTimeout        = 5 * time.Second
 	DefaultResponseHeaderTimeout = 30 * time.Second
-	// DefaultTimeout bounds one call (EVENT_STORE_OBJECT_TIMEOUT).
-	DefaultTimeout = 5 * time.Second
 	// DefaultMinBytesPerSecond is the slowest transfer a call's deadline
 	// allows for its body (1 MiB/s: a 1 MiB segment adds 1 s).
 	DefaultMinBytesPerSecond = 1 << 20
@@ -142,8 +141,9 @@ func New(ctx context.Context, o Options) (*Bucket, error) {
 }
 
 func (o Options) withDefaults() Options {
+	def := objstore.DefaultS3Config()
 	if o.Region == "" {
-		o.Region = DefaultRegion
+		o.Region = def.S3Region
 	}
 	if o.MaxAttempts <= 0 {
 		o.MaxAttempts = DefaultMaxAttempts
@@ -158,7 +158,7 @@ func (o Options) withDefaults() Options {
 		o.ResponseHeaderTimeout = DefaultResponseHeaderTimeout
 	}
 	if o.Timeout <= 0 {
-		o.Timeout = DefaultTimeout
+		o.Timeout = def.ObjectTimeout
 	}
 	if o.MinBytesPerSecond <= 0 {
 		o.MinBytesPerSecond = DefaultMinBytesPerSecond
