@@ -46,7 +46,9 @@ type sectionVar struct {
 //     key of the same name (or a suffix of it after a short qualifier,
 //     Region for S3Region),
 //     directly or through a named constant. Such code reads the default
-//     from the tags instead (config.Defaults, config.FillZero).
+//     from the tags instead (config.Defaults, config.FillZero); a value
+//     that only happens to equal a default (another knob's) says so in a
+//     comment on its line containing "not the default".
 func CheckConfig(files []SourceFile) []ConfigProblem {
 	type parsed struct {
 		path string
@@ -60,7 +62,7 @@ func CheckConfig(files []SourceFile) []ConfigProblem {
 			continue
 		}
 		fset := token.NewFileSet()
-		af, err := parser.ParseFile(fset, f.Path, f.Src, parser.SkipObjectResolution)
+		af, err := parser.ParseFile(fset, f.Path, f.Src, parser.SkipObjectResolution|parser.ParseComments)
 		if err != nil {
 			out = append(out, ConfigProblem{Pos: f.Path, Reason: "does not parse: " + err.Error()})
 			continue
@@ -169,7 +171,20 @@ func CheckConfig(files []SourceFile) []ConfigProblem {
 	}
 	for _, p := range all {
 		dir := path.Dir(p.path)
+		// A line whose comment says "not the default" is a value that only
+		// happens to equal one (another knob's), and is left alone.
+		exempt := map[int]bool{}
+		for _, cg := range p.f.Comments {
+			for _, c := range cg.List {
+				if strings.Contains(c.Text, "not the default") {
+					exempt[p.fset.Position(c.Pos()).Line] = true
+				}
+			}
+		}
 		report := func(n ast.Node, name string, val constant.Value) {
+			if exempt[p.fset.Position(n.End()).Line] {
+				return
+			}
 			if v, ok := match(name, val); ok {
 				out = append(out, ConfigProblem{Pos: fmt.Sprintf("%s:%d", p.path, p.fset.Position(n.Pos()).Line),
 					Reason: fmt.Sprintf("the default of %s (%s, declared at %s) is written again: read it from the tags (DefaultConfig, config.Defaults, config.FillZero)", v.key, v.def.ExactString(), v.pos)})

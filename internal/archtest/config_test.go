@@ -53,6 +53,8 @@ func TestConfigSectionsViolations(t *testing.T) {
 			{"eventstore/objstore/s3store/s3store.go", src("s3store", "const DefaultRegion = \"us-east-1\"\n\nfunc f(o *Options) { o.Region = DefaultRegion }")},
 			{"shared/other/x.go", src("other", "var o = Options{MaxBatch: 200, Lookback: 10 * time.Minute}")}},
 			[]string{"s3store.go:9: the default of EVENT_STORE_S3_REGION (\"us-east-1\""}},
+		{"an equal value that says it is another knob's", []SourceFile{relay,
+			{"relay/reindex.go", src("relay", "var o = Options{BatchSize: 200} // the reindex page, not the default of EVENT_PUBLISHER_BATCH_SIZE")}}, nil},
 		{"through a named constant and a shift", []SourceFile{relay,
 			{"relay/defaults.go", src("relay", "const (\n\tminute = 60 * time.Second\n\tdefaultLookback = 10 * minute\n\tbatch = 25 << 3\n)\n\nvar d = Config{Lookback: defaultLookback, BatchSize: batch}")}},
 			[]string{"relay/defaults.go:13: the default of EVENT_PUBLISHER_BATCH_SIZE", "relay/defaults.go:13: the default of EVENT_PUBLISHER_LOOKBACK_SECONDS"}},
