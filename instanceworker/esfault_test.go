@@ -28,34 +28,30 @@ func newESGate(t testing.TB, es *esserver.Server) *esGate {
 	return &esGate{testenv.NewGate(t, es)}
 }
 
-// esFault is one kind of Elasticsearch outage: start begins it, and the
-// returned function ends it.
+// esFault is one kind of Elasticsearch outage (testenv.ESFaults) with
+// hold, how long an end-to-end test keeps it: longer than the worker's
+// retry budget (3 attempts of 4 requests of 500 ms when frozen), so that
+// an outage spending attempts would dead-letter.
 type esFault struct {
-	name  string
-	start func(e *env, g *esGate) (end func())
-	// hold is how long an end-to-end test keeps the outage: longer than
-	// the worker's retry budget (3 attempts of 4 requests of 500 ms when
-	// frozen), so that an outage spending attempts would dead-letter.
+	testenv.ESFault
 	hold time.Duration
-	// items: only _bulk items fail (the batch path's document writes).
-	items bool
 }
 
+func (f esFault) start(e *env, g *esGate) (end func()) { return f.Start(e.es, g.Gate) }
+
 func esFaults() []esFault {
-	status := func(code int) func(e *env, g *esGate) func() {
-		return func(e *env, g *esGate) func() { return e.es.InjectFault(esserver.Fault{Status: code}) }
+	var out []esFault
+	for _, f := range testenv.ESFaults() {
+		hold := 3 * time.Second
+		if f.Name == "frozen" {
+			hold = 10 * time.Second
+		}
+		// "429 items": only the document writes fail, after the domain
+		// events are appended: still an outage, neither DEAD nor a stale
+		// read model.
+		out = append(out, esFault{f, hold})
 	}
-	return []esFault{
-		{"closed port", func(_ *env, g *esGate) func() { g.Stop(); return g.Start }, 3 * time.Second, false},
-		{"frozen", func(_ *env, g *esGate) func() { g.Freeze(); return g.Thaw }, 10 * time.Second, false},
-		{"503", status(http.StatusServiceUnavailable), 3 * time.Second, false},
-		{"429", status(http.StatusTooManyRequests), 3 * time.Second, false},
-		// Only the document writes fail, after the domain events are
-		// appended: still an outage, neither DEAD nor a stale read model.
-		{"429 items", func(e *env, _ *esGate) func() {
-			return e.es.InjectFault(esserver.Fault{BulkItemStatus: http.StatusTooManyRequests})
-		}, 3 * time.Second, true},
-	}
+	return out
 }
 
 // newWorker builds a Worker on the env's store and registry with an
@@ -85,7 +81,7 @@ func (e *env) newWorker(url string) *instanceworker.Worker {
 // items: at the first accepted write) and the same commands are applied.
 func TestESOutageIsAnOutage(t *testing.T) {
 	for _, f := range esFaults() {
-		t.Run(f.name, func(t *testing.T) {
+		t.Run(f.Name, func(t *testing.T) {
 			e := newEnv(t, 1)
 			g := newESGate(t, e.es)
 			w := e.newWorker(g.URL())
@@ -96,7 +92,7 @@ func TestESOutageIsAnOutage(t *testing.T) {
 			one := e.appendCmd(instanceworker.CreateInstance, "out", "things", "one", create("out", "things", strp("one"), map[string]any{"v": 1}))
 			two := e.appendCmd(instanceworker.CreateInstance, "out", "things", "two", create("out", "things", strp("two"), map[string]any{"v": 2}))
 			end := f.start(e, g)
-			if !f.items { // Handle writes with the index API, not _bulk
+			if !f.Items { // Handle writes with the index API, not _bulk
 				_, err := w.Handle(ctx, &consumer.Record{Envelope: one.ev.Envelope, Attempt: 1})
 				if c := consumer.Classify(err); c != consumer.ClassOutage {
 					t.Errorf("Handle during the outage: class %s (%v), want %s", c, err, consumer.ClassOutage)
@@ -115,7 +111,7 @@ func TestESOutageIsAnOutage(t *testing.T) {
 				defer cancel()
 				return w.Availability().Check(cctx) == nil
 			}
-			if !f.items {
+			if !f.Items {
 				// Back by itself: while red, the check pings the cluster.
 				testenv.WaitFor(t, 10*time.Second, "readiness green after the outage", green)
 			}
@@ -145,7 +141,7 @@ func TestESOutageIsAnOutage(t *testing.T) {
 // documents at their last version) and readiness is green again.
 func TestESOutagePausesTheWorker(t *testing.T) {
 	for _, f := range esFaults() {
-		t.Run(f.name, func(t *testing.T) {
+		t.Run(f.Name, func(t *testing.T) {
 			e := newEnv(t, 2)
 			g := newESGate(t, e.es)
 			first := []cmd{e.appendCmd(instanceworker.CreateInstance, "out", "things", "a", create("out", "things", strp("a"), map[string]any{"v": 0}))}

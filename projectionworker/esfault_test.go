@@ -42,30 +42,26 @@ func (g *esGate) client(t testing.TB) *elasticsearch.Client {
 	return es
 }
 
-// esFault is one kind of Elasticsearch outage: start begins it, and the
-// returned function ends it; hold is how long an end-to-end test keeps it
-// (longer than the retry budget when it spent attempts). items: only bulk
-// items fail (the request succeeds), so it concerns existing indices.
+// esFault is one kind of Elasticsearch outage (testenv.ESFaults) with
+// hold, how long an end-to-end test keeps it (longer than the retry
+// budget when it spent attempts).
 type esFault struct {
-	name  string
-	start func(e *env, g *esGate) (end func())
-	hold  time.Duration
-	items bool
+	testenv.ESFault
+	hold time.Duration
 }
 
+func (f esFault) start(e *env, g *esGate) (end func()) { return f.Start(e.es, g.Gate) }
+
 func esFaults() []esFault {
-	status := func(code int) func(e *env, g *esGate) func() {
-		return func(e *env, g *esGate) func() { return e.es.InjectFault(esserver.Fault{Status: code}) }
+	var out []esFault
+	for _, f := range testenv.ESFaults() {
+		hold := 3 * time.Second
+		if f.Name == "frozen" || f.Items {
+			hold = 5 * time.Second
+		}
+		out = append(out, esFault{f, hold})
 	}
-	return []esFault{
-		{"closed port", func(_ *env, g *esGate) func() { g.Stop(); return g.Start }, 3 * time.Second, false},
-		{"frozen", func(_ *env, g *esGate) func() { g.Freeze(); return g.Thaw }, 5 * time.Second, false},
-		{"503", status(http.StatusServiceUnavailable), 3 * time.Second, false},
-		{"429", status(http.StatusTooManyRequests), 3 * time.Second, false},
-		{"429 items", func(e *env, _ *esGate) func() {
-			return e.es.InjectFault(esserver.Fault{BulkItemStatus: http.StatusTooManyRequests})
-		}, 5 * time.Second, true},
-	}
+	return out
 }
 
 // TestESOutageIsAnOutage calls the handler for an event of a new scope
@@ -77,7 +73,7 @@ func esFaults() []esFault {
 // same event is applied.
 func TestESOutageIsAnOutage(t *testing.T) {
 	for _, f := range esFaults() {
-		t.Run(f.name, func(t *testing.T) {
+		t.Run(f.Name, func(t *testing.T) {
 			e := newEnv(t, 1)
 			g := newESGate(t, e.es)
 			es := g.client(t)
@@ -87,7 +83,7 @@ func TestESOutageIsAnOutage(t *testing.T) {
 				t.Fatal(err)
 			}
 			ctx := ctxT(t)
-			if f.items {
+			if f.Items {
 				warm := e.event(projectionworker.InstanceCreated, "outg", "things", "warm", 1, nil)
 				if _, err := w.Handle(ctx, &consumer.Record{Envelope: warm, Attempt: 1}); err != nil {
 					t.Fatal(err)
@@ -112,7 +108,7 @@ func TestESOutageIsAnOutage(t *testing.T) {
 				defer cancel()
 				return bulk.Check(cctx) == nil
 			}
-			if !f.items {
+			if !f.Items {
 				// Back by itself: while red, the check pings the cluster.
 				testenv.WaitFor(t, 10*time.Second, "readiness green after the outage", green)
 			}
@@ -138,7 +134,7 @@ func TestESOutageIsAnOutage(t *testing.T) {
 // event) and readiness is green again.
 func TestESOutagePausesTheWorker(t *testing.T) {
 	for _, f := range esFaults() {
-		t.Run(f.name, func(t *testing.T) {
+		t.Run(f.Name, func(t *testing.T) {
 			e := newEnv(t, 2)
 			g := newESGate(t, e.es)
 			warm := e.event(projectionworker.InstanceCreated, "known", "things", "warm", 1, nil)
@@ -164,7 +160,7 @@ func TestESOutagePausesTheWorker(t *testing.T) {
 			}
 			end := f.start(e, g)
 			db := "fresh"
-			if f.items {
+			if f.Items {
 				db = "known"
 			}
 			var evs []envelope.Envelope
