@@ -152,10 +152,7 @@ func newEnv(t testing.TB, partitions int) *env {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = e.store.Close() })
-	adm := kadm.NewClient(e.producer())
-	if _, err := adm.CreateTopics(context.Background(), int32(partitions), 1, nil, e.topic, e.dlq); err != nil {
-		t.Fatal(err)
-	}
+	testenv.CreateTopics(t, e.producer(), partitions, e.topic, e.dlq)
 	return e
 }
 
@@ -169,12 +166,7 @@ func (e *env) config(extra map[string]string) *sluiceconfig.Config {
 
 func (e *env) producer() *kgo.Client {
 	if e.prod == nil {
-		cl, err := kgo.NewClient(kgo.SeedBrokers(e.kafka.Brokers...), kgo.DefaultProduceTopic(e.topic))
-		if err != nil {
-			e.t.Fatal(err)
-		}
-		e.t.Cleanup(cl.Close)
-		e.prod = cl
+		e.prod = e.kafka.Client(e.t, kgo.DefaultProduceTopic(e.topic))
 	}
 	return e.prod
 }

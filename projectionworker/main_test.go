@@ -121,10 +121,7 @@ func newEnv(t testing.TB, partitions int) *env {
 		"PROCESSED_EVENT_OWNER": "worker-a", "WORKER_RETRY_BACKOFF_BASE": "20ms", "WORKER_RETRY_BACKOFF_CAP": "200ms",
 		"SHUTDOWN_TIMEOUT": "10s", "PROJECTION_WORKER_MAX_RETRIES": "3",
 	}
-	adm := kadm.NewClient(e.producer())
-	if _, err := adm.CreateTopics(context.Background(), int32(partitions), 1, nil, e.topic, e.dlq); err != nil {
-		t.Fatal(err)
-	}
+	testenv.CreateTopics(t, e.producer(), partitions, e.topic, e.dlq)
 	return e
 }
 
@@ -138,12 +135,7 @@ func (e *env) config(extra map[string]string) *sluiceconfig.Config {
 
 func (e *env) producer() *kgo.Client {
 	if e.prod == nil {
-		cl, err := kgo.NewClient(kgo.SeedBrokers(e.kafka.Brokers...), kgo.DefaultProduceTopic(e.topic))
-		if err != nil {
-			e.t.Fatal(err)
-		}
-		e.t.Cleanup(cl.Close)
-		e.prod = cl
+		e.prod = e.kafka.Client(e.t, kgo.DefaultProduceTopic(e.topic))
 	}
 	return e.prod
 }
