@@ -4,21 +4,13 @@ import (
 	"context"
 	"strings"
 	"testing"
-
-	"github.com/sluicehq/sluice/registry"
-	"github.com/sluicehq/sluice/shared/testenv"
 )
 
 // The pause and resume guard: without --yes, and with --dry-run, nothing
 // changes; --yes sets the durable flag; repeating is a no-op.
 func TestConsumerPauseGuard(t *testing.T) {
 	ctx := context.Background()
-	url, pool := testenv.NewMigratedDatabase(t)
-	t.Setenv("DATABASE_URL", url)
-	reg, err := registry.New(pool, registry.Options{Owner: "cli-test"})
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, reg := envRegistry(t, "cli-test")
 	for _, st := range []struct {
 		name    string
 		args    []string

@@ -83,8 +83,7 @@ func dlqLetterRecord(topic, handler string, orig *kgo.Record, class, errText str
 // completed, durable drops hidden from list.
 func TestDLQListShowRedriveDrop(t *testing.T) {
 	ctx := context.Background()
-	url, pool := testenv.NewMigratedDatabase(t)
-	t.Setenv("DATABASE_URL", url)
+	pool := envDatabase(t)
 	k := newKafkaFixture(t)
 	orig, dlqTopic := testenv.UniqueName("cmds."), ""
 	dlqTopic = orig + ".dlq"

@@ -20,8 +20,7 @@ import (
 // (issue 27.4: they failed with INVALID_REPLICATION_FACTOR).
 func TestDLQRedriveAndDropOnOneBrokerWithDefaultEnv(t *testing.T) {
 	ctx := context.Background()
-	url, pool := testenv.NewMigratedDatabase(t)
-	t.Setenv("DATABASE_URL", url)
+	pool := envDatabase(t)
 	k := newKafkaFixture(t)
 	if err := os.Unsetenv("KAFKA_TOPIC_REPLICATION_FACTOR"); err != nil { // restored by newKafkaFixture's t.Setenv
 		t.Fatal(err)

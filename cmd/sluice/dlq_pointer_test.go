@@ -23,8 +23,7 @@ import (
 // gone is reported as failed with the way out (republish from the store).
 func TestDLQPointerForm(t *testing.T) {
 	ctx := context.Background()
-	url, pool := testenv.NewMigratedDatabase(t)
-	t.Setenv("DATABASE_URL", url)
+	pool := envDatabase(t)
 	k := newKafkaFixture(t)
 	orig := testenv.UniqueName("cmds.")
 	dlq := orig + ".dlq"

@@ -18,7 +18,9 @@ import (
 	"github.com/sluicehq/sluice/eventstore/objstore"
 	"github.com/sluicehq/sluice/eventstore/objstore/backend"
 	"github.com/sluicehq/sluice/pipeline/sluiceconfig"
+	"github.com/sluicehq/sluice/registry"
 	"github.com/sluicehq/sluice/shared/envelope"
+	"github.com/sluicehq/sluice/shared/testenv"
 )
 
 // openEnvStore sets env as the test's process environment (what the
@@ -53,6 +55,26 @@ func setEnvConfig(t *testing.T, env map[string]string) *sluiceconfig.Config {
 		t.Fatal(err)
 	}
 	return cfg
+}
+
+// envDatabase is a fresh migrated database, named in DATABASE_URL for the
+// commands under test.
+func envDatabase(t *testing.T) *pgxpool.Pool {
+	t.Helper()
+	url, pool := testenv.NewMigratedDatabase(t)
+	t.Setenv("DATABASE_URL", url)
+	return pool
+}
+
+// envRegistry is envDatabase with a registry on it for owner.
+func envRegistry(t *testing.T, owner string) (*pgxpool.Pool, *registry.Registry) {
+	t.Helper()
+	pool := envDatabase(t)
+	reg, err := registry.New(pool, registry.Options{Owner: owner})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return pool, reg
 }
 
 // appendCommands appends n DO_IT commands to the store, the i-th to

@@ -12,17 +12,11 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/sluicehq/sluice/registry"
-	"github.com/sluicehq/sluice/shared/testenv"
 )
 
 func TestRegistryShowAndPrune(t *testing.T) {
 	ctx := context.Background()
-	url, pool := testenv.NewMigratedDatabase(t)
-	t.Setenv("DATABASE_URL", url)
-	reg, err := registry.New(pool, registry.Options{Owner: "cli-test"})
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, reg := envRegistry(t, "cli-test")
 	id := uuid.NewString()
 	res, err := reg.Claim(ctx, registry.ClaimRequest{Handler: "instanceworker", EventID: id, AggregateID: "db:c:1", Seq: 1, Policy: registry.SkipStale})
 	if err != nil || res.Kind != registry.Claimed {
@@ -55,12 +49,7 @@ func TestRegistryShowAndPrune(t *testing.T) {
 // worker's rows the command-status API reads.
 func TestRegistryPruneGuard(t *testing.T) {
 	ctx := context.Background()
-	url, pool := testenv.NewMigratedDatabase(t)
-	t.Setenv("DATABASE_URL", url)
-	reg, err := registry.New(pool, registry.Options{Owner: "cli-test"})
-	if err != nil {
-		t.Fatal(err)
-	}
+	pool, reg := envRegistry(t, "cli-test")
 	status, other := uuid.NewString(), uuid.NewString()
 	for _, c := range []struct{ handler, id string }{{"instanceworker", status}, {"projection-history-v1", other}} {
 		res, err := reg.Claim(ctx, registry.ClaimRequest{Handler: c.handler, EventID: c.id, AggregateID: "db:c:1", Seq: 1, Policy: registry.SkipStale})
