@@ -12,7 +12,7 @@ type Config struct {
 	MaxInFlight  int             `env:"SLUICE_API_MAX_IN_FLIGHT" envDefault:"1024" doc:"Most /v1 requests served at once; one more is answered 429 too_many_requests with Retry-After at once, rather than queued until clients time out."`
 	// AdminToken and AdminReadToken guard the admin API (/admin/v1/,
 	// docs/console.md); without either, it answers 401 to every request.
-	AdminToken     config.Secret `env:"SLUICE_ADMIN_TOKEN" file:"true" doc:"Bearer token of the admin API's operator role (reads and actions); unset: no operator."`
+	AdminToken     config.Secret `env:"SLUICE_ADMIN_TOKEN" file:"true" doc:"Bearer token of the admin API's operator role (reads and actions); unset: no operator, except in sluice dev, which makes one, prints it and keeps it in {data dir}/admin-token (mode 0600)."`
 	AdminReadToken config.Secret `env:"SLUICE_ADMIN_READ_TOKEN" file:"true" doc:"Bearer token of the admin API's read-only role; unset: no reader. Without either token the admin API answers 401."`
 }
 
