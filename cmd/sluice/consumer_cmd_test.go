@@ -85,29 +85,7 @@ func TestConsumerLagAndReset(t *testing.T) {
 
 	// A live member: refused, and --force meets the broker's refusal.
 	commit(2, 2)
-	mctx, stop := context.WithCancel(ctx)
-	member, err := kgo.NewClient(append(k.kopts, kgo.ConsumerGroup(group), kgo.ConsumeTopics(topic), kgo.DisableAutoCommit())...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	polled := make(chan struct{})
-	go func() {
-		defer close(polled)
-		for mctx.Err() == nil {
-			member.PollFetches(mctx)
-		}
-	}()
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		dg, err := k.adm.DescribeGroups(ctx, group)
-		if err == nil && len(dg[group].Members) == 1 && dg[group].State == "Stable" {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the member did not join: %v %+v", err, dg)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+	leave := testenv.JoinGroup(t, k.brokers, group, topic)
 	_, _, err = runOps(t, "consumer", "reset", "--group", group, "--to", "earliest", "--yes")
 	if opExitCode(err) != exitGroupActive || !strings.Contains(err.Error(), "1 live members") {
 		t.Fatalf("reset with a live member: exit %d %v", opExitCode(err), err)
@@ -123,9 +101,7 @@ func TestConsumerLagAndReset(t *testing.T) {
 	if got := committed(); got != [2]int64{2, 2} {
 		t.Fatalf("refused resets changed offsets: %v", got)
 	}
-	stop()
-	<-polled
-	member.Close() // leaves the group
+	leave()
 	out, _, err = runOps(t, "consumer", "reset", "--group", group, "--to", "earliest", "--yes")
 	if err != nil || committed() != [2]int64{0, 0} {
 		t.Fatalf("reset after the member left: %v %v\n%s", err, committed(), out)

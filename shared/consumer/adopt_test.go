@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"testing"
-	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -100,22 +99,7 @@ func TestCopyAndAdoptOffsets(t *testing.T) {
 	}
 
 	// A live member of the target: refused.
-	mctx, stop := context.WithCancel(ctx)
-	defer stop()
-	member, err := kgo.NewClient(kgo.SeedBrokers(k.Brokers...), kgo.ConsumerGroup(next), kgo.ConsumeTopics(topic), kgo.DisableAutoCommit())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer member.Close()
-	go func() {
-		for mctx.Err() == nil {
-			member.PollFetches(mctx)
-		}
-	}()
-	testenv.WaitFor(t, 20*time.Second, "the member joined", func() bool {
-		dg, err := adm.DescribeGroups(ctx, next)
-		return err == nil && len(dg[next].Members) == 1
-	})
+	testenv.JoinGroup(t, k.Brokers, next, topic)
 	if res, err := CopyOffsets(ctx, adm, CopyOptions{From: legacy, To: next, Topic: topic, Force: true}); !errors.Is(err, ErrGroupActive) || len(res.ToMembers) != 1 {
 		t.Fatalf("copy onto a live group: %v %+v", err, res)
 	}

@@ -88,30 +88,7 @@ func TestGroupLagAndReset(t *testing.T) {
 
 	// A live member: refused, nothing changed.
 	commit(2, 2)
-	mctx, stop := context.WithCancel(ctx)
-	member, err := kgo.NewClient(kgo.SeedBrokers(k.Brokers...), kgo.ConsumerGroup(group), kgo.ConsumeTopics(topic), kgo.DisableAutoCommit())
-	if err != nil {
-		t.Fatal(err)
-	}
-	polled := make(chan struct{})
-	go func() {
-		defer close(polled)
-		for mctx.Err() == nil {
-			member.PollFetches(mctx)
-		}
-	}()
-	defer func() { stop(); <-polled; member.Close() }()
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		dg, err := adm.DescribeGroups(ctx, group)
-		if err == nil && len(dg[group].Members) == 1 && dg[group].State == "Stable" {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the member did not join: %v %+v", err, dg)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+	testenv.JoinGroup(t, k.Brokers, group, topic)
 	res, err = ResetOffsets(ctx, adm, ResetOptions{Group: group, To: earliest})
 	if !errors.Is(err, ErrGroupActive) || len(res.Members) != 1 || res.State != "Stable" || committed() != [2]int64{2, 2} {
 		t.Fatalf("reset with a live member: %+v %v %v", res, err, committed())
