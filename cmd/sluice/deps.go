@@ -52,11 +52,7 @@ func openDeps(cmd *cobra.Command, wait bool) (*storeDeps, func(), error) {
 // choice of self-test and waiting) and the store; the close func releases
 // them.
 func openDepsWith(cmd *cobra.Command, open func(context.Context, *sluiceconfig.Config, *slog.Logger) (objstore.Bucket, error)) (*storeDeps, func(), error) {
-	cfg, logger, err := loadConfig(cmd)
-	if err != nil {
-		return nil, nil, err
-	}
-	pool, err := openPool(cmd, cfg)
+	cfg, logger, pool, err := loadConfigPool(cmd)
 	if err != nil {
 		return nil, nil, err
 	}

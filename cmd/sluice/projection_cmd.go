@@ -247,11 +247,7 @@ func runSwitch(cmd *cobra.Command, name string, version int, settle time.Duratio
 	if err != nil {
 		return err
 	}
-	cfg, logger, err := loadConfig(cmd)
-	if err != nil {
-		return err
-	}
-	pool, err := openPool(cmd, cfg)
+	cfg, logger, pool, err := loadConfigPool(cmd)
 	if err != nil {
 		return err
 	}

@@ -3,6 +3,7 @@ package main
 import (
 	"errors"
 	"fmt"
+	"log/slog"
 	"text/tabwriter"
 	"time"
 
@@ -35,12 +36,22 @@ func openPool(cmd *cobra.Command, cfg *sluiceconfig.Config) (*pgxpool.Pool, erro
 	return pool, nil
 }
 
-func openRegistry(cmd *cobra.Command) (*registry.Registry, func(), error) {
-	cfg, _, err := loadConfig(cmd)
+// loadConfigPool loads the configuration and opens its Postgres pool
+// (openPool); the caller closes the pool.
+func loadConfigPool(cmd *cobra.Command) (*sluiceconfig.Config, *slog.Logger, *pgxpool.Pool, error) {
+	cfg, logger, err := loadConfig(cmd)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	pool, err := openPool(cmd, cfg)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	return cfg, logger, pool, nil
+}
+
+func openRegistry(cmd *cobra.Command) (*registry.Registry, func(), error) {
+	cfg, _, pool, err := loadConfigPool(cmd)
 	if err != nil {
 		return nil, nil, err
 	}

@@ -406,11 +406,7 @@ type parkedDeps struct {
 }
 
 func openParkedDeps(cmd *cobra.Command) (*parkedDeps, func(), error) {
-	cfg, _, err := loadConfig(cmd)
-	if err != nil {
-		return nil, nil, err
-	}
-	pool, err := openPool(cmd, cfg)
+	cfg, _, pool, err := loadConfigPool(cmd)
 	if err != nil {
 		return nil, nil, err
 	}

@@ -36,11 +36,7 @@ func runService(cmd *cobra.Command, name string, o pipeline.Options, started fun
 		defer closeFn()
 		d = pipeline.Deps{Config: sd.cfg, Logger: sd.logger, Pool: sd.pool, Bucket: sd.bucket, Store: sd.store}
 	} else {
-		cfg, logger, err := loadConfig(cmd)
-		if err != nil {
-			return err
-		}
-		pool, err := openPool(cmd, cfg)
+		cfg, logger, pool, err := loadConfigPool(cmd)
 		if err != nil {
 			return err
 		}
