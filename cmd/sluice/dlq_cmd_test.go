@@ -52,6 +52,17 @@ func (k *kafkaFixture) createTopic(t *testing.T, topic string, partitions int32)
 	}
 }
 
+// dlqTopics creates a command topic of partitions and its dead-letter
+// topic (one partition) and returns their names.
+func (k *kafkaFixture) dlqTopics(t *testing.T, partitions int32) (orig, dlq string) {
+	t.Helper()
+	orig = testenv.UniqueName("cmds.")
+	dlq = orig + ".dlq"
+	k.createTopic(t, orig, partitions)
+	k.createTopic(t, dlq, 1)
+	return orig, dlq
+}
+
 func (k *kafkaFixture) produce(t *testing.T, rs ...*kgo.Record) {
 	t.Helper()
 	if err := k.cl.ProduceSync(context.Background(), rs...).FirstErr(); err != nil {
@@ -83,16 +94,9 @@ func dlqLetterRecord(topic, handler string, orig *kgo.Record, class, errText str
 // completed, durable drops hidden from list.
 func TestDLQListShowRedriveDrop(t *testing.T) {
 	ctx := context.Background()
-	pool := envDatabase(t)
+	_, reg := envRegistry(t, "test")
 	k := newKafkaFixture(t)
-	orig, dlqTopic := testenv.UniqueName("cmds."), ""
-	dlqTopic = orig + ".dlq"
-	k.createTopic(t, orig, 2)
-	k.createTopic(t, dlqTopic, 1)
-	reg, err := registry.New(pool, registry.Options{Owner: "test"})
-	if err != nil {
-		t.Fatal(err)
-	}
+	orig, dlqTopic := k.dlqTopics(t, 2)
 	const handler = "instanceworker"
 	dead := func(eventID, agg string) {
 		t.Helper()

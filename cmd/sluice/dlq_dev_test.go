@@ -11,7 +11,6 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/sluicehq/sluice/registry"
-	"github.com/sluicehq/sluice/shared/testenv"
 )
 
 // dlq redrive and drop in the README's dev environment: one Kafka broker and
@@ -20,7 +19,7 @@ import (
 // (issue 27.4: they failed with INVALID_REPLICATION_FACTOR).
 func TestDLQRedriveAndDropOnOneBrokerWithDefaultEnv(t *testing.T) {
 	ctx := context.Background()
-	pool := envDatabase(t)
+	_, reg := envRegistry(t, "test")
 	k := newKafkaFixture(t)
 	if err := os.Unsetenv("KAFKA_TOPIC_REPLICATION_FACTOR"); err != nil { // restored by newKafkaFixture's t.Setenv
 		t.Fatal(err)
@@ -28,14 +27,7 @@ func TestDLQRedriveAndDropOnOneBrokerWithDefaultEnv(t *testing.T) {
 	if rf := opConfig(t).Kafka.ReplicationFactor; rf <= 1 {
 		t.Fatalf("config default replication factor is %d: the test needs the default above one broker", rf)
 	}
-	orig := testenv.UniqueName("cmds.")
-	dlq := orig + ".dlq"
-	k.createTopic(t, orig, 1)
-	k.createTopic(t, dlq, 1)
-	reg, err := registry.New(pool, registry.Options{Owner: "test"})
-	if err != nil {
-		t.Fatal(err)
-	}
+	orig, dlq := k.dlqTopics(t, 1)
 	const handler = "instanceworker"
 	origs := make([]*kgo.Record, 2)
 	for i := range origs {

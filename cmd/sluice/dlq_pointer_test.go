@@ -13,7 +13,6 @@ import (
 
 	"github.com/sluicehq/sluice/registry"
 	"github.com/sluicehq/sluice/shared/consumer"
-	"github.com/sluicehq/sluice/shared/testenv"
 )
 
 // dlq show and redrive understand a dead letter in pointer form (the
@@ -23,16 +22,9 @@ import (
 // gone is reported as failed with the way out (republish from the store).
 func TestDLQPointerForm(t *testing.T) {
 	ctx := context.Background()
-	pool := envDatabase(t)
+	_, reg := envRegistry(t, "test")
 	k := newKafkaFixture(t)
-	orig := testenv.UniqueName("cmds.")
-	dlq := orig + ".dlq"
-	k.createTopic(t, orig, 1)
-	k.createTopic(t, dlq, 1)
-	reg, err := registry.New(pool, registry.Options{Owner: "test"})
-	if err != nil {
-		t.Fatal(err)
-	}
+	orig, dlq := k.dlqTopics(t, 1)
 	const handler = "instanceworker"
 	id := uuid.NewString()
 	res, err := reg.Claim(ctx, registry.ClaimRequest{Handler: handler, EventID: id, AggregateID: "shop:orders:1", Seq: 1, Policy: registry.SkipStale})
