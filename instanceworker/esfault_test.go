@@ -11,22 +11,12 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/instanceworker"
-	"github.com/sluicehq/sluice/internal/esserver"
 	"github.com/sluicehq/sluice/registry"
 	"github.com/sluicehq/sluice/shared/consumer"
 	"github.com/sluicehq/sluice/shared/observability"
 	"github.com/sluicehq/sluice/shared/readmodel"
 	"github.com/sluicehq/sluice/shared/testenv"
 )
-
-// esGate stands between a worker and the test's esserver
-// (testenv.Gate: a closed port, a frozen server).
-type esGate struct{ *testenv.Gate }
-
-func newESGate(t testing.TB, es *esserver.Server) *esGate {
-	t.Helper()
-	return &esGate{testenv.NewGate(t, es)}
-}
 
 // esFault is one kind of Elasticsearch outage (testenv.ESFaults) with
 // hold, how long an end-to-end test keeps it: longer than the worker's
@@ -37,7 +27,9 @@ type esFault struct {
 	hold time.Duration
 }
 
-func (f esFault) start(e *env, g *esGate) (end func()) { return f.Start(e.es, g.Gate) }
+// start begins the outage between the workers and e's esserver through g
+// (testenv.NewGate: a closed port, a frozen server).
+func (f esFault) start(e *env, g *testenv.Gate) (end func()) { return f.Start(e.es, g) }
 
 func esFaults() []esFault {
 	var out []esFault
@@ -83,7 +75,7 @@ func TestESOutageIsAnOutage(t *testing.T) {
 	for _, f := range esFaults() {
 		t.Run(f.Name, func(t *testing.T) {
 			e := newEnv(t, 1)
-			g := newESGate(t, e.es)
+			g := testenv.NewGate(t, e.es)
 			w := e.newWorker(g.URL())
 			ctx := ctxT(t)
 			if err := w.Availability().Check(ctx); err != nil {
@@ -143,7 +135,7 @@ func TestESOutagePausesTheWorker(t *testing.T) {
 	for _, f := range esFaults() {
 		t.Run(f.Name, func(t *testing.T) {
 			e := newEnv(t, 2)
-			g := newESGate(t, e.es)
+			g := testenv.NewGate(t, e.es)
 			first := []cmd{e.appendCmd(instanceworker.CreateInstance, "out", "things", "a", create("out", "things", strp("a"), map[string]any{"v": 0}))}
 			e.publish(first...)
 			health := observability.NewHealth()
