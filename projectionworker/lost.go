@@ -10,6 +10,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/sluicehq/sluice/shared/kafka"
 )
 
 // maxRebuildProbe bounds the search for a fresh version to rebuild a lost
@@ -70,9 +72,19 @@ func (s *Service) readModelLost(ctx context.Context, cl *kgo.Client, name string
 // events topic), logging progress; the live consumer keeps running and
 // follows the swap (watchVersion). A failure is logged, not fatal: the
 // live worker goes on, and `sluice projection rebuild` remains.
-func (s *Service) rebuildLost(ctx context.Context, cl *kgo.Client, sp Spec, v int, why string) {
+//
+// It plans with a Kafka client of its own, closed when it returns: a
+// consumer's client is closed when that consumer stops, which every
+// version switch does — the one a previous rebuild caused included.
+func (s *Service) rebuildLost(ctx context.Context, sp Spec, v int, why string) {
 	p := sp.Projection
 	log := s.d.Logger.With("projection", p.Name())
+	cl, err := kafka.NewClient(s.cfg.Kafka, s.d.KafkaOpts...)
+	if err != nil {
+		log.Error("read model missing; cannot plan its rebuild: run `sluice projection rebuild`", "err", err)
+		return
+	}
+	defer cl.Close()
 	adm := kadm.NewClient(cl)
 	version := 0
 	for cand := v + 1; cand <= v+maxRebuildProbe; cand++ {
@@ -122,19 +134,18 @@ func (s *Service) rebuildLost(ctx context.Context, cl *kgo.Client, sp Spec, v in
 type lostRebuilds struct {
 	mu      sync.Mutex
 	ctx     context.Context // nil: not running
-	cl      *kgo.Client
 	running map[string]bool
 	wg      sync.WaitGroup
 }
 
 // serveLost lets the service start rebuilds of lost read models under ctx
-// (with cl for the consumer-group checks) until the returned stop is
-// called; stop waits for them (ctx is Run's, cancelled first).
-func (s *Service) serveLost(ctx context.Context, cl *kgo.Client) (stop func()) {
+// until the returned stop is called; stop waits for them (ctx is Run's,
+// cancelled first).
+func (s *Service) serveLost(ctx context.Context) (stop func()) {
 	ctx, cancel := context.WithCancel(ctx)
 	r := &s.lost
 	r.mu.Lock()
-	r.ctx, r.cl, r.running = ctx, cl, map[string]bool{}
+	r.ctx, r.running = ctx, map[string]bool{}
 	r.mu.Unlock()
 	return func() {
 		cancel()
@@ -152,15 +163,15 @@ func (s *Service) startLost(sp Spec, v int, why string) {
 	name := sp.Projection.Name()
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if r.ctx == nil || r.running[name] {
+	if r.ctx == nil || r.ctx.Err() != nil || r.running[name] {
 		return
 	}
 	r.running[name] = true
-	ctx, cl := r.ctx, r.cl
+	ctx := r.ctx
 	r.wg.Add(1)
 	go func() {
 		defer r.wg.Done()
-		s.rebuildLost(ctx, cl, sp, v, why)
+		s.rebuildLost(ctx, sp, v, why)
 		r.mu.Lock()
 		delete(r.running, name)
 		r.mu.Unlock()

@@ -1,9 +1,14 @@
 package projectionworker_test
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
+	"io"
+	"log/slog"
 	"net/http"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -105,26 +110,38 @@ func (e *env) countIn(index string) int {
 // Elasticsearch that does not create indices on write). The event is
 // retried into the index created again, and the read model is rebuilt as
 // v2 from the topic, exactly as at start-up: every document, old and new,
-// comes back through the read alias, nothing is dead-lettered.
+// comes back through the read alias, nothing is dead-lettered. Then the
+// same again after that swap (the v1 consumer, and its Kafka client, are
+// gone by then): v2's index is deleted, a 404 → rebuilt as v3.
 func TestReadModelLostWhileRunning(t *testing.T) {
 	e := newEnv(t, 3)
-	const n, m = 20, 5
+	const n, m, k = 20, 5, 5
 	var evs []envelope.Envelope
-	for i := range n + m {
+	for i := range n + m + k {
 		evs = append(evs, e.event(projectionworker.InstanceCreated, "rl", "things", fmt.Sprint(i), 1, map[string]any{"v": i}))
 	}
 	names := projectionworker.IndexNames("sluice_", "rl", "instances", 1)
 	e.publish(evs[:n]...)
-	svc, _ := e.startInProcess(nil, nil, spec("instances"))
+	// The worker as startInProcess runs it, its log also kept (at info:
+	// the end of a rebuild is logged there).
+	logs := &logTap{}
+	d, closePool := e.deps(nil)
+	d.Logger = slog.New(slog.NewTextHandler(io.MultiWriter(testenv.LogWriter{T: t}, logs), &slog.HandlerOptions{Level: slog.LevelInfo}))
+	d.VersionCheck = 200 * time.Millisecond
+	svc, err := projectionworker.NewService(e.config(nil).ProjectionWorker(), d, spec("instances"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	testenv.RunInBackground(t, "worker", svc.Run, closePool)
 	testenv.WaitFor(t, 30*time.Second, "v1 complete", func() bool { return e.countIn(names.ReadAlias) == n })
-	res, err := e.esc.Indices.Delete([]string{names.Index})
-	if err != nil || res.IsError() {
-		t.Fatalf("delete index: %v %v", res, err)
+	res, err2 := e.esc.Indices.Delete([]string{names.Index})
+	if err2 != nil || res.IsError() {
+		t.Fatalf("delete index: %v %v", res, err2)
 	}
 	res.Body.Close()
 	e.es.InjectFault(esserver.Fault{Times: 1, BulkItemStatus: http.StatusNotFound,
 		RejectBulkItems: func(it esserver.BulkItem) bool { return it.Index == names.Index }})
-	e.publish(evs[n:]...)
+	e.publish(evs[n : n+m]...)
 	testenv.WaitFor(t, 60*time.Second, "the worker runs v2", func() bool { return svc.Version("instances") == 2 })
 	testenv.WaitFor(t, 60*time.Second, "all documents through the read alias", func() bool {
 		return e.countIn(names.ReadAlias) == n+m
@@ -134,7 +151,49 @@ func TestReadModelLostWhileRunning(t *testing.T) {
 			t.Errorf("document %d in v2: %+v", i, d)
 		}
 	}
+
+	// Lost again, after the swap: the rebuild must not depend on the
+	// Kafka client of the consumer that the swap closed. First the
+	// rebuild ends (until it has settled, its own v2 consumer shares the
+	// group with the live worker, and a 404 finds the rebuild running).
+	testenv.WaitFor(t, 60*time.Second, "the first rebuild ended", func() bool { return logs.has("read model rebuilt") })
+	v2 := projectionworker.IndexNames("sluice_", "rl", "instances", 2)
+	res, err2 = e.esc.Indices.Delete([]string{v2.Index})
+	if err2 != nil || res.IsError() {
+		t.Fatalf("delete v2 index: %v %v", res, err2)
+	}
+	res.Body.Close()
+	e.es.InjectFault(esserver.Fault{Times: 1, BulkItemStatus: http.StatusNotFound,
+		RejectBulkItems: func(it esserver.BulkItem) bool { return it.Index == v2.Index }})
+	e.publish(evs[n+m:]...)
+	testenv.WaitFor(t, 60*time.Second, "the worker runs v3", func() bool { return svc.Version("instances") == 3 })
+	testenv.WaitFor(t, 60*time.Second, "all documents through the read alias after the second loss", func() bool {
+		return e.countIn(names.ReadAlias) == n+m+k
+	})
+	for i := range n + m + k {
+		if d := e.instance("rl", "things", fmt.Sprint(i), 3); !d.Found || d.Source["v"] != float64(i) {
+			t.Errorf("document %d in v3: %+v", i, d)
+		}
+	}
 	if recs := e.dlqRecords(); len(recs) != 0 {
 		t.Errorf("%d dead letters", len(recs))
 	}
+}
+
+// logTap keeps what a worker logs.
+type logTap struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (l *logTap) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.buf.Write(p)
+}
+
+func (l *logTap) has(s string) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return strings.Contains(l.buf.String(), s)
 }

@@ -286,7 +286,7 @@ func (s *Service) Run(ctx context.Context) error {
 	defer stop()
 	// A read model found lost is rebuilt beside the live consumers
 	// (docs/projectionworker.md#read-model-lost); Run waits for it.
-	defer s.serveLost(rctx, first.Client())()
+	defer s.serveLost(rctx)()
 	for _, sp := range s.specs {
 		if sp.Version > 0 { // pinned (a rebuild's own service): never checked
 			continue
