@@ -243,7 +243,35 @@ type rebuilds struct {
 	ctx     context.Context // nil: not serving (no Service.Run)
 	running map[string]bool
 	again   map[string]string
-	wg      sync.WaitGroup
+	// need: db → why, a rebuild found needed whose index could not be
+	// ensured yet (recoverIndex failed); names starts it once the index
+	// exists again, so that a later attempt does not recreate the index
+	// silently, empty.
+	need map[string]string
+	wg   sync.WaitGroup
+}
+
+// needRebuild remembers that db's index must be rebuilt (startNeeded).
+func (w *Worker) needRebuild(db, why string) {
+	r := &w.rb
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.need == nil {
+		r.need = map[string]string{}
+	}
+	r.need[db] = why
+}
+
+// startNeeded starts the rebuild of db if one is needed (needRebuild).
+func (w *Worker) startNeeded(db string) {
+	r := &w.rb
+	r.mu.Lock()
+	why, ok := r.need[db]
+	delete(r.need, db)
+	r.mu.Unlock()
+	if ok {
+		w.startRebuild(db, why)
+	}
 }
 
 // serveRebuilds lets the worker start background rebuilds under ctx until
@@ -254,6 +282,9 @@ func (w *Worker) serveRebuilds(ctx context.Context) (stop func()) {
 	r.mu.Lock()
 	r.ctx = ctx
 	r.running, r.again = map[string]bool{}, map[string]string{}
+	if r.need == nil {
+		r.need = map[string]string{}
+	}
 	r.mu.Unlock()
 	return func() {
 		cancel()
@@ -274,6 +305,9 @@ func (w *Worker) startRebuild(db, why string) {
 	defer r.mu.Unlock()
 	if r.ctx == nil {
 		w.o.Logger.Error("instance index lost; rebuild it: restart the instance worker", "db", db, "reason", why)
+		return
+	}
+	if r.ctx.Err() != nil { // stopping: no Add while or after stop waits
 		return
 	}
 	if r.running[db] {
@@ -329,13 +363,15 @@ func (w *Worker) rebuildLogged(ctx context.Context, db, why string) {
 // recoverIndex handles a document write answered 404 for db while running:
 // the index was deleted under the worker. It creates the index and its
 // aliases again now (so the write can be repeated) and starts the rebuild
-// of the db's documents from the store.
+// of the db's documents from the store. When the index cannot be ensured
+// now, the rebuild stays needed and starts when it is (names).
 func (w *Worker) recoverIndex(ctx context.Context, db string, cause error) error {
+	w.needRebuild(db, "a document write was answered 404 (the index was deleted): "+cause.Error())
 	w.ensured.Delete(db)
 	if _, err := w.names(ctx, db); err != nil {
 		return err
 	}
-	w.startRebuild(db, "a document write was answered 404 (the index was deleted): "+cause.Error())
+	w.startNeeded(db) // names did unless another caller had ensured it
 	return nil
 }
 
@@ -343,7 +379,11 @@ func (w *Worker) recoverIndex(ctx context.Context, db string, cause error) error
 // when the worker has done work (registry done rows or committed offsets
 // of its group), each db the store has instances of is compared with its
 // index by ShortIndex (one grouped count query, one _count per db), and a
-// lost one is rebuilt in the background.
+// lost one is rebuilt in the background. An Elasticsearch that is not
+// ready (transient failures, after ESRetry) is waited for with a capped
+// backoff until ctx ends, as an outage is everywhere in the workers:
+// skipping the db would let the first command create its index again,
+// empty, and nothing would rebuild it.
 func (s *Service) checkLost(ctx context.Context, cl *kgo.Client) {
 	store, ok := s.worker.o.Store.(RebuildStore)
 	if !ok {
@@ -371,9 +411,11 @@ func (s *Service) checkLost(ctx context.Context, cl *kgo.Client) {
 		if envelope.ValidateDBName(db) != nil {
 			continue
 		}
-		docs, exists, err := countDocs(ctx, s.worker, db)
+		docs, exists, err := s.worker.waitCountDocs(ctx, db)
 		if err != nil {
-			s.log.Warn("instance worker: read model check failed", "db", db, "err", err)
+			if ctx.Err() == nil {
+				s.log.Warn("instance worker: read model check failed", "db", db, "err", err)
+			}
 			continue
 		}
 		if lost, why := ShortIndex(want[db], docs, exists); lost {
@@ -401,6 +443,26 @@ func (s *Service) hasWorked(ctx context.Context, cl *kgo.Client) (bool, error) {
 		}
 	})
 	return committed, nil
+}
+
+// waitCountDocs is countDocs through esDo (ESRetry, Availability), its
+// transient failures waited out with a capped backoff, logged, until it
+// answers or ctx ends.
+func (w *Worker) waitCountDocs(ctx context.Context, db string) (docs int64, exists bool, err error) {
+	wait := readmodel.Retry{Base: 200 * time.Millisecond, Cap: 5 * time.Second}
+	for n := 0; ; n++ {
+		err = w.esDo(ctx, func(ctx context.Context) (err error) {
+			docs, exists, err = countDocs(ctx, w, db)
+			return err
+		})
+		if err == nil || !readmodel.Transient(ctx, err) {
+			return docs, exists, err
+		}
+		w.o.Logger.Warn("instance worker: Elasticsearch unavailable for the read model check; waiting for it", "db", db, "err", err)
+		if serr := wait.Sleep(ctx, n); serr != nil {
+			return 0, false, err
+		}
+	}
 }
 
 // countDocs is the document count of db's write alias (tombstones

@@ -213,3 +213,33 @@ func TestIndexDeletedWhileRunning(t *testing.T) {
 		t.Errorf("%d dead letters", len(recs))
 	}
 }
+
+// TestReadModelLostESNotReady: the index was deleted while the worker was
+// down, and Elasticsearch is unreachable when it starts again (commands
+// arrive meanwhile). The start-up check waits for Elasticsearch instead of
+// skipping the db (after which the first command would create the index
+// again, empty, and nothing would rebuild it): once it is back, every
+// document comes back.
+func TestReadModelLostESNotReady(t *testing.T) {
+	const n = 24
+	e := newEnv(t, 2)
+	tap := &logTap{}
+	e.logs = tap
+	g := testenv.NewGate(t, e.es)
+	_, stop := e.startInProcess(nil)
+	cs := e.lostCommands(0, n)
+	testenv.WaitFor(t, 60*time.Second, "all commands done", func() bool { return e.allDone(cs...) })
+	e.allBack(n, 30*time.Second)
+	stop()
+	e.deleteIndex()
+	g.Stop()
+	e.startInProcess(map[string]string{"ELASTICSEARCH_URLS": g.URL(), "ELASTICSEARCH_REQUEST_TIMEOUT": "500ms"})
+	more := e.lostCommands(n, 4)
+	time.Sleep(3 * time.Second) // the check fails, and is retried, meanwhile
+	g.Start()
+	testenv.WaitFor(t, 60*time.Second, "the new commands done", func() bool { return e.allDone(more...) })
+	e.allBack(n+4, 60*time.Second)
+	if !tap.has("read model missing; rebuilding") {
+		t.Error("no rebuild logged")
+	}
+}

@@ -332,6 +332,9 @@ func (w *Worker) names(ctx context.Context, db string) (readmodel.Names, error) 
 		return n, classifyES(ctx, err)
 	}
 	w.ensured.Store(db, n)
+	// A rebuild found needed while the index could not be ensured (a
+	// failed recoverIndex) starts now that it exists again.
+	w.startNeeded(db)
 	return n, nil
 }
 
