@@ -278,11 +278,19 @@ func (e *env) startProcess(extra map[string]string) *testenv.Process {
 // rows returns the registry rows of the instance worker for the commands.
 func (e *env) statuses(cs ...cmd) map[string]registry.Status {
 	e.t.Helper()
-	out := map[string]registry.Status{}
+	rows, err := registrytest.Rows(ctxT(e.t), e.pool, instanceworker.HandlerName)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	have := make(map[string]registry.Status, len(rows))
+	for _, r := range rows {
+		have[r.EventID] = r.Status
+	}
+	out := make(map[string]registry.Status, len(cs))
 	for _, c := range cs {
-		st := registry.Status("none")
-		if row, err := registrytest.Row(ctxT(e.t), e.pool, instanceworker.HandlerName, c.ev.Envelope.EventID); err == nil {
-			st = row.Status
+		st, ok := have[c.ev.Envelope.EventID]
+		if !ok {
+			st = "none"
 		}
 		out[c.ev.Envelope.EventID] = st
 	}
