@@ -481,6 +481,18 @@ func TestConsoleInBrowser(t *testing.T) {
 		if st := d.admin(t, "GET", pausePath, nil); st["paused"] != false {
 			t.Fatalf("the dry run paused the group: %v", st)
 		}
+		// A second action while this one's dialog is open is refused, so
+		// that one Confirm runs one action, the one previewed. (The modal
+		// dialog makes the page inert to the mouse; a script's click still
+		// reaches the button.)
+		value(b, "second action while the first is open", chromedp.Evaluate[bool](`(document.querySelector('`+row+` button.pause').click(), true)`))
+		b.run("busy message", chromedp.WaitVisible(chromedp.ID("error")))
+		if msg := value(b, "busy message", chromedp.Text(chromedp.ID("error"))); !strings.Contains(msg, "another action is in progress") {
+			t.Errorf("a second action during the first one's preview was not refused: %q", msg)
+		}
+		if again := value(b, "pause preview after the second click", chromedp.Text(chromedp.ID("confirm-summary"))); again != summary {
+			t.Errorf("the second action replaced the preview: %q, was %q", again, summary)
+		}
 		b.shot("pause-confirm")
 		b.run("pause: confirm", chromedp.SendKeys(chromedp.ID("confirm-reason"), "browser test"), chromedp.Click(chromedp.ID("confirm-ok")),
 			chromedp.WaitVisible(chromedp.CSS(row+`[data-paused="true"]`)))

@@ -420,8 +420,25 @@ function act(kind, topic, letter) {
 // and the API's answer) and runs it for real only when the operator
 // presses Confirm; a failure of either call is shown from its
 // problem+json body. reason asks for a reason in the dialog.
-async function confirmAction({ action, title, dryRun, run, reason = false, done }) {
+//
+// One action at a time: a second button pressed while an action is in its
+// dry run, its dialog or its real call is refused with a message, so that
+// one Confirm can never run an action whose preview was not the one shown.
+async function confirmAction(opts) {
   const dlg = $("#confirm");
+  if (dlg.dataset.busy === "1") {
+    showError(new Error("another action is in progress: finish or cancel it first"), opts.title.replace(/\?$/, ""));
+    return;
+  }
+  dlg.dataset.busy = "1";
+  try {
+    await confirmOne(dlg, opts);
+  } finally {
+    delete dlg.dataset.busy;
+  }
+}
+
+async function confirmOne(dlg, { action, title, dryRun, run, reason = false, done }) {
   let preview;
   try {
     preview = await dryRun();
