@@ -125,6 +125,7 @@ func (w *Worker) HandleBatch(ctx context.Context, recs []*consumer.Record) []con
 	}
 	w.hit(PointBeforeESWrite)
 	esStart := time.Now()
+	sent := w.generations(ws)
 	res, err := w.writeInstances(ctx, ws)
 	if jobs[0].c.span != nil {
 		spans := make([]trace.Span, len(jobs))
@@ -139,7 +140,7 @@ func (w *Worker) HandleBatch(ctx context.Context, recs []*consumer.Record) []con
 		}
 		return out
 	}
-	w.retryLost(ctx, ws, res)
+	w.retryLost(ctx, ws, res, sent)
 	w.hit(PointAfterESWrite)
 	for k, j := range jobs {
 		if err := res[k].Err; err != nil {
@@ -293,38 +294,49 @@ func (w *Worker) each(n int, f func(k int)) {
 
 // retryLost handles the items of a bulk answered 404 (the index of their db
 // was deleted under the worker): for each such db the index is created
-// again and its rebuild from the store started (recoverIndex), then those
-// writes are sent once more and their answers replace res's.
-func (w *Worker) retryLost(ctx context.Context, ws []readmodel.Write, res []readmodel.WriteItem) {
-	var again []int
-	recovered := map[string]bool{}
-	for k, r := range res {
-		if !lostIndex(r.Err) {
-			continue
+// again and its rebuild from the store started (recoverIndex; not when the
+// bulk was sent before the index was ensured again: sent holds the
+// generation per db at sending), then those writes are sent once more and
+// their answers replace res's — twice at most.
+func (w *Worker) retryLost(ctx context.Context, ws []readmodel.Write, res []readmodel.WriteItem, sent map[string]uint64) {
+	for try := 0; try < 2; try++ {
+		var again []int
+		recovered := map[string]bool{}
+		for k, r := range res {
+			if !lostIndex(r.Err) {
+				continue
+			}
+			db := ws[k].Meta.DB
+			ok, seen := recovered[db]
+			if !seen {
+				g, err := w.recoverIndex(ctx, db, sent[db], r.Err)
+				ok = err == nil
+				recovered[db] = ok
+				if ok {
+					sent[db] = g
+				}
+			}
+			if ok {
+				again = append(again, k)
+			}
 		}
-		db := ws[k].Meta.DB
-		ok, seen := recovered[db]
-		if !seen {
-			ok = w.recoverIndex(ctx, db, r.Err) == nil
-			recovered[db] = ok
+		if len(again) == 0 {
+			return
 		}
-		if ok {
-			again = append(again, k)
+		sub := make([]readmodel.Write, len(again))
+		for j, k := range again {
+			sub[j] = ws[k]
 		}
-	}
-	if len(again) == 0 {
-		return
-	}
-	sub := make([]readmodel.Write, len(again))
-	for j, k := range again {
-		sub[j] = ws[k]
-	}
-	r2, err := w.writeInstances(ctx, sub)
-	for j, k := range again {
+		r2, err := w.writeInstances(ctx, sub)
+		for j, k := range again {
+			if err != nil {
+				res[k].Err = err
+				continue
+			}
+			res[k] = r2[j]
+		}
 		if err != nil {
-			res[k].Err = err
-			continue
+			return
 		}
-		res[k] = r2[j]
 	}
 }

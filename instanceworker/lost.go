@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"sort"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
@@ -170,16 +171,19 @@ func (w *Worker) RebuildIndex(ctx context.Context, db string, progress func(Rebu
 // rebuildWrite writes one page of a rebuild. A failure of the whole
 // request (an outage, after ESRetry) is waited out with a capped backoff
 // until ctx ends; an item answered 404 (the index was deleted again) gets
-// the index ensured and is sent once more; other refused items are counted
-// as failed and logged.
+// the index ensured (recoverIndex: a deletion after this rebuild ensured
+// it makes the rebuild run once more) and is sent once more; other
+// refused items are counted as failed and logged.
 func (w *Worker) rebuildWrite(ctx context.Context, ws []readmodel.Write, st *RebuildProgress) error {
 	if len(ws) == 0 {
 		return nil
 	}
 	wait := readmodel.Retry{Base: 200 * time.Millisecond, Cap: 5 * time.Second}
 	var res []readmodel.WriteItem
+	var sent uint64
 	for try := 0; ; try++ {
 		var err error
+		sent = w.generation(st.DB)
 		res, err = w.writeInstances(ctx, ws)
 		if err == nil {
 			break
@@ -196,8 +200,7 @@ func (w *Worker) rebuildWrite(ctx context.Context, ws []readmodel.Write, st *Reb
 		}
 	}
 	if len(again) > 0 {
-		w.ensured.Delete(st.DB)
-		if _, err := w.names(ctx, st.DB); err != nil {
+		if _, err := w.recoverIndex(ctx, st.DB, sent, res[again[0]].Err); err != nil {
 			return err
 		}
 		sub := make([]readmodel.Write, len(again))
@@ -249,6 +252,28 @@ type rebuilds struct {
 	// silently, empty.
 	need map[string]string
 	wg   sync.WaitGroup
+}
+
+// generation counts the times db's index was ensured (names asked
+// Elasticsearch) in this process. A write answered 404 that was sent at an
+// older generation than the current one was in flight while the index was
+// created again: it is sent again without starting another rebuild.
+func (w *Worker) generation(db string) uint64 { return w.gen(db).Load() }
+
+func (w *Worker) gen(db string) *atomic.Uint64 {
+	g, _ := w.gens.LoadOrStore(db, new(atomic.Uint64))
+	return g.(*atomic.Uint64)
+}
+
+// generations is generation for every db of ws.
+func (w *Worker) generations(ws []readmodel.Write) map[string]uint64 {
+	out := map[string]uint64{}
+	for _, x := range ws {
+		if _, ok := out[x.Meta.DB]; !ok {
+			out[x.Meta.DB] = w.generation(x.Meta.DB)
+		}
+	}
+	return out
 }
 
 // needRebuild remembers that db's index must be rebuilt (startNeeded).
@@ -360,19 +385,29 @@ func (w *Worker) rebuildLogged(ctx context.Context, db, why string) {
 		"elapsed", st.Elapsed.Round(time.Millisecond))
 }
 
-// recoverIndex handles a document write answered 404 for db while running:
-// the index was deleted under the worker. It creates the index and its
+// recoverIndex handles a document write answered 404 for db while running,
+// sent when db's index was at generation sent: the index (or its write
+// alias) was deleted under the worker. It creates the index and its
 // aliases again now (so the write can be repeated) and starts the rebuild
-// of the db's documents from the store. When the index cannot be ensured
-// now, the rebuild stays needed and starts when it is (names).
-func (w *Worker) recoverIndex(ctx context.Context, db string, cause error) error {
+// of the db's documents from the store — unless the index was ensured
+// again since the write was sent (a newer generation: the write was in
+// flight while another write, or the rebuild itself, recreated it), when
+// the write is only to be repeated. It returns the generation to send the
+// repeated write at. When the index cannot be ensured now, the rebuild
+// stays needed and starts when it is (names).
+func (w *Worker) recoverIndex(ctx context.Context, db string, sent uint64, cause error) (uint64, error) {
+	w.recoverMu.Lock()
+	defer w.recoverMu.Unlock()
+	if g := w.generation(db); g > sent {
+		return g, nil
+	}
 	w.needRebuild(db, "a document write was answered 404 (the index was deleted): "+cause.Error())
 	w.ensured.Delete(db)
 	if _, err := w.names(ctx, db); err != nil {
-		return err
+		return 0, err
 	}
 	w.startNeeded(db) // names did unless another caller had ensured it
-	return nil
+	return w.generation(db), nil
 }
 
 // checkLost is the start-up check (docs/instanceworker.md#read-model-lost):

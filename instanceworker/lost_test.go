@@ -214,6 +214,12 @@ func TestIndexDeletedWhileRunning(t *testing.T) {
 	}
 }
 
+func (l *logTap) count(s string) int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return strings.Count(l.buf.String(), s)
+}
+
 // TestReadModelLostESNotReady: the index was deleted while the worker was
 // down, and Elasticsearch is unreachable when it starts again (commands
 // arrive meanwhile). The start-up check waits for Elasticsearch instead of
@@ -241,5 +247,43 @@ func TestReadModelLostESNotReady(t *testing.T) {
 	e.allBack(n+4, 60*time.Second)
 	if !tap.has("read model missing; rebuilding") {
 		t.Error("no rebuild logged")
+	}
+}
+
+// TestWriteAliasRemovedWhileRunning: only the aliases of the index are
+// removed under a running worker (the index and its documents stay). The
+// next write is answered 404; the worker points the aliases at the index
+// again (creating it answers resource_already_exists) instead of 404ing
+// on: the commands are applied, every document is there, and the db is
+// rebuilt once, not back to back.
+func TestWriteAliasRemovedWhileRunning(t *testing.T) {
+	const n = 24
+	e := newEnv(t, 2)
+	tap := &logTap{}
+	e.logs = tap
+	e.startInProcess(nil)
+	cs := e.lostCommands(0, n)
+	testenv.WaitFor(t, 60*time.Second, "all commands done", func() bool { return e.allDone(cs...) })
+	e.allBack(n, 30*time.Second)
+	nm := readmodel.InstanceNames("sluice_", lostDB, readmodel.DefaultVersion)
+	res, err := e.esc.Indices.DeleteAlias([]string{nm.Index}, []string{nm.ReadAlias, nm.WriteAlias})
+	if err != nil || res.IsError() {
+		t.Fatalf("delete aliases: %v %v", res, err)
+	}
+	res.Body.Close()
+	more := e.lostCommands(n, 4)
+	testenv.WaitFor(t, 60*time.Second, "the new commands done", func() bool { return e.allDone(more...) })
+	for _, c := range more {
+		if o := e.outcome(c); o.Result != registry.OutcomeApplied || o.Reason != "" {
+			t.Errorf("command %s: outcome %+v", c.ev.Envelope.EventType, o)
+		}
+	}
+	e.allBack(n+4, 60*time.Second)
+	time.Sleep(2 * time.Second) // a looping rebuild would start again meanwhile
+	if k := tap.count("read model missing; rebuilding"); k > 1 {
+		t.Errorf("%d rebuilds, want at most 1", k)
+	}
+	if recs := e.dlqRecords(); len(recs) != 0 {
+		t.Errorf("%d dead letters", len(recs))
 	}
 }

@@ -130,7 +130,12 @@ type Options struct {
 type Worker struct {
 	o       Options
 	ensured sync.Map // db → readmodel.Names
+	gens    sync.Map // db → *atomic.Uint64: index generation (lost.go)
 	rb      rebuilds // lost indices being rebuilt (lost.go)
+	// recoverMu serialises recoverIndex, so that the writes in flight
+	// when an index was lost find it ensured again (a newer generation)
+	// instead of each starting a rebuild.
+	recoverMu sync.Mutex
 }
 
 // New returns a Worker.
@@ -331,6 +336,7 @@ func (w *Worker) names(ctx context.Context, db string) (readmodel.Names, error) 
 	if err != nil {
 		return n, classifyES(ctx, err)
 	}
+	w.gen(db).Add(1)
 	w.ensured.Store(db, n)
 	// A rebuild found needed while the index could not be ensured (a
 	// failed recoverIndex) starts now that it exists again.
@@ -434,17 +440,23 @@ func (w *Worker) process(ctx context.Context, e envelope.Envelope, last bool, sp
 	meta := docMeta(c, cur, stored)
 	w.hit(PointBeforeESWrite)
 	sctx, sp := tracing.StartChild(ctx, c.span, "elasticsearch write", trace.WithSpanKind(trace.SpanKindClient))
-	err = w.esDo(sctx, func(ctx context.Context) error {
-		_, err := readmodel.WriteInstance(ctx, w.o.ES, n, meta, stored.Envelope.Data)
-		return err
-	})
-	if lostIndex(err) && w.recoverIndex(ctx, c.db, err) == nil {
-		// The index was deleted under the worker: it exists again (and
-		// is being rebuilt); write this document once more.
-		err = w.esDo(sctx, func(ctx context.Context) error {
+	write := func() error {
+		return w.esDo(sctx, func(ctx context.Context) error {
 			_, err := readmodel.WriteInstance(ctx, w.o.ES, n, meta, stored.Envelope.Data)
 			return err
 		})
+	}
+	sent := w.generation(c.db)
+	err = write()
+	for try := 0; try < 2 && lostIndex(err); try++ {
+		// The index was deleted under the worker: it exists again (and
+		// is being rebuilt); write this document once more.
+		g, rerr := w.recoverIndex(ctx, c.db, sent, err)
+		if rerr != nil {
+			break
+		}
+		sent = g
+		err = write()
 	}
 	tracing.End(sp, err)
 	if err != nil {

@@ -221,7 +221,11 @@ func NewStatusError(op string, status int, body io.Reader) *StatusError {
 
 // EnsureIndex creates db's concrete instances index with its read alias
 // (filter deleted:false) and write alias in one request, unless the write
-// alias exists already. Concurrent callers are safe.
+// alias exists already. When the index exists but its write alias does
+// not (the aliases alone were removed), the aliases are added to it again
+// (one _aliases request): creating would answer
+// resource_already_exists, and every write through the missing alias 404.
+// Concurrent callers are safe.
 func EnsureIndex(ctx context.Context, es *elasticsearch.Client, prefix, db string, version int) (Names, error) {
 	n := InstanceNames(prefix, db, version)
 	res, err := es.Indices.ExistsAlias([]string{n.WriteAlias}, es.Indices.ExistsAlias.WithContext(ctx))
@@ -235,9 +239,10 @@ func EnsureIndex(ctx context.Context, es *elasticsearch.Client, prefix, db strin
 	if res.StatusCode != http.StatusNotFound {
 		return n, &StatusError{Op: "exists alias", Status: res.StatusCode}
 	}
+	readAlias := map[string]any{"filter": map[string]any{"term": map[string]any{"deleted": false}}}
 	body := Mappings()
 	body["aliases"] = map[string]any{
-		n.ReadAlias:  map[string]any{"filter": map[string]any{"term": map[string]any{"deleted": false}}},
+		n.ReadAlias:  readAlias,
 		n.WriteAlias: map[string]any{"is_write_index": true},
 	}
 	b, _ := json.Marshal(body)
@@ -249,11 +254,35 @@ func EnsureIndex(ctx context.Context, es *elasticsearch.Client, prefix, db strin
 	if cres.IsError() {
 		se := NewStatusError("create index", cres.StatusCode, cres.Body)
 		if se.Type == "resource_already_exists_exception" {
-			return n, nil
+			return n, addAliases(ctx, es, n, readAlias)
 		}
 		return n, se
 	}
 	return n, nil
+}
+
+// addAliases points n's read alias (with its filter) and write alias at
+// n.Index, in one atomic _aliases request (adding an alias that is there
+// already changes nothing).
+func addAliases(ctx context.Context, es *elasticsearch.Client, n Names, readAlias map[string]any) error {
+	read := map[string]any{"index": n.Index, "alias": n.ReadAlias}
+	for k, v := range readAlias {
+		read[k] = v
+	}
+	b, _ := json.Marshal(map[string]any{"actions": []any{
+		map[string]any{"add": read},
+		map[string]any{"add": map[string]any{"index": n.Index, "alias": n.WriteAlias, "is_write_index": true}},
+	}})
+	res, err := es.Indices.UpdateAliases(bytes.NewReader(b), es.Indices.UpdateAliases.WithContext(ctx))
+	if err != nil {
+		return fmt.Errorf("readmodel: aliases of %s: %w", n.Index, err)
+	}
+	defer res.Body.Close()
+	if res.IsError() {
+		return NewStatusError("update aliases", res.StatusCode, res.Body)
+	}
+	_, _ = io.Copy(io.Discard, res.Body)
+	return nil
 }
 
 // WriteResult is what a versioned write did.
