@@ -12,7 +12,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -37,25 +36,6 @@ const (
 	// docs/console/ (how the pictures in docs/console.md are made).
 	envUpdateDocs = "SLUICE_UPDATE_DOCS_SCREENSHOTS"
 )
-
-// consoleOutput is the dev output, written by runDev's goroutine and read by
-// the test.
-type consoleOutput struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *consoleOutput) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *consoleOutput) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 // chromium returns the browser binary. A missing browser fails the test:
 // CI installs it (scripts/test-deps.sh), so a skip would hide a broken
@@ -123,7 +103,7 @@ func startDevConsole(t *testing.T) *devConsole {
 	f := devFlags{dataDir: dataDir, esAddr: "127.0.0.1:" + strconv.Itoa(testenv.FreePort(t)),
 		kafkaAddr: "127.0.0.1:" + strconv.Itoa(testenv.FreePort(t)), wrapES: d.wrapES}
 	ctx, cancel := context.WithCancel(context.Background())
-	var out, errb consoleOutput
+	var out, errb testenv.Buffer
 	done := make(chan error, 1)
 	go func() {
 		cfg, err := sluiceconfig.FromOS()
@@ -607,9 +587,14 @@ func TestConsoleInBrowser(t *testing.T) {
 		if res := value(b, "rebuild result", chromedp.Text(chromedp.ID("result"))); !strings.Contains(res, "started job rebuild-history-") {
 			t.Errorf("rebuild result: %q", res)
 		}
-		if prog := value(b, "job progress", chromedp.Text(chromedp.CSS(`#jobs tr[data-job]`))); !strings.Contains(prog, "done: v1 → v2") {
-			t.Errorf("the finished job's row: %q", prog)
-		}
+		// The jobs table is redrawn every refresh while a job runs, so the
+		// row is read in one script call, again until it says done (a
+		// read between two redraws finds the old row detached and empty).
+		var prog string
+		testenv.WaitFor(t, 30*time.Second, "the finished job's row", func() bool {
+			prog = value(b, "job progress", chromedp.Evaluate[string](`(document.querySelector('#jobs tr[data-job][data-state="done"]') || {innerText: ""}).innerText`))
+			return strings.Contains(prog, "done: v1 → v2")
+		})
 		b.shot("rebuild-job")
 		// Rollback: its preview lists the indices; cancelled, nothing runs.
 		b.run("rollback: dry run", chromedp.Click(chromedp.ID("proj-rollback")), chromedp.WaitVisible(chromedp.ID("confirm-summary")))
