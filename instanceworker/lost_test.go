@@ -1,10 +1,7 @@
 package instanceworker_test
 
 import (
-	"bytes"
 	"fmt"
-	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -13,24 +10,6 @@ import (
 	"github.com/sluicehq/sluice/shared/readmodel"
 	"github.com/sluicehq/sluice/shared/testenv"
 )
-
-// logTap keeps what the in-process workers log.
-type logTap struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (l *logTap) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.buf.Write(p)
-}
-
-func (l *logTap) has(s string) bool {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return strings.Contains(l.buf.String(), s)
-}
 
 const lostDB, lostClass = "shop", "orders"
 
@@ -145,7 +124,7 @@ func TestReadModelLost(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			e := newEnv(t, 2)
-			tap := &logTap{}
+			tap := &testenv.Buffer{}
 			e.logs = tap
 			if tc.lose == nil {
 				// Nothing done yet: the check must not fire.
@@ -159,7 +138,7 @@ func TestReadModelLost(t *testing.T) {
 				_, stop = e.startInProcess(nil)
 				time.Sleep(2 * time.Second)
 				stop()
-				if tap.has("read model missing") {
+				if tap.Contains("read model missing") {
 					t.Fatal("a rebuild was triggered")
 				}
 				return
@@ -170,13 +149,13 @@ func TestReadModelLost(t *testing.T) {
 			e.allBack(n, 30*time.Second)
 			stop()
 			tc.lose(e)
-			if tap.has("read model missing") {
+			if tap.Contains("read model missing") {
 				t.Fatal("rebuild before the loss")
 			}
 			e.startInProcess(nil)
 			e.allBack(n, 60*time.Second)
 			testenv.WaitFor(t, 10*time.Second, "rebuild logged", func() bool {
-				return tap.has("read model missing; rebuilding") && tap.has("read model rebuilt")
+				return tap.Contains("read model missing; rebuilding") && tap.Contains("read model rebuilt")
 			})
 		})
 	}
@@ -189,7 +168,7 @@ func TestReadModelLost(t *testing.T) {
 func TestIndexDeletedWhileRunning(t *testing.T) {
 	const n = 24
 	e := newEnv(t, 2)
-	tap := &logTap{}
+	tap := &testenv.Buffer{}
 	e.logs = tap
 	e.startInProcess(nil)
 	cs := e.lostCommands(0, n)
@@ -206,18 +185,12 @@ func TestIndexDeletedWhileRunning(t *testing.T) {
 		}
 	}
 	e.allBack(n+4, 60*time.Second)
-	if !tap.has("read model missing; rebuilding") {
+	if !tap.Contains("read model missing; rebuilding") {
 		t.Error("no rebuild logged")
 	}
 	if recs := e.dlqRecords(); len(recs) != 0 {
 		t.Errorf("%d dead letters", len(recs))
 	}
-}
-
-func (l *logTap) count(s string) int {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return strings.Count(l.buf.String(), s)
 }
 
 // TestReadModelLostESNotReady: the index was deleted while the worker was
@@ -229,7 +202,7 @@ func (l *logTap) count(s string) int {
 func TestReadModelLostESNotReady(t *testing.T) {
 	const n = 24
 	e := newEnv(t, 2)
-	tap := &logTap{}
+	tap := &testenv.Buffer{}
 	e.logs = tap
 	g := testenv.NewGate(t, e.es)
 	_, stop := e.startInProcess(nil)
@@ -245,7 +218,7 @@ func TestReadModelLostESNotReady(t *testing.T) {
 	g.Start()
 	testenv.WaitFor(t, 60*time.Second, "the new commands done", func() bool { return e.allDone(more...) })
 	e.allBack(n+4, 60*time.Second)
-	if !tap.has("read model missing; rebuilding") {
+	if !tap.Contains("read model missing; rebuilding") {
 		t.Error("no rebuild logged")
 	}
 }
@@ -259,7 +232,7 @@ func TestReadModelLostESNotReady(t *testing.T) {
 func TestWriteAliasRemovedWhileRunning(t *testing.T) {
 	const n = 24
 	e := newEnv(t, 2)
-	tap := &logTap{}
+	tap := &testenv.Buffer{}
 	e.logs = tap
 	e.startInProcess(nil)
 	cs := e.lostCommands(0, n)
@@ -280,7 +253,7 @@ func TestWriteAliasRemovedWhileRunning(t *testing.T) {
 	}
 	e.allBack(n+4, 60*time.Second)
 	time.Sleep(2 * time.Second) // a looping rebuild would start again meanwhile
-	if k := tap.count("read model missing; rebuilding"); k > 1 {
+	if k := tap.Count("read model missing; rebuilding"); k > 1 {
 		t.Errorf("%d rebuilds, want at most 1", k)
 	}
 	if recs := e.dlqRecords(); len(recs) != 0 {

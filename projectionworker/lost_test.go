@@ -1,14 +1,11 @@
 package projectionworker_test
 
 import (
-	"bytes"
 	"encoding/json"
 	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
-	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -124,7 +121,7 @@ func TestReadModelLostWhileRunning(t *testing.T) {
 	e.publish(evs[:n]...)
 	// The worker as startInProcess runs it, its log also kept (at info:
 	// the end of a rebuild is logged there).
-	logs := &logTap{}
+	logs := &testenv.Buffer{}
 	d, closePool := e.deps(nil)
 	d.Logger = slog.New(slog.NewTextHandler(io.MultiWriter(testenv.LogWriter{T: t}, logs), &slog.HandlerOptions{Level: slog.LevelInfo}))
 	d.VersionCheck = 200 * time.Millisecond
@@ -156,7 +153,7 @@ func TestReadModelLostWhileRunning(t *testing.T) {
 	// Kafka client of the consumer that the swap closed. First the
 	// rebuild ends (until it has settled, its own v2 consumer shares the
 	// group with the live worker, and a 404 finds the rebuild running).
-	testenv.WaitFor(t, 60*time.Second, "the first rebuild ended", func() bool { return logs.has("read model rebuilt") })
+	testenv.WaitFor(t, 60*time.Second, "the first rebuild ended", func() bool { return logs.Contains("read model rebuilt") })
 	v2 := projectionworker.IndexNames("sluice_", "rl", "instances", 2)
 	res, err2 = e.esc.Indices.Delete([]string{v2.Index})
 	if err2 != nil || res.IsError() {
@@ -178,22 +175,4 @@ func TestReadModelLostWhileRunning(t *testing.T) {
 	if recs := e.dlqRecords(); len(recs) != 0 {
 		t.Errorf("%d dead letters", len(recs))
 	}
-}
-
-// logTap keeps what a worker logs.
-type logTap struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (l *logTap) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.buf.Write(p)
-}
-
-func (l *logTap) has(s string) bool {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return strings.Contains(l.buf.String(), s)
 }

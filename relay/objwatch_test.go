@@ -123,7 +123,7 @@ func TestObjectStoreFaultVisible(t *testing.T) {
 			opts := e.opts(t)
 			opts.Config.StallAfter = time.Hour // readiness must not come from the stall check
 			opts.ObjectStoreTimeout = 500 * time.Millisecond
-			var logs lockedBuffer
+			var logs testenv.Buffer
 			opts.Logger = slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelInfo}))
 			r, err := New(rst, fb, e.pool, opts)
 			if err != nil {

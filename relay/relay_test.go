@@ -12,7 +12,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -771,7 +770,7 @@ func TestBogusCommitHints(t *testing.T) {
 	e := newEnv(t, 30*time.Second)
 	opts := e.opts(t)
 	opts.Config.PollInterval = time.Minute
-	var logs lockedBuffer
+	var logs testenv.Buffer
 	opts.Logger = slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	r, stop := runRelay(t, e, opts)
 	defer stop()
@@ -811,24 +810,6 @@ func TestBogusCommitHints(t *testing.T) {
 	if !strings.Contains(out, "hinted segment not readable") {
 		t.Errorf("no hinted segment was found unreadable (the hints were not tried):\n%s", out)
 	}
-}
-
-// lockedBuffer is a log destination safe for concurrent writers.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
 }
 
 // TestHeldBehindInFlight: X's event at 3 waits behind X's in-flight

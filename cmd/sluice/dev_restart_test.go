@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -12,7 +11,6 @@ import (
 	"reflect"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -23,26 +21,8 @@ import (
 // devProc is a `sluice dev` process started from the built binary.
 type devProc struct {
 	cmd  *exec.Cmd
-	out  *syncBuffer
+	out  *testenv.Buffer
 	done chan struct{}
-}
-
-// syncBuffer collects a process's output for the failure messages.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 // buildSluice builds the sluice binary once for the test.
@@ -81,7 +61,7 @@ func (d *devStack) start(t *testing.T) *devProc {
 	c := exec.Command(d.bin, "dev", "--data-dir", d.dataDir, "--es-addr", d.esAddr, "--kafka-addr", d.kafkaAddr,
 		"--postgres-port", strconv.Itoa(d.pgPort))
 	c.Env = d.env
-	p := &devProc{cmd: c, out: &syncBuffer{}, done: make(chan struct{})}
+	p := &devProc{cmd: c, out: &testenv.Buffer{}, done: make(chan struct{})}
 	c.Stdout, c.Stderr = p.out, p.out
 	if err := c.Start(); err != nil {
 		t.Fatal(err)
