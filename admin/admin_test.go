@@ -144,8 +144,19 @@ func mustConfig(t *testing.T) *sluiceconfig.Config {
 func TestAdminAPI(t *testing.T) {
 	e := start(t)
 	e.create("1")
+	// Lag 0 alone is also true before the relay has published the command
+	// (an empty topic): wait until the worker has appended the domain
+	// event (head 2) and its registry row is there too.
 	pipelinetest.WaitFor(t, 30*time.Second, "the instance document", func() bool {
 		_, ov, _ := e.call("GET", "/admin/v1/overview", readToken, nil)
+		store, _ := ov["store"].(map[string]any)
+		reg, _ := ov["registry"].(map[string]any)
+		if h, _ := store["head"].(float64); h < 2 {
+			return false
+		}
+		if hs, _ := reg["handlers"].([]any); len(hs) == 0 {
+			return false
+		}
 		for _, g := range ov["groups"].([]any) {
 			g := g.(map[string]any)
 			if name, _ := g["group"].(string); strings.HasSuffix(name, "instance-worker") && g["lag"] == 0.0 && len(g["partitions"].([]any)) > 0 {
