@@ -302,6 +302,21 @@ func (s *Service) Run(ctx context.Context) error {
 			s.startLost(sp, v, why)
 		}
 	}
+	if iv := s.cfg.Registry.PruneInterval; iv > 0 {
+		pruned := make(chan struct{})
+		defer func() { <-pruned }()
+		go func() {
+			defer close(pruned)
+			_ = s.reg.AutoPrune(rctx, iv, s.pruneRequest, func(n int64, err error) {
+				switch {
+				case err != nil:
+					s.d.Logger.Warn("projection worker: registry prune failed; next try in the prune interval", "err", err)
+				case n > 0:
+					s.d.Logger.Info("projection worker: registry pruned", "rows", n, "older_than", s.cfg.Registry.Retention())
+				}
+			})
+		}()
+	}
 	errs := make(chan error, len(s.specs))
 	for _, sp := range s.specs {
 		go func() { errs <- s.runProjection(rctx, sp) }()
@@ -315,6 +330,22 @@ func (s *Service) Run(ctx context.Context) error {
 	}
 	s.d.Logger.Info("projection worker stopped")
 	return err
+}
+
+// pruneRequest is the automatic prune of this service's handlers: every
+// version up to the current one of each projection, rows older than
+// PROCESSED_EVENT_RETENTION_DAYS.
+func (s *Service) pruneRequest() registry.PruneRequest {
+	var only []string
+	for _, sp := range s.specs {
+		for v := 1; v <= s.Version(sp.Projection.Name()); v++ {
+			only = append(only, HandlerName(sp.Projection.Name(), v))
+		}
+	}
+	if len(only) == 0 {
+		only = []string{"-"} // no version yet: nothing of ours to prune
+	}
+	return registry.PruneRequest{OlderThan: s.cfg.Registry.Retention(), Only: only}
 }
 
 // DefaultVersionCheck is the default of Deps.VersionCheck.

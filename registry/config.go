@@ -16,6 +16,7 @@ type Config struct {
 	LeaseTimeout      time.Duration `env:"PROCESSED_EVENT_LEASE_TIMEOUT_SECONDS" envDefault:"900" doc:"Lease of a claim; an expired claim may be taken by another owner."`
 	HeartbeatInterval time.Duration `env:"PROCESSED_EVENT_HEARTBEAT_INTERVAL_SECONDS" envDefault:"30" doc:"Heartbeat interval of a claim; must be shorter than the lease."`
 	RetentionDays     int           `env:"PROCESSED_EVENT_RETENTION_DAYS" envDefault:"7" doc:"Age after which done and skipped_stale rows are pruned."`
+	PruneInterval     time.Duration `env:"PROCESSED_EVENT_PRUNE_INTERVAL" envDefault:"1h" doc:"How often each projection worker prunes its own handlers' done and skipped_stale rows older than the retention (0: never; sluice registry prune still works). The instance worker's rows are command statuses and are kept."`
 }
 
 // DefaultConfig is the section with the defaults of its tags, as a process
@@ -50,8 +51,14 @@ func (rg Config) Validate() error {
 		k.Fail("PROCESSED_EVENT_HEARTBEAT_INTERVAL_SECONDS", rg.HeartbeatInterval.String(), "must be shorter than PROCESSED_EVENT_LEASE_TIMEOUT_SECONDS (%s)", rg.LeaseTimeout)
 	}
 	k.AtLeast("PROCESSED_EVENT_RETENTION_DAYS", int64(rg.RetentionDays), 1)
+	if rg.PruneInterval < 0 {
+		k.Fail("PROCESSED_EVENT_PRUNE_INTERVAL", rg.PruneInterval.String(), "must be 0 (never) or positive")
+	}
 	return k.Err()
 }
+
+// Retention is PROCESSED_EVENT_RETENTION_DAYS as a duration.
+func (c Config) Retention() time.Duration { return time.Duration(c.RetentionDays) * 24 * time.Hour }
 
 // Options are the Options of a registry configured by c (owner, lease and
 // heartbeat), whose retryable failures are retried as retry says (the

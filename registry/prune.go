@@ -27,6 +27,9 @@ type PruneRequest struct {
 	// pruned: the instance worker's rows are the command statuses of
 	// GET /v1/commands/{id}; deleting them turns APPLIED into PENDING.
 	Keep []string
+	// Only, when set, limits the prune to these handlers (a worker pruning
+	// its own rows: AutoPrune).
+	Only []string
 }
 
 // PruneCount is the number of prunable rows of one handler and status.
@@ -114,16 +117,49 @@ func (r *Registry) PruneSafely(ctx context.Context, req PruneRequest) (int64, er
 	if err := r.checkPrune(req); err != nil {
 		return 0, err
 	}
-	return r.pruneRows(ctx, req.OlderThan, req.Keep)
+	return r.pruneRows(ctx, req.OlderThan, req.Keep, req.Only)
+}
+
+// AutoPrune runs PruneSafely(req()) at once and then every interval until
+// ctx ends (PROCESSED_EVENT_PRUNE_INTERVAL), so that the registry stays
+// bounded by its retention without an operator: each worker service
+// prunes its own handlers' rows (PruneRequest.Only; req is asked again
+// each pass, as a rebuild adds handler versions). Replicas may prune at
+// the same time; each batch skips the rows another one has locked. report,
+// when set, is told the outcome of every pass (rows deleted, error; an
+// unsafe request is ErrUnsafePrune and deletes nothing).
+func (r *Registry) AutoPrune(ctx context.Context, interval time.Duration, req func() PruneRequest, report func(n int64, err error)) error {
+	if interval <= 0 {
+		return &RequestError{Field: "interval", Reason: fmt.Sprintf("prune interval %s must be positive", interval)}
+	}
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		n, err := r.PruneSafely(ctx, req())
+		if ctx.Err() != nil {
+			return nil
+		}
+		if report != nil {
+			report(n, err)
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		}
+	}
 }
 
 // pruneRows deletes done and skipped_stale rows started and processed more
 // than olderThan ago, except those of the handlers in keep, in statements
 // of at most Options.PruneBatch rows so no transaction grows large; it
 // returns how many rows it deleted (also when it stops early on an error).
-func (r *Registry) pruneRows(ctx context.Context, olderThan time.Duration, keep []string) (int64, error) {
+func (r *Registry) pruneRows(ctx context.Context, olderThan time.Duration, keep, only []string) (int64, error) {
 	if keep == nil {
 		keep = []string{}
+	}
+	if only == nil {
+		only = []string{}
 	}
 	var total int64
 	for {
@@ -135,13 +171,14 @@ func (r *Registry) pruneRows(ctx context.Context, olderThan time.Duration, keep 
 					  AND processed_at < now() - $1::bigint * interval '1 microsecond'
 					  AND status IN ('done', 'skipped_stale')
 					  AND NOT (handler = ANY($3::text[]))
+					  AND (cardinality($4::text[]) = 0 OR handler = ANY($4::text[]))
 					LIMIT $2
 					FOR UPDATE SKIP LOCKED)
 				DELETE FROM sluice.processed_events pe
 				USING victims v
 				WHERE pe.handler = v.handler AND pe.event_id = v.event_id
 				  AND pe.status IN ('done', 'skipped_stale')`,
-				olderThan.Microseconds(), r.opts.PruneBatch, keep)
+				olderThan.Microseconds(), r.opts.PruneBatch, keep, only)
 			n = tag.RowsAffected()
 			return err
 		})

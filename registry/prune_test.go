@@ -64,3 +64,70 @@ func TestPruneSafely(t *testing.T) {
 		t.Fatalf("the projection's old row must be pruned: %d rows, %v", len(rows), err)
 	}
 }
+
+// TestAutoPrune: the automatic prune deletes, on its first pass, only the
+// old done rows of the handlers it is given (a worker prunes its own), and
+// reports each pass; an interval of 0 is refused.
+func TestAutoPrune(t *testing.T) {
+	ctx := context.Background()
+	_, pool := testenv.NewMigratedDatabase(t)
+	r := newRegistry(t, pool, "autoprune-test", registry.Options{LeaseTimeout: time.Hour})
+	mine, theirs, young := uuid.NewString(), uuid.NewString(), uuid.NewString()
+	claimDone(t, r, req("projection:p:v1", mine, "db:c:1", 1, registry.SkipStale))
+	claimDone(t, r, req("projection:q:v1", theirs, "db:c:1", 1, registry.SkipStale))
+	testenv.MustExec(t, pool, `UPDATE sluice.processed_events SET started_at = now() - interval '3 hours', processed_at = now() - interval '3 hours'`)
+	claimDone(t, r, req("projection:p:v1", young, "db:c:2", 1, registry.SkipStale))
+	cases := []struct {
+		name     string
+		interval time.Duration
+		req      registry.PruneRequest
+		wantErr  error
+		wantRows int64
+	}{
+		{"an interval of 0 is refused", 0, registry.PruneRequest{OlderThan: 2 * time.Hour}, registry.ErrInvalidRequest, 0},
+		{"below the lease timeout deletes nothing", time.Hour, registry.PruneRequest{OlderThan: time.Minute, Only: []string{"projection:p:v1"}}, registry.ErrUnsafePrune, 0},
+		{"its own old rows only", time.Hour, registry.PruneRequest{OlderThan: 2 * time.Hour, Only: []string{"projection:p:v1"}}, nil, 1},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			pctx, cancel := context.WithCancel(ctx)
+			defer cancel()
+			type pass struct {
+				n   int64
+				err error
+			}
+			passes := make(chan pass, 1)
+			done := make(chan error, 1)
+			go func() {
+				done <- r.AutoPrune(pctx, tc.interval, func() registry.PruneRequest { return tc.req }, func(n int64, err error) {
+					select {
+					case passes <- pass{n, err}:
+					default:
+					}
+				})
+			}()
+			if tc.interval <= 0 {
+				if err := <-done; !errors.Is(err, tc.wantErr) {
+					t.Fatalf("AutoPrune: %v, want %v", err, tc.wantErr)
+				}
+				return
+			}
+			p := <-passes // the first pass runs at once
+			cancel()
+			if err := <-done; err != nil {
+				t.Fatalf("AutoPrune after cancel: %v", err)
+			}
+			if !errors.Is(p.err, tc.wantErr) || p.n != tc.wantRows {
+				t.Fatalf("first pass: %d rows, %v; want %d, %v", p.n, p.err, tc.wantRows, tc.wantErr)
+			}
+		})
+	}
+	for _, tc := range []struct {
+		id   string
+		want int
+	}{{mine, 0}, {theirs, 1}, {young, 1}} {
+		if rows, err := r.Get(ctx, tc.id); err != nil || len(rows) != tc.want {
+			t.Fatalf("event %s: %d rows, %v; want %d", tc.id, len(rows), err, tc.want)
+		}
+	}
+}

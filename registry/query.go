@@ -121,7 +121,7 @@ func (r *Registry) Prune(ctx context.Context, olderThan time.Duration) (int64, e
 	if olderThan <= 0 {
 		return 0, &RequestError{Field: "older_than", Reason: fmt.Sprintf("retention %s must be positive", olderThan)}
 	}
-	return r.pruneRows(ctx, olderThan, nil)
+	return r.pruneRows(ctx, olderThan, nil, nil)
 }
 
 // FormatRows writes rows as an aligned text table for `sluice registry

@@ -113,7 +113,7 @@ terminal).`,
 			defer closeFn()
 			age := olderThan
 			if age == 0 {
-				age = time.Duration(cfg.Registry.RetentionDays) * 24 * time.Hour
+				age = cfg.Registry.Retention()
 			}
 			req := registry.PruneRequest{OlderThan: age, Lookback: cfg.Relay.Lookback, Keep: []string{instanceworker.HandlerName}}
 			plan, err := reg.PlanPrune(cmd.Context(), req)
