@@ -1,5 +1,5 @@
 // Package drain carries a server's shutdown to the requests it serves
-// (docs/api.md#subscriptions-server-sent-events).
+// (docs/operations.md#rolling-restart-with-sse-subscribers).
 //
 // http.Server.Shutdown closes the listeners and idle connections and then
 // waits for every active request to return; it does not tell a handler
