@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/eventstore"
+	"github.com/sluicehq/sluice/shared/drain"
 )
 
 // Defaults of the subscriptions (Server-Sent Events).
@@ -15,6 +16,9 @@ const (
 	DefaultSSEPollInterval = time.Second
 	DefaultSSEHeartbeat    = 15 * time.Second
 	ssePageSize            = 500
+	// shutdownComment is the last thing a stream sends when the server
+	// shuts down: the reconnection delay and a comment.
+	shutdownComment = "retry: 1000\n: shutting down; reconnect with Last-Event-ID to resume\n\n"
 )
 
 // handleSubscribeLog serves GET /v1/log/subscribe?aggregate_type=&from_position=.
@@ -52,8 +56,22 @@ func (s *server) handleSubscribeType(w http.ResponseWriter, r *http.Request) {
 // polls, so a missed notification only delays). Every position up to what
 // it sent is final (eventstore.LogPage.Through), so resuming from the
 // last id misses nothing and repeats nothing.
+//
+// When the server begins to shut down (drain.Signal), the stream ends at
+// once with a "shutting down" comment and the client reconnects with its
+// Last-Event-ID, to another instance or to this one restarted; a
+// subscription asked for during the shutdown is refused with 503 and
+// Retry-After (docs/api.md, "Subscriptions").
 func (s *server) subscribe(w http.ResponseWriter, r *http.Request, aggType string) {
 	ctx := r.Context()
+	stopping := drain.Signal(ctx)
+	if drain.Stopping(ctx) {
+		e := newError(http.StatusServiceUnavailable, CodeUnavailable, "",
+			"the API is shutting down; subscribe again after Retry-After with your Last-Event-ID")
+		e.retryAfter = defaultRetryAfter
+		writeError(w, e) // expected during a restart: not logged as a failure
+		return
+	}
 	q := r.URL.Query()
 	after := int64(-1)
 	if v := r.Header.Get("Last-Event-ID"); v != "" {
@@ -108,7 +126,19 @@ func (s *server) subscribe(w http.ResponseWriter, r *http.Request, aggType strin
 	defer poll.Stop()
 	beat := time.NewTicker(s.opts.SSEHeartbeat)
 	defer beat.Stop()
+	// shutdown ends the stream with a comment the client can act on; its
+	// Last-Event-ID stays the id of the last event it received, which is
+	// where it resumes.
+	shutdown := func() {
+		s.log.Debug("api: subscription ended: shutting down", "after", after)
+		buf.WriteString(shutdownComment)
+		flush()
+	}
 	for {
+		if drain.Stopping(ctx) { // between pages of a catch-up
+			shutdown()
+			return
+		}
 		page, err := s.opts.Events.Log(ctx, eventstore.LogQuery{After: after, Limit: ssePageSize, AggregateType: aggType})
 		if err != nil {
 			if ctx.Err() != nil {
@@ -142,6 +172,9 @@ func (s *server) subscribe(w http.ResponseWriter, r *http.Request, aggType strin
 		}
 		select {
 		case <-ctx.Done():
+			return
+		case <-stopping:
+			shutdown()
 			return
 		case <-wake:
 		case <-poll.C:

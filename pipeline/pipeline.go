@@ -39,6 +39,7 @@ import (
 	"github.com/sluicehq/sluice/registry"
 	"github.com/sluicehq/sluice/relay"
 	"github.com/sluicehq/sluice/shared/crashpoint"
+	"github.com/sluicehq/sluice/shared/drain"
 	"github.com/sluicehq/sluice/shared/observability"
 	"github.com/sluicehq/sluice/shared/readmodel"
 )
@@ -278,6 +279,7 @@ type APIRunner struct {
 	handler http.Handler
 	grace   time.Duration
 	logger  *slog.Logger
+	health  *observability.Health
 	// Auth is true when bearer tokens guard /v1.
 	Auth bool
 }
@@ -288,10 +290,11 @@ func (a *APIRunner) Addr() net.Addr { return a.ln.Addr() }
 // Handler is the API's handler (with the extra routes).
 func (a *APIRunner) Handler() http.Handler { return a.handler }
 
-// Run serves until ctx ends, then shuts down gracefully, giving requests
-// in flight up to SHUTDOWN_TIMEOUT to finish.
+// Run serves until ctx ends, then shuts down gracefully (Serve): readiness
+// red, open subscriptions ended, requests in flight given up to
+// SHUTDOWN_TIMEOUT to finish.
 func (a *APIRunner) Run(ctx context.Context) error {
-	return Serve(ctx, a.ln, a.handler, a.grace, a.logger)
+	return Serve(ctx, a.ln, a.handler, ServeOptions{Name: API, Grace: a.grace, Logger: a.logger, Health: a.health})
 }
 
 // Close closes the listener (a no-op after Run).
@@ -342,12 +345,47 @@ func buildAPI(ctx context.Context, d Deps, o Options) (Runner, error) {
 			return nil, fmt.Errorf("api: listen %s: %w (set SLUICE_API_ADDR)", addr, err)
 		}
 	}
-	return &APIRunner{ln: ln, handler: h, grace: cfg.Worker.ShutdownTimeout, logger: d.Logger, Auth: len(tokens) > 0}, nil
+	return &APIRunner{ln: ln, handler: h, grace: cfg.Worker.ShutdownTimeout, logger: d.Logger,
+		health: d.Health, Auth: len(tokens) > 0}, nil
 }
 
-// Serve serves h on ln until ctx is done, then shuts down gracefully,
-// giving requests in flight up to grace (default 30 s) to finish.
-func Serve(ctx context.Context, ln net.Listener, h http.Handler, grace time.Duration, logger *slog.Logger) error {
+// ServeOptions are how Serve drains.
+type ServeOptions struct {
+	// Name names the service in errors and log lines ("api").
+	Name string
+	// Grace bounds the drain: requests in flight get up to Grace to
+	// finish (SHUTDOWN_TIMEOUT; default 30 s).
+	Grace  time.Duration
+	Logger *slog.Logger
+	// Health, when set, gets the readiness check "shutdown", failing from
+	// the moment ctx ends, so that /readyz turns red before anything else
+	// stops.
+	Health *observability.Health
+}
+
+// errShuttingDown is the reason of the "shutdown" readiness check.
+var errShuttingDown = errors.New("shutting down: draining requests in flight")
+
+// Serve serves h on ln until ctx is done, then shuts down gracefully
+// (docs/operations.md#rolling-restart-with-sse-subscribers): it turns
+// readiness red (o.Health), signals every request through its context
+// (drain.Signal) so that long-lived ones (Server-Sent Events) end at once
+// and new ones are refused, then closes the listener and waits up to
+// o.Grace for the requests in flight. http.Server.Shutdown alone would
+// wait out the whole grace for a stream that never ends.
+func Serve(ctx context.Context, ln net.Listener, h http.Handler, o ServeOptions) error {
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	if o.Name == "" {
+		o.Name = "http"
+	}
+	grace := o.Grace
+	if grace <= 0 {
+		grace = 30 * time.Second
+	}
+	stopping := make(chan struct{})
+	base := drain.WithSignal(context.WithoutCancel(ctx), stopping)
 	srv := &http.Server{
 		Handler:           h,
 		ReadHeaderTimeout: 10 * time.Second,
@@ -355,27 +393,33 @@ func Serve(ctx context.Context, ln net.Listener, h http.Handler, grace time.Dura
 		WriteTimeout:      60 * time.Second,
 		IdleTimeout:       120 * time.Second,
 		MaxHeaderBytes:    64 << 10,
-		ErrorLog:          slog.NewLogLogger(logger.Handler(), slog.LevelWarn),
-		BaseContext:       func(net.Listener) context.Context { return context.WithoutCancel(ctx) },
+		ErrorLog:          slog.NewLogLogger(o.Logger.Handler(), slog.LevelWarn),
+		// Requests are not cancelled by the shutdown (the ones in flight
+		// finish); they see it through drain.Signal.
+		BaseContext: func(net.Listener) context.Context { return base },
 	}
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()
 	select {
 	case err := <-errc:
-		return fmt.Errorf("api: serve: %w", err)
+		return fmt.Errorf("%s: serve: %w", o.Name, err)
 	case <-ctx.Done():
 	}
-	if grace <= 0 {
-		grace = 30 * time.Second
+	start := time.Now()
+	if o.Health != nil {
+		o.Health.AddReadiness("shutdown", func(context.Context) error { return errShuttingDown })
 	}
+	o.Logger.Info(o.Name+": shutting down: readiness red; ending open streams, finishing requests in flight", "grace", grace)
+	close(stopping)
 	sctx, cancel := context.WithTimeout(context.Background(), grace)
 	defer cancel()
 	err := srv.Shutdown(sctx)
 	if serr := <-errc; serr != nil && !errors.Is(serr, http.ErrServerClosed) {
-		return fmt.Errorf("api: serve: %w", serr)
+		return fmt.Errorf("%s: serve: %w", o.Name, serr)
 	}
 	if err != nil {
-		return fmt.Errorf("api: shutdown: %w", err)
+		return fmt.Errorf("%s: shutdown: %w", o.Name, err)
 	}
+	o.Logger.Info(o.Name+": drained", "took", time.Since(start).Round(time.Millisecond))
 	return nil
 }

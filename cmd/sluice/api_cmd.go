@@ -8,8 +8,9 @@ import (
 
 // newAPICmd is `sluice api` (docs/api.md): the command API on SLUICE_API_ADDR,
 // plus /metrics, /livez and /readyz on SLUICE_HTTP_ADDR like every service
-// (the API's own port serves them too). It stops gracefully on SIGTERM,
-// finishing requests in flight within SHUTDOWN_TIMEOUT.
+// (the API's own port serves them too). It stops gracefully on SIGTERM:
+// readiness red, SSE subscriptions ended at once, requests in flight
+// finished within SHUTDOWN_TIMEOUT (docs/operations.md#rolling-restart-with-sse-subscribers).
 func newAPICmd() *cobra.Command {
 	var addr string
 	c := &cobra.Command{
