@@ -987,31 +987,172 @@ func (p *pipeline) docAt(prefix, db, class, id string) esDoc {
 	return d
 }
 
+// historyPage is the page size of historyDocs: well under the server's
+// result window (index.max_result_window, 10,000), so a history of any
+// length is read whole.
+const historyPage = 1000
+
+// historyDoc is one history document as read back.
+type historyDoc struct {
+	ID  string // _id (the projection writes _id = event_id)
+	Seq int64
+}
+
 // historyDocs returns the event_id → sequence_number of every history
-// document of db.
+// document of db. It pages with search_after on event_id (a keyword, unique
+// per document) so it never hits the result window, and checks the pages
+// against _count: a read that came back short or with an event twice, or
+// a document whose _id is not its event_id, fails the test.
 func (p *pipeline) historyDocs(db string) map[string]int64 {
 	p.t.Helper()
-	idx := indexPrefix + db + "_history"
-	p.esGet("/"+idx+"/_refresh", nil)
-	var res struct {
-		Hits struct {
-			Hits []struct {
-				ID     string `json:"_id"`
-				Source struct {
-					EventID string `json:"event_id"`
-					Seq     int64  `json:"sequence_number"`
-				} `json:"_source"`
-			} `json:"hits"`
-		} `json:"hits"`
-	}
-	if code := p.esGet("/"+idx+"/_search?size=10000", &res); code != http.StatusOK && code != http.StatusNotFound {
-		p.t.Fatalf("search %s: %d", idx, code)
-	}
-	out := map[string]int64{}
-	for _, h := range res.Hits.Hits {
-		out[h.Source.EventID] = h.Source.Seq
+	out, err := readHistory(p.httpc, p.esURL, indexPrefix+db+"_history", historyPage)
+	if err != nil {
+		p.t.Fatal(err)
 	}
 	return out
+}
+
+// readHistory reads every document of the history index idx in pages of
+// size (see historyDocs); a missing index is an empty history.
+func readHistory(c *http.Client, esURL, idx string, size int) (map[string]int64, error) {
+	if code, _, err := esDo(c, http.MethodPost, esURL+"/"+idx+"/_refresh", nil, nil); err != nil {
+		return nil, err
+	} else if code == http.StatusNotFound {
+		return map[string]int64{}, nil
+	}
+	var count struct {
+		Count int `json:"count"`
+	}
+	if code, b, err := esDo(c, http.MethodGet, esURL+"/"+idx+"/_count", nil, &count); err != nil || code != http.StatusOK {
+		return nil, fmt.Errorf("count %s: %d %s %v", idx, code, b, err)
+	}
+	out := map[string]int64{}
+	var after []any
+	for {
+		q := map[string]any{"size": size, "sort": []any{map[string]any{"event_id": "asc"}},
+			"_source": []string{"event_id", "sequence_number"}, "track_total_hits": false}
+		if after != nil {
+			q["search_after"] = after
+		}
+		var res struct {
+			Hits struct {
+				Hits []struct {
+					ID     string `json:"_id"`
+					Sort   []any  `json:"sort"`
+					Source struct {
+						EventID string `json:"event_id"`
+						Seq     int64  `json:"sequence_number"`
+					} `json:"_source"`
+				} `json:"hits"`
+			} `json:"hits"`
+		}
+		code, b, err := esDo(c, http.MethodPost, esURL+"/"+idx+"/_search", q, &res)
+		if err != nil || code != http.StatusOK {
+			return nil, fmt.Errorf("search %s after %v: %d %s %v", idx, after, code, b, err)
+		}
+		hits := res.Hits.Hits
+		for _, h := range hits {
+			if h.Source.EventID != h.ID {
+				return nil, fmt.Errorf("history document %s/%s holds event_id %q", idx, h.ID, h.Source.EventID)
+			}
+			if _, dup := out[h.ID]; dup {
+				return nil, fmt.Errorf("history %s: event %s read twice while paging", idx, h.ID)
+			}
+			out[h.ID] = h.Source.Seq
+		}
+		if len(hits) < size {
+			break
+		}
+		after = hits[len(hits)-1].Sort
+	}
+	if len(out) != count.Count {
+		return nil, fmt.Errorf("history %s: read %d documents, _count says %d", idx, len(out), count.Count)
+	}
+	return out, nil
+}
+
+// esDo sends one JSON request to the ES server and decodes a 200 answer
+// into out.
+func esDo(c *http.Client, method, u string, body, out any) (int, []byte, error) {
+	var rd io.Reader
+	if body != nil {
+		b, err := json.Marshal(body)
+		if err != nil {
+			return 0, nil, err
+		}
+		rd = bytes.NewReader(b)
+	}
+	req, err := http.NewRequest(method, u, rd)
+	if err != nil {
+		return 0, nil, err
+	}
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	resp, err := c.Do(req)
+	if err != nil {
+		return 0, nil, err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return resp.StatusCode, nil, err
+	}
+	if out != nil && resp.StatusCode == http.StatusOK {
+		if err := json.Unmarshal(b, out); err != nil {
+			return resp.StatusCode, b, fmt.Errorf("%s %s: %w", method, u, err)
+		}
+	}
+	return resp.StatusCode, b, nil
+}
+
+// historyDiff compares the history documents of a db with its domain
+// events both ways: missing (a domain event without its document, or with
+// another sequence_number) and extra (a document of no domain event).
+type historyDiff struct {
+	Missing, WrongSeq, Extra []string
+}
+
+func (d historyDiff) empty() bool { return len(d.Missing)+len(d.WrongSeq)+len(d.Extra) == 0 }
+
+func diffHistory(doms []storeEvent, hist map[string]int64) historyDiff {
+	var d historyDiff
+	want := map[string]bool{}
+	for _, e := range doms {
+		want[e.EventID] = true
+		seq, ok := hist[e.EventID]
+		switch {
+		case !ok:
+			d.Missing = append(d.Missing, fmt.Sprintf("%s (%s #%d)", e.EventID, e.AggregateID, e.Seq))
+		case seq != e.Seq:
+			d.WrongSeq = append(d.WrongSeq, fmt.Sprintf("%s (%s #%d, document #%d)", e.EventID, e.AggregateID, e.Seq, seq))
+		}
+	}
+	for id, seq := range hist {
+		if !want[id] {
+			d.Extra = append(d.Extra, fmt.Sprintf("%s (#%d)", id, seq))
+		}
+	}
+	sort.Strings(d.Extra)
+	return d
+}
+
+// checkHistory requires history == the domain events of db, both ways
+// (see diffHistory), reporting at most 10 of each kind; it returns the
+// diff for summaries.
+func (p *pipeline) checkHistory(db string) historyDiff {
+	p.t.Helper()
+	d := diffHistory(p.storeEvents("domain", db+":"), p.historyDocs(db))
+	for _, c := range []struct {
+		what string
+		ids  []string
+	}{{"domain events without a history document", d.Missing}, {"history documents with another sequence_number", d.WrongSeq},
+		{"history documents of no domain event", d.Extra}} {
+		if len(c.ids) > 0 {
+			p.t.Errorf("history of %s: %d %s: %v", db, len(c.ids), c.what, c.ids[:min(10, len(c.ids))])
+		}
+	}
+	return d
 }
 
 // --- end-state checks -----------------------------------------------------------
@@ -1073,12 +1214,7 @@ func (p *pipeline) checkEndState(e expectation) {
 			p.t.Errorf("%s: history row %s is %s", prefix, r.EventID, r.Status)
 		}
 	}
-	hist := p.historyDocs(e.db)
-	for _, d := range doms {
-		if seq, ok := hist[d.EventID]; !ok || seq != d.Seq {
-			p.t.Errorf("%s: history document of %s (#%d): found %t seq %d", prefix, d.EventID, d.Seq, ok, seq)
-		}
-	}
+	p.checkHistory(e.db)
 	last := map[string]int64{}
 	for _, d := range doms {
 		last[d.AggregateID] = max(last[d.AggregateID], d.Seq)

@@ -682,15 +682,20 @@ func TestPoisonSoak(t *testing.T) {
 		t.Errorf("%d domain events of %s for %d acknowledged commands", len(doms), prefix, len(cmds))
 	}
 	dupWrites := p.writes.duplicates()
-	hist := p.historyDocs(db)
-	histMissing := 0
-	for _, d := range doms {
-		if _, ok := hist[d.EventID]; !ok {
-			histMissing++
-			if histMissing <= 10 {
-				t.Errorf("domain event %s (%s #%d) has no history document", d.EventID, d.AggregateID, d.Seq)
-			}
+	// History = every domain event of the db (all classes) except the
+	// parked ones, both ways, read in pages (20,000 events in make soak).
+	var histWant []storeEvent
+	for _, d := range p.storeEvents("domain", db+":") {
+		if _, parked := r.parked[d.EventID]; !parked {
+			histWant = append(histWant, d)
 		}
+	}
+	hd := diffHistory(histWant, p.historyDocs(db))
+	histMissing, histExtra := len(hd.Missing)+len(hd.WrongSeq), len(hd.Extra)
+	if !hd.empty() {
+		t.Errorf("history of %s: %d domain events without their document (%v), %d with another sequence_number (%v), %d documents of no domain event (%v)",
+			db, len(hd.Missing), hd.Missing[:min(10, len(hd.Missing))], len(hd.WrongSeq), hd.WrongSeq[:min(10, len(hd.WrongSeq))],
+			len(hd.Extra), hd.Extra[:min(10, len(hd.Extra))])
 	}
 	rep := p.verify(db, "items", len(insts))
 	mismatches := 0
@@ -884,11 +889,11 @@ func TestPoisonSoak(t *testing.T) {
 	}
 	t.Logf("poison soak summary: load %s, drain %s, seed %d; %d normal commands acknowledged on %d instances; "+
 		"%d poison records (%.1f%%, %d classes × %d): accounted %s, unaccounted %d, unexpected DLQ records %d; kills: %s; restarts: %v; "+
-		"verification: lost=%d duplicate_domain_events=%d duplicate_es_writes=%d missing_history=%d read_model_mismatches=%d "+
+		"verification: lost=%d duplicate_domain_events=%d duplicate_es_writes=%d missing_history=%d extra_history=%d read_model_mismatches=%d "+
 		"sluice_verify items=%d/%d conflicts=%d/%d reuse=%d/%d ok; longest stall: partition %s (%s), relay %s (%s), budget %s => %s",
 		load, drain, seed, len(cmds), len(insts), poison, 100*float64(poison)/float64(len(cmds)), len(cls), perClass,
 		sortedCounts(accounted), bad, len(dlqUnexpected), faults, restarts,
-		lost, dupEvents, len(dupWrites), histMissing, mismatches, rep.OK, rep.Instances, rep2.OK, rep2.Instances, rep3.OK, rep3.Instances,
+		lost, dupEvents, len(dupWrites), histMissing, histExtra, mismatches, rep.OK, rep.Instances, rep2.OK, rep2.Instances, rep3.OK, rep3.Instances,
 		longPart.Round(100*time.Millisecond), longPartAt, longRelay.Round(100*time.Millisecond), longRelayAt, poisonStallBudget, result)
 	if len(dupWrites) > 0 {
 		t.Errorf("document versions written twice: %v", dupWrites)

@@ -308,6 +308,13 @@ func TestChaosSoak(t *testing.T) {
 	}
 	dupWrites := p.writes.duplicates()
 	hist := p.historyDocs(db)
+	// Both ways: a history document of no domain event is extra.
+	hd := diffHistory(doms, hist)
+	histExtra := len(hd.Extra) + len(hd.WrongSeq)
+	if histExtra > 0 {
+		t.Errorf("history of %s: %d documents of no domain event %v, %d with another sequence_number %v",
+			db, len(hd.Extra), hd.Extra[:min(10, len(hd.Extra))], len(hd.WrongSeq), hd.WrongSeq[:min(10, len(hd.WrongSeq))])
+	}
 	histRows := map[string]regRow{}
 	for _, r := range p.registry(historyHandler, db+":") {
 		histRows[r.EventID] = r
@@ -371,13 +378,13 @@ func TestChaosSoak(t *testing.T) {
 		s.mu.Unlock()
 	}
 	result := "PASS"
-	if lost > 0 || dupEvents > 0 || len(dupWrites) > 0 || histMissing > 0 || mismatches > 0 || dlq > 0 || rep.OK != len(insts) || len(errs) > 0 || badExits > 0 {
+	if lost > 0 || dupEvents > 0 || len(dupWrites) > 0 || histMissing > 0 || histExtra > 0 || mismatches > 0 || dlq > 0 || rep.OK != len(insts) || len(errs) > 0 || badExits > 0 {
 		result = "FAIL"
 	}
 	t.Logf("chaos soak summary: load %s, drain %s, seed %d; %d commands acknowledged (%d creates, %d patches, %d deletes) on %d instances; "+
-		"faults injected: %s; restarts: %v; verification: lost=%d duplicate_domain_events=%d duplicate_es_writes=%d missing_history=%d "+
+		"faults injected: %s; restarts: %v; verification: lost=%d duplicate_domain_events=%d duplicate_es_writes=%d missing_history=%d extra_history=%d "+
 		"read_model_mismatches=%d dlq_records=%d sluice_verify=%d/%d ok; late_published_domain_events=%d (each with its history document) => %s",
-		dur, drain, seed, acked, creates, patches, deletes, len(insts), faults, restarts, lost, dupEvents, len(dupWrites), histMissing,
+		dur, drain, seed, acked, creates, patches, deletes, len(insts), faults, restarts, lost, dupEvents, len(dupWrites), histMissing, histExtra,
 		mismatches, dlq, rep.OK, rep.Instances, latePublished, result)
 	if len(dupWrites) > 0 {
 		t.Errorf("document versions written twice: %v", dupWrites)
