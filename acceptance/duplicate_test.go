@@ -21,7 +21,7 @@ func TestDuplicatePublishSideEffectsOnce(t *testing.T) {
 	p.startDefault("relay")
 	relay := p.service("relay")
 	markers := t.TempDir()
-	exp := expectation{db: "dup", class: "orders"}
+	exp := expectation{db: "dup", class: "orders", faultFree: true}
 	load := func(round int) {
 		for i := range 4 {
 			id := fmt.Sprintf("r%d-%d", round, i)

@@ -3,6 +3,7 @@ package acceptance
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"net/http"
 	"sort"
 	"strings"
@@ -25,11 +26,11 @@ type esWrites struct {
 	mu        sync.Mutex
 	ok        map[string]int         // "index/_id@version" → acknowledged writes
 	failures  map[string][]time.Time // "index/_id" → times of failed writes
-	conflicts int
+	conflicts map[string]int         // index → writes answered 409 (a finished write sent again)
 }
 
 func newESWrites() *esWrites {
-	w := &esWrites{ok: map[string]int{}, failures: map[string][]time.Time{}}
+	w := &esWrites{ok: map[string]int{}, failures: map[string][]time.Time{}, conflicts: map[string]int{}}
 	w.log = esserver.NewWriteLog(w.record)
 	return w
 }
@@ -44,7 +45,7 @@ func (w *esWrites) record(wr esserver.Write) {
 	case wr.OK():
 		w.ok[fmt.Sprintf("%s/%s@%d", wr.Index, wr.ID, wr.Version)]++
 	case wr.Status == http.StatusConflict:
-		w.conflicts++
+		w.conflicts[wr.Index]++
 	case wr.Status == http.StatusTooManyRequests || wr.Status >= 500:
 		k := wr.Index + "/" + wr.ID
 		w.failures[k] = append(w.failures[k], wr.At)
@@ -63,6 +64,20 @@ func (w *esWrites) duplicates() []string {
 	}
 	sort.Strings(out)
 	return out
+}
+
+// conflictCount returns the writes answered 409 (version conflict or
+// document exists) in total and by index. Every read-model write carries an
+// external version or op_type=create, so Elasticsearch refuses a repeat
+// itself; a 409 is the trace of a worker sending a finished write again.
+func (w *esWrites) conflictCount() (int, map[string]int) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	n := 0
+	for _, c := range w.conflicts {
+		n += c
+	}
+	return n, maps.Clone(w.conflicts)
 }
 
 // acknowledged returns the number of acknowledged writes of documents of

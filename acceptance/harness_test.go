@@ -20,6 +20,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -28,6 +29,7 @@ import (
 	"github.com/sluicehq/sluice/eventstore/eventstoretest"
 	"github.com/sluicehq/sluice/registry/registrytest"
 
+	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kfake"
@@ -98,6 +100,10 @@ type setup struct {
 	s3Proxied bool
 	// env is added to every service's environment.
 	env map[string]string
+	// allow5xx: the scenario makes the API fail on purpose (the chaos
+	// soak kills it and cuts its dependencies), so API answers ≥ 500 are
+	// counted but do not fail the test.
+	allow5xx bool
 }
 
 // pipeline is one isolated sluice deployment: its own database, bucket,
@@ -120,6 +126,8 @@ type pipeline struct {
 	base   map[string]string
 	setup  setup
 	httpc  *http.Client
+	// api5xx counts API answers ≥ 500 (note5xx).
+	api5xx atomic.Int64
 
 	mu   sync.Mutex
 	svcs map[string]*service
@@ -683,11 +691,17 @@ func (p *pipeline) call(method, path string, body any, key string) (int, []byte,
 	return resp.StatusCode, b, err
 }
 
-// command sends a command and returns the 202 body. Connection errors and
-// 5xx are retried with the same Idempotency-Key until within has passed
-// (a client's retry; the store's idempotency makes it one command); any
-// other status is returned as an error.
+// command sends a command and returns the 202 body. It always carries an
+// Idempotency-Key (key, else a fresh one: the key is the command id, so a
+// retry after an append that did happen replays it instead of appending
+// twice). Connection errors and 5xx are retried with that key until within
+// has passed; every 5xx is counted (note5xx) and fails the test unless the
+// scenario injects API outages on purpose (setup.allow5xx). Any other
+// status is returned as an error.
 func (p *pipeline) command(method, path string, body any, key string, within time.Duration) (accepted, error) {
+	if key == "" {
+		key = "acc-" + uuid.NewString()
+	}
 	deadline := time.Now().Add(within)
 	for {
 		code, b, err := p.call(method, path, body, key)
@@ -701,10 +715,23 @@ func (p *pipeline) command(method, path string, body any, key string, within tim
 		if err == nil && code < 500 {
 			return accepted{}, &apiError{code: code, body: string(b)}
 		}
+		if err == nil {
+			p.note5xx(method, path, key, code, b)
+		}
 		if time.Now().After(deadline) {
 			return accepted{}, fmt.Errorf("%s %s: still failing after %s: %d %s %v", method, path, within, code, b, err)
 		}
 		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+// note5xx counts an API answer ≥ 500 and, unless the scenario injects
+// outages on purpose (setup.allow5xx, the chaos soak), fails the test: a
+// retry must not hide an intermittent server error.
+func (p *pipeline) note5xx(method, path, key string, code int, body []byte) {
+	n := p.api5xx.Add(1)
+	if !p.setup.allow5xx && n <= 10 { // the first 10 in full; the test failed already
+		p.t.Errorf("API answered %d to %s %s (Idempotency-Key %s; 5xx answer %d): %.300s", code, method, path, key, n, body)
 	}
 }
 
@@ -718,7 +745,7 @@ func (e *apiError) Error() string { return fmt.Sprintf("API %d: %s", e.code, e.b
 // mustCommand is command that fails the test on error.
 func (p *pipeline) mustCommand(method, path string, body any) accepted {
 	p.t.Helper()
-	a, err := p.command(method, path, body, "", 60*time.Second)
+	a, err := p.command(method, path, body, "", 60*time.Second) // a fresh Idempotency-Key
 	if err != nil {
 		p.t.Fatal(err)
 	}
@@ -987,31 +1014,172 @@ func (p *pipeline) docAt(prefix, db, class, id string) esDoc {
 	return d
 }
 
+// historyPage is the page size of historyDocs: well under the server's
+// result window (index.max_result_window, 10,000), so a history of any
+// length is read whole.
+const historyPage = 1000
+
+// historyDoc is one history document as read back.
+type historyDoc struct {
+	ID  string // _id (the projection writes _id = event_id)
+	Seq int64
+}
+
 // historyDocs returns the event_id → sequence_number of every history
-// document of db.
+// document of db. It pages with search_after on event_id (a keyword, unique
+// per document) so it never hits the result window, and checks the pages
+// against _count: a read that came back short or with an event twice, or
+// a document whose _id is not its event_id, fails the test.
 func (p *pipeline) historyDocs(db string) map[string]int64 {
 	p.t.Helper()
-	idx := indexPrefix + db + "_history"
-	p.esGet("/"+idx+"/_refresh", nil)
-	var res struct {
-		Hits struct {
-			Hits []struct {
-				ID     string `json:"_id"`
-				Source struct {
-					EventID string `json:"event_id"`
-					Seq     int64  `json:"sequence_number"`
-				} `json:"_source"`
-			} `json:"hits"`
-		} `json:"hits"`
-	}
-	if code := p.esGet("/"+idx+"/_search?size=10000", &res); code != http.StatusOK && code != http.StatusNotFound {
-		p.t.Fatalf("search %s: %d", idx, code)
-	}
-	out := map[string]int64{}
-	for _, h := range res.Hits.Hits {
-		out[h.Source.EventID] = h.Source.Seq
+	out, err := readHistory(p.httpc, p.esURL, indexPrefix+db+"_history", historyPage)
+	if err != nil {
+		p.t.Fatal(err)
 	}
 	return out
+}
+
+// readHistory reads every document of the history index idx in pages of
+// size (see historyDocs); a missing index is an empty history.
+func readHistory(c *http.Client, esURL, idx string, size int) (map[string]int64, error) {
+	if code, _, err := esDo(c, http.MethodPost, esURL+"/"+idx+"/_refresh", nil, nil); err != nil {
+		return nil, err
+	} else if code == http.StatusNotFound {
+		return map[string]int64{}, nil
+	}
+	var count struct {
+		Count int `json:"count"`
+	}
+	if code, b, err := esDo(c, http.MethodGet, esURL+"/"+idx+"/_count", nil, &count); err != nil || code != http.StatusOK {
+		return nil, fmt.Errorf("count %s: %d %s %v", idx, code, b, err)
+	}
+	out := map[string]int64{}
+	var after []any
+	for {
+		q := map[string]any{"size": size, "sort": []any{map[string]any{"event_id": "asc"}},
+			"_source": []string{"event_id", "sequence_number"}, "track_total_hits": false}
+		if after != nil {
+			q["search_after"] = after
+		}
+		var res struct {
+			Hits struct {
+				Hits []struct {
+					ID     string `json:"_id"`
+					Sort   []any  `json:"sort"`
+					Source struct {
+						EventID string `json:"event_id"`
+						Seq     int64  `json:"sequence_number"`
+					} `json:"_source"`
+				} `json:"hits"`
+			} `json:"hits"`
+		}
+		code, b, err := esDo(c, http.MethodPost, esURL+"/"+idx+"/_search", q, &res)
+		if err != nil || code != http.StatusOK {
+			return nil, fmt.Errorf("search %s after %v: %d %s %v", idx, after, code, b, err)
+		}
+		hits := res.Hits.Hits
+		for _, h := range hits {
+			if h.Source.EventID != h.ID {
+				return nil, fmt.Errorf("history document %s/%s holds event_id %q", idx, h.ID, h.Source.EventID)
+			}
+			if _, dup := out[h.ID]; dup {
+				return nil, fmt.Errorf("history %s: event %s read twice while paging", idx, h.ID)
+			}
+			out[h.ID] = h.Source.Seq
+		}
+		if len(hits) < size {
+			break
+		}
+		after = hits[len(hits)-1].Sort
+	}
+	if len(out) != count.Count {
+		return nil, fmt.Errorf("history %s: read %d documents, _count says %d", idx, len(out), count.Count)
+	}
+	return out, nil
+}
+
+// esDo sends one JSON request to the ES server and decodes a 200 answer
+// into out.
+func esDo(c *http.Client, method, u string, body, out any) (int, []byte, error) {
+	var rd io.Reader
+	if body != nil {
+		b, err := json.Marshal(body)
+		if err != nil {
+			return 0, nil, err
+		}
+		rd = bytes.NewReader(b)
+	}
+	req, err := http.NewRequest(method, u, rd)
+	if err != nil {
+		return 0, nil, err
+	}
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	resp, err := c.Do(req)
+	if err != nil {
+		return 0, nil, err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return resp.StatusCode, nil, err
+	}
+	if out != nil && resp.StatusCode == http.StatusOK {
+		if err := json.Unmarshal(b, out); err != nil {
+			return resp.StatusCode, b, fmt.Errorf("%s %s: %w", method, u, err)
+		}
+	}
+	return resp.StatusCode, b, nil
+}
+
+// historyDiff compares the history documents of a db with its domain
+// events both ways: missing (a domain event without its document, or with
+// another sequence_number) and extra (a document of no domain event).
+type historyDiff struct {
+	Missing, WrongSeq, Extra []string
+}
+
+func (d historyDiff) empty() bool { return len(d.Missing)+len(d.WrongSeq)+len(d.Extra) == 0 }
+
+func diffHistory(doms []storeEvent, hist map[string]int64) historyDiff {
+	var d historyDiff
+	want := map[string]bool{}
+	for _, e := range doms {
+		want[e.EventID] = true
+		seq, ok := hist[e.EventID]
+		switch {
+		case !ok:
+			d.Missing = append(d.Missing, fmt.Sprintf("%s (%s #%d)", e.EventID, e.AggregateID, e.Seq))
+		case seq != e.Seq:
+			d.WrongSeq = append(d.WrongSeq, fmt.Sprintf("%s (%s #%d, document #%d)", e.EventID, e.AggregateID, e.Seq, seq))
+		}
+	}
+	for id, seq := range hist {
+		if !want[id] {
+			d.Extra = append(d.Extra, fmt.Sprintf("%s (#%d)", id, seq))
+		}
+	}
+	sort.Strings(d.Extra)
+	return d
+}
+
+// checkHistory requires history == the domain events of db, both ways
+// (see diffHistory), reporting at most 10 of each kind; it returns the
+// diff for summaries.
+func (p *pipeline) checkHistory(db string) historyDiff {
+	p.t.Helper()
+	d := diffHistory(p.storeEvents("domain", db+":"), p.historyDocs(db))
+	for _, c := range []struct {
+		what string
+		ids  []string
+	}{{"domain events without a history document", d.Missing}, {"history documents with another sequence_number", d.WrongSeq},
+		{"history documents of no domain event", d.Extra}} {
+		if len(c.ids) > 0 {
+			p.t.Errorf("history of %s: %d %s: %v", db, len(c.ids), c.what, c.ids[:min(10, len(c.ids))])
+		}
+	}
+	return d
 }
 
 // --- end-state checks -----------------------------------------------------------
@@ -1028,6 +1196,9 @@ type expectation struct {
 	// dlqCommands and dlqEvents are the records each DLQ topic must hold
 	// (whole pipeline).
 	dlqCommands, dlqEvents int64
+	// faultFree: no worker fails or crashes in the scenario, so no worker
+	// may send a finished write again (checkConflicts: 0 conflicts).
+	faultFree bool
 }
 
 // checkEndState checks one db/class after the pipeline drained: sluice
@@ -1073,12 +1244,7 @@ func (p *pipeline) checkEndState(e expectation) {
 			p.t.Errorf("%s: history row %s is %s", prefix, r.EventID, r.Status)
 		}
 	}
-	hist := p.historyDocs(e.db)
-	for _, d := range doms {
-		if seq, ok := hist[d.EventID]; !ok || seq != d.Seq {
-			p.t.Errorf("%s: history document of %s (#%d): found %t seq %d", prefix, d.EventID, d.Seq, ok, seq)
-		}
-	}
+	p.checkHistory(e.db)
 	last := map[string]int64{}
 	for _, d := range doms {
 		last[d.AggregateID] = max(last[d.AggregateID], d.Seq)
@@ -1091,6 +1257,7 @@ func (p *pipeline) checkEndState(e expectation) {
 		}
 	}
 	p.checkNoDuplicateWrites()
+	p.checkConflicts(e.faultFree)
 	if n := p.records(commandsDLQ); n != e.dlqCommands {
 		p.t.Errorf("%s holds %d records, want %d", commandsDLQ, n, e.dlqCommands)
 	}
@@ -1111,6 +1278,81 @@ func (p *pipeline) checkNoDuplicateWrites() {
 	}
 }
 
+// conflictReport is what checkConflicts saw.
+type conflictReport struct {
+	es      int            // writes Elasticsearch answered 409, whole run (the recorder)
+	byIndex map[string]int // … by index
+	metrics map[string]float64
+	retried int // registry attempts after the first, every handler
+}
+
+func (c conflictReport) String() string {
+	return fmt.Sprintf("es_409=%d %v; /metrics (current processes) %v; registry retried attempts %d", c.es, c.byIndex, c.metrics, c.retried)
+}
+
+// checkConflicts logs and bounds the writes the workers sent again: a
+// write Elasticsearch answered 409 is a finished write re-sent (the server,
+// not sluice, keeps it from being a second side effect). faultFree: none
+// at all; otherwise at most one per retried registry attempt (a claim
+// after a crash or a failure may find its write done). The workers' own
+// counters (sluice_projection_conflicts_total, sluice_worker_records_total
+// outcome="conflict") are scraped and logged; they restart from 0 with a
+// process, so the bound is checked on the recorder's count, which covers
+// the whole run, and the scraped ones must not exceed it.
+func (p *pipeline) checkConflicts(faultFree bool) conflictReport {
+	p.t.Helper()
+	var c conflictReport
+	c.es, c.byIndex = p.writes.conflictCount()
+	c.metrics = map[string]float64{}
+	var projConflicts float64
+	for _, s := range p.workers() {
+		if v, err := s.scrape("sluice_worker_records_total", `outcome="conflict"`); err == nil {
+			c.metrics[s.name+` records{outcome="conflict"}`] = v
+		} else {
+			p.t.Logf("%s: %v", s.name, err)
+		}
+		if s.kind == kindProjection {
+			v, err := s.scrape("sluice_projection_conflicts_total")
+			if err != nil {
+				p.t.Logf("%s: %v", s.name, err)
+				continue
+			}
+			c.metrics[s.name+" projection_conflicts"] = v
+			projConflicts += v
+		}
+	}
+	for _, h := range []string{instanceHandler, historyHandler, shadowHandler} {
+		for _, r := range p.registry(h, "") {
+			c.retried += max(r.Attempts-1, 0)
+		}
+	}
+	p.t.Logf("conflicts (a finished write sent again): %s", c)
+	switch {
+	case faultFree && c.es > 0:
+		p.t.Errorf("a fault-free run re-sent %d finished writes (Elasticsearch answered 409): %v", c.es, c.byIndex)
+	case c.es > c.retried:
+		p.t.Errorf("%d writes answered 409 for %d retried registry attempts: a worker re-sends finished writes (%v)", c.es, c.retried, c.byIndex)
+	}
+	if int(projConflicts) > c.es {
+		p.t.Errorf("the projection workers count %v conflicts, Elasticsearch answered only %d writes 409", projConflicts, c.es)
+	}
+	return c
+}
+
+// workers returns the declared instance and projection worker services.
+func (p *pipeline) workers() []*service {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	var out []*service
+	for _, s := range p.svcs {
+		if s.kind == kindInstance || s.kind == kindProjection {
+			out = append(out, s)
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].name < out[j].name })
+	return out
+}
+
 // lines splits command output into non-empty lines.
 func lines(s string) []string {
 	var out []string
@@ -1128,12 +1370,24 @@ func lines(s string) []string {
 // /metrics whose labels contain every one of labels (`outcome="applied"`).
 func (s *service) metric(name string, labels ...string) float64 {
 	s.p.t.Helper()
+	v, err := s.scrape(name, labels...)
+	if err != nil {
+		s.p.t.Fatal(err)
+	}
+	return v
+}
+
+// scrape is metric returning an error instead of failing the test.
+func (s *service) scrape(name string, labels ...string) (float64, error) {
 	resp, err := s.p.httpc.Get("http://" + s.httpAddr + "/metrics")
 	if err != nil {
-		s.p.t.Fatalf("%s /metrics: %v", s.name, err)
+		return 0, fmt.Errorf("%s /metrics: %w", s.name, err)
 	}
 	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
+	b, err := io.ReadAll(resp.Body)
+	if err != nil || resp.StatusCode != http.StatusOK {
+		return 0, fmt.Errorf("%s /metrics: %d %v", s.name, resp.StatusCode, err)
+	}
 	var sum float64
 	for _, l := range strings.Split(string(b), "\n") {
 		if !strings.HasPrefix(l, name+"{") && !strings.HasPrefix(l, name+" ") {
@@ -1151,7 +1405,7 @@ func (s *service) metric(name string, labels ...string) float64 {
 			sum += v
 		}
 	}
-	return sum
+	return sum, nil
 }
 
 // storeRecord is one event printed by `sluice store cat`, as the relay

@@ -65,7 +65,7 @@ func TestAggregateIDNormalisationNoCollisions(t *testing.T) {
 	invalid := []string{"   ", "nul\u0000", "bell\u0007", "tab\tinside", "zero\u200bwidth", "bad\xffutf8", strings.Repeat("x", 600)}
 
 	normalise := func(s string) string { return norm.NFC.String(strings.TrimSpace(s)) }
-	exp := expectation{db: db, class: class}
+	exp := expectation{db: db, class: class, faultFree: true}
 	type inst struct {
 		id      string
 		applied int

@@ -180,7 +180,18 @@ func TestPostgresDownAtStartupWaits(t *testing.T) {
 	for _, n := range names {
 		p.add(n, n, nil).start()
 	}
-	time.Sleep(5 * time.Second) // several attempts at Postgres
+	// Positive evidence first: every process is up and serving, and not
+	// ready (it waits for Postgres); then several more attempts at
+	// Postgres, and still no exit.
+	waitFor(t, 60*time.Second, "every service up and waiting for Postgres", func() bool {
+		for _, n := range names {
+			if p.service(n).readyStatus() != http.StatusServiceUnavailable {
+				return false
+			}
+		}
+		return true
+	})
+	time.Sleep(5 * time.Second)
 	for _, n := range names {
 		checkNoExit(t, p.service(n), "Postgres was down")
 	}

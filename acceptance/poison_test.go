@@ -130,7 +130,8 @@ func randHex(n int) string {
 }
 
 // status sends one request, retrying connection errors and 5xx (the same
-// Idempotency-Key), and returns the final status and the problem code.
+// Idempotency-Key; a 5xx fails the soak, note5xx), and returns the final
+// status and the problem code.
 func (r *poisonRun) status(method, path string, body any, key string) (int, string, []byte) {
 	deadline := time.Now().Add(2 * time.Minute)
 	for {
@@ -141,6 +142,9 @@ func (r *poisonRun) status(method, path string, body any, key string) (int, stri
 			}
 			_ = json.Unmarshal(b, &pr)
 			return code, pr.Error, b
+		}
+		if err == nil {
+			r.p.note5xx(method, path, key, code, b)
 		}
 		if time.Now().After(deadline) {
 			return code, fmt.Sprintf("still failing: %v", err), b
@@ -571,7 +575,8 @@ func TestPoisonSoak(t *testing.T) {
 	// Kills: the relay and both workers in a shuffled rotation every
 	// 1.5–3.5 s, each at most once per stall budget (so a stall longer
 	// than the budget is not two kills back to back).
-	faults := &faultCounts{n: map[string]int{}}
+	faults := newFaultCounts()
+	killKinds := []string{"kill_relay", "kill_instance-worker", "kill_projection-worker"}
 	killDone := make(chan struct{})
 	krng := mrand.New(mrand.NewPCG(seed, 8))
 	go func() {
@@ -606,6 +611,17 @@ func TestPoisonSoak(t *testing.T) {
 		r.inject(context.Background(), it)
 	}
 	waitFor(t, 30*time.Minute, "normal load to finish", func() bool { return normal() >= int64(total) })
+	// The load goes on until the rotation killed every service at least
+	// once (a short soak may store its commands sooner); a rotation slot
+	// comes every 3.5 s at most, so 2 minutes is ample.
+	waitFor(t, 2*time.Minute, "every service killed at least once", func() bool {
+		for _, k := range killKinds {
+			if faults.get(k) == 0 {
+				return false
+			}
+		}
+		return true
+	})
 	stopLoad()
 	wg.Wait()
 	<-killDone
@@ -682,15 +698,20 @@ func TestPoisonSoak(t *testing.T) {
 		t.Errorf("%d domain events of %s for %d acknowledged commands", len(doms), prefix, len(cmds))
 	}
 	dupWrites := p.writes.duplicates()
-	hist := p.historyDocs(db)
-	histMissing := 0
-	for _, d := range doms {
-		if _, ok := hist[d.EventID]; !ok {
-			histMissing++
-			if histMissing <= 10 {
-				t.Errorf("domain event %s (%s #%d) has no history document", d.EventID, d.AggregateID, d.Seq)
-			}
+	// History = every domain event of the db (all classes) except the
+	// parked ones, both ways, read in pages (20,000 events in make soak).
+	var histWant []storeEvent
+	for _, d := range p.storeEvents("domain", db+":") {
+		if _, parked := r.parked[d.EventID]; !parked {
+			histWant = append(histWant, d)
 		}
+	}
+	hd := diffHistory(histWant, p.historyDocs(db))
+	histMissing, histExtra := len(hd.Missing)+len(hd.WrongSeq), len(hd.Extra)
+	if !hd.empty() {
+		t.Errorf("history of %s: %d domain events without their document (%v), %d with another sequence_number (%v), %d documents of no domain event (%v)",
+			db, len(hd.Missing), hd.Missing[:min(10, len(hd.Missing))], len(hd.WrongSeq), hd.WrongSeq[:min(10, len(hd.WrongSeq))],
+			len(hd.Extra), hd.Extra[:min(10, len(hd.Extra))])
 	}
 	rep := p.verify(db, "items", len(insts))
 	mismatches := 0
@@ -861,6 +882,12 @@ func TestPoisonSoak(t *testing.T) {
 	if longRelay > poisonStallBudget {
 		t.Errorf("relay stalled %s at %s (budget %s)", longRelay.Round(100*time.Millisecond), longRelayAt, poisonStallBudget)
 	}
+	faults.check(t, killKinds)
+	checkKills(t, p, "relay", "instance-worker", "projection-worker")
+	conf := p.checkConflicts(false) // finished writes sent again: at most one per retried attempt
+	if n := p.api5xx.Load(); n > 0 {
+		t.Errorf("the API answered %d requests with a 5xx (the soak never cuts it)", n)
+	}
 	restarts := map[string]string{}
 	for _, n := range []string{"relay", "instance-worker", "projection-worker", "api"} {
 		s := p.service(n)
@@ -884,11 +911,11 @@ func TestPoisonSoak(t *testing.T) {
 	}
 	t.Logf("poison soak summary: load %s, drain %s, seed %d; %d normal commands acknowledged on %d instances; "+
 		"%d poison records (%.1f%%, %d classes × %d): accounted %s, unaccounted %d, unexpected DLQ records %d; kills: %s; restarts: %v; "+
-		"verification: lost=%d duplicate_domain_events=%d duplicate_es_writes=%d missing_history=%d read_model_mismatches=%d "+
-		"sluice_verify items=%d/%d conflicts=%d/%d reuse=%d/%d ok; longest stall: partition %s (%s), relay %s (%s), budget %s => %s",
+		"verification: lost=%d duplicate_domain_events=%d duplicate_es_writes=%d missing_history=%d extra_history=%d read_model_mismatches=%d "+
+		"sluice_verify items=%d/%d conflicts=%d/%d reuse=%d/%d ok; es_write_conflicts=%d (≤ %d retried attempts); longest stall: partition %s (%s), relay %s (%s), budget %s => %s",
 		load, drain, seed, len(cmds), len(insts), poison, 100*float64(poison)/float64(len(cmds)), len(cls), perClass,
 		sortedCounts(accounted), bad, len(dlqUnexpected), faults, restarts,
-		lost, dupEvents, len(dupWrites), histMissing, mismatches, rep.OK, rep.Instances, rep2.OK, rep2.Instances, rep3.OK, rep3.Instances,
+		lost, dupEvents, len(dupWrites), histMissing, histExtra, mismatches, rep.OK, rep.Instances, rep2.OK, rep2.Instances, rep3.OK, rep3.Instances, conf.es, conf.retried,
 		longPart.Round(100*time.Millisecond), longPartAt, longRelay.Round(100*time.Millisecond), longRelayAt, poisonStallBudget, result)
 	if len(dupWrites) > 0 {
 		t.Errorf("document versions written twice: %v", dupWrites)

@@ -8,16 +8,19 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"os"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/sluicehq/sluice/internal/esserver"
+	"github.com/sluicehq/sluice/shared/testenv"
 )
 
 // soakDuration is the load-and-faults phase of the chaos soak:
@@ -48,16 +51,61 @@ func soakSeed(t *testing.T) uint64 {
 	return uint64(time.Now().UnixNano())
 }
 
-// faultCounts counts the faults the chaos controller injected.
+// faultCounts counts the faults a soak's controller injected and keeps,
+// for faults that act on later requests, a counter of the requests each
+// one actually hit.
 type faultCounts struct {
-	mu sync.Mutex
-	n  map[string]int
+	mu    sync.Mutex
+	n     map[string]int
+	fired map[string][]func() int64
+}
+
+func newFaultCounts() *faultCounts {
+	return &faultCounts{n: map[string]int{}, fired: map[string][]func() int64{}}
 }
 
 func (f *faultCounts) add(name string) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.n[name]++
+}
+
+// addFired counts an injected fault whose hits hit reports.
+func (f *faultCounts) addFired(name string, hit func() int64) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.n[name]++
+	f.fired[name] = append(f.fired[name], hit)
+}
+
+func (f *faultCounts) get(name string) int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.n[name]
+}
+
+// check fails the test for every kind in kinds that was never injected,
+// or whose injections (when they report hits) never hit a request: a soak
+// must prove its faults happened, not only that it drew them.
+func (f *faultCounts) check(t *testing.T, kinds []string) {
+	t.Helper()
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for _, k := range kinds {
+		if f.n[k] == 0 {
+			t.Errorf("fault %s was never injected", k)
+			continue
+		}
+		if hits := f.fired[k]; len(hits) > 0 {
+			var n int64
+			for _, h := range hits {
+				n += h()
+			}
+			if n == 0 {
+				t.Errorf("fault %s was injected %d times and never hit a request", k, f.n[k])
+			}
+		}
+	}
 }
 
 func (f *faultCounts) String() string {
@@ -70,9 +118,32 @@ func (f *faultCounts) String() string {
 	sort.Strings(keys)
 	var parts []string
 	for _, k := range keys {
-		parts = append(parts, fmt.Sprintf("%s=%d", k, f.n[k]))
+		part := fmt.Sprintf("%s=%d", k, f.n[k])
+		if hits := f.fired[k]; len(hits) > 0 {
+			var n int64
+			for _, h := range hits {
+				n += h()
+			}
+			part += fmt.Sprintf("(hit %d requests)", n)
+		}
+		parts = append(parts, part)
 	}
 	return strings.Join(parts, " ")
+}
+
+// checkKills requires every kill a soak counted to have ended its process
+// (an exit by SIGKILL, code -1, for each).
+func checkKills(t *testing.T, p *pipeline, names ...string) {
+	t.Helper()
+	for _, n := range names {
+		s := p.service(n)
+		s.mu.Lock()
+		kills, killed := s.kills, s.exits[-1]
+		s.mu.Unlock()
+		if killed != kills {
+			t.Errorf("%s: %d kills sent, %d exits by SIGKILL", n, kills, killed)
+		}
+	}
 }
 
 // soakInstance is the load generator's model of one instance.
@@ -161,49 +232,86 @@ func (l *soakLoad) run(ctx context.Context) {
 	}
 }
 
-// chaos injects one random fault every 1–2.5 s until ctx ends.
-func chaos(ctx context.Context, p *pipeline, rng *rand.Rand, faults *faultCounts) {
-	kafkaKeys := []struct {
+// chaosFault is one kind of fault of the chaos soak: inject reports
+// whether it was injected (a kill finds no process while one restarts).
+type chaosFault struct {
+	name   string
+	inject func(rng *rand.Rand, faults *faultCounts) bool
+}
+
+// chaosFaults are the kinds of fault the chaos soak injects, each at least
+// once per soak (chaos).
+func chaosFaults(ctx context.Context, p *pipeline) []chaosFault {
+	var out []chaosFault
+	for _, name := range []string{"relay", "instance-worker", "projection-worker", "api"} {
+		out = append(out, chaosFault{"kill_" + name, func(_ *rand.Rand, faults *faultCounts) bool {
+			if !p.service(name).kill() { // the supervisor restarts it
+				return false
+			}
+			faults.add("kill_" + name)
+			return true
+		}})
+	}
+	cut := func(name string, proxy *testenv.Proxy) chaosFault {
+		return chaosFault{name, func(rng *rand.Rand, faults *faultCounts) bool {
+			faults.add(name)
+			proxy.Stop()
+			select {
+			case <-ctx.Done():
+			case <-time.After(time.Duration(1000+rng.IntN(2000)) * time.Millisecond):
+			}
+			proxy.Start()
+			return true
+		}}
+	}
+	// Postgres and MinIO unreachable for every service for 1–3 s.
+	out = append(out, cut("pg_cut", p.pg), cut("minio_cut", p.s3))
+	// Kafka: the next 1–3 requests of one kind lose their connection.
+	for _, k := range []struct {
 		name string
 		key  kmsg.Key
-	}{{"produce", kmsg.Produce}, {"fetch", kmsg.Fetch}, {"offset_commit", kmsg.OffsetCommit}, {"metadata", kmsg.Metadata}}
-	sleep := func(d time.Duration) {
+	}{{"produce", kmsg.Produce}, {"fetch", kmsg.Fetch}, {"offset_commit", kmsg.OffsetCommit}, {"metadata", kmsg.Metadata}} {
+		out = append(out, chaosFault{"kafka_drop_" + k.name, func(rng *rand.Rand, faults *faultCounts) bool {
+			dropped := kafkaFault(p.kafka.Cluster, k.key, int32(1+rng.IntN(3)))
+			faults.addFired("kafka_drop_"+k.name, func() int64 { return int64(dropped.Load()) })
+			return true
+		}})
+	}
+	// Elasticsearch answers 429 or 503 to the next 3–10 requests.
+	for _, st := range []int{http.StatusTooManyRequests, http.StatusServiceUnavailable} {
+		name := fmt.Sprintf("es_%d", st)
+		out = append(out, chaosFault{name, func(rng *rand.Rand, faults *faultCounts) bool {
+			var hit atomic.Int64
+			p.es.InjectFault(esserver.Fault{Status: st, Times: 3 + rng.IntN(8),
+				Match: func(*http.Request) bool { hit.Add(1); return true }})
+			faults.addFired(name, hit.Load)
+			return true
+		}})
+	}
+	return out
+}
+
+// chaos injects one fault every 1–2.5 s until ctx ends, in a shuffled
+// round-robin over kinds (every kind once per round, in a random order), so
+// that a soak of 45 s injects every kind at least once (a round takes at
+// most 12 × 2.5 s + 2 × 3 s of cuts). A fault that could not be injected is
+// tried again later in the round.
+func chaos(ctx context.Context, rng *rand.Rand, kinds []chaosFault, faults *faultCounts) {
+	var round []chaosFault
+	for ctx.Err() == nil {
 		select {
 		case <-ctx.Done():
-		case <-time.After(d):
-		}
-	}
-	for ctx.Err() == nil {
-		sleep(time.Duration(1000+rng.IntN(1500)) * time.Millisecond)
-		if ctx.Err() != nil {
 			return
+		case <-time.After(time.Duration(1000+rng.IntN(1500)) * time.Millisecond):
 		}
-		switch rng.IntN(8) {
-		case 0, 1: // kill a process (the supervisor restarts it)
-			name := []string{"relay", "instance-worker", "projection-worker", "api"}[rng.IntN(4)]
-			if p.service(name).kill() {
-				faults.add("kill_" + name)
-			}
-		case 2: // Postgres unreachable for every service
-			faults.add("pg_cut")
-			p.pg.Stop()
-			time.Sleep(time.Duration(1000+rng.IntN(2000)) * time.Millisecond)
-			p.pg.Start()
-		case 3: // MinIO unreachable for every service
-			faults.add("minio_cut")
-			p.s3.Stop()
-			time.Sleep(time.Duration(1000+rng.IntN(2000)) * time.Millisecond)
-			p.s3.Start()
-		case 4, 5: // Kafka: the next requests of one kind lose their connection
-			k := kafkaKeys[rng.IntN(len(kafkaKeys))]
-			kafkaFault(p.kafka.Cluster, k.key, int32(1+rng.IntN(3)))
-			faults.add("kafka_drop_" + k.name)
-		case 6:
-			p.es.InjectFault(esserver.Fault{Status: http.StatusTooManyRequests, Times: 3 + rng.IntN(8)})
-			faults.add("es_429")
-		case 7:
-			p.es.InjectFault(esserver.Fault{Status: http.StatusServiceUnavailable, Times: 3 + rng.IntN(8)})
-			faults.add("es_503")
+		if len(round) == 0 {
+			round = slices.Clone(kinds)
+			rng.Shuffle(len(round), func(i, j int) { round[i], round[j] = round[j], round[i] })
+		}
+		f := round[0]
+		round = round[1:]
+		if !f.inject(rng, faults) {
+			round = append(round, f)
 		}
 	}
 }
@@ -223,13 +331,15 @@ func TestChaosSoak(t *testing.T) {
 		partitions: 3,
 		pgProxied:  []string{"api", "relay", "instance-worker", "projection-worker"},
 		s3Proxied:  true,
+		allow5xx:   true, // the API is killed and its dependencies cut on purpose
 	})
 	p.startDefault()
 	const db, class = "soak", "items"
 
 	ctx, cancel := context.WithTimeout(context.Background(), dur)
 	defer cancel()
-	faults := &faultCounts{n: map[string]int{}}
+	faults := newFaultCounts()
+	kinds := chaosFaults(ctx, p)
 	var loads []*soakLoad
 	var wg sync.WaitGroup
 	for i := range 3 {
@@ -241,7 +351,7 @@ func TestChaosSoak(t *testing.T) {
 	chaosDone := make(chan struct{})
 	go func() {
 		defer close(chaosDone)
-		chaos(ctx, p, rand.New(rand.NewPCG(seed, 99)), faults)
+		chaos(ctx, rand.New(rand.NewPCG(seed, 99)), kinds, faults)
 	}()
 	<-chaosDone
 	wg.Wait() // the last commands finish (retried until acknowledged)
@@ -308,6 +418,13 @@ func TestChaosSoak(t *testing.T) {
 	}
 	dupWrites := p.writes.duplicates()
 	hist := p.historyDocs(db)
+	// Both ways: a history document of no domain event is extra.
+	hd := diffHistory(doms, hist)
+	histExtra := len(hd.Extra) + len(hd.WrongSeq)
+	if histExtra > 0 {
+		t.Errorf("history of %s: %d documents of no domain event %v, %d with another sequence_number %v",
+			db, len(hd.Extra), hd.Extra[:min(10, len(hd.Extra))], len(hd.WrongSeq), hd.WrongSeq[:min(10, len(hd.WrongSeq))])
+	}
 	histRows := map[string]regRow{}
 	for _, r := range p.registry(historyHandler, db+":") {
 		histRows[r.EventID] = r
@@ -370,15 +487,26 @@ func TestChaosSoak(t *testing.T) {
 		}
 		s.mu.Unlock()
 	}
+	// Every kind of fault happened (and hit a request, where that can be
+	// seen), and every kill ended its process.
+	var kindNames []string
+	for _, k := range kinds {
+		kindNames = append(kindNames, k.name)
+	}
+	faults.check(t, kindNames)
+	checkKills(t, p, "api", "relay", "instance-worker", "projection-worker")
+	// Finished writes sent again: at most one per retried attempt.
+	conf := p.checkConflicts(false)
 	result := "PASS"
-	if lost > 0 || dupEvents > 0 || len(dupWrites) > 0 || histMissing > 0 || mismatches > 0 || dlq > 0 || rep.OK != len(insts) || len(errs) > 0 || badExits > 0 {
+	if t.Failed() || lost > 0 || dupEvents > 0 || len(dupWrites) > 0 || histMissing > 0 || histExtra > 0 || mismatches > 0 || dlq > 0 || rep.OK != len(insts) || len(errs) > 0 || badExits > 0 {
 		result = "FAIL"
 	}
 	t.Logf("chaos soak summary: load %s, drain %s, seed %d; %d commands acknowledged (%d creates, %d patches, %d deletes) on %d instances; "+
-		"faults injected: %s; restarts: %v; verification: lost=%d duplicate_domain_events=%d duplicate_es_writes=%d missing_history=%d "+
-		"read_model_mismatches=%d dlq_records=%d sluice_verify=%d/%d ok; late_published_domain_events=%d (each with its history document) => %s",
-		dur, drain, seed, acked, creates, patches, deletes, len(insts), faults, restarts, lost, dupEvents, len(dupWrites), histMissing,
-		mismatches, dlq, rep.OK, rep.Instances, latePublished, result)
+		"faults injected: %s; API 5xx answers (retried): %d; restarts: %v; verification: lost=%d duplicate_domain_events=%d duplicate_es_writes=%d missing_history=%d extra_history=%d "+
+		"read_model_mismatches=%d dlq_records=%d sluice_verify=%d/%d ok; late_published_domain_events=%d (each with its history document); "+
+		"es_write_conflicts=%d (≤ %d retried attempts) => %s",
+		dur, drain, seed, acked, creates, patches, deletes, len(insts), faults, p.api5xx.Load(), restarts, lost, dupEvents, len(dupWrites), histMissing, histExtra,
+		mismatches, dlq, rep.OK, rep.Instances, latePublished, conf.es, conf.retried, result)
 	if len(dupWrites) > 0 {
 		t.Errorf("document versions written twice: %v", dupWrites)
 	}
