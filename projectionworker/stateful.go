@@ -1,6 +1,7 @@
 package projectionworker
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -20,12 +21,21 @@ import (
 // nothing), and a document written earlier in the same round is seen by
 // the later events of the round before their common bulk request is sent.
 //
-// Operations of a stateful projection carry Version = the document's
-// stored version + 1 (external versioning): a 409 means another worker
-// wrote the document meanwhile, and the event is retried on the new state
-// (not counted as applied). Replays are the projection's to detect (the
-// declarative projections keep the last sequence applied per aggregate in
-// the document).
+// The round rule (docs/projections.md#concurrent-writers): every write of a
+// stateful projection is a compare-and-swap against the document as the
+// round read it. DocState.Get returns, for a document written earlier in
+// the round, the round's state with the version that was read, so every
+// operation of the round on one document carries the same external
+// version (read version + 1); the worker folds them into one write (the
+// last state, which contains the effects of all of them). A 409 means
+// another worker wrote the document since the round read it: the write
+// changed nothing, and every event of the round that wrote the document —
+// or that decided from the round's unwritten state that it had nothing
+// to add — is projected again on the new state. Replays are the
+// projection's to detect from the stored document (the declarative
+// projections keep the last sequence applied per aggregate in the
+// document); since a document only ever changes by such a swap, a marker
+// in the stored document proves that the event's effect is in it.
 type Stateful interface {
 	Projection
 	ProjectState(ctx context.Context, e envelope.Envelope, st *DocState) ([]Op, error)
@@ -44,20 +54,81 @@ type LoadError struct{ Err error }
 func (e *LoadError) Error() string { return "projectionworker: load document: " + e.Err.Error() }
 func (e *LoadError) Unwrap() error { return e.Err }
 
-// DocState is one round's view of a stateful projection's documents.
+// docKey names a document of a round: its scope and id.
+type docKey struct{ scope, id string }
+
+// DocState is one round's view of a stateful projection's documents: each
+// document as read once from the index (its version is the base of the
+// round's compare-and-swap), and the state the round's events have
+// written to it so far. The worker brackets each event with begin and
+// commit (or rollback), so that an event that fails after it wrote to the
+// state leaves no trace in what later events see or in what is written.
 type DocState struct {
 	w       *Worker
-	overlay map[[2]string]Doc
+	read    map[docKey]Doc             // as stored when the round read it
+	overlay map[docKey]json.RawMessage // the round's state, per document written
+	// The current event's undo log and the documents it read.
+	undo    []undo
+	touched []docKey
 }
 
-func (w *Worker) newDocState() *DocState { return &DocState{w: w, overlay: map[[2]string]Doc{}} }
+type undo struct {
+	k       docKey
+	prev    json.RawMessage
+	existed bool
+}
 
-// Get returns the document scope/id: as written earlier in this round,
-// else as stored in this version's index.
-func (s *DocState) Get(ctx context.Context, scope, id string) (Doc, error) {
-	if d, ok := s.overlay[[2]string{scope, id}]; ok {
-		return d, nil
+func (w *Worker) newDocState() *DocState {
+	return &DocState{w: w, read: map[docKey]Doc{}, overlay: map[docKey]json.RawMessage{}}
+}
+
+// begin starts an event's changes.
+func (s *DocState) begin() { s.undo, s.touched = s.undo[:0], s.touched[:0] }
+
+// commit keeps the current event's changes.
+func (s *DocState) commit() { s.undo = s.undo[:0] }
+
+// rollback undoes the current event's changes.
+func (s *DocState) rollback() {
+	for i := len(s.undo) - 1; i >= 0; i-- {
+		u := s.undo[i]
+		if u.existed {
+			s.overlay[u.k] = u.prev
+		} else {
+			delete(s.overlay, u.k)
+		}
 	}
+	s.undo = s.undo[:0]
+}
+
+// pending reports whether the round has written document k.
+func (s *DocState) pending(k docKey) bool {
+	_, ok := s.overlay[k]
+	return ok
+}
+
+// Get returns the document scope/id: its source as written earlier in this
+// round, else as stored in this version's index; its version is always the
+// one stored when the round read it (the base of the round's single write).
+func (s *DocState) Get(ctx context.Context, scope, id string) (Doc, error) {
+	k := docKey{scope, id}
+	s.touched = append(s.touched, k)
+	d, ok := s.read[k]
+	if !ok {
+		var err error
+		if d, err = s.load(ctx, scope, id); err != nil {
+			return Doc{}, err
+		}
+		s.read[k] = d
+	}
+	if src, ok := s.overlay[k]; ok {
+		return Doc{Source: src, Version: d.Version}, nil
+	}
+	return d, nil
+}
+
+// load reads one document from this version's index (realtime).
+func (s *DocState) load(ctx context.Context, scope, id string) (Doc, error) {
 	if err := ValidateName(scope); err != nil {
 		return Doc{}, err
 	}
@@ -94,8 +165,15 @@ func (s *DocState) Get(ctx context.Context, scope, id string) (Doc, error) {
 	return Doc{Source: got.Source, Version: got.Version}, nil
 }
 
-// Put records the document an operation of this round writes.
-func (s *DocState) Put(scope, id string, d Doc) { s.overlay[[2]string{scope, id}] = d }
+// Put records the document an operation of this round writes (d.Version
+// is not kept: the round's write of a document always carries the version
+// it was read at, plus one).
+func (s *DocState) Put(scope, id string, d Doc) {
+	k := docKey{scope, id}
+	prev, existed := s.overlay[k]
+	s.undo = append(s.undo, undo{k: k, prev: prev, existed: existed})
+	s.overlay[k] = d.Source
+}
 
 // isLoadError reports whether err is a LoadError.
 func isLoadError(err error) bool {
@@ -106,4 +184,88 @@ func isLoadError(err error) bool {
 func isStateful(p Projection) bool {
 	_, ok := p.(Stateful)
 	return ok
+}
+
+// DocRef names a document: its scope and id.
+type DocRef struct{ Scope, ID string }
+
+// Locator is implemented by a stateful projection that can name, from the
+// event alone, the documents ProjectState will read for it. The worker
+// then reads every document of a round with one _mget before it projects
+// the round's events, instead of one GET per document.
+type Locator interface {
+	Locate(e envelope.Envelope) ([]DocRef, error)
+}
+
+// prefetch reads the documents refs (those not read yet) with one _mget
+// per round. A failure leaves them unread: each is then read on its own
+// by Get, which reports the failure as the event's LoadError.
+func (s *DocState) prefetch(ctx context.Context, refs []DocRef) error {
+	type mdoc struct {
+		Index string `json:"_index"`
+		ID    string `json:"_id"`
+	}
+	var docs []mdoc
+	var keys []docKey
+	seen := map[docKey]bool{}
+	for _, r := range refs {
+		k := docKey{r.Scope, r.ID}
+		if _, ok := s.read[k]; ok || seen[k] {
+			continue
+		}
+		if ValidateName(r.Scope) != nil {
+			continue // Get reports it
+		}
+		if err := s.w.ensure(ctx, r.Scope); err != nil {
+			return err
+		}
+		seen[k] = true
+		keys = append(keys, k)
+		docs = append(docs, mdoc{Index: IndexNames(s.w.o.IndexPrefix, r.Scope, s.w.o.Projection.Name(), s.w.o.Version).Index, ID: r.ID})
+	}
+	if len(docs) == 0 {
+		return nil
+	}
+	body, err := json.Marshal(map[string]any{"docs": docs})
+	if err != nil {
+		return err
+	}
+	es := s.w.o.ES
+	res, err := es.Mget(bytes.NewReader(body), es.Mget.WithContext(ctx), es.Mget.WithRealtime(true))
+	if err != nil {
+		return fmt.Errorf("mget: %w", err)
+	}
+	defer res.Body.Close()
+	raw, err := io.ReadAll(res.Body)
+	if err != nil {
+		return fmt.Errorf("mget: %w", err)
+	}
+	if res.StatusCode != http.StatusOK {
+		return fmt.Errorf("mget: %d %s", res.StatusCode, raw)
+	}
+	var got struct {
+		Docs []struct {
+			Found   bool            `json:"found"`
+			Version int64           `json:"_version"`
+			Source  json.RawMessage `json:"_source"`
+			Error   json.RawMessage `json:"error"`
+		} `json:"docs"`
+	}
+	if err := json.Unmarshal(raw, &got); err != nil {
+		return fmt.Errorf("mget: %w", err)
+	}
+	if len(got.Docs) != len(keys) {
+		return fmt.Errorf("mget: %d documents answered for %d asked", len(got.Docs), len(keys))
+	}
+	for i, d := range got.Docs {
+		switch {
+		case d.Error != nil:
+			// Left unread: Get reads it on its own and reports the error.
+		case d.Found:
+			s.read[keys[i]] = Doc{Source: d.Source, Version: d.Version}
+		default:
+			s.read[keys[i]] = Doc{}
+		}
+	}
+	return nil
 }

@@ -8,7 +8,9 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math/rand/v2"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -127,62 +129,198 @@ func (w *Worker) hit(point string) {
 // every item: already applied or stale; counted), Permanent (mapping
 // errors: DLQ for this event only), Outage (429, 502, 503, 504 items after
 // the bulker's retries, or index management failing as an outage: the
-// runtime pauses, no attempt is spent) or Retryable (other 5xx).
+// runtime pauses, no attempt is spent) or Retryable (other 5xx). It is
+// HandleBatch for one record.
 func (w *Worker) Handle(ctx context.Context, rec *consumer.Record) (registry.Outcome, error) {
-	items, out, err := w.prepare(ctx, rec, w.newDocState())
-	if err != nil || items == nil {
-		return out, err
-	}
-	w.hit(PointBeforeESWrite)
-	res, err := w.o.Bulker.Do(ctx, items)
-	if err != nil {
-		return registry.Outcome{}, classifyES(ctx, err)
-	}
-	w.hit(PointAfterESWrite)
-	return w.evaluate(items, res)
+	r := w.HandleBatch(ctx, []*consumer.Record{rec})[0]
+	return r.Outcome, r.Err
 }
+
+// conflictRetries bounds how often a round projects again, on the newly
+// read state, the events whose document another worker changed since the
+// round read it, before it hands them to the runtime as retryable (which
+// spends an attempt). Each pass is a compare-and-swap that some writer
+// wins, so contention delays a round but never loses or dead-letters an
+// event unless it persists through every pass.
+const conflictRetries = 8
+
+// errDocChanged marks a stateful write refused with 409: another worker
+// wrote the document since the round read it.
+var errDocChanged = errors.New("projectionworker: a document changed while the event was projected; retrying on its new state")
 
 // HandleBatch is Handle for all records of a runtime round
 // (consumer.BatchHandler): it projects every record, writes all their
 // operations together — in bulk requests bounded by the bulker's MaxDocs
-// and MaxBytes, in record order — and maps the item answers back: a record
-// is applied when all its items succeeded (or conflict when all were 409s),
-// and fails on its own (Permanent, Retryable) without affecting the others.
+// and MaxBytes, in record order, one write per document for a stateful
+// projection (Stateful: a compare-and-swap on the version the round read)
+// — and maps the item answers back: a record is applied when all its
+// items succeeded (or conflict when all were 409s of a stateless
+// projection), and fails on its own (Permanent, Retryable) without
+// affecting the others. The records whose stateful document was changed
+// by another writer meanwhile are projected again on the new state, up to
+// conflictRetries times, before they are returned as retryable.
 func (w *Worker) HandleBatch(ctx context.Context, recs []*consumer.Record) []consumer.BatchResult {
-	out := make([]consumer.BatchResult, len(recs))
-	items := make([][]BulkItem, len(recs))
-	var lines [][]byte
-	first := make([]int, len(recs))
-	st := w.newDocState()
-	for i, rec := range recs {
-		its, o, err := w.prepare(ctx, rec, st)
-		out[i] = consumer.BatchResult{Outcome: o, Err: err}
-		if err != nil || its == nil {
-			continue
+	out := w.round(ctx, recs)
+	if !isStateful(w.o.Projection) {
+		return out
+	}
+	for pass := 0; pass < conflictRetries; pass++ {
+		var again []int
+		for i, r := range out {
+			if errors.Is(r.Err, errDocChanged) {
+				again = append(again, i)
+			}
 		}
-		enc := make([][]byte, len(its))
-		for j, it := range its {
-			if enc[j], err = encodeItem(it); err != nil {
-				break
+		if len(again) == 0 || ctx.Err() != nil {
+			break
+		}
+		// A short random pause, growing with the passes, lets the other
+		// writer's round finish before this one reads again.
+		d := time.Duration(1+rand.IntN(5<<min(pass, 4))) * time.Millisecond
+		select {
+		case <-ctx.Done():
+			return out
+		case <-time.After(d):
+		}
+		sub := make([]*consumer.Record, len(again))
+		for j, i := range again {
+			sub[j] = recs[i]
+		}
+		for j, r := range w.round(ctx, sub) {
+			out[again[j]] = r
+		}
+	}
+	return out
+}
+
+// roundPlan is the writes of one round: the encoded bulk lines, the item
+// of each line, and per record the lines its outcome depends on.
+type roundPlan struct {
+	out   []consumer.BatchResult
+	lines [][]byte
+	items []BulkItem
+	// deps[i] are the lines of record i: its own writes, or (noWrite[i])
+	// the round's writes of the documents it read before it decided it
+	// had nothing to write — that decision holds only if they are stored.
+	deps    [][]int
+	noWrite []bool
+}
+
+// plan projects the records of a round in order into one write per
+// document (stateful) or per operation.
+func (w *Worker) plan(ctx context.Context, recs []*consumer.Record) *roundPlan {
+	pl := &roundPlan{out: make([]consumer.BatchResult, len(recs)), deps: make([][]int, len(recs)), noWrite: make([]bool, len(recs))}
+	stateful := isStateful(w.o.Projection)
+	var st *DocState
+	var byDoc map[docKey]int // stateful: document → its line
+	if stateful {
+		st, byDoc = w.newDocState(), map[docKey]int{}
+		if loc, ok := w.o.Projection.(Locator); ok {
+			var refs []DocRef
+			for _, rec := range recs {
+				if !w.o.Projection.Handles(rec.Envelope) {
+					continue
+				}
+				if r, err := loc.Locate(rec.Envelope); err == nil {
+					refs = append(refs, r...)
+				}
+			}
+			if err := st.prefetch(ctx, refs); err != nil {
+				w.o.Logger.Debug("projectionworker: reading the round's documents at once failed; reading them one by one", "err", err)
+			}
+		}
+	}
+	for i, rec := range recs {
+		if st != nil {
+			st.begin()
+		}
+		its, o, err := w.prepare(ctx, rec, st)
+		if err == nil && its != nil {
+			var enc [][]byte
+			if enc, err = w.encodeRound(its, pl, byDoc); err != nil {
+				err = consumer.Permanent(err) // a document that is not JSON
+			} else {
+				pl.deps[i] = w.place(its, enc, pl, byDoc)
 			}
 		}
 		if err != nil {
-			out[i].Err = consumer.Permanent(err) // a document that is not JSON
+			if st != nil {
+				st.rollback()
+			}
+			pl.out[i] = consumer.BatchResult{Outcome: o, Err: err}
 			continue
 		}
-		items[i], first[i] = its, len(lines)
-		lines = append(lines, enc...)
+		if st != nil {
+			if its == nil {
+				// Nothing to write, decided from the round's state: it
+				// stands only once what the round wrote is stored.
+				for _, k := range st.touched {
+					if j, ok := byDoc[k]; ok && !slices.Contains(pl.deps[i], j) {
+						pl.deps[i] = append(pl.deps[i], j)
+					}
+				}
+				pl.noWrite[i] = pl.deps[i] != nil
+			}
+			st.commit()
+		}
+		pl.out[i] = consumer.BatchResult{Outcome: o}
 	}
-	if len(lines) == 0 {
-		return out
+	return pl
+}
+
+// encodeRound encodes one record's items; a stateful write of a document
+// the round writes already carries that write's version.
+func (w *Worker) encodeRound(its []BulkItem, pl *roundPlan, byDoc map[docKey]int) ([][]byte, error) {
+	enc := make([][]byte, len(its))
+	for j := range its {
+		if byDoc != nil {
+			if l, ok := byDoc[docKey{its[j].Op.Scope, its[j].Op.ID}]; ok {
+				its[j].Op.Version = pl.items[l].Op.Version
+			}
+		}
+		var err error
+		if enc[j], err = encodeItem(its[j]); err != nil {
+			return nil, err
+		}
+	}
+	return enc, nil
+}
+
+// place adds one record's encoded items to the round and returns their
+// lines: a stateful write replaces the round's earlier write of the same
+// document (its state contains that write's effects).
+func (w *Worker) place(its []BulkItem, enc [][]byte, pl *roundPlan, byDoc map[docKey]int) []int {
+	lines := make([]int, len(its))
+	for j, it := range its {
+		if byDoc != nil {
+			k := docKey{it.Op.Scope, it.Op.ID}
+			if l, ok := byDoc[k]; ok {
+				pl.lines[l], pl.items[l] = enc[j], it
+				lines[j] = l
+				continue
+			}
+			byDoc[k] = len(pl.lines)
+		}
+		lines[j] = len(pl.lines)
+		pl.lines = append(pl.lines, enc[j])
+		pl.items = append(pl.items, it)
+	}
+	return lines
+}
+
+// round plans the records, writes the plan and settles each record.
+func (w *Worker) round(ctx context.Context, recs []*consumer.Record) []consumer.BatchResult {
+	pl := w.plan(ctx, recs)
+	if len(pl.lines) == 0 {
+		return pl.out
 	}
 	w.hit(PointBeforeESWrite)
 	esStart := time.Now()
-	res, err := w.o.Bulker.doLines(ctx, lines)
+	res, err := w.o.Bulker.doLines(ctx, pl.lines)
 	if recs[0].Span != nil {
 		spans := make([]trace.Span, 0, len(recs))
 		for i, rec := range recs {
-			if items[i] != nil {
+			if pl.deps[i] != nil {
 				spans = append(spans, rec.Span)
 			}
 		}
@@ -191,19 +329,29 @@ func (w *Worker) HandleBatch(ctx context.Context, recs []*consumer.Record) []con
 	if err != nil {
 		err = classifyES(ctx, err)
 		for i := range recs {
-			if items[i] != nil {
-				out[i].Err = err
+			if pl.deps[i] != nil {
+				pl.out[i].Err = err
 			}
 		}
-		return out
+		return pl.out
 	}
 	w.hit(PointAfterESWrite)
 	for i := range recs {
-		if items[i] != nil {
-			out[i].Outcome, out[i].Err = w.evaluate(items[i], res[first[i]:first[i]+len(items[i])])
+		d := pl.deps[i]
+		if d == nil || pl.out[i].Err != nil {
+			continue
 		}
+		items, rs := make([]BulkItem, len(d)), make([]ItemResult, len(d))
+		for j, l := range d {
+			items[j], rs[j] = pl.items[l], res[l]
+		}
+		o, err := w.evaluate(items, rs, pl.noWrite[i])
+		if err == nil && pl.noWrite[i] {
+			o = pl.out[i].Outcome
+		}
+		pl.out[i] = consumer.BatchResult{Outcome: o, Err: err}
 	}
-	return out
+	return pl.out
 }
 
 // prepare projects one event into its bulk items (index names resolved,
@@ -245,8 +393,15 @@ func (w *Worker) prepare(ctx context.Context, rec *consumer.Record, st *DocState
 }
 
 // evaluate turns the answers to one event's items into its outcome.
-func (w *Worker) evaluate(items []BulkItem, res []ItemResult) (registry.Outcome, error) {
+// dependent: the items are not the event's own writes but the round's
+// writes its no-write decision rests on; they are not counted for it.
+func (w *Worker) evaluate(items []BulkItem, res []ItemResult, dependent bool) (registry.Outcome, error) {
 	p := w.o.Projection
+	count := func(c *prometheus.CounterVec, labels ...string) {
+		if !dependent {
+			c.WithLabelValues(labels...).Inc()
+		}
+	}
 	conflicts, reason := 0, ReasonVersion
 	var transient, permanent, outage error
 	for i, r := range res {
@@ -257,7 +412,7 @@ func (w *Worker) evaluate(items []BulkItem, res []ItemResult) (registry.Outcome,
 			if items[i].Op.Create {
 				reason = ReasonExists
 			}
-			w.m.conflicts.WithLabelValues(p.Name(), reasonFor(items[i].Op)).Inc()
+			count(w.m.conflicts, p.Name(), reasonFor(items[i].Op))
 		case r.Transient():
 			err := fmt.Errorf("elasticsearch item %s/%s: %w", items[i].Index, items[i].Op.ID,
 				&readmodel.StatusError{Op: "bulk item", Status: r.Status, Type: r.Type, Reason: r.Reason})
@@ -278,24 +433,24 @@ func (w *Worker) evaluate(items []BulkItem, res []ItemResult) (registry.Outcome,
 	}
 	switch {
 	case permanent != nil:
-		w.m.items.WithLabelValues(p.Name(), "rejected").Inc()
+		count(w.m.items, p.Name(), "rejected")
 		return registry.Outcome{}, consumer.Permanent(permanent)
 	case outage != nil:
-		w.m.items.WithLabelValues(p.Name(), "retry").Inc()
+		count(w.m.items, p.Name(), "retry")
 		return registry.Outcome{}, consumer.Outage(failure.Elasticsearch, outage)
 	case transient != nil:
-		w.m.items.WithLabelValues(p.Name(), "retry").Inc()
+		count(w.m.items, p.Name(), "retry")
 		return registry.Outcome{}, consumer.Retryable(transient)
 	case conflicts > 0 && isStateful(p):
 		// Another worker wrote the document since it was read: project
 		// the event again on the new state.
-		w.m.items.WithLabelValues(p.Name(), "retry").Inc()
-		return registry.Outcome{}, consumer.Retryable(fmt.Errorf("projectionworker: %s: a document changed while the event was projected; retrying on its new state", p.Name()))
+		count(w.m.items, p.Name(), "retry")
+		return registry.Outcome{}, consumer.Retryable(fmt.Errorf("%s: %w", p.Name(), errDocChanged))
 	case conflicts == len(res):
-		w.m.items.WithLabelValues(p.Name(), "conflict").Inc()
+		count(w.m.items, p.Name(), "conflict")
 		return registry.Outcome{}, consumer.ConflictErr(reason, nil)
 	}
-	w.m.items.WithLabelValues(p.Name(), "applied").Inc()
+	count(w.m.items, p.Name(), "applied")
 	return registry.Applied(), nil
 }
 

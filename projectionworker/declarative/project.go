@@ -51,33 +51,54 @@ func (p *Projection) ProjectState(ctx context.Context, e envelope.Envelope, st *
 	return p.Apply(ctx, e, st)
 }
 
-// Apply applies one event to its document in store and returns the write.
-func (p *Projection) Apply(ctx context.Context, e envelope.Envelope, store Store) ([]projectionworker.Op, error) {
+// Locate names the document an event updates, from the event alone
+// (projectionworker.Locator): the worker reads the documents of a round
+// with one _mget.
+func (p *Projection) Locate(e envelope.Envelope) ([]projectionworker.DocRef, error) {
+	_, docID, err := p.locate(e)
+	if err != nil {
+		return nil, err
+	}
+	return []projectionworker.DocRef{{Scope: p.spec.Scope, ID: docID}}, nil
+}
+
+// locate evaluates the key and the document id of e; vars holds the event
+// and the key for the updates.
+func (p *Projection) locate(e envelope.Envelope) (*activation, string, error) {
 	event, err := eventVars(e)
 	if err != nil {
-		return nil, fmt.Errorf("projection %s: event %s: %w", p.spec.Name, e.EventID, err)
+		return nil, "", fmt.Errorf("projection %s: event %s: %w", p.spec.Name, e.EventID, err)
 	}
 	vars := &activation{event: event, doc: emptyDoc, memo: map[*program]any{}}
 	kv, err := p.eval(p.key, vars, e)
 	if err != nil {
-		return nil, err
+		return nil, "", err
 	}
 	key, err := asKey(kv)
 	if err != nil {
-		return nil, p.evalErr(p.key, e, err)
+		return nil, "", p.evalErr(p.key, e, err)
 	}
 	vars.key = key
 	docID := key
 	if p.docID != nil {
 		v, err := p.eval(p.docID, vars, e)
 		if err != nil {
-			return nil, err
+			return nil, "", err
 		}
 		if docID, err = asKey(v); err != nil {
-			return nil, p.evalErr(p.docID, e, err)
+			return nil, "", p.evalErr(p.docID, e, err)
 		}
 	}
-	docID = envelope.ESDocumentID(docID)
+	return vars, envelope.ESDocumentID(docID), nil
+}
+
+// Apply applies one event to its document in store and returns the write.
+func (p *Projection) Apply(ctx context.Context, e envelope.Envelope, store Store) ([]projectionworker.Op, error) {
+	vars, docID, err := p.locate(e)
+	if err != nil {
+		return nil, err
+	}
+	key := vars.key
 	scope := p.spec.Scope
 	cur, err := store.Get(ctx, scope, docID)
 	if err != nil {
