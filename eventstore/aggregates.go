@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/sluicehq/sluice/shared/envelope"
 )
 
@@ -156,4 +158,44 @@ func (s *Store) CountAggregatesByPart(ctx context.Context, aggType, sep string, 
 		return nil, fmt.Errorf("eventstore: count aggregates of %s by part: %w", aggType, err)
 	}
 	return out, nil
+}
+
+// SampleAggregates returns up to n ids of aggregates of type aggType that
+// have at least one committed event of kind ("" either), drawn at random
+// from the index (a block sample of sluice.sequences sized from the
+// planner's row estimate, TABLESAMPLE SYSTEM), so its cost is bounded by n
+// and not by the size of the store. A small store is read whole. The
+// instance worker's start-up check of its read models uses it
+// (docs/instanceworker.md#read-model-lost).
+func (s *Store) SampleAggregates(ctx context.Context, aggType string, kind envelope.Kind, n int) ([]string, error) {
+	if kind != "" && !kind.Valid() {
+		return nil, fmt.Errorf("eventstore: sample aggregates: kind %q: want command, domain or empty", kind)
+	}
+	if n <= 0 {
+		return nil, nil
+	}
+	var rows float64
+	if err := s.pool.QueryRow(ctx, `SELECT reltuples FROM pg_class WHERE oid = 'sluice.sequences'::regclass`).Scan(&rows); err != nil {
+		return nil, fmt.Errorf("eventstore: sample aggregates of %s: %w", aggType, err)
+	}
+	// Four times the rows asked for, as a share of the table (100 % when
+	// the table is small or was never analyzed): other aggregate types and
+	// aggregates without such an event take their part of the sample.
+	pct := 100.0
+	if rows > 0 {
+		pct = min(100, 4*float64(n)*100/rows)
+	}
+	q, err := s.pool.Query(ctx, `SELECT s.aggregate_id FROM sluice.sequences s TABLESAMPLE SYSTEM ($3)
+		WHERE s.aggregate_type = $1 AND EXISTS (SELECT 1 FROM sluice.appends a
+			WHERE a.aggregate_type = s.aggregate_type AND a.aggregate_id = s.aggregate_id
+			  AND ($2 = '' OR a.kind = $2) AND a.state = '`+StateCommitted+`')
+		LIMIT $4`, aggType, string(kind), pct, n)
+	if err != nil {
+		return nil, fmt.Errorf("eventstore: sample aggregates of %s: %w", aggType, err)
+	}
+	ids, err := pgx.CollectRows(q, pgx.RowTo[string])
+	if err != nil {
+		return nil, fmt.Errorf("eventstore: sample aggregates of %s: %w", aggType, err)
+	}
+	return ids, nil
 }

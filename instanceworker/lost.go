@@ -33,7 +33,13 @@ type RebuildStore interface {
 	Aggregates(ctx context.Context, q eventstore.AggregateQuery) ([]eventstore.AggregateInfo, error)
 	Streams(ctx context.Context, aggregateType string, ids []string, kind envelope.Kind) ([][]eventstore.Event, error)
 	CountAggregatesByPart(ctx context.Context, aggType, sep string, kind envelope.Kind) (map[string]int64, error)
+	SampleAggregates(ctx context.Context, aggType string, kind envelope.Kind, n int) ([]string, error)
 }
+
+// StartupSample is how many instances the start-up check reads from the
+// store (at random) and looks up in their indices: the check costs the
+// same with 10 thousand and 10 million instances.
+const StartupSample = 2000
 
 // rebuildPage is how many aggregates a rebuild reads (one index query and
 // the coalesced segment reads) and writes (one _bulk) at a time.
@@ -48,11 +54,12 @@ const ShortFraction = 10
 
 // ShortIndex is the rule that decides that db's instances index was lost
 // (docs/instanceworker.md#read-model-lost): want is the number of instance
-// aggregates of the db with at least one domain event in the store, docs
-// the document count of the write alias (tombstones included; exists false
+// aggregates of the db with at least one domain event that were looked up
+// (the start-up check's random sample of the store), docs how many of them
+// have a document in the write alias (tombstones included; exists false
 // when the alias is missing). The index is lost when the store has
-// instances and the alias is missing, holds no document, or holds fewer
-// than want − want/ShortFraction (more than 10% missing: a few documents a
+// instances and the alias is missing, holds none of them, or fewer than
+// want − want/ShortFraction (more than 10% missing: a few documents a
 // crash left unwritten, or a stale read model, do not trigger it).
 func ShortIndex(want, docs int64, exists bool) (bool, string) {
 	switch {
@@ -412,13 +419,16 @@ func (w *Worker) recoverIndex(ctx context.Context, db string, sent uint64, cause
 
 // checkLost is the start-up check (docs/instanceworker.md#read-model-lost):
 // when the worker has done work (registry done rows or committed offsets
-// of its group), each db the store has instances of is compared with its
-// index by ShortIndex (one grouped count query, one _count per db), and a
-// lost one is rebuilt in the background. An Elasticsearch that is not
-// ready (transient failures, after ESRetry) is waited for with a capped
-// backoff until ctx ends, as an outage is everywhere in the workers:
-// skipping the db would let the first command create its index again,
-// empty, and nothing would rebuild it.
+// of its group), a random sample of at most StartupSample instances with a
+// domain event is drawn from the store (bounded: no count of the whole
+// store), their documents are looked up in their dbs' write aliases (one
+// _mget per db), and a db whose alias is missing, or where ShortIndex
+// finds too many of its sampled instances without a document, is rebuilt
+// in the background. An Elasticsearch that is not ready (transient
+// failures, after ESRetry) is waited for with a capped backoff until ctx
+// ends, as an outage is everywhere in the workers: skipping the db would
+// let the first command create its index again, empty, and nothing would
+// rebuild it.
 func (s *Service) checkLost(ctx context.Context, cl *kgo.Client) {
 	store, ok := s.worker.o.Store.(RebuildStore)
 	if !ok {
@@ -432,28 +442,33 @@ func (s *Service) checkLost(ctx context.Context, cl *kgo.Client) {
 	if !worked {
 		return // a fresh deployment
 	}
-	want, err := store.CountAggregatesByPart(ctx, envelope.AggregateTypeInstance, ":", envelope.KindDomain)
+	ids, err := store.SampleAggregates(ctx, envelope.AggregateTypeInstance, envelope.KindDomain, StartupSample)
 	if err != nil {
 		s.log.Warn("instance worker: read model check failed", "err", err)
 		return
 	}
-	dbs := make([]string, 0, len(want))
-	for db := range want {
+	sample := map[string][]readmodel.Ref{}
+	for _, id := range ids {
+		db, class, iid, err := envelope.ParseInstanceAggregateID(id)
+		if err != nil || envelope.ValidateDBName(db) != nil {
+			continue
+		}
+		sample[db] = append(sample[db], readmodel.Ref{Class: class, InstanceID: iid})
+	}
+	dbs := make([]string, 0, len(sample))
+	for db := range sample {
 		dbs = append(dbs, db)
 	}
 	sort.Strings(dbs)
 	for _, db := range dbs {
-		if envelope.ValidateDBName(db) != nil {
-			continue
-		}
-		docs, exists, err := s.worker.waitCountDocs(ctx, db)
+		found, exists, err := s.worker.waitSampleDocs(ctx, db, sample[db])
 		if err != nil {
 			if ctx.Err() == nil {
 				s.log.Warn("instance worker: read model check failed", "db", db, "err", err)
 			}
 			continue
 		}
-		if lost, why := ShortIndex(want[db], docs, exists); lost {
+		if lost, why := ShortIndex(int64(len(sample[db])), found, exists); lost {
 			s.worker.startRebuild(db, why)
 		}
 	}
@@ -480,18 +495,18 @@ func (s *Service) hasWorked(ctx context.Context, cl *kgo.Client) (bool, error) {
 	return committed, nil
 }
 
-// waitCountDocs is countDocs through esDo (ESRetry, Availability), its
+// waitSampleDocs is sampleDocs through esDo (ESRetry, Availability), its
 // transient failures waited out with a capped backoff, logged, until it
 // answers or ctx ends.
-func (w *Worker) waitCountDocs(ctx context.Context, db string) (docs int64, exists bool, err error) {
+func (w *Worker) waitSampleDocs(ctx context.Context, db string, refs []readmodel.Ref) (found int64, exists bool, err error) {
 	wait := readmodel.Retry{Base: 200 * time.Millisecond, Cap: 5 * time.Second}
 	for n := 0; ; n++ {
 		err = w.esDo(ctx, func(ctx context.Context) (err error) {
-			docs, exists, err = countDocs(ctx, w, db)
+			found, exists, err = sampleDocs(ctx, w, db, refs)
 			return err
 		})
 		if err == nil || !readmodel.Transient(ctx, err) {
-			return docs, exists, err
+			return found, exists, err
 		}
 		w.o.Logger.Warn("instance worker: Elasticsearch unavailable for the read model check; waiting for it", "db", db, "err", err)
 		if serr := wait.Sleep(ctx, n); serr != nil {
@@ -500,8 +515,32 @@ func (w *Worker) waitCountDocs(ctx context.Context, db string) (docs int64, exis
 	}
 }
 
-// countDocs is the document count of db's write alias (tombstones
-// included); exists is false when the alias is missing.
+// sampleDocs counts how many of refs have a document in db's write alias
+// (one _mget), and whether the alias exists (a _count of it).
+func sampleDocs(ctx context.Context, w *Worker, db string, refs []readmodel.Ref) (found int64, exists bool, err error) {
+	docs, exists, err := countDocs(ctx, w, db)
+	if err != nil || !exists || docs == 0 {
+		return 0, exists, err
+	}
+	n := readmodel.InstanceNames(w.o.IndexPrefix, db, w.o.IndexVersion)
+	for i := range refs {
+		refs[i].Names = n
+	}
+	res, err := readmodel.GetInstances(ctx, w.o.ES, refs)
+	if err != nil {
+		return 0, true, err
+	}
+	for _, r := range res {
+		switch {
+		case r.Err == nil:
+			found++
+		case !errors.Is(r.Err, readmodel.ErrNotFound):
+			return 0, true, r.Err
+		}
+	}
+	return found, true, nil
+}
+
 func countDocs(ctx context.Context, w *Worker, db string) (docs int64, exists bool, err error) {
 	n := readmodel.InstanceNames(w.o.IndexPrefix, db, w.o.IndexVersion)
 	es := w.o.ES

@@ -69,4 +69,26 @@ func TestStoreReadsForRebuild(t *testing.T) {
 	if len(counts) != 2 || counts["shop"] != 2 || counts["crm"] != 1 {
 		t.Fatalf("counts %v, want shop 2, crm 1", counts)
 	}
+	// The start-up check's sample: instances with a domain event only, at
+	// most n of them.
+	for _, tc := range []struct {
+		name string
+		n    int
+		want int
+	}{{"the whole small store", 10, 3}, {"bounded by n", 2, 2}, {"none asked", 0, 0}} {
+		t.Run(tc.name, func(t *testing.T) {
+			ids, err := f.st.SampleAggregates(ctx, envelope.AggregateTypeInstance, envelope.KindDomain, tc.n)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(ids) != tc.want {
+				t.Fatalf("sample %v, want %d ids", ids, tc.want)
+			}
+			for _, id := range ids {
+				if id != "shop:orders:1" && id != "shop:orders:2" && id != "crm:people:1" {
+					t.Fatalf("sample %v holds %q, which has no domain event", ids, id)
+				}
+			}
+		})
+	}
 }
