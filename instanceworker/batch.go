@@ -170,7 +170,7 @@ func (w *Worker) loadBatch(ctx context.Context, jobs []*job, out []consumer.Batc
 		return err
 	})
 	if err != nil {
-		err = classifyES(ctx, err)
+		err = consumer.Classified(ctx, failure.Elasticsearch, err)
 		for _, j := range jobs {
 			out[j.i].Err = err
 		}

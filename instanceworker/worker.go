@@ -334,7 +334,7 @@ func (w *Worker) names(ctx context.Context, db string) (readmodel.Names, error) 
 		return err
 	})
 	if err != nil {
-		return n, classifyES(ctx, err)
+		return n, consumer.Classified(ctx, failure.Elasticsearch, err)
 	}
 	w.gen(db).Add(1)
 	w.ensured.Store(db, n)
@@ -367,7 +367,7 @@ func (w *Worker) loadFrom(ctx context.Context, c command, g readmodel.GetResult)
 		from = g.Meta.SequenceNumber + 1
 	case err == nil, errors.Is(err, readmodel.ErrNotFound):
 	default:
-		return cur, classifyES(ctx, err)
+		return cur, consumer.Classified(ctx, failure.Elasticsearch, err)
 	}
 	if from <= k-1 {
 		evs, err := w.o.Store.Stream(ctx, envelope.AggregateTypeInstance, c.env.AggregateID, from, k-1, envelope.KindDomain)
@@ -482,7 +482,7 @@ func (w *Worker) writeFailed(ctx context.Context, c command, err error, last boo
 			return registry.Outcome{}, consumer.Retryable(err)
 		}
 	}
-	cerr := classifyES(ctx, err)
+	cerr := consumer.Classified(ctx, failure.Elasticsearch, err)
 	switch consumer.Classify(cerr) {
 	case consumer.ClassOutage:
 		return registry.Outcome{}, cerr
@@ -652,21 +652,6 @@ func reusedOutcome(err error) (registry.Outcome, bool) {
 		return registry.Outcome{}, false
 	}
 	return registry.Rejected(re.Error()), true
-}
-
-// classifyES maps a failure of an Elasticsearch call made under ctx to the
-// runtime's error classes with shared/failure: an outage (refused, reset,
-// timeout, 429, 502, 503, 504) is consumer.Outage (the worker pauses, no
-// attempt is spent), a permanent failure (another 4xx) consumer.Permanent,
-// anything else (a 500, the caller's own cancellation) retryable.
-func classifyES(ctx context.Context, err error) error {
-	switch failure.Classify(ctx, err) {
-	case failure.Outage:
-		return consumer.Outage(failure.Elasticsearch, err)
-	case failure.Permanent:
-		return consumer.Permanent(err)
-	}
-	return consumer.Retryable(err)
 }
 
 // Heal processes the slots an aggregate is waiting for (consumer.Healer,

@@ -327,7 +327,7 @@ func (w *Worker) round(ctx context.Context, recs []*consumer.Record) []consumer.
 		tracing.Stage(spans, "elasticsearch bulk", esStart, time.Now(), err)
 	}
 	if err != nil {
-		err = classifyES(ctx, err)
+		err = consumer.Classified(ctx, failure.Elasticsearch, err)
 		for i := range recs {
 			if pl.deps[i] != nil {
 				pl.out[i].Err = err
@@ -368,7 +368,7 @@ func (w *Worker) prepare(ctx context.Context, rec *consumer.Record, st *DocState
 	if sp, ok := p.(Stateful); ok {
 		ops, err = sp.ProjectState(ctx, e, st)
 		if err != nil && isLoadError(err) {
-			return nil, registry.Outcome{}, classifyES(ctx, err)
+			return nil, registry.Outcome{}, consumer.Classified(ctx, failure.Elasticsearch, err)
 		}
 	} else {
 		ops, err = p.Project(e)
@@ -476,7 +476,7 @@ func (w *Worker) ensure(ctx context.Context, scope string) error {
 	err := createIndex(ctx, w.o.ES, n, w.o.Projection.Template(), w.o.Mode)
 	w.o.Bulker.Availability().Observe(ctx, err)
 	if err != nil {
-		return classifyES(ctx, err)
+		return consumer.Classified(ctx, failure.Elasticsearch, err)
 	}
 	w.ensured.Store(scope, struct{}{})
 	return nil
@@ -638,21 +638,6 @@ func versionOf(n Names, ix string) int {
 // ESError is a non-2xx answer of Elasticsearch to an index-management
 // request: readmodel's StatusError.
 type ESError = readmodel.StatusError
-
-// classifyES maps a failure of an Elasticsearch call made under ctx to the
-// runtime's classes with shared/failure: an outage (refused, reset,
-// timeout, 429, 502, 503, 504) is consumer.Outage (the worker pauses, no
-// attempt is spent, never a dead letter), another 4xx is permanent,
-// anything else (a 500, the caller's own cancellation) retryable.
-func classifyES(ctx context.Context, err error) error {
-	switch failure.Classify(ctx, err) {
-	case failure.Outage:
-		return consumer.Outage(failure.Elasticsearch, err)
-	case failure.Permanent:
-		return consumer.Permanent(err)
-	}
-	return consumer.Retryable(err)
-}
 
 type metrics struct {
 	conflicts *prometheus.CounterVec

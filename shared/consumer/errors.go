@@ -6,6 +6,7 @@ import (
 	"fmt"
 
 	"github.com/sluicehq/sluice/shared/claim"
+	"github.com/sluicehq/sluice/shared/failure"
 )
 
 // Error classes, as written to the DLQ record's error_class and used as
@@ -108,6 +109,26 @@ func Permanent(err error) error {
 		return nil
 	}
 	return &PermanentError{Err: err}
+}
+
+// Classified wraps a failure of a call to dependency dep made under ctx in
+// the runtime's class that shared/failure gives it: an outage (refused,
+// reset, timeout, 429, 502, 503, 504) is Outage(dep, err) — the worker
+// pauses, no attempt is spent, never a dead letter —, a refusal retrying
+// cannot fix (another 4xx) is Permanent, anything else (a 500, the caller's
+// own cancellation) Retryable. nil stays nil. Every worker classifies its
+// dependencies' failures with it.
+func Classified(ctx context.Context, dep string, err error) error {
+	if err == nil {
+		return nil
+	}
+	switch failure.Classify(ctx, err) {
+	case failure.Outage:
+		return Outage(dep, err)
+	case failure.Permanent:
+		return Permanent(err)
+	}
+	return Retryable(err)
 }
 
 // ConflictErr returns a *ConflictError with reason, wrapping err (may be nil).
