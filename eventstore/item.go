@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/sluicehq/sluice/shared/backoff"
 	"github.com/sluicehq/sluice/shared/envelope"
 )
 
@@ -116,9 +117,15 @@ func (it *item) resetOutcome() {
 	it.res = Result{}
 }
 
+// waitDelay is the delay before an item's retry n while it waits for
+// another writer: 5 ms doubling to 320 ms (shared/backoff).
+func waitDelay(n int) time.Duration {
+	return backoff.Policy{Base: 5 * time.Millisecond, Cap: 320 * time.Millisecond}.Delay(n)
+}
+
 // backoff schedules a retry of an item waiting for another writer.
 func (it *item) backoff(now time.Time) {
-	d := 5 * time.Millisecond << min(it.waits, 6)
+	d := waitDelay(it.waits)
 	it.waits++
 	it.requeue = true
 	it.notBefore = now.Add(d)

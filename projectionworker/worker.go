@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"math/rand/v2"
 	"net/http"
 	"slices"
 	"strconv"
@@ -21,6 +20,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/sluicehq/sluice/registry"
+	"github.com/sluicehq/sluice/shared/backoff"
 	"github.com/sluicehq/sluice/shared/consumer"
 	"github.com/sluicehq/sluice/shared/crashpoint"
 	"github.com/sluicehq/sluice/shared/failure"
@@ -144,6 +144,12 @@ func (w *Worker) Handle(ctx context.Context, rec *consumer.Record) (registry.Out
 // event unless it persists through every pass.
 const conflictRetries = 8
 
+// conflictPause is the pause before conflict pass n: 5 ms doubling to
+// 80 ms, jittered (shared/backoff).
+func conflictPause() backoff.Policy {
+	return backoff.Policy{Base: 5 * time.Millisecond, Cap: 80 * time.Millisecond, Jitter: true}
+}
+
 // errDocChanged marks a stateful write refused with 409: another worker
 // wrote the document since the round read it.
 var errDocChanged = errors.New("projectionworker: a document changed while the event was projected; retrying on its new state")
@@ -176,11 +182,8 @@ func (w *Worker) HandleBatch(ctx context.Context, recs []*consumer.Record) []con
 		}
 		// A short random pause, growing with the passes, lets the other
 		// writer's round finish before this one reads again.
-		d := time.Duration(1+rand.IntN(5<<min(pass, 4))) * time.Millisecond
-		select {
-		case <-ctx.Done():
+		if conflictPause().Sleep(ctx, pass) != nil {
 			return out
-		case <-time.After(d):
 		}
 		sub := make([]*consumer.Record, len(again))
 		for j, i := range again {

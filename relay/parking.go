@@ -60,7 +60,7 @@ func (r *Relay) settle(ctx context.Context, ls *leaderState, pr *pendingRec) (pu
 		if solo > 0 {
 			// The first retry alone runs at once: a neighbour of a batch
 			// the broker refused as a whole is published without delay.
-			sleep(ctx, bo.next())
+			sleep(ctx, bo.Next())
 		}
 		if ctx.Err() != nil {
 			return false, context.Cause(ctx)

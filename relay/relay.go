@@ -14,6 +14,7 @@ import (
 
 	"github.com/sluicehq/sluice/eventstore"
 	"github.com/sluicehq/sluice/eventstore/objstore"
+	"github.com/sluicehq/sluice/shared/backoff"
 	"github.com/sluicehq/sluice/shared/kafka"
 	"github.com/sluicehq/sluice/shared/observability"
 	"github.com/sluicehq/sluice/shared/tracing"
@@ -236,11 +237,11 @@ func (r *Relay) Run(ctx context.Context) error {
 			}
 			r.setLoopErr(err)
 			r.log.Warn("relay: lease unavailable; retrying", "err", err)
-			sleep(ctx, bo.next())
+			sleep(ctx, bo.Next())
 			continue
 		}
 		r.setLoopErr(nil)
-		bo.reset()
+		bo.Reset()
 		if !ok {
 			if !loggedStandby {
 				r.log.Info("relay: standing by; another replica holds the lease", "holder", r.s.Holder)
@@ -340,7 +341,7 @@ func (r *Relay) lead(ctx context.Context, epoch int64) error {
 		switch {
 		case err == nil:
 			r.setLoopErr(nil)
-			bo.reset()
+			bo.Reset()
 			return false, nil
 		case ctx.Err() != nil:
 			return false, context.Cause(ctx)
@@ -358,7 +359,7 @@ func (r *Relay) lead(ctx context.Context, epoch int64) error {
 		default:
 			r.setLoopErr(err)
 			r.log.Warn("relay: cycle failed; retrying (nothing is skipped)", "err", err)
-			sleep(ctx, bo.next())
+			sleep(ctx, bo.Next())
 			return true, nil
 		}
 	}
@@ -511,7 +512,7 @@ func (r *Relay) topicReady(ctx context.Context, topic string) error {
 		}
 		r.log.Warn("relay: topic creation failed; retrying", "topic", topic, "attempt", attempts, "err", err)
 		r.hb.Beat()
-		sleep(ctx, bo.next())
+		sleep(ctx, bo.Next())
 	}
 }
 
@@ -546,7 +547,7 @@ func (r *Relay) ensureTopics(ctx context.Context, names ...string) error {
 		r.setKafkaErr(err)
 		r.log.Warn("relay: topic bootstrap failed; retrying", "err", err)
 		r.hb.Beat()
-		sleep(ctx, bo.next())
+		sleep(ctx, bo.Next())
 	}
 }
 
@@ -664,28 +665,11 @@ func (r *Relay) logMetrics(ctx context.Context) {
 	}
 }
 
-// backoff is a capped exponential backoff.
-type backoff struct{ cur, min, max time.Duration }
-
-func newBackoff(lo, hi time.Duration) *backoff { return &backoff{min: lo, max: hi} }
-
-func (b *backoff) next() time.Duration {
-	if b.cur == 0 {
-		b.cur = b.min
-	} else {
-		b.cur = min(2*b.cur, b.max)
-	}
-	return b.cur
+// newBackoff is a capped exponential backoff from lo to hi
+// (shared/backoff).
+func newBackoff(lo, hi time.Duration) *backoff.Backoff {
+	return backoff.New(backoff.Policy{Base: lo, Cap: hi})
 }
 
-func (b *backoff) reset() { b.cur = 0 }
-
-// sleep waits d or until ctx is done.
-func sleep(ctx context.Context, d time.Duration) {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-	case <-t.C:
-	}
-}
+// sleep waits d or until ctx is done (shared/backoff).
+func sleep(ctx context.Context, d time.Duration) { _ = backoff.Sleep(ctx, d) }

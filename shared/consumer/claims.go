@@ -41,7 +41,7 @@ func (c *Consumer) claim(ctx context.Context, items []*item) (claimed, heal []*i
 		}
 		c.log("claim failed", "err", err)
 		for _, it := range items {
-			c.retryLater(it, "claim_error", backoff(c.o.RetryBackoffBase, c.o.RetryBackoffCap, it.tries))
+			c.retryLater(it, "claim_error", backoffDelay(c.o.RetryBackoffBase, c.o.RetryBackoffCap, it.tries))
 		}
 		return nil, nil, false
 	}
@@ -62,7 +62,7 @@ func (c *Consumer) claim(ctx context.Context, items []*item) (claimed, heal []*i
 			c.finish(it, "dead")
 		case claim.InProgress:
 			it.st = stClaim
-			d := backoff(c.o.RetryBackoffBase, c.o.RetryBackoffCap, it.tries)
+			d := backoffDelay(c.o.RetryBackoffBase, c.o.RetryBackoffCap, it.tries)
 			if r.RetryIn > 0 && r.RetryIn < d {
 				d = r.RetryIn
 			}
@@ -81,7 +81,7 @@ func (c *Consumer) claim(ctx context.Context, items []*item) (claimed, heal []*i
 					continue
 				}
 			}
-			c.retryLater(it, "wait", backoff(c.o.RetryBackoffBase, c.o.RetryBackoffCap, it.tries))
+			c.retryLater(it, "wait", backoffDelay(c.o.RetryBackoffBase, c.o.RetryBackoffCap, it.tries))
 		}
 	}
 	if len(claimed) > 0 {
@@ -105,11 +105,11 @@ func (c *Consumer) heal(ctx context.Context, it *item) {
 	}
 	switch {
 	case ctx.Err() != nil:
-		c.retryLater(it, "wait", backoff(c.o.RetryBackoffBase, c.o.RetryBackoffCap, it.tries))
+		c.retryLater(it, "wait", backoffDelay(c.o.RetryBackoffBase, c.o.RetryBackoffCap, it.tries))
 		return
 	case isOutage(ctx, err):
 		c.enterOutage(DependencyRegistry, err)
-		c.retryLater(it, "outage", backoff(c.o.RetryBackoffBase, c.o.OutageBackoffCap, it.tries))
+		c.retryLater(it, "outage", backoffDelay(c.o.RetryBackoffBase, c.o.OutageBackoffCap, it.tries))
 		return
 	}
 	if dep, ok := outageOf(ctx, err); ok {
@@ -138,14 +138,14 @@ func (c *Consumer) heal(ctx context.Context, it *item) {
 		return
 	}
 	c.log("heal failed", "event_id", it.view.Envelope.EventID, "err", err)
-	c.retryLater(it, "wait", backoff(c.o.RetryBackoffBase, c.o.RetryBackoffCap, it.tries))
+	c.retryLater(it, "wait", backoffDelay(c.o.RetryBackoffBase, c.o.RetryBackoffCap, it.tries))
 }
 
 // leaseLostParked moves on an item whose lease was lost while it waited out
 // an outage: whoever holds it now finishes it.
 func (c *Consumer) leaseLostParked(it *item) {
 	it.st = stClaim
-	c.retryLater(it, "lease_lost", backoff(c.o.RetryBackoffBase, c.o.RetryBackoffCap, it.tries))
+	c.retryLater(it, "lease_lost", backoffDelay(c.o.RetryBackoffBase, c.o.RetryBackoffCap, it.tries))
 }
 
 // markDone records the outcomes of handled items in one batch.
@@ -167,7 +167,7 @@ func (c *Consumer) markDone(ctx context.Context, items []*item) {
 			c.log("mark done failed", "err", err)
 		}
 		for _, it := range items {
-			c.retryLater(it, "outage", backoff(c.o.RetryBackoffBase, c.o.OutageBackoffCap, it.tries))
+			c.retryLater(it, "outage", backoffDelay(c.o.RetryBackoffBase, c.o.OutageBackoffCap, it.tries))
 		}
 		return
 	}
@@ -175,7 +175,7 @@ func (c *Consumer) markDone(ctx context.Context, items []*item) {
 	for i, it := range items {
 		if errs[i] != nil {
 			it.st = stClaim // lease lost: claim again (DUPLICATE_DONE if the other owner finished it)
-			c.retryLater(it, "lease_lost", backoff(c.o.RetryBackoffBase, c.o.RetryBackoffCap, it.tries))
+			c.retryLater(it, "lease_lost", backoffDelay(c.o.RetryBackoffBase, c.o.RetryBackoffCap, it.tries))
 			continue
 		}
 		c.finish(it, string(it.outcome.Result))

@@ -279,7 +279,7 @@ func (c *Consumer) produceDLQ(ctx context.Context, items []*item) {
 		}
 		if pr.Err != nil {
 			c.log("dlq produce failed; will retry", "offset", it.rec.Offset, "err", pr.Err)
-			c.retryLater(it, "dlq_produce", backoff(c.o.RetryBackoffBase, c.o.RetryBackoffCap, it.tries))
+			c.retryLater(it, "dlq_produce", backoffDelay(c.o.RetryBackoffBase, c.o.RetryBackoffCap, it.tries))
 			continue
 		}
 		c.m.dlq.WithLabelValues(c.o.HandlerName, it.errClass).Inc()

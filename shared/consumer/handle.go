@@ -125,7 +125,7 @@ func (c *Consumer) handleBatch(ctx context.Context, items []*item) {
 			_ = c.o.Registry.Release(rctx, it.lease)
 			cancel()
 			it.st = stClaim
-			c.retryLater(it, "batch_aborted", backoff(c.o.RetryBackoffBase, c.o.RetryBackoffCap, it.tries))
+			c.retryLater(it, "batch_aborted", backoffDelay(c.o.RetryBackoffBase, c.o.RetryBackoffCap, it.tries))
 			continue
 		}
 		c.settle(ctx, causes[i], it, r.Outcome, r.Err)

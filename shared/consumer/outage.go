@@ -88,7 +88,7 @@ func (c *Consumer) enterOutage(dep string, err error) time.Time {
 		c.out.n.Store(int32(len(c.out.deps)))
 	}
 	d.tries++
-	d.next = now.Add(backoff(c.o.RetryBackoffBase, c.o.OutageBackoffCap, d.tries))
+	d.next = now.Add(backoffDelay(c.o.RetryBackoffBase, c.o.OutageBackoffCap, d.tries))
 	d.err = errText(err)
 	next := d.next
 	register := first && dep != DependencyRegistry && c.o.Health != nil && !c.out.checks[dep]

@@ -6,21 +6,16 @@ package consumer
 import (
 	"context"
 	"errors"
-	"math/rand/v2"
 	"time"
 
+	"github.com/sluicehq/sluice/shared/backoff"
 	"github.com/sluicehq/sluice/shared/claim"
 )
 
-// backoff is min(cap, base·2^n) scaled by a random factor in [0.5, 1).
-func backoff(base, limit time.Duration, n int) time.Duration {
-	d := limit
-	if n < 30 {
-		if b := base << n; b > 0 && b < limit {
-			d = b
-		}
-	}
-	return time.Duration(float64(d) * (0.5 + rand.Float64()/2))
+// backoffDelay is min(limit, base·2^n) scaled by a random factor in
+// [0.5, 1) (shared/backoff).
+func backoffDelay(base, limit time.Duration, n int) time.Duration {
+	return backoff.Policy{Base: base, Cap: limit, Jitter: true}.Delay(n)
 }
 
 func (c *Consumer) retryLater(it *item, reason string, d time.Duration) {
@@ -43,12 +38,12 @@ func (c *Consumer) settle(ctx context.Context, cause error, it *item, out claim.
 	switch {
 	case isLeaseLost(cause, err):
 		it.st = stClaim
-		c.retryLater(it, "lease_lost", backoff(c.o.RetryBackoffBase, c.o.RetryBackoffCap, it.tries))
+		c.retryLater(it, "lease_lost", backoffDelay(c.o.RetryBackoffBase, c.o.RetryBackoffCap, it.tries))
 		return
 	case errors.Is(err, claim.ErrUnavailable) || errors.Is(cause, claim.ErrUnavailable):
 		c.enterOutage(DependencyRegistry, err) // keep the lease: run again when Postgres is back
 		c.parkLease(ctx, it)
-		c.retryLater(it, "outage", backoff(c.o.RetryBackoffBase, c.o.OutageBackoffCap, it.tries))
+		c.retryLater(it, "outage", backoffDelay(c.o.RetryBackoffBase, c.o.OutageBackoffCap, it.tries))
 		return
 	case ctx.Err() != nil:
 		// Shutdown ran out of time: hand the claim back.
@@ -86,11 +81,11 @@ func (c *Consumer) settle(ctx context.Context, cause error, it *item, out claim.
 		if ferr != nil {
 			if isOutage(ctx, ferr) {
 				c.enterOutage(DependencyRegistry, ferr)
-				c.retryLater(it, "outage", backoff(c.o.RetryBackoffBase, c.o.OutageBackoffCap, it.tries))
+				c.retryLater(it, "outage", backoffDelay(c.o.RetryBackoffBase, c.o.OutageBackoffCap, it.tries))
 				return
 			}
 			it.st = stClaim // lease lost: whoever holds it now finishes it
-			c.retryLater(it, "lease_lost", backoff(c.o.RetryBackoffBase, c.o.RetryBackoffCap, it.tries))
+			c.retryLater(it, "lease_lost", backoffDelay(c.o.RetryBackoffBase, c.o.RetryBackoffCap, it.tries))
 			return
 		}
 		c.o.Logger.Info("attempt failed, will retry", "handler", c.o.HandlerName, "event_id", it.view.Envelope.EventID,
@@ -123,16 +118,16 @@ func (c *Consumer) markFailed(ctx context.Context, items []*item) {
 			c.finish(it, "dead")
 		case isOutage(ctx, err):
 			c.enterOutage(DependencyRegistry, err)
-			c.retryLater(it, "outage", backoff(c.o.RetryBackoffBase, c.o.OutageBackoffCap, it.tries))
+			c.retryLater(it, "outage", backoffDelay(c.o.RetryBackoffBase, c.o.OutageBackoffCap, it.tries))
 			return
 		case errors.Is(err, claim.ErrLeaseLost):
 			// Another owner holds it now (its own attempt decides); the DLQ
 			// record exists — acknowledge by claiming again.
 			it.st, it.failure = stClaim, nil
-			c.retryLater(it, "lease_lost", backoff(c.o.RetryBackoffBase, c.o.RetryBackoffCap, it.tries))
+			c.retryLater(it, "lease_lost", backoffDelay(c.o.RetryBackoffBase, c.o.RetryBackoffCap, it.tries))
 		default:
 			c.log("mark failed", "err", err)
-			c.retryLater(it, "mark_failed", backoff(c.o.RetryBackoffBase, c.o.RetryBackoffCap, it.tries))
+			c.retryLater(it, "mark_failed", backoffDelay(c.o.RetryBackoffBase, c.o.RetryBackoffCap, it.tries))
 		}
 	}
 }

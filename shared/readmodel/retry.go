@@ -3,8 +3,9 @@ package readmodel
 import (
 	"context"
 	"errors"
-	"math/rand/v2"
 	"time"
+
+	"github.com/sluicehq/sluice/shared/backoff"
 )
 
 // Transient reports whether an Elasticsearch failure may succeed when the
@@ -34,28 +35,14 @@ type Retry struct {
 	Base, Cap time.Duration
 }
 
+// policy is the retry's backoff (shared/backoff, jittered).
+func (r Retry) policy() backoff.Policy { return backoff.Policy{Base: r.Base, Cap: r.Cap, Jitter: true} }
+
 // Delay is the delay before repetition n (0-based).
-func (r Retry) Delay(n int) time.Duration {
-	d := r.Cap
-	if n < 30 {
-		if v := r.Base << n; v > 0 && v < r.Cap {
-			d = v
-		}
-	}
-	return time.Duration(float64(d) * (0.5 + rand.Float64()/2))
-}
+func (r Retry) Delay(n int) time.Duration { return r.policy().Delay(n) }
 
 // Sleep waits Delay(n), or returns ctx's error when it ends first.
-func (r Retry) Sleep(ctx context.Context, n int) error {
-	t := time.NewTimer(r.Delay(n))
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
-}
+func (r Retry) Sleep(ctx context.Context, n int) error { return r.policy().Sleep(ctx, n) }
 
 // Do calls fn until it succeeds, fails with an error that is not
 // Transient, or has been repeated Tries times; it returns fn's last error.

@@ -3,9 +3,9 @@ package minioext
 import (
 	"context"
 	"fmt"
-	"time"
 
 	"github.com/sluicehq/sluice/eventstore/objstore"
+	"github.com/sluicehq/sluice/shared/backoff"
 )
 
 // ListenSegments subscribes to object-created notifications of bucket under
@@ -40,7 +40,7 @@ func (c *Client) listen(ctx context.Context, bucket, prefix string, out chan<- s
 		default: // one pending wake-up is enough
 		}
 	}
-	backoff := c.reconnectMin
+	bo := backoff.New(backoff.Policy{Base: c.reconnectMin, Cap: c.reconnectMax})
 	for first := true; ctx.Err() == nil; first = false {
 		if !first {
 			wake() // events may have been missed while disconnected
@@ -52,15 +52,11 @@ func (c *Client) listen(ctx context.Context, bucket, prefix string, out chan<- s
 				continue
 			}
 			if len(info.Records) > 0 {
-				backoff = c.reconnectMin
+				bo.Reset()
 				wake()
 			}
 		}
 		cancel()
-		select {
-		case <-ctx.Done():
-		case <-time.After(backoff):
-		}
-		backoff = min(2*backoff, c.reconnectMax)
+		_ = backoff.Sleep(ctx, bo.Next())
 	}
 }
