@@ -23,6 +23,8 @@ import (
 
 func (s *Server) routes() {
 	s.read("GET "+Prefix+"overview", s.overview)
+	s.read("GET "+Prefix+"health", s.health)
+	s.read("GET "+Prefix+"flow", s.flow)
 	s.read("GET "+Prefix+"audit", func(r *http.Request) (any, error) {
 		n, _ := strconv.Atoi(r.URL.Query().Get("limit"))
 		return s.Audit(r.Context(), n)

@@ -30,12 +30,15 @@ import (
 
 	"github.com/elastic/go-elasticsearch/v8"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/sluicehq/sluice/eventstore"
 	"github.com/sluicehq/sluice/eventstore/objstore"
+	"github.com/sluicehq/sluice/instanceworker"
 	"github.com/sluicehq/sluice/pipeline/sluiceconfig"
 	"github.com/sluicehq/sluice/projectionworker"
 	"github.com/sluicehq/sluice/registry"
+	"github.com/sluicehq/sluice/shared/observability"
 )
 
 // Prefix is the path prefix of the admin API.
@@ -64,6 +67,19 @@ type Options struct {
 	// DLQTopics are the dead-letter topics the overview counts (default:
 	// the configured commands and events DLQ topics).
 	DLQTopics []string
+	// Health and Metrics are this api process's readiness checks and
+	// Prometheus registry (in sluice dev every service runs in this
+	// process, so they cover them all): the health strip and the flow
+	// charts read them.
+	Health  *observability.Health
+	Metrics prometheus.Gatherer
+	// Services are the services running in other processes
+	// (SLUICE_ADMIN_SERVICES), whose /readyz and /metrics are read too.
+	Services []Service
+	// Workers are the worker groups this deployment runs (default: the
+	// instance worker's): listed even before they exist in Kafka. A group
+	// of another handler is listed only when it exists there.
+	Workers []Worker
 }
 
 // Server is the admin API.
@@ -94,6 +110,9 @@ func New(o Options) (*Server, error) {
 	}
 	if len(o.DLQTopics) == 0 {
 		o.DLQTopics = []string{o.Config.Kafka.CommandsDLQTopic, o.Config.Kafka.EventsDLQTopic}
+	}
+	if len(o.Workers) == 0 {
+		o.Workers = []Worker{{Handler: instanceworker.HandlerName, Group: o.Config.Kafka.Group(instanceworker.GroupName)}}
 	}
 	s := &Server{opts: o, log: o.Logger, mux: http.NewServeMux(), jobs: newJobs()}
 	if o.OperatorToken != "" {

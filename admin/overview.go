@@ -68,6 +68,16 @@ type GroupView struct {
 	Pause      *registry.GroupPause `json:"pause,omitempty"`
 	PauseError string               `json:"pause_error,omitempty"`
 	Error      string               `json:"error,omitempty"`
+	// Configured says this deployment runs the group (Options.Workers).
+	// Status is running (members in the group), stopped (it exists in
+	// Kafka with committed offsets but no member: Lag is what it will
+	// read when a worker joins), not running (configured, but no worker
+	// ever joined and nothing is committed: its lag is not counted, Note
+	// says so) or unknown (Kafka could not be read). A group that is
+	// neither configured nor in Kafka is not listed.
+	Configured bool   `json:"configured"`
+	Status     string `json:"status"`
+	Note       string `json:"note,omitempty"`
 }
 
 // RegistryView counts the registry rows per handler and in total.
@@ -175,11 +185,25 @@ func (s *Server) overview(r *http.Request) (any, error) {
 		ov.Projections = append(ov.Projections, pv)
 	}
 
+	// The groups this deployment runs, those of another handler too.
+	configured := map[string]bool{}
+	listed := map[string]bool{}
+	for _, g := range groups {
+		listed[g.group] = true
+	}
+	for _, w := range s.opts.Workers {
+		configured[w.Group] = true
+		if !listed[w.Group] {
+			groups = append(groups, groupRef{w.Group, cfg.Kafka.EventsTopic, w.Handler})
+		}
+	}
+
 	cl, err := kafka.NewClient(cfg.Kafka)
 	if err != nil {
 		fail("kafka", err)
 		for _, g := range groups {
-			gv := GroupView{Group: g.group, Topic: g.topic, Handler: g.handler, Partitions: []consumer.PartitionLag{}, Error: err.Error()}
+			gv := GroupView{Group: g.group, Topic: g.topic, Handler: g.handler, Partitions: []consumer.PartitionLag{}, Error: err.Error(),
+				Configured: configured[g.group], Status: "unknown"}
 			s.groupPauseView(ctx, &gv)
 			ov.Groups = append(ov.Groups, gv)
 		}
@@ -188,14 +212,33 @@ func (s *Server) overview(r *http.Request) (any, error) {
 	defer cl.Close()
 	adm := kadm.NewClient(cl)
 	for _, g := range groups {
-		gv := GroupView{Group: g.group, Topic: g.topic, Handler: g.handler, Partitions: []consumer.PartitionLag{}}
-		s.groupPauseView(ctx, &gv)
+		gv := GroupView{Group: g.group, Topic: g.topic, Handler: g.handler, Partitions: []consumer.PartitionLag{}, Configured: configured[g.group]}
 		l, err := consumer.Lag(ctx, adm, g.group, g.topic)
 		if err != nil {
-			gv.Error = err.Error()
-		} else {
+			gv.Error, gv.Status = err.Error(), "unknown"
+			s.groupPauseView(ctx, &gv)
+			ov.Groups = append(ov.Groups, gv)
+			continue
+		}
+		exists := l.Members > 0
+		for _, p := range l.Partitions {
+			exists = exists || p.Committed >= 0
+		}
+		switch {
+		case !exists && !gv.Configured:
+			continue // neither run here nor in Kafka: a version nobody runs
+		case !exists:
+			gv.Status, gv.State = "not running", l.State
+			gv.Note = "configured, but no worker has joined this group and nothing is committed: its lag is not counted until one runs"
+		case l.Members == 0:
+			gv.Status = "stopped"
+			gv.Lag, gv.State, gv.Partitions = l.Total, l.State, l.Partitions
+			gv.Note = "no worker in the group; the lag is what it will read when one joins"
+		default:
+			gv.Status = "running"
 			gv.Lag, gv.Members, gv.State, gv.Partitions = l.Total, l.Members, l.State, l.Partitions
 		}
+		s.groupPauseView(ctx, &gv)
 		ov.Groups = append(ov.Groups, gv)
 	}
 	for _, topic := range s.opts.DLQTopics {

@@ -14,6 +14,7 @@ type Config struct {
 	// docs/console.md); without either, it answers 401 to every request.
 	AdminToken     config.Secret `env:"SLUICE_ADMIN_TOKEN" file:"true" doc:"Bearer token of the admin API's operator role (reads and actions); unset: no operator, except in sluice dev, which makes one, prints it and keeps it in {data dir}/admin-token (mode 0600)."`
 	AdminReadToken config.Secret `env:"SLUICE_ADMIN_READ_TOKEN" file:"true" doc:"Bearer token of the admin API's read-only role; unset: no reader. Without either token the admin API answers 401."`
+	AdminServices  []string      `env:"SLUICE_ADMIN_SERVICES" envSeparator:"," doc:"Comma-separated name=URL of the health servers (SLUICE_HTTP_ADDR) of the services that run in other processes, e.g. relay=http://relay:9090; the console's health strip and flow charts read their /readyz and /metrics. Unset: only this api process (all of sluice dev)."`
 }
 
 // DefaultConfig is the section with the defaults of its tags, as a process

@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -418,20 +419,184 @@ func TestConsoleInBrowser(t *testing.T) {
 		b.run("overview", b.open(d.api, "#/overview"),
 			chromedp.WaitVisible(chromedp.CSS(`#figures .figure[data-key="relay lag"]`)),
 			chromedp.WaitVisible(chromedp.CSS(`#charts .chart[data-series]`)))
-		// Let a few refreshes draw the lines.
-		time.Sleep(5 * time.Second)
+		// Human labels, not field names; the raw dump only behind details.
+		figures := value(b, "figures", chromedp.Evaluate[string](`[...document.querySelectorAll('#figures .figure')].map(f => f.innerText).join(' | ')`))
+		for _, want := range []string{"Relay backlog", "Events stored", "Parked records", "Events being handled", "Dead letters open"} {
+			if !strings.Contains(figures, want) {
+				t.Errorf("no figure %q in %q", want, figures)
+			}
+		}
+		for _, raw := range []string{"parked parked", "pending_gaps", "in_progress"} {
+			if strings.Contains(figures, raw) {
+				t.Errorf("a raw field name %q in the figures: %q", raw, figures)
+			}
+		}
+		if open := value(b, "details closed", chromedp.Evaluate[bool](`document.querySelector('#details').open`)); open {
+			t.Error("the raw overview is open by default")
+		}
+		// The lag charts gather points over the refreshes: wait for two.
+		b.run("lag charts with two points", chromedp.WaitVisible(chromedp.CSS(`#charts .chart[data-series="relay / lag"]:not([data-points="0"]):not([data-points="1"])`)))
 		charts := value(b, "lag charts", chromedp.Evaluate[[]string](`[...document.querySelectorAll('#charts .chart')].map(c =>
-			c.dataset.series + '=' + c.querySelector('.lag-value').innerText + ' (' + c.querySelector('polyline').getAttribute('points').split(' ').length + ' points)')`))
+			c.dataset.series + '=' + c.querySelector('.lag-value').innerText + ' (' + c.dataset.points + ' points)')`))
 		joined := strings.Join(charts, "\n")
-		for _, want := range []string{"relay / lag=0", "instance-worker / lag=0", "projection-history-v1 / lag=0"} {
+		for _, want := range []string{"relay / lag=0 behind", "instance-worker / lag=0 behind", "projection-history-v1 / lag=0 behind"} {
 			if !strings.Contains(joined, want) {
 				t.Errorf("no lag chart %q in:\n%s", want, joined)
 			}
 		}
-		if !strings.Contains(joined, "points)") || strings.Contains(joined, "(1 points)") && !strings.Contains(joined, "(2 points)") {
-			t.Errorf("the charts did not gather points over the refreshes:\n%s", joined)
+		// Only the groups that run: dev runs the history projection, not
+		// the instances one, so that group is not listed (nor charted).
+		groups := value(b, "groups", chromedp.Evaluate[[]string](`[...document.querySelectorAll('#groups tr[data-group]')].map(r => r.dataset.group + '=' + r.dataset.status)`))
+		if g := strings.Join(groups, " "); !strings.Contains(g, "sluice.instance-worker=running") || !strings.Contains(g, "sluice.projection-history-v1=running") || strings.Contains(g, "instances") {
+			t.Errorf("worker groups: %s", g)
 		}
+		if strings.Contains(joined, "instances") {
+			t.Errorf("a lag chart of a group nobody runs:\n%s", joined)
+		}
+		b.run("details", chromedp.Click(chromedp.CSS("#details summary")), chromedp.WaitVisible(chromedp.CSS("#overview-body .kv")))
+		b.run("details closed", chromedp.Click(chromedp.CSS("#details summary")))
 		b.shot("overview")
+	})
+
+	t.Run("health", func(t *testing.T) {
+		b := b.with(t)
+		b.run("health strip", b.open(d.api, "#/overview"),
+			chromedp.WaitVisible(chromedp.CSS(`#health .health-row[data-kind="dependency"][data-name="Object storage"]`)))
+		rows := value(b, "health rows", chromedp.Evaluate[[]map[string]string](`[...document.querySelectorAll('#health .health-row')].map(r =>
+			({kind: r.dataset.kind, name: r.dataset.name, ready: r.dataset.ready, reason: r.querySelector('.reason').innerText, text: r.innerText}))`))
+		got := map[string]map[string]string{}
+		for _, r := range rows {
+			got[r["kind"]+" "+r["name"]] = r
+		}
+		for _, want := range []string{"service api", "service relay", "service instance-worker", "service projection-worker",
+			"dependency Postgres", "dependency Kafka", "dependency Elasticsearch", "dependency Object storage",
+			"group sluice.instance-worker", "group sluice.projection-history-v1"} {
+			r, ok := got[want]
+			switch {
+			case !ok:
+				t.Errorf("no health row %q in %v", want, rows)
+			case r["ready"] != "true":
+				t.Errorf("%s not ready: %v", want, r)
+			case strings.TrimSpace(r["reason"]) == "":
+				t.Errorf("%s without a reason: %v", want, r)
+			}
+		}
+		if r := got["dependency Kafka"]; r != nil && !strings.Contains(r["reason"], "answered in") {
+			t.Errorf("Kafka's reason: %q", r["reason"])
+		}
+		if r := got["group sluice.instance-worker"]; r != nil && !strings.Contains(r["text"], "running") {
+			t.Errorf("the instance worker's group row does not show its pause state: %q", r["text"])
+		}
+		b.shot("health")
+	})
+
+	t.Run("flow", func(t *testing.T) {
+		b := b.with(t)
+		b.run("flow charts", b.open(d.api, "#/overview"), chromedp.WaitVisible(chromedp.CSS(`#flow .chart[data-series="flow applied"]`)))
+		// Commands while the page watches: the rates and the latency move.
+		var cids []string
+		for i := range 5 {
+			cids = append(cids, d.send(t, fmt.Sprintf("flow-%d", i), i))
+		}
+		for _, c := range cids {
+			testenv.WaitFor(t, time.Minute, "the command applied", func() bool { return d.status(t, c) == "APPLIED" })
+		}
+		b.run("latency shown", chromedp.WaitVisible(chromedp.CSS(`#flow .chart[data-series="latency"]:not([data-points="0"]):not([data-points="1"])`)))
+		testenv.WaitFor(t, 30*time.Second, "a p50 in the latency chart", func() bool {
+			v := value(b, "latency value", chromedp.Evaluate[string](`document.querySelector('#flow .chart[data-series="latency"] .value').innerText`))
+			return strings.HasPrefix(v, "p50 ") && !strings.HasPrefix(v, "p50 —") && strings.Contains(v, "p99 ")
+		})
+		charts := value(b, "flow charts", chromedp.Evaluate[[]map[string]string](`[...document.querySelectorAll('#flow .chart')].map(c =>
+			({series: c.dataset.series, points: c.dataset.points, text: c.innerText, ticks: [...c.querySelectorAll('text.tick')].map(x => x.textContent).join(',')}))`))
+		titles := map[string]string{"flow appended": "Appended", "flow published": "Published", "flow applied": "Applied", "flow projected": "Projected", "latency": "Request → readable"}
+		seen := 0
+		for _, c := range charts {
+			title, ok := titles[c["series"]]
+			if !ok {
+				continue
+			}
+			seen++
+			n, _ := strconv.Atoi(c["points"])
+			if n < 2 || !strings.Contains(c["text"], title) || !strings.Contains(c["ticks"], "0,") || !regexp.MustCompile(`−\d+ (s|min),now$`).MatchString(c["ticks"]) {
+				t.Errorf("chart %s: %d points, %q, ticks %q", c["series"], n, c["text"], c["ticks"])
+			}
+			if c["series"] != "latency" && !strings.Contains(c["text"], "/s") {
+				t.Errorf("chart %s without its unit: %q", c["series"], c["text"])
+			}
+		}
+		if seen != len(titles) {
+			t.Errorf("flow charts: %v", charts)
+		}
+		b.shot("flow")
+	})
+
+	t.Run("streams", func(t *testing.T) {
+		b := b.with(t)
+		res, err := d.client.Post(d.api+"/v1/streams/Order/o-1/events", "application/json", strings.NewReader(
+			`{"events":[{"event_type":"ORDER_PLACED","data":{"n":1}},{"event_type":"ORDER_PAID","data":{"n":2}},{"event_type":"ORDER_SHIPPED","data":{"n":3}}]}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		res.Body.Close()
+		if res.StatusCode != http.StatusCreated {
+			t.Fatalf("append: %d", res.StatusCode)
+		}
+		seqs := func() string {
+			return value(b, "stream rows", chromedp.Evaluate[string](`[...document.querySelectorAll('#stream-body tr.stream-event')].map(r => r.dataset.seq + ':' + r.dataset.type).join(' ')`))
+		}
+		b.run("stream page 1", b.open(d.api, "#/streams/Order/o-1"), chromedp.WaitVisible(chromedp.ID("stream-limit")),
+			chromedp.SetValue(chromedp.ID("stream-limit"), "2"), chromedp.Click(chromedp.ID("stream-read")),
+			chromedp.WaitVisible(chromedp.CSS(`#stream-body tr.stream-event[data-seq="2"]`)))
+		if got := seqs(); got != "1:ORDER_PLACED 2:ORDER_PAID" {
+			t.Errorf("page 1: %q", got)
+		}
+		b.run("stream page 2", chromedp.Click(chromedp.ID("stream-next")), chromedp.WaitVisible(chromedp.CSS(`#stream-body tr.stream-event[data-seq="3"]`)))
+		if got := seqs(); got != "3:ORDER_SHIPPED" {
+			t.Errorf("page 2: %q", got)
+		}
+		b.run("stream back to page 1", chromedp.Click(chromedp.ID("stream-prev")), chromedp.WaitVisible(chromedp.CSS(`#stream-body tr.stream-event[data-seq="1"]`)))
+		b.run("newest first", chromedp.SetValue(chromedp.ID("stream-dir"), "backward"), chromedp.Click(chromedp.ID("stream-read")),
+			chromedp.WaitVisible(chromedp.CSS(`#stream-body tr.stream-event[data-seq="3"]`)))
+		if got := seqs(); got != "3:ORDER_SHIPPED 2:ORDER_PAID" {
+			t.Errorf("backward page 1: %q", got)
+		}
+		b.run("open an event", chromedp.Click(chromedp.CSS(`#stream-body tr.stream-event[data-seq="3"] button.open`)),
+			chromedp.WaitVisible(chromedp.CSS(`#stream-body tr.event-detail pre`)))
+		doc := value(b, "the event", chromedp.Text(chromedp.CSS(`#stream-body tr.event-detail:not([hidden]) pre`)))
+		evID := value(b, "its id", chromedp.Evaluate[string](`document.querySelector('#stream-body tr.stream-event[data-seq="3"]').dataset.eventId`))
+		if !strings.Contains(doc, `"event_type": "ORDER_SHIPPED"`) || !strings.Contains(doc, evID) {
+			t.Errorf("the opened event: %s", doc)
+		}
+		b.shot("streams")
+		b.run("jump to its trace", chromedp.Click(chromedp.CSS(`#stream-body tr.stream-event[data-seq="3"] a.trace-link`)),
+			chromedp.WaitVisible(chromedp.CSS(`#view-trace section[data-event-id="`+evID+`"] li[data-step="appended"][data-state="done"]`)))
+	})
+
+	t.Run("follow", func(t *testing.T) {
+		b := b.with(t)
+		b.run("follow", b.open(d.api, "#/streams"), chromedp.WaitVisible(chromedp.ID("follow-start")),
+			chromedp.SetValue(chromedp.ID("follow-type"), "PARCEL_DELIVERED"), chromedp.Click(chromedp.ID("follow-start")),
+			chromedp.WaitVisible(chromedp.CSS(`#follow-state[data-state="following"]`)))
+		for i, typ := range []string{"PARCEL_SENT", "PARCEL_DELIVERED", "PARCEL_SENT", "PARCEL_DELIVERED"} {
+			res, err := d.client.Post(d.api+"/v1/streams/Parcel/p-"+strconv.Itoa(i/2)+"/events", "application/json",
+				strings.NewReader(`{"events":[{"event_type":"`+typ+`","data":{"i":`+strconv.Itoa(i)+`}}]}`))
+			if err != nil {
+				t.Fatal(err)
+			}
+			res.Body.Close()
+		}
+		// Positive evidence first: all four received, then only the two
+		// delivered shown.
+		b.run("four received", chromedp.WaitVisible(chromedp.CSS(`#follow-state[data-state="following"]`)))
+		testenv.WaitFor(t, 30*time.Second, "the four events received", func() bool {
+			return strings.Contains(value(b, "follow state", chromedp.Text(chromedp.ID("follow-state"))), "4 events received")
+		})
+		rows := value(b, "followed rows", chromedp.Evaluate[string](`[...document.querySelectorAll('#follow-body tr.follow-event')].map(r => r.dataset.type).join(' ')`))
+		if rows != "PARCEL_DELIVERED PARCEL_DELIVERED" {
+			t.Errorf("followed with the filter PARCEL_DELIVERED: %q", rows)
+		}
+		b.shot("follow")
+		b.run("stop", chromedp.Click(chromedp.ID("follow-stop")), chromedp.WaitVisible(chromedp.CSS(`#follow-state[data-state="stopped"]`)))
 	})
 
 	t.Run("pause and resume", func(t *testing.T) {

@@ -14,6 +14,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/sluicehq/sluice/admin"
 	"github.com/sluicehq/sluice/console"
 	"github.com/sluicehq/sluice/eventstore"
 	"github.com/sluicehq/sluice/eventstore/objstore"
@@ -35,7 +36,27 @@ func newInspector(cfg *sluiceconfig.Config, pool *pgxpool.Pool, store *eventstor
 	if err != nil {
 		return nil, err
 	}
-	hs := []inspect.Handler{{Name: instanceworker.HandlerName, Group: cfg.Kafka.Group(instanceworker.GroupName), Kind: envelope.KindCommand}}
+	workers, err := configuredWorkers(cfg)
+	if err != nil {
+		return nil, err
+	}
+	hs := make([]inspect.Handler, 0, len(workers))
+	for i, w := range workers {
+		kind := envelope.KindDomain
+		if i == 0 {
+			kind = envelope.KindCommand
+		}
+		hs = append(hs, inspect.Handler{Name: w.Handler, Group: w.Group, Kind: kind})
+	}
+	return inspect.NewFromConfig(inspect.Config{Kafka: cfg.Kafka, Relay: cfg.Relay, Elasticsearch: cfg.Elasticsearch}, inspect.Deps{Pool: pool, Store: store, Bucket: bucket, Registry: reg,
+		Sequences: store, ES: es, Handlers: hs})
+}
+
+// configuredWorkers are the worker groups the deployment runs: the
+// instance worker first, then the projections SLUICE_PROJECTIONS names
+// (default history, as `sluice projection-worker`).
+func configuredWorkers(cfg *sluiceconfig.Config) ([]admin.Worker, error) {
+	ws := []admin.Worker{{Handler: instanceworker.HandlerName, Group: cfg.Kafka.Group(instanceworker.GroupName)}}
 	list := os.Getenv(projectionsEnv)
 	if list == "" {
 		list = "history"
@@ -46,10 +67,9 @@ func newInspector(cfg *sluiceconfig.Config, pool *pgxpool.Pool, store *eventstor
 	}
 	for _, s := range specs {
 		n, v := s.Projection.Name(), s.Projection.Version()
-		hs = append(hs, inspect.Handler{Name: projectionworker.HandlerName(n, v), Group: cfg.Kafka.Group(projectionworker.GroupName(n, v)), Kind: envelope.KindDomain})
+		ws = append(ws, admin.Worker{Handler: projectionworker.HandlerName(n, v), Group: cfg.Kafka.Group(projectionworker.GroupName(n, v))})
 	}
-	return inspect.NewFromConfig(inspect.Config{Kafka: cfg.Kafka, Relay: cfg.Relay, Elasticsearch: cfg.Elasticsearch}, inspect.Deps{Pool: pool, Store: store, Bucket: bucket, Registry: reg,
-		Sequences: store, ES: es, Handlers: hs})
+	return ws, nil
 }
 
 // consoleRoutes are the console's static files (public: every piece of

@@ -114,8 +114,19 @@ func apiRoutes(d pipeline.Deps) (map[string]http.Handler, func(), error) {
 		in.Close()
 		return nil, nil, err
 	}
+	services, err := admin.ParseServices(cfg.API.AdminServices)
+	if err != nil {
+		in.Close()
+		return nil, nil, err
+	}
+	workers, err := configuredWorkers(cfg)
+	if err != nil {
+		in.Close()
+		return nil, nil, err
+	}
 	adm, err := admin.New(admin.Options{Config: cfg, Pool: d.Pool, Store: d.Store, Bucket: d.Bucket, Registry: reg, ES: es, Logger: d.Logger,
-		OperatorToken: cfg.API.AdminToken.Value(), ReadToken: cfg.API.AdminReadToken.Value()})
+		OperatorToken: cfg.API.AdminToken.Value(), ReadToken: cfg.API.AdminReadToken.Value(),
+		Health: d.Health, Metrics: d.Metrics, Services: services, Workers: workers})
 	if err != nil {
 		in.Close()
 		return nil, nil, err

@@ -11,6 +11,8 @@ const MAX_CHARTS = 12;
 // The admin API as the console uses it: one place to adapt to its contract.
 const admin = {
   overview: () => call("GET", "/admin/v1/overview"),
+  health: () => call("GET", "/admin/v1/health"),
+  flow: () => call("GET", "/admin/v1/flow"),
   trace: (id) => call("GET", "/admin/v1/trace/" + encodeURIComponent(id)),
   aggregate: (type, id) => call("GET", "/admin/v1/aggregates/" + encodeURIComponent(type) + "/" + encodeURIComponent(id)),
   dlq: (topic, all) => call("GET", "/admin/v1/dlq" + query({ topic, all: all ? "true" : "" })),
@@ -132,9 +134,35 @@ function cell(v, depth) {
 
 // ---- overview ---------------------------------------------------------
 
-const series = new Map(); // name → [{t, v}]
+const series = new Map(); // lag series: name → [{t, v}]
+const flowSamples = []; // readings of /admin/v1/flow: {t, counters, latency}
+const LATENCY_WINDOW_MS = 5 * 60 * 1000;
 let timer = null;
 let lastOverview = null;
+
+// Human names of the overview's figures (their raw keys stay in data-key).
+const LABELS = {
+  "store head": ["Events stored", "last log position"],
+  "relay checkpoint": ["Relay checkpoint", "last position published"],
+  "relay lag": ["Relay backlog", "events stored, not yet published"],
+  "relay epoch": ["Relay leader epoch", "leader changes so far"],
+  "relay pending_gaps": ["Relay gaps pending", "positions reserved, not yet committed"],
+  "registry in_progress": ["Events being handled", "claims in progress"],
+  "registry expired": ["Expired claims", "leases that ran out"],
+  "registry failed": ["Failed, to retry", "registry rows failed"],
+  "registry dead": ["Dead", "gave up, in a DLQ"],
+  "parked parked": ["Parked records", "the relay could not publish"],
+};
+const SERVICE_LABELS = { api: "API", relay: "Relay", "instance-worker": "Instance worker", "projection-worker": "Projection worker" };
+const FLOW = [
+  ["appended", "Appended", "events stored / s"],
+  ["published", "Published", "records to Kafka / s"],
+  ["applied", "Applied", "commands applied / s"],
+  ["projected", "Projected", "domain events projected / s"],
+];
+
+const fmtNum = (v, digits = 0) => (v === null || v === undefined || Number.isNaN(v) ? "—" : Number(v).toLocaleString("en-US", { maximumFractionDigits: digits }));
+const fmtMs = (s) => (s === null || s === undefined ? "—" : s < 1 ? Math.round(s * 1000) + " ms" : fmtNum(s, 2) + " s");
 
 // pauseBadge shows a group's operator pause flag (unknown when the
 // registry could not be read).
@@ -143,15 +171,40 @@ function pauseBadge(g) {
   return el("span", { class: "state " + (g.paused ? "paused" : "running") }, g.paused ? "paused" : "running");
 }
 
-// groupsTable lists the worker groups with their lag and pause state, and
-// the buttons to pause or resume each (dry run, then confirm).
+const readyBadge = (ready) => el("span", { class: "state " + (ready === true ? "done" : ready === false ? "dead" : "unknown") },
+  ready === true ? "ready" : ready === false ? "not ready" : "unknown");
+
+// healthStrip shows every service, dependency and worker group, green or
+// red with the reason its /readyz gives, and each group's pause state.
+function healthStrip(h) {
+  const row = (kind, name, label, ready, reason, extra) => el("div", {
+    class: "health-row " + (ready === true ? "ok" : ready === false ? "bad" : "unknown"),
+    "data-kind": kind, "data-name": name, "data-ready": ready === true ? "true" : ready === false ? "false" : "unknown",
+  }, el("span", { class: "dot", "aria-hidden": "true" }), el("b", {}, label), readyBadge(ready), extra || null,
+  el("span", { class: "reason" }, reason || (ready ? "all checks pass" : "")));
+  const services = (h.services || []).map((s) => row("service", s.name, SERVICE_LABELS[s.name] || s.name, s.ready, s.reason,
+    el("span", { class: "muted src" }, s.source === "this process" ? "" : s.source)));
+  const deps = (h.dependencies || []).map((d) => row("dependency", d.name, d.name, d.ready, d.ready ? "answered in " + fmtNum(d.latency_ms, 1) + " ms" : d.reason));
+  const groups = (h.groups || []).map((g) => row("group", g.group, "Group " + g.group, g.ready, g.reason, pauseBadge(g)));
+  return [el("div", { class: "health-col" }, el("h4", {}, "Services"), ...services),
+    el("div", { class: "health-col" }, el("h4", {}, "Dependencies"), ...deps),
+    el("div", { class: "health-col" }, el("h4", {}, "Worker groups"), ...groups)];
+}
+
+const STATUS_TEXT = { running: "running", stopped: "stopped — no worker", "not running": "not running", unknown: "unknown" };
+
+// groupsTable lists the worker groups with their status, lag and pause
+// state, and the buttons to pause or resume each (dry run, then confirm).
 function groupsTable(groups) {
   if (!groups.length) return el("p", { class: "muted" }, "no worker groups");
   return el("table", { class: "groups" },
-    el("thead", {}, el("tr", {}, ["group", "handler", "topic", "lag", "members", "state", "pause", "paused by / reason / since", ""].map((c) => el("th", {}, c)))),
-    el("tbody", {}, groups.map((g) => el("tr", { "data-group": g.group, "data-paused": g.paused === undefined ? "unknown" : String(g.paused) },
-      el("td", {}, g.group), el("td", {}, g.handler), el("td", {}, g.topic), el("td", { class: "num" }, (g.lag ?? 0).toLocaleString("en-US")),
-      el("td", { class: "num" }, g.members ?? 0), el("td", {}, g.state || (g.error ? "error" : "")),
+    el("thead", {}, el("tr", {}, ["Group", "Handler", "Topic", "Status", "Backlog (records)", "Workers", "Pause", "Paused by · reason · since", ""].map((c) => el("th", {}, c)))),
+    el("tbody", {}, groups.map((g) => el("tr", { "data-group": g.group, "data-status": g.status || "", "data-paused": g.paused === undefined ? "unknown" : String(g.paused) },
+      el("td", {}, g.group), el("td", {}, g.handler), el("td", {}, g.topic),
+      el("td", { class: "status" }, el("span", { class: "state " + (g.status === "running" ? "done" : g.status === "stopped" || g.status === "not running" ? "pending" : "unknown") }, STATUS_TEXT[g.status] || g.status || (g.error ? "error" : "")),
+        g.note ? el("div", { class: "muted note" }, g.note) : null, g.error ? el("div", { class: "error-text" }, g.error) : null),
+      el("td", { class: "num" }, g.status === "not running" ? el("span", { class: "muted" }, "not counted") : fmtNum(g.lag ?? 0)),
+      el("td", { class: "num" }, g.members ?? 0),
       el("td", {}, pauseBadge(g)),
       el("td", {}, g.pause && g.pause.changed_at ? [g.pause.by || "", g.pause.reason ? " · " + g.pause.reason : "", " · " + fmtTime(g.pause.changed_at)] : el("span", { class: "muted" }, "—")),
       el("td", {},
@@ -184,78 +237,172 @@ function jobsView(jobs) {
         el("td", {}, j.error ? el("span", { class: "error-text" }, j.error) : j.ended_at ? badge("done") : badge("processing"))))));
 }
 
-// lagFigures walks the overview for every number whose key says lag, named
-// by its path (array items by their group, name or topic/partition).
-function lagFigures(v, path = [], out = new Map()) {
-  if (Array.isArray(v)) {
-    v.forEach((x, i) => {
-      let id = i;
-      if (x && typeof x === "object") {
-        id = x.group || x.name || x.handler || x.projection || (x.topic !== undefined && x.partition !== undefined ? x.topic + "[" + x.partition + "]" : x.topic) || i;
-      }
-      lagFigures(x, [...path, id], out);
-    });
-  } else if (v && typeof v === "object") {
-    for (const [k, x] of Object.entries(v)) {
-      if (typeof x === "number" && /lag/i.test(k)) out.set([...path, k].join(" / "), x);
-      else if (typeof x === "object") lagFigures(x, k === "partitions" ? path.concat("p") : [...path, k], out);
-    }
+// lagSeries are the backlogs the charts follow: the relay's and each
+// listed group's (a group not running has none).
+function lagSeries(ov) {
+  const out = new Map();
+  if (ov.relay) out.set("relay / lag", ["Relay", "events stored, not yet published", ov.relay.lag || 0]);
+  for (const g of ov.groups || []) {
+    if (g.status === "not running" || g.status === "unknown") continue;
+    out.set(g.group + " / lag", [g.group, "records not yet handled (" + (g.status || "") + ")", g.lag || 0]);
   }
   return out;
 }
 
-// headline picks the numbers an operator reads first: every number at the
-// first two levels of the overview.
+// headline picks the numbers an operator reads first, with human labels.
 function headline(ov) {
   const out = [];
   for (const [k, v] of Object.entries(ov || {})) {
-    if (typeof v === "number") out.push([k, v]);
-    else if (v && typeof v === "object" && !Array.isArray(v)) {
-      for (const [k2, v2] of Object.entries(v)) if (typeof v2 === "number") out.push([k + " " + k2, v2]);
+    if (v && typeof v === "object" && !Array.isArray(v)) {
+      for (const [k2, v2] of Object.entries(v)) {
+        const key = k + " " + k2;
+        if (typeof v2 === "number" && LABELS[key]) out.push([key, v2]);
+      }
     }
+  }
+  const open = (ov.dlq || []).reduce((n, c) => n + (c.open || 0), 0);
+  out.push(["dlq open", open]);
+  return out;
+}
+LABELS["dlq open"] = ["Dead letters open", "in the DLQ topics, not yet handled"];
+
+// chart draws points over the last WINDOW_MS as an SVG line with its axes:
+// the y axis from 0 to the window's maximum (with its unit), the x axis
+// from −10 min to now, so an idle stack shows a flat line at 0.
+function chart(id, title, unit, points, opts = {}) {
+  const now = Date.now();
+  const w = 320, h = 90, left = 34, bottom = 14, top = 4;
+  const vals = points.filter((p) => p.v !== null && p.v !== undefined);
+  const max = Math.max(opts.min || 1, ...vals.map((p) => p.v));
+  // The x axis spans the readings so far (at least 30 s), up to WINDOW_MS:
+  // a page open for a minute shows that minute across the whole width.
+  const first = points.length ? Math.min(...points.map((p) => p.t)) : now;
+  const span = Math.max(30000, Math.min(WINDOW_MS, now - first));
+  const x = (t) => left + ((t - (now - span)) / span) * (w - left - 2);
+  const y = (v) => top + (h - top - bottom) * (1 - v / max);
+  const NS = "http://www.w3.org/2000/svg";
+  const svg = document.createElementNS(NS, "svg");
+  svg.setAttribute("viewBox", `0 0 ${w} ${h}`);
+  svg.setAttribute("role", "img");
+  svg.setAttribute("aria-label", title);
+  const add = (tag, attrs, text) => {
+    const e = document.createElementNS(NS, tag);
+    for (const [k, v] of Object.entries(attrs)) e.setAttribute(k, v);
+    if (text !== undefined) e.textContent = text;
+    svg.append(e);
+    return e;
+  };
+  add("line", { class: "axis", x1: left, y1: h - bottom, x2: w - 2, y2: h - bottom });
+  add("line", { class: "axis", x1: left, y1: top, x2: left, y2: h - bottom });
+  add("line", { class: "grid", x1: left, y1: y(max), x2: w - 2, y2: y(max) });
+  add("text", { class: "tick", x: left - 3, y: h - bottom, "text-anchor": "end" }, "0");
+  add("text", { class: "tick", x: left - 3, y: top + 8, "text-anchor": "end" }, opts.fmtAxis ? opts.fmtAxis(max) : fmtNum(max, 1));
+  add("text", { class: "tick", x: left, y: h - 2 }, "−" + (span < 120000 ? Math.round(span / 1000) + " s" : Math.round(span / 60000) + " min"));
+  add("text", { class: "tick", x: w - 2, y: h - 2, "text-anchor": "end" }, "now");
+  const line = add("polyline", { points: vals.map((p) => x(p.t).toFixed(1) + "," + y(p.v).toFixed(1)).join(" ") });
+  if (opts.cls) line.setAttribute("class", opts.cls);
+  for (const extra of opts.extra || []) {
+    const xs = extra.points.filter((p) => p.v !== null && p.v !== undefined);
+    add("polyline", { class: extra.cls, points: xs.map((p) => x(p.t).toFixed(1) + "," + y(p.v).toFixed(1)).join(" ") });
+  }
+  if (!vals.length && opts.empty) add("text", { class: "tick empty", x: (w + left) / 2, y: h / 2, "text-anchor": "middle" }, opts.empty);
+  const last = vals.length ? vals[vals.length - 1].v : null;
+  return el("div", { class: "chart", "data-series": id, "data-points": vals.length },
+    el("div", { class: "t" }, el("span", {}, title), el("b", { class: "lag-value value" }, opts.fmtValue ? opts.fmtValue(last) : fmtNum(last, 1))),
+    svg,
+    el("div", { class: "t muted" }, el("span", {}, unit), el("span", {}, opts.legend || "max " + (opts.fmtAxis ? opts.fmtAxis(max) : fmtNum(max, 1)))));
+}
+
+// rates turns the cumulative counters into per-second rates between
+// consecutive readings (a counter that went down restarted from 0).
+function rates(key) {
+  const out = [];
+  for (let i = 1; i < flowSamples.length; i++) {
+    const a = flowSamples[i - 1], b = flowSamples[i];
+    const dt = (b.t - a.t) / 1000;
+    if (dt <= 0) continue;
+    let d = (b.counters[key] || 0) - (a.counters[key] || 0);
+    if (d < 0) d = b.counters[key] || 0;
+    out.push({ t: b.t, v: d / dt });
   }
   return out;
 }
 
-function chart(name, points) {
-  const now = Date.now();
-  const w = 300, h = 60;
-  const max = Math.max(1, ...points.map((p) => p.v));
-  const xy = points.map((p) => [((p.t - (now - WINDOW_MS)) / WINDOW_MS) * w, h - (p.v / max) * (h - 4) - 2]);
-  const svg = document.createElementNS("http://www.w3.org/2000/svg", "svg");
-  svg.setAttribute("viewBox", `0 0 ${w} ${h}`);
-  svg.setAttribute("preserveAspectRatio", "none");
-  svg.setAttribute("role", "img");
-  svg.setAttribute("aria-label", name);
-  const line = document.createElementNS("http://www.w3.org/2000/svg", "polyline");
-  line.setAttribute("points", xy.map(([x, y]) => x.toFixed(1) + "," + y.toFixed(1)).join(" "));
-  svg.append(line);
-  const last = points.length ? points[points.length - 1].v : 0;
-  return el("div", { class: "chart", "data-series": name },
-    el("div", { class: "t" }, el("span", {}, name), el("b", { class: "lag-value" }, last.toLocaleString("en-US"))),
-    svg,
-    el("div", { class: "t muted" }, el("span", {}, "−10 min"), el("span", {}, "max " + max.toLocaleString("en-US"))));
+// quantile estimates the q-quantile from the bucket counts observed
+// between two readings, interpolating in the bucket (as Prometheus's
+// histogram_quantile); null when no command was applied in between.
+function quantile(q, from, to) {
+  const base = new Map((from ? from.buckets : []).map((b) => [b.le, b.count]));
+  const total = to.count - (from ? from.count : 0);
+  if (total <= 0) return null;
+  const rank = q * total;
+  let prevLE = 0, prevN = 0;
+  for (const b of to.buckets) {
+    const n = b.count - (base.get(b.le) || 0);
+    if (n >= rank) return prevLE + (b.le - prevLE) * ((rank - prevN) / Math.max(n - prevN, 1e-9));
+    prevLE = b.le; prevN = n;
+  }
+  return prevLE; // in the +Inf bucket: at least the largest bound
+}
+
+// latencies are p50 and p99 at each reading, over the readings of the
+// LATENCY_WINDOW_MS before it.
+function latencies() {
+  const p50 = [], p99 = [];
+  for (let i = 1; i < flowSamples.length; i++) {
+    const b = flowSamples[i];
+    let j = 0;
+    while (j < i - 1 && flowSamples[j].t < b.t - LATENCY_WINDOW_MS) j++;
+    const a = flowSamples[j];
+    const reset = b.latency.count < a.latency.count;
+    p50.push({ t: b.t, v: quantile(0.5, reset ? null : a.latency, b.latency) });
+    p99.push({ t: b.t, v: quantile(0.99, reset ? null : a.latency, b.latency) });
+  }
+  return [p50, p99];
+}
+
+function flowCharts() {
+  const charts = FLOW.map(([key, title, unit]) => chart("flow " + key, title, unit, rates(key), { min: 1, fmtValue: (v) => fmtNum(v, 1) + " /s" }));
+  const [p50, p99] = latencies();
+  charts.push(chart("latency", "Request → readable", "p50 (line) and p99 (dashed) over the last " + LATENCY_WINDOW_MS / 60000 + " min", p50, {
+    min: 0.01, cls: "p50", extra: [{ cls: "p99", points: p99 }], fmtAxis: fmtMs,
+    fmtValue: () => "p50 " + fmtMs(p50.length ? p50[p50.length - 1].v : null) + " · p99 " + fmtMs(p99.length ? p99[p99.length - 1].v : null),
+    legend: "accept → instance document written",
+    empty: flowSamples.length < 2 ? "gathering…" : "no command applied in the last " + LATENCY_WINDOW_MS / 60000 + " min",
+  }));
+  return charts;
 }
 
 async function refreshOverview() {
   try {
-    const ov = await admin.overview();
+    const [ov, health, flow] = await Promise.all([admin.overview(), admin.health(), admin.flow()]);
     showError(null);
     const now = Date.now();
-    for (const [name, v] of lagFigures(ov)) {
+    for (const [name, [, , v]] of lagSeries(ov)) {
       const pts = series.get(name) || [];
       pts.push({ t: now, v });
-      while (pts.length && pts[0].t < now - WINDOW_MS) pts.shift();
       series.set(name, pts);
     }
+    for (const [name, pts] of series) {
+      while (pts.length && pts[0].t < now - WINDOW_MS) pts.shift();
+      if (!pts.length) series.delete(name);
+    }
+    flowSamples.push({ t: now, counters: flow.counters || {}, latency: flow.latency || { buckets: [], count: 0 } });
+    while (flowSamples.length > 2 && flowSamples[0].t < now - WINDOW_MS - REFRESH_MS) flowSamples.shift();
+    $("#health").replaceChildren(...healthStrip(health));
     $("#figures").replaceChildren(...headline(ov).map(([k, v]) =>
-      el("div", { class: "figure", "data-key": k }, el("div", { class: "v" }, v.toLocaleString("en-US")), el("div", { class: "k" }, k))));
-    const names = [...series.keys()].sort((a, b) => a.split("/").length - b.split("/").length || a.localeCompare(b)).slice(0, MAX_CHARTS);
-    $("#charts").replaceChildren(...(names.length ? names.map((n) => chart(n, series.get(n))) : [el("p", { class: "muted" }, "no lag figures in the overview")]));
+      el("div", { class: "figure", "data-key": k }, el("div", { class: "v" }, fmtNum(v)), el("div", { class: "k" }, LABELS[k][0]), el("div", { class: "muted small" }, LABELS[k][1]))));
+    $("#flow").replaceChildren(...flowCharts());
+    const bad = (flow.sources || []).filter((s) => s.error);
+    $("#flow-sources").textContent = "From the series of: " + (flow.sources || []).map((s) => s.name).join(", ") + (bad.length ? " — unreadable: " + bad.map((s) => s.name + " (" + s.error + ")").join("; ") : "");
+    const names = lagSeries(ov);
+    const shown = [...series.keys()].filter((n) => names.has(n)).slice(0, MAX_CHARTS);
+    $("#charts").replaceChildren(...(shown.length ? shown.map((n) => chart(n, names.get(n)[0], names.get(n)[1], series.get(n), { min: 1, fmtValue: (v) => fmtNum(v) + " behind" }))
+      : [el("p", { class: "muted" }, "no group is running")]));
     lastOverview = ov;
     $("#groups").replaceChildren(groupsTable(ov.groups || []));
     $("#overview-jobs").replaceChildren(jobsView(ov.jobs || []));
-    $("#overview-body").replaceChildren(render(ov));
+    if ($("#details").open) $("#overview-body").replaceChildren(render({ overview: ov, health, flow }));
     $("#updated").textContent = "updated " + new Date().toLocaleTimeString();
   } catch (err) {
     showError(err);
@@ -349,6 +496,168 @@ async function showAggregate(type, id) {
     body.replaceChildren();
     showError(err);
   }
+}
+
+// ---- streams ----------------------------------------------------------
+
+const API_TOKEN_KEY = "sluice.api.token";
+let streamPages = []; // the from_sequence of each page read, for "previous"
+let follow = null; // {abort: AbortController}
+
+// v1 calls the event API with the API token of this tab, if any
+// (SLUICE_API_TOKENS; the admin token is not one).
+async function v1(path, init = {}) {
+  const headers = { Accept: "application/json", ...(init.headers || {}) };
+  const token = sessionStorage.getItem(API_TOKEN_KEY);
+  if (token) headers.Authorization = "Bearer " + token;
+  return fetch(path, { ...init, headers, cache: "no-store" });
+}
+
+async function v1JSON(path) {
+  const res = await v1(path);
+  const text = await res.text();
+  let data = null;
+  try { data = text ? JSON.parse(text) : null; } catch { data = { detail: text }; }
+  if (!res.ok) throw new APIError(res.status, data);
+  return data;
+}
+
+// eventRow is one event of a stream page or of the live log: a summary
+// row that opens to the whole envelope, with a link to its trace.
+function eventRows(e, cls) {
+  const detail = el("tr", { class: "event-detail", hidden: true },
+    el("td", { colspan: 7 }, el("pre", {}, JSON.stringify(e, null, 2))));
+  const open = el("button", { class: "small open", type: "button", onclick: () => { detail.hidden = !detail.hidden; } }, "Open");
+  return [el("tr", { class: cls, "data-seq": e.sequence_number, "data-position": e.position, "data-type": e.event_type, "data-event-id": e.event_id },
+    el("td", { class: "num" }, e.sequence_number), el("td", { class: "num" }, e.position), el("td", {}, e.kind), el("td", {}, e.event_type),
+    el("td", {}, e.aggregate_type + " ", el("code", {}, e.aggregate_id)), el("td", {}, fmtTime(e.occurred_at)),
+    el("td", {}, open, " ", el("a", { class: "trace-link", href: "#/trace/" + encodeURIComponent(e.event_id) }, "trace →"))), detail];
+}
+
+const eventHead = () => el("thead", {}, el("tr", {}, ["Seq", "Position", "Kind", "Event type", "Aggregate", "Occurred", ""].map((c) => el("th", {}, c))));
+
+// showStream reads one page of a stream: from (a sequence) in the
+// direction chosen, paging with next_from_sequence.
+async function showStream(type, id, from) {
+  $("#stream-type").value = type || $("#stream-type").value || "Instance";
+  $("#stream-id").value = id || "";
+  const body = $("#stream-body");
+  if (!id) { body.replaceChildren(); return; }
+  const dir = $("#stream-dir").value;
+  const limit = Number($("#stream-limit").value) || 20;
+  try {
+    const page = await v1JSON("/v1/streams/" + encodeURIComponent(type) + "/" + encodeURIComponent(id) + "/events" +
+      query({ direction: dir, limit, from_sequence: from || "" }));
+    showError(null);
+    const evs = (page.events || []).map((e) => (typeof e === "string" ? JSON.parse(e) : e));
+    const prev = streamPages.length > 1;
+    body.replaceChildren(
+      el("p", { class: "stream-summary" }, page.aggregate_type + " ", el("code", {}, page.aggregate_id), " · " + page.last_sequence + " events in the stream · showing " +
+        evs.length + " " + (dir === "forward" ? "oldest first" : "newest first") + (evs.length ? ", sequences " + evs[0].sequence_number + "–" + evs[evs.length - 1].sequence_number : ""), " ",
+        el("a", { href: "#/aggregate/" + encodeURIComponent(page.aggregate_type) + "/" + encodeURIComponent(page.aggregate_id) }, "aggregate view →")),
+      el("table", { class: "stream-events" }, eventHead(), el("tbody", {}, evs.flatMap((e) => eventRows(e, "stream-event")))),
+      el("div", { class: "pager" },
+        el("button", { type: "button", id: "stream-prev", disabled: !prev, onclick: () => { streamPages.pop(); const f = streamPages.pop(); streamPages.push(f); showStream(type, id, f); } }, "← Previous page"), " ",
+        el("button", { type: "button", id: "stream-next", disabled: page.next_from_sequence === undefined || page.next_from_sequence === null,
+          onclick: () => { streamPages.push(page.next_from_sequence); showStream(type, id, page.next_from_sequence); } }, "Next page →")));
+  } catch (err) {
+    body.replaceChildren();
+    showError(err, "read stream");
+  }
+}
+
+// followLog subscribes to the log (SSE over fetch, so that the API token
+// can be sent) and shows the newest 200 events whose type matches.
+async function followLog() {
+  stopFollow();
+  const ctl = new AbortController();
+  follow = { abort: ctl };
+  const want = $("#follow-type").value.trim().toUpperCase();
+  const from = $("#follow-from").value.trim();
+  const aggType = $("#follow-agg").value.trim();
+  const tbody = el("tbody", {});
+  let seen = 0, shown = 0;
+  const state = $("#follow-state");
+  const stateText = () => { state.textContent = "following" + (want ? " " + want : " every type") + " · " + seen + " events received, " + shown + " shown"; };
+  $("#follow-body").replaceChildren(el("table", { class: "follow-events" }, eventHead(), tbody));
+  $("#follow-start").disabled = true;
+  $("#follow-stop").disabled = false;
+  state.dataset.state = "connecting";
+  state.textContent = "connecting…";
+  try {
+    const res = await v1("/v1/log/subscribe" + query({ from_position: from, aggregate_type: aggType }), { headers: { Accept: "text/event-stream" }, signal: ctl.signal });
+    if (!res.ok) {
+      let data = null;
+      try { data = await res.json(); } catch { /* not JSON */ }
+      throw new APIError(res.status, data);
+    }
+    state.dataset.state = "following";
+    stateText();
+    const reader = res.body.pipeThrough(new TextDecoderStream()).getReader();
+    let buf = "";
+    for (;;) {
+      const { value, done } = await reader.read();
+      if (done) break;
+      buf += value;
+      let i;
+      while ((i = buf.indexOf("\n\n")) >= 0) {
+        const frame = buf.slice(0, i);
+        buf = buf.slice(i + 2);
+        const data = frame.split("\n").filter((l) => l.startsWith("data:")).map((l) => l.slice(5).replace(/^ /, "")).join("\n");
+        const kind = (frame.split("\n").find((l) => l.startsWith("event:")) || "").slice(6).trim();
+        if (!data) continue;
+        if (kind === "error") { showError(new APIError(0, JSON.parse(data)), "follow the log"); continue; }
+        const e = JSON.parse(data);
+        seen++;
+        if (!want || e.event_type === want) {
+          shown++;
+          tbody.prepend(...eventRows(e, "follow-event"));
+          while (tbody.rows.length > 400) tbody.lastElementChild.remove();
+        }
+        stateText();
+      }
+    }
+    state.dataset.state = "ended";
+    state.textContent = "the stream ended (" + seen + " events received); press Follow to resume";
+  } catch (err) {
+    if (err.name === "AbortError") return;
+    state.dataset.state = "failed";
+    state.textContent = "not following";
+    showError(err, "follow the log");
+  } finally {
+    if (follow && follow.abort === ctl) {
+      follow = null;
+      $("#follow-start").disabled = false;
+      $("#follow-stop").disabled = true;
+    }
+  }
+}
+
+function stopFollow() {
+  if (!follow) return;
+  follow.abort.abort();
+  follow = null;
+  $("#follow-start").disabled = false;
+  $("#follow-stop").disabled = true;
+  const state = $("#follow-state");
+  state.dataset.state = "stopped";
+  state.textContent = "stopped";
+}
+
+function initStreams() {
+  $("#api-token").value = sessionStorage.getItem(API_TOKEN_KEY) || "";
+  $("#api-token").addEventListener("change", () => {
+    const t = $("#api-token").value.trim();
+    if (t) sessionStorage.setItem(API_TOKEN_KEY, t); else sessionStorage.removeItem(API_TOKEN_KEY);
+  });
+  $("#stream-form").addEventListener("submit", (ev) => {
+    ev.preventDefault();
+    streamPages = [""];
+    const h = "#/streams/" + encodeURIComponent($("#stream-type").value.trim()) + "/" + encodeURIComponent($("#stream-id").value.trim());
+    if (location.hash === h) showStream($("#stream-type").value.trim(), $("#stream-id").value.trim()); else location.hash = h;
+  });
+  $("#follow-start").addEventListener("click", followLog);
+  $("#follow-stop").addEventListener("click", stopFollow);
 }
 
 // ---- dead letters -----------------------------------------------------
@@ -704,12 +1013,13 @@ function initActions() {
 
 function route() {
   const parts = location.hash.replace(/^#\/?/, "").split("/").map(decodeURIComponent);
-  const view = ["overview", "trace", "aggregate", "dlq", "actions"].includes(parts[0]) ? parts[0] : "overview";
+  const view = ["overview", "trace", "aggregate", "streams", "dlq", "actions"].includes(parts[0]) ? parts[0] : "overview";
   for (const s of document.querySelectorAll(".view")) s.hidden = s.id !== "view-" + view;
   for (const a of document.querySelectorAll("#nav a")) a.classList.toggle("active", a.dataset.view === view);
   if (view === "overview") startOverview(); else stopOverview();
   if (view === "trace") showTrace(parts.slice(1).join("/"));
   if (view === "aggregate") showAggregate(parts[1], parts.slice(2).join("/"));
+  if (view === "streams") { streamPages = [""]; showStream(parts[1], parts.slice(2).join("/")); } else stopFollow();
   if (view === "dlq") showDLQ();
   if (view === "actions") showActions();
 }
@@ -743,6 +1053,8 @@ function init() {
   $("#dlq-topic").addEventListener("change", showDLQ);
   $("#dlq-all").addEventListener("change", showDLQ);
   initActions();
+  initStreams();
+  $("#details").addEventListener("toggle", () => { if ($("#details").open) refreshOverview(); });
   window.addEventListener("hashchange", route);
   route();
 }

@@ -25,6 +25,13 @@ type metrics struct {
 	dlqPtr    *prometheus.CounterVec // handler, reason
 	commits   *prometheus.CounterVec // handler
 	paused    *prometheus.GaugeVec   // handler: 1 while an operator paused the group
+	// age is, per finished record, the time from its envelope's
+	// occurred_at to the end of its handling: for the instance worker,
+	// from the API's accept to the instance document written (the
+	// request-to-readable latency the console shows); for a projection,
+	// from the command's accept to the projection written (a domain event
+	// keeps its command's occurred_at).
+	age *prometheus.HistogramVec // handler
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -55,6 +62,9 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Help: "Offset commits made."}, []string{"handler"}),
 		paused: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "sluice_worker_paused",
 			Help: "1 while an operator paused the worker's consumer group (sluice consumer pause): it fetches nothing new."}, []string{"handler"}),
+		age: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "sluice_worker_event_age_seconds",
+			Help:    "Time from a finished record's occurred_at (the API's accept of its command) to the end of its handling: request to readable.",
+			Buckets: prometheus.ExponentialBuckets(0.001, 2, 20)}, []string{"handler"}),
 	}
 	m.records = register(reg, m.records)
 	m.stage = register(reg, m.stage)
@@ -67,6 +77,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	m.panics = register(reg, m.panics)
 	m.dlqPtr = register(reg, m.dlqPtr)
 	m.paused = register(reg, m.paused)
+	m.age = register(reg, m.age)
 	return m
 }
 
@@ -102,6 +113,7 @@ func (m *metrics) zero(handler string) {
 		m.stage.WithLabelValues(handler, v)
 	}
 	m.commits.WithLabelValues(handler)
+	m.age.WithLabelValues(handler)
 }
 
 // register registers c, or returns the collector already registered under

@@ -76,6 +76,9 @@ func (c *Consumer) finish(it *item, outcome string) {
 	it.st = stDone
 	c.m.records.WithLabelValues(c.o.HandlerName, outcome).Inc()
 	c.m.stage.WithLabelValues(c.o.HandlerName, "end_to_end").Observe(time.Since(it.polledAt).Seconds())
+	if at := it.view.Envelope.OccurredAt; outcome == "applied" && !at.IsZero() && it.parseErr == nil {
+		c.m.age.WithLabelValues(c.o.HandlerName).Observe(max(time.Since(at.Time()), 0).Seconds())
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.pending--

@@ -182,6 +182,10 @@ func (h *Health) Ready(ctx context.Context) error {
 	return errors.New(strings.Join(parts, "; "))
 }
 
+// Readiness runs the readiness checks and returns their report (each
+// check's "ok" or reason) and whether all passed, as /readyz answers.
+func (h *Health) Readiness(ctx context.Context) (Report, bool) { return h.run(ctx, false) }
+
 func (h *Health) handler(live bool) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		rep, ok := h.run(r.Context(), live)
