@@ -15,21 +15,26 @@ import (
 	"github.com/sluicehq/sluice/relay"
 	"github.com/sluicehq/sluice/shared/consumer"
 	"github.com/sluicehq/sluice/shared/kafka"
+	"github.com/sluicehq/sluice/shared/suggest"
 )
 
 // Overview is GET /admin/v1/overview: where the whole pipeline stands. A
 // part that cannot be read says so in its error field; the rest is shown.
 type Overview struct {
-	At          time.Time         `json:"at"`
-	Store       StoreView         `json:"store"`
-	Relay       RelayView         `json:"relay"`
-	Groups      []GroupView       `json:"groups"`
-	Registry    RegistryView      `json:"registry"`
-	DLQ         []dlq.Counts      `json:"dlq"`
-	Parked      ParkedView        `json:"parked"`
-	Projections []ProjectionView  `json:"projections"`
-	Jobs        []Job             `json:"jobs"`
-	Errors      map[string]string `json:"errors,omitempty"`
+	At          time.Time        `json:"at"`
+	Store       StoreView        `json:"store"`
+	Relay       RelayView        `json:"relay"`
+	Groups      []GroupView      `json:"groups"`
+	Registry    RegistryView     `json:"registry"`
+	DLQ         []dlq.Counts     `json:"dlq"`
+	Parked      ParkedView       `json:"parked"`
+	Projections []ProjectionView `json:"projections"`
+	Jobs        []Job            `json:"jobs"`
+	// NotRunning names the configured worker groups that do not exist
+	// in Kafka (no worker ever joined or committed them: a projection
+	// this deployment does not run), which Groups therefore leaves out.
+	NotRunning []string          `json:"not_running,omitempty"`
+	Errors     map[string]string `json:"errors,omitempty"`
 }
 
 // StoreView is the event store's head.
@@ -91,6 +96,9 @@ type ProjectionView struct {
 	Live        int                          `json:"live"`
 	Versions    []int                        `json:"versions"`
 	Indices     []projectionworker.IndexInfo `json:"indices"`
+	// Running is false when no version's consumer group exists: the
+	// projection is configured but no worker runs it.
+	Running bool `json:"running"`
 }
 
 func (s *Server) overview(r *http.Request) (any, error) {
@@ -143,8 +151,11 @@ func (s *Server) overview(r *http.Request) (any, error) {
 	}
 
 	// Projections: versions from the indices; their groups below.
-	type groupRef struct{ group, topic, handler string }
-	groups := []groupRef{{cfg.Kafka.Group(instanceworker.GroupName), cfg.Kafka.CommandsTopic, instanceworker.HandlerName}}
+	type groupRef struct {
+		group, topic, handler string
+		proj                  int // index in ov.Projections, -1 for the instance worker
+	}
+	groups := []groupRef{{cfg.Kafka.Group(instanceworker.GroupName), cfg.Kafka.CommandsTopic, instanceworker.HandlerName, -1}}
 	for _, p := range s.opts.Projections {
 		pv := ProjectionView{Name: p.Name(), CodeVersion: p.Version(), Versions: []int{}, Indices: []projectionworker.IndexInfo{}}
 		if s.opts.ES != nil {
@@ -170,7 +181,7 @@ func (s *Server) overview(r *http.Request) (any, error) {
 			versions = []int{p.Version()}
 		}
 		for _, v := range versions {
-			groups = append(groups, groupRef{cfg.Kafka.Group(projectionworker.GroupName(p.Name(), v)), cfg.Kafka.EventsTopic, projectionworker.HandlerName(p.Name(), v)})
+			groups = append(groups, groupRef{cfg.Kafka.Group(projectionworker.GroupName(p.Name(), v)), cfg.Kafka.EventsTopic, projectionworker.HandlerName(p.Name(), v), len(ov.Projections)})
 		}
 		ov.Projections = append(ov.Projections, pv)
 	}
@@ -188,6 +199,15 @@ func (s *Server) overview(r *http.Request) (any, error) {
 	defer cl.Close()
 	adm := kadm.NewClient(cl)
 	for _, g := range groups {
+		// Only groups that exist: the lag of a group no worker runs
+		// would count everything retained, and grow with every event.
+		if err := consumer.FindGroup(ctx, adm, g.group); suggest.IsNotFound(err) {
+			ov.NotRunning = append(ov.NotRunning, g.group)
+			continue
+		}
+		if g.proj >= 0 {
+			ov.Projections[g.proj].Running = true
+		}
 		gv := GroupView{Group: g.group, Topic: g.topic, Handler: g.handler, Partitions: []consumer.PartitionLag{}}
 		s.groupPauseView(ctx, &gv)
 		l, err := consumer.Lag(ctx, adm, g.group, g.topic)
