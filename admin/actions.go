@@ -196,6 +196,9 @@ func (s *Server) groupLag(r *http.Request) (any, error) {
 		return nil, err
 	}
 	defer closeFn()
+	if err := consumer.FindGroup(r.Context(), adm, r.PathValue("group")); err != nil {
+		return nil, err
+	}
 	return consumer.Lag(r.Context(), adm, r.PathValue("group"), r.URL.Query().Get("topic"))
 }
 

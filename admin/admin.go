@@ -39,6 +39,7 @@ import (
 	"github.com/sluicehq/sluice/projectionworker"
 	"github.com/sluicehq/sluice/registry"
 	"github.com/sluicehq/sluice/shared/observability"
+	"github.com/sluicehq/sluice/shared/suggest"
 )
 
 // Prefix is the path prefix of the admin API.
@@ -259,7 +260,7 @@ func problemOf(err error) (int, string) {
 	switch {
 	case errors.Is(err, errInvalid):
 		return http.StatusBadRequest, "invalid"
-	case errors.Is(err, errNotFound):
+	case errors.Is(err, errNotFound), suggest.IsNotFound(err):
 		return http.StatusNotFound, "not_found"
 	case errors.Is(err, errConflict):
 		return http.StatusConflict, "conflict"

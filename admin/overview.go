@@ -20,16 +20,20 @@ import (
 // Overview is GET /admin/v1/overview: where the whole pipeline stands. A
 // part that cannot be read says so in its error field; the rest is shown.
 type Overview struct {
-	At          time.Time         `json:"at"`
-	Store       StoreView         `json:"store"`
-	Relay       RelayView         `json:"relay"`
-	Groups      []GroupView       `json:"groups"`
-	Registry    RegistryView      `json:"registry"`
-	DLQ         []dlq.Counts      `json:"dlq"`
-	Parked      ParkedView        `json:"parked"`
-	Projections []ProjectionView  `json:"projections"`
-	Jobs        []Job             `json:"jobs"`
-	Errors      map[string]string `json:"errors,omitempty"`
+	At          time.Time        `json:"at"`
+	Store       StoreView        `json:"store"`
+	Relay       RelayView        `json:"relay"`
+	Groups      []GroupView      `json:"groups"`
+	Registry    RegistryView     `json:"registry"`
+	DLQ         []dlq.Counts     `json:"dlq"`
+	Parked      ParkedView       `json:"parked"`
+	Projections []ProjectionView `json:"projections"`
+	Jobs        []Job            `json:"jobs"`
+	// NotRunning names the configured worker groups that do not exist
+	// in Kafka (no worker ever joined or committed them: a projection
+	// this deployment does not run), which Groups therefore leaves out.
+	NotRunning []string          `json:"not_running,omitempty"`
+	Errors     map[string]string `json:"errors,omitempty"`
 }
 
 // StoreView is the event store's head.
@@ -101,6 +105,9 @@ type ProjectionView struct {
 	Live        int                          `json:"live"`
 	Versions    []int                        `json:"versions"`
 	Indices     []projectionworker.IndexInfo `json:"indices"`
+	// Running is false when no version's consumer group exists: the
+	// projection is configured but no worker runs it.
+	Running bool `json:"running"`
 }
 
 func (s *Server) overview(r *http.Request) (any, error) {
@@ -153,8 +160,11 @@ func (s *Server) overview(r *http.Request) (any, error) {
 	}
 
 	// Projections: versions from the indices; their groups below.
-	type groupRef struct{ group, topic, handler string }
-	groups := []groupRef{{cfg.Kafka.Group(instanceworker.GroupName), cfg.Kafka.CommandsTopic, instanceworker.HandlerName}}
+	type groupRef struct {
+		group, topic, handler string
+		proj                  int // index in ov.Projections, -1 for the instance worker
+	}
+	groups := []groupRef{{cfg.Kafka.Group(instanceworker.GroupName), cfg.Kafka.CommandsTopic, instanceworker.HandlerName, -1}}
 	for _, p := range s.opts.Projections {
 		pv := ProjectionView{Name: p.Name(), CodeVersion: p.Version(), Versions: []int{}, Indices: []projectionworker.IndexInfo{}}
 		if s.opts.ES != nil {
@@ -180,7 +190,7 @@ func (s *Server) overview(r *http.Request) (any, error) {
 			versions = []int{p.Version()}
 		}
 		for _, v := range versions {
-			groups = append(groups, groupRef{cfg.Kafka.Group(projectionworker.GroupName(p.Name(), v)), cfg.Kafka.EventsTopic, projectionworker.HandlerName(p.Name(), v)})
+			groups = append(groups, groupRef{cfg.Kafka.Group(projectionworker.GroupName(p.Name(), v)), cfg.Kafka.EventsTopic, projectionworker.HandlerName(p.Name(), v), len(ov.Projections)})
 		}
 		ov.Projections = append(ov.Projections, pv)
 	}
@@ -194,7 +204,7 @@ func (s *Server) overview(r *http.Request) (any, error) {
 	for _, w := range s.opts.Workers {
 		configured[w.Group] = true
 		if !listed[w.Group] {
-			groups = append(groups, groupRef{w.Group, cfg.Kafka.EventsTopic, w.Handler})
+			groups = append(groups, groupRef{w.Group, cfg.Kafka.EventsTopic, w.Handler, -1})
 		}
 	}
 
@@ -223,6 +233,11 @@ func (s *Server) overview(r *http.Request) (any, error) {
 		exists := l.Members > 0
 		for _, p := range l.Partitions {
 			exists = exists || p.Committed >= 0
+		}
+		if !exists {
+			ov.NotRunning = append(ov.NotRunning, g.group)
+		} else if g.proj >= 0 {
+			ov.Projections[g.proj].Running = true
 		}
 		switch {
 		case !exists && !gv.Configured:

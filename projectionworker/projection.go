@@ -9,6 +9,7 @@ import (
 
 	"github.com/sluicehq/sluice/registry"
 	"github.com/sluicehq/sluice/shared/envelope"
+	"github.com/sluicehq/sluice/shared/suggest"
 )
 
 // Projection is a read model in Elasticsearch (docs/projectionworker.md#model): a named,
@@ -159,10 +160,14 @@ func Builtins() []Projection {
 
 // Lookup finds a projection by name among the built-ins and custom.
 func Lookup(name string, custom ...Projection) (Projection, error) {
+	var names []string
 	for _, p := range append(custom, Builtins()...) {
 		if p.Name() == name {
 			return p, nil
 		}
+		names = append(names, p.Name())
 	}
-	return nil, fmt.Errorf("projectionworker: unknown projection %q", name)
+	nf := suggest.NotFound("projection", name, names)
+	nf.Note = "known: " + strings.Join(names, ", ")
+	return nil, fmt.Errorf("projectionworker: %w", nf)
 }

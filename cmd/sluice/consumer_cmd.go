@@ -49,6 +49,19 @@ event_id). copy-offsets moves a worker to a new group id without re-reading its 
 	return c
 }
 
+// findGroupTopic fails with a *suggest.NotFoundError (exit code 3)
+// naming the nearest existing name when the group, or the topic when
+// given, does not exist (consumer.FindGroup, consumer.FindTopic).
+func findGroupTopic(cmd *cobra.Command, adm *kadm.Client, group, topic string) error {
+	if err := consumer.FindGroup(cmd.Context(), adm, group); err != nil {
+		return err
+	}
+	if topic == "" {
+		return nil
+	}
+	return consumer.FindTopic(cmd.Context(), adm, topic)
+}
+
 func offsetOrDash(o int64) string {
 	if o < 0 {
 		return "-"
@@ -69,6 +82,9 @@ func newConsumerLagCmd() *cobra.Command {
 				return err
 			}
 			defer closeFn()
+			if err := findGroupTopic(cmd, adm, group, topic); err != nil {
+				return err
+			}
 			l, err := consumer.Lag(cmd.Context(), adm, group, topic)
 			if err != nil {
 				return err
@@ -132,6 +148,9 @@ skips that check, but Kafka itself refuses offset commits from outside a group t
 				return err
 			}
 			defer closeFn()
+			if err := findGroupTopic(cmd, adm, group, topic); err != nil {
+				return err
+			}
 			res, err := consumer.ResetOffsets(cmd.Context(), adm, consumer.ResetOptions{Group: group, Topic: topic, To: target, DryRun: !act, Force: force})
 			if errors.Is(err, consumer.ErrGroupActive) {
 				return &exitError{code: exitGroupActive, err: errors.New(res.MembersText() + " (or --force)")}
@@ -197,6 +216,9 @@ do it ahead of the rollout.`,
 				return err
 			}
 			defer closeFn()
+			if err := findGroupTopic(cmd, adm, from, topic); err != nil {
+				return err
+			}
 			o := consumer.CopyOptions{From: from, To: to, Topic: topic, DryRun: true, Force: force}
 			plan, err := consumer.CopyOffsets(cmd.Context(), adm, o)
 			if err != nil {

@@ -44,13 +44,21 @@ func openDLQ(cmd *cobra.Command, topic string, reg dlq.Registry) (*dlq.Queue, er
 	if u := os.Getenv("USER"); u != "" {
 		by = u + "@" + by
 	}
-	return dlq.Open(dlq.Options{Topic: topic, Kafka: cfg.Kafka, ReplicationFactor: rf, Registry: reg, By: by})
+	q, err := dlq.Open(dlq.Options{Topic: topic, Kafka: cfg.Kafka, ReplicationFactor: rf, Registry: reg, By: by})
+	if err != nil {
+		return nil, err
+	}
+	if err := q.Find(cmd.Context(), cfg.Kafka.CommandsDLQTopic, cfg.Kafka.EventsDLQTopic); err != nil {
+		q.Close()
+		return nil, err
+	}
+	return q, nil
 }
 
 // noLetter gives a missing letter exit code 3.
 func noLetter(err error) error {
 	if errors.Is(err, dlq.ErrNoLetter) {
-		return &exitError{code: 3, err: err}
+		return &exitError{code: exitNotFound, err: err}
 	}
 	return err
 }

@@ -11,6 +11,8 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+
+	"github.com/sluicehq/sluice/shared/suggest"
 )
 
 func main() {
@@ -22,13 +24,25 @@ func main() {
 		if errors.Is(err, errStopped) {
 			return // told to stop before it was up: a clean exit
 		}
-		var ex *exitError
-		if errors.As(err, &ex) {
-			os.Exit(ex.code)
-		}
-		os.Exit(1)
+		os.Exit(exitCode(err))
 	}
 }
+
+// exitCode is the process's exit code for a command's error.
+func exitCode(err error) int {
+	var ex *exitError
+	switch {
+	case errors.As(err, &ex):
+		return ex.code
+	case suggest.IsNotFound(err):
+		return exitNotFound
+	}
+	return 1
+}
+
+// exitNotFound is the exit code of a command given a name (a consumer
+// group, a topic, a projection, a letter, an event) that does not exist.
+const exitNotFound = 3
 
 // exitError carries a specific exit code out of a command.
 type exitError struct {

@@ -59,8 +59,8 @@ func TestProjectionCommands(t *testing.T) {
 		{[]string{"projection", "rebuild", "instances", "--version", "1"}, nil, "already live"},
 		{[]string{"projection", "rebuild", "instances"}, nil, "--version"},
 		{[]string{"projection", "rollback", "instances"}, nil, "no older version"},
-		{[]string{"projection", "status", "nope"}, nil, "unknown projection"},
-		{[]string{"projection-worker", "--projections", "nope"}, nil, "unknown projection"},
+		{[]string{"projection", "status", "nope"}, nil, "not found (known: instances, history)"},
+		{[]string{"projection-worker", "--projections", "nope"}, nil, "not found (known: instances, history)"},
 	}
 	for _, tc := range tests {
 		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {

@@ -80,7 +80,7 @@ func newRegistryCmd() *cobra.Command {
 				return err
 			}
 			if len(rows) == 0 {
-				return &exitError{code: 3, err: errors.New("no registry row for event " + args[0])}
+				return &exitError{code: exitNotFound, err: errors.New("no registry row for event " + args[0])}
 			}
 			return registry.FormatRows(cmd.OutOrStdout(), rows)
 		},
