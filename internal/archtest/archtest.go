@@ -55,6 +55,7 @@ func floors() map[string]int {
 		"shared":           Foundation,
 		"migrations":       Foundation,
 		"internal":         Foundation,
+		"client":           Foundation, // the Go client: imports no package of the module
 		"eventstore":       Stores,
 		"registry":         Stores,
 		"relay":            Services,

@@ -1,0 +1,323 @@
+package client
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"iter"
+	"net/http"
+	"net/url"
+	"strconv"
+	"time"
+
+	"github.com/google/uuid"
+)
+
+// ExpectedSequence is an append's precondition on the stream
+// (expected_sequence): AnySequence, NoStream, StreamExists or the last
+// sequence read, AtSequence(n).
+type ExpectedSequence string
+
+// The expectations that name no number. The zero value is AnySequence.
+const (
+	// AnySequence appends whatever the stream holds.
+	AnySequence ExpectedSequence = "any"
+	// NoStream appends only to a stream without events.
+	NoStream ExpectedSequence = "no_stream"
+	// StreamExists appends only to a stream with at least one event.
+	StreamExists ExpectedSequence = "exists"
+)
+
+// AtSequence appends only when the stream's last sequence is n (0: the
+// stream is empty).
+func AtSequence(n int64) ExpectedSequence { return ExpectedSequence(strconv.FormatInt(n, 10)) }
+
+// MarshalJSON writes a sequence number as a JSON number and the other
+// forms as strings, as the API wants them.
+func (e ExpectedSequence) MarshalJSON() ([]byte, error) {
+	if e == "" {
+		return []byte(`"any"`), nil
+	}
+	if _, err := strconv.ParseInt(string(e), 10, 64); err == nil {
+		return []byte(e), nil
+	}
+	return json.Marshal(string(e))
+}
+
+// EventData is one event to append.
+type EventData struct {
+	// EventID is the event's UUID, its idempotency key: a repeated append
+	// of the same event (same id, same content) returns the stored one.
+	// Empty: the client generates one (a random UUID) before the first
+	// attempt and keeps it for the retries.
+	EventID string `json:"event_id"`
+	// EventType matches [A-Z][A-Z0-9_]{0,127}.
+	EventType string `json:"event_type"`
+	// Data is the payload, a JSON object: a json.RawMessage or a value
+	// encoding/json encodes as an object. nil sends none.
+	Data any `json:"data,omitempty"`
+	// Metadata are the event's metadata (correlation_id, causation_id,
+	// free keys).
+	Metadata map[string]any `json:"metadata,omitempty"`
+	// OccurredAt, when set, is when the event happened (else the store's
+	// clock).
+	OccurredAt time.Time `json:"occurred_at,omitzero"`
+}
+
+// AppendedEvent is where one appended event was stored.
+type AppendedEvent struct {
+	EventID        string `json:"event_id"`
+	SequenceNumber int64  `json:"sequence_number"`
+	Position       int64  `json:"position"`
+}
+
+// AppendResult is the reply to an append.
+type AppendResult struct {
+	AggregateType string `json:"aggregate_type"`
+	AggregateID   string `json:"aggregate_id"`
+	FirstSequence int64  `json:"first_sequence"`
+	LastSequence  int64  `json:"last_sequence"`
+	// Replayed is true when the batch was stored already (by an earlier
+	// attempt whose reply was lost, or an earlier call with the same
+	// event ids): nothing new was written.
+	Replayed bool            `json:"replayed"`
+	Events   []AppendedEvent `json:"events"`
+}
+
+// Append appends events to the stream of one aggregate, atomically: all
+// of them at consecutive sequences, or none. expected is checked by the
+// store ("" is AnySequence); a mismatch is a *ConflictError carrying the
+// stream's actual sequence. Events without an EventID get one, so the
+// append is retried safely: a lost reply or a 503 is repeated and answered
+// with the stored result (AppendResult.Replayed).
+func (c *Client) Append(ctx context.Context, aggregateType, aggregateID string, expected ExpectedSequence, events ...EventData) (*AppendResult, error) {
+	if len(events) == 0 {
+		return nil, fmt.Errorf("sluice client: append to %s %q: no events", aggregateType, aggregateID)
+	}
+	evs := make([]EventData, len(events))
+	for i, ev := range events {
+		if ev.EventID == "" {
+			ev.EventID = uuid.NewString()
+		}
+		if raw, ok := ev.Data.(json.RawMessage); ok && raw == nil {
+			ev.Data = nil
+		}
+		evs[i] = ev
+	}
+	if expected == "" {
+		expected = AnySequence
+	}
+	body, err := jsonBody(struct {
+		Expected ExpectedSequence `json:"expected_sequence"`
+		Events   []EventData      `json:"events"`
+	}{expected, evs})
+	if err != nil {
+		return nil, err
+	}
+	res, err := c.do(ctx, request{method: http.MethodPost, path: streamPath(aggregateType, aggregateID) + "/events",
+		body: body, ctype: "application/json", idempotent: true})
+	if err != nil {
+		return nil, err
+	}
+	var out AppendResult
+	if err := decode(res, &out); err != nil {
+		return nil, err
+	}
+	return &out, nil
+}
+
+func streamPath(aggregateType, aggregateID string) string {
+	return "/v1/streams/" + seg(aggregateType) + "/" + seg(aggregateID)
+}
+
+// Event is one stored event (an envelope) as the API returns it.
+type Event struct {
+	EventID       string `json:"event_id"`
+	EventType     string `json:"event_type"`
+	Kind          string `json:"kind"`
+	AggregateType string `json:"aggregate_type"`
+	AggregateID   string `json:"aggregate_id"`
+	// SequenceNumber is the event's place in its aggregate's stream,
+	// Position its place in the global log.
+	SequenceNumber int64                      `json:"sequence_number"`
+	Position       int64                      `json:"position"`
+	OccurredAt     time.Time                  `json:"occurred_at"`
+	Data           json.RawMessage            `json:"data"`
+	Metadata       map[string]json.RawMessage `json:"metadata,omitempty"`
+	// Raw is the stored envelope byte for byte.
+	Raw json.RawMessage `json:"-"`
+}
+
+func parseEvents(raws []json.RawMessage) ([]Event, error) {
+	out := make([]Event, len(raws))
+	for i, raw := range raws {
+		if err := json.Unmarshal(raw, &out[i]); err != nil {
+			return nil, fmt.Errorf("sluice client: decode event %d: %w", i, err)
+		}
+		out[i].Raw = raw
+	}
+	return out, nil
+}
+
+// StreamOptions select a page (or, for ReadStream, the start) of a
+// stream.
+type StreamOptions struct {
+	// FromSequence is the first sequence to read (forward) or the last
+	// (backward); 0 is the start (forward) or the end (backward).
+	FromSequence int64
+	// Backward reads newest first.
+	Backward bool
+	// Limit is the page size in sequence numbers (1..1000; 0: the API's
+	// default, 100).
+	Limit int
+}
+
+// StreamPage is one page of a stream.
+type StreamPage struct {
+	AggregateType string
+	AggregateID   string
+	// LastSequence is the stream's last sequence when the page was read.
+	LastSequence int64
+	Events       []Event
+	// NextFromSequence is where the next page starts; 0 on the last page.
+	NextFromSequence int64
+}
+
+// ReadStreamPage reads one page of an aggregate's stream. A stream
+// without events is a *NotFoundError (stream_not_found).
+func (c *Client) ReadStreamPage(ctx context.Context, aggregateType, aggregateID string, o StreamOptions) (*StreamPage, error) {
+	q := url.Values{}
+	if o.FromSequence > 0 {
+		q.Set("from_sequence", strconv.FormatInt(o.FromSequence, 10))
+	}
+	if o.Backward {
+		q.Set("direction", "backward")
+	}
+	if o.Limit > 0 {
+		q.Set("limit", strconv.Itoa(o.Limit))
+	}
+	res, err := c.do(ctx, request{method: http.MethodGet, path: streamPath(aggregateType, aggregateID) + "/events", query: q, idempotent: true})
+	if err != nil {
+		return nil, err
+	}
+	var page struct {
+		AggregateType    string            `json:"aggregate_type"`
+		AggregateID      string            `json:"aggregate_id"`
+		LastSequence     int64             `json:"last_sequence"`
+		Events           []json.RawMessage `json:"events"`
+		NextFromSequence *int64            `json:"next_from_sequence"`
+	}
+	if err := decode(res, &page); err != nil {
+		return nil, err
+	}
+	evs, err := parseEvents(page.Events)
+	if err != nil {
+		return nil, err
+	}
+	out := &StreamPage{AggregateType: page.AggregateType, AggregateID: page.AggregateID, LastSequence: page.LastSequence, Events: evs}
+	if page.NextFromSequence != nil {
+		out.NextFromSequence = *page.NextFromSequence
+	}
+	return out, nil
+}
+
+// ReadStream iterates over an aggregate's stream from o.FromSequence to
+// its end (or, backward, to its start), page by page. The iteration stops
+// at the first error, which it yields (a stream without events: a
+// *NotFoundError).
+func (c *Client) ReadStream(ctx context.Context, aggregateType, aggregateID string, o StreamOptions) iter.Seq2[Event, error] {
+	return func(yield func(Event, error) bool) {
+		for {
+			page, err := c.ReadStreamPage(ctx, aggregateType, aggregateID, o)
+			if err != nil {
+				yield(Event{}, err)
+				return
+			}
+			for _, ev := range page.Events {
+				if !yield(ev, nil) {
+					return
+				}
+			}
+			if page.NextFromSequence == 0 {
+				return
+			}
+			o.FromSequence = page.NextFromSequence
+		}
+	}
+}
+
+// LogOptions select a page (or, for ReadLog, the start) of the global
+// log.
+type LogOptions struct {
+	// FromPosition is the first position to read (0 or 1: the start).
+	FromPosition int64
+	// Limit is the page size (1..1000; 0: the API's default, 100).
+	Limit int
+	// AggregateType, when set, reads only that type's events.
+	AggregateType string
+}
+
+// LogPage is one page of the log.
+type LogPage struct {
+	Events []Event
+	// NextFromPosition is where to continue: every position before it is
+	// final, so reading on from it misses nothing.
+	NextFromPosition int64
+}
+
+// ReadLogPage reads one page of the global log.
+func (c *Client) ReadLogPage(ctx context.Context, o LogOptions) (*LogPage, error) {
+	q := url.Values{}
+	if o.FromPosition > 0 {
+		q.Set("from_position", strconv.FormatInt(o.FromPosition, 10))
+	}
+	if o.Limit > 0 {
+		q.Set("limit", strconv.Itoa(o.Limit))
+	}
+	if o.AggregateType != "" {
+		q.Set("aggregate_type", o.AggregateType)
+	}
+	res, err := c.do(ctx, request{method: http.MethodGet, path: "/v1/log", query: q, idempotent: true})
+	if err != nil {
+		return nil, err
+	}
+	var page struct {
+		Events           []json.RawMessage `json:"events"`
+		NextFromPosition int64             `json:"next_from_position"`
+	}
+	if err := decode(res, &page); err != nil {
+		return nil, err
+	}
+	evs, err := parseEvents(page.Events)
+	if err != nil {
+		return nil, err
+	}
+	return &LogPage{Events: evs, NextFromPosition: page.NextFromPosition}, nil
+}
+
+// ReadLog iterates over the global log from o.FromPosition to what is
+// final now, page by page, and stops when a page brings no progress (to
+// follow the log as it grows, use Subscribe). The iteration stops at the
+// first error, which it yields.
+func (c *Client) ReadLog(ctx context.Context, o LogOptions) iter.Seq2[Event, error] {
+	return func(yield func(Event, error) bool) {
+		from := max(o.FromPosition, 1)
+		for {
+			o.FromPosition = from
+			page, err := c.ReadLogPage(ctx, o)
+			if err != nil {
+				yield(Event{}, err)
+				return
+			}
+			for _, ev := range page.Events {
+				if !yield(ev, nil) {
+					return
+				}
+			}
+			if page.NextFromPosition <= from {
+				return
+			}
+			from = page.NextFromPosition
+		}
+	}
+}
