@@ -31,12 +31,14 @@ test-deps:
 
 test-go:
 	$(GO) vet $(PKGS)
+	$(GO) -C esserver vet ./...
 	./$(BIN)/gotestsum --format pkgname-and-test-fails --format-hide-empty-pkg -- -race -count=1 -timeout $(TEST_TIMEOUT) $(PKGS)
+	cd esserver && ../$(BIN)/gotestsum --format pkgname-and-test-fails --format-hide-empty-pkg -- -race -count=1 -timeout $(TEST_TIMEOUT) ./...
 
 # The Elasticsearch REST YAML suite ran inside test-go; print its count of
 # cases run, passed and skipped (with reasons), which gotestsum hides on success.
 es-spec-summary:
-	@$(GO) test -count=1 -run '^TestESRestSpecYAML$$' -v ./internal/esserver/ | grep -E '^(es-rest-spec:|  skipped )'
+	@$(GO) -C esserver test -count=1 -run '^TestESRestSpecYAML$$' -v . | grep -E '^(es-rest-spec:|  skipped )'
 
 fuzz:
 	FUZZTIME=$(FUZZTIME) ./scripts/fuzz-short.sh
@@ -46,10 +48,13 @@ lint: test-deps
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) vet $(PKGS)
 	./$(BIN)/staticcheck $(PKGS)
+	$(GO) -C esserver vet ./...
+	cd esserver && ../$(BIN)/staticcheck ./...
 
 ## bench: benchmarks with the real components (Postgres, MinIO, kfake, ES test server)
 bench: test-deps
 	GOGC=$${GOGC:-400} $(GO) test -run='^$$' -bench=. -benchtime=$${BENCHTIME:-3s} -timeout 30m $(PKGS) | tee $(BIN)/bench.txt
+	cd esserver && GOGC=$${GOGC:-400} $(GO) test -run='^$$' -bench=. -benchtime=$${BENCHTIME:-3s} -timeout 30m ./... | tee -a ../$(BIN)/bench.txt
 	@echo "results in $(BIN)/bench.txt; figures are recorded in docs/benchmarks.md"
 
 ## bench-ab: the main benchmarks of BASE (a git revision) and of this tree,

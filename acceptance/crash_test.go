@@ -6,8 +6,8 @@ import (
 
 	"github.com/sluicehq/sluice/instanceworker"
 	"github.com/sluicehq/sluice/projectionworker"
-	"github.com/sluicehq/sluice/shared/consumer"
 	"github.com/sluicehq/sluice/shared/crashpoint"
+	"github.com/sluicehq/sluice/worker"
 )
 
 // crashCase is one crash point of a worker.
@@ -31,13 +31,13 @@ type crashCase struct {
 func TestInstanceWorkerCrashPointsReplaySafe(t *testing.T) {
 	t.Parallel()
 	cases := []crashCase{
-		{consumer.PointAfterClaim, true},
+		{worker.PointAfterClaim, true},
 		{instanceworker.PointBeforeAppend, true},
 		{instanceworker.PointAfterAppend, true},
 		{instanceworker.PointBeforeESWrite, true},
 		{instanceworker.PointAfterESWrite, true},
-		{consumer.PointBeforeMarkDone, true},
-		{consumer.PointBeforeCommit, false},
+		{worker.PointBeforeMarkDone, true},
+		{worker.PointBeforeCommit, false},
 	}
 	p := newPipeline(t, setup{})
 	p.startDefault()
@@ -50,11 +50,11 @@ func TestInstanceWorkerCrashPointsReplaySafe(t *testing.T) {
 func TestProjectionWorkerCrashPointsReplaySafe(t *testing.T) {
 	t.Parallel()
 	cases := []crashCase{
-		{consumer.PointAfterClaim, true},
+		{worker.PointAfterClaim, true},
 		{projectionworker.PointBeforeESWrite, true},
 		{projectionworker.PointAfterESWrite, true},
-		{consumer.PointBeforeMarkDone, true},
-		{consumer.PointBeforeCommit, false},
+		{worker.PointBeforeMarkDone, true},
+		{worker.PointBeforeCommit, false},
 	}
 	p := newPipeline(t, setup{})
 	p.startDefault()

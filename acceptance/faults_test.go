@@ -14,7 +14,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
-	"github.com/sluicehq/sluice/internal/esserver"
+	"github.com/sluicehq/sluice/esserver"
 )
 
 // esWrites sits in front of the Elasticsearch test server and records every

@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sluicehq/sluice/internal/esserver"
+	"github.com/sluicehq/sluice/esserver"
 )
 
 // TestHistoryReadPagesPastResultWindow checks the harness's history oracle

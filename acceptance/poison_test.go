@@ -18,8 +18,8 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/eventstore/eventstoretest"
-	"github.com/sluicehq/sluice/registry"
 	"github.com/sluicehq/sluice/registry/registrytest"
+	"github.com/sluicehq/sluice/shared/claim"
 
 	"github.com/google/uuid"
 	"github.com/twmb/franz-go/pkg/kerr"
@@ -491,7 +491,7 @@ func (p *pipeline) unfinishedExcept(kind, handler string, except []string) (int6
 	if err != nil {
 		return 0, err
 	}
-	finished, err := registrytest.EventIDs(ctx, p.pool, handler, registry.StatusDone, registry.StatusSkippedStale, registry.StatusDead)
+	finished, err := registrytest.EventIDs(ctx, p.pool, handler, claim.StatusDone, claim.StatusSkippedStale, claim.StatusDead)
 	if err != nil {
 		return 0, err
 	}

@@ -7,8 +7,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sluicehq/sluice/internal/esserver"
-	"github.com/sluicehq/sluice/shared/consumer"
+	"github.com/sluicehq/sluice/esserver"
+	"github.com/sluicehq/sluice/worker"
 )
 
 // TestRetryBackoffDLQThenRedrive is scenario 6: Elasticsearch fails every
@@ -73,7 +73,7 @@ func TestRetryBackoffDLQThenRedrive(t *testing.T) {
 			}
 		}
 		for _, r := range p.readTopic(eventsDLQ) {
-			var d consumer.DLQRecord
+			var d worker.DLQRecord
 			if err := json.Unmarshal(r.Value, &d); err != nil {
 				t.Fatalf("DLQ record: %v: %s", err, r.Value)
 			}

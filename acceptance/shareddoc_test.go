@@ -19,8 +19,8 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/sluicehq/sluice/projectionworker"
-	"github.com/sluicehq/sluice/registry"
 	"github.com/sluicehq/sluice/registry/registrytest"
+	"github.com/sluicehq/sluice/shared/claim"
 )
 
 // The declarative projection of TestSharedDocumentTwoWriters (issue 39):
@@ -122,7 +122,7 @@ func (s *service) pollsSincePause() int {
 }
 
 // handlerRows returns every registry row of handler.
-func (p *pipeline) handlerRows(handler string) []registry.Row {
+func (p *pipeline) handlerRows(handler string) []claim.Row {
 	p.t.Helper()
 	ctx, cancel := p.ctx(30 * time.Second)
 	defer cancel()
@@ -365,7 +365,7 @@ func runSharedDocument(t *testing.T, workers, partitions, devices, sites, events
 					return false
 				}
 				for _, r := range rows {
-					if r.Status == registry.StatusProcessing || r.Status == registry.StatusFailed {
+					if r.Status == claim.StatusProcessing || r.Status == claim.StatusFailed {
 						return false
 					}
 				}
@@ -440,7 +440,7 @@ func runSharedDocument(t *testing.T, workers, partitions, devices, sites, events
 			}
 			if len(rows) != total || mine != len(runIDs) || byOutcome["done/applied"] != len(runIDs) {
 				t.Errorf("registry of %s: %d rows in all, %d of this run's %d events %v, want every one done/applied (ignored: %d, legitimate: 0)",
-					siteHandler, len(rows), mine, len(runIDs), byOutcome, byOutcome["done/"+string(registry.OutcomeIgnored)])
+					siteHandler, len(rows), mine, len(runIDs), byOutcome, byOutcome["done/"+string(claim.OutcomeIgnored)])
 			}
 			if n := p.records(eventsDLQ); n != 0 {
 				t.Errorf("%s holds %d records, want 0", eventsDLQ, n)

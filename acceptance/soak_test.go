@@ -19,8 +19,8 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kmsg"
 
-	"github.com/sluicehq/sluice/internal/esserver"
-	"github.com/sluicehq/sluice/shared/testenv"
+	"github.com/sluicehq/sluice/esserver"
+	"github.com/sluicehq/sluice/internal/testenv"
 )
 
 // soakDuration is the load-and-faults phase of the chaos soak:
@@ -432,7 +432,7 @@ func TestChaosSoak(t *testing.T) {
 	// Late publication (docs/acceptance.md): a domain event whose append
 	// the relay abandoned after EVENT_STORE_APPEND_TIMEOUT and the instance
 	// worker then re-committed at its old position is published after newer
-	// events of its aggregate. History is unguarded (registry.Unguarded), so
+	// events of its aggregate. History is unguarded (claim.Unguarded), so
 	// it must still have its document like every other event; such events
 	// are counted to show the case was exercised.
 	late := p.publishedAfterNewer(eventsTopic)

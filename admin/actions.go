@@ -14,11 +14,11 @@ import (
 	"github.com/sluicehq/sluice/dlq"
 	"github.com/sluicehq/sluice/instanceworker"
 	"github.com/sluicehq/sluice/projectionworker"
+	"github.com/sluicehq/sluice/readmodel"
 	"github.com/sluicehq/sluice/relay"
-	"github.com/sluicehq/sluice/shared/consumer"
 	"github.com/sluicehq/sluice/shared/envelope"
 	"github.com/sluicehq/sluice/shared/kafka"
-	"github.com/sluicehq/sluice/shared/readmodel"
+	"github.com/sluicehq/sluice/worker"
 )
 
 func (s *Server) routes() {
@@ -196,10 +196,10 @@ func (s *Server) groupLag(r *http.Request) (any, error) {
 		return nil, err
 	}
 	defer closeFn()
-	if err := consumer.FindGroup(r.Context(), adm, r.PathValue("group")); err != nil {
+	if err := worker.FindGroup(r.Context(), adm, r.PathValue("group")); err != nil {
 		return nil, err
 	}
-	return consumer.Lag(r.Context(), adm, r.PathValue("group"), r.URL.Query().Get("topic"))
+	return worker.Lag(r.Context(), adm, r.PathValue("group"), r.URL.Query().Get("topic"))
 }
 
 // ResetRequest resets a group's offsets (sluice consumer reset).
@@ -217,7 +217,7 @@ func (s *Server) groupReset(r *http.Request, body []byte) (Action, error) {
 	}
 	group := r.PathValue("group")
 	a := Action{Target: "group " + group + " to " + req.To, DryRun: req.DryRun}
-	to, err := consumer.ParseResetTarget(req.To)
+	to, err := worker.ParseResetTarget(req.To)
 	if err != nil {
 		return a, invalid("%s", strings.Replace(err.Error(), "--to", "to", 1))
 	}
@@ -226,9 +226,9 @@ func (s *Server) groupReset(r *http.Request, body []byte) (Action, error) {
 		return a, err
 	}
 	defer closeFn()
-	res, err := consumer.ResetOffsets(r.Context(), adm, consumer.ResetOptions{Group: group, Topic: req.Topic, To: to, DryRun: req.DryRun, Force: req.Force})
+	res, err := worker.ResetOffsets(r.Context(), adm, worker.ResetOptions{Group: group, Topic: req.Topic, To: to, DryRun: req.DryRun, Force: req.Force})
 	a.Result = res
-	if errors.Is(err, consumer.ErrGroupActive) {
+	if errors.Is(err, worker.ErrGroupActive) {
 		return a, kind(errConflict, errors.New(res.MembersText()+" (or force)"))
 	}
 	return a, err

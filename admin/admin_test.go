@@ -15,13 +15,13 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/sluicehq/sluice/admin"
+	"github.com/sluicehq/sluice/internal/testenv"
 	"github.com/sluicehq/sluice/pipeline"
 	"github.com/sluicehq/sluice/pipeline/pipelinetest"
 	"github.com/sluicehq/sluice/pipeline/sluiceconfig"
+	"github.com/sluicehq/sluice/readmodel"
 	"github.com/sluicehq/sluice/registry"
-	"github.com/sluicehq/sluice/shared/consumer"
-	"github.com/sluicehq/sluice/shared/readmodel"
-	"github.com/sluicehq/sluice/shared/testenv"
+	"github.com/sluicehq/sluice/worker"
 )
 
 const (
@@ -269,7 +269,7 @@ func TestAdminAPI(t *testing.T) {
 	if _, err := kadm.NewClient(cl).CreateTopic(context.Background(), 1, 1, nil, "admin-test.originals"); err != nil {
 		t.Fatal(err)
 	}
-	letter, _ := json.Marshal(consumer.DLQRecord{OriginalTopic: "admin-test.originals", // no worker consumes it
+	letter, _ := json.Marshal(worker.DLQRecord{OriginalTopic: "admin-test.originals", // no worker consumes it
 		OriginalKey: "k", OriginalValue: `{"x":1}`,
 		OriginalHeaders: map[string]string{}, Error: "permanent: boom", ErrorClass: "permanent", AttemptCount: 1, Handler: "instanceworker",
 		FirstFailedAt: time.Now(), FailedAt: time.Now()})

@@ -12,8 +12,8 @@ import (
 	"github.com/sluicehq/sluice/pipeline"
 	"github.com/sluicehq/sluice/pipeline/pipelinetest"
 	"github.com/sluicehq/sluice/projectionworker"
+	"github.com/sluicehq/sluice/readmodel"
 	"github.com/sluicehq/sluice/registry"
-	"github.com/sluicehq/sluice/shared/readmodel"
 )
 
 // The health strip, the flow and the groups of a deployment: this

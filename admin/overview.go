@@ -13,8 +13,8 @@ import (
 	"github.com/sluicehq/sluice/projectionworker"
 	"github.com/sluicehq/sluice/registry"
 	"github.com/sluicehq/sluice/relay"
-	"github.com/sluicehq/sluice/shared/consumer"
 	"github.com/sluicehq/sluice/shared/kafka"
+	"github.com/sluicehq/sluice/worker"
 )
 
 // Overview is GET /admin/v1/overview: where the whole pipeline stands. A
@@ -56,13 +56,13 @@ type RelayView struct {
 
 // GroupView is one worker group's lag per partition.
 type GroupView struct {
-	Group      string                  `json:"group"`
-	Topic      string                  `json:"topic"`
-	Handler    string                  `json:"handler"`
-	Lag        int64                   `json:"lag"`
-	Members    int                     `json:"members"`
-	State      string                  `json:"state,omitempty"`
-	Partitions []consumer.PartitionLag `json:"partitions"`
+	Group      string                `json:"group"`
+	Topic      string                `json:"topic"`
+	Handler    string                `json:"handler"`
+	Lag        int64                 `json:"lag"`
+	Members    int                   `json:"members"`
+	State      string                `json:"state,omitempty"`
+	Partitions []worker.PartitionLag `json:"partitions"`
 	// Paused is the operator's durable pause flag of the group (the
 	// registry's sluice.registry_group_pause, as `sluice consumer pause`
 	// and POST consumers/{group}/pause set it); Pause says who set it,
@@ -212,7 +212,7 @@ func (s *Server) overview(r *http.Request) (any, error) {
 	if err != nil {
 		fail("kafka", err)
 		for _, g := range groups {
-			gv := GroupView{Group: g.group, Topic: g.topic, Handler: g.handler, Partitions: []consumer.PartitionLag{}, Error: err.Error(),
+			gv := GroupView{Group: g.group, Topic: g.topic, Handler: g.handler, Partitions: []worker.PartitionLag{}, Error: err.Error(),
 				Configured: configured[g.group], Status: "unknown"}
 			s.groupPauseView(ctx, &gv)
 			ov.Groups = append(ov.Groups, gv)
@@ -222,8 +222,8 @@ func (s *Server) overview(r *http.Request) (any, error) {
 	defer cl.Close()
 	adm := kadm.NewClient(cl)
 	for _, g := range groups {
-		gv := GroupView{Group: g.group, Topic: g.topic, Handler: g.handler, Partitions: []consumer.PartitionLag{}, Configured: configured[g.group]}
-		l, err := consumer.Lag(ctx, adm, g.group, g.topic)
+		gv := GroupView{Group: g.group, Topic: g.topic, Handler: g.handler, Partitions: []worker.PartitionLag{}, Configured: configured[g.group]}
+		l, err := worker.Lag(ctx, adm, g.group, g.topic)
 		if err != nil {
 			gv.Error, gv.Status = err.Error(), "unknown"
 			s.groupPauseView(ctx, &gv)

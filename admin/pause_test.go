@@ -10,8 +10,8 @@ import (
 	"github.com/sluicehq/sluice/instanceworker"
 	"github.com/sluicehq/sluice/pipeline"
 	"github.com/sluicehq/sluice/pipeline/pipelinetest"
+	"github.com/sluicehq/sluice/readmodel"
 	"github.com/sluicehq/sluice/registry"
-	"github.com/sluicehq/sluice/shared/readmodel"
 )
 
 // Pausing the instance worker's group through the admin API: a command

@@ -6,8 +6,8 @@ import (
 	"testing"
 
 	"github.com/sluicehq/sluice/admin"
+	"github.com/sluicehq/sluice/internal/testenv"
 	"github.com/sluicehq/sluice/registry"
-	"github.com/sluicehq/sluice/shared/testenv"
 )
 
 // A read view mounted with HandleRead is behind the admin tokens: 401

@@ -19,7 +19,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/sluicehq/sluice/eventstore"
-	"github.com/sluicehq/sluice/registry"
+	"github.com/sluicehq/sluice/shared/claim"
 	"github.com/sluicehq/sluice/shared/envelope"
 	"github.com/sluicehq/sluice/shared/observability"
 	"github.com/sluicehq/sluice/shared/tracing"
@@ -50,7 +50,7 @@ type EventStore interface {
 // (*registry.Registry): the rows of a command and the instance worker's last
 // finished slot of an aggregate.
 type CommandRegistry interface {
-	Get(ctx context.Context, eventID string) ([]registry.Row, error)
+	Get(ctx context.Context, eventID string) ([]claim.Row, error)
 	LastSequence(ctx context.Context, handler, aggregateID string) (int64, error)
 }
 

@@ -8,7 +8,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/sluicehq/sluice/registry"
+	"github.com/sluicehq/sluice/shared/claim"
 	"github.com/sluicehq/sluice/shared/envelope"
 )
 
@@ -376,7 +376,7 @@ func TestCommandStatusTransitions(t *testing.T) {
 	ev := create.str("event_id")
 	lease := a.claim(ev, "shop:order:o-1", 1)
 	check("c-1", StatusProcessing, "")
-	if _, err := a.reg.MarkFailed(t.Context(), lease, registry.Failure{Err: fmt.Errorf("es timeout"), Retryable: true}); err != nil {
+	if _, err := a.reg.MarkFailed(t.Context(), lease, claim.Failure{Err: fmt.Errorf("es timeout"), Retryable: true}); err != nil {
 		t.Fatal(err)
 	}
 	check("c-1", StatusFailed, "es timeout")
@@ -384,21 +384,21 @@ func TestCommandStatusTransitions(t *testing.T) {
 	if r.num("attempts") != 1 || r.str("event_type") != TypeCreate || r.num("sequence_number") != 1 || r.str("aggregate_id") != "shop:order:o-1" {
 		t.Fatalf("status body: %s", r.body)
 	}
-	var res registry.ClaimResult
+	var res claim.Result
 	for range 200 { // the backoff is a few ms
 		var err error
-		res, err = a.reg.Claim(t.Context(), registry.ClaimRequest{Handler: DefaultHandler, EventID: ev, AggregateID: "shop:order:o-1", Seq: 1, Policy: registry.WaitForPredecessor})
+		res, err = a.reg.Claim(t.Context(), claim.Request{Handler: DefaultHandler, EventID: ev, AggregateID: "shop:order:o-1", Seq: 1, Policy: claim.WaitForPredecessor})
 		if err != nil {
 			t.Fatal(err)
 		}
-		if res.Kind == registry.Claimed {
+		if res.Kind == claim.Claimed {
 			break
 		}
 	}
-	if res.Kind != registry.Claimed {
+	if res.Kind != claim.Claimed {
 		t.Fatalf("reclaim: %v", res.Kind)
 	}
-	if err := a.reg.MarkDone(t.Context(), res.Lease, registry.Applied()); err != nil {
+	if err := a.reg.MarkDone(t.Context(), res.Lease, claim.Applied()); err != nil {
 		t.Fatal(err)
 	}
 	check("c-1", StatusApplied, "")
@@ -407,12 +407,12 @@ func TestCommandStatusTransitions(t *testing.T) {
 	}
 
 	rej := a.do("POST", base, `{"instance_id":"o-1"}`, "Idempotency-Key: c-2").expect(t, 202, "")
-	a.finish(rej.str("event_id"), "shop:order:o-1", 2, registry.Rejected("instance exists"))
+	a.finish(rej.str("event_id"), "shop:order:o-1", 2, claim.Rejected("instance exists"))
 	check("c-2", StatusRejected, "instance exists")
 
 	dead := a.do("DELETE", base+"/o-1", ``, "Idempotency-Key: c-3").expect(t, 202, "")
 	l3 := a.claim(dead.str("event_id"), "shop:order:o-1", 3)
-	if _, err := a.reg.MarkFailed(t.Context(), l3, registry.Failure{Err: fmt.Errorf("mapping error"), Retryable: false}); err != nil {
+	if _, err := a.reg.MarkFailed(t.Context(), l3, claim.Failure{Err: fmt.Errorf("mapping error"), Retryable: false}); err != nil {
 		t.Fatal(err)
 	}
 	check("c-3", StatusDead, "mapping error")
@@ -434,7 +434,7 @@ func TestReadYourWrites(t *testing.T) {
 		!jsonEqual(t, mustJSON(t, r.json["data"]), `{"total":10}`) || r.header.Get("ETag") != `"1"` || r.str("instance_id") != "o-1" {
 		t.Fatalf("created: %s", r.body)
 	}
-	a.finish(c.str("event_id"), agg, 1, registry.Applied())
+	a.finish(c.str("event_id"), agg, 1, claim.Applied())
 
 	// A patch not yet processed: old state, one pending command, and the
 	// sequence to use as expected_seq is 2.
@@ -451,8 +451,8 @@ func TestReadYourWrites(t *testing.T) {
 	// A rejected command (slot 3, finished without a domain event) does not
 	// hide the state; the sequence moves on.
 	rej := a.do("POST", base, `{"instance_id":"o-1"}`).expect(t, 202, "")
-	a.finish(a.commandEventID(agg, 2), agg, 2, registry.Applied())
-	a.finish(rej.str("event_id"), agg, 3, registry.Rejected("instance exists"))
+	a.finish(a.commandEventID(agg, 2), agg, 2, claim.Applied())
+	a.finish(rej.str("event_id"), agg, 3, claim.Rejected("instance exists"))
 	r = a.do("GET", base+"/o-1", ``).expect(t, 200, "")
 	if r.num("sequence_number") != 3 || r.num("state_sequence_number") != 2 || r.num("pending_commands") != 0 {
 		t.Fatalf("after rejection: %s", r.body)
@@ -586,11 +586,11 @@ func TestPendingClearedWhenFinished(t *testing.T) {
 		status string
 	}{
 		{"rejected", func(a *testAPI, ev string, seq int64) {
-			a.finish(ev, agg, seq, registry.Rejected("instance exists"))
+			a.finish(ev, agg, seq, claim.Rejected("instance exists"))
 		}, StatusRejected},
 		{"dead", func(a *testAPI, ev string, seq int64) {
 			lease := a.claim(ev, agg, seq)
-			if _, err := a.reg.MarkFailed(a.t.Context(), lease, registry.Failure{Err: fmt.Errorf("mapping error"), Retryable: false}); err != nil {
+			if _, err := a.reg.MarkFailed(a.t.Context(), lease, claim.Failure{Err: fmt.Errorf("mapping error"), Retryable: false}); err != nil {
 				a.t.Fatal(err)
 			}
 		}, StatusDead},
@@ -615,7 +615,7 @@ func TestPendingClearedWhenFinished(t *testing.T) {
 			// old state and one pending command, then none.
 			a.do("POST", base+"?expected_seq=1", `{"instance_id":"o-1","data":{"total":2}}`, "Idempotency-Key: c-2").expect(t, 202, "")
 			a.domain(agg, 2, TypeCreated, `{"total":2}`)
-			a.finish(a.commandEventID(agg, 2), agg, 2, registry.Applied())
+			a.finish(a.commandEventID(agg, 2), agg, 2, claim.Applied())
 			patch := a.do("PATCH", base+"/o-1", `{"total":3}`, `If-Match: "2"`, "Idempotency-Key: c-3").expect(t, 202, "")
 			if r := a.do("GET", base+"/o-1", ``).expect(t, 200, ""); r.num("pending_commands") != 1 {
 				t.Fatalf("pending patch: %s", r.body)

@@ -16,8 +16,8 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/sluicehq/sluice/eventstore"
+	"github.com/sluicehq/sluice/readmodel"
 	"github.com/sluicehq/sluice/shared/envelope"
-	"github.com/sluicehq/sluice/shared/readmodel"
 )
 
 // EventLog is what the event API (/v1/streams, /v1/log) needs of the event

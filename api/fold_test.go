@@ -6,7 +6,7 @@ import (
 	"testing"
 
 	"github.com/sluicehq/sluice/eventstore"
-	"github.com/sluicehq/sluice/registry"
+	"github.com/sluicehq/sluice/shared/claim"
 	"github.com/sluicehq/sluice/shared/envelope"
 )
 
@@ -43,7 +43,7 @@ func TestFoldStartsAtTheWorkersLastSlot(t *testing.T) {
 			c = a.do("PATCH", base+"/o-1", st).expect(t, 202, "")
 			a.domain(agg, seq, TypeUpdated, st)
 		}
-		a.finish(c.str("event_id"), agg, seq, registry.Applied())
+		a.finish(c.str("event_id"), agg, seq, claim.Applied())
 	}
 	log.mu.Lock()
 	log.froms = nil

@@ -15,7 +15,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/sluicehq/sluice/eventstore"
-	"github.com/sluicehq/sluice/registry"
+	"github.com/sluicehq/sluice/shared/claim"
 	"github.com/sluicehq/sluice/shared/envelope"
 )
 
@@ -104,7 +104,7 @@ func (m *memStore) LastSequence(_ context.Context, aggType, aggID string) (int64
 
 type memRegistry struct{}
 
-func (memRegistry) Get(context.Context, string) ([]registry.Row, error)         { return nil, nil }
+func (memRegistry) Get(context.Context, string) ([]claim.Row, error)            { return nil, nil }
 func (memRegistry) LastSequence(context.Context, string, string) (int64, error) { return 0, nil }
 
 func newMemAPI(t testing.TB) http.Handler {

@@ -22,9 +22,10 @@ import (
 	"github.com/sluicehq/sluice/eventstore/objstore"
 	"github.com/sluicehq/sluice/eventstore/objstore/filestore"
 	"github.com/sluicehq/sluice/eventstore/objstore/s3store"
+	"github.com/sluicehq/sluice/internal/testenv"
 	"github.com/sluicehq/sluice/registry"
+	"github.com/sluicehq/sluice/shared/claim"
 	"github.com/sluicehq/sluice/shared/envelope"
-	"github.com/sluicehq/sluice/shared/testenv"
 )
 
 // minioServer is started on first use (fuzz workers and tests on the file
@@ -249,7 +250,7 @@ func (a *testAPI) domain(aggID string, seq int64, eventType, data string) {
 
 // finish claims and marks done a command in the registry, as the instance
 // worker would, with the outcome.
-func (a *testAPI) finish(eventID, aggID string, seq int64, out registry.Outcome) {
+func (a *testAPI) finish(eventID, aggID string, seq int64, out claim.Outcome) {
 	a.t.Helper()
 	lease := a.claim(eventID, aggID, seq)
 	if err := a.reg.MarkDone(context.Background(), lease, out); err != nil {
@@ -257,16 +258,16 @@ func (a *testAPI) finish(eventID, aggID string, seq int64, out registry.Outcome)
 	}
 }
 
-func (a *testAPI) claim(eventID, aggID string, seq int64) registry.Lease {
+func (a *testAPI) claim(eventID, aggID string, seq int64) claim.Lease {
 	a.t.Helper()
 	// The instance worker's runtime keys the aggregate with
 	// envelope.AggregateKey (consumer.DefaultAggregateKey).
-	res, err := a.reg.Claim(context.Background(), registry.ClaimRequest{Handler: DefaultHandler, EventID: eventID,
-		AggregateID: envelope.AggregateKey(envelope.AggregateTypeInstance, aggID), Seq: seq, Policy: registry.WaitForPredecessor})
+	res, err := a.reg.Claim(context.Background(), claim.Request{Handler: DefaultHandler, EventID: eventID,
+		AggregateID: envelope.AggregateKey(envelope.AggregateTypeInstance, aggID), Seq: seq, Policy: claim.WaitForPredecessor})
 	if err != nil {
 		a.t.Fatal(err)
 	}
-	if res.Kind != registry.Claimed {
+	if res.Kind != claim.Claimed {
 		a.t.Fatalf("claim %s: %v", eventID, res.Kind)
 	}
 	return res.Lease

@@ -8,9 +8,9 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/eventstore"
-	"github.com/sluicehq/sluice/registry"
+	"github.com/sluicehq/sluice/readmodel"
+	"github.com/sluicehq/sluice/shared/claim"
 	"github.com/sluicehq/sluice/shared/envelope"
-	"github.com/sluicehq/sluice/shared/readmodel"
 )
 
 // Command statuses (GET /v1/commands/{command_id}).
@@ -97,36 +97,36 @@ func (s *server) handleCommandStatus(w http.ResponseWriter, r *http.Request) {
 // outcome says the document could not be written) or REJECTED (rejected,
 // or ignored);
 // skipped_stale → REJECTED (its slot was already finished without it).
-func applyRow(st *CommandStatus, row registry.Row) {
+func applyRow(st *CommandStatus, row claim.Row) {
 	st.Attempts = row.Attempts
 	if !row.ProcessedAt.IsZero() {
 		t := row.ProcessedAt.UTC()
 		st.ProcessedAt = &t
 	}
 	switch row.Status {
-	case registry.StatusProcessing:
+	case claim.StatusProcessing:
 		st.Status = StatusProcessing
-	case registry.StatusFailed:
+	case claim.StatusFailed:
 		st.Status = StatusFailed
 		st.Reason = row.LastError
 		if !row.NextAttemptAt.IsZero() {
 			t := row.NextAttemptAt.UTC()
 			st.NextAttemptAt = &t
 		}
-	case registry.StatusDead:
+	case claim.StatusDead:
 		st.Status = StatusDead
 		st.Reason = row.LastError
-	case registry.StatusSkippedStale:
+	case claim.StatusSkippedStale:
 		st.Status = StatusRejected
 		st.Reason = "skipped: the instance's slot was already finished (stale)"
-	case registry.StatusDone:
+	case claim.StatusDone:
 		st.Status = StatusApplied
 		if row.Outcome != nil {
 			switch row.Outcome.Result {
-			case registry.OutcomeRejected:
+			case claim.OutcomeRejected:
 				st.Status = StatusRejected
 				st.Reason = row.Outcome.Reason
-			case registry.OutcomeIgnored:
+			case claim.OutcomeIgnored:
 				st.Status = StatusRejected
 				st.Reason = "ignored by the instance worker"
 				if row.Outcome.Reason != "" {
@@ -134,7 +134,7 @@ func applyRow(st *CommandStatus, row registry.Row) {
 				}
 			default:
 				st.Reason = row.Outcome.Reason
-				if row.Outcome.Result == registry.OutcomeApplied && readmodel.IsStaleReason(row.Outcome.Reason) {
+				if row.Outcome.Result == claim.OutcomeApplied && readmodel.IsStaleReason(row.Outcome.Reason) {
 					st.ReadModel = ReadModelStale
 				}
 			}

@@ -12,6 +12,7 @@ import (
 
 	"github.com/sluicehq/sluice/eventstore"
 	"github.com/sluicehq/sluice/registry"
+	"github.com/sluicehq/sluice/shared/claim"
 	"github.com/sluicehq/sluice/shared/envelope"
 )
 
@@ -42,7 +43,7 @@ func (f failingStore) Append(context.Context, ...envelope.Envelope) ([]eventstor
 // downRegistry answers every read with the registry's outage error.
 type downRegistry struct{ CommandRegistry }
 
-func (downRegistry) Get(context.Context, string) ([]registry.Row, error) {
+func (downRegistry) Get(context.Context, string) ([]claim.Row, error) {
 	return nil, fmt.Errorf("registry: get: %w", registry.ErrUnavailable)
 }
 

@@ -11,8 +11,8 @@ import (
 	"github.com/sluicehq/sluice/client"
 	"github.com/sluicehq/sluice/pipeline"
 	"github.com/sluicehq/sluice/pipeline/pipelinetest"
+	"github.com/sluicehq/sluice/readmodel"
 	"github.com/sluicehq/sluice/registry"
-	"github.com/sluicehq/sluice/shared/readmodel"
 )
 
 // Commands are waited for until the instance worker applied or rejected

@@ -16,8 +16,8 @@ import (
 	"github.com/sluicehq/sluice/client"
 	"github.com/sluicehq/sluice/eventstore"
 	"github.com/sluicehq/sluice/eventstore/objstore/filestore"
+	"github.com/sluicehq/sluice/internal/testenv"
 	"github.com/sluicehq/sluice/registry"
-	"github.com/sluicehq/sluice/shared/testenv"
 )
 
 // backend is the real API handler over a real event store: a fresh

@@ -16,8 +16,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluicehq/sluice/internal/testenv"
 	"github.com/sluicehq/sluice/pipeline/sluiceconfig"
-	"github.com/sluicehq/sluice/shared/testenv"
 )
 
 // runSluice runs the built binary with exactly env (no inherited variables

@@ -42,7 +42,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"github.com/sluicehq/sluice/registry"
+	"github.com/sluicehq/sluice/shared/claim"
 	"github.com/sluicehq/sluice/shared/kafka"
 )
 
@@ -77,7 +77,7 @@ type Marker struct {
 // Registry is what redrive needs of the processed-event registry
 // (*registry.Registry).
 type Registry interface {
-	Get(ctx context.Context, eventID string) ([]registry.Row, error)
+	Get(ctx context.Context, eventID string) ([]claim.Row, error)
 	Redrive(ctx context.Context, handler, eventID string) error
 }
 

@@ -13,10 +13,11 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/sluicehq/sluice/dlq"
+	"github.com/sluicehq/sluice/internal/testenv"
 	"github.com/sluicehq/sluice/registry"
-	"github.com/sluicehq/sluice/shared/consumer"
+	"github.com/sluicehq/sluice/shared/claim"
 	"github.com/sluicehq/sluice/shared/kafka"
-	"github.com/sluicehq/sluice/shared/testenv"
+	"github.com/sluicehq/sluice/worker"
 )
 
 // fixture is a kfake cluster, an original topic and its DLQ topic, and a
@@ -75,16 +76,16 @@ func (f *fixture) produce(t *testing.T, rs ...*kgo.Record) {
 func (f *fixture) dead(t *testing.T, eventID string) {
 	t.Helper()
 	ctx := context.Background()
-	res, err := f.reg.Claim(ctx, registry.ClaimRequest{Handler: handler, EventID: eventID, AggregateID: "shop:orders:" + eventID[:8], Seq: 1, Policy: registry.SkipStale})
-	if err != nil || res.Kind != registry.Claimed {
+	res, err := f.reg.Claim(ctx, claim.Request{Handler: handler, EventID: eventID, AggregateID: "shop:orders:" + eventID[:8], Seq: 1, Policy: claim.SkipStale})
+	if err != nil || res.Kind != claim.Claimed {
 		t.Fatalf("claim: %v %v", res.Kind, err)
 	}
-	if _, err := f.reg.MarkFailed(ctx, res.Lease, registry.Failure{Err: errors.New("permanent: boom")}); err != nil {
+	if _, err := f.reg.MarkFailed(ctx, res.Lease, claim.Failure{Err: errors.New("permanent: boom")}); err != nil {
 		t.Fatal(err)
 	}
 }
 
-func (f *fixture) status(t *testing.T, eventID string) registry.Status {
+func (f *fixture) status(t *testing.T, eventID string) claim.Status {
 	t.Helper()
 	rows, err := f.reg.Get(context.Background(), eventID)
 	if err != nil || len(rows) != 1 {
@@ -96,7 +97,7 @@ func (f *fixture) status(t *testing.T, eventID string) registry.Status {
 // letter is the dead letter of orig as the worker runtime writes it.
 func (f *fixture) letter(orig *kgo.Record) *kgo.Record {
 	now := time.Now()
-	r, err := consumer.DeadLetterRecord(f.topic, handler, orig, "permanent", "permanent: boom", 1, now, now)
+	r, err := worker.DeadLetterRecord(f.topic, handler, orig, "permanent", "permanent: boom", 1, now, now)
 	if err != nil {
 		panic(err)
 	}
@@ -151,7 +152,7 @@ func TestQueueListShowRedriveDrop(t *testing.T) {
 	if err != nil || dry.Redriven != 1 || dry.Items[0].Outcome != dlq.OutcomeWould || !strings.Contains(dry.Items[0].Detail, "registry row dead") {
 		t.Fatalf("dry run: %+v %v", dry, err)
 	}
-	if st := f.status(t, ids[0]); st != registry.StatusDead {
+	if st := f.status(t, ids[0]); st != claim.StatusDead {
 		t.Fatalf("row after the dry run: %s, want dead", st)
 	}
 	if n := len(testenv.ReadTopic(t, f.k.Brokers, f.orig)); n != 2 {
@@ -169,7 +170,7 @@ func TestQueueListShowRedriveDrop(t *testing.T) {
 		t.Fatalf("re-produced records: %d %+v", len(recs), recs)
 	}
 	for _, id := range ids {
-		if st := f.status(t, id); st != registry.StatusFailed {
+		if st := f.status(t, id); st != claim.StatusFailed {
 			t.Fatalf("row %s after redrive: %s, want failed (reset)", id, st)
 		}
 	}
@@ -208,7 +209,7 @@ func TestQueueListShowRedriveDrop(t *testing.T) {
 	if rr, err = q.Redrive(ctx, dlq.RedriveOptions{Ref: &dlq.Ref{Partition: 0, Offset: 3}}); err != nil || rr.Skipped != 1 {
 		t.Fatalf("redrive of a dropped letter: %+v %v", rr, err)
 	}
-	if st := f.status(t, id3); st != registry.StatusDead {
+	if st := f.status(t, id3); st != claim.StatusDead {
 		t.Fatalf("dropped letter's row: %s, want dead", st)
 	}
 }

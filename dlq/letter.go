@@ -10,7 +10,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"github.com/sluicehq/sluice/shared/consumer"
+	"github.com/sluicehq/sluice/worker"
 )
 
 // Letter is one record of a DLQ topic.
@@ -21,7 +21,7 @@ type Letter struct {
 	Timestamp time.Time
 	Headers   []kgo.RecordHeader
 	// Record is the dead-letter record the worker wrote.
-	Record consumer.DLQRecord
+	Record worker.DLQRecord
 	// Bad is set when the value is not a dead-letter record.
 	Bad error
 }
@@ -45,7 +45,7 @@ func (l *Letter) OriginalRef() string {
 
 // Original rebuilds the original record from the letter: key and value
 // decoded from base64 when the letter says so, headers in key order. A
-// letter in pointer form (consumer.DLQRecord.OriginalTruncated) does not
+// letter in pointer form (worker.DLQRecord.OriginalTruncated) does not
 // hold it: Queue.Original reads it back from Kafka.
 func (l *Letter) Original() (*kgo.Record, error) {
 	if l.Bad != nil {

@@ -9,8 +9,8 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/eventstore/objstore/s3store"
+	"github.com/sluicehq/sluice/internal/testenv"
 	"github.com/sluicehq/sluice/shared/failure"
-	"github.com/sluicehq/sluice/shared/testenv"
 )
 
 // An object-store outage fails appends fast with *UnavailableError (503,

@@ -7,9 +7,9 @@ import (
 	"strings"
 	"time"
 
-	"github.com/sluicehq/sluice/registry"
+	"github.com/sluicehq/sluice/readmodel"
+	"github.com/sluicehq/sluice/shared/claim"
 	"github.com/sluicehq/sluice/shared/envelope"
-	"github.com/sluicehq/sluice/shared/readmodel"
 )
 
 // AggregateQuery selects a page of one aggregate's slots: FromSeq..FromSeq
@@ -112,7 +112,7 @@ func (in *Inspector) Aggregate(ctx context.Context, q AggregateQuery) (Aggregate
 	if err != nil {
 		return AggregateView{}, fmt.Errorf("inspect: registry rows: %w", err)
 	}
-	byEvent := map[string][]registry.Row{}
+	byEvent := map[string][]claim.Row{}
 	handlers := []string{}
 	for _, r := range rows {
 		byEvent[r.EventID] = append(byEvent[r.EventID], r)

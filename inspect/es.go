@@ -9,8 +9,8 @@ import (
 	"net/url"
 	"strings"
 
+	"github.com/sluicehq/sluice/readmodel"
 	"github.com/sluicehq/sluice/shared/envelope"
-	"github.com/sluicehq/sluice/shared/readmodel"
 )
 
 // Document is an Elasticsearch document as the console shows it.

@@ -9,8 +9,8 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/sluicehq/sluice/eventstore"
-	"github.com/sluicehq/sluice/registry"
 	"github.com/sluicehq/sluice/relay"
+	"github.com/sluicehq/sluice/shared/claim"
 	"github.com/sluicehq/sluice/shared/envelope"
 )
 
@@ -123,7 +123,7 @@ func (in *Inspector) sources(ctx context.Context, warn func(string, ...any)) *so
 	return s
 }
 
-func (in *Inspector) traceEvent(ctx context.Context, ev eventstore.Event, rows []registry.Row, src *sources, warn func(string, ...any)) EventTrace {
+func (in *Inspector) traceEvent(ctx context.Context, ev eventstore.Event, rows []claim.Row, src *sources, warn func(string, ...any)) EventTrace {
 	e := ev.Envelope
 	et := EventTrace{EventID: e.EventID, Kind: string(e.Kind), EventType: e.EventType, AggregateType: e.AggregateType,
 		AggregateID: e.AggregateID, Sequence: e.SequenceNumber, Position: e.Position, OccurredAt: e.OccurredAt.Time()}
@@ -184,7 +184,7 @@ func (in *Inspector) traceEvent(ctx context.Context, ev eventstore.Event, rows [
 }
 
 // handledStep turns a registry row into a step.
-func handledStep(r registry.Row) Step {
+func handledStep(r claim.Row) Step {
 	st := Step{Step: "handled", Handler: r.Handler, Status: string(r.Status), Attempts: r.Attempts, Owner: r.Owner,
 		StartedAt: r.StartedAt, NextAttempt: r.NextAttemptAt, Error: r.LastError, At: r.ProcessedAt, Sequence: r.Sequence}
 	if r.Outcome != nil {
@@ -194,15 +194,15 @@ func handledStep(r registry.Row) Step {
 		}
 	}
 	switch r.Status {
-	case registry.StatusDone:
+	case claim.StatusDone:
 		st.State, st.Detail = StateDone, "claimed and finished"
-	case registry.StatusSkippedStale:
+	case claim.StatusSkippedStale:
 		st.State, st.Detail = StateSkipped, "stale: a later sequence of its aggregate was already finished"
-	case registry.StatusProcessing:
+	case claim.StatusProcessing:
 		st.State, st.Detail, st.At = StatePending, "claimed, processing (lease held)", r.HeartbeatAt
-	case registry.StatusFailed:
+	case claim.StatusFailed:
 		st.State, st.Detail, st.At = StateFailed, "failed, will be retried", r.StartedAt
-	case registry.StatusDead:
+	case claim.StatusDead:
 		st.State, st.Detail = StateDead, "failed for good: dead-lettered"
 	default:
 		st.State = StateUnknown

@@ -7,11 +7,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluicehq/sluice/esserver"
 	"github.com/sluicehq/sluice/instanceworker"
-	"github.com/sluicehq/sluice/internal/esserver"
-	"github.com/sluicehq/sluice/registry"
-	"github.com/sluicehq/sluice/shared/readmodel"
-	"github.com/sluicehq/sluice/shared/testenv"
+	"github.com/sluicehq/sluice/internal/testenv"
+	"github.com/sluicehq/sluice/readmodel"
+	"github.com/sluicehq/sluice/shared/claim"
 )
 
 // TestMappingConflictAfterAppend (issue 21.5): a command whose domain event
@@ -54,7 +54,7 @@ func TestMappingConflictAfterAppend(t *testing.T) {
 	testenv.WaitFor(t, 30*time.Second, "all done", func() bool { return e.allDone(all...) })
 	for i, s := range steps {
 		o := e.outcome(s.c)
-		if o.Result != registry.OutcomeApplied || readmodel.IsStaleReason(o.Reason) != s.stale {
+		if o.Result != claim.OutcomeApplied || readmodel.IsStaleReason(o.Reason) != s.stale {
 			t.Errorf("step %d: outcome %+v, want applied (stale %v)", i, o, s.stale)
 		}
 		if s.stale && !strings.Contains(o.Reason, "400") {
@@ -122,14 +122,14 @@ func TestReusedCommandID(t *testing.T) {
 		e.publish(c)
 		testenv.WaitFor(t, 30*time.Second, "command done", func() bool { return e.allDone(c) })
 	}
-	if o := e.outcome(first); o != registry.Applied() {
+	if o := e.outcome(first); o != claim.Applied() {
 		t.Errorf("first use: %+v", o)
 	}
 	o := e.outcome(again)
-	if o.Result != registry.OutcomeRejected || !strings.HasPrefix(o.Reason, instanceworker.ReasonCommandIDReused) || !strings.Contains(o.Reason, "cmd-reused") {
+	if o.Result != claim.OutcomeRejected || !strings.HasPrefix(o.Reason, instanceworker.ReasonCommandIDReused) || !strings.Contains(o.Reason, "cmd-reused") {
 		t.Errorf("reuse: outcome %+v, want rejected (%s)", o, instanceworker.ReasonCommandIDReused)
 	}
-	if o := e.outcome(after); o != registry.Applied() {
+	if o := e.outcome(after); o != claim.Applied() {
 		t.Errorf("after: %+v", o)
 	}
 	if got := fmt.Sprint(e.domainEvents()["dup:things:a"]); got != "[1×1 2×1 4×1]" {
@@ -170,7 +170,7 @@ func TestBulkRequestRefused(t *testing.T) {
 			}
 			continue
 		}
-		if o != registry.Applied() || !found {
+		if o != claim.Applied() || !found {
 			t.Errorf("command %d: outcome %+v, document found %v", i, o, found)
 		}
 	}
@@ -193,13 +193,13 @@ func TestStateOverTheLimitRejected(t *testing.T) {
 	e.startInProcess(nil)
 	e.publish(c1, c2, c3)
 	testenv.WaitFor(t, 60*time.Second, "commands done", func() bool { return e.allDone(c1, c2, c3) })
-	if o := e.outcome(c1); o != registry.Applied() {
+	if o := e.outcome(c1); o != claim.Applied() {
 		t.Errorf("create: %+v", o)
 	}
-	if o := e.outcome(c2); o.Result != registry.OutcomeRejected || !strings.HasPrefix(o.Reason, instanceworker.ReasonInvalidEvent) || !strings.Contains(o.Reason, "exceeds the limit") {
+	if o := e.outcome(c2); o.Result != claim.OutcomeRejected || !strings.HasPrefix(o.Reason, instanceworker.ReasonInvalidEvent) || !strings.Contains(o.Reason, "exceeds the limit") {
 		t.Errorf("patch over the limit: outcome %+v, want rejected (%s …)", o, instanceworker.ReasonInvalidEvent)
 	}
-	if o := e.outcome(c3); o != registry.Applied() {
+	if o := e.outcome(c3); o != claim.Applied() {
 		t.Errorf("later patch: %+v", o)
 	}
 	if n := len(e.dlqRecords()); n != 0 {

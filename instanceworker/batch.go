@@ -9,14 +9,14 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/sluicehq/sluice/eventstore"
-	"github.com/sluicehq/sluice/registry"
-	"github.com/sluicehq/sluice/shared/consumer"
+	"github.com/sluicehq/sluice/readmodel"
+	"github.com/sluicehq/sluice/shared/claim"
 	"github.com/sluicehq/sluice/shared/failure"
-	"github.com/sluicehq/sluice/shared/readmodel"
 	"github.com/sluicehq/sluice/shared/tracing"
+	"github.com/sluicehq/sluice/worker"
 )
 
-var _ consumer.BatchHandler = (*Worker)(nil)
+var _ worker.BatchHandler = (*Worker)(nil)
 
 // batchParallelism bounds the concurrent store calls of one batch (domain
 // stream reads and appends). Appends wait for the store's group commit, so
@@ -37,7 +37,7 @@ type job struct {
 }
 
 // HandleBatch processes every command claimed in one runtime round
-// (consumer.BatchHandler) with the same semantics as Handle, per command,
+// (worker.BatchHandler) with the same semantics as Handle, per command,
 // but with the I/O batched: one _mget for the current documents (real
 // time), the domain stream read only where the document is behind (normally
 // nowhere), all domain events appended concurrently (the event store's group
@@ -51,13 +51,13 @@ type job struct {
 // after_es_write around the bulk. Each command fails on its own: a
 // permanent failure, a retryable store or ES error, or a rejection concerns
 // only its record.
-func (w *Worker) HandleBatch(ctx context.Context, recs []*consumer.Record) []consumer.BatchResult {
-	out := make([]consumer.BatchResult, len(recs))
+func (w *Worker) HandleBatch(ctx context.Context, recs []*worker.Record) []worker.BatchResult {
+	out := make([]worker.BatchResult, len(recs))
 	jobs := make([]*job, 0, len(recs))
 	for i, rec := range recs {
 		c, err := parseCommand(rec.Envelope)
 		if err != nil {
-			out[i].Err = consumer.Permanent(err)
+			out[i].Err = worker.Permanent(err)
 			continue
 		}
 		n, err := w.names(ctx, c.db)
@@ -147,7 +147,7 @@ func (w *Worker) HandleBatch(ctx context.Context, recs []*consumer.Record) []con
 			out[j.i].Outcome, out[j.i].Err = w.writeFailed(ctx, j.c, err, j.last)
 			continue
 		}
-		out[j.i].Outcome = registry.Applied()
+		out[j.i].Outcome = claim.Applied()
 	}
 	return out
 }
@@ -156,7 +156,7 @@ func (w *Worker) HandleBatch(ctx context.Context, recs []*consumer.Record) []con
 // one): one _mget of the documents, then the domain stream tails where
 // needed, in parallel. Jobs that failed get their error in out and are left
 // out of the returned slice.
-func (w *Worker) loadBatch(ctx context.Context, jobs []*job, out []consumer.BatchResult) []*job {
+func (w *Worker) loadBatch(ctx context.Context, jobs []*job, out []worker.BatchResult) []*job {
 	if len(jobs) == 0 {
 		return jobs
 	}
@@ -170,7 +170,7 @@ func (w *Worker) loadBatch(ctx context.Context, jobs []*job, out []consumer.Batc
 		return err
 	})
 	if err != nil {
-		err = consumer.Classified(ctx, failure.Elasticsearch, err)
+		err = worker.Classified(ctx, failure.Elasticsearch, err)
 		for _, j := range jobs {
 			out[j.i].Err = err
 		}

@@ -6,10 +6,10 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/instanceworker"
-	"github.com/sluicehq/sluice/registry"
-	"github.com/sluicehq/sluice/shared/consumer"
+	"github.com/sluicehq/sluice/internal/testenv"
+	"github.com/sluicehq/sluice/shared/claim"
 	"github.com/sluicehq/sluice/shared/crashpoint"
-	"github.com/sluicehq/sluice/shared/testenv"
+	"github.com/sluicehq/sluice/worker"
 )
 
 // TestCrashPoints crashes the worker process (exit 42) at every
@@ -18,9 +18,9 @@ import (
 // last applied slot, every registry row done, offsets committed, empty DLQ.
 func TestCrashPoints(t *testing.T) {
 	points := []string{
-		consumer.PointAfterClaim, instanceworker.PointBeforeAppend, instanceworker.PointAfterAppend,
-		instanceworker.PointBeforeESWrite, instanceworker.PointAfterESWrite, consumer.PointBeforeMarkDone,
-		consumer.PointBeforeCommit,
+		worker.PointAfterClaim, instanceworker.PointBeforeAppend, instanceworker.PointAfterAppend,
+		instanceworker.PointBeforeESWrite, instanceworker.PointAfterESWrite, worker.PointBeforeMarkDone,
+		worker.PointBeforeCommit,
 	}
 	for _, point := range points {
 		t.Run(point, func(t *testing.T) {
@@ -48,11 +48,11 @@ func TestCrashPoints(t *testing.T) {
 			}
 
 			for id, st := range e.statuses(all...) {
-				if st != registry.StatusDone {
+				if st != claim.StatusDone {
 					t.Errorf("command %s: status %s", id, st)
 				}
 			}
-			if o := e.outcome(rejected); o != registry.Rejected(instanceworker.ReasonMissing) {
+			if o := e.outcome(rejected); o != claim.Rejected(instanceworker.ReasonMissing) {
 				t.Errorf("rejected command outcome %+v", o)
 			}
 			want := map[string][]string{"crash:things:x": {"1×1", "2×1", "3×1"}, "crash:things:y": {"1×1", "2×1", "3×1"}}

@@ -7,8 +7,8 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/instanceworker"
-	"github.com/sluicehq/sluice/registry"
-	"github.com/sluicehq/sluice/shared/testenv"
+	"github.com/sluicehq/sluice/internal/testenv"
+	"github.com/sluicehq/sluice/shared/claim"
 )
 
 // TestDataKeysRejectedAtDecide: a command whose new state holds a key the
@@ -41,7 +41,7 @@ func TestDataKeysRejectedAtDecide(t *testing.T) {
 	e.startInProcess(nil)
 	testenv.WaitFor(t, 60*time.Second, "every command finished", func() bool {
 		for _, st := range e.statuses(all...) {
-			if st != registry.StatusDone && st != registry.StatusDead {
+			if st != claim.StatusDone && st != claim.StatusDead {
 				return false
 			}
 		}
@@ -49,13 +49,13 @@ func TestDataKeysRejectedAtDecide(t *testing.T) {
 	})
 	for i, c := range append(append([]cmd{}, creates...), patches...) {
 		o := e.outcome(c)
-		if st := e.statuses(c)[c.ev.Envelope.EventID]; st != registry.StatusDone || o.Result != registry.OutcomeRejected ||
+		if st := e.statuses(c)[c.ev.Envelope.EventID]; st != claim.StatusDone || o.Result != claim.OutcomeRejected ||
 			!strings.HasPrefix(o.Reason, instanceworker.ReasonInvalidData+": data key") {
 			t.Errorf("command %d (%s): status %s outcome %+v, want rejected with %q…", i, c.ev.Envelope.Data, st, o, instanceworker.ReasonInvalidData)
 		}
 	}
 	for _, c := range []cmd{ok1, ok2} {
-		if o := e.outcome(c); o.Result != registry.OutcomeApplied {
+		if o := e.outcome(c); o.Result != claim.OutcomeApplied {
 			t.Errorf("%s: outcome %+v, want applied", c.ev.Envelope.EventType, o)
 		}
 	}

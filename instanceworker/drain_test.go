@@ -14,16 +14,16 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/sluicehq/sluice/esserver"
 	"github.com/sluicehq/sluice/instanceworker"
-	"github.com/sluicehq/sluice/internal/esserver"
-	"github.com/sluicehq/sluice/registry"
+	"github.com/sluicehq/sluice/internal/testenv"
+	"github.com/sluicehq/sluice/shared/claim"
 	"github.com/sluicehq/sluice/shared/envelope"
-	"github.com/sluicehq/sluice/shared/testenv"
 )
 
 // rowsWithStatus returns the event ids of the instance worker's registry
 // rows in the given status.
-func (e *env) rowsWithStatus(st registry.Status) map[string]bool {
+func (e *env) rowsWithStatus(st claim.Status) map[string]bool {
 	e.t.Helper()
 	rows, err := registrytest.Rows(ctxT(e.t), e.pool, instanceworker.HandlerName)
 	if err != nil {
@@ -133,13 +133,13 @@ func TestDrain(t *testing.T) {
 			p := e.startProcess(map[string]string{"SHUTDOWN_TIMEOUT": fmt.Sprint(tc.shutdown)})
 			var inFlight map[string]bool
 			testenv.WaitFor(t, 30*time.Second, "handlers in flight", func() bool {
-				inFlight = e.rowsWithStatus(registry.StatusProcessing)
+				inFlight = e.rowsWithStatus(claim.StatusProcessing)
 				if !tc.inFlightDone {
 					// deadline: the first round's bulk hangs.
 					return len(inFlight) > 0
 				}
 				// finish: mid-run, with some commands already done.
-				return len(inFlight) > 0 && len(e.rowsWithStatus(registry.StatusDone)) > 0
+				return len(inFlight) > 0 && len(e.rowsWithStatus(claim.StatusDone)) > 0
 			})
 			sent := time.Now()
 			if err := p.Signal(syscall.SIGTERM); err != nil {
@@ -157,10 +157,10 @@ func TestDrain(t *testing.T) {
 
 			// Right after the exit: nothing left processing; in-flight
 			// commands finished (finish) or handed back (deadline).
-			if left := e.rowsWithStatus(registry.StatusProcessing); len(left) > 0 {
+			if left := e.rowsWithStatus(claim.StatusProcessing); len(left) > 0 {
 				t.Errorf("%d registry rows still processing after the drain", len(left))
 			}
-			done := e.rowsWithStatus(registry.StatusDone)
+			done := e.rowsWithStatus(claim.StatusDone)
 			for id := range inFlight {
 				if tc.inFlightDone && !done[id] {
 					t.Errorf("command %s was in flight at SIGTERM and is not done after the drain", id)
@@ -205,7 +205,7 @@ func TestDrain(t *testing.T) {
 				t.Errorf("second run: SIGTERM exit code %d, want 0", code)
 			}
 			for _, c := range all {
-				if o := e.outcome(c); o != registry.Applied() {
+				if o := e.outcome(c); o != claim.Applied() {
 					t.Errorf("slot %d of %s: outcome %+v, want applied", c.ev.Envelope.SequenceNumber, c.ev.Envelope.AggregateID, o)
 				}
 			}

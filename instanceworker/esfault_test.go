@@ -11,11 +11,12 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/instanceworker"
+	"github.com/sluicehq/sluice/internal/testenv"
+	"github.com/sluicehq/sluice/readmodel"
 	"github.com/sluicehq/sluice/registry"
-	"github.com/sluicehq/sluice/shared/consumer"
+	"github.com/sluicehq/sluice/shared/claim"
 	"github.com/sluicehq/sluice/shared/observability"
-	"github.com/sluicehq/sluice/shared/readmodel"
-	"github.com/sluicehq/sluice/shared/testenv"
+	"github.com/sluicehq/sluice/worker"
 )
 
 // esFault is one kind of Elasticsearch outage (testenv.ESFaults) with
@@ -85,14 +86,14 @@ func TestESOutageIsAnOutage(t *testing.T) {
 			two := e.appendCmd(instanceworker.CreateInstance, "out", "things", "two", create("out", "things", strp("two"), map[string]any{"v": 2}))
 			end := f.start(e, g)
 			if !f.Items { // Handle writes with the index API, not _bulk
-				_, err := w.Handle(ctx, &consumer.Record{Envelope: one.ev.Envelope, Attempt: 1})
-				if c := consumer.Classify(err); c != consumer.ClassOutage {
-					t.Errorf("Handle during the outage: class %s (%v), want %s", c, err, consumer.ClassOutage)
+				_, err := w.Handle(ctx, &worker.Record{Envelope: one.ev.Envelope, Attempt: 1})
+				if c := worker.Classify(err); c != worker.ClassOutage {
+					t.Errorf("Handle during the outage: class %s (%v), want %s", c, err, worker.ClassOutage)
 				}
 			}
-			res := w.HandleBatch(ctx, []*consumer.Record{{Envelope: two.ev.Envelope, Attempt: 1}})
-			if c := consumer.Classify(res[0].Err); c != consumer.ClassOutage {
-				t.Errorf("HandleBatch during the outage: class %s (%v), want %s", c, res[0].Err, consumer.ClassOutage)
+			res := w.HandleBatch(ctx, []*worker.Record{{Envelope: two.ev.Envelope, Attempt: 1}})
+			if c := worker.Classify(res[0].Err); c != worker.ClassOutage {
+				t.Errorf("HandleBatch during the outage: class %s (%v), want %s", c, res[0].Err, worker.ClassOutage)
 			}
 			if err := w.Availability().Check(ctx); err == nil {
 				t.Error("readiness green during the outage")
@@ -107,11 +108,11 @@ func TestESOutageIsAnOutage(t *testing.T) {
 				// Back by itself: while red, the check pings the cluster.
 				testenv.WaitFor(t, 10*time.Second, "readiness green after the outage", green)
 			}
-			if out, err := w.Handle(ctx, &consumer.Record{Envelope: one.ev.Envelope, Attempt: 2}); err != nil || out != registry.Applied() {
+			if out, err := w.Handle(ctx, &worker.Record{Envelope: one.ev.Envelope, Attempt: 2}); err != nil || out != claim.Applied() {
 				t.Errorf("Handle after the outage: %+v, %v", out, err)
 			}
-			res = w.HandleBatch(ctx, []*consumer.Record{{Envelope: two.ev.Envelope, Attempt: 2}})
-			if res[0].Err != nil || res[0].Outcome != registry.Applied() {
+			res = w.HandleBatch(ctx, []*worker.Record{{Envelope: two.ev.Envelope, Attempt: 2}})
+			if res[0].Err != nil || res[0].Outcome != claim.Applied() {
 				t.Errorf("HandleBatch after the outage: %+v", res[0])
 			}
 			if !green() {
@@ -160,7 +161,7 @@ func TestESOutagePausesTheWorker(t *testing.T) {
 			testenv.WaitFor(t, 30*time.Second, "readiness red", esRed)
 			time.Sleep(f.hold) // the outage goes on while the commands are retried
 			for id, st := range e.statuses(second...) {
-				if st == registry.StatusDead {
+				if st == claim.StatusDead {
 					t.Errorf("command %s DEAD during the outage", id)
 				}
 			}
@@ -181,7 +182,7 @@ func TestESOutagePausesTheWorker(t *testing.T) {
 				}
 			}
 			for _, c := range append(first, second...) {
-				if o := e.outcome(c); o != registry.Applied() {
+				if o := e.outcome(c); o != claim.Applied() {
 					t.Errorf("command %s outcome %+v", c.ev.Envelope.EventID, o)
 				}
 			}

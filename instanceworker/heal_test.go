@@ -13,9 +13,9 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/sluicehq/sluice/instanceworker"
-	"github.com/sluicehq/sluice/registry"
+	"github.com/sluicehq/sluice/internal/testenv"
+	"github.com/sluicehq/sluice/shared/claim"
 	"github.com/sluicehq/sluice/shared/envelope"
-	"github.com/sluicehq/sluice/shared/testenv"
 )
 
 // healLease is the PROCESSED_EVENT_LEASE_TIMEOUT of the heal tests: also the
@@ -115,7 +115,7 @@ func TestHealMissingCommands(t *testing.T) {
 		t.Errorf("slots finished out of order: 2 at %s, 3 at %s, 4 at %s", p2, p3, p4)
 	}
 	for _, c := range []cmd{c1, c2, c3, c4} {
-		if o := e.outcome(c); o != registry.Applied() {
+		if o := e.outcome(c); o != claim.Applied() {
 			t.Errorf("slot %d outcome %+v, want applied", c.ev.Envelope.SequenceNumber, o)
 		}
 	}
@@ -165,7 +165,7 @@ func TestHealAbandonedSlot(t *testing.T) {
 	if d := e.processedAt(c3).Sub(e.processedAt(c1)); d < healLease {
 		t.Errorf("slot 3 applied %s after slot 1, want >= the lease timeout %s", d, healLease)
 	}
-	if o := e.outcome(c3); o != registry.Applied() {
+	if o := e.outcome(c3); o != claim.Applied() {
 		t.Errorf("slot 3 outcome %+v, want applied", o)
 	}
 	if got := e.domainEvents()["heal:things:g"]; !reflect.DeepEqual(got, []string{"1×1", "3×1"}) {

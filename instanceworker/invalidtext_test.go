@@ -7,8 +7,8 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/instanceworker"
-	"github.com/sluicehq/sluice/shared/consumer"
-	"github.com/sluicehq/sluice/shared/testenv"
+	"github.com/sluicehq/sluice/internal/testenv"
+	"github.com/sluicehq/sluice/worker"
 )
 
 // TestInvalidTextDeadLettered: a command envelope with a lone surrogate
@@ -43,11 +43,11 @@ func TestInvalidTextDeadLettered(t *testing.T) {
 		t.Fatalf("%d dead letters, want %d", len(recs), len(bads))
 	}
 	for _, r := range recs {
-		var d consumer.DLQRecord
+		var d worker.DLQRecord
 		if err := json.Unmarshal(r.Value, &d); err != nil {
 			t.Fatal(err)
 		}
-		if d.ErrorClass != consumer.ClassParse || !strings.Contains(d.Error, "data.") ||
+		if d.ErrorClass != worker.ClassParse || !strings.Contains(d.Error, "data.") ||
 			!(strings.Contains(d.Error, "lone UTF-16 surrogate") || strings.Contains(d.Error, "not valid UTF-8")) {
 			t.Errorf("dead letter class %q error %q, want a parse error naming the text fault and its field", d.ErrorClass, d.Error)
 		}

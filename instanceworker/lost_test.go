@@ -6,9 +6,9 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/instanceworker"
-	"github.com/sluicehq/sluice/registry"
-	"github.com/sluicehq/sluice/shared/readmodel"
-	"github.com/sluicehq/sluice/shared/testenv"
+	"github.com/sluicehq/sluice/internal/testenv"
+	"github.com/sluicehq/sluice/readmodel"
+	"github.com/sluicehq/sluice/shared/claim"
 )
 
 const lostDB, lostClass = "shop", "orders"
@@ -180,7 +180,7 @@ func TestIndexDeletedWhileRunning(t *testing.T) {
 	more := e.lostCommands(n, 4)
 	testenv.WaitFor(t, 60*time.Second, "the new commands done", func() bool { return e.allDone(more...) })
 	for _, c := range more {
-		if o := e.outcome(c); o.Result != registry.OutcomeApplied || o.Reason != "" {
+		if o := e.outcome(c); o.Result != claim.OutcomeApplied || o.Reason != "" {
 			t.Errorf("command %s: outcome %+v", c.ev.Envelope.EventType, o)
 		}
 	}
@@ -247,7 +247,7 @@ func TestWriteAliasRemovedWhileRunning(t *testing.T) {
 	more := e.lostCommands(n, 4)
 	testenv.WaitFor(t, 60*time.Second, "the new commands done", func() bool { return e.allDone(more...) })
 	for _, c := range more {
-		if o := e.outcome(c); o.Result != registry.OutcomeApplied || o.Reason != "" {
+		if o := e.outcome(c); o.Result != claim.OutcomeApplied || o.Reason != "" {
 			t.Errorf("command %s: outcome %+v", c.ev.Envelope.EventType, o)
 		}
 	}

@@ -27,16 +27,16 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/sluicehq/sluice/esserver"
 	"github.com/sluicehq/sluice/eventstore"
 	"github.com/sluicehq/sluice/eventstore/objstore/backend"
 	"github.com/sluicehq/sluice/instanceworker"
-	"github.com/sluicehq/sluice/internal/esserver"
+	"github.com/sluicehq/sluice/internal/testenv"
 	"github.com/sluicehq/sluice/pipeline/sluiceconfig"
-	"github.com/sluicehq/sluice/registry"
+	"github.com/sluicehq/sluice/readmodel"
+	"github.com/sluicehq/sluice/shared/claim"
 	"github.com/sluicehq/sluice/shared/envelope"
 	"github.com/sluicehq/sluice/shared/observability"
-	"github.com/sluicehq/sluice/shared/readmodel"
-	"github.com/sluicehq/sluice/shared/testenv"
 )
 
 var minio *testenv.MinIO
@@ -276,17 +276,17 @@ func (e *env) startProcess(extra map[string]string) *testenv.Process {
 }
 
 // rows returns the registry rows of the instance worker for the commands.
-func (e *env) statuses(cs ...cmd) map[string]registry.Status {
+func (e *env) statuses(cs ...cmd) map[string]claim.Status {
 	e.t.Helper()
 	rows, err := registrytest.Rows(ctxT(e.t), e.pool, instanceworker.HandlerName)
 	if err != nil {
 		e.t.Fatal(err)
 	}
-	have := make(map[string]registry.Status, len(rows))
+	have := make(map[string]claim.Status, len(rows))
 	for _, r := range rows {
 		have[r.EventID] = r.Status
 	}
-	out := make(map[string]registry.Status, len(cs))
+	out := make(map[string]claim.Status, len(cs))
 	for _, c := range cs {
 		st, ok := have[c.ev.Envelope.EventID]
 		if !ok {
@@ -299,21 +299,21 @@ func (e *env) statuses(cs ...cmd) map[string]registry.Status {
 
 func (e *env) allDone(cs ...cmd) bool {
 	for _, st := range e.statuses(cs...) {
-		if st != registry.StatusDone {
+		if st != claim.StatusDone {
 			return false
 		}
 	}
 	return true
 }
 
-func (e *env) outcome(c cmd) registry.Outcome {
+func (e *env) outcome(c cmd) claim.Outcome {
 	e.t.Helper()
 	row, err := registrytest.Row(ctxT(e.t), e.pool, instanceworker.HandlerName, c.ev.Envelope.EventID)
 	if err != nil {
 		e.t.Fatal(err)
 	}
 	if row.Outcome == nil {
-		return registry.Outcome{}
+		return claim.Outcome{}
 	}
 	return *row.Outcome
 }

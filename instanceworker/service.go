@@ -12,12 +12,13 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/sluicehq/sluice/eventstore"
+	"github.com/sluicehq/sluice/readmodel"
 	"github.com/sluicehq/sluice/registry"
-	"github.com/sluicehq/sluice/shared/consumer"
+	"github.com/sluicehq/sluice/shared/claim"
 	"github.com/sluicehq/sluice/shared/crashpoint"
 	"github.com/sluicehq/sluice/shared/kafka"
 	"github.com/sluicehq/sluice/shared/observability"
-	"github.com/sluicehq/sluice/shared/readmodel"
+	"github.com/sluicehq/sluice/worker"
 )
 
 // Deps are the resources a Service runs on; the caller owns and closes them.
@@ -44,7 +45,7 @@ type Config struct {
 	Kafka         kafka.Config
 	EventStore    eventstore.Config
 	Registry      registry.Config
-	Worker        consumer.Config
+	Worker        worker.Config
 	Elasticsearch readmodel.Config
 	Testing       crashpoint.Config
 }
@@ -54,7 +55,7 @@ type Config struct {
 type Service struct {
 	cfg    Config
 	worker *Worker
-	cons   *consumer.Consumer
+	cons   *worker.Consumer
 	reg    *registry.Registry
 	log    *slog.Logger
 }
@@ -87,14 +88,14 @@ func NewService(cfg Config, d Deps) (*Service, error) {
 	if err != nil {
 		return nil, err
 	}
-	co := consumer.Options{
+	co := worker.Options{
 		Config: cfg.Worker, MaxAttempts: cfg.Worker.InstanceMaxRetryAttempts, Kafka: cfg.Kafka, KafkaOpts: d.KafkaOpts,
 		Topic: cfg.Kafka.CommandsTopic, Group: cfg.Kafka.Group(GroupName), AdoptGroup: GroupName, DLQTopic: cfg.Kafka.CommandsDLQTopic,
-		HandlerName: HandlerName, Policy: registry.WaitForPredecessor, Registry: reg, Handler: w, Pause: reg,
+		HandlerName: HandlerName, Policy: claim.WaitForPredecessor, Registry: reg, Handler: w, Pause: reg,
 		Limits: cfg.EventStore.Limits, Crash: crash, CrashWorker: HandlerName,
 		Logger: d.Logger, Metrics: d.Metrics, Health: d.Health, TracerProvider: d.TracerProvider,
 	}
-	cons, err := consumer.New(co)
+	cons, err := worker.New(co)
 	if err != nil {
 		return nil, err
 	}
@@ -109,7 +110,7 @@ func NewService(cfg Config, d Deps) (*Service, error) {
 func (s *Service) Worker() *Worker { return s.worker }
 
 // Consumer returns the runtime.
-func (s *Service) Consumer() *consumer.Consumer { return s.cons }
+func (s *Service) Consumer() *worker.Consumer { return s.cons }
 
 // Run creates the commands and DLQ topics if missing (KAFKA_TOPIC_PARTITIONS,
 // KAFKA_TOPIC_REPLICATION_FACTOR; failures are logged, not fatal), then

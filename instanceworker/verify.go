@@ -17,8 +17,8 @@ import (
 	"github.com/elastic/go-elasticsearch/v8"
 
 	"github.com/sluicehq/sluice/eventstore"
+	"github.com/sluicehq/sluice/readmodel"
 	"github.com/sluicehq/sluice/shared/envelope"
-	"github.com/sluicehq/sluice/shared/readmodel"
 )
 
 // Verify statuses of one instance (docs/operator-commands.md, "verify").

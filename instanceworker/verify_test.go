@@ -8,14 +8,14 @@ import (
 	"github.com/elastic/go-elasticsearch/v8"
 	"github.com/google/uuid"
 
+	"github.com/sluicehq/sluice/esserver"
 	"github.com/sluicehq/sluice/eventstore"
 	"github.com/sluicehq/sluice/instanceworker"
 	"github.com/sluicehq/sluice/instanceworker/instanceworkertest"
-	"github.com/sluicehq/sluice/internal/esserver"
+	"github.com/sluicehq/sluice/internal/testenv"
 	"github.com/sluicehq/sluice/pipeline/sluiceconfig"
+	"github.com/sluicehq/sluice/readmodel"
 	"github.com/sluicehq/sluice/shared/envelope"
-	"github.com/sluicehq/sluice/shared/readmodel"
-	"github.com/sluicehq/sluice/shared/testenv"
 )
 
 // verifyFixture is a file-backend event store on a fresh database and an

@@ -2,8 +2,8 @@
 // (docs/instanceworker.md): it turns CREATE_INSTANCE, UPDATE_INSTANCE and DELETE_INSTANCE
 // commands from the commands topic into domain events appended into the
 // command's own slot of the event store, and keeps the live instance
-// documents in Elasticsearch. Worker is the handler (consumer.Handler and
-// consumer.Healer); Service wires it to the worker runtime (shared/consumer)
+// documents in Elasticsearch. Worker is the handler (worker.Handler and
+// worker.Healer); Service wires it to the worker runtime (worker)
 // for `sluice instance-worker` and `sluice dev`.
 //
 // The guarantees it keeps (docs/architecture.md#the-guarantees):
@@ -22,7 +22,7 @@
 //     reason; business rejections are recorded as outcomes with a reason,
 //     visible through command status. An Elasticsearch outage (refused,
 //     reset, timed out, 429, 502, 503, 504: shared/failure) is returned as
-//     consumer.Outage, so the runtime pauses instead of spending attempts,
+//     worker.Outage, so the runtime pauses instead of spending attempts,
 //     and readiness is red while it lasts (Availability); it is never a
 //     dead letter.
 //   - APPLIED means applied: a command is applied only when its domain event
@@ -55,13 +55,14 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/sluicehq/sluice/eventstore"
+	"github.com/sluicehq/sluice/readmodel"
 	"github.com/sluicehq/sluice/registry"
-	"github.com/sluicehq/sluice/shared/consumer"
+	"github.com/sluicehq/sluice/shared/claim"
 	"github.com/sluicehq/sluice/shared/crashpoint"
 	"github.com/sluicehq/sluice/shared/envelope"
 	"github.com/sluicehq/sluice/shared/failure"
-	"github.com/sluicehq/sluice/shared/readmodel"
 	"github.com/sluicehq/sluice/shared/tracing"
+	"github.com/sluicehq/sluice/worker"
 )
 
 // Names of the handler, its consumer group and its crash-point worker.
@@ -197,7 +198,7 @@ type command struct {
 	db, class, instanceID string
 	data                  json.RawMessage // CREATE: the state; UPDATE: the merge patch
 	commandID             string
-	// span is the record's span when tracing is on (consumer.Record.Span).
+	// span is the record's span when tracing is on (worker.Record.Span).
 	span trace.Span
 }
 
@@ -334,7 +335,7 @@ func (w *Worker) names(ctx context.Context, db string) (readmodel.Names, error) 
 		return err
 	})
 	if err != nil {
-		return n, consumer.Classified(ctx, failure.Elasticsearch, err)
+		return n, worker.Classified(ctx, failure.Elasticsearch, err)
 	}
 	w.gen(db).Add(1)
 	w.ensured.Store(db, n)
@@ -367,20 +368,20 @@ func (w *Worker) loadFrom(ctx context.Context, c command, g readmodel.GetResult)
 		from = g.Meta.SequenceNumber + 1
 	case err == nil, errors.Is(err, readmodel.ErrNotFound):
 	default:
-		return cur, consumer.Classified(ctx, failure.Elasticsearch, err)
+		return cur, worker.Classified(ctx, failure.Elasticsearch, err)
 	}
 	if from <= k-1 {
 		evs, err := w.o.Store.Stream(ctx, envelope.AggregateTypeInstance, c.env.AggregateID, from, k-1, envelope.KindDomain)
 		if err != nil {
-			return cur, consumer.Retryable(fmt.Errorf("read domain stream: %w", err))
+			return cur, worker.Retryable(fmt.Errorf("read domain stream: %w", err))
 		}
 		cur.fold(evs)
 	}
 	return cur, nil
 }
 
-// Handle processes one claimed command (consumer.Handler).
-func (w *Worker) Handle(ctx context.Context, rec *consumer.Record) (registry.Outcome, error) {
+// Handle processes one claimed command (worker.Handler).
+func (w *Worker) Handle(ctx context.Context, rec *worker.Record) (claim.Outcome, error) {
 	return w.process(ctx, rec.Envelope, rec.Attempt >= w.o.MaxAttempts, rec.Span)
 }
 
@@ -404,26 +405,26 @@ const (
 
 // process handles one command; last says this is the runtime's last
 // attempt at it (see Options.MaxAttempts).
-func (w *Worker) process(ctx context.Context, e envelope.Envelope, last bool, span trace.Span) (registry.Outcome, error) {
+func (w *Worker) process(ctx context.Context, e envelope.Envelope, last bool, span trace.Span) (claim.Outcome, error) {
 	c, err := parseCommand(e)
 	if err != nil {
-		return registry.Outcome{}, consumer.Permanent(err)
+		return claim.Outcome{}, worker.Permanent(err)
 	}
 	c.span = span
 	n, err := w.names(ctx, c.db)
 	if err != nil {
-		return registry.Outcome{}, err
+		return claim.Outcome{}, err
 	}
 	cur, err := w.load(ctx, c, n)
 	if err != nil {
-		return registry.Outcome{}, err
+		return claim.Outcome{}, err
 	}
 	evType, newState, rejected, err := decide(c, cur)
 	if rejected != nil {
 		return *rejected, nil
 	}
 	if err != nil {
-		return registry.Outcome{}, err
+		return claim.Outcome{}, err
 	}
 	w.hit(PointBeforeAppend)
 	stored, err := w.appendEvent(ctx, c, evType, newState)
@@ -434,7 +435,7 @@ func (w *Worker) process(ctx context.Context, e envelope.Envelope, last bool, sp
 		return o, nil
 	}
 	if err != nil {
-		return registry.Outcome{}, err
+		return claim.Outcome{}, err
 	}
 	w.hit(PointAfterAppend)
 	meta := docMeta(c, cur, stored)
@@ -463,37 +464,37 @@ func (w *Worker) process(ctx context.Context, e envelope.Envelope, last bool, sp
 		return w.writeFailed(ctx, c, err, last)
 	}
 	w.hit(PointAfterESWrite)
-	return registry.Applied(), nil
+	return claim.Applied(), nil
 }
 
 // writeFailed decides what a failed document write means for command c,
 // whose domain event is stored (APPLIED means applied): an outage pauses
-// (consumer.Outage); a missing write alias is retried after ensuring it
+// (worker.Outage); a missing write alias is retried after ensuring it
 // again; a failure retrying cannot fix (a 400 mapping conflict), or any
 // other failure on the last attempt, finishes the command as applied with
 // the read model stale (readmodel.StaleReason), visible in command status
 // and `sluice verify`, repaired by a later write of the instance or Repair.
 // Otherwise the attempt is retried.
-func (w *Worker) writeFailed(ctx context.Context, c command, err error, last bool) (registry.Outcome, error) {
+func (w *Worker) writeFailed(ctx context.Context, c command, err error, last bool) (claim.Outcome, error) {
 	var se *readmodel.StatusError
 	if errors.As(err, &se) && se.Status == http.StatusNotFound {
 		w.ensured.Delete(c.db) // the write alias vanished: ensure it again
 		if !last {
-			return registry.Outcome{}, consumer.Retryable(err)
+			return claim.Outcome{}, worker.Retryable(err)
 		}
 	}
-	cerr := consumer.Classified(ctx, failure.Elasticsearch, err)
-	switch consumer.Classify(cerr) {
-	case consumer.ClassOutage:
-		return registry.Outcome{}, cerr
-	case consumer.ClassRetryable:
+	cerr := worker.Classified(ctx, failure.Elasticsearch, err)
+	switch worker.Classify(cerr) {
+	case worker.ClassOutage:
+		return claim.Outcome{}, cerr
+	case worker.ClassRetryable:
 		if !last || ctx.Err() != nil {
-			return registry.Outcome{}, cerr
+			return claim.Outcome{}, cerr
 		}
 	}
 	w.o.Logger.Error("instance document not written: the command is applied, its read model is stale until repaired",
 		"aggregate_id", c.env.AggregateID, "sequence_number", c.env.SequenceNumber, "command_id", c.commandID, "err", err)
-	return registry.Outcome{Result: registry.OutcomeApplied, Reason: readmodel.StaleReason(err)}, nil
+	return claim.Outcome{Result: claim.OutcomeApplied, Reason: readmodel.StaleReason(err)}, nil
 }
 
 // invalidEventOutcome turns the store's refusal of the domain event itself
@@ -502,20 +503,20 @@ func (w *Worker) writeFailed(ctx context.Context, c command, err error, last boo
 // and the state before it, so every retry would meet it again: the command
 // is REJECTED with the reason, its slot stays without an event, and later
 // commands of the instance go on — never DEAD, never in the DLQ.
-func invalidEventOutcome(err error) (registry.Outcome, bool) {
+func invalidEventOutcome(err error) (claim.Outcome, bool) {
 	var ve *envelope.ValidationError
 	if err == nil || !errors.As(err, &ve) {
-		return registry.Outcome{}, false
+		return claim.Outcome{}, false
 	}
-	return registry.Rejected(ReasonInvalidEvent + ": " + ve.Error()), true
+	return claim.Rejected(ReasonInvalidEvent + ": " + ve.Error()), true
 }
 
 // decide applies command c to the state before its slot: the domain event
 // type and the full new state, or the rejection (an outcome), or a
 // permanent error.
-func decide(c command, cur current) (string, json.RawMessage, *registry.Outcome, error) {
-	reject := func(reason string) (string, json.RawMessage, *registry.Outcome, error) {
-		o := registry.Rejected(reason)
+func decide(c command, cur current) (string, json.RawMessage, *claim.Outcome, error) {
+	reject := func(reason string) (string, json.RawMessage, *claim.Outcome, error) {
+		o := claim.Rejected(reason)
 		return "", nil, &o, nil
 	}
 	var evType string
@@ -535,7 +536,7 @@ func decide(c command, cur current) (string, json.RawMessage, *registry.Outcome,
 		}
 		merged, err := jsonpatch.MergePatch(cur.state, c.data)
 		if err != nil {
-			return "", nil, nil, consumer.Permanent(fmt.Errorf("merge patch: %w", err))
+			return "", nil, nil, worker.Permanent(fmt.Errorf("merge patch: %w", err))
 		}
 		evType, newState = InstanceUpdated, merged
 	case DeleteInstance:
@@ -549,7 +550,7 @@ func decide(c command, cur current) (string, json.RawMessage, *registry.Outcome,
 	}
 	newState, err := compactObject(newState)
 	if err != nil {
-		return "", nil, nil, consumer.Permanent(err)
+		return "", nil, nil, worker.Permanent(err)
 	}
 	// The API refuses such data with the same rule (issue 26.3).
 	if err := readmodel.ValidateData(newState); err != nil {
@@ -595,7 +596,7 @@ func (w *Worker) appendEvent(ctx context.Context, c command, evType string, stat
 	case errors.As(err, &mm):
 		stored, gerr := w.o.Store.ByEventID(ctx, ev.EventID)
 		if gerr != nil {
-			return eventstore.Event{}, consumer.Retryable(fmt.Errorf("read stored domain event: %w", gerr))
+			return eventstore.Event{}, worker.Retryable(fmt.Errorf("read stored domain event: %w", gerr))
 		}
 		se := stored.Envelope
 		if cause, _ := se.Metadata.String(envelope.MetaCausationID); cause == e.EventID && se.AggregateID == e.AggregateID &&
@@ -611,9 +612,9 @@ func (w *Worker) appendEvent(ctx context.Context, c command, evType string, stat
 		return eventstore.Event{}, &reusedCommandIDError{commandID: c.commandID, eventID: ev.EventID,
 			otherCommand: cause, otherSlot: se.SequenceNumber, err: err}
 	case errors.As(err, &slot), errors.As(err, &ve), errors.As(err, &ce):
-		return eventstore.Event{}, consumer.Permanent(fmt.Errorf("append domain event: %w", err))
+		return eventstore.Event{}, worker.Permanent(fmt.Errorf("append domain event: %w", err))
 	}
-	return eventstore.Event{}, consumer.Retryable(fmt.Errorf("append domain event: %w", err))
+	return eventstore.Event{}, worker.Retryable(fmt.Errorf("append domain event: %w", err))
 }
 
 // compactObject checks that b is a JSON object and compacts it.
@@ -646,22 +647,22 @@ func (e *reusedCommandIDError) Unwrap() error { return e.err }
 
 // reusedOutcome is the rejection of a command whose append failed with a
 // *reusedCommandIDError.
-func reusedOutcome(err error) (registry.Outcome, bool) {
+func reusedOutcome(err error) (claim.Outcome, bool) {
 	var re *reusedCommandIDError
 	if !errors.As(err, &re) {
-		return registry.Outcome{}, false
+		return claim.Outcome{}, false
 	}
-	return registry.Rejected(re.Error()), true
+	return claim.Rejected(re.Error()), true
 }
 
-// Heal processes the slots an aggregate is waiting for (consumer.Healer,
+// Heal processes the slots an aggregate is waiting for (worker.Healer,
 // docs/registry.md#sequence-guard-policies-per-handler): for each slot between the last finished one and the waiting
 // command, the command stored there is claimed and processed like a
 // delivery; a slot without a command (abandoned, or a direct domain event)
 // is finished with AdvanceTo.
-func (w *Worker) Heal(ctx context.Context, rec *consumer.Record, wait registry.ClaimResult) error {
+func (w *Worker) Heal(ctx context.Context, rec *worker.Record, wait claim.Result) error {
 	e := rec.Envelope
-	key := consumer.DefaultAggregateKey(e)
+	key := worker.DefaultAggregateKey(e)
 	for s := wait.LastSequence + 1; s < e.SequenceNumber; s++ {
 		ev, err := w.o.Store.Command(ctx, e.AggregateType, e.AggregateID, s)
 		if errors.Is(err, eventstore.ErrNotFound) {
@@ -674,15 +675,15 @@ func (w *Worker) Heal(ctx context.Context, rec *consumer.Record, wait registry.C
 		if err != nil {
 			return fmt.Errorf("heal slot %d: %w", s, err)
 		}
-		res, err := w.o.Registry.Claim(ctx, registry.ClaimRequest{Handler: HandlerName, EventID: ev.Envelope.EventID,
-			AggregateID: key, Seq: s, Policy: registry.WaitForPredecessor})
+		res, err := w.o.Registry.Claim(ctx, claim.Request{Handler: HandlerName, EventID: ev.Envelope.EventID,
+			AggregateID: key, Seq: s, Policy: claim.WaitForPredecessor})
 		if err != nil {
 			return fmt.Errorf("heal slot %d: %w", s, err)
 		}
 		switch res.Kind {
-		case registry.DuplicateDone, registry.Stale, registry.Dead:
+		case claim.DuplicateDone, claim.Stale, claim.Dead:
 			continue
-		case registry.Claimed:
+		case claim.Claimed:
 		default:
 			return fmt.Errorf("heal slot %d: %s", s, res.Kind)
 		}

@@ -11,13 +11,13 @@ import (
 
 	"github.com/sluicehq/sluice/registry/registrytest"
 
+	"github.com/sluicehq/sluice/esserver"
 	"github.com/sluicehq/sluice/instanceworker"
-	"github.com/sluicehq/sluice/internal/esserver"
-	"github.com/sluicehq/sluice/registry"
-	"github.com/sluicehq/sluice/shared/consumer"
+	"github.com/sluicehq/sluice/internal/testenv"
+	"github.com/sluicehq/sluice/readmodel"
+	"github.com/sluicehq/sluice/shared/claim"
 	"github.com/sluicehq/sluice/shared/envelope"
-	"github.com/sluicehq/sluice/shared/readmodel"
-	"github.com/sluicehq/sluice/shared/testenv"
+	"github.com/sluicehq/sluice/worker"
 )
 
 func create(db, class string, id *string, data map[string]any) map[string]any {
@@ -51,11 +51,11 @@ func TestCommands(t *testing.T) {
 
 	wantOutcomes := []struct {
 		c    cmd
-		want registry.Outcome
+		want claim.Outcome
 	}{
-		{a1, registry.Applied()}, {a2, registry.Applied()}, {b1, registry.Applied()},
-		{missing, registry.Rejected(instanceworker.ReasonMissing)}, {a3, registry.Rejected(instanceworker.ReasonExists)},
-		{b2, registry.Applied()}, {b3, registry.Rejected(instanceworker.ReasonDeleted)}, {c1, registry.Applied()},
+		{a1, claim.Applied()}, {a2, claim.Applied()}, {b1, claim.Applied()},
+		{missing, claim.Rejected(instanceworker.ReasonMissing)}, {a3, claim.Rejected(instanceworker.ReasonExists)},
+		{b2, claim.Applied()}, {b3, claim.Rejected(instanceworker.ReasonDeleted)}, {c1, claim.Applied()},
 	}
 	for i, w := range wantOutcomes {
 		if got := e.outcome(w.c); got != w.want {
@@ -176,7 +176,7 @@ func TestFailures(t *testing.T) {
 	e.publish(ok1, unknown, ok2)
 	e.startInProcess(nil)
 	testenv.WaitFor(t, 30*time.Second, "done", func() bool { return e.allDone(ok1, ok2) })
-	testenv.WaitFor(t, 10*time.Second, "unknown dead", func() bool { return e.statuses(unknown)[unknown.ev.Envelope.EventID] == registry.StatusDead })
+	testenv.WaitFor(t, 10*time.Second, "unknown dead", func() bool { return e.statuses(unknown)[unknown.ev.Envelope.EventID] == claim.StatusDead })
 	removeOK1()
 	row, err := registrytest.Row(ctxT(t), e.pool, instanceworker.HandlerName, ok1.ev.Envelope.EventID)
 	if attempts := row.Attempts; err != nil || attempts != 1 {
@@ -201,7 +201,7 @@ func TestFailures(t *testing.T) {
 		reason   string
 	}{{perm, 1, "400 document_parsing_exception"}, {busy, 3, "500"}} {
 		o := e.outcome(c.c)
-		if o.Result != registry.OutcomeApplied || !readmodel.IsStaleReason(o.Reason) || !strings.Contains(o.Reason, c.reason) {
+		if o.Result != claim.OutcomeApplied || !readmodel.IsStaleReason(o.Reason) || !strings.Contains(o.Reason, c.reason) {
 			t.Errorf("%s: outcome %+v, want applied with a stale read model (%s)", c.c.ev.Envelope.AggregateID, o, c.reason)
 		}
 		row, err := registrytest.Row(ctxT(t), e.pool, instanceworker.HandlerName, c.c.ev.Envelope.EventID)
@@ -213,9 +213,9 @@ func TestFailures(t *testing.T) {
 		t.Errorf("domain events of perm and busy: %v", got)
 	}
 	recs := e.dlqRecords()
-	byClass := map[string][]consumer.DLQRecord{}
+	byClass := map[string][]worker.DLQRecord{}
 	for _, r := range recs {
-		var d consumer.DLQRecord
+		var d worker.DLQRecord
 		if err := json.Unmarshal(r.Value, &d); err != nil {
 			t.Fatal(err)
 		}
@@ -229,7 +229,7 @@ func TestFailures(t *testing.T) {
 		}
 		byClass[d.ErrorClass] = append(byClass[d.ErrorClass], d)
 	}
-	if len(recs) != 2 || len(byClass[consumer.ClassParse]) != 1 || len(byClass[consumer.ClassPermanent]) != 1 {
+	if len(recs) != 2 || len(byClass[worker.ClassParse]) != 1 || len(byClass[worker.ClassPermanent]) != 1 {
 		t.Errorf("DLQ by class: %v", byClass)
 	}
 	if _, _, found := e.doc("shop", "orders", "perm"); found {

@@ -13,8 +13,8 @@ import (
 
 	"github.com/pressly/goose/v3"
 
+	"github.com/sluicehq/sluice/internal/testenv"
 	"github.com/sluicehq/sluice/migrations"
-	"github.com/sluicehq/sluice/shared/testenv"
 )
 
 // prereleaseDir holds the migration chain the baseline replaced, as it was

@@ -6,8 +6,8 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/sluicehq/sluice/internal/testenv"
 	"github.com/sluicehq/sluice/migrations"
-	"github.com/sluicehq/sluice/shared/testenv"
 )
 
 // Many processes may run `sluice migrate up` at once (a Job plus services at

@@ -12,7 +12,7 @@ import (
 
 	"github.com/sluicehq/sluice/pipeline"
 	"github.com/sluicehq/sluice/pipeline/pipelinetest"
-	"github.com/sluicehq/sluice/shared/readmodel"
+	"github.com/sluicehq/sluice/readmodel"
 )
 
 // The table's services, built and run in one process, carry a command from

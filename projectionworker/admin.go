@@ -13,7 +13,7 @@ import (
 
 	"github.com/elastic/go-elasticsearch/v8"
 
-	"github.com/sluicehq/sluice/shared/readmodel"
+	"github.com/sluicehq/sluice/readmodel"
 )
 
 // IndexInfo is one concrete index of a projection.

@@ -12,11 +12,11 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/sluicehq/sluice/internal/testenv"
 	"github.com/sluicehq/sluice/projectionworker"
-	"github.com/sluicehq/sluice/registry"
-	"github.com/sluicehq/sluice/shared/consumer"
+	"github.com/sluicehq/sluice/shared/claim"
 	"github.com/sluicehq/sluice/shared/envelope"
-	"github.com/sluicehq/sluice/shared/testenv"
+	"github.com/sluicehq/sluice/worker"
 )
 
 // BenchmarkProjection measures events/s Kafka → registry claim → ES bulk →
@@ -51,7 +51,7 @@ func BenchmarkProjection(b *testing.B) {
 				e.publish(evs[i:min(i+1000, len(evs))]...)
 			}
 			var calls atomic.Int64
-			e.wrapRegistry = func(r consumer.Registry) consumer.Registry {
+			e.wrapRegistry = func(r worker.Registry) worker.Registry {
 				return &countingRegistry{Registry: r, perEvent: tc.perEvent, calls: &calls}
 			}
 			metrics := prometheus.NewRegistry()
@@ -74,22 +74,22 @@ func BenchmarkProjection(b *testing.B) {
 // turns every batch into one call per event (registry.Claim and
 // registry.MarkDone are exactly one-element batches).
 type countingRegistry struct {
-	consumer.Registry
+	worker.Registry
 	perEvent bool
 	calls    *atomic.Int64
 }
 
-func (r *countingRegistry) ClaimBatch(ctx context.Context, reqs []registry.ClaimRequest) ([]registry.ClaimResult, error) {
+func (r *countingRegistry) ClaimBatch(ctx context.Context, reqs []claim.Request) ([]claim.Result, error) {
 	if !r.perEvent {
 		r.calls.Add(1)
 		return r.Registry.ClaimBatch(ctx, reqs)
 	}
-	out := make([]registry.ClaimResult, len(reqs))
+	out := make([]claim.Result, len(reqs))
 	for i, req := range reqs {
 		r.calls.Add(1)
-		res, err := r.Registry.ClaimBatch(ctx, []registry.ClaimRequest{req})
+		res, err := r.Registry.ClaimBatch(ctx, []claim.Request{req})
 		if err != nil {
-			var re *registry.RequestError
+			var re *claim.RequestError
 			if errors.As(err, &re) {
 				re.Index = i
 			}
@@ -100,7 +100,7 @@ func (r *countingRegistry) ClaimBatch(ctx context.Context, reqs []registry.Claim
 	return out, nil
 }
 
-func (r *countingRegistry) MarkDoneBatch(ctx context.Context, items []registry.Done) ([]error, error) {
+func (r *countingRegistry) MarkDoneBatch(ctx context.Context, items []claim.Done) ([]error, error) {
 	if !r.perEvent {
 		r.calls.Add(1)
 		return r.Registry.MarkDoneBatch(ctx, items)
@@ -108,7 +108,7 @@ func (r *countingRegistry) MarkDoneBatch(ctx context.Context, items []registry.D
 	errs := make([]error, len(items))
 	for i, d := range items {
 		r.calls.Add(1)
-		e, err := r.Registry.MarkDoneBatch(ctx, []registry.Done{d})
+		e, err := r.Registry.MarkDoneBatch(ctx, []claim.Done{d})
 		if err != nil {
 			return nil, err
 		}

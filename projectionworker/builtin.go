@@ -4,9 +4,9 @@ import (
 	"encoding/json"
 	"fmt"
 
-	"github.com/sluicehq/sluice/registry"
+	"github.com/sluicehq/sluice/readmodel"
+	"github.com/sluicehq/sluice/shared/claim"
 	"github.com/sluicehq/sluice/shared/envelope"
-	"github.com/sluicehq/sluice/shared/readmodel"
 )
 
 // Domain event types of instances (docs/instanceworker.md).
@@ -23,7 +23,7 @@ const (
 const MetaCreatedAt = "created_at"
 
 // Instances is the built-in `instances` projection: the current state of
-// every instance, the same document (shared/readmodel) the instance worker
+// every instance, the same document (readmodel) the instance worker
 // writes. The instance worker owns the live documents; the projection
 // worker runs instances to rebuild them (docs/instanceworker.md, docs/projectionworker.md#rebuild-and-rollback-runbook).
 type Instances struct{}
@@ -86,10 +86,10 @@ func (History) Name() string { return "history" }
 // Version is 1.
 func (History) Version() int { return 1 }
 
-// SequenceGuard is registry.Unguarded: every domain event has a document of
+// SequenceGuard is claim.Unguarded: every domain event has a document of
 // its own, including one published late after newer events of its aggregate
 // (docs/relay.md#gaps-and-the-bounded-lookback); op_type create and the registry row keep it to one.
-func (History) SequenceGuard() registry.Policy { return registry.Unguarded }
+func (History) SequenceGuard() claim.Policy { return claim.Unguarded }
 
 // Handles instance domain events (any type).
 func (History) Handles(e envelope.Envelope) bool {

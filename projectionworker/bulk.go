@@ -15,8 +15,8 @@ import (
 
 	"github.com/elastic/go-elasticsearch/v8"
 
+	"github.com/sluicehq/sluice/readmodel"
 	"github.com/sluicehq/sluice/shared/failure"
-	"github.com/sluicehq/sluice/shared/readmodel"
 )
 
 // BulkItem is one operation addressed to a concrete index.

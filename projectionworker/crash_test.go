@@ -5,14 +5,14 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sluicehq/sluice/registry"
 	"github.com/sluicehq/sluice/registry/registrytest"
+	"github.com/sluicehq/sluice/shared/claim"
 
+	"github.com/sluicehq/sluice/internal/testenv"
 	"github.com/sluicehq/sluice/projectionworker"
-	"github.com/sluicehq/sluice/shared/consumer"
 	"github.com/sluicehq/sluice/shared/crashpoint"
 	"github.com/sluicehq/sluice/shared/envelope"
-	"github.com/sluicehq/sluice/shared/testenv"
+	"github.com/sluicehq/sluice/worker"
 )
 
 // TestCrashPoints crashes the worker process (exit 42) at every projection
@@ -20,8 +20,8 @@ import (
 // instance document at its last version, exactly one history document per
 // event, offsets committed, empty DLQ.
 func TestCrashPoints(t *testing.T) {
-	points := []string{consumer.PointAfterClaim, projectionworker.PointBeforeESWrite, projectionworker.PointAfterESWrite,
-		consumer.PointBeforeMarkDone, consumer.PointBeforeCommit}
+	points := []string{worker.PointAfterClaim, projectionworker.PointBeforeESWrite, projectionworker.PointAfterESWrite,
+		worker.PointBeforeMarkDone, worker.PointBeforeCommit}
 	for _, point := range points {
 		t.Run(point, func(t *testing.T) {
 			e := newEnv(t, 2)
@@ -70,7 +70,7 @@ func TestCrashPoints(t *testing.T) {
 			}
 			rows := 0
 			for _, r := range all {
-				if r.Status != registry.StatusDone && r.Status != registry.StatusSkippedStale {
+				if r.Status != claim.StatusDone && r.Status != claim.StatusSkippedStale {
 					rows++
 				}
 			}

@@ -10,11 +10,11 @@ import (
 	"github.com/google/uuid"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/sluicehq/sluice/internal/testenv"
 	"github.com/sluicehq/sluice/projectionworker"
 	"github.com/sluicehq/sluice/projectionworker/declarative"
-	"github.com/sluicehq/sluice/shared/consumer"
 	"github.com/sluicehq/sluice/shared/envelope"
-	"github.com/sluicehq/sluice/shared/testenv"
+	"github.com/sluicehq/sluice/worker"
 )
 
 func orderEvent(e *env, typ, order string, seq int64, customer string, amount float64) envelope.Envelope {
@@ -73,7 +73,7 @@ func TestDeclarativeProjectionInTheWorker(t *testing.T) {
 	if len(dlq) != 1 || !bytes.Contains(dlq[0].Value, []byte(bad.EventID)) {
 		t.Fatalf("DLQ holds %d records, want the bad event", len(dlq))
 	}
-	var dl consumer.DLQRecord
+	var dl worker.DLQRecord
 	if err := json.Unmarshal(dlq[0].Value, &dl); err != nil {
 		t.Fatal(err)
 	}

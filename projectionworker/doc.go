@@ -2,7 +2,7 @@
 // projection model (a named, versioned Go value that turns domain events into
 // Elasticsearch bulk operations), the built-in projections `instances` and
 // `history`, the batched bulk writer, the worker service that runs
-// projections on the shared worker runtime (shared/consumer), and the
+// projections on the shared worker runtime (worker), and the
 // blue/green rebuild, rollback and status operations behind
 // `sluice projection …`.
 //

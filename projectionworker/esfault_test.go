@@ -12,14 +12,14 @@ import (
 
 	"github.com/elastic/go-elasticsearch/v8"
 
-	"github.com/sluicehq/sluice/internal/esserver"
+	"github.com/sluicehq/sluice/esserver"
+	"github.com/sluicehq/sluice/internal/testenv"
 	"github.com/sluicehq/sluice/projectionworker"
-	"github.com/sluicehq/sluice/registry"
-	"github.com/sluicehq/sluice/shared/consumer"
+	"github.com/sluicehq/sluice/readmodel"
+	"github.com/sluicehq/sluice/shared/claim"
 	"github.com/sluicehq/sluice/shared/envelope"
 	"github.com/sluicehq/sluice/shared/observability"
-	"github.com/sluicehq/sluice/shared/readmodel"
-	"github.com/sluicehq/sluice/shared/testenv"
+	"github.com/sluicehq/sluice/worker"
 )
 
 // esGate stands between a worker and the test's esserver
@@ -85,19 +85,19 @@ func TestESOutageIsAnOutage(t *testing.T) {
 			ctx := ctxT(t)
 			if f.Items {
 				warm := e.event(projectionworker.InstanceCreated, "outg", "things", "warm", 1, nil)
-				if _, err := w.Handle(ctx, &consumer.Record{Envelope: warm, Attempt: 1}); err != nil {
+				if _, err := w.Handle(ctx, &worker.Record{Envelope: warm, Attempt: 1}); err != nil {
 					t.Fatal(err)
 				}
 			}
 			ev := e.event(projectionworker.InstanceCreated, "outg", "things", "a", 1, map[string]any{"v": 1})
 			end := f.start(e, g)
-			_, err = w.Handle(ctx, &consumer.Record{Envelope: ev, Attempt: 1})
-			if c := consumer.Classify(err); c != consumer.ClassOutage {
-				t.Errorf("Handle during the outage: class %s (%v), want %s", c, err, consumer.ClassOutage)
+			_, err = w.Handle(ctx, &worker.Record{Envelope: ev, Attempt: 1})
+			if c := worker.Classify(err); c != worker.ClassOutage {
+				t.Errorf("Handle during the outage: class %s (%v), want %s", c, err, worker.ClassOutage)
 			}
-			res := w.HandleBatch(ctx, []*consumer.Record{{Envelope: ev, Attempt: 1}})
-			if c := consumer.Classify(res[0].Err); c != consumer.ClassOutage {
-				t.Errorf("HandleBatch during the outage: class %s (%v), want %s", c, res[0].Err, consumer.ClassOutage)
+			res := w.HandleBatch(ctx, []*worker.Record{{Envelope: ev, Attempt: 1}})
+			if c := worker.Classify(res[0].Err); c != worker.ClassOutage {
+				t.Errorf("HandleBatch during the outage: class %s (%v), want %s", c, res[0].Err, worker.ClassOutage)
 			}
 			if err := bulk.Check(ctx); err == nil {
 				t.Error("readiness green during the outage")
@@ -112,7 +112,7 @@ func TestESOutageIsAnOutage(t *testing.T) {
 				// Back by itself: while red, the check pings the cluster.
 				testenv.WaitFor(t, 10*time.Second, "readiness green after the outage", green)
 			}
-			if out, err := w.Handle(ctx, &consumer.Record{Envelope: ev, Attempt: 2}); err != nil || out != registry.Applied() {
+			if out, err := w.Handle(ctx, &worker.Record{Envelope: ev, Attempt: 2}); err != nil || out != claim.Applied() {
 				t.Errorf("Handle after the outage: %+v, %v", out, err)
 			}
 			if !green() {

@@ -7,10 +7,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sluicehq/sluice/internal/esserver"
+	"github.com/sluicehq/sluice/esserver"
+	"github.com/sluicehq/sluice/internal/testenv"
 	"github.com/sluicehq/sluice/projectionworker"
 	"github.com/sluicehq/sluice/shared/envelope"
-	"github.com/sluicehq/sluice/shared/testenv"
 )
 
 func instanceEvents(e *env, db string, n int) []envelope.Envelope {

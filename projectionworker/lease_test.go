@@ -12,10 +12,10 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kadm"
 
-	"github.com/sluicehq/sluice/internal/esserver"
+	"github.com/sluicehq/sluice/esserver"
+	"github.com/sluicehq/sluice/internal/testenv"
 	"github.com/sluicehq/sluice/projectionworker"
 	"github.com/sluicehq/sluice/shared/envelope"
-	"github.com/sluicehq/sluice/shared/testenv"
 )
 
 // TestLeaseLostMidBatch takes the lease of one record away (another owner

@@ -22,13 +22,13 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"github.com/sluicehq/sluice/internal/esserver"
+	"github.com/sluicehq/sluice/esserver"
+	"github.com/sluicehq/sluice/internal/testenv"
 	"github.com/sluicehq/sluice/pipeline/sluiceconfig"
 	"github.com/sluicehq/sluice/projectionworker"
-	"github.com/sluicehq/sluice/shared/consumer"
+	"github.com/sluicehq/sluice/readmodel"
 	"github.com/sluicehq/sluice/shared/envelope"
-	"github.com/sluicehq/sluice/shared/readmodel"
-	"github.com/sluicehq/sluice/shared/testenv"
+	"github.com/sluicehq/sluice/worker"
 )
 
 const (
@@ -97,7 +97,7 @@ type env struct {
 	pos   int64
 	// wrapRegistry, when set, wraps the registry of workers started in
 	// process (Deps.WrapRegistry).
-	wrapRegistry func(consumer.Registry) consumer.Registry
+	wrapRegistry func(worker.Registry) worker.Registry
 }
 
 func newEnv(t testing.TB, partitions int) *env {

@@ -7,7 +7,7 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/sluicehq/sluice/registry"
+	"github.com/sluicehq/sluice/shared/claim"
 	"github.com/sluicehq/sluice/shared/envelope"
 	"github.com/sluicehq/sluice/shared/suggest"
 )
@@ -40,21 +40,21 @@ type Projection interface {
 // its documents hold current state, versioned by sequence number, so an
 // event at or below the aggregate's last applied sequence has nothing to add.
 // A projection whose documents are the events themselves (history: one
-// document per event, op_type create) returns registry.Unguarded, so that an
+// document per event, op_type create) returns claim.Unguarded, so that an
 // event published late, after newer events of its aggregate, still gets its
 // document. WaitForPredecessor is not for projections and is refused.
 type Guarded interface {
-	SequenceGuard() registry.Policy
+	SequenceGuard() claim.Policy
 }
 
 // guardOf returns p's sequence-guard policy.
-func guardOf(p Projection) (registry.Policy, error) {
+func guardOf(p Projection) (claim.Policy, error) {
 	g, ok := p.(Guarded)
 	if !ok {
-		return registry.SkipStale, nil
+		return claim.SkipStale, nil
 	}
 	switch pol := g.SequenceGuard(); pol {
-	case registry.SkipStale, registry.Unguarded:
+	case claim.SkipStale, claim.Unguarded:
 		return pol, nil
 	default:
 		return 0, fmt.Errorf("projectionworker: projection %q: sequence guard %s: want skip-stale or none", p.Name(), pol)

@@ -8,8 +8,8 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kadm"
 
-	"github.com/sluicehq/sluice/shared/consumer"
 	"github.com/sluicehq/sluice/shared/kafka"
+	"github.com/sluicehq/sluice/worker"
 )
 
 // ErrAlreadyLive refuses a rebuild of a version that is already live.
@@ -26,10 +26,10 @@ type Lag struct {
 }
 
 // GroupLag returns group's lag on topic: per partition end − committed
-// (log start when nothing is committed), summed over consumer.Lag.
+// (log start when nothing is committed), summed over worker.Lag.
 func GroupLag(ctx context.Context, adm *kadm.Client, group, topic string) (Lag, error) {
 	var l Lag
-	gl, err := consumer.Lag(ctx, adm, group, topic)
+	gl, err := worker.Lag(ctx, adm, group, topic)
 	if err != nil {
 		return l, fmt.Errorf("projectionworker: %w", err)
 	}

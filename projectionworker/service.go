@@ -15,12 +15,12 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/sluicehq/sluice/eventstore"
+	"github.com/sluicehq/sluice/readmodel"
 	"github.com/sluicehq/sluice/registry"
-	"github.com/sluicehq/sluice/shared/consumer"
 	"github.com/sluicehq/sluice/shared/crashpoint"
 	"github.com/sluicehq/sluice/shared/kafka"
 	"github.com/sluicehq/sluice/shared/observability"
-	"github.com/sluicehq/sluice/shared/readmodel"
+	"github.com/sluicehq/sluice/worker"
 )
 
 // MinConcurrency is the least number of aggregates a projection consumer
@@ -30,7 +30,7 @@ import (
 const MinConcurrency = 256
 
 // MaxPollRecords bounds one poll, and so one round, of a projection
-// consumer: the worker is a consumer.BatchHandler, so a round's records go
+// consumer: the worker is a worker.BatchHandler, so a round's records go
 // to Elasticsearch together (split into bulk requests by
 // ELASTICSEARCH_BULK_MAX_DOCS/MAX_BYTES) and to the registry in one claim
 // and one mark_done; larger rounds amortise those round trips.
@@ -54,7 +54,7 @@ type Deps struct {
 	// WrapRegistry, when set, wraps the registry the consumers use (tests
 	// and benchmarks: counting round trips, the per-event registry path,
 	// faults). nil uses the registry as is.
-	WrapRegistry func(consumer.Registry) consumer.Registry
+	WrapRegistry func(worker.Registry) worker.Registry
 	// VersionCheck is how often a projection that runs at its live version
 	// checks whether a rebuild or rollback moved it (default
 	// DefaultVersionCheck, 10 s; negative: never).
@@ -78,7 +78,7 @@ type Config struct {
 	Kafka         kafka.Config
 	EventStore    eventstore.Config
 	Registry      registry.Config
-	Worker        consumer.Config
+	Worker        worker.Config
 	Elasticsearch readmodel.Config
 	Testing       crashpoint.Config
 }
@@ -96,7 +96,7 @@ type Service struct {
 	crash *crashpoint.Crasher
 	m     *metrics
 	mu    sync.Mutex
-	cons  map[string]*consumer.Consumer // projection name → consumer (after Start)
+	cons  map[string]*worker.Consumer // projection name → consumer (after Start)
 	vers  map[string]int
 	lost  lostRebuilds // read models being rebuilt (lost.go)
 }
@@ -157,7 +157,7 @@ func NewService(cfg Config, d Deps, specs ...Spec) (*Service, error) {
 		d.Health.AddReadiness("projectionworker:elasticsearch", bulk.Check)
 	}
 	return &Service{cfg: cfg, d: d, specs: specs, reg: reg, bulk: bulk, crash: crash, m: m,
-		cons: map[string]*consumer.Consumer{}, vers: map[string]int{}}, nil
+		cons: map[string]*worker.Consumer{}, vers: map[string]int{}}, nil
 }
 
 // Bulker returns the shared bulk writer.
@@ -180,7 +180,7 @@ func (s *Service) Start(ctx context.Context) error {
 	}
 	// Built without holding mu: resolving a version may wait for
 	// Elasticsearch (startupLiveVersion), and Version must answer meanwhile.
-	cons := map[string]*consumer.Consumer{}
+	cons := map[string]*worker.Consumer{}
 	vers := map[string]int{}
 	discard := func() {
 		for _, c := range cons {
@@ -237,7 +237,7 @@ func (s *Service) startupLiveVersion(ctx context.Context, name string) (int, err
 }
 
 // newConsumer builds the consumer of projection sp at version v.
-func (s *Service) newConsumer(sp Spec, v int) (*consumer.Consumer, error) {
+func (s *Service) newConsumer(sp Spec, v int) (*worker.Consumer, error) {
 	p := sp.Projection
 	guard, err := guardOf(p)
 	if err != nil {
@@ -252,11 +252,11 @@ func (s *Service) newConsumer(sp Spec, v int) (*consumer.Consumer, error) {
 	if err != nil {
 		return nil, err
 	}
-	var reg consumer.Registry = s.reg
+	var reg worker.Registry = s.reg
 	if s.d.WrapRegistry != nil {
 		reg = s.d.WrapRegistry(reg)
 	}
-	co := consumer.Options{
+	co := worker.Options{
 		Config: s.cfg.Worker, MaxAttempts: s.cfg.Worker.ProjectionMaxRetries, Kafka: s.cfg.Kafka, KafkaOpts: s.d.KafkaOpts,
 		Topic: s.cfg.Kafka.EventsTopic, Group: s.cfg.Kafka.Group(GroupName(p.Name(), v)), AdoptGroup: GroupName(p.Name(), v), DLQTopic: s.cfg.Kafka.EventsDLQTopic,
 		HandlerName: HandlerName(p.Name(), v), Policy: guard, Registry: reg, Handler: w, Pause: s.reg,
@@ -266,7 +266,7 @@ func (s *Service) newConsumer(sp Spec, v int) (*consumer.Consumer, error) {
 	}
 	co.Concurrency = max(co.Concurrency, MinConcurrency)
 	co.MaxPollRecords = MaxPollRecords
-	return consumer.New(co)
+	return worker.New(co)
 }
 
 // Run creates the events and DLQ topics if missing (failures are logged),

@@ -12,10 +12,10 @@ import (
 
 	"github.com/elastic/go-elasticsearch/v8"
 
+	"github.com/sluicehq/sluice/internal/testenv"
 	"github.com/sluicehq/sluice/projectionworker"
-	"github.com/sluicehq/sluice/shared/consumer"
 	"github.com/sluicehq/sluice/shared/envelope"
-	"github.com/sluicehq/sluice/shared/testenv"
+	"github.com/sluicehq/sluice/worker"
 )
 
 // aliasTarget returns the indices alias points at.
@@ -141,6 +141,6 @@ func TestLiveWorkerClaimsAliases(t *testing.T) {
 	want("v2")
 }
 
-func recordOf(ev envelope.Envelope) *consumer.Record {
-	return &consumer.Record{Envelope: ev, Attempt: 1}
+func recordOf(ev envelope.Envelope) *worker.Record {
+	return &worker.Record{Envelope: ev, Attempt: 1}
 }

@@ -19,13 +19,13 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"go.opentelemetry.io/otel/trace"
 
-	"github.com/sluicehq/sluice/registry"
+	"github.com/sluicehq/sluice/readmodel"
 	"github.com/sluicehq/sluice/shared/backoff"
-	"github.com/sluicehq/sluice/shared/consumer"
+	"github.com/sluicehq/sluice/shared/claim"
 	"github.com/sluicehq/sluice/shared/crashpoint"
 	"github.com/sluicehq/sluice/shared/failure"
-	"github.com/sluicehq/sluice/shared/readmodel"
 	"github.com/sluicehq/sluice/shared/tracing"
+	"github.com/sluicehq/sluice/worker"
 )
 
 // CrashWorker is the worker name of the projection worker's crash points
@@ -82,7 +82,7 @@ type Options struct {
 	OnIndexLost func(scope, reason string)
 }
 
-// Worker is the consumer.Handler (and consumer.BatchHandler) of one
+// Worker is the worker.Handler (and worker.BatchHandler) of one
 // projection version.
 type Worker struct {
 	o       Options
@@ -91,7 +91,7 @@ type Worker struct {
 	m       *metrics
 }
 
-var _ consumer.BatchHandler = (*Worker)(nil)
+var _ worker.BatchHandler = (*Worker)(nil)
 
 // New validates o and returns a Worker.
 func New(o Options) (*Worker, error) {
@@ -131,8 +131,8 @@ func (w *Worker) hit(point string) {
 // the bulker's retries, or index management failing as an outage: the
 // runtime pauses, no attempt is spent) or Retryable (other 5xx). It is
 // HandleBatch for one record.
-func (w *Worker) Handle(ctx context.Context, rec *consumer.Record) (registry.Outcome, error) {
-	r := w.HandleBatch(ctx, []*consumer.Record{rec})[0]
+func (w *Worker) Handle(ctx context.Context, rec *worker.Record) (claim.Outcome, error) {
+	r := w.HandleBatch(ctx, []*worker.Record{rec})[0]
 	return r.Outcome, r.Err
 }
 
@@ -155,7 +155,7 @@ func conflictPause() backoff.Policy {
 var errDocChanged = errors.New("projectionworker: a document changed while the event was projected; retrying on its new state")
 
 // HandleBatch is Handle for all records of a runtime round
-// (consumer.BatchHandler): it projects every record, writes all their
+// (worker.BatchHandler): it projects every record, writes all their
 // operations together — in bulk requests bounded by the bulker's MaxDocs
 // and MaxBytes, in record order, one write per document for a stateful
 // projection (Stateful: a compare-and-swap on the version the round read)
@@ -165,7 +165,7 @@ var errDocChanged = errors.New("projectionworker: a document changed while the e
 // affecting the others. The records whose stateful document was changed
 // by another writer meanwhile are projected again on the new state, up to
 // conflictRetries times, before they are returned as retryable.
-func (w *Worker) HandleBatch(ctx context.Context, recs []*consumer.Record) []consumer.BatchResult {
+func (w *Worker) HandleBatch(ctx context.Context, recs []*worker.Record) []worker.BatchResult {
 	out := w.round(ctx, recs)
 	if !isStateful(w.o.Projection) {
 		return out
@@ -185,7 +185,7 @@ func (w *Worker) HandleBatch(ctx context.Context, recs []*consumer.Record) []con
 		if conflictPause().Sleep(ctx, pass) != nil {
 			return out
 		}
-		sub := make([]*consumer.Record, len(again))
+		sub := make([]*worker.Record, len(again))
 		for j, i := range again {
 			sub[j] = recs[i]
 		}
@@ -199,7 +199,7 @@ func (w *Worker) HandleBatch(ctx context.Context, recs []*consumer.Record) []con
 // roundPlan is the writes of one round: the encoded bulk lines, the item
 // of each line, and per record the lines its outcome depends on.
 type roundPlan struct {
-	out   []consumer.BatchResult
+	out   []worker.BatchResult
 	lines [][]byte
 	items []BulkItem
 	// deps[i] are the lines of record i: its own writes, or (noWrite[i])
@@ -211,8 +211,8 @@ type roundPlan struct {
 
 // plan projects the records of a round in order into one write per
 // document (stateful) or per operation.
-func (w *Worker) plan(ctx context.Context, recs []*consumer.Record) *roundPlan {
-	pl := &roundPlan{out: make([]consumer.BatchResult, len(recs)), deps: make([][]int, len(recs)), noWrite: make([]bool, len(recs))}
+func (w *Worker) plan(ctx context.Context, recs []*worker.Record) *roundPlan {
+	pl := &roundPlan{out: make([]worker.BatchResult, len(recs)), deps: make([][]int, len(recs)), noWrite: make([]bool, len(recs))}
 	stateful := isStateful(w.o.Projection)
 	var st *DocState
 	var byDoc map[docKey]int // stateful: document → its line
@@ -241,7 +241,7 @@ func (w *Worker) plan(ctx context.Context, recs []*consumer.Record) *roundPlan {
 		if err == nil && its != nil {
 			var enc [][]byte
 			if enc, err = w.encodeRound(its, pl, byDoc); err != nil {
-				err = consumer.Permanent(err) // a document that is not JSON
+				err = worker.Permanent(err) // a document that is not JSON
 			} else {
 				pl.deps[i] = w.place(its, enc, pl, byDoc)
 			}
@@ -250,7 +250,7 @@ func (w *Worker) plan(ctx context.Context, recs []*consumer.Record) *roundPlan {
 			if st != nil {
 				st.rollback()
 			}
-			pl.out[i] = consumer.BatchResult{Outcome: o, Err: err}
+			pl.out[i] = worker.BatchResult{Outcome: o, Err: err}
 			continue
 		}
 		if st != nil {
@@ -266,7 +266,7 @@ func (w *Worker) plan(ctx context.Context, recs []*consumer.Record) *roundPlan {
 			}
 			st.commit()
 		}
-		pl.out[i] = consumer.BatchResult{Outcome: o}
+		pl.out[i] = worker.BatchResult{Outcome: o}
 	}
 	return pl
 }
@@ -312,7 +312,7 @@ func (w *Worker) place(its []BulkItem, enc [][]byte, pl *roundPlan, byDoc map[do
 }
 
 // round plans the records, writes the plan and settles each record.
-func (w *Worker) round(ctx context.Context, recs []*consumer.Record) []consumer.BatchResult {
+func (w *Worker) round(ctx context.Context, recs []*worker.Record) []worker.BatchResult {
 	pl := w.plan(ctx, recs)
 	if len(pl.lines) == 0 {
 		return pl.out
@@ -330,7 +330,7 @@ func (w *Worker) round(ctx context.Context, recs []*consumer.Record) []consumer.
 		tracing.Stage(spans, "elasticsearch bulk", esStart, time.Now(), err)
 	}
 	if err != nil {
-		err = consumer.Classified(ctx, failure.Elasticsearch, err)
+		err = worker.Classified(ctx, failure.Elasticsearch, err)
 		for i := range recs {
 			if pl.deps[i] != nil {
 				pl.out[i].Err = err
@@ -352,7 +352,7 @@ func (w *Worker) round(ctx context.Context, recs []*consumer.Record) []consumer.
 		if err == nil && pl.noWrite[i] {
 			o = pl.out[i].Outcome
 		}
-		pl.out[i] = consumer.BatchResult{Outcome: o, Err: err}
+		pl.out[i] = worker.BatchResult{Outcome: o, Err: err}
 	}
 	return pl.out
 }
@@ -360,45 +360,45 @@ func (w *Worker) round(ctx context.Context, recs []*consumer.Record) []consumer.
 // prepare projects one event into its bulk items (index names resolved,
 // indices ensured). nil items with a nil error: finished without a write
 // (the returned outcome).
-func (w *Worker) prepare(ctx context.Context, rec *consumer.Record, st *DocState) ([]BulkItem, registry.Outcome, error) {
+func (w *Worker) prepare(ctx context.Context, rec *worker.Record, st *DocState) ([]BulkItem, claim.Outcome, error) {
 	p := w.o.Projection
 	e := rec.Envelope
 	if !p.Handles(e) {
-		return nil, registry.Ignored(), nil
+		return nil, claim.Ignored(), nil
 	}
 	var ops []Op
 	var err error
 	if sp, ok := p.(Stateful); ok {
 		ops, err = sp.ProjectState(ctx, e, st)
 		if err != nil && isLoadError(err) {
-			return nil, registry.Outcome{}, consumer.Classified(ctx, failure.Elasticsearch, err)
+			return nil, claim.Outcome{}, worker.Classified(ctx, failure.Elasticsearch, err)
 		}
 	} else {
 		ops, err = p.Project(e)
 	}
 	if err != nil {
-		return nil, registry.Outcome{}, consumer.Permanent(err)
+		return nil, claim.Outcome{}, worker.Permanent(err)
 	}
 	if len(ops) == 0 {
-		return nil, registry.Ignored(), nil
+		return nil, claim.Ignored(), nil
 	}
 	items := make([]BulkItem, len(ops))
 	for i, op := range ops {
 		if err := ValidateName(op.Scope); err != nil {
-			return nil, registry.Outcome{}, consumer.Permanent(err)
+			return nil, claim.Outcome{}, worker.Permanent(err)
 		}
 		if err := w.ensure(ctx, op.Scope); err != nil {
-			return nil, registry.Outcome{}, err
+			return nil, claim.Outcome{}, err
 		}
 		items[i] = BulkItem{Index: IndexNames(w.o.IndexPrefix, op.Scope, p.Name(), w.o.Version).Index, Op: op}
 	}
-	return items, registry.Outcome{}, nil
+	return items, claim.Outcome{}, nil
 }
 
 // evaluate turns the answers to one event's items into its outcome.
 // dependent: the items are not the event's own writes but the round's
 // writes its no-write decision rests on; they are not counted for it.
-func (w *Worker) evaluate(items []BulkItem, res []ItemResult, dependent bool) (registry.Outcome, error) {
+func (w *Worker) evaluate(items []BulkItem, res []ItemResult, dependent bool) (claim.Outcome, error) {
 	p := w.o.Projection
 	count := func(c *prometheus.CounterVec, labels ...string) {
 		if !dependent {
@@ -437,24 +437,24 @@ func (w *Worker) evaluate(items []BulkItem, res []ItemResult, dependent bool) (r
 	switch {
 	case permanent != nil:
 		count(w.m.items, p.Name(), "rejected")
-		return registry.Outcome{}, consumer.Permanent(permanent)
+		return claim.Outcome{}, worker.Permanent(permanent)
 	case outage != nil:
 		count(w.m.items, p.Name(), "retry")
-		return registry.Outcome{}, consumer.Outage(failure.Elasticsearch, outage)
+		return claim.Outcome{}, worker.Outage(failure.Elasticsearch, outage)
 	case transient != nil:
 		count(w.m.items, p.Name(), "retry")
-		return registry.Outcome{}, consumer.Retryable(transient)
+		return claim.Outcome{}, worker.Retryable(transient)
 	case conflicts > 0 && isStateful(p):
 		// Another worker wrote the document since it was read: project
 		// the event again on the new state.
 		count(w.m.items, p.Name(), "retry")
-		return registry.Outcome{}, consumer.Retryable(fmt.Errorf("%s: %w", p.Name(), errDocChanged))
+		return claim.Outcome{}, worker.Retryable(fmt.Errorf("%s: %w", p.Name(), errDocChanged))
 	case conflicts == len(res):
 		count(w.m.items, p.Name(), "conflict")
-		return registry.Outcome{}, consumer.ConflictErr(reason, nil)
+		return claim.Outcome{}, worker.ConflictErr(reason, nil)
 	}
 	count(w.m.items, p.Name(), "applied")
-	return registry.Applied(), nil
+	return claim.Applied(), nil
 }
 
 func reasonFor(op Op) string {
@@ -479,7 +479,7 @@ func (w *Worker) ensure(ctx context.Context, scope string) error {
 	err := createIndex(ctx, w.o.ES, n, w.o.Projection.Template(), w.o.Mode)
 	w.o.Bulker.Availability().Observe(ctx, err)
 	if err != nil {
-		return consumer.Classified(ctx, failure.Elasticsearch, err)
+		return worker.Classified(ctx, failure.Elasticsearch, err)
 	}
 	w.ensured.Store(scope, struct{}{})
 	return nil

@@ -9,10 +9,10 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kadm"
 
+	"github.com/sluicehq/sluice/internal/testenv"
 	"github.com/sluicehq/sluice/projectionworker"
+	"github.com/sluicehq/sluice/readmodel"
 	"github.com/sluicehq/sluice/shared/envelope"
-	"github.com/sluicehq/sluice/shared/readmodel"
-	"github.com/sluicehq/sluice/shared/testenv"
 )
 
 func TestNames(t *testing.T) {
@@ -120,7 +120,7 @@ func TestProjectOrderAndTombstones(t *testing.T) {
 	}
 	// Every event, including the shuffled ones that arrived after a higher
 	// sequence and the update published after the delete: history is
-	// unguarded (registry.Unguarded), so a late event still gets its document.
+	// unguarded (claim.Unguarded), so a late event still gets its document.
 	for _, ev := range evs {
 		if !seen[ev.EventID] {
 			t.Errorf("history lacks event %s (%s seq %d)", ev.EventID, ev.AggregateID, ev.SequenceNumber)

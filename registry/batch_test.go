@@ -10,8 +10,9 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/sluicehq/sluice/internal/testenv"
 	"github.com/sluicehq/sluice/registry"
-	"github.com/sluicehq/sluice/shared/testenv"
+	"github.com/sluicehq/sluice/shared/claim"
 )
 
 // ClaimBatch has the semantics of Claim called for each request in order:
@@ -23,67 +24,67 @@ func TestClaimBatchEqualsClaim(t *testing.T) {
 	r := newRegistry(t, pool, "me", registry.Options{BackoffBase: time.Minute, BackoffCap: time.Minute})
 	other := newRegistry(t, pool, "someone-else", registry.Options{})
 
-	K := struct{ C, D, I, S, W, X, R registry.Kind }{registry.Claimed, registry.DuplicateDone, registry.InProgress, registry.Stale, registry.Wait, registry.Dead, registry.RetryLater}
+	K := struct{ C, D, I, S, W, X, R claim.Kind }{claim.Claimed, claim.DuplicateDone, claim.InProgress, claim.Stale, claim.Wait, claim.Dead, claim.RetryLater}
 	type tcase struct {
 		name  string
 		setup func(t *testing.T, h string)
-		reqs  func(h string) []registry.ClaimRequest
-		want  []registry.Kind
+		reqs  func(h string) []claim.Request
+		want  []claim.Kind
 	}
 	cases := []tcase{
 		{
 			name: "fresh aggregates",
-			reqs: func(h string) []registry.ClaimRequest {
-				return []registry.ClaimRequest{req(h, "a1", "A", 1, wait), req(h, "b3", "B", 3, wait), req(h, "c5", "C", 5, skip), req(h, "d1", "D", 1, skip)}
+			reqs: func(h string) []claim.Request {
+				return []claim.Request{req(h, "a1", "A", 1, wait), req(h, "b3", "B", 3, wait), req(h, "c5", "C", 5, skip), req(h, "d1", "D", 1, skip)}
 			},
-			want: []registry.Kind{K.C, K.W, K.C, K.C},
+			want: []claim.Kind{K.C, K.W, K.C, K.C},
 		},
 		{
 			name:  "wait: 5, 6, 7 of one aggregate with last 4",
 			setup: func(t *testing.T, h string) { advance(t, r, h, "A", 4) },
-			reqs: func(h string) []registry.ClaimRequest {
-				return []registry.ClaimRequest{req(h, "e5", "A", 5, wait), req(h, "e6", "A", 6, wait), req(h, "e7", "A", 7, wait), req(h, "e4", "A", 4, wait)}
+			reqs: func(h string) []claim.Request {
+				return []claim.Request{req(h, "e5", "A", 5, wait), req(h, "e6", "A", 6, wait), req(h, "e7", "A", 7, wait), req(h, "e4", "A", 4, wait)}
 			},
-			want: []registry.Kind{K.C, K.W, K.W, K.S},
+			want: []claim.Kind{K.C, K.W, K.W, K.S},
 		},
 		{
 			name:  "wait: out of order in the batch",
 			setup: func(t *testing.T, h string) { advance(t, r, h, "A", 4) },
-			reqs: func(h string) []registry.ClaimRequest {
-				return []registry.ClaimRequest{req(h, "e6", "A", 6, wait), req(h, "e5", "A", 5, wait)}
+			reqs: func(h string) []claim.Request {
+				return []claim.Request{req(h, "e6", "A", 6, wait), req(h, "e5", "A", 5, wait)}
 			},
-			want: []registry.Kind{K.W, K.C},
+			want: []claim.Kind{K.W, K.C},
 		},
 		{
 			name:  "skip-stale: 5, 6 and 3 of one aggregate with last 4",
 			setup: func(t *testing.T, h string) { advance(t, r, h, "A", 4) },
-			reqs: func(h string) []registry.ClaimRequest {
-				return []registry.ClaimRequest{req(h, "e5", "A", 5, skip), req(h, "e6", "A", 6, skip), req(h, "e3", "A", 3, skip)}
+			reqs: func(h string) []claim.Request {
+				return []claim.Request{req(h, "e5", "A", 5, skip), req(h, "e6", "A", 6, skip), req(h, "e3", "A", 3, skip)}
 			},
-			want: []registry.Kind{K.C, K.C, K.S},
+			want: []claim.Kind{K.C, K.C, K.S},
 		},
 		{
 			name: "existing rows in every state",
 			setup: func(t *testing.T, h string) {
 				claimDone(t, r, req(h, "done", "A", 1, wait))
-				mustKind(t, claim(t, r, req(h, "stale", "A", 1, wait)), registry.Stale)
-				x := claim(t, r, req(h, "dead", "X", 1, skip))
-				if _, err := r.MarkFailed(ctx, x.Lease, registry.Failure{Err: errors.New("permanent")}); err != nil {
+				mustKind(t, claimOne(t, r, req(h, "stale", "A", 1, wait)), claim.Stale)
+				x := claimOne(t, r, req(h, "dead", "X", 1, skip))
+				if _, err := r.MarkFailed(ctx, x.Lease, claim.Failure{Err: errors.New("permanent")}); err != nil {
 					t.Fatal(err)
 				}
-				mustKind(t, claim(t, other, req(h, "theirs", "P", 1, skip)), registry.Claimed)
-				f := claim(t, r, req(h, "failed", "F", 1, skip))
-				if _, err := r.MarkFailed(ctx, f.Lease, registry.Failure{Err: errors.New("503"), Retryable: true}); err != nil {
+				mustKind(t, claimOne(t, other, req(h, "theirs", "P", 1, skip)), claim.Claimed)
+				f := claimOne(t, r, req(h, "failed", "F", 1, skip))
+				if _, err := r.MarkFailed(ctx, f.Lease, claim.Failure{Err: errors.New("503"), Retryable: true}); err != nil {
 					t.Fatal(err)
 				}
 			},
-			reqs: func(h string) []registry.ClaimRequest {
-				return []registry.ClaimRequest{
+			reqs: func(h string) []claim.Request {
+				return []claim.Request{
 					req(h, "done", "A", 1, wait), req(h, "stale", "A", 1, wait), req(h, "dead", "X", 1, skip),
 					req(h, "theirs", "P", 1, skip), req(h, "failed", "F", 1, skip), req(h, "new", "A", 2, wait),
 				}
 			},
-			want: []registry.Kind{K.D, K.S, K.X, K.I, K.R, K.C},
+			want: []claim.Kind{K.D, K.S, K.X, K.I, K.R, K.C},
 		},
 		{
 			// A row takes precedence over the guard: e6 was claimed by another
@@ -94,12 +95,12 @@ func TestClaimBatchEqualsClaim(t *testing.T) {
 			name: "wait-for-predecessor input that already has a row",
 			setup: func(t *testing.T, h string) {
 				advance(t, r, h, "A", 4)
-				mustKind(t, claim(t, other, req(h, "e6", "A", 6, skip)), registry.Claimed)
+				mustKind(t, claimOne(t, other, req(h, "e6", "A", 6, skip)), claim.Claimed)
 			},
-			reqs: func(h string) []registry.ClaimRequest {
-				return []registry.ClaimRequest{req(h, "a5", "A", 5, wait), req(h, "e6", "A", 6, wait), req(h, "z1", "Z", 1, wait), req(h, "b7", "A", 7, wait)}
+			reqs: func(h string) []claim.Request {
+				return []claim.Request{req(h, "a5", "A", 5, wait), req(h, "e6", "A", 6, wait), req(h, "z1", "Z", 1, wait), req(h, "b7", "A", 7, wait)}
 			},
-			want: []registry.Kind{K.C, K.I, K.C, K.W},
+			want: []claim.Kind{K.C, K.I, K.C, K.W},
 		},
 		{
 			// The existing row sorts last: every new event before it was
@@ -109,15 +110,15 @@ func TestClaimBatchEqualsClaim(t *testing.T) {
 			setup: func(t *testing.T, h string) {
 				claimDone(t, r, req(h, "zz-done", "Q", 1, skip))
 			},
-			reqs: func(h string) []registry.ClaimRequest {
-				out := []registry.ClaimRequest{req(h, "zz-done", "Q", 1, skip)}
+			reqs: func(h string) []claim.Request {
+				out := []claim.Request{req(h, "zz-done", "Q", 1, skip)}
 				for i := range 20 {
 					out = append(out, req(h, fmt.Sprintf("a%02d", i), fmt.Sprintf("n%d", i), 1, skip))
 				}
 				return out
 			},
-			want: func() []registry.Kind {
-				out := []registry.Kind{K.D}
+			want: func() []claim.Kind {
+				out := []claim.Kind{K.D}
 				for range 20 {
 					out = append(out, K.C)
 				}
@@ -126,22 +127,22 @@ func TestClaimBatchEqualsClaim(t *testing.T) {
 		},
 		{
 			name: "repeated event in one batch",
-			reqs: func(h string) []registry.ClaimRequest {
-				return []registry.ClaimRequest{req(h, "e", "A", 1, wait), req(h, "e", "A", 1, wait), req(h, "f", "B", 1, wait), req(h, "e", " A ", 1, wait)}
+			reqs: func(h string) []claim.Request {
+				return []claim.Request{req(h, "e", "A", 1, wait), req(h, "e", "A", 1, wait), req(h, "f", "B", 1, wait), req(h, "e", " A ", 1, wait)}
 			},
-			want: []registry.Kind{K.C, K.I, K.C, K.I},
+			want: []claim.Kind{K.C, K.I, K.C, K.I},
 		},
 		{
 			name: "100 events over 10 aggregates",
-			reqs: func(h string) []registry.ClaimRequest {
-				var out []registry.ClaimRequest
+			reqs: func(h string) []claim.Request {
+				var out []claim.Request
 				for i := range 100 {
 					out = append(out, req(h, fmt.Sprintf("e%d", i), fmt.Sprintf("agg-%d", i%10), int64(i/10+1), wait))
 				}
 				return out
 			},
-			want: func() []registry.Kind {
-				out := make([]registry.Kind, 100)
+			want: func() []claim.Kind {
+				out := make([]claim.Kind, 100)
 				for i := range out {
 					out[i] = K.W
 					if i < 10 {
@@ -159,9 +160,9 @@ func TestClaimBatchEqualsClaim(t *testing.T) {
 				tc.setup(t, hs)
 				tc.setup(t, hb)
 			}
-			var one []registry.ClaimResult
+			var one []claim.Result
 			for _, q := range tc.reqs(hs) {
-				one = append(one, claim(t, r, q))
+				one = append(one, claimOne(t, r, q))
 			}
 			batch, err := r.ClaimBatch(ctx, tc.reqs(hb))
 			if err != nil {
@@ -178,7 +179,7 @@ func TestClaimBatchEqualsClaim(t *testing.T) {
 				if o.Attempt != b.Attempt || o.LastSequence != b.LastSequence || o.Holder != b.Holder || o.LastError != b.LastError {
 					t.Errorf("request %d differs:\n one   %+v\n batch %+v", i, o, b)
 				}
-				if b.Kind == registry.Claimed && (b.Lease.Token == "" || b.Lease.EventID != tc.reqs(hb)[i].EventID) {
+				if b.Kind == claim.Claimed && (b.Lease.Token == "" || b.Lease.EventID != tc.reqs(hb)[i].EventID) {
 					t.Errorf("request %d: lease %+v", i, b.Lease)
 				}
 			}
@@ -186,8 +187,8 @@ func TestClaimBatchEqualsClaim(t *testing.T) {
 			// the row done (fencing accepts it), and tokens are distinct.
 			tokens := map[string]bool{}
 			for i, b := range batch {
-				if b.Kind != registry.Claimed || tokens[b.Lease.Token] {
-					if b.Kind == registry.Claimed {
+				if b.Kind != claim.Claimed || tokens[b.Lease.Token] {
+					if b.Kind == claim.Claimed {
 						t.Errorf("request %d: token %s handed out twice", i, b.Lease.Token)
 					}
 					continue
@@ -212,7 +213,7 @@ func TestMarkDoneBatch(t *testing.T) {
 	_, pool := testenv.NewMigratedDatabase(t)
 	ctx := context.Background()
 	r := newRegistry(t, pool, "me", registry.Options{})
-	var reqs []registry.ClaimRequest
+	var reqs []claim.Request
 	for i := range 50 {
 		reqs = append(reqs, req("h", fmt.Sprintf("e%d", i), fmt.Sprintf("agg-%d", i%5), int64(i/5+1), skip))
 	}
@@ -220,10 +221,10 @@ func TestMarkDoneBatch(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	items := make([]registry.Done, len(res))
+	items := make([]claim.Done, len(res))
 	for i, c := range res {
-		mustKind(t, c, registry.Claimed)
-		items[i] = registry.Done{Lease: c.Lease, Outcome: registry.Applied()}
+		mustKind(t, c, claim.Claimed)
+		items[i] = claim.Done{Lease: c.Lease, Outcome: claim.Applied()}
 	}
 	// One lease is forged: only it fails.
 	items[7].Lease.Token = "00000000-0000-4000-8000-000000000000"
@@ -242,34 +243,34 @@ func TestMarkDoneBatch(t *testing.T) {
 			t.Fatalf("agg-%d last %d %v", a, last, err)
 		}
 	}
-	if got := row(t, r, "h", "e7"); got.Status != registry.StatusProcessing {
+	if got := row(t, r, "h", "e7"); got.Status != claim.StatusProcessing {
 		t.Fatalf("forged lease changed the row: %+v", got)
 	}
 	// An old and the current lease of one event in one batch: only the
 	// current one counts.
-	old := claim(t, r, req("h", "x", "agg-x", 1, skip))
+	old := claimOne(t, r, req("h", "x", "agg-x", 1, skip))
 	if err := r.Release(ctx, old.Lease); err != nil {
 		t.Fatal(err)
 	}
-	cur := claim(t, r, req("h", "x", "agg-x", 1, skip))
-	errs, err = r.MarkDoneBatch(ctx, []registry.Done{{Lease: old.Lease, Outcome: registry.Applied()}, {Lease: cur.Lease, Outcome: registry.Applied()}})
+	cur := claimOne(t, r, req("h", "x", "agg-x", 1, skip))
+	errs, err = r.MarkDoneBatch(ctx, []claim.Done{{Lease: old.Lease, Outcome: claim.Applied()}, {Lease: cur.Lease, Outcome: claim.Applied()}})
 	if err != nil || !errors.Is(errs[0], registry.ErrLeaseLost) || errs[1] != nil {
 		t.Fatalf("old and current lease: %v %v", errs, err)
 	}
-	hb, err := r.HeartbeatBatch(ctx, []registry.Lease{old.Lease, cur.Lease})
+	hb, err := r.HeartbeatBatch(ctx, []claim.Lease{old.Lease, cur.Lease})
 	if err != nil || !errors.Is(hb[0], registry.ErrLeaseLost) || !errors.Is(hb[1], registry.ErrLeaseLost) {
 		t.Fatalf("heartbeat after done: %v %v", hb, err)
 	}
 
 	// The same lease twice in one batch, once in upper case: both done.
-	dup := claim(t, r, req("h", "dup", "agg-dup", 1, skip))
+	dup := claimOne(t, r, req("h", "dup", "agg-dup", 1, skip))
 	upper := dup.Lease
 	upper.Token = strings.ToUpper(upper.Token)
-	errs, err = r.MarkDoneBatch(ctx, []registry.Done{{Lease: dup.Lease, Outcome: registry.Applied()}, {Lease: upper, Outcome: registry.Rejected("twice")}})
+	errs, err = r.MarkDoneBatch(ctx, []claim.Done{{Lease: dup.Lease, Outcome: claim.Applied()}, {Lease: upper, Outcome: claim.Rejected("twice")}})
 	if err != nil || errs[0] != nil || errs[1] != nil {
 		t.Fatalf("same lease twice: %v %v", errs, err)
 	}
-	if got := row(t, r, "h", "dup"); got.Status != registry.StatusDone {
+	if got := row(t, r, "h", "dup"); got.Status != claim.StatusDone {
 		t.Fatalf("dup row %+v", got)
 	}
 
@@ -302,24 +303,24 @@ func TestBatchRoundTrips(t *testing.T) {
 	defer pool.Close()
 	ctx := context.Background()
 	r := newRegistry(t, pool, "me", registry.Options{})
-	batch := func(prefix string, n int) []registry.ClaimRequest {
-		var out []registry.ClaimRequest
+	batch := func(prefix string, n int) []claim.Request {
+		var out []claim.Request
 		for i := range n {
 			out = append(out, req("h", fmt.Sprintf("%s-%d", prefix, i), fmt.Sprintf("%s-agg-%d", prefix, i), 1, wait))
 		}
 		return out
 	}
-	claimAndDone := func(reqs []registry.ClaimRequest) (claimQ, claimRT, doneQ, doneRT int64) {
+	claimAndDone := func(reqs []claim.Request) (claimQ, claimRT, doneQ, doneRT int64) {
 		q0, t0 := counter.n.Load(), p.Turns()
 		res, err := r.ClaimBatch(ctx, reqs)
 		if err != nil {
 			t.Fatal(err)
 		}
 		q1, t1 := counter.n.Load(), p.Turns()
-		items := make([]registry.Done, len(res))
+		items := make([]claim.Done, len(res))
 		for i, c := range res {
-			mustKind(t, c, registry.Claimed)
-			items[i] = registry.Done{Lease: c.Lease, Outcome: registry.Applied()}
+			mustKind(t, c, claim.Claimed)
+			items[i] = claim.Done{Lease: c.Lease, Outcome: claim.Applied()}
 		}
 		if errs, err := r.MarkDoneBatch(ctx, items); err != nil || errors.Join(errs...) != nil {
 			t.Fatal(err, errs)
@@ -338,7 +339,7 @@ func TestBatchRoundTrips(t *testing.T) {
 
 	q0, t0 := counter.n.Load(), p.Turns()
 	for _, q := range batch("single", 100) {
-		res := claim(t, r, q)
+		res := claimOne(t, r, q)
 		markDone(t, r, res.Lease)
 	}
 	pq, prt := counter.n.Load()-q0, p.Turns()-t0
@@ -352,7 +353,7 @@ func TestBatchRoundTrips(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	leases := make([]registry.Lease, len(res))
+	leases := make([]claim.Lease, len(res))
 	for i, c := range res {
 		leases[i] = c.Lease
 	}

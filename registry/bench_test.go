@@ -6,16 +6,17 @@ import (
 	"fmt"
 	"testing"
 
+	"github.com/sluicehq/sluice/internal/testenv"
 	"github.com/sluicehq/sluice/registry"
-	"github.com/sluicehq/sluice/shared/testenv"
+	"github.com/sluicehq/sluice/shared/claim"
 )
 
 // benchEvents returns n claim requests under wait-for-predecessor whose
 // aggregates cycle over 1000 ids, so every event is its aggregate's next
 // slot and each batch of ≤ 1000 touches distinct aggregates.
-func benchEvents(run string, from, n int) []registry.ClaimRequest {
+func benchEvents(run string, from, n int) []claim.Request {
 	h := "bench-" + run
-	out := make([]registry.ClaimRequest, n)
+	out := make([]claim.Request, n)
 	for i := range out {
 		k := from + i
 		out[i] = req(h, fmt.Sprintf("%s-%d", run, k), fmt.Sprintf("agg-%d", k%1000), int64(k/1000+1), wait)
@@ -43,10 +44,10 @@ func BenchmarkClaimMarkDone(b *testing.B) {
 				reqs := benchEvents(run, start, n)
 				if size == 1 {
 					res, err := r.Claim(ctx, reqs[0])
-					if err != nil || res.Kind != registry.Claimed {
+					if err != nil || res.Kind != claim.Claimed {
 						b.Fatal(res.Kind, err)
 					}
-					if err := r.MarkDone(ctx, res.Lease, registry.Applied()); err != nil {
+					if err := r.MarkDone(ctx, res.Lease, claim.Applied()); err != nil {
 						b.Fatal(err)
 					}
 					continue
@@ -69,14 +70,14 @@ func BenchmarkClaimBatch(b *testing.B) {
 	for start := 0; start < b.N; start += size {
 		reqs := benchEvents(run, start, min(size, b.N-start))
 		for i := range reqs {
-			reqs[i].Policy = registry.SkipStale // nothing is marked done here
+			reqs[i].Policy = claim.SkipStale // nothing is marked done here
 		}
 		res, err := r.ClaimBatch(ctx, reqs)
 		if err != nil {
 			b.Fatal(err)
 		}
 		for _, c := range res {
-			if c.Kind != registry.Claimed {
+			if c.Kind != claim.Claimed {
 				b.Fatal(c.Kind)
 			}
 		}
@@ -101,7 +102,7 @@ func BenchmarkClaimRedelivery(b *testing.B) {
 			b.Fatal(err)
 		}
 		for _, c := range res {
-			if c.Kind != registry.DuplicateDone {
+			if c.Kind != claim.DuplicateDone {
 				b.Fatal(c.Kind)
 			}
 		}
@@ -111,18 +112,18 @@ func BenchmarkClaimRedelivery(b *testing.B) {
 
 // claimAndMarkDone claims reqs with one ClaimBatch, requires every one to be
 // CLAIMED, and marks them all done with one MarkDoneBatch.
-func claimAndMarkDone(ctx context.Context, b *testing.B, r *registry.Registry, reqs []registry.ClaimRequest) {
+func claimAndMarkDone(ctx context.Context, b *testing.B, r *registry.Registry, reqs []claim.Request) {
 	b.Helper()
 	res, err := r.ClaimBatch(ctx, reqs)
 	if err != nil {
 		b.Fatal(err)
 	}
-	items := make([]registry.Done, len(res))
+	items := make([]claim.Done, len(res))
 	for i, c := range res {
-		if c.Kind != registry.Claimed {
+		if c.Kind != claim.Claimed {
 			b.Fatalf("event %s: %s", reqs[i].EventID, c.Kind)
 		}
-		items[i] = registry.Done{Lease: c.Lease, Outcome: registry.Applied()}
+		items[i] = claim.Done{Lease: c.Lease, Outcome: claim.Applied()}
 	}
 	if errs, err := r.MarkDoneBatch(ctx, items); err != nil || errors.Join(errs...) != nil {
 		b.Fatal(err, errs)

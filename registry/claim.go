@@ -8,6 +8,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgtype"
 
+	"github.com/sluicehq/sluice/shared/claim"
 	"github.com/sluicehq/sluice/shared/envelope"
 )
 
@@ -21,10 +22,10 @@ FROM sluice.registry_claim_batch($1::text[], $2::text[], $3::text[], $4::bigint[
 
 // Claim claims one event for one handler (docs/registry.md#claim-results): the same as ClaimBatch
 // with one request. See Kind for what each result asks the caller to do.
-func (r *Registry) Claim(ctx context.Context, req ClaimRequest) (ClaimResult, error) {
-	res, err := r.ClaimBatch(ctx, []ClaimRequest{req})
+func (r *Registry) Claim(ctx context.Context, req claim.Request) (claim.Result, error) {
+	res, err := r.ClaimBatch(ctx, []claim.Request{req})
 	if err != nil {
-		return ClaimResult{}, err
+		return claim.Result{}, err
 	}
 	return res[0], nil
 }
@@ -42,7 +43,7 @@ func (r *Registry) Claim(ctx context.Context, req ClaimRequest) (ClaimResult, er
 // The per-(handler, aggregate) advisory locks of the batch are taken in one
 // global order, so concurrent batches cannot deadlock. An invalid request
 // fails the whole call with a *RequestError before anything is sent.
-func (r *Registry) ClaimBatch(ctx context.Context, reqs []ClaimRequest) ([]ClaimResult, error) {
+func (r *Registry) ClaimBatch(ctx context.Context, reqs []claim.Request) ([]claim.Result, error) {
 	if len(reqs) == 0 {
 		return nil, nil
 	}
@@ -65,7 +66,7 @@ func (r *Registry) ClaimBatch(ctx context.Context, reqs []ClaimRequest) ([]Claim
 		if j, ok := firstOf[k]; ok {
 			p := pos[j]
 			if aggregates[p] != agg || seqs[p] != q.Seq || reqs[j].Policy != q.Policy {
-				return nil, &RequestError{Index: i, Field: "event_id", Reason: fmt.Sprintf("event %q appears twice in the batch with different aggregate, sequence or policy", q.EventID)}
+				return nil, &claim.RequestError{Index: i, Field: "event_id", Reason: fmt.Sprintf("event %q appears twice in the batch with different aggregate, sequence or policy", q.EventID)}
 			}
 			pos[i] = -1 - j
 			continue
@@ -76,12 +77,12 @@ func (r *Registry) ClaimBatch(ctx context.Context, reqs []ClaimRequest) ([]Claim
 		eventIDs = append(eventIDs, q.EventID)
 		aggregates = append(aggregates, agg)
 		seqs = append(seqs, q.Seq)
-		waits = append(waits, pgtype.Bool{Bool: q.Policy == WaitForPredecessor, Valid: q.Policy != Unguarded})
+		waits = append(waits, pgtype.Bool{Bool: q.Policy == claim.WaitForPredecessor, Valid: q.Policy != claim.Unguarded})
 	}
 
 	instance := r.currentInstance()
 	tokens := newTokens(len(handlers))
-	uniq := make([]ClaimResult, len(handlers))
+	uniq := make([]claim.Result, len(handlers))
 	err := r.run(ctx, "claim", func(ctx context.Context) error {
 		rows, err := r.pool.Query(ctx, claimSQL, handlers, eventIDs, aggregates, seqs, waits, tokens,
 			r.opts.Owner, instance, r.opts.LeaseTimeout.Microseconds())
@@ -112,7 +113,7 @@ func (r *Registry) ClaimBatch(ctx context.Context, reqs []ClaimRequest) ([]Claim
 				return err
 			}
 			p := int(idx - 1)
-			res := ClaimResult{
+			res := claim.Result{
 				Kind:         k,
 				Attempt:      int(attempt.Int32),
 				Holder:       holder.String,
@@ -127,14 +128,14 @@ func (r *Registry) ClaimBatch(ctx context.Context, reqs []ClaimRequest) ([]Claim
 			}
 			if stalledUS.Valid {
 				res.Stalled = time.Duration(max(stalledUS.Int64, 0)) * time.Microsecond
-				res.HealDue = k == Wait && res.Stalled >= r.opts.LeaseTimeout
+				res.HealDue = k == claim.Wait && res.Stalled >= r.opts.LeaseTimeout
 			}
 			if res.Outcome, err = decodeOutcome(outcome); err != nil {
 				return err
 			}
-			if k == Claimed {
+			if k == claim.Claimed {
 				res.Holder = r.opts.Owner
-				res.Lease = Lease{Handler: handlers[p], EventID: eventIDs[p], Token: formatUUID(tokens[p].Bytes), Attempt: res.Attempt}
+				res.Lease = claim.Lease{Handler: handlers[p], EventID: eventIDs[p], Token: formatUUID(tokens[p].Bytes), Attempt: res.Attempt}
 			}
 			uniq[p] = res
 			n++
@@ -154,15 +155,15 @@ func (r *Registry) ClaimBatch(ctx context.Context, reqs []ClaimRequest) ([]Claim
 		return nil, err
 	}
 
-	out := make([]ClaimResult, len(reqs))
+	out := make([]claim.Result, len(reqs))
 	for i, p := range pos {
 		if p >= 0 {
 			out[i] = uniq[p]
 			continue
 		}
 		first := out[-1-p]
-		if first.Kind == Claimed {
-			first = ClaimResult{Kind: InProgress, Attempt: first.Attempt, Holder: r.opts.Owner, LastSequence: first.LastSequence}
+		if first.Kind == claim.Claimed {
+			first = claim.Result{Kind: claim.InProgress, Attempt: first.Attempt, Holder: r.opts.Owner, LastSequence: first.LastSequence}
 		}
 		out[i] = first
 	}
@@ -170,19 +171,19 @@ func (r *Registry) ClaimBatch(ctx context.Context, reqs []ClaimRequest) ([]Claim
 }
 
 // validateClaim checks a request and returns its normalised aggregate id.
-func validateClaim(i int, q ClaimRequest) (string, error) {
+func validateClaim(i int, q claim.Request) (string, error) {
 	if err := validateKey(i, q.Handler, q.EventID); err != nil {
 		return "", err
 	}
 	agg, err := envelope.NormalizeAggregateID(q.AggregateID)
 	if err != nil {
-		return "", &RequestError{Index: i, Field: "aggregate_id", Reason: err.Error(), Err: err}
+		return "", &claim.RequestError{Index: i, Field: "aggregate_id", Reason: err.Error(), Err: err}
 	}
 	if q.Seq < 1 {
-		return "", &RequestError{Index: i, Field: "seq", Reason: fmt.Sprintf("sequence %d must be at least 1", q.Seq)}
+		return "", &claim.RequestError{Index: i, Field: "seq", Reason: fmt.Sprintf("sequence %d must be at least 1", q.Seq)}
 	}
 	if !q.Policy.Valid() {
-		return "", &RequestError{Index: i, Field: "policy", Reason: fmt.Sprintf("%s is not SkipStale, WaitForPredecessor or Unguarded", q.Policy)}
+		return "", &claim.RequestError{Index: i, Field: "policy", Reason: fmt.Sprintf("%s is not SkipStale, WaitForPredecessor or Unguarded", q.Policy)}
 	}
 	return agg, nil
 }
@@ -192,23 +193,23 @@ func validateKey(i int, handler, eventID string) error {
 	for _, f := range []struct{ name, v string }{{"handler", handler}, {"event_id", eventID}} {
 		switch {
 		case f.v == "":
-			return &RequestError{Index: i, Field: f.name, Reason: "must not be empty"}
+			return &claim.RequestError{Index: i, Field: f.name, Reason: "must not be empty"}
 		case len(f.v) > maxIDBytes:
-			return &RequestError{Index: i, Field: f.name, Reason: fmt.Sprintf("is %d bytes; the limit is %d", len(f.v), maxIDBytes)}
+			return &claim.RequestError{Index: i, Field: f.name, Reason: fmt.Sprintf("is %d bytes; the limit is %d", len(f.v), maxIDBytes)}
 		case !cleanID(f.v):
-			return &RequestError{Index: i, Field: f.name, Reason: "must be valid UTF-8 without control characters"}
+			return &claim.RequestError{Index: i, Field: f.name, Reason: "must be valid UTF-8 without control characters"}
 		}
 	}
 	return nil
 }
 
 // validateLease checks a lease before a fenced write.
-func validateLease(i int, l Lease) error {
+func validateLease(i int, l claim.Lease) error {
 	if err := validateKey(i, l.Handler, l.EventID); err != nil {
 		return err
 	}
 	if !validUUID(l.Token) {
-		return &RequestError{Index: i, Field: "lease_token", Reason: fmt.Sprintf("%q is not a lease token from Claim", l.Token)}
+		return &claim.RequestError{Index: i, Field: "lease_token", Reason: fmt.Sprintf("%q is not a lease token from Claim", l.Token)}
 	}
 	return nil
 }

@@ -5,19 +5,19 @@
 //
 // Every worker passes it before any side effect:
 //
-//	res, err := reg.Claim(ctx, registry.ClaimRequest{Handler: h, EventID: id,
-//		AggregateID: agg, Seq: seq, Policy: registry.WaitForPredecessor})
+//	res, err := reg.Claim(ctx, claim.Request{Handler: h, EventID: id,
+//		AggregateID: agg, Seq: seq, Policy: claim.WaitForPredecessor})
 //	// errors.Is(err, registry.ErrUnavailable): pause, do not commit, retry.
 //	switch res.Kind {
-//	case registry.Claimed:
+//	case claim.Claimed:
 //		pctx, stop := reg.Hold(ctx, res.Lease) // heartbeats; cancelled if the lease is lost
 //		outcome, perr := process(pctx)          // the side effect
 //		stop()
-//		if perr != nil { reg.MarkFailed(ctx, res.Lease, registry.Failure{...}) } else {
+//		if perr != nil { reg.MarkFailed(ctx, res.Lease, claim.Failure{...}) } else {
 //			reg.MarkDone(ctx, res.Lease, outcome) } // then commit the offset
-//	case registry.DuplicateDone, registry.Stale:  // acknowledge without effect
-//	case registry.InProgress, registry.RetryLater, registry.Wait: // retry later, do not commit past it
-//	case registry.Dead:                           // already dead-lettered
+//	case claim.DuplicateDone, claim.Stale:  // acknowledge without effect
+//	case claim.InProgress, claim.RetryLater, claim.Wait: // retry later, do not commit past it
+//	case claim.Dead:                           // already dead-lettered
 //	}
 //
 // The guarantees it keeps:

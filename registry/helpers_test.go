@@ -8,8 +8,9 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/sluicehq/sluice/internal/testenv"
 	"github.com/sluicehq/sluice/registry"
-	"github.com/sluicehq/sluice/shared/testenv"
+	"github.com/sluicehq/sluice/shared/claim"
 )
 
 // newRegistry returns a Registry on pool; opts.Owner defaults to owner.
@@ -23,7 +24,7 @@ func newRegistry(t testing.TB, pool *pgxpool.Pool, owner string, opts registry.O
 	return r
 }
 
-func claim(t testing.TB, r *registry.Registry, req registry.ClaimRequest) registry.ClaimResult {
+func claimOne(t testing.TB, r *registry.Registry, req claim.Request) claim.Result {
 	t.Helper()
 	res, err := r.Claim(context.Background(), req)
 	if err != nil {
@@ -32,33 +33,33 @@ func claim(t testing.TB, r *registry.Registry, req registry.ClaimRequest) regist
 	return res
 }
 
-func mustKind(t testing.TB, res registry.ClaimResult, want registry.Kind) {
+func mustKind(t testing.TB, res claim.Result, want claim.Kind) {
 	t.Helper()
 	if res.Kind != want {
 		t.Fatalf("got %s (%+v), want %s", res.Kind, res, want)
 	}
 }
 
-func markDone(t testing.TB, r *registry.Registry, l registry.Lease) {
+func markDone(t testing.TB, r *registry.Registry, l claim.Lease) {
 	t.Helper()
-	if err := r.MarkDone(context.Background(), l, registry.Applied()); err != nil {
+	if err := r.MarkDone(context.Background(), l, claim.Applied()); err != nil {
 		t.Fatalf("mark done %s: %v", l.EventID, err)
 	}
 }
 
 // claimDone claims and marks done one event, which must be claimable.
-func claimDone(t testing.TB, r *registry.Registry, req registry.ClaimRequest) {
+func claimDone(t testing.TB, r *registry.Registry, req claim.Request) {
 	t.Helper()
-	res := claim(t, r, req)
-	mustKind(t, res, registry.Claimed)
+	res := claimOne(t, r, req)
+	mustKind(t, res, claim.Claimed)
 	markDone(t, r, res.Lease)
 }
 
-func req(handler, eventID, agg string, seq int64, p registry.Policy) registry.ClaimRequest {
-	return registry.ClaimRequest{Handler: handler, EventID: eventID, AggregateID: agg, Seq: seq, Policy: p}
+func req(handler, eventID, agg string, seq int64, p claim.Policy) claim.Request {
+	return claim.Request{Handler: handler, EventID: eventID, AggregateID: agg, Seq: seq, Policy: p}
 }
 
-func row(t testing.TB, r *registry.Registry, handler, eventID string) registry.Row {
+func row(t testing.TB, r *registry.Registry, handler, eventID string) claim.Row {
 	t.Helper()
 	got, err := r.GetRow(context.Background(), handler, eventID)
 	if err != nil {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/sluicehq/sluice/shared/claim"
 	"sync"
 	"time"
 )
@@ -19,7 +20,7 @@ type heartbeats struct {
 }
 
 type held struct {
-	lease  Lease
+	lease  claim.Lease
 	cancel context.CancelCauseFunc
 	lastOK time.Time // local monotonic reading of the last successful renewal
 }
@@ -39,7 +40,7 @@ type held struct {
 // Call stop when processing ends (before or after MarkDone/MarkFailed); it
 // is idempotent and cancels the returned context. A malformed lease is not
 // held: the context is cancelled at once with a *RequestError cause.
-func (r *Registry) Hold(ctx context.Context, lease Lease) (context.Context, func()) {
+func (r *Registry) Hold(ctx context.Context, lease claim.Lease) (context.Context, func()) {
 	hctx, cancel := context.WithCancelCause(ctx)
 	if err := validateLease(0, lease); err != nil {
 		cancel(err) // never held: one bad lease must not fail everyone's heartbeats
@@ -90,7 +91,7 @@ func (r *Registry) heartbeatLoop() {
 		}
 		ids := make([]uint64, 0, len(h.entries))
 		entries := make([]*held, 0, len(h.entries))
-		leases := make([]Lease, 0, len(h.entries))
+		leases := make([]claim.Lease, 0, len(h.entries))
 		for id, e := range h.entries {
 			ids = append(ids, id)
 			entries = append(entries, e)

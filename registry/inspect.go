@@ -6,6 +6,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/sluicehq/sluice/shared/claim"
 	"github.com/sluicehq/sluice/shared/envelope"
 )
 
@@ -25,9 +26,9 @@ type Version struct {
 // MaxGetMany), ordered by event_id and handler: the rows of a page of one
 // aggregate's events in one query (the operator console's aggregate view).
 // Ids without a row are absent from the result.
-func (r *Registry) GetMany(ctx context.Context, eventIDs []string) ([]Row, error) {
+func (r *Registry) GetMany(ctx context.Context, eventIDs []string) ([]claim.Row, error) {
 	if len(eventIDs) > MaxGetMany {
-		return nil, &RequestError{Field: "event_id", Reason: fmt.Sprintf("%d event ids, at most %d per call", len(eventIDs), MaxGetMany)}
+		return nil, &claim.RequestError{Field: "event_id", Reason: fmt.Sprintf("%d event ids, at most %d per call", len(eventIDs), MaxGetMany)}
 	}
 	for i, id := range eventIDs {
 		if err := validateKey(i, "-", id); err != nil {
@@ -35,7 +36,7 @@ func (r *Registry) GetMany(ctx context.Context, eventIDs []string) ([]Row, error
 		}
 	}
 	if len(eventIDs) == 0 {
-		return []Row{}, nil
+		return []claim.Row{}, nil
 	}
 	return r.queryRows(ctx, "get many", `SELECT `+rowColumns+` FROM sluice.processed_events
 			WHERE event_id = ANY($1::text[]) ORDER BY event_id, handler`, eventIDs)
@@ -49,7 +50,7 @@ func (r *Registry) GetMany(ctx context.Context, eventIDs []string) ([]Row, error
 func (r *Registry) Versions(ctx context.Context, aggregateID string, handlers []string) ([]Version, error) {
 	agg, err := envelope.NormalizeAggregateID(aggregateID)
 	if err != nil {
-		return nil, &RequestError{Field: "aggregate_id", Reason: err.Error(), Err: err}
+		return nil, &claim.RequestError{Field: "aggregate_id", Reason: err.Error(), Err: err}
 	}
 	hs := slices.Clone(handlers)
 	slices.Sort(hs)

@@ -9,8 +9,9 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/sluicehq/sluice/internal/testenv"
 	"github.com/sluicehq/sluice/registry"
-	"github.com/sluicehq/sluice/shared/testenv"
+	"github.com/sluicehq/sluice/shared/claim"
 )
 
 // GetMany and Versions answer the operator console's aggregate view: the
@@ -21,15 +22,15 @@ func TestGetManyAndVersions(t *testing.T) {
 	r := newRegistry(t, pool, "w1", registry.Options{MaxAttempts: 5})
 	agg, other := "Instance:shop:orders:"+uuid.NewString()[:8], "Instance:shop:orders:other"
 	e1, e2, e3, e4 := uuid.NewString(), uuid.NewString(), uuid.NewString(), uuid.NewString()
-	claimDone(t, r, req("instanceworker", e1, agg, 1, registry.WaitForPredecessor))
-	claimDone(t, r, req("instanceworker", e2, agg, 2, registry.WaitForPredecessor))
-	claimDone(t, r, req("projection:history:v1", e1, agg, 1, registry.SkipStale))
-	res := claim(t, r, req("projection:history:v1", e3, agg, 3, registry.SkipStale))
-	mustKind(t, res, registry.Claimed)
-	if _, err := r.MarkFailed(ctx, res.Lease, registry.Failure{Err: errors.New("es said no"), Retryable: true}); err != nil {
+	claimDone(t, r, req("instanceworker", e1, agg, 1, claim.WaitForPredecessor))
+	claimDone(t, r, req("instanceworker", e2, agg, 2, claim.WaitForPredecessor))
+	claimDone(t, r, req("projection:history:v1", e1, agg, 1, claim.SkipStale))
+	res := claimOne(t, r, req("projection:history:v1", e3, agg, 3, claim.SkipStale))
+	mustKind(t, res, claim.Claimed)
+	if _, err := r.MarkFailed(ctx, res.Lease, claim.Failure{Err: errors.New("es said no"), Retryable: true}); err != nil {
 		t.Fatal(err)
 	}
-	claimDone(t, r, req("instanceworker", e4, other, 1, registry.WaitForPredecessor))
+	claimDone(t, r, req("instanceworker", e4, other, 1, claim.WaitForPredecessor))
 
 	rows, err := r.GetMany(ctx, []string{e1, e2, e3, uuid.NewString()})
 	if err != nil {

@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgtype"
 
+	"github.com/sluicehq/sluice/shared/claim"
 	"github.com/sluicehq/sluice/shared/envelope"
 )
 
@@ -85,8 +86,8 @@ WHERE pe.status = 'done'`
 // in the same transaction. Repeating a successful MarkDone with the same
 // lease is a no-op success. Commit the record's offset only after it
 // returns nil.
-func (r *Registry) MarkDone(ctx context.Context, lease Lease, outcome Outcome) error {
-	errs, err := r.MarkDoneBatch(ctx, []Done{{Lease: lease, Outcome: outcome}})
+func (r *Registry) MarkDone(ctx context.Context, lease claim.Lease, outcome claim.Outcome) error {
+	errs, err := r.MarkDoneBatch(ctx, []claim.Done{{Lease: lease, Outcome: outcome}})
 	if err != nil {
 		return err
 	}
@@ -96,7 +97,7 @@ func (r *Registry) MarkDone(ctx context.Context, lease Lease, outcome Outcome) e
 // MarkDoneBatch is MarkDone for many leases in one round trip and one
 // transaction. errs[i] is nil when items[i] is done, or a *LeaseLostError;
 // err is set when the call as a whole failed (nothing was marked).
-func (r *Registry) MarkDoneBatch(ctx context.Context, items []Done) (errs []error, err error) {
+func (r *Registry) MarkDoneBatch(ctx context.Context, items []claim.Done) (errs []error, err error) {
 	if len(items) == 0 {
 		return nil, nil
 	}
@@ -105,7 +106,7 @@ func (r *Registry) MarkDoneBatch(ctx context.Context, items []Done) (errs []erro
 			return nil, err
 		}
 		if err := validateOutcome(it.Outcome); err != nil {
-			return nil, &RequestError{Index: i, Field: "outcome", Reason: err.Error()}
+			return nil, &claim.RequestError{Index: i, Field: "outcome", Reason: err.Error()}
 		}
 	}
 	// The statement gets each (handler, event_id, token) once, in lock
@@ -122,13 +123,13 @@ func (r *Registry) MarkDoneBatch(ctx context.Context, items []Done) (errs []erro
 		tokens    = make([]pgtype.UUID, 0, len(items))
 		outcomeOf = make([]int32, 0, len(items))
 		outcomes  []string
-		codes     = map[Outcome]int32{}
+		codes     = map[claim.Outcome]int32{}
 	)
-	for _, i := range lockOrder(len(items), func(i int) Lease { return items[i].Lease }) {
+	for _, i := range lockOrder(len(items), func(i int) claim.Lease { return items[i].Lease }) {
 		it := items[i]
 		tok, err := uuid.Parse(it.Lease.Token)
 		if err != nil { // validated above
-			return nil, &RequestError{Index: i, Field: "lease_token", Reason: err.Error(), Err: err}
+			return nil, &claim.RequestError{Index: i, Field: "lease_token", Reason: err.Error(), Err: err}
 		}
 		k := key{it.Lease.Handler, it.Lease.EventID, tok}
 		if j, ok := seen[k]; ok {
@@ -232,9 +233,9 @@ WHERE handler = $1 AND event_id = $2 AND lease_token = $3::text::uuid AND status
 // finishes its slot — send the record to the DLQ, then commit. A dead row is
 // not run again by redelivery (Claim gives DEAD); only Redrive resets it.
 // Returns *LeaseLostError if the lease is no longer current.
-func (r *Registry) MarkFailed(ctx context.Context, lease Lease, f Failure) (FailResult, error) {
+func (r *Registry) MarkFailed(ctx context.Context, lease claim.Lease, f claim.Failure) (claim.FailResult, error) {
 	if err := validateLease(0, lease); err != nil {
-		return FailResult{}, err
+		return claim.FailResult{}, err
 	}
 	maxAttempts := r.opts.MaxAttempts
 	if f.MaxAttempts > 0 {
@@ -244,7 +245,7 @@ func (r *Registry) MarkFailed(ctx context.Context, lease Lease, f Failure) (Fail
 	if f.Err != nil {
 		msg = cleanText(f.Err.Error())
 	}
-	var res FailResult
+	var res claim.FailResult
 	found := false
 	err := r.run(ctx, "mark failed", func(ctx context.Context) error {
 		var (
@@ -264,7 +265,7 @@ func (r *Registry) MarkFailed(ctx context.Context, lease Lease, f Failure) (Fail
 			return err
 		}
 		found = true
-		res = FailResult{Status: Status(status), Attempt: int(attemptCount)}
+		res = claim.FailResult{Status: claim.Status(status), Attempt: int(attemptCount)}
 		if next.Valid {
 			res.NotBefore = next.Time
 		}
@@ -277,10 +278,10 @@ func (r *Registry) MarkFailed(ctx context.Context, lease Lease, f Failure) (Fail
 		return nil
 	})
 	if err != nil {
-		return FailResult{}, err
+		return claim.FailResult{}, err
 	}
 	if !found {
-		return FailResult{}, &LeaseLostError{Op: "mark failed", Handler: lease.Handler, EventID: lease.EventID}
+		return claim.FailResult{}, &LeaseLostError{Op: "mark failed", Handler: lease.Handler, EventID: lease.EventID}
 	}
 	return res, nil
 }
@@ -289,7 +290,7 @@ func (r *Registry) MarkFailed(ctx context.Context, lease Lease, f Failure) (Fail
 // "finish or release in-flight claims", docs/worker-runtime.md#shutdown-sigterm): the row becomes failed and
 // due at once, so any owner may claim it again with the same attempt number.
 // Returns *LeaseLostError if the lease is no longer current.
-func (r *Registry) Release(ctx context.Context, lease Lease) error {
+func (r *Registry) Release(ctx context.Context, lease claim.Lease) error {
 	if err := validateLease(0, lease); err != nil {
 		return err
 	}
@@ -361,8 +362,8 @@ RETURNING pe.handler, pe.event_id, pe.lease_token::text`
 // returns *LeaseLostError when the lease was taken or the row is no longer
 // processing: stop processing at once. A lease past its timeout that nobody
 // reclaimed yet is still extended. Hold calls this for you.
-func (r *Registry) Heartbeat(ctx context.Context, lease Lease) error {
-	errs, err := r.HeartbeatBatch(ctx, []Lease{lease})
+func (r *Registry) Heartbeat(ctx context.Context, lease claim.Lease) error {
+	errs, err := r.HeartbeatBatch(ctx, []claim.Lease{lease})
 	if err != nil {
 		return err
 	}
@@ -371,7 +372,7 @@ func (r *Registry) Heartbeat(ctx context.Context, lease Lease) error {
 
 // HeartbeatBatch is Heartbeat for many leases in one round trip; errs[i] is
 // nil or a *LeaseLostError for leases[i].
-func (r *Registry) HeartbeatBatch(ctx context.Context, leases []Lease) (errs []error, err error) {
+func (r *Registry) HeartbeatBatch(ctx context.Context, leases []claim.Lease) (errs []error, err error) {
 	if len(leases) == 0 {
 		return nil, nil
 	}
@@ -383,7 +384,7 @@ func (r *Registry) HeartbeatBatch(ctx context.Context, leases []Lease) (errs []e
 			return nil, err
 		}
 	}
-	for j, i := range lockOrder(len(leases), func(i int) Lease { return leases[i] }) {
+	for j, i := range lockOrder(len(leases), func(i int) claim.Lease { return leases[i] }) {
 		handlers[j], eventIDs[j], tokens[j] = leases[i].Handler, leases[i].EventID, leases[i].Token
 	}
 	return r.fencedUpdate(ctx, "heartbeat", heartbeatSQL, leases, handlers, eventIDs, tokens)
@@ -402,10 +403,10 @@ func (r *Registry) AdvanceTo(ctx context.Context, handler, aggregateID string, s
 	}
 	agg, err := envelope.NormalizeAggregateID(aggregateID)
 	if err != nil {
-		return 0, &RequestError{Field: "aggregate_id", Reason: err.Error(), Err: err}
+		return 0, &claim.RequestError{Field: "aggregate_id", Reason: err.Error(), Err: err}
 	}
 	if seq < 1 {
-		return 0, &RequestError{Field: "seq", Reason: fmt.Sprintf("sequence %d must be at least 1", seq)}
+		return 0, &claim.RequestError{Field: "seq", Reason: fmt.Sprintf("sequence %d must be at least 1", seq)}
 	}
 	var last int64
 	err = r.run(ctx, "advance", func(ctx context.Context) error {
@@ -432,7 +433,7 @@ func (r *Registry) LastSequence(ctx context.Context, handler, aggregateID string
 	}
 	agg, err := envelope.NormalizeAggregateID(aggregateID)
 	if err != nil {
-		return 0, &RequestError{Field: "aggregate_id", Reason: err.Error(), Err: err}
+		return 0, &claim.RequestError{Field: "aggregate_id", Reason: err.Error(), Err: err}
 	}
 	var last int64
 	err = r.run(ctx, "last sequence", func(ctx context.Context) error {
@@ -448,7 +449,7 @@ func (r *Registry) LastSequence(ctx context.Context, handler, aggregateID string
 
 // lockOrder returns the indexes 0..n-1 sorted by (handler, event_id) in byte
 // order — the order of the "C" collation in which claims lock rows.
-func lockOrder(n int, lease func(int) Lease) []int {
+func lockOrder(n int, lease func(int) claim.Lease) []int {
 	idx := make([]int, n)
 	for i := range idx {
 		idx[i] = i
@@ -518,7 +519,7 @@ const sqlNoSeqScan = `SELECT set_config('enable_seqscan', 'off', true)`
 // trip. The statement returns (handler, event_id, lease_token) of every row
 // it updated; leases it did not return have been lost. errs[i] is nil or a
 // *LeaseLostError for leases[i]; err is set when the call as a whole failed.
-func (r *Registry) fencedUpdate(ctx context.Context, op, sql string, leases []Lease, args ...any) (errs []error, err error) {
+func (r *Registry) fencedUpdate(ctx context.Context, op, sql string, leases []claim.Lease, args ...any) (errs []error, err error) {
 	type key struct{ handler, eventID, token string }
 	ok := make(map[key]bool, len(leases))
 	err = r.run(ctx, op, func(ctx context.Context) error {

@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/sluicehq/sluice/registry"
+	"github.com/sluicehq/sluice/shared/claim"
 )
 
 // Every method reports an unreachable server as ErrUnavailable.
@@ -30,16 +31,16 @@ func TestUnavailableClosedPort(t *testing.T) {
 	defer pool.Close()
 	r := newRegistry(t, pool, "w", registry.Options{})
 	ctx := context.Background()
-	lease := registry.Lease{Handler: "h", EventID: "e", Token: "00000000-0000-4000-8000-000000000000"}
+	lease := claim.Lease{Handler: "h", EventID: "e", Token: "00000000-0000-4000-8000-000000000000"}
 	ops := map[string]func() error{
 		"check": func() error { return r.Check(ctx) },
 		"claim": func() error { _, err := r.Claim(ctx, req("h", "e", "a", 1, wait)); return err },
 		"claim batch": func() error {
-			_, err := r.ClaimBatch(ctx, []registry.ClaimRequest{req("h", "e", "a", 1, wait)})
+			_, err := r.ClaimBatch(ctx, []claim.Request{req("h", "e", "a", 1, wait)})
 			return err
 		},
-		"mark done":   func() error { return r.MarkDone(ctx, lease, registry.Applied()) },
-		"mark failed": func() error { _, err := r.MarkFailed(ctx, lease, registry.Failure{Err: errors.New("x")}); return err },
+		"mark done":   func() error { return r.MarkDone(ctx, lease, claim.Applied()) },
+		"mark failed": func() error { _, err := r.MarkFailed(ctx, lease, claim.Failure{Err: errors.New("x")}); return err },
 		"heartbeat":   func() error { return r.Heartbeat(ctx, lease) },
 		"release":     func() error { return r.Release(ctx, lease) },
 		"redrive":     func() error { return r.Redrive(ctx, "h", "e") },
@@ -74,14 +75,14 @@ func TestOutageCutAndRestore(t *testing.T) {
 	if err := r.Check(ctx); err != nil {
 		t.Fatal(err)
 	}
-	first := claim(t, r, req("h", "e1", "agg", 1, wait))
-	mustKind(t, first, registry.Claimed)
+	first := claimOne(t, r, req("h", "e1", "agg", 1, wait))
+	mustKind(t, first, claim.Claimed)
 
 	p.Stop()
 	if err := r.Check(ctx); !errors.Is(err, registry.ErrUnavailable) {
 		t.Fatalf("check during outage: %v", err)
 	}
-	if err := r.MarkDone(ctx, first.Lease, registry.Applied()); !errors.Is(err, registry.ErrUnavailable) {
+	if err := r.MarkDone(ctx, first.Lease, claim.Applied()); !errors.Is(err, registry.ErrUnavailable) {
 		t.Fatalf("mark done during outage: %v", err)
 	}
 	if _, err := r.Claim(ctx, req("h", "e2", "agg", 2, wait)); !errors.Is(err, registry.ErrUnavailable) {
@@ -104,7 +105,7 @@ func TestOutageCutAndRestore(t *testing.T) {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	if err := r.MarkDone(ctx, first.Lease, registry.Applied()); err != nil {
+	if err := r.MarkDone(ctx, first.Lease, claim.Applied()); err != nil {
 		t.Fatalf("mark done after restore: %v", err)
 	}
 	claimDone(t, r, req("h", "e2", "agg", 2, wait))
@@ -135,24 +136,24 @@ func TestOutageMidRun(t *testing.T) {
 	}
 	wg.Go(func() {
 		for start := 0; start < events; start += batch {
-			var reqs []registry.ClaimRequest
+			var reqs []claim.Request
 			for i := start; i < start+batch; i++ {
 				reqs = append(reqs, req("h", fmt.Sprintf("e%d", i), fmt.Sprintf("agg-%d", i%50), int64(i/50+1), wait))
 			}
-			var res []registry.ClaimResult
+			var res []claim.Result
 			pending := reqs
-			var items []registry.Done
+			var items []claim.Done
 			for len(pending) > 0 {
 				if err := retry(func() (err error) { res, err = r.ClaimBatch(ctx, pending); return err }); err != nil {
 					loopErr = err
 					return
 				}
-				var again []registry.ClaimRequest
+				var again []claim.Request
 				for i, c := range res {
 					switch c.Kind {
-					case registry.Claimed:
-						items = append(items, registry.Done{Lease: c.Lease, Outcome: registry.Applied()})
-					case registry.DuplicateDone:
+					case claim.Claimed:
+						items = append(items, claim.Done{Lease: c.Lease, Outcome: claim.Applied()})
+					case claim.DuplicateDone:
 					default: // our own claim whose reply was lost: retried below
 						again = append(again, pending[i])
 					}
@@ -214,7 +215,7 @@ func TestHoldGivesUpWhenUnrenewable(t *testing.T) {
 	p, pool, _ := proxiedPool(t, nil, 4)
 	ctx := context.Background()
 	r := newRegistry(t, pool, "w", registry.Options{LeaseTimeout: time.Second, HeartbeatInterval: 200 * time.Millisecond, OpTimeout: 500 * time.Millisecond})
-	res := claim(t, r, req("h", "e", "agg", 1, skip))
+	res := claimOne(t, r, req("h", "e", "agg", 1, skip))
 	hctx, stop := r.Hold(ctx, res.Lease)
 	defer stop()
 	p.Stop()
@@ -248,7 +249,7 @@ func TestLostClaimReplyIsReclaimed(t *testing.T) {
 	if err := direct.QueryRow(ctx, `SELECT status, attempt_count FROM sluice.processed_events WHERE event_id = 'e1'`).Scan(&status, &attempts); err != nil || status != "processing" {
 		t.Fatalf("the claim did not commit (%s, %v): the test needs it to", status, err)
 	}
-	var res registry.ClaimResult
+	var res claim.Result
 	deadline := time.Now().Add(10 * time.Second)
 	for {
 		var err error
@@ -260,14 +261,14 @@ func TestLostClaimReplyIsReclaimed(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	mustKind(t, res, registry.Claimed)
+	mustKind(t, res, claim.Claimed)
 	if res.Lease.Attempt != 2 {
 		t.Fatalf("attempt %d", res.Lease.Attempt)
 	}
 	markDone(t, r, res.Lease)
 	// Another owner still respects a live lease.
 	other := newRegistry(t, pool, "w2", registry.Options{})
-	claimed := claim(t, r, req("h", "e2", "agg", 2, wait))
-	mustKind(t, claimed, registry.Claimed)
-	mustKind(t, claim(t, other, req("h", "e2", "agg", 2, wait)), registry.InProgress)
+	claimed := claimOne(t, r, req("h", "e2", "agg", 2, wait))
+	mustKind(t, claimed, claim.Claimed)
+	mustKind(t, claimOne(t, other, req("h", "e2", "agg", 2, wait)), claim.InProgress)
 }

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/sluicehq/sluice/shared/claim"
 )
 
 // GroupPause is the pause state of one consumer group. A group that was
@@ -60,7 +61,7 @@ type PauseChange struct {
 func (r *Registry) SetGroupPaused(ctx context.Context, group string, paused bool, by, reason string, dryRun bool) (PauseChange, error) {
 	ch := PauseChange{Group: group, DryRun: dryRun}
 	if group == "" {
-		return ch, &RequestError{Field: "group", Reason: "must not be empty"}
+		return ch, &claim.RequestError{Field: "group", Reason: "must not be empty"}
 	}
 	err := pgx.BeginFunc(ctx, r.pool, func(tx pgx.Tx) error {
 		ch.Before = GroupPause{Group: group}

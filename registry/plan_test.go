@@ -9,8 +9,9 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/sluicehq/sluice/internal/testenv"
 	"github.com/sluicehq/sluice/registry"
-	"github.com/sluicehq/sluice/shared/testenv"
+	"github.com/sluicehq/sluice/shared/claim"
 )
 
 // TestBatchStatementsReplanAsTablesGrow: a worker's connections are opened
@@ -38,7 +39,7 @@ func TestBatchStatementsReplanAsTablesGrow(t *testing.T) {
 	const h = "plan"
 	round := func(name string, from int) {
 		t.Helper()
-		reqs := make([]registry.ClaimRequest, 5)
+		reqs := make([]claim.Request, 5)
 		for i := range reqs {
 			k := from + i
 			reqs[i] = req(h, fmt.Sprintf("%s-%d", name, k), fmt.Sprintf("%s-agg-%d", name, k), 1, wait)
@@ -47,13 +48,13 @@ func TestBatchStatementsReplanAsTablesGrow(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		leases := make([]registry.Lease, len(res))
-		items := make([]registry.Done, len(res))
+		leases := make([]claim.Lease, len(res))
+		items := make([]claim.Done, len(res))
 		for i, c := range res {
-			if c.Kind != registry.Claimed {
+			if c.Kind != claim.Claimed {
 				t.Fatalf("%s: %s", reqs[i].EventID, c.Kind)
 			}
-			leases[i], items[i] = c.Lease, registry.Done{Lease: c.Lease, Outcome: registry.Applied()}
+			leases[i], items[i] = c.Lease, claim.Done{Lease: c.Lease, Outcome: claim.Applied()}
 		}
 		if errs, err := r.HeartbeatBatch(ctx, leases); err != nil || errors.Join(errs...) != nil {
 			t.Fatal(err, errs)
@@ -66,7 +67,7 @@ func TestBatchStatementsReplanAsTablesGrow(t *testing.T) {
 			t.Fatal(err)
 		}
 		for i, c := range res {
-			if c.Kind != registry.DuplicateDone {
+			if c.Kind != claim.DuplicateDone {
 				t.Fatalf("%s redelivered: %s", reqs[i].EventID, c.Kind)
 			}
 		}

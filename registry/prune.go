@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/sluicehq/sluice/shared/claim"
 	"time"
 )
 
@@ -60,7 +61,7 @@ func (r *Registry) pruneFloor(req PruneRequest) time.Duration {
 
 func (r *Registry) checkPrune(req PruneRequest) error {
 	if req.OlderThan <= 0 {
-		return &RequestError{Field: "older_than", Reason: fmt.Sprintf("retention %s must be positive", req.OlderThan)}
+		return &claim.RequestError{Field: "older_than", Reason: fmt.Sprintf("retention %s must be positive", req.OlderThan)}
 	}
 	if floor := r.pruneFloor(req); req.OlderThan < floor {
 		return fmt.Errorf("%w: --older-than %s is below the lease timeout (%s) or the relay lookback (%s): rows that young still absorb redeliveries; use at least %s",
@@ -130,7 +131,7 @@ func (r *Registry) PruneSafely(ctx context.Context, req PruneRequest) (int64, er
 // unsafe request is ErrUnsafePrune and deletes nothing).
 func (r *Registry) AutoPrune(ctx context.Context, interval time.Duration, req func() PruneRequest, report func(n int64, err error)) error {
 	if interval <= 0 {
-		return &RequestError{Field: "interval", Reason: fmt.Sprintf("prune interval %s must be positive", interval)}
+		return &claim.RequestError{Field: "interval", Reason: fmt.Sprintf("prune interval %s must be positive", interval)}
 	}
 	t := time.NewTicker(interval)
 	defer t.Stop()

@@ -8,8 +8,9 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/sluicehq/sluice/internal/testenv"
 	"github.com/sluicehq/sluice/registry"
-	"github.com/sluicehq/sluice/shared/testenv"
+	"github.com/sluicehq/sluice/shared/claim"
 )
 
 // TestPruneSafely: a prune below the lease timeout or the lookback is
@@ -21,8 +22,8 @@ func TestPruneSafely(t *testing.T) {
 	_, pool := testenv.NewMigratedDatabase(t)
 	r := newRegistry(t, pool, "prune-test", registry.Options{LeaseTimeout: time.Hour})
 	status, other := uuid.NewString(), uuid.NewString()
-	claimDone(t, r, req("instanceworker", status, "db:c:1", 1, registry.SkipStale))
-	claimDone(t, r, req("projection-history", other, "db:c:1", 1, registry.SkipStale))
+	claimDone(t, r, req("instanceworker", status, "db:c:1", 1, claim.SkipStale))
+	claimDone(t, r, req("projection-history", other, "db:c:1", 1, claim.SkipStale))
 	if _, err := pool.Exec(ctx, `UPDATE sluice.processed_events SET started_at = now() - interval '3 hours', processed_at = now() - interval '3 hours'`); err != nil {
 		t.Fatal(err)
 	}
@@ -73,10 +74,10 @@ func TestAutoPrune(t *testing.T) {
 	_, pool := testenv.NewMigratedDatabase(t)
 	r := newRegistry(t, pool, "autoprune-test", registry.Options{LeaseTimeout: time.Hour})
 	mine, theirs, young := uuid.NewString(), uuid.NewString(), uuid.NewString()
-	claimDone(t, r, req("projection:p:v1", mine, "db:c:1", 1, registry.SkipStale))
-	claimDone(t, r, req("projection:q:v1", theirs, "db:c:1", 1, registry.SkipStale))
+	claimDone(t, r, req("projection:p:v1", mine, "db:c:1", 1, claim.SkipStale))
+	claimDone(t, r, req("projection:q:v1", theirs, "db:c:1", 1, claim.SkipStale))
 	testenv.MustExec(t, pool, `UPDATE sluice.processed_events SET started_at = now() - interval '3 hours', processed_at = now() - interval '3 hours'`)
-	claimDone(t, r, req("projection:p:v1", young, "db:c:2", 1, registry.SkipStale))
+	claimDone(t, r, req("projection:p:v1", young, "db:c:2", 1, claim.SkipStale))
 	cases := []struct {
 		name     string
 		interval time.Duration

@@ -12,15 +12,16 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgtype"
+	"github.com/sluicehq/sluice/shared/claim"
 )
 
 const rowColumns = `handler, event_id, aggregate_id, sequence_number, status, owner,
 	lease_token::text, started_at, heartbeat_at, processed_at, next_attempt_at, first_failed_at,
 	attempt_count, last_error, outcome`
 
-func scanRow(row pgx.Row) (Row, error) {
+func scanRow(row pgx.Row) (claim.Row, error) {
 	var (
-		out                                                 Row
+		out                                                 claim.Row
 		status                                              string
 		token, lerr                                         pgtype.Text
 		started, heartbeat, processed, nextAttempt, firstFl pgtype.Timestamptz
@@ -30,9 +31,9 @@ func scanRow(row pgx.Row) (Row, error) {
 	err := row.Scan(&out.Handler, &out.EventID, &out.AggregateID, &out.Sequence, &status, &out.Owner,
 		&token, &started, &heartbeat, &processed, &nextAttempt, &firstFl, &attempts, &lerr, &outcome)
 	if err != nil {
-		return Row{}, err
+		return claim.Row{}, err
 	}
-	out.Status = Status(status)
+	out.Status = claim.Status(status)
 	out.LeaseToken = token.String
 	out.LastError = lerr.String
 	out.Attempts = int(attempts)
@@ -45,14 +46,14 @@ func scanRow(row pgx.Row) (Row, error) {
 		}
 	}
 	if out.Outcome, err = decodeOutcome(outcome); err != nil {
-		return Row{}, err
+		return claim.Row{}, err
 	}
 	return out, nil
 }
 
 // Get returns every handler's row for eventID, ordered by handler (command
 // status, `sluice registry show`); none is an empty slice, not an error.
-func (r *Registry) Get(ctx context.Context, eventID string) ([]Row, error) {
+func (r *Registry) Get(ctx context.Context, eventID string) ([]claim.Row, error) {
 	if err := validateKey(0, "-", eventID); err != nil {
 		return nil, err
 	}
@@ -61,8 +62,8 @@ func (r *Registry) Get(ctx context.Context, eventID string) ([]Row, error) {
 
 // queryRows runs a query of rowColumns (under r.run's outage handling) and
 // returns its rows; none is an empty slice.
-func (r *Registry) queryRows(ctx context.Context, op, sql string, args ...any) ([]Row, error) {
-	out := []Row{}
+func (r *Registry) queryRows(ctx context.Context, op, sql string, args ...any) ([]claim.Row, error) {
+	out := []claim.Row{}
 	err := r.run(ctx, op, func(ctx context.Context) error {
 		out = out[:0]
 		rows, err := r.pool.Query(ctx, sql, args...)
@@ -87,11 +88,11 @@ func (r *Registry) queryRows(ctx context.Context, op, sql string, args ...any) (
 
 // GetRow returns one handler's row for eventID, or an error matching
 // ErrNotFound.
-func (r *Registry) GetRow(ctx context.Context, handler, eventID string) (Row, error) {
+func (r *Registry) GetRow(ctx context.Context, handler, eventID string) (claim.Row, error) {
 	if err := validateKey(0, handler, eventID); err != nil {
-		return Row{}, err
+		return claim.Row{}, err
 	}
-	var out Row
+	var out claim.Row
 	var missing bool
 	err := r.run(ctx, "get", func(ctx context.Context) error {
 		var err error
@@ -103,10 +104,10 @@ func (r *Registry) GetRow(ctx context.Context, handler, eventID string) (Row, er
 		return err
 	})
 	if err != nil {
-		return Row{}, err
+		return claim.Row{}, err
 	}
 	if missing {
-		return Row{}, fmt.Errorf("registry: handler %q event %q: %w", handler, eventID, ErrNotFound)
+		return claim.Row{}, fmt.Errorf("registry: handler %q event %q: %w", handler, eventID, ErrNotFound)
 	}
 	return out, nil
 }
@@ -119,14 +120,14 @@ func (r *Registry) GetRow(ctx context.Context, handler, eventID string) (Row, er
 // versions, which keep a replayed pruned event STALE.
 func (r *Registry) Prune(ctx context.Context, olderThan time.Duration) (int64, error) {
 	if olderThan <= 0 {
-		return 0, &RequestError{Field: "older_than", Reason: fmt.Sprintf("retention %s must be positive", olderThan)}
+		return 0, &claim.RequestError{Field: "older_than", Reason: fmt.Sprintf("retention %s must be positive", olderThan)}
 	}
 	return r.pruneRows(ctx, olderThan, nil, nil)
 }
 
 // FormatRows writes rows as an aligned text table for `sluice registry
 // show`: one block of "field value" lines per row, times in UTC (RFC 3339).
-func FormatRows(w io.Writer, rows []Row) error {
+func FormatRows(w io.Writer, rows []claim.Row) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	ts := func(t time.Time) string {
 		if t.IsZero() {

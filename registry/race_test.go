@@ -9,8 +9,9 @@ import (
 	"sync/atomic"
 	"testing"
 
+	"github.com/sluicehq/sluice/internal/testenv"
 	"github.com/sluicehq/sluice/registry"
-	"github.com/sluicehq/sluice/shared/testenv"
+	"github.com/sluicehq/sluice/shared/claim"
 )
 
 // Concurrent batches over the same events: every event is CLAIMED by exactly
@@ -37,7 +38,7 @@ func TestConcurrentBatchClaims(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			for round := range rounds {
 				h := fmt.Sprintf("h%d-%d", ci, round)
-				results := make([][]registry.ClaimResult, claimers)
+				results := make([][]claim.Result, claimers)
 				orders := make([][]int, claimers)
 				errs := make([]error, claimers)
 				start := make(chan struct{})
@@ -45,7 +46,7 @@ func TestConcurrentBatchClaims(t *testing.T) {
 				for c := range claimers {
 					rng := rand.New(rand.NewPCG(uint64(round), uint64(c)))
 					orders[c] = rng.Perm(events)
-					reqs := make([]registry.ClaimRequest, events)
+					reqs := make([]claim.Request, events)
 					for i, e := range orders[c] {
 						reqs[i] = req(h, fmt.Sprintf("e%03d", e), tc.agg(c, e), int64(e/7+1), skip)
 					}
@@ -63,9 +64,9 @@ func TestConcurrentBatchClaims(t *testing.T) {
 					}
 					for i, res := range results[c] {
 						switch res.Kind {
-						case registry.Claimed:
+						case claim.Claimed:
 							winners[orders[c][i]]++
-						case registry.InProgress:
+						case claim.InProgress:
 						default:
 							t.Fatalf("claimer %d event %d: %s", c, orders[c][i], res.Kind)
 						}
@@ -75,7 +76,7 @@ func TestConcurrentBatchClaims(t *testing.T) {
 					if n != 1 {
 						t.Fatalf("round %d: event %d claimed %d times", round, e, n)
 					}
-					if got := row(t, regs[0], h, fmt.Sprintf("e%03d", e)); got.Attempts != 1 || got.Status != registry.StatusProcessing {
+					if got := row(t, regs[0], h, fmt.Sprintf("e%03d", e)); got.Attempts != 1 || got.Status != claim.StatusProcessing {
 						t.Fatalf("round %d: event %d row %+v", round, e, got)
 					}
 				}
@@ -110,7 +111,7 @@ func TestVersionsNeverGoBackwards(t *testing.T) {
 			mine := perm[w*events/workers : (w+1)*events/workers]
 			for len(mine) > 0 {
 				n := min(batch, len(mine))
-				reqs := make([]registry.ClaimRequest, n)
+				reqs := make([]claim.Request, n)
 				for i, e := range mine[:n] {
 					reqs[i] = req("h", fmt.Sprintf("e%d", e), "A", int64(e+1), skip)
 				}
@@ -120,10 +121,10 @@ func TestVersionsNeverGoBackwards(t *testing.T) {
 					fail(err)
 					return
 				}
-				var items []registry.Done
+				var items []claim.Done
 				for _, c := range res {
-					if c.Kind == registry.Claimed {
-						items = append(items, registry.Done{Lease: c.Lease, Outcome: registry.Applied()})
+					if c.Kind == claim.Claimed {
+						items = append(items, claim.Done{Lease: c.Lease, Outcome: claim.Applied()})
 					}
 				}
 				if len(items) == 0 {

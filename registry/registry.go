@@ -226,7 +226,7 @@ func (r *Registry) run(ctx context.Context, op string, fn func(ctx context.Conte
 // wrap classifies err: the caller's own cancellation stays a context error,
 // an outage becomes *UnavailableError, anything else is wrapped as is.
 func (r *Registry) wrap(parent context.Context, op string, err error) error {
-	var re *RequestError
+	var re *claim.RequestError
 	var ll *LeaseLostError
 	if errors.As(err, &re) || errors.As(err, &ll) {
 		return err

@@ -10,13 +10,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluicehq/sluice/internal/testenv"
 	"github.com/sluicehq/sluice/registry"
-	"github.com/sluicehq/sluice/shared/testenv"
+	"github.com/sluicehq/sluice/shared/claim"
 )
 
 const (
-	skip = registry.SkipStale
-	wait = registry.WaitForPredecessor
+	skip = claim.SkipStale
+	wait = claim.WaitForPredecessor
 )
 
 func TestNewValidatesOptions(t *testing.T) {
@@ -64,7 +65,7 @@ func TestInvalidRequests(t *testing.T) {
 	ctx := context.Background()
 	for _, tc := range []struct {
 		name  string
-		req   registry.ClaimRequest
+		req   claim.Request
 		field string
 	}{
 		{"empty handler", req("", "e", "a", 1, skip), "handler"},
@@ -78,24 +79,24 @@ func TestInvalidRequests(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := r.Claim(ctx, tc.req)
-			var re *registry.RequestError
+			var re *claim.RequestError
 			if !errors.Is(err, registry.ErrInvalidRequest) || !errors.As(err, &re) || re.Field != tc.field {
 				t.Fatalf("got %v, want a RequestError on %s", err, tc.field)
 			}
 		})
 	}
-	bad := registry.Lease{Handler: "h", EventID: "e", Token: "not-a-token"}
-	if err := r.MarkDone(ctx, bad, registry.Applied()); !errors.Is(err, registry.ErrInvalidRequest) {
+	bad := claim.Lease{Handler: "h", EventID: "e", Token: "not-a-token"}
+	if err := r.MarkDone(ctx, bad, claim.Applied()); !errors.Is(err, registry.ErrInvalidRequest) {
 		t.Fatalf("bad token: %v", err)
 	}
-	res := claim(t, r, req("h", "e1", "a", 1, skip))
-	if err := r.MarkDone(ctx, res.Lease, registry.Outcome{Result: registry.OutcomeRejected}); !errors.Is(err, registry.ErrInvalidRequest) {
+	res := claimOne(t, r, req("h", "e1", "a", 1, skip))
+	if err := r.MarkDone(ctx, res.Lease, claim.Outcome{Result: claim.OutcomeRejected}); !errors.Is(err, registry.ErrInvalidRequest) {
 		t.Fatalf("rejected without reason: %v", err)
 	}
-	if err := r.MarkDone(ctx, res.Lease, registry.Outcome{Result: "maybe"}); !errors.Is(err, registry.ErrInvalidRequest) {
+	if err := r.MarkDone(ctx, res.Lease, claim.Outcome{Result: "maybe"}); !errors.Is(err, registry.ErrInvalidRequest) {
 		t.Fatalf("unknown outcome: %v", err)
 	}
-	if _, err := r.ClaimBatch(ctx, []registry.ClaimRequest{req("h", "x", "a", 1, skip), req("h", "x", "a", 2, skip)}); !errors.Is(err, registry.ErrInvalidRequest) {
+	if _, err := r.ClaimBatch(ctx, []claim.Request{req("h", "x", "a", 1, skip), req("h", "x", "a", 2, skip)}); !errors.Is(err, registry.ErrInvalidRequest) {
 		t.Fatalf("conflicting duplicate in batch: %v", err)
 	}
 }
@@ -105,17 +106,17 @@ func TestInvalidRequests(t *testing.T) {
 func TestDuplicateDelivery(t *testing.T) {
 	_, pool := testenv.NewMigratedDatabase(t)
 	ctx := context.Background()
-	for _, p := range []registry.Policy{skip, wait} {
+	for _, p := range []claim.Policy{skip, wait} {
 		t.Run(p.String(), func(t *testing.T) {
 			r := newRegistry(t, pool, "w1", registry.Options{})
 			other := newRegistry(t, pool, "w2", registry.Options{})
 			h := "h-" + p.String()
-			res := claim(t, r, req(h, "evt-1", "Order-1", 1, p))
-			mustKind(t, res, registry.Claimed)
+			res := claimOne(t, r, req(h, "evt-1", "Order-1", 1, p))
+			mustKind(t, res, claim.Claimed)
 			if res.Lease.Attempt != 1 || res.Attempt != 1 {
 				t.Fatalf("attempt %d", res.Lease.Attempt)
 			}
-			if err := r.MarkDone(ctx, res.Lease, registry.Rejected("instance exists")); err != nil {
+			if err := r.MarkDone(ctx, res.Lease, claim.Rejected("instance exists")); err != nil {
 				t.Fatal(err)
 			}
 			for i := range 5 {
@@ -123,18 +124,18 @@ func TestDuplicateDelivery(t *testing.T) {
 				if i%2 == 1 {
 					reg = other
 				}
-				d := claim(t, reg, req(h, "evt-1", "Order-1", 1, p))
-				mustKind(t, d, registry.DuplicateDone)
-				if d.Outcome == nil || d.Outcome.Result != registry.OutcomeRejected || d.Outcome.Reason != "instance exists" {
+				d := claimOne(t, reg, req(h, "evt-1", "Order-1", 1, p))
+				mustKind(t, d, claim.DuplicateDone)
+				if d.Outcome == nil || d.Outcome.Result != claim.OutcomeRejected || d.Outcome.Reason != "instance exists" {
 					t.Fatalf("outcome %+v", d.Outcome)
 				}
 			}
 			got := row(t, r, h, "evt-1")
-			if got.Status != registry.StatusDone || got.Attempts != 1 || got.ProcessedAt.IsZero() {
+			if got.Status != claim.StatusDone || got.Attempts != 1 || got.ProcessedAt.IsZero() {
 				t.Fatalf("row %+v", got)
 			}
 			// MarkDone again with the same lease is an idempotent success.
-			if err := r.MarkDone(ctx, res.Lease, registry.Applied()); err != nil {
+			if err := r.MarkDone(ctx, res.Lease, claim.Applied()); err != nil {
 				t.Fatalf("repeated mark done: %v", err)
 			}
 			if last, _ := r.LastSequence(ctx, h, "Order-1"); last != 1 {
@@ -161,7 +162,7 @@ func TestConcurrentDelivery(t *testing.T) {
 			}
 			evt := "evt-" + strings.ReplaceAll(mode, " ", "-")
 			start := make(chan struct{})
-			results := make([]registry.ClaimResult, 20)
+			results := make([]claim.Result, 20)
 			errs := make([]error, 20)
 			var wg sync.WaitGroup
 			for i := range 20 {
@@ -178,9 +179,9 @@ func TestConcurrentDelivery(t *testing.T) {
 					t.Fatal(errs[i])
 				}
 				switch results[i].Kind {
-				case registry.Claimed:
+				case claim.Claimed:
 					claimed++
-				case registry.InProgress:
+				case claim.InProgress:
 					inProgress++
 				default:
 					t.Fatalf("unexpected %s", results[i].Kind)
@@ -205,29 +206,29 @@ func TestLeaseExpiry(t *testing.T) {
 	a := newRegistry(t, pool, "owner-a", opts)
 	b := newRegistry(t, pool, "owner-b", opts)
 
-	first := claim(t, a, req("h", "e1", "agg", 1, skip))
-	mustKind(t, first, registry.Claimed)
-	early := claim(t, b, req("h", "e1", "agg", 1, skip))
-	mustKind(t, early, registry.InProgress)
+	first := claimOne(t, a, req("h", "e1", "agg", 1, skip))
+	mustKind(t, first, claim.Claimed)
+	early := claimOne(t, b, req("h", "e1", "agg", 1, skip))
+	mustKind(t, early, claim.InProgress)
 	if early.Holder != "owner-a" || early.RetryIn <= 0 || early.RetryIn > time.Second {
 		t.Fatalf("in progress detail %+v", early)
 	}
 	time.Sleep(early.RetryIn + 50*time.Millisecond) // the database said when
-	second := claim(t, b, req("h", "e1", "agg", 1, skip))
-	mustKind(t, second, registry.Claimed)
+	second := claimOne(t, b, req("h", "e1", "agg", 1, skip))
+	mustKind(t, second, claim.Claimed)
 	if second.Lease.Attempt != 2 || second.Lease.Token == first.Lease.Token {
 		t.Fatalf("reclaim %+v", second.Lease)
 	}
-	if err := a.MarkDone(ctx, first.Lease, registry.Applied()); !errors.Is(err, registry.ErrLeaseLost) {
+	if err := a.MarkDone(ctx, first.Lease, claim.Applied()); !errors.Is(err, registry.ErrLeaseLost) {
 		t.Fatalf("stale holder's mark done: %v, want ErrLeaseLost", err)
 	}
-	if _, err := a.MarkFailed(ctx, first.Lease, registry.Failure{Err: errors.New("x"), Retryable: true}); !errors.Is(err, registry.ErrLeaseLost) {
+	if _, err := a.MarkFailed(ctx, first.Lease, claim.Failure{Err: errors.New("x"), Retryable: true}); !errors.Is(err, registry.ErrLeaseLost) {
 		t.Fatalf("stale holder's mark failed: %v", err)
 	}
 	if err := a.Heartbeat(ctx, first.Lease); !errors.Is(err, registry.ErrLeaseLost) {
 		t.Fatalf("stale holder's heartbeat: %v", err)
 	}
-	if got := row(t, a, "h", "e1"); got.Status != registry.StatusProcessing || got.Owner != "owner-b" {
+	if got := row(t, a, "h", "e1"); got.Status != claim.StatusProcessing || got.Owner != "owner-b" {
 		t.Fatalf("row %+v", got)
 	}
 	markDone(t, b, second.Lease)
@@ -242,16 +243,16 @@ func TestHoldHeartbeatsAndCancelsOnLoss(t *testing.T) {
 	a := newRegistry(t, pool, "owner-a", opts)
 	b := newRegistry(t, pool, "owner-b", opts)
 
-	res := claim(t, a, req("h", "e1", "agg", 1, skip))
+	res := claimOne(t, a, req("h", "e1", "agg", 1, skip))
 	pctx, stop := a.Hold(ctx, res.Lease)
 	defer stop()
-	res2 := claim(t, a, req("h", "e2", "agg2", 1, skip))
+	res2 := claimOne(t, a, req("h", "e2", "agg2", 1, skip))
 	pctx2, stop2 := a.Hold(ctx, res2.Lease)
 	if a.Held() != 2 {
 		t.Fatalf("held %d", a.Held())
 	}
 	time.Sleep(2500 * time.Millisecond) // 2.5 leases
-	mustKind(t, claim(t, b, req("h", "e1", "agg", 1, skip)), registry.InProgress)
+	mustKind(t, claimOne(t, b, req("h", "e1", "agg", 1, skip)), claim.InProgress)
 	if pctx.Err() != nil {
 		t.Fatalf("held context cancelled: %v", context.Cause(pctx))
 	}
@@ -263,8 +264,8 @@ func TestHoldHeartbeatsAndCancelsOnLoss(t *testing.T) {
 	// The holder stalls (a long GC pause, a frozen VM): its lease expires
 	// and owner b takes the event.
 	testenv.MustExec(t, pool, `UPDATE sluice.processed_events SET heartbeat_at = now() - interval '1 hour' WHERE event_id = 'e1'`)
-	stolen := claim(t, b, req("h", "e1", "agg", 1, skip))
-	mustKind(t, stolen, registry.Claimed)
+	stolen := claimOne(t, b, req("h", "e1", "agg", 1, skip))
+	mustKind(t, stolen, claim.Claimed)
 	select {
 	case <-pctx.Done():
 	case <-time.After(3 * time.Second):
@@ -273,7 +274,7 @@ func TestHoldHeartbeatsAndCancelsOnLoss(t *testing.T) {
 	if cause := context.Cause(pctx); !errors.Is(cause, registry.ErrLeaseLost) {
 		t.Fatalf("cause %v, want ErrLeaseLost", cause)
 	}
-	if err := a.MarkDone(ctx, res.Lease, registry.Applied()); !errors.Is(err, registry.ErrLeaseLost) {
+	if err := a.MarkDone(ctx, res.Lease, claim.Applied()); !errors.Is(err, registry.ErrLeaseLost) {
 		t.Fatalf("fencing: %v", err)
 	}
 	markDone(t, b, stolen.Lease)
@@ -288,26 +289,26 @@ func TestSameOwnerRestart(t *testing.T) {
 	_, pool := testenv.NewMigratedDatabase(t)
 	ctx := context.Background()
 	before := newRegistry(t, pool, "worker-0", registry.Options{})
-	res := claim(t, before, req("h", "e1", "agg", 1, wait))
-	mustKind(t, res, registry.Claimed)
+	res := claimOne(t, before, req("h", "e1", "agg", 1, wait))
+	mustKind(t, res, claim.Claimed)
 	// The same process asking again does not steal its own claim.
-	mustKind(t, claim(t, before, req("h", "e1", "agg", 1, wait)), registry.InProgress)
+	mustKind(t, claimOne(t, before, req("h", "e1", "agg", 1, wait)), claim.InProgress)
 
 	stranger := newRegistry(t, pool, "worker-1", registry.Options{})
-	in := claim(t, stranger, req("h", "e1", "agg", 1, wait))
-	mustKind(t, in, registry.InProgress)
+	in := claimOne(t, stranger, req("h", "e1", "agg", 1, wait))
+	mustKind(t, in, claim.InProgress)
 	if in.Holder != "worker-0" || in.RetryIn < 14*time.Minute {
 		t.Fatalf("in progress %+v", in)
 	}
 
 	after := newRegistry(t, pool, "worker-0", registry.Options{}) // the restart
-	again := claim(t, after, req("h", "e1", "agg", 1, wait))
-	mustKind(t, again, registry.Claimed)
+	again := claimOne(t, after, req("h", "e1", "agg", 1, wait))
+	mustKind(t, again, claim.Claimed)
 	if again.Lease.Attempt != 2 {
 		t.Fatalf("attempt %d", again.Lease.Attempt)
 	}
-	mustKind(t, claim(t, stranger, req("h", "e1", "agg", 1, wait)), registry.InProgress)
-	if err := before.MarkDone(ctx, res.Lease, registry.Applied()); !errors.Is(err, registry.ErrLeaseLost) {
+	mustKind(t, claimOne(t, stranger, req("h", "e1", "agg", 1, wait)), claim.InProgress)
+	if err := before.MarkDone(ctx, res.Lease, claim.Applied()); !errors.Is(err, registry.ErrLeaseLost) {
 		t.Fatalf("old incarnation: %v", err)
 	}
 	markDone(t, after, again.Lease)
@@ -323,31 +324,31 @@ func TestSkipStale(t *testing.T) {
 		event string
 		seq   int64
 	}{{"e10-again", 10}, {"e9", 9}} {
-		res := claim(t, r, req("proj", tc.event, "agg", tc.seq, skip))
-		mustKind(t, res, registry.Stale)
-		if res.LastSequence != 10 || res.Outcome == nil || res.Outcome.Result != registry.OutcomeStale {
+		res := claimOne(t, r, req("proj", tc.event, "agg", tc.seq, skip))
+		mustKind(t, res, claim.Stale)
+		if res.LastSequence != 10 || res.Outcome == nil || res.Outcome.Result != claim.OutcomeStale {
 			t.Fatalf("stale result %+v", res)
 		}
 		got := row(t, r, "proj", tc.event)
-		if got.Status != registry.StatusSkippedStale || got.Attempts != 0 || got.ProcessedAt.IsZero() || got.Outcome == nil || got.Outcome.Result != registry.OutcomeStale {
+		if got.Status != claim.StatusSkippedStale || got.Attempts != 0 || got.ProcessedAt.IsZero() || got.Outcome == nil || got.Outcome.Result != claim.OutcomeStale {
 			t.Fatalf("stale row %+v", got)
 		}
 		// Recorded: redelivery is STALE without re-evaluation.
-		mustKind(t, claim(t, r, req("proj", tc.event, "agg", tc.seq, skip)), registry.Stale)
+		mustKind(t, claimOne(t, r, req("proj", tc.event, "agg", tc.seq, skip)), claim.Stale)
 	}
-	e12 := claim(t, r, req("proj", "e12", "agg", 12, skip)) // across the gap at 11
-	mustKind(t, e12, registry.Claimed)
-	e11 := claim(t, r, req("proj", "e11", "agg", 11, skip)) // not stale: 12 is not finished yet
-	mustKind(t, e11, registry.Claimed)
+	e12 := claimOne(t, r, req("proj", "e12", "agg", 12, skip)) // across the gap at 11
+	mustKind(t, e12, claim.Claimed)
+	e11 := claimOne(t, r, req("proj", "e11", "agg", 11, skip)) // not stale: 12 is not finished yet
+	mustKind(t, e11, claim.Claimed)
 	markDone(t, r, e12.Lease)
 	markDone(t, r, e11.Lease)
 	// 11 finished after 12: the version stays at 12 (monotonic).
 	if last, err := r.LastSequence(ctx, "proj", "agg"); err != nil || last != 12 {
 		t.Fatalf("last %d, %v", last, err)
 	}
-	mustKind(t, claim(t, r, req("proj", "e11b", "agg", 11, skip)), registry.Stale)
+	mustKind(t, claimOne(t, r, req("proj", "e11b", "agg", 11, skip)), claim.Stale)
 	// Versions are per handler.
-	mustKind(t, claim(t, r, req("other-proj", "e9", "agg", 9, skip)), registry.Claimed)
+	mustKind(t, claimOne(t, r, req("other-proj", "e9", "agg", 9, skip)), claim.Claimed)
 }
 
 // Unguarded (history): an event at or below the aggregate's last finished
@@ -360,23 +361,23 @@ func TestUnguarded(t *testing.T) {
 	r := newRegistry(t, pool, "w", registry.Options{})
 	other := newRegistry(t, pool, "other", registry.Options{})
 	const h = "projection:history:v1"
-	none := registry.Unguarded
+	none := claim.Unguarded
 	claimDone(t, r, req(h, "e10", "agg", 10, none))
 	claimDone(t, r, req(h, "e12", "agg", 12, none))
 
 	// Fast path: a late event (published after 12) is claimed, not STALE.
-	late := claim(t, r, req(h, "e9", "agg", 9, none))
-	mustKind(t, late, registry.Claimed)
+	late := claimOne(t, r, req(h, "e9", "agg", 9, none))
+	mustKind(t, late, claim.Claimed)
 	// Its row decides a concurrent delivery: IN_PROGRESS, not a second claim.
-	mustKind(t, claim(t, other, req(h, "e9", "agg", 9, none)), registry.InProgress)
+	mustKind(t, claimOne(t, other, req(h, "e9", "agg", 9, none)), claim.InProgress)
 	markDone(t, r, late.Lease)
-	mustKind(t, claim(t, other, req(h, "e9", "agg", 9, none)), registry.DuplicateDone)
+	mustKind(t, claimOne(t, other, req(h, "e9", "agg", 9, none)), claim.DuplicateDone)
 	if last, err := r.LastSequence(ctx, h, "agg"); err != nil || last != 12 {
 		t.Fatalf("last %d, %v (must stay monotonic)", last, err)
 	}
 
 	// General path: the batch holds done rows, so the fast path gives way.
-	res, err := r.ClaimBatch(ctx, []registry.ClaimRequest{
+	res, err := r.ClaimBatch(ctx, []claim.Request{
 		req(h, "e10", "agg", 10, none),    // done
 		req(h, "e11", "agg", 11, none),    // late, no row
 		req(h, "e11b", "agg", 5, none),    // later still
@@ -388,8 +389,8 @@ func TestUnguarded(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := []registry.Kind{registry.DuplicateDone, registry.Claimed, registry.Claimed, registry.Claimed,
-		registry.DuplicateDone, registry.Stale, registry.Claimed}
+	want := []claim.Kind{claim.DuplicateDone, claim.Claimed, claim.Claimed, claim.Claimed,
+		claim.DuplicateDone, claim.Stale, claim.Claimed}
 	for i, k := range want {
 		if res[i].Kind != k {
 			t.Fatalf("input %d: got %s (%+v), want %s", i, res[i].Kind, res[i], k)
@@ -397,18 +398,18 @@ func TestUnguarded(t *testing.T) {
 	}
 	for _, i := range []int{1, 2, 3} {
 		markDone(t, r, res[i].Lease)
-		if got := row(t, r, h, res[i].Lease.EventID); got.Status != registry.StatusDone {
+		if got := row(t, r, h, res[i].Lease.EventID); got.Status != claim.StatusDone {
 			t.Fatalf("row %+v", got)
 		}
 	}
 	// A failed attempt of an unguarded event is retried by its row, not
 	// dropped as stale.
-	f := claim(t, r, req(h, "e7", "agg", 7, none))
-	mustKind(t, f, registry.Claimed)
-	if fr, err := r.MarkFailed(ctx, f.Lease, registry.Failure{Err: errors.New("es 503"), Retryable: true}); err != nil || fr.Status != registry.StatusFailed {
+	f := claimOne(t, r, req(h, "e7", "agg", 7, none))
+	mustKind(t, f, claim.Claimed)
+	if fr, err := r.MarkFailed(ctx, f.Lease, claim.Failure{Err: errors.New("es 503"), Retryable: true}); err != nil || fr.Status != claim.StatusFailed {
 		t.Fatalf("mark failed %+v %v", fr, err)
 	}
-	if got := claim(t, r, req(h, "e7", "agg", 7, none)); got.Kind != registry.RetryLater && got.Kind != registry.Claimed {
+	if got := claimOne(t, r, req(h, "e7", "agg", 7, none)); got.Kind != claim.RetryLater && got.Kind != claim.Claimed {
 		t.Fatalf("failed unguarded event: %+v", got)
 	}
 }
@@ -421,38 +422,38 @@ func TestWaitForPredecessor(t *testing.T) {
 	for seq := int64(1); seq <= 10; seq++ {
 		claimDone(t, r, req(h, fmt.Sprintf("c%d", seq), "agg", seq, wait))
 	}
-	w := claim(t, r, req(h, "c12", "agg", 12, wait))
-	mustKind(t, w, registry.Wait)
+	w := claimOne(t, r, req(h, "c12", "agg", 12, wait))
+	mustKind(t, w, claim.Wait)
 	if w.LastSequence != 10 || w.HealDue {
 		t.Fatalf("wait %+v", w)
 	}
 	if _, err := r.GetRow(ctx, h, "c12"); !errors.Is(err, registry.ErrNotFound) {
 		t.Fatalf("WAIT recorded a row: %v", err)
 	}
-	c11 := claim(t, r, req(h, "c11", "agg", 11, wait))
-	mustKind(t, c11, registry.Claimed)
-	mustKind(t, claim(t, r, req(h, "c12", "agg", 12, wait)), registry.Wait) // 11 not finished
+	c11 := claimOne(t, r, req(h, "c11", "agg", 11, wait))
+	mustKind(t, c11, claim.Claimed)
+	mustKind(t, claimOne(t, r, req(h, "c12", "agg", 12, wait)), claim.Wait) // 11 not finished
 	markDone(t, r, c11.Lease)
-	c12 := claim(t, r, req(h, "c12", "agg", 12, wait))
-	mustKind(t, c12, registry.Claimed)
+	c12 := claimOne(t, r, req(h, "c12", "agg", 12, wait))
+	mustKind(t, c12, claim.Claimed)
 	markDone(t, r, c12.Lease)
-	mustKind(t, claim(t, r, req(h, "c5-replay", "agg", 5, wait)), registry.Stale)
+	mustKind(t, claimOne(t, r, req(h, "c5-replay", "agg", 5, wait)), claim.Stale)
 
 	// First command of an aggregate: slot 1 is claimable, slot 3 waits.
-	mustKind(t, claim(t, r, req(h, "n1", "new-agg", 1, wait)), registry.Claimed)
-	mustKind(t, claim(t, r, req(h, "m3", "newer-agg", 3, wait)), registry.Wait)
+	mustKind(t, claimOne(t, r, req(h, "n1", "new-agg", 1, wait)), claim.Claimed)
+	mustKind(t, claimOne(t, r, req(h, "m3", "newer-agg", 3, wait)), claim.Wait)
 
 	// A dead or rejected slot finishes it: later commands are not blocked.
-	c13 := claim(t, r, req(h, "c13", "agg", 13, wait))
-	if fr, err := r.MarkFailed(ctx, c13.Lease, registry.Failure{Err: errors.New("validation"), Retryable: false}); err != nil || fr.Status != registry.StatusDead {
+	c13 := claimOne(t, r, req(h, "c13", "agg", 13, wait))
+	if fr, err := r.MarkFailed(ctx, c13.Lease, claim.Failure{Err: errors.New("validation"), Retryable: false}); err != nil || fr.Status != claim.StatusDead {
 		t.Fatalf("mark failed %+v %v", fr, err)
 	}
-	c14 := claim(t, r, req(h, "c14", "agg", 14, wait))
-	mustKind(t, c14, registry.Claimed)
-	if err := r.MarkDone(ctx, c14.Lease, registry.Rejected("instance missing")); err != nil {
+	c14 := claimOne(t, r, req(h, "c14", "agg", 14, wait))
+	mustKind(t, c14, claim.Claimed)
+	if err := r.MarkDone(ctx, c14.Lease, claim.Rejected("instance missing")); err != nil {
 		t.Fatal(err)
 	}
-	mustKind(t, claim(t, r, req(h, "c15", "agg", 15, wait)), registry.Claimed)
+	mustKind(t, claimOne(t, r, req(h, "c15", "agg", 15, wait)), claim.Claimed)
 }
 
 // Healing: a stalled aggregate reports HealDue after the lease timeout
@@ -462,14 +463,14 @@ func TestWaitHealing(t *testing.T) {
 	ctx := context.Background()
 	r := newRegistry(t, pool, "w", registry.Options{LeaseTimeout: time.Second, HeartbeatInterval: 100 * time.Millisecond})
 	h := "instanceworker"
-	w := claim(t, r, req(h, "c3", "agg", 3, wait))
-	mustKind(t, w, registry.Wait)
+	w := claimOne(t, r, req(h, "c3", "agg", 3, wait))
+	mustKind(t, w, claim.Wait)
 	if w.HealDue || w.LastSequence != 0 {
 		t.Fatalf("%+v", w)
 	}
 	time.Sleep(1100 * time.Millisecond)
-	w = claim(t, r, req(h, "c3", "agg", 3, wait))
-	mustKind(t, w, registry.Wait)
+	w = claimOne(t, r, req(h, "c3", "agg", 3, wait))
+	mustKind(t, w, claim.Wait)
 	if !w.HealDue || w.Stalled < time.Second {
 		t.Fatalf("heal not due: %+v", w)
 	}
@@ -494,42 +495,42 @@ func TestRetryPath(t *testing.T) {
 	r := newRegistry(t, pool, "w", registry.Options{MaxAttempts: maxAttempts, BackoffBase: 400 * time.Millisecond, BackoffCap: 600 * time.Millisecond})
 	h := "proj"
 	rq := req(h, "e1", "agg", 1, wait)
-	res := claim(t, r, rq)
+	res := claimOne(t, r, rq)
 	for attempt := 1; attempt < maxAttempts; attempt++ {
-		mustKind(t, res, registry.Claimed)
+		mustKind(t, res, claim.Claimed)
 		if res.Lease.Attempt != attempt {
 			t.Fatalf("attempt %d, want %d", res.Lease.Attempt, attempt)
 		}
-		fr, err := r.MarkFailed(ctx, res.Lease, registry.Failure{Err: fmt.Errorf("es 503 #%d", attempt), Retryable: true})
+		fr, err := r.MarkFailed(ctx, res.Lease, claim.Failure{Err: fmt.Errorf("es 503 #%d", attempt), Retryable: true})
 		if err != nil {
 			t.Fatal(err)
 		}
 		// min(cap, base·2^(n−1)) · [0.5, 1): 400ms → [200, 400), then 600ms → [300, 600).
 		wantMin := min(600*time.Millisecond, 400*time.Millisecond*time.Duration(1<<(attempt-1))) / 2
-		if fr.Status != registry.StatusFailed || fr.Attempt != attempt || fr.RetryIn < wantMin-20*time.Millisecond || fr.RetryIn > 600*time.Millisecond || fr.FirstFailedAt.IsZero() {
+		if fr.Status != claim.StatusFailed || fr.Attempt != attempt || fr.RetryIn < wantMin-20*time.Millisecond || fr.RetryIn > 600*time.Millisecond || fr.FirstFailedAt.IsZero() {
 			t.Fatalf("fail result %+v (want retry in [%s, 600ms])", fr, wantMin)
 		}
 		// Not before the backoff: redelivery now is RETRY_LATER.
-		later := claim(t, r, rq)
-		mustKind(t, later, registry.RetryLater)
+		later := claimOne(t, r, rq)
+		mustKind(t, later, claim.RetryLater)
 		if later.LastError != fmt.Sprintf("es 503 #%d", attempt) || later.RetryIn <= 0 || later.Attempt != attempt {
 			t.Fatalf("retry later %+v", later)
 		}
 		time.Sleep(later.RetryIn + 30*time.Millisecond)
-		res = claim(t, r, rq)
+		res = claimOne(t, r, rq)
 	}
-	mustKind(t, res, registry.Claimed)
-	fr, err := r.MarkFailed(ctx, res.Lease, registry.Failure{Err: errors.New("es 503 #3"), Retryable: true})
-	if err != nil || fr.Status != registry.StatusDead || fr.Attempt != maxAttempts {
+	mustKind(t, res, claim.Claimed)
+	fr, err := r.MarkFailed(ctx, res.Lease, claim.Failure{Err: errors.New("es 503 #3"), Retryable: true})
+	if err != nil || fr.Status != claim.StatusDead || fr.Attempt != maxAttempts {
 		t.Fatalf("last attempt: %+v %v", fr, err)
 	}
 	// Repeating MarkFailed with the same lease reports, does not change.
-	if again, err := r.MarkFailed(ctx, res.Lease, registry.Failure{Err: errors.New("x"), Retryable: true}); err != nil || again.Status != registry.StatusDead {
+	if again, err := r.MarkFailed(ctx, res.Lease, claim.Failure{Err: errors.New("x"), Retryable: true}); err != nil || again.Status != claim.StatusDead {
 		t.Fatalf("repeat: %+v %v", again, err)
 	}
 	for range 5 {
-		d := claim(t, r, rq)
-		mustKind(t, d, registry.Dead)
+		d := claimOne(t, r, rq)
+		mustKind(t, d, claim.Dead)
 		if d.Attempt != maxAttempts || d.LastError != "es 503 #3" {
 			t.Fatalf("dead %+v", d)
 		}
@@ -541,8 +542,8 @@ func TestRetryPath(t *testing.T) {
 	if err := r.Redrive(ctx, h, "e1"); err != nil {
 		t.Fatal(err)
 	}
-	red := claim(t, r, rq)
-	mustKind(t, red, registry.Claimed)
+	red := claimOne(t, r, rq)
+	mustKind(t, red, claim.Claimed)
 	if red.Lease.Attempt != 1 {
 		t.Fatalf("redriven attempt %d", red.Lease.Attempt)
 	}
@@ -555,12 +556,12 @@ func TestRetryPath(t *testing.T) {
 	}
 
 	// Per-handler max attempts and permanent failures.
-	p := claim(t, r, req(h, "e2", "agg2", 1, skip))
-	if fr, err := r.MarkFailed(ctx, p.Lease, registry.Failure{Err: errors.New("mapping"), Retryable: true, MaxAttempts: 1}); err != nil || fr.Status != registry.StatusDead {
+	p := claimOne(t, r, req(h, "e2", "agg2", 1, skip))
+	if fr, err := r.MarkFailed(ctx, p.Lease, claim.Failure{Err: errors.New("mapping"), Retryable: true, MaxAttempts: 1}); err != nil || fr.Status != claim.StatusDead {
 		t.Fatalf("max 1: %+v %v", fr, err)
 	}
-	p = claim(t, r, req(h, "e3", "agg3", 1, skip))
-	if fr, err := r.MarkFailed(ctx, p.Lease, registry.Failure{Err: errors.New("bad\x00input\xff"), Retryable: false}); err != nil || fr.Status != registry.StatusDead {
+	p = claimOne(t, r, req(h, "e3", "agg3", 1, skip))
+	if fr, err := r.MarkFailed(ctx, p.Lease, claim.Failure{Err: errors.New("bad\x00input\xff"), Retryable: false}); err != nil || fr.Status != claim.StatusDead {
 		t.Fatalf("permanent: %+v %v", fr, err)
 	}
 }
@@ -570,15 +571,15 @@ func TestRelease(t *testing.T) {
 	ctx := context.Background()
 	a := newRegistry(t, pool, "a", registry.Options{})
 	b := newRegistry(t, pool, "b", registry.Options{})
-	res := claim(t, a, req("h", "e", "agg", 1, wait))
+	res := claimOne(t, a, req("h", "e", "agg", 1, wait))
 	if err := a.Release(ctx, res.Lease); err != nil {
 		t.Fatal(err)
 	}
 	if err := a.Release(ctx, res.Lease); !errors.Is(err, registry.ErrLeaseLost) {
 		t.Fatalf("second release: %v", err)
 	}
-	again := claim(t, b, req("h", "e", "agg", 1, wait))
-	mustKind(t, again, registry.Claimed)
+	again := claimOne(t, b, req("h", "e", "agg", 1, wait))
+	mustKind(t, again, claim.Claimed)
 	if again.Lease.Attempt != 1 {
 		t.Fatalf("a release counted as an attempt: %d", again.Lease.Attempt)
 	}
@@ -595,18 +596,18 @@ func TestAggregateNormalisation(t *testing.T) {
 	claimDone(t, r, req(h, "base", "Order-1/é:x", 1, wait))
 	for i, tc := range []struct {
 		agg  string
-		want registry.Kind
+		want claim.Kind
 	}{
-		{"Order-1/é:x", registry.Stale},
-		{"  Order-1/é:x\t", registry.Stale},
-		{"\u00a0Order-1/e\u0301:x", registry.Stale}, // NBSP trimmed, NFD → NFC
-		{"order-1/é:x", registry.Claimed},           // case is significant
-		{"Order-1/é: x", registry.Claimed},
-		{"Order-1/e:x", registry.Claimed},
-		{"Order-1/é:x%", registry.Claimed},
-		{"Order-1/é:x ", registry.Stale},
+		{"Order-1/é:x", claim.Stale},
+		{"  Order-1/é:x\t", claim.Stale},
+		{"\u00a0Order-1/e\u0301:x", claim.Stale}, // NBSP trimmed, NFD → NFC
+		{"order-1/é:x", claim.Claimed},           // case is significant
+		{"Order-1/é: x", claim.Claimed},
+		{"Order-1/e:x", claim.Claimed},
+		{"Order-1/é:x%", claim.Claimed},
+		{"Order-1/é:x ", claim.Stale},
 	} {
-		res := claim(t, r, req(h, fmt.Sprintf("e%d", i), tc.agg, 1, wait))
+		res := claimOne(t, r, req(h, fmt.Sprintf("e%d", i), tc.agg, 1, wait))
 		if res.Kind != tc.want {
 			t.Errorf("%q: %s, want %s", tc.agg, res.Kind, tc.want)
 		}
@@ -622,15 +623,15 @@ func TestGetAndFormat(t *testing.T) {
 	ctx := context.Background()
 	r := newRegistry(t, pool, "w", registry.Options{})
 	claimDone(t, r, req("instanceworker", "cmd-1", "agg", 1, wait))
-	res := claim(t, r, req("projection:history:v1", "cmd-1", "agg", 1, skip))
-	if _, err := r.MarkFailed(ctx, res.Lease, registry.Failure{Err: errors.New("es down"), Retryable: true}); err != nil {
+	res := claimOne(t, r, req("projection:history:v1", "cmd-1", "agg", 1, skip))
+	if _, err := r.MarkFailed(ctx, res.Lease, claim.Failure{Err: errors.New("es down"), Retryable: true}); err != nil {
 		t.Fatal(err)
 	}
 	rows, err := r.Get(ctx, "cmd-1")
 	if err != nil || len(rows) != 2 {
 		t.Fatalf("%v %v", rows, err)
 	}
-	if rows[0].Handler != "instanceworker" || rows[0].Status != registry.StatusDone || rows[1].Status != registry.StatusFailed || rows[1].LastError != "es down" || rows[1].NextAttemptAt.IsZero() {
+	if rows[0].Handler != "instanceworker" || rows[0].Status != claim.StatusDone || rows[1].Status != claim.StatusFailed || rows[1].LastError != "es down" || rows[1].NextAttemptAt.IsZero() {
 		t.Fatalf("rows %+v", rows)
 	}
 	none, err := r.Get(ctx, "missing")
@@ -659,15 +660,15 @@ func TestPrune(t *testing.T) {
 	for i := 1; i <= 7; i++ { // old done
 		claimDone(t, r, req(h, fmt.Sprintf("old-done-%d", i), fmt.Sprintf("a%d", i), 1, wait))
 	}
-	mustKind(t, claim(t, r, req(h, "old-stale", "a1", 1, wait)), registry.Stale)
+	mustKind(t, claimOne(t, r, req(h, "old-stale", "a1", 1, wait)), claim.Stale)
 	claimDone(t, r, req(h, "new-done", "b", 1, wait))
-	claim(t, r, req(h, "old-processing", "c", 1, wait))
-	f := claim(t, r, req(h, "old-failed", "d", 1, wait))
-	if _, err := r.MarkFailed(ctx, f.Lease, registry.Failure{Err: errors.New("x"), Retryable: true}); err != nil {
+	claimOne(t, r, req(h, "old-processing", "c", 1, wait))
+	f := claimOne(t, r, req(h, "old-failed", "d", 1, wait))
+	if _, err := r.MarkFailed(ctx, f.Lease, claim.Failure{Err: errors.New("x"), Retryable: true}); err != nil {
 		t.Fatal(err)
 	}
-	d := claim(t, r, req(h, "old-dead", "e", 1, wait))
-	if _, err := r.MarkFailed(ctx, d.Lease, registry.Failure{Err: errors.New("x")}); err != nil {
+	d := claimOne(t, r, req(h, "old-dead", "e", 1, wait))
+	if _, err := r.MarkFailed(ctx, d.Lease, claim.Failure{Err: errors.New("x")}); err != nil {
 		t.Fatal(err)
 	}
 	testenv.MustExec(t, pool, `UPDATE sluice.processed_events
@@ -690,7 +691,7 @@ func TestPrune(t *testing.T) {
 	if got := strings.Join(left, ","); got != "new-done,old-dead,old-failed,old-processing" {
 		t.Fatalf("left %s", got)
 	}
-	mustKind(t, claim(t, r, req(h, "old-done-1", "a1", 1, wait)), registry.Stale)
+	mustKind(t, claimOne(t, r, req(h, "old-done-1", "a1", 1, wait)), claim.Stale)
 	if _, err := r.Prune(ctx, 0); !errors.Is(err, registry.ErrInvalidRequest) {
 		t.Fatalf("zero retention: %v", err)
 	}

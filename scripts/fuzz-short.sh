@@ -16,7 +16,8 @@ while IFS= read -r file; do
   pkg="$(dirname "$file")"
   for target in $(grep -oE '^func (Fuzz[A-Za-z0-9_]+)\(' "$file" | sed -E 's/^func (Fuzz[A-Za-z0-9_]+)\(/\1/'); do
     printf 'fuzz: %s %s (%s)\n' "$pkg" "$target" "$FUZZTIME"
-    go test -run='^$' -fuzz="^${target}\$" -fuzztime="$FUZZTIME" "$pkg" >/tmp/sluice-fuzz.log 2>&1 || { cat /tmp/sluice-fuzz.log; exit 1; }
+    moddir="$pkg"; while [ ! -f "$moddir/go.mod" ]; do moddir="$(dirname "$moddir")"; done
+    go -C "$moddir" test -run='^$' -fuzz="^${target}\$" -fuzztime="$FUZZTIME" "./$(realpath --relative-to="$moddir" "$pkg")" >/tmp/sluice-fuzz.log 2>&1 || { cat /tmp/sluice-fuzz.log; exit 1; }
     n=$((n+1))
   done
 done < <(grep -rlE '^func Fuzz' --include='*_test.go' . | sort)

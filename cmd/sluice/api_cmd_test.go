@@ -12,7 +12,7 @@ import (
 
 	"github.com/sluicehq/sluice/api"
 	"github.com/sluicehq/sluice/api/apitest"
-	"github.com/sluicehq/sluice/shared/testenv"
+	"github.com/sluicehq/sluice/internal/testenv"
 )
 
 // `sluice api` on the file backend: it serves the API with bearer auth,

@@ -17,7 +17,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sluicehq/sluice/shared/testenv"
+	"github.com/sluicehq/sluice/internal/testenv"
 )
 
 // apiProc is a `sluice api` process started from the built binary.

@@ -20,9 +20,9 @@ import (
 	"github.com/chromedp/chromedp"
 
 	"github.com/sluicehq/sluice/api"
+	"github.com/sluicehq/sluice/internal/testenv"
 	"github.com/sluicehq/sluice/pipeline/sluiceconfig"
 	"github.com/sluicehq/sluice/shared/observability"
-	"github.com/sluicehq/sluice/shared/testenv"
 )
 
 // Environment of the browser tests.

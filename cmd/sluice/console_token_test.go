@@ -14,9 +14,9 @@ import (
 
 	"github.com/sluicehq/sluice/eventstore"
 	"github.com/sluicehq/sluice/eventstore/objstore/backend"
+	"github.com/sluicehq/sluice/internal/testenv"
 	"github.com/sluicehq/sluice/pipeline"
 	"github.com/sluicehq/sluice/pipeline/sluiceconfig"
-	"github.com/sluicehq/sluice/shared/testenv"
 )
 
 func emptyConfig(t *testing.T) *sluiceconfig.Config {

@@ -10,8 +10,8 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/twmb/franz-go/pkg/kadm"
 
-	"github.com/sluicehq/sluice/shared/consumer"
 	"github.com/sluicehq/sluice/shared/kafka"
+	"github.com/sluicehq/sluice/worker"
 )
 
 // exitGroupActive is the exit code of `sluice consumer reset` when it refuses
@@ -51,15 +51,15 @@ event_id). copy-offsets moves a worker to a new group id without re-reading its 
 
 // findGroupTopic fails with a *suggest.NotFoundError (exit code 3)
 // naming the nearest existing name when the group, or the topic when
-// given, does not exist (consumer.FindGroup, consumer.FindTopic).
+// given, does not exist (worker.FindGroup, worker.FindTopic).
 func findGroupTopic(cmd *cobra.Command, adm *kadm.Client, group, topic string) error {
-	if err := consumer.FindGroup(cmd.Context(), adm, group); err != nil {
+	if err := worker.FindGroup(cmd.Context(), adm, group); err != nil {
 		return err
 	}
 	if topic == "" {
 		return nil
 	}
-	return consumer.FindTopic(cmd.Context(), adm, topic)
+	return worker.FindTopic(cmd.Context(), adm, topic)
 }
 
 func offsetOrDash(o int64) string {
@@ -85,7 +85,7 @@ func newConsumerLagCmd() *cobra.Command {
 			if err := findGroupTopic(cmd, adm, group, topic); err != nil {
 				return err
 			}
-			l, err := consumer.Lag(cmd.Context(), adm, group, topic)
+			l, err := worker.Lag(cmd.Context(), adm, group, topic)
 			if err != nil {
 				return err
 			}
@@ -139,7 +139,7 @@ skips that check, but Kafka itself refuses offset commits from outside a group t
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			act := g.yes && !g.dryRun
-			target, err := consumer.ParseResetTarget(to)
+			target, err := worker.ParseResetTarget(to)
 			if err != nil {
 				return err
 			}
@@ -151,8 +151,8 @@ skips that check, but Kafka itself refuses offset commits from outside a group t
 			if err := findGroupTopic(cmd, adm, group, topic); err != nil {
 				return err
 			}
-			res, err := consumer.ResetOffsets(cmd.Context(), adm, consumer.ResetOptions{Group: group, Topic: topic, To: target, DryRun: !act, Force: force})
-			if errors.Is(err, consumer.ErrGroupActive) {
+			res, err := worker.ResetOffsets(cmd.Context(), adm, worker.ResetOptions{Group: group, Topic: topic, To: target, DryRun: !act, Force: force})
+			if errors.Is(err, worker.ErrGroupActive) {
 				return &exitError{code: exitGroupActive, err: errors.New(res.MembersText() + " (or --force)")}
 			}
 			if len(res.Members) > 0 {
@@ -219,8 +219,8 @@ do it ahead of the rollout.`,
 			if err := findGroupTopic(cmd, adm, from, topic); err != nil {
 				return err
 			}
-			o := consumer.CopyOptions{From: from, To: to, Topic: topic, DryRun: true, Force: force}
-			plan, err := consumer.CopyOffsets(cmd.Context(), adm, o)
+			o := worker.CopyOptions{From: from, To: to, Topic: topic, DryRun: true, Force: force}
+			plan, err := worker.CopyOffsets(cmd.Context(), adm, o)
 			if err != nil {
 				return err
 			}
@@ -235,8 +235,8 @@ do it ahead of the rollout.`,
 				return nil
 			}
 			o.DryRun = false
-			res, err := consumer.CopyOffsets(cmd.Context(), adm, o)
-			if errors.Is(err, consumer.ErrGroupActive) || errors.Is(err, consumer.ErrTargetHasOffsets) {
+			res, err := worker.CopyOffsets(cmd.Context(), adm, o)
+			if errors.Is(err, worker.ErrGroupActive) || errors.Is(err, worker.ErrTargetHasOffsets) {
 				return unsafe(err)
 			}
 			if err != nil {

@@ -20,15 +20,15 @@ import (
 	"github.com/twmb/franz-go/pkg/kfake"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/sluicehq/sluice/esserver"
 	"github.com/sluicehq/sluice/eventstore"
 	"github.com/sluicehq/sluice/eventstore/objstore/backend"
 	"github.com/sluicehq/sluice/instanceworker"
-	"github.com/sluicehq/sluice/internal/esserver"
+	"github.com/sluicehq/sluice/internal/localpg"
 	"github.com/sluicehq/sluice/migrations"
 	"github.com/sluicehq/sluice/pipeline"
 	"github.com/sluicehq/sluice/pipeline/sluiceconfig"
 	"github.com/sluicehq/sluice/shared/config"
-	"github.com/sluicehq/sluice/shared/localpg"
 	"github.com/sluicehq/sluice/shared/observability"
 	"github.com/sluicehq/sluice/shared/tracing"
 )

@@ -15,10 +15,10 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/sluicehq/sluice/dlq"
+	"github.com/sluicehq/sluice/internal/testenv"
 	"github.com/sluicehq/sluice/pipeline/sluiceconfig"
-	"github.com/sluicehq/sluice/registry"
-	"github.com/sluicehq/sluice/shared/consumer"
-	"github.com/sluicehq/sluice/shared/testenv"
+	"github.com/sluicehq/sluice/shared/claim"
+	"github.com/sluicehq/sluice/worker"
 )
 
 // kafkaFixture is a kfake cluster configured through the environment, with a
@@ -80,7 +80,7 @@ func (k *kafkaFixture) records(t *testing.T, topic string) []*kgo.Record {
 // the worker runtime does.
 func dlqLetterRecord(topic, handler string, orig *kgo.Record, class, errText string) *kgo.Record {
 	now := time.Now()
-	r, err := consumer.DeadLetterRecord(topic, handler, orig, class, errText, 1, now, now)
+	r, err := worker.DeadLetterRecord(topic, handler, orig, class, errText, 1, now, now)
 	if err != nil {
 		panic(err)
 	}
@@ -100,15 +100,15 @@ func TestDLQListShowRedriveDrop(t *testing.T) {
 	const handler = "instanceworker"
 	dead := func(eventID, agg string) {
 		t.Helper()
-		res, err := reg.Claim(ctx, registry.ClaimRequest{Handler: handler, EventID: eventID, AggregateID: agg, Seq: 1, Policy: registry.SkipStale})
-		if err != nil || res.Kind != registry.Claimed {
+		res, err := reg.Claim(ctx, claim.Request{Handler: handler, EventID: eventID, AggregateID: agg, Seq: 1, Policy: claim.SkipStale})
+		if err != nil || res.Kind != claim.Claimed {
 			t.Fatalf("claim %s: %v %v", eventID, res.Kind, err)
 		}
-		if _, err := reg.MarkFailed(ctx, res.Lease, registry.Failure{Err: errors.New("permanent: boom")}); err != nil {
+		if _, err := reg.MarkFailed(ctx, res.Lease, claim.Failure{Err: errors.New("permanent: boom")}); err != nil {
 			t.Fatal(err)
 		}
 	}
-	status := func(eventID string) registry.Status {
+	status := func(eventID string) claim.Status {
 		t.Helper()
 		rows, err := reg.Get(ctx, eventID)
 		if err != nil || len(rows) != 1 {
@@ -195,7 +195,7 @@ func TestDLQListShowRedriveDrop(t *testing.T) {
 
 	// Dry run: nothing changes.
 	out, _, err = runOps(t, "dlq", "redrive", "--topic", dlqTopic, "--offset", "0", "--dry-run")
-	if err != nil || !strings.Contains(out, "1 would be redriven") || status(ids[0]) != registry.StatusDead || len(redriven()) != 0 {
+	if err != nil || !strings.Contains(out, "1 would be redriven") || status(ids[0]) != claim.StatusDead || len(redriven()) != 0 {
 		t.Fatalf("dry run changed something or failed: %v\n%s", err, out)
 	}
 
@@ -207,7 +207,7 @@ func TestDLQListShowRedriveDrop(t *testing.T) {
 			t.Fatalf("redrive #%d %v: %v\n%s", i, args, err, out)
 		}
 	}
-	if st := status(ids[0]); st != registry.StatusFailed {
+	if st := status(ids[0]); st != claim.StatusFailed {
 		t.Fatalf("registry row after redrive: %s, want failed", st)
 	}
 	got := redriven()
@@ -224,7 +224,7 @@ func TestDLQListShowRedriveDrop(t *testing.T) {
 	if out, _, err = runOps(t, "dlq", "drop", "--topic", dlqTopic, "--offset", "3"); err != nil || !strings.Contains(out, "already dropped") {
 		t.Fatalf("second drop: %v\n%s", err, out)
 	}
-	if st := status(ids[2]); st != registry.StatusDead {
+	if st := status(ids[2]); st != claim.StatusDead {
 		t.Fatalf("dropped letter's row: %s, want dead", st)
 	}
 	out, _, err = runOps(t, "dlq", "list", "--topic", dlqTopic)

@@ -10,7 +10,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"github.com/sluicehq/sluice/registry"
+	"github.com/sluicehq/sluice/shared/claim"
 )
 
 // dlq redrive and drop in the README's dev environment: one Kafka broker and
@@ -36,11 +36,11 @@ func TestDLQRedriveAndDropOnOneBrokerWithDefaultEnv(t *testing.T) {
 		origs[i] = &kgo.Record{Topic: orig, Key: []byte("Instance:" + agg),
 			Value:   []byte(`{"event_id":"` + id + `","event_type":"CREATE_INSTANCE","kind":"command","aggregate_id":"` + agg + `"}`),
 			Headers: []kgo.RecordHeader{{Key: "event_id", Value: []byte(id)}, {Key: "kind", Value: []byte("command")}}}
-		res, err := reg.Claim(ctx, registry.ClaimRequest{Handler: handler, EventID: id, AggregateID: agg, Seq: 1, Policy: registry.SkipStale})
-		if err != nil || res.Kind != registry.Claimed {
+		res, err := reg.Claim(ctx, claim.Request{Handler: handler, EventID: id, AggregateID: agg, Seq: 1, Policy: claim.SkipStale})
+		if err != nil || res.Kind != claim.Claimed {
 			t.Fatalf("claim %s: %v %v", id, res.Kind, err)
 		}
-		if _, err := reg.MarkFailed(ctx, res.Lease, registry.Failure{Err: errors.New("permanent: boom")}); err != nil {
+		if _, err := reg.MarkFailed(ctx, res.Lease, claim.Failure{Err: errors.New("permanent: boom")}); err != nil {
 			t.Fatal(err)
 		}
 	}

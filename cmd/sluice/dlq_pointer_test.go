@@ -11,8 +11,8 @@ import (
 	"github.com/google/uuid"
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"github.com/sluicehq/sluice/registry"
-	"github.com/sluicehq/sluice/shared/consumer"
+	"github.com/sluicehq/sluice/shared/claim"
+	"github.com/sluicehq/sluice/worker"
 )
 
 // dlq show and redrive understand a dead letter in pointer form (the
@@ -27,11 +27,11 @@ func TestDLQPointerForm(t *testing.T) {
 	orig, dlq := k.dlqTopics(t, 1)
 	const handler = "instanceworker"
 	id := uuid.NewString()
-	res, err := reg.Claim(ctx, registry.ClaimRequest{Handler: handler, EventID: id, AggregateID: "shop:orders:1", Seq: 1, Policy: registry.SkipStale})
-	if err != nil || res.Kind != registry.Claimed {
+	res, err := reg.Claim(ctx, claim.Request{Handler: handler, EventID: id, AggregateID: "shop:orders:1", Seq: 1, Policy: claim.SkipStale})
+	if err != nil || res.Kind != claim.Claimed {
 		t.Fatalf("claim: %v %v", res.Kind, err)
 	}
-	if _, err := reg.MarkFailed(ctx, res.Lease, registry.Failure{Err: errors.New("permanent: boom")}); err != nil {
+	if _, err := reg.MarkFailed(ctx, res.Lease, claim.Failure{Err: errors.New("permanent: boom")}); err != nil {
 		t.Fatal(err)
 	}
 	original := &kgo.Record{Topic: orig, Key: []byte("Instance:shop:orders:1"),
@@ -39,7 +39,7 @@ func TestDLQPointerForm(t *testing.T) {
 		Headers: []kgo.RecordHeader{{Key: "event_id", Value: []byte(id)}, {Key: "position", Value: []byte("77")}}}
 	k.produce(t, original) // offset 0
 	pointer := func(offset int64) *kgo.Record {
-		d := consumer.DLQRecord{OriginalTopic: orig, OriginalOffset: offset, OriginalKey: string(original.Key),
+		d := worker.DLQRecord{OriginalTopic: orig, OriginalOffset: offset, OriginalKey: string(original.Key),
 			OriginalHeaders: map[string]string{}, Error: "permanent: too big", ErrorClass: "permanent", AttemptCount: 1,
 			Handler: handler, FirstFailedAt: time.Now().UTC(), FailedAt: time.Now().UTC(),
 			OriginalTruncated: true, TruncatedReason: "size", OriginalSize: len(original.Value), OriginalEventID: id, OriginalPosition: 77}
@@ -64,7 +64,7 @@ func TestDLQPointerForm(t *testing.T) {
 		t.Fatalf("%d records in %s after the redrive, want 2", len(recs), orig)
 	}
 	sameRecord(t, recs[1], original)
-	if rows, err := reg.Get(ctx, id); err != nil || len(rows) != 1 || rows[0].Status != registry.StatusFailed {
+	if rows, err := reg.Get(ctx, id); err != nil || len(rows) != 1 || rows[0].Status != claim.StatusFailed {
 		t.Fatalf("registry row after the redrive: %+v %v, want failed (reset)", rows, err)
 	}
 	out, _, err = runOps(t, "dlq", "redrive", "--topic", dlq, "--offset", "1")

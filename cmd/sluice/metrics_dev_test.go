@@ -14,9 +14,9 @@ import (
 	"github.com/prometheus/common/model"
 
 	"github.com/sluicehq/sluice/instanceworker"
+	"github.com/sluicehq/sluice/internal/testenv"
 	"github.com/sluicehq/sluice/pipeline/sluiceconfig"
 	"github.com/sluicehq/sluice/shared/observability"
-	"github.com/sluicehq/sluice/shared/testenv"
 )
 
 // The first scrape of `sluice dev` (API, relay, instance worker, projection

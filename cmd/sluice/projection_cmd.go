@@ -17,8 +17,8 @@ import (
 	"github.com/sluicehq/sluice/pipeline/sluiceconfig"
 	"github.com/sluicehq/sluice/projectionworker"
 	"github.com/sluicehq/sluice/projectionworker/declarative"
+	"github.com/sluicehq/sluice/readmodel"
 	"github.com/sluicehq/sluice/shared/kafka"
-	"github.com/sluicehq/sluice/shared/readmodel"
 )
 
 // projectionsEnv selects the projections of `sluice projection-worker`.

@@ -13,9 +13,9 @@ import (
 
 	"github.com/sluicehq/sluice/projectionworker"
 
-	"github.com/sluicehq/sluice/internal/esserver"
-	"github.com/sluicehq/sluice/shared/readmodel"
-	"github.com/sluicehq/sluice/shared/testenv"
+	"github.com/sluicehq/sluice/esserver"
+	"github.com/sluicehq/sluice/internal/testenv"
+	"github.com/sluicehq/sluice/readmodel"
 )
 
 // runProjection runs the projection commands on a root of their own (the

@@ -20,8 +20,8 @@ import (
 	"github.com/prometheus/prometheus/promql/parser"
 	"github.com/spf13/cobra"
 
-	"github.com/sluicehq/sluice/internal/esserver"
-	"github.com/sluicehq/sluice/shared/testenv"
+	"github.com/sluicehq/sluice/esserver"
+	"github.com/sluicehq/sluice/internal/testenv"
 )
 
 // TestRebuildServesStuckAlertMetrics runs `sluice projection rebuild

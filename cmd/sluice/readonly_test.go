@@ -15,12 +15,12 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/sluicehq/sluice/esserver"
 	"github.com/sluicehq/sluice/eventstore"
 	"github.com/sluicehq/sluice/eventstore/objstore/backend"
-	"github.com/sluicehq/sluice/internal/esserver"
+	"github.com/sluicehq/sluice/internal/testenv"
 	"github.com/sluicehq/sluice/pipeline/sluiceconfig"
 	"github.com/sluicehq/sluice/shared/envelope"
-	"github.com/sluicehq/sluice/shared/testenv"
 )
 
 // readOnlyS3 serves MinIO's S3 API to a client whose credentials may only

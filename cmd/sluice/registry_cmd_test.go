@@ -11,18 +11,18 @@ import (
 
 	"github.com/google/uuid"
 
-	"github.com/sluicehq/sluice/registry"
+	"github.com/sluicehq/sluice/shared/claim"
 )
 
 func TestRegistryShowAndPrune(t *testing.T) {
 	ctx := context.Background()
 	_, reg := envRegistry(t, "cli-test")
 	id := uuid.NewString()
-	res, err := reg.Claim(ctx, registry.ClaimRequest{Handler: "instanceworker", EventID: id, AggregateID: "db:c:1", Seq: 1, Policy: registry.SkipStale})
-	if err != nil || res.Kind != registry.Claimed {
+	res, err := reg.Claim(ctx, claim.Request{Handler: "instanceworker", EventID: id, AggregateID: "db:c:1", Seq: 1, Policy: claim.SkipStale})
+	if err != nil || res.Kind != claim.Claimed {
 		t.Fatalf("claim: %+v %v", res, err)
 	}
-	if err := reg.MarkDone(ctx, res.Lease, registry.Rejected("instance exists")); err != nil {
+	if err := reg.MarkDone(ctx, res.Lease, claim.Rejected("instance exists")); err != nil {
 		t.Fatal(err)
 	}
 
@@ -52,11 +52,11 @@ func TestRegistryPruneGuard(t *testing.T) {
 	pool, reg := envRegistry(t, "cli-test")
 	status, other := uuid.NewString(), uuid.NewString()
 	for _, c := range []struct{ handler, id string }{{"instanceworker", status}, {"projection-history-v1", other}} {
-		res, err := reg.Claim(ctx, registry.ClaimRequest{Handler: c.handler, EventID: c.id, AggregateID: "db:c:1", Seq: 1, Policy: registry.SkipStale})
-		if err != nil || res.Kind != registry.Claimed {
+		res, err := reg.Claim(ctx, claim.Request{Handler: c.handler, EventID: c.id, AggregateID: "db:c:1", Seq: 1, Policy: claim.SkipStale})
+		if err != nil || res.Kind != claim.Claimed {
 			t.Fatalf("claim: %+v %v", res, err)
 		}
-		if err := reg.MarkDone(ctx, res.Lease, registry.Applied()); err != nil {
+		if err := reg.MarkDone(ctx, res.Lease, claim.Applied()); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -6,8 +6,8 @@ import (
 	"testing"
 
 	"github.com/sluicehq/sluice/eventstore"
+	"github.com/sluicehq/sluice/internal/testenv"
 	"github.com/sluicehq/sluice/relay"
-	"github.com/sluicehq/sluice/shared/testenv"
 )
 
 // TestRelayCheckpointSetGuard (issue 27.2): on a file-backend store of 5

@@ -9,9 +9,9 @@ import (
 	"github.com/sluicehq/sluice/admin"
 	"github.com/sluicehq/sluice/inspect"
 	"github.com/sluicehq/sluice/pipeline"
+	"github.com/sluicehq/sluice/readmodel"
 	"github.com/sluicehq/sluice/registry"
 	"github.com/sluicehq/sluice/shared/observability"
-	"github.com/sluicehq/sluice/shared/readmodel"
 )
 
 // runService runs one service of the pipeline table as its own process:

@@ -10,7 +10,7 @@ import (
 
 	"github.com/sluicehq/sluice/api"
 	"github.com/sluicehq/sluice/api/apitest"
-	"github.com/sluicehq/sluice/shared/testenv"
+	"github.com/sluicehq/sluice/internal/testenv"
 )
 
 // TestStartupProbesAnswerAPIPathsWithRetry: while a process waits for a

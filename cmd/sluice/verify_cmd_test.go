@@ -12,11 +12,11 @@ import (
 	"github.com/google/uuid"
 	"github.com/spf13/cobra"
 
+	"github.com/sluicehq/sluice/esserver"
 	"github.com/sluicehq/sluice/instanceworker"
 	"github.com/sluicehq/sluice/instanceworker/instanceworkertest"
-	"github.com/sluicehq/sluice/internal/esserver"
+	"github.com/sluicehq/sluice/internal/testenv"
 	"github.com/sluicehq/sluice/shared/envelope"
-	"github.com/sluicehq/sluice/shared/testenv"
 )
 
 // runOps executes the CLI in-process like run, with the operator commands of

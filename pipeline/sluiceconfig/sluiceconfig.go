@@ -22,15 +22,15 @@ import (
 	"github.com/sluicehq/sluice/instanceworker"
 	"github.com/sluicehq/sluice/migrations"
 	"github.com/sluicehq/sluice/projectionworker"
+	"github.com/sluicehq/sluice/readmodel"
 	"github.com/sluicehq/sluice/registry"
 	"github.com/sluicehq/sluice/relay"
 	"github.com/sluicehq/sluice/shared/config"
-	"github.com/sluicehq/sluice/shared/consumer"
 	"github.com/sluicehq/sluice/shared/crashpoint"
 	"github.com/sluicehq/sluice/shared/kafka"
 	"github.com/sluicehq/sluice/shared/observability"
-	"github.com/sluicehq/sluice/shared/readmodel"
 	"github.com/sluicehq/sluice/shared/tracing"
+	"github.com/sluicehq/sluice/worker"
 )
 
 // Config is the whole configuration of a sluice process. Each service reads
@@ -45,7 +45,7 @@ type Config struct {
 	Relay         relay.Config                `section:"Relay (event publisher)"`
 	Kafka         kafka.Config                `section:"Kafka"`
 	Registry      registry.Config             `section:"Processed-event registry"`
-	Worker        consumer.Config             `section:"Workers"`
+	Worker        worker.Config               `section:"Workers"`
 	Elasticsearch readmodel.Config            `section:"Elasticsearch"`
 	API           api.Config                  `section:"HTTP API"`
 	Tracing       tracing.Config              `section:"Tracing (OpenTelemetry)"`

@@ -22,8 +22,8 @@ import (
 
 	"github.com/sluicehq/sluice/projectionworker"
 	"github.com/sluicehq/sluice/shared/claim"
-	"github.com/sluicehq/sluice/shared/consumer"
 	"github.com/sluicehq/sluice/shared/envelope"
+	"github.com/sluicehq/sluice/worker"
 )
 
 // The round model (issue 39): two projection workers of one group share
@@ -356,7 +356,7 @@ func runModel(ch *chooser, p *Projection, workers [][]modelEvent, crashes int) e
 	finished := map[string]finish{}
 	errs := make(chan error, len(workers))
 	seq := 0
-	recs := make([][]*consumer.Record, len(workers))
+	recs := make([][]*worker.Record, len(workers))
 	want := map[string]int{}
 	for i, evs := range workers {
 		for _, e := range evs {
@@ -364,7 +364,7 @@ func runModel(ch *chooser, p *Projection, workers [][]modelEvent, crashes int) e
 			env := envelope.Envelope{EventID: fmt.Sprintf("00000000-0000-4000-8000-%012d", seq), EventType: "READING",
 				Kind: envelope.KindDomain, AggregateType: "Device", AggregateID: e.device, SequenceNumber: 1, Position: int64(seq),
 				Data: []byte(`{"site":"` + e.site + `"}`), OccurredAt: envelope.NewTimestamp(mustTime(t0))}
-			recs[i] = append(recs[i], &consumer.Record{Partition: int32(i), Offset: int64(seq), Envelope: env})
+			recs[i] = append(recs[i], &worker.Record{Partition: int32(i), Offset: int64(seq), Envelope: env})
 			want[e.site]++
 		}
 	}
@@ -401,14 +401,14 @@ func runModel(ch *chooser, p *Projection, workers [][]modelEvent, crashes int) e
 						}
 						continue // restarted: nothing was marked done
 					}
-					var again []*consumer.Record
+					var again []*worker.Record
 					for j, r := range res {
 						switch {
 						case r.Err == nil:
 							mu.Lock()
 							finished[pending[j].Envelope.EventID] = finish{r.Outcome.Result, replayed[pending[j].Envelope.EventID]}
 							mu.Unlock()
-						case consumer.Classify(r.Err) == consumer.ClassRetryable:
+						case worker.Classify(r.Err) == worker.ClassRetryable:
 							again = append(again, pending[j])
 						default:
 							return fmt.Errorf("event %s: %v", pending[j].Envelope.EventID, r.Err)

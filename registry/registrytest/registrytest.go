@@ -16,13 +16,14 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/sluicehq/sluice/registry"
+	"github.com/sluicehq/sluice/shared/claim"
 )
 
 // Rows returns the rows of handler (of every handler when handler is ""),
 // ordered by handler, aggregate and sequence. Only the fields tests read
 // are filled: Handler, EventID, AggregateID, Sequence, Status, Owner,
 // Attempts, ProcessedAt, LastError and Outcome's reason and result.
-func Rows(ctx context.Context, pool *pgxpool.Pool, handler string) ([]registry.Row, error) {
+func Rows(ctx context.Context, pool *pgxpool.Pool, handler string) ([]claim.Row, error) {
 	return rows(ctx, pool, handler, "")
 }
 
@@ -30,7 +31,7 @@ func Rows(ctx context.Context, pool *pgxpool.Pool, handler string) ([]registry.R
 // eventID when it is not "": Row is one probe of the primary key, not a
 // scan of the handler's rows (a test that asks for each of 20,000 events
 // would otherwise read 400 million rows).
-func rows(ctx context.Context, pool *pgxpool.Pool, handler, eventID string) ([]registry.Row, error) {
+func rows(ctx context.Context, pool *pgxpool.Pool, handler, eventID string) ([]claim.Row, error) {
 	rows, err := pool.Query(ctx, `SELECT handler, event_id, aggregate_id, sequence_number, status, owner, attempt_count,
 		processed_at, coalesce(last_error, ''), coalesce(outcome->>'result', ''), coalesce(outcome->>'reason', '')
 		FROM sluice.processed_events WHERE ($1 = '' OR handler = $1) AND ($2 = '' OR event_id = $2)
@@ -38,9 +39,9 @@ func rows(ctx context.Context, pool *pgxpool.Pool, handler, eventID string) ([]r
 	if err != nil {
 		return nil, fmt.Errorf("registrytest: rows: %w", err)
 	}
-	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (registry.Row, error) {
+	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (claim.Row, error) {
 		var (
-			out            registry.Row
+			out            claim.Row
 			status         string
 			attempts       int32
 			processed      pgtype.Timestamptz
@@ -48,32 +49,32 @@ func rows(ctx context.Context, pool *pgxpool.Pool, handler, eventID string) ([]r
 		)
 		err := r.Scan(&out.Handler, &out.EventID, &out.AggregateID, &out.Sequence, &status, &out.Owner, &attempts, &processed,
 			&out.LastError, &result, &reason)
-		out.Status, out.Attempts = registry.Status(status), int(attempts)
+		out.Status, out.Attempts = claim.Status(status), int(attempts)
 		if processed.Valid {
 			out.ProcessedAt = processed.Time
 		}
 		if result != "" {
-			out.Outcome = &registry.Outcome{Result: registry.OutcomeResult(result), Reason: reason}
+			out.Outcome = &claim.Outcome{Result: claim.OutcomeResult(result), Reason: reason}
 		}
 		return out, err
 	})
 }
 
 // Row returns one row (registry.ErrNotFound when there is none).
-func Row(ctx context.Context, pool *pgxpool.Pool, handler, eventID string) (registry.Row, error) {
+func Row(ctx context.Context, pool *pgxpool.Pool, handler, eventID string) (claim.Row, error) {
 	if eventID == "" {
-		return registry.Row{}, fmt.Errorf("registrytest: row: no event id: %w", registry.ErrNotFound)
+		return claim.Row{}, fmt.Errorf("registrytest: row: no event id: %w", registry.ErrNotFound)
 	}
 	rs, err := rows(ctx, pool, handler, eventID)
 	if err != nil {
-		return registry.Row{}, err
+		return claim.Row{}, err
 	}
 	for _, r := range rs {
 		if r.EventID == eventID {
 			return r, nil
 		}
 	}
-	return registry.Row{}, fmt.Errorf("registrytest: %s %s: %w", handler, eventID, registry.ErrNotFound)
+	return claim.Row{}, fmt.Errorf("registrytest: %s %s: %w", handler, eventID, registry.ErrNotFound)
 }
 
 // Steal makes another owner the holder of a row, with a new lease token
@@ -131,7 +132,7 @@ func Count(ctx context.Context, pool *pgxpool.Pool) (int64, error) {
 }
 
 // EventIDs returns the event ids of handler's rows in one of statuses.
-func EventIDs(ctx context.Context, pool *pgxpool.Pool, handler string, statuses ...registry.Status) (map[string]bool, error) {
+func EventIDs(ctx context.Context, pool *pgxpool.Pool, handler string, statuses ...claim.Status) (map[string]bool, error) {
 	sts := make([]string, len(statuses))
 	for i, s := range statuses {
 		sts[i] = string(s)

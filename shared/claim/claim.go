@@ -2,7 +2,7 @@
 // worker runtime shares with it: claim requests and results, leases,
 // sequence-guard policies, outcomes, failures and the errors callers branch
 // on. It holds types and their rules only, no I/O: package registry
-// implements the claims on Postgres, and shared/consumer depends on this
+// implements the claims on Postgres, and worker depends on this
 // package and on its own small Registry interface, not on the registry
 // (docs/architecture.md, "Floors").
 package claim

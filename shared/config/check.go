@@ -15,7 +15,7 @@ var knownPrefixes = []string{
 }
 
 // toolPrefixes are variables of sluice's test harness, benchmarks and
-// build tooling (shared/testenv, the soak, make), which a developer's shell
+// build tooling (internal/testenv, the soak, make), which a developer's shell
 // or CI sets next to a process's configuration: not typos.
 var toolPrefixes = []string{
 	"SLUICE_TEST_", "SLUICE_MINIO_", "SLUICE_SOAK", "SLUICE_BENCH_", "SLUICE_RELAY_TEST_",

@@ -7,8 +7,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/sluicehq/sluice/internal/testenv"
 	"github.com/sluicehq/sluice/shared/kafka"
-	"github.com/sluicehq/sluice/shared/testenv"
 )
 
 func TestEnsureCreatesMissingAndAcceptsExisting(t *testing.T) {

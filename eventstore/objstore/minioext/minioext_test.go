@@ -11,7 +11,7 @@ import (
 	"github.com/sluicehq/sluice/eventstore/objstore"
 	"github.com/sluicehq/sluice/eventstore/objstore/minioext"
 	"github.com/sluicehq/sluice/eventstore/objstore/s3store"
-	"github.com/sluicehq/sluice/shared/testenv"
+	"github.com/sluicehq/sluice/internal/testenv"
 )
 
 var minio *testenv.MinIO

@@ -11,8 +11,8 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/eventstore/objstore"
+	"github.com/sluicehq/sluice/internal/testenv"
 	"github.com/sluicehq/sluice/shared/failure"
-	"github.com/sluicehq/sluice/shared/testenv"
 )
 
 // Every call of the s3 backend has a deadline (issue 26): a store that does

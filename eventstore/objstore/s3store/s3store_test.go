@@ -12,7 +12,7 @@ import (
 	"github.com/sluicehq/sluice/eventstore/objstore"
 	"github.com/sluicehq/sluice/eventstore/objstore/objstoretest"
 	"github.com/sluicehq/sluice/eventstore/objstore/s3store"
-	"github.com/sluicehq/sluice/shared/testenv"
+	"github.com/sluicehq/sluice/internal/testenv"
 )
 
 var minio *testenv.MinIO

@@ -1,0 +1,435 @@
+package esserver_test
+
+import (
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice/esserver"
+)
+
+type call struct {
+	method, path, body string
+}
+
+func doReq(t testing.TB, h http.Handler, c call) (int, map[string]any, http.Header) {
+	t.Helper()
+	req := httptest.NewRequest(c.method, c.path, strings.NewReader(c.body))
+	if c.body != "" {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, req)
+	var m map[string]any
+	if rec.Body.Len() > 0 {
+		if err := json.Unmarshal(rec.Body.Bytes(), &m); err != nil {
+			t.Fatalf("%s %s: response is not a JSON object: %v: %s", c.method, c.path, err, rec.Body.String())
+		}
+	}
+	return rec.Code, m, rec.Header()
+}
+
+// get walks a dotted path.
+func get(m map[string]any, path string) any {
+	var cur any = m
+	for _, p := range strings.Split(path, ".") {
+		switch c := cur.(type) {
+		case map[string]any:
+			cur = c[p]
+		case []any:
+			i := 0
+			for _, ch := range p {
+				i = i*10 + int(ch-'0')
+			}
+			if i >= len(c) {
+				return nil
+			}
+			cur = c[i]
+		default:
+			return nil
+		}
+	}
+	return cur
+}
+
+func TestServerBehaviour(t *testing.T) {
+	tests := []struct {
+		name   string
+		setup  []call
+		call   call
+		status int
+		want   map[string]any // dotted path -> value
+	}{
+		{
+			name:   "info",
+			call:   call{"GET", "/", ""},
+			status: 200,
+			want:   map[string]any{"version.number": "8.15.0", "tagline": "You Know, for Search"},
+		},
+		{
+			name:   "health",
+			call:   call{"GET", "/_cluster/health?wait_for_status=yellow&timeout=1s", ""},
+			status: 200,
+			want:   map[string]any{"status": "green", "timed_out": false},
+		},
+		{
+			name:   "uppercase index name",
+			call:   call{"PUT", "/Bad", ""},
+			status: 400,
+			want:   map[string]any{"error.type": "invalid_index_name_exception", "error.reason": "Invalid index name [Bad], must be lowercase", "error.root_cause.0.index": "Bad", "status": 400.0},
+		},
+		{
+			name:   "leading underscore",
+			call:   call{"PUT", "/_bad", ""},
+			status: 400,
+			want:   map[string]any{"error.reason": "Invalid index name [_bad], must not start with '_', '-', or '+'"},
+		},
+		{
+			name:   "invalid characters",
+			call:   call{"PUT", "/a%2Ab", ""},
+			status: 400,
+			want:   map[string]any{"error.type": "invalid_index_name_exception"},
+		},
+		{
+			name:   "index exists",
+			setup:  []call{{"PUT", "/dup", ""}},
+			call:   call{"PUT", "/dup", ""},
+			status: 400,
+			want:   map[string]any{"error.type": "resource_already_exists_exception"},
+		},
+		{
+			name:   "create conflict",
+			setup:  []call{{"PUT", "/docs/_doc/1", `{"a":1}`}},
+			call:   call{"PUT", "/docs/_create/1", `{"a":2}`},
+			status: 409,
+			want: map[string]any{
+				"error.type":   "version_conflict_engine_exception",
+				"error.reason": "[1]: version conflict, document already exists (current version [1])",
+				"error.shard":  "0", "error.index": "docs",
+				"error.root_cause.0.type": "version_conflict_engine_exception",
+			},
+		},
+		{
+			name:   "seq_no conflict",
+			setup:  []call{{"PUT", "/docs/_doc/1", `{"a":1}`}},
+			call:   call{"PUT", "/docs/_doc/1?if_seq_no=5&if_primary_term=1", `{"a":2}`},
+			status: 409,
+			want:   map[string]any{"error.reason": "[1]: version conflict, required seqNo [5], primary term [1]. current document has seqNo [0] and primary term [1]"},
+		},
+		{
+			name:   "external version conflict",
+			setup:  []call{{"PUT", "/docs/_doc/1?version=2&version_type=external", `{"a":1}`}},
+			call:   call{"PUT", "/docs/_doc/1?version=1&version_type=external", `{"a":2}`},
+			status: 409,
+			want:   map[string]any{"error.reason": "[1]: version conflict, current version [2] is higher or equal to the one provided [1]"},
+		},
+		{
+			name:   "external version after delete tombstone",
+			setup:  []call{{"PUT", "/docs/_doc/1?version=5&version_type=external", `{"a":1}`}, {"DELETE", "/docs/_doc/1?version=7&version_type=external", ""}},
+			call:   call{"PUT", "/docs/_doc/1?version=6&version_type=external", `{"a":2}`},
+			status: 409,
+			want:   map[string]any{"error.reason": "[1]: version conflict, current version [7] is higher or equal to the one provided [6]"},
+		},
+		{
+			name:   "internal version on write is rejected",
+			call:   call{"PUT", "/docs/_doc/1?version=1", `{"a":1}`},
+			status: 400,
+			want:   map[string]any{"error.type": "action_request_validation_exception"},
+		},
+		{
+			name:   "write response shape",
+			call:   call{"PUT", "/docs/_doc/1?refresh=true", `{"a":1}`},
+			status: 201,
+			want:   map[string]any{"_index": "docs", "_id": "1", "_version": 1.0, "result": "created", "forced_refresh": true, "_shards.total": 2.0, "_shards.successful": 1.0, "_seq_no": 0.0, "_primary_term": 1.0},
+		},
+		{
+			name:   "get missing doc",
+			setup:  []call{{"PUT", "/docs", ""}},
+			call:   call{"GET", "/docs/_doc/nope", ""},
+			status: 404,
+			want:   map[string]any{"_index": "docs", "_id": "nope", "found": false},
+		},
+		{
+			name:   "get missing index",
+			call:   call{"GET", "/nope/_doc/1", ""},
+			status: 404,
+			want:   map[string]any{"error.type": "index_not_found_exception", "error.reason": "no such index [nope]", "error.index": "nope", "error.root_cause.0.index_uuid": "_na_"},
+		},
+		{
+			name:   "delete missing doc",
+			setup:  []call{{"PUT", "/docs", ""}},
+			call:   call{"DELETE", "/docs/_doc/1", ""},
+			status: 404,
+			want:   map[string]any{"result": "not_found", "_version": 1.0},
+		},
+		{
+			name:   "source endpoint",
+			setup:  []call{{"PUT", "/docs/_doc/1", `{"a":{"b":1,"c":2}}`}},
+			call:   call{"GET", "/docs/_source/1?_source_includes=a.b", ""},
+			status: 200,
+			want:   map[string]any{"a.b": 1.0, "a.c": nil},
+		},
+		{
+			name:   "update doc_as_upsert then noop",
+			setup:  []call{{"POST", "/docs/_update/1", `{"doc":{"a":1},"doc_as_upsert":true}`}},
+			call:   call{"POST", "/docs/_update/1", `{"doc":{"a":1}}`},
+			status: 200,
+			want:   map[string]any{"result": "noop", "_version": 1.0},
+		},
+		{
+			name:   "bulk without trailing newline",
+			call:   call{"POST", "/_bulk", `{"index":{"_index":"x"}}` + "\n" + `{"a":1}`},
+			status: 400,
+			want:   map[string]any{"error.type": "illegal_argument_exception", "error.reason": "The bulk request must be terminated by a newline [\\n]"},
+		},
+		{
+			name:   "bulk invalid json",
+			call:   call{"POST", "/_bulk", "{nope\n"},
+			status: 400,
+			want:   map[string]any{"error.type": "x_content_parse_exception"},
+		},
+		{
+			name:   "bulk item errors",
+			setup:  []call{{"PUT", "/b/_doc/1", `{"a":1}`}},
+			call:   call{"POST", "/_bulk", `{"create":{"_index":"b","_id":"1"}}` + "\n{}\n" + `{"delete":{"_index":"b","_id":"2"}}` + "\n" + `{"update":{"_index":"b","_id":"3"}}` + "\n" + `{"doc":{"a":1}}` + "\n"},
+			status: 200,
+			want: map[string]any{
+				"errors": true, "items.0.create.status": 409.0, "items.0.create.error.type": "version_conflict_engine_exception",
+				"items.1.delete.status": 404.0, "items.1.delete.result": "not_found",
+				"items.2.update.status": 404.0, "items.2.update.error.type": "document_missing_exception",
+			},
+		},
+		{
+			name:   "unknown endpoint",
+			call:   call{"GET", "/idx/_nope", ""},
+			status: 400,
+			want:   map[string]any{"error.type": "illegal_argument_exception"},
+		},
+		{
+			name:   "wrong method",
+			call:   call{"PATCH", "/idx/_doc/1", ""},
+			status: 405,
+			want:   map[string]any{"status": 405.0},
+		},
+		{
+			name:   "delete index through alias",
+			setup:  []call{{"PUT", "/real", `{"aliases":{"al":{}}}`}},
+			call:   call{"DELETE", "/al", ""},
+			status: 400,
+			want:   map[string]any{"error.reason": "The provided expression [al] matches an alias, specify the corresponding concrete indices instead."},
+		},
+		{
+			name:   "write through alias without write index",
+			setup:  []call{{"PUT", "/w1", `{"aliases":{"w":{}}}`}, {"PUT", "/w2", `{"aliases":{"w":{}}}`}},
+			call:   call{"PUT", "/w/_doc/1", `{"a":1}`},
+			status: 400,
+			want:   map[string]any{"error.type": "illegal_argument_exception"},
+		},
+		{
+			name:   "write through alias goes to write index",
+			setup:  []call{{"PUT", "/w1", `{"aliases":{"w":{"is_write_index":true}}}`}, {"PUT", "/w2", `{"aliases":{"w":{}}}`}},
+			call:   call{"PUT", "/w/_doc/1", `{"a":1}`},
+			status: 201,
+			want:   map[string]any{"_index": "w1"},
+		},
+		{
+			name: "search through filtered alias",
+			setup: []call{
+				{"PUT", "/s", `{"aliases":{"red":{"filter":{"term":{"color":"red"}}}}}`},
+				{"POST", "/_bulk?refresh=true", `{"index":{"_index":"s","_id":"1"}}` + "\n" + `{"color":"red","n":1}` + "\n" + `{"index":{"_index":"s","_id":"2"}}` + "\n" + `{"color":"blue","n":2}` + "\n"},
+			},
+			call:   call{"POST", "/red/_search", `{"query":{"match_all":{}}}`},
+			status: 200,
+			want:   map[string]any{"hits.total.value": 1.0, "hits.hits.0._id": "1"},
+		},
+		{
+			name: "near real time with refresh disabled",
+			setup: []call{
+				{"PUT", "/nrt", `{"settings":{"refresh_interval":"-1"}}`},
+				{"PUT", "/nrt/_doc/1", `{"a":1}`},
+			},
+			call:   call{"GET", "/nrt/_count", ""},
+			status: 200,
+			want:   map[string]any{"count": 0.0},
+		},
+		{
+			name: "dynamic mapping",
+			setup: []call{
+				{"PUT", "/m/_doc/1", `{"s":"x y","n":1,"f":1.5,"b":true,"d":"2024-01-01T00:00:00Z","o":{"a":"b"}}`},
+			},
+			call:   call{"GET", "/m/_mapping", ""},
+			status: 200,
+			want: map[string]any{
+				"m.mappings.properties.s.type": "text", "m.mappings.properties.s.fields.keyword.type": "keyword",
+				"m.mappings.properties.n.type": "long", "m.mappings.properties.f.type": "float",
+				"m.mappings.properties.b.type": "boolean", "m.mappings.properties.d.type": "date",
+				"m.mappings.properties.o.properties.a.type": "text",
+			},
+		},
+		{
+			name: "search sort, from/size and source filtering",
+			setup: []call{
+				{"POST", "/_bulk", `{"index":{"_index":"q","_id":"1"}}` + "\n" + `{"n":3,"t":"the quick fox"}` + "\n" + `{"index":{"_index":"q","_id":"2"}}` + "\n" + `{"n":1,"t":"lazy dog"}` + "\n" + `{"index":{"_index":"q","_id":"3"}}` + "\n" + `{"n":2,"t":"quick dog"}` + "\n"},
+			},
+			call:   call{"POST", "/q/_search", `{"query":{"bool":{"should":[{"match":{"t":"quick"}},{"term":{"n":1}}]}},"sort":[{"n":"desc"}],"from":1,"size":1,"_source":["n"]}`},
+			status: 200,
+			want:   map[string]any{"hits.total.value": 3.0, "hits.hits.0._id": "3", "hits.hits.0._source.n": 2.0, "hits.hits.0._source.t": nil, "hits.hits.0.sort.0": 2.0},
+		},
+		{
+			name:   "result window",
+			setup:  []call{{"PUT", "/q", ""}},
+			call:   call{"GET", "/q/_search?from=9995&size=10", ""},
+			status: 400,
+			want:   map[string]any{"error.type": "search_phase_execution_exception", "error.root_cause.0.type": "illegal_argument_exception"},
+		},
+		{
+			name:   "unknown query",
+			call:   call{"POST", "/_search", `{"query":{"nope":{}}}`},
+			status: 400,
+			want:   map[string]any{"error.type": "parsing_exception", "error.reason": "unknown query [nope]"},
+		},
+		{
+			name:   "q parameter",
+			setup:  []call{{"PUT", "/qs/_doc/1", `{"title":"Hello World","n":5}`}, {"PUT", "/qs/_doc/2", `{"title":"bye","n":6}`}},
+			call:   call{"GET", "/qs/_search?q=title:hello", ""},
+			status: 200,
+			want:   map[string]any{"hits.total.value": 1.0, "hits.hits.0._id": "1"},
+		},
+		{
+			name: "atomic aliases failure leaves state",
+			setup: []call{
+				{"PUT", "/a1", `{"aliases":{"cur":{}}}`},
+				{"POST", "/_aliases", `{"actions":[{"remove":{"index":"a1","alias":"cur"}},{"add":{"index":"nope","alias":"cur"}}]}`},
+			},
+			call:   call{"GET", "/_alias/cur", ""},
+			status: 200,
+			want:   map[string]any{"a1.aliases.cur": map[string]any{}},
+		},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			srv := esserver.New()
+			for _, c := range tc.setup {
+				doReq(t, srv, c)
+			}
+			status, body, hdr := doReq(t, srv, tc.call)
+			if hdr.Get("X-Elastic-Product") != "Elasticsearch" {
+				t.Errorf("missing X-Elastic-Product header")
+			}
+			if status != tc.status {
+				t.Fatalf("status %d, want %d: %v", status, tc.status, body)
+			}
+			for path, want := range tc.want {
+				got := get(body, path)
+				gb, _ := json.Marshal(got)
+				wb, _ := json.Marshal(want)
+				if string(gb) != string(wb) {
+					t.Errorf("%s = %s, want %s (body %v)", path, gb, wb, body)
+				}
+			}
+		})
+	}
+}
+
+func TestFaultInjection(t *testing.T) {
+	srv := esserver.New()
+	remove := srv.InjectFault(esserver.Fault{Match: esserver.MatchPath("GET", "/_search"), Status: http.StatusTooManyRequests, Times: 2})
+	defer remove()
+	for i, want := range []int{429, 429, 200} {
+		status, body, _ := doReq(t, srv, call{"GET", "/_search", ""})
+		if status != want {
+			t.Fatalf("call %d: status %d want %d", i, status, want)
+		}
+		if want == 429 && get(body, "error.type") != "es_rejected_execution_exception" {
+			t.Fatalf("429 body %v", body)
+		}
+	}
+	srv.InjectFault(esserver.Fault{Match: esserver.MatchPath("", "/slow"), Delay: 50 * time.Millisecond})
+	start := time.Now()
+	doReq(t, srv, call{"GET", "/slow/_count", ""})
+	if time.Since(start) < 50*time.Millisecond {
+		t.Fatalf("delay not applied")
+	}
+	srv.ClearFaults()
+	srv.InjectFault(esserver.Fault{BulkItemStatus: 429})
+	status, body, _ := doReq(t, srv, call{"POST", "/_bulk", `{"index":{"_index":"x","_id":"1"}}` + "\n{}\n"})
+	if status != 200 || get(body, "items.0.index.status") != 429.0 {
+		t.Fatalf("bulk item fault: %d %v", status, body)
+	}
+	// Faults limited to bulk items do not affect other requests.
+	if status, _, _ := doReq(t, srv, call{"GET", "/", ""}); status != 200 {
+		t.Fatalf("info status %d", status)
+	}
+}
+
+func TestConcurrentWritesAndSearches(t *testing.T) {
+	srv := esserver.New()
+	done := make(chan struct{})
+	for w := 0; w < 4; w++ {
+		go func(w int) {
+			defer func() { done <- struct{}{} }()
+			for i := 0; i < 50; i++ {
+				doReq(t, srv, call{"POST", "/c/_doc", `{"w":1}`})
+				doReq(t, srv, call{"GET", "/c/_search", ""})
+			}
+		}(w)
+	}
+	for i := 0; i < 4; i++ {
+		<-done
+	}
+	_, body, _ := doReq(t, srv, call{"GET", "/c/_count", ""})
+	if body["count"] != 200.0 {
+		t.Fatalf("count %v", body["count"])
+	}
+}
+
+// The write log records every document write with the status the server
+// answered: bulk items (applied, version conflict, injected 429) and
+// single-document writes; other requests pass through unrecorded.
+func TestWriteLog(t *testing.T) {
+	srv := esserver.New()
+	var seen []esserver.Write
+	log := esserver.NewWriteLog(func(w esserver.Write) { seen = append(seen, w) })
+	h := log.Wrap(srv)
+	bulk := `{"index":{"_index":"x","_id":"a","version":3,"version_type":"external"}}` + "\n{}\n" +
+		`{"index":{"_index":"x","_id":"a","version":3,"version_type":"external"}}` + "\n{}\n"
+	if status, _, _ := doReq(t, h, call{"POST", "/_bulk", bulk}); status != 200 {
+		t.Fatalf("bulk status %d", status)
+	}
+	if status, _, _ := doReq(t, h, call{"PUT", "/x/_doc/b", `{"n":1}`}); status != 201 {
+		t.Fatalf("put status %d", status)
+	}
+	srv.InjectFault(esserver.Fault{BulkItemStatus: 429, Times: 1})
+	doReq(t, h, call{"POST", "/_bulk", `{"index":{"_index":"x","_id":"c"}}` + "\n{}\n"})
+	doReq(t, h, call{"GET", "/x/_doc/a", ""})
+	// every bulk action is a write
+	doReq(t, h, call{"POST", "/_bulk", `{"create":{"_index":"x","_id":"d"}}` + "\n{}\n" +
+		`{"update":{"_index":"x","_id":"d"}}` + "\n" + `{"doc":{"n":2}}` + "\n" + `{"delete":{"_index":"x","_id":"d"}}` + "\n"})
+	// A single-document conflict answers an error body without _id.
+	if status, _, _ := doReq(t, h, call{"PUT", "/x/_doc/a?version=2&version_type=external", `{}`}); status != 409 {
+		t.Fatalf("stale put status %d", status)
+	}
+	if n := log.Unparsed(); n != 0 {
+		t.Errorf("%d answers not read", n)
+	}
+	got := log.Writes()
+	want := []struct {
+		id      string
+		version int64
+		status  int
+		ok      bool
+	}{{"a", 3, 201, true}, {"a", 0, 409, false}, {"b", 1, 201, true}, {"c", 0, 429, false},
+		{"d", 1, 201, true}, {"d", 2, 200, true}, {"d", 3, 200, true}, {"a", 0, 409, false}} // error items carry no _version
+	if len(got) != len(want) || len(seen) != len(want) {
+		t.Fatalf("recorded %+v (observed %d), want %d writes", got, len(seen), len(want))
+	}
+	for i, w := range want {
+		g := got[i]
+		if g.Index != "x" || g.ID != w.id || g.Version != w.version || g.Status != w.status || g.OK() != w.ok || g.At.IsZero() {
+			t.Errorf("write %d: %+v, want %+v", i, g, w)
+		}
+	}
+}

@@ -1,0 +1,92 @@
+package worker
+
+import (
+	"context"
+	"encoding/json"
+	"log/slog"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/sluicehq/sluice/internal/testenv"
+	"github.com/sluicehq/sluice/registry"
+	"github.com/sluicehq/sluice/shared/claim"
+	"github.com/sluicehq/sluice/shared/envelope"
+)
+
+// oneTopic starts a kfake cluster with a fresh one-partition topic and
+// returns its brokers, the topic (its DLQ topic topic.dlq exists too) and
+// a func producing records to it (synchronously).
+// The registry satisfies the runtime's own interface (the workers pass it in).
+var _ Registry = (*registry.Registry)(nil)
+
+func oneTopic(t *testing.T, prefix string) (brokers []string, topic string, produce func(recs ...*kgo.Record)) {
+	t.Helper()
+	topic = testenv.UniqueName(prefix)
+	k := testenv.NewKafka(t, kfake.SeedTopics(1, topic, topic+".dlq"))
+	pcl, err := kgo.NewClient(kgo.SeedBrokers(k.Brokers...), kgo.DefaultProduceTopic(topic))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pcl.Close)
+	return k.Brokers, topic, func(recs ...*kgo.Record) {
+		t.Helper()
+		if err := pcl.ProduceSync(context.Background(), recs...).FirstErr(); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// thingRecord is a record carrying a valid domain event of aggregate
+// thing/agg at sequence seq and position pos, with event id id (a new one
+// when empty), keyed by agg.
+func thingRecord(t *testing.T, id, agg string, seq, pos int64) *kgo.Record {
+	t.Helper()
+	if id == "" {
+		id = uuid.NewString()
+	}
+	e := envelope.Envelope{EventID: id, EventType: "THING_HAPPENED", Kind: envelope.KindDomain, AggregateType: "thing",
+		AggregateID: agg, SequenceNumber: seq, Position: pos,
+		OccurredAt: envelope.NewTimestamp(time.Unix(1_700_000_000, 0)), Data: json.RawMessage(`{}`), SchemaVersion: 1}
+	raw, err := envelope.Marshal(e)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &kgo.Record{Key: []byte(agg), Value: raw}
+}
+
+// committedOffset is the offset c last committed on partition 0 of topic
+// (-1 when unknown).
+func committedOffset(c *Consumer, topic string) int64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if ps := c.parts[topic][0]; ps != nil {
+		return ps.committed
+	}
+	return -1
+}
+
+// startConsumer runs a consumer of topic with o's registry, handler and
+// bounds and the tests' defaults (group topic-g, DLQ topic.dlq, handler
+// name "h", no logs; skip-stale and 5 ms backoff unless o sets them). stop
+// ends Run and reports its error; it runs again at the end of the test
+// (then it does nothing).
+func startConsumer(t *testing.T, brokers []string, topic string, o Options) (c *Consumer, stop func()) {
+	t.Helper()
+	o.Kafka.Brokers, o.Topic, o.Group, o.DLQTopic, o.HandlerName = brokers, topic, topic+"-g", topic+".dlq", "h"
+	o.Logger = slog.New(slog.DiscardHandler)
+	if !o.Policy.Valid() {
+		o.Policy = claim.SkipStale
+	}
+	if o.RetryBackoffBase == 0 {
+		o.RetryBackoffBase = 5 * time.Millisecond
+	}
+	c, err := New(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c, testenv.RunInBackground(t, "consumer Run", c.Run)
+}

@@ -1,0 +1,131 @@
+package worker
+
+import (
+	"errors"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/sluicehq/sluice/shared/claim"
+	"github.com/sluicehq/sluice/shared/failure"
+)
+
+// metrics are the runtime's collectors; several consumers in one process
+// (sluice dev) share them through the handler label.
+type metrics struct {
+	records *prometheus.CounterVec   // handler, outcome
+	stage   *prometheus.HistogramVec // handler, stage
+	lag     *prometheus.GaugeVec     // handler, topic, partition
+	retries *prometheus.CounterVec   // handler, reason
+	dlq     *prometheus.CounterVec   // handler, error_class
+	outage  *prometheus.GaugeVec     // handler (the registry's; kept beside depOutage)
+	// depOutage is 1 while a dependency is out, by dependency ("registry",
+	// "elasticsearch", "objectstore", "postgres", "kafka", "unknown").
+	depOutage *prometheus.GaugeVec   // handler, dependency
+	panics    *prometheus.CounterVec // handler, call
+	dlqPtr    *prometheus.CounterVec // handler, reason
+	commits   *prometheus.CounterVec // handler
+	paused    *prometheus.GaugeVec   // handler: 1 while an operator paused the group
+	// age is, per finished record, the time from its envelope's
+	// occurred_at to the end of its handling: for the instance worker,
+	// from the API's accept to the instance document written (the
+	// request-to-readable latency the console shows); for a projection,
+	// from the command's accept to the projection written (a domain event
+	// keeps its command's occurred_at).
+	age *prometheus.HistogramVec // handler
+}
+
+func newMetrics(reg prometheus.Registerer) *metrics {
+	m := &metrics{
+		records: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "sluice_worker_records_total",
+			Help: "Records finished by the worker runtime, by outcome (applied, rejected, conflict, ignored, duplicate, stale, dead, parse_error)."},
+			[]string{"handler", "outcome"}),
+		stage: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "sluice_worker_stage_duration_seconds",
+			Help:    "Latency of the runtime's stages (claim, handle, mark_done, dlq, commit, end_to_end).",
+			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 16)}, []string{"handler", "stage"}),
+		lag: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "sluice_worker_consumer_lag",
+			Help: "High watermark minus committed offset, per partition."}, []string{"handler", "topic", "partition"}),
+		retries: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "sluice_worker_retries_total",
+			Help: "Records put back for a later attempt, by reason (failed, wait, in_progress, retry_later, outage, lease_lost, dlq_produce)."},
+			[]string{"handler", "reason"}),
+		dlq: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "sluice_worker_dlq_records_total",
+			Help: "Dead-letter records produced and acknowledged, by error class."}, []string{"handler", "error_class"}),
+		outage: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "sluice_worker_registry_outage",
+			Help: "1 while the registry is unreachable and consumption is paused."}, []string{"handler"}),
+		depOutage: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "sluice_worker_dependency_outage",
+			Help: "1 while a dependency (registry, elasticsearch, objectstore, postgres, kafka, unknown) is unavailable and the handler's work is paused."},
+			[]string{"handler", "dependency"}),
+		panics: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "sluice_worker_handler_panics_total",
+			Help: "Handler calls that panicked and were recovered, by call (handle, handle_batch, heal)."}, []string{"handler", "call"}),
+		dlqPtr: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "sluice_worker_dlq_truncated_total",
+			Help: "Dead letters written in pointer form (the original value left out), by reason (size, too_large)."}, []string{"handler", "reason"}),
+		commits: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "sluice_worker_offset_commits_total",
+			Help: "Offset commits made."}, []string{"handler"}),
+		paused: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "sluice_worker_paused",
+			Help: "1 while an operator paused the worker's consumer group (sluice consumer pause): it fetches nothing new."}, []string{"handler"}),
+		age: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "sluice_worker_event_age_seconds",
+			Help:    "Time from a finished record's occurred_at (the API's accept of its command) to the end of its handling: request to readable.",
+			Buckets: prometheus.ExponentialBuckets(0.001, 2, 20)}, []string{"handler"}),
+	}
+	m.records = register(reg, m.records)
+	m.stage = register(reg, m.stage)
+	m.lag = register(reg, m.lag)
+	m.retries = register(reg, m.retries)
+	m.dlq = register(reg, m.dlq)
+	m.outage = register(reg, m.outage)
+	m.commits = register(reg, m.commits)
+	m.depOutage = register(reg, m.depOutage)
+	m.panics = register(reg, m.panics)
+	m.dlqPtr = register(reg, m.dlqPtr)
+	m.paused = register(reg, m.paused)
+	m.age = register(reg, m.age)
+	return m
+}
+
+// zero creates, at 0, the handler's series whose label values are known at
+// start (the outcomes, retry reasons, error classes, dependencies, panic
+// calls, truncation reasons and stages named in the metrics' Help), so that
+// dashboards and rate()/increase() alerts see every series before its first
+// event. Only the lag's partitions are unknown until assignment.
+func (m *metrics) zero(handler string) {
+	m.paused.WithLabelValues(handler).Set(0)
+	for _, v := range []string{string(claim.OutcomeApplied), string(claim.OutcomeRejected), string(claim.OutcomeConflict),
+		string(claim.OutcomeIgnored), "duplicate", string(claim.OutcomeStale), "dead", "parse_error"} {
+		m.records.WithLabelValues(handler, v)
+	}
+	for _, v := range []string{"failed", "wait", "in_progress", "retry_later", "outage", "lease_lost", "claim_error",
+		"batch_invalid", "batch_aborted", "dlq_produce", "dlq_too_large"} {
+		m.retries.WithLabelValues(handler, v)
+	}
+	for _, v := range []string{ClassParse, ClassPermanent, ClassRetryable} {
+		m.dlq.WithLabelValues(handler, v)
+	}
+	m.outage.WithLabelValues(handler)
+	for _, v := range []string{DependencyRegistry, failure.Elasticsearch, failure.ObjectStore, failure.Postgres, failure.Kafka, dependencyUnknown} {
+		m.depOutage.WithLabelValues(handler, v)
+	}
+	for _, v := range []string{"handle", "handle_batch", "heal"} {
+		m.panics.WithLabelValues(handler, v)
+	}
+	for _, v := range []string{truncSize, truncTooLarge} {
+		m.dlqPtr.WithLabelValues(handler, v)
+	}
+	for _, v := range []string{"claim", "handle", "mark_done", "dlq", "commit", "end_to_end"} {
+		m.stage.WithLabelValues(handler, v)
+	}
+	m.commits.WithLabelValues(handler)
+	m.age.WithLabelValues(handler)
+}
+
+// register registers c, or returns the collector already registered under
+// the same name (a second consumer in the same process).
+func register[C prometheus.Collector](reg prometheus.Registerer, c C) C {
+	if err := reg.Register(c); err != nil {
+		var are prometheus.AlreadyRegisteredError
+		if errors.As(err, &are) {
+			if existing, ok := are.ExistingCollector.(C); ok {
+				return existing
+			}
+		}
+	}
+	return c
+}

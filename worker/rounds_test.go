@@ -1,0 +1,137 @@
+package worker
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice/internal/testenv"
+	"github.com/sluicehq/sluice/shared/claim"
+)
+
+// TestRoundsInFlight: while a round is stuck in its handler, a record of
+// another aggregate that arrives later is handled at once in a round of
+// its own (with RoundsInFlight 1 it would wait for the stuck one); the next
+// record of the stuck aggregate waits for it (per-aggregate order); and no
+// offset is committed past the stuck record until it is done.
+func TestRoundsInFlight(t *testing.T) {
+	brokers, topic, produceRecs := oneTopic(t, "rounds-")
+	produce := func(agg string, seq int64) { produceRecs(thingRecord(t, "", agg, seq, seq)) }
+
+	var (
+		c       *Consumer
+		mu      sync.Mutex
+		handled []string // "agg/seq" in handling order
+		started = make(chan struct{}, 1)
+		release = make(chan struct{})
+	)
+	committed := func() int64 { return committedOffset(c, topic) }
+	h := batchFunc(func(ctx context.Context, recs []*Record) []BatchResult {
+		out := make([]BatchResult, len(recs))
+		for i, r := range recs {
+			name := fmt.Sprintf("%s/%d", r.Envelope.AggregateID, r.Envelope.SequenceNumber)
+			if name == "stuck/1" {
+				select {
+				case started <- struct{}{}:
+				default:
+				}
+				select {
+				case <-release:
+				case <-ctx.Done():
+					out[i].Err = ctx.Err()
+					continue
+				}
+			}
+			mu.Lock()
+			handled = append(handled, name)
+			mu.Unlock()
+			out[i].Outcome = claim.Applied()
+		}
+		return out
+	})
+	c, _ = startConsumer(t, brokers, topic, Options{Registry: &fakeRegistry{attempts: map[string]int{}}, Handler: h})
+	has := func(name string) bool {
+		mu.Lock()
+		defer mu.Unlock()
+		for _, h := range handled {
+			if h == name {
+				return true
+			}
+		}
+		return false
+	}
+
+	produce("stuck", 1) // offset 0
+	select {
+	case <-started:
+	case <-time.After(20 * time.Second):
+		t.Fatal("the first record was never handled")
+	}
+	produce("free", 1)  // offset 1
+	produce("stuck", 2) // offset 2
+	testenv.WaitFor(t, 20*time.Second, "the other aggregate handled while the first round is stuck", func() bool { return has("free/1") })
+	// Give the loop a few more turns: stuck/2 must stay behind stuck/1 and
+	// nothing may be committed past offset 0.
+	for range 20 {
+		time.Sleep(5 * time.Millisecond)
+		if has("stuck/2") {
+			t.Fatal("stuck/2 handled before stuck/1 finished")
+		}
+		if got := committed(); got > 0 {
+			t.Fatalf("committed offset %d while offset 0 is in flight", got)
+		}
+	}
+	close(release)
+	testenv.WaitFor(t, 20*time.Second, "every record committed", func() bool { return committed() == 3 })
+	mu.Lock()
+	defer mu.Unlock()
+	if fmt.Sprint(handled) != "[free/1 stuck/1 stuck/2]" {
+		t.Errorf("handling order %v, want [free/1 stuck/1 stuck/2]", handled)
+	}
+}
+
+// TestConcurrencyAcrossRounds: WORKER_CONCURRENCY bounds the handler
+// goroutines of all rounds in flight together. With Concurrency 1, a
+// record of another aggregate that arrives in a later round does not start
+// while the first round's handler runs (with a semaphore per round it
+// would), and runs once that handler returns.
+func TestConcurrencyAcrossRounds(t *testing.T) {
+	brokers, topic, produceRecs := oneTopic(t, "conc-")
+	produce := func(agg string) { produceRecs(thingRecord(t, "", agg, 1, 1)) }
+	var (
+		mu      sync.Mutex
+		started []string
+		release = make(chan struct{})
+	)
+	h := HandlerFunc(func(ctx context.Context, rec *Record) (claim.Outcome, error) {
+		mu.Lock()
+		started = append(started, rec.Envelope.AggregateID)
+		mu.Unlock()
+		if rec.Envelope.AggregateID == "first" {
+			select {
+			case <-release:
+			case <-ctx.Done():
+				return claim.Outcome{}, ctx.Err()
+			}
+		}
+		return claim.Applied(), nil
+	})
+	has := func(agg string) bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return slices.Contains(started, agg)
+	}
+	startConsumer(t, brokers, topic, Options{Registry: &fakeRegistry{attempts: map[string]int{}}, Handler: h, Config: Config{Concurrency: 1}})
+	produce("first")
+	testenv.WaitFor(t, 20*time.Second, "the first handler running", func() bool { return has("first") })
+	produce("second")
+	time.Sleep(500 * time.Millisecond) // several turns: a later round polls and claims "second"
+	if has("second") {
+		t.Fatal("a second handler started while the first held the only slot (Concurrency 1)")
+	}
+	close(release)
+	testenv.WaitFor(t, 20*time.Second, "the second handler after the first", func() bool { return has("second") })
+}
