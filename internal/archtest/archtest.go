@@ -20,6 +20,59 @@ import (
 // Module is the module path of sluice.
 const Module = "github.com/sluicehq/sluice"
 
+// ESModule is the ES test server's own module (esserver/, required by a
+// replace directive): a test tool, not part of the product.
+const ESModule = Module + "/esserver"
+
+// esImporters are the only non-test packages of the product module that
+// may import the ES server module: the dev command's wiring (sluice dev
+// serves it on :9200) and the test helpers.
+var esImporters = map[string]bool{
+	Module + "/cmd/sluice":            true,
+	Module + "/internal/testenv":      true,
+	Module + "/pipeline/pipelinetest": true,
+}
+
+// CheckESServer returns every non-test import of the ES server module
+// outside esImporters.
+func CheckESServer(pkgs []Package) []Violation {
+	var out []Violation
+	for _, p := range pkgs {
+		if p.TestOnly || esImporters[p.Path] {
+			continue
+		}
+		for _, imp := range p.Imports {
+			if imp == ESModule || strings.HasPrefix(imp, ESModule+"/") {
+				out = append(out, Violation{From: p.Path, To: imp, Reason: "the product imports the ES server module (only sluice dev and test helpers may)"})
+			}
+		}
+	}
+	return out
+}
+
+// CheckRuntime returns every import of a worker (a package named
+// *worker, such as instanceworker) by the runtime, worker/…: the runtime
+// knows its handlers only through its own interfaces.
+func CheckRuntime(pkgs []Package) []Violation {
+	var out []Violation
+	for _, p := range pkgs {
+		r, in := rel(p.Path)
+		if !in || (r != "worker" && !strings.HasPrefix(r, "worker/")) {
+			continue
+		}
+		for _, imp := range p.Imports {
+			ir, in := rel(imp)
+			if !in || ir == "worker" || strings.HasPrefix(ir, "worker/") {
+				continue
+			}
+			if strings.HasSuffix(strings.SplitN(ir, "/", 2)[0], "worker") {
+				out = append(out, Violation{From: p.Path, To: imp, Reason: "the runtime imports a worker"})
+			}
+		}
+	}
+	return out
+}
+
 // Floor numbers. A package imports (outside its tests) only packages of a
 // lower floor, or of its own component; on the floors above Foundation,
 // two components of one floor never import each other.
@@ -53,6 +106,8 @@ const (
 func floors() map[string]int {
 	return map[string]int{
 		"shared":           Foundation,
+		"worker":           Foundation,
+		"readmodel":        Foundation,
 		"migrations":       Foundation,
 		"internal":         Foundation,
 		"client":           Foundation, // the Go client: imports no package of the module
@@ -100,6 +155,9 @@ func (v Violation) String() string {
 // rel returns path relative to the module ("" for the module root, ok false
 // outside it).
 func rel(path string) (string, bool) {
+	if path == ESModule || strings.HasPrefix(path, ESModule+"/") {
+		return "", false // another module (CheckESServer)
+	}
 	if path == Module {
 		return "", true
 	}

@@ -33,12 +33,12 @@ func TestLayeringViolations(t *testing.T) {
 			{Path: m("registry"), Imports: []string{m("shared/claim")}},
 		}, nil},
 		{"shared siblings and one component's subpackages", []Package{
-			{Path: m("shared/consumer"), Imports: []string{m("shared/claim"), m("shared/envelope")}},
+			{Path: m("worker"), Imports: []string{m("shared/claim"), m("shared/envelope")}},
 			{Path: m("eventstore/objstore/backend"), Imports: []string{m("eventstore/objstore"), m("eventstore/objstore/s3store")}},
 		}, nil},
 		{"the runtime imports the registry (upward)", []Package{
-			{Path: m("shared/consumer"), Imports: []string{m("registry")}},
-		}, []string{"shared/consumer imports " + m("registry") + ": upward import (floor 0 imports floor 1)"}},
+			{Path: m("worker"), Imports: []string{m("registry")}},
+		}, []string{"worker imports " + m("registry") + ": upward import (floor 0 imports floor 1)"}},
 		{"a store imports a service", []Package{
 			{Path: m("eventstore"), Imports: []string{m("relay")}},
 		}, []string{"upward import (floor 1 imports floor 2)"}},
@@ -73,5 +73,31 @@ func TestLayeringViolations(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// The runtime never imports a worker; the product never imports the ES
+// server module except sluice dev and the test helpers.
+func TestRuntimeAndESServer(t *testing.T) {
+	pkgs, err := ListPackages("../..")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, v := range append(CheckRuntime(pkgs), CheckESServer(pkgs)...) {
+		t.Error(v)
+	}
+	m := func(s string) string { return Module + "/" + s }
+	if got := CheckRuntime([]Package{{Path: m("worker"), Imports: []string{m("shared/claim"), m("instanceworker")}}}); len(got) != 1 || !strings.Contains(got[0].String(), "the runtime imports a worker") {
+		t.Errorf("runtime importing instanceworker: got %v", got)
+	}
+	if got := CheckRuntime([]Package{{Path: m("worker"), Imports: []string{m("projectionworker/sub")}}}); len(got) != 1 {
+		t.Errorf("runtime importing projectionworker/sub: got %v", got)
+	}
+	if got := CheckESServer([]Package{
+		{Path: m("api"), Imports: []string{ESModule}},
+		{Path: m("cmd/sluice"), Imports: []string{ESModule}},
+		{Path: m("acceptance"), Imports: []string{ESModule}, TestOnly: true},
+	}); len(got) != 1 || !strings.Contains(got[0].String(), "api imports") {
+		t.Errorf("api importing esserver: got %v", got)
 	}
 }
