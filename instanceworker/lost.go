@@ -81,8 +81,9 @@ type RebuildProgress struct {
 	// Total is the number of instances of the db the store counted at the
 	// start; Done how many were read and written so far.
 	Total, Done int64
-	// Written documents, Current ones (409: the document already held that
-	// slot or a newer one — the live worker got there first), Failed ones
+	// Written documents, Current ones (the document already held that
+	// slot or a newer one — intact, or the live worker got there first:
+	// left out of the bulk after the page's _mget, or answered 409), Failed ones
 	// (refused by Elasticsearch: the read model of those stays stale).
 	Written, Current, Failed int64
 	Elapsed                  time.Duration
@@ -92,10 +93,13 @@ type RebuildProgress struct {
 // into the db's write alias (created when missing): for each page of
 // instance aggregates, one read of their domain streams (Store.Streams) and
 // one _bulk of the folded documents (storedDocument, as Repair writes one),
-// each with version = its last domain slot, version_type external. A
-// document the live worker wrote meanwhile at the same or a newer slot
-// answers 409 and stays: a rebuild never moves a document backwards, so it
-// is safe next to a running worker. progress (optional) is called about
+// each with version = its last domain slot, version_type external. The
+// documents already at that slot or a newer one (one real-time _mget per
+// page: behind) are left out of the bulk, so a rebuild of an index that
+// lost only a few documents sends only those. A document the live worker
+// wrote meanwhile at the same or a newer slot answers 409 and stays: a
+// rebuild never moves a document backwards, so it is safe next to a
+// running worker. progress (optional) is called about
 // every Options.RebuildProgressEvery and at the end.
 func (w *Worker) RebuildIndex(ctx context.Context, db string, progress func(RebuildProgress)) (RebuildProgress, error) {
 	st := RebuildProgress{DB: db}
@@ -182,6 +186,8 @@ func (w *Worker) RebuildIndex(ctx context.Context, db string, progress func(Rebu
 // it makes the rebuild run once more) and is sent once more; other
 // refused items are counted as failed and logged.
 func (w *Worker) rebuildWrite(ctx context.Context, ws []readmodel.Write, st *RebuildProgress) error {
+	ws, current := w.behind(ctx, ws)
+	st.Current += current
 	if len(ws) == 0 {
 		return nil
 	}
@@ -237,6 +243,38 @@ func (w *Worker) rebuildWrite(ctx context.Context, ws []readmodel.Write, st *Reb
 		}
 	}
 	return nil
+}
+
+// behind returns the writes of a rebuild page whose document is missing or
+// holds an older slot (one real-time _mget), and how many it left out: a
+// document already at the write's slot or a newer one is current, and
+// sending its write again would only be answered 409 — a finished write
+// sent again. When the _mget fails (after ESRetry) every write is kept:
+// they are versioned, so the bulk stays safe.
+func (w *Worker) behind(ctx context.Context, ws []readmodel.Write) ([]readmodel.Write, int64) {
+	if len(ws) == 0 {
+		return ws, 0
+	}
+	refs := make([]readmodel.Ref, len(ws))
+	for k, wr := range ws {
+		refs[k] = readmodel.Ref{Names: wr.Names, Class: wr.Meta.Class, InstanceID: wr.Meta.InstanceID}
+	}
+	var got []readmodel.GetResult
+	err := w.esDo(ctx, func(ctx context.Context) (err error) {
+		got, err = readmodel.GetInstances(ctx, w.o.ES, refs)
+		return err
+	})
+	if err != nil {
+		return ws, 0
+	}
+	out := make([]readmodel.Write, 0, len(ws))
+	for k, wr := range ws {
+		if got[k].Err == nil && got[k].Meta.SequenceNumber >= wr.Meta.SequenceNumber {
+			continue
+		}
+		out = append(out, wr)
+	}
+	return out, int64(len(ws) - len(out))
 }
 
 // lostIndex reports whether err is a write answered 404: with require_alias
