@@ -284,19 +284,18 @@ func lostIndex(err error) bool {
 	return errors.As(err, &se) && se.Status == http.StatusNotFound
 }
 
-// rebuilds runs the background rebuilds of a Worker: at most one per db at
-// a time; a rebuild asked for while one runs makes it run once more after.
+// rebuilds are the background rebuilds of a Worker: the shared scheduler
+// (readmodel.Rebuilds, at most one per db at a time; one asked for while
+// one runs makes it run once more after), and the rebuilds found needed
+// whose index could not be ensured yet.
 type rebuilds struct {
-	mu      sync.Mutex
-	ctx     context.Context // nil: not serving (no Service.Run)
-	running map[string]bool
-	again   map[string]string
+	sched readmodel.Rebuilds
+	mu    sync.Mutex
 	// need: db → why, a rebuild found needed whose index could not be
 	// ensured yet (recoverIndex failed); names starts it once the index
 	// exists again, so that a later attempt does not recreate the index
 	// silently, empty.
 	need map[string]string
-	wg   sync.WaitGroup
 }
 
 // generation counts the times db's index was ensured (names asked
@@ -346,63 +345,16 @@ func (w *Worker) startNeeded(db string) {
 
 // serveRebuilds lets the worker start background rebuilds under ctx until
 // the returned stop is called; stop cancels them and waits.
-func (w *Worker) serveRebuilds(ctx context.Context) (stop func()) {
-	ctx, cancel := context.WithCancel(ctx)
-	r := &w.rb
-	r.mu.Lock()
-	r.ctx = ctx
-	r.running, r.again = map[string]bool{}, map[string]string{}
-	if r.need == nil {
-		r.need = map[string]string{}
-	}
-	r.mu.Unlock()
-	return func() {
-		cancel()
-		r.wg.Wait()
-		r.mu.Lock()
-		r.ctx = nil
-		r.mu.Unlock()
-	}
-}
+func (w *Worker) serveRebuilds(ctx context.Context) (stop func()) { return w.rb.sched.Serve(ctx) }
 
 // startRebuild rebuilds db's index in the background (RebuildIndex),
 // logging `read model missing; rebuilding` with why, progress every
 // RebuildProgressEvery, and the result. Without a running Service it only
 // logs what to do.
 func (w *Worker) startRebuild(db, why string) {
-	r := &w.rb
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.ctx == nil {
+	if !w.rb.sched.Start(db, why, func(ctx context.Context, why string) { w.rebuildLogged(ctx, db, why) }) {
 		w.o.Logger.Error("instance index lost; rebuild it: restart the instance worker", "db", db, "reason", why)
-		return
 	}
-	if r.ctx.Err() != nil { // stopping: no Add while or after stop waits
-		return
-	}
-	if r.running[db] {
-		r.again[db] = why
-		return
-	}
-	r.running[db] = true
-	r.wg.Add(1)
-	ctx := r.ctx
-	go func() {
-		defer r.wg.Done()
-		for {
-			w.rebuildLogged(ctx, db, why)
-			r.mu.Lock()
-			next, ok := r.again[db]
-			delete(r.again, db)
-			if !ok || ctx.Err() != nil {
-				delete(r.running, db)
-				r.mu.Unlock()
-				return
-			}
-			r.mu.Unlock()
-			why = next
-		}
-	}()
 }
 
 // rebuildLogged is RebuildIndex with its logs.

@@ -162,7 +162,7 @@ func New(o Options) (*Worker, error) {
 	if o.Availability == nil {
 		o.Availability = &readmodel.Availability{ES: o.ES}
 	}
-	return &Worker{o: o}, nil
+	return &Worker{o: o, rb: rebuilds{sched: readmodel.Rebuilds{Again: true}}}, nil
 }
 
 // Availability is the worker's view of Elasticsearch: its Check is the

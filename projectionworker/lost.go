@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sync"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
@@ -129,53 +128,17 @@ func (s *Service) rebuildLost(ctx context.Context, sp Spec, v int, why string) {
 	log.Info("read model rebuilt", "from", sum.From, "to", sum.To, "scopes", sum.Scopes, "elapsed", sum.Elapsed.Round(time.Millisecond))
 }
 
-// lostRebuilds are the in-process rebuilds of lost read models: at most
-// one per projection at a time.
-type lostRebuilds struct {
-	mu      sync.Mutex
-	ctx     context.Context // nil: not running
-	running map[string]bool
-	wg      sync.WaitGroup
-}
-
 // serveLost lets the service start rebuilds of lost read models under ctx
 // until the returned stop is called; stop waits for them (ctx is Run's,
-// cancelled first).
-func (s *Service) serveLost(ctx context.Context) (stop func()) {
-	ctx, cancel := context.WithCancel(ctx)
-	r := &s.lost
-	r.mu.Lock()
-	r.ctx, r.running = ctx, map[string]bool{}
-	r.mu.Unlock()
-	return func() {
-		cancel()
-		r.wg.Wait()
-		r.mu.Lock()
-		r.ctx = nil
-		r.mu.Unlock()
-	}
-}
+// cancelled first). The scheduler is the shared one (readmodel.Rebuilds):
+// at most one per projection at a time, and one asked for while one runs
+// is dropped (the rebuild builds a fresh version from the whole topic).
+func (s *Service) serveLost(ctx context.Context) (stop func()) { return s.lost.Serve(ctx) }
 
 // startLost runs rebuildLost for projection sp, live at v, in the
 // background unless one runs already.
 func (s *Service) startLost(sp Spec, v int, why string) {
-	r := &s.lost
-	name := sp.Projection.Name()
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.ctx == nil || r.ctx.Err() != nil || r.running[name] {
-		return
-	}
-	r.running[name] = true
-	ctx := r.ctx
-	r.wg.Add(1)
-	go func() {
-		defer r.wg.Done()
-		s.rebuildLost(ctx, sp, v, why)
-		r.mu.Lock()
-		delete(r.running, name)
-		r.mu.Unlock()
-	}()
+	s.lost.Start(sp.Projection.Name(), why, func(ctx context.Context, why string) { s.rebuildLost(ctx, sp, v, why) })
 }
 
 // indexLost is a live worker's Options.OnIndexLost: a write of projection

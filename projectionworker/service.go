@@ -98,7 +98,7 @@ type Service struct {
 	mu    sync.Mutex
 	cons  map[string]*worker.Consumer // projection name → consumer (after Start)
 	vers  map[string]int
-	lost  lostRebuilds // read models being rebuilt (lost.go)
+	lost  readmodel.Rebuilds // read models being rebuilt (lost.go)
 }
 
 // NewService builds `sluice projection-worker` (and the projection worker of
