@@ -29,9 +29,12 @@ test: test-deps test-go es-spec-summary fuzz
 test-deps:
 	./scripts/test-deps.sh
 
+# The run's events go to $(BIN)/test-events.json; skipcheck then fails when
+# the tests that skipped differ from internal/testskip/allowlist.txt.
 test-go:
 	$(GO) vet $(PKGS)
-	./$(BIN)/gotestsum --format pkgname-and-test-fails --format-hide-empty-pkg -- -race -count=1 -timeout $(TEST_TIMEOUT) $(PKGS)
+	./$(BIN)/gotestsum --jsonfile $(BIN)/test-events.json --format pkgname-and-test-fails --format-hide-empty-pkg -- -race -count=1 -timeout $(TEST_TIMEOUT) $(PKGS)
+	$(GO) run ./internal/testskip/skipcheck $(BIN)/test-events.json
 
 # The Elasticsearch REST YAML suite ran inside test-go; print its count of
 # cases run, passed and skipped (with reasons), which gotestsum hides on success.

@@ -23,6 +23,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/sluicehq/sluice/eventstore"
+	"github.com/sluicehq/sluice/internal/testskip"
 	"github.com/sluicehq/sluice/shared/envelope"
 	"github.com/sluicehq/sluice/shared/testenv"
 )
@@ -466,7 +467,7 @@ func TestRolledBackReservation(t *testing.T) {
 func TestKafkaOutage(t *testing.T) {
 	e := newEnv(t, 30*time.Second)
 	if e.kafka.Cluster == nil {
-		t.Skip("fault injection needs kfake (SLUICE_TEST_KAFKA_BROKERS is set)")
+		testskip.Skip(t, "fault injection needs kfake (SLUICE_TEST_KAFKA_BROKERS is set)")
 	}
 	opts := e.opts(t)
 	opts.Config.KafkaFlushTimeout = 500 * time.Millisecond
@@ -500,7 +501,7 @@ func TestKafkaOutage(t *testing.T) {
 func TestProduceErrorRetried(t *testing.T) {
 	e := newEnv(t, 30*time.Second)
 	if e.kafka.Cluster == nil {
-		t.Skip("fault injection needs kfake")
+		testskip.Skip(t, "fault injection needs kfake")
 	}
 	e.kafka.Cluster.Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.Produce}, Err: kerr.InvalidRecord, Count: 1})
 	r, _ := runRelay(t, e, e.opts(t))

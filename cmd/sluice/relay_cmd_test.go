@@ -17,6 +17,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/sluicehq/sluice/eventstore"
+	"github.com/sluicehq/sluice/internal/testskip"
 	"github.com/sluicehq/sluice/relay"
 	"github.com/sluicehq/sluice/shared/envelope"
 	"github.com/sluicehq/sluice/shared/testenv"
@@ -141,7 +142,7 @@ func TestRelayParkedCommands(t *testing.T) {
 	url, pool := testenv.NewMigratedDatabase(t)
 	k := testenv.NewKafka(t)
 	if k.Cluster == nil {
-		t.Skip("needs kfake fault injection")
+		testskip.Skip(t, "needs kfake fault injection")
 	}
 	prefix := testenv.UniqueName("cli") + "."
 	refusedTopic := prefix + "refused"
