@@ -418,8 +418,15 @@ func TestConsoleInBrowser(t *testing.T) {
 		b.run("overview", b.open(d.api, "#/overview"),
 			chromedp.WaitVisible(chromedp.CSS(`#figures .figure[data-key="relay lag"]`)),
 			chromedp.WaitVisible(chromedp.CSS(`#charts .chart[data-series]`)))
-		// Let a few refreshes draw the lines.
-		time.Sleep(5 * time.Second)
+		// Positive evidence, not a sleep: every chart has drawn at least
+		// two points (one per refresh), so a line, not a dot, is checked.
+		value(b, "every lag chart with two points or more", chromedp.Poll[bool](`(() => {
+			const cs = [...document.querySelectorAll('#charts .chart')];
+			return cs.length > 0 && cs.every(c => {
+				const p = c.querySelector('polyline');
+				return p !== null && (p.getAttribute('points') || '').trim().split(' ').length >= 2;
+			});
+		})()`, chromedp.WithPollingInterval(200*time.Millisecond)))
 		charts := value(b, "lag charts", chromedp.Evaluate[[]string](`[...document.querySelectorAll('#charts .chart')].map(c =>
 			c.dataset.series + '=' + c.querySelector('.lag-value').innerText + ' (' + c.querySelector('polyline').getAttribute('points').split(' ').length + ' points)')`))
 		joined := strings.Join(charts, "\n")
@@ -428,8 +435,13 @@ func TestConsoleInBrowser(t *testing.T) {
 				t.Errorf("no lag chart %q in:\n%s", want, joined)
 			}
 		}
-		if !strings.Contains(joined, "points)") || strings.Contains(joined, "(1 points)") && !strings.Contains(joined, "(2 points)") {
-			t.Errorf("the charts did not gather points over the refreshes:\n%s", joined)
+		for _, c := range charts {
+			var n int
+			if i := strings.LastIndex(c, " ("); i < 0 {
+				t.Errorf("chart %q without a point count", c)
+			} else if _, err := fmt.Sscanf(c[i:], " (%d points)", &n); err != nil || n < 2 {
+				t.Errorf("chart %q: %d points, want at least 2 (a line over the refreshes)", c, n)
+			}
 		}
 		b.shot("overview")
 	})
