@@ -29,11 +29,15 @@ test: test-deps test-go es-spec-summary fuzz
 test-deps:
 	./scripts/test-deps.sh
 
+# The run's events go to $(BIN)/test-events.json; skipcheck then fails when
+# the tests that skipped differ from internal/testskip/allowlist.txt.
 test-go:
 	$(GO) vet $(PKGS)
 	$(GO) -C esserver vet ./...
-	./$(BIN)/gotestsum --format pkgname-and-test-fails --format-hide-empty-pkg -- -race -count=1 -timeout $(TEST_TIMEOUT) $(PKGS)
-	cd esserver && ../$(BIN)/gotestsum --format pkgname-and-test-fails --format-hide-empty-pkg -- -race -count=1 -timeout $(TEST_TIMEOUT) ./...
+	./$(BIN)/gotestsum --jsonfile $(BIN)/test-events.json --format pkgname-and-test-fails --format-hide-empty-pkg -- -race -count=1 -timeout $(TEST_TIMEOUT) $(PKGS)
+	cd esserver && ../$(BIN)/gotestsum --jsonfile ../$(BIN)/test-events-esserver.json --format pkgname-and-test-fails --format-hide-empty-pkg -- -race -count=1 -timeout $(TEST_TIMEOUT) ./...
+	cat $(BIN)/test-events.json $(BIN)/test-events-esserver.json > $(BIN)/test-events-all.json
+	$(GO) run ./internal/testskip/skipcheck $(BIN)/test-events-all.json
 
 # The Elasticsearch REST YAML suite ran inside test-go; print its count of
 # cases run, passed and skipped (with reasons), which gotestsum hides on success.

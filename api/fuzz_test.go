@@ -3,123 +3,22 @@ package api
 import (
 	"context"
 	"encoding/json"
-	"fmt"
-	"io"
-	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
 	"strings"
-	"sync"
 	"testing"
 	"unicode/utf8"
 
-	"github.com/sluicehq/sluice/eventstore"
-	"github.com/sluicehq/sluice/shared/claim"
 	"github.com/sluicehq/sluice/shared/envelope"
 )
 
-// memStore is an in-memory EventStore with the store's validation,
-// idempotency and OCC rules, so the fuzz target runs without Postgres.
-type memStore struct {
-	mu   sync.Mutex
-	seq  map[string]int64
-	byID map[string]eventstore.Event
-}
-
-func newMemStore() *memStore {
-	return &memStore{seq: map[string]int64{}, byID: map[string]eventstore.Event{}}
-}
-
-func (m *memStore) Append(_ context.Context, envs ...envelope.Envelope) ([]eventstore.Result, error) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if len(m.byID) > 500 { // keep fuzzing fast: forget old commands
-		m.seq, m.byID = map[string]int64{}, map[string]eventstore.Event{}
-	}
-	out := make([]eventstore.Result, len(envs))
-	for i, e := range envs {
-		p, err := envelope.Prepare(e, envelope.DefaultLimits(), nil)
-		if err != nil {
-			out[i].Err = err
-			continue
-		}
-		if ev, ok := m.byID[p.EventID]; ok {
-			a, _ := envelope.CanonicalHashHex(withTime(p, ev.Envelope))
-			b, _ := envelope.CanonicalHashHex(ev.Envelope)
-			if a != b {
-				out[i].Err = &eventstore.IdempotencyMismatchError{EventID: p.EventID, StoredHash: b, NewHash: a}
-				continue
-			}
-			out[i] = eventstore.Result{Event: ev, Duplicate: true}
-			continue
-		}
-		key := p.AggregateType + ":" + p.AggregateID
-		if p.ExpectedSeq != nil && *p.ExpectedSeq != m.seq[key] {
-			out[i].Err = &eventstore.ConflictError{AggregateType: p.AggregateType, AggregateID: p.AggregateID, ExpectedSeq: *p.ExpectedSeq, ActualSeq: m.seq[key]}
-			continue
-		}
-		m.seq[key]++
-		p.SequenceNumber, p.Position = m.seq[key], int64(len(m.byID)+1)
-		raw, _ := envelope.Marshal(p)
-		ev := eventstore.Event{Envelope: p, Raw: raw}
-		m.byID[p.EventID] = ev
-		out[i].Event = ev
-	}
-	return out, nil
-}
-
-func withTime(e, stored envelope.Envelope) envelope.Envelope {
-	e.OccurredAt, e.SequenceNumber, e.Position = stored.OccurredAt, stored.SequenceNumber, stored.Position
-	return e
-}
-
-func (m *memStore) Stream(_ context.Context, aggType, aggID string, from, to int64, kind envelope.Kind) ([]eventstore.Event, error) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	var out []eventstore.Event
-	for _, ev := range m.byID {
-		e := ev.Envelope
-		if e.AggregateType == aggType && e.AggregateID == aggID && e.SequenceNumber >= from && (to == 0 || e.SequenceNumber <= to) && (kind == "" || e.Kind == kind) {
-			out = append(out, ev)
-		}
-	}
-	return out, nil
-}
-
-func (m *memStore) ByEventID(_ context.Context, id string) (eventstore.Event, error) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if ev, ok := m.byID[id]; ok {
-		return ev, nil
-	}
-	return eventstore.Event{}, fmt.Errorf("%s: %w", id, eventstore.ErrNotFound)
-}
-
-func (m *memStore) LastSequence(_ context.Context, aggType, aggID string) (int64, error) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	return m.seq[aggType+":"+aggID], nil
-}
-
-type memRegistry struct{}
-
-func (memRegistry) Get(context.Context, string) ([]claim.Row, error)            { return nil, nil }
-func (memRegistry) LastSequence(context.Context, string, string) (int64, error) { return 0, nil }
-
-func newMemAPI(t testing.TB) http.Handler {
-	st := newMemStore()
-	h, err := New(Options{Store: st, Registry: memRegistry{}, Sequences: st, MaxBodyBytes: 64 << 10,
-		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return h
-}
-
 // FuzzRequestBody: whatever the body, id, key and headers, the API answers
 // with a status below 500 and, for errors, a JSON error body — never a panic
-// (the handler turns a panic into 500, which fails the target).
+// (the handler turns a panic into 500, which fails the target). It runs on
+// the real store (file backend and Postgres, as the other tests): every
+// 202, alone or as a batch item, must name a command that is stored and
+// readable (checkAccepted).
 func FuzzRequestBody(f *testing.F) {
 	seeds := []string{
 		`{"instance_id":"o-1","data":{"total":10}}`, `{"data":{"order_id":42}}`, `{"data":{"a":{"b":[1,2,{"c":null}]}}}`,
@@ -137,7 +36,8 @@ func FuzzRequestBody(f *testing.F) {
 	f.Add(uint8(2), ``, "\xed\xa0\x80", "key-1", "")
 	f.Add(uint8(5), ``, "o-1", "k\xff", "")
 	f.Add(uint8(4), ``, "a\xc0\xafb", "", "")
-	h := newMemAPI(f)
+	a := newTestAPI(f, apiConfig{})
+	h := a.h
 	f.Fuzz(func(t *testing.T, op uint8, body, id, key, seq string) {
 		path := base
 		method := "POST"
@@ -181,6 +81,29 @@ func FuzzRequestBody(f *testing.F) {
 			}
 			return
 		}
+		switch rec.Code {
+		case http.StatusAccepted:
+			var acc Accepted
+			if err := json.Unmarshal(rec.Body.Bytes(), &acc); err != nil {
+				t.Fatalf("%s %s: 202 body: %v: %s", method, path, err, rec.Body.Bytes())
+			}
+			checkAccepted(t, a, acc)
+		case http.StatusMultiStatus:
+			var reply struct {
+				Results []struct {
+					Status int `json:"status"`
+					Accepted
+				} `json:"results"`
+			}
+			if err := json.Unmarshal(rec.Body.Bytes(), &reply); err != nil {
+				t.Fatalf("%s %s: 207 body: %v: %s", method, path, err, rec.Body.Bytes())
+			}
+			for _, r := range reply.Results {
+				if r.Status == http.StatusAccepted {
+					checkAccepted(t, a, r.Accepted)
+				}
+			}
+		}
 		// An id of "." or ".." is a dot segment: the mux redirects to the
 		// cleaned path (307) before any handler reads the body, so nothing
 		// was accepted. (docs/api.md: such ids cannot be addressed.)
@@ -202,4 +125,25 @@ func FuzzRequestBody(f *testing.F) {
 			t.Fatalf("%s accepted an Idempotency-Key with invalid UTF-8: %d %q", method, rec.Code, key)
 		}
 	})
+}
+
+// checkAccepted checks what a 202 promises: the command it names is stored
+// (readable by event_id from the real store) with the acknowledged
+// aggregate, slot and command id, and its status URL answers.
+func checkAccepted(t *testing.T, a *testAPI, acc Accepted) {
+	t.Helper()
+	if acc.EventID == "" || acc.CommandID == "" || acc.StatusURL == "" {
+		t.Fatalf("202 without event_id, command_id or status_url: %+v", acc)
+	}
+	ev, err := a.store.ByEventID(context.Background(), acc.EventID)
+	if err != nil {
+		t.Fatalf("202 for event %s, not readable from the store: %v", acc.EventID, err)
+	}
+	e := ev.Envelope
+	if e.Kind != envelope.KindCommand || e.AggregateID != acc.AggregateID || e.SequenceNumber != acc.SequenceNumber || e.Metadata.CommandID() != acc.CommandID {
+		t.Fatalf("202 %+v, stored %s %s seq %d command_id %q", acc, e.Kind, e.AggregateID, e.SequenceNumber, e.Metadata.CommandID())
+	}
+	if r := doHandler(t, a.h, http.MethodGet, acc.StatusURL, ""); r.code != http.StatusOK {
+		t.Fatalf("202's status URL %s answers %d: %s", acc.StatusURL, r.code, r.body)
+	}
 }

@@ -1230,12 +1230,12 @@ func TestESRestSpecYAML(t *testing.T) {
 			t.Run(key, func(t *testing.T) {
 				if reason, ok := yamlSkipList[key]; ok {
 					record(key, "skip-list", reason)
-					t.Skip(reason)
+					t.Skip(reason) // pinned: testdata/es-rest-spec-expected.txt; listed in internal/testskip/allowlist.txt
 				}
 				steps := append(append(append([]yamlStep{}, yf.setup...), yf.teardown...), sec.steps...)
 				if reason := gate(steps); reason != "" {
 					record(key, "gated", reason)
-					t.Skip(reason)
+					t.Skip(reason) // pinned: testdata/es-rest-spec-expected.txt; listed in internal/testskip/allowlist.txt
 				}
 				r := &yamlRunner{t: t, base: base, client: client, specs: specs, stash: map[string]any{}}
 				defer func() {
@@ -1286,5 +1286,65 @@ func TestESRestSpecYAML(t *testing.T) {
 		len(results), pass, gated+listed, listed, gated, fail)
 	for _, r := range skipped {
 		fmt.Printf("  skipped [%s] %s: %s\n", r.status, r.name, r.reason)
+	}
+
+	// The totals and the skipped set are pinned: the spec folder comes from
+	// outside the repository, so a folder with one YAML file, or a change
+	// that turns passing cases into skips, must fail rather than print
+	// smaller numbers.
+	got := []string{
+		fmt.Sprintf("yaml-files %d", len(files)),
+		fmt.Sprintf("api-files %d", len(specs)),
+		fmt.Sprintf("cases %d", len(results)),
+		fmt.Sprintf("passed %d", pass),
+		fmt.Sprintf("skipped %d", gated+listed),
+		fmt.Sprintf("failed %d", fail),
+	}
+	for _, r := range skipped {
+		got = append(got, fmt.Sprintf("skip %s %s", r.status, r.name))
+	}
+	checkPinned(t, "testdata/es-rest-spec-expected.txt", got)
+}
+
+// checkPinned compares got, line by line, with the committed file's lines
+// that are neither blank nor '#' comments. SLUICE_UPDATE_PINNED=1 rewrites
+// the file instead (review the diff before committing it).
+func checkPinned(t *testing.T, path string, got []string) {
+	t.Helper()
+	const header = "# Pinned by TestESRestSpecYAML (esserver/yaml_test.go): the spec folder's\n" +
+		"# file counts, the case totals and every skipped case. Regenerate with\n" +
+		"# SLUICE_UPDATE_PINNED=1 go -C esserver test -run '^TestESRestSpecYAML$' .\n" +
+		"# and explain the change in the commit.\n"
+	if os.Getenv("SLUICE_UPDATE_PINNED") == "1" {
+		if err := os.WriteFile(path, []byte(header+strings.Join(got, "\n")+"\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return
+	}
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatalf("pinned results: %v", err)
+	}
+	var want []string
+	for _, l := range strings.Split(string(data), "\n") {
+		if l = strings.TrimSpace(l); l != "" && !strings.HasPrefix(l, "#") {
+			want = append(want, l)
+		}
+	}
+	inWant := map[string]bool{}
+	for _, l := range want {
+		inWant[l] = true
+	}
+	inGot := map[string]bool{}
+	for _, l := range got {
+		inGot[l] = true
+		if !inWant[l] {
+			t.Errorf("es-rest-spec: %q, not in %s", l, path)
+		}
+	}
+	for _, l := range want {
+		if !inGot[l] {
+			t.Errorf("es-rest-spec: %s pins %q, not seen in this run", path, l)
+		}
 	}
 }

@@ -569,6 +569,7 @@ func (s *Store) settleExisting(it *item, r indexRow, now time.Time) {
 			it.requeue, it.notBefore = true, now
 			return
 		}
+		s.stats.waited.Add(1)
 		it.backoff(now) // a live writer: wait for it
 	default:
 		it.res.Err = fmt.Errorf("eventstore: event %s has unknown state %q", r.eventID, r.state)

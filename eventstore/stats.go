@@ -17,6 +17,7 @@ type stageStats struct {
 	commit   atomic.Int64 // ns in the commit statement
 	inFlight atomic.Int64 // sum over groups of the groups in flight when it started
 	fast     atomic.Int64 // reservations decided by the one-round-trip path
+	waited   atomic.Int64 // items requeued to wait for another writer's live reservation
 }
 
 // stageSnapshot is a copy of stageStats.

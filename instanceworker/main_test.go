@@ -23,6 +23,7 @@ import (
 	"github.com/elastic/go-elasticsearch/v8"
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -116,6 +117,8 @@ type env struct {
 	vars   map[string]string
 	// logs, when set, also receives the log of in-process workers.
 	logs io.Writer
+	// metrics is the registry of the last in-process worker started.
+	metrics *prometheus.Registry
 }
 
 func newEnv(t testing.TB, partitions int) *env {
@@ -259,7 +262,8 @@ func (e *env) startInProcessWith(extra map[string]string, health *observability.
 		lw = io.MultiWriter(lw, e.logs)
 	}
 	logger := slog.New(slog.NewTextHandler(lw, &slog.HandlerOptions{Level: slog.LevelInfo}))
-	svc, err := instanceworker.NewService(cfg.InstanceWorker(), instanceworker.Deps{Pool: pool, Store: store, ES: es, Logger: logger, Health: health,
+	e.metrics = prometheus.NewRegistry()
+	svc, err := instanceworker.NewService(cfg.InstanceWorker(), instanceworker.Deps{Pool: pool, Store: store, ES: es, Logger: logger, Health: health, Metrics: e.metrics,
 		KafkaOpts: []kgo.Opt{kgo.WithLogger(kgo.BasicLogger(testenv.LogWriter{T: e.t}, kgo.LogLevelWarn, nil)),
 			kgo.SessionTimeout(6 * time.Second), kgo.HeartbeatInterval(500 * time.Millisecond)}})
 	if err != nil {
@@ -408,4 +412,33 @@ func (e *env) committed() (committed, end int64) {
 	}
 	ends.Each(func(o kadm.ListedOffset) { end += o.Offset })
 	return committed, end
+}
+
+// counter returns the value of the counter name of the last in-process
+// worker whose labels include want (0 when absent).
+func (e *env) counter(name string, want map[string]string) float64 {
+	e.t.Helper()
+	mfs, err := e.metrics.Gather()
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+	metric:
+		for _, m := range mf.GetMetric() {
+			have := map[string]string{}
+			for _, l := range m.GetLabel() {
+				have[l.GetName()] = l.GetValue()
+			}
+			for k, v := range want {
+				if have[k] != v {
+					continue metric
+				}
+			}
+			return m.GetCounter().GetValue()
+		}
+	}
+	return 0
 }

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -119,11 +120,21 @@ func TestMappingError(t *testing.T) {
 // instead of returning an error, then projects everything.
 func TestElasticsearchDownAtStartup(t *testing.T) {
 	e := newEnv(t, 2)
-	remove := e.es.InjectFault(esserver.Fault{Match: esserver.MatchPath(http.MethodGet, "_history_v"), Status: http.StatusServiceUnavailable})
+	var refused atomic.Int64
+	listing := esserver.MatchPath(http.MethodGet, "_history_v")
+	remove := e.es.InjectFault(esserver.Fault{Match: func(r *http.Request) bool {
+		if listing(r) {
+			refused.Add(1)
+			return true
+		}
+		return false
+	}, Status: http.StatusServiceUnavailable})
 	evs := instanceEvents(e, "boot", 5)
 	e.publish(evs...)
 	svc, stop := e.startInProcess(nil, nil, spec("history"))
-	time.Sleep(1500 * time.Millisecond) // several attempts at the listing
+	// Positive evidence, not a sleep: the worker has tried the listing
+	// several times (each refused) before the negative assertion.
+	testenv.WaitFor(t, 30*time.Second, "three refused listings", func() bool { return refused.Load() >= 3 })
 	if v := svc.Version("history"); v != 0 {
 		t.Fatalf("running at version %d while the listing fails", v)
 	}

@@ -17,6 +17,7 @@ import (
 
 	"github.com/sluicehq/sluice/eventstore"
 	"github.com/sluicehq/sluice/internal/testenv"
+	"github.com/sluicehq/sluice/internal/testskip"
 	"github.com/sluicehq/sluice/shared/envelope"
 	"github.com/sluicehq/sluice/shared/kafka"
 )
@@ -27,7 +28,7 @@ func newEnvWithKafka(t *testing.T, opts ...kfake.Opt) *env {
 	t.Helper()
 	e := newEnv(t, 30*time.Second)
 	if e.kafka.Cluster == nil {
-		t.Skip("needs kfake (SLUICE_TEST_KAFKA_BROKERS is set)")
+		testskip.Skip(t, "needs kfake (SLUICE_TEST_KAFKA_BROKERS is set)")
 	}
 	e.kafka = testenv.NewKafka(t, opts...)
 	return e
@@ -320,7 +321,7 @@ func TestRepublishAndDropParked(t *testing.T) {
 func TestCrashAfterPark(t *testing.T) {
 	e := newEnv(t, 30*time.Second)
 	if e.kafka.Cluster == nil {
-		t.Skip("needs kfake fault injection")
+		testskip.Skip(t, "needs kfake fault injection")
 	}
 	refused := e.prefix + "refused"
 	e.kafka.Cluster.Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.CreateTopics}, Topic: refused, Err: kerr.InvalidTopicException, Count: -1})
@@ -374,7 +375,7 @@ func TestCrashAfterPark(t *testing.T) {
 func TestRefusedBatchNeighboursNotParked(t *testing.T) {
 	e := newEnv(t, 30*time.Second)
 	if e.kafka.Cluster == nil {
-		t.Skip("needs kfake fault injection")
+		testskip.Skip(t, "needs kfake fault injection")
 	}
 	opts := e.opts(t)
 	opts.Config.ParkAfterAttempts = 1

@@ -24,6 +24,7 @@ import (
 
 	"github.com/sluicehq/sluice/eventstore"
 	"github.com/sluicehq/sluice/internal/testenv"
+	"github.com/sluicehq/sluice/internal/testskip"
 	"github.com/sluicehq/sluice/shared/envelope"
 )
 
@@ -284,13 +285,17 @@ func TestTwoReplicas(t *testing.T) {
 		t.Fatal(err)
 	}
 	leader.wait(t, 10*time.Second)
-	killed := time.Now()
 	second := appendAll(t, e.store, 16, mixedEnvelopes(400, 30, e.prefix+"custom"))
-	testenv.WaitFor(t, 30*time.Second, "standby to take over", func() bool { return e.checkpoint(t).Position == 1000 })
-	took := time.Since(killed)
-	t.Logf("standby published everything %s after the leader was killed", took.Round(time.Millisecond))
-	if took > 10*time.Second {
-		t.Errorf("takeover took %s", took)
+	// The wait is a hang guard, not the assertion: the takeover is proved
+	// by the lease (the other replica holds the next epoch) and by the
+	// checkpoint written under that epoch, whatever the machine's speed.
+	testenv.WaitFor(t, 2*time.Minute, "standby to take over", func() bool { return e.checkpoint(t).Position == 1000 })
+	after, found, err := lease.Info(ctxT(t, 10*time.Second))
+	if err != nil || !found {
+		t.Fatalf("lease after takeover: %v found %v", err, found)
+	}
+	if after.Epoch != info.Epoch+1 || after.Holder == info.Holder || procs[after.Holder] == nil {
+		t.Errorf("after takeover the lease is %s/%d, want the other replica at epoch %d", after.Holder, after.Epoch, info.Epoch+1)
 	}
 	cp = e.checkpoint(t)
 	if cp.RelayEpoch != info.Epoch+1 || cp.Holder == info.Holder {
@@ -393,7 +398,6 @@ func TestCrashedWriterGap(t *testing.T) {
 	testenv.WaitFor(t, 10*time.Second, "unrelated aggregates published past the young gap", func() bool {
 		return sumVec(r.m.published) == 4
 	})
-	reserved := time.Now()
 	recs := e.consumeAll(t, e.commandsTopic())
 	for _, rec := range recs {
 		if id, _ := header(rec, "event_id"); id == heldID {
@@ -404,10 +408,10 @@ func TestCrashedWriterGap(t *testing.T) {
 		t.Fatalf("checkpoint %d passed the young gap at %d", cp.Position, gapPos)
 	}
 	// After the append timeout: abandoned, passed, X's event published.
-	testenv.WaitFor(t, 20*time.Second, "gap to be abandoned and passed", func() bool { return e.checkpoint(t).Position == gapPos+3 })
-	if waited := time.Since(reserved); waited > appendTO+5*time.Second {
-		t.Errorf("gap resolved after %s", waited)
-	}
+	// A hang guard, not the assertion: the resolution is checked below by
+	// its mechanism (the gap recorded as pending, resolved once as
+	// abandoned by the relay's repair).
+	testenv.WaitFor(t, 2*time.Minute, "gap to be abandoned and passed", func() bool { return e.checkpoint(t).Position == gapPos+3 })
 	cp := e.checkpoint(t)
 	if len(cp.PendingGaps) != 1 || cp.PendingGaps[0].First != gapPos || cp.PendingGaps[0].Last != gapPos {
 		t.Fatalf("pending gaps %+v, want [%d,%d]", cp.PendingGaps, gapPos, gapPos)
@@ -466,7 +470,7 @@ func TestRolledBackReservation(t *testing.T) {
 func TestKafkaOutage(t *testing.T) {
 	e := newEnv(t, 30*time.Second)
 	if e.kafka.Cluster == nil {
-		t.Skip("fault injection needs kfake (SLUICE_TEST_KAFKA_BROKERS is set)")
+		testskip.Skip(t, "fault injection needs kfake (SLUICE_TEST_KAFKA_BROKERS is set)")
 	}
 	opts := e.opts(t)
 	opts.Config.KafkaFlushTimeout = 500 * time.Millisecond
@@ -500,7 +504,7 @@ func TestKafkaOutage(t *testing.T) {
 func TestProduceErrorRetried(t *testing.T) {
 	e := newEnv(t, 30*time.Second)
 	if e.kafka.Cluster == nil {
-		t.Skip("fault injection needs kfake")
+		testskip.Skip(t, "fault injection needs kfake")
 	}
 	e.kafka.Cluster.Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.Produce}, Err: kerr.InvalidRecord, Count: 1})
 	r, _ := runRelay(t, e, e.opts(t))
@@ -689,10 +693,16 @@ func TestUncommittedSegmentListed(t *testing.T) {
 	gapPos := reserveCrashed(t, e, command("W", 1))
 	writeSegmentOf(t, e, gapPos) // PUT done, commit never came
 	appendAll(t, e.store, 1, []envelope.Envelope{command("Y", 1)})
-	start := time.Now()
-	testenv.WaitFor(t, 10*time.Second, "the uncommitted segment's event published", func() bool { return sumVec(r.m.published) == 3 })
-	if d := time.Since(start); d > 5*time.Second {
-		t.Errorf("published after %s, want about one poll interval", d)
+	// A hang guard, not the assertion (the append timeout is 30 s): what
+	// matters is how the event got out, checked below.
+	testenv.WaitFor(t, 2*time.Minute, "the uncommitted segment's event published", func() bool { return sumVec(r.m.published) == 3 })
+	// Published from the listed segment, not by the repair that runs once
+	// the reservation is older than the append timeout: no gap was
+	// resolved by the timeout (repaired or abandoned).
+	for _, how := range []string{"repaired_committed", "abandoned"} {
+		if v := value(r.m.gaps.WithLabelValues(how)); v != 0 {
+			t.Errorf("gap resolutions %q = %v before the append timeout, want 0: the event waited for the timeout instead of being read from its listed segment", how, v)
+		}
 	}
 	testenv.WaitFor(t, 10*time.Second, "checkpoint past it", func() bool { return e.checkpoint(t).Position == gapPos+1 })
 }

@@ -168,7 +168,14 @@ func TestPauseSurvivesRegistryOutage(t *testing.T) {
 	setPaused(true)
 	testenv.WaitFor(t, 20*time.Second, "the worker paused", c.Paused)
 	changes(1, "after the pause")
-	time.Sleep(10 * poll) // what was fetched before the pause is done
+	// Positive evidence that fetching stopped, not a sleep: flowControl
+	// paused the topic's fetches (c.paused), which happens once what was
+	// fetched before the pause is done.
+	testenv.WaitFor(t, 20*time.Second, "fetching paused", func() bool {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		return c.paused
+	})
 	held := send()
 
 	// A paused group, the registry out: it stays paused, and a resume it
@@ -189,7 +196,7 @@ func TestPauseSurvivesRegistryOutage(t *testing.T) {
 	proxy.Start()
 	testenv.WaitFor(t, 20*time.Second, "the worker resumed", func() bool { return !c.Paused() })
 	testenv.WaitFor(t, 20*time.Second, "the held record applied", func() bool { return isApplied(held) == 1 })
-	time.Sleep(5 * poll)
+	okReads("after the resume") // the flag read again: a spurious change would show now
 	changes(2, "at the end")
 	for _, id := range []string{first, during, held} {
 		if n := isApplied(id); n != 1 {

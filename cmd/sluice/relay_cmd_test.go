@@ -18,6 +18,7 @@ import (
 
 	"github.com/sluicehq/sluice/eventstore"
 	"github.com/sluicehq/sluice/internal/testenv"
+	"github.com/sluicehq/sluice/internal/testskip"
 	"github.com/sluicehq/sluice/relay"
 	"github.com/sluicehq/sluice/shared/envelope"
 )
@@ -141,7 +142,7 @@ func TestRelayParkedCommands(t *testing.T) {
 	url, pool := testenv.NewMigratedDatabase(t)
 	k := testenv.NewKafka(t)
 	if k.Cluster == nil {
-		t.Skip("needs kfake fault injection")
+		testskip.Skip(t, "needs kfake fault injection")
 	}
 	prefix := testenv.UniqueName("cli") + "."
 	refusedTopic := prefix + "refused"
