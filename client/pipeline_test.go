@@ -19,9 +19,6 @@ import (
 // them, against the real pipeline (api, relay, instance worker on kfake);
 // the admin API's reads answer with the admin token.
 func TestWaitForCommandAndAdmin(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts the pipeline")
-	}
 	const adminToken = "admin-secret"
 	e := pipelinetest.Start(t, pipelinetest.Options{
 		Services: []string{pipeline.API, pipeline.Relay, pipeline.InstanceWorker},

@@ -166,9 +166,6 @@ func (s *sseSub) lastID() int64 {
 // and each subscriber resumes from its Last-Event-ID on a restarted API
 // without losing or doubling an event of the full log.
 func TestAPIStopsPromptlyWithSubscribers(t *testing.T) {
-	if testing.Short() {
-		t.Skip("builds and runs the binary")
-	}
 	bin := buildSluice(t)
 	dbURL, _ := testenv.NewMigratedDatabase(t)
 	apiAddr := "127.0.0.1:" + strconv.Itoa(testenv.FreePort(t))

@@ -38,6 +38,12 @@ func TestEverySkipGoesThroughTheHelper(t *testing.T) {
 			if p == here || (p != root && strings.HasPrefix(d.Name(), ".")) || d.Name() == "testdata" || d.Name() == "node_modules" {
 				return filepath.SkipDir
 			}
+			if p != root && nestedModule(p) {
+				// A nested module (esserver) cannot import this one's
+				// internal packages: its skips are plain, and skipcheck
+				// holds them to the allowlist from the run's events.
+				return filepath.SkipDir
+			}
 			return nil
 		}
 		if !strings.HasSuffix(p, ".go") {
@@ -94,7 +100,7 @@ func TestAllowlistNamesExistingTests(t *testing.T) {
 		if !strings.Contains(src.String(), "func "+top+"(t *testing.T)") {
 			t.Errorf("%s: no func %s in %s", e, top, e.Package)
 		}
-		if !strings.Contains(src.String(), "testskip.Skip(") {
+		if !strings.Contains(src.String(), "testskip.Skip(") && !(nestedModule(filepath.Join(root, e.Package)) && strings.Contains(src.String(), "t.Skip(")) {
 			t.Errorf("%s: package %s never calls testskip.Skip", e, e.Package)
 		}
 	}
@@ -155,4 +161,11 @@ b TestC env:X reason c
 	if _, err := Parse("a TestA always"); err == nil {
 		t.Error("a line without reason parsed")
 	}
+}
+
+// nestedModule reports whether dir is the root of a Go module of its own
+// (a go.mod of its own: the esserver module).
+func nestedModule(dir string) bool {
+	_, err := os.Stat(filepath.Join(dir, "go.mod"))
+	return err == nil
 }
