@@ -57,6 +57,7 @@ func floors() map[string]int {
 		"internal":         Foundation,
 		"eventstore":       Stores,
 		"registry":         Stores,
+		"schema":           Stores,
 		"relay":            Services,
 		"instanceworker":   Services,
 		"projectionworker": Services,
