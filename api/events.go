@@ -16,6 +16,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/sluicehq/sluice/eventstore"
+	"github.com/sluicehq/sluice/schema"
 	"github.com/sluicehq/sluice/shared/envelope"
 	"github.com/sluicehq/sluice/shared/readmodel"
 )
@@ -58,6 +59,14 @@ func (s *server) mountEvents(mux *http.ServeMux) {
 	mux.HandleFunc("GET /v1/log", s.handleReadLog)
 	mux.HandleFunc("GET /v1/log/subscribe", s.handleSubscribeLog)
 	mux.HandleFunc("GET /v1/streams/{aggregate_type}/subscribe", s.handleSubscribeType)
+}
+
+// SchemaValidator is what the event API needs of the schema registry
+// (*schema.Registry): the version of eventType's schema data validates
+// against (0: the type has none and the mode is open), or why not
+// (*schema.DataError, *schema.NotRegisteredError). It answers from memory.
+type SchemaValidator interface {
+	Validate(ctx context.Context, eventType string, data []byte) (int, error)
 }
 
 // eventInput is one event of an append request, before it becomes an
@@ -186,6 +195,9 @@ func (s *server) handleAppendEvents(w http.ResponseWriter, r *http.Request) {
 	for i := 0; e == nil && i < len(inputs); i++ {
 		var env envelope.Envelope
 		env, e = s.buildEvent(r, aggType, aggID, inputs[i])
+		if e == nil {
+			env.SchemaVersion, e = s.checkSchema(r.Context(), env, inputs[i])
+		}
 		envs = append(envs, env)
 	}
 	if e != nil {
@@ -387,6 +399,39 @@ func (s *server) buildEvent(r *http.Request, aggType, aggID string, in eventInpu
 		return envelope.Envelope{}, asError(err)
 	}
 	return norm, nil
+}
+
+// checkSchema validates env's data against its type's registered schema
+// (docs/schemas.md) and returns the schema_version to record: the version
+// checked, or envelope.DefaultSchemaVersion for a type without a schema.
+// Any refusal refuses the whole batch before anything is appended.
+func (s *server) checkSchema(ctx context.Context, env envelope.Envelope, in eventInput) (int, *Error) {
+	if s.opts.Schemas == nil {
+		return env.SchemaVersion, nil
+	}
+	at := func(f string) string {
+		if in.field == "" {
+			return f
+		}
+		return in.field + "." + f
+	}
+	v, err := s.opts.Schemas.Validate(ctx, env.EventType, env.Data)
+	var de *schema.DataError
+	var nr *schema.NotRegisteredError
+	switch {
+	case err == nil && v == 0:
+		return env.SchemaVersion, nil
+	case err == nil:
+		return v, nil
+	case errors.As(err, &de):
+		return 0, &Error{Status: http.StatusUnprocessableEntity, Code: CodeSchemaInvalid, Field: at("data"),
+			SchemaVersion: de.Version, Keyword: de.Keyword, Pointer: de.Pointer, Limit: fmt.Sprintf("%s v%d", env.EventType, de.Version),
+			Message: de.Error() + "; nothing of the request was written"}
+	case errors.As(err, &nr):
+		return 0, &Error{Status: http.StatusUnprocessableEntity, Code: CodeSchemaNotRegistered, Field: at("event_type"),
+			Message: nr.Error() + " (register one: sluice schema register); nothing of the request was written"}
+	}
+	return 0, &Error{Status: http.StatusServiceUnavailable, Code: CodeUnavailable, Message: "the schema registry could not be read; retry", cause: err, retryAfter: time.Second}
 }
 
 // fromEventAppend maps a failed atomic append to the API's error.

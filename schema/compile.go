@@ -98,7 +98,7 @@ var printer = message.NewPrinter(language.English)
 func (c *Compiled) Validate(data []byte) error {
 	v, err := jsonschema.UnmarshalJSON(bytes.NewReader(data))
 	if err != nil {
-		return &DataError{Keyword: "type", Message: "not valid JSON"}
+		return &DataError{Keyword: "type", Message: "not valid JSON: " + err.Error()}
 	}
 	return c.validateValue(v)
 }

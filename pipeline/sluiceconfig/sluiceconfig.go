@@ -24,6 +24,7 @@ import (
 	"github.com/sluicehq/sluice/projectionworker"
 	"github.com/sluicehq/sluice/registry"
 	"github.com/sluicehq/sluice/relay"
+	"github.com/sluicehq/sluice/schema"
 	"github.com/sluicehq/sluice/shared/config"
 	"github.com/sluicehq/sluice/shared/consumer"
 	"github.com/sluicehq/sluice/shared/crashpoint"
@@ -48,6 +49,7 @@ type Config struct {
 	Worker        consumer.Config             `section:"Workers"`
 	Elasticsearch readmodel.Config            `section:"Elasticsearch"`
 	API           api.Config                  `section:"HTTP API"`
+	Schema        schema.Config               `section:"Event schemas"`
 	Tracing       tracing.Config              `section:"Tracing (OpenTelemetry)"`
 	Testing       crashpoint.Config           `section:"Fault injection (tests only)"`
 }
