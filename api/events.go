@@ -63,10 +63,11 @@ func (s *server) mountEvents(mux *http.ServeMux) {
 
 // SchemaValidator is what the event API needs of the schema registry
 // (*schema.Registry): the version of eventType's schema data validates
-// against (0: the type has none and the mode is open), or why not
+// against — the one the producer named, or the latest when version is 0 —
+// (0: none named and the type has none, in open mode), or why not
 // (*schema.DataError, *schema.NotRegisteredError). It answers from memory.
 type SchemaValidator interface {
-	Validate(ctx context.Context, eventType string, data []byte) (int, error)
+	ValidateVersion(ctx context.Context, eventType string, version int, data []byte) (int, error)
 }
 
 // eventInput is one event of an append request, before it becomes an
@@ -78,6 +79,9 @@ type eventInput struct {
 	data       json.RawMessage
 	metadata   envelope.Metadata
 	occurredAt envelope.Timestamp
+	// schemaVersion is the schema version the producer names (0: none,
+	// the latest registered one is checked).
+	schemaVersion int
 }
 
 // AppendedEvent is one stored event of an append reply.
@@ -253,7 +257,7 @@ func mediaTypeOf(r *http.Request) string {
 
 // parseAppendBody reads {"expected_sequence": …, "events": [event, …]}
 // where an event is {"event_id", "event_type", "data", "metadata",
-// "occurred_at"}.
+// "occurred_at", "schema_version"}.
 func (s *server) parseAppendBody(b []byte) (eventstore.Expectation, []eventInput, *Error) {
 	var expect eventstore.Expectation
 	// events[i].data sits three levels below the document.
@@ -292,7 +296,7 @@ func (s *server) parseAppendBody(b []byte) (eventstore.Expectation, []eventInput
 			return expect, nil, e
 		}
 		for j := range order {
-			if e := onlyFields(order[j:j+1], "event_id", "event_type", "data", "metadata", "occurred_at"); e != nil {
+			if e := onlyFields(order[j:j+1], "event_id", "event_type", "data", "metadata", "occurred_at", "schema_version"); e != nil {
 				e.Field = field + "." + e.Field
 				return expect, nil, e
 			}
@@ -325,6 +329,13 @@ func (s *server) parseAppendBody(b []byte) (eventstore.Expectation, []eventInput
 			if err := json.Unmarshal(v, &in.occurredAt); err != nil {
 				return expect, nil, unprocessable(field+".occurred_at", "must be an RFC 3339 time: %v", err)
 			}
+		}
+		if v, ok := m["schema_version"]; ok && !isNull(v) {
+			n, err := strconv.ParseInt(string(v), 10, 32)
+			if err != nil || n < 1 {
+				return expect, nil, unprocessable(field+".schema_version", "schema_version must be an integer >= 1, got %s", v)
+			}
+			in.schemaVersion = int(n)
 		}
 		inputs = append(inputs, in)
 	}
@@ -407,6 +418,9 @@ func (s *server) buildEvent(r *http.Request, aggType, aggID string, in eventInpu
 // Any refusal refuses the whole batch before anything is appended.
 func (s *server) checkSchema(ctx context.Context, env envelope.Envelope, in eventInput) (int, *Error) {
 	if s.opts.Schemas == nil {
+		if in.schemaVersion > 0 {
+			return in.schemaVersion, nil
+		}
 		return env.SchemaVersion, nil
 	}
 	at := func(f string) string {
@@ -415,7 +429,7 @@ func (s *server) checkSchema(ctx context.Context, env envelope.Envelope, in even
 		}
 		return in.field + "." + f
 	}
-	v, err := s.opts.Schemas.Validate(ctx, env.EventType, env.Data)
+	v, err := s.opts.Schemas.ValidateVersion(ctx, env.EventType, in.schemaVersion, env.Data)
 	var de *schema.DataError
 	var nr *schema.NotRegisteredError
 	switch {
@@ -428,8 +442,12 @@ func (s *server) checkSchema(ctx context.Context, env envelope.Envelope, in even
 			SchemaVersion: de.Version, Keyword: de.Keyword, Pointer: de.Pointer, Limit: fmt.Sprintf("%s v%d", env.EventType, de.Version),
 			Message: de.Error() + "; nothing of the request was written"}
 	case errors.As(err, &nr):
-		return 0, &Error{Status: http.StatusUnprocessableEntity, Code: CodeSchemaNotRegistered, Field: at("event_type"),
-			Message: nr.Error() + " (register one: sluice schema register); nothing of the request was written"}
+		field := at("event_type")
+		if nr.Version > 0 {
+			field = at("schema_version")
+		}
+		return 0, &Error{Status: http.StatusUnprocessableEntity, Code: CodeSchemaNotRegistered, Field: field,
+			Message: nr.Error() + " (see sluice schema list); nothing of the request was written"}
 	}
 	return 0, &Error{Status: http.StatusServiceUnavailable, Code: CodeUnavailable, Message: "the schema registry could not be read; retry", cause: err, retryAfter: time.Second}
 }

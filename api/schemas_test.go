@@ -110,3 +110,48 @@ func TestSchemaStrictMode(t *testing.T) {
 		t.Fatalf("problem %s", r.body)
 	}
 }
+
+// TestSchemaVersionNamedByTheProducer: an event that names schema_version
+// is checked against that version and records it, so that its retry after
+// a new version was registered is a replay, not an event_id_reused; a
+// version the type does not have is refused.
+func TestSchemaVersionNamedByTheProducer(t *testing.T) {
+	ctx := context.Background()
+	a, reg := schemaAPI(t, schema.ModeOpen)
+	v1 := `{"type":"object","properties":{"id":{"type":"string"}},"required":["id"]}`
+	v2 := `{"type":"object","properties":{"id":{"type":"string"}}}` // id optional: BACKWARD
+	if _, err := reg.Register(ctx, "OrderPlaced", []byte(v1), schema.RegisterOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	id := uuid.NewString()
+	pinned := `{"events":[{"event_id":"` + id + `","event_type":"OrderPlaced","schema_version":1,"data":{"id":"a"}}]}`
+	latest := `{"events":[{"event_id":"` + uuid.NewString() + `","event_type":"OrderPlaced","data":{"id":"a"}}]}`
+	a.do("POST", "/v1/streams/Order/p-1/events", pinned).expect(t, 201, "")
+	a.do("POST", "/v1/streams/Order/p-2/events", latest).expect(t, 201, "")
+	if _, err := reg.Register(ctx, "OrderPlaced", []byte(v2), schema.RegisterOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	steps := []struct {
+		name, path, body string
+		status           int
+		code, field      string
+	}{
+		{"pinned retry replays", "/v1/streams/Order/p-1/events", pinned, 200, "", ""},
+		{"v1 still checks a pinned event", "/v1/streams/Order/p-3/events", `{"events":[{"event_type":"OrderPlaced","schema_version":1,"data":{}}]}`, 422, CodeSchemaInvalid, "events[0].data"},
+		{"the latest (v2) accepts it", "/v1/streams/Order/p-3/events", `{"events":[{"event_type":"OrderPlaced","data":{}}]}`, 201, "", ""},
+		{"unknown version", "/v1/streams/Order/p-4/events", `{"events":[{"event_type":"OrderPlaced","schema_version":9,"data":{}}]}`, 422, CodeSchemaNotRegistered, "events[0].schema_version"},
+		{"not a version", "/v1/streams/Order/p-4/events", `{"events":[{"event_type":"OrderPlaced","schema_version":0,"data":{}}]}`, 422, CodeValidationFailed, "events[0].schema_version"},
+	}
+	for _, st := range steps {
+		t.Run(st.name, func(t *testing.T) {
+			r := a.do("POST", st.path, st.body).expect(t, st.status, st.code)
+			if st.field != "" && r.str("field") != st.field {
+				t.Fatalf("field %q: %s", r.str("field"), r.body)
+			}
+		})
+	}
+	page := a.do("GET", "/v1/streams/Order/p-3/events", "").expect(t, 200, "")
+	if v := page.json["events"].([]any)[0].(map[string]any)["schema_version"]; v != 2.0 {
+		t.Fatalf("schema_version %v, want 2", v)
+	}
+}

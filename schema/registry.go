@@ -30,14 +30,20 @@ type Registry struct {
 	lastCheck atomic.Int64 // unix nanos of the last stamp query; 0: check now
 }
 
-// snapshot is the registry as of one stamp: the latest compiled version of
-// every registered type.
+// snapshot is the registry as of one stamp: every registered version,
+// compiled, and the latest of each type.
 type snapshot struct {
-	stamp  string
-	latest map[string]Version
-	// compiled keeps every compiled version by type, version and
-	// fingerprint, so that a refresh recompiles only what changed.
-	compiled map[compiledKey]*Compiled
+	stamp    string
+	latest   map[string]Version
+	compiled map[versionKey]*Compiled
+	// byFingerprint holds the same by type, version and fingerprint, so
+	// that a refresh recompiles only what changed.
+	byFingerprint map[compiledKey]*Compiled
+}
+
+type versionKey struct {
+	eventType string
+	version   int
 }
 
 type compiledKey struct {
@@ -84,10 +90,17 @@ func (e *IncompatibleError) Error() string {
 	return fmt.Sprintf("schema: v%d of %s breaks %s compatibility: %s", e.Version, e.EventType, e.Compatibility, strings.Join(e.Reasons, "; "))
 }
 
-// NotRegisteredError: EVENT_SCHEMA_MODE=strict and the type has no schema.
-type NotRegisteredError struct{ EventType string }
+// NotRegisteredError: EVENT_SCHEMA_MODE=strict and the type has no
+// schema, or the producer named a Version the type does not have.
+type NotRegisteredError struct {
+	EventType string
+	Version   int
+}
 
 func (e *NotRegisteredError) Error() string {
+	if e.Version > 0 {
+		return fmt.Sprintf("event type %s has no registered schema version %d", e.EventType, e.Version)
+	}
 	return fmt.Sprintf("event type %s has no registered schema, and EVENT_SCHEMA_MODE is strict", e.EventType)
 }
 

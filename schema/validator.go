@@ -17,6 +17,14 @@ import (
 // EVENT_SCHEMA_REFRESH_INTERVAL (and at once after this process changed
 // the registry) — never once per event.
 func (r *Registry) Validate(ctx context.Context, eventType string, data []byte) (int, error) {
+	return r.ValidateVersion(ctx, eventType, 0, data)
+}
+
+// ValidateVersion is Validate against a version the producer names
+// (0: the latest). A named version the type does not have is a
+// *NotRegisteredError; for a type without any schema, open mode accepts
+// the named version unchecked (it is the producer's own label).
+func (r *Registry) ValidateVersion(ctx context.Context, eventType string, version int, data []byte) (int, error) {
 	s, err := r.current(ctx)
 	if err != nil {
 		return 0, err
@@ -24,9 +32,16 @@ func (r *Registry) Validate(ctx context.Context, eventType string, data []byte) 
 	v, ok := s.latest[eventType]
 	if !ok {
 		if r.cfg.Mode == ModeStrict {
-			return 0, &NotRegisteredError{EventType: eventType}
+			return 0, &NotRegisteredError{EventType: eventType, Version: version}
 		}
-		return 0, nil
+		return version, nil
+	}
+	if version != 0 && version != v.Version {
+		c, ok := s.compiled[versionKey{eventType, version}]
+		if !ok {
+			return 0, &NotRegisteredError{EventType: eventType, Version: version}
+		}
+		v = Version{Version: version, Schema: c}
 	}
 	if err := v.Schema.Validate(data); err != nil {
 		var de *DataError
@@ -91,13 +106,13 @@ func (r *Registry) load(ctx context.Context, old *snapshot) (*snapshot, error) {
 	if old != nil && old.stamp == stamp {
 		return old, nil
 	}
-	rows, err := r.pool.Query(ctx, `SELECT DISTINCT ON (event_type) event_type, version, schema, fingerprint
-		FROM sluice.event_schemas ORDER BY event_type, version DESC`)
+	rows, err := r.pool.Query(ctx, `SELECT event_type, version, schema, fingerprint
+		FROM sluice.event_schemas ORDER BY event_type, version`)
 	if err != nil {
 		return nil, err
 	}
 	defer rows.Close()
-	ns := &snapshot{stamp: stamp, latest: map[string]Version{}, compiled: map[compiledKey]*Compiled{}}
+	ns := &snapshot{stamp: stamp, latest: map[string]Version{}, compiled: map[versionKey]*Compiled{}, byFingerprint: map[compiledKey]*Compiled{}}
 	for rows.Next() {
 		var k compiledKey
 		var raw string
@@ -106,15 +121,16 @@ func (r *Registry) load(ctx context.Context, old *snapshot) (*snapshot, error) {
 		}
 		c := (*Compiled)(nil)
 		if old != nil {
-			c = old.compiled[k]
+			c = old.byFingerprint[k]
 		}
 		if c == nil {
 			if c, err = Compile([]byte(raw)); err != nil {
 				return nil, fmt.Errorf("stored v%d of %s does not compile: %w", k.version, k.eventType, err)
 			}
 		}
-		ns.compiled[k] = c
-		ns.latest[k.eventType] = Version{Version: k.version, Schema: c}
+		ns.byFingerprint[k] = c
+		ns.compiled[versionKey{k.eventType, k.version}] = c
+		ns.latest[k.eventType] = Version{Version: k.version, Schema: c} // ascending: the last is the latest
 	}
 	return ns, rows.Err()
 }
