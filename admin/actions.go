@@ -45,6 +45,7 @@ func (s *Server) routes() {
 	s.act("POST "+Prefix+"projections/{name}/rebuild", "projection.rebuild", s.projectionSwitch(true))
 	s.act("POST "+Prefix+"projections/{name}/rollback", "projection.rollback", s.projectionSwitch(false))
 	s.act("POST "+Prefix+"verify", "verify", s.verify)
+	s.schemaRoutes()
 	s.mux.HandleFunc(Prefix, func(w http.ResponseWriter, r *http.Request) {
 		writeProblem(w, http.StatusNotFound, "not_found", "no admin endpoint "+r.Method+" "+r.URL.Path+" (docs/console.md)")
 	})

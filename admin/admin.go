@@ -38,6 +38,7 @@ import (
 	"github.com/sluicehq/sluice/pipeline/sluiceconfig"
 	"github.com/sluicehq/sluice/projectionworker"
 	"github.com/sluicehq/sluice/registry"
+	"github.com/sluicehq/sluice/schema"
 	"github.com/sluicehq/sluice/shared/observability"
 	"github.com/sluicehq/sluice/shared/suggest"
 )
@@ -58,8 +59,11 @@ type Options struct {
 	Store    *eventstore.Store
 	Bucket   objstore.Bucket
 	Registry *registry.Registry
-	ES       *elasticsearch.Client
-	Logger   *slog.Logger
+	// Schemas is the schema registry (docs/schemas.md); nil: one on Pool
+	// with Config.Schema.
+	Schemas *schema.Registry
+	ES      *elasticsearch.Client
+	Logger  *slog.Logger
 	// OperatorToken and ReadToken are the accepted bearer tokens ("" none).
 	OperatorToken, ReadToken string
 	// Projections are the projections whose versions and groups the
@@ -90,6 +94,8 @@ type Server struct {
 	tokens []token
 	mux    *http.ServeMux
 	jobs   *jobs
+	// schemas is Options.Schemas.
+	schemas *schema.Registry
 }
 
 type token struct {
@@ -115,7 +121,10 @@ func New(o Options) (*Server, error) {
 	if len(o.Workers) == 0 {
 		o.Workers = []Worker{{Handler: instanceworker.HandlerName, Group: o.Config.Kafka.Group(instanceworker.GroupName)}}
 	}
-	s := &Server{opts: o, log: o.Logger, mux: http.NewServeMux(), jobs: newJobs()}
+	if o.Schemas == nil {
+		o.Schemas = schema.New(o.Pool, o.Config.Schema, o.Logger)
+	}
+	s := &Server{opts: o, log: o.Logger, mux: http.NewServeMux(), jobs: newJobs(), schemas: o.Schemas}
 	if o.OperatorToken != "" {
 		s.tokens = append(s.tokens, token{sum: sha256.Sum256([]byte(o.OperatorToken)), role: RoleOperator})
 	}

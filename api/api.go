@@ -107,6 +107,10 @@ type Options struct {
 	Commits         CommitNotifier
 	SSEPollInterval time.Duration
 	SSEHeartbeat    time.Duration
+	// Schemas checks the data of each appended event against its event
+	// type's registered schema (*schema.Registry; docs/schemas.md); nil
+	// checks nothing.
+	Schemas SchemaValidator
 	// TracerProvider traces each /v1 request and its append
 	// (docs/tracing.md); nil or a no-op provider: off.
 	TracerProvider trace.TracerProvider

@@ -22,10 +22,9 @@ import (
 //	                 UUIDv5(envelope.Namespace, "sluice:cloudevent:" +
 //	                 source + "\n" + id) — CloudEvents identify an event by
 //	                 (source, id), and so does the store's idempotency
-//	type             event_type: upper-cased, every run of characters
-//	                 outside [A-Z0-9] replaced by "_" ("com.example.order.
-//	                 placed" → "COM_EXAMPLE_ORDER_PLACED"); must then match
-//	                 the envelope's rule
+//	type             event_type, exactly ("com.example.order.placed"); it
+//	                 must match envelope.EventTypePattern, else 422 on
+//	                 field type (docs/architecture.md#event-types)
 //	time             occurred_at
 //	data             data (a JSON object; data_base64 is refused)
 //	datacontenttype  absent, application/json or a +json type
@@ -51,24 +50,6 @@ func CloudEventID(source, id string) string {
 		return l
 	}
 	return uuid.NewSHA1(envelope.Namespace(), []byte(cloudEventIDPrefix+source+"\n"+id)).String()
-}
-
-// CloudEventType maps a CloudEvents type to an event_type.
-func CloudEventType(t string) string {
-	var b strings.Builder
-	under := false
-	for _, r := range strings.ToUpper(t) {
-		if r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' {
-			b.WriteRune(r)
-			under = false
-			continue
-		}
-		if !under && b.Len() > 0 {
-			b.WriteByte('_')
-			under = true
-		}
-	}
-	return strings.TrimSuffix(b.String(), "_")
 }
 
 // parseCloudEvents reads one structured CloudEvent or a batch (a JSON
@@ -162,8 +143,11 @@ func (s *server) parseCloudEvent(raw []byte, field string) (eventInput, *Error) 
 	if _, ok := m["data_base64"]; ok {
 		return in, newError(http.StatusUnsupportedMediaType, CodeUnsupportedMediaType, at("data_base64"), "binary data (data_base64) is not accepted: data must be a JSON object")
 	}
+	if err := envelope.ValidateEventType(typ); err != nil {
+		return in, validationAs(err, at("type"))
+	}
 	in.eventID = CloudEventID(source, id)
-	in.eventType = CloudEventType(typ)
+	in.eventType = typ
 	in.metadata.SetString("ce_id", id)
 	in.metadata.SetString("ce_source", source)
 	in.metadata.SetString("ce_type", typ)

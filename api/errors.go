@@ -33,6 +33,8 @@ const (
 	CodeValidationFailed     = "validation_failed"               // 422
 	CodeInvalidDataKey       = "invalid_data_key"                // 422
 	CodeIdempotencyKeyReused = "idempotency_key_reused"          // 422
+	CodeSchemaInvalid        = "schema_validation_failed"        // 422 (docs/schemas.md)
+	CodeSchemaNotRegistered  = "schema_not_registered"           // 422 (EVENT_SCHEMA_MODE=strict)
 	CodeTooManyRequests      = "too_many_requests"               // 429
 	CodeUnavailable          = "unavailable"                     // 503
 	CodeStarting             = "starting"                        // 503 (the process's start-up probes: cmd/sluice)
@@ -66,6 +68,8 @@ var problemTitles = map[string]string{
 	CodeValidationFailed:     "Validation failed",
 	CodeInvalidDataKey:       "Invalid data key",
 	CodeIdempotencyKeyReused: "Idempotency key reused",
+	CodeSchemaInvalid:        "Data does not match the event type's schema",
+	CodeSchemaNotRegistered:  "Event type has no schema",
 	CodeTooManyRequests:      "Too many requests",
 	CodeUnavailable:          "Unavailable",
 	CodeStarting:             "Service starting",
@@ -98,6 +102,12 @@ type Error struct {
 	// or deleted instance (404 on instance reads).
 	SequenceNumber  *int64 `json:"sequence_number,omitempty"`
 	PendingCommands *int   `json:"pending_commands,omitempty"`
+	// SchemaVersion, Keyword and Pointer say why data failed its event
+	// type's schema (schema_validation_failed): the version checked, the
+	// JSON Schema keyword that refused and the JSON pointer into data.
+	SchemaVersion int    `json:"schema_version,omitempty"`
+	Keyword       string `json:"keyword,omitempty"`
+	Pointer       string `json:"pointer,omitempty"`
 
 	// cause is the underlying error of a 5xx, logged, never sent.
 	cause error
@@ -111,20 +121,23 @@ type Error struct {
 // status, detail), the machine-readable code and field path, and the
 // members the API always had (error = code, message = detail).
 type problem struct {
-	Type            string `json:"type"`
-	Title           string `json:"title"`
-	Status          int    `json:"status"`
-	Detail          string `json:"detail"`
-	Code            string `json:"code"`
-	Field           string `json:"field,omitempty"`
-	Limit           string `json:"limit,omitempty"`
-	Error           string `json:"error"`
-	Message         string `json:"message"`
-	ExpectedSeq     *int64 `json:"expected_seq,omitempty"`
-	ActualSeq       *int64 `json:"actual_seq,omitempty"`
-	CommandID       string `json:"command_id,omitempty"`
-	SequenceNumber  *int64 `json:"sequence_number,omitempty"`
-	PendingCommands *int   `json:"pending_commands,omitempty"`
+	Type            string  `json:"type"`
+	Title           string  `json:"title"`
+	Status          int     `json:"status"`
+	Detail          string  `json:"detail"`
+	Code            string  `json:"code"`
+	Field           string  `json:"field,omitempty"`
+	Limit           string  `json:"limit,omitempty"`
+	Error           string  `json:"error"`
+	Message         string  `json:"message"`
+	ExpectedSeq     *int64  `json:"expected_seq,omitempty"`
+	ActualSeq       *int64  `json:"actual_seq,omitempty"`
+	CommandID       string  `json:"command_id,omitempty"`
+	SequenceNumber  *int64  `json:"sequence_number,omitempty"`
+	PendingCommands *int    `json:"pending_commands,omitempty"`
+	SchemaVersion   int     `json:"schema_version,omitempty"`
+	Keyword         string  `json:"keyword,omitempty"`
+	Pointer         *string `json:"pointer,omitempty"`
 }
 
 // MarshalJSON encodes the error as an RFC 9457 problem document:
@@ -140,6 +153,7 @@ func (e *Error) MarshalJSON() ([]byte, error) {
 		Field: e.Field, Limit: e.Limit, Error: e.Code, Message: e.Message,
 		ExpectedSeq: e.ExpectedSeq, ActualSeq: e.ActualSeq, CommandID: e.CommandID,
 		SequenceNumber: e.SequenceNumber, PendingCommands: e.PendingCommands,
+		SchemaVersion: e.SchemaVersion, Keyword: e.Keyword, Pointer: pointerOf(e),
 	})
 }
 
@@ -254,4 +268,14 @@ func fromRead(err error) *Error {
 		e.cause = err
 		return e
 	}
+}
+
+// pointerOf is the problem's pointer member: present (even "", the data
+// object itself) on schema_validation_failed only.
+func pointerOf(e *Error) *string {
+	if e.Code != CodeSchemaInvalid {
+		return nil
+	}
+	p := e.Pointer
+	return &p
 }

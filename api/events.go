@@ -17,6 +17,7 @@ import (
 
 	"github.com/sluicehq/sluice/eventstore"
 	"github.com/sluicehq/sluice/readmodel"
+	"github.com/sluicehq/sluice/schema"
 	"github.com/sluicehq/sluice/shared/envelope"
 )
 
@@ -60,6 +61,15 @@ func (s *server) mountEvents(mux *http.ServeMux) {
 	mux.HandleFunc("GET /v1/streams/{aggregate_type}/subscribe", s.handleSubscribeType)
 }
 
+// SchemaValidator is what the event API needs of the schema registry
+// (*schema.Registry): the version of eventType's schema data validates
+// against — the one the producer named, or the latest when version is 0 —
+// (0: none named and the type has none, in open mode), or why not
+// (*schema.DataError, *schema.NotRegisteredError). It answers from memory.
+type SchemaValidator interface {
+	ValidateVersion(ctx context.Context, eventType string, version int, data []byte) (int, error)
+}
+
 // eventInput is one event of an append request, before it becomes an
 // envelope.
 type eventInput struct {
@@ -69,6 +79,9 @@ type eventInput struct {
 	data       json.RawMessage
 	metadata   envelope.Metadata
 	occurredAt envelope.Timestamp
+	// schemaVersion is the schema version the producer names (0: none,
+	// the latest registered one is checked).
+	schemaVersion int
 }
 
 // AppendedEvent is one stored event of an append reply.
@@ -186,6 +199,9 @@ func (s *server) handleAppendEvents(w http.ResponseWriter, r *http.Request) {
 	for i := 0; e == nil && i < len(inputs); i++ {
 		var env envelope.Envelope
 		env, e = s.buildEvent(r, aggType, aggID, inputs[i])
+		if e == nil {
+			env.SchemaVersion, e = s.checkSchema(r.Context(), env, inputs[i])
+		}
 		envs = append(envs, env)
 	}
 	if e != nil {
@@ -241,7 +257,7 @@ func mediaTypeOf(r *http.Request) string {
 
 // parseAppendBody reads {"expected_sequence": …, "events": [event, …]}
 // where an event is {"event_id", "event_type", "data", "metadata",
-// "occurred_at"}.
+// "occurred_at", "schema_version"}.
 func (s *server) parseAppendBody(b []byte) (eventstore.Expectation, []eventInput, *Error) {
 	var expect eventstore.Expectation
 	// events[i].data sits three levels below the document.
@@ -280,7 +296,7 @@ func (s *server) parseAppendBody(b []byte) (eventstore.Expectation, []eventInput
 			return expect, nil, e
 		}
 		for j := range order {
-			if e := onlyFields(order[j:j+1], "event_id", "event_type", "data", "metadata", "occurred_at"); e != nil {
+			if e := onlyFields(order[j:j+1], "event_id", "event_type", "data", "metadata", "occurred_at", "schema_version"); e != nil {
 				e.Field = field + "." + e.Field
 				return expect, nil, e
 			}
@@ -313,6 +329,13 @@ func (s *server) parseAppendBody(b []byte) (eventstore.Expectation, []eventInput
 			if err := json.Unmarshal(v, &in.occurredAt); err != nil {
 				return expect, nil, unprocessable(field+".occurred_at", "must be an RFC 3339 time: %v", err)
 			}
+		}
+		if v, ok := m["schema_version"]; ok && !isNull(v) {
+			n, err := strconv.ParseInt(string(v), 10, 32)
+			if err != nil || n < 1 {
+				return expect, nil, unprocessable(field+".schema_version", "schema_version must be an integer >= 1, got %s", v)
+			}
+			in.schemaVersion = int(n)
 		}
 		inputs = append(inputs, in)
 	}
@@ -387,6 +410,46 @@ func (s *server) buildEvent(r *http.Request, aggType, aggID string, in eventInpu
 		return envelope.Envelope{}, asError(err)
 	}
 	return norm, nil
+}
+
+// checkSchema validates env's data against its type's registered schema
+// (docs/schemas.md) and returns the schema_version to record: the version
+// checked, or envelope.DefaultSchemaVersion for a type without a schema.
+// Any refusal refuses the whole batch before anything is appended.
+func (s *server) checkSchema(ctx context.Context, env envelope.Envelope, in eventInput) (int, *Error) {
+	if s.opts.Schemas == nil {
+		if in.schemaVersion > 0 {
+			return in.schemaVersion, nil
+		}
+		return env.SchemaVersion, nil
+	}
+	at := func(f string) string {
+		if in.field == "" {
+			return f
+		}
+		return in.field + "." + f
+	}
+	v, err := s.opts.Schemas.ValidateVersion(ctx, env.EventType, in.schemaVersion, env.Data)
+	var de *schema.DataError
+	var nr *schema.NotRegisteredError
+	switch {
+	case err == nil && v == 0:
+		return env.SchemaVersion, nil
+	case err == nil:
+		return v, nil
+	case errors.As(err, &de):
+		return 0, &Error{Status: http.StatusUnprocessableEntity, Code: CodeSchemaInvalid, Field: at("data"),
+			SchemaVersion: de.Version, Keyword: de.Keyword, Pointer: de.Pointer, Limit: fmt.Sprintf("%s v%d", env.EventType, de.Version),
+			Message: de.Error() + "; nothing of the request was written"}
+	case errors.As(err, &nr):
+		field := at("event_type")
+		if nr.Version > 0 {
+			field = at("schema_version")
+		}
+		return 0, &Error{Status: http.StatusUnprocessableEntity, Code: CodeSchemaNotRegistered, Field: field,
+			Message: nr.Error() + " (see sluice schema list); nothing of the request was written"}
+	}
+	return 0, &Error{Status: http.StatusServiceUnavailable, Code: CodeUnavailable, Message: "the schema registry could not be read; retry", cause: err, retryAfter: time.Second}
 }
 
 // fromEventAppend maps a failed atomic append to the API's error.

@@ -89,7 +89,7 @@ func TestEventAppendReplayAndConflicts(t *testing.T) {
 	reused.Data = map[string]any{"other": true}
 	bad := newEvents(3, "READING_TAKEN")
 	badType := newEvents(3, "READING_TAKEN")
-	badType[1].Type = "lower-case"
+	badType[1].Type = "lower case"
 	badKey := newEvents(3, "READING_TAKEN")
 	badKey[1].Data = map[string]any{"_id": 1}
 	cases := []struct {
@@ -307,7 +307,7 @@ func TestCloudEventsInput(t *testing.T) {
 	if err := json.Unmarshal(b, &env); err != nil {
 		t.Fatal(err)
 	}
-	if env.EventType != "COM_EXAMPLE_READING_TAKEN" || env.OccurredAt != "2026-11-21T09:00:00.500Z" || env.Data["celsius"] != 21.5 || env.Kind != "domain" {
+	if env.EventType != "com.example.reading.taken" || env.OccurredAt != "2026-11-21T09:00:00.500Z" || env.Data["celsius"] != 21.5 || env.Kind != "domain" {
 		t.Fatalf("envelope %s", b)
 	}
 	for k, want := range map[string]any{"ce_id": "A234-1234-1234", "ce_source": "/sensors/dev-1", "ce_type": "com.example.reading.taken",
@@ -327,12 +327,13 @@ func TestCloudEventsInput(t *testing.T) {
 		status   int
 		field    string
 	}{
-		"no specversion":  {`{"id":"1","source":"s","type":"t"}`, mediaCloudEvent, 422, "specversion"},
-		"old specversion": {`{"specversion":"0.3","id":"1","source":"s","type":"t"}`, mediaCloudEvent, 422, "specversion"},
-		"binary data":     {`{"specversion":"1.0","id":"1","source":"s","type":"t","data_base64":"AA=="}`, mediaCloudEvent, 415, "data_base64"},
-		"xml data":        {`{"specversion":"1.0","id":"1","source":"s","type":"t","datacontenttype":"text/xml"}`, mediaCloudEvent, 415, "datacontenttype"},
-		"bad in batch":    {`[{"specversion":"1.0","id":"1","source":"s","type":"t","data":[1]}]`, mediaCloudEventBatch, 422, "[0].data"},
-		"type unmappable": {`{"specversion":"1.0","id":"1","source":"s","type":"1.x"}`, mediaCloudEvent, 422, "event_type"},
+		"no specversion":       {`{"id":"1","source":"s","type":"t"}`, mediaCloudEvent, 422, "specversion"},
+		"old specversion":      {`{"specversion":"0.3","id":"1","source":"s","type":"t"}`, mediaCloudEvent, 422, "specversion"},
+		"binary data":          {`{"specversion":"1.0","id":"1","source":"s","type":"t","data_base64":"AA=="}`, mediaCloudEvent, 415, "data_base64"},
+		"xml data":             {`{"specversion":"1.0","id":"1","source":"s","type":"t","datacontenttype":"text/xml"}`, mediaCloudEvent, 415, "datacontenttype"},
+		"bad in batch":         {`[{"specversion":"1.0","id":"1","source":"s","type":"t","data":[1]}]`, mediaCloudEventBatch, 422, "[0].data"},
+		"type outside the set": {`{"specversion":"1.0","id":"1","source":"s","type":"com.example/x"}`, mediaCloudEvent, 422, "type"},
+		"type in batch":        {`[{"specversion":"1.0","id":"1","source":"s","type":"a b"}]`, mediaCloudEventBatch, 422, "[0].type"},
 	} {
 		r := a.do("POST", devicePath, tc.body, "Content-Type: "+tc.ct)
 		if r.code != tc.status || r.str("field") != tc.field {
@@ -476,4 +477,42 @@ func TestOpenAPIDocumentsEventAPI(t *testing.T) {
 			t.Errorf("openapi.json does not list error code %s", code)
 		}
 	}
+}
+
+// TestEventTypeFormsAtTheDoor: the event API stores every accepted form of
+// event_type exactly, refuses the others with the rule named, and a
+// CloudEvents type comes back out of the store unchanged
+// (docs/architecture.md#event-types).
+func TestEventTypeFormsAtTheDoor(t *testing.T) {
+	a := eventAPI(t, false)
+	for i, typ := range []string{"OrderPlaced", "order.placed.v1", "ORDER_PLACED", "com.example.order-placed", "Order_Placed-2"} {
+		t.Run("stores "+typ, func(t *testing.T) {
+			path := "/v1/streams/Order/o-" + strconv.Itoa(i) + "/events"
+			a.do("POST", path, appendBody(nil, evIn{ID: uuid.NewString(), Type: typ})).expect(t, http.StatusCreated, "")
+			page := a.do("GET", path, "").expect(t, http.StatusOK, "")
+			if got := page.json["events"].([]any)[0].(map[string]any)["event_type"]; got != typ {
+				t.Fatalf("stored %v, want %q", got, typ)
+			}
+		})
+	}
+	for _, typ := range []string{"order placed", ".order", "order/placed", strings.Repeat("x", 129)} {
+		t.Run("refuses "+typ[:min(len(typ), 20)], func(t *testing.T) {
+			r := a.do("POST", "/v1/streams/Order/refused/events", appendBody(nil, evIn{ID: uuid.NewString(), Type: typ})).expect(t, http.StatusUnprocessableEntity, CodeValidationFailed)
+			if r.str("field") != "events[0].event_type" || !strings.Contains(r.str("detail"), "[A-Za-z0-9][A-Za-z0-9._-]{0,127}") {
+				t.Fatalf("error %s does not name the field and the rule", r.body)
+			}
+		})
+	}
+	t.Run("CloudEvents type round trip", func(t *testing.T) {
+		const typ = "com.example.order.placed"
+		ce := `{"specversion":"1.0","id":"rt-1","source":"/shop","type":"` + typ + `","data":{"total":3}}`
+		a.do("POST", "/v1/streams/Order/ce-1/events", ce, "Content-Type: "+mediaCloudEvent).expect(t, http.StatusCreated, "")
+		page := a.do("GET", "/v1/streams/Order/ce-1/events", "").expect(t, http.StatusOK, "")
+		ev := page.json["events"].([]any)[0].(map[string]any)
+		if ev["event_type"] != typ || ev["metadata"].(map[string]any)["ce_type"] != typ {
+			t.Fatalf("stored %v, want the CloudEvents type %q unchanged", ev, typ)
+		}
+		// The same CloudEvent again is a replay, not a conflict.
+		a.do("POST", "/v1/streams/Order/ce-1/events", ce, "Content-Type: "+mediaCloudEvent).expect(t, http.StatusOK, "")
+	})
 }

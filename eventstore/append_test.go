@@ -448,7 +448,7 @@ func TestRejectsInvalidEnvelopes(t *testing.T) {
 	meta := command("Order", "o", 1)
 	meta.Metadata.SetString("free", strings.Repeat("m", 300))
 	badType := command("Order", "o", 1)
-	badType.EventType = "lower"
+	badType.EventType = "not valid"
 	badID := command("Order", "o", 1)
 	badID.AggregateID = "bad\x00id"
 	badJSON := command("Order", "o", 1)

@@ -84,7 +84,7 @@ func TestAppendBatchAllOrNothing(t *testing.T) {
 		}, func(err error) bool { var p *PartialBatchError; return errors.As(err, &p) }},
 		{"invalid envelope in the middle", Expectation{}, func() []envelope.Envelope {
 			b := batchOf("d-1", 3)
-			b[1].EventType = "lower"
+			b[1].EventType = "not valid"
 			return b
 		}, func(err error) bool { var v *envelope.ValidationError; return errors.As(err, &v) }},
 		{"two aggregates", Expectation{}, func() []envelope.Envelope { return append(batchOf("d-1", 1), batchOf("d-2", 1)...) },

@@ -39,6 +39,7 @@ import (
 	"github.com/sluicehq/sluice/readmodel"
 	"github.com/sluicehq/sluice/registry"
 	"github.com/sluicehq/sluice/relay"
+	"github.com/sluicehq/sluice/schema"
 	"github.com/sluicehq/sluice/shared/crashpoint"
 	"github.com/sluicehq/sluice/shared/drain"
 	"github.com/sluicehq/sluice/shared/observability"
@@ -323,6 +324,7 @@ func buildAPI(ctx context.Context, d Deps, o Options) (Runner, error) {
 		Limits:  cfg.EventStore.Limits,
 		Metrics: d.Metrics, Health: d.Health, TracerProvider: d.TracerProvider,
 		Events: d.Store, Commits: api.StoreCommits(ctx, d.Store),
+		Schemas: schema.New(d.Pool, cfg.Schema, d.Logger),
 	})
 	if err != nil {
 		return nil, err

@@ -113,6 +113,7 @@ func floors() map[string]int {
 		"client":           Foundation, // the Go client: imports no package of the module
 		"eventstore":       Stores,
 		"registry":         Stores,
+		"schema":           Stores,
 		"relay":            Services,
 		"instanceworker":   Services,
 		"projectionworker": Services,

@@ -29,6 +29,9 @@ func TableOwners() map[string]string {
 		"aggregate_versions": "registry",
 		"relay_leases":       "relay",
 		"relay_parked":       "relay",
+		"event_schemas":      "schema",
+		"event_schema_types": "schema",
+		"event_schema_rev":   "schema",
 	}
 }
 

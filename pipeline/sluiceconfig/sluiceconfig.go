@@ -25,6 +25,7 @@ import (
 	"github.com/sluicehq/sluice/readmodel"
 	"github.com/sluicehq/sluice/registry"
 	"github.com/sluicehq/sluice/relay"
+	"github.com/sluicehq/sluice/schema"
 	"github.com/sluicehq/sluice/shared/config"
 	"github.com/sluicehq/sluice/shared/crashpoint"
 	"github.com/sluicehq/sluice/shared/kafka"
@@ -48,6 +49,7 @@ type Config struct {
 	Worker        worker.Config               `section:"Workers"`
 	Elasticsearch readmodel.Config            `section:"Elasticsearch"`
 	API           api.Config                  `section:"HTTP API"`
+	Schema        schema.Config               `section:"Event schemas"`
 	Tracing       tracing.Config              `section:"Tracing (OpenTelemetry)"`
 	Testing       crashpoint.Config           `section:"Fault injection (tests only)"`
 }

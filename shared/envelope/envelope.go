@@ -36,7 +36,8 @@ type Envelope struct {
 	// EventID is the unique id of the event: a UUID in canonical lower-case
 	// form, for domain events of commands the DomainEventID.
 	EventID string `json:"event_id"`
-	// EventType names the event, [A-Z][A-Z0-9_]{0,127}.
+	// EventType names the event, EventTypePattern
+	// ([A-Za-z0-9][A-Za-z0-9._-]{0,127}), stored exactly as given.
 	EventType string `json:"event_type"`
 	// Kind is KindCommand or KindDomain.
 	Kind Kind `json:"kind"`

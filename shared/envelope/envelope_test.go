@@ -220,9 +220,8 @@ func TestParseInvalid(t *testing.T) {
 		{"event_id number", withField(t, "event_id", `1`), "event_id", CodeInvalid},
 
 		{"event_type missing", withField(t, "event_type", ""), "event_type", CodeInvalid},
-		{"event_type lower", withField(t, "event_type", `"order_placed"`), "event_type", CodeInvalid},
-		{"event_type digit first", withField(t, "event_type", `"1ORDER"`), "event_type", CodeInvalid},
-		{"event_type hyphen", withField(t, "event_type", `"ORDER-PLACED"`), "event_type", CodeInvalid},
+		{"event_type space", withField(t, "event_type", `"order placed"`), "event_type", CodeInvalid},
+		{"event_type dot first", withField(t, "event_type", `".ORDER"`), "event_type", CodeInvalid},
 		{"event_type 129", withField(t, "event_type", `"`+long(129, "A")+`"`), "event_type", CodeInvalid},
 
 		{"kind missing", withField(t, "kind", ""), "kind", CodeInvalid},
@@ -347,8 +346,8 @@ func TestParseValidEdges(t *testing.T) {
 }
 
 func TestValidationErrorForm(t *testing.T) {
-	_, err := Parse([]byte(withField(t, "event_type", `"bad"`)), DefaultLimits())
-	if got, want := err.Error(), `envelope: field "event_type": must match [A-Z][A-Z0-9_]{0,127}`; got != want {
+	_, err := Parse([]byte(withField(t, "event_type", `"bad/type"`)), DefaultLimits())
+	if got, want := err.Error(), `envelope: field "event_type": must match [A-Za-z0-9][A-Za-z0-9._-]{0,127}: byte 3 ("/") is outside [A-Za-z0-9._-]`; got != want {
 		t.Fatalf("Error() = %q, want %q", got, want)
 	}
 	wrapped := fmt.Errorf("append: %w", err)
@@ -564,5 +563,62 @@ func TestKafkaKeyAndESID(t *testing.T) {
 	sum := sha256.Sum256([]byte(id513))
 	if got != hex.EncodeToString(sum[:]) {
 		t.Fatalf("ESDocumentID = %q, want hex SHA-256", got)
+	}
+}
+
+// TestEventTypeForms: every form producers use is accepted and stored
+// exactly; what would need escaping somewhere downstream is refused with
+// the rule named (docs/architecture.md#event-types).
+func TestEventTypeForms(t *testing.T) {
+	accepted := []string{
+		"ORDER_PLACED", "CREATE_INSTANCE", "INSTANCE_UPDATED", // the built-in and old forms
+		"OrderPlaced", "orderPlaced", "order.placed.v1", "com.example.order.placed",
+		"com.example.order-placed", "Order_Placed-2", "1st.event", "A", "9",
+		strings.Repeat("a", 128), "v1.2.3",
+	}
+	for _, typ := range accepted {
+		t.Run("accepts "+typ[:min(len(typ), 30)], func(t *testing.T) {
+			e, err := Parse([]byte(withField(t, "event_type", `"`+typ+`"`)), DefaultLimits())
+			if err != nil {
+				t.Fatalf("Parse: %v", err)
+			}
+			if e.EventType != typ {
+				t.Fatalf("stored %q, want %q exactly", e.EventType, typ)
+			}
+			enc, _ := Marshal(e)
+			if !strings.Contains(string(enc), `"event_type":"`+typ+`"`) {
+				t.Fatalf("encoding lost the type: %s", enc)
+			}
+		})
+	}
+	refused := []struct{ typ, reason string }{
+		{"", "is required"},
+		{".order", "must start with a letter or digit, not \".\""},
+		{"-order", "must start with a letter or digit, not \"-\""},
+		{"_ORDER", "must start with a letter or digit, not \"_\""},
+		{"order placed", "byte 5 (\" \") is outside [A-Za-z0-9._-]"},
+		{"order/placed", "byte 5 (\"/\") is outside"},
+		{"order:placed", "byte 5 (\":\") is outside"},
+		{"order%2Fplaced", "byte 5 (\"%\") is outside"},
+		{"ordér", "byte 3 (\"\\xc3\") is outside"},
+		{"order\nplaced", "byte 5 (\"\\n\") is outside"},
+		{"a*", "byte 1 (\"*\") is outside"},
+		{strings.Repeat("a", 129), "129 bytes is longer than 128"},
+	}
+	for _, tc := range refused {
+		t.Run("refuses "+tc.typ[:min(len(tc.typ), 30)], func(t *testing.T) {
+			raw, _ := json.Marshal(tc.typ)
+			_, err := Parse([]byte(withField(t, "event_type", string(raw))), DefaultLimits())
+			var ve *ValidationError
+			if !errors.As(err, &ve) || ve.Field != "event_type" || ve.Code != CodeInvalid {
+				t.Fatalf("Parse: %v, want an invalid event_type", err)
+			}
+			if tc.typ != "" && (ve.Limit != EventTypePattern || !strings.Contains(ve.Reason, EventTypePattern)) {
+				t.Fatalf("reason %q does not name the rule %s", ve.Reason, EventTypePattern)
+			}
+			if !strings.Contains(ve.Reason, tc.reason) {
+				t.Fatalf("reason %q, want it to contain %q", ve.Reason, tc.reason)
+			}
+		})
 	}
 }

@@ -35,7 +35,7 @@ type ValidationError struct {
 	// "metadata.command_id", "data", …), or "" for the envelope as a whole.
 	Field string
 	// Limit is the rule or limit that was violated, in a short form such as
-	// "[A-Z][A-Z0-9_]{0,127}", "1048576 bytes" or "depth 64".
+	// "[A-Za-z0-9][A-Za-z0-9._-]{0,127}", "1048576 bytes" or "depth 64".
 	Limit string
 	// Reason is a human-readable explanation that includes the limit.
 	Reason string

@@ -56,8 +56,14 @@ func (l Limits) withDefaults() Limits {
 
 // Patterns of the contract, as reported in errors.
 const (
-	// EventTypePattern is the rule for event_type.
-	EventTypePattern = "[A-Z][A-Z0-9_]{0,127}"
+	// EventTypePattern is the rule for event_type: the names producers
+	// use (OrderPlaced, ORDER_PLACED, order.placed.v1, a CloudEvents type
+	// such as com.example.order-placed) within a character set that needs
+	// no escaping in a Kafka header, an Elasticsearch keyword, a URL path
+	// segment, a log line or a YAML list (docs/architecture.md#event-types).
+	EventTypePattern = "[A-Za-z0-9][A-Za-z0-9._-]{0,127}"
+	// MaxEventTypeBytes is the longest event_type.
+	MaxEventTypeBytes = 128
 	// AggregateTypePattern is the rule for aggregate_type.
 	AggregateTypePattern = "[A-Za-z][A-Za-z0-9_]{0,63}"
 	// UUIDPattern is the rule for event_id (canonical, lower case, not nil).
@@ -345,8 +351,8 @@ func validate(e Envelope, l Limits, wire int) error {
 	if e.EventType == "" {
 		return invalid("event_type", "required", "is required")
 	}
-	if !isEventType(e.EventType) {
-		return invalid("event_type", EventTypePattern, "must match %s", EventTypePattern)
+	if err := ValidateEventType(e.EventType); err != nil {
+		return err
 	}
 	if e.Kind == "" {
 		return invalid("kind", "required", "is required")
@@ -673,18 +679,44 @@ func isUpper(c byte) bool { return c >= 'A' && c <= 'Z' }
 func isLower(c byte) bool { return c >= 'a' && c <= 'z' }
 func isDigit(c byte) bool { return c >= '0' && c <= '9' }
 
-// isEventType reports whether s matches [A-Z][A-Z0-9_]{0,127}.
-func isEventType(s string) bool {
-	if len(s) < 1 || len(s) > 128 || !isUpper(s[0]) {
+// IsEventType reports whether s matches EventTypePattern.
+func IsEventType(s string) bool {
+	if len(s) < 1 || len(s) > MaxEventTypeBytes || !isAlnum(s[0]) {
 		return false
 	}
 	for i := 1; i < len(s); i++ {
-		if c := s[i]; !isUpper(c) && !isDigit(c) && c != '_' {
+		if c := s[i]; !isAlnum(c) && c != '.' && c != '_' && c != '-' {
 			return false
 		}
 	}
 	return true
 }
+
+// ValidateEventType checks an event type against EventTypePattern
+// (docs/architecture.md#event-types). The error is a *ValidationError of
+// field event_type whose Limit is the pattern and whose reason names the
+// rule and the first byte at fault.
+func ValidateEventType(s string) error {
+	const field = "event_type"
+	switch {
+	case s == "":
+		return invalid(field, "required", "is required")
+	case len(s) > MaxEventTypeBytes:
+		return invalid(field, EventTypePattern, "must match %s: %d bytes is longer than %d", EventTypePattern, len(s), MaxEventTypeBytes)
+	case !isAlnum(s[0]):
+		return invalid(field, EventTypePattern, "must match %s: it must start with a letter or digit, not %q", EventTypePattern, s[:1])
+	}
+	if IsEventType(s) {
+		return nil
+	}
+	i := 1
+	for i < len(s) && (isAlnum(s[i]) || s[i] == '.' || s[i] == '_' || s[i] == '-') {
+		i++
+	}
+	return invalid(field, EventTypePattern, "must match %s: byte %d (%q) is outside [A-Za-z0-9._-]", EventTypePattern, i, s[i:i+1])
+}
+
+func isAlnum(c byte) bool { return isUpper(c) || isLower(c) || isDigit(c) }
 
 // isAggregateType reports whether s matches [A-Za-z][A-Za-z0-9_]{0,63}.
 func isAggregateType(s string) bool {
