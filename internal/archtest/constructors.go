@@ -31,7 +31,6 @@ var PendingConstructors = map[string]string{
 	"api":              "api.New(Options) holds the settings and the resources in one struct",
 	"inspect":          "NewFromConfig(Config, Deps) beside New(Options)",
 	"dlq":              "dlq.Open(Options) holds the topic, the Kafka section and the registry in one struct",
-	"eventstore":       "eventstore.New(pool, bucket, Options) with Config inside Options, a private settings mirror and testHooks beside crashpoint",
 	"registry":         "registry.New(pool, Options) with Options beside the PROCESSED_EVENT_* Config",
 }
 
