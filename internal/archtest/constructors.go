@@ -30,7 +30,6 @@ var PendingConstructors = map[string]string{
 	"admin":            "admin.New(Options) holds the configuration, the resources and the tokens in one struct",
 	"api":              "api.New(Options) holds the settings and the resources in one struct",
 	"inspect":          "NewFromConfig(Config, Deps) beside New(Options)",
-	"dlq":              "dlq.Open(Options) holds the topic, the Kafka section and the registry in one struct",
 	"registry":         "registry.New(pool, Options) with Options beside the PROCESSED_EVENT_* Config",
 }
 
