@@ -528,9 +528,9 @@ func TestPoisonSoak(t *testing.T) {
 	p.kafka.Cluster.Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.CreateTopics}, Topic: "poison.refused", Err: kerr.InvalidTopicException, Count: -1})
 	p.startDefault()
 	const db = "poison"
-	st, err := eventstore.New(p.pool, mustS3(t, p), eventstore.Options{Config: eventstore.Config{
+	st, err := eventstore.New(eventstore.Config{
 		AppendTimeout: 5 * time.Second, Limits: envelope.Limits{MaxEnvelopeBytes: poisonEnvelopeLimit},
-	}})
+	}, eventstore.Deps{Pool: p.pool, Bucket: mustS3(t, p)})
 	if err != nil {
 		t.Fatal(err)
 	}

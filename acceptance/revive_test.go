@@ -58,7 +58,7 @@ func TestAbandonedAppendRetriedAfterTheLookbackIsPublished(t *testing.T) {
 	log := slog.New(slog.NewTextHandler(testLog{t}, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	storeCfg := eventstore.Config{GroupCommitMaxWait: 2 * time.Millisecond, GroupCommitMaxEvents: 500, AppendTimeout: appendTimeout}
 	open := func(b objstore.Bucket) *eventstore.Store {
-		st, err := eventstore.New(pool, b, eventstore.Options{Config: storeCfg, Logger: log})
+		st, err := eventstore.New(storeCfg, eventstore.Deps{Pool: pool, Bucket: b, Logger: log})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -269,7 +269,7 @@ func (s *Server) queue(topic string) (*dlq.Queue, error) {
 	if topic == "" {
 		return nil, invalid("topic is required (e.g. %s)", s.opts.Config.Kafka.CommandsDLQTopic)
 	}
-	return dlq.Open(dlq.Options{Topic: topic, Kafka: s.opts.Config.Kafka, Registry: s.opts.Registry, By: who(RoleOperator)})
+	return dlq.New(dlq.Config{Topic: topic, Kafka: s.opts.Config.Kafka, By: who(RoleOperator)}, dlq.Deps{Registry: s.opts.Registry})
 }
 
 // parseLetter reads "partition:offset" (or "offset" for a single-partition topic).

@@ -257,7 +257,7 @@ func (s *Server) overview(r *http.Request) (any, error) {
 		ov.Groups = append(ov.Groups, gv)
 	}
 	for _, topic := range s.opts.DLQTopics {
-		q, err := dlq.Open(dlq.Options{Topic: topic, Kafka: cfg.Kafka})
+		q, err := dlq.New(dlq.Config{Topic: topic, Kafka: cfg.Kafka}, dlq.Deps{})
 		if err != nil {
 			fail("dlq "+topic, err)
 			continue

@@ -105,7 +105,7 @@ func newTestAPI(t testing.TB, c apiConfig) *testAPI {
 	if c.store != nil {
 		c.store(&scfg)
 	}
-	st, err := eventstore.New(pool, bucket, eventstore.Options{Logger: logger, Config: scfg})
+	st, err := eventstore.New(scfg, eventstore.Deps{Pool: pool, Bucket: bucket, Logger: logger})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -43,8 +43,8 @@ func newBackend(t testing.TB, o backendOptions) *backend {
 	}
 	t.Cleanup(func() { _ = bucket.Close() })
 	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
-	st, err := eventstore.New(pool, bucket, eventstore.Options{Logger: logger,
-		Config: eventstore.Config{GroupCommitMaxWait: 2 * time.Millisecond, GroupCommitMaxEvents: 500, AppendTimeout: 30 * time.Second}})
+	st, err := eventstore.New(eventstore.Config{GroupCommitMaxWait: 2 * time.Millisecond, GroupCommitMaxEvents: 500, AppendTimeout: 30 * time.Second},
+		eventstore.Deps{Pool: pool, Bucket: bucket, Logger: logger})
 	if err != nil {
 		t.Fatal(err)
 	}

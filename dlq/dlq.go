@@ -81,9 +81,10 @@ type Registry interface {
 	Redrive(ctx context.Context, handler, eventID string) error
 }
 
-// Options configure a Queue.
-type Options struct {
+// Config configures a Queue.
+type Config struct {
 	// Topic is the dead-letter topic (COMMANDS_DLQ_TOPIC, EVENTS_DLQ_TOPIC).
+	// Required.
 	Topic string
 	// Kafka is the KAFKA_* configuration its clients are built from
 	// (kafka.NewClient: brokers, TLS, SASL, producer settings).
@@ -91,48 +92,63 @@ type Options struct {
 	// ReplicationFactor of the handled topic when it is created; -1 (or
 	// 0) takes the cluster's default.replication.factor (KIP-464).
 	ReplicationFactor int16
-	// Registry resets the dead rows on redrive; required by Redrive.
-	Registry Registry
 	// By says who acts, in the markers (user@host, an admin token's name).
 	By string
 }
 
+// Deps are the resources of a Queue.
+type Deps struct {
+	// Registry resets the dead rows on redrive; required by Redrive.
+	Registry Registry
+}
+
+// Option is a test hook of a Queue (docs/architecture.md, "One
+// construction convention"); there is none yet.
+type Option func(*hooks)
+
+type hooks struct{}
+
 // Queue is one dead-letter topic with its handled topic.
 type Queue struct {
-	opts Options
+	cfg  Config // defaults applied
+	deps Deps
 	cl   *kgo.Client
 	adm  *kadm.Client
 }
 
-// Open connects to the brokers for the dead-letter topic opts.Topic.
+// New connects to the brokers for the dead-letter topic cfg.Topic.
 // The caller calls Close.
-func Open(opts Options) (*Queue, error) {
-	if opts.Topic == "" {
+func New(cfg Config, deps Deps, opts ...Option) (*Queue, error) {
+	if cfg.Topic == "" {
 		return nil, errors.New("dlq: no topic")
 	}
-	if opts.ReplicationFactor == 0 {
-		opts.ReplicationFactor = -1
+	if cfg.ReplicationFactor == 0 {
+		cfg.ReplicationFactor = -1
 	}
-	cl, err := kafka.NewClient(opts.Kafka, kafka.MaxBuffered(100))
+	var h hooks
+	for _, o := range opts {
+		o(&h)
+	}
+	cl, err := kafka.NewClient(cfg.Kafka, kafka.MaxBuffered(100))
 	if err != nil {
 		return nil, fmt.Errorf("dlq: %w", err)
 	}
-	return &Queue{opts: opts, cl: cl, adm: kadm.NewClient(cl)}, nil
+	return &Queue{cfg: cfg, deps: deps, cl: cl, adm: kadm.NewClient(cl)}, nil
 }
 
 // Close releases the Kafka client.
 func (q *Queue) Close() { q.cl.Close() }
 
 // Topic is the dead-letter topic.
-func (q *Queue) Topic() string { return q.opts.Topic }
+func (q *Queue) Topic() string { return q.cfg.Topic }
 
 // HandledTopic is the compacted topic of the markers.
-func (q *Queue) HandledTopic() string { return q.opts.Topic + ".handled" }
+func (q *Queue) HandledTopic() string { return q.cfg.Topic + ".handled" }
 
 // Markers reads the handled topic: the latest marker per letter ID.
 func (q *Queue) Markers(ctx context.Context) (map[string]Marker, error) {
 	ms := map[string]Marker{}
-	err := readTopicRange(ctx, q.opts.Kafka, q.adm, q.HandledTopic(), -1, -1, true, nil, func(r *kgo.Record) (bool, error) {
+	err := readTopicRange(ctx, q.cfg.Kafka, q.adm, q.HandledTopic(), -1, -1, true, nil, func(r *kgo.Record) (bool, error) {
 		var m Marker
 		if err := json.Unmarshal(r.Value, &m); err != nil {
 			return false, fmt.Errorf("%s %d/%d: %w", q.HandledTopic(), r.Partition, r.Offset, err)
@@ -153,14 +169,14 @@ func StateOf(ms map[string]Marker, l *Letter) string {
 
 // writeMarker records what was done with l, durably (acks=all).
 func (q *Queue) writeMarker(ctx context.Context, l *Letter, action, note string) error {
-	_, err := q.adm.CreateTopic(ctx, 1, q.opts.ReplicationFactor,
+	_, err := q.adm.CreateTopic(ctx, 1, q.cfg.ReplicationFactor,
 		map[string]*string{"cleanup.policy": kadm.StringPtr("compact")}, q.HandledTopic())
 	if err != nil && !errors.Is(err, kerr.TopicAlreadyExists) {
 		return fmt.Errorf("create %s: %w", q.HandledTopic(), err)
 	}
-	m := Marker{Action: action, DLQTopic: q.opts.Topic, DLQPartition: l.Partition, DLQOffset: l.Offset,
+	m := Marker{Action: action, DLQTopic: q.cfg.Topic, DLQPartition: l.Partition, DLQOffset: l.Offset,
 		OriginalTopic: l.Record.OriginalTopic, OriginalPartition: l.Record.OriginalPartition, OriginalOffset: l.Record.OriginalOffset,
-		Handler: l.Record.Handler, EventID: l.EventID(), Note: note, At: time.Now().UTC(), By: q.opts.By}
+		Handler: l.Record.Handler, EventID: l.EventID(), Note: note, At: time.Now().UTC(), By: q.cfg.By}
 	b, _ := json.Marshal(m)
 	if err := q.cl.ProduceSync(ctx, &kgo.Record{Topic: q.HandledTopic(), Key: []byte(l.ID()), Value: b}).FirstErr(); err != nil {
 		return fmt.Errorf("record %s of %s in %s: %w", action, l.ID(), q.HandledTopic(), err)
@@ -172,7 +188,7 @@ func (q *Queue) writeMarker(ctx context.Context, l *Letter, action, note string)
 // prog (optional) is told of each record read.
 func (q *Queue) Letters(ctx context.Context, prog ProgressFunc) ([]*Letter, error) {
 	var out []*Letter
-	err := readTopicRange(ctx, q.opts.Kafka, q.adm, q.opts.Topic, -1, -1, false, prog, func(r *kgo.Record) (bool, error) {
+	err := readTopicRange(ctx, q.cfg.Kafka, q.adm, q.cfg.Topic, -1, -1, false, prog, func(r *kgo.Record) (bool, error) {
 		out = append(out, ParseLetter(r))
 		return false, nil
 	})
@@ -200,16 +216,16 @@ func (q *Queue) resolvePartition(ctx context.Context, p int32) (int32, error) {
 	if p >= 0 {
 		return p, nil
 	}
-	td, err := q.adm.ListTopics(ctx, q.opts.Topic)
+	td, err := q.adm.ListTopics(ctx, q.cfg.Topic)
 	if err != nil {
 		return 0, err
 	}
-	t, ok := td[q.opts.Topic]
+	t, ok := td[q.cfg.Topic]
 	if !ok || t.Err != nil {
-		return 0, fmt.Errorf("topic %s: %w", q.opts.Topic, errors.Join(t.Err, kerr.UnknownTopicOrPartition))
+		return 0, fmt.Errorf("topic %s: %w", q.cfg.Topic, errors.Join(t.Err, kerr.UnknownTopicOrPartition))
 	}
 	if len(t.Partitions) != 1 {
-		return 0, fmt.Errorf("topic %s has %d partitions: give --partition (dlq list shows letters as partition:offset)", q.opts.Topic, len(t.Partitions))
+		return 0, fmt.Errorf("topic %s has %d partitions: give --partition (dlq list shows letters as partition:offset)", q.cfg.Topic, len(t.Partitions))
 	}
 	return 0, nil
 }
@@ -222,7 +238,7 @@ func (q *Queue) Letter(ctx context.Context, ref Ref) (*Letter, error) {
 		return nil, err
 	}
 	var l *Letter
-	err = readTopicRange(ctx, q.opts.Kafka, q.adm, q.opts.Topic, p, ref.Offset, false, nil, func(r *kgo.Record) (bool, error) {
+	err = readTopicRange(ctx, q.cfg.Kafka, q.adm, q.cfg.Topic, p, ref.Offset, false, nil, func(r *kgo.Record) (bool, error) {
 		if r.Offset == ref.Offset {
 			l = ParseLetter(r)
 		}
@@ -232,7 +248,7 @@ func (q *Queue) Letter(ctx context.Context, ref Ref) (*Letter, error) {
 		return nil, err
 	}
 	if l == nil {
-		return nil, fmt.Errorf("%w at %s %d:%d", ErrNoLetter, q.opts.Topic, p, ref.Offset)
+		return nil, fmt.Errorf("%w at %s %d:%d", ErrNoLetter, q.cfg.Topic, p, ref.Offset)
 	}
 	return l, nil
 }
@@ -246,7 +262,7 @@ func (q *Queue) Original(ctx context.Context, l *Letter) (*kgo.Record, error) {
 		return l.Original()
 	}
 	var orig *kgo.Record
-	err := readTopicRange(ctx, q.opts.Kafka, q.adm, l.Record.OriginalTopic, l.Record.OriginalPartition, l.Record.OriginalOffset, false, nil,
+	err := readTopicRange(ctx, q.cfg.Kafka, q.adm, l.Record.OriginalTopic, l.Record.OriginalPartition, l.Record.OriginalOffset, false, nil,
 		func(r *kgo.Record) (bool, error) {
 			if r.Offset == l.Record.OriginalOffset {
 				orig = &kgo.Record{Topic: r.Topic, Key: r.Key, Value: r.Value, Headers: r.Headers}
@@ -292,7 +308,7 @@ type ListResult struct {
 
 // List reads the letters with their states.
 func (q *Queue) List(ctx context.Context, o ListOptions) (ListResult, error) {
-	res := ListResult{Topic: q.opts.Topic, Letters: []ListEntry{}}
+	res := ListResult{Topic: q.cfg.Topic, Letters: []ListEntry{}}
 	ms, err := q.Markers(ctx)
 	if err != nil {
 		return res, err
@@ -407,8 +423,8 @@ type Counts struct {
 
 // Count returns the topic's Counts (a missing topic counts zero).
 func (q *Queue) Count(ctx context.Context) (Counts, error) {
-	c := Counts{Topic: q.opts.Topic}
-	starts, err := q.adm.ListStartOffsets(ctx, q.opts.Topic)
+	c := Counts{Topic: q.cfg.Topic}
+	starts, err := q.adm.ListStartOffsets(ctx, q.cfg.Topic)
 	if err == nil {
 		err = starts.Error()
 	}
@@ -416,14 +432,14 @@ func (q *Queue) Count(ctx context.Context) (Counts, error) {
 		return c, nil
 	}
 	if err != nil {
-		return c, fmt.Errorf("topic %s: %w", q.opts.Topic, err)
+		return c, fmt.Errorf("topic %s: %w", q.cfg.Topic, err)
 	}
-	ends, err := q.adm.ListEndOffsets(ctx, q.opts.Topic)
+	ends, err := q.adm.ListEndOffsets(ctx, q.cfg.Topic)
 	if err == nil {
 		err = ends.Error()
 	}
 	if err != nil {
-		return c, fmt.Errorf("topic %s: %w", q.opts.Topic, err)
+		return c, fmt.Errorf("topic %s: %w", q.cfg.Topic, err)
 	}
 	ends.Each(func(e kadm.ListedOffset) {
 		s, _ := starts.Lookup(e.Topic, e.Partition)

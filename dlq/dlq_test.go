@@ -57,7 +57,7 @@ func newFixture(t *testing.T) *fixture {
 
 func (f *fixture) queue(t *testing.T) *dlq.Queue {
 	t.Helper()
-	q, err := dlq.Open(dlq.Options{Topic: f.topic, Kafka: kafka.Config{Brokers: f.k.Brokers}, ReplicationFactor: 1, Registry: f.reg, By: "tester"})
+	q, err := dlq.New(dlq.Config{Topic: f.topic, Kafka: kafka.Config{Brokers: f.k.Brokers}, ReplicationFactor: 1, By: "tester"}, dlq.Deps{Registry: f.reg})
 	if err != nil {
 		t.Fatal(err)
 	}

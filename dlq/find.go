@@ -18,11 +18,11 @@ func (q *Queue) Find(ctx context.Context, configured ...string) error {
 		return fmt.Errorf("dlq: list topics: %w", err)
 	}
 	td.FilterInternal()
-	if td.Has(q.opts.Topic) {
+	if td.Has(q.cfg.Topic) {
 		return nil
 	}
-	nf := suggest.NotFound("topic", q.opts.Topic, append(configured, td.Names()...))
-	if slices.Contains(configured, q.opts.Topic) {
+	nf := suggest.NotFound("topic", q.cfg.Topic, append(configured, td.Names()...))
+	if slices.Contains(configured, q.cfg.Topic) {
 		nf.Nearest = ""
 		nf.Note = "a configured dead-letter topic, created when its worker starts: it has no letters"
 	}

@@ -54,11 +54,11 @@ type RedriveResult struct {
 // and headers — to its original topic (see the package comment for the
 // protocol). On an error it returns what was done so far with the error.
 func (q *Queue) Redrive(ctx context.Context, o RedriveOptions) (RedriveResult, error) {
-	res := RedriveResult{Topic: q.opts.Topic, DryRun: o.DryRun, Items: []RedriveItem{}}
+	res := RedriveResult{Topic: q.cfg.Topic, DryRun: o.DryRun, Items: []RedriveItem{}}
 	if o.All == (o.Ref != nil) {
 		return res, errors.New("give exactly one of --offset or --all")
 	}
-	if q.opts.Registry == nil {
+	if q.deps.Registry == nil {
 		return res, errors.New("dlq: redrive needs the registry")
 	}
 	var ls []*Letter
@@ -137,7 +137,7 @@ func (rd *redriver) redrive(ctx context.Context, l *Letter) error {
 		return nil
 	}
 	eventID, handler := l.EventID(), l.Record.Handler
-	reg := rd.q.opts.Registry
+	reg := rd.q.deps.Registry
 	if rd.dryRun {
 		status := "no registry row"
 		if eventID != "" && handler != "" {

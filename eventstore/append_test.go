@@ -19,7 +19,7 @@ import (
 // byte through Stream and ByEventID.
 func TestConcurrentAppendsToOneAggregate(t *testing.T) {
 	e := newEnv(t)
-	s := e.store(t, Options{Config: testConfig()})
+	s := e.store(t, testConfig())
 	const goroutines, perG = 50, 8
 	var wg sync.WaitGroup
 	var mu sync.Mutex
@@ -106,7 +106,7 @@ func TestConcurrentAppendsToOneAggregate(t *testing.T) {
 // written for it and the rest of its group succeeds.
 func TestOptimisticConcurrency(t *testing.T) {
 	e := newEnv(t)
-	s := e.store(t, Options{Config: testConfig()})
+	s := e.store(t, testConfig())
 	mustAppend(t, s, command("Order", "o", 1), command("Order", "o", 2), command("Order", "o", 3))
 
 	fresh := command("Order", "o", "fresh")
@@ -175,7 +175,7 @@ func TestOptimisticConcurrency(t *testing.T) {
 func TestIdempotentAppend(t *testing.T) {
 	t.Run("sequential", func(t *testing.T) {
 		e := newEnv(t)
-		s := e.store(t, Options{Config: testConfig()})
+		s := e.store(t, testConfig())
 		ev := command("Order", "o", map[string]any{"x": 1})
 		r1 := mustAppend(t, s, ev)[0]
 		r2 := mustAppend(t, s, ev)[0]
@@ -206,7 +206,7 @@ func TestIdempotentAppend(t *testing.T) {
 	})
 	t.Run("concurrent", func(t *testing.T) {
 		e := newEnv(t)
-		s := e.store(t, Options{Config: testConfig()})
+		s := e.store(t, testConfig())
 		ev := command("Order", "o", map[string]any{"x": 1})
 		const n = 20
 		rs := make([]Result, n)
@@ -245,7 +245,7 @@ func TestIdempotentAppend(t *testing.T) {
 			cfg := testConfig()
 			cfg.IdempotencyMismatchMode = mode
 			rec := &levelRecorder{}
-			s := e.store(t, Options{Config: cfg, Logger: slog.New(rec)})
+			s := e.storeLogging(t, cfg, slog.New(rec))
 			ev := command("Order", "o", map[string]any{"x": 1})
 			stored := mustAppend(t, s, ev)[0]
 			changed := ev
@@ -292,7 +292,7 @@ func mustStream(t testing.TB, s *Store, aggType, aggID string) []Event {
 // takes one domain event; a retry of it is a no-op.
 func TestDomainEventIntoCommandSlot(t *testing.T) {
 	e := newEnv(t)
-	s := e.store(t, Options{Config: testConfig()})
+	s := e.store(t, testConfig())
 	cmds := mustAppend(t, s, command("Instance", "db:cls:1", 1), command("Instance", "db:cls:1", 2))
 	k := cmds[1].Event.Envelope.SequenceNumber // 2
 
@@ -357,7 +357,7 @@ func TestSequenceAllocatorOff(t *testing.T) {
 	e := newEnv(t)
 	cfg := testConfig()
 	cfg.SequenceAllocatorMode = AllocatorOff
-	s := e.store(t, Options{Config: cfg})
+	s := e.store(t, cfg)
 	a := command("Order", "o", 1)
 	a.SequenceNumber = 5
 	b := command("Order", "o", 2)
@@ -390,7 +390,7 @@ func TestSequenceAllocatorOff(t *testing.T) {
 // every other difference keeps them apart; no id reaches outside segments/.
 func TestAggregateIdentity(t *testing.T) {
 	e := newEnv(t)
-	s := e.store(t, Options{Config: testConfig()})
+	s := e.store(t, testConfig())
 	ids := []string{
 		"caf\u00e9", "cafe\u0301", // NFC / NFD twins: one aggregate
 		"Order-1", "order-1", // case: two
@@ -441,7 +441,7 @@ func TestRejectsInvalidEnvelopes(t *testing.T) {
 	cfg.MaxEnvelopeBytes = 4096
 	cfg.MaxMetadataBytes = 256
 	cfg.MaxDataDepth = 4
-	s := e.store(t, Options{Config: cfg})
+	s := e.store(t, cfg)
 	big := command("Order", "o", strings.Repeat("x", 5000))
 	deep := command("Order", "o", 0)
 	deep.Data = []byte(`{"a":{"b":{"c":{"d":{}}}}}`)
@@ -498,7 +498,7 @@ func TestRejectsInvalidEnvelopes(t *testing.T) {
 // Postgres round trips.
 func TestGroupOf500IsOnePutAndConstantRoundTrips(t *testing.T) {
 	e := newEnv(t)
-	s := e.store(t, Options{Config: testConfig()})
+	s := e.store(t, testConfig())
 	envs := make([]envelope.Envelope, 500)
 	for i := range envs {
 		envs[i] = command("Order", fmt.Sprintf("o-%d", i%37), i)
@@ -530,7 +530,7 @@ func TestGroupOf500IsOnePutAndConstantRoundTrips(t *testing.T) {
 
 func TestSegmentsListing(t *testing.T) {
 	e := newEnv(t)
-	s := e.store(t, Options{Config: testConfig()})
+	s := e.store(t, testConfig())
 	for g := range 3 {
 		envs := make([]envelope.Envelope, 4)
 		for i := range envs {
@@ -595,7 +595,7 @@ func TestSegmentsListing(t *testing.T) {
 // and a slot without a command, next to one that is allowed.
 func TestSlotRules(t *testing.T) {
 	e := newEnv(t)
-	s := e.store(t, Options{Config: testConfig()})
+	s := e.store(t, testConfig())
 	cmds := mustAppend(t, s, command("Instance", "db:cls:rules", 1), command("Instance", "db:cls:rules", 2))
 	abandoned := cmds[0].Event.Envelope
 	if _, err := e.pool.Exec(ctxT(t), `UPDATE sluice.appends SET state = 'abandoned' WHERE event_id = $1`, abandoned.EventID); err != nil {

@@ -119,7 +119,7 @@ func (s *Store) AppendBatch(ctx context.Context, expect Expectation, envs ...env
 	if len(envs) == 0 {
 		return results, nil
 	}
-	if s.cfg.allocatorOff {
+	if s.cfg.allocatorOff() {
 		for i := range results {
 			results[i].Err = &envelope.ValidationError{Code: envelope.CodeInvalid, Field: "sequence_number", Limit: "allocator on",
 				Reason: "atomic batches need the store's sequence allocator (EVENT_STORE_SEQUENCE_ALLOCATOR_MODE=postgres)"}

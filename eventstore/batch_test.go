@@ -48,7 +48,7 @@ func checkBatch(t *testing.T, rs []Result, err error) error {
 // — also when an envelope in its middle fails — and a retry of it replays.
 func TestAppendBatchAllOrNothing(t *testing.T) {
 	e := newEnv(t)
-	s := e.store(t, Options{Config: testConfig()})
+	s := e.store(t, testConfig())
 	ctx := ctxT(t)
 	first := batchOf("d-1", 3)
 	if err := batchErr(t)(s.AppendBatch(ctx, Expectation{Kind: ExpectNoStream}, first...)); err != nil {
@@ -131,7 +131,7 @@ func TestAppendBatchAllOrNothing(t *testing.T) {
 // one wins, and the stream is gap-free.
 func TestAppendBatchConcurrentExpectations(t *testing.T) {
 	e := newEnv(t)
-	s := e.store(t, Options{Config: testConfig()})
+	s := e.store(t, testConfig())
 	ctx := ctxT(t)
 	const writers, rounds, size = 50, 2, 3
 	var mu sync.Mutex

@@ -24,7 +24,7 @@ import (
 func BenchmarkAppend(b *testing.B) {
 	for _, conc := range []int{1, 16, 128} {
 		e := newEnv(b)
-		s := e.store(b, Options{Config: testConfig()})
+		s := e.store(b, testConfig())
 		b.Run(fmt.Sprintf("groupcommit/appenders=%d", conc), func(b *testing.B) {
 			before := s.stats.snapshot()
 			runAppenders(b, conc, func(ctx context.Context, ev envelope.Envelope) error {

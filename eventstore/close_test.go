@@ -10,7 +10,7 @@ import (
 // every append it acknowledged is stored.
 func TestCloseDrains(t *testing.T) {
 	e := newEnv(t)
-	s, err := New(e.pool, e.bucket, Options{Config: testConfig()})
+	s, err := New(testConfig(), Deps{Pool: e.pool, Bucket: e.bucket})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -47,7 +47,7 @@ func TestCloseDrains(t *testing.T) {
 		t.Errorf("append after Close: %v", err)
 	}
 	_ = s.Close() // idempotent
-	reader := e.store(t, Options{Config: testConfig()})
+	reader := e.store(t, testConfig())
 	for _, id := range stored {
 		if _, err := reader.ByEventID(ctxT(t), id); err != nil {
 			t.Errorf("acknowledged event %s: %v", id, err)

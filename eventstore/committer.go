@@ -85,7 +85,7 @@ func (s *Store) run() {
 // needed).
 func (c *committer) dispatch(now time.Time, quitting bool) time.Time {
 	cfg := c.s.cfg
-	for c.reserving < cfg.maxReserving && c.inFlight < cfg.maxInFlight {
+	for c.reserving < cfg.MaxReservingGroups && c.inFlight < cfg.MaxInFlightGroups {
 		ready, oldest := 0, time.Time{}
 		for _, it := range c.pending {
 			if it.notBefore.After(now) {
@@ -103,7 +103,7 @@ func (c *committer) dispatch(now time.Time, quitting bool) time.Time {
 		// latency, and appends arriving during this group's reservation
 		// gather for the next one.
 		idle := c.inFlight == 0
-		if ready < cfg.maxEvents && !quitting && !idle && now.Before(oldest.Add(cfg.maxWait)) {
+		if ready < cfg.GroupCommitMaxEvents && !quitting && !idle && now.Before(oldest.Add(cfg.GroupCommitMaxWait)) {
 			break
 		}
 		g := c.form(now)
@@ -122,13 +122,13 @@ func (c *committer) dispatch(now time.Time, quitting bool) time.Time {
 	for _, it := range c.pending {
 		t := it.notBefore
 		if !t.After(now) {
-			if c.reserving >= cfg.maxReserving || c.inFlight >= cfg.maxInFlight {
+			if c.reserving >= cfg.MaxReservingGroups || c.inFlight >= cfg.MaxInFlightGroups {
 				continue // the reservation or a finishing group wakes us
 			}
 			if c.blocked(it) {
 				continue
 			}
-			t = it.arrived.Add(cfg.maxWait)
+			t = it.arrived.Add(cfg.GroupCommitMaxWait)
 		}
 		if wake.IsZero() || t.Before(wake) {
 			wake = t
@@ -178,7 +178,7 @@ func (c *committer) form(now time.Time) *group {
 			st := units[u]
 			if !st.decided {
 				st.decided = true
-				st.take = st.ready && (len(g.items) == 0 || len(g.items)+st.n <= c.s.cfg.maxEvents)
+				st.take = st.ready && (len(g.items) == 0 || len(g.items)+st.n <= c.s.cfg.GroupCommitMaxEvents)
 				units[u] = st
 			}
 			if !st.take {
@@ -192,7 +192,7 @@ func (c *committer) form(now time.Time) *group {
 			g.items = append(g.items, it)
 			continue
 		}
-		if len(g.items) >= c.s.cfg.maxEvents || it.notBefore.After(now) {
+		if len(g.items) >= c.s.cfg.GroupCommitMaxEvents || it.notBefore.After(now) {
 			rest = append(rest, it)
 			continue
 		}

@@ -27,6 +27,25 @@ type Config struct {
 	IndexRetention          time.Duration `env:"EVENT_STORE_INDEX_RETENTION" envDefault:"168h" doc:"How long full index rows are kept beyond every relay checkpoint."`
 	// The EVENT_STORE_MAX_* envelope limits.
 	envelope.Limits
+
+	// The knobs a library caller sets in Go (no variable).
+
+	// WriterID names this writer in appends.writer_id. Default: a random id
+	// per Store.
+	WriterID string
+	// MaxInFlightGroups bounds the groups between reservation and commit at
+	// once (pipelining: a group reserves while the previous one writes its
+	// segment). Default 4.
+	MaxInFlightGroups int
+	// MaxReservingGroups bounds the groups in their reservation round trip
+	// at once (at most MaxInFlightGroups). Default 1: the next group gathers
+	// while one reserves, which keeps groups large. With more, a group may
+	// reserve while the previous one waits for its WAL flush (the log_head
+	// lock is released before the flush, so they overlap), at the price of
+	// smaller groups; positions still follow reservation commit order.
+	MaxReservingGroups int
+	// ReadConcurrency bounds parallel ranged GETs of one read. Default 8.
+	ReadConcurrency int
 }
 
 // DefaultConfig is the section with the defaults of its tags, as a process

@@ -79,7 +79,7 @@ func TestFastReservationMatchesGeneralPath(t *testing.T) {
 	}
 	run := func(t *testing.T, fast bool) outcome {
 		e := newEnv(t)
-		s := e.store(t, Options{Config: testConfig()})
+		s := e.store(t, testConfig())
 		s.noFastReserve.Store(!fast)
 		var out outcome
 		for i, st := range steps {
@@ -198,7 +198,7 @@ func TestFastReservationFallsBack(t *testing.T) {
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			e := newEnv(t)
-			s := e.store(t, Options{Config: testConfig()})
+			s := e.store(t, testConfig())
 			envs, check := c.prep(t, e, s)
 			rs, err := s.Append(ctxT(t), envs...)
 			if err != nil {
@@ -241,14 +241,14 @@ func TestReservationFlushedBeforePutAndNotified(t *testing.T) {
 	}
 	var mu sync.Mutex
 	var atPut []int64
-	hooks := &testHooks{afterReserve: func(ctx context.Context, key string) error {
+	hooks := &crashAt{afterReserve: func(ctx context.Context, key string) error {
 		n := flushes(ctx)
 		mu.Lock()
 		atPut = append(atPut, n)
 		mu.Unlock()
 		return nil
 	}}
-	s := e.store(t, Options{Config: testConfig(), hooks: hooks})
+	s := e.store(t, testConfig(), hooks.option())
 	q0 := e.tracer.n.Load()
 	mustAppend(t, s, command("Order", "a", 1), command("Order", "b", 2))
 	mustAppend(t, s, command("Order", "a", 3))
@@ -289,7 +289,7 @@ func TestGroupsInFlightWithCrashInTheMiddle(t *testing.T) {
 			release := make(chan struct{})
 			middle := SegmentKey(4, 6)
 			crash := errors.New("process killed")
-			hooks := &testHooks{
+			hooks := &crashAt{
 				afterReserve: func(ctx context.Context, key string) error {
 					entered <- key
 					if key == middle {
@@ -308,7 +308,7 @@ func TestGroupsInFlightWithCrashInTheMiddle(t *testing.T) {
 					return nil
 				},
 			}
-			s := e.store(t, Options{Config: cfg, hooks: hooks, WriterID: "crashing", MaxInFlightGroups: 4})
+			s := e.store(t, func() Config { c := named(cfg, "crashing"); c.MaxInFlightGroups = 4; return c }(), hooks.option())
 			groups := [][]envelope.Envelope{
 				{command("Order", "a", 1), command("Order", "b", 1), command("Order", "a", 2)},
 				{command("Order", "a", 3), command("Order", "c", 1), command("Order", "b", 2)},
@@ -424,9 +424,9 @@ func TestGroupsInFlightWithCrashInTheMiddle(t *testing.T) {
 // positions 1..N each hold exactly one event, in the segment its key names.
 func TestConcurrentReservations(t *testing.T) {
 	e := newEnv(t)
-	s := e.store(t, Options{Config: testConfig(), MaxReservingGroups: 2})
-	if s.cfg.maxReserving < 2 {
-		t.Fatalf("maxReserving %d: this test needs reservations in flight together", s.cfg.maxReserving)
+	s := e.store(t, func() Config { c := testConfig(); c.MaxReservingGroups = 2; return c }())
+	if s.cfg.MaxReservingGroups < 2 {
+		t.Fatalf("maxReserving %d: this test needs reservations in flight together", s.cfg.MaxReservingGroups)
 	}
 	const appenders, each = 32, 20
 	var wg sync.WaitGroup

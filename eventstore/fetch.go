@@ -62,7 +62,7 @@ func (s *Store) fetch(ctx context.Context, rows []indexRow) ([]Event, error) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	sp := spans(rows)
-	sem := make(chan struct{}, s.cfg.readConc)
+	sem := make(chan struct{}, s.cfg.ReadConcurrency)
 	var wg sync.WaitGroup
 	var mu sync.Mutex
 	var firstErr error

@@ -18,7 +18,7 @@ func (s *Store) processGroup(g *group) {
 	// whose rows a relay may have abandoned; its commit leaves those alone
 	// and appends their envelopes again (writeBlock). The bound only keeps
 	// a hung request from holding a worker forever.
-	ctx, cancel := context.WithTimeout(s.ctx, max(4*s.cfg.appendTO, time.Minute))
+	ctx, cancel := context.WithTimeout(s.ctx, max(4*s.cfg.AppendTimeout, time.Minute))
 	defer cancel()
 	t0 := time.Now()
 	accepted, first, err := s.reserve(ctx, g.items)
@@ -68,11 +68,9 @@ func (s *Store) writeBlock(ctx context.Context, accepted []*item, first int64) {
 			it.res.Err = err
 		}
 	}
-	if h := s.cfg.hooks.afterReserve; h != nil {
-		if err := h(ctx, key); err != nil {
-			fail(&crashError{Point: "after reserve", Err: err})
-			return
-		}
+	if err := s.hooks.crash.At(ctx, CrashWorker, "after_reserve", key); err != nil {
+		fail(&crashError{Point: "after reserve", Err: err})
+		return
 	}
 	size := 0
 	for _, it := range accepted {
@@ -110,11 +108,9 @@ func (s *Store) writeBlock(ctx context.Context, accepted []*item, first int64) {
 		}
 		body = stored
 	}
-	if h := s.cfg.hooks.afterPut; h != nil {
-		if err := h(ctx, key); err != nil {
-			fail(&crashError{Point: "after put", Err: err})
-			return
-		}
+	if err := s.hooks.crash.At(ctx, CrashWorker, "after_put", key); err != nil {
+		fail(&crashError{Point: "after put", Err: err})
+		return
 	}
 	refs := make([]lineRef, len(accepted))
 	for j, it := range accepted {
@@ -146,7 +142,7 @@ func (s *Store) writeBlock(ctx context.Context, accepted []*item, first int64) {
 		it.res = Result{Event: Event{Envelope: e, Raw: raw, SegmentKey: key, Offset: refs[j].offset}}
 	}
 	if len(late) > 0 {
-		s.cfg.logger.Warn("eventstore: late writer: rows abandoned while the segment was written; appending those envelopes again at fresh positions",
+		s.log.Warn("eventstore: late writer: rows abandoned while the segment was written; appending those envelopes again at fresh positions",
 			"segment_key", key, "rows", len(late), "event_ids", late)
 	}
 }
@@ -191,14 +187,14 @@ func (s *Store) abandonBlock(ctx context.Context, key string, cause error) {
 	actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel()
 	var n, lo, hi int64
-	if err := s.pool.QueryRow(actx, sqlAbandonMine, key, s.cfg.writerID).Scan(&n, &lo, &hi, nil); err != nil {
-		s.cfg.logger.Warn("eventstore: could not mark a failed block abandoned; the relay will after the append timeout",
+	if err := s.pool.QueryRow(actx, sqlAbandonMine, key, s.cfg.WriterID).Scan(&n, &lo, &hi, nil); err != nil {
+		s.log.Warn("eventstore: could not mark a failed block abandoned; the relay will after the append timeout",
 			"segment_key", key, "error", err)
 		return
 	}
 	if n > 0 {
 		s.m.settled.Add(float64(n))
-		s.cfg.logger.Warn("eventstore: segment not written; its reserved rows are abandoned at once",
+		s.log.Warn("eventstore: segment not written; its reserved rows are abandoned at once",
 			"segment_key", key, "rows", n, "first", lo, "last", hi, "error", cause)
 	}
 }

@@ -11,7 +11,7 @@ import (
 // the API and the relay used to query themselves.
 func TestHeadPositionLastSequence(t *testing.T) {
 	e := newEnv(t)
-	s := e.store(t, Options{Config: testConfig()})
+	s := e.store(t, testConfig())
 	ctx := ctxT(t)
 	if n, err := s.LastSequence(ctx, "Thing", "a"); err != nil || n != 0 {
 		t.Fatalf("LastSequence of a new aggregate = %d, %v; want 0", n, err)

@@ -42,7 +42,7 @@ type item struct {
 
 func (s *Store) newItem(ctx context.Context, e envelope.Envelope) (*item, error) {
 	explicit := !e.OccurredAt.IsZero()
-	p, err := envelope.Prepare(e, s.cfg.limits, s.cfg.now)
+	p, err := envelope.Prepare(e, s.cfg.Limits, s.hooks.now)
 	if err != nil {
 		return nil, err
 	}
@@ -51,7 +51,7 @@ func (s *Store) newItem(ctx context.Context, e envelope.Envelope) (*item, error)
 			Reason: "is assigned by the store and must not be set at append"}
 	}
 	it := &item{ctx: ctx, env: p, explicitTime: explicit, done: make(chan struct{})}
-	if s.cfg.allocatorOff {
+	if s.cfg.allocatorOff() {
 		if p.SequenceNumber == 0 {
 			return nil, &envelope.ValidationError{Code: envelope.CodeInvalid, Field: "sequence_number", Limit: "required (allocator off)",
 				Reason: "is required when EVENT_STORE_SEQUENCE_ALLOCATOR_MODE=off"}
@@ -85,7 +85,7 @@ func (s *Store) newItem(ctx context.Context, e envelope.Envelope) (*item, error)
 // numbers at their widest, so the answer does not depend on the position
 // the envelope would get.
 func (s *Store) checkLineSize(t lineTemplate) error {
-	limit := s.cfg.maxLine
+	limit := s.cfg.MaxEnvelopeBytes
 	if n := t.maxLine(); n > limit {
 		return &envelope.ValidationError{Code: envelope.CodeLimitExceeded, Limit: strconv.Itoa(limit) + " bytes",
 			Reason: fmt.Sprintf("envelope of %d bytes as stored (with sequence_number and position, %d bytes for them at their widest) exceeds the limit of %d bytes",

@@ -16,7 +16,7 @@ func sizedCommand(t *testing.T, s *Store, n int) envelope.Envelope {
 	t.Helper()
 	e := command("Order", "sized", "")
 	line := func(e envelope.Envelope) int {
-		p, err := envelope.Prepare(e, envelope.Limits{MaxEnvelopeBytes: 1 << 30}, s.cfg.now)
+		p, err := envelope.Prepare(e, envelope.Limits{MaxEnvelopeBytes: 1 << 30}, s.hooks.now)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -47,7 +47,7 @@ func TestEnvelopeLimitBoundsTheStoredLine(t *testing.T) {
 	e := newEnv(t)
 	cfg := testConfig()
 	cfg.MaxEnvelopeBytes = limit
-	s := e.store(t, Options{Config: cfg})
+	s := e.store(t, cfg)
 	cases := []struct {
 		name   string
 		size   int

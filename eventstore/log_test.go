@@ -15,13 +15,13 @@ func TestLogStopsBeforeReservedPositions(t *testing.T) {
 	block := make(chan struct{})
 	var once sync.Once
 	blocked := make(chan string, 1)
-	hooks := &testHooks{afterReserve: func(ctx context.Context, key string) error {
+	hooks := &crashAt{afterReserve: func(ctx context.Context, key string) error {
 		if key == SegmentKey(3, 3) {
 			once.Do(func() { blocked <- key; <-block })
 		}
 		return nil
 	}}
-	s := e.store(t, Options{Config: testConfig(), hooks: hooks})
+	s := e.store(t, testConfig(), hooks.option())
 	ctx := ctxT(t)
 	mustAppend(t, s, domainEvent("Device", "a", 1), domainEvent("Order", "b", 2))
 	slow := make(chan Result, 1)

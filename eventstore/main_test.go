@@ -19,6 +19,7 @@ import (
 	"github.com/sluicehq/sluice/eventstore/objstore"
 	"github.com/sluicehq/sluice/eventstore/objstore/s3store"
 	"github.com/sluicehq/sluice/internal/testenv"
+	"github.com/sluicehq/sluice/shared/crashpoint"
 	"github.com/sluicehq/sluice/shared/envelope"
 )
 
@@ -144,17 +145,44 @@ func newEnv(t testing.TB) *env {
 
 // store opens a Store on the environment; it is closed when the test ends.
 // Its log goes to the test log.
-func (e *env) store(t testing.TB, opts Options) *Store {
+func (e *env) store(t testing.TB, cfg Config, opts ...Option) *Store {
 	t.Helper()
-	if opts.Logger == nil {
-		opts.Logger = slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	}
-	s, err := New(e.pool, e.bucket, opts)
+	return e.storeLogging(t, cfg, slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn})), opts...)
+}
+
+func (e *env) storeLogging(t testing.TB, cfg Config, log *slog.Logger, opts ...Option) *Store {
+	t.Helper()
+	s, err := New(cfg, Deps{Pool: e.pool, Bucket: e.bucket, Logger: log}, opts...)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = s.Close() })
 	return s
+}
+
+// named is cfg with WriterID id.
+func named(cfg Config, id string) Config {
+	cfg.WriterID = id
+	return cfg
+}
+
+// crashAt is what a test does at the store's crash points (WithCrasher):
+// a non-nil error stops the group there as a crashed process would.
+type crashAt struct {
+	afterReserve, afterPut func(ctx context.Context, segmentKey string) error
+}
+
+func (c *crashAt) option() Option {
+	return WithCrasher(crashpoint.Func(func(ctx context.Context, worker, point, key string) error {
+		h := c.afterReserve
+		if point == "after_put" {
+			h = c.afterPut
+		}
+		if worker != CrashWorker || h == nil {
+			return nil
+		}
+		return h(ctx, key)
+	}))
 }
 
 type testWriter struct{ t testing.TB }

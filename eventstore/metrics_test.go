@@ -15,7 +15,7 @@ import (
 // steps once per group.
 func TestMetrics(t *testing.T) {
 	e := newEnv(t)
-	s := e.store(t, Options{Config: testConfig()})
+	s := e.store(t, testConfig())
 	reg := prometheus.NewPedanticRegistry()
 	reg.MustRegister(s.Collectors()...)
 

@@ -11,7 +11,7 @@ import (
 // alerts missed the first event).
 func TestMetricsSeriesExistAtZeroAfterNew(t *testing.T) {
 	e := newEnv(t)
-	s := e.store(t, Options{Config: testConfig()})
+	s := e.store(t, testConfig())
 	reg := prometheus.NewPedanticRegistry()
 	reg.MustRegister(s.Collectors()...)
 	mfs, err := reg.Gather()

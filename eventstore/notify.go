@@ -132,11 +132,11 @@ func (s *Store) listen(ctx context.Context, q *notifyQueue) {
 		wait = min(max(2*wait, minWait), maxWait)
 		conn, err := pgx.ConnectConfig(ctx, s.pool.Config().ConnConfig.Copy())
 		if err != nil {
-			s.cfg.logger.Debug("eventstore: LISTEN connection failed; subscribers poll meanwhile", "err", err)
+			s.log.Debug("eventstore: LISTEN connection failed; subscribers poll meanwhile", "err", err)
 			continue
 		}
 		if _, err := conn.Exec(ctx, "LISTEN "+pgx.Identifier{NotifyChannel}.Sanitize()); err != nil {
-			s.cfg.logger.Debug("eventstore: LISTEN failed", "err", err)
+			s.log.Debug("eventstore: LISTEN failed", "err", err)
 			_ = conn.Close(context.WithoutCancel(ctx))
 			continue
 		}

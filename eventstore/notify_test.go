@@ -60,7 +60,7 @@ func TestNotifyQueueOverflow(t *testing.T) {
 // Subscribe starts with a Resync, then reports an append's reservation and
 // commit with its positions, and closes its channel when ctx ends.
 func TestSubscribe(t *testing.T) {
-	s := newEnv(t).store(t, Options{Config: testConfig()})
+	s := newEnv(t).store(t, testConfig())
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	sub, stop := context.WithCancel(ctx)

@@ -1,13 +1,15 @@
 package eventstore
 
 import (
-	"context"
 	"fmt"
 	"log/slog"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/sluicehq/sluice/eventstore/objstore"
 	"github.com/sluicehq/sluice/shared/config"
-	"github.com/sluicehq/sluice/shared/envelope"
+	"github.com/sluicehq/sluice/shared/crashpoint"
 )
 
 // Knob values of Config the store understands.
@@ -23,114 +25,69 @@ const (
 // ("committed FIRST LAST"). The relay LISTENs on it as a wake-up.
 const NotifyChannel = "sluice_appends"
 
-// Options configure a Store. Zero values take the defaults of docs/eventstore.md.
-type Options struct {
-	// Config holds the EVENT_STORE_* knobs (group commit, idempotency
-	// mismatch mode, sequence allocator mode, append timeout, limits).
-	Config Config
+// Deps are the resources a Store works on; it closes none of them.
+type Deps struct {
+	// Pool is the Postgres pool, migrations applied. Required.
+	Pool *pgxpool.Pool
+	// Bucket holds the segments. Required.
+	Bucket objstore.Bucket
 	// Logger receives error-level idempotency mismatches (warn mode) and
 	// recovery messages. Default: slog.Default().
 	Logger *slog.Logger
-	// WriterID names this writer in appends.writer_id. Default: a random id
-	// per Store.
-	WriterID string
-	// MaxInFlightGroups bounds the groups between reservation and commit at
-	// once (pipelining: a group reserves while the previous one writes its
-	// segment). Default 4.
-	MaxInFlightGroups int
-	// MaxReservingGroups bounds the groups in their reservation round trip
-	// at once (at most MaxInFlightGroups). Default 1: the next group gathers
-	// while one reserves, which keeps groups large. With more, a group may
-	// reserve while the previous one waits for its WAL flush (the log_head
-	// lock is released before the flush, so they overlap), at the price of
-	// smaller groups; positions still follow reservation commit order.
-	MaxReservingGroups int
-	// ReadConcurrency bounds parallel ranged GETs of one read. Default 8.
-	ReadConcurrency int
-	// Now is the clock for absent occurred_at. Default time.Now.
-	Now func() time.Time
-
-	hooks *testHooks
 }
 
-// testHooks are crash points for tests (never set in production). A hook
-// returning an error stops the group at that point exactly as a crashed
-// process would: no clean-up, rows stay as they are.
-type testHooks struct {
-	// afterReserve runs after the reservation transaction committed.
-	afterReserve func(ctx context.Context, segmentKey string) error
-	// afterPut runs after the segment was created.
-	afterPut func(ctx context.Context, segmentKey string) error
+// Option is a test hook of a Store (docs/architecture.md, "One
+// construction convention"); production passes none but WithCrasher.
+type Option func(*hooks)
+
+type hooks struct {
+	crash *crashpoint.Crasher
+	now   func() time.Time
 }
 
-type settings struct {
-	maxWait      time.Duration
-	maxEvents    int
-	mismatchWarn bool
-	allocatorOff bool
-	appendTO     time.Duration
-	limits       envelope.Limits
-	maxLine      int // EVENT_STORE_MAX_ENVELOPE_BYTES: bound of a stored line
-	logger       *slog.Logger
-	writerID     string
-	maxInFlight  int
-	maxReserving int
-	readConc     int
-	now          func() time.Time
-	hooks        testHooks
-}
+// WithCrasher hands the store its crash points, CrashWorker:after_reserve
+// (the reservation transaction committed, the segment not yet written)
+// and CrashWorker:after_put (the segment written, the rows not yet
+// committed). A crashpoint.Func crasher whose error stops the group leaves
+// the rows exactly as a crashed process would.
+func WithCrasher(c *crashpoint.Crasher) Option { return func(h *hooks) { h.crash = c } }
 
-func (o Options) settings() (settings, error) {
-	c := o.Config
+// WithClock replaces time.Now as the clock of an absent occurred_at.
+func WithClock(now func() time.Time) Option { return func(h *hooks) { h.now = now } }
+
+// CrashWorker is the store's name in its crash points
+// ("eventstore:after_reserve", "eventstore:after_put").
+const CrashWorker = "eventstore"
+
+// withDefaults returns c with every default applied: the EVENT_STORE_*
+// tags for what the caller left unset, then the library knobs.
+func (c Config) withDefaults() (Config, error) {
 	config.FillZero(&c) // the defaults of the EVENT_STORE_* tags for what the caller left unset
-	s := settings{
-		maxWait:      c.GroupCommitMaxWait,
-		maxEvents:    c.GroupCommitMaxEvents,
-		appendTO:     c.AppendTimeout,
-		limits:       c.Limits,
-		logger:       o.Logger,
-		writerID:     o.WriterID,
-		maxInFlight:  o.MaxInFlightGroups,
-		maxReserving: o.MaxReservingGroups,
-		readConc:     o.ReadConcurrency,
-		now:          o.Now,
-	}
-	s.maxLine = c.MaxEnvelopeBytes
 	switch c.IdempotencyMismatchMode {
-	case "", MismatchError:
-	case MismatchWarn:
-		s.mismatchWarn = true
+	case MismatchError, MismatchWarn:
 	default:
-		return s, fmt.Errorf("eventstore: EVENT_STORE_IDEMPOTENCY_MISMATCH_MODE must be %q or %q, got %q", MismatchError, MismatchWarn, c.IdempotencyMismatchMode)
+		return c, fmt.Errorf("eventstore: EVENT_STORE_IDEMPOTENCY_MISMATCH_MODE must be %q or %q, got %q", MismatchError, MismatchWarn, c.IdempotencyMismatchMode)
 	}
 	switch c.SequenceAllocatorMode {
-	case "", AllocatorPostgres:
-	case AllocatorOff:
-		s.allocatorOff = true
+	case AllocatorPostgres, AllocatorOff:
 	default:
-		return s, fmt.Errorf("eventstore: EVENT_STORE_SEQUENCE_ALLOCATOR_MODE must be %q or %q, got %q", AllocatorPostgres, AllocatorOff, c.SequenceAllocatorMode)
+		return c, fmt.Errorf("eventstore: EVENT_STORE_SEQUENCE_ALLOCATOR_MODE must be %q or %q, got %q", AllocatorPostgres, AllocatorOff, c.SequenceAllocatorMode)
 	}
-	if s.logger == nil {
-		s.logger = slog.Default()
+	if c.WriterID == "" {
+		c.WriterID = "writer-" + randomID()
 	}
-	if s.writerID == "" {
-		s.writerID = "writer-" + randomID()
+	if c.MaxInFlightGroups <= 0 {
+		c.MaxInFlightGroups = 4
 	}
-	if s.maxInFlight <= 0 {
-		s.maxInFlight = 4
+	if c.MaxReservingGroups <= 0 {
+		c.MaxReservingGroups = 1
 	}
-	if s.maxReserving <= 0 {
-		s.maxReserving = 1
+	c.MaxReservingGroups = min(c.MaxReservingGroups, c.MaxInFlightGroups)
+	if c.ReadConcurrency <= 0 {
+		c.ReadConcurrency = 8
 	}
-	s.maxReserving = min(s.maxReserving, s.maxInFlight)
-	if s.readConc <= 0 {
-		s.readConc = 8
-	}
-	if s.now == nil {
-		s.now = time.Now
-	}
-	if o.hooks != nil {
-		s.hooks = *o.hooks
-	}
-	return s, nil
+	return c, nil
 }
+
+func (c Config) mismatchWarn() bool { return c.IdempotencyMismatchMode == MismatchWarn }
+func (c Config) allocatorOff() bool { return c.SequenceAllocatorMode == AllocatorOff }

@@ -50,7 +50,7 @@ func TestObjectStoreOutage(t *testing.T) {
 			if !c.frozen {
 				proxy.Stop()
 			}
-			s, err := New(e.pool, b, Options{Config: testConfig()})
+			s, err := New(testConfig(), Deps{Pool: e.pool, Bucket: b})
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -161,7 +161,7 @@ func (s *Store) Segments(ctx context.Context, afterPosition int64, limit int) ([
 		for _, o := range objs {
 			first, last, err := ParseSegmentKey(o.Key)
 			if err != nil {
-				s.cfg.logger.Warn("eventstore: skipping an object under segments/ that is not a segment", "key", o.Key)
+				s.log.Warn("eventstore: skipping an object under segments/ that is not a segment", "key", o.Key)
 				continue
 			}
 			out = append(out, SegmentInfo{Key: o.Key, First: first, Last: last, Size: o.Size, LastModified: o.LastModified})

@@ -19,7 +19,7 @@ import (
 const shortTimeout = 300 * time.Millisecond
 
 // crashOnce returns hooks that stop the first group at point.
-func crashOnce(point string) *testHooks {
+func crashOnce(point string) *crashAt {
 	var fired atomic.Bool
 	h := func(context.Context, string) error {
 		if fired.CompareAndSwap(false, true) {
@@ -28,9 +28,9 @@ func crashOnce(point string) *testHooks {
 		return nil
 	}
 	if point == "afterReserve" {
-		return &testHooks{afterReserve: h}
+		return &crashAt{afterReserve: h}
 	}
-	return &testHooks{afterPut: h}
+	return &crashAt{afterPut: h}
 }
 
 func crashBatch() []envelope.Envelope {
@@ -43,7 +43,7 @@ func appendCrashing(t *testing.T, e *env, point string, envs []envelope.Envelope
 	t.Helper()
 	cfg := testConfig()
 	cfg.AppendTimeout = shortTimeout
-	s := e.store(t, Options{Config: cfg, hooks: crashOnce(point), WriterID: "crashing"})
+	s := e.store(t, named(cfg, "crashing"), crashOnce(point).option())
 	rs, err := s.Append(ctxT(t), envs...)
 	if err != nil {
 		t.Fatal(err)
@@ -122,11 +122,11 @@ func TestCrashRecovery(t *testing.T) {
 				appendCrashing(t, e, p.point, envs)
 				cfg := testConfig()
 				cfg.AppendTimeout = shortTimeout
-				s := e.store(t, Options{Config: cfg})
+				s := e.store(t, cfg)
 				// The first repair runs with the default timeout: however
 				// long a loaded machine took since the crash, the rows are
 				// still in flight for it (shortTimeout alone raced the load).
-				patient := e.store(t, Options{Config: testConfig()})
+				patient := e.store(t, testConfig())
 				rep, err := patient.Repair(ctxT(t), 0)
 				if err != nil {
 					t.Fatal(err)
@@ -176,7 +176,7 @@ func TestCrashRecovery(t *testing.T) {
 				appendCrashing(t, e, p.point, envs)
 				cfg := testConfig()
 				cfg.AppendTimeout = shortTimeout
-				s := e.store(t, Options{Config: cfg, WriterID: "other"})
+				s := e.store(t, named(cfg, "other"))
 				rs := mustAppend(t, s, envs...) // waits for the silent writer, then settles its rows
 				// The mechanism, not the clock: the rows were met while
 				// the crashed writer's reservation was young, and requeued
@@ -227,14 +227,14 @@ func TestLateWriterAppendsAbandonedRowsAgain(t *testing.T) {
 	release := make(chan struct{})
 	stalled := make(chan struct{})
 	var once sync.Once
-	hooks := &testHooks{afterReserve: func(ctx context.Context, key string) error {
+	hooks := &crashAt{afterReserve: func(ctx context.Context, key string) error {
 		once.Do(func() {
 			close(stalled)
 			<-release
 		})
 		return nil
 	}}
-	late := e.store(t, Options{Config: cfg, hooks: hooks})
+	late := e.store(t, cfg, hooks.option())
 	envs := crashBatch()
 	done := make(chan []Result)
 	go func() {
@@ -246,7 +246,7 @@ func TestLateWriterAppendsAbandonedRowsAgain(t *testing.T) {
 	}()
 	<-stalled
 	time.Sleep(shortTimeout + 50*time.Millisecond)
-	repairer := e.store(t, Options{Config: cfg})
+	repairer := e.store(t, cfg)
 	rep, err := repairer.Repair(ctxT(t), 0)
 	if err != nil || rep.Abandoned != 3 {
 		t.Fatalf("repair: %+v %v, want 3 abandoned", rep, err)
@@ -289,7 +289,7 @@ func TestFailedSegmentWrites(t *testing.T) {
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			e := newEnv(t)
-			s := e.store(t, Options{Config: testConfig()})
+			s := e.store(t, testConfig())
 			e.bucket.fail(c.createErr, c.writeThrough, c.getErr)
 			envs := crashBatch()
 			rs, err := s.Append(ctxT(t), envs...)
@@ -348,7 +348,7 @@ func TestFailedSegmentWrites(t *testing.T) {
 // and on a live one the result equals the index the appends built.
 func TestReindexReproducesTables(t *testing.T) {
 	e := newEnv(t)
-	s := e.store(t, Options{Config: testConfig()})
+	s := e.store(t, testConfig())
 	for g := range 4 {
 		var envs []envelope.Envelope
 		for i := range 25 {
@@ -413,7 +413,7 @@ func TestReindexAfterCrashes(t *testing.T) {
 	appendCrashing(t, e, "afterPut", put)
 	lost := []envelope.Envelope{command("Order", "a", "never written")}
 	appendCrashing(t, e, "afterReserve", lost)
-	s := e.store(t, Options{Config: testConfig()})
+	s := e.store(t, testConfig())
 	rep, err := s.Reindex(ctxT(t))
 	if err != nil {
 		t.Fatal(err)

@@ -79,7 +79,7 @@ func (s *Store) ReindexWithProgress(ctx context.Context, progress func(ReindexPr
 		for _, o := range page {
 			first, last, err := ParseSegmentKey(o.Key)
 			if err != nil {
-				s.cfg.logger.Warn("eventstore: reindex: skipping an object that is not a segment", "key", o.Key)
+				s.log.Warn("eventstore: reindex: skipping an object that is not a segment", "key", o.Key)
 				continue
 			}
 			segs = append(segs, SegmentInfo{Key: o.Key, First: first, Last: last, Size: o.Size, LastModified: o.LastModified})
@@ -137,7 +137,7 @@ RETURNING next_position`).Scan(&rep.NextPosition)
 func (s *Store) reindexRows(ctx context.Context, segs []SegmentInfo) ([][]any, error) {
 	per := make([][][]any, len(segs))
 	errs := make([]error, len(segs))
-	sem := make(chan struct{}, s.cfg.readConc)
+	sem := make(chan struct{}, s.cfg.ReadConcurrency)
 	var wg sync.WaitGroup
 	for i, sg := range segs {
 		sem <- struct{}{}

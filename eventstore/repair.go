@@ -101,7 +101,7 @@ func (s *Store) commitRoundTrip(ctx context.Context, key string, pos []int64, ei
 	}
 	if _, err := br.Exec(); err != nil {
 		// committed; only the wake-up failed (the relay polls)
-		s.cfg.logger.Debug("eventstore: NOTIFY after commit failed", "segment_key", key, "error", err)
+		s.log.Debug("eventstore: NOTIFY after commit failed", "segment_key", key, "error", err)
 	}
 	if err := br.Close(); err != nil && c.PgConn().TxStatus() != 'I' {
 		return nil, err
@@ -149,7 +149,7 @@ func (s *Store) resolveBlock(ctx context.Context, key string, policy abandonPoli
 		done, err := s.commitRows(ctx, key, refs)
 		n := int64(len(done))
 		if n > 0 {
-			s.cfg.logger.Warn("eventstore: committed reserved rows whose segment exists", "segment_key", key, "rows", n)
+			s.log.Warn("eventstore: committed reserved rows whose segment exists", "segment_key", key, "rows", n)
 		}
 		return n, 0, err
 	}
@@ -158,14 +158,14 @@ func (s *Store) resolveBlock(ctx context.Context, key string, policy abandonPoli
 	}
 	writer := ""
 	if policy == abandonMine {
-		writer = s.cfg.writerID
+		writer = s.cfg.WriterID
 	}
 	var lo, hi int64
-	if err := s.pool.QueryRow(ctx, sqlAbandon, key, writer, s.cfg.appendTO.Seconds()).Scan(&abandoned, &lo, &hi, nil); err != nil {
+	if err := s.pool.QueryRow(ctx, sqlAbandon, key, writer, s.cfg.AppendTimeout.Seconds()).Scan(&abandoned, &lo, &hi, nil); err != nil {
 		return 0, 0, fmt.Errorf("eventstore: abandon %s: %w", key, err)
 	}
 	if abandoned > 0 {
-		s.cfg.logger.Warn("eventstore: abandoned reserved rows without a segment", "segment_key", key, "rows", abandoned, "first", lo, "last", hi)
+		s.log.Warn("eventstore: abandoned reserved rows without a segment", "segment_key", key, "rows", abandoned, "first", lo, "last", hi)
 	}
 	return 0, abandoned, nil
 }

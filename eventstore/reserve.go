@@ -225,7 +225,7 @@ func (s *Store) reserveOnce(ctx context.Context, items []*item) (accepted []*ite
 	b := &pgx.Batch{}
 	b.Queue("BEGIN")
 	b.Queue(sqlPlanPerCall)
-	b.Queue(sqlLookupEvents, ids, s.cfg.appendTO.Seconds())
+	b.Queue(sqlLookupEvents, ids, s.cfg.AppendTimeout.Seconds())
 	if len(slotT) > 0 {
 		b.Queue(sqlLookupSlots, slotT, slotI, slotK)
 	}
@@ -366,7 +366,7 @@ func (s *Store) reserveOnce(ctx context.Context, items []*item) (accepted []*ite
 		}
 		k := aggKey{it.env.AggregateType, it.env.AggregateID}
 		cur := last[k]
-		if m := it.moved; m != nil && (s.cfg.allocatorOff || !superseded[it] && m.seq > top[k]) {
+		if m := it.moved; m != nil && (s.cfg.allocatorOff() || !superseded[it] && m.seq > top[k]) {
 			// A retry of an abandoned append whose slot nothing after it
 			// filled (every later slot of the aggregate is abandoned too,
 			// or being retried here, in order): it keeps its slot — its
@@ -385,7 +385,7 @@ func (s *Store) reserveOnce(ctx context.Context, items []*item) (accepted []*ite
 			it.res.Err = &ConflictError{AggregateType: k.t, AggregateID: k.i, ExpectedSeq: *it.env.ExpectedSeq, ActualSeq: cur}
 			continue
 		}
-		if s.cfg.allocatorOff {
+		if s.cfg.allocatorOff() {
 			it.seq = it.env.SequenceNumber
 			last[k] = max(cur, it.seq)
 		} else {
@@ -421,7 +421,7 @@ func (s *Store) reserveOnce(ctx context.Context, items []*item) (accepted []*ite
 		seqs[j], hashes[j], occs[j] = it.seq, it.hash[:], it.env.OccurredAt.Time()
 	}
 	b = &pgx.Batch{}
-	b.Queue(sqlReserve, upT, upI, upLast, delT, delI, int64(n), eids, kinds, ts, is, seqs, hashes, occs, s.cfg.writerID)
+	b.Queue(sqlReserve, upT, upI, upLast, delT, delI, int64(n), eids, kinds, ts, is, seqs, hashes, occs, s.cfg.WriterID)
 	b.Queue("COMMIT")
 	var inserted int64
 	err = func() error {
@@ -467,7 +467,7 @@ func (s *Store) supersededSlots(ctx context.Context, c *pgx.Conn, live []*item) 
 	var ts, is []string
 	var seqs []int64
 	for _, it := range live {
-		if it.moved != nil && !it.slot && !s.cfg.allocatorOff {
+		if it.moved != nil && !it.slot && !s.cfg.allocatorOff() {
 			cand = append(cand, it)
 			ts, is, seqs = append(ts, it.env.AggregateType), append(is, it.env.AggregateID), append(seqs, it.moved.seq)
 		}
@@ -526,7 +526,7 @@ func (s *Store) dropMoved(ctx context.Context, c *pgx.Conn, accepted []*item) er
 	}
 	for _, it := range accepted {
 		if m := it.moved; m != nil {
-			s.cfg.logger.Warn("eventstore: an abandoned append was retried; it gets a fresh position (its old one may be behind the relay)",
+			s.log.Warn("eventstore: an abandoned append was retried; it gets a fresh position (its old one may be behind the relay)",
 				"event_id", m.eventID, "old_position", m.position, "old_sequence", m.seq)
 		}
 	}
@@ -541,8 +541,8 @@ func (s *Store) settleExisting(it *item, r indexRow, now time.Time) {
 		h := it.hashWithTime(envelope.NewTimestamp(r.occurredAt))
 		if string(h[:]) != string(r.hash) {
 			mm := &IdempotencyMismatchError{EventID: r.eventID, StoredHash: hex.EncodeToString(r.hash), NewHash: hex.EncodeToString(h[:])}
-			if s.cfg.mismatchWarn && r.state == stateCommitted {
-				s.cfg.logger.Error("eventstore: idempotency mismatch: returning the stored event",
+			if s.cfg.mismatchWarn() && r.state == stateCommitted {
+				s.log.Error("eventstore: idempotency mismatch: returning the stored event",
 					"event_id", r.eventID, "stored_hash", mm.StoredHash, "new_hash", mm.NewHash,
 					"aggregate_type", r.aggType, "aggregate_id", r.aggID)
 				it.mismatch = mm
@@ -561,7 +561,7 @@ func (s *Store) settleExisting(it *item, r indexRow, now time.Time) {
 			it.moved = &r
 		}
 	case stateReserved:
-		if r.writer == s.cfg.writerID || r.stale {
+		if r.writer == s.cfg.WriterID || r.stale {
 			// Our own reservation whose group is over (the committer never
 			// has one event_id in two groups), or a writer silent for longer
 			// than the append timeout: settle it, then try again.

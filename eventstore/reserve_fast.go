@@ -46,7 +46,7 @@ const (
 // sequence number are domain events into their commands' slots, whose
 // rules eventstore_reserve checks).
 func (s *Store) fastEligible(items []*item) bool {
-	if s.cfg.allocatorOff || s.noFastReserve.Load() {
+	if s.cfg.allocatorOff() || s.noFastReserve.Load() {
 		return false
 	}
 	for _, it := range items {
@@ -110,12 +110,12 @@ func (s *Store) reserveFast(ctx context.Context, items []*item) (accepted []*ite
 	}
 	var firstPos *int64
 	var seqs, actuals []int64
-	if err := s.reserveFastRoundTrip(ctx, []any{ts, is, eids, kinds, aggs, hasExp, exps, hashes, occs, s.cfg.writerID, slots, slotSeqs, causes},
+	if err := s.reserveFastRoundTrip(ctx, []any{ts, is, eids, kinds, aggs, hasExp, exps, hashes, occs, s.cfg.WriterID, slots, slotSeqs, causes},
 		&firstPos, &seqs, &actuals); err != nil {
 		var pgErr *pgconn.PgError
 		if errors.As(err, &pgErr) && (pgErr.Code == "42883" || pgErr.Code == "42P01") { // undefined function or table
 			s.noFastReserve.Store(true)
-			s.cfg.logger.Warn("eventstore: function sluice.eventstore_reserve missing (run sluice migrate up); reservations take two round trips", "error", err)
+			s.log.Warn("eventstore: function sluice.eventstore_reserve missing (run sluice migrate up); reservations take two round trips", "error", err)
 			return nil, 0, false, nil
 		}
 		if errors.As(err, &pgErr) && pgErr.Code == "23505" && (pgErr.ConstraintName == eventIDKey || pgErr.ConstraintName == slotUniqueKey) {

@@ -3,8 +3,10 @@ package eventstore
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
@@ -17,7 +19,9 @@ import (
 type Store struct {
 	pool   *pgxpool.Pool
 	bucket objstore.Bucket
-	cfg    settings
+	cfg    Config // defaults applied
+	log    *slog.Logger
+	hooks  hooks
 
 	in        chan []*item
 	groupDone chan *group
@@ -36,19 +40,26 @@ type Store struct {
 	noFastReserve atomic.Bool // sluice.eventstore_reserve missing: general reservation path only
 }
 
-// New returns a Store over the pool (migrations applied) and the bucket,
-// and starts its committer.
-func New(pool *pgxpool.Pool, bucket objstore.Bucket, opts Options) (*Store, error) {
-	if pool == nil || bucket == nil {
-		return nil, fmt.Errorf("eventstore: New needs a Postgres pool and a bucket")
+// New returns a Store over deps.Pool (migrations applied) and deps.Bucket,
+// with cfg's zero fields at their defaults, and starts its committer.
+func New(cfg Config, deps Deps, opts ...Option) (*Store, error) {
+	if deps.Pool == nil || deps.Bucket == nil {
+		return nil, fmt.Errorf("eventstore: New needs Deps.Pool and Deps.Bucket")
 	}
-	cfg, err := opts.settings()
+	cfg, err := cfg.withDefaults()
 	if err != nil {
 		return nil, err
 	}
+	if deps.Logger == nil {
+		deps.Logger = slog.Default()
+	}
+	h := hooks{now: time.Now}
+	for _, o := range opts {
+		o(&h)
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	s := &Store{
-		pool: pool, bucket: bucket, cfg: cfg,
+		pool: deps.Pool, bucket: deps.Bucket, cfg: cfg, log: deps.Logger, hooks: h,
 		in:        make(chan []*item, 64),
 		groupDone: make(chan *group),
 		reserved:  make(chan struct{}),

@@ -74,7 +74,7 @@ func helperMain() int {
 		fmt.Fprintln(os.Stderr, "helper:", err)
 		return 1
 	}
-	store, err := eventstore.New(pool, bucket, eventstore.Options{Config: cfg.EventStore, Logger: logger})
+	store, err := eventstore.New(cfg.EventStore, eventstore.Deps{Pool: pool, Bucket: bucket, Logger: logger})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "helper:", err)
 		return 1
@@ -151,7 +151,7 @@ func newEnv(t testing.TB, partitions int) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if e.store, err = eventstore.New(pool, bucket, eventstore.Options{Config: cfg.EventStore}); err != nil {
+	if e.store, err = eventstore.New(cfg.EventStore, eventstore.Deps{Pool: pool, Bucket: bucket}); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = e.store.Close() })
@@ -249,7 +249,7 @@ func (e *env) startInProcessWith(extra map[string]string, health *observability.
 	if err != nil {
 		e.t.Fatal(err)
 	}
-	store, err := eventstore.New(pool, bucket, eventstore.Options{Config: cfg.EventStore})
+	store, err := eventstore.New(cfg.EventStore, eventstore.Deps{Pool: pool, Bucket: bucket})
 	if err != nil {
 		e.t.Fatal(err)
 	}

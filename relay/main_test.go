@@ -74,7 +74,7 @@ func runHelper() int {
 		fmt.Fprintln(os.Stderr, err)
 		return 2
 	}
-	st, err := eventstore.New(pool, bucket, eventstore.Options{Config: cfg.EventStore, Logger: logger})
+	st, err := eventstore.New(cfg.EventStore, eventstore.Deps{Pool: pool, Bucket: bucket, Logger: logger})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 2
@@ -137,9 +137,9 @@ func newEnv(t testing.TB, appendTimeout time.Duration) *env {
 
 func (e *env) newStore(t testing.TB) *eventstore.Store {
 	t.Helper()
-	st, err := eventstore.New(e.pool, e.bucket, eventstore.Options{Config: eventstore.Config{
+	st, err := eventstore.New(eventstore.Config{
 		GroupCommitMaxWait: 2 * time.Millisecond, GroupCommitMaxEvents: 500, AppendTimeout: e.appendTO,
-	}, Logger: testLogger(t, slog.LevelWarn)})
+	}, eventstore.Deps{Pool: e.pool, Bucket: e.bucket, Logger: testLogger(t, slog.LevelWarn)})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -115,7 +115,7 @@ func TestObjectStoreFaultVisible(t *testing.T) {
 			fb := newFaultyBucket(e.bucket)
 			// The relay reads through the faulty bucket; the writers
 			// append through the real one.
-			rst, err := eventstore.New(e.pool, fb, eventstore.Options{Config: eventstore.Config{AppendTimeout: e.appendTO}, Logger: testLogger(t, slog.LevelWarn)})
+			rst, err := eventstore.New(eventstore.Config{AppendTimeout: e.appendTO}, eventstore.Deps{Pool: e.pool, Bucket: fb, Logger: testLogger(t, slog.LevelWarn)})
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -111,7 +111,7 @@ func TestAPIServiceAdminClosedWithoutToken(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		store, err := eventstore.New(pool, bucket, eventstore.Options{Config: cfg.EventStore})
+		store, err := eventstore.New(cfg.EventStore, eventstore.Deps{Pool: pool, Bucket: bucket})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -61,7 +61,7 @@ func openDepsWith(cmd *cobra.Command, open func(context.Context, *sluiceconfig.C
 		pool.Close()
 		return nil, nil, err
 	}
-	st, err := eventstore.New(pool, bucket, eventstore.Options{Config: cfg.EventStore, Logger: logger})
+	st, err := eventstore.New(cfg.EventStore, eventstore.Deps{Pool: pool, Bucket: bucket, Logger: logger})
 	if err != nil {
 		pool.Close()
 		return nil, nil, err

@@ -163,7 +163,7 @@ func runDev(parent context.Context, out io.Writer, cfg *sluiceconfig.Config, log
 	if err != nil {
 		return err
 	}
-	store, err := eventstore.New(pool, bucket, eventstore.Options{Config: cfg.EventStore, Logger: logger})
+	store, err := eventstore.New(cfg.EventStore, eventstore.Deps{Pool: pool, Bucket: bucket, Logger: logger})
 	if err != nil {
 		return err
 	}

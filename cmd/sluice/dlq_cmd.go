@@ -44,7 +44,7 @@ func openDLQ(cmd *cobra.Command, topic string, reg dlq.Registry) (*dlq.Queue, er
 	if u := os.Getenv("USER"); u != "" {
 		by = u + "@" + by
 	}
-	q, err := dlq.Open(dlq.Options{Topic: topic, Kafka: cfg.Kafka, ReplicationFactor: rf, Registry: reg, By: by})
+	q, err := dlq.New(dlq.Config{Topic: topic, Kafka: cfg.Kafka, ReplicationFactor: rf, By: by}, dlq.Deps{Registry: reg})
 	if err != nil {
 		return nil, err
 	}

@@ -25,17 +25,18 @@ import (
 
 // openEnvStore sets env as the test's process environment (what the
 // commands under test read), loads it and opens the event store it names
-// on pool, with opts (its Config taken from env). The store is closed at
+// on pool, its Config taken from env, writing as writerID ("": a random one). The store is closed at
 // the end of the test; closing it earlier is fine.
-func openEnvStore(t *testing.T, pool *pgxpool.Pool, env map[string]string, opts eventstore.Options) (*sluiceconfig.Config, objstore.Bucket, *eventstore.Store) {
+func openEnvStore(t *testing.T, pool *pgxpool.Pool, env map[string]string, writerID string) (*sluiceconfig.Config, objstore.Bucket, *eventstore.Store) {
 	t.Helper()
 	cfg := setEnvConfig(t, env)
 	bucket, err := backend.Open(context.Background(), cfg.EventStore)
 	if err != nil {
 		t.Fatal(err)
 	}
-	opts.Config = cfg.EventStore
-	st, err := eventstore.New(pool, bucket, opts)
+	sc := cfg.EventStore
+	sc.WriterID = writerID
+	st, err := eventstore.New(sc, eventstore.Deps{Pool: pool, Bucket: bucket})
 	if err != nil {
 		t.Fatal(err)
 	}

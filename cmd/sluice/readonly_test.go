@@ -74,7 +74,7 @@ func TestReadOnlyCommandsWithReadOnlyCredentials(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	st, err := eventstore.New(pool, bucket, eventstore.Options{Config: cfg.EventStore})
+	st, err := eventstore.New(cfg.EventStore, eventstore.Deps{Pool: pool, Bucket: bucket})
 	if err != nil {
 		t.Fatal(err)
 	}

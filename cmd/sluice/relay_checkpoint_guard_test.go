@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"testing"
 
-	"github.com/sluicehq/sluice/eventstore"
 	"github.com/sluicehq/sluice/internal/testenv"
 	"github.com/sluicehq/sluice/relay"
 )
@@ -19,7 +18,7 @@ func TestRelayCheckpointSetGuard(t *testing.T) {
 	ctx := context.Background()
 	url, pool := testenv.NewMigratedDatabase(t)
 	env := map[string]string{"DATABASE_URL": url, "EVENT_STORE_BACKEND": "file", "EVENT_STORE_FILE_DIR": t.TempDir(), "SLUICE_LOG_LEVEL": "warn"}
-	cfg, bucket, st := openEnvStore(t, pool, env, eventstore.Options{})
+	cfg, bucket, st := openEnvStore(t, pool, env, "")
 	appendCommands(t, st, 5, func(i int) string { return fmt.Sprintf("o-%d", i) })
 	segs, err := st.Segments(ctx, 0, 1)
 	if err != nil || len(segs) != 1 || segs[0].First != 1 || segs[0].Last != 1 {

@@ -16,7 +16,6 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
-	"github.com/sluicehq/sluice/eventstore"
 	"github.com/sluicehq/sluice/internal/testenv"
 	"github.com/sluicehq/sluice/internal/testskip"
 	"github.com/sluicehq/sluice/relay"
@@ -89,7 +88,7 @@ func TestRelayCommands(t *testing.T) {
 		"SLUICE_HTTP_ADDR": "127.0.0.1:0", "EVENT_PUBLISHER_POLL_INTERVAL": "100ms",
 		"EVENT_PUBLISHER_METRICS_LOG_INTERVAL_SECONDS": "0", "SLUICE_LOG_LEVEL": "warn",
 	}
-	cfg, bucket, st := openEnvStore(t, pool, env, eventstore.Options{})
+	cfg, bucket, st := openEnvStore(t, pool, env, "")
 	appendCommands(t, st, 5, func(i int) string { return fmt.Sprintf("o-%d", i%2) })
 
 	out, err := runRelayCLI(ctx, "checkpoint", "show")
@@ -155,7 +154,7 @@ func TestRelayParkedCommands(t *testing.T) {
 		"EVENT_PUBLISHER_METRICS_LOG_INTERVAL_SECONDS": "0", "SLUICE_LOG_LEVEL": "warn",
 		"EVENT_PUBLISHER_PARK_AFTER_ATTEMPTS": "2",
 	}
-	cfg, bucket, st := openEnvStore(t, pool, env, eventstore.Options{})
+	cfg, bucket, st := openEnvStore(t, pool, env, "")
 	ids := map[int64]string{}
 	for i := range 4 {
 		e := envelope.Envelope{

@@ -23,7 +23,7 @@ func TestStoreCommands(t *testing.T) {
 	ctx := context.Background()
 	url, pool := testenv.NewMigratedDatabase(t)
 	env := map[string]string{"DATABASE_URL": url, "EVENT_STORE_BACKEND": "file", "EVENT_STORE_FILE_DIR": t.TempDir()}
-	_, _, st := openEnvStore(t, pool, env, eventstore.Options{})
+	_, _, st := openEnvStore(t, pool, env, "")
 	var ids []string
 	for i, agg := range []string{"shop:orders:1", "shop:orders:2", "shop:orders:1"} {
 		id := uuid.NewString()
@@ -85,7 +85,7 @@ func TestStoreReindexGuard(t *testing.T) {
 	ctx := context.Background()
 	url, pool := testenv.NewMigratedDatabase(t)
 	env := map[string]string{"DATABASE_URL": url, "EVENT_STORE_BACKEND": "file", "EVENT_STORE_FILE_DIR": t.TempDir()}
-	_, _, st := openEnvStore(t, pool, env, eventstore.Options{WriterID: "api-7"})
+	_, _, st := openEnvStore(t, pool, env, "api-7")
 	for i := range 3 {
 		res, err := st.AppendOne(ctx, envelope.Envelope{
 			EventID: uuid.NewString(), EventType: "INSTANCE_CREATED", Kind: envelope.KindDomain,

@@ -69,7 +69,7 @@ Exit code 0 when everything matches, 4 when anything differs.`,
 			if err != nil {
 				return err
 			}
-			st, err := eventstore.New(pool, bucket, eventstore.Options{Config: cfg.EventStore, Logger: logger})
+			st, err := eventstore.New(cfg.EventStore, eventstore.Deps{Pool: pool, Bucket: bucket, Logger: logger})
 			if err != nil {
 				return err
 			}

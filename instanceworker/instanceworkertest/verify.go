@@ -37,7 +37,7 @@ func OpenVerify(t testing.TB, pool *pgxpool.Pool, sc eventstore.Config, ec readm
 	if err != nil {
 		t.Fatal(err)
 	}
-	st, err := eventstore.New(pool, bucket, eventstore.Options{Config: sc})
+	st, err := eventstore.New(sc, eventstore.Deps{Pool: pool, Bucket: bucket})
 	if err != nil {
 		t.Fatal(err)
 	}

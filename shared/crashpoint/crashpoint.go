@@ -7,10 +7,15 @@
 // step between claim and offset commit.
 //
 // Production code calls Hit at each point; with no crash point configured
-// Hit costs one comparison.
+// Hit costs one comparison. A component that can stop in-process at a point
+// (the event store between its reservation and its commit) calls At
+// instead, so that a test in the same process can crash it there with a
+// Crasher of Func. It is the one fault-injection mechanism of the module
+// (docs/architecture.md, "One construction convention").
 package crashpoint
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -27,6 +32,29 @@ type Crasher struct {
 	markerDir     string
 	exit          func(code int)
 	once          sync.Once
+	fn            func(ctx context.Context, worker, point, detail string) error
+}
+
+// Func returns a Crasher for in-process crash tests: At calls fn at every
+// point, and a non-nil error stops the component there exactly as a crash
+// would (no clean-up); fn may also block to hold the component at the
+// point. Hit, which cannot stop a component in-process, calls fn and
+// ignores its error.
+func Func(fn func(ctx context.Context, worker, point, detail string) error) *Crasher {
+	return &Crasher{fn: fn}
+}
+
+// At is the crash point (worker, point) of a component that can stop
+// there in-process; detail names what is at stake (a segment key). With a
+// Crasher of New it is Hit and returns nil (or never returns); with one of
+// Func it returns fn's error, and the caller stops at once, leaving
+// everything as a crashed process would.
+func (c *Crasher) At(ctx context.Context, worker, point, detail string) error {
+	if c != nil && c.fn != nil {
+		return c.fn(ctx, worker, point, detail)
+	}
+	c.Hit(worker, point)
+	return nil
 }
 
 // New returns a Crasher for spec ("<worker>:<point>", empty for none) and
@@ -48,6 +76,10 @@ func New(spec, markerDir string) (*Crasher, error) {
 // Hit exits the process with ExitCode if (worker, point) is the configured
 // crash point and it has not crashed there before.
 func (c *Crasher) Hit(worker, point string) {
+	if c != nil && c.fn != nil {
+		_ = c.fn(context.Background(), worker, point, "")
+		return
+	}
 	if c == nil || worker != c.worker || point != c.point {
 		return
 	}

@@ -1,6 +1,11 @@
 package crashpoint
 
-import "testing"
+import (
+	"context"
+	"errors"
+	"slices"
+	"testing"
+)
 
 func TestCrashesOnceAtTheConfiguredPoint(t *testing.T) {
 	dir := t.TempDir()
@@ -47,5 +52,31 @@ func TestNewValidates(t *testing.T) {
 		if _, err := New(tc.spec, tc.dir); (err != nil) != tc.wantErr {
 			t.Errorf("New(%q, %q): err=%v", tc.spec, tc.dir, err)
 		}
+	}
+}
+
+func TestFuncStopsInProcess(t *testing.T) {
+	stop := errors.New("process killed")
+	var seen []string
+	c := Func(func(_ context.Context, w, p, detail string) error {
+		seen = append(seen, w+":"+p+":"+detail)
+		if p == "after_put" {
+			return stop
+		}
+		return nil
+	})
+	if err := c.At(context.Background(), "eventstore", "after_reserve", "k"); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.At(context.Background(), "eventstore", "after_put", "k"); err != stop {
+		t.Fatalf("At = %v, want the func's error", err)
+	}
+	c.Hit("relay", "after_produce") // never exits
+	if want := []string{"eventstore:after_reserve:k", "eventstore:after_put:k", "relay:after_produce:"}; !slices.Equal(seen, want) {
+		t.Fatalf("points %v, want %v", seen, want)
+	}
+	var none *Crasher
+	if err := none.At(context.Background(), "eventstore", "after_put", "k"); err != nil {
+		t.Fatal(err)
 	}
 }
