@@ -416,20 +416,7 @@ func TestAdminAPI(t *testing.T) {
 		e := e.on(t)
 		// The audit log: every action above, newest first, with role and dry run.
 		recs := e.audit(t)
-		count := func(action, role, outcome string, dryRun bool) int {
-			n := 0
-			for _, r := range recs {
-				if r.Action == action && r.Role == role && r.Outcome == outcome && r.DryRun == dryRun && r.Who == "admin:"+role {
-					n++
-				}
-			}
-			return n
-		}
-		for _, c := range []struct {
-			action, role, outcome string
-			dryRun                bool
-			want                  int
-		}{
+		checkAudit(t, recs, []auditWant{
 			{"relay.checkpoint.set", "read", "forbidden", true, 1},
 			{"verify", "read", "forbidden", true, 1},
 			{"relay.checkpoint.set", "operator", "ok", true, 1},
@@ -447,11 +434,7 @@ func TestAdminAPI(t *testing.T) {
 			{"projection.rebuild", "operator", "unsafe", true, 1},
 			{"verify", "operator", "ok", true, 2},
 			{"verify", "operator", "invalid", true, 2},
-		} {
-			if got := count(c.action, c.role, c.outcome, c.dryRun); got != c.want {
-				t.Errorf("audit records %s by %s, outcome %s, dry run %t: %d, want %d", c.action, c.role, c.outcome, c.dryRun, got, c.want)
-			}
-		}
+		})
 		if len(recs) > 0 && !strings.Contains(string(recs[0].Detail), "request") {
 			t.Errorf("audit detail: %s", recs[0].Detail)
 		}
@@ -476,3 +459,27 @@ func (e *env) audit(t *testing.T) []admin.AuditRecord {
 
 // on is e for the step t of a test script: its calls fail t.
 func (e *env) on(t *testing.T) *env { return &env{Env: e.Env, t: t} }
+
+// auditWant is how many audit records an action leaves, by role, outcome
+// and dry run (who is admin:<role>).
+type auditWant struct {
+	action, role, outcome string
+	dryRun                bool
+	want                  int
+}
+
+// checkAudit checks the audit records recs against each want.
+func checkAudit(t *testing.T, recs []admin.AuditRecord, wants []auditWant) {
+	t.Helper()
+	for _, c := range wants {
+		n := 0
+		for _, r := range recs {
+			if r.Action == c.action && r.Role == c.role && r.Outcome == c.outcome && r.DryRun == c.dryRun && r.Who == "admin:"+c.role {
+				n++
+			}
+		}
+		if n != c.want {
+			t.Errorf("audit records %s by %s, outcome %s, dry run %t: %d, want %d", c.action, c.role, c.outcome, c.dryRun, n, c.want)
+		}
+	}
+}
