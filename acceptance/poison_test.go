@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/eventstore/eventstoretest"
+	"github.com/sluicehq/sluice/internal/testenv"
 	"github.com/sluicehq/sluice/registry/registrytest"
 	"github.com/sluicehq/sluice/shared/claim"
 
@@ -563,343 +564,373 @@ func TestPoisonSoak(t *testing.T) {
 	}
 	loadCtx, stopLoad := context.WithCancel(context.Background())
 	defer stopLoad()
-	start := time.Now()
-	var loads []*soakLoad
-	var wg sync.WaitGroup
-	for i := range 4 {
-		l := &soakLoad{p: p, db: db, class: "items", name: fmt.Sprintf("c%d", i), rng: mrand.New(mrand.NewPCG(seed, uint64(i)))}
-		loads = append(loads, l)
-		wg.Add(1)
-		go func() { defer wg.Done(); l.run(loadCtx) }()
-	}
-	// Kills: the relay and both workers in a shuffled rotation every
-	// 1.5–3.5 s, each at most once per stall budget (so a stall longer
-	// than the budget is not two kills back to back).
+	// The soak in named steps; they share these, which the summary reads.
+	var (
+		load, drain                 time.Duration
+		loads                       []*soakLoad
+		insts                       map[string]*soakInstance
+		cmds                        []soakCmd
+		rows                        map[string]regRow // instance-worker registry rows by event_id
+		lost, dupEvents, mismatches int
+		dupWrites                   []string
+		histMissing, histExtra      int
+		rep, rep2, rep3             verifyReport
+		accounted                   map[string]int
+		bad                         int
+		dlqUnexpected               []string
+		longPart, longRelay         time.Duration
+		longPartAt, longRelayAt     string
+		conf                        conflictReport
+		restarts                    map[string]string
+	)
+	prefix := db + ":items:"
 	faults := newFaultCounts()
 	killKinds := []string{"kill_relay", "kill_instance-worker", "kill_projection-worker"}
-	killDone := make(chan struct{})
-	krng := mrand.New(mrand.NewPCG(seed, 8))
-	go func() {
-		defer close(killDone)
-		last := map[string]time.Time{}
-		var order []string
-		for loadCtx.Err() == nil {
-			select {
-			case <-loadCtx.Done():
-				return
-			case <-time.After(time.Duration(1500+krng.IntN(2000)) * time.Millisecond):
-			}
-			if len(order) == 0 {
-				order = []string{"relay", "instance-worker", "projection-worker"}
-				krng.Shuffle(len(order), func(i, j int) { order[i], order[j] = order[j], order[i] })
-			}
-			name := order[0]
-			order = order[1:]
-			if time.Since(last[name]) < poisonStallBudget {
-				continue
-			}
-			if p.service(name).kill() {
-				last[name] = time.Now()
-				faults.add("kill_" + name)
-			}
+
+	testenv.Step(t, "load, poison and kills", func(t *testing.T) {
+		start := time.Now()
+		var wg sync.WaitGroup
+		for i := range 4 {
+			l := &soakLoad{p: p, db: db, class: "items", name: fmt.Sprintf("c%d", i), rng: mrand.New(mrand.NewPCG(seed, uint64(i)))}
+			loads = append(loads, l)
+			wg.Add(1)
+			go func() { defer wg.Done(); l.run(loadCtx) }()
 		}
-	}()
-	// Poison, spread evenly over the normal load.
-	for i, it := range items {
-		target := int64((i + 1) * total / (len(items) + 1))
-		waitFor(t, 10*time.Minute, "normal load to progress", func() bool { return normal() >= target })
-		r.inject(context.Background(), it)
-	}
-	waitFor(t, 30*time.Minute, "normal load to finish", func() bool { return normal() >= int64(total) })
-	// The load goes on until the rotation killed every service at least
-	// once (a short soak may store its commands sooner); a rotation slot
-	// comes every 3.5 s at most, so 2 minutes is ample.
-	waitFor(t, 2*time.Minute, "every service killed at least once", func() bool {
-		for _, k := range killKinds {
-			if faults.get(k) == 0 {
+		// Kills: the relay and both workers in a shuffled rotation every
+		// 1.5–3.5 s, each at most once per stall budget (so a stall longer
+		// than the budget is not two kills back to back).
+		killDone := make(chan struct{})
+		krng := mrand.New(mrand.NewPCG(seed, 8))
+		go func() {
+			defer close(killDone)
+			last := map[string]time.Time{}
+			var order []string
+			for loadCtx.Err() == nil {
+				select {
+				case <-loadCtx.Done():
+					return
+				case <-time.After(time.Duration(1500+krng.IntN(2000)) * time.Millisecond):
+				}
+				if len(order) == 0 {
+					order = []string{"relay", "instance-worker", "projection-worker"}
+					krng.Shuffle(len(order), func(i, j int) { order[i], order[j] = order[j], order[i] })
+				}
+				name := order[0]
+				order = order[1:]
+				if time.Since(last[name]) < poisonStallBudget {
+					continue
+				}
+				if p.service(name).kill() {
+					last[name] = time.Now()
+					faults.add("kill_" + name)
+				}
+			}
+		}()
+		// Poison, spread evenly over the normal load.
+		for i, it := range items {
+			target := int64((i + 1) * total / (len(items) + 1))
+			waitFor(t, 10*time.Minute, "normal load to progress", func() bool { return normal() >= target })
+			r.inject(context.Background(), it)
+		}
+		waitFor(t, 30*time.Minute, "normal load to finish", func() bool { return normal() >= int64(total) })
+		// The load goes on until the rotation killed every service at least
+		// once (a short soak may store its commands sooner); a rotation slot
+		// comes every 3.5 s at most, so 2 minutes is ample.
+		waitFor(t, 2*time.Minute, "every service killed at least once", func() bool {
+			for _, k := range killKinds {
+				if faults.get(k) == 0 {
+					return false
+				}
+			}
+			return true
+		})
+		stopLoad()
+		wg.Wait()
+		<-killDone
+		load = time.Since(start).Round(100 * time.Millisecond)
+	})
+
+	testenv.Step(t, "drain", func(t *testing.T) {
+		// Drain.
+		drainStart := time.Now()
+		for _, n := range []string{"api", "relay", "instance-worker", "projection-worker"} {
+			p.service(n).waitReady(2 * time.Minute)
+		}
+		var parkedIDs []string
+		for id := range r.parked {
+			parkedIDs = append(parkedIDs, id)
+		}
+		waitFor(t, 5*time.Minute, "the pipeline to drain", func() bool {
+			if n, err := p.unfinishedExcept("command", instanceHandler, parkedIDs); err != nil || n > 0 {
 				return false
 			}
-		}
-		return true
+			if n, err := p.unfinishedExcept("domain", historyHandler, parkedIDs); err != nil || n > 0 {
+				return false
+			}
+			if n, err := p.storeCount(eventstoretest.Filter{State: eventstore.StateReserved}); err != nil || n > 0 {
+				return false
+			}
+			if n, err := p.parkedCount(); err != nil || n < int64(len(parkedIDs)) {
+				return false
+			}
+			return p.caughtUp(instanceGroup, commandsTopic) && p.caughtUp(historyGroup, eventsTopic)
+		})
+		// One more relay cycle and a sample after the drain: the watcher sees
+		// the checkpoint at the head.
+		time.Sleep(time.Second)
+		stopWatch()
+		<-watchDone
+		drain = time.Since(drainStart).Round(100 * time.Millisecond)
 	})
-	stopLoad()
-	wg.Wait()
-	<-killDone
-	load := time.Since(start).Round(100 * time.Millisecond)
 
-	// Drain.
-	drainStart := time.Now()
-	for _, n := range []string{"api", "relay", "instance-worker", "projection-worker"} {
-		p.service(n).waitReady(2 * time.Minute)
-	}
-	var parkedIDs []string
-	for id := range r.parked {
-		parkedIDs = append(parkedIDs, id)
-	}
-	waitFor(t, 5*time.Minute, "the pipeline to drain", func() bool {
-		if n, err := p.unfinishedExcept("command", instanceHandler, parkedIDs); err != nil || n > 0 {
-			return false
-		}
-		if n, err := p.unfinishedExcept("domain", historyHandler, parkedIDs); err != nil || n > 0 {
-			return false
-		}
-		if n, err := p.storeCount(eventstoretest.Filter{State: eventstore.StateReserved}); err != nil || n > 0 {
-			return false
-		}
-		if n, err := p.parkedCount(); err != nil || n < int64(len(parkedIDs)) {
-			return false
-		}
-		return p.caughtUp(instanceGroup, commandsTopic) && p.caughtUp(historyGroup, eventsTopic)
-	})
-	// One more relay cycle and a sample after the drain: the watcher sees
-	// the checkpoint at the head.
-	time.Sleep(time.Second)
-	stopWatch()
-	<-watchDone
-	drain := time.Since(drainStart).Round(100 * time.Millisecond)
-
-	// --- normal load: 0 lost, 0 duplicated -------------------------------
-	var errs []error
-	insts := map[string]*soakInstance{}
-	cmds := append([]soakCmd(nil), r.extraCmds...)
-	for _, in := range r.extra {
-		insts[in.id] = in
-	}
-	for _, l := range loads {
-		errs = append(errs, l.errs...)
-		cmds = append(cmds, l.cmds...)
-		for _, in := range l.insts {
+	testenv.Step(t, "normal load: none lost or duplicated", func(t *testing.T) {
+		// --- normal load: 0 lost, 0 duplicated -------------------------------
+		var errs []error
+		insts = map[string]*soakInstance{}
+		cmds = append([]soakCmd(nil), r.extraCmds...)
+		for _, in := range r.extra {
 			insts[in.id] = in
 		}
-	}
-	if err := errors.Join(errs...); err != nil {
-		t.Errorf("normal commands the API did not acknowledge: %v", err)
-	}
-	prefix := db + ":items:"
-	rows := map[string]regRow{}
-	for _, rw := range p.registry(instanceHandler, prefix) {
-		rows[rw.EventID] = rw
-	}
-	lost := 0
-	for _, c := range cmds {
-		if rw, ok := rows[c.eventID]; !ok || rw.Status != "done" || rw.Result != "applied" {
-			lost++
-			if lost <= 10 {
-				t.Errorf("acknowledged %s command %s: registry row %+v", c.kind, c.eventID, rw)
+		for _, l := range loads {
+			errs = append(errs, l.errs...)
+			cmds = append(cmds, l.cmds...)
+			for _, in := range l.insts {
+				insts[in.id] = in
 			}
 		}
-	}
-	if len(rows) != len(cmds)+r.notApplied {
-		t.Errorf("%d instance-worker registry rows of %s for %d acknowledged commands", len(rows), prefix, len(cmds)+r.notApplied)
-	}
-	doms := p.storeEvents("domain", prefix)
-	dupEvents := max(len(doms)-len(cmds), 0)
-	if len(doms) != len(cmds) {
-		t.Errorf("%d domain events of %s for %d acknowledged commands", len(doms), prefix, len(cmds))
-	}
-	dupWrites := p.writes.duplicates()
-	// History = every domain event of the db (all classes) except the
-	// parked ones, both ways, read in pages (20,000 events in make soak).
-	var histWant []storeEvent
-	for _, d := range p.storeEvents("domain", db+":") {
-		if _, parked := r.parked[d.EventID]; !parked {
-			histWant = append(histWant, d)
+		if err := errors.Join(errs...); err != nil {
+			t.Errorf("normal commands the API did not acknowledge: %v", err)
 		}
-	}
-	hd := diffHistory(histWant, p.historyDocs(db))
-	histMissing, histExtra := len(hd.Missing)+len(hd.WrongSeq), len(hd.Extra)
-	if !hd.empty() {
-		t.Errorf("history of %s: %d domain events without their document (%v), %d with another sequence_number (%v), %d documents of no domain event (%v)",
-			db, len(hd.Missing), hd.Missing[:min(10, len(hd.Missing))], len(hd.WrongSeq), hd.WrongSeq[:min(10, len(hd.WrongSeq))],
-			len(hd.Extra), hd.Extra[:min(10, len(hd.Extra))])
-	}
-	rep := p.verify(db, "items", len(insts))
-	mismatches := 0
-	for _, in := range insts {
-		if !r.docMatches(in, "items") {
-			mismatches++
+		rows = map[string]regRow{}
+		for _, rw := range p.registry(instanceHandler, prefix) {
+			rows[rw.EventID] = rw
 		}
-	}
-
-	// --- poison: every record accounted for --------------------------------
-	accounted := map[string]int{}
-	bad := 0
-	fail := func(it *poisonItem, format string, a ...any) {
-		bad++
-		t.Errorf("poison %s #%d (%s): %s", it.class, it.n, it.sync, fmt.Sprintf(format, a...))
-	}
-	dlqByOrigin := map[string]map[string]any{}
-	dlqByEvent := map[string]string{} // original event_id → origin key
-	var dlqUnexpected []string
-	for _, topic := range []string{commandsDLQ, eventsDLQ} {
-		for _, rec := range p.readTopic(topic) {
-			var d map[string]any
-			if err := json.Unmarshal(rec.Value, &d); err != nil {
-				dlqUnexpected = append(dlqUnexpected, fmt.Sprintf("%s: unreadable: %.300s", topic, rec.Value))
-				continue
-			}
-			k := fmt.Sprintf("%v/%v/%v", d["original_topic"], d["original_partition"], d["original_offset"])
-			dlqByOrigin[k] = d
-			if h, ok := d["original_headers"].(map[string]any); ok {
-				if id, ok := h["event_id"].(string); ok {
-					dlqByEvent[id] = k
+		lost = 0
+		for _, c := range cmds {
+			if rw, ok := rows[c.eventID]; !ok || rw.Status != "done" || rw.Result != "applied" {
+				lost++
+				if lost <= 10 {
+					t.Errorf("acknowledged %s command %s: registry row %+v", c.kind, c.eventID, rw)
 				}
 			}
 		}
-	}
-	parkedRows := map[string][2]string{} // event_id → reason, state
-	prs, err := relay.NewParkedStore(p.pool).List(context.Background(), relay.ParkedFilter{Relay: "default"})
-	if err != nil {
-		t.Fatalf("parked list: %v", err)
-	}
-	for _, pr := range prs {
-		parkedRows[pr.EventID] = [2]string{pr.Reason, pr.State}
-	}
-	for _, it := range items {
-		if it.err != nil {
-			fail(it, "%v", it.err)
-			continue
+		if len(rows) != len(cmds)+r.notApplied {
+			t.Errorf("%d instance-worker registry rows of %s for %d acknowledged commands", len(rows), prefix, len(cmds)+r.notApplied)
 		}
-		switch it.class {
-		case pcSizeUnder:
-			if rw := rows[it.eventID]; rw.Status != "done" || rw.Result != "applied" {
-				fail(it, "command %s just under the limit not applied: %+v", it.eventID, rw)
+		doms := p.storeEvents("domain", prefix)
+		dupEvents = max(len(doms)-len(cmds), 0)
+		if len(doms) != len(cmds) {
+			t.Errorf("%d domain events of %s for %d acknowledged commands", len(doms), prefix, len(cmds))
+		}
+		dupWrites = p.writes.duplicates()
+		// History = every domain event of the db (all classes) except the
+		// parked ones, both ways, read in pages (20,000 events in make soak).
+		var histWant []storeEvent
+		for _, d := range p.storeEvents("domain", db+":") {
+			if _, parked := r.parked[d.EventID]; !parked {
+				histWant = append(histWant, d)
+			}
+		}
+		hd := diffHistory(histWant, p.historyDocs(db))
+		histMissing, histExtra = len(hd.Missing)+len(hd.WrongSeq), len(hd.Extra)
+		if !hd.empty() {
+			t.Errorf("history of %s: %d domain events without their document (%v), %d with another sequence_number (%v), %d documents of no domain event (%v)",
+				db, len(hd.Missing), hd.Missing[:min(10, len(hd.Missing))], len(hd.WrongSeq), hd.WrongSeq[:min(10, len(hd.WrongSeq))],
+				len(hd.Extra), hd.Extra[:min(10, len(hd.Extra))])
+		}
+		rep = p.verify(db, "items", len(insts))
+		mismatches = 0
+		for _, in := range insts {
+			if !r.docMatches(in, "items") {
+				mismatches++
+			}
+		}
+	})
+
+	testenv.Step(t, "poison: every record accounted for", func(t *testing.T) {
+		// --- poison: every record accounted for --------------------------------
+		accounted = map[string]int{}
+		bad = 0
+		fail := func(it *poisonItem, format string, a ...any) {
+			bad++
+			t.Errorf("poison %s #%d (%s): %s", it.class, it.n, it.sync, fmt.Sprintf(format, a...))
+		}
+		dlqByOrigin := map[string]map[string]any{}
+		dlqByEvent := map[string]string{} // original event_id → origin key
+		for _, topic := range []string{commandsDLQ, eventsDLQ} {
+			for _, rec := range p.readTopic(topic) {
+				var d map[string]any
+				if err := json.Unmarshal(rec.Value, &d); err != nil {
+					dlqUnexpected = append(dlqUnexpected, fmt.Sprintf("%s: unreadable: %.300s", topic, rec.Value))
+					continue
+				}
+				k := fmt.Sprintf("%v/%v/%v", d["original_topic"], d["original_partition"], d["original_offset"])
+				dlqByOrigin[k] = d
+				if h, ok := d["original_headers"].(map[string]any); ok {
+					if id, ok := h["event_id"].(string); ok {
+						dlqByEvent[id] = k
+					}
+				}
+			}
+		}
+		parkedRows := map[string][2]string{} // event_id → reason, state
+		prs, err := relay.NewParkedStore(p.pool).List(context.Background(), relay.ParkedFilter{Relay: "default"})
+		if err != nil {
+			t.Fatalf("parked list: %v", err)
+		}
+		for _, pr := range prs {
+			parkedRows[pr.EventID] = [2]string{pr.Reason, pr.State}
+		}
+		for _, it := range items {
+			if it.err != nil {
+				fail(it, "%v", it.err)
 				continue
 			}
-			accounted["applied"]++
-		case pcReusedKey:
-			n, _ := p.storeCount(eventstoretest.Filter{Kind: envelope.KindCommand, AggregateIDs: []string{prefix + fmt.Sprintf("%s-%d", strings.ReplaceAll(it.class, "_", ""), it.n)}})
-			if n != 1 {
-				fail(it, "%d commands stored for one Idempotency-Key, want 1", n)
-				continue
-			}
-			accounted["refused_sync"]++
-		case pcMapping:
-			st := r.commandStatus(it.eventID)
-			if st.Status != "APPLIED" || st.ReadModel != "stale" {
-				fail(it, "the conflicting patch has status %+v, want APPLIED with read_model stale", st)
-				continue
-			}
-			accounted["applied_read_model_stale"]++
-		case pcStateGrowth:
-			rw := rows[it.eventID]
-			if rw.Status == "done" && rw.Result == "rejected" {
+			switch it.class {
+			case pcSizeUnder:
+				if rw := rows[it.eventID]; rw.Status != "done" || rw.Result != "applied" {
+					fail(it, "command %s just under the limit not applied: %+v", it.eventID, rw)
+					continue
+				}
+				accounted["applied"]++
+			case pcReusedKey:
+				n, _ := p.storeCount(eventstoretest.Filter{Kind: envelope.KindCommand, AggregateIDs: []string{prefix + fmt.Sprintf("%s-%d", strings.ReplaceAll(it.class, "_", ""), it.n)}})
+				if n != 1 {
+					fail(it, "%d commands stored for one Idempotency-Key, want 1", n)
+					continue
+				}
+				accounted["refused_sync"]++
+			case pcMapping:
+				st := r.commandStatus(it.eventID)
+				if st.Status != "APPLIED" || st.ReadModel != "stale" {
+					fail(it, "the conflicting patch has status %+v, want APPLIED with read_model stale", st)
+					continue
+				}
+				accounted["applied_read_model_stale"]++
+			case pcStateGrowth:
+				rw := rows[it.eventID]
+				if rw.Status == "done" && rw.Result == "rejected" {
+					accounted["rejected"]++
+					continue
+				}
+				k, ok := dlqByEvent[it.eventID]
+				if rw.Status != "dead" || !ok {
+					fail(it, "patch %s whose state exceeds the limit: registry row %+v, DLQ record %t; want REJECTED, or DEAD with a DLQ record", it.eventID, rw, ok)
+					continue
+				}
+				if e := fmt.Sprint(dlqByOrigin[k]["error"]); !strings.Contains(e, "limit") {
+					fail(it, "DLQ record without the size limit as its reason: %.300s", e)
+					continue
+				}
+				delete(dlqByOrigin, k)
+				accounted["dlq_state_over_limit"]++
+			case pcCommandIDDup:
+				rr := p.registry(instanceHandler, r.db+":reuse:")
+				var row regRow
+				for _, x := range rr {
+					if x.EventID == it.eventID {
+						row = x
+					}
+				}
+				st := r.commandStatusByEvent(it.eventID)
+				if row.Status != "done" || row.Result != "rejected" || !strings.Contains(st, "reused") {
+					fail(it, "second command with a reused command_id: registry %+v, reason %q; want rejected as reused", row, st)
+					continue
+				}
 				accounted["rejected"]++
-				continue
+			case pcTopicBadName:
+				accounted["refused_sync"]++
+			case pcTopicCollide, pcTopicRefused:
+				pr, ok := parkedRows[it.eventID]
+				if !ok || pr[0] != r.parked[it.eventID] || pr[1] != relay.ParkedStateParked {
+					fail(it, "event %s: parked row %v (found %t), want reason %s", it.eventID, pr, ok, r.parked[it.eventID])
+					continue
+				}
+				accounted["parked_"+pr[0]]++
+			case pcGarbageCmd, pcGarbageBigCmd, pcGarbageEvt:
+				k := fmt.Sprintf("%s/%d/%d", it.topic, it.partition, it.offset)
+				d, ok := dlqByOrigin[k]
+				if !ok {
+					fail(it, "no DLQ record for %s", k)
+					continue
+				}
+				delete(dlqByOrigin, k)
+				if d["error"] == "" || d["error"] == nil {
+					fail(it, "DLQ record without a reason: %v", d)
+					continue
+				}
+				if it.class == pcGarbageBigCmd && d["original_truncated"] != true {
+					fail(it, "DLQ record of %v bytes is not in pointer form", len(fmt.Sprint(d["original_value"])))
+					continue
+				}
+				accounted["dlq"]++
+			default: // refused synchronously (checked in inject)
+				accounted["refused_sync"]++
 			}
-			k, ok := dlqByEvent[it.eventID]
-			if rw.Status != "dead" || !ok {
-				fail(it, "patch %s whose state exceeds the limit: registry row %+v, DLQ record %t; want REJECTED, or DEAD with a DLQ record", it.eventID, rw, ok)
-				continue
+		}
+		for k, d := range dlqByOrigin {
+			dlqUnexpected = append(dlqUnexpected, fmt.Sprintf("%s: %.400v", k, d))
+		}
+		for _, u := range dlqUnexpected {
+			t.Errorf("DLQ record that is no poison of the soak: %s", u)
+		}
+		if len(prs) != len(r.parked) {
+			t.Errorf("%d parked records, want %d (the appended bad topics)", len(prs), len(r.parked))
+		}
+		out, errOut, code := p.cli("relay", "parked", "list", "--state", "all", "--limit", "10000")
+		if code != 0 || !strings.Contains(out, fmt.Sprintf("%d records", len(r.parked))) {
+			t.Errorf("sluice relay parked list: exit %d, %s %s", code, out, errOut)
+		}
+		stored, err := p.storeCount(eventstoretest.Filter{AggregateIDs: prefixed(prefix, r.refusedIDs)})
+		if err != nil || stored != 0 {
+			t.Errorf("%d appends of commands the API refused (%v)", stored, err)
+		}
+	})
+	testenv.Step(t, "read models: conflicts and reuse", func(t *testing.T) {
+		// Mapping conflicts: visible while stale, repaired by the later patch.
+		rep2 = p.verify(db, "conflicts", len(r.conflicts))
+		for _, in := range r.conflicts {
+			if !r.docMatches(in, "conflicts") {
+				mismatches++
 			}
-			if e := fmt.Sprint(dlqByOrigin[k]["error"]); !strings.Contains(e, "limit") {
-				fail(it, "DLQ record without the size limit as its reason: %.300s", e)
-				continue
+		}
+
+		rep3 = p.verify(db, "reuse", len(r.reuses))
+		for _, in := range r.reuses {
+			if !r.docMatches(in, "reuse") {
+				mismatches++
 			}
-			delete(dlqByOrigin, k)
-			accounted["dlq_state_over_limit"]++
-		case pcCommandIDDup:
-			rr := p.registry(instanceHandler, r.db+":reuse:")
-			var row regRow
-			for _, x := range rr {
-				if x.EventID == it.eventID {
-					row = x
+		}
+	})
+
+	testenv.Step(t, "stalls, kills and restarts", func(t *testing.T) {
+		longPart, longPartAt = meter.get("partition")
+		longRelay, longRelayAt = meter.get("relay")
+		if longPart > poisonStallBudget {
+			t.Errorf("partition %s stalled %s (budget %s)", longPartAt, longPart.Round(100*time.Millisecond), poisonStallBudget)
+		}
+		if longRelay > poisonStallBudget {
+			t.Errorf("relay stalled %s at %s (budget %s)", longRelay.Round(100*time.Millisecond), longRelayAt, poisonStallBudget)
+		}
+		faults.check(t, killKinds)
+		checkKills(t, p, "relay", "instance-worker", "projection-worker")
+		conf = p.checkConflicts(false) // finished writes sent again: at most one per retried attempt
+		if n := p.api5xx.Load(); n > 0 {
+			t.Errorf("the API answered %d requests with a 5xx (the soak never cuts it)", n)
+		}
+		restarts = map[string]string{}
+		for _, n := range []string{"relay", "instance-worker", "projection-worker", "api"} {
+			s := p.service(n)
+			s.mu.Lock()
+			restarts[n] = fmt.Sprintf("%d (exit codes %v)", s.starts-1, s.exits)
+			for c, k := range s.exits {
+				if c != -1 {
+					t.Errorf("%s exited %d times with code %d (see its log)", n, k, c)
 				}
 			}
-			st := r.commandStatusByEvent(it.eventID)
-			if row.Status != "done" || row.Result != "rejected" || !strings.Contains(st, "reused") {
-				fail(it, "second command with a reused command_id: registry %+v, reason %q; want rejected as reused", row, st)
-				continue
-			}
-			accounted["rejected"]++
-		case pcTopicBadName:
-			accounted["refused_sync"]++
-		case pcTopicCollide, pcTopicRefused:
-			pr, ok := parkedRows[it.eventID]
-			if !ok || pr[0] != r.parked[it.eventID] || pr[1] != relay.ParkedStateParked {
-				fail(it, "event %s: parked row %v (found %t), want reason %s", it.eventID, pr, ok, r.parked[it.eventID])
-				continue
-			}
-			accounted["parked_"+pr[0]]++
-		case pcGarbageCmd, pcGarbageBigCmd, pcGarbageEvt:
-			k := fmt.Sprintf("%s/%d/%d", it.topic, it.partition, it.offset)
-			d, ok := dlqByOrigin[k]
-			if !ok {
-				fail(it, "no DLQ record for %s", k)
-				continue
-			}
-			delete(dlqByOrigin, k)
-			if d["error"] == "" || d["error"] == nil {
-				fail(it, "DLQ record without a reason: %v", d)
-				continue
-			}
-			if it.class == pcGarbageBigCmd && d["original_truncated"] != true {
-				fail(it, "DLQ record of %v bytes is not in pointer form", len(fmt.Sprint(d["original_value"])))
-				continue
-			}
-			accounted["dlq"]++
-		default: // refused synchronously (checked in inject)
-			accounted["refused_sync"]++
+			s.mu.Unlock()
 		}
-	}
-	for k, d := range dlqByOrigin {
-		dlqUnexpected = append(dlqUnexpected, fmt.Sprintf("%s: %.400v", k, d))
-	}
-	for _, u := range dlqUnexpected {
-		t.Errorf("DLQ record that is no poison of the soak: %s", u)
-	}
-	if len(prs) != len(r.parked) {
-		t.Errorf("%d parked records, want %d (the appended bad topics)", len(prs), len(r.parked))
-	}
-	out, errOut, code := p.cli("relay", "parked", "list", "--state", "all", "--limit", "10000")
-	if code != 0 || !strings.Contains(out, fmt.Sprintf("%d records", len(r.parked))) {
-		t.Errorf("sluice relay parked list: exit %d, %s %s", code, out, errOut)
-	}
-	stored, err := p.storeCount(eventstoretest.Filter{AggregateIDs: prefixed(prefix, r.refusedIDs)})
-	if err != nil || stored != 0 {
-		t.Errorf("%d appends of commands the API refused (%v)", stored, err)
-	}
-	// Mapping conflicts: visible while stale, repaired by the later patch.
-	rep2 := p.verify(db, "conflicts", len(r.conflicts))
-	for _, in := range r.conflicts {
-		if !r.docMatches(in, "conflicts") {
-			mismatches++
-		}
-	}
-
-	rep3 := p.verify(db, "reuse", len(r.reuses))
-	for _, in := range r.reuses {
-		if !r.docMatches(in, "reuse") {
-			mismatches++
-		}
-	}
-
-	longPart, longPartAt := meter.get("partition")
-	longRelay, longRelayAt := meter.get("relay")
-	if longPart > poisonStallBudget {
-		t.Errorf("partition %s stalled %s (budget %s)", longPartAt, longPart.Round(100*time.Millisecond), poisonStallBudget)
-	}
-	if longRelay > poisonStallBudget {
-		t.Errorf("relay stalled %s at %s (budget %s)", longRelay.Round(100*time.Millisecond), longRelayAt, poisonStallBudget)
-	}
-	faults.check(t, killKinds)
-	checkKills(t, p, "relay", "instance-worker", "projection-worker")
-	conf := p.checkConflicts(false) // finished writes sent again: at most one per retried attempt
-	if n := p.api5xx.Load(); n > 0 {
-		t.Errorf("the API answered %d requests with a 5xx (the soak never cuts it)", n)
-	}
-	restarts := map[string]string{}
-	for _, n := range []string{"relay", "instance-worker", "projection-worker", "api"} {
-		s := p.service(n)
-		s.mu.Lock()
-		restarts[n] = fmt.Sprintf("%d (exit codes %v)", s.starts-1, s.exits)
-		for c, k := range s.exits {
-			if c != -1 {
-				t.Errorf("%s exited %d times with code %d (see its log)", n, k, c)
-			}
-		}
-		s.mu.Unlock()
-	}
+	})
 	poison := len(items)
 	cls := map[string]int{}
 	for _, it := range items {

@@ -143,280 +143,302 @@ func mustConfig(t *testing.T) *sluiceconfig.Config {
 // every action with who, what and whether it was a dry run.
 func TestAdminAPI(t *testing.T) {
 	e := start(t)
-	e.create("1")
-	// Lag 0 alone is also true before the relay has published the command
-	// (an empty topic): wait until the worker has appended the domain
-	// event (head 2) and its registry row is there too.
-	pipelinetest.WaitFor(t, 30*time.Second, "the instance document", func() bool {
-		_, ov, _ := e.call("GET", "/admin/v1/overview", readToken, nil)
-		store, _ := ov["store"].(map[string]any)
-		reg, _ := ov["registry"].(map[string]any)
-		if h, _ := store["head"].(float64); h < 2 {
-			return false
-		}
-		if hs, _ := reg["handlers"].([]any); len(hs) == 0 {
-			return false
-		}
-		for _, g := range ov["groups"].([]any) {
-			g := g.(map[string]any)
-			if name, _ := g["group"].(string); strings.HasSuffix(name, "instance-worker") && g["lag"] == 0.0 && len(g["partitions"].([]any)) > 0 {
-				return true
+	var head int64 // the store head the overview saw
+
+	testenv.Step(t, "pipeline ready", func(t *testing.T) {
+		e := e.on(t)
+		e.create("1")
+		// Lag 0 alone is also true before the relay has published the command
+		// (an empty topic): wait until the worker has appended the domain
+		// event (head 2) and its registry row is there too.
+		pipelinetest.WaitFor(t, 30*time.Second, "the instance document", func() bool {
+			_, ov, _ := e.call("GET", "/admin/v1/overview", readToken, nil)
+			store, _ := ov["store"].(map[string]any)
+			reg, _ := ov["registry"].(map[string]any)
+			if h, _ := store["head"].(float64); h < 2 {
+				return false
 			}
-		}
-		return false
+			if hs, _ := reg["handlers"].([]any); len(hs) == 0 {
+				return false
+			}
+			for _, g := range ov["groups"].([]any) {
+				g := g.(map[string]any)
+				if name, _ := g["group"].(string); strings.HasSuffix(name, "instance-worker") && g["lag"] == 0.0 && len(g["partitions"].([]any)) > 0 {
+					return true
+				}
+			}
+			return false
+		})
 	})
 
-	// Authentication.
-	for _, tok := range []string{"", "wrong"} {
-		if st, body, _ := e.call("GET", "/admin/v1/overview", tok, nil); st != http.StatusUnauthorized || body["code"] != "unauthorized" {
-			t.Fatalf("overview with token %q: %d %v, want 401", tok, st, body)
+	testenv.Step(t, "authentication", func(t *testing.T) {
+		e := e.on(t)
+		// Authentication.
+		for _, tok := range []string{"", "wrong"} {
+			if st, body, _ := e.call("GET", "/admin/v1/overview", tok, nil); st != http.StatusUnauthorized || body["code"] != "unauthorized" {
+				t.Fatalf("overview with token %q: %d %v, want 401", tok, st, body)
+			}
 		}
-	}
+	})
 
-	// Overview.
-	st, ov, _ := e.call("GET", "/admin/v1/overview", readToken, nil)
-	if st != 200 {
-		t.Fatalf("overview: %d %v", st, ov)
-	}
-	store := ov["store"].(map[string]any)
-	rl := ov["relay"].(map[string]any)
-	if store["head"].(float64) < 2 || rl["lease_state"] != "held" || rl["leader"] == "" || rl["found"] != true {
-		t.Errorf("overview store/relay: %v %v", store, rl)
-	}
-	reg := ov["registry"].(map[string]any)
-	if len(reg["handlers"].([]any)) == 0 {
-		t.Errorf("overview registry: %v", reg)
-	}
-	if n := len(ov["dlq"].([]any)); n != 2 {
-		t.Errorf("overview dlq: %v", ov["dlq"])
-	}
-	if ps := ov["projections"].([]any); len(ps) == 0 {
-		t.Errorf("overview projections: %v", ps)
-	}
-	if _, ok := ov["parked"].(map[string]any)["parked"]; !ok {
-		t.Errorf("overview parked: %v", ov["parked"])
-	}
-	if st, _, _ := e.call("GET", "/admin/v1/overview", opToken, nil); st != 200 {
-		t.Errorf("overview with the operator token: %d", st)
-	}
+	testenv.Step(t, "overview", func(t *testing.T) {
+		e := e.on(t)
+		// Overview.
+		st, ov, _ := e.call("GET", "/admin/v1/overview", readToken, nil)
+		if st != 200 {
+			t.Fatalf("overview: %d %v", st, ov)
+		}
+		store := ov["store"].(map[string]any)
+		rl := ov["relay"].(map[string]any)
+		if store["head"].(float64) < 2 || rl["lease_state"] != "held" || rl["leader"] == "" || rl["found"] != true {
+			t.Errorf("overview store/relay: %v %v", store, rl)
+		}
+		reg := ov["registry"].(map[string]any)
+		if len(reg["handlers"].([]any)) == 0 {
+			t.Errorf("overview registry: %v", reg)
+		}
+		if n := len(ov["dlq"].([]any)); n != 2 {
+			t.Errorf("overview dlq: %v", ov["dlq"])
+		}
+		if ps := ov["projections"].([]any); len(ps) == 0 {
+			t.Errorf("overview projections: %v", ps)
+		}
+		if _, ok := ov["parked"].(map[string]any)["parked"]; !ok {
+			t.Errorf("overview parked: %v", ov["parked"])
+		}
+		if st, _, _ := e.call("GET", "/admin/v1/overview", opToken, nil); st != 200 {
+			t.Errorf("overview with the operator token: %d", st)
+		}
+		head = int64(store["head"].(float64))
+	})
 
 	// The instance worker's group id carries the group prefix.
 	iwGroup := e.Config.Kafka.Group("instance-worker")
 
-	// The read token may not act: 403 on every action.
-	actions := []struct{ path string }{
-		{"/admin/v1/relay/checkpoint"}, {"/admin/v1/relay/parked/1/republish"}, {"/admin/v1/relay/parked/1/drop"},
-		{"/admin/v1/consumers/instance-worker/reset"}, {"/admin/v1/dlq/redrive"}, {"/admin/v1/dlq/drop"},
-		{"/admin/v1/projections/history/rebuild"}, {"/admin/v1/projections/history/rollback"}, {"/admin/v1/verify"},
-	}
-	for _, a := range actions {
-		if st, body, h := e.call("POST", a.path, readToken, map[string]any{"dry_run": true}); st != http.StatusForbidden ||
-			body["code"] != "forbidden" || h.Get("Content-Type") != "application/problem+json" {
-			t.Errorf("POST %s with the read token: %d %v, want 403", a.path, st, body)
+	testenv.Step(t, "read token may not act", func(t *testing.T) {
+		e := e.on(t)
+		// The read token may not act: 403 on every action.
+		actions := []struct{ path string }{
+			{"/admin/v1/relay/checkpoint"}, {"/admin/v1/relay/parked/1/republish"}, {"/admin/v1/relay/parked/1/drop"},
+			{"/admin/v1/consumers/instance-worker/reset"}, {"/admin/v1/dlq/redrive"}, {"/admin/v1/dlq/drop"},
+			{"/admin/v1/projections/history/rebuild"}, {"/admin/v1/projections/history/rollback"}, {"/admin/v1/verify"},
 		}
-		if st, _, _ := e.call("POST", a.path, "", map[string]any{"dry_run": true}); st != http.StatusUnauthorized {
-			t.Errorf("POST %s without a token: %d, want 401", a.path, st)
-		}
-	}
-
-	// Relay checkpoint: a dry run plans, the act moves.
-	head := int64(store["head"].(float64))
-	st, body, _ := e.call("POST", "/admin/v1/relay/checkpoint", opToken, map[string]any{"position": 0, "dry_run": true})
-	if st != 200 || body["moved"] != false || body["plan"].(map[string]any)["republish"].(float64) < 1 {
-		t.Fatalf("checkpoint dry run: %d %v", st, body)
-	}
-	if st, body, _ := e.call("POST", "/admin/v1/relay/checkpoint", opToken, map[string]any{"position": head + 100}); st != http.StatusUnprocessableEntity || body["code"] != "unsafe" {
-		t.Errorf("checkpoint past the head: %d %v, want 422", st, body)
-	}
-	if st, body, _ := e.call("POST", "/admin/v1/relay/checkpoint", opToken, map[string]any{}); st != 400 || body["code"] != "invalid" {
-		t.Errorf("checkpoint without a target: %d %v, want 400", st, body)
-	}
-	if st, body, _ := e.call("POST", "/admin/v1/relay/checkpoint", opToken, map[string]any{"position": head}); st != 200 || body["moved"] != true {
-		t.Errorf("checkpoint set: %d %v", st, body)
-	}
-
-	// Parked records: none; resolving a missing one is 404.
-	if st, body, _ := e.call("GET", "/admin/v1/relay/parked", readToken, nil); st != 200 {
-		t.Errorf("parked list: %d %v", st, body)
-	}
-	if st, body, _ := e.call("POST", "/admin/v1/relay/parked/999/drop", opToken, map[string]any{"dry_run": true}); st != 404 || body["code"] != "not_found" {
-		t.Errorf("drop of a missing parked record: %d %v", st, body)
-	}
-
-	// Consumer reset: a dry run lists the offsets; the act is refused
-	// while the worker is a live member (409).
-	st, body, _ = e.call("POST", "/admin/v1/consumers/"+iwGroup+"/reset", opToken, map[string]any{"to": "earliest", "dry_run": true})
-	if st != 200 || len(body["partitions"].([]any)) == 0 || len(body["members"].([]any)) != 1 || body["committed"] != false {
-		t.Fatalf("reset dry run: %d %v", st, body)
-	}
-	if st, body, _ := e.call("POST", "/admin/v1/consumers/"+iwGroup+"/reset", opToken, map[string]any{"to": "earliest"}); st != 409 || !strings.Contains(body["detail"].(string), "live members") {
-		t.Errorf("reset of a live group: %d %v, want 409", st, body)
-	}
-	if st, _, _ := e.call("POST", "/admin/v1/consumers/"+iwGroup+"/reset", opToken, map[string]any{"to": "yesterday"}); st != 400 {
-		t.Errorf("reset to yesterday: %d, want 400", st)
-	}
-	if st, body, _ := e.call("GET", "/admin/v1/consumers/"+iwGroup, readToken, nil); st != 200 || body["total"] != 0.0 {
-		t.Errorf("group lag: %d %v", st, body)
-	}
-
-	// Dead letters: one letter that is not a DLQ record and one that is.
-	dlqTopic := e.Config.Kafka.CommandsDLQTopic
-	cl, err := kgo.NewClient(kgo.SeedBrokers(e.Kafka.Brokers...), kgo.AllowAutoTopicCreation())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cl.Close()
-	if _, err := kadm.NewClient(cl).CreateTopic(context.Background(), 1, 1, nil, "admin-test.originals"); err != nil {
-		t.Fatal(err)
-	}
-	letter, _ := json.Marshal(worker.DLQRecord{OriginalTopic: "admin-test.originals", // no worker consumes it
-		OriginalKey: "k", OriginalValue: `{"x":1}`,
-		OriginalHeaders: map[string]string{}, Error: "permanent: boom", ErrorClass: "permanent", AttemptCount: 1, Handler: "instanceworker",
-		FirstFailedAt: time.Now(), FailedAt: time.Now()})
-	if err := cl.ProduceSync(context.Background(), &kgo.Record{Topic: dlqTopic, Value: []byte("not a letter")}, &kgo.Record{Topic: dlqTopic, Value: letter}).FirstErr(); err != nil {
-		t.Fatal(err)
-	}
-	st, body, _ = e.call("GET", "/admin/v1/dlq?topic="+dlqTopic, readToken, nil)
-	if st != 200 || body["total"] != 2.0 || len(body["letters"].([]any)) != 2 {
-		t.Fatalf("dlq list: %d %v", st, body)
-	}
-	ids := []string{}
-	for _, l := range body["letters"].([]any) {
-		ids = append(ids, l.(map[string]any)["letter"].(string))
-	}
-	if st, body, _ := e.call("GET", "/admin/v1/dlq/letter?topic="+dlqTopic+"&letter="+ids[1], readToken, nil); st != 200 || body["original"].(map[string]any)["value"] != `{"x":1}` {
-		t.Errorf("dlq show: %d %v", st, body)
-	}
-	if st, _, _ := e.call("GET", "/admin/v1/dlq/letter?topic="+dlqTopic+"&letter=0:99", readToken, nil); st != 404 {
-		t.Errorf("dlq show of a missing letter: %d, want 404", st)
-	}
-	if st, _, _ := e.call("GET", "/admin/v1/dlq", readToken, nil); st != 400 {
-		t.Errorf("dlq list without a topic: %d, want 400", st)
-	}
-	st, body, _ = e.call("POST", "/admin/v1/dlq/redrive", opToken, map[string]any{"topic": dlqTopic, "letter": ids[1], "dry_run": true})
-	if st != 200 || body["redriven"] != 1.0 || body["dry_run"] != true {
-		t.Fatalf("redrive dry run: %d %v", st, body)
-	}
-	st, body, _ = e.call("POST", "/admin/v1/dlq/redrive", opToken, map[string]any{"topic": dlqTopic, "letter": ids[1]})
-	if st != 200 || body["redriven"] != 1.0 {
-		t.Fatalf("redrive: %d %v", st, body)
-	}
-	if st, body, _ := e.call("POST", "/admin/v1/dlq/redrive", opToken, map[string]any{"topic": dlqTopic, "letter": ids[1]}); st != 200 || body["skipped"] != 1.0 {
-		t.Errorf("second redrive: %d %v, want skipped", st, body)
-	}
-	st, body, _ = e.call("POST", "/admin/v1/dlq/drop", opToken, map[string]any{"topic": dlqTopic, "letter": ids[0], "reason": "junk", "dry_run": true})
-	if st != 200 || body["dropped"] != false {
-		t.Fatalf("drop dry run: %d %v", st, body)
-	}
-	if st, body, _ := e.call("POST", "/admin/v1/dlq/drop", opToken, map[string]any{"topic": dlqTopic, "letter": ids[0], "reason": "junk"}); st != 200 || body["dropped"] != true {
-		t.Errorf("drop: %d %v", st, body)
-	}
-	if st, body, _ := e.call("GET", "/admin/v1/dlq?topic="+dlqTopic, readToken, nil); st != 200 || len(body["letters"].([]any)) != 0 || body["handled"] != 2.0 {
-		t.Errorf("dlq list after redrive and drop: %d %v", st, body)
-	}
-	if st, _, _ := e.call("POST", "/admin/v1/dlq/drop", opToken, map[string]any{"topic": dlqTopic, "letter": "x:y"}); st != 400 {
-		t.Errorf("drop of letter x:y: %d, want 400", st)
-	}
-
-	// Projections: rebuilding the live version is unsafe; a dry run of a
-	// new version plans; acting starts a job that the overview follows to
-	// its end; rollback's dry run lists the indices.
-	if st, body, _ := e.call("POST", "/admin/v1/projections/history/rebuild", opToken, map[string]any{"version": 1, "dry_run": true}); st != 422 {
-		t.Errorf("rebuild of the live version: %d %v, want 422", st, body)
-	}
-	st, body, _ = e.call("POST", "/admin/v1/projections/history/rebuild", opToken, map[string]any{"version": 2, "dry_run": true})
-	if st != 200 || body["plan"] == nil {
-		t.Fatalf("rebuild dry run: %d %v", st, body)
-	}
-	if st, _, _ := e.call("POST", "/admin/v1/projections/nosuch/rollback", opToken, map[string]any{"dry_run": true}); st != 404 {
-		t.Errorf("rollback of an unknown projection: %d, want 404", st)
-	}
-	st, body, _ = e.call("POST", "/admin/v1/projections/history/rebuild", opToken, map[string]any{"version": 2, "settle": "0s"})
-	if st != http.StatusAccepted || body["job"] == nil {
-		t.Fatalf("rebuild: %d %v", st, body)
-	}
-	pipelinetest.WaitFor(t, 60*time.Second, "the rebuild job to end", func() bool {
-		_, ov, _ := e.call("GET", "/admin/v1/overview", readToken, nil)
-		for _, j := range ov["jobs"].([]any) {
-			j := j.(map[string]any)
-			if j["id"] == body["job"] && j["ended_at"] != nil {
-				if j["error"] != nil {
-					t.Fatalf("rebuild job failed: %v", j)
-				}
-				return true
+		for _, a := range actions {
+			if st, body, h := e.call("POST", a.path, readToken, map[string]any{"dry_run": true}); st != http.StatusForbidden ||
+				body["code"] != "forbidden" || h.Get("Content-Type") != "application/problem+json" {
+				t.Errorf("POST %s with the read token: %d %v, want 403", a.path, st, body)
+			}
+			if st, _, _ := e.call("POST", a.path, "", map[string]any{"dry_run": true}); st != http.StatusUnauthorized {
+				t.Errorf("POST %s without a token: %d, want 401", a.path, st)
 			}
 		}
-		return false
 	})
-	if st, body, _ := e.call("POST", "/admin/v1/projections/history/rollback", opToken, map[string]any{"dry_run": true}); st != 200 || body["indices"] == nil {
-		t.Errorf("rollback dry run: %d %v", st, body)
-	}
 
-	// Verify: a dry run names what it would compare without reading it;
-	// the act compares the store with Elasticsearch.
-	st, body, _ = e.call("POST", "/admin/v1/verify", opToken, map[string]any{"db": "shop", "class": "orders", "dry_run": true})
-	if st != 200 || body["dry_run"] != true || body["write_alias"] != e.Config.Elasticsearch.IndexPrefix+"shop_instances_write" ||
-		body["instances"] != nil || !strings.Contains(body["compares"].(string), "shop/orders") {
-		t.Errorf("verify dry run: %d %v", st, body)
-	}
-	if st, body, _ := e.call("POST", "/admin/v1/verify", opToken, map[string]any{"db": "Shop!", "class": "orders", "dry_run": true}); st != 400 || body["code"] != "invalid" {
-		t.Errorf("verify dry run of a bad db name: %d %v, want 400", st, body)
-	}
-	st, body, _ = e.call("POST", "/admin/v1/verify", opToken, map[string]any{"db": "shop", "class": "orders"})
-	if st != 200 || body["instances"] != 1.0 || body["ok"] != 1.0 {
-		t.Errorf("verify: %d %v", st, body)
-	}
-	if st, _, _ := e.call("POST", "/admin/v1/verify", opToken, map[string]any{"db": "Shop!", "class": "orders"}); st != 400 {
-		t.Errorf("verify of a bad db name: %d, want 400", st)
-	}
-	if st, _, _ := e.call("POST", "/admin/v1/verify", opToken, map[string]any{"db": "shop", "nope": 1}); st != 400 {
-		t.Errorf("verify with an unknown field: %d, want 400", st)
-	}
-	if st, body, _ := e.call("GET", "/admin/v1/nosuch", readToken, nil); st != 404 || body["code"] != "not_found" {
-		t.Errorf("unknown endpoint: %d %v", st, body)
-	}
+	testenv.Step(t, "relay checkpoint", func(t *testing.T) {
+		e := e.on(t)
+		// Relay checkpoint: a dry run plans, the act moves.
+		st, body, _ := e.call("POST", "/admin/v1/relay/checkpoint", opToken, map[string]any{"position": 0, "dry_run": true})
+		if st != 200 || body["moved"] != false || body["plan"].(map[string]any)["republish"].(float64) < 1 {
+			t.Fatalf("checkpoint dry run: %d %v", st, body)
+		}
+		if st, body, _ := e.call("POST", "/admin/v1/relay/checkpoint", opToken, map[string]any{"position": head + 100}); st != http.StatusUnprocessableEntity || body["code"] != "unsafe" {
+			t.Errorf("checkpoint past the head: %d %v, want 422", st, body)
+		}
+		if st, body, _ := e.call("POST", "/admin/v1/relay/checkpoint", opToken, map[string]any{}); st != 400 || body["code"] != "invalid" {
+			t.Errorf("checkpoint without a target: %d %v, want 400", st, body)
+		}
+		if st, body, _ := e.call("POST", "/admin/v1/relay/checkpoint", opToken, map[string]any{"position": head}); st != 200 || body["moved"] != true {
+			t.Errorf("checkpoint set: %d %v", st, body)
+		}
+	})
 
-	// The audit log: every action above, newest first, with role and dry run.
-	recs := e.audit(t)
-	count := func(action, role, outcome string, dryRun bool) int {
-		n := 0
-		for _, r := range recs {
-			if r.Action == action && r.Role == role && r.Outcome == outcome && r.DryRun == dryRun && r.Who == "admin:"+role {
-				n++
+	testenv.Step(t, "parked records", func(t *testing.T) {
+		e := e.on(t)
+		// Parked records: none; resolving a missing one is 404.
+		if st, body, _ := e.call("GET", "/admin/v1/relay/parked", readToken, nil); st != 200 {
+			t.Errorf("parked list: %d %v", st, body)
+		}
+		if st, body, _ := e.call("POST", "/admin/v1/relay/parked/999/drop", opToken, map[string]any{"dry_run": true}); st != 404 || body["code"] != "not_found" {
+			t.Errorf("drop of a missing parked record: %d %v", st, body)
+		}
+	})
+
+	testenv.Step(t, "consumer reset", func(t *testing.T) {
+		e := e.on(t)
+		// Consumer reset: a dry run lists the offsets; the act is refused
+		// while the worker is a live member (409).
+		st, body, _ := e.call("POST", "/admin/v1/consumers/"+iwGroup+"/reset", opToken, map[string]any{"to": "earliest", "dry_run": true})
+		if st != 200 || len(body["partitions"].([]any)) == 0 || len(body["members"].([]any)) != 1 || body["committed"] != false {
+			t.Fatalf("reset dry run: %d %v", st, body)
+		}
+		if st, body, _ := e.call("POST", "/admin/v1/consumers/"+iwGroup+"/reset", opToken, map[string]any{"to": "earliest"}); st != 409 || !strings.Contains(body["detail"].(string), "live members") {
+			t.Errorf("reset of a live group: %d %v, want 409", st, body)
+		}
+		if st, _, _ := e.call("POST", "/admin/v1/consumers/"+iwGroup+"/reset", opToken, map[string]any{"to": "yesterday"}); st != 400 {
+			t.Errorf("reset to yesterday: %d, want 400", st)
+		}
+		if st, body, _ := e.call("GET", "/admin/v1/consumers/"+iwGroup, readToken, nil); st != 200 || body["total"] != 0.0 {
+			t.Errorf("group lag: %d %v", st, body)
+		}
+	})
+
+	testenv.Step(t, "dead letters", func(t *testing.T) {
+		e := e.on(t)
+		// Dead letters: one letter that is not a DLQ record and one that is.
+		dlqTopic := e.Config.Kafka.CommandsDLQTopic
+		cl, err := kgo.NewClient(kgo.SeedBrokers(e.Kafka.Brokers...), kgo.AllowAutoTopicCreation())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer cl.Close()
+		if _, err := kadm.NewClient(cl).CreateTopic(context.Background(), 1, 1, nil, "admin-test.originals"); err != nil {
+			t.Fatal(err)
+		}
+		letter, _ := json.Marshal(worker.DLQRecord{OriginalTopic: "admin-test.originals", // no worker consumes it
+			OriginalKey: "k", OriginalValue: `{"x":1}`,
+			OriginalHeaders: map[string]string{}, Error: "permanent: boom", ErrorClass: "permanent", AttemptCount: 1, Handler: "instanceworker",
+			FirstFailedAt: time.Now(), FailedAt: time.Now()})
+		if err := cl.ProduceSync(context.Background(), &kgo.Record{Topic: dlqTopic, Value: []byte("not a letter")}, &kgo.Record{Topic: dlqTopic, Value: letter}).FirstErr(); err != nil {
+			t.Fatal(err)
+		}
+		st, body, _ := e.call("GET", "/admin/v1/dlq?topic="+dlqTopic, readToken, nil)
+		if st != 200 || body["total"] != 2.0 || len(body["letters"].([]any)) != 2 {
+			t.Fatalf("dlq list: %d %v", st, body)
+		}
+		ids := []string{}
+		for _, l := range body["letters"].([]any) {
+			ids = append(ids, l.(map[string]any)["letter"].(string))
+		}
+		if st, body, _ := e.call("GET", "/admin/v1/dlq/letter?topic="+dlqTopic+"&letter="+ids[1], readToken, nil); st != 200 || body["original"].(map[string]any)["value"] != `{"x":1}` {
+			t.Errorf("dlq show: %d %v", st, body)
+		}
+		if st, _, _ := e.call("GET", "/admin/v1/dlq/letter?topic="+dlqTopic+"&letter=0:99", readToken, nil); st != 404 {
+			t.Errorf("dlq show of a missing letter: %d, want 404", st)
+		}
+		if st, _, _ := e.call("GET", "/admin/v1/dlq", readToken, nil); st != 400 {
+			t.Errorf("dlq list without a topic: %d, want 400", st)
+		}
+		st, body, _ = e.call("POST", "/admin/v1/dlq/redrive", opToken, map[string]any{"topic": dlqTopic, "letter": ids[1], "dry_run": true})
+		if st != 200 || body["redriven"] != 1.0 || body["dry_run"] != true {
+			t.Fatalf("redrive dry run: %d %v", st, body)
+		}
+		st, body, _ = e.call("POST", "/admin/v1/dlq/redrive", opToken, map[string]any{"topic": dlqTopic, "letter": ids[1]})
+		if st != 200 || body["redriven"] != 1.0 {
+			t.Fatalf("redrive: %d %v", st, body)
+		}
+		if st, body, _ := e.call("POST", "/admin/v1/dlq/redrive", opToken, map[string]any{"topic": dlqTopic, "letter": ids[1]}); st != 200 || body["skipped"] != 1.0 {
+			t.Errorf("second redrive: %d %v, want skipped", st, body)
+		}
+		st, body, _ = e.call("POST", "/admin/v1/dlq/drop", opToken, map[string]any{"topic": dlqTopic, "letter": ids[0], "reason": "junk", "dry_run": true})
+		if st != 200 || body["dropped"] != false {
+			t.Fatalf("drop dry run: %d %v", st, body)
+		}
+		if st, body, _ := e.call("POST", "/admin/v1/dlq/drop", opToken, map[string]any{"topic": dlqTopic, "letter": ids[0], "reason": "junk"}); st != 200 || body["dropped"] != true {
+			t.Errorf("drop: %d %v", st, body)
+		}
+		if st, body, _ := e.call("GET", "/admin/v1/dlq?topic="+dlqTopic, readToken, nil); st != 200 || len(body["letters"].([]any)) != 0 || body["handled"] != 2.0 {
+			t.Errorf("dlq list after redrive and drop: %d %v", st, body)
+		}
+		if st, _, _ := e.call("POST", "/admin/v1/dlq/drop", opToken, map[string]any{"topic": dlqTopic, "letter": "x:y"}); st != 400 {
+			t.Errorf("drop of letter x:y: %d, want 400", st)
+		}
+	})
+
+	testenv.Step(t, "projections", func(t *testing.T) {
+		e := e.on(t)
+		// Projections: rebuilding the live version is unsafe; a dry run of a
+		// new version plans; acting starts a job that the overview follows to
+		// its end; rollback's dry run lists the indices.
+		if st, body, _ := e.call("POST", "/admin/v1/projections/history/rebuild", opToken, map[string]any{"version": 1, "dry_run": true}); st != 422 {
+			t.Errorf("rebuild of the live version: %d %v, want 422", st, body)
+		}
+		st, body, _ := e.call("POST", "/admin/v1/projections/history/rebuild", opToken, map[string]any{"version": 2, "dry_run": true})
+		if st != 200 || body["plan"] == nil {
+			t.Fatalf("rebuild dry run: %d %v", st, body)
+		}
+		if st, _, _ := e.call("POST", "/admin/v1/projections/nosuch/rollback", opToken, map[string]any{"dry_run": true}); st != 404 {
+			t.Errorf("rollback of an unknown projection: %d, want 404", st)
+		}
+		st, body, _ = e.call("POST", "/admin/v1/projections/history/rebuild", opToken, map[string]any{"version": 2, "settle": "0s"})
+		if st != http.StatusAccepted || body["job"] == nil {
+			t.Fatalf("rebuild: %d %v", st, body)
+		}
+		pipelinetest.WaitFor(t, 60*time.Second, "the rebuild job to end", func() bool {
+			_, ov, _ := e.call("GET", "/admin/v1/overview", readToken, nil)
+			for _, j := range ov["jobs"].([]any) {
+				j := j.(map[string]any)
+				if j["id"] == body["job"] && j["ended_at"] != nil {
+					if j["error"] != nil {
+						t.Fatalf("rebuild job failed: %v", j)
+					}
+					return true
+				}
 			}
+			return false
+		})
+		if st, body, _ := e.call("POST", "/admin/v1/projections/history/rollback", opToken, map[string]any{"dry_run": true}); st != 200 || body["indices"] == nil {
+			t.Errorf("rollback dry run: %d %v", st, body)
 		}
-		return n
-	}
-	for _, c := range []struct {
-		action, role, outcome string
-		dryRun                bool
-		want                  int
-	}{
-		{"relay.checkpoint.set", "read", "forbidden", true, 1},
-		{"verify", "read", "forbidden", true, 1},
-		{"relay.checkpoint.set", "operator", "ok", true, 1},
-		{"relay.checkpoint.set", "operator", "ok", false, 1},
-		{"relay.checkpoint.set", "operator", "unsafe", false, 1},
-		{"relay.checkpoint.set", "operator", "invalid", false, 1},
-		{"relay.parked.drop", "operator", "not_found", true, 1},
-		{"consumer.reset", "operator", "ok", true, 1},
-		{"consumer.reset", "operator", "conflict", false, 1},
-		{"dlq.redrive", "operator", "ok", true, 1},
-		{"dlq.redrive", "operator", "ok", false, 2},
-		{"dlq.drop", "operator", "ok", true, 1},
-		{"dlq.drop", "operator", "ok", false, 1},
-		{"projection.rebuild", "operator", "ok", false, 1},
-		{"projection.rebuild", "operator", "unsafe", true, 1},
-		{"verify", "operator", "ok", true, 2},
-		{"verify", "operator", "invalid", true, 2},
-	} {
-		if got := count(c.action, c.role, c.outcome, c.dryRun); got != c.want {
-			t.Errorf("audit records %s by %s, outcome %s, dry run %t: %d, want %d", c.action, c.role, c.outcome, c.dryRun, got, c.want)
+	})
+
+	testenv.Step(t, "verify", func(t *testing.T) {
+		e := e.on(t)
+		// Verify: a dry run names what it would compare without reading it;
+		// the act compares the store with Elasticsearch.
+		st, body, _ := e.call("POST", "/admin/v1/verify", opToken, map[string]any{"db": "shop", "class": "orders", "dry_run": true})
+		if st != 200 || body["dry_run"] != true || body["write_alias"] != e.Config.Elasticsearch.IndexPrefix+"shop_instances_write" ||
+			body["instances"] != nil || !strings.Contains(body["compares"].(string), "shop/orders") {
+			t.Errorf("verify dry run: %d %v", st, body)
 		}
-	}
-	if len(recs) > 0 && !strings.Contains(string(recs[0].Detail), "request") {
-		t.Errorf("audit detail: %s", recs[0].Detail)
-	}
+		if st, body, _ := e.call("POST", "/admin/v1/verify", opToken, map[string]any{"db": "Shop!", "class": "orders", "dry_run": true}); st != 400 || body["code"] != "invalid" {
+			t.Errorf("verify dry run of a bad db name: %d %v, want 400", st, body)
+		}
+		st, body, _ = e.call("POST", "/admin/v1/verify", opToken, map[string]any{"db": "shop", "class": "orders"})
+		if st != 200 || body["instances"] != 1.0 || body["ok"] != 1.0 {
+			t.Errorf("verify: %d %v", st, body)
+		}
+		if st, _, _ := e.call("POST", "/admin/v1/verify", opToken, map[string]any{"db": "Shop!", "class": "orders"}); st != 400 {
+			t.Errorf("verify of a bad db name: %d, want 400", st)
+		}
+		if st, _, _ := e.call("POST", "/admin/v1/verify", opToken, map[string]any{"db": "shop", "nope": 1}); st != 400 {
+			t.Errorf("verify with an unknown field: %d, want 400", st)
+		}
+	})
+
+	testenv.Step(t, "unknown endpoint", func(t *testing.T) {
+		e := e.on(t)
+		if st, body, _ := e.call("GET", "/admin/v1/nosuch", readToken, nil); st != 404 || body["code"] != "not_found" {
+			t.Errorf("unknown endpoint: %d %v", st, body)
+		}
+	})
+
+	testenv.Step(t, "audit log", func(t *testing.T) {
+		e := e.on(t)
+		// The audit log: every action above, newest first, with role and dry run.
+		recs := e.audit(t)
+		checkAudit(t, recs, []auditWant{
+			{"relay.checkpoint.set", "read", "forbidden", true, 1},
+			{"verify", "read", "forbidden", true, 1},
+			{"relay.checkpoint.set", "operator", "ok", true, 1},
+			{"relay.checkpoint.set", "operator", "ok", false, 1},
+			{"relay.checkpoint.set", "operator", "unsafe", false, 1},
+			{"relay.checkpoint.set", "operator", "invalid", false, 1},
+			{"relay.parked.drop", "operator", "not_found", true, 1},
+			{"consumer.reset", "operator", "ok", true, 1},
+			{"consumer.reset", "operator", "conflict", false, 1},
+			{"dlq.redrive", "operator", "ok", true, 1},
+			{"dlq.redrive", "operator", "ok", false, 2},
+			{"dlq.drop", "operator", "ok", true, 1},
+			{"dlq.drop", "operator", "ok", false, 1},
+			{"projection.rebuild", "operator", "ok", false, 1},
+			{"projection.rebuild", "operator", "unsafe", true, 1},
+			{"verify", "operator", "ok", true, 2},
+			{"verify", "operator", "invalid", true, 2},
+		})
+		if len(recs) > 0 && !strings.Contains(string(recs[0].Detail), "request") {
+			t.Errorf("audit detail: %s", recs[0].Detail)
+		}
+	})
 }
 
 // audit reads the audit log through the API.
@@ -433,4 +455,31 @@ func (e *env) audit(t *testing.T) []admin.AuditRecord {
 		t.Fatal(err)
 	}
 	return recs
+}
+
+// on is e for the step t of a test script: its calls fail t.
+func (e *env) on(t *testing.T) *env { return &env{Env: e.Env, t: t} }
+
+// auditWant is how many audit records an action leaves, by role, outcome
+// and dry run (who is admin:<role>).
+type auditWant struct {
+	action, role, outcome string
+	dryRun                bool
+	want                  int
+}
+
+// checkAudit checks the audit records recs against each want.
+func checkAudit(t *testing.T, recs []admin.AuditRecord, wants []auditWant) {
+	t.Helper()
+	for _, c := range wants {
+		n := 0
+		for _, r := range recs {
+			if r.Action == c.action && r.Role == c.role && r.Outcome == c.outcome && r.DryRun == c.dryRun && r.Who == "admin:"+c.role {
+				n++
+			}
+		}
+		if n != c.want {
+			t.Errorf("audit records %s by %s, outcome %s, dry run %t: %d, want %d", c.action, c.role, c.outcome, c.dryRun, n, c.want)
+		}
+	}
 }

@@ -113,29 +113,53 @@ type ProjectionView struct {
 func (s *Server) overview(r *http.Request) (any, error) {
 	ctx, cancel := context.WithTimeout(r.Context(), 20*time.Second)
 	defer cancel()
-	cfg := s.opts.Config
-	ov := Overview{At: time.Now().UTC(), Groups: []GroupView{}, DLQ: []dlq.Counts{}, Projections: []ProjectionView{}, Jobs: s.jobs.list(), Errors: map[string]string{}}
-	fail := func(part string, err error) { ov.Errors[part] = err.Error() }
-
-	if s.opts.Store != nil {
-		if h, err := s.opts.Store.Head(ctx); err != nil {
-			fail("store", err)
-		} else {
-			ov.Store.Head = h
-		}
+	ov := &Overview{At: time.Now().UTC(), Groups: []GroupView{}, DLQ: []dlq.Counts{}, Projections: []ProjectionView{}, Jobs: s.jobs.list(), Errors: map[string]string{}}
+	s.overviewStore(ctx, ov)
+	s.overviewRelay(ctx, ov)
+	s.overviewRegistry(ctx, ov)
+	groups := s.overviewProjections(ctx, ov)
+	groups, configured := s.configuredGroups(groups)
+	if !s.overviewGroups(ctx, ov, groups, configured) {
+		return *ov, nil // Kafka is out of reach: no DLQ counts either
 	}
+	s.overviewDLQ(ctx, ov)
+	if len(ov.Errors) == 0 {
+		ov.Errors = nil
+	}
+	return *ov, nil
+}
+
+// fail records that part of the overview could not be read.
+func (ov *Overview) fail(part string, err error) { ov.Errors[part] = err.Error() }
+
+// overviewStore reads the event store's head.
+func (s *Server) overviewStore(ctx context.Context, ov *Overview) {
+	if s.opts.Store == nil {
+		return
+	}
+	if h, err := s.opts.Store.Head(ctx); err != nil {
+		ov.fail("store", err)
+	} else {
+		ov.Store.Head = h
+	}
+}
+
+// overviewRelay reads the relay's checkpoint (its lag behind the store's
+// head), its lease and its parked records.
+func (s *Server) overviewRelay(ctx context.Context, ov *Overview) {
+	cfg := s.opts.Config
 	ov.Relay = RelayView{Name: cfg.Relay.Name, LeaseState: "none"}
 	if s.opts.Bucket != nil {
 		cp, _, found, err := relay.NewCheckpointStore(s.opts.Bucket, cfg.Relay.CheckpointKey).Load(ctx)
 		if err != nil {
-			fail("relay", err)
+			ov.fail("relay", err)
 		} else {
 			ov.Relay.Found, ov.Relay.Checkpoint, ov.Relay.UpdatedAt, ov.Relay.PendingGap = found, cp.Position, cp.UpdatedAt, len(cp.PendingGaps)
 			ov.Relay.Lag = max(ov.Store.Head-cp.Position, 0)
 		}
 	}
 	if info, ok, err := relay.NewLease(s.opts.Pool, cfg.Relay.Name, "", time.Second).Info(ctx); err != nil {
-		fail("relay_lease", err)
+		ov.fail("relay_lease", err)
 	} else if ok {
 		ov.Relay.Leader, ov.Relay.Epoch, ov.Relay.LeaseState = info.Holder, info.Epoch, "held"
 		if info.Expired {
@@ -143,34 +167,46 @@ func (s *Server) overview(r *http.Request) (any, error) {
 		}
 	}
 	if n, err := relay.NewParkedStore(s.opts.Pool).Count(ctx, cfg.Relay.Name); err != nil {
-		fail("parked", err)
+		ov.fail("parked", err)
 	} else {
 		ov.Parked.Parked = n
 	}
-	if st, err := s.opts.Registry.Stats(ctx); err != nil {
-		fail("registry", err)
-	} else {
-		ov.Registry.Handlers = st
-		for _, h := range st {
-			ov.Registry.InProgress += h.InProgress
-			ov.Registry.Expired += h.Expired
-			ov.Registry.Failed += h.Failed
-			ov.Registry.Dead += h.Dead
-		}
-	}
+}
 
-	// Projections: versions from the indices; their groups below.
-	type groupRef struct {
-		group, topic, handler string
-		proj                  int // index in ov.Projections, -1 for the instance worker
+// overviewRegistry counts the registry rows per handler and in total.
+func (s *Server) overviewRegistry(ctx context.Context, ov *Overview) {
+	st, err := s.opts.Registry.Stats(ctx)
+	if err != nil {
+		ov.fail("registry", err)
+		return
 	}
-	groups := []groupRef{{cfg.Kafka.Group(instanceworker.GroupName), cfg.Kafka.CommandsTopic, instanceworker.HandlerName, -1}}
+	ov.Registry.Handlers = st
+	for _, h := range st {
+		ov.Registry.InProgress += h.InProgress
+		ov.Registry.Expired += h.Expired
+		ov.Registry.Failed += h.Failed
+		ov.Registry.Dead += h.Dead
+	}
+}
+
+// overviewGroupRef is a worker group the overview reads the lag of.
+type overviewGroupRef struct {
+	group, topic, handler string
+	proj                  int // index in ov.Projections, -1 for the instance worker
+}
+
+// overviewProjections lists the projections' versions from their indices,
+// and returns the groups to read: the instance worker's and one per
+// projection version.
+func (s *Server) overviewProjections(ctx context.Context, ov *Overview) []overviewGroupRef {
+	cfg := s.opts.Config
+	groups := []overviewGroupRef{{cfg.Kafka.Group(instanceworker.GroupName), cfg.Kafka.CommandsTopic, instanceworker.HandlerName, -1}}
 	for _, p := range s.opts.Projections {
 		pv := ProjectionView{Name: p.Name(), CodeVersion: p.Version(), Versions: []int{}, Indices: []projectionworker.IndexInfo{}}
 		if s.opts.ES != nil {
 			idx, err := projectionworker.Indices(ctx, s.opts.ES, cfg.Elasticsearch.IndexPrefix, p.Name())
 			if err != nil {
-				fail("projection "+p.Name(), err)
+				ov.fail("projection "+p.Name(), err)
 			}
 			seen := map[int]bool{}
 			for _, i := range idx {
@@ -190,12 +226,16 @@ func (s *Server) overview(r *http.Request) (any, error) {
 			versions = []int{p.Version()}
 		}
 		for _, v := range versions {
-			groups = append(groups, groupRef{cfg.Kafka.Group(projectionworker.GroupName(p.Name(), v)), cfg.Kafka.EventsTopic, projectionworker.HandlerName(p.Name(), v), len(ov.Projections)})
+			groups = append(groups, overviewGroupRef{cfg.Kafka.Group(projectionworker.GroupName(p.Name(), v)), cfg.Kafka.EventsTopic, projectionworker.HandlerName(p.Name(), v), len(ov.Projections)})
 		}
 		ov.Projections = append(ov.Projections, pv)
 	}
+	return groups
+}
 
-	// The groups this deployment runs, those of another handler too.
+// configuredGroups adds the groups this deployment runs, those of another
+// handler too, and says which groups are configured.
+func (s *Server) configuredGroups(groups []overviewGroupRef) ([]overviewGroupRef, map[string]bool) {
 	configured := map[string]bool{}
 	listed := map[string]bool{}
 	for _, g := range groups {
@@ -204,20 +244,26 @@ func (s *Server) overview(r *http.Request) (any, error) {
 	for _, w := range s.opts.Workers {
 		configured[w.Group] = true
 		if !listed[w.Group] {
-			groups = append(groups, groupRef{w.Group, cfg.Kafka.EventsTopic, w.Handler, -1})
+			groups = append(groups, overviewGroupRef{w.Group, s.opts.Config.Kafka.EventsTopic, w.Handler, -1})
 		}
 	}
+	return groups, configured
+}
 
-	cl, err := kafka.NewClient(cfg.Kafka)
+// overviewGroups reads each group's lag from Kafka into ov.Groups, and
+// marks the projections whose group exists as running. It returns false
+// when there is no Kafka client: every group is then listed as unknown.
+func (s *Server) overviewGroups(ctx context.Context, ov *Overview, groups []overviewGroupRef, configured map[string]bool) bool {
+	cl, err := kafka.NewClient(s.opts.Config.Kafka)
 	if err != nil {
-		fail("kafka", err)
+		ov.fail("kafka", err)
 		for _, g := range groups {
 			gv := GroupView{Group: g.group, Topic: g.topic, Handler: g.handler, Partitions: []worker.PartitionLag{}, Error: err.Error(),
 				Configured: configured[g.group], Status: "unknown"}
 			s.groupPauseView(ctx, &gv)
 			ov.Groups = append(ov.Groups, gv)
 		}
-		return ov, nil
+		return false
 	}
 	defer cl.Close()
 	adm := kadm.NewClient(cl)
@@ -239,41 +285,49 @@ func (s *Server) overview(r *http.Request) (any, error) {
 		} else if g.proj >= 0 {
 			ov.Projections[g.proj].Running = true
 		}
-		switch {
-		case !exists && !gv.Configured:
+		if !exists && !gv.Configured {
 			continue // neither run here nor in Kafka: a version nobody runs
-		case !exists:
-			gv.Status, gv.State = "not running", l.State
-			gv.Note = "configured, but no worker has joined this group and nothing is committed: its lag is not counted until one runs"
-		case l.Members == 0:
-			gv.Status = "stopped"
-			gv.Lag, gv.State, gv.Partitions = l.Total, l.State, l.Partitions
-			gv.Note = "no worker in the group; the lag is what it will read when one joins"
-		default:
-			gv.Status = "running"
-			gv.Lag, gv.Members, gv.State, gv.Partitions = l.Total, l.Members, l.State, l.Partitions
 		}
+		groupStatus(&gv, l, exists)
 		s.groupPauseView(ctx, &gv)
 		ov.Groups = append(ov.Groups, gv)
 	}
+	return true
+}
+
+// groupStatus fills in gv's status, lag and note from the group's lag l
+// (exists: the group has members or committed offsets).
+func groupStatus(gv *GroupView, l worker.GroupLag, exists bool) {
+	switch {
+	case !exists:
+		gv.Status, gv.State = "not running", l.State
+		gv.Note = "configured, but no worker has joined this group and nothing is committed: its lag is not counted until one runs"
+	case l.Members == 0:
+		gv.Status = "stopped"
+		gv.Lag, gv.State, gv.Partitions = l.Total, l.State, l.Partitions
+		gv.Note = "no worker in the group; the lag is what it will read when one joins"
+	default:
+		gv.Status = "running"
+		gv.Lag, gv.Members, gv.State, gv.Partitions = l.Total, l.Members, l.State, l.Partitions
+	}
+}
+
+// overviewDLQ counts the records of each dead-letter topic.
+func (s *Server) overviewDLQ(ctx context.Context, ov *Overview) {
 	for _, topic := range s.opts.DLQTopics {
-		q, err := dlq.New(dlq.Config{Topic: topic, Kafka: cfg.Kafka}, dlq.Deps{})
+		q, err := dlq.New(dlq.Config{Topic: topic, Kafka: s.opts.Config.Kafka}, dlq.Deps{})
 		if err != nil {
-			fail("dlq "+topic, err)
+			ov.fail("dlq "+topic, err)
 			continue
 		}
 		c, err := q.Count(ctx)
 		q.Close()
 		if err != nil {
-			fail("dlq "+topic, err)
+			ov.fail("dlq "+topic, err)
 			continue
 		}
 		ov.DLQ = append(ov.DLQ, c)
 	}
-	if len(ov.Errors) == 0 {
-		ov.Errors = nil
-	}
-	return ov, nil
 }
 
 // groupPauseView reads the group's pause flag through the registry (its

@@ -140,30 +140,13 @@ func TestAdminPauseResume(t *testing.T) {
 	}
 
 	recs := e.audit(t)
-	count := func(action, role, outcome string, dryRun bool) int {
-		n := 0
-		for _, r := range recs {
-			if r.Action == action && r.Role == role && r.Outcome == outcome && r.DryRun == dryRun && r.Who == "admin:"+role {
-				n++
-			}
-		}
-		return n
-	}
-	for _, c := range []struct {
-		action, role, outcome string
-		dryRun                bool
-		want                  int
-	}{
+	checkAudit(t, recs, []auditWant{
 		{"consumer.pause", "read", "forbidden", false, 1},
 		{"consumer.resume", "read", "forbidden", false, 1},
 		{"consumer.pause", "operator", "ok", true, 1},
 		{"consumer.pause", "operator", "ok", false, 2},
 		{"consumer.resume", "operator", "ok", false, 1},
-	} {
-		if got := count(c.action, c.role, c.outcome, c.dryRun); got != c.want {
-			t.Errorf("audit records %s by %s, outcome %s, dry run %t: %d, want %d", c.action, c.role, c.outcome, c.dryRun, got, c.want)
-		}
-	}
+	})
 }
 
 // adminRoutes mounts the admin API on the pipeline's API.

@@ -147,273 +147,364 @@ func singleField(qname string, body any) (string, any, *esError) {
 }
 
 func parseQueryType(name string, body any) (qnode, *esError) {
-	obj, isObj := body.(map[string]any)
 	switch name {
 	case "match_all":
-		if !isObj {
-			return nil, errParsing("[match_all] query malformed, no start_object after query name")
-		}
-		return qMatchAll{boost: boostOf(obj)}, nil
+		return parseMatchAllQuery(body)
 	case "match_none":
 		return qMatchNone{}, nil
 	case "term":
-		f, v, err := singleField(name, body)
-		if err != nil {
-			return nil, err
-		}
-		q := qTerm{field: f, value: v, boost: 1}
-		if vm, ok := v.(map[string]any); ok {
-			q.value = vm["value"]
-			q.boost = boostOf(vm)
-			q.caseInsensitive, _ = vm["case_insensitive"].(bool)
-			if q.value == nil {
-				return nil, errParsing("[term] query does not support [%s]", f)
-			}
-		}
-		if _, isArr := q.value.([]any); isArr {
-			return nil, errParsing("[term] query does not support array of values")
-		}
-		return q, nil
+		return parseTermQuery(name, body)
 	case "terms":
-		if !isObj {
-			return nil, errParsing("[terms] query malformed, no start_object after query name")
-		}
-		q := qTerms{boost: boostOf(obj)}
-		n := 0
-		for k, v := range obj {
-			if k == "boost" || k == "_name" {
-				continue
-			}
-			arr, ok := v.([]any)
-			if !ok {
-				return nil, errParsing("[terms] query does not support [%s]", k)
-			}
-			q.field, q.values = k, arr
-			n++
-		}
-		if n != 1 {
-			return nil, errParsing("[terms] query requires exactly one field")
-		}
-		return q, nil
+		return parseTermsQuery(body)
 	case "match", "match_phrase", "match_phrase_prefix", "match_bool_prefix":
-		f, v, err := singleField(name, body)
-		if err != nil {
-			return nil, err
-		}
-		q := qMatch{field: f, query: v, operator: "or", boost: 1, phrase: name == "match_phrase" || name == "match_phrase_prefix", prefix: strings.HasSuffix(name, "_prefix")}
-		if vm, ok := v.(map[string]any); ok {
-			q.query = vm["query"]
-			if q.query == nil {
-				return nil, errParsing("[%s] requires query value", name)
-			}
-			if op, ok := vm["operator"].(string); ok {
-				q.operator = strings.ToLower(op)
-				if q.operator != "and" && q.operator != "or" {
-					return nil, errIllegalArgument("operator needs to be either [and] or [or], but was [%s]", op)
-				}
-			}
-			q.msm = vm["minimum_should_match"]
-			q.boost = boostOf(vm)
-		}
-		return q, nil
+		return parseMatchQuery(name, body)
 	case "multi_match":
-		if !isObj {
-			return nil, errParsing("[multi_match] query malformed")
-		}
-		q := qMultiMatch{query: obj["query"], operator: "or", boost: boostOf(obj)}
-		if q.query == nil {
-			return nil, errIllegalArgument("[multi_match] requires query value")
-		}
-		q.fields, _ = stringList(obj["fields"])
-		if op, ok := obj["operator"].(string); ok {
-			q.operator = strings.ToLower(op)
-		}
-		if t, _ := obj["type"].(string); t == "phrase" || t == "phrase_prefix" {
-			q.phrase = true
-		}
-		return q, nil
+		return parseMultiMatchQuery(body)
 	case "range":
-		f, v, err := singleField(name, body)
-		if err != nil {
-			return nil, err
-		}
-		vm, ok := v.(map[string]any)
-		if !ok {
-			return nil, errParsing("[range] query malformed, no start_object after query name")
-		}
-		q := qRange{field: f, boost: boostOf(vm), loIncl: true, hiIncl: true}
-		for k, b := range vm {
-			switch k {
-			case "gt":
-				q.gt, q.hasLo, q.loIncl = b, b != nil, false
-			case "gte":
-				q.gte, q.hasLo, q.loIncl = b, b != nil, true
-			case "from":
-				q.gte, q.hasLo = b, b != nil
-			case "lt":
-				q.lt, q.hasHi, q.hiIncl = b, b != nil, false
-			case "lte":
-				q.lte, q.hasHi, q.hiIncl = b, b != nil, true
-			case "to":
-				q.lte, q.hasHi = b, b != nil
-			case "format":
-				q.format, _ = b.(string)
-			case "boost", "_name", "time_zone", "relation":
-			case "include_lower", "include_upper":
-			default:
-				return nil, errParsing("[range] query does not support [%s]", k)
-			}
-		}
-		if il, ok := vm["include_lower"].(bool); ok {
-			q.loIncl = il
-		}
-		if iu, ok := vm["include_upper"].(bool); ok {
-			q.hiIncl = iu
-		}
-		return q, nil
+		return parseRangeQuery(name, body)
 	case "ids":
-		if !isObj {
-			return nil, errParsing("[ids] query malformed, no start_object after query name")
-		}
-		vals, ok := obj["values"].([]any)
-		if !ok && obj["values"] != nil {
-			return nil, errParsing("[ids] failed to parse field [values]")
-		}
-		q := qIDs{}
-		for _, v := range vals {
-			s, _ := asString(v)
-			q.ids = append(q.ids, s)
-		}
-		return q, nil
+		return parseIDsQuery(body)
 	case "exists":
-		if !isObj {
-			return nil, errParsing("[exists] query malformed, no start_object after query name")
-		}
-		f, _ := obj["field"].(string)
-		if f == "" {
-			return nil, errParsing("[exists] must be provided with a [field]")
-		}
-		return qExists{field: f}, nil
+		return parseExistsQuery(body)
 	case "prefix", "wildcard", "regexp":
-		f, v, err := singleField(name, body)
-		if err != nil {
-			return nil, err
-		}
-		ci := false
-		if vm, ok := v.(map[string]any); ok {
-			ci, _ = vm["case_insensitive"].(bool)
-			if x, ok := vm["value"]; ok {
-				v = x
-			} else if x, ok := vm["wildcard"]; ok {
-				v = x
-			}
-		}
-		s, ok := asString(v)
-		if !ok {
-			return nil, errParsing("[%s] query does not support [%s]", name, f)
-		}
-		switch name {
-		case "prefix":
-			return qPrefix{field: f, value: s, caseInsensitive: ci}, nil
-		case "wildcard":
-			return qWildcard{field: f, value: s, caseInsensitive: ci}, nil
-		}
-		return qRegexp{field: f, value: s}, nil
+		return parsePatternQuery(name, body)
 	case "bool":
-		if !isObj {
-			return nil, errParsing("[bool] query malformed, no start_object after query name")
-		}
-		q := qBool{boost: boostOf(obj), msm: obj["minimum_should_match"]}
-		for k, v := range obj {
-			var dst *[]qnode
-			switch k {
-			case "must":
-				dst = &q.must
-			case "filter":
-				dst = &q.filter
-			case "should":
-				dst = &q.should
-			case "must_not", "mustNot":
-				dst = &q.mustNot
-			case "minimum_should_match", "boost", "_name", "adjust_pure_negative":
-				continue
-			default:
-				return nil, errParsing("[bool] query does not support [%s]", k)
-			}
-			clauses, err := parseClauses(v)
-			if err != nil {
-				return nil, err
-			}
-			*dst = append(*dst, clauses...)
-		}
-		return q, nil
+		return parseBoolQuery(body)
 	case "constant_score":
-		if !isObj {
-			return nil, errParsing("[constant_score] query malformed")
-		}
-		fm, ok := obj["filter"].(map[string]any)
-		if !ok {
-			return nil, errParsing("[constant_score] requires a 'filter' element")
-		}
-		inner, err := parseQuery(fm)
-		if err != nil {
-			return nil, err
-		}
-		return qConstant{filter: inner, boost: boostOf(obj)}, nil
+		return parseConstantScoreQuery(body)
 	case "dis_max":
-		arr, _ := obj["queries"].([]any)
-		q := qDisMax{}
-		for _, a := range arr {
-			am, ok := a.(map[string]any)
-			if !ok {
-				return nil, errParsing("[dis_max] queries must be objects")
-			}
-			inner, err := parseQuery(am)
-			if err != nil {
-				return nil, err
-			}
-			q.queries = append(q.queries, inner)
-		}
-		return q, nil
+		return parseDisMaxQuery(body)
 	case "boosting":
-		pm, ok := obj["positive"].(map[string]any)
-		if !ok {
-			return nil, errParsing("[boosting] query requires 'positive' query")
-		}
-		return parseQuery(pm)
+		return parseBoostingQuery(body)
 	case "function_score", "script_score":
-		qm, ok := obj["query"].(map[string]any)
-		if !ok {
-			return qMatchAll{boost: 1}, nil
-		}
-		return parseQuery(qm)
+		return parseScoreQuery(body)
 	case "nested":
-		qm, ok := obj["query"].(map[string]any)
-		if !ok {
-			return nil, errParsing("[nested] requires 'query' field")
-		}
-		return parseQuery(qm)
+		return parseNestedQuery(body)
 	case "query_string", "simple_query_string":
-		if !isObj {
-			return nil, errParsing("[%s] query malformed", name)
-		}
-		qs, ok := obj["query"].(string)
-		if !ok {
-			return nil, errParsing("[%s] must be provided with a [query]", name)
-		}
-		q := qQueryString{query: qs, simple: name == "simple_query_string", defaultOp: "or"}
-		if df, ok := obj["default_field"].(string); ok {
-			q.fields = []string{df}
-		}
-		if fs, ok := stringList(obj["fields"]); ok && len(fs) > 0 {
-			q.fields = fs
-		}
-		if op, ok := obj["default_operator"].(string); ok {
-			q.defaultOp = strings.ToLower(op)
-		}
-		return q, nil
+		return parseQueryStringQuery(name, body)
 	}
 	return nil, errUnknownQuery(name)
+}
+
+// parseMatchAllQuery parses match_all: every document, with a boost.
+func parseMatchAllQuery(body any) (qnode, *esError) {
+	obj, isObj := body.(map[string]any)
+	if !isObj {
+		return nil, errParsing("[match_all] query malformed, no start_object after query name")
+	}
+	return qMatchAll{boost: boostOf(obj)}, nil
+}
+
+// parseTermQuery parses term: one field equal to one value, {"f": v} or {"f": {"value": v}}.
+func parseTermQuery(name string, body any) (qnode, *esError) {
+	f, v, err := singleField(name, body)
+	if err != nil {
+		return nil, err
+	}
+	q := qTerm{field: f, value: v, boost: 1}
+	if vm, ok := v.(map[string]any); ok {
+		q.value = vm["value"]
+		q.boost = boostOf(vm)
+		q.caseInsensitive, _ = vm["case_insensitive"].(bool)
+		if q.value == nil {
+			return nil, errParsing("[term] query does not support [%s]", f)
+		}
+	}
+	if _, isArr := q.value.([]any); isArr {
+		return nil, errParsing("[term] query does not support array of values")
+	}
+	return q, nil
+}
+
+// parseTermsQuery parses terms: one field equal to any of a list of values.
+func parseTermsQuery(body any) (qnode, *esError) {
+	obj, isObj := body.(map[string]any)
+	if !isObj {
+		return nil, errParsing("[terms] query malformed, no start_object after query name")
+	}
+	q := qTerms{boost: boostOf(obj)}
+	n := 0
+	for k, v := range obj {
+		if k == "boost" || k == "_name" {
+			continue
+		}
+		arr, ok := v.([]any)
+		if !ok {
+			return nil, errParsing("[terms] query does not support [%s]", k)
+		}
+		q.field, q.values = k, arr
+		n++
+	}
+	if n != 1 {
+		return nil, errParsing("[terms] query requires exactly one field")
+	}
+	return q, nil
+}
+
+// parseMatchQuery parses match and its phrase and prefix forms on one field.
+func parseMatchQuery(name string, body any) (qnode, *esError) {
+	f, v, err := singleField(name, body)
+	if err != nil {
+		return nil, err
+	}
+	q := qMatch{field: f, query: v, operator: "or", boost: 1, phrase: name == "match_phrase" || name == "match_phrase_prefix", prefix: strings.HasSuffix(name, "_prefix")}
+	if vm, ok := v.(map[string]any); ok {
+		q.query = vm["query"]
+		if q.query == nil {
+			return nil, errParsing("[%s] requires query value", name)
+		}
+		if op, ok := vm["operator"].(string); ok {
+			q.operator = strings.ToLower(op)
+			if q.operator != "and" && q.operator != "or" {
+				return nil, errIllegalArgument("operator needs to be either [and] or [or], but was [%s]", op)
+			}
+		}
+		q.msm = vm["minimum_should_match"]
+		q.boost = boostOf(vm)
+	}
+	return q, nil
+}
+
+// parseMultiMatchQuery parses multi_match: a match over several fields.
+func parseMultiMatchQuery(body any) (qnode, *esError) {
+	obj, isObj := body.(map[string]any)
+	if !isObj {
+		return nil, errParsing("[multi_match] query malformed")
+	}
+	q := qMultiMatch{query: obj["query"], operator: "or", boost: boostOf(obj)}
+	if q.query == nil {
+		return nil, errIllegalArgument("[multi_match] requires query value")
+	}
+	q.fields, _ = stringList(obj["fields"])
+	if op, ok := obj["operator"].(string); ok {
+		q.operator = strings.ToLower(op)
+	}
+	if t, _ := obj["type"].(string); t == "phrase" || t == "phrase_prefix" {
+		q.phrase = true
+	}
+	return q, nil
+}
+
+// parseRangeQuery parses range: bounds on one field (gt, gte, from, lt, lte, to).
+func parseRangeQuery(name string, body any) (qnode, *esError) {
+	f, v, err := singleField(name, body)
+	if err != nil {
+		return nil, err
+	}
+	vm, ok := v.(map[string]any)
+	if !ok {
+		return nil, errParsing("[range] query malformed, no start_object after query name")
+	}
+	q := qRange{field: f, boost: boostOf(vm), loIncl: true, hiIncl: true}
+	for k, b := range vm {
+		switch k {
+		case "gt":
+			q.gt, q.hasLo, q.loIncl = b, b != nil, false
+		case "gte":
+			q.gte, q.hasLo, q.loIncl = b, b != nil, true
+		case "from":
+			q.gte, q.hasLo = b, b != nil
+		case "lt":
+			q.lt, q.hasHi, q.hiIncl = b, b != nil, false
+		case "lte":
+			q.lte, q.hasHi, q.hiIncl = b, b != nil, true
+		case "to":
+			q.lte, q.hasHi = b, b != nil
+		case "format":
+			q.format, _ = b.(string)
+		case "boost", "_name", "time_zone", "relation":
+		case "include_lower", "include_upper":
+		default:
+			return nil, errParsing("[range] query does not support [%s]", k)
+		}
+	}
+	if il, ok := vm["include_lower"].(bool); ok {
+		q.loIncl = il
+	}
+	if iu, ok := vm["include_upper"].(bool); ok {
+		q.hiIncl = iu
+	}
+	return q, nil
+}
+
+// parseIDsQuery parses ids: documents by _id.
+func parseIDsQuery(body any) (qnode, *esError) {
+	obj, isObj := body.(map[string]any)
+	if !isObj {
+		return nil, errParsing("[ids] query malformed, no start_object after query name")
+	}
+	vals, ok := obj["values"].([]any)
+	if !ok && obj["values"] != nil {
+		return nil, errParsing("[ids] failed to parse field [values]")
+	}
+	q := qIDs{}
+	for _, v := range vals {
+		s, _ := asString(v)
+		q.ids = append(q.ids, s)
+	}
+	return q, nil
+}
+
+// parseExistsQuery parses exists: documents with a value in a field.
+func parseExistsQuery(body any) (qnode, *esError) {
+	obj, isObj := body.(map[string]any)
+	if !isObj {
+		return nil, errParsing("[exists] query malformed, no start_object after query name")
+	}
+	f, _ := obj["field"].(string)
+	if f == "" {
+		return nil, errParsing("[exists] must be provided with a [field]")
+	}
+	return qExists{field: f}, nil
+}
+
+// parsePatternQuery parses prefix, wildcard and regexp on one field.
+func parsePatternQuery(name string, body any) (qnode, *esError) {
+	f, v, err := singleField(name, body)
+	if err != nil {
+		return nil, err
+	}
+	ci := false
+	if vm, ok := v.(map[string]any); ok {
+		ci, _ = vm["case_insensitive"].(bool)
+		if x, ok := vm["value"]; ok {
+			v = x
+		} else if x, ok := vm["wildcard"]; ok {
+			v = x
+		}
+	}
+	s, ok := asString(v)
+	if !ok {
+		return nil, errParsing("[%s] query does not support [%s]", name, f)
+	}
+	switch name {
+	case "prefix":
+		return qPrefix{field: f, value: s, caseInsensitive: ci}, nil
+	case "wildcard":
+		return qWildcard{field: f, value: s, caseInsensitive: ci}, nil
+	}
+	return qRegexp{field: f, value: s}, nil
+}
+
+// parseBoolQuery parses bool: must, filter, should and must_not clauses.
+func parseBoolQuery(body any) (qnode, *esError) {
+	obj, isObj := body.(map[string]any)
+	if !isObj {
+		return nil, errParsing("[bool] query malformed, no start_object after query name")
+	}
+	q := qBool{boost: boostOf(obj), msm: obj["minimum_should_match"]}
+	for k, v := range obj {
+		var dst *[]qnode
+		switch k {
+		case "must":
+			dst = &q.must
+		case "filter":
+			dst = &q.filter
+		case "should":
+			dst = &q.should
+		case "must_not", "mustNot":
+			dst = &q.mustNot
+		case "minimum_should_match", "boost", "_name", "adjust_pure_negative":
+			continue
+		default:
+			return nil, errParsing("[bool] query does not support [%s]", k)
+		}
+		clauses, err := parseClauses(v)
+		if err != nil {
+			return nil, err
+		}
+		*dst = append(*dst, clauses...)
+	}
+	return q, nil
+}
+
+// parseConstantScoreQuery parses constant_score: its filter, at a constant score.
+func parseConstantScoreQuery(body any) (qnode, *esError) {
+	obj, isObj := body.(map[string]any)
+	if !isObj {
+		return nil, errParsing("[constant_score] query malformed")
+	}
+	fm, ok := obj["filter"].(map[string]any)
+	if !ok {
+		return nil, errParsing("[constant_score] requires a 'filter' element")
+	}
+	inner, err := parseQuery(fm)
+	if err != nil {
+		return nil, err
+	}
+	return qConstant{filter: inner, boost: boostOf(obj)}, nil
+}
+
+// parseDisMaxQuery parses dis_max: the best of several queries.
+func parseDisMaxQuery(body any) (qnode, *esError) {
+	obj, _ := body.(map[string]any)
+	arr, _ := obj["queries"].([]any)
+	q := qDisMax{}
+	for _, a := range arr {
+		am, ok := a.(map[string]any)
+		if !ok {
+			return nil, errParsing("[dis_max] queries must be objects")
+		}
+		inner, err := parseQuery(am)
+		if err != nil {
+			return nil, err
+		}
+		q.queries = append(q.queries, inner)
+	}
+	return q, nil
+}
+
+// parseBoostingQuery parses boosting: its positive query (the negative one only scores).
+func parseBoostingQuery(body any) (qnode, *esError) {
+	obj, _ := body.(map[string]any)
+	pm, ok := obj["positive"].(map[string]any)
+	if !ok {
+		return nil, errParsing("[boosting] query requires 'positive' query")
+	}
+	return parseQuery(pm)
+}
+
+// parseScoreQuery parses function_score and script_score: their query (match_all without one); the scoring is not modelled.
+func parseScoreQuery(body any) (qnode, *esError) {
+	obj, _ := body.(map[string]any)
+	qm, ok := obj["query"].(map[string]any)
+	if !ok {
+		return qMatchAll{boost: 1}, nil
+	}
+	return parseQuery(qm)
+}
+
+// parseNestedQuery parses nested: its query.
+func parseNestedQuery(body any) (qnode, *esError) {
+	obj, _ := body.(map[string]any)
+	qm, ok := obj["query"].(map[string]any)
+	if !ok {
+		return nil, errParsing("[nested] requires 'query' field")
+	}
+	return parseQuery(qm)
+}
+
+// parseQueryStringQuery parses query_string and simple_query_string.
+func parseQueryStringQuery(name string, body any) (qnode, *esError) {
+	obj, isObj := body.(map[string]any)
+	if !isObj {
+		return nil, errParsing("[%s] query malformed", name)
+	}
+	qs, ok := obj["query"].(string)
+	if !ok {
+		return nil, errParsing("[%s] must be provided with a [query]", name)
+	}
+	q := qQueryString{query: qs, simple: name == "simple_query_string", defaultOp: "or"}
+	if df, ok := obj["default_field"].(string); ok {
+		q.fields = []string{df}
+	}
+	if fs, ok := stringList(obj["fields"]); ok && len(fs) > 0 {
+		q.fields = fs
+	}
+	if op, ok := obj["default_operator"].(string); ok {
+		q.defaultOp = strings.ToLower(op)
+	}
+	return q, nil
 }
 
 func parseClauses(v any) ([]qnode, *esError) {

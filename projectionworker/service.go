@@ -13,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"go.opentelemetry.io/otel/trace"
+	"golang.org/x/sync/errgroup"
 
 	"github.com/sluicehq/sluice/eventstore"
 	"github.com/sluicehq/sluice/readmodel"
@@ -317,17 +318,19 @@ func (s *Service) Run(ctx context.Context) error {
 			})
 		}()
 	}
-	errs := make(chan error, len(s.specs))
+	// The first projection that fails stops the others (and the prune,
+	// which runs on rctx too); Wait returns its error.
+	var g errgroup.Group
 	for _, sp := range s.specs {
-		go func() { errs <- s.runProjection(rctx, sp) }()
+		g.Go(func() error {
+			err := s.runProjection(rctx, sp)
+			if err != nil {
+				stop()
+			}
+			return err
+		})
 	}
-	var err error
-	for range s.specs {
-		if e := <-errs; e != nil && err == nil {
-			err = e
-			stop()
-		}
-	}
+	err := g.Wait()
 	s.d.Logger.Info("projection worker stopped")
 	return err
 }

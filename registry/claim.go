@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/sluicehq/sluice/shared/claim"
@@ -47,44 +48,15 @@ func (r *Registry) ClaimBatch(ctx context.Context, reqs []claim.Request) ([]clai
 	if len(reqs) == 0 {
 		return nil, nil
 	}
-	type key struct{ handler, eventID string }
-	firstOf := make(map[key]int, len(reqs))
-	pos := make([]int, len(reqs)) // index into the arrays sent, or -1-j for a repeat of reqs[j]
-	var (
-		handlers   = make([]string, 0, len(reqs))
-		eventIDs   = make([]string, 0, len(reqs))
-		aggregates = make([]string, 0, len(reqs))
-		seqs       = make([]int64, 0, len(reqs))
-		waits      = make([]pgtype.Bool, 0, len(reqs)) // NULL: Unguarded
-	)
-	for i, q := range reqs {
-		agg, err := validateClaim(i, q)
-		if err != nil {
-			return nil, err
-		}
-		k := key{q.Handler, q.EventID}
-		if j, ok := firstOf[k]; ok {
-			p := pos[j]
-			if aggregates[p] != agg || seqs[p] != q.Seq || reqs[j].Policy != q.Policy {
-				return nil, &claim.RequestError{Index: i, Field: "event_id", Reason: fmt.Sprintf("event %q appears twice in the batch with different aggregate, sequence or policy", q.EventID)}
-			}
-			pos[i] = -1 - j
-			continue
-		}
-		firstOf[k] = i
-		pos[i] = len(handlers)
-		handlers = append(handlers, q.Handler)
-		eventIDs = append(eventIDs, q.EventID)
-		aggregates = append(aggregates, agg)
-		seqs = append(seqs, q.Seq)
-		waits = append(waits, pgtype.Bool{Bool: q.Policy == claim.WaitForPredecessor, Valid: q.Policy != claim.Unguarded})
+	b, err := newClaimBatch(reqs)
+	if err != nil {
+		return nil, err
 	}
-
 	instance := r.currentInstance()
-	tokens := newTokens(len(handlers))
-	uniq := make([]claim.Result, len(handlers))
-	err := r.run(ctx, "claim", func(ctx context.Context) error {
-		rows, err := r.pool.Query(ctx, claimSQL, handlers, eventIDs, aggregates, seqs, waits, tokens,
+	tokens := newTokens(len(b.handlers))
+	uniq := make([]claim.Result, len(b.handlers))
+	err = r.run(ctx, "claim", func(ctx context.Context) error {
+		rows, err := r.pool.Query(ctx, claimSQL, b.handlers, b.eventIDs, b.aggregates, b.seqs, b.waits, tokens,
 			r.opts.Owner, instance, r.opts.LeaseTimeout.Microseconds())
 		if err != nil {
 			return err
@@ -92,50 +64,13 @@ func (r *Registry) ClaimBatch(ctx context.Context, reqs []claim.Request) ([]clai
 		defer rows.Close()
 		n := 0
 		for rows.Next() {
-			var (
-				idx               int32
-				kind              string
-				holder, lerr      pgtype.Text
-				attempt           pgtype.Int4
-				last              int64
-				notBefore         pgtype.Timestamptz
-				waitUS, stalledUS pgtype.Int8
-				outcome           []byte
-			)
-			if err := rows.Scan(&idx, &kind, &attempt, &holder, &last, &notBefore, &waitUS, &stalledUS, &outcome, &lerr); err != nil {
-				return err
-			}
-			if idx < 1 || int(idx) > len(uniq) {
-				return fmt.Errorf("claim result index %d out of range", idx)
-			}
-			k, err := parseKind(kind)
+			p, res, err := r.scanClaim(rows, len(uniq))
 			if err != nil {
 				return err
 			}
-			p := int(idx - 1)
-			res := claim.Result{
-				Kind:         k,
-				Attempt:      int(attempt.Int32),
-				Holder:       holder.String,
-				LastSequence: last,
-				LastError:    lerr.String,
-			}
-			if notBefore.Valid {
-				res.NotBefore = notBefore.Time
-			}
-			if waitUS.Valid {
-				res.RetryIn = time.Duration(max(waitUS.Int64, 0)) * time.Microsecond
-			}
-			if stalledUS.Valid {
-				res.Stalled = time.Duration(max(stalledUS.Int64, 0)) * time.Microsecond
-				res.HealDue = k == claim.Wait && res.Stalled >= r.opts.LeaseTimeout
-			}
-			if res.Outcome, err = decodeOutcome(outcome); err != nil {
-				return err
-			}
-			if k == claim.Claimed {
+			if res.Kind == claim.Claimed {
 				res.Holder = r.opts.Owner
-				res.Lease = claim.Lease{Handler: handlers[p], EventID: eventIDs[p], Token: formatUUID(tokens[p].Bytes), Attempt: res.Attempt}
+				res.Lease = claim.Lease{Handler: b.handlers[p], EventID: b.eventIDs[p], Token: formatUUID(tokens[p].Bytes), Attempt: res.Attempt}
 			}
 			uniq[p] = res
 			n++
@@ -154,20 +89,121 @@ func (r *Registry) ClaimBatch(ctx context.Context, reqs []claim.Request) ([]clai
 		}
 		return nil, err
 	}
+	return b.results(uniq, r.opts.Owner), nil
+}
 
-	out := make([]claim.Result, len(reqs))
-	for i, p := range pos {
+// claimBatch is a ClaimBatch call's requests as sent: the arrays of the
+// distinct (handler, event_id) pairs, in first-occurrence order.
+type claimBatch struct {
+	pos        []int // per request: its index in the arrays, or -1-j for a repeat of request j
+	handlers   []string
+	eventIDs   []string
+	aggregates []string
+	seqs       []int64
+	waits      []pgtype.Bool // NULL: Unguarded
+}
+
+// newClaimBatch validates the requests and folds the repeats of a
+// (handler, event_id); a repeat that differs from its first is invalid.
+func newClaimBatch(reqs []claim.Request) (claimBatch, error) {
+	type key struct{ handler, eventID string }
+	firstOf := make(map[key]int, len(reqs))
+	b := claimBatch{
+		pos:        make([]int, len(reqs)),
+		handlers:   make([]string, 0, len(reqs)),
+		eventIDs:   make([]string, 0, len(reqs)),
+		aggregates: make([]string, 0, len(reqs)),
+		seqs:       make([]int64, 0, len(reqs)),
+		waits:      make([]pgtype.Bool, 0, len(reqs)),
+	}
+	for i, q := range reqs {
+		agg, err := validateClaim(i, q)
+		if err != nil {
+			return claimBatch{}, err
+		}
+		k := key{q.Handler, q.EventID}
+		if j, ok := firstOf[k]; ok {
+			p := b.pos[j]
+			if b.aggregates[p] != agg || b.seqs[p] != q.Seq || reqs[j].Policy != q.Policy {
+				return claimBatch{}, &claim.RequestError{Index: i, Field: "event_id", Reason: fmt.Sprintf("event %q appears twice in the batch with different aggregate, sequence or policy", q.EventID)}
+			}
+			b.pos[i] = -1 - j
+			continue
+		}
+		firstOf[k] = i
+		b.pos[i] = len(b.handlers)
+		b.handlers = append(b.handlers, q.Handler)
+		b.eventIDs = append(b.eventIDs, q.EventID)
+		b.aggregates = append(b.aggregates, agg)
+		b.seqs = append(b.seqs, q.Seq)
+		b.waits = append(b.waits, pgtype.Bool{Bool: q.Policy == claim.WaitForPredecessor, Valid: q.Policy != claim.Unguarded})
+	}
+	return b, nil
+}
+
+// results spreads the results of the distinct pairs over the requests: a
+// repeat gets its first's result, IN_PROGRESS (held by owner) where the
+// first was CLAIMED.
+func (b claimBatch) results(uniq []claim.Result, owner string) []claim.Result {
+	out := make([]claim.Result, len(b.pos))
+	for i, p := range b.pos {
 		if p >= 0 {
 			out[i] = uniq[p]
 			continue
 		}
 		first := out[-1-p]
 		if first.Kind == claim.Claimed {
-			first = claim.Result{Kind: claim.InProgress, Attempt: first.Attempt, Holder: r.opts.Owner, LastSequence: first.LastSequence}
+			first = claim.Result{Kind: claim.InProgress, Attempt: first.Attempt, Holder: owner, LastSequence: first.LastSequence}
 		}
 		out[i] = first
 	}
-	return out, nil
+	return out
+}
+
+// scanClaim reads one row of claimSQL: the index p of the pair it answers
+// (of n) and its result, without the lease of a CLAIMED one.
+func (r *Registry) scanClaim(rows pgx.Rows, n int) (p int, res claim.Result, err error) {
+	var (
+		idx               int32
+		kind              string
+		holder, lerr      pgtype.Text
+		attempt           pgtype.Int4
+		last              int64
+		notBefore         pgtype.Timestamptz
+		waitUS, stalledUS pgtype.Int8
+		outcome           []byte
+	)
+	if err := rows.Scan(&idx, &kind, &attempt, &holder, &last, &notBefore, &waitUS, &stalledUS, &outcome, &lerr); err != nil {
+		return 0, claim.Result{}, err
+	}
+	if idx < 1 || int(idx) > n {
+		return 0, claim.Result{}, fmt.Errorf("claim result index %d out of range", idx)
+	}
+	k, err := parseKind(kind)
+	if err != nil {
+		return 0, claim.Result{}, err
+	}
+	res = claim.Result{
+		Kind:         k,
+		Attempt:      int(attempt.Int32),
+		Holder:       holder.String,
+		LastSequence: last,
+		LastError:    lerr.String,
+	}
+	if notBefore.Valid {
+		res.NotBefore = notBefore.Time
+	}
+	if waitUS.Valid {
+		res.RetryIn = time.Duration(max(waitUS.Int64, 0)) * time.Microsecond
+	}
+	if stalledUS.Valid {
+		res.Stalled = time.Duration(max(stalledUS.Int64, 0)) * time.Microsecond
+		res.HealDue = k == claim.Wait && res.Stalled >= r.opts.LeaseTimeout
+	}
+	if res.Outcome, err = decodeOutcome(outcome); err != nil {
+		return 0, claim.Result{}, err
+	}
+	return int(idx - 1), res, nil
 }
 
 // validateClaim checks a request and returns its normalised aggregate id.

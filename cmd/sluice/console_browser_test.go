@@ -343,16 +343,19 @@ func TestConsoleInBrowser(t *testing.T) {
 	t.Logf("browser up and command applied at %s", time.Since(start).Round(time.Millisecond))
 	defer func() { t.Logf("browser tests done at %s", time.Since(start).Round(time.Millisecond)) }()
 
-	// Without a token the admin API answers 401 and the page says so.
-	b.run("open without a token", b.open(d.api, "#/trace/"+cid), chromedp.WaitVisible(chromedp.ID("error")))
-	msg := value(b, "read the error", chromedp.Text(chromedp.ID("error")))
-	if !strings.Contains(msg, "401") {
-		t.Errorf("error without a token: %q", msg)
-	}
-	b.run("enter the token",
-		chromedp.SendKeys(chromedp.ID("token"), d.token),
-		chromedp.Click(chromedp.CSS("#token-form button")),
-		chromedp.WaitVisible(chromedp.CSS(`li[data-step="published"]`)))
+	testenv.Step(t, "token", func(t *testing.T) {
+		b := b.with(t)
+		// Without a token the admin API answers 401 and the page says so.
+		b.run("open without a token", b.open(d.api, "#/trace/"+cid), chromedp.WaitVisible(chromedp.ID("error")))
+		msg := value(b, "read the error", chromedp.Text(chromedp.ID("error")))
+		if !strings.Contains(msg, "401") {
+			t.Errorf("error without a token: %q", msg)
+		}
+		b.run("enter the token",
+			chromedp.SendKeys(chromedp.ID("token"), d.token),
+			chromedp.Click(chromedp.CSS("#token-form button")),
+			chromedp.WaitVisible(chromedp.CSS(`li[data-step="published"]`)))
+	})
 
 	t.Run("trace", func(t *testing.T) {
 		b := b.with(t)

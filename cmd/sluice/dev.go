@@ -11,7 +11,6 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
-	"sync"
 	"syscall"
 	"time"
 
@@ -19,9 +18,11 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"go.opentelemetry.io/otel/trace"
+	"golang.org/x/sync/errgroup"
 
 	"github.com/sluicehq/sluice/esserver"
 	"github.com/sluicehq/sluice/eventstore"
+	"github.com/sluicehq/sluice/eventstore/objstore"
 	"github.com/sluicehq/sluice/eventstore/objstore/backend"
 	"github.com/sluicehq/sluice/instanceworker"
 	"github.com/sluicehq/sluice/internal/localpg"
@@ -102,147 +103,48 @@ func runDev(parent context.Context, out io.Writer, cfg *sluiceconfig.Config, log
 
 	ctx, cancel := context.WithCancel(parent)
 	defer cancel()
-	var parts []devPart
-	var wg sync.WaitGroup
-	errc := make(chan error, 8)
-	// goRun runs a service until ctx ends; a service that fails stops dev.
-	goRun := func(name string, run func(context.Context) error) {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			if err := run(ctx); err != nil && ctx.Err() == nil {
-				errc <- fmt.Errorf("%s: %w", name, err)
-			}
-		}()
-	}
-	defer wg.Wait()
+	// The services run in one group until ctx ends; the first that fails
+	// cancels the others and stops dev with its error.
+	g, gctx := errgroup.WithContext(ctx)
+	d := &devRun{out: out, cfg: cfg, logger: logger, f: f, g: g, gctx: gctx}
+	defer func() { _ = g.Wait() }()
 	defer cancel()
 
-	// Postgres
-	if cfg.Postgres.URL == "" {
-		dir := filepath.Join(f.dataDir, "postgres")
-		fmt.Fprintf(out, "starting a local PostgreSQL in %s (port %d) — set DATABASE_URL to use your own\n", dir, f.pgPort)
-		pg, err := localpg.Start(ctx, dir, f.pgPort)
-		if err != nil {
-			return err
-		}
-		defer func() {
-			sctx, scancel := context.WithTimeout(context.Background(), 30*time.Second)
-			defer scancel()
-			if err := pg.Stop(sctx); err != nil {
-				logger.Error("stop local postgres", "err", err)
-			}
-		}()
-		cfg.Postgres.URL = config.Secret(pg.URL)
-		parts = append(parts, devPart{"postgres", true, pg.URL})
-	} else {
-		parts = append(parts, devPart{"postgres", true, "DATABASE_URL"})
-	}
-	db, err := migrations.Open(cfg.Postgres.URL.Value())
+	stopPostgres, err := d.startPostgres(ctx)
 	if err != nil {
 		return err
 	}
-	res, err := migrations.Up(ctx, db, nil)
-	db.Close()
-	if err != nil {
+	defer stopPostgres()
+	if err := d.migrate(ctx); err != nil {
 		return err
 	}
-	parts = append(parts, devPart{"migrations", true, fmt.Sprintf("%d applied now, schema current", len(res))})
 	pool, err := pgxpool.New(ctx, cfg.Postgres.URL.Value())
 	if err != nil {
 		return err
 	}
 	defer pool.Close()
-
-	// Event store: the file backend unless the environment chose one.
-	if os.Getenv("EVENT_STORE_BACKEND") == "" {
-		cfg.EventStore.Backend = "file"
-		cfg.EventStore.FileDir = filepath.Join(f.dataDir, "events")
-	}
-	bucket, err := backend.Open(ctx, cfg.EventStore)
-	if err != nil {
-		return err
-	}
-	store, err := eventstore.New(cfg.EventStore, eventstore.Deps{Pool: pool, Bucket: bucket, Logger: logger})
+	bucket, store, err := d.openEventStore(ctx, pool)
 	if err != nil {
 		return err
 	}
 	defer func() { _ = store.Close() }()
-	where := "s3 bucket " + cfg.EventStore.Bucket
-	if cfg.EventStore.Backend == "file" {
-		where = filepath.Join(cfg.EventStore.FileDir, cfg.EventStore.Bucket)
-	}
-	parts = append(parts, devPart{"event store (" + cfg.EventStore.Backend + " backend)", true, where + ", self-test passed"})
-
-	// Kafka: embedded kfake, persisted in the data dir.
-	kafkaHost, kafkaPort, err := splitHostPort(f.kafkaAddr)
+	kc, err := d.startKafka()
 	if err != nil {
-		return fmt.Errorf("--kafka-addr: %w", err)
-	}
-	kc, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.Ports(kafkaPort),
-		kfake.ListenFn(func(network, _ string) (net.Listener, error) {
-			return net.Listen(network, net.JoinHostPort(kafkaHost, fmt.Sprint(kafkaPort)))
-		}),
-		kfake.DataDir(filepath.Join(f.dataDir, "kafka")), kfake.AllowAutoTopicCreation(), kfake.DefaultNumPartitions(3))
-	if err != nil {
-		return fmt.Errorf("embedded kafka on %s: %w", f.kafkaAddr, err)
+		return err
 	}
 	defer kc.Close()
-	cfg.Kafka.Brokers = kc.ListenAddrs()
-	cfg.Kafka.ReplicationFactor = 1
-	cfg.Kafka.TopicPartitions = 3
-	parts = append(parts, devPart{"kafka (embedded kfake)", true, cfg.Kafka.Brokers[0] + ", data in " + filepath.Join(f.dataDir, "kafka")})
-
-	// Elasticsearch-compatible test server.
-	esLn, err := net.Listen("tcp", f.esAddr)
+	esURL, err := d.startElasticsearch()
 	if err != nil {
-		return fmt.Errorf("elasticsearch test server: listen %s: %w (set --es-addr, or stop what holds the port)", f.esAddr, err)
-	}
-	esURL := "http://" + esLn.Addr().String()
-	esDir := filepath.Join(f.dataDir, "elasticsearch")
-	esSrv, err := esserver.Open(esDir)
-	if err != nil {
-		_ = esLn.Close()
-		return fmt.Errorf("elasticsearch test server: %w", err)
-	}
-	var esHandler http.Handler = esSrv
-	if f.wrapES != nil {
-		esHandler = f.wrapES(esHandler)
-	}
-	goRun("elasticsearch test server", func(ctx context.Context) error {
-		err := serveHTTP(ctx, esLn, esHandler)
-		// Close after the last request: it compacts the log into a snapshot.
-		if cerr := esSrv.Close(); cerr != nil {
-			logger.Error("close elasticsearch test server", "err", cerr)
-		}
 		return err
-	})
-	cfg.Elasticsearch.URLs = []string{esURL}
-	rec := esSrv.Recovery()
-	parts = append(parts, devPart{"elasticsearch test server", true, fmt.Sprintf("%s (Elasticsearch 8 API subset; data in %s: %d indices, %d documents restored)",
-		esURL, esDir, rec.Indices, rec.Documents)})
-	if rec.TornBytes > 0 {
-		logger.Warn("elasticsearch test server: dropped the torn end of its log (a write cut off by a crash, never acknowledged)",
-			"bytes", rec.TornBytes, "dir", esDir)
 	}
+	tp, stopTracing, err := d.tracerProvider(ctx)
+	if err != nil {
+		return err
+	}
+	defer stopTracing()
 
-	// The services, built from the one table every service command uses.
-	tp := f.tracerProvider
-	if tp == nil {
-		tr, err := tracing.Setup(ctx, "sluice-dev", version, cfg.Tracing.Headers.Value())
-		if err != nil {
-			return err
-		}
-		defer func() {
-			sctx, scancel := context.WithTimeout(context.Background(), 5*time.Second)
-			defer scancel()
-			_ = tr.Shutdown(sctx)
-		}()
-		tp = tr.TracerProvider()
-	}
 	deps := pipeline.Deps{Config: cfg, Logger: logger, Pool: pool, Bucket: bucket, Store: store,
 		Metrics: newRegistry(), Health: observability.NewHealth(), TracerProvider: tp}
-	metrics, health := deps.Metrics, deps.Health
 	// The console needs a token; dev makes one when none is set.
 	tok, err := devAdminToken(cfg, f.dataDir)
 	if err != nil {
@@ -253,14 +155,214 @@ func runDev(parent context.Context, out io.Writer, cfg *sluiceconfig.Config, log
 		return err
 	}
 	defer closeRoutes()
-	apiURL := ""
+	apiURL, closeServices, err := d.startServices(ctx, deps, routes)
+	if err != nil {
+		return err
+	}
+	defer closeServices()
+	if err := d.startObservability(deps); err != nil {
+		return err
+	}
+
+	printDevStatus(out, d.parts, apiURL, esURL, cfg.Elasticsearch.IndexPrefix)
+	printConsoleAccess(out, apiURL, tok)
+	if f.setupOnly {
+		return nil
+	}
+	fmt.Fprintln(out, "running; press Ctrl-C to stop")
+	<-gctx.Done()
+	if ctx.Err() != nil {
+		return nil // the parent ended: Ctrl-C
+	}
+	return context.Cause(gctx) // a service failed
+}
+
+// devRun is one run of sluice dev while it starts its parts: what they
+// share, and the status lines they leave for printDevStatus.
+type devRun struct {
+	out    io.Writer
+	cfg    *sluiceconfig.Config
+	logger *slog.Logger
+	f      devFlags
+	parts  []devPart
+	// g runs the services on gctx; see goRun.
+	g    *errgroup.Group
+	gctx context.Context
+}
+
+func (d *devRun) part(name, detail string) {
+	d.parts = append(d.parts, devPart{name, true, detail})
+}
+
+// goRun runs a service until the group's context ends; a service that
+// fails stops dev.
+func (d *devRun) goRun(name string, run func(context.Context) error) {
+	d.g.Go(func() error {
+		if err := run(d.gctx); err != nil && d.gctx.Err() == nil {
+			return fmt.Errorf("%s: %w", name, err)
+		}
+		return nil
+	})
+}
+
+// startPostgres starts a local PostgreSQL in the data dir unless
+// DATABASE_URL names one; stop stops what it started.
+func (d *devRun) startPostgres(ctx context.Context) (stop func(), err error) {
+	if d.cfg.Postgres.URL != "" {
+		d.part("postgres", "DATABASE_URL")
+		return func() {}, nil
+	}
+	dir := filepath.Join(d.f.dataDir, "postgres")
+	fmt.Fprintf(d.out, "starting a local PostgreSQL in %s (port %d) — set DATABASE_URL to use your own\n", dir, d.f.pgPort)
+	pg, err := localpg.Start(ctx, dir, d.f.pgPort)
+	if err != nil {
+		return nil, err
+	}
+	d.cfg.Postgres.URL = config.Secret(pg.URL)
+	d.part("postgres", pg.URL)
+	return func() {
+		sctx, scancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer scancel()
+		if err := pg.Stop(sctx); err != nil {
+			d.logger.Error("stop local postgres", "err", err)
+		}
+	}, nil
+}
+
+// migrate brings the schema up to date.
+func (d *devRun) migrate(ctx context.Context) error {
+	db, err := migrations.Open(d.cfg.Postgres.URL.Value())
+	if err != nil {
+		return err
+	}
+	res, err := migrations.Up(ctx, db, nil)
+	db.Close()
+	if err != nil {
+		return err
+	}
+	d.part("migrations", fmt.Sprintf("%d applied now, schema current", len(res)))
+	return nil
+}
+
+// openEventStore opens the event store: the file backend in the data dir
+// unless the environment chose one.
+func (d *devRun) openEventStore(ctx context.Context, pool *pgxpool.Pool) (objstore.Bucket, *eventstore.Store, error) {
+	cfg := d.cfg
+	if os.Getenv("EVENT_STORE_BACKEND") == "" {
+		cfg.EventStore.Backend = "file"
+		cfg.EventStore.FileDir = filepath.Join(d.f.dataDir, "events")
+	}
+	bucket, err := backend.Open(ctx, cfg.EventStore)
+	if err != nil {
+		return nil, nil, err
+	}
+	store, err := eventstore.New(cfg.EventStore, eventstore.Deps{Pool: pool, Bucket: bucket, Logger: d.logger})
+	if err != nil {
+		return nil, nil, err
+	}
+	where := "s3 bucket " + cfg.EventStore.Bucket
+	if cfg.EventStore.Backend == "file" {
+		where = filepath.Join(cfg.EventStore.FileDir, cfg.EventStore.Bucket)
+	}
+	d.part("event store ("+cfg.EventStore.Backend+" backend)", where+", self-test passed")
+	return bucket, store, nil
+}
+
+// startKafka starts the embedded Kafka (kfake), persisted in the data dir,
+// and points the config at it.
+func (d *devRun) startKafka() (*kfake.Cluster, error) {
+	kafkaHost, kafkaPort, err := splitHostPort(d.f.kafkaAddr)
+	if err != nil {
+		return nil, fmt.Errorf("--kafka-addr: %w", err)
+	}
+	kc, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.Ports(kafkaPort),
+		kfake.ListenFn(func(network, _ string) (net.Listener, error) {
+			return net.Listen(network, net.JoinHostPort(kafkaHost, fmt.Sprint(kafkaPort)))
+		}),
+		kfake.DataDir(filepath.Join(d.f.dataDir, "kafka")), kfake.AllowAutoTopicCreation(), kfake.DefaultNumPartitions(3))
+	if err != nil {
+		return nil, fmt.Errorf("embedded kafka on %s: %w", d.f.kafkaAddr, err)
+	}
+	d.cfg.Kafka.Brokers = kc.ListenAddrs()
+	d.cfg.Kafka.ReplicationFactor = 1
+	d.cfg.Kafka.TopicPartitions = 3
+	d.part("kafka (embedded kfake)", d.cfg.Kafka.Brokers[0]+", data in "+filepath.Join(d.f.dataDir, "kafka"))
+	return kc, nil
+}
+
+// startElasticsearch serves the Elasticsearch-compatible test server,
+// persisted in the data dir, as a service, and returns its URL.
+func (d *devRun) startElasticsearch() (string, error) {
+	esLn, err := net.Listen("tcp", d.f.esAddr)
+	if err != nil {
+		return "", fmt.Errorf("elasticsearch test server: listen %s: %w (set --es-addr, or stop what holds the port)", d.f.esAddr, err)
+	}
+	esURL := "http://" + esLn.Addr().String()
+	esDir := filepath.Join(d.f.dataDir, "elasticsearch")
+	esSrv, err := esserver.Open(esDir)
+	if err != nil {
+		_ = esLn.Close()
+		return "", fmt.Errorf("elasticsearch test server: %w", err)
+	}
+	var esHandler http.Handler = esSrv
+	if d.f.wrapES != nil {
+		esHandler = d.f.wrapES(esHandler)
+	}
+	d.goRun("elasticsearch test server", func(ctx context.Context) error {
+		err := serveHTTP(ctx, esLn, esHandler)
+		// Close after the last request: it compacts the log into a snapshot.
+		if cerr := esSrv.Close(); cerr != nil {
+			d.logger.Error("close elasticsearch test server", "err", cerr)
+		}
+		return err
+	})
+	d.cfg.Elasticsearch.URLs = []string{esURL}
+	rec := esSrv.Recovery()
+	d.part("elasticsearch test server", fmt.Sprintf("%s (Elasticsearch 8 API subset; data in %s: %d indices, %d documents restored)",
+		esURL, esDir, rec.Indices, rec.Documents))
+	if rec.TornBytes > 0 {
+		d.logger.Warn("elasticsearch test server: dropped the torn end of its log (a write cut off by a crash, never acknowledged)",
+			"bytes", rec.TornBytes, "dir", esDir)
+	}
+	return esURL, nil
+}
+
+// tracerProvider is the one of the flags, or one built from the OTEL_*
+// environment; stop flushes what this built.
+func (d *devRun) tracerProvider(ctx context.Context) (tp trace.TracerProvider, stop func(), err error) {
+	if d.f.tracerProvider != nil {
+		return d.f.tracerProvider, func() {}, nil
+	}
+	tr, err := tracing.Setup(ctx, "sluice-dev", version, d.cfg.Tracing.Headers.Value())
+	if err != nil {
+		return nil, nil, err
+	}
+	return tr.TracerProvider(), func() {
+		sctx, scancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer scancel()
+		_ = tr.Shutdown(sctx)
+	}, nil
+}
+
+// startServices builds and runs every service of the one table every
+// service command uses, and returns the api's URL; closeAll closes them,
+// the last built first.
+func (d *devRun) startServices(ctx context.Context, deps pipeline.Deps, routes map[string]http.Handler) (apiURL string, closeAll func(), err error) {
+	var built []pipeline.Runner
+	closeAll = func() {
+		for i := len(built) - 1; i >= 0; i-- {
+			built[i].Close()
+		}
+	}
+	cfg := d.cfg
 	for _, svc := range pipeline.Table() {
 		r, err := pipeline.Build(ctx, svc.Name, deps, pipeline.Options{APIRoutes: routes})
 		if err != nil {
-			return err
+			closeAll()
+			return "", nil, err
 		}
-		defer r.Close()
-		goRun(svc.Name, r.Run)
+		built = append(built, r)
+		d.goRun(svc.Name, r.Run)
 		var detail string
 		switch svc.Name {
 		case pipeline.Relay:
@@ -275,30 +377,23 @@ func runDev(parent context.Context, out io.Writer, cfg *sluiceconfig.Config, log
 			apiURL = "http://" + r.(*pipeline.APIRunner).Addr().String()
 			detail = apiURL + "/openapi.json"
 		}
-		parts = append(parts, devPart{svc.Name, true, detail})
+		d.part(svc.Name, detail)
 	}
+	return apiURL, closeAll, nil
+}
 
-	if cfg.HTTP.Addr != "" {
-		obs, err := observability.Listen(cfg.HTTP.Addr, observability.Handler(metrics, health))
-		if err != nil {
-			return err
-		}
-		goRun("metrics/health", obs.Serve)
-		parts = append(parts, devPart{"metrics/health", true, "http://" + obs.Addr() + "/readyz"})
-	}
-
-	printDevStatus(out, parts, apiURL, esURL, cfg.Elasticsearch.IndexPrefix)
-	printConsoleAccess(out, apiURL, tok)
-	if f.setupOnly {
+// startObservability serves metrics and health when HTTP_ADDR is set.
+func (d *devRun) startObservability(deps pipeline.Deps) error {
+	if d.cfg.HTTP.Addr == "" {
 		return nil
 	}
-	fmt.Fprintln(out, "running; press Ctrl-C to stop")
-	select {
-	case <-ctx.Done():
-		return nil
-	case err := <-errc:
+	obs, err := observability.Listen(d.cfg.HTTP.Addr, observability.Handler(deps.Metrics, deps.Health))
+	if err != nil {
 		return err
 	}
+	d.goRun("metrics/health", obs.Serve)
+	d.part("metrics/health", "http://"+obs.Addr()+"/readyz")
+	return nil
 }
 
 func printDevStatus(out io.Writer, parts []devPart, apiURL, esURL, prefix string) {

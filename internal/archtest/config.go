@@ -50,13 +50,36 @@ type sectionVar struct {
 //     that only happens to equal a default (another knob's) says so in a
 //     comment on its line containing "not the default".
 func CheckConfig(files []SourceFile) []ConfigProblem {
-	type parsed struct {
-		path string
-		fset *token.FileSet
-		f    *ast.File
+	all, out := parseConfigSources(files)
+	// The constants of every package, by directory and by package name,
+	// for the defaults written through a named constant.
+	consts := newConstTable()
+	for _, p := range all {
+		consts.add(path.Dir(p.path), p.f)
 	}
+	vars, problems := configSections(all)
+	out = append(out, problems...)
+	out = append(out, declaredTwice(vars)...)
+	defaults := newDefaultIndex(vars)
+	for _, p := range all {
+		out = append(out, defaults.restated(p, consts)...)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].String() < out[j].String() })
+	return out
+}
+
+// parsedSource is one parsed file of CheckConfig.
+type parsedSource struct {
+	path string
+	fset *token.FileSet
+	f    *ast.File
+}
+
+// parseConfigSources parses the files but the tests; one that does not
+// parse is a problem.
+func parseConfigSources(files []SourceFile) ([]parsedSource, []ConfigProblem) {
+	var all []parsedSource
 	var out []ConfigProblem
-	var all []parsed
 	for _, f := range files {
 		if strings.HasSuffix(f.Path, "_test.go") {
 			continue
@@ -67,18 +90,17 @@ func CheckConfig(files []SourceFile) []ConfigProblem {
 			out = append(out, ConfigProblem{Pos: f.Path, Reason: "does not parse: " + err.Error()})
 			continue
 		}
-		all = append(all, parsed{f.Path, fset, af})
+		all = append(all, parsedSource{f.Path, fset, af})
 	}
+	return all, out
+}
 
-	// The constants of every package, by directory and by package name,
-	// for the defaults written through a named constant.
-	consts := newConstTable()
-	for _, p := range all {
-		consts.add(path.Dir(p.path), p.f)
-	}
-
-	// The sections.
+// configSections returns the env-tagged fields of every section (a struct
+// type with such fields); a section declared in the mechanism is a
+// problem.
+func configSections(all []parsedSource) ([]sectionVar, []ConfigProblem) {
 	var vars []sectionVar
+	var out []ConfigProblem
 	for _, p := range all {
 		dir := path.Dir(p.path)
 		for _, d := range p.f.Decls {
@@ -92,28 +114,7 @@ func CheckConfig(files []SourceFile) []ConfigProblem {
 				if !ok {
 					continue
 				}
-				var sv []sectionVar
-				for _, fl := range st.Fields.List {
-					if fl.Tag == nil || len(fl.Names) != 1 {
-						continue
-					}
-					tag, err := strconv.Unquote(fl.Tag.Value)
-					if err != nil {
-						continue
-					}
-					key, _, _ := strings.Cut(reflect.StructTag(tag).Get("env"), ",")
-					if key == "" {
-						continue
-					}
-					v := sectionVar{
-						pos:     fmt.Sprintf("%s:%d", p.path, p.fset.Position(fl.Pos()).Line),
-						section: dir + "." + ts.Name.Name, field: fl.Names[0].Name, key: key,
-					}
-					if d, ok := reflect.StructTag(tag).Lookup("envDefault"); ok {
-						v.def = tagValue(types(fl.Type), d)
-					}
-					sv = append(sv, v)
-				}
+				sv := sectionVars(p, dir+"."+ts.Name.Name, st)
 				if len(sv) == 0 {
 					continue
 				}
@@ -125,8 +126,40 @@ func CheckConfig(files []SourceFile) []ConfigProblem {
 			}
 		}
 	}
+	return vars, out
+}
 
-	// Every variable once.
+// sectionVars returns the env-tagged fields of the struct st, the section
+// named section, with their envDefault.
+func sectionVars(p parsedSource, section string, st *ast.StructType) []sectionVar {
+	var sv []sectionVar
+	for _, fl := range st.Fields.List {
+		if fl.Tag == nil || len(fl.Names) != 1 {
+			continue
+		}
+		tag, err := strconv.Unquote(fl.Tag.Value)
+		if err != nil {
+			continue
+		}
+		key, _, _ := strings.Cut(reflect.StructTag(tag).Get("env"), ",")
+		if key == "" {
+			continue
+		}
+		v := sectionVar{
+			pos:     fmt.Sprintf("%s:%d", p.path, p.fset.Position(fl.Pos()).Line),
+			section: section, field: fl.Names[0].Name, key: key,
+		}
+		if d, ok := reflect.StructTag(tag).Lookup("envDefault"); ok {
+			v.def = tagValue(types(fl.Type), d)
+		}
+		sv = append(sv, v)
+	}
+	return sv
+}
+
+// declaredTwice reports every variable declared by a second field.
+func declaredTwice(vars []sectionVar) []ConfigProblem {
+	var out []ConfigProblem
 	byKey := map[string]sectionVar{}
 	for _, v := range vars {
 		if first, ok := byKey[v.key]; ok {
@@ -135,11 +168,20 @@ func CheckConfig(files []SourceFile) []ConfigProblem {
 		}
 		byKey[v.key] = v
 	}
+	return out
+}
 
-	// Every default once.
+// defaultIndex holds the variables with a non-zero default (a zero is no
+// default to restate) by field name.
+type defaultIndex struct {
+	byField map[string][]sectionVar
+	fields  []string // sorted
+}
+
+func newDefaultIndex(vars []sectionVar) defaultIndex {
 	byField := map[string][]sectionVar{}
 	for _, v := range vars {
-		if v.def != nil && !isZero(v.def) { // a zero is no default to restate
+		if v.def != nil && !isZero(v.def) {
 			byField[v.field] = append(byField[v.field], v)
 		}
 	}
@@ -148,68 +190,73 @@ func CheckConfig(files []SourceFile) []ConfigProblem {
 		fields = append(fields, f)
 	}
 	sort.Strings(fields)
-	// match finds the variable whose default val restates, assigned to
-	// name: a field of that name, else one that name ends with after a
-	// short qualifier (S3Region, RetryBackoffBase).
-	match := func(name string, val constant.Value) (sectionVar, bool) {
-		if val == nil || len(name) < 4 {
-			return sectionVar{}, false
-		}
-		for _, exact := range []bool{true, false} {
-			for _, field := range fields {
-				if exact && field != name || !exact && (!strings.HasSuffix(field, name) || len(field)-len(name) > 5) {
-					continue
-				}
-				for _, v := range byField[field] {
-					if sameValue(v.def, val) {
-						return v, true
-					}
-				}
-			}
-		}
+	return defaultIndex{byField, fields}
+}
+
+// match finds the variable whose default val restates, assigned to name: a
+// field of that name, else one that name ends with after a short
+// qualifier (S3Region, RetryBackoffBase).
+func (x defaultIndex) match(name string, val constant.Value) (sectionVar, bool) {
+	if val == nil || len(name) < 4 {
 		return sectionVar{}, false
 	}
-	for _, p := range all {
-		dir := path.Dir(p.path)
-		// A line whose comment says "not the default" is a value that only
-		// happens to equal one (another knob's), and is left alone.
-		exempt := map[int]bool{}
-		for _, cg := range p.f.Comments {
-			for _, c := range cg.List {
-				if strings.Contains(c.Text, "not the default") {
-					exempt[p.fset.Position(c.Pos()).Line] = true
+	for _, exact := range []bool{true, false} {
+		for _, field := range x.fields {
+			if exact && field != name || !exact && (!strings.HasSuffix(field, name) || len(field)-len(name) > 5) {
+				continue
+			}
+			for _, v := range x.byField[field] {
+				if sameValue(v.def, val) {
+					return v, true
 				}
 			}
 		}
-		report := func(n ast.Node, name string, val constant.Value) {
-			if exempt[p.fset.Position(n.End()).Line] {
-				return
-			}
-			if v, ok := match(name, val); ok {
-				out = append(out, ConfigProblem{Pos: fmt.Sprintf("%s:%d", p.path, p.fset.Position(n.Pos()).Line),
-					Reason: fmt.Sprintf("the default of %s (%s, declared at %s) is written again: read it from the tags (DefaultConfig, config.Defaults, config.FillZero)", v.key, v.def.ExactString(), v.pos)})
-			}
-		}
-		ast.Inspect(p.f, func(n ast.Node) bool {
-			switch n := n.(type) {
-			case *ast.AssignStmt:
-				if len(n.Lhs) != len(n.Rhs) {
-					return true
-				}
-				for i, l := range n.Lhs {
-					if sel, ok := l.(*ast.SelectorExpr); ok {
-						report(n, sel.Sel.Name, consts.eval(dir, n.Rhs[i]))
-					}
-				}
-			case *ast.KeyValueExpr:
-				if id, ok := n.Key.(*ast.Ident); ok {
-					report(n, id.Name, consts.eval(dir, n.Value))
-				}
-			}
-			return true
-		})
 	}
-	sort.Slice(out, func(i, j int) bool { return out[i].String() < out[j].String() })
+	return sectionVar{}, false
+}
+
+// restated reports every place in p that writes a default again: assigned
+// to a field, or as a composite-literal key.
+func (x defaultIndex) restated(p parsedSource, consts *constTable) []ConfigProblem {
+	var out []ConfigProblem
+	dir := path.Dir(p.path)
+	// A line whose comment says "not the default" is a value that only
+	// happens to equal one (another knob's), and is left alone.
+	exempt := map[int]bool{}
+	for _, cg := range p.f.Comments {
+		for _, c := range cg.List {
+			if strings.Contains(c.Text, "not the default") {
+				exempt[p.fset.Position(c.Pos()).Line] = true
+			}
+		}
+	}
+	report := func(n ast.Node, name string, val constant.Value) {
+		if exempt[p.fset.Position(n.End()).Line] {
+			return
+		}
+		if v, ok := x.match(name, val); ok {
+			out = append(out, ConfigProblem{Pos: fmt.Sprintf("%s:%d", p.path, p.fset.Position(n.Pos()).Line),
+				Reason: fmt.Sprintf("the default of %s (%s, declared at %s) is written again: read it from the tags (DefaultConfig, config.Defaults, config.FillZero)", v.key, v.def.ExactString(), v.pos)})
+		}
+	}
+	ast.Inspect(p.f, func(n ast.Node) bool {
+		switch n := n.(type) {
+		case *ast.AssignStmt:
+			if len(n.Lhs) != len(n.Rhs) {
+				return true
+			}
+			for i, l := range n.Lhs {
+				if sel, ok := l.(*ast.SelectorExpr); ok {
+					report(n, sel.Sel.Name, consts.eval(dir, n.Rhs[i]))
+				}
+			}
+		case *ast.KeyValueExpr:
+			if id, ok := n.Key.(*ast.Ident); ok {
+				report(n, id.Name, consts.eval(dir, n.Value))
+			}
+		}
+		return true
+	})
 	return out
 }
 

@@ -146,3 +146,14 @@ func TestMinIODataParent(t *testing.T) {
 		t.Errorf("MinIO's data folder %q is not under %q", s3.DataDir(), want)
 	}
 }
+
+func TestStep(t *testing.T) {
+	var ran []string
+	t.Run("script", func(t *testing.T) {
+		testenv.Step(t, "one", func(t *testing.T) { ran = append(ran, "one") })
+		testenv.Step(t, "two", func(t *testing.T) { ran = append(ran, "two") })
+	})
+	if got := strings.Join(ran, ","); got != "one,two" {
+		t.Fatalf("steps ran %q, want one,two", got)
+	}
+}
