@@ -108,7 +108,7 @@ func (r *Relay) cycle(ctx context.Context, ls *leaderState) (more bool, err erro
 		return false, err
 	}
 	if pl.repair {
-		rep, err := r.store.Repair(ctx, r.s.AppendTimeout)
+		rep, err := r.store.Repair(ctx, r.cfg.AppendTimeout)
 		if err != nil {
 			return false, fmt.Errorf("relay: repair: %w", err)
 		}
@@ -171,7 +171,7 @@ func (r *Relay) plan(ctx context.Context, ls *leaderState, head int64, now time.
 // MaxWindow past the checkpoint. The segments come sorted by position.
 func (r *Relay) listAfter(ctx context.Context, ls *leaderState, pf *prefetch, pl *plan) ([]eventstore.SegmentInfo, error) {
 	base := ls.cp.Position
-	batch := r.s.Config.BatchSize
+	batch := r.cfg.BatchSize
 	var segs []eventstore.SegmentInfo
 	after, toFetch := base, 0
 listing:
@@ -187,7 +187,7 @@ listing:
 			if s.Last <= base {
 				continue
 			}
-			if len(segs) > 0 && s.First-base > r.s.MaxWindow {
+			if len(segs) > 0 && s.First-base > r.cfg.MaxWindow {
 				// Positions this far past the checkpoint wait until the
 				// gap holding it back resolves (bounded memory).
 				break listing
@@ -268,7 +268,7 @@ func (r *Relay) planHoles(ctx context.Context, ls *leaderState, pf *prefetch, pl
 				direct[row.SegmentKey] = true
 				pl.items = append(pl.items, item{first: first, seg: pf.fetchFor(&r.hints, row.SegmentKey)})
 			case stateReserved:
-				if now.Sub(row.ReservedAt) >= r.s.AppendTimeout {
+				if now.Sub(row.ReservedAt) >= r.cfg.AppendTimeout {
 					pl.repair = true
 				}
 				run = append(run, row)
@@ -308,7 +308,7 @@ func (r *Relay) planHoles(ctx context.Context, ls *leaderState, pf *prefetch, pl
 func (r *Relay) planFromIndex(ctx context.Context, ls *leaderState, head int64, now time.Time) (pl plan, ok bool, err error) {
 	base := ls.cp.Position
 	n := head - base
-	if n <= 0 && ls.prefetch == nil && time.Since(ls.lastList) < r.s.Config.PollInterval {
+	if n <= 0 && ls.prefetch == nil && time.Since(ls.lastList) < r.cfg.PollInterval {
 		// Nothing committed past the checkpoint (a wake-up for a commit the
 		// previous cycle published): a LIST could only find segments whose
 		// commit is still to come, and their notification will wake us. A
@@ -316,7 +316,7 @@ func (r *Relay) planFromIndex(ctx context.Context, ls *leaderState, head int64, 
 		r.m.plans.WithLabelValues("idle").Inc()
 		return plan{}, true, nil
 	}
-	if n <= 0 || n > int64(r.s.Config.BatchSize) || ls.prefetch != nil {
+	if n <= 0 || n > int64(r.cfg.BatchSize) || ls.prefetch != nil {
 		return plan{}, false, nil
 	}
 	rows, err := r.store.Index(ctx, eventstore.IndexQuery{FromPosition: base + 1, ToPosition: head, Limit: int(n)})
@@ -334,7 +334,7 @@ func (r *Relay) planFromIndex(ctx context.Context, ls *leaderState, head int64, 
 			return plan{}, false, nil
 		}
 		switch {
-		case row.State == stateReserved && now.Sub(row.ReservedAt) < r.s.AppendTimeout:
+		case row.State == stateReserved && now.Sub(row.ReservedAt) < r.cfg.AppendTimeout:
 			// In flight (its group commits out of order with a later
 			// one): the walk holds its aggregate back, exactly as the
 			// LIST plan's hole would; its commit's notification wakes us.
@@ -356,7 +356,7 @@ func (r *Relay) planFromIndex(ctx context.Context, ls *leaderState, head int64, 
 		pl.items = append(pl.items, item{first: first, seg: r.hints.fetchFor(row.SegmentKey)})
 	}
 	pl.endRun(&run)
-	if inFlight && time.Since(ls.lastList) >= r.s.Config.PollInterval {
+	if inFlight && time.Since(ls.lastList) >= r.cfg.PollInterval {
 		// A cycle lists at least once per poll interval while positions
 		// are in flight: a segment whose writer died between PUT and
 		// commit is found and published then, not only after the append
@@ -376,7 +376,7 @@ func (r *Relay) planFromIndex(ctx context.Context, ls *leaderState, head int64, 
 // cannot be read (its hint is dropped). last is the highest position of
 // the plan.
 func (r *Relay) planFromHints(ctx context.Context, ls *leaderState) (items []item, last int64, ok bool) {
-	if len(ls.done) > 0 || len(ls.abandoned) > 0 || ls.prefetch != nil || time.Since(ls.lastFull) >= r.s.Config.PollInterval {
+	if len(ls.done) > 0 || len(ls.abandoned) > 0 || ls.prefetch != nil || time.Since(ls.lastFull) >= r.cfg.PollInterval {
 		return nil, 0, false
 	}
 	chain := r.hints.chain(ls.cp.Position + 1)
@@ -498,10 +498,10 @@ func (r *Relay) startPrefetch(ctx context.Context, ls *leaderState, after int64)
 	pf := &prefetch{after: after, done: make(chan struct{}), fetches: map[string]*fetch{}, cancel: cancel}
 	ls.prefetch = pf
 	go func() {
-		segs, err := r.segments(pctx, after, r.s.Config.BatchSize)
+		segs, err := r.segments(pctx, after, r.cfg.BatchSize)
 		var start []*fetch
 		for _, s := range segs {
-			if len(start) == r.s.Config.ParallelGets {
+			if len(start) == r.cfg.ParallelGets {
 				break
 			}
 			if s.Last > after {
@@ -713,7 +713,7 @@ func (r *Relay) walkSegment(ctx context.Context, ls *leaderState, w *walker, f *
 // fails leaves them for the next one.
 func (r *Relay) recheckGaps(ctx context.Context, ls *leaderState, now time.Time) error {
 	gaps := ls.cp.PendingGaps
-	if len(gaps) == 0 || time.Since(ls.lastGapCheck) < r.s.Config.PollInterval {
+	if len(gaps) == 0 || time.Since(ls.lastGapCheck) < r.cfg.PollInterval {
 		return nil
 	}
 	ls.lastGapCheck = time.Now()
@@ -726,10 +726,10 @@ func (r *Relay) recheckGaps(ctx context.Context, ls *leaderState, now time.Time)
 	for j := range gaps {
 		g := gaps[(start+j)%len(gaps)]
 		switch {
-		case now.Sub(g.Since) > r.s.Config.Lookback:
+		case now.Sub(g.Since) > r.cfg.Lookback:
 			r.expireGap(g)
 			changed = true
-		case checked >= r.s.Config.LookbackMaxKeys:
+		case checked >= r.cfg.LookbackMaxKeys:
 			keep = append(keep, g)
 		default:
 			checked++
@@ -894,7 +894,7 @@ func subtract(g Gap, drop []int64) []Gap {
 // someone else: a newer leader (fenced) or an operator (adopt). A busy
 // leader's own conditional writes do that job; the Stat is for idle ones.
 func (r *Relay) watchCheckpoint(ctx context.Context, ls *leaderState) error {
-	if time.Since(ls.lastStat) < r.s.Config.PollInterval {
+	if time.Since(ls.lastStat) < r.cfg.PollInterval {
 		return nil
 	}
 	if ls.inflight != nil || ls.lastSave.After(ls.lastStat) {
