@@ -274,20 +274,26 @@ func (r *Relay) finishBatch(ctx context.Context, ls *leaderState, b *batch) erro
 	}
 	if failed != nil {
 		r.setKafkaErr(failed)
-		for t := range missingTopics {
-			r.log.Warn("relay: topic missing; creating it", "topic", t)
-			r.mu.Lock()
-			delete(r.topicsCreated, t)
-			r.mu.Unlock()
-			if err := r.topicReady(ctx, t); err != nil {
-				failed = errors.Join(failed, err)
-			}
-		}
+		failed = errors.Join(failed, r.recreateTopics(ctx, missingTopics))
 	} else {
 		r.setKafkaErr(nil)
 	}
 	ls.advance()
 	return errors.Join(failed, r.maybeSave(ctx, ls))
+}
+
+// recreateTopics creates again the topics Kafka reported missing (deleted
+// since the relay created them), so the next cycle's records find them.
+func (r *Relay) recreateTopics(ctx context.Context, topics map[string]bool) error {
+	var errs []error
+	for t := range topics {
+		r.log.Warn("relay: topic missing; creating it", "topic", t)
+		r.mu.Lock()
+		delete(r.topicsCreated, t)
+		r.mu.Unlock()
+		errs = append(errs, r.topicReady(ctx, t))
+	}
+	return errors.Join(errs...)
 }
 
 // awaitBatch waits until Kafka answered every record of b. While it does
