@@ -86,15 +86,14 @@ func TestAbandonedAppendRetriedAfterTheLookbackIsPublished(t *testing.T) {
 	kf := testenv.NewKafka(t)
 	prefix := testenv.UniqueName("revive") + "."
 	const cpKey = "checkpoints/revive.json"
-	r, err := relay.New(store, bucket, pool, relay.Options{
-		Config: relay.Config{Name: "revive", CheckpointKey: cpKey, BatchSize: 200, KafkaFlushBatchSize: 200,
-			KafkaFlushTimeout: 2 * time.Second, PollInterval: 100 * time.Millisecond, LeaderLease: 2 * time.Second,
-			ParallelGets: 8, StallAfter: time.Minute, Lookback: lookback, LookbackMaxKeys: 50,
-			DedupMaxEvents: 10000, DedupCheckpointMaxEvents: 2000},
-		Kafka:         kafka.Config{Brokers: kf.Brokers, TopicPrefix: prefix, TopicPartitions: 1, ReplicationFactor: 1},
-		AppendTimeout: appendTimeout,
-		Logger:        log,
-		Health:        observability.NewHealth(),
+	r, err := relay.New(relay.Config{Name: "revive", CheckpointKey: cpKey, BatchSize: 200, KafkaFlushBatchSize: 200,
+		KafkaFlushTimeout: 2 * time.Second, PollInterval: 100 * time.Millisecond, LeaderLease: 2 * time.Second,
+		ParallelGets: 8, StallAfter: time.Minute, Lookback: lookback, LookbackMaxKeys: 50,
+		DedupMaxEvents: 10000, DedupCheckpointMaxEvents: 2000, AppendTimeout: appendTimeout,
+	}, relay.Deps{Store: store, Bucket: bucket, Pool: pool,
+		Kafka:  kafka.Config{Brokers: kf.Brokers, TopicPrefix: prefix, TopicPartitions: 1, ReplicationFactor: 1},
+		Logger: log,
+		Health: observability.NewHealth(),
 	})
 	if err != nil {
 		t.Fatal(err)

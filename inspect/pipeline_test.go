@@ -116,9 +116,7 @@ func startPipeline(t *testing.T) *pipeline {
 	t.Cleanup(in.Close)
 	p := &pipeline{cfg: cfg, store: store, reg: reg, in: in, api: srv, kafka: k, parked: relay.NewParkedStore(pool)}
 	p.relay = func() {
-		ropts := cfg.RelayOptions()
-		ropts.Logger = logger
-		rl, err := relay.New(store, bucket, pool, ropts)
+		rl, err := relay.New(cfg.RelayConfig(), relay.Deps{Store: store, Bucket: bucket, Pool: pool, Kafka: cfg.Kafka, Logger: logger})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -183,21 +183,20 @@ func buildRelay(ctx context.Context, d Deps, _ Options) (Runner, error) {
 		return nil, err
 	}
 	postgresReady(d)
-	opts := d.Config.RelayOptions()
-	opts.Logger, opts.Registerer, opts.Health, opts.Crasher = d.Logger, d.Metrics, d.Health, crasher
-	opts.TracerProvider = d.TracerProvider
+	deps := relay.Deps{Store: d.Store, Bucket: d.Bucket, Pool: d.Pool, Kafka: d.Config.Kafka,
+		Logger: d.Logger, Registerer: d.Metrics, Health: d.Health, TracerProvider: d.TracerProvider, Crasher: crasher}
 	if es := d.Config.EventStore; es.Backend == "s3" && es.S3Endpoint != "" {
 		// MinIO bucket notifications as an extra wake-up (hints only).
 		if mc, err := minioext.New(minioext.Options{Endpoint: es.S3Endpoint, Region: es.S3Region,
 			AccessKeyID: es.S3AccessKeyID, SecretAccessKey: es.S3SecretAccessKey.Value()}); err == nil {
 			if ch, err := mc.ListenSegments(ctx, es.Bucket, eventstore.SegmentPrefix); err == nil {
-				opts.Wake = ch
+				deps.Wake = ch
 			} else {
 				d.Logger.Info("relay: no bucket notifications; relying on LISTEN and polling", "err", err)
 			}
 		}
 	}
-	r, err := relay.New(d.Store, d.Bucket, d.Pool, opts)
+	r, err := relay.New(d.Config.RelayConfig(), deps)
 	if err != nil {
 		return nil, err
 	}

@@ -57,17 +57,17 @@ func BenchmarkRelay(b *testing.B) {
 				}
 				appendAll(b, e.store, 128, mixedEnvelopes(events, 1000, ""))
 				opts := e.opts(b)
-				opts.Logger = testLogger(b, 8) // quiet
+				opts.Deps.Logger = testLogger(b, 8) // quiet
 				opts.Config.BatchSize, opts.Config.KafkaFlushBatchSize = 200, flush
 				var acked atomic.Int64
 				var lastAck atomic.Pointer[time.Time]
-				opts.ackHook = func(ids []string, at time.Time) {
+				opts.Opts = append(opts.Opts, withAckHook(func(ids []string, at time.Time) {
 					if acked.Add(int64(len(ids))) >= int64(events) {
 						lastAck.CompareAndSwap(nil, &at)
 					}
-				}
+				}))
 				start := time.Now()
-				r, err := New(e.store, e.bucket, e.pool, opts)
+				r, err := opts.new()
 				if err != nil {
 					b.Fatal(err)
 				}
@@ -99,9 +99,9 @@ func BenchmarkRelay(b *testing.B) {
 			committed := map[string]time.Time{}
 			acked := map[string]time.Time{}
 			opts := e.opts(b)
-			opts.Logger = testLogger(b, 8)
+			opts.Deps.Logger = testLogger(b, 8)
 			opts.Config.PollInterval = time.Second // wake-ups come from LISTEN
-			opts.ackHook = func(ids []string, at time.Time) {
+			opts.Opts = append(opts.Opts, withAckHook(func(ids []string, at time.Time) {
 				mu.Lock()
 				defer mu.Unlock()
 				for _, id := range ids {
@@ -109,7 +109,7 @@ func BenchmarkRelay(b *testing.B) {
 						acked[id] = at
 					}
 				}
-			}
+			}))
 			reg := prometheus.NewRegistry()
 			reg.MustRegister(e.store.Collectors()...)
 			r, stop := runRelay(b, e, opts)

@@ -29,6 +29,31 @@ type Config struct {
 	CheckpointMaxRecords     int           `env:"EVENT_PUBLISHER_CHECKPOINT_MAX_RECORDS" envDefault:"10000" doc:"Most produced records not yet covered by a durable checkpoint: what a relay crash re-publishes at most; a background write starts at half of it (raised to the flush batch size when smaller)."`
 	CheckpointInterval       time.Duration `env:"EVENT_PUBLISHER_CHECKPOINT_INTERVAL" envDefault:"100ms" doc:"Longest time between two checkpoint writes while there is progress to save."`
 	ParkAfterAttempts        int           `env:"EVENT_PUBLISHER_PARK_AFTER_ATTEMPTS" envDefault:"3" doc:"Attempts at a record Kafka refuses for a reason of its own (too large, topic refused) before the relay parks it in sluice.relay_parked and moves on; outages are retried without limit."`
+
+	// The tunables below have no variable of their own (Go only); New
+	// applies their defaults when zero.
+
+	// AppendTimeout is EVENT_STORE_APPEND_TIMEOUT (eventstore.Config):
+	// reserved rows younger than this are in flight (wait); older ones are
+	// repaired or abandoned. It must equal the store's own setting.
+	// Default: the variable's default.
+	AppendTimeout time.Duration
+	// Routes overrides topics per aggregate type.
+	Routes map[string]TopicRoute
+	// Holder names this replica in the lease table. Default hostname plus
+	// a random suffix (unique per process).
+	Holder string
+	// MaxWindow bounds how far (in positions) the relay publishes past a
+	// position the checkpoint cannot pass yet (a young gap). Default 100,000.
+	MaxWindow int64
+	// SkipTopicBootstrap disables the creation of missing topics (at start
+	// and before a metadata.kafka_topic's first record).
+	SkipTopicBootstrap bool
+	// ObjectStoreTimeout bounds every object-storage call of the relay
+	// (segment LIST and GET, checkpoint read and write): a store that
+	// hangs fails the call, turns readiness red and is retried, instead of
+	// blocking the relay silently. Default 10 s.
+	ObjectStoreTimeout time.Duration
 }
 
 // DefaultConfig is the section with the defaults of its tags, as a process

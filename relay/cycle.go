@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"sort"
 	"sync/atomic"
@@ -107,7 +108,7 @@ func (r *Relay) cycle(ctx context.Context, ls *leaderState) (more bool, err erro
 		return false, err
 	}
 	if pl.repair {
-		rep, err := r.store.Repair(ctx, r.s.AppendTimeout)
+		rep, err := r.store.Repair(ctx, r.cfg.AppendTimeout)
 		if err != nil {
 			return false, fmt.Errorf("relay: repair: %w", err)
 		}
@@ -137,12 +138,42 @@ func (r *Relay) plan(ctx context.Context, ls *leaderState, head int64, now time.
 	r.m.plans.WithLabelValues("list").Inc()
 	ls.lastList = time.Now()
 	var pl plan
+	pf := ls.takePrefetch(ls.cp.Position)
+	pl.prefetched = pf
+	segs, err := r.listAfter(ctx, ls, pf, &pl)
+	if err != nil {
+		return pl, err
+	}
+	listed := map[string]bool{}
+	for _, s := range segs {
+		listed[s.Key] = true
+	}
+	if err := r.planHoles(ctx, ls, pf, &pl, holesOf(segs, ls.cp.Position, head, pl.truncated), listed, now); err != nil || pl.repair {
+		return pl, err
+	}
+	for _, s := range segs {
+		if !allDone(ls, s) {
+			pl.items = append(pl.items, item{first: s.First, seg: pf.fetchFor(&r.hints, s.Key)})
+		}
+	}
+	sort.SliceStable(pl.items, func(i, j int) bool {
+		if pl.items[i].first != pl.items[j].first {
+			return pl.items[i].first < pl.items[j].first
+		}
+		return pl.items[i].seg == nil && pl.items[j].seg != nil
+	})
+	return pl, nil
+}
+
+// listAfter lists the segments after the checkpoint (the prefetched page
+// first), page by page, until a page is short, a batch of segments is to
+// be fetched (pl.truncated, pl.next: a backlog) or a segment lies more than
+// MaxWindow past the checkpoint. The segments come sorted by position.
+func (r *Relay) listAfter(ctx context.Context, ls *leaderState, pf *prefetch, pl *plan) ([]eventstore.SegmentInfo, error) {
 	base := ls.cp.Position
-	batch := r.s.Config.BatchSize
+	batch := r.cfg.BatchSize
 	var segs []eventstore.SegmentInfo
 	after, toFetch := base, 0
-	pf := ls.takePrefetch(base)
-	pl.prefetched = pf
 listing:
 	for {
 		page, err := pf.listing(ctx, after)
@@ -150,13 +181,13 @@ listing:
 			page, err = r.segments(ctx, after, batch)
 		}
 		if err != nil {
-			return pl, err
+			return nil, err
 		}
 		for _, s := range page {
 			if s.Last <= base {
 				continue
 			}
-			if len(segs) > 0 && s.First-base > r.s.MaxWindow {
+			if len(segs) > 0 && s.First-base > r.cfg.MaxWindow {
 				// Positions this far past the checkpoint wait until the
 				// gap holding it back resolves (bounded memory).
 				break listing
@@ -181,25 +212,38 @@ listing:
 		}
 		return segs[i].Last < segs[j].Last
 	})
-	listed := map[string]bool{}
+	return segs, nil
+}
+
+// holesOf returns the position ranges after base that no segment of segs
+// (sorted) covers, up to the head unless the listing was truncated.
+func holesOf(segs []eventstore.SegmentInfo, base, head int64, truncated bool) [][2]int64 {
 	c := base
 	var holes [][2]int64
 	for _, s := range segs {
-		listed[s.Key] = true
 		if s.First > c+1 {
 			holes = append(holes, [2]int64{c + 1, s.First - 1})
 		}
 		c = max(c, s.Last)
 	}
-	if !pl.truncated && head > c {
+	if !truncated && head > c {
 		holes = append(holes, [2]int64{c + 1, head})
 	}
+	return holes
+}
+
+// planHoles resolves the holes through the index by the hole rules
+// (docs/relay.md#what-it-does-per-cycle): the segments of committed rows
+// not listed become items read directly (rule 1), runs of other rows become
+// items the walk resolves row by row (rules 2 and 4), and a reservation
+// past the append timeout sets pl.repair (rule 3).
+func (r *Relay) planHoles(ctx context.Context, ls *leaderState, pf *prefetch, pl *plan, holes [][2]int64, listed map[string]bool, now time.Time) error {
 	direct := map[string]bool{}
 	directRows := 0
 	for _, h := range holes {
 		rows, err := r.indexRange(ctx, h[0], h[1])
 		if err != nil {
-			return pl, err
+			return err
 		}
 		var run []eventstore.IndexEntry
 		exp := h[0]
@@ -219,12 +263,12 @@ listing:
 				}
 				first, _, err := eventstore.ParseSegmentKey(row.SegmentKey)
 				if err != nil {
-					return pl, fmt.Errorf("relay: index row %d names segment %q: %w", row.Position, row.SegmentKey, err)
+					return fmt.Errorf("relay: index row %d names segment %q: %w", row.Position, row.SegmentKey, err)
 				}
 				direct[row.SegmentKey] = true
 				pl.items = append(pl.items, item{first: first, seg: pf.fetchFor(&r.hints, row.SegmentKey)})
 			case stateReserved:
-				if now.Sub(row.ReservedAt) >= r.s.AppendTimeout {
+				if now.Sub(row.ReservedAt) >= r.cfg.AppendTimeout {
 					pl.repair = true
 				}
 				run = append(run, row)
@@ -237,25 +281,11 @@ listing:
 		}
 		pl.endRun(&run)
 	}
-	if pl.repair {
-		return pl, nil
-	}
-	if directRows > 0 {
+	if directRows > 0 && !pl.repair {
 		r.m.gaps.WithLabelValues("committed_direct").Add(float64(directRows))
 		r.log.Debug("relay: committed positions missing from the listing; reading their segments directly", "positions", directRows, "segments", len(direct))
 	}
-	for _, s := range segs {
-		if !allDone(ls, s) {
-			pl.items = append(pl.items, item{first: s.First, seg: pf.fetchFor(&r.hints, s.Key)})
-		}
-	}
-	sort.SliceStable(pl.items, func(i, j int) bool {
-		if pl.items[i].first != pl.items[j].first {
-			return pl.items[i].first < pl.items[j].first
-		}
-		return pl.items[i].seg == nil && pl.items[j].seg != nil
-	})
-	return pl, nil
+	return nil
 }
 
 // planFromIndex is the plan of a cycle that is close behind the head: when
@@ -278,7 +308,7 @@ listing:
 func (r *Relay) planFromIndex(ctx context.Context, ls *leaderState, head int64, now time.Time) (pl plan, ok bool, err error) {
 	base := ls.cp.Position
 	n := head - base
-	if n <= 0 && ls.prefetch == nil && time.Since(ls.lastList) < r.s.Config.PollInterval {
+	if n <= 0 && ls.prefetch == nil && time.Since(ls.lastList) < r.cfg.PollInterval {
 		// Nothing committed past the checkpoint (a wake-up for a commit the
 		// previous cycle published): a LIST could only find segments whose
 		// commit is still to come, and their notification will wake us. A
@@ -286,7 +316,7 @@ func (r *Relay) planFromIndex(ctx context.Context, ls *leaderState, head int64, 
 		r.m.plans.WithLabelValues("idle").Inc()
 		return plan{}, true, nil
 	}
-	if n <= 0 || n > int64(r.s.Config.BatchSize) || ls.prefetch != nil {
+	if n <= 0 || n > int64(r.cfg.BatchSize) || ls.prefetch != nil {
 		return plan{}, false, nil
 	}
 	rows, err := r.store.Index(ctx, eventstore.IndexQuery{FromPosition: base + 1, ToPosition: head, Limit: int(n)})
@@ -304,7 +334,7 @@ func (r *Relay) planFromIndex(ctx context.Context, ls *leaderState, head int64, 
 			return plan{}, false, nil
 		}
 		switch {
-		case row.State == stateReserved && now.Sub(row.ReservedAt) < r.s.AppendTimeout:
+		case row.State == stateReserved && now.Sub(row.ReservedAt) < r.cfg.AppendTimeout:
 			// In flight (its group commits out of order with a later
 			// one): the walk holds its aggregate back, exactly as the
 			// LIST plan's hole would; its commit's notification wakes us.
@@ -326,7 +356,7 @@ func (r *Relay) planFromIndex(ctx context.Context, ls *leaderState, head int64, 
 		pl.items = append(pl.items, item{first: first, seg: r.hints.fetchFor(row.SegmentKey)})
 	}
 	pl.endRun(&run)
-	if inFlight && time.Since(ls.lastList) >= r.s.Config.PollInterval {
+	if inFlight && time.Since(ls.lastList) >= r.cfg.PollInterval {
 		// A cycle lists at least once per poll interval while positions
 		// are in flight: a segment whose writer died between PUT and
 		// commit is found and published then, not only after the append
@@ -346,7 +376,7 @@ func (r *Relay) planFromIndex(ctx context.Context, ls *leaderState, head int64, 
 // cannot be read (its hint is dropped). last is the highest position of
 // the plan.
 func (r *Relay) planFromHints(ctx context.Context, ls *leaderState) (items []item, last int64, ok bool) {
-	if len(ls.done) > 0 || len(ls.abandoned) > 0 || ls.prefetch != nil || time.Since(ls.lastFull) >= r.s.Config.PollInterval {
+	if len(ls.done) > 0 || len(ls.abandoned) > 0 || ls.prefetch != nil || time.Since(ls.lastFull) >= r.cfg.PollInterval {
 		return nil, 0, false
 	}
 	chain := r.hints.chain(ls.cp.Position + 1)
@@ -468,10 +498,10 @@ func (r *Relay) startPrefetch(ctx context.Context, ls *leaderState, after int64)
 	pf := &prefetch{after: after, done: make(chan struct{}), fetches: map[string]*fetch{}, cancel: cancel}
 	ls.prefetch = pf
 	go func() {
-		segs, err := r.segments(pctx, after, r.s.Config.BatchSize)
+		segs, err := r.segments(pctx, after, r.cfg.BatchSize)
 		var start []*fetch
 		for _, s := range segs {
-			if len(start) == r.s.Config.ParallelGets {
+			if len(start) == r.cfg.ParallelGets {
 				break
 			}
 			if s.Last > after {
@@ -552,261 +582,281 @@ func (pf *prefetch) fetchFor(h *hints, key string) *fetch {
 // returns the number of records produced; when it returns, every produced
 // record was answered by Kafka and processed.
 func (r *Relay) walk(ctx context.Context, ls *leaderState, items []item, now time.Time) (int, error) {
-	held := map[aggKey]struct{}{}
-	heldEvents, produced := 0, 0
-	maxPos := ls.cp.Position
-	var p pipe
-	fail := func(err error) (int, error) {
-		return produced, errors.Join(err, r.drain(ctx, ls, &p))
-	}
+	w := walker{held: map[aggKey]struct{}{}, maxPos: ls.cp.Position}
 	for _, it := range items {
 		if it.seg == nil {
-			var runFirst, runLast int64
-			var runState string
-			logRun := func() {
-				if runLast >= runFirst && runState != "" {
-					r.log.Warn("relay: positions resolved without an event; the checkpoint may pass them (kept in pending_gaps for the lookback)",
-						"first", runFirst, "last", runLast, "state", runState)
-				}
-				runState = ""
-			}
-			for _, row := range it.rows {
-				p := row.Position
-				maxPos = max(maxPos, p)
-				if ls.isDone(p) {
-					continue
-				}
-				switch row.State {
-				case stateReserved:
-					held[aggKey{row.AggregateType, row.AggregateID}] = struct{}{}
-				default:
-					ls.addAbandoned(p, now)
-					res := "abandoned"
-					if row.State == stateMissing {
-						res = "no_index_row"
-					}
-					r.m.gaps.WithLabelValues(res).Inc()
-					if runState == row.State && p == runLast+1 {
-						runLast = p
-					} else {
-						logRun()
-						runFirst, runLast, runState = p, p, row.State
-					}
-				}
-			}
-			logRun()
+			r.walkRun(ls, &w, it.rows, now)
 			continue
 		}
-		select {
-		case <-it.seg.done:
-		case <-ctx.Done():
-			return fail(context.Cause(ctx))
-		}
-		if it.seg.err != nil {
-			return fail(it.seg.err)
-		}
-		for _, ev := range it.seg.evs {
-			pos := ev.Envelope.Position
-			if pos <= maxPos || ls.isDone(pos) {
-				continue
-			}
-			maxPos = pos
-			id := ev.Envelope.EventID
-			if ls.dedup.has(id) {
-				ls.markDone(pos)
-				r.m.dedupSkipped.Inc()
-				continue
-			}
-			k := aggKey{ev.Envelope.AggregateType, ev.Envelope.AggregateID}
-			if _, ok := held[k]; ok {
-				heldEvents++
-				continue
-			}
-			rec := r.router.Record(ev, "")
-			if err := r.topicReady(ctx, rec.Topic); err != nil {
-				if perr := r.parkRefusedTopic(ctx, ls, err, rec, pos, id, it.seg.key); perr != nil {
-					return fail(perr)
-				}
-				continue
-			}
-			if err := r.produceRec(ctx, ls, &p, rec, pos, id, it.seg.key, false); err != nil {
-				return fail(err)
-			}
-			produced++
+		if err := r.walkSegment(ctx, ls, &w, it.seg); err != nil {
+			return w.produced, errors.Join(err, r.drain(ctx, ls, &w.p))
 		}
 	}
-	r.m.held.Set(float64(heldEvents))
-	if heldEvents > 0 {
+	r.m.held.Set(float64(w.heldEvents))
+	if w.heldEvents > 0 {
 		// Normal under load (groups commit out of order), so not at info
 		// level on every cycle: sluice_relay_held_events shows it, and a
 		// reservation that outlives the append timeout is resolved with a
 		// warning (hole rule 3, docs/relay.md#what-it-does-per-cycle).
-		r.log.Debug("relay: events held back behind an in-flight reservation of their aggregate", "events", heldEvents, "aggregates", len(held), "checkpoint", ls.cp.Position)
+		r.log.Debug("relay: events held back behind an in-flight reservation of their aggregate", "events", w.heldEvents, "aggregates", len(w.held), "checkpoint", ls.cp.Position)
 	}
-	if err := r.drain(ctx, ls, &p); err != nil {
-		return produced, err
+	if err := r.drain(ctx, ls, &w.p); err != nil {
+		return w.produced, err
 	}
 	// Positions resolved without producing (abandoned, dedup-skipped) may
 	// have moved the checkpoint too.
 	ls.advance()
-	return produced, r.maybeSave(ctx, ls)
+	return w.produced, r.maybeSave(ctx, ls)
+}
+
+// walker is the state of one walk: the aggregates held back, the highest
+// position walked, the pipeline and its counts.
+type walker struct {
+	held                 map[aggKey]struct{}
+	heldEvents, produced int
+	maxPos               int64
+	p                    pipe
+}
+
+// walkRun resolves a run of index rows without a segment: a young
+// reservation holds its aggregate back (hole rule 2); an abandoned or
+// missing position is resolved, so the checkpoint may pass it (rule 4),
+// with a metric per position and a warning per range.
+func (r *Relay) walkRun(ls *leaderState, w *walker, rows []eventstore.IndexEntry, now time.Time) {
+	var runFirst, runLast int64
+	var runState string
+	logRun := func() {
+		if runLast >= runFirst && runState != "" {
+			r.log.Warn("relay: positions resolved without an event; the checkpoint may pass them (kept in pending_gaps for the lookback)",
+				"first", runFirst, "last", runLast, "state", runState)
+		}
+		runState = ""
+	}
+	for _, row := range rows {
+		p := row.Position
+		w.maxPos = max(w.maxPos, p)
+		if ls.isDone(p) {
+			continue
+		}
+		if row.State == stateReserved {
+			w.held[aggKey{row.AggregateType, row.AggregateID}] = struct{}{}
+			continue
+		}
+		ls.addAbandoned(p, now)
+		res := "abandoned"
+		if row.State == stateMissing {
+			res = "no_index_row"
+		}
+		r.m.gaps.WithLabelValues(res).Inc()
+		if runState == row.State && p == runLast+1 {
+			runLast = p
+		} else {
+			logRun()
+			runFirst, runLast, runState = p, p, row.State
+		}
+	}
+	logRun()
+}
+
+// walkSegment waits for the segment's GET and produces its events above
+// the walk's position: an event published already (dedup) is done, an
+// event of a held aggregate is held, an event whose topic is refused is
+// parked.
+func (r *Relay) walkSegment(ctx context.Context, ls *leaderState, w *walker, f *fetch) error {
+	select {
+	case <-f.done:
+	case <-ctx.Done():
+		return context.Cause(ctx)
+	}
+	if f.err != nil {
+		return f.err
+	}
+	for _, ev := range f.evs {
+		pos := ev.Envelope.Position
+		if pos <= w.maxPos || ls.isDone(pos) {
+			continue
+		}
+		w.maxPos = pos
+		id := ev.Envelope.EventID
+		if ls.dedup.has(id) {
+			ls.markDone(pos)
+			r.m.dedupSkipped.Inc()
+			continue
+		}
+		if _, ok := w.held[aggKey{ev.Envelope.AggregateType, ev.Envelope.AggregateID}]; ok {
+			w.heldEvents++
+			continue
+		}
+		rec := r.router.Record(ev, "")
+		if err := r.topicReady(ctx, rec.Topic); err != nil {
+			if perr := r.parkRefusedTopic(ctx, ls, err, rec, pos, id, f.key); perr != nil {
+				return perr
+			}
+			continue
+		}
+		if err := r.produceRec(ctx, ls, &w.p, rec, pos, id, f.key, false); err != nil {
+			return err
+		}
+		w.produced++
+	}
+	return nil
 }
 
 // recheckGaps re-checks pending gaps within the lookback (at most
 // LookbackMaxKeys per pass, one pass per poll interval) and publishes the
-// positions that got committed meanwhile, late. Gaps older than the
-// lookback leave the checkpoint (they stay visible as abandoned rows in
-// `sluice relay gaps`).
+// positions that got committed meanwhile, late, through the walk's
+// pipeline (produceRec, finishBatch: the same acknowledgement, parking and
+// crash-bound rules as every other record). Gaps older than the lookback
+// leave the checkpoint (they stay visible as abandoned rows in `sluice
+// relay gaps`). The pending gaps change, and the checkpoint is written,
+// only once every late record was acknowledged or parked: a pass that
+// fails leaves them for the next one.
 func (r *Relay) recheckGaps(ctx context.Context, ls *leaderState, now time.Time) error {
 	gaps := ls.cp.PendingGaps
-	if len(gaps) == 0 || time.Since(ls.lastGapCheck) < r.s.Config.PollInterval {
+	if len(gaps) == 0 || time.Since(ls.lastGapCheck) < r.cfg.PollInterval {
 		return nil
 	}
 	ls.lastGapCheck = time.Now()
 	keep := make([]Gap, 0, len(gaps))
 	changed := false
-	b := r.newBatch()
-	type lateGap struct {
-		g Gap
-		n int
-	}
 	var lates []lateGap
+	var p pipe
 	start := ls.gapCursor % len(gaps)
 	checked := 0
 	for j := range gaps {
-		i := (start + j) % len(gaps)
-		g := gaps[i]
-		if now.Sub(g.Since) > r.s.Config.Lookback {
-			n := g.Last - g.First + 1
-			r.m.gaps.WithLabelValues("expired").Add(float64(n))
-			r.log.Warn("relay: pending gap left the lookback without being committed; no longer re-checked (see `sluice relay gaps`)",
-				"first", g.First, "last", g.Last, "since", g.Since)
+		g := gaps[(start+j)%len(gaps)]
+		switch {
+		case now.Sub(g.Since) > r.cfg.Lookback:
+			r.expireGap(g)
 			changed = true
-			continue
-		}
-		if checked >= r.s.Config.LookbackMaxKeys {
+		case checked >= r.cfg.LookbackMaxKeys:
 			keep = append(keep, g)
-			continue
-		}
-		checked++
-		rows, err := r.indexRange(ctx, g.First, g.Last)
-		if err != nil {
-			return err
-		}
-		committed := map[int64]eventstore.IndexEntry{}
-		keys := map[string]bool{}
-		for _, row := range rows {
-			if row.State == stateCommitted {
-				committed[row.Position] = row
-				keys[row.SegmentKey] = true
-			}
-		}
-		// Positions without any index row left the gap for good: abandoned
-		// is final, and a retry of their event deleted the abandoned row
-		// and stored the event at a fresh position, published in order
-		// (docs/eventstore.md, "Abandoned is final").
-		moved := goneFrom(g, rows)
-		if len(committed) == 0 {
-			if len(moved) > 0 {
-				keep = append(keep, subtract(g, moved)...)
-				r.m.gaps.WithLabelValues("moved").Add(float64(len(moved)))
-				changed = true
-			} else {
-				keep = append(keep, g)
-			}
-			continue
-		}
-		n := 0
-		for key := range keys {
-			evs, err := r.readSegment(ctx, key)
+		default:
+			checked++
+			rest, n, ch, err := r.recheckGap(ctx, ls, &p, g)
 			if err != nil {
-				return err
+				return errors.Join(err, r.drain(ctx, ls, &p))
 			}
-			for _, ev := range evs {
-				p := ev.Envelope.Position
-				row, ok := committed[p]
-				if !ok || row.EventID != ev.Envelope.EventID {
-					continue
-				}
-				delete(committed, p)
-				if ls.dedup.has(ev.Envelope.EventID) {
-					r.m.dedupSkipped.Inc()
-					continue
-				}
-				rec := r.router.Record(ev, "")
-				if err := r.topicReady(ctx, rec.Topic); err != nil {
-					if perr := r.parkRefusedTopic(ctx, ls, err, rec, p, ev.Envelope.EventID, key); perr != nil {
-						return perr
-					}
-					n++
-					continue
-				}
-				b.produce(ctx, r.client, rec, p, ev.Envelope.EventID, key, true)
-				ls.produced++
-				ls.processed++
-				n++
+			keep = append(keep, rest...)
+			changed = changed || ch
+			if n > 0 {
+				lates = append(lates, lateGap{g, n})
 			}
 		}
-		// Positions committed and found in their segment leave the gap;
-		// the rest (still abandoned, or not yet readable) stay.
-		pubs := moved
-		for _, row := range rows {
-			if _, left := committed[row.Position]; row.State == stateCommitted && !left {
-				pubs = append(pubs, row.Position)
-			}
-		}
-		slices.Sort(pubs)
-		keep = append(keep, subtract(g, pubs)...)
-		lates = append(lates, lateGap{g, n})
-		changed = true
 	}
 	ls.gapCursor = start + checked
+	if err := r.drain(ctx, ls, &p); err != nil {
+		return err
+	}
 	if !changed {
 		return nil
 	}
-	if b.len() > 0 {
-		b.seal()
-		if err := r.awaitBatch(ctx, b); err != nil {
-			return err
-		}
-		b.mu.Lock()
-		recs := b.recs
-		b.mu.Unlock()
-		parkedLate := map[int64]bool{}
-		for i := range recs {
-			pr := &recs[i]
-			if pr.err != nil {
-				r.m.produceErrs.Inc()
-				published, err := r.settle(ctx, ls, pr)
-				if err != nil {
-					r.setKafkaErr(err)
-					return fmt.Errorf("relay: late publication of position %d: %w", pr.pos, err)
-				}
-				if !published {
-					parkedLate[pr.pos] = true
-				}
-			}
-		}
-		for _, pr := range recs {
-			if parkedLate[pr.pos] {
-				continue
-			}
-			ls.dedup.add(pr.id)
-			r.m.published.WithLabelValues(pr.topic).Inc()
-		}
-		r.m.late.Add(float64(len(recs) - len(parkedLate)))
-		r.m.gaps.WithLabelValues("late_published").Add(float64(len(recs) - len(parkedLate)))
-		for _, l := range lates {
-			if l.n > 0 {
-				r.log.Warn("relay: published events of a pending gap late (their writer committed after the append timeout)",
-					"first", l.g.First, "last", l.g.Last, "events", l.n, "since", l.g.Since)
-			}
-		}
+	for _, l := range lates {
+		r.log.Warn("relay: published events of a pending gap late (their writer committed after the append timeout)",
+			"first", l.g.First, "last", l.g.Last, "events", l.n, "since", l.g.Since)
 	}
 	sort.Slice(keep, func(i, j int) bool { return keep[i].First < keep[j].First })
 	ls.cp.PendingGaps = keep
 	ls.dirty = true
 	return r.save(ctx, ls)
+}
+
+// lateGap is a pending gap with n events published (or parked) late.
+type lateGap struct {
+	g Gap
+	n int
+}
+
+// expireGap drops g, which left the lookback, with a metric and a warning.
+func (r *Relay) expireGap(g Gap) {
+	r.m.gaps.WithLabelValues("expired").Add(float64(g.Last - g.First + 1))
+	r.log.Warn("relay: pending gap left the lookback without being committed; no longer re-checked (see `sluice relay gaps`)",
+		"first", g.First, "last", g.Last, "since", g.Since)
+}
+
+// recheckGap looks g up in the index and produces, through p, the events of
+// the positions committed meanwhile. It returns what stays of g (still
+// abandoned, or committed but not yet readable), the events produced or
+// parked, and whether g changed.
+func (r *Relay) recheckGap(ctx context.Context, ls *leaderState, p *pipe, g Gap) (rest []Gap, n int, changed bool, err error) {
+	rows, err := r.indexRange(ctx, g.First, g.Last)
+	if err != nil {
+		return nil, 0, false, err
+	}
+	committed := map[int64]eventstore.IndexEntry{}
+	keys := map[string]bool{}
+	for _, row := range rows {
+		if row.State == stateCommitted {
+			committed[row.Position] = row
+			keys[row.SegmentKey] = true
+		}
+	}
+	// Positions without any index row left the gap for good: abandoned is
+	// final, and a retry of their event deleted the abandoned row and
+	// stored the event at a fresh position, published in order
+	// (docs/eventstore.md, "Abandoned is final").
+	moved := goneFrom(g, rows)
+	if len(committed) == 0 {
+		if len(moved) == 0 {
+			return []Gap{g}, 0, false, nil
+		}
+		r.m.gaps.WithLabelValues("moved").Add(float64(len(moved)))
+		return subtract(g, moved), 0, true, nil
+	}
+	for _, key := range slices.Sorted(maps.Keys(keys)) {
+		k, err := r.publishLate(ctx, ls, p, key, committed)
+		n += k
+		if err != nil {
+			return nil, n, false, err
+		}
+	}
+	// Positions committed and found in their segment leave the gap; the
+	// rest (still abandoned, or not yet readable) stay.
+	pubs := moved
+	for _, row := range rows {
+		if _, left := committed[row.Position]; row.State == stateCommitted && !left {
+			pubs = append(pubs, row.Position)
+		}
+	}
+	slices.Sort(pubs)
+	return subtract(g, pubs), n, true, nil
+}
+
+// publishLate reads segment key and produces, through p, its events at the
+// positions of committed (the index rows of a pending gap whose event id
+// matches), deleting each position it took from committed. An event the
+// relay published already is skipped (dedup); one whose topic is refused
+// is parked. It returns the events produced or parked.
+func (r *Relay) publishLate(ctx context.Context, ls *leaderState, p *pipe, key string, committed map[int64]eventstore.IndexEntry) (int, error) {
+	evs, err := r.readSegment(ctx, key)
+	if err != nil {
+		return 0, err
+	}
+	n := 0
+	for _, ev := range evs {
+		pos, id := ev.Envelope.Position, ev.Envelope.EventID
+		if row, ok := committed[pos]; !ok || row.EventID != id {
+			continue
+		}
+		delete(committed, pos)
+		if ls.dedup.has(id) {
+			r.m.dedupSkipped.Inc()
+			continue
+		}
+		rec := r.router.Record(ev, "")
+		if err := r.topicReady(ctx, rec.Topic); err != nil {
+			if perr := r.parkRefusedTopic(ctx, ls, err, rec, pos, id, key); perr != nil {
+				return n, perr
+			}
+			n++
+			continue
+		}
+		if err := r.produceRec(ctx, ls, p, rec, pos, id, key, true); err != nil {
+			return n, err
+		}
+		n++
+	}
+	return n, nil
 }
 
 // goneFrom returns the positions of g (ascending) that have no index row.
@@ -844,7 +894,7 @@ func subtract(g Gap, drop []int64) []Gap {
 // someone else: a newer leader (fenced) or an operator (adopt). A busy
 // leader's own conditional writes do that job; the Stat is for idle ones.
 func (r *Relay) watchCheckpoint(ctx context.Context, ls *leaderState) error {
-	if time.Since(ls.lastStat) < r.s.Config.PollInterval {
+	if time.Since(ls.lastStat) < r.cfg.PollInterval {
 		return nil
 	}
 	if ls.inflight != nil || ls.lastSave.After(ls.lastStat) {

@@ -85,15 +85,15 @@ func runHelper() int {
 		fmt.Fprintln(os.Stderr, err)
 		return 2
 	}
-	opts := Options{Config: cfg.Relay, Kafka: cfg.Kafka, AppendTimeout: cfg.EventStore.AppendTimeout}
-	opts.Logger, opts.Crasher, opts.Holder = logger, crasher, os.Getenv("RELAY_TEST_HOLDER")
+	rcfg := cfg.Relay
+	rcfg.AppendTimeout, rcfg.Holder = cfg.EventStore.AppendTimeout, os.Getenv("RELAY_TEST_HOLDER")
 	if v := os.Getenv("RELAY_TEST_CHECKPOINT_MAX_RECORDS"); v != "" {
-		if opts.CheckpointMaxRecords, err = strconv.Atoi(v); err != nil {
+		if rcfg.CheckpointMaxRecords, err = strconv.Atoi(v); err != nil {
 			fmt.Fprintln(os.Stderr, err)
 			return 2
 		}
 	}
-	r, err := New(st, bucket, pool, opts)
+	r, err := New(rcfg, Deps{Store: st, Bucket: bucket, Pool: pool, Kafka: cfg.Kafka, Logger: logger, Crasher: crasher})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 2
@@ -150,19 +150,33 @@ func (e *env) newStore(t testing.TB) *eventstore.Store {
 func (e *env) commandsTopic() string { return e.prefix + "commands" }
 func (e *env) eventsTopic() string   { return e.prefix + "events" }
 
-// opts are relay options for tests: fast polling, short lease and timeouts.
-func (e *env) opts(t testing.TB) Options {
-	return Options{
+// relayArgs are New's arguments, for a test to adjust before runRelay.
+type relayArgs struct {
+	Config Config
+	Deps   Deps
+	Opts   []Option
+}
+
+// new calls New with the arguments.
+func (a relayArgs) new() (*Relay, error) { return New(a.Config, a.Deps, a.Opts...) }
+
+// opts are a relay's arguments for tests over e: fast polling, short lease
+// and timeouts.
+func (e *env) opts(t testing.TB) relayArgs {
+	return relayArgs{
 		Config: Config{
 			Name: "test", BatchSize: 200, KafkaFlushBatchSize: 200, KafkaFlushTimeout: 2 * time.Second,
 			PollInterval: 100 * time.Millisecond, LeaderLease: 2 * time.Second, ParallelGets: 8,
 			StallAfter: 3 * time.Second, Lookback: time.Minute, LookbackMaxKeys: 50,
 			DedupMaxEvents: 10000, DedupCheckpointMaxEvents: 2000,
+			AppendTimeout: e.appendTO,
 		},
-		Kafka:         kafka.Config{Brokers: e.kafka.Brokers, TopicPrefix: e.prefix, TopicPartitions: 4, ReplicationFactor: 1},
-		AppendTimeout: e.appendTO,
-		Logger:        testLogger(t, slog.LevelInfo),
-		Health:        observability.NewHealth(),
+		Deps: Deps{
+			Store: e.store, Bucket: e.bucket, Pool: e.pool,
+			Kafka:  kafka.Config{Brokers: e.kafka.Brokers, TopicPrefix: e.prefix, TopicPartitions: 4, ReplicationFactor: 1},
+			Logger: testLogger(t, slog.LevelInfo),
+			Health: observability.NewHealth(),
+		},
 	}
 }
 
@@ -240,9 +254,9 @@ func (h *helperProc) stop(t *testing.T) int {
 }
 
 // runRelay runs a relay in-process until the test ends or stop is called.
-func runRelay(t testing.TB, e *env, opts Options) (r *Relay, stop func()) {
+func runRelay(t testing.TB, e *env, opts relayArgs) (r *Relay, stop func()) {
 	t.Helper()
-	r, err := New(e.store, e.bucket, e.pool, opts)
+	r, err := opts.new()
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -19,9 +19,9 @@ func TestMetricsPrefixedAndAtZeroAfterNew(t *testing.T) {
 	e := newEnv(t, 30*time.Second)
 	reg := prometheus.NewRegistry()
 	o := e.opts(t)
-	o.Registerer = reg
-	o.Routes = map[string]TopicRoute{"billing": {Events: e.prefix + "billing-events"}}
-	r, err := New(e.store, e.bucket, e.pool, o)
+	o.Deps.Registerer = reg
+	o.Config.Routes = map[string]TopicRoute{"billing": {Events: e.prefix + "billing-events"}}
+	r, err := o.new()
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -122,10 +122,11 @@ func TestObjectStoreFaultVisible(t *testing.T) {
 			t.Cleanup(func() { _ = rst.Close() })
 			opts := e.opts(t)
 			opts.Config.StallAfter = time.Hour // readiness must not come from the stall check
-			opts.ObjectStoreTimeout = 500 * time.Millisecond
+			opts.Config.ObjectStoreTimeout = 500 * time.Millisecond
 			var logs testenv.Buffer
-			opts.Logger = slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelInfo}))
-			r, err := New(rst, fb, e.pool, opts)
+			opts.Deps.Logger = slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelInfo}))
+			opts.Deps.Store, opts.Deps.Bucket = rst, fb
+			r, err := opts.new()
 			if err != nil {
 				t.Fatal(err)
 			}

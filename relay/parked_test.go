@@ -257,7 +257,7 @@ func TestRepublishAndDropParked(t *testing.T) {
 
 	ctx := ctxT(t, time.Minute)
 	ps := NewParkedStore(e.pool)
-	cl, err := kafka.NewClient(kafka.Config{Brokers: e.kafka.Brokers, MaxMessageBytes: opts.MaxMessageBytes})
+	cl, err := kafka.NewClient(kafka.Config{Brokers: e.kafka.Brokers, MaxMessageBytes: opts.Deps.Kafka.MaxMessageBytes})
 	if err != nil {
 		t.Fatal(err)
 	}

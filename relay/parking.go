@@ -55,7 +55,7 @@ func (r *Relay) settle(ctx context.Context, ls *leaderState, pr *pendingRec) (pu
 	last := pr.err
 	attempts, solo := 1, 0
 	bo := newBackoff(100*time.Millisecond, 2*time.Second)
-	for attempts < r.s.Config.ParkAfterAttempts || solo == 0 {
+	for attempts < r.cfg.ParkAfterAttempts || solo == 0 {
 		r.hb.Beat()
 		if solo > 0 {
 			// The first retry alone runs at once: a neighbour of a batch
@@ -67,7 +67,7 @@ func (r *Relay) settle(ctx context.Context, ls *leaderState, pr *pendingRec) (pu
 		}
 		attempts++
 		solo++
-		pctx, cancel := context.WithTimeout(ctx, r.s.Config.KafkaFlushTimeout)
+		pctx, cancel := context.WithTimeout(ctx, r.cfg.KafkaFlushTimeout)
 		err := r.solo.ProduceSync(pctx, soloCopy(pr.rec)).FirstErr()
 		cancel()
 		if err == nil {
@@ -106,13 +106,13 @@ func (r *Relay) parkRefusedTopic(ctx context.Context, ls *leaderState, err error
 // position done, so the checkpoint never passes a record that is neither
 // acknowledged nor parked. It is idempotent by position (ParkedStore.Park).
 func (r *Relay) park(ctx context.Context, ls *leaderState, rec *kgo.Record, pos int64, id, seg, reason string, cause error, attempts int) error {
-	p := ParkedRecord{Relay: r.s.Config.Name, Position: pos, EventID: id, Topic: rec.Topic, Key: rec.Key, Headers: rec.Headers,
+	p := ParkedRecord{Relay: r.cfg.Name, Position: pos, EventID: id, Topic: rec.Topic, Key: rec.Key, Headers: rec.Headers,
 		Envelope: rec.Value, SegmentKey: seg, Reason: reason, Error: cause.Error(), Attempts: attempts}
 	inserted, err := r.parked.Park(ctx, p)
 	if err != nil {
 		return err
 	}
-	r.s.Crasher.Hit("relay", "after_park")
+	r.crasher.Hit("relay", "after_park")
 	ls.markDone(pos)
 	if inserted {
 		r.m.parkedTotal.WithLabelValues(reason).Inc()
@@ -128,11 +128,11 @@ func (r *Relay) park(ctx context.Context, ls *leaderState, rec *kgo.Record, pos 
 // operator resolved meanwhile leave it), at most once per ten poll
 // intervals.
 func (r *Relay) refreshParkedGauge(ctx context.Context, ls *leaderState) {
-	if !ls.lastParkedCount.IsZero() && time.Since(ls.lastParkedCount) < 10*r.s.Config.PollInterval {
+	if !ls.lastParkedCount.IsZero() && time.Since(ls.lastParkedCount) < 10*r.cfg.PollInterval {
 		return
 	}
 	ls.lastParkedCount = time.Now()
-	n, err := r.parked.Count(ctx, r.s.Config.Name)
+	n, err := r.parked.Count(ctx, r.cfg.Name)
 	if err != nil {
 		r.log.Debug("relay: parked records not counted", "err", err)
 		return

@@ -56,7 +56,7 @@ type pendingRec struct {
 }
 
 func (r *Relay) newBatch() *batch {
-	return &batch{recs: make([]pendingRec, 0, r.s.flushBatch), done: make(chan struct{}), tracer: r.tracer}
+	return &batch{recs: make([]pendingRec, 0, r.cfg.KafkaFlushBatchSize), done: make(chan struct{}), tracer: r.tracer}
 }
 
 func (b *batch) len() int {
@@ -142,7 +142,7 @@ func (r *Relay) produceRec(ctx context.Context, ls *leaderState, p *pipe, rec *k
 	}
 	p.cur.produce(ctx, r.client, rec, pos, id, seg, late)
 	ls.produced++
-	if p.cur.len() < r.s.flushBatch {
+	if p.cur.len() < r.cfg.KafkaFlushBatchSize {
 		return nil
 	}
 	p.cur.seal()
@@ -189,7 +189,7 @@ func (r *Relay) drain(ctx context.Context, ls *leaderState, p *pipe) error {
 // checkpoint below CheckpointMaxRecords: at the bound it drains the
 // pipeline and waits until a checkpoint covering everything is durable.
 func (r *Relay) ensureBudget(ctx context.Context, ls *leaderState, p *pipe) error {
-	if ls.produced-ls.durable < int64(r.s.ckptMaxRecords) {
+	if ls.produced-ls.durable < int64(r.cfg.CheckpointMaxRecords) {
 		return nil
 	}
 	if err := r.drain(ctx, ls, p); err != nil {
@@ -198,7 +198,7 @@ func (r *Relay) ensureBudget(ctx context.Context, ls *leaderState, p *pipe) erro
 	if err := r.collectSave(ctx, ls); err != nil {
 		return err
 	}
-	if ls.produced-ls.durable < int64(r.s.ckptMaxRecords) {
+	if ls.produced-ls.durable < int64(r.cfg.CheckpointMaxRecords) {
 		return nil
 	}
 	ls.dirty = true // every produced record is processed: cover them all
@@ -263,26 +263,18 @@ func (r *Relay) finishBatch(ctx context.Context, ls *leaderState, b *batch) erro
 		r.m.late.Add(float64(late))
 		r.m.gaps.WithLabelValues("late_published").Add(float64(late))
 	}
-	if h := r.s.ackHook; h != nil {
+	if h := r.ackHook; h != nil {
 		h(acked, time.Now())
 	}
-	r.s.Crasher.Hit("relay", "after_produce")
+	r.crasher.Hit("relay", "after_produce")
 	if ls.inflight != nil {
 		// A checkpoint write is in flight and a later batch is already
 		// acknowledged (the crash bound's worst case).
-		r.s.Crasher.Hit("relay", "checkpoint_in_flight")
+		r.crasher.Hit("relay", "checkpoint_in_flight")
 	}
 	if failed != nil {
 		r.setKafkaErr(failed)
-		for t := range missingTopics {
-			r.log.Warn("relay: topic missing; creating it", "topic", t)
-			r.mu.Lock()
-			delete(r.topicsCreated, t)
-			r.mu.Unlock()
-			if err := r.topicReady(ctx, t); err != nil {
-				failed = errors.Join(failed, err)
-			}
-		}
+		failed = errors.Join(failed, r.recreateTopics(ctx, missingTopics))
 	} else {
 		r.setKafkaErr(nil)
 	}
@@ -290,11 +282,25 @@ func (r *Relay) finishBatch(ctx context.Context, ls *leaderState, b *batch) erro
 	return errors.Join(failed, r.maybeSave(ctx, ls))
 }
 
+// recreateTopics creates again the topics Kafka reported missing (deleted
+// since the relay created them), so the next cycle's records find them.
+func (r *Relay) recreateTopics(ctx context.Context, topics map[string]bool) error {
+	var errs []error
+	for t := range topics {
+		r.log.Warn("relay: topic missing; creating it", "topic", t)
+		r.mu.Lock()
+		delete(r.topicsCreated, t)
+		r.mu.Unlock()
+		errs = append(errs, r.topicReady(ctx, t))
+	}
+	return errors.Join(errs...)
+}
+
 // awaitBatch waits until Kafka answered every record of b. While it does
 // not (outage) it marks Kafka unready and keeps waiting.
 func (r *Relay) awaitBatch(ctx context.Context, b *batch) error {
 	start := time.Now()
-	t := time.NewTimer(r.s.Config.KafkaFlushTimeout)
+	t := time.NewTimer(r.cfg.KafkaFlushTimeout)
 	defer t.Stop()
 	for {
 		select {
@@ -308,7 +314,7 @@ func (r *Relay) awaitBatch(ctx context.Context, b *batch) error {
 			r.setKafkaErr(kerr)
 			r.log.Warn("relay: kafka is not acknowledging; waiting (the checkpoint does not move)", "err", kerr)
 			r.hb.Beat()
-			t.Reset(r.s.Config.KafkaFlushTimeout)
+			t.Reset(r.cfg.KafkaFlushTimeout)
 		}
 	}
 }
@@ -330,7 +336,7 @@ func (r *Relay) maybeSave(ctx context.Context, ls *leaderState) error {
 	if !ls.dirty {
 		return nil
 	}
-	if ls.processed-ls.snapSeq >= int64(r.s.ckptMaxRecords/2) || time.Since(ls.lastSave) >= r.s.ckptInterval {
+	if ls.processed-ls.snapSeq >= int64(r.cfg.CheckpointMaxRecords/2) || time.Since(ls.lastSave) >= r.cfg.CheckpointInterval {
 		r.startSave(ctx, ls)
 	}
 	return nil
@@ -340,10 +346,10 @@ func (r *Relay) maybeSave(ctx context.Context, ls *leaderState) error {
 // background over the ETag of the last write. At most one write is in
 // flight: the caller collects the previous one first.
 func (r *Relay) startSave(ctx context.Context, ls *leaderState) {
-	r.s.Crasher.Hit("relay", "before_checkpoint")
+	r.crasher.Hit("relay", "before_checkpoint")
 	cp := ls.cp
 	cp.PendingGaps = slices.Clone(ls.cp.PendingGaps)
-	cp.RecentEventIDs = ls.dedup.recent(r.s.Config.DedupCheckpointMaxEvents)
+	cp.RecentEventIDs = ls.dedup.recent(r.cfg.DedupCheckpointMaxEvents)
 	cp.UpdatedAt = time.Now().UTC()
 	op := &saveOp{cp: cp, etag: ls.etag, seq: ls.processed, done: make(chan struct{})}
 	ls.inflight, ls.dirty, ls.snapSeq, ls.lastSave = op, false, ls.processed, time.Now()

@@ -70,8 +70,9 @@ func TestCheckpointStallBoundsProduction(t *testing.T) {
 	gate := newGatedBucket(e.bucket, "checkpoints/test.json")
 	opts := e.opts(t)
 	opts.Config.KafkaFlushBatchSize = 100
-	opts.CheckpointMaxRecords = maxRecords
-	r, err := New(e.store, gate, e.pool, opts)
+	opts.Config.CheckpointMaxRecords = maxRecords
+	opts.Deps.Bucket = gate
+	r, err := opts.new()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -118,7 +119,7 @@ func TestBatchDone(t *testing.T) {
 	}
 	defer cl.Close()
 	ctx := ctxT(t, 30*time.Second)
-	r := &Relay{s: settings{flushBatch: 10}}
+	r := &Relay{cfg: Config{KafkaFlushBatchSize: 10}}
 	cases := []struct {
 		name        string
 		records     int

@@ -15,6 +15,7 @@ import (
 	"github.com/sluicehq/sluice/eventstore"
 	"github.com/sluicehq/sluice/eventstore/objstore"
 	"github.com/sluicehq/sluice/shared/backoff"
+	"github.com/sluicehq/sluice/shared/crashpoint"
 	"github.com/sluicehq/sluice/shared/kafka"
 	"github.com/sluicehq/sluice/shared/observability"
 	"github.com/sluicehq/sluice/shared/tracing"
@@ -23,10 +24,14 @@ import (
 // Relay publishes the event store into Kafka (docs/relay.md). Create it with New,
 // run it with Run, release it with Close.
 type Relay struct {
-	s      settings
-	store  *eventstore.Store
-	pool   *pgxpool.Pool
-	client *kgo.Client
+	cfg     Config       // defaults applied (Config.withDefaults)
+	kafka   kafka.Config // Deps.Kafka, defaults applied
+	store   *eventstore.Store
+	pool    *pgxpool.Pool
+	crasher *crashpoint.Crasher
+	extWake <-chan struct{} // Deps.Wake
+	ackHook func(ids []string, at time.Time)
+	client  *kgo.Client
 	// solo produces one record at a time, alone in its batch: the retries
 	// of a record Kafka refused (parking.go), so a record is judged on its
 	// own and never for a neighbour in a broker-side batch.
@@ -58,49 +63,63 @@ type Relay struct {
 	obj           objWatch
 }
 
-// New returns a relay over the event store (its bucket holds the
-// checkpoint; its pool holds the lease table). It builds its own Kafka
-// producer from opts.Kafka; Close releases it.
-func New(store *eventstore.Store, bucket objstore.Bucket, pool *pgxpool.Pool, opts Options) (*Relay, error) {
-	s, err := opts.withDefaults()
+// New returns a relay over deps.Store (its bucket, deps.Bucket, holds the
+// checkpoint; deps.Pool holds the lease table). cfg's zero fields take
+// their defaults. It builds its own Kafka producers from deps.Kafka; Close
+// releases them. opts are test hooks.
+func New(cfg Config, deps Deps, opts ...Option) (*Relay, error) {
+	cfg, err := cfg.withDefaults()
 	if err != nil {
 		return nil, err
 	}
-	client, err := kafka.NewClient(s.Kafka, append([]kgo.Opt{kafka.MaxBuffered((pipelineDepth + 1) * s.flushBatch)}, s.KafkaOpts...)...)
+	var h hooks
+	for _, o := range opts {
+		o(&h)
+	}
+	k := kafkaWithDefaults(deps.Kafka)
+	logger := deps.Logger
+	if logger == nil {
+		logger = slog.Default()
+	}
+	client, err := kafka.NewClient(k, append([]kgo.Opt{kafka.MaxBuffered((pipelineDepth + 1) * cfg.KafkaFlushBatchSize)}, h.kafkaOpts...)...)
 	if err != nil {
 		return nil, fmt.Errorf("relay: %w", err)
 	}
-	solo, err := kafka.NewClient(s.Kafka, append([]kgo.Opt{kafka.MaxBuffered(1)}, s.KafkaOpts...)...)
+	solo, err := kafka.NewClient(k, append([]kgo.Opt{kafka.MaxBuffered(1)}, h.kafkaOpts...)...)
 	if err != nil {
 		client.Close()
 		return nil, fmt.Errorf("relay: %w", err)
 	}
-	hbAge := max(30*time.Second, 3*s.Config.PollInterval, 3*s.Config.KafkaFlushTimeout, 3*s.lease)
-	router := NewRouter(s.Kafka.CommandsTopic, s.Kafka.EventsTopic, s.Routes)
+	hbAge := max(30*time.Second, 3*cfg.PollInterval, 3*cfg.KafkaFlushTimeout, 3*cfg.LeaderLease)
+	router := NewRouter(k.CommandsTopic, k.EventsTopic, cfg.Routes)
 	r := &Relay{
-		s:             s,
-		store:         store,
-		pool:          pool,
+		cfg:           cfg,
+		kafka:         k,
+		store:         deps.Store,
+		pool:          deps.Pool,
+		crasher:       deps.Crasher,
+		extWake:       deps.Wake,
+		ackHook:       h.ackHook,
 		client:        client,
 		solo:          solo,
-		parked:        NewParkedStore(pool),
+		parked:        NewParkedStore(deps.Pool),
 		router:        router,
-		tracer:        tracing.Tracer(s.TracerProvider),
-		cps:           NewCheckpointStore(bucket, s.Config.CheckpointKey),
-		lease:         NewLease(pool, s.Config.Name, s.Holder, s.lease),
-		m:             newMetrics(s.Registerer, s.Config.Name, router.Topics()),
-		log:           s.Logger.With("relay", s.Config.Name),
+		tracer:        tracing.Tracer(deps.TracerProvider),
+		cps:           NewCheckpointStore(deps.Bucket, cfg.CheckpointKey),
+		lease:         NewLease(deps.Pool, cfg.Name, cfg.Holder, cfg.LeaderLease),
+		m:             newMetrics(deps.Registerer, cfg.Name, router.Topics()),
+		log:           logger.With("relay", cfg.Name),
 		hb:            observability.NewHeartbeat(hbAge),
 		wake:          make(chan struct{}, 1),
-		gets:          make(chan struct{}, s.Config.ParallelGets),
+		gets:          make(chan struct{}, cfg.ParallelGets),
 		ckptMovedAt:   time.Now(),
 		topicsCreated: map[string]bool{},
 		topicsRefused: map[string]topicRefusal{},
 	}
-	r.obj.init(s.ObjectStoreTimeout)
-	if s.Health != nil {
-		s.Health.AddReadiness("relay", r.Ready)
-		s.Health.AddLiveness("relay-loop", r.hb.Check)
+	r.obj.init(cfg.ObjectStoreTimeout)
+	if deps.Health != nil {
+		deps.Health.AddReadiness("relay", r.Ready)
+		deps.Health.AddLiveness("relay-loop", r.hb.Check)
 	}
 	return r, nil
 }
@@ -132,7 +151,7 @@ func (r *Relay) Ready(context.Context) error {
 		return fmt.Errorf("relay: %w", r.loopErr)
 	case r.kafkaErr != nil:
 		return fmt.Errorf("relay: kafka: %w", r.kafkaErr)
-	case r.leader && r.head > r.ckpt && time.Since(r.ckptMovedAt) > r.s.Config.StallAfter:
+	case r.leader && r.head > r.ckpt && time.Since(r.ckptMovedAt) > r.cfg.StallAfter:
 		return fmt.Errorf("relay: stalled: head %d, checkpoint %d has not moved for %s", r.head, r.ckpt, time.Since(r.ckptMovedAt).Round(time.Second))
 	}
 	return nil
@@ -204,7 +223,7 @@ func (r *Relay) Run(ctx context.Context) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	wg.Go(func() { r.listen(ctx) })
-	if w := r.s.Wake; w != nil {
+	if w := r.extWake; w != nil {
 		wg.Go(func() {
 			for {
 				select {
@@ -219,10 +238,10 @@ func (r *Relay) Run(ctx context.Context) error {
 			}
 		})
 	}
-	if r.s.Config.MetricsLogInterval > 0 {
+	if r.cfg.MetricsLogInterval > 0 {
 		wg.Go(func() { r.logMetrics(ctx) })
 	}
-	standby := min(r.s.lease/4, r.s.Config.PollInterval)
+	standby := min(r.cfg.LeaderLease/4, r.cfg.PollInterval)
 	bo := newBackoff(100*time.Millisecond, 5*time.Second)
 	loggedStandby := false
 	for {
@@ -244,7 +263,7 @@ func (r *Relay) Run(ctx context.Context) error {
 		bo.Reset()
 		if !ok {
 			if !loggedStandby {
-				r.log.Info("relay: standing by; another replica holds the lease", "holder", r.s.Holder)
+				r.log.Info("relay: standing by; another replica holds the lease", "holder", r.cfg.Holder)
 				loggedStandby = true
 			}
 			sleep(ctx, standby)
@@ -261,7 +280,7 @@ func (r *Relay) leadWithLease(ctx context.Context, epoch int64) {
 	var wg sync.WaitGroup
 	wg.Go(func() { r.keepLease(lctx, cancel, epoch) })
 	r.setLeader(true)
-	r.log.Info("relay: leader", "epoch", epoch, "holder", r.s.Holder)
+	r.log.Info("relay: leader", "epoch", epoch, "holder", r.cfg.Holder)
 	err := r.lead(lctx, epoch)
 	cause := context.Cause(lctx)
 	cancel(nil)
@@ -287,8 +306,8 @@ func (r *Relay) leadWithLease(ctx context.Context, epoch int64) {
 // keepLease renews the lease every third of its TTL and cancels lctx when
 // it is lost or cannot be renewed before it would expire.
 func (r *Relay) keepLease(ctx context.Context, cancel context.CancelCauseFunc, epoch int64) {
-	every := r.s.lease / 3
-	deadline := time.Now().Add(r.s.lease)
+	every := r.cfg.LeaderLease / 3
+	deadline := time.Now().Add(r.cfg.LeaderLease)
 	t := time.NewTicker(every)
 	defer t.Stop()
 	for {
@@ -303,7 +322,7 @@ func (r *Relay) keepLease(ctx context.Context, cancel context.CancelCauseFunc, e
 		rc()
 		switch {
 		case err == nil && ok:
-			deadline = start.Add(r.s.lease)
+			deadline = start.Add(r.cfg.LeaderLease)
 		case err == nil:
 			cancel(fmt.Errorf("%w: lease of epoch %d was taken over", ErrFenced, epoch))
 			return
@@ -331,7 +350,7 @@ func (r *Relay) lead(ctx context.Context, epoch int64) error {
 	defer func() { r.finalSave(ctx, ls) }()
 	defer r.hints.lead(ctx)()
 	bo := newBackoff(100*time.Millisecond, 5*time.Second)
-	poll := time.NewTimer(r.s.Config.PollInterval)
+	poll := time.NewTimer(r.cfg.PollInterval)
 	defer poll.Stop()
 	ckpt := time.NewTimer(time.Hour)
 	defer ckpt.Stop()
@@ -374,7 +393,7 @@ func (r *Relay) lead(ctx context.Context, epoch int64) error {
 		} else if retry || more {
 			continue
 		}
-		resetTimer(poll, r.s.Config.PollInterval)
+		resetTimer(poll, r.cfg.PollInterval)
 	idle:
 		// Caught up: the checkpoint becomes durable within
 		// CheckpointInterval; a wake-up or the poll starts the next cycle.
@@ -383,7 +402,7 @@ func (r *Relay) lead(ctx context.Context, epoch int64) error {
 		if op := ls.inflight; op != nil {
 			saveDone = op.done
 		} else if ls.dirty {
-			resetTimer(ckpt, max(0, r.s.ckptInterval-time.Since(ls.lastSave)))
+			resetTimer(ckpt, max(0, r.cfg.CheckpointInterval-time.Since(ls.lastSave)))
 			ckptC = ckpt.C
 		}
 		select {
@@ -447,7 +466,7 @@ func (r *Relay) finalSave(ctx context.Context, ls *leaderState) {
 
 // bootstrapTopics creates the routing table's topics once per process.
 func (r *Relay) bootstrapTopics(ctx context.Context) error {
-	if r.s.SkipTopicBootstrap {
+	if r.cfg.SkipTopicBootstrap {
 		return nil
 	}
 	var missing []string
@@ -472,7 +491,7 @@ func (r *Relay) topicReady(ctx context.Context, topic string) error {
 	ok := r.topicsCreated[topic]
 	ref, refused := r.topicsRefused[topic]
 	r.mu.Unlock()
-	if ok || r.s.SkipTopicBootstrap {
+	if ok || r.cfg.SkipTopicBootstrap {
 		return nil
 	}
 	if refused && time.Now().Before(ref.until) {
@@ -481,7 +500,7 @@ func (r *Relay) topicReady(ctx context.Context, topic string) error {
 	bo := newBackoff(200*time.Millisecond, 5*time.Second)
 	attempts := 0
 	for {
-		tctx, cancel := context.WithTimeout(ctx, r.s.Config.KafkaFlushTimeout)
+		tctx, cancel := context.WithTimeout(ctx, r.cfg.KafkaFlushTimeout)
 		err := kafka.EnsureSpec(tctx, r.client, r.topicSpec(), topic)
 		cancel()
 		if err == nil {
@@ -498,7 +517,7 @@ func (r *Relay) topicReady(ctx context.Context, topic string) error {
 		}
 		if reason, ok := parkReason(ctx, err); ok {
 			attempts++
-			if attempts >= r.s.Config.ParkAfterAttempts {
+			if attempts >= r.cfg.ParkAfterAttempts {
 				r.mu.Lock()
 				r.topicsRefused[topic] = topicRefusal{reason: reason, attempts: attempts, err: err, until: time.Now().Add(topicRefusalTTL)}
 				r.mu.Unlock()
@@ -519,16 +538,16 @@ func (r *Relay) topicReady(ctx context.Context, topic string) error {
 // topicSpec is how the relay creates topics: the configured partitions and
 // replication, and max.message.bytes = the size budget.
 func (r *Relay) topicSpec() kafka.Spec {
-	return kafka.TopicSpec(r.s.Kafka)
+	return kafka.TopicSpec(r.kafka)
 }
 
 func (r *Relay) ensureTopics(ctx context.Context, names ...string) error {
-	if len(names) == 0 || r.s.SkipTopicBootstrap {
+	if len(names) == 0 || r.cfg.SkipTopicBootstrap {
 		return nil
 	}
 	bo := newBackoff(200*time.Millisecond, 5*time.Second)
 	for {
-		tctx, cancel := context.WithTimeout(ctx, r.s.Config.KafkaFlushTimeout)
+		tctx, cancel := context.WithTimeout(ctx, r.cfg.KafkaFlushTimeout)
 		err := kafka.EnsureSpec(tctx, r.client, r.topicSpec(), names...)
 		cancel()
 		if err == nil {
@@ -571,7 +590,7 @@ func (r *Relay) claim(ctx context.Context, epoch int64) (*leaderState, error) {
 			return nil, fmt.Errorf("%w: checkpoint epoch %d, ours %d", ErrFenced, cp.RelayEpoch, epoch)
 		}
 		cp.RelayEpoch = epoch
-		cp.Holder = r.s.Holder
+		cp.Holder = r.cfg.Holder
 		cp.UpdatedAt = time.Now().UTC()
 		newTag, err := r.checkpointSave(ctx, cp, etag)
 		if errors.Is(err, objstore.ErrPreconditionFailed) && attempt < 10 {
@@ -580,10 +599,10 @@ func (r *Relay) claim(ctx context.Context, epoch int64) (*leaderState, error) {
 		if err != nil {
 			return nil, err
 		}
-		ls := newLeaderState(epoch, cp, newTag, r.s.Config.DedupMaxEvents)
+		ls := newLeaderState(epoch, cp, newTag, r.cfg.DedupMaxEvents)
 		// Positions parked by an earlier leader that crashed before its
 		// checkpoint passed them: done, neither produced nor parked again.
-		parked, err := r.parked.parkedAfter(ctx, r.s.Config.Name, cp.Position)
+		parked, err := r.parked.parkedAfter(ctx, r.cfg.Name, cp.Position)
 		if err != nil {
 			return nil, err
 		}
@@ -602,7 +621,7 @@ func (r *Relay) claim(ctx context.Context, epoch int64) (*leaderState, error) {
 // else the first position committed at or after the configured time, else
 // the beginning (an empty checkpoint never skips history).
 func (r *Relay) startPosition(ctx context.Context) (int64, error) {
-	c := r.s.Config
+	c := r.cfg
 	switch {
 	case c.StartPosition > 0:
 		return c.StartPosition, nil
@@ -642,7 +661,7 @@ func (r *Relay) listen(ctx context.Context) {
 
 // logMetrics writes the periodic metrics line.
 func (r *Relay) logMetrics(ctx context.Context) {
-	t := time.NewTicker(r.s.Config.MetricsLogInterval)
+	t := time.NewTicker(r.cfg.MetricsLogInterval)
 	defer t.Stop()
 	var last float64
 	lastAt := time.Now()

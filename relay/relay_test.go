@@ -317,7 +317,7 @@ func TestTwoReplicas(t *testing.T) {
 func TestFencedByNewerEpoch(t *testing.T) {
 	e := newEnv(t, 30*time.Second)
 	opts := e.opts(t)
-	opts.Holder = "old"
+	opts.Config.Holder = "old"
 	r, _ := runRelay(t, e, opts)
 	appendAll(t, e.store, 4, mixedEnvelopes(50, 5, e.prefix+"custom"))
 	testenv.WaitFor(t, 30*time.Second, "first events published", func() bool { return e.checkpoint(t).Position == 50 })
@@ -781,7 +781,7 @@ func TestBogusCommitHints(t *testing.T) {
 	opts := e.opts(t)
 	opts.Config.PollInterval = time.Minute
 	var logs testenv.Buffer
-	opts.Logger = slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	opts.Deps.Logger = slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	r, stop := runRelay(t, e, opts)
 	defer stop()
 	testenv.WaitFor(t, 20*time.Second, "relay leader", func() bool { return r.Leader() })

@@ -150,7 +150,11 @@ func (c *Config) ProjectionWorker() projectionworker.Config {
 	return projectionworker.Config{Kafka: c.Kafka, EventStore: c.EventStore, Registry: c.Registry, Worker: c.Worker, Elasticsearch: c.Elasticsearch, Testing: c.Testing}
 }
 
-// RelayOptions are the options of the relay of a `sluice relay` process.
-func (c *Config) RelayOptions() relay.Options {
-	return relay.Options{Config: c.Relay, Kafka: c.Kafka, AppendTimeout: c.EventStore.AppendTimeout}
+// RelayConfig is the relay section of a `sluice relay` process, with the
+// store's append timeout (the relay must use the store's own); the relay
+// takes c.Kafka as its relay.Deps.Kafka.
+func (c *Config) RelayConfig() relay.Config {
+	rc := c.Relay
+	rc.AppendTimeout = c.EventStore.AppendTimeout
+	return rc
 }
