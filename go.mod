@@ -64,7 +64,7 @@ require (
 	github.com/prometheus/prometheus v0.315.1
 	go.uber.org/atomic v1.11.0 // indirect
 	golang.org/x/oauth2 v0.37.0 // indirect
-	golang.org/x/time v0.15.0 // indirect
+	golang.org/x/time v0.15.0
 	k8s.io/client-go v0.37.0 // indirect
 )
 

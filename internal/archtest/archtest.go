@@ -27,8 +27,8 @@ const (
 	// Foundation: shared/…, migrations, internal/…: what several services
 	// use. Packages of this floor may import each other.
 	Foundation = 0
-	// Stores: eventstore and registry, the owners of the Postgres tables
-	// and the objects. Neither imports the other.
+	// Stores: eventstore, registry and auth, the owners of the Postgres tables
+	// and the objects. None imports another.
 	Stores = 1
 	// Services: relay, the workers and api, which run on the stores.
 	Services = 2
@@ -57,6 +57,7 @@ func floors() map[string]int {
 		"internal":         Foundation,
 		"eventstore":       Stores,
 		"registry":         Stores,
+		"auth":             Stores,
 		"relay":            Services,
 		"instanceworker":   Services,
 		"projectionworker": Services,

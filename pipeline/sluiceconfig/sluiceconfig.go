@@ -18,6 +18,7 @@ import (
 	"math"
 
 	"github.com/sluicehq/sluice/api"
+	"github.com/sluicehq/sluice/auth"
 	"github.com/sluicehq/sluice/eventstore"
 	"github.com/sluicehq/sluice/instanceworker"
 	"github.com/sluicehq/sluice/migrations"
@@ -48,6 +49,7 @@ type Config struct {
 	Worker        consumer.Config             `section:"Workers"`
 	Elasticsearch readmodel.Config            `section:"Elasticsearch"`
 	API           api.Config                  `section:"HTTP API"`
+	Auth          auth.Config                 `section:"Access control"`
 	Tracing       tracing.Config              `section:"Tracing (OpenTelemetry)"`
 	Testing       crashpoint.Config           `section:"Fault injection (tests only)"`
 }
