@@ -88,6 +88,9 @@ type Error struct {
 	// Limit is the rule or limit that was violated ("1048576 bytes",
 	// "depth 63", "[a-z0-9][a-z0-9_-]{0,62}").
 	Limit string `json:"limit,omitempty"`
+	// Permission is the missing permission of a 403 ("append on
+	// stream:Order/eu-1").
+	Permission string `json:"permission,omitempty"`
 	// ExpectedSeq and ActualSeq are set on optimistic-concurrency conflicts.
 	ExpectedSeq *int64 `json:"expected_seq,omitempty"`
 	ActualSeq   *int64 `json:"actual_seq,omitempty"`

@@ -29,6 +29,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/sluicehq/sluice/api"
+	"github.com/sluicehq/sluice/auth"
 	"github.com/sluicehq/sluice/eventstore"
 	"github.com/sluicehq/sluice/eventstore/objstore"
 	"github.com/sluicehq/sluice/eventstore/objstore/minioext"
@@ -78,6 +79,10 @@ type Options struct {
 	// APIRoutes are mounted on the API beside its own routes: pattern
 	// (http.ServeMux syntax, e.g. "/admin/") → handler.
 	APIRoutes map[string]http.Handler
+	// APIKeys are the API keys the API accepts (nil: a store of its own on
+	// the pool); the command shares one with the admin API, so that a key
+	// revoked there stops working here at once.
+	APIKeys *auth.Keys
 	// Projections run by the projection worker (default: history).
 	Projections []projectionworker.Spec
 }
@@ -317,8 +322,14 @@ func buildAPI(ctx context.Context, d Deps, o Options) (Runner, error) {
 		return nil, err
 	}
 	postgresReady(d)
+	keys := o.APIKeys
+	if keys == nil {
+		keys = auth.NewKeys(d.Pool, auth.KeysOptions{Refresh: cfg.Auth.KeyRefresh, Logger: d.Logger})
+	}
+	authn := auth.NewAuthenticator(auth.Options{Keys: keys, Tokens: tokens, Required: cfg.Auth.Required})
 	h, err := api.New(api.Options{
 		Store: d.Store, Registry: reg, Sequences: d.Store, Logger: d.Logger,
+		Auth: authn, RateLimits: auth.NewLimiter(cfg.Auth),
 		Tokens: tokens, MaxBodyBytes: int64(cfg.API.MaxBodyBytes), MaxInFlight: cfg.API.MaxInFlight,
 		Limits:  cfg.EventStore.Limits,
 		Metrics: d.Metrics, Health: d.Health, TracerProvider: d.TracerProvider,
