@@ -50,6 +50,7 @@ func newRootCmd(stdout, stderr io.Writer) *cobra.Command {
 		newVerifyCmd(),
 		newProjectionWorkerCmd(),
 		newProjectionCmd(),
+		newAuthCmd(),
 	)
 	return root
 }

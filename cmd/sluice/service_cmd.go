@@ -7,6 +7,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/sluicehq/sluice/admin"
+	"github.com/sluicehq/sluice/auth"
 	"github.com/sluicehq/sluice/inspect"
 	"github.com/sluicehq/sluice/pipeline"
 	"github.com/sluicehq/sluice/registry"
@@ -51,12 +52,12 @@ func runService(cmd *cobra.Command, name string, o pipeline.Options, started fun
 	defer stopTracing()
 	d.TracerProvider = tp
 	if name == pipeline.API {
-		routes, closeRoutes, err := apiRoutes(d)
+		routes, keys, closeRoutes, err := apiRoutes(d)
 		if err != nil {
 			return err
 		}
 		defer closeRoutes()
-		o.APIRoutes = routes
+		o.APIRoutes, o.APIKeys = routes, keys
 	}
 	r, err := pipeline.Build(ctx, name, d, o)
 	if err != nil {
@@ -97,32 +98,34 @@ func runService(cmd *cobra.Command, name string, o pipeline.Options, started fun
 
 // apiRoutes are what the api process serves beside the API: the console,
 // the trace and aggregate views and the admin API (which need the event
-// store and the tools, hence built here, above the table). The returned
-// func releases them.
-func apiRoutes(d pipeline.Deps) (map[string]http.Handler, func(), error) {
+// store and the tools, hence built here, above the table), and the API
+// keys the API and the admin API share. The returned func releases them.
+func apiRoutes(d pipeline.Deps) (map[string]http.Handler, *auth.Keys, func(), error) {
 	cfg := d.Config
 	reg, err := registry.New(d.Pool, cfg.Registry.Options(cfg.Worker.InstanceRetry()))
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	in, err := newInspector(cfg, d.Pool, d.Store, d.Bucket, reg)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	es, err := readmodel.NewClient(cfg.Elasticsearch)
 	if err != nil {
 		in.Close()
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
+	keys := auth.NewKeys(d.Pool, auth.KeysOptions{Refresh: cfg.Auth.KeyRefresh, Logger: d.Logger})
 	adm, err := admin.New(admin.Options{Config: cfg, Pool: d.Pool, Store: d.Store, Bucket: d.Bucket, Registry: reg, ES: es, Logger: d.Logger,
-		OperatorToken: cfg.API.AdminToken.Value(), ReadToken: cfg.API.AdminReadToken.Value()})
+		Auth: auth.NewAuthenticator(auth.Options{Keys: keys, AdminToken: cfg.API.AdminToken.Value(), AdminReadToken: cfg.API.AdminReadToken.Value(), Required: true}),
+		Keys: keys})
 	if err != nil {
 		in.Close()
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	adm.HandleRead(inspect.TracePath, in.Handler())
 	adm.HandleRead(inspect.AggregatePath, in.Handler())
 	routes := consoleRoutes()
 	routes[admin.Prefix] = adm
-	return routes, in.Close, nil
+	return routes, keys, in.Close, nil
 }
