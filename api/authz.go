@@ -47,7 +47,7 @@ func (s *server) authorize(w http.ResponseWriter, r *http.Request, pattern strin
 	}
 	var allowed bool
 	switch {
-	case res == nil && op == auth.OpRead: // command status: checked again on the command's aggregate
+	case pattern == "GET /v1/commands/{command_id}": // checked again on the command's instance
 		allowed = p.AllowsAny(auth.OpRead) || p.AllowsAny(auth.OpCommand)
 	case res == nil:
 		allowed = p.AllowsAny(op)

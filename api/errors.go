@@ -121,6 +121,7 @@ type problem struct {
 	Code            string `json:"code"`
 	Field           string `json:"field,omitempty"`
 	Limit           string `json:"limit,omitempty"`
+	Permission      string `json:"permission,omitempty"`
 	Error           string `json:"error"`
 	Message         string `json:"message"`
 	ExpectedSeq     *int64 `json:"expected_seq,omitempty"`
@@ -140,7 +141,7 @@ func (e *Error) MarshalJSON() ([]byte, error) {
 	}
 	return marshalNoEscape(problem{
 		Type: ProblemTypePrefix + e.Code, Title: title, Status: e.Status, Detail: e.Message, Code: e.Code,
-		Field: e.Field, Limit: e.Limit, Error: e.Code, Message: e.Message,
+		Field: e.Field, Limit: e.Limit, Permission: e.Permission, Error: e.Code, Message: e.Message,
 		ExpectedSeq: e.ExpectedSeq, ActualSeq: e.ActualSeq, CommandID: e.CommandID,
 		SequenceNumber: e.SequenceNumber, PendingCommands: e.PendingCommands,
 	})

@@ -116,8 +116,8 @@ func TestResourceString(t *testing.T) {
 
 func TestParseAuthorization(t *testing.T) {
 	ok := map[string]string{
-		"Bearer abc":                      "abc",
-		"bearer   abc==":                  "abc==",
+		"Bearer abc":                       "abc",
+		"bearer   abc==":                   "abc==",
 		"BEARER sluice_0123456789abcdef_x": "sluice_0123456789abcdef_x",
 	}
 	for h, want := range ok {
