@@ -66,6 +66,8 @@ type Options struct {
 	Tokens []string
 	// AdminToken and AdminReadToken are the admin API's built-in roles.
 	AdminToken, AdminReadToken string
+	// OIDC verifies bearer JWTs (nil: none are accepted).
+	OIDC *OIDC
 	// Required refuses a request without credentials (401). Without it, such
 	// a request is the Anonymous principal. Set when Tokens are given or
 	// SLUICE_AUTH_REQUIRED is.
@@ -76,6 +78,7 @@ type Options struct {
 // principal.
 type Authenticator struct {
 	keys     *Keys
+	oidc     *OIDC
 	static   []staticToken
 	required bool
 }
@@ -87,7 +90,7 @@ type staticToken struct {
 
 // NewAuthenticator returns the authenticator of o.
 func NewAuthenticator(o Options) *Authenticator {
-	a := &Authenticator{keys: o.Keys, required: o.Required}
+	a := &Authenticator{keys: o.Keys, oidc: o.OIDC, required: o.Required}
 	n := 0
 	for _, t := range o.Tokens {
 		if t == "" {
@@ -136,6 +139,9 @@ func (a *Authenticator) Authenticate(ctx context.Context, header string) (*Princ
 		if subtle.ConstantTimeCompare(sum[:], a.static[i].sum[:]) == 1 {
 			found = a.static[i].p
 		}
+	}
+	if found == nil && a.oidc != nil && LooksLikeJWT(tok) {
+		return a.oidc.Verify(ctx, tok)
 	}
 	if found == nil {
 		return nil, ErrInvalid

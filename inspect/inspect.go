@@ -97,7 +97,7 @@ func New(o Options) (*Inspector, error) {
 		o.ScanLimit = DefaultScanLimit
 	}
 	if o.ClockSkew <= 0 {
-		o.ClockSkew = DefaultClockSkew
+		o.ClockSkew = DefaultClockSkew // the trace's tolerance, not the default of SLUICE_AUTH_OIDC_CLOCK_SKEW
 	}
 	if o.RelayName == "" {
 		o.RelayName = "default"

@@ -81,8 +81,10 @@ type Options struct {
 	APIRoutes map[string]http.Handler
 	// APIKeys are the API keys the API accepts (nil: a store of its own on
 	// the pool); the command shares one with the admin API, so that a key
-	// revoked there stops working here at once.
+	// revoked there stops working here at once. APIOIDC verifies bearer
+	// JWTs (nil: one of its own when SLUICE_AUTH_OIDC_* is set).
 	APIKeys *auth.Keys
+	APIOIDC *auth.OIDC
 	// Projections run by the projection worker (default: history).
 	Projections []projectionworker.Spec
 }
@@ -326,7 +328,13 @@ func buildAPI(ctx context.Context, d Deps, o Options) (Runner, error) {
 	if keys == nil {
 		keys = auth.NewKeys(d.Pool, auth.KeysOptions{Refresh: cfg.Auth.KeyRefresh, Logger: d.Logger})
 	}
-	authn := auth.NewAuthenticator(auth.Options{Keys: keys, Tokens: tokens, Required: cfg.Auth.Required})
+	oidc := o.APIOIDC
+	if oidc == nil && cfg.Auth.OIDCEnabled() {
+		if oidc, err = auth.NewOIDC(ctx, cfg.Auth, nil, d.Logger); err != nil {
+			return nil, err
+		}
+	}
+	authn := auth.NewAuthenticator(auth.Options{Keys: keys, OIDC: oidc, Tokens: tokens, Required: cfg.Auth.Required})
 	h, err := api.New(api.Options{
 		Store: d.Store, Registry: reg, Sequences: d.Store, Logger: d.Logger,
 		Auth: authn, RateLimits: auth.NewLimiter(cfg.Auth),

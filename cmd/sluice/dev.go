@@ -248,14 +248,14 @@ func runDev(parent context.Context, out io.Writer, cfg *sluiceconfig.Config, log
 	if err != nil {
 		return err
 	}
-	routes, keys, closeRoutes, err := apiRoutes(deps)
+	routes, a, closeRoutes, err := apiRoutes(deps)
 	if err != nil {
 		return err
 	}
 	defer closeRoutes()
 	apiURL := ""
 	for _, svc := range pipeline.Table() {
-		r, err := pipeline.Build(ctx, svc.Name, deps, pipeline.Options{APIRoutes: routes, APIKeys: keys})
+		r, err := pipeline.Build(ctx, svc.Name, deps, pipeline.Options{APIRoutes: routes, APIKeys: a.keys, APIOIDC: a.oidc})
 		if err != nil {
 			return err
 		}
