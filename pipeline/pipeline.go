@@ -15,6 +15,7 @@ package pipeline
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -287,8 +288,11 @@ type APIRunner struct {
 	grace   time.Duration
 	logger  *slog.Logger
 	health  *observability.Health
-	// Auth is true when bearer tokens guard /v1.
+	// Auth is true when /v1 requires credentials (SLUICE_API_TOKENS,
+	// SLUICE_AUTH_REQUIRED).
 	Auth bool
+	// TLS is true when the listener speaks TLS (SLUICE_API_TLS_CERT_FILE).
+	TLS bool
 }
 
 // Addr is the address the API listens on.
@@ -364,8 +368,17 @@ func buildAPI(ctx context.Context, d Deps, o Options) (Runner, error) {
 			return nil, fmt.Errorf("api: listen %s: %w (set SLUICE_API_ADDR)", addr, err)
 		}
 	}
+	useTLS := cfg.API.TLSCertFile != ""
+	if useTLS {
+		tc, err := TLSConfig(cfg.API.TLSCertFile, cfg.API.TLSKeyFile, d.Logger)
+		if err != nil {
+			_ = ln.Close()
+			return nil, err
+		}
+		ln = tls.NewListener(ln, tc)
+	}
 	return &APIRunner{ln: ln, handler: h, grace: cfg.Worker.ShutdownTimeout, logger: d.Logger,
-		health: d.Health, Auth: len(tokens) > 0}, nil
+		health: d.Health, Auth: authn.Required(), TLS: useTLS}, nil
 }
 
 // ServeOptions are how Serve drains.
