@@ -46,6 +46,7 @@ func (s *Server) routes() {
 	s.act("POST "+Prefix+"projections/{name}/rollback", "projection.rollback", s.projectionSwitch(false))
 	s.act("POST "+Prefix+"verify", "verify", s.verify)
 	s.schemaRoutes()
+	s.keyRoutes()
 	s.mux.HandleFunc(Prefix, func(w http.ResponseWriter, r *http.Request) {
 		writeProblem(w, http.StatusNotFound, "not_found", "no admin endpoint "+r.Method+" "+r.URL.Path+" (docs/console.md)")
 	})
@@ -254,7 +255,7 @@ func (s *Server) groupPause(pause bool) func(*http.Request, []byte) (Action, err
 		}
 		group := r.PathValue("group")
 		a := Action{Target: "group " + group, DryRun: req.DryRun}
-		res, err := s.opts.Registry.SetGroupPaused(r.Context(), group, pause, who(roleOf(r)), req.Reason, req.DryRun)
+		res, err := s.opts.Registry.SetGroupPaused(r.Context(), group, pause, whoOf(r), req.Reason, req.DryRun)
 		if err != nil {
 			return a, err
 		}

@@ -16,8 +16,6 @@ package admin
 
 import (
 	"context"
-	"crypto/sha256"
-	"crypto/subtle"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -32,6 +30,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/sluicehq/sluice/auth"
 	"github.com/sluicehq/sluice/eventstore"
 	"github.com/sluicehq/sluice/eventstore/objstore"
 	"github.com/sluicehq/sluice/instanceworker"
@@ -65,7 +64,14 @@ type Options struct {
 	ES      *elasticsearch.Client
 	Logger  *slog.Logger
 	// OperatorToken and ReadToken are the accepted bearer tokens ("" none).
+	// Ignored when Auth is set.
 	OperatorToken, ReadToken string
+	// Auth authenticates requests (nil: one made of the two tokens): a
+	// principal granted admin_act has the operator role, one granted only
+	// admin_read the read role (docs/security.md). Keys, when set, serves
+	// the API-key endpoints (/admin/v1/auth/keys).
+	Auth *auth.Authenticator
+	Keys *auth.Keys
 	// Projections are the projections whose versions and groups the
 	// overview shows (default: every built-in projection).
 	Projections []projectionworker.Projection
@@ -89,18 +95,12 @@ type Options struct {
 
 // Server is the admin API.
 type Server struct {
-	opts   Options
-	log    *slog.Logger
-	tokens []token
-	mux    *http.ServeMux
-	jobs   *jobs
+	opts Options
+	log  *slog.Logger
+	mux  *http.ServeMux
+	jobs *jobs
 	// schemas is Options.Schemas.
 	schemas *schema.Registry
-}
-
-type token struct {
-	sum  [sha256.Size]byte
-	role string
 }
 
 // New returns the admin API. It holds no connections of its own beyond
@@ -125,11 +125,8 @@ func New(o Options) (*Server, error) {
 		o.Schemas = schema.New(o.Pool, o.Config.Schema, o.Logger)
 	}
 	s := &Server{opts: o, log: o.Logger, mux: http.NewServeMux(), jobs: newJobs(), schemas: o.Schemas}
-	if o.OperatorToken != "" {
-		s.tokens = append(s.tokens, token{sum: sha256.Sum256([]byte(o.OperatorToken)), role: RoleOperator})
-	}
-	if o.ReadToken != "" {
-		s.tokens = append(s.tokens, token{sum: sha256.Sum256([]byte(o.ReadToken)), role: RoleRead})
+	if s.opts.Auth == nil {
+		s.opts.Auth = auth.NewAuthenticator(auth.Options{AdminToken: o.OperatorToken, AdminReadToken: o.ReadToken, Required: true})
 	}
 	s.routes()
 	return s, nil
@@ -137,37 +134,50 @@ func New(o Options) (*Server, error) {
 
 // ServeHTTP authenticates and dispatches.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	role := s.role(r)
-	if role == "" {
-		w.Header().Set("WWW-Authenticate", `Bearer realm="sluice-admin"`)
-		writeProblem(w, http.StatusUnauthorized, "unauthorized",
-			"the admin API needs a bearer token (SLUICE_ADMIN_TOKEN or SLUICE_ADMIN_READ_TOKEN); with neither configured it is closed")
+	h := r.Header.Get("Authorization")
+	var p *auth.Principal
+	var err error
+	if h != "" {
+		p, err = s.opts.Auth.Authenticate(r.Context(), h)
+	}
+	if errors.Is(err, auth.ErrUnavailable) {
+		writeProblem(w, http.StatusServiceUnavailable, "unavailable", err.Error())
 		return
 	}
-	s.mux.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), roleKey{}, role)))
+	if h == "" || err != nil {
+		w.Header().Set("WWW-Authenticate", `Bearer realm="sluice-admin"`)
+		writeProblem(w, http.StatusUnauthorized, "unauthorized",
+			"the admin API needs a bearer token (SLUICE_ADMIN_TOKEN, SLUICE_ADMIN_READ_TOKEN or an API key granted admin_read); with none configured it is closed")
+		return
+	}
+	role := ""
+	switch {
+	case p.AllowsAny(auth.OpAdminAct):
+		role = RoleOperator
+	case p.AllowsAny(auth.OpAdminRead):
+		role = RoleRead
+	default:
+		writeProblem(w, http.StatusForbidden, "forbidden", "principal "+p.Name+" lacks the permission admin_read on *")
+		return
+	}
+	ctx := context.WithValue(r.Context(), roleKey{}, role)
+	s.mux.ServeHTTP(w, r.WithContext(auth.WithPrincipal(ctx, p)))
 }
 
 type roleKey struct{}
 
-// role returns the role of the request's bearer token, "" when none matches.
-func (s *Server) role(r *http.Request) string {
-	bearer, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
-	if !ok || len(s.tokens) == 0 {
-		return ""
-	}
-	sum := sha256.Sum256([]byte(strings.TrimSpace(bearer)))
-	role := ""
-	for _, t := range s.tokens {
-		if subtle.ConstantTimeCompare(sum[:], t.sum[:]) == 1 {
-			role = t.role
-		}
-	}
-	return role
-}
-
 func roleOf(r *http.Request) string {
 	v, _ := r.Context().Value(roleKey{}).(string)
 	return v
+}
+
+// whoOf names the request's principal in the audit log: "admin:operator"
+// or "admin:read" for the admin tokens, the key's principal for a key.
+func whoOf(r *http.Request) string {
+	if p := auth.FromContext(r.Context()); p != nil && p.Name != "" {
+		return p.Name
+	}
+	return who(roleOf(r))
 }
 
 // read registers a read endpoint (both roles).
@@ -189,6 +199,9 @@ type Action struct {
 	Result any
 	// Status is the HTTP status of a success (default 200).
 	Status int
+	// Audit, when set, is recorded instead of Result (a new key's secret
+	// is answered once and never recorded).
+	Audit any
 }
 
 // act registers an action endpoint: the operator role only, its request
@@ -202,8 +215,8 @@ func (s *Server) act(pattern, name string, h func(r *http.Request, body []byte) 
 			return
 		}
 		if role != RoleOperator {
-			_ = s.audit(r.Context(), auditEntry{Role: role, Action: name, Target: r.URL.Path, DryRun: dryRunOf(body), Outcome: "forbidden", Status: http.StatusForbidden, Request: body})
-			writeProblem(w, http.StatusForbidden, "forbidden", "the read-only token may not act; use the operator token (SLUICE_ADMIN_TOKEN)")
+			_ = s.audit(r.Context(), auditEntry{Who: whoOf(r), Role: role, Action: name, Target: r.URL.Path, DryRun: dryRunOf(body), Outcome: "forbidden", Status: http.StatusForbidden, Request: body})
+			writeProblem(w, http.StatusForbidden, "forbidden", "the read-only role may not act (it lacks admin_act); use the operator token (SLUICE_ADMIN_TOKEN) or a key granted admin_act")
 			return
 		}
 		a, err := h(r, body)
@@ -211,7 +224,10 @@ func (s *Server) act(pattern, name string, h func(r *http.Request, body []byte) 
 		if status == 0 {
 			status = http.StatusOK
 		}
-		e := auditEntry{Role: role, Action: name, Target: a.Target, DryRun: a.DryRun || dryRunOf(body), Outcome: "ok", Status: status, Request: body, Result: a.Result}
+		e := auditEntry{Who: whoOf(r), Role: role, Action: name, Target: a.Target, DryRun: a.DryRun || dryRunOf(body), Outcome: "ok", Status: status, Request: body, Result: a.Result}
+		if a.Audit != nil {
+			e.Result = a.Audit
+		}
 		if err != nil {
 			e.Status, e.Code = problemOf(err)
 			e.Outcome, e.Result = e.Code, map[string]string{"error": err.Error()}

@@ -4,11 +4,15 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"log/slog"
 	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
 )
 
 // auditEntry is one audited request.
 type auditEntry struct {
+	Who     string // default who(Role)
 	Role    string
 	Action  string
 	Target  string
@@ -35,11 +39,15 @@ type AuditRecord struct {
 }
 
 // who names a role's token: the tokens are shared secrets, so the name
-// is the role's ("admin:operator", "admin:read").
+// is the role's ("admin:operator", "admin:read"). A request with an API
+// key is recorded under the key's principal (whoOf).
 func who(role string) string { return "admin:" + role }
 
 // audit records e in sluice.admin_audit and the log.
 func (s *Server) audit(ctx context.Context, e auditEntry) error {
+	if e.Who == "" {
+		e.Who = who(e.Role)
+	}
 	req := json.RawMessage(`{}`)
 	if json.Valid(e.Request) && len(e.Request) > 0 {
 		req = e.Request
@@ -48,13 +56,13 @@ func (s *Server) audit(ctx context.Context, e auditEntry) error {
 	if err != nil {
 		detail, _ = json.Marshal(map[string]any{"request": req, "result_error": err.Error()})
 	}
-	s.log.Info("admin action", "who", who(e.Role), "role", e.Role, "action", e.Action, "target", e.Target,
+	s.log.Info("admin action", "who", e.Who, "role", e.Role, "action", e.Action, "target", e.Target,
 		"dry_run", e.DryRun, "outcome", e.Outcome, "status", e.Status)
 	// The record survives a client that went away.
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 	defer cancel()
 	if _, err := s.opts.Pool.Exec(ctx, `INSERT INTO sluice.admin_audit (who, role, action, target, dry_run, outcome, status, detail)
-		VALUES ($1, $2, $3, $4, $5, $6, $7, $8)`, who(e.Role), e.Role, e.Action, e.Target, e.DryRun, e.Outcome, e.Status, detail); err != nil {
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8)`, e.Who, e.Role, e.Action, e.Target, e.DryRun, e.Outcome, e.Status, detail); err != nil {
 		s.log.Error("admin audit: write", "err", err, "action", e.Action)
 		return fmt.Errorf("admin: audit: %w", err)
 	}
@@ -81,4 +89,18 @@ func (s *Server) Audit(ctx context.Context, limit int) ([]AuditRecord, error) {
 		out = append(out, a)
 	}
 	return out, rows.Err()
+}
+
+// RecordCLI writes the audit record of an action taken by a `sluice`
+// command outside the admin API (sluice auth key …), in the same table and
+// shape, with the operator role: who is "cli:{user}". The record is written
+// after the action, as the admin API's; a failure is returned so that the
+// command reports it.
+func RecordCLI(ctx context.Context, pool *pgxpool.Pool, log *slog.Logger, who, action, target string, request, result any) error {
+	req, _ := json.Marshal(request)
+	if log == nil {
+		log = slog.Default()
+	}
+	s := &Server{opts: Options{Pool: pool}, log: log}
+	return s.audit(ctx, auditEntry{Who: who, Role: RoleOperator, Action: action, Target: target, Outcome: "ok", Status: 200, Request: req, Result: result})
 }

@@ -3,8 +3,6 @@ package api
 import (
 	"bytes"
 	"context"
-	"crypto/sha256"
-	"crypto/subtle"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -18,6 +16,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/sluicehq/sluice/auth"
 	"github.com/sluicehq/sluice/eventstore"
 	"github.com/sluicehq/sluice/shared/claim"
 	"github.com/sluicehq/sluice/shared/envelope"
@@ -71,8 +70,12 @@ type Options struct {
 	// Default: slog.Default().
 	Logger *slog.Logger
 	// Tokens are the accepted bearer tokens (SLUICE_API_TOKENS); when
-	// empty, /v1 is open.
+	// empty, /v1 is open. Ignored when Auth is set.
 	Tokens []string
+	// Auth authenticates /v1 requests (docs/security.md); nil: one made of
+	// Tokens. RateLimits are the per-principal limits (nil: none).
+	Auth       *auth.Authenticator
+	RateLimits *auth.Limiter
 	// MaxBodyBytes bounds a request body (SLUICE_API_MAX_BODY_BYTES, whose
 	// default is the default).
 	MaxBodyBytes int64
@@ -120,7 +123,8 @@ type Options struct {
 type server struct {
 	opts    Options
 	log     *slog.Logger
-	tokens  [][sha256.Size]byte
+	auth    *auth.Authenticator
+	limiter *auth.Limiter
 	mux     *http.ServeMux
 	metrics *metrics
 	// inflight holds one token per /v1 request being served
@@ -179,11 +183,9 @@ func New(opts Options) (http.Handler, error) {
 	}
 	s := &server{opts: opts, log: opts.Logger, metrics: m, inflight: make(chan struct{}, opts.MaxInFlight),
 		tracer: tracing.Tracer(opts.TracerProvider)}
-	for _, t := range opts.Tokens {
-		if t == "" {
-			continue
-		}
-		s.tokens = append(s.tokens, sha256.Sum256([]byte(t)))
+	s.auth, s.limiter = opts.Auth, opts.RateLimits
+	if s.auth == nil {
+		s.auth = auth.NewAuthenticator(auth.Options{Tokens: opts.Tokens})
 	}
 	if c, ok := opts.Registry.(interface{ Check(context.Context) error }); ok {
 		opts.Health.AddReadiness("registry", c.Check)
@@ -252,10 +254,13 @@ func (s *server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		s.metrics.observe(route, sw.status(), time.Since(start))
 	}()
 	if strings.HasPrefix(r.URL.Path, "/v1/") || r.URL.Path == "/v1" {
-		if e := s.authenticate(sw, r); e != nil {
-			writeError(sw, e)
+		r2, release, e := s.authorize(sw, r, pattern)
+		if e != nil {
+			s.fail(sw, r2, e)
 			return
 		}
+		defer release()
+		r = r2
 		// A subscription (…/subscribe, server-sent events) holds its
 		// connection for as long as the client reads: it takes no slot,
 		// or a few subscribers would lock every command out.
@@ -322,32 +327,6 @@ func checkPathText(pattern, escapedPath string) *Error {
 		if err := envelope.CheckText(v, name); err != nil {
 			return validationAs(err, name)
 		}
-	}
-	return nil
-}
-
-// authenticate checks the bearer token when tokens are configured. Every
-// configured token is compared (in constant time, over SHA-256 digests so
-// lengths do not leak), whichever matches.
-func (s *server) authenticate(w http.ResponseWriter, r *http.Request) *Error {
-	if len(s.tokens) == 0 {
-		return nil
-	}
-	h := r.Header.Get("Authorization")
-	scheme, tok, _ := strings.Cut(h, " ")
-	tok = strings.TrimSpace(tok)
-	if h == "" || !strings.EqualFold(scheme, "Bearer") || tok == "" {
-		w.Header().Set("WWW-Authenticate", `Bearer realm="sluice"`)
-		return newError(http.StatusUnauthorized, CodeUnauthorized, "Authorization", "a bearer token is required: Authorization: Bearer <token>")
-	}
-	sum := sha256.Sum256([]byte(tok))
-	ok := 0
-	for i := range s.tokens {
-		ok |= subtle.ConstantTimeCompare(sum[:], s.tokens[i][:])
-	}
-	if ok != 1 {
-		w.Header().Set("WWW-Authenticate", `Bearer realm="sluice", error="invalid_token"`)
-		return newError(http.StatusUnauthorized, CodeUnauthorized, "Authorization", "the bearer token is not valid")
 	}
 	return nil
 }

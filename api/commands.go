@@ -13,6 +13,7 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/sluicehq/sluice/auth"
 	"github.com/sluicehq/sluice/eventstore"
 	"github.com/sluicehq/sluice/readmodel"
 	"github.com/sluicehq/sluice/shared/envelope"
@@ -149,6 +150,7 @@ func (s *server) buildCommand(r *http.Request, req commandRequest) (envelope.Env
 	if v := r.Header.Get("X-Request-Id"); v != "" && len(v) <= 200 && printableASCII(v) {
 		env.Metadata.SetString(envelope.MetaRequestID, v)
 	}
+	stampPrincipal(r, &env.Metadata)
 	norm, err := envelope.Normalize(env)
 	if err == nil {
 		err = envelope.Validate(norm, s.opts.Limits)
@@ -288,6 +290,9 @@ func accepted(ev eventstore.Event) Accepted {
 // submit appends one command and replies.
 func (s *server) submit(w http.ResponseWriter, r *http.Request, req commandRequest) {
 	env, e := s.buildCommand(r, req)
+	if e == nil {
+		e = checkAggregate(r, auth.OpCommand, env)
+	}
 	if e != nil {
 		s.metrics.command(req.eventType, "invalid")
 		s.fail(w, r, e)
@@ -559,6 +564,9 @@ func (s *server) handleBatch(w http.ResponseWriter, r *http.Request) {
 		var env envelope.Envelope
 		if ie == nil {
 			env, ie = s.buildCommand(r, req)
+		}
+		if ie == nil {
+			ie = checkAggregate(r, auth.OpCommand, env)
 		}
 		if ie != nil {
 			s.metrics.command(req.eventType, "invalid")

@@ -9,7 +9,11 @@ type Config struct {
 	Addr         string          `env:"SLUICE_API_ADDR" envDefault:":8080" doc:"Listen address of the command API."`
 	Tokens       []config.Secret `env:"SLUICE_API_TOKENS" envSeparator:"," file:"true" doc:"Comma-separated bearer tokens; when set, every /v1 request needs one."`
 	MaxBodyBytes int             `env:"SLUICE_API_MAX_BODY_BYTES" envDefault:"1048576" doc:"Largest accepted request body."`
-	MaxInFlight  int             `env:"SLUICE_API_MAX_IN_FLIGHT" envDefault:"1024" doc:"Most /v1 requests served at once; one more is answered 429 too_many_requests with Retry-After at once, rather than queued until clients time out."`
+	// TLSCertFile and TLSKeyFile make the API listener speak TLS, for
+	// deployments without an ingress (docs/security.md#tls-on-the-api).
+	TLSCertFile string `env:"SLUICE_API_TLS_CERT_FILE" doc:"PEM certificate chain of the API listener; set with SLUICE_API_TLS_KEY_FILE, the API speaks only TLS (1.2 or later). Both files are read again when they change (checked at most every 10 s), so a renewed certificate needs no restart."`
+	TLSKeyFile  string `env:"SLUICE_API_TLS_KEY_FILE" doc:"PEM private key of SLUICE_API_TLS_CERT_FILE."`
+	MaxInFlight int    `env:"SLUICE_API_MAX_IN_FLIGHT" envDefault:"1024" doc:"Most /v1 requests served at once; one more is answered 429 too_many_requests with Retry-After at once, rather than queued until clients time out."`
 	// AdminToken and AdminReadToken guard the admin API (/admin/v1/,
 	// docs/console.md); without either, it answers 401 to every request.
 	AdminToken     config.Secret `env:"SLUICE_ADMIN_TOKEN" file:"true" doc:"Bearer token of the admin API's operator role (reads and actions); unset: no operator, except in sluice dev, which makes one, prints it and keeps it in {data dir}/admin-token (mode 0600)."`
@@ -30,5 +34,8 @@ func (c Config) Validate() error {
 	k := &config.Checker{}
 	k.AtLeast("SLUICE_API_MAX_BODY_BYTES", int64(c.MaxBodyBytes), 1024)
 	k.AtLeast("SLUICE_API_MAX_IN_FLIGHT", int64(c.MaxInFlight), 1)
+	if (c.TLSCertFile == "") != (c.TLSKeyFile == "") {
+		k.Fail("SLUICE_API_TLS_CERT_FILE", c.TLSCertFile, "set it together with SLUICE_API_TLS_KEY_FILE")
+	}
 	return k.Err()
 }

@@ -92,6 +92,9 @@ type Error struct {
 	// Limit is the rule or limit that was violated ("1048576 bytes",
 	// "depth 63", "[a-z0-9][a-z0-9_-]{0,62}").
 	Limit string `json:"limit,omitempty"`
+	// Permission is the missing permission of a 403 ("append on
+	// stream:Order/eu-1").
+	Permission string `json:"permission,omitempty"`
 	// ExpectedSeq and ActualSeq are set on optimistic-concurrency conflicts.
 	ExpectedSeq *int64 `json:"expected_seq,omitempty"`
 	ActualSeq   *int64 `json:"actual_seq,omitempty"`
@@ -128,6 +131,7 @@ type problem struct {
 	Code            string  `json:"code"`
 	Field           string  `json:"field,omitempty"`
 	Limit           string  `json:"limit,omitempty"`
+	Permission      string  `json:"permission,omitempty"`
 	Error           string  `json:"error"`
 	Message         string  `json:"message"`
 	ExpectedSeq     *int64  `json:"expected_seq,omitempty"`
@@ -150,7 +154,7 @@ func (e *Error) MarshalJSON() ([]byte, error) {
 	}
 	return marshalNoEscape(problem{
 		Type: ProblemTypePrefix + e.Code, Title: title, Status: e.Status, Detail: e.Message, Code: e.Code,
-		Field: e.Field, Limit: e.Limit, Error: e.Code, Message: e.Message,
+		Field: e.Field, Limit: e.Limit, Permission: e.Permission, Error: e.Code, Message: e.Message,
 		ExpectedSeq: e.ExpectedSeq, ActualSeq: e.ActualSeq, CommandID: e.CommandID,
 		SequenceNumber: e.SequenceNumber, PendingCommands: e.PendingCommands,
 		SchemaVersion: e.SchemaVersion, Keyword: e.Keyword, Pointer: pointerOf(e),

@@ -15,6 +15,7 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/sluicehq/sluice/auth"
 	"github.com/sluicehq/sluice/eventstore"
 	"github.com/sluicehq/sluice/readmodel"
 	"github.com/sluicehq/sluice/schema"
@@ -383,6 +384,7 @@ func (s *server) buildEvent(r *http.Request, aggType, aggID string, in eventInpu
 			env.Metadata.SetString(envelope.MetaTraceparent, v)
 		}
 	}
+	stampPrincipal(r, &env.Metadata)
 	if in.data != nil {
 		var compact bytes.Buffer
 		if json.Compact(&compact, in.data) == nil {
@@ -641,8 +643,11 @@ func (s *server) handleReadLog(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	reply := LogPageReply{Events: make([]json.RawMessage, 0, len(page.Events)), NextFromPosition: page.Through + 1}
+	p := principalOf(r)
 	for _, ev := range page.Events {
-		reply.Events = append(reply.Events, json.RawMessage(ev.Raw))
+		if mayRead(p, auth.OpRead, ev) {
+			reply.Events = append(reply.Events, json.RawMessage(ev.Raw))
+		}
 	}
 	writeJSON(w, http.StatusOK, reply)
 }

@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/sluicehq/sluice/auth"
 	"github.com/sluicehq/sluice/eventstore"
 	"github.com/sluicehq/sluice/readmodel"
 	"github.com/sluicehq/sluice/shared/claim"
@@ -64,7 +65,9 @@ func (s *server) handleCommandStatus(w http.ResponseWriter, r *http.Request) {
 	}
 	eventID := EventIDForCommand(commandID)
 	ev, err := s.opts.Store.ByEventID(r.Context(), eventID)
-	if errors.Is(err, eventstore.ErrNotFound) || (err == nil && (ev.Envelope.Kind != envelope.KindCommand || ev.Envelope.Metadata.CommandID() != commandID)) {
+	if errors.Is(err, eventstore.ErrNotFound) || (err == nil && (ev.Envelope.Kind != envelope.KindCommand || ev.Envelope.Metadata.CommandID() != commandID ||
+		// Another tenant's command is as unknown as a missing one.
+		!mayRead(principalOf(r), auth.OpRead, ev) && !mayRead(principalOf(r), auth.OpCommand, ev))) {
 		s.fail(w, r, newError(http.StatusNotFound, CodeCommandNotFound, "command_id", "no command with id %q", commandID))
 		return
 	}

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/sluicehq/sluice/auth"
 	"github.com/sluicehq/sluice/eventstore"
 	"github.com/sluicehq/sluice/shared/drain"
 )
@@ -122,6 +123,7 @@ func (s *server) subscribe(w http.ResponseWriter, r *http.Request, aggType strin
 	if !flush() {
 		return
 	}
+	p := principalOf(r)
 	poll := time.NewTicker(s.opts.SSEPollInterval)
 	defer poll.Stop()
 	beat := time.NewTicker(s.opts.SSEHeartbeat)
@@ -154,6 +156,9 @@ func (s *server) subscribe(w http.ResponseWriter, r *http.Request, aggType strin
 			return
 		}
 		for _, ev := range page.Events {
+			if !mayRead(p, auth.OpSubscribe, ev) {
+				continue // another tenant's: never sent (docs/security.md)
+			}
 			buf.WriteString("id: ")
 			buf.WriteString(strconv.FormatInt(ev.Envelope.Position, 10))
 			buf.WriteString("\ndata: ")

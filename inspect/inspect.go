@@ -97,7 +97,7 @@ func New(o Options) (*Inspector, error) {
 		o.ScanLimit = DefaultScanLimit
 	}
 	if o.ClockSkew <= 0 {
-		o.ClockSkew = DefaultClockSkew
+		o.ClockSkew = DefaultClockSkew // the trace's tolerance, not the default of SLUICE_AUTH_OIDC_CLOCK_SKEW
 	}
 	if o.RelayName == "" {
 		o.RelayName = "default"
@@ -176,7 +176,9 @@ type EventTrace struct {
 	Sequence      int64     `json:"sequence_number"`
 	Position      int64     `json:"position"`
 	OccurredAt    time.Time `json:"occurred_at,omitzero"`
-	Steps         []Step    `json:"steps"`
+	// Principal is who appended it (metadata.principal, docs/security.md#who-did-it).
+	Principal string `json:"principal,omitempty"`
+	Steps     []Step `json:"steps"`
 }
 
 // Trace is the answer of Inspector.Trace: the command (when there is one)

@@ -127,7 +127,11 @@ func (in *Inspector) traceEvent(ctx context.Context, ev eventstore.Event, rows [
 	e := ev.Envelope
 	et := EventTrace{EventID: e.EventID, Kind: string(e.Kind), EventType: e.EventType, AggregateType: e.AggregateType,
 		AggregateID: e.AggregateID, Sequence: e.SequenceNumber, Position: e.Position, OccurredAt: e.OccurredAt.Time()}
+	et.Principal, _ = e.Metadata.String(envelope.MetaPrincipal)
 	first := Step{Step: "accepted", State: StateDone, At: e.OccurredAt.Time(), Detail: "accepted by the API (occurred_at)"}
+	if et.Principal != "" {
+		first.Detail = "accepted by the API from " + et.Principal + " (occurred_at)"
+	}
 	if e.Kind == envelope.KindDomain {
 		first = Step{Step: "emitted", State: StateDone, At: e.OccurredAt.Time(), Detail: "emitted by its handler (its occurred_at)"}
 		if c := e.Metadata.CausationID(); c != "" {

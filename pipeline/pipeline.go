@@ -15,6 +15,7 @@ package pipeline
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -29,6 +30,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/sluicehq/sluice/api"
+	"github.com/sluicehq/sluice/auth"
 	"github.com/sluicehq/sluice/eventstore"
 	"github.com/sluicehq/sluice/eventstore/objstore"
 	"github.com/sluicehq/sluice/eventstore/objstore/minioext"
@@ -79,6 +81,12 @@ type Options struct {
 	// APIRoutes are mounted on the API beside its own routes: pattern
 	// (http.ServeMux syntax, e.g. "/admin/") → handler.
 	APIRoutes map[string]http.Handler
+	// APIKeys are the API keys the API accepts (nil: a store of its own on
+	// the pool); the command shares one with the admin API, so that a key
+	// revoked there stops working here at once. APIOIDC verifies bearer
+	// JWTs (nil: one of its own when SLUICE_AUTH_OIDC_* is set).
+	APIKeys *auth.Keys
+	APIOIDC *auth.OIDC
 	// Projections run by the projection worker (default: history).
 	Projections []projectionworker.Spec
 }
@@ -280,8 +288,11 @@ type APIRunner struct {
 	grace   time.Duration
 	logger  *slog.Logger
 	health  *observability.Health
-	// Auth is true when bearer tokens guard /v1.
+	// Auth is true when /v1 requires credentials (SLUICE_API_TOKENS,
+	// SLUICE_AUTH_REQUIRED).
 	Auth bool
+	// TLS is true when the listener speaks TLS (SLUICE_API_TLS_CERT_FILE).
+	TLS bool
 }
 
 // Addr is the address the API listens on.
@@ -317,8 +328,20 @@ func buildAPI(ctx context.Context, d Deps, o Options) (Runner, error) {
 		return nil, err
 	}
 	postgresReady(d)
+	keys := o.APIKeys
+	if keys == nil {
+		keys = auth.NewKeys(d.Pool, auth.KeysOptions{Refresh: cfg.Auth.KeyRefresh, Logger: d.Logger})
+	}
+	oidc := o.APIOIDC
+	if oidc == nil && cfg.Auth.OIDCEnabled() {
+		if oidc, err = auth.NewOIDC(ctx, cfg.Auth, nil, d.Logger); err != nil {
+			return nil, err
+		}
+	}
+	authn := auth.NewAuthenticator(auth.Options{Keys: keys, OIDC: oidc, Tokens: tokens, Required: cfg.Auth.Required})
 	h, err := api.New(api.Options{
 		Store: d.Store, Registry: reg, Sequences: d.Store, Logger: d.Logger,
+		Auth: authn, RateLimits: auth.NewLimiter(cfg.Auth),
 		Tokens: tokens, MaxBodyBytes: int64(cfg.API.MaxBodyBytes), MaxInFlight: cfg.API.MaxInFlight,
 		Limits:  cfg.EventStore.Limits,
 		Metrics: d.Metrics, Health: d.Health, TracerProvider: d.TracerProvider,
@@ -346,8 +369,17 @@ func buildAPI(ctx context.Context, d Deps, o Options) (Runner, error) {
 			return nil, fmt.Errorf("api: listen %s: %w (set SLUICE_API_ADDR)", addr, err)
 		}
 	}
+	useTLS := cfg.API.TLSCertFile != ""
+	if useTLS {
+		tc, err := TLSConfig(cfg.API.TLSCertFile, cfg.API.TLSKeyFile, d.Logger)
+		if err != nil {
+			_ = ln.Close()
+			return nil, err
+		}
+		ln = tls.NewListener(ln, tc)
+	}
 	return &APIRunner{ln: ln, handler: h, grace: cfg.Worker.ShutdownTimeout, logger: d.Logger,
-		health: d.Health, Auth: len(tokens) > 0}, nil
+		health: d.Health, Auth: authn.Required(), TLS: useTLS}, nil
 }
 
 // ServeOptions are how Serve drains.

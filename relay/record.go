@@ -87,5 +87,8 @@ func (r *Router) Record(ev eventstore.Event, topic string) *kgo.Record {
 	if ts := e.Metadata.Tracestate(); ts != "" {
 		add("tracestate", ts)
 	}
+	if p, _ := e.Metadata.String(envelope.MetaPrincipal); p != "" {
+		add("principal", p)
+	}
 	return &kgo.Record{Topic: topic, Key: envelope.KafkaKey(e), Value: ev.Raw, Headers: h}
 }

@@ -45,7 +45,8 @@ func cleanRunEvents(t *testing.T) int {
 }
 
 // mixedEnvelopes returns n envelopes over aggs aggregates: commands, every
-// 10th a direct domain event, some with trace context, one routed by
+// 10th a direct domain event, some with trace context, some with a
+// principal, one routed by
 // metadata.kafka_topic (unless customTopic is empty).
 func mixedEnvelopes(n, aggs int, customTopic string) []envelope.Envelope {
 	out := make([]envelope.Envelope, n)
@@ -57,6 +58,9 @@ func mixedEnvelopes(n, aggs int, customTopic string) []envelope.Envelope {
 		if i%7 == 0 {
 			e.Metadata.SetString(envelope.MetaTraceparent, "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01")
 			e.Metadata.SetString(envelope.MetaTracestate, "vendor=x")
+		}
+		if i%5 == 1 {
+			e.Metadata.SetString(envelope.MetaPrincipal, "team-"+strconv.Itoa(i%3))
 		}
 		if i == n/2 && customTopic != "" {
 			e.Metadata.SetString(envelope.MetaKafkaTopic, customTopic)
@@ -105,6 +109,11 @@ func verify(t *testing.T, e *env, stored map[string]eventstore.Event, recs []*kg
 		}
 		if tp := env.Metadata.Traceparent(); tp != "" {
 			want["traceparent"], want["tracestate"] = tp, env.Metadata.Tracestate()
+		}
+		if p, _ := env.Metadata.String(envelope.MetaPrincipal); p != "" {
+			want["principal"] = p
+		} else if _, ok := header(r, "principal"); ok {
+			t.Fatalf("event %s: principal header without a principal", id)
 		}
 		for k, v := range want {
 			if got, ok := header(r, k); !ok || got != v {

@@ -18,14 +18,19 @@ func newAPICmd() *cobra.Command {
 		Short: "Serve the command API: create, patch and delete instances, command status, reads (docs/api.md)",
 		Long: `sluice api serves the HTTP command API. Each accepted request is one command
 appended to the event store (202 with its command id); the relay and the
-instance worker do the rest. Bearer tokens from SLUICE_API_TOKENS are required
-on /v1 when set. The API is described at /openapi.json and in docs/api.md.`,
+instance worker do the rest. Access control (API keys, SLUICE_API_TOKENS, OIDC
+JWTs, grants and limits) is in docs/security.md. The API is described at
+/openapi.json and in docs/api.md.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return runService(cmd, pipeline.API, pipeline.Options{APIAddr: addr}, func(d pipeline.Deps, r pipeline.Runner) {
 				a := r.(*pipeline.APIRunner)
-				d.Logger.Info("sluice api listening", "addr", a.Addr().String(), "auth", a.Auth)
-				cmd.Printf("sluice api listening on http://%s\n", a.Addr())
+				d.Logger.Info("sluice api listening", "addr", a.Addr().String(), "auth", a.Auth, "tls", a.TLS)
+				scheme := "http"
+				if a.TLS {
+					scheme = "https"
+				}
+				cmd.Printf("sluice api listening on %s://%s\n", scheme, a.Addr())
 			})
 		},
 	}

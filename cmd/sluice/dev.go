@@ -150,12 +150,12 @@ func runDev(parent context.Context, out io.Writer, cfg *sluiceconfig.Config, log
 	if err != nil {
 		return err
 	}
-	routes, closeRoutes, err := apiRoutes(deps)
+	routes, a, closeRoutes, err := apiRoutes(deps)
 	if err != nil {
 		return err
 	}
 	defer closeRoutes()
-	apiURL, closeServices, err := d.startServices(ctx, deps, routes)
+	apiURL, closeServices, err := d.startServices(ctx, deps, routes, a)
 	if err != nil {
 		return err
 	}
@@ -347,7 +347,7 @@ func (d *devRun) tracerProvider(ctx context.Context) (tp trace.TracerProvider, s
 // startServices builds and runs every service of the one table every
 // service command uses, and returns the api's URL; closeAll closes them,
 // the last built first.
-func (d *devRun) startServices(ctx context.Context, deps pipeline.Deps, routes map[string]http.Handler) (apiURL string, closeAll func(), err error) {
+func (d *devRun) startServices(ctx context.Context, deps pipeline.Deps, routes map[string]http.Handler, a apiAuth) (apiURL string, closeAll func(), err error) {
 	var built []pipeline.Runner
 	closeAll = func() {
 		for i := len(built) - 1; i >= 0; i-- {
@@ -356,7 +356,7 @@ func (d *devRun) startServices(ctx context.Context, deps pipeline.Deps, routes m
 	}
 	cfg := d.cfg
 	for _, svc := range pipeline.Table() {
-		r, err := pipeline.Build(ctx, svc.Name, deps, pipeline.Options{APIRoutes: routes})
+		r, err := pipeline.Build(ctx, svc.Name, deps, pipeline.Options{APIRoutes: routes, APIKeys: a.keys, APIOIDC: a.oidc})
 		if err != nil {
 			closeAll()
 			return "", nil, err

@@ -51,6 +51,7 @@ func newRootCmd(stdout, stderr io.Writer) *cobra.Command {
 		newProjectionWorkerCmd(),
 		newProjectionCmd(),
 		newSchemaCmd(),
+		newAuthCmd(),
 	)
 	return root
 }

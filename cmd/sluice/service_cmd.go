@@ -7,6 +7,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/sluicehq/sluice/admin"
+	"github.com/sluicehq/sluice/auth"
 	"github.com/sluicehq/sluice/inspect"
 	"github.com/sluicehq/sluice/pipeline"
 	"github.com/sluicehq/sluice/readmodel"
@@ -51,12 +52,12 @@ func runService(cmd *cobra.Command, name string, o pipeline.Options, started fun
 	defer stopTracing()
 	d.TracerProvider = tp
 	if name == pipeline.API {
-		routes, closeRoutes, err := apiRoutes(d)
+		routes, a, closeRoutes, err := apiRoutes(d)
 		if err != nil {
 			return err
 		}
 		defer closeRoutes()
-		o.APIRoutes = routes
+		o.APIRoutes, o.APIKeys, o.APIOIDC = routes, a.keys, a.oidc
 	}
 	r, err := pipeline.Build(ctx, name, d, o)
 	if err != nil {
@@ -97,43 +98,62 @@ func runService(cmd *cobra.Command, name string, o pipeline.Options, started fun
 
 // apiRoutes are what the api process serves beside the API: the console,
 // the trace and aggregate views and the admin API (which need the event
-// store and the tools, hence built here, above the table). The returned
+// store and the tools, hence built here, above the table), and the API
+// keys and OIDC verifier the API and the admin API share. The returned
 // func releases them.
-func apiRoutes(d pipeline.Deps) (map[string]http.Handler, func(), error) {
+// apiAuth is what the API and the admin API share of access control.
+type apiAuth struct {
+	keys *auth.Keys
+	oidc *auth.OIDC
+}
+
+func apiRoutes(d pipeline.Deps) (map[string]http.Handler, apiAuth, func(), error) {
 	cfg := d.Config
 	reg, err := registry.New(d.Pool, cfg.Registry.Options(cfg.Worker.InstanceRetry()))
 	if err != nil {
-		return nil, nil, err
+		return nil, apiAuth{}, nil, err
 	}
 	in, err := newInspector(cfg, d.Pool, d.Store, d.Bucket, reg)
 	if err != nil {
-		return nil, nil, err
+		return nil, apiAuth{}, nil, err
 	}
 	es, err := readmodel.NewClient(cfg.Elasticsearch)
 	if err != nil {
 		in.Close()
-		return nil, nil, err
+		return nil, apiAuth{}, nil, err
+	}
+	a := apiAuth{keys: auth.NewKeys(d.Pool, auth.KeysOptions{Refresh: cfg.Auth.KeyRefresh, Logger: d.Logger})}
+	ctx, cancel := context.WithCancel(context.Background())
+	if cfg.Auth.OIDCEnabled() {
+		if a.oidc, err = auth.NewOIDC(ctx, cfg.Auth, nil, d.Logger); err != nil {
+			cancel()
+			in.Close()
+			return nil, apiAuth{}, nil, err
+		}
 	}
 	services, err := admin.ParseServices(cfg.API.AdminServices)
 	if err != nil {
+		cancel()
 		in.Close()
-		return nil, nil, err
+		return nil, apiAuth{}, nil, err
 	}
 	workers, err := configuredWorkers(cfg)
 	if err != nil {
+		cancel()
 		in.Close()
-		return nil, nil, err
+		return nil, apiAuth{}, nil, err
 	}
 	adm, err := admin.New(admin.Options{Config: cfg, Pool: d.Pool, Store: d.Store, Bucket: d.Bucket, Registry: reg, ES: es, Logger: d.Logger,
-		OperatorToken: cfg.API.AdminToken.Value(), ReadToken: cfg.API.AdminReadToken.Value(),
-		Health: d.Health, Metrics: d.Metrics, Services: services, Workers: workers})
+		Auth: auth.NewAuthenticator(auth.Options{Keys: a.keys, OIDC: a.oidc, AdminToken: cfg.API.AdminToken.Value(), AdminReadToken: cfg.API.AdminReadToken.Value(), Required: true}),
+		Keys: a.keys, Health: d.Health, Metrics: d.Metrics, Services: services, Workers: workers})
 	if err != nil {
+		cancel()
 		in.Close()
-		return nil, nil, err
+		return nil, apiAuth{}, nil, err
 	}
 	adm.HandleRead(inspect.TracePath, in.Handler())
 	adm.HandleRead(inspect.AggregatePath, in.Handler())
 	routes := consoleRoutes()
 	routes[admin.Prefix] = adm
-	return routes, in.Close, nil
+	return routes, a, func() { cancel(); in.Close() }, nil
 }

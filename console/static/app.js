@@ -450,7 +450,7 @@ async function showTrace(id) {
       ...(tr.warnings && tr.warnings.length ? [el("div", { class: "error" }, "Some sources could not be read: " + tr.warnings.join("; "))] : []),
       ...tr.events.map((e) => el("section", { class: "event", "data-event-id": e.event_id, "data-kind": e.kind },
         el("h3", {}, e.kind + " " + e.event_type + " ",
-          el("span", { class: "muted" }, e.aggregate_type + " " + e.aggregate_id + " · slot " + e.sequence_number + " · ", el("code", {}, e.event_id)), " ",
+          el("span", { class: "muted" }, e.aggregate_type + " " + e.aggregate_id + " · slot " + e.sequence_number + (e.principal ? " · by " + e.principal : "") + " · ", el("code", {}, e.event_id)), " ",
           el("a", { href: "#/aggregate/" + encodeURIComponent(e.aggregate_type) + "/" + encodeURIComponent(e.aggregate_id) }, "aggregate →")),
         el("ol", { class: "timeline" }, e.steps.map((s) => el("li", { "data-step": s.step, "data-state": s.state, "data-handler": s.group || s.handler || "" },
           el("b", {}, s.step), el("span", {}, badge(s.state)), el("span", { class: "at" }, fmtTime(s.at)), el("div", {}, stepDetail(s))))))));

@@ -80,8 +80,8 @@ const (
 	// Foundation: shared/…, migrations, internal/…: what several services
 	// use. Packages of this floor may import each other.
 	Foundation = 0
-	// Stores: eventstore and registry, the owners of the Postgres tables
-	// and the objects. Neither imports the other.
+	// Stores: eventstore, registry and auth, the owners of the Postgres tables
+	// and the objects. None imports another.
 	Stores = 1
 	// Services: relay, the workers and api, which run on the stores.
 	Services = 2
@@ -113,6 +113,7 @@ func floors() map[string]int {
 		"client":           Foundation, // the Go client: imports no package of the module
 		"eventstore":       Stores,
 		"registry":         Stores,
+		"auth":             Stores,
 		"schema":           Stores,
 		"relay":            Services,
 		"instanceworker":   Services,

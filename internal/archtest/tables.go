@@ -38,7 +38,7 @@ func TableOwners() map[string]string {
 // ownerPrefixes gives the owner of the schema's functions and any later
 // table by its name's prefix.
 func ownerPrefixes() map[string]string {
-	return map[string]string{"eventstore_": "eventstore", "registry_": "registry", "relay_": "relay", "admin_": "admin"}
+	return map[string]string{"eventstore_": "eventstore", "registry_": "registry", "relay_": "relay", "admin_": "admin", "auth_": "auth"}
 }
 
 // OwnerOf returns the package (module-relative) that owns object name, or

@@ -18,6 +18,7 @@ import (
 	"math"
 
 	"github.com/sluicehq/sluice/api"
+	"github.com/sluicehq/sluice/auth"
 	"github.com/sluicehq/sluice/eventstore"
 	"github.com/sluicehq/sluice/instanceworker"
 	"github.com/sluicehq/sluice/migrations"
@@ -50,6 +51,7 @@ type Config struct {
 	Elasticsearch readmodel.Config            `section:"Elasticsearch"`
 	API           api.Config                  `section:"HTTP API"`
 	Schema        schema.Config               `section:"Event schemas"`
+	Auth          auth.Config                 `section:"Access control"`
 	Tracing       tracing.Config              `section:"Tracing (OpenTelemetry)"`
 	Testing       crashpoint.Config           `section:"Fault injection (tests only)"`
 }

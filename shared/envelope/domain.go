@@ -35,7 +35,7 @@ func DomainEventFor(cmd Envelope, commandID, evType string, state json.RawMessag
 	}
 	ev.Metadata.SetString(MetaCorrelationID, corr)
 	ev.Metadata.SetString(MetaCausationID, cmd.EventID)
-	for _, k := range []string{MetaOrderingKey, MetaTraceparent, MetaTracestate} {
+	for _, k := range []string{MetaOrderingKey, MetaTraceparent, MetaTracestate, MetaPrincipal} {
 		if v, ok := cmd.Metadata.String(k); ok && v != "" {
 			ev.Metadata.SetString(k, v)
 		}

@@ -180,6 +180,10 @@ const (
 	MetaSpanID = "span_id"
 	// MetaRequestID is an HTTP request id (transport).
 	MetaRequestID = "request_id"
+	// MetaPrincipal names who appended the envelope (or the command it
+	// stems from): set by the API from the request's credentials, never
+	// taken from the client (docs/security.md, "Who did it").
+	MetaPrincipal = "principal"
 )
 
 // IsTransportMetadataKey reports whether key is transport metadata, which the

@@ -1,0 +1,95 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/sluicehq/sluice/admin"
+	"github.com/sluicehq/sluice/auth"
+	"github.com/sluicehq/sluice/pipeline/sluiceconfig"
+	"github.com/sluicehq/sluice/registry"
+)
+
+// sluice auth key create|list|rotate|revoke: the secret is printed once
+// and works; list never prints it; revoke asks for --yes; every change is
+// in the admin audit log.
+func TestAuthKeyCommands(t *testing.T) {
+	ctx := context.Background()
+	pool := envDatabase(t)
+	out, _, err := run(t, "auth", "key", "create", "--principal", "team-orders", "--grant", "append,read=stream:Order/eu-*",
+		"--grant", "command=db:orders", "--description", "orders service", "--json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var created admin.KeyCreated
+	if err := json.Unmarshal([]byte(out), &created); err != nil {
+		t.Fatalf("%v: %s", err, out)
+	}
+	keys := auth.NewKeys(pool, auth.KeysOptions{})
+	authn := auth.NewAuthenticator(auth.Options{Keys: keys, Required: true})
+	p, err := authn.Authenticate(ctx, "Bearer "+created.Secret)
+	if err != nil || p.Name != "team-orders" || !p.Allows(auth.OpCommand, auth.Resource{Type: "Instance", ID: "orders:c:1"}) {
+		t.Fatalf("the new key: %+v %v", p, err)
+	}
+	out, _, err = run(t, "auth", "key", "list")
+	if err != nil || !strings.Contains(out, created.Key.ID) || !strings.Contains(out, "append,read=stream:Order/eu-*") || strings.Contains(out, created.Secret) {
+		t.Fatalf("list: %v\n%s", err, out)
+	}
+	if _, _, err := run(t, "auth", "key", "create", "--principal", "x", "--grant", "drop=*"); err == nil {
+		t.Fatal("an unknown operation was accepted")
+	}
+	out, _, err = run(t, "auth", "key", "rotate", created.Key.ID, "--grace", "1h")
+	if err != nil || !strings.Contains(out, "replaces "+created.Key.ID+", which works until") {
+		t.Fatalf("rotate: %v\n%s", err, out)
+	}
+	newSecret := strings.TrimSpace(out[strings.LastIndex(strings.TrimSpace(out), "\n")+1:])
+	authn = auth.NewAuthenticator(auth.Options{Keys: auth.NewKeys(pool, auth.KeysOptions{}), Required: true})
+	for _, s := range []string{created.Secret, newSecret} {
+		if _, err := authn.Authenticate(ctx, "Bearer "+s); err != nil {
+			t.Fatalf("during the grace period: %v", err)
+		}
+	}
+	_, _, err = run(t, "auth", "key", "revoke", created.Key.ID)
+	var ex *exitError
+	if !errors.As(err, &ex) || ex.code != exitNeedsConfirmation {
+		t.Fatalf("revoke without --yes: %v", err)
+	}
+	if _, _, err := run(t, "auth", "key", "revoke", created.Key.ID, "--yes"); err != nil {
+		t.Fatal(err)
+	}
+	fresh := auth.NewAuthenticator(auth.Options{Keys: auth.NewKeys(pool, auth.KeysOptions{}), Required: true})
+	if _, err := fresh.Authenticate(ctx, "Bearer "+created.Secret); !errors.Is(err, auth.ErrInvalid) {
+		t.Fatalf("revoked key: %v", err)
+	}
+	cfg, err := sluiceconfig.Load(map[string]string{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	reg, err := registry.New(pool, registry.Options{Owner: "t"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	adm, err := admin.New(admin.Options{Config: cfg, Pool: pool, Registry: reg})
+	if err != nil {
+		t.Fatal(err)
+	}
+	recs, err := adm.Audit(ctx, 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var actions []string
+	for _, r := range recs {
+		if strings.HasPrefix(r.Who, "cli:") {
+			actions = append(actions, r.Action)
+		}
+		if strings.Contains(string(r.Detail), created.Secret) || strings.Contains(string(r.Detail), newSecret) {
+			t.Fatalf("the audit log holds a secret: %s", r.Detail)
+		}
+	}
+	if strings.Join(actions, " ") != "auth.key.revoke auth.key.rotate auth.key.create" {
+		t.Fatalf("CLI audit records: %v", actions)
+	}
+}
