@@ -9,8 +9,8 @@ import (
 
 	"github.com/sluicehq/sluice/admin"
 	"github.com/sluicehq/sluice/auth"
-	"github.com/sluicehq/sluice/registry"
 	"github.com/sluicehq/sluice/internal/testenv"
+	"github.com/sluicehq/sluice/registry"
 )
 
 // The key endpoints: made, listed, rotated and revoked by the operator

@@ -23,7 +23,6 @@ func Components() []string {
 // left. CheckConstructors skips them, and fails when one already follows
 // the convention (then it leaves this list). The list only shrinks.
 var PendingConstructors = map[string]string{
-	"relay":            "relay.New(store, bucket, pool, Options) with Config inside Options and a private settings mirror (the relay's owner converts it)",
 	"worker":           "worker.New(Options): Options embeds the WORKER_* Config beside the resources and the crash points",
 	"instanceworker":   "NewService(Config, Deps) beside New(Options) for one Worker",
 	"projectionworker": "NewService(Config, Deps, ...Spec) beside New(Options) for one Worker",
