@@ -126,6 +126,8 @@ type server struct {
 	auth    *auth.Authenticator
 	limiter *auth.Limiter
 	mux     *http.ServeMux
+	// handler is the router inside the cross-cutting layers (layers).
+	handler http.Handler
 	metrics *metrics
 	// inflight holds one token per /v1 request being served
 	// (Options.MaxInFlight).
@@ -209,6 +211,7 @@ func New(opts Options) (http.Handler, error) {
 		s.mountEvents(mux)
 	}
 	s.mux = mux
+	s.handler = s.layers()
 	return s, nil
 }
 
@@ -226,61 +229,18 @@ func withDefaultLimits(l envelope.Limits) envelope.Limits {
 	return l
 }
 
-// ServeHTTP authenticates /v1, routes, records metrics and turns the
-// router's own 404/405 and any panic into JSON error bodies.
-func (s *server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	start := time.Now()
-	_, pattern := s.mux.Handler(r)
-	route := pattern
-	if route == "" {
-		route = "unmatched"
-	}
-	sw := &statusWriter{ResponseWriter: w}
-	if s.tracer != nil && strings.HasPrefix(r.URL.Path, "/v1/") {
-		var end func()
-		r, end = s.traceRequest(r, route, sw)
-		defer end()
-	}
-	defer func() {
-		if p := recover(); p != nil {
-			if p == http.ErrAbortHandler {
-				panic(p)
-			}
-			s.log.Error("api: panic serving request", "method", r.Method, "route", route, "panic", p)
-			if !sw.wrote {
-				writeError(sw, newError(http.StatusInternalServerError, CodeInternal, "", "internal error"))
-			}
-		}
-		s.metrics.observe(route, sw.status(), time.Since(start))
-	}()
-	if strings.HasPrefix(r.URL.Path, "/v1/") || r.URL.Path == "/v1" {
-		r2, release, e := s.authorize(sw, r, pattern)
-		if e != nil {
-			s.fail(sw, r2, e)
-			return
-		}
-		defer release()
-		r = r2
-		// A subscription (…/subscribe, server-sent events) holds its
-		// connection for as long as the client reads: it takes no slot,
-		// or a few subscribers would lock every command out.
-		if !strings.HasSuffix(pattern, "/subscribe") {
-			select {
-			case s.inflight <- struct{}{}:
-				defer func() { <-s.inflight }()
-			default:
-				writeError(sw, newError(http.StatusTooManyRequests, CodeTooManyRequests, "",
-					"the API is serving %d requests already (SLUICE_API_MAX_IN_FLIGHT); retry after Retry-After", cap(s.inflight)))
-				return
-			}
-		}
-	}
-	if pattern != "" {
+// ServeHTTP serves a request through the API's layers (middleware.go).
+func (s *server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.handler.ServeHTTP(w, r) }
+
+// route is the innermost layer: the router, with its own 404/405 turned
+// into JSON error bodies.
+func (s *server) route(w http.ResponseWriter, r *http.Request) {
+	if pattern := routeOf(r).pattern; pattern != "" {
 		if e := checkPathText(pattern, r.URL.EscapedPath()); e != nil {
-			writeError(sw, e)
+			writeError(w, e)
 			return
 		}
-		s.mux.ServeHTTP(sw, r)
+		s.mux.ServeHTTP(w, r)
 		return
 	}
 	// No route: let the router decide (404, 405 with Allow, or a redirect
@@ -289,16 +249,16 @@ func (s *server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	s.mux.ServeHTTP(rec, r)
 	switch rec.Code {
 	case http.StatusMethodNotAllowed:
-		sw.Header().Set("Allow", rec.header.Get("Allow"))
-		writeError(sw, newError(http.StatusMethodNotAllowed, CodeMethodNotAllowed, "", "method %s is not allowed here; allowed: %s", r.Method, rec.header.Get("Allow")))
+		w.Header().Set("Allow", rec.header.Get("Allow"))
+		writeError(w, newError(http.StatusMethodNotAllowed, CodeMethodNotAllowed, "", "method %s is not allowed here; allowed: %s", r.Method, rec.header.Get("Allow")))
 	case http.StatusNotFound:
-		writeError(sw, newError(http.StatusNotFound, CodeNotFound, "", "no such route: %s %s", r.Method, r.URL.EscapedPath()))
+		writeError(w, newError(http.StatusNotFound, CodeNotFound, "", "no such route: %s %s", r.Method, r.URL.EscapedPath()))
 	default:
 		for k, v := range rec.header {
-			sw.Header()[k] = v
+			w.Header()[k] = v
 		}
-		sw.WriteHeader(rec.Code)
-		_, _ = sw.Write(rec.body.Bytes())
+		w.WriteHeader(rec.Code)
+		_, _ = w.Write(rec.body.Bytes())
 	}
 }
 
