@@ -314,7 +314,7 @@ func TestTypedErrors(t *testing.T) {
 		check func(t *testing.T, err error)
 	}{
 		{"invalid event type", func() error {
-			_, err := c.Append(ctx, "Device", "v-1", "", client.EventData{EventType: "lower_case"})
+			_, err := c.Append(ctx, "Device", "v-1", "", client.EventData{EventType: "has space"})
 			return err
 		}, func(t *testing.T, err error) {
 			var ve *client.ValidationError
