@@ -305,7 +305,7 @@ func (s *Service) Run(ctx context.Context) error {
 	}
 	if iv := s.cfg.Registry.PruneInterval; iv > 0 {
 		pruned := make(chan struct{})
-		defer func() { <-pruned }()
+		defer func() { stop(); <-pruned }() // stop first: the prune ends with rctx
 		go func() {
 			defer close(pruned)
 			_ = s.reg.AutoPrune(rctx, iv, s.pruneRequest, func(n int64, err error) {

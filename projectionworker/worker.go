@@ -150,6 +150,10 @@ func conflictPause() backoff.Policy {
 	return backoff.Policy{Base: 5 * time.Millisecond, Cap: 80 * time.Millisecond, Jitter: true}
 }
 
+// errRunAlone marks an event whose round's folded write was refused for
+// good: it is run again in a round of its own (HandleBatch).
+var errRunAlone = errors.New("projectionworker: a write shared with other events was refused; running the event alone")
+
 // errDocChanged marks a stateful write refused with 409: another worker
 // wrote the document since the round read it.
 var errDocChanged = errors.New("projectionworker: a document changed while the event was projected; retrying on its new state")
@@ -169,6 +173,11 @@ func (w *Worker) HandleBatch(ctx context.Context, recs []*worker.Record) []worke
 	out := w.round(ctx, recs)
 	if !isStateful(w.o.Projection) {
 		return out
+	}
+	for i, r := range out {
+		if errors.Is(r.Err, errRunAlone) && ctx.Err() == nil {
+			out[i] = w.round(ctx, recs[i:i+1])[0]
+		}
 	}
 	for pass := 0; pass < conflictRetries; pass++ {
 		var again []int
@@ -238,6 +247,16 @@ func (w *Worker) plan(ctx context.Context, recs []*worker.Record) *roundPlan {
 			st.begin()
 		}
 		its, o, err := w.prepare(ctx, rec, st)
+		if err == nil && its != nil && st != nil {
+			// The swap's base is the version the round read, whatever the
+			// projection put in the op: a write of a document it read is
+			// always conditional on that document being unchanged.
+			for j := range its {
+				if d, ok := st.read[docKey{its[j].Op.Scope, its[j].Op.ID}]; ok && !its[j].Op.Create {
+					its[j].Op.Version = d.Version + 1
+				}
+			}
+		}
 		if err == nil && its != nil {
 			var enc [][]byte
 			if enc, err = w.encodeRound(its, pl, byDoc); err != nil {
@@ -339,9 +358,26 @@ func (w *Worker) round(ctx context.Context, recs []*worker.Record) []worker.Batc
 		return pl.out
 	}
 	w.hit(PointAfterESWrite)
+	w.lineEffects(pl.items, res)
+	sharers := make([]int, len(pl.lines))
+	for i := range recs {
+		if pl.out[i].Err == nil {
+			for _, l := range pl.deps[i] {
+				sharers[l]++
+			}
+		}
+	}
 	for i := range recs {
 		d := pl.deps[i]
 		if d == nil || pl.out[i].Err != nil {
+			continue
+		}
+		// A folded write refused for good holds the effects of several
+		// events, and one of them caused it: each is run again alone, so
+		// that only that one is dead-lettered; an event that only read
+		// the refused state is projected again.
+		if slices.ContainsFunc(d, func(l int) bool { return refused(res[l]) && (sharers[l] > 1 || pl.noWrite[i]) }) {
+			pl.out[i] = worker.BatchResult{Err: worker.Retryable(fmt.Errorf("%s: %w", w.o.Projection.Name(), errRunAlone))}
 			continue
 		}
 		items, rs := make([]BulkItem, len(d)), make([]ItemResult, len(d))
@@ -398,6 +434,8 @@ func (w *Worker) prepare(ctx context.Context, rec *worker.Record, st *DocState) 
 // evaluate turns the answers to one event's items into its outcome.
 // dependent: the items are not the event's own writes but the round's
 // writes its no-write decision rests on; they are not counted for it.
+// The answers' side effects (conflict counts, a lost index) are the
+// round's, once per item (lineEffects).
 func (w *Worker) evaluate(items []BulkItem, res []ItemResult, dependent bool) (claim.Outcome, error) {
 	p := w.o.Projection
 	count := func(c *prometheus.CounterVec, labels ...string) {
@@ -415,7 +453,6 @@ func (w *Worker) evaluate(items []BulkItem, res []ItemResult, dependent bool) (c
 			if items[i].Op.Create {
 				reason = ReasonExists
 			}
-			count(w.m.conflicts, p.Name(), reasonFor(items[i].Op))
 		case r.Transient():
 			err := fmt.Errorf("elasticsearch item %s/%s: %w", items[i].Index, items[i].Op.ID,
 				&readmodel.StatusError{Op: "bulk item", Status: r.Status, Type: r.Type, Reason: r.Reason})
@@ -425,11 +462,7 @@ func (w *Worker) evaluate(items []BulkItem, res []ItemResult, dependent bool) (c
 				transient = err
 			}
 		case r.Status == http.StatusNotFound:
-			w.ensured.Delete(items[i].Op.Scope) // index vanished: ensure again
 			transient = fmt.Errorf("elasticsearch item %s/%s: %d %s: %s", items[i].Index, items[i].Op.ID, r.Status, r.Type, r.Reason)
-			if w.o.OnIndexLost != nil {
-				w.o.OnIndexLost(items[i].Op.Scope, transient.Error())
-			}
 		default:
 			permanent = fmt.Errorf("elasticsearch item %s/%s: %d %s: %s", items[i].Index, items[i].Op.ID, r.Status, r.Type, r.Reason)
 		}
@@ -455,6 +488,30 @@ func (w *Worker) evaluate(items []BulkItem, res []ItemResult, dependent bool) (c
 	}
 	count(w.m.items, p.Name(), "applied")
 	return claim.Applied(), nil
+}
+
+// lineEffects acts once per item of a round on its answer: a 409 is
+// counted (sluice_projection_conflicts_total), a 404 — the index was
+// deleted under the worker — makes the scope be ensured again and is
+// reported (Options.OnIndexLost).
+func (w *Worker) lineEffects(items []BulkItem, res []ItemResult) {
+	for i, r := range res {
+		switch {
+		case r.Conflict():
+			w.m.conflicts.WithLabelValues(w.o.Projection.Name(), reasonFor(items[i].Op)).Inc()
+		case !r.OK() && !r.Transient() && r.Status == http.StatusNotFound:
+			w.ensured.Delete(items[i].Op.Scope) // index vanished: ensure again
+			if w.o.OnIndexLost != nil {
+				w.o.OnIndexLost(items[i].Op.Scope, fmt.Sprintf("elasticsearch item %s/%s: %d %s: %s", items[i].Index, items[i].Op.ID, r.Status, r.Type, r.Reason))
+			}
+		}
+	}
+}
+
+// refused reports whether an item answer is a refusal retrying cannot fix
+// (what evaluate calls permanent).
+func refused(r ItemResult) bool {
+	return !r.OK() && !r.Conflict() && !r.Transient() && r.Status != http.StatusNotFound
 }
 
 func reasonFor(op Op) string {
@@ -653,7 +710,7 @@ type metrics struct {
 func newMetrics(r prometheus.Registerer) *metrics {
 	return &metrics{
 		conflicts: register(r, prometheus.NewCounterVec(prometheus.CounterOpts{Name: "sluice_projection_conflicts_total",
-			Help: "Elasticsearch 409s of projection writes (already applied or stale), treated as success."}, []string{"projection", "reason"})),
+			Help: "Elasticsearch 409s of projection writes, once per write: already applied or stale (stateless projections, treated as success), or a document another worker changed (stateful, projected again)."}, []string{"projection", "reason"})),
 		items: register(r, prometheus.NewCounterVec(prometheus.CounterOpts{Name: "sluice_projection_events_total",
 			Help: "Projected events by result (applied, conflict, retry, rejected)."}, []string{"projection", "result"})),
 		bulks: register(r, prometheus.NewCounterVec(prometheus.CounterOpts{Name: "sluice_projection_bulk_requests_total",

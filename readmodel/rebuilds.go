@@ -35,7 +35,11 @@ func (r *Rebuilds) Serve(ctx context.Context) (stop func()) {
 	r.ctx, r.running, r.again = ctx, map[string]bool{}, map[string]string{}
 	r.mu.Unlock()
 	return func() {
+		// Cancelled under mu: a Start that saw the context live has
+		// called wg.Add before this, so Wait waits for it.
+		r.mu.Lock()
 		cancel()
+		r.mu.Unlock()
 		r.wg.Wait()
 		r.mu.Lock()
 		r.ctx = nil

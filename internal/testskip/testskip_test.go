@@ -169,3 +169,25 @@ func nestedModule(dir string) bool {
 	_, err := os.Stat(filepath.Join(dir, "go.mod"))
 	return err == nil
 }
+
+// TestCheckMaybe: a "maybe" entry passes whether its test skipped or not,
+// and still covers the skip it allows.
+func TestCheckMaybe(t *testing.T) {
+	entries, err := Parse("a TestM maybe measured at run time\n")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name    string
+		skipped []Skipped
+	}{{"skipped", []Skipped{{Package: "a", Test: "TestM"}}}, {"ran", nil}} {
+		t.Run(tc.name, func(t *testing.T) {
+			if d := Check(entries, tc.skipped, func(string) string { return "" }); len(d) != 0 {
+				t.Fatalf("diffs %v, want none", d)
+			}
+		})
+	}
+	if d := Check(entries, []Skipped{{Package: "a", Test: "TestOther"}}, func(string) string { return "" }); len(d) != 1 {
+		t.Fatalf("an unlisted skip: diffs %v, want one", d)
+	}
+}

@@ -457,3 +457,113 @@ func runModel(ch *chooser, p *Projection, workers [][]modelEvent, crashes int) e
 	}
 	return nil
 }
+
+// directTransport answers at once from a model store; a document whose
+// source holds "poison" is refused with 400, as a mapping error would be.
+type directTransport struct {
+	mu    sync.Mutex
+	store modelStore
+}
+
+func (d *directTransport) RoundTrip(req *http.Request) (*http.Response, error) {
+	var body []byte
+	if req.Body != nil {
+		body, _ = io.ReadAll(req.Body)
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	path := req.URL.Path
+	switch {
+	case req.Method == http.MethodHead:
+		return resp(http.StatusOK, map[string]any{}), nil
+	case path == "/_aliases":
+		return resp(http.StatusOK, map[string]any{"acknowledged": true}), nil
+	case strings.Contains(path, "/_alias"):
+		return resp(http.StatusNotFound, map[string]any{}), nil
+	case strings.HasSuffix(path, "/_mget"):
+		var q struct {
+			Docs []struct {
+				Index string `json:"_index"`
+				ID    string `json:"_id"`
+			} `json:"docs"`
+		}
+		_ = json.Unmarshal(body, &q)
+		docs := []map[string]any{}
+		for _, x := range q.Docs {
+			if sd, ok := d.store.docs[x.Index+"/"+x.ID]; ok {
+				docs = append(docs, map[string]any{"found": true, "_version": sd.version, "_source": sd.source})
+			} else {
+				docs = append(docs, map[string]any{"found": false})
+			}
+		}
+		return resp(http.StatusOK, map[string]any{"docs": docs}), nil
+	case strings.HasSuffix(path, "/_bulk"):
+		lines := bytes.Split(bytes.TrimSpace(body), []byte("\n"))
+		var items []map[string]any
+		for k := 0; k+1 < len(lines); k += 2 {
+			if bytes.Contains(lines[k+1], []byte("poison")) {
+				items = append(items, map[string]any{"index": map[string]any{"status": http.StatusBadRequest,
+					"error": map[string]any{"type": "mapper_parsing_exception", "reason": "poison"}}})
+				continue
+			}
+			got, err := d.store.bulk(append(append(append([]byte(nil), lines[k]...), '\n'), append(lines[k+1], '\n')...), -1)
+			if err != nil {
+				return nil, err
+			}
+			items = append(items, got...)
+		}
+		return resp(http.StatusOK, map[string]any{"errors": true, "items": items}), nil
+	}
+	return resp(http.StatusBadRequest, map[string]any{"error": "model: unexpected " + req.Method + " " + path}), nil
+}
+
+// TestRoundRefusedSharedWrite: when the folded write of a document is
+// refused for good because of one event's data, only that event is
+// dead-lettered; the others of the round that wrote the document are run
+// alone and applied.
+func TestRoundRefusedSharedWrite(t *testing.T) {
+	specs, err := Parse("sites.yaml", []byte(modelYAML+`  - set: poison
+    value: event.data.poison
+    when: has(event.data.poison)
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ps, err := Compile(specs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr := &directTransport{store: modelStore{docs: map[string]storedDoc{}}}
+	es, err := elasticsearch.NewClient(elasticsearch.Config{Addresses: []string{"http://model"}, Transport: tr, DisableRetry: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	wk, err := projectionworker.New(projectionworker.Options{Projection: ps[0], Version: 1, ES: es,
+		Bulker:      projectionworker.NewBulker(es, projectionworker.BulkOptions{Linger: time.Microsecond}),
+		IndexPrefix: "model_", Logger: slog.New(slog.DiscardHandler), Metrics: prometheus.NewRegistry()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec := func(n int, device, data string) *worker.Record {
+		return &worker.Record{Offset: int64(n), Envelope: envelope.Envelope{EventID: fmt.Sprintf("00000000-0000-4000-8000-%012d", n),
+			EventType: "READING", Kind: envelope.KindDomain, AggregateType: "Device", AggregateID: device, SequenceNumber: 1,
+			Position: int64(n), Data: []byte(data), OccurredAt: envelope.NewTimestamp(mustTime(t0))}}
+	}
+	recs := []*worker.Record{rec(1, "d1", `{"site":"s"}`), rec(2, "d2", `{"site":"s","poison":"x"}`), rec(3, "d3", `{"site":"s"}`)}
+	res := wk.HandleBatch(context.Background(), recs)
+	for i, want := range []string{worker.ClassRetryable, worker.ClassPermanent, worker.ClassRetryable} {
+		got := "ok"
+		if res[i].Err != nil {
+			got = worker.Classify(res[i].Err)
+		}
+		if (want == worker.ClassPermanent) != (got == worker.ClassPermanent) || (want != worker.ClassPermanent && res[i].Err != nil) {
+			t.Fatalf("event %d: %v (%s), want only event 2 refused", i+1, res[i].Err, got)
+		}
+	}
+	var doc struct {
+		Count int `json:"count"`
+	}
+	if err := json.Unmarshal(tr.store.docs["model_m_sites_v1/s"].source, &doc); err != nil || doc.Count != 2 {
+		t.Fatalf("document %s, want count 2 (events 1 and 3)", tr.store.docs["model_m_sites_v1/s"].source)
+	}
+}
