@@ -160,6 +160,18 @@ func (s *Store) CountAggregatesByPart(ctx context.Context, aggType, sep string, 
 	return out, nil
 }
 
+// AggregatesEstimate is the planner's estimate of the number of aggregates
+// in the store (all types; pg_class.reltuples, kept by ANALYZE and
+// autovacuum): one catalog read, whatever the size of the store. It is
+// negative when the table was never analyzed.
+func (s *Store) AggregatesEstimate(ctx context.Context) (float64, error) {
+	var rows float64
+	if err := s.pool.QueryRow(ctx, `SELECT reltuples FROM pg_class WHERE oid = 'sluice.sequences'::regclass`).Scan(&rows); err != nil {
+		return 0, fmt.Errorf("eventstore: estimate aggregates: %w", err)
+	}
+	return rows, nil
+}
+
 // SampleAggregates returns up to n ids of aggregates of type aggType that
 // have at least one committed event of kind ("" either), drawn at random
 // from the index (a block sample of sluice.sequences sized from the
@@ -174,8 +186,8 @@ func (s *Store) SampleAggregates(ctx context.Context, aggType string, kind envel
 	if n <= 0 {
 		return nil, nil
 	}
-	var rows float64
-	if err := s.pool.QueryRow(ctx, `SELECT reltuples FROM pg_class WHERE oid = 'sluice.sequences'::regclass`).Scan(&rows); err != nil {
+	rows, err := s.AggregatesEstimate(ctx)
+	if err != nil {
 		return nil, fmt.Errorf("eventstore: sample aggregates of %s: %w", aggType, err)
 	}
 	// Four times the rows asked for, as a share of the table (100 % when

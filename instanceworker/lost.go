@@ -6,8 +6,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
-	"sort"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -34,7 +35,17 @@ type RebuildStore interface {
 	Streams(ctx context.Context, aggregateType string, ids []string, kind envelope.Kind) ([][]eventstore.Event, error)
 	CountAggregatesByPart(ctx context.Context, aggType, sep string, kind envelope.Kind) (map[string]int64, error)
 	SampleAggregates(ctx context.Context, aggType string, kind envelope.Kind, n int) ([]string, error)
+	AggregatesEstimate(ctx context.Context) (float64, error)
 }
+
+// ExactBelow is the store size (aggregates, the planner's estimate) below
+// which the start-up check counts every instance per db, as exact as it is
+// cheap; above it, it samples (StartupSample).
+const ExactBelow = 200_000
+
+// minSampled is the fewest sampled instances of a db for which the 10%
+// rule is applied; with fewer, only a missing or empty index is lost.
+const minSampled = 20
 
 // StartupSample is how many instances the start-up check reads from the
 // store (at random) and looks up in their indices: the check costs the
@@ -432,6 +443,15 @@ func (s *Service) checkLost(ctx context.Context, cl *kgo.Client) {
 	if !worked {
 		return // a fresh deployment
 	}
+	est, err := store.AggregatesEstimate(ctx)
+	if err != nil {
+		s.log.Warn("instance worker: read model check failed", "err", err)
+		return
+	}
+	if est < 0 || est < ExactBelow {
+		s.checkLostExact(ctx, store)
+		return
+	}
 	ids, err := store.SampleAggregates(ctx, envelope.AggregateTypeInstance, envelope.KindDomain, StartupSample)
 	if err != nil {
 		s.log.Warn("instance worker: read model check failed", "err", err)
@@ -445,12 +465,7 @@ func (s *Service) checkLost(ctx context.Context, cl *kgo.Client) {
 		}
 		sample[db] = append(sample[db], readmodel.Ref{Class: class, InstanceID: iid})
 	}
-	dbs := make([]string, 0, len(sample))
-	for db := range sample {
-		dbs = append(dbs, db)
-	}
-	sort.Strings(dbs)
-	for _, db := range dbs {
+	for _, db := range slices.Sorted(maps.Keys(sample)) {
 		found, exists, err := s.worker.waitSampleDocs(ctx, db, sample[db])
 		if err != nil {
 			if ctx.Err() == nil {
@@ -458,7 +473,36 @@ func (s *Service) checkLost(ctx context.Context, cl *kgo.Client) {
 			}
 			continue
 		}
-		if lost, why := ShortIndex(int64(len(sample[db])), found, exists); lost {
+		want := int64(len(sample[db]))
+		if want < minSampled && found > 0 {
+			continue // too few sampled for the 10% rule: only a missing or empty index counts
+		}
+		if lost, why := ShortIndex(want, found, exists); lost {
+			s.worker.startRebuild(db, why+" (of a random sample of the store)")
+		}
+	}
+}
+
+// checkLostExact is the start-up check of a small store: the instances
+// per db counted (one grouped query) against each db's document count.
+func (s *Service) checkLostExact(ctx context.Context, store RebuildStore) {
+	want, err := store.CountAggregatesByPart(ctx, envelope.AggregateTypeInstance, ":", envelope.KindDomain)
+	if err != nil {
+		s.log.Warn("instance worker: read model check failed", "err", err)
+		return
+	}
+	for _, db := range slices.Sorted(maps.Keys(want)) {
+		if envelope.ValidateDBName(db) != nil {
+			continue
+		}
+		docs, exists, err := s.worker.waitSampleDocs(ctx, db, nil)
+		if err != nil {
+			if ctx.Err() == nil {
+				s.log.Warn("instance worker: read model check failed", "db", db, "err", err)
+			}
+			continue
+		}
+		if lost, why := ShortIndex(want[db], docs, exists); lost {
 			s.worker.startRebuild(db, why)
 		}
 	}
@@ -506,11 +550,12 @@ func (w *Worker) waitSampleDocs(ctx context.Context, db string, refs []readmodel
 }
 
 // sampleDocs counts how many of refs have a document in db's write alias
-// (one _mget), and whether the alias exists (a _count of it).
+// (one _mget), and whether the alias exists (a _count of it); with refs
+// nil it returns the alias's document count.
 func sampleDocs(ctx context.Context, w *Worker, db string, refs []readmodel.Ref) (found int64, exists bool, err error) {
 	docs, exists, err := countDocs(ctx, w, db)
-	if err != nil || !exists || docs == 0 {
-		return 0, exists, err
+	if err != nil || !exists || docs == 0 || refs == nil {
+		return docs, exists, err // refs nil: the document count is the answer
 	}
 	n := readmodel.InstanceNames(w.o.IndexPrefix, db, w.o.IndexVersion)
 	for i := range refs {
