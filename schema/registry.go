@@ -39,6 +39,10 @@ type snapshot struct {
 	// byFingerprint holds the same by type, version and fingerprint, so
 	// that a refresh recompiles only what changed.
 	byFingerprint map[compiledKey]*Compiled
+	// broken holds the types with a stored version that does not compile
+	// (rules tightened since it was registered, say): their appends are
+	// refused as unavailable, every other type goes on validating.
+	broken map[string]error
 }
 
 type versionKey struct {

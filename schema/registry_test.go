@@ -167,3 +167,35 @@ func (c countTracer) TraceQueryStart(ctx context.Context, _ *pgx.Conn, _ pgx.Tra
 func (countTracer) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
 
 func sprint(v any) string { return fmt.Sprintf("%+v", v) }
+
+// TestBrokenStoredSchemaRefusesOnlyItsType: a stored version that no
+// longer compiles refuses its own type's events (unavailable, not
+// unchecked) while every other type goes on validating.
+func TestBrokenStoredSchemaRefusesOnlyItsType(t *testing.T) {
+	ctx := context.Background()
+	_, pool := testenv.NewMigratedDatabase(t)
+	admin := schema.New(pool, schema.Config{}, nil)
+	for _, typ := range []string{"OrderPlaced", "OrderShipped"} {
+		if _, err := admin.Register(ctx, typ, []byte(v1), schema.RegisterOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	testenv.MustExec(t, pool, `UPDATE sluice.event_schemas SET schema = '{"type":"strin"}' WHERE event_type = 'OrderPlaced'`)
+	door := schema.New(pool, schema.Config{}, nil) // a cold start: nothing compiled yet
+	for _, tc := range []struct {
+		typ     string
+		wantErr bool
+	}{{"OrderPlaced", true}, {"OrderShipped", false}, {"Unregistered", false}} {
+		t.Run(tc.typ, func(t *testing.T) {
+			_, err := door.Validate(ctx, tc.typ, []byte(`{"id":"a","total":1}`))
+			var de *schema.DataError
+			var nr *schema.NotRegisteredError
+			switch {
+			case tc.wantErr && (err == nil || errors.As(err, &de) || errors.As(err, &nr) || !strings.Contains(err.Error(), "does not compile")):
+				t.Fatalf("broken type: %v, want a does-not-compile error", err)
+			case !tc.wantErr && err != nil:
+				t.Fatalf("%s: %v, want valid", tc.typ, err)
+			}
+		})
+	}
+}

@@ -29,6 +29,9 @@ func (r *Registry) ValidateVersion(ctx context.Context, eventType string, versio
 	if err != nil {
 		return 0, err
 	}
+	if err := s.broken[eventType]; err != nil {
+		return 0, err
+	}
 	v, ok := s.latest[eventType]
 	if !ok {
 		if r.cfg.Mode == ModeStrict {
@@ -112,7 +115,8 @@ func (r *Registry) load(ctx context.Context, old *snapshot) (*snapshot, error) {
 		return nil, err
 	}
 	defer rows.Close()
-	ns := &snapshot{stamp: stamp, latest: map[string]Version{}, compiled: map[versionKey]*Compiled{}, byFingerprint: map[compiledKey]*Compiled{}}
+	ns := &snapshot{stamp: stamp, latest: map[string]Version{}, compiled: map[versionKey]*Compiled{}, byFingerprint: map[compiledKey]*Compiled{},
+		broken: map[string]error{}}
 	for rows.Next() {
 		var k compiledKey
 		var raw string
@@ -125,7 +129,11 @@ func (r *Registry) load(ctx context.Context, old *snapshot) (*snapshot, error) {
 		}
 		if c == nil {
 			if c, err = Compile([]byte(raw)); err != nil {
-				return nil, fmt.Errorf("stored v%d of %s does not compile: %w", k.version, k.eventType, err)
+				// One type's stored schema must not stop every append:
+				// that type is refused until an operator fixes it.
+				ns.broken[k.eventType] = fmt.Errorf("schema: stored v%d of %s does not compile (fix or delete it with sluice schema): %w", k.version, k.eventType, err)
+				r.log.Error("schema registry: a stored schema does not compile; appends of its type are refused", "event_type", k.eventType, "version", k.version, "err", err)
+				continue
 			}
 		}
 		ns.byFingerprint[k] = c
