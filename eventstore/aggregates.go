@@ -3,11 +3,13 @@ package eventstore
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/jackc/pgx/v5"
 
 	"github.com/sluicehq/sluice/shared/envelope"
+	"github.com/sluicehq/sluice/shared/suggest"
 )
 
 // AggregateQuery selects aggregates of one type by id prefix, in id order,
@@ -210,4 +212,54 @@ func (s *Store) SampleAggregates(ctx context.Context, aggType string, kind envel
 		return nil, fmt.Errorf("eventstore: sample aggregates of %s: %w", aggType, err)
 	}
 	return ids, nil
+}
+
+// FindStream returns nil when the store has a stream aggType/aggID (an
+// aggregate with a reserved slot), else a *suggest.NotFoundError naming
+// the nearest that exists: among the type's aggregates next to aggID in
+// the index's order, or, when the type has none, among the aggregate
+// types. Bounded: one primary-key lookup, two index range reads of a few
+// rows, and a walk over the distinct types (one index probe per type).
+func (s *Store) FindStream(ctx context.Context, aggType, aggID string) error {
+	var exists bool
+	if err := s.pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM sluice.sequences WHERE aggregate_type = $1 AND aggregate_id = $2)`,
+		aggType, aggID).Scan(&exists); err != nil {
+		return fmt.Errorf("eventstore: find stream %s/%s: %w", aggType, aggID, err)
+	}
+	if exists {
+		return nil
+	}
+	rows, err := s.pool.Query(ctx, `(SELECT aggregate_id FROM sluice.sequences WHERE aggregate_type = $1 AND aggregate_id > $2 ORDER BY aggregate_id LIMIT 5)
+		UNION ALL (SELECT aggregate_id FROM sluice.sequences WHERE aggregate_type = $1 AND aggregate_id < $2 ORDER BY aggregate_id DESC LIMIT 5)`, aggType, aggID)
+	if err != nil {
+		return fmt.Errorf("eventstore: find stream %s/%s: %w", aggType, aggID, err)
+	}
+	near, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return fmt.Errorf("eventstore: find stream %s/%s: %w", aggType, aggID, err)
+	}
+	if len(near) > 0 {
+		nf := suggest.NotFound(aggType+" stream", aggID, near)
+		nf.Note = "no event of it is stored"
+		if nf.Nearest == "" {
+			slices.Sort(near)
+			nf.Note += "; streams of " + aggType + " next to it: " + strings.Join(near[:min(len(near), 3)], ", ")
+		}
+		return nf
+	}
+	rows, err = s.pool.Query(ctx, `WITH RECURSIVE t(typ) AS (
+			SELECT min(aggregate_type) FROM sluice.sequences
+			UNION ALL
+			SELECT (SELECT min(aggregate_type) FROM sluice.sequences WHERE aggregate_type > t.typ) FROM t WHERE t.typ IS NOT NULL)
+		SELECT typ FROM t WHERE typ IS NOT NULL`)
+	if err != nil {
+		return fmt.Errorf("eventstore: find stream %s/%s: %w", aggType, aggID, err)
+	}
+	types, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return fmt.Errorf("eventstore: find stream %s/%s: %w", aggType, aggID, err)
+	}
+	nf := suggest.NotFound("aggregate type", aggType, types)
+	nf.Note = "the store holds no stream of it"
+	return nf
 }

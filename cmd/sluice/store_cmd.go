@@ -95,6 +95,9 @@ func newStoreCatCmd() *cobra.Command {
 				if kind != "" && !envelope.Kind(kind).Valid() {
 					return fmt.Errorf("--kind %q: want command, domain or empty", kind)
 				}
+				if err := st.FindStream(ctx, aggType, aggID); err != nil {
+					return err
+				}
 				evs, err := st.Stream(ctx, aggType, aggID, fromSeq, toSeq, envelope.Kind(kind))
 				if err != nil {
 					return err
