@@ -221,6 +221,10 @@ func (s *Store) SampleAggregates(ctx context.Context, aggType string, kind envel
 // types. Bounded: one primary-key lookup, two index range reads of a few
 // rows, and a walk over the distinct types (one index probe per type).
 func (s *Store) FindStream(ctx context.Context, aggType, aggID string) error {
+	aggID, err := envelope.NormalizeAggregateID(aggID) // as Stream reads it
+	if err != nil {
+		return err
+	}
 	var exists bool
 	if err := s.pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM sluice.sequences WHERE aggregate_type = $1 AND aggregate_id = $2)`,
 		aggType, aggID).Scan(&exists); err != nil {

@@ -19,6 +19,7 @@ func TestFindStream(t *testing.T) {
 		want          string // "" found; else in the error
 	}{
 		{"exists", "Order", "o-1", ""},
+		{"exists, named with surrounding space", "Order", " o-1 ", ""},
 		{"a near id", "Order", "o-3", `Order stream "o-3" not found (no event of it is stored); did you mean "o-1"?`},
 		{"a far id lists neighbours", "Order", "zzzzzzzz", "streams of Order next to it: o-1, o-2"},
 		{"a misspelt type", "Ordr", "o-1", `aggregate type "Ordr" not found (the store holds no stream of it); did you mean "Order"?`},
