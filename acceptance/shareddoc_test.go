@@ -307,7 +307,7 @@ func runSharedDocument(t *testing.T, workers, partitions, devices, sites, events
 			conflictsBefore := conflicts()
 
 			// 1. Pause the group; every worker confirms.
-			if out, errOut, code := p.cli("consumer", "pause", "--group", siteGroup, "--yes", "--reason", "issue 39 burst"); code != 0 {
+			if out, errOut, code := p.cli("consumer", "pause", "--group", siteGroup, "--allow-new", "--yes", "--reason", "issue 39 burst"); code != 0 {
 				t.Fatalf("consumer pause: exit %d %s %s", code, out, errOut)
 			}
 			waitFor(t, 30*time.Second, "every worker paused and past the poll in progress", func() bool {
@@ -353,7 +353,7 @@ func runSharedDocument(t *testing.T, workers, partitions, devices, sites, events
 
 			// 3. Resume: every worker writes the site documents at once.
 			start = time.Now()
-			if out, errOut, code := p.cli("consumer", "resume", "--group", siteGroup, "--yes"); code != 0 {
+			if out, errOut, code := p.cli("consumer", "resume", "--group", siteGroup, "--allow-new", "--yes"); code != 0 {
 				t.Fatalf("consumer resume: exit %d %s %s", code, out, errOut)
 			}
 			waitFor(t, 120*time.Second, "the group committed the burst and every event finished", func() bool {

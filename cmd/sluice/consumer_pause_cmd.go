@@ -1,7 +1,16 @@
 package main
 
 import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
 	"github.com/spf13/cobra"
+
+	"github.com/sluicehq/sluice/shared/suggest"
+	"github.com/sluicehq/sluice/worker"
 )
 
 // newConsumerPauseCmd is `sluice consumer pause|resume`: the durable pause
@@ -9,6 +18,7 @@ import (
 // calls too).
 func newConsumerPauseCmd(pause bool) *cobra.Command {
 	var group, reason string
+	var allowNew bool
 	var g guardFlags
 	use, verb := "resume", "resumed"
 	if pause {
@@ -26,6 +36,11 @@ the change it would make.`,
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			act := g.yes && !g.dryRun
+			if !allowNew {
+				if err := checkPauseGroup(cmd, group); err != nil {
+					return err
+				}
+			}
 			reg, closeFn, err := openRegistry(cmd)
 			if err != nil {
 				return err
@@ -48,7 +63,51 @@ the change it would make.`,
 	}
 	cmd.Flags().StringVar(&group, "group", "", "consumer group (required)")
 	cmd.Flags().StringVar(&reason, "reason", "", "why (kept with the flag)")
+	cmd.Flags().BoolVar(&allowNew, "allow-new", false, "set the flag of a group that neither exists in Kafka nor is configured here (its workers start later)")
 	g.register(cmd, true)
 	_ = cmd.MarkFlagRequired("group")
 	return cmd
+}
+
+// checkPauseGroup refuses a group that neither is one this deployment
+// configures (the instance worker, SLUICE_PROJECTIONS) nor exists in Kafka,
+// naming the nearest that does (exit 3; --allow-new sets it anyway). When
+// Kafka cannot be asked within a few seconds the flag is set all the same,
+// with a warning: a pause must work while Kafka is out.
+func checkPauseGroup(cmd *cobra.Command, group string) error {
+	cfg, _, err := loadConfig(cmd)
+	if err != nil {
+		return err
+	}
+	ws, err := configuredWorkers(cfg)
+	if err != nil {
+		return err
+	}
+	configured := make([]string, 0, len(ws))
+	for _, w := range ws {
+		configured = append(configured, w.Group)
+	}
+	if slices.Contains(configured, group) {
+		return nil
+	}
+	adm, closeFn, err := openConsumerAdmin(cmd)
+	if err == nil {
+		defer closeFn()
+		ctx, cancel := context.WithTimeout(cmd.Context(), 3*time.Second)
+		defer cancel()
+		err = worker.FindGroup(ctx, adm, group)
+	}
+	var nf *suggest.NotFoundError
+	switch {
+	case err == nil:
+		return nil
+	case errors.As(err, &nf):
+		if nf.Nearest == "" {
+			nf.Nearest = suggest.Nearest(group, configured)
+		}
+		nf.Note += "; pass --allow-new to set the flag before its workers start"
+		return nf
+	}
+	fmt.Fprintf(cmd.ErrOrStderr(), "warning: could not check that group %q exists (%v); setting the flag anyway\n", group, err)
+	return nil
 }

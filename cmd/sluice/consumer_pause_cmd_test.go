@@ -24,7 +24,7 @@ func TestConsumerPauseGuard(t *testing.T) {
 		{"resume without --yes", []string{"resume"}, "would be resumed", true},
 		{"resume --yes", []string{"resume", "--yes"}, "consumer resume g1: resumed", false},
 	} {
-		out, _, err := run(t, append(append([]string{"consumer"}, st.args...), "--group", "g1")...)
+		out, _, err := run(t, append(append([]string{"consumer"}, st.args...), "--group", "g1", "--allow-new")...)
 		if err != nil || !strings.Contains(out, st.wantOut) {
 			t.Errorf("%s: %q %v, want %q", st.name, out, err, st.wantOut)
 		}

@@ -14,6 +14,7 @@ import (
 // that does not exist, marked "(?)".
 func TestNotFoundNamesTheNearest(t *testing.T) {
 	k := newKafkaFixture(t)
+	envDatabase(t) // consumer pause sets its flag in Postgres
 	worker := testenv.UniqueName("worker")
 	group := "sluice." + worker // as KAFKA_GROUP_PREFIX names it
 	topic := testenv.UniqueName("events.")
@@ -40,6 +41,9 @@ func TestNotFoundNamesTheNearest(t *testing.T) {
 			`topic "sluice.commands.dlq" not found (a configured dead-letter topic, created when its worker starts: it has no letters)`},
 		{"dlq list of a topic that does not exist", []string{"dlq", "list", "--topic", strings.ToUpper(dlq)},
 			`topic "` + strings.ToUpper(dlq) + `" not found; did you mean "` + dlq + `"?`},
+		{"pause of the unprefixed id", []string{"consumer", "pause", "--group", worker, "--yes"},
+			`consumer group "` + worker + `" not found (no worker has joined it and it has no committed offsets; pass --allow-new to set the flag before its workers start); did you mean "` + group + `"?`},
+		{"pause of a group that exists", []string{"consumer", "pause", "--group", group}, ""},
 		{"projection status of a typo", []string{"projection", "status", "histroy"},
 			`projection "histroy" not found (known: instances, history); did you mean "history"?`},
 		{"projection rebuild of a typo", []string{"projection", "rebuild", "instance", "--version", "2", "--dry-run"},
