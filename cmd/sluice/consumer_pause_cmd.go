@@ -36,16 +36,23 @@ the change it would make.`,
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			act := g.yes && !g.dryRun
-			if !allowNew {
-				if err := checkPauseGroup(cmd, group); err != nil {
-					return err
-				}
-			}
 			reg, closeFn, err := openRegistry(cmd)
 			if err != nil {
 				return err
 			}
 			defer closeFn()
+			// A group whose flag is set can always be resumed, however
+			// it got its flag.
+			flagged := false
+			if !pause {
+				st, err := reg.GroupPaused(cmd.Context(), group)
+				flagged = err == nil && st.Paused
+			}
+			if !allowNew && !flagged {
+				if err := checkPauseGroup(cmd, group); err != nil {
+					return err
+				}
+			}
 			ch, err := reg.SetGroupPaused(cmd.Context(), group, pause, "cli", reason, !act)
 			if err != nil {
 				return err
