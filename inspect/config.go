@@ -12,7 +12,7 @@ import (
 	"github.com/sluicehq/sluice/shared/kafka"
 )
 
-// Deps are the clients a process already has, for NewFromConfig.
+// Deps are the clients a process already has, for New.
 type Deps struct {
 	Pool      *pgxpool.Pool
 	Store     *eventstore.Store
@@ -32,10 +32,15 @@ type Config struct {
 	Elasticsearch readmodel.Config
 }
 
-// NewFromConfig returns an Inspector for the configuration: the relay's
-// name, checkpoint and routing, the Kafka connection and the index prefix
-// come from cfg, the clients from d.
-func NewFromConfig(cfg Config, d Deps) (*Inspector, error) {
+// Option is a test hook of an Inspector (docs/architecture.md, "One
+// construction convention"); there are none yet.
+type Option func(*settings)
+
+// New returns an Inspector for the configuration (docs/architecture.md,
+// "One construction convention"): the relay's name, checkpoint and
+// routing, the Kafka connection and the index prefix come from cfg, the
+// clients from d.
+func New(cfg Config, d Deps, opts ...Option) (*Inspector, error) {
 	kopts, err := kafka.Opts(cfg.Kafka)
 	if err != nil {
 		return nil, err
@@ -47,7 +52,7 @@ func NewFromConfig(cfg Config, d Deps) (*Inspector, error) {
 	if key == "" {
 		key = "checkpoints/" + name + ".json"
 	}
-	o := Options{Store: d.Store, Registry: d.Registry, Sequences: d.Sequences, Handlers: d.Handlers,
+	o := settings{Store: d.Store, Registry: d.Registry, Sequences: d.Sequences, Handlers: d.Handlers,
 		Router: relay.NewRouter(cfg.Kafka.CommandsTopic, cfg.Kafka.EventsTopic, nil), RelayName: name,
 		KafkaOpts: kopts, ES: d.ES, IndexPrefix: cfg.Elasticsearch.IndexPrefix}
 	if d.Bucket != nil {
@@ -56,5 +61,8 @@ func NewFromConfig(cfg Config, d Deps) (*Inspector, error) {
 	if d.Pool != nil {
 		o.Parked = relay.NewParkedStore(d.Pool)
 	}
-	return New(o)
+	for _, opt := range opts {
+		opt(&o)
+	}
+	return build(o)
 }

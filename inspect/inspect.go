@@ -27,7 +27,7 @@ var (
 	ErrInvalid = errors.New("inspect: invalid request")
 )
 
-// Defaults of Options.
+// Defaults of the settings.
 const (
 	DefaultScanLimit = 5000
 	DefaultClockSkew = time.Minute
@@ -51,10 +51,9 @@ type SequenceReader interface {
 	LastSequence(ctx context.Context, aggregateType, aggregateID string) (int64, error)
 }
 
-// Options are the Inspector's dependencies. Store, Registry and Sequences
-// are required; without Kafka, ES or the relay's stores the steps they
-// answer are "unknown".
-type Options struct {
+// settings are what an Inspector works with, made by New from its Config
+// and Deps (and its Options).
+type settings struct {
 	Store     *eventstore.Store
 	Registry  *registry.Registry
 	Sequences SequenceReader
@@ -83,15 +82,15 @@ type Options struct {
 // Inspector answers Trace and Aggregate. It is safe for concurrent use;
 // Close releases its Kafka client.
 type Inspector struct {
-	o   Options
+	o   settings
 	kcl *kgo.Client
 	adm *kadm.Client
 }
 
-// New returns an Inspector.
-func New(o Options) (*Inspector, error) {
+// build returns an Inspector of o.
+func build(o settings) (*Inspector, error) {
 	if o.Store == nil || o.Registry == nil || o.Sequences == nil {
-		return nil, errors.New("inspect: Options.Store, Registry and Sequences are required")
+		return nil, errors.New("inspect: Deps.Store, Registry and Sequences are required")
 	}
 	if o.ScanLimit <= 0 {
 		o.ScanLimit = DefaultScanLimit

@@ -108,7 +108,7 @@ func startPipeline(t *testing.T) *pipeline {
 	}
 	srv := httptest.NewServer(h)
 	t.Cleanup(srv.Close)
-	in, err := inspect.NewFromConfig(inspect.Config{Kafka: cfg.Kafka, Relay: cfg.Relay, Elasticsearch: cfg.Elasticsearch}, inspect.Deps{Pool: pool, Store: store, Bucket: bucket, Registry: reg,
+	in, err := inspect.New(inspect.Config{Kafka: cfg.Kafka, Relay: cfg.Relay, Elasticsearch: cfg.Elasticsearch}, inspect.Deps{Pool: pool, Store: store, Bucket: bucket, Registry: reg,
 		Sequences: store, ES: esc, Handlers: handlersOf(cfg.Kafka)})
 	if err != nil {
 		t.Fatal(err)

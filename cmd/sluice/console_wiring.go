@@ -48,7 +48,7 @@ func newInspector(cfg *sluiceconfig.Config, pool *pgxpool.Pool, store *eventstor
 		}
 		hs = append(hs, inspect.Handler{Name: w.Handler, Group: w.Group, Kind: kind})
 	}
-	return inspect.NewFromConfig(inspect.Config{Kafka: cfg.Kafka, Relay: cfg.Relay, Elasticsearch: cfg.Elasticsearch}, inspect.Deps{Pool: pool, Store: store, Bucket: bucket, Registry: reg,
+	return inspect.New(inspect.Config{Kafka: cfg.Kafka, Relay: cfg.Relay, Elasticsearch: cfg.Elasticsearch}, inspect.Deps{Pool: pool, Store: store, Bucket: bucket, Registry: reg,
 		Sequences: store, ES: es, Handlers: hs})
 }
 

@@ -28,7 +28,6 @@ var PendingConstructors = map[string]string{
 	"projectionworker": "NewService(Config, Deps, ...Spec) beside New(Options) for one Worker",
 	"admin":            "admin.New(Options) holds the configuration, the resources and the tokens in one struct",
 	"api":              "api.New(Options) holds the settings and the resources in one struct",
-	"inspect":          "NewFromConfig(Config, Deps) beside New(Options)",
 	"registry":         "registry.New(pool, Options) with Options beside the PROCESSED_EVENT_* Config",
 }
 
