@@ -76,7 +76,7 @@ func (s *Server) checkpointSet(r *http.Request, body []byte) (Action, error) {
 	if err := decode(body, &req); err != nil {
 		return Action{}, err
 	}
-	a := Action{Target: "relay " + s.opts.Config.Relay.Name, DryRun: req.DryRun}
+	a := Action{Target: "relay " + s.opts.Process.Relay.Name, DryRun: req.DryRun}
 	if (req.Position == nil) == (req.Time == "") {
 		return a, invalid("give exactly one of position or time")
 	}
@@ -96,7 +96,7 @@ func (s *Server) checkpointSet(r *http.Request, body []byte) (Action, error) {
 			return a, err
 		}
 	}
-	cps := relay.NewCheckpointStore(s.opts.Bucket, s.opts.Config.Relay.CheckpointKey)
+	cps := relay.NewCheckpointStore(s.opts.Bucket, s.opts.Process.Relay.CheckpointKey)
 	plan, err := relay.PlanCheckpoint(ctx, s.opts.Store, cps, pos)
 	if errors.Is(err, relay.ErrCheckpointOutOfRange) {
 		return a, kind(errUnsafe, err)
@@ -119,7 +119,7 @@ func (s *Server) checkpointSet(r *http.Request, body []byte) (Action, error) {
 
 func (s *Server) parkedList(r *http.Request) (any, error) {
 	q := r.URL.Query()
-	f := relay.ParkedFilter{Relay: s.opts.Config.Relay.Name, State: q.Get("state"), Reason: q.Get("reason"), Topic: q.Get("topic"), Limit: 100}
+	f := relay.ParkedFilter{Relay: s.opts.Process.Relay.Name, State: q.Get("state"), Reason: q.Get("reason"), Topic: q.Get("topic"), Limit: 100}
 	if f.State == "" {
 		f.State = relay.ParkedStateParked
 	} else if f.State == "all" {
@@ -150,7 +150,7 @@ func (s *Server) parkedResolve(republish bool) func(*http.Request, []byte) (Acti
 			return a, invalid("position %q: want a position >= 1", r.PathValue("position"))
 		}
 		ctx := r.Context()
-		cfg := s.opts.Config
+		cfg := s.opts.Process
 		ps := relay.NewParkedStore(s.opts.Pool)
 		opts := relay.ResolveOptions{Topic: req.Topic, DryRun: req.DryRun}
 		var p relay.ParkedRecord
@@ -185,7 +185,7 @@ func (s *Server) parkedResolve(republish bool) func(*http.Request, []byte) (Acti
 // ---- consumer groups ------------------------------------------------------
 
 func (s *Server) kadm() (*kadm.Client, func(), error) {
-	cl, err := kafka.NewClient(s.opts.Config.Kafka)
+	cl, err := kafka.NewClient(s.opts.Process.Kafka)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -268,9 +268,9 @@ func (s *Server) groupPause(pause bool) func(*http.Request, []byte) (Action, err
 
 func (s *Server) queue(topic string) (*dlq.Queue, error) {
 	if topic == "" {
-		return nil, invalid("topic is required (e.g. %s)", s.opts.Config.Kafka.CommandsDLQTopic)
+		return nil, invalid("topic is required (e.g. %s)", s.opts.Process.Kafka.CommandsDLQTopic)
 	}
-	return dlq.New(dlq.Config{Topic: topic, Kafka: s.opts.Config.Kafka, By: who(RoleOperator)}, dlq.Deps{Registry: s.opts.Registry})
+	return dlq.New(dlq.Config{Topic: topic, Kafka: s.opts.Process.Kafka, By: who(RoleOperator)}, dlq.Deps{Registry: s.opts.Registry})
 }
 
 // parseLetter reads "partition:offset" (or "offset" for a single-partition topic).
@@ -477,7 +477,7 @@ func (s *Server) projectionSwitch(rebuild bool) func(*http.Request, []byte) (Act
 		if s.opts.ES == nil {
 			return a, errors.New("admin: Elasticsearch is not configured in this process")
 		}
-		cfg := s.opts.Config
+		cfg := s.opts.Process
 		if rebuild {
 			if req.Version <= 0 {
 				return a, invalid("version N (>= 1, newer than every existing version) is required")
@@ -572,7 +572,7 @@ func (s *Server) verify(r *http.Request, body []byte) (Action, error) {
 		if err := envelope.ValidateClassName(req.Class); err != nil {
 			return a, invalid("class: %v", err)
 		}
-		n := readmodel.InstanceNames(s.opts.Config.Elasticsearch.IndexPrefix, req.DB, req.IndexVersion)
+		n := readmodel.InstanceNames(s.opts.Process.Elasticsearch.IndexPrefix, req.DB, req.IndexVersion)
 		a.Result = VerifyPlan{DryRun: true, DB: req.DB, Class: req.Class, Index: n.Index, WriteAlias: n.WriteAlias,
 			Compares: "every instance of " + req.DB + "/" + req.Class + " in the event store (its last domain event) against its document in " +
 				n.WriteAlias + "; reads the whole class, changes nothing"}
@@ -582,7 +582,7 @@ func (s *Server) verify(r *http.Request, body []byte) (Action, error) {
 		return a, errors.New("admin: verify needs the event store and Elasticsearch")
 	}
 	rep, err := instanceworker.Verify(r.Context(), instanceworker.VerifyOptions{Store: s.opts.Store, ES: s.opts.ES,
-		IndexPrefix: s.opts.Config.Elasticsearch.IndexPrefix, DB: req.DB, Class: req.Class, IndexVersion: req.IndexVersion})
+		IndexPrefix: s.opts.Process.Elasticsearch.IndexPrefix, DB: req.DB, Class: req.Class, IndexVersion: req.IndexVersion})
 	if err != nil && (strings.HasPrefix(err.Error(), "db:") || strings.HasPrefix(err.Error(), "class:")) {
 		return a, kind(errInvalid, err)
 	}

@@ -51,39 +51,20 @@ const (
 	RoleRead     = "read"
 )
 
-// Options are what the admin API works on.
-type Options struct {
-	Config   *sluiceconfig.Config
-	Pool     *pgxpool.Pool
-	Store    *eventstore.Store
-	Bucket   objstore.Bucket
-	Registry *registry.Registry
-	// Schemas is the schema registry (docs/schemas.md); nil: one on Pool
-	// with Config.Schema.
-	Schemas *schema.Registry
-	ES      *elasticsearch.Client
-	Logger  *slog.Logger
+// Config is what the admin API reads and decides by (docs/architecture.md,
+// "One construction convention").
+type Config struct {
+	// Process is the process configuration (required).
+	Process *sluiceconfig.Config
 	// OperatorToken and ReadToken are the accepted bearer tokens ("" none).
-	// Ignored when Auth is set.
+	// Ignored when Deps.Auth is set.
 	OperatorToken, ReadToken string
-	// Auth authenticates requests (nil: one made of the two tokens): a
-	// principal granted admin_act has the operator role, one granted only
-	// admin_read the read role (docs/security.md). Keys, when set, serves
-	// the API-key endpoints (/admin/v1/auth/keys).
-	Auth *auth.Authenticator
-	Keys *auth.Keys
 	// Projections are the projections whose versions and groups the
 	// overview shows (default: every built-in projection).
 	Projections []projectionworker.Projection
 	// DLQTopics are the dead-letter topics the overview counts (default:
 	// the configured commands and events DLQ topics).
 	DLQTopics []string
-	// Health and Metrics are this api process's readiness checks and
-	// Prometheus registry (in sluice dev every service runs in this
-	// process, so they cover them all): the health strip and the flow
-	// charts read them.
-	Health  *observability.Health
-	Metrics prometheus.Gatherer
 	// Services are the services running in other processes
 	// (SLUICE_ADMIN_SERVICES), whose /readyz and /metrics are read too.
 	Services []Service
@@ -93,9 +74,43 @@ type Options struct {
 	Workers []Worker
 }
 
+// Deps are the admin API's resources.
+type Deps struct {
+	Pool     *pgxpool.Pool // required
+	Store    *eventstore.Store
+	Bucket   objstore.Bucket
+	Registry *registry.Registry // required
+	// Schemas is the schema registry (docs/schemas.md); nil: one on Pool
+	// with Process.Schema.
+	Schemas *schema.Registry
+	ES      *elasticsearch.Client
+	Logger  *slog.Logger
+	// Auth authenticates requests (nil: one made of the two tokens): a
+	// principal granted admin_act has the operator role, one granted only
+	// admin_read the read role (docs/security.md). Keys, when set, serves
+	// the API-key endpoints (/admin/v1/auth/keys).
+	Auth *auth.Authenticator
+	Keys *auth.Keys
+	// Health and Metrics are this api process's readiness checks and
+	// Prometheus registry (in sluice dev every service runs in this
+	// process, so they cover them all): the health strip and the flow
+	// charts read them.
+	Health  *observability.Health
+	Metrics prometheus.Gatherer
+}
+
+// Option is a test hook of the admin API; there are none yet.
+type Option func(*settings)
+
+// settings are New's Config and Deps, with their defaults applied.
+type settings struct {
+	Config
+	Deps
+}
+
 // Server is the admin API.
 type Server struct {
-	opts Options
+	opts settings
 	log  *slog.Logger
 	mux  *http.ServeMux
 	jobs *jobs
@@ -104,10 +119,14 @@ type Server struct {
 }
 
 // New returns the admin API. It holds no connections of its own beyond
-// what Options gives; Kafka clients are opened per request.
-func New(o Options) (*Server, error) {
-	if o.Config == nil || o.Pool == nil || o.Registry == nil {
-		return nil, errors.New("admin: New needs the config, the Postgres pool and the registry")
+// what Deps gives; Kafka clients are opened per request.
+func New(cfg Config, deps Deps, opts ...Option) (*Server, error) {
+	o := settings{Config: cfg, Deps: deps}
+	for _, opt := range opts {
+		opt(&o)
+	}
+	if o.Process == nil || o.Pool == nil || o.Registry == nil {
+		return nil, errors.New("admin: New needs Config.Process, Deps.Pool and Deps.Registry")
 	}
 	if o.Logger == nil {
 		o.Logger = slog.Default()
@@ -116,13 +135,13 @@ func New(o Options) (*Server, error) {
 		o.Projections = projectionworker.Builtins()
 	}
 	if len(o.DLQTopics) == 0 {
-		o.DLQTopics = []string{o.Config.Kafka.CommandsDLQTopic, o.Config.Kafka.EventsDLQTopic}
+		o.DLQTopics = []string{o.Process.Kafka.CommandsDLQTopic, o.Process.Kafka.EventsDLQTopic}
 	}
 	if len(o.Workers) == 0 {
-		o.Workers = []Worker{{Handler: instanceworker.HandlerName, Group: o.Config.Kafka.Group(instanceworker.GroupName)}}
+		o.Workers = []Worker{{Handler: instanceworker.HandlerName, Group: o.Process.Kafka.Group(instanceworker.GroupName)}}
 	}
 	if o.Schemas == nil {
-		o.Schemas = schema.New(o.Pool, o.Config.Schema, o.Logger)
+		o.Schemas = schema.New(o.Pool, o.Process.Schema, o.Logger)
 	}
 	s := &Server{opts: o, log: o.Logger, mux: http.NewServeMux(), jobs: newJobs(), schemas: o.Schemas}
 	if s.opts.Auth == nil {

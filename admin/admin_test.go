@@ -47,8 +47,7 @@ func start(t *testing.T) *env {
 			if err != nil {
 				t.Fatal(err)
 			}
-			srv, err := admin.New(admin.Options{Config: d.Config, Pool: d.Pool, Store: d.Store, Bucket: d.Bucket, Registry: reg, ES: es,
-				Logger: d.Logger, OperatorToken: opToken, ReadToken: readToken})
+			srv, err := admin.New(admin.Config{Process: d.Config, OperatorToken: opToken, ReadToken: readToken}, admin.Deps{Pool: d.Pool, Store: d.Store, Bucket: d.Bucket, Registry: reg, ES: es, Logger: d.Logger})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -105,7 +104,7 @@ func TestNoTokenConfiguredIsClosed(t *testing.T) {
 		t.Fatal(err)
 	}
 	cfg := mustConfig(t)
-	srv, err := admin.New(admin.Options{Config: cfg, Pool: pool, Registry: reg})
+	srv, err := admin.New(admin.Config{Process: cfg}, admin.Deps{Pool: pool, Registry: reg})
 	if err != nil {
 		t.Fatal(err)
 	}

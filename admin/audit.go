@@ -101,6 +101,6 @@ func RecordCLI(ctx context.Context, pool *pgxpool.Pool, log *slog.Logger, who, a
 	if log == nil {
 		log = slog.Default()
 	}
-	s := &Server{opts: Options{Pool: pool}, log: log}
+	s := &Server{opts: settings{Deps: Deps{Pool: pool}}, log: log}
 	return s.audit(ctx, auditEntry{Who: who, Role: RoleOperator, Action: action, Target: target, Outcome: "ok", Status: 200, Request: req, Result: result})
 }

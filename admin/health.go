@@ -246,7 +246,7 @@ func (s *Server) health(r *http.Request) (any, error) {
 // dependencies probes, in parallel and each within 2 s, what the pipeline
 // stands on, as this process reaches it.
 func (s *Server) dependencies(ctx context.Context) []DependencyHealth {
-	cfg := s.opts.Config
+	cfg := s.opts.Process
 	probes := []struct {
 		name string
 		fn   func(context.Context) error

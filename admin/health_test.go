@@ -44,13 +44,10 @@ func TestHealthFlowAndGroups(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			srv, err := admin.New(admin.Options{Config: d.Config, Pool: d.Pool, Store: d.Store, Bucket: d.Bucket, Registry: reg, ES: es,
-				Logger: d.Logger, OperatorToken: opToken, ReadToken: readToken, Health: d.Health, Metrics: d.Metrics,
-				Services: []admin.Service{{Name: "relay-2", URL: remote.URL}},
-				Workers: []admin.Worker{
-					{Handler: instanceworker.HandlerName, Group: d.Config.Kafka.Group(instanceworker.GroupName)},
-					{Handler: projectionworker.HandlerName("instances", 1), Group: d.Config.Kafka.Group(projectionworker.GroupName("instances", 1))},
-				}})
+			srv, err := admin.New(admin.Config{Process: d.Config, OperatorToken: opToken, ReadToken: readToken, Services: []admin.Service{{Name: "relay-2", URL: remote.URL}}, Workers: []admin.Worker{
+				{Handler: instanceworker.HandlerName, Group: d.Config.Kafka.Group(instanceworker.GroupName)},
+				{Handler: projectionworker.HandlerName("instances", 1), Group: d.Config.Kafka.Group(projectionworker.GroupName("instances", 1))},
+			}}, admin.Deps{Pool: d.Pool, Store: d.Store, Bucket: d.Bucket, Registry: reg, ES: es, Logger: d.Logger, Health: d.Health, Metrics: d.Metrics})
 			if err != nil {
 				t.Fatal(err)
 			}

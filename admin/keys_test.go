@@ -23,8 +23,7 @@ func TestKeyEndpoints(t *testing.T) {
 		t.Fatal(err)
 	}
 	keys := auth.NewKeys(pool, auth.KeysOptions{})
-	srv, err := admin.New(admin.Options{Config: mustConfig(t), Pool: pool, Registry: reg, Keys: keys,
-		Auth: auth.NewAuthenticator(auth.Options{Keys: keys, AdminToken: opToken, AdminReadToken: readToken, Required: true})})
+	srv, err := admin.New(admin.Config{Process: mustConfig(t)}, admin.Deps{Pool: pool, Registry: reg, Keys: keys, Auth: auth.NewAuthenticator(auth.Options{Keys: keys, AdminToken: opToken, AdminReadToken: readToken, Required: true})})
 	if err != nil {
 		t.Fatal(err)
 	}

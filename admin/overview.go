@@ -147,7 +147,7 @@ func (s *Server) overviewStore(ctx context.Context, ov *Overview) {
 // overviewRelay reads the relay's checkpoint (its lag behind the store's
 // head), its lease and its parked records.
 func (s *Server) overviewRelay(ctx context.Context, ov *Overview) {
-	cfg := s.opts.Config
+	cfg := s.opts.Process
 	ov.Relay = RelayView{Name: cfg.Relay.Name, LeaseState: "none"}
 	if s.opts.Bucket != nil {
 		cp, _, found, err := relay.NewCheckpointStore(s.opts.Bucket, cfg.Relay.CheckpointKey).Load(ctx)
@@ -199,7 +199,7 @@ type overviewGroupRef struct {
 // and returns the groups to read: the instance worker's and one per
 // projection version.
 func (s *Server) overviewProjections(ctx context.Context, ov *Overview) []overviewGroupRef {
-	cfg := s.opts.Config
+	cfg := s.opts.Process
 	groups := []overviewGroupRef{{cfg.Kafka.Group(instanceworker.GroupName), cfg.Kafka.CommandsTopic, instanceworker.HandlerName, -1}}
 	for _, p := range s.opts.Projections {
 		pv := ProjectionView{Name: p.Name(), CodeVersion: p.Version(), Versions: []int{}, Indices: []projectionworker.IndexInfo{}}
@@ -244,7 +244,7 @@ func (s *Server) configuredGroups(groups []overviewGroupRef) ([]overviewGroupRef
 	for _, w := range s.opts.Workers {
 		configured[w.Group] = true
 		if !listed[w.Group] {
-			groups = append(groups, overviewGroupRef{w.Group, s.opts.Config.Kafka.EventsTopic, w.Handler, -1})
+			groups = append(groups, overviewGroupRef{w.Group, s.opts.Process.Kafka.EventsTopic, w.Handler, -1})
 		}
 	}
 	return groups, configured
@@ -254,7 +254,7 @@ func (s *Server) configuredGroups(groups []overviewGroupRef) ([]overviewGroupRef
 // marks the projections whose group exists as running. It returns false
 // when there is no Kafka client: every group is then listed as unknown.
 func (s *Server) overviewGroups(ctx context.Context, ov *Overview, groups []overviewGroupRef, configured map[string]bool) bool {
-	cl, err := kafka.NewClient(s.opts.Config.Kafka)
+	cl, err := kafka.NewClient(s.opts.Process.Kafka)
 	if err != nil {
 		ov.fail("kafka", err)
 		for _, g := range groups {
@@ -315,7 +315,7 @@ func groupStatus(gv *GroupView, l worker.GroupLag, exists bool) {
 // overviewDLQ counts the records of each dead-letter topic.
 func (s *Server) overviewDLQ(ctx context.Context, ov *Overview) {
 	for _, topic := range s.opts.DLQTopics {
-		q, err := dlq.New(dlq.Config{Topic: topic, Kafka: s.opts.Config.Kafka}, dlq.Deps{})
+		q, err := dlq.New(dlq.Config{Topic: topic, Kafka: s.opts.Process.Kafka}, dlq.Deps{})
 		if err != nil {
 			ov.fail("dlq "+topic, err)
 			continue

@@ -160,8 +160,7 @@ func adminRoutes(t *testing.T) func(d pipeline.Deps) map[string]http.Handler {
 		if err != nil {
 			t.Fatal(err)
 		}
-		srv, err := admin.New(admin.Options{Config: d.Config, Pool: d.Pool, Store: d.Store, Bucket: d.Bucket, Registry: reg, ES: es,
-			Logger: d.Logger, OperatorToken: opToken, ReadToken: readToken})
+		srv, err := admin.New(admin.Config{Process: d.Config, OperatorToken: opToken, ReadToken: readToken}, admin.Deps{Pool: d.Pool, Store: d.Store, Bucket: d.Bucket, Registry: reg, ES: es, Logger: d.Logger})
 		if err != nil {
 			t.Fatal(err)
 		}

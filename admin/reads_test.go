@@ -19,11 +19,11 @@ func TestHandleReadIsBehindTheTokens(t *testing.T) {
 		t.Fatal(err)
 	}
 	view := http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusNoContent) })
-	open, err := admin.New(admin.Options{Config: mustConfig(t), Pool: pool, Registry: reg, OperatorToken: "op", ReadToken: "ro"})
+	open, err := admin.New(admin.Config{Process: mustConfig(t), OperatorToken: "op", ReadToken: "ro"}, admin.Deps{Pool: pool, Registry: reg})
 	if err != nil {
 		t.Fatal(err)
 	}
-	closed, err := admin.New(admin.Options{Config: mustConfig(t), Pool: pool, Registry: reg})
+	closed, err := admin.New(admin.Config{Process: mustConfig(t)}, admin.Deps{Pool: pool, Registry: reg})
 	if err != nil {
 		t.Fatal(err)
 	}

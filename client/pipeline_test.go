@@ -31,8 +31,7 @@ func TestWaitForCommandAndAdmin(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			srv, err := admin.New(admin.Options{Config: d.Config, Pool: d.Pool, Store: d.Store, Bucket: d.Bucket,
-				Registry: reg, ES: es, Logger: d.Logger, ReadToken: adminToken})
+			srv, err := admin.New(admin.Config{Process: d.Config, ReadToken: adminToken}, admin.Deps{Pool: d.Pool, Store: d.Store, Bucket: d.Bucket, Registry: reg, ES: es, Logger: d.Logger})
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -72,7 +72,7 @@ func TestAuthKeyCommands(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	adm, err := admin.New(admin.Options{Config: cfg, Pool: pool, Registry: reg})
+	adm, err := admin.New(admin.Config{Process: cfg}, admin.Deps{Pool: pool, Registry: reg})
 	if err != nil {
 		t.Fatal(err)
 	}

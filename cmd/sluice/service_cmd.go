@@ -143,9 +143,10 @@ func apiRoutes(d pipeline.Deps) (map[string]http.Handler, apiAuth, func(), error
 		in.Close()
 		return nil, apiAuth{}, nil, err
 	}
-	adm, err := admin.New(admin.Options{Config: cfg, Pool: d.Pool, Store: d.Store, Bucket: d.Bucket, Registry: reg, ES: es, Logger: d.Logger,
-		Auth: auth.NewAuthenticator(auth.Options{Keys: a.keys, OIDC: a.oidc, AdminToken: cfg.API.AdminToken.Value(), AdminReadToken: cfg.API.AdminReadToken.Value(), Required: true}),
-		Keys: a.keys, Health: d.Health, Metrics: d.Metrics, Services: services, Workers: workers})
+	adm, err := admin.New(admin.Config{Process: cfg, Services: services, Workers: workers},
+		admin.Deps{Pool: d.Pool, Store: d.Store, Bucket: d.Bucket, Registry: reg, ES: es, Logger: d.Logger,
+			Auth: auth.NewAuthenticator(auth.Options{Keys: a.keys, OIDC: a.oidc, AdminToken: cfg.API.AdminToken.Value(), AdminReadToken: cfg.API.AdminReadToken.Value(), Required: true}),
+			Keys: a.keys, Health: d.Health, Metrics: d.Metrics})
 	if err != nil {
 		cancel()
 		in.Close()

@@ -26,7 +26,6 @@ var PendingConstructors = map[string]string{
 	"worker":           "worker.New(Options): Options embeds the WORKER_* Config beside the resources and the crash points",
 	"instanceworker":   "NewService(Config, Deps) beside New(Options) for one Worker",
 	"projectionworker": "NewService(Config, Deps, ...Spec) beside New(Options) for one Worker",
-	"admin":            "admin.New(Options) holds the configuration, the resources and the tokens in one struct",
 	"api":              "api.New(Options) holds the settings and the resources in one struct",
 	"registry":         "registry.New(pool, Options) with Options beside the PROCESSED_EVENT_* Config",
 }
