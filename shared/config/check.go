@@ -4,6 +4,8 @@ import (
 	"regexp"
 	"slices"
 	"strings"
+
+	"github.com/sluicehq/sluice/shared/suggest"
 )
 
 // knownPrefixes are the prefixes of sluice's own variables: an unknown
@@ -61,7 +63,7 @@ func UnknownVars(vars []Var, environ map[string]string) []error {
 		upper := strings.ToUpper(name)
 		best, dist := "", -1
 		for _, v := range vars {
-			if d := editDistance(upper, v.Key); dist < 0 || d < dist {
+			if d := suggest.EditDistance(upper, v.Key); dist < 0 || d < dist {
 				best, dist = v.Key, d
 			}
 		}
@@ -96,31 +98,4 @@ func typoDistance(name string) int {
 		return 1
 	}
 	return 2
-}
-
-// editDistance is the optimal-string-alignment distance of a and b:
-// insertions, deletions, substitutions and transpositions of adjacent
-// characters count one each (DATABSE_URL is one edit from DATABASE_URL).
-func editDistance(a, b string) int {
-	prev2 := make([]int, len(b)+1)
-	prev := make([]int, len(b)+1)
-	cur := make([]int, len(b)+1)
-	for j := range cur {
-		prev[j] = j
-	}
-	for i := 1; i <= len(a); i++ {
-		cur[0] = i
-		for j := 1; j <= len(b); j++ {
-			cost := 1
-			if a[i-1] == b[j-1] {
-				cost = 0
-			}
-			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
-			if i > 1 && j > 1 && a[i-1] == b[j-2] && a[i-2] == b[j-1] {
-				cur[j] = min(cur[j], prev2[j-2]+1)
-			}
-		}
-		prev2, prev, cur = prev, cur, prev2
-	}
-	return prev[len(b)]
 }

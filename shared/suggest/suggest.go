@@ -48,7 +48,7 @@ func NotFound(kind, name string, existing []string) *NotFoundError {
 // close. Ranked: a name equal but for case; a name that ends or starts
 // with it after or before a separator (the group prefix: instance-worker →
 // sluice.instance-worker), shortest first; then the smallest edit
-// distance (Levenshtein) up to a third of the longer name, at least 2.
+// distance (EditDistance: a swap of two neighbours is one edit) up to a third of the longer name, at least 2.
 // Ties go to the lexically smaller name, so the answer is stable.
 func Nearest(name string, existing []string) string {
 	if name == "" {
@@ -78,7 +78,7 @@ func Nearest(name string, existing []string) string {
 		if c == name {
 			continue
 		}
-		d := levenshtein(strings.ToLower(name), strings.ToLower(c))
+		d := EditDistance(strings.ToLower(name), strings.ToLower(c))
 		if d <= max(2, max(len(name), len(c))/3) && (bestD < 0 || d < bestD) {
 			best, bestD = c, d
 		}
@@ -99,11 +99,16 @@ func affix(c, name string) bool {
 	return strings.HasPrefix(long, short) && strings.ContainsRune(".-_", rune(long[len(short)]))
 }
 
-// levenshtein is the edit distance of a and b (bytes).
-func levenshtein(a, b string) int {
+// EditDistance is the optimal-string-alignment distance of a and b:
+// insertions, deletions, substitutions and transpositions of adjacent
+// characters count one each (DATABSE_URL is one edit from DATABASE_URL,
+// histroy from history). The one edit distance of sluice: the configuration
+// check and the names of the CLI hints use it.
+func EditDistance(a, b string) int {
+	prev2 := make([]int, len(b)+1)
 	prev := make([]int, len(b)+1)
 	cur := make([]int, len(b)+1)
-	for j := range prev {
+	for j := range cur {
 		prev[j] = j
 	}
 	for i := 1; i <= len(a); i++ {
@@ -114,8 +119,11 @@ func levenshtein(a, b string) int {
 				cost = 0
 			}
 			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
+			if i > 1 && j > 1 && a[i-1] == b[j-2] && a[i-2] == b[j-1] {
+				cur[j] = min(cur[j], prev2[j-2]+1)
+			}
 		}
-		prev, cur = cur, prev
+		prev2, prev, cur = prev, cur, prev2
 	}
 	return prev[len(b)]
 }
