@@ -628,7 +628,12 @@ func TestConsoleInBrowser(t *testing.T) {
 		// the action, which is what this test looks at.
 		b.run("overview groups", b.open(d.api, "#/overview"), chromedp.WaitVisible(chromedp.CSS(row+`[data-paused="false"]`)),
 			chromedp.Click(chromedp.ID("auto")))
-		b.run("pause: dry run", chromedp.Click(chromedp.CSS(row+" button.pause")), chromedp.WaitVisible(chromedp.ID("confirm-summary")))
+		// Clicked in the page in one step: a refresh that was in flight
+		// when auto-refresh went off may still re-render the table, and a
+		// node chromedp found could be replaced before its click lands.
+		value(b, "pause: dry run clicked", chromedp.Poll[bool](`(() => { const x = document.querySelector(`+strconv.Quote(row+" button.pause")+`); if (!x) return false; x.click(); return true; })()`,
+			chromedp.WithPollingInterval(50*time.Millisecond)))
+		b.run("pause: dry run", chromedp.WaitVisible(chromedp.ID("confirm-summary")))
 		summary := value(b, "pause preview", chromedp.Text(chromedp.ID("confirm-summary")))
 		preview := value(b, "pause preview JSON", chromedp.Text(chromedp.ID("confirm-preview")))
 		if !strings.Contains(summary, "would pause "+name) || !strings.Contains(preview, `"dry_run": true`) {
