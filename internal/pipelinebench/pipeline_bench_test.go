@@ -178,4 +178,3 @@ func envInt(name string, def int) int {
 }
 
 func numCPU() int { return runtime.NumCPU() }
-

@@ -192,6 +192,10 @@ type service struct {
 type deployOptions struct {
 	// logLevel of the services (default warn).
 	logLevel string
+	// beforeServices, when set, runs once the database, the store's
+	// settings, Kafka and Elasticsearch are there, before any service
+	// starts (the start-up benchmark seeds the store).
+	beforeServices func(d *deployment)
 }
 
 // deploy starts a deployment on backend (file or minio) and waits until
@@ -274,6 +278,9 @@ func deploy(b testing.TB, backend string, o deployOptions) *deployment {
 			d.apiURL = "http://" + s.httpAddr
 		}
 		d.svcs[kind] = s
+	}
+	if o.beforeServices != nil {
+		o.beforeServices(d)
 	}
 	for _, kind := range services {
 		d.start(kind, nil)
