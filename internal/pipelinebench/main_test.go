@@ -35,6 +35,10 @@ const (
 	envAddr   = "SLUICE_PIPELINEBENCH_ADDR" // the role's listen address
 	envDir    = "SLUICE_PIPELINEBENCH_DIR"  // the role's data folder
 	envBinary = "SLUICE_PIPELINEBENCH_BIN"  // the sluice binary TestMain built
+	// envUseBinary names a sluice binary to measure instead of building
+	// this tree's: another revision's, built by the user, so that two
+	// revisions are measured by the same harness on the same machine.
+	envUseBinary = "SLUICE_BENCH_BINARY"
 )
 
 func TestMain(m *testing.M) {
@@ -56,8 +60,13 @@ func TestMain(m *testing.M) {
 }
 
 // runBenchmarks builds the real binary once (without -race: the product as
-// shipped, with the Makefile's flags) and runs the benchmarks.
+// shipped, with the Makefile's flags), or takes SLUICE_BENCH_BINARY, and
+// runs the benchmarks.
 func runBenchmarks(m *testing.M) int {
+	if bin := os.Getenv(envUseBinary); bin != "" {
+		_ = os.Setenv(envBinary, bin)
+		return m.Run()
+	}
 	dir, err := os.MkdirTemp("", "sluice-pipelinebench-bin-")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "pipelinebench:", err)
