@@ -41,6 +41,18 @@ func (d *deployment) waitReadable(b testing.TB, k docKey, within time.Duration) 
 func BenchmarkPatchLatency(b *testing.B) {
 	d := deploy(b, backendFile, deployOptions{})
 	ctx := context.Background()
+	// Warm-up on another instance: connections, consumer groups, indices.
+	w, err := d.create(ctx, "warmup", 0)
+	if err != nil {
+		b.Fatal(err)
+	}
+	d.waitReadable(b, w, time.Minute)
+	for i := range 20 {
+		if w, err = d.patch(ctx, "warmup", i); err != nil {
+			b.Fatal(err)
+		}
+		d.waitReadable(b, w, time.Minute)
+	}
 	const id = "long-lived"
 	k, err := d.create(ctx, id, 0)
 	if err != nil {

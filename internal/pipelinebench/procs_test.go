@@ -206,7 +206,6 @@ func deploy(b testing.TB, backend string, o deployOptions) *deployment {
 		readable: map[docKey]time.Time{},
 		client: &http.Client{Timeout: time.Minute, Transport: &http.Transport{
 			MaxIdleConnsPerHost: 1100, MaxConnsPerHost: 1100, IdleConnTimeout: time.Minute}}}
-	b.Cleanup(func() { d.stopAll() })
 	d.dbURL, d.pool = testenv.NewMigratedDatabase(b)
 	if o.logLevel == "" {
 		o.logLevel = "warn"
@@ -247,6 +246,9 @@ func deploy(b testing.TB, backend string, o deployOptions) *deployment {
 		}
 	}
 
+	// Registered after the database and MinIO: cleanups run last first, so
+	// the processes stop before their database is dropped.
+	b.Cleanup(d.stopAll)
 	kafkaAddr := "127.0.0.1:" + strconv.Itoa(testenv.FreePort(b))
 	d.kafka = d.startRole(roleKafka, kafkaAddr, nil)
 	esAddr := "127.0.0.1:" + strconv.Itoa(testenv.FreePort(b))
