@@ -31,7 +31,12 @@ func readProcStat(pid int) (procStat, bool) {
 	if err != nil {
 		return procStat{}, false
 	}
-	s := string(raw)
+	return parseProcStat(string(raw))
+}
+
+// parseProcStat parses the text of /proc/<pid>/stat; the command name, in
+// parentheses, may itself hold spaces and parentheses.
+func parseProcStat(s string) (procStat, bool) {
 	open, closing := strings.IndexByte(s, '('), strings.LastIndexByte(s, ')')
 	if open < 0 || closing < open {
 		return procStat{}, false

@@ -11,8 +11,9 @@
 // whole deployment: patch latency on a long aggregate and service start-up
 // with a large store.
 //
-// It is a package of benchmarks only: `go test` runs no test here, and the
-// binary is built only when a benchmark is selected (TestMain). The test
+// It is a package of benchmarks: `go test` runs only the unit tests of its
+// CPU accounting here, and the binary is built only when a benchmark is
+// selected (TestMain). The test
 // binary also plays Kafka and the Elasticsearch server: re-executed with
 // SLUICE_PIPELINEBENCH_ROLE set, it serves that role instead of running
 // benchmarks, so that neither is part of the product CLI and each runs in
