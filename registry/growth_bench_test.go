@@ -79,38 +79,36 @@ func BenchmarkRegistryBytes(b *testing.B) {
 			name = "pruned"
 		}
 		b.Run(name, func(b *testing.B) {
-			{
-				_, pool := testenv.NewMigratedDatabase(b)
-				r := newRegistry(b, pool, "bench-bytes", registry.Options{LeaseTimeout: time.Second, HeartbeatInterval: 500 * time.Millisecond})
-				run := testenv.RandomSuffix(8)
-				size := func() int64 {
-					var s int64
-					if err := pool.QueryRow(ctx, `SELECT pg_total_relation_size('sluice.processed_events') + pg_total_relation_size('sluice.aggregate_versions')`).Scan(&s); err != nil {
+			_, pool := testenv.NewMigratedDatabase(b)
+			r := newRegistry(b, pool, "bench-bytes", registry.Options{LeaseTimeout: time.Second, HeartbeatInterval: 500 * time.Millisecond})
+			run := testenv.RandomSuffix(8)
+			size := func() int64 {
+				var s int64
+				if err := pool.QueryRow(ctx, `SELECT pg_total_relation_size('sluice.processed_events') + pg_total_relation_size('sluice.aggregate_versions')`).Scan(&s); err != nil {
+					b.Fatal(err)
+				}
+				return s
+			}
+			var first int64
+			for round := range rounds {
+				for start := 0; start < perRound; start += 1000 {
+					claimAndMarkDone(ctx, b, r, benchEvents(run, round*perRound+start, 1000))
+				}
+				if prune {
+					time.Sleep(1100 * time.Millisecond) // the rows must be older than the retention
+					if _, err := r.PruneSafely(ctx, registry.PruneRequest{OlderThan: time.Second}); err != nil {
 						b.Fatal(err)
 					}
-					return s
+					testenv.MustExec(b, pool, `VACUUM sluice.processed_events, sluice.aggregate_versions`)
 				}
-				var first int64
-				for round := range rounds {
-					for start := 0; start < perRound; start += 1000 {
-						claimAndMarkDone(ctx, b, r, benchEvents(run, round*perRound+start, 1000))
-					}
-					if prune {
-						time.Sleep(1100 * time.Millisecond) // the rows must be older than the retention
-						if _, err := r.PruneSafely(ctx, registry.PruneRequest{OlderThan: time.Second}); err != nil {
-							b.Fatal(err)
-						}
-						testenv.MustExec(b, pool, `VACUUM sluice.processed_events, sluice.aggregate_versions`)
-					}
-					if round == 0 {
-						first = size()
-					}
+				if round == 0 {
+					first = size()
 				}
-				total := size()
-				b.ReportMetric(float64(total)/float64(rounds*perRound), name+"-B/event")
-				if prune {
-					b.ReportMetric(float64(total-first)/float64((rounds-1)*perRound), "pruned-growth-B/event")
-				}
+			}
+			total := size()
+			b.ReportMetric(float64(total)/float64(rounds*perRound), name+"-B/event")
+			if prune {
+				b.ReportMetric(float64(total-first)/float64((rounds-1)*perRound), "pruned-growth-B/event")
 			}
 		})
 	}
