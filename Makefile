@@ -10,7 +10,7 @@ LDFLAGS := -s -w -X main.version=$(VERSION) -X main.commit=$(COMMIT)
 FUZZTIME ?= 30000x
 TEST_TIMEOUT ?= 20m
 
-.PHONY: all build dev test test-deps test-go es-spec-summary fuzz lint bench bench-ab soak docs clean
+.PHONY: all build dev test test-deps test-go es-spec-summary fuzz lint bench bench-pipeline bench-ab soak docs clean
 
 all: build
 
@@ -55,11 +55,24 @@ lint: test-deps
 	$(GO) -C esserver vet ./...
 	cd esserver && ../$(BIN)/staticcheck ./...
 
-## bench: benchmarks with the real components (Postgres, MinIO, kfake, ES test server)
+## bench: benchmarks with the real components (Postgres, MinIO, kfake, ES test server);
+## the growth benchmarks' sizes stop at SLUICE_BENCH_GROWTH_MAX (default 1000000;
+## 10000000 adds the 10M-row registry, docs/benchmarks.md)
 bench: test-deps
 	GOGC=$${GOGC:-400} $(GO) test -run='^$$' -bench=. -benchtime=$${BENCHTIME:-3s} -timeout 30m $(PKGS) | tee $(BIN)/bench.txt
 	cd esserver && GOGC=$${GOGC:-400} $(GO) test -run='^$$' -bench=. -benchtime=$${BENCHTIME:-3s} -timeout 30m ./... | tee -a ../$(BIN)/bench.txt
 	@echo "results in $(BIN)/bench.txt; figures are recorded in docs/benchmarks.md"
+
+## bench-pipeline: the pipeline as deployed (internal/pipelinebench): the four
+## services, Kafka and the Elasticsearch server as separate processes, creates
+## over HTTP in a closed loop (capacity C), then paced at 50 % and 80 % of C,
+## on the file and the MinIO backend; visible/s, request-to-readable latency
+## and the CPU per command by process, as metrics and a table.
+## SLUICE_BENCH_PIPELINE_SECONDS is the length of each phase (default 10),
+## SLUICE_BENCH_PIPELINE_CLIENTS the closed loop's clients (default 32).
+bench-pipeline: test-deps
+	$(GO) test -run='^$$' -bench='^BenchmarkPipelineProcesses$$' -benchtime=1x -timeout 30m ./internal/pipelinebench/ | tee $(BIN)/bench-pipeline.txt
+	@echo "results in $(BIN)/bench-pipeline.txt"
 
 ## bench-ab: the main benchmarks of BASE (a git revision) and of this tree,
 ## alternated round by round in one run (ROUNDS, BENCHES: scripts/bench-ab.sh)

@@ -163,3 +163,53 @@ func AgeReservations(ctx context.Context, pool *pgxpool.Pool, d time.Duration) e
 	}
 	return nil
 }
+
+// SeedCommands writes n instance aggregates of db and class straight into
+// the index, as a store that has held them for a long time looks to
+// start-up code and to size measurements: per aggregate (instance ids
+// seed-1 … seed-n) its sequences row at 1 and one committed command at
+// sequence 1, at the positions after the head, and log_head moved past
+// them; then ANALYZE, so the planner's estimates see them. It writes no
+// segment: the rows name segments that do not exist, so nothing may read
+// these events — move the relay's checkpoint past them (it returns the last
+// position). The aggregates have no domain event, so the instance worker's
+// start-up check counts or samples them without reading a document for
+// them. Three statements over generate_series, for the growth benchmarks
+// (docs/benchmarks.md); never for correctness tests.
+func SeedCommands(ctx context.Context, pool *pgxpool.Pool, db, class string, n int64) (last int64, err error) {
+	prefix, err := envelope.InstanceAggregateID(db, class, "seed-")
+	if err != nil {
+		return 0, fmt.Errorf("eventstoretest: seed: %w", err)
+	}
+	tx, err := pool.Begin(ctx)
+	if err != nil {
+		return 0, fmt.Errorf("eventstoretest: seed: %w", err)
+	}
+	defer func() { _ = tx.Rollback(ctx) }()
+	var first int64
+	if err := tx.QueryRow(ctx, `UPDATE sluice.log_head SET next_position = next_position + $1
+		RETURNING next_position - $1`, n).Scan(&first); err != nil {
+		return 0, fmt.Errorf("eventstoretest: seed: head: %w", err)
+	}
+	if _, err := tx.Exec(ctx, `INSERT INTO sluice.appends (position, event_id, kind, aggregate_type, aggregate_id,
+			sequence_number, state, segment_key, byte_offset, byte_length, canonical_hash, occurred_at, writer_id,
+			reserved_at, committed_at)
+		SELECT $1 + i - 1, gen_random_uuid(), $2, $3, $4 || i, 1, $5,
+			'segments/seed-' || lpad((($1 + i - 1) / 500)::text, 20, '0') || '.jsonl', ((i - 1) % 500) * 400, 400,
+			sha256(convert_to(i::text, 'UTF8')), now(), 'seed', now(), now()
+		FROM generate_series(1, $6::bigint) AS i`,
+		first, string(envelope.KindCommand), envelope.AggregateTypeInstance, prefix, eventstore.StateCommitted, n); err != nil {
+		return 0, fmt.Errorf("eventstoretest: seed: appends: %w", err)
+	}
+	if _, err := tx.Exec(ctx, `INSERT INTO sluice.sequences (aggregate_type, aggregate_id, last_sequence)
+		SELECT $1, $2 || i, 1 FROM generate_series(1, $3::bigint) AS i`, envelope.AggregateTypeInstance, prefix, n); err != nil {
+		return 0, fmt.Errorf("eventstoretest: seed: sequences: %w", err)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return 0, fmt.Errorf("eventstoretest: seed: %w", err)
+	}
+	if _, err := pool.Exec(ctx, `ANALYZE sluice.appends, sluice.sequences`); err != nil {
+		return 0, fmt.Errorf("eventstoretest: seed: analyze: %w", err)
+	}
+	return first + n - 1, nil
+}

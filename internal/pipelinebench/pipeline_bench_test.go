@@ -1,0 +1,180 @@
+package pipelinebench
+
+import (
+	"fmt"
+	"io"
+	"os"
+	"runtime"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+)
+
+// BenchmarkPipelineProcesses measures the pipeline as deployed (issue #34
+// item 2): the four services as processes of the real binary, Kafka and
+// the Elasticsearch server as processes of their own, the local Postgres
+// (a fresh database) and the event store on the file backend and on MinIO.
+// Creates are offered over HTTP, first in a closed loop of
+// SLUICE_BENCH_PIPELINE_CLIENTS clients (default 32), whose rate of
+// readable commands is the capacity C of this run, then paced (open loop,
+// latency counted from each request's scheduled time) at 50 % and 80 % of
+// C. Each phase lasts SLUICE_BENCH_PIPELINE_SECONDS (default 10) and ends
+// when every accepted command is readable (its instance document at its
+// sequence written to Elasticsearch) and the consumer groups have
+// committed everything. A short unreported warm-up comes first.
+//
+// Per phase it reports visible/s (accepted commands over the time until
+// the last became readable), readable-p50/p99/max-ms (request to readable)
+// and api-p50/p99-ms (request to 202), and the CPU per visible command of
+// each process in µs (from /proc/<pid>/stat over the phase and its drain):
+// the services, kafka, elasticsearch, minio, the load driver (this
+// process), postgres-db (the backends of the run's database) and
+// postgres-all (every postgres process, exited backends through the
+// postmaster), machine (/proc/stat) and other (machine less the
+// processes named, postgres-all counted once). Each backend's figures are
+// also printed as a table.
+func BenchmarkPipelineProcesses(b *testing.B) {
+	secs := envInt("SLUICE_BENCH_PIPELINE_SECONDS", 10)
+	clients := envInt("SLUICE_BENCH_PIPELINE_CLIENTS", 32)
+	phaseLen := time.Duration(secs) * time.Second
+	for _, backend := range []string{backendFile, backendMinIO} {
+		b.Run("backend="+backend, func(b *testing.B) {
+			d := deploy(b, backend, deployOptions{})
+			runs := 0
+			next := func() string { runs++; return "r" + strconv.Itoa(runs) }
+			d.phase(b, next(), loadSpec{name: "warmup", clients: 8, d: 2 * time.Second})
+			var capacity float64
+			var results []phaseResult
+			closed := loadSpec{name: "closed-" + strconv.Itoa(clients), clients: clients, d: phaseLen}
+			b.Run(closed.name, func(b *testing.B) {
+				for range b.N {
+					r := d.phase(b, next(), closed)
+					capacity = r.visible
+					reportPhase(b, r)
+					results = append(results, r)
+				}
+			})
+			for _, pct := range []int{50, 80} {
+				name := "paced-" + strconv.Itoa(pct) + "pct"
+				b.Run(name, func(b *testing.B) {
+					if capacity == 0 { // the closed loop was filtered out: measure C unreported
+						capacity = d.phase(b, next(), closed).visible
+					}
+					for range b.N {
+						r := d.phase(b, next(), loadSpec{name: name, rate: capacity * float64(pct) / 100, d: phaseLen})
+						reportPhase(b, r)
+						results = append(results, r)
+					}
+				})
+			}
+			printTable(os.Stdout, fmt.Sprintf("pipeline as processes, backend %s, phases of %s, %d closed-loop clients, %d CPUs",
+				backend, phaseLen, clients, numCPU()), results)
+		})
+	}
+}
+
+// reportGroups are the processes of the report, in its order.
+func reportGroups() []string {
+	return []string{groupAPI, groupRelay, groupInstance, groupProjection, groupKafka, groupES, groupMinIO,
+		groupPGDB, groupPGAll, groupDriver, groupOther, groupMachine}
+}
+
+// perCommand returns the CPU of each group in µs per visible command, with
+// "other" the machine's less the processes named.
+func perCommand(r phaseResult) map[string]float64 {
+	out := map[string]float64{}
+	named := 0.0
+	for g, s := range r.cpu {
+		out[g] = s * 1e6 / float64(r.accepted)
+		if g != groupMachine && g != groupPGDB {
+			named += s
+		}
+	}
+	out[groupOther] = (r.cpu[groupMachine] - named) * 1e6 / float64(r.accepted)
+	return out
+}
+
+func reportPhase(b *testing.B, r phaseResult) {
+	b.ReportMetric(r.visible, "visible/s")
+	b.ReportMetric(r.offered, "offered/s")
+	b.ReportMetric(float64(r.failed), "failed")
+	b.ReportMetric(ms(quantile(r.readable, 0.5)), "readable-p50-ms")
+	b.ReportMetric(ms(quantile(r.readable, 0.99)), "readable-p99-ms")
+	b.ReportMetric(ms(r.readable[len(r.readable)-1]), "readable-max-ms")
+	b.ReportMetric(ms(quantile(r.api, 0.5)), "api-p50-ms")
+	b.ReportMetric(ms(quantile(r.api, 0.99)), "api-p99-ms")
+	b.ReportMetric(r.busy*100, "machine-busy-%")
+	pc := perCommand(r)
+	for _, g := range reportGroups() {
+		if v, ok := pc[g]; ok {
+			b.ReportMetric(v, g+"-cpu-us/cmd")
+		}
+	}
+	b.ReportMetric(0, "ns/op")
+}
+
+// printTable writes the phases side by side: rates, latencies and the CPU
+// per visible command by process.
+func printTable(w io.Writer, title string, rs []phaseResult) {
+	if len(rs) == 0 {
+		return
+	}
+	var sb strings.Builder
+	fmt.Fprintf(&sb, "\n%s\n", title)
+	row := func(label string, f func(r phaseResult) string) {
+		fmt.Fprintf(&sb, "%-34s", label)
+		for _, r := range rs {
+			fmt.Fprintf(&sb, " %14s", f(r))
+		}
+		sb.WriteString("\n")
+	}
+	num := func(v float64) string { return strconv.FormatFloat(v, 'f', 0, 64) }
+	row("", func(r phaseResult) string { return r.spec.name })
+	row("offered commands/s", func(r phaseResult) string {
+		if r.spec.clients > 0 {
+			return "closed (" + num(r.offered) + ")"
+		}
+		return num(r.offered)
+	})
+	row("visible commands/s", func(r phaseResult) string { return num(r.visible) })
+	row("accepted / failed", func(r phaseResult) string { return fmt.Sprintf("%d/%d", r.accepted, r.failed) })
+	row("request→readable p50 / p99 ms", func(r phaseResult) string {
+		return fmt.Sprintf("%.0f/%.0f", ms(quantile(r.readable, 0.5)), ms(quantile(r.readable, 0.99)))
+	})
+	row("request→readable max ms", func(r phaseResult) string { return fmt.Sprintf("%.0f", ms(r.readable[len(r.readable)-1])) })
+	row("request→202 p50 / p99 ms", func(r phaseResult) string {
+		return fmt.Sprintf("%.1f/%.1f", ms(quantile(r.api, 0.5)), ms(quantile(r.api, 0.99)))
+	})
+	row("machine busy %", func(r phaseResult) string { return fmt.Sprintf("%.0f", r.busy*100) })
+	sb.WriteString("CPU µs per visible command:\n")
+	pcs := make([]map[string]float64, len(rs))
+	for i, r := range rs {
+		pcs[i] = perCommand(r)
+	}
+	labels := map[string]string{
+		groupPGDB: "postgres (run's db backends)", groupPGAll: "postgres (all processes)",
+		groupDriver: "load driver (this process)", groupOther: "other (machine − listed)", groupMachine: "machine total",
+	}
+	for _, g := range reportGroups() {
+		if _, ok := pcs[0][g]; !ok {
+			continue
+		}
+		label := labels[g]
+		if label == "" {
+			label = g
+		}
+		i := 0
+		row("  "+label, func(phaseResult) string { v := pcs[i][g]; i++; return num(v) })
+	}
+	fmt.Fprint(w, sb.String())
+}
+
+func envInt(name string, def int) int {
+	if v, err := strconv.Atoi(os.Getenv(name)); err == nil && v > 0 {
+		return v
+	}
+	return def
+}
+
+func numCPU() int { return runtime.NumCPU() }
