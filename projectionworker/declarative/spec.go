@@ -11,6 +11,8 @@ import (
 	"strings"
 
 	"gopkg.in/yaml.v3"
+
+	"github.com/sluicehq/sluice/shared/celexpr"
 )
 
 // Spec is one projection as declared in YAML.
@@ -46,21 +48,12 @@ type Spec struct {
 	CostLimit      uint64
 }
 
-// Expr is an expression and where it was written.
-type Expr struct {
-	Source string
-	Pos    Pos
-}
+// Expr is an expression and where it was written (celexpr.Expr).
+type Expr = celexpr.Expr
 
-// Pos is a position in a YAML file (1-based). Quoted tells that the
-// scalar was quoted (the expression then starts one column later).
-type Pos struct {
-	File         string
-	Line, Column int
-	Quoted       bool
-}
-
-func (p Pos) String() string { return fmt.Sprintf("%s:%d:%d", p.File, p.Line, p.Column) }
+// Pos is a position in a YAML file (1-based; celexpr.Pos). Quoted tells
+// that the scalar was quoted (the expression then starts one column later).
+type Pos = celexpr.Pos
 
 // Update operations.
 const (
