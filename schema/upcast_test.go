@@ -310,4 +310,3 @@ func TestUpcasterRegistry(t *testing.T) {
 		}
 	})
 }
-
