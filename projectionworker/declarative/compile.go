@@ -1,6 +1,7 @@
 package declarative
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"slices"
@@ -48,9 +49,48 @@ type Projection struct {
 	deleteIf *program
 	updates  []update
 	usesDoc  bool // some expression reads the doc variable
+	// upcaster brings events to their latest schema version (upcast:
+	// latest); set by UseUpcaster.
+	upcaster Upcaster
 }
 
-var _ projectionworker.Stateful = (*Projection)(nil)
+var (
+	_ projectionworker.Stateful  = (*Projection)(nil)
+	_ projectionworker.Upcasting = (*Projection)(nil)
+)
+
+// Upcaster brings an event to its type's latest schema version:
+// *schema.Registry (Latest; docs/schemas.md#upcasting-on-read).
+type Upcaster interface {
+	Latest(ctx context.Context, e envelope.Envelope) (envelope.Envelope, error)
+}
+
+// UseUpcaster sets the schema registry a projection with upcast: latest
+// reads events through (the projection worker's wiring does, and
+// sluice projection test). Call it before the projection runs.
+func (p *Projection) UseUpcaster(u Upcaster) { p.upcaster = u }
+
+// Upcasts reports whether the projection reads events upcast to their
+// type's latest schema version (upcast: latest).
+func (p *Projection) Upcasts() bool { return p.spec.Upcast == UpcastLatest }
+
+// Upcast returns e as the projection reads it (projectionworker.Upcasting):
+// unchanged, or with upcast: latest, upcast to its type's latest schema
+// version. The error names the projection; the upcaster's own error
+// (*schema.UpcastError, *schema.UnavailableError) is wrapped.
+func (p *Projection) Upcast(ctx context.Context, e envelope.Envelope) (envelope.Envelope, error) {
+	if !p.Upcasts() {
+		return e, nil
+	}
+	if p.upcaster == nil {
+		return e, fmt.Errorf("projection %s declares upcast: latest but runs without the schema registry", p.spec.Name)
+	}
+	out, err := p.upcaster.Latest(ctx, e)
+	if err != nil {
+		return e, fmt.Errorf("projection %s: %w", p.spec.Name, err)
+	}
+	return out, nil
+}
 
 // newEnv is the expression environment, shared/celexpr's (the one of the
 // schema registry's upcasters too): event (the envelope as JSON:

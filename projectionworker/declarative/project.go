@@ -53,6 +53,10 @@ func (p *Projection) ProjectState(ctx context.Context, e envelope.Envelope, st *
 // (projectionworker.Locator): the worker reads the documents of a round
 // with one _mget.
 func (p *Projection) Locate(e envelope.Envelope) ([]projectionworker.DocRef, error) {
+	e, err := p.Upcast(context.Background(), e)
+	if err != nil {
+		return nil, err
+	}
 	_, docID, err := p.locate(e)
 	if err != nil {
 		return nil, err
@@ -91,7 +95,13 @@ func (p *Projection) locate(e envelope.Envelope) (*activation, string, error) {
 }
 
 // Apply applies one event to its document in store and returns the write.
+// With upcast: latest, the event is read upcast to its type's latest
+// schema version (an event upcast already passes as it is).
 func (p *Projection) Apply(ctx context.Context, e envelope.Envelope, store Store) ([]projectionworker.Op, error) {
+	e, err := p.Upcast(ctx, e)
+	if err != nil {
+		return nil, err
+	}
 	vars, docID, err := p.locate(e)
 	if err != nil {
 		return nil, err
