@@ -182,10 +182,13 @@ func (r *Registry) Register(ctx context.Context, eventType string, raw []byte, o
 		for _, v := range earlier {
 			if v.fingerprint == fp {
 				res.Version, res.Existing = v.Version, true
-				if up != nil {
-					return r.registerUpcaster(ctx, tx, up, earlier, cand, &res)
+				if up == nil {
+					return nil
 				}
-				return nil
+				if err := r.registerUpcaster(ctx, tx, up, earlier, cand, &res); err != nil || !o.DryRun {
+					return err
+				}
+				return errDryRun
 			}
 		}
 		res.Version = last + 1
@@ -213,10 +216,13 @@ func (r *Registry) Register(ctx context.Context, eventType string, raw []byte, o
 				return err
 			}
 		}
-		if up != nil {
-			return r.registerUpcaster(ctx, tx, up, earlier, cand, &res)
+		if up == nil {
+			return nil
 		}
-		return nil
+		if err := r.registerUpcaster(ctx, tx, up, earlier, cand, &res); err != nil || !o.DryRun {
+			return err
+		}
+		return errDryRun
 	})
 	if errors.Is(err, errDryRun) {
 		err = nil
@@ -437,16 +443,37 @@ type CheckResult struct {
 	Compatible    bool          `json:"compatible"`
 	Existing      bool          `json:"existing"`
 	Reasons       []string      `json:"reasons"`
+	// Upcaster is the verdict on the upcaster checked with the candidate
+	// (CheckWithUpcaster); its failures are in Reasons, prefixed
+	// "upcaster: ".
+	Upcaster *UpcasterResult `json:"upcaster,omitempty"`
 }
 
 // Check is Register as a dry run, answering the verdict instead of an
 // *IncompatibleError.
 func (r *Registry) Check(ctx context.Context, eventType string, raw []byte) (CheckResult, error) {
-	res, err := r.Register(ctx, eventType, raw, RegisterOptions{Compatibility: "", DryRun: true})
-	out := CheckResult{EventType: eventType, Version: res.Version, Compatibility: res.Compatibility, Existing: res.Existing, Compatible: err == nil, Reasons: []string{}}
+	return r.CheckWithUpcaster(ctx, eventType, raw, nil, "")
+}
+
+// CheckWithUpcaster is Check of the candidate and of an upcaster from the
+// version before it (nil: none), as Register with RegisterOptions.Upcaster
+// would check them: an upcaster whose examples fail makes the verdict
+// incompatible, with its reasons; one that does not parse is an
+// *UpcasterError.
+func (r *Registry) CheckWithUpcaster(ctx context.Context, eventType string, raw, upcaster []byte, source string) (CheckResult, error) {
+	res, err := r.Register(ctx, eventType, raw, RegisterOptions{DryRun: true, Upcaster: upcaster, UpcasterSource: source})
+	out := CheckResult{EventType: eventType, Version: res.Version, Compatibility: res.Compatibility, Existing: res.Existing, Compatible: err == nil,
+		Reasons: []string{}, Upcaster: res.Upcaster}
 	var ie *IncompatibleError
-	if errors.As(err, &ie) {
+	var ce *UpcasterCheckError
+	switch {
+	case errors.As(err, &ie):
 		out.Reasons, out.Compatibility = ie.Reasons, ie.Compatibility
+		return out, nil
+	case errors.As(err, &ce):
+		for _, reason := range ce.Reasons {
+			out.Reasons = append(out.Reasons, "upcaster: "+reason)
+		}
 		return out, nil
 	}
 	return out, err
