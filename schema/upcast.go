@@ -12,6 +12,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/sluicehq/sluice/shared/celexpr"
 	"github.com/sluicehq/sluice/shared/envelope"
 )
 
@@ -114,7 +115,10 @@ func (s *snapshot) upcast(e envelope.Envelope) (envelope.Envelope, error) {
 	if err := s.broken[e.EventType]; err != nil {
 		return e, fail(e.SchemaVersion, "", err)
 	}
-	out := e
+	vars, data, err := decodeEvent(e)
+	if err != nil {
+		return e, fail(e.SchemaVersion, "", err)
+	}
 	for v := e.SchemaVersion; v < latest.Version; v++ {
 		k := versionKey{e.EventType, v}
 		if err := s.brokenUp[k]; err != nil {
@@ -124,18 +128,20 @@ func (s *snapshot) upcast(e envelope.Envelope) (envelope.Envelope, error) {
 		if u == nil {
 			continue // no upcaster: the data of v is read as v+1's
 		}
-		out.SchemaVersion = v
-		data, err := u.Apply(out)
-		if err != nil {
+		if err := u.applyTo(vars, data); err != nil {
 			return e, fail(v, u.Name(), err)
 		}
-		out.Data = data
 	}
-	if err := latest.Schema.Validate(out.Data); err != nil {
+	if err := latest.Schema.validateValue(data); err != nil {
 		return e, &UpcastError{EventType: e.EventType, EventID: e.EventID, Stored: e.SchemaVersion, Latest: latest.Version,
 			From: latest.Version, To: latest.Version, Err: errors.New(dataReason(err))}
 	}
-	out.SchemaVersion = latest.Version
+	b, err := celexpr.EncodeJSON(data)
+	if err != nil {
+		return e, fail(latest.Version, "", err)
+	}
+	out := e
+	out.Data, out.SchemaVersion = b, latest.Version
 	return out, nil
 }
 

@@ -310,3 +310,26 @@ func TestUpcasterRegistry(t *testing.T) {
 		}
 	})
 }
+
+// BenchmarkLatest is the cost of bringing one event to its type's latest
+// version, per event: the example's v1 event through both upcasters
+// (v1 → v2 → v3) and the validation of the result against v3 — what a
+// read with as=latest or a projection with upcast: latest adds per event
+// stored two versions back (docs/benchmarks.md).
+func BenchmarkLatest(b *testing.B) {
+	_, pool := testenv.NewMigratedDatabase(b)
+	r := schema.New(pool, schema.Config{}, nil)
+	schematest.RegisterOrderPlaced(b, r)
+	ctx := context.Background()
+	ev := orderEvent(1, `{"order_id":"o-1","total":12.5}`)
+	if _, err := r.Latest(ctx, ev); err != nil { // the registry loads once per process
+		b.Fatal(err)
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		out, err := r.Latest(ctx, ev)
+		if err != nil || out.SchemaVersion != 3 {
+			b.Fatal(out.SchemaVersion, err)
+		}
+	}
+}

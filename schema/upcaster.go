@@ -302,42 +302,96 @@ func (e *ApplyError) Unwrap() error { return e.Err }
 // envelope as the expressions see it (its data of version From). The error
 // is an *ApplyError, or names the data when it is not a JSON object.
 func (u *Upcaster) Apply(e envelope.Envelope) (json.RawMessage, error) {
-	vars, err := celexpr.EventVars(e)
+	vars, data, err := decodeEvent(e)
 	if err != nil {
 		return nil, err
 	}
+	if err := u.applyTo(vars, data); err != nil {
+		return nil, err
+	}
+	return celexpr.EncodeJSON(data)
+}
+
+// decodeEvent is e as an upcaster works on it: the expressions' event
+// variable, and its data decoded once with the numbers as written
+// (json.Number), which a chain of upcasters changes in place.
+func decodeEvent(e envelope.Envelope) (map[string]any, map[string]any, error) {
+	data := map[string]any{}
+	if len(e.Data) > 0 {
+		dec := json.NewDecoder(bytes.NewReader(e.Data))
+		dec.UseNumber()
+		if err := dec.Decode(&data); err != nil {
+			return nil, nil, fmt.Errorf("data: %w", err)
+		}
+		if data == nil {
+			data = map[string]any{}
+		}
+	}
+	e.Data = nil
+	vars, err := celexpr.EventVars(e)
+	if err != nil {
+		return nil, nil, err
+	}
+	return vars, data, nil
+}
+
+// applyTo upcasts data in place. vars is the event variable; its data is
+// set to data as the expressions see it (numbers as doubles, as
+// celexpr.EventVars decodes them), so every expression reads the input.
+// Fields neither set nor unset keep their values, numbers as written.
+func (u *Upcaster) applyTo(vars, data map[string]any) error {
+	vars["data"] = celView(data)
+	vars["schema_version"] = int64(u.From)
 	act := map[string]any{"event": vars}
 	vals := make([]any, len(u.sets))
 	for i, s := range u.sets {
 		out, _, err := s.prg.Eval(act)
 		if err != nil {
-			return nil, &ApplyError{Field: strings.Join(s.path, "."), Expr: s.expr, Err: err}
+			return &ApplyError{Field: strings.Join(s.path, "."), Expr: s.expr, Err: err}
 		}
 		if vals[i], err = celexpr.ToNative(out); err != nil {
-			return nil, &ApplyError{Field: strings.Join(s.path, "."), Expr: s.expr, Err: err}
-		}
-	}
-	// The carried fields keep their bytes: numbers as json.Number.
-	base := map[string]any{}
-	if len(e.Data) > 0 {
-		dec := json.NewDecoder(bytes.NewReader(e.Data))
-		dec.UseNumber()
-		if err := dec.Decode(&base); err != nil {
-			return nil, fmt.Errorf("data: %w", err)
-		}
-		if base == nil {
-			base = map[string]any{}
+			return &ApplyError{Field: strings.Join(s.path, "."), Expr: s.expr, Err: err}
 		}
 	}
 	for _, p := range u.unsets {
-		unsetPath(base, p)
+		unsetPath(data, p)
 	}
 	for i, s := range u.sets {
-		if err := setPath(base, s.path, vals[i]); err != nil {
-			return nil, &ApplyError{Field: strings.Join(s.path, "."), Expr: s.expr, Assign: true, Err: err}
+		if err := setPath(data, s.path, vals[i]); err != nil {
+			return &ApplyError{Field: strings.Join(s.path, "."), Expr: s.expr, Assign: true, Err: err}
 		}
 	}
-	return celexpr.EncodeJSON(base)
+	return nil
+}
+
+// celView is v as the expressions read JSON: every number a double.
+// Maps and lists are copied (data keeps its own numbers).
+func celView(v any) any {
+	switch t := v.(type) {
+	case map[string]any:
+		out := make(map[string]any, len(t))
+		for k, x := range t {
+			out[k] = celView(x)
+		}
+		return out
+	case []any:
+		out := make([]any, len(t))
+		for i, x := range t {
+			out[i] = celView(x)
+		}
+		return out
+	case json.Number:
+		f, err := t.Float64()
+		if err != nil {
+			return t.String()
+		}
+		return f
+	case int64:
+		return float64(t)
+	case uint64:
+		return float64(t)
+	}
+	return v
 }
 
 func unsetPath(m map[string]any, path []string) {
