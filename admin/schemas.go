@@ -3,6 +3,7 @@ package admin
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
 	"strconv"
 
@@ -29,27 +30,109 @@ func (s *Server) schemaRoutes() {
 	s.act("POST "+Prefix+"schemas/{type}/check", "schema.check", s.schemaCheck)
 	s.act("PUT "+Prefix+"schemas/{type}/compatibility", "schema.compatibility", s.schemaCompatibility)
 	s.act("DELETE "+Prefix+"schemas/{type}", "schema.delete", s.schemaDelete)
+	const upcaster = "schemas/{type}/upcasters/{from}"
+	s.read("GET "+Prefix+upcaster, func(r *http.Request) (any, error) {
+		from, err := fromVersion(r)
+		if err != nil {
+			return nil, err
+		}
+		u, err := s.schemas.GetUpcaster(r.Context(), r.PathValue("type"), from)
+		return u, schemaError(err)
+	})
+	s.act("PUT "+Prefix+upcaster, "schema.upcaster", s.upcasterSet)
+	s.act("DELETE "+Prefix+upcaster, "schema.upcaster_delete", s.upcasterDelete)
 }
 
 // SchemaRequest registers or checks a schema: the JSON Schema document,
-// the type's mode to set first (optional) and a dry run.
+// the type's mode to set first (optional), an upcaster from the previous
+// version (the YAML file's text, optional; docs/schemas.md#upcasting-on-read)
+// with the name it is known by, and a dry run.
 type SchemaRequest struct {
-	Schema        json.RawMessage `json:"schema"`
-	Compatibility string          `json:"compatibility"`
-	DryRun        bool            `json:"dry_run"`
+	Schema         json.RawMessage `json:"schema"`
+	Compatibility  string          `json:"compatibility"`
+	Upcaster       string          `json:"upcaster"`
+	UpcasterSource string          `json:"upcaster_source"`
+	DryRun         bool            `json:"dry_run"`
+}
+
+// UpcasterRequest sets an upcaster: the YAML file's text, the name it is
+// known by in messages, and a dry run.
+type UpcasterRequest struct {
+	Upcaster string `json:"upcaster"`
+	Source   string `json:"source"`
+	DryRun   bool   `json:"dry_run"`
+}
+
+func fromVersion(r *http.Request) (int, error) {
+	n, err := strconv.Atoi(r.PathValue("from"))
+	if err != nil || n < 1 {
+		return 0, invalid("from %q: a version number >= 1", r.PathValue("from"))
+	}
+	return n, nil
+}
+
+func (s *Server) upcasterSet(r *http.Request, body []byte) (Action, error) {
+	typ := r.PathValue("type")
+	a := Action{Target: "schema " + typ + " upcaster"}
+	from, err := fromVersion(r)
+	if err != nil {
+		return a, err
+	}
+	a.Target = fmt.Sprintf("schema %s upcaster v%d", typ, from)
+	var req UpcasterRequest
+	if err := decode(body, &req); err != nil {
+		return a, err
+	}
+	if req.Upcaster == "" {
+		return a, invalid("body: upcaster (the upcaster file's YAML text) is required")
+	}
+	u, err := schema.ParseUpcaster(req.Source, []byte(req.Upcaster))
+	if err != nil {
+		return a, schemaError(err)
+	}
+	if u.EventType != typ || u.From != from {
+		return a, invalid("the upcaster is of %s from v%d, not of %s from v%d as the path says", u.EventType, u.From, typ, from)
+	}
+	res, err := s.schemas.SetUpcaster(r.Context(), []byte(req.Upcaster), schema.UpcasterOptions{Source: req.Source, DryRun: req.DryRun})
+	a.DryRun, a.Result = req.DryRun, res
+	if err == nil && !res.Existing && !res.Replaced && !req.DryRun {
+		a.Status = http.StatusCreated
+	}
+	return a, schemaError(err)
+}
+
+func (s *Server) upcasterDelete(r *http.Request, body []byte) (Action, error) {
+	typ := r.PathValue("type")
+	a := Action{Target: "schema " + typ + " upcaster"}
+	from, err := fromVersion(r)
+	if err != nil {
+		return a, err
+	}
+	a.Target = fmt.Sprintf("schema %s upcaster v%d", typ, from)
+	var req struct {
+		DryRun bool `json:"dry_run"`
+	}
+	if err := decode(body, &req); err != nil {
+		return a, err
+	}
+	err = s.schemas.DeleteUpcaster(r.Context(), typ, from, req.DryRun)
+	a.DryRun, a.Result = req.DryRun, map[string]any{"event_type": typ, "from": from, "to": from + 1, "deleted": err == nil, "dry_run": req.DryRun}
+	return a, schemaError(err)
 }
 
 func schemaError(err error) error {
 	var ie *schema.IncompatibleError
 	var se *schema.InvalidSchemaError
+	var ce *schema.UpcasterCheckError
+	var ue *schema.UpcasterError
 	switch {
 	case err == nil:
 		return nil
 	case errors.Is(err, schema.ErrNotFound):
 		return kind(errNotFound, err)
-	case errors.As(err, &ie):
+	case errors.As(err, &ie), errors.As(err, &ce):
 		return kind(errConflict, err)
-	case errors.As(err, &se):
+	case errors.As(err, &se), errors.As(err, &ue):
 		return kind(errInvalid, err)
 	}
 	return err
@@ -73,7 +156,11 @@ func (s *Server) schemaRegister(r *http.Request, body []byte) (Action, error) {
 		}
 		mode = m
 	}
-	res, err := s.schemas.Register(r.Context(), typ, req.Schema, schema.RegisterOptions{Compatibility: mode, DryRun: req.DryRun})
+	o := schema.RegisterOptions{Compatibility: mode, DryRun: req.DryRun}
+	if req.Upcaster != "" {
+		o.Upcaster, o.UpcasterSource = []byte(req.Upcaster), req.UpcasterSource
+	}
+	res, err := s.schemas.Register(r.Context(), typ, req.Schema, o)
 	a.DryRun, a.Result = req.DryRun, res
 	if err == nil && !res.Existing && !req.DryRun {
 		a.Status = http.StatusCreated
@@ -88,7 +175,11 @@ func (s *Server) schemaCheck(r *http.Request, body []byte) (Action, error) {
 	if err := decode(body, &req); err != nil {
 		return a, err
 	}
-	res, err := s.schemas.Check(r.Context(), typ, req.Schema)
+	var up []byte
+	if req.Upcaster != "" {
+		up = []byte(req.Upcaster)
+	}
+	res, err := s.schemas.CheckWithUpcaster(r.Context(), typ, req.Schema, up, req.UpcasterSource)
 	a.Result = res
 	return a, schemaError(err)
 }

@@ -3,6 +3,8 @@ package admin_test
 import (
 	"encoding/json"
 	"net/http"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 )
@@ -31,6 +33,22 @@ func TestSchemaAdmin(t *testing.T) {
 		{"delete dry run", "DELETE", "/admin/v1/schemas/OrderPlaced", opToken, map[string]any{"dry_run": true}, 200, `"deleted_versions":[1]`},
 		{"delete", "DELETE", "/admin/v1/schemas/OrderPlaced", opToken, map[string]any{"version": 1}, 200, `"deleted_versions":[1]`},
 		{"gone", "GET", "/admin/v1/schemas/OrderPlaced", readToken, nil, 404, "no registered schema"},
+		// The example of examples/schemas/OrderPlaced, with its upcasters.
+		{"register the example's v1", "POST", "/admin/v1/schemas/Ordered", opToken, map[string]any{"schema": ex("v1.json")}, 201, `"version":1`},
+		{"register v2 with its upcaster", "POST", "/admin/v1/schemas/Ordered", opToken,
+			map[string]any{"schema": ex("v2.json"), "upcaster": upFor("upcast-v1.yaml"), "upcaster_source": "upcast-v1.yaml"}, 201, `"upcaster":{"event_type":"Ordered","examples":1,"existing":false,"from":1,"replaced":false,"to":2}`},
+		{"register v3 (NONE)", "POST", "/admin/v1/schemas/Ordered", opToken, map[string]any{"schema": ex("v3.json"), "compatibility": "NONE"}, 201, `"version":3`},
+		{"check v3 with a broken upcaster", "POST", "/admin/v1/schemas/Ordered/check", opToken,
+			map[string]any{"schema": ex("v3.json"), "upcaster": strings.Replace(upFor("upcast-v2.yaml"), "unset: [total]\n", "", 1)}, 200,
+			`upcaster: example 1 (:10:5): the upcast data`},
+		{"set an upcaster whose path disagrees", "PUT", "/admin/v1/schemas/Ordered/upcasters/1", opToken, map[string]any{"upcaster": upFor("upcast-v2.yaml")}, 400, "not of Ordered from v1 as the path says"},
+		{"set the v2→v3 upcaster", "PUT", "/admin/v1/schemas/Ordered/upcasters/2", opToken, map[string]any{"upcaster": upFor("upcast-v2.yaml"), "source": "upcast-v2.yaml"}, 201, `"from":2,"replaced":false,"to":3}`},
+		{"a reader may not", "PUT", "/admin/v1/schemas/Ordered/upcasters/2", readToken, map[string]any{"upcaster": upFor("upcast-v2.yaml")}, 403, "read-only"},
+		{"set a broken one", "PUT", "/admin/v1/schemas/Ordered/upcasters/2", opToken, map[string]any{"upcaster": strings.Replace(upFor("upcast-v2.yaml"), "unset: [total]\n", "", 1)}, 409, "breaks its examples"},
+		{"show it", "GET", "/admin/v1/schemas/Ordered/upcasters/2", readToken, nil, 200, `"source":"upcast-v2.yaml"`},
+		{"list them", "GET", "/admin/v1/schemas", readToken, nil, 200, `\"upcasters\": [\n      1,\n      2\n`},
+		{"delete it", "DELETE", "/admin/v1/schemas/Ordered/upcasters/2", opToken, map[string]any{}, 200, `"deleted":true`},
+		{"deleted", "GET", "/admin/v1/schemas/Ordered/upcasters/2", readToken, nil, 404, "no upcaster from version 2"},
 	}
 	for _, st := range steps {
 		t.Run(st.name, func(t *testing.T) {
@@ -48,10 +66,25 @@ func TestSchemaAdmin(t *testing.T) {
 		}
 	}
 	for _, want := range []string{"schema.register ok", "schema.register conflict", "schema.register forbidden", "schema.register invalid",
-		"schema.check ok", "schema.compatibility ok", "schema.delete ok"} {
+		"schema.check ok", "schema.compatibility ok", "schema.delete ok", "schema.upcaster ok", "schema.upcaster conflict", "schema.upcaster invalid",
+		"schema.upcaster forbidden", "schema.upcaster_delete ok"} {
 		if got[want] == 0 {
 			t.Errorf("no audit record %q (have %v)", want, got)
 		}
 	}
 	_ = http.StatusOK
+}
+
+// ex is a schema of the example examples/schemas/OrderPlaced.
+func ex(name string) json.RawMessage {
+	b, err := os.ReadFile(filepath.Join("..", "examples", "schemas", "OrderPlaced", name))
+	if err != nil {
+		panic(err)
+	}
+	return b
+}
+
+// upFor is an upcaster of the example, for the event type Ordered.
+func upFor(name string) string {
+	return strings.Replace(string(ex(name)), "event_type: OrderPlaced", "event_type: Ordered", 1)
 }

@@ -66,9 +66,12 @@ func (s *server) mountEvents(mux *http.ServeMux) {
 // (*schema.Registry): the version of eventType's schema data validates
 // against — the one the producer named, or the latest when version is 0 —
 // (0: none named and the type has none, in open mode), or why not
-// (*schema.DataError, *schema.NotRegisteredError). It answers from memory.
+// (*schema.DataError, *schema.NotRegisteredError); and for reads with
+// as=latest, the event upcast to its type's latest version
+// (*schema.UpcastError, *schema.UnavailableError). It answers from memory.
 type SchemaValidator interface {
 	ValidateVersion(ctx context.Context, eventType string, version int, data []byte) (int, error)
+	Latest(ctx context.Context, e envelope.Envelope) (envelope.Envelope, error)
 }
 
 // eventInput is one event of an append request, before it becomes an
@@ -502,14 +505,15 @@ type StreamPage struct {
 	Direction     string `json:"direction"`
 	// LastSequence is the stream's last sequence.
 	LastSequence int64 `json:"last_sequence"`
-	// Events are the stored envelopes byte for byte, in the direction's
+	// Events are the stored envelopes byte for byte (with as=latest: each
+	// upcast to its type's latest schema version), in the direction's
 	// order.
 	Events []json.RawMessage `json:"events"`
 	// NextFromSequence is where the next page starts, when there is one.
 	NextFromSequence *int64 `json:"next_from_sequence,omitempty"`
 }
 
-// handleReadStream serves GET …/events?from_sequence=&direction=forward|backward&limit=
+// handleReadStream serves GET …/events?from_sequence=&direction=forward|backward&limit=&as=
 // (limit counts sequence numbers; a page may hold fewer events when
 // sequences are empty).
 func (s *server) handleReadStream(w http.ResponseWriter, r *http.Request) {
@@ -529,6 +533,11 @@ func (s *server) handleReadStream(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	limit, e := s.pageLimit(q)
+	if e != nil {
+		s.fail(w, r, e)
+		return
+	}
+	latest, e := parseAs(q)
 	if e != nil {
 		s.fail(w, r, e)
 		return
@@ -581,7 +590,12 @@ func (s *server) handleReadStream(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		for _, ev := range evs {
-			page.Events = append(page.Events, json.RawMessage(ev.Raw))
+			b, e := s.present(r.Context(), ev, latest)
+			if e != nil {
+				s.fail(w, r, e)
+				return
+			}
+			page.Events = append(page.Events, json.RawMessage(b))
 		}
 		if dir == "backward" {
 			for i, j := 0, len(page.Events)-1; i < j; i, j = i+1, j-1 {
@@ -606,17 +620,23 @@ func (s *server) pageLimit(q url.Values) (int64, *Error) {
 
 // LogPageReply is the body of GET /v1/log.
 type LogPageReply struct {
-	// Events are committed envelopes byte for byte, in position order.
+	// Events are committed envelopes byte for byte (with as=latest: each
+	// upcast to its type's latest schema version), in position order.
 	Events []json.RawMessage `json:"events"`
 	// NextFromPosition is where to continue: every position before it is
 	// final (committed or abandoned), so polling from it misses nothing.
 	NextFromPosition int64 `json:"next_from_position"`
 }
 
-// handleReadLog serves GET /v1/log?from_position=1&limit=100&aggregate_type=.
+// handleReadLog serves GET /v1/log?from_position=1&limit=100&aggregate_type=&as=.
 func (s *server) handleReadLog(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
 	limit, e := s.pageLimit(q)
+	if e != nil {
+		s.fail(w, r, e)
+		return
+	}
+	latest, e := parseAs(q)
 	if e != nil {
 		s.fail(w, r, e)
 		return
@@ -645,9 +665,15 @@ func (s *server) handleReadLog(w http.ResponseWriter, r *http.Request) {
 	reply := LogPageReply{Events: make([]json.RawMessage, 0, len(page.Events)), NextFromPosition: page.Through + 1}
 	p := principalOf(r)
 	for _, ev := range page.Events {
-		if mayRead(p, auth.OpRead, ev) {
-			reply.Events = append(reply.Events, json.RawMessage(ev.Raw))
+		if !mayRead(p, auth.OpRead, ev) {
+			continue
 		}
+		b, e := s.present(r.Context(), ev, latest)
+		if e != nil {
+			s.fail(w, r, e)
+			return
+		}
+		reply.Events = append(reply.Events, json.RawMessage(b))
 	}
 	writeJSON(w, http.StatusOK, reply)
 }

@@ -22,7 +22,7 @@ const (
 	shutdownComment = "retry: 1000\n: shutting down; reconnect with Last-Event-ID to resume\n\n"
 )
 
-// handleSubscribeLog serves GET /v1/log/subscribe?aggregate_type=&from_position=.
+// handleSubscribeLog serves GET /v1/log/subscribe?aggregate_type=&from_position=&as=.
 func (s *server) handleSubscribeLog(w http.ResponseWriter, r *http.Request) {
 	aggType := r.URL.Query().Get("aggregate_type")
 	if aggType != "" {
@@ -90,6 +90,11 @@ func (s *server) subscribe(w http.ResponseWriter, r *http.Request, aggType strin
 		}
 		after = n - 1
 	}
+	latest, e := parseAs(q)
+	if e != nil {
+		s.fail(w, r, e)
+		return
+	}
 	var wake <-chan struct{}
 	if s.opts.Commits != nil {
 		ch, stop := s.opts.Commits.Subscribe() // before the first read: no commit slips between
@@ -136,6 +141,15 @@ func (s *server) subscribe(w http.ResponseWriter, r *http.Request, aggType strin
 		buf.WriteString(shutdownComment)
 		flush()
 	}
+	// closeWith ends the stream with an error event (what was sent before
+	// it stands: the client resumes from its last id).
+	closeWith := func(ae *Error) {
+		b, _ := marshalNoEscape(ae)
+		buf.WriteString("event: error\ndata: ")
+		buf.Write(b)
+		buf.WriteString("\n\n")
+		flush()
+	}
 	for {
 		if drain.Stopping(ctx) { // between pages of a catch-up
 			shutdown()
@@ -146,23 +160,24 @@ func (s *server) subscribe(w http.ResponseWriter, r *http.Request, aggType strin
 			if ctx.Err() != nil {
 				return
 			}
-			ae := fromRead(err)
 			s.log.Warn("api: subscription read failed; closing the stream (the client resumes from its last id)", "err", err)
-			b, _ := marshalNoEscape(ae)
-			buf.WriteString("event: error\ndata: ")
-			buf.Write(b)
-			buf.WriteString("\n\n")
-			flush()
+			closeWith(fromRead(err))
 			return
 		}
 		for _, ev := range page.Events {
 			if !mayRead(p, auth.OpSubscribe, ev) {
 				continue // another tenant's: never sent (docs/security.md)
 			}
+			line, ae := s.present(ctx, ev, latest) // one line: JSON without newlines
+			if ae != nil {
+				s.log.Error("api: subscription cannot upcast an event; closing the stream (the client resumes from its last id)", "position", ev.Envelope.Position, "err", ae.cause)
+				closeWith(ae)
+				return
+			}
 			buf.WriteString("id: ")
 			buf.WriteString(strconv.FormatInt(ev.Envelope.Position, 10))
 			buf.WriteString("\ndata: ")
-			buf.Write(ev.Raw) // one line: the stored JSON has no newline
+			buf.Write(line)
 			buf.WriteString("\n\n")
 		}
 		after = max(after, page.Through)

@@ -259,15 +259,24 @@ func buildProjectionWorker(ctx context.Context, d Deps, o Options) (Runner, erro
 	}
 	deps := projectionworker.Deps{Pool: d.Pool, ES: es, Logger: d.Logger, Metrics: d.Metrics, Health: d.Health,
 		TracerProvider: d.TracerProvider}
-	svc, err := projectionworker.NewService(d.Config.ProjectionWorker(), deps, specs...)
-	if err != nil {
-		return nil, err
-	}
 	var decl []*declarative.Projection
+	var schemas *schema.Registry
 	for _, sp := range specs {
 		if p, ok := sp.Projection.(*declarative.Projection); ok {
 			decl = append(decl, p)
+			if p.Upcasts() {
+				// upcast: latest reads events through the schema registry
+				// (docs/schemas.md#upcasting-on-read); one for the process.
+				if schemas == nil {
+					schemas = schema.New(d.Pool, d.Config.Schema, d.Logger)
+				}
+				p.UseUpcaster(schemas)
+			}
 		}
+	}
+	svc, err := projectionworker.NewService(d.Config.ProjectionWorker(), deps, specs...)
+	if err != nil {
+		return nil, err
 	}
 	if len(decl) == 0 {
 		return runner{run: svc.Run}, nil

@@ -20,9 +20,11 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/sluicehq/sluice/readmodel"
+	"github.com/sluicehq/sluice/schema"
 	"github.com/sluicehq/sluice/shared/backoff"
 	"github.com/sluicehq/sluice/shared/claim"
 	"github.com/sluicehq/sluice/shared/crashpoint"
+	"github.com/sluicehq/sluice/shared/envelope"
 	"github.com/sluicehq/sluice/shared/failure"
 	"github.com/sluicehq/sluice/shared/tracing"
 	"github.com/sluicehq/sluice/worker"
@@ -222,6 +224,7 @@ type roundPlan struct {
 // document (stateful) or per operation.
 func (w *Worker) plan(ctx context.Context, recs []*worker.Record) *roundPlan {
 	pl := &roundPlan{out: make([]worker.BatchResult, len(recs)), deps: make([][]int, len(recs)), noWrite: make([]bool, len(recs))}
+	envs, failed := w.upcast(ctx, recs, pl)
 	stateful := isStateful(w.o.Projection)
 	var st *DocState
 	var byDoc map[docKey]int // stateful: document → its line
@@ -229,11 +232,11 @@ func (w *Worker) plan(ctx context.Context, recs []*worker.Record) *roundPlan {
 		st, byDoc = w.newDocState(), map[docKey]int{}
 		if loc, ok := w.o.Projection.(Locator); ok {
 			var refs []DocRef
-			for _, rec := range recs {
-				if !w.o.Projection.Handles(rec.Envelope) {
+			for i := range recs {
+				if failed[i] || !w.o.Projection.Handles(envs[i]) {
 					continue
 				}
-				if r, err := loc.Locate(rec.Envelope); err == nil {
+				if r, err := loc.Locate(envs[i]); err == nil {
 					refs = append(refs, r...)
 				}
 			}
@@ -242,11 +245,14 @@ func (w *Worker) plan(ctx context.Context, recs []*worker.Record) *roundPlan {
 			}
 		}
 	}
-	for i, rec := range recs {
+	for i := range recs {
+		if failed[i] {
+			continue // its result is the failed upcast
+		}
 		if st != nil {
 			st.begin()
 		}
-		its, o, err := w.prepare(ctx, rec, st)
+		its, o, err := w.prepare(ctx, envs[i], st)
 		if err == nil && its != nil && st != nil {
 			// The swap's base is the version the round read, whatever the
 			// projection put in the op: a write of a document it read is
@@ -393,12 +399,56 @@ func (w *Worker) round(ctx context.Context, recs []*worker.Record) []worker.Batc
 	return pl.out
 }
 
+// Upcasting is a projection that reads events in another form than
+// stored: a declarative projection with `upcast: latest`, or a Go
+// projection that wants the same (docs/schemas.md#upcasting-on-read). The
+// worker asks it once per event it handles, before Locate and Project;
+// the record itself (and so a dead letter) keeps the stored form.
+type Upcasting interface {
+	Upcast(ctx context.Context, e envelope.Envelope) (envelope.Envelope, error)
+}
+
+// upcast returns the envelopes of recs as the projection reads them, and
+// which ones failed (their result is set in pl): a failed upcast is the
+// event's own (Permanent: its dead letter names the upcaster and the
+// reason), unless the schema registry is out (an outage: the worker
+// pauses; no attempt is spent).
+func (w *Worker) upcast(ctx context.Context, recs []*worker.Record, pl *roundPlan) ([]envelope.Envelope, []bool) {
+	envs := make([]envelope.Envelope, len(recs))
+	failed := make([]bool, len(recs))
+	up, ok := w.o.Projection.(Upcasting)
+	for i, rec := range recs {
+		envs[i] = rec.Envelope
+		if !ok || !w.o.Projection.Handles(rec.Envelope) {
+			continue
+		}
+		e, err := up.Upcast(ctx, rec.Envelope)
+		if err != nil {
+			failed[i] = true
+			pl.out[i] = worker.BatchResult{Err: classifyProjectionErr(ctx, err)}
+			continue
+		}
+		envs[i] = e
+	}
+	return envs, failed
+}
+
+// classifyProjectionErr classifies an error of a projection: the event's
+// own (Permanent), but for a schema registry that cannot be read (an
+// outage of Postgres).
+func classifyProjectionErr(ctx context.Context, err error) error {
+	var ue *schema.UnavailableError
+	if errors.As(err, &ue) && ctx.Err() == nil {
+		return worker.Outage(failure.Postgres, err)
+	}
+	return worker.Permanent(err)
+}
+
 // prepare projects one event into its bulk items (index names resolved,
 // indices ensured). nil items with a nil error: finished without a write
 // (the returned outcome).
-func (w *Worker) prepare(ctx context.Context, rec *worker.Record, st *DocState) ([]BulkItem, claim.Outcome, error) {
+func (w *Worker) prepare(ctx context.Context, e envelope.Envelope, st *DocState) ([]BulkItem, claim.Outcome, error) {
 	p := w.o.Projection
-	e := rec.Envelope
 	if !p.Handles(e) {
 		return nil, claim.Ignored(), nil
 	}
@@ -413,7 +463,7 @@ func (w *Worker) prepare(ctx context.Context, rec *worker.Record, st *DocState) 
 		ops, err = p.Project(e)
 	}
 	if err != nil {
-		return nil, claim.Outcome{}, worker.Permanent(err)
+		return nil, claim.Outcome{}, classifyProjectionErr(ctx, err)
 	}
 	if len(ops) == 0 {
 		return nil, claim.Ignored(), nil

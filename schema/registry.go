@@ -43,6 +43,13 @@ type snapshot struct {
 	// (rules tightened since it was registered, say): their appends are
 	// refused as unavailable, every other type goes on validating.
 	broken map[string]error
+	// upcasters holds the compiled upcasters by (type, from version);
+	// upByFingerprint the same by their text, so that a refresh compiles
+	// only what changed; brokenUp the steps whose stored upcaster does not
+	// compile (reads through them fail, never skip the step).
+	upcasters       map[versionKey]*Upcaster
+	upByFingerprint map[compiledKey]*Upcaster
+	brokenUp        map[versionKey]error
 }
 
 type versionKey struct {
@@ -117,6 +124,8 @@ type RegisterResult struct {
 	// nothing changed.
 	Existing bool `json:"existing"`
 	DryRun   bool `json:"dry_run,omitempty"`
+	// Upcaster is what was done with RegisterOptions.Upcaster.
+	Upcaster *UpcasterResult `json:"upcaster,omitempty"`
 }
 
 // RegisterOptions qualify Register.
@@ -126,11 +135,20 @@ type RegisterOptions struct {
 	Compatibility Compatibility
 	// DryRun checks and reports without storing.
 	DryRun bool
+	// Upcaster, when set, is an upcaster file (docs/schemas.md) from the
+	// version before the one registered: it is checked (its examples
+	// upcast and validated against the new version) and stored in the same
+	// transaction. UpcasterSource names the file in messages.
+	Upcaster       []byte
+	UpcasterSource string
 }
 
 // Register adds raw as the next version of eventType when it compiles and
 // keeps the type's compatibility mode; the same document again answers the
-// existing version. Errors: *InvalidSchemaError, *IncompatibleError.
+// existing version. With o.Upcaster, the upcaster from the previous
+// version is checked and stored with it. Errors: *InvalidSchemaError,
+// *IncompatibleError, and for the upcaster *UpcasterError and
+// *UpcasterCheckError.
 func (r *Registry) Register(ctx context.Context, eventType string, raw []byte, o RegisterOptions) (RegisterResult, error) {
 	res := RegisterResult{EventType: eventType, DryRun: o.DryRun}
 	if err := envelope.ValidateEventType(eventType); err != nil {
@@ -139,6 +157,15 @@ func (r *Registry) Register(ctx context.Context, eventType string, raw []byte, o
 	cand, err := Compile(raw)
 	if err != nil {
 		return res, &InvalidSchemaError{Reason: err.Error()}
+	}
+	var up *Upcaster
+	if o.Upcaster != nil {
+		if up, err = ParseUpcaster(o.UpcasterSource, o.Upcaster); err != nil {
+			return res, err
+		}
+		if up.EventType != eventType {
+			return res, &UpcasterError{Pos: up.Examples[0].Pos, Msg: fmt.Sprintf("the upcaster is for %s, not %s", up.EventType, eventType)}
+		}
 	}
 	fp, _ := Fingerprint(raw)
 	defer r.invalidate()
@@ -155,7 +182,13 @@ func (r *Registry) Register(ctx context.Context, eventType string, raw []byte, o
 		for _, v := range earlier {
 			if v.fingerprint == fp {
 				res.Version, res.Existing = v.Version, true
-				return nil
+				if up == nil {
+					return nil
+				}
+				if err := r.registerUpcaster(ctx, tx, up, earlier, cand, &res); err != nil || !o.DryRun {
+					return err
+				}
+				return errDryRun
 			}
 		}
 		res.Version = last + 1
@@ -170,28 +203,67 @@ func (r *Registry) Register(ctx context.Context, eventType string, raw []byte, o
 		if reasons := CheckCompatibility(mode, Version{Version: res.Version, Schema: cand}, prev); len(reasons) > 0 {
 			return &IncompatibleError{EventType: eventType, Version: res.Version, Compatibility: mode, Reasons: reasons}
 		}
-		if o.DryRun {
+		if o.DryRun && up == nil {
 			return errDryRun
 		}
-		if _, err := tx.Exec(ctx, `INSERT INTO sluice.event_schemas (event_type, version, schema, fingerprint) VALUES ($1, $2, $3, $4)`,
-			eventType, res.Version, string(raw), fp); err != nil {
+		if !o.DryRun {
+			if _, err := tx.Exec(ctx, `INSERT INTO sluice.event_schemas (event_type, version, schema, fingerprint) VALUES ($1, $2, $3, $4)`,
+				eventType, res.Version, string(raw), fp); err != nil {
+				return err
+			}
+			if _, err := tx.Exec(ctx, `UPDATE sluice.event_schema_types SET last_version = $2, rev = nextval('sluice.event_schema_rev'), updated_at = now() WHERE event_type = $1`,
+				eventType, res.Version); err != nil {
+				return err
+			}
+		}
+		if up == nil {
+			return nil
+		}
+		if err := r.registerUpcaster(ctx, tx, up, earlier, cand, &res); err != nil || !o.DryRun {
 			return err
 		}
-		_, err = tx.Exec(ctx, `UPDATE sluice.event_schema_types SET last_version = $2, rev = nextval('sluice.event_schema_rev'), updated_at = now() WHERE event_type = $1`,
-			eventType, res.Version)
-		return err
+		return errDryRun
 	})
 	if errors.Is(err, errDryRun) {
 		err = nil
 	}
 	if err != nil {
 		var ie *IncompatibleError
-		if !errors.As(err, &ie) {
+		var ce *UpcasterCheckError
+		var ue *UpcasterError
+		if !errors.As(err, &ie) && !errors.As(err, &ce) && !errors.As(err, &ue) {
 			err = fmt.Errorf("schema: register %s: %w", eventType, err)
 		}
 		return res, err
 	}
 	return res, nil
+}
+
+// registerUpcaster checks up, the upcaster into res.Version (whose schema
+// is cand), against the stored version before it and stores it in tx.
+func (r *Registry) registerUpcaster(ctx context.Context, tx pgx.Tx, up *Upcaster, earlier []storedVersion, cand *Compiled, res *RegisterResult) error {
+	ur := &UpcasterResult{EventType: up.EventType, From: up.From, To: up.To(), Examples: len(up.Examples), DryRun: res.DryRun}
+	res.Upcaster = ur
+	if up.To() != res.Version {
+		return &UpcasterError{Pos: up.Examples[0].Pos, Msg: fmt.Sprintf("the upcaster reads v%d, but the version registered is v%d: its from must be %d", up.From, res.Version, res.Version-1)}
+	}
+	var from *Compiled
+	for _, v := range earlier {
+		if v.Version == up.From {
+			c, err := Compile([]byte(v.raw))
+			if err != nil {
+				return fmt.Errorf("stored v%d no longer compiles: %w", v.Version, err)
+			}
+			from = c
+		}
+	}
+	if from == nil {
+		return fmt.Errorf("%w: event type %s has no schema version %d for the upcaster to read", ErrNotFound, up.EventType, up.From)
+	}
+	if reasons := up.CheckExamples(from, cand); len(reasons) > 0 {
+		return &UpcasterCheckError{EventType: up.EventType, From: up.From, Reasons: reasons}
+	}
+	return r.storeUpcaster(ctx, tx, up, ur)
 }
 
 var errDryRun = errors.New("dry run")
@@ -256,11 +328,14 @@ type TypeInfo struct {
 	Compatibility Compatibility `json:"compatibility"`
 	Versions      []int         `json:"versions"`
 	Latest        int           `json:"latest"`
+	// Upcasters are the versions with an upcaster to the next one.
+	Upcasters []int `json:"upcasters"`
 }
 
 // Types lists the types with a mode or versions, by name.
 func (r *Registry) Types(ctx context.Context) ([]TypeInfo, error) {
-	rows, err := r.pool.Query(ctx, `SELECT t.event_type, t.compatibility, coalesce(array_agg(s.version ORDER BY s.version) FILTER (WHERE s.version IS NOT NULL), '{}')
+	rows, err := r.pool.Query(ctx, `SELECT t.event_type, t.compatibility, coalesce(array_agg(s.version ORDER BY s.version) FILTER (WHERE s.version IS NOT NULL), '{}'),
+		coalesce((SELECT array_agg(u.from_version ORDER BY u.from_version) FROM sluice.event_schema_upcasters u WHERE u.event_type = t.event_type), '{}')
 		FROM sluice.event_schema_types t LEFT JOIN sluice.event_schemas s USING (event_type)
 		GROUP BY t.event_type, t.compatibility ORDER BY t.event_type`)
 	if err != nil {
@@ -268,11 +343,14 @@ func (r *Registry) Types(ctx context.Context) ([]TypeInfo, error) {
 	}
 	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (TypeInfo, error) {
 		var ti TypeInfo
-		var versions []int32
-		err := row.Scan(&ti.EventType, &ti.Compatibility, &versions)
-		ti.Versions = []int{}
+		var versions, upcasters []int32
+		err := row.Scan(&ti.EventType, &ti.Compatibility, &versions, &upcasters)
+		ti.Versions, ti.Upcasters = []int{}, []int{}
 		for _, v := range versions {
 			ti.Versions = append(ti.Versions, int(v))
+		}
+		for _, v := range upcasters {
+			ti.Upcasters = append(ti.Upcasters, int(v))
 		}
 		if len(ti.Versions) > 0 {
 			ti.Latest = ti.Versions[len(ti.Versions)-1]
@@ -317,9 +395,10 @@ func (r *Registry) Get(ctx context.Context, eventType string, version int) (Stor
 }
 
 // Delete removes one version of eventType (version > 0) or all of them
-// (0) and returns the versions removed. Stored events keep the
-// schema_version they were checked against; a deleted version's number is
-// never given again. ErrNotFound when nothing matched.
+// (0) and returns the versions removed, with the upcasters from and into
+// them. Stored events keep the schema_version they were checked against;
+// a deleted version's number is never given again. ErrNotFound when
+// nothing matched.
 func (r *Registry) Delete(ctx context.Context, eventType string, version int, dryRun bool) ([]int, error) {
 	var out []int
 	defer r.invalidate()
@@ -333,6 +412,9 @@ func (r *Registry) Delete(ctx context.Context, eventType string, version int, dr
 		}
 		if len(out) == 0 {
 			return ErrNotFound
+		}
+		if _, err := tx.Exec(ctx, `DELETE FROM sluice.event_schema_upcasters WHERE event_type = $1 AND ($2 = 0 OR from_version IN ($2, $2 - 1))`, eventType, version); err != nil {
+			return err
 		}
 		if dryRun {
 			return errDryRun
@@ -361,16 +443,37 @@ type CheckResult struct {
 	Compatible    bool          `json:"compatible"`
 	Existing      bool          `json:"existing"`
 	Reasons       []string      `json:"reasons"`
+	// Upcaster is the verdict on the upcaster checked with the candidate
+	// (CheckWithUpcaster); its failures are in Reasons, prefixed
+	// "upcaster: ".
+	Upcaster *UpcasterResult `json:"upcaster,omitempty"`
 }
 
 // Check is Register as a dry run, answering the verdict instead of an
 // *IncompatibleError.
 func (r *Registry) Check(ctx context.Context, eventType string, raw []byte) (CheckResult, error) {
-	res, err := r.Register(ctx, eventType, raw, RegisterOptions{Compatibility: "", DryRun: true})
-	out := CheckResult{EventType: eventType, Version: res.Version, Compatibility: res.Compatibility, Existing: res.Existing, Compatible: err == nil, Reasons: []string{}}
+	return r.CheckWithUpcaster(ctx, eventType, raw, nil, "")
+}
+
+// CheckWithUpcaster is Check of the candidate and of an upcaster from the
+// version before it (nil: none), as Register with RegisterOptions.Upcaster
+// would check them: an upcaster whose examples fail makes the verdict
+// incompatible, with its reasons; one that does not parse is an
+// *UpcasterError.
+func (r *Registry) CheckWithUpcaster(ctx context.Context, eventType string, raw, upcaster []byte, source string) (CheckResult, error) {
+	res, err := r.Register(ctx, eventType, raw, RegisterOptions{DryRun: true, Upcaster: upcaster, UpcasterSource: source})
+	out := CheckResult{EventType: eventType, Version: res.Version, Compatibility: res.Compatibility, Existing: res.Existing, Compatible: err == nil,
+		Reasons: []string{}, Upcaster: res.Upcaster}
 	var ie *IncompatibleError
-	if errors.As(err, &ie) {
+	var ce *UpcasterCheckError
+	switch {
+	case errors.As(err, &ie):
 		out.Reasons, out.Compatibility = ie.Reasons, ie.Compatibility
+		return out, nil
+	case errors.As(err, &ce):
+		for _, reason := range ce.Reasons {
+			out.Reasons = append(out.Reasons, "upcaster: "+reason)
+		}
 		return out, nil
 	}
 	return out, err

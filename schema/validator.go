@@ -89,7 +89,7 @@ func (r *Registry) current(ctx context.Context) (*snapshot, error) {
 			r.lastCheck.Store(time.Now().UnixNano())
 			return s, nil
 		}
-		return nil, fmt.Errorf("schema registry unavailable: %w", err)
+		return nil, &UnavailableError{Err: err}
 	}
 	r.snap.Store(ns)
 	r.lastCheck.Store(time.Now().UnixNano())
@@ -116,7 +116,7 @@ func (r *Registry) load(ctx context.Context, old *snapshot) (*snapshot, error) {
 	}
 	defer rows.Close()
 	ns := &snapshot{stamp: stamp, latest: map[string]Version{}, compiled: map[versionKey]*Compiled{}, byFingerprint: map[compiledKey]*Compiled{},
-		broken: map[string]error{}}
+		broken: map[string]error{}, upcasters: map[versionKey]*Upcaster{}, upByFingerprint: map[compiledKey]*Upcaster{}, brokenUp: map[versionKey]error{}}
 	for rows.Next() {
 		var k compiledKey
 		var raw string
@@ -140,5 +140,12 @@ func (r *Registry) load(ctx context.Context, old *snapshot) (*snapshot, error) {
 		ns.compiled[versionKey{k.eventType, k.version}] = c
 		ns.latest[k.eventType] = Version{Version: k.version, Schema: c} // ascending: the last is the latest
 	}
-	return ns, rows.Err()
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	rows.Close()
+	if err := r.loadUpcasters(ctx, old, ns); err != nil {
+		return nil, err
+	}
+	return ns, nil
 }

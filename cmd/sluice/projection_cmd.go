@@ -18,6 +18,7 @@ import (
 	"github.com/sluicehq/sluice/projectionworker"
 	"github.com/sluicehq/sluice/projectionworker/declarative"
 	"github.com/sluicehq/sluice/readmodel"
+	"github.com/sluicehq/sluice/schema"
 	"github.com/sluicehq/sluice/shared/kafka"
 )
 
@@ -252,6 +253,9 @@ func runSwitch(cmd *cobra.Command, name string, version int, settle time.Duratio
 		return err
 	}
 	defer pool.Close()
+	if d, ok := p.(*declarative.Projection); ok && d.Upcasts() {
+		d.UseUpcaster(schema.New(pool, cfg.Schema, logger))
+	}
 	es, err := readmodel.NewClient(cfg.Elasticsearch)
 	if err != nil {
 		return err
@@ -403,7 +407,8 @@ func newProjectionTestCmd() *cobra.Command {
 		Long: `test compiles the declarative projections of FILE (a YAML file or a directory), runs them over
 the envelopes of --events (JSON Lines, as the event store writes them; "-" reads stdin) with the
 documents in memory, and prints each resulting document as a JSON line: projection, scope, _id,
-_version and _source. Nothing is read from or written to Elasticsearch or Kafka.`,
+_version and _source. Nothing is read from or written to Elasticsearch or Kafka. A projection
+with upcast: latest reads the schema registry in Postgres (DATABASE_URL) to upcast the events.`,
 		Example: "  sluice projection test examples/projections/order_totals.yaml --events examples/projections/order_totals.events.jsonl",
 		Args:    cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -414,6 +419,21 @@ _version and _source. Nothing is read from or written to Elasticsearch or Kafka.
 			ps, err := declarative.Compile(specs)
 			if err != nil {
 				return err
+			}
+			for _, p := range ps {
+				if !p.Upcasts() {
+					continue
+				}
+				// upcast: latest reads the schema registry (docs/schemas.md#upcasting-on-read).
+				reg, closeFn, err := openSchemas(cmd)
+				if err != nil {
+					return fmt.Errorf("projection %s declares upcast: latest, so the test reads the schema registry (DATABASE_URL): %w", p.Name(), err)
+				}
+				defer closeFn()
+				for _, q := range ps {
+					q.UseUpcaster(reg)
+				}
+				break
 			}
 			in := cmd.InOrStdin()
 			if events != "-" {

@@ -32,33 +32,73 @@ func printJSON(cmd *cobra.Command, v any) error {
 }
 
 // schemaErr maps the registry's refusals to exit codes: 3 not found,
-// 4 incompatible or invalid.
+// 4 incompatible or invalid (a schema or an upcaster).
 func schemaErr(err error) error {
 	var ie *schema.IncompatibleError
 	var se *schema.InvalidSchemaError
+	var ce *schema.UpcasterCheckError
+	var ue *schema.UpcasterError
 	switch {
 	case errors.Is(err, schema.ErrNotFound):
 		return &exitError{code: 3, err: err}
 	case errors.As(err, &ie):
 		return &exitError{code: 4, err: fmt.Errorf("v%d of %s breaks %s compatibility:\n  - %s", ie.Version, ie.EventType, ie.Compatibility, strings.Join(ie.Reasons, "\n  - "))}
-	case errors.As(err, &se):
+	case errors.As(err, &ce):
+		return &exitError{code: 4, err: fmt.Errorf("the upcaster of %s v%d→v%d breaks its examples:\n  - %s", ce.EventType, ce.From, ce.From+1, strings.Join(ce.Reasons, "\n  - "))}
+	case errors.As(err, &se), errors.As(err, &ue):
 		return &exitError{code: 4, err: err}
 	}
 	return err
 }
 
+// printUpcaster reports what was done with an upcaster.
+func printUpcaster(cmd *cobra.Command, u *schema.UpcasterResult) {
+	if u == nil {
+		return
+	}
+	switch {
+	case u.DryRun:
+		fmt.Fprintf(cmd.OutOrStdout(), "upcaster %s v%d→v%d holds on its %s; dry run, nothing stored\n", u.EventType, u.From, u.To, examples(u.Examples))
+	case u.Existing:
+		fmt.Fprintf(cmd.OutOrStdout(), "upcaster %s v%d→v%d: the same file is set already\n", u.EventType, u.From, u.To)
+	case u.Replaced:
+		fmt.Fprintf(cmd.OutOrStdout(), "upcaster %s v%d→v%d replaced (it holds on its %s)\n", u.EventType, u.From, u.To, examples(u.Examples))
+	default:
+		fmt.Fprintf(cmd.OutOrStdout(), "upcaster %s v%d→v%d set (it holds on its %s)\n", u.EventType, u.From, u.To, examples(u.Examples))
+	}
+}
+
+func examples(n int) string {
+	if n == 1 {
+		return "example"
+	}
+	return fmt.Sprintf("%d examples", n)
+}
+
 func newSchemaCmd() *cobra.Command {
 	c := &cobra.Command{Use: "schema", Short: "Register, list, show, check and delete the JSON Schemas of event types (docs/schemas.md)"}
-	var compat string
+	var compat, upcasterFile string
 	var dryRun, asJSON bool
 	register := &cobra.Command{
 		Use:   "register <event_type> <schema.json>",
 		Short: "Register a schema file as the next version of an event type, if it keeps the type's compatibility mode",
-		Args:  cobra.ExactArgs(2),
+		Long: `register adds the schema file as the next version of the event type when it compiles and keeps
+the type's compatibility mode. With --upcaster, the upcaster file from the version before it
+(docs/schemas.md#upcasting-on-read) is checked — each of its examples upcast and validated
+against the new version — and stored in the same transaction.`,
+		Example: "  sluice schema register OrderPlaced examples/schemas/OrderPlaced/v3.json --compatibility NONE \\\n      --upcaster examples/schemas/OrderPlaced/upcast-v2.yaml",
+		Args:    cobra.ExactArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			raw, err := os.ReadFile(args[1])
 			if err != nil {
 				return err
+			}
+			o := schema.RegisterOptions{DryRun: dryRun}
+			if upcasterFile != "" {
+				if o.Upcaster, err = os.ReadFile(upcasterFile); err != nil {
+					return err
+				}
+				o.UpcasterSource = filepath.Base(upcasterFile)
 			}
 			mode := schema.Compatibility("")
 			if compat != "" {
@@ -71,7 +111,8 @@ func newSchemaCmd() *cobra.Command {
 				return err
 			}
 			defer closeFn()
-			res, err := reg.Register(cmd.Context(), args[0], raw, schema.RegisterOptions{Compatibility: mode, DryRun: dryRun})
+			o.Compatibility = mode
+			res, err := reg.Register(cmd.Context(), args[0], raw, o)
 			if err != nil {
 				return schemaErr(err)
 			}
@@ -86,10 +127,12 @@ func newSchemaCmd() *cobra.Command {
 			default:
 				fmt.Fprintf(cmd.OutOrStdout(), "%s v%d registered (%s)\n", res.EventType, res.Version, res.Compatibility)
 			}
+			printUpcaster(cmd, res.Upcaster)
 			return nil
 		},
 	}
 	register.Flags().StringVar(&compat, "compatibility", "", "set the type's mode first: BACKWARD (default of a new type), BACKWARD_TRANSITIVE, FORWARD, FORWARD_TRANSITIVE, FULL, FULL_TRANSITIVE, NONE")
+	register.Flags().StringVar(&upcasterFile, "upcaster", "", "an upcaster file (YAML) from the previous version to this one, checked and stored with it")
 	register.Flags().BoolVar(&dryRun, "dry-run", false, "check and report, store nothing")
 	register.Flags().BoolVar(&asJSON, "json", false, "print the result as JSON")
 	c.AddCommand(register)
@@ -109,9 +152,13 @@ func newSchemaCmd() *cobra.Command {
 				return err
 			}
 			tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
-			fmt.Fprintln(tw, "EVENT TYPE\tCOMPATIBILITY\tLATEST\tVERSIONS")
+			fmt.Fprintln(tw, "EVENT TYPE\tCOMPATIBILITY\tLATEST\tVERSIONS\tUPCASTERS")
 			for _, t := range types {
-				fmt.Fprintf(tw, "%s\t%s\t%d\t%v\n", t.EventType, t.Compatibility, t.Latest, t.Versions)
+				ups := make([]string, len(t.Upcasters))
+				for i, from := range t.Upcasters {
+					ups[i] = fmt.Sprintf("v%d→v%d", from, from+1)
+				}
+				fmt.Fprintf(tw, "%s\t%s\t%d\t%v\t%s\n", t.EventType, t.Compatibility, t.Latest, t.Versions, strings.Join(ups, " "))
 			}
 			return tw.Flush()
 		},
@@ -172,6 +219,106 @@ func newSchemaCmd() *cobra.Command {
 	c.AddCommand(del)
 
 	c.AddCommand(newSchemaCheckCmd())
+	c.AddCommand(newSchemaUpcasterCmd())
+	return c
+}
+
+// parseFrom reads a from version argument ("2" or "v2").
+func parseFrom(s string) (int, error) {
+	n, err := strconv.Atoi(strings.TrimPrefix(s, "v"))
+	if err != nil || n < 1 {
+		return 0, fmt.Errorf("version %q: a number >= 1", s)
+	}
+	return n, nil
+}
+
+// newSchemaUpcasterCmd is `sluice schema upcaster set|show|delete`.
+func newSchemaUpcasterCmd() *cobra.Command {
+	c := &cobra.Command{Use: "upcaster", Short: "Set, show and delete the upcasters that bring an event type's versions to the next on read (docs/schemas.md#upcasting-on-read)"}
+	var dryRun, asJSON bool
+	set := &cobra.Command{
+		Use:   "set <upcaster.yaml>",
+		Short: "Set (or replace) the upcaster of a file from its version to the next, once its examples hold",
+		Long: `set stores the upcaster of the file (its event_type and from say which) once it compiles and
+each of its examples is valid data of version from, and its upcast valid data of version from+1
+(and equal to its want). Both versions must be registered. Reads with as=latest and projections
+with upcast: latest use it within EVENT_SCHEMA_REFRESH_INTERVAL. Exit 4: invalid or an example fails.`,
+		Example: "  sluice schema upcaster set examples/schemas/OrderPlaced/upcast-v1.yaml --dry-run",
+		Args:    cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			raw, err := os.ReadFile(args[0])
+			if err != nil {
+				return err
+			}
+			reg, closeFn, err := openSchemas(cmd)
+			if err != nil {
+				return err
+			}
+			defer closeFn()
+			res, err := reg.SetUpcaster(cmd.Context(), raw, schema.UpcasterOptions{Source: filepath.Base(args[0]), DryRun: dryRun})
+			if err != nil {
+				return schemaErr(err)
+			}
+			if asJSON {
+				return printJSON(cmd, res)
+			}
+			printUpcaster(cmd, &res)
+			return nil
+		},
+	}
+	set.Flags().BoolVar(&dryRun, "dry-run", false, "check and report, store nothing")
+	set.Flags().BoolVar(&asJSON, "json", false, "print the result as JSON")
+	c.AddCommand(set)
+	c.AddCommand(&cobra.Command{
+		Use:   "show <event_type> <from_version>",
+		Short: "Print the upcaster of an event type from a version (its file as set)",
+		Args:  cobra.ExactArgs(2),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			from, err := parseFrom(args[1])
+			if err != nil {
+				return err
+			}
+			reg, closeFn, err := openSchemas(cmd)
+			if err != nil {
+				return err
+			}
+			defer closeFn()
+			u, err := reg.GetUpcaster(cmd.Context(), args[0], from)
+			if err != nil {
+				return schemaErr(err)
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "# %s v%d→v%d, from %s, set %s\n%s", u.EventType, u.From, u.To, u.Source, u.UpdatedAt.UTC().Format("2006-01-02T15:04:05Z"), u.Spec)
+			return nil
+		},
+	})
+	var delDry bool
+	del := &cobra.Command{
+		Use:   "delete <event_type> <from_version>",
+		Short: "Delete the upcaster of an event type from a version: reads then take that version's data as the next one's",
+		Args:  cobra.ExactArgs(2),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			from, err := parseFrom(args[1])
+			if err != nil {
+				return err
+			}
+			reg, closeFn, err := openSchemas(cmd)
+			if err != nil {
+				return err
+			}
+			defer closeFn()
+			if err := reg.DeleteUpcaster(cmd.Context(), args[0], from, delDry); err != nil {
+				return schemaErr(err)
+			}
+			verb := "deleted"
+			if delDry {
+				verb = "would be deleted (dry run)"
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "upcaster %s v%d→v%d %s\n", args[0], from, from+1, verb)
+			return nil
+		},
+	}
+	del.Flags().BoolVar(&delDry, "dry-run", false, "report, delete nothing")
+	c.AddCommand(del)
 	return c
 }
 
@@ -182,10 +329,10 @@ func newSchemaCheckCmd() *cobra.Command {
 	var previous []string
 	var compat string
 	var online bool
-	var eventType string
+	var eventType, upcasterFile string
 	c := &cobra.Command{
-		Use:   "check <schema.json>",
-		Short: "Check a candidate schema against earlier versions, offline (for CI) or against the registry (--online)",
+		Use:   "check <schema.json | upcaster.yaml>",
+		Short: "Check a candidate schema (and its upcaster) against earlier versions, offline (for CI) or against the registry (--online)",
 		Long: `Check compiles the candidate (JSON Schema draft 2020-12) and checks it against the
 earlier versions under the compatibility mode, exactly as "sluice schema register" would.
 
@@ -193,16 +340,45 @@ Offline (the default), the earlier versions are the --previous files, in order, 
 files v1.json, v2.json, … beside the candidate with a lower number than its own (a candidate
 named v3.json is checked against v1.json and v2.json of its directory). Nothing is read from
 Postgres, so CI can run it. With --online, the earlier versions are those registered for
---event-type (default: the name of the candidate's directory). Exit status 4: incompatible or
-invalid. See docs/schemas.md.`,
+--event-type (default: the name of the candidate's directory).
+
+The upcaster into the candidate — --upcaster, or else the file upcast-vN.yaml beside it, N the
+version before the candidate's — is checked too: each of its examples must be valid data of
+version N, and its upcast valid data of the candidate (and equal to its want).
+
+Given an upcaster file instead of a schema, check checks that upcaster alone: offline against
+the files v{from}.json and v{from+1}.json beside it, online against the registered versions.
+Exit status 4: incompatible or invalid. See docs/schemas.md.`,
+		Example: `  sluice schema check examples/schemas/OrderPlaced/v2.json
+  sluice schema check examples/schemas/OrderPlaced/v3.json --compatibility NONE
+  sluice schema check examples/schemas/OrderPlaced/upcast-v2.yaml`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			raw, err := os.ReadFile(args[0])
 			if err != nil {
 				return err
 			}
+			if ext := filepath.Ext(args[0]); ext == ".yaml" || ext == ".yml" {
+				return checkUpcasterFile(cmd, args[0], raw, online)
+			}
 			if eventType == "" {
 				eventType = filepath.Base(filepath.Dir(mustAbs(args[0])))
+			}
+			candNum := 0
+			if m := versionFile.FindStringSubmatch(filepath.Base(args[0])); m != nil {
+				candNum, _ = strconv.Atoi(m[1])
+			}
+			upPath := upcasterFile
+			if upPath == "" && candNum > 1 {
+				if p := filepath.Join(filepath.Dir(args[0]), fmt.Sprintf("upcast-v%d.yaml", candNum-1)); fileExists(p) {
+					upPath = p
+				}
+			}
+			var up []byte
+			if upPath != "" {
+				if up, err = os.ReadFile(upPath); err != nil {
+					return err
+				}
 			}
 			if online {
 				reg, closeFn, err := openSchemas(cmd)
@@ -210,11 +386,11 @@ invalid. See docs/schemas.md.`,
 					return err
 				}
 				defer closeFn()
-				res, err := reg.Check(cmd.Context(), eventType, raw)
+				res, err := reg.CheckWithUpcaster(cmd.Context(), eventType, raw, up, filepath.Base(upPath))
 				if err != nil {
 					return schemaErr(err)
 				}
-				return reportCheck(cmd, eventType, res.Version, res.Compatibility, res.Reasons)
+				return reportCheck(cmd, eventType, res.Version, res.Compatibility, res.Reasons, res.Upcaster)
 			}
 			mode, err := schema.ParseCompatibility(compat)
 			if err != nil {
@@ -225,10 +401,6 @@ invalid. See docs/schemas.md.`,
 				return &exitError{code: 4, err: fmt.Errorf("%s: %w", args[0], err)}
 			}
 			files := previous
-			candNum := 0
-			if m := versionFile.FindStringSubmatch(filepath.Base(args[0])); m != nil {
-				candNum, _ = strconv.Atoi(m[1])
-			}
 			if len(files) == 0 {
 				if files, err = siblingVersions(args[0], candNum); err != nil {
 					return err
@@ -246,15 +418,87 @@ invalid. See docs/schemas.md.`,
 				}
 				earlier = append(earlier, schema.Version{Version: i + 1, Schema: s})
 			}
-			reasons := schema.CheckCompatibility(mode, schema.Version{Version: len(earlier) + 1, Schema: cand}, earlier)
-			return reportCheck(cmd, eventType, len(earlier)+1, mode, reasons)
+			version := len(earlier) + 1
+			reasons := schema.CheckCompatibility(mode, schema.Version{Version: version, Schema: cand}, earlier)
+			var ur *schema.UpcasterResult
+			if up != nil {
+				u, err := schema.ParseUpcaster(filepath.Base(upPath), up)
+				switch {
+				case err != nil:
+					return &exitError{code: 4, err: err}
+				case u.EventType != eventType || u.To() != version:
+					return &exitError{code: 4, err: fmt.Errorf("%s is the upcaster of %s v%d→v%d, not into %s v%d", upPath, u.EventType, u.From, u.To(), eventType, version)}
+				}
+				for _, r := range u.CheckExamples(earlier[len(earlier)-1].Schema, cand) {
+					reasons = append(reasons, "upcaster: "+r)
+				}
+				ur = &schema.UpcasterResult{EventType: u.EventType, From: u.From, To: u.To(), Examples: len(u.Examples), DryRun: true}
+			}
+			return reportCheck(cmd, eventType, version, mode, reasons, ur)
 		},
 	}
 	c.Flags().StringArrayVar(&previous, "previous", nil, "an earlier version's schema file, oldest first (repeat)")
 	c.Flags().StringVar(&compat, "compatibility", "", "the mode to check (default BACKWARD)")
 	c.Flags().BoolVar(&online, "online", false, "check against the versions registered in Postgres (DATABASE_URL)")
 	c.Flags().StringVar(&eventType, "event-type", "", "the event type (default: the candidate's directory name)")
+	c.Flags().StringVar(&upcasterFile, "upcaster", "", "the upcaster file into the candidate (default: upcast-vN.yaml beside it, N the previous version)")
 	return c
+}
+
+func fileExists(p string) bool {
+	_, err := os.Stat(p)
+	return err == nil
+}
+
+// checkUpcasterFile is `sluice schema check upcast-vN.yaml`: the upcaster
+// alone, against vN.json and vN+1.json beside it, or the registered
+// versions (--online: SetUpcaster as a dry run).
+func checkUpcasterFile(cmd *cobra.Command, path string, raw []byte, online bool) error {
+	u, err := schema.ParseUpcaster(filepath.Base(path), raw)
+	if err != nil {
+		return &exitError{code: 4, err: err}
+	}
+	if online {
+		reg, closeFn, err := openSchemas(cmd)
+		if err != nil {
+			return err
+		}
+		defer closeFn()
+		res, err := reg.SetUpcaster(cmd.Context(), raw, schema.UpcasterOptions{Source: filepath.Base(path), DryRun: true})
+		if err != nil {
+			return schemaErr(err)
+		}
+		return reportUpcaster(cmd, &res)
+	}
+	load := func(v int) (*schema.Compiled, error) {
+		f := filepath.Join(filepath.Dir(path), fmt.Sprintf("v%d.json", v))
+		b, err := os.ReadFile(f)
+		if err != nil {
+			return nil, fmt.Errorf("the upcaster of %s v%d→v%d is checked against v%d.json and v%d.json beside it: %w", u.EventType, u.From, u.To(), u.From, u.To(), err)
+		}
+		c, err := schema.Compile(b)
+		if err != nil {
+			return nil, &exitError{code: 4, err: fmt.Errorf("%s: %w", f, err)}
+		}
+		return c, nil
+	}
+	from, err := load(u.From)
+	if err != nil {
+		return err
+	}
+	to, err := load(u.To())
+	if err != nil {
+		return err
+	}
+	if reasons := u.CheckExamples(from, to); len(reasons) > 0 {
+		return schemaErr(&schema.UpcasterCheckError{EventType: u.EventType, From: u.From, Reasons: reasons})
+	}
+	return reportUpcaster(cmd, &schema.UpcasterResult{EventType: u.EventType, From: u.From, To: u.To(), Examples: len(u.Examples), DryRun: true})
+}
+
+func reportUpcaster(cmd *cobra.Command, u *schema.UpcasterResult) error {
+	fmt.Fprintf(cmd.OutOrStdout(), "upcaster %s v%d→v%d holds on its %s\n", u.EventType, u.From, u.To, examples(u.Examples))
+	return nil
 }
 
 func mustAbs(p string) string {
@@ -296,9 +540,12 @@ func siblingVersions(candidate string, below int) ([]string, error) {
 	return paths, nil
 }
 
-func reportCheck(cmd *cobra.Command, eventType string, version int, mode schema.Compatibility, reasons []string) error {
+func reportCheck(cmd *cobra.Command, eventType string, version int, mode schema.Compatibility, reasons []string, up *schema.UpcasterResult) error {
 	if len(reasons) == 0 {
 		fmt.Fprintf(cmd.OutOrStdout(), "%s v%d is compatible (%s)\n", eventType, version, mode)
+		if up != nil {
+			return reportUpcaster(cmd, up)
+		}
 		return nil
 	}
 	return &exitError{code: 4, err: fmt.Errorf("%s v%d breaks %s compatibility:\n  - %s", eventType, version, mode, strings.Join(reasons, "\n  - "))}

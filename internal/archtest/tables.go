@@ -32,6 +32,8 @@ func TableOwners() map[string]string {
 		"event_schemas":      "schema",
 		"event_schema_types": "schema",
 		"event_schema_rev":   "schema",
+		// 00021_schema_upcasters.sql
+		"event_schema_upcasters": "schema",
 	}
 }
 

@@ -7,8 +7,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluicehq/sluice/internal/testenv"
 	"github.com/sluicehq/sluice/projectionworker"
 	"github.com/sluicehq/sluice/projectionworker/declarative/declarativetest"
+	"github.com/sluicehq/sluice/schema"
+	"github.com/sluicehq/sluice/schema/schematest"
 	"github.com/sluicehq/sluice/shared/envelope"
 )
 
@@ -66,6 +69,59 @@ func BenchmarkOrderTotals(b *testing.B) {
 	}
 	b.Run("declarative", func(b *testing.B) { run(b, ps[0].Apply) })
 	b.Run("go", func(b *testing.B) { run(b, goOrderTotals) })
+}
+
+// BenchmarkUpcastLatest measures events per second of one declarative
+// projection alone (an in-memory document store, as BenchmarkOrderTotals)
+// over the same OrderPlaced events stored as v1 (examples/schemas), read
+// as stored and with upcast: latest (v1 → v2 → v3 through both upcasters
+// and the validation against v3), the two written to compute the same
+// documents: the upper bound of what upcasting costs a projection, whose
+// worker also waits for Kafka, Postgres and Elasticsearch
+// (projectionworker's BenchmarkDeclarativeUpcast measures that).
+func BenchmarkUpcastLatest(b *testing.B) {
+	_, pool := testenv.NewMigratedDatabase(b)
+	reg := schema.New(pool, schema.Config{}, nil)
+	schematest.RegisterOrderPlaced(b, reg)
+	const common = "name: order_amounts\nversion: 1\nscope: shop\nevent_types: [OrderPlaced]\nkey: event.data.order_id\n"
+	specs := map[string]string{
+		"stored":        common + "updates:\n  - increment: amount\n    by: event.data.total\n  - set: currency\n    value: '\"EUR\"'\n  - increment: orders\n",
+		"upcast=latest": common + "upcast: latest\nupdates:\n  - increment: amount\n    by: event.data.amount\n  - set: currency\n    value: event.data.currency\n  - increment: orders\n",
+	}
+	evs := make([]envelope.Envelope, 1000)
+	for i := range evs {
+		evs[i] = envelope.Envelope{EventID: fmt.Sprintf("00000000-0000-4000-8000-%012d", i), EventType: "OrderPlaced", Kind: envelope.KindDomain,
+			AggregateType: "Order", AggregateID: fmt.Sprintf("o-%d", i), SequenceNumber: 1, Position: int64(i + 1),
+			OccurredAt: envelope.NewTimestamp(time.Unix(1_700_000_000+int64(i), 0)), SchemaVersion: 1,
+			Data: fmt.Appendf(nil, `{"order_id":"k-%d","total":%d.5}`, i%100, i%97)}
+	}
+	ctx := context.Background()
+	for _, name := range []string{"stored", "upcast=latest"} {
+		b.Run(name, func(b *testing.B) {
+			parsed, err := Parse("bench.yaml", []byte(specs[name]))
+			if err != nil {
+				b.Fatal(err)
+			}
+			ps, err := Compile(parsed)
+			if err != nil {
+				b.Fatal(err)
+			}
+			ps[0].UseUpcaster(reg)
+			if _, err := ps[0].Upcast(ctx, evs[0]); err != nil { // the registry loads once per process
+				b.Fatal(err)
+			}
+			b.ReportAllocs()
+			for b.Loop() {
+				m := NewMemory()
+				for _, e := range evs {
+					if _, err := ps[0].Apply(ctx, e, m); err != nil {
+						b.Fatal(err)
+					}
+				}
+			}
+			b.ReportMetric(float64(b.N*len(evs))/b.Elapsed().Seconds(), "events/s")
+		})
+	}
 }
 
 // The Go twin computes the same documents as the declarative example.

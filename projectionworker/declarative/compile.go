@@ -1,21 +1,23 @@
 package declarative
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
 
 	"github.com/google/cel-go/cel"
-	"github.com/google/cel-go/ext"
 
 	"github.com/sluicehq/sluice/projectionworker"
+	"github.com/sluicehq/sluice/shared/celexpr"
 	"github.com/sluicehq/sluice/shared/envelope"
 )
 
 // DefaultCostLimit bounds one evaluation of one expression (CEL cost
 // units: roughly one per operation, plus the size of strings and lists
 // touched). A projection may set cost_limit.
-const DefaultCostLimit = 10000
+const DefaultCostLimit = celexpr.DefaultCostLimit
 
 // program is one compiled expression and where it came from.
 type program struct {
@@ -47,23 +49,61 @@ type Projection struct {
 	deleteIf *program
 	updates  []update
 	usesDoc  bool // some expression reads the doc variable
+	// upcaster brings events to their latest schema version (upcast:
+	// latest); set by UseUpcaster.
+	upcaster Upcaster
 }
 
-var _ projectionworker.Stateful = (*Projection)(nil)
+var (
+	_ projectionworker.Stateful  = (*Projection)(nil)
+	_ projectionworker.Upcasting = (*Projection)(nil)
+)
 
-// newEnv is the expression environment: event (the envelope as JSON:
+// Upcaster brings an event to its type's latest schema version:
+// *schema.Registry (Latest; docs/schemas.md#upcasting-on-read).
+type Upcaster interface {
+	Latest(ctx context.Context, e envelope.Envelope) (envelope.Envelope, error)
+}
+
+// UseUpcaster sets the schema registry a projection with upcast: latest
+// reads events through (the projection worker's wiring does, and
+// sluice projection test). Call it before the projection runs.
+func (p *Projection) UseUpcaster(u Upcaster) { p.upcaster = u }
+
+// Upcasts reports whether the projection reads events upcast to their
+// type's latest schema version (upcast: latest).
+func (p *Projection) Upcasts() bool { return p.spec.Upcast == UpcastLatest }
+
+// Upcast returns e as the projection reads it (projectionworker.Upcasting):
+// unchanged, or with upcast: latest, upcast to its type's latest schema
+// version. The error names the projection; the upcaster's own error
+// (*schema.UpcastError, *schema.UnavailableError) is wrapped.
+func (p *Projection) Upcast(ctx context.Context, e envelope.Envelope) (envelope.Envelope, error) {
+	if !p.Upcasts() {
+		return e, nil
+	}
+	if p.upcaster == nil {
+		return e, fmt.Errorf("projection %s declares upcast: latest but runs without the schema registry", p.spec.Name)
+	}
+	out, err := p.upcaster.Latest(ctx, e)
+	if err != nil {
+		return e, fmt.Errorf("projection %s: %w", p.spec.Name, err)
+	}
+	return out, nil
+}
+
+// newEnv is the expression environment, shared/celexpr's (the one of the
+// schema registry's upcasters too): event (the envelope as JSON:
 // event_id, event_type, kind, aggregate_type, aggregate_id,
-// sequence_number, position, occurred_at, data, metadata), doc (the
-// document before the event; {} when there is none) and key (the
-// document's key; "" while the key itself is evaluated). CEL's standard
-// functions and the strings extension are available; nothing reaches
-// outside the event and the document.
+// sequence_number, position, occurred_at, schema_version, data,
+// metadata), plus doc (the document before the event; {} when there is
+// none) and key (the document's key; "" while the key itself is
+// evaluated). CEL's standard functions and the strings extension are
+// available; nothing reaches outside the event and the document.
 func newEnv() (*cel.Env, error) {
-	return cel.NewEnv(
-		cel.Variable("event", cel.MapType(cel.StringType, cel.DynType)),
+	return celexpr.NewEnv(
 		cel.Variable("doc", cel.MapType(cel.StringType, cel.DynType)),
 		cel.Variable("key", cel.StringType),
-		ext.Strings(),
 	)
 }
 
@@ -152,30 +192,17 @@ func compileOne(env *cel.Env, s Spec) (*Projection, error) {
 	return p, nil
 }
 
-// compileExpr compiles one expression; an error points at the expression
-// in the file: the scalar's YAML position, moved by the position inside
-// the expression for a one-line plain or quoted scalar.
+// compileExpr compiles one expression (celexpr.Compile); an error points
+// at the expression in the file: the scalar's YAML position, moved by the
+// position inside the expression for a one-line plain or quoted scalar.
 func compileExpr(env *cel.Env, s Spec, what string, e Expr) (*program, error) {
-	ast, iss := env.Compile(e.Source)
-	if iss != nil && iss.Err() != nil {
-		errs := iss.Errors()
-		pos, line, col := e.Pos, 1, 1
-		msg := iss.Err().Error()
-		if len(errs) > 0 {
-			line, col = errs[0].Location.Line(), errs[0].Location.Column()+1
-			msg = errs[0].Message
-			if line == 1 && !strings.Contains(e.Source, "\n") {
-				pos.Column += col - 1
-				if pos.Quoted {
-					pos.Column++
-				}
-			}
-		}
-		return nil, &Error{Pos: pos, Msg: fmt.Sprintf("projection %s: %s: expression %q, line %d column %d: %s", s.Name, what, e.Source, line, col, msg)}
-	}
-	prg, err := env.Program(ast, cel.CostLimit(s.CostLimit))
+	prg, err := celexpr.Compile(env, e, s.CostLimit)
 	if err != nil {
-		return nil, &Error{Pos: e.Pos, Msg: fmt.Sprintf("projection %s: %s: %v", s.Name, what, err)}
+		var ce *celexpr.CompileError
+		if !errors.As(err, &ce) {
+			return nil, &Error{Pos: e.Pos, Msg: fmt.Sprintf("projection %s: %s: %v", s.Name, what, err)}
+		}
+		return nil, &Error{Pos: ce.Pos, Msg: fmt.Sprintf("projection %s: %s: expression %q, line %d column %d: %s", s.Name, what, e.Source, ce.Line, ce.Column, ce.Msg)}
 	}
 	return &program{what: what, expr: e, prg: prg}, nil
 }

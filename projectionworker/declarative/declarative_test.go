@@ -32,6 +32,7 @@ func TestCompileErrorsNamePositions(t *testing.T) {
 		{"reserved field", "name: p\nversion: 1\nevent_types: [E]\nkey: k\nupdates:\n  - set: sluice.applied\n    value: 1\n", "f.yaml:6:10: field \"sluice.applied\" is kept by sluice"},
 		{"bad name", strings.Replace(base, "name: p", "name: P!", 1), "name \"P!\" must match"},
 		{"missing version", strings.Replace(base, "version: 1\n", "", 1), "version is required"},
+		{"bad upcast", base + "upcast: newest\n", `f.yaml:7:9: upcast must be "latest" (events upcast to their type's latest schema version) or "stored" (the default), got "newest"`},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -123,4 +124,57 @@ func mustTime(s string) time.Time {
 		panic(err)
 	}
 	return v.Time()
+}
+
+// A projection with upcast: latest reads events through its upcaster;
+// without one it refuses every event (a wiring error, named), and a
+// projection without upcast: latest never asks.
+func TestUpcastSetting(t *testing.T) {
+	ev := envelope.Envelope{EventID: "00000000-0000-4000-8000-000000000001", EventType: "E", Kind: envelope.KindDomain,
+		AggregateType: "A", AggregateID: "a-1", SequenceNumber: 1, SchemaVersion: 1, Data: []byte(`{"n":1}`)}
+	const p = "name: p\nversion: 1\nevent_types: [E]\nkey: event.aggregate_id\nupdates:\n  - set: v\n    value: event.schema_version\n"
+	cases := []struct {
+		name, yaml string
+		upcaster   bool
+		want       string // the document, or the error
+	}{
+		{"stored: the upcaster is not asked", p, true, `"v":1`},
+		{"stored, said so", p + "upcast: stored\n", true, `"v":1`},
+		{"latest without the registry", p + "upcast: latest\n", false, "projection p declares upcast: latest but runs without the schema registry"},
+		{"latest", p + "upcast: latest\n", true, `"v":7`},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			specs, err := Parse("t.yaml", []byte(tc.yaml))
+			if err != nil {
+				t.Fatal(err)
+			}
+			ps, err := Compile(specs)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if tc.upcaster {
+				ps[0].UseUpcaster(bumpTo7{})
+			}
+			ops, err := ps[0].Project(ev)
+			got := ""
+			if err != nil {
+				got = err.Error()
+			} else if len(ops) == 1 {
+				got = string(ops[0].Doc)
+			}
+			if !strings.Contains(got, tc.want) {
+				t.Fatalf("got %s, want %s", got, tc.want)
+			}
+		})
+	}
+}
+
+// bumpTo7 is an Upcaster that says every event is at version 7: it shows
+// which envelope the projection's expressions see.
+type bumpTo7 struct{}
+
+func (bumpTo7) Latest(_ context.Context, e envelope.Envelope) (envelope.Envelope, error) {
+	e.SchemaVersion = 7
+	return e, nil
 }

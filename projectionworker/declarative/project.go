@@ -1,19 +1,17 @@
 package declarative
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"strconv"
 
-	"github.com/google/cel-go/common/types"
 	"github.com/google/cel-go/common/types/ref"
-	"github.com/google/cel-go/common/types/traits"
 	"github.com/google/cel-go/interpreter"
 
 	"github.com/sluicehq/sluice/projectionworker"
+	"github.com/sluicehq/sluice/shared/celexpr"
 	"github.com/sluicehq/sluice/shared/envelope"
 )
 
@@ -55,6 +53,10 @@ func (p *Projection) ProjectState(ctx context.Context, e envelope.Envelope, st *
 // (projectionworker.Locator): the worker reads the documents of a round
 // with one _mget.
 func (p *Projection) Locate(e envelope.Envelope) ([]projectionworker.DocRef, error) {
+	e, err := p.Upcast(context.Background(), e)
+	if err != nil {
+		return nil, err
+	}
 	_, docID, err := p.locate(e)
 	if err != nil {
 		return nil, err
@@ -93,7 +95,13 @@ func (p *Projection) locate(e envelope.Envelope) (*activation, string, error) {
 }
 
 // Apply applies one event to its document in store and returns the write.
+// With upcast: latest, the event is read upcast to its type's latest
+// schema version (an event upcast already passes as it is).
 func (p *Projection) Apply(ctx context.Context, e envelope.Envelope, store Store) ([]projectionworker.Op, error) {
+	e, err := p.Upcast(ctx, e)
+	if err != nil {
+		return nil, err
+	}
 	vars, docID, err := p.locate(e)
 	if err != nil {
 		return nil, err
@@ -244,44 +252,12 @@ func (p *Projection) evalErr(pr *program, e envelope.Envelope, err error) error 
 	return &EvalError{Projection: p.spec.Name, What: pr.what, Expr: pr.expr, EventID: e.EventID, Err: err}
 }
 
-// eventVars is the event as the expressions see it.
-func eventVars(e envelope.Envelope) (map[string]any, error) {
-	m := map[string]any{
-		"event_id": e.EventID, "event_type": e.EventType, "kind": string(e.Kind),
-		"aggregate_type": e.AggregateType, "aggregate_id": e.AggregateID,
-		"sequence_number": e.SequenceNumber, "position": e.Position,
-		"occurred_at": e.OccurredAt.String(), "schema_version": int64(e.SchemaVersion),
-	}
-	data := map[string]any{}
-	if len(e.Data) > 0 {
-		if err := decodeJSON(e.Data, &data); err != nil {
-			return nil, fmt.Errorf("data: %w", err)
-		}
-	}
-	m["data"] = data
-	md := map[string]any{}
-	for k, raw := range e.Metadata {
-		var v any
-		if err := decodeJSON(raw, &v); err != nil {
-			return nil, fmt.Errorf("metadata.%s: %w", k, err)
-		}
-		md[k] = v
-	}
-	m["metadata"] = md
-	return m, nil
-}
+// eventVars is the event as the expressions see it (celexpr.EventVars).
+func eventVars(e envelope.Envelope) (map[string]any, error) { return celexpr.EventVars(e) }
 
 func decodeJSON(b []byte, v any) error { return json.Unmarshal(b, v) }
 
-func encodeJSON(v any) (json.RawMessage, error) {
-	var buf bytes.Buffer
-	enc := json.NewEncoder(&buf)
-	enc.SetEscapeHTML(false)
-	if err := enc.Encode(v); err != nil {
-		return nil, err
-	}
-	return bytes.TrimSuffix(buf.Bytes(), []byte{'\n'}), nil
-}
+func encodeJSON(v any) (json.RawMessage, error) { return celexpr.EncodeJSON(v) }
 
 // asKey turns a key or document id value into a string.
 func asKey(v any) (string, error) {
@@ -303,59 +279,8 @@ func asKey(v any) (string, error) {
 	return "", fmt.Errorf("the key must be a string or a number, got %T", v)
 }
 
-// toNative converts a CEL value into JSON-able Go values.
-func toNative(v ref.Val) (any, error) {
-	switch v.Type() {
-	case types.NullType:
-		return nil, nil
-	case types.BoolType, types.StringType, types.DoubleType, types.IntType, types.UintType:
-		return v.Value(), nil
-	case types.BytesType:
-		return nil, errors.New("bytes cannot be stored in a document")
-	case types.TimestampType, types.DurationType:
-		s := v.ConvertToType(types.StringType)
-		if types.IsError(s) {
-			return nil, fmt.Errorf("%v", s)
-		}
-		return s.Value(), nil
-	}
-	if types.IsError(v) {
-		return nil, fmt.Errorf("%v", v)
-	}
-	if m, ok := v.(traits.Mapper); ok {
-		out := map[string]any{}
-		it := m.Iterator()
-		for it.HasNext() == types.True {
-			k := it.Next()
-			ks, ok := k.Value().(string)
-			if !ok {
-				return nil, fmt.Errorf("a document key must be a string, got %v", k.Type())
-			}
-			nv, err := toNative(m.Get(k))
-			if err != nil {
-				return nil, err
-			}
-			out[ks] = nv
-		}
-		return out, nil
-	}
-	if l, ok := v.(traits.Lister); ok {
-		var out []any
-		it := l.Iterator()
-		for it.HasNext() == types.True {
-			nv, err := toNative(it.Next())
-			if err != nil {
-				return nil, err
-			}
-			out = append(out, nv)
-		}
-		if out == nil {
-			out = []any{}
-		}
-		return out, nil
-	}
-	return v.Value(), nil
-}
+// toNative converts a CEL value into JSON-able Go values (celexpr.ToNative).
+func toNative(v ref.Val) (any, error) { return celexpr.ToNative(v) }
 
 func toFloat(v any) (float64, bool) {
 	switch t := v.(type) {

@@ -11,6 +11,8 @@ import (
 	"strings"
 
 	"gopkg.in/yaml.v3"
+
+	"github.com/sluicehq/sluice/shared/celexpr"
 )
 
 // Spec is one projection as declared in YAML.
@@ -30,6 +32,7 @@ import (
 //	mappings: {properties: {total: {type: double}}}
 //	settings: {number_of_shards: 1}
 //	cost_limit: 10000             # CEL cost units per expression
+//	upcast: latest                # events upcast to their type's latest schema version
 type Spec struct {
 	File           string
 	Name           string
@@ -44,23 +47,24 @@ type Spec struct {
 	Mappings       map[string]any
 	Settings       map[string]any
 	CostLimit      uint64
+	// Upcast is how the projection reads events: UpcastStored ("", the
+	// default: as stored) or UpcastLatest (each upcast to its type's latest
+	// registered schema version first; docs/schemas.md#upcasting-on-read).
+	Upcast string
 }
 
-// Expr is an expression and where it was written.
-type Expr struct {
-	Source string
-	Pos    Pos
-}
+// Values of upcast:.
+const (
+	UpcastStored = "stored"
+	UpcastLatest = "latest"
+)
 
-// Pos is a position in a YAML file (1-based). Quoted tells that the
-// scalar was quoted (the expression then starts one column later).
-type Pos struct {
-	File         string
-	Line, Column int
-	Quoted       bool
-}
+// Expr is an expression and where it was written (celexpr.Expr).
+type Expr = celexpr.Expr
 
-func (p Pos) String() string { return fmt.Sprintf("%s:%d:%d", p.File, p.Line, p.Column) }
+// Pos is a position in a YAML file (1-based; celexpr.Pos). Quoted tells
+// that the scalar was quoted (the expression then starts one column later).
+type Pos = celexpr.Pos
 
 // Update operations.
 const (
@@ -285,6 +289,10 @@ func parseSpec(file string, n *yaml.Node) (Spec, error) {
 		case "cost_limit":
 			if err = v.Decode(&s.CostLimit); err != nil || s.CostLimit == 0 {
 				err = errAt(file, v, "cost_limit must be an integer >= 1")
+			}
+		case "upcast":
+			if s.Upcast, err = scalar(file, v, "upcast"); err == nil && s.Upcast != UpcastLatest && s.Upcast != UpcastStored {
+				err = errAt(file, v, "upcast must be %q (events upcast to their type's latest schema version) or %q (the default), got %q", UpcastLatest, UpcastStored, s.Upcast)
 			}
 		default:
 			err = errAt(file, k, "unknown key %q", k.Value)
