@@ -36,7 +36,7 @@ func parseAs(q url.Values) (bool, *Error) {
 		return false, nil
 	}
 	if len(vals) > 1 {
-		return false, unprocessable("as", "as must be given once")
+		return false, badParam("as", "as must be given once")
 	}
 	switch vals[0] {
 	case asLatest:
@@ -44,7 +44,7 @@ func parseAs(q url.Values) (bool, *Error) {
 	case asStored:
 		return false, nil
 	}
-	e := unprocessable("as", `as must be %q (each event upcast to its type's latest schema version) or %q (the default: as stored), got %q`, asLatest, asStored, vals[0])
+	e := badParam("as", `as must be %q (each event upcast to its type's latest schema version) or %q (the default: as stored), got %q`, asLatest, asStored, vals[0])
 	e.Limit = asLatest + "|" + asStored
 	return false, e
 }

@@ -152,7 +152,7 @@ func TestReadAsLatest(t *testing.T) {
 		{"bad as on a type subscription", "/v1/streams/Order/subscribe?as="},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			r := a.do("GET", tc.target, "").expect(t, http.StatusUnprocessableEntity, CodeValidationFailed)
+			r := a.do("GET", tc.target, "").expect(t, http.StatusBadRequest, CodeInvalidParameter)
 			if r.str("field") != "as" || !strings.Contains(r.str("detail"), "as must be") {
 				t.Fatalf("the problem does not name as: %s", r.body)
 			}
