@@ -888,7 +888,9 @@ func TestHeldBehindInFlight(t *testing.T) {
 				start()
 				testenv.WaitFor(t, 20*time.Second, "first event", func() bool { return sumVec(r.m.published) == 1 })
 			}
-			time.Sleep(500 * time.Millisecond)
+			// Evidence instead of a pause: a cycle saw X's event at 3 and
+			// held it behind 2.
+			testenv.WaitFor(t, 20*time.Second, "X's event held behind its position in flight", func() bool { return value(r.m.held) >= 1 })
 			if n := sumVec(r.m.published); n != 1 {
 				t.Fatalf("%v published while X's position %d is in flight", n, gap)
 			}
