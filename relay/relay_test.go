@@ -822,10 +822,17 @@ func TestBogusCommitHints(t *testing.T) {
 		}
 	}
 	// Before the block exists: positions 1..2 are not written yet.
-	notify("committed 1 2")
 	notify("committed 3 x")
-	// Evidence, not a pause: a cycle tried the hint before the block exists.
-	testenv.WaitFor(t, 20*time.Second, "the hint of 1..2 tried", func() bool { return logs.Count("hinted segment not readable") >= 1 })
+	// Evidence, not a pause: a cycle tried the hint before the block
+	// exists. The hint is sent again until then (the relay may not listen
+	// yet when it leads).
+	testenv.WaitForEvery(t, 20*time.Second, 250*time.Millisecond, "the hint of 1..2 tried", func() bool {
+		if logs.Count("hinted segment not readable") >= 1 {
+			return true
+		}
+		notify("committed 1 2")
+		return false
+	})
 	tried := logs.Count("hinted segment not readable")
 	stored := appendAll(t, e.store, 1, []envelope.Envelope{command("A", 0), command("B", 0)})
 	testenv.WaitFor(t, 20*time.Second, "first events", func() bool { return e.checkpoint(t).Position == int64(len(stored)) })
