@@ -81,11 +81,11 @@ bench-ab:
 	./scripts/bench-ab.sh $(BASE)
 
 ## soak: the long chaos soak of the acceptance suite (docs/acceptance.md):
-## SOAK of load and faults (default 5m), then drain and verify; then the
+## SOAK of load and faults (default 10m), then drain and verify; then the
 ## poison soak: SLUICE_POISON_EVENTS normal commands (default 20000) with
 ## at least 1 % poison and kills. The short versions (45 s; a few hundred
 ## commands) run in `make test`.
-SOAK ?= 5m
+SOAK ?= 10m
 SLUICE_POISON_EVENTS ?= 20000
 soak: test-deps
 	SLUICE_SOAK=$(SOAK) $(GO) test -count=1 -run '^TestChaosSoak$$' -v -timeout 60m ./acceptance/

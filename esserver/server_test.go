@@ -1,11 +1,13 @@
 package esserver_test
 
 import (
+	"context"
 	"encoding/json"
 	"net/http"
 	"net/http/httptest"
 	"strings"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/sluicehq/sluice/esserver"
@@ -334,6 +336,73 @@ func TestServerBehaviour(t *testing.T) {
 	}
 }
 
+// TestFaultDelay: a delay holds its request until it has passed, then
+// serves it normally; or until the request's context ends. On the bubble's
+// fake clock (testing/synctest), so nothing is timed: synctest.Wait
+// returns once the request is blocked for good — in the delay — or done.
+func TestFaultDelay(t *testing.T) {
+	srv := esserver.New()
+	normal, _, _ := doReq(t, srv, call{"GET", "/slow/_count", ""}) // the answer without the fault
+	const delay = time.Hour
+	serve := func(ctx context.Context) <-chan int {
+		out := make(chan int, 1)
+		go func() {
+			rec := httptest.NewRecorder()
+			srv.ServeHTTP(rec, httptest.NewRequest("GET", "/slow/_count", nil).WithContext(ctx))
+			out <- rec.Code
+		}()
+		return out
+	}
+	answered := func(ch <-chan int) (int, bool) {
+		select {
+		case s := <-ch:
+			return s, true
+		default:
+			return 0, false
+		}
+	}
+	t.Run("until it has passed", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			remove := srv.InjectFault(esserver.Fault{Match: esserver.MatchPath("", "/slow"), Delay: delay, Times: 1})
+			defer remove()
+			start := time.Now()
+			held := serve(context.Background())
+			synctest.Wait()
+			if s, ok := answered(held); ok {
+				t.Fatalf("answered %d before its delay passed", s)
+			}
+			time.Sleep(delay - time.Nanosecond)
+			synctest.Wait()
+			if s, ok := answered(held); ok {
+				t.Fatalf("answered %d a nanosecond before its delay passed", s)
+			}
+			time.Sleep(time.Nanosecond)
+			synctest.Wait()
+			s, ok := answered(held)
+			if !ok || s != normal {
+				t.Fatalf("after the delay (%s on the fake clock): answered %v status %d, want %d (served normally)", time.Since(start), ok, s, normal)
+			}
+		})
+	})
+	t.Run("until its context ends", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			remove := srv.InjectFault(esserver.Fault{Match: esserver.MatchPath("", "/slow"), Delay: delay, Times: 1})
+			defer remove()
+			ctx, cancel := context.WithCancel(context.Background())
+			held := serve(ctx)
+			synctest.Wait()
+			if s, ok := answered(held); ok {
+				t.Fatalf("answered %d before its delay or its context ended", s)
+			}
+			cancel()
+			synctest.Wait()
+			if s, ok := answered(held); !ok || s != normal {
+				t.Fatalf("after its context ended: answered %v status %d, want %d (served normally)", ok, s, normal)
+			}
+		})
+	})
+}
+
 func TestFaultInjection(t *testing.T) {
 	srv := esserver.New()
 	remove := srv.InjectFault(esserver.Fault{Match: esserver.MatchPath("GET", "/_search"), Status: http.StatusTooManyRequests, Times: 2})
@@ -346,12 +415,6 @@ func TestFaultInjection(t *testing.T) {
 		if want == 429 && get(body, "error.type") != "es_rejected_execution_exception" {
 			t.Fatalf("429 body %v", body)
 		}
-	}
-	srv.InjectFault(esserver.Fault{Match: esserver.MatchPath("", "/slow"), Delay: 50 * time.Millisecond})
-	start := time.Now()
-	doReq(t, srv, call{"GET", "/slow/_count", ""})
-	if time.Since(start) < 50*time.Millisecond {
-		t.Fatalf("delay not applied")
 	}
 	srv.ClearFaults()
 	srv.InjectFault(esserver.Fault{BulkItemStatus: 429})

@@ -92,8 +92,9 @@ func TestHealMissingCommands(t *testing.T) {
 	testenv.WaitFor(t, 10*time.Second, "slot 1 committed", func() bool { c, _ := e.committed(); return c == 1 })
 
 	// Slot 4 waits: nothing of slots 2–4 is done, the document stays at
-	// slot 1, and the offset does not move past the waiting record.
-	time.Sleep(healLease / 2)
+	// slot 1, and the offset does not move past the waiting record. The
+	// evidence that it waits (not a pause): its claims answered WAIT twice.
+	e.waitedTwice()
 	if st := e.statuses(c2, c3, c4); st[c2.ev.Envelope.EventID] != "none" || st[c3.ev.Envelope.EventID] != "none" || st[c4.ev.Envelope.EventID] != "none" {
 		t.Fatalf("before the lease timeout: statuses %v, want no rows (WAIT records nothing)", st)
 	}
@@ -153,7 +154,7 @@ func TestHealAbandonedSlot(t *testing.T) {
 
 	e.startInProcess(healVars)
 	testenv.WaitFor(t, 30*time.Second, "slot 1 done", func() bool { return e.allDone(c1) })
-	time.Sleep(healLease / 2)
+	e.waitedTwice()
 	if st := e.statuses(c3)[c3.ev.Envelope.EventID]; st != "none" {
 		t.Fatalf("before the lease timeout: slot 3 status %s, want no row (WAIT)", st)
 	}
@@ -182,4 +183,16 @@ func TestHealAbandonedSlot(t *testing.T) {
 	if n := len(e.dlqRecords()); n != 0 {
 		t.Errorf("DLQ holds %d records, want 0", n)
 	}
+}
+
+// waitedTwice waits until the in-process worker's claims were answered
+// WAIT (a record behind a missing slot) at least twice: the evidence that
+// a record is held back, before the checks that it was not applied. The
+// deadline is a hang guard; the checks must come before the lease timeout
+// heals the slot, and this returns as soon as the worker has gone round.
+func (e *env) waitedTwice() {
+	e.t.Helper()
+	testenv.WaitFor(e.t, 30*time.Second, "claims answered WAIT twice", func() bool {
+		return e.counter("sluice_worker_retries_total", map[string]string{"reason": "wait"}) >= 2
+	})
 }

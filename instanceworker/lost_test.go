@@ -126,20 +126,31 @@ func TestReadModelLost(t *testing.T) {
 			e := newEnv(t, 2)
 			tap := &testenv.Buffer{}
 			e.logs = tap
+			// The start-up check runs before the worker logs that it runs,
+			// and a rebuild it starts logs "read model missing" first
+			// thing, in a goroutine that stop waits for: after stop, the
+			// log has it if the check fired. (Deadlines are hang guards.)
+			running := func(k int) {
+				t.Helper()
+				testenv.WaitFor(t, 60*time.Second, "the start-up check done (worker running)", func() bool { return tap.Count("instance worker running") >= k })
+			}
 			if tc.lose == nil {
 				// Nothing done yet: the check must not fire.
 				_, stop := e.startInProcess(nil)
-				time.Sleep(time.Second)
+				running(1)
 				cs := e.lostCommands(0, n)
 				testenv.WaitFor(t, 60*time.Second, "all commands done", func() bool { return e.allDone(cs...) })
 				e.allBack(n, 30*time.Second)
 				stop()
+				if tap.Contains("read model missing") {
+					t.Fatal("a rebuild was triggered on a fresh deployment")
+				}
 				// A restart with the index intact rebuilds nothing either.
 				_, stop = e.startInProcess(nil)
-				time.Sleep(2 * time.Second)
+				running(2)
 				stop()
 				if tap.Contains("read model missing") {
-					t.Fatal("a rebuild was triggered")
+					t.Fatal("a rebuild was triggered with the index intact")
 				}
 				return
 			}
@@ -214,7 +225,10 @@ func TestReadModelLostESNotReady(t *testing.T) {
 	g.Stop()
 	e.startInProcess(map[string]string{"ELASTICSEARCH_URLS": g.URL(), "ELASTICSEARCH_REQUEST_TIMEOUT": "500ms"})
 	more := e.lostCommands(n, 4)
-	time.Sleep(3 * time.Second) // the check fails, and is retried, meanwhile
+	// The check fails, and is retried, meanwhile: evidence, not a pause.
+	testenv.WaitFor(t, 60*time.Second, "the start-up check retried while Elasticsearch is away", func() bool {
+		return tap.Count("Elasticsearch unavailable for the read model check; waiting for it") >= 2
+	})
 	g.Start()
 	testenv.WaitFor(t, 60*time.Second, "the new commands done", func() bool { return e.allDone(more...) })
 	e.allBack(n+4, 60*time.Second)
@@ -234,7 +248,7 @@ func TestWriteAliasRemovedWhileRunning(t *testing.T) {
 	e := newEnv(t, 2)
 	tap := &testenv.Buffer{}
 	e.logs = tap
-	e.startInProcess(nil)
+	_, stop := e.startInProcess(nil)
 	cs := e.lostCommands(0, n)
 	testenv.WaitFor(t, 60*time.Second, "all commands done", func() bool { return e.allDone(cs...) })
 	e.allBack(n, 30*time.Second)
@@ -252,9 +266,17 @@ func TestWriteAliasRemovedWhileRunning(t *testing.T) {
 		}
 	}
 	e.allBack(n+4, 60*time.Second)
-	time.Sleep(2 * time.Second) // a looping rebuild would start again meanwhile
-	if k := tap.Count("read model missing; rebuilding"); k > 1 {
-		t.Errorf("%d rebuilds, want at most 1", k)
+	// A looping rebuild starts again as the first ends: wait for the end,
+	// then for a live write after it (commands applied through the alias),
+	// then stop — stop waits for any rebuild started, and each logs
+	// "read model missing; rebuilding" first thing.
+	testenv.WaitFor(t, 60*time.Second, "the rebuild done", func() bool { return tap.Contains("read model rebuilt") })
+	after := e.lostCommands(n+4, 2)
+	testenv.WaitFor(t, 60*time.Second, "commands after the rebuild done", func() bool { return e.allDone(after...) })
+	e.allBack(n+6, 60*time.Second)
+	stop()
+	if k := tap.Count("read model missing; rebuilding"); k != 1 {
+		t.Errorf("%d rebuilds, want 1", k)
 	}
 	if recs := e.dlqRecords(); len(recs) != 0 {
 		t.Errorf("%d dead letters", len(recs))

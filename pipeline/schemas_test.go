@@ -3,6 +3,7 @@ package pipeline_test
 import (
 	"context"
 	"encoding/json"
+	"io"
 	"net/http"
 	"strings"
 	"testing"
@@ -30,17 +31,26 @@ func TestCloudEventsTypeThroughKafkaWithSchema(t *testing.T) {
 	if _, err := reg.Register(context.Background(), typ, []byte(`{"type":"object","properties":{"total":{"type":"number"}},"required":["total"]}`), schema.RegisterOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(100 * time.Millisecond) // the API's refresh interval
 	client := &http.Client{Timeout: 10 * time.Second}
-	post := func(body string) int {
+	postBody := func(body string) (int, string) {
 		t.Helper()
 		resp, err := client.Post(e.APIURL+"/v1/streams/Order/ce-1/events", "application/cloudevents+json", strings.NewReader(body))
 		if err != nil {
 			t.Fatal(err)
 		}
-		resp.Body.Close()
-		return resp.StatusCode
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
 	}
+	post := func(body string) int { t.Helper(); st, _ := postBody(body); return st }
+	invalid := `{"specversion":"1.0","id":"x0","source":"/shop","type":"` + typ + `","data":{"total":"ten"}}`
+	// Evidence, not a pause for the API's refresh interval: the API checks
+	// the type against the registered schema (a refusal naming /total,
+	// which stores nothing). The deadline is a hang guard.
+	pipelinetest.WaitFor(t, 20*time.Second, "the API to know the registered schema", func() bool {
+		st, body := postBody(invalid)
+		return st == 422 && strings.Contains(body, "/total")
+	})
 	for _, tc := range []struct {
 		name, body string
 		status     int

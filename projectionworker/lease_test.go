@@ -118,14 +118,19 @@ func TestLeaseLostMidBatch(t *testing.T) {
 	// The done prefix (offsets ≤ 4) is committed, never past the stolen
 	// record while the other owner holds it.
 	testenv.WaitFor(t, 30*time.Second, "done prefix committed", func() bool { return committed() == stolenOffset })
-	for range 5 {
-		if st := status(stolen.EventID); st != "processing" {
-			t.Fatalf("stolen record: status %q while the other owner holds it", st)
-		}
-		if c := committed(); c != stolenOffset {
-			t.Fatalf("committed offset %d while offset %d is unfinished", c, stolenOffset)
-		}
-		time.Sleep(200 * time.Millisecond)
+	// Evidence instead of pauses: the worker asked for the stolen record
+	// again twice more and was told the other owner holds it; each of
+	// those turns ended with a commit, which stopped before the record.
+	// (The deadline is a hang guard.)
+	asked := retries(t, metrics, "in_progress")
+	testenv.WaitFor(t, 60*time.Second, "two more claims of the stolen record refused (in progress)", func() bool {
+		return retries(t, metrics, "in_progress") >= asked+2
+	})
+	if st := status(stolen.EventID); st != "processing" {
+		t.Fatalf("stolen record: status %q while the other owner holds it", st)
+	}
+	if c := committed(); c != stolenOffset {
+		t.Fatalf("committed offset %d while offset %d is unfinished", c, stolenOffset)
 	}
 	if n := retries(t, metrics, "batch_aborted"); n < 1 {
 		t.Errorf("batch_aborted retries %v, want ≥ 1 (the batch was not stopped)", n)

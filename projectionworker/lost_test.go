@@ -27,6 +27,8 @@ func TestReadModelLost(t *testing.T) {
 	}{{"index deleted", true}, {"fresh deployment", false}} {
 		t.Run(tc.name, func(t *testing.T) {
 			e := newEnv(t, 3)
+			tap := &testenv.Buffer{}
+			e.logs = tap
 			const n = 20
 			var evs []envelope.Envelope
 			for i := range n {
@@ -47,11 +49,15 @@ func TestReadModelLost(t *testing.T) {
 				}
 				res.Body.Close()
 			}
-			svc, _ := e.startInProcess(nil, nil, spec("instances"))
+			running := tap.Count("projection worker running")
+			svc, stop := e.startInProcess(nil, nil, spec("instances"))
 			if !tc.lose {
-				// Give a wrongly triggered rebuild time to create its group
-				// and index, then project the events.
-				time.Sleep(2 * time.Second)
+				// The start-up check runs before the worker logs that it
+				// runs: a rebuild it wrongly started is under way (and is
+				// waited for by stop, below) before the events come.
+				testenv.WaitFor(t, 60*time.Second, "the start-up check done (worker running)", func() bool {
+					return tap.Count("projection worker running") > running
+				})
 				e.publish(evs...)
 			}
 			testenv.WaitFor(t, 60*time.Second, "all documents through the read alias", func() bool {
@@ -71,6 +77,12 @@ func TestReadModelLost(t *testing.T) {
 				}
 			}
 			if !tc.lose {
+				// Stopping waits for a rebuild the check started; every
+				// path of one logs "read model missing" first.
+				stop()
+				if tap.Contains("read model missing") {
+					t.Error("fresh deployment: the start-up check found the read model lost")
+				}
 				if l := e.lag("projection-instances-v2"); l.Committed != 0 {
 					t.Errorf("fresh deployment: group v2 has committed %d (a rebuild was triggered)", l.Committed)
 				}

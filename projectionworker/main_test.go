@@ -98,6 +98,9 @@ type env struct {
 	// wrapRegistry, when set, wraps the registry of workers started in
 	// process (Deps.WrapRegistry).
 	wrapRegistry func(worker.Registry) worker.Registry
+	// logs, when set, also receives the log lines (level info and up) of
+	// workers started in process: tests wait for them as evidence.
+	logs *testenv.Buffer
 }
 
 func newEnv(t testing.TB, partitions int) *env {
@@ -185,7 +188,12 @@ func (e *env) deps(metrics prometheus.Registerer) (projectionworker.Deps, func()
 	if err != nil {
 		e.t.Fatal(err)
 	}
-	logger := slog.New(slog.NewTextHandler(testenv.LogWriter{T: e.t}, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	var logger *slog.Logger
+	if e.logs != nil {
+		logger = slog.New(slog.NewTextHandler(io.MultiWriter(testenv.LogWriter{T: e.t}, e.logs), &slog.HandlerOptions{Level: slog.LevelInfo}))
+	} else {
+		logger = slog.New(slog.NewTextHandler(testenv.LogWriter{T: e.t}, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	}
 	return projectionworker.Deps{Pool: pool, ES: e.esc, Logger: logger, Metrics: metrics, WrapRegistry: e.wrapRegistry,
 		KafkaOpts: []kgo.Opt{kgo.SessionTimeout(6 * time.Second), kgo.HeartbeatInterval(500 * time.Millisecond)}}, pool.Close
 }

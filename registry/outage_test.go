@@ -12,6 +12,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/sluicehq/sluice/internal/testenv"
 	"github.com/sluicehq/sluice/registry"
 	"github.com/sluicehq/sluice/shared/claim"
 )
@@ -175,11 +176,21 @@ func TestOutageMidRun(t *testing.T) {
 			done.Add(int64(len(items)))
 		}
 	})
-	for done.Load() < events/4 {
-		time.Sleep(5 * time.Millisecond)
-	}
+	testenv.WaitFor(t, 60*time.Second, "a quarter of the events done", func() bool { return done.Load() >= events/4 })
 	p.Stop()
-	time.Sleep(300 * time.Millisecond)
+	// Evidence instead of pauses: the loop saw the outage before the first
+	// count, and tried (and was refused) several times more before the
+	// second — each try would have changed a row had it got through.
+	// (The deadlines are hang guards.)
+	testenv.WaitFor(t, 30*time.Second, "the loop sees the outage", func() bool { return unavailable.Load() >= 1 })
+	// A statement the server was running when the connection was cut still
+	// commits (a claim whose reply is lost, as below): count once no
+	// statement of this database runs but ours.
+	testenv.WaitFor(t, 30*time.Second, "no statement of the cut connections running", func() bool {
+		var active int
+		err := direct.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND state = 'active' AND pid <> pg_backend_pid()`).Scan(&active)
+		return err == nil && active == 0
+	})
 	count := func() (n int) {
 		if err := direct.QueryRow(ctx, `SELECT count(*) FILTER (WHERE status = 'done') * 100000 + count(*) FROM sluice.processed_events`).Scan(&n); err != nil {
 			t.Error(err)
@@ -187,7 +198,8 @@ func TestOutageMidRun(t *testing.T) {
 		return n
 	}
 	during := count()
-	time.Sleep(time.Second)
+	tries := unavailable.Load()
+	testenv.WaitFor(t, 30*time.Second, "three more refused tries", func() bool { return unavailable.Load() >= tries+3 })
 	if after := count(); after != during {
 		t.Errorf("rows changed while Postgres was unreachable: %d -> %d", during, after)
 	}

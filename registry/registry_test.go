@@ -244,6 +244,7 @@ func TestHoldHeartbeatsAndCancelsOnLoss(t *testing.T) {
 	b := newRegistry(t, pool, "owner-b", opts)
 
 	res := claimOne(t, a, req("h", "e1", "agg", 1, skip))
+	claimedAt := row(t, a, "h", "e1").HeartbeatAt
 	pctx, stop := a.Hold(ctx, res.Lease)
 	defer stop()
 	res2 := claimOne(t, a, req("h", "e2", "agg2", 1, skip))
@@ -251,7 +252,16 @@ func TestHoldHeartbeatsAndCancelsOnLoss(t *testing.T) {
 	if a.Held() != 2 {
 		t.Fatalf("held %d", a.Held())
 	}
-	time.Sleep(2500 * time.Millisecond) // 2.5 leases
+	// Evidence, not a 2.5 s pause: on the database clock the holder's
+	// heartbeats carried the lease past two lease timeouts after the
+	// claim — a lease without them would have expired twice over. (The
+	// deadline is a hang guard.)
+	var outlived bool
+	testenv.WaitFor(t, 30*time.Second, "heartbeats past two lease timeouts", func() bool {
+		err := pool.QueryRow(ctx, `SELECT heartbeat_at >= $2::timestamptz + interval '2 seconds' FROM sluice.processed_events WHERE handler = 'h' AND event_id = $1`,
+			"e1", claimedAt).Scan(&outlived)
+		return err == nil && outlived
+	})
 	mustKind(t, claimOne(t, b, req("h", "e1", "agg", 1, skip)), claim.InProgress)
 	if pctx.Err() != nil {
 		t.Fatalf("held context cancelled: %v", context.Cause(pctx))

@@ -2,6 +2,8 @@ package relay
 
 import (
 	"context"
+	"runtime"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -88,7 +90,9 @@ func TestCheckpointStallBoundsProduction(t *testing.T) {
 	testenv.WaitFor(t, 30*time.Second, "a checkpoint write to hang", func() bool { return gate.waiting() == 1 })
 	// Give the relay time to run into the bound.
 	testenv.WaitFor(t, 30*time.Second, "production to reach the bound", func() bool { return sumVec(r.m.published) >= maxRecords })
-	time.Sleep(500 * time.Millisecond)
+	// Evidence instead of a pause: the walk waits in ensureBudget (at the
+	// bound, for the hanging write), so nothing more can be produced.
+	testenv.WaitFor(t, 30*time.Second, "the relay waiting at the bound", func() bool { return goroutineIn("/relay.(*Relay).ensureBudget(") })
 	if got := sumVec(r.m.published); got != maxRecords {
 		t.Fatalf("published %v records while no checkpoint after the claim was durable, want exactly the bound %d", got, maxRecords)
 	}
@@ -158,4 +162,11 @@ func TestBatchDone(t *testing.T) {
 			}
 		})
 	}
+}
+
+// goroutineIn reports whether a goroutine of this process has fn (a
+// qualified function name as stack traces print it) on its stack.
+func goroutineIn(fn string) bool {
+	buf := make([]byte, 8<<20)
+	return strings.Contains(string(buf[:runtime.Stack(buf, true)]), fn)
 }

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"maps"
 	"os"
@@ -327,9 +328,12 @@ func TestFencedByNewerEpoch(t *testing.T) {
 	e := newEnv(t, 30*time.Second)
 	opts := e.opts(t)
 	opts.Config.Holder = "old"
+	var logs testenv.Buffer
+	opts.Deps.Logger = slog.New(slog.NewTextHandler(io.MultiWriter(&logs, testWriter{t, "log"}), &slog.HandlerOptions{Level: slog.LevelInfo}))
 	r, _ := runRelay(t, e, opts)
 	appendAll(t, e.store, 4, mixedEnvelopes(50, 5, e.prefix+"custom"))
 	testenv.WaitFor(t, 30*time.Second, "first events published", func() bool { return e.checkpoint(t).Position == 50 })
+	standbys := logs.Count("relay: standing by")
 	ctx := ctxT(t, 30*time.Second)
 	// A newer leader takes lease and checkpoint (as after a partition).
 	if _, err := e.pool.Exec(ctx, `UPDATE sluice.relay_leases SET holder = 'new', epoch = epoch + 1, expires_at = now() + interval '1 hour' WHERE name = 'test'`); err != nil {
@@ -350,8 +354,17 @@ func TestFencedByNewerEpoch(t *testing.T) {
 		t.Fatal("a write over a stale ETag succeeded")
 	}
 	appendAll(t, e.store, 4, mixedEnvelopes(50, 5, e.prefix+"custom"))
-	testenv.WaitFor(t, 15*time.Second, "old leader to stop", func() bool { return !r.Leader() })
-	time.Sleep(time.Second)
+	// Positive evidence before the negative checks below: the fenced
+	// counter moves only after the leadership's loop returned (its
+	// checkpoint writes joined), and the standby line is logged when the
+	// relay, back in its lease loop, found the newer holder's lease and
+	// did not take it. Nothing the stale relay does after that can touch
+	// the checkpoint unless it leads again, which Leader() reports.
+	// (The deadlines are hang guards.)
+	testenv.WaitFor(t, 30*time.Second, "old leader fenced", func() bool { return value(r.m.fenced) >= 1 })
+	testenv.WaitFor(t, 30*time.Second, "fenced relay back in its lease loop, standing by", func() bool {
+		return logs.Count("relay: standing by") > standbys
+	})
 	if got := e.checkpoint(t); got.Position != 50 || got.RelayEpoch != 2 || got.Holder != "new" {
 		t.Errorf("checkpoint after fencing: position %d epoch %d holder %s, want 50/2/new (untouched by the stale relay)", got.Position, got.RelayEpoch, got.Holder)
 	}
@@ -610,9 +623,12 @@ func TestIndexPlan(t *testing.T) {
 	testenv.WaitFor(t, 20*time.Second, "the first LIST", func() bool { return value(r.m.plans.WithLabelValues("list")) >= 1 })
 	lists := value(r.m.plans.WithLabelValues("list"))
 	// Wake-ups with nothing committed past the checkpoint: no LIST.
+	// Each wake-up is waited for by its idle cycle (the evidence that it
+	// was planned, and planned without a LIST).
 	for range 5 {
+		idle := value(r.m.plans.WithLabelValues("idle"))
 		r.poke()
-		time.Sleep(20 * time.Millisecond)
+		testenv.WaitFor(t, 20*time.Second, "an idle cycle for the wake-up", func() bool { return value(r.m.plans.WithLabelValues("idle")) > idle })
 	}
 	more := appendAll(t, e.store, 1, mixedEnvelopes(40, 4, custom))
 	testenv.WaitFor(t, 20*time.Second, "second window published", func() bool { return e.checkpoint(t).Position == 100 })
@@ -692,7 +708,12 @@ func TestIndexPlanInFlight(t *testing.T) {
 // still lists once per poll interval, so a segment whose writer died
 // between PUT and commit is published then, not after the append timeout.
 func TestUncommittedSegmentListed(t *testing.T) {
-	e := newEnv(t, 30*time.Second) // the reservation stays young
+	// The append timeout is an hour: the reservation stays young for the
+	// whole test, so the event can only get out by a LIST that reads the
+	// uncommitted segment — never by what happens after the timeout (the
+	// repair, or the LIST that the index plan falls back to for a
+	// reservation past it).
+	e := newEnv(t, time.Hour)
 	opts := e.opts(t)
 	opts.Config.PollInterval = 300 * time.Millisecond
 	r, stop := runRelay(t, e, opts)
@@ -702,9 +723,9 @@ func TestUncommittedSegmentListed(t *testing.T) {
 	gapPos := reserveCrashed(t, e, command("W", 1))
 	writeSegmentOf(t, e, gapPos) // PUT done, commit never came
 	appendAll(t, e.store, 1, []envelope.Envelope{command("Y", 1)})
-	// A hang guard, not the assertion (the append timeout is 30 s): what
-	// matters is how the event got out, checked below.
-	testenv.WaitFor(t, 2*time.Minute, "the uncommitted segment's event published", func() bool { return sumVec(r.m.published) == 3 })
+	// A hang guard, not a timed assertion: a relay that lists only after
+	// the append timeout (an hour) never publishes it.
+	testenv.WaitFor(t, 60*time.Second, "the uncommitted segment's event published while its reservation is young", func() bool { return sumVec(r.m.published) == 3 })
 	// Published from the listed segment, not by the repair that runs once
 	// the reservation is older than the append timeout: no gap was
 	// resolved by the timeout (repaired or abandoned).
@@ -801,14 +822,23 @@ func TestBogusCommitHints(t *testing.T) {
 		}
 	}
 	// Before the block exists: positions 1..2 are not written yet.
-	notify("committed 1 2")
 	notify("committed 3 x")
-	time.Sleep(200 * time.Millisecond)
+	// Evidence, not a pause: a cycle tried the hint before the block
+	// exists. The hint is sent again until then (the relay may not listen
+	// yet when it leads).
+	testenv.WaitForEvery(t, 20*time.Second, 250*time.Millisecond, "the hint of 1..2 tried", func() bool {
+		if logs.Count("hinted segment not readable") >= 1 {
+			return true
+		}
+		notify("committed 1 2")
+		return false
+	})
+	tried := logs.Count("hinted segment not readable")
 	stored := appendAll(t, e.store, 1, []envelope.Envelope{command("A", 0), command("B", 0)})
 	testenv.WaitFor(t, 20*time.Second, "first events", func() bool { return e.checkpoint(t).Position == int64(len(stored)) })
 	// A hint wider than the segment that follows (3..5 when 3..3 is written).
 	notify("committed 3 5")
-	time.Sleep(200 * time.Millisecond)
+	testenv.WaitFor(t, 20*time.Second, "the hint of 3..5 tried", func() bool { return logs.Count("hinted segment not readable") > tried })
 	maps.Copy(stored, appendAll(t, e.store, 1, []envelope.Envelope{command("A", 1)}))
 	maps.Copy(stored, appendAll(t, e.store, 1, []envelope.Envelope{command("B", 1)}))
 	testenv.WaitFor(t, 20*time.Second, "all events", func() bool { return e.checkpoint(t).Position == int64(len(stored)) })
@@ -865,7 +895,9 @@ func TestHeldBehindInFlight(t *testing.T) {
 				start()
 				testenv.WaitFor(t, 20*time.Second, "first event", func() bool { return sumVec(r.m.published) == 1 })
 			}
-			time.Sleep(500 * time.Millisecond)
+			// Evidence instead of a pause: a cycle saw X's event at 3 and
+			// held it behind 2.
+			testenv.WaitFor(t, 20*time.Second, "X's event held behind its position in flight", func() bool { return value(r.m.held) >= 1 })
 			if n := sumVec(r.m.published); n != 1 {
 				t.Fatalf("%v published while X's position %d is in flight", n, gap)
 			}

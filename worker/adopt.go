@@ -178,14 +178,19 @@ func AdoptOffsets(ctx context.Context, adm *kadm.Client, legacy, group, topic st
 	return res, err
 }
 
-// adoptTimeout bounds the adoption check of New.
+// adoptTimeout bounds the adoption check of New, its repeats included.
 const adoptTimeout = 30 * time.Second
 
 // adoptBeforeJoin runs AdoptOffsets for o.AdoptGroup with a client of its
 // own, before New's client joins o.Group: Kafka refuses offset commits
-// from outside a group that has members. A failure fails New (the worker
-// exits and is restarted) rather than letting the new group start from the
-// beginning of the topic.
+// from outside a group that has members. A failed attempt (a dropped
+// connection, a coordinator that moved: the client does not repeat a
+// DescribeGroups whose connection broke) is logged and repeated with a
+// capped backoff — a worker waits for Kafka at start-up as for its other
+// dependencies; AdoptOffsets is safe to repeat, a copy that committed
+// makes the next attempt find offsets and do nothing. A failure that
+// lasts adoptTimeout fails New (the worker exits and is restarted) rather
+// than letting the new group start from the beginning of the topic.
 func adoptBeforeJoin(o Options) error {
 	if o.AdoptGroup == "" || o.AdoptGroup == o.Group {
 		return nil
@@ -197,7 +202,22 @@ func adoptBeforeJoin(o Options) error {
 	defer cl.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), adoptTimeout)
 	defer cancel()
-	res, err := AdoptOffsets(ctx, kadm.NewClient(cl), o.AdoptGroup, o.Group, o.Topic)
+	adm := kadm.NewClient(cl)
+	var res CopyResult
+	for wait := 100 * time.Millisecond; ; wait = min(2*wait, 2*time.Second) {
+		res, err = AdoptOffsets(ctx, adm, o.AdoptGroup, o.Group, o.Topic)
+		if err == nil || ctx.Err() != nil {
+			break
+		}
+		o.Logger.Warn("consumer: adopting the offsets of the earlier group id failed; retrying", "from", o.AdoptGroup, "group", o.Group,
+			"topic", o.Topic, "err", err)
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+		case <-t.C:
+		}
+		t.Stop()
+	}
 	if err != nil {
 		return fmt.Errorf("consumer: adopt the offsets of group %s for group %s on %s: %w (or copy them by hand: sluice consumer copy-offsets)", o.AdoptGroup, o.Group, o.Topic, err)
 	}

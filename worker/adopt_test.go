@@ -3,10 +3,13 @@ package worker
 import (
 	"context"
 	"errors"
+	"log/slog"
+	"sync/atomic"
 	"testing"
 
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/sluicehq/sluice/internal/testenv"
 )
@@ -102,5 +105,56 @@ func TestCopyAndAdoptOffsets(t *testing.T) {
 	testenv.JoinGroup(t, k.Brokers, next, topic)
 	if res, err := CopyOffsets(ctx, adm, CopyOptions{From: legacy, To: next, Topic: topic, Force: true}); !errors.Is(err, ErrGroupActive) || len(res.ToMembers) != 1 {
 		t.Fatalf("copy onto a live group: %v %+v", err, res)
+	}
+}
+
+// TestAdoptRetriesDroppedRequests: a Kafka that drops the adoption's
+// requests at start-up (the chaos soak's kafka_drop faults made both
+// workers exit 1 there: "describe groups: ... broker closed the
+// connection") does not fail New: the adoption is repeated within its
+// budget, and the legacy group's offsets are adopted once.
+func TestAdoptRetriesDroppedRequests(t *testing.T) {
+	ctx := context.Background()
+	k := testenv.NewKafka(t)
+	cl, err := kgo.NewClient(kgo.SeedBrokers(k.Brokers...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	adm := kadm.NewClient(cl)
+	topic := testenv.UniqueName("cmds.")
+	if _, err := adm.CreateTopic(ctx, 2, 1, nil, topic); err != nil {
+		t.Fatal(err)
+	}
+	legacy, group := testenv.UniqueName("instance-worker-"), testenv.UniqueName("sluice.instance-worker-")
+	testenv.CommitOffsets(t, adm, legacy, topic, 0, 0) // offsets of an empty topic: 0 is a committed offset
+	// Drop the connection of the next 3 DescribeGroups requests: the
+	// client does not repeat one whose connection broke.
+	const drops = 3
+	var dropped atomic.Int32
+	k.Cluster.ControlKey(int16(kmsg.DescribeGroups), func(kmsg.Request) (kmsg.Response, error, bool) {
+		if dropped.Load() >= drops {
+			return nil, nil, false
+		}
+		k.Cluster.KeepControl()
+		dropped.Add(1)
+		return nil, errors.New("test: injected connection drop"), true
+	})
+	o := Options{AdoptGroup: legacy, Group: group, Topic: topic, Logger: slog.New(slog.DiscardHandler)}
+	o.Kafka.Brokers = k.Brokers
+	if err := adoptBeforeJoin(o); err != nil {
+		t.Fatalf("adoption failed on %d dropped requests: %v", dropped.Load(), err)
+	}
+	if n := dropped.Load(); n != drops {
+		t.Fatalf("%d requests dropped, want %d (the fault did not happen)", n, drops)
+	}
+	r, err := adm.FetchOffsets(ctx, group)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for p := range int32(2) {
+		if o, ok := r.Lookup(topic, p); !ok || o.At != 0 {
+			t.Errorf("partition %d: adopted offset %+v (found %v), want 0", p, o, ok)
+		}
 	}
 }

@@ -11,12 +11,12 @@ import (
 	"github.com/google/uuid"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/sluicehq/sluice/internal/testenv"
 	"github.com/sluicehq/sluice/shared/claim"
 )
 
 // fakeRegistry claims everything, records mark_done calls and schedules
-// retries 250 ms out (long enough for the round that failed to finish and
-// commit first, even on a loaded machine under -race).
+// retries 250 ms out.
 type fakeRegistry struct {
 	mu       sync.Mutex
 	attempts map[string]int
@@ -106,6 +106,13 @@ func TestBatchHandler(t *testing.T) {
 				if r.Attempt == 1 {
 					out[i] = BatchResult{Err: Retryable(errors.New("boom"))}
 				} else {
+					// The retry waits for evidence that the first round's
+					// done prefix (0, 1) was committed — not for the 250 ms
+					// backoff to be long enough — and then sees where the
+					// commit stopped: at 2, never past it. (A hang guard.)
+					for deadline := time.Now().Add(20 * time.Second); committed() < 2 && time.Now().Before(deadline); {
+						time.Sleep(5 * time.Millisecond)
+					}
 					commitSeen = committed()
 				}
 			}
@@ -115,13 +122,7 @@ func TestBatchHandler(t *testing.T) {
 	})
 	var stop func()
 	c, stop = startConsumer(t, brokers, topic, Options{Registry: reg, Handler: h})
-	deadline := time.Now().Add(20 * time.Second)
-	for committed() != 5 {
-		if time.Now().After(deadline) {
-			t.Fatalf("committed %d, want 5", committed())
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	testenv.WaitFor(t, 20*time.Second, "every record committed", func() bool { return committed() == 5 })
 	stop()
 
 	mu.Lock()

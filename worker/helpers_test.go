@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"log/slog"
+	"sync"
 	"testing"
 	"time"
 
@@ -71,13 +72,15 @@ func committedOffset(c *Consumer, topic string) int64 {
 
 // startConsumer runs a consumer of topic with o's registry, handler and
 // bounds and the tests' defaults (group topic-g, DLQ topic.dlq, handler
-// name "h", no logs; skip-stale and 5 ms backoff unless o sets them). stop
+// name "h", no logs unless o has a Logger; skip-stale and 5 ms backoff unless o sets them). stop
 // ends Run and reports its error; it runs again at the end of the test
 // (then it does nothing).
 func startConsumer(t *testing.T, brokers []string, topic string, o Options) (c *Consumer, stop func()) {
 	t.Helper()
 	o.Kafka.Brokers, o.Topic, o.Group, o.DLQTopic, o.HandlerName = brokers, topic, topic+"-g", topic+".dlq", "h"
-	o.Logger = slog.New(slog.DiscardHandler)
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
 	if !o.Policy.Valid() {
 		o.Policy = claim.SkipStale
 	}
@@ -89,4 +92,31 @@ func startConsumer(t *testing.T, brokers []string, topic string, o Options) (c *
 		t.Fatal(err)
 	}
 	return c, testenv.RunInBackground(t, "consumer Run", c.Run)
+}
+
+// msgCounter is a slog.Handler (all levels) counting the records of each
+// message: tests wait for the loop's own lines ("poll" once per turn) as
+// evidence that it went on.
+type msgCounter struct {
+	mu sync.Mutex
+	n  map[string]int
+}
+
+func newMsgCounter() *msgCounter { return &msgCounter{n: map[string]int{}} }
+
+func (m *msgCounter) Enabled(context.Context, slog.Level) bool { return true }
+func (m *msgCounter) Handle(_ context.Context, r slog.Record) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.n[r.Message]++
+	return nil
+}
+func (m *msgCounter) WithAttrs([]slog.Attr) slog.Handler { return m }
+func (m *msgCounter) WithGroup(string) slog.Handler      { return m }
+
+// count is how many records with message msg were logged.
+func (m *msgCounter) count(msg string) int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.n[msg]
 }
