@@ -18,8 +18,11 @@ type outcomeStep struct {
 	envs []envelope.Envelope
 	// roundTrips is the number of Postgres round trips of the step's
 	// reservation: 1 when the facts the rules need are assumed and verified
-	// in the write, 3 when the assumption fails (then the facts are read
-	// and written in two), 2 when the group needs them read from the start.
+	// in the write; 2 when the write saw a stale expected_seq (then the
+	// next attempt assumes what it saw; 1 when that refuses everything);
+	// 3 when another assumed fact is false (then the facts are read, and
+	// written in one more), 4 when the unique index refused the write (a
+	// ROLLBACK more); 2 when the group needs them read from the start.
 	roundTrips int64
 }
 
@@ -80,8 +83,8 @@ func outcomeSteps(ids namedIDs) []outcomeStep {
 		// Domain events into their commands' slots.
 		{"", []envelope.Envelope{sc1, sc2, sc3, sc4, st1}, 1},
 		{"", []envelope.Envelope{d1, slot(sc2, 2, "", "d2"), sc5, cmd("u", "one")}, 1},
-		{"", []envelope.Envelope{d1}, 3},                                              // retry of a stored domain event
-		{"", []envelope.Envelope{slot(sc1, 1, "", "d1 again"), cmd("x", "taken")}, 3}, // slot 1 holds a domain event
+		{"", []envelope.Envelope{d1}, 4},                                              // retry of a stored domain event
+		{"", []envelope.Envelope{slot(sc1, 1, "", "d1 again"), cmd("x", "taken")}, 4}, // slot 1 holds a domain event
 		// Each slot rule alone, next to a valid command.
 		{"", []envelope.Envelope{cmd("x", "no command"), slot(sc1, 9, "", "into 9")}, 3},
 		{"", []envelope.Envelope{cmd("x", "cause"), slot(sc3, 3, sc1.EventID, "cause sc1")}, 3},
@@ -95,12 +98,12 @@ func outcomeSteps(ids namedIDs) []outcomeStep {
 		{"", []envelope.Envelope{withExp(cmd("s", "all stale 2"), 0), slot(sc5, 5, sc5.EventID, "d5")}, 2},
 		// Retries of stored events next to fresh ones, with and without
 		// expected_seq (idempotency comes before optimistic concurrency).
-		{"", []envelope.Envelope{cmd("a", "a3"), a1}, 3},
+		{"", []envelope.Envelope{cmd("a", "a3"), a1}, 4},
 		{"", []envelope.Envelope{withExp(cmd("p", "fresh p"), 0), q1}, 3},
 		// A retry of an abandoned append whose slot nothing followed keeps
 		// its sequence and takes a fresh position.
 		{"", []envelope.Envelope{retried}, 1},
-		{"UPDATE sluice.appends SET state = 'abandoned' WHERE aggregate_id = 'r'", []envelope.Envelope{retried, cmd("r", "r2")}, 3},
+		{"UPDATE sluice.appends SET state = 'abandoned' WHERE aggregate_id = 'r'", []envelope.Envelope{retried, cmd("r", "r2")}, 4},
 	}
 }
 

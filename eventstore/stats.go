@@ -16,7 +16,8 @@ type stageStats struct {
 	put      atomic.Int64 // ns in the segment's conditional create
 	commit   atomic.Int64 // ns in the commit statement
 	inFlight atomic.Int64 // sum over groups of the groups in flight when it started
-	fast     atomic.Int64 // reservations decided by the one-round-trip path
+	read     atomic.Int64 // reservations written on facts read (the lookup's round trip first)
+	refused  atomic.Int64 // writes that found an assumed fact false and wrote nothing
 	waited   atomic.Int64 // items requeued to wait for another writer's live reservation
 }
 
