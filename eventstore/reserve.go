@@ -79,7 +79,6 @@ func (s *Store) reserve(ctx context.Context, items []*item) (accepted []*item, f
 		case err == nil || attempt >= maxReserveAttempts:
 			return accepted, first, err
 		case errors.As(err, &refused):
-			s.stats.refused.Add(1)
 			// Assume what the write saw, once, when only last sequences
 			// were wrong (a stale expected_seq); read the facts otherwise.
 			src = factSource{read: refused.seen == nil || src.seen != nil, seen: refused.seen}
@@ -104,6 +103,7 @@ func (s *Store) reserveOnce(ctx context.Context, c *pgx.Conn, items []*item, src
 	}
 	f := assume(items, src.seen)
 	if src.read {
+		s.stats.lookups.Add(1)
 		var err error
 		if f, err = s.lookup(ctx, c, items); err != nil {
 			return nil, 0, fmt.Errorf("eventstore: reserve: lookup: %w", err)
@@ -127,8 +127,6 @@ func (s *Store) reserveOnce(ctx context.Context, c *pgx.Conn, items []*item, src
 	w := newWrite(items, d, s.cfg.WriterID)
 	if !src.read {
 		w.checks = assumedChecks(items, f, d)
-	} else {
-		s.stats.read.Add(1)
 	}
 	first, seqs, err := s.write(ctx, c, w)
 	if err != nil {

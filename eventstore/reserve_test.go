@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -475,5 +476,114 @@ func TestSlotCheckProbesTheIndex(t *testing.T) {
 				t.Errorf("the slot look-up does not probe appends_slot_key:\n%s", plan)
 			}
 		})
+	}
+}
+
+// Optimistic concurrency across writers (two Stores, as two processes):
+// appenders read an aggregate's last sequence and append a command that
+// expects it, next to commands without expected_seq, over a few
+// aggregates. Every acknowledged command with expected_seq has the
+// sequence after the expected one, every conflict names another actual
+// sequence, and every aggregate's stream is 1..n without a gap. Then both
+// writers race for new aggregates with expected_seq 0: exactly one wins
+// each.
+func TestOptimisticConcurrencyAcrossWriters(t *testing.T) {
+	e := newEnv(t)
+	ctx := ctxT(t)
+	stores := []*Store{e.store(t, named(testConfig(), "w1")), e.store(t, named(testConfig(), "w2"))}
+	const appenders, each, aggs = 8, 20, 3
+	var wg sync.WaitGroup
+	var stored, conflicts atomic.Int64
+	for g := range appenders {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			s := stores[g%2]
+			for i := range each {
+				agg := fmt.Sprintf("occ-%d", (g+i)%aggs)
+				ev := command("Order", agg, fmt.Sprintf("%d/%d", g, i))
+				last, err := s.LastSequence(ctx, "Order", agg)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				if g%4 != 3 {
+					ev.ExpectedSeq = expect(last)
+				}
+				rs, err := s.Append(ctx, ev)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				var ce *ConflictError
+				switch r := rs[0]; {
+				case r.Err == nil:
+					stored.Add(1)
+					if ev.ExpectedSeq != nil && r.Event.Envelope.SequenceNumber != last+1 {
+						t.Errorf("expected_seq %d stored at sequence %d", last, r.Event.Envelope.SequenceNumber)
+					}
+				case errors.As(r.Err, &ce) && ev.ExpectedSeq != nil:
+					conflicts.Add(1)
+					if ce.ExpectedSeq != last || ce.ActualSeq <= last {
+						t.Errorf("conflict %+v for expected_seq %d read before", ce, last)
+					}
+				default:
+					t.Errorf("append: %s", describe(r))
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	total := 0
+	for a := range aggs {
+		evs := mustStream(t, stores[0], "Order", fmt.Sprintf("occ-%d", a))
+		for i, ev := range evs {
+			if ev.Envelope.SequenceNumber != int64(i+1) {
+				t.Fatalf("aggregate occ-%d: event %d has sequence %d", a, i, ev.Envelope.SequenceNumber)
+			}
+		}
+		total += len(evs)
+	}
+	t.Logf("%d stored, %d conflicts, %d reservations read their facts", stored.Load(), conflicts.Load(),
+		stores[0].stats.lookups.Load()+stores[1].stats.lookups.Load())
+	if int64(total) != stored.Load() {
+		t.Fatalf("%d events in the streams, %d acknowledged", total, stored.Load())
+	}
+
+	for k := range 10 {
+		agg := fmt.Sprintf("race-%d", k)
+		results := make([]Result, 2)
+		start := make(chan struct{})
+		for w, s := range stores {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				ev := command("Order", agg, w)
+				ev.ExpectedSeq = expect(0)
+				<-start
+				rs, err := s.Append(ctx, ev)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				results[w] = rs[0]
+			}()
+		}
+		close(start)
+		wg.Wait()
+		won := 0
+		for _, r := range results {
+			var ce *ConflictError
+			switch {
+			case r.Err == nil && r.Event.Envelope.SequenceNumber == 1:
+				won++
+			case errors.As(r.Err, &ce) && ce.ActualSeq == 1:
+			default:
+				t.Errorf("%s: %s", agg, describe(r))
+			}
+		}
+		if won != 1 {
+			t.Errorf("%s: %d writers stored expected_seq 0, want 1", agg, won)
+		}
 	}
 }
