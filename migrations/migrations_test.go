@@ -77,7 +77,7 @@ func TestOpenRejectsBadURL(t *testing.T) {
 	}
 }
 
-// The event store's reservation rules live in Go: migration 00020 drops the
+// The event store's reservation rules live in Go: migration 00022 drops the
 // functions that restated them in SQL, and a migrated schema has neither.
 func TestReservationRulesAreNotInTheSchema(t *testing.T) {
 	db := openDB(t)
