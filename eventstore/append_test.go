@@ -589,10 +589,10 @@ func TestSegmentsListing(t *testing.T) {
 	}
 }
 
-// TestSlotRules covers each rule of sluice.eventstore_slot_refusal through
-// Append (the one-round-trip reservation refuses, the general path names
-// the rule): an abandoned command's slot, a causation_id that is no UUID,
-// and a slot without a command, next to one that is allowed.
+// TestSlotRules covers each slot rule of decide through Append (the write
+// refuses the assumed slot command, and the rule is named on the facts
+// read): an abandoned command's slot, a causation_id that is no UUID, and
+// a slot without a command, next to one that is allowed.
 func TestSlotRules(t *testing.T) {
 	e := newEnv(t)
 	s := e.store(t, testConfig())

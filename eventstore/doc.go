@@ -11,7 +11,9 @@
 //   - idempotency by event_id (a retried append returns the stored envelope)
 //     and the write-side slot rule: commands and domain events share one
 //     sequence per aggregate, and the domain event of command k goes into
-//     slot k;
+//     slot k. These rules, optimistic concurrency and atomic batches are
+//     written once, as the pure decide step of the reservation (lookup or
+//     assumed facts, decide, write; docs/eventstore.md#the-reservation-lookup-decide-write);
 //   - reads: an aggregate's stream, one event by id, a command by slot, the
 //     head position, the segment listing and whole segments (for the relay);
 //   - recovery: Repair resolves reservations whose writer crashed, Reindex

@@ -64,7 +64,7 @@ func (s *Store) newItem(ctx context.Context, e envelope.Envelope) (*item, error)
 		it.slot = true
 	}
 	if p.SequenceNumber != 0 {
-		it.slotKey = p.AggregateType + "\x00" + p.AggregateID + "\x00" + strconv.FormatInt(p.SequenceNumber, 10) + "\x00" + string(p.Kind)
+		it.slotKey = slotKeyOf(p.AggregateType, p.AggregateID, p.SequenceNumber, p.Kind)
 	}
 	if it.hash, err = envelope.CanonicalHash(p); err != nil {
 		return nil, err

@@ -23,10 +23,35 @@ import (
 	"github.com/sluicehq/sluice/shared/envelope"
 )
 
-var minio *testenv.MinIO
+// The MinIO server of the package's tests, started by the first test that
+// needs one (the tests of decide and FuzzDecide do not: a fuzz worker
+// starts no server).
+var (
+	minioOnce sync.Once
+	minioSrv  *testenv.MinIO
+	minioErr  error
+)
 
 func TestMain(m *testing.M) {
-	os.Exit(testenv.RunWithMinIO(m, func(mi *testenv.MinIO) { minio = mi }))
+	code := m.Run()
+	if minioSrv != nil {
+		minioSrv.Close()
+	}
+	os.Exit(code)
+}
+
+// minioServer returns the package's MinIO server, started at the first call.
+func minioServer(t testing.TB) *testenv.MinIO {
+	t.Helper()
+	minioOnce.Do(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+		defer cancel()
+		minioSrv, minioErr = testenv.StartMinIO(ctx)
+	})
+	if minioErr != nil {
+		t.Fatalf("MinIO is required by this test: %v", minioErr)
+	}
+	return minioSrv
 }
 
 // countingTracer counts round trips (statements and batches) of a pool.
@@ -129,6 +154,7 @@ func newEnv(t testing.TB) *env {
 		t.Fatal(err)
 	}
 	t.Cleanup(pool.Close)
+	minio := minioServer(t)
 	name := minio.NewBucket(t)
 	b, err := s3store.New(context.Background(), s3store.Options{
 		Bucket: name, Endpoint: minio.Endpoint, PathStyle: true,

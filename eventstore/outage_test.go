@@ -33,6 +33,7 @@ func TestObjectStoreOutage(t *testing.T) {
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			e := newEnv(t)
+			minio := minioServer(t)
 			name := minio.NewBucket(t)
 			upstream := strings.TrimPrefix(minio.Endpoint, "http://")
 			proxy := testenv.NewTCPProxy(t, upstream)

@@ -16,19 +16,19 @@ type stageStats struct {
 	put      atomic.Int64 // ns in the segment's conditional create
 	commit   atomic.Int64 // ns in the commit statement
 	inFlight atomic.Int64 // sum over groups of the groups in flight when it started
-	fast     atomic.Int64 // reservations decided by the one-round-trip path
+	lookups  atomic.Int64 // reservation attempts that read their facts (a round trip more)
 	waited   atomic.Int64 // items requeued to wait for another writer's live reservation
 }
 
 // stageSnapshot is a copy of stageStats.
 type stageSnapshot struct {
-	groups, events                         int64
+	groups, events, lookups                int64
 	gather, reserve, put, commit, inFlight time.Duration
 }
 
 func (st *stageStats) snapshot() stageSnapshot {
 	return stageSnapshot{
-		groups: st.groups.Load(), events: st.events.Load(),
+		groups: st.groups.Load(), events: st.events.Load(), lookups: st.lookups.Load(),
 		gather: time.Duration(st.gather.Load()), reserve: time.Duration(st.reserve.Load()),
 		put: time.Duration(st.put.Load()), commit: time.Duration(st.commit.Load()),
 		inFlight: time.Duration(st.inFlight.Load()),
@@ -37,7 +37,7 @@ func (st *stageStats) snapshot() stageSnapshot {
 
 func (a stageSnapshot) sub(b stageSnapshot) stageSnapshot {
 	return stageSnapshot{
-		groups: a.groups - b.groups, events: a.events - b.events,
+		groups: a.groups - b.groups, events: a.events - b.events, lookups: a.lookups - b.lookups,
 		gather: a.gather - b.gather, reserve: a.reserve - b.reserve,
 		put: a.put - b.put, commit: a.commit - b.commit, inFlight: a.inFlight - b.inFlight,
 	}

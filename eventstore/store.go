@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -35,9 +34,8 @@ type Store struct {
 	ctx    context.Context // groups run under it; cancelled after Close drained
 	cancel context.CancelFunc
 
-	stats         stageStats
-	m             *metrics
-	noFastReserve atomic.Bool // sluice.eventstore_reserve missing: general reservation path only
+	stats stageStats
+	m     *metrics
 }
 
 // New returns a Store over deps.Pool (migrations applied) and deps.Bucket,

@@ -7,135 +7,21 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
-	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/sluicehq/sluice/shared/envelope"
 )
 
-// The one-round-trip reservation (sluice.eventstore_reserve) and the general path
-// leave identical tables and return identical results for the same appends:
-// sequences, OCC conflicts (also within one group and on a new aggregate),
-// all-conflict groups, positions, segment keys and byte ranges.
-func TestFastReservationMatchesGeneralPath(t *testing.T) {
-	// A step is one Append; prep runs before it; fast says whether the
-	// one-round-trip path decides it (the others fall back to the general
-	// path, which names the rule).
-	type step struct {
-		prep string
-		envs []envelope.Envelope
-		fast bool
-	}
-	sc1, sc2, sc3, sc4 := command("Order", "s", 1), command("Order", "s", 2), command("Order", "s", 3), command("Order", "s", 4)
-	sc5, st1 := command("Order", "s", 5), command("Order", "t", 1)
-	slot := func(cmd envelope.Envelope, seq int64, cause string) envelope.Envelope {
-		d := domainEvent(cmd.AggregateType, cmd.AggregateID, fmt.Sprintf("done %d %q", seq, cause))
-		d.SequenceNumber = seq
-		if cause != "" {
-			d.Metadata.SetString(envelope.MetaCausationID, cause)
-		}
-		return d
-	}
-	d1 := slot(sc1, 1, sc1.EventID)
-	withExp := func(e envelope.Envelope, n int64) envelope.Envelope { e.ExpectedSeq = expect(n); return e }
-	plain := func(id string) envelope.Envelope { return command("Order", "x", id) }
-	steps := []step{
-		{"", []envelope.Envelope{command("Order", "a", 1), command("Order", "a", 2), command("Order", "b", 3)}, true},
-		{"", []envelope.Envelope{
-			withExp(command("Order", "a", "fresh"), 2),
-			withExp(command("Order", "a", "stale"), 1),
-			withExp(command("Order", "a", "after"), 3),
-			withExp(command("Order", "new", "first"), 0),
-			withExp(command("Order", "ghost", "never"), 5), // new aggregate, conflict: no sequences row stays
-			command("Invoice", "i-1", "plain"),
-		}, true},
-		{"", []envelope.Envelope{withExp(command("Order", "a", "all stale"), 1)}, true}, // nothing reserved
-		{"", []envelope.Envelope{command("Order", "b", 4), domainEvent("Order", "b", 5)}, true},
-		// Domain events into their commands' slots.
-		{"", []envelope.Envelope{sc1, sc2, sc3, sc4, st1}, true},
-		{"", []envelope.Envelope{d1, slot(sc2, 2, ""), sc5, command("Order", "u", "one")}, true},
-		{"", []envelope.Envelope{d1}, false},                               // retry of a stored domain event
-		{"", []envelope.Envelope{slot(sc1, 1, ""), plain("taken")}, false}, // slot 1 holds a domain event: appends_slot_key
-		// Each slot rule alone, next to a valid command that a fast path
-		// letting the rule pass would reserve with it.
-		{"", []envelope.Envelope{plain("no command"), slot(sc1, 9, "")}, false},
-		{"", []envelope.Envelope{plain("cause"), slot(sc3, 3, sc1.EventID)}, false},
-		{"", []envelope.Envelope{plain("nul"), slot(sc3, 3, "x\x00y")}, false}, // no UUID (and no Postgres text): the general path at once
-		{"UPDATE sluice.appends SET state = 'abandoned' WHERE aggregate_id = 's' AND sequence_number = 4 AND kind = 'command'",
-			[]envelope.Envelope{plain("abandoned"), slot(sc4, 4, "")}, false},
-		{"", []envelope.Envelope{slot(sc3, 3, sc3.EventID)}, true}, // slot 3 after all
-		// OCC groups with slot envelopes: a stale command, an aggregate
-		// named only by a slot envelope (t), and all stale.
-		{"", []envelope.Envelope{withExp(command("Order", "s", "occ"), 5), slot(st1, 1, ""), withExp(command("Order", "s", "stale"), 0)}, true},
-		{"", []envelope.Envelope{withExp(command("Order", "s", "all stale"), 0), slot(sc5, 5, sc5.EventID)}, true},
-	}
-	type outcome struct {
-		results []string
-		snap    tableSnapshot
-	}
-	run := func(t *testing.T, fast bool) outcome {
-		e := newEnv(t)
-		s := e.store(t, testConfig())
-		s.noFastReserve.Store(!fast)
-		var out outcome
-		for i, st := range steps {
-			if st.prep != "" {
-				if _, err := e.pool.Exec(ctxT(t), st.prep); err != nil {
-					t.Fatal(err)
-				}
-			}
-			before := s.stats.fast.Load()
-			rs, err := s.Append(ctxT(t), st.envs...)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if got := s.stats.fast.Load() > before; fast && got != st.fast {
-				t.Errorf("step %d decided by the fast path: %v, want %v", i, got, st.fast)
-			}
-			for _, r := range rs {
-				d := describe(r)
-				var ce *ConflictError
-				if errors.As(r.Err, &ce) {
-					d = fmt.Sprintf("conflict expected %d actual %d", ce.ExpectedSeq, ce.ActualSeq)
-				} else if r.Err == nil {
-					d += fmt.Sprintf(" %s@%d+%d", r.Event.SegmentKey, r.Event.Offset, len(r.Event.Raw))
-				}
-				out.results = append(out.results, fmt.Sprintf("%d: %s", i, d))
-			}
-		}
-		if s.noFastReserve.Load() == fast {
-			t.Fatalf("fast path enabled = %v after the run, want %v", !s.noFastReserve.Load(), fast)
-		}
-		out.snap = snapshot(t, e.pool)
-		return out
-	}
-	general := run(t, false)
-	fast := run(t, true)
-	if !slices.Equal(general.results, fast.results) {
-		t.Errorf("results differ:\ngeneral %q\nfast    %q", general.results, fast.results)
-	}
-	if !slices.Equal(general.snap.appends, fast.snap.appends) || !slices.Equal(general.snap.sequences, fast.snap.sequences) ||
-		general.snap.head != fast.snap.head {
-		t.Errorf("tables differ:\ngeneral %v\nfast    %v", general.snap, fast.snap)
-	}
-	for _, seq := range fast.snap.sequences {
-		if strings.HasPrefix(seq, "Order|ghost|") {
-			t.Errorf("a conflicting envelope on a new aggregate left its sequences row: %s", seq)
-		}
-	}
-	if want := int64(len(general.snap.appends) + 1); fast.snap.head != want {
-		t.Errorf("log_head %d with %d rows: positions have a hole", fast.snap.head, len(fast.snap.appends))
-	}
-}
-
-// A group with an event_id already stored takes the general path (nothing
-// reserved by the fast path), and a store without sluice.eventstore_reserve falls
-// back to the general path for good.
-func TestFastReservationFallsBack(t *testing.T) {
+// A group with an event_id already stored is reserved on read facts (the
+// assumed attempt fails on the unique index and leaves nothing): the
+// retry gets the stored event, the others are reserved, with and without
+// expected_seq (idempotency comes before optimistic concurrency).
+func TestReservationOfRetries(t *testing.T) {
 	cases := []struct {
 		name string
 		prep func(t *testing.T, e *env, s *Store) (envs []envelope.Envelope, check func([]Result))
@@ -176,21 +62,6 @@ func TestFastReservationFallsBack(t *testing.T) {
 				}
 				if rs[1].Err != nil || !rs[1].Duplicate || rs[1].Event.Envelope.Position != first.Event.Envelope.Position {
 					t.Errorf("retry: %s, want the stored event", describe(rs[1]))
-				}
-			}
-		}},
-		{"function eventstore_reserve missing", func(t *testing.T, e *env, s *Store) ([]envelope.Envelope, func([]Result)) {
-			if _, err := e.pool.Exec(ctxT(t), `DROP FUNCTION sluice.eventstore_reserve`); err != nil {
-				t.Fatal(err)
-			}
-			return []envelope.Envelope{command("Order", "o", 1), command("Order", "o", 2)}, func(rs []Result) {
-				for i, r := range rs {
-					if r.Err != nil || r.Event.Envelope.SequenceNumber != int64(i+1) {
-						t.Errorf("envelope %d: %s", i, describe(r))
-					}
-				}
-				if !s.noFastReserve.Load() {
-					t.Error("the store did not switch to the general path")
 				}
 			}
 		}},
@@ -480,14 +351,15 @@ func TestConcurrentReservations(t *testing.T) {
 	}
 }
 
-// TestSlotCheckProbesTheIndex: the slot rules of eventstore_reserve
-// look each slot's command up through the slot index, also before the
-// planner has statistics of appends (a fresh deployment's first minute:
-// autoanalyze lags behind a table that grows by thousands of rows a
-// second). A plain join of the envelopes with appends was planned as a
-// sequential scan of the whole table without them (2 s per reservation at 60,000 rows in the pipeline
-// benchmark). auto_explain, at NOTICE level, hands the function's nested
-// plans to the test's connection.
+// TestSlotCheckProbesTheIndex: the reservation's statements that look
+// slots up (the verification of assumed slot commands, sqlVerify, and the
+// lookup's sqlLookupSlots) probe the slot index once per envelope, also
+// before the planner has statistics of appends (a fresh deployment's first
+// minute: autoanalyze lags behind a table that grows by thousands of rows
+// a second). A plain join of the envelopes with appends was planned as a
+// sequential scan of the whole table without them (2 s per reservation at
+// 60,000 rows in the pipeline benchmark). auto_explain, at NOTICE level,
+// hands the plans to the test's connection.
 func TestSlotCheckProbesTheIndex(t *testing.T) {
 	e := newEnv(t)
 	ctx := ctxT(t)
@@ -518,10 +390,8 @@ func TestSlotCheckProbesTheIndex(t *testing.T) {
 		args []any
 	}{
 		{rows, []any{1, 30000}},
-		{`UPDATE sluice.log_head SET next_position = 30001`, nil},
 		{`LOAD 'auto_explain'`, nil},
 		{`SET auto_explain.log_min_duration = 0`, nil},
-		{`SET auto_explain.log_nested_statements = on`, nil},
 		{`SET auto_explain.log_level = notice`, nil},
 	}
 	for _, st := range steps {
@@ -529,47 +399,191 @@ func TestSlotCheckProbesTheIndex(t *testing.T) {
 			t.Fatalf("%s: %v", st.q, err)
 		}
 	}
-	// A group of 400 domain events into the slots of commands 100..499 (a
-	// large group makes one scan look cheaper than a probe per envelope).
+	// 400 domain events into the slots of commands 100..499 (a large
+	// group makes one scan look cheaper than a probe per envelope).
 	const n = 400
-	ts, is := make([]string, n), make([]string, n)
-	eids, kinds, aggs := make([]string, n), make([]string, n), make([]int32, n)
-	hasExp, exps, hashes, occs := make([]bool, n), make([]int64, n), make([][]byte, n), make([]time.Time, n)
-	slots, slotSeqs, causes := make([]bool, n), make([]int64, n), make([]string, n)
+	ts, is, ks := make([]string, n), make([]string, n), make([]int64, n)
+	eids, states, none := make([]string, n), make([]string, n), []string{}
 	for j := range n {
-		ts[j], is[j] = "Order", fmt.Sprintf("o-%d", 100+j)
-		eids[j], kinds[j], aggs[j] = uuid.NewString(), "domain", int32(j+1)
-		hashes[j], occs[j] = make([]byte, 32), time.Now()
-		slots[j], slotSeqs[j] = true, 1
+		ts[j], is[j], ks[j], states[j] = "Order", fmt.Sprintf("o-%d", 100+j), 1, stateCommitted
 	}
-	tx, err := conn.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
+	statements := []struct {
+		name string
+		sql  string
+		args []any
+		scan func(pgx.Rows) error
+	}{
+		{"sqlVerify", sqlVerify, []any{none, none, none, none, []int64{}, ts, is, ks, eids, states, none}, func(r pgx.Rows) error {
+			var v verifyResult
+			if !r.Next() {
+				return fmt.Errorf("no row")
+			}
+			if err := v.scan(r); err != nil || v.why != "" {
+				return fmt.Errorf("slot commands refused: %q %v", v.why, err)
+			}
+			return nil
+		}},
+		{"sqlLookupSlots", sqlLookupSlots, []any{ts, is, ks}, func(r pgx.Rows) error {
+			found := 0
+			for r.Next() {
+				found++
+			}
+			if found != n {
+				return fmt.Errorf("%d slots found, want %d", found, n)
+			}
+			return r.Err()
+		}},
 	}
-	defer func() { _ = tx.Rollback(context.Background()) }()
-	var first *int64
-	var seqs, actuals []int64
-	if err := tx.QueryRow(ctx, sqlReserveFast, ts, is, eids, kinds, aggs, hasExp, exps, hashes, occs, "w",
-		slots, slotSeqs, causes).Scan(&first, &seqs, &actuals); err != nil {
-		t.Fatal(err)
+	for _, st := range statements {
+		t.Run(st.name, func(t *testing.T) {
+			mu.Lock()
+			plans = nil
+			mu.Unlock()
+			tx, err := conn.Begin(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer func() { _ = tx.Rollback(context.Background()) }()
+			if _, err := tx.Exec(ctx, sqlPlanPerCall); err != nil {
+				t.Fatal(err)
+			}
+			rows, err := tx.Query(ctx, st.sql, st.args...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			err = st.scan(rows)
+			rows.Close()
+			if err != nil {
+				t.Fatal(err)
+			}
+			// auto_explain reports when the (unnamed) portal is dropped:
+			// at the next statement
+			if _, err := tx.Exec(ctx, "SELECT 1"); err != nil {
+				t.Fatal(err)
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			var plan string
+			for _, p := range plans {
+				if strings.Contains(p, "unnest") {
+					plan = p
+				}
+			}
+			if plan == "" {
+				t.Fatalf("no plan among %d notices: %q", len(plans), plans)
+			}
+			if strings.Contains(plan, "Seq Scan on appends") || !strings.Contains(plan, "appends_slot_key") {
+				t.Errorf("the slot look-up does not probe appends_slot_key:\n%s", plan)
+			}
+		})
 	}
-	if first == nil || *first != 30001 {
-		t.Fatalf("first position %v, want 30001 (the slot rules hold for every envelope)", first)
+}
+
+// Optimistic concurrency across writers (two Stores, as two processes):
+// appenders read an aggregate's last sequence and append a command that
+// expects it, next to commands without expected_seq, over a few
+// aggregates. Every acknowledged command with expected_seq has the
+// sequence after the expected one, every conflict names another actual
+// sequence, and every aggregate's stream is 1..n without a gap. Then both
+// writers race for new aggregates with expected_seq 0: exactly one wins
+// each.
+func TestOptimisticConcurrencyAcrossWriters(t *testing.T) {
+	e := newEnv(t)
+	ctx := ctxT(t)
+	stores := []*Store{e.store(t, named(testConfig(), "w1")), e.store(t, named(testConfig(), "w2"))}
+	const appenders, each, aggs = 8, 20, 3
+	var wg sync.WaitGroup
+	var stored, conflicts atomic.Int64
+	for g := range appenders {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			s := stores[g%2]
+			for i := range each {
+				agg := fmt.Sprintf("occ-%d", (g+i)%aggs)
+				ev := command("Order", agg, fmt.Sprintf("%d/%d", g, i))
+				last, err := s.LastSequence(ctx, "Order", agg)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				if g%4 != 3 {
+					ev.ExpectedSeq = expect(last)
+				}
+				rs, err := s.Append(ctx, ev)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				var ce *ConflictError
+				switch r := rs[0]; {
+				case r.Err == nil:
+					stored.Add(1)
+					if ev.ExpectedSeq != nil && r.Event.Envelope.SequenceNumber != last+1 {
+						t.Errorf("expected_seq %d stored at sequence %d", last, r.Event.Envelope.SequenceNumber)
+					}
+				case errors.As(r.Err, &ce) && ev.ExpectedSeq != nil:
+					conflicts.Add(1)
+					if ce.ExpectedSeq != last || ce.ActualSeq <= last {
+						t.Errorf("conflict %+v for expected_seq %d read before", ce, last)
+					}
+				default:
+					t.Errorf("append: %s", describe(r))
+				}
+			}
+		}()
 	}
-	mu.Lock()
-	defer mu.Unlock()
-	var check []string
-	for _, p := range plans {
-		if strings.Contains(p, "p_slot_seq") {
-			check = append(check, p)
+	wg.Wait()
+	total := 0
+	for a := range aggs {
+		evs := mustStream(t, stores[0], "Order", fmt.Sprintf("occ-%d", a))
+		for i, ev := range evs {
+			if ev.Envelope.SequenceNumber != int64(i+1) {
+				t.Fatalf("aggregate occ-%d: event %d has sequence %d", a, i, ev.Envelope.SequenceNumber)
+			}
 		}
+		total += len(evs)
 	}
-	if len(check) == 0 {
-		t.Fatalf("no plan of the slot check among %d plans", len(plans))
+	t.Logf("%d stored, %d conflicts, %d reservations read their facts", stored.Load(), conflicts.Load(),
+		stores[0].stats.lookups.Load()+stores[1].stats.lookups.Load())
+	if int64(total) != stored.Load() {
+		t.Fatalf("%d events in the streams, %d acknowledged", total, stored.Load())
 	}
-	for _, p := range check {
-		if strings.Contains(p, "Seq Scan on appends") || !strings.Contains(p, "appends_slot_key") {
-			t.Errorf("the slot check does not probe appends_slot_key:\n%s", p)
+
+	for k := range 10 {
+		agg := fmt.Sprintf("race-%d", k)
+		results := make([]Result, 2)
+		start := make(chan struct{})
+		for w, s := range stores {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				ev := command("Order", agg, w)
+				ev.ExpectedSeq = expect(0)
+				<-start
+				rs, err := s.Append(ctx, ev)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				results[w] = rs[0]
+			}()
+		}
+		close(start)
+		wg.Wait()
+		won := 0
+		for _, r := range results {
+			var ce *ConflictError
+			switch {
+			case r.Err == nil && r.Event.Envelope.SequenceNumber == 1:
+				won++
+			case errors.As(r.Err, &ce) && ce.ActualSeq == 1:
+			default:
+				t.Errorf("%s: %s", agg, describe(r))
+			}
+		}
+		if won != 1 {
+			t.Errorf("%s: %d writers stored expected_seq 0, want 1", agg, won)
 		}
 	}
 }

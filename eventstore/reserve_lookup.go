@@ -1,0 +1,140 @@
+package eventstore
+
+import (
+	"context"
+	"slices"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/sluicehq/sluice/shared/envelope"
+)
+
+// The lookup: what the rules of a group need, read in one round trip at
+// the start of the reservation transaction, under the row locks of the
+// group's aggregates (docs/eventstore.md#append-protocol-group-commit).
+
+// sqlPlanPerCall makes the transaction's statements plan per call, for
+// the arrays at hand and the tables as they are: generic plans cached while
+// appends was small scan it sequentially (see Replan).
+const sqlPlanPerCall = `SELECT set_config('plan_cache_mode', 'force_custom_plan', true)`
+
+// sqlLockSequences locks the sequences rows of the group's aggregates, in
+// the order given (sorted: concurrent reservations lock in one order), and
+// returns their last sequences. A missing row is not created: the write
+// creates it, and fails if another transaction did meanwhile.
+const sqlLockSequences = `
+SELECT l.aggregate_type, l.aggregate_id, l.last_sequence
+FROM unnest($1::text[], $2::text[]) WITH ORDINALITY AS u(t, i, ord)
+JOIN LATERAL (SELECT s.aggregate_type, s.aggregate_id, s.last_sequence FROM sluice.sequences s
+               WHERE s.aggregate_type = u.t AND s.aggregate_id = u.i FOR UPDATE) l ON true
+ORDER BY u.ord`
+
+// sqlLookupEvents reads the rows of the group's event_ids, and for an
+// abandoned one whether a later slot of its aggregate is not abandoned
+// (a retry then takes a new sequence).
+const sqlLookupEvents = `
+SELECT a.position, a.event_id::text, a.kind, a.aggregate_type, a.aggregate_id, a.sequence_number, a.state, a.segment_key,
+       coalesce(a.byte_offset, -1), coalesce(a.byte_length, 0), a.canonical_hash, a.occurred_at, a.writer_id,
+       a.reserved_at < now() - make_interval(secs => $2),
+       a.state = '` + StateAbandoned + `' AND EXISTS (
+         SELECT 1 FROM sluice.appends b
+          WHERE b.aggregate_type = a.aggregate_type AND b.aggregate_id = a.aggregate_id
+            AND b.sequence_number > a.sequence_number AND b.state <> '` + StateAbandoned + `')
+FROM sluice.appends a WHERE a.event_id = ANY($1::uuid[])`
+
+// sqlLookupSlots reads the rows at the slots the group names: one probe of
+// the slot index per slot (LATERAL … LIMIT: a plain join was planned as a
+// scan of the whole table while its statistics were those of a small one).
+const sqlLookupSlots = `
+SELECT u.t, u.i, u.s, a.kind, a.event_id::text, a.state
+FROM unnest($1::text[], $2::text[], $3::bigint[]) AS u(t, i, s)
+JOIN LATERAL (SELECT a.kind, a.event_id, a.state FROM sluice.appends a
+               WHERE a.aggregate_type = u.t AND a.aggregate_id = u.i AND a.sequence_number = u.s
+               LIMIT 2) a ON true`
+
+// lookup begins the reservation transaction and reads the group's facts:
+// BEGIN, plans per call (the statements read appends by conditions; see
+// Replan), the aggregates' rows locked, the rows of the group's event_ids
+// and of the slots it names. One round trip; the locks are held to the
+// write's commit.
+func (s *Store) lookup(ctx context.Context, c *pgx.Conn, items []*item) (facts, error) {
+	f := facts{stored: map[string]indexRow{}, superseded: map[string]bool{}, slots: map[string]slotRow{}, last: map[aggKey]lastSeq{}}
+	ids := make([]string, len(items))
+	var aggs []aggKey
+	seen := map[aggKey]bool{}
+	var slotT, slotI []string
+	var slotK []int64
+	for n, it := range items {
+		e := it.env
+		ids[n] = e.EventID
+		if it.slotKey != "" {
+			slotT, slotI, slotK = append(slotT, e.AggregateType), append(slotI, e.AggregateID), append(slotK, e.SequenceNumber)
+		}
+		if k := (aggKey{e.AggregateType, e.AggregateID}); !it.slot && !seen[k] {
+			seen[k] = true
+			aggs = append(aggs, k)
+		}
+	}
+	slices.SortFunc(aggs, compareAggKeys)
+	b := &pgx.Batch{}
+	queueBegin(b)
+	b.Queue(sqlPlanPerCall)
+	if len(aggs) > 0 {
+		aggT, aggI := make([]string, len(aggs)), make([]string, len(aggs))
+		for n, k := range aggs {
+			aggT[n], aggI[n] = k.t, k.i
+			f.last[k] = lastSeq{} // known: no row, unless one is read
+		}
+		b.Queue(sqlLockSequences, aggT, aggI).Query(f.readSequences)
+	}
+	b.Queue(sqlLookupEvents, ids, s.cfg.AppendTimeout.Seconds()).Query(f.readEvents)
+	if len(slotT) > 0 {
+		b.Queue(sqlLookupSlots, slotT, slotI, slotK).Query(f.readSlots)
+	}
+	if err := c.SendBatch(ctx, b).Close(); err != nil {
+		return facts{}, err
+	}
+	return f, nil
+}
+
+func (f *facts) readSequences(rows pgx.Rows) error {
+	for rows.Next() {
+		var k aggKey
+		var last int64
+		if err := rows.Scan(&k.t, &k.i, &last); err != nil {
+			return err
+		}
+		f.last[k] = lastSeq{seq: last, exists: true}
+	}
+	return rows.Err()
+}
+
+func (f *facts) readEvents(rows pgx.Rows) error {
+	for rows.Next() {
+		var superseded bool
+		var r indexRow
+		err := rows.Scan(&r.position, &r.eventID, &r.kind, &r.aggType, &r.aggID, &r.seq, &r.state, &r.key,
+			&r.offset, &r.length, &r.hash, &r.occurredAt, &r.writer, &r.stale, &superseded)
+		if err != nil {
+			return err
+		}
+		f.stored[r.eventID] = r
+		if superseded {
+			f.superseded[r.eventID] = true
+		}
+	}
+	return rows.Err()
+}
+
+func (f *facts) readSlots(rows pgx.Rows) error {
+	for rows.Next() {
+		var t, i, kind string
+		var seq int64
+		var row slotRow
+		if err := rows.Scan(&t, &i, &seq, &kind, &row.eventID, &row.state); err != nil {
+			return err
+		}
+		f.slots[slotKeyOf(t, i, seq, envelope.Kind(kind))] = row
+	}
+	return rows.Err()
+}

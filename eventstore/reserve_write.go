@@ -1,0 +1,305 @@
+package eventstore
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"slices"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/sluicehq/sluice/shared/envelope"
+)
+
+// The write: a decision applied in one round trip (docs/eventstore.md#append-protocol-group-commit).
+// When the facts were assumed, the same round trip first verifies them
+// (sqlVerify) and writes nothing when one is false.
+
+// sqlVerify checks the assumed facts of a group before anything is
+// written, and leaves the transaction-local setting sluice.reserve_refused
+// empty when they hold (else the reasons), which sqlWrite obeys. It locks
+// the sequences rows of every aggregate the group advances ($1, $2, in
+// order) when last sequences are assumed ($3–$5): they then stay as seen
+// until the commit. The slot commands ($6–$10: the command's event_id, ”
+// when any, and its state) and the absence of the envelopes with
+// expected_seq ($11) are read by one probe of an index each (LATERAL …
+// LIMIT: never a scan, whatever the statistics). It returns the reasons,
+// whether only last sequences were wrong, and the last sequences seen.
+const sqlVerify = `
+WITH locked AS MATERIALIZED (
+  SELECT l.t, l.i, l.last
+    FROM unnest($1::text[], $2::text[]) WITH ORDINALITY AS u(t, i, ord)
+    JOIN LATERAL (SELECT s.aggregate_type AS t, s.aggregate_id AS i, s.last_sequence AS last FROM sluice.sequences s
+                   WHERE s.aggregate_type = u.t AND s.aggregate_id = u.i FOR UPDATE) l ON true
+   ORDER BY u.ord
+), last_seqs AS (
+  SELECT u.t, u.i, u.assumed, coalesce(l.last, 0) AS seen
+    FROM unnest($3::text[], $4::text[], $5::bigint[]) AS u(t, i, assumed)
+    LEFT JOIN locked l ON l.t = u.t AND l.i = u.i
+), slot_commands AS (
+  SELECT u.t, u.i, u.k
+    FROM unnest($6::text[], $7::text[], $8::bigint[], $9::text[], $10::text[]) AS u(t, i, k, eid, state)
+    LEFT JOIN LATERAL (SELECT a.event_id::text AS eid, a.state FROM sluice.appends a
+                        WHERE a.aggregate_type = u.t AND a.aggregate_id = u.i AND a.sequence_number = u.k AND a.kind = 'command'
+                        LIMIT 1) c ON true
+   WHERE c.eid IS NULL OR c.state <> u.state OR (u.eid <> '' AND c.eid <> u.eid)
+), stored AS (
+  SELECT u.e FROM unnest($11::uuid[]) AS u(e)
+    JOIN LATERAL (SELECT 1 FROM sluice.appends a WHERE a.event_id = u.e LIMIT 1) a ON true
+), verdict AS (
+  SELECT concat_ws('; ',
+           (SELECT 'last sequences ' || string_agg(format('%s %s is %s, not %s', t, i, seen, assumed), ', ') FROM last_seqs WHERE seen <> assumed),
+           (SELECT 'slots ' || string_agg(format('%s of %s %s', k, t, i), ', ') FROM slot_commands),
+           (SELECT 'stored ' || string_agg(e::text, ', ') FROM stored)) AS why,
+         NOT EXISTS (SELECT FROM slot_commands) AND NOT EXISTS (SELECT FROM stored) AS last_only
+)
+SELECT v.why, v.last_only, s.t, s.i, s.seen, set_config('sluice.reserve_refused', v.why, true), (SELECT count(*) FROM locked)
+FROM verdict v, (SELECT array_agg(t ORDER BY t, i) AS t, array_agg(i ORDER BY t, i) AS i, array_agg(seen ORDER BY t, i) AS seen
+                   FROM last_seqs) s`
+
+// sqlWrite applies a decision, unless sqlVerify refused its facts: the
+// aggregates' last sequences move ($1–$4: by delta; rows the lookup found
+// missing are created, so a concurrent creation fails the statement,
+// others upserted; in sorted order), one contiguous block of positions is
+// taken from log_head (after the sequences, so the head row's lock is
+// held only for the rest of this statement and the commit), and the
+// accepted envelopes' appends rows go in as reserved with the segment key
+// their block will have ($6–$13; a relative sequence is the aggregate's
+// new last sequence minus seq). It returns whether it wrote, the block's
+// first position and the rows' sequence numbers, and leaves the NOTIFY
+// payload in the session variable sluice.reserved_notify (” when nothing
+// was written) for the transaction after the commit.
+const sqlWrite = `
+WITH go AS (
+  SELECT coalesce(current_setting('sluice.reserve_refused', true), '') = '' AS ok
+), created AS (
+  INSERT INTO sluice.sequences (aggregate_type, aggregate_id, last_sequence)
+  SELECT u.t, u.i, u.d FROM unnest($1::text[], $2::text[], $3::bigint[], $4::boolean[]) WITH ORDINALITY AS u(t, i, d, c, ord)
+   WHERE u.c AND (SELECT ok FROM go) ORDER BY u.ord
+  RETURNING aggregate_type, aggregate_id, last_sequence
+), added AS (
+  INSERT INTO sluice.sequences AS s (aggregate_type, aggregate_id, last_sequence)
+  SELECT u.t, u.i, u.d FROM unnest($1::text[], $2::text[], $3::bigint[], $4::boolean[]) WITH ORDINALITY AS u(t, i, d, c, ord)
+   WHERE NOT u.c AND (SELECT ok FROM go) ORDER BY u.ord
+  ON CONFLICT (aggregate_type, aggregate_id)
+  DO UPDATE SET last_sequence = s.last_sequence + excluded.last_sequence, updated_at = now()
+  RETURNING aggregate_type, aggregate_id, last_sequence
+), seqs AS (
+  SELECT * FROM created UNION ALL SELECT * FROM added
+), head AS (
+  UPDATE sluice.log_head SET next_position = next_position + $5::bigint
+   WHERE (SELECT ok FROM go) AND (SELECT count(*) FROM seqs) >= 0
+  RETURNING next_position - $5::bigint AS first
+), ins AS (
+  INSERT INTO sluice.appends (position, event_id, kind, aggregate_type, aggregate_id, sequence_number,
+                              state, segment_key, canonical_hash, occurred_at, writer_id)
+  SELECT head.first + u.ord - 1, u.eid::uuid, u.kind, u.t, u.i,
+         CASE WHEN u.rel THEN s.last_sequence - u.seq ELSE u.seq END, '` + StateReserved + `',
+         'segments/' || lpad(head.first::text, 20, '0') || '-' || lpad((head.first + $5::bigint - 1)::text, 20, '0') || '.jsonl',
+         u.hash, u.occ, $14
+    FROM head
+   CROSS JOIN unnest($6::text[], $7::text[], $8::text[], $9::text[], $10::bigint[], $11::boolean[], $12::bytea[], $13::timestamptz[])
+         WITH ORDINALITY AS u(eid, kind, t, i, seq, rel, hash, occ, ord)
+    LEFT JOIN seqs s ON u.rel AND s.aggregate_type = u.t AND s.aggregate_id = u.i
+  RETURNING position, sequence_number
+)
+SELECT (SELECT ok FROM go), coalesce((SELECT first FROM head), 0),
+       (SELECT array_agg(sequence_number ORDER BY position) FROM ins),
+       set_config('sluice.reserved_notify',
+                  coalesce((SELECT '` + StateReserved + ` ' || first || ' ' || (first + $5::bigint - 1) FROM head), ''), false)`
+
+// sqlDropMoved removes the abandoned rows that accepted retries replace
+// with fresh reservations (the event_id is unique): it takes their row
+// locks, so a late writer's commit of the same rows waits for this
+// transaction and then finds them gone. A row that is no longer abandoned
+// stays, and the retry's insert fails on the unique index: the reservation
+// runs again.
+const sqlDropMoved = `DELETE FROM sluice.appends WHERE event_id = ANY($1::uuid[]) AND state = '` + StateAbandoned + `'`
+
+// sqlNotifyReserved sends the reservation's NOTIFY ("reserved FIRST LAST",
+// left by sqlWrite in the session variable) after its commit, in a
+// transaction without WAL of its own.
+const sqlNotifyReserved = `
+SELECT pg_notify('` + NotifyChannel + `', p) FROM (SELECT current_setting('sluice.reserved_notify', true) AS p) AS x WHERE p <> ''`
+
+// sqlFlush makes everything this connection committed before durable: a
+// transaction with a WAL record and an xid, committed with the session's
+// synchronous_commit, flushes the WAL through its own commit record (see
+// migrations/00013_eventstore.sql). Nothing reserved, nothing to flush.
+const sqlFlush = `
+INSERT INTO sluice.eventstore_flush AS f (backend_pid, flushes)
+SELECT pg_backend_pid(), 1 WHERE current_setting('sluice.reserved_notify', true) <> ''
+ON CONFLICT (backend_pid) DO UPDATE SET flushes = f.flushes + 1`
+
+// writeArgs is a decision as the write's arrays.
+type writeArgs struct {
+	aggT, aggI          []string // sorted
+	delta               []int64
+	create              []bool
+	n                   int64 // accepted envelopes, in position order:
+	eids, kinds, ts, is []string
+	seqs                []int64 // sequence, or when rel the distance below the aggregate's new last sequence
+	rel                 []bool
+	hashes              [][]byte
+	occs                []time.Time
+	writer              string
+	moved               []string // event_ids of abandoned rows that accepted retries replace
+	checks              *checks  // assumed facts to verify first; nil when read
+}
+
+// newWrite turns a decision into the write's arrays.
+func newWrite(items []*item, d decision, writer string) *writeArgs {
+	w := &writeArgs{n: int64(len(d.order)), writer: writer}
+	deltas := make(map[aggKey]int64, len(d.advances))
+	for _, a := range d.advances {
+		w.aggT, w.aggI = append(w.aggT, a.agg.t), append(w.aggI, a.agg.i)
+		w.delta, w.create = append(w.delta, a.delta), append(w.create, a.create)
+		deltas[a.agg] = a.delta
+	}
+	for _, n := range d.order {
+		it, v := items[n], d.verdicts[n]
+		e := it.env
+		seq := v.seq
+		if v.rel {
+			seq = deltas[aggKey{e.AggregateType, e.AggregateID}] - v.seq
+		}
+		w.eids, w.kinds, w.ts, w.is = append(w.eids, e.EventID), append(w.kinds, string(e.Kind)), append(w.ts, e.AggregateType), append(w.is, e.AggregateID)
+		w.seqs, w.rel = append(w.seqs, seq), append(w.rel, v.rel)
+		w.hashes, w.occs = append(w.hashes, it.hash[:]), append(w.occs, e.OccurredAt.Time())
+		if v.moved != nil {
+			w.moved = append(w.moved, e.EventID)
+		}
+	}
+	return w
+}
+
+// checks are the assumed facts a write verifies (sqlVerify).
+type checks struct {
+	lockT, lockI       []string
+	lastT, lastI       []string
+	last               []int64
+	slotT, slotI       []string
+	slotK              []int64
+	slotEID, slotState []string
+	occIDs             []string
+}
+
+// assumedChecks lists the facts of f that the decision rests on and the
+// write's unique indexes do not enforce: the assumed last sequences (and
+// the locks of every aggregate the group advances, taken before any is
+// written, in order), the slot commands, and that no envelope with
+// expected_seq is stored (it may have been refused; the others are
+// inserted, so the unique index on event_id checks them). nil: none.
+func assumedChecks(items []*item, f facts, d decision) *checks {
+	c := &checks{}
+	if len(f.last) > 0 {
+		locks := map[aggKey]bool{}
+		for _, a := range d.advances {
+			locks[a.agg] = true
+		}
+		for k := range f.last {
+			locks[k] = true
+		}
+		keys := slices.SortedFunc(maps.Keys(locks), compareAggKeys)
+		for _, k := range keys {
+			c.lockT, c.lockI = append(c.lockT, k.t), append(c.lockI, k.i)
+			if l, ok := f.last[k]; ok {
+				c.lastT, c.lastI, c.last = append(c.lastT, k.t), append(c.lastI, k.i), append(c.last, l.seq)
+			}
+		}
+	}
+	for _, it := range items {
+		e := it.env
+		if it.slot {
+			cmd := f.slots[slotKeyOf(e.AggregateType, e.AggregateID, e.SequenceNumber, envelope.KindCommand)]
+			c.slotT, c.slotI, c.slotK = append(c.slotT, e.AggregateType), append(c.slotI, e.AggregateID), append(c.slotK, e.SequenceNumber)
+			c.slotEID, c.slotState = append(c.slotEID, cmd.eventID), append(c.slotState, cmd.state)
+		}
+		if e.ExpectedSeq != nil {
+			c.occIDs = append(c.occIDs, e.EventID)
+		}
+	}
+	if len(c.lockT) == 0 && len(c.slotT) == 0 && len(c.occIDs) == 0 {
+		return nil
+	}
+	return c
+}
+
+// write runs a decision's transaction in one round trip (docs/eventstore.md#append-protocol-group-commit):
+// BEGIN (unless the lookup began it) and synchronous_commit off for it;
+// the checks of assumed facts (planned per call); the removal of
+// abandoned rows that retries replace; sqlWrite; COMMIT — which releases
+// the locks on log_head and sequences without waiting for the WAL flush,
+// so the next group's reservation proceeds —; the NOTIFY in a transaction
+// of its own (it writes no WAL, so it waits for no flush while holding the
+// notification lock); and sqlFlush, whose synchronous commit returns only
+// once the WAL holding the reservation is durable. When it returns without
+// error the reservation is as durable as a synchronous commit would have
+// made it; the segment is written only after that. It returns the first
+// position and the rows' sequence numbers (relative ones now known), or an
+// *assumptionError when a check failed (then nothing was written).
+func (s *Store) write(ctx context.Context, c *pgx.Conn, w *writeArgs) (first int64, seqs []int64, err error) {
+	b := &pgx.Batch{}
+	var seen verifyResult
+	if c.PgConn().TxStatus() != 'T' { // else the lookup began it
+		queueBegin(b)
+	}
+	if k := w.checks; k != nil {
+		b.Queue(sqlPlanPerCall)
+		b.Queue(sqlVerify, k.lockT, k.lockI, k.lastT, k.lastI, k.last, k.slotT, k.slotI, k.slotK, k.slotEID, k.slotState, k.occIDs).
+			QueryRow(seen.scan)
+		b.Queue("SET LOCAL plan_cache_mode = DEFAULT")
+	}
+	if len(w.moved) > 0 {
+		b.Queue(sqlDropMoved, w.moved)
+	}
+	var wrote bool
+	b.Queue(sqlWrite, w.aggT, w.aggI, w.delta, w.create, w.n, w.eids, w.kinds, w.ts, w.is, w.seqs, w.rel, w.hashes, w.occs, w.writer).
+		QueryRow(func(r pgx.Row) error { return r.Scan(&wrote, &first, &seqs, nil) })
+	for _, q := range []string{"COMMIT", "BEGIN", sqlNotifyReserved, "COMMIT", sqlFlush} {
+		b.Queue(q)
+	}
+	if err := c.SendBatch(ctx, b).Close(); err != nil {
+		return 0, nil, fmt.Errorf("eventstore: reserve: %w", err)
+	}
+	if c.PgConn().TxStatus() != 'I' {
+		return 0, nil, fmt.Errorf("eventstore: reserve: transaction did not commit")
+	}
+	if !wrote {
+		return 0, nil, seen.refusal()
+	}
+	if int64(len(seqs)) != w.n || first < 1 {
+		return 0, nil, fmt.Errorf("eventstore: reserve: wrote %d rows of %d at position %d", len(seqs), w.n, first)
+	}
+	for j, rel := range w.rel {
+		if !rel && seqs[j] != w.seqs[j] {
+			return 0, nil, fmt.Errorf("eventstore: reserve: row %d written with sequence %d, decided %d", j, seqs[j], w.seqs[j])
+		}
+	}
+	return first, seqs, nil
+}
+
+// verifyResult is what sqlVerify returns.
+type verifyResult struct {
+	why      string
+	lastOnly bool
+	t, i     []string
+	seen     []int64
+}
+
+func (v *verifyResult) scan(r pgx.Row) error {
+	return r.Scan(&v.why, &v.lastOnly, &v.t, &v.i, &v.seen, nil, nil)
+}
+
+// refusal is the error of a write whose checks failed.
+func (v *verifyResult) refusal() *assumptionError {
+	e := &assumptionError{why: v.why}
+	if v.lastOnly {
+		e.seen = make(map[aggKey]int64, len(v.t))
+		for n := range v.t {
+			e.seen[aggKey{v.t[n], v.i[n]}] = v.seen[n]
+		}
+	}
+	return e
+}
