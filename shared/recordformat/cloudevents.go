@@ -3,6 +3,7 @@ package recordformat
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"maps"
 	"mime"
@@ -395,10 +396,6 @@ func decodeCloudEvents(r *kgo.Record, limits envelope.Limits) (envelope.Envelope
 		}
 		e.OccurredAt = ts
 	}
-	if v, ok := hs[ceSchemaVersion]; ok && hs[ceDataSchema] != "" && hs[ceDataSchema] != DataSchema(e.EventType, e.SchemaVersion) {
-		return envelope.Envelope{}, attrErr(ceDataSchema, "%q does not name schema version %s of %s (%s)", hs[ceDataSchema], v, e.EventType,
-			DataSchema(e.EventType, e.SchemaVersion))
-	}
 	if e.Actor, err = actor(hs); err != nil {
 		return envelope.Envelope{}, err
 	}
@@ -409,11 +406,18 @@ func decodeCloudEvents(r *kgo.Record, limits envelope.Limits) (envelope.Envelope
 		err = envelope.Validate(e, limits)
 	}
 	if err != nil {
-		attr := "data"
-		if ve, ok := err.(*envelope.ValidationError); ok {
-			attr = headerOfField(ve.Field)
+		attr, reason := "record", err.Error()
+		var ve *envelope.ValidationError
+		if errors.As(err, &ve) {
+			attr, reason = headerOfField(ve.Field), ve.Reason
 		}
-		return envelope.Envelope{}, &AttributeError{Attribute: attr, Reason: err.Error(), Err: err}
+		return envelope.Envelope{}, &AttributeError{Attribute: attr, Reason: reason, Err: err}
+	}
+	// dataschema follows from type and schema version; one that names
+	// another version contradicts ce_schemaversion.
+	if v, ok := hs[ceSchemaVersion]; ok && hs[ceDataSchema] != "" && hs[ceDataSchema] != DataSchema(e.EventType, e.SchemaVersion) {
+		return envelope.Envelope{}, attrErr(ceDataSchema, "%q does not name version %s of %s (%s)", hs[ceDataSchema], v, e.EventType,
+			DataSchema(e.EventType, e.SchemaVersion))
 	}
 	return e, nil
 }
