@@ -71,6 +71,14 @@ const ContentType = "application/json"
 func Encode(f Format, e envelope.Envelope, line []byte) *kgo.Record {
 	r := &kgo.Record{Key: envelope.KafkaKey(e)}
 	if f == CloudEvents {
+		// What envelope.Normalize gives a field left unset: data {},
+		// schema_version 1.
+		if len(e.Data) == 0 {
+			e.Data = []byte("{}")
+		}
+		if e.SchemaVersion == 0 {
+			e.SchemaVersion = envelope.DefaultSchemaVersion
+		}
 		r.Value, r.Headers = []byte(e.Data), cloudEventsHeaders(e)
 		return r
 	}

@@ -13,6 +13,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/sluicehq/sluice/shared/envelope"
+	"github.com/sluicehq/sluice/shared/kafka"
 	"github.com/sluicehq/sluice/shared/recordformat"
 )
 
@@ -348,24 +349,40 @@ func TestParse(t *testing.T) {
 	}
 }
 
-// A CloudEvents record is no larger than the envelope record of the same
-// event plus a small constant (the attribute names), so KAFKA_MAX_MESSAGE_BYTES
-// (the envelope limit, the metadata limit and 4 KiB) holds it too.
+// A CloudEvents record of an event at the store's limits (a line of
+// almost EVENT_STORE_MAX_ENVELOPE_BYTES, metadata of almost
+// EVENT_STORE_MAX_METADATA_BYTES, a producer's long source and id, which
+// travel twice: as ce_source/ce_id and in ce_metadata) fits the size budget
+// the relay produces and creates topics with (kafka.Budget), as its
+// envelope record does.
 func TestCloudEventsRecordFitsTheBudget(t *testing.T) {
+	limits := envelope.DefaultLimits()
 	e := full()
-	big := strings.Repeat("x", 15_000)
-	e.Metadata["free_big"] = json.RawMessage(`"` + big + `"`)
-	e.Data = json.RawMessage(`{"blob":"` + strings.Repeat("y", 900_000) + `"}`)
-	e, line := stored(t, e)
+	src, id := "https://example.com/"+strings.Repeat("s", 4000), strings.Repeat("i", 4000)
+	e.EventID = envelope.CloudEventID(src, id)
+	e.Metadata["ce_source"], e.Metadata["ce_id"] = quoteJSON(src), quoteJSON(id)
+	e.Metadata["free_big"] = quoteJSON(strings.Repeat("m", limits.MaxMetadataBytes-9000))
+	e.Data = json.RawMessage(`{"blob":""}`)
+	_, line := stored(t, e)
+	pad := limits.MaxEnvelopeBytes - len(line) - 64
+	e.Data = json.RawMessage(`{"blob":"` + strings.Repeat("y", pad) + `"}`)
+	e, line = stored(t, e)
 	size := func(r *kgo.Record) int {
-		n := len(r.Key) + len(r.Value)
+		n := len(r.Key) + len(r.Value) + 61 + 20 // the batch header, the record's varints
 		for _, h := range r.Headers {
-			n += len(h.Key) + len(h.Value)
+			n += len(h.Key) + len(h.Value) + 10
 		}
 		return n
 	}
-	env, ce := size(recordformat.Encode(recordformat.Envelope, e, line)), size(recordformat.Encode(recordformat.CloudEvents, e, line))
-	if ce > env+1024 {
-		t.Fatalf("cloudevents record %d bytes, envelope record %d", ce, env)
+	budget := kafka.Budget(kafka.Config{})
+	for _, f := range []recordformat.Format{recordformat.Envelope, recordformat.CloudEvents} {
+		if n := size(recordformat.Encode(f, e, line)); n > budget {
+			t.Errorf("%s record of %d bytes exceeds the budget of %d", f, n, budget)
+		}
 	}
+}
+
+func quoteJSON(s string) json.RawMessage {
+	b, _ := json.Marshal(s)
+	return b
 }
