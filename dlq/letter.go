@@ -7,6 +7,7 @@ import (
 	"sort"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
@@ -97,7 +98,7 @@ func (l *Letter) EventID() string {
 	if err != nil {
 		return ""
 	}
-	if id := recordformat.EventID(r.Headers); id != "" {
+	if id := recordformat.EventID(r.Headers); id != "" && utf8.ValidString(id) {
 		return id
 	}
 	var e struct {
