@@ -192,9 +192,9 @@ func TestRollingSwitchOfTheRecordFormat(t *testing.T) {
 				recordformat.Detect(byID[id].Headers), g, w)
 		}
 	}
-	if n := esCount(t, client, e.ESURL+"/sluice_shop_formats/_count"); n != 18 {
-		t.Fatalf("%d documents, want 18", n)
-	}
+	pipelinetest.WaitFor(t, 30*time.Second, "18 documents", func() bool {
+		return esCount(t, client, e.ESURL+"/sluice_shop_formats/_count") == 18
+	})
 
 	// An invalid CloudEvents record (no ce_type) is dead-lettered naming
 	// the attribute; the worker goes on with the next event.
@@ -225,6 +225,18 @@ func TestRollingSwitchOfTheRecordFormat(t *testing.T) {
 	pipelinetest.WaitFor(t, 30*time.Second, "the refused event dead-lettered", func() bool {
 		return len(testenv.ReadTopic(t, e.Kafka.Brokers, e.Config.Kafka.EventsDLQTopic)) == 2
 	})
+	letters, err = q.Letters(ctx, nil)
+	if err != nil || len(letters) != 2 {
+		t.Fatalf("letters: %d %v", len(letters), err)
+	}
+	refused := letters[1]
+	id := refused.EventID()
+	reg := newRegistry(t, e)
+	// The runtime marks the row dead once the dead letter is acknowledged.
+	pipelinetest.WaitFor(t, 30*time.Second, "the refused event's registry row dead", func() bool {
+		rows, err := reg.Get(ctx, id)
+		return err == nil && len(rows) == 1 && rows[0].Status == claim.StatusDead
+	})
 	probe.failing.Store(false)
 	// The invalid record names (ce_source, ce_id) an event already done:
 	// its letter is skipped, not produced again; the refused one is.
@@ -232,22 +244,19 @@ func TestRollingSwitchOfTheRecordFormat(t *testing.T) {
 	if err != nil || rr.Redriven != 1 || rr.Skipped != 1 || rr.Failed != 0 {
 		t.Fatalf("redrive: %+v %v", rr, err)
 	}
-	letters, _ = q.Letters(ctx, nil)
-	refused := letters[1]
 	if recordformat.Detect(mustOriginal(t, refused).Headers) != recordformat.CloudEvents {
 		t.Fatalf("the refused record is not a CloudEvents record")
 	}
-	id := refused.EventID()
 	pipelinetest.WaitFor(t, 30*time.Second, "the redriven event projected", func() bool {
 		return esCount(t, client, e.ESURL+"/sluice_shop_formats/_count") == 19
 	})
 	if n := probe.calls(id); n != 2 {
 		t.Fatalf("refused event projected %d times, want 2 (refused, then redriven)", n)
 	}
-	rows, err := newRegistry(t, e).Get(ctx, id)
-	if err != nil || len(rows) != 1 || rows[0].Status != claim.StatusDone {
-		t.Fatalf("registry row of the redriven event: %+v %v", rows, err)
-	}
+	pipelinetest.WaitFor(t, 30*time.Second, "the redriven event's registry row done", func() bool {
+		rows, err := reg.Get(ctx, id)
+		return err == nil && len(rows) == 1 && rows[0].Status == claim.StatusDone
+	})
 }
 
 // storedEvents reads the whole log.
