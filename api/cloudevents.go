@@ -7,8 +7,6 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/google/uuid"
-
 	"github.com/sluicehq/sluice/shared/envelope"
 )
 
@@ -41,16 +39,10 @@ import (
 // letters and digits, at most 20 characters recommended; we allow 64).
 var cloudEventAttr = regexp.MustCompile(`^[a-z0-9]{1,64}$`)
 
-// cloudEventIDPrefix is the name space of event_ids derived from (source, id).
-const cloudEventIDPrefix = "sluice:cloudevent:"
-
-// CloudEventID returns the event_id of the CloudEvent (source, id).
-func CloudEventID(source, id string) string {
-	if l := strings.ToLower(id); envelope.IsCanonicalUUID(l) && l != uuid.Nil.String() {
-		return l
-	}
-	return uuid.NewSHA1(envelope.Namespace(), []byte(cloudEventIDPrefix+source+"\n"+id)).String()
-}
+// CloudEventID returns the event_id of the CloudEvent (source, id):
+// envelope.CloudEventID, the one derivation the workers apply again to a
+// record in the CloudEvents format (docs/kafka.md).
+func CloudEventID(source, id string) string { return envelope.CloudEventID(source, id) }
 
 // parseCloudEvents reads one structured CloudEvent or a batch (a JSON
 // array of them).

@@ -7,9 +7,11 @@ import (
 	"sort"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/sluicehq/sluice/shared/recordformat"
 	"github.com/sluicehq/sluice/worker"
 )
 
@@ -85,22 +87,25 @@ func (l *Letter) Original() (*kgo.Record, error) {
 	return r, nil
 }
 
-// EventID is the original's event_id: the letter's field, its header, else
-// the envelope's field.
+// EventID is the original's event_id: the letter's field, else the one
+// the original's headers name (in either record format, docs/kafka.md),
+// else the field of its envelope.
 func (l *Letter) EventID() string {
 	if l.Record.OriginalEventID != "" {
 		return l.Record.OriginalEventID
 	}
-	if v := l.Record.OriginalHeaders["event_id"]; v != "" && !strings.HasPrefix(v, "base64:") {
-		return v
+	r, err := l.Original()
+	if err != nil {
+		return ""
 	}
-	if r, err := l.Original(); err == nil {
-		var e struct {
-			EventID string `json:"event_id"`
-		}
-		if json.Unmarshal(r.Value, &e) == nil {
-			return e.EventID
-		}
+	if id := recordformat.EventID(r.Headers); id != "" && utf8.ValidString(id) {
+		return id
+	}
+	var e struct {
+		EventID string `json:"event_id"`
+	}
+	if recordformat.Detect(r.Headers) == recordformat.Envelope && json.Unmarshal(r.Value, &e) == nil {
+		return e.EventID
 	}
 	return ""
 }

@@ -1,7 +1,6 @@
 package inspect
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -15,6 +14,7 @@ import (
 	"github.com/sluicehq/sluice/eventstore"
 	"github.com/sluicehq/sluice/relay"
 	"github.com/sluicehq/sluice/shared/envelope"
+	"github.com/sluicehq/sluice/shared/recordformat"
 )
 
 // located is where a published record was found.
@@ -143,7 +143,6 @@ func (in *Inspector) locate(ctx context.Context, topic string, key []byte, posit
 		return nil, 0, err
 	}
 	defer cl.Close()
-	want := []byte(strconv.FormatInt(position, 10))
 	scanned := 0
 	for scanned < in.o.ScanLimit {
 		fs := cl.PollFetches(ctx)
@@ -163,10 +162,8 @@ func (in *Inspector) locate(ctx context.Context, topic string, key []byte, posit
 			}
 			scanned++
 			last = r.Offset
-			for _, h := range r.Headers {
-				if h.Key == "position" && bytes.Equal(h.Value, want) {
-					found = &located{topic: topic, partition: r.Partition, offset: r.Offset, at: r.Timestamp}
-				}
+			if p, ok := recordformat.Position(r.Headers); ok && p == position { // either record format
+				found = &located{topic: topic, partition: r.Partition, offset: r.Offset, at: r.Timestamp}
 			}
 		})
 		if found != nil {

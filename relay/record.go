@@ -1,21 +1,21 @@
 package relay
 
 import (
-	"strconv"
-
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/sluicehq/sluice/eventstore"
 	"github.com/sluicehq/sluice/shared/envelope"
+	"github.com/sluicehq/sluice/shared/recordformat"
 )
 
-// ContentType is the content-type header of every record.
-const ContentType = "application/json"
+// ContentType is the content-type header of every record (both formats).
+const ContentType = recordformat.ContentType
 
 // Router chooses the topic of an envelope (docs/relay.md#what-it-does-per-cycle).
 type Router struct {
 	commands, events string
 	routes           map[string]TopicRoute
+	format           recordformat.Format // "": envelope
 }
 
 // NewRouter returns the routing table: metadata.kafka_topic, else the
@@ -63,32 +63,33 @@ func (r *Router) Topics() []string {
 	return out
 }
 
-// Record builds the Kafka record of a stored event: the line byte for byte
-// as value, the key of docs/architecture.md#aggregate-identity, and the headers of docs/relay.md#what-it-does-per-cycle. topic
-// overrides the routing when non-empty (republish --topic).
+// WithFormat returns a copy of the router that builds records in format f
+// (KAFKA_RECORD_FORMAT; NewRouter's routers build envelope records).
+func (r *Router) WithFormat(f recordformat.Format) *Router {
+	c := *r
+	c.format = f
+	return &c
+}
+
+// Format is the record format of the router's records.
+func (r *Router) Format() recordformat.Format {
+	if r.format == "" {
+		return recordformat.Envelope
+	}
+	return r.format
+}
+
+// Record builds the Kafka record of a stored event in the router's format
+// (recordformat.Encode, docs/kafka.md): in the envelope format the line
+// byte for byte as value and the headers of docs/relay.md#what-it-does-per-cycle, in
+// the CloudEvents format the data as value and the ce_ headers; the key of
+// docs/architecture.md#aggregate-identity in both. topic overrides the
+// routing when non-empty (republish --topic).
 func (r *Router) Record(ev eventstore.Event, topic string) *kgo.Record {
-	e := ev.Envelope
 	if topic == "" {
-		topic = r.Topic(e)
+		topic = r.Topic(ev.Envelope)
 	}
-	h := make([]kgo.RecordHeader, 0, 10)
-	add := func(k, v string) { h = append(h, kgo.RecordHeader{Key: k, Value: []byte(v)}) }
-	add("event_id", e.EventID)
-	add("event_type", e.EventType)
-	add("kind", string(e.Kind))
-	add("aggregate_type", e.AggregateType)
-	add("aggregate_id", e.AggregateID)
-	add("sequence_number", strconv.FormatInt(e.SequenceNumber, 10))
-	add("position", strconv.FormatInt(e.Position, 10))
-	add("content-type", ContentType)
-	if tp := e.Metadata.Traceparent(); tp != "" {
-		add("traceparent", tp)
-	}
-	if ts := e.Metadata.Tracestate(); ts != "" {
-		add("tracestate", ts)
-	}
-	if p, _ := e.Metadata.String(envelope.MetaPrincipal); p != "" {
-		add("principal", p)
-	}
-	return &kgo.Record{Topic: topic, Key: envelope.KafkaKey(e), Value: ev.Raw, Headers: h}
+	rec := recordformat.Encode(r.Format(), ev.Envelope, ev.Raw)
+	rec.Topic = topic
+	return rec
 }

@@ -18,6 +18,7 @@ import (
 	"github.com/sluicehq/sluice/shared/crashpoint"
 	"github.com/sluicehq/sluice/shared/kafka"
 	"github.com/sluicehq/sluice/shared/observability"
+	"github.com/sluicehq/sluice/shared/recordformat"
 	"github.com/sluicehq/sluice/shared/tracing"
 )
 
@@ -91,7 +92,13 @@ func New(cfg Config, deps Deps, opts ...Option) (*Relay, error) {
 		return nil, fmt.Errorf("relay: %w", err)
 	}
 	hbAge := max(30*time.Second, 3*cfg.PollInterval, 3*cfg.KafkaFlushTimeout, 3*cfg.LeaderLease)
-	router := NewRouter(k.CommandsTopic, k.EventsTopic, cfg.Routes)
+	format, err := recordformat.Parse(k.RecordFormat)
+	if err != nil {
+		client.Close()
+		solo.Close()
+		return nil, fmt.Errorf("relay: KAFKA_RECORD_FORMAT: %w", err)
+	}
+	router := NewRouter(k.CommandsTopic, k.EventsTopic, cfg.Routes).WithFormat(format)
 	r := &Relay{
 		cfg:           cfg,
 		kafka:         k,

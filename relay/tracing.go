@@ -8,21 +8,22 @@ import (
 	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/sluicehq/sluice/shared/recordformat"
 	"github.com/sluicehq/sluice/shared/tracing"
 )
 
 // startPublish starts the producer span of rec (only with tracing on): a
 // child of the trace context the stored event carries (the record's
-// traceparent header, copied from its metadata by Router.Record), or a new
-// trace when it carries none. The record's headers then name this span, so
-// the workers continue from the publish. The record's value — the stored
-// line — is not touched.
+// traceparent header, copied from its metadata by Router.Record in both
+// record formats), or a new trace when it carries none. The record's
+// headers then name this span, so the workers continue from the publish.
+// The record's value is not touched.
 func startPublish(ctx context.Context, t trace.Tracer, rec *kgo.Record, pos int64) trace.Span {
 	ctx = tracing.FromRecord(context.WithoutCancel(ctx), rec)
 	ctx, span := t.Start(ctx, "publish "+rec.Topic, trace.WithSpanKind(trace.SpanKindProducer),
 		trace.WithAttributes(semconv.MessagingSystemKafka, semconv.MessagingOperationTypeSend,
 			semconv.MessagingDestinationName(rec.Topic), tracing.AttrPosition.Int64(pos),
-			tracing.AttrEventID.String(recordHeader(rec, "event_id")), tracing.AttrEventType.String(recordHeader(rec, "event_type"))))
+			tracing.AttrEventID.String(recordformat.EventID(rec.Headers)), tracing.AttrEventType.String(recordformat.EventType(rec.Headers))))
 	tracing.SetRecord(ctx, rec)
 	return span
 }
@@ -34,13 +35,4 @@ func endPublish(span trace.Span, err error) {
 		span.SetStatus(codes.Error, err.Error())
 	}
 	span.End()
-}
-
-func recordHeader(rec *kgo.Record, key string) string {
-	for _, h := range rec.Headers {
-		if h.Key == key {
-			return string(h.Value)
-		}
-	}
-	return ""
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/sluicehq/sluice/eventstore/objstore"
 	"github.com/sluicehq/sluice/eventstore/objstore/filestore"
 	"github.com/sluicehq/sluice/shared/envelope"
+	"github.com/sluicehq/sluice/shared/recordformat"
 )
 
 func TestRouter(t *testing.T) {
@@ -65,6 +66,33 @@ func TestRecordHeaders(t *testing.T) {
 		"aggregate_id": "agg 1", "sequence_number": "7", "position": "42", "content-type": "application/json"}
 	if !reflect.DeepEqual(got, want) || string(rec.Key) != "ok" || string(rec.Value) != `{"x":1}` || rec.Topic != "c" {
 		t.Errorf("record %s key %q value %q headers %v", rec.Topic, rec.Key, rec.Value, got)
+	}
+}
+
+// A router WithFormat(CloudEvents) builds the binary-mode CloudEvents
+// record of the same event: the data as value, the same key and topic,
+// ce_ headers; the router it was made from still builds envelopes.
+func TestRecordCloudEventsFormat(t *testing.T) {
+	r := NewRouter("c", "e", nil)
+	ce := r.WithFormat(recordformat.CloudEvents)
+	e := command("agg 1", 1)
+	e.SequenceNumber, e.Position = 7, 42
+	line, err := envelope.Marshal(e)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ev := eventstore.Event{Envelope: e, Raw: line}
+	rec := ce.Record(ev, "")
+	got, err := recordformat.Decode(rec, envelope.Limits{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rec.Topic != "c" || string(rec.Value) != string(e.Data) || string(rec.Key) != string(envelope.KafkaKey(e)) ||
+		recordformat.Detect(rec.Headers) != recordformat.CloudEvents || got.EventID != e.EventID || got.Position != 42 {
+		t.Errorf("record %s key %q value %s headers %v", rec.Topic, rec.Key, rec.Value, rec.Headers)
+	}
+	if r.Format() != recordformat.Envelope || recordformat.Detect(r.Record(ev, "x").Headers) != recordformat.Envelope {
+		t.Error("WithFormat changed the router it was made from")
 	}
 }
 

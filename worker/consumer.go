@@ -13,9 +13,9 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/sluicehq/sluice/shared/claim"
-	"github.com/sluicehq/sluice/shared/envelope"
 	"github.com/sluicehq/sluice/shared/kafka"
 	"github.com/sluicehq/sluice/shared/observability"
+	"github.com/sluicehq/sluice/shared/recordformat"
 	"github.com/sluicehq/sluice/shared/tracing"
 )
 
@@ -319,7 +319,9 @@ func (c *Consumer) parseAll(items []*item) {
 func (c *Consumer) parse(it *item) {
 	r := it.rec
 	it.view = Record{Topic: r.Topic, Partition: r.Partition, Offset: r.Offset, Key: r.Key, Value: r.Value, Headers: r.Headers, Timestamp: r.Timestamp}
-	env, err := envelope.Parse(r.Value, c.o.Limits)
+	// Either record format, detected per record (docs/kafka.md): both can
+	// stand in one partition while a deployment switches.
+	env, err := recordformat.Decode(r, c.o.Limits)
 	if err != nil {
 		it.parseErr = err
 		it.key = "kafka-key:" + string(r.Key)

@@ -6,12 +6,13 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"errors"
-	"strconv"
 	"time"
 	"unicode/utf8"
 
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/sluicehq/sluice/shared/recordformat"
 )
 
 // DLQRecord is the value of a dead-letter record (docs/worker-runtime.md#the-dead-letter-record). Its key is the
@@ -195,17 +196,12 @@ func (d deadLetter) pointer(reason string) (*kgo.Record, error) {
 	r := d.rec
 	v.OriginalTruncated, v.TruncatedReason, v.OriginalSize = true, reason, len(r.Value)
 	v.OriginalEventID, v.OriginalPosition = d.eventID, d.position
-	for _, h := range r.Headers {
-		switch h.Key {
-		case "event_id":
-			if v.OriginalEventID == "" && utf8.Valid(h.Value) && len(h.Value) <= 512 {
-				v.OriginalEventID = string(h.Value)
-			}
-		case "position":
-			if p, err := strconv.ParseInt(string(h.Value), 10, 64); err == nil && v.OriginalPosition == 0 {
-				v.OriginalPosition = p
-			}
-		}
+	// A record that did not parse: its headers, in either record format.
+	if id := recordformat.EventID(r.Headers); v.OriginalEventID == "" && utf8.ValidString(id) && len(id) <= 512 {
+		v.OriginalEventID = id
+	}
+	if p, ok := recordformat.Position(r.Headers); ok && v.OriginalPosition == 0 {
+		v.OriginalPosition = p
 	}
 	if len(v.Error) > maxPointerText {
 		v.Error = truncateUTF8(v.Error, maxPointerText) + "… (truncated)"

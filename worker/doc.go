@@ -2,7 +2,8 @@
 // the instance worker and the projection workers: a franz-go consumer group
 // with manual commits and read_committed isolation that runs every record
 // through parse → registry claim → handler side effect → mark_done → offset
-// commit, in that order.
+// commit, in that order. Parse reads either Kafka record format, detected
+// per record (shared/recordformat, docs/kafka.md), so a topic may hold both.
 //
 // The guarantees it keeps (docs/architecture.md#the-guarantees):
 //

@@ -193,7 +193,7 @@ func newRelayRepublishCmd() *cobra.Command {
 				return err
 			}
 			defer cl.Close()
-			router := relay.NewRouter(d.cfg.Kafka.CommandsTopic, d.cfg.Kafka.EventsTopic, nil)
+			router := relay.NewRouter(d.cfg.Kafka.CommandsTopic, d.cfg.Kafka.EventsTopic, nil).WithFormat(d.cfg.Kafka.Format())
 			names := router.Topics()
 			if topic != "" {
 				names = []string{topic}

@@ -1,6 +1,10 @@
 package envelope
 
-import "github.com/google/uuid"
+import (
+	"strings"
+
+	"github.com/google/uuid"
+)
 
 // EventNamespace is the UUIDv5 namespace of every id sluice derives. It is
 // fixed forever: changing it would change every derived event_id and break
@@ -35,4 +39,25 @@ func DomainEventID(commandID, eventType, aggregateType, aggregateID string) uuid
 // form as the instance_id.
 func InstanceIDFromCommand(commandID string) uuid.UUID {
 	return uuid.NewSHA1(namespace, []byte("sluice:instance:"+commandID))
+}
+
+// cloudEventIDPrefix is the name space of event_ids derived from a
+// CloudEvent's (source, id).
+const cloudEventIDPrefix = "sluice:cloudevent:"
+
+// CloudEventID returns the event_id of the CloudEvent (source, id)
+// (docs/api.md#cloudevents-input, docs/kafka.md): id itself when it is a
+// UUID (lower-cased, not the nil UUID), else
+//
+//	UUIDv5(EventNamespace, "sluice:cloudevent:" + source + "\n" + id)
+//
+// CloudEvents identify an event by (source, id), and so does sluice: the
+// API derives the event_id of a CloudEvent it appends with this function,
+// and the workers derive it again from a record in the CloudEvents format,
+// so a CloudEvent keeps its (source, id) through the store and Kafka.
+func CloudEventID(source, id string) string {
+	if l := strings.ToLower(id); IsCanonicalUUID(l) && l != uuid.Nil.String() {
+		return l
+	}
+	return uuid.NewSHA1(namespace, []byte(cloudEventIDPrefix+source+"\n"+id)).String()
 }

@@ -4,6 +4,7 @@ import (
 	"strings"
 
 	"github.com/sluicehq/sluice/shared/config"
+	"github.com/sluicehq/sluice/shared/recordformat"
 )
 
 // Config configures the brokers and topics (docs/architecture.md#security-and-bad-input).
@@ -21,6 +22,7 @@ type Config struct {
 	SASLMechanism     string        `env:"KAFKA_SASL_MECHANISM" doc:"SASL mechanism: empty, PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512."`
 	SASLUsername      string        `env:"KAFKA_SASL_USERNAME" file:"true" doc:"SASL user."`
 	SASLPassword      config.Secret `env:"KAFKA_SASL_PASSWORD" file:"true" doc:"SASL password (never logged)."`
+	RecordFormat      string        `env:"KAFKA_RECORD_FORMAT" envDefault:"envelope" doc:"Format of the records the relay publishes: envelope (the stored envelope as the value) or cloudevents (the binary content mode of the CloudEvents Kafka binding: the data as the value, ce_ headers). Readers detect the format per record, so a rolling restart switches it (docs/kafka.md)."`
 	MaxMessageBytes   int           `env:"KAFKA_MAX_MESSAGE_BYTES" envDefault:"0" docDefault:"EVENT_STORE_MAX_ENVELOPE_BYTES + EVENT_STORE_MAX_METADATA_BYTES + 4096" doc:"Largest record batch the relay produces and max.message.bytes of the topics it creates (0 = derived from the envelope limit); a value below the derived budget fails sluice config check."`
 }
 
@@ -30,6 +32,16 @@ func DefaultConfig() Config {
 	var c Config
 	config.Defaults(&c)
 	return c
+}
+
+// Format returns the record format the relay publishes
+// (KAFKA_RECORD_FORMAT; envelope when unset in a configuration built in Go).
+func (c Config) Format() recordformat.Format {
+	f, err := recordformat.Parse(c.RecordFormat)
+	if err != nil { // Validate refuses it; a hand-built Config falls back
+		return recordformat.Envelope
+	}
+	return f
 }
 
 // Group returns the consumer group id of a worker's base group name
@@ -63,5 +75,6 @@ func (kf Config) Validate() error {
 	k.AtLeast("KAFKA_TOPIC_PARTITIONS", int64(kf.TopicPartitions), 1)
 	k.AtLeast("KAFKA_TOPIC_REPLICATION_FACTOR", int64(kf.ReplicationFactor), 1)
 	k.OneOf("KAFKA_SASL_MECHANISM", kf.SASLMechanism, "", "PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
+	k.OneOf("KAFKA_RECORD_FORMAT", kf.RecordFormat, recordformat.Formats...)
 	return k.Err()
 }

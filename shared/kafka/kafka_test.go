@@ -17,6 +17,7 @@ import (
 	"github.com/sluicehq/sluice/shared/config"
 	"github.com/sluicehq/sluice/shared/envelope"
 	"github.com/sluicehq/sluice/shared/kafka"
+	"github.com/sluicehq/sluice/shared/recordformat"
 )
 
 func newCluster(t *testing.T, opts ...kfake.Opt) []string {
@@ -120,6 +121,36 @@ func TestOptsRefuseUnknownSASLMechanism(t *testing.T) {
 	}
 	if strings.Contains(err.Error(), "hunter2") {
 		t.Errorf("error %q contains the password", err)
+	}
+}
+
+// KAFKA_RECORD_FORMAT is envelope by default, cloudevents when set so,
+// and anything else stops the process at start-up naming the variable.
+func TestRecordFormatSetting(t *testing.T) {
+	for _, c := range []struct {
+		env  map[string]string
+		want recordformat.Format
+		bad  bool
+	}{
+		{env: map[string]string{}, want: recordformat.Envelope},
+		{env: map[string]string{"KAFKA_RECORD_FORMAT": "cloudevents"}, want: recordformat.CloudEvents},
+		{env: map[string]string{"KAFKA_RECORD_FORMAT": "envelope"}, want: recordformat.Envelope},
+		{env: map[string]string{"KAFKA_RECORD_FORMAT": "avro"}, bad: true},
+	} {
+		t.Run(c.env["KAFKA_RECORD_FORMAT"], func(t *testing.T) {
+			var cfg kafka.Config
+			err := config.Parse(&cfg, c.env)
+			var ve *config.VarError
+			if c.bad {
+				if !errors.As(err, &ve) || ve.Var != "KAFKA_RECORD_FORMAT" {
+					t.Fatalf("err = %v, want a *config.VarError naming KAFKA_RECORD_FORMAT", err)
+				}
+				return
+			}
+			if err != nil || cfg.Format() != c.want {
+				t.Fatalf("format %q %v, want %q", cfg.Format(), err, c.want)
+			}
+		})
 	}
 }
 
