@@ -2,6 +2,7 @@ package migrations
 
 import (
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -79,18 +80,13 @@ func (c PostgresConfig) own(r Role) config.Secret {
 type Database struct {
 	URL   string
 	Roles []Role
+	vars  []string
 }
 
-// Vars names the variables that point at the database ("DATABASE_URL,
-// EVENT_STORE_DATABASE_URL"), for messages; never the URL (it may hold a
-// password).
-func (d Database) Vars() string {
-	names := make([]string, len(d.Roles))
-	for i, r := range d.Roles {
-		names[i] = r.Var()
-	}
-	return strings.Join(names, ", ")
-}
+// Vars names the variables that set the database's URL ("DATABASE_URL,
+// REGISTRY_DATABASE_URL"; DATABASE_URL for a role without a URL of its
+// own), for messages; never the URL (it may hold a password).
+func (d Database) Vars() string { return strings.Join(d.vars, ", ") }
 
 // Databases groups roles by URL: one entry per distinct database, in role
 // order; roles with an empty URL are left out. With only DATABASE_URL set
@@ -105,16 +101,18 @@ func (c PostgresConfig) Databases(roles ...Role) []Database {
 		if u == "" {
 			continue
 		}
-		found := false
-		for i := range out {
-			if out[i].URL == u {
-				out[i].Roles = append(out[i].Roles, r)
-				found = true
-				break
-			}
+		v := "DATABASE_URL"
+		if c.own(r) != "" {
+			v = r.Var()
 		}
-		if !found {
-			out = append(out, Database{URL: u, Roles: []Role{r}})
+		i := slices.IndexFunc(out, func(d Database) bool { return d.URL == u })
+		if i < 0 {
+			out = append(out, Database{URL: u})
+			i = len(out) - 1
+		}
+		out[i].Roles = append(out[i].Roles, r)
+		if !slices.Contains(out[i].vars, v) {
+			out[i].vars = append(out[i].vars, v)
 		}
 	}
 	return out
