@@ -14,6 +14,14 @@
 // processes at once — a Postgres session advisory lock serialises runners, so
 // each migration is applied exactly once — and every table lives in schema
 // `sluice`, including goose's own version table.
+//
+// It also configures and opens the connections (PostgresConfig): sluice's
+// state is split into roles — main (DATABASE_URL), store
+// (EVENT_STORE_DATABASE_URL) and registry (REGISTRY_DATABASE_URL), the last
+// two defaulting to the first — which may live in different databases
+// (docs/scale-out.md). OpenPools opens one pool per distinct database of the
+// roles a process uses, and UpDatabases migrates every distinct database
+// with the whole schema (docs/migrations.md#one-schema-on-every-database-decision).
 package migrations
 
 import (
