@@ -128,7 +128,7 @@ func (s *Server) parkedList(r *http.Request) (any, error) {
 	if n, err := strconv.Atoi(q.Get("limit")); err == nil && n > 0 {
 		f.Limit = n
 	}
-	return relay.NewParkedStore(s.opts.Pool).List(r.Context(), f)
+	return relay.NewParkedStore(s.opts.StorePool).List(r.Context(), f)
 }
 
 // ResolveRequest republishes or drops a parked record.
@@ -151,7 +151,7 @@ func (s *Server) parkedResolve(republish bool) func(*http.Request, []byte) (Acti
 		}
 		ctx := r.Context()
 		cfg := s.opts.Process
-		ps := relay.NewParkedStore(s.opts.Pool)
+		ps := relay.NewParkedStore(s.opts.StorePool)
 		opts := relay.ResolveOptions{Topic: req.Topic, DryRun: req.DryRun}
 		var p relay.ParkedRecord
 		if republish {
@@ -519,7 +519,7 @@ func (s *Server) projectionSwitch(rebuild bool) func(*http.Request, []byte) (Act
 		go func() {
 			// The job outlives the request; it stops with the process.
 			sum, err := op(context.WithoutCancel(r.Context()), projectionworker.SwitchOptions{Config: cfg.ProjectionWorker(),
-				Deps:       projectionworker.Deps{Pool: s.opts.Pool, ES: s.opts.ES, Logger: s.log},
+				Deps:       projectionworker.Deps{Pool: s.opts.RegistryPool, ES: s.opts.ES, Logger: s.log},
 				Projection: p, Version: req.Version, Settle: settle,
 				Progress: func(pr projectionworker.Progress) { s.jobs.update(func() { job.Progress = &pr }) }})
 			s.jobs.update(func() {

@@ -76,10 +76,17 @@ type Config struct {
 
 // Deps are the admin API's resources.
 type Deps struct {
-	Pool     *pgxpool.Pool // required
-	Store    *eventstore.Store
-	Bucket   objstore.Bucket
-	Registry *registry.Registry // required
+	// Pool is the main role's database (DATABASE_URL: the audit, event
+	// schemas); required. StorePool holds the relay's lease and parked
+	// records (EVENT_STORE_DATABASE_URL) and RegistryPool the registry
+	// (REGISTRY_DATABASE_URL) that a projection rebuild uses; nil: Pool
+	// (one database, docs/scale-out.md).
+	Pool         *pgxpool.Pool
+	StorePool    *pgxpool.Pool
+	RegistryPool *pgxpool.Pool
+	Store        *eventstore.Store
+	Bucket       objstore.Bucket
+	Registry     *registry.Registry // required
 	// Schemas is the schema registry (docs/schemas.md); nil: one on Pool
 	// with Process.Schema.
 	Schemas *schema.Registry
@@ -130,6 +137,12 @@ func New(cfg Config, deps Deps, opts ...Option) (*Server, error) {
 	}
 	if o.Logger == nil {
 		o.Logger = slog.Default()
+	}
+	if o.StorePool == nil {
+		o.StorePool = o.Pool
+	}
+	if o.RegistryPool == nil {
+		o.RegistryPool = o.Pool
 	}
 	if len(o.Projections) == 0 {
 		o.Projections = projectionworker.Builtins()

@@ -247,10 +247,11 @@ func (s *Server) health(r *http.Request) (any, error) {
 // stands on, as this process reaches it.
 func (s *Server) dependencies(ctx context.Context) []DependencyHealth {
 	cfg := s.opts.Process
-	probes := []struct {
+	type probe struct {
 		name string
 		fn   func(context.Context) error
-	}{
+	}
+	probes := []probe{
 		{"Postgres", func(ctx context.Context) error { return s.opts.Pool.Ping(ctx) }},
 		{"Kafka", func(ctx context.Context) error {
 			cl, err := kafka.NewClient(cfg.Kafka)
@@ -286,6 +287,14 @@ func (s *Server) dependencies(ctx context.Context) []DependencyHealth {
 			}
 			return err
 		}},
+	}
+	// A role on a database of its own is probed on its own
+	// (docs/scale-out.md#health); on one database, one probe as before.
+	if s.opts.StorePool != s.opts.Pool {
+		probes = append(probes, probe{"Postgres (store)", func(ctx context.Context) error { return s.opts.StorePool.Ping(ctx) }})
+	}
+	if s.opts.RegistryPool != s.opts.Pool && s.opts.RegistryPool != s.opts.StorePool {
+		probes = append(probes, probe{"Postgres (registry)", func(ctx context.Context) error { return s.opts.RegistryPool.Ping(ctx) }})
 	}
 	out := make([]DependencyHealth, len(probes))
 	var wg sync.WaitGroup

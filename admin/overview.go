@@ -158,7 +158,7 @@ func (s *Server) overviewRelay(ctx context.Context, ov *Overview) {
 			ov.Relay.Lag = max(ov.Store.Head-cp.Position, 0)
 		}
 	}
-	if info, ok, err := relay.NewLease(s.opts.Pool, cfg.Relay.Name, "", time.Second).Info(ctx); err != nil {
+	if info, ok, err := relay.NewLease(s.opts.StorePool, cfg.Relay.Name, "", time.Second).Info(ctx); err != nil {
 		ov.fail("relay_lease", err)
 	} else if ok {
 		ov.Relay.Leader, ov.Relay.Epoch, ov.Relay.LeaseState = info.Holder, info.Epoch, "held"
@@ -166,7 +166,7 @@ func (s *Server) overviewRelay(ctx context.Context, ov *Overview) {
 			ov.Relay.LeaseState = "expired"
 		}
 	}
-	if n, err := relay.NewParkedStore(s.opts.Pool).Count(ctx, cfg.Relay.Name); err != nil {
+	if n, err := relay.NewParkedStore(s.opts.StorePool).Count(ctx, cfg.Relay.Name); err != nil {
 		ov.fail("parked", err)
 	} else {
 		ov.Parked.Parked = n

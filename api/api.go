@@ -189,9 +189,10 @@ func New(opts Options) (http.Handler, error) {
 	if s.auth == nil {
 		s.auth = auth.NewAuthenticator(auth.Options{Tokens: opts.Tokens})
 	}
-	if c, ok := opts.Registry.(interface{ Check(context.Context) error }); ok {
-		opts.Health.AddReadiness("registry", c.Check)
-	}
+	// No readiness check of the registry: it serves only command-status
+	// and read-your-writes reads, which answer 503 while it is out, and an
+	// API that went unready with it would refuse appends its store could
+	// take (docs/scale-out.md#health).
 	if h, ok := opts.Store.(interface {
 		Head(context.Context) (int64, error)
 	}); ok {

@@ -273,6 +273,39 @@ func TestComposeFile(t *testing.T) {
 	}
 }
 
+// commentedVar is a commented-out setting of the compose file's shared
+// environment: "  # NAME: value".
+var commentedVar = regexp.MustCompile(`(?m)^  # ([A-Z][A-Z0-9_]*): (\S+)$`)
+
+// The compose file shows, commented out, how to put the store index and the
+// registry on Postgres servers of their own (docs/scale-out.md): both
+// variables are there, and uncommented they are variables sluice reads
+// and a configuration `sluice config check` accepts.
+func TestComposeRoleDatabases(t *testing.T) {
+	body, err := os.ReadFile("docker-compose.yml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	project := loadCompose(t)
+	env := map[string]string{}
+	for k, v := range project.Services["api"].Environment {
+		if v != nil {
+			env[k] = *v
+		}
+	}
+	commented := map[string]string{}
+	for _, m := range commentedVar.FindAllStringSubmatch(string(body), -1) {
+		commented[m[1]] = m[2]
+		env[m[1]] = m[2]
+	}
+	for _, name := range []string{"EVENT_STORE_DATABASE_URL", "REGISTRY_DATABASE_URL"} {
+		if _, ok := commented[name]; !ok {
+			t.Errorf("the compose file does not show %s (commented out, beside DATABASE_URL)", name)
+		}
+	}
+	checkEnv(t, "compose service api with the commented settings", env)
+}
+
 func TestDockerfile(t *testing.T) {
 	b, err := os.ReadFile("Dockerfile")
 	if err != nil {

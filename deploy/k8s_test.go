@@ -365,11 +365,12 @@ func checkProbes(t *testing.T, where string, c corev1.Container) {
 }
 
 // credentialsOf are the credentials each sluice command needs a Secret slot
-// for: every one a service may use (DATABASE_URL, S3, Kafka SASL,
-// Elasticsearch), the API tokens for the API, DATABASE_URL for migrate.
+// for: every one a service may use (the Postgres URLs of the roles, S3,
+// Kafka SASL, Elasticsearch), the API tokens for the API, the Postgres URLs
+// for migrate (it migrates every role's database, docs/scale-out.md).
 func credentialsOf(command string) []string {
 	if command == "migrate" {
-		return []string{"DATABASE_URL"}
+		return []string{"DATABASE_URL", "EVENT_STORE_DATABASE_URL", "REGISTRY_DATABASE_URL"}
 	}
 	var out []string
 	for _, v := range sluiceconfig.Vars() {
@@ -462,8 +463,13 @@ func sluiceEnv(t *testing.T, where string, c corev1.Container, r rendered, comma
 }
 
 func sampleCredential(name string) string {
-	if name == "DATABASE_URL" {
+	switch name {
+	case "DATABASE_URL":
 		return "postgres://sluice:sample@postgres:5432/sluice?sslmode=require"
+	case "EVENT_STORE_DATABASE_URL":
+		return "postgres://sluice:sample@postgres-store:5432/sluice?sslmode=require"
+	case "REGISTRY_DATABASE_URL":
+		return "postgres://sluice:sample@postgres-registry:5432/sluice?sslmode=require"
 	}
 	return "sample"
 }

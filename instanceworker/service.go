@@ -23,6 +23,8 @@ import (
 
 // Deps are the resources a Service runs on; the caller owns and closes them.
 type Deps struct {
+	// Pool holds the processed-event registry (the registry role,
+	// REGISTRY_DATABASE_URL: docs/scale-out.md); Store has its own.
 	Pool  *pgxpool.Pool
 	Store Store
 	// ES is the Elasticsearch client (readmodel.NewClient).

@@ -14,12 +14,21 @@
 // processes at once — a Postgres session advisory lock serialises runners, so
 // each migration is applied exactly once — and every table lives in schema
 // `sluice`, including goose's own version table.
+//
+// It also configures and opens the connections (PostgresConfig): sluice's
+// state is split into roles — main (DATABASE_URL), store
+// (EVENT_STORE_DATABASE_URL) and registry (REGISTRY_DATABASE_URL), the last
+// two defaulting to the first — which may live in different databases
+// (docs/scale-out.md). OpenPools opens one pool per distinct database of the
+// roles a process uses, and UpDatabases migrates every distinct database
+// with the whole schema (docs/migrations.md#one-schema-on-every-database-decision).
 package migrations
 
 import (
 	"context"
 	"database/sql"
 	"embed"
+	"errors"
 	"fmt"
 	"log/slog"
 
@@ -188,4 +197,41 @@ func StatusOf(ctx context.Context, db *sql.DB) ([]Status, error) {
 		out = append(out, row)
 	}
 	return out, nil
+}
+
+// DatabaseResult is what UpDatabases did to one database.
+type DatabaseResult struct {
+	Database
+	Applied []Result
+}
+
+// UpDatabases applies every pending migration to each distinct database of
+// c (Databases), in role order, and returns what it applied to each. Every
+// database gets the whole schema, whatever roles it holds
+// (docs/migrations.md#one-schema-on-every-database-decision); with one URL
+// it is Up on that database. It stops at the first failure, naming the
+// variables of the database (never its URL).
+func UpDatabases(ctx context.Context, c PostgresConfig, logger *slog.Logger) ([]DatabaseResult, error) {
+	dbs := c.Databases()
+	if len(dbs) == 0 {
+		return nil, errors.New("DATABASE_URL is not set")
+	}
+	out := make([]DatabaseResult, 0, len(dbs))
+	for _, d := range dbs {
+		res, err := upOne(ctx, d.URL, logger)
+		if err != nil {
+			return out, fmt.Errorf("postgres of %s: %w", d.Vars(), err)
+		}
+		out = append(out, DatabaseResult{Database: d, Applied: res})
+	}
+	return out, nil
+}
+
+func upOne(ctx context.Context, url string, logger *slog.Logger) ([]Result, error) {
+	db, err := Open(url)
+	if err != nil {
+		return nil, err
+	}
+	defer db.Close()
+	return Up(ctx, db, logger)
 }

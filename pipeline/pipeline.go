@@ -6,7 +6,8 @@
 // the same way wherever it runs (docs/architecture.md, "Service wiring").
 //
 // The table builds and runs; it opens nothing shared itself. The caller
-// opens the Postgres pool, the event store and the Prometheus and health
+// opens the Postgres pools of the roles a service uses (Service.Roles,
+// docs/scale-out.md), the event store and the Prometheus and health
 // registries (once per process, Deps), serves /metrics and the probes, and
 // prints. A service that needs extra HTTP routes on the API (the admin API)
 // gets them through Options, so this package stays below the ones that
@@ -35,6 +36,7 @@ import (
 	"github.com/sluicehq/sluice/eventstore/objstore"
 	"github.com/sluicehq/sluice/eventstore/objstore/minioext"
 	"github.com/sluicehq/sluice/instanceworker"
+	"github.com/sluicehq/sluice/migrations"
 	"github.com/sluicehq/sluice/pipeline/sluiceconfig"
 	"github.com/sluicehq/sluice/projectionworker"
 	"github.com/sluicehq/sluice/projectionworker/declarative"
@@ -57,13 +59,22 @@ const (
 
 // Deps are the shared resources of one process that services are built on.
 // Store and Bucket may be nil for a process whose services do not need the
-// event store (Service.NeedsStore).
+// event store (Service.NeedsStore), and a pool nil for one whose services
+// do not use its role (Service.Roles).
 type Deps struct {
 	Config *sluiceconfig.Config
 	Logger *slog.Logger
-	Pool   *pgxpool.Pool
-	Bucket objstore.Bucket
-	Store  *eventstore.Store
+	// Pool, StorePool and RegistryPool are the process's Postgres pools by
+	// role (docs/scale-out.md#the-roles): DATABASE_URL's (event schemas, API
+	// keys), EVENT_STORE_DATABASE_URL's (the relay's lease and parked
+	// records; Store runs on the same pool) and REGISTRY_DATABASE_URL's (the
+	// workers' registry, the API's command status). Roles on one URL share
+	// one pool (migrations.OpenPools).
+	Pool         *pgxpool.Pool
+	StorePool    *pgxpool.Pool
+	RegistryPool *pgxpool.Pool
+	Bucket       objstore.Bucket
+	Store        *eventstore.Store
 	// Metrics and Health are the process's registries; every service adds
 	// its series and checks to them.
 	Metrics *prometheus.Registry
@@ -97,6 +108,10 @@ type Service struct {
 	// NeedsStore is set when the service reads or appends to the event
 	// store (Deps.Store and Deps.Bucket required).
 	NeedsStore bool
+	// Roles returns the Postgres roles whose pools the service uses with
+	// the options o (docs/scale-out.md#which-process-opens-which-pool): a
+	// process opens those and no other.
+	Roles func(o Options) []migrations.Role
 	// Build makes the service ready to run; nothing runs yet.
 	Build func(ctx context.Context, d Deps, o Options) (Runner, error)
 }
@@ -113,10 +128,38 @@ type Runner interface {
 // Table returns the services, in the order `sluice dev` starts them.
 func Table() []Service {
 	return []Service{
-		{Name: Relay, NeedsStore: true, Build: buildRelay},
-		{Name: InstanceWorker, NeedsStore: true, Build: buildInstanceWorker},
-		{Name: ProjectionWorker, Build: buildProjectionWorker},
-		{Name: API, NeedsStore: true, Build: buildAPI},
+		{Name: Relay, NeedsStore: true, Roles: roles(migrations.RoleStore), Build: buildRelay},
+		{Name: InstanceWorker, NeedsStore: true, Roles: roles(migrations.RoleStore, migrations.RoleRegistry), Build: buildInstanceWorker},
+		{Name: ProjectionWorker, Roles: projectionWorkerRoles, Build: buildProjectionWorker},
+		{Name: API, NeedsStore: true, Roles: roles(migrations.RoleMain, migrations.RoleStore, migrations.RoleRegistry), Build: buildAPI},
+	}
+}
+
+// roles is a Service.Roles that does not depend on the options.
+func roles(rs ...migrations.Role) func(Options) []migrations.Role {
+	return func(Options) []migrations.Role { return rs }
+}
+
+// projectionWorkerRoles: the registry, and the main role's schema registry
+// when a declarative projection upcasts (docs/schemas.md#upcasting-on-read).
+func projectionWorkerRoles(o Options) []migrations.Role {
+	for _, sp := range o.Projections {
+		if p, ok := sp.Projection.(*declarative.Projection); ok && p.Upcasts() {
+			return []migrations.Role{migrations.RoleRegistry, migrations.RoleMain}
+		}
+	}
+	return []migrations.Role{migrations.RoleRegistry}
+}
+
+// pool returns d's pool of role r.
+func (d Deps) pool(r migrations.Role) *pgxpool.Pool {
+	switch r {
+	case migrations.RoleStore:
+		return d.StorePool
+	case migrations.RoleRegistry:
+		return d.RegistryPool
+	default:
+		return d.Pool
 	}
 }
 
@@ -138,8 +181,13 @@ func Build(ctx context.Context, name string, d Deps, o Options) (Runner, error) 
 	if s.NeedsStore && (d.Store == nil || d.Bucket == nil) {
 		return nil, fmt.Errorf("pipeline: %s needs the event store", name)
 	}
-	if d.Config == nil || d.Pool == nil || d.Metrics == nil || d.Health == nil {
-		return nil, fmt.Errorf("pipeline: %s needs the config, the Postgres pool and the metrics and health registries", name)
+	if d.Config == nil || d.Metrics == nil || d.Health == nil {
+		return nil, fmt.Errorf("pipeline: %s needs the config and the metrics and health registries", name)
+	}
+	for _, r := range s.Roles(o) {
+		if d.pool(r) == nil {
+			return nil, fmt.Errorf("pipeline: %s needs the Postgres pool of the %s role (%s)", name, r, r.Var())
+		}
 	}
 	if d.Logger == nil {
 		d.Logger = slog.Default()
@@ -160,8 +208,24 @@ func registerStore(d Deps) error {
 	return nil
 }
 
-func postgresReady(d Deps) {
-	d.Health.AddReadiness("postgres", func(ctx context.Context) error { return d.Pool.Ping(ctx) })
+// postgresReady adds a readiness check per distinct pool of roles:
+// "postgres" for the first, "postgres:<role>" for a role on a database of
+// its own (docs/scale-out.md#health). Roles on one pool are one check, so a
+// process on one database reports what it always did.
+func postgresReady(d Deps, rs ...migrations.Role) {
+	var seen []*pgxpool.Pool
+	for _, r := range rs {
+		p := d.pool(r)
+		if p == nil || slices.Contains(seen, p) {
+			continue
+		}
+		name := "postgres"
+		if len(seen) > 0 {
+			name += ":" + string(r)
+		}
+		seen = append(seen, p)
+		d.Health.AddReadiness(name, func(ctx context.Context) error { return p.Ping(ctx) })
+	}
 }
 
 // runner adapts a run and a close func.
@@ -190,8 +254,8 @@ func buildRelay(ctx context.Context, d Deps, _ Options) (Runner, error) {
 	if err != nil {
 		return nil, err
 	}
-	postgresReady(d)
-	deps := relay.Deps{Store: d.Store, Bucket: d.Bucket, Pool: d.Pool, Kafka: d.Config.Kafka,
+	postgresReady(d, migrations.RoleStore)
+	deps := relay.Deps{Store: d.Store, Bucket: d.Bucket, Pool: d.StorePool, Kafka: d.Config.Kafka,
 		Logger: d.Logger, Registerer: d.Metrics, Health: d.Health, TracerProvider: d.TracerProvider, Crasher: crasher}
 	if es := d.Config.EventStore; es.Backend == "s3" && es.S3Endpoint != "" {
 		// MinIO bucket notifications as an extra wake-up (hints only).
@@ -237,7 +301,7 @@ func buildInstanceWorker(ctx context.Context, d Deps, _ Options) (Runner, error)
 		return nil, err
 	}
 	svc, err := instanceworker.NewService(d.Config.InstanceWorker(), instanceworker.Deps{
-		Pool: d.Pool, Store: d.Store, ES: es, Logger: d.Logger, Metrics: d.Metrics, Health: d.Health,
+		Pool: d.RegistryPool, Store: d.Store, ES: es, Logger: d.Logger, Metrics: d.Metrics, Health: d.Health,
 		TracerProvider: d.TracerProvider,
 	})
 	if err != nil {
@@ -257,7 +321,7 @@ func buildProjectionWorker(ctx context.Context, d Deps, o Options) (Runner, erro
 	if err != nil {
 		return nil, err
 	}
-	deps := projectionworker.Deps{Pool: d.Pool, ES: es, Logger: d.Logger, Metrics: d.Metrics, Health: d.Health,
+	deps := projectionworker.Deps{Pool: d.RegistryPool, ES: es, Logger: d.Logger, Metrics: d.Metrics, Health: d.Health,
 		TracerProvider: d.TracerProvider}
 	var decl []*declarative.Projection
 	var schemas *schema.Registry
@@ -323,7 +387,7 @@ func (a *APIRunner) Close() { _ = a.ln.Close() }
 // buildAPI is `sluice api`: the HTTP command API, with o.APIRoutes beside.
 func buildAPI(ctx context.Context, d Deps, o Options) (Runner, error) {
 	cfg := d.Config
-	reg, err := registry.New(d.Pool, cfg.Registry.Options(cfg.Worker.InstanceRetry()))
+	reg, err := registry.New(d.RegistryPool, cfg.Registry.Options(cfg.Worker.InstanceRetry()))
 	if err != nil {
 		return nil, err
 	}
@@ -336,7 +400,11 @@ func buildAPI(ctx context.Context, d Deps, o Options) (Runner, error) {
 	if err := registerStore(d); err != nil {
 		return nil, err
 	}
-	postgresReady(d)
+	// The API's readiness is what its appends need: the main role (schemas,
+	// API keys) and the store role (the "event store" check). A registry
+	// outage does not make it unready: only command-status reads need the
+	// registry, and they answer 503 meanwhile (docs/scale-out.md#health).
+	postgresReady(d, migrations.RoleMain, migrations.RoleStore)
 	keys := o.APIKeys
 	if keys == nil {
 		keys = auth.NewKeys(d.Pool, auth.KeysOptions{Refresh: cfg.Auth.KeyRefresh, Logger: d.Logger})

@@ -6,12 +6,16 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/sluicehq/sluice/migrations"
 	"github.com/sluicehq/sluice/pipeline"
 	"github.com/sluicehq/sluice/pipeline/pipelinetest"
+	"github.com/sluicehq/sluice/projectionworker"
+	"github.com/sluicehq/sluice/projectionworker/declarative"
 	"github.com/sluicehq/sluice/readmodel"
 )
 
@@ -100,5 +104,48 @@ func TestWorkerRefusedByElasticsearchDoesNotStart(t *testing.T) {
 		if !errors.Is(err, readmodel.ErrCredentials) || !strings.Contains(err.Error(), "ELASTICSEARCH_PASSWORD") {
 			t.Fatalf("%s: want a credentials error naming the variables, got %v", name, err)
 		}
+	}
+}
+
+// Each service uses the Postgres roles of docs/scale-out.md and no other
+// (a process opens only their pools): the relay the store's, the instance
+// worker the store's and the registry's, the projection worker the
+// registry's (and the main role's schema registry when a projection
+// upcasts), the api all three. Build refuses a missing pool by its
+// variable.
+func TestServiceRoles(t *testing.T) {
+	m, s, r := migrations.RoleMain, migrations.RoleStore, migrations.RoleRegistry
+	specs, err := declarative.Parse("p.yaml", []byte("name: p\nversion: 1\nevent_types: [E]\nkey: event.aggregate_id\nupcast: latest\nupdates:\n  - set: v\n    value: event.schema_version\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	upcasting, err := declarative.Compile(specs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name string
+		o    pipeline.Options
+		want []migrations.Role
+	}{
+		{pipeline.Relay, pipeline.Options{}, []migrations.Role{s}},
+		{pipeline.InstanceWorker, pipeline.Options{}, []migrations.Role{s, r}},
+		{pipeline.ProjectionWorker, pipeline.Options{}, []migrations.Role{r}},
+		{pipeline.ProjectionWorker, pipeline.Options{Projections: []projectionworker.Spec{{Projection: upcasting[0]}}}, []migrations.Role{r, m}},
+		{pipeline.API, pipeline.Options{}, []migrations.Role{m, s, r}},
+	} {
+		svc, err := pipeline.Lookup(tc.name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := svc.Roles(tc.o); !slices.Equal(got, tc.want) {
+			t.Errorf("%s (%d projections): roles %v, want %v", tc.name, len(tc.o.Projections), got, tc.want)
+		}
+	}
+	e := pipelinetest.Start(t, pipelinetest.Options{Services: []string{pipeline.Relay}})
+	d := e.Deps
+	d.RegistryPool = nil
+	if _, err := pipeline.Build(context.Background(), pipeline.InstanceWorker, d, pipeline.Options{}); err == nil || !strings.Contains(err.Error(), "REGISTRY_DATABASE_URL") {
+		t.Errorf("instance worker without the registry's pool: %v", err)
 	}
 }

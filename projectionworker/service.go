@@ -41,6 +41,8 @@ const MaxPollRecords = 1000
 
 // Deps are the resources a Service runs on; the caller owns and closes them.
 type Deps struct {
+	// Pool holds the processed-event registry (the registry role,
+	// REGISTRY_DATABASE_URL: docs/scale-out.md).
 	Pool *pgxpool.Pool
 	// ES is the Elasticsearch client (readmodel.NewClient).
 	ES      *elasticsearch.Client

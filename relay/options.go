@@ -36,7 +36,8 @@ type Deps struct {
 	Store *eventstore.Store
 	// Bucket is the store's bucket; it holds the checkpoint.
 	Bucket objstore.Bucket
-	// Pool holds the lease table and sluice.relay_parked.
+	// Pool holds the lease table and sluice.relay_parked: the store
+	// role's database (EVENT_STORE_DATABASE_URL, docs/scale-out.md).
 	Pool *pgxpool.Pool
 	// Kafka is the cluster the relay publishes to (the KAFKA_* section:
 	// brokers, topic names, partitions/replication for topic bootstrap,

@@ -14,6 +14,7 @@ import (
 
 	"github.com/sluicehq/sluice/admin"
 	"github.com/sluicehq/sluice/auth"
+	"github.com/sluicehq/sluice/migrations"
 )
 
 func newAuthCmd() *cobra.Command {
@@ -72,7 +73,7 @@ func newAuthKeyCreateCmd() *cobra.Command {
 				t := time.Now().Add(expiresIn)
 				req.ExpiresAt = &t
 			}
-			_, logger, pool, err := loadConfigPool(cmd)
+			_, logger, pool, err := loadConfigPool(cmd, migrations.RoleMain)
 			if err != nil {
 				return err
 			}
@@ -130,7 +131,7 @@ func newAuthKeyListCmd() *cobra.Command {
 		Short: "One line per active API key (--all: revoked and expired too); never a secret",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			_, logger, pool, err := loadConfigPool(cmd)
+			_, logger, pool, err := loadConfigPool(cmd, migrations.RoleMain)
 			if err != nil {
 				return err
 			}
@@ -179,7 +180,7 @@ func newAuthKeyRevokeCmd() *cobra.Command {
 		Short: "End an API key now (every api process within SLUICE_AUTH_KEY_REFRESH)",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			_, logger, pool, err := loadConfigPool(cmd)
+			_, logger, pool, err := loadConfigPool(cmd, migrations.RoleMain)
 			if err != nil {
 				return err
 			}
@@ -221,7 +222,7 @@ old key keeps working for --grace (default 24h), so clients can move, and
 then answers 401. --grace 0s revokes the old key at once (a leaked key).`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			_, logger, pool, err := loadConfigPool(cmd)
+			_, logger, pool, err := loadConfigPool(cmd, migrations.RoleMain)
 			if err != nil {
 				return err
 			}

@@ -115,7 +115,7 @@ func TestAPIServiceAdminClosedWithoutToken(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		routes, _, closeRoutes, err := apiRoutes(pipeline.Deps{Config: cfg, Pool: pool, Bucket: bucket, Store: store, Logger: slog.New(slog.DiscardHandler)})
+		routes, _, closeRoutes, err := apiRoutes(pipeline.Deps{Config: cfg, Pool: pool, StorePool: pool, RegistryPool: pool, Bucket: bucket, Store: store, Logger: slog.New(slog.DiscardHandler)})
 		if err != nil {
 			t.Fatal(err)
 		}

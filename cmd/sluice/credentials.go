@@ -54,14 +54,15 @@ func s3CredentialError(err error) error {
 // checkPostgresCredentials connects once: a server that refuses the
 // credentials (SQLSTATE 28P01 invalid_password, 28000
 // invalid_authorization_specification: unknown role, pg_hba rejection) is
-// a fatal error naming DATABASE_URL. Any other failure (unreachable,
-// starting up) is left to the callers, who treat it as an outage.
-func checkPostgresCredentials(ctx context.Context, pool *pgxpool.Pool) error {
+// a fatal error naming vars (DATABASE_URL, or the role variables pointing
+// at that database). Any other failure (unreachable, starting up) is left
+// to the callers, who treat it as an outage.
+func checkPostgresCredentials(ctx context.Context, pool *pgxpool.Pool, vars string) error {
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	err := pool.Ping(ctx)
 	if pe, ok := errors.AsType[*pgconn.PgError](err); ok && (pe.Code == "28P01" || pe.Code == "28000") {
-		return fmt.Errorf("%w: Postgres refused the credentials in DATABASE_URL (SQLSTATE %s): %s", ErrCredentials, pe.Code, pe.Message)
+		return fmt.Errorf("%w: Postgres refused the credentials in %s (SQLSTATE %s): %s", ErrCredentials, vars, pe.Code, pe.Message)
 	}
 	return nil
 }

@@ -41,6 +41,9 @@ func TestWrongCredentialIsFatalAtStartup(t *testing.T) {
 			[]string{"S3 refused the credentials", "EVENT_STORE_S3_ACCESS_KEY_ID", "InvalidAccessKeyId"}},
 		{"Postgres role", map[string]string{"DATABASE_URL": badDB},
 			[]string{"Postgres refused the credentials in DATABASE_URL", "SQLSTATE 28"}},
+		// The relay's database is the store role's (docs/scale-out.md).
+		{"Postgres role of the store", map[string]string{"DATABASE_URL": good, "EVENT_STORE_DATABASE_URL": badDB},
+			[]string{"Postgres refused the credentials in EVENT_STORE_DATABASE_URL", "SQLSTATE 28"}},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

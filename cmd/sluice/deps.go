@@ -15,12 +15,15 @@ import (
 	"github.com/sluicehq/sluice/eventstore"
 	"github.com/sluicehq/sluice/eventstore/objstore"
 	"github.com/sluicehq/sluice/eventstore/objstore/backend"
+	"github.com/sluicehq/sluice/migrations"
 	"github.com/sluicehq/sluice/pipeline/sluiceconfig"
 	"github.com/sluicehq/sluice/shared/observability"
 )
 
 // storeDeps are what the commands that touch the event store open: config,
-// logger, pool, bucket (self-tested) and store. The close func releases them.
+// logger, the pool of the store role (EVENT_STORE_DATABASE_URL: the index,
+// the relay's lease and parked records), bucket (self-tested) and store.
+// The close func releases them.
 type storeDeps struct {
 	cfg    *sluiceconfig.Config
 	logger *slog.Logger
@@ -30,43 +33,42 @@ type storeDeps struct {
 }
 
 // openStoreDeps opens them for a command: an unreachable object store is
-// an error at once.
+// an error at once (the services wait for it instead: runService).
 func openStoreDeps(cmd *cobra.Command) (*storeDeps, func(), error) {
-	return openDeps(cmd, false)
-}
-
-// openServiceDeps opens them for a long-running service (api, relay,
-// instance-worker): an object store that is unreachable at start-up is
-// waited for, as an outage while running would be (docs/architecture.md#explicit-failure).
-func openServiceDeps(cmd *cobra.Command) (*storeDeps, func(), error) {
-	return openDeps(cmd, true)
-}
-
-func openDeps(cmd *cobra.Command, wait bool) (*storeDeps, func(), error) {
 	return openDepsWith(cmd, func(ctx context.Context, cfg *sluiceconfig.Config, logger *slog.Logger) (objstore.Bucket, error) {
-		return openBucket(ctx, cfg, logger, wait)
+		return openBucket(ctx, cfg, logger, false)
 	})
 }
 
-// openDepsWith opens the config, the pool, the bucket (with openBucket's
+// openDepsWith opens the config, the store role's pool, the bucket (with openBucket's
 // choice of self-test and waiting) and the store; the close func releases
 // them.
 func openDepsWith(cmd *cobra.Command, open func(context.Context, *sluiceconfig.Config, *slog.Logger) (objstore.Bucket, error)) (*storeDeps, func(), error) {
-	cfg, logger, pool, err := loadConfigPool(cmd)
+	cfg, logger, pool, err := loadConfigPool(cmd, migrations.RoleStore)
 	if err != nil {
 		return nil, nil, err
 	}
-	bucket, err := open(cmd.Context(), cfg, logger)
-	if err != nil {
-		pool.Close()
-		return nil, nil, err
-	}
-	st, err := eventstore.New(cfg.EventStore, eventstore.Deps{Pool: pool, Bucket: bucket, Logger: logger})
+	bucket, st, err := openStoreOn(cmd.Context(), cfg, logger, pool, open)
 	if err != nil {
 		pool.Close()
 		return nil, nil, err
 	}
 	return &storeDeps{cfg: cfg, logger: logger, pool: pool, bucket: bucket, store: st}, func() { _ = st.Close(); pool.Close() }, nil
+}
+
+// openStoreOn opens the bucket (with open) and the event store on pool, the
+// store role's; the caller closes the store.
+func openStoreOn(ctx context.Context, cfg *sluiceconfig.Config, logger *slog.Logger, pool *pgxpool.Pool,
+	open func(context.Context, *sluiceconfig.Config, *slog.Logger) (objstore.Bucket, error)) (objstore.Bucket, *eventstore.Store, error) {
+	bucket, err := open(ctx, cfg, logger)
+	if err != nil {
+		return nil, nil, err
+	}
+	st, err := eventstore.New(cfg.EventStore, eventstore.Deps{Pool: pool, Bucket: bucket, Logger: logger})
+	if err != nil {
+		return nil, nil, err
+	}
+	return bucket, st, nil
 }
 
 // openBucket opens the bucket and runs its self-test (backend.Open). With

@@ -118,12 +118,16 @@ func runDev(parent context.Context, out io.Writer, cfg *sluiceconfig.Config, log
 	if err := d.migrate(ctx); err != nil {
 		return err
 	}
-	pool, err := pgxpool.New(ctx, cfg.Postgres.URL.Value())
+	// One pool per distinct database of the roles: one, unless
+	// EVENT_STORE_DATABASE_URL or REGISTRY_DATABASE_URL name others.
+	pools, err := migrations.OpenPools(ctx, cfg.Postgres, func(ctx context.Context, db migrations.Database) (*pgxpool.Pool, error) {
+		return pgxpool.New(ctx, db.URL)
+	})
 	if err != nil {
 		return err
 	}
-	defer pool.Close()
-	bucket, store, err := d.openEventStore(ctx, pool)
+	defer pools.Close()
+	bucket, store, err := d.openEventStore(ctx, pools.Store)
 	if err != nil {
 		return err
 	}
@@ -143,7 +147,7 @@ func runDev(parent context.Context, out io.Writer, cfg *sluiceconfig.Config, log
 	}
 	defer stopTracing()
 
-	deps := pipeline.Deps{Config: cfg, Logger: logger, Pool: pool, Bucket: bucket, Store: store,
+	deps := pipeline.Deps{Config: cfg, Logger: logger, Pool: pools.Main, StorePool: pools.Store, RegistryPool: pools.Registry, Bucket: bucket, Store: store,
 		Metrics: newRegistry(), Health: observability.NewHealth(), TracerProvider: tp}
 	// The console needs a token; dev makes one when none is set.
 	tok, err := devAdminToken(cfg, f.dataDir)
@@ -229,18 +233,22 @@ func (d *devRun) startPostgres(ctx context.Context) (stop func(), err error) {
 	}, nil
 }
 
-// migrate brings the schema up to date.
+// migrate brings the schema of every database up to date (one, unless
+// the role variables name others: docs/scale-out.md).
 func (d *devRun) migrate(ctx context.Context) error {
-	db, err := migrations.Open(d.cfg.Postgres.URL.Value())
+	res, err := migrations.UpDatabases(ctx, d.cfg.Postgres, nil)
 	if err != nil {
 		return err
 	}
-	res, err := migrations.Up(ctx, db, nil)
-	db.Close()
-	if err != nil {
-		return err
+	n := 0
+	for _, r := range res {
+		n += len(r.Applied)
 	}
-	d.part("migrations", fmt.Sprintf("%d applied now, schema current", len(res)))
+	detail := fmt.Sprintf("%d applied now, schema current", n)
+	if len(res) > 1 {
+		detail += fmt.Sprintf(" on %d databases", len(res))
+	}
+	d.part("migrations", detail)
 	return nil
 }
 

@@ -6,6 +6,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"strconv"
 	"strings"
 	"testing"
@@ -74,6 +75,62 @@ func TestMigrateUpAndStatus(t *testing.T) {
 	out, _, err = run(t, "migrate", "status")
 	if err != nil || !strings.Contains(out, "0 pending") || strings.Contains(out, "pending\t") {
 		t.Fatalf("status: %q %v", out, err)
+	}
+}
+
+// With the registry role on a database of its own, migrate up and status
+// cover both databases, each named by its variables and never by its URL
+// (docs/scale-out.md).
+func TestMigrateUpEveryRoleDatabase(t *testing.T) {
+	main, reg := testenv.NewDatabase(t), testenv.NewDatabase(t)
+	t.Setenv("DATABASE_URL", main)
+	t.Setenv("REGISTRY_DATABASE_URL", reg)
+	out, _, err := run(t, "migrate", "up")
+	if err != nil {
+		t.Fatalf("migrate up: %v", err)
+	}
+	for _, want := range []string{
+		"applied 00012", "on DATABASE_URL (main, store)", "on REGISTRY_DATABASE_URL (registry)",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("migrate up does not say %q:\n%s", want, out)
+		}
+	}
+	if n := strings.Count(out, "schema is current"); n != 2 {
+		t.Errorf("%d databases said current, want 2:\n%s", n, out)
+	}
+	out, _, err = run(t, "migrate", "status")
+	if err != nil || strings.Count(out, "0 pending") != 2 || !strings.Contains(out, "database of REGISTRY_DATABASE_URL (registry):") {
+		t.Fatalf("status: %q %v", out, err)
+	}
+	if strings.Contains(out, reg) || strings.Contains(out, main) {
+		t.Errorf("an output shows a connection string:\n%s", out)
+	}
+}
+
+// A command opens the pool of its role only: with the registry's
+// credentials refused, the schema and parked-record commands work (main
+// and store roles), and a registry command fails naming
+// REGISTRY_DATABASE_URL.
+func TestCommandsOpenTheirRoleOnly(t *testing.T) {
+	_, pool := testenv.NewMigratedDatabase(t)
+	u, err := url.Parse(pool.Config().ConnString())
+	if err != nil {
+		t.Fatal(err)
+	}
+	good := pool.Config().ConnString()
+	u.User = url.UserPassword("no_such_role_"+testenv.RandomSuffix(6), "wrong")
+	t.Setenv("DATABASE_URL", good)
+	t.Setenv("REGISTRY_DATABASE_URL", u.String())
+	if out, _, err := run(t, "schema", "list"); err != nil {
+		t.Errorf("schema list (main role): %q %v", out, err)
+	}
+	if out, _, err := run(t, "relay", "parked", "list"); err != nil {
+		t.Errorf("relay parked list (store role): %q %v", out, err)
+	}
+	_, _, err = run(t, "registry", "show", "00000000-0000-0000-0000-000000000000")
+	if err == nil || !strings.Contains(err.Error(), "Postgres refused the credentials in REGISTRY_DATABASE_URL") {
+		t.Errorf("registry show with the registry's credentials refused: %v", err)
 	}
 }
 

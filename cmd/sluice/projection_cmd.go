@@ -13,6 +13,7 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/twmb/franz-go/pkg/kadm"
 
+	"github.com/sluicehq/sluice/migrations"
 	"github.com/sluicehq/sluice/pipeline"
 	"github.com/sluicehq/sluice/pipeline/sluiceconfig"
 	"github.com/sluicehq/sluice/projectionworker"
@@ -248,13 +249,25 @@ func runSwitch(cmd *cobra.Command, name string, version int, settle time.Duratio
 	if err != nil {
 		return err
 	}
-	cfg, logger, pool, err := loadConfigPool(cmd)
+	cfg, logger, err := loadConfig(cmd)
 	if err != nil {
 		return err
 	}
-	defer pool.Close()
-	if d, ok := p.(*declarative.Projection); ok && d.Upcasts() {
-		d.UseUpcaster(schema.New(pool, cfg.Schema, logger))
+	// The registry role, and the main role for the schema registry when the
+	// projection upcasts (docs/scale-out.md).
+	roles := []migrations.Role{migrations.RoleRegistry}
+	d, upcasts := p.(*declarative.Projection)
+	upcasts = upcasts && d.Upcasts()
+	if upcasts {
+		roles = append(roles, migrations.RoleMain)
+	}
+	pools, err := openPools(cmd, cfg, roles...)
+	if err != nil {
+		return err
+	}
+	defer pools.Close()
+	if upcasts {
+		d.UseUpcaster(schema.New(pools.Main, cfg.Schema, logger))
 	}
 	es, err := readmodel.NewClient(cfg.Elasticsearch)
 	if err != nil {
@@ -267,7 +280,7 @@ func runSwitch(cmd *cobra.Command, name string, version int, settle time.Duratio
 	defer stopMetrics()
 	bar := newProgress(cmd, 0, p.Name(), "records")
 	sum, err := op(cmd.Context(), projectionworker.SwitchOptions{Config: cfg.ProjectionWorker(),
-		Deps:       projectionworker.Deps{Pool: pool, ES: es, Logger: logger, Metrics: metrics},
+		Deps:       projectionworker.Deps{Pool: pools.Registry, ES: es, Logger: logger, Metrics: metrics},
 		Projection: p, Version: version, Settle: settle,
 		Progress: func(pr projectionworker.Progress) {
 			bar.setMax(pr.Lag.End)

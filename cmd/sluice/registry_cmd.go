@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -11,47 +12,60 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/sluicehq/sluice/instanceworker"
+	"github.com/sluicehq/sluice/migrations"
 	"github.com/sluicehq/sluice/pipeline/sluiceconfig"
 	"github.com/sluicehq/sluice/registry"
 )
 
-// openPool connects to DATABASE_URL; the caller closes the pool.
-func openPool(cmd *cobra.Command, cfg *sluiceconfig.Config) (*pgxpool.Pool, error) {
-	if cfg.Postgres.URL == "" {
-		return nil, errors.New("DATABASE_URL is not set")
-	}
-	pc, err := pgxpool.ParseConfig(cfg.Postgres.URL.Value())
-	if err != nil {
-		return nil, err // pgx redacts the password
-	}
-	pc.MaxConns = int32(cfg.Postgres.MaxConns)
-	pool, err := pgxpool.NewWithConfig(cmd.Context(), pc)
-	if err != nil {
-		return nil, err
-	}
-	if err := checkPostgresCredentials(cmd.Context(), pool); err != nil {
-		pool.Close()
-		return nil, err
-	}
-	return pool, nil
+// openPools connects to the databases of roles (docs/scale-out.md): one
+// pool per distinct URL, each checked for refused credentials; the caller
+// closes them.
+func openPools(cmd *cobra.Command, cfg *sluiceconfig.Config, roles ...migrations.Role) (*migrations.Pools, error) {
+	return migrations.OpenPools(cmd.Context(), cfg.Postgres, func(ctx context.Context, db migrations.Database) (*pgxpool.Pool, error) {
+		pc, err := pgxpool.ParseConfig(db.URL)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", db.Vars(), err) // pgx redacts the password
+		}
+		pc.MaxConns = int32(cfg.Postgres.MaxConns)
+		pool, err := pgxpool.NewWithConfig(ctx, pc)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", db.Vars(), err)
+		}
+		if err := checkPostgresCredentials(ctx, pool, db.Vars()); err != nil {
+			pool.Close()
+			return nil, err
+		}
+		return pool, nil
+	}, roles...)
 }
 
-// loadConfigPool loads the configuration and opens its Postgres pool
+// openPool connects to the database of role; the caller closes the pool.
+func openPool(cmd *cobra.Command, cfg *sluiceconfig.Config, role migrations.Role) (*pgxpool.Pool, error) {
+	ps, err := openPools(cmd, cfg, role)
+	if err != nil {
+		return nil, err
+	}
+	return ps.Of(role), nil
+}
+
+// loadConfigPool loads the configuration and opens the pool of role
 // (openPool); the caller closes the pool.
-func loadConfigPool(cmd *cobra.Command) (*sluiceconfig.Config, *slog.Logger, *pgxpool.Pool, error) {
+func loadConfigPool(cmd *cobra.Command, role migrations.Role) (*sluiceconfig.Config, *slog.Logger, *pgxpool.Pool, error) {
 	cfg, logger, err := loadConfig(cmd)
 	if err != nil {
 		return nil, nil, nil, err
 	}
-	pool, err := openPool(cmd, cfg)
+	pool, err := openPool(cmd, cfg, role)
 	if err != nil {
 		return nil, nil, nil, err
 	}
 	return cfg, logger, pool, nil
 }
 
+// openRegistry opens the processed-event registry on
+// REGISTRY_DATABASE_URL's database.
 func openRegistry(cmd *cobra.Command) (*registry.Registry, func(), error) {
-	cfg, _, pool, err := loadConfigPool(cmd)
+	cfg, _, pool, err := loadConfigPool(cmd, migrations.RoleRegistry)
 	if err != nil {
 		return nil, nil, err
 	}

@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/spf13/cobra"
 
+	"github.com/sluicehq/sluice/migrations"
 	"github.com/sluicehq/sluice/pipeline"
 	"github.com/sluicehq/sluice/pipeline/sluiceconfig"
 	"github.com/sluicehq/sluice/relay"
@@ -398,7 +399,7 @@ func newRelayParkedResolveCmd(verb string) *cobra.Command {
 }
 
 // parkedDeps are what `sluice relay parked` needs: the configuration and
-// the Postgres pool (not the object store: parked rows hold their
+// the Postgres pool of the store role (not the object store: parked rows hold their
 // envelopes, so the commands work while object storage is out).
 type parkedDeps struct {
 	cfg  *sluiceconfig.Config
@@ -406,7 +407,7 @@ type parkedDeps struct {
 }
 
 func openParkedDeps(cmd *cobra.Command) (*parkedDeps, func(), error) {
-	cfg, _, pool, err := loadConfigPool(cmd)
+	cfg, _, pool, err := loadConfigPool(cmd, migrations.RoleStore)
 	if err != nil {
 		return nil, nil, err
 	}

@@ -14,11 +14,12 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/sluicehq/sluice/migrations"
 	"github.com/sluicehq/sluice/schema"
 )
 
 func openSchemas(cmd *cobra.Command) (*schema.Registry, func(), error) {
-	cfg, logger, pool, err := loadConfigPool(cmd)
+	cfg, logger, pool, err := loadConfigPool(cmd, migrations.RoleMain)
 	if err != nil {
 		return nil, nil, err
 	}

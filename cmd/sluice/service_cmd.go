@@ -2,14 +2,17 @@ package main
 
 import (
 	"context"
+	"log/slog"
 	"net/http"
 
 	"github.com/spf13/cobra"
 
 	"github.com/sluicehq/sluice/admin"
 	"github.com/sluicehq/sluice/auth"
+	"github.com/sluicehq/sluice/eventstore/objstore"
 	"github.com/sluicehq/sluice/inspect"
 	"github.com/sluicehq/sluice/pipeline"
+	"github.com/sluicehq/sluice/pipeline/sluiceconfig"
 	"github.com/sluicehq/sluice/readmodel"
 	"github.com/sluicehq/sluice/registry"
 	"github.com/sluicehq/sluice/shared/observability"
@@ -28,21 +31,28 @@ func runService(cmd *cobra.Command, name string, o pipeline.Options, started fun
 		return err
 	}
 	ctx := cmd.Context()
-	var d pipeline.Deps
+	cfg, logger, err := loadConfig(cmd)
+	if err != nil {
+		return err
+	}
+	// Only the pools of the roles the service uses (docs/scale-out.md).
+	pools, err := openPools(cmd, cfg, svc.Roles(o)...)
+	if err != nil {
+		return err
+	}
+	defer pools.Close()
+	d := pipeline.Deps{Config: cfg, Logger: logger, Pool: pools.Main, StorePool: pools.Store, RegistryPool: pools.Registry}
 	if svc.NeedsStore {
-		sd, closeFn, err := openServiceDeps(cmd)
+		// An object store unreachable at start-up is waited for, as an
+		// outage while running would be (docs/architecture.md#explicit-failure).
+		bucket, st, err := openStoreOn(ctx, cfg, logger, pools.Store, func(ctx context.Context, cfg *sluiceconfig.Config, logger *slog.Logger) (objstore.Bucket, error) {
+			return openBucket(ctx, cfg, logger, true)
+		})
 		if err != nil {
 			return err
 		}
-		defer closeFn()
-		d = pipeline.Deps{Config: sd.cfg, Logger: sd.logger, Pool: sd.pool, Bucket: sd.bucket, Store: sd.store}
-	} else {
-		cfg, logger, pool, err := loadConfigPool(cmd)
-		if err != nil {
-			return err
-		}
-		defer pool.Close()
-		d = pipeline.Deps{Config: cfg, Logger: logger, Pool: pool}
+		defer func() { _ = st.Close() }()
+		d.Bucket, d.Store = bucket, st
 	}
 	d.Metrics, d.Health = newRegistry(), observability.NewHealth()
 	tp, stopTracing, err := startTracing(cmd, d.Config, d.Logger, name)
@@ -109,11 +119,11 @@ type apiAuth struct {
 
 func apiRoutes(d pipeline.Deps) (map[string]http.Handler, apiAuth, func(), error) {
 	cfg := d.Config
-	reg, err := registry.New(d.Pool, cfg.Registry.Options(cfg.Worker.InstanceRetry()))
+	reg, err := registry.New(d.RegistryPool, cfg.Registry.Options(cfg.Worker.InstanceRetry()))
 	if err != nil {
 		return nil, apiAuth{}, nil, err
 	}
-	in, err := newInspector(cfg, d.Pool, d.Store, d.Bucket, reg)
+	in, err := newInspector(cfg, d.StorePool, d.Store, d.Bucket, reg)
 	if err != nil {
 		return nil, apiAuth{}, nil, err
 	}
@@ -144,7 +154,7 @@ func apiRoutes(d pipeline.Deps) (map[string]http.Handler, apiAuth, func(), error
 		return nil, apiAuth{}, nil, err
 	}
 	adm, err := admin.New(admin.Config{Process: cfg, Services: services, Workers: workers},
-		admin.Deps{Pool: d.Pool, Store: d.Store, Bucket: d.Bucket, Registry: reg, ES: es, Logger: d.Logger,
+		admin.Deps{Pool: d.Pool, StorePool: d.StorePool, RegistryPool: d.RegistryPool, Store: d.Store, Bucket: d.Bucket, Registry: reg, ES: es, Logger: d.Logger,
 			Auth: auth.NewAuthenticator(auth.Options{Keys: a.keys, OIDC: a.oidc, AdminToken: cfg.API.AdminToken.Value(), AdminReadToken: cfg.API.AdminReadToken.Value(), Required: true}),
 			Keys: a.keys, Health: d.Health, Metrics: d.Metrics})
 	if err != nil {

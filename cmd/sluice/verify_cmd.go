@@ -15,6 +15,7 @@ import (
 	"github.com/sluicehq/sluice/eventstore"
 	"github.com/sluicehq/sluice/eventstore/objstore/backend"
 	"github.com/sluicehq/sluice/instanceworker"
+	"github.com/sluicehq/sluice/migrations"
 	"github.com/sluicehq/sluice/readmodel"
 	"github.com/sluicehq/sluice/shared/envelope"
 )
@@ -60,7 +61,7 @@ Exit code 0 when everything matches, 4 when anything differs.`,
 				return err
 			}
 			ctx := cmd.Context()
-			pool, err := openPool(cmd, cfg)
+			pool, err := openPool(cmd, cfg, migrations.RoleStore)
 			if err != nil {
 				return err
 			}

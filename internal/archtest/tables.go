@@ -1,6 +1,7 @@
 package archtest
 
 import (
+	"errors"
 	"fmt"
 	"go/ast"
 	"go/parser"
@@ -12,6 +13,8 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+
+	"github.com/sluicehq/sluice/migrations"
 )
 
 // TableOwners is who owns each Postgres object of the schema sluice
@@ -41,6 +44,29 @@ func TableOwners() map[string]string {
 // table by its name's prefix.
 func ownerPrefixes() map[string]string {
 	return map[string]string{"eventstore_": "eventstore", "registry_": "registry", "relay_": "relay", "admin_": "admin", "auth_": "auth"}
+}
+
+// OwnerRoles maps each owner of schema objects to the Postgres role its
+// objects live in (docs/scale-out.md#the-roles): the database a process
+// reaches through that role's URL. An owner talks to one pool, so all its
+// objects share one role; objects that must be transactional together
+// share an owner, hence a role. TestTableRoles fails when an owned object
+// has no role or docs/scale-out.md's table disagrees.
+func OwnerRoles() map[string]migrations.Role {
+	return map[string]migrations.Role{
+		"eventstore": migrations.RoleStore,
+		"relay":      migrations.RoleStore,
+		"registry":   migrations.RoleRegistry,
+		"schema":     migrations.RoleMain,
+		"auth":       migrations.RoleMain,
+		"admin":      migrations.RoleMain,
+	}
+}
+
+// RoleOf returns the role of schema object name, or "" when it has no
+// owner or its owner no role.
+func RoleOf(name string) migrations.Role {
+	return OwnerRoles()[OwnerOf(name)]
 }
 
 // OwnerOf returns the package (module-relative) that owns object name, or
@@ -201,4 +227,40 @@ func moduleFiles(root string, exempt func(rel string) bool) ([]SourceFile, error
 		return nil
 	})
 	return out, err
+}
+
+// RoleRow is one row of docs/scale-out.md's table of objects.
+type RoleRow struct {
+	Owner string
+	Role  migrations.Role
+}
+
+// roleRow matches a row of the table of objects: | `name` | owner | role |.
+var roleRow = regexp.MustCompile("(?m)^\\|\\s*`(\\w+)`\\s*\\|\\s*([\\w/]+)\\s*\\|\\s*(\\w+)\\s*\\|")
+
+// RoleTableHeading is the heading of docs/scale-out.md's table of objects.
+const RoleTableHeading = "### Which role holds each object"
+
+// RoleTable reads the table of objects of docs/scale-out.md (its rows
+// "| `object` | owner | role |" under RoleTableHeading, up to the next
+// heading): object → owner and role.
+func RoleTable(doc string) (map[string]RoleRow, error) {
+	_, section, ok := strings.Cut(doc, "\n"+RoleTableHeading+"\n")
+	if !ok {
+		return nil, fmt.Errorf("no heading %q", RoleTableHeading)
+	}
+	if i := strings.Index(section, "\n#"); i >= 0 {
+		section = section[:i]
+	}
+	out := map[string]RoleRow{}
+	for _, m := range roleRow.FindAllStringSubmatch(section, -1) {
+		if _, dup := out[m[1]]; dup {
+			return nil, fmt.Errorf("two rows for %s", m[1])
+		}
+		out[m[1]] = RoleRow{Owner: m[2], Role: migrations.Role(m[3])}
+	}
+	if len(out) == 0 {
+		return nil, errors.New("no table of objects (rows \"| `object` | owner | role |\")")
+	}
+	return out, nil
 }

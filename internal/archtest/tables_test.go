@@ -1,8 +1,11 @@
 package archtest
 
 import (
+	"os"
 	"strings"
 	"testing"
+
+	"github.com/sluicehq/sluice/migrations"
 )
 
 // Every object of the schema has an owner, and only its owner names it in
@@ -70,5 +73,67 @@ func TestTableOwnershipViolations(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// Every object of the schema has a Postgres role through its owner
+// (OwnerRoles), and docs/scale-out.md's table of objects says the same:
+// one row per object, with its owner and role, and no other row.
+func TestTableRoles(t *testing.T) {
+	objects, err := SchemaObjects("../../migrations")
+	if err != nil {
+		t.Fatal(err)
+	}
+	known := map[migrations.Role]bool{}
+	for _, r := range migrations.Roles() {
+		known[r] = true
+	}
+	for owner, r := range OwnerRoles() {
+		if !known[r] {
+			t.Errorf("owner %s has role %q, not one of migrations.Roles()", owner, r)
+		}
+	}
+	doc, err := os.ReadFile("../../docs/scale-out.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	rows, err := RoleTable(string(doc))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, o := range objects {
+		role := RoleOf(o)
+		if role == "" {
+			t.Errorf("sluice.%s (owner %q) has no role: add its owner to OwnerRoles in internal/archtest and to docs/scale-out.md", o, OwnerOf(o))
+			continue
+		}
+		row, ok := rows[o]
+		if !ok {
+			t.Errorf("docs/scale-out.md: no row for sluice.%s (owner %s, role %s) in the table of objects", o, OwnerOf(o), role)
+			continue
+		}
+		if row.Owner != OwnerOf(o) || row.Role != role {
+			t.Errorf("docs/scale-out.md: sluice.%s is owned by %q in role %q, the code says %q in %q", o, row.Owner, row.Role, OwnerOf(o), role)
+		}
+		delete(rows, o)
+	}
+	for o := range rows {
+		t.Errorf("docs/scale-out.md: a row for sluice.%s, which no migration creates", o)
+	}
+}
+
+// RoleTable reads the table of objects, and only it: the rows under its
+// heading whose first cell is a name in backticks.
+func TestRoleTableParses(t *testing.T) {
+	doc := "# x\n\n| `EARLIER` | a | b |\n\n" + RoleTableHeading + "\n\n| object | owner | role |\n|---|---|---|\n| `appends` | eventstore | store |\n| `registry_*` functions | registry | registry |\n\nprose `x` | y | z\n\n## Next\n\n| `LATER` | a | b |\n"
+	rows, err := RoleTable(doc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rows) != 1 || rows["appends"] != (RoleRow{Owner: "eventstore", Role: migrations.RoleStore}) {
+		t.Fatalf("rows %v", rows)
+	}
+	if _, err := RoleTable("no table here"); err == nil {
+		t.Fatal("a document without the table: no error")
 	}
 }

@@ -10,6 +10,9 @@
 //
 //	SLUICE_TEST_DATABASE_URL   admin connection string of a Postgres server
 //	                           (default: the local server's Unix socket)
+//	SLUICE_TEST_DATABASE_URL_B admin connection string of a second server,
+//	                           for the tests that need two (default: one
+//	                           started in a temporary directory; PGServer)
 //	SLUICE_TEST_S3_ENDPOINT    S3 endpoint, with SLUICE_TEST_S3_ACCESS_KEY and
 //	                           SLUICE_TEST_S3_SECRET_KEY
 //	SLUICE_TEST_KAFKA_BROKERS  comma-separated brokers of a real Kafka
@@ -59,9 +62,15 @@ func RandomSuffix(n int) string {
 // test when the server cannot be reached.
 func NewDatabase(t testing.TB) string {
 	t.Helper()
+	return NewDatabaseOn(t, AdminDatabaseURL())
+}
+
+// NewDatabaseOn is NewDatabase on the server of the admin connection
+// string admin (a second server: PGServer).
+func NewDatabaseOn(t testing.TB, admin string) string {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	admin := AdminDatabaseURL()
 	conn, err := pgx.Connect(ctx, admin)
 	if err != nil {
 		t.Fatalf("testenv: Postgres is not reachable at SLUICE_TEST_DATABASE_URL or the local socket (start it: pg_ctlcluster 15 main start): %v", err)

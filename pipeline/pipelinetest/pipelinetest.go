@@ -3,7 +3,9 @@
 // and the service commands use: a fresh migrated Postgres database, a
 // file-backed event store, an embedded Kafka (kfake), the
 // Elasticsearch-compatible test server, and the services, all stopped when
-// the test ends.
+// the test ends. The Postgres roles (docs/scale-out.md) share the fresh
+// database unless Options.Env names databases of their own
+// (EVENT_STORE_DATABASE_URL, REGISTRY_DATABASE_URL), which Start migrates.
 package pipelinetest
 
 import (
@@ -23,6 +25,7 @@ import (
 	"github.com/sluicehq/sluice/eventstore"
 	"github.com/sluicehq/sluice/eventstore/objstore/backend"
 	"github.com/sluicehq/sluice/internal/testenv"
+	"github.com/sluicehq/sluice/migrations"
 	"github.com/sluicehq/sluice/pipeline"
 	"github.com/sluicehq/sluice/pipeline/sluiceconfig"
 	"github.com/sluicehq/sluice/shared/observability"
@@ -32,10 +35,13 @@ import (
 type Env struct {
 	Config *sluiceconfig.Config
 	Deps   pipeline.Deps
-	Pool   *pgxpool.Pool
-	Store  *eventstore.Store
-	Kafka  *testenv.Kafka
-	ES     *esserver.Server
+	// Pool is the main role's pool (DATABASE_URL); Pools holds every
+	// role's (the same pool when the roles share the database).
+	Pool  *pgxpool.Pool
+	Pools *migrations.Pools
+	Store *eventstore.Store
+	Kafka *testenv.Kafka
+	ES    *esserver.Server
 	// ESURL and APIURL are the base URLs of Elasticsearch and the API
 	// (empty when the api is not among the services).
 	ESURL, APIURL string
@@ -72,6 +78,24 @@ func Start(t testing.TB, o Options) *Env {
 	if err != nil {
 		t.Fatalf("pipelinetest: config: %v", err)
 	}
+	// Databases of their own for the roles: migrated like `sluice migrate
+	// up` does (a no-op on the fresh database), and one pool per database.
+	if _, err := migrations.UpDatabases(context.Background(), cfg.Postgres, nil); err != nil {
+		t.Fatalf("pipelinetest: migrate: %v", err)
+	}
+	pools, err := migrations.OpenPools(context.Background(), cfg.Postgres, func(ctx context.Context, db migrations.Database) (*pgxpool.Pool, error) {
+		if db.URL == url {
+			return pool, nil // the fresh database's, closed by testenv
+		}
+		p, err := pgxpool.New(ctx, db.URL)
+		if err == nil {
+			t.Cleanup(p.Close)
+		}
+		return p, err
+	})
+	if err != nil {
+		t.Fatalf("pipelinetest: pools: %v", err)
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	bucket, err := backend.Open(ctx, cfg.EventStore)
 	if err != nil {
@@ -79,13 +103,13 @@ func Start(t testing.TB, o Options) *Env {
 		t.Fatalf("pipelinetest: event store: %v", err)
 	}
 	logger := slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	st, err := eventstore.New(cfg.EventStore, eventstore.Deps{Pool: pool, Bucket: bucket, Logger: logger})
+	st, err := eventstore.New(cfg.EventStore, eventstore.Deps{Pool: pools.Store, Bucket: bucket, Logger: logger})
 	if err != nil {
 		cancel()
 		t.Fatalf("pipelinetest: event store: %v", err)
 	}
-	e := &Env{Config: cfg, Pool: pool, Store: st, Kafka: k, ES: es, ESURL: ts.URL}
-	e.Deps = pipeline.Deps{Config: cfg, Logger: logger, Pool: pool, Bucket: bucket, Store: st,
+	e := &Env{Config: cfg, Pool: pools.Main, Pools: pools, Store: st, Kafka: k, ES: es, ESURL: ts.URL}
+	e.Deps = pipeline.Deps{Config: cfg, Logger: logger, Pool: pools.Main, StorePool: pools.Store, RegistryPool: pools.Registry, Bucket: bucket, Store: st,
 		Metrics: observability.NewProcessRegistry("test", "test"), Health: observability.NewHealth()}
 	po := pipeline.Options{}
 	if o.APIRoutes != nil {

@@ -19,6 +19,8 @@ var credentials = []struct {
 	get  func(*Config) string
 }{
 	{"DATABASE_URL", func(c *Config) string { return c.Postgres.URL.Value() }},
+	{"EVENT_STORE_DATABASE_URL", func(c *Config) string { return c.Postgres.StoreURL.Value() }},
+	{"REGISTRY_DATABASE_URL", func(c *Config) string { return c.Postgres.RegistryURL.Value() }},
 	{"EVENT_STORE_S3_ACCESS_KEY_ID", func(c *Config) string { return c.EventStore.S3AccessKeyID }},
 	{"EVENT_STORE_S3_SECRET_ACCESS_KEY", func(c *Config) string { return c.EventStore.S3SecretAccessKey.Value() }},
 	{"KAFKA_SASL_USERNAME", func(c *Config) string { return c.Kafka.SASLUsername }},
@@ -52,7 +54,7 @@ func baseEnv(name string) map[string]string {
 
 func sampleValue(name string) string {
 	switch name {
-	case "DATABASE_URL":
+	case "DATABASE_URL", "EVENT_STORE_DATABASE_URL", "REGISTRY_DATABASE_URL":
 		return "postgres://sluice:pa55word@db.internal:5432/sluice?sslmode=require"
 	case "SLUICE_API_TOKENS":
 		return "tok-one,tok-two"
