@@ -237,15 +237,8 @@ func printableASCII(s string) bool {
 	return true
 }
 
-func marshalNoEscape(v any) ([]byte, error) {
-	var buf bytes.Buffer
-	enc := json.NewEncoder(&buf)
-	enc.SetEscapeHTML(false)
-	if err := enc.Encode(v); err != nil {
-		return nil, err
-	}
-	return bytes.TrimSuffix(buf.Bytes(), []byte{'\n'}), nil
-}
+// marshalNoEscape encodes v as every reply body is: envelope.EncodeJSON.
+func marshalNoEscape(v any) ([]byte, error) { return envelope.EncodeJSON(v) }
 
 // fromDataError maps a readmodel.DataError to 422 invalid_data_key naming
 // the key's path (data.a.b) and the rule.

@@ -480,13 +480,10 @@ func validateMetadata(m Metadata, l Limits, scanned bool) error {
 			}
 		}
 	}
-	var buf bytes.Buffer
-	enc := json.NewEncoder(&buf)
-	enc.SetEscapeHTML(false)
-	if err := enc.Encode(m); err != nil {
+	b, err := EncodeJSON(m)
+	if err != nil {
 		return malformed("metadata", "JSON", "cannot be encoded: %v", err)
 	}
-	b := bytes.TrimSuffix(buf.Bytes(), []byte{'\n'})
 	if len(b) > l.MaxMetadataBytes {
 		return limitExceeded("metadata", fmt.Sprintf("%d bytes", l.MaxMetadataBytes),
 			"encoded metadata of %d bytes exceeds the limit of %d bytes", len(b), l.MaxMetadataBytes)
