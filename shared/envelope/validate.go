@@ -40,7 +40,9 @@ var defaultLimits = func() Limits {
 // DefaultLimits returns the default limits, those of Limits' tags.
 func DefaultLimits() Limits { return defaultLimits }
 
-func (l Limits) withDefaults() Limits {
+// WithDefaults returns l with each zero or negative field set to its
+// default (DefaultLimits), as Parse and Validate apply them.
+func (l Limits) WithDefaults() Limits {
 	if l.MaxEnvelopeBytes <= 0 {
 		l.MaxEnvelopeBytes = defaultLimits.MaxEnvelopeBytes
 	}
@@ -97,7 +99,7 @@ func knownField(k string) bool {
 // rejected. An absent occurred_at stays unset (see FillDefaults). Errors are
 // *ValidationError.
 func Parse(b []byte, limits Limits) (Envelope, error) {
-	l := limits.withDefaults()
+	l := limits.WithDefaults()
 	if len(b) > l.MaxEnvelopeBytes {
 		return Envelope{}, limitExceeded("", fmt.Sprintf("%d bytes", l.MaxEnvelopeBytes),
 			"envelope of %d bytes exceeds the limit of %d bytes", len(b), l.MaxEnvelopeBytes)
@@ -325,7 +327,7 @@ func Prepare(e Envelope, limits Limits, now func() time.Time) (Envelope, error) 
 // reported, not repaired. Store-assigned fields may be unset:
 // sequence_number and position 0, occurred_at zero.
 func Validate(e Envelope, limits Limits) error {
-	return validate(e, limits.withDefaults(), 0)
+	return validate(e, limits.WithDefaults(), 0)
 }
 
 // validate implements Validate; scanned says data and metadata were already
