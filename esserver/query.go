@@ -922,7 +922,7 @@ func (c *compileCtx) compileRegexp(field, expr string) (matcher, *esError) {
 	return constMatcher(anyValue(c.ix, a, c.stringPred(a, re.MatchString)), 1), nil
 }
 
-// compileDisMax scores a document by its best-matching query.
+// compileDisMax scores a document by its best-matching query (anyOf).
 func (c *compileCtx) compileDisMax(t qDisMax) (matcher, *esError) {
 	var ms []matcher
 	for _, iq := range t.queries {
@@ -932,16 +932,7 @@ func (c *compileCtx) compileDisMax(t qDisMax) (matcher, *esError) {
 		}
 		ms = append(ms, m)
 	}
-	return func(e *docEntry) (bool, float64) {
-		hit, best := false, 0.0
-		for _, m := range ms {
-			if ok, s := m(e); ok {
-				hit = true
-				best = math.Max(best, s)
-			}
-		}
-		return hit, best
-	}, nil
+	return anyOf(ms), nil
 }
 
 // stringPred adapts a string predicate to the field kind (text fields match
