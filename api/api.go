@@ -216,19 +216,8 @@ func New(opts Options) (http.Handler, error) {
 	return s, nil
 }
 
-func withDefaultLimits(l envelope.Limits) envelope.Limits {
-	d := envelope.DefaultLimits()
-	if l.MaxEnvelopeBytes <= 0 {
-		l.MaxEnvelopeBytes = d.MaxEnvelopeBytes
-	}
-	if l.MaxDataDepth <= 0 {
-		l.MaxDataDepth = d.MaxDataDepth
-	}
-	if l.MaxMetadataBytes <= 0 {
-		l.MaxMetadataBytes = d.MaxMetadataBytes
-	}
-	return l
-}
+// withDefaultLimits applies the envelope's defaults, as the store does.
+func withDefaultLimits(l envelope.Limits) envelope.Limits { return l.WithDefaults() }
 
 // ServeHTTP serves a request through the API's layers (middleware.go).
 func (s *server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.handler.ServeHTTP(w, r) }

@@ -1,7 +1,6 @@
 package api
 
 import (
-	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -78,111 +77,62 @@ type depthRule struct {
 }
 
 // scanObject checks that b is one well-formed JSON object in valid UTF-8,
-// with no duplicate key at any level and no nesting beyond the rule, by an
-// iterative token scan (never recursion over untrusted input), and returns
-// its top-level members and their names in document order.
+// with no duplicate key at any level and no nesting beyond the rule, with
+// the module's one strict object scanner (envelope.ScanObject: a token scan,
+// never recursion over untrusted input), and returns its top-level members
+// and their names in document order. The members are sub-slices of b.
 func scanObject(b []byte, rule depthRule, field string) (map[string]json.RawMessage, []string, *Error) {
+	members := map[string]json.RawMessage{}
+	var order []string
+	err := envelope.ScanObject(b, envelope.ObjectRule{
+		Field:    field,
+		Offset:   rule.offset,
+		MaxDepth: rule.maxData,
+		OnKey:    func(k string) error { order = append(order, k); return nil },
+		OnValue:  func(k string, v []byte) { members[k] = v },
+	})
+	if err != nil {
+		return nil, nil, bodyError(err, rule, field)
+	}
+	return members, order, nil
+}
+
+// bodyError maps a refusal of envelope.ScanObject to the API's error: 400
+// malformed_json naming field, 422 when the body is JSON but not an object,
+// 413 limit_exceeded naming the member too deep, 400 invalid_text (issue
+// 26.2: invalid UTF-8 and lone surrogate escapes are refused before
+// decoding, never turned into U+FFFD).
+func bodyError(err error, rule depthRule, field string) *Error {
+	var oe *envelope.ObjectError
+	if !errors.As(err, &oe) {
+		return validationAs(err, "")
+	}
 	malformed := func(format string, args ...any) *Error {
 		return newError(http.StatusBadRequest, CodeMalformedJSON, field, format, args...)
 	}
-	notObject := func() *Error {
+	switch oe.Fault {
+	case envelope.ObjectEmpty:
+		return malformed("the body is empty; want a JSON object")
+	case envelope.ObjectNotAnObject:
 		return newError(http.StatusUnprocessableEntity, CodeValidationFailed, field, "must be a JSON object")
-	}
-	// Invalid UTF-8 and lone surrogate escapes are refused before
-	// decoding: encoding/json would replace them by U+FFFD, turning two
-	// different inputs into one id, key or value (issue 26.2).
-	if err := envelope.CheckJSONText(b, field); err != nil {
-		return nil, nil, validationAs(err, "")
-	}
-	type frame struct {
-		obj     bool
-		wantKey bool
-		keys    map[string]struct{}
-	}
-	dec := json.NewDecoder(bytes.NewReader(b))
-	dec.UseNumber()
-	var stack []frame
-	var order []string
-	cur := field
-	started := false
-	valueDone := func() {
-		if n := len(stack); n > 0 && stack[n-1].obj {
-			stack[n-1].wantKey = true
+	case envelope.ObjectTruncated:
+		return malformed("unexpected end of JSON input")
+	case envelope.ObjectDuplicateKey:
+		return malformed("duplicate key %q", oe.Key)
+	case envelope.ObjectTrailingData:
+		return malformed("trailing data after the JSON object")
+	case envelope.ObjectTooDeep:
+		cur := field
+		if rule.offset > 0 && oe.Member != "" {
+			cur = oe.Member
 		}
+		e := newError(http.StatusRequestEntityTooLarge, CodeLimitExceeded, cur,
+			"nesting depth exceeds the limit of %d levels (the data object is level 1; the limit is EVENT_STORE_MAX_DATA_DEPTH minus the level the command wraps around data)", rule.maxData)
+		e.Limit = fmt.Sprintf("depth %d", rule.maxData)
+		return e
+	default:
+		return malformed("not valid JSON: %v", oe.Err)
 	}
-	for {
-		tok, err := dec.Token()
-		if err == io.EOF {
-			if !started {
-				return nil, nil, malformed("the body is empty; want a JSON object")
-			}
-			if len(stack) > 0 {
-				return nil, nil, malformed("unexpected end of JSON input")
-			}
-			break
-		}
-		if err != nil {
-			return nil, nil, malformed("not valid JSON: %v", err)
-		}
-		if started && len(stack) == 0 {
-			return nil, nil, malformed("trailing data after the JSON object")
-		}
-		n := len(stack)
-		if n > 0 && stack[n-1].obj && stack[n-1].wantKey {
-			key, ok := tok.(string)
-			if !ok { // the closing '}'
-				stack = stack[:n-1]
-				valueDone()
-				continue
-			}
-			f := &stack[n-1]
-			if _, dup := f.keys[key]; dup {
-				return nil, nil, malformed("duplicate key %q", key)
-			}
-			if f.keys == nil {
-				f.keys = make(map[string]struct{})
-			}
-			f.keys[key] = struct{}{}
-			f.wantKey = false
-			if n == 1 {
-				order = append(order, key)
-				if rule.offset > 0 {
-					cur = key
-				}
-			}
-			continue
-		}
-		switch t := tok.(type) {
-		case json.Delim:
-			switch t {
-			case '{', '[':
-				if n == 0 && t != '{' {
-					return nil, nil, notObject()
-				}
-				started = true
-				stack = append(stack, frame{obj: t == '{', wantKey: t == '{'})
-				if d := len(stack) - rule.offset; d > rule.maxData {
-					e := newError(http.StatusRequestEntityTooLarge, CodeLimitExceeded, cur,
-						"nesting depth exceeds the limit of %d levels (the data object is level 1; the limit is EVENT_STORE_MAX_DATA_DEPTH minus the level the command wraps around data)", rule.maxData)
-					e.Limit = fmt.Sprintf("depth %d", rule.maxData)
-					return nil, nil, e
-				}
-			default: // ']'; '}' is handled with the keys
-				stack = stack[:n-1]
-				valueDone()
-			}
-		default:
-			if n == 0 {
-				return nil, nil, notObject()
-			}
-			valueDone()
-		}
-	}
-	members := map[string]json.RawMessage{}
-	if err := json.Unmarshal(b, &members); err != nil { // cannot fail after the scan
-		return nil, nil, malformed("not valid JSON: %v", err)
-	}
-	return members, order, nil
 }
 
 // onlyFields rejects members not in allowed (exact, case-sensitive names).

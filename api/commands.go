@@ -237,15 +237,8 @@ func printableASCII(s string) bool {
 	return true
 }
 
-func marshalNoEscape(v any) ([]byte, error) {
-	var buf bytes.Buffer
-	enc := json.NewEncoder(&buf)
-	enc.SetEscapeHTML(false)
-	if err := enc.Encode(v); err != nil {
-		return nil, err
-	}
-	return bytes.TrimSuffix(buf.Bytes(), []byte{'\n'}), nil
-}
+// marshalNoEscape encodes v as every reply body is: envelope.EncodeJSON.
+func marshalNoEscape(v any) ([]byte, error) { return envelope.EncodeJSON(v) }
 
 // fromDataError maps a readmodel.DataError to 422 invalid_data_key naming
 // the key's path (data.a.b) and the rule.
@@ -501,7 +494,30 @@ type BatchReply struct {
 // group commit) and each succeeds or fails alone; the reply is 207 with one
 // result per item, in order.
 func (s *server) handleBatch(w http.ResponseWriter, r *http.Request) {
-	db, class := pathValue(r, "db"), pathValue(r, "class")
+	items, batchKey, e := s.readBatch(w, r)
+	if e != nil {
+		s.fail(w, r, e)
+		return
+	}
+	reply := BatchReply{Results: make([]BatchItemResult, len(items))}
+	envs, envIdx := s.buildBatch(r, items, batchKey, reply.Results)
+	if len(envs) > 0 {
+		s.appendBatch(r, envs, envIdx, reply.Results)
+	}
+	for _, it := range reply.Results {
+		if it.Status == http.StatusAccepted {
+			reply.Accepted++
+		} else {
+			reply.Failed++
+		}
+	}
+	writeJSON(w, http.StatusMultiStatus, reply)
+}
+
+// readBatch checks a batch request as a whole (media type, no batch-wide
+// expected_seq, the Idempotency-Key, the body's form and item count) and
+// returns its items, not yet parsed, and the batch's key.
+func (s *server) readBatch(w http.ResponseWriter, r *http.Request) ([]json.RawMessage, string, *Error) {
 	e := checkMediaType(r, mediaJSON)
 	var b []byte
 	if e == nil {
@@ -549,11 +565,14 @@ func (s *server) handleBatch(w http.ResponseWriter, r *http.Request) {
 		e = newError(http.StatusRequestEntityTooLarge, CodeLimitExceeded, "items", "a batch holds at most %d items, got %d", s.opts.MaxBatchItems, len(items))
 		e.Limit = strconv.Itoa(s.opts.MaxBatchItems) + " items"
 	}
-	if e != nil {
-		s.fail(w, r, e)
-		return
-	}
-	reply := BatchReply{Results: make([]BatchItemResult, len(items))}
+	return items, batchKey, e
+}
+
+// buildBatch parses and builds each item's command: an item that fails
+// gets its error in results; the others are returned with their indices,
+// to be appended together.
+func (s *server) buildBatch(r *http.Request, items []json.RawMessage, batchKey string, results []BatchItemResult) ([]envelope.Envelope, []int) {
+	db, class := pathValue(r, "db"), pathValue(r, "class")
 	var envs []envelope.Envelope
 	var envIdx []int
 	for i, raw := range items {
@@ -570,46 +589,42 @@ func (s *server) handleBatch(w http.ResponseWriter, r *http.Request) {
 		}
 		if ie != nil {
 			s.metrics.command(req.eventType, "invalid")
-			reply.Results[i] = BatchItemResult{Index: i, Status: ie.Status, Error: ie}
+			results[i] = BatchItemResult{Index: i, Status: ie.Status, Error: ie}
 			continue
 		}
 		envs = append(envs, env)
 		envIdx = append(envIdx, i)
 	}
-	if len(envs) > 0 {
-		res, err := s.traceAppend(r.Context(), envs...)
-		for j, env := range envs {
-			i := envIdx[j]
-			ierr := err
-			if ierr == nil {
-				ierr = res[j].Err
-			}
-			if ierr != nil {
-				ae := fromAppend(ierr, env.Metadata.CommandID())
-				if ae.Status >= 500 {
-					s.log.Error("api: batch item failed", "index", i, "status", ae.Status, "err", ae.cause)
-				}
-				s.metrics.command(env.EventType, resultLabel(ae))
-				reply.Results[i] = BatchItemResult{Index: i, Status: ae.Status, Error: ae}
-				continue
-			}
-			a := accepted(res[j].Event)
-			label := "accepted"
-			if res[j].Duplicate {
-				label = "replayed"
-			}
-			s.metrics.command(env.EventType, label)
-			reply.Results[i] = BatchItemResult{Index: i, Status: http.StatusAccepted, Accepted: &a}
+	return envs, envIdx
+}
+
+// appendBatch appends the built commands in one group commit and writes
+// each one's outcome into results at its index (envIdx).
+func (s *server) appendBatch(r *http.Request, envs []envelope.Envelope, envIdx []int, results []BatchItemResult) {
+	res, err := s.traceAppend(r.Context(), envs...)
+	for j, env := range envs {
+		i := envIdx[j]
+		ierr := err
+		if ierr == nil {
+			ierr = res[j].Err
 		}
-	}
-	for _, it := range reply.Results {
-		if it.Status == http.StatusAccepted {
-			reply.Accepted++
-		} else {
-			reply.Failed++
+		if ierr != nil {
+			ae := fromAppend(ierr, env.Metadata.CommandID())
+			if ae.Status >= 500 {
+				s.log.Error("api: batch item failed", "index", i, "status", ae.Status, "err", ae.cause)
+			}
+			s.metrics.command(env.EventType, resultLabel(ae))
+			results[i] = BatchItemResult{Index: i, Status: ae.Status, Error: ae}
+			continue
 		}
+		a := accepted(res[j].Event)
+		label := "accepted"
+		if res[j].Duplicate {
+			label = "replayed"
+		}
+		s.metrics.command(env.EventType, label)
+		results[i] = BatchItemResult{Index: i, Status: http.StatusAccepted, Accepted: &a}
 	}
-	writeJSON(w, http.StatusMultiStatus, reply)
 }
 
 // parseBatchItem reads one batch item.

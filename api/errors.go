@@ -78,14 +78,11 @@ var problemTitles = map[string]string{
 
 // Error is one failed request (or one failed batch item) as the API reports
 // it. Its JSON form (MarshalJSON) is the error body of every 4xx and 5xx
-// reply: an RFC 9457 problem document.
+// reply: an RFC 9457 problem document, which holds the members below with
+// their tags, in this order, after the RFC's own.
 type Error struct {
 	// Status is the HTTP status code.
 	Status int `json:"-"`
-	// Code is the machine-readable error code (the Code* constants).
-	Code string `json:"error"`
-	// Message explains the failure for humans.
-	Message string `json:"message"`
 	// Field names the offending input ("data", "instance_id",
 	// "Idempotency-Key", "expected_seq", …), when there is one.
 	Field string `json:"field,omitempty"`
@@ -95,6 +92,10 @@ type Error struct {
 	// Permission is the missing permission of a 403 ("append on
 	// stream:Order/eu-1").
 	Permission string `json:"permission,omitempty"`
+	// Code is the machine-readable error code (the Code* constants).
+	Code string `json:"error"`
+	// Message explains the failure for humans.
+	Message string `json:"message"`
 	// ExpectedSeq and ActualSeq are set on optimistic-concurrency conflicts.
 	ExpectedSeq *int64 `json:"expected_seq,omitempty"`
 	ActualSeq   *int64 `json:"actual_seq,omitempty"`
@@ -121,28 +122,23 @@ type Error struct {
 }
 
 // problem is the wire form of Error: the RFC 9457 members (type, title,
-// status, detail), the machine-readable code and field path, and the
-// members the API always had (error = code, message = detail).
+// status, detail) and the machine-readable code, then Error's own members
+// (wireError: its fields and tags, error = code and message = detail
+// among them), then the schema error's pointer, which is sent even when
+// empty (the root of data).
 type problem struct {
-	Type            string  `json:"type"`
-	Title           string  `json:"title"`
-	Status          int     `json:"status"`
-	Detail          string  `json:"detail"`
-	Code            string  `json:"code"`
-	Field           string  `json:"field,omitempty"`
-	Limit           string  `json:"limit,omitempty"`
-	Permission      string  `json:"permission,omitempty"`
-	Error           string  `json:"error"`
-	Message         string  `json:"message"`
-	ExpectedSeq     *int64  `json:"expected_seq,omitempty"`
-	ActualSeq       *int64  `json:"actual_seq,omitempty"`
-	CommandID       string  `json:"command_id,omitempty"`
-	SequenceNumber  *int64  `json:"sequence_number,omitempty"`
-	PendingCommands *int    `json:"pending_commands,omitempty"`
-	SchemaVersion   int     `json:"schema_version,omitempty"`
-	Keyword         string  `json:"keyword,omitempty"`
-	Pointer         *string `json:"pointer,omitempty"`
+	Type   string `json:"type"`
+	Title  string `json:"title"`
+	Status int    `json:"status"`
+	Detail string `json:"detail"`
+	Code   string `json:"code"`
+	*wireError
+	Pointer *string `json:"pointer,omitempty"`
 }
+
+// wireError is Error without its methods, so that problem can embed it
+// (an embedded *Error would bring MarshalJSON along).
+type wireError Error
 
 // MarshalJSON encodes the error as an RFC 9457 problem document:
 // {"type": "urn:sluice:problem:<code>", "title", "status", "detail",
@@ -154,10 +150,7 @@ func (e *Error) MarshalJSON() ([]byte, error) {
 	}
 	return marshalNoEscape(problem{
 		Type: ProblemTypePrefix + e.Code, Title: title, Status: e.Status, Detail: e.Message, Code: e.Code,
-		Field: e.Field, Limit: e.Limit, Permission: e.Permission, Error: e.Code, Message: e.Message,
-		ExpectedSeq: e.ExpectedSeq, ActualSeq: e.ActualSeq, CommandID: e.CommandID,
-		SequenceNumber: e.SequenceNumber, PendingCommands: e.PendingCommands,
-		SchemaVersion: e.SchemaVersion, Keyword: e.Keyword, Pointer: pointerOf(e),
+		wireError: (*wireError)(e), Pointer: pointerOf(e),
 	})
 }
 

@@ -2,6 +2,7 @@ package api
 
 import (
 	"bytes"
+	"context"
 	"net/http"
 	"strconv"
 	"strings"
@@ -67,30 +68,15 @@ func (s *server) subscribe(w http.ResponseWriter, r *http.Request, aggType strin
 	ctx := r.Context()
 	stopping := drain.Signal(ctx)
 	if drain.Stopping(ctx) {
-		e := newError(http.StatusServiceUnavailable, CodeUnavailable, "",
-			"the API is shutting down; subscribe again after Retry-After with your Last-Event-ID")
-		e.retryAfter = defaultRetryAfter
-		writeError(w, e) // expected during a restart: not logged as a failure
+		writeError(w, subscribeShuttingDown()) // expected during a restart: not logged as a failure
 		return
 	}
-	q := r.URL.Query()
-	after := int64(-1)
-	if v := r.Header.Get("Last-Event-ID"); v != "" {
-		n, ok := parseSeq(strings.TrimSpace(v))
-		if !ok {
-			s.fail(w, r, badParam("Last-Event-ID", "Last-Event-ID must be a log position (an integer >= 0), got %q", v))
-			return
-		}
-		after = n
-	} else if q.Has("from_position") {
-		n, ok := parseSeq(q.Get("from_position"))
-		if !ok || n < 1 {
-			s.fail(w, r, badParam("from_position", "from_position must be an integer >= 1, got %q", q.Get("from_position")))
-			return
-		}
-		after = n - 1
+	after, e := subscribeAfter(r)
+	if e != nil {
+		s.fail(w, r, e)
+		return
 	}
-	latest, e := parseAs(q)
+	latest, e := parseAs(r.URL.Query())
 	if e != nil {
 		s.fail(w, r, e)
 		return
@@ -109,23 +95,10 @@ func (s *server) subscribe(w http.ResponseWriter, r *http.Request, aggType strin
 		}
 		after = head
 	}
-	h := w.Header()
-	h.Set("Content-Type", mediaEventStream)
-	h.Set("Cache-Control", "no-store")
-	h.Set("X-Accel-Buffering", "no")
-	w.WriteHeader(http.StatusOK)
-	rc := http.NewResponseController(w)
-	var buf bytes.Buffer
-	flush := func() bool {
-		_ = rc.SetWriteDeadline(time.Now().Add(s.opts.SSEHeartbeat + 30*time.Second))
-		if _, err := w.Write(buf.Bytes()); err != nil {
-			return false
-		}
-		buf.Reset()
-		return rc.Flush() == nil
-	}
-	buf.WriteString("retry: 1000\n: subscribed after position " + strconv.FormatInt(after, 10) + "\n\n")
-	if !flush() {
+	startEventStream(w)
+	st := &sseWriter{w: w, rc: http.NewResponseController(w), writeTimeout: s.opts.SSEHeartbeat + 30*time.Second}
+	st.buf.WriteString("retry: 1000\n: subscribed after position " + strconv.FormatInt(after, 10) + "\n\n")
+	if !st.flush() {
 		return
 	}
 	p := principalOf(r)
@@ -138,17 +111,8 @@ func (s *server) subscribe(w http.ResponseWriter, r *http.Request, aggType strin
 	// where it resumes.
 	shutdown := func() {
 		s.log.Debug("api: subscription ended: shutting down", "after", after)
-		buf.WriteString(shutdownComment)
-		flush()
-	}
-	// closeWith ends the stream with an error event (what was sent before
-	// it stands: the client resumes from its last id).
-	closeWith := func(ae *Error) {
-		b, _ := marshalNoEscape(ae)
-		buf.WriteString("event: error\ndata: ")
-		buf.Write(b)
-		buf.WriteString("\n\n")
-		flush()
+		st.buf.WriteString(shutdownComment)
+		st.flush()
 	}
 	for {
 		if drain.Stopping(ctx) { // between pages of a catch-up
@@ -161,28 +125,15 @@ func (s *server) subscribe(w http.ResponseWriter, r *http.Request, aggType strin
 				return
 			}
 			s.log.Warn("api: subscription read failed; closing the stream (the client resumes from its last id)", "err", err)
-			closeWith(fromRead(err))
+			st.closeWith(fromRead(err))
 			return
 		}
-		for _, ev := range page.Events {
-			if !mayRead(p, auth.OpSubscribe, ev) {
-				continue // another tenant's: never sent (docs/security.md)
-			}
-			line, ae := s.present(ctx, ev, latest) // one line: JSON without newlines
-			if ae != nil {
-				s.log.Error("api: subscription cannot upcast an event; closing the stream (the client resumes from its last id)", "position", ev.Envelope.Position, "err", ae.cause)
-				closeWith(ae)
-				return
-			}
-			buf.WriteString("id: ")
-			buf.WriteString(strconv.FormatInt(ev.Envelope.Position, 10))
-			buf.WriteString("\ndata: ")
-			buf.Write(line)
-			buf.WriteString("\n\n")
+		if !s.writePage(ctx, st, page.Events, p, latest) {
+			return
 		}
 		after = max(after, page.Through)
-		if buf.Len() > 0 {
-			if !flush() {
+		if st.buf.Len() > 0 {
+			if !st.flush() {
 				return
 			}
 			beat.Reset(s.opts.SSEHeartbeat)
@@ -199,10 +150,104 @@ func (s *server) subscribe(w http.ResponseWriter, r *http.Request, aggType strin
 		case <-wake:
 		case <-poll.C:
 		case <-beat.C:
-			buf.WriteString(": keep-alive\n\n")
-			if !flush() {
+			st.buf.WriteString(": keep-alive\n\n")
+			if !st.flush() {
 				return
 			}
 		}
 	}
+}
+
+// writePage buffers the events of a page the principal may read, each as
+// presented (upcast with ?as=latest), as "id: <position>" and "data:
+// <line>". It returns false when an event cannot be presented: the stream
+// is then closed with the error (the client resumes from its last id).
+func (s *server) writePage(ctx context.Context, st *sseWriter, evs []eventstore.Event, p *auth.Principal, latest bool) bool {
+	for _, ev := range evs {
+		if !mayRead(p, auth.OpSubscribe, ev) {
+			continue // another tenant's: never sent (docs/security.md)
+		}
+		line, ae := s.present(ctx, ev, latest) // one line: JSON without newlines
+		if ae != nil {
+			s.log.Error("api: subscription cannot upcast an event; closing the stream (the client resumes from its last id)", "position", ev.Envelope.Position, "err", ae.cause)
+			st.closeWith(ae)
+			return false
+		}
+		st.buf.WriteString("id: ")
+		st.buf.WriteString(strconv.FormatInt(ev.Envelope.Position, 10))
+		st.buf.WriteString("\ndata: ")
+		st.buf.Write(line)
+		st.buf.WriteString("\n\n")
+	}
+	return true
+}
+
+// sseWriter is the writing side of one subscription: what is buffered is
+// sent and flushed at once, each write bounded by writeTimeout.
+type sseWriter struct {
+	w            http.ResponseWriter
+	rc           *http.ResponseController
+	buf          bytes.Buffer
+	writeTimeout time.Duration
+}
+
+// flush sends the buffer; false when the client is gone.
+func (st *sseWriter) flush() bool {
+	_ = st.rc.SetWriteDeadline(time.Now().Add(st.writeTimeout))
+	if _, err := st.w.Write(st.buf.Bytes()); err != nil {
+		return false
+	}
+	st.buf.Reset()
+	return st.rc.Flush() == nil
+}
+
+// closeWith ends the stream with an error event (what was sent before it
+// stands: the client resumes from its last id).
+func (st *sseWriter) closeWith(ae *Error) {
+	b, _ := marshalNoEscape(ae)
+	st.buf.WriteString("event: error\ndata: ")
+	st.buf.Write(b)
+	st.buf.WriteString("\n\n")
+	st.flush()
+}
+
+// subscribeShuttingDown is the refusal of a subscription asked for while
+// the server shuts down: 503 with Retry-After.
+func subscribeShuttingDown() *Error {
+	e := newError(http.StatusServiceUnavailable, CodeUnavailable, "",
+		"the API is shutting down; subscribe again after Retry-After with your Last-Event-ID")
+	e.retryAfter = defaultRetryAfter
+	return e
+}
+
+// subscribeAfter returns the position a subscription starts after: the
+// Last-Event-ID a reconnecting client sends, else from_position - 1, else
+// -1 for the current head.
+func subscribeAfter(r *http.Request) (int64, *Error) {
+	q := r.URL.Query()
+	if v := r.Header.Get("Last-Event-ID"); v != "" {
+		n, ok := parseSeq(strings.TrimSpace(v))
+		if !ok {
+			return 0, badParam("Last-Event-ID", "Last-Event-ID must be a log position (an integer >= 0), got %q", v)
+		}
+		return n, nil
+	}
+	if q.Has("from_position") {
+		n, ok := parseSeq(q.Get("from_position"))
+		if !ok || n < 1 {
+			return 0, badParam("from_position", "from_position must be an integer >= 1, got %q", q.Get("from_position"))
+		}
+		return n - 1, nil
+	}
+	return -1, nil
+}
+
+// startEventStream writes the status and headers of a Server-Sent Events
+// stream (no caching, no buffering by a proxy).
+func startEventStream(w http.ResponseWriter) {
+	h := w.Header()
+	h.Set("Content-Type", mediaEventStream)
+	h.Set("Cache-Control", "no-store")
+	h.Set("X-Accel-Buffering", "no")
+	w.WriteHeader(http.StatusOK)
 }

@@ -162,7 +162,9 @@ func (s *Server) handleDeleteAlias(rq *request, indexExpr, nameExpr string) resp
 	return ok(newOrderedMap().Set("acknowledged", true))
 }
 
-// handleUpdateAliases applies POST /_aliases actions atomically.
+// handleUpdateAliases applies POST /_aliases actions atomically: every
+// action works on a copy of the alias tables (aliasUpdate), and the copy
+// replaces them only when every action and the final state are valid.
 func (s *Server) handleUpdateAliases(rq *request) response {
 	body, err := decodeObject(rq.body)
 	if err != nil {
@@ -179,19 +181,7 @@ func (s *Server) handleUpdateAliases(rq *request) response {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-
-	// Work on a copy of every index's alias table.
-	state := map[string]map[string]*aliasMeta{}
-	for n, ix := range s.indices {
-		m := make(map[string]*aliasMeta, len(ix.aliases))
-		for k, v := range ix.aliases {
-			m[k] = v
-		}
-		state[n] = m
-	}
-	removedIdx := map[string]bool{}
-	live := func(n string) bool { return s.indices[n] != nil && !removedIdx[n] }
-
+	u := s.newAliasUpdate()
 	for _, ra := range rawActions {
 		am, ok := ra.(map[string]any)
 		if !ok || len(am) != 1 {
@@ -202,121 +192,187 @@ func (s *Server) handleUpdateAliases(rq *request) response {
 			if !ok {
 				return errResp(errParsing("[%s] failed to parse action", action))
 			}
-			indexExprs := collectNames(def, "index", "indices")
-			aliasExprs := collectNames(def, "alias", "aliases")
-			mustExist := true
-			if v, ok := def["must_exist"].(bool); ok {
-				mustExist = v
-			}
-			extra := map[string]any{}
-			for k, v := range def {
-				switch k {
-				case "index", "indices", "alias", "aliases", "must_exist":
-				default:
-					extra[k] = v
-				}
-			}
-			if len(indexExprs) == 0 {
-				return errResp(errValidation("One of [index] or [indices] is required"))
-			}
-			var targets []string
-			for _, ie := range indexExprs {
-				resolvedName, derr := resolveDateMathName(ie, s.now())
-				if derr != nil {
-					return errResp(errIllegalArgument("%s", derr.Error()))
-				}
-				if strings.Contains(resolvedName, "*") || resolvedName == "_all" {
-					for n := range s.indices {
-						if live(n) && globMatch(strings.ReplaceAll(resolvedName, "_all", "*"), n) {
-							targets = append(targets, n)
-						}
-					}
-					continue
-				}
-				if !live(resolvedName) {
-					if action == "remove_index" && len(s.aliasIndices(resolvedName)) > 0 {
-						return errResp(errIllegalArgument("The provided expression [%s] matches an alias, specify the corresponding concrete indices instead.", resolvedName))
-					}
-					if action == "add" || action == "remove" {
-						// An alias in the index position resolves to its indices.
-						al := s.aliasIndices(resolvedName)
-						if len(al) > 0 {
-							targets = append(targets, al...)
-							continue
-						}
-					}
-					return errResp(errIndexNotFound(resolvedName))
-				}
-				targets = append(targets, resolvedName)
-			}
-			sort.Strings(targets)
-			switch action {
-			case "add":
-				if len(aliasExprs) == 0 {
-					return errResp(errValidation("One of [alias] or [aliases] is required"))
-				}
-				for _, ae := range aliasExprs {
-					alias, derr := resolveDateMathName(ae, s.now())
-					if derr != nil {
-						return errResp(errInvalidAliasName(ae, derr.Error()))
-					}
-					if err := validateAliasName(alias); err != nil {
-						return errResp(err)
-					}
-					meta, err := parseAliasBody(alias, extra, false)
-					if err != nil {
-						return errResp(err)
-					}
-					for _, t := range targets {
-						m := *meta
-						state[t][alias] = &m
-					}
-				}
-			case "remove":
-				if len(aliasExprs) == 0 {
-					return errResp(errValidation("One of [alias] or [aliases] is required"))
-				}
-				var missing []string
-				for _, ae := range aliasExprs {
-					hit := false
-					for _, t := range targets {
-						for an := range state[t] {
-							if globMatch(ae, an) {
-								delete(state[t], an)
-								hit = true
-							}
-						}
-					}
-					if !hit {
-						missing = append(missing, ae)
-					}
-				}
-				if len(missing) > 0 && mustExist {
-					return errResp(errAliasesMissing(missing))
-				}
-			case "remove_index":
-				for _, t := range targets {
-					removedIdx[t] = true
-				}
-			default:
-				return errResp(errParsing("[alias_action] unknown field [%s]", action))
+			if err := u.apply(action, def); err != nil {
+				return errResp(err)
 			}
 		}
 	}
-	// Validate the final state.
-	for n, aliases := range state {
-		if removedIdx[n] {
+	if err := u.check(); err != nil {
+		return errResp(err)
+	}
+	u.commit()
+	return ok(newOrderedMap().Set("acknowledged", true).Set("errors", false))
+}
+
+// aliasUpdate is one POST /_aliases in progress, under s.mu: a copy of
+// every index's alias table, which the actions change, and the indices
+// the actions remove.
+type aliasUpdate struct {
+	s          *Server
+	state      map[string]map[string]*aliasMeta
+	removedIdx map[string]bool
+}
+
+func (s *Server) newAliasUpdate() *aliasUpdate {
+	state := map[string]map[string]*aliasMeta{}
+	for n, ix := range s.indices {
+		m := make(map[string]*aliasMeta, len(ix.aliases))
+		for k, v := range ix.aliases {
+			m[k] = v
+		}
+		state[n] = m
+	}
+	return &aliasUpdate{s: s, state: state, removedIdx: map[string]bool{}}
+}
+
+// live reports whether index n exists and no earlier action removed it.
+func (u *aliasUpdate) live(n string) bool { return u.s.indices[n] != nil && !u.removedIdx[n] }
+
+// apply applies one action (add, remove, remove_index) with its
+// definition to the copy.
+func (u *aliasUpdate) apply(action string, def map[string]any) *esError {
+	indexExprs := collectNames(def, "index", "indices")
+	aliasExprs := collectNames(def, "alias", "aliases")
+	mustExist := true
+	if v, ok := def["must_exist"].(bool); ok {
+		mustExist = v
+	}
+	extra := map[string]any{}
+	for k, v := range def {
+		switch k {
+		case "index", "indices", "alias", "aliases", "must_exist":
+		default:
+			extra[k] = v
+		}
+	}
+	if len(indexExprs) == 0 {
+		return errValidation("One of [index] or [indices] is required")
+	}
+	targets, err := u.targets(action, indexExprs)
+	if err != nil {
+		return err
+	}
+	switch action {
+	case "add":
+		if len(aliasExprs) == 0 {
+			return errValidation("One of [alias] or [aliases] is required")
+		}
+		return u.add(targets, aliasExprs, extra)
+	case "remove":
+		if len(aliasExprs) == 0 {
+			return errValidation("One of [alias] or [aliases] is required")
+		}
+		if missing := u.remove(targets, aliasExprs); len(missing) > 0 && mustExist {
+			return errAliasesMissing(missing)
+		}
+	case "remove_index":
+		for _, t := range targets {
+			u.removedIdx[t] = true
+		}
+	default:
+		return errParsing("[alias_action] unknown field [%s]", action)
+	}
+	return nil
+}
+
+// targets resolves an action's index expressions (date math, wildcards,
+// _all, and for add and remove an alias standing for its indices) to the
+// live indices they name, sorted.
+func (u *aliasUpdate) targets(action string, indexExprs []string) ([]string, *esError) {
+	s := u.s
+	var targets []string
+	for _, ie := range indexExprs {
+		resolvedName, derr := resolveDateMathName(ie, s.now())
+		if derr != nil {
+			return nil, errIllegalArgument("%s", derr.Error())
+		}
+		if strings.Contains(resolvedName, "*") || resolvedName == "_all" {
+			for n := range s.indices {
+				if u.live(n) && globMatch(strings.ReplaceAll(resolvedName, "_all", "*"), n) {
+					targets = append(targets, n)
+				}
+			}
+			continue
+		}
+		if !u.live(resolvedName) {
+			if action == "remove_index" && len(s.aliasIndices(resolvedName)) > 0 {
+				return nil, errIllegalArgument("The provided expression [%s] matches an alias, specify the corresponding concrete indices instead.", resolvedName)
+			}
+			if action == "add" || action == "remove" {
+				// An alias in the index position resolves to its indices.
+				al := s.aliasIndices(resolvedName)
+				if len(al) > 0 {
+					targets = append(targets, al...)
+					continue
+				}
+			}
+			return nil, errIndexNotFound(resolvedName)
+		}
+		targets = append(targets, resolvedName)
+	}
+	sort.Strings(targets)
+	return targets, nil
+}
+
+// add points each alias of aliasExprs (date math resolved) at every
+// target, with the alias's definition (filter, routing, is_write_index…).
+func (u *aliasUpdate) add(targets, aliasExprs []string, extra map[string]any) *esError {
+	for _, ae := range aliasExprs {
+		alias, derr := resolveDateMathName(ae, u.s.now())
+		if derr != nil {
+			return errInvalidAliasName(ae, derr.Error())
+		}
+		if err := validateAliasName(alias); err != nil {
+			return err
+		}
+		meta, err := parseAliasBody(alias, extra, false)
+		if err != nil {
+			return err
+		}
+		for _, t := range targets {
+			m := *meta
+			u.state[t][alias] = &m
+		}
+	}
+	return nil
+}
+
+// remove removes the aliases matching each pattern of aliasExprs from the
+// targets, and returns the patterns that matched none.
+func (u *aliasUpdate) remove(targets, aliasExprs []string) (missing []string) {
+	for _, ae := range aliasExprs {
+		hit := false
+		for _, t := range targets {
+			for an := range u.state[t] {
+				if globMatch(ae, an) {
+					delete(u.state[t], an)
+					hit = true
+				}
+			}
+		}
+		if !hit {
+			missing = append(missing, ae)
+		}
+	}
+	return missing
+}
+
+// check validates the final state: no alias named like a live index, at
+// most one write index per alias.
+func (u *aliasUpdate) check() *esError {
+	for n, aliases := range u.state {
+		if u.removedIdx[n] {
 			continue
 		}
 		for an := range aliases {
-			if live(an) {
-				return errResp(errInvalidAliasName(an, "an index or data stream exists with the same name as the alias"))
+			if u.live(an) {
+				return errInvalidAliasName(an, "an index or data stream exists with the same name as the alias")
 			}
 		}
 	}
 	writers := map[string][]string{}
-	for n, aliases := range state {
-		if removedIdx[n] {
+	for n, aliases := range u.state {
+		if u.removedIdx[n] {
 			continue
 		}
 		for an, m := range aliases {
@@ -328,15 +384,21 @@ func (s *Server) handleUpdateAliases(rq *request) response {
 	for an, ws := range writers {
 		if len(ws) > 1 {
 			sort.Strings(ws)
-			return errResp(errIllegalArgument("alias [%s] has more than one write index [%s]", an, strings.Join(ws, ",")))
+			return errIllegalArgument("alias [%s] has more than one write index [%s]", an, strings.Join(ws, ","))
 		}
 	}
-	// Commit.
-	for n := range removedIdx {
+	return nil
+}
+
+// commit drops the removed indices and installs the new alias tables,
+// journalling what changed.
+func (u *aliasUpdate) commit() {
+	s := u.s
+	for n := range u.removedIdx {
 		delete(s.indices, n)
 		s.journalDrop(n)
 	}
-	for n, aliases := range state {
+	for n, aliases := range u.state {
 		if ix := s.indices[n]; ix != nil {
 			changed := aliasesChanged(ix.aliases, aliases)
 			ix.aliases = aliases
@@ -345,7 +407,6 @@ func (s *Server) handleUpdateAliases(rq *request) response {
 			}
 		}
 	}
-	return ok(newOrderedMap().Set("acknowledged", true).Set("errors", false))
 }
 
 func collectNames(def map[string]any, single, plural string) []string {

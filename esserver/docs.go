@@ -739,57 +739,61 @@ func (s *Server) handleGetDoc(rq *request, target, id string, sourceOnly bool) r
 	return ok(getBody(ix, e, f, stored, hasStored))
 }
 
+// handleMget serves _mget: the request's items (mgetRequest), then each
+// item read as a GET would (mgetOne), one error or document per item.
 func (s *Server) handleMget(rq *request, target string) response {
+	items, realtime, err := mgetRequest(rq, target)
+	if err != nil {
+		return errResp(err)
+	}
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	out := make([]any, 0, len(items))
+	for _, it := range items {
+		out = append(out, s.mgetOne(it, realtime))
+	}
+	return ok(newOrderedMap().Set("docs", out))
+}
+
+// mgetItem is one document an _mget asks for.
+type mgetItem struct {
+	index, id string
+	f         *sourceFilter
+	stored    []string
+	hasStored bool
+}
+
+// mgetRequest reads an _mget body ("docs" objects, or "ids" of the target
+// index) and parameters into its items; a missing index or id of any item
+// fails the whole request, as Elasticsearch's validation does.
+func mgetRequest(rq *request, target string) ([]mgetItem, bool, *esError) {
 	body, err := decodeObject(rq.body)
 	if err != nil {
-		return errResp(err)
+		return nil, false, err
 	}
 	pf, explicit, _ := sourceFilterFromParams(rq)
+	if !explicit {
+		pf = nil
+	}
 	realtime, err := rq.boolParam("realtime", true)
 	if err != nil {
-		return errResp(err)
+		return nil, false, err
 	}
-	type item struct {
-		index, id string
-		f         *sourceFilter
-		stored    []string
-		hasStored bool
-	}
-	var items []item
+	var items []mgetItem
 	var msgs []string
-	paramStored := splitComma(rq.param("stored_fields"))
 	if docs, ok := body["docs"]; ok {
 		arr, ok := docs.([]any)
 		if !ok {
-			return errResp(errParsing("docs array element should include an object"))
+			return nil, false, errParsing("docs array element should include an object")
 		}
 		for i, d := range arr {
 			m, ok := d.(map[string]any)
 			if !ok {
-				return errResp(errParsing("docs array element should include an object"))
+				return nil, false, errParsing("docs array element should include an object")
 			}
-			it := item{index: target, f: pf}
-			if !explicit {
-				it.f = nil
-			}
-			if v, ok := m["_index"].(string); ok {
-				it.index = v
-			}
-			if v, ok := asString(m["_id"]); ok {
-				it.id = v
-			}
-			if v, ok := m["_source"]; ok {
-				f, err := sourceFilterFromBody(v)
-				if err != nil {
-					return errResp(err)
-				}
-				it.f = f
-			}
-			if v, ok := m["stored_fields"]; ok {
-				it.stored, _ = stringList(v)
-				it.hasStored = true
-			} else if rq.has("stored_fields") {
-				it.stored, it.hasStored = paramStored, true
+			it, err := mgetDoc(rq, m, target, pf)
+			if err != nil {
+				return nil, false, err
 			}
 			if it.index == "" {
 				msgs = append(msgs, fmt.Sprintf("index is missing for doc %d", i))
@@ -803,61 +807,80 @@ func (s *Server) handleMget(rq *request, target string) response {
 	if ids, ok := body["ids"]; ok {
 		arr, ok := ids.([]any)
 		if !ok {
-			return errResp(errParsing("ids array element should only contain ids"))
+			return nil, false, errParsing("ids array element should only contain ids")
 		}
 		for i, v := range arr {
 			id, _ := asString(v)
-			it := item{index: target, id: id, f: pf}
-			if !explicit {
-				it.f = nil
-			}
 			if target == "" {
 				msgs = append(msgs, fmt.Sprintf("index is missing for doc %d", i))
 			}
-			items = append(items, it)
+			items = append(items, mgetItem{index: target, id: id, f: pf})
 		}
 	}
 	for k := range body {
 		if k != "docs" && k != "ids" {
-			return errResp(errParsing("unknown parameter [%s] in request body or parameter is of the wrong type[%s] ", k, jsonKind(body[k])))
+			return nil, false, errParsing("unknown parameter [%s] in request body or parameter is of the wrong type[%s] ", k, jsonKind(body[k]))
 		}
 	}
 	if len(items) == 0 {
 		msgs = append(msgs, "no documents to get")
 	}
 	if len(msgs) > 0 {
-		return errResp(errValidation(msgs...))
+		return nil, false, errValidation(msgs...)
 	}
-	s.mu.RLock()
-	defer s.mu.RUnlock()
-	out := make([]any, 0, len(items))
-	for _, it := range items {
-		ix, err := s.readTarget(it.index)
+	return items, realtime, nil
+}
+
+// mgetDoc reads one object of an _mget "docs" array: _index (default the
+// target), _id, _source and stored_fields (default the parameters').
+func mgetDoc(rq *request, m map[string]any, target string, pf *sourceFilter) (mgetItem, *esError) {
+	it := mgetItem{index: target, f: pf}
+	if v, ok := m["_index"].(string); ok {
+		it.index = v
+	}
+	if v, ok := asString(m["_id"]); ok {
+		it.id = v
+	}
+	if v, ok := m["_source"]; ok {
+		f, err := sourceFilterFromBody(v)
 		if err != nil {
-			o := newOrderedMap().Set("_index", it.index).Set("_id", it.id).Set("error", err.object())
-			out = append(out, o)
-			continue
+			return it, err
 		}
-		var e *docEntry
-		if realtime {
-			e = ix.docs[it.id]
-		} else {
-			e = ix.visible[it.id]
-		}
-		if e == nil || e.deleted {
-			out = append(out, newOrderedMap().Set("_index", ix.name).Set("_id", it.id).Set("found", false))
-			continue
-		}
-		f := it.f
-		if it.hasStored && f == nil {
-			f = &sourceFilter{disabled: true}
-			for _, sf := range it.stored {
-				if sf == "_source" {
-					f = nil
-				}
+		it.f = f
+	}
+	if v, ok := m["stored_fields"]; ok {
+		it.stored, _ = stringList(v)
+		it.hasStored = true
+	} else if rq.has("stored_fields") {
+		it.stored, it.hasStored = splitComma(rq.param("stored_fields")), true
+	}
+	return it, nil
+}
+
+// mgetOne reads one item under s.mu: its document, "found": false, or the
+// error of its index.
+func (s *Server) mgetOne(it mgetItem, realtime bool) any {
+	ix, err := s.readTarget(it.index)
+	if err != nil {
+		return newOrderedMap().Set("_index", it.index).Set("_id", it.id).Set("error", err.object())
+	}
+	var e *docEntry
+	if realtime {
+		e = ix.docs[it.id]
+	} else {
+		e = ix.visible[it.id]
+	}
+	if e == nil || e.deleted {
+		return newOrderedMap().Set("_index", ix.name).Set("_id", it.id).Set("found", false)
+	}
+	f := it.f
+	if it.hasStored && f == nil {
+		f = &sourceFilter{disabled: true}
+		for _, sf := range it.stored {
+			if sf == "_source" {
+				f = nil
 			}
 		}
-		out = append(out, getBody(ix, e, f, it.stored, it.hasStored))
 	}
-	return ok(newOrderedMap().Set("docs", out))
+	return getBody(ix, e, f, it.stored, it.hasStored)
 }

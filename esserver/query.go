@@ -772,8 +772,9 @@ func constMatcher(f func(*docEntry) bool, score float64) matcher {
 	}
 }
 
+// compile turns a parsed query into a matcher, one compile step per kind
+// of query.
 func (c *compileCtx) compile(q qnode) (matcher, *esError) {
-	ix := c.ix
 	switch t := q.(type) {
 	case qMatchAll:
 		return func(*docEntry) (bool, float64) { return true, t.boost }, nil
@@ -785,46 +786,13 @@ func (c *compileCtx) compile(q qnode) (matcher, *esError) {
 		if err != nil {
 			return nil, err
 		}
-		return constMatcher(anyValue(ix, a, pred), t.boost), nil
+		return constMatcher(anyValue(c.ix, a, pred), t.boost), nil
 	case qTerms:
-		if int64(len(t.values)) > ix.settings.maxTermsCount {
-			return nil, errIllegalArgument("The number of terms [%d] used in the Terms Query request has exceeded the allowed maximum of [%d]. This maximum can be set by changing the [index.max_terms_count] index level setting.", len(t.values), ix.settings.maxTermsCount)
-		}
-		a := c.field(t.field)
-		var preds []func(any) bool
-		for _, v := range t.values {
-			p, err := c.termPredicate(a, v, false)
-			if err != nil {
-				return nil, err
-			}
-			if p != nil {
-				preds = append(preds, p)
-			}
-		}
-		return constMatcher(anyValue(ix, a, func(v any) bool {
-			for _, p := range preds {
-				if p(v) {
-					return true
-				}
-			}
-			return false
-		}), t.boost), nil
+		return c.compileTerms(t)
 	case qMatch:
 		return c.compileMatch(t.field, t.query, t.operator, t.msm, t.phrase, t.prefix, t.boost)
 	case qMultiMatch:
-		fields := t.fields
-		if len(fields) == 0 {
-			fields = []string{"*"}
-		}
-		var ms []matcher
-		for _, f := range c.expandFields(fields) {
-			m, err := c.compileMatch(f, t.query, t.operator, nil, t.phrase, false, t.boost)
-			if err != nil {
-				return nil, err
-			}
-			ms = append(ms, m)
-		}
-		return anyOf(ms), nil
+		return c.compileMultiMatch(t)
 	case qRange:
 		return c.compileRange(t)
 	case qIDs:
@@ -834,48 +802,16 @@ func (c *compileCtx) compile(q qnode) (matcher, *esError) {
 		}
 		return func(e *docEntry) (bool, float64) { return set[e.id], 1 }, nil
 	case qExists:
-		names := c.expandFields([]string{t.field})
-		var accs []*fieldAcc
-		for _, n := range names {
-			accs = append(accs, c.field(n))
-		}
-		return func(e *docEntry) (bool, float64) {
-			for _, a := range accs {
-				if a.kind == kUnmapped {
-					continue
-				}
-				if len(a.values(ix, e)) > 0 {
-					return true, 1
-				}
-			}
-			return false, 0
-		}, nil
+		return c.compileExists(t), nil
 	case qPrefix:
-		a := c.field(t.field)
-		want := t.value
-		return constMatcher(anyValue(ix, a, c.stringPred(a, func(s string) bool {
-			if t.caseInsensitive {
-				return strings.HasPrefix(strings.ToLower(s), strings.ToLower(want))
-			}
-			return strings.HasPrefix(s, want)
-		})), 1), nil
+		return c.compilePrefix(t), nil
 	case qWildcard:
-		a := c.field(t.field)
-		re, err := regexp.Compile("^" + wildcardToRegexp(t.value, t.caseInsensitive) + "$")
-		if err != nil {
-			return nil, errQueryShard(ix, "failed to create query: %s", err.Error())
-		}
-		return constMatcher(anyValue(ix, a, c.stringPred(a, re.MatchString)), 1), nil
+		return c.compileRegexp(t.field, "^"+wildcardToRegexp(t.value, t.caseInsensitive)+"$")
 	case qRegexp:
-		if int64(len([]rune(t.value))) > ix.settings.maxRegexLength {
-			return nil, errIllegalArgument("The length of regex [%d] used in the Regexp Query request has exceeded the allowed maximum of [%d]. This maximum can be set by changing the [index.max_regex_length] index level setting.", len([]rune(t.value)), ix.settings.maxRegexLength)
+		if int64(len([]rune(t.value))) > c.ix.settings.maxRegexLength {
+			return nil, errIllegalArgument("The length of regex [%d] used in the Regexp Query request has exceeded the allowed maximum of [%d]. This maximum can be set by changing the [index.max_regex_length] index level setting.", len([]rune(t.value)), c.ix.settings.maxRegexLength)
 		}
-		a := c.field(t.field)
-		re, err := regexp.Compile("^(?:" + t.value + ")$")
-		if err != nil {
-			return nil, errQueryShard(ix, "failed to create query: %s", err.Error())
-		}
-		return constMatcher(anyValue(ix, a, c.stringPred(a, re.MatchString)), 1), nil
+		return c.compileRegexp(t.field, "^(?:"+t.value+")$")
 	case qBool:
 		return c.compileBool(t)
 	case qConstant:
@@ -888,28 +824,115 @@ func (c *compileCtx) compile(q qnode) (matcher, *esError) {
 			return ok, t.boost
 		}, nil
 	case qDisMax:
-		var ms []matcher
-		for _, iq := range t.queries {
-			m, err := c.compile(iq)
-			if err != nil {
-				return nil, err
-			}
-			ms = append(ms, m)
-		}
-		return func(e *docEntry) (bool, float64) {
-			hit, best := false, 0.0
-			for _, m := range ms {
-				if ok, s := m(e); ok {
-					hit = true
-					best = math.Max(best, s)
-				}
-			}
-			return hit, best
-		}, nil
+		return c.compileDisMax(t)
 	case qQueryString:
 		return c.compileQueryString(t)
 	}
 	return nil, errIllegalArgument("unsupported query %T", q)
+}
+
+// compileTerms matches a document with any of the terms (at most
+// index.max_terms_count of them).
+func (c *compileCtx) compileTerms(t qTerms) (matcher, *esError) {
+	ix := c.ix
+	if int64(len(t.values)) > ix.settings.maxTermsCount {
+		return nil, errIllegalArgument("The number of terms [%d] used in the Terms Query request has exceeded the allowed maximum of [%d]. This maximum can be set by changing the [index.max_terms_count] index level setting.", len(t.values), ix.settings.maxTermsCount)
+	}
+	a := c.field(t.field)
+	var preds []func(any) bool
+	for _, v := range t.values {
+		p, err := c.termPredicate(a, v, false)
+		if err != nil {
+			return nil, err
+		}
+		if p != nil {
+			preds = append(preds, p)
+		}
+	}
+	return constMatcher(anyValue(ix, a, func(v any) bool {
+		for _, p := range preds {
+			if p(v) {
+				return true
+			}
+		}
+		return false
+	}), t.boost), nil
+}
+
+// compileMultiMatch is a match on each field (all of them by default),
+// any of which may hit.
+func (c *compileCtx) compileMultiMatch(t qMultiMatch) (matcher, *esError) {
+	fields := t.fields
+	if len(fields) == 0 {
+		fields = []string{"*"}
+	}
+	var ms []matcher
+	for _, f := range c.expandFields(fields) {
+		m, err := c.compileMatch(f, t.query, t.operator, nil, t.phrase, false, t.boost)
+		if err != nil {
+			return nil, err
+		}
+		ms = append(ms, m)
+	}
+	return anyOf(ms), nil
+}
+
+// compileExists matches a document with a value in any mapped field the
+// pattern names.
+func (c *compileCtx) compileExists(t qExists) matcher {
+	ix := c.ix
+	names := c.expandFields([]string{t.field})
+	var accs []*fieldAcc
+	for _, n := range names {
+		accs = append(accs, c.field(n))
+	}
+	return func(e *docEntry) (bool, float64) {
+		for _, a := range accs {
+			if a.kind == kUnmapped {
+				continue
+			}
+			if len(a.values(ix, e)) > 0 {
+				return true, 1
+			}
+		}
+		return false, 0
+	}
+}
+
+// compilePrefix matches a string value starting with the prefix.
+func (c *compileCtx) compilePrefix(t qPrefix) matcher {
+	a := c.field(t.field)
+	want := t.value
+	return constMatcher(anyValue(c.ix, a, c.stringPred(a, func(s string) bool {
+		if t.caseInsensitive {
+			return strings.HasPrefix(strings.ToLower(s), strings.ToLower(want))
+		}
+		return strings.HasPrefix(s, want)
+	})), 1)
+}
+
+// compileRegexp matches a string value of field against the anchored
+// regular expression expr (a wildcard or regexp query).
+func (c *compileCtx) compileRegexp(field, expr string) (matcher, *esError) {
+	a := c.field(field)
+	re, err := regexp.Compile(expr)
+	if err != nil {
+		return nil, errQueryShard(c.ix, "failed to create query: %s", err.Error())
+	}
+	return constMatcher(anyValue(c.ix, a, c.stringPred(a, re.MatchString)), 1), nil
+}
+
+// compileDisMax scores a document by its best-matching query (anyOf).
+func (c *compileCtx) compileDisMax(t qDisMax) (matcher, *esError) {
+	var ms []matcher
+	for _, iq := range t.queries {
+		m, err := c.compile(iq)
+		if err != nil {
+			return nil, err
+		}
+		ms = append(ms, m)
+	}
+	return anyOf(ms), nil
 }
 
 // stringPred adapts a string predicate to the field kind (text fields match

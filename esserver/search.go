@@ -156,7 +156,8 @@ func parseSortString(s string) []sortSpec {
 	return out
 }
 
-// parseSearchBody reads a search (or count) request body.
+// parseSearchBody reads a search (or count) request body, one key at a
+// time (parseBodyKey).
 func parseSearchBody(body map[string]any, count bool) (*searchReq, *esError) {
 	sr := &searchReq{count: count, size: 10, trackTotal: 10000}
 	for k, v := range body {
@@ -168,135 +169,184 @@ func parseSearchBody(body map[string]any, count bool) (*searchReq, *esError) {
 				return nil, errParsing("request does not support [%s]", k)
 			}
 		}
-		switch k {
-		case "query":
-			m, ok := v.(map[string]any)
-			if !ok {
-				return nil, errParsing("[query] failed to parse field [query]")
-			}
-			q, err := parseQuery(m)
-			if err != nil {
-				return nil, err
-			}
-			sr.query = q
-		case "post_filter":
-			m, ok := v.(map[string]any)
-			if !ok {
-				return nil, errParsing("[post_filter] must be an object")
-			}
-			q, err := parseQuery(m)
-			if err != nil {
-				return nil, err
-			}
-			sr.postFilter = q
-		case "from":
-			n, ok := toInt(v)
-			if !ok {
-				return nil, errParsing("[from] must be a number")
-			}
-			sr.from = n
-		case "size":
-			n, ok := toInt(v)
-			if !ok {
-				return nil, errParsing("[size] must be a number")
-			}
-			sr.size, sr.sizeSet = n, true
-		case "sort":
-			s, err := parseSortValue(v)
-			if err != nil {
-				return nil, err
-			}
-			sr.sort = s
-		case "_source":
-			f, err := sourceFilterFromBody(v)
-			if err != nil {
-				return nil, err
-			}
-			sr.source = f
-		case "track_total_hits":
-			switch t := v.(type) {
-			case bool:
-				if t {
-					sr.trackTotal = -1
-				} else {
-					sr.trackTotal = 0
-				}
-			default:
-				n, ok := toInt(v)
-				if !ok {
-					return nil, errParsing("[track_total_hits] must be a boolean or a number")
-				}
-				if n < -1 {
-					return nil, errIllegalArgument("[track_total_hits] parameter must be positive or equals to -1, got %d", n)
-				}
-				sr.trackTotal = n
-			}
-		case "search_after":
-			arr, ok := v.([]any)
-			if !ok {
-				return nil, errParsing("[search_after] must be an array")
-			}
-			sr.searchAfter = arr
-		case "stored_fields":
-			l, ok := stringList(v)
-			if !ok {
-				return nil, errParsing("[stored_fields] must be a string or an array of strings")
-			}
-			sr.storedFields, sr.hasStored = l, true
-		case "docvalue_fields":
-			f, err := parseFieldReqs(v, k)
-			if err != nil {
-				return nil, err
-			}
-			sr.docvalueFields = f
-		case "fields":
-			f, err := parseFieldReqs(v, k)
-			if err != nil {
-				return nil, err
-			}
-			sr.fields = f
-		case "script_fields":
-			m, ok := v.(map[string]any)
-			if !ok {
-				return nil, errParsing("[script_fields] must be an object")
-			}
-			sr.scriptFields = len(m)
-		case "rescore":
-			arr, ok := v.([]any)
-			if !ok {
-				arr = []any{v}
-			}
-			for _, r := range arr {
-				if rm, ok := r.(map[string]any); ok {
-					if w, ok := toInt(rm["window_size"]); ok && w > sr.rescoreWindow {
-						sr.rescoreWindow = w
-					}
-				}
-			}
-		case "min_score":
-			f, ok := toFloat(v)
-			if !ok {
-				return nil, errParsing("[min_score] must be a number")
-			}
-			sr.minScore = &f
-		case "track_scores":
-			sr.trackScores, _ = v.(bool)
-		case "version":
-			sr.version, _ = v.(bool)
-		case "seq_no_primary_term":
-			sr.seqNoPT, _ = v.(bool)
-		case "terminate_after":
-			n, _ := toInt(v)
-			sr.terminateAfter = n
-		case "aggs", "aggregations":
-			return nil, errIllegalArgument("aggregations are not supported by the sluice test server")
-		case "timeout", "highlight", "explain", "profile", "stats", "ext", "runtime_mappings", "indices_boost", "collapse", "suggest", "_name":
-			// Accepted and ignored.
-		default:
-			return nil, errParsing("Unknown key for a %s in [%s].", jsonKind(v), k).with("line", 1).with("col", 1)
+		if err := sr.parseBodyKey(k, v); err != nil {
+			return nil, err
 		}
 	}
 	return sr, nil
+}
+
+// parseBodyKey reads one key of a search body into sr: the queries, the
+// paging and order, the fields returned, the scoring; aggregations are
+// refused, a few keys accepted and ignored, any other one refused.
+func (sr *searchReq) parseBodyKey(k string, v any) *esError {
+	switch k {
+	case "query", "post_filter":
+		return sr.parseBodyQuery(k, v)
+	case "from", "size", "sort", "track_total_hits", "search_after":
+		return sr.parseBodyPaging(k, v)
+	case "_source", "stored_fields", "docvalue_fields", "fields", "script_fields":
+		return sr.parseBodyFields(k, v)
+	case "rescore", "min_score", "track_scores", "version", "seq_no_primary_term", "terminate_after":
+		return sr.parseBodyScoring(k, v)
+	case "aggs", "aggregations":
+		return errIllegalArgument("aggregations are not supported by the sluice test server")
+	case "timeout", "highlight", "explain", "profile", "stats", "ext", "runtime_mappings", "indices_boost", "collapse", "suggest", "_name":
+		// Accepted and ignored.
+		return nil
+	default:
+		return errParsing("Unknown key for a %s in [%s].", jsonKind(v), k).with("line", 1).with("col", 1)
+	}
+}
+
+// parseBodyQuery reads query and post_filter.
+func (sr *searchReq) parseBodyQuery(k string, v any) *esError {
+	switch k {
+	case "query":
+		m, ok := v.(map[string]any)
+		if !ok {
+			return errParsing("[query] failed to parse field [query]")
+		}
+		q, err := parseQuery(m)
+		if err != nil {
+			return err
+		}
+		sr.query = q
+	case "post_filter":
+		m, ok := v.(map[string]any)
+		if !ok {
+			return errParsing("[post_filter] must be an object")
+		}
+		q, err := parseQuery(m)
+		if err != nil {
+			return err
+		}
+		sr.postFilter = q
+	}
+	return nil
+}
+
+// parseBodyPaging reads from, size, sort, track_total_hits and
+// search_after.
+func (sr *searchReq) parseBodyPaging(k string, v any) *esError {
+	switch k {
+	case "from":
+		n, ok := toInt(v)
+		if !ok {
+			return errParsing("[from] must be a number")
+		}
+		sr.from = n
+	case "size":
+		n, ok := toInt(v)
+		if !ok {
+			return errParsing("[size] must be a number")
+		}
+		sr.size, sr.sizeSet = n, true
+	case "sort":
+		s, err := parseSortValue(v)
+		if err != nil {
+			return err
+		}
+		sr.sort = s
+	case "track_total_hits":
+		switch t := v.(type) {
+		case bool:
+			if t {
+				sr.trackTotal = -1
+			} else {
+				sr.trackTotal = 0
+			}
+		default:
+			n, ok := toInt(v)
+			if !ok {
+				return errParsing("[track_total_hits] must be a boolean or a number")
+			}
+			if n < -1 {
+				return errIllegalArgument("[track_total_hits] parameter must be positive or equals to -1, got %d", n)
+			}
+			sr.trackTotal = n
+		}
+	case "search_after":
+		arr, ok := v.([]any)
+		if !ok {
+			return errParsing("[search_after] must be an array")
+		}
+		sr.searchAfter = arr
+	}
+	return nil
+}
+
+// parseBodyFields reads what a hit returns: _source, stored_fields,
+// docvalue_fields, fields and script_fields.
+func (sr *searchReq) parseBodyFields(k string, v any) *esError {
+	switch k {
+	case "_source":
+		f, err := sourceFilterFromBody(v)
+		if err != nil {
+			return err
+		}
+		sr.source = f
+	case "stored_fields":
+		l, ok := stringList(v)
+		if !ok {
+			return errParsing("[stored_fields] must be a string or an array of strings")
+		}
+		sr.storedFields, sr.hasStored = l, true
+	case "docvalue_fields":
+		f, err := parseFieldReqs(v, k)
+		if err != nil {
+			return err
+		}
+		sr.docvalueFields = f
+	case "fields":
+		f, err := parseFieldReqs(v, k)
+		if err != nil {
+			return err
+		}
+		sr.fields = f
+	case "script_fields":
+		m, ok := v.(map[string]any)
+		if !ok {
+			return errParsing("[script_fields] must be an object")
+		}
+		sr.scriptFields = len(m)
+	}
+	return nil
+}
+
+// parseBodyScoring reads rescore, min_score, track_scores, version,
+// seq_no_primary_term and terminate_after.
+func (sr *searchReq) parseBodyScoring(k string, v any) *esError {
+	switch k {
+	case "rescore":
+		arr, ok := v.([]any)
+		if !ok {
+			arr = []any{v}
+		}
+		for _, r := range arr {
+			if rm, ok := r.(map[string]any); ok {
+				if w, ok := toInt(rm["window_size"]); ok && w > sr.rescoreWindow {
+					sr.rescoreWindow = w
+				}
+			}
+		}
+	case "min_score":
+		f, ok := toFloat(v)
+		if !ok {
+			return errParsing("[min_score] must be a number")
+		}
+		sr.minScore = &f
+	case "track_scores":
+		sr.trackScores, _ = v.(bool)
+	case "version":
+		sr.version, _ = v.(bool)
+	case "seq_no_primary_term":
+		sr.seqNoPT, _ = v.(bool)
+	case "terminate_after":
+		n, _ := toInt(v)
+		sr.terminateAfter = n
+	}
+	return nil
 }
 
 // applyParams merges URL parameters into the search request.

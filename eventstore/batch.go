@@ -168,28 +168,7 @@ func (s *Store) AppendBatch(ctx context.Context, expect Expectation, envs ...env
 		s.m.countResults(results)
 		return results, nil
 	}
-	s.mu.RLock()
-	if s.closed {
-		s.mu.RUnlock()
-		return nil, ErrClosed
-	}
-	select {
-	case s.in <- u.items:
-		s.mu.RUnlock()
-	case <-ctx.Done():
-		s.mu.RUnlock()
-		return nil, ctx.Err()
-	}
-	for _, it := range u.items {
-		select {
-		case <-it.done:
-			results[it.idx] = it.res
-		case <-ctx.Done():
-			return nil, ctx.Err()
-		}
-	}
-	s.m.countResults(results)
-	return results, nil
+	return s.submit(ctx, u.items, results)
 }
 
 // PartialBatchError: some envelopes of an atomic batch are stored already

@@ -133,6 +133,13 @@ func (s *Store) Append(ctx context.Context, envs ...envelope.Envelope) ([]Result
 		s.m.countResults(results)
 		return results, nil
 	}
+	return s.submit(ctx, items, results)
+}
+
+// submit hands items to the group commit and waits for each one's result,
+// written into results at the item's index; the call fails with ErrClosed
+// after Close, or with ctx's error (the items may still be committed).
+func (s *Store) submit(ctx context.Context, items []*item, results []Result) ([]Result, error) {
 	s.mu.RLock()
 	if s.closed {
 		s.mu.RUnlock()

@@ -164,11 +164,7 @@ func (w *Worker) loadBatch(ctx context.Context, jobs []*job, out []worker.BatchR
 	for k, j := range jobs {
 		refs[k] = readmodel.Ref{Names: j.n, Class: j.c.class, InstanceID: j.c.instanceID}
 	}
-	var got []readmodel.GetResult
-	err := w.esDo(ctx, func(ctx context.Context) (err error) {
-		got, err = readmodel.GetInstances(ctx, w.o.ES, refs)
-		return err
-	})
+	got, err := w.readInstances(ctx, refs)
 	if err != nil {
 		err = worker.Classified(ctx, failure.Elasticsearch, err)
 		for _, j := range jobs {
@@ -339,4 +335,15 @@ func (w *Worker) retryLost(ctx context.Context, ws []readmodel.Write, res []read
 			return
 		}
 	}
+}
+
+// readInstances reads the instance documents refs in one real-time _mget
+// (readmodel.GetInstances), retried on an Elasticsearch outage (esDo).
+func (w *Worker) readInstances(ctx context.Context, refs []readmodel.Ref) ([]readmodel.GetResult, error) {
+	var got []readmodel.GetResult
+	err := w.esDo(ctx, func(ctx context.Context) (err error) {
+		got, err = readmodel.GetInstances(ctx, w.o.ES, refs)
+		return err
+	})
+	return got, err
 }

@@ -270,11 +270,7 @@ func (w *Worker) behind(ctx context.Context, ws []readmodel.Write) ([]readmodel.
 	for k, wr := range ws {
 		refs[k] = readmodel.Ref{Names: wr.Names, Class: wr.Meta.Class, InstanceID: wr.Meta.InstanceID}
 	}
-	var got []readmodel.GetResult
-	err := w.esDo(ctx, func(ctx context.Context) (err error) {
-		got, err = readmodel.GetInstances(ctx, w.o.ES, refs)
-		return err
-	})
+	got, err := w.readInstances(ctx, refs)
 	if err != nil {
 		return ws, 0
 	}

@@ -1,7 +1,6 @@
 package projectionworker
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -9,6 +8,7 @@ import (
 	"io"
 	"net/http"
 
+	"github.com/sluicehq/sluice/readmodel"
 	"github.com/sluicehq/sluice/shared/envelope"
 )
 
@@ -201,11 +201,7 @@ type Locator interface {
 // per round. A failure leaves them unread: each is then read on its own
 // by Get, which reports the failure as the event's LoadError.
 func (s *DocState) prefetch(ctx context.Context, refs []DocRef) error {
-	type mdoc struct {
-		Index string `json:"_index"`
-		ID    string `json:"_id"`
-	}
-	var docs []mdoc
+	var docs []readmodel.DocAddr
 	var keys []docKey
 	seen := map[docKey]bool{}
 	for _, r := range refs {
@@ -221,45 +217,15 @@ func (s *DocState) prefetch(ctx context.Context, refs []DocRef) error {
 		}
 		seen[k] = true
 		keys = append(keys, k)
-		docs = append(docs, mdoc{Index: IndexNames(s.w.o.IndexPrefix, r.Scope, s.w.o.Projection.Name(), s.w.o.Version).Index, ID: r.ID})
+		docs = append(docs, readmodel.DocAddr{Index: IndexNames(s.w.o.IndexPrefix, r.Scope, s.w.o.Projection.Name(), s.w.o.Version).Index, ID: r.ID})
 	}
-	if len(docs) == 0 {
-		return nil
-	}
-	body, err := json.Marshal(map[string]any{"docs": docs})
+	got, err := readmodel.Mget(ctx, s.w.o.ES, docs)
 	if err != nil {
 		return err
 	}
-	es := s.w.o.ES
-	res, err := es.Mget(bytes.NewReader(body), es.Mget.WithContext(ctx), es.Mget.WithRealtime(true))
-	if err != nil {
-		return fmt.Errorf("mget: %w", err)
-	}
-	defer res.Body.Close()
-	raw, err := io.ReadAll(res.Body)
-	if err != nil {
-		return fmt.Errorf("mget: %w", err)
-	}
-	if res.StatusCode != http.StatusOK {
-		return fmt.Errorf("mget: %d %s", res.StatusCode, raw)
-	}
-	var got struct {
-		Docs []struct {
-			Found   bool            `json:"found"`
-			Version int64           `json:"_version"`
-			Source  json.RawMessage `json:"_source"`
-			Error   json.RawMessage `json:"error"`
-		} `json:"docs"`
-	}
-	if err := json.Unmarshal(raw, &got); err != nil {
-		return fmt.Errorf("mget: %w", err)
-	}
-	if len(got.Docs) != len(keys) {
-		return fmt.Errorf("mget: %d documents answered for %d asked", len(got.Docs), len(keys))
-	}
-	for i, d := range got.Docs {
+	for i, d := range got {
 		switch {
-		case d.Error != nil:
+		case d.Err != nil:
 			// Left unread: Get reads it on its own and reports the error.
 		case d.Found:
 			s.read[keys[i]] = Doc{Source: d.Source, Version: d.Version}

@@ -374,22 +374,67 @@ type GetResult struct {
 }
 
 // GetInstances reads many instance documents in real time through their
-// write aliases in one _mget request (realtime=true) and splits each into
-// Meta and state; results are at the index of their ref. A failure of the
-// whole request (transport, non-2xx) is returned as the error.
+// write aliases in one _mget request (Mget) and splits each into Meta and
+// state; results are at the index of their ref. A failure of the whole
+// request (transport, non-2xx) is returned as the error.
 func GetInstances(ctx context.Context, es *elasticsearch.Client, refs []Ref) ([]GetResult, error) {
 	out := make([]GetResult, len(refs))
 	if len(refs) == 0 {
 		return out, nil
 	}
+	docs := make([]DocAddr, len(refs))
+	for i, r := range refs {
+		docs[i] = DocAddr{Index: r.Names.WriteAlias, ID: DocumentID(r.Class, r.InstanceID)}
+	}
+	got, err := Mget(ctx, es, docs)
+	if err != nil {
+		return nil, err
+	}
+	for i, d := range got {
+		switch {
+		case d.Err != nil && d.Err.Type == "index_not_found_exception":
+			out[i].Err = ErrNotFound
+		case d.Err != nil:
+			out[i].Err = d.Err
+		case !d.Found:
+			out[i].Err = ErrNotFound
+		default:
+			out[i].Meta, out[i].State, out[i].Err = SplitDocument(d.Source)
+		}
+	}
+	return out, nil
+}
+
+// DocAddr names one document of an _mget: its index (or alias) and _id.
+type DocAddr struct{ Index, ID string }
+
+// MgetDoc is one answer of Mget: Found with the document's Source and
+// Version, or not found, or Err, the item's own failure (Op "mget", Status
+// 500, Elasticsearch's error type and reason).
+type MgetDoc struct {
+	Found   bool
+	Version int64
+	Source  json.RawMessage
+	Err     *StatusError
+}
+
+// Mget reads docs in real time (realtime=true) in one _mget request: the
+// one raw multi-get of the read models, under the instance worker's batch
+// reads and the stateful projections' round reads. Answers are at the index
+// of their doc. A failure of the whole request (transport, non-2xx, an
+// answer count that differs) is the error; nothing is sent for no docs.
+func Mget(ctx context.Context, es *elasticsearch.Client, docs []DocAddr) ([]MgetDoc, error) {
+	if len(docs) == 0 {
+		return nil, nil
+	}
 	var body bytes.Buffer
 	body.WriteString(`{"docs":[`)
-	for i, r := range refs {
+	for i, d := range docs {
 		if i > 0 {
 			body.WriteByte(',')
 		}
-		ix, _ := json.Marshal(r.Names.WriteAlias)
-		id, _ := json.Marshal(DocumentID(r.Class, r.InstanceID))
+		ix, _ := json.Marshal(d.Index)
+		id, _ := json.Marshal(d.ID)
 		body.WriteString(`{"_index":`)
 		body.Write(ix)
 		body.WriteString(`,"_id":`)
@@ -407,9 +452,10 @@ func GetInstances(ctx context.Context, es *elasticsearch.Client, refs []Ref) ([]
 	}
 	var mr struct {
 		Docs []struct {
-			Found  bool            `json:"found"`
-			Source json.RawMessage `json:"_source"`
-			Error  *struct {
+			Found   bool            `json:"found"`
+			Version int64           `json:"_version"`
+			Source  json.RawMessage `json:"_source"`
+			Error   *struct {
 				Type   string `json:"type"`
 				Reason string `json:"reason"`
 			} `json:"error"`
@@ -418,20 +464,16 @@ func GetInstances(ctx context.Context, es *elasticsearch.Client, refs []Ref) ([]
 	if err := json.NewDecoder(res.Body).Decode(&mr); err != nil {
 		return nil, fmt.Errorf("readmodel: mget: %w", err)
 	}
-	if len(mr.Docs) != len(refs) {
-		return nil, fmt.Errorf("readmodel: mget: %d answers for %d documents", len(mr.Docs), len(refs))
+	if len(mr.Docs) != len(docs) {
+		return nil, fmt.Errorf("readmodel: mget: %d answers for %d documents", len(mr.Docs), len(docs))
 	}
+	out := make([]MgetDoc, len(docs))
 	for i, d := range mr.Docs {
-		switch {
-		case d.Error != nil && d.Error.Type == "index_not_found_exception":
-			out[i].Err = ErrNotFound
-		case d.Error != nil:
+		if d.Error != nil {
 			out[i].Err = &StatusError{Op: "mget", Status: http.StatusInternalServerError, Type: d.Error.Type, Reason: d.Error.Reason}
-		case !d.Found:
-			out[i].Err = ErrNotFound
-		default:
-			out[i].Meta, out[i].State, out[i].Err = SplitDocument(d.Source)
+			continue
 		}
+		out[i] = MgetDoc{Found: d.Found, Version: d.Version, Source: d.Source}
 	}
 	return out, nil
 }

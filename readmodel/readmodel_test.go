@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net/http/httptest"
 	"reflect"
+	"strings"
 	"testing"
 	"time"
 
@@ -210,5 +211,28 @@ func TestBatchWriteGet(t *testing.T) {
 	}
 	if out, err := readmodel.GetInstances(ctx, es, nil); err != nil || len(out) != 0 {
 		t.Errorf("empty batch: %v %v", out, err)
+	}
+	// Mget, under GetInstances and the stateful projections' round reads,
+	// answers each document with its version, or not found, or the item's
+	// own error.
+	raw, err := readmodel.Mget(ctx, es, []readmodel.DocAddr{
+		{Index: shop.WriteAlias, ID: readmodel.DocumentID("orders", "1")},
+		{Index: shop.WriteAlias, ID: readmodel.DocumentID("orders", "nope")},
+		{Index: other.WriteAlias, ID: "x"},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := raw[0]; !d.Found || d.Version != 3 || d.Err != nil || !strings.Contains(string(d.Source), `"n":3`) {
+		t.Errorf("mget current: %+v", d)
+	}
+	if d := raw[1]; d.Found || d.Err != nil {
+		t.Errorf("mget no document: %+v", d)
+	}
+	if d := raw[2]; d.Err == nil || d.Err.Type != "index_not_found_exception" {
+		t.Errorf("mget no index: %+v", d)
+	}
+	if out, err := readmodel.Mget(ctx, es, nil); err != nil || out != nil {
+		t.Errorf("empty mget: %v %v", out, err)
 	}
 }

@@ -1,10 +1,8 @@
 package worker
 
 import (
-	"bytes"
 	"context"
 	"encoding/base64"
-	"encoding/json"
 	"errors"
 	"time"
 	"unicode/utf8"
@@ -12,6 +10,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/sluicehq/sluice/shared/envelope"
 	"github.com/sluicehq/sluice/shared/recordformat"
 )
 
@@ -104,19 +103,6 @@ func textOrBase64(b []byte) (string, string) {
 	return base64.StdEncoding.EncodeToString(b), "base64"
 }
 
-// encodeJSON encodes v without HTML escaping ('<', '>' and '&' stay one
-// byte each instead of six), so an embedded original grows as little as
-// JSON allows.
-func encodeJSON(v any) ([]byte, error) {
-	var buf bytes.Buffer
-	enc := json.NewEncoder(&buf)
-	enc.SetEscapeHTML(false)
-	if err := enc.Encode(v); err != nil {
-		return nil, err
-	}
-	return bytes.TrimSuffix(buf.Bytes(), []byte("\n")), nil
-}
-
 // recordSize is the part of r's size that grows with its content.
 func recordSize(r *kgo.Record) int {
 	n := len(r.Key) + len(r.Value) + dlqOverhead
@@ -182,7 +168,7 @@ func (d deadLetter) full() (*kgo.Record, error) {
 		}
 		v.OriginalHeaders[h.Key] = hv
 	}
-	b, err := encodeJSON(v)
+	b, err := envelope.EncodeJSON(v)
 	if err != nil {
 		return nil, err
 	}
@@ -216,7 +202,7 @@ func (d deadLetter) pointer(reason string) (*kgo.Record, error) {
 		}
 	}
 	hdrs = append(hdrs, kgo.RecordHeader{Key: "sluice-original-truncated", Value: []byte("true")})
-	b, err := encodeJSON(v)
+	b, err := envelope.EncodeJSON(v)
 	if err != nil {
 		return nil, err
 	}

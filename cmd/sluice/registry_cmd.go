@@ -79,7 +79,13 @@ func openRegistry(cmd *cobra.Command) (*registry.Registry, func(), error) {
 
 func newRegistryCmd() *cobra.Command {
 	c := &cobra.Command{Use: "registry", Short: "Inspect and prune the processed-event registry"}
-	c.AddCommand(&cobra.Command{
+	c.AddCommand(newRegistryShowCmd(), newRegistryPruneCmd())
+	return c
+}
+
+// newRegistryShowCmd is "sluice registry show".
+func newRegistryShowCmd() *cobra.Command {
+	return &cobra.Command{
 		Use:   "show <event_id>",
 		Short: "Show every handler's registry row for one event",
 		Args:  cobra.ExactArgs(1),
@@ -98,7 +104,11 @@ func newRegistryCmd() *cobra.Command {
 			}
 			return registry.FormatRows(cmd.OutOrStdout(), rows)
 		},
-	})
+	}
+}
+
+// newRegistryPruneCmd is "sluice registry prune".
+func newRegistryPruneCmd() *cobra.Command {
 	var olderThan time.Duration
 	var g guardFlags
 	var asJSON bool
@@ -174,8 +184,7 @@ terminal).`,
 	prune.Flags().DurationVar(&olderThan, "older-than", 0, "override the retention (e.g. 72h; at least the lease timeout and the relay lookback)")
 	prune.Flags().BoolVar(&asJSON, "json", false, "print a JSON summary")
 	g.register(prune, false)
-	c.AddCommand(prune)
-	return c
+	return prune
 }
 
 // pruneSummary is the --json output of `sluice registry prune`.

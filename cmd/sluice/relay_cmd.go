@@ -36,7 +36,13 @@ stand by. Configuration: EVENT_PUBLISHER_*, KAFKA_*, EVENT_STORE_*, DATABASE_URL
 
 func newRelayCheckpointCmd() *cobra.Command {
 	c := &cobra.Command{Use: "checkpoint", Short: "Inspect or move the relay checkpoint"}
-	c.AddCommand(&cobra.Command{
+	c.AddCommand(newRelayCheckpointShowCmd(), newRelayCheckpointSetCmd())
+	return c
+}
+
+// newRelayCheckpointShowCmd is "sluice relay checkpoint show".
+func newRelayCheckpointShowCmd() *cobra.Command {
+	return &cobra.Command{
 		Use:   "show",
 		Short: "Show the checkpoint, the lease and the lag",
 		Args:  cobra.NoArgs,
@@ -76,7 +82,11 @@ func newRelayCheckpointCmd() *cobra.Command {
 			}
 			return nil
 		},
-	})
+	}
+}
+
+// newRelayCheckpointSetCmd is "sluice relay checkpoint set".
+func newRelayCheckpointSetCmd() *cobra.Command {
 	var position int64
 	var at string
 	var g guardFlags
@@ -132,8 +142,7 @@ func newRelayCheckpointCmd() *cobra.Command {
 	set.Flags().Int64Var(&position, "position", 0, "new checkpoint position (the relay publishes from position+1)")
 	set.Flags().StringVar(&at, "time", "", "RFC 3339 time: publish from the first event committed at or after it")
 	g.register(set, false)
-	c.AddCommand(set)
-	return c
+	return set
 }
 
 func newRelayGapsCmd() *cobra.Command {

@@ -78,6 +78,13 @@ func examples(n int) string {
 
 func newSchemaCmd() *cobra.Command {
 	c := &cobra.Command{Use: "schema", Short: "Register, list, show, check and delete the JSON Schemas of event types (docs/schemas.md)"}
+	c.AddCommand(newSchemaRegisterCmd(), newSchemaListCmd(), newSchemaShowCmd(), newSchemaDeleteCmd(),
+		newSchemaCheckCmd(), newSchemaUpcasterCmd())
+	return c
+}
+
+// newSchemaRegisterCmd is "sluice schema register".
+func newSchemaRegisterCmd() *cobra.Command {
 	var compat, upcasterFile string
 	var dryRun, asJSON bool
 	register := &cobra.Command{
@@ -136,9 +143,12 @@ against the new version — and stored in the same transaction.`,
 	register.Flags().StringVar(&upcasterFile, "upcaster", "", "an upcaster file (YAML) from the previous version to this one, checked and stored with it")
 	register.Flags().BoolVar(&dryRun, "dry-run", false, "check and report, store nothing")
 	register.Flags().BoolVar(&asJSON, "json", false, "print the result as JSON")
-	c.AddCommand(register)
+	return register
+}
 
-	c.AddCommand(&cobra.Command{
+// newSchemaListCmd is "sluice schema list".
+func newSchemaListCmd() *cobra.Command {
+	return &cobra.Command{
 		Use:   "list",
 		Short: "List the event types with a schema, their mode and versions",
 		Args:  cobra.NoArgs,
@@ -163,9 +173,12 @@ against the new version — and stored in the same transaction.`,
 			}
 			return tw.Flush()
 		},
-	})
+	}
+}
 
-	c.AddCommand(&cobra.Command{
+// newSchemaShowCmd is "sluice schema show".
+func newSchemaShowCmd() *cobra.Command {
+	return &cobra.Command{
 		Use:   "show <event_type> [version]",
 		Short: "Print a registered schema (the latest version unless one is named)",
 		Args:  cobra.RangeArgs(1, 2),
@@ -189,8 +202,11 @@ against the new version — and stored in the same transaction.`,
 			}
 			return printJSON(cmd, s)
 		},
-	})
+	}
+}
 
+// newSchemaDeleteCmd is "sluice schema delete".
+func newSchemaDeleteCmd() *cobra.Command {
 	var delVersion int
 	var delDry bool
 	del := &cobra.Command{
@@ -217,11 +233,7 @@ against the new version — and stored in the same transaction.`,
 	}
 	del.Flags().IntVar(&delVersion, "version", 0, "the version to delete (0: all)")
 	del.Flags().BoolVar(&delDry, "dry-run", false, "report, delete nothing")
-	c.AddCommand(del)
-
-	c.AddCommand(newSchemaCheckCmd())
-	c.AddCommand(newSchemaUpcasterCmd())
-	return c
+	return del
 }
 
 // parseFrom reads a from version argument ("2" or "v2").
@@ -236,6 +248,12 @@ func parseFrom(s string) (int, error) {
 // newSchemaUpcasterCmd is `sluice schema upcaster set|show|delete`.
 func newSchemaUpcasterCmd() *cobra.Command {
 	c := &cobra.Command{Use: "upcaster", Short: "Set, show and delete the upcasters that bring an event type's versions to the next on read (docs/schemas.md#upcasting-on-read)"}
+	c.AddCommand(newSchemaUpcasterSetCmd(), newSchemaUpcasterShowCmd(), newSchemaUpcasterDeleteCmd())
+	return c
+}
+
+// newSchemaUpcasterSetCmd is "sluice schema upcaster set".
+func newSchemaUpcasterSetCmd() *cobra.Command {
 	var dryRun, asJSON bool
 	set := &cobra.Command{
 		Use:   "set <upcaster.yaml>",
@@ -269,8 +287,12 @@ with upcast: latest use it within EVENT_SCHEMA_REFRESH_INTERVAL. Exit 4: invalid
 	}
 	set.Flags().BoolVar(&dryRun, "dry-run", false, "check and report, store nothing")
 	set.Flags().BoolVar(&asJSON, "json", false, "print the result as JSON")
-	c.AddCommand(set)
-	c.AddCommand(&cobra.Command{
+	return set
+}
+
+// newSchemaUpcasterShowCmd is "sluice schema upcaster show".
+func newSchemaUpcasterShowCmd() *cobra.Command {
+	return &cobra.Command{
 		Use:   "show <event_type> <from_version>",
 		Short: "Print the upcaster of an event type from a version (its file as set)",
 		Args:  cobra.ExactArgs(2),
@@ -291,7 +313,11 @@ with upcast: latest use it within EVENT_SCHEMA_REFRESH_INTERVAL. Exit 4: invalid
 			fmt.Fprintf(cmd.OutOrStdout(), "# %s v%d→v%d, from %s, set %s\n%s", u.EventType, u.From, u.To, u.Source, u.UpdatedAt.UTC().Format("2006-01-02T15:04:05Z"), u.Spec)
 			return nil
 		},
-	})
+	}
+}
+
+// newSchemaUpcasterDeleteCmd is "sluice schema upcaster delete".
+func newSchemaUpcasterDeleteCmd() *cobra.Command {
 	var delDry bool
 	del := &cobra.Command{
 		Use:   "delete <event_type> <from_version>",
@@ -319,8 +345,7 @@ with upcast: latest use it within EVENT_SCHEMA_REFRESH_INTERVAL. Exit 4: invalid
 		},
 	}
 	del.Flags().BoolVar(&delDry, "dry-run", false, "report, delete nothing")
-	c.AddCommand(del)
-	return c
+	return del
 }
 
 // versionFile matches the file names of a type's directory: v1.json, v2.json, …
@@ -393,49 +418,7 @@ Exit status 4: incompatible or invalid. See docs/schemas.md.`,
 				}
 				return reportCheck(cmd, eventType, res.Version, res.Compatibility, res.Reasons, res.Upcaster)
 			}
-			mode, err := schema.ParseCompatibility(compat)
-			if err != nil {
-				return err
-			}
-			cand, err := schema.Compile(raw)
-			if err != nil {
-				return &exitError{code: 4, err: fmt.Errorf("%s: %w", args[0], err)}
-			}
-			files := previous
-			if len(files) == 0 {
-				if files, err = siblingVersions(args[0], candNum); err != nil {
-					return err
-				}
-			}
-			var earlier []schema.Version
-			for i, f := range files {
-				b, err := os.ReadFile(f)
-				if err != nil {
-					return err
-				}
-				s, err := schema.Compile(b)
-				if err != nil {
-					return &exitError{code: 4, err: fmt.Errorf("%s: %w", f, err)}
-				}
-				earlier = append(earlier, schema.Version{Version: i + 1, Schema: s})
-			}
-			version := len(earlier) + 1
-			reasons := schema.CheckCompatibility(mode, schema.Version{Version: version, Schema: cand}, earlier)
-			var ur *schema.UpcasterResult
-			if up != nil {
-				u, err := schema.ParseUpcaster(filepath.Base(upPath), up)
-				switch {
-				case err != nil:
-					return &exitError{code: 4, err: err}
-				case u.EventType != eventType || u.To() != version:
-					return &exitError{code: 4, err: fmt.Errorf("%s is the upcaster of %s v%d→v%d, not into %s v%d", upPath, u.EventType, u.From, u.To(), eventType, version)}
-				}
-				for _, r := range u.CheckExamples(earlier[len(earlier)-1].Schema, cand) {
-					reasons = append(reasons, "upcaster: "+r)
-				}
-				ur = &schema.UpcasterResult{EventType: u.EventType, From: u.From, To: u.To(), Examples: len(u.Examples), DryRun: true}
-			}
-			return reportCheck(cmd, eventType, version, mode, reasons, ur)
+			return checkOffline(cmd, checkInput{path: args[0], raw: raw, candNum: candNum, eventType: eventType, upPath: upPath, up: up}, compat, previous)
 		},
 	}
 	c.Flags().StringArrayVar(&previous, "previous", nil, "an earlier version's schema file, oldest first (repeat)")
@@ -444,6 +427,67 @@ Exit status 4: incompatible or invalid. See docs/schemas.md.`,
 	c.Flags().StringVar(&eventType, "event-type", "", "the event type (default: the candidate's directory name)")
 	c.Flags().StringVar(&upcasterFile, "upcaster", "", "the upcaster file into the candidate (default: upcast-vN.yaml beside it, N the previous version)")
 	return c
+}
+
+// checkInput is what "sluice schema check" checks: the candidate schema
+// file (its path, bytes and version number from its name, 0 when none),
+// the event type, and the upcaster into it (path and bytes; none: nil).
+type checkInput struct {
+	path      string
+	raw       []byte
+	candNum   int
+	eventType string
+	upPath    string
+	up        []byte
+}
+
+// checkOffline checks the candidate against the earlier versions read from
+// files (previous, else the vN.json files beside it), and the upcaster
+// into it against its examples: nothing is read from Postgres.
+func checkOffline(cmd *cobra.Command, in checkInput, compat string, previous []string) error {
+	mode, err := schema.ParseCompatibility(compat)
+	if err != nil {
+		return err
+	}
+	cand, err := schema.Compile(in.raw)
+	if err != nil {
+		return &exitError{code: 4, err: fmt.Errorf("%s: %w", in.path, err)}
+	}
+	files := previous
+	if len(files) == 0 {
+		if files, err = siblingVersions(in.path, in.candNum); err != nil {
+			return err
+		}
+	}
+	var earlier []schema.Version
+	for i, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			return err
+		}
+		s, err := schema.Compile(b)
+		if err != nil {
+			return &exitError{code: 4, err: fmt.Errorf("%s: %w", f, err)}
+		}
+		earlier = append(earlier, schema.Version{Version: i + 1, Schema: s})
+	}
+	version := len(earlier) + 1
+	reasons := schema.CheckCompatibility(mode, schema.Version{Version: version, Schema: cand}, earlier)
+	var ur *schema.UpcasterResult
+	if in.up != nil {
+		u, err := schema.ParseUpcaster(filepath.Base(in.upPath), in.up)
+		switch {
+		case err != nil:
+			return &exitError{code: 4, err: err}
+		case u.EventType != in.eventType || u.To() != version:
+			return &exitError{code: 4, err: fmt.Errorf("%s is the upcaster of %s v%d→v%d, not into %s v%d", in.upPath, u.EventType, u.From, u.To(), in.eventType, version)}
+		}
+		for _, r := range u.CheckExamples(earlier[len(earlier)-1].Schema, cand) {
+			reasons = append(reasons, "upcaster: "+r)
+		}
+		ur = &schema.UpcasterResult{EventType: u.EventType, From: u.From, To: u.To(), Examples: len(u.Examples), DryRun: true}
+	}
+	return reportCheck(cmd, in.eventType, version, mode, reasons, ur)
 }
 
 func fileExists(p string) bool {

@@ -1,6 +1,7 @@
 // Package archtest holds the architecture checks of the module: the
-// layering of its packages into floors and the ownership of its Postgres
-// tables (docs/architecture.md, "Floors" and "Table ownership"). Its tests
+// layering of its packages into floors, the ownership of its Postgres
+// tables and the length of its functions, the esserver module's too
+// (docs/architecture.md, "Floors", "Table ownership", "Long functions"). Its tests
 // run them on the real module (go list, the migrations and every .go
 // file); the checks themselves are plain functions so that the tests can
 // also show them failing on synthetic violations.

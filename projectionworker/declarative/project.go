@@ -186,7 +186,7 @@ func (p *Projection) Apply(ctx context.Context, e envelope.Envelope, store Store
 	applied[aggKey] = e.SequenceNumber
 	next["deleted"] = deleted
 	next["sluice"] = map[string]any{"applied": applied, "key": key, "event_id": e.EventID, "updated_at": e.OccurredAt.String()}
-	body, err := encodeJSON(next)
+	body, err := envelope.EncodeJSON(next)
 	if err != nil {
 		return nil, fmt.Errorf("projection %s: document %s: %w", p.spec.Name, docID, err)
 	}
@@ -256,8 +256,6 @@ func (p *Projection) evalErr(pr *program, e envelope.Envelope, err error) error 
 func eventVars(e envelope.Envelope) (map[string]any, error) { return celexpr.EventVars(e) }
 
 func decodeJSON(b []byte, v any) error { return json.Unmarshal(b, v) }
-
-func encodeJSON(v any) (json.RawMessage, error) { return celexpr.EncodeJSON(v) }
 
 // asKey turns a key or document id value into a string.
 func asKey(v any) (string, error) {

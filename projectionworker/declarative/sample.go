@@ -73,7 +73,7 @@ func RunSample(ctx context.Context, ps []*Projection, r io.Reader, w io.Writer) 
 		return a.ID < b.ID
 	})
 	for _, d := range out {
-		b, err := encodeJSON(d)
+		b, err := envelope.EncodeJSON(d)
 		if err != nil {
 			return err
 		}

@@ -17,7 +17,6 @@
 package celexpr
 
 import (
-	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -134,16 +133,8 @@ func EventVars(e envelope.Envelope) (map[string]any, error) {
 }
 
 // EncodeJSON encodes v compactly, without HTML escaping (json.Marshal
-// sorts map keys).
-func EncodeJSON(v any) (json.RawMessage, error) {
-	var buf bytes.Buffer
-	enc := json.NewEncoder(&buf)
-	enc.SetEscapeHTML(false)
-	if err := enc.Encode(v); err != nil {
-		return nil, err
-	}
-	return bytes.TrimSuffix(buf.Bytes(), []byte{'\n'}), nil
-}
+// sorts map keys): envelope.EncodeJSON, as a RawMessage.
+func EncodeJSON(v any) (json.RawMessage, error) { return envelope.EncodeJSON(v) }
 
 // ToNative converts a CEL value into JSON-able Go values: null, bool,
 // string, double, int, uint, maps with string keys and lists; timestamps

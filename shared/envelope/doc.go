@@ -3,7 +3,9 @@
 // parser, validation with typed errors, the canonical form and its SHA-256
 // used for idempotent appends, deterministic event and instance ids, and the
 // normalisation and encodings of aggregate ids (path segments, Kafka keys,
-// Elasticsearch _ids).
+// Elasticsearch _ids). Its ScanObject is the module's one strict JSON-object
+// scanner (valid text, no duplicate key at any level, bounded nesting, one
+// object), used by the envelope parser and the API's request bodies.
 //
 // # Guarantees kept
 //

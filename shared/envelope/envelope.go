@@ -70,11 +70,17 @@ type Envelope struct {
 // Marshal encodes e as the store writes it: compact JSON, fields in
 // declaration order, metadata keys sorted, no HTML escaping, no trailing
 // newline. It does not validate e.
-func Marshal(e Envelope) ([]byte, error) {
+func Marshal(e Envelope) ([]byte, error) { return EncodeJSON(e) }
+
+// EncodeJSON encodes v as the store writes JSON: compact, no HTML escaping
+// ('<', '>' and '&' stay one byte each instead of six), no trailing
+// newline. It is the module's one such encoder (envelopes, metadata, the
+// API's replies and problem documents, declarative projections' documents).
+func EncodeJSON(v any) ([]byte, error) {
 	var buf bytes.Buffer
 	enc := json.NewEncoder(&buf)
 	enc.SetEscapeHTML(false)
-	if err := enc.Encode(e); err != nil {
+	if err := enc.Encode(v); err != nil {
 		return nil, err
 	}
 	return bytes.TrimSuffix(buf.Bytes(), []byte{'\n'}), nil

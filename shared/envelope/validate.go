@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"strconv"
 	"strings"
 	"time"
@@ -41,7 +40,9 @@ var defaultLimits = func() Limits {
 // DefaultLimits returns the default limits, those of Limits' tags.
 func DefaultLimits() Limits { return defaultLimits }
 
-func (l Limits) withDefaults() Limits {
+// WithDefaults returns l with each zero or negative field set to its
+// default (DefaultLimits), as Parse and Validate apply them.
+func (l Limits) WithDefaults() Limits {
 	if l.MaxEnvelopeBytes <= 0 {
 		l.MaxEnvelopeBytes = defaultLimits.MaxEnvelopeBytes
 	}
@@ -98,13 +99,10 @@ func knownField(k string) bool {
 // rejected. An absent occurred_at stays unset (see FillDefaults). Errors are
 // *ValidationError.
 func Parse(b []byte, limits Limits) (Envelope, error) {
-	l := limits.withDefaults()
+	l := limits.WithDefaults()
 	if len(b) > l.MaxEnvelopeBytes {
 		return Envelope{}, limitExceeded("", fmt.Sprintf("%d bytes", l.MaxEnvelopeBytes),
 			"envelope of %d bytes exceeds the limit of %d bytes", len(b), l.MaxEnvelopeBytes)
-	}
-	if off, fault, ok := ScanJSONText(b); !ok {
-		return Envelope{}, textError(b, "", off, fault)
 	}
 	raw := make(map[string]json.RawMessage, len(envelopeFields))
 	err := walkObject(b, "", l.MaxDataDepth, true, func(key string) error {
@@ -146,7 +144,7 @@ func unquote(v []byte) (string, bool) {
 		return string(v[1 : len(v)-1]), true
 	}
 	// With escapes: the tokenizer, as walkObject read it (the text was
-	// checked by ScanJSONText: no lone surrogate escape is left to replace).
+	// checked by ScanObject: no lone surrogate escape is left to replace).
 	tok, err := jsontext.NewDecoder(bytes.NewBuffer(v), jsontext.AllowInvalidUTF8(true)).ReadToken()
 	if err != nil || tok.Kind() != '"' {
 		return "", false
@@ -329,7 +327,7 @@ func Prepare(e Envelope, limits Limits, now func() time.Time) (Envelope, error) 
 // reported, not repaired. Store-assigned fields may be unset:
 // sequence_number and position 0, occurred_at zero.
 func Validate(e Envelope, limits Limits) error {
-	return validate(e, limits.withDefaults(), 0)
+	return validate(e, limits.WithDefaults(), 0)
 }
 
 // validate implements Validate; scanned says data and metadata were already
@@ -442,9 +440,6 @@ func validate(e Envelope, l Limits, wire int) error {
 func maxEncodedLen(n int) int { return 6*n + 4096 }
 
 func checkObject(field string, b []byte, maxDepth int) error {
-	if err := CheckJSONText(b, field); err != nil {
-		return err
-	}
 	return walkObject(b, field, maxDepth, false, nil, nil)
 }
 
@@ -487,13 +482,10 @@ func validateMetadata(m Metadata, l Limits, scanned bool) error {
 			}
 		}
 	}
-	var buf bytes.Buffer
-	enc := json.NewEncoder(&buf)
-	enc.SetEscapeHTML(false)
-	if err := enc.Encode(m); err != nil {
+	b, err := EncodeJSON(m)
+	if err != nil {
 		return malformed("metadata", "JSON", "cannot be encoded: %v", err)
 	}
-	b := bytes.TrimSuffix(buf.Bytes(), []byte{'\n'})
 	if len(b) > l.MaxMetadataBytes {
 		return limitExceeded("metadata", fmt.Sprintf("%d bytes", l.MaxMetadataBytes),
 			"encoded metadata of %d bytes exceeds the limit of %d bytes", len(b), l.MaxMetadataBytes)
@@ -525,117 +517,48 @@ func ValidateCommandID(id string) error {
 	return nil
 }
 
-// walkObject scans b, which must hold exactly one JSON object, in one pass
-// with the jsontext tokenizer (encoding/json/v2's, which rejects duplicate
-// keys at any level and invalid escapes by itself) and
-// rejects nesting deeper than maxDepth. With envelope set, b is a whole
-// envelope: depth is counted inside each top-level field (the field's object
-// is depth 1), errors name that field, and onTopKey is called for each
-// top-level key. Otherwise the object b itself is depth 1 and errors name
-// field. With envelope, onTopValue (if not nil) gets each top-level key
+// walkObject scans b, which must hold exactly one JSON object, with
+// ScanObject and turns its faults into ValidationErrors. With envelope set,
+// b is a whole envelope: depth is counted inside each top-level field (the
+// field's object is depth 1), errors name that field, and onTopKey is
+// called for each top-level key. Otherwise the object b itself is depth 1
+// and errors name field. onTopValue (if not nil) gets each top-level key
 // with its value's bytes, a sub-slice of b, once the value is complete.
 func walkObject(b []byte, field string, maxDepth int, envelope bool, onTopKey func(string) error, onTopValue func(string, []byte)) error {
-	offset := 0
+	rule := ObjectRule{Field: field, MaxDepth: maxDepth, OnValue: onTopValue}
 	if envelope {
-		offset = 1
+		rule.Offset, rule.OnKey = 1, onTopKey
 	}
-	notObject := func() error {
+	err := ScanObject(b, rule)
+	var oe *ObjectError
+	if err == nil || !errors.As(err, &oe) {
+		return err
+	}
+	where := field
+	if envelope {
+		where = oe.Member
+	}
+	switch oe.Fault {
+	case ObjectEmpty, ObjectNotAnObject:
 		if envelope {
 			return malformed("", "object", "envelope must be a JSON object")
 		}
 		return invalid(field, "object", "must be a JSON object")
+	case ObjectTrailingData:
+		return malformed(field, "JSON", "has trailing data after the JSON object")
+	case ObjectTooDeep:
+		return limitExceeded(where, fmt.Sprintf("depth %d", maxDepth),
+			"nesting depth exceeds the limit of %d levels", maxDepth)
+	case ObjectDuplicateKey:
+		if envelope && oe.Member == "" {
+			return malformed(oe.Key, "unique keys", "appears more than once")
+		}
+		return malformed(where, "unique keys", "has duplicate key %q", oe.Key)
 	}
-	// A *bytes.Buffer is read in place, without a copy. Every caller checks
-	// the text first (CheckJSONText: valid UTF-8, no lone surrogate escape),
-	// so AllowInvalidUTF8 only spares the tokenizer a second check.
-	dec := jsontext.NewDecoder(bytes.NewBuffer(b), jsontext.AllowInvalidUTF8(true))
-	cur := field
-	valStart := 0 // where the current top-level value starts (onTopValue)
-	closed := false
-	for started := false; ; started = true {
-		if !started && dec.PeekKind() != '{' {
-			if _, err := dec.ReadToken(); err != nil && err != io.EOF {
-				return syntaxError(err, envelope, field)
-			}
-			return notObject()
-		}
-		tok, err := dec.ReadToken()
-		if err == io.EOF {
-			return nil
-		}
-		if err != nil {
-			return syntaxError(err, envelope, field)
-		}
-		if closed {
-			// the decoder reads a stream of values; b must hold one
-			return malformed(field, "JSON", "has trailing data after the JSON object")
-		}
-		depth := dec.StackDepth()
-		closed = depth == 0
-		if k := tok.Kind(); (k == '{' || k == '[') && depth-offset > maxDepth {
-			return limitExceeded(cur, fmt.Sprintf("depth %d", maxDepth),
-				"nesting depth exceeds the limit of %d levels", maxDepth)
-		}
-		if !envelope || depth != 1 {
-			continue
-		}
-		// Inside the envelope object: a name (odd count) starts a field, a
-		// value (even count) completes one.
-		if _, n := dec.StackIndex(1); n%2 == 1 {
-			cur = tok.String()
-			if onTopKey != nil {
-				if err := onTopKey(cur); err != nil {
-					return err
-				}
-			}
-			valStart = valueStart(b, int(dec.InputOffset()))
-		} else if n > 0 && onTopValue != nil {
-			onTopValue(cur, b[valStart:dec.InputOffset()])
-		}
+	if envelope && (where == "" || oe.Fault == ObjectTruncated) {
+		return malformed("", "JSON", "envelope is not valid JSON: %v", oe.Err)
 	}
-}
-
-// syntaxError turns a jsontext error into a malformed ValidationError that
-// names the envelope field (or field) it happened in.
-func syntaxError(err error, envelope bool, field string) error {
-	var se *jsontext.SyntacticError
-	if !errors.As(err, &se) {
-		return malformed(field, "JSON", "is not valid JSON: %v", err)
-	}
-	where := field
-	if envelope {
-		for tok := range se.JSONPointer.Tokens() {
-			where = tok
-			break
-		}
-	}
-	if errors.Is(err, jsontext.ErrDuplicateName) {
-		key := se.JSONPointer.LastToken()
-		if envelope && se.JSONPointer.Parent() == "" {
-			return malformed(key, "unique keys", "appears more than once")
-		}
-		return malformed(where, "unique keys", "has duplicate key %q", key)
-	}
-	if envelope && (where == "" || errors.Is(err, io.ErrUnexpectedEOF)) {
-		return malformed("", "JSON", "envelope is not valid JSON: %v", se.Err)
-	}
-	return malformed(where, "JSON", "is not valid JSON: %v", se.Err)
-}
-
-// valueStart returns the index of the value that follows an object key
-// ending at i: past white space, the ':' and white space.
-func valueStart(b []byte, i int) int {
-	skip := func() {
-		for i < len(b) && (b[i] == ' ' || b[i] == '\t' || b[i] == '\n' || b[i] == '\r') {
-			i++
-		}
-	}
-	skip()
-	if i < len(b) && b[i] == ':' {
-		i++
-	}
-	skip()
-	return i
+	return malformed(where, "JSON", "is not valid JSON: %v", oe.Err)
 }
 
 func asciiLower(s string) string {

@@ -169,13 +169,11 @@ func attrString(raw json.RawMessage) (string, bool) {
 	return s, true
 }
 
-// quote is the JSON string of s as the store writes it: no HTML escaping.
+// quote is the JSON string of s as the store writes it: no HTML escaping
+// (envelope.EncodeJSON).
 func quote(s string) []byte {
-	var buf bytes.Buffer
-	enc := json.NewEncoder(&buf)
-	enc.SetEscapeHTML(false)
-	_ = enc.Encode(s) // a Go string always encodes
-	return bytes.TrimSuffix(buf.Bytes(), []byte{'\n'})
+	b, _ := envelope.EncodeJSON(s) // a Go string always encodes
+	return b
 }
 
 // encodeMetadata is the ce_metadata attribute: the JSON object of m,
