@@ -110,7 +110,7 @@ func newTestAPI(t testing.TB, c apiConfig) *testAPI {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = st.Close() })
-	reg, err := registry.New(pool, registry.Options{Owner: "api-test", BackoffBase: time.Millisecond, BackoffCap: 2 * time.Millisecond})
+	reg, err := registry.New(registry.Config{Owner: "api-test", BackoffBase: time.Millisecond, BackoffCap: 2 * time.Millisecond}, registry.Deps{Pool: pool})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -49,7 +49,7 @@ func newBackend(t testing.TB, o backendOptions) *backend {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = st.Close() })
-	reg, err := registry.New(pool, registry.Options{Owner: "client-test"})
+	reg, err := registry.New(registry.Config{Owner: "client-test"}, registry.Deps{Pool: pool})
 	if err != nil {
 		t.Fatal(err)
 	}

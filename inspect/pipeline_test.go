@@ -87,7 +87,7 @@ func startPipeline(t *testing.T) *pipeline {
 	if err != nil {
 		t.Fatal(err)
 	}
-	reg, err := registry.New(pool, cfg.Registry.Options(cfg.Worker.InstanceRetry()))
+	reg, err := registry.New(cfg.Registry.WithRetry(cfg.Worker.InstanceRetry()), registry.Deps{Pool: pool})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -51,7 +51,7 @@ func esFaults() []esFault {
 // Elasticsearch client to url (request deadline 300 ms).
 func (e *env) newWorker(url string) *instanceworker.Worker {
 	e.t.Helper()
-	reg, err := registry.New(e.pool, registry.Options{Owner: "direct"})
+	reg, err := registry.New(registry.Config{Owner: "direct"}, registry.Deps{Pool: e.pool})
 	if err != nil {
 		e.t.Fatal(err)
 	}

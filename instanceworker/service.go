@@ -77,7 +77,7 @@ func NewService(cfg Config, d Deps) (*Service, error) {
 	if d.Logger == nil {
 		d.Logger = slog.Default()
 	}
-	reg, err := registry.New(d.Pool, cfg.Registry.Options(cfg.Worker.InstanceRetry()))
+	reg, err := registry.New(cfg.Registry.WithRetry(cfg.Worker.InstanceRetry()), registry.Deps{Pool: d.Pool})
 	if err != nil {
 		return nil, err
 	}

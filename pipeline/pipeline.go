@@ -387,7 +387,7 @@ func (a *APIRunner) Close() { _ = a.ln.Close() }
 // buildAPI is `sluice api`: the HTTP command API, with o.APIRoutes beside.
 func buildAPI(ctx context.Context, d Deps, o Options) (Runner, error) {
 	cfg := d.Config
-	reg, err := registry.New(d.RegistryPool, cfg.Registry.Options(cfg.Worker.InstanceRetry()))
+	reg, err := registry.New(cfg.Registry.WithRetry(cfg.Worker.InstanceRetry()), registry.Deps{Pool: d.RegistryPool})
 	if err != nil {
 		return nil, err
 	}

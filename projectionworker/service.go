@@ -138,7 +138,7 @@ func NewService(cfg Config, d Deps, specs ...Spec) (*Service, error) {
 	if d.Metrics == nil {
 		d.Metrics = prometheus.NewRegistry()
 	}
-	reg, err := registry.New(d.Pool, cfg.Registry.Options(cfg.Worker.ProjectionRetry()))
+	reg, err := registry.New(cfg.Registry.WithRetry(cfg.Worker.ProjectionRetry()), registry.Deps{Pool: d.Pool})
 	if err != nil {
 		return nil, err
 	}

@@ -30,8 +30,8 @@ import (
 func realRegistry(t *testing.T, owner string, lease time.Duration) *registry.Registry {
 	t.Helper()
 	_, pool := testenv.NewMigratedDatabase(t)
-	reg, err := registry.New(pool, registry.Options{Owner: owner, LeaseTimeout: lease, HeartbeatInterval: 100 * time.Millisecond,
-		BackoffBase: 5 * time.Millisecond, BackoffCap: 20 * time.Millisecond})
+	reg, err := registry.New(registry.Config{Owner: owner, LeaseTimeout: lease, HeartbeatInterval: 100 * time.Millisecond,
+		BackoffBase: 5 * time.Millisecond, BackoffCap: 20 * time.Millisecond}, registry.Deps{Pool: pool})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -87,11 +87,11 @@ func TestPauseSurvivesRegistryOutage(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(ppool.Close)
-	viaProxy, err := registry.New(ppool, registry.Options{Owner: "w1"})
+	viaProxy, err := registry.New(registry.Config{Owner: "w1"}, registry.Deps{Pool: ppool})
 	if err != nil {
 		t.Fatal(err)
 	}
-	operator, err := registry.New(pool, registry.Options{Owner: "operator"})
+	operator, err := registry.New(registry.Config{Owner: "operator"}, registry.Deps{Pool: pool})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -27,7 +27,6 @@ var PendingConstructors = map[string]string{
 	"instanceworker":   "NewService(Config, Deps) beside New(Options) for one Worker",
 	"projectionworker": "NewService(Config, Deps, ...Spec) beside New(Options) for one Worker",
 	"api":              "api.New(Options) holds the settings and the resources in one struct",
-	"registry":         "registry.New(pool, Options) with Options beside the PROCESSED_EVENT_* Config",
 }
 
 // ConstructorProblem is one departure of a component from the convention.
