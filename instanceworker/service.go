@@ -47,7 +47,7 @@ type Config struct {
 	Kafka         kafka.Config
 	EventStore    eventstore.Config
 	Registry      registry.Config
-	Worker        worker.Config
+	Worker        worker.Settings
 	Elasticsearch readmodel.Config
 	Testing       crashpoint.Config
 }
@@ -90,14 +90,14 @@ func NewService(cfg Config, d Deps) (*Service, error) {
 	if err != nil {
 		return nil, err
 	}
-	co := worker.Options{
-		Config: cfg.Worker, MaxAttempts: cfg.Worker.InstanceMaxRetryAttempts, Kafka: cfg.Kafka, KafkaOpts: d.KafkaOpts,
+	cons, err := worker.New(worker.Config{
+		Settings: cfg.Worker, MaxAttempts: cfg.Worker.InstanceMaxRetryAttempts, Kafka: cfg.Kafka,
 		Topic: cfg.Kafka.CommandsTopic, Group: cfg.Kafka.Group(GroupName), AdoptGroup: GroupName, DLQTopic: cfg.Kafka.CommandsDLQTopic,
-		HandlerName: HandlerName, Policy: claim.WaitForPredecessor, Registry: reg, Handler: w, Pause: reg,
-		Limits: cfg.EventStore.Limits, Crash: crash, CrashWorker: HandlerName,
+		HandlerName: HandlerName, Policy: claim.WaitForPredecessor, Limits: cfg.EventStore.Limits,
+	}, worker.Deps{
+		Registry: reg, Handler: w, Pause: reg,
 		Logger: d.Logger, Metrics: d.Metrics, Health: d.Health, TracerProvider: d.TracerProvider,
-	}
-	cons, err := worker.New(co)
+	}, worker.WithCrasher(crash, HandlerName), worker.WithKafkaOpts(d.KafkaOpts...))
 	if err != nil {
 		return nil, err
 	}

@@ -81,7 +81,7 @@ type Config struct {
 	Kafka         kafka.Config
 	EventStore    eventstore.Config
 	Registry      registry.Config
-	Worker        worker.Config
+	Worker        worker.Settings
 	Elasticsearch readmodel.Config
 	Testing       crashpoint.Config
 }
@@ -259,17 +259,17 @@ func (s *Service) newConsumer(sp Spec, v int) (*worker.Consumer, error) {
 	if s.d.WrapRegistry != nil {
 		reg = s.d.WrapRegistry(reg)
 	}
-	co := worker.Options{
-		Config: s.cfg.Worker, MaxAttempts: s.cfg.Worker.ProjectionMaxRetries, Kafka: s.cfg.Kafka, KafkaOpts: s.d.KafkaOpts,
+	co := worker.Config{
+		Settings: s.cfg.Worker, MaxAttempts: s.cfg.Worker.ProjectionMaxRetries, Kafka: s.cfg.Kafka,
 		Topic: s.cfg.Kafka.EventsTopic, Group: s.cfg.Kafka.Group(GroupName(p.Name(), v)), AdoptGroup: GroupName(p.Name(), v), DLQTopic: s.cfg.Kafka.EventsDLQTopic,
-		HandlerName: HandlerName(p.Name(), v), Policy: guard, Registry: reg, Handler: w, Pause: s.reg,
-		Limits: s.cfg.EventStore.Limits,
-		Crash:  s.crash, CrashWorker: CrashWorker, Logger: s.d.Logger, Metrics: s.d.Metrics, Health: s.d.Health,
-		TracerProvider: s.d.TracerProvider,
+		HandlerName: HandlerName(p.Name(), v), Policy: guard, Limits: s.cfg.EventStore.Limits,
+		MaxPollRecords: MaxPollRecords,
 	}
 	co.Concurrency = max(co.Concurrency, MinConcurrency)
-	co.MaxPollRecords = MaxPollRecords
-	return worker.New(co)
+	return worker.New(co, worker.Deps{
+		Registry: reg, Handler: w, Pause: s.reg,
+		Logger: s.d.Logger, Metrics: s.d.Metrics, Health: s.d.Health, TracerProvider: s.d.TracerProvider,
+	}, worker.WithCrasher(s.crash, CrashWorker), worker.WithKafkaOpts(s.d.KafkaOpts...))
 }
 
 // Run creates the events and DLQ topics if missing (failures are logged),

@@ -137,8 +137,7 @@ func TestHandlerOutagePauses(t *testing.T) {
 				recs = append(recs, thingRecord(t, id, fmt.Sprintf("a%d", i%3), int64(i/3+1), int64(i+1)))
 			}
 			produce(recs...)
-			c, _ := startConsumer(t, brokers, topic, Options{Registry: reg, Handler: h, Health: health, MaxAttempts: 2,
-				OutageBackoffCap: 50 * time.Millisecond})
+			c, _ := startConsumer(t, brokers, topic, Config{MaxAttempts: 2, OutageBackoffCap: 50 * time.Millisecond}, Deps{Registry: reg, Handler: h, Health: health})
 			ctx := context.Background()
 
 			check := "h:" + tc.dep
@@ -213,8 +212,7 @@ func TestOutageEndsOnAnyAnswer(t *testing.T) {
 		return claim.Outcome{}, Permanent(errors.New("mapping conflict"))
 	})
 	produce(thingRecord(t, "", "a", 1, 1))
-	c, _ := startConsumer(t, brokers, topic, Options{Registry: realRegistry(t, "w1", 10*time.Second), Handler: h, Health: health,
-		OutageBackoffCap: 50 * time.Millisecond})
+	c, _ := startConsumer(t, brokers, topic, Config{OutageBackoffCap: 50 * time.Millisecond}, Deps{Registry: realRegistry(t, "w1", 10*time.Second), Handler: h, Health: health})
 	ctx := context.Background()
 	testenv.WaitFor(t, 20*time.Second, "readiness red", func() bool { return health.Ready(ctx) != nil })
 	down.Store(false)

@@ -111,7 +111,7 @@ func TestPauseSurvivesRegistryOutage(t *testing.T) {
 		return claim.Applied(), nil
 	})
 	const poll = 50 * time.Millisecond
-	c, _ := startConsumer(t, brokers, topic, Options{Registry: claims, Handler: h, Pause: src, Config: Config{PausePoll: poll}})
+	c, _ := startConsumer(t, brokers, topic, Config{Settings: Settings{PausePoll: poll}}, Deps{Registry: claims, Handler: h, Pause: src})
 	group := topic + "-g"
 	ctx := context.Background()
 	watch := watchPaused(t, c)
