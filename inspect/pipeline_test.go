@@ -91,7 +91,7 @@ func startPipeline(t *testing.T) *pipeline {
 	if err != nil {
 		t.Fatal(err)
 	}
-	iw, err := instanceworker.NewService(cfg.InstanceWorker(), instanceworker.Deps{Pool: pool, Store: store, ES: esc, Logger: logger})
+	iw, err := instanceworker.New(cfg.InstanceWorker(), instanceworker.Deps{Pool: pool, Store: store, ES: esc, Logger: logger})
 	if err != nil {
 		t.Fatal(err)
 	}

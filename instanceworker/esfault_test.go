@@ -59,8 +59,8 @@ func (e *env) newWorker(url string) *instanceworker.Worker {
 	if err != nil {
 		e.t.Fatal(err)
 	}
-	w, err := instanceworker.New(instanceworker.Options{Store: e.store, Registry: reg, ES: es,
-		ESRetry: readmodel.Retry{Tries: 1, Base: time.Millisecond, Cap: 5 * time.Millisecond}})
+	w, err := instanceworker.NewWorker(instanceworker.Config{ESRetry: readmodel.Retry{Tries: 1, Base: time.Millisecond, Cap: 5 * time.Millisecond}},
+		instanceworker.Deps{Store: e.store, ES: es}, reg)
 	if err != nil {
 		e.t.Fatal(err)
 	}

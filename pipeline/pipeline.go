@@ -300,7 +300,7 @@ func buildInstanceWorker(ctx context.Context, d Deps, _ Options) (Runner, error)
 	if err := registerStore(d); err != nil {
 		return nil, err
 	}
-	svc, err := instanceworker.NewService(d.Config.InstanceWorker(), instanceworker.Deps{
+	svc, err := instanceworker.New(d.Config.InstanceWorker(), instanceworker.Deps{
 		Pool: d.RegistryPool, Store: d.Store, ES: es, Logger: d.Logger, Metrics: d.Metrics, Health: d.Health,
 		TracerProvider: d.TracerProvider,
 	})
