@@ -96,8 +96,9 @@ func startPipeline(t *testing.T) *pipeline {
 		t.Fatal(err)
 	}
 	testenv.RunInBackground(t, "instance worker", iw.Run)
-	pw, err := projectionworker.NewService(cfg.ProjectionWorker(), projectionworker.Deps{Pool: pool, ES: esc, Logger: logger},
-		projectionworker.Spec{Projection: projectionworker.History{}})
+	pcfg := cfg.ProjectionWorker()
+	pcfg.Projections = []projectionworker.Spec{{Projection: projectionworker.History{}}}
+	pw, err := projectionworker.New(pcfg, projectionworker.Deps{Pool: pool, ES: esc, Logger: logger})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -338,7 +338,9 @@ func buildProjectionWorker(ctx context.Context, d Deps, o Options) (Runner, erro
 			}
 		}
 	}
-	svc, err := projectionworker.NewService(d.Config.ProjectionWorker(), deps, specs...)
+	cfg := d.Config.ProjectionWorker()
+	cfg.Projections = specs
+	svc, err := projectionworker.New(cfg, deps)
 	if err != nil {
 		return nil, err
 	}
