@@ -103,7 +103,7 @@ func startPipeline(t *testing.T) *pipeline {
 		t.Fatal(err)
 	}
 	testenv.RunInBackground(t, "projection worker", pw.Run)
-	h, err := api.New(api.Options{Store: store, Registry: reg, Sequences: store, Logger: logger})
+	h, err := api.New(api.Config{}, api.Deps{Store: store, Registry: reg, Sequences: store, Logger: logger})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -418,11 +418,9 @@ func buildAPI(ctx context.Context, d Deps, o Options) (Runner, error) {
 		}
 	}
 	authn := auth.NewAuthenticator(auth.Options{Keys: keys, OIDC: oidc, Tokens: tokens, Required: cfg.Auth.Required})
-	h, err := api.New(api.Options{
+	h, err := api.New(api.Config{Settings: cfg.API, Limits: cfg.EventStore.Limits}, api.Deps{
 		Store: d.Store, Registry: reg, Sequences: d.Store, Logger: d.Logger,
 		Auth: authn, RateLimits: auth.NewLimiter(cfg.Auth),
-		Tokens: tokens, MaxBodyBytes: int64(cfg.API.MaxBodyBytes), MaxInFlight: cfg.API.MaxInFlight,
-		Limits:  cfg.EventStore.Limits,
 		Metrics: d.Metrics, Health: d.Health, TracerProvider: d.TracerProvider,
 		Events: d.Store, Commits: api.StoreCommits(ctx, d.Store),
 		Schemas: schema.New(d.Pool, cfg.Schema, d.Logger),

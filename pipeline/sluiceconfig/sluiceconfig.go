@@ -49,7 +49,7 @@ type Config struct {
 	Registry      registry.Config             `section:"Processed-event registry"`
 	Worker        worker.Settings             `section:"Workers"`
 	Elasticsearch readmodel.Config            `section:"Elasticsearch"`
-	API           api.Config                  `section:"HTTP API"`
+	API           api.Settings                `section:"HTTP API"`
 	Schema        schema.Config               `section:"Event schemas"`
 	Auth          auth.Config                 `section:"Access control"`
 	Tracing       tracing.Config              `section:"Tracing (OpenTelemetry)"`
