@@ -39,7 +39,7 @@ func start(t *testing.T) *env {
 	t.Helper()
 	e := pipelinetest.Start(t, pipelinetest.Options{
 		APIRoutes: func(d pipeline.Deps) map[string]http.Handler {
-			reg, err := registry.New(d.Pool, registry.Options{Owner: "admin-test"})
+			reg, err := registry.New(registry.Config{Owner: "admin-test"}, registry.Deps{Pool: d.Pool})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -99,7 +99,7 @@ func (e *env) create(id string) {
 // Without a configured token the admin API is closed: 401 to everything.
 func TestNoTokenConfiguredIsClosed(t *testing.T) {
 	_, pool := testenv.NewMigratedDatabase(t)
-	reg, err := registry.New(pool, registry.Options{Owner: "t"})
+	reg, err := registry.New(registry.Config{Owner: "t"}, registry.Deps{Pool: pool})
 	if err != nil {
 		t.Fatal(err)
 	}

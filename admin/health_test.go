@@ -36,7 +36,7 @@ func TestHealthFlowAndGroups(t *testing.T) {
 	defer remote.Close()
 	e := &env{t: t, Env: pipelinetest.Start(t, pipelinetest.Options{
 		APIRoutes: func(d pipeline.Deps) map[string]http.Handler {
-			reg, err := registry.New(d.Pool, registry.Options{Owner: "admin-test"})
+			reg, err := registry.New(registry.Config{Owner: "admin-test"}, registry.Deps{Pool: d.Pool})
 			if err != nil {
 				t.Fatal(err)
 			}

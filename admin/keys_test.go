@@ -18,7 +18,7 @@ import (
 // API with the read role; every change is audited without the secret.
 func TestKeyEndpoints(t *testing.T) {
 	_, pool := testenv.NewMigratedDatabase(t)
-	reg, err := registry.New(pool, registry.Options{Owner: "t"})
+	reg, err := registry.New(registry.Config{Owner: "t"}, registry.Deps{Pool: pool})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -27,7 +27,7 @@ func TestAdminPauseResume(t *testing.T) {
 		APIRoutes: adminRoutes(t),
 	})}
 	group := "/admin/v1/consumers/" + e.Config.Kafka.Group(instanceworker.GroupName)
-	reg, err := registry.New(e.Pool, registry.Options{Owner: "pause-test"})
+	reg, err := registry.New(registry.Config{Owner: "pause-test"}, registry.Deps{Pool: e.Pool})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -152,7 +152,7 @@ func TestAdminPauseResume(t *testing.T) {
 // adminRoutes mounts the admin API on the pipeline's API.
 func adminRoutes(t *testing.T) func(d pipeline.Deps) map[string]http.Handler {
 	return func(d pipeline.Deps) map[string]http.Handler {
-		reg, err := registry.New(d.Pool, registry.Options{Owner: "admin-test"})
+		reg, err := registry.New(registry.Config{Owner: "admin-test"}, registry.Deps{Pool: d.Pool})
 		if err != nil {
 			t.Fatal(err)
 		}

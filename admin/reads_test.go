@@ -14,7 +14,7 @@ import (
 // without one (or with none configured), served for both roles.
 func TestHandleReadIsBehindTheTokens(t *testing.T) {
 	_, pool := testenv.NewMigratedDatabase(t)
-	reg, err := registry.New(pool, registry.Options{Owner: "t"})
+	reg, err := registry.New(registry.Config{Owner: "t"}, registry.Deps{Pool: pool})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -19,13 +19,14 @@ import (
 	"github.com/sluicehq/sluice/auth"
 	"github.com/sluicehq/sluice/eventstore"
 	"github.com/sluicehq/sluice/shared/claim"
+	"github.com/sluicehq/sluice/shared/config"
 	"github.com/sluicehq/sluice/shared/envelope"
 	"github.com/sluicehq/sluice/shared/observability"
 	"github.com/sluicehq/sluice/shared/tracing"
 )
 
-// Defaults of Options; MaxBodyBytes and MaxInFlight default to those of
-// Config's tags.
+// Defaults of Config's Go-only knobs; MaxBodyBytes and MaxInFlight default
+// to those of the tags of Settings.
 const (
 	DefaultMaxBatchItems  = 500
 	DefaultHandler        = "instanceworker"
@@ -60,25 +61,22 @@ type SequenceReader interface {
 	LastSequence(ctx context.Context, aggregateType, aggregateID string) (int64, error)
 }
 
-// Options configure the API handler. Store, Registry and Sequences are
-// required; zero values of the rest take the defaults.
-type Options struct {
-	Store     EventStore
-	Registry  CommandRegistry
-	Sequences SequenceReader
-	// Logger receives one line per 5xx reply (and debug lines per request).
-	// Default: slog.Default().
-	Logger *slog.Logger
-	// Tokens are the accepted bearer tokens (SLUICE_API_TOKENS); when
-	// empty, /v1 is open. Ignored when Auth is set.
-	Tokens []string
-	// Auth authenticates /v1 requests (docs/security.md); nil: one made of
-	// Tokens. RateLimits are the per-principal limits (nil: none).
-	Auth       *auth.Authenticator
-	RateLimits *auth.Limiter
-	// MaxBodyBytes bounds a request body (SLUICE_API_MAX_BODY_BYTES, whose
-	// default is the default).
-	MaxBodyBytes int64
+// Config configures the API handler: every tunable (docs/architecture.md,
+// "One construction convention"). New applies the defaults noted to the
+// fields left zero.
+type Config struct {
+	// Settings is the SLUICE_API_* section; the handler reads Tokens
+	// (SLUICE_API_TOKENS: the accepted bearer tokens when Deps.Auth is
+	// nil; when empty, /v1 is open), MaxBodyBytes (SLUICE_API_MAX_BODY_BYTES,
+	// the bound of a request body) and MaxInFlight (SLUICE_API_MAX_IN_FLIGHT:
+	// one /v1 request more is answered 429 too_many_requests with
+	// Retry-After at once, instead of queueing behind the event store's
+	// group commit until clients time out). Its zero fields take the
+	// defaults of its tags.
+	Settings
+
+	// The knobs below have no variable of their own (Go only).
+
 	// MaxBatchBodyBytes bounds a batch body. Default 8 × MaxBodyBytes.
 	MaxBatchBodyBytes int64
 	// MaxBatchItems bounds the items of one batch. Default 500 (the
@@ -86,17 +84,33 @@ type Options struct {
 	MaxBatchItems int
 	// Limits are the event store's envelope limits (EVENT_STORE_MAX_*), so
 	// that the API rejects what the store would, before appending.
+	// Default: envelope.DefaultLimits(), field by field.
 	Limits envelope.Limits
 	// Handler is the instance worker's registry handler name, whose row of
 	// a command is its status. Default "instanceworker".
 	Handler string
 	// MaxEventsPage bounds the limit of one events page. Default 1000.
 	MaxEventsPage int
-	// MaxInFlight bounds the /v1 requests served at once
-	// (SLUICE_API_MAX_IN_FLIGHT, whose default is the default); one more is answered 429
-	// too_many_requests with Retry-After at once, instead of queueing
-	// behind the event store's group commit until clients time out.
-	MaxInFlight int
+	// SSEPollInterval is how often a subscription polls when Deps.Commits
+	// is nil (default 1 s); SSEHeartbeat is the keep-alive comment interval
+	// (default 15 s).
+	SSEPollInterval time.Duration
+	SSEHeartbeat    time.Duration
+}
+
+// Deps are the resources of the API handler. Store, Registry and
+// Sequences are required; the others are optional.
+type Deps struct {
+	Store     EventStore
+	Registry  CommandRegistry
+	Sequences SequenceReader
+	// Logger receives one line per 5xx reply (and debug lines per request).
+	// Default: slog.Default().
+	Logger *slog.Logger
+	// Auth authenticates /v1 requests (docs/security.md); nil: one made of
+	// Config.Tokens. RateLimits are the per-principal limits (nil: none).
+	Auth       *auth.Authenticator
+	RateLimits *auth.Limiter
 	// Metrics is the Prometheus registry the API registers its metrics on
 	// and serves at /metrics; Health serves /livez and /readyz. Defaults:
 	// new ones (observability.NewRegistry, NewHealth).
@@ -104,12 +118,9 @@ type Options struct {
 	Health  *observability.Health
 	// Events serves the event API (/v1/streams, /v1/log; events.go); nil
 	// leaves it out. Commits wakes its subscriptions on commits (nil: they
-	// poll every SSEPollInterval, default 1 s); SSEHeartbeat is the
-	// keep-alive comment interval (default 15 s).
-	Events          EventLog
-	Commits         CommitNotifier
-	SSEPollInterval time.Duration
-	SSEHeartbeat    time.Duration
+	// poll every Config.SSEPollInterval).
+	Events  EventLog
+	Commits CommitNotifier
 	// Schemas checks the data of each appended event against its event
 	// type's registered schema (*schema.Registry; docs/schemas.md); nil
 	// checks nothing.
@@ -119,9 +130,22 @@ type Options struct {
 	TracerProvider trace.TracerProvider
 }
 
+// Option is a test hook of the API handler (docs/architecture.md, "One
+// construction convention"); there is none yet.
+type Option func(*hooks)
+
+type hooks struct{}
+
+// built is what New was given, defaults applied: the handlers read both
+// through server.opts (s.opts.MaxBodyBytes, s.opts.Store).
+type built struct {
+	Config
+	Deps
+}
+
 // server is the API's state; everything is per instance.
 type server struct {
-	opts    Options
+	opts    built
 	log     *slog.Logger
 	auth    *auth.Authenticator
 	limiter *auth.Limiter
@@ -130,75 +154,60 @@ type server struct {
 	handler http.Handler
 	metrics *metrics
 	// inflight holds one token per /v1 request being served
-	// (Options.MaxInFlight).
+	// (Config.MaxInFlight).
 	inflight chan struct{}
 	tracer   trace.Tracer // nil: tracing off
 }
 
 // New returns the API's HTTP handler: the /v1 routes, /openapi.json and the
 // observability endpoints /metrics, /livez and /readyz.
-func New(opts Options) (http.Handler, error) {
-	if opts.Store == nil || opts.Registry == nil || opts.Sequences == nil {
-		return nil, errors.New("api: Options.Store, Options.Registry and Options.Sequences are required")
+func New(cfg Config, deps Deps, opts ...Option) (http.Handler, error) {
+	if deps.Store == nil || deps.Registry == nil || deps.Sequences == nil {
+		return nil, errors.New("api: Deps.Store, Deps.Registry and Deps.Sequences are required")
 	}
-	if opts.Logger == nil {
-		opts.Logger = slog.Default()
+	var h hooks
+	for _, o := range opts {
+		o(&h)
 	}
-	def := DefaultConfig()
-	if opts.MaxBodyBytes <= 0 {
-		opts.MaxBodyBytes = int64(def.MaxBodyBytes)
-	}
-	if opts.MaxBatchBodyBytes <= 0 {
-		opts.MaxBatchBodyBytes = 8 * opts.MaxBodyBytes
-	}
-	if opts.MaxBatchItems <= 0 {
-		opts.MaxBatchItems = DefaultMaxBatchItems
-	}
-	if opts.Handler == "" {
-		opts.Handler = DefaultHandler
-	}
-	if opts.MaxEventsPage <= 0 {
-		opts.MaxEventsPage = DefaultMaxEventsPage
-	}
-	if opts.SSEPollInterval <= 0 {
-		opts.SSEPollInterval = DefaultSSEPollInterval
-	}
-	if opts.SSEHeartbeat <= 0 {
-		opts.SSEHeartbeat = DefaultSSEHeartbeat
-	}
-	if opts.MaxInFlight <= 0 {
-		opts.MaxInFlight = def.MaxInFlight
-	}
-	opts.Limits = withDefaultLimits(opts.Limits)
-	if opts.Limits.MaxDataDepth < 2 {
-		return nil, fmt.Errorf("api: the data depth limit %d leaves no room for instance data (want >= 2)", opts.Limits.MaxDataDepth)
-	}
-	if opts.Metrics == nil {
-		opts.Metrics = observability.NewRegistry()
-	}
-	if opts.Health == nil {
-		opts.Health = observability.NewHealth()
-	}
-	m, err := newMetrics(opts.Metrics)
+	cfg, err := cfg.withDefaults()
 	if err != nil {
 		return nil, err
 	}
-	s := &server{opts: opts, log: opts.Logger, metrics: m, inflight: make(chan struct{}, opts.MaxInFlight),
-		tracer: tracing.Tracer(opts.TracerProvider)}
-	s.auth, s.limiter = opts.Auth, opts.RateLimits
+	if deps.Logger == nil {
+		deps.Logger = slog.Default()
+	}
+	if deps.Metrics == nil {
+		deps.Metrics = observability.NewRegistry()
+	}
+	if deps.Health == nil {
+		deps.Health = observability.NewHealth()
+	}
+	m, err := newMetrics(deps.Metrics)
+	if err != nil {
+		return nil, err
+	}
+	s := &server{opts: built{cfg, deps}, log: deps.Logger, metrics: m, inflight: make(chan struct{}, cfg.MaxInFlight),
+		tracer: tracing.Tracer(deps.TracerProvider)}
+	s.auth, s.limiter = deps.Auth, deps.RateLimits
 	if s.auth == nil {
-		s.auth = auth.NewAuthenticator(auth.Options{Tokens: opts.Tokens})
+		tokens := make([]string, 0, len(cfg.Tokens))
+		for _, t := range cfg.Tokens {
+			if t.Value() != "" {
+				tokens = append(tokens, t.Value())
+			}
+		}
+		s.auth = auth.NewAuthenticator(auth.Options{Tokens: tokens})
 	}
 	// No readiness check of the registry: it serves only command-status
 	// and read-your-writes reads, which answer 503 while it is out, and an
 	// API that went unready with it would refuse appends its store could
 	// take (docs/scale-out.md#health).
-	if h, ok := opts.Store.(interface {
+	if h, ok := deps.Store.(interface {
 		Head(context.Context) (int64, error)
 	}); ok {
-		opts.Health.AddReadiness("event store", func(ctx context.Context) error { _, err := h.Head(ctx); return err })
+		deps.Health.AddReadiness("event store", func(ctx context.Context) error { _, err := h.Head(ctx); return err })
 	}
-	mux := observability.Handler(opts.Metrics, opts.Health)
+	mux := observability.Handler(deps.Metrics, deps.Health)
 	const inst = "/v1/dbs/{db}/classes/{class}/instances"
 	mux.HandleFunc("POST "+inst, s.handleCreate)
 	mux.HandleFunc("POST "+inst+":batch", s.handleBatch)
@@ -208,12 +217,42 @@ func New(opts Options) (http.Handler, error) {
 	mux.HandleFunc("GET "+inst+"/{id}/events", s.handleEvents)
 	mux.HandleFunc("GET /v1/commands/{command_id}", s.handleCommandStatus)
 	mux.HandleFunc("GET /openapi.json", serveOpenAPI)
-	if opts.Events != nil {
+	if deps.Events != nil {
 		s.mountEvents(mux)
 	}
 	s.mux = mux
 	s.handler = s.layers()
 	return s, nil
+}
+
+// withDefaults returns c with every default applied: the defaults of the
+// SLUICE_API_* tags for what the caller left zero, then those of the
+// Go-only knobs; or why c cannot configure the API.
+func (c Config) withDefaults() (Config, error) {
+	config.FillZero(&c.Settings)
+	if c.MaxBatchBodyBytes <= 0 {
+		c.MaxBatchBodyBytes = 8 * c.MaxBodyBytes
+	}
+	if c.MaxBatchItems <= 0 {
+		c.MaxBatchItems = DefaultMaxBatchItems
+	}
+	if c.Handler == "" {
+		c.Handler = DefaultHandler
+	}
+	if c.MaxEventsPage <= 0 {
+		c.MaxEventsPage = DefaultMaxEventsPage
+	}
+	if c.SSEPollInterval <= 0 {
+		c.SSEPollInterval = DefaultSSEPollInterval
+	}
+	if c.SSEHeartbeat <= 0 {
+		c.SSEHeartbeat = DefaultSSEHeartbeat
+	}
+	c.Limits = withDefaultLimits(c.Limits)
+	if c.Limits.MaxDataDepth < 2 {
+		return c, fmt.Errorf("api: the data depth limit %d leaves no room for instance data (want >= 2)", c.Limits.MaxDataDepth)
+	}
+	return c, nil
 }
 
 // withDefaultLimits applies the envelope's defaults, as the store does.

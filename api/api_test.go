@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/sluicehq/sluice/shared/claim"
+	"github.com/sluicehq/sluice/shared/config"
 	"github.com/sluicehq/sluice/shared/envelope"
 )
 
@@ -160,7 +161,7 @@ func TestIdempotentReplay(t *testing.T) {
 
 // Every kind of bad input gets its status and code, and nothing is written.
 func TestBadInput(t *testing.T) {
-	a := newTestAPI(t, apiConfig{opts: func(o *Options) { o.MaxBodyBytes = 4096 }})
+	a := newTestAPI(t, apiConfig{cfg: func(c *Config) { c.MaxBodyBytes = 4096 }})
 	deep := strings.Repeat(`{"a":`, 64) + "1" + strings.Repeat("}", 64)
 	okDeep := strings.Repeat(`{"a":`, 62) + "1" + strings.Repeat("}", 62)
 	cases := []struct {
@@ -239,7 +240,7 @@ func TestBadInput(t *testing.T) {
 }
 
 func TestAuth(t *testing.T) {
-	a := newTestAPI(t, apiConfig{opts: func(o *Options) { o.Tokens = []string{"first-token", "second"} }})
+	a := newTestAPI(t, apiConfig{cfg: func(c *Config) { c.Tokens = []config.Secret{"first-token", "second"} }})
 	r := a.do("POST", base, `{}`).expect(t, 401, CodeUnauthorized)
 	if r.header.Get("WWW-Authenticate") != `Bearer realm="sluice"` {
 		t.Fatalf("WWW-Authenticate %q", r.header.Get("WWW-Authenticate"))
@@ -277,7 +278,7 @@ func TestNotFound(t *testing.T) {
 }
 
 func TestBatchMixedResults(t *testing.T) {
-	a := newTestAPI(t, apiConfig{opts: func(o *Options) { o.MaxBatchItems = 10 }})
+	a := newTestAPI(t, apiConfig{cfg: func(c *Config) { c.MaxBatchItems = 10 }})
 	a.do("POST", base, `{"instance_id":"exists"}`).expect(t, 202, "")
 	deep := strings.Repeat(`{"a":`, 70) + "1" + strings.Repeat("}", 70)
 	body := `{"items":[

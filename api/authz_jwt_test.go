@@ -39,7 +39,7 @@ func TestAccessControlJWT(t *testing.T) {
 		t.Fatal(err)
 	}
 	a := newAuthAPI(t, auth.Config{}, nil)
-	h, err := New(Options{Store: a.store, Registry: a.reg, Sequences: a.store, Events: a.store,
+	h, err := New(Config{}, Deps{Store: a.store, Registry: a.reg, Sequences: a.store, Events: a.store,
 		Auth: auth.NewAuthenticator(auth.Options{OIDC: oidc, Required: true})})
 	if err != nil {
 		t.Fatal(err)

@@ -31,20 +31,19 @@ const fullToken = "full-access-token"
 func newAuthAPI(t *testing.T, limits auth.Config, grants map[string][]string) *authAPI {
 	t.Helper()
 	var keys *auth.Keys
-	a := newTestAPI(t, apiConfig{opts: func(o *Options) {
-		o.Events = o.Store.(EventLog)
-		o.SSEPollInterval = 20 * time.Millisecond
-		o.SSEHeartbeat = 200 * time.Millisecond
-	}})
+	a := newTestAPI(t, apiConfig{cfg: func(c *Config) {
+		c.SSEPollInterval = 20 * time.Millisecond
+		c.SSEHeartbeat = 200 * time.Millisecond
+	}, deps: func(d *Deps) { d.Events = d.Store.(EventLog) }})
 	keys = auth.NewKeys(a.pool, auth.KeysOptions{Refresh: time.Hour})
 	aa := &authAPI{testAPI: a, keys: keys, secrets: map[string]string{}}
 	for name, gs := range grants {
 		aa.secrets[name] = "Bearer " + aa.makeKey(t, name, gs...)
 	}
-	h, err := New(Options{Store: a.store, Registry: a.reg, Sequences: a.store, Events: a.store,
-		SSEPollInterval: 20 * time.Millisecond, SSEHeartbeat: 200 * time.Millisecond,
-		Auth:       auth.NewAuthenticator(auth.Options{Keys: keys, Tokens: []string{fullToken}, AdminToken: "admin-token"}),
-		RateLimits: auth.NewLimiter(limits)})
+	h, err := New(Config{SSEPollInterval: 20 * time.Millisecond, SSEHeartbeat: 200 * time.Millisecond},
+		Deps{Store: a.store, Registry: a.reg, Sequences: a.store, Events: a.store,
+			Auth:       auth.NewAuthenticator(auth.Options{Keys: keys, Tokens: []string{fullToken}, AdminToken: "admin-token"}),
+			RateLimits: auth.NewLimiter(limits)})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -4,11 +4,13 @@ import (
 	"github.com/sluicehq/sluice/shared/config"
 )
 
-// Config configures the command API (docs/api.md).
-type Config struct {
+// Settings is the SLUICE_API_* section (docs/api.md): the API process's
+// settings, embedded in the handler's Config (the admin API reads its
+// SLUICE_ADMIN_* tokens and services from the process configuration).
+type Settings struct {
 	Addr         string          `env:"SLUICE_API_ADDR" envDefault:":8080" doc:"Listen address of the command API."`
 	Tokens       []config.Secret `env:"SLUICE_API_TOKENS" envSeparator:"," file:"true" doc:"Comma-separated bearer tokens; when set, every /v1 request needs one."`
-	MaxBodyBytes int             `env:"SLUICE_API_MAX_BODY_BYTES" envDefault:"1048576" doc:"Largest accepted request body."`
+	MaxBodyBytes int64           `env:"SLUICE_API_MAX_BODY_BYTES" envDefault:"1048576" doc:"Largest accepted request body."`
 	// TLSCertFile and TLSKeyFile make the API listener speak TLS, for
 	// deployments without an ingress (docs/security.md#tls-on-the-api).
 	TLSCertFile string `env:"SLUICE_API_TLS_CERT_FILE" doc:"PEM certificate chain of the API listener; set with SLUICE_API_TLS_KEY_FILE, the API speaks only TLS (1.2 or later). Both files are read again when they change (checked at most every 10 s), so a renewed certificate needs no restart."`
@@ -21,18 +23,10 @@ type Config struct {
 	AdminServices  []string      `env:"SLUICE_ADMIN_SERVICES" envSeparator:"," doc:"Comma-separated name=URL of the health servers (SLUICE_HTTP_ADDR) of the services that run in other processes, e.g. relay=http://relay:9090; the console's health strip and flow charts read their /readyz and /metrics. Unset: only this api process (all of sluice dev)."`
 }
 
-// DefaultConfig is the section with the defaults of its tags, as a process
-// with none of its variables set reads it.
-func DefaultConfig() Config {
-	var c Config
-	config.Defaults(&c)
-	return c
-}
-
 // Validate checks the section; every problem is a *config.VarError.
-func (c Config) Validate() error {
+func (c Settings) Validate() error {
 	k := &config.Checker{}
-	k.AtLeast("SLUICE_API_MAX_BODY_BYTES", int64(c.MaxBodyBytes), 1024)
+	k.AtLeast("SLUICE_API_MAX_BODY_BYTES", c.MaxBodyBytes, 1024)
 	k.AtLeast("SLUICE_API_MAX_IN_FLIGHT", int64(c.MaxInFlight), 1)
 	if (c.TLSCertFile == "") != (c.TLSKeyFile == "") {
 		k.Fail("SLUICE_API_TLS_CERT_FILE", c.TLSCertFile, "set it together with SLUICE_API_TLS_KEY_FILE")

@@ -19,20 +19,19 @@ import (
 // eventAPI is a test API with the event routes mounted on its own store.
 func eventAPI(t testing.TB, commits bool) *testAPI {
 	t.Helper()
-	a := newTestAPI(t, apiConfig{opts: func(o *Options) {
-		o.Events = o.Store.(EventLog)
-		o.SSEPollInterval = 50 * time.Millisecond
-		o.SSEHeartbeat = 200 * time.Millisecond
+	a := newTestAPI(t, apiConfig{cfg: func(c *Config) {
+		c.SSEPollInterval = 50 * time.Millisecond
+		c.SSEHeartbeat = 200 * time.Millisecond
 		if !commits {
-			o.SSEPollInterval = 20 * time.Millisecond
+			c.SSEPollInterval = 20 * time.Millisecond
 		}
-	}})
+	}, deps: func(d *Deps) { d.Events = d.Store.(EventLog) }})
 	if commits {
 		ctx, cancel := context.WithCancel(context.Background())
 		t.Cleanup(cancel)
 		n := StoreCommits(ctx, a.store)
-		h, err := New(Options{Store: a.store, Registry: a.reg, Sequences: a.store, Events: a.store, Commits: n,
-			SSEPollInterval: time.Hour, SSEHeartbeat: 200 * time.Millisecond})
+		h, err := New(Config{SSEPollInterval: time.Hour, SSEHeartbeat: 200 * time.Millisecond},
+			Deps{Store: a.store, Registry: a.reg, Sequences: a.store, Events: a.store, Commits: n})
 		if err != nil {
 			t.Fatal(err)
 		}

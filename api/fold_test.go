@@ -30,7 +30,7 @@ func (s *streamLog) Stream(ctx context.Context, typ, id string, from, to int64, 
 // bare aggregate id, found nothing and read every stream from slot 1.
 func TestFoldStartsAtTheWorkersLastSlot(t *testing.T) {
 	var log *streamLog
-	a := newTestAPI(t, apiConfig{opts: func(o *Options) { log = &streamLog{EventStore: o.Store}; o.Store = log }})
+	a := newTestAPI(t, apiConfig{deps: func(d *Deps) { log = &streamLog{EventStore: d.Store}; d.Store = log }})
 	const agg = "shop:order:o-1"
 	states := []string{`{"n":1}`, `{"n":2}`, `{"n":3}`, `{"n":4}`}
 	for i, st := range states {

@@ -71,7 +71,9 @@ type testAPI struct {
 
 type apiConfig struct {
 	minio bool
-	opts  func(*Options)
+	// cfg and deps adjust the API's Config and Deps.
+	cfg  func(*Config)
+	deps func(*Deps)
 	// store adjusts the event store's configuration.
 	store func(*eventstore.Config)
 }
@@ -110,15 +112,19 @@ func newTestAPI(t testing.TB, c apiConfig) *testAPI {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = st.Close() })
-	reg, err := registry.New(pool, registry.Options{Owner: "api-test", BackoffBase: time.Millisecond, BackoffCap: 2 * time.Millisecond})
+	reg, err := registry.New(registry.Config{Owner: "api-test", BackoffBase: time.Millisecond, BackoffCap: 2 * time.Millisecond}, registry.Deps{Pool: pool})
 	if err != nil {
 		t.Fatal(err)
 	}
-	opts := Options{Store: st, Registry: reg, Sequences: st, Logger: logger}
-	if c.opts != nil {
-		c.opts(&opts)
+	var cfg Config
+	if c.cfg != nil {
+		c.cfg(&cfg)
 	}
-	h, err := New(opts)
+	deps := Deps{Store: st, Registry: reg, Sequences: st, Logger: logger}
+	if c.deps != nil {
+		c.deps(&deps)
+	}
+	h, err := New(cfg, deps)
 	if err != nil {
 		t.Fatal(err)
 	}

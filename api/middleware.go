@@ -27,11 +27,11 @@ func chain(h http.Handler, ls ...layer) http.Handler {
 func (s *server) layers() http.Handler {
 	return chain(http.HandlerFunc(s.route),
 		s.routing,     // the route pattern and the status writer, for every layer below
-		s.tracing,     // a server span per /v1 request (Options.TracerProvider)
+		s.tracing,     // a server span per /v1 request (Deps.TracerProvider)
 		s.measuring,   // sluice_api_requests by route and status, after recovery wrote its 500
 		s.recovering,  // a panic becomes a 500 problem+json
 		s.authorizing, // /v1: the principal and its grants (authz.go)
-		s.limiting,    // /v1: at most Options.MaxInFlight requests at once
+		s.limiting,    // /v1: at most Config.MaxInFlight requests at once
 	)
 }
 
@@ -132,7 +132,7 @@ func (s *server) authorizing(next http.Handler) http.Handler {
 	})
 }
 
-// limiting answers 429 at once when Options.MaxInFlight /v1 requests are
+// limiting answers 429 at once when Config.MaxInFlight /v1 requests are
 // being served. A subscription (…/subscribe, server-sent events) holds its
 // connection for as long as the client reads: it takes no slot, or a few
 // subscribers would lock every command out.

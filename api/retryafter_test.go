@@ -68,7 +68,7 @@ func TestRetryAfter(t *testing.T) {
 			// Replace the handler with one whose store holds the first
 			// command: the second request finds no free slot.
 			bs := blockingStore{EventStore: a.store, entered: make(chan struct{}), release: make(chan struct{})}
-			h, err := New(Options{Store: bs, Registry: a.reg, Sequences: a.store, MaxInFlight: 1})
+			h, err := New(Config{Settings: Settings{MaxInFlight: 1}}, Deps{Store: bs, Registry: a.reg, Sequences: a.store})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -93,8 +93,8 @@ func TestRetryAfter(t *testing.T) {
 			// The slot is free again.
 			doHandler(t, h, "GET", base+"/o-1", ``).expect(t, http.StatusNotFound, CodeInstanceNotFound)
 			// A subscription holds its connection but takes no slot.
-			h, err = New(Options{Store: a.store, Registry: a.reg, Sequences: a.store, Events: a.store,
-				SSEPollInterval: 20 * time.Millisecond, SSEHeartbeat: 50 * time.Millisecond, MaxInFlight: 1})
+			h, err = New(Config{Settings: Settings{MaxInFlight: 1}, SSEPollInterval: 20 * time.Millisecond, SSEHeartbeat: 50 * time.Millisecond},
+				Deps{Store: a.store, Registry: a.reg, Sequences: a.store, Events: a.store})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -106,18 +106,18 @@ func TestRetryAfter(t *testing.T) {
 			doHandler(t, h, "GET", base+"/o-1", ``).expect(t, http.StatusNotFound, CodeInstanceNotFound)
 			return r.expect(t, http.StatusTooManyRequests, CodeTooManyRequests)
 		}, http.StatusTooManyRequests, "1"},
-		{"503 registry down", apiConfig{opts: func(o *Options) { o.Registry = downRegistry{o.Registry} }}, func(t *testing.T, a *testAPI) reply {
+		{"503 registry down", apiConfig{deps: func(d *Deps) { d.Registry = downRegistry{d.Registry} }}, func(t *testing.T, a *testAPI) reply {
 			// Appending needs no registry; reading the status does.
 			a.do("POST", base, `{"instance_id":"o-1"}`, "Idempotency-Key: c-1").expect(t, http.StatusAccepted, "")
 			return a.do("GET", "/v1/commands/c-1", ``)
 		}, http.StatusServiceUnavailable, "1"},
-		{"503 store failure without a delay", apiConfig{opts: func(o *Options) {
-			o.Store = failingStore{o.Store, fmt.Errorf("eventstore: commit: connection reset")}
+		{"503 store failure without a delay", apiConfig{deps: func(d *Deps) {
+			d.Store = failingStore{d.Store, fmt.Errorf("eventstore: commit: connection reset")}
 		}}, func(t *testing.T, a *testAPI) reply {
 			return a.do("POST", base, `{"instance_id":"o-1"}`, "Idempotency-Key: c-1")
 		}, http.StatusServiceUnavailable, "1"},
-		{"503 object storage outage names its delay", apiConfig{opts: func(o *Options) {
-			o.Store = failingStore{o.Store, &eventstore.UnavailableError{Dependency: "objectstore", RetryAfter: 2500 * time.Millisecond, Err: fmt.Errorf("hung")}}
+		{"503 object storage outage names its delay", apiConfig{deps: func(d *Deps) {
+			d.Store = failingStore{d.Store, &eventstore.UnavailableError{Dependency: "objectstore", RetryAfter: 2500 * time.Millisecond, Err: fmt.Errorf("hung")}}
 		}}, func(t *testing.T, a *testAPI) reply {
 			return a.do("POST", base, `{"instance_id":"o-1"}`, "Idempotency-Key: c-1")
 		}, http.StatusServiceUnavailable, "3"},

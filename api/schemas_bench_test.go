@@ -23,16 +23,16 @@ func BenchmarkAppendSchema(b *testing.B) {
 	const clients, batch = 16, 10
 	for _, validate := range []bool{false, true} {
 		b.Run(fmt.Sprintf("validate=%v", validate), func(b *testing.B) {
-			a := newTestAPI(b, apiConfig{opts: func(o *Options) { o.Events = o.Store.(EventLog) }})
-			opts := Options{Store: a.store, Registry: a.reg, Sequences: a.store, Events: a.store}
+			a := newTestAPI(b, apiConfig{deps: func(d *Deps) { d.Events = d.Store.(EventLog) }})
+			deps := Deps{Store: a.store, Registry: a.reg, Sequences: a.store, Events: a.store}
 			if validate {
 				reg := schema.New(a.pool, schema.Config{}, nil)
 				if _, err := reg.Register(context.Background(), "OrderPlaced", []byte(orderSchema), schema.RegisterOptions{}); err != nil {
 					b.Fatal(err)
 				}
-				opts.Schemas = reg
+				deps.Schemas = reg
 			}
-			h, err := New(opts)
+			h, err := New(Config{}, deps)
 			if err != nil {
 				b.Fatal(err)
 			}

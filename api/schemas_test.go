@@ -14,11 +14,11 @@ import (
 func schemaAPI(t testing.TB, mode string) (*testAPI, *schema.Registry) {
 	t.Helper()
 	var reg *schema.Registry
-	a := newTestAPI(t, apiConfig{opts: func(o *Options) {
-		o.Events = o.Store.(EventLog)
+	a := newTestAPI(t, apiConfig{deps: func(d *Deps) {
+		d.Events = d.Store.(EventLog)
 	}})
 	reg = schema.New(a.pool, schema.Config{Mode: mode}, nil)
-	h, err := New(Options{Store: a.store, Registry: a.reg, Sequences: a.store, Events: a.store, Schemas: reg})
+	h, err := New(Config{}, Deps{Store: a.store, Registry: a.reg, Sequences: a.store, Events: a.store, Schemas: reg})
 	if err != nil {
 		t.Fatal(err)
 	}

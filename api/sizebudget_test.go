@@ -22,7 +22,7 @@ import (
 func TestCreateWhoseDomainEventIsOverTheLimit(t *testing.T) {
 	const limit = 4096
 	a := newTestAPI(t, apiConfig{
-		opts:  func(o *Options) { o.Limits.MaxEnvelopeBytes = limit },
+		cfg:   func(c *Config) { c.Limits.MaxEnvelopeBytes = limit },
 		store: func(c *eventstore.Config) { c.MaxEnvelopeBytes = limit },
 	})
 	ctx := context.Background()

@@ -7,7 +7,7 @@ import (
 )
 
 // Config configures access control (docs/security.md). The tokens of
-// SLUICE_API_TOKENS and the admin tokens stay in api.Config, where they
+// SLUICE_API_TOKENS and the admin tokens stay in api.Settings, where they
 // were declared first.
 type Config struct {
 	Required   bool          `env:"SLUICE_AUTH_REQUIRED" envDefault:"false" doc:"Refuse /v1 requests without credentials (401) even when SLUICE_API_TOKENS is unset, so that only API keys (sluice auth key create) get in. SLUICE_API_TOKENS set implies it."`

@@ -23,7 +23,7 @@ func TestWaitForCommandAndAdmin(t *testing.T) {
 	e := pipelinetest.Start(t, pipelinetest.Options{
 		Services: []string{pipeline.API, pipeline.Relay, pipeline.InstanceWorker},
 		APIRoutes: func(d pipeline.Deps) map[string]http.Handler {
-			reg, err := registry.New(d.Pool, registry.Options{Owner: "client-test"})
+			reg, err := registry.New(registry.Config{Owner: "client-test"}, registry.Deps{Pool: d.Pool})
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -18,6 +18,7 @@ import (
 	"github.com/sluicehq/sluice/eventstore/objstore/filestore"
 	"github.com/sluicehq/sluice/internal/testenv"
 	"github.com/sluicehq/sluice/registry"
+	"github.com/sluicehq/sluice/shared/config"
 )
 
 // backend is the real API handler over a real event store: a fresh
@@ -49,14 +50,18 @@ func newBackend(t testing.TB, o backendOptions) *backend {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = st.Close() })
-	reg, err := registry.New(pool, registry.Options{Owner: "client-test"})
+	reg, err := registry.New(registry.Config{Owner: "client-test"}, registry.Deps{Pool: pool})
 	if err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
-	h, err := api.New(api.Options{Store: st, Registry: reg, Sequences: st, Logger: logger, Tokens: o.tokens,
-		Events: st, Commits: api.StoreCommits(ctx, st), SSEPollInterval: 200 * time.Millisecond, SSEHeartbeat: time.Second})
+	var tokens []config.Secret
+	for _, tok := range o.tokens {
+		tokens = append(tokens, config.Secret(tok))
+	}
+	h, err := api.New(api.Config{Settings: api.Settings{Tokens: tokens}, SSEPollInterval: 200 * time.Millisecond, SSEHeartbeat: time.Second},
+		api.Deps{Store: st, Registry: reg, Sequences: st, Logger: logger, Events: st, Commits: api.StoreCommits(ctx, st)})
 	if err != nil {
 		t.Fatal(err)
 	}

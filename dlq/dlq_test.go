@@ -34,7 +34,7 @@ const handler = "instanceworker"
 func newFixture(t *testing.T) *fixture {
 	t.Helper()
 	_, pool := testenv.NewMigratedDatabase(t)
-	reg, err := registry.New(pool, registry.Options{Owner: "test"})
+	reg, err := registry.New(registry.Config{Owner: "test"}, registry.Deps{Pool: pool})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -45,9 +45,10 @@ func TestRedriveOfCloudEventsRecord(t *testing.T) {
 	failing.Store(true)
 	var mu sync.Mutex
 	var handled []envelope.Envelope
-	c, err := worker.New(worker.Options{
+	c, err := worker.New(worker.Config{
 		Kafka: kafka.Config{Brokers: f.k.Brokers}, Topic: f.orig, Group: f.orig + "-g", DLQTopic: f.topic, HandlerName: handler,
-		Policy: claim.SkipStale, Registry: f.reg, Logger: slog.New(slog.DiscardHandler),
+		Policy: claim.SkipStale,
+	}, worker.Deps{Registry: f.reg, Logger: slog.New(slog.DiscardHandler),
 		Handler: worker.HandlerFunc(func(_ context.Context, r *worker.Record) (claim.Outcome, error) {
 			mu.Lock()
 			handled = append(handled, r.Envelope)

@@ -87,22 +87,23 @@ func startPipeline(t *testing.T) *pipeline {
 	if err != nil {
 		t.Fatal(err)
 	}
-	reg, err := registry.New(pool, cfg.Registry.Options(cfg.Worker.InstanceRetry()))
+	reg, err := registry.New(cfg.Registry.WithRetry(cfg.Worker.InstanceRetry()), registry.Deps{Pool: pool})
 	if err != nil {
 		t.Fatal(err)
 	}
-	iw, err := instanceworker.NewService(cfg.InstanceWorker(), instanceworker.Deps{Pool: pool, Store: store, ES: esc, Logger: logger})
+	iw, err := instanceworker.New(cfg.InstanceWorker(), instanceworker.Deps{Pool: pool, Store: store, ES: esc, Logger: logger})
 	if err != nil {
 		t.Fatal(err)
 	}
 	testenv.RunInBackground(t, "instance worker", iw.Run)
-	pw, err := projectionworker.NewService(cfg.ProjectionWorker(), projectionworker.Deps{Pool: pool, ES: esc, Logger: logger},
-		projectionworker.Spec{Projection: projectionworker.History{}})
+	pcfg := cfg.ProjectionWorker()
+	pcfg.Projections = []projectionworker.Spec{{Projection: projectionworker.History{}}}
+	pw, err := projectionworker.New(pcfg, projectionworker.Deps{Pool: pool, ES: esc, Logger: logger})
 	if err != nil {
 		t.Fatal(err)
 	}
 	testenv.RunInBackground(t, "projection worker", pw.Run)
-	h, err := api.New(api.Options{Store: store, Registry: reg, Sequences: store, Logger: logger})
+	h, err := api.New(api.Config{}, api.Deps{Store: store, Registry: reg, Sequences: store, Logger: logger})
 	if err != nil {
 		t.Fatal(err)
 	}

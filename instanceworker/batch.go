@@ -66,7 +66,7 @@ func (w *Worker) HandleBatch(ctx context.Context, recs []*worker.Record) []worke
 			continue
 		}
 		c.span = rec.Span
-		jobs = append(jobs, &job{i: i, c: c, n: n, last: rec.Attempt >= w.o.MaxAttempts})
+		jobs = append(jobs, &job{i: i, c: c, n: n, last: rec.Attempt >= w.cfg.Worker.InstanceMaxRetryAttempts})
 	}
 	jobs = w.loadBatch(ctx, jobs, out)
 
@@ -231,14 +231,14 @@ func (w *Worker) writeBulk(ctx context.Context, ws []readmodel.Write) ([]readmod
 		for k, i := range pending {
 			sub[k] = ws[i]
 		}
-		res, err := readmodel.WriteInstances(ctx, w.o.ES, sub)
+		res, err := readmodel.WriteInstances(ctx, w.es, sub)
 		if err != nil {
-			w.o.Availability.Observe(ctx, err)
+			w.avail.Observe(ctx, err)
 		} else {
-			w.o.Availability.ObserveItems(ctx, itemOutage(ctx, res))
+			w.avail.ObserveItems(ctx, itemOutage(ctx, res))
 		}
 		if err != nil {
-			if n < w.o.ESRetry.Tries && readmodel.Transient(ctx, err) && w.o.ESRetry.Sleep(ctx, n) == nil {
+			if n < w.cfg.ESRetry.Tries && readmodel.Transient(ctx, err) && w.cfg.ESRetry.Sleep(ctx, n) == nil {
 				continue
 			}
 			return nil, err
@@ -250,7 +250,7 @@ func (w *Worker) writeBulk(ctx context.Context, ws []readmodel.Write) ([]readmod
 				again = append(again, i)
 			}
 		}
-		if len(again) == 0 || n >= w.o.ESRetry.Tries || w.o.ESRetry.Sleep(ctx, n) != nil {
+		if len(again) == 0 || n >= w.cfg.ESRetry.Tries || w.cfg.ESRetry.Sleep(ctx, n) != nil {
 			return out, nil
 		}
 		pending = again
@@ -342,7 +342,7 @@ func (w *Worker) retryLost(ctx context.Context, ws []readmodel.Write, res []read
 func (w *Worker) readInstances(ctx context.Context, refs []readmodel.Ref) ([]readmodel.GetResult, error) {
 	var got []readmodel.GetResult
 	err := w.esDo(ctx, func(ctx context.Context) (err error) {
-		got, err = readmodel.GetInstances(ctx, w.o.ES, refs)
+		got, err = readmodel.GetInstances(ctx, w.es, refs)
 		return err
 	})
 	return got, err

@@ -51,7 +51,7 @@ func esFaults() []esFault {
 // Elasticsearch client to url (request deadline 300 ms).
 func (e *env) newWorker(url string) *instanceworker.Worker {
 	e.t.Helper()
-	reg, err := registry.New(e.pool, registry.Options{Owner: "direct"})
+	reg, err := registry.New(registry.Config{Owner: "direct"}, registry.Deps{Pool: e.pool})
 	if err != nil {
 		e.t.Fatal(err)
 	}
@@ -59,8 +59,8 @@ func (e *env) newWorker(url string) *instanceworker.Worker {
 	if err != nil {
 		e.t.Fatal(err)
 	}
-	w, err := instanceworker.New(instanceworker.Options{Store: e.store, Registry: reg, ES: es,
-		ESRetry: readmodel.Retry{Tries: 1, Base: time.Millisecond, Cap: 5 * time.Millisecond}})
+	w, err := instanceworker.NewWorker(instanceworker.Config{ESRetry: readmodel.Retry{Tries: 1, Base: time.Millisecond, Cap: 5 * time.Millisecond}},
+		instanceworker.Deps{Store: e.store, ES: es}, reg)
 	if err != nil {
 		e.t.Fatal(err)
 	}

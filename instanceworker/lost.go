@@ -111,10 +111,10 @@ type RebuildProgress struct {
 // wrote meanwhile at the same or a newer slot answers 409 and stays: a
 // rebuild never moves a document backwards, so it is safe next to a
 // running worker. progress (optional) is called about
-// every Options.RebuildProgressEvery and at the end.
+// every Config.RebuildProgressEvery and at the end.
 func (w *Worker) RebuildIndex(ctx context.Context, db string, progress func(RebuildProgress)) (RebuildProgress, error) {
 	st := RebuildProgress{DB: db}
-	store, ok := w.o.Store.(RebuildStore)
+	store, ok := w.store.(RebuildStore)
 	if !ok {
 		return st, errors.New("instanceworker: rebuild: the store cannot list aggregates")
 	}
@@ -122,10 +122,7 @@ func (w *Worker) RebuildIndex(ctx context.Context, db string, progress func(Rebu
 		return st, fmt.Errorf("instanceworker: rebuild: %w", err)
 	}
 	start := time.Now()
-	every := w.o.RebuildProgressEvery
-	if every <= 0 {
-		every = DefaultRebuildProgressEvery
-	}
+	every := w.cfg.RebuildProgressEvery
 	report := func() {
 		st.Elapsed = time.Since(start)
 		if progress != nil {
@@ -212,7 +209,7 @@ func (w *Worker) rebuildWrite(ctx context.Context, ws []readmodel.Write, st *Reb
 		if err == nil {
 			break
 		}
-		w.o.Logger.Warn("read model rebuild: Elasticsearch refused a page; retrying", "db", st.DB, "err", err)
+		w.log.Warn("read model rebuild: Elasticsearch refused a page; retrying", "db", st.DB, "err", err)
 		if serr := wait.Sleep(ctx, try); serr != nil {
 			return err
 		}
@@ -244,7 +241,7 @@ func (w *Worker) rebuildWrite(ctx context.Context, ws []readmodel.Write, st *Reb
 		case r.Err != nil:
 			st.Failed++
 			if st.Failed <= 10 {
-				w.o.Logger.Error("read model rebuild: document not written; its read model stays stale",
+				w.log.Error("read model rebuild: document not written; its read model stays stale",
 					"db", st.DB, "class", ws[k].Meta.Class, "instance_id", ws[k].Meta.InstanceID, "err", r.Err)
 			}
 		case r.Result == readmodel.AlreadyApplied:
@@ -360,13 +357,13 @@ func (w *Worker) serveRebuilds(ctx context.Context) (stop func()) { return w.rb.
 // logs what to do.
 func (w *Worker) startRebuild(db, why string) {
 	if !w.rb.sched.Start(db, why, func(ctx context.Context, why string) { w.rebuildLogged(ctx, db, why) }) {
-		w.o.Logger.Error("instance index lost; rebuild it: restart the instance worker", "db", db, "reason", why)
+		w.log.Error("instance index lost; rebuild it: restart the instance worker", "db", db, "reason", why)
 	}
 }
 
 // rebuildLogged is RebuildIndex with its logs.
 func (w *Worker) rebuildLogged(ctx context.Context, db, why string) {
-	log := w.o.Logger.With("db", db)
+	log := w.log.With("db", db)
 	log.Warn("read model missing; rebuilding", "reason", why)
 	var lastDone int64
 	lastAt := time.Now()
@@ -427,7 +424,7 @@ func (w *Worker) recoverIndex(ctx context.Context, db string, sent uint64, cause
 // let the first command create its index again, empty, and nothing would
 // rebuild it.
 func (s *Service) checkLost(ctx context.Context, cl *kgo.Client) {
-	store, ok := s.worker.o.Store.(RebuildStore)
+	store, ok := s.worker.store.(RebuildStore)
 	if !ok {
 		return
 	}
@@ -538,7 +535,7 @@ func (w *Worker) waitSampleDocs(ctx context.Context, db string, refs []readmodel
 		if err == nil || !readmodel.Transient(ctx, err) {
 			return found, exists, err
 		}
-		w.o.Logger.Warn("instance worker: Elasticsearch unavailable for the read model check; waiting for it", "db", db, "err", err)
+		w.log.Warn("instance worker: Elasticsearch unavailable for the read model check; waiting for it", "db", db, "err", err)
 		if serr := wait.Sleep(ctx, n); serr != nil {
 			return 0, false, err
 		}
@@ -553,11 +550,11 @@ func sampleDocs(ctx context.Context, w *Worker, db string, refs []readmodel.Ref)
 	if err != nil || !exists || docs == 0 || refs == nil {
 		return docs, exists, err // refs nil: the document count is the answer
 	}
-	n := readmodel.InstanceNames(w.o.IndexPrefix, db, w.o.IndexVersion)
+	n := readmodel.InstanceNames(w.cfg.Elasticsearch.IndexPrefix, db, w.cfg.IndexVersion)
 	for i := range refs {
 		refs[i].Names = n
 	}
-	res, err := readmodel.GetInstances(ctx, w.o.ES, refs)
+	res, err := readmodel.GetInstances(ctx, w.es, refs)
 	if err != nil {
 		return 0, true, err
 	}
@@ -573,8 +570,8 @@ func sampleDocs(ctx context.Context, w *Worker, db string, refs []readmodel.Ref)
 }
 
 func countDocs(ctx context.Context, w *Worker, db string) (docs int64, exists bool, err error) {
-	n := readmodel.InstanceNames(w.o.IndexPrefix, db, w.o.IndexVersion)
-	es := w.o.ES
+	n := readmodel.InstanceNames(w.cfg.Elasticsearch.IndexPrefix, db, w.cfg.IndexVersion)
+	es := w.es
 	res, err := es.Count(es.Count.WithContext(ctx), es.Count.WithIndex(n.WriteAlias))
 	if err != nil {
 		return 0, false, fmt.Errorf("count %s: %w", n.WriteAlias, err)

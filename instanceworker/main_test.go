@@ -85,9 +85,9 @@ func helperMain() int {
 		fmt.Fprintln(os.Stderr, "helper:", err)
 		return 1
 	}
-	svc, err := instanceworker.NewService(cfg.InstanceWorker(), instanceworker.Deps{Pool: pool, Store: store, ES: es, Logger: logger,
+	svc, err := instanceworker.New(cfg.InstanceWorker(), instanceworker.Deps{Pool: pool, Store: store, ES: es, Logger: logger},
 		// A crashed member's session must expire quickly for the restart.
-		KafkaOpts: []kgo.Opt{kgo.SessionTimeout(6 * time.Second), kgo.HeartbeatInterval(500 * time.Millisecond)}})
+		instanceworker.WithKafkaOpts(kgo.SessionTimeout(6*time.Second), kgo.HeartbeatInterval(500*time.Millisecond)))
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "helper:", err)
 		return 1
@@ -263,9 +263,9 @@ func (e *env) startInProcessWith(extra map[string]string, health *observability.
 	}
 	logger := slog.New(slog.NewTextHandler(lw, &slog.HandlerOptions{Level: slog.LevelInfo}))
 	e.metrics = prometheus.NewRegistry()
-	svc, err := instanceworker.NewService(cfg.InstanceWorker(), instanceworker.Deps{Pool: pool, Store: store, ES: es, Logger: logger, Health: health, Metrics: e.metrics,
-		KafkaOpts: []kgo.Opt{kgo.WithLogger(kgo.BasicLogger(testenv.LogWriter{T: e.t}, kgo.LogLevelWarn, nil)),
-			kgo.SessionTimeout(6 * time.Second), kgo.HeartbeatInterval(500 * time.Millisecond)}})
+	svc, err := instanceworker.New(cfg.InstanceWorker(), instanceworker.Deps{Pool: pool, Store: store, ES: es, Logger: logger, Health: health, Metrics: e.metrics},
+		instanceworker.WithKafkaOpts(kgo.WithLogger(kgo.BasicLogger(testenv.LogWriter{T: e.t}, kgo.LogLevelWarn, nil)),
+			kgo.SessionTimeout(6*time.Second), kgo.HeartbeatInterval(500*time.Millisecond)))
 	if err != nil {
 		e.t.Fatal(err)
 	}

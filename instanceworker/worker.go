@@ -48,7 +48,6 @@ import (
 	"log/slog"
 	"net/http"
 	"sync"
-	"time"
 
 	"github.com/elastic/go-elasticsearch/v8"
 	jsonpatch "github.com/evanphx/json-patch/v5"
@@ -97,39 +96,20 @@ type Store interface {
 	ByEventID(ctx context.Context, eventID string) (eventstore.Event, error)
 }
 
-// Options configure a Worker.
-type Options struct {
-	Store    Store
-	Registry *registry.Registry
-	ES       *elasticsearch.Client
-	// IndexPrefix is ELASTICSEARCH_INDEX_PREFIX (and its default);
-	// IndexVersion the instances index version (default 1).
-	IndexPrefix  string
-	IndexVersion int
-	// ESRetry repeats transient Elasticsearch failures (429, 5xx, transport)
-	// within one attempt at a command (default 3 repetitions, 50 ms to 2 s),
-	// so that a short 429 storm does not use up the command's attempts.
-	ESRetry readmodel.Retry
-	// MaxAttempts is the runtime's attempts of a retryable failure
-	// (INSTANCE_WORKER_MAX_RETRY_ATTEMPTS, default
-	// registry.DefaultMaxAttempts): on the last one, a document write that
-	// still fails after the domain event was appended finishes the command
-	// as applied with a stale read model instead of dead-lettering it.
-	MaxAttempts int
-	// Availability tracks Elasticsearch outages for readiness (default: a
-	// new one pinging ES).
-	Availability *readmodel.Availability
-	Crash        *crashpoint.Crasher
-	Logger       *slog.Logger
-	// RebuildProgressEvery is how often the rebuild of a lost index logs
-	// its progress (default DefaultRebuildProgressEvery, 5 s).
-	RebuildProgressEvery time.Duration
-}
-
-// Worker handles instance commands. It is safe for concurrent use by the
-// runtime (different aggregates at once).
+// Worker handles instance commands: the handler (worker.Handler,
+// worker.BatchHandler, worker.Healer) a Service runs in the worker runtime.
+// It is safe for concurrent use by the runtime (different aggregates at
+// once).
 type Worker struct {
-	o       Options
+	cfg   Config // the Service's, defaults applied (Config.withDefaults)
+	store Store
+	reg   *registry.Registry
+	es    *elasticsearch.Client
+	// avail tracks Elasticsearch outages for readiness.
+	avail *readmodel.Availability
+	crash *crashpoint.Crasher
+	log   *slog.Logger
+
 	ensured sync.Map // db → readmodel.Names
 	gens    sync.Map // db → *atomic.Uint64: index generation (lost.go)
 	rb      rebuilds // lost indices being rebuilt (lost.go)
@@ -139,48 +119,36 @@ type Worker struct {
 	recoverMu sync.Mutex
 }
 
-// New returns a Worker.
-func New(o Options) (*Worker, error) {
-	if o.Store == nil || o.Registry == nil || o.ES == nil {
+// newWorker returns the Worker of a Service: cfg with its defaults applied,
+// d's Store and ES, the Service's registry and crash points.
+func newWorker(cfg Config, d Deps, reg *registry.Registry, crash *crashpoint.Crasher) (*Worker, error) {
+	if d.Store == nil || reg == nil || d.ES == nil {
 		return nil, errors.New("instanceworker: Store, Registry and ES are required")
 	}
-	if o.IndexPrefix == "" {
-		o.IndexPrefix = readmodel.DefaultConfig().IndexPrefix
+	log := d.Logger
+	if log == nil {
+		log = slog.Default()
 	}
-	if o.IndexVersion <= 0 {
-		o.IndexVersion = readmodel.DefaultVersion
-	}
-	if o.Logger == nil {
-		o.Logger = slog.Default()
-	}
-	if o.ESRetry == (readmodel.Retry{}) {
-		o.ESRetry = readmodel.Retry{Tries: 3, Base: 50 * time.Millisecond, Cap: 2 * time.Second}
-	}
-	if o.MaxAttempts <= 0 {
-		o.MaxAttempts = registry.DefaultMaxAttempts
-	}
-	if o.Availability == nil {
-		o.Availability = &readmodel.Availability{ES: o.ES}
-	}
-	return &Worker{o: o, rb: rebuilds{sched: readmodel.Rebuilds{Again: true}}}, nil
+	return &Worker{cfg: cfg, store: d.Store, reg: reg, es: d.ES, avail: &readmodel.Availability{ES: d.ES}, crash: crash, log: log,
+		rb: rebuilds{sched: readmodel.Rebuilds{Again: true}}}, nil
 }
 
 // Availability is the worker's view of Elasticsearch: its Check is the
 // readiness check "instanceworker:elasticsearch".
-func (w *Worker) Availability() *readmodel.Availability { return w.o.Availability }
+func (w *Worker) Availability() *readmodel.Availability { return w.avail }
 
 // esDo runs one Elasticsearch call with the in-attempt retry of short
 // blips (ESRetry), reporting every try to Availability, so that readiness
 // turns red at the first try that fails as an outage.
 func (w *Worker) esDo(ctx context.Context, fn func(ctx context.Context) error) error {
-	return w.o.ESRetry.Do(ctx, func(ctx context.Context) error {
-		return w.o.Availability.Observe(ctx, fn(ctx))
+	return w.cfg.ESRetry.Do(ctx, func(ctx context.Context) error {
+		return w.avail.Observe(ctx, fn(ctx))
 	})
 }
 
 func (w *Worker) hit(point string) {
-	if w.o.Crash != nil {
-		w.o.Crash.Hit(HandlerName, point)
+	if w.crash != nil {
+		w.crash.Hit(HandlerName, point)
 	}
 }
 
@@ -331,7 +299,7 @@ func (w *Worker) names(ctx context.Context, db string) (readmodel.Names, error) 
 	}
 	var n readmodel.Names
 	err := w.esDo(ctx, func(ctx context.Context) (err error) {
-		n, err = readmodel.EnsureIndex(ctx, w.o.ES, w.o.IndexPrefix, db, w.o.IndexVersion)
+		n, err = readmodel.EnsureIndex(ctx, w.es, w.cfg.Elasticsearch.IndexPrefix, db, w.cfg.IndexVersion)
 		return err
 	})
 	if err != nil {
@@ -351,7 +319,7 @@ func (w *Worker) names(ctx context.Context, db string) (readmodel.Names, error) 
 func (w *Worker) load(ctx context.Context, c command, n readmodel.Names) (current, error) {
 	var g readmodel.GetResult
 	g.Err = w.esDo(ctx, func(ctx context.Context) (err error) {
-		g.Meta, g.State, err = readmodel.GetInstance(ctx, w.o.ES, n, c.class, c.instanceID)
+		g.Meta, g.State, err = readmodel.GetInstance(ctx, w.es, n, c.class, c.instanceID)
 		return err
 	})
 	return w.loadFrom(ctx, c, g)
@@ -371,7 +339,7 @@ func (w *Worker) loadFrom(ctx context.Context, c command, g readmodel.GetResult)
 		return cur, worker.Classified(ctx, failure.Elasticsearch, err)
 	}
 	if from <= k-1 {
-		evs, err := w.o.Store.Stream(ctx, envelope.AggregateTypeInstance, c.env.AggregateID, from, k-1, envelope.KindDomain)
+		evs, err := w.store.Stream(ctx, envelope.AggregateTypeInstance, c.env.AggregateID, from, k-1, envelope.KindDomain)
 		if err != nil {
 			return cur, worker.Retryable(fmt.Errorf("read domain stream: %w", err))
 		}
@@ -382,7 +350,7 @@ func (w *Worker) loadFrom(ctx context.Context, c command, g readmodel.GetResult)
 
 // Handle processes one claimed command (worker.Handler).
 func (w *Worker) Handle(ctx context.Context, rec *worker.Record) (claim.Outcome, error) {
-	return w.process(ctx, rec.Envelope, rec.Attempt >= w.o.MaxAttempts, rec.Span)
+	return w.process(ctx, rec.Envelope, rec.Attempt >= w.cfg.Worker.InstanceMaxRetryAttempts, rec.Span)
 }
 
 // Outcome reasons of rejected commands.
@@ -404,7 +372,7 @@ const (
 )
 
 // process handles one command; last says this is the runtime's last
-// attempt at it (see Options.MaxAttempts).
+// attempt at it (see worker.Settings.InstanceMaxRetryAttempts).
 func (w *Worker) process(ctx context.Context, e envelope.Envelope, last bool, span trace.Span) (claim.Outcome, error) {
 	c, err := parseCommand(e)
 	if err != nil {
@@ -443,7 +411,7 @@ func (w *Worker) process(ctx context.Context, e envelope.Envelope, last bool, sp
 	sctx, sp := tracing.StartChild(ctx, c.span, "elasticsearch write", trace.WithSpanKind(trace.SpanKindClient))
 	write := func() error {
 		return w.esDo(sctx, func(ctx context.Context) error {
-			_, err := readmodel.WriteInstance(ctx, w.o.ES, n, meta, stored.Envelope.Data)
+			_, err := readmodel.WriteInstance(ctx, w.es, n, meta, stored.Envelope.Data)
 			return err
 		})
 	}
@@ -492,7 +460,7 @@ func (w *Worker) writeFailed(ctx context.Context, c command, err error, last boo
 			return claim.Outcome{}, cerr
 		}
 	}
-	w.o.Logger.Error("instance document not written: the command is applied, its read model is stale until repaired",
+	w.log.Error("instance document not written: the command is applied, its read model is stale until repaired",
 		"aggregate_id", c.env.AggregateID, "sequence_number", c.env.SequenceNumber, "command_id", c.commandID, "err", err)
 	return claim.Outcome{Result: claim.OutcomeApplied, Reason: readmodel.StaleReason(err)}, nil
 }
@@ -583,7 +551,7 @@ func (w *Worker) appendEvent(ctx context.Context, c command, evType string, stat
 		// projection worker; same length, so the API's size check holds.
 		tracing.ReplaceTraceparent(actx, &ev.Metadata)
 	}
-	res, err := w.o.Store.AppendOne(actx, ev)
+	res, err := w.store.AppendOne(actx, ev)
 	tracing.End(sp, err)
 	if err == nil {
 		return res.Event, nil
@@ -594,7 +562,7 @@ func (w *Worker) appendEvent(ctx context.Context, c command, evType string, stat
 	var ce *eventstore.ConflictError
 	switch {
 	case errors.As(err, &mm):
-		stored, gerr := w.o.Store.ByEventID(ctx, ev.EventID)
+		stored, gerr := w.store.ByEventID(ctx, ev.EventID)
 		if gerr != nil {
 			return eventstore.Event{}, worker.Retryable(fmt.Errorf("read stored domain event: %w", gerr))
 		}
@@ -603,7 +571,7 @@ func (w *Worker) appendEvent(ctx context.Context, c command, evType string, stat
 			se.SequenceNumber == e.SequenceNumber {
 			// This command's own event, decided by an earlier attempt:
 			// it is the truth; carry on with it.
-			w.o.Logger.Warn("domain event already stored with a different payload; using the stored one",
+			w.log.Warn("domain event already stored with a different payload; using the stored one",
 				"event_id", ev.EventID, "stored_hash", mm.StoredHash, "new_hash", mm.NewHash)
 			return stored, nil
 		}
@@ -664,18 +632,18 @@ func (w *Worker) Heal(ctx context.Context, rec *worker.Record, wait claim.Result
 	e := rec.Envelope
 	key := worker.DefaultAggregateKey(e)
 	for s := wait.LastSequence + 1; s < e.SequenceNumber; s++ {
-		ev, err := w.o.Store.Command(ctx, e.AggregateType, e.AggregateID, s)
+		ev, err := w.store.Command(ctx, e.AggregateType, e.AggregateID, s)
 		if errors.Is(err, eventstore.ErrNotFound) {
-			if _, err := w.o.Registry.AdvanceTo(ctx, HandlerName, key, s); err != nil {
+			if _, err := w.reg.AdvanceTo(ctx, HandlerName, key, s); err != nil {
 				return fmt.Errorf("heal slot %d: %w", s, err)
 			}
-			w.o.Logger.Warn("healed an empty slot", "aggregate_id", e.AggregateID, "slot", s)
+			w.log.Warn("healed an empty slot", "aggregate_id", e.AggregateID, "slot", s)
 			continue
 		}
 		if err != nil {
 			return fmt.Errorf("heal slot %d: %w", s, err)
 		}
-		res, err := w.o.Registry.Claim(ctx, claim.Request{Handler: HandlerName, EventID: ev.Envelope.EventID,
+		res, err := w.reg.Claim(ctx, claim.Request{Handler: HandlerName, EventID: ev.Envelope.EventID,
 			AggregateID: key, Seq: s, Policy: claim.WaitForPredecessor})
 		if err != nil {
 			return fmt.Errorf("heal slot %d: %w", s, err)
@@ -687,17 +655,17 @@ func (w *Worker) Heal(ctx context.Context, rec *worker.Record, wait claim.Result
 		default:
 			return fmt.Errorf("heal slot %d: %s", s, res.Kind)
 		}
-		hctx, stop := w.o.Registry.Hold(ctx, res.Lease)
+		hctx, stop := w.reg.Hold(ctx, res.Lease)
 		out, perr := w.process(hctx, ev.Envelope, false, nil)
 		stop()
 		if perr != nil {
-			_ = w.o.Registry.Release(ctx, res.Lease)
+			_ = w.reg.Release(ctx, res.Lease)
 			return fmt.Errorf("heal slot %d: %w", s, perr)
 		}
-		if err := w.o.Registry.MarkDone(ctx, res.Lease, out); err != nil {
+		if err := w.reg.MarkDone(ctx, res.Lease, out); err != nil {
 			return fmt.Errorf("heal slot %d: %w", s, err)
 		}
-		w.o.Logger.Info("healed a missing command", "aggregate_id", e.AggregateID, "slot", s, "outcome", out.Result)
+		w.log.Info("healed a missing command", "aggregate_id", e.AggregateID, "slot", s, "outcome", out.Result)
 	}
 	return nil
 }
@@ -718,7 +686,7 @@ func (w *Worker) Repair(ctx context.Context, aggregateID string) (readmodel.Writ
 	if err != nil {
 		return 0, fmt.Errorf("instanceworker: repair: %w", err)
 	}
-	evs, err := w.o.Store.Stream(ctx, envelope.AggregateTypeInstance, aggregateID, 1, 0, envelope.KindDomain)
+	evs, err := w.store.Stream(ctx, envelope.AggregateTypeInstance, aggregateID, 1, 0, envelope.KindDomain)
 	if err != nil {
 		return 0, fmt.Errorf("instanceworker: repair %s: read domain stream: %w", aggregateID, err)
 	}
@@ -732,7 +700,7 @@ func (w *Worker) Repair(ctx context.Context, aggregateID string) (readmodel.Writ
 	meta, state := storedDocument(db, class, iid, evs)
 	var res readmodel.WriteResult
 	err = w.esDo(ctx, func(ctx context.Context) (err error) {
-		res, err = readmodel.WriteInstance(ctx, w.o.ES, n, meta, state)
+		res, err = readmodel.WriteInstance(ctx, w.es, n, meta, state)
 		return err
 	})
 	if err != nil {

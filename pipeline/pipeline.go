@@ -300,7 +300,7 @@ func buildInstanceWorker(ctx context.Context, d Deps, _ Options) (Runner, error)
 	if err := registerStore(d); err != nil {
 		return nil, err
 	}
-	svc, err := instanceworker.NewService(d.Config.InstanceWorker(), instanceworker.Deps{
+	svc, err := instanceworker.New(d.Config.InstanceWorker(), instanceworker.Deps{
 		Pool: d.RegistryPool, Store: d.Store, ES: es, Logger: d.Logger, Metrics: d.Metrics, Health: d.Health,
 		TracerProvider: d.TracerProvider,
 	})
@@ -338,7 +338,9 @@ func buildProjectionWorker(ctx context.Context, d Deps, o Options) (Runner, erro
 			}
 		}
 	}
-	svc, err := projectionworker.NewService(d.Config.ProjectionWorker(), deps, specs...)
+	cfg := d.Config.ProjectionWorker()
+	cfg.Projections = specs
+	svc, err := projectionworker.New(cfg, deps)
 	if err != nil {
 		return nil, err
 	}
@@ -387,7 +389,7 @@ func (a *APIRunner) Close() { _ = a.ln.Close() }
 // buildAPI is `sluice api`: the HTTP command API, with o.APIRoutes beside.
 func buildAPI(ctx context.Context, d Deps, o Options) (Runner, error) {
 	cfg := d.Config
-	reg, err := registry.New(d.RegistryPool, cfg.Registry.Options(cfg.Worker.InstanceRetry()))
+	reg, err := registry.New(cfg.Registry.WithRetry(cfg.Worker.InstanceRetry()), registry.Deps{Pool: d.RegistryPool})
 	if err != nil {
 		return nil, err
 	}
@@ -416,11 +418,9 @@ func buildAPI(ctx context.Context, d Deps, o Options) (Runner, error) {
 		}
 	}
 	authn := auth.NewAuthenticator(auth.Options{Keys: keys, OIDC: oidc, Tokens: tokens, Required: cfg.Auth.Required})
-	h, err := api.New(api.Options{
+	h, err := api.New(api.Config{Settings: cfg.API, Limits: cfg.EventStore.Limits}, api.Deps{
 		Store: d.Store, Registry: reg, Sequences: d.Store, Logger: d.Logger,
 		Auth: authn, RateLimits: auth.NewLimiter(cfg.Auth),
-		Tokens: tokens, MaxBodyBytes: int64(cfg.API.MaxBodyBytes), MaxInFlight: cfg.API.MaxInFlight,
-		Limits:  cfg.EventStore.Limits,
 		Metrics: d.Metrics, Health: d.Health, TracerProvider: d.TracerProvider,
 		Events: d.Store, Commits: api.StoreCommits(ctx, d.Store),
 		Schemas: schema.New(d.Pool, cfg.Schema, d.Logger),

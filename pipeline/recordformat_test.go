@@ -334,7 +334,7 @@ func produce(ctx context.Context, e *pipelinetest.Env, r *kgo.Record) error {
 
 func newRegistry(t *testing.T, e *pipelinetest.Env) *registry.Registry {
 	t.Helper()
-	reg, err := registry.New(e.Pool, registry.Options{Owner: "test"})
+	reg, err := registry.New(registry.Config{Owner: "test"}, registry.Deps{Pool: e.Pool})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -78,7 +78,8 @@ func TestESOutageIsAnOutage(t *testing.T) {
 			g := newESGate(t, e.es)
 			es := g.client(t)
 			bulk := projectionworker.NewBulker(es, projectionworker.BulkOptions{RequestTimeout: 500 * time.Millisecond})
-			w, err := projectionworker.New(projectionworker.Options{Projection: projectionworker.Instances{}, Version: 1, ES: es, Bulker: bulk, IndexPrefix: "sluice_"})
+			w, err := projectionworker.NewWorker(projectionworker.Config{Elasticsearch: readmodel.Config{IndexPrefix: "sluice_"}}, projectionworker.Deps{ES: es},
+				projectionworker.Spec{Projection: projectionworker.Instances{}, Version: 1}, bulk)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -144,10 +145,11 @@ func TestESOutagePausesTheWorker(t *testing.T) {
 				err := health.Ready(ctxT(t))
 				return err != nil && strings.Contains(err.Error(), "projectionworker:elasticsearch")
 			}
-			cfg := e.config(map[string]string{"ELASTICSEARCH_REQUEST_TIMEOUT": "500ms"})
+			cfg := e.serviceConfig(map[string]string{"ELASTICSEARCH_REQUEST_TIMEOUT": "500ms"}, spec("instances"), spec("history"))
+			cfg.VersionCheck = -1
 			d, closePool := e.deps(nil)
-			d.ES, d.Health, d.VersionCheck = g.client(t), health, -1
-			svc, err := projectionworker.NewService(cfg.ProjectionWorker(), d, spec("instances"), spec("history"))
+			d.ES, d.Health = g.client(t), health
+			svc, err := projectionworker.New(cfg, d, e.opts()...)
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -78,7 +78,7 @@ func (s *Service) readModelLost(ctx context.Context, cl *kgo.Client, name string
 func (s *Service) rebuildLost(ctx context.Context, sp Spec, v int, why string) {
 	p := sp.Projection
 	log := s.d.Logger.With("projection", p.Name())
-	cl, err := kafka.NewClient(s.cfg.Kafka, s.d.KafkaOpts...)
+	cl, err := kafka.NewClient(s.cfg.Kafka, s.hooks.kafkaOpts...)
 	if err != nil {
 		log.Error("read model missing; cannot plan its rebuild: run `sluice projection rebuild`", "err", err)
 		return
@@ -106,7 +106,7 @@ func (s *Service) rebuildLost(ctx context.Context, sp Spec, v int, why string) {
 	lastAt := time.Now()
 	d := s.d
 	d.Health = nil // the live consumers report readiness; the rebuild logs
-	sum, err := Rebuild(ctx, SwitchOptions{Config: s.cfg, Deps: d, Projection: p, Version: version, ProgressEvery: 5 * time.Second,
+	sum, err := Rebuild(ctx, SwitchOptions{Config: s.cfg, Deps: d, Opts: s.opts, Projection: p, Version: version, ProgressEvery: 5 * time.Second,
 		Progress: func(pr Progress) {
 			done := pr.Lag.End - pr.Lag.Lag
 			rate := 0.0
@@ -141,7 +141,7 @@ func (s *Service) startLost(sp Spec, v int, why string) {
 	s.lost.Start(sp.Projection.Name(), why, func(ctx context.Context, why string) { s.rebuildLost(ctx, sp, v, why) })
 }
 
-// indexLost is a live worker's Options.OnIndexLost: a write of projection
+// indexLost is a live worker's onLost: a write of projection
 // sp (at version v) to scope was answered 404 while running — the index
 // was deleted under the worker. The event is retried (its index is
 // created again with the aliases) and the read model is rebuilt as the

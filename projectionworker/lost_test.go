@@ -136,8 +136,9 @@ func TestReadModelLostWhileRunning(t *testing.T) {
 	logs := &testenv.Buffer{}
 	d, closePool := e.deps(nil)
 	d.Logger = slog.New(slog.NewTextHandler(io.MultiWriter(testenv.LogWriter{T: t}, logs), &slog.HandlerOptions{Level: slog.LevelInfo}))
-	d.VersionCheck = 200 * time.Millisecond
-	svc, err := projectionworker.NewService(e.config(nil).ProjectionWorker(), d, spec("instances"))
+	cfg := e.serviceConfig(nil, spec("instances"))
+	cfg.VersionCheck = 200 * time.Millisecond
+	svc, err := projectionworker.New(cfg, d, e.opts()...)
 	if err != nil {
 		t.Fatal(err)
 	}

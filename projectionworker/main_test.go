@@ -71,8 +71,10 @@ func helperMain() int {
 		}
 		specs = append(specs, projectionworker.Spec{Projection: p})
 	}
-	svc, err := projectionworker.NewService(cfg.ProjectionWorker(), projectionworker.Deps{Pool: pool, ES: es, Logger: logger,
-		KafkaOpts: []kgo.Opt{kgo.SessionTimeout(6 * time.Second), kgo.HeartbeatInterval(500 * time.Millisecond)}}, specs...)
+	pcfg := cfg.ProjectionWorker()
+	pcfg.Projections = specs
+	svc, err := projectionworker.New(pcfg, projectionworker.Deps{Pool: pool, ES: es, Logger: logger},
+		projectionworker.WithKafkaOpts(kgo.SessionTimeout(6*time.Second), kgo.HeartbeatInterval(500*time.Millisecond)))
 	if err != nil {
 		return fail(err)
 	}
@@ -96,7 +98,7 @@ type env struct {
 	vars  map[string]string
 	pos   int64
 	// wrapRegistry, when set, wraps the registry of workers started in
-	// process (Deps.WrapRegistry).
+	// process (WithRegistryWrapper).
 	wrapRegistry func(worker.Registry) worker.Registry
 	// logs, when set, also receives the log lines (level info and up) of
 	// workers started in process: tests wait for them as evidence.
@@ -194,18 +196,31 @@ func (e *env) deps(metrics prometheus.Registerer) (projectionworker.Deps, func()
 	} else {
 		logger = slog.New(slog.NewTextHandler(testenv.LogWriter{T: e.t}, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	}
-	return projectionworker.Deps{Pool: pool, ES: e.esc, Logger: logger, Metrics: metrics, WrapRegistry: e.wrapRegistry,
-		KafkaOpts: []kgo.Opt{kgo.SessionTimeout(6 * time.Second), kgo.HeartbeatInterval(500 * time.Millisecond)}}, pool.Close
+	return projectionworker.Deps{Pool: pool, ES: e.esc, Logger: logger, Metrics: metrics}, pool.Close
+}
+
+// opts are the test hooks of the Services (and switches) of e: e's
+// registry wrapper, a session that expires quickly for the restarts.
+func (e *env) opts() []projectionworker.Option {
+	return []projectionworker.Option{projectionworker.WithRegistryWrapper(e.wrapRegistry),
+		projectionworker.WithKafkaOpts(kgo.SessionTimeout(6*time.Second), kgo.HeartbeatInterval(500*time.Millisecond))}
+}
+
+// serviceConfig is the configuration of a Service of e running specs.
+func (e *env) serviceConfig(extra map[string]string, specs ...projectionworker.Spec) projectionworker.Config {
+	c := e.config(extra).ProjectionWorker()
+	c.Projections = specs
+	return c
 }
 
 // startInProcess runs a Service in this process until the test ends or the
 // returned stop is called.
 func (e *env) startInProcess(extra map[string]string, metrics prometheus.Registerer, specs ...projectionworker.Spec) (*projectionworker.Service, func()) {
 	e.t.Helper()
-	cfg := e.config(extra)
+	cfg := e.serviceConfig(extra, specs...)
+	cfg.VersionCheck = 200 * time.Millisecond // follow a rebuild's swap quickly
 	d, closePool := e.deps(metrics)
-	d.VersionCheck = 200 * time.Millisecond // follow a rebuild's swap quickly
-	svc, err := projectionworker.NewService(cfg.ProjectionWorker(), d, specs...)
+	svc, err := projectionworker.New(cfg, d, e.opts()...)
 	if err != nil {
 		e.t.Fatal(err)
 	}

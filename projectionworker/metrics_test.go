@@ -9,14 +9,14 @@ import (
 )
 
 // The series of every selected projection (events by result, conflicts by
-// reason) and of both bulk results exist at 0 once NewService returns,
+// reason) and of both bulk results exist at 0 once New returns,
 // before any event (issue 23.5).
-func TestMetricsSeriesExistAtZeroAfterNewService(t *testing.T) {
+func TestMetricsSeriesExistAtZeroAfterNew(t *testing.T) {
 	e := newEnv(t, 1)
 	reg := prometheus.NewRegistry()
 	d, closePool := e.deps(reg)
 	t.Cleanup(closePool)
-	if _, err := projectionworker.NewService(e.config(nil).ProjectionWorker(), d, spec("instances"), spec("history")); err != nil {
+	if _, err := projectionworker.New(e.serviceConfig(nil, spec("instances"), spec("history")), d, e.opts()...); err != nil {
 		t.Fatal(err)
 	}
 	mfs, err := reg.Gather()
@@ -49,9 +49,9 @@ func TestMetricsSeriesExistAtZeroAfterNewService(t *testing.T) {
 		v, ok := got[w]
 		switch {
 		case !ok:
-			t.Errorf("%s missing right after NewService", w)
+			t.Errorf("%s missing right after New", w)
 		case v != 0:
-			t.Errorf("%s = %v right after NewService, want 0", w, v)
+			t.Errorf("%s = %v right after New, want 0", w, v)
 		}
 	}
 }

@@ -68,8 +68,12 @@ func (p Progress) String() string {
 
 // SwitchOptions configure Rebuild and Rollback.
 type SwitchOptions struct {
+	// Config and Deps configure the Service the switch runs for the new
+	// version (its Projections are the one being switched); Opts are its
+	// test hooks, which the switch's own Kafka client takes too.
 	Config     Config
 	Deps       Deps
+	Opts       []Option
 	Projection Projection
 	// Version to build (Rebuild; ≥ 1 and not live). Ignored by Rollback.
 	Version int
@@ -174,11 +178,17 @@ func switchTo(ctx context.Context, o SwitchOptions, version int, mode Mode, repl
 			o.Progress(Progress{Phase: phase, Projection: p.Name(), Version: version, Lag: l, Elapsed: time.Since(start)})
 		}
 	}
-	svc, err := NewService(o.Config, o.Deps, Spec{Projection: p, Version: version, Mode: mode})
+	cfg := o.Config
+	cfg.Projections = []Spec{{Projection: p, Version: version, Mode: mode}}
+	svc, err := New(cfg, o.Deps, o.Opts...)
 	if err != nil {
 		return sum, err
 	}
-	cl, err := kafka.NewClient(o.Config.Kafka, o.Deps.KafkaOpts...)
+	var h hooks
+	for _, opt := range o.Opts {
+		opt(&h)
+	}
+	cl, err := kafka.NewClient(o.Config.Kafka, h.kafkaOpts...)
 	if err != nil {
 		return sum, fmt.Errorf("projectionworker: %w", err)
 	}

@@ -70,7 +70,7 @@ func TestRebuildAndRollback(t *testing.T) {
 	d, closePool := e.deps(nil)
 	defer closePool()
 	var phases []string
-	sum, err := projectionworker.Rebuild(ctxT(t), projectionworker.SwitchOptions{Config: cfg.ProjectionWorker(), Deps: d,
+	sum, err := projectionworker.Rebuild(ctxT(t), projectionworker.SwitchOptions{Config: cfg.ProjectionWorker(), Deps: d, Opts: e.opts(),
 		Projection: projectionworker.Instances{}, Version: 2, Settle: 2 * time.Second, ProgressEvery: 200 * time.Millisecond,
 		Progress: func(p projectionworker.Progress) {
 			t.Log(p.String())
@@ -118,11 +118,11 @@ func TestRebuildAndRollback(t *testing.T) {
 	if err != nil || len(idx) != 2 || idx[1].RefreshInterval == "-1" || idx[0].Live || !idx[1].Live || !idx[1].ReadAlias {
 		t.Errorf("indices after rebuild %+v (%v)", idx, err)
 	}
-	if _, err := projectionworker.Rebuild(ctxT(t), projectionworker.SwitchOptions{Config: cfg.ProjectionWorker(), Deps: d,
+	if _, err := projectionworker.Rebuild(ctxT(t), projectionworker.SwitchOptions{Config: cfg.ProjectionWorker(), Deps: d, Opts: e.opts(),
 		Projection: projectionworker.Instances{}, Version: 2}); !errors.Is(err, projectionworker.ErrAlreadyLive) {
 		t.Errorf("rebuilding the live version: %v, want ErrAlreadyLive", err)
 	}
-	rsum, err := projectionworker.Rollback(context.Background(), projectionworker.SwitchOptions{Config: cfg.ProjectionWorker(), Deps: d,
+	rsum, err := projectionworker.Rollback(context.Background(), projectionworker.SwitchOptions{Config: cfg.ProjectionWorker(), Deps: d, Opts: e.opts(),
 		Projection: projectionworker.Instances{}, Settle: 500 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
@@ -149,7 +149,7 @@ func TestRebuildAndRollback(t *testing.T) {
 		}
 		return true
 	})
-	if _, err := projectionworker.Rollback(ctxT(t), projectionworker.SwitchOptions{Config: cfg.ProjectionWorker(), Deps: d,
+	if _, err := projectionworker.Rollback(ctxT(t), projectionworker.SwitchOptions{Config: cfg.ProjectionWorker(), Deps: d, Opts: e.opts(),
 		Projection: projectionworker.Instances{}}); !errors.Is(err, projectionworker.ErrNothingToRollBack) {
 		t.Errorf("second rollback: %v, want ErrNothingToRollBack", err)
 	}

@@ -42,26 +42,15 @@ const MaxPollRecords = 1000
 // Deps are the resources a Service runs on; the caller owns and closes them.
 type Deps struct {
 	// Pool holds the processed-event registry (the registry role,
-	// REGISTRY_DATABASE_URL: docs/scale-out.md).
+	// REGISTRY_DATABASE_URL: docs/scale-out.md). Pool and ES are required.
 	Pool *pgxpool.Pool
 	// ES is the Elasticsearch client (readmodel.NewClient).
 	ES      *elasticsearch.Client
 	Logger  *slog.Logger
 	Metrics prometheus.Registerer
 	Health  *observability.Health
-	// KafkaOpts are extra client options (tests); TLS and SASL come from
-	// the configuration.
-	KafkaOpts []kgo.Opt
 	// TracerProvider traces each event (docs/tracing.md); nil: off.
 	TracerProvider trace.TracerProvider
-	// WrapRegistry, when set, wraps the registry the consumers use (tests
-	// and benchmarks: counting round trips, the per-event registry path,
-	// faults). nil uses the registry as is.
-	WrapRegistry func(worker.Registry) worker.Registry
-	// VersionCheck is how often a projection that runs at its live version
-	// checks whether a rebuild or rollback moved it (default
-	// DefaultVersionCheck, 10 s; negative: never).
-	VersionCheck time.Duration
 }
 
 // Spec selects one projection for a Service.
@@ -76,24 +65,67 @@ type Spec struct {
 // Config is what the projection worker reads of the process configuration: the
 // sections it shares with the other services, each declared by the package
 // it configures (shared/config is the mechanism; pipeline/sluiceconfig fills it
-// for the sluice binary, and config.Parse reads it alone).
+// for the sluice binary, and config.Parse reads it alone), and the knobs
+// set in Go.
 type Config struct {
 	Kafka         kafka.Config
 	EventStore    eventstore.Config
 	Registry      registry.Config
-	Worker        worker.Config
+	Worker        worker.Settings
 	Elasticsearch readmodel.Config
 	Testing       crashpoint.Config
+
+	// The knobs below have no variable of their own (Go only).
+
+	// Projections are the projections the Service runs (at least one, each
+	// once): `sluice projection-worker --projection` selects them.
+	Projections []Spec
+	// VersionCheck is how often a projection that runs at its live version
+	// checks whether a rebuild or rollback moved it (default
+	// DefaultVersionCheck, 10 s; negative: never).
+	VersionCheck time.Duration
+}
+
+// withDefaults returns c with the defaults of its Go-only knobs applied.
+func (c Config) withDefaults() Config {
+	if c.VersionCheck == 0 {
+		c.VersionCheck = DefaultVersionCheck
+	}
+	return c
+}
+
+// Option is a test hook of a Service (docs/architecture.md, "One
+// construction convention"); production passes none. The crash points come
+// from the Testing section (SLUICE_CRASH_POINT).
+type Option func(*hooks)
+
+type hooks struct {
+	kafkaOpts    []kgo.Opt
+	wrapRegistry func(worker.Registry) worker.Registry
+}
+
+// WithKafkaOpts adds client options to the Service's Kafka clients, after
+// their own (tests: a short session timeout); TLS and SASL come from the
+// configuration.
+func WithKafkaOpts(opts ...kgo.Opt) Option {
+	return func(h *hooks) { h.kafkaOpts = append(h.kafkaOpts, opts...) }
+}
+
+// WithRegistryWrapper wraps the registry the consumers use (tests and
+// benchmarks: counting round trips, the per-event registry path, faults).
+func WithRegistryWrapper(wrap func(worker.Registry) worker.Registry) Option {
+	return func(h *hooks) { h.wrapRegistry = wrap }
 }
 
 // Service runs projection workers on the events topic: one consumer group
 // (projection-{name}-v{version}) and registry handler
 // (projection:{name}:v{version}, skip-stale) per projection, one shared
-// bulker. Build it with NewService, run it with Run.
+// bulker. Build it with New, run it with Run.
 type Service struct {
-	cfg   Config
+	cfg   Config // defaults applied (Config.withDefaults)
 	d     Deps
-	specs []Spec
+	opts  []Option // for the rebuilds of lost read models (lost.go)
+	hooks hooks
 	reg   *registry.Registry
 	bulk  *Bulker
 	crash *crashpoint.Crasher
@@ -104,23 +136,23 @@ type Service struct {
 	lost  readmodel.Rebuilds // read models being rebuilt (lost.go)
 }
 
-// NewService builds `sluice projection-worker` (and the projection worker of
-// `sluice dev`) from the process configuration: EVENTS_TOPIC,
-// EVENTS_DLQ_TOPIC, ELASTICSEARCH_* (bulk bounds, index prefix),
-// PROJECTION_WORKER_MAX_RETRIES, WORKER_*, PROCESSED_EVENT_*, crash points
-// from SLUICE_CRASH_POINT (worker "projectionworker").
-func NewService(cfg Config, d Deps, specs ...Spec) (*Service, error) {
+// New builds `sluice projection-worker` (and the projection worker of
+// `sluice dev`) from the process configuration: cfg.Projections on
+// EVENTS_TOPIC, EVENTS_DLQ_TOPIC, ELASTICSEARCH_* (bulk bounds, index
+// prefix), PROJECTION_WORKER_MAX_RETRIES, WORKER_*, PROCESSED_EVENT_*,
+// crash points from SLUICE_CRASH_POINT (worker "projectionworker").
+func New(cfg Config, d Deps, opts ...Option) (*Service, error) {
 	if !cfg.Registry.Enabled {
 		return nil, errors.New("projectionworker: ENABLE_PROCESSED_EVENT_REGISTRY=false is not supported: the registry is not optional")
 	}
 	if d.Pool == nil || d.ES == nil {
 		return nil, errors.New("projectionworker: Pool and ES are required")
 	}
-	if len(specs) == 0 {
+	if len(cfg.Projections) == 0 {
 		return nil, errors.New("projectionworker: no projection selected")
 	}
 	seen := map[string]bool{}
-	for _, s := range specs {
+	for _, s := range cfg.Projections {
 		if s.Projection == nil {
 			return nil, errors.New("projectionworker: nil projection")
 		}
@@ -132,13 +164,18 @@ func NewService(cfg Config, d Deps, specs ...Spec) (*Service, error) {
 		}
 		seen[s.Projection.Name()] = true
 	}
+	cfg = cfg.withDefaults()
 	if d.Logger == nil {
 		d.Logger = slog.Default()
 	}
 	if d.Metrics == nil {
 		d.Metrics = prometheus.NewRegistry()
 	}
-	reg, err := registry.New(d.Pool, cfg.Registry.Options(cfg.Worker.ProjectionRetry()))
+	var h hooks
+	for _, o := range opts {
+		o(&h)
+	}
+	reg, err := registry.New(cfg.Registry.WithRetry(cfg.Worker.ProjectionRetry()), registry.Deps{Pool: d.Pool})
 	if err != nil {
 		return nil, err
 	}
@@ -147,8 +184,8 @@ func NewService(cfg Config, d Deps, specs ...Spec) (*Service, error) {
 		return nil, err
 	}
 	m := newMetrics(d.Metrics)
-	names := make([]string, 0, len(specs))
-	for _, sp := range specs {
+	names := make([]string, 0, len(cfg.Projections))
+	for _, sp := range cfg.Projections {
 		names = append(names, sp.Projection.Name())
 	}
 	m.zero(names)
@@ -159,7 +196,7 @@ func NewService(cfg Config, d Deps, specs ...Spec) (*Service, error) {
 		d.Health.AddReadiness("projectionworker:postgres", reg.Check)
 		d.Health.AddReadiness("projectionworker:elasticsearch", bulk.Check)
 	}
-	return &Service{cfg: cfg, d: d, specs: specs, reg: reg, bulk: bulk, crash: crash, m: m,
+	return &Service{cfg: cfg, d: d, opts: opts, hooks: h, reg: reg, bulk: bulk, crash: crash, m: m,
 		cons: map[string]*worker.Consumer{}, vers: map[string]int{}}, nil
 }
 
@@ -190,7 +227,7 @@ func (s *Service) Start(ctx context.Context) error {
 			c.Client().Close()
 		}
 	}
-	for _, sp := range s.specs {
+	for _, sp := range s.cfg.Projections {
 		p := sp.Projection
 		v := sp.Version
 		if v <= 0 {
@@ -246,30 +283,29 @@ func (s *Service) newConsumer(sp Spec, v int) (*worker.Consumer, error) {
 	if err != nil {
 		return nil, err
 	}
-	o := Options{Projection: p, Version: v, Mode: sp.Mode, ES: s.d.ES, Bulker: s.bulk,
-		IndexPrefix: s.cfg.Elasticsearch.IndexPrefix, Crash: s.crash, Logger: s.d.Logger, Metrics: s.d.Metrics}
-	if sp.Version <= 0 { // live-following: a write's 404 rebuilds (lost.go)
-		o.OnIndexLost = func(scope, reason string) { s.indexLost(sp, v, scope, reason) }
-	}
-	w, err := New(o)
+	w, err := NewWorker(s.cfg, s.d, Spec{Projection: p, Version: v, Mode: sp.Mode}, s.bulk)
 	if err != nil {
 		return nil, err
 	}
-	var reg worker.Registry = s.reg
-	if s.d.WrapRegistry != nil {
-		reg = s.d.WrapRegistry(reg)
+	w.crash = s.crash
+	if sp.Version <= 0 { // live-following: a write's 404 rebuilds (lost.go)
+		w.onLost = func(scope, reason string) { s.indexLost(sp, v, scope, reason) }
 	}
-	co := worker.Options{
-		Config: s.cfg.Worker, MaxAttempts: s.cfg.Worker.ProjectionMaxRetries, Kafka: s.cfg.Kafka, KafkaOpts: s.d.KafkaOpts,
+	var reg worker.Registry = s.reg
+	if s.hooks.wrapRegistry != nil {
+		reg = s.hooks.wrapRegistry(reg)
+	}
+	co := worker.Config{
+		Settings: s.cfg.Worker, MaxAttempts: s.cfg.Worker.ProjectionMaxRetries, Kafka: s.cfg.Kafka,
 		Topic: s.cfg.Kafka.EventsTopic, Group: s.cfg.Kafka.Group(GroupName(p.Name(), v)), AdoptGroup: GroupName(p.Name(), v), DLQTopic: s.cfg.Kafka.EventsDLQTopic,
-		HandlerName: HandlerName(p.Name(), v), Policy: guard, Registry: reg, Handler: w, Pause: s.reg,
-		Limits: s.cfg.EventStore.Limits,
-		Crash:  s.crash, CrashWorker: CrashWorker, Logger: s.d.Logger, Metrics: s.d.Metrics, Health: s.d.Health,
-		TracerProvider: s.d.TracerProvider,
+		HandlerName: HandlerName(p.Name(), v), Policy: guard, Limits: s.cfg.EventStore.Limits,
+		MaxPollRecords: MaxPollRecords,
 	}
 	co.Concurrency = max(co.Concurrency, MinConcurrency)
-	co.MaxPollRecords = MaxPollRecords
-	return worker.New(co)
+	return worker.New(co, worker.Deps{
+		Registry: reg, Handler: w, Pause: s.reg,
+		Logger: s.d.Logger, Metrics: s.d.Metrics, Health: s.d.Health, TracerProvider: s.d.TracerProvider,
+	}, worker.WithCrasher(s.crash, CrashWorker), worker.WithKafkaOpts(s.hooks.kafkaOpts...))
 }
 
 // Run creates the events and DLQ topics if missing (failures are logged),
@@ -280,7 +316,7 @@ func (s *Service) Run(ctx context.Context) error {
 		return err
 	}
 	s.mu.Lock()
-	first := s.cons[s.specs[0].Projection.Name()] // any client can create the topics
+	first := s.cons[s.cfg.Projections[0].Projection.Name()] // any client can create the topics
 	s.mu.Unlock()
 	s.ensureTopics(ctx, first.Client())
 	// One projection failing stops them all, so that the process exits
@@ -290,7 +326,7 @@ func (s *Service) Run(ctx context.Context) error {
 	// A read model found lost is rebuilt beside the live consumers
 	// (docs/projectionworker.md#read-model-lost); Run waits for it.
 	defer s.serveLost(rctx)()
-	for _, sp := range s.specs {
+	for _, sp := range s.cfg.Projections {
 		if sp.Version > 0 { // pinned (a rebuild's own service): never checked
 			continue
 		}
@@ -323,7 +359,7 @@ func (s *Service) Run(ctx context.Context) error {
 	// The first projection that fails stops the others (and the prune,
 	// which runs on rctx too); Wait returns its error.
 	var g errgroup.Group
-	for _, sp := range s.specs {
+	for _, sp := range s.cfg.Projections {
 		g.Go(func() error {
 			err := s.runProjection(rctx, sp)
 			if err != nil {
@@ -342,7 +378,7 @@ func (s *Service) Run(ctx context.Context) error {
 // PROCESSED_EVENT_RETENTION_DAYS.
 func (s *Service) pruneRequest() registry.PruneRequest {
 	var only []string
-	for _, sp := range s.specs {
+	for _, sp := range s.cfg.Projections {
 		for v := 1; v <= s.Version(sp.Projection.Name()); v++ {
 			only = append(only, HandlerName(sp.Projection.Name(), v))
 		}
@@ -353,12 +389,12 @@ func (s *Service) pruneRequest() registry.PruneRequest {
 	return registry.PruneRequest{OlderThan: s.cfg.Registry.Retention(), Only: only}
 }
 
-// DefaultVersionCheck is the default of Deps.VersionCheck.
+// DefaultVersionCheck is the default of Config.VersionCheck.
 const DefaultVersionCheck = 10 * time.Second
 
 // runProjection runs the consumer of one projection until ctx ends. A
 // projection that runs at its live version (Spec.Version 0) follows it:
-// every Deps.VersionCheck it reads the live version, and when a rebuild or
+// every Config.VersionCheck it reads the live version, and when a rebuild or
 // a rollback moved the aliases (`sluice projection rebuild|rollback`), it
 // drains the consumer of the old version and starts one for the new
 // version, which resumes from that version's consumer group. Reads through
@@ -396,12 +432,9 @@ func (s *Service) runProjection(ctx context.Context, sp Spec) error {
 // watchVersion waits for the consumer (done) and returns its error with
 // next 0, or returns the new live version of sp (next > 0) when it differs
 // from v. A pinned version (Spec.Version > 0) or a negative
-// Deps.VersionCheck only waits.
+// Config.VersionCheck only waits.
 func (s *Service) watchVersion(ctx context.Context, sp Spec, v int, done <-chan error) (next int, err error) {
-	every := s.d.VersionCheck
-	if every == 0 {
-		every = DefaultVersionCheck
-	}
+	every := s.cfg.VersionCheck
 	if sp.Version > 0 || every < 0 {
 		return 0, <-done
 	}

@@ -135,8 +135,8 @@ func (s *DocState) load(ctx context.Context, scope, id string) (Doc, error) {
 	if err := s.w.ensure(ctx, scope); err != nil {
 		return Doc{}, &LoadError{Err: err}
 	}
-	index := IndexNames(s.w.o.IndexPrefix, scope, s.w.o.Projection.Name(), s.w.o.Version).Index
-	res, err := s.w.o.ES.Get(index, id, s.w.o.ES.Get.WithContext(ctx), s.w.o.ES.Get.WithRealtime(true))
+	index := IndexNames(s.w.prefix, scope, s.w.spec.Projection.Name(), s.w.spec.Version).Index
+	res, err := s.w.es.Get(index, id, s.w.es.Get.WithContext(ctx), s.w.es.Get.WithRealtime(true))
 	if err != nil {
 		return Doc{}, &LoadError{Err: err}
 	}
@@ -217,9 +217,9 @@ func (s *DocState) prefetch(ctx context.Context, refs []DocRef) error {
 		}
 		seen[k] = true
 		keys = append(keys, k)
-		docs = append(docs, readmodel.DocAddr{Index: IndexNames(s.w.o.IndexPrefix, r.Scope, s.w.o.Projection.Name(), s.w.o.Version).Index, ID: r.ID})
+		docs = append(docs, readmodel.DocAddr{Index: IndexNames(s.w.prefix, r.Scope, s.w.spec.Projection.Name(), s.w.spec.Version).Index, ID: r.ID})
 	}
-	got, err := readmodel.Mget(ctx, s.w.o.ES, docs)
+	got, err := readmodel.Mget(ctx, s.w.es, docs)
 	if err != nil {
 		return err
 	}

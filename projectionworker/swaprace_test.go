@@ -85,7 +85,7 @@ func TestRebuildSwapRace(t *testing.T) {
 	d, closePool := e.deps(nil)
 	defer closePool()
 	d.ES = es
-	if _, err := projectionworker.Rebuild(ctxT(t), projectionworker.SwitchOptions{Config: e.config(nil).ProjectionWorker(), Deps: d,
+	if _, err := projectionworker.Rebuild(ctxT(t), projectionworker.SwitchOptions{Config: e.config(nil).ProjectionWorker(), Deps: d, Opts: e.opts(),
 		Projection: projectionworker.Instances{}, Version: 2, Settle: time.Second}); err != nil {
 		t.Fatal(err)
 	}
@@ -111,8 +111,9 @@ func TestRebuildSwapRace(t *testing.T) {
 func TestLiveWorkerClaimsAliases(t *testing.T) {
 	e := newEnv(t, 1)
 	worker := func(v int) *projectionworker.Worker {
-		w, err := projectionworker.New(projectionworker.Options{Projection: projectionworker.Instances{}, Version: v, Mode: projectionworker.Live,
-			ES: e.esc, Bulker: projectionworker.NewBulker(e.esc, projectionworker.BulkOptions{}), IndexPrefix: "sluice_"})
+		w, err := projectionworker.NewWorker(e.config(nil).ProjectionWorker(), projectionworker.Deps{ES: e.esc},
+			projectionworker.Spec{Projection: projectionworker.Instances{}, Version: v, Mode: projectionworker.Live},
+			projectionworker.NewBulker(e.esc, projectionworker.BulkOptions{}))
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -62,32 +62,21 @@ const (
 	Rebuilding
 )
 
-// Options configure a Worker.
-type Options struct {
-	Projection Projection
-	// Version is the projection version this worker builds (≥ 1).
-	Version int
-	Mode    Mode
-	ES      *elasticsearch.Client
-	// Bulker batches the writes (shared by several workers of a process).
-	Bulker      *Bulker
-	IndexPrefix string
-	Crash       *crashpoint.Crasher
-	Logger      *slog.Logger
-	// Metrics receives the projection collectors (default: a private
-	// registry). Collectors already registered are reused.
-	Metrics prometheus.Registerer
-	// OnIndexLost, when set, is told of a write answered 404 (the index
-	// was deleted under the worker and Elasticsearch does not create it
-	// on write): the Service rebuilds the read model
-	// (docs/projectionworker.md#read-model-lost).
-	OnIndexLost func(scope, reason string)
-}
-
 // Worker is the worker.Handler (and worker.BatchHandler) of one
-// projection version.
+// projection version: a part of a Service, which builds one per consumer.
 type Worker struct {
-	o       Options
+	spec   Spec   // Version ≥ 1
+	prefix string // ELASTICSEARCH_INDEX_PREFIX
+	es     *elasticsearch.Client
+	// bulk batches the writes (shared by the workers of a Service).
+	bulk  *Bulker
+	crash *crashpoint.Crasher
+	log   *slog.Logger
+	// onLost, when set, is told of a write answered 404 (the index was
+	// deleted under the worker and Elasticsearch does not create it on
+	// write): the Service rebuilds the read model
+	// (docs/projectionworker.md#read-model-lost).
+	onLost  func(scope, reason string)
 	ensured sync.Map // scope → struct{}
 	ensMu   sync.Mutex
 	m       *metrics
@@ -95,34 +84,42 @@ type Worker struct {
 
 var _ worker.BatchHandler = (*Worker)(nil)
 
-// New validates o and returns a Worker.
-func New(o Options) (*Worker, error) {
+// NewWorker returns the handler of projection sp.Projection at version
+// sp.Version (≥ 1) in mode sp.Mode, as a Service builds it: it writes
+// through bulk (NewBulker) into the indices under
+// cfg.Elasticsearch.IndexPrefix, reads with d.ES, logs to d.Logger and
+// counts on d.Metrics (default: a private registry; collectors already
+// registered are reused). Tests and benchmarks call it to run a handler
+// without the runtime.
+func NewWorker(cfg Config, d Deps, sp Spec, bulk *Bulker) (*Worker, error) {
 	switch {
-	case o.Projection == nil:
+	case sp.Projection == nil:
 		return nil, errors.New("projectionworker: Projection is required")
-	case o.ES == nil || o.Bulker == nil:
+	case d.ES == nil || bulk == nil:
 		return nil, errors.New("projectionworker: ES and Bulker are required")
-	case o.Version <= 0:
-		return nil, fmt.Errorf("projectionworker: version %d: must be ≥ 1", o.Version)
+	case sp.Version <= 0:
+		return nil, fmt.Errorf("projectionworker: version %d: must be ≥ 1", sp.Version)
 	}
-	if err := ValidateName(o.Projection.Name()); err != nil {
+	if err := ValidateName(sp.Projection.Name()); err != nil {
 		return nil, err
 	}
-	if o.Logger == nil {
-		o.Logger = slog.Default()
+	log := d.Logger
+	if log == nil {
+		log = slog.Default()
 	}
-	if o.Metrics == nil {
-		o.Metrics = prometheus.NewRegistry()
+	reg := d.Metrics
+	if reg == nil {
+		reg = prometheus.NewRegistry()
 	}
-	return &Worker{o: o, m: newMetrics(o.Metrics)}, nil
+	return &Worker{spec: sp, prefix: cfg.Elasticsearch.IndexPrefix, es: d.ES, bulk: bulk, log: log, m: newMetrics(reg)}, nil
 }
 
 // HandlerName is the worker's registry handler.
-func (w *Worker) HandlerName() string { return HandlerName(w.o.Projection.Name(), w.o.Version) }
+func (w *Worker) HandlerName() string { return HandlerName(w.spec.Projection.Name(), w.spec.Version) }
 
 func (w *Worker) hit(point string) {
-	if w.o.Crash != nil {
-		w.o.Crash.Hit(CrashWorker, point)
+	if w.crash != nil {
+		w.crash.Hit(CrashWorker, point)
 	}
 }
 
@@ -173,7 +170,7 @@ var errDocChanged = errors.New("projectionworker: a document changed while the e
 // conflictRetries times, before they are returned as retryable.
 func (w *Worker) HandleBatch(ctx context.Context, recs []*worker.Record) []worker.BatchResult {
 	out := w.round(ctx, recs)
-	if !isStateful(w.o.Projection) {
+	if !isStateful(w.spec.Projection) {
 		return out
 	}
 	for i, r := range out {
@@ -225,15 +222,15 @@ type roundPlan struct {
 func (w *Worker) plan(ctx context.Context, recs []*worker.Record) *roundPlan {
 	pl := &roundPlan{out: make([]worker.BatchResult, len(recs)), deps: make([][]int, len(recs)), noWrite: make([]bool, len(recs))}
 	envs, failed := w.upcast(ctx, recs, pl)
-	stateful := isStateful(w.o.Projection)
+	stateful := isStateful(w.spec.Projection)
 	var st *DocState
 	var byDoc map[docKey]int // stateful: document → its line
 	if stateful {
 		st, byDoc = w.newDocState(), map[docKey]int{}
-		if loc, ok := w.o.Projection.(Locator); ok {
+		if loc, ok := w.spec.Projection.(Locator); ok {
 			var refs []DocRef
 			for i := range recs {
-				if failed[i] || !w.o.Projection.Handles(envs[i]) {
+				if failed[i] || !w.spec.Projection.Handles(envs[i]) {
 					continue
 				}
 				if r, err := loc.Locate(envs[i]); err == nil {
@@ -241,7 +238,7 @@ func (w *Worker) plan(ctx context.Context, recs []*worker.Record) *roundPlan {
 				}
 			}
 			if err := st.prefetch(ctx, refs); err != nil {
-				w.o.Logger.Debug("projectionworker: reading the round's documents at once failed; reading them one by one", "err", err)
+				w.log.Debug("projectionworker: reading the round's documents at once failed; reading them one by one", "err", err)
 			}
 		}
 	}
@@ -344,7 +341,7 @@ func (w *Worker) round(ctx context.Context, recs []*worker.Record) []worker.Batc
 	}
 	w.hit(PointBeforeESWrite)
 	esStart := time.Now()
-	res, err := w.o.Bulker.doLines(ctx, pl.lines)
+	res, err := w.bulk.doLines(ctx, pl.lines)
 	if recs[0].Span != nil {
 		spans := make([]trace.Span, 0, len(recs))
 		for i, rec := range recs {
@@ -383,7 +380,7 @@ func (w *Worker) round(ctx context.Context, recs []*worker.Record) []worker.Batc
 		// that only that one is dead-lettered; an event that only read
 		// the refused state is projected again.
 		if slices.ContainsFunc(d, func(l int) bool { return refused(res[l]) && (sharers[l] > 1 || pl.noWrite[i]) }) {
-			pl.out[i] = worker.BatchResult{Err: worker.Retryable(fmt.Errorf("%s: %w", w.o.Projection.Name(), errRunAlone))}
+			pl.out[i] = worker.BatchResult{Err: worker.Retryable(fmt.Errorf("%s: %w", w.spec.Projection.Name(), errRunAlone))}
 			continue
 		}
 		items, rs := make([]BulkItem, len(d)), make([]ItemResult, len(d))
@@ -416,10 +413,10 @@ type Upcasting interface {
 func (w *Worker) upcast(ctx context.Context, recs []*worker.Record, pl *roundPlan) ([]envelope.Envelope, []bool) {
 	envs := make([]envelope.Envelope, len(recs))
 	failed := make([]bool, len(recs))
-	up, ok := w.o.Projection.(Upcasting)
+	up, ok := w.spec.Projection.(Upcasting)
 	for i, rec := range recs {
 		envs[i] = rec.Envelope
-		if !ok || !w.o.Projection.Handles(rec.Envelope) {
+		if !ok || !w.spec.Projection.Handles(rec.Envelope) {
 			continue
 		}
 		e, err := up.Upcast(ctx, rec.Envelope)
@@ -448,7 +445,7 @@ func classifyProjectionErr(ctx context.Context, err error) error {
 // indices ensured). nil items with a nil error: finished without a write
 // (the returned outcome).
 func (w *Worker) prepare(ctx context.Context, e envelope.Envelope, st *DocState) ([]BulkItem, claim.Outcome, error) {
-	p := w.o.Projection
+	p := w.spec.Projection
 	if !p.Handles(e) {
 		return nil, claim.Ignored(), nil
 	}
@@ -476,7 +473,7 @@ func (w *Worker) prepare(ctx context.Context, e envelope.Envelope, st *DocState)
 		if err := w.ensure(ctx, op.Scope); err != nil {
 			return nil, claim.Outcome{}, err
 		}
-		items[i] = BulkItem{Index: IndexNames(w.o.IndexPrefix, op.Scope, p.Name(), w.o.Version).Index, Op: op}
+		items[i] = BulkItem{Index: IndexNames(w.prefix, op.Scope, p.Name(), w.spec.Version).Index, Op: op}
 	}
 	return items, claim.Outcome{}, nil
 }
@@ -487,7 +484,7 @@ func (w *Worker) prepare(ctx context.Context, e envelope.Envelope, st *DocState)
 // The answers' side effects (conflict counts, a lost index) are the
 // round's, once per item (lineEffects).
 func (w *Worker) evaluate(items []BulkItem, res []ItemResult, dependent bool) (claim.Outcome, error) {
-	p := w.o.Projection
+	p := w.spec.Projection
 	count := func(c *prometheus.CounterVec, labels ...string) {
 		if !dependent {
 			c.WithLabelValues(labels...).Inc()
@@ -543,16 +540,16 @@ func (w *Worker) evaluate(items []BulkItem, res []ItemResult, dependent bool) (c
 // lineEffects acts once per item of a round on its answer: a 409 is
 // counted (sluice_projection_conflicts_total), a 404 — the index was
 // deleted under the worker — makes the scope be ensured again and is
-// reported (Options.OnIndexLost).
+// reported (Worker.onLost).
 func (w *Worker) lineEffects(items []BulkItem, res []ItemResult) {
 	for i, r := range res {
 		switch {
 		case r.Conflict():
-			w.m.conflicts.WithLabelValues(w.o.Projection.Name(), reasonFor(items[i].Op)).Inc()
+			w.m.conflicts.WithLabelValues(w.spec.Projection.Name(), reasonFor(items[i].Op)).Inc()
 		case !r.OK() && !r.Transient() && r.Status == http.StatusNotFound:
 			w.ensured.Delete(items[i].Op.Scope) // index vanished: ensure again
-			if w.o.OnIndexLost != nil {
-				w.o.OnIndexLost(items[i].Op.Scope, fmt.Sprintf("elasticsearch item %s/%s: %d %s: %s", items[i].Index, items[i].Op.ID, r.Status, r.Type, r.Reason))
+			if w.onLost != nil {
+				w.onLost(items[i].Op.Scope, fmt.Sprintf("elasticsearch item %s/%s: %d %s: %s", items[i].Index, items[i].Op.ID, r.Status, r.Type, r.Reason))
 			}
 		}
 	}
@@ -582,9 +579,9 @@ func (w *Worker) ensure(ctx context.Context, scope string) error {
 	if _, ok := w.ensured.Load(scope); ok {
 		return nil
 	}
-	n := IndexNames(w.o.IndexPrefix, scope, w.o.Projection.Name(), w.o.Version)
-	err := createIndex(ctx, w.o.ES, n, w.o.Projection.Template(), w.o.Mode)
-	w.o.Bulker.Availability().Observe(ctx, err)
+	n := IndexNames(w.prefix, scope, w.spec.Projection.Name(), w.spec.Version)
+	err := createIndex(ctx, w.es, n, w.spec.Projection.Template(), w.spec.Mode)
+	w.bulk.Availability().Observe(ctx, err)
 	if err != nil {
 		return worker.Classified(ctx, failure.Elasticsearch, err)
 	}

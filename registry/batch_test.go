@@ -21,8 +21,8 @@ import (
 func TestClaimBatchEqualsClaim(t *testing.T) {
 	_, pool := testenv.NewMigratedDatabase(t)
 	ctx := context.Background()
-	r := newRegistry(t, pool, "me", registry.Options{BackoffBase: time.Minute, BackoffCap: time.Minute})
-	other := newRegistry(t, pool, "someone-else", registry.Options{})
+	r := newRegistry(t, pool, "me", registry.Config{BackoffBase: time.Minute, BackoffCap: time.Minute})
+	other := newRegistry(t, pool, "someone-else", registry.Config{})
 
 	K := struct{ C, D, I, S, W, X, R claim.Kind }{claim.Claimed, claim.DuplicateDone, claim.InProgress, claim.Stale, claim.Wait, claim.Dead, claim.RetryLater}
 	type tcase struct {
@@ -212,7 +212,7 @@ func advance(t *testing.T, r *registry.Registry, h, agg string, seq int64) {
 func TestMarkDoneBatch(t *testing.T) {
 	_, pool := testenv.NewMigratedDatabase(t)
 	ctx := context.Background()
-	r := newRegistry(t, pool, "me", registry.Options{})
+	r := newRegistry(t, pool, "me", registry.Config{})
 	var reqs []claim.Request
 	for i := range 50 {
 		reqs = append(reqs, req("h", fmt.Sprintf("e%d", i), fmt.Sprintf("agg-%d", i%5), int64(i/5+1), skip))
@@ -302,7 +302,7 @@ func TestBatchRoundTrips(t *testing.T) {
 	}
 	defer pool.Close()
 	ctx := context.Background()
-	r := newRegistry(t, pool, "me", registry.Options{})
+	r := newRegistry(t, pool, "me", registry.Config{})
 	batch := func(prefix string, n int) []claim.Request {
 		var out []claim.Request
 		for i := range n {

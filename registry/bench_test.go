@@ -36,7 +36,7 @@ func BenchmarkClaimMarkDone(b *testing.B) {
 			name = "per-event"
 		}
 		b.Run(name, func(b *testing.B) {
-			r := newRegistry(b, pool, "bench-"+name, registry.Options{})
+			r := newRegistry(b, pool, "bench-"+name, registry.Config{})
 			run := testenv.RandomSuffix(8)
 			b.ResetTimer()
 			for start := 0; start < b.N; start += size {
@@ -63,7 +63,7 @@ func BenchmarkClaimMarkDone(b *testing.B) {
 func BenchmarkClaimBatch(b *testing.B) {
 	_, pool := testenv.NewMigratedDatabase(b)
 	ctx := context.Background()
-	r := newRegistry(b, pool, "bench", registry.Options{})
+	r := newRegistry(b, pool, "bench", registry.Config{})
 	run := testenv.RandomSuffix(8)
 	const size = 1000
 	b.ResetTimer()
@@ -92,7 +92,7 @@ func BenchmarkClaimBatch(b *testing.B) {
 func BenchmarkClaimRedelivery(b *testing.B) {
 	_, pool := testenv.NewMigratedDatabase(b)
 	ctx := context.Background()
-	r := newRegistry(b, pool, "bench", registry.Options{})
+	r := newRegistry(b, pool, "bench", registry.Config{})
 	const size = 1000
 	reqs := benchEvents(testenv.RandomSuffix(8), 0, size)
 	claimAndMarkDone(ctx, b, r, reqs)

@@ -57,7 +57,7 @@ func (r *Registry) ClaimBatch(ctx context.Context, reqs []claim.Request) ([]clai
 	uniq := make([]claim.Result, len(b.handlers))
 	err = r.run(ctx, "claim", func(ctx context.Context) error {
 		rows, err := r.pool.Query(ctx, claimSQL, b.handlers, b.eventIDs, b.aggregates, b.seqs, b.waits, tokens,
-			r.opts.Owner, instance, r.opts.LeaseTimeout.Microseconds())
+			r.cfg.Owner, instance, r.cfg.LeaseTimeout.Microseconds())
 		if err != nil {
 			return err
 		}
@@ -69,7 +69,7 @@ func (r *Registry) ClaimBatch(ctx context.Context, reqs []claim.Request) ([]clai
 				return err
 			}
 			if res.Kind == claim.Claimed {
-				res.Holder = r.opts.Owner
+				res.Holder = r.cfg.Owner
 				res.Lease = claim.Lease{Handler: b.handlers[p], EventID: b.eventIDs[p], Token: formatUUID(tokens[p].Bytes), Attempt: res.Attempt}
 			}
 			uniq[p] = res
@@ -89,7 +89,7 @@ func (r *Registry) ClaimBatch(ctx context.Context, reqs []claim.Request) ([]clai
 		}
 		return nil, err
 	}
-	return b.results(uniq, r.opts.Owner), nil
+	return b.results(uniq, r.cfg.Owner), nil
 }
 
 // claimBatch is a ClaimBatch call's requests as sent: the arrays of the
@@ -198,7 +198,7 @@ func (r *Registry) scanClaim(rows pgx.Rows, n int) (p int, res claim.Result, err
 	}
 	if stalledUS.Valid {
 		res.Stalled = time.Duration(max(stalledUS.Int64, 0)) * time.Microsecond
-		res.HealDue = k == claim.Wait && res.Stalled >= r.opts.LeaseTimeout
+		res.HealDue = k == claim.Wait && res.Stalled >= r.cfg.LeaseTimeout
 	}
 	if res.Outcome, err = decodeOutcome(outcome); err != nil {
 		return 0, claim.Result{}, err

@@ -17,6 +17,24 @@ type Config struct {
 	HeartbeatInterval time.Duration `env:"PROCESSED_EVENT_HEARTBEAT_INTERVAL_SECONDS" envDefault:"30" doc:"Heartbeat interval of a claim; must be shorter than the lease."`
 	RetentionDays     int           `env:"PROCESSED_EVENT_RETENTION_DAYS" envDefault:"7" doc:"Age after which done and skipped_stale rows are pruned."`
 	PruneInterval     time.Duration `env:"PROCESSED_EVENT_PRUNE_INTERVAL" envDefault:"1h" doc:"How often each projection worker prunes its own handlers' done and skipped_stale rows older than the retention (0: never; sluice registry prune still works). The instance worker's rows are command statuses and are kept."`
+
+	// The knobs below have no variable of their own (Go only); New applies
+	// their defaults when zero.
+
+	// MaxAttempts is the default number of attempts of a retryable failure
+	// before the row is dead (per call: Failure.MaxAttempts); BackoffBase
+	// and BackoffCap shape the retry delay after attempt n: min(cap,
+	// base·2^(n−1)) scaled by a random factor in [0.5, 1). They are the
+	// retry of the worker the registry serves (WithRetry). Defaults:
+	// DefaultMaxAttempts and claim.DefaultBackoff.
+	MaxAttempts             int
+	BackoffBase, BackoffCap time.Duration
+	// OpTimeout bounds one registry operation; hitting it is reported as
+	// ErrUnavailable (a hung server is an outage). Default DefaultOpTimeout.
+	OpTimeout time.Duration
+	// PruneBatch is the number of rows Prune deletes per statement.
+	// Default DefaultPruneBatch.
+	PruneBatch int
 }
 
 // DefaultConfig is the section with the defaults of its tags, as a process
@@ -60,16 +78,10 @@ func (rg Config) Validate() error {
 // Retention is PROCESSED_EVENT_RETENTION_DAYS as a duration.
 func (c Config) Retention() time.Duration { return time.Duration(c.RetentionDays) * 24 * time.Hour }
 
-// Options are the Options of a registry configured by c (owner, lease and
-// heartbeat), whose retryable failures are retried as retry says (the
-// worker's WORKER_RETRY_* knobs and its number of attempts).
-func (c Config) Options(retry claim.Retry) Options {
-	return Options{
-		Owner:             c.Owner,
-		LeaseTimeout:      c.LeaseTimeout,
-		HeartbeatInterval: c.HeartbeatInterval,
-		MaxAttempts:       retry.MaxAttempts,
-		BackoffBase:       retry.BackoffBase,
-		BackoffCap:        retry.BackoffCap,
-	}
+// WithRetry returns c with the retry of the worker the registry serves
+// (the WORKER_* section's InstanceRetry or ProjectionRetry: the WORKER_RETRY_*
+// backoff and the worker's number of attempts) copied in.
+func (c Config) WithRetry(retry claim.Retry) Config {
+	c.MaxAttempts, c.BackoffBase, c.BackoffCap = retry.MaxAttempts, retry.BackoffBase, retry.BackoffCap
+	return c
 }

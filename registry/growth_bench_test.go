@@ -44,7 +44,7 @@ func BenchmarkClaimMarkDoneGrowth(b *testing.B) {
 			_, pool := testenv.NewMigratedDatabase(b)
 			run := testenv.RandomSuffix(8)
 			seedDone(b, pool, "bench-"+run, n)
-			r := newRegistry(b, pool, "bench-growth", registry.Options{})
+			r := newRegistry(b, pool, "bench-growth", registry.Config{})
 			const size = 1000
 			// Warm-up: connections, plans and caches, with events of
 			// another handler.
@@ -80,7 +80,7 @@ func BenchmarkRegistryBytes(b *testing.B) {
 		}
 		b.Run(name, func(b *testing.B) {
 			_, pool := testenv.NewMigratedDatabase(b)
-			r := newRegistry(b, pool, "bench-bytes", registry.Options{LeaseTimeout: time.Second, HeartbeatInterval: 500 * time.Millisecond})
+			r := newRegistry(b, pool, "bench-bytes", registry.Config{LeaseTimeout: time.Second, HeartbeatInterval: 500 * time.Millisecond})
 			run := testenv.RandomSuffix(8)
 			size := func() int64 {
 				var s int64

@@ -13,11 +13,11 @@ import (
 	"github.com/sluicehq/sluice/shared/claim"
 )
 
-// newRegistry returns a Registry on pool; opts.Owner defaults to owner.
-func newRegistry(t testing.TB, pool *pgxpool.Pool, owner string, opts registry.Options) *registry.Registry {
+// newRegistry returns a Registry on pool with cfg, its Owner set to owner.
+func newRegistry(t testing.TB, pool *pgxpool.Pool, owner string, cfg registry.Config) *registry.Registry {
 	t.Helper()
-	opts.Owner = owner
-	r, err := registry.New(pool, opts)
+	cfg.Owner = owner
+	r, err := registry.New(cfg, registry.Deps{Pool: pool})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -80,7 +80,7 @@ func (r *Registry) Held() int {
 
 func (r *Registry) heartbeatLoop() {
 	h := &r.hb
-	t := time.NewTicker(r.opts.HeartbeatInterval)
+	t := time.NewTicker(r.cfg.HeartbeatInterval)
 	defer t.Stop()
 	for range t.C {
 		h.mu.Lock()
@@ -99,7 +99,7 @@ func (r *Registry) heartbeatLoop() {
 		}
 		h.mu.Unlock()
 
-		ctx, cancel := context.WithTimeout(context.Background(), r.opts.HeartbeatInterval)
+		ctx, cancel := context.WithTimeout(context.Background(), r.cfg.HeartbeatInterval)
 		errs, err := r.HeartbeatBatch(ctx, leases)
 		cancel()
 		now := time.Now()
@@ -110,7 +110,7 @@ func (r *Registry) heartbeatLoop() {
 			}
 			switch {
 			case err != nil:
-				if now.Sub(e.lastOK) >= r.opts.LeaseTimeout-r.opts.HeartbeatInterval {
+				if now.Sub(e.lastOK) >= r.cfg.LeaseTimeout-r.cfg.HeartbeatInterval {
 					e.cancel(fmt.Errorf("registry: lease of handler %q event %q could not be renewed and may have expired: %w", e.lease.Handler, e.lease.EventID, err))
 					delete(h.entries, ids[i])
 				}

@@ -19,7 +19,7 @@ import (
 func TestGetManyAndVersions(t *testing.T) {
 	ctx := context.Background()
 	_, pool := testenv.NewMigratedDatabase(t)
-	r := newRegistry(t, pool, "w1", registry.Options{MaxAttempts: 5})
+	r := newRegistry(t, pool, "w1", registry.Config{MaxAttempts: 5})
 	agg, other := "Instance:shop:orders:"+uuid.NewString()[:8], "Instance:shop:orders:other"
 	e1, e2, e3, e4 := uuid.NewString(), uuid.NewString(), uuid.NewString(), uuid.NewString()
 	claimDone(t, r, req("instanceworker", e1, agg, 1, claim.WaitForPredecessor))

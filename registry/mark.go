@@ -228,7 +228,7 @@ WHERE handler = $1 AND event_id = $2 AND lease_token = $3::text::uuid AND status
 
 // MarkFailed records a failed attempt of the current lease (docs/worker-runtime.md#errors): a
 // retryable failure backs off (next_attempt_at, database clock) until the
-// handler's max attempts (f.MaxAttempts, else Options.MaxAttempts); a
+// handler's max attempts (f.MaxAttempts, else Config.MaxAttempts); a
 // non-retryable failure or the last attempt makes the row dead, which
 // finishes its slot — send the record to the DLQ, then commit. A dead row is
 // not run again by redelivery (Claim gives DEAD); only Redrive resets it.
@@ -237,7 +237,7 @@ func (r *Registry) MarkFailed(ctx context.Context, lease claim.Lease, f claim.Fa
 	if err := validateLease(0, lease); err != nil {
 		return claim.FailResult{}, err
 	}
-	maxAttempts := r.opts.MaxAttempts
+	maxAttempts := r.cfg.MaxAttempts
 	if f.MaxAttempts > 0 {
 		maxAttempts = f.MaxAttempts
 	}
@@ -255,7 +255,7 @@ func (r *Registry) MarkFailed(ctx context.Context, lease claim.Lease, f claim.Fa
 			attemptCount int32
 		)
 		err := r.pool.QueryRow(ctx, markFailedSQL, lease.Handler, lease.EventID, lease.Token, msg,
-			f.Retryable, maxAttempts, float64(r.opts.BackoffBase.Microseconds()), float64(r.opts.BackoffCap.Microseconds())).
+			f.Retryable, maxAttempts, float64(r.cfg.BackoffBase.Microseconds()), float64(r.cfg.BackoffCap.Microseconds())).
 			Scan(&status, &attemptCount, &next, &first, &retryUS)
 		if errors.Is(err, pgx.ErrNoRows) {
 			found = false

@@ -30,7 +30,7 @@ func TestUnavailableClosedPort(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer pool.Close()
-	r := newRegistry(t, pool, "w", registry.Options{})
+	r := newRegistry(t, pool, "w", registry.Config{})
 	ctx := context.Background()
 	lease := claim.Lease{Handler: "h", EventID: "e", Token: "00000000-0000-4000-8000-000000000000"}
 	ops := map[string]func() error{
@@ -72,7 +72,7 @@ func TestUnavailableClosedPort(t *testing.T) {
 func TestOutageCutAndRestore(t *testing.T) {
 	p, pool, direct := proxiedPool(t, nil, 4)
 	ctx := context.Background()
-	r := newRegistry(t, pool, "w", registry.Options{OpTimeout: 3 * time.Second})
+	r := newRegistry(t, pool, "w", registry.Config{OpTimeout: 3 * time.Second})
 	if err := r.Check(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -119,7 +119,7 @@ func TestOutageCutAndRestore(t *testing.T) {
 func TestOutageMidRun(t *testing.T) {
 	p, pool, direct := proxiedPool(t, nil, 4)
 	ctx := context.Background()
-	r := newRegistry(t, pool, "w", registry.Options{OpTimeout: 2 * time.Second})
+	r := newRegistry(t, pool, "w", registry.Config{OpTimeout: 2 * time.Second})
 	const events, batch = 400, 10
 	var done atomic.Int64
 	var unavailable atomic.Int64
@@ -226,7 +226,7 @@ func TestOutageMidRun(t *testing.T) {
 func TestHoldGivesUpWhenUnrenewable(t *testing.T) {
 	p, pool, _ := proxiedPool(t, nil, 4)
 	ctx := context.Background()
-	r := newRegistry(t, pool, "w", registry.Options{LeaseTimeout: time.Second, HeartbeatInterval: 200 * time.Millisecond, OpTimeout: 500 * time.Millisecond})
+	r := newRegistry(t, pool, "w", registry.Config{LeaseTimeout: time.Second, HeartbeatInterval: 200 * time.Millisecond, OpTimeout: 500 * time.Millisecond})
 	res := claimOne(t, r, req("h", "e", "agg", 1, skip))
 	hctx, stop := r.Hold(ctx, res.Lease)
 	defer stop()
@@ -249,7 +249,7 @@ func TestHoldGivesUpWhenUnrenewable(t *testing.T) {
 func TestLostClaimReplyIsReclaimed(t *testing.T) {
 	p, pool, direct := proxiedPool(t, nil, 1)
 	ctx := context.Background()
-	r := newRegistry(t, pool, "w", registry.Options{OpTimeout: 3 * time.Second})
+	r := newRegistry(t, pool, "w", registry.Config{OpTimeout: 3 * time.Second})
 	claimDone(t, r, req("h", "warm-up", "other", 1, wait)) // prepares the claim statement
 	p.DropReplies(true)
 	if _, err := r.Claim(ctx, req("h", "e1", "agg", 1, wait)); !errors.Is(err, registry.ErrUnavailable) {
@@ -279,7 +279,7 @@ func TestLostClaimReplyIsReclaimed(t *testing.T) {
 	}
 	markDone(t, r, res.Lease)
 	// Another owner still respects a live lease.
-	other := newRegistry(t, pool, "w2", registry.Options{})
+	other := newRegistry(t, pool, "w2", registry.Config{})
 	claimed := claimOne(t, r, req("h", "e2", "agg", 2, wait))
 	mustKind(t, claimed, claim.Claimed)
 	mustKind(t, claimOne(t, other, req("h", "e2", "agg", 2, wait)), claim.InProgress)

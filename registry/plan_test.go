@@ -35,7 +35,7 @@ func TestBatchStatementsReplanAsTablesGrow(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer pool.Close()
-	r := newRegistry(t, pool, "w1", registry.Options{})
+	r := newRegistry(t, pool, "w1", registry.Config{})
 	const h = "plan"
 	round := func(name string, from int) {
 		t.Helper()

@@ -22,7 +22,7 @@ type PruneRequest struct {
 	// Lookback is the relay's bounded lookback
 	// (EVENT_PUBLISHER_LOOKBACK_SECONDS): an event may be published late up
 	// to this long after it was appended, so its rows must outlive it. The
-	// lease timeout (Options.LeaseTimeout) is the other lower bound.
+	// lease timeout (Config.LeaseTimeout) is the other lower bound.
 	Lookback time.Duration
 	// Keep names handlers whose rows are what users read and are never
 	// pruned: the instance worker's rows are the command statuses of
@@ -56,7 +56,7 @@ type PrunePlan struct {
 
 // pruneFloor is the shortest age a prune may use.
 func (r *Registry) pruneFloor(req PruneRequest) time.Duration {
-	return max(r.opts.LeaseTimeout, req.Lookback)
+	return max(r.cfg.LeaseTimeout, req.Lookback)
 }
 
 func (r *Registry) checkPrune(req PruneRequest) error {
@@ -65,7 +65,7 @@ func (r *Registry) checkPrune(req PruneRequest) error {
 	}
 	if floor := r.pruneFloor(req); req.OlderThan < floor {
 		return fmt.Errorf("%w: --older-than %s is below the lease timeout (%s) or the relay lookback (%s): rows that young still absorb redeliveries; use at least %s",
-			ErrUnsafePrune, req.OlderThan, r.opts.LeaseTimeout, req.Lookback, floor)
+			ErrUnsafePrune, req.OlderThan, r.cfg.LeaseTimeout, req.Lookback, floor)
 	}
 	return nil
 }
@@ -111,7 +111,7 @@ func (r *Registry) PlanPrune(ctx context.Context, req PruneRequest) (PrunePlan, 
 }
 
 // PruneSafely deletes done and skipped_stale rows older than req.OlderThan,
-// in batches of Options.PruneBatch, except those of req.Keep. It refuses
+// in batches of Config.PruneBatch, except those of req.Keep. It refuses
 // (ErrUnsafePrune) an age below the lease timeout or the lookback. Rows in
 // other states (processing, failed, dead) are never pruned.
 func (r *Registry) PruneSafely(ctx context.Context, req PruneRequest) (int64, error) {
@@ -153,7 +153,7 @@ func (r *Registry) AutoPrune(ctx context.Context, interval time.Duration, req fu
 
 // pruneRows deletes done and skipped_stale rows started and processed more
 // than olderThan ago, except those of the handlers in keep, in statements
-// of at most Options.PruneBatch rows so no transaction grows large; it
+// of at most Config.PruneBatch rows so no transaction grows large; it
 // returns how many rows it deleted (also when it stops early on an error).
 func (r *Registry) pruneRows(ctx context.Context, olderThan time.Duration, keep, only []string) (int64, error) {
 	if keep == nil {
@@ -179,7 +179,7 @@ func (r *Registry) pruneRows(ctx context.Context, olderThan time.Duration, keep,
 				USING victims v
 				WHERE pe.handler = v.handler AND pe.event_id = v.event_id
 				  AND pe.status IN ('done', 'skipped_stale')`,
-				olderThan.Microseconds(), r.opts.PruneBatch, keep, only)
+				olderThan.Microseconds(), r.cfg.PruneBatch, keep, only)
 			n = tag.RowsAffected()
 			return err
 		})
@@ -187,7 +187,7 @@ func (r *Registry) pruneRows(ctx context.Context, olderThan time.Duration, keep,
 			return total, err
 		}
 		total += n
-		if n < int64(r.opts.PruneBatch) {
+		if n < int64(r.cfg.PruneBatch) {
 			return total, nil
 		}
 	}

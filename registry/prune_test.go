@@ -20,7 +20,7 @@ import (
 func TestPruneSafely(t *testing.T) {
 	ctx := context.Background()
 	_, pool := testenv.NewMigratedDatabase(t)
-	r := newRegistry(t, pool, "prune-test", registry.Options{LeaseTimeout: time.Hour})
+	r := newRegistry(t, pool, "prune-test", registry.Config{LeaseTimeout: time.Hour})
 	status, other := uuid.NewString(), uuid.NewString()
 	claimDone(t, r, req("instanceworker", status, "db:c:1", 1, claim.SkipStale))
 	claimDone(t, r, req("projection-history", other, "db:c:1", 1, claim.SkipStale))
@@ -72,7 +72,7 @@ func TestPruneSafely(t *testing.T) {
 func TestAutoPrune(t *testing.T) {
 	ctx := context.Background()
 	_, pool := testenv.NewMigratedDatabase(t)
-	r := newRegistry(t, pool, "autoprune-test", registry.Options{LeaseTimeout: time.Hour})
+	r := newRegistry(t, pool, "autoprune-test", registry.Config{LeaseTimeout: time.Hour})
 	mine, theirs, young := uuid.NewString(), uuid.NewString(), uuid.NewString()
 	claimDone(t, r, req("projection:p:v1", mine, "db:c:1", 1, claim.SkipStale))
 	claimDone(t, r, req("projection:q:v1", theirs, "db:c:1", 1, claim.SkipStale))

@@ -114,7 +114,7 @@ func (r *Registry) GetRow(ctx context.Context, handler, eventID string) (claim.R
 
 // Prune deletes done and skipped_stale rows processed more than olderThan
 // ago (database clock; PROCESSED_EVENT_RETENTION_DAYS), in statements of at
-// most Options.PruneBatch rows so no transaction grows large, and returns
+// most Config.PruneBatch rows so no transaction grows large, and returns
 // how many rows it deleted (also when it stops early on an error).
 // Processing, failed and dead rows are never pruned, nor are the aggregate
 // versions, which keep a replayed pruned event STALE.

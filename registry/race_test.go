@@ -25,7 +25,7 @@ func TestConcurrentBatchClaims(t *testing.T) {
 	const claimers, events, rounds = 6, 60, 4
 	regs := make([]*registry.Registry, claimers)
 	for i := range regs {
-		regs[i] = newRegistry(t, pool, fmt.Sprintf("w%d", i), registry.Options{})
+		regs[i] = newRegistry(t, pool, fmt.Sprintf("w%d", i), registry.Config{})
 	}
 	cases := []struct {
 		name string
@@ -106,7 +106,7 @@ func TestVersionsNeverGoBackwards(t *testing.T) {
 		}
 	}
 	for w := range workers {
-		r := newRegistry(t, pool, fmt.Sprintf("w%d", w), registry.Options{})
+		r := newRegistry(t, pool, fmt.Sprintf("w%d", w), registry.Config{})
 		wg.Go(func() {
 			mine := perm[w*events/workers : (w+1)*events/workers]
 			for len(mine) > 0 {
@@ -143,7 +143,7 @@ func TestVersionsNeverGoBackwards(t *testing.T) {
 	}
 	done := make(chan struct{})
 	var polls atomic.Int64
-	watcher := newRegistry(t, pool, "watcher", registry.Options{})
+	watcher := newRegistry(t, pool, "watcher", registry.Config{})
 	var pw sync.WaitGroup
 	pw.Go(func() {
 		var last int64

@@ -17,11 +17,12 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/sluicehq/sluice/shared/claim"
+	"github.com/sluicehq/sluice/shared/config"
 )
 
-// Defaults of Options (docs/registry.md, docs/worker-runtime.md); the lease
-// and the heartbeat default to those of Config's tags, the backoff to
-// claim.DefaultBackoff.
+// Defaults of Config's Go-only knobs (docs/registry.md,
+// docs/worker-runtime.md); the lease and the heartbeat default to those of
+// Config's tags, the backoff to claim.DefaultBackoff.
 const (
 	DefaultMaxAttempts = claim.DefaultMaxAttempts
 	DefaultOpTimeout   = 15 * time.Second
@@ -35,94 +36,76 @@ const (
 	maxIDBytes    = 512
 )
 
-// Options configure a Registry. Zero durations and counts take the defaults
-// above; there is deliberately no clock: every time is the database's.
-type Options struct {
-	// Owner is this worker's stable identity (PROCESSED_EVENT_OWNER, default
-	// the hostname). A restarted process with the same Owner reclaims its
-	// own in-flight rows at once; two live processes must never share one.
-	// Required.
-	Owner string
-	// LeaseTimeout: a claim not heartbeated for this long may be reclaimed
-	// by another owner (PROCESSED_EVENT_LEASE_TIMEOUT_SECONDS, 900 s).
-	LeaseTimeout time.Duration
-	// HeartbeatInterval: Hold heartbeats its claims this often; must be
-	// shorter than LeaseTimeout (PROCESSED_EVENT_HEARTBEAT_INTERVAL_SECONDS,
-	// 30 s).
-	HeartbeatInterval time.Duration
-	// MaxAttempts is the default number of attempts of a retryable failure
-	// before the row is dead (per call: Failure.MaxAttempts).
-	MaxAttempts int
-	// BackoffBase and BackoffCap shape the retry delay after attempt n:
-	// min(cap, base·2^(n−1)) scaled by a random factor in [0.5, 1).
-	BackoffBase time.Duration
-	BackoffCap  time.Duration
-	// OpTimeout bounds one registry operation; hitting it is reported as
-	// ErrUnavailable (a hung server is an outage).
-	OpTimeout time.Duration
-	// PruneBatch is the number of rows Prune deletes per statement.
-	PruneBatch int
+// Deps are the resources of a Registry; it closes none of them.
+type Deps struct {
+	// Pool is the Postgres pool, migrations applied. Required.
+	Pool *pgxpool.Pool
 }
 
-func (o Options) withDefaults() Options {
-	def := DefaultConfig()
-	if o.LeaseTimeout == 0 {
-		o.LeaseTimeout = def.LeaseTimeout
-	}
-	if o.HeartbeatInterval == 0 {
-		o.HeartbeatInterval = def.HeartbeatInterval
-	}
-	if o.MaxAttempts == 0 {
-		o.MaxAttempts = DefaultMaxAttempts
+// Option is a test hook of a Registry (docs/architecture.md, "One
+// construction convention"); there is none, and deliberately no clock:
+// every time is the database's.
+type Option func(*hooks)
+
+type hooks struct{}
+
+// withDefaults returns c with every default applied: the defaults of the
+// PROCESSED_EVENT_* tags for what the caller left zero (a zero prune
+// interval stays zero: it means never), then those of the Go-only knobs.
+func (c Config) withDefaults() Config {
+	config.FillZero(&c, "PROCESSED_EVENT_PRUNE_INTERVAL")
+	if c.MaxAttempts == 0 {
+		c.MaxAttempts = DefaultMaxAttempts
 	}
 	backoff := claim.DefaultBackoff()
-	if o.BackoffBase == 0 {
-		o.BackoffBase = backoff.RetryBackoffBase
+	if c.BackoffBase == 0 {
+		c.BackoffBase = backoff.RetryBackoffBase
 	}
-	if o.BackoffCap == 0 {
-		o.BackoffCap = backoff.RetryBackoffCap
+	if c.BackoffCap == 0 {
+		c.BackoffCap = backoff.RetryBackoffCap
 	}
-	if o.OpTimeout == 0 {
-		o.OpTimeout = DefaultOpTimeout
+	if c.OpTimeout == 0 {
+		c.OpTimeout = DefaultOpTimeout
 	}
-	if o.PruneBatch == 0 {
-		o.PruneBatch = DefaultPruneBatch
+	if c.PruneBatch == 0 {
+		c.PruneBatch = DefaultPruneBatch
 	}
-	return o
+	return c
 }
 
-func (o Options) validate() error {
+// check is what New refuses of a defaulted Config.
+func (c Config) check() error {
 	var errs []error
 	bad := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
 	switch {
-	case o.Owner == "":
+	case c.Owner == "":
 		bad("Owner is empty: set PROCESSED_EVENT_OWNER (default: the hostname) to a stable identity unique to this worker")
-	case len(o.Owner) > maxOwnerBytes:
-		bad("Owner is %d bytes; the limit is %d", len(o.Owner), maxOwnerBytes)
-	case !cleanID(o.Owner):
-		bad("Owner %q must be valid UTF-8 without control characters", o.Owner)
+	case len(c.Owner) > maxOwnerBytes:
+		bad("Owner is %d bytes; the limit is %d", len(c.Owner), maxOwnerBytes)
+	case !cleanID(c.Owner):
+		bad("Owner %q must be valid UTF-8 without control characters", c.Owner)
 	}
-	if o.LeaseTimeout < time.Second {
-		bad("LeaseTimeout %s must be at least 1s (PROCESSED_EVENT_LEASE_TIMEOUT_SECONDS)", o.LeaseTimeout)
+	if c.LeaseTimeout < time.Second {
+		bad("LeaseTimeout %s must be at least 1s (PROCESSED_EVENT_LEASE_TIMEOUT_SECONDS)", c.LeaseTimeout)
 	}
-	if o.HeartbeatInterval <= 0 {
-		bad("HeartbeatInterval %s must be positive (PROCESSED_EVENT_HEARTBEAT_INTERVAL_SECONDS)", o.HeartbeatInterval)
-	} else if o.HeartbeatInterval >= o.LeaseTimeout {
-		bad("HeartbeatInterval %s must be shorter than LeaseTimeout %s, or every lease expires between heartbeats", o.HeartbeatInterval, o.LeaseTimeout)
+	if c.HeartbeatInterval <= 0 {
+		bad("HeartbeatInterval %s must be positive (PROCESSED_EVENT_HEARTBEAT_INTERVAL_SECONDS)", c.HeartbeatInterval)
+	} else if c.HeartbeatInterval >= c.LeaseTimeout {
+		bad("HeartbeatInterval %s must be shorter than LeaseTimeout %s, or every lease expires between heartbeats", c.HeartbeatInterval, c.LeaseTimeout)
 	}
-	if o.MaxAttempts < 1 {
-		bad("MaxAttempts %d must be at least 1", o.MaxAttempts)
+	if c.MaxAttempts < 1 {
+		bad("MaxAttempts %d must be at least 1", c.MaxAttempts)
 	}
-	if o.BackoffBase <= 0 || o.BackoffCap <= 0 {
-		bad("BackoffBase %s and BackoffCap %s must be positive", o.BackoffBase, o.BackoffCap)
-	} else if o.BackoffBase > o.BackoffCap {
-		bad("BackoffBase %s must not exceed BackoffCap %s", o.BackoffBase, o.BackoffCap)
+	if c.BackoffBase <= 0 || c.BackoffCap <= 0 {
+		bad("BackoffBase %s and BackoffCap %s must be positive", c.BackoffBase, c.BackoffCap)
+	} else if c.BackoffBase > c.BackoffCap {
+		bad("BackoffBase %s must not exceed BackoffCap %s", c.BackoffBase, c.BackoffCap)
 	}
-	if o.OpTimeout <= 0 {
-		bad("OpTimeout %s must be positive", o.OpTimeout)
+	if c.OpTimeout <= 0 {
+		bad("OpTimeout %s must be positive", c.OpTimeout)
 	}
-	if o.PruneBatch < 1 {
-		bad("PruneBatch %d must be at least 1", o.PruneBatch)
+	if c.PruneBatch < 1 {
+		bad("PruneBatch %d must be at least 1", c.PruneBatch)
 	}
 	if len(errs) > 0 {
 		return fmt.Errorf("registry: invalid options: %w", errors.Join(errs...))
@@ -132,10 +115,10 @@ func (o Options) validate() error {
 
 // Registry is the processed-event registry on one Postgres pool. It is safe
 // for concurrent use; one per worker process (claims made through one
-// Registry never reclaim each other, see Options.Owner).
+// Registry never reclaim each other, see Config.Owner).
 type Registry struct {
 	pool *pgxpool.Pool
-	opts Options
+	cfg  Config // defaults applied (Config.withDefaults)
 
 	mu       sync.Mutex
 	instance string // identifies this Registry among its owner's incarnations
@@ -143,26 +126,31 @@ type Registry struct {
 	hb heartbeats
 }
 
-// New returns a Registry on pool (which the caller owns and closes). It
-// validates opts; it does not contact Postgres (use Check).
-func New(pool *pgxpool.Pool, opts Options) (*Registry, error) {
-	if pool == nil {
+// New returns a Registry on deps.Pool (which the caller owns and closes),
+// with cfg's zero fields at their defaults. It validates cfg; it does not
+// contact Postgres (use Check).
+func New(cfg Config, deps Deps, opts ...Option) (*Registry, error) {
+	if deps.Pool == nil {
 		return nil, errors.New("registry: nil pool")
 	}
-	opts = opts.withDefaults()
-	if err := opts.validate(); err != nil {
+	var h hooks
+	for _, o := range opts {
+		o(&h)
+	}
+	cfg = cfg.withDefaults()
+	if err := cfg.check(); err != nil {
 		return nil, err
 	}
-	r := &Registry{pool: pool, opts: opts, instance: newUUID()}
+	r := &Registry{pool: deps.Pool, cfg: cfg, instance: newUUID()}
 	r.hb.entries = map[uint64]*held{}
 	return r, nil
 }
 
 // Owner returns the owner identity the registry claims as.
-func (r *Registry) Owner() string { return r.opts.Owner }
+func (r *Registry) Owner() string { return r.cfg.Owner }
 
-// Options returns the effective options (defaults applied).
-func (r *Registry) Options() Options { return r.opts }
+// Config returns the effective configuration (defaults applied).
+func (r *Registry) Config() Config { return r.cfg }
 
 func (r *Registry) currentInstance() string {
 	r.mu.Lock()
@@ -186,7 +174,7 @@ func (r *Registry) rotateInstance(old string) {
 // answers within 2 s and the registry tables exist. An unreachable server
 // gives an error matching ErrUnavailable; a missing schema says to migrate.
 func (r *Registry) Check(ctx context.Context) error {
-	ctx, cancel := context.WithTimeout(ctx, min(checkTimeout, r.opts.OpTimeout))
+	ctx, cancel := context.WithTimeout(ctx, min(checkTimeout, r.cfg.OpTimeout))
 	defer cancel()
 	var ok bool
 	err := r.pool.QueryRow(ctx, `SELECT to_regclass('sluice.processed_events') IS NOT NULL
@@ -208,7 +196,7 @@ func (r *Registry) run(ctx context.Context, op string, fn func(ctx context.Conte
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("registry: %s: %w", op, err)
 	}
-	octx, cancel := context.WithTimeout(ctx, r.opts.OpTimeout)
+	octx, cancel := context.WithTimeout(ctx, r.cfg.OpTimeout)
 	defer cancel()
 	var err error
 	for try := 0; try < maxTxRetries; try++ {

@@ -20,30 +20,30 @@ const (
 	wait = claim.WaitForPredecessor
 )
 
-func TestNewValidatesOptions(t *testing.T) {
+func TestNewValidatesConfig(t *testing.T) {
 	_, pool := testenv.NewMigratedDatabase(t)
 	for _, tc := range []struct {
 		name string
-		opts registry.Options
+		cfg  registry.Config
 		want string // substring of the error; "" = valid
 	}{
-		{"defaults", registry.Options{Owner: "w1"}, ""},
-		{"no owner", registry.Options{}, "PROCESSED_EVENT_OWNER"},
-		{"control char owner", registry.Options{Owner: "w\n1"}, "control"},
-		{"heartbeat equals lease", registry.Options{Owner: "w", LeaseTimeout: 30 * time.Second, HeartbeatInterval: 30 * time.Second}, "must be shorter than LeaseTimeout"},
-		{"heartbeat above lease", registry.Options{Owner: "w", LeaseTimeout: 10 * time.Second}, "must be shorter than LeaseTimeout"},
-		{"negative heartbeat", registry.Options{Owner: "w", HeartbeatInterval: -time.Second}, "must be positive"},
-		{"tiny lease", registry.Options{Owner: "w", LeaseTimeout: time.Millisecond, HeartbeatInterval: time.Microsecond}, "at least 1s"},
-		{"base above cap", registry.Options{Owner: "w", BackoffBase: time.Minute, BackoffCap: time.Second}, "must not exceed BackoffCap"},
-		{"negative attempts", registry.Options{Owner: "w", MaxAttempts: -1}, "MaxAttempts"},
+		{"defaults", registry.Config{Owner: "w1"}, ""},
+		{"no owner", registry.Config{}, "PROCESSED_EVENT_OWNER"},
+		{"control char owner", registry.Config{Owner: "w\n1"}, "control"},
+		{"heartbeat equals lease", registry.Config{Owner: "w", LeaseTimeout: 30 * time.Second, HeartbeatInterval: 30 * time.Second}, "must be shorter than LeaseTimeout"},
+		{"heartbeat above lease", registry.Config{Owner: "w", LeaseTimeout: 10 * time.Second}, "must be shorter than LeaseTimeout"},
+		{"negative heartbeat", registry.Config{Owner: "w", HeartbeatInterval: -time.Second}, "must be positive"},
+		{"tiny lease", registry.Config{Owner: "w", LeaseTimeout: time.Millisecond, HeartbeatInterval: time.Microsecond}, "at least 1s"},
+		{"base above cap", registry.Config{Owner: "w", BackoffBase: time.Minute, BackoffCap: time.Second}, "must not exceed BackoffCap"},
+		{"negative attempts", registry.Config{Owner: "w", MaxAttempts: -1}, "MaxAttempts"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			r, err := registry.New(pool, tc.opts)
+			r, err := registry.New(tc.cfg, registry.Deps{Pool: pool})
 			if tc.want == "" {
 				if err != nil {
 					t.Fatal(err)
 				}
-				o := r.Options()
+				o := r.Config()
 				if o.LeaseTimeout != registry.DefaultConfig().LeaseTimeout || o.HeartbeatInterval != registry.DefaultConfig().HeartbeatInterval || o.MaxAttempts != 5 {
 					t.Fatalf("defaults not applied: %+v", o)
 				}
@@ -54,14 +54,14 @@ func TestNewValidatesOptions(t *testing.T) {
 			}
 		})
 	}
-	if _, err := registry.New(nil, registry.Options{Owner: "w"}); err == nil {
+	if _, err := registry.New(registry.Config{Owner: "w"}, registry.Deps{}); err == nil {
 		t.Fatal("nil pool accepted")
 	}
 }
 
 func TestInvalidRequests(t *testing.T) {
 	_, pool := testenv.NewMigratedDatabase(t)
-	r := newRegistry(t, pool, "w1", registry.Options{})
+	r := newRegistry(t, pool, "w1", registry.Config{})
 	ctx := context.Background()
 	for _, tc := range []struct {
 		name  string
@@ -108,8 +108,8 @@ func TestDuplicateDelivery(t *testing.T) {
 	ctx := context.Background()
 	for _, p := range []claim.Policy{skip, wait} {
 		t.Run(p.String(), func(t *testing.T) {
-			r := newRegistry(t, pool, "w1", registry.Options{})
-			other := newRegistry(t, pool, "w2", registry.Options{})
+			r := newRegistry(t, pool, "w1", registry.Config{})
+			other := newRegistry(t, pool, "w2", registry.Config{})
 			h := "h-" + p.String()
 			res := claimOne(t, r, req(h, "evt-1", "Order-1", 1, p))
 			mustKind(t, res, claim.Claimed)
@@ -150,14 +150,14 @@ func TestDuplicateDelivery(t *testing.T) {
 // worker's goroutines) and through 20 registries of different owners.
 func TestConcurrentDelivery(t *testing.T) {
 	_, pool := testenv.NewMigratedDatabase(t)
-	shared := newRegistry(t, pool, "w-shared", registry.Options{})
+	shared := newRegistry(t, pool, "w-shared", registry.Config{})
 	for _, mode := range []string{"one registry", "twenty owners"} {
 		t.Run(mode, func(t *testing.T) {
 			regs := make([]*registry.Registry, 20)
 			for i := range regs {
 				regs[i] = shared
 				if mode == "twenty owners" {
-					regs[i] = newRegistry(t, pool, fmt.Sprintf("w%d", i), registry.Options{})
+					regs[i] = newRegistry(t, pool, fmt.Sprintf("w%d", i), registry.Config{})
 				}
 			}
 			evt := "evt-" + strings.ReplaceAll(mode, " ", "-")
@@ -202,7 +202,7 @@ func TestConcurrentDelivery(t *testing.T) {
 func TestLeaseExpiry(t *testing.T) {
 	_, pool := testenv.NewMigratedDatabase(t)
 	ctx := context.Background()
-	opts := registry.Options{LeaseTimeout: time.Second, HeartbeatInterval: 200 * time.Millisecond}
+	opts := registry.Config{LeaseTimeout: time.Second, HeartbeatInterval: 200 * time.Millisecond}
 	a := newRegistry(t, pool, "owner-a", opts)
 	b := newRegistry(t, pool, "owner-b", opts)
 
@@ -239,7 +239,7 @@ func TestLeaseExpiry(t *testing.T) {
 func TestHoldHeartbeatsAndCancelsOnLoss(t *testing.T) {
 	_, pool := testenv.NewMigratedDatabase(t)
 	ctx := context.Background()
-	opts := registry.Options{LeaseTimeout: time.Second, HeartbeatInterval: 150 * time.Millisecond}
+	opts := registry.Config{LeaseTimeout: time.Second, HeartbeatInterval: 150 * time.Millisecond}
 	a := newRegistry(t, pool, "owner-a", opts)
 	b := newRegistry(t, pool, "owner-b", opts)
 
@@ -298,20 +298,20 @@ func TestHoldHeartbeatsAndCancelsOnLoss(t *testing.T) {
 func TestSameOwnerRestart(t *testing.T) {
 	_, pool := testenv.NewMigratedDatabase(t)
 	ctx := context.Background()
-	before := newRegistry(t, pool, "worker-0", registry.Options{})
+	before := newRegistry(t, pool, "worker-0", registry.Config{})
 	res := claimOne(t, before, req("h", "e1", "agg", 1, wait))
 	mustKind(t, res, claim.Claimed)
 	// The same process asking again does not steal its own claim.
 	mustKind(t, claimOne(t, before, req("h", "e1", "agg", 1, wait)), claim.InProgress)
 
-	stranger := newRegistry(t, pool, "worker-1", registry.Options{})
+	stranger := newRegistry(t, pool, "worker-1", registry.Config{})
 	in := claimOne(t, stranger, req("h", "e1", "agg", 1, wait))
 	mustKind(t, in, claim.InProgress)
 	if in.Holder != "worker-0" || in.RetryIn < 14*time.Minute {
 		t.Fatalf("in progress %+v", in)
 	}
 
-	after := newRegistry(t, pool, "worker-0", registry.Options{}) // the restart
+	after := newRegistry(t, pool, "worker-0", registry.Config{}) // the restart
 	again := claimOne(t, after, req("h", "e1", "agg", 1, wait))
 	mustKind(t, again, claim.Claimed)
 	if again.Lease.Attempt != 2 {
@@ -327,7 +327,7 @@ func TestSameOwnerRestart(t *testing.T) {
 func TestSkipStale(t *testing.T) {
 	_, pool := testenv.NewMigratedDatabase(t)
 	ctx := context.Background()
-	r := newRegistry(t, pool, "w", registry.Options{})
+	r := newRegistry(t, pool, "w", registry.Config{})
 	claimDone(t, r, req("proj", "e10", "agg", 10, skip))
 
 	for _, tc := range []struct {
@@ -368,8 +368,8 @@ func TestSkipStale(t *testing.T) {
 func TestUnguarded(t *testing.T) {
 	_, pool := testenv.NewMigratedDatabase(t)
 	ctx := context.Background()
-	r := newRegistry(t, pool, "w", registry.Options{})
-	other := newRegistry(t, pool, "other", registry.Options{})
+	r := newRegistry(t, pool, "w", registry.Config{})
+	other := newRegistry(t, pool, "other", registry.Config{})
 	const h = "projection:history:v1"
 	none := claim.Unguarded
 	claimDone(t, r, req(h, "e10", "agg", 10, none))
@@ -427,7 +427,7 @@ func TestUnguarded(t *testing.T) {
 func TestWaitForPredecessor(t *testing.T) {
 	_, pool := testenv.NewMigratedDatabase(t)
 	ctx := context.Background()
-	r := newRegistry(t, pool, "w", registry.Options{})
+	r := newRegistry(t, pool, "w", registry.Config{})
 	h := "instanceworker"
 	for seq := int64(1); seq <= 10; seq++ {
 		claimDone(t, r, req(h, fmt.Sprintf("c%d", seq), "agg", seq, wait))
@@ -471,7 +471,7 @@ func TestWaitForPredecessor(t *testing.T) {
 func TestWaitHealing(t *testing.T) {
 	_, pool := testenv.NewMigratedDatabase(t)
 	ctx := context.Background()
-	r := newRegistry(t, pool, "w", registry.Options{LeaseTimeout: time.Second, HeartbeatInterval: 100 * time.Millisecond})
+	r := newRegistry(t, pool, "w", registry.Config{LeaseTimeout: time.Second, HeartbeatInterval: 100 * time.Millisecond})
 	h := "instanceworker"
 	w := claimOne(t, r, req(h, "c3", "agg", 3, wait))
 	mustKind(t, w, claim.Wait)
@@ -502,7 +502,7 @@ func TestRetryPath(t *testing.T) {
 	_, pool := testenv.NewMigratedDatabase(t)
 	ctx := context.Background()
 	const maxAttempts = 3
-	r := newRegistry(t, pool, "w", registry.Options{MaxAttempts: maxAttempts, BackoffBase: 400 * time.Millisecond, BackoffCap: 600 * time.Millisecond})
+	r := newRegistry(t, pool, "w", registry.Config{MaxAttempts: maxAttempts, BackoffBase: 400 * time.Millisecond, BackoffCap: 600 * time.Millisecond})
 	h := "proj"
 	rq := req(h, "e1", "agg", 1, wait)
 	res := claimOne(t, r, rq)
@@ -579,8 +579,8 @@ func TestRetryPath(t *testing.T) {
 func TestRelease(t *testing.T) {
 	_, pool := testenv.NewMigratedDatabase(t)
 	ctx := context.Background()
-	a := newRegistry(t, pool, "a", registry.Options{})
-	b := newRegistry(t, pool, "b", registry.Options{})
+	a := newRegistry(t, pool, "a", registry.Config{})
+	b := newRegistry(t, pool, "b", registry.Config{})
 	res := claimOne(t, a, req("h", "e", "agg", 1, wait))
 	if err := a.Release(ctx, res.Lease); err != nil {
 		t.Fatal(err)
@@ -601,7 +601,7 @@ func TestRelease(t *testing.T) {
 // and inner characters do.
 func TestAggregateNormalisation(t *testing.T) {
 	_, pool := testenv.NewMigratedDatabase(t)
-	r := newRegistry(t, pool, "w", registry.Options{})
+	r := newRegistry(t, pool, "w", registry.Config{})
 	h := "instanceworker"
 	claimDone(t, r, req(h, "base", "Order-1/é:x", 1, wait))
 	for i, tc := range []struct {
@@ -631,7 +631,7 @@ func TestAggregateNormalisation(t *testing.T) {
 func TestGetAndFormat(t *testing.T) {
 	_, pool := testenv.NewMigratedDatabase(t)
 	ctx := context.Background()
-	r := newRegistry(t, pool, "w", registry.Options{})
+	r := newRegistry(t, pool, "w", registry.Config{})
 	claimDone(t, r, req("instanceworker", "cmd-1", "agg", 1, wait))
 	res := claimOne(t, r, req("projection:history:v1", "cmd-1", "agg", 1, skip))
 	if _, err := r.MarkFailed(ctx, res.Lease, claim.Failure{Err: errors.New("es down"), Retryable: true}); err != nil {
@@ -665,7 +665,7 @@ func TestGetAndFormat(t *testing.T) {
 func TestPrune(t *testing.T) {
 	_, pool := testenv.NewMigratedDatabase(t)
 	ctx := context.Background()
-	r := newRegistry(t, pool, "w", registry.Options{PruneBatch: 3})
+	r := newRegistry(t, pool, "w", registry.Config{PruneBatch: 3})
 	h := "h"
 	for i := 1; i <= 7; i++ { // old done
 		claimDone(t, r, req(h, fmt.Sprintf("old-done-%d", i), fmt.Sprintf("a%d", i), 1, wait))
@@ -709,7 +709,7 @@ func TestPrune(t *testing.T) {
 
 func TestCheck(t *testing.T) {
 	_, pool := testenv.NewMigratedDatabase(t)
-	r := newRegistry(t, pool, "w", registry.Options{})
+	r := newRegistry(t, pool, "w", registry.Config{})
 	if err := r.Check(context.Background()); err != nil {
 		t.Fatal(err)
 	}
@@ -720,7 +720,7 @@ func TestCheck(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer empty.Close()
-	r2 := newRegistry(t, empty, "w", registry.Options{})
+	r2 := newRegistry(t, empty, "w", registry.Config{})
 	if err := r2.Check(context.Background()); err == nil || !strings.Contains(err.Error(), "migrate") || errors.Is(err, registry.ErrUnavailable) {
 		t.Fatalf("unmigrated: %v", err)
 	}

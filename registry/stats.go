@@ -28,7 +28,7 @@ func (r *Registry) Stats(ctx context.Context) ([]HandlerStats, error) {
 			count(*) FILTER (WHERE status = 'failed'),
 			count(*) FILTER (WHERE status = 'dead'),
 			count(*) FILTER (WHERE status IN ('done', 'skipped_stale'))
-		FROM sluice.processed_events GROUP BY handler ORDER BY handler`, r.opts.LeaseTimeout.Round(time.Microsecond))
+		FROM sluice.processed_events GROUP BY handler ORDER BY handler`, r.cfg.LeaseTimeout.Round(time.Microsecond))
 	if err != nil {
 		return nil, r.wrap(ctx, "stats", err)
 	}

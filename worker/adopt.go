@@ -181,9 +181,9 @@ func AdoptOffsets(ctx context.Context, adm *kadm.Client, legacy, group, topic st
 // adoptTimeout bounds the adoption check of New, its repeats included.
 const adoptTimeout = 30 * time.Second
 
-// adoptBeforeJoin runs AdoptOffsets for o.AdoptGroup with a client of its
-// own, before New's client joins o.Group: Kafka refuses offset commits
-// from outside a group that has members. A failed attempt (a dropped
+// adoptBeforeJoin runs AdoptOffsets for Config.AdoptGroup with a client
+// of its own, before New's client joins Config.Group: Kafka refuses offset
+// commits from outside a group that has members. A failed attempt (a dropped
 // connection, a coordinator that moved: the client does not repeat a
 // DescribeGroups whose connection broke) is logged and repeated with a
 // capped backoff — a worker waits for Kafka at start-up as for its other
@@ -191,11 +191,12 @@ const adoptTimeout = 30 * time.Second
 // makes the next attempt find offsets and do nothing. A failure that
 // lasts adoptTimeout fails New (the worker exits and is restarted) rather
 // than letting the new group start from the beginning of the topic.
-func adoptBeforeJoin(o Options) error {
+func (c *Consumer) adoptBeforeJoin() error {
+	o := c.cfg
 	if o.AdoptGroup == "" || o.AdoptGroup == o.Group {
 		return nil
 	}
-	cl, err := kafka.NewClient(o.Kafka, o.KafkaOpts...)
+	cl, err := kafka.NewClient(o.Kafka, c.hooks.kafkaOpts...)
 	if err != nil {
 		return fmt.Errorf("consumer: adopt offsets of group %s: %w", o.AdoptGroup, err)
 	}
@@ -209,7 +210,7 @@ func adoptBeforeJoin(o Options) error {
 		if err == nil || ctx.Err() != nil {
 			break
 		}
-		o.Logger.Warn("consumer: adopting the offsets of the earlier group id failed; retrying", "from", o.AdoptGroup, "group", o.Group,
+		c.deps.Logger.Warn("consumer: adopting the offsets of the earlier group id failed; retrying", "from", o.AdoptGroup, "group", o.Group,
 			"topic", o.Topic, "err", err)
 		t := time.NewTimer(wait)
 		select {
@@ -222,7 +223,7 @@ func adoptBeforeJoin(o Options) error {
 		return fmt.Errorf("consumer: adopt the offsets of group %s for group %s on %s: %w (or copy them by hand: sluice consumer copy-offsets)", o.AdoptGroup, o.Group, o.Topic, err)
 	}
 	if res.Committed {
-		o.Logger.Warn("consumer: adopted the committed offsets of the earlier group id", "from", o.AdoptGroup, "group", o.Group,
+		c.deps.Logger.Warn("consumer: adopted the committed offsets of the earlier group id", "from", o.AdoptGroup, "group", o.Group,
 			"topic", o.Topic, "partitions", len(res.Partitions), "live_members_of_old_group", len(res.FromMembers))
 	}
 	return nil

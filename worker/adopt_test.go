@@ -140,9 +140,9 @@ func TestAdoptRetriesDroppedRequests(t *testing.T) {
 		dropped.Add(1)
 		return nil, errors.New("test: injected connection drop"), true
 	})
-	o := Options{AdoptGroup: legacy, Group: group, Topic: topic, Logger: slog.New(slog.DiscardHandler)}
-	o.Kafka.Brokers = k.Brokers
-	if err := adoptBeforeJoin(o); err != nil {
+	c := &Consumer{cfg: Config{AdoptGroup: legacy, Group: group, Topic: topic}, deps: Deps{Logger: slog.New(slog.DiscardHandler)}}
+	c.cfg.Kafka.Brokers = k.Brokers
+	if err := c.adoptBeforeJoin(); err != nil {
 		t.Fatalf("adoption failed on %d dropped requests: %v", dropped.Load(), err)
 	}
 	if n := dropped.Load(); n != drops {

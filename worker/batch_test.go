@@ -121,7 +121,7 @@ func TestBatchHandler(t *testing.T) {
 		return out
 	})
 	var stop func()
-	c, stop = startConsumer(t, brokers, topic, Options{Registry: reg, Handler: h})
+	c, stop = startConsumer(t, brokers, topic, Config{}, Deps{Registry: reg, Handler: h})
 	testenv.WaitFor(t, 20*time.Second, "every record committed", func() bool { return committed() == 5 })
 	stop()
 

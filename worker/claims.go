@@ -18,11 +18,11 @@ func (c *Consumer) claim(ctx context.Context, items []*item) (claimed, heal []*i
 	reqs := make([]claim.Request, len(items))
 	for i, it := range items {
 		e := it.view.Envelope
-		reqs[i] = claim.Request{Handler: c.o.HandlerName, EventID: e.EventID, AggregateID: it.key, Seq: e.SequenceNumber, Policy: c.o.Policy}
+		reqs[i] = claim.Request{Handler: c.cfg.HandlerName, EventID: e.EventID, AggregateID: it.key, Seq: e.SequenceNumber, Policy: c.cfg.Policy}
 	}
 	start := time.Now()
-	res, err := c.o.Registry.ClaimBatch(ctx, reqs)
-	c.m.stage.WithLabelValues(c.o.HandlerName, "claim").Observe(time.Since(start).Seconds())
+	res, err := c.deps.Registry.ClaimBatch(ctx, reqs)
+	c.m.stage.WithLabelValues(c.cfg.HandlerName, "claim").Observe(time.Since(start).Seconds())
 	if c.tracer != nil {
 		c.traceStage(items, "registry claim", start, err)
 	}
@@ -36,12 +36,12 @@ func (c *Consumer) claim(ctx context.Context, items []*item) (claimed, heal []*i
 			// One bad request fails the batch: dead-letter it, retry the rest.
 			it := items[re.Index]
 			it.st, it.errText, it.errClass, it.attempts, it.firstFail = stDLQ, "registry: "+err.Error(), ClassPermanent, 1, time.Now()
-			c.m.retries.WithLabelValues(c.o.HandlerName, "batch_invalid").Inc()
+			c.m.retries.WithLabelValues(c.cfg.HandlerName, "batch_invalid").Inc()
 			return nil, nil, false
 		}
 		c.log("claim failed", "err", err)
 		for _, it := range items {
-			c.retryLater(it, "claim_error", backoffDelay(c.o.RetryBackoffBase, c.o.RetryBackoffCap, it.tries))
+			c.retryLater(it, "claim_error", backoffDelay(c.cfg.RetryBackoffBase, c.cfg.RetryBackoffCap, it.tries))
 		}
 		return nil, nil, false
 	}
@@ -62,7 +62,7 @@ func (c *Consumer) claim(ctx context.Context, items []*item) (claimed, heal []*i
 			c.finish(it, "dead")
 		case claim.InProgress:
 			it.st = stClaim
-			d := backoffDelay(c.o.RetryBackoffBase, c.o.RetryBackoffCap, it.tries)
+			d := backoffDelay(c.cfg.RetryBackoffBase, c.cfg.RetryBackoffCap, it.tries)
 			if r.RetryIn > 0 && r.RetryIn < d {
 				d = r.RetryIn
 			}
@@ -81,7 +81,7 @@ func (c *Consumer) claim(ctx context.Context, items []*item) (claimed, heal []*i
 					continue
 				}
 			}
-			c.retryLater(it, "wait", backoffDelay(c.o.RetryBackoffBase, c.o.RetryBackoffCap, it.tries))
+			c.retryLater(it, "wait", backoffDelay(c.cfg.RetryBackoffBase, c.cfg.RetryBackoffCap, it.tries))
 		}
 	}
 	if len(claimed) > 0 {
@@ -105,11 +105,11 @@ func (c *Consumer) heal(ctx context.Context, it *item) {
 	}
 	switch {
 	case ctx.Err() != nil:
-		c.retryLater(it, "wait", backoffDelay(c.o.RetryBackoffBase, c.o.RetryBackoffCap, it.tries))
+		c.retryLater(it, "wait", backoffDelay(c.cfg.RetryBackoffBase, c.cfg.RetryBackoffCap, it.tries))
 		return
 	case isOutage(ctx, err):
 		c.enterOutage(DependencyRegistry, err)
-		c.retryLater(it, "outage", backoffDelay(c.o.RetryBackoffBase, c.o.OutageBackoffCap, it.tries))
+		c.retryLater(it, "outage", backoffDelay(c.cfg.RetryBackoffBase, c.cfg.OutageBackoffCap, it.tries))
 		return
 	}
 	if dep, ok := outageOf(ctx, err); ok {
@@ -128,7 +128,7 @@ func (c *Consumer) heal(ctx context.Context, it *item) {
 			it.firstFail = time.Now()
 		}
 	}
-	if class == ClassPermanent || (counted && it.healFails >= c.o.MaxAttempts) {
+	if class == ClassPermanent || (counted && it.healFails >= c.cfg.MaxAttempts) {
 		// Dead-letter the waiting record (it has no registry row: its
 		// claim answered WAIT); the offset moves on and the DLQ record
 		// says why the gap could not be healed.
@@ -138,14 +138,14 @@ func (c *Consumer) heal(ctx context.Context, it *item) {
 		return
 	}
 	c.log("heal failed", "event_id", it.view.Envelope.EventID, "err", err)
-	c.retryLater(it, "wait", backoffDelay(c.o.RetryBackoffBase, c.o.RetryBackoffCap, it.tries))
+	c.retryLater(it, "wait", backoffDelay(c.cfg.RetryBackoffBase, c.cfg.RetryBackoffCap, it.tries))
 }
 
 // leaseLostParked moves on an item whose lease was lost while it waited out
 // an outage: whoever holds it now finishes it.
 func (c *Consumer) leaseLostParked(it *item) {
 	it.st = stClaim
-	c.retryLater(it, "lease_lost", backoffDelay(c.o.RetryBackoffBase, c.o.RetryBackoffCap, it.tries))
+	c.retryLater(it, "lease_lost", backoffDelay(c.cfg.RetryBackoffBase, c.cfg.RetryBackoffCap, it.tries))
 }
 
 // markDone records the outcomes of handled items in one batch.
@@ -155,8 +155,8 @@ func (c *Consumer) markDone(ctx context.Context, items []*item) {
 		done[i] = claim.Done{Lease: it.lease, Outcome: it.outcome}
 	}
 	start := time.Now()
-	errs, err := c.o.Registry.MarkDoneBatch(ctx, done)
-	c.m.stage.WithLabelValues(c.o.HandlerName, "mark_done").Observe(time.Since(start).Seconds())
+	errs, err := c.deps.Registry.MarkDoneBatch(ctx, done)
+	c.m.stage.WithLabelValues(c.cfg.HandlerName, "mark_done").Observe(time.Since(start).Seconds())
 	if c.tracer != nil {
 		c.traceStage(items, "registry mark_done", start, err)
 	}
@@ -167,7 +167,7 @@ func (c *Consumer) markDone(ctx context.Context, items []*item) {
 			c.log("mark done failed", "err", err)
 		}
 		for _, it := range items {
-			c.retryLater(it, "outage", backoffDelay(c.o.RetryBackoffBase, c.o.OutageBackoffCap, it.tries))
+			c.retryLater(it, "outage", backoffDelay(c.cfg.RetryBackoffBase, c.cfg.OutageBackoffCap, it.tries))
 		}
 		return
 	}
@@ -175,7 +175,7 @@ func (c *Consumer) markDone(ctx context.Context, items []*item) {
 	for i, it := range items {
 		if errs[i] != nil {
 			it.st = stClaim // lease lost: claim again (DUPLICATE_DONE if the other owner finished it)
-			c.retryLater(it, "lease_lost", backoffDelay(c.o.RetryBackoffBase, c.o.RetryBackoffCap, it.tries))
+			c.retryLater(it, "lease_lost", backoffDelay(c.cfg.RetryBackoffBase, c.cfg.RetryBackoffCap, it.tries))
 			continue
 		}
 		c.finish(it, string(it.outcome.Result))
@@ -218,7 +218,7 @@ func (c *Consumer) handBack(ctx context.Context, only map[string][]int32) {
 	for _, it := range slices.Concat(held, marks, fails) {
 		switch it.st {
 		case stHandle, stMarkDone, stMarkFailed: // not settled above
-			_ = c.o.Registry.Release(ctx, it.lease)
+			_ = c.deps.Registry.Release(ctx, it.lease)
 			it.st, it.lease, it.failure = stClaim, claim.Lease{}, nil
 		}
 	}

@@ -8,8 +8,11 @@ import (
 	"github.com/sluicehq/sluice/shared/config"
 )
 
-// Config configures the Kafka worker runtime (docs/worker-runtime.md).
-type Config struct {
+// Settings is the WORKER_* section (docs/worker-runtime.md): the settings
+// every worker of a process shares. A Consumer takes it embedded in its
+// Config; the instance and projection workers take it as their Worker
+// section and pick their retry from it (InstanceRetry, ProjectionRetry).
+type Settings struct {
 	Concurrency              int `env:"WORKER_CONCURRENCY" envDefault:"16" doc:"Records of different aggregates processed at once per worker."`
 	InstanceMaxRetryAttempts int `env:"INSTANCE_WORKER_MAX_RETRY_ATTEMPTS" envDefault:"5" doc:"Attempts of a retryable instance-worker failure before the DLQ."`
 	ProjectionMaxRetries     int `env:"PROJECTION_WORKER_MAX_RETRIES" envDefault:"5" doc:"Attempts of a retryable projection failure before the DLQ."`
@@ -20,7 +23,7 @@ type Config struct {
 }
 
 // Validate checks the section; every problem is a *config.VarError.
-func (w Config) Validate() error {
+func (w Settings) Validate() error {
 	k := &config.Checker{}
 	k.AtLeast("WORKER_CONCURRENCY", int64(w.Concurrency), 1)
 	k.AtLeast("INSTANCE_WORKER_MAX_RETRY_ATTEMPTS", int64(w.InstanceMaxRetryAttempts), 1)
@@ -38,12 +41,12 @@ func (w Config) Validate() error {
 
 // InstanceRetry is the retry of the instance worker's failures
 // (INSTANCE_WORKER_MAX_RETRY_ATTEMPTS attempts, the WORKER_RETRY_* backoff).
-func (c Config) InstanceRetry() claim.Retry {
+func (c Settings) InstanceRetry() claim.Retry {
 	return claim.Retry{MaxAttempts: c.InstanceMaxRetryAttempts, BackoffBase: c.RetryBackoffBase, BackoffCap: c.RetryBackoffCap}
 }
 
 // ProjectionRetry is the retry of a projection's failures
 // (PROJECTION_WORKER_MAX_RETRIES attempts, the WORKER_RETRY_* backoff).
-func (c Config) ProjectionRetry() claim.Retry {
+func (c Settings) ProjectionRetry() claim.Retry {
 	return claim.Retry{MaxAttempts: c.ProjectionMaxRetries, BackoffBase: c.RetryBackoffBase, BackoffCap: c.RetryBackoffCap}
 }

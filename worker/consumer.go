@@ -19,7 +19,7 @@ import (
 	"github.com/sluicehq/sluice/shared/tracing"
 )
 
-// Crash points the runtime hits (with Options.CrashWorker).
+// Crash points the runtime hits (named for the worker given to WithCrasher).
 const (
 	PointAfterClaim     = "after_claim"
 	PointBeforeMarkDone = "before_mark_done"
@@ -91,17 +91,19 @@ type partState struct {
 // Consumer is one worker's consumer-group member. Create it with New, run it
 // with Run.
 type Consumer struct {
-	o   Options
-	cl  *kgo.Client
-	m   *metrics
-	hb  *observability.Heartbeat
-	log func(msg string, args ...any)
+	cfg   Config // defaults applied (Config.withDefaults)
+	deps  Deps   // defaults applied (Deps.withDefaults)
+	hooks hooks
+	cl    *kgo.Client
+	m     *metrics
+	hb    *observability.Heartbeat
+	log   func(msg string, args ...any)
 	// tracer is nil when tracing is off.
 	tracer trace.Tracer
 
 	// h is the handler under the recover middleware (guarded).
 	h *guarded
-	// dlqMax bounds a dead letter's size (Options.DLQMaxBytes, else the
+	// dlqMax bounds a dead letter's size (Config.DLQMaxBytes, else the
 	// producer's maximum batch size): a larger one is written in pointer
 	// form.
 	dlqMax int
@@ -130,29 +132,37 @@ type Consumer struct {
 	// broadcast that ends the poll of the turn that took it.
 	wake chan struct{}
 	// sem bounds the handler goroutines of all rounds together
-	// (Options.Concurrency).
+	// (Config.Concurrency).
 	sem       chan struct{}
 	rebalance atomic.Bool // a rebalance waits for the loop to allow it
 	allowedAt time.Time   // last AllowRebalance
 }
 
-// New validates opts and creates the Kafka client (nothing is fetched before
-// Run).
-func New(opts Options) (*Consumer, error) {
-	o, err := opts.withDefaults()
+// New validates cfg and deps, applies their defaults and creates the
+// Kafka client (nothing is fetched before Run). opts are test hooks, and
+// the crash points (WithCrasher).
+func New(cfg Config, deps Deps, opts ...Option) (*Consumer, error) {
+	cfg, err := cfg.withDefaults()
 	if err != nil {
 		return nil, err
 	}
-	c := &Consumer{o: o, m: newMetrics(o.Metrics), parts: map[string]map[int32]*partState{}, hb: observability.NewHeartbeat(time.Minute),
-		wake: make(chan struct{}), sem: make(chan struct{}, o.Concurrency)}
-	c.m.zero(o.HandlerName)
-	c.log = o.Logger.With("handler", o.HandlerName).Warn
-	c.h = newGuarded(c, o.Handler)
-	c.tracer = tracing.Tracer(o.TracerProvider)
+	if deps, err = deps.withDefaults(); err != nil {
+		return nil, err
+	}
+	var h hooks
+	for _, o := range opts {
+		o(&h)
+	}
+	c := &Consumer{cfg: cfg, deps: deps, hooks: h, m: newMetrics(deps.Metrics), parts: map[string]map[int32]*partState{}, hb: observability.NewHeartbeat(time.Minute),
+		wake: make(chan struct{}), sem: make(chan struct{}, cfg.Concurrency)}
+	c.m.zero(cfg.HandlerName)
+	c.log = deps.Logger.With("handler", cfg.HandlerName).Warn
+	c.h = newGuarded(c, deps.Handler)
+	c.tracer = tracing.Tracer(deps.TracerProvider)
 	c.out.deps, c.out.checks = map[string]*depOutage{}, map[string]bool{}
 	kopts := []kgo.Opt{
-		kgo.ConsumerGroup(o.Group),
-		kgo.ConsumeTopics(o.Topic),
+		kgo.ConsumerGroup(cfg.Group),
+		kgo.ConsumeTopics(cfg.Topic),
 		kgo.DisableAutoCommit(),
 		kgo.BlockRebalanceOnPoll(),
 		kgo.FetchIsolationLevel(kgo.ReadCommitted()),
@@ -161,25 +171,25 @@ func New(opts Options) (*Consumer, error) {
 		kgo.OnPartitionsLost(c.onLost),
 		kgo.OnPartitionsCallbackBlocked(func(context.Context, *kgo.Client) { c.rebalance.Store(true) }),
 	}
-	if o.SessionTimeout > 0 {
-		kopts = append(kopts, kgo.SessionTimeout(o.SessionTimeout))
+	if cfg.SessionTimeout > 0 {
+		kopts = append(kopts, kgo.SessionTimeout(cfg.SessionTimeout))
 	}
-	kopts = append(kopts, o.KafkaOpts...) // last: they override the above
-	if err := adoptBeforeJoin(o); err != nil {
+	kopts = append(kopts, h.kafkaOpts...) // last: they override the above
+	if err := c.adoptBeforeJoin(); err != nil {
 		return nil, err
 	}
-	cl, err := kafka.NewClient(o.Kafka, kopts...) // TLS, SASL, acks=all, the size budget
+	cl, err := kafka.NewClient(cfg.Kafka, kopts...) // TLS, SASL, acks=all, the size budget
 	if err != nil {
 		return nil, fmt.Errorf("consumer: %w", err)
 	}
 	c.cl = cl
-	c.dlqMax = o.DLQMaxBytes
+	c.dlqMax = cfg.DLQMaxBytes
 	if mb, ok := cl.OptValue(kgo.ProducerBatchMaxBytes).(int32); ok && (c.dlqMax <= 0 || int(mb) < c.dlqMax) {
 		c.dlqMax = int(mb)
 	}
-	if o.Health != nil {
-		o.Health.AddReadiness(o.HandlerName+":registry", func(context.Context) error { return c.outageErr(DependencyRegistry) })
-		o.Health.AddLiveness(o.HandlerName+":loop", c.hb.Check)
+	if deps.Health != nil {
+		deps.Health.AddReadiness(cfg.HandlerName+":registry", func(context.Context) error { return c.outageErr(DependencyRegistry) })
+		deps.Health.AddLiveness(cfg.HandlerName+":loop", c.hb.Check)
 	}
 	return c, nil
 }
@@ -197,7 +207,7 @@ func (c *Consumer) OutageDependencies() []string { return c.outDeps() }
 
 // Run consumes until ctx ends, then drains: it stops fetching, finishes
 // (or releases) in-flight claims, commits the done prefix and leaves the
-// group, within Options.ShutdownTimeout. It returns nil after a clean drain.
+// group, within Config.ShutdownTimeout. It returns nil after a clean drain.
 func (c *Consumer) Run(ctx context.Context) error {
 	// work outlives ctx by at most the shutdown timeout: in-flight records
 	// finish after SIGTERM.
@@ -209,7 +219,7 @@ func (c *Consumer) Run(ctx context.Context) error {
 		case <-work.Done():
 			return
 		}
-		t := time.NewTimer(c.o.ShutdownTimeout)
+		t := time.NewTimer(c.cfg.ShutdownTimeout)
 		defer t.Stop()
 		select {
 		case <-t.C:
@@ -219,7 +229,7 @@ func (c *Consumer) Run(ctx context.Context) error {
 	}()
 	var runErr error
 	c.allowedAt = time.Now()
-	if c.o.Pause != nil {
+	if c.deps.Pause != nil {
 		c.readPause(ctx) // before the first fetch: a paused group fetches nothing
 		c.flowControl()
 		pctx, stop := context.WithCancel(ctx)
@@ -247,11 +257,11 @@ func (c *Consumer) Run(ctx context.Context) error {
 	c.drain(dctx)
 	cancelWork()
 	c.cl.Close()
-	if c.o.Health != nil {
+	if c.deps.Health != nil {
 		// A stopped consumer is neither ready nor live: its checks go (a
 		// process that replaces it registers the new one's).
-		c.o.Health.Remove(c.o.HandlerName + ":registry")
-		c.o.Health.Remove(c.o.HandlerName + ":loop")
+		c.deps.Health.Remove(c.cfg.HandlerName + ":registry")
+		c.deps.Health.Remove(c.cfg.HandlerName + ":loop")
 	}
 	c.endOutages()
 	return runErr
@@ -321,7 +331,7 @@ func (c *Consumer) parse(it *item) {
 	it.view = Record{Topic: r.Topic, Partition: r.Partition, Offset: r.Offset, Key: r.Key, Value: r.Value, Headers: r.Headers, Timestamp: r.Timestamp}
 	// Either record format, detected per record (docs/kafka.md): both can
 	// stand in one partition while a deployment switches.
-	env, err := recordformat.Decode(r, c.o.Limits)
+	env, err := recordformat.Decode(r, c.cfg.Limits)
 	if err != nil {
 		it.parseErr = err
 		it.key = "kafka-key:" + string(r.Key)
@@ -331,14 +341,14 @@ func (c *Consumer) parse(it *item) {
 		return
 	}
 	it.view.Envelope = env
-	it.key = c.o.AggregateKey(env)
+	it.key = c.deps.AggregateKey(env)
 	if c.tracer != nil {
 		c.startSpan(it)
 	}
 }
 
 func (c *Consumer) hit(point string) {
-	if c.o.Crash != nil && c.o.CrashWorker != "" {
-		c.o.Crash.Hit(c.o.CrashWorker, point)
+	if c.hooks.crash != nil && c.hooks.crashWorker != "" {
+		c.hooks.crash.Hit(c.hooks.crashWorker, point)
 	}
 }

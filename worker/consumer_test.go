@@ -7,24 +7,24 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/sluicehq/sluice/shared/claim"
+	"github.com/sluicehq/sluice/shared/kafka"
 )
 
-// KAFKA_SESSION_TIMEOUT reaches the group member; explicit KafkaOpts win.
+// KAFKA_SESSION_TIMEOUT reaches the group member; explicit WithKafkaOpts win.
 func TestSessionTimeout(t *testing.T) {
 	for _, tc := range []struct {
 		name string
-		o    Options
+		s    Settings
+		opts []Option
 		want time.Duration
 	}{
-		{"default (KAFKA_SESSION_TIMEOUT)", Options{}, 45 * time.Second},
-		{"configured", Options{Config: Config{SessionTimeout: 7 * time.Second}}, 7 * time.Second},
-		{"KafkaOpts override", Options{Config: Config{SessionTimeout: 7 * time.Second}, KafkaOpts: []kgo.Opt{kgo.SessionTimeout(9 * time.Second)}}, 9 * time.Second},
+		{"default (KAFKA_SESSION_TIMEOUT)", Settings{}, nil, 45 * time.Second},
+		{"configured", Settings{SessionTimeout: 7 * time.Second}, nil, 7 * time.Second},
+		{"KafkaOpts override", Settings{SessionTimeout: 7 * time.Second}, []Option{WithKafkaOpts(kgo.SessionTimeout(9 * time.Second))}, 9 * time.Second},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			o := tc.o
-			o.Kafka.Brokers, o.Topic, o.Group, o.DLQTopic, o.HandlerName = []string{"127.0.0.1:1"}, "t", "g", "t.dlq", "h"
-			o.Policy, o.Registry, o.Handler = claim.SkipStale, &fakeRegistry{}, batchFunc(nil)
-			c, err := New(o)
+			cfg := Config{Settings: tc.s, Kafka: kafka.Config{Brokers: []string{"127.0.0.1:1"}}, Topic: "t", Group: "g", DLQTopic: "t.dlq", HandlerName: "h", Policy: claim.SkipStale}
+			c, err := New(cfg, Deps{Registry: &fakeRegistry{}, Handler: batchFunc(nil)}, tc.opts...)
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -19,7 +19,7 @@ import (
 //
 // A dead letter never blocks its partition for being too large: when the
 // full form (the original embedded) would exceed the producer's maximum
-// message size (Options.DLQMaxBytes), or the broker refused it as too
+// message size (Config.DLQMaxBytes), or the broker refused it as too
 // large, the record is written in pointer form instead: OriginalTruncated
 // is true, OriginalValue and OriginalHeaders are empty, and the original
 // is found again at OriginalTopic/OriginalPartition/OriginalOffset (also
@@ -229,7 +229,7 @@ func (c *Consumer) produceDLQ(ctx context.Context, items []*item) {
 		if it.st != stDLQ {
 			continue
 		}
-		d := deadLetter{topic: c.o.DLQTopic, handler: c.o.HandlerName, rec: it.rec, errText: it.errText, class: it.errClass,
+		d := deadLetter{topic: c.cfg.DLQTopic, handler: c.cfg.HandlerName, rec: it.rec, errText: it.errText, class: it.errClass,
 			attempts: it.attempts, first: it.firstFail, failed: time.Now()}
 		if it.parseErr == nil {
 			d.eventID, d.position = it.view.Envelope.EventID, it.view.Envelope.Position
@@ -248,7 +248,7 @@ func (c *Consumer) produceDLQ(ctx context.Context, items []*item) {
 	}
 	start := time.Now()
 	res := c.cl.ProduceSync(ctx, recs...)
-	c.m.stage.WithLabelValues(c.o.HandlerName, "dlq").Observe(time.Since(start).Seconds())
+	c.m.stage.WithLabelValues(c.cfg.HandlerName, "dlq").Observe(time.Since(start).Seconds())
 	for i, pr := range res {
 		it := its[i]
 		if pr.Err != nil && it.dlqPointer == "" && (errors.Is(pr.Err, kerr.MessageTooLarge) || errors.Is(pr.Err, kerr.RecordListTooLarge)) {
@@ -261,16 +261,16 @@ func (c *Consumer) produceDLQ(ctx context.Context, items []*item) {
 		}
 		if pr.Err != nil {
 			c.log("dlq produce failed; will retry", "offset", it.rec.Offset, "err", pr.Err)
-			c.retryLater(it, "dlq_produce", backoffDelay(c.o.RetryBackoffBase, c.o.RetryBackoffCap, it.tries))
+			c.retryLater(it, "dlq_produce", backoffDelay(c.cfg.RetryBackoffBase, c.cfg.RetryBackoffCap, it.tries))
 			continue
 		}
-		c.m.dlq.WithLabelValues(c.o.HandlerName, it.errClass).Inc()
+		c.m.dlq.WithLabelValues(c.cfg.HandlerName, it.errClass).Inc()
 		if reason := it.dlqPointer; reason != "" {
-			c.m.dlqPtr.WithLabelValues(c.o.HandlerName, reason).Inc()
+			c.m.dlqPtr.WithLabelValues(c.cfg.HandlerName, reason).Inc()
 			c.log("dead letter written in pointer form (original left out; read it at its offset)", "topic", it.rec.Topic,
 				"partition", it.rec.Partition, "offset", it.rec.Offset, "original_size", len(it.rec.Value), "reason", reason)
 		}
-		c.o.Logger.Error("record dead-lettered", "handler", c.o.HandlerName, "topic", it.rec.Topic, "partition", it.rec.Partition,
+		c.deps.Logger.Error("record dead-lettered", "handler", c.cfg.HandlerName, "topic", it.rec.Topic, "partition", it.rec.Partition,
 			"offset", it.rec.Offset, "error_class", it.errClass, "err", it.errText)
 		if it.failure != nil {
 			it.st = stMarkFailed

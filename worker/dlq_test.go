@@ -68,13 +68,14 @@ func TestDLQTooLargeNeverBlocks(t *testing.T) {
 				{Key: "event_id", Value: []byte(id)}, {Key: "position", Value: []byte("4242")}}})
 			good := uuid.NewString()
 			produce(thingRecord(t, good, "good", 1, 4243))
-			o := Options{Registry: realRegistry(t, "w1", 10*time.Second), Handler: HandlerFunc(func(context.Context, *Record) (claim.Outcome, error) {
+			deps := Deps{Registry: realRegistry(t, "w1", 10*time.Second), Handler: HandlerFunc(func(context.Context, *Record) (claim.Outcome, error) {
 				return claim.Applied(), nil
 			})}
+			var opts []Option
 			if tc.producer > 0 {
-				o.KafkaOpts = []kgo.Opt{kgo.ProducerBatchMaxBytes(tc.producer)}
+				opts = append(opts, WithKafkaOpts(kgo.ProducerBatchMaxBytes(tc.producer)))
 			}
-			c, _ := startConsumer(t, brokers, topic, o)
+			c, _ := startConsumer(t, brokers, topic, Config{}, deps, opts...)
 			testenv.WaitFor(t, 30*time.Second, "the partition past the too-large dead letter", func() bool { return committedOffset(c, topic) == 2 })
 
 			dl := readTopic(t, brokers, topic+".dlq")

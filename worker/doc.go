@@ -19,7 +19,7 @@
 //     prefix, so in-flight work is never committed.
 //   - §0.3 per-aggregate order: records of one aggregate run one at a time in
 //     offset order; records of different aggregates run concurrently, bounded
-//     by Options.Concurrency. A record the registry answers WAIT (a missing
+//     by Config.Concurrency. A record the registry answers WAIT (a missing
 //     predecessor) does not block the records behind it, so a predecessor
 //     that arrives later on the topic can run and unblock it.
 //   - §0.4 explicit failure: parse errors and exhausted or permanent failures

@@ -92,7 +92,7 @@ func (c *Consumer) handleBatch(ctx context.Context, items []*item) {
 	stops := make([]func(), len(run))
 	recs := make([]*Record, len(run))
 	for i, it := range run {
-		hctx, stop := c.o.Registry.Hold(bctx, it.lease)
+		hctx, stop := c.deps.Registry.Hold(bctx, it.lease)
 		unwatch := context.AfterFunc(hctx, func() { abort(errBatchAborted) })
 		hctxs[i], recs[i] = hctx, &it.view
 		stops[i] = func() { unwatch(); stop() }
@@ -107,7 +107,7 @@ func (c *Consumer) handleBatch(ctx context.Context, items []*item) {
 	for _, stop := range stops {
 		stop()
 	}
-	c.m.stage.WithLabelValues(c.o.HandlerName, "handle").Observe(time.Since(start).Seconds())
+	c.m.stage.WithLabelValues(c.cfg.HandlerName, "handle").Observe(time.Since(start).Seconds())
 	if len(res) != len(run) {
 		err := fmt.Errorf("consumer: HandleBatch returned %d results for %d records", len(res), len(run))
 		c.log("batch handler", "err", err)
@@ -122,10 +122,10 @@ func (c *Consumer) handleBatch(ctx context.Context, items []*item) {
 			// Another lease of the batch ended: this one is still ours, but
 			// the handler stopped early. Hand it back and claim it again.
 			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
-			_ = c.o.Registry.Release(rctx, it.lease)
+			_ = c.deps.Registry.Release(rctx, it.lease)
 			cancel()
 			it.st = stClaim
-			c.retryLater(it, "batch_aborted", backoffDelay(c.o.RetryBackoffBase, c.o.RetryBackoffCap, it.tries))
+			c.retryLater(it, "batch_aborted", backoffDelay(c.cfg.RetryBackoffBase, c.cfg.RetryBackoffCap, it.tries))
 			continue
 		}
 		c.settle(ctx, causes[i], it, r.Outcome, r.Err)
@@ -138,9 +138,9 @@ func (c *Consumer) handleOne(ctx context.Context, it *item) {
 		return
 	}
 	start := time.Now()
-	hctx, stop := c.o.Registry.Hold(ctx, it.lease)
+	hctx, stop := c.deps.Registry.Hold(ctx, it.lease)
 	out, err := c.h.Handle(hctx, &it.view)
 	stop()
-	c.m.stage.WithLabelValues(c.o.HandlerName, "handle").Observe(time.Since(start).Seconds())
+	c.m.stage.WithLabelValues(c.cfg.HandlerName, "handle").Observe(time.Since(start).Seconds())
 	c.settle(ctx, context.Cause(hctx), it, out, err)
 }

@@ -70,24 +70,24 @@ func committedOffset(c *Consumer, topic string) int64 {
 	return -1
 }
 
-// startConsumer runs a consumer of topic with o's registry, handler and
-// bounds and the tests' defaults (group topic-g, DLQ topic.dlq, handler
-// name "h", no logs unless o has a Logger; skip-stale and 5 ms backoff unless o sets them). stop
-// ends Run and reports its error; it runs again at the end of the test
-// (then it does nothing).
-func startConsumer(t *testing.T, brokers []string, topic string, o Options) (c *Consumer, stop func()) {
+// startConsumer runs a consumer of topic with cfg's bounds, d's registry
+// and handler, and the tests' defaults (group topic-g, DLQ topic.dlq,
+// handler name "h", no logs unless d has a Logger; skip-stale and 5 ms
+// backoff unless cfg sets them). stop ends Run and reports its error; it
+// runs again at the end of the test (then it does nothing).
+func startConsumer(t *testing.T, brokers []string, topic string, cfg Config, d Deps, opts ...Option) (c *Consumer, stop func()) {
 	t.Helper()
-	o.Kafka.Brokers, o.Topic, o.Group, o.DLQTopic, o.HandlerName = brokers, topic, topic+"-g", topic+".dlq", "h"
-	if o.Logger == nil {
-		o.Logger = slog.New(slog.DiscardHandler)
+	cfg.Kafka.Brokers, cfg.Topic, cfg.Group, cfg.DLQTopic, cfg.HandlerName = brokers, topic, topic+"-g", topic+".dlq", "h"
+	if d.Logger == nil {
+		d.Logger = slog.New(slog.DiscardHandler)
 	}
-	if !o.Policy.Valid() {
-		o.Policy = claim.SkipStale
+	if !cfg.Policy.Valid() {
+		cfg.Policy = claim.SkipStale
 	}
-	if o.RetryBackoffBase == 0 {
-		o.RetryBackoffBase = 5 * time.Millisecond
+	if cfg.RetryBackoffBase == 0 {
+		cfg.RetryBackoffBase = 5 * time.Millisecond
 	}
-	c, err := New(o)
+	c, err := New(cfg, d, opts...)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -18,8 +18,8 @@ import (
 func TestMetricsSeriesExistAtZeroAfterNew(t *testing.T) {
 	brokers, topic, _ := oneTopic(t, "zero.")
 	reg := prometheus.NewRegistry()
-	c, err := New(Options{Kafka: kafka.Config{Brokers: brokers}, Topic: topic, Group: topic + "-g", DLQTopic: topic + ".dlq", HandlerName: "h",
-		Policy: claim.SkipStale, Registry: realRegistry(t, "w1", 10*time.Second), Handler: batchFunc(nil), Metrics: reg})
+	c, err := New(Config{Kafka: kafka.Config{Brokers: brokers}, Topic: topic, Group: topic + "-g", DLQTopic: topic + ".dlq", HandlerName: "h",
+		Policy: claim.SkipStale}, Deps{Registry: realRegistry(t, "w1", 10*time.Second), Handler: batchFunc(nil), Metrics: reg})
 	if err != nil {
 		t.Fatal(err)
 	}

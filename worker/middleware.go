@@ -37,12 +37,12 @@ func (g *guarded) recovered(v any, what string, rec *Record) error {
 // recoveredStack is recovered with the stack taken where the panic was
 // recovered.
 func (g *guarded) recoveredStack(v any, stack []byte, what string, rec *Record) error {
-	args := []any{"handler", g.c.o.HandlerName, "call", what, "panic", v, "stack", string(stack)}
+	args := []any{"handler", g.c.cfg.HandlerName, "call", what, "panic", v, "stack", string(stack)}
 	if rec != nil {
 		args = append(args, "topic", rec.Topic, "partition", rec.Partition, "offset", rec.Offset, "event_id", rec.Envelope.EventID)
 	}
-	g.c.o.Logger.Error("handler panicked", args...)
-	g.c.m.panics.WithLabelValues(g.c.o.HandlerName, what).Inc()
+	g.c.deps.Logger.Error("handler panicked", args...)
+	g.c.m.panics.WithLabelValues(g.c.cfg.HandlerName, what).Inc()
 	return &PanicError{Value: v, Stack: stack}
 }
 
@@ -78,7 +78,7 @@ func (g *guarded) HandleBatch(ctx context.Context, recs []*Record) []BatchResult
 		}
 		return res
 	}
-	g.c.o.Logger.Warn("batch handler panicked; splitting the batch to isolate the record", "handler", g.c.o.HandlerName,
+	g.c.deps.Logger.Warn("batch handler panicked; splitting the batch to isolate the record", "handler", g.c.cfg.HandlerName,
 		"records", len(recs), "panic", v)
 	mid := len(recs) / 2
 	return append(g.HandleBatch(ctx, recs[:mid]), g.HandleBatch(ctx, recs[mid:])...)

@@ -65,7 +65,7 @@ func TestHandlerPanicRecovered(t *testing.T) {
 				})
 			}
 			produce(thingRecord(t, bad, "bad", 1, 1))
-			c, _ := startConsumer(t, brokers, topic, Options{Registry: reg, Handler: h, MaxAttempts: 2})
+			c, _ := startConsumer(t, brokers, topic, Config{MaxAttempts: 2}, Deps{Registry: reg, Handler: h})
 			produce(thingRecord(t, good, "good", 1, 2))
 			testenv.WaitFor(t, 30*time.Second, "both records finished", func() bool { return committedOffset(c, topic) == 2 })
 
@@ -110,7 +110,7 @@ func TestHandlerPanicRecovered(t *testing.T) {
 // TestPanicStackLogged: the recovered panic is logged with its stack.
 func TestPanicStackLogged(t *testing.T) {
 	var buf strings.Builder
-	c := &Consumer{o: Options{HandlerName: "h", Logger: slog.New(slog.NewTextHandler(&buf, nil))}, m: newMetrics(prometheus.NewRegistry())}
+	c := &Consumer{cfg: Config{HandlerName: "h"}, deps: Deps{Logger: slog.New(slog.NewTextHandler(&buf, nil))}, m: newMetrics(prometheus.NewRegistry())}
 	g := newGuarded(c, HandlerFunc(func(context.Context, *Record) (claim.Outcome, error) { panic("kaboom") }))
 	_, err := g.Handle(context.Background(), &Record{})
 	var pe *PanicError

@@ -78,13 +78,26 @@ type Record struct {
 	Span trace.Span
 }
 
-// Options configure a Consumer. Zero values take the defaults noted.
-type Options struct {
+// Config configures a Consumer: every tunable of the runtime for one
+// worker (docs/architecture.md, "One construction convention"). New
+// applies the defaults noted to the fields left zero.
+type Config struct {
+	// Settings is the WORKER_* section: Concurrency bounds the aggregates
+	// processed at once, by the handler goroutines of all rounds in flight
+	// together (a BatchHandler gets one call per round and bounds its own
+	// parallelism); RetryBackoffBase and RetryBackoffCap shape local retries
+	// (WAIT, IN_PROGRESS, outages, DLQ produce failures): min(cap,
+	// base·2^n) with jitter in [0.5, 1), while retries after a failed
+	// attempt use the registry's backoff; SessionTimeout is the
+	// consumer-group session timeout, how long a member that stopped
+	// heartbeating keeps its partitions; ShutdownTimeout bounds the drain
+	// after the Run context ends; PausePoll is how often Deps.Pause is read.
+	// Its zero fields take the defaults of its tags.
+	Settings
 	// Kafka is the KAFKA_* configuration the client is built from
 	// (kafka.NewClient: brokers, TLS, SASL, the size budget that bounds a
-	// dead letter). KafkaOpts adds client options last (tests).
-	Kafka     kafka.Config
-	KafkaOpts []kgo.Opt
+	// dead letter).
+	Kafka kafka.Config
 	// Topic is consumed by consumer group Group; DLQTopic receives dead
 	// letters. All required.
 	Topic, Group, DLQTopic string
@@ -99,26 +112,9 @@ type Options struct {
 	// and the metrics label. Required.
 	HandlerName string
 	// Policy is the handler's sequence-guard policy. Required.
-	Policy   claim.Policy
-	Registry Registry
-	Handler  Handler
-	// AggregateKey maps an envelope to the registry's aggregate id and the
-	// ordering unit. Default: DefaultAggregateKey (envelope.AggregateKey).
-	AggregateKey func(envelope.Envelope) string
-	// Config is the WORKER_* section: Concurrency bounds the aggregates
-	// processed at once, by the handler goroutines of all rounds in flight
-	// together (a BatchHandler gets one call per round and bounds its own
-	// parallelism); RetryBackoffBase and RetryBackoffCap shape local retries
-	// (WAIT, IN_PROGRESS, outages, DLQ produce failures): min(cap,
-	// base·2^n) with jitter in [0.5, 1), while retries after a failed
-	// attempt use the registry's backoff; SessionTimeout is the
-	// consumer-group session timeout, how long a member that stopped
-	// heartbeating keeps its partitions; ShutdownTimeout bounds the drain
-	// after the Run context ends; PausePoll is how often Pause is read. Its
-	// zero fields take the defaults of its tags.
-	Config
+	Policy claim.Policy
 	// MaxAttempts of a retryable failure before the DLQ: the worker's own
-	// (Config.InstanceMaxRetryAttempts or Config.ProjectionMaxRetries;
+	// (Settings.InstanceMaxRetryAttempts or Settings.ProjectionMaxRetries;
 	// default claim.DefaultMaxAttempts).
 	MaxAttempts int
 	// OutageBackoffCap caps the retry delay while the registry is
@@ -147,11 +143,18 @@ type Options struct {
 	// Limits are the envelope limits Parse enforces (default
 	// envelope.DefaultLimits()).
 	Limits envelope.Limits
-	// Crash, with CrashWorker (e.g. "instanceworker"), provides the runtime's
-	// crash points after_claim, before_mark_done and before_commit.
-	Crash       *crashpoint.Crasher
-	CrashWorker string
-	Logger      *slog.Logger
+}
+
+// Deps are the resources of a Consumer; it closes none of them.
+type Deps struct {
+	// Registry claims and settles the records; Handler runs their side
+	// effects. Both required.
+	Registry Registry
+	Handler  Handler
+	// AggregateKey maps an envelope to the registry's aggregate id and the
+	// ordering unit. Default: DefaultAggregateKey (envelope.AggregateKey).
+	AggregateKey func(envelope.Envelope) string
+	Logger       *slog.Logger
 	// Metrics receives the runtime's collectors (default: a private registry).
 	Metrics prometheus.Registerer
 	// TracerProvider traces each record from its poll to its offset commit
@@ -169,14 +172,38 @@ type Options struct {
 	Pause PauseSource
 }
 
+// Option is a test hook of a Consumer (docs/architecture.md, "One
+// construction convention"); production passes none but WithCrasher.
+type Option func(*hooks)
+
+type hooks struct {
+	crash       *crashpoint.Crasher
+	crashWorker string
+	kafkaOpts   []kgo.Opt
+}
+
+// WithCrasher hands the runtime its crash points after_claim,
+// before_mark_done and before_commit, named for worker (the worker that
+// runs the runtime, e.g. "instanceworker": "instanceworker:after_claim").
+func WithCrasher(c *crashpoint.Crasher, worker string) Option {
+	return func(h *hooks) { h.crash, h.crashWorker = c, worker }
+}
+
+// WithKafkaOpts adds client options last, after the runtime's own (tests:
+// a short session timeout, a logger).
+func WithKafkaOpts(opts ...kgo.Opt) Option {
+	return func(h *hooks) { h.kafkaOpts = append(h.kafkaOpts, opts...) }
+}
+
 // PauseSource says whether an operator paused a consumer group
 // (registry.Registry satisfies it).
 type PauseSource interface {
 	Paused(ctx context.Context, group string) (bool, error)
 }
 
-func (o *Options) withDefaults() (Options, error) {
-	c := *o
+// withDefaults returns c with every default applied, or why c cannot
+// configure a consumer.
+func (c Config) withDefaults() (Config, error) {
 	switch {
 	case len(c.Kafka.Brokers) == 0:
 		return c, errors.New("consumer: no brokers")
@@ -186,13 +213,8 @@ func (o *Options) withDefaults() (Options, error) {
 		return c, errors.New("consumer: HandlerName is required")
 	case !c.Policy.Valid():
 		return c, errors.New("consumer: Policy is required")
-	case c.Registry == nil || c.Handler == nil:
-		return c, errors.New("consumer: Registry and Handler are required")
 	}
-	if c.AggregateKey == nil {
-		c.AggregateKey = DefaultAggregateKey
-	}
-	config.FillZero(&c.Config)
+	config.FillZero(&c.Settings)
 	if c.MaxAttempts <= 0 {
 		c.MaxAttempts = claim.DefaultMaxAttempts
 	}
@@ -211,13 +233,25 @@ func (o *Options) withDefaults() (Options, error) {
 	if c.Limits == (envelope.Limits{}) {
 		c.Limits = envelope.DefaultLimits()
 	}
-	if c.Logger == nil {
-		c.Logger = slog.Default()
-	}
-	if c.Metrics == nil {
-		c.Metrics = prometheus.NewRegistry()
-	}
 	return c, nil
+}
+
+// withDefaults returns d with the defaults of the optional resources, or
+// which required one is missing.
+func (d Deps) withDefaults() (Deps, error) {
+	if d.Registry == nil || d.Handler == nil {
+		return d, errors.New("consumer: Registry and Handler are required")
+	}
+	if d.AggregateKey == nil {
+		d.AggregateKey = DefaultAggregateKey
+	}
+	if d.Logger == nil {
+		d.Logger = slog.Default()
+	}
+	if d.Metrics == nil {
+		d.Metrics = prometheus.NewRegistry()
+	}
+	return d, nil
 }
 
 // DefaultAggregateKey is envelope.AggregateKey: aggregate_type + ":" +
@@ -236,7 +270,7 @@ func DefaultAggregateKey(e envelope.Envelope) string {
 // A round selects at most one claimable record per aggregate, so a batch
 // holds no two records of one aggregate today; should it, they are in
 // offset order and the handler must apply them in that order. Up to
-// Options.RoundsInFlight calls run at once, always on disjoint aggregates. It returns one BatchResult per record,
+// Config.RoundsInFlight calls run at once, always on disjoint aggregates. It returns one BatchResult per record,
 // at the same index; each is settled exactly as Handle's answer would be
 // (mark_done in one batch for the successes; retry, DLQ or conflict for
 // the failures). Records the handler did not finish because ctx was

@@ -43,7 +43,7 @@ func (c *Consumer) selectRunnable(now time.Time) []*item {
 		if !now.Before(it.notBefore) {
 			out = append(out, it)
 		}
-		return len(out) < c.o.MaxPollRecords
+		return len(out) < c.cfg.MaxPollRecords
 	})
 	return out
 }
@@ -74,10 +74,10 @@ func (c *Consumer) eachSelectable(fn func(it *item) bool) {
 // counts it.
 func (c *Consumer) finish(it *item, outcome string) {
 	it.st = stDone
-	c.m.records.WithLabelValues(c.o.HandlerName, outcome).Inc()
-	c.m.stage.WithLabelValues(c.o.HandlerName, "end_to_end").Observe(time.Since(it.polledAt).Seconds())
+	c.m.records.WithLabelValues(c.cfg.HandlerName, outcome).Inc()
+	c.m.stage.WithLabelValues(c.cfg.HandlerName, "end_to_end").Observe(time.Since(it.polledAt).Seconds())
 	if at := it.view.Envelope.OccurredAt; outcome == "applied" && !at.IsZero() && it.parseErr == nil {
-		c.m.age.WithLabelValues(c.o.HandlerName).Observe(max(time.Since(at.Time()), 0).Seconds())
+		c.m.age.WithLabelValues(c.cfg.HandlerName).Observe(max(time.Since(at.Time()), 0).Seconds())
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -143,7 +143,7 @@ func (c *Consumer) commit(ctx context.Context, only map[string][]int32) {
 			}
 		}
 	})
-	c.m.stage.WithLabelValues(c.o.HandlerName, "commit").Observe(time.Since(start).Seconds())
+	c.m.stage.WithLabelValues(c.cfg.HandlerName, "commit").Observe(time.Since(start).Seconds())
 	if c.tracer != nil {
 		c.mu.Lock()
 		for _, a := range advs {
@@ -155,7 +155,7 @@ func (c *Consumer) commit(ctx context.Context, only map[string][]int32) {
 		c.log("offset commit failed; will retry", "err", cerr)
 		return
 	}
-	c.m.commits.WithLabelValues(c.o.HandlerName).Inc()
+	c.m.commits.WithLabelValues(c.cfg.HandlerName).Inc()
 	c.mu.Lock()
 	for _, a := range advs {
 		a.ps.queue = a.ps.queue[a.n:]
@@ -171,7 +171,7 @@ func (c *Consumer) commit(ctx context.Context, only map[string][]int32) {
 			a.ps.mayWait.Store(waiting)
 		}
 		if a.ps.hwm > 0 {
-			c.m.lag.WithLabelValues(c.o.HandlerName, a.ps.topic, strconv.Itoa(int(a.ps.partition))).Set(float64(max(a.ps.hwm-a.next, 0)))
+			c.m.lag.WithLabelValues(c.cfg.HandlerName, a.ps.topic, strconv.Itoa(int(a.ps.partition))).Set(float64(max(a.ps.hwm-a.next, 0)))
 		}
 	}
 	c.mu.Unlock()

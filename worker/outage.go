@@ -88,25 +88,25 @@ func (c *Consumer) enterOutage(dep string, err error) time.Time {
 		c.out.n.Store(int32(len(c.out.deps)))
 	}
 	d.tries++
-	d.next = now.Add(backoffDelay(c.o.RetryBackoffBase, c.o.OutageBackoffCap, d.tries))
+	d.next = now.Add(backoffDelay(c.cfg.RetryBackoffBase, c.cfg.OutageBackoffCap, d.tries))
 	d.err = errText(err)
 	next := d.next
-	register := first && dep != DependencyRegistry && c.o.Health != nil && !c.out.checks[dep]
+	register := first && dep != DependencyRegistry && c.deps.Health != nil && !c.out.checks[dep]
 	if register {
 		c.out.checks[dep] = true
 	}
 	c.out.mu.Unlock()
 	if register {
-		c.o.Health.AddReadiness(c.o.HandlerName+":"+dep, func(context.Context) error { return c.outageErr(dep) })
+		c.deps.Health.AddReadiness(c.cfg.HandlerName+":"+dep, func(context.Context) error { return c.outageErr(dep) })
 	}
 	if first {
 		c.log(dep+" unavailable: pausing consumption", "dependency", dep, "err", err)
-		c.m.depOutage.WithLabelValues(c.o.HandlerName, dep).Set(1)
+		c.m.depOutage.WithLabelValues(c.cfg.HandlerName, dep).Set(1)
 		if dep == DependencyRegistry {
-			c.m.outage.WithLabelValues(c.o.HandlerName).Set(1)
+			c.m.outage.WithLabelValues(c.cfg.HandlerName).Set(1)
 		}
 	}
-	c.m.retries.WithLabelValues(c.o.HandlerName, "outage").Inc()
+	c.m.retries.WithLabelValues(c.cfg.HandlerName, "outage").Inc()
 	return next
 }
 
@@ -124,9 +124,9 @@ func (c *Consumer) leaveOutage(dep string) {
 		return
 	}
 	c.log(dep+" available again: resuming consumption", "dependency", dep, "outage", time.Since(d.since).Round(time.Millisecond))
-	c.m.depOutage.WithLabelValues(c.o.HandlerName, dep).Set(0)
+	c.m.depOutage.WithLabelValues(c.cfg.HandlerName, dep).Set(0)
 	if dep == DependencyRegistry {
-		c.m.outage.WithLabelValues(c.o.HandlerName).Set(0)
+		c.m.outage.WithLabelValues(c.cfg.HandlerName).Set(0)
 	}
 }
 
@@ -217,13 +217,13 @@ func (c *Consumer) endOutages() {
 	c.out.n.Store(0)
 	c.out.mu.Unlock()
 	for _, dep := range checks {
-		if c.o.Health != nil {
-			c.o.Health.Remove(c.o.HandlerName + ":" + dep)
+		if c.deps.Health != nil {
+			c.deps.Health.Remove(c.cfg.HandlerName + ":" + dep)
 		}
-		c.m.depOutage.DeleteLabelValues(c.o.HandlerName, dep)
+		c.m.depOutage.DeleteLabelValues(c.cfg.HandlerName, dep)
 	}
-	c.m.depOutage.DeleteLabelValues(c.o.HandlerName, DependencyRegistry)
-	c.m.outage.DeleteLabelValues(c.o.HandlerName)
+	c.m.depOutage.DeleteLabelValues(c.cfg.HandlerName, DependencyRegistry)
+	c.m.outage.DeleteLabelValues(c.cfg.HandlerName)
 }
 
 // parkLease keeps the item's lease alive (Registry.Hold heartbeats it) while the
@@ -233,7 +233,7 @@ func (c *Consumer) parkLease(ctx context.Context, it *item) {
 	if it.unpark != nil || it.lease.Token == "" {
 		return
 	}
-	it.park, it.unpark = c.o.Registry.Hold(ctx, it.lease)
+	it.park, it.unpark = c.deps.Registry.Hold(ctx, it.lease)
 }
 
 // unparkLease stops the parked hold of it, if any; it reports whether a

@@ -30,8 +30,8 @@ import (
 func realRegistry(t *testing.T, owner string, lease time.Duration) *registry.Registry {
 	t.Helper()
 	_, pool := testenv.NewMigratedDatabase(t)
-	reg, err := registry.New(pool, registry.Options{Owner: owner, LeaseTimeout: lease, HeartbeatInterval: 100 * time.Millisecond,
-		BackoffBase: 5 * time.Millisecond, BackoffCap: 20 * time.Millisecond})
+	reg, err := registry.New(registry.Config{Owner: owner, LeaseTimeout: lease, HeartbeatInterval: 100 * time.Millisecond,
+		BackoffBase: 5 * time.Millisecond, BackoffCap: 20 * time.Millisecond}, registry.Deps{Pool: pool})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -137,8 +137,7 @@ func TestHandlerOutagePauses(t *testing.T) {
 				recs = append(recs, thingRecord(t, id, fmt.Sprintf("a%d", i%3), int64(i/3+1), int64(i+1)))
 			}
 			produce(recs...)
-			c, _ := startConsumer(t, brokers, topic, Options{Registry: reg, Handler: h, Health: health, MaxAttempts: 2,
-				OutageBackoffCap: 50 * time.Millisecond})
+			c, _ := startConsumer(t, brokers, topic, Config{MaxAttempts: 2, OutageBackoffCap: 50 * time.Millisecond}, Deps{Registry: reg, Handler: h, Health: health})
 			ctx := context.Background()
 
 			check := "h:" + tc.dep
@@ -213,8 +212,7 @@ func TestOutageEndsOnAnyAnswer(t *testing.T) {
 		return claim.Outcome{}, Permanent(errors.New("mapping conflict"))
 	})
 	produce(thingRecord(t, "", "a", 1, 1))
-	c, _ := startConsumer(t, brokers, topic, Options{Registry: realRegistry(t, "w1", 10*time.Second), Handler: h, Health: health,
-		OutageBackoffCap: 50 * time.Millisecond})
+	c, _ := startConsumer(t, brokers, topic, Config{OutageBackoffCap: 50 * time.Millisecond}, Deps{Registry: realRegistry(t, "w1", 10*time.Second), Handler: h, Health: health})
 	ctx := context.Background()
 	testenv.WaitFor(t, 20*time.Second, "readiness red", func() bool { return health.Ready(ctx) != nil })
 	down.Store(false)

@@ -87,11 +87,11 @@ func TestPauseSurvivesRegistryOutage(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(ppool.Close)
-	viaProxy, err := registry.New(ppool, registry.Options{Owner: "w1"})
+	viaProxy, err := registry.New(registry.Config{Owner: "w1"}, registry.Deps{Pool: ppool})
 	if err != nil {
 		t.Fatal(err)
 	}
-	operator, err := registry.New(pool, registry.Options{Owner: "operator"})
+	operator, err := registry.New(registry.Config{Owner: "operator"}, registry.Deps{Pool: pool})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -111,7 +111,7 @@ func TestPauseSurvivesRegistryOutage(t *testing.T) {
 		return claim.Applied(), nil
 	})
 	const poll = 50 * time.Millisecond
-	c, _ := startConsumer(t, brokers, topic, Options{Registry: claims, Handler: h, Pause: src, Config: Config{PausePoll: poll}})
+	c, _ := startConsumer(t, brokers, topic, Config{Settings: Settings{PausePoll: poll}}, Deps{Registry: claims, Handler: h, Pause: src})
 	group := topic + "-g"
 	ctx := context.Background()
 	watch := watchPaused(t, c)

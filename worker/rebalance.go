@@ -24,14 +24,14 @@ func (c *Consumer) flowControl() {
 		c.leaveHandlerOutages()
 	}
 	c.mu.Lock()
-	pause := c.pending >= c.o.MaxPending || c.InOutage() || c.opPaused.Load()
+	pause := c.pending >= c.cfg.MaxPending || c.InOutage() || c.opPaused.Load()
 	was := c.paused
 	c.paused = pause
 	c.mu.Unlock()
 	if pause && !was {
-		c.cl.PauseFetchTopics(c.o.Topic)
+		c.cl.PauseFetchTopics(c.cfg.Topic)
 	} else if !pause && was {
-		c.cl.ResumeFetchTopics(c.o.Topic)
+		c.cl.ResumeFetchTopics(c.cfg.Topic)
 	}
 }
 
@@ -82,7 +82,7 @@ func (c *Consumer) forget(tps map[string][]int32) {
 					}
 				}
 				delete(c.parts[t], p)
-				c.m.lag.DeleteLabelValues(c.o.HandlerName, t, strconv.Itoa(int(p)))
+				c.m.lag.DeleteLabelValues(c.cfg.HandlerName, t, strconv.Itoa(int(p)))
 			}
 		}
 	}

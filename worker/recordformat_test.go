@@ -79,7 +79,7 @@ func TestBothRecordFormatsInOnePartition(t *testing.T) {
 		seen[r.Envelope.EventID] = append(seen[r.Envelope.EventID], r.Envelope)
 		return claim.Applied(), nil
 	})
-	c, _ := startConsumer(t, brokers, topic, Options{Registry: realRegistry(t, "w1", 10*time.Second), Handler: h, Policy: claim.WaitForPredecessor})
+	c, _ := startConsumer(t, brokers, topic, Config{Policy: claim.WaitForPredecessor}, Deps{Registry: realRegistry(t, "w1", 10*time.Second), Handler: h})
 	testenv.WaitFor(t, 30*time.Second, "the whole partition committed", func() bool { return committedOffset(c, topic) == int64(len(recs)) })
 
 	mu.Lock()

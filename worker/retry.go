@@ -21,7 +21,7 @@ func backoffDelay(base, limit time.Duration, n int) time.Duration {
 func (c *Consumer) retryLater(it *item, reason string, d time.Duration) {
 	it.notBefore = time.Now().Add(d)
 	it.tries++
-	c.m.retries.WithLabelValues(c.o.HandlerName, reason).Inc()
+	c.m.retries.WithLabelValues(c.cfg.HandlerName, reason).Inc()
 }
 
 // settle moves a handled item on according to the handler's answer: to
@@ -38,17 +38,17 @@ func (c *Consumer) settle(ctx context.Context, cause error, it *item, out claim.
 	switch {
 	case isLeaseLost(cause, err):
 		it.st = stClaim
-		c.retryLater(it, "lease_lost", backoffDelay(c.o.RetryBackoffBase, c.o.RetryBackoffCap, it.tries))
+		c.retryLater(it, "lease_lost", backoffDelay(c.cfg.RetryBackoffBase, c.cfg.RetryBackoffCap, it.tries))
 		return
 	case errors.Is(err, claim.ErrUnavailable) || errors.Is(cause, claim.ErrUnavailable):
 		c.enterOutage(DependencyRegistry, err) // keep the lease: run again when Postgres is back
 		c.parkLease(ctx, it)
-		c.retryLater(it, "outage", backoffDelay(c.o.RetryBackoffBase, c.o.OutageBackoffCap, it.tries))
+		c.retryLater(it, "outage", backoffDelay(c.cfg.RetryBackoffBase, c.cfg.OutageBackoffCap, it.tries))
 		return
 	case ctx.Err() != nil:
 		// Shutdown ran out of time: hand the claim back.
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
-		_ = c.o.Registry.Release(rctx, it.lease)
+		_ = c.deps.Registry.Release(rctx, it.lease)
 		cancel()
 		it.st = stClaim
 		return
@@ -61,7 +61,7 @@ func (c *Consumer) settle(ctx context.Context, cause error, it *item, out claim.
 		c.parkLease(ctx, it)
 		it.notBefore = c.enterOutage(dep, err)
 		it.tries++
-		c.o.Logger.Debug("dependency outage, will retry", "handler", c.o.HandlerName, "dependency", dep,
+		c.deps.Logger.Debug("dependency outage, will retry", "handler", c.cfg.HandlerName, "dependency", dep,
 			"event_id", it.view.Envelope.EventID, "retry_at", it.notBefore, "err", err)
 		return
 	}
@@ -75,20 +75,20 @@ func (c *Consumer) settle(ctx context.Context, cause error, it *item, out claim.
 		it.st, it.outcome = stMarkDone, claim.Conflict(ce.Reason)
 		return
 	}
-	f := claim.Failure{Err: err, Retryable: class == ClassRetryable, MaxAttempts: c.o.MaxAttempts}
-	if f.Retryable && it.lease.Attempt < c.o.MaxAttempts {
-		fr, ferr := c.o.Registry.MarkFailed(ctx, it.lease, f)
+	f := claim.Failure{Err: err, Retryable: class == ClassRetryable, MaxAttempts: c.cfg.MaxAttempts}
+	if f.Retryable && it.lease.Attempt < c.cfg.MaxAttempts {
+		fr, ferr := c.deps.Registry.MarkFailed(ctx, it.lease, f)
 		if ferr != nil {
 			if isOutage(ctx, ferr) {
 				c.enterOutage(DependencyRegistry, ferr)
-				c.retryLater(it, "outage", backoffDelay(c.o.RetryBackoffBase, c.o.OutageBackoffCap, it.tries))
+				c.retryLater(it, "outage", backoffDelay(c.cfg.RetryBackoffBase, c.cfg.OutageBackoffCap, it.tries))
 				return
 			}
 			it.st = stClaim // lease lost: whoever holds it now finishes it
-			c.retryLater(it, "lease_lost", backoffDelay(c.o.RetryBackoffBase, c.o.RetryBackoffCap, it.tries))
+			c.retryLater(it, "lease_lost", backoffDelay(c.cfg.RetryBackoffBase, c.cfg.RetryBackoffCap, it.tries))
 			return
 		}
-		c.o.Logger.Info("attempt failed, will retry", "handler", c.o.HandlerName, "event_id", it.view.Envelope.EventID,
+		c.deps.Logger.Info("attempt failed, will retry", "handler", c.cfg.HandlerName, "event_id", it.view.Envelope.EventID,
 			"attempt", fr.Attempt, "retry_in", fr.RetryIn, "err", err)
 		it.st = stClaim
 		c.retryLater(it, "failed", max(fr.RetryIn, time.Millisecond))
@@ -99,7 +99,7 @@ func (c *Consumer) settle(ctx context.Context, cause error, it *item, out claim.
 	// attempt rather than losing the dead letter).
 	it.failure = &f
 	it.st, it.errText, it.errClass, it.attempts = stDLQ, err.Error(), class, it.lease.Attempt
-	if row, gerr := c.o.Registry.GetRow(ctx, c.o.HandlerName, it.view.Envelope.EventID); gerr == nil && !row.FirstFailedAt.IsZero() {
+	if row, gerr := c.deps.Registry.GetRow(ctx, c.cfg.HandlerName, it.view.Envelope.EventID); gerr == nil && !row.FirstFailedAt.IsZero() {
 		it.firstFail = row.FirstFailedAt
 	} else {
 		it.firstFail = time.Now()
@@ -112,22 +112,22 @@ func (c *Consumer) markFailed(ctx context.Context, items []*item) {
 		if it.st != stMarkFailed {
 			continue
 		}
-		_, err := c.o.Registry.MarkFailed(ctx, it.lease, *it.failure)
+		_, err := c.deps.Registry.MarkFailed(ctx, it.lease, *it.failure)
 		switch {
 		case err == nil:
 			c.finish(it, "dead")
 		case isOutage(ctx, err):
 			c.enterOutage(DependencyRegistry, err)
-			c.retryLater(it, "outage", backoffDelay(c.o.RetryBackoffBase, c.o.OutageBackoffCap, it.tries))
+			c.retryLater(it, "outage", backoffDelay(c.cfg.RetryBackoffBase, c.cfg.OutageBackoffCap, it.tries))
 			return
 		case errors.Is(err, claim.ErrLeaseLost):
 			// Another owner holds it now (its own attempt decides); the DLQ
 			// record exists — acknowledge by claiming again.
 			it.st, it.failure = stClaim, nil
-			c.retryLater(it, "lease_lost", backoffDelay(c.o.RetryBackoffBase, c.o.RetryBackoffCap, it.tries))
+			c.retryLater(it, "lease_lost", backoffDelay(c.cfg.RetryBackoffBase, c.cfg.RetryBackoffCap, it.tries))
 		default:
 			c.log("mark failed", "err", err)
-			c.retryLater(it, "mark_failed", backoffDelay(c.o.RetryBackoffBase, c.o.RetryBackoffCap, it.tries))
+			c.retryLater(it, "mark_failed", backoffDelay(c.cfg.RetryBackoffBase, c.cfg.RetryBackoffCap, it.tries))
 		}
 	}
 }

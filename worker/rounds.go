@@ -13,7 +13,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 )
 
-// DefaultRoundsInFlight is the default of Options.RoundsInFlight.
+// DefaultRoundsInFlight is the default of Config.RoundsInFlight.
 const DefaultRoundsInFlight = 4
 
 // maxBlocked bounds how long the loop keeps rebalances blocked while it
@@ -25,7 +25,7 @@ const maxBlocked = 2 * time.Second
 // (BlockRebalanceOnPoll). Rounds overlap: a round's first half (select,
 // claim) runs here, its second half (handler, dead letters, mark_done) in
 // the background while the next turns poll, parse, claim and launch the
-// next rounds, up to Options.RoundsInFlight at once. A record that arrives
+// next rounds, up to Config.RoundsInFlight at once. A record that arrives
 // while rounds are in flight so starts at the next turn instead of waiting
 // for them. The records of a round in flight are busy: no later round
 // selects them or any record of their aggregates, so per-aggregate order is
@@ -46,7 +46,7 @@ func (c *Consumer) turn(ctx, work context.Context) error {
 			}
 		}()
 	}
-	fetches := c.cl.PollRecords(pctx, c.o.MaxPollRecords)
+	fetches := c.cl.PollRecords(pctx, c.cfg.MaxPollRecords)
 	cancel()
 	if fetches.IsClientClosed() {
 		return errors.New("consumer: kafka client closed")
@@ -84,16 +84,16 @@ func (c *Consumer) turn(ctx, work context.Context) error {
 		// The lag from the first uncommitted record, at every poll: a
 		// consumer that never commits (a stuck rebuild) shows it too.
 		if part.hwm > 0 && len(part.queue) > 0 {
-			c.m.lag.WithLabelValues(c.o.HandlerName, part.topic, strconv.Itoa(int(part.partition))).Set(float64(max(part.hwm-part.queue[0].rec.Offset, 0)))
+			c.m.lag.WithLabelValues(c.cfg.HandlerName, part.topic, strconv.Itoa(int(part.partition))).Set(float64(max(part.hwm-part.queue[0].rec.Offset, 0)))
 		}
 	}
 	pending := c.pending
 	c.mu.Unlock()
-	c.o.Logger.Debug("poll", "records", fetches.NumRecords(), "pending", pending, "wait", wait)
+	c.deps.Logger.Debug("poll", "records", fetches.NumRecords(), "pending", pending, "wait", wait)
 	// A free slot before claiming: leases are not held until the round is
 	// launched.
 	c.reap()
-	for len(c.inflight) >= c.o.RoundsInFlight {
+	for len(c.inflight) >= c.cfg.RoundsInFlight {
 		<-c.inflight[0]
 		c.reap()
 	}

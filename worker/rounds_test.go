@@ -58,7 +58,7 @@ func TestRoundsInFlight(t *testing.T) {
 		return out
 	})
 	logs := newMsgCounter()
-	c, _ = startConsumer(t, brokers, topic, Options{Registry: &fakeRegistry{attempts: map[string]int{}}, Handler: h, Logger: slog.New(logs)})
+	c, _ = startConsumer(t, brokers, topic, Config{}, Deps{Registry: &fakeRegistry{attempts: map[string]int{}}, Handler: h, Logger: slog.New(logs)})
 	has := func(name string) bool {
 		mu.Lock()
 		defer mu.Unlock()
@@ -154,7 +154,7 @@ func TestConcurrencyAcrossRounds(t *testing.T) {
 		return slices.Contains(started, agg)
 	}
 	reg := &fakeRegistry{attempts: map[string]int{}}
-	startConsumer(t, brokers, topic, Options{Registry: reg, Handler: h, Config: Config{Concurrency: 1}})
+	startConsumer(t, brokers, topic, Config{Settings: Settings{Concurrency: 1}}, Deps{Registry: reg, Handler: h})
 	produce("first")
 	testenv.WaitFor(t, 20*time.Second, "the first handler running", func() bool { return has("first") })
 	secondID := uuid.NewString()

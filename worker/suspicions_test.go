@@ -28,8 +28,8 @@ import (
 // database, as workers do).
 func ownerRegistry(t *testing.T, pool *pgxpool.Pool, owner string, lease time.Duration) *registry.Registry {
 	t.Helper()
-	reg, err := registry.New(pool, registry.Options{Owner: owner, LeaseTimeout: lease, HeartbeatInterval: 100 * time.Millisecond,
-		BackoffBase: 5 * time.Millisecond, BackoffCap: 20 * time.Millisecond})
+	reg, err := registry.New(registry.Config{Owner: owner, LeaseTimeout: lease, HeartbeatInterval: 100 * time.Millisecond,
+		BackoffBase: 5 * time.Millisecond, BackoffCap: 20 * time.Millisecond}, registry.Deps{Pool: pool})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -75,8 +75,7 @@ func TestHealFailureIsBounded(t *testing.T) {
 			}
 			id := uuid.NewString()
 			produce(thingRecord(t, id, "gap", 2, 2)) // slot 1 never arrives: WAIT, heal due after the lease (1 s)
-			c, _ := startConsumer(t, brokers, topic, Options{Registry: realRegistry(t, "w1", time.Second), Handler: h,
-				Policy: claim.WaitForPredecessor, MaxAttempts: 3})
+			c, _ := startConsumer(t, brokers, topic, Config{Policy: claim.WaitForPredecessor, MaxAttempts: 3}, Deps{Registry: realRegistry(t, "w1", time.Second), Handler: h})
 			testenv.WaitFor(t, 30*time.Second, "the waiting record dead-lettered", func() bool { return committedOffset(c, topic) == 1 })
 			dl := readTopic(t, brokers, topic+".dlq")
 			if len(dl) != 1 {
@@ -130,7 +129,7 @@ func TestDrainWritesNoDuplicateDeadLetter(t *testing.T) {
 	flaky.fail.Store(true)
 	// Long backoffs: after the failed MarkFailed nothing is retried before
 	// the drain.
-	_, stop1 := startConsumer(t, brokers, topic, Options{Registry: flaky, Handler: h, Config: Config{Backoff: claim.Backoff{RetryBackoffBase: time.Minute}}, OutageBackoffCap: 2 * time.Minute})
+	_, stop1 := startConsumer(t, brokers, topic, Config{Settings: Settings{Backoff: claim.Backoff{RetryBackoffBase: time.Minute}}, OutageBackoffCap: 2 * time.Minute}, Deps{Registry: flaky, Handler: h})
 	testenv.WaitFor(t, 30*time.Second, "the dead letter acked and MarkFailed refused", func() bool {
 		return flaky.fails.Load() > 0 && len(readTopic(t, brokers, topic+".dlq")) == 1
 	})
@@ -138,7 +137,7 @@ func TestDrainWritesNoDuplicateDeadLetter(t *testing.T) {
 	stop1()
 
 	produce(thingRecord(t, after, "b", 1, 2))
-	c2, _ := startConsumer(t, brokers, topic, Options{Registry: ownerRegistry(t, pool, "w2", 10*time.Second), Handler: h})
+	c2, _ := startConsumer(t, brokers, topic, Config{}, Deps{Registry: ownerRegistry(t, pool, "w2", 10*time.Second), Handler: h})
 	testenv.WaitFor(t, 30*time.Second, "the next owner past both records", func() bool { return committedOffset(c2, topic) == 2 })
 	if dl := readTopic(t, brokers, topic+".dlq"); len(dl) != 1 {
 		t.Errorf("%d dead letters for one dead record, want 1", len(dl))
@@ -189,13 +188,13 @@ func TestRevokedPartitionHandsBackClaims(t *testing.T) {
 		return claim.Applied(), nil
 	})
 	lease := 10 * time.Minute // the new owner must not wait for it
-	startConsumer(t, brokers, topic, Options{Registry: ownerRegistry(t, pool, "w1", lease), Handler: down, OutageBackoffCap: 50 * time.Millisecond})
+	startConsumer(t, brokers, topic, Config{OutageBackoffCap: 50 * time.Millisecond}, Deps{Registry: ownerRegistry(t, pool, "w1", lease), Handler: down})
 	testenv.WaitFor(t, 30*time.Second, "both records claimed and parked by the first owner", func() bool {
 		mu.Lock()
 		defer mu.Unlock()
 		return len(held) == 2
 	})
-	startConsumer(t, brokers, topic, Options{Registry: ownerRegistry(t, pool, "w2", lease), Handler: up})
+	startConsumer(t, brokers, topic, Config{}, Deps{Registry: ownerRegistry(t, pool, "w2", lease), Handler: up})
 	testenv.WaitFor(t, 60*time.Second, "the second owner applies the record of the partition it took over", func() bool {
 		mu.Lock()
 		defer mu.Unlock()

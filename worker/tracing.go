@@ -24,9 +24,9 @@ func (c *Consumer) startSpan(it *item) {
 	_, it.span = c.tracer.Start(ctx, "process "+r.Topic, trace.WithSpanKind(trace.SpanKindConsumer),
 		trace.WithTimestamp(it.polledAt),
 		trace.WithAttributes(semconv.MessagingSystemKafka, semconv.MessagingOperationTypeProcess,
-			semconv.MessagingDestinationName(r.Topic), semconv.MessagingConsumerGroupName(c.o.Group),
+			semconv.MessagingDestinationName(r.Topic), semconv.MessagingConsumerGroupName(c.cfg.Group),
 			semconv.MessagingDestinationPartitionID(itoa32(r.Partition)), semconv.MessagingKafkaOffset(int(r.Offset)),
-			tracing.AttrHandler.String(c.o.HandlerName), tracing.AttrEventID.String(e.EventID),
+			tracing.AttrHandler.String(c.cfg.HandlerName), tracing.AttrEventID.String(e.EventID),
 			tracing.AttrEventType.String(e.EventType), tracing.AttrAggregateID.String(e.AggregateID)))
 	it.view.Span = it.span
 }
@@ -38,7 +38,7 @@ func (c *Consumer) traceStage(items []*item, name string, start time.Time, err e
 	for _, it := range items {
 		spans = append(spans, it.span)
 	}
-	tracing.Stage(spans, name, start, time.Now(), err, tracing.AttrHandler.String(c.o.HandlerName))
+	tracing.Stage(spans, name, start, time.Now(), err, tracing.AttrHandler.String(c.cfg.HandlerName))
 }
 
 // traceCommit records the offset commit that covered items and, when it

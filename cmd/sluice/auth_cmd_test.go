@@ -68,7 +68,7 @@ func TestAuthKeyCommands(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	reg, err := registry.New(pool, registry.Options{Owner: "t"})
+	reg, err := registry.New(registry.Config{Owner: "t"}, registry.Deps{Pool: pool})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -71,7 +71,7 @@ func envDatabase(t *testing.T) *pgxpool.Pool {
 func envRegistry(t *testing.T, owner string) (*pgxpool.Pool, *registry.Registry) {
 	t.Helper()
 	pool := envDatabase(t)
-	reg, err := registry.New(pool, registry.Options{Owner: owner})
+	reg, err := registry.New(registry.Config{Owner: owner}, registry.Deps{Pool: pool})
 	if err != nil {
 		t.Fatal(err)
 	}

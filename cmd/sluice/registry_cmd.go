@@ -69,7 +69,7 @@ func openRegistry(cmd *cobra.Command) (*registry.Registry, func(), error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	reg, err := registry.New(pool, cfg.Registry.Options(cfg.Worker.InstanceRetry()))
+	reg, err := registry.New(cfg.Registry.WithRetry(cfg.Worker.InstanceRetry()), registry.Deps{Pool: pool})
 	if err != nil {
 		pool.Close()
 		return nil, nil, err

@@ -119,7 +119,7 @@ type apiAuth struct {
 
 func apiRoutes(d pipeline.Deps) (map[string]http.Handler, apiAuth, func(), error) {
 	cfg := d.Config
-	reg, err := registry.New(d.RegistryPool, cfg.Registry.Options(cfg.Worker.InstanceRetry()))
+	reg, err := registry.New(cfg.Registry.WithRetry(cfg.Worker.InstanceRetry()), registry.Deps{Pool: d.RegistryPool})
 	if err != nil {
 		return nil, apiAuth{}, nil, err
 	}

@@ -19,17 +19,6 @@ func Components() []string {
 		"projectionworker", "registry", "relay", "worker"}
 }
 
-// PendingConstructors are the components not yet converted, with what is
-// left. CheckConstructors skips them, and fails when one already follows
-// the convention (then it leaves this list). The list only shrinks.
-var PendingConstructors = map[string]string{
-	"worker":           "worker.New(Options): Options embeds the WORKER_* Config beside the resources and the crash points",
-	"instanceworker":   "NewService(Config, Deps) beside New(Options) for one Worker",
-	"projectionworker": "NewService(Config, Deps, ...Spec) beside New(Options) for one Worker",
-	"api":              "api.New(Options) holds the settings and the resources in one struct",
-	"registry":         "registry.New(pool, Options) with Options beside the PROCESSED_EVENT_* Config",
-}
-
 // ConstructorProblem is one departure of a component from the convention.
 type ConstructorProblem struct {
 	Component string
@@ -45,9 +34,8 @@ func (p ConstructorProblem) String() string { return p.Component + ": " + p.Reas
 // (*T, error) or (http.Handler, error), with Config, Deps and Option
 // declared in the package; no other exported New… or Open… returning *T;
 // no exported type Options. Constructors of parts (other result types) are
-// allowed. A component in pending is skipped, but reported when it already
-// follows the convention.
-func CheckConstructors(files []SourceFile, components []string, pending map[string]string) []ConstructorProblem {
+// allowed.
+func CheckConstructors(files []SourceFile, components []string) []ConstructorProblem {
 	byDir := map[string][]SourceFile{}
 	for _, f := range files {
 		if strings.HasSuffix(f.Path, "_test.go") {
@@ -58,14 +46,7 @@ func CheckConstructors(files []SourceFile, components []string, pending map[stri
 	}
 	var out []ConstructorProblem
 	for _, c := range components {
-		probs := checkComponent(c, byDir[c])
-		_, isPending := pending[c]
-		switch {
-		case isPending && len(probs) == 0:
-			out = append(out, ConstructorProblem{c, "follows the construction convention: remove it from PendingConstructors"})
-		case !isPending:
-			out = append(out, probs...)
-		}
+		out = append(out, checkComponent(c, byDir[c])...)
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].String() < out[j].String() })
 	return out

@@ -12,17 +12,8 @@ func TestConstructors(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, p := range CheckConstructors(files, Components(), PendingConstructors) {
+	for _, p := range CheckConstructors(files, Components()) {
 		t.Error(p)
-	}
-	for c := range PendingConstructors {
-		found := false
-		for _, k := range Components() {
-			found = found || k == c
-		}
-		if !found {
-			t.Errorf("PendingConstructors names %s, which is not in Components", c)
-		}
 	}
 }
 
@@ -35,34 +26,35 @@ func TestConstructorsViolations(t *testing.T) {
 	good := SourceFile{"store/store.go", src("store", decls+"func New(cfg Config, deps Deps, opts ...Option) (*Store, error) { return nil, nil }\n"+
 		"type Router struct{}\nfunc NewRouter(n int) *Router { return nil }")}
 	for _, tc := range []struct {
-		name    string
-		files   []SourceFile
-		pending map[string]string
-		want    []string // substrings of the problems, in order; none: clean
+		name  string
+		files []SourceFile
+		want  []string // substrings of the problems, in order; none: clean
 	}{
 		{"New of the form, a part's constructor, tests ignored", []SourceFile{good,
-			{"store/store_test.go", src("store", "type Options struct{}\nfunc Open(o Options) (*Store, error) { return nil, nil }")}}, nil, nil},
+			{"store/store_test.go", src("store", "type Options struct{}\nfunc Open(o Options) (*Store, error) { return nil, nil }")}}, nil},
 		{"the API's handler", []SourceFile{{"store/api.go", src("store", "type Config struct{}\ntype Deps struct{}\ntype Option func()\n"+
-			"func New(cfg Config, d Deps, opts ...Option) (http.Handler, error) { return nil, nil }")}}, nil, nil},
+			"func New(cfg Config, d Deps, opts ...Option) (http.Handler, error) { return nil, nil }")}}, nil},
 		{"the old shapes", []SourceFile{{"store/store.go", src("store", "type Config struct{}\ntype Store struct{}\ntype Options struct{ Config Config }\n"+
 			"func New(pool, bucket any, opts Options) (*Store, error) { return nil, nil }\n"+
-			"func NewFromConfig(cfg Config) (*Store, error) { return nil, nil }")}}, nil,
+			"func NewFromConfig(cfg Config) (*Store, error) { return nil, nil }")}},
 			[]string{"store: declares an exported type Options", "store: declares no type Deps", "store: declares no type Option",
 				"store: store/store.go:10: New must be New(cfg Config, deps Deps, opts ...Option) (*T, error)",
 				"store: store/store.go:11: NewFromConfig is a second constructor of *Store"}},
-		{"Open instead of New", []SourceFile{{"store/store.go", src("store", decls+"func Open(cfg Config, deps Deps, opts ...Option) (*Store, error) { return nil, nil }")}}, nil,
+		{"Open instead of New", []SourceFile{{"store/store.go", src("store", decls+"func Open(cfg Config, deps Deps, opts ...Option) (*Store, error) { return nil, nil }")}},
 			[]string{"store: exports no constructor New"}},
-		{"settings as functional options", []SourceFile{{"store/store.go", src("store", decls+"func New(cfg Config, deps Deps, opts ...func(*Config)) (*Store, error) { return nil, nil }")}}, nil,
+		{"settings as functional options", []SourceFile{{"store/store.go", src("store", decls+"func New(cfg Config, deps Deps, opts ...func(*Config)) (*Store, error) { return nil, nil }")}},
 			[]string{"New must be New(cfg Config, deps Deps, opts ...Option)"}},
-		{"no error", []SourceFile{{"store/store.go", src("store", decls+"func New(cfg Config, deps Deps, opts ...Option) *Store { return nil }")}}, nil,
+		{"no error", []SourceFile{{"store/store.go", src("store", decls+"func New(cfg Config, deps Deps, opts ...Option) *Store { return nil }")}},
 			[]string{"New must be"}},
-		{"a pending component is skipped", []SourceFile{{"store/store.go", src("store", "type Options struct{}")}}, map[string]string{"store": "later"}, nil},
-		{"a pending component that follows the convention", []SourceFile{good}, map[string]string{"store": "later"},
-			[]string{"store: follows the construction convention: remove it from PendingConstructors"}},
-		{"a component that is not there", nil, nil, []string{"store: no Go files"}},
+		{"a second exported constructor of the component", []SourceFile{good, {"store/open.go", src("store", "func OpenStore(cfg Config) (*Store, error) { return nil, nil }")}},
+			[]string{"store: store/open.go:7: OpenStore is a second constructor of *Store: build it with New"}},
+		{"a second handler constructor", []SourceFile{{"store/api.go", src("store", "type Config struct{}\ntype Deps struct{}\ntype Option func()\n"+
+			"func New(cfg Config, d Deps, opts ...Option) (http.Handler, error) { return nil, nil }\nfunc NewHandler() (http.Handler, error) { return nil, nil }")}},
+			[]string{"NewHandler is a second constructor of http.Handler"}},
+		{"a component that is not there", nil, []string{"store: no Go files"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			got := CheckConstructors(tc.files, []string{"store"}, tc.pending)
+			got := CheckConstructors(tc.files, []string{"store"})
 			if len(got) != len(tc.want) {
 				t.Fatalf("got %d problems %v, want %d %v", len(got), got, len(tc.want), tc.want)
 			}

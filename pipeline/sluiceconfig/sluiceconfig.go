@@ -47,9 +47,9 @@ type Config struct {
 	Relay         relay.Config                `section:"Relay (event publisher)"`
 	Kafka         kafka.Config                `section:"Kafka"`
 	Registry      registry.Config             `section:"Processed-event registry"`
-	Worker        worker.Config               `section:"Workers"`
+	Worker        worker.Settings             `section:"Workers"`
 	Elasticsearch readmodel.Config            `section:"Elasticsearch"`
-	API           api.Config                  `section:"HTTP API"`
+	API           api.Settings                `section:"HTTP API"`
 	Schema        schema.Config               `section:"Event schemas"`
 	Auth          auth.Config                 `section:"Access control"`
 	Tracing       tracing.Config              `section:"Tracing (OpenTelemetry)"`

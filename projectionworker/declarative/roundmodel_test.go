@@ -21,6 +21,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/sluicehq/sluice/projectionworker"
+	"github.com/sluicehq/sluice/readmodel"
 	"github.com/sluicehq/sluice/shared/claim"
 	"github.com/sluicehq/sluice/shared/envelope"
 	"github.com/sluicehq/sluice/worker"
@@ -45,6 +46,12 @@ key: event.data.site
 updates:
   - increment: count
 `
+
+// modelConfig configures the model's workers: their indices are under
+// "model_".
+func modelConfig() projectionworker.Config {
+	return projectionworker.Config{Elasticsearch: readmodel.Config{IndexPrefix: "model_"}}
+}
 
 // modelEvent is one event of the model: an aggregate (device) and the
 // document (site) its key gathers it into.
@@ -384,9 +391,9 @@ func runModel(ch *chooser, p *Projection, workers [][]modelEvent, crashes int) e
 					if err != nil {
 						return err
 					}
-					wk, err := projectionworker.New(projectionworker.Options{Projection: p, Version: 1, ES: es,
-						Bulker:      projectionworker.NewBulker(es, projectionworker.BulkOptions{Linger: time.Microsecond, ItemRetries: 1, BackoffBase: time.Millisecond, BackoffCap: time.Millisecond}),
-						IndexPrefix: "model_", Logger: slog.New(slog.DiscardHandler), Metrics: prometheus.NewRegistry()})
+					wk, err := projectionworker.NewWorker(modelConfig(), projectionworker.Deps{ES: es, Logger: slog.New(slog.DiscardHandler), Metrics: prometheus.NewRegistry()},
+						projectionworker.Spec{Projection: p, Version: 1},
+						projectionworker.NewBulker(es, projectionworker.BulkOptions{Linger: time.Microsecond, ItemRetries: 1, BackoffBase: time.Millisecond, BackoffCap: time.Millisecond}))
 					if err != nil {
 						return err
 					}
@@ -538,9 +545,8 @@ func TestRoundRefusedSharedWrite(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	wk, err := projectionworker.New(projectionworker.Options{Projection: ps[0], Version: 1, ES: es,
-		Bulker:      projectionworker.NewBulker(es, projectionworker.BulkOptions{Linger: time.Microsecond}),
-		IndexPrefix: "model_", Logger: slog.New(slog.DiscardHandler), Metrics: prometheus.NewRegistry()})
+	wk, err := projectionworker.NewWorker(modelConfig(), projectionworker.Deps{ES: es, Logger: slog.New(slog.DiscardHandler), Metrics: prometheus.NewRegistry()},
+		projectionworker.Spec{Projection: ps[0], Version: 1}, projectionworker.NewBulker(es, projectionworker.BulkOptions{Linger: time.Microsecond}))
 	if err != nil {
 		t.Fatal(err)
 	}
