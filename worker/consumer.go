@@ -113,6 +113,9 @@ type Consumer struct {
 	// opPaused is the operator's pause flag of the group as last read
 	// (watchPause); flowControl stops fetching while it is set.
 	opPaused atomic.Bool
+	// quiesced: the operator pause has taken effect (see Quiesced); set
+	// by the loop only.
+	quiesced atomic.Bool
 	// out are the dependencies in outage (the registry's and the
 	// handler's), see outage.go.
 	out outages
@@ -254,6 +257,8 @@ func (c *Consumer) Run(ctx context.Context) error {
 		c.o.Health.Remove(c.o.HandlerName + ":loop")
 	}
 	c.endOutages()
+	c.quiesced.Store(false)
+	c.m.paused.DeleteLabelValues(c.o.HandlerName) // a stopped consumer reports no pause
 	return runErr
 }
 
