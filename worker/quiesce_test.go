@@ -57,6 +57,8 @@ func TestPauseTakesEffectOnceFetchedRecordsAreDone(t *testing.T) {
 	logs := newMsgCounter()
 	c, _ := startConsumer(t, brokers, topic, Options{Registry: &fakeRegistry{attempts: map[string]int{}}, Handler: h, Pause: pause,
 		Logger: slog.New(logs), Config: Config{PausePoll: 20 * time.Millisecond}})
+	unblock := sync.OnceFunc(func() { close(release) })
+	t.Cleanup(unblock) // before the consumer's own cleanup: a failed test does not leave it in the handler
 	gauge := func() float64 { return testutil.ToFloat64(c.m.paused.WithLabelValues("h")) }
 	// turns waits for two more turns of the loop: the second began after
 	// the first one's flow control, which ran after the call.
@@ -88,7 +90,7 @@ func TestPauseTakesEffectOnceFetchedRecordsAreDone(t *testing.T) {
 	}
 
 	// The record done: the pause takes effect.
-	close(release)
+	unblock()
 	testenv.WaitFor(t, 20*time.Second, "the pause taken effect", c.Quiesced)
 	if g := gauge(); g != 1 {
 		t.Errorf("quiesced, gauge %v; want 1", g)
