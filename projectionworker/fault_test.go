@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/sluicehq/sluice/esserver"
 	"github.com/sluicehq/sluice/internal/testenv"
 	"github.com/sluicehq/sluice/projectionworker"
@@ -31,12 +33,12 @@ func TestElasticsearchFaults(t *testing.T) {
 	tests := []struct {
 		name   string
 		fault  esserver.Fault
-		outage time.Duration // fault removed after this long (0: Times ends it)
+		outage bool // removed by the test after the outage was ridden out (else Times ends it)
 	}{
-		{"429 requests", esserver.Fault{Match: esserver.MatchPath(http.MethodPost, "/_bulk"), Status: http.StatusTooManyRequests, Times: 8}, 0},
-		{"429 items", esserver.Fault{BulkItemStatus: http.StatusTooManyRequests, Times: 6}, 0},
-		{"429 every other item", esserver.Fault{RejectBulkItems: func(it esserver.BulkItem) bool { return it.Position%2 == 1 }, Times: 4}, 0},
-		{"503 outage", esserver.Fault{Match: esserver.MatchPath(http.MethodPost, "/_bulk"), Status: http.StatusServiceUnavailable}, 3 * time.Second},
+		{"429 requests", esserver.Fault{Match: esserver.MatchPath(http.MethodPost, "/_bulk"), Status: http.StatusTooManyRequests, Times: 8}, false},
+		{"429 items", esserver.Fault{BulkItemStatus: http.StatusTooManyRequests, Times: 6}, false},
+		{"429 every other item", esserver.Fault{RejectBulkItems: func(it esserver.BulkItem) bool { return it.Position%2 == 1 }, Times: 4}, false},
+		{"503 outage", esserver.Fault{Match: esserver.MatchPath(http.MethodPost, "/_bulk"), Status: http.StatusServiceUnavailable}, true},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -44,13 +46,25 @@ func TestElasticsearchFaults(t *testing.T) {
 			// Indices exist before the storm, so only bulk writes fail.
 			warm := e.event(projectionworker.InstanceCreated, "flt", "things", "warm", 1, nil)
 			e.publish(warm)
-			svc, _ := e.startInProcess(nil, nil, spec("instances"))
+			metrics := prometheus.NewRegistry()
+			svc, _ := e.startInProcess(nil, metrics, spec("instances"))
 			testenv.WaitFor(t, 30*time.Second, "warm-up", e.caughtUp("projection-instances-v1"))
+			failed := func() float64 {
+				return counter(t, metrics, "sluice_projection_bulk_requests_total", map[string]string{"result": "error"})
+			}
+			failedBefore := failed()
 			remove := e.es.InjectFault(tc.fault)
 			evs := instanceEvents(e, "flt", 20)
 			e.publish(evs...)
-			if tc.outage > 0 {
-				time.Sleep(tc.outage)
+			if tc.outage {
+				// Positive evidence before the negative assertions: the
+				// bulk writes were refused and sent again twice the attempt
+				// budget (the bulker retries a whole-request outage itself
+				// while the handler waits), so a worker that gave up on
+				// them would have dead-lettered or committed by now.
+				testenv.WaitFor(t, 60*time.Second, "refused bulk requests past the attempt budget", func() bool {
+					return failed() >= failedBefore+2*e.maxRetries()
+				})
 				if l := e.lag("projection-instances-v1"); l.Lag != int64(len(evs)) {
 					t.Errorf("during the outage the lag is %d, want %d (nothing committed)", l.Lag, len(evs))
 				}
