@@ -61,6 +61,20 @@ func TestAdminPauseResume(t *testing.T) {
 		}
 		return body["total"].(float64)
 	}
+	// published is the number of records on the commands topic (the sum of
+	// its end offsets), whether or not they were consumed.
+	published := func() float64 {
+		t.Helper()
+		st, body, _ := e.call("GET", group, readToken, nil)
+		if st != 200 {
+			t.Fatalf("group lag: %d %v", st, body)
+		}
+		var n float64
+		for _, p := range body["partitions"].([]any) {
+			n += p.(map[string]any)["end"].(float64)
+		}
+		return n
+	}
 	// overviewPause is the group as the overview shows it: its pause
 	// flag, the flag's details and the pause state of its workers.
 	type groupPause struct {
@@ -147,9 +161,12 @@ func TestAdminPauseResume(t *testing.T) {
 		t.Fatalf("paused with the slow command unfinished: %d registry rows, %d done; want 2 done", all, done)
 	}
 	e.create("2")
-	pipelinetest.WaitFor(t, 30*time.Second, "the second command on the topic", func() bool { return lag() >= 1 })
+	pipelinetest.WaitFor(t, 30*time.Second, "the second command on the topic", func() bool { return published() == 3 })
 	if all, done := rows(); all != 2 || done != 2 {
 		t.Fatalf("while paused: %d registry rows (%d done), want the first two commands' only", all, done)
+	}
+	if l := lag(); l != 1 {
+		t.Fatalf("lag while paused: %v, want 1 (the second command)", l)
 	}
 	if g := overviewPause(); g.state != "paused" || g.workers["seen"] != float64(1) || g.workers["paused"] != float64(1) {
 		t.Errorf("overview while paused: state %v, workers %v; want paused, 1 of 1", g.state, g.workers)
