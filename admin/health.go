@@ -82,7 +82,8 @@ type DependencyHealth struct {
 	LatencyMS float64 `json:"latency_ms"`
 }
 
-// GroupHealth is one worker group's readiness checks and pause flag.
+// GroupHealth is one worker group's readiness checks, pause flag and pause
+// state.
 type GroupHealth struct {
 	Group      string               `json:"group"`
 	Handler    string               `json:"handler"`
@@ -92,6 +93,9 @@ type GroupHealth struct {
 	Paused     *bool                `json:"paused,omitempty"`
 	Pause      *registry.GroupPause `json:"pause,omitempty"`
 	PauseError string               `json:"pause_error,omitempty"`
+	// PauseState and PauseWorkers are as in GroupView.
+	PauseState   string        `json:"pause_state,omitempty"`
+	PauseWorkers *PauseWorkers `json:"pause_workers,omitempty"`
 }
 
 // serviceOf names the service a readiness check belongs to, by the names
@@ -224,6 +228,7 @@ func (s *Server) health(r *http.Request) (any, error) {
 
 	hv.Dependencies = s.dependencies(ctx)
 
+	pauses := s.workerPauses(ctx)
 	for _, w := range s.opts.Workers {
 		checks := groupChecks(w.Handler, all)
 		gh := GroupHealth{Group: w.Group, Handler: w.Handler, Checks: checks}
@@ -236,7 +241,9 @@ func (s *Server) health(r *http.Request) (any, error) {
 		if p, err := s.opts.Registry.GroupPaused(ctx, w.Group); err != nil {
 			gh.PauseError = err.Error()
 		} else {
+			pw := pauses[w.Handler]
 			gh.Paused, gh.Pause = &p.Paused, &p
+			gh.PauseState, gh.PauseWorkers = pauseState(p.Paused, pw), &pw
 		}
 		hv.Groups = append(hv.Groups, gh)
 	}

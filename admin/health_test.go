@@ -28,7 +28,8 @@ func TestHealthFlowAndGroups(t *testing.T) {
 			w.WriteHeader(http.StatusServiceUnavailable)
 			_, _ = io.WriteString(w, `{"status":"failing","checks":{"relay":"checkpoint frozen for 2m while the head grew","postgres":"ok"}}`)
 		case "/metrics":
-			_, _ = io.WriteString(w, "# TYPE sluice_relay_published_total counter\nsluice_relay_published_total{topic=\"x\"} 1000\n")
+			_, _ = io.WriteString(w, "# TYPE sluice_relay_published_total counter\nsluice_relay_published_total{topic=\"x\"} 1000\n"+
+				"# TYPE sluice_worker_paused gauge\nsluice_worker_paused{handler=\"projection:instances:v1\"} 1\n")
 		default:
 			http.NotFound(w, r)
 		}
@@ -80,8 +81,23 @@ func TestHealthFlowAndGroups(t *testing.T) {
 			t.Errorf("dependency %s not ready: %v", n, h["dependencies"])
 		}
 	}
-	if gs := h["groups"].([]any); len(gs) != 2 || gs[0].(map[string]any)["paused"] != false {
+	// The pause state from the workers' gauges: the instance worker of
+	// this process runs; the remote process reports a pause of the
+	// projection in effect while its flag is clear (it has not read the
+	// resume yet).
+	if gs := h["groups"].([]any); len(gs) != 2 {
 		t.Errorf("health groups: %v", gs)
+	} else {
+		for i, want := range []struct {
+			state         string
+			seen, stopped float64
+		}{{"running", 1, 0}, {"resuming", 1, 1}} {
+			g := gs[i].(map[string]any)
+			w, _ := g["pause_workers"].(map[string]any)
+			if g["paused"] != false || g["pause_state"] != want.state || w["seen"] != want.seen || w["paused"] != want.stopped {
+				t.Errorf("health group %v: paused %v, state %v, workers %v; want false, %s, %v seen %v paused", g["group"], g["paused"], g["pause_state"], w, want.state, want.seen, want.stopped)
+			}
+		}
 	}
 
 	st, f, _ := e.call("GET", "/admin/v1/flow", readToken, nil)

@@ -71,7 +71,13 @@ type GroupView struct {
 	Paused     *bool                `json:"paused,omitempty"`
 	Pause      *registry.GroupPause `json:"pause,omitempty"`
 	PauseError string               `json:"pause_error,omitempty"`
-	Error      string               `json:"error,omitempty"`
+	// PauseState is what the group's workers have made of the flag
+	// (running, pausing, paused, resuming, requested: see PausePaused…),
+	// from the workers this api process can see (PauseWorkers); absent
+	// when the flag could not be read.
+	PauseState   string        `json:"pause_state,omitempty"`
+	PauseWorkers *PauseWorkers `json:"pause_workers,omitempty"`
+	Error        string        `json:"error,omitempty"`
 	// Configured says this deployment runs the group (Options.Workers).
 	// Status is running (members in the group), stopped (it exists in
 	// Kafka with committed offsets but no member: Lag is what it will
@@ -119,7 +125,7 @@ func (s *Server) overview(r *http.Request) (any, error) {
 	s.overviewRegistry(ctx, ov)
 	groups := s.overviewProjections(ctx, ov)
 	groups, configured := s.configuredGroups(groups)
-	if !s.overviewGroups(ctx, ov, groups, configured) {
+	if !s.overviewGroups(ctx, ov, groups, configured, s.workerPauses(ctx)) {
 		return *ov, nil // Kafka is out of reach: no DLQ counts either
 	}
 	s.overviewDLQ(ctx, ov)
@@ -253,14 +259,14 @@ func (s *Server) configuredGroups(groups []overviewGroupRef) ([]overviewGroupRef
 // overviewGroups reads each group's lag from Kafka into ov.Groups, and
 // marks the projections whose group exists as running. It returns false
 // when there is no Kafka client: every group is then listed as unknown.
-func (s *Server) overviewGroups(ctx context.Context, ov *Overview, groups []overviewGroupRef, configured map[string]bool) bool {
+func (s *Server) overviewGroups(ctx context.Context, ov *Overview, groups []overviewGroupRef, configured map[string]bool, pauses map[string]PauseWorkers) bool {
 	cl, err := kafka.NewClient(s.opts.Process.Kafka)
 	if err != nil {
 		ov.fail("kafka", err)
 		for _, g := range groups {
 			gv := GroupView{Group: g.group, Topic: g.topic, Handler: g.handler, Partitions: []worker.PartitionLag{}, Error: err.Error(),
 				Configured: configured[g.group], Status: "unknown"}
-			s.groupPauseView(ctx, &gv)
+			s.groupPauseView(ctx, &gv, pauses)
 			ov.Groups = append(ov.Groups, gv)
 		}
 		return false
@@ -272,7 +278,7 @@ func (s *Server) overviewGroups(ctx context.Context, ov *Overview, groups []over
 		l, err := worker.Lag(ctx, adm, g.group, g.topic)
 		if err != nil {
 			gv.Error, gv.Status = err.Error(), "unknown"
-			s.groupPauseView(ctx, &gv)
+			s.groupPauseView(ctx, &gv, pauses)
 			ov.Groups = append(ov.Groups, gv)
 			continue
 		}
@@ -289,7 +295,7 @@ func (s *Server) overviewGroups(ctx context.Context, ov *Overview, groups []over
 			continue // neither run here nor in Kafka: a version nobody runs
 		}
 		groupStatus(&gv, l, exists)
-		s.groupPauseView(ctx, &gv)
+		s.groupPauseView(ctx, &gv, pauses)
 		ov.Groups = append(ov.Groups, gv)
 	}
 	return true
@@ -331,13 +337,16 @@ func (s *Server) overviewDLQ(ctx context.Context, ov *Overview) {
 }
 
 // groupPauseView reads the group's pause flag through the registry (its
-// owner) into gv; a registry error is the group's pause_error, the rest of
-// the group is still shown.
-func (s *Server) groupPauseView(ctx context.Context, gv *GroupView) {
+// owner) into gv, with the state its workers report (pauses, by handler);
+// a registry error is the group's pause_error, the rest of the group is
+// still shown.
+func (s *Server) groupPauseView(ctx context.Context, gv *GroupView, pauses map[string]PauseWorkers) {
 	p, err := s.opts.Registry.GroupPaused(ctx, gv.Group)
 	if err != nil {
 		gv.PauseError = err.Error()
 		return
 	}
+	w := pauses[gv.Handler]
 	gv.Paused, gv.Pause = &p.Paused, &p
+	gv.PauseState, gv.PauseWorkers = pauseState(p.Paused, w), &w
 }

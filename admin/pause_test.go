@@ -1,12 +1,18 @@
 package admin_test
 
 import (
+	"bytes"
 	"context"
+	"io"
 	"net/http"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/sluicehq/sluice/admin"
+	"github.com/sluicehq/sluice/esserver"
 	"github.com/sluicehq/sluice/instanceworker"
 	"github.com/sluicehq/sluice/pipeline"
 	"github.com/sluicehq/sluice/pipeline/pipelinetest"
@@ -14,12 +20,15 @@ import (
 	"github.com/sluicehq/sluice/registry"
 )
 
-// Pausing the instance worker's group through the admin API: a command
-// accepted while it is paused is not claimed (no registry row, lag left on
-// the topic) while the worker stays in the group; after resume it is
-// processed exactly once and the lag drains. The overview shows the
-// group's pause state (who, why) throughout. 401 and 403 guard both
-// actions, a dry run changes nothing, and every call is audited.
+// Pausing the instance worker's group through the admin API: the overview
+// says the group is paused only once the pause has taken effect in its
+// worker (sluice_worker_paused), that is once the command the worker was
+// handling when the pause was set is done; a command accepted from then on
+// is not claimed (no registry row, lag left on the topic) while the worker
+// stays in the group; after resume it is processed exactly once and the
+// lag drains. The overview shows the group's pause flag (who, why) and
+// state throughout. 401 and 403 guard both actions, a dry run changes
+// nothing, and every call is audited.
 func TestAdminPauseResume(t *testing.T) {
 	e := &env{t: t, Env: pipelinetest.Start(t, pipelinetest.Options{
 		Env:       map[string]string{"WORKER_PAUSE_POLL_INTERVAL": "100ms"},
@@ -52,8 +61,29 @@ func TestAdminPauseResume(t *testing.T) {
 		}
 		return body["total"].(float64)
 	}
-	// overviewPause is the group's pause state as the overview shows it.
-	overviewPause := func() (paused any, pause map[string]any) {
+	// published is the number of records on the commands topic (the sum of
+	// its end offsets), whether or not they were consumed.
+	published := func() float64 {
+		t.Helper()
+		st, body, _ := e.call("GET", group, readToken, nil)
+		if st != 200 {
+			t.Fatalf("group lag: %d %v", st, body)
+		}
+		var n float64
+		for _, p := range body["partitions"].([]any) {
+			n += p.(map[string]any)["end"].(float64)
+		}
+		return n
+	}
+	// overviewPause is the group as the overview shows it: its pause
+	// flag, the flag's details and the pause state of its workers.
+	type groupPause struct {
+		paused  any
+		pause   map[string]any
+		state   any
+		workers map[string]any
+	}
+	overviewPause := func() groupPause {
 		t.Helper()
 		st, ov, _ := e.call("GET", "/admin/v1/overview", readToken, nil)
 		if st != 200 {
@@ -66,16 +96,21 @@ func TestAdminPauseResume(t *testing.T) {
 					t.Fatalf("overview pause error: %v", g)
 				}
 				p, _ := g["pause"].(map[string]any)
-				return g["paused"], p
+				w, _ := g["pause_workers"].(map[string]any)
+				return groupPause{g["paused"], p, g["pause_state"], w}
 			}
 		}
 		t.Fatalf("overview without the instance worker's group: %v", ov["groups"])
-		return nil, nil
+		return groupPause{}
+	}
+	applied := func() float64 {
+		t.Helper()
+		return gathered(t, e.Deps.Metrics, "sluice_worker_records_total", map[string]string{"handler": instanceworker.HandlerName, "outcome": "applied"})
 	}
 	e.create("1")
 	pipelinetest.WaitFor(t, 30*time.Second, "the first command processed", func() bool { _, d := rows(); return d == 1 && lag() == 0 })
-	if paused, _ := overviewPause(); paused != false {
-		t.Errorf("overview paused before any pause: %v, want false", paused)
+	if g := overviewPause(); g.paused != false || g.state != "running" || g.workers["seen"] != float64(1) || g.workers["paused"] != float64(0) {
+		t.Errorf("overview before any pause: paused %v, state %v, workers %v; want false, running, 1 seen 0 paused", g.paused, g.state, g.workers)
 	}
 
 	// Guards: no token 401, the read token 403 (audited); a dry run
@@ -96,6 +131,13 @@ func TestAdminPauseResume(t *testing.T) {
 		t.Fatalf("pause state after the dry run: %d %v, want not paused", st, body)
 	}
 
+	// A command in the worker's hands when the pause is set: its instance
+	// document write is held for a few seconds (longer than the worker
+	// takes to read the flag), and its registry row shows it was claimed.
+	e.ES.InjectFault(esserver.Fault{Match: mentions("slow"), Delay: 3 * time.Second, Times: 1})
+	e.create("slow")
+	pipelinetest.WaitFor(t, 30*time.Second, "the slow command claimed", func() bool { a, _ := rows(); return a == 2 })
+
 	// Pause.
 	st, body, _ = e.call("POST", group+"/pause", opToken, map[string]any{"reason": "maintenance"})
 	if st != 200 || body["changed"] != true || body["after"].(map[string]any)["paused"] != true {
@@ -108,18 +150,26 @@ func TestAdminPauseResume(t *testing.T) {
 		body["by"] != "admin:operator" || body["reason"] != "maintenance" {
 		t.Fatalf("pause state: %d %v", st, body)
 	}
-	if paused, p := overviewPause(); paused != true || p["by"] != "admin:operator" || p["reason"] != "maintenance" || p["changed_at"] == nil {
-		t.Errorf("overview after the pause: paused %v, pause %v", paused, p)
+	if g := overviewPause(); g.paused != true || g.pause["by"] != "admin:operator" || g.pause["reason"] != "maintenance" || g.pause["changed_at"] == nil {
+		t.Errorf("overview after the pause: paused %v, pause %v", g.paused, g.pause)
 	}
-	time.Sleep(1500 * time.Millisecond) // > the poll interval and one poll's wait: the worker has seen it
+	// Positive evidence that the worker stopped, not a sleep: the overview
+	// says paused once the worker's pause has taken effect, and then the
+	// command it was handling is done.
+	pipelinetest.WaitFor(t, 30*time.Second, "the pause taken effect", func() bool { return overviewPause().state == "paused" })
+	if all, done := rows(); all != 2 || done != 2 {
+		t.Fatalf("paused with the slow command unfinished: %d registry rows, %d done; want 2 done", all, done)
+	}
 	e.create("2")
-	pipelinetest.WaitFor(t, 30*time.Second, "the second command on the topic", func() bool { return lag() >= 1 })
-	time.Sleep(3 * time.Second)
-	if all, done := rows(); all != 1 || done != 1 {
-		t.Fatalf("while paused: %d registry rows (%d done), want the first command's only", all, done)
+	pipelinetest.WaitFor(t, 30*time.Second, "the second command on the topic", func() bool { return published() == 3 })
+	if all, done := rows(); all != 2 || done != 2 {
+		t.Fatalf("while paused: %d registry rows (%d done), want the first two commands' only", all, done)
 	}
-	if l := lag(); l < 1 {
-		t.Fatalf("lag while paused: %v, want at least 1", l)
+	if l := lag(); l != 1 {
+		t.Fatalf("lag while paused: %v, want 1 (the second command)", l)
+	}
+	if g := overviewPause(); g.state != "paused" || g.workers["seen"] != float64(1) || g.workers["paused"] != float64(1) {
+		t.Errorf("overview while paused: state %v, workers %v; want paused, 1 of 1", g.state, g.workers)
 	}
 	if st, body, _ := e.call("POST", group+"/reset", opToken, map[string]any{"to": "earliest", "dry_run": true}); st != 200 || len(body["members"].([]any)) != 1 {
 		t.Errorf("the paused worker left its group: %d %v", st, body)
@@ -130,14 +180,17 @@ func TestAdminPauseResume(t *testing.T) {
 	if st != 200 || body["changed"] != true || body["after"].(map[string]any)["paused"] != false {
 		t.Fatalf("resume: %d %v", st, body)
 	}
-	if paused, _ := overviewPause(); paused != false {
-		t.Errorf("overview after the resume: paused %v, want false", paused)
+	if g := overviewPause(); g.paused != false || g.state != "resuming" && g.state != "running" {
+		t.Errorf("overview after the resume: paused %v, state %v; want false, resuming or running", g.paused, g.state)
 	}
-	pipelinetest.WaitFor(t, 30*time.Second, "the second command processed", func() bool { _, d := rows(); return d == 2 && lag() == 0 })
-	time.Sleep(time.Second)
-	if all, done := rows(); all != 2 || done != 2 {
-		t.Errorf("after resume: %d registry rows (%d done), want 2 done", all, done)
+	pipelinetest.WaitFor(t, 30*time.Second, "the second command processed", func() bool { _, d := rows(); return d == 3 && lag() == 0 })
+	if all, done := rows(); all != 3 || done != 3 {
+		t.Errorf("after resume: %d registry rows (%d done), want 3 done", all, done)
 	}
+	if n := applied(); n != 3 {
+		t.Errorf("the worker applied %v commands, want 3 (each once)", n)
+	}
+	pipelinetest.WaitFor(t, 30*time.Second, "the overview says running", func() bool { return overviewPause().state == "running" })
 
 	recs := e.audit(t)
 	checkAudit(t, recs, []auditWant{
@@ -147,6 +200,51 @@ func TestAdminPauseResume(t *testing.T) {
 		{"consumer.pause", "operator", "ok", false, 2},
 		{"consumer.resume", "operator", "ok", false, 1},
 	})
+}
+
+// mentions matches requests whose path or body contains s (the body is
+// read and put back).
+func mentions(s string) func(*http.Request) bool {
+	return func(r *http.Request) bool {
+		if strings.Contains(r.URL.Path, s) {
+			return true
+		}
+		if r.Body == nil {
+			return false
+		}
+		b, _ := io.ReadAll(r.Body)
+		r.Body = io.NopCloser(bytes.NewReader(b))
+		return bytes.Contains(b, []byte(s))
+	}
+}
+
+// gathered sums the series of metric name in g whose labels include want.
+func gathered(t *testing.T, g prometheus.Gatherer, name string, want map[string]string) float64 {
+	t.Helper()
+	mfs, err := g.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var sum float64
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+	next:
+		for _, m := range mf.GetMetric() {
+			have := map[string]string{}
+			for _, l := range m.GetLabel() {
+				have[l.GetName()] = l.GetValue()
+			}
+			for k, v := range want {
+				if have[k] != v {
+					continue next
+				}
+			}
+			sum += m.GetCounter().GetValue() + m.GetGauge().GetValue()
+		}
+	}
+	return sum
 }
 
 // adminRoutes mounts the admin API on the pipeline's API.
@@ -160,7 +258,8 @@ func adminRoutes(t *testing.T) func(d pipeline.Deps) map[string]http.Handler {
 		if err != nil {
 			t.Fatal(err)
 		}
-		srv, err := admin.New(admin.Config{Process: d.Config, OperatorToken: opToken, ReadToken: readToken}, admin.Deps{Pool: d.Pool, Store: d.Store, Bucket: d.Bucket, Registry: reg, ES: es, Logger: d.Logger})
+		srv, err := admin.New(admin.Config{Process: d.Config, OperatorToken: opToken, ReadToken: readToken}, admin.Deps{Pool: d.Pool, Store: d.Store, Bucket: d.Bucket, Registry: reg, ES: es, Logger: d.Logger,
+			Metrics: d.Metrics})
 		if err != nil {
 			t.Fatal(err)
 		}

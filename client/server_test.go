@@ -150,7 +150,7 @@ func (r *restartable) start() {
 		if ln, err = net.Listen("tcp", r.addr); err == nil {
 			break
 		}
-		time.Sleep(20 * time.Millisecond)
+		time.Sleep(20 * time.Millisecond) // paces the retries while the old listener's port is released; no assertion follows it
 	}
 	if err != nil {
 		r.t.Fatalf("listen %s again: %v", r.addr, err)

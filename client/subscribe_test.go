@@ -1,6 +1,7 @@
 package client_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"net/http"
@@ -9,6 +10,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/client"
+	"github.com/sluicehq/sluice/internal/testenv"
 )
 
 // endEach ends every subscription it serves after d, as a server that
@@ -24,6 +26,56 @@ func endEach(d time.Duration, conns *atomic.Int32) func(http.Handler) http.Handl
 	}
 }
 
+// seen is what a test sees of a subscription: its reconnections
+// (OnReconnect) and the streams on which the server said where the head
+// stands (": subscribed after position N").
+type seen struct {
+	reconnects, heads atomic.Int32
+}
+
+// watch wraps next (the handler itself when nil) so that s.heads counts
+// the head announcements the handler writes.
+func (s *seen) watch(next func(http.Handler) http.Handler) func(http.Handler) http.Handler {
+	return func(h http.Handler) http.Handler {
+		if next != nil {
+			h = next(h)
+		}
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			h.ServeHTTP(&headWriter{ResponseWriter: w, heads: &s.heads}, r)
+		})
+	}
+}
+
+// cutAndRefused waits until the subscription was told of two more
+// disconnections than n, the count before its server stopped: the stream
+// cut and at least one refused connection (the server is down).
+func (s *seen) cutAndRefused(t *testing.T, n int32) {
+	t.Helper()
+	testenv.WaitFor(t, 10*time.Second, "the cut stream and a refused connection", func() bool { return s.reconnects.Load() >= n+2 })
+}
+
+// headWriter counts the head announcements written through it.
+type headWriter struct {
+	http.ResponseWriter
+	heads *atomic.Int32
+}
+
+func (w *headWriter) Write(b []byte) (int, error) {
+	n, err := w.ResponseWriter.Write(b)
+	if bytes.Contains(b, []byte("subscribed after position ")) {
+		w.heads.Add(1)
+	}
+	return n, err
+}
+
+func (w *headWriter) Flush() {
+	if f, ok := w.ResponseWriter.(http.Flusher); ok {
+		f.Flush()
+	}
+}
+
+func (w *headWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
 // A subscription delivers every event once and in order across the end
 // of its streams and restarts of the server, resuming with Last-Event-ID.
 func TestSubscribeResumes(t *testing.T) {
@@ -32,34 +84,35 @@ func TestSubscribeResumes(t *testing.T) {
 		// from is the subscription's FromPosition (0: live from the head).
 		from int64
 		// serve returns the URL the subscription uses and a function that
-		// disrupts it, calling during while it is disrupted.
-		serve func(t *testing.T, b *backend) (url string, disrupt func(during func()))
+		// disrupts it, calling during while it is disrupted. s is what the
+		// test sees of the subscription.
+		serve func(t *testing.T, b *backend, s *seen) (url string, disrupt func(during func()))
 	}{
-		{"the server ends each stream", 1, func(t *testing.T, b *backend) (string, func(func())) {
+		{"the server ends each stream", 1, func(t *testing.T, b *backend, s *seen) (string, func(func())) {
 			var conns atomic.Int32
-			return b.serve(endEach(700*time.Millisecond, &conns)), func(during func()) {
+			return b.serve(s.watch(endEach(700*time.Millisecond, &conns))), func(during func()) {
 				n := conns.Load()
-				for conns.Load() == n {
-					time.Sleep(20 * time.Millisecond)
-				}
+				testenv.WaitFor(t, 10*time.Second, "a stream ended and the subscription connected again", func() bool { return conns.Load() > n })
 				during()
 			}
 		}},
-		{"the server restarts", 1, func(t *testing.T, b *backend) (string, func(func())) {
-			r := newRestartable(t, b.handler)
+		{"the server restarts", 1, func(t *testing.T, b *backend, s *seen) (string, func(func())) {
+			r := newRestartable(t, s.watch(nil)(b.handler))
 			return r.url(), func(during func()) {
+				n := s.reconnects.Load()
 				r.stop()
-				during()                           // appended while the subscription's server is down
-				time.Sleep(300 * time.Millisecond) // refused connections meanwhile
+				during() // appended while the subscription's server is down
+				s.cutAndRefused(t, n)
 				r.start()
 			}
 		}},
-		{"live from the head, the server restarts before the first event", 0, func(t *testing.T, b *backend) (string, func(func())) {
-			r := newRestartable(t, b.handler)
+		{"live from the head, the server restarts before the first event", 0, func(t *testing.T, b *backend, s *seen) (string, func(func())) {
+			r := newRestartable(t, s.watch(nil)(b.handler))
 			return r.url(), func(during func()) {
+				n := s.reconnects.Load()
 				r.stop()
 				during()
-				time.Sleep(300 * time.Millisecond)
+				s.cutAndRefused(t, n)
 				r.start()
 			}
 		}},
@@ -68,7 +121,8 @@ func TestSubscribeResumes(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			b := newBackend(t, backendOptions{})
 			writer := newClient(t, b.serve(nil))
-			url, disrupt := tc.serve(t, b)
+			var s seen
+			url, disrupt := tc.serve(t, b, &s)
 			sub := newClient(t, url)
 			ctx := ctxT(t)
 			var want []string
@@ -89,14 +143,13 @@ func TestSubscribeResumes(t *testing.T) {
 			if tc.from > 0 {
 				appendN(3) // before the subscription: caught up
 			}
-			var reconnects atomic.Int32
 			events := make(chan client.Event)
 			errc := make(chan error, 1)
 			subCtx, stop := context.WithCancel(ctx)
 			defer stop()
 			go func() {
 				for ev, err := range sub.Subscribe(subCtx, client.SubscribeOptions{FromPosition: tc.from,
-					OnReconnect: func(error, int64, time.Duration) { reconnects.Add(1) }}) {
+					OnReconnect: func(error, int64, time.Duration) { s.reconnects.Add(1) }}) {
 					if err != nil {
 						errc <- err
 						return
@@ -119,27 +172,28 @@ func TestSubscribeResumes(t *testing.T) {
 				}
 			}
 			if tc.from == 0 {
-				time.Sleep(300 * time.Millisecond) // connected at the head
+				// Live from the head: what is appended before the server
+				// fixed the head is not for this subscription.
+				testenv.WaitFor(t, 10*time.Second, "the subscription at the head", func() bool { return s.heads.Load() > 0 })
 			}
 			receive()
 			for range 2 {
 				disrupt(func() { appendN(2) })
 				receive()
 			}
+			// The last event appended closes the check: the stream is in
+			// position order, so an event more (a duplicate after a
+			// reconnection) arrives before it and the comparison below
+			// finds it; no waiting for one that does not come.
 			appendN(1)
 			receive()
-			select {
-			case ev := <-events:
-				t.Fatalf("an event more: %s at %d", ev.EventID, ev.Position)
-			case <-time.After(300 * time.Millisecond):
-			}
 			for i := range want {
 				if got[i] != want[i] {
 					t.Fatalf("event %d is %s, want %s (got %v)", i, got[i], want[i], got)
 				}
 			}
-			if reconnects.Load() < 2 {
-				t.Fatalf("%d reconnections, want at least 2", reconnects.Load())
+			if s.reconnects.Load() < 2 {
+				t.Fatalf("%d reconnections, want at least 2", s.reconnects.Load())
 			}
 			stop()
 			select {

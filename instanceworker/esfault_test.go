@@ -15,17 +15,14 @@ import (
 	"github.com/sluicehq/sluice/readmodel"
 	"github.com/sluicehq/sluice/registry"
 	"github.com/sluicehq/sluice/shared/claim"
+	"github.com/sluicehq/sluice/shared/failure"
 	"github.com/sluicehq/sluice/shared/observability"
 	"github.com/sluicehq/sluice/worker"
 )
 
-// esFault is one kind of Elasticsearch outage (testenv.ESFaults) with
-// hold, how long an end-to-end test keeps it: longer than the worker's
-// retry budget (3 attempts of 4 requests of 500 ms when frozen), so that
-// an outage spending attempts would dead-letter.
+// esFault is one kind of Elasticsearch outage (testenv.ESFaults).
 type esFault struct {
 	testenv.ESFault
-	hold time.Duration
 }
 
 // start begins the outage between the workers and e's esserver through g
@@ -35,14 +32,10 @@ func (f esFault) start(e *env, g *testenv.Gate) (end func()) { return f.Start(e.
 func esFaults() []esFault {
 	var out []esFault
 	for _, f := range testenv.ESFaults() {
-		hold := 3 * time.Second
-		if f.Name == "frozen" {
-			hold = 10 * time.Second
-		}
 		// "429 items": only the document writes fail, after the domain
 		// events are appended: still an outage, neither DEAD nor a stale
 		// read model.
-		out = append(out, esFault{f, hold})
+		out = append(out, esFault{f})
 	}
 	return out
 }
@@ -159,7 +152,14 @@ func TestESOutagePausesTheWorker(t *testing.T) {
 			end := f.start(e, g)
 			e.publish(second...)
 			testenv.WaitFor(t, 30*time.Second, "readiness red", esRed)
-			time.Sleep(f.hold) // the outage goes on while the commands are retried
+			// Positive evidence before the negative assertions: the worker
+			// probed Elasticsearch again more times than the attempt
+			// budget (each probe re-runs the held claims), so an outage
+			// that spent attempts would have dead-lettered by now.
+			from := e.probes(failure.Elasticsearch)
+			testenv.WaitFor(t, 60*time.Second, "more probes of the outage than the attempt budget", func() bool {
+				return e.probes(failure.Elasticsearch) >= from+e.maxAttempts()
+			})
 			for id, st := range e.statuses(second...) {
 				if st == claim.StatusDead {
 					t.Errorf("command %s DEAD during the outage", id)

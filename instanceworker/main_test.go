@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/signal"
 	"sort"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -414,14 +415,15 @@ func (e *env) committed() (committed, end int64) {
 	return committed, end
 }
 
-// counter returns the value of the counter name of the last in-process
-// worker whose labels include want (0 when absent).
+// counter returns the sum of the series of counter name of the last
+// in-process worker whose labels include want (0 when there are none).
 func (e *env) counter(name string, want map[string]string) float64 {
 	e.t.Helper()
 	mfs, err := e.metrics.Gather()
 	if err != nil {
 		e.t.Fatal(err)
 	}
+	var sum float64
 	for _, mf := range mfs {
 		if mf.GetName() != name {
 			continue
@@ -437,8 +439,33 @@ func (e *env) counter(name string, want map[string]string) float64 {
 					continue metric
 				}
 			}
-			return m.GetCounter().GetValue()
+			sum += m.GetCounter().GetValue()
 		}
 	}
-	return 0
+	return sum
+}
+
+// probes is sluice_worker_outage_probes_total of the instance worker for
+// dependency dep (every dependency when dep is ""): the tries of a
+// dependency in outage after its backoff, the evidence that an outage was
+// ridden out.
+func (e *env) probes(dep string) float64 {
+	e.t.Helper()
+	want := map[string]string{"handler": instanceworker.HandlerName}
+	if dep != "" {
+		want["dependency"] = dep
+	}
+	return e.counter("sluice_worker_outage_probes_total", want)
+}
+
+// maxAttempts is INSTANCE_WORKER_MAX_RETRY_ATTEMPTS of the env: an outage
+// test rides out more probes than this, so that an outage spending
+// attempts would have dead-lettered.
+func (e *env) maxAttempts() float64 {
+	e.t.Helper()
+	n, err := strconv.Atoi(e.vars["INSTANCE_WORKER_MAX_RETRY_ATTEMPTS"])
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return float64(n)
 }

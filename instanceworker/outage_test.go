@@ -31,14 +31,11 @@ func TestPostgresOutage(t *testing.T) {
 	proxy.Stop()
 	e.publish(second...)
 	testenv.WaitFor(t, 30*time.Second, "outage detected", svc.Consumer().InOutage)
-	// Positive evidence before the negative assertions: the worker tried
-	// again several times during the outage (each try would have been the
-	// chance to commit or dead-letter wrongly).
-	retries := func() float64 {
-		return e.counter("sluice_worker_retries_total", map[string]string{"handler": instanceworker.HandlerName, "reason": "outage"})
-	}
-	from := retries()
-	testenv.WaitFor(t, 60*time.Second, "three more outage retries", func() bool { return retries() >= from+3 })
+	// Positive evidence before the negative assertions: the worker probed
+	// the outage again more times than the attempt budget (each probe
+	// would have been the chance to commit or dead-letter wrongly).
+	from := e.probes("")
+	testenv.WaitFor(t, 60*time.Second, "more probes of the outage than the attempt budget", func() bool { return e.probes("") >= from+e.maxAttempts() })
 	if c, _ := e.committed(); c != committedBefore {
 		t.Errorf("committed %d during the outage, before %d", c, committedBefore)
 	}

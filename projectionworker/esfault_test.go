@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/elastic/go-elasticsearch/v8"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/sluicehq/sluice/esserver"
 	"github.com/sluicehq/sluice/internal/testenv"
@@ -18,6 +19,7 @@ import (
 	"github.com/sluicehq/sluice/readmodel"
 	"github.com/sluicehq/sluice/shared/claim"
 	"github.com/sluicehq/sluice/shared/envelope"
+	"github.com/sluicehq/sluice/shared/failure"
 	"github.com/sluicehq/sluice/shared/observability"
 	"github.com/sluicehq/sluice/worker"
 )
@@ -42,12 +44,9 @@ func (g *esGate) client(t testing.TB) *elasticsearch.Client {
 	return es
 }
 
-// esFault is one kind of Elasticsearch outage (testenv.ESFaults) with
-// hold, how long an end-to-end test keeps it (longer than the retry
-// budget when it spent attempts).
+// esFault is one kind of Elasticsearch outage (testenv.ESFaults).
 type esFault struct {
 	testenv.ESFault
-	hold time.Duration
 }
 
 func (f esFault) start(e *env, g *esGate) (end func()) { return f.Start(e.es, g.Gate) }
@@ -55,11 +54,7 @@ func (f esFault) start(e *env, g *esGate) (end func()) { return f.Start(e.es, g.
 func esFaults() []esFault {
 	var out []esFault
 	for _, f := range testenv.ESFaults() {
-		hold := 3 * time.Second
-		if f.Name == "frozen" || f.Items {
-			hold = 5 * time.Second
-		}
-		out = append(out, esFault{f, hold})
+		out = append(out, esFault{f})
 	}
 	return out
 }
@@ -147,7 +142,8 @@ func TestESOutagePausesTheWorker(t *testing.T) {
 			}
 			cfg := e.serviceConfig(map[string]string{"ELASTICSEARCH_REQUEST_TIMEOUT": "500ms"}, spec("instances"), spec("history"))
 			cfg.VersionCheck = -1
-			d, closePool := e.deps(nil)
+			metrics := prometheus.NewRegistry()
+			d, closePool := e.deps(metrics)
 			d.ES, d.Health = g.client(t), health
 			svc, err := projectionworker.New(cfg, d, e.opts()...)
 			if err != nil {
@@ -173,7 +169,22 @@ func TestESOutagePausesTheWorker(t *testing.T) {
 			}
 			e.publish(evs...)
 			testenv.WaitFor(t, 30*time.Second, "readiness red", esRed)
-			time.Sleep(f.hold) // the outage goes on while the events are retried
+			// Positive evidence before the negative assertions: each
+			// projection's worker probed Elasticsearch again more times
+			// than the attempt budget (each probe re-runs the held
+			// claims), so an outage that spent attempts would have
+			// dead-lettered, and one that let a record finish would have
+			// committed, by now.
+			budget := e.maxRetries()
+			from := map[string]float64{}
+			for _, h := range []string{"projection:instances:v1", "projection:history:v1"} {
+				from[h] = probes(t, metrics, h, failure.Elasticsearch)
+			}
+			for h, n := range from {
+				testenv.WaitFor(t, 60*time.Second, h+": more probes of the outage than the attempt budget", func() bool {
+					return probes(t, metrics, h, failure.Elasticsearch) >= n+budget
+				})
+			}
 			for _, gr := range []string{"projection-instances-v1", "projection-history-v1"} {
 				if l := e.lag(gr); l.Lag != int64(len(evs)) {
 					t.Errorf("%s: lag %d during the outage, want %d (nothing committed)", gr, l.Lag, len(evs))

@@ -1,8 +1,10 @@
 package projectionworker_test
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"sync/atomic"
 	"testing"
@@ -31,12 +33,12 @@ func TestElasticsearchFaults(t *testing.T) {
 	tests := []struct {
 		name   string
 		fault  esserver.Fault
-		outage time.Duration // fault removed after this long (0: Times ends it)
+		outage bool // removed by the test after the outage was ridden out (else Times ends it)
 	}{
-		{"429 requests", esserver.Fault{Match: esserver.MatchPath(http.MethodPost, "/_bulk"), Status: http.StatusTooManyRequests, Times: 8}, 0},
-		{"429 items", esserver.Fault{BulkItemStatus: http.StatusTooManyRequests, Times: 6}, 0},
-		{"429 every other item", esserver.Fault{RejectBulkItems: func(it esserver.BulkItem) bool { return it.Position%2 == 1 }, Times: 4}, 0},
-		{"503 outage", esserver.Fault{Match: esserver.MatchPath(http.MethodPost, "/_bulk"), Status: http.StatusServiceUnavailable}, 3 * time.Second},
+		{"429 requests", esserver.Fault{Match: esserver.MatchPath(http.MethodPost, "/_bulk"), Status: http.StatusTooManyRequests, Times: 8}, false},
+		{"429 items", esserver.Fault{BulkItemStatus: http.StatusTooManyRequests, Times: 6}, false},
+		{"429 every other item", esserver.Fault{RejectBulkItems: func(it esserver.BulkItem) bool { return it.Position%2 == 1 }, Times: 4}, false},
+		{"503 outage", esserver.Fault{Match: esserver.MatchPath(http.MethodPost, "/_bulk"), Status: http.StatusServiceUnavailable}, true},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -46,11 +48,37 @@ func TestElasticsearchFaults(t *testing.T) {
 			e.publish(warm)
 			svc, _ := e.startInProcess(nil, nil, spec("instances"))
 			testenv.WaitFor(t, 30*time.Second, "warm-up", e.caughtUp("projection-instances-v1"))
-			remove := e.es.InjectFault(tc.fault)
 			evs := instanceEvents(e, "flt", 20)
+			fault := tc.fault
+			var sends atomic.Int64 // refused bulk requests carrying the first event's write
+			if tc.outage {
+				match, id := fault.Match, []byte(evs[0].EventID)
+				fault.Match = func(r *http.Request) bool {
+					if !match(r) {
+						return false
+					}
+					if b, err := io.ReadAll(r.Body); err == nil {
+						r.Body = io.NopCloser(bytes.NewReader(b))
+						if bytes.Contains(b, id) {
+							sends.Add(1)
+						}
+					}
+					return true
+				}
+			}
+			remove := e.es.InjectFault(fault)
 			e.publish(evs...)
-			if tc.outage > 0 {
-				time.Sleep(tc.outage)
+			if tc.outage {
+				// Positive evidence before the negative assertions: the
+				// first event's write was refused more than twice the
+				// attempt budget (the bulker sends a batch again itself
+				// while the handler waits), so a worker that spent an
+				// attempt per refusal, or per two, would have dead-lettered
+				// it, and one that took a refusal for a success would have
+				// committed.
+				testenv.WaitFor(t, 60*time.Second, "the first event's write refused more than twice the attempt budget", func() bool {
+					return float64(sends.Load()) > 2*e.maxRetries()
+				})
 				if l := e.lag("projection-instances-v1"); l.Lag != int64(len(evs)) {
 					t.Errorf("during the outage the lag is %d, want %d (nothing committed)", l.Lag, len(evs))
 				}

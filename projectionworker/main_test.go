@@ -10,6 +10,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"os/signal"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -316,6 +317,26 @@ func (e *env) search(index string, query map[string]any) []string {
 func (e *env) dlqRecords() []*kgo.Record {
 	e.t.Helper()
 	return testenv.ReadTopic(e.t, e.kafka.Brokers, e.dlq)
+}
+
+// probes is sluice_worker_outage_probes_total of handler for dependency
+// dep: the tries of a dependency in outage after its backoff, the
+// evidence that an outage was ridden out.
+func probes(t testing.TB, reg *prometheus.Registry, handler, dep string) float64 {
+	t.Helper()
+	return counter(t, reg, "sluice_worker_outage_probes_total", map[string]string{"handler": handler, "dependency": dep})
+}
+
+// maxRetries is PROJECTION_WORKER_MAX_RETRIES of the env (the attempt
+// budget): an outage test rides out more probes than this, so that an
+// outage spending attempts would have dead-lettered.
+func (e *env) maxRetries() float64 {
+	e.t.Helper()
+	n, err := strconv.Atoi(e.vars["PROJECTION_WORKER_MAX_RETRIES"])
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return float64(n)
 }
 
 // counter sums a counter of the metrics registry with the given labels.

@@ -115,6 +115,9 @@ type Consumer struct {
 	// opPaused is the operator's pause flag of the group as last read
 	// (watchPause); flowControl stops fetching while it is set.
 	opPaused atomic.Bool
+	// quiesced: the operator pause has taken effect (see Quiesced); set
+	// by the loop only.
+	quiesced atomic.Bool
 	// out are the dependencies in outage (the registry's and the
 	// handler's), see outage.go.
 	out outages
@@ -264,6 +267,8 @@ func (c *Consumer) Run(ctx context.Context) error {
 		c.deps.Health.Remove(c.cfg.HandlerName + ":loop")
 	}
 	c.endOutages()
+	c.quiesced.Store(false)
+	c.m.paused.DeleteLabelValues(c.cfg.HandlerName) // a stopped consumer reports no pause
 	return runErr
 }
 

@@ -24,7 +24,10 @@ type metrics struct {
 	panics    *prometheus.CounterVec // handler, call
 	dlqPtr    *prometheus.CounterVec // handler, reason
 	commits   *prometheus.CounterVec // handler
-	paused    *prometheus.GaugeVec   // handler: 1 while an operator paused the group
+	paused    *prometheus.GaugeVec   // handler: 1 once an operator pause has taken effect (Quiesced)
+	// probes counts the tries of a dependency in outage once its backoff
+	// ran out (the rounds that call it again to see whether it is back).
+	probes *prometheus.CounterVec // handler, dependency
 	// age is, per finished record, the time from its envelope's
 	// occurred_at to the end of its handling: for the instance worker,
 	// from the API's accept to the instance document written (the
@@ -61,7 +64,10 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		commits: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "sluice_worker_offset_commits_total",
 			Help: "Offset commits made."}, []string{"handler"}),
 		paused: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "sluice_worker_paused",
-			Help: "1 while an operator paused the worker's consumer group (sluice consumer pause): it fetches nothing new."}, []string{"handler"}),
+			Help: "1 once an operator pause of the worker's consumer group (sluice consumer pause) has taken effect: fetching is paused and every record fetched before is finished and committed, so nothing is handled until the resume."}, []string{"handler"}),
+		probes: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "sluice_worker_outage_probes_total",
+			Help: "Tries of a dependency in outage (registry, elasticsearch, objectstore, postgres, kafka, unknown) after its backoff ran out: the rounds that call it again to see whether it is back. It grows while an outage lasts."},
+			[]string{"handler", "dependency"}),
 		age: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "sluice_worker_event_age_seconds",
 			Help:    "Time from a finished record's occurred_at (the API's accept of its command) to the end of its handling: request to readable.",
 			Buckets: prometheus.ExponentialBuckets(0.001, 2, 20)}, []string{"handler"}),
@@ -77,6 +83,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	m.panics = register(reg, m.panics)
 	m.dlqPtr = register(reg, m.dlqPtr)
 	m.paused = register(reg, m.paused)
+	m.probes = register(reg, m.probes)
 	m.age = register(reg, m.age)
 	return m
 }
@@ -102,6 +109,7 @@ func (m *metrics) zero(handler string) {
 	m.outage.WithLabelValues(handler)
 	for _, v := range []string{DependencyRegistry, failure.Elasticsearch, failure.ObjectStore, failure.Postgres, failure.Kafka, dependencyUnknown} {
 		m.depOutage.WithLabelValues(handler, v)
+		m.probes.WithLabelValues(handler, v)
 	}
 	for _, v := range []string{"handle", "handle_batch", "heal"} {
 		m.panics.WithLabelValues(handler, v)

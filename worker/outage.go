@@ -143,6 +143,32 @@ func (c *Consumer) leaveHandlerOutages() {
 	}
 }
 
+// probe counts, in sluice_worker_outage_probes_total, the dependencies in
+// outage whose backoff has run out and that the round starting at now is
+// about to call again: the handler's when it runs handler calls (held
+// claims, or new ones when none is held), the registry's when it makes
+// registry calls. Each such round is one probe; its answer ends the
+// outage or moves the next try out.
+func (c *Consumer) probe(now time.Time, handlerCalls, registryCalls bool) {
+	if c.out.n.Load() == 0 || !handlerCalls && !registryCalls {
+		return
+	}
+	c.out.mu.Lock()
+	var due []string
+	for dep, d := range c.out.deps {
+		if now.Before(d.next) {
+			continue
+		}
+		if dep == DependencyRegistry && registryCalls || dep != DependencyRegistry && handlerCalls {
+			due = append(due, dep)
+		}
+	}
+	c.out.mu.Unlock()
+	for _, dep := range due {
+		c.m.probes.WithLabelValues(c.cfg.HandlerName, dep).Inc()
+	}
+}
+
 // outDeps returns the dependencies that are out, sorted.
 func (c *Consumer) outDeps() []string {
 	c.out.mu.Lock()

@@ -168,14 +168,10 @@ func TestPauseSurvivesRegistryOutage(t *testing.T) {
 	setPaused(true)
 	testenv.WaitFor(t, 20*time.Second, "the worker paused", c.Paused)
 	changes(1, "after the pause")
-	// Positive evidence that fetching stopped, not a sleep: flowControl
-	// paused the topic's fetches (c.paused), which happens once what was
-	// fetched before the pause is done.
-	testenv.WaitFor(t, 20*time.Second, "fetching paused", func() bool {
-		c.mu.Lock()
-		defer c.mu.Unlock()
-		return c.paused
-	})
+	// Positive evidence that fetching stopped, not a sleep: the pause has
+	// taken effect (sluice_worker_paused): the client fetches nothing of
+	// the topic and what was fetched before the pause is done.
+	testenv.WaitFor(t, 20*time.Second, "the pause taken effect", c.Quiesced)
 	held := send()
 
 	// A paused group, the registry out: it stays paused, and a resume it

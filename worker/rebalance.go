@@ -33,6 +33,7 @@ func (c *Consumer) flowControl() {
 	} else if !pause && was {
 		c.cl.ResumeFetchTopics(c.cfg.Topic)
 	}
+	c.quiesce()
 }
 
 // onRevoked hands back the claims held on the revoked partitions (see

@@ -211,6 +211,7 @@ func (c *Consumer) roundStart(ctx context.Context) *roundWork {
 			return nil
 		}
 	}
+	c.probe(now, len(w.handles)+len(claims) > 0, len(w.dlq)+len(w.handles)+len(claims)+len(w.marks)+len(w.fails) > 0)
 	if len(claims) > 0 {
 		claimed, heal, outage := c.claim(ctx, claims)
 		if outage {

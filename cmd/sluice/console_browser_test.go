@@ -660,12 +660,22 @@ func TestConsoleInBrowser(t *testing.T) {
 		if st := d.admin(t, "GET", pausePath, nil); st["paused"] != true || st["reason"] != "browser test" || st["by"] != "admin:operator" {
 			t.Errorf("pause state after confirm: %v", st)
 		}
+		// The badge says paused once the worker's pause has taken effect
+		// (sluice_worker_paused): auto-refresh on until the page shows it,
+		// then off again for the clicks that follow.
+		b.run("pause: taken effect", chromedp.Click(chromedp.ID("auto")), chromedp.WaitVisible(chromedp.CSS(row+`[data-pause-state="paused"]`)),
+			chromedp.Click(chromedp.ID("auto")))
 		badge := value(b, "pause badge", chromedp.Text(chromedp.CSS(row+" .state.paused")))
 		if badge != "paused" {
 			t.Errorf("the overview's pause badge: %q", badge)
 		}
+		if ov := d.admin(t, "GET", "/admin/v1/overview", nil); !groupPausedIn(ov, name) {
+			t.Errorf("the page says paused, the overview does not: %v", ov["groups"])
+		}
 		b.shot("overview-paused")
-		b.run("resume: dry run", chromedp.Click(chromedp.CSS(row+" button.resume")), chromedp.WaitVisible(chromedp.ID("confirm-summary")))
+		value(b, "resume: dry run clicked", chromedp.Poll[bool](`(() => { const x = document.querySelector(`+strconv.Quote(row+" button.resume")+`); if (!x) return false; x.click(); return true; })()`,
+			chromedp.WithPollingInterval(50*time.Millisecond)))
+		b.run("resume: dry run", chromedp.WaitVisible(chromedp.ID("confirm-summary")))
 		if summary := value(b, "resume preview", chromedp.Text(chromedp.ID("confirm-summary"))); !strings.Contains(summary, "would resume "+name) {
 			t.Errorf("resume preview: %q", summary)
 		}
@@ -676,6 +686,8 @@ func TestConsoleInBrowser(t *testing.T) {
 		if st := d.admin(t, "GET", pausePath, nil); st["paused"] != false {
 			t.Errorf("pause state after resume: %v", st)
 		}
+		b.run("resume: taken effect", chromedp.Click(chromedp.ID("auto")), chromedp.WaitVisible(chromedp.CSS(row+`[data-pause-state="running"]`)),
+			chromedp.Click(chromedp.ID("auto")))
 	})
 
 	t.Run("checkpoint dry run", func(t *testing.T) {
@@ -787,4 +799,16 @@ func TestConsoleInBrowser(t *testing.T) {
 			t.Errorf("jobs after a cancelled rollback: %v, want the rebuild only", jobs)
 		}
 	})
+}
+
+// groupPausedIn reports whether the overview ov shows group's pause in
+// effect (pause_state paused).
+func groupPausedIn(ov map[string]any, group string) bool {
+	gs, _ := ov["groups"].([]any)
+	for _, g := range gs {
+		if g, ok := g.(map[string]any); ok && g["group"] == group {
+			return g["pause_state"] == "paused"
+		}
+	}
+	return false
 }

@@ -29,8 +29,8 @@ func newConsumerPauseCmd(pause bool) *cobra.Command {
 		Short: "Durably " + use + " a worker group (every replica, within WORKER_PAUSE_POLL_INTERVAL); a dry run without --yes",
 		Long: `pause stops every worker of the group from fetching new records within
 WORKER_PAUSE_POLL_INTERVAL: what they already fetched finishes and is committed; they stay in
-the group, keep their leases and stay ready; sluice_worker_paused{handler} is 1. resume restarts
-fetching. The flag is kept in Postgres, so it survives restarts. Without --yes it only prints
+the group, keep their leases and stay ready; sluice_worker_paused{handler} turns 1 on a worker
+once that is done (the pause has taken effect there). resume restarts fetching. The flag is kept in Postgres, so it survives restarts. Without --yes it only prints
 the change it would make.`,
 		Example: `  sluice consumer ` + use + ` --group sluice.instance-worker --yes`,
 		Args:    cobra.NoArgs,

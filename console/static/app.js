@@ -164,11 +164,24 @@ const FLOW = [
 const fmtNum = (v, digits = 0) => (v === null || v === undefined || Number.isNaN(v) ? "—" : Number(v).toLocaleString("en-US", { maximumFractionDigits: digits }));
 const fmtMs = (s) => (s === null || s === undefined ? "—" : s < 1 ? Math.round(s * 1000) + " ms" : fmtNum(s, 2) + " s");
 
-// pauseBadge shows a group's operator pause flag (unknown when the
-// registry could not be read).
+// PAUSE_TITLES explain each pause state (docs/console.md): what the
+// group's workers have made of the operator's flag.
+const PAUSE_TITLES = {
+  running: "not paused",
+  pausing: "paused by an operator; a worker still finishes what it fetched or has not read the flag yet",
+  paused: "paused by an operator, and every worker seen has stopped: nothing is handled until the resume",
+  resuming: "resumed by an operator; a worker has not restarted fetching yet",
+  requested: "paused by an operator, but no worker of this group is visible to this api process (SLUICE_ADMIN_SERVICES): whether one still runs is unknown",
+};
+
+// pauseBadge shows a group's pause state: the operator's flag as its
+// workers have taken it (unknown when the registry could not be read).
 function pauseBadge(g) {
   if (g.paused === undefined || g.paused === null) return el("span", { class: "state unknown", title: g.pause_error || "" }, "unknown");
-  return el("span", { class: "state " + (g.paused ? "paused" : "running") }, g.paused ? "paused" : "running");
+  const state = g.pause_state || (g.paused ? "requested" : "running");
+  const w = g.pause_workers;
+  const seen = w && w.seen ? " (" + w.paused + " of " + w.seen + " workers paused)" : "";
+  return el("span", { class: "state " + state, title: (PAUSE_TITLES[state] || state) + seen }, state === "requested" ? "pause requested" : state);
 }
 
 const readyBadge = (ready) => el("span", { class: "state " + (ready === true ? "done" : ready === false ? "dead" : "unknown") },
@@ -199,7 +212,8 @@ function groupsTable(groups) {
   if (!groups.length) return el("p", { class: "muted" }, "no worker groups");
   return el("table", { class: "groups" },
     el("thead", {}, el("tr", {}, ["Group", "Handler", "Topic", "Status", "Backlog (records)", "Workers", "Pause", "Paused by · reason · since", ""].map((c) => el("th", {}, c)))),
-    el("tbody", {}, groups.map((g) => el("tr", { "data-group": g.group, "data-status": g.status || "", "data-paused": g.paused === undefined ? "unknown" : String(g.paused) },
+    el("tbody", {}, groups.map((g) => el("tr", { "data-group": g.group, "data-status": g.status || "", "data-paused": g.paused === undefined ? "unknown" : String(g.paused),
+      "data-pause-state": g.pause_state || "unknown" },
       el("td", {}, g.group), el("td", {}, g.handler), el("td", {}, g.topic),
       el("td", { class: "status" }, el("span", { class: "state " + (g.status === "running" ? "done" : g.status === "stopped" || g.status === "not running" ? "pending" : "unknown") }, STATUS_TEXT[g.status] || g.status || (g.error ? "error" : "")),
         g.note ? el("div", { class: "muted note" }, g.note) : null, g.error ? el("div", { class: "error-text" }, g.error) : null),
@@ -881,7 +895,7 @@ async function showActions() {
     const ov = await admin.overview();
     lastOverview = ov;
     showError(null);
-    fillSelect($("#group-name"), (ov.groups || []).map((g) => [g.group, g.group + " (" + (g.paused ? "paused" : "running") + ", lag " + (g.lag ?? 0) + ")"]));
+    fillSelect($("#group-name"), (ov.groups || []).map((g) => [g.group, g.group + " (" + (g.pause_state || (g.paused ? "paused" : "running")) + ", lag " + (g.lag ?? 0) + ")"]));
     fillSelect($("#proj-name"), (ov.projections || []).map((p) => [p.name, p.name + " (live v" + p.live + ", code v" + p.code_version + ")"]));
     const proj = (ov.projections || []).find((p) => p.name === $("#proj-name").value);
     if (proj && !$("#proj-version").value) $("#proj-version").value = Math.max(proj.code_version, ...(proj.versions || [0])) + 1;

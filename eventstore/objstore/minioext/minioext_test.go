@@ -123,7 +123,7 @@ func TestListenSegments(t *testing.T) {
 				"it lacks the Flush fix for trackingResponseWriter (minio commit 52eee5a2f); "+
 				"single-event latency is covered by TestListenSegmentsWithFlushingServer", created))
 		}
-		time.Sleep(300 * time.Millisecond)
+		time.Sleep(300 * time.Millisecond) // paces: late wake-ups of the creations above arrive before the drain; only the positive wait below asserts
 		drain(segs)
 		start := time.Now()
 		if _, err := store.Create(ctx, "segments/latency.jsonl", []byte("{}\n")); err != nil {
