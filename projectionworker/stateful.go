@@ -101,12 +101,6 @@ func (s *DocState) rollback() {
 	s.undo = s.undo[:0]
 }
 
-// pending reports whether the round has written document k.
-func (s *DocState) pending(k docKey) bool {
-	_, ok := s.overlay[k]
-	return ok
-}
-
 // Get returns the document scope/id: its source as written earlier in this
 // round, else as stored in this version's index; its version is always the
 // one stored when the round read it (the base of the round's single write).
