@@ -144,7 +144,12 @@ type Event struct {
 	OccurredAt     time.Time                  `json:"occurred_at"`
 	Data           json.RawMessage            `json:"data"`
 	Metadata       map[string]json.RawMessage `json:"metadata,omitempty"`
-	// Raw is the stored envelope byte for byte.
+	// SchemaVersion is the version of its event type's schema that Data
+	// follows: as validated at append, or the latest one when the read
+	// asked for Latest (docs/schemas.md#upcasting-on-read).
+	SchemaVersion int `json:"schema_version,omitempty"`
+	// Raw is the envelope byte for byte as the API sent it (the stored
+	// line, unless Latest upcast it).
 	Raw json.RawMessage `json:"-"`
 }
 
@@ -170,6 +175,10 @@ type StreamOptions struct {
 	// Limit is the page size in sequence numbers (1..1000; 0: the API's
 	// default, 100).
 	Limit int
+	// Latest asks for each event upcast to its type's latest registered
+	// schema version (as=latest; docs/schemas.md#upcasting-on-read).
+	// Stored events are never rewritten.
+	Latest bool
 }
 
 // StreamPage is one page of a stream.
@@ -196,6 +205,7 @@ func (c *Client) ReadStreamPage(ctx context.Context, aggregateType, aggregateID 
 	if o.Limit > 0 {
 		q.Set("limit", strconv.Itoa(o.Limit))
 	}
+	setLatest(q, o.Latest)
 	res, err := c.do(ctx, request{method: http.MethodGet, path: streamPath(aggregateType, aggregateID) + "/events", query: q, idempotent: true})
 	if err != nil {
 		return nil, err
@@ -255,6 +265,10 @@ type LogOptions struct {
 	Limit int
 	// AggregateType, when set, reads only that type's events.
 	AggregateType string
+	// Latest asks for each event upcast to its type's latest registered
+	// schema version (as=latest; docs/schemas.md#upcasting-on-read).
+	// Stored events are never rewritten.
+	Latest bool
 }
 
 // LogPage is one page of the log.
@@ -277,6 +291,7 @@ func (c *Client) ReadLogPage(ctx context.Context, o LogOptions) (*LogPage, error
 	if o.AggregateType != "" {
 		q.Set("aggregate_type", o.AggregateType)
 	}
+	setLatest(q, o.Latest)
 	res, err := c.do(ctx, request{method: http.MethodGet, path: "/v1/log", query: q, idempotent: true})
 	if err != nil {
 		return nil, err
@@ -319,5 +334,12 @@ func (c *Client) ReadLog(ctx context.Context, o LogOptions) iter.Seq2[Event, err
 			}
 			from = page.NextFromPosition
 		}
+	}
+}
+
+// setLatest asks a read for the latest schema version of each event.
+func setLatest(q url.Values, latest bool) {
+	if latest {
+		q.Set("as", "latest")
 	}
 }

@@ -22,6 +22,9 @@ import (
 type SubscribeOptions struct {
 	// AggregateType, when set, subscribes to that type's events only.
 	AggregateType string
+	// Latest asks for each event upcast to its type's latest registered
+	// schema version (as=latest; docs/schemas.md#upcasting-on-read).
+	Latest bool
 	// FromPosition is the first log position to deliver; 0 starts at the
 	// head of the log (only what is appended from now on).
 	FromPosition int64
@@ -118,6 +121,7 @@ func (s *subscription) connect(ctx context.Context, yield func(Event, error) boo
 	if s.o.AggregateType != "" {
 		q.Set("aggregate_type", s.o.AggregateType)
 	}
+	setLatest(q, s.o.Latest)
 	r := request{method: http.MethodGet, path: path, query: q, header: http.Header{}}
 	if s.last >= 0 {
 		r.header.Set("Last-Event-ID", strconv.FormatInt(s.last, 10))
