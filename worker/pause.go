@@ -11,7 +11,7 @@ import (
 )
 
 // Paused reports whether the consumer honours an operator pause of its
-// group now (as last read from Options.Pause). Records fetched before the
+// group now (as last read from Deps.Pause). Records fetched before the
 // flag was read may still be running: Quiesced says when they are done.
 func (c *Consumer) Paused() bool { return c.opPaused.Load() }
 
