@@ -419,30 +419,7 @@ func (e *env) committed() (committed, end int64) {
 // in-process worker whose labels include want (0 when there are none).
 func (e *env) counter(name string, want map[string]string) float64 {
 	e.t.Helper()
-	mfs, err := e.metrics.Gather()
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	var sum float64
-	for _, mf := range mfs {
-		if mf.GetName() != name {
-			continue
-		}
-	metric:
-		for _, m := range mf.GetMetric() {
-			have := map[string]string{}
-			for _, l := range m.GetLabel() {
-				have[l.GetName()] = l.GetValue()
-			}
-			for k, v := range want {
-				if have[k] != v {
-					continue metric
-				}
-			}
-			sum += m.GetCounter().GetValue()
-		}
-	}
-	return sum
+	return testenv.MetricSum(e.t, e.metrics, name, want)
 }
 
 // probes is sluice_worker_outage_probes_total of the instance worker for
