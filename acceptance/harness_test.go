@@ -1019,12 +1019,6 @@ func (p *pipeline) docAt(prefix, db, class, id string) esDoc {
 // length is read whole.
 const historyPage = 1000
 
-// historyDoc is one history document as read back.
-type historyDoc struct {
-	ID  string // _id (the projection writes _id = event_id)
-	Seq int64
-}
-
 // historyDocs returns the event_id → sequence_number of every history
 // document of db. It pages with search_after on event_id (a keyword, unique
 // per document) so it never hits the result window, and checks the pages
