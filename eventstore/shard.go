@@ -116,28 +116,35 @@ ins AS (
 )
 SELECT coalesce((SELECT shards FROM existing), (SELECT shards FROM ins))`
 
+// sqlReadLayout reads the recorded number of shards (NULL: none yet) and
+// how many head rows there are; a plain read, so that a store opened with
+// read-only credentials on an existing index writes nothing.
+const sqlReadLayout = `SELECT (SELECT shards FROM sluice.eventstore_layout WHERE singleton), (SELECT count(*) FROM sluice.log_head)`
+
 // sqlHeadRows makes sure every shard has its head row.
 const sqlHeadRows = `INSERT INTO sluice.log_head (shard, next_position) SELECT s, 1 FROM generate_series(0, $1::int - 1) AS s ON CONFLICT (shard) DO NOTHING`
 
 // openLayout reads (or, on a new index, records) the store's number of
-// shards and refuses a configuration that asks for another.
+// shards, refuses a configuration that asks for another, and creates the
+// shards' head rows that are missing (a new index; a wiped log_head).
 func (s *Store) openLayout(ctx context.Context, configured int) (int, error) {
 	var stored *int
-	for range 3 {
+	var heads int
+	if err := s.pool.QueryRow(ctx, sqlReadLayout).Scan(&stored, &heads); err != nil {
+		return 0, fmt.Errorf("eventstore: read the store's layout: %w", err)
+	}
+	for attempt := 0; stored == nil && attempt < 3; attempt++ {
 		if err := s.pool.QueryRow(ctx, sqlLayout, configured).Scan(&stored); err != nil {
-			return 0, fmt.Errorf("eventstore: read the store's layout: %w", err)
-		}
-		if stored != nil {
-			break
+			return 0, fmt.Errorf("eventstore: record the store's layout: %w", err)
 		}
 	}
 	if stored == nil {
-		return 0, errors.New("eventstore: read the store's layout: no row after three attempts")
+		return 0, errors.New("eventstore: record the store's layout: no row after three attempts")
 	}
 	if *stored != configured {
 		return 0, &ShardsMismatchError{Stored: *stored, Configured: configured, Where: "recorded in the index"}
 	}
-	if *stored > 1 {
+	if heads < *stored {
 		if _, err := s.pool.Exec(ctx, sqlHeadRows, *stored); err != nil {
 			return 0, fmt.Errorf("eventstore: create the shards' head rows: %w", err)
 		}
