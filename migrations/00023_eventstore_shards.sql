@@ -51,20 +51,20 @@ COMMENT ON TABLE sluice.appends IS 'event store: index from (shard, position) / 
 -- +goose StatementBegin
 DO $$
 DECLARE
-    next bigint;
+    head_next bigint;
 BEGIN
     IF EXISTS (SELECT 1 FROM sluice.eventstore_layout WHERE shards > 1)
        OR EXISTS (SELECT 1 FROM sluice.log_head WHERE shard > 0)
        OR EXISTS (SELECT 1 FROM sluice.appends WHERE shard > 0) THEN
         RAISE EXCEPTION 'sluice: the event store has more than one shard; a schema before 23 holds one log only (replay it into a store of one shard: docs/scale-out.md#changing-the-number-of-shards)';
     END IF;
-    SELECT next_position INTO next FROM sluice.log_head WHERE shard = 0;
+    SELECT next_position INTO head_next FROM sluice.log_head WHERE shard = 0;
     DROP TABLE sluice.log_head;
     CREATE TABLE sluice.log_head (
         singleton     boolean PRIMARY KEY DEFAULT true CHECK (singleton),
         next_position bigint  NOT NULL CHECK (next_position >= 1)
     );
-    INSERT INTO sluice.log_head (singleton, next_position) VALUES (true, coalesce(next, 1));
+    INSERT INTO sluice.log_head (singleton, next_position) VALUES (true, coalesce(head_next, 1));
 END
 $$;
 -- +goose StatementEnd
