@@ -14,6 +14,8 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/sluicehq/sluice/eventstore/objstore/filestore"
+	"github.com/sluicehq/sluice/internal/testenv"
 	"github.com/sluicehq/sluice/shared/envelope"
 )
 
@@ -753,5 +755,44 @@ func TestShardedRepair(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// The file backend holds a sharded store's segments too (their keys have
+// a folder more, segments/n4/): appends, reads and a reindex from the
+// listing work as on S3.
+func TestShardedOnFileBackend(t *testing.T) {
+	const shards = 4
+	_, pool := testenv.NewMigratedDatabase(t)
+	b, err := filestore.New(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = b.Close() })
+	s, err := New(shardedConfig(shards), Deps{Pool: pool, Bucket: b})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.Close() })
+	ids := idsByShard("Order", "file", shards, 2)
+	var envs []envelope.Envelope
+	for sh := range shards {
+		for _, id := range ids[sh] {
+			envs = append(envs, command("Order", id, sh))
+		}
+	}
+	rs := mustAppend(t, s, envs...)
+	mustAppend(t, s, command("Order", ids[2][0], "again"))
+	before := snapshot(t, pool)
+	evs, err := s.ReadSegment(ctxT(t), rs[0].Event.SegmentKey)
+	if err != nil || len(evs) != len(envs) || !strings.HasPrefix(rs[0].Event.SegmentKey, "segments/n4/0000-") {
+		t.Fatalf("segment %s: %d lines, %v", rs[0].Event.SegmentKey, len(evs), err)
+	}
+	rep, err := s.Reindex(ctxT(t))
+	if err != nil || rep.Segments != 2 || rep.Events != int64(len(envs)+1) {
+		t.Fatalf("reindex %+v, %v", rep, err)
+	}
+	if after := snapshot(t, pool); fmt.Sprint(after) != fmt.Sprint(before) {
+		t.Fatalf("reindex changed the index:\n got  %v\n want %v", after, before)
 	}
 }
