@@ -203,9 +203,10 @@ func New(cfg Config, deps Deps, opts ...Option) (http.Handler, error) {
 	// API that went unready with it would refuse appends its store could
 	// take (docs/scale-out.md#health).
 	if h, ok := deps.Store.(interface {
-		Head(context.Context) (int64, error)
+		Heads(context.Context) ([]eventstore.ShardHead, error)
 	}); ok {
-		deps.Health.AddReadiness("event store", func(ctx context.Context) error { _, err := h.Head(ctx); return err })
+		// Heads, not Head: it answers for any number of shards.
+		deps.Health.AddReadiness("event store", func(ctx context.Context) error { _, err := h.Heads(ctx); return err })
 	}
 	mux := observability.Handler(deps.Metrics, deps.Health)
 	const inst = "/v1/dbs/{db}/classes/{class}/instances"

@@ -568,7 +568,7 @@ func TestOpenAPIDocument(t *testing.T) {
 	for _, code := range []string{CodeMalformedJSON, CodeInvalidParameter, CodeUnexpectedBody, CodeUnauthorized, CodeNotFound,
 		CodeCommandNotFound, CodeInstanceNotFound, CodeInstanceDeleted, CodeMethodNotAllowed, CodeConflict, CodeSlotConflict,
 		CodeBodyTooLarge, CodeLimitExceeded, CodeUnsupportedMediaType, CodeValidationFailed, CodeIdempotencyKeyReused,
-		CodeUnavailable, CodeInternal, CodeInvalidText, CodeInvalidDataKey, CodeTooManyRequests, CodeStarting} {
+		CodeUnavailable, CodeInternal, CodeInvalidText, CodeInvalidDataKey, CodeTooManyRequests, CodeStarting, CodeNotImplemented} {
 		if !strings.Contains(string(r.body), `"`+code+`"`) {
 			t.Fatalf("openapi.json does not list error code %s", code)
 		}

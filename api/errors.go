@@ -39,6 +39,7 @@ const (
 	CodeUnavailable          = "unavailable"                     // 503
 	CodeStarting             = "starting"                        // 503 (the process's start-up probes: cmd/sluice)
 	CodeInternal             = "internal_error"                  // 500
+	CodeNotImplemented       = "not_implemented"                 // 501 (log reads of a store of more than one shard)
 )
 
 // ProblemTypePrefix is the prefix of the problem type URI of every error
@@ -74,6 +75,7 @@ var problemTitles = map[string]string{
 	CodeUnavailable:          "Unavailable",
 	CodeStarting:             "Service starting",
 	CodeInternal:             "Internal error",
+	CodeNotImplemented:       "Not implemented for this store",
 }
 
 // Error is one failed request (or one failed batch item) as the API reports
@@ -251,11 +253,16 @@ func fromAppend(err error, commandID string) *Error {
 func fromRead(err error) *Error {
 	var ae *Error
 	var ve *envelope.ValidationError
+	var sh *eventstore.ShardsNotSupportedError
 	switch {
 	case errors.As(err, &ae):
 		return ae
 	case errors.As(err, &ve):
 		return fromValidation(ve, "")
+	case errors.As(err, &sh):
+		e := newError(http.StatusNotImplemented, CodeNotImplemented, "", "%s", sh.Error())
+		e.cause = err
+		return e
 	case errors.Is(err, registry.ErrUnavailable):
 		e := newError(http.StatusServiceUnavailable, CodeUnavailable, "", "the processed-event registry is unavailable; retry later")
 		e.cause = err

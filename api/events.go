@@ -30,6 +30,10 @@ type EventLog interface {
 	Stream(ctx context.Context, aggregateType, aggregateID string, fromSeq, toSeq int64, kind envelope.Kind) ([]eventstore.Event, error)
 	Log(ctx context.Context, q eventstore.LogQuery) (eventstore.LogPage, error)
 	Head(ctx context.Context) (int64, error)
+	// RequireOneShard refuses the log reads (/v1/log, subscriptions) on a
+	// store of more than one shard: *eventstore.ShardsNotSupportedError
+	// (per-shard cursors are issue 33 item 4).
+	RequireOneShard(reader string) error
 }
 
 // Event API error codes (in addition to the command API's).
@@ -630,6 +634,10 @@ type LogPageReply struct {
 
 // handleReadLog serves GET /v1/log?from_position=1&limit=100&aggregate_type=&as=.
 func (s *server) handleReadLog(w http.ResponseWriter, r *http.Request) {
+	if err := s.opts.Events.RequireOneShard("GET /v1/log"); err != nil {
+		s.fail(w, r, fromRead(err))
+		return
+	}
 	q := r.URL.Query()
 	limit, e := s.pageLimit(q)
 	if e != nil {

@@ -65,6 +65,10 @@ func (s *server) handleSubscribeType(w http.ResponseWriter, r *http.Request) {
 // subscription asked for during the shutdown is refused with 503 and
 // Retry-After (docs/api.md, "Subscriptions").
 func (s *server) subscribe(w http.ResponseWriter, r *http.Request, aggType string) {
+	if err := s.opts.Events.RequireOneShard("the log subscriptions (" + r.URL.Path + ")"); err != nil {
+		s.fail(w, r, fromRead(err))
+		return
+	}
 	ctx := r.Context()
 	stopping := drain.Signal(ctx)
 	if drain.Stopping(ctx) {

@@ -17,7 +17,13 @@
 //   - reads: an aggregate's stream, one event by id, a command by slot, the
 //     head position, the segment listing and whole segments (for the relay);
 //   - recovery: Repair resolves reservations whose writer crashed, Reindex
-//     rebuilds every table from the segments alone.
+//     rebuilds every table from the segments alone;
+//   - shards (docs/eventstore.md#shards): a log of N shards, fixed when the
+//     store is created (EVENT_STORE_SHARDS, default 1, the layout from
+//     before shards); an aggregate lives in ShardOf its key, each shard has
+//     its own head and positions, and a group over many shards is still one
+//     reservation statement and one segment. Readers by one global position
+//     refuse N > 1 (ShardsNotSupportedError) until they are per shard.
 //
 // # Guarantee kept
 //

@@ -117,7 +117,7 @@ func (s *Store) fetchSpan(ctx context.Context, sg span, rows []indexRow, out []E
 			return fmt.Errorf("%w: %s at byte %d holds event %s position %d, the index says %s position %d",
 				ErrCorruptSegment, sg.key, r.offset, e.EventID, e.Position, r.eventID, r.position)
 		}
-		out[i] = Event{Envelope: e, Raw: raw, SegmentKey: r.key, Offset: r.offset}
+		out[i] = Event{Envelope: e, Raw: raw, SegmentKey: r.key, Offset: r.offset, Shard: r.shard}
 	}
 	return nil
 }

@@ -21,7 +21,7 @@ func (s *Store) processGroup(g *group) {
 	ctx, cancel := context.WithTimeout(s.ctx, max(4*s.cfg.AppendTimeout, time.Minute))
 	defer cancel()
 	t0 := time.Now()
-	accepted, first, err := s.reserve(ctx, g.items)
+	accepted, blocks, err := s.reserve(ctx, g.items)
 	s.reserved <- struct{}{}
 	if err == nil && len(accepted) > 0 {
 		s.stats.groups.Add(1)
@@ -39,7 +39,7 @@ func (s *Store) processGroup(g *group) {
 		return
 	}
 	if len(accepted) > 0 {
-		s.writeBlock(ctx, accepted, first)
+		s.writeBlock(ctx, accepted, blocks)
 	}
 	var dups []*item
 	for _, it := range g.items {
@@ -59,10 +59,12 @@ func (s *Store) processGroup(g *group) {
 }
 
 // writeBlock writes the accepted items' segment (step 4) and commits their
-// rows (step 5).
-func (s *Store) writeBlock(ctx context.Context, accepted []*item, first int64) {
-	last := first + int64(len(accepted)) - 1
-	key := SegmentKey(first, last)
+// rows (step 5). The segment is named after the block of the lowest shard
+// (blocks[0]; for one shard, the block), its lines in the order of
+// accepted: by shard, then position.
+func (s *Store) writeBlock(ctx context.Context, accepted []*item, blocks []shardBlock) {
+	name := segmentName{shards: s.shards, shard: blocks[0].shard, first: blocks[0].first, last: blocks[0].last}
+	key := name.key()
 	fail := func(err error) {
 		for _, it := range accepted {
 			it.res.Err = err
@@ -93,15 +95,19 @@ func (s *Store) writeBlock(ctx context.Context, accepted []*item, first int64) {
 	if !bytes.Equal(stored, body) {
 		// the key already held our events (an earlier attempt of this very
 		// write, whose client saw it fail): the index must point at the bytes stored
-		lines, err := parseSegment(key, stored, first, last)
+		lines, err := parseBlock(name, key, stored)
 		if err != nil {
 			fail(err)
 			return
 		}
+		if len(lines) != len(accepted) {
+			fail(fmt.Errorf("%w: %s holds %d lines, the index reserved %d", ErrCorruptSegment, key, len(lines), len(accepted)))
+			return
+		}
 		for j, l := range lines {
-			if l.env.EventID != accepted[j].env.EventID {
-				fail(fmt.Errorf("%w: %s holds event %s at position %d, the index reserved it for %s",
-					ErrCorruptSegment, key, l.env.EventID, l.env.Position, accepted[j].env.EventID))
+			if l.env.EventID != accepted[j].env.EventID || l.env.Position != accepted[j].pos {
+				fail(fmt.Errorf("%w: %s holds event %s at position %d (line %d), the index reserved other lines",
+					ErrCorruptSegment, key, l.env.EventID, l.env.Position, j+1))
 				return
 			}
 			offsets[j] = l.offset
@@ -115,7 +121,7 @@ func (s *Store) writeBlock(ctx context.Context, accepted []*item, first int64) {
 	refs := make([]lineRef, len(accepted))
 	for j, it := range accepted {
 		end := offsets[j] + int64(bytes.IndexByte(body[offsets[j]:], '\n'))
-		refs[j] = lineRef{position: it.pos, eventID: it.env.EventID, offset: offsets[j], length: end - offsets[j]}
+		refs[j] = lineRef{shard: it.shard, position: it.pos, eventID: it.env.EventID, offset: offsets[j], length: end - offsets[j]}
 	}
 	t0 = time.Now()
 	committed, err := s.commitRows(ctx, key, refs)
@@ -126,7 +132,7 @@ func (s *Store) writeBlock(ctx context.Context, accepted []*item, first int64) {
 	}
 	var late []string
 	for j, it := range accepted {
-		if !committed[it.pos] {
+		if !committed[shardPos{it.shard, it.pos}] {
 			// A late writer: the relay (or Repair) abandoned this row
 			// meanwhile, and may already be past its position — perhaps
 			// past its lookback. The envelope is not acknowledged here:
@@ -139,7 +145,7 @@ func (s *Store) writeBlock(ctx context.Context, accepted []*item, first int64) {
 		e := it.env
 		e.SequenceNumber, e.Position = it.seq, it.pos
 		raw := body[refs[j].offset : refs[j].offset+refs[j].length : refs[j].offset+refs[j].length]
-		it.res = Result{Event: Event{Envelope: e, Raw: raw, SegmentKey: key, Offset: refs[j].offset}}
+		it.res = Result{Event: Event{Envelope: e, Raw: raw, SegmentKey: key, Offset: refs[j].offset, Shard: it.shard}}
 	}
 	if len(late) > 0 {
 		s.log.Warn("eventstore: late writer: rows abandoned while the segment was written; appending those envelopes again at fresh positions",
@@ -187,7 +193,7 @@ func (s *Store) abandonBlock(ctx context.Context, key string, cause error) {
 	actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel()
 	var n, lo, hi int64
-	if err := s.pool.QueryRow(actx, sqlAbandonMine, key, s.cfg.WriterID).Scan(&n, &lo, &hi, nil); err != nil {
+	if err := s.pool.QueryRow(actx, sqlAbandonMine, key, s.cfg.WriterID, s.shards > 1).Scan(&n, &lo, &hi, nil); err != nil {
 		s.log.Warn("eventstore: could not mark a failed block abandoned; the relay will after the append timeout",
 			"segment_key", key, "error", err)
 		return
@@ -212,11 +218,21 @@ const sqlAbandonMine = `
 WITH upd AS (
   UPDATE sluice.appends SET state = '` + StateAbandoned + `'
   WHERE segment_key = $1 AND state = '` + StateReserved + `' AND writer_id = $2
-  RETURNING position
+  RETURNING shard, position
+)` + sqlAbandonedNotify
+
+// sqlAbandonedNotify counts the rows upd abandoned, their lowest and
+// highest position, and NOTIFYs them (blockNotify's payload: "abandoned
+// FIRST LAST" for one shard, $3 false; "abandoned S:FIRST-LAST …" for
+// more).
+const sqlAbandonedNotify = `, per AS (
+  SELECT shard, count(*) AS n, min(position) AS lo, max(position) AS hi FROM upd GROUP BY shard
 )
-SELECT count(*), coalesce(min(position), 0), coalesce(max(position), 0),
-       CASE WHEN count(*) > 0 THEN pg_notify('` + NotifyChannel + `', '` + StateAbandoned + ` ' || min(position) || ' ' || max(position)) END
-FROM upd`
+SELECT coalesce(sum(n), 0)::bigint, coalesce(min(lo), 0), coalesce(max(hi), 0),
+       CASE WHEN count(*) > 0 THEN pg_notify('` + NotifyChannel + `', CASE WHEN $3::boolean
+         THEN '` + StateAbandoned + `' || string_agg(' ' || shard || ':' || lo || '-' || hi, '' ORDER BY shard)
+         ELSE '` + StateAbandoned + ` ' || min(lo) || ' ' || max(hi) END) END
+FROM per`
 
 // returnStored fills the results of idempotent hits with the stored events.
 func (s *Store) returnStored(ctx context.Context, dups []*item) {

@@ -20,6 +20,7 @@ type item struct {
 	tmpl         lineTemplate
 	slot         bool   // postgres allocator: a domain event into its command's slot
 	slotKey      string // (aggregate, sequence, kind) when the caller chose the sequence
+	shard        int    // ShardOf its aggregate
 	arrived      time.Time
 
 	done      chan struct{}
@@ -50,7 +51,7 @@ func (s *Store) newItem(ctx context.Context, e envelope.Envelope) (*item, error)
 		return nil, &envelope.ValidationError{Code: envelope.CodeInvalid, Field: "position", Limit: "assigned by the store",
 			Reason: "is assigned by the store and must not be set at append"}
 	}
-	it := &item{ctx: ctx, env: p, explicitTime: explicit, done: make(chan struct{})}
+	it := &item{ctx: ctx, env: p, explicitTime: explicit, done: make(chan struct{}), shard: ShardOf(p.AggregateType, p.AggregateID, s.shards)}
 	if s.cfg.allocatorOff() {
 		if p.SequenceNumber == 0 {
 			return nil, &envelope.ValidationError{Code: envelope.CodeInvalid, Field: "sequence_number", Limit: "required (allocator off)",

@@ -33,14 +33,18 @@ type LogPage struct {
 }
 
 const sqlLogBound = `
-SELECT least((SELECT next_position - 1 FROM sluice.log_head),
-             coalesce((SELECT min(position) - 1 FROM sluice.appends WHERE state = 'reserved' AND position > $1), 9223372036854775807))`
+SELECT least((SELECT next_position - 1 FROM sluice.log_head WHERE shard = 0),
+             coalesce((SELECT min(position) - 1 FROM sluice.appends WHERE shard = 0 AND state = 'reserved' AND position > $1), 9223372036854775807))`
 
 // Log reads the global log after a position: the events every consumer of
 // the store sees, in position order, with the bound up to which the log
 // is final (LogPage.Through). The bound and the rows come from one
-// snapshot.
+// snapshot. A store of more than one shard answers
+// *ShardsNotSupportedError (per-shard cursors are issue 33 item 4).
 func (s *Store) Log(ctx context.Context, q LogQuery) (LogPage, error) {
+	if err := s.RequireOneShard("Log (the log by global position)"); err != nil {
+		return LogPage{Through: q.After}, err
+	}
 	if q.Limit <= 0 {
 		q.Limit = 100
 	}
@@ -61,7 +65,7 @@ func (s *Store) Log(ctx context.Context, q LogQuery) (LogPage, error) {
 		return page, nil
 	}
 	rows, err := tx.Query(ctx, `SELECT `+indexColumns+` FROM sluice.appends
-		WHERE position > $1 AND position <= $2 AND state = 'committed' AND ($3 = '' OR aggregate_type = $3)
+		WHERE shard = 0 AND position > $1 AND position <= $2 AND state = 'committed' AND ($3 = '' OR aggregate_type = $3)
 		ORDER BY position LIMIT $4`, Replan, q.After, bound, q.AggregateType, q.Limit)
 	if err != nil {
 		return page, fmt.Errorf("eventstore: log: %w", err)

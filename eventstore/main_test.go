@@ -284,7 +284,8 @@ func mustAppend(t testing.TB, s *Store, envs ...envelope.Envelope) []Result {
 type tableSnapshot struct {
 	appends   []string
 	sequences []string
-	head      int64
+	head      int64    // shard 0's next position
+	heads     []string // every shard's next position, by shard
 }
 
 func snapshot(t testing.TB, pool *pgxpool.Pool) tableSnapshot {
@@ -302,10 +303,13 @@ func snapshot(t testing.TB, pool *pgxpool.Pool) tableSnapshot {
 		}
 		return out
 	}
-	s.appends = collect(`SELECT concat_ws('|', position, event_id, kind, aggregate_type, aggregate_id, sequence_number, state,
-		segment_key, byte_offset, byte_length, encode(canonical_hash, 'hex'), occurred_at) FROM sluice.appends ORDER BY position`)
+	// shard 0's rows as before shards (TestReservationOutcomes compares them
+	// with what the store wrote then); other shards' prefixed with s{shard}
+	s.appends = collect(`SELECT concat_ws('|', CASE WHEN shard <> 0 THEN 's' || shard END, position, event_id, kind, aggregate_type, aggregate_id, sequence_number, state,
+		segment_key, byte_offset, byte_length, encode(canonical_hash, 'hex'), occurred_at) FROM sluice.appends ORDER BY shard, position`)
 	s.sequences = collect(`SELECT concat_ws('|', aggregate_type, aggregate_id, last_sequence) FROM sluice.sequences ORDER BY 1`)
-	if err := pool.QueryRow(ctx, `SELECT next_position FROM sluice.log_head`).Scan(&s.head); err != nil {
+	s.heads = collect(`SELECT shard || ':' || next_position FROM sluice.log_head ORDER BY shard`)
+	if err := pool.QueryRow(ctx, `SELECT next_position FROM sluice.log_head WHERE shard = 0`).Scan(&s.head); err != nil {
 		t.Fatal(err)
 	}
 	return s

@@ -2,6 +2,7 @@ package eventstore
 
 import (
 	"errors"
+	"strconv"
 	"sync/atomic"
 	"time"
 
@@ -19,12 +20,15 @@ type metrics struct {
 	events  prometheus.Histogram     // accepted envelopes per group
 	appends *prometheus.CounterVec   // outcome
 	settled prometheus.Counter       // positions released at once after a write that did not happen
+	// headWait: per shard, the time a reservation's write statement waited
+	// for the shard's head row (its lock), measured in the statement.
+	headWait *prometheus.HistogramVec
 }
 
 // newMetrics creates the store's collectors with the series of every stage
 // and outcome at 0, so that dashboards and alerts see them before the first
 // append (issue 23.5).
-func newMetrics() *metrics {
+func newMetrics(shards int) *metrics {
 	m := &metrics{
 		stage: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "sluice_eventstore_stage_duration_seconds",
 			Help:    "Time a group commit spends per step: gather (oldest envelope's wait before its group started), reserve (the reservation round trips, flush included), put (the segment's conditional create), commit.",
@@ -37,6 +41,12 @@ func newMetrics() *metrics {
 			[]string{"outcome"}),
 		settled: prometheus.NewCounter(prometheus.CounterOpts{Name: "sluice_eventstore_released_positions_total",
 			Help: "Reserved positions a writer marked abandoned at once because its segment PUT definitely did not happen (the relay passes them without waiting for EVENT_STORE_APPEND_TIMEOUT)."}),
+		headWait: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "sluice_eventstore_head_lock_wait_seconds",
+			Help:    "Per shard, how long a reservation waited for the shard's head row (log_head) inside its write statement: the row lock wait plus microseconds of the update, measured with the database clock.",
+			Buckets: prometheus.ExponentialBuckets(0.00001, 4, 10)}, []string{"shard"}),
+	}
+	for sh := range shards {
+		m.headWait.WithLabelValues(strconv.Itoa(sh))
 	}
 	for _, st := range []string{"gather", "reserve", "put", "commit"} {
 		m.stage.WithLabelValues(st)
@@ -49,10 +59,11 @@ func newMetrics() *metrics {
 
 // Collectors returns the store's metrics for a service's registry:
 // sluice_eventstore_stage_duration_seconds{stage},
-// sluice_eventstore_group_events, sluice_eventstore_appends_total{outcome}
-// and sluice_eventstore_released_positions_total.
+// sluice_eventstore_group_events, sluice_eventstore_appends_total{outcome},
+// sluice_eventstore_released_positions_total and
+// sluice_eventstore_head_lock_wait_seconds{shard}.
 func (s *Store) Collectors() []prometheus.Collector {
-	return []prometheus.Collector{s.m.stage, s.m.events, s.m.appends, s.m.settled}
+	return []prometheus.Collector{s.m.stage, s.m.events, s.m.appends, s.m.settled, s.m.headWait}
 }
 
 // observeStage adds a group's time in one step to the benchmark's sums and

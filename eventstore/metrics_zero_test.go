@@ -33,6 +33,7 @@ func TestMetricsSeriesExistAtZeroAfterNew(t *testing.T) {
 	for _, o := range []string{"stored", "duplicate", "conflict", "invalid", "slot", "mismatch", "unavailable", "error"} {
 		want = append(want, "sluice_eventstore_appends_total{outcome="+o+"}")
 	}
+	want = append(want, "sluice_eventstore_head_lock_wait_seconds{shard=0}")
 	for _, w := range want {
 		v, ok := got[w]
 		switch {

@@ -73,6 +73,9 @@ func (c Config) withDefaults() (Config, error) {
 	default:
 		return c, fmt.Errorf("eventstore: EVENT_STORE_SEQUENCE_ALLOCATOR_MODE must be %q or %q, got %q", AllocatorPostgres, AllocatorOff, c.SequenceAllocatorMode)
 	}
+	if c.Shards < 1 || c.Shards > MaxShards {
+		return c, fmt.Errorf("eventstore: EVENT_STORE_SHARDS must be between 1 and %d, got %d", MaxShards, c.Shards)
+	}
 	if c.WriterID == "" {
 		c.WriterID = "writer-" + randomID()
 	}

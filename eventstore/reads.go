@@ -15,7 +15,7 @@ import (
 )
 
 const indexColumns = `position, event_id::text, kind, aggregate_type, aggregate_id, sequence_number, state, segment_key,
-       coalesce(byte_offset, -1), coalesce(byte_length, 0), canonical_hash, occurred_at, writer_id, false`
+       coalesce(byte_offset, -1), coalesce(byte_length, 0), canonical_hash, occurred_at, writer_id, false, shard`
 
 // Replan is the pgx execution mode of the store's queries on its growing
 // tables (and the relay's): an unnamed statement with a cached description,
@@ -113,9 +113,15 @@ func (s *Store) one(ctx context.Context, what, sql string, args ...any) (Event, 
 // appends row is committed (its line is durable in a segment), 0 for an
 // empty store. Lower positions may still be reserved (in flight) or
 // abandoned; relay lag is Head minus the relay checkpoint.
+//
+// Head reads the log by one global position: a store of more than one
+// shard answers *ShardsNotSupportedError (Heads serves any number).
 func (s *Store) Head(ctx context.Context) (int64, error) {
+	if err := s.RequireOneShard("Head (the log's one head)"); err != nil {
+		return 0, err
+	}
 	var head int64
-	err := s.pool.QueryRow(ctx, `SELECT coalesce(max(position), 0) FROM sluice.appends WHERE state = '`+StateCommitted+`'`, Replan).Scan(&head)
+	err := s.pool.QueryRow(ctx, `SELECT coalesce(max(position), 0) FROM sluice.appends WHERE shard = 0 AND state = '`+StateCommitted+`'`, Replan).Scan(&head)
 	if err != nil {
 		return 0, fmt.Errorf("eventstore: head: %w", err)
 	}
@@ -127,14 +133,20 @@ func (s *Store) Head(ctx context.Context) (int64, error) {
 // into first/last). A segment straddling afterPosition (first <=
 // afterPosition < last) is found through the index and listed first. Objects
 // under segments/ whose key is not a segment key are skipped with a warning.
+//
+// A store of more than one shard answers *ShardsNotSupportedError: its
+// segments are not in the order of one position (issue 33 items 3 and 4).
 func (s *Store) Segments(ctx context.Context, afterPosition int64, limit int) ([]SegmentInfo, error) {
+	if err := s.RequireOneShard("Segments (the listing by global position)"); err != nil {
+		return nil, err
+	}
 	if limit <= 0 {
 		limit = 1000
 	}
 	var out []SegmentInfo
 	if afterPosition > 0 {
 		var key string
-		err := s.pool.QueryRow(ctx, `SELECT segment_key FROM sluice.appends WHERE position = $1 AND state = '`+StateCommitted+`'`, Replan, afterPosition+1).Scan(&key)
+		err := s.pool.QueryRow(ctx, `SELECT segment_key FROM sluice.appends WHERE shard = 0 AND position = $1 AND state = '`+StateCommitted+`'`, Replan, afterPosition+1).Scan(&key)
 		switch {
 		case errors.Is(err, pgx.ErrNoRows):
 		case err != nil:
@@ -176,9 +188,11 @@ func (s *Store) Segments(ctx context.Context, afterPosition int64, limit int) ([
 
 // ReadSegment reads one whole segment and returns its envelopes with their
 // lines byte for byte (the relay publishes Raw as the record value). It
-// checks that the lines carry exactly the positions the key names.
+// checks that the lines carry exactly the positions the key names (in a
+// store of more than one shard: parseBlock's rules; a key of another
+// number of shards is a *ShardsMismatchError).
 func (s *Store) ReadSegment(ctx context.Context, key string) ([]Event, error) {
-	first, last, err := ParseSegmentKey(key)
+	name, err := s.nameOf(key)
 	if err != nil {
 		return nil, err
 	}
@@ -189,13 +203,13 @@ func (s *Store) ReadSegment(ctx context.Context, key string) ([]Event, error) {
 		}
 		return nil, fmt.Errorf("eventstore: read segment %s: %w", key, err)
 	}
-	lines, err := parseSegment(key, body, first, last)
+	lines, err := parseBlock(name, key, body)
 	if err != nil {
 		return nil, err
 	}
 	out := make([]Event, len(lines))
 	for i, l := range lines {
-		out[i] = Event{Envelope: l.env, Raw: l.raw, SegmentKey: key, Offset: l.offset}
+		out[i] = Event{Envelope: l.env, Raw: l.raw, SegmentKey: key, Offset: l.offset, Shard: l.shard}
 	}
 	return out, nil
 }
@@ -230,8 +244,13 @@ type IndexQuery struct {
 	Limit int
 }
 
-// Index returns index rows in position order.
+// Index returns index rows in position order. A store of more than one
+// shard answers *ShardsNotSupportedError: a position names no row there
+// without its shard (issue 33 items 3 and 4).
 func (s *Store) Index(ctx context.Context, q IndexQuery) ([]IndexEntry, error) {
+	if err := s.RequireOneShard("Index (rows by global position)"); err != nil {
+		return nil, err
+	}
 	if q.ToPosition <= 0 {
 		q.ToPosition = math.MaxInt64
 	}
@@ -244,7 +263,7 @@ func (s *Store) Index(ctx context.Context, q IndexQuery) ([]IndexEntry, error) {
 	}
 	rows, err := s.pool.Query(ctx, `SELECT position, event_id::text, kind, aggregate_type, aggregate_id, sequence_number, state,
 		segment_key, coalesce(byte_offset, 0), coalesce(byte_length, 0), writer_id, reserved_at, committed_at
-		FROM sluice.appends WHERE position BETWEEN $1 AND $2`+cond+` ORDER BY position LIMIT $3`, Replan,
+		FROM sluice.appends WHERE shard = 0 AND position BETWEEN $1 AND $2`+cond+` ORDER BY position LIMIT $3`, Replan,
 		q.FromPosition, q.ToPosition, q.Limit)
 	if err != nil {
 		return nil, fmt.Errorf("eventstore: index: %w", err)

@@ -21,8 +21,11 @@ type ReindexReport struct {
 	// first segment in key order wins.
 	Duplicates int64
 	Aggregates int64
-	// NextPosition is log_head after the rebuild.
+	// NextPosition is log_head after the rebuild (shard 0's).
 	NextPosition int64
+	// NextPositions are the next free positions of every shard after the
+	// rebuild, by shard.
+	NextPositions []int64
 }
 
 // writerReindex is the writer_id of rows rebuilt by Reindex.
@@ -33,14 +36,18 @@ const writerReindex = "reindex"
 // (appends are blocked meanwhile), it lists and reads every segment,
 // recomputes each line's canonical hash, and replaces sluice.appends with
 // one committed row per line (byte ranges from the segment; reserved_at and
-// committed_at from the object's modification time). sequences and
-// log_head are set from the segments but never lowered: a slot or position
+// committed_at from the object's modification time; in a store of more
+// than one shard each line's shard is ShardOf its aggregate). sequences
+// and every shard's log_head row are set from the segments but never
+// lowered: a slot or position
 // a relay or consumer may already have passed (abandoned) is not handed out
 // again. On a wiped schema the result is exactly what the segments say.
 // Reserved rows whose segment exists become committed; reservations that
 // never reached a segment disappear (they hold no event). Run it with the
 // writers stopped: a group between reservation and commit while it runs
-// fails its commit and its caller retries.
+// fails its commit and its caller retries. A segment of another number of
+// shards than the store's fails it with a *ShardsMismatchError (nothing
+// is changed).
 func (s *Store) Reindex(ctx context.Context) (ReindexReport, error) {
 	return s.ReindexWithProgress(ctx, nil)
 }
@@ -62,7 +69,7 @@ func (s *Store) ReindexWithProgress(ctx context.Context, progress func(ReindexPr
 			return rep, fmt.Errorf("eventstore: reindex: %w", err)
 		}
 	}
-	cols := []string{"position", "event_id", "kind", "aggregate_type", "aggregate_id", "sequence_number", "state",
+	cols := []string{"shard", "position", "event_id", "kind", "aggregate_type", "aggregate_id", "sequence_number", "state",
 		"segment_key", "byte_offset", "byte_length", "canonical_hash", "occurred_at", "writer_id", "reserved_at", "committed_at"}
 	var lines int64
 	startAfter := ""
@@ -77,12 +84,17 @@ func (s *Store) ReindexWithProgress(ctx context.Context, progress func(ReindexPr
 		startAfter = page[len(page)-1].Key
 		var segs []SegmentInfo
 		for _, o := range page {
-			first, last, err := ParseSegmentKey(o.Key)
+			n, err := parseSegmentName(o.Key)
 			if err != nil {
 				s.log.Warn("eventstore: reindex: skipping an object that is not a segment", "key", o.Key)
 				continue
 			}
-			segs = append(segs, SegmentInfo{Key: o.Key, First: first, Last: last, Size: o.Size, LastModified: o.LastModified})
+			if n.shards != s.shards {
+				// A segment of another layout: rebuilding this store's
+				// index from it would address its events in the wrong shards.
+				return rep, fmt.Errorf("eventstore: reindex: %w", &ShardsMismatchError{Stored: n.shards, Configured: s.shards, Where: "segment " + o.Key})
+			}
+			segs = append(segs, SegmentInfo{Key: o.Key, Shard: n.shard, First: n.first, Last: n.last, Size: o.Size, LastModified: o.LastModified})
 		}
 		rows, err := s.reindexRows(ctx, segs)
 		if err != nil {
@@ -102,7 +114,7 @@ func (s *Store) ReindexWithProgress(ctx context.Context, progress func(ReindexPr
 	if err != nil {
 		return rep, fmt.Errorf("eventstore: reindex: %w (%s)", err, tag)
 	}
-	tag, err = tx.Exec(ctx, `INSERT INTO sluice.appends SELECT * FROM reindex_appends ORDER BY position, segment_key ON CONFLICT DO NOTHING`)
+	tag, err = tx.Exec(ctx, `INSERT INTO sluice.appends SELECT * FROM reindex_appends ORDER BY shard, position, segment_key ON CONFLICT DO NOTHING`)
 	if err != nil {
 		return rep, fmt.Errorf("eventstore: reindex: insert: %w", err)
 	}
@@ -118,14 +130,19 @@ SET last_sequence = greatest(s.last_sequence, EXCLUDED.last_sequence),
 		return rep, fmt.Errorf("eventstore: reindex: sequences: %w", err)
 	}
 	rep.Aggregates = tag.RowsAffected()
-	err = tx.QueryRow(ctx, `
-INSERT INTO sluice.log_head AS h (singleton, next_position)
-VALUES (true, (SELECT coalesce(max(position), 0) + 1 FROM sluice.appends))
-ON CONFLICT (singleton) DO UPDATE SET next_position = greatest(h.next_position, EXCLUDED.next_position)
-RETURNING next_position`).Scan(&rep.NextPosition)
+	rows, err := tx.Query(ctx, `
+INSERT INTO sluice.log_head AS h (shard, next_position)
+SELECT g.s, coalesce((SELECT max(a.position) FROM sluice.appends a WHERE a.shard = g.s), 0) + 1
+  FROM generate_series(0, $1::int - 1) AS g(s)
+ON CONFLICT (shard) DO UPDATE SET next_position = greatest(h.next_position, EXCLUDED.next_position)
+RETURNING next_position`, s.shards)
 	if err != nil {
 		return rep, fmt.Errorf("eventstore: reindex: log_head: %w", err)
 	}
+	if rep.NextPositions, err = pgx.CollectRows(rows, pgx.RowTo[int64]); err != nil {
+		return rep, fmt.Errorf("eventstore: reindex: log_head: %w", err)
+	}
+	rep.NextPosition = rep.NextPositions[0]
 	if err := tx.Commit(ctx); err != nil {
 		return rep, fmt.Errorf("eventstore: reindex: commit: %w", err)
 	}
@@ -163,7 +180,7 @@ func (s *Store) segmentRows(ctx context.Context, sg SegmentInfo) ([][]any, error
 	if err != nil {
 		return nil, fmt.Errorf("eventstore: reindex: read %s: %w", sg.Key, err)
 	}
-	lines, err := parseSegment(sg.Key, body, sg.First, sg.Last)
+	lines, err := parseBlock(segmentName{shards: s.shards, shard: sg.Shard, first: sg.First, last: sg.Last}, sg.Key, body)
 	if err != nil {
 		return nil, fmt.Errorf("eventstore: reindex: %w", err)
 	}
@@ -178,7 +195,7 @@ func (s *Store) segmentRows(ctx context.Context, sg SegmentInfo) ([][]any, error
 		if err != nil {
 			return nil, fmt.Errorf("%w: reindex: %s position %d: %w", ErrCorruptSegment, sg.Key, e.Position, err)
 		}
-		out = append(out, []any{e.Position, [16]byte(id), string(e.Kind), e.AggregateType, e.AggregateID, e.SequenceNumber,
+		out = append(out, []any{int32(l.shard), e.Position, [16]byte(id), string(e.Kind), e.AggregateType, e.AggregateID, e.SequenceNumber,
 			stateCommitted, sg.Key, l.offset, int32(len(l.raw)), h[:], e.OccurredAt.Time(), writerReindex, sg.LastModified, sg.LastModified})
 	}
 	return out, nil

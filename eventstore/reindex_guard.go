@@ -34,11 +34,14 @@ type RecentWriter struct {
 type ReindexPlan struct {
 	// Segments, Positions and Bytes are read from the object listing: the
 	// number of segment objects, the positions they hold (the events to
-	// copy, duplicates included) and their size.
+	// copy, duplicates included; in a store of more than one shard only
+	// the positions their keys name, those of each segment's lowest
+	// shard: a lower bound) and their size.
 	Segments  int   `json:"segments"`
 	Positions int64 `json:"positions"`
 	Bytes     int64 `json:"bytes"`
-	// IndexRows and NextPosition describe the index that is replaced.
+	// IndexRows and NextPosition (shard 0's) describe the index that is
+	// replaced.
 	IndexRows    int64 `json:"index_rows"`
 	NextPosition int64 `json:"next_position"`
 	// Writers lists the writers found live (empty when reindex may run).
@@ -64,17 +67,20 @@ func (s *Store) PlanReindex(ctx context.Context, quiet time.Duration) (ReindexPl
 		}
 		startAfter = page[len(page)-1].Key
 		for _, o := range page {
-			first, last, err := ParseSegmentKey(o.Key)
+			n, err := parseSegmentName(o.Key)
 			if err != nil {
 				continue // Reindex skips it too, with a warning
 			}
+			if n.shards != s.shards {
+				return p, &ShardsMismatchError{Stored: n.shards, Configured: s.shards, Where: "segment " + o.Key}
+			}
 			p.Segments++
-			p.Positions += last - first + 1
+			p.Positions += n.last - n.first + 1
 			p.Bytes += o.Size
 		}
 	}
 	err := s.pool.QueryRow(ctx, `SELECT (SELECT count(*) FROM sluice.appends),
-		coalesce((SELECT next_position FROM sluice.log_head), 1)`).Scan(&p.IndexRows, &p.NextPosition)
+		coalesce((SELECT next_position FROM sluice.log_head WHERE shard = 0), 1)`).Scan(&p.IndexRows, &p.NextPosition)
 	if err != nil {
 		return p, fmt.Errorf("eventstore: plan reindex: index: %w", err)
 	}

@@ -13,6 +13,7 @@ import (
 
 // lineRef locates one envelope's line in a segment.
 type lineRef struct {
+	shard    int
 	position int64
 	eventID  string
 	offset   int64
@@ -23,11 +24,17 @@ const sqlCommitRows = `
 WITH upd AS (
   UPDATE sluice.appends a
   SET state = '` + StateCommitted + `', segment_key = $1, byte_offset = u.off, byte_length = u.len, committed_at = now()
-  FROM unnest($2::bigint[], $3::text[], $4::bigint[], $5::int[]) AS u(pos, eid, off, len)
-  WHERE a.position = u.pos AND a.event_id = u.eid::uuid AND a.state = '` + StateReserved + `'
-  RETURNING a.position
+  FROM unnest($2::bigint[], $3::text[], $4::bigint[], $5::int[], $6::int[]) AS u(pos, eid, off, len, sh)
+  WHERE a.shard = u.sh AND a.position = u.pos AND a.event_id = u.eid::uuid AND a.state = '` + StateReserved + `'
+  RETURNING a.shard, a.position
 )
-SELECT coalesce(array_agg(position), '{}') FROM upd`
+SELECT coalesce(array_agg(shard), '{}'), coalesce(array_agg(position), '{}') FROM upd`
+
+// shardPos addresses an event: (shard, position).
+type shardPos struct {
+	shard    int
+	position int64
+}
 
 // sqlNotify sends a wake-up on NotifyChannel in a transaction of its own.
 const sqlNotify = `SELECT pg_notify('` + NotifyChannel + `', $1)`
@@ -50,27 +57,27 @@ const sqlNotify = `SELECT pg_notify('` + NotifyChannel + `', $1)`
 // Postgres crash could lose after Append returned would leave rows the
 // relay may already have published (or committed rows back to reserved)
 // with nothing left to settle them.
-func (s *Store) commitRows(ctx context.Context, key string, refs []lineRef) (map[int64]bool, error) {
+func (s *Store) commitRows(ctx context.Context, key string, refs []lineRef) (map[shardPos]bool, error) {
 	n := len(refs)
-	pos, eids, offs, lens := make([]int64, n), make([]string, n), make([]int64, n), make([]int32, n)
-	lo, hi := refs[0].position, refs[0].position
+	pos, eids, offs, lens, shs := make([]int64, n), make([]string, n), make([]int64, n), make([]int32, n), make([]int32, n)
+	var blocks []shardBlock // per shard, ascending (refs are in line order: by shard, then position)
 	for j, r := range refs {
-		pos[j], eids[j], offs[j], lens[j] = r.position, r.eventID, r.offset, int32(r.length)
-		lo, hi = min(lo, r.position), max(hi, r.position)
+		pos[j], eids[j], offs[j], lens[j], shs[j] = r.position, r.eventID, r.offset, int32(r.length), int32(r.shard)
+		if k := len(blocks); k > 0 && blocks[k-1].shard == r.shard {
+			blocks[k-1].first, blocks[k-1].last = min(blocks[k-1].first, r.position), max(blocks[k-1].last, r.position)
+			continue
+		}
+		blocks = append(blocks, shardBlock{shard: r.shard, first: r.position, last: r.position})
 	}
-	updated, err := s.commitRoundTrip(ctx, key, pos, eids, offs, lens, fmt.Sprintf("%s %d %d", StateCommitted, lo, hi))
+	updated, err := s.commitRoundTrip(ctx, key, pos, eids, offs, lens, shs, blockNotify(StateCommitted, s.shards, blocks))
 	if err != nil {
 		return nil, fmt.Errorf("eventstore: commit %s: %w", key, err)
 	}
-	out := make(map[int64]bool, len(updated))
-	for _, p := range updated {
-		out[p] = true
-	}
-	return out, nil
+	return updated, nil
 }
 
-func (s *Store) commitRoundTrip(ctx context.Context, key string, pos []int64, eids []string, offs []int64, lens []int32,
-	payload string) ([]int64, error) {
+func (s *Store) commitRoundTrip(ctx context.Context, key string, pos []int64, eids []string, offs []int64, lens, shs []int32,
+	payload string) (map[shardPos]bool, error) {
 	c, release, err := s.txConn(ctx)
 	if err != nil {
 		return nil, err
@@ -82,18 +89,19 @@ func (s *Store) commitRoundTrip(ctx context.Context, key string, pos []int64, ei
 	// hash-joins the arrays to a sequential scan of appends (measured: 4 ms
 	// per 50-row commit at 40,000 rows, growing until an ANALYZE).
 	b.Queue(sqlPlanPerCall)
-	b.Queue(sqlCommitRows, key, pos, eids, offs, lens)
+	b.Queue(sqlCommitRows, key, pos, eids, offs, lens, shs)
 	b.Queue("COMMIT")
 	b.Queue(sqlNotify, payload)
 	br := c.SendBatch(ctx, b)
 	defer br.Close()
-	var updated []int64
+	var upShards []int32
+	var upPos []int64
 	for range 2 { // BEGIN, sqlPlanPerCall
 		if _, err := br.Exec(); err != nil {
 			return nil, err
 		}
 	}
-	if err := br.QueryRow().Scan(&updated); err != nil {
+	if err := br.QueryRow().Scan(&upShards, &upPos); err != nil {
 		return nil, err
 	}
 	if _, err := br.Exec(); err != nil {
@@ -106,7 +114,11 @@ func (s *Store) commitRoundTrip(ctx context.Context, key string, pos []int64, ei
 	if err := br.Close(); err != nil && c.PgConn().TxStatus() != 'I' {
 		return nil, err
 	}
-	return updated, nil
+	out := make(map[shardPos]bool, len(upPos))
+	for j, p := range upPos {
+		out[shardPos{int(upShards[j]), p}] = true
+	}
+	return out, nil
 }
 
 type abandonPolicy int
@@ -120,31 +132,28 @@ const sqlAbandon = `
 WITH upd AS (
   UPDATE sluice.appends SET state = '` + StateAbandoned + `'
   WHERE segment_key = $1 AND state = '` + StateReserved + `'
-    AND (($2::text <> '' AND writer_id = $2) OR reserved_at < now() - make_interval(secs => $3))
-  RETURNING position
-)
-SELECT count(*), coalesce(min(position), 0), coalesce(max(position), 0),
-       CASE WHEN count(*) > 0 THEN pg_notify('` + NotifyChannel + `', '` + StateAbandoned + ` ' || min(position) || ' ' || max(position)) END
-FROM upd`
+    AND (($2::text <> '' AND writer_id = $2) OR reserved_at < now() - make_interval(secs => $4))
+  RETURNING shard, position
+)` + sqlAbandonedNotify
 
 // resolveBlock settles the reservations of one segment key: if the segment
 // exists its rows are committed from it (byte ranges from the segment);
 // if it does not, rows are abandoned as the policy allows. It returns how
 // many rows it committed and abandoned.
 func (s *Store) resolveBlock(ctx context.Context, key string, policy abandonPolicy) (committed, abandoned int64, err error) {
-	first, last, err := ParseSegmentKey(key)
+	name, err := s.nameOf(key)
 	if err != nil {
 		return 0, 0, err
 	}
 	body, _, err := s.bucket.Get(ctx, key)
 	if err == nil {
-		lines, err := parseSegment(key, body, first, last)
+		lines, err := parseBlock(name, key, body)
 		if err != nil {
 			return 0, 0, err
 		}
 		refs := make([]lineRef, len(lines))
 		for j, l := range lines {
-			refs[j] = lineRef{position: l.env.Position, eventID: l.env.EventID, offset: l.offset, length: int64(len(l.raw))}
+			refs[j] = lineRef{shard: l.shard, position: l.env.Position, eventID: l.env.EventID, offset: l.offset, length: int64(len(l.raw))}
 		}
 		done, err := s.commitRows(ctx, key, refs)
 		n := int64(len(done))
@@ -161,7 +170,7 @@ func (s *Store) resolveBlock(ctx context.Context, key string, policy abandonPoli
 		writer = s.cfg.WriterID
 	}
 	var lo, hi int64
-	if err := s.pool.QueryRow(ctx, sqlAbandon, key, writer, s.cfg.AppendTimeout.Seconds()).Scan(&abandoned, &lo, &hi, nil); err != nil {
+	if err := s.pool.QueryRow(ctx, sqlAbandon, key, writer, s.shards > 1, s.cfg.AppendTimeout.Seconds()).Scan(&abandoned, &lo, &hi, nil); err != nil {
 		return 0, 0, fmt.Errorf("eventstore: abandon %s: %w", key, err)
 	}
 	if abandoned > 0 {
@@ -186,7 +195,7 @@ type RepairReport struct {
 const sqlReservedBlocks = `
 SELECT segment_key, count(*) FROM sluice.appends
 WHERE state = '` + StateReserved + `' AND reserved_at <= now() - make_interval(secs => $1)
-GROUP BY segment_key ORDER BY min(position)`
+GROUP BY segment_key ORDER BY min(shard), min(position)`
 
 // Repair resolves reservations whose writer may be gone (docs/eventstore.md#append-protocol-group-commit, docs/relay.md#gaps-and-the-bounded-lookback;
 // `sluice store repair`): for every reserved row at least olderThan old

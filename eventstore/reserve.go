@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -35,12 +36,13 @@ type indexRow struct {
 	occurredAt time.Time
 	writer     string
 	stale      bool // reserved longer than the append timeout (database clock)
+	shard      int
 }
 
 func scanIndexRow(rows pgx.Rows) (indexRow, error) {
 	var r indexRow
 	err := rows.Scan(&r.position, &r.eventID, &r.kind, &r.aggType, &r.aggID, &r.seq, &r.state, &r.key,
-		&r.offset, &r.length, &r.hash, &r.occurredAt, &r.writer, &r.stale)
+		&r.offset, &r.length, &r.hash, &r.occurredAt, &r.writer, &r.stale, &r.shard)
 	return r, err
 }
 
@@ -54,17 +56,18 @@ type factSource struct {
 const maxReserveAttempts = 9
 
 // reserve reserves a group: it returns the accepted items (seq and pos
-// set, in position order) and the block's first position. Items it
+// set, in the order of their lines: by shard, then position) and the
+// blocks of positions taken, one per shard, ascending. Items it
 // settles otherwise carry res, stored, resolve or requeue. The first
 // attempt assumes the facts when the group allows it (one round trip);
 // an assumption found false, a unique violation (a concurrent writer took
 // an event_id, a slot or a new aggregate's row), a deadlock or a
 // serialization failure rolls back whatever was begun, and the next
 // attempt reads the facts (or assumes the last sequences the write saw).
-func (s *Store) reserve(ctx context.Context, items []*item) (accepted []*item, first int64, err error) {
+func (s *Store) reserve(ctx context.Context, items []*item) (accepted []*item, blocks []shardBlock, err error) {
 	c, release, err := s.txConn(ctx)
 	if err != nil {
-		return nil, 0, fmt.Errorf("eventstore: reserve: %w", err)
+		return nil, nil, fmt.Errorf("eventstore: reserve: %w", err)
 	}
 	defer release()
 	src := factSource{read: !assumable(items, s.cfg)}
@@ -72,12 +75,12 @@ func (s *Store) reserve(ctx context.Context, items []*item) (accepted []*item, f
 		for _, it := range items {
 			it.resetOutcome()
 		}
-		accepted, first, err = s.reserveOnce(ctx, c, items, src)
+		accepted, blocks, err = s.reserveOnce(ctx, c, items, src)
 		var refused *assumptionError
 		var pgErr *pgconn.PgError
 		switch {
 		case err == nil || attempt >= maxReserveAttempts:
-			return accepted, first, err
+			return accepted, blocks, err
 		case errors.As(err, &refused):
 			// Assume what the write saw, once, when only last sequences
 			// were wrong (a stale expected_seq); read the facts otherwise.
@@ -86,19 +89,19 @@ func (s *Store) reserve(ctx context.Context, items []*item) (accepted []*item, f
 			errors.As(err, &pgErr) && (pgErr.Code == "23505" || pgErr.Code == "40P01" || pgErr.Code == "40001"):
 			src = factSource{read: true}
 		default:
-			return accepted, first, err
+			return accepted, blocks, err
 		}
 	}
 }
 
 // reserveOnce is one attempt of reserve, on c.
-func (s *Store) reserveOnce(ctx context.Context, c *pgx.Conn, items []*item, src factSource) ([]*item, int64, error) {
+func (s *Store) reserveOnce(ctx context.Context, c *pgx.Conn, items []*item, src factSource) ([]*item, []shardBlock, error) {
 	if c.PgConn().TxStatus() != 'I' {
 		// An earlier attempt's error skipped the rest of its batch, its
 		// COMMIT included. (Its own round trip: Postgres refuses even to
 		// prepare a statement in a failed transaction.)
 		if _, err := c.Exec(ctx, "ROLLBACK"); err != nil {
-			return nil, 0, fmt.Errorf("eventstore: reserve: %w", err)
+			return nil, nil, fmt.Errorf("eventstore: reserve: %w", err)
 		}
 	}
 	f := assume(items, src.seen)
@@ -106,15 +109,20 @@ func (s *Store) reserveOnce(ctx context.Context, c *pgx.Conn, items []*item, src
 		s.stats.lookups.Add(1)
 		var err error
 		if f, err = s.lookup(ctx, c, items); err != nil {
-			return nil, 0, fmt.Errorf("eventstore: reserve: lookup: %w", err)
+			return nil, nil, fmt.Errorf("eventstore: reserve: lookup: %w", err)
 		}
 	}
 	d, err := decide(items, f, s.rules())
 	if err != nil {
-		return nil, 0, err
+		return nil, nil, err
 	}
 	if !src.read && !d.settledByAssumption() {
-		return nil, 0, &assumptionError{why: "the assumed facts refuse an envelope for another reason than a stale expected_seq"}
+		return nil, nil, &assumptionError{why: "the assumed facts refuse an envelope for another reason than a stale expected_seq"}
+	}
+	if s.shards > 1 {
+		// Lines by shard, each shard's in arrival order: one contiguous
+		// block per shard (docs/eventstore.md#shards).
+		slices.SortStableFunc(d.order, func(a, b int) int { return items[a].shard - items[b].shard })
 	}
 	accepted := s.apply(items, d, time.Now())
 	if len(accepted) == 0 {
@@ -122,21 +130,25 @@ func (s *Store) reserveOnce(ctx context.Context, c *pgx.Conn, items []*item, src
 		// refused write saw (src.seen): every envelope is a stale
 		// expected_seq, not stored, as that write saw.
 		s.report(items, nil)
-		return nil, 0, nil
+		return nil, nil, nil
 	}
-	w := newWrite(items, d, s.cfg.WriterID)
+	w := newWrite(items, d, s.cfg.WriterID, s.shards)
 	if !src.read {
 		w.checks = assumedChecks(items, f, d)
 	}
-	first, seqs, err := s.write(ctx, c, w)
+	blocks, seqs, err := s.write(ctx, c, w)
 	if err != nil {
-		return nil, 0, err
+		return nil, nil, err
+	}
+	at := make(map[int]int64, len(blocks))
+	for _, b := range blocks {
+		at[b.shard] = b.first
 	}
 	for j, it := range accepted {
-		it.seq, it.pos = seqs[j], first+int64(j)
+		it.seq, it.pos = seqs[j], at[it.shard]+w.rank(j)-1
 	}
 	s.report(items, accepted)
-	return accepted, first, nil
+	return accepted, blocks, nil
 }
 
 func (s *Store) rules() rules {

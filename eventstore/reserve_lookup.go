@@ -39,7 +39,8 @@ SELECT a.position, a.event_id::text, a.kind, a.aggregate_type, a.aggregate_id, a
        a.state = '` + StateAbandoned + `' AND EXISTS (
          SELECT 1 FROM sluice.appends b
           WHERE b.aggregate_type = a.aggregate_type AND b.aggregate_id = a.aggregate_id
-            AND b.sequence_number > a.sequence_number AND b.state <> '` + StateAbandoned + `')
+            AND b.sequence_number > a.sequence_number AND b.state <> '` + StateAbandoned + `'),
+       a.shard
 FROM sluice.appends a WHERE a.event_id = ANY($1::uuid[])`
 
 // sqlLookupSlots reads the rows at the slots the group names: one probe of
@@ -114,7 +115,7 @@ func (f *facts) readEvents(rows pgx.Rows) error {
 		var superseded bool
 		var r indexRow
 		err := rows.Scan(&r.position, &r.eventID, &r.kind, &r.aggType, &r.aggID, &r.seq, &r.state, &r.key,
-			&r.offset, &r.length, &r.hash, &r.occurredAt, &r.writer, &r.stale, &superseded)
+			&r.offset, &r.length, &r.hash, &r.occurredAt, &r.writer, &r.stale, &superseded, &r.shard)
 		if err != nil {
 			return err
 		}

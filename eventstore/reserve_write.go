@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"strconv"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -18,7 +19,7 @@ import (
 
 // sqlVerify checks the assumed facts of a group before anything is
 // written, and leaves the transaction-local setting sluice.reserve_refused
-// empty when they hold (else the reasons), which sqlWrite obeys. It locks
+// empty when they hold (else the reasons), which sqlWriteOne and sqlWriteSharded obey. It locks
 // the sequences rows of every aggregate the group advances ($1, $2, in
 // order) when last sequences are assumed ($3–$5): they then stay as seen
 // until the commit. The slot commands ($6–$10: the command's event_id, ”
@@ -58,19 +59,33 @@ SELECT v.why, v.last_only, s.t, s.i, s.seen, set_config('sluice.reserve_refused'
 FROM verdict v, (SELECT array_agg(t ORDER BY t, i) AS t, array_agg(i ORDER BY t, i) AS i, array_agg(seen ORDER BY t, i) AS seen
                    FROM last_seqs) s`
 
-// sqlWrite applies a decision, unless sqlVerify refused its facts: the
+// The write statement applies a decision, unless sqlVerify refused its facts: the
 // aggregates' last sequences move ($1–$4: by delta; rows the lookup found
 // missing are created, so a concurrent creation fails the statement,
 // others upserted; in sorted order), one contiguous block of positions is
-// taken from log_head (after the sequences, so the head row's lock is
-// held only for the rest of this statement and the commit), and the
-// accepted envelopes' appends rows go in as reserved with the segment key
-// their block will have ($6–$13; a relative sequence is the aggregate's
-// new last sequence minus seq). It returns whether it wrote, the block's
-// first position and the rows' sequence numbers, and leaves the NOTIFY
+// taken from the head row of each shard the group touches (after the
+// sequences, so the head rows' locks are held only for the rest of this
+// statement and the commit), and the accepted envelopes' appends rows go
+// in as reserved with the segment key their group will have ($6–$13; a
+// relative sequence is the aggregate's new last sequence minus seq). It
+// returns whether it wrote, the shards' blocks, when each head row was
+// held and when the statement began to ask for them (the head lock wait,
+// database clock), and the rows' sequence numbers, and leaves the NOTIFY
 // payload in the session variable sluice.reserved_notify (” when nothing
 // was written) for the transaction after the commit.
-const sqlWrite = `
+//
+// sqlWriteOne is the statement of a store of one shard (today's layout:
+// the one head row, shard 0; $5 the block's size); sqlWriteSharded of a
+// store of more ($5 the shards, ascending, $15 their blocks' sizes, $16
+// the number of shards, $17 and $18 each row's shard and rank in its
+// shard's block), which locks the head rows in ascending shard order
+// (concurrent reservations cannot deadlock on them) before it moves them.
+const (
+	sqlWriteOne     = sqlWriteSequences + sqlWriteHeadOne + sqlWriteInsertOne + sqlWriteResultOne
+	sqlWriteSharded = sqlWriteSequences + sqlWriteHeadSharded + sqlWriteInsertSharded + sqlWriteResultSharded
+)
+
+const sqlWriteSequences = `
 WITH go AS (
   SELECT coalesce(current_setting('sluice.reserve_refused', true), '') = '' AS ok
 ), created AS (
@@ -87,14 +102,22 @@ WITH go AS (
   RETURNING aggregate_type, aggregate_id, last_sequence
 ), seqs AS (
   SELECT * FROM created UNION ALL SELECT * FROM added
+)`
+
+// t0 is read once the sequences moved (it reads them), before the head row
+// is asked for; at, after it was updated.
+const sqlWriteHeadOne = `, t0 AS MATERIALIZED (
+  SELECT clock_timestamp() AS t FROM (SELECT count(*) FROM seqs) c
 ), head AS (
   UPDATE sluice.log_head SET next_position = next_position + $5::bigint
-   WHERE (SELECT ok FROM go) AND (SELECT count(*) FROM seqs) >= 0
-  RETURNING next_position - $5::bigint AS first
-), ins AS (
-  INSERT INTO sluice.appends (position, event_id, kind, aggregate_type, aggregate_id, sequence_number,
+   WHERE shard = 0 AND (SELECT ok FROM go) AND (SELECT t FROM t0) IS NOT NULL
+  RETURNING 0 AS s, next_position - $5::bigint AS first, $5::bigint AS n, clock_timestamp() AS at
+)`
+
+const sqlWriteInsertOne = `, ins AS (
+  INSERT INTO sluice.appends (shard, position, event_id, kind, aggregate_type, aggregate_id, sequence_number,
                               state, segment_key, canonical_hash, occurred_at, writer_id)
-  SELECT head.first + u.ord - 1, u.eid::uuid, u.kind, u.t, u.i,
+  SELECT 0, head.first + u.ord - 1, u.eid::uuid, u.kind, u.t, u.i,
          CASE WHEN u.rel THEN s.last_sequence - u.seq ELSE u.seq END, '` + StateReserved + `',
          'segments/' || lpad(head.first::text, 20, '0') || '-' || lpad((head.first + $5::bigint - 1)::text, 20, '0') || '.jsonl',
          u.hash, u.occ, $14
@@ -102,12 +125,63 @@ WITH go AS (
    CROSS JOIN unnest($6::text[], $7::text[], $8::text[], $9::text[], $10::bigint[], $11::boolean[], $12::bytea[], $13::timestamptz[])
          WITH ORDINALITY AS u(eid, kind, t, i, seq, rel, hash, occ, ord)
     LEFT JOIN seqs s ON u.rel AND s.aggregate_type = u.t AND s.aggregate_id = u.i
-  RETURNING position, sequence_number
+  RETURNING shard, position, sequence_number
+)`
+
+// want is read in full (MATERIALIZED) once the sequences moved, before the
+// first head row is asked for; locked takes the rows one by one in the
+// order of want (a nested loop over the LATERAL lock), at is when each
+// was held.
+const sqlWriteHeadSharded = `, want AS MATERIALIZED (
+  SELECT u.s, u.n, clock_timestamp() AS t0
+    FROM unnest($5::int[], $15::bigint[]) WITH ORDINALITY AS u(s, n, ord)
+   WHERE (SELECT ok FROM go) AND (SELECT count(*) FROM seqs) >= 0
+   ORDER BY u.ord
+), locked AS MATERIALIZED (
+  SELECT w.s, w.n, clock_timestamp() AS at
+    FROM want w
+   CROSS JOIN LATERAL (SELECT 1 FROM sluice.log_head h WHERE h.shard = w.s FOR UPDATE) l
+), head AS (
+  UPDATE sluice.log_head h SET next_position = h.next_position + l.n
+    FROM locked l WHERE h.shard = l.s
+  RETURNING l.s AS s, h.next_position - l.n AS first, l.n, l.at
+), t0 AS (
+  SELECT min(t0) AS t FROM want
+)`
+
+const sqlWriteInsertSharded = `, seg AS (
+  SELECT 'segments/n' || $16::int || '/' || lpad(s::text, 4, '0') || '-' || lpad(first::text, 20, '0') || '-'
+         || lpad((first + n - 1)::text, 20, '0') || '.jsonl' AS key
+    FROM head ORDER BY s LIMIT 1
+), ins AS (
+  INSERT INTO sluice.appends (shard, position, event_id, kind, aggregate_type, aggregate_id, sequence_number,
+                              state, segment_key, canonical_hash, occurred_at, writer_id)
+  SELECT u.sh, hd.first + u.rk - 1, u.eid::uuid, u.kind, u.t, u.i,
+         CASE WHEN u.rel THEN s.last_sequence - u.seq ELSE u.seq END, '` + StateReserved + `',
+         (SELECT key FROM seg), u.hash, u.occ, $14
+    FROM unnest($6::text[], $7::text[], $8::text[], $9::text[], $10::bigint[], $11::boolean[], $12::bytea[], $13::timestamptz[],
+                $17::int[], $18::bigint[]) AS u(eid, kind, t, i, seq, rel, hash, occ, sh, rk)
+    JOIN head hd ON hd.s = u.sh
+    LEFT JOIN seqs s ON u.rel AND s.aggregate_type = u.t AND s.aggregate_id = u.i
+  RETURNING shard, position, sequence_number
+)`
+
+// sqlWriteResult: the payload is blockNotify's ("reserved FIRST LAST" for
+// one shard, "reserved S:FIRST-LAST …" for more).
+const sqlWriteResult = `
+SELECT (SELECT ok FROM go),
+       (SELECT coalesce(array_agg(s ORDER BY s), '{}') FROM head),
+       (SELECT coalesce(array_agg(first ORDER BY s), '{}') FROM head),
+       (SELECT coalesce(array_agg(at ORDER BY s), '{}') FROM head),
+       (SELECT t FROM t0),
+       (SELECT array_agg(sequence_number ORDER BY shard, position) FROM ins),
+       set_config('sluice.reserved_notify', coalesce(`
+
+const (
+	sqlWriteResultOne     = sqlWriteResult + `(SELECT '` + StateReserved + ` ' || first || ' ' || (first + n - 1) FROM head), ''), false)`
+	sqlWriteResultSharded = sqlWriteResult +
+		`(SELECT '` + StateReserved + `' || string_agg(' ' || s || ':' || first || '-' || (first + n - 1), '' ORDER BY s) FROM head), ''), false)`
 )
-SELECT (SELECT ok FROM go), coalesce((SELECT first FROM head), 0),
-       (SELECT array_agg(sequence_number ORDER BY position) FROM ins),
-       set_config('sluice.reserved_notify',
-                  coalesce((SELECT '` + StateReserved + ` ' || first || ' ' || (first + $5::bigint - 1) FROM head), ''), false)`
 
 // sqlDropMoved removes the abandoned rows that accepted retries replace
 // with fresh reservations (the event_id is unique): it takes their row
@@ -118,7 +192,7 @@ SELECT (SELECT ok FROM go), coalesce((SELECT first FROM head), 0),
 const sqlDropMoved = `DELETE FROM sluice.appends WHERE event_id = ANY($1::uuid[]) AND state = '` + StateAbandoned + `'`
 
 // sqlNotifyReserved sends the reservation's NOTIFY ("reserved FIRST LAST",
-// left by sqlWrite in the session variable) after its commit, in a
+// left by the write statement in the session variable) after its commit, in a
 // transaction without WAL of its own.
 const sqlNotifyReserved = `
 SELECT pg_notify('` + NotifyChannel + `', p) FROM (SELECT current_setting('sluice.reserved_notify', true) AS p) AS x WHERE p <> ''`
@@ -137,7 +211,7 @@ type writeArgs struct {
 	aggT, aggI          []string // sorted
 	delta               []int64
 	create              []bool
-	n                   int64 // accepted envelopes, in position order:
+	n                   int64 // accepted envelopes, in the order of their lines (by shard, then position):
 	eids, kinds, ts, is []string
 	seqs                []int64 // sequence, or when rel the distance below the aggregate's new last sequence
 	rel                 []bool
@@ -146,11 +220,28 @@ type writeArgs struct {
 	writer              string
 	moved               []string // event_ids of abandoned rows that accepted retries replace
 	checks              *checks  // assumed facts to verify first; nil when read
+	// More than one shard (shards > 1): each row's shard and its rank
+	// (1-based) in its shard's block, and the blocks' shards (ascending)
+	// and sizes.
+	shards    int
+	rowShard  []int32
+	rowRank   []int64
+	headShard []int32
+	headSize  []int64
 }
 
-// newWrite turns a decision into the write's arrays.
-func newWrite(items []*item, d decision, writer string) *writeArgs {
-	w := &writeArgs{n: int64(len(d.order)), writer: writer}
+// rank is row j's rank (1-based) in its shard's block.
+func (w *writeArgs) rank(j int) int64 {
+	if w.shards <= 1 {
+		return int64(j) + 1
+	}
+	return w.rowRank[j]
+}
+
+// newWrite turns a decision into the write's arrays; d.order holds the
+// accepted envelopes by shard (a store of more than one shard).
+func newWrite(items []*item, d decision, writer string, shards int) *writeArgs {
+	w := &writeArgs{n: int64(len(d.order)), writer: writer, shards: shards}
 	deltas := make(map[aggKey]int64, len(d.advances))
 	for _, a := range d.advances {
 		w.aggT, w.aggI = append(w.aggT, a.agg.t), append(w.aggI, a.agg.i)
@@ -169,6 +260,14 @@ func newWrite(items []*item, d decision, writer string) *writeArgs {
 		w.hashes, w.occs = append(w.hashes, it.hash[:]), append(w.occs, e.OccurredAt.Time())
 		if v.moved != nil {
 			w.moved = append(w.moved, e.EventID)
+		}
+		if shards > 1 {
+			sh := int32(it.shard)
+			if k := len(w.headShard); k == 0 || w.headShard[k-1] != sh {
+				w.headShard, w.headSize = append(w.headShard, sh), append(w.headSize, 0)
+			}
+			w.headSize[len(w.headSize)-1]++
+			w.rowShard, w.rowRank = append(w.rowShard, sh), append(w.rowRank, w.headSize[len(w.headSize)-1])
 		}
 	}
 	return w
@@ -229,17 +328,18 @@ func assumedChecks(items []*item, f facts, d decision) *checks {
 // write runs a decision's transaction in one round trip (docs/eventstore.md#append-protocol-group-commit):
 // BEGIN (unless the lookup began it) and synchronous_commit off for it;
 // the checks of assumed facts (planned per call); the removal of
-// abandoned rows that retries replace; sqlWrite; COMMIT — which releases
+// abandoned rows that retries replace; sqlWriteOne or sqlWriteSharded; COMMIT — which releases
 // the locks on log_head and sequences without waiting for the WAL flush,
 // so the next group's reservation proceeds —; the NOTIFY in a transaction
 // of its own (it writes no WAL, so it waits for no flush while holding the
 // notification lock); and sqlFlush, whose synchronous commit returns only
 // once the WAL holding the reservation is durable. When it returns without
 // error the reservation is as durable as a synchronous commit would have
-// made it; the segment is written only after that. It returns the first
-// position and the rows' sequence numbers (relative ones now known), or an
-// *assumptionError when a check failed (then nothing was written).
-func (s *Store) write(ctx context.Context, c *pgx.Conn, w *writeArgs) (first int64, seqs []int64, err error) {
+// made it; the segment is written only after that. It returns the blocks
+// of positions it took (one per shard, ascending) and the rows' sequence
+// numbers (relative ones now known), or an *assumptionError when a check
+// failed (then nothing was written).
+func (s *Store) write(ctx context.Context, c *pgx.Conn, w *writeArgs) (blocks []shardBlock, seqs []int64, err error) {
 	b := &pgx.Batch{}
 	var seen verifyResult
 	if c.PgConn().TxStatus() != 'T' { // else the lookup began it
@@ -254,30 +354,89 @@ func (s *Store) write(ctx context.Context, c *pgx.Conn, w *writeArgs) (first int
 	if len(w.moved) > 0 {
 		b.Queue(sqlDropMoved, w.moved)
 	}
-	var wrote bool
-	b.Queue(sqlWrite, w.aggT, w.aggI, w.delta, w.create, w.n, w.eids, w.kinds, w.ts, w.is, w.seqs, w.rel, w.hashes, w.occs, w.writer).
-		QueryRow(func(r pgx.Row) error { return r.Scan(&wrote, &first, &seqs, nil) })
+	var res writeResult
+	if w.shards <= 1 {
+		b.Queue(sqlWriteOne, w.aggT, w.aggI, w.delta, w.create, w.n, w.eids, w.kinds, w.ts, w.is, w.seqs, w.rel, w.hashes, w.occs, w.writer).
+			QueryRow(res.scan)
+	} else {
+		b.Queue(sqlWriteSharded, w.aggT, w.aggI, w.delta, w.create, w.headShard, w.eids, w.kinds, w.ts, w.is, w.seqs, w.rel, w.hashes, w.occs, w.writer,
+			w.headSize, w.shards, w.rowShard, w.rowRank).QueryRow(res.scan)
+	}
 	for _, q := range []string{"COMMIT", "BEGIN", sqlNotifyReserved, "COMMIT", sqlFlush} {
 		b.Queue(q)
 	}
 	if err := c.SendBatch(ctx, b).Close(); err != nil {
-		return 0, nil, fmt.Errorf("eventstore: reserve: %w", err)
+		return nil, nil, fmt.Errorf("eventstore: reserve: %w", err)
 	}
 	if c.PgConn().TxStatus() != 'I' {
-		return 0, nil, fmt.Errorf("eventstore: reserve: transaction did not commit")
+		return nil, nil, fmt.Errorf("eventstore: reserve: transaction did not commit")
 	}
-	if !wrote {
-		return 0, nil, seen.refusal()
+	if !res.wrote {
+		return nil, nil, seen.refusal()
 	}
-	if int64(len(seqs)) != w.n || first < 1 {
-		return 0, nil, fmt.Errorf("eventstore: reserve: wrote %d rows of %d at position %d", len(seqs), w.n, first)
+	blocks, err = res.blocks(w)
+	if err != nil {
+		return nil, nil, err
+	}
+	seqs = res.seqs
+	if int64(len(seqs)) != w.n {
+		return nil, nil, fmt.Errorf("eventstore: reserve: wrote %d rows of %d", len(seqs), w.n)
 	}
 	for j, rel := range w.rel {
 		if !rel && seqs[j] != w.seqs[j] {
-			return 0, nil, fmt.Errorf("eventstore: reserve: row %d written with sequence %d, decided %d", j, seqs[j], w.seqs[j])
+			return nil, nil, fmt.Errorf("eventstore: reserve: row %d written with sequence %d, decided %d", j, seqs[j], w.seqs[j])
 		}
 	}
-	return first, seqs, nil
+	s.observeHeadWait(res)
+	return blocks, seqs, nil
+}
+
+// writeResult is what sqlWriteOne and sqlWriteSharded return.
+type writeResult struct {
+	wrote  bool
+	shards []int32
+	firsts []int64
+	held   []time.Time // when each shard's head row was held (updated)
+	asked  *time.Time  // when the first head row was asked for
+	seqs   []int64
+}
+
+func (r *writeResult) scan(row pgx.Row) error {
+	return row.Scan(&r.wrote, &r.shards, &r.firsts, &r.held, &r.asked, &r.seqs, nil)
+}
+
+// blocks are the blocks the write took, checked against what it asked.
+func (r *writeResult) blocks(w *writeArgs) ([]shardBlock, error) {
+	want, sizes := w.headShard, w.headSize
+	if w.shards <= 1 {
+		want, sizes = []int32{0}, []int64{w.n}
+	}
+	if len(r.shards) != len(want) || len(r.firsts) != len(want) {
+		return nil, fmt.Errorf("eventstore: reserve: took blocks in shards %v, asked %v", r.shards, want)
+	}
+	out := make([]shardBlock, len(want))
+	for k := range want {
+		if r.shards[k] != want[k] || r.firsts[k] < 1 {
+			return nil, fmt.Errorf("eventstore: reserve: took blocks in shards %v at %v, asked %v", r.shards, r.firsts, want)
+		}
+		out[k] = shardBlock{shard: int(want[k]), first: r.firsts[k], last: r.firsts[k] + sizes[k] - 1}
+	}
+	return out, nil
+}
+
+// observeHeadWait adds the head lock waits of a write to
+// sluice_eventstore_head_lock_wait_seconds: per shard, from when the
+// previous head row (or the first) was asked for to when this one was
+// held, database clock.
+func (s *Store) observeHeadWait(r writeResult) {
+	if r.asked == nil || len(r.held) != len(r.shards) {
+		return
+	}
+	since := *r.asked
+	for k, at := range r.held {
+		s.m.headWait.WithLabelValues(strconv.Itoa(int(r.shards[k]))).Observe(max(at.Sub(since), 0).Seconds())
+		since = at
+	}
 }
 
 // verifyResult is what sqlVerify returns.

@@ -53,8 +53,11 @@ func parseDigits(s string) (int64, error) {
 
 // SegmentInfo describes one segment object.
 type SegmentInfo struct {
-	Key          string
+	Key string
+	// First and Last are the positions the key names: in a store of more
+	// than one shard, those of the segment's lowest shard, Shard.
 	First, Last  int64
+	Shard        int
 	Size         int64
 	LastModified time.Time
 }
@@ -67,6 +70,9 @@ type Event struct {
 	Raw        []byte
 	SegmentKey string
 	Offset     int64
+	// Shard is the event's shard (0 in a store of one shard): the event
+	// is addressed by (Shard, Envelope.Position).
+	Shard int
 }
 
 // Sentinels the line template is encoded with; they are spliced out for the
@@ -124,6 +130,7 @@ type segmentLine struct {
 	env    envelope.Envelope
 	raw    []byte
 	offset int64
+	shard  int // ShardOf its aggregate in the store's layout (parseBlock)
 }
 
 // parseSegment splits a segment body into its lines and decodes each. It
@@ -172,6 +179,55 @@ func decodeLine(raw []byte) (envelope.Envelope, error) {
 		return e, fmt.Errorf("line lacks event_id, kind, aggregate, sequence_number or position")
 	}
 	return e, nil
+}
+
+// parseBlock splits the body of the segment named n (key) into its lines
+// and checks them against the name. One shard: positions exactly
+// first..last (parseSegment). More: every line's shard is ShardOf its
+// aggregate; the lines go by shard, ascending, each shard's positions
+// contiguous; the lowest shard is the name's, with positions exactly
+// first..last (docs/eventstore.md#shards).
+func parseBlock(n segmentName, key string, body []byte) ([]segmentLine, error) {
+	if n.shards <= 1 {
+		return parseSegment(key, body, n.first, n.last)
+	}
+	lines, err := parseSegment(key, body, 0, 0)
+	if err != nil {
+		return nil, err
+	}
+	if len(lines) == 0 {
+		return nil, fmt.Errorf("%w: %s holds no line", ErrCorruptSegment, key)
+	}
+	for i := range lines {
+		l := &lines[i]
+		l.shard = ShardOf(l.env.AggregateType, l.env.AggregateID, n.shards)
+		if i == 0 {
+			continue
+		}
+		if p := lines[i-1]; l.shard < p.shard || l.shard == p.shard && l.env.Position != p.env.Position+1 {
+			return nil, fmt.Errorf("%w: %s line %d is shard %d position %d after shard %d position %d (want shards ascending, each one's positions contiguous)",
+				ErrCorruptSegment, key, i+1, l.shard, l.env.Position, p.shard, p.env.Position)
+		}
+	}
+	if b := blocksOf(lines)[0]; b != (shardBlock{shard: n.shard, first: n.first, last: n.last}) {
+		return nil, fmt.Errorf("%w: %s begins with shard %d positions %d..%d, its key names shard %d positions %d..%d",
+			ErrCorruptSegment, key, b.shard, b.first, b.last, n.shard, n.first, n.last)
+	}
+	return lines, nil
+}
+
+// blocksOf returns the blocks of positions of parsed lines, one per shard,
+// ascending.
+func blocksOf(lines []segmentLine) []shardBlock {
+	var out []shardBlock
+	for _, l := range lines {
+		if k := len(out); k > 0 && out[k-1].shard == l.shard {
+			out[k-1].last = l.env.Position
+			continue
+		}
+		out = append(out, shardBlock{shard: l.shard, first: l.env.Position, last: l.env.Position})
+	}
+	return out
 }
 
 func randomID() string {

@@ -19,6 +19,7 @@ type Store struct {
 	pool   *pgxpool.Pool
 	bucket objstore.Bucket
 	cfg    Config // defaults applied
+	shards int    // the store's number of shards (cfg.Shards, checked against the index)
 	log    *slog.Logger
 	hooks  hooks
 
@@ -38,8 +39,14 @@ type Store struct {
 	m     *metrics
 }
 
+// openTimeout bounds New's read of the store's layout.
+const openTimeout = 30 * time.Second
+
 // New returns a Store over deps.Pool (migrations applied) and deps.Bucket,
-// with cfg's zero fields at their defaults, and starts its committer.
+// with cfg's zero fields at their defaults, and starts its committer. It
+// reads the store's number of shards from the index (recording
+// cfg.Shards on a new index) and fails with a *ShardsMismatchError when
+// cfg.Shards differs (docs/eventstore.md#shards).
 func New(cfg Config, deps Deps, opts ...Option) (*Store, error) {
 	if deps.Pool == nil || deps.Bucket == nil {
 		return nil, fmt.Errorf("eventstore: New needs Deps.Pool and Deps.Bucket")
@@ -55,7 +62,6 @@ func New(cfg Config, deps Deps, opts ...Option) (*Store, error) {
 	for _, o := range opts {
 		o(&h)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
 	s := &Store{
 		pool: deps.Pool, bucket: deps.Bucket, cfg: cfg, log: deps.Logger, hooks: h,
 		in:        make(chan []*item, 64),
@@ -63,9 +69,17 @@ func New(cfg Config, deps Deps, opts ...Option) (*Store, error) {
 		reserved:  make(chan struct{}),
 		quit:      make(chan struct{}),
 		exited:    make(chan struct{}),
-		ctx:       ctx, cancel: cancel,
-		m: newMetrics(),
 	}
+	// The number of shards is fixed when the store is created: recorded in
+	// the index by the first Store opened on it, refused when it differs.
+	lctx, lcancel := context.WithTimeout(context.Background(), openTimeout)
+	shards, err := s.openLayout(lctx, cfg.Shards)
+	lcancel()
+	if err != nil {
+		return nil, err
+	}
+	s.shards, s.m = shards, newMetrics(shards)
+	s.ctx, s.cancel = context.WithCancel(context.Background())
 	go s.run()
 	return s, nil
 }

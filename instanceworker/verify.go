@@ -104,6 +104,13 @@ const verifyPage = 500
 // On a running pipeline recent commands may show as stale until the
 // instance worker catches up.
 func Verify(ctx context.Context, o VerifyOptions) (*VerifyReport, error) {
+	// Per-shard support is issue 33 item 4: a store of more than one shard
+	// is refused at the start (*eventstore.ShardsNotSupportedError).
+	if o.Store != nil {
+		if err := o.Store.RequireOneShard("verify"); err != nil {
+			return nil, err
+		}
+	}
 	if err := envelope.ValidateDBName(o.DB); err != nil {
 		return nil, fmt.Errorf("db: %w", err)
 	}

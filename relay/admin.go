@@ -69,6 +69,9 @@ type GapRange struct {
 // Gaps lists the pending gaps of the checkpoint and every uncommitted range
 // of the index (reserved and abandoned rows), in position order.
 func Gaps(ctx context.Context, store *eventstore.Store, cp Checkpoint) ([]GapRange, error) {
+	if err := store.RequireOneShard("relay gaps"); err != nil {
+		return nil, err
+	}
 	var out []GapRange
 	for _, g := range cp.PendingGaps {
 		out = append(out, GapRange{First: g.First, Last: g.Last, State: "pending", Since: g.Since})
@@ -117,6 +120,9 @@ type RepublishReport struct {
 // the checkpoint. progress, when set, is called after every flush.
 func Republish(ctx context.Context, store *eventstore.Store, cl *kgo.Client, router *Router, from, to int64, topic string, progress func(RepublishReport, int64)) (RepublishReport, error) {
 	var rep RepublishReport
+	if err := store.RequireOneShard("relay republish"); err != nil {
+		return rep, err
+	}
 	if from < 1 || to < from {
 		return rep, fmt.Errorf("relay: republish %d..%d: want 1 <= from <= to", from, to)
 	}

@@ -38,6 +38,9 @@ type CheckpointPlan struct {
 // (head and retention floor) and returns the plan; it changes nothing.
 func PlanCheckpoint(ctx context.Context, st *eventstore.Store, cps *CheckpointStore, position int64) (CheckpointPlan, error) {
 	p := CheckpointPlan{Key: cps.Key(), To: position}
+	if err := st.RequireOneShard("relay checkpoint set"); err != nil {
+		return p, err
+	}
 	cp, _, found, err := cps.Load(ctx)
 	if err != nil {
 		return p, err

@@ -66,12 +66,20 @@ type Relay struct {
 
 // New returns a relay over deps.Store (its bucket, deps.Bucket, holds the
 // checkpoint; deps.Pool holds the lease table). cfg's zero fields take
-// their defaults. It builds its own Kafka producers from deps.Kafka; Close
+// their defaults. A store of more than one shard is refused with an
+// *eventstore.ShardsNotSupportedError (issue 33 item 3). It builds its own Kafka producers from deps.Kafka; Close
 // releases them. opts are test hooks.
 func New(cfg Config, deps Deps, opts ...Option) (*Relay, error) {
 	cfg, err := cfg.withDefaults()
 	if err != nil {
 		return nil, err
+	}
+	// The relay walks one global position: a store of more than one shard
+	// is refused until it has a leader per shard (issue 33 item 3).
+	if deps.Store != nil {
+		if err := deps.Store.RequireOneShard("the relay"); err != nil {
+			return nil, fmt.Errorf("relay: %w", err)
+		}
 	}
 	var h hooks
 	for _, o := range opts {

@@ -32,3 +32,10 @@ func openReadStore(cmd *cobra.Command) (*eventstore.Store, func(), error) {
 	}
 	return d.store, closeFn, nil
 }
+
+// oneShard refuses, at the start of a command that reads the log by one
+// global position, a store of more than one shard: per-shard support is
+// issue 33 items 3 and 4 (*eventstore.ShardsNotSupportedError).
+func oneShard(cmd *cobra.Command, st *eventstore.Store) error {
+	return st.RequireOneShard(cmd.CommandPath())
+}

@@ -52,6 +52,9 @@ func newRelayCheckpointShowCmd() *cobra.Command {
 				return err
 			}
 			defer closeFn()
+			if err := oneShard(cmd, d.store); err != nil {
+				return err
+			}
 			ctx := cmd.Context()
 			cps := relay.NewCheckpointStore(d.bucket, d.cfg.Relay.CheckpointKey)
 			cp, _, found, err := cps.Load(ctx)
@@ -106,6 +109,9 @@ func newRelayCheckpointSetCmd() *cobra.Command {
 				return err
 			}
 			defer closeFn()
+			if err := oneShard(cmd, d.store); err != nil {
+				return err
+			}
 			ctx := cmd.Context()
 			if timeSet {
 				t, err := time.Parse(time.RFC3339Nano, at)
@@ -156,6 +162,9 @@ func newRelayGapsCmd() *cobra.Command {
 				return err
 			}
 			defer closeFn()
+			if err := oneShard(cmd, d.store); err != nil {
+				return err
+			}
 			ctx := cmd.Context()
 			cp, _, _, err := relay.NewCheckpointStore(d.bucket, d.cfg.Relay.CheckpointKey).Load(ctx)
 			if err != nil {
@@ -198,6 +207,9 @@ func newRelayRepublishCmd() *cobra.Command {
 				return err
 			}
 			defer closeFn()
+			if err := oneShard(cmd, d.store); err != nil {
+				return err
+			}
 			cl, err := kafka.NewClient(d.cfg.Kafka, kafka.MaxBuffered(2000))
 			if err != nil {
 				return err

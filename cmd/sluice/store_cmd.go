@@ -32,6 +32,9 @@ func newStoreSegmentsCmd() *cobra.Command {
 				return err
 			}
 			defer closeFn()
+			if err := oneShard(cmd, st); err != nil {
+				return err
+			}
 			segs, err := st.Segments(cmd.Context(), after, limit)
 			if err != nil {
 				return err
@@ -71,6 +74,9 @@ func newStoreCatCmd() *cobra.Command {
 				return err
 			}
 			defer closeFn()
+			if err := oneShard(cmd, st); err != nil {
+				return err
+			}
 			ctx := cmd.Context()
 			out := cmd.OutOrStdout()
 			n := 0

@@ -1,6 +1,7 @@
 // Package eventstoretest gives the tests of other packages what they used
 // to do to the event store's tables with SQL of their own: read the index
-// rows, and forge the states a crashed or stalled writer leaves behind. The
+// rows, and forge the states a crashed or stalled writer leaves behind. It
+// addresses a store of one shard (shard 0). The
 // store owns its schema (docs/architecture.md, "Table ownership"); this
 // package is where that schema is named for tests, beside the store.
 package eventstoretest
@@ -111,7 +112,7 @@ func Forge(ctx context.Context, pool *pgxpool.Pool, f Forged) (position, seq int
 			RETURNING last_sequence`, f.AggregateType, f.AggregateID).Scan(&seq); err != nil {
 			return err
 		}
-		if err := tx.QueryRow(ctx, `UPDATE sluice.log_head SET next_position = next_position + 1 RETURNING next_position - 1`).Scan(&position); err != nil {
+		if err := tx.QueryRow(ctx, `UPDATE sluice.log_head SET next_position = next_position + 1 WHERE shard = 0 RETURNING next_position - 1`).Scan(&position); err != nil {
 			return err
 		}
 		_, err := tx.Exec(ctx, `INSERT INTO sluice.appends (position, event_id, kind, aggregate_type, aggregate_id, sequence_number,
@@ -134,7 +135,7 @@ func RolledBackReservation(ctx context.Context, pool *pgxpool.Pool, n int64) err
 	if err != nil {
 		return fmt.Errorf("eventstoretest: begin: %w", err)
 	}
-	if _, err := tx.Exec(ctx, `UPDATE sluice.log_head SET next_position = next_position + $1`, n); err != nil {
+	if _, err := tx.Exec(ctx, `UPDATE sluice.log_head SET next_position = next_position + $1 WHERE shard = 0`, n); err != nil {
 		_ = tx.Rollback(ctx)
 		return fmt.Errorf("eventstoretest: reserve: %w", err)
 	}
@@ -187,7 +188,7 @@ func SeedCommands(ctx context.Context, pool *pgxpool.Pool, db, class string, n i
 	}
 	defer func() { _ = tx.Rollback(ctx) }()
 	var first int64
-	if err := tx.QueryRow(ctx, `UPDATE sluice.log_head SET next_position = next_position + $1
+	if err := tx.QueryRow(ctx, `UPDATE sluice.log_head SET next_position = next_position + $1 WHERE shard = 0
 		RETURNING next_position - $1`, n).Scan(&first); err != nil {
 		return 0, fmt.Errorf("eventstoretest: seed: head: %w", err)
 	}

@@ -24,10 +24,12 @@ import (
 // are matched by prefix (ownerPrefixes), else the check fails.
 func TableOwners() map[string]string {
 	return map[string]string{
-		"log_head":           "eventstore",
-		"sequences":          "eventstore",
-		"appends":            "eventstore",
-		"eventstore_flush":   "eventstore",
+		"log_head":         "eventstore",
+		"sequences":        "eventstore",
+		"appends":          "eventstore",
+		"eventstore_flush": "eventstore",
+		// 00023_eventstore_shards.sql
+		"eventstore_layout":  "eventstore",
 		"processed_events":   "registry",
 		"aggregate_versions": "registry",
 		"relay_leases":       "relay",
