@@ -194,6 +194,18 @@ func TestLatest(t *testing.T) {
 		}(), "", 0, "event 00000000-0000-4000-8000-000000000001 of Shipped cannot be upcast from schema v1 to v2: upcaster Shipped v1→v2 (shipped.yaml) failed: set carrier at shipped.yaml:4:12: expression \"event.data.via\" failed: no such key: via"},
 		{"a result that breaks the latest schema", orderEvent(1, `{"order_id":"o-5","total":-1}`), "",
 			0, "cannot be upcast from schema v1 to v3: the upcast data does not match schema v3: at /amount: minimum: got -1, want 0 (keyword minimum)"},
+		// Every upcast result is validated against the latest schema on
+		// read; a result that breaks it is refused with the validator's
+		// reason (docs/schemas.md#upcasting-on-read).
+		{"a result on the bound is valid", orderEvent(1, `{"order_id":"o-6","total":0}`), `{"amount":0,"currency":"EUR","order_id":"o-6"}`, 3, ""},
+		{"a result just below the bound", orderEvent(1, `{"order_id":"o-7","total":-0.0000000000000000000001}`), "",
+			0, "the upcast data does not match schema v3: at /amount: minimum: got -1×10⁻²², want 0 (keyword minimum)"},
+		{"a result breaking the pattern", orderEvent(2, `{"order_id":"o-8","total":4,"currency":"eur"}`), "",
+			0, `the upcast data does not match schema v3: at /currency: 'eur' does not match pattern '^[A-Z]{3}$' (keyword pattern)`},
+		{"a result with a field v3 does not have", orderEvent(1, `{"order_id":"o-9","total":4,"note":"gift"}`), "",
+			0, `the upcast data does not match schema v3: at (the data object): additional properties 'note' not allowed (keyword additionalProperties)`},
+		{"a result with the wrong type", orderEvent(1, `{"order_id":9,"total":4}`), "",
+			0, `the upcast data does not match schema v3: at /order_id: got number, want string (keyword type)`},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

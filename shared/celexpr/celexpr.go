@@ -13,7 +13,9 @@
 // Guarantee kept: an expression is compiled once, when its file is loaded
 // (a compile error names the file, the YAML line and column and the
 // position inside the expression), and evaluated under a cost limit, with
-// no I/O and no unbounded loops.
+// no I/O and no unbounded loops: checked while evaluating, or proven
+// before by CEL's static cost estimate (an expression that cannot reach
+// the limit whatever the input goes without the runtime tracker).
 package celexpr
 
 import (
@@ -23,6 +25,7 @@ import (
 	"strings"
 
 	"github.com/google/cel-go/cel"
+	"github.com/google/cel-go/checker"
 	"github.com/google/cel-go/common/types"
 	"github.com/google/cel-go/common/types/ref"
 	"github.com/google/cel-go/common/types/traits"
@@ -98,11 +101,38 @@ func Compile(env *cel.Env, e Expr, costLimit uint64) (cel.Program, error) {
 		}
 		return nil, ce
 	}
-	prg, err := env.Program(ast, cel.CostLimit(costLimit))
+	// The limit is enforced when evaluating, unless CEL's static estimate
+	// proves the expression never reaches it (field reads, arithmetic,
+	// conditionals: no loop over input of unknown size): then the
+	// evaluation cannot exceed it, and goes without a cost tracker, which
+	// is most of the price of evaluating such an expression.
+	var opts []cel.ProgramOption
+	if !costBounded(env, ast, costLimit) {
+		opts = append(opts, cel.CostLimit(costLimit))
+	}
+	prg, err := env.Program(ast, opts...)
 	if err != nil {
 		return nil, &CompileError{Pos: e.Pos, Line: 1, Column: 1, Msg: err.Error()}
 	}
 	return prg, nil
+}
+
+// costBounded reports whether CEL's static cost estimate of ast, with
+// nothing known of the inputs' sizes (unknown strings, lists and maps may
+// be of any size), is at most limit: the runtime cost, which the estimate
+// bounds, cannot exceed it either.
+func costBounded(env *cel.Env, ast *cel.Ast, limit uint64) bool {
+	est, err := env.EstimateCost(ast, unknownSizes{})
+	return err == nil && est.Max <= limit
+}
+
+// unknownSizes is a cost estimator that knows nothing: every input's size
+// is unbounded, every function costs what CEL charges by default.
+type unknownSizes struct{}
+
+func (unknownSizes) EstimateSize(checker.AstNode) *checker.SizeEstimate { return nil }
+func (unknownSizes) EstimateCallCost(string, string, *checker.AstNode, []checker.AstNode) *checker.CallEstimate {
+	return nil
 }
 
 // EventVars is the event as the expressions see it (the variable event).

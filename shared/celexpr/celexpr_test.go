@@ -2,6 +2,7 @@ package celexpr
 
 import (
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 
@@ -64,5 +65,56 @@ func TestEventVarsAndToNative(t *testing.T) {
 	b, _ := EncodeJSON(v)
 	if string(b) != `{"n":6,"t":"orderplaced","v":3}` {
 		t.Fatalf("got %s", b)
+	}
+}
+
+// The cost limit holds whether it is checked while evaluating or proven
+// before: an expression that reads fields and computes is proven under
+// the limit; one that loops over input of unknown size is not, and is
+// stopped at the limit when evaluated; each evaluates to the same value
+// either way.
+func TestCostLimitProvenOrChecked(t *testing.T) {
+	env, err := NewEnv()
+	if err != nil {
+		t.Fatal(err)
+	}
+	long := make([]any, 5000)
+	for i := range long {
+		long[i] = float64(i)
+	}
+	event := map[string]any{"data": map[string]any{"total": 12.5, "l": long, "s": "a,b,c"}}
+	for _, tc := range []struct {
+		name, src string
+		limit     uint64
+		proven    bool
+		want      string // the value, or the error
+	}{
+		{"field reads and arithmetic", `has(event.data.currency) ? event.data.currency : string(event.data.total * 2.0)`, 100, true, "25"},
+		{"a string function over input of unknown size", `event.data.s.split(",")[1]`, 100, false, "b"},
+		{"a loop over input of unknown size", `event.data.l.all(x, x >= 0.0)`, 1000, false, "actual cost limit exceeded"},
+		{"the same loop under a limit it keeps", `event.data.l.all(x, x >= 0.0)`, 1 << 40, false, "true"},
+		{"a proven expression over a tiny limit", `event.data.total + 1.0`, 1, false, "actual cost limit exceeded"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ast, iss := env.Compile(tc.src)
+			if iss.Err() != nil {
+				t.Fatal(iss.Err())
+			}
+			if got := costBounded(env, ast, tc.limit); got != tc.proven {
+				t.Fatalf("proven under %d: %v, want %v", tc.limit, got, tc.proven)
+			}
+			prg, err := Compile(env, Expr{Source: tc.src}, tc.limit)
+			if err != nil {
+				t.Fatal(err)
+			}
+			out, _, err := prg.Eval(map[string]any{"event": event})
+			got := fmt.Sprint(err)
+			if err == nil {
+				got = fmt.Sprint(out.Value())
+			}
+			if !strings.Contains(got, tc.want) {
+				t.Fatalf("got %s, want %q", got, tc.want)
+			}
+		})
 	}
 }
