@@ -20,7 +20,7 @@ import (
 // the most that design could do. Reported: events/s and p50/p99 append
 // latency. Run without -race:
 //
-//	go test -run '^$' -bench BenchmarkAppend -benchtime 20000x ./eventstore/
+//	go test -run '^$' -bench '^BenchmarkAppend$' -benchtime 20000x ./eventstore/
 func BenchmarkAppend(b *testing.B) {
 	for _, conc := range []int{1, 16, 128} {
 		e := newEnv(b)
