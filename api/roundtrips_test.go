@@ -9,8 +9,6 @@ import (
 	"time"
 
 	"github.com/google/uuid"
-	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/sluicehq/sluice/auth"
 	"github.com/sluicehq/sluice/eventstore"
@@ -20,38 +18,6 @@ import (
 	"github.com/sluicehq/sluice/registry"
 	"github.com/sluicehq/sluice/schema"
 )
-
-// tripCounter counts the Postgres round trips of a pool: each statement
-// sent on its own and each batch (one round trip, whatever it holds).
-type tripCounter struct{ n atomic.Int64 }
-
-func (c *tripCounter) TraceQueryStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceQueryStartData) context.Context {
-	c.n.Add(1)
-	return ctx
-}
-func (c *tripCounter) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
-func (c *tripCounter) TraceBatchStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceBatchStartData) context.Context {
-	c.n.Add(1)
-	return ctx
-}
-func (c *tripCounter) TraceBatchQuery(context.Context, *pgx.Conn, pgx.TraceBatchQueryData) {}
-func (c *tripCounter) TraceBatchEnd(context.Context, *pgx.Conn, pgx.TraceBatchEndData)     {}
-
-// tracedPool opens a pool on url whose round trips c counts.
-func tracedPool(t testing.TB, url string, c *tripCounter) *pgxpool.Pool {
-	t.Helper()
-	cfg, err := pgxpool.ParseConfig(url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg.ConnConfig.Tracer = c
-	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(pool.Close)
-	return pool
-}
 
 // createCounter counts the segment creates of a bucket.
 type createCounter struct {
@@ -75,8 +41,8 @@ func (b *createCounter) Create(ctx context.Context, key string, body []byte) (ob
 func TestRequestWork(t *testing.T) {
 	ctx := context.Background()
 	url, _ := testenv.NewMigratedDatabase(t)
-	var storeTrips, mainTrips, regTrips tripCounter
-	storePool, mainPool, regPool := tracedPool(t, url, &storeTrips), tracedPool(t, url, &mainTrips), tracedPool(t, url, &regTrips)
+	var storeTrips, mainTrips, regTrips testenv.RoundTrips
+	storePool, mainPool, regPool := testenv.TracedPool(t, url, &storeTrips), testenv.TracedPool(t, url, &mainTrips), testenv.TracedPool(t, url, &regTrips)
 	fb, err := filestore.New(t.TempDir())
 	if err != nil {
 		t.Fatal(err)
@@ -143,11 +109,11 @@ func TestRequestWork(t *testing.T) {
 	}{{"create", create, 2}, {"event append with schema validation", appendEvent, 3}, {"batch of 10 creates", batch, 2}}
 	for _, step := range steps {
 		t.Run(step.name, func(t *testing.T) {
-			s0, m0, r0, b0 := storeTrips.n.Load(), mainTrips.n.Load(), regTrips.n.Load(), bucket.n.Load()
+			s0, m0, r0, b0 := storeTrips.N(), mainTrips.N(), regTrips.N(), bucket.n.Load()
 			for i := range n {
 				step.run(i)
 			}
-			s, m, r, b := storeTrips.n.Load()-s0, mainTrips.n.Load()-m0, regTrips.n.Load()-r0, bucket.n.Load()-b0
+			s, m, r, b := storeTrips.N()-s0, mainTrips.N()-m0, regTrips.N()-r0, bucket.n.Load()-b0
 			t.Logf("%d requests: store %d round trips, main %d, registry %d; %d segments", n, s, m, r, b)
 			if s > step.trips*n || b != n {
 				t.Errorf("%d requests took %d store round trips and %d segments, want at most %d and %d (one group commit each)", n, s, b, step.trips*n, n)

@@ -9,12 +9,8 @@ import (
 	"net/http/httptest"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
-
-	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/sluicehq/sluice/eventstore"
 	"github.com/sluicehq/sluice/eventstore/objstore/backend"
@@ -22,22 +18,6 @@ import (
 	"github.com/sluicehq/sluice/internal/testenv"
 	"github.com/sluicehq/sluice/readmodel"
 )
-
-// tripCounter counts the Postgres round trips of a pool: each statement
-// sent on its own and each batch (one round trip, whatever it holds).
-type tripCounter struct{ n atomic.Int64 }
-
-func (c *tripCounter) TraceQueryStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceQueryStartData) context.Context {
-	c.n.Add(1)
-	return ctx
-}
-func (c *tripCounter) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
-func (c *tripCounter) TraceBatchStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceBatchStartData) context.Context {
-	c.n.Add(1)
-	return ctx
-}
-func (c *tripCounter) TraceBatchQuery(context.Context, *pgx.Conn, pgx.TraceBatchQueryData) {}
-func (c *tripCounter) TraceBatchEnd(context.Context, *pgx.Conn, pgx.TraceBatchEndData)     {}
 
 // esRequests counts the requests an Elasticsearch server answers, by
 // method and endpoint (the path's last _segment).
@@ -90,16 +70,8 @@ func TestWorkPerCommand(t *testing.T) {
 	ests := httptest.NewServer(es)
 	t.Cleanup(ests.Close)
 	cfg := e.config(map[string]string{"ELASTICSEARCH_URLS": ests.URL})
-	pcfg, err := pgxpool.ParseConfig(cfg.Postgres.URL.Value())
-	if err != nil {
-		t.Fatal(err)
-	}
-	var trips tripCounter
-	pcfg.ConnConfig.Tracer = &trips
-	pool, err := pgxpool.NewWithConfig(context.Background(), pcfg)
-	if err != nil {
-		t.Fatal(err)
-	}
+	var trips testenv.RoundTrips
+	pool := testenv.TracedPool(t, cfg.Postgres.URL.Value(), &trips)
 	bucket, err := backend.Open(context.Background(), cfg.EventStore)
 	if err != nil {
 		t.Fatal(err)
@@ -117,11 +89,11 @@ func TestWorkPerCommand(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	stop := testenv.RunInBackground(t, "worker", svc.Run, func() { _ = store.Close() }, pool.Close)
+	stop := testenv.RunInBackground(t, "worker", svc.Run, func() { _ = store.Close() })
 	testenv.WaitFor(t, 2*time.Minute, "every command done", func() bool { return e.allDone(all...) })
 	stop()
 	n := len(all)
-	pg, req := trips.n.Load(), es.total()
+	pg, req := trips.N(), es.total()
 	es.mu.Lock()
 	t.Logf("%d commands: %d Postgres round trips, %d Elasticsearch requests %v", n, pg, req, es.n)
 	bulks, mgets := es.n["POST /_bulk"], es.n["POST /_mget"]
