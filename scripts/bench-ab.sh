@@ -15,7 +15,11 @@ cd "$(dirname "$0")/.."
 base=${1:?usage: scripts/bench-ab.sh BASE-REVISION}
 rounds=${ROUNDS:-2}
 out=${OUT:-bin/bench-ab}
-benches=${BENCHES:-"registry:BenchmarkClaimMarkDone:3s eventstore:BenchmarkAppend/groupcommit:3s relay:BenchmarkRelay:1x projectionworker:BenchmarkProjection\$:3s instanceworker:BenchmarkInstanceWorker:3s api:BenchmarkCreate:3s cmd/sluice:BenchmarkPipeline:1x"}
+# Each name is anchored (^…$): -test.bench matches unanchored, so
+# "BenchmarkClaimMarkDone" also ran BenchmarkClaimMarkDoneGrowth, which
+# only head has and which seeds a million registry rows per run: the two
+# sides did not do the same work before their later benchmarks (issue 32).
+benches=${BENCHES:-"registry:^BenchmarkClaimMarkDone\$:3s eventstore:^BenchmarkAppend\$/groupcommit:3s relay:^BenchmarkRelay\$:1x projectionworker:^BenchmarkProjection\$:3s instanceworker:^BenchmarkInstanceWorker\$:3s api:^BenchmarkCreate\$:3s cmd/sluice:^BenchmarkPipeline\$:1x"}
 ./scripts/test-deps.sh >/dev/null
 mkdir -p "$out"
 out=$(cd "$out" && pwd)
