@@ -37,7 +37,7 @@ type HeadClock struct {
 // HeadWithClock returns Head and the database clock in one round trip.
 // A store of more than one shard answers *ShardsNotSupportedError.
 func (s *Store) HeadWithClock(ctx context.Context) (HeadClock, error) {
-	if err := s.RequireOneShard("HeadWithClock (the log's one head)"); err != nil {
+	if err := s.readerByPosition("HeadWithClock (the log's one head)"); err != nil {
 		return HeadClock{}, err
 	}
 	var h HeadClock
@@ -53,7 +53,7 @@ func (s *Store) HeadWithClock(ctx context.Context) (HeadClock, error) {
 // reserved position when nothing was committed since t. A store of more
 // than one shard answers *ShardsNotSupportedError.
 func (s *Store) PositionAt(ctx context.Context, t time.Time) (int64, error) {
-	if err := s.RequireOneShard("PositionAt (a global position)"); err != nil {
+	if err := s.readerByPosition("PositionAt (a global position)"); err != nil {
 		return 0, err
 	}
 	var p int64

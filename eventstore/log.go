@@ -42,7 +42,7 @@ SELECT least((SELECT next_position - 1 FROM sluice.log_head WHERE shard = 0),
 // snapshot. A store of more than one shard answers
 // *ShardsNotSupportedError (per-shard cursors are issue 33 item 4).
 func (s *Store) Log(ctx context.Context, q LogQuery) (LogPage, error) {
-	if err := s.RequireOneShard("Log (the log by global position)"); err != nil {
+	if err := s.readerByPosition("Log (the log by global position)"); err != nil {
 		return LogPage{Through: q.After}, err
 	}
 	if q.Limit <= 0 {

@@ -117,7 +117,7 @@ func (s *Store) one(ctx context.Context, what, sql string, args ...any) (Event, 
 // Head reads the log by one global position: a store of more than one
 // shard answers *ShardsNotSupportedError (Heads serves any number).
 func (s *Store) Head(ctx context.Context) (int64, error) {
-	if err := s.RequireOneShard("Head (the log's one head)"); err != nil {
+	if err := s.readerByPosition("Head (the log's one head)"); err != nil {
 		return 0, err
 	}
 	var head int64
@@ -137,7 +137,7 @@ func (s *Store) Head(ctx context.Context) (int64, error) {
 // A store of more than one shard answers *ShardsNotSupportedError: its
 // segments are not in the order of one position (issue 33 items 3 and 4).
 func (s *Store) Segments(ctx context.Context, afterPosition int64, limit int) ([]SegmentInfo, error) {
-	if err := s.RequireOneShard("Segments (the listing by global position)"); err != nil {
+	if err := s.readerByPosition("Segments (the listing by global position)"); err != nil {
 		return nil, err
 	}
 	if limit <= 0 {
@@ -192,6 +192,9 @@ func (s *Store) Segments(ctx context.Context, afterPosition int64, limit int) ([
 // store of more than one shard: parseBlock's rules; a key of another
 // number of shards is a *ShardsMismatchError).
 func (s *Store) ReadSegment(ctx context.Context, key string) ([]Event, error) {
+	if err := s.layoutChecked(); err != nil {
+		return nil, err
+	}
 	name, err := s.nameOf(key)
 	if err != nil {
 		return nil, err
@@ -248,7 +251,7 @@ type IndexQuery struct {
 // shard answers *ShardsNotSupportedError: a position names no row there
 // without its shard (issue 33 items 3 and 4).
 func (s *Store) Index(ctx context.Context, q IndexQuery) ([]IndexEntry, error) {
-	if err := s.RequireOneShard("Index (rows by global position)"); err != nil {
+	if err := s.readerByPosition("Index (rows by global position)"); err != nil {
 		return nil, err
 	}
 	if q.ToPosition <= 0 {

@@ -56,6 +56,9 @@ func (s *Store) Reindex(ctx context.Context) (ReindexReport, error) {
 // page of segments is read (`sluice store reindex` draws its bar from it).
 func (s *Store) ReindexWithProgress(ctx context.Context, progress func(ReindexProgress)) (ReindexReport, error) {
 	var rep ReindexReport
+	if err := s.layoutChecked(); err != nil {
+		return rep, err
+	}
 	tx, err := s.pool.Begin(ctx)
 	if err != nil {
 		return rep, fmt.Errorf("eventstore: reindex: %w", err)

@@ -56,6 +56,9 @@ type ReindexPlan struct {
 // nothing.
 func (s *Store) PlanReindex(ctx context.Context, quiet time.Duration) (ReindexPlan, error) {
 	var p ReindexPlan
+	if err := s.layoutChecked(); err != nil {
+		return p, err
+	}
 	startAfter := ""
 	for {
 		page, err := s.bucket.List(ctx, SegmentPrefix, startAfter, 1000)

@@ -207,6 +207,9 @@ GROUP BY segment_key ORDER BY min(shard), min(position)`
 // relays and other repairs: every step is conditional on the row's state.
 func (s *Store) Repair(ctx context.Context, olderThan time.Duration) (RepairReport, error) {
 	var rep RepairReport
+	if err := s.layoutChecked(); err != nil {
+		return rep, err
+	}
 	rows, err := s.pool.Query(ctx, sqlReservedBlocks, olderThan.Seconds())
 	if err != nil {
 		return rep, fmt.Errorf("eventstore: repair: %w", err)

@@ -88,9 +88,20 @@ func (e *ShardsNotSupportedError) HTTPStatus() int { return http.StatusNotImplem
 // Shards returns the store's number of shards (fixed at its creation).
 func (s *Store) Shards() int { return s.shards }
 
+// readerByPosition is RequireOneShard for the store's own readers by
+// global position, once the store's layout is checked (layoutChecked).
+func (s *Store) readerByPosition(reader string) error {
+	if err := s.layoutChecked(); err != nil {
+		return err
+	}
+	return s.RequireOneShard(reader)
+}
+
 // RequireOneShard returns a *ShardsNotSupportedError naming reader when
 // the store has more than one shard: what a reader of the log by one
-// global position calls at its start.
+// global position calls at its start. Before the store's layout is checked
+// (Postgres down when the store opened) it answers from the configured
+// number; the store's own readers by position then refuse a mismatch.
 func (s *Store) RequireOneShard(reader string) error {
 	if s.shards > 1 {
 		return &ShardsNotSupportedError{Reader: reader, Shards: s.shards}

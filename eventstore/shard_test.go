@@ -9,6 +9,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -795,4 +796,75 @@ func TestShardedOnFileBackend(t *testing.T) {
 	if after := snapshot(t, pool); fmt.Sprint(after) != fmt.Sprint(before) {
 		t.Fatalf("reindex changed the index:\n got  %v\n want %v", after, before)
 	}
+}
+
+// A Store opened while Postgres does not answer starts anyway (a service
+// started during an outage waits, it does not exit): what depends on the
+// number of shards answers as unavailable until the background check
+// succeeds; then appends work. A mismatch found by that check refuses them
+// for good, with the same *ShardsMismatchError New gives.
+func TestLayoutCheckedAfterPostgresReturns(t *testing.T) {
+	for _, c := range []struct {
+		name            string
+		created, opened int
+	}{
+		{"same number of shards", 1, 1},
+		{"another number of shards", 4, 1},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			e := newEnv(t)
+			first := e.store(t, shardedConfig(c.created))
+			mustAppend(t, first, command("Order", "before", 1))
+			proxy := testenv.NewPGProxy(t, e.url)
+			pcfg := proxy.PoolConfig()
+			pcfg.ConnConfig.ConnectTimeout = time.Second
+			pool, err := pgxpool.NewWithConfig(ctxT(t), pcfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(pool.Close)
+			proxy.Stop()
+			s, err := New(shardedConfig(c.opened), Deps{Pool: pool, Bucket: e.bucket})
+			if err != nil {
+				t.Fatalf("New while Postgres is down: %v, want a store that waits", err)
+			}
+			t.Cleanup(func() { _ = s.Close() })
+			if _, err := s.Append(ctxT(t), command("Order", "during", 1)); err == nil || !strings.Contains(err.Error(), "not checked yet") {
+				t.Fatalf("append before the layout is checked: %v, want the layout not checked yet", err)
+			}
+			if _, err := s.Head(ctxT(t)); err == nil || !strings.Contains(err.Error(), "not checked yet") {
+				t.Fatalf("head before the layout is checked: %v, want the layout not checked yet", err)
+			}
+			proxy.Start()
+			var last error
+			deadline := time.Now().Add(60 * time.Second)
+			for time.Now().Before(deadline) {
+				if _, last = s.Append(ctxT(t), command("Order", "after", 1)); last == nil || !strings.Contains(last.Error(), "not checked yet") {
+					break
+				}
+				<-s.layoutWait(ctxT(t))
+			}
+			var me *ShardsMismatchError
+			switch {
+			case c.created == c.opened && last != nil:
+				t.Fatalf("append once Postgres is back: %v", last)
+			case c.created != c.opened && (!errors.As(last, &me) || me.Stored != c.created || me.Configured != c.opened):
+				t.Fatalf("append once Postgres is back: %v, want a *ShardsMismatchError %d/%d", last, c.created, c.opened)
+			}
+		})
+	}
+}
+
+// layoutWait returns a channel closed once the layout check has ended (or
+// ctx is done): for tests that wait for the background check.
+func (s *Store) layoutWait(ctx context.Context) <-chan struct{} {
+	out := make(chan struct{})
+	go func() {
+		defer close(out)
+		select {
+		case <-s.layout.ready:
+		case <-ctx.Done():
+		}
+	}()
+	return out
 }

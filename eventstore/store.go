@@ -2,6 +2,7 @@ package eventstore
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"sync"
@@ -20,6 +21,7 @@ type Store struct {
 	bucket objstore.Bucket
 	cfg    Config // defaults applied
 	shards int    // the store's number of shards (cfg.Shards, checked against the index)
+	layout layoutState
 	log    *slog.Logger
 	hooks  hooks
 
@@ -39,8 +41,8 @@ type Store struct {
 	m     *metrics
 }
 
-// openTimeout bounds New's read of the store's layout.
-const openTimeout = 30 * time.Second
+// openTimeout bounds New's first read of the store's layout.
+const openTimeout = 5 * time.Second
 
 // New returns a Store over deps.Pool (migrations applied) and deps.Bucket,
 // with cfg's zero fields at their defaults, and starts its committer. It
@@ -72,14 +74,27 @@ func New(cfg Config, deps Deps, opts ...Option) (*Store, error) {
 	}
 	// The number of shards is fixed when the store is created: recorded in
 	// the index by the first Store opened on it, refused when it differs.
-	lctx, lcancel := context.WithTimeout(context.Background(), openTimeout)
-	shards, err := s.openLayout(lctx, cfg.Shards)
-	lcancel()
-	if err != nil {
-		return nil, err
-	}
-	s.shards, s.m = shards, newMetrics(shards)
+	// Postgres down at start is an outage, not a refusal: the store starts,
+	// checks the layout in the background, and answers what depends on it
+	// as unavailable until then (docs/eventstore.md#shards).
+	s.shards, s.m = cfg.Shards, newMetrics(cfg.Shards)
+	s.layout.ready = make(chan struct{})
 	s.ctx, s.cancel = context.WithCancel(context.Background())
+	lctx, lcancel := context.WithTimeout(context.Background(), openTimeout)
+	_, err = s.openLayout(lctx, cfg.Shards)
+	lcancel()
+	var mismatch *ShardsMismatchError
+	switch {
+	case errors.As(err, &mismatch):
+		s.cancel()
+		return nil, err
+	case err != nil:
+		s.layout.setPending(err)
+		s.log.Warn("eventstore: the store's layout is not readable yet; checking it in the background", "err", err)
+		go s.awaitLayout(cfg.Shards)
+	default:
+		close(s.layout.ready)
+	}
 	go s.run()
 	return s, nil
 }
@@ -154,6 +169,9 @@ func (s *Store) Append(ctx context.Context, envs ...envelope.Envelope) ([]Result
 // written into results at the item's index; the call fails with ErrClosed
 // after Close, or with ctx's error (the items may still be committed).
 func (s *Store) submit(ctx context.Context, items []*item, results []Result) ([]Result, error) {
+	if err := s.layoutChecked(); err != nil {
+		return nil, err
+	}
 	s.mu.RLock()
 	if s.closed {
 		s.mu.RUnlock()
