@@ -32,7 +32,9 @@ type Relay struct {
 	crasher *crashpoint.Crasher
 	extWake <-chan struct{} // Deps.Wake
 	ackHook func(ids []string, at time.Time)
-	client  *kgo.Client
+	// lingerWait replaces the wake linger's timer (a test hook).
+	lingerWait func(ctx context.Context, d time.Duration)
+	client     *kgo.Client
 	// solo produces one record at a time, alone in its batch: the retries
 	// of a record Kafka refused (parking.go), so a record is judged on its
 	// own and never for a neighbour in a broker-side batch.
@@ -115,6 +117,7 @@ func New(cfg Config, deps Deps, opts ...Option) (*Relay, error) {
 		crasher:       deps.Crasher,
 		extWake:       deps.Wake,
 		ackHook:       h.ackHook,
+		lingerWait:    h.lingerWait,
 		client:        client,
 		solo:          solo,
 		parked:        NewParkedStore(deps.Pool),
@@ -402,6 +405,10 @@ func (r *Relay) lead(ctx context.Context, epoch int64) error {
 		if ctx.Err() != nil {
 			return context.Cause(ctx)
 		}
+		// Every commit notified so far is covered by this cycle (its
+		// hints are taken, the head is read, after this point): the
+		// wake-ups they left would only start a cycle with nothing to do.
+		drainWake(r.wake)
 		more, err := r.cycle(ctx, ls)
 		if retry, fatal := handle(err); fatal != nil {
 			return fatal
@@ -423,6 +430,7 @@ func (r *Relay) lead(ctx context.Context, epoch int64) error {
 		select {
 		case <-ctx.Done():
 		case <-r.wake:
+			r.linger(ctx)
 		case <-poll.C:
 		case <-ckptC:
 			r.startSave(ctx, ls)
@@ -434,6 +442,36 @@ func (r *Relay) lead(ctx context.Context, epoch int64) error {
 				goto idle
 			}
 		}
+	}
+}
+
+// linger waits EVENT_PUBLISHER_WAKE_LINGER after a wake-up of the idle
+// loop (docs/relay.md#wake-linger): the commits notified meanwhile are
+// published by the cycle that follows, with one produce request and one
+// acknowledgement, instead of a cycle each. Their segments' GETs start at
+// the notifications (hints.go), so the linger overlaps them.
+func (r *Relay) linger(ctx context.Context) {
+	d := r.cfg.WakeLinger
+	if d <= 0 {
+		return
+	}
+	if r.lingerWait != nil {
+		r.lingerWait(ctx, d)
+		return
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+	case <-t.C:
+	}
+}
+
+// drainWake takes a pending wake-up, if any.
+func drainWake(w chan struct{}) {
+	select {
+	case <-w:
+	default:
 	}
 }
 
