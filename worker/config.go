@@ -22,7 +22,7 @@ type Settings struct {
 	PausePoll       time.Duration `env:"WORKER_PAUSE_POLL_INTERVAL" envDefault:"2s" doc:"How often a worker reads its group's pause flag (sluice consumer pause/resume): a pause or resume takes effect within this time."`
 	// RoundLinger: see docs/worker-runtime.md, "Round linger". Zero turns
 	// it off, for a Go caller that leaves it unset too.
-	RoundLinger time.Duration `env:"WORKER_ROUND_LINGER" envDefault:"5ms" doc:"While a round of the worker is in flight, how long a record may wait for more to join its round (one claim, one handler batch, one mark_done for all of them) before a round starts for it anyway; a worker with no round in flight starts at once. 0: every poll starts a round."`
+	RoundLinger time.Duration `env:"WORKER_ROUND_LINGER" envDefault:"10ms" doc:"While a round of the worker is in flight, how long a record may wait for more to join its round (one claim, one handler batch, one mark_done for all of them) before a round starts for it anyway; a worker with no round in flight starts at once. 0: every poll starts a round."`
 }
 
 // Validate checks the section; every problem is a *config.VarError.
