@@ -406,8 +406,10 @@ func (r *Relay) lead(ctx context.Context, epoch int64) error {
 			return context.Cause(ctx)
 		}
 		// Every commit notified so far is covered by this cycle (its
-		// hints are taken, the head is read, after this point): the
-		// wake-ups they left would only start a cycle with nothing to do.
+		// hints are taken, the head is read, after this point; a
+		// notification without a hint makes it read the head, hints.go):
+		// the wake-ups they left would only start a cycle with nothing to
+		// do.
 		drainWake(r.wake)
 		more, err := r.cycle(ctx, ls)
 		if retry, fatal := handle(err); fatal != nil {
@@ -699,16 +701,29 @@ func (r *Relay) headAndNow(ctx context.Context) (head int64, now time.Time, err 
 
 // listen follows the store's commit stream and pokes the loop on commits,
 // abandons and resyncs (the stream reconnects by itself; the poll covers
-// what it misses). A commit's range starts its segment's fetch (hints).
+// what it misses). A commit's range starts its segment's fetch (hints); a
+// notification that leaves no hint marks the hints missed first, so that
+// the cycle taking its wake-up reads the head (hints.go).
 func (r *Relay) listen(ctx context.Context) {
 	for n := range r.store.Subscribe(ctx) {
+		kind := "resync"
 		switch n.Kind {
 		case eventstore.Reserved:
+			r.m.notes.WithLabelValues("reserved").Inc()
 			continue
 		case eventstore.Committed:
-			r.addHint(n.First, n.Last)
+			kind = "committed"
+			if !r.addHint(n.First, n.Last) {
+				r.hints.missed.Store(true)
+			}
+		case eventstore.Abandoned:
+			kind = "abandoned"
+			r.hints.missed.Store(true)
+		default:
+			r.hints.missed.Store(true)
 		}
 		r.poke()
+		r.m.notes.WithLabelValues(kind).Inc()
 	}
 }
 
