@@ -54,6 +54,20 @@ func TestDuplicatePublishSideEffectsOnce(t *testing.T) {
 			stored := len(p.storeEvents("command", "")) + len(p.storeEvents("domain", ""))
 			load(round + 1)
 			waitFor(t, 60*time.Second, "relay crash at "+point, func() bool { return relay.exitCount(crashpoint.ExitCode) == crashes+1 })
+			// The successor (the relay restarted after the crash, leading
+			// once the crashed one's lease expired) has published up to the
+			// head before the topics are counted. The drain alone does not
+			// show that: the crashed relay may have published all of the
+			// load before it crashed (its first checkpoint write comes
+			// EVENT_PUBLISHER_CHECKPOINT_INTERVAL after its claim), and then
+			// the workers have nothing left to wait for. The successor's
+			// checkpoint position (in memory, past acknowledged records
+			// only) at the head says it has.
+			waitFor(t, 90*time.Second, "the successor relay's checkpoint at the head", func() bool {
+				head, err := p.storeHead()
+				cp, serr := relay.scrape("sluice_relay_checkpoint_position")
+				return err == nil && serr == nil && head > 0 && int64(cp) >= head
+			})
 			p.waitDrained(90 * time.Second)
 			// The crashed relay's last batch was published again by its
 			// successor: the topics hold more records than new events.

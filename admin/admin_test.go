@@ -149,12 +149,17 @@ func TestAdminAPI(t *testing.T) {
 		e.create("1")
 		// Lag 0 alone is also true before the relay has published the command
 		// (an empty topic): wait until the worker has appended the domain
-		// event (head 2) and its registry row is there too.
-		pipelinetest.WaitFor(t, 30*time.Second, "the instance document", func() bool {
+		// event (head 2) and its registry row is there too, and until the
+		// relay's durable checkpoint covers the head (it is written within
+		// EVENT_PUBLISHER_CHECKPOINT_INTERVAL of the last acknowledgement;
+		// the checkpoint step below moves it back from there).
+		pipelinetest.WaitFor(t, 30*time.Second, "the instance document and the relay checkpoint at the head", func() bool {
 			_, ov, _ := e.call("GET", "/admin/v1/overview", readToken, nil)
 			store, _ := ov["store"].(map[string]any)
 			reg, _ := ov["registry"].(map[string]any)
-			if h, _ := store["head"].(float64); h < 2 {
+			rl, _ := ov["relay"].(map[string]any)
+			h, _ := store["head"].(float64)
+			if cp, _ := rl["checkpoint"].(float64); h < 2 || cp < h {
 				return false
 			}
 			if hs, _ := reg["handlers"].([]any); len(hs) == 0 {

@@ -18,10 +18,8 @@ import (
 
 var _ worker.BatchHandler = (*Worker)(nil)
 
-// batchParallelism bounds the concurrent store calls of one batch (domain
-// stream reads and appends). Appends wait for the store's group commit, so
-// they are cheap to run many at once: the more wait together, the fewer
-// groups (each group is one PUT and a few Postgres round trips).
+// batchParallelism bounds the concurrent domain stream reads of one batch
+// (the appends are one call: appendEvents).
 const batchParallelism = 512
 
 // job is one command of a batch on its way through HandleBatch.
@@ -40,8 +38,8 @@ type job struct {
 // (worker.BatchHandler) with the same semantics as Handle, per command,
 // but with the I/O batched: one _mget for the current documents (real
 // time), the domain stream read only where the document is behind (normally
-// nowhere), all domain events appended concurrently (the event store's group
-// commit puts them into few groups), one _bulk for the instance documents
+// nowhere), all domain events appended with one call (one group of the
+// event store's group commit), one _bulk for the instance documents
 // (version = slot, version_type = external). A round holds at most one
 // command per aggregate (wait-for-predecessor: the next slot is claimable
 // only after this one is done), so the commands are independent.
@@ -89,13 +87,16 @@ func (w *Worker) HandleBatch(ctx context.Context, recs []*worker.Record) []worke
 		return out
 	}
 
-	// Append every domain event at once (group commit).
+	// Append every domain event in one call: one group of the store.
 	w.hit(PointBeforeAppend)
-	errs := make([]error, len(jobs))
-	w.each(len(jobs), func(k int) {
-		j := jobs[k]
-		j.stored, errs[k] = w.appendEvent(ctx, j.c, j.evType, j.newState)
-	})
+	cs, evTypes, states := make([]command, len(jobs)), make([]string, len(jobs)), make([]json.RawMessage, len(jobs))
+	for k, j := range jobs {
+		cs[k], evTypes[k], states[k] = j.c, j.evType, j.newState
+	}
+	stored, errs := w.appendEvents(ctx, cs, evTypes, states)
+	for k, j := range jobs {
+		j.stored = stored[k]
+	}
 	live = jobs[:0]
 	for k, j := range jobs {
 		if o, ok := reusedOutcome(errs[k]); ok {

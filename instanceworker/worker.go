@@ -90,7 +90,7 @@ const (
 
 // Store is what the worker needs of the event store (*eventstore.Store).
 type Store interface {
-	AppendOne(ctx context.Context, e envelope.Envelope) (eventstore.Result, error)
+	Append(ctx context.Context, envs ...envelope.Envelope) ([]eventstore.Result, error)
 	Stream(ctx context.Context, aggregateType, aggregateID string, fromSeq, toSeq int64, kind envelope.Kind) ([]eventstore.Event, error)
 	Command(ctx context.Context, aggregateType, aggregateID string, seq int64) (eventstore.Event, error)
 	ByEventID(ctx context.Context, eventID string) (eventstore.Event, error)
@@ -543,19 +543,51 @@ func docMeta(c command, cur current, stored eventstore.Event) readmodel.Meta {
 // an event already stored with the same event_id counts as done. The
 // caller hits the append crash points.
 func (w *Worker) appendEvent(ctx context.Context, c command, evType string, state json.RawMessage) (eventstore.Event, error) {
+	stored, errs := w.appendEvents(ctx, []command{c}, []string{evType}, []json.RawMessage{state})
+	return stored[0], errs[0]
+}
+
+// appendEvents appends the domain events of commands cs (event type and new
+// state at the same index) with one Store.Append call, so that they reach
+// the store's group commit together and are reserved, written and
+// committed as one group: concurrent single appends arrive one by one, and
+// an idle store starts a group with the first alone. Each event succeeds
+// or fails on its own, as a single append does (appendResult).
+func (w *Worker) appendEvents(ctx context.Context, cs []command, evTypes []string, states []json.RawMessage) ([]eventstore.Event, []error) {
+	evs := make([]envelope.Envelope, len(cs))
+	spans := make([]trace.Span, len(cs))
+	for k, c := range cs {
+		evs[k] = envelope.DomainEventFor(c.env, c.commandID, evTypes[k], states[k])
+		actx, sp := tracing.StartChild(ctx, c.span, "eventstore append", trace.WithSpanKind(trace.SpanKindClient))
+		if sp != nil {
+			// The domain event carries this span on to the relay and the
+			// projection worker; same length, so the API's size check holds.
+			tracing.ReplaceTraceparent(actx, &evs[k].Metadata)
+		}
+		spans[k] = sp
+	}
+	res, callErr := w.store.Append(ctx, evs...)
+	stored := make([]eventstore.Event, len(cs))
+	errs := make([]error, len(cs))
+	for k, c := range cs {
+		err := callErr
+		if err == nil {
+			stored[k], err = res[k].Event, res[k].Err
+		}
+		tracing.End(spans[k], err)
+		if err != nil {
+			stored[k], errs[k] = w.appendResult(ctx, c, evs[k], err)
+		}
+	}
+	return stored, errs
+}
+
+// appendResult maps the failed append of domain event ev of command c: the
+// command's own event stored earlier with another payload is the truth, an
+// event of another command under its id is a reused command id, a refused
+// event is permanent, and anything else is retried.
+func (w *Worker) appendResult(ctx context.Context, c command, ev envelope.Envelope, err error) (eventstore.Event, error) {
 	e := c.env
-	ev := envelope.DomainEventFor(e, c.commandID, evType, state)
-	actx, sp := tracing.StartChild(ctx, c.span, "eventstore append", trace.WithSpanKind(trace.SpanKindClient))
-	if sp != nil {
-		// The domain event carries this span on to the relay and the
-		// projection worker; same length, so the API's size check holds.
-		tracing.ReplaceTraceparent(actx, &ev.Metadata)
-	}
-	res, err := w.store.AppendOne(actx, ev)
-	tracing.End(sp, err)
-	if err == nil {
-		return res.Event, nil
-	}
 	var mm *eventstore.IdempotencyMismatchError
 	var slot *eventstore.SlotError
 	var ve *envelope.ValidationError

@@ -27,7 +27,8 @@ type Config struct {
 	ParallelGets             int           `env:"EVENT_PUBLISHER_PARALLEL_GETS" envDefault:"8" doc:"Segment GETs in flight at once."`
 	StallAfter               time.Duration `env:"EVENT_PUBLISHER_STALL_SECONDS" envDefault:"60" doc:"/readyz turns red when the head grows and the checkpoint has not moved for this long."`
 	CheckpointMaxRecords     int           `env:"EVENT_PUBLISHER_CHECKPOINT_MAX_RECORDS" envDefault:"10000" doc:"Most produced records not yet covered by a durable checkpoint: what a relay crash re-publishes at most; a background write starts at half of it (raised to the flush batch size when smaller)."`
-	CheckpointInterval       time.Duration `env:"EVENT_PUBLISHER_CHECKPOINT_INTERVAL" envDefault:"100ms" doc:"Longest time between two checkpoint writes while there is progress to save."`
+	CheckpointInterval       time.Duration `env:"EVENT_PUBLISHER_CHECKPOINT_INTERVAL" envDefault:"1s" doc:"Longest time between two checkpoint writes while there is progress to save (what a crash re-publishes is bounded by EVENT_PUBLISHER_CHECKPOINT_MAX_RECORDS, not by this)."`
+	WakeLinger               time.Duration `env:"EVENT_PUBLISHER_WAKE_LINGER" envDefault:"5ms" doc:"How long an idle relay waits after a commit's notification wakes it before its cycle starts, so that the commits notified meanwhile are published by the same cycle (one produce request, one acknowledgement); the segment's read starts at the notification all the same. 0: a cycle per wake-up."`
 	ParkAfterAttempts        int           `env:"EVENT_PUBLISHER_PARK_AFTER_ATTEMPTS" envDefault:"3" doc:"Attempts at a record Kafka refuses for a reason of its own (too large, topic refused) before the relay parks it in sluice.relay_parked and moves on; outages are retried without limit."`
 
 	// The tunables below have no variable of their own (Go only); New
@@ -108,6 +109,9 @@ func (r Config) Validate() error {
 	k.Positive("EVENT_PUBLISHER_POLL_INTERVAL", r.PollInterval)
 	k.AtLeast("EVENT_PUBLISHER_CHECKPOINT_MAX_RECORDS", int64(r.CheckpointMaxRecords), 1)
 	k.Positive("EVENT_PUBLISHER_CHECKPOINT_INTERVAL", r.CheckpointInterval)
+	if r.WakeLinger < 0 {
+		k.Fail("EVENT_PUBLISHER_WAKE_LINGER", r.WakeLinger.String(), "must not be negative (0 turns the linger off)")
+	}
 	k.Positive("EVENT_PUBLISHER_LEADER_LEASE_SECONDS", r.LeaderLease)
 	k.AtLeast("EVENT_PUBLISHER_PARALLEL_GETS", int64(r.ParallelGets), 1)
 	k.Positive("EVENT_PUBLISHER_STALL_SECONDS", r.StallAfter)

@@ -80,12 +80,12 @@ func (r *Relay) cycle(ctx context.Context, ls *leaderState) (more bool, err erro
 		}
 		head := max(r.lastHead(), last)
 		r.noteProgress(head, ls.cp.Position)
-		// More hinted blocks continue the checkpoint, or the last full
-		// cycle saw positions above it (events held back behind the
-		// position just published, blocks committed before their hints
-		// were taken): the next cycle runs at once, as a full one when no
-		// hint continues the checkpoint.
-		return len(r.hints.chain(ls.cp.Position+1)) > 0 || head > ls.cp.Position, nil
+		// More hinted blocks (continuing the checkpoint or not: this cycle
+		// took their wake-ups), or the last full cycle saw positions above
+		// it (events held back behind the position just published, blocks
+		// committed before their hints were taken): the next cycle runs at
+		// once, as a full one when no hint continues the checkpoint.
+		return r.hints.pending(ls.cp.Position) || head > ls.cp.Position, nil
 	}
 	ls.lastFull = time.Now()
 	head, now, err := r.headAndNow(ctx)
@@ -371,12 +371,15 @@ func (r *Relay) planFromIndex(ctx context.Context, ls *leaderState, head int64, 
 // checkpoint (hints.go): the hinted segments from checkpoint+1 on, read by
 // the GETs their notifications started, when nothing above the checkpoint
 // is done, held or resolved (so no index row can change what the walk
-// does) and a full cycle ran within the poll interval. ok is false, and
+// does), a full cycle ran within the poll interval and no notification
+// since the last cycle went without a hint. ok is false, and
 // the cycle takes the usual path, otherwise or when a hinted segment
 // cannot be read (its hint is dropped). last is the highest position of
 // the plan.
 func (r *Relay) planFromHints(ctx context.Context, ls *leaderState) (items []item, last int64, ok bool) {
-	if len(ls.done) > 0 || len(ls.abandoned) > 0 || ls.prefetch != nil || time.Since(ls.lastFull) >= r.cfg.PollInterval {
+	// A notification no hint covers came with the wake-ups this cycle took
+	// (hints.go): the head is read. Taken first, whatever else decides.
+	if r.hints.missed.Swap(false) || len(ls.done) > 0 || len(ls.abandoned) > 0 || ls.prefetch != nil || time.Since(ls.lastFull) >= r.cfg.PollInterval {
 		return nil, 0, false
 	}
 	chain := r.hints.chain(ls.cp.Position + 1)

@@ -3,6 +3,7 @@ package relay
 import (
 	"context"
 	"sync"
+	"sync/atomic"
 
 	"github.com/sluicehq/sluice/eventstore"
 )
@@ -25,6 +26,15 @@ import (
 // does not carry exactly the hinted positions sends the cycle down the
 // usual path, and a full cycle (head, gap re-checks, checkpoint watch)
 // still runs at least once per poll interval.
+//
+// A cycle takes the wake-ups left before it starts (relay.go, lead), so
+// what their notifications announced must be covered by that cycle. A
+// hint cycle covers only the hinted blocks it publishes: a notification
+// that leaves no hint behind (a Resync after the stream dropped some, an
+// abandonment, a hint turned away because maxHints are held) marks the
+// hints missed, and the next cycle reads the head instead; a hint left
+// behind a hint cycle (not continuing the checkpoint) makes it say there
+// is more.
 
 // maxHints bounds the hinted segments held (each at most
 // EVENT_STORE_GROUP_COMMIT_MAX_EVENTS envelopes): hints far ahead of the
@@ -42,6 +52,9 @@ type hints struct {
 	// it names positions already published (a repair's or a revival's
 	// notification) and is not taken.
 	floor int64
+	// missed is set by a notification no hint covers (see above) and
+	// taken by the next cycle, which then reads the head.
+	missed atomic.Bool
 }
 
 type hint struct {
@@ -62,23 +75,25 @@ func (h *hints) lead(ctx context.Context) (end func()) {
 	}
 }
 
-// add records a hint and starts its segment's GET (taking a slot of gets
-// only when one is free: a busy relay reads the segment in its cycle).
-func (r *Relay) addHint(first, last int64) {
+// addHint records a hint and starts its segment's GET (taking a slot of
+// gets only when one is free: a busy relay reads the segment in its
+// cycle). It reports false when it turned the hint away (maxHints are
+// held): then only a cycle that reads the head finds the block.
+func (r *Relay) addHint(first, last int64) bool {
 	h := &r.hints
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if h.ctx == nil || last <= h.floor {
-		return
+		return true // not leading (the first cycle is a full one), or published
 	}
 	if x := h.byFirst[first]; x != nil {
 		if x.last == last && !x.f.failed() {
-			return // a repeated notification
+			return true // a repeated notification
 		}
 		delete(h.byFirst, first) // a failed GET, or another block there
 	}
 	if len(h.byFirst) >= maxHints {
-		return
+		return false
 	}
 	f := newFetch(eventstore.SegmentKey(first, last))
 	h.byFirst[first] = &hint{first: first, last: last, f: f}
@@ -87,6 +102,7 @@ func (r *Relay) addHint(first, last int64) {
 		r.runFetch(h.ctx, f)
 	default:
 	}
+	return true
 }
 
 // fetchFor returns the hinted fetch of key, or a new one. A hinted fetch
@@ -138,6 +154,16 @@ func (h *hints) chain(from int64) []*hint {
 		out = append(out, x)
 		next = x.last + 1
 	}
+}
+
+// pending reports whether a hint past cp is held (after dropping those cp
+// has passed): a block committed and notified that a cycle has still to
+// publish.
+func (h *hints) pending(cp int64) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.pruneLocked(cp)
+	return len(h.byFirst) > 0
 }
 
 // drop forgets the hint of the block starting at first.

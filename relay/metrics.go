@@ -18,6 +18,7 @@ type metrics struct {
 	dedupSkipped prometheus.Counter
 	gaps         *prometheus.CounterVec // resolution
 	plans        *prometheus.CounterVec // how a cycle found its segments
+	notes        *prometheus.CounterVec // commit-stream notifications by kind
 	produceErrs  prometheus.Counter
 	fenced       prometheus.Counter
 	flush        prometheus.Histogram
@@ -36,7 +37,8 @@ type metrics struct {
 // newMetrics creates the relay's collectors, registers them on reg (when
 // not nil) and creates, at 0, the series of every known label value: the
 // topics the relay publishes to (topics), the gap resolutions, cycle plans,
-// park reasons and object-store operations and failure classes.
+// notification kinds, park reasons and object-store operations and failure
+// classes.
 func newMetrics(reg prometheus.Registerer, name string, topics []string) *metrics {
 	cl := prometheus.Labels{"relay": name}
 	m := &metrics{
@@ -52,6 +54,9 @@ func newMetrics(reg prometheus.Registerer, name string, topics []string) *metric
 		plans: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "sluice_relay_cycles_total", ConstLabels: cl,
 			Help: "Publishing cycles by how they found their segments: list (LIST after the checkpoint), index (every position up to the head committed or in flight: GET by the index's keys, no LIST), hint (commit notifications that continue the checkpoint: their segments, without the head and index queries) or idle (nothing committed past the checkpoint, last LIST less than a poll interval ago)."},
 			[]string{"plan"}),
+		notes: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "sluice_relay_notifications_total", ConstLabels: cl,
+			Help: "Notifications taken from the event store's commit stream, by kind: committed (a block readable: a wake-up and a hint), reserved (ignored), abandoned, resync (the stream reconnected or dropped notifications; the next cycle reads the head)."},
+			[]string{"kind"}),
 		produceErrs: prometheus.NewCounter(prometheus.CounterOpts{Name: "sluice_relay_produce_errors_total", ConstLabels: cl,
 			Help: "Records Kafka did not acknowledge (they are produced again; the checkpoint does not pass them)."}),
 		fenced: prometheus.NewCounter(prometheus.CounterOpts{Name: "sluice_relay_fenced_total", ConstLabels: cl,
@@ -90,6 +95,9 @@ func newMetrics(reg prometheus.Registerer, name string, topics []string) *metric
 	for _, v := range []string{"list", "index", "hint", "idle"} {
 		m.plans.WithLabelValues(v)
 	}
+	for _, v := range []string{"committed", "reserved", "abandoned", "resync"} {
+		m.notes.WithLabelValues(v)
+	}
 	for _, v := range []string{ReasonTooLarge, ReasonInvalidTopic, ReasonTopicCollision, ReasonRejected} {
 		m.parkedTotal.WithLabelValues(v)
 	}
@@ -99,7 +107,7 @@ func newMetrics(reg prometheus.Registerer, name string, topics []string) *metric
 		}
 	}
 	if reg != nil {
-		for _, c := range []prometheus.Collector{m.published, m.late, m.dedupSkipped, m.gaps, m.plans, m.produceErrs, m.fenced,
+		for _, c := range []prometheus.Collector{m.published, m.late, m.dedupSkipped, m.gaps, m.plans, m.notes, m.produceErrs, m.fenced,
 			m.flush, m.lag, m.head, m.checkpoint, m.pendingGaps, m.held, m.leader, m.parkedTotal, m.parked, m.objErrs, m.objStalled} {
 			// A second relay of the same name in one process (tests)
 			// keeps its own collectors unregistered.

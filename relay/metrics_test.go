@@ -54,6 +54,7 @@ func TestMetricsPrefixedAndAtZeroAfterNew(t *testing.T) {
 		{"sluice_relay_gap_resolutions_total", []string{"resolution=committed_direct", "resolution=repaired_committed",
 			"resolution=abandoned", "resolution=no_index_row", "resolution=expired", "resolution=late_published"}},
 		{"sluice_relay_cycles_total", []string{"plan=list", "plan=index", "plan=hint", "plan=idle"}},
+		{"sluice_relay_notifications_total", []string{"kind=committed", "kind=reserved", "kind=abandoned", "kind=resync"}},
 		{"sluice_relay_parked_total", []string{"reason=too_large", "reason=invalid_topic", "reason=topic_collision", "reason=rejected"}},
 		{"sluice_relay_objectstore_errors_total", []string{"class=outage,op=list", "class=permanent,op=list", "class=unknown,op=list",
 			"class=outage,op=get", "class=permanent,op=get", "class=unknown,op=get",

@@ -1,6 +1,7 @@
 package relay
 
 import (
+	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
@@ -76,6 +77,9 @@ type hooks struct {
 	// ackHook, when set, is called after every flush with the acknowledged
 	// event ids (benchmarks).
 	ackHook func(ids []string, at time.Time)
+	// lingerWait, when set, replaces the wake linger's timer (tests hold
+	// the relay in it).
+	lingerWait func(ctx context.Context, d time.Duration)
 }
 
 // WithKafkaOpts appends opts to the options of the relay's producer
@@ -90,12 +94,19 @@ func withAckHook(f func(ids []string, at time.Time)) Option {
 	return func(h *hooks) { h.ackHook = f }
 }
 
+// withLingerWait makes the relay call f instead of sleeping out the wake
+// linger (tests).
+func withLingerWait(f func(ctx context.Context, d time.Duration)) Option {
+	return func(h *hooks) { h.lingerWait = f }
+}
+
 // withDefaults returns c with every default applied: the defaults of the
 // EVENT_PUBLISHER_* tags for what the caller left zero (a zero metrics
-// interval stays zero: it turns the log line off), Derive, and the
+// interval stays zero: it turns the log line off, and so does a zero wake
+// linger: a cycle per wake-up), Derive, and the
 // defaults of the Go-only fields.
 func (c Config) withDefaults() (Config, error) {
-	config.FillZero(&c, "EVENT_PUBLISHER_METRICS_LOG_INTERVAL_SECONDS")
+	config.FillZero(&c, "EVENT_PUBLISHER_METRICS_LOG_INTERVAL_SECONDS", "EVENT_PUBLISHER_WAKE_LINGER")
 	c.Derive()
 	c.DedupCheckpointMaxEvents = min(c.DedupCheckpointMaxEvents, c.DedupMaxEvents)
 	c.CheckpointMaxRecords = max(c.CheckpointMaxRecords, c.KafkaFlushBatchSize)

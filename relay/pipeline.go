@@ -55,8 +55,11 @@ type pendingRec struct {
 	seg string
 }
 
+// newBatch starts a flush batch. Its records grow as they come: a cycle at
+// low load produces one or two records, and a batch sized for a whole
+// flush (17 KB at the default of 200) was the relay's largest allocation.
 func (r *Relay) newBatch() *batch {
-	return &batch{recs: make([]pendingRec, 0, r.cfg.KafkaFlushBatchSize), done: make(chan struct{}), tracer: r.tracer}
+	return &batch{recs: make([]pendingRec, 0, min(r.cfg.KafkaFlushBatchSize, 8)), done: make(chan struct{}), tracer: r.tracer}
 }
 
 func (b *batch) len() int {

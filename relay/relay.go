@@ -32,7 +32,9 @@ type Relay struct {
 	crasher *crashpoint.Crasher
 	extWake <-chan struct{} // Deps.Wake
 	ackHook func(ids []string, at time.Time)
-	client  *kgo.Client
+	// lingerWait replaces the wake linger's timer (a test hook).
+	lingerWait func(ctx context.Context, d time.Duration)
+	client     *kgo.Client
 	// solo produces one record at a time, alone in its batch: the retries
 	// of a record Kafka refused (parking.go), so a record is judged on its
 	// own and never for a neighbour in a broker-side batch.
@@ -115,6 +117,7 @@ func New(cfg Config, deps Deps, opts ...Option) (*Relay, error) {
 		crasher:       deps.Crasher,
 		extWake:       deps.Wake,
 		ackHook:       h.ackHook,
+		lingerWait:    h.lingerWait,
 		client:        client,
 		solo:          solo,
 		parked:        NewParkedStore(deps.Pool),
@@ -402,6 +405,12 @@ func (r *Relay) lead(ctx context.Context, epoch int64) error {
 		if ctx.Err() != nil {
 			return context.Cause(ctx)
 		}
+		// Every commit notified so far is covered by this cycle (its
+		// hints are taken, the head is read, after this point; a
+		// notification without a hint makes it read the head, hints.go):
+		// the wake-ups they left would only start a cycle with nothing to
+		// do.
+		drainWake(r.wake)
 		more, err := r.cycle(ctx, ls)
 		if retry, fatal := handle(err); fatal != nil {
 			return fatal
@@ -423,6 +432,7 @@ func (r *Relay) lead(ctx context.Context, epoch int64) error {
 		select {
 		case <-ctx.Done():
 		case <-r.wake:
+			r.linger(ctx)
 		case <-poll.C:
 		case <-ckptC:
 			r.startSave(ctx, ls)
@@ -434,6 +444,36 @@ func (r *Relay) lead(ctx context.Context, epoch int64) error {
 				goto idle
 			}
 		}
+	}
+}
+
+// linger waits EVENT_PUBLISHER_WAKE_LINGER after a wake-up of the idle
+// loop (docs/relay.md#wake-linger): the commits notified meanwhile are
+// published by the cycle that follows, with one produce request and one
+// acknowledgement, instead of a cycle each. Their segments' GETs start at
+// the notifications (hints.go), so the linger overlaps them.
+func (r *Relay) linger(ctx context.Context) {
+	d := r.cfg.WakeLinger
+	if d <= 0 {
+		return
+	}
+	if r.lingerWait != nil {
+		r.lingerWait(ctx, d)
+		return
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+	case <-t.C:
+	}
+}
+
+// drainWake takes a pending wake-up, if any.
+func drainWake(w chan struct{}) {
+	select {
+	case <-w:
+	default:
 	}
 }
 
@@ -661,16 +701,29 @@ func (r *Relay) headAndNow(ctx context.Context) (head int64, now time.Time, err 
 
 // listen follows the store's commit stream and pokes the loop on commits,
 // abandons and resyncs (the stream reconnects by itself; the poll covers
-// what it misses). A commit's range starts its segment's fetch (hints).
+// what it misses). A commit's range starts its segment's fetch (hints); a
+// notification that leaves no hint marks the hints missed first, so that
+// the cycle taking its wake-up reads the head (hints.go).
 func (r *Relay) listen(ctx context.Context) {
 	for n := range r.store.Subscribe(ctx) {
+		kind := "resync"
 		switch n.Kind {
 		case eventstore.Reserved:
+			r.m.notes.WithLabelValues("reserved").Inc()
 			continue
 		case eventstore.Committed:
-			r.addHint(n.First, n.Last)
+			kind = "committed"
+			if !r.addHint(n.First, n.Last) {
+				r.hints.missed.Store(true)
+			}
+		case eventstore.Abandoned:
+			kind = "abandoned"
+			r.hints.missed.Store(true)
+		default:
+			r.hints.missed.Store(true)
 		}
 		r.poke()
+		r.m.notes.WithLabelValues(kind).Inc()
 	}
 }
 

@@ -658,9 +658,15 @@ func TestIndexPlanInFlight(t *testing.T) {
 	opts.Config.PollInterval = time.Hour // every listing after the first is the plan's choice
 	r, stop := runRelay(t, e, opts)
 	defer stop()
+	// The first cycle lists (nothing committed yet), so the last LIST is
+	// less than a poll interval old from here on. Had the first events
+	// been committed before it, it would have been an index plan, no cycle
+	// would have listed since, and the relay would rightly list the
+	// in-flight window below (a LIST per poll interval while positions are
+	// in flight).
+	testenv.WaitFor(t, 20*time.Second, "the first LIST", func() bool { return value(r.m.plans.WithLabelValues("list")) >= 1 })
 	appendAll(t, e.store, 1, []envelope.Envelope{command("X", 0), command("Y", 0)})
 	testenv.WaitFor(t, 20*time.Second, "first events", func() bool { return e.checkpoint(t).Position == 2 })
-	testenv.WaitFor(t, 20*time.Second, "the first LIST", func() bool { return value(r.m.plans.WithLabelValues("list")) >= 1 })
 	lists, indexes := value(r.m.plans.WithLabelValues("list")), value(r.m.plans.WithLabelValues("index"))
 
 	gapPos := reserveCrashed(t, e, command("X", 1))

@@ -20,6 +20,9 @@ type Settings struct {
 	ShutdownTimeout time.Duration `env:"SHUTDOWN_TIMEOUT" envDefault:"30s" doc:"Time a worker has after SIGTERM to drain in-flight work and commit."`
 	SessionTimeout  time.Duration `env:"KAFKA_SESSION_TIMEOUT" envDefault:"45s" doc:"Consumer-group session timeout of the workers: a worker killed without a clean shutdown keeps its partitions this long. 6s to 30m (the brokers' default group.min/max.session.timeout.ms)."`
 	PausePoll       time.Duration `env:"WORKER_PAUSE_POLL_INTERVAL" envDefault:"2s" doc:"How often a worker reads its group's pause flag (sluice consumer pause/resume): a pause or resume takes effect within this time."`
+	// RoundLinger: see docs/worker-runtime.md, "Round linger". Zero turns
+	// it off, for a Go caller that leaves it unset too.
+	RoundLinger time.Duration `env:"WORKER_ROUND_LINGER" envDefault:"10ms" doc:"While a round of the worker is in flight, how long a record may wait for more to join its round (one claim, one handler batch, one mark_done for all of them) before a round starts for it anyway; a worker with no round in flight starts at once. 0: every poll starts a round."`
 }
 
 // Validate checks the section; every problem is a *config.VarError.
@@ -33,6 +36,9 @@ func (w Settings) Validate() error {
 		k.Fail("WORKER_RETRY_BACKOFF_CAP", w.RetryBackoffCap.String(), "must be at least WORKER_RETRY_BACKOFF_BASE (%s)", w.RetryBackoffBase)
 	}
 	k.Positive("SHUTDOWN_TIMEOUT", w.ShutdownTimeout)
+	if w.RoundLinger < 0 {
+		k.Fail("WORKER_ROUND_LINGER", w.RoundLinger.String(), "must not be negative (0 turns the linger off)")
+	}
 	if w.SessionTimeout < 6*time.Second || w.SessionTimeout > 30*time.Minute {
 		k.Fail("KAFKA_SESSION_TIMEOUT", w.SessionTimeout.String(), "must be between 6s and 30m (the brokers' group.min.session.timeout.ms and group.max.session.timeout.ms defaults)")
 	}

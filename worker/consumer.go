@@ -134,6 +134,9 @@ type Consumer struct {
 	// wake is closed (and replaced, under mu) when a round finishes: a
 	// broadcast that ends the poll of the turn that took it.
 	wake chan struct{}
+	// lingerEnd is when the round that waits for more records starts
+	// (lingerUntil); zero when none waits. Only the loop touches it.
+	lingerEnd time.Time
 	// sem bounds the handler goroutines of all rounds together
 	// (Config.Concurrency).
 	sem       chan struct{}

@@ -97,7 +97,8 @@ func (c *Consumer) turn(ctx, work context.Context) error {
 		<-c.inflight[0]
 		c.reap()
 	}
-	if ctx.Err() == nil { // after SIGTERM nothing new is claimed: the drain finishes what is held
+	c.lingerEnd = c.lingerUntil(time.Now())
+	if ctx.Err() == nil && c.lingerEnd.IsZero() { // after SIGTERM nothing new is claimed: the drain finishes what is held
 		c.roundMu.Lock()
 		if next := c.roundStart(work); next != nil {
 			c.launch(work, next)
@@ -158,7 +159,49 @@ func (c *Consumer) pollWait() (time.Duration, <-chan struct{}) {
 	if wait < 5*time.Millisecond {
 		wait = 5 * time.Millisecond
 	}
+	if !c.lingerEnd.IsZero() {
+		// A round waits for more records (lingerUntil): poll until its
+		// linger ends, or records arrive, or a round in flight finishes.
+		wait = max(min(wait, c.lingerEnd.Sub(now)), time.Millisecond)
+	}
 	return wait, c.wake
+}
+
+// lingerUntil is the round linger (Settings.RoundLinger,
+// docs/worker-runtime.md#round-linger): while a round is in flight, the
+// next one waits until its oldest record has waited RoundLinger since it
+// was polled, so that records arriving one by one (a paced load) share a
+// round, that is one claim, one handler batch and one mark_done, instead
+// of one round each. A worker with no round in flight starts at once (as
+// the event store's group commit does: waiting would only add latency),
+// and so does a round that is full (MaxPollRecords). It returns when the
+// linger ends, or zero when a round may start now. Only the loop
+// goroutine calls it.
+func (c *Consumer) lingerUntil(now time.Time) time.Time {
+	if c.cfg.RoundLinger <= 0 || len(c.inflight) == 0 {
+		return time.Time{}
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	n := 0
+	var oldest time.Time
+	c.eachSelectable(func(it *item) bool {
+		if now.Before(it.notBefore) {
+			return true
+		}
+		n++
+		if oldest.IsZero() || it.polledAt.Before(oldest) {
+			oldest = it.polledAt
+		}
+		return n < c.cfg.MaxPollRecords
+	})
+	if n == 0 || n >= c.cfg.MaxPollRecords {
+		return time.Time{}
+	}
+	if until := oldest.Add(c.cfg.RoundLinger); now.Before(until) {
+		return until
+	}
+	return time.Time{}
 }
 
 // roundWork is a round between its two halves: the items it selected, by

@@ -67,3 +67,35 @@ func TestPerCommand(t *testing.T) {
 		}
 	}
 }
+
+// The batching counts of the report are sums of the services' series; a
+// label set holding spaces (a quoted value) keeps its value apart.
+func TestSumSeries(t *testing.T) {
+	text := `# HELP sluice_relay_cycles_total cycles
+# TYPE sluice_relay_cycles_total counter
+sluice_relay_cycles_total{plan="hint",relay="default"} 12
+sluice_relay_cycles_total{plan="idle",relay="default"} 3
+sluice_relay_cycles_total{plan="odd value",relay="idle"} 1.5
+sluice_worker_offset_commits_total 7
+sluice_relay_cycles_totalx{plan="idle"} 100
+`
+	for _, tc := range []struct {
+		metric, match string
+		want          float64
+		ok            bool
+	}{
+		{"sluice_relay_cycles_total", "", 16.5, true},
+		{"sluice_relay_cycles_total", `plan="idle"`, 3, true},
+		{"sluice_worker_offset_commits_total", "", 7, true},
+		{"sluice_eventstore_group_events_count", "", 0, false},
+	} {
+		got, ok := sumSeries(text, tc.metric, tc.match)
+		if got != tc.want || ok != tc.ok {
+			t.Errorf("%s %s: %v %v, want %v %v", tc.metric, tc.match, got, ok, tc.want, tc.ok)
+		}
+	}
+	d := countDelta(map[string]float64{"a": 1, "b": 2}, map[string]float64{"a": 4, "c": 9})
+	if len(d) != 1 || d["a"] != 3 {
+		t.Errorf("countDelta: %v, want map[a:3]", d)
+	}
+}

@@ -46,6 +46,7 @@ type phaseResult struct {
 	api      []time.Duration
 	readable []time.Duration
 	cpu      map[string]float64 // CPU seconds by process name over the phase and its drain
+	counts   map[string]float64 // work units over the phase and its drain (countSpecs)
 	wall     time.Duration      // start to the end of the drain
 	busy     float64            // machine busy fraction over the phase
 }
@@ -104,6 +105,7 @@ func (d *deployment) phase(b testing.TB, run string, spec loadSpec) phaseResult 
 	b.Helper()
 	ctx := context.Background()
 	pids := d.pids()
+	countsBefore := d.scrapeCounts()
 	before, err := snapshot(ctx, pids, d.pool)
 	if err != nil {
 		b.Fatal(err)
@@ -172,7 +174,8 @@ func (d *deployment) phase(b testing.TB, run string, spec loadSpec) phaseResult 
 	if err != nil {
 		b.Fatal(err)
 	}
-	r := phaseResult{spec: spec, accepted: len(sents), failed: failed.Load(), cpu: cpuDelta(before, after), wall: after.at.Sub(before.at)}
+	r := phaseResult{spec: spec, accepted: len(sents), failed: failed.Load(), cpu: cpuDelta(before, after), wall: after.at.Sub(before.at),
+		counts: countDelta(countsBefore, d.scrapeCounts())}
 	r.offered = float64(n.Load()) / sentFor.Seconds()
 	if spec.clients == 0 {
 		r.offered = spec.rate

@@ -32,8 +32,10 @@ import (
 // process), postgres-db (the backends of the run's database) and
 // postgres-all (every postgres process, exited backends through the
 // postmaster), machine (/proc/stat) and other (machine less the
-// processes named, postgres-all counted once). Each backend's figures are
-// also printed as a table.
+// processes named, postgres-all counted once), and the work units per
+// visible command from the services' own counters (store groups, relay
+// cycles, worker rounds, offset commits: how well the load was batched).
+// Each backend's figures are also printed as a table.
 func BenchmarkPipelineProcesses(b *testing.B) {
 	secs := envInt("SLUICE_BENCH_PIPELINE_SECONDS", 10)
 	clients := envInt("SLUICE_BENCH_PIPELINE_CLIENTS", 32)
@@ -111,6 +113,11 @@ func reportPhase(b *testing.B, r phaseResult) {
 			b.ReportMetric(v, g+"-cpu-us/cmd")
 		}
 	}
+	for _, cs := range countSpecs {
+		if v, ok := r.counts[cs.name]; ok {
+			b.ReportMetric(v/float64(r.accepted), strings.ReplaceAll(cs.name, " ", "-")+"/cmd")
+		}
+	}
 	b.ReportMetric(0, "ns/op")
 }
 
@@ -166,6 +173,15 @@ func printTable(w io.Writer, title string, rs []phaseResult) {
 		}
 		i := 0
 		row("  "+label, func(phaseResult) string { v := pcs[i][g]; i++; return num(v) })
+	}
+	sb.WriteString("work units per visible command (the services' counters):\n")
+	for _, cs := range countSpecs {
+		if _, ok := rs[0].counts[cs.name]; !ok {
+			continue
+		}
+		row("  "+cs.name, func(r phaseResult) string {
+			return strconv.FormatFloat(r.counts[cs.name]/float64(r.accepted), 'f', 3, 64)
+		})
 	}
 	fmt.Fprint(w, sb.String())
 }

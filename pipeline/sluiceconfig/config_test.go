@@ -21,7 +21,7 @@ func TestDefaults(t *testing.T) {
 		name      string
 		got, want any
 	}{
-		{"group commit wait", c.EventStore.GroupCommitMaxWait, 2 * time.Millisecond},
+		{"group commit wait", c.EventStore.GroupCommitMaxWait, 5 * time.Millisecond},
 		{"group commit events", c.EventStore.GroupCommitMaxEvents, 500},
 		{"bucket", c.EventStore.Bucket, "sluice-events"},
 		{"lease", c.Registry.LeaseTimeout, 900 * time.Second},
@@ -61,7 +61,7 @@ func TestOverridesAndDerived(t *testing.T) {
 		"KAFKA_TOPIC_PREFIX":                         "acme.",
 		"EVENTS_TOPIC":                               "custom-events",
 		"EVENT_PUBLISHER_POLL_INTERVAL":              "0.25",
-		"EVENT_STORE_GROUP_COMMIT_MAX_WAIT":          "5ms",
+		"EVENT_STORE_GROUP_COMMIT_MAX_WAIT":          "7ms",
 		"KAFKA_BROKERS":                              "a:9092,b:9092",
 		"EVENT_PUBLISHER_NAME":                       "r2",
 		"EVENT_PUBLISHER_KAFKA_FLUSH_BATCH_SIZE":     "50",
@@ -76,7 +76,7 @@ func TestOverridesAndDerived(t *testing.T) {
 	if c.Kafka.CommandsTopic != "acme.commands" || c.Kafka.EventsTopic != "custom-events" {
 		t.Errorf("topics: %q %q", c.Kafka.CommandsTopic, c.Kafka.EventsTopic)
 	}
-	if c.Relay.PollInterval != 250*time.Millisecond || c.EventStore.GroupCommitMaxWait != 5*time.Millisecond {
+	if c.Relay.PollInterval != 250*time.Millisecond || c.EventStore.GroupCommitMaxWait != 7*time.Millisecond {
 		t.Errorf("durations: %v %v", c.Relay.PollInterval, c.EventStore.GroupCommitMaxWait)
 	}
 	if len(c.Kafka.Brokers) != 2 || c.Relay.CheckpointKey != "checkpoints/r2.json" || c.Relay.KafkaFlushBatchSize != 50 {

@@ -1,0 +1,98 @@
+package pipelinebench
+
+import (
+	"bufio"
+	"io"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// The work units of a phase, per visible command, from the services' own
+// counters (/metrics): how well the pipeline batched. A burst shares one
+// store group, relay cycle, worker round and offset commit among many
+// commands; a paced load that does not batch pays one each.
+type countSpec struct {
+	name    string // column of the report
+	service string // whose /metrics
+	metric  string // series name (summed over its label sets)
+	match   string // a label set must contain this ("" = any)
+}
+
+// countSpecs are the counts reported, in order.
+var countSpecs = []countSpec{
+	{"api store groups", groupAPI, "sluice_eventstore_group_events_count", ""},
+	{"relay cycles", groupRelay, "sluice_relay_cycles_total", ""},
+	{"relay idle cycles", groupRelay, "sluice_relay_cycles_total", `plan="idle"`},
+	{"relay flushes", groupRelay, "sluice_relay_flush_seconds_count", ""},
+	{"instance-worker rounds", groupInstance, "sluice_worker_stage_duration_seconds_count", `stage="claim"`},
+	{"instance-worker store groups", groupInstance, "sluice_eventstore_group_events_count", ""},
+	{"instance-worker offset commits", groupInstance, "sluice_worker_offset_commits_total", ""},
+	{"projection-worker rounds", groupProjection, "sluice_worker_stage_duration_seconds_count", `stage="claim"`},
+	{"projection-worker offset commits", groupProjection, "sluice_worker_offset_commits_total", ""},
+}
+
+// scrapeCounts reads the counters of countSpecs from every service (a
+// service that does not answer, or an older binary without a series,
+// leaves its counts out).
+func (d *deployment) scrapeCounts() map[string]float64 {
+	out := map[string]float64{}
+	c := &http.Client{Timeout: 5 * time.Second}
+	bodies := map[string]string{}
+	for _, cs := range countSpecs {
+		body, ok := bodies[cs.service]
+		if !ok {
+			resp, err := c.Get("http://" + d.svcs[cs.service].httpAddr + "/metrics")
+			if err == nil {
+				b, _ := io.ReadAll(resp.Body)
+				resp.Body.Close()
+				body = string(b)
+			}
+			bodies[cs.service] = body
+		}
+		if v, ok := sumSeries(body, cs.metric, cs.match); ok {
+			out[cs.name] = v
+		}
+	}
+	return out
+}
+
+// sumSeries sums the samples of metric in a Prometheus text exposition
+// whose labels contain match; ok is false when there is none.
+func sumSeries(text, metric, match string) (sum float64, ok bool) {
+	sc := bufio.NewScanner(strings.NewReader(text))
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		line := sc.Text()
+		sp := strings.LastIndexByte(line, ' ')
+		if sp < 0 || strings.HasPrefix(line, "#") {
+			continue
+		}
+		name, labels, rest := line[:sp], "", line[sp+1:]
+		if i := strings.IndexByte(name, '{'); i >= 0 {
+			name, labels = name[:i], name[i:]
+		}
+		if name != metric || !strings.Contains(labels, match) {
+			continue
+		}
+		v, err := strconv.ParseFloat(strings.TrimSpace(rest), 64)
+		if err != nil {
+			continue
+		}
+		sum += v
+		ok = true
+	}
+	return sum, ok
+}
+
+// countDelta is the counts of z less those of a, for the counts both have.
+func countDelta(a, z map[string]float64) map[string]float64 {
+	out := map[string]float64{}
+	for k, v := range z {
+		if w, ok := a[k]; ok {
+			out[k] = v - w
+		}
+	}
+	return out
+}
