@@ -26,7 +26,6 @@ type Config struct {
 	SequenceAllocatorMode   string        `env:"EVENT_STORE_SEQUENCE_ALLOCATOR_MODE" envDefault:"postgres" doc:"postgres (the store assigns sequence numbers atomically) or off (the caller supplies sequence_number)."`
 	AppendTimeout           time.Duration `env:"EVENT_STORE_APPEND_TIMEOUT" envDefault:"30s" doc:"Age after which a reserved-but-uncommitted append is treated as crashed (relay repair/abandon)."`
 	Shards                  int           `env:"EVENT_STORE_SHARDS" envDefault:"1" doc:"Shards of the log (1 to 1024): an aggregate lives in one shard, each shard has its own head and positions. Fixed when the store is created (recorded in the index); a store opened with another number is refused (docs/scale-out.md#changing-the-number-of-shards). 1 is the layout of a store from before shards. Above 1 the relay, the log and subscription reads, store cat, verify and the relay's checkpoint tools refuse the store until issue 33 items 3 and 4."`
-	IndexRetention          time.Duration `env:"EVENT_STORE_INDEX_RETENTION" envDefault:"168h" doc:"How long full index rows are kept beyond every relay checkpoint."`
 	// The EVENT_STORE_MAX_* envelope limits.
 	envelope.Limits
 
@@ -82,7 +81,6 @@ func (es Config) Validate() error {
 	k.OneOf("EVENT_STORE_SEQUENCE_ALLOCATOR_MODE", es.SequenceAllocatorMode, "postgres", "off")
 	k.Positive("EVENT_STORE_APPEND_TIMEOUT", es.AppendTimeout)
 	k.Positive("EVENT_STORE_OBJECT_TIMEOUT", es.ObjectTimeout)
-	k.Positive("EVENT_STORE_INDEX_RETENTION", es.IndexRetention)
 	if es.Shards < 1 || es.Shards > MaxShards {
 		k.Fail("EVENT_STORE_SHARDS", strconv.Itoa(es.Shards), "must be between 1 and %d", MaxShards)
 	}

@@ -15,9 +15,8 @@ import (
 // events appended through Append (real Postgres and MinIO), as the instance
 // pipeline stores them: per instance aggregate a command then a domain
 // event, 500 envelopes per call. The store index has no prune: every row is
-// kept for as long as the store lives (EVENT_STORE_INDEX_RETENTION is read
-// but nothing compacts the index yet), so this is the cost per event for
-// good. Sizes above SLUICE_BENCH_GROWTH_MAX are left out. It measures once
+// kept for as long as the store lives (nothing compacts the index), so
+// this is the cost per event for good. Sizes above SLUICE_BENCH_GROWTH_MAX are left out. It measures once
 // per size, whatever b.N (-benchtime 1x).
 func BenchmarkIndexBytes(b *testing.B) {
 	for _, n := range testenv.GrowthSizes(10_000, 100_000) {
