@@ -77,6 +77,7 @@ function el(tag, attrs = {}, ...children) {
 // status, code and detail of the problem+json answer; null hides it.
 function showError(err, what) {
   const box = $("#error");
+  delete box.dataset.from;
   if (!err) { box.hidden = true; box.textContent = ""; delete box.dataset.status; delete box.dataset.code; return; }
   let msg = err.message || String(err);
   if (err.status === 401) msg = "401: the admin API wants a token — enter SLUICE_ADMIN_TOKEN or SLUICE_ADMIN_READ_TOKEN above. (" + msg + ")";
@@ -390,7 +391,10 @@ function flowCharts() {
 async function refreshOverview() {
   try {
     const [ov, health, flow] = await Promise.all([admin.overview(), admin.health(), admin.flow()]);
-    showError(null);
+    // A refresh clears only the error a refresh showed: an action's
+    // message (a failure, "another action is in progress") stays until
+    // the operator's next action, however late this refresh lands.
+    if ($("#error").dataset.from === "overview") showError(null);
     const now = Date.now();
     for (const [name, [, , v]] of lagSeries(ov)) {
       const pts = series.get(name) || [];
@@ -420,6 +424,7 @@ async function refreshOverview() {
     $("#updated").textContent = "updated " + new Date().toLocaleTimeString();
   } catch (err) {
     showError(err);
+    $("#error").dataset.from = "overview";
   }
 }
 
