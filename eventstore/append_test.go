@@ -503,9 +503,9 @@ func TestGroupOf500IsOnePutAndConstantRoundTrips(t *testing.T) {
 	for i := range envs {
 		envs[i] = command("Order", fmt.Sprintf("o-%d", i%37), i)
 	}
-	q0, p0 := e.tracer.n.Load(), e.bucket.creates.Load()
+	q0, p0 := e.tracer.N(), e.bucket.creates.Load()
 	rs := mustAppend(t, s, envs...)
-	queries, puts := e.tracer.n.Load()-q0, e.bucket.creates.Load()-p0
+	queries, puts := e.tracer.N()-q0, e.bucket.creates.Load()-p0
 	t.Logf("500 appends: %d segment PUTs, %d Postgres round trips", puts, queries)
 	if puts != 1 {
 		t.Errorf("%d PUTs, want 1", puts)

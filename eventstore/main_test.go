@@ -54,28 +54,6 @@ func minioServer(t testing.TB) *testenv.MinIO {
 	return minioSrv
 }
 
-// countingTracer counts round trips (statements and batches) of a pool.
-type countingTracer struct{ n atomic.Int64 }
-
-func (c *countingTracer) TraceQueryStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceQueryStartData) context.Context {
-	c.n.Add(1)
-	return ctx
-}
-func (c *countingTracer) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
-func (c *countingTracer) TraceCopyFromStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceCopyFromStartData) context.Context {
-	c.n.Add(1)
-	return ctx
-}
-func (c *countingTracer) TraceCopyFromEnd(context.Context, *pgx.Conn, pgx.TraceCopyFromEndData) {}
-
-// A batch is one round trip, whatever it holds.
-func (c *countingTracer) TraceBatchStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceBatchStartData) context.Context {
-	c.n.Add(1)
-	return ctx
-}
-func (c *countingTracer) TraceBatchQuery(context.Context, *pgx.Conn, pgx.TraceBatchQueryData) {}
-func (c *countingTracer) TraceBatchEnd(context.Context, *pgx.Conn, pgx.TraceBatchEndData)     {}
-
 // countingBucket wraps a bucket, counts requests and can fail or delay them.
 type countingBucket struct {
 	objstore.Bucket
@@ -135,7 +113,7 @@ func (b *countingBucket) List(ctx context.Context, prefix, startAfter string, li
 type env struct {
 	url    string
 	pool   *pgxpool.Pool // with tracer
-	tracer *countingTracer
+	tracer *testenv.RoundTrips
 	bucket *countingBucket
 }
 
@@ -146,7 +124,7 @@ func newEnv(t testing.TB) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	tr := &countingTracer{}
+	tr := &testenv.RoundTrips{}
 	cfg.ConnConfig.Tracer = tr
 	cfg.MaxConns = 16
 	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)

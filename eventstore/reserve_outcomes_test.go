@@ -141,7 +141,7 @@ func TestReservationOutcomes(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		q0 := e.tracer.n.Load()
+		q0 := e.tracer.N()
 		rs, err := s.Append(ctxT(t), st.envs...)
 		if err != nil {
 			t.Fatal(err)
@@ -151,7 +151,7 @@ func TestReservationOutcomes(t *testing.T) {
 			got = append(got, fmt.Sprintf("%d %s", i, describeOutcome(ids, st.envs[j], r)))
 			stored = stored || r.Err == nil && !r.Duplicate
 		}
-		trips := e.tracer.n.Load() - q0
+		trips := e.tracer.N() - q0
 		if stored {
 			trips-- // the commit
 		}

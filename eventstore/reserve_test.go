@@ -120,10 +120,10 @@ func TestReservationFlushedBeforePutAndNotified(t *testing.T) {
 		return nil
 	}}
 	s := e.store(t, testConfig(), hooks.option())
-	q0 := e.tracer.n.Load()
+	q0 := e.tracer.N()
 	mustAppend(t, s, command("Order", "a", 1), command("Order", "b", 2))
 	mustAppend(t, s, command("Order", "a", 3))
-	if n := e.tracer.n.Load() - q0; n != 4 {
+	if n := e.tracer.N() - q0; n != 4 {
 		t.Errorf("%d Postgres round trips for two groups, want 4 (reservation 1 + commit 1 each)", n)
 	}
 	if !slices.Equal(atPut, []int64{1, 2}) {
