@@ -175,10 +175,25 @@ func TestRevokedPartitionHandsBackClaims(t *testing.T) {
 	var mu sync.Mutex
 	held := map[string]bool{}   // by the first owner (its Elasticsearch is out)
 	applied := map[string]int{} // by the second
-	down := HandlerFunc(func(_ context.Context, rec *Record) (claim.Outcome, error) {
+	// The first owner answers the outage only once it holds both records:
+	// once an outage is on, a worker that holds claims retries those and
+	// claims nothing new, so a record fetched after the first answer would
+	// never be held (the two partitions may arrive in separate polls).
+	bothHeld := make(chan struct{})
+	down := HandlerFunc(func(ctx context.Context, rec *Record) (claim.Outcome, error) {
 		mu.Lock()
-		held[rec.Envelope.EventID] = true
+		if !held[rec.Envelope.EventID] {
+			held[rec.Envelope.EventID] = true
+			if len(held) == 2 {
+				close(bothHeld)
+			}
+		}
 		mu.Unlock()
+		select {
+		case <-bothHeld:
+		case <-ctx.Done():
+		case <-time.After(20 * time.Second):
+		}
 		return claim.Outcome{}, Outage(failure.Elasticsearch, refused())
 	})
 	up := HandlerFunc(func(_ context.Context, rec *Record) (claim.Outcome, error) {
