@@ -206,7 +206,7 @@ func deploy(b testing.TB, backend string, o deployOptions) *deployment {
 		readable: map[docKey]time.Time{},
 		client: &http.Client{Timeout: time.Minute, Transport: &http.Transport{
 			MaxIdleConnsPerHost: 1100, MaxConnsPerHost: 1100, IdleConnTimeout: time.Minute}}}
-	d.dbURL, d.pool = testenv.NewMigratedDatabase(b)
+	d.dbURL, d.pool = migratedBy(b, d.bin)
 	if o.logLevel == "" {
 		o.logLevel = "warn"
 	}
@@ -291,6 +291,28 @@ func deploy(b testing.TB, backend string, o deployOptions) *deployment {
 		d.waitReady(kind, 2*time.Minute)
 	}
 	return d
+}
+
+// migratedBy creates a database migrated by bin's own `migrate up`, so that
+// a binary of another revision (SLUICE_BENCH_BINARY) runs on its own
+// schema, not on this tree's (whose migrations may have dropped functions
+// an older binary calls), and returns it with a pool closed when b ends.
+func migratedBy(b testing.TB, bin string) (string, *pgxpool.Pool) {
+	b.Helper()
+	url := testenv.NewDatabase(b)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, bin, "migrate", "up")
+	cmd.Env = childEnv(map[string]string{"DATABASE_URL": url})
+	if out, err := cmd.CombinedOutput(); err != nil {
+		b.Fatalf("pipelinebench: %s migrate up: %v\n%s", bin, err, out)
+	}
+	pool, err := pgxpool.New(ctx, url)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(pool.Close)
+	return url, pool
 }
 
 // startRole starts the test binary as role on addr, its data in a new
