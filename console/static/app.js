@@ -895,11 +895,14 @@ function verifyBody() {
 
 // showActions fills the selects from the overview, lists the parked
 // records and follows the jobs while one runs.
-async function showActions() {
+// refresh is true when the jobs timer calls it: like the overview's
+// refresh, it then clears only an error it showed itself, never an
+// action's message.
+async function showActions(refresh) {
   try {
     const ov = await admin.overview();
     lastOverview = ov;
-    showError(null);
+    if (!refresh || $("#error").dataset.from === "actions") showError(null);
     fillSelect($("#group-name"), (ov.groups || []).map((g) => [g.group, g.group + " (" + (g.pause_state || (g.paused ? "paused" : "running")) + ", lag " + (g.lag ?? 0) + ")"]));
     fillSelect($("#proj-name"), (ov.projections || []).map((p) => [p.name, p.name + " (live v" + p.live + ", code v" + p.code_version + ")"]));
     const proj = (ov.projections || []).find((p) => p.name === $("#proj-name").value);
@@ -909,6 +912,7 @@ async function showActions() {
     followJobs((ov.jobs || []).some((j) => !j.ended_at));
   } catch (err) {
     showError(err);
+    $("#error").dataset.from = "actions";
   }
   await showParked();
 }
@@ -932,7 +936,7 @@ function followJobs(running) {
       if (!(ov.jobs || []).some((j) => !j.ended_at)) {
         clearInterval(jobsTimer);
         jobsTimer = null;
-        await showActions(); // the projections' versions after the switch
+        await showActions(true); // the projections' versions after the switch
       }
     } catch (err) {
       showError(err);
