@@ -194,6 +194,33 @@ func (d *deployment) phase(b testing.TB, run string, spec loadSpec) phaseResult 
 	return r
 }
 
+// idle measures the CPU of every process over d with no load offered
+// (after a phase has drained): CPU seconds by process, "other" the
+// machine's less the processes named.
+func (d *deployment) idle(b testing.TB, dur time.Duration) map[string]float64 {
+	b.Helper()
+	ctx := context.Background()
+	pids := d.pids()
+	before, err := snapshot(ctx, pids, d.pool)
+	if err != nil {
+		b.Fatal(err)
+	}
+	time.Sleep(dur)
+	after, err := snapshot(ctx, pids, d.pool)
+	if err != nil {
+		b.Fatal(err)
+	}
+	cpu := cpuDelta(before, after)
+	named := 0.0
+	for g, s := range cpu {
+		if g != groupMachine && g != groupPGDB {
+			named += s
+		}
+	}
+	cpu[groupOther] = cpu[groupMachine] - named
+	return cpu
+}
+
 // waitCommitted waits (at most 30 s) until every consumer group has
 // committed the end of every partition it consumes: the projection
 // worker's history work, which no instance document shows, then belongs to

@@ -46,6 +46,7 @@ func BenchmarkPipelineProcesses(b *testing.B) {
 			runs := 0
 			next := func() string { runs++; return "r" + strconv.Itoa(runs) }
 			d.phase(b, next(), loadSpec{name: "warmup", clients: 8, d: 2 * time.Second})
+			idle := d.idle(b, phaseLen/2)
 			var capacity float64
 			var results []phaseResult
 			closed := loadSpec{name: "closed-" + strconv.Itoa(clients), clients: clients, d: phaseLen}
@@ -72,6 +73,7 @@ func BenchmarkPipelineProcesses(b *testing.B) {
 			}
 			printTable(os.Stdout, fmt.Sprintf("pipeline as processes, backend %s, phases of %s, %d closed-loop clients, %d CPUs",
 				backend, phaseLen, clients, numCPU()), results)
+			printIdle(os.Stdout, phaseLen/2, idle)
 		})
 	}
 }
@@ -119,6 +121,19 @@ func reportPhase(b *testing.B, r phaseResult) {
 		}
 	}
 	b.ReportMetric(0, "ns/op")
+}
+
+// printIdle writes the CPU each process spent per second of wall time
+// while no load was offered: what a paced load pays whatever its rate.
+func printIdle(w io.Writer, d time.Duration, cpu map[string]float64) {
+	var sb strings.Builder
+	fmt.Fprintf(&sb, "idle, no load offered for %s: CPU ms per second\n", d)
+	for _, g := range reportGroups() {
+		if v, ok := cpu[g]; ok {
+			fmt.Fprintf(&sb, "  %-32s %14.1f\n", g, v*1000/d.Seconds())
+		}
+	}
+	fmt.Fprint(w, sb.String())
 }
 
 // printTable writes the phases side by side: rates, latencies and the CPU
