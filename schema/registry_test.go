@@ -5,12 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
-
-	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/sluicehq/sluice/internal/testenv"
 	"github.com/sluicehq/sluice/schema"
@@ -94,17 +90,8 @@ func TestRegistryLifecycle(t *testing.T) {
 func TestValidateCachesAndRefreshes(t *testing.T) {
 	ctx := context.Background()
 	url, pool := testenv.NewMigratedDatabase(t)
-	var queries atomic.Int64
-	cfg, err := pgxpool.ParseConfig(url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg.ConnConfig.Tracer = countTracer{&queries}
-	counted, err := pgxpool.NewWithConfig(ctx, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(counted.Close)
+	var queries testenv.RoundTrips
+	counted := testenv.TracedPool(t, url, &queries)
 	const interval = 300 * time.Millisecond
 	door := schema.New(counted, schema.Config{Mode: schema.ModeStrict, RefreshInterval: interval}, nil)
 	admin := schema.New(pool, schema.Config{}, nil)
@@ -132,17 +119,17 @@ func TestValidateCachesAndRefreshes(t *testing.T) {
 	// At most one stamp query per refresh interval begun during the loop
 	// (the contract's own unit), however long 10000 validations take on a
 	// loaded machine under -race: a bound that does not assume a speed.
-	before, start := queries.Load(), time.Now()
+	before, start := queries.N(), time.Now()
 	for range 10000 {
 		if _, err := door.Validate(ctx, "OrderPlaced", []byte(`{"id":"a","total":1}`)); err != nil {
 			t.Fatal(err)
 		}
 	}
 	allowed := int64(time.Since(start)/interval) + 1
-	if n := queries.Load() - before; n > allowed {
+	if n := queries.N() - before; n > allowed {
 		t.Fatalf("10000 validations made %d queries in %s, want at most %d (one per refresh interval); the cache must answer them", n, time.Since(start).Round(time.Millisecond), allowed)
 	}
-	_, err = door.Validate(ctx, "OrderPlaced", []byte(`{"id":"a","total":"x"}`))
+	_, err := door.Validate(ctx, "OrderPlaced", []byte(`{"id":"a","total":"x"}`))
 	var de *schema.DataError
 	if !errors.As(err, &de) || de.Pointer != "/total" || de.Keyword != "type" || de.Version != 1 {
 		t.Fatalf("invalid data: %#v", err)
@@ -169,14 +156,6 @@ func TestValidateCachesAndRefreshes(t *testing.T) {
 		}
 	}
 }
-
-type countTracer struct{ n *atomic.Int64 }
-
-func (c countTracer) TraceQueryStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceQueryStartData) context.Context {
-	c.n.Add(1)
-	return ctx
-}
-func (countTracer) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
 
 func sprint(v any) string { return fmt.Sprintf("%+v", v) }
 
