@@ -326,3 +326,76 @@ func (s *Store) logShards(ctx context.Context, q LogQuery) (LogPage, error) {
 	page.Events, page.Next = evs, next
 	return page, nil
 }
+
+// LogTail is the cursor of a reader that starts now: per shard the
+// position up to which the shard is settled (its last reserved position,
+// or just below the lowest one still reserved). A reader that starts
+// after it reads every event committed from now on — including one whose
+// position was reserved before it started — and perhaps a few committed
+// just before. (A subscription to a store of one shard starts after Head
+// instead, as before shards.)
+func (s *Store) LogTail(ctx context.Context) (Cursor, error) {
+	if err := s.layoutChecked(); err != nil {
+		return Cursor{}, err
+	}
+	rows, err := s.pool.Query(ctx, sqlLogBounds, Replan, make([]int64, s.shards))
+	if err != nil {
+		return Cursor{}, fmt.Errorf("eventstore: log tail: %w", err)
+	}
+	out := StartCursor(s.shards)
+	seen := 0
+	var shard int
+	var bound int64
+	if _, err := pgx.ForEachRow(rows, []any{&shard, &bound}, func() error {
+		if shard < 0 || shard >= s.shards {
+			return fmt.Errorf("head row of shard %d in a store of %d shards", shard, s.shards)
+		}
+		out.pos[shard] = max(bound, 0)
+		seen++
+		return nil
+	}); err != nil {
+		return Cursor{}, fmt.Errorf("eventstore: log tail: %w", err)
+	}
+	if seen != s.shards {
+		return Cursor{}, fmt.Errorf("eventstore: log tail: %d head rows for %d shards", seen, s.shards)
+	}
+	return out, nil
+}
+
+// LogWalk reads the log after from (the zero Cursor: the beginning),
+// page by page, and calls fn with each event in Log's order and the
+// cursor after it, until a page brings nothing (the settled end of the
+// log when that page was read), or most events were walked (most > 0), or
+// fn fails. It returns the cursor to resume after: the one after the last
+// event walked, or further when the walk ended at the settled end.
+func (s *Store) LogWalk(ctx context.Context, from Cursor, most int, fn func(ev Event, after Cursor) error) (Cursor, error) {
+	cur, err := from.ForStore(s.shards)
+	if err != nil {
+		return from, err
+	}
+	walked := 0
+	for {
+		limit := 500
+		if most > 0 {
+			limit = min(limit, most-walked)
+		}
+		page, err := s.Log(ctx, LogQuery{Cursor: cur, Limit: limit})
+		if err != nil {
+			return cur, err
+		}
+		for _, ev := range page.Events {
+			cur = cur.With(ev.Shard, ev.Envelope.Position)
+			if err := fn(ev, cur); err != nil {
+				return cur, err
+			}
+			walked++
+		}
+		if most > 0 && walked >= most {
+			return cur, nil
+		}
+		cur = page.Next
+		if len(page.Events) == 0 {
+			return cur, nil
+		}
+	}
+}

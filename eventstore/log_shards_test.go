@@ -121,6 +121,9 @@ func testLogAcrossShards(t *testing.T, pool *pgxpool.Pool, open func(Config, ...
 		return nil
 	}}
 	slow := open(named(shardedConfig(shards), "late-writer"), hooks.option())
+	var relOnce sync.Once
+	unblock := func() { relOnce.Do(func() { close(release) }) }
+	t.Cleanup(unblock) // before slow closes, should the test end early
 
 	ids := idsByShard("Order", "agg", shards, 3)
 	var all []string
@@ -210,7 +213,7 @@ func testLogAcrossShards(t *testing.T, pool *pgxpool.Pool, open func(Config, ...
 		}
 	}
 
-	close(release)
+	unblock()
 	select {
 	case lr := <-lateDone:
 		if lr.Err != nil || lr.Event.Envelope.Position != latePos || lr.Event.Shard != late {
