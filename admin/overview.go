@@ -38,7 +38,19 @@ type Overview struct {
 
 // StoreView is the event store's head.
 type StoreView struct {
+	// Head is the highest committed position; on a store of several
+	// shards, where positions are per shard, the sum of the shards'
+	// heads (the positions committed or abandoned up to each head).
 	Head int64 `json:"head"`
+	// Shards are the heads of a store of several shards, one per shard
+	// (absent on a store of one shard).
+	Shards []ShardHeadView `json:"shards,omitempty"`
+}
+
+// ShardHeadView is one shard's head.
+type ShardHeadView struct {
+	Shard int   `json:"shard"`
+	Head  int64 `json:"head"`
 }
 
 // RelayView is the relay's checkpoint, lag and leader.
@@ -138,9 +150,23 @@ func (s *Server) overview(r *http.Request) (any, error) {
 // fail records that part of the overview could not be read.
 func (ov *Overview) fail(part string, err error) { ov.Errors[part] = err.Error() }
 
-// overviewStore reads the event store's head.
+// overviewStore reads the event store's head, per shard on a store of
+// several.
 func (s *Server) overviewStore(ctx context.Context, ov *Overview) {
 	if s.opts.Store == nil {
+		return
+	}
+	if s.opts.Store.Shards() > 1 {
+		heads, err := s.opts.Store.Heads(ctx)
+		if err != nil {
+			ov.fail("store", err)
+			return
+		}
+		ov.Store.Shards = make([]ShardHeadView, len(heads))
+		for i, h := range heads {
+			ov.Store.Shards[i] = ShardHeadView{Shard: h.Shard, Head: h.Position}
+			ov.Store.Head += h.Position
+		}
 		return
 	}
 	if h, err := s.opts.Store.Head(ctx); err != nil {

@@ -12,9 +12,10 @@
 // append domain events of their own aggregate types — one event or an
 // atomic batch, with an expected_sequence and idempotency by event_id, in
 // sluice's own JSON or as CloudEvents — read streams forward and backward
-// and the global log by position, and subscribe to the log over
-// Server-Sent Events, resuming from Last-Event-ID without loss or
-// duplicates (eventstore.LogPage.Through).
+// and the log by position or by cursor (a position per shard on a store
+// of several shards), and subscribe to the log over Server-Sent Events,
+// resuming from Last-Event-ID (the cursor after the last event received)
+// without loss or duplicates (eventstore.LogPage.Next).
 //
 // api/ is the write side's HTTP front (docs/architecture.md#the-parts), kept apart
 // from eventstore (which it only calls) and from the workers.

@@ -39,7 +39,7 @@ const (
 	CodeUnavailable          = "unavailable"                     // 503
 	CodeStarting             = "starting"                        // 503 (the process's start-up probes: cmd/sluice)
 	CodeInternal             = "internal_error"                  // 500
-	CodeNotImplemented       = "not_implemented"                 // 501 (log reads of a store of more than one shard)
+	CodeNotImplemented       = "not_implemented"                 // 501 (a read by one global position on a store of several shards)
 )
 
 // ProblemTypePrefix is the prefix of the problem type URI of every error

@@ -23,17 +23,17 @@ import (
 )
 
 // EventLog is what the event API (/v1/streams, /v1/log) needs of the event
-// store (*eventstore.Store): atomic batches, stream and log reads, and the
-// head position (where a subscription without a start begins).
+// store (*eventstore.Store): atomic batches, stream and log reads, the
+// store's number of shards (which form of cursor the log reads take), and
+// where a subscription without a start begins: after the head (one
+// shard) or the log's tail (several).
 type EventLog interface {
 	AppendBatch(ctx context.Context, expect eventstore.Expectation, envs ...envelope.Envelope) ([]eventstore.Result, error)
 	Stream(ctx context.Context, aggregateType, aggregateID string, fromSeq, toSeq int64, kind envelope.Kind) ([]eventstore.Event, error)
 	Log(ctx context.Context, q eventstore.LogQuery) (eventstore.LogPage, error)
 	Head(ctx context.Context) (int64, error)
-	// RequireOneShard refuses the log reads (/v1/log, subscriptions) on a
-	// store of more than one shard: *eventstore.ShardsNotSupportedError
-	// (per-shard cursors are issue 33 item 4).
-	RequireOneShard(reader string) error
+	LogTail(ctx context.Context) (eventstore.Cursor, error)
+	Shards() int
 }
 
 // Event API error codes (in addition to the command API's).
@@ -625,19 +625,23 @@ func (s *server) pageLimit(q url.Values) (int64, *Error) {
 // LogPageReply is the body of GET /v1/log.
 type LogPageReply struct {
 	// Events are committed envelopes byte for byte (with as=latest: each
-	// upcast to its type's latest schema version), in position order.
+	// upcast to its type's latest schema version): in position order on a
+	// store of one shard; on a store of several, each shard's in position
+	// order (so each aggregate's in its order), the shards merged by when
+	// each event became readable (docs/api.md#the-log-cursor).
 	Events []json.RawMessage `json:"events"`
-	// NextFromPosition is where to continue: every position before it is
-	// final (committed or abandoned), so polling from it misses nothing.
-	NextFromPosition int64 `json:"next_from_position"`
+	// NextFromPosition is, on a store of one shard, where to continue:
+	// every position before it is final (committed or abandoned), so
+	// polling from it misses nothing. Absent on a store of several shards.
+	NextFromPosition int64 `json:"next_from_position,omitempty"`
+	// NextCursor is the cursor to continue after (the cursor parameter of
+	// the next page, or a subscription's Last-Event-ID): on a store of
+	// one shard the position before NextFromPosition.
+	NextCursor string `json:"next_cursor"`
 }
 
-// handleReadLog serves GET /v1/log?from_position=1&limit=100&aggregate_type=&as=.
+// handleReadLog serves GET /v1/log?from_position=1&cursor=&limit=100&aggregate_type=&as=.
 func (s *server) handleReadLog(w http.ResponseWriter, r *http.Request) {
-	if err := s.opts.Events.RequireOneShard("GET /v1/log"); err != nil {
-		s.fail(w, r, fromRead(err))
-		return
-	}
 	q := r.URL.Query()
 	limit, e := s.pageLimit(q)
 	if e != nil {
@@ -649,14 +653,10 @@ func (s *server) handleReadLog(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, e)
 		return
 	}
-	from := int64(1)
-	if q.Has("from_position") {
-		n, ok := parseSeq(q.Get("from_position"))
-		if !ok || n < 1 {
-			s.fail(w, r, badParam("from_position", "from_position must be an integer >= 1, got %q", q.Get("from_position")))
-			return
-		}
-		from = n
+	from, e := s.logStart(q)
+	if e != nil {
+		s.fail(w, r, e)
+		return
 	}
 	aggType := q.Get("aggregate_type")
 	if aggType != "" {
@@ -665,12 +665,15 @@ func (s *server) handleReadLog(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	page, err := s.opts.Events.Log(r.Context(), eventstore.LogQuery{After: from - 1, Limit: int(limit), AggregateType: aggType})
+	page, err := s.opts.Events.Log(r.Context(), eventstore.LogQuery{Cursor: from, Limit: int(limit), AggregateType: aggType})
 	if err != nil {
 		s.fail(w, r, fromRead(err))
 		return
 	}
-	reply := LogPageReply{Events: make([]json.RawMessage, 0, len(page.Events)), NextFromPosition: page.Through + 1}
+	reply := LogPageReply{Events: make([]json.RawMessage, 0, len(page.Events)), NextCursor: page.Next.String()}
+	if page.Next.Shards() == 1 {
+		reply.NextFromPosition = page.Through + 1
+	}
 	p := principalOf(r)
 	for _, ev := range page.Events {
 		if !mayRead(p, auth.OpRead, ev) {
@@ -684,6 +687,67 @@ func (s *server) handleReadLog(w http.ResponseWriter, r *http.Request) {
 		reply.Events = append(reply.Events, json.RawMessage(b))
 	}
 	writeJSON(w, http.StatusOK, reply)
+}
+
+// logStart is where GET /v1/log starts: after the cursor parameter, or
+// (a store of one shard) before from_position, or at the beginning.
+func (s *server) logStart(q url.Values) (eventstore.Cursor, *Error) {
+	shards := s.opts.Events.Shards()
+	if q.Has("cursor") && q.Has("from_position") {
+		return eventstore.Cursor{}, badParam("cursor", "give cursor or from_position, not both")
+	}
+	if q.Has("cursor") {
+		return s.parseCursor("cursor", q.Get("cursor"))
+	}
+	if !q.Has("from_position") {
+		return eventstore.StartCursor(shards), nil
+	}
+	if shards > 1 {
+		return eventstore.Cursor{}, fromPositionSharded(shards)
+	}
+	n, ok := parseSeq(q.Get("from_position"))
+	if !ok || n < 1 {
+		return eventstore.Cursor{}, badParam("from_position", "from_position must be an integer >= 1, got %q", q.Get("from_position"))
+	}
+	return eventstore.CursorOf(n - 1), nil
+}
+
+// fromPositionSharded refuses from_position on a store of several shards.
+func fromPositionSharded(shards int) *Error {
+	return badParam("from_position", "the store has %d shards, each with its own positions: read the log by cursor "+
+		"(leave it out to start at the beginning; then pass the next_cursor or the last event id you received; docs/api.md#the-log-cursor)", shards)
+}
+
+// parseCursor reads a log cursor given as param (a query parameter or
+// Last-Event-ID) for the store's number of shards. On a store of one
+// shard it is a position, read as before shards (leading zeros allowed).
+func (s *server) parseCursor(param, v string) (eventstore.Cursor, *Error) {
+	shards := s.opts.Events.Shards()
+	if shards <= 1 {
+		if n, ok := parseSeq(v); ok {
+			return eventstore.CursorOf(n), nil
+		}
+	}
+	c, err := eventstore.ParseCursor(v)
+	if err == nil {
+		c, err = c.ForStore(shards)
+	}
+	var se *eventstore.CursorShardsError
+	var ce *eventstore.CursorError
+	switch {
+	case err == nil:
+		return c, nil
+	case errors.As(err, &se):
+		return eventstore.Cursor{}, badParam(param, "%s names %d shard(s) but the store has %d: a cursor is valid only for the store it came from (docs/api.md#the-log-cursor)",
+			param, se.Cursor, se.Store)
+	case shards <= 1:
+		return eventstore.Cursor{}, badParam(param, "%s must be a log position (an integer >= 0), got %q", param, v)
+	case errors.As(err, &ce):
+		return eventstore.Cursor{}, badParam(param, "%s is not a log cursor: %s (v1.%d. then %d positions separated by dots; docs/api.md#the-log-cursor)",
+			param, ce.Reason, shards, shards)
+	default:
+		return eventstore.Cursor{}, badParam(param, "%s: %v", param, err)
+	}
 }
 
 // checkTypeFilter checks an aggregate_type used as a filter (instances

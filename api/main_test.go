@@ -66,6 +66,7 @@ type testAPI struct {
 	store   *eventstore.Store
 	reg     *registry.Registry
 	pool    *pgxpool.Pool
+	bucket  objstore.Bucket
 	backend string
 }
 
@@ -128,7 +129,7 @@ func newTestAPI(t testing.TB, c apiConfig) *testAPI {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &testAPI{t: t, h: h, store: st, reg: reg, pool: pool, backend: backend}
+	return &testAPI{t: t, h: h, store: st, reg: reg, pool: pool, bucket: bucket, backend: backend}
 }
 
 // reply is a recorded response.

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"net/http"
-	"strconv"
 	"strings"
 	"time"
 
@@ -51,13 +50,16 @@ func (s *server) handleSubscribeType(w http.ResponseWriter, r *http.Request) {
 }
 
 // subscribe streams the log (or one aggregate type of it) as Server-Sent
-// Events: one event per envelope, "id:" its position, "data:" the stored
-// line. It starts after Last-Event-ID (a reconnecting EventSource sends
-// the id it saw last), else at from_position, else at the current head;
-// it catches up page by page, then waits for commit notifications (and
-// polls, so a missed notification only delays). Every position up to what
-// it sent is final (eventstore.LogPage.Through), so resuming from the
-// last id misses nothing and repeats nothing.
+// Events: one event per envelope, "id:" the log cursor after it (on a
+// store of one shard: its position), "data:" the stored line. It starts
+// after Last-Event-ID (a reconnecting EventSource sends the id it saw
+// last), else after the cursor parameter, else at from_position (one
+// shard), else at the current head (one shard) or the log's tail
+// (several); it catches up page by page, then waits for commit
+// notifications (and polls, so a missed notification only delays). Every
+// position up to what it sent is final, in every shard
+// (eventstore.LogPage.Next), so resuming from the last id misses nothing
+// and repeats nothing.
 //
 // When the server begins to shut down (drain.Signal), the stream ends at
 // once with a "shutting down" comment and the client reconnects with its
@@ -65,17 +67,13 @@ func (s *server) handleSubscribeType(w http.ResponseWriter, r *http.Request) {
 // subscription asked for during the shutdown is refused with 503 and
 // Retry-After (docs/api.md, "Subscriptions").
 func (s *server) subscribe(w http.ResponseWriter, r *http.Request, aggType string) {
-	if err := s.opts.Events.RequireOneShard("the log subscriptions (" + r.URL.Path + ")"); err != nil {
-		s.fail(w, r, fromRead(err))
-		return
-	}
 	ctx := r.Context()
 	stopping := drain.Signal(ctx)
 	if drain.Stopping(ctx) {
 		writeError(w, subscribeShuttingDown()) // expected during a restart: not logged as a failure
 		return
 	}
-	after, e := subscribeAfter(r)
+	after, fromHead, e := s.subscribeAfter(r)
 	if e != nil {
 		s.fail(w, r, e)
 		return
@@ -91,17 +89,21 @@ func (s *server) subscribe(w http.ResponseWriter, r *http.Request, aggType strin
 		defer stop()
 		wake = ch
 	}
-	if after < 0 {
-		head, err := s.opts.Events.Head(ctx)
+	if fromHead {
+		var err error
+		after, err = s.subscribeStart(ctx)
 		if err != nil {
 			s.fail(w, r, fromRead(err))
 			return
 		}
-		after = head
 	}
 	startEventStream(w)
 	st := &sseWriter{w: w, rc: http.NewResponseController(w), writeTimeout: s.opts.SSEHeartbeat + 30*time.Second}
-	st.buf.WriteString("retry: 1000\n: subscribed after position " + strconv.FormatInt(after, 10) + "\n\n")
+	what := "position "
+	if after.Shards() > 1 {
+		what = "cursor "
+	}
+	st.buf.WriteString("retry: 1000\n: subscribed after " + what + after.String() + "\n\n")
 	if !st.flush() {
 		return
 	}
@@ -114,7 +116,7 @@ func (s *server) subscribe(w http.ResponseWriter, r *http.Request, aggType strin
 	// Last-Event-ID stays the id of the last event it received, which is
 	// where it resumes.
 	shutdown := func() {
-		s.log.Debug("api: subscription ended: shutting down", "after", after)
+		s.log.Debug("api: subscription ended: shutting down", "after", after.String())
 		st.buf.WriteString(shutdownComment)
 		st.flush()
 	}
@@ -123,7 +125,7 @@ func (s *server) subscribe(w http.ResponseWriter, r *http.Request, aggType strin
 			shutdown()
 			return
 		}
-		page, err := s.opts.Events.Log(ctx, eventstore.LogQuery{After: after, Limit: ssePageSize, AggregateType: aggType})
+		page, err := s.opts.Events.Log(ctx, eventstore.LogQuery{Cursor: after, Limit: ssePageSize, AggregateType: aggType})
 		if err != nil {
 			if ctx.Err() != nil {
 				return
@@ -132,10 +134,10 @@ func (s *server) subscribe(w http.ResponseWriter, r *http.Request, aggType strin
 			st.closeWith(fromRead(err))
 			return
 		}
-		if !s.writePage(ctx, st, page.Events, p, latest) {
+		if !s.writePage(ctx, st, after, page.Events, p, latest) {
 			return
 		}
-		after = max(after, page.Through)
+		after = page.Next
 		if st.buf.Len() > 0 {
 			if !st.flush() {
 				return
@@ -163,11 +165,16 @@ func (s *server) subscribe(w http.ResponseWriter, r *http.Request, aggType strin
 }
 
 // writePage buffers the events of a page the principal may read, each as
-// presented (upcast with ?as=latest), as "id: <position>" and "data:
-// <line>". It returns false when an event cannot be presented: the stream
-// is then closed with the error (the client resumes from its last id).
-func (s *server) writePage(ctx context.Context, st *sseWriter, evs []eventstore.Event, p *auth.Principal, latest bool) bool {
+// presented (upcast with ?as=latest), as "id: <cursor>" and "data:
+// <line>", where the cursor is the page's start (from) advanced over the
+// page's events up to this one (on a store of one shard: the event's
+// position). It returns false when an event cannot be presented: the
+// stream is then closed with the error (the client resumes from its last
+// id).
+func (s *server) writePage(ctx context.Context, st *sseWriter, from eventstore.Cursor, evs []eventstore.Event, p *auth.Principal, latest bool) bool {
+	cur := from
 	for _, ev := range evs {
+		cur = cur.With(ev.Shard, ev.Envelope.Position)
 		if !mayRead(p, auth.OpSubscribe, ev) {
 			continue // another tenant's: never sent (docs/security.md)
 		}
@@ -178,7 +185,7 @@ func (s *server) writePage(ctx context.Context, st *sseWriter, evs []eventstore.
 			return false
 		}
 		st.buf.WriteString("id: ")
-		st.buf.WriteString(strconv.FormatInt(ev.Envelope.Position, 10))
+		st.buf.WriteString(cur.String())
 		st.buf.WriteString("\ndata: ")
 		st.buf.Write(line)
 		st.buf.WriteString("\n\n")
@@ -224,26 +231,49 @@ func subscribeShuttingDown() *Error {
 	return e
 }
 
-// subscribeAfter returns the position a subscription starts after: the
-// Last-Event-ID a reconnecting client sends, else from_position - 1, else
-// -1 for the current head.
-func subscribeAfter(r *http.Request) (int64, *Error) {
+// subscribeAfter returns the cursor a subscription starts after: the
+// Last-Event-ID a reconnecting client sends, else the cursor parameter,
+// else (one shard) from_position - 1; fromHead when none is given (start
+// at the current head).
+func (s *server) subscribeAfter(r *http.Request) (after eventstore.Cursor, fromHead bool, e *Error) {
 	q := r.URL.Query()
 	if v := r.Header.Get("Last-Event-ID"); v != "" {
-		n, ok := parseSeq(strings.TrimSpace(v))
-		if !ok {
-			return 0, badParam("Last-Event-ID", "Last-Event-ID must be a log position (an integer >= 0), got %q", v)
+		c, e := s.parseCursor("Last-Event-ID", strings.TrimSpace(v))
+		return c, false, e
+	}
+	if q.Has("cursor") {
+		if q.Has("from_position") {
+			return eventstore.Cursor{}, false, badParam("cursor", "give cursor or from_position, not both")
 		}
-		return n, nil
+		c, e := s.parseCursor("cursor", q.Get("cursor"))
+		return c, false, e
 	}
 	if q.Has("from_position") {
+		if shards := s.opts.Events.Shards(); shards > 1 {
+			return eventstore.Cursor{}, false, fromPositionSharded(shards)
+		}
 		n, ok := parseSeq(q.Get("from_position"))
 		if !ok || n < 1 {
-			return 0, badParam("from_position", "from_position must be an integer >= 1, got %q", q.Get("from_position"))
+			return eventstore.Cursor{}, false, badParam("from_position", "from_position must be an integer >= 1, got %q", q.Get("from_position"))
 		}
-		return n - 1, nil
+		return eventstore.CursorOf(n - 1), false, nil
 	}
-	return -1, nil
+	return eventstore.Cursor{}, true, nil
+}
+
+// subscribeStart is where a subscription without a start begins: after
+// the head on a store of one shard (as before shards), after the log's
+// tail on one of several (eventstore.Store.LogTail: nothing committed
+// from now on is missed, in any shard).
+func (s *server) subscribeStart(ctx context.Context) (eventstore.Cursor, error) {
+	if s.opts.Events.Shards() > 1 {
+		return s.opts.Events.LogTail(ctx)
+	}
+	head, err := s.opts.Events.Head(ctx)
+	if err != nil {
+		return eventstore.Cursor{}, err
+	}
+	return eventstore.CursorOf(head), nil
 }
 
 // startEventStream writes the status and headers of a Server-Sent Events

@@ -44,10 +44,14 @@ func (k NotificationKind) String() string {
 
 // Notification is one message of the store's commit stream (Subscribe).
 // It is a wake-up, not a record of the log: read the events themselves
-// with Segments, ReadSegment or Index.
+// with Log, Segments, ReadSegment or Index.
 type Notification struct {
 	Kind NotificationKind
-	// First and Last are the positions concerned (zero for Resync).
+	// Shard is the shard of the positions (0 in a store of one shard, and
+	// for Resync).
+	Shard int
+	// First and Last are the positions concerned, in Shard (zero for
+	// Resync).
 	First, Last int64
 }
 
@@ -72,13 +76,52 @@ func parseNotification(payload string) Notification {
 	return Notification{}
 }
 
+// parseNotifications reads a payload of a store of shards shards: the
+// one-shard form (parseNotification), or "WORD S:FIRST-LAST …" with one
+// block per shard (blockNotify), which gives one Notification per block,
+// in the payload's order. Anything else — a block of a shard the store
+// does not have, a shard named twice — is one Resync.
+func parseNotifications(payload string, shards int) []Notification {
+	word, rest, _ := strings.Cut(payload, " ")
+	if !strings.Contains(rest, ":") {
+		return []Notification{parseNotification(payload)}
+	}
+	kind := Resync
+	for _, k := range [...]NotificationKind{Reserved, Committed, Abandoned} {
+		if word == k.String() {
+			kind = k
+		}
+	}
+	resync := []Notification{{}}
+	if kind == Resync {
+		return resync
+	}
+	var out []Notification
+	seen := map[int]bool{}
+	for block := range strings.SplitSeq(rest, " ") {
+		sh, span, ok1 := strings.Cut(block, ":")
+		a, b, ok2 := strings.Cut(span, "-")
+		shard, err0 := strconv.Atoi(sh)
+		first, err1 := strconv.ParseInt(a, 10, 64)
+		last, err2 := strconv.ParseInt(b, 10, 64)
+		if !ok1 || !ok2 || err0 != nil || err1 != nil || err2 != nil || shard < 0 || shard >= shards || seen[shard] || first < 1 || last < first {
+			return resync
+		}
+		seen[shard] = true
+		out = append(out, Notification{Kind: kind, Shard: shard, First: first, Last: last})
+	}
+	return out
+}
+
 // subscribeBuffer bounds the notifications a Subscribe holds for a slow
 // subscriber; past it they collapse into one Resync.
 const subscribeBuffer = 1024
 
 // Subscribe returns the store's commit stream: one Notification per
-// reservation, commit (append or repair) and abandonment, as the store
-// sends them with NOTIFY, until ctx ends, when the channel is closed.
+// reservation, commit (append or repair) and abandonment of a block of
+// positions of a shard, as the store sends them with NOTIFY, until ctx
+// ends, when the channel is closed. A group commit that touched several
+// shards gives one Notification per shard, in ascending shard order.
 //
 // The stream is a source of wake-ups, not of events: delivery is at most
 // once, and a notification may be missed while the connection is down.
@@ -147,7 +190,9 @@ func (s *Store) listen(ctx context.Context, q *notifyQueue) {
 			if err != nil {
 				break
 			}
-			q.push(parseNotification(n.Payload))
+			for _, m := range parseNotifications(n.Payload, s.shards) {
+				q.push(m)
+			}
 		}
 		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
 		_ = conn.Close(cctx)

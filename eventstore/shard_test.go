@@ -526,7 +526,6 @@ func TestShardedReadersRefuse(t *testing.T) {
 		{"Head", func() error { _, err := s.Head(ctx); return err }},
 		{"HeadWithClock", func() error { _, err := s.HeadWithClock(ctx); return err }},
 		{"PositionAt", func() error { _, err := s.PositionAt(ctx, r.Event.Envelope.OccurredAt.Time()); return err }},
-		{"Log", func() error { _, err := s.Log(ctx, LogQuery{}); return err }},
 		{"Segments", func() error { _, err := s.Segments(ctx, 0, 10); return err }},
 		{"Index", func() error { _, err := s.Index(ctx, IndexQuery{FromPosition: 1}); return err }},
 		{"RequireOneShard", func() error { return s.RequireOneShard("a test reader") }},

@@ -2,7 +2,9 @@ package instanceworker_test
 
 import (
 	"context"
+	"fmt"
 	"net/http/httptest"
+	"strconv"
 	"testing"
 
 	"github.com/elastic/go-elasticsearch/v8"
@@ -32,10 +34,17 @@ type verifyFixture struct {
 
 func newVerifyFixture(t *testing.T) *verifyFixture {
 	t.Helper()
+	return newVerifyFixtureShards(t, 1)
+}
+
+// newVerifyFixtureShards is newVerifyFixture on a store of shards shards.
+func newVerifyFixtureShards(t *testing.T, shards int) *verifyFixture {
+	t.Helper()
 	_, pool := testenv.NewMigratedDatabase(t)
 	ts := httptest.NewServer(esserver.New())
 	t.Cleanup(ts.Close)
-	cfg, err := sluiceconfig.Load(map[string]string{"EVENT_STORE_BACKEND": "file", "EVENT_STORE_FILE_DIR": t.TempDir(), "ELASTICSEARCH_URLS": ts.URL})
+	cfg, err := sluiceconfig.Load(map[string]string{"EVENT_STORE_BACKEND": "file", "EVENT_STORE_FILE_DIR": t.TempDir(), "ELASTICSEARCH_URLS": ts.URL,
+		"EVENT_STORE_SHARDS": strconv.Itoa(shards)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -119,5 +128,44 @@ func TestVerify(t *testing.T) {
 	}
 	if _, err := instanceworker.Verify(ctx, instanceworker.VerifyOptions{Store: f.st, ES: f.es, DB: "Shop!", Class: "orders"}); err == nil {
 		t.Error("a bad db name: no error")
+	}
+}
+
+// On a store of four shards verify reads every shard: the instances of a
+// class spread over all of them, and a difference in any shard is found.
+func TestVerifyEveryShard(t *testing.T) {
+	f := newVerifyFixtureShards(t, 4)
+	if f.st.Shards() != 4 {
+		t.Fatalf("the store has %d shards", f.st.Shards())
+	}
+	dom := envelope.KindDomain
+	shards := map[int]bool{}
+	missing := map[int]string{}
+	for i := range 16 {
+		id := fmt.Sprintf("i%d", i)
+		agg := "shop:orders:" + id
+		sh := eventstore.ShardOf(envelope.AggregateTypeInstance, agg, 4)
+		shards[sh] = true
+		e := f.event(t, dom, "INSTANCE_CREATED", agg, `{"n":1}`)
+		if _, ok := missing[sh]; !ok {
+			missing[sh] = id // one instance of each shard has no document
+			continue
+		}
+		f.doc(t, "orders", id, e, false, `{"n":1}`)
+	}
+	if len(shards) != 4 {
+		t.Fatalf("16 instances in %d shards", len(shards))
+	}
+	rep, err := instanceworker.Verify(context.Background(), instanceworker.VerifyOptions{Store: f.st, ES: f.es, IndexPrefix: f.prefix, DB: "shop", Class: "orders"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.Instances != 16 || rep.OK != 12 || rep.Missing != 4 {
+		t.Fatalf("report %+v", rep)
+	}
+	for _, p := range rep.Problems {
+		if p.Status != instanceworker.VerifyMissing || missing[eventstore.ShardOf(envelope.AggregateTypeInstance, "shop:orders:"+p.InstanceID, 4)] != p.InstanceID {
+			t.Fatalf("problem %+v", p)
+		}
 	}
 }

@@ -60,11 +60,19 @@ func newStoreSegmentsCmd() *cobra.Command {
 
 func newStoreCatCmd() *cobra.Command {
 	var from, to, fromSeq, toSeq int64
-	var eventID, aggType, aggID, kind string
+	var eventID, aggType, aggID, kind, cursor string
+	var most int
 	cmd := &cobra.Command{
 		Use:   "cat",
-		Short: "Print events as JSON lines: by position range, aggregate or event id",
+		Short: "Print events as JSON lines: by position range or log cursor, aggregate or event id",
+		Long: `cat prints events as JSON lines, byte for byte as stored: one event (--event-id), one
+aggregate's stream (--aggregate-id), or the log. The log of a store of one shard is read by
+position (--from/--to, from the segments). With --cursor, or on a store of several shards
+(EVENT_STORE_SHARDS > 1), it is read by log cursor (docs/eventstore.md#the-cursor) up to
+where every shard is settled: after the cursor (default: the beginning), at most --limit
+events; the cursor to resume after is printed last, on stderr ("cursor: …").`,
 		Example: `  sluice store cat --from 1 --to 100
+  sluice store cat --cursor v1.4.120.98.131.0 --limit 1000
   sluice store cat --aggregate-type Instance --aggregate-id 'shop:orders:42'
   sluice store cat --event-id 2f1c…`,
 		Args: cobra.NoArgs,
@@ -74,10 +82,14 @@ func newStoreCatCmd() *cobra.Command {
 				return err
 			}
 			defer closeFn()
-			if err := oneShard(cmd, st); err != nil {
-				return err
-			}
 			ctx := cmd.Context()
+			byCursor := cmd.Flags().Changed("cursor") || (st.Shards() > 1 && eventID == "" && aggID == "")
+			if byCursor && (cmd.Flags().Changed("from") || cmd.Flags().Changed("to")) {
+				if st.Shards() > 1 {
+					return fmt.Errorf("--from/--to name positions of a store of one shard; this store has %d shards: read it by --cursor", st.Shards())
+				}
+				return errors.New("give --cursor or --from/--to, not both")
+			}
 			out := cmd.OutOrStdout()
 			n := 0
 			print := func(ev eventstore.Event) {
@@ -88,6 +100,22 @@ func newStoreCatCmd() *cobra.Command {
 				n++
 			}
 			switch {
+			case byCursor:
+				var c eventstore.Cursor
+				if cursor != "" {
+					if c, err = eventstore.ParseCursor(cursor); err != nil {
+						return fmt.Errorf("--cursor: %w", err)
+					}
+				}
+				next, err := st.LogWalk(ctx, c, most, func(ev eventstore.Event, _ eventstore.Cursor) error {
+					print(ev)
+					return nil
+				})
+				if err != nil {
+					return err
+				}
+				fmt.Fprintf(cmd.ErrOrStderr(), "%d events\ncursor: %s\n", n, next)
+				return nil
 			case eventID != "":
 				ev, err := st.ByEventID(ctx, eventID)
 				if err != nil {
@@ -112,6 +140,9 @@ func newStoreCatCmd() *cobra.Command {
 					print(ev)
 				}
 			default:
+				if err := oneShard(cmd, st); err != nil {
+					return err
+				}
 				if to != 0 && to < from {
 					return errors.New("--to must not be below --from")
 				}
@@ -155,6 +186,8 @@ func newStoreCatCmd() *cobra.Command {
 	f.Int64Var(&fromSeq, "from-seq", 1, "first sequence number (with --aggregate-id)")
 	f.Int64Var(&toSeq, "to-seq", 0, "last sequence number (0: open)")
 	f.StringVar(&kind, "kind", "", "command, domain or empty for both (with --aggregate-id)")
+	f.StringVar(&cursor, "cursor", "", "read the log after this cursor (a store of several shards: v1.N.P0.…; default the beginning)")
+	f.IntVar(&most, "limit", 0, "most events to print with --cursor (0: up to where every shard is settled)")
 	return cmd
 }
 

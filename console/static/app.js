@@ -275,6 +275,12 @@ function headline(ov) {
       }
     }
   }
+  // A store of several shards: one figure per shard's head.
+  for (const sh of (ov && ov.store && ov.store.shards) || []) {
+    const key = "store shard " + sh.shard;
+    LABELS[key] = ["Shard " + sh.shard + " head", "last position of the shard"];
+    out.push([key, sh.head]);
+  }
   const open = (ov.dlq || []).reduce((n, c) => n + (c.open || 0), 0);
   out.push(["dlq open", open]);
   return out;
