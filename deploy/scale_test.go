@@ -156,8 +156,13 @@ func TestComposeScaleOut(t *testing.T) {
 		}
 	})
 	t.Run("2 relay replicas", func(t *testing.T) {
-		if d := project.Services[pipeline.Relay].Deploy; d == nil || d.Replicas == nil || *d.Replicas != scaleRelays {
-			t.Errorf("relay: deploy.replicas %v, want %d", d, scaleRelays)
+		var n *int32
+		if d := project.Services[pipeline.Relay].Deploy; d != nil && d.Replicas != nil {
+			v := int32(*d.Replicas)
+			n = &v
+		}
+		if n == nil || *n != scaleRelays {
+			t.Errorf("relay: deploy.replicas %s, want %d", fmtReplicas(n), scaleRelays)
 		}
 	})
 	t.Run("two Postgres servers, each with its own volume", func(t *testing.T) {
@@ -342,7 +347,7 @@ func TestKustomizeScaleOut(t *testing.T) {
 	}
 	w := workloadNamed(t, r, "sluice-relay")
 	if w.replicas == nil || *w.replicas != scaleRelays {
-		t.Errorf("sluice-relay: replicas %v, want %d", w.replicas, scaleRelays)
+		t.Errorf("sluice-relay: replicas %s, want %d", fmtReplicas(w.replicas), scaleRelays)
 	}
 	for _, p := range r.pdbs {
 		if selects(p.Spec.Selector.MatchLabels, w.pod.Labels) {
@@ -352,6 +357,13 @@ func TestKustomizeScaleOut(t *testing.T) {
 		}
 	}
 	workloadNamed(t, r, "sluice-migrate")
+}
+
+func fmtReplicas(n *int32) string {
+	if n == nil {
+		return "unset"
+	}
+	return fmt.Sprint(*n)
 }
 
 func workloadNamed(t *testing.T, r rendered, name string) workload {
