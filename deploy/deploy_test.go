@@ -15,6 +15,7 @@ import (
 
 	"github.com/compose-spec/compose-go/v2/loader"
 	"github.com/compose-spec/compose-go/v2/types"
+	"github.com/prometheus/prometheus/promql/parser"
 
 	"github.com/sluicehq/sluice/pipeline/sluiceconfig"
 )
@@ -404,8 +405,9 @@ func TestDockerignore(t *testing.T) {
 	}
 }
 
-// Every metric the Grafana dashboard queries is one sluice exports (declared
-// with Name: "…" in the Go sources; histograms add _bucket/_sum/_count).
+// Every query of the Grafana dashboard is PromQL Prometheus' parser accepts,
+// and every metric it reads is one sluice exports (declared with Name: "…"
+// in the Go sources; histograms add _bucket/_sum/_count).
 func TestGrafanaDashboardQueriesExportedMetrics(t *testing.T) {
 	b, err := os.ReadFile("grafana/sluice-dashboard.json")
 	if err != nil {
@@ -447,10 +449,14 @@ func TestGrafanaDashboardQueriesExportedMetrics(t *testing.T) {
 		t.Fatal(err)
 	}
 	metricRe := regexp.MustCompile(`\b((?:sluice|relay)_[a-z0-9_]+)\b`)
+	promql := parser.NewParser(parser.Options{})
 	queries := 0
 	for _, p := range dash.Panels {
 		for _, tg := range p.Targets {
 			queries++
+			if _, err := promql.ParseExpr(tg.Expr); err != nil {
+				t.Errorf("panel %q: %s is not PromQL: %v", p.Title, tg.Expr, err)
+			}
 			for _, m := range metricRe.FindAllString(tg.Expr, -1) {
 				base := m
 				for _, suf := range []string{"_bucket", "_sum", "_count"} {
