@@ -93,6 +93,8 @@ func checkSplit(t *testing.T, where string, cfg *sluiceconfig.Config) {
 	}
 }
 
+// composeEnv is a compose service's environment; a variable without a
+// value (passed through from the host) is an error.
 func composeEnv(t *testing.T, where string, svc types.ServiceConfig) map[string]string {
 	t.Helper()
 	env := map[string]string{}
