@@ -1,7 +1,10 @@
 // Package deploy holds sluice's deployment files — the Dockerfile, the
-// docker-compose file and the Kubernetes kustomize base and overlays
-// (docs/deploy.md) — and the tests that check what can be checked
-// without a container engine or a cluster:
+// docker-compose file and the Kubernetes kustomize base and overlays, with
+// a scaled-out example of each (docker-compose.scale.yml,
+// k8s/overlays/scale-out: 4 shards, 2 relay replicas, Postgres split by
+// role over two servers), the Prometheus alert rules and the Grafana
+// dashboard (docs/deploy.md) — and the tests that check what can be
+// checked without a container engine or a cluster:
 //
 //   - every kustomization renders (`kubectl kustomize`), decodes strictly
 //     into the Kubernetes API types, and each workload starts under the
@@ -14,6 +17,12 @@
 //   - the compose file loads with the Compose Specification's loader, its
 //     stores persist where they write, every service is health-checked and
 //     waited for;
+//   - the scaled-out examples give every process the same shards and
+//     Postgres URLs, split the roles over two servers, make each process
+//     wait for the servers of its roles and migrate both databases;
+//   - the alert rules parse with Prometheus' parsers, and the relay's
+//     per-shard alerts, evaluated by Prometheus' engine, name the shard
+//     without a leader, stalled or lagging, and only that one;
 //   - every image is pinned to an exact release;
 //   - every command they run exists in the binary and every environment
 //     passes `sluice config check`;

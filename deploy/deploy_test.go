@@ -15,6 +15,7 @@ import (
 
 	"github.com/compose-spec/compose-go/v2/loader"
 	"github.com/compose-spec/compose-go/v2/types"
+	"github.com/prometheus/prometheus/promql/parser"
 
 	"github.com/sluicehq/sluice/pipeline/sluiceconfig"
 )
@@ -132,19 +133,40 @@ func TestImageNotPinned(t *testing.T) {
 	}
 }
 
-func loadCompose(t *testing.T) *types.Project {
+// composeFile is the single-machine compose file; composeScaleFile the
+// override that scales it out (scale_test.go).
+const (
+	composeFile      = "docker-compose.yml"
+	composeScaleFile = "docker-compose.scale.yml"
+)
+
+// loadCompose loads files, each overriding the ones before it, with the
+// Compose Specification's loader (the merge `docker compose -f a -f b`
+// does), and validates the result.
+func loadCompose(t *testing.T, files ...string) *types.Project {
 	t.Helper()
-	body, err := os.ReadFile("docker-compose.yml")
-	if err != nil {
-		t.Fatal(err)
+	if len(files) == 0 {
+		files = []string{composeFile}
+	}
+	var configs []types.ConfigFile
+	for _, f := range files {
+		body, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		configs = append(configs, types.ConfigFile{Filename: f, Content: body})
 	}
 	project, err := loader.LoadWithContext(context.Background(), types.ConfigDetails{
 		WorkingDir:  ".",
-		ConfigFiles: []types.ConfigFile{{Filename: "docker-compose.yml", Content: body}},
+		ConfigFiles: configs,
 		Environment: types.Mapping{},
-	}, func(o *loader.Options) { o.SetProjectName("sluice", true) })
+	}, func(o *loader.Options) {
+		if len(files) == 1 {
+			o.SetProjectName("sluice", true)
+		}
+	})
 	if err != nil {
-		t.Fatalf("compose file does not load and validate: %v", err)
+		t.Fatalf("compose files %v do not load and validate: %v", files, err)
 	}
 	return project
 }
@@ -157,7 +179,14 @@ func oneShot(svc types.ServiceConfig) bool {
 }
 
 func TestComposeFile(t *testing.T) {
-	project := loadCompose(t)
+	checkComposeProject(t, loadCompose(t))
+}
+
+// checkComposeProject checks a loaded compose project: pinned images,
+// health checks and waits, every sluice command and environment, and each
+// store's data in a named volume where it writes.
+func checkComposeProject(t *testing.T, project *types.Project) {
+	t.Helper()
 	sluiceServices := 0
 	for name, svc := range project.Services {
 		where := "compose service " + name
@@ -242,7 +271,6 @@ func TestComposeFile(t *testing.T) {
 		t.Error("kafka: no fixed CLUSTER_ID: a recreated container would format new storage")
 	}
 	dataDirs := map[string]string{
-		"postgres":      "/var/lib/postgresql/data",
 		"minio":         "/data",
 		"kafka":         env(kafka, "KAFKA_LOG_DIRS"),
 		"elasticsearch": "/usr/share/elasticsearch/data",
@@ -250,8 +278,18 @@ func TestComposeFile(t *testing.T) {
 	if dataDirs["kafka"] == "" {
 		t.Error("kafka: KAFKA_LOG_DIRS unset: the broker writes to /tmp/kraft-combined-logs, outside any volume")
 	}
-	if pgdata := env(project.Services["postgres"], "PGDATA"); pgdata != "" {
-		dataDirs["postgres"] = pgdata
+	// Every Postgres server (one, or one per role: scale_test.go).
+	for name, svc := range project.Services {
+		if !isPostgres(svc) {
+			continue
+		}
+		dataDirs[name] = "/var/lib/postgresql/data"
+		if pgdata := env(svc, "PGDATA"); pgdata != "" {
+			dataDirs[name] = pgdata
+		}
+	}
+	if _, ok := dataDirs["postgres"]; !ok {
+		t.Error("compose file lacks the postgres service")
 	}
 	if !slices.Contains(project.Services["minio"].Command, dataDirs["minio"]) {
 		t.Errorf("minio: command %v does not serve %s", project.Services["minio"].Command, dataDirs["minio"])
@@ -273,6 +311,16 @@ func TestComposeFile(t *testing.T) {
 	}
 }
 
+// isPostgres reports whether a compose service is a Postgres server (the
+// official image).
+func isPostgres(svc types.ServiceConfig) bool {
+	name := svc.Image
+	if i := strings.LastIndex(name, ":"); i > strings.LastIndex(name, "/") {
+		name = name[:i]
+	}
+	return name == "postgres"
+}
+
 // commentedVar is a commented-out setting of the compose file's shared
 // environment: "  # NAME: value".
 var commentedVar = regexp.MustCompile(`(?m)^  # ([A-Z][A-Z0-9_]*): (\S+)$`)
@@ -282,7 +330,7 @@ var commentedVar = regexp.MustCompile(`(?m)^  # ([A-Z][A-Z0-9_]*): (\S+)$`)
 // variables are there, and uncommented they are variables sluice reads
 // and a configuration `sluice config check` accepts.
 func TestComposeRoleDatabases(t *testing.T) {
-	body, err := os.ReadFile("docker-compose.yml")
+	body, err := os.ReadFile(composeFile)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -357,8 +405,9 @@ func TestDockerignore(t *testing.T) {
 	}
 }
 
-// Every metric the Grafana dashboard queries is one sluice exports (declared
-// with Name: "…" in the Go sources; histograms add _bucket/_sum/_count).
+// Every query of the Grafana dashboard is PromQL Prometheus' parser accepts,
+// and every metric it reads is one sluice exports (declared with Name: "…"
+// in the Go sources; histograms add _bucket/_sum/_count).
 func TestGrafanaDashboardQueriesExportedMetrics(t *testing.T) {
 	b, err := os.ReadFile("grafana/sluice-dashboard.json")
 	if err != nil {
@@ -400,10 +449,14 @@ func TestGrafanaDashboardQueriesExportedMetrics(t *testing.T) {
 		t.Fatal(err)
 	}
 	metricRe := regexp.MustCompile(`\b((?:sluice|relay)_[a-z0-9_]+)\b`)
+	promql := parser.NewParser(parser.Options{})
 	queries := 0
 	for _, p := range dash.Panels {
 		for _, tg := range p.Targets {
 			queries++
+			if _, err := promql.ParseExpr(tg.Expr); err != nil {
+				t.Errorf("panel %q: %s is not PromQL: %v", p.Title, tg.Expr, err)
+			}
 			for _, m := range metricRe.FindAllString(tg.Expr, -1) {
 				base := m
 				for _, suf := range []string{"_bucket", "_sum", "_count"} {

@@ -35,6 +35,7 @@ const secretName = "sluice"
 // rendered is one kustomization built by kubectl, decoded into the
 // Kubernetes API types.
 type rendered struct {
+	dir        string // the kustomization
 	configMaps map[string]map[string]string
 	workloads  []workload
 	pdbs       []policyv1.PodDisruptionBudget
@@ -44,11 +45,13 @@ type rendered struct {
 	rules       []monitoringv1.PrometheusRule
 }
 
-// workload is a Deployment or Job: its pod template, and whether it is a
-// long-running service (probes, disruption budget, spread).
+// workload is a Deployment or Job: its pod template, whether it is a
+// long-running service (probes, disruption budget, spread), and a
+// Deployment's replicas.
 type workload struct {
 	kind, name string
 	service    bool
+	replicas   *int32
 	pod        corev1.PodTemplateSpec
 }
 
@@ -78,7 +81,7 @@ func render(t *testing.T, dir string) rendered {
 		}
 		t.Fatal(err)
 	}
-	r := rendered{configMaps: map[string]map[string]string{}}
+	r := rendered{dir: dir, configMaps: map[string]map[string]string{}}
 	dec := yaml.NewDecoder(bytes.NewReader(out))
 	for {
 		var node yaml.Node
@@ -115,7 +118,7 @@ func render(t *testing.T, dir string) rendered {
 		case "Deployment":
 			var d appsv1.Deployment
 			if strict(&d) {
-				r.workloads = append(r.workloads, workload{kind: "Deployment", name: d.Name, service: true, pod: d.Spec.Template})
+				r.workloads = append(r.workloads, workload{kind: "Deployment", name: d.Name, service: true, replicas: d.Spec.Replicas, pod: d.Spec.Template})
 				if d.Spec.Selector == nil || !selects(d.Spec.Selector.MatchLabels, d.Spec.Template.Labels) {
 					t.Errorf("%s: selector does not select its own pods", where)
 				}
@@ -446,9 +449,9 @@ func sluiceEnv(t *testing.T, where string, c corev1.Container, r rendered, comma
 		if ref.Name != secretName || ref.Key != name {
 			t.Errorf("%s: %s comes from Secret %s key %s, want Secret %s key %s", where, name, ref.Name, ref.Key, secretName, name)
 		}
-		required := name == "DATABASE_URL"
+		required := requiredSecret(r.dir, name)
 		if optional := ref.Optional != nil && *ref.Optional; optional == required {
-			t.Errorf("%s: %s slot optional=%v, want %v (only DATABASE_URL is required)", where, name, optional, !required)
+			t.Errorf("%s: %s slot optional=%v, want %v (required: DATABASE_URL, and the role URLs in %s)", where, name, optional, !required, scaleOutOverlay)
 		}
 	}
 	for _, v := range sluiceconfig.Vars() {
@@ -460,6 +463,24 @@ func sluiceEnv(t *testing.T, where string, c corev1.Container, r rendered, comma
 		}
 	}
 	return env
+}
+
+// scaleOutOverlay is the kustomization of the scaled-out deployment
+// (scale_test.go): Postgres split by role over two servers.
+const scaleOutOverlay = "k8s/overlays/scale-out"
+
+// requiredSecret reports whether the Secret key name must exist for the
+// pods of kustomization dir to start: DATABASE_URL everywhere; in the
+// scaled-out overlay the role URLs too, so that no pod puts a role on
+// DATABASE_URL's server for want of its key.
+func requiredSecret(dir, name string) bool {
+	switch name {
+	case "DATABASE_URL":
+		return true
+	case "EVENT_STORE_DATABASE_URL", "REGISTRY_DATABASE_URL":
+		return dir == scaleOutOverlay
+	}
+	return false
 }
 
 func sampleCredential(name string) string {

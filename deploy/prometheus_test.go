@@ -123,7 +123,7 @@ func parseRules(t *testing.T, where string, content []byte) *rulefmt.RuleGroups 
 // (the same groups); they cover the conditions issue 23.5 names; every
 // metric an expression reads is one sluice defines (a renamed metric
 // silences an alert for good otherwise); every alert has a severity and a
-// runbook_url into docs/operations.md#alert-<name>.
+// runbook_url into docs/operations.md#alert-<name>, where that anchor is.
 func TestAlertRules(t *testing.T) {
 	content, err := os.ReadFile(rulesFile)
 	if err != nil {
@@ -180,6 +180,17 @@ func TestAlertRules(t *testing.T) {
 			if read == 0 {
 				t.Errorf("%s: the expression reads no metric", where)
 			}
+		}
+	}
+	// Each runbook_url lands on its section: docs/operations.md has the
+	// anchor.
+	ops, err := os.ReadFile("../docs/operations.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, a := range alerts {
+		if anchor := `<a id="alert-` + strings.ToLower(a) + `"></a>`; !strings.Contains(string(ops), anchor) {
+			t.Errorf("%s: docs/operations.md has no runbook %s", a, anchor)
 		}
 	}
 	for _, want := range []string{"SluiceRelayStalled", "SluiceRelayLagging", "SluiceConsumerLagGrowing", "SluiceDeadLettersGrowing",
