@@ -288,13 +288,6 @@ func (e *assumptionError) Error() string {
 	return "eventstore: reserve: an assumed fact is false: " + e.why
 }
 
-// queueBegin queues the start of a reservation transaction, with
-// synchronous_commit off for it (see write).
-func queueBegin(b *pgx.Batch) {
-	b.Queue("BEGIN")
-	b.Queue("SET LOCAL synchronous_commit = off")
-}
-
 // txConn acquires a connection for one hand-written transaction (BEGIN …
 // COMMIT in a batch). release rolls back a transaction the caller left open
 // (an error half-way) before the connection goes back to the pool.

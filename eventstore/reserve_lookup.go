@@ -78,7 +78,7 @@ func (s *Store) lookup(ctx context.Context, c *pgx.Conn, items []*item) (facts, 
 	}
 	slices.SortFunc(aggs, compareAggKeys)
 	b := &pgx.Batch{}
-	queueBegin(b)
+	b.Queue("BEGIN") // the write turns synchronous_commit off for the transaction
 	b.Queue(sqlPlanPerCall)
 	if len(aggs) > 0 {
 		aggT, aggI := make([]string, len(aggs)), make([]string, len(aggs))

@@ -27,6 +27,10 @@ import (
 // expected_seq ($11) are read by one probe of an index each (LATERAL …
 // LIMIT: never a scan, whatever the statistics). It returns the reasons,
 // whether only last sequences were wrong, and the last sequences seen.
+// It is planned per call (sqlPlanVerify before it) and puts the plan
+// cache mode back as it was for the statements after it (the write keeps
+// its cached plan): no statement of its own for either. (Without
+// sqlPlanVerify before it, the mode stays as it is.)
 const sqlVerify = `
 WITH locked AS MATERIALIZED (
   SELECT l.t, l.i, l.last
@@ -55,9 +59,16 @@ WITH locked AS MATERIALIZED (
            (SELECT 'stored ' || string_agg(e::text, ', ') FROM stored)) AS why,
          NOT EXISTS (SELECT FROM slot_commands) AND NOT EXISTS (SELECT FROM stored) AS last_only
 )
-SELECT v.why, v.last_only, s.t, s.i, s.seen, set_config('sluice.reserve_refused', v.why, true), (SELECT count(*) FROM locked)
+SELECT v.why, v.last_only, s.t, s.i, s.seen, set_config('sluice.reserve_refused', v.why, true), (SELECT count(*) FROM locked),
+       set_config('plan_cache_mode', coalesce(nullif(current_setting('sluice.plan_cache_mode_before', true), ''),
+                                              current_setting('plan_cache_mode')), true)
 FROM verdict v, (SELECT array_agg(t ORDER BY t, i) AS t, array_agg(i ORDER BY t, i) AS i, array_agg(seen ORDER BY t, i) AS seen
                    FROM last_seqs) s`
+
+// sqlPlanVerify makes sqlVerify plan per call, like sqlPlanPerCall, and
+// keeps the mode it replaces for sqlVerify to restore.
+const sqlPlanVerify = `SELECT set_config('sluice.plan_cache_mode_before', current_setting('plan_cache_mode'), true),
+       set_config('plan_cache_mode', 'force_custom_plan', true)`
 
 // The write statement applies a decision, unless sqlVerify refused its facts: the
 // aggregates' last sequences move ($1–$4: by delta; rows the lookup found
@@ -70,9 +81,11 @@ FROM verdict v, (SELECT array_agg(t ORDER BY t, i) AS t, array_agg(i ORDER BY t,
 // relative sequence is the aggregate's new last sequence minus seq). It
 // returns whether it wrote, the shards' blocks, when each head row was
 // held and when the statement began to ask for them (the head lock wait,
-// database clock), and the rows' sequence numbers, and leaves the NOTIFY
-// payload in the session variable sluice.reserved_notify (” when nothing
-// was written) for the transaction after the commit.
+// database clock), and the rows' sequence numbers. It turns
+// synchronous_commit off for its transaction (set_config, local: no
+// statement of its own) and leaves in the session variable
+// sluice.reserve_wrote whether it wrote (on, else empty), for the flush
+// transaction after the commit.
 //
 // sqlWriteOne is the statement of a store of one shard (today's layout:
 // the one head row, shard 0; $5 the block's size); sqlWriteSharded of a
@@ -81,8 +94,8 @@ FROM verdict v, (SELECT array_agg(t ORDER BY t, i) AS t, array_agg(i ORDER BY t,
 // shard's block), which locks the head rows in ascending shard order
 // (concurrent reservations cannot deadlock on them) before it moves them.
 const (
-	sqlWriteOne     = sqlWriteSequences + sqlWriteHeadOne + sqlWriteInsertOne + sqlWriteResultOne
-	sqlWriteSharded = sqlWriteSequences + sqlWriteHeadSharded + sqlWriteInsertSharded + sqlWriteResultSharded
+	sqlWriteOne     = sqlWriteSequences + sqlWriteHeadOne + sqlWriteInsertOne + sqlWriteResult
+	sqlWriteSharded = sqlWriteSequences + sqlWriteHeadSharded + sqlWriteInsertSharded + sqlWriteResult
 )
 
 const sqlWriteSequences = `
@@ -166,8 +179,9 @@ const sqlWriteInsertSharded = `, seg AS (
   RETURNING shard, position, sequence_number
 )`
 
-// sqlWriteResult: the payload is blockNotify's ("reserved FIRST LAST" for
-// one shard, "reserved S:FIRST-LAST …" for more).
+// sqlWriteResult is the write statement's answer (the same for one shard
+// and for more). No NOTIFY announces a reservation: no reader of the
+// commit stream acted on one (docs/eventstore.md#notify).
 const sqlWriteResult = `
 SELECT (SELECT ok FROM go),
        (SELECT coalesce(array_agg(s ORDER BY s), '{}') FROM head),
@@ -175,13 +189,8 @@ SELECT (SELECT ok FROM go),
        (SELECT coalesce(array_agg(at ORDER BY s), '{}') FROM head),
        (SELECT t FROM t0),
        (SELECT array_agg(sequence_number ORDER BY shard, position) FROM ins),
-       set_config('sluice.reserved_notify', coalesce(`
-
-const (
-	sqlWriteResultOne     = sqlWriteResult + `(SELECT '` + StateReserved + ` ' || first || ' ' || (first + n - 1) FROM head), ''), false)`
-	sqlWriteResultSharded = sqlWriteResult +
-		`(SELECT '` + StateReserved + `' || string_agg(' ' || s || ':' || first || '-' || (first + n - 1), '' ORDER BY s) FROM head), ''), false)`
-)
+       set_config('synchronous_commit', 'off', true),
+       set_config('sluice.reserve_wrote', CASE WHEN EXISTS (SELECT FROM head) THEN 'on' ELSE '' END, false)`
 
 // sqlDropMoved removes the abandoned rows that accepted retries replace
 // with fresh reservations (the event_id is unique): it takes their row
@@ -191,19 +200,13 @@ const (
 // runs again.
 const sqlDropMoved = `DELETE FROM sluice.appends WHERE event_id = ANY($1::uuid[]) AND state = '` + StateAbandoned + `'`
 
-// sqlNotifyReserved sends the reservation's NOTIFY ("reserved FIRST LAST",
-// left by the write statement in the session variable) after its commit, in a
-// transaction without WAL of its own.
-const sqlNotifyReserved = `
-SELECT pg_notify('` + NotifyChannel + `', p) FROM (SELECT current_setting('sluice.reserved_notify', true) AS p) AS x WHERE p <> ''`
-
 // sqlFlush makes everything this connection committed before durable: a
 // transaction with a WAL record and an xid, committed with the session's
 // synchronous_commit, flushes the WAL through its own commit record (see
 // migrations/00013_eventstore.sql). Nothing reserved, nothing to flush.
 const sqlFlush = `
 INSERT INTO sluice.eventstore_flush AS f (backend_pid, flushes)
-SELECT pg_backend_pid(), 1 WHERE current_setting('sluice.reserved_notify', true) <> ''
+SELECT pg_backend_pid(), 1 WHERE current_setting('sluice.reserve_wrote', true) <> ''
 ON CONFLICT (backend_pid) DO UPDATE SET flushes = f.flushes + 1`
 
 // writeArgs is a decision as the write's arrays.
@@ -326,30 +329,31 @@ func assumedChecks(items []*item, f facts, d decision) *checks {
 }
 
 // write runs a decision's transaction in one round trip (docs/eventstore.md#append-protocol-group-commit):
-// BEGIN (unless the lookup began it) and synchronous_commit off for it;
-// the checks of assumed facts (planned per call); the removal of
-// abandoned rows that retries replace; sqlWriteOne or sqlWriteSharded; COMMIT — which releases
-// the locks on log_head and sequences without waiting for the WAL flush,
-// so the next group's reservation proceeds —; the NOTIFY in a transaction
-// of its own (it writes no WAL, so it waits for no flush while holding the
-// notification lock); and sqlFlush, whose synchronous commit returns only
-// once the WAL holding the reservation is durable. When it returns without
-// error the reservation is as durable as a synchronous commit would have
-// made it; the segment is written only after that. It returns the blocks
-// of positions it took (one per shard, ascending) and the rows' sequence
-// numbers (relative ones now known), or an *assumptionError when a check
-// failed (then nothing was written).
+// BEGIN (unless the lookup began it); the checks of assumed facts (planned
+// per call); the removal of abandoned rows that retries replace;
+// sqlWriteOne or sqlWriteSharded, which also turns synchronous_commit off
+// for the transaction; COMMIT — which releases the locks on log_head and
+// sequences without waiting for the WAL flush, so the next group's
+// reservation proceeds —; and sqlFlush, whose synchronous commit returns
+// only once the WAL holding the reservation is durable. When it returns
+// without error the reservation is as durable as a synchronous commit
+// would have made it; the segment is written only after that. No NOTIFY:
+// a reservation wakes no reader (the commit's NOTIFY does). For the
+// common group that is four statements: BEGIN, the write, COMMIT, the
+// flush (TestGroupWork). It returns the blocks of positions it took (one
+// per shard, ascending) and the rows' sequence numbers (relative ones now
+// known), or an *assumptionError when a check failed (then nothing was
+// written).
 func (s *Store) write(ctx context.Context, c *pgx.Conn, w *writeArgs) (blocks []shardBlock, seqs []int64, err error) {
 	b := &pgx.Batch{}
 	var seen verifyResult
 	if c.PgConn().TxStatus() != 'T' { // else the lookup began it
-		queueBegin(b)
+		b.Queue("BEGIN")
 	}
 	if k := w.checks; k != nil {
-		b.Queue(sqlPlanPerCall)
+		b.Queue(sqlPlanVerify)
 		b.Queue(sqlVerify, k.lockT, k.lockI, k.lastT, k.lastI, k.last, k.slotT, k.slotI, k.slotK, k.slotEID, k.slotState, k.occIDs).
 			QueryRow(seen.scan)
-		b.Queue("SET LOCAL plan_cache_mode = DEFAULT")
 	}
 	if len(w.moved) > 0 {
 		b.Queue(sqlDropMoved, w.moved)
@@ -362,9 +366,8 @@ func (s *Store) write(ctx context.Context, c *pgx.Conn, w *writeArgs) (blocks []
 		b.Queue(sqlWriteSharded, w.aggT, w.aggI, w.delta, w.create, w.headShard, w.eids, w.kinds, w.ts, w.is, w.seqs, w.rel, w.hashes, w.occs, w.writer,
 			w.headSize, w.shards, w.rowShard, w.rowRank).QueryRow(res.scan)
 	}
-	for _, q := range []string{"COMMIT", "BEGIN", sqlNotifyReserved, "COMMIT", sqlFlush} {
-		b.Queue(q)
-	}
+	b.Queue("COMMIT")
+	b.Queue(sqlFlush)
 	if err := c.SendBatch(ctx, b).Close(); err != nil {
 		return nil, nil, fmt.Errorf("eventstore: reserve: %w", err)
 	}
@@ -402,7 +405,7 @@ type writeResult struct {
 }
 
 func (r *writeResult) scan(row pgx.Row) error {
-	return row.Scan(&r.wrote, &r.shards, &r.firsts, &r.held, &r.asked, &r.seqs, nil)
+	return row.Scan(&r.wrote, &r.shards, &r.firsts, &r.held, &r.asked, &r.seqs, nil, nil)
 }
 
 // blocks are the blocks the write took, checked against what it asked.
@@ -448,7 +451,7 @@ type verifyResult struct {
 }
 
 func (v *verifyResult) scan(r pgx.Row) error {
-	return r.Scan(&v.why, &v.lastOnly, &v.t, &v.i, &v.seen, nil, nil)
+	return r.Scan(&v.why, &v.lastOnly, &v.t, &v.i, &v.seen, nil, nil, nil)
 }
 
 // refusal is the error of a write whose checks failed.

@@ -4,10 +4,11 @@
 // It keeps the same guarantees as the s3 backend, on one machine:
 //
 //   - Create never overwrites and is durable when it returns: the body is
-//     written to a temporary file opened with O_EXCL, fsynced, then
-//     hard-linked to its final name with link(2) — which fails atomically
-//     with EEXIST when the key exists (rename(2) would silently replace
-//     it) — and the directory is fsynced.
+//     written to an unnamed file in the key's folder (Linux, O_TMPFILE) or
+//     else to a temporary file opened with O_EXCL, fsynced, then
+//     hard-linked to its final name with linkat(2)/link(2) — which fails
+//     atomically with EEXIST when the key exists (rename(2) would silently
+//     replace it) — and the directory is fsynced.
 //   - Put replaces atomically (temporary file, fsync, rename, fsync of the
 //     directory); with IfMatch the compare-and-swap runs under an flock(2)
 //     lock shared by every process using the directory.

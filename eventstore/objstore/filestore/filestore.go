@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/sluicehq/sluice/eventstore/objstore"
@@ -24,11 +25,19 @@ const (
 	staleTemp = time.Hour
 )
 
+// errKeyExists: Create's link found the name taken (an object, or a
+// folder of other keys).
+var errKeyExists = errors.New("key exists")
+
 // Bucket is a directory holding objects as files, one per key.
 type Bucket struct {
 	root  *os.Root
 	dir   string
 	etags *etagCache
+	// noUnnamed: unnamed files (createUnnamed) are not available here;
+	// unnamed counts the objects created that way.
+	noUnnamed atomic.Bool
+	unnamed   atomic.Int64
 }
 
 var _ objstore.Bucket = (*Bucket)(nil)
@@ -64,34 +73,50 @@ func (b *Bucket) Dir() string { return b.dir }
 // Close releases the root directory handle.
 func (b *Bucket) Close() error { return b.root.Close() }
 
-// Create writes key only if it does not exist (temporary file, fsync,
-// link(2), fsync of the directory).
+// Create writes key only if it does not exist: on Linux an unnamed file
+// in key's folder (O_TMPFILE), fsync, linkat(2), fsync of the folder
+// (createUnnamed); elsewhere, or when the file system cannot, a temporary
+// file, fsync, link(2), fsync of the folder.
 func (b *Bucket) Create(ctx context.Context, key string, body []byte) (objstore.ObjectInfo, error) {
 	if err := check(ctx, key); err != nil {
 		return objstore.ObjectInfo{}, err
 	}
-	tmp, err := b.writeTemp(body)
-	if err != nil {
-		return objstore.ObjectInfo{}, fmt.Errorf("filestore: create %s: %w", key, err)
-	}
-	defer func() { _ = b.root.Remove(tmp) }()
 	name := filepath.FromSlash(key)
 	if err := b.mkdirParents(name); err != nil {
 		return objstore.ObjectInfo{}, fmt.Errorf("filestore: create %s: %w", key, err)
 	}
-	if err := b.root.Link(tmp, name); err != nil {
-		if errors.Is(err, fs.ErrExist) {
+	handled, err := b.createUnnamed(filepath.Dir(name), filepath.Base(name), body)
+	if !handled {
+		err = b.createTemp(name, body)
+	}
+	if err != nil {
+		if errors.Is(err, errKeyExists) {
 			if fi, serr := b.root.Lstat(name); serr == nil && fi.IsDir() {
 				return objstore.ObjectInfo{}, fmt.Errorf("filestore: create %s: %w: it is a folder of other keys", key, objstore.ErrInvalidKey)
 			}
 			return objstore.ObjectInfo{}, fmt.Errorf("filestore: create %s: %w", key, objstore.ErrPreconditionFailed)
 		}
-		return objstore.ObjectInfo{}, fmt.Errorf("filestore: create %s: %w", key, mapErr(err))
-	}
-	if err := b.syncDir(filepath.Dir(name)); err != nil {
 		return objstore.ObjectInfo{}, fmt.Errorf("filestore: create %s: %w", key, err)
 	}
 	return objstore.ObjectInfo{Key: key, Size: int64(len(body)), ETag: etagOf(body)}, nil
+}
+
+// createTemp is Create's portable path: a temporary file, fsynced, linked
+// to name (link(2) fails with EEXIST when name exists) and the folder
+// fsynced. An existing name is returned as errKeyExists.
+func (b *Bucket) createTemp(name string, body []byte) error {
+	tmp, err := b.writeTemp(body)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = b.root.Remove(tmp) }()
+	if err := b.root.Link(tmp, name); err != nil {
+		if errors.Is(err, fs.ErrExist) {
+			return errKeyExists
+		}
+		return mapErr(err)
+	}
+	return b.syncDir(filepath.Dir(name))
 }
 
 // Put replaces key atomically; with opts.IfMatch only over the object whose

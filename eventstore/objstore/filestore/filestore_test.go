@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -25,8 +26,68 @@ func newBucket(t *testing.T) *filestore.Bucket {
 	return b
 }
 
+// The acceptance suite on both ways Create writes: unnamed files linked
+// to their name (Linux) and temporary files (elsewhere, or a file system
+// without O_TMPFILE).
 func TestAcceptance(t *testing.T) {
-	objstoretest.Run(t, func(t *testing.T) objstore.Bucket { return newBucket(t) })
+	t.Run("unnamed files", func(t *testing.T) {
+		objstoretest.Run(t, func(t *testing.T) objstore.Bucket { return newBucket(t) })
+	})
+	t.Run("temporary files", func(t *testing.T) {
+		objstoretest.Run(t, func(t *testing.T) objstore.Bucket {
+			b := newBucket(t)
+			filestore.UseTemporaryFiles(b)
+			return b
+		})
+	})
+}
+
+// On Linux Create writes an unnamed file and links it (no temporary file
+// named and removed); the object is whole, a second Create of the key is
+// refused and leaves it unchanged, and the temporary folder stays empty.
+func TestCreateUnnamed(t *testing.T) {
+	for _, temp := range []bool{false, true} {
+		t.Run(fmt.Sprintf("temporary files %v", temp), func(t *testing.T) {
+			dir := filepath.Join(t.TempDir(), "b")
+			b, err := filestore.New(dir)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer b.Close()
+			if temp {
+				filestore.UseTemporaryFiles(b)
+			}
+			ctx := t.Context()
+			if _, err := b.Create(ctx, "segments/1.jsonl", []byte("first\n")); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := b.Create(ctx, "segments/1.jsonl", []byte("second\n")); !errors.Is(err, objstore.ErrPreconditionFailed) {
+				t.Fatalf("second Create = %v, want ErrPreconditionFailed", err)
+			}
+			if _, err := b.Create(ctx, "segments", []byte("x")); !errors.Is(err, objstore.ErrInvalidKey) {
+				t.Fatalf("Create over a folder = %v, want ErrInvalidKey", err)
+			}
+			got, err := os.ReadFile(filepath.Join(dir, "segments", "1.jsonl"))
+			if err != nil || string(got) != "first\n" {
+				t.Fatalf("object holds %q, %v; want the first body", got, err)
+			}
+			fi, err := os.Stat(filepath.Join(dir, "segments", "1.jsonl"))
+			if err != nil || fi.Mode().Perm()&^0o640 != 0 {
+				t.Fatalf("object mode %v, %v; want at most 0640", fi.Mode(), err)
+			}
+			entries, _ := os.ReadDir(filepath.Join(dir, ".objstore", "tmp"))
+			if len(entries) != 0 {
+				t.Fatalf("tmp holds %d files after Create; want 0", len(entries))
+			}
+			want := int64(0)
+			if runtime.GOOS == "linux" && !temp {
+				want = 1
+			}
+			if n := filestore.UnnamedCreates(b); n != want {
+				t.Fatalf("%d objects created as unnamed files, want %d", n, want)
+			}
+		})
+	}
 }
 
 // Nothing a key can say reaches outside the root, even with a symlink

@@ -1,0 +1,8 @@
+package filestore
+
+// UseTemporaryFiles makes b take Create's portable path (a temporary file
+// linked to its name) as on a system without unnamed files.
+func UseTemporaryFiles(b *Bucket) { b.noUnnamed.Store(true) }
+
+// UnnamedCreates is the number of objects b created as unnamed files.
+func UnnamedCreates(b *Bucket) int64 { return b.unnamed.Load() }
