@@ -228,12 +228,20 @@ func (w *Worker) plan(ctx context.Context, recs []*worker.Record) *roundPlan {
 	if stateful {
 		st, byDoc = w.newDocState(), map[docKey]int{}
 		if loc, ok := w.spec.Projection.(Locator); ok {
+			rl, round := loc.(RoundLocator)
 			var refs []DocRef
 			for i := range recs {
 				if failed[i] || !w.spec.Projection.Handles(envs[i]) {
 					continue
 				}
-				if r, err := loc.Locate(envs[i]); err == nil {
+				var r []DocRef
+				var err error
+				if round {
+					r, err = rl.LocateRound(envs[i], st)
+				} else {
+					r, err = loc.Locate(envs[i])
+				}
+				if err == nil {
 					refs = append(refs, r...)
 				}
 			}
