@@ -237,13 +237,13 @@ func (p *Projection) Apply(ctx context.Context, e envelope.Envelope, store Store
 	applied[aggKey] = e.SequenceNumber
 	next["deleted"] = deleted
 	next["sluice"] = map[string]any{"applied": applied, "key": key, "event_id": e.EventID, "updated_at": e.OccurredAt.String()}
-	body, err := envelope.EncodeJSON(next)
+	body, err := encodeDoc(next)
 	if err != nil {
 		return nil, fmt.Errorf("projection %s: document %s: %w", p.spec.Name, docID, err)
 	}
 	version := cur.Version + 1
 	store.Put(scope, docID, projectionworker.Doc{Source: body, Version: version})
-	return []projectionworker.Op{{Scope: scope, ID: docID, Version: version, Doc: body}}, nil
+	return []projectionworker.Op{{Scope: scope, ID: docID, Version: version, Doc: body, Compact: true}}, nil
 }
 
 // eval evaluates one expression for the event; an expression that
