@@ -165,7 +165,7 @@ func (p *Projection) Apply(ctx context.Context, e envelope.Envelope, store Store
 	}
 	doc := map[string]any{}
 	if cur.Source != nil {
-		if err := decodeJSON(cur.Source, &doc); err != nil {
+		if err := decodeDoc(cur.Source, &doc); err != nil {
 			return nil, fmt.Errorf("projection %s: document %s is not a JSON object: %w", p.spec.Name, docID, err)
 		}
 	}
@@ -305,8 +305,6 @@ func (p *Projection) evalErr(pr *program, e envelope.Envelope, err error) error 
 
 // eventVars is the event as the expressions see it (celexpr.EventVars).
 func eventVars(e envelope.Envelope) (map[string]any, error) { return celexpr.EventVars(e) }
-
-func decodeJSON(b []byte, v any) error { return json.Unmarshal(b, v) }
 
 // asKey turns a key or document id value into a string.
 func asKey(v any) (string, error) {
