@@ -25,6 +25,19 @@ func (f *fieldMapping) isObject() bool {
 	return f.Type == "" || f.Type == "object" || f.Type == "nested"
 }
 
+// disabled reports `enabled: false` (an object field, or the whole
+// mapping): Elasticsearch keeps the value in _source but neither parses,
+// validates, maps nor indexes what is inside it, whatever its JSON type.
+func (f *fieldMapping) disabled() bool {
+	switch v := f.Params["enabled"].(type) {
+	case bool:
+		return !v
+	case string:
+		return v == "false"
+	}
+	return false
+}
+
 var knownFieldTypes = map[string]bool{
 	"text": true, "keyword": true, "long": true, "integer": true, "short": true, "byte": true,
 	"double": true, "float": true, "half_float": true, "scaled_float": true, "unsigned_long": true,
@@ -436,6 +449,9 @@ type mappingUpdate struct {
 // applyDynamic walks a document source, validates values against the
 // mapping and returns the new fields it introduces (not yet applied).
 func applyDynamic(root *fieldMapping, src map[string]any, id string) ([]mappingUpdate, *esError) {
+	if root.disabled() {
+		return nil, nil
+	}
 	var ups []mappingUpdate
 	err := walkDynamic(root, root, "", src, id, &ups, root.Dynamic)
 	return ups, err
@@ -499,6 +515,9 @@ func isMetadataField(k string) bool {
 }
 
 func checkValue(root, fm *fieldMapping, path string, v any, id string, ups *[]mappingUpdate, dyn string) *esError {
+	if fm != nil && fm.disabled() {
+		return nil // enabled: false: kept in _source only, nothing mapped inside
+	}
 	switch val := v.(type) {
 	case nil:
 		return nil

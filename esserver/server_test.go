@@ -301,6 +301,57 @@ func TestServerBehaviour(t *testing.T) {
 			want:   map[string]any{"hits.total.value": 1.0, "hits.hits.0._id": "1"},
 		},
 		{
+			// enabled: false (the projections' sluice bookkeeping): kept in
+			// _source, nothing inside is parsed, mapped or indexed.
+			name: "enabled false maps nothing inside",
+			setup: []call{
+				{"PUT", "/d", `{"mappings":{"properties":{"meta":{"type":"object","enabled":false},"n":{"type":"long"}}}}`},
+				{"PUT", "/d/_doc/1", `{"n":1,"meta":{"Order:o-1":3,"deep":{"x":"2026-01-01"}}}`},
+			},
+			call:   call{"GET", "/d/_mapping", ""},
+			status: 200,
+			want:   map[string]any{"d.mappings.properties.meta.enabled": false, "d.mappings.properties.meta.properties": nil, "d.mappings.properties.n.type": "long"},
+		},
+		{
+			name: "enabled false validates nothing inside",
+			setup: []call{
+				{"PUT", "/d", `{"mappings":{"properties":{"meta":{"type":"object","enabled":false}}}}`},
+			},
+			call:   call{"PUT", "/d/_doc/1", `{"meta":{"y":[1,"a",{"z":true}],"":0}}`},
+			status: 201,
+			want:   map[string]any{"result": "created"},
+		},
+		{
+			name: "enabled false accepts any value and keeps it",
+			setup: []call{
+				{"PUT", "/d", `{"mappings":{"properties":{"meta":{"type":"object","enabled":false}}}}`},
+				{"PUT", "/d/_doc/1", `{"meta":"not an object"}`},
+			},
+			call:   call{"GET", "/d/_doc/1", ""},
+			status: 200,
+			want:   map[string]any{"found": true, "_source.meta": "not an object"},
+		},
+		{
+			name: "enabled false fields are not searchable",
+			setup: []call{
+				{"PUT", "/d", `{"mappings":{"properties":{"meta":{"type":"object","enabled":false}}}}`},
+				{"PUT", "/d/_doc/1?refresh=true", `{"meta":{"k":"v"}}`},
+			},
+			call:   call{"POST", "/d/_search", `{"query":{"term":{"meta.k":"v"}}}`},
+			status: 200,
+			want:   map[string]any{"hits.total.value": 0.0},
+		},
+		{
+			name: "enabled false on the whole mapping",
+			setup: []call{
+				{"PUT", "/d", `{"mappings":{"enabled":false}}`},
+				{"PUT", "/d/_doc/1", `{"a":{"b":1},"c":"x"}`},
+			},
+			call:   call{"GET", "/d/_mapping", ""},
+			status: 200,
+			want:   map[string]any{"d.mappings.properties": nil, "d.mappings.enabled": false},
+		},
+		{
 			name: "atomic aliases failure leaves state",
 			setup: []call{
 				{"PUT", "/a1", `{"aliases":{"cur":{}}}`},

@@ -150,8 +150,11 @@ func encodeItem(it BulkItem) ([]byte, error) {
 	}
 	out.WriteString("}}\n")
 	// Compact: the document must be one line (custom projections may
-	// return indented JSON); this also rejects invalid JSON.
-	if err := json.Compact(out, it.Op.Doc); err != nil {
+	// return indented JSON); this also rejects invalid JSON. A document
+	// the projection encoded compactly itself (Op.Compact) is copied.
+	if it.Op.Compact {
+		out.Write(it.Op.Doc)
+	} else if err := json.Compact(out, it.Op.Doc); err != nil {
 		return nil, fmt.Errorf("projectionworker: document of %s: %w", it.Op.ID, err)
 	}
 	out.WriteByte('\n')

@@ -88,6 +88,11 @@ type Op struct {
 	// Doc is the document body, a JSON object. Deletes are tombstones:
 	// a versioned document that says it is deleted.
 	Doc json.RawMessage
+	// Compact says that Doc is already valid compact JSON, as json.Compact
+	// leaves it (the projection encoded it itself): the worker writes it
+	// as it is instead of compacting and checking it again. Leave it false
+	// for a document that comes from elsewhere.
+	Compact bool
 }
 
 var nameRE = regexp.MustCompile(`^` + envelope.NamePattern + `$`)

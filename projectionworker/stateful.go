@@ -67,6 +67,9 @@ type DocState struct {
 	w       *Worker
 	read    map[docKey]Doc             // as stored when the round read it
 	overlay map[docKey]json.RawMessage // the round's state, per document written
+	// notes are what a RoundLocator computed for an event of the round
+	// (by event id), for its ProjectState.
+	notes map[string]any
 	// The current event's undo log and the documents it read.
 	undo    []undo
 	touched []docKey
@@ -180,6 +183,28 @@ func isStateful(p Projection) bool {
 	return ok
 }
 
+// TakeNote returns what SetNote kept for the event eventID in this round,
+// and forgets it: a note serves one projection of its event.
+func (s *DocState) TakeNote(eventID string) (any, bool) {
+	v, ok := s.notes[eventID]
+	if ok {
+		delete(s.notes, eventID)
+	}
+	return v, ok
+}
+
+// SetNote keeps v for the event eventID until the round ends: a
+// RoundLocator keeps what it computed to name the event's documents, so
+// that ProjectState of the same event does not compute it again. A note
+// is the event's alone (a round holds at most one record of an
+// aggregate, so one of an event).
+func (s *DocState) SetNote(eventID string, v any) {
+	if s.notes == nil {
+		s.notes = map[string]any{}
+	}
+	s.notes[eventID] = v
+}
+
 // DocRef names a document: its scope and id.
 type DocRef struct{ Scope, ID string }
 
@@ -189,6 +214,17 @@ type DocRef struct{ Scope, ID string }
 // the round's events, instead of one GET per document.
 type Locator interface {
 	Locate(e envelope.Envelope) ([]DocRef, error)
+}
+
+// RoundLocator is a Locator that computes, while it names an event's
+// documents, what ProjectState needs again (a declarative projection: the
+// event's variables, its key and document id): the worker calls
+// LocateRound instead of Locate, with the round's DocState, where the
+// projection keeps it (SetNote) for ProjectState of the same event
+// (TakeNote). The result must be what Locate returns.
+type RoundLocator interface {
+	Locator
+	LocateRound(e envelope.Envelope, st *DocState) ([]DocRef, error)
 }
 
 // prefetch reads the documents refs (those not read yet) with one _mget

@@ -227,20 +227,7 @@ func (w *Worker) plan(ctx context.Context, recs []*worker.Record) *roundPlan {
 	var byDoc map[docKey]int // stateful: document → its line
 	if stateful {
 		st, byDoc = w.newDocState(), map[docKey]int{}
-		if loc, ok := w.spec.Projection.(Locator); ok {
-			var refs []DocRef
-			for i := range recs {
-				if failed[i] || !w.spec.Projection.Handles(envs[i]) {
-					continue
-				}
-				if r, err := loc.Locate(envs[i]); err == nil {
-					refs = append(refs, r...)
-				}
-			}
-			if err := st.prefetch(ctx, refs); err != nil {
-				w.log.Debug("projectionworker: reading the round's documents at once failed; reading them one by one", "err", err)
-			}
-		}
+		w.readRound(ctx, st, envs, failed)
 	}
 	for i := range recs {
 		if failed[i] {
@@ -291,6 +278,37 @@ func (w *Worker) plan(ctx context.Context, recs []*worker.Record) *roundPlan {
 		pl.out[i] = worker.BatchResult{Outcome: o}
 	}
 	return pl
+}
+
+// readRound reads the documents of a round's events with one _mget when
+// the projection names them from the events alone (Locator; a
+// RoundLocator keeps what it computed in st for ProjectState). A failure
+// leaves them to be read one by one.
+func (w *Worker) readRound(ctx context.Context, st *DocState, envs []envelope.Envelope, failed []bool) {
+	loc, ok := w.spec.Projection.(Locator)
+	if !ok {
+		return
+	}
+	rl, round := loc.(RoundLocator)
+	var refs []DocRef
+	for i := range envs {
+		if failed[i] || !w.spec.Projection.Handles(envs[i]) {
+			continue
+		}
+		var r []DocRef
+		var err error
+		if round {
+			r, err = rl.LocateRound(envs[i], st)
+		} else {
+			r, err = loc.Locate(envs[i])
+		}
+		if err == nil {
+			refs = append(refs, r...)
+		}
+	}
+	if err := st.prefetch(ctx, refs); err != nil {
+		w.log.Debug("projectionworker: reading the round's documents at once failed; reading them one by one", "err", err)
+	}
 }
 
 // encodeRound encodes one record's items; a stateful write of a document

@@ -452,16 +452,18 @@ func Mget(ctx context.Context, es *elasticsearch.Client, docs []DocAddr) ([]Mget
 	}
 	var mr struct {
 		Docs []struct {
-			Found   bool            `json:"found"`
-			Version int64           `json:"_version"`
-			Source  json.RawMessage `json:"_source"`
+			Found   bool           `json:"found"`
+			Version int64          `json:"_version"`
+			Source  jsontext.Value `json:"_source"`
 			Error   *struct {
 				Type   string `json:"type"`
 				Reason string `json:"reason"`
 			} `json:"error"`
 		} `json:"docs"`
 	}
-	if err := json.NewDecoder(res.Body).Decode(&mr); err != nil {
+	// encoding/json/v2's decoder, as DecodeBulkItems: the sources are
+	// taken as raw values, without v1's second scan of each.
+	if err := jsonv2.UnmarshalRead(res.Body, &mr, jsontext.AllowDuplicateNames(true), jsontext.AllowInvalidUTF8(true)); err != nil {
 		return nil, fmt.Errorf("readmodel: mget: %w", err)
 	}
 	if len(mr.Docs) != len(docs) {
@@ -473,7 +475,7 @@ func Mget(ctx context.Context, es *elasticsearch.Client, docs []DocAddr) ([]Mget
 			out[i].Err = &StatusError{Op: "mget", Status: http.StatusInternalServerError, Type: d.Error.Type, Reason: d.Error.Reason}
 			continue
 		}
-		out[i] = MgetDoc{Found: d.Found, Version: d.Version, Source: d.Source}
+		out[i] = MgetDoc{Found: d.Found, Version: d.Version, Source: json.RawMessage(d.Source)}
 	}
 	return out, nil
 }

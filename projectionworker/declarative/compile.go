@@ -55,8 +55,9 @@ type Projection struct {
 }
 
 var (
-	_ projectionworker.Stateful  = (*Projection)(nil)
-	_ projectionworker.Upcasting = (*Projection)(nil)
+	_ projectionworker.Stateful     = (*Projection)(nil)
+	_ projectionworker.Upcasting    = (*Projection)(nil)
+	_ projectionworker.RoundLocator = (*Projection)(nil)
 )
 
 // Upcaster brings an event to its type's latest schema version:

@@ -53,15 +53,61 @@ func (p *Projection) ProjectState(ctx context.Context, e envelope.Envelope, st *
 // (projectionworker.Locator): the worker reads the documents of a round
 // with one _mget.
 func (p *Projection) Locate(e envelope.Envelope) ([]projectionworker.DocRef, error) {
+	return p.LocateRound(e, nil)
+}
+
+// LocateRound is Locate that keeps the event as upcast, its variables, key
+// and document id in the round's state (projectionworker.RoundLocator):
+// ProjectState of the same event takes them instead of decoding the event
+// and evaluating the key again.
+func (p *Projection) LocateRound(e envelope.Envelope, st *projectionworker.DocState) ([]projectionworker.DocRef, error) {
+	l, err := p.locateEvent(e)
+	if err != nil {
+		return nil, err
+	}
+	if st != nil {
+		st.SetNote(e.EventID, l)
+	}
+	return []projectionworker.DocRef{{Scope: p.spec.Scope, ID: l.docID}}, nil
+}
+
+// locateEvent upcasts e and evaluates its key and document id.
+func (p *Projection) locateEvent(e envelope.Envelope) (*located, error) {
 	e, err := p.Upcast(context.Background(), e)
 	if err != nil {
 		return nil, err
 	}
-	_, docID, err := p.locate(e)
+	vars, docID, err := p.locate(e)
 	if err != nil {
 		return nil, err
 	}
-	return []projectionworker.DocRef{{Scope: p.spec.Scope, ID: docID}}, nil
+	return &located{e: e, vars: vars, docID: docID}, nil
+}
+
+// located is what LocateRound computed for an event (a DocState note).
+type located struct {
+	e     envelope.Envelope // as upcast
+	vars  *activation
+	docID string
+}
+
+// noteStore is a Store that keeps LocateRound's notes (DocState).
+type noteStore interface {
+	TakeNote(eventID string) (any, bool)
+}
+
+// takeLocated returns LocateRound's note for e in store, if any.
+func takeLocated(store Store, e envelope.Envelope) *located {
+	ns, ok := store.(noteStore)
+	if !ok {
+		return nil
+	}
+	v, ok := ns.TakeNote(e.EventID)
+	if !ok {
+		return nil
+	}
+	l, _ := v.(*located)
+	return l
 }
 
 // locate evaluates the key and the document id of e; vars holds the event
@@ -98,13 +144,18 @@ func (p *Projection) locate(e envelope.Envelope) (*activation, string, error) {
 // With upcast: latest, the event is read upcast to its type's latest
 // schema version (an event upcast already passes as it is).
 func (p *Projection) Apply(ctx context.Context, e envelope.Envelope, store Store) ([]projectionworker.Op, error) {
-	e, err := p.Upcast(ctx, e)
-	if err != nil {
-		return nil, err
-	}
-	vars, docID, err := p.locate(e)
-	if err != nil {
-		return nil, err
+	var vars *activation
+	var docID string
+	if l := takeLocated(store, e); l != nil {
+		e, vars, docID = l.e, l.vars, l.docID
+	} else {
+		var err error
+		if e, err = p.Upcast(ctx, e); err != nil {
+			return nil, err
+		}
+		if vars, docID, err = p.locate(e); err != nil {
+			return nil, err
+		}
 	}
 	key := vars.key
 	scope := p.spec.Scope
@@ -114,7 +165,7 @@ func (p *Projection) Apply(ctx context.Context, e envelope.Envelope, store Store
 	}
 	doc := map[string]any{}
 	if cur.Source != nil {
-		if err := decodeJSON(cur.Source, &doc); err != nil {
+		if err := decodeDoc(cur.Source, &doc); err != nil {
 			return nil, fmt.Errorf("projection %s: document %s is not a JSON object: %w", p.spec.Name, docID, err)
 		}
 	}
@@ -186,13 +237,13 @@ func (p *Projection) Apply(ctx context.Context, e envelope.Envelope, store Store
 	applied[aggKey] = e.SequenceNumber
 	next["deleted"] = deleted
 	next["sluice"] = map[string]any{"applied": applied, "key": key, "event_id": e.EventID, "updated_at": e.OccurredAt.String()}
-	body, err := envelope.EncodeJSON(next)
+	body, err := encodeDoc(next)
 	if err != nil {
 		return nil, fmt.Errorf("projection %s: document %s: %w", p.spec.Name, docID, err)
 	}
 	version := cur.Version + 1
 	store.Put(scope, docID, projectionworker.Doc{Source: body, Version: version})
-	return []projectionworker.Op{{Scope: scope, ID: docID, Version: version, Doc: body}}, nil
+	return []projectionworker.Op{{Scope: scope, ID: docID, Version: version, Doc: body, Compact: true}}, nil
 }
 
 // eval evaluates one expression for the event; an expression that
@@ -254,8 +305,6 @@ func (p *Projection) evalErr(pr *program, e envelope.Envelope, err error) error 
 
 // eventVars is the event as the expressions see it (celexpr.EventVars).
 func eventVars(e envelope.Envelope) (map[string]any, error) { return celexpr.EventVars(e) }
-
-func decodeJSON(b []byte, v any) error { return json.Unmarshal(b, v) }
 
 // asKey turns a key or document id value into a string.
 func asKey(v any) (string, error) {
