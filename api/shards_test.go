@@ -17,6 +17,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/sluicehq/sluice/eventstore"
+	"github.com/sluicehq/sluice/eventstore/eventstoretest"
 	"github.com/sluicehq/sluice/shared/crashpoint"
 	"github.com/sluicehq/sluice/shared/envelope"
 )
@@ -53,23 +54,11 @@ type logEvent struct {
 // late block: below 0 leaves out none).
 func (a *testAPI) committedIDs(t *testing.T, shard int, below int64) []string {
 	t.Helper()
-	rows, err := a.pool.Query(context.Background(), `SELECT event_id::text FROM sluice.appends
-		WHERE state = 'committed' AND NOT (shard = $1 AND position > $2 AND $2 >= 0) ORDER BY event_id`, shard, below)
+	ids, err := eventstoretest.CommittedIDs(context.Background(), a.pool, shard, below)
 	if err != nil {
 		t.Fatal(err)
 	}
-	var out []string
-	for rows.Next() {
-		var id string
-		if err := rows.Scan(&id); err != nil {
-			t.Fatal(err)
-		}
-		out = append(out, id)
-	}
-	if err := rows.Err(); err != nil {
-		t.Fatal(err)
-	}
-	return out
+	return ids
 }
 
 // checkOnce fails unless evs are exactly the committed events, each once,
@@ -152,8 +141,8 @@ func TestLogAndSubscribeAcrossShards(t *testing.T) {
 		lateDone <- err
 	}()
 	<-blocked
-	var latePos int64
-	if err := a.pool.QueryRow(ctx, `SELECT position FROM sluice.appends WHERE shard = $1 AND state = 'reserved'`, late).Scan(&latePos); err != nil {
+	latePos, err := eventstoretest.ReservedPosition(ctx, a.pool, late)
+	if err != nil {
 		t.Fatalf("the late reservation: %v", err)
 	}
 

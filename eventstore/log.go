@@ -221,6 +221,70 @@ func nextCursor(from Cursor, bounds []int64, cands, page []logCandidate, limit i
 	return Cursor{pos: next}
 }
 
+// logBounds returns, per shard, the position up to which a reader after
+// from may read (what is settled: nothing reserved at or below it).
+func (s *Store) logBounds(ctx context.Context, tx pgx.Tx, from Cursor) ([]int64, error) {
+	rows, err := tx.Query(ctx, sqlLogBounds, Replan, from.pos)
+	if err != nil {
+		return nil, fmt.Errorf("eventstore: log: %w", err)
+	}
+	defer rows.Close()
+	bounds := make([]int64, s.shards)
+	seen := 0
+	for rows.Next() {
+		var shard int
+		var bound int64
+		if err := rows.Scan(&shard, &bound); err != nil {
+			return nil, fmt.Errorf("eventstore: log: %w", err)
+		}
+		bounds[shard] = bound
+		seen++
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("eventstore: log: %w", err)
+	}
+	if seen != s.shards {
+		return nil, fmt.Errorf("eventstore: log: %d head rows for %d shards", seen, s.shards)
+	}
+	return bounds, nil
+}
+
+// logPageRows reads the index rows of the picked events, in page order.
+func logPageRows(ctx context.Context, tx pgx.Tx, picked []logCandidate) ([]indexRow, error) {
+	keyShards, keyPositions := make([]int32, len(picked)), make([]int64, len(picked))
+	at := make(map[[2]int64]int, len(picked))
+	for i, c := range picked {
+		keyShards[i], keyPositions[i] = int32(c.shard), c.position
+		at[[2]int64{int64(c.shard), c.position}] = i
+	}
+	rows, err := tx.Query(ctx, sqlLogRows, Replan, keyShards, keyPositions)
+	if err != nil {
+		return nil, fmt.Errorf("eventstore: log: %w", err)
+	}
+	defer rows.Close()
+	idx := make([]indexRow, len(picked))
+	got := 0
+	for rows.Next() {
+		r, err := scanIndexRow(rows)
+		if err != nil {
+			return nil, fmt.Errorf("eventstore: log: %w", err)
+		}
+		i, ok := at[[2]int64{int64(r.shard), r.position}]
+		if !ok {
+			return nil, fmt.Errorf("eventstore: log: unexpected row (%d, %d)", r.shard, r.position)
+		}
+		idx[i] = r
+		got++
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("eventstore: log: %w", err)
+	}
+	if got != len(picked) {
+		return nil, fmt.Errorf("eventstore: log: read %d of the page's %d rows", got, len(picked))
+	}
+	return idx, nil
+}
+
 // logShards is Log for a store of several shards.
 func (s *Store) logShards(ctx context.Context, q LogQuery) (LogPage, error) {
 	if q.Cursor.IsZero() && q.After > 0 {
@@ -236,27 +300,9 @@ func (s *Store) logShards(ctx context.Context, q LogQuery) (LogPage, error) {
 		return page, fmt.Errorf("eventstore: log: %w", err)
 	}
 	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
-	rows, err := tx.Query(ctx, sqlLogBounds, Replan, from.pos)
+	bounds, err := s.logBounds(ctx, tx, from)
 	if err != nil {
-		return page, fmt.Errorf("eventstore: log: %w", err)
-	}
-	bounds := make([]int64, s.shards)
-	seen := 0
-	for rows.Next() {
-		var shard int
-		var bound int64
-		if err := rows.Scan(&shard, &bound); err != nil {
-			rows.Close()
-			return page, fmt.Errorf("eventstore: log: %w", err)
-		}
-		bounds[shard] = bound
-		seen++
-	}
-	if err := rows.Err(); err != nil {
-		return page, fmt.Errorf("eventstore: log: %w", err)
-	}
-	if seen != s.shards {
-		return page, fmt.Errorf("eventstore: log: %d head rows for %d shards", seen, s.shards)
+		return page, err
 	}
 	var shards []int32
 	var afters, ends []int64
@@ -268,7 +314,7 @@ func (s *Store) logShards(ctx context.Context, q LogQuery) (LogPage, error) {
 	if len(shards) == 0 {
 		return page, nil
 	}
-	rows, err = tx.Query(ctx, sqlLogPrefix, Replan, shards, afters, ends, q.AggregateType, q.Limit)
+	rows, err := tx.Query(ctx, sqlLogPrefix, Replan, shards, afters, ends, q.AggregateType, q.Limit)
 	if err != nil {
 		return page, fmt.Errorf("eventstore: log: %w", err)
 	}
@@ -286,37 +332,9 @@ func (s *Store) logShards(ctx context.Context, q LogQuery) (LogPage, error) {
 		page.Next = next
 		return page, nil
 	}
-	keyShards, keyPositions := make([]int32, len(picked)), make([]int64, len(picked))
-	at := make(map[[2]int64]int, len(picked))
-	for i, c := range picked {
-		keyShards[i], keyPositions[i] = int32(c.shard), c.position
-		at[[2]int64{int64(c.shard), c.position}] = i
-	}
-	rows, err = tx.Query(ctx, sqlLogRows, Replan, keyShards, keyPositions)
+	idx, err := logPageRows(ctx, tx, picked)
 	if err != nil {
-		return page, fmt.Errorf("eventstore: log: %w", err)
-	}
-	idx := make([]indexRow, len(picked))
-	got := 0
-	for rows.Next() {
-		r, err := scanIndexRow(rows)
-		if err != nil {
-			rows.Close()
-			return page, fmt.Errorf("eventstore: log: %w", err)
-		}
-		i, ok := at[[2]int64{int64(r.shard), r.position}]
-		if !ok {
-			rows.Close()
-			return page, fmt.Errorf("eventstore: log: unexpected row (%d, %d)", r.shard, r.position)
-		}
-		idx[i] = r
-		got++
-	}
-	if err := rows.Err(); err != nil {
-		return page, fmt.Errorf("eventstore: log: %w", err)
-	}
-	if got != len(picked) {
-		return page, fmt.Errorf("eventstore: log: read %d of the page's %d rows", got, len(picked))
+		return page, err
 	}
 	_ = tx.Rollback(ctx)
 	evs, err := s.fetch(ctx, idx)

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -101,16 +102,7 @@ events; the cursor to resume after is printed last, on stderr ("cursor: …").`,
 			}
 			switch {
 			case byCursor:
-				var c eventstore.Cursor
-				if cursor != "" {
-					if c, err = eventstore.ParseCursor(cursor); err != nil {
-						return fmt.Errorf("--cursor: %w", err)
-					}
-				}
-				next, err := st.LogWalk(ctx, c, most, func(ev eventstore.Event, _ eventstore.Cursor) error {
-					print(ev)
-					return nil
-				})
+				next, err := catByCursor(ctx, st, cursor, most, print)
 				if err != nil {
 					return err
 				}
@@ -123,54 +115,15 @@ events; the cursor to resume after is printed last, on stderr ("cursor: …").`,
 				}
 				print(ev)
 			case aggID != "":
-				if aggType == "" {
-					return errors.New("--aggregate-id needs --aggregate-type")
-				}
-				if kind != "" && !envelope.Kind(kind).Valid() {
-					return fmt.Errorf("--kind %q: want command, domain or empty", kind)
-				}
-				if err := st.FindStream(ctx, aggType, aggID); err != nil {
+				if err := catStream(ctx, st, aggType, aggID, kind, fromSeq, toSeq, print); err != nil {
 					return err
-				}
-				evs, err := st.Stream(ctx, aggType, aggID, fromSeq, toSeq, envelope.Kind(kind))
-				if err != nil {
-					return err
-				}
-				for _, ev := range evs {
-					print(ev)
 				}
 			default:
 				if err := oneShard(cmd, st); err != nil {
 					return err
 				}
-				if to != 0 && to < from {
-					return errors.New("--to must not be below --from")
-				}
-				after := max(from-1, 0)
-			pages:
-				for {
-					segs, err := st.Segments(ctx, after, 200)
-					if err != nil {
-						return err
-					}
-					if len(segs) == 0 {
-						break
-					}
-					for _, s := range segs {
-						if to != 0 && s.First > to {
-							break pages
-						}
-						evs, err := st.ReadSegment(ctx, s.Key)
-						if err != nil {
-							return err
-						}
-						for _, ev := range evs {
-							if ev.Envelope.Position >= from && (to == 0 || ev.Envelope.Position <= to) {
-								print(ev)
-							}
-						}
-						after = s.Last
-					}
+				if err := catPositions(ctx, st, from, to, print); err != nil {
+					return err
 				}
 			}
 			fmt.Fprintf(cmd.ErrOrStderr(), "%d events\n", n)
@@ -189,6 +142,74 @@ events; the cursor to resume after is printed last, on stderr ("cursor: …").`,
 	f.StringVar(&cursor, "cursor", "", "read the log after this cursor (a store of several shards: v1.N.P0.…; default the beginning)")
 	f.IntVar(&most, "limit", 0, "most events to print with --cursor (0: up to where every shard is settled)")
 	return cmd
+}
+
+// catByCursor prints the log after cursor (the beginning when empty), at
+// most most events (0: up to where every shard is settled), and returns
+// the cursor to resume after.
+func catByCursor(ctx context.Context, st *eventstore.Store, cursor string, most int, print func(eventstore.Event)) (eventstore.Cursor, error) {
+	var c eventstore.Cursor
+	if cursor != "" {
+		var err error
+		if c, err = eventstore.ParseCursor(cursor); err != nil {
+			return c, fmt.Errorf("--cursor: %w", err)
+		}
+	}
+	return st.LogWalk(ctx, c, most, func(ev eventstore.Event, _ eventstore.Cursor) error {
+		print(ev)
+		return nil
+	})
+}
+
+// catStream prints one aggregate's stream.
+func catStream(ctx context.Context, st *eventstore.Store, aggType, aggID, kind string, fromSeq, toSeq int64, print func(eventstore.Event)) error {
+	if aggType == "" {
+		return errors.New("--aggregate-id needs --aggregate-type")
+	}
+	if kind != "" && !envelope.Kind(kind).Valid() {
+		return fmt.Errorf("--kind %q: want command, domain or empty", kind)
+	}
+	if err := st.FindStream(ctx, aggType, aggID); err != nil {
+		return err
+	}
+	evs, err := st.Stream(ctx, aggType, aggID, fromSeq, toSeq, envelope.Kind(kind))
+	if err != nil {
+		return err
+	}
+	for _, ev := range evs {
+		print(ev)
+	}
+	return nil
+}
+
+// catPositions prints the log of a one-shard store from position from to
+// to (0: the head), read from the segments.
+func catPositions(ctx context.Context, st *eventstore.Store, from, to int64, print func(eventstore.Event)) error {
+	if to != 0 && to < from {
+		return errors.New("--to must not be below --from")
+	}
+	after := max(from-1, 0)
+	for {
+		segs, err := st.Segments(ctx, after, 200)
+		if err != nil || len(segs) == 0 {
+			return err
+		}
+		for _, s := range segs {
+			if to != 0 && s.First > to {
+				return nil
+			}
+			evs, err := st.ReadSegment(ctx, s.Key)
+			if err != nil {
+				return err
+			}
+			for _, ev := range evs {
+				if ev.Envelope.Position >= from && (to == 0 || ev.Envelope.Position <= to) {
+					print(ev)
+				}
+			}
+			after = s.Last
+		}
+	}
 }
 
 func newStoreReindexCmd() *cobra.Command {

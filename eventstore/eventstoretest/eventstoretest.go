@@ -214,3 +214,29 @@ func SeedCommands(ctx context.Context, pool *pgxpool.Pool, db, class string, n i
 	}
 	return first + n - 1, nil
 }
+
+// CommittedIDs returns the event ids of the committed rows, sorted,
+// leaving out those of shard after position below (a shard held at a late
+// block; below < 0 leaves out none).
+func CommittedIDs(ctx context.Context, pool *pgxpool.Pool, shard int, below int64) ([]string, error) {
+	rows, err := pool.Query(ctx, `SELECT event_id::text FROM sluice.appends
+		WHERE state = 'committed' AND NOT (shard = $1 AND position > $2 AND $2 >= 0) ORDER BY event_id`, shard, below)
+	if err != nil {
+		return nil, fmt.Errorf("eventstoretest: committed ids: %w", err)
+	}
+	ids, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return nil, fmt.Errorf("eventstoretest: committed ids: %w", err)
+	}
+	return ids, nil
+}
+
+// ReservedPosition returns the position of shard's one reserved row (a
+// group held between its reservation and its commit).
+func ReservedPosition(ctx context.Context, pool *pgxpool.Pool, shard int) (int64, error) {
+	var p int64
+	if err := pool.QueryRow(ctx, `SELECT position FROM sluice.appends WHERE shard = $1 AND state = 'reserved'`, shard).Scan(&p); err != nil {
+		return 0, fmt.Errorf("eventstoretest: reserved position of shard %d: %w", shard, err)
+	}
+	return p, nil
+}
