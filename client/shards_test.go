@@ -13,6 +13,7 @@ import (
 
 	"github.com/sluicehq/sluice/client"
 	"github.com/sluicehq/sluice/eventstore"
+	"github.com/sluicehq/sluice/internal/testenv"
 )
 
 // testShards is the number of shards of the sharded stores of these
@@ -623,4 +624,53 @@ func TestCursorOnOneShard(t *testing.T) {
 			}
 		})
 	}
+}
+
+// On a store of four shards a subscription live from the head keeps the
+// cursor the server announced (": subscribed after cursor …"): when the
+// server restarts before the first event, what was appended meanwhile in
+// every shard is delivered, once.
+func TestSubscribeAcrossShardsFromTheHead(t *testing.T) {
+	b := shardedBackend(t)
+	ctx := ctxT(t)
+	w := &writer{c: newClient(t, b.serve(nil)), typ: "Device"}
+	aggs := aggregatesByShard("Device", 1)
+	for _, shard := range aggs {
+		if _, err := w.add(ctx, shard[0], 2); err != nil { // before the subscription: not for it
+			t.Fatal(err)
+		}
+	}
+	var s seen
+	r := newRestartable(t, s.watch(nil)(b.handler))
+	subCtx, stop := context.WithCancel(ctx)
+	defer stop()
+	rc := subscribe(subCtx, newClient(t, r.url()), client.SubscribeOptions{
+		OnReconnect: func(error, int64, time.Duration) { s.reconnects.Add(1) }})
+	rc.ta.from(aggs, 3)
+	testenv.WaitFor(t, 10*time.Second, "the subscription at the head", func() bool { return s.heads.Load() > 0 })
+	n := s.reconnects.Load()
+	r.stop()
+	var want []string
+	for _, shard := range aggs { // while the subscription's server is down
+		ids, err := w.add(ctx, shard[0], 2)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want = append(want, ids...)
+	}
+	s.cutAndRefused(t, n)
+	r.start()
+	rc.await(t, ctx, "appended while the server was down", want)
+	// One event more in every shard closes the check (an event twice
+	// comes before its shard's last one).
+	var last []string
+	for _, shard := range aggs {
+		ids, err := w.add(ctx, shard[0], 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		last = append(last, ids...)
+	}
+	rc.await(t, ctx, "the last events", last)
+	rc.ta.exactly(t, "the subscription", append(want, last...))
 }
