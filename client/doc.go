@@ -14,9 +14,20 @@
 // 4xx is ever retried. Retries back off exponentially with jitter and
 // honour Retry-After, within the caller's context.
 //
+// The log is read by cursor (docs/api.md#the-log-cursor), on a store of
+// any number of shards: LogPage.NextCursor continues a read, and
+// Event.Cursor (every event a subscription delivers, the last event of a
+// log page) is the place after an event, to store and pass back as
+// LogOptions.Cursor or SubscribeOptions.Cursor. The client never
+// interprets a cursor: the server owns its format. On a store of one
+// shard the cursor is the log position and FromPosition works as before;
+// a store of several shards refuses FromPosition with a 400, returned as
+// a *ValidationError on Field "from_position".
+//
 // A subscription resumes after a disconnect, a server restart or the end
-// of a stream from the last log position it delivered (Last-Event-ID), so
-// it delivers every event of the log once and in order.
+// of a stream from the cursor of the last event it delivered
+// (Last-Event-ID), so it delivers every event of the log once, each
+// aggregate's in order (on a store of one shard: the log's order).
 //
 // Errors are typed where callers branch and wrap *Error, the API's problem
 // document: *ConflictError (409 optimistic_concurrency_conflict, with the

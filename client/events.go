@@ -151,6 +151,16 @@ type Event struct {
 	// Raw is the envelope byte for byte as the API sent it (the stored
 	// line, unless Latest upcast it).
 	Raw json.RawMessage `json:"-"`
+	// Cursor is the log cursor after this event, where the server gives
+	// one: on every event a subscription delivers (its SSE id) and on the
+	// last event of each log page (the page's NextCursor); empty on the
+	// other events of a log page and on stream reads. Store it once the
+	// event is handled and pass it back as SubscribeOptions.Cursor or
+	// LogOptions.Cursor: the read resumes after this event, missing
+	// nothing and repeating nothing, on a store of any number of shards.
+	// It is opaque (docs/api.md#the-log-cursor): keep it as the API
+	// spelt it; it is valid only for the store it came from.
+	Cursor string `json:"-"`
 }
 
 func parseEvents(raws []json.RawMessage) ([]Event, error) {
@@ -259,7 +269,19 @@ func (c *Client) ReadStream(ctx context.Context, aggregateType, aggregateID stri
 // LogOptions select a page (or, for ReadLog, the start) of the global
 // log.
 type LogOptions struct {
-	// FromPosition is the first position to read (0 or 1: the start).
+	// Cursor, when set, reads after it: a LogPage.NextCursor or an
+	// Event.Cursor this API gave, sent back as it was (the client never
+	// interprets it; docs/api.md#the-log-cursor). It works on a store of
+	// any number of shards. Empty (and no FromPosition): from the start
+	// of the log. A cursor of another store, or of another number of
+	// shards, is a *ValidationError (Field "cursor").
+	Cursor string
+	// FromPosition is the first position to read (0: the start). It
+	// serves a store of one shard only: a store of several shards has no
+	// global position and answers it 400 invalid_parameter, returned as a
+	// *ValidationError with Field "from_position"; read such a store by
+	// Cursor. Cursor and FromPosition together are refused likewise
+	// (Field "cursor").
 	FromPosition int64
 	// Limit is the page size (1..1000; 0: the API's default, 100).
 	Limit int
@@ -274,14 +296,29 @@ type LogOptions struct {
 // LogPage is one page of the log.
 type LogPage struct {
 	Events []Event
-	// NextFromPosition is where to continue: every position before it is
-	// final, so reading on from it misses nothing.
+	// NextCursor is where to continue, on a store of any number of
+	// shards: pass it as LogOptions.Cursor (or SubscribeOptions.Cursor).
+	// Every shard's positions up to it are final, so reading on from it
+	// misses nothing and repeats nothing. The last event of the page
+	// carries it too (Event.Cursor). Empty from a server that does not
+	// read by cursor.
+	NextCursor string
+	// NextFromPosition is, on a store of one shard, where to continue by
+	// position: every position before it is final. 0 on a store of
+	// several shards, whose API sends no global position (use
+	// NextCursor).
 	NextFromPosition int64
 }
 
-// ReadLogPage reads one page of the global log.
+// ReadLogPage reads one page of the global log: after o.Cursor, else
+// from o.FromPosition (a store of one shard only; a store of several
+// shards answers a *ValidationError on Field "from_position"), else from
+// the start.
 func (c *Client) ReadLogPage(ctx context.Context, o LogOptions) (*LogPage, error) {
 	q := url.Values{}
+	if o.Cursor != "" {
+		q.Set("cursor", o.Cursor)
+	}
 	if o.FromPosition > 0 {
 		q.Set("from_position", strconv.FormatInt(o.FromPosition, 10))
 	}
@@ -299,6 +336,7 @@ func (c *Client) ReadLogPage(ctx context.Context, o LogOptions) (*LogPage, error
 	var page struct {
 		Events           []json.RawMessage `json:"events"`
 		NextFromPosition int64             `json:"next_from_position"`
+		NextCursor       string            `json:"next_cursor"`
 	}
 	if err := decode(res, &page); err != nil {
 		return nil, err
@@ -307,18 +345,23 @@ func (c *Client) ReadLogPage(ctx context.Context, o LogOptions) (*LogPage, error
 	if err != nil {
 		return nil, err
 	}
-	return &LogPage{Events: evs, NextFromPosition: page.NextFromPosition}, nil
+	if n := len(evs); n > 0 {
+		evs[n-1].Cursor = page.NextCursor
+	}
+	return &LogPage{Events: evs, NextCursor: page.NextCursor, NextFromPosition: page.NextFromPosition}, nil
 }
 
-// ReadLog iterates over the global log from o.FromPosition to what is
-// final now, page by page, and stops when a page brings no progress (to
-// follow the log as it grows, use Subscribe). The iteration stops at the
+// ReadLog iterates over the global log from where o says (see
+// ReadLogPage) to what is final now, page by page, and stops when a page
+// brings no progress (to follow the log as it grows, use Subscribe). It
+// continues each page after the previous page's NextCursor, so it reads
+// a store of any number of shards (from a server that does not read by
+// cursor, by NextFromPosition). The last event of each page carries the
+// cursor to resume after it (Event.Cursor). The iteration stops at the
 // first error, which it yields.
 func (c *Client) ReadLog(ctx context.Context, o LogOptions) iter.Seq2[Event, error] {
 	return func(yield func(Event, error) bool) {
-		from := max(o.FromPosition, 1)
 		for {
-			o.FromPosition = from
 			page, err := c.ReadLogPage(ctx, o)
 			if err != nil {
 				yield(Event{}, err)
@@ -329,10 +372,17 @@ func (c *Client) ReadLog(ctx context.Context, o LogOptions) iter.Seq2[Event, err
 					return
 				}
 			}
-			if page.NextFromPosition <= from {
+			switch {
+			case page.NextCursor != "":
+				if page.NextCursor == o.Cursor {
+					return
+				}
+				o.Cursor, o.FromPosition = page.NextCursor, 0
+			case page.NextFromPosition > max(o.FromPosition, 1) && o.Cursor == "":
+				o.FromPosition = page.NextFromPosition
+			default:
 				return
 			}
-			from = page.NextFromPosition
 		}
 	}
 }

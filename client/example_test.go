@@ -82,8 +82,11 @@ func ExampleValidationError() {
 	// Output: validation_failed at events[0].event_type
 }
 
-// Follow the log from its start; the subscription reconnects by itself
-// and resumes after the last event delivered.
+// Follow the log from its start, on a store of any number of shards:
+// page through what is there by cursor, then subscribe after the last
+// page. The subscription reconnects by itself and resumes after the last
+// event delivered; storing ev.Cursor once an event is handled lets a
+// restarted process resume there too (pass it as the first cursor).
 func ExampleClient_Subscribe() {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -91,17 +94,35 @@ func ExampleClient_Subscribe() {
 	if err != nil {
 		log.Fatal(err)
 	}
+	handle := func(ev client.Event) {
+		fmt.Println(ev.AggregateType, ev.AggregateID, ev.SequenceNumber, ev.EventType)
+	}
+	cursor := "" // or the cursor stored by an earlier run
+	for {
+		page, err := c.ReadLogPage(ctx, client.LogOptions{Cursor: cursor, Limit: 500})
+		if err != nil {
+			log.Fatal(err)
+		}
+		for _, ev := range page.Events {
+			handle(ev)
+		}
+		if page.NextCursor == cursor {
+			break // caught up
+		}
+		cursor = page.NextCursor
+	}
 	opts := client.SubscribeOptions{
-		FromPosition: 1,
-		OnReconnect: func(err error, after int64, delay time.Duration) {
-			log.Printf("subscription: %v; resuming after %d in %s", err, after, delay)
+		Cursor: cursor,
+		OnReconnect: func(err error, _ int64, delay time.Duration) {
+			log.Printf("subscription: %v; resuming in %s", err, delay)
 		},
 	}
 	for ev, err := range c.Subscribe(ctx, opts) {
 		if err != nil {
 			log.Fatal(err) // the context ended, or the API refused (401, …)
 		}
-		fmt.Println(ev.Position, ev.AggregateType, ev.AggregateID, ev.EventType)
+		handle(ev)
+		cursor = ev.Cursor // store it to resume here after a restart
 	}
 }
 

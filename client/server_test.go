@@ -33,6 +33,8 @@ type backend struct {
 
 type backendOptions struct {
 	tokens []string
+	// shards is the store's number of shards (0: one).
+	shards int
 }
 
 func newBackend(t testing.TB, o backendOptions) *backend {
@@ -44,7 +46,7 @@ func newBackend(t testing.TB, o backendOptions) *backend {
 	}
 	t.Cleanup(func() { _ = bucket.Close() })
 	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
-	st, err := eventstore.New(eventstore.Config{GroupCommitMaxWait: 2 * time.Millisecond, GroupCommitMaxEvents: 500, AppendTimeout: 30 * time.Second},
+	st, err := eventstore.New(eventstore.Config{Shards: o.shards, GroupCommitMaxWait: 2 * time.Millisecond, GroupCommitMaxEvents: 500, AppendTimeout: 30 * time.Second},
 		eventstore.Deps{Pool: pool, Bucket: bucket, Logger: logger})
 	if err != nil {
 		t.Fatal(err)

@@ -25,8 +25,24 @@ type SubscribeOptions struct {
 	// Latest asks for each event upcast to its type's latest registered
 	// schema version (as=latest; docs/schemas.md#upcasting-on-read).
 	Latest bool
-	// FromPosition is the first log position to deliver; 0 starts at the
-	// head of the log (only what is appended from now on).
+	// Cursor, when set, starts after it: an Event.Cursor or a
+	// LogPage.NextCursor this API gave, sent back as it was (the client
+	// never interprets it; docs/api.md#the-log-cursor). It works on a
+	// store of any number of shards. A cursor of another store, or of
+	// another number of shards, ends the subscription with a
+	// *ValidationError (Field "cursor").
+	Cursor string
+	// FromPosition is the first log position to deliver. It serves a
+	// store of one shard only: a store of several shards has no global
+	// position and refuses it (400 invalid_parameter), so the
+	// subscription ends with a *ValidationError whose Field is
+	// "from_position"; subscribe to such a store by Cursor. Cursor and
+	// FromPosition together are refused likewise (Field "cursor").
+	//
+	// With neither Cursor nor FromPosition the subscription starts at the
+	// head of the log (only what is appended from now on). To read a
+	// store of several shards from its start, page through it with
+	// ReadLogPage (no Cursor) and subscribe after the last NextCursor.
 	FromPosition int64
 	// IdleTimeout ends a connection on which nothing (not even the
 	// server's keep-alive comment, every 15 s) arrived for this long, and
@@ -34,29 +50,37 @@ type SubscribeOptions struct {
 	IdleTimeout time.Duration
 	// OnReconnect, when set, is told of each disconnection before the
 	// subscription reconnects: why, after which position it resumes, and
-	// after how long.
+	// after how long. The position is known on a store of one shard
+	// only: it is -1 on a store of several shards (the subscription
+	// resumes after the Cursor of the last event it delivered) and
+	// before the server said where a subscription at the head starts.
 	OnReconnect func(err error, afterPosition int64, delay time.Duration)
 }
 
 // Subscribe follows the global log (or one aggregate type) over
-// Server-Sent Events: it catches up from o.FromPosition, then delivers
-// events as they are appended, until ctx ends or the loop breaks.
+// Server-Sent Events: it catches up from o.Cursor or o.FromPosition (else
+// it starts at the head), then delivers events as they are appended,
+// until ctx ends or the loop breaks. Each event carries the cursor after
+// it (Event.Cursor): store it to start a later subscription there.
 //
 // It survives disconnections: when the stream ends (a restart of the
 // server, a proxy timeout, a network failure, an "event: error" of the
-// server) it reconnects with backoff and Last-Event-ID set to the last
-// position delivered, so every event is delivered once and in order. It
-// yields an error, and stops, only when ctx ends (the context's error)
-// or the API refuses the subscription with a status that a retry cannot
-// change (401, 400, 422, 404: the *Error or typed error).
+// server) it reconnects with backoff and Last-Event-ID set to the cursor
+// after the last event delivered (on a store of one shard, its
+// position), so every event is delivered once, each aggregate's in
+// order, on a store of any number of shards. It yields an error, and
+// stops, only when ctx ends (the context's error) or the API refuses the
+// subscription with a status that a retry cannot change (401, 400, 422,
+// 404: the *Error or typed error) — FromPosition on a store of several
+// shards is such a 400 (a *ValidationError on Field "from_position").
 func (c *Client) Subscribe(ctx context.Context, o SubscribeOptions) iter.Seq2[Event, error] {
 	return func(yield func(Event, error) bool) {
-		s := &subscription{c: c, o: o, last: -1, b: c.poll.backoff()}
+		s := &subscription{c: c, o: o, pos: -1, b: c.poll.backoff()}
 		if s.o.IdleTimeout <= 0 {
 			s.o.IdleTimeout = 45 * time.Second
 		}
-		if o.FromPosition > 0 {
-			s.last = o.FromPosition - 1
+		if o.Cursor == "" && o.FromPosition > 0 {
+			s.pos = o.FromPosition - 1
 		}
 		for {
 			delivered, err := s.connect(ctx, yield)
@@ -80,7 +104,7 @@ func (c *Client) Subscribe(ctx context.Context, o SubscribeOptions) iter.Seq2[Ev
 				wait = max(d, s.retryHint)
 			}
 			if o.OnReconnect != nil {
-				o.OnReconnect(err, s.last, wait)
+				o.OnReconnect(err, s.pos, wait)
 			}
 			t := time.NewTimer(wait)
 			select {
@@ -102,9 +126,14 @@ var ErrStreamEnded = errors.New("the server ended the event stream")
 type subscription struct {
 	c *Client
 	o SubscribeOptions
-	// last is the position after which the next connection starts (-1:
-	// at the head, not known yet).
-	last      int64
+	// last is the cursor after which the next connection resumes, as the
+	// server spelt it (an SSE id, or the cursor of its "subscribed after"
+	// comment); "" until the server gave one: the first connection then
+	// starts where the options say.
+	last string
+	// pos is last as a position, for OnReconnect, when the server speaks
+	// of positions (a store of one shard); -1 otherwise.
+	pos       int64
 	retryHint time.Duration
 	b         *backoff.ExponentialBackOff
 	// stopped is set when the consumer broke out of the loop.
@@ -112,7 +141,8 @@ type subscription struct {
 }
 
 // connect runs one connection until it ends; delivered says whether it
-// delivered an event (or learnt the head), which resets the backoff.
+// delivered an event (or learnt where it starts), which resets the
+// backoff.
 func (s *subscription) connect(ctx context.Context, yield func(Event, error) bool) (delivered bool, err error) {
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
@@ -123,8 +153,18 @@ func (s *subscription) connect(ctx context.Context, yield func(Event, error) boo
 	}
 	setLatest(q, s.o.Latest)
 	r := request{method: http.MethodGet, path: path, query: q, header: http.Header{}}
-	if s.last >= 0 {
-		r.header.Set("Last-Event-ID", strconv.FormatInt(s.last, 10))
+	if s.last != "" {
+		// Resuming: after the last event delivered, whatever the options.
+		r.header.Set("Last-Event-ID", s.last)
+	} else {
+		// The first connection (or a retry of one that learnt nothing):
+		// where the options say, checked by the server.
+		if s.o.Cursor != "" {
+			q.Set("cursor", s.o.Cursor)
+		}
+		if s.o.FromPosition > 0 {
+			q.Set("from_position", strconv.FormatInt(s.o.FromPosition, 10))
+		}
 	}
 	req, err := s.c.newHTTPRequest(ctx, r)
 	if err != nil {
@@ -156,6 +196,11 @@ func (s *subscription) connect(ctx context.Context, yield func(Event, error) boo
 	var id, event string
 	var data bytes.Buffer
 	hasID := false
+	// positions: this stream's ids are log positions (a store of one
+	// shard), so OnReconnect can name one; until the server's first
+	// comment says otherwise ("subscribed after cursor …": several
+	// shards), as from a server from before shards.
+	positions := true
 	for {
 		line, err := rd.ReadBytes('\n')
 		if err != nil {
@@ -170,23 +215,21 @@ func (s *subscription) connect(ctx context.Context, yield func(Event, error) boo
 		idle.Reset(s.o.IdleTimeout)
 		line = bytes.TrimRight(line, "\r\n")
 		if len(line) == 0 { // dispatch
-			if hasID && event != "error" {
-				if n, perr := strconv.ParseInt(id, 10, 64); perr == nil && data.Len() > 0 {
-					var ev Event
-					raw := json.RawMessage(bytes.Clone(data.Bytes()))
-					if err := json.Unmarshal(raw, &ev); err != nil {
-						return delivered, &transportError{err: fmt.Errorf("decode event at position %d: %w", n, err)}
-					}
-					ev.Raw = raw
-					if ev.Position == 0 {
-						ev.Position = n
-					}
-					delivered = true
-					s.last = n
-					if !yield(ev, nil) {
-						s.stopped = true
-						return delivered, nil
-					}
+			if hasID && id != "" && event != "error" && data.Len() > 0 {
+				var ev Event
+				raw := json.RawMessage(bytes.Clone(data.Bytes()))
+				if err := json.Unmarshal(raw, &ev); err != nil {
+					return delivered, &transportError{err: fmt.Errorf("decode the event before cursor %s: %w", id, err)}
+				}
+				ev.Raw, ev.Cursor = raw, id
+				delivered = true
+				s.last = id
+				if positions {
+					s.pos = ev.Position
+				}
+				if !yield(ev, nil) {
+					s.stopped = true
+					return delivered, nil
 				}
 			} else if event == "error" {
 				return delivered, &transportError{err: fmt.Errorf("the server ended the stream with an error: %s", data.String())}
@@ -199,13 +242,19 @@ func (s *subscription) connect(ctx context.Context, yield func(Event, error) boo
 		value = bytes.TrimPrefix(value, []byte(" "))
 		switch string(field) {
 		case "": // a comment
-			// ": subscribed after position N" tells where a subscription
-			// that started at the head stands, so that a reconnection
-			// before its first event misses nothing.
-			if rest, ok := bytes.CutPrefix(value, []byte("subscribed after position ")); ok && s.last < 0 {
-				if n, err := strconv.ParseInt(string(bytes.TrimSpace(rest)), 10, 64); err == nil {
-					s.last = n
+			// ": subscribed after position N" (one shard) or ": subscribed
+			// after cursor C" (several) tells where the stream starts, so
+			// that a reconnection before the first event resumes there
+			// (a subscription at the head misses nothing).
+			if rest, ok := bytes.CutPrefix(value, []byte("subscribed after ")); ok {
+				kind, cur, _ := bytes.Cut(bytes.TrimSpace(rest), []byte(" "))
+				positions = string(kind) == "position"
+				if s.last == "" && len(cur) > 0 {
+					s.last = string(cur)
 					delivered = true
+					if n, err := strconv.ParseInt(s.last, 10, 64); err == nil && positions {
+						s.pos = n
+					}
 				}
 			}
 		case "id":

@@ -28,7 +28,8 @@ func endEach(d time.Duration, conns *atomic.Int32) func(http.Handler) http.Handl
 
 // seen is what a test sees of a subscription: its reconnections
 // (OnReconnect) and the streams on which the server said where the head
-// stands (": subscribed after position N").
+// stands (": subscribed after position N", or "cursor C" on a store of
+// several shards).
 type seen struct {
 	reconnects, heads atomic.Int32
 }
@@ -62,7 +63,7 @@ type headWriter struct {
 
 func (w *headWriter) Write(b []byte) (int, error) {
 	n, err := w.ResponseWriter.Write(b)
-	if bytes.Contains(b, []byte("subscribed after position ")) {
+	if bytes.Contains(b, []byte("subscribed after ")) { // position N, or cursor C on several shards
 		w.heads.Add(1)
 	}
 	return n, err
