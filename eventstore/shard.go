@@ -60,6 +60,14 @@ func (e *ShardsMismatchError) Error() string {
 		e.Stored, e.Where, e.Configured, e.Stored, e.Configured)
 }
 
+// HTTPStatus is 503: the store refuses to serve until the deployment's
+// configuration is fixed. Like a credential mistake, it is the
+// deployment's, never a record's, so shared/failure classifies it as an
+// outage: a worker pauses with readiness red instead of dead-lettering
+// every command it appends (a Store that opened during a Postgres outage
+// finds a mismatch only later, in the background).
+func (e *ShardsMismatchError) HTTPStatus() int { return http.StatusServiceUnavailable }
+
 // ShardsNotSupportedError: a reader of the log by one global position met
 // a store of more than one shard. Per-shard support is issue 33 item 3
 // (the relay) and item 4 (the log reads, subscriptions, store cat, verify,
@@ -271,8 +279,12 @@ SELECT h.shard, coalesce(m.p, 0) FROM sluice.log_head h
 
 // Heads returns the highest committed position of every shard, for any
 // number of shards (Head is the one-shard form). It also serves as the
-// API's readiness probe of the index.
+// API's readiness probe of the index: until the store's layout is
+// checked, and after it was refused, it answers what appends answer.
 func (s *Store) Heads(ctx context.Context) ([]ShardHead, error) {
+	if err := s.layoutChecked(); err != nil {
+		return nil, err
+	}
 	rows, err := s.pool.Query(ctx, sqlHeads, Replan)
 	if err != nil {
 		return nil, fmt.Errorf("eventstore: heads: %w", err)

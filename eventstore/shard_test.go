@@ -18,6 +18,7 @@ import (
 	"github.com/sluicehq/sluice/eventstore/objstore/filestore"
 	"github.com/sluicehq/sluice/internal/testenv"
 	"github.com/sluicehq/sluice/shared/envelope"
+	"github.com/sluicehq/sluice/shared/failure"
 )
 
 // ShardOf is part of the store's format: every stored event's shard
@@ -849,6 +850,17 @@ func TestLayoutCheckedAfterPostgresReturns(t *testing.T) {
 				t.Fatalf("append once Postgres is back: %v", last)
 			case c.created != c.opened && (!errors.As(last, &me) || me.Stored != c.created || me.Configured != c.opened):
 				t.Fatalf("append once Postgres is back: %v, want a *ShardsMismatchError %d/%d", last, c.created, c.opened)
+			}
+			// The readiness probe says what appends say, and a refusal is
+			// the deployment's: an outage to the callers' classification
+			// (a worker pauses, it does not dead-letter every command).
+			_, herr := s.Heads(ctxT(t))
+			switch {
+			case c.created == c.opened && herr != nil:
+				t.Fatalf("Heads once the layout is checked: %v", herr)
+			case c.created != c.opened && (!errors.As(herr, &me) || failure.Classify(ctxT(t), last) != failure.Outage):
+				t.Fatalf("Heads after the refusal: %v (append's error classified %v), want the *ShardsMismatchError, an outage",
+					herr, failure.Classify(ctxT(t), last))
 			}
 		})
 	}
