@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 )
@@ -50,7 +51,8 @@ func ShardOf(aggregateType, aggregateID string, n int) int {
 type ShardsMismatchError struct {
 	Stored, Configured int
 	// Where says where the stored number was found: the index
-	// (sluice.eventstore_layout) or a segment key (Reindex).
+	// (sluice.eventstore_layout) or a segment key (Reindex; New on an
+	// index that holds nothing yet).
 	Where string
 }
 
@@ -59,6 +61,14 @@ func (e *ShardsMismatchError) Error() string {
 		"set EVENT_STORE_SHARDS=%d, or replay the events into a new store of %d shards (docs/scale-out.md#changing-the-number-of-shards)",
 		e.Stored, e.Where, e.Configured, e.Stored, e.Configured)
 }
+
+// HTTPStatus is 503: the store refuses to serve until the deployment's
+// configuration is fixed. Like a credential mistake, it is the
+// deployment's, never a record's, so shared/failure classifies it as an
+// outage: a worker pauses with readiness red instead of dead-lettering
+// every command it appends (a Store that opened during a Postgres outage
+// finds a mismatch only later, in the background).
+func (e *ShardsMismatchError) HTTPStatus() int { return http.StatusServiceUnavailable }
 
 // ShardsNotSupportedError: a reader of the log by one global position met
 // a store of more than one shard. Per-shard support is issue 33 item 3
@@ -127,10 +137,13 @@ ins AS (
 )
 SELECT coalesce((SELECT shards FROM existing), (SELECT shards FROM ins))`
 
-// sqlReadLayout reads the recorded number of shards (NULL: none yet) and
-// how many head rows there are; a plain read, so that a store opened with
-// read-only credentials on an existing index writes nothing.
-const sqlReadLayout = `SELECT (SELECT shards FROM sluice.eventstore_layout WHERE singleton), (SELECT count(*) FROM sluice.log_head)`
+// sqlReadLayout reads the recorded number of shards (NULL: none yet), how
+// many head rows there are and whether the index holds nothing (sqlLayout's
+// test); a plain read, so that a store opened with read-only credentials
+// on an existing index writes nothing.
+const sqlReadLayout = `SELECT (SELECT shards FROM sluice.eventstore_layout WHERE singleton), (SELECT count(*) FROM sluice.log_head),
+  NOT (EXISTS (SELECT 1 FROM sluice.appends) OR EXISTS (SELECT 1 FROM sluice.sequences)
+       OR EXISTS (SELECT 1 FROM sluice.log_head WHERE next_position > 1))`
 
 // sqlHeadRows makes sure every shard has its head row.
 const sqlHeadRows = `INSERT INTO sluice.log_head (shard, next_position) SELECT s, 1 FROM generate_series(0, $1::int - 1) AS s ON CONFLICT (shard) DO NOTHING`
@@ -141,8 +154,24 @@ const sqlHeadRows = `INSERT INTO sluice.log_head (shard, next_position) SELECT s
 func (s *Store) openLayout(ctx context.Context, configured int) (int, error) {
 	var stored *int
 	var heads int
-	if err := s.pool.QueryRow(ctx, sqlReadLayout).Scan(&stored, &heads); err != nil {
+	var empty bool
+	if err := s.pool.QueryRow(ctx, sqlReadLayout).Scan(&stored, &heads, &empty); err != nil {
 		return 0, fmt.Errorf("eventstore: read the store's layout: %w", err)
+	}
+	if stored == nil && empty {
+		// An empty index over a bucket that holds segments (a lost index
+		// to rebuild with Reindex): their keys say the store's number of
+		// shards, and recording another would refuse the right one later.
+		var mismatch *ShardsMismatchError
+		if err := s.bucketAgrees(ctx, configured); errors.As(err, &mismatch) {
+			return 0, err
+		} else if err != nil {
+			// Best effort: an object store that does not answer does not
+			// hold the store's opening (nor its appends, which answer the
+			// outage themselves).
+			s.log.Warn("eventstore: could not list the bucket's segments; recording the configured number of shards",
+				"shards", configured, "err", err)
+		}
 	}
 	for attempt := 0; stored == nil && attempt < 3; attempt++ {
 		if err := s.pool.QueryRow(ctx, sqlLayout, configured).Scan(&stored); err != nil {
@@ -161,6 +190,32 @@ func (s *Store) openLayout(ctx context.Context, configured int) (int, error) {
 		}
 	}
 	return *stored, nil
+}
+
+// layoutListTimeout bounds bucketAgrees's listing, within New's openTimeout.
+const layoutListTimeout = 2 * time.Second
+
+// bucketAgrees refuses, with a *ShardsMismatchError, a configured number
+// of shards that the first segment of the bucket contradicts: the
+// segments of one index are all of its layout.
+func (s *Store) bucketAgrees(ctx context.Context, configured int) error {
+	ctx, cancel := context.WithTimeout(ctx, layoutListTimeout)
+	defer cancel()
+	page, err := s.bucket.List(ctx, SegmentPrefix, "", 1000)
+	if err != nil {
+		return fmt.Errorf("eventstore: read the store's layout: list the bucket's segments: %w", err)
+	}
+	for _, o := range page {
+		n, err := parseSegmentName(o.Key)
+		if err != nil {
+			continue // not a segment (Reindex skips it too)
+		}
+		if n.shards != configured {
+			return &ShardsMismatchError{Stored: n.shards, Configured: configured, Where: "segment " + o.Key + " in the bucket"}
+		}
+		return nil
+	}
+	return nil
 }
 
 // segmentName is what a segment key says: for one shard the block of
@@ -271,8 +326,12 @@ SELECT h.shard, coalesce(m.p, 0) FROM sluice.log_head h
 
 // Heads returns the highest committed position of every shard, for any
 // number of shards (Head is the one-shard form). It also serves as the
-// API's readiness probe of the index.
+// API's readiness probe of the index: until the store's layout is
+// checked, and after it was refused, it answers what appends answer.
 func (s *Store) Heads(ctx context.Context) ([]ShardHead, error) {
+	if err := s.layoutChecked(); err != nil {
+		return nil, err
+	}
 	rows, err := s.pool.Query(ctx, sqlHeads, Replan)
 	if err != nil {
 		return nil, fmt.Errorf("eventstore: heads: %w", err)

@@ -18,6 +18,7 @@ import (
 	"github.com/sluicehq/sluice/eventstore/objstore/filestore"
 	"github.com/sluicehq/sluice/internal/testenv"
 	"github.com/sluicehq/sluice/shared/envelope"
+	"github.com/sluicehq/sluice/shared/failure"
 )
 
 // ShardOf is part of the store's format: every stored event's shard
@@ -597,8 +598,9 @@ func TestShardsFixedAtCreation(t *testing.T) {
 
 // Reindex rebuilds the index of a store of four shards from its segments
 // alone: in place, and on a wiped schema (layout and heads included) it
-// reproduces every row, sequence and head. A store opened with another
-// number of shards refuses to rebuild from them and changes nothing.
+// reproduces every row, sequence and head. Another number of shards is
+// refused over those segments — by New on the empty index, recording
+// nothing, and by Reindex — and nothing changes.
 func TestShardedReindex(t *testing.T) {
 	const shards = 4
 	e := newEnv(t)
@@ -657,9 +659,25 @@ func TestShardedReindex(t *testing.T) {
 	})
 	t.Run("another number of shards refuses", func(t *testing.T) {
 		wipe(t)
-		s1 := e.store(t, shardedConfig(1)) // a new, empty index: records one shard
-		_, err := s1.Reindex(ctxT(t))
+		// On the empty index, New already refuses: the bucket's segments
+		// say four. It records nothing, so that the right number still
+		// opens (a store of one recorded here would refuse it for good).
+		_, err := New(shardedConfig(1), Deps{Pool: e.pool, Bucket: e.bucket})
 		var me *ShardsMismatchError
+		if !errors.As(err, &me) || me.Stored != shards || me.Configured != 1 || !strings.Contains(err.Error(), "in the bucket") {
+			t.Fatalf("New with one shard over four shards' segments: %v", err)
+		}
+		var recorded int
+		if err := e.pool.QueryRow(ctxT(t), `SELECT count(*) FROM sluice.eventstore_layout`).Scan(&recorded); err != nil || recorded != 0 {
+			t.Fatalf("%d layout rows (%v) after the refusal, want none", recorded, err)
+		}
+		// A store of one shard recorded anyway (its own index) refuses to
+		// rebuild from another layout's segments, and changes nothing.
+		if _, err := e.pool.Exec(ctxT(t), `INSERT INTO sluice.eventstore_layout (shards) VALUES (1)`); err != nil {
+			t.Fatal(err)
+		}
+		s1 := e.store(t, shardedConfig(1))
+		_, err = s1.Reindex(ctxT(t))
 		if !errors.As(err, &me) || me.Stored != shards || me.Configured != 1 || !strings.Contains(err.Error(), "segment segments/n4/") {
 			t.Fatalf("Reindex of four shards' segments by a store of one: %v", err)
 		}
@@ -849,6 +867,17 @@ func TestLayoutCheckedAfterPostgresReturns(t *testing.T) {
 				t.Fatalf("append once Postgres is back: %v", last)
 			case c.created != c.opened && (!errors.As(last, &me) || me.Stored != c.created || me.Configured != c.opened):
 				t.Fatalf("append once Postgres is back: %v, want a *ShardsMismatchError %d/%d", last, c.created, c.opened)
+			}
+			// The readiness probe says what appends say, and a refusal is
+			// the deployment's: an outage to the callers' classification
+			// (a worker pauses, it does not dead-letter every command).
+			_, herr := s.Heads(ctxT(t))
+			switch {
+			case c.created == c.opened && herr != nil:
+				t.Fatalf("Heads once the layout is checked: %v", herr)
+			case c.created != c.opened && (!errors.As(herr, &me) || failure.Classify(ctxT(t), last) != failure.Outage):
+				t.Fatalf("Heads after the refusal: %v (append's error classified %v), want the *ShardsMismatchError, an outage",
+					herr, failure.Classify(ctxT(t), last))
 			}
 		})
 	}

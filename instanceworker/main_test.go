@@ -34,6 +34,7 @@ import (
 	"github.com/sluicehq/sluice/eventstore/objstore/backend"
 	"github.com/sluicehq/sluice/instanceworker"
 	"github.com/sluicehq/sluice/internal/testenv"
+	"github.com/sluicehq/sluice/migrations"
 	"github.com/sluicehq/sluice/pipeline/sluiceconfig"
 	"github.com/sluicehq/sluice/readmodel"
 	"github.com/sluicehq/sluice/shared/claim"
@@ -246,11 +247,19 @@ func (e *env) startInProcessWith(extra map[string]string, health *observability.
 	if err != nil {
 		e.t.Fatal(err)
 	}
+	// The store on a database of its own (EVENT_STORE_DATABASE_URL) gets a
+	// pool of its own, as the service's wiring gives it.
+	storePool := pool
+	if u := cfg.Postgres.URLOf(migrations.RoleStore); u != cfg.Postgres.URL.Value() {
+		if storePool, err = pgxpool.New(context.Background(), u); err != nil {
+			e.t.Fatal(err)
+		}
+	}
 	bucket, err := backend.Open(context.Background(), cfg.EventStore)
 	if err != nil {
 		e.t.Fatal(err)
 	}
-	store, err := eventstore.New(cfg.EventStore, eventstore.Deps{Pool: pool, Bucket: bucket})
+	store, err := eventstore.New(cfg.EventStore, eventstore.Deps{Pool: storePool, Bucket: bucket})
 	if err != nil {
 		e.t.Fatal(err)
 	}
@@ -270,7 +279,7 @@ func (e *env) startInProcessWith(extra map[string]string, health *observability.
 	if err != nil {
 		e.t.Fatal(err)
 	}
-	return svc, testenv.RunInBackground(e.t, "worker", svc.Run, func() { _ = store.Close() }, pool.Close)
+	return svc, testenv.RunInBackground(e.t, "worker", svc.Run, func() { _ = store.Close() }, storePool.Close, pool.Close)
 }
 
 // startProcess runs the worker as a real process (the test binary

@@ -105,6 +105,11 @@ func TestWorkPerCommand(t *testing.T) {
 	// its appends (two round trips each); the start-up, the pause flag
 	// and the topics a few more. n/4 leaves room for rounds of a few
 	// commands each and fails at one query per command.
+	if pg < int64(bulks) {
+		// at least a claim per round: a counter that counts nothing would
+		// pass the bound below
+		t.Errorf("%d rounds counted %d Postgres round trips: the tracer does not count", bulks, pg)
+	}
 	if limit := int64(n / 4); pg > limit {
 		t.Errorf("%d commands took %d Postgres round trips, want at most %d: a query per command", n, pg, limit)
 	}

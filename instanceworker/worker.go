@@ -24,7 +24,9 @@
 //     reset, timed out, 429, 502, 503, 504: shared/failure) is returned as
 //     worker.Outage, so the runtime pauses instead of spending attempts,
 //     and readiness is red while it lasts (Availability); it is never a
-//     dead letter.
+//     dead letter. So is an outage of the event store (its Postgres, its
+//     object storage: storeFailure), which may be down alone when the
+//     store has a server of its own.
 //   - APPLIED means applied: a command is applied only when its domain event
 //     is stored. When the instance document cannot be written after that
 //     for a reason retrying cannot fix (a mapping conflict), the command is
@@ -341,7 +343,7 @@ func (w *Worker) loadFrom(ctx context.Context, c command, g readmodel.GetResult)
 	if from <= k-1 {
 		evs, err := w.store.Stream(ctx, envelope.AggregateTypeInstance, c.env.AggregateID, from, k-1, envelope.KindDomain)
 		if err != nil {
-			return cur, worker.Retryable(fmt.Errorf("read domain stream: %w", err))
+			return cur, storeFailure(ctx, fmt.Errorf("read domain stream: %w", err))
 		}
 		cur.fold(evs)
 	}
@@ -596,7 +598,7 @@ func (w *Worker) appendResult(ctx context.Context, c command, ev envelope.Envelo
 	case errors.As(err, &mm):
 		stored, gerr := w.store.ByEventID(ctx, ev.EventID)
 		if gerr != nil {
-			return eventstore.Event{}, worker.Retryable(fmt.Errorf("read stored domain event: %w", gerr))
+			return eventstore.Event{}, storeFailure(ctx, fmt.Errorf("read stored domain event: %w", gerr))
 		}
 		se := stored.Envelope
 		if cause, _ := se.Metadata.String(envelope.MetaCausationID); cause == e.EventID && se.AggregateID == e.AggregateID &&
@@ -614,7 +616,22 @@ func (w *Worker) appendResult(ctx context.Context, c command, ev envelope.Envelo
 	case errors.As(err, &slot), errors.As(err, &ve), errors.As(err, &ce):
 		return eventstore.Event{}, worker.Permanent(fmt.Errorf("append domain event: %w", err))
 	}
-	return eventstore.Event{}, worker.Retryable(fmt.Errorf("append domain event: %w", err))
+	return eventstore.Event{}, storeFailure(ctx, fmt.Errorf("append domain event: %w", err))
+}
+
+// storeFailure classifies a failed call to the event store
+// (docs/failures.md): an outage of its Postgres or of its object storage
+// is worker.Outage, so the runtime pauses, spends no attempt and
+// dead-letters nothing (the store's server may be down alone:
+// docs/scale-out.md#when-one-server-is-down); a refusal retrying cannot
+// fix is permanent; anything else is retried within the budget.
+func storeFailure(ctx context.Context, err error) error {
+	dep := failure.Postgres // the store's index, unless the chain names object storage
+	var ue *eventstore.UnavailableError
+	if errors.As(err, &ue) && ue.Dependency != "" {
+		dep = ue.Dependency
+	}
+	return worker.Classified(ctx, dep, err)
 }
 
 // compactObject checks that b is a JSON object and compacts it.
