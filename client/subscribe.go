@@ -146,32 +146,10 @@ type subscription struct {
 func (s *subscription) connect(ctx context.Context, yield func(Event, error) bool) (delivered bool, err error) {
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
-	path := "/v1/log/subscribe"
-	q := url.Values{}
-	if s.o.AggregateType != "" {
-		q.Set("aggregate_type", s.o.AggregateType)
-	}
-	setLatest(q, s.o.Latest)
-	r := request{method: http.MethodGet, path: path, query: q, header: http.Header{}}
-	if s.last != "" {
-		// Resuming: after the last event delivered, whatever the options.
-		r.header.Set("Last-Event-ID", s.last)
-	} else {
-		// The first connection (or a retry of one that learnt nothing):
-		// where the options say, checked by the server.
-		if s.o.Cursor != "" {
-			q.Set("cursor", s.o.Cursor)
-		}
-		if s.o.FromPosition > 0 {
-			q.Set("from_position", strconv.FormatInt(s.o.FromPosition, 10))
-		}
-	}
-	req, err := s.c.newHTTPRequest(ctx, r)
+	req, err := s.newRequest(ctx)
 	if err != nil {
 		return false, err
 	}
-	req.Header.Set("Accept", "text/event-stream")
-	req.Header.Set("Cache-Control", "no-store")
 	// The watchdog ends a connection that went quiet (no keep-alive).
 	idle := time.AfterFunc(s.o.IdleTimeout, func() {
 		cancel(fmt.Errorf("no data for %s", s.o.IdleTimeout))
@@ -192,7 +170,44 @@ func (s *subscription) connect(ctx context.Context, yield func(Event, error) boo
 	if ct := resp.Header.Get("Content-Type"); !strings.HasPrefix(ct, "text/event-stream") {
 		return false, &transportError{err: fmt.Errorf("the subscription replied with Content-Type %q, not text/event-stream", ct)}
 	}
-	rd := bufio.NewReaderSize(resp.Body, 64<<10)
+	return s.readStream(ctx, resp.Body, idle, yield)
+}
+
+// newRequest is the request of the next connection: resuming after the
+// last event delivered, or the first one where the options say.
+func (s *subscription) newRequest(ctx context.Context) (*http.Request, error) {
+	q := url.Values{}
+	if s.o.AggregateType != "" {
+		q.Set("aggregate_type", s.o.AggregateType)
+	}
+	setLatest(q, s.o.Latest)
+	r := request{method: http.MethodGet, path: "/v1/log/subscribe", query: q, header: http.Header{}}
+	if s.last != "" {
+		// Resuming: after the last event delivered, whatever the options.
+		r.header.Set("Last-Event-ID", s.last)
+	} else {
+		// The first connection (or a retry of one that learnt nothing):
+		// where the options say, checked by the server.
+		if s.o.Cursor != "" {
+			q.Set("cursor", s.o.Cursor)
+		}
+		if s.o.FromPosition > 0 {
+			q.Set("from_position", strconv.FormatInt(s.o.FromPosition, 10))
+		}
+	}
+	req, err := s.c.newHTTPRequest(ctx, r)
+	if err != nil {
+		return nil, err
+	}
+	req.Header.Set("Accept", "text/event-stream")
+	req.Header.Set("Cache-Control", "no-store")
+	return req, nil
+}
+
+// readStream reads the event stream of one connection, yielding each
+// event, until it ends.
+func (s *subscription) readStream(ctx context.Context, body io.Reader, idle *time.Timer, yield func(Event, error) bool) (delivered bool, err error) {
+	rd := bufio.NewReaderSize(body, 64<<10)
 	var id, event string
 	var data bytes.Buffer
 	hasID := false
@@ -242,20 +257,8 @@ func (s *subscription) connect(ctx context.Context, yield func(Event, error) boo
 		value = bytes.TrimPrefix(value, []byte(" "))
 		switch string(field) {
 		case "": // a comment
-			// ": subscribed after position N" (one shard) or ": subscribed
-			// after cursor C" (several) tells where the stream starts, so
-			// that a reconnection before the first event resumes there
-			// (a subscription at the head misses nothing).
-			if rest, ok := bytes.CutPrefix(value, []byte("subscribed after ")); ok {
-				kind, cur, _ := bytes.Cut(bytes.TrimSpace(rest), []byte(" "))
-				positions = string(kind) == "position"
-				if s.last == "" && len(cur) > 0 {
-					s.last = string(cur)
-					delivered = true
-					if n, err := strconv.ParseInt(s.last, 10, 64); err == nil && positions {
-						s.pos = n
-					}
-				}
+			if s.startComment(value, &positions) {
+				delivered = true
 			}
 		case "id":
 			id, hasID = string(value), true
@@ -272,4 +275,26 @@ func (s *subscription) connect(ctx context.Context, yield func(Event, error) boo
 			}
 		}
 	}
+}
+
+// startComment reads a comment: ": subscribed after position N" (one
+// shard) or ": subscribed after cursor C" (several) tells where the stream
+// starts, so that a reconnection before the first event resumes there (a
+// subscription at the head misses nothing). It sets positions to whether
+// the stream's ids are positions, and reports whether it learnt the start.
+func (s *subscription) startComment(value []byte, positions *bool) bool {
+	rest, ok := bytes.CutPrefix(value, []byte("subscribed after "))
+	if !ok {
+		return false
+	}
+	kind, cur, _ := bytes.Cut(bytes.TrimSpace(rest), []byte(" "))
+	*positions = string(kind) == "position"
+	if s.last != "" || len(cur) == 0 {
+		return false
+	}
+	s.last = string(cur)
+	if n, err := strconv.ParseInt(s.last, 10, 64); err == nil && *positions {
+		s.pos = n
+	}
+	return true
 }
