@@ -138,11 +138,21 @@ INSERT INTO sluice.log_head AS h (shard, next_position)
 SELECT g.s, coalesce((SELECT max(a.position) FROM sluice.appends a WHERE a.shard = g.s), 0) + 1
   FROM generate_series(0, $1::int - 1) AS g(s)
 ON CONFLICT (shard) DO UPDATE SET next_position = greatest(h.next_position, EXCLUDED.next_position)
-RETURNING next_position`, s.shards)
+RETURNING shard, next_position`, s.shards)
 	if err != nil {
 		return rep, fmt.Errorf("eventstore: reindex: log_head: %w", err)
 	}
-	if rep.NextPositions, err = pgx.CollectRows(rows, pgx.RowTo[int64]); err != nil {
+	// RETURNING's order is not the insert's: place each by its shard.
+	rep.NextPositions = make([]int64, s.shards)
+	var shard int
+	var next int64
+	if _, err := pgx.ForEachRow(rows, []any{&shard, &next}, func() error {
+		if shard < 0 || shard >= s.shards {
+			return fmt.Errorf("head row of shard %d in a store of %d shards", shard, s.shards)
+		}
+		rep.NextPositions[shard] = next
+		return nil
+	}); err != nil {
 		return rep, fmt.Errorf("eventstore: reindex: log_head: %w", err)
 	}
 	rep.NextPosition = rep.NextPositions[0]

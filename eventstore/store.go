@@ -169,13 +169,14 @@ func (s *Store) Append(ctx context.Context, envs ...envelope.Envelope) ([]Result
 // written into results at the item's index; the call fails with ErrClosed
 // after Close, or with ctx's error (the items may still be committed).
 func (s *Store) submit(ctx context.Context, items []*item, results []Result) ([]Result, error) {
-	if err := s.layoutChecked(); err != nil {
-		return nil, err
-	}
 	s.mu.RLock()
 	if s.closed {
 		s.mu.RUnlock()
 		return nil, ErrClosed
+	}
+	if err := s.layoutChecked(); err != nil {
+		s.mu.RUnlock()
+		return nil, err
 	}
 	select {
 	case s.in <- items:
