@@ -120,22 +120,18 @@ func (r *Relay) Held() []int {
 	return out
 }
 
-// notify passes a commit-stream notification to the shards led now: each
-// reads its head in its next cycle (no commit hints for a store of more
-// than one shard: a notification names blocks of several shards).
+// notify passes a commit-stream notification to the leader of its shard
+// (a Resync to every shard led here): it reads its head in its next cycle.
+// There are no commit hints over a store of more than one shard: a
+// block's segment is named after the group's lowest shard, which the
+// notification does not say.
 func (s *sharded) notify(n eventstore.Notification) {
-	kind := "resync"
-	switch n.Kind {
-	case eventstore.Reserved:
-		kind = "reserved"
-	case eventstore.Committed:
-		kind = "committed"
-	case eventstore.Abandoned:
-		kind = "abandoned"
-	}
 	for _, u := range s.running() {
-		u.m.notes.WithLabelValues(kind).Inc()
-		if kind == "reserved" {
+		if n.Kind != eventstore.Resync && u.shard != n.Shard {
+			continue
+		}
+		u.m.notes.WithLabelValues(n.Kind.String()).Inc()
+		if n.Kind == eventstore.Reserved {
 			continue
 		}
 		u.hints.missed.Store(true)
