@@ -4,6 +4,7 @@ import (
 	"context"
 	"net/http"
 	"sort"
+	"strings"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
@@ -64,6 +65,23 @@ type RelayView struct {
 	Epoch      int64     `json:"epoch,omitempty"`
 	LeaseState string    `json:"lease_state"` // held, expired, none
 	PendingGap int       `json:"pending_gaps"`
+	// Shards is every shard's part on a store of more than one shard,
+	// which has a relay leader per shard (docs/relay.md#shards); the
+	// fields above are then their sums (checkpoint, lag, pending gaps),
+	// the holders (leader), the highest epoch, and "held" only when every
+	// shard's lease is.
+	Shards []RelayShardView `json:"shards,omitempty"`
+}
+
+// RelayShardView is one shard's relay: its checkpoint, lag and lease.
+type RelayShardView struct {
+	Shard      int    `json:"shard"`
+	Checkpoint int64  `json:"checkpoint"`
+	Found      bool   `json:"found"`
+	Lag        int64  `json:"lag"`
+	Leader     string `json:"leader,omitempty"`
+	Epoch      int64  `json:"epoch,omitempty"`
+	LeaseState string `json:"lease_state"`
 }
 
 // GroupView is one worker group's lag per partition.
@@ -181,6 +199,10 @@ func (s *Server) overviewStore(ctx context.Context, ov *Overview) {
 func (s *Server) overviewRelay(ctx context.Context, ov *Overview) {
 	cfg := s.opts.Process
 	ov.Relay = RelayView{Name: cfg.Relay.Name, LeaseState: "none"}
+	if st := s.opts.Store; st != nil && st.Shards() > 1 && s.opts.Bucket != nil {
+		s.overviewRelayShards(ctx, ov)
+		return
+	}
 	if s.opts.Bucket != nil {
 		cp, _, found, err := relay.NewCheckpointStore(s.opts.Bucket, cfg.Relay.CheckpointKey).Load(ctx)
 		if err != nil {
@@ -198,6 +220,51 @@ func (s *Server) overviewRelay(ctx context.Context, ov *Overview) {
 			ov.Relay.LeaseState = "expired"
 		}
 	}
+	if n, err := relay.NewParkedStore(s.opts.StorePool).Count(ctx, cfg.Relay.Name); err != nil {
+		ov.fail("parked", err)
+	} else {
+		ov.Parked.Parked = n
+	}
+}
+
+// overviewRelayShards is overviewRelay on a store of more than one shard:
+// every shard's checkpoint and lease (relay.Statuses) and their sums.
+func (s *Server) overviewRelayShards(ctx context.Context, ov *Overview) {
+	cfg := s.opts.Process
+	sts, err := relay.Statuses(ctx, s.opts.Store, s.opts.Bucket, s.opts.StorePool, cfg.Relay)
+	if err != nil {
+		ov.fail("relay", err)
+		return
+	}
+	holders := map[string]bool{}
+	var names []string
+	ov.Relay.Found, ov.Relay.LeaseState = true, "held"
+	for _, st := range sts {
+		v := RelayShardView{Shard: st.Shard, Checkpoint: st.Checkpoint.Position, Found: st.Found, Lag: st.Lag(), LeaseState: "none"}
+		if st.LeaseFound {
+			v.Leader, v.Epoch, v.LeaseState = st.Lease.Holder, st.Lease.Epoch, "held"
+			if st.Lease.Expired {
+				v.LeaseState = "expired"
+			}
+			if !holders[v.Leader] && !st.Lease.Expired {
+				holders[v.Leader] = true
+				names = append(names, v.Leader)
+			}
+		}
+		ov.Relay.Shards = append(ov.Relay.Shards, v)
+		ov.Relay.Found = ov.Relay.Found && st.Found
+		ov.Relay.Checkpoint += v.Checkpoint
+		ov.Relay.Lag += v.Lag
+		ov.Relay.PendingGap += len(st.Checkpoint.PendingGaps)
+		ov.Relay.Epoch = max(ov.Relay.Epoch, v.Epoch)
+		if st.Checkpoint.UpdatedAt.After(ov.Relay.UpdatedAt) {
+			ov.Relay.UpdatedAt = st.Checkpoint.UpdatedAt
+		}
+		if v.LeaseState != "held" && ov.Relay.LeaseState == "held" {
+			ov.Relay.LeaseState = v.LeaseState
+		}
+	}
+	ov.Relay.Leader = strings.Join(names, ",")
 	if n, err := relay.NewParkedStore(s.opts.StorePool).Count(ctx, cfg.Relay.Name); err != nil {
 		ov.fail("parked", err)
 	} else {

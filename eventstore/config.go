@@ -25,7 +25,7 @@ type Config struct {
 	IdempotencyMismatchMode string        `env:"EVENT_STORE_IDEMPOTENCY_MISMATCH_MODE" envDefault:"error" doc:"Same event_id with a different payload: error (reject with a conflict) or warn (log and return the stored event)."`
 	SequenceAllocatorMode   string        `env:"EVENT_STORE_SEQUENCE_ALLOCATOR_MODE" envDefault:"postgres" doc:"postgres (the store assigns sequence numbers atomically) or off (the caller supplies sequence_number)."`
 	AppendTimeout           time.Duration `env:"EVENT_STORE_APPEND_TIMEOUT" envDefault:"30s" doc:"Age after which a reserved-but-uncommitted append is treated as crashed (relay repair/abandon)."`
-	Shards                  int           `env:"EVENT_STORE_SHARDS" envDefault:"1" doc:"Shards of the log (1 to 1024): an aggregate lives in one shard, each shard has its own head and positions. Fixed when the store is created (recorded in the index); a store opened with another number is refused (docs/scale-out.md#changing-the-number-of-shards). 1 is the layout of a store from before shards. Above 1 the log is read by cursor (docs/api.md#the-log-cursor), and the relay and its operator tools refuse the store until issue 33 item 3."`
+	Shards                  int           `env:"EVENT_STORE_SHARDS" envDefault:"1" doc:"Shards of the log (1 to 1024): an aggregate lives in one shard, each shard has its own head and positions. Fixed when the store is created (recorded in the index); a store opened with another number is refused (docs/scale-out.md#changing-the-number-of-shards). 1 is the layout of a store from before shards. Above 1 the log is read by cursor (docs/api.md#the-log-cursor), and the relay has a leader per shard (docs/relay.md#shards)."`
 	// The EVENT_STORE_MAX_* envelope limits.
 	envelope.Limits
 

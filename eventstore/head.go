@@ -35,13 +35,23 @@ type HeadClock struct {
 }
 
 // HeadWithClock returns Head and the database clock in one round trip.
-// A store of more than one shard answers *ShardsNotSupportedError.
+// A store of more than one shard answers *ShardsNotSupportedError
+// (ShardLog(i).HeadWithClock serves one shard).
 func (s *Store) HeadWithClock(ctx context.Context) (HeadClock, error) {
 	if err := s.readerByPosition("HeadWithClock (the log's one head)"); err != nil {
 		return HeadClock{}, err
 	}
+	return s.ShardLog(0).HeadWithClock(ctx)
+}
+
+// HeadWithClock returns the shard's Head and the database clock in one
+// round trip.
+func (l ShardLog) HeadWithClock(ctx context.Context) (HeadClock, error) {
+	if err := l.checked(); err != nil {
+		return HeadClock{}, err
+	}
 	var h HeadClock
-	err := s.pool.QueryRow(ctx, `SELECT coalesce(max(position), 0), now() FROM sluice.appends WHERE shard = 0 AND state = '`+StateCommitted+`'`, Replan).Scan(&h.Position, &h.Now)
+	err := l.s.pool.QueryRow(ctx, `SELECT coalesce(max(position), 0), now() FROM sluice.appends WHERE shard = $1 AND state = '`+StateCommitted+`'`, Replan, l.shard).Scan(&h.Position, &h.Now)
 	if err != nil {
 		return HeadClock{}, fmt.Errorf("eventstore: head: %w", err)
 	}
@@ -51,15 +61,24 @@ func (s *Store) HeadWithClock(ctx context.Context) (HeadClock, error) {
 // PositionAt returns the position before the first event committed at or
 // after t (a reader that starts after it starts at that event), or the last
 // reserved position when nothing was committed since t. A store of more
-// than one shard answers *ShardsNotSupportedError.
+// than one shard answers *ShardsNotSupportedError (ShardLog(i).PositionAt
+// serves one shard).
 func (s *Store) PositionAt(ctx context.Context, t time.Time) (int64, error) {
 	if err := s.readerByPosition("PositionAt (a global position)"); err != nil {
 		return 0, err
 	}
+	return s.ShardLog(0).PositionAt(ctx, t)
+}
+
+// PositionAt is Store.PositionAt in the shard's positions.
+func (l ShardLog) PositionAt(ctx context.Context, t time.Time) (int64, error) {
+	if err := l.checked(); err != nil {
+		return 0, err
+	}
 	var p int64
-	err := s.pool.QueryRow(ctx, `SELECT coalesce(
-  (SELECT min(position) - 1 FROM sluice.appends WHERE shard = 0 AND state = '`+StateCommitted+`' AND committed_at >= $1),
-  (SELECT next_position - 1 FROM sluice.log_head WHERE shard = 0))`, t).Scan(&p)
+	err := l.s.pool.QueryRow(ctx, `SELECT coalesce(
+  (SELECT min(position) - 1 FROM sluice.appends WHERE shard = $2 AND state = '`+StateCommitted+`' AND committed_at >= $1),
+  (SELECT next_position - 1 FROM sluice.log_head WHERE shard = $2))`, t, l.shard).Scan(&p)
 	if err != nil {
 		return 0, fmt.Errorf("eventstore: position at %s: %w", t.Format(time.RFC3339), err)
 	}

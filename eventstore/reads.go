@@ -115,15 +115,66 @@ func (s *Store) one(ctx context.Context, what, sql string, args ...any) (Event, 
 // abandoned; relay lag is Head minus the relay checkpoint.
 //
 // Head reads the log by one global position: a store of more than one
-// shard answers *ShardsNotSupportedError (Heads serves any number).
+// shard answers *ShardsNotSupportedError (Heads serves any number;
+// ShardLog(i).Head one shard's).
 func (s *Store) Head(ctx context.Context) (int64, error) {
 	if err := s.readerByPosition("Head (the log's one head)"); err != nil {
 		return 0, err
 	}
+	return s.ShardLog(0).Head(ctx)
+}
+
+// ShardLog is the log of one shard of a store: its positions 1, 2, … and
+// the readers by position the relay's leader of that shard needs (its
+// head, head with the database clock, position at a time, index rows and
+// segments). In a store of one shard, ShardLog(0) is the whole log and its
+// readers are the Store's readers by global position (Head, HeadWithClock,
+// PositionAt, Index, Segments), which call it. Get one with
+// Store.ShardLog; a shard outside 0..Shards()-1 answers
+// *ShardOutOfRangeError from every reader.
+type ShardLog struct {
+	s     *Store
+	shard int
+}
+
+// ShardOutOfRangeError: a ShardLog reader was asked for a shard the store
+// does not have.
+type ShardOutOfRangeError struct {
+	Shard, Shards int
+}
+
+func (e *ShardOutOfRangeError) Error() string {
+	return fmt.Sprintf("eventstore: shard %d: the store has %d shard(s), 0..%d", e.Shard, e.Shards, e.Shards-1)
+}
+
+// ShardLog returns the log of shard i (0 <= i < Shards()).
+func (s *Store) ShardLog(i int) ShardLog { return ShardLog{s: s, shard: i} }
+
+// Shard is the shard this log reads.
+func (l ShardLog) Shard() int { return l.shard }
+
+// checked is the precondition of every reader: the store's layout is
+// checked (layoutChecked) and the shard exists.
+func (l ShardLog) checked() error {
+	if err := l.s.layoutChecked(); err != nil {
+		return err
+	}
+	if l.shard < 0 || l.shard >= l.s.shards {
+		return &ShardOutOfRangeError{Shard: l.shard, Shards: l.s.shards}
+	}
+	return nil
+}
+
+// Head returns the shard's highest committed position (0 when none):
+// Store.Head for one shard.
+func (l ShardLog) Head(ctx context.Context) (int64, error) {
+	if err := l.checked(); err != nil {
+		return 0, err
+	}
 	var head int64
-	err := s.pool.QueryRow(ctx, `SELECT coalesce(max(position), 0) FROM sluice.appends WHERE shard = 0 AND state = '`+StateCommitted+`'`, Replan).Scan(&head)
+	err := l.s.pool.QueryRow(ctx, `SELECT coalesce(max(position), 0) FROM sluice.appends WHERE shard = $1 AND state = '`+StateCommitted+`'`, Replan, l.shard).Scan(&head)
 	if err != nil {
-		return 0, fmt.Errorf("eventstore: head: %w", err)
+		return 0, fmt.Errorf("eventstore: head of shard %d: %w", l.shard, err)
 	}
 	return head, nil
 }
@@ -135,25 +186,99 @@ func (s *Store) Head(ctx context.Context) (int64, error) {
 // under segments/ whose key is not a segment key are skipped with a warning.
 //
 // A store of more than one shard answers *ShardsNotSupportedError: its
-// segments are not in the order of one position (issue 33 items 3 and 4).
+// segments are not in the order of one position (ShardLog(i).Segments
+// lists one shard's through the index).
 func (s *Store) Segments(ctx context.Context, afterPosition int64, limit int) ([]SegmentInfo, error) {
 	if err := s.readerByPosition("Segments (the listing by global position)"); err != nil {
 		return nil, err
 	}
+	return s.ShardLog(0).list(ctx, afterPosition, limit)
+}
+
+// Segments returns up to limit segments holding positions of this shard
+// after afterPosition, in the order of the shard's positions.
+//
+// In a store of one shard it is Store.Segments: the object listing after
+// afterPosition. In a store of more shards a segment holds the blocks of
+// many shards and its key names only its lowest shard's, so the listing
+// cannot find a shard's segments in order; they are found through the
+// index instead: the shard's committed rows after afterPosition, in
+// position order, each naming its segment (a walk of the primary key
+// (shard, position) that reads the rows of the segments it returns and
+// no others, whatever the size of the store). First and Last are then the
+// shard's positions in the segment (First the first after afterPosition),
+// Shard is the shard, and Size and LastModified are not known (zero). A
+// segment written but not committed (its writer died between the PUT and
+// the commit) is not found here until a repair commits its rows
+// (Store.Repair; the relay repairs reservations older than the append
+// timeout).
+func (l ShardLog) Segments(ctx context.Context, afterPosition int64, limit int) ([]SegmentInfo, error) {
+	if err := l.checked(); err != nil {
+		return nil, err
+	}
+	if l.s.shards <= 1 {
+		return l.list(ctx, afterPosition, limit)
+	}
+	if limit <= 0 {
+		limit = 1000
+	}
+	const page = 2000
+	var out []SegmentInfo
+	after := max(afterPosition, 0)
+	for {
+		rows, err := l.s.pool.Query(ctx, `SELECT position, segment_key FROM sluice.appends
+			WHERE shard = $1 AND position > $2 AND state = '`+StateCommitted+`' ORDER BY position LIMIT $3`, Replan, l.shard, after, page)
+		if err != nil {
+			return nil, fmt.Errorf("eventstore: segments of shard %d: %w", l.shard, err)
+		}
+		n := 0
+		var pos int64
+		var key string
+		_, err = pgx.ForEachRow(rows, []any{&pos, &key}, func() error {
+			n++
+			after = pos
+			if k := len(out); k > 0 && out[k-1].Key == key && out[k-1].Last == pos-1 {
+				out[k-1].Last = pos
+				return nil
+			}
+			out = append(out, SegmentInfo{Key: key, First: pos, Last: pos, Shard: l.shard})
+			return nil
+		})
+		if err != nil {
+			return nil, fmt.Errorf("eventstore: segments of shard %d: %w", l.shard, err)
+		}
+		// The last segment may continue on the next page: stop once more
+		// than limit segments began (the extra one is complete up to where
+		// the next began) or the rows ran out.
+		if n < page {
+			break
+		}
+		if len(out) > limit {
+			break
+		}
+	}
+	if len(out) > limit {
+		out = out[:limit]
+	}
+	return out, nil
+}
+
+// list is the object listing of a store of one shard (Store.Segments).
+func (l ShardLog) list(ctx context.Context, afterPosition int64, limit int) ([]SegmentInfo, error) {
 	if limit <= 0 {
 		limit = 1000
 	}
 	var out []SegmentInfo
 	if afterPosition > 0 {
 		var key string
-		err := s.pool.QueryRow(ctx, `SELECT segment_key FROM sluice.appends WHERE shard = 0 AND position = $1 AND state = '`+StateCommitted+`'`, Replan, afterPosition+1).Scan(&key)
+		err := l.s.pool.QueryRow(ctx, `SELECT segment_key FROM sluice.appends WHERE shard = 0 AND position = $1 AND state = '`+StateCommitted+`'`, Replan, afterPosition+1).Scan(&key)
 		switch {
 		case errors.Is(err, pgx.ErrNoRows):
 		case err != nil:
 			return nil, fmt.Errorf("eventstore: segments: %w", err)
 		default:
 			if first, last, perr := ParseSegmentKey(key); perr == nil && first <= afterPosition {
-				oi, err := s.bucket.Stat(ctx, key)
+				oi, err := l.s.bucket.Stat(ctx, key)
 				if err != nil {
 					return nil, fmt.Errorf("eventstore: segments: %s: %w", key, err)
 				}
@@ -166,14 +291,14 @@ func (s *Store) Segments(ctx context.Context, afterPosition int64, limit int) ([
 		startAfter = ""
 	}
 	for len(out) < limit {
-		objs, err := s.bucket.List(ctx, SegmentPrefix, startAfter, limit-len(out))
+		objs, err := l.s.bucket.List(ctx, SegmentPrefix, startAfter, limit-len(out))
 		if err != nil {
 			return nil, fmt.Errorf("eventstore: segments: list: %w", err)
 		}
 		for _, o := range objs {
 			first, last, err := ParseSegmentKey(o.Key)
 			if err != nil {
-				s.log.Warn("eventstore: skipping an object under segments/ that is not a segment", "key", o.Key)
+				l.s.log.Warn("eventstore: skipping an object under segments/ that is not a segment", "key", o.Key)
 				continue
 			}
 			out = append(out, SegmentInfo{Key: o.Key, First: first, Last: last, Size: o.Size, LastModified: o.LastModified})
@@ -220,6 +345,9 @@ func (s *Store) ReadSegment(ctx context.Context, key string) ([]Event, error) {
 // IndexEntry is one row of the index (sluice.appends), for operators and
 // the relay's gap handling.
 type IndexEntry struct {
+	// Shard is the row's shard (0 in a store of one shard); Position is
+	// its position in that shard.
+	Shard          int
 	Position       int64
 	EventID        string
 	Kind           envelope.Kind
@@ -249,9 +377,18 @@ type IndexQuery struct {
 
 // Index returns index rows in position order. A store of more than one
 // shard answers *ShardsNotSupportedError: a position names no row there
-// without its shard (issue 33 items 3 and 4).
+// without its shard (ShardLog(i).Index reads one shard's rows).
 func (s *Store) Index(ctx context.Context, q IndexQuery) ([]IndexEntry, error) {
 	if err := s.readerByPosition("Index (rows by global position)"); err != nil {
+		return nil, err
+	}
+	return s.ShardLog(0).Index(ctx, q)
+}
+
+// Index returns the shard's index rows in position order (Store.Index for
+// one shard).
+func (l ShardLog) Index(ctx context.Context, q IndexQuery) ([]IndexEntry, error) {
+	if err := l.checked(); err != nil {
 		return nil, err
 	}
 	if q.ToPosition <= 0 {
@@ -264,10 +401,10 @@ func (s *Store) Index(ctx context.Context, q IndexQuery) ([]IndexEntry, error) {
 	if q.UncommittedOnly {
 		cond = " AND state <> '" + StateCommitted + "'"
 	}
-	rows, err := s.pool.Query(ctx, `SELECT position, event_id::text, kind, aggregate_type, aggregate_id, sequence_number, state,
+	rows, err := l.s.pool.Query(ctx, `SELECT position, event_id::text, kind, aggregate_type, aggregate_id, sequence_number, state,
 		segment_key, coalesce(byte_offset, 0), coalesce(byte_length, 0), writer_id, reserved_at, committed_at
-		FROM sluice.appends WHERE shard = 0 AND position BETWEEN $1 AND $2`+cond+` ORDER BY position LIMIT $3`, Replan,
-		q.FromPosition, q.ToPosition, q.Limit)
+		FROM sluice.appends WHERE shard = $4 AND position BETWEEN $1 AND $2`+cond+` ORDER BY position LIMIT $3`, Replan,
+		q.FromPosition, q.ToPosition, q.Limit, l.shard)
 	if err != nil {
 		return nil, fmt.Errorf("eventstore: index: %w", err)
 	}
@@ -282,6 +419,7 @@ func (s *Store) Index(ctx context.Context, q IndexQuery) ([]IndexEntry, error) {
 			return nil, fmt.Errorf("eventstore: index: %w", err)
 		}
 		e.Kind = envelope.Kind(kind)
+		e.Shard = l.shard
 		if committed != nil {
 			e.CommittedAt = *committed
 		}

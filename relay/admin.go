@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/sluicehq/sluice/eventstore"
@@ -67,11 +68,19 @@ type GapRange struct {
 }
 
 // Gaps lists the pending gaps of the checkpoint and every uncommitted range
-// of the index (reserved and abandoned rows), in position order.
+// of the index (reserved and abandoned rows), in position order. It reads
+// the one log of a store of one shard (ShardGaps reads any shard's).
 func Gaps(ctx context.Context, store *eventstore.Store, cp Checkpoint) ([]GapRange, error) {
 	if err := store.RequireOneShard("relay gaps"); err != nil {
 		return nil, err
 	}
+	return ShardGaps(ctx, store, 0, cp)
+}
+
+// ShardGaps is Gaps of one shard: the pending gaps of its checkpoint cp
+// and the uncommitted ranges of its index rows, in its positions.
+func ShardGaps(ctx context.Context, store *eventstore.Store, shard int, cp Checkpoint) ([]GapRange, error) {
+	log := store.ShardLog(shard)
 	var out []GapRange
 	for _, g := range cp.PendingGaps {
 		out = append(out, GapRange{First: g.First, Last: g.Last, State: "pending", Since: g.Since})
@@ -79,7 +88,7 @@ func Gaps(ctx context.Context, store *eventstore.Store, cp Checkpoint) ([]GapRan
 	const page = 5000
 	var cur *GapRange
 	for from := int64(1); ; {
-		rows, err := store.Index(ctx, eventstore.IndexQuery{FromPosition: from, UncommittedOnly: true, Limit: page})
+		rows, err := log.Index(ctx, eventstore.IndexQuery{FromPosition: from, UncommittedOnly: true, Limit: page})
 		if err != nil {
 			return nil, err
 		}
@@ -117,12 +126,22 @@ type RepublishReport struct {
 // Republish produces the events of positions from..to again, in position
 // order, with the relay's routing (or all to topic when set), and waits for
 // Kafka to acknowledge them (`sluice relay republish`). It does not touch
-// the checkpoint. progress, when set, is called after every flush.
+// the checkpoint. progress, when set, is called after every flush. It
+// reads the one log of a store of one shard (RepublishShard reads any
+// shard's).
 func Republish(ctx context.Context, store *eventstore.Store, cl *kgo.Client, router *Router, from, to int64, topic string, progress func(RepublishReport, int64)) (RepublishReport, error) {
-	var rep RepublishReport
 	if err := store.RequireOneShard("relay republish"); err != nil {
-		return rep, err
+		return RepublishReport{}, err
 	}
+	return RepublishShard(ctx, store, 0, cl, router, from, to, topic, progress)
+}
+
+// RepublishShard is Republish of positions from..to of one shard: its
+// segments found through the index (eventstore.ShardLog.Segments), only
+// its events of each segment produced.
+func RepublishShard(ctx context.Context, store *eventstore.Store, shard int, cl *kgo.Client, router *Router, from, to int64, topic string, progress func(RepublishReport, int64)) (RepublishReport, error) {
+	var rep RepublishReport
+	log := store.ShardLog(shard)
 	if from < 1 || to < from {
 		return rep, fmt.Errorf("relay: republish %d..%d: want 1 <= from <= to", from, to)
 	}
@@ -148,7 +167,7 @@ func Republish(ctx context.Context, store *eventstore.Store, cl *kgo.Client, rou
 		return nil
 	}
 	for after < to {
-		segs, err := store.Segments(ctx, after, 200)
+		segs, err := log.Segments(ctx, after, 200)
 		if err != nil {
 			return rep, err
 		}
@@ -167,7 +186,7 @@ func Republish(ctx context.Context, store *eventstore.Store, cl *kgo.Client, rou
 			rep.Segments++
 			for _, ev := range evs {
 				p := ev.Envelope.Position
-				if p < from || p > to || p <= after {
+				if ev.Shard != shard || p < from || p > to || p <= after {
 					continue
 				}
 				cl.Produce(ctx, router.Record(ev, topic), func(_ *kgo.Record, err error) {
@@ -191,4 +210,47 @@ func Republish(ctx context.Context, store *eventstore.Store, cl *kgo.Client, rou
 		}
 	}
 	return rep, flush(min(after, to))
+}
+
+// ShardStatus is one shard's relay state for `sluice relay checkpoint
+// show`: its checkpoint, its head and its lease.
+type ShardStatus struct {
+	Shard int
+	// Key is the checkpoint object; Found is false before its first write.
+	Key        string
+	Found      bool
+	Checkpoint Checkpoint
+	// Head is the shard's highest committed position.
+	Head int64
+	// Lease is the shard's lease row; LeaseFound is false before a
+	// replica first took it.
+	Lease      LeaseInfo
+	LeaseFound bool
+}
+
+// Lag is the head minus the checkpoint position (0 when ahead).
+func (s ShardStatus) Lag() int64 { return max(s.Head-s.Checkpoint.Position, 0) }
+
+// Statuses returns the state of every shard of the relay configured by cfg
+// (its name and checkpoint key) over store: one entry for a store of one
+// shard.
+func Statuses(ctx context.Context, store *eventstore.Store, bucket objstore.Bucket, pool *pgxpool.Pool, cfg Config) ([]ShardStatus, error) {
+	cfg.Derive()
+	n := max(store.Shards(), 1)
+	out := make([]ShardStatus, 0, n)
+	for sh := range n {
+		st := ShardStatus{Shard: sh, Key: ShardCheckpointKey(cfg.CheckpointKey, sh, n)}
+		var err error
+		if st.Checkpoint, _, st.Found, err = NewCheckpointStore(bucket, st.Key).Load(ctx); err != nil {
+			return nil, err
+		}
+		if st.Head, err = store.ShardLog(sh).Head(ctx); err != nil {
+			return nil, err
+		}
+		if st.Lease, st.LeaseFound, err = NewLease(pool, ShardLeaseName(cfg.Name, sh, n), "", time.Second).Info(ctx); err != nil {
+			return nil, err
+		}
+		out = append(out, st)
+	}
+	return out, nil
 }

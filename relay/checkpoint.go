@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/sluicehq/sluice/eventstore/objstore"
@@ -105,4 +106,16 @@ func (s *CheckpointStore) Save(ctx context.Context, cp Checkpoint, etag string) 
 		return "", fmt.Errorf("relay: write checkpoint %s: %w", s.key, err)
 	}
 	return oi.ETag, nil
+}
+
+// ShardCheckpointKey is the checkpoint object of one shard's leader
+// (docs/relay.md#shards): key itself for a store of one shard (the
+// checkpoint from before shards, so an upgrade changes nothing), else key
+// without its ".json" followed by "/shard-0003.json"
+// (checkpoints/default/shard-0003.json for the default key).
+func ShardCheckpointKey(key string, shard, shards int) string {
+	if shards <= 1 {
+		return key
+	}
+	return fmt.Sprintf("%s/shard-%04d.json", strings.TrimSuffix(key, ".json"), shard)
 }

@@ -35,21 +35,30 @@ type CheckpointPlan struct {
 }
 
 // PlanCheckpoint validates a checkpoint move to position against the store
-// (head and retention floor) and returns the plan; it changes nothing.
+// (head and retention floor) and returns the plan; it changes nothing. It
+// reads the one log of a store of one shard (PlanShardCheckpoint any
+// shard's).
 func PlanCheckpoint(ctx context.Context, st *eventstore.Store, cps *CheckpointStore, position int64) (CheckpointPlan, error) {
-	p := CheckpointPlan{Key: cps.Key(), To: position}
 	if err := st.RequireOneShard("relay checkpoint set"); err != nil {
-		return p, err
+		return CheckpointPlan{Key: cps.Key(), To: position}, err
 	}
+	return PlanShardCheckpoint(ctx, st, 0, cps, position)
+}
+
+// PlanShardCheckpoint is PlanCheckpoint of one shard's checkpoint (cps,
+// ShardCheckpointKey) against that shard's head and floor.
+func PlanShardCheckpoint(ctx context.Context, st *eventstore.Store, shard int, cps *CheckpointStore, position int64) (CheckpointPlan, error) {
+	p := CheckpointPlan{Key: cps.Key(), To: position}
+	log := st.ShardLog(shard)
 	cp, _, found, err := cps.Load(ctx)
 	if err != nil {
 		return p, err
 	}
 	p.Found, p.From = found, cp.Position
-	if p.Head, err = st.Head(ctx); err != nil {
+	if p.Head, err = log.Head(ctx); err != nil {
 		return p, err
 	}
-	segs, err := st.Segments(ctx, 0, 1)
+	segs, err := log.Segments(ctx, 0, 1)
 	if err != nil {
 		return p, err
 	}

@@ -11,7 +11,7 @@ import (
 // Config configures the store-to-Kafka publisher (docs/relay.md; seed names kept).
 type Config struct {
 	Name                     string        `env:"EVENT_PUBLISHER_NAME" envDefault:"default" doc:"Relay name; the checkpoint object is checkpoints/{name}.json unless EVENT_PUBLISHER_CHECKPOINT_KEY is set."`
-	CheckpointKey            string        `env:"EVENT_PUBLISHER_CHECKPOINT_KEY" doc:"Object key of the checkpoint (default checkpoints/{EVENT_PUBLISHER_NAME}.json)."`
+	CheckpointKey            string        `env:"EVENT_PUBLISHER_CHECKPOINT_KEY" doc:"Object key of the checkpoint (default checkpoints/{EVENT_PUBLISHER_NAME}.json); over a store of more than one shard each shard's is the key without .json, then /shard-NNNN.json."`
 	StartPosition            int64         `env:"EVENT_PUBLISHER_START_POSITION" envDefault:"0" doc:"Position a new checkpoint starts after (0 = the beginning of the log)."`
 	StartTimestamp           string        `env:"EVENT_PUBLISHER_START_TIMESTAMP" doc:"RFC 3339 time a new checkpoint starts at (the first segment committed at or after it). Empty = the beginning."`
 	Lookback                 time.Duration `env:"EVENT_PUBLISHER_LOOKBACK_SECONDS" envDefault:"600" doc:"How long pending gaps are re-checked and published late (the bounded lookback)."`

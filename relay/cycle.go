@@ -261,9 +261,9 @@ func (r *Relay) planHoles(ctx context.Context, ls *leaderState, pf *prefetch, pl
 				if listed[row.SegmentKey] || direct[row.SegmentKey] {
 					continue
 				}
-				first, _, err := eventstore.ParseSegmentKey(row.SegmentKey)
+				first, err := r.firstOf(row)
 				if err != nil {
-					return fmt.Errorf("relay: index row %d names segment %q: %w", row.Position, row.SegmentKey, err)
+					return err
 				}
 				direct[row.SegmentKey] = true
 				pl.items = append(pl.items, item{first: first, seg: pf.fetchFor(&r.hints, row.SegmentKey)})
@@ -319,7 +319,7 @@ func (r *Relay) planFromIndex(ctx context.Context, ls *leaderState, head int64, 
 	if n <= 0 || n > int64(r.cfg.BatchSize) || ls.prefetch != nil {
 		return plan{}, false, nil
 	}
-	rows, err := r.store.Index(ctx, eventstore.IndexQuery{FromPosition: base + 1, ToPosition: head, Limit: int(n)})
+	rows, err := r.sl.Index(ctx, eventstore.IndexQuery{FromPosition: base + 1, ToPosition: head, Limit: int(n)})
 	if err != nil {
 		return plan{}, false, err
 	}
@@ -348,9 +348,9 @@ func (r *Relay) planFromIndex(ctx context.Context, ls *leaderState, head int64, 
 		if ls.isDone(row.Position) || seen[row.SegmentKey] {
 			continue
 		}
-		first, _, err := eventstore.ParseSegmentKey(row.SegmentKey)
+		first, err := r.firstOf(row)
 		if err != nil {
-			return plan{}, false, fmt.Errorf("relay: index row %d names segment %q: %w", row.Position, row.SegmentKey, err)
+			return plan{}, false, err
 		}
 		seen[row.SegmentKey] = true
 		pl.items = append(pl.items, item{first: first, seg: r.hints.fetchFor(row.SegmentKey)})
@@ -412,6 +412,23 @@ func itemsOf(chain []*hint) []item {
 	return items
 }
 
+// firstOf is where the segment a committed index row names begins, in
+// this relay's positions (a plan item's place in the walk): the first
+// position its key names in a store of one shard; in a store of more the
+// key names its lowest shard's block, so the row's own position (the plans
+// take a segment at the first row naming it, in position order, which is
+// its block's first position in the window).
+func (r *Relay) firstOf(row eventstore.IndexEntry) (int64, error) {
+	if r.shards > 1 {
+		return row.Position, nil
+	}
+	first, _, err := eventstore.ParseSegmentKey(row.SegmentKey)
+	if err != nil {
+		return 0, fmt.Errorf("relay: index row %d names segment %q: %w", row.Position, row.SegmentKey, err)
+	}
+	return first, nil
+}
+
 // allDone reports whether every position of s above the checkpoint is done.
 func allDone(ls *leaderState, s eventstore.SegmentInfo) bool {
 	if len(ls.done) == 0 {
@@ -430,7 +447,7 @@ func (r *Relay) indexRange(ctx context.Context, first, last int64) ([]eventstore
 	const page = 5000
 	var out []eventstore.IndexEntry
 	for from := first; from <= last; {
-		rows, err := r.store.Index(ctx, eventstore.IndexQuery{FromPosition: from, ToPosition: last, Limit: page})
+		rows, err := r.sl.Index(ctx, eventstore.IndexQuery{FromPosition: from, ToPosition: last, Limit: page})
 		if err != nil {
 			return nil, err
 		}

@@ -88,3 +88,117 @@ func (l *Lease) Info(ctx context.Context) (info LeaseInfo, found bool, err error
 	}
 	return info, true, nil
 }
+
+// ShardLeaseName is the lease of one shard's leader (docs/relay.md#shards):
+// the relay's name for a store of one shard (the lease from before shards,
+// so an upgrade changes nothing), else '<name>/shard-0003' (a relay name
+// holds no '/').
+func ShardLeaseName(name string, shard, shards int) string {
+	if shards <= 1 {
+		return name
+	}
+	return fmt.Sprintf("%s/shard-%04d", name, shard)
+}
+
+// members is the heartbeat table of a relay name's live replicas
+// (sluice.relay_members): how many replicas share the shards. All times
+// are the database's.
+type members struct {
+	pool   *pgxpool.Pool
+	name   string
+	holder string
+	ttl    time.Duration
+}
+
+// memberView is what one heartbeat sees: the live replicas with the
+// number of shard leases each holds, and the shards whose lease is held
+// (unexpired) by anyone.
+type memberView struct {
+	counts map[string]int // holder -> unexpired shard leases
+	taken  map[int]bool   // shards with an unexpired lease
+}
+
+// sqlMemberBeat renews this replica's member row (and forgets rows expired
+// long ago).
+const sqlMemberBeat = `
+WITH gone AS (DELETE FROM sluice.relay_members WHERE name = $1 AND holder <> $2 AND expires_at < now() - make_interval(secs => 10 * $3))
+INSERT INTO sluice.relay_members AS m (name, holder, expires_at) VALUES ($1, $2, now() + make_interval(secs => $3))
+ON CONFLICT (name, holder) DO UPDATE SET expires_at = excluded.expires_at`
+
+// sqlShardLeases reads the unexpired shard leases of a relay name.
+const sqlShardLeases = `SELECT name, holder FROM sluice.relay_leases
+WHERE left(name, length($1) + 7) = $1 || '/shard-' AND expires_at > now()`
+
+// sqlLiveMembers reads the live replicas of a relay name: those that
+// renewed their row within the last half lease (a live replica renews it
+// every loop, a fraction of the lease). A replica that stopped renewing
+// (killed) leaves the count after half a lease, before its shard leases
+// expire: the others' shares have grown by the time its shards are free,
+// so they take them as the leases expire, without a round of releases
+// for a replica that holds nothing because it is gone.
+const sqlLiveMembers = `SELECT holder FROM sluice.relay_members WHERE name = $1 AND expires_at > now() + make_interval(secs => $2 / 2)`
+
+// beat renews this replica's member row and returns what it sees.
+func (m *members) beat(ctx context.Context) (memberView, error) {
+	v := memberView{counts: map[string]int{m.holder: 0}, taken: map[int]bool{}}
+	if _, err := m.pool.Exec(ctx, sqlMemberBeat, m.name, m.holder, m.ttl.Seconds()); err != nil {
+		return v, fmt.Errorf("relay: member heartbeat: %w", err)
+	}
+	rows, err := m.pool.Query(ctx, sqlLiveMembers, m.name, m.ttl.Seconds())
+	if err != nil {
+		return v, fmt.Errorf("relay: live members: %w", err)
+	}
+	var holder string
+	if _, err := pgx.ForEachRow(rows, []any{&holder}, func() error { v.counts[holder] += 0; return nil }); err != nil {
+		return v, fmt.Errorf("relay: live members: %w", err)
+	}
+	rows, err = m.pool.Query(ctx, sqlShardLeases, m.name)
+	if err != nil {
+		return v, fmt.Errorf("relay: shard leases: %w", err)
+	}
+	var name string
+	if _, err := pgx.ForEachRow(rows, []any{&name, &holder}, func() error {
+		var shard int
+		if _, err := fmt.Sscanf(name[len(m.name):], "/shard-%d", &shard); err == nil {
+			v.taken[shard] = true
+		}
+		if _, live := v.counts[holder]; live {
+			v.counts[holder]++
+		}
+		return nil
+	}); err != nil {
+		return v, fmt.Errorf("relay: shard leases: %w", err)
+	}
+	return v, nil
+}
+
+// leave deletes this replica's member row (a graceful stop): the others
+// count one replica fewer at once.
+func (m *members) leave(ctx context.Context) error {
+	if _, err := m.pool.Exec(ctx, `DELETE FROM sluice.relay_members WHERE name = $1 AND holder = $2`, m.name, m.holder); err != nil {
+		return fmt.Errorf("relay: leave members: %w", err)
+	}
+	return nil
+}
+
+// ShardLease is one row of a relay's shard leases, for operators.
+type ShardLease struct {
+	Shard int
+	LeaseInfo
+}
+
+// ShardLeases returns the lease of every shard of relay name that some
+// replica ever held (a store of one shard: the one lease, as shard 0).
+func ShardLeases(ctx context.Context, pool *pgxpool.Pool, name string, shards int) ([]ShardLease, error) {
+	var out []ShardLease
+	for sh := range max(shards, 1) {
+		info, ok, err := NewLease(pool, ShardLeaseName(name, sh, shards), "", time.Second).Info(ctx)
+		if err != nil {
+			return nil, err
+		}
+		if ok {
+			out = append(out, ShardLease{Shard: sh, LeaseInfo: info})
+		}
+	}
+	return out, nil
+}

@@ -8,7 +8,8 @@ import (
 )
 
 // metrics are the relay's collectors (docs/architecture.md#observability), labelled with the relay
-// name. Every name carries the sluice_ prefix, and every labelled series
+// name and the shard its leader publishes (one set per shard; "0" for a
+// store of one shard). Every name carries the sluice_ prefix, and every labelled series
 // whose label values are known at start exists at 0 from newMetrics on, so
 // that dashboards and rate()/increase() alerts see a series before its
 // first event.
@@ -39,8 +40,8 @@ type metrics struct {
 // topics the relay publishes to (topics), the gap resolutions, cycle plans,
 // notification kinds, park reasons and object-store operations and failure
 // classes.
-func newMetrics(reg prometheus.Registerer, name string, topics []string) *metrics {
-	cl := prometheus.Labels{"relay": name}
+func newMetrics(reg prometheus.Registerer, name, shard string, topics []string) *metrics {
+	cl := prometheus.Labels{"relay": name, "shard": shard}
 	m := &metrics{
 		published: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "sluice_relay_published_total", ConstLabels: cl,
 			Help: "Records published and acknowledged by Kafka, by topic (late publications included)."}, []string{"topic"}),
@@ -110,7 +111,8 @@ func newMetrics(reg prometheus.Registerer, name string, topics []string) *metric
 		for _, c := range []prometheus.Collector{m.published, m.late, m.dedupSkipped, m.gaps, m.plans, m.notes, m.produceErrs, m.fenced,
 			m.flush, m.lag, m.head, m.checkpoint, m.pendingGaps, m.held, m.leader, m.parkedTotal, m.parked, m.objErrs, m.objStalled} {
 			// A second relay of the same name in one process (tests)
-			// keeps its own collectors unregistered.
+			// keeps its own collectors unregistered; the shards of one
+			// relay differ by their shard label.
 			_ = reg.Register(c)
 		}
 	}

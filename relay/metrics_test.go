@@ -30,7 +30,7 @@ func TestMetricsPrefixedAndAtZeroAfterNew(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	got := map[string]map[string]float64{} // family → labels (without relay) → value
+	got := map[string]map[string]float64{} // family → labels (without relay and shard) → value
 	for _, mf := range mfs {
 		if !strings.HasPrefix(mf.GetName(), "sluice_relay_") {
 			t.Errorf("metric %s lacks the sluice_relay_ prefix", mf.GetName())
@@ -38,10 +38,18 @@ func TestMetricsPrefixedAndAtZeroAfterNew(t *testing.T) {
 		got[mf.GetName()] = map[string]float64{}
 		for _, m := range mf.GetMetric() {
 			var ls []string
+			shard := ""
 			for _, lp := range m.GetLabel() {
-				if lp.GetName() != "relay" {
+				switch lp.GetName() {
+				case "relay":
+				case "shard":
+					shard = lp.GetValue()
+				default:
 					ls = append(ls, lp.GetName()+"="+lp.GetValue())
 				}
+			}
+			if shard != "0" {
+				t.Errorf("%s{%s}: shard label %q, want \"0\" (a store of one shard)", mf.GetName(), strings.Join(ls, ","), shard)
 			}
 			got[mf.GetName()][strings.Join(ls, ",")] = m.GetCounter().GetValue()
 		}

@@ -125,18 +125,40 @@ func watchCall[T any](ctx context.Context, r *Relay, op, key string, fn func(con
 	return v, err
 }
 
-// segments lists segments after position after (object storage).
+// segments lists the shard's segments after position after: object
+// storage's listing for a store of one shard, the index for more
+// (eventstore.ShardLog.Segments), which is a Postgres query and not
+// watched as object storage.
 func (r *Relay) segments(ctx context.Context, after int64, n int) ([]eventstore.SegmentInfo, error) {
+	if r.shards > 1 {
+		segs, err := r.sl.Segments(ctx, after, n)
+		if err != nil {
+			return nil, fmt.Errorf("relay: %w", err)
+		}
+		return segs, nil
+	}
 	return watchCall(ctx, r, "list", eventstore.SegmentPrefix, func(ctx context.Context) ([]eventstore.SegmentInfo, error) {
-		return r.store.Segments(ctx, after, n)
+		return r.sl.Segments(ctx, after, n)
 	})
 }
 
-// readSegment GETs one segment (object storage).
+// readSegment GETs one segment (object storage) and returns its events of
+// this relay's shard (a segment of a store of more than one shard holds
+// the blocks of several shards; the others are their leaders').
 func (r *Relay) readSegment(ctx context.Context, key string) ([]eventstore.Event, error) {
-	return watchCall(ctx, r, "get", key, func(ctx context.Context) ([]eventstore.Event, error) {
+	evs, err := watchCall(ctx, r, "get", key, func(ctx context.Context) ([]eventstore.Event, error) {
 		return r.store.ReadSegment(ctx, key)
 	})
+	if err != nil || r.shards <= 1 {
+		return evs, err
+	}
+	mine := evs[:0:0]
+	for _, ev := range evs {
+		if ev.Shard == r.shard {
+			mine = append(mine, ev)
+		}
+	}
+	return mine, nil
 }
 
 // checkpointLoad reads the checkpoint (object storage).

@@ -60,7 +60,9 @@ var (
 // ParkedRecord is one row of sluice.relay_parked: the Kafka record the
 // relay could not publish, why, and what became of it.
 type ParkedRecord struct {
-	Relay    string
+	Relay string
+	// Shard is the shard of Position (0 in a store of one shard).
+	Shard    int
 	Position int64
 	EventID  string
 	Topic    string
@@ -101,7 +103,7 @@ type headerJSON struct {
 	Value []byte `json:"value"`
 }
 
-// Park writes p as parked. It is idempotent by relay name and position: a
+// Park writes p as parked. It is idempotent by relay name, shard and position: a
 // row already parked there is kept as it is (a relay that crashed after
 // parking parks the same record again); a row republished or dropped
 // before (the checkpoint was moved back and the record refused again) is
@@ -117,15 +119,15 @@ func (s *ParkedStore) Park(ctx context.Context, p ParkedRecord) (inserted bool, 
 		return false, fmt.Errorf("relay: park position %d: encode headers: %w", p.Position, err)
 	}
 	tag, err := s.pool.Exec(ctx, `INSERT INTO sluice.relay_parked
-  (relay, position, event_id, topic, key, headers, envelope, segment_key, reason, error, attempts)
-VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)
-ON CONFLICT (relay, position) DO UPDATE SET
+  (relay, position, event_id, topic, key, headers, envelope, segment_key, reason, error, attempts, shard)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)
+ON CONFLICT (relay, shard, position) DO UPDATE SET
   event_id = excluded.event_id, topic = excluded.topic, key = excluded.key, headers = excluded.headers,
   envelope = excluded.envelope, segment_key = excluded.segment_key, reason = excluded.reason,
   error = excluded.error, attempts = excluded.attempts, parked_at = now(), state = 'parked',
   resolved_at = NULL, resolved_topic = NULL
 WHERE sluice.relay_parked.state <> 'parked'`,
-		p.Relay, p.Position, p.EventID, p.Topic, nonNil(p.Key), hb, nonNil(p.Envelope), p.SegmentKey, p.Reason, p.Error, max(p.Attempts, 1))
+		p.Relay, p.Position, p.EventID, p.Topic, nonNil(p.Key), hb, nonNil(p.Envelope), p.SegmentKey, p.Reason, p.Error, max(p.Attempts, 1), p.Shard)
 	if err != nil {
 		return false, fmt.Errorf("relay: park position %d: %w", p.Position, err)
 	}
@@ -139,11 +141,11 @@ func nonNil(b []byte) []byte {
 	return b
 }
 
-// parkedAfter returns the positions above after parked by relay and not
-// resolved: a new leader marks them done, so it neither produces nor parks
-// them again.
-func (s *ParkedStore) parkedAfter(ctx context.Context, relay string, after int64) ([]int64, error) {
-	rows, err := s.pool.Query(ctx, `SELECT position FROM sluice.relay_parked WHERE relay = $1 AND state = 'parked' AND position > $2 ORDER BY position`, relay, after)
+// parkedAfter returns the positions of shard above after parked by relay
+// and not resolved: a new leader marks them done, so it neither produces
+// nor parks them again.
+func (s *ParkedStore) parkedAfter(ctx context.Context, relay string, shard int, after int64) ([]int64, error) {
+	rows, err := s.pool.Query(ctx, `SELECT position FROM sluice.relay_parked WHERE relay = $1 AND shard = $3 AND state = 'parked' AND position > $2 ORDER BY position`, relay, after, shard)
 	if err != nil {
 		return nil, fmt.Errorf("relay: parked positions: %w", err)
 	}
@@ -154,7 +156,16 @@ func (s *ParkedStore) parkedAfter(ctx context.Context, relay string, after int64
 	return ps, nil
 }
 
-// Count returns the number of rows of relay in state parked.
+// CountShard returns the number of rows of relay's shard in state parked.
+func (s *ParkedStore) CountShard(ctx context.Context, relay string, shard int) (int64, error) {
+	var n int64
+	if err := s.pool.QueryRow(ctx, `SELECT count(*) FROM sluice.relay_parked WHERE relay = $1 AND shard = $2 AND state = 'parked'`, relay, shard).Scan(&n); err != nil {
+		return 0, fmt.Errorf("relay: count parked: %w", err)
+	}
+	return n, nil
+}
+
+// Count returns the number of rows of relay in state parked, every shard's.
 func (s *ParkedStore) Count(ctx context.Context, relay string) (int64, error) {
 	var n int64
 	if err := s.pool.QueryRow(ctx, `SELECT count(*) FROM sluice.relay_parked WHERE relay = $1 AND state = 'parked'`, relay).Scan(&n); err != nil {
@@ -173,9 +184,11 @@ type ParkedFilter struct {
 	FromPosition, ToPosition int64
 	// Limit bounds the rows (default 100).
 	Limit int
+	// Shard, when set, selects one shard's rows; nil: every shard's.
+	Shard *int
 }
 
-const parkedCols = `relay, position, event_id, topic, key, headers, segment_key, reason, error, attempts, parked_at, state, resolved_at, coalesce(resolved_topic, '')`
+const parkedCols = `relay, shard, position, event_id, topic, key, headers, segment_key, reason, error, attempts, parked_at, state, resolved_at, coalesce(resolved_topic, '')`
 
 // List returns the rows f selects, in position order, without the
 // envelope bytes (EnvelopeBytes says how large it is).
@@ -195,8 +208,8 @@ func (s *ParkedStore) List(ctx context.Context, f ParkedFilter) ([]ParkedRecord,
 	}
 	rows, err := s.pool.Query(ctx, `SELECT `+parkedCols+`, NULL::bytea, octet_length(envelope) FROM sluice.relay_parked
 WHERE relay = $1 AND ($2 = '' OR state = $2) AND ($3 = '' OR reason = $3) AND ($4 = '' OR topic = $4)
-  AND position >= $5 AND ($6::bigint IS NULL OR position <= $6)
-ORDER BY position LIMIT $7`, f.Relay, f.State, f.Reason, f.Topic, f.FromPosition, to, f.Limit)
+  AND position >= $5 AND ($6::bigint IS NULL OR position <= $6) AND ($8::int IS NULL OR shard = $8)
+ORDER BY position, shard LIMIT $7`, f.Relay, f.State, f.Reason, f.Topic, f.FromPosition, to, f.Limit, f.Shard)
 	if err != nil {
 		return nil, fmt.Errorf("relay: list parked: %w", err)
 	}
@@ -215,10 +228,16 @@ ORDER BY position LIMIT $7`, f.Relay, f.State, f.Reason, f.Topic, f.FromPosition
 	return out, nil
 }
 
-// Get returns the row of relay at position, with its envelope bytes;
-// ErrParkedNotFound when there is none.
+// Get returns the row of relay at position of shard 0 (a store of one
+// shard), with its envelope bytes; ErrParkedNotFound when there is none.
 func (s *ParkedStore) Get(ctx context.Context, relay string, position int64) (ParkedRecord, error) {
-	rows, err := s.pool.Query(ctx, `SELECT `+parkedCols+`, envelope, octet_length(envelope) FROM sluice.relay_parked WHERE relay = $1 AND position = $2`, relay, position)
+	return s.GetShard(ctx, relay, 0, position)
+}
+
+// GetShard returns the row of relay at position of shard, with its
+// envelope bytes; ErrParkedNotFound when there is none.
+func (s *ParkedStore) GetShard(ctx context.Context, relay string, shard int, position int64) (ParkedRecord, error) {
+	rows, err := s.pool.Query(ctx, `SELECT `+parkedCols+`, envelope, octet_length(envelope) FROM sluice.relay_parked WHERE relay = $1 AND position = $2 AND shard = $3`, relay, position, shard)
 	if err != nil {
 		return ParkedRecord{}, fmt.Errorf("relay: parked position %d: %w", position, err)
 	}
@@ -227,7 +246,7 @@ func (s *ParkedStore) Get(ctx context.Context, relay string, position int64) (Pa
 		if err := rows.Err(); err != nil {
 			return ParkedRecord{}, fmt.Errorf("relay: parked position %d: %w", position, err)
 		}
-		return ParkedRecord{}, fmt.Errorf("%w: relay %s, position %d", ErrParkedNotFound, relay, position)
+		return ParkedRecord{}, fmt.Errorf("%w: relay %s, %s", ErrParkedNotFound, relay, where(shard, position))
 	}
 	p, err := scanParked(rows)
 	if err != nil {
@@ -240,7 +259,7 @@ func scanParked(rows pgx.Rows) (ParkedRecord, error) {
 	var p ParkedRecord
 	var hb []byte
 	var resolved *time.Time
-	if err := rows.Scan(&p.Relay, &p.Position, &p.EventID, &p.Topic, &p.Key, &hb, &p.SegmentKey, &p.Reason, &p.Error,
+	if err := rows.Scan(&p.Relay, &p.Shard, &p.Position, &p.EventID, &p.Topic, &p.Key, &hb, &p.SegmentKey, &p.Reason, &p.Error,
 		&p.Attempts, &p.ParkedAt, &p.State, &resolved, &p.ResolvedTopic, &p.Envelope, &p.EnvelopeBytes); err != nil {
 		return p, err
 	}
@@ -258,23 +277,32 @@ func scanParked(rows pgx.Rows) (ParkedRecord, error) {
 }
 
 // resolve moves a parked row to state (republished or dropped).
-func (s *ParkedStore) resolve(ctx context.Context, relay string, position int64, state, topic string) error {
+func (s *ParkedStore) resolve(ctx context.Context, relay string, shard int, position int64, state, topic string) error {
 	var t any
 	if topic != "" {
 		t = topic
 	}
 	tag, err := s.pool.Exec(ctx, `UPDATE sluice.relay_parked SET state = $3, resolved_at = now(), resolved_topic = $4
-WHERE relay = $1 AND position = $2 AND state = 'parked'`, relay, position, state, t)
+WHERE relay = $1 AND position = $2 AND shard = $5 AND state = 'parked'`, relay, position, state, t, shard)
 	if err != nil {
-		return fmt.Errorf("relay: mark position %d %s: %w", position, state, err)
+		return fmt.Errorf("relay: mark %s %s: %w", where(shard, position), state, err)
 	}
 	if tag.RowsAffected() == 0 {
-		if _, err := s.Get(ctx, relay, position); err != nil {
+		if _, err := s.GetShard(ctx, relay, shard, position); err != nil {
 			return err
 		}
-		return fmt.Errorf("%w: relay %s, position %d", ErrNotParked, relay, position)
+		return fmt.Errorf("%w: relay %s, %s", ErrNotParked, relay, where(shard, position))
 	}
 	return nil
+}
+
+// where names a parked position: "position 12" for shard 0 (as before
+// shards), "shard 3 position 12" for another.
+func where(shard int, position int64) string {
+	if shard == 0 {
+		return fmt.Sprintf("position %d", position)
+	}
+	return fmt.Sprintf("shard %d position %d", shard, position)
 }
 
 // ResolveOptions configure RepublishParked and DropParked.
@@ -288,6 +316,8 @@ type ResolveOptions struct {
 	Spec kafka.Spec
 	// Timeout bounds the produce (default 30 s).
 	Timeout time.Duration
+	// Shard is the shard of the position (0 in a store of one shard).
+	Shard int
 }
 
 // RepublishParked produces the parked record at position of relay again,
@@ -297,7 +327,7 @@ type ResolveOptions struct {
 // parked. It returns the row as it was before. A dry run only checks that
 // the row is parked.
 func RepublishParked(ctx context.Context, ps *ParkedStore, cl *kgo.Client, relay string, position int64, opts ResolveOptions) (ParkedRecord, error) {
-	p, err := getParked(ctx, ps, relay, position)
+	p, err := getParked(ctx, ps, relay, opts.Shard, position)
 	if err != nil || opts.DryRun {
 		return p, err
 	}
@@ -317,19 +347,19 @@ func RepublishParked(ctx context.Context, ps *ParkedStore, cl *kgo.Client, relay
 	if err := cl.ProduceSync(pctx, rec).FirstErr(); err != nil {
 		return p, fmt.Errorf("relay: republish parked position %d to %s: still refused (%s): %w", position, rec.Topic, failure.Classify(pctx, err), err)
 	}
-	return p, ps.resolve(ctx, relay, position, ParkedStateRepublished, rec.Topic)
+	return p, ps.resolve(ctx, relay, opts.Shard, position, ParkedStateRepublished, rec.Topic)
 }
 
 // getParked reads the row at position of relay and refuses it
 // (ErrNotParked) unless it is still parked: what republish and drop, dry
 // run or not, both check first.
-func getParked(ctx context.Context, ps *ParkedStore, relay string, position int64) (ParkedRecord, error) {
-	p, err := ps.Get(ctx, relay, position)
+func getParked(ctx context.Context, ps *ParkedStore, relay string, shard int, position int64) (ParkedRecord, error) {
+	p, err := ps.GetShard(ctx, relay, shard, position)
 	if err != nil {
 		return p, err
 	}
 	if p.State != ParkedStateParked {
-		return p, fmt.Errorf("%w: relay %s, position %d is %s", ErrNotParked, relay, position, p.State)
+		return p, fmt.Errorf("%w: relay %s, %s is %s", ErrNotParked, relay, where(shard, position), p.State)
 	}
 	return p, nil
 }
@@ -338,11 +368,11 @@ func getParked(ctx context.Context, ps *ParkedStore, relay string, position int6
 // operator decided it is not to be published. The row (and the envelope in
 // it) stays for the record. A dry run only checks that the row is parked.
 func DropParked(ctx context.Context, ps *ParkedStore, relay string, position int64, opts ResolveOptions) (ParkedRecord, error) {
-	p, err := getParked(ctx, ps, relay, position)
+	p, err := getParked(ctx, ps, relay, opts.Shard, position)
 	if err != nil || opts.DryRun {
 		return p, err
 	}
-	return p, ps.resolve(ctx, relay, position, ParkedStateDropped, "")
+	return p, ps.resolve(ctx, relay, opts.Shard, position, ParkedStateDropped, "")
 }
 
 // authorization errors are the relay's credentials, not the record's: they

@@ -106,7 +106,7 @@ func (r *Relay) parkRefusedTopic(ctx context.Context, ls *leaderState, err error
 // position done, so the checkpoint never passes a record that is neither
 // acknowledged nor parked. It is idempotent by position (ParkedStore.Park).
 func (r *Relay) park(ctx context.Context, ls *leaderState, rec *kgo.Record, pos int64, id, seg, reason string, cause error, attempts int) error {
-	p := ParkedRecord{Relay: r.cfg.Name, Position: pos, EventID: id, Topic: rec.Topic, Key: rec.Key, Headers: rec.Headers,
+	p := ParkedRecord{Relay: r.cfg.Name, Shard: r.shard, Position: pos, EventID: id, Topic: rec.Topic, Key: rec.Key, Headers: rec.Headers,
 		Envelope: rec.Value, SegmentKey: seg, Reason: reason, Error: cause.Error(), Attempts: attempts}
 	inserted, err := r.parked.Park(ctx, p)
 	if err != nil {
@@ -132,7 +132,7 @@ func (r *Relay) refreshParkedGauge(ctx context.Context, ls *leaderState) {
 		return
 	}
 	ls.lastParkedCount = time.Now()
-	n, err := r.parked.Count(ctx, r.cfg.Name)
+	n, err := r.parked.CountShard(ctx, r.cfg.Name, r.shard)
 	if err != nil {
 		r.log.Debug("relay: parked records not counted", "err", err)
 		return

@@ -24,10 +24,25 @@ import (
 
 // Relay publishes the event store into Kafka (docs/relay.md). Create it with New,
 // run it with Run, release it with Close.
+//
+// Over a store of one shard a Relay is that shard's leader (the fields
+// below). Over a store of more (docs/relay.md#shards) the Relay New returns
+// runs the shards' leases and balance (sharded.go) and creates one Relay
+// per shard it leads, with the shard's log, checkpoint, lease, parked
+// records, metrics and Kafka producers.
 type Relay struct {
-	cfg     Config       // defaults applied (Config.withDefaults)
-	kafka   kafka.Config // Deps.Kafka, defaults applied
-	store   *eventstore.Store
+	cfg   Config       // defaults applied (Config.withDefaults)
+	kafka kafka.Config // Deps.Kafka, defaults applied
+	store *eventstore.Store
+	// shard is the shard this relay publishes (0 for a store of one
+	// shard), shards the store's number of shards, sl the shard's log.
+	shard  int
+	shards int
+	sl     eventstore.ShardLog
+	// sh is the state of the relay over a store of more than one shard
+	// (sharded.go); nil on a shard's relay and over a store of one shard.
+	sh      *sharded
+	hooks   hooks
 	pool    *pgxpool.Pool
 	crasher *crashpoint.Crasher
 	extWake <-chan struct{} // Deps.Wake
@@ -68,20 +83,17 @@ type Relay struct {
 
 // New returns a relay over deps.Store (its bucket, deps.Bucket, holds the
 // checkpoint; deps.Pool holds the lease table). cfg's zero fields take
-// their defaults. A store of more than one shard is refused with an
-// *eventstore.ShardsNotSupportedError (issue 33 item 3). It builds its own Kafka producers from deps.Kafka; Close
-// releases them. opts are test hooks.
+// their defaults. Over a store of more than one shard it leads the shards
+// it holds a lease of (docs/relay.md#shards). It builds its own Kafka
+// producers from deps.Kafka; Close releases them. opts are test hooks.
 func New(cfg Config, deps Deps, opts ...Option) (*Relay, error) {
 	cfg, err := cfg.withDefaults()
 	if err != nil {
 		return nil, err
 	}
-	// The relay walks one global position: a store of more than one shard
-	// is refused until it has a leader per shard (issue 33 item 3).
+	shards := 1
 	if deps.Store != nil {
-		if err := deps.Store.RequireOneShard("the relay"); err != nil {
-			return nil, fmt.Errorf("relay: %w", err)
-		}
+		shards = max(deps.Store.Shards(), 1)
 	}
 	var h hooks
 	for _, o := range opts {
@@ -92,13 +104,8 @@ func New(cfg Config, deps Deps, opts ...Option) (*Relay, error) {
 	if logger == nil {
 		logger = slog.Default()
 	}
-	client, err := kafka.NewClient(k, append([]kgo.Opt{kafka.MaxBuffered((pipelineDepth + 1) * cfg.KafkaFlushBatchSize)}, h.kafkaOpts...)...)
+	client, solo, err := newProducers(k, cfg, h)
 	if err != nil {
-		return nil, fmt.Errorf("relay: %w", err)
-	}
-	solo, err := kafka.NewClient(k, append([]kgo.Opt{kafka.MaxBuffered(1)}, h.kafkaOpts...)...)
-	if err != nil {
-		client.Close()
 		return nil, fmt.Errorf("relay: %w", err)
 	}
 	hbAge := max(30*time.Second, 3*cfg.PollInterval, 3*cfg.KafkaFlushTimeout, 3*cfg.LeaderLease)
@@ -109,10 +116,20 @@ func New(cfg Config, deps Deps, opts ...Option) (*Relay, error) {
 		return nil, fmt.Errorf("relay: KAFKA_RECORD_FORMAT: %w", err)
 	}
 	router := NewRouter(k.CommandsTopic, k.EventsTopic, cfg.Routes).WithFormat(format)
+	reg := deps.Registerer
+	if shards > 1 {
+		// The shards' relays create their own producers and metrics
+		// (sharded.go); these only checked the configuration.
+		client.Close()
+		solo.Close()
+		client, solo, reg = nil, nil, nil
+	}
 	r := &Relay{
 		cfg:           cfg,
 		kafka:         k,
 		store:         deps.Store,
+		shards:        shards,
+		hooks:         h,
 		pool:          deps.Pool,
 		crasher:       deps.Crasher,
 		extWake:       deps.Wake,
@@ -123,9 +140,9 @@ func New(cfg Config, deps Deps, opts ...Option) (*Relay, error) {
 		parked:        NewParkedStore(deps.Pool),
 		router:        router,
 		tracer:        tracing.Tracer(deps.TracerProvider),
-		cps:           NewCheckpointStore(deps.Bucket, cfg.CheckpointKey),
-		lease:         NewLease(deps.Pool, cfg.Name, cfg.Holder, cfg.LeaderLease),
-		m:             newMetrics(deps.Registerer, cfg.Name, router.Topics()),
+		cps:           NewCheckpointStore(deps.Bucket, ShardCheckpointKey(cfg.CheckpointKey, 0, shards)),
+		lease:         NewLease(deps.Pool, ShardLeaseName(cfg.Name, 0, shards), cfg.Holder, cfg.LeaderLease),
+		m:             newMetrics(reg, cfg.Name, "0", router.Topics()),
 		log:           logger.With("relay", cfg.Name),
 		hb:            observability.NewHeartbeat(hbAge),
 		wake:          make(chan struct{}, 1),
@@ -133,6 +150,12 @@ func New(cfg Config, deps Deps, opts ...Option) (*Relay, error) {
 		ckptMovedAt:   time.Now(),
 		topicsCreated: map[string]bool{},
 		topicsRefused: map[string]topicRefusal{},
+	}
+	if deps.Store != nil {
+		r.sl = deps.Store.ShardLog(0)
+	}
+	if shards > 1 {
+		r.sh = newSharded(deps, r)
 	}
 	r.obj.init(cfg.ObjectStoreTimeout)
 	if deps.Health != nil {
@@ -142,14 +165,43 @@ func New(cfg Config, deps Deps, opts ...Option) (*Relay, error) {
 	return r, nil
 }
 
-// Close releases the Kafka producer. Call it after Run returned.
-func (r *Relay) Close() {
-	r.client.Close()
-	r.solo.Close()
+// newProducers builds a leader's Kafka producers: client for the
+// pipeline, solo for the retries of a refused record (one at a time).
+func newProducers(k kafka.Config, cfg Config, h hooks) (client, solo *kgo.Client, err error) {
+	client, err = kafka.NewClient(k, append([]kgo.Opt{kafka.MaxBuffered((pipelineDepth + 1) * cfg.KafkaFlushBatchSize)}, h.kafkaOpts...)...)
+	if err != nil {
+		return nil, nil, err
+	}
+	solo, err = kafka.NewClient(k, append([]kgo.Opt{kafka.MaxBuffered(1)}, h.kafkaOpts...)...)
+	if err != nil {
+		client.Close()
+		return nil, nil, err
+	}
+	return client, solo, nil
 }
 
-// Leader reports whether this replica currently holds the lease.
+// Close releases the Kafka producers (the shards' too). Call it after Run
+// returned.
+func (r *Relay) Close() {
+	if r.client != nil {
+		r.client.Close()
+	}
+	if r.solo != nil {
+		r.solo.Close()
+	}
+	if r.sh != nil {
+		for _, u := range r.sh.allUnits() {
+			u.Close()
+		}
+	}
+}
+
+// Leader reports whether this replica currently holds the lease (over a
+// store of more than one shard: the lease of at least one shard, Held).
 func (r *Relay) Leader() bool {
+	if r.sh != nil {
+		return len(r.Held()) > 0
+	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return r.leader
@@ -158,7 +210,10 @@ func (r *Relay) Leader() bool {
 // Ready is the readiness check: red while the loop fails (Postgres, object
 // storage), Kafka does not acknowledge, or the head grows while the
 // checkpoint has not moved for EVENT_PUBLISHER_STALL_SECONDS.
-func (r *Relay) Ready(context.Context) error {
+func (r *Relay) Ready(ctx context.Context) error {
+	if r.sh != nil {
+		return r.readySharded(ctx)
+	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if err := r.obj.stalled(); err != nil {
@@ -236,6 +291,9 @@ func (r *Relay) poke() {
 // while it holds it, publishes. It returns nil after ctx is done (having
 // released the lease), or an error that prevents it from running at all.
 func (r *Relay) Run(ctx context.Context) error {
+	if r.sh != nil {
+		return r.runSharded(ctx)
+	}
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	ctx, cancel := context.WithCancel(ctx)
@@ -305,6 +363,9 @@ func (r *Relay) leadWithLease(ctx context.Context, epoch int64) {
 	wg.Wait()
 	r.setLeader(false)
 	switch {
+	case ctx.Err() != nil && errors.Is(context.Cause(ctx), errKilled):
+		// A test's kill -9: nothing written, nothing released.
+		r.log.Info("relay: killed; the lease expires by itself", "epoch", epoch)
 	case ctx.Err() != nil:
 		rctx, rc := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 		defer rc()
@@ -657,7 +718,7 @@ func (r *Relay) claim(ctx context.Context, epoch int64) (*leaderState, error) {
 		ls := newLeaderState(epoch, cp, newTag, r.cfg.DedupMaxEvents)
 		// Positions parked by an earlier leader that crashed before its
 		// checkpoint passed them: done, neither produced nor parked again.
-		parked, err := r.parked.parkedAfter(ctx, r.cfg.Name, cp.Position)
+		parked, err := r.parked.parkedAfter(ctx, r.cfg.Name, r.shard, cp.Position)
 		if err != nil {
 			return nil, err
 		}
@@ -685,14 +746,14 @@ func (r *Relay) startPosition(ctx context.Context) (int64, error) {
 		if err != nil {
 			return 0, fmt.Errorf("relay: EVENT_PUBLISHER_START_TIMESTAMP: %w", err)
 		}
-		return r.store.PositionAt(ctx, t)
+		return r.sl.PositionAt(ctx, t)
 	}
 	return 0, nil
 }
 
 // headAndNow returns the highest committed position and the database clock.
 func (r *Relay) headAndNow(ctx context.Context) (head int64, now time.Time, err error) {
-	h, err := r.store.HeadWithClock(ctx)
+	h, err := r.sl.HeadWithClock(ctx)
 	if err != nil {
 		return 0, time.Time{}, fmt.Errorf("relay: %w", err)
 	}
@@ -706,6 +767,10 @@ func (r *Relay) headAndNow(ctx context.Context) (head int64, now time.Time, err 
 // the cycle taking its wake-up reads the head (hints.go).
 func (r *Relay) listen(ctx context.Context) {
 	for n := range r.store.Subscribe(ctx) {
+		if r.sh != nil {
+			r.sh.notify(n)
+			continue
+		}
 		kind := "resync"
 		switch n.Kind {
 		case eventstore.Reserved:

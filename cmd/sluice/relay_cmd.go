@@ -3,6 +3,7 @@ package main
 import (
 	"errors"
 	"fmt"
+	"io"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -10,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/spf13/cobra"
 
+	"github.com/sluicehq/sluice/eventstore"
 	"github.com/sluicehq/sluice/migrations"
 	"github.com/sluicehq/sluice/pipeline"
 	"github.com/sluicehq/sluice/pipeline/sluiceconfig"
@@ -24,7 +26,9 @@ func newRelayCmd() *cobra.Command {
 		Long: `sluice relay tails the event store's segment log and publishes every event to
 Kafka in position order, checkpointing its progress in checkpoints/{name}.json.
 Several replicas may run: one holds the leader lease and publishes, the others
-stand by. Configuration: EVENT_PUBLISHER_*, KAFKA_*, EVENT_STORE_*, DATABASE_URL.`,
+stand by. Over a store of more than one shard (EVENT_STORE_SHARDS) each shard
+has its own lease and checkpoint (checkpoints/{name}/shard-NNNN.json), and the
+replicas share the shards, about equally (docs/relay.md#shards). Configuration: EVENT_PUBLISHER_*, KAFKA_*, EVENT_STORE_*, DATABASE_URL.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return runService(cmd, pipeline.Relay, pipeline.Options{}, nil)
@@ -42,9 +46,10 @@ func newRelayCheckpointCmd() *cobra.Command {
 
 // newRelayCheckpointShowCmd is "sluice relay checkpoint show".
 func newRelayCheckpointShowCmd() *cobra.Command {
-	return &cobra.Command{
+	var shard int
+	c := &cobra.Command{
 		Use:   "show",
-		Short: "Show the checkpoint, the lease and the lag",
+		Short: "Show the checkpoint, the lease and the lag (of every shard, or of --shard)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			d, closeFn, err := openReadStoreDeps(cmd)
@@ -52,45 +57,99 @@ func newRelayCheckpointShowCmd() *cobra.Command {
 				return err
 			}
 			defer closeFn()
-			if err := oneShard(cmd, d.store); err != nil {
-				return err
-			}
-			ctx := cmd.Context()
-			cps := relay.NewCheckpointStore(d.bucket, d.cfg.Relay.CheckpointKey)
-			cp, _, found, err := cps.Load(ctx)
+			one, err := shardArg(cmd, d.store, shard, false)
 			if err != nil {
 				return err
 			}
-			head, err := d.store.Head(ctx)
+			sts, err := relay.Statuses(cmd.Context(), d.store, d.bucket, d.pool, d.cfg.Relay)
 			if err != nil {
 				return err
 			}
 			out := cmd.OutOrStdout()
-			if !found {
-				fmt.Fprintf(out, "no checkpoint at %s yet (a relay starts at the beginning unless EVENT_PUBLISHER_START_* says otherwise); head %d\n", cps.Key(), head)
+			if one < 0 {
+				printShardStatuses(out, sts)
 				return nil
 			}
-			fmt.Fprintf(out, "checkpoint      %s\nposition        %d\nhead            %d\nlag             %d\nupdated_at      %s\nrelay_epoch     %d\nwritten_by      %s\npending_gaps    %d\nrecent_ids      %d\n",
-				cps.Key(), cp.Position, head, max(head-cp.Position, 0), cp.UpdatedAt.Format(time.RFC3339Nano), cp.RelayEpoch, cp.Holder, len(cp.PendingGaps), len(cp.RecentEventIDs))
-			info, ok, err := relay.NewLease(d.pool, d.cfg.Relay.Name, "", time.Second).Info(ctx)
-			if err != nil {
-				return err
+			st := sts[one]
+			if !st.Found {
+				fmt.Fprintf(out, "no checkpoint at %s yet (a relay starts at the beginning unless EVENT_PUBLISHER_START_* says otherwise); head %d\n", st.Key, st.Head)
+				return nil
 			}
-			if ok {
-				state := "held"
-				if info.Expired {
-					state = "expired"
-				}
-				fmt.Fprintf(out, "lease           %s by %s, epoch %d, until %s\n", state, info.Holder, info.Epoch, info.ExpiresAt.Format(time.RFC3339))
+			cp := st.Checkpoint
+			fmt.Fprintf(out, "checkpoint      %s\nposition        %d\nhead            %d\nlag             %d\nupdated_at      %s\nrelay_epoch     %d\nwritten_by      %s\npending_gaps    %d\nrecent_ids      %d\n",
+				st.Key, cp.Position, st.Head, st.Lag(), cp.UpdatedAt.Format(time.RFC3339Nano), cp.RelayEpoch, cp.Holder, len(cp.PendingGaps), len(cp.RecentEventIDs))
+			if st.LeaseFound {
+				fmt.Fprintf(out, "lease           %s by %s, epoch %d, until %s\n", leaseState(st.Lease), st.Lease.Holder, st.Lease.Epoch, st.Lease.ExpiresAt.Format(time.RFC3339))
 			}
 			return nil
 		},
 	}
+	shardFlag(c, &shard, "the shard to show in full (a store of more than one shard; default: a line per shard)")
+	return c
+}
+
+// printShardStatuses prints a line per shard (`relay checkpoint show` over
+// a store of more than one shard).
+func printShardStatuses(out io.Writer, sts []relay.ShardStatus) {
+	tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "SHARD\tPOSITION\tHEAD\tLAG\tEPOCH\tPENDING_GAPS\tUPDATED_AT\tLEASE\tHOLDER\tUNTIL\tCHECKPOINT")
+	var lag int64
+	holders := map[string]int{}
+	for _, st := range sts {
+		pos, updated := "-", "-"
+		if st.Found {
+			pos, updated = fmt.Sprint(st.Checkpoint.Position), st.Checkpoint.UpdatedAt.UTC().Format(time.RFC3339)
+		}
+		lease, holder, until := "none", "-", "-"
+		if st.LeaseFound {
+			lease, holder, until = leaseState(st.Lease), st.Lease.Holder, st.Lease.ExpiresAt.UTC().Format(time.RFC3339)
+			if !st.Lease.Expired {
+				holders[holder]++
+			}
+		}
+		lag += st.Lag()
+		fmt.Fprintf(tw, "%d\t%s\t%d\t%d\t%d\t%d\t%s\t%s\t%s\t%s\t%s\n", st.Shard, pos, st.Head, st.Lag(), st.Checkpoint.RelayEpoch,
+			len(st.Checkpoint.PendingGaps), updated, lease, holder, until, st.Key)
+	}
+	_ = tw.Flush()
+	fmt.Fprintf(out, "%d shards, lag %d in all, %d replicas holding leases\n", len(sts), lag, len(holders))
+}
+
+// leaseState is "held" or "expired".
+func leaseState(info relay.LeaseInfo) string {
+	if info.Expired {
+		return "expired"
+	}
+	return "held"
+}
+
+// shardFlag adds --shard to c.
+func shardFlag(c *cobra.Command, shard *int, usage string) {
+	c.Flags().IntVar(shard, "shard", -1, usage)
+}
+
+// shardArg checks --shard against the store: -1 (not set) is every shard
+// of a store of more than one (-1 returned), or shard 0 of a store of one;
+// required refuses -1 for a store of more than one shard.
+func shardArg(cmd *cobra.Command, st *eventstore.Store, shard int, required bool) (int, error) {
+	n := max(st.Shards(), 1)
+	switch {
+	case shard >= n || shard < -1:
+		return 0, fmt.Errorf("--shard %d: the store has %d shard(s), 0..%d", shard, n, n-1)
+	case shard >= 0:
+		return shard, nil
+	case n == 1:
+		return 0, nil
+	case required:
+		return 0, fmt.Errorf("the store has %d shards, each with its own positions and checkpoint: name one with --shard (0..%d)", n, n-1)
+	}
+	return -1, nil
 }
 
 // newRelayCheckpointSetCmd is "sluice relay checkpoint set".
 func newRelayCheckpointSetCmd() *cobra.Command {
 	var position int64
+	var shard int
 	var at string
 	var g guardFlags
 	set := &cobra.Command{
@@ -109,7 +168,8 @@ func newRelayCheckpointSetCmd() *cobra.Command {
 				return err
 			}
 			defer closeFn()
-			if err := oneShard(cmd, d.store); err != nil {
+			sh, err := shardArg(cmd, d.store, shard, true)
+			if err != nil {
 				return err
 			}
 			ctx := cmd.Context()
@@ -118,12 +178,12 @@ func newRelayCheckpointSetCmd() *cobra.Command {
 				if err != nil {
 					return fmt.Errorf("--time %q: want an RFC 3339 time: %w", at, err)
 				}
-				if position, err = d.store.PositionAt(ctx, t); err != nil {
+				if position, err = d.store.ShardLog(sh).PositionAt(ctx, t); err != nil {
 					return err
 				}
 			}
-			cps := relay.NewCheckpointStore(d.bucket, d.cfg.Relay.CheckpointKey)
-			plan, err := relay.PlanCheckpoint(ctx, d.store, cps, position)
+			cps := relay.NewCheckpointStore(d.bucket, relay.ShardCheckpointKey(d.cfg.Relay.CheckpointKey, sh, d.store.Shards()))
+			plan, err := relay.PlanShardCheckpoint(ctx, d.store, sh, cps, position)
 			if errors.Is(err, relay.ErrCheckpointOutOfRange) {
 				return unsafe(err)
 			} else if err != nil {
@@ -141,20 +201,22 @@ func newRelayCheckpointSetCmd() *cobra.Command {
 			if cur.Position < old.Position {
 				verb = "back (positions after it are published again)"
 			}
-			cmd.Printf("checkpoint %s moved %s: %d -> %d; a running relay continues from it\n", d.cfg.Relay.CheckpointKey, verb, old.Position, cur.Position)
+			cmd.Printf("checkpoint %s moved %s: %d -> %d; a running relay continues from it\n", cps.Key(), verb, old.Position, cur.Position)
 			return nil
 		},
 	}
 	set.Flags().Int64Var(&position, "position", 0, "new checkpoint position (the relay publishes from position+1)")
 	set.Flags().StringVar(&at, "time", "", "RFC 3339 time: publish from the first event committed at or after it")
+	shardFlag(set, &shard, "the shard whose checkpoint moves (required for a store of more than one shard; positions are the shard's)")
 	g.register(set, false)
 	return set
 }
 
 func newRelayGapsCmd() *cobra.Command {
-	return &cobra.Command{
+	var shard int
+	c := &cobra.Command{
 		Use:   "gaps",
-		Short: "List pending gaps of the checkpoint and uncommitted ranges of the index",
+		Short: "List pending gaps of the checkpoint and uncommitted ranges of the index (of every shard, or of --shard)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			d, closeFn, err := openReadStoreDeps(cmd)
@@ -162,36 +224,67 @@ func newRelayGapsCmd() *cobra.Command {
 				return err
 			}
 			defer closeFn()
-			if err := oneShard(cmd, d.store); err != nil {
+			one, err := shardArg(cmd, d.store, shard, false)
+			if err != nil {
 				return err
+			}
+			n := max(d.store.Shards(), 1)
+			shards := []int{one}
+			if one < 0 {
+				shards = shards[:0]
+				for sh := range n {
+					shards = append(shards, sh)
+				}
 			}
 			ctx := cmd.Context()
-			cp, _, _, err := relay.NewCheckpointStore(d.bucket, d.cfg.Relay.CheckpointKey).Load(ctx)
-			if err != nil {
-				return err
-			}
-			gaps, err := relay.Gaps(ctx, d.store, cp)
-			if err != nil {
-				return err
-			}
 			tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
-			fmt.Fprintln(tw, "FIRST\tLAST\tPOSITIONS\tSTATE\tSINCE\tAGGREGATES")
+			col := ""
+			if n > 1 {
+				col = "SHARD\t"
+			}
+			fmt.Fprintln(tw, col+"FIRST\tLAST\tPOSITIONS\tSTATE\tSINCE\tAGGREGATES")
 			counts := map[string]int64{}
-			for _, g := range gaps {
-				n := g.Last - g.First + 1
-				counts[g.State] += n
-				fmt.Fprintf(tw, "%d\t%d\t%d\t%s\t%s\t%s\n", g.First, g.Last, n, g.State, g.Since.UTC().Format(time.RFC3339), strings.Join(g.Aggregates, ","))
+			ranges := 0
+			var ckpts []string
+			for _, sh := range shards {
+				cp, _, _, err := relay.NewCheckpointStore(d.bucket, relay.ShardCheckpointKey(d.cfg.Relay.CheckpointKey, sh, n)).Load(ctx)
+				if err != nil {
+					return err
+				}
+				gaps, err := relay.ShardGaps(ctx, d.store, sh, cp)
+				if err != nil {
+					return err
+				}
+				for _, g := range gaps {
+					k := g.Last - g.First + 1
+					counts[g.State] += k
+					if n > 1 {
+						fmt.Fprintf(tw, "%d\t", sh)
+					}
+					fmt.Fprintf(tw, "%d\t%d\t%d\t%s\t%s\t%s\n", g.First, g.Last, k, g.State, g.Since.UTC().Format(time.RFC3339), strings.Join(g.Aggregates, ","))
+				}
+				ranges += len(gaps)
+				ckpts = append(ckpts, fmt.Sprint(cp.Position))
 			}
 			_ = tw.Flush()
-			cmd.Printf("%d ranges: %d positions pending (re-checked within EVENT_PUBLISHER_LOOKBACK_SECONDS), %d abandoned in the index, %d reserved; checkpoint %d\n",
-				len(gaps), counts["pending"], counts["abandoned"], counts["reserved"], cp.Position)
+			what := "checkpoint " + strings.Join(ckpts, "")
+			if len(shards) > 1 {
+				what = "checkpoints by shard " + strings.Join(ckpts, ",")
+			} else if n > 1 {
+				what = fmt.Sprintf("shard %d checkpoint %s", shards[0], ckpts[0])
+			}
+			cmd.Printf("%d ranges: %d positions pending (re-checked within EVENT_PUBLISHER_LOOKBACK_SECONDS), %d abandoned in the index, %d reserved; %s\n",
+				ranges, counts["pending"], counts["abandoned"], counts["reserved"], what)
 			return nil
 		},
 	}
+	shardFlag(c, &shard, "only this shard (a store of more than one shard; default: every shard)")
+	return c
 }
 
 func newRelayRepublishCmd() *cobra.Command {
 	var from, to int64
+	var shard int
 	var topic string
 	c := &cobra.Command{
 		Use:     "republish",
@@ -207,7 +300,8 @@ func newRelayRepublishCmd() *cobra.Command {
 				return err
 			}
 			defer closeFn()
-			if err := oneShard(cmd, d.store); err != nil {
+			sh, err := shardArg(cmd, d.store, shard, true)
+			if err != nil {
 				return err
 			}
 			cl, err := kafka.NewClient(d.cfg.Kafka, kafka.MaxBuffered(2000))
@@ -225,7 +319,7 @@ func newRelayRepublishCmd() *cobra.Command {
 			}
 			start := time.Now()
 			errOut := cmd.ErrOrStderr()
-			rep, err := relay.Republish(cmd.Context(), d.store, cl, router, from, to, topic, func(r relay.RepublishReport, at int64) {
+			rep, err := relay.RepublishShard(cmd.Context(), d.store, sh, cl, router, from, to, topic, func(r relay.RepublishReport, at int64) {
 				fmt.Fprintf(errOut, "republished %d records (at position %d of %d..%d)\n", r.Records, at, from, to)
 			})
 			if err != nil {
@@ -243,6 +337,7 @@ func newRelayRepublishCmd() *cobra.Command {
 	c.Flags().Int64Var(&from, "from-position", 0, "first position to publish (required)")
 	c.Flags().Int64Var(&to, "to-position", 0, "last position to publish (required)")
 	c.Flags().StringVar(&topic, "topic", "", "publish every record to this topic instead of its routed topic")
+	shardFlag(c, &shard, "the shard whose positions these are (required for a store of more than one shard)")
 	_ = c.MarkFlagRequired("from-position")
 	_ = c.MarkFlagRequired("to-position")
 	return c
@@ -268,6 +363,7 @@ rows of the relay named EVENT_PUBLISHER_NAME.`,
 
 func newRelayParkedListCmd() *cobra.Command {
 	var f relay.ParkedFilter
+	var shard int
 	c := &cobra.Command{
 		Use:     "list",
 		Short:   "List parked records with their reason (default: state parked)",
@@ -283,13 +379,29 @@ func newRelayParkedListCmd() *cobra.Command {
 			}
 			defer closeFn()
 			f.Relay = d.cfg.Relay.Name
+			if shard >= 0 {
+				f.Shard = &shard
+			}
 			rows, err := relay.NewParkedStore(d.pool).List(cmd.Context(), f)
 			if err != nil {
 				return err
 			}
-			tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
-			fmt.Fprintln(tw, "POSITION\tEVENT_ID\tTOPIC\tREASON\tATTEMPTS\tBYTES\tSTATE\tPARKED_AT\tERROR")
+			// A SHARD column once any row is of a shard other than 0 (a
+			// store of more than one shard) or one was asked for.
+			sharded := shard > 0
 			for _, p := range rows {
+				sharded = sharded || p.Shard > 0
+			}
+			col := ""
+			if sharded {
+				col = "SHARD\t"
+			}
+			tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
+			fmt.Fprintln(tw, col+"POSITION\tEVENT_ID\tTOPIC\tREASON\tATTEMPTS\tBYTES\tSTATE\tPARKED_AT\tERROR")
+			for _, p := range rows {
+				if sharded {
+					fmt.Fprintf(tw, "%d\t", p.Shard)
+				}
 				fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%d\t%d\t%s\t%s\t%s\n", p.Position, p.EventID, p.Topic, p.Reason, p.Attempts,
 					p.EnvelopeBytes, p.State, p.ParkedAt.UTC().Format(time.RFC3339), oneLine(p.Error, 120))
 			}
@@ -304,11 +416,13 @@ func newRelayParkedListCmd() *cobra.Command {
 	c.Flags().Int64Var(&f.FromPosition, "from-position", 0, "first position")
 	c.Flags().Int64Var(&f.ToPosition, "to-position", 0, "last position (0 = no bound)")
 	c.Flags().IntVar(&f.Limit, "limit", 100, "most records listed")
+	shardFlag(c, &shard, "only this shard's records (default: every shard's)")
 	return c
 }
 
 func newRelayParkedShowCmd() *cobra.Command {
 	var position int64
+	var shard int
 	var raw bool
 	c := &cobra.Command{
 		Use:     "show",
@@ -321,7 +435,7 @@ func newRelayParkedShowCmd() *cobra.Command {
 				return err
 			}
 			defer closeFn()
-			p, err := relay.NewParkedStore(d.pool).Get(cmd.Context(), d.cfg.Relay.Name, position)
+			p, err := relay.NewParkedStore(d.pool).GetShard(cmd.Context(), d.cfg.Relay.Name, shard, position)
 			if err != nil {
 				return err
 			}
@@ -333,6 +447,9 @@ func newRelayParkedShowCmd() *cobra.Command {
 			fmt.Fprintf(out, "relay           %s\nposition        %d\nevent_id        %s\ntopic           %s\nkey             %s\nreason          %s\nerror           %s\nattempts        %d\nparked_at       %s\nstate           %s\nsegment         %s\nenvelope_bytes  %d\nheaders         %s\n",
 				p.Relay, p.Position, p.EventID, p.Topic, p.Key, p.Reason, p.Error, p.Attempts, p.ParkedAt.UTC().Format(time.RFC3339Nano),
 				p.State, p.SegmentKey, p.EnvelopeBytes, p.HeadersString())
+			if p.Shard > 0 {
+				fmt.Fprintf(out, "shard           %d\n", p.Shard)
+			}
 			if !p.ResolvedAt.IsZero() {
 				fmt.Fprintf(out, "resolved_at     %s\nresolved_topic  %s\n", p.ResolvedAt.UTC().Format(time.RFC3339Nano), p.ResolvedTopic)
 			}
@@ -342,6 +459,7 @@ func newRelayParkedShowCmd() *cobra.Command {
 	}
 	c.Flags().Int64Var(&position, "position", 0, "position of the parked record (required)")
 	c.Flags().BoolVar(&raw, "raw", false, "print only the envelope bytes, as stored")
+	c.Flags().IntVar(&shard, "shard", 0, "the shard of the position (a store of more than one shard)")
 	_ = c.MarkFlagRequired("position")
 	return c
 }
@@ -349,6 +467,7 @@ func newRelayParkedShowCmd() *cobra.Command {
 // newRelayParkedResolveCmd is `parked republish` or `parked drop`.
 func newRelayParkedResolveCmd(verb string) *cobra.Command {
 	var position int64
+	var shard int
 	var topic string
 	var dryRun, yes bool
 	short, example := "Mark a parked record dropped: it will not be published (the row and its envelope stay)",
@@ -376,7 +495,7 @@ func newRelayParkedResolveCmd(verb string) *cobra.Command {
 			ctx := cmd.Context()
 			ps := relay.NewParkedStore(d.pool)
 			name := d.cfg.Relay.Name
-			opts := relay.ResolveOptions{Topic: topic, DryRun: dryRun}
+			opts := relay.ResolveOptions{Topic: topic, DryRun: dryRun, Shard: shard}
 			var p relay.ParkedRecord
 			if verb == "drop" {
 				p, err = relay.DropParked(ctx, ps, name, position, opts)
@@ -412,6 +531,7 @@ func newRelayParkedResolveCmd(verb string) *cobra.Command {
 	c.Flags().Int64Var(&position, "position", 0, "position of the parked record (required)")
 	c.Flags().BoolVar(&dryRun, "dry-run", false, "check and print what would be done; change nothing")
 	c.Flags().BoolVar(&yes, "yes", false, "act (required unless --dry-run)")
+	c.Flags().IntVar(&shard, "shard", 0, "the shard of the position (a store of more than one shard)")
 	if verb == "republish" {
 		c.Flags().StringVar(&topic, "topic", "", "produce to this topic instead of the record's own (created with the size budget when missing)")
 	}

@@ -1,7 +1,8 @@
 // Package eventstoretest gives the tests of other packages what they used
 // to do to the event store's tables with SQL of their own: read the index
 // rows, and forge the states a crashed or stalled writer leaves behind. It
-// addresses a store of one shard (shard 0). The
+// addresses a store of one shard (shard 0), except Forge, which serves any
+// (Forged.Shards). The
 // store owns its schema (docs/architecture.md, "Table ownership"); this
 // package is where that schema is named for tests, beside the store.
 package eventstoretest
@@ -94,12 +95,18 @@ type Forged struct {
 	OccurredAt    time.Time
 	// WriterID defaults to "crashed-writer".
 	WriterID string
+	// Shards is the store's number of shards (0 or 1: one shard). With
+	// more, the row goes to its aggregate's shard (eventstore.ShardOf) and
+	// takes that shard's next position.
+	Shards int
 }
 
 // Forge reserves the aggregate's next slot and the log's next position for
-// f, as the store's reservation does, in one transaction, and returns them.
-// Its segment key is the one-position segment of the position.
+// f (its shard's, in a store of more than one shard), as the store's
+// reservation does, in one transaction, and returns them. Its segment key
+// is the one-position segment of the position (ForgedSegmentKey).
 func Forge(ctx context.Context, pool *pgxpool.Pool, f Forged) (position, seq int64, err error) {
+	shard := eventstore.ShardOf(f.AggregateType, f.AggregateID, f.Shards)
 	if f.WriterID == "" {
 		f.WriterID = "crashed-writer"
 	}
@@ -112,20 +119,30 @@ func Forge(ctx context.Context, pool *pgxpool.Pool, f Forged) (position, seq int
 			RETURNING last_sequence`, f.AggregateType, f.AggregateID).Scan(&seq); err != nil {
 			return err
 		}
-		if err := tx.QueryRow(ctx, `UPDATE sluice.log_head SET next_position = next_position + 1 WHERE shard = 0 RETURNING next_position - 1`).Scan(&position); err != nil {
+		if err := tx.QueryRow(ctx, `UPDATE sluice.log_head SET next_position = next_position + 1 WHERE shard = $1 RETURNING next_position - 1`, shard).Scan(&position); err != nil {
 			return err
 		}
 		_, err := tx.Exec(ctx, `INSERT INTO sluice.appends (position, event_id, kind, aggregate_type, aggregate_id, sequence_number,
-				state, segment_key, canonical_hash, occurred_at, writer_id)
-			VALUES ($1, $2::text::uuid, $3, $4, $5, $6, $7, $8, $9, $10, $11)`,
+				state, segment_key, canonical_hash, occurred_at, writer_id, shard)
+			VALUES ($1, $2::text::uuid, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)`,
 			position, f.EventID, string(f.Kind), f.AggregateType, f.AggregateID, seq, f.State,
-			eventstore.SegmentKey(position, position), f.CanonicalHash, f.OccurredAt, f.WriterID)
+			ForgedSegmentKey(f.Shards, shard, position), f.CanonicalHash, f.OccurredAt, f.WriterID, shard)
 		return err
 	})
 	if err != nil {
 		return 0, 0, fmt.Errorf("eventstoretest: forge a %s row: %w", f.State, err)
 	}
 	return position, seq, nil
+}
+
+// ForgedSegmentKey is the key of the one-position segment of position in
+// shard of a store of shards (docs/eventstore.md#shards: the key of a
+// store of more than one shard names its lowest shard's block).
+func ForgedSegmentKey(shards, shard int, position int64) string {
+	if shards <= 1 {
+		return eventstore.SegmentKey(position, position)
+	}
+	return fmt.Sprintf("%sn%d/%04d-%020d-%020d.jsonl", eventstore.SegmentPrefix, shards, shard, position, position)
 }
 
 // RolledBackReservation takes n positions in a transaction that rolls
