@@ -71,23 +71,22 @@ func (e *ShardsMismatchError) Error() string {
 func (e *ShardsMismatchError) HTTPStatus() int { return http.StatusServiceUnavailable }
 
 // ShardsNotSupportedError: a reader of the log by one global position met
-// a store of more than one shard. Per-shard support is issue 33 item 3
-// (the relay) and item 4 (the log reads, subscriptions, store cat, verify,
-// the relay's operator tools); until then they refuse such a store at
-// their start instead of reading a part of it. Stream reads (an
-// aggregate's events, by event_id, by slot) and appends work for any
-// number of shards.
+// a store of more than one shard, where no global position exists. Every
+// reader has a form for such a store: by cursor (Log, LogWalk, LogTail;
+// /v1/log, the subscriptions, store cat --cursor) or by shard (ShardLog;
+// the relay and its tools with --shard). Stream reads (an aggregate's
+// events, by event_id, by slot) and appends work for any number of shards.
 type ShardsNotSupportedError struct {
-	// Reader is what refused ("the relay", "GET /v1/log", ...).
+	// Reader is what refused ("Head", "sluice store segments", ...).
 	Reader string
 	// Shards is the store's number of shards.
 	Shards int
 }
 
 func (e *ShardsNotSupportedError) Error() string {
-	return fmt.Sprintf("eventstore: %s reads the log by one global position and does not support a store of %d shards yet "+
-		"(EVENT_STORE_SHARDS > 1; per-shard support is issue 33 items 3 and 4: the relay, the log and subscription reads, "+
-		"store cat, verify and the relay's checkpoint tools); stream reads and appends work",
+	return fmt.Sprintf("eventstore: %s reads the log by one global position, which a store of %d shards does not have "+
+		"(EVENT_STORE_SHARDS > 1): read it by cursor (the log, the subscriptions, store cat --cursor) or by shard "+
+		"(the relay's tools with --shard; docs/scale-out.md#shards-of-the-log); stream reads and appends work",
 		e.Reader, e.Shards)
 }
 

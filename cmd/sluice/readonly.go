@@ -34,8 +34,8 @@ func openReadStore(cmd *cobra.Command) (*eventstore.Store, func(), error) {
 }
 
 // oneShard refuses, at the start of a command that reads the log by one
-// global position, a store of more than one shard: per-shard support is
-// issue 33 items 3 and 4 (*eventstore.ShardsNotSupportedError).
+// global position, a store of more than one shard, which has none
+// (*eventstore.ShardsNotSupportedError names the reads by cursor or shard).
 func oneShard(cmd *cobra.Command, st *eventstore.Store) error {
 	return st.RequireOneShard(cmd.CommandPath())
 }

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -99,5 +100,32 @@ func TestStoreCatShards(t *testing.T) {
 	out, _, err = run(t, "store", "cat", "--aggregate-type", "Instance", "--aggregate-id", "shop:orders:1")
 	if err != nil || strings.Count(out, "\n") != 2 {
 		t.Fatalf("cat aggregate: %q %v", out, err)
+	}
+
+	// store segments per shard: the shards' listings together hold every
+	// position of every shard once (11 events), each shard's from 1 up.
+	heads, err := st.Heads(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	total := int64(0)
+	for _, h := range heads {
+		out, _, err := run(t, "store", "segments", "--shard", strconv.Itoa(h.Shard))
+		if err != nil {
+			t.Fatalf("segments --shard %d: %v", h.Shard, err)
+		}
+		want := fmt.Sprintf("%d positions", h.Position)
+		if !strings.Contains(out, want) {
+			t.Fatalf("segments --shard %d: %q, want %q (its head)", h.Shard, out, want)
+		}
+		total += h.Position
+	}
+	if total != 11 {
+		t.Fatalf("the shards' heads sum to %d, want the 11 events", total)
+	}
+	for _, args := range [][]string{{"store", "segments"}, {"store", "segments", "--shard", "4"}} {
+		if _, _, err := run(t, args...); err == nil || !strings.Contains(err.Error(), "4 shards") && !strings.Contains(err.Error(), "4 shard(s)") {
+			t.Fatalf("%v on 4 shards: %v, want an error naming the shards", args, err)
+		}
 	}
 }

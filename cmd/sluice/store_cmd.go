@@ -22,21 +22,28 @@ func newStoreCmd() *cobra.Command {
 
 func newStoreSegmentsCmd() *cobra.Command {
 	var after int64
-	var limit int
+	var limit, shard int
 	cmd := &cobra.Command{
 		Use:   "segments",
-		Short: "List segments (first/last position, size) after a position",
-		Args:  cobra.NoArgs,
+		Short: "List segments (first/last position, size) after a position, of one shard",
+		Long: `segments lists the segments holding positions after --after. A store of one shard
+lists its objects (size and time included). A store of several shards (EVENT_STORE_SHARDS > 1)
+has positions per shard: --shard names the shard, whose segments are found through the index
+(FIRST and LAST are that shard's positions in each segment; size and time are not read).`,
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			st, closeFn, err := openReadStore(cmd)
 			if err != nil {
 				return err
 			}
 			defer closeFn()
-			if err := oneShard(cmd, st); err != nil {
-				return err
+			if shard < 0 || shard >= st.Shards() {
+				return fmt.Errorf("--shard %d: the store has %d shard(s), 0 to %d", shard, st.Shards(), st.Shards()-1)
 			}
-			segs, err := st.Segments(cmd.Context(), after, limit)
+			if st.Shards() > 1 && !cmd.Flags().Changed("shard") {
+				return fmt.Errorf("this store has %d shards: name one with --shard (0 to %d)", st.Shards(), st.Shards()-1)
+			}
+			segs, err := st.ShardLog(shard).Segments(cmd.Context(), after, limit)
 			if err != nil {
 				return err
 			}
@@ -54,8 +61,9 @@ func newStoreSegmentsCmd() *cobra.Command {
 			return nil
 		},
 	}
-	cmd.Flags().Int64Var(&after, "after", 0, "list segments holding positions after this one")
+	cmd.Flags().Int64Var(&after, "after", 0, "list segments holding positions after this one (of --shard)")
 	cmd.Flags().IntVar(&limit, "limit", 1000, "most segments to list")
+	cmd.Flags().IntVar(&shard, "shard", 0, "the shard whose segments to list (a store of several shards)")
 	return cmd
 }
 
