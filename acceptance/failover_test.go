@@ -225,7 +225,6 @@ func TestShardLeaderFailoverUnderLoad(t *testing.T) {
 	for _, s := range slices.Concat(apis, relays) {
 		s.waitReady(90 * time.Second)
 	}
-	p.waitDrained(2 * time.Minute)
 
 	var cmds []soakCmd
 	insts := map[string]bool{}
@@ -241,27 +240,34 @@ func TestShardLeaderFailoverUnderLoad(t *testing.T) {
 	if len(cmds) == 0 {
 		t.Fatal("no command acknowledged")
 	}
-	// Every acknowledged command published, count the redeliveries.
+	// Every acknowledged command published (polled until the relays have
+	// caught up, then reported by event id); count the redeliveries.
+	var missing []soakCmd
 	published := map[string]int{}
-	for _, r := range p.readTopic(commandsTopic) {
-		var e struct {
-			EventID string `json:"event_id"`
-		}
-		if err := json.Unmarshal(r.Value, &e); err != nil {
-			t.Fatalf("%s record at %d/%d: %v", commandsTopic, r.Partition, r.Offset, err)
-		}
-		published[e.EventID]++
-	}
-	missing, dups := 0, 0
-	for _, c := range cmds {
-		if published[c.eventID] == 0 {
-			missing++
-			if missing <= 10 {
-				t.Errorf("acknowledged %s command %s is not in %s", c.kind, c.eventID, commandsTopic)
+	for deadline := time.Now().Add(60 * time.Second); ; {
+		published = p.commandsPublished()
+		missing = missing[:0]
+		for _, c := range cmds {
+			if published[c.eventID] == 0 {
+				missing = append(missing, c)
 			}
 		}
+		if len(missing) == 0 || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(500 * time.Millisecond)
 	}
-	for _, n := range published {
+	for i, c := range missing {
+		if i < 10 {
+			t.Errorf("acknowledged %s command %s is not in %s", c.kind, c.eventID, commandsTopic)
+		}
+	}
+	if len(missing) > 0 {
+		t.Fatalf("%d of %d acknowledged commands never published", len(missing), len(cmds))
+	}
+	p.waitDrained(2 * time.Minute)
+	dups := 0
+	for _, n := range p.commandsPublished() {
 		dups += n - 1
 	}
 	// Per-aggregate order: no first delivery after a newer event of its
@@ -293,5 +299,21 @@ func TestShardLeaderFailoverUnderLoad(t *testing.T) {
 	}()...)
 	t.Logf("shard failover summary: %d shards, %d relay processes, %d API processes, %d kills; failover per kill %v (bound %v); "+
 		"%d commands acknowledged, %d missing from %s, %d published more than once, %d absorbed as duplicates by the instance worker",
-		failoverShards, failoverRelays, failoverAPIs, kills, failovers, bound, len(cmds), missing, commandsTopic, dups, int(absorbed))
+		failoverShards, failoverRelays, failoverAPIs, kills, failovers, bound, len(cmds), len(missing), commandsTopic, dups, int(absorbed))
+}
+
+// commandsPublished counts the records of each event id in sluice.commands.
+func (p *pipeline) commandsPublished() map[string]int {
+	p.t.Helper()
+	out := map[string]int{}
+	for _, r := range p.readTopic(commandsTopic) {
+		var e struct {
+			EventID string `json:"event_id"`
+		}
+		if err := json.Unmarshal(r.Value, &e); err != nil {
+			p.t.Fatalf("%s record at %d/%d: %v", commandsTopic, r.Partition, r.Offset, err)
+		}
+		out[e.EventID]++
+	}
+	return out
 }
