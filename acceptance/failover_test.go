@@ -4,11 +4,14 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"maps"
 	"math/rand/v2"
+	"net/http"
 	"os"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -79,22 +82,60 @@ type shardView struct {
 func (p *pipeline) relayShards(relays []*service) shardView {
 	v := shardView{leader: map[int]string{}, ckpt: map[int]int64{}, held: map[string][]int{}}
 	for _, r := range relays {
+		// One /metrics read per process: the gauges of one shard come
+		// from the same moment, and the poll stays short.
+		leader, ckpt, err := r.shardGauges()
+		if err != nil {
+			continue
+		}
 		for sh := range failoverShards {
-			lb := fmt.Sprintf(`shard="%d"`, sh)
-			on, err := r.scrape("sluice_relay_leader", lb)
-			if err != nil || on != 1 {
-				continue
-			}
-			cp, err := r.scrape("sluice_relay_checkpoint_position", lb)
-			if err != nil {
+			if leader[sh] != 1 {
 				continue
 			}
 			v.leader[sh] = r.name
-			v.ckpt[sh] = int64(cp)
+			v.ckpt[sh] = int64(ckpt[sh])
 			v.held[r.name] = append(v.held[r.name], sh)
 		}
 	}
 	return v
+}
+
+// shardGauges reads sluice_relay_leader and
+// sluice_relay_checkpoint_position per shard from one /metrics answer.
+func (s *service) shardGauges() (leader, ckpt map[int]float64, err error) {
+	resp, err := s.p.httpc.Get("http://" + s.httpAddr + "/metrics")
+	if err != nil {
+		return nil, nil, err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil || resp.StatusCode != http.StatusOK {
+		return nil, nil, fmt.Errorf("%s /metrics: %d %v", s.name, resp.StatusCode, err)
+	}
+	leader, ckpt = map[int]float64{}, map[int]float64{}
+	for _, l := range strings.Split(string(b), "\n") {
+		var into map[int]float64
+		switch {
+		case strings.HasPrefix(l, "sluice_relay_leader{"):
+			into = leader
+		case strings.HasPrefix(l, "sluice_relay_checkpoint_position{"):
+			into = ckpt
+		default:
+			continue
+		}
+		_, rest, ok := strings.Cut(l, `shard="`)
+		if !ok {
+			continue
+		}
+		shs, _, _ := strings.Cut(rest, `"`)
+		sh, err1 := strconv.Atoi(shs)
+		f := strings.Fields(l)
+		val, err2 := strconv.ParseFloat(f[len(f)-1], 64)
+		if err1 == nil && err2 == nil {
+			into[sh] = val
+		}
+	}
+	return leader, ckpt, nil
 }
 
 // shardLeases reads the shard leases (sluice.relay_leases) through the
@@ -243,9 +284,8 @@ func TestShardLeaderFailoverUnderLoad(t *testing.T) {
 	// Every acknowledged command published (polled until the relays have
 	// caught up, then reported by event id); count the redeliveries.
 	var missing []soakCmd
-	published := map[string]int{}
 	for deadline := time.Now().Add(60 * time.Second); ; {
-		published = p.commandsPublished()
+		published := p.commandsPublished()
 		missing = missing[:0]
 		for _, c := range cmds {
 			if published[c.eventID] == 0 {
