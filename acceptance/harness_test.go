@@ -661,7 +661,13 @@ func instancePath(db, class, id string) string {
 
 // call sends one request to the API.
 func (p *pipeline) call(method, path string, body any, key string) (int, []byte, error) {
-	api := p.service("api")
+	return p.callVia("api", method, path, body, key)
+}
+
+// callVia is call through the API service named apiName (a scenario with
+// several API processes).
+func (p *pipeline) callVia(apiName, method, path string, body any, key string) (int, []byte, error) {
+	api := p.service(apiName)
 	var rd io.Reader
 	if raw, ok := body.([]byte); ok {
 		rd = bytes.NewReader(raw)
@@ -699,12 +705,17 @@ func (p *pipeline) call(method, path string, body any, key string) (int, []byte,
 // scenario injects API outages on purpose (setup.allow5xx). Any other
 // status is returned as an error.
 func (p *pipeline) command(method, path string, body any, key string, within time.Duration) (accepted, error) {
+	return p.commandVia("api", method, path, body, key, within)
+}
+
+// commandVia is command through the API service named apiName.
+func (p *pipeline) commandVia(apiName, method, path string, body any, key string, within time.Duration) (accepted, error) {
 	if key == "" {
 		key = "acc-" + uuid.NewString()
 	}
 	deadline := time.Now().Add(within)
 	for {
-		code, b, err := p.call(method, path, body, key)
+		code, b, err := p.callVia(apiName, method, path, body, key)
 		if err == nil && code == http.StatusAccepted {
 			var a accepted
 			if err := json.Unmarshal(b, &a); err != nil {

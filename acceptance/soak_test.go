@@ -1,6 +1,7 @@
 package acceptance
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -172,6 +173,8 @@ type soakLoad struct {
 	insts []*soakInstance
 	cmds  []soakCmd
 	errs  []error
+	// api names the API service the client sends to ("" = "api").
+	api string
 }
 
 func (l *soakLoad) run(ctx context.Context) {
@@ -179,7 +182,8 @@ func (l *soakLoad) run(ctx context.Context) {
 	send := func(method, path string, body any) (accepted, bool) {
 		n++
 		key := fmt.Sprintf("soak-%s-%d", l.name, n)
-		a, err := l.p.command(method, path, body, key, 3*time.Minute)
+		api := cmp.Or(l.api, "api")
+		a, err := l.p.commandVia(api, method, path, body, key, 3*time.Minute)
 		if err != nil {
 			l.errs = append(l.errs, fmt.Errorf("%s %s (key %s): %w", method, path, key, err))
 			return a, false
