@@ -67,10 +67,15 @@ func failoverSettings(t *testing.T, env map[string]string) relayDurations {
 // dead replica's last renewal), a survivor's next balancing loop takes the
 // shard, its first cycle (one poll interval) publishes; plus one renewal
 // period (lease / 3), the lateness the product itself tolerates of a
-// live leader, as the margin for a loaded machine.
+// live leader, and a second of scheduling slack: in CI these processes
+// share two cores with the rest of the suite (measured worst 4.02 s of a
+// 4.4 s bound with two other scenarios beside it).
 func (d relayDurations) bound() time.Duration {
-	return d.lease + d.loop + d.poll + d.lease/3
+	return d.lease + d.loop + d.poll + d.lease/3 + schedulingSlack
 }
+
+// schedulingSlack is the bound's allowance for a loaded machine.
+const schedulingSlack = time.Second
 
 // shardView is what one scrape of the relay processes shows.
 type shardView struct {
@@ -255,8 +260,8 @@ func TestShardLeaderFailoverUnderLoad(t *testing.T) {
 		})
 		worst := slices.Max(slices.Collect(maps.Values(took)))
 		failovers = append(failovers, worst)
-		t.Logf("kill %d: %s (holder %s) led shards %v; new holder publishing after %v per shard, failover %v (bound %v = lease %v + loop %v + cycle %v + renewal %v)",
-			k+1, victim, holder, held, took, worst.Round(time.Millisecond), bound, set.lease, set.loop, set.poll, set.lease/3)
+		t.Logf("kill %d: %s (holder %s) led shards %v; new holder publishing after %v per shard, failover %v (bound %v = lease %v + loop %v + cycle %v + renewal %v + slack %v)",
+			k+1, victim, holder, held, took, worst.Round(time.Millisecond), bound, set.lease, set.loop, set.poll, set.lease/3, schedulingSlack)
 		if worst > bound {
 			t.Errorf("kill %d: shards of %s stalled %v, longer than the bound %v", k+1, victim, worst, bound)
 		}
