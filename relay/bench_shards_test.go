@@ -14,6 +14,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/sluicehq/sluice/eventstore"
+	"github.com/sluicehq/sluice/eventstore/objstore"
 	"github.com/sluicehq/sluice/internal/testenv"
 	"github.com/sluicehq/sluice/shared/envelope"
 	"github.com/sluicehq/sluice/shared/kafka"
@@ -47,6 +48,11 @@ import (
 //     over mid-drain re-publishes a few; 0 expected);
 //   - shards/relay1, shards/relay2: the shards each relay led at the end
 //     of the (last) run; the runs' lists are logged;
+//   - segments: the seeded segments (one per group commit; a group holds
+//     events of every shard); gets/segment: the segment GETs of all the
+//     relays' store readers per segment and run: each shard's leader GETs
+//     and decodes every segment holding an event of its shard, so about
+//     the shards a segment holds (1 with one shard);
 //   - floor-events/s: the same records (Router.Record of the stored
 //     events) produced by one franz-go client with the relay's producer
 //     options to a fresh kfake cluster, all in flight up to the relay's
@@ -142,11 +148,16 @@ func benchRelayDrain(b *testing.B, e *env, stored []eventstore.Event, r int) {
 	var total, dups int64
 	var took, floorTook time.Duration
 	var held [][]int
+	var gets atomic.Int64
+	segs := map[string]bool{}
+	for _, ev := range stored {
+		segs[ev.SegmentKey] = true
+	}
 	b.ResetTimer()
 	for run := range b.N {
 		b.StopTimer()
 		floorTook += produceFloor(b, stored)
-		d, dup, h := drainOnce(b, e, len(stored), r, run)
+		d, dup, h := drainOnce(b, e, len(stored), r, run, &gets)
 		took += d
 		total += int64(len(stored))
 		dups += dup
@@ -158,6 +169,8 @@ func benchRelayDrain(b *testing.B, e *env, stored []eventstore.Event, r int) {
 	floor := float64(total) / floorTook.Seconds()
 	b.ReportMetric(rate, "events/s")
 	b.ReportMetric(float64(dups), "dup-records")
+	b.ReportMetric(float64(len(segs)), "segments")
+	b.ReportMetric(float64(gets.Load())/float64(len(segs)*b.N), "gets/segment")
 	for i, h := range held {
 		b.ReportMetric(float64(len(h)), fmt.Sprintf("shards/relay%d", i+1))
 	}
@@ -171,7 +184,7 @@ func benchRelayDrain(b *testing.B, e *env, stored []eventstore.Event, r int) {
 // events distinct event ids (the benchmark timer runs over that span
 // only), the records acknowledged more than once, and the shards each
 // relay led at the end.
-func drainOnce(b *testing.B, e *env, events, r, run int) (time.Duration, int64, [][]int) {
+func drainOnce(b *testing.B, e *env, events, r, run int, gets *atomic.Int64) (time.Duration, int64, [][]int) {
 	b.Helper()
 	k := testenv.NewKafka(b)
 	name := testenv.UniqueName("bench")
@@ -211,7 +224,7 @@ func drainOnce(b *testing.B, e *env, events, r, run int) (time.Duration, int64, 
 	}
 	relays := make([]*Relay, r)
 	for i := range relays {
-		relays[i] = newBenchRelay(b, e, k, name, prefix, holders[i], lease, hook)
+		relays[i] = newBenchRelay(b, e, k, name, prefix, holders[i], lease, hook, gets)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
@@ -250,9 +263,10 @@ func drainOnce(b *testing.B, e *env, events, r, run int) (time.Duration, int64, 
 }
 
 // newBenchRelay is one relay "process" of the benchmark: its own pool (8
-// connections), store reader and registry; quiet logs; the production
-// batch sizes (200 segments per cycle, a flush per 200 records).
-func newBenchRelay(b *testing.B, e *env, k *testenv.Kafka, name, prefix, holder string, lease time.Duration, hook Option) *Relay {
+// connections), store reader (its segment GETs counted in gets) and
+// registry; quiet logs; the production batch sizes (200 segments per
+// cycle, a flush per 200 records).
+func newBenchRelay(b *testing.B, e *env, k *testenv.Kafka, name, prefix, holder string, lease time.Duration, hook Option, gets *atomic.Int64) *Relay {
 	b.Helper()
 	pcfg, err := pgxpool.ParseConfig(e.url)
 	if err != nil {
@@ -265,7 +279,7 @@ func newBenchRelay(b *testing.B, e *env, k *testenv.Kafka, name, prefix, holder 
 	}
 	b.Cleanup(pool.Close)
 	st, err := eventstore.New(eventstore.Config{Shards: e.store.Shards(), AppendTimeout: e.appendTO},
-		eventstore.Deps{Pool: pool, Bucket: e.bucket, Logger: testLogger(b, slog.LevelWarn)})
+		eventstore.Deps{Pool: pool, Bucket: countingGets{e.bucket, gets}, Logger: testLogger(b, slog.LevelWarn)})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -327,4 +341,16 @@ func produceFloor(b *testing.B, stored []eventstore.Event) time.Duration {
 		b.Fatalf("floor: %d of %d records failed", f, len(recs))
 	}
 	return took
+}
+
+// countingGets is a bucket that counts its whole-object GETs (a store
+// reader's: segments).
+type countingGets struct {
+	objstore.Bucket
+	n *atomic.Int64
+}
+
+func (c countingGets) Get(ctx context.Context, key string) ([]byte, objstore.ObjectInfo, error) {
+	c.n.Add(1)
+	return c.Bucket.Get(ctx, key)
 }
