@@ -55,7 +55,7 @@ type replica struct {
 // ends, stop or kill. Like a replica of its own process it has its own
 // Postgres pool and store (the env's pool, shared with the appenders,
 // would make it wait for connections and renew its leases late).
-func startReplica(t *testing.T, e *env, holder string) *replica {
+func startReplica(t *testing.T, e *env, holder string, opts ...Option) *replica {
 	t.Helper()
 	pcfg, err := pgxpool.ParseConfig(e.url)
 	if err != nil {
@@ -81,6 +81,7 @@ func startReplica(t *testing.T, e *env, holder string) *replica {
 	// whole machine ended every replica's leaderships at once.
 	a.Config.LeaderLease = shardTestLease
 	a.Deps.Store, a.Deps.Pool = st, pool
+	a.Opts = append(a.Opts, opts...)
 	reg := prometheus.NewRegistry()
 	a.Deps.Registerer, a.Deps.Health = reg, observability.NewHealth()
 	r, err := a.new()
