@@ -314,12 +314,15 @@ func TestShardLeadersBalanceAndFailOver(t *testing.T) {
 	lost := victim.r.Held()
 	killedAt := time.Now()
 	victim.kill()
-	add(<-appended)
 	// A hang guard, not the assertion: the takeover is proved by the
 	// leases below (new holders, next epochs, acquired after the old
 	// lease expired).
 	testenv.WaitFor(t, time.Minute, "the killed replica's shards taken by the others", func() bool { ok, _ := balanced(t, e, shards, rest...); return ok })
 	failover := time.Since(killedAt)
+	// Only now: the appends going on under load may end long after the
+	// takeover, and the failover above must not count them (it once
+	// measured 20 s for a takeover 4.5 s after the kill).
+	add(<-appended)
 	_, desc = balanced(t, e, shards, rest...)
 	t.Logf("killed %s holding shards %v; after %s (lease %s): %s", victim.holder, lost, failover.Round(time.Millisecond), lease, desc)
 	after := shardLeases(t, e, shards)
@@ -362,9 +365,9 @@ func TestLateCommitHoldsOnlyItsShard(t *testing.T) {
 	const shards = 4
 	e := newShardedEnv(t, shards, 30*time.Second) // the reservation stays young
 	a, b := startReplica(t, e, "replica-a"), startReplica(t, e, "replica-b")
-	// Shared before the appends: a shard handed over while its batches are
-	// in flight may publish them again (at least once), and this test
-	// counts every record.
+	// Shared before the appends, so that the positions this test forges
+	// and waits for stay with one leader each (a handover re-publishes
+	// nothing: TestShardReleasedWhilePublishingRepublishesNothing).
 	testenv.WaitFor(t, time.Minute, "two replicas sharing the shards", func() bool { ok, _ := balanced(t, e, shards, a, b); return ok })
 	ctx := ctxT(t, time.Minute)
 
