@@ -692,6 +692,11 @@ func (r *Relay) walkSegment(ctx context.Context, ls *leaderState, w *walker, f *
 		return f.err
 	}
 	for _, ev := range f.evs {
+		if ctx.Err() != nil {
+			// Stopping: produce nothing more; what is in flight is
+			// drained by the walk.
+			return context.Cause(ctx)
+		}
 		pos := ev.Envelope.Position
 		if pos <= w.maxPos || ls.isDone(pos) {
 			continue

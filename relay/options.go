@@ -80,6 +80,10 @@ type hooks struct {
 	// lingerWait, when set, replaces the wake linger's timer (tests hold
 	// the relay in it).
 	lingerWait func(ctx context.Context, d time.Duration)
+	// released, when set, is called after a rebalancing release cancelled
+	// the leaderships of shards (tests hold their batches in flight
+	// until then).
+	released func(shards []int)
 }
 
 // WithKafkaOpts appends opts to the options of the relay's producer
@@ -98,6 +102,12 @@ func withAckHook(f func(ids []string, at time.Time)) Option {
 // linger (tests).
 func withLingerWait(f func(ctx context.Context, d time.Duration)) Option {
 	return func(h *hooks) { h.lingerWait = f }
+}
+
+// withReleased makes the relay call f with the shards a rebalancing
+// release just cancelled (tests).
+func withReleased(f func(shards []int)) Option {
+	return func(h *hooks) { h.released = f }
 }
 
 // withDefaults returns c with every default applied: the defaults of the

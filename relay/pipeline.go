@@ -152,7 +152,9 @@ func (r *Relay) produceRec(ctx context.Context, ls *leaderState, p *pipe, rec *k
 	p.sealed = append(p.sealed, p.cur)
 	p.cur = nil
 	// Process the batches Kafka answered meanwhile, in order; wait for the
-	// oldest only when the pipeline is full.
+	// oldest only when the pipeline is full. A batch leaves the pipe only
+	// once answered: when ctx ends meanwhile it stays, and the walk's
+	// drain waits for it (drainCtx).
 	for len(p.sealed) > 0 {
 		b := p.sealed[0]
 		if len(p.sealed) <= pipelineDepth {
@@ -161,6 +163,8 @@ func (r *Relay) produceRec(ctx context.Context, ls *leaderState, p *pipe, rec *k
 			default:
 				return nil
 			}
+		} else if err := r.awaitBatch(ctx, b); err != nil {
+			return err
 		}
 		p.sealed = p.sealed[1:]
 		if err := r.finishBatch(ctx, ls, b); err != nil {
@@ -171,7 +175,10 @@ func (r *Relay) produceRec(ctx context.Context, ls *leaderState, p *pipe, rec *k
 }
 
 // drain waits for every batch of the pipeline and processes it, in order.
-// The first error is returned after every batch was processed.
+// The first error is returned after every batch was processed. When the
+// leadership is ending gracefully it still waits for the batches in
+// flight (awaitBatch, drainCtx), so that their positions are done before
+// the final checkpoint.
 func (r *Relay) drain(ctx context.Context, ls *leaderState, p *pipe) error {
 	if p.cur != nil {
 		p.cur.seal()
@@ -186,6 +193,24 @@ func (r *Relay) drain(ctx context.Context, ls *leaderState, p *pipe) error {
 	}
 	p.sealed = nil
 	return errors.Join(errs...)
+}
+
+// drainCtx is the context a batch in flight is awaited with: ctx, unless ctx
+// ended gracefully (a stop, SIGTERM, or a shard released to another
+// replica: cause context.Canceled). Then the records in flight were
+// handed to Kafka and may well be written: the drain waits for their
+// acknowledgements on a context detached from ctx, for at most
+// KafkaFlushTimeout, so that their positions are marked done and the final
+// checkpoint (finalSave, fenced by the epoch; the lease is renewed until
+// it is written) covers them and the next leader publishes none of them
+// again. A leadership lost (fenced, the lease not renewed, a test's kill)
+// is not graceful: nothing is waited for, the next leader re-publishes
+// from the last durable checkpoint.
+func (r *Relay) drainCtx(ctx context.Context) (context.Context, context.CancelFunc) {
+	if ctx.Err() == nil || !errors.Is(context.Cause(ctx), context.Canceled) {
+		return ctx, func() {}
+	}
+	return context.WithTimeout(context.WithoutCancel(ctx), r.cfg.KafkaFlushTimeout)
 }
 
 // ensureBudget keeps the records produced since the last durable
@@ -300,7 +325,8 @@ func (r *Relay) recreateTopics(ctx context.Context, topics map[string]bool) erro
 }
 
 // awaitBatch waits until Kafka answered every record of b. While it does
-// not (outage) it marks Kafka unready and keeps waiting.
+// not (outage) it marks Kafka unready and keeps waiting. When ctx ends
+// gracefully it keeps waiting for at most KafkaFlushTimeout (drainCtx).
 func (r *Relay) awaitBatch(ctx context.Context, b *batch) error {
 	start := time.Now()
 	t := time.NewTimer(r.cfg.KafkaFlushTimeout)
@@ -311,7 +337,13 @@ func (r *Relay) awaitBatch(ctx context.Context, b *batch) error {
 			r.m.flush.Observe(time.Since(start).Seconds())
 			return nil
 		case <-ctx.Done():
-			return context.Cause(ctx)
+			dctx, cancel := r.drainCtx(ctx)
+			if dctx == ctx {
+				return context.Cause(ctx)
+			}
+			// Stopping gracefully: the batch is in flight, wait for it.
+			defer cancel()
+			ctx = dctx
 		case <-t.C:
 			kerr := fmt.Errorf("%d records not acknowledged after %s", r.client.BufferedProduceRecords(), time.Since(start).Round(time.Millisecond))
 			r.setKafkaErr(kerr)
@@ -357,9 +389,20 @@ func (r *Relay) startSave(ctx context.Context, ls *leaderState) {
 	op := &saveOp{cp: cp, etag: ls.etag, seq: ls.processed, done: make(chan struct{})}
 	ls.inflight, ls.dirty, ls.snapSeq, ls.lastSave = op, false, ls.processed, time.Now()
 	epoch := ls.epoch
+	// A graceful end of ctx (a stop, a released shard) lets the write
+	// finish (ObjectStoreTimeout bounds it): finalSave collects it. Any
+	// other end (fenced, lease lost, killed) cancels it.
+	wctx, wcancel := context.WithCancelCause(context.WithoutCancel(ctx))
+	stop := context.AfterFunc(ctx, func() {
+		if cause := context.Cause(ctx); !errors.Is(cause, context.Canceled) {
+			wcancel(cause)
+		}
+	})
 	go func() {
 		defer close(op.done)
-		op.tag, op.err = r.writeCheckpoint(ctx, op.cp, op.etag, epoch)
+		defer wcancel(nil)
+		defer stop()
+		op.tag, op.err = r.writeCheckpoint(wctx, op.cp, op.etag, epoch)
 		if op.err == nil {
 			r.noteProgress(-1, op.cp.Position)
 			r.m.pendingGaps.Set(float64(len(op.cp.PendingGaps)))

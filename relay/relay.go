@@ -353,12 +353,17 @@ func (r *Relay) Run(ctx context.Context) error {
 // leadWithLease publishes while the lease with epoch is held.
 func (r *Relay) leadWithLease(ctx context.Context, epoch int64) {
 	lctx, cancel := context.WithCancelCause(ctx)
+	// The lease is renewed until lead returns, not only until ctx ends: a
+	// graceful stop drains the batches in flight and writes the final
+	// checkpoint first, and the lease must outlast that.
+	kctx, kcancel := context.WithCancel(context.WithoutCancel(ctx))
 	var wg sync.WaitGroup
-	wg.Go(func() { r.keepLease(lctx, cancel, epoch) })
+	wg.Go(func() { r.keepLease(kctx, cancel, epoch) })
 	r.setLeader(true)
 	r.log.Info("relay: leader", "epoch", epoch, "holder", r.cfg.Holder)
 	err := r.lead(lctx, epoch)
 	cause := context.Cause(lctx)
+	kcancel()
 	cancel(nil)
 	wg.Wait()
 	r.setLeader(false)
@@ -561,7 +566,9 @@ func (r *Relay) abandonSave(ls *leaderState) {
 }
 
 // finalSave makes the progress of a leader that is stopping durable (a
-// graceful stop hands over without duplicates). It does nothing when the
+// graceful stop or a released shard hands over without duplicates: the
+// walk drained the batches in flight first, drainCtx). A background write
+// the stop cancelled is written again. It does nothing when the
 // leadership was lost (fenced, or the lease could not be renewed).
 func (r *Relay) finalSave(ctx context.Context, ls *leaderState) {
 	ls.dropPrefetch()
@@ -572,6 +579,11 @@ func (r *Relay) finalSave(ctx context.Context, ls *leaderState) {
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel()
 	err := r.collectSave(sctx, ls)
+	if err != nil && !errors.Is(err, ErrFenced) && !errors.Is(err, ErrCheckpointMoved) {
+		// Cancelled with the leadership's context (collectSave marked
+		// the state dirty): write it now.
+		err = nil
+	}
 	if err == nil && ls.dirty {
 		err = r.save(sctx, ls)
 	}

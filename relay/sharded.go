@@ -388,17 +388,24 @@ func (r *Relay) startShard(ctx context.Context, wg *sync.WaitGroup, u *Relay, ep
 	})
 }
 
-// releaseShards ends the leadership of shards gracefully (final checkpoint,
-// Lease.Release), so that another replica takes them at once.
+// releaseShards ends the leadership of shards gracefully, so that another
+// replica takes them at once: each shard's leader waits for its batches in
+// flight to be acknowledged (drainCtx), writes its final checkpoint
+// (fenced by its epoch) and then releases its lease (Lease.Release).
 func (r *Relay) releaseShards(shards []int, released map[int]time.Time, live int) {
 	r.sh.mu.Lock()
-	defer r.sh.mu.Unlock()
+	var cancelled []int
 	for _, sh := range shards {
 		if run := r.sh.runs[sh]; run != nil {
 			r.log.Info("relay: releasing a shard above this replica's share", "shard", sh, "replicas", live, "shards", r.shards)
 			released[sh] = time.Now()
 			run.cancel(context.Canceled)
+			cancelled = append(cancelled, sh)
 		}
+	}
+	r.sh.mu.Unlock()
+	if f := r.hooks.released; f != nil && len(cancelled) > 0 {
+		f(cancelled)
 	}
 }
 
