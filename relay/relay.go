@@ -287,6 +287,22 @@ func (r *Relay) poke() {
 	}
 }
 
+// forwardWakes calls poke for each external wake-up (Deps' wake channel)
+// until ctx is done or the channel is closed.
+func forwardWakes(ctx context.Context, w <-chan struct{}, poke func()) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case _, ok := <-w:
+			if !ok {
+				return
+			}
+			poke()
+		}
+	}
+}
+
 // Run runs the relay until ctx is done: it competes for the lease, and
 // while it holds it, publishes. It returns nil after ctx is done (having
 // released the lease), or an error that prevents it from running at all.
@@ -300,19 +316,7 @@ func (r *Relay) Run(ctx context.Context) error {
 	defer cancel()
 	wg.Go(func() { r.listen(ctx) })
 	if w := r.extWake; w != nil {
-		wg.Go(func() {
-			for {
-				select {
-				case <-ctx.Done():
-					return
-				case _, ok := <-w:
-					if !ok {
-						return
-					}
-					r.poke()
-				}
-			}
-		})
+		wg.Go(func() { forwardWakes(ctx, w, r.poke) })
 	}
 	if r.cfg.MetricsLogInterval > 0 {
 		wg.Go(func() { r.logMetrics(ctx) })

@@ -211,19 +211,7 @@ func (r *Relay) runSharded(ctx context.Context) error {
 	defer cancel()
 	wg.Go(func() { r.listen(ctx) })
 	if w := r.extWake; w != nil {
-		wg.Go(func() {
-			for {
-				select {
-				case <-ctx.Done():
-					return
-				case _, ok := <-w:
-					if !ok {
-						return
-					}
-					r.sh.pokeAll()
-				}
-			}
-		})
+		wg.Go(func() { forwardWakes(ctx, w, r.sh.pokeAll) })
 	}
 	defer r.stopShards(ctx)
 	tick := min(r.cfg.LeaderLease/4, r.cfg.PollInterval)
