@@ -109,20 +109,32 @@ func (d *docDecoder) object(depth int) (map[string]any, bool) {
 			return nil, false
 		}
 		m[k] = v
-		d.space()
-		if d.i >= len(d.b) {
+		end, ok := d.separator('}')
+		if !ok {
 			return nil, false
 		}
-		switch d.b[d.i] {
-		case ',':
-			d.i++
-		case '}':
-			d.i++
+		if end {
 			return m, true
-		default:
-			return nil, false
 		}
 	}
+}
+
+// separator reads what follows a member or an element: a comma (end
+// false) or the closer (end true); anything else is not ok.
+func (d *docDecoder) separator(closer byte) (end, ok bool) {
+	d.space()
+	if d.i >= len(d.b) {
+		return false, false
+	}
+	switch d.b[d.i] {
+	case ',':
+		d.i++
+		return false, true
+	case closer:
+		d.i++
+		return true, true
+	}
+	return false, false
 }
 
 func (d *docDecoder) array(depth int) (any, bool) {
@@ -143,18 +155,12 @@ func (d *docDecoder) array(depth int) (any, bool) {
 			return nil, false
 		}
 		out = append(out, v)
-		d.space()
-		if d.i >= len(d.b) {
+		end, ok := d.separator(']')
+		if !ok {
 			return nil, false
 		}
-		switch d.b[d.i] {
-		case ',':
-			d.i++
-		case ']':
-			d.i++
+		if end {
 			return out, true
-		default:
-			return nil, false
 		}
 	}
 }
