@@ -4,6 +4,7 @@ go 1.26.0
 
 require (
 	github.com/elastic/go-elasticsearch/v8 v8.19.7
+	github.com/go-json-experiment/json v1.27.2
 	gopkg.in/yaml.v3 v3.0.1
 )
 

@@ -4,7 +4,10 @@ import (
 	"math"
 	"slices"
 	"strconv"
+	"strings"
 	"unicode/utf8"
+
+	"github.com/go-json-experiment/json/jsontext"
 
 	"github.com/sluicehq/sluice/shared/envelope"
 )
@@ -31,7 +34,7 @@ func appendValue(b []byte, v any) ([]byte, bool) {
 	case bool:
 		return strconv.AppendBool(b, t), true
 	case string:
-		return appendString(b, t), true
+		return appendString(b, t)
 	case float64:
 		return appendFloat(b, t)
 	case int64:
@@ -54,9 +57,11 @@ func appendValue(b []byte, v any) ([]byte, bool) {
 			if i > 0 {
 				b = append(b, ',')
 			}
-			b = appendString(b, k)
-			b = append(b, ':')
 			var ok bool
+			if b, ok = appendString(b, k); !ok {
+				return b, false
+			}
+			b = append(b, ':')
 			if b, ok = appendValue(b, t[k]); !ok {
 				return b, false
 			}
@@ -102,58 +107,16 @@ func appendFloat(b []byte, f float64) ([]byte, bool) {
 	return b, true
 }
 
-const hexDigits = "0123456789abcdef"
-
-// appendString is encoding/json's string encoding without HTML escaping:
-// quote, backslash and control characters escaped (\b \f \n \r \t, else
-// \u00XX), invalid UTF-8 as \ufffd, U+2028 and U+2029 escaped.
-func appendString(b []byte, s string) []byte {
-	b = append(b, '"')
-	start := 0
-	for i := 0; i < len(s); {
-		if c := s[i]; c < utf8.RuneSelf {
-			if c >= 0x20 && c != '"' && c != '\\' {
-				i++
-				continue
-			}
-			b = append(b, s[start:i]...)
-			switch c {
-			case '\\', '"':
-				b = append(b, '\\', c)
-			case '\b':
-				b = append(b, '\\', 'b')
-			case '\f':
-				b = append(b, '\\', 'f')
-			case '\n':
-				b = append(b, '\\', 'n')
-			case '\r':
-				b = append(b, '\\', 'r')
-			case '\t':
-				b = append(b, '\\', 't')
-			default:
-				b = append(b, '\\', 'u', '0', '0', hexDigits[c>>4], hexDigits[c&0xF])
-			}
-			i++
-			start = i
-			continue
-		}
-		r, size := utf8.DecodeRuneInString(s[i:])
-		if r == utf8.RuneError && size == 1 {
-			b = append(b, s[start:i]...)
-			b = append(b, `\ufffd`...)
-			i += size
-			start = i
-			continue
-		}
-		if r == '\u2028' || r == '\u2029' {
-			b = append(b, s[start:i]...)
-			b = append(b, '\\', 'u', '2', '0', '2', hexDigits[r&0xF])
-			i += size
-			start = i
-			continue
-		}
-		i += size
+// appendString appends s quoted as envelope.EncodeJSON quotes it
+// (encoding/json without HTML escaping), or reports false. The quoting is
+// jsontext.AppendQuote's, which writes the same bytes for valid UTF-8
+// without U+2028 and U+2029 (its minimal RFC 8785 form); encoding/json
+// escapes those two and writes invalid bytes as \ufffd, so a document
+// holding such a rare string is encoded by EncodeJSON whole.
+func appendString(b []byte, s string) ([]byte, bool) {
+	if !utf8.ValidString(s) || strings.ContainsAny(s, "\u2028\u2029") {
+		return b, false
 	}
-	b = append(b, s[start:]...)
-	return append(b, '"')
+	q, err := jsontext.AppendQuote(b, s)
+	return q, err == nil
 }
