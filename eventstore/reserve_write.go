@@ -2,13 +2,16 @@ package eventstore
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"maps"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/sluicehq/sluice/shared/envelope"
 )
@@ -125,6 +128,8 @@ const sqlWriteHeadOne = `, t0 AS MATERIALIZED (
   UPDATE sluice.log_head SET next_position = next_position + $5::bigint
    WHERE shard = 0 AND (SELECT ok FROM go) AND (SELECT t FROM t0) IS NOT NULL
   RETURNING 0 AS s, next_position - $5::bigint AS first, $5::bigint AS n, clock_timestamp() AS at
+), head_missing AS MATERIALIZED (
+  SELECT '0'::text AS shards WHERE (SELECT ok FROM go) AND NOT EXISTS (SELECT FROM head)
 )`
 
 const sqlWriteInsertOne = `, ins AS (
@@ -160,6 +165,10 @@ const sqlWriteHeadSharded = `, want AS MATERIALIZED (
   RETURNING l.s AS s, h.next_position - l.n AS first, l.n, l.at
 ), t0 AS (
   SELECT min(t0) AS t FROM want
+), head_missing AS MATERIALIZED (
+  SELECT string_agg(w.s::text, ',' ORDER BY w.s) AS shards FROM want w
+   WHERE NOT EXISTS (SELECT FROM locked l WHERE l.s = w.s)
+  HAVING count(*) > 0
 )`
 
 const sqlWriteInsertSharded = `, seg AS (
@@ -182,8 +191,17 @@ const sqlWriteInsertSharded = `, seg AS (
 // sqlWriteResult is the write statement's answer (the same for one shard
 // and for more). No NOTIFY announces a reservation: no reader of the
 // commit stream acted on one (docs/eventstore.md#notify).
+//
+// A shard asked for without a head row (head_missing: only a hand-edited
+// log_head gets there; New creates the rows) fails the statement, hence
+// the transaction: the sequences moved above are rolled back with it.
+// Plain SQL has no RAISE, so the failure is a cast of the message to int
+// (SQLSTATE 22P02, the message in the error's text), on a column of a
+// materialized CTE so that the planner cannot fold it while the CTE is
+// empty; write turns it into a *HeadRowMissingError.
 const sqlWriteResult = `
-SELECT (SELECT ok FROM go),
+SELECT (SELECT ('` + headMissingMarker + `' || shards)::int FROM head_missing) IS NULL,
+       (SELECT ok FROM go),
        (SELECT coalesce(array_agg(s ORDER BY s), '{}') FROM head),
        (SELECT coalesce(array_agg(first ORDER BY s), '{}') FROM head),
        (SELECT coalesce(array_agg(at ORDER BY s), '{}') FROM head),
@@ -369,6 +387,9 @@ func (s *Store) write(ctx context.Context, c *pgx.Conn, w *writeArgs) (blocks []
 	b.Queue("COMMIT")
 	b.Queue(sqlFlush)
 	if err := c.SendBatch(ctx, b).Close(); err != nil {
+		if missing, ok := headMissing(err); ok {
+			return nil, nil, missing
+		}
 		return nil, nil, fmt.Errorf("eventstore: reserve: %w", err)
 	}
 	if c.PgConn().TxStatus() != 'I' {
@@ -405,7 +426,48 @@ type writeResult struct {
 }
 
 func (r *writeResult) scan(row pgx.Row) error {
-	return row.Scan(&r.wrote, &r.shards, &r.firsts, &r.held, &r.asked, &r.seqs, nil, nil)
+	return row.Scan(nil, &r.wrote, &r.shards, &r.firsts, &r.held, &r.asked, &r.seqs, nil, nil)
+}
+
+// headMissingMarker starts the text the write statement fails with when
+// a shard's head row is missing (sqlWriteResult); the shards follow,
+// comma-separated.
+const headMissingMarker = "sluice.log_head has no row for shards "
+
+// HeadRowMissingError: the reservation's write asked for the head row
+// (sluice.log_head) of a shard that has none. Only an index edited by hand
+// gets there: New creates every shard's row, and nothing deletes one. The
+// write failed inside its transaction, so nothing of the group was
+// written (no sequence moved, no position taken); every append of the
+// group fails with it until the row is back.
+type HeadRowMissingError struct {
+	Shards []int
+}
+
+func (e *HeadRowMissingError) Error() string {
+	return fmt.Sprintf("eventstore: reserve: sluice.log_head has no row for shard(s) %v: the index was edited by hand; nothing was written "+
+		"(restore each row with next_position above the shard's highest position in sluice.appends)", e.Shards)
+}
+
+// headMissing recognises the write statement's failure on a missing head
+// row (sqlWriteResult) in err.
+func headMissing(err error) (*HeadRowMissingError, bool) {
+	var pgErr *pgconn.PgError
+	if !errors.As(err, &pgErr) || pgErr.Code != "22P02" /* invalid_text_representation */ {
+		return nil, false
+	}
+	_, list, ok := strings.Cut(pgErr.Message, headMissingMarker)
+	if !ok {
+		return nil, false
+	}
+	list, _, _ = strings.Cut(list, `"`)
+	e := &HeadRowMissingError{}
+	for _, f := range strings.Split(list, ",") {
+		if n, err := strconv.Atoi(strings.TrimSpace(f)); err == nil {
+			e.Shards = append(e.Shards, n)
+		}
+	}
+	return e, true
 }
 
 // blocks are the blocks the write took, checked against what it asked.

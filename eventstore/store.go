@@ -89,8 +89,9 @@ func New(cfg Config, deps Deps, opts ...Option) (*Store, error) {
 		s.cancel()
 		return nil, err
 	case err != nil:
-		s.layout.setPending(err)
-		s.log.Warn("eventstore: the store's layout is not readable yet; checking it in the background", "err", err)
+		p, _, _ := s.layout.setPending(err)
+		s.log.Warn("eventstore: the store's layout is not readable yet; checking it in the background",
+			"waiting_for", p.Waiting, "err", err)
 		go s.awaitLayout(cfg.Shards)
 	default:
 		close(s.layout.ready)
