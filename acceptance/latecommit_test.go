@@ -149,6 +149,7 @@ func runLateCommit(t *testing.T, appendTimeout time.Duration, pastTimeout bool) 
 	vKey := "late-v-2"
 	vEventID := api.EventIDForCommand(vKey)
 	victimDone := make(chan victimResult, 1)
+	vSent := time.Now()
 	go func() {
 		victimDone <- victimCommand(p, victim, http.MethodPatch, instancePath(db, class, vID), map[string]any{"v": 1}, vKey)
 	}()
@@ -199,26 +200,38 @@ func runLateCommit(t *testing.T, appendTimeout time.Duration, pastTimeout bool) 
 
 	// Evidence while frozen, for longer than the lookback by construction:
 	// every shard, the victim's included, publishes commands of other
-	// aggregates acknowledged after frozenAt + lookback + one poll.
-	cut := frozenAt.Add(lateLookback + latePoll)
+	// aggregates acknowledged after frozenAt + twice the lookback + one
+	// poll.
+	cut := frozenAt.Add(2*lateLookback + latePoll)
+	var waiting []int // shards without that evidence yet
 	publishedAfterCut := func() bool {
 		if loadErr.Load() != nil {
 			return true // reported below
 		}
+		waiting = waiting[:0]
 		for sh := range lateShards {
 			if !acks.any(func(a ackRec) bool {
 				return a.shard == sh && a.agg != vAgg && a.at.After(cut) && tail.seenAt(a.eventID) != nil
 			}) {
-				return false
+				waiting = append(waiting, sh)
 			}
 		}
-		return true
+		return len(waiting) == 0
+	}
+	untilFrozen := func(what string, cond func() bool) {
+		t.Helper()
+		for deadline := time.Now().Add(lateFreezeBound); !cond(); time.Sleep(100 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("victim frozen %v: %s did not happen; shards %v published nothing acknowledged after frozen + 2 × lookback + poll (victim's shard %d)",
+					time.Since(frozenAt).Round(time.Millisecond), what, waiting, vShard)
+			}
+		}
 	}
 	if pastTimeout {
 		// The relay abandons the reservation (no segment: rule 3), the
 		// abandoned gap leaves the lookback, and V's later command is
 		// published behind the abandoned slot.
-		waitFor(t, lateFreezeBound, "the frozen reservation abandoned, its gap expired from the lookback, V's later command published and every shard past the lookback", func() bool {
+		untilFrozen("the frozen reservation abandoned, its gap expired from the lookback, V's later command published and every shard past the lookback", func() bool {
 			return lateIndexRow(t, p, vEventID).State == eventstore.StateAbandoned &&
 				rel.metric("sluice_relay_gap_resolutions_total", `resolution="expired"`, fmt.Sprintf(`shard="%d"`, vShard)) >= 1 &&
 				tail.seenAt(v3.eventID) != nil && publishedAfterCut()
@@ -228,7 +241,7 @@ func runLateCommit(t *testing.T, appendTimeout time.Duration, pastTimeout bool) 
 			t.Fatalf("MinIO answered the held PUT with %d", st)
 		}
 	} else {
-		waitFor(t, lateFreezeBound, "every shard, the victim's other aggregates included, publishing past the lookback while the victim is frozen", publishedAfterCut)
+		untilFrozen("every shard, the victim's other aggregates included, publishing past the lookback", publishedAfterCut)
 		// Positive evidence first (above: V's shard published commands
 		// acknowledged after V's later one), then the negative asserts: the
 		// reservation is still in flight, and nothing of V after it was
@@ -241,6 +254,9 @@ func runLateCommit(t *testing.T, appendTimeout time.Duration, pastTimeout bool) 
 		}
 		if ck := rel.metric("sluice_relay_checkpoint_position", fmt.Sprintf(`shard="%d"`, vShard)); int64(ck) >= vRow.Position {
 			t.Errorf("shard %d's checkpoint is %v, at or past the position %d in flight", vShard, ck, vRow.Position)
+		}
+		if g := rel.metric("sluice_relay_pending_gaps", fmt.Sprintf(`shard="%d"`, vShard)); g != 0 {
+			t.Errorf("shard %d has %v pending gaps: the position in flight was passed", vShard, g)
 		}
 	}
 	if err := loadErr.Load(); err != nil {
@@ -279,17 +295,16 @@ func runLateCommit(t *testing.T, appendTimeout time.Duration, pastTimeout bool) 
 		t.Errorf("past the append timeout the late writer's envelope must move to a fresh position: at %d, abandoned %d", row.Position, vRow.Position)
 	}
 
+	// Every acknowledged command published (polled until the relay has
+	// caught up, then checked and reported by event id).
 	all := acks.all()
-	waitFor(t, 60*time.Second, "every acknowledged command in Kafka", func() bool {
-		for _, a := range all {
-			if tail.seenAt(a.eventID) == nil {
-				return false
-			}
+	for deadline := time.Now().Add(60 * time.Second); time.Now().Before(deadline); time.Sleep(200 * time.Millisecond) {
+		if !slices.ContainsFunc(all, func(a ackRec) bool { return tail.seenAt(a.eventID) == nil }) {
+			break
 		}
-		return true
-	})
+	}
 	checkLatePublished(t, p, all)
-	reportHoldUps(t, tail, all, frozenAt, thawAt, vAgg, vShard)
+	reportHoldUps(t, tail, all, frozenAt, thawAt, vAgg, vShard, vSent, v2.eventID)
 }
 
 // victimResult is the victim API's answer.
@@ -549,8 +564,8 @@ func checkLatePublished(t *testing.T, p *pipeline, acked []ackRec) {
 
 // reportHoldUps prints, per shard, the worst time from acknowledgement to
 // Kafka of the commands acknowledged while the victim was frozen (V's
-// apart), and V's own.
-func reportHoldUps(t *testing.T, tail *topicTail, acked []ackRec, frozenAt, thawAt time.Time, vAgg string, vShard int) {
+// apart), and V's own (the frozen writer's from when it was sent).
+func reportHoldUps(t *testing.T, tail *topicTail, acked []ackRec, frozenAt, thawAt time.Time, vAgg string, vShard int, vSent time.Time, vFrozen string) {
 	t.Helper()
 	worst := map[int]time.Duration{}
 	n := map[int]int{}
@@ -561,7 +576,12 @@ func reportHoldUps(t *testing.T, tail *topicTail, acked []ackRec, frozenAt, thaw
 			continue
 		}
 		if a.agg == vAgg {
-			v = append(v, fmt.Sprintf("#%d %v", a.seq, seen.Sub(a.at).Round(time.Millisecond)))
+			switch {
+			case a.eventID == vFrozen:
+				v = append(v, fmt.Sprintf("#%d (the frozen writer's) %v from its request", a.seq, seen.Sub(vSent).Round(time.Millisecond)))
+			default:
+				v = append(v, fmt.Sprintf("#%d %v", a.seq, seen.Sub(a.at).Round(time.Millisecond)))
+			}
 			continue
 		}
 		if a.at.Before(frozenAt) || a.at.After(thawAt) {
