@@ -19,6 +19,10 @@
 //     explicit failure, §0.1;
 //   - aggregate_id normalisation end to end: §0.1 and §4 (no collisions);
 //   - registry (Postgres) outage: §0.4 explicit pause, §0.2;
+//   - a late commit on one shard: an API process frozen with SIGSTOP
+//     between its reservation and its commit, longer than the relay's
+//     lookback (issue #33): §0.2 no lost work, §0.3 per-aggregate order,
+//     and the other shards not held up;
 //   - the chaos soak (kills, Postgres and MinIO cuts, Kafka faults,
 //     Elasticsearch 429/503 under a steady load): all four at once.
 //
