@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"go.opentelemetry.io/otel/trace"
 
@@ -176,6 +177,7 @@ func New(cfg Config, deps Deps, opts ...Option) (*Consumer, error) {
 		kgo.OnPartitionsRevoked(c.onRevoked),
 		kgo.OnPartitionsLost(c.onLost),
 		kgo.OnPartitionsCallbackBlocked(func(context.Context, *kgo.Client) { c.rebalance.Store(true) }),
+		kgo.WithHooks(&kafkaRequests{vec: c.m.kafkaReqs, handler: cfg.HandlerName, byKey: map[int16]prometheus.Counter{}}),
 	}
 	if cfg.SessionTimeout > 0 {
 		kopts = append(kopts, kgo.SessionTimeout(cfg.SessionTimeout))

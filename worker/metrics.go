@@ -2,8 +2,12 @@ package worker
 
 import (
 	"errors"
+	"sync"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/sluicehq/sluice/shared/claim"
 	"github.com/sluicehq/sluice/shared/failure"
@@ -35,6 +39,10 @@ type metrics struct {
 	// from the command's accept to the projection written (a domain event
 	// keeps its command's occurred_at).
 	age *prometheus.HistogramVec // handler
+	// kafkaReqs counts the requests the consumer's Kafka client writes, by
+	// request (Fetch, OffsetCommit, Heartbeat, Produce for dead letters…):
+	// the Kafka side of the work per record (kafkaRequests).
+	kafkaReqs *prometheus.CounterVec // handler, request
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -71,6 +79,9 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		age: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "sluice_worker_event_age_seconds",
 			Help:    "Time from a finished record's occurred_at (the API's accept of its command) to the end of its handling: request to readable.",
 			Buckets: prometheus.ExponentialBuckets(0.001, 2, 20)}, []string{"handler"}),
+		kafkaReqs: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "sluice_worker_kafka_requests_total",
+			Help: "Requests written to Kafka by the worker's client, by request (Fetch, OffsetCommit, Heartbeat, Produce of dead letters, …): with sluice_worker_records_total, the Kafka round trips per record."},
+			[]string{"handler", "request"}),
 	}
 	m.records = register(reg, m.records)
 	m.stage = register(reg, m.stage)
@@ -85,6 +96,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	m.paused = register(reg, m.paused)
 	m.probes = register(reg, m.probes)
 	m.age = register(reg, m.age)
+	m.kafkaReqs = register(reg, m.kafkaReqs)
 	return m
 }
 
@@ -122,6 +134,39 @@ func (m *metrics) zero(handler string) {
 	}
 	m.commits.WithLabelValues(handler)
 	m.age.WithLabelValues(handler)
+	for _, v := range []int16{kmsgFetch, kmsgOffsetCommit} {
+		m.kafkaReqs.WithLabelValues(handler, kmsg.NameForKey(v))
+	}
+}
+
+// Request keys of the Kafka protocol created at zero.
+const (
+	kmsgFetch        int16 = 1
+	kmsgOffsetCommit int16 = 8
+)
+
+// kafkaRequests is the consumer client's hook that counts the requests it
+// writes (metrics.kafkaReqs), one counter per request key, looked up once.
+type kafkaRequests struct {
+	vec     *prometheus.CounterVec
+	handler string
+	mu      sync.Mutex
+	byKey   map[int16]prometheus.Counter
+}
+
+var _ kgo.HookBrokerWrite = (*kafkaRequests)(nil)
+
+// OnBrokerWrite counts one request written (or failed to be written: it
+// was still sent for).
+func (k *kafkaRequests) OnBrokerWrite(_ kgo.BrokerMetadata, key int16, _ int, _, _ time.Duration, _ error) {
+	k.mu.Lock()
+	c, ok := k.byKey[key]
+	if !ok {
+		c = k.vec.WithLabelValues(k.handler, kmsg.NameForKey(key))
+		k.byKey[key] = c
+	}
+	k.mu.Unlock()
+	c.Inc()
 }
 
 // register registers c, or returns the collector already registered under

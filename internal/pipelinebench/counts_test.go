@@ -29,8 +29,10 @@ var countSpecs = []countSpec{
 	{"instance-worker rounds", groupInstance, "sluice_worker_stage_duration_seconds_count", `stage="claim"`},
 	{"instance-worker store groups", groupInstance, "sluice_eventstore_group_events_count", ""},
 	{"instance-worker offset commits", groupInstance, "sluice_worker_offset_commits_total", ""},
+	{"instance-worker kafka fetches", groupInstance, "sluice_worker_kafka_requests_total", `request="Fetch"`},
 	{"projection-worker rounds", groupProjection, "sluice_worker_stage_duration_seconds_count", `stage="claim"`},
 	{"projection-worker offset commits", groupProjection, "sluice_worker_offset_commits_total", ""},
+	{"projection-worker kafka fetches", groupProjection, "sluice_worker_kafka_requests_total", `request="Fetch"`},
 }
 
 // scrapeCounts reads the counters of countSpecs from every service (a
