@@ -23,6 +23,9 @@ type Settings struct {
 	// RoundLinger: see docs/worker-runtime.md, "Round linger". Zero turns
 	// it off, for a Go caller that leaves it unset too.
 	RoundLinger time.Duration `env:"WORKER_ROUND_LINGER" envDefault:"10ms" doc:"While a round of the worker is in flight, how long a record may wait for more to join its round (one claim, one handler batch, one mark_done for all of them) before a round starts for it anyway; a worker with no round in flight starts at once. 0: every poll starts a round."`
+	// CommitInterval: see docs/worker-runtime.md, "Commit interval". Zero
+	// commits at every turn, for a Go caller that leaves it unset too.
+	CommitInterval time.Duration `env:"WORKER_COMMIT_INTERVAL" envDefault:"100ms" doc:"Least time between two offset commits of a worker while it runs: the finished prefix of every partition is committed together at most this often (always after its records are marked done), and at once before a rebalance, an operator pause and the drain. A crash re-delivers at most this much more (acknowledged as duplicates). 0: a commit at every turn of the loop."`
 }
 
 // Validate checks the section; every problem is a *config.VarError.
@@ -38,6 +41,9 @@ func (w Settings) Validate() error {
 	k.Positive("SHUTDOWN_TIMEOUT", w.ShutdownTimeout)
 	if w.RoundLinger < 0 {
 		k.Fail("WORKER_ROUND_LINGER", w.RoundLinger.String(), "must not be negative (0 turns the linger off)")
+	}
+	if w.CommitInterval < 0 {
+		k.Fail("WORKER_COMMIT_INTERVAL", w.CommitInterval.String(), "must not be negative (0 commits at every turn)")
 	}
 	if w.SessionTimeout < 6*time.Second || w.SessionTimeout > 30*time.Minute {
 		k.Fail("KAFKA_SESSION_TIMEOUT", w.SessionTimeout.String(), "must be between 6s and 30m (the brokers' group.min.session.timeout.ms and group.max.session.timeout.ms defaults)")

@@ -143,6 +143,10 @@ type Consumer struct {
 	sem       chan struct{}
 	rebalance atomic.Bool // a rebalance waits for the loop to allow it
 	allowedAt time.Time   // last AllowRebalance
+	// lastCommit is when the last offset commit was sent; commitAt, when
+	// set, is when a finished prefix that waits for CommitInterval may be
+	// committed (commit). Guarded by mu.
+	lastCommit, commitAt time.Time
 }
 
 // New validates cfg and deps, applies their defaults and creates the

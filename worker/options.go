@@ -214,7 +214,7 @@ func (c Config) withDefaults() (Config, error) {
 	case !c.Policy.Valid():
 		return c, errors.New("consumer: Policy is required")
 	}
-	config.FillZero(&c.Settings, "WORKER_ROUND_LINGER") // 0: no linger
+	config.FillZero(&c.Settings, "WORKER_ROUND_LINGER", "WORKER_COMMIT_INTERVAL") // 0: no linger, a commit every turn
 	if c.MaxAttempts <= 0 {
 		c.MaxAttempts = claim.DefaultMaxAttempts
 	}

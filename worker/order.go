@@ -93,8 +93,11 @@ func (c *Consumer) finish(it *item, outcome string) {
 }
 
 // commit commits, per partition, the offset after the highest contiguous
-// finished record; only partitions in only (all when nil).
-func (c *Consumer) commit(ctx context.Context, only map[string][]int32) {
+// finished record; only partitions in only (all when nil). Unless force is
+// set, it commits at most once per Settings.CommitInterval
+// (docs/worker-runtime.md#commit-interval): a prefix that may not be
+// committed yet sets commitAt, when pollWait ends the poll for it.
+func (c *Consumer) commit(ctx context.Context, only map[string][]int32, force bool) {
 	c.mu.Lock()
 	offsets := map[string]map[int32]kgo.EpochOffset{}
 	type adv struct {
@@ -123,10 +126,21 @@ func (c *Consumer) commit(ctx context.Context, only map[string][]int32) {
 		offsets[ps.topic][ps.partition] = kgo.EpochOffset{Epoch: last.LeaderEpoch, Offset: last.Offset + 1}
 		advs = append(advs, adv{ps, n, last.Offset + 1})
 	}
-	c.mu.Unlock()
 	if len(advs) == 0 {
+		if only == nil {
+			c.commitAt = time.Time{} // nothing waits (a revoked partition's prefix went with it)
+		}
+		c.mu.Unlock()
 		return
 	}
+	now := time.Now()
+	if due := c.lastCommit.Add(c.cfg.CommitInterval); !force && now.Before(due) {
+		c.commitAt = due
+		c.mu.Unlock()
+		return
+	}
+	c.lastCommit, c.commitAt = now, time.Time{}
+	c.mu.Unlock()
 	c.hit(PointBeforeCommit)
 	start := time.Now()
 	var cerr error

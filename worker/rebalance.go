@@ -46,7 +46,7 @@ func (c *Consumer) onRevoked(ctx context.Context, _ *kgo.Client, revoked map[str
 	hctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), drainGrace)
 	defer cancel()
 	c.handBack(hctx, revoked)
-	c.commit(ctx, revoked)
+	c.commit(ctx, revoked, true)
 	c.forget(revoked)
 }
 
@@ -97,5 +97,5 @@ const drainGrace = 5 * time.Second
 // handBack) and makes the final commit of the done prefix.
 func (c *Consumer) drain(ctx context.Context) {
 	c.handBack(ctx, nil)
-	c.commit(ctx, nil)
+	c.commit(ctx, nil, true)
 }

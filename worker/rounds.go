@@ -106,10 +106,12 @@ func (c *Consumer) turn(ctx, work context.Context) error {
 		c.roundMu.Unlock()
 	}
 	c.reap()
-	c.commit(work, nil)
+	// The commit waits for its interval but for a waiting rebalance, the
+	// drain and an operator pause (Quiesced needs every offset committed).
+	c.commit(work, nil, c.rebalance.Load() || ctx.Err() != nil || c.opPaused.Load())
 	if len(c.inflight) == 0 || c.rebalance.Load() || time.Since(c.allowedAt) > maxBlocked || ctx.Err() != nil {
 		c.join()
-		c.commit(work, nil)
+		c.commit(work, nil, c.rebalance.Load() || ctx.Err() != nil || c.opPaused.Load())
 		c.rebalance.Store(false)
 		c.allowedAt = time.Now()
 		c.cl.AllowRebalance()
@@ -158,6 +160,10 @@ func (c *Consumer) pollWait() (time.Duration, <-chan struct{}) {
 	}
 	if wait < 5*time.Millisecond {
 		wait = 5 * time.Millisecond
+	}
+	if !c.commitAt.IsZero() {
+		// A finished prefix waits for its commit (commit).
+		wait = max(min(wait, c.commitAt.Sub(now)), time.Millisecond)
 	}
 	if !c.lingerEnd.IsZero() {
 		// A round waits for more records (lingerUntil): poll until its
