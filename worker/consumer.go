@@ -109,10 +109,16 @@ type Consumer struct {
 	// form.
 	dlqMax int
 
-	mu      sync.Mutex // guards parts (rebalance callbacks vs the loop)
-	parts   map[string]map[int32]*partState
-	pending int
-	paused  bool
+	mu    sync.Mutex // guards parts (rebalance callbacks vs the loop)
+	parts map[string]map[int32]*partState
+	// partList is parts in allParts' order, nil when a partition was added
+	// or forgotten since it was made. Guarded by mu.
+	partList []*partState
+	// selBusy and selBlocked are eachSelectable's key sets, reused from
+	// one call to the next. Guarded by mu.
+	selBusy, selBlocked map[string]struct{}
+	pending             int
+	paused              bool
 	// opPaused is the operator's pause flag of the group as last read
 	// (watchPause); flowControl stops fetching while it is set.
 	opPaused atomic.Bool
@@ -291,13 +297,19 @@ func (c *Consumer) part(topic string, p int32) *partState {
 	if ps == nil {
 		ps = &partState{topic: topic, partition: p, committed: -1}
 		m[p] = ps
+		c.partList = nil
 	}
 	return ps
 }
 
-// allParts returns the partitions in a stable order. Callers hold mu.
+// allParts returns the partitions in a stable order (a slice the callers
+// only read: it is kept until a partition is added or forgotten). Callers
+// hold mu.
 func (c *Consumer) allParts() []*partState {
-	var out []*partState
+	if c.partList != nil {
+		return c.partList
+	}
+	out := []*partState{}
 	for _, m := range c.parts {
 		for _, ps := range m {
 			out = append(out, ps)
@@ -309,6 +321,7 @@ func (c *Consumer) allParts() []*partState {
 		}
 		return out[i].partition < out[j].partition
 	})
+	c.partList = out
 	return out
 }
 

@@ -15,22 +15,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 )
 
-// busyKeys returns the aggregates of the rounds in flight. Callers hold mu.
-func (c *Consumer) busyKeys() map[string]bool {
-	blocked := map[string]bool{}
-	for _, m := range c.parts {
-		for _, ps := range m {
-			for _, it := range ps.queue {
-				if it.busy {
-					blocked[it.key] = true
-				}
-			}
-		}
-	}
-	return blocked
-}
-
-// select picks the runnable items of this round: per aggregate the records
+// selectRunnable picks the runnable items of this round: per aggregate the records
 // in offset order up to and including the first one that is not in WAIT
 // (a waiting record does not block its successors, which may be its
 // predecessors in sequence); an item not yet due blocks its aggregate unless
@@ -53,15 +38,41 @@ func (c *Consumer) selectRunnable(now time.Time) []*item {
 // in flight holds, and not behind a record of its aggregate that is not
 // waiting (a WAIT does not block its successors, which may be its missing
 // predecessors). fn returns false to stop. Callers hold mu.
+//
+// The loop calls it up to three times a turn (pollWait, lingerUntil,
+// selectRunnable) over every unfinished and uncommitted record, so it
+// allocates nothing once warm: the two key sets are the Consumer's, cleared
+// and reused, and finished records are passed over before any key is
+// looked at.
 func (c *Consumer) eachSelectable(fn func(it *item) bool) {
-	blocked := c.busyKeys()
-	for _, ps := range c.allParts() {
+	busy, blocked := c.selBusy, c.selBlocked
+	if busy == nil {
+		busy, blocked = map[string]struct{}{}, map[string]struct{}{}
+		c.selBusy, c.selBlocked = busy, blocked
+	}
+	clear(busy)
+	clear(blocked)
+	parts := c.allParts()
+	for _, ps := range parts {
 		for _, it := range ps.queue {
-			if blocked[it.key] || it.st == stDone {
+			if it.busy {
+				busy[it.key] = struct{}{} // the aggregates of the rounds in flight
+			}
+		}
+	}
+	for _, ps := range parts {
+		for _, it := range ps.queue {
+			if it.busy || it.st == stDone { // busy first: a busy record's state is its round's
+				continue
+			}
+			if _, ok := busy[it.key]; ok {
+				continue
+			}
+			if _, ok := blocked[it.key]; ok {
 				continue
 			}
 			if it.st != stWait {
-				blocked[it.key] = true
+				blocked[it.key] = struct{}{}
 			}
 			if !fn(it) {
 				return

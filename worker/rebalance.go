@@ -83,6 +83,7 @@ func (c *Consumer) forget(tps map[string][]int32) {
 					}
 				}
 				delete(c.parts[t], p)
+				c.partList = nil
 				c.m.lag.DeleteLabelValues(c.cfg.HandlerName, t, strconv.Itoa(int(p)))
 			}
 		}
