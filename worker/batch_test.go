@@ -20,6 +20,7 @@ import (
 type fakeRegistry struct {
 	mu       sync.Mutex
 	attempts map[string]int
+	claims   int // ClaimBatch calls
 	marks    [][]claim.Done
 	failed   []string
 }
@@ -27,6 +28,7 @@ type fakeRegistry struct {
 func (f *fakeRegistry) ClaimBatch(_ context.Context, reqs []claim.Request) ([]claim.Result, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	f.claims++
 	out := make([]claim.Result, len(reqs))
 	for i, q := range reqs {
 		f.attempts[q.EventID]++

@@ -17,7 +17,8 @@ import (
 // their arrival (one claim, one handler batch, one mark_done for both),
 // and each gets a round of its own without it. An idle worker starts its
 // first record at once whatever the linger. Asserted through the
-// handler's batches and the registry's mark_done calls, not through time.
+// handler's batches and the registry's claim and mark_done calls (one
+// round trip of each per round), not through time.
 func TestRoundLinger(t *testing.T) {
 	for _, tc := range []struct {
 		name    string
@@ -91,8 +92,8 @@ func TestRoundLinger(t *testing.T) {
 			}
 			reg.mu.Lock()
 			defer reg.mu.Unlock()
-			if want := len(batches); len(reg.marks) != want {
-				t.Errorf("%d mark_done calls, want one per round (%d)", len(reg.marks), want)
+			if want := len(batches); len(reg.marks) != want || reg.claims != want {
+				t.Errorf("%d claim and %d mark_done calls, want one each per round (%d)", reg.claims, len(reg.marks), want)
 			}
 		})
 	}
