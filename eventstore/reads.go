@@ -211,7 +211,8 @@ func (s *Store) Segments(ctx context.Context, afterPosition int64, limit int) ([
 // segment written but not committed (its writer died between the PUT and
 // the commit) is not found here until a repair commits its rows
 // (Store.Repair; the relay repairs reservations older than the append
-// timeout).
+// timeout). Offset and Length are where the shard's lines First..Last are
+// in the segment (the rows' byte ranges), for ReadSegment.
 func (l ShardLog) Segments(ctx context.Context, afterPosition int64, limit int) ([]SegmentInfo, error) {
 	if err := l.checked(); err != nil {
 		return nil, err
@@ -226,22 +227,23 @@ func (l ShardLog) Segments(ctx context.Context, afterPosition int64, limit int) 
 	var out []SegmentInfo
 	after := max(afterPosition, 0)
 	for {
-		rows, err := l.s.pool.Query(ctx, `SELECT position, segment_key FROM sluice.appends
+		rows, err := l.s.pool.Query(ctx, `SELECT position, segment_key, byte_offset, byte_length FROM sluice.appends
 			WHERE shard = $1 AND position > $2 AND state = '`+StateCommitted+`' ORDER BY position LIMIT $3`, Replan, l.shard, after, page)
 		if err != nil {
 			return nil, fmt.Errorf("eventstore: segments of shard %d: %w", l.shard, err)
 		}
 		n := 0
-		var pos int64
+		var pos, off, length int64
 		var key string
-		_, err = pgx.ForEachRow(rows, []any{&pos, &key}, func() error {
+		_, err = pgx.ForEachRow(rows, []any{&pos, &key, &off, &length}, func() error {
 			n++
 			after = pos
 			if k := len(out); k > 0 && out[k-1].Key == key && out[k-1].Last == pos-1 {
 				out[k-1].Last = pos
+				out[k-1].addLine(off, length)
 				return nil
 			}
-			out = append(out, SegmentInfo{Key: key, First: pos, Last: pos, Shard: l.shard})
+			out = append(out, SegmentInfo{Key: key, First: pos, Last: pos, Shard: l.shard, Offset: off, Length: length})
 			return nil
 		})
 		if err != nil {

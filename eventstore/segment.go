@@ -60,6 +60,13 @@ type SegmentInfo struct {
 	Shard        int
 	Size         int64
 	LastModified time.Time
+	// Offset and Length locate the lines of Shard's positions First..Last
+	// in the segment, bytes [Offset, Offset+Length), when they are known:
+	// ShardLog.Segments of a store of more than one shard reads them from
+	// the index (a shard's lines are contiguous in a segment, parseBlock),
+	// and ShardLog.ReadSegment then reads only them. Length 0: not known
+	// (the object listing); the whole segment is read.
+	Offset, Length int64
 }
 
 // Event is one stored envelope: the envelope (with sequence_number and

@@ -179,7 +179,7 @@ func RepublishShard(ctx context.Context, store *eventstore.Store, shard int, cl 
 				after = to
 				break
 			}
-			evs, err := store.ReadSegment(ctx, s.Key)
+			evs, err := log.ReadSegment(ctx, s) // the shard's lines alone (a store of more than one shard)
 			if err != nil {
 				return rep, err
 			}

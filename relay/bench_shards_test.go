@@ -49,10 +49,15 @@ import (
 //   - shards/relay1, shards/relay2: the shards each relay led at the end
 //     of the (last) run; the runs' lists are logged;
 //   - segments: the seeded segments (one per group commit; a group holds
-//     events of every shard); gets/segment: the segment GETs of all the
-//     relays' store readers per segment and run: each shard's leader GETs
-//     and decodes every segment holding an event of its shard, so about
-//     the shards a segment holds (1 with one shard);
+//     events of every shard); gets/segment: the segment GETs (whole or
+//     ranged) of all the relays' store readers per segment and run: each
+//     shard's leader GETs every segment holding an event of its shard, so
+//     about the shards a segment holds (1 with one shard);
+//   - read-bytes/segment-bytes: the bytes those GETs returned over the
+//     seeded segments' bytes, per run: the read amplification. Each
+//     shard's leader reads only its own lines of a segment (a ranged
+//     GET, eventstore.ShardLog.ReadSegment), so about 1 whatever N is
+//     (whole reads made it about N);
 //   - floor-events/s: the same records (Router.Record of the stored
 //     events) produced by one franz-go client with the relay's producer
 //     options to a fresh kfake cluster, all in flight up to the relay's
@@ -148,16 +153,24 @@ func benchRelayDrain(b *testing.B, e *env, stored []eventstore.Event, r int) {
 	var total, dups int64
 	var took, floorTook time.Duration
 	var held [][]int
-	var gets atomic.Int64
+	var gets, read atomic.Int64
 	segs := map[string]bool{}
 	for _, ev := range stored {
 		segs[ev.SegmentKey] = true
+	}
+	var segBytes int64
+	for key := range segs {
+		oi, err := e.bucket.Stat(ctxT(b, time.Minute), key)
+		if err != nil {
+			b.Fatal(err)
+		}
+		segBytes += oi.Size
 	}
 	b.ResetTimer()
 	for run := range b.N {
 		b.StopTimer()
 		floorTook += produceFloor(b, stored)
-		d, dup, h := drainOnce(b, e, len(stored), r, run, &gets)
+		d, dup, h := drainOnce(b, e, len(stored), r, run, readCount{&gets, &read})
 		took += d
 		total += int64(len(stored))
 		dups += dup
@@ -171,6 +184,7 @@ func benchRelayDrain(b *testing.B, e *env, stored []eventstore.Event, r int) {
 	b.ReportMetric(float64(dups), "dup-records")
 	b.ReportMetric(float64(len(segs)), "segments")
 	b.ReportMetric(float64(gets.Load())/float64(len(segs)*b.N), "gets/segment")
+	b.ReportMetric(float64(read.Load())/float64(segBytes*int64(b.N)), "read-bytes/segment-bytes")
 	for i, h := range held {
 		b.ReportMetric(float64(len(h)), fmt.Sprintf("shards/relay%d", i+1))
 	}
@@ -184,7 +198,7 @@ func benchRelayDrain(b *testing.B, e *env, stored []eventstore.Event, r int) {
 // events distinct event ids (the benchmark timer runs over that span
 // only), the records acknowledged more than once, and the shards each
 // relay led at the end.
-func drainOnce(b *testing.B, e *env, events, r, run int, gets *atomic.Int64) (time.Duration, int64, [][]int) {
+func drainOnce(b *testing.B, e *env, events, r, run int, gets readCount) (time.Duration, int64, [][]int) {
 	b.Helper()
 	k := testenv.NewKafka(b)
 	name := testenv.UniqueName("bench")
@@ -263,10 +277,11 @@ func drainOnce(b *testing.B, e *env, events, r, run int, gets *atomic.Int64) (ti
 }
 
 // newBenchRelay is one relay "process" of the benchmark: its own pool (8
-// connections), store reader (its segment GETs counted in gets) and
+// connections), store reader (its segment GETs and their bytes counted in
+// gets) and
 // registry; quiet logs; the production batch sizes (200 segments per
 // cycle, a flush per 200 records).
-func newBenchRelay(b *testing.B, e *env, k *testenv.Kafka, name, prefix, holder string, lease time.Duration, hook Option, gets *atomic.Int64) *Relay {
+func newBenchRelay(b *testing.B, e *env, k *testenv.Kafka, name, prefix, holder string, lease time.Duration, hook Option, gets readCount) *Relay {
 	b.Helper()
 	pcfg, err := pgxpool.ParseConfig(e.url)
 	if err != nil {
@@ -343,14 +358,28 @@ func produceFloor(b *testing.B, stored []eventstore.Event) time.Duration {
 	return took
 }
 
-// countingGets is a bucket that counts its whole-object GETs (a store
-// reader's: segments).
+// readCount counts GETs and the bytes they returned.
+type readCount struct {
+	gets, bytes *atomic.Int64
+}
+
+// countingGets is a bucket that counts its GETs, whole and ranged, and
+// the bytes they return (a store reader's: segments).
 type countingGets struct {
 	objstore.Bucket
-	n *atomic.Int64
+	n readCount
 }
 
 func (c countingGets) Get(ctx context.Context, key string) ([]byte, objstore.ObjectInfo, error) {
-	c.n.Add(1)
-	return c.Bucket.Get(ctx, key)
+	body, oi, err := c.Bucket.Get(ctx, key)
+	c.n.gets.Add(1)
+	c.n.bytes.Add(int64(len(body)))
+	return body, oi, err
+}
+
+func (c countingGets) GetRange(ctx context.Context, key string, off, n int64) ([]byte, error) {
+	body, err := c.Bucket.GetRange(ctx, key, off, n)
+	c.n.gets.Add(1)
+	c.n.bytes.Add(int64(len(body)))
+	return body, err
 }

@@ -33,16 +33,21 @@ type item struct {
 }
 
 // fetch is one segment GET, started ahead of the walk (or by the previous
-// cycle's prefetch).
+// cycle's prefetch). seg says what to read: over a store of more than one
+// shard, with the byte range of the shard's lines when it is known
+// (eventstore.ShardLog.ReadSegment: a ranged GET of them alone).
 type fetch struct {
 	key     string
+	seg     eventstore.SegmentInfo
 	started atomic.Bool
 	done    chan struct{}
 	evs     []eventstore.Event
 	err     error
 }
 
-func newFetch(key string) *fetch { return &fetch{key: key, done: make(chan struct{})} }
+func newFetch(seg eventstore.SegmentInfo) *fetch {
+	return &fetch{key: seg.Key, seg: seg, done: make(chan struct{})}
+}
 
 type plan struct {
 	items     []item
@@ -100,6 +105,7 @@ func (r *Relay) cycle(ctx context.Context, ls *leaderState) (more bool, err erro
 	if err := r.recheckGaps(ctx, ls, now); err != nil {
 		return false, err
 	}
+	planned := time.Now()
 	pl, err := r.plan(ctx, ls, head, now)
 	if pl.prefetched != nil {
 		defer pl.prefetched.cancel()
@@ -108,14 +114,7 @@ func (r *Relay) cycle(ctx context.Context, ls *leaderState) (more bool, err erro
 		return false, err
 	}
 	if pl.repair {
-		rep, err := r.store.Repair(ctx, r.cfg.AppendTimeout)
-		if err != nil {
-			return false, fmt.Errorf("relay: repair: %w", err)
-		}
-		r.m.gaps.WithLabelValues("repaired_committed").Add(float64(rep.Committed))
-		r.log.Warn("relay: resolved reservations older than the append timeout (hole rule 3)",
-			"committed_from_segment", rep.Committed, "abandoned", rep.Abandoned, "still_in_flight", rep.InFlight, "blocks", rep.Blocks)
-		return rep.Committed+rep.Abandoned > 0, nil
+		return r.repair(ctx, planned)
 	}
 	cctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -153,7 +152,7 @@ func (r *Relay) plan(ctx context.Context, ls *leaderState, head int64, now time.
 	}
 	for _, s := range segs {
 		if !allDone(ls, s) {
-			pl.items = append(pl.items, item{first: s.First, seg: pf.fetchFor(&r.hints, s.Key)})
+			pl.items = append(pl.items, item{first: s.First, seg: pf.fetchFor(&r.hints, s)})
 		}
 	}
 	sort.SliceStable(pl.items, func(i, j int) bool {
@@ -238,7 +237,11 @@ func holesOf(segs []eventstore.SegmentInfo, base, head int64, truncated bool) []
 // items the walk resolves row by row (rules 2 and 4), and a reservation
 // past the append timeout sets pl.repair (rule 3).
 func (r *Relay) planHoles(ctx context.Context, ls *leaderState, pf *prefetch, pl *plan, holes [][2]int64, listed map[string]bool, now time.Time) error {
-	direct := map[string]bool{}
+	// direct: the segments read by rule 1, each with the committed rows
+	// of the holes that name it (the lines to read, eventstore.SegmentInfo.Add),
+	// and the plan item that reads it.
+	direct := map[string]*directRead{}
+	var reads []*directRead
 	directRows := 0
 	for _, h := range holes {
 		rows, err := r.indexRange(ctx, h[0], h[1])
@@ -258,15 +261,22 @@ func (r *Relay) planHoles(ctx context.Context, ls *leaderState, pf *prefetch, pl
 				if !ls.isDone(row.Position) {
 					directRows++
 				}
-				if listed[row.SegmentKey] || direct[row.SegmentKey] {
+				if listed[row.SegmentKey] {
+					continue
+				}
+				if d := direct[row.SegmentKey]; d != nil {
+					d.seg.Add(row)
 					continue
 				}
 				first, err := r.firstOf(row)
 				if err != nil {
 					return err
 				}
-				direct[row.SegmentKey] = true
-				pl.items = append(pl.items, item{first: first, seg: pf.fetchFor(&r.hints, row.SegmentKey)})
+				d := &directRead{item: len(pl.items)}
+				d.seg.Add(row)
+				direct[row.SegmentKey] = d
+				reads = append(reads, d)
+				pl.items = append(pl.items, item{first: first})
 			case stateReserved:
 				if now.Sub(row.ReservedAt) >= r.cfg.AppendTimeout {
 					pl.repair = true
@@ -281,11 +291,23 @@ func (r *Relay) planHoles(ctx context.Context, ls *leaderState, pf *prefetch, pl
 		}
 		pl.endRun(&run)
 	}
+	for _, d := range reads {
+		pl.items[d.item].seg = pf.fetchFor(&r.hints, d.seg)
+	}
 	if directRows > 0 && !pl.repair {
 		r.m.gaps.WithLabelValues("committed_direct").Add(float64(directRows))
 		r.log.Debug("relay: committed positions missing from the listing; reading their segments directly", "positions", directRows, "segments", len(direct))
 	}
 	return nil
+}
+
+// directRead is a segment a plan reads for the committed rows of the
+// index it found (hole rule 1, the index plan): seg spans those rows, so
+// that over a store of more than one shard only the shard's lines among
+// them are read (eventstore.ShardLog.ReadSegment); item is its plan item.
+type directRead struct {
+	seg  eventstore.SegmentInfo
+	item int
 }
 
 // planFromIndex is the plan of a cycle that is close behind the head: when
@@ -326,7 +348,8 @@ func (r *Relay) planFromIndex(ctx context.Context, ls *leaderState, head int64, 
 	if int64(len(rows)) != n {
 		return plan{}, false, nil
 	}
-	seen := map[string]bool{}
+	seen := map[string]*directRead{}
+	var reads []*directRead
 	var run []eventstore.IndexEntry // reserved positions in flight, in order
 	inFlight := false
 	for i, row := range rows {
@@ -345,17 +368,27 @@ func (r *Relay) planFromIndex(ctx context.Context, ls *leaderState, head int64, 
 			return plan{}, false, nil // abandoned, or reserved past the timeout
 		}
 		pl.endRun(&run)
-		if ls.isDone(row.Position) || seen[row.SegmentKey] {
+		if d := seen[row.SegmentKey]; d != nil {
+			d.seg.Add(row)
+			continue
+		}
+		if ls.isDone(row.Position) {
 			continue
 		}
 		first, err := r.firstOf(row)
 		if err != nil {
 			return plan{}, false, err
 		}
-		seen[row.SegmentKey] = true
-		pl.items = append(pl.items, item{first: first, seg: r.hints.fetchFor(row.SegmentKey)})
+		d := &directRead{item: len(pl.items)}
+		d.seg.Add(row)
+		seen[row.SegmentKey] = d
+		reads = append(reads, d)
+		pl.items = append(pl.items, item{first: first})
 	}
 	pl.endRun(&run)
+	for _, d := range reads {
+		pl.items[d.item].seg = r.hints.fetchFor(d.seg)
+	}
 	if inFlight && time.Since(ls.lastList) >= r.cfg.PollInterval {
 		// A cycle lists at least once per poll interval while positions
 		// are in flight: a segment whose writer died between PUT and
@@ -494,7 +527,7 @@ func (r *Relay) runFetch(ctx context.Context, f *fetch) {
 	}
 	go func() {
 		defer func() { <-r.gets }()
-		f.evs, f.err = r.readSegment(ctx, f.key)
+		f.evs, f.err = r.readSegment(ctx, f.seg)
 		close(f.done)
 	}()
 }
@@ -525,7 +558,7 @@ func (r *Relay) startPrefetch(ctx context.Context, ls *leaderState, after int64)
 				break
 			}
 			if s.Last > after {
-				f := newFetch(s.Key)
+				f := newFetch(s)
 				pf.fetches[s.Key] = f
 				start = append(start, f)
 			}
@@ -581,19 +614,19 @@ func (pf *prefetch) listing(ctx context.Context, after int64) ([]eventstore.Segm
 	return pf.segs, nil
 }
 
-// fetchFor returns the prefetch's fetch of key, else the hinted one
-// (hints.go), else a new one.
-func (pf *prefetch) fetchFor(h *hints, key string) *fetch {
+// fetchFor returns the prefetch's fetch of seg's key, else the hinted one
+// (hints.go), else a new one reading seg.
+func (pf *prefetch) fetchFor(h *hints, seg eventstore.SegmentInfo) *fetch {
 	if pf != nil {
 		select {
 		case <-pf.done:
-			if f, ok := pf.fetches[key]; ok {
+			if f, ok := pf.fetches[seg.Key]; ok {
 				return f
 			}
 		default:
 		}
 	}
-	return h.fetchFor(key)
+	return h.fetchFor(seg)
 }
 
 // walk publishes the plan in position order. Events of an aggregate named
@@ -853,7 +886,15 @@ func (r *Relay) recheckGap(ctx context.Context, ls *leaderState, p *pipe, g Gap)
 // relay published already is skipped (dedup); one whose topic is refused
 // is parked. It returns the events produced or parked.
 func (r *Relay) publishLate(ctx context.Context, ls *leaderState, p *pipe, key string, committed map[int64]eventstore.IndexEntry) (int, error) {
-	evs, err := r.readSegment(ctx, key)
+	// The committed rows of the gap in this segment: over a store of more
+	// than one shard, only their lines are read.
+	var seg eventstore.SegmentInfo
+	for _, row := range committed {
+		if row.SegmentKey == key {
+			seg.Add(row)
+		}
+	}
+	evs, err := r.readSegment(ctx, seg)
 	if err != nil {
 		return 0, err
 	}

@@ -95,7 +95,7 @@ func (r *Relay) addHint(first, last int64) bool {
 	if len(h.byFirst) >= maxHints {
 		return false
 	}
-	f := newFetch(eventstore.SegmentKey(first, last))
+	f := newFetch(eventstore.SegmentInfo{Key: eventstore.SegmentKey(first, last), First: first, Last: last})
 	h.byFirst[first] = &hint{first: first, last: last, f: f}
 	select {
 	case r.gets <- struct{}{}:
@@ -105,21 +105,22 @@ func (r *Relay) addHint(first, last int64) bool {
 	return true
 }
 
-// fetchFor returns the hinted fetch of key, or a new one. A hinted fetch
+// fetchFor returns the hinted fetch of seg's key (a store of one shard:
+// the whole segment either way), or a new one reading seg. A hinted fetch
 // that failed is dropped (the new one reads the segment again).
-func (h *hints) fetchFor(key string) *fetch {
-	first, _, err := eventstore.ParseSegmentKey(key)
+func (h *hints) fetchFor(seg eventstore.SegmentInfo) *fetch {
+	first, _, err := eventstore.ParseSegmentKey(seg.Key)
 	if err == nil {
 		h.mu.Lock()
 		defer h.mu.Unlock()
-		if x := h.byFirst[first]; x != nil && x.f.key == key {
+		if x := h.byFirst[first]; x != nil && x.f.key == seg.Key {
 			if !x.f.failed() {
 				return x.f
 			}
 			delete(h.byFirst, first)
 		}
 	}
-	return newFetch(key)
+	return newFetch(seg)
 }
 
 // prune drops the hints the checkpoint cp has passed and those whose GET

@@ -142,23 +142,15 @@ func (r *Relay) segments(ctx context.Context, after int64, n int) ([]eventstore.
 	})
 }
 
-// readSegment GETs one segment (object storage) and returns its events of
-// this relay's shard (a segment of a store of more than one shard holds
-// the blocks of several shards; the others are their leaders').
-func (r *Relay) readSegment(ctx context.Context, key string) ([]eventstore.Event, error) {
-	evs, err := watchCall(ctx, r, "get", key, func(ctx context.Context) ([]eventstore.Event, error) {
-		return r.store.ReadSegment(ctx, key)
+// readSegment GETs a segment (object storage) and returns its events of
+// this relay's shard: over a store of more than one shard, a ranged GET of
+// the shard's lines when seg carries their byte range, else the whole
+// segment, keeping the shard's (eventstore.ShardLog.ReadSegment says which
+// and why).
+func (r *Relay) readSegment(ctx context.Context, seg eventstore.SegmentInfo) ([]eventstore.Event, error) {
+	return watchCall(ctx, r, "get", seg.Key, func(ctx context.Context) ([]eventstore.Event, error) {
+		return r.sl.ReadSegment(ctx, seg)
 	})
-	if err != nil || r.shards <= 1 {
-		return evs, err
-	}
-	mine := evs[:0:0]
-	for _, ev := range evs {
-		if ev.Shard == r.shard {
-			mine = append(mine, ev)
-		}
-	}
-	return mine, nil
 }
 
 // checkpointLoad reads the checkpoint (object storage).

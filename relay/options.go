@@ -84,6 +84,16 @@ type hooks struct {
 	// the leaderships of shards (tests hold their batches in flight
 	// until then).
 	released func(shards []int)
+	// hbNow, when set, is the clock of the liveness heartbeats (tests
+	// age them without waiting).
+	hbNow func() time.Time
+	// beforeCycle, when set, is called by a shard's leader before each
+	// cycle (tests hold one shard's leader there).
+	beforeCycle func(ctx context.Context, shard int)
+	// repair, when set, is called when a shard's leader needs a repair
+	// (hole rule 3; running false) and when it runs Store.Repair
+	// (running true).
+	repair func(shard int, running bool)
 }
 
 // WithKafkaOpts appends opts to the options of the relay's producer
@@ -108,6 +118,24 @@ func withLingerWait(f func(ctx context.Context, d time.Duration)) Option {
 // release just cancelled (tests).
 func withReleased(f func(shards []int)) Option {
 	return func(h *hooks) { h.released = f }
+}
+
+// withHeartbeatClock makes the liveness heartbeats read the time from now
+// (tests).
+func withHeartbeatClock(now func() time.Time) Option {
+	return func(h *hooks) { h.hbNow = now }
+}
+
+// withBeforeCycle makes every shard's leader call f before each cycle
+// (tests).
+func withBeforeCycle(f func(ctx context.Context, shard int)) Option {
+	return func(h *hooks) { h.beforeCycle = f }
+}
+
+// withRepairHook makes the leaders call f when they need a repair and when
+// they run one (tests).
+func withRepairHook(f func(shard int, running bool)) Option {
+	return func(h *hooks) { h.repair = f }
 }
 
 // withDefaults returns c with every default applied: the defaults of the

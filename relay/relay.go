@@ -61,10 +61,17 @@ type Relay struct {
 	lease  *Lease
 	m      *metrics
 	log    *slog.Logger
-	hb     *observability.Heartbeat
-	wake   chan struct{}
-	gets   chan struct{} // segment GETs in flight (ParallelGets)
-	hints  hints         // commit notifications' segments (hints.go)
+	// hb is the liveness heartbeat of this relay's loop: over a store of
+	// more than one shard, the replica's balance loop on the Relay New
+	// returns and each shard's leader on its own (Live).
+	hb      *observability.Heartbeat
+	liveAge time.Duration
+	// repairs runs Store.Repair once for every leader of the process
+	// (repairs.go); the shards' relays share their parent's.
+	repairs *repairs
+	wake    chan struct{}
+	gets    chan struct{} // segment GETs in flight (ParallelGets)
+	hints   hints         // commit notifications' segments (hints.go)
 
 	mu            sync.Mutex
 	leader        bool
@@ -144,7 +151,9 @@ func New(cfg Config, deps Deps, opts ...Option) (*Relay, error) {
 		lease:         NewLease(deps.Pool, ShardLeaseName(cfg.Name, 0, shards), cfg.Holder, cfg.LeaderLease),
 		m:             newMetrics(reg, cfg.Name, "0", router.Topics()),
 		log:           logger.With("relay", cfg.Name),
-		hb:            observability.NewHeartbeat(hbAge),
+		hb:            observability.NewHeartbeatClock(hbAge, h.hbNow),
+		liveAge:       hbAge,
+		repairs:       &repairs{},
 		wake:          make(chan struct{}, 1),
 		gets:          make(chan struct{}, cfg.ParallelGets),
 		ckptMovedAt:   time.Now(),
@@ -160,7 +169,7 @@ func New(cfg Config, deps Deps, opts ...Option) (*Relay, error) {
 	r.obj.init(cfg.ObjectStoreTimeout)
 	if deps.Health != nil {
 		deps.Health.AddReadiness("relay", r.Ready)
-		deps.Health.AddLiveness("relay-loop", r.hb.Check)
+		deps.Health.AddLiveness("relay-loop", r.Live)
 	}
 	return r, nil
 }
@@ -183,17 +192,47 @@ func newProducers(k kafka.Config, cfg Config, h hooks) (client, solo *kgo.Client
 // Close releases the Kafka producers (the shards' too). Call it after Run
 // returned.
 func (r *Relay) Close() {
-	if r.client != nil {
-		r.client.Close()
-	}
-	if r.solo != nil {
-		r.solo.Close()
-	}
+	r.closeProducers()
 	if r.sh != nil {
 		for _, u := range r.sh.allUnits() {
 			u.Close()
 		}
 	}
+}
+
+// closeProducers closes the Kafka producers, if open.
+func (r *Relay) closeProducers() {
+	if r.client != nil {
+		r.client.Close()
+		r.client = nil
+	}
+	if r.solo != nil {
+		r.solo.Close()
+		r.solo = nil
+	}
+}
+
+// Live is the liveness check "relay-loop": red when the relay's loop has
+// not turned for max(30 s, 3 × poll, 3 × flush timeout, 3 × lease). Over a
+// store of more than one shard the replica's loop (member heartbeat,
+// balance) and the loop of every shard led here each have a heartbeat of
+// their own, and a shard's leader that is stuck turns it red naming its
+// shard, however busy the others are.
+func (r *Relay) Live(ctx context.Context) error {
+	err := r.hb.Check(ctx)
+	if r.sh == nil {
+		return err
+	}
+	var errs []error
+	if err != nil {
+		errs = append(errs, fmt.Errorf("relay: %w", err))
+	}
+	for _, u := range r.sh.running() {
+		if err := u.hb.Check(ctx); err != nil {
+			errs = append(errs, fmt.Errorf("shard %d: %w", u.shard, err))
+		}
+	}
+	return errors.Join(errs...)
 }
 
 // Leader reports whether this replica currently holds the lease (over a
@@ -481,6 +520,9 @@ func (r *Relay) lead(ctx context.Context, epoch int64) error {
 		// the wake-ups they left would only start a cycle with nothing to
 		// do.
 		drainWake(r.wake)
+		if f := r.hooks.beforeCycle; f != nil {
+			f(ctx, r.shard)
+		}
 		more, err := r.cycle(ctx, ls)
 		if retry, fatal := handle(err); fatal != nil {
 			return fatal

@@ -948,7 +948,7 @@ func TestHintsPruned(t *testing.T) {
 	// A full cycle (planFromIndex) takes the hinted fetches and the
 	// checkpoint passes them; the cycle ends with a prune.
 	for p := int64(1); p <= maxHints; p++ {
-		_ = r.hints.fetchFor(r.hints.byFirst[p].f.key)
+		_ = r.hints.fetchFor(r.hints.byFirst[p].f.seg)
 	}
 	r.hints.prune(maxHints)
 	if n := len(r.hints.byFirst); n != 0 {

@@ -14,6 +14,7 @@ import (
 
 	"github.com/sluicehq/sluice/eventstore"
 	"github.com/sluicehq/sluice/eventstore/objstore"
+	"github.com/sluicehq/sluice/shared/observability"
 )
 
 // A relay leader per shard (docs/relay.md#shards). Over a store of N > 1
@@ -34,8 +35,11 @@ import (
 // Each shard it leads is published by a Relay of its own (a "unit"):
 // today's leader over that shard's log (eventstore.ShardLog), with its own
 // checkpoint, gap tracker and lookback, parked records (shard column),
-// metrics (shard label) and Kafka producers, so a shard held back (a late
-// commit, a refused record, a slow checkpoint) holds back no other shard.
+// metrics (shard label), liveness heartbeat and Kafka producers (open
+// while it leads the shard), so a shard held back (a late commit, a
+// refused record, a slow checkpoint) holds back no other shard, and a
+// shard's leader that is stuck says so by its shard (Live, Ready). The
+// store-wide Repair of hole rule 3 runs once for all of them (repairs.go).
 // Records keep the aggregate as their Kafka key, and an aggregate lives in
 // one shard, so per-aggregate order in Kafka holds across a change of a
 // shard's leader as it does across a change of the one leader.
@@ -90,7 +94,7 @@ func (s *sharded) allUnits() []*Relay {
 	return out
 }
 
-// running returns the relays of the shards led now.
+// running returns the relays of the shards led now, by shard.
 func (s *sharded) running() []*Relay {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -98,6 +102,7 @@ func (s *sharded) running() []*Relay {
 	for _, run := range s.runs {
 		out = append(out, run.unit)
 	}
+	slices.SortFunc(out, func(a, b *Relay) int { return a.shard - b.shard })
 	return out
 }
 
@@ -147,19 +152,16 @@ func (s *sharded) pokeAll() {
 	}
 }
 
-// unit returns the relay of shard sh, creating it (with its producers,
-// metrics and periodic log line) on first use.
-func (r *Relay) unit(ctx context.Context, wg *sync.WaitGroup, sh int) (*Relay, error) {
+// unit returns the relay of shard sh, creating it (with its metrics,
+// heartbeat and periodic log line) on first use. Its Kafka producers live
+// for one leadership (openProducers, startShard).
+func (r *Relay) unit(ctx context.Context, wg *sync.WaitGroup, sh int) *Relay {
 	s := r.sh
 	s.mu.Lock()
 	u := s.units[sh]
 	s.mu.Unlock()
 	if u != nil {
-		return u, nil
-	}
-	client, solo, err := newProducers(r.kafka, r.cfg, r.hooks)
-	if err != nil {
-		return nil, fmt.Errorf("relay: shard %d: %w", sh, err)
+		return u
 	}
 	u = &Relay{
 		cfg:           r.cfg,
@@ -173,8 +175,6 @@ func (r *Relay) unit(ctx context.Context, wg *sync.WaitGroup, sh int) (*Relay, e
 		crasher:       r.crasher,
 		ackHook:       r.ackHook,
 		lingerWait:    r.lingerWait,
-		client:        client,
-		solo:          solo,
 		parked:        r.parked,
 		router:        r.router,
 		tracer:        r.tracer,
@@ -182,7 +182,9 @@ func (r *Relay) unit(ctx context.Context, wg *sync.WaitGroup, sh int) (*Relay, e
 		lease:         NewLease(r.pool, ShardLeaseName(r.cfg.Name, sh, r.shards), r.cfg.Holder, r.cfg.LeaderLease),
 		m:             newMetrics(s.reg, r.cfg.Name, strconv.Itoa(sh), r.router.Topics()),
 		log:           r.log.With("shard", sh),
-		hb:            r.hb,
+		hb:            observability.NewHeartbeatClock(r.liveAge, r.hooks.hbNow),
+		liveAge:       r.liveAge,
+		repairs:       r.repairs,
 		wake:          make(chan struct{}, 1),
 		gets:          make(chan struct{}, r.cfg.ParallelGets),
 		ckptMovedAt:   time.Now(),
@@ -196,7 +198,18 @@ func (r *Relay) unit(ctx context.Context, wg *sync.WaitGroup, sh int) (*Relay, e
 	if r.cfg.MetricsLogInterval > 0 {
 		wg.Go(func() { u.logMetrics(ctx) })
 	}
-	return u, nil
+	return u
+}
+
+// openProducers builds the Kafka producers of a shard's leadership (closed
+// by startShard when it ends).
+func (r *Relay) openProducers() error {
+	client, solo, err := newProducers(r.kafka, r.cfg, r.hooks)
+	if err != nil {
+		return fmt.Errorf("relay: shard %d: %w", r.shard, err)
+	}
+	r.client, r.solo = client, solo
+	return nil
 }
 
 // runSharded is Run over a store of more than one shard: the member
@@ -338,8 +351,8 @@ func (r *Relay) balance(ctx context.Context, wg *sync.WaitGroup, v memberView, r
 		if !ok {
 			continue
 		}
-		u, err := r.unit(ctx, wg, sh)
-		if err != nil {
+		u := r.unit(ctx, wg, sh)
+		if err := u.openProducers(); err != nil {
 			return errors.Join(err, lease.Release(ctx, epoch))
 		}
 		r.startShard(ctx, wg, u, epoch)
@@ -357,15 +370,21 @@ func holderOffset(holder string, n int) int {
 }
 
 // startShard runs the leadership of u's shard with epoch in the background.
+// When it ends (after a graceful one's handover: batches in flight
+// acknowledged, final checkpoint, lease released), the shard's Kafka
+// producers are closed: a replica keeps open only the producers of the
+// shards it leads.
 func (r *Relay) startShard(ctx context.Context, wg *sync.WaitGroup, u *Relay, epoch int64) {
 	uctx, cancel := context.WithCancelCause(ctx)
 	run := &shardRun{unit: u, epoch: epoch, cancel: cancel, done: make(chan struct{})}
+	u.hb.Beat() // a new leadership starts fresh, however long the shard was not led here
 	r.sh.mu.Lock()
 	r.sh.runs[u.shard] = run
 	r.sh.mu.Unlock()
 	wg.Go(func() {
 		defer func() {
 			cancel(nil)
+			u.closeProducers()
 			close(run.done)
 			select {
 			case r.sh.changed <- struct{}{}:
@@ -398,7 +417,8 @@ func (r *Relay) releaseShards(shards []int, released map[int]time.Time, live int
 }
 
 // readySharded is Ready over a store of more than one shard: red while the
-// member heartbeat or the leases fail, or any shard led here is not ready.
+// member heartbeat or the leases fail, or any shard led here is not ready
+// or its leader's loop has stopped turning (Live), naming the shard.
 func (r *Relay) readySharded(ctx context.Context) error {
 	r.mu.Lock()
 	loopErr := r.loopErr
@@ -410,6 +430,9 @@ func (r *Relay) readySharded(ctx context.Context) error {
 	for _, u := range r.sh.running() {
 		if err := u.Ready(ctx); err != nil {
 			errs = append(errs, fmt.Errorf("shard %d: %w", u.shard, err))
+		}
+		if err := u.hb.Check(ctx); err != nil {
+			errs = append(errs, fmt.Errorf("shard %d: stuck: %w", u.shard, err))
 		}
 	}
 	return errors.Join(errs...)

@@ -16,6 +16,7 @@ import (
 
 	"github.com/sluicehq/sluice/eventstore"
 	"github.com/sluicehq/sluice/eventstore/eventstoretest"
+	"github.com/sluicehq/sluice/eventstore/objstore"
 	"github.com/sluicehq/sluice/internal/testenv"
 	"github.com/sluicehq/sluice/shared/envelope"
 	"github.com/sluicehq/sluice/shared/observability"
@@ -47,6 +48,7 @@ type replica struct {
 	holder string
 	r      *Relay
 	reg    *prometheus.Registry
+	health *observability.Health
 	cancel context.CancelCauseFunc
 	done   chan struct{}
 }
@@ -56,6 +58,13 @@ type replica struct {
 // Postgres pool and store (the env's pool, shared with the appenders,
 // would make it wait for connections and renew its leases late).
 func startReplica(t *testing.T, e *env, holder string, opts ...Option) *replica {
+	t.Helper()
+	return startReplicaOn(t, e, holder, e.bucket, opts...)
+}
+
+// startReplicaOn is startReplica with the replica's store reading its
+// segments through bucket (a wrapper of e.bucket that counts them).
+func startReplicaOn(t *testing.T, e *env, holder string, bucket objstore.Bucket, opts ...Option) *replica {
 	t.Helper()
 	pcfg, err := pgxpool.ParseConfig(e.url)
 	if err != nil {
@@ -68,7 +77,7 @@ func startReplica(t *testing.T, e *env, holder string, opts ...Option) *replica 
 	}
 	t.Cleanup(pool.Close)
 	st, err := eventstore.New(eventstore.Config{Shards: e.store.Shards(), AppendTimeout: e.appendTO},
-		eventstore.Deps{Pool: pool, Bucket: e.bucket, Logger: testLogger(t, slog.LevelWarn)})
+		eventstore.Deps{Pool: pool, Bucket: bucket, Logger: testLogger(t, slog.LevelWarn)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -89,7 +98,7 @@ func startReplica(t *testing.T, e *env, holder string, opts ...Option) *replica 
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancelCause(context.Background())
-	p := &replica{holder: holder, r: r, reg: reg, cancel: cancel, done: make(chan struct{})}
+	p := &replica{holder: holder, r: r, reg: reg, health: a.Deps.Health, cancel: cancel, done: make(chan struct{})}
 	go func() {
 		defer close(p.done)
 		if err := r.Run(ctx); err != nil {

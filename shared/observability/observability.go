@@ -208,7 +208,17 @@ type Heartbeat struct {
 
 // NewHeartbeat returns a heartbeat that counts as fresh for maxAge from now.
 func NewHeartbeat(maxAge time.Duration) *Heartbeat {
-	return &Heartbeat{last: time.Now(), maxAge: maxAge, now: time.Now}
+	return NewHeartbeatClock(maxAge, nil)
+}
+
+// NewHeartbeatClock is NewHeartbeat reading the time from now (nil:
+// time.Now): tests age a heartbeat by moving their clock instead of
+// waiting.
+func NewHeartbeatClock(maxAge time.Duration, now func() time.Time) *Heartbeat {
+	if now == nil {
+		now = time.Now
+	}
+	return &Heartbeat{last: now(), maxAge: maxAge, now: now}
 }
 
 // Beat records that the loop is alive.
