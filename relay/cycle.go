@@ -323,46 +323,60 @@ type directRead struct {
 // ok is false, and the cycle lists as usual, for a backlog, a prefetch in
 // progress, or any position of the window abandoned, missing or reserved
 // past the append timeout (the LIST and the hole rules of docs/relay.md#what-it-does-per-cycle deal
-// with those), and, while positions are in flight, once per poll interval:
-// that LIST finds a segment whose writer died between PUT and commit.
-// Otherwise segments written but not yet committed wait for their commit's
-// notification instead of being found by the LIST.
+// with those). Once per poll interval a store of one shard's window also
+// takes the reservations past the head (whose segments a LIST would find)
+// and looks for their segments (findWritten): a segment written but not
+// yet committed — its writer died between PUT and commit — is published
+// from it, as the LIST would; one whose GET finds nothing is in flight.
+// That probe reads the in-flight segments by key, never a listing: on the
+// file backend a LIST walks every segment of the store, so a cycle that
+// listed once per poll interval cost the relay time proportional to the
+// store's size (docs/relay.md#what-it-does-per-cycle). A store of more
+// shards lists once per poll interval while positions are in flight, as
+// before (its listing is the index: ShardLog.Segments). Between probes,
+// segments written but not yet committed wait for their commit's
+// notification.
 func (r *Relay) planFromIndex(ctx context.Context, ls *leaderState, head int64, now time.Time) (pl plan, ok bool, err error) {
 	base := ls.cp.Position
 	n := head - base
-	if n <= 0 && ls.prefetch == nil && time.Since(ls.lastList) < r.cfg.PollInterval {
-		// Nothing committed past the checkpoint (a wake-up for a commit the
-		// previous cycle published): a LIST could only find segments whose
-		// commit is still to come, and their notification will wake us. A
-		// cycle lists at least once per poll interval all the same.
+	due := time.Since(ls.lastList) >= r.cfg.PollInterval
+	probe := due && r.shards <= 1
+	if n <= 0 && ls.prefetch == nil && !due {
+		// Nothing committed past the checkpoint: the notification of the
+		// next commit wakes us (probed at least once per poll interval).
 		r.m.plans.WithLabelValues("idle").Inc()
 		return plan{}, true, nil
 	}
-	if n <= 0 || n > int64(r.cfg.BatchSize) || ls.prefetch != nil {
+	if (n <= 0 && !probe) || n > int64(r.cfg.BatchSize) || ls.prefetch != nil {
 		return plan{}, false, nil
 	}
-	rows, err := r.sl.Index(ctx, eventstore.IndexQuery{FromPosition: base + 1, ToPosition: head, Limit: int(n)})
-	if err != nil {
+	rows, ok, err := r.indexWindow(ctx, base, head, probe)
+	if err != nil || !ok {
 		return plan{}, false, err
-	}
-	if int64(len(rows)) != n {
-		return plan{}, false, nil
 	}
 	seen := map[string]*directRead{}
 	var reads []*directRead
+	written := map[string]*fetch{}  // probed segments: nil when not written yet
 	var run []eventstore.IndexEntry // reserved positions in flight, in order
 	inFlight := false
-	for i, row := range rows {
-		if row.Position != base+1+int64(i) {
-			return plan{}, false, nil
-		}
+	for _, row := range rows {
 		switch {
 		case row.State == stateReserved && now.Sub(row.ReservedAt) < r.cfg.AppendTimeout:
-			// In flight (its group commits out of order with a later
-			// one): the walk holds its aggregate back, exactly as the
-			// LIST plan's hole would; its commit's notification wakes us.
-			run = append(run, row)
-			inFlight = true
+			// In flight: the walk holds its aggregate back, as the LIST
+			// plan's hole would, unless the probe finds its segment written.
+			f, err := r.findWritten(ctx, ls, row, probe, written)
+			if err != nil {
+				return plan{}, false, err
+			}
+			if f == nil {
+				run = append(run, row)
+				inFlight = true
+				continue
+			}
+			pl.endRun(&run)
+			if err := r.addWritten(&pl, seen, row, f); err != nil {
+				return plan{}, false, err
+			}
 			continue
 		case row.State != stateCommitted:
 			return plan{}, false, nil // abandoned, or reserved past the timeout
@@ -389,15 +403,97 @@ func (r *Relay) planFromIndex(ctx context.Context, ls *leaderState, head int64, 
 	for _, d := range reads {
 		pl.items[d.item].seg = r.hints.fetchFor(d.seg)
 	}
-	if inFlight && time.Since(ls.lastList) >= r.cfg.PollInterval {
-		// A cycle lists at least once per poll interval while positions
-		// are in flight: a segment whose writer died between PUT and
-		// commit is found and published then, not only after the append
-		// timeout.
+	if inFlight && due && !probe {
+		// A store of more shards lists (through its index) at least once
+		// per poll interval while positions are in flight.
 		return plan{}, false, nil
 	}
-	r.m.plans.WithLabelValues("index").Inc()
+	r.indexPlanned(ls, pl, probe, n)
 	return pl, true, nil
+}
+
+// indexPlanned counts an index plan (idle when nothing is committed past
+// the checkpoint and it has nothing to walk) and notes the probe's time.
+func (r *Relay) indexPlanned(ls *leaderState, pl plan, probe bool, n int64) {
+	if probe {
+		ls.lastList = time.Now()
+	}
+	if len(pl.items) == 0 && n <= 0 {
+		r.m.plans.WithLabelValues("idle").Inc()
+		return
+	}
+	r.m.plans.WithLabelValues("index").Inc()
+}
+
+// indexWindow reads the index rows of planFromIndex's window: the
+// positions base+1..head, and with probe every row past base (the head's
+// and the reservations past it, one more than a batch). ok is false when
+// a position of it has no row or there are more rows than a batch: the
+// cycle lists then.
+func (r *Relay) indexWindow(ctx context.Context, base, head int64, probe bool) (rows []eventstore.IndexEntry, ok bool, err error) {
+	n := head - base
+	q := eventstore.IndexQuery{FromPosition: base + 1, ToPosition: head, Limit: int(n)}
+	if probe {
+		q.ToPosition, q.Limit = 0, r.cfg.BatchSize+1
+	}
+	rows, err = r.sl.Index(ctx, q)
+	if err != nil {
+		return nil, false, err
+	}
+	if int64(len(rows)) < n || len(rows) > r.cfg.BatchSize {
+		return nil, false, nil
+	}
+	for i, row := range rows {
+		if row.Position != base+1+int64(i) {
+			return nil, false, nil
+		}
+	}
+	return rows, true, nil
+}
+
+// addWritten adds the item of a probed segment, written but not
+// committed, read by f (findWritten), unless its segment has one.
+func (r *Relay) addWritten(pl *plan, seen map[string]*directRead, row eventstore.IndexEntry, f *fetch) error {
+	if seen[row.SegmentKey] != nil {
+		return nil
+	}
+	first, err := r.firstOf(row)
+	if err != nil {
+		return err
+	}
+	seen[row.SegmentKey] = &directRead{item: len(pl.items)}
+	pl.items = append(pl.items, item{first: first, seg: f})
+	return nil
+}
+
+// findWritten returns the GET of the segment of row, an in-flight
+// reservation, when the segment is written already, and nil when it is not
+// (yet), when probe is off or the position is done. written memoises the
+// GETs of one plan by key. The whole segment is read (an uncommitted row
+// has no byte range); in a store of one shard that is its lines.
+func (r *Relay) findWritten(ctx context.Context, ls *leaderState, row eventstore.IndexEntry, probe bool, written map[string]*fetch) (*fetch, error) {
+	if !probe || ls.isDone(row.Position) {
+		return nil, nil
+	}
+	key := row.SegmentKey
+	if f, ok := written[key]; ok {
+		return f, nil
+	}
+	seg := eventstore.SegmentInfo{Key: key}
+	evs, err := r.readSegment(ctx, seg)
+	switch {
+	case errors.Is(err, objstore.ErrNotFound):
+		written[key] = nil
+		return nil, nil
+	case err != nil:
+		return nil, err
+	}
+	f := newFetch(seg)
+	f.started.Store(true)
+	f.evs = evs
+	close(f.done)
+	written[key] = f
+	return f, nil
 }
 
 // planFromHints is the plan of a cycle woken by commits that continue the

@@ -61,14 +61,14 @@ func (h *lingerHold) hold(t *testing.T, wake chan<- struct{}) (release func()) {
 	}
 }
 
-// settled waits for the relay's first cycle (a LIST: nothing committed
-// yet) and for the commit stream's first notification, its Resync, taken
+// settled waits for the relay's first cycle (an idle plan: nothing
+// committed yet) and for the commit stream's first notification, its Resync, taken
 // by a cycle: the Resync sends the cycle that takes it down the full path,
 // and from then on the wake-ups are the test's.
 func settled(t *testing.T, r *Relay) {
 	t.Helper()
 	testenv.WaitFor(t, 20*time.Second, "the first cycle and the commit stream's resync taken", func() bool {
-		return r.Leader() && value(r.m.plans.WithLabelValues("list")) > 0 &&
+		return r.Leader() && value(r.m.plans.WithLabelValues("idle"))+value(r.m.plans.WithLabelValues("list")) > 0 &&
 			value(r.m.notes.WithLabelValues("resync")) >= 1 && !r.hints.missed.Load()
 	})
 }

@@ -631,8 +631,8 @@ func TestIndexPlan(t *testing.T) {
 	if v := value(r.m.plans.WithLabelValues("index")); v < 1 {
 		t.Errorf("index plans %v, want ≥ 1 (60 committed positions, batch 200)", v)
 	}
-	// The cycle after it lists once: no LIST yet in this relay's life.
-	testenv.WaitFor(t, 20*time.Second, "the first LIST", func() bool { return value(r.m.plans.WithLabelValues("list")) >= 1 })
+	// That first cycle also probed the in-flight reservations (none), so
+	// no cycle lists or probes for a poll interval (an hour) from here on.
 	lists := value(r.m.plans.WithLabelValues("list"))
 	// Wake-ups with nothing committed past the checkpoint: no LIST.
 	// Each wake-up is waited for by its idle cycle (the evidence that it
@@ -670,13 +670,10 @@ func TestIndexPlanInFlight(t *testing.T) {
 	opts.Config.PollInterval = time.Hour // every listing after the first is the plan's choice
 	r, stop := runRelay(t, e, opts)
 	defer stop()
-	// The first cycle lists (nothing committed yet), so the last LIST is
-	// less than a poll interval old from here on. Had the first events
-	// been committed before it, it would have been an index plan, no cycle
-	// would have listed since, and the relay would rightly list the
-	// in-flight window below (a LIST per poll interval while positions are
-	// in flight).
-	testenv.WaitFor(t, 20*time.Second, "the first LIST", func() bool { return value(r.m.plans.WithLabelValues("list")) >= 1 })
+	// The first cycle probes (nothing committed yet: an idle plan), so the
+	// last probe is less than a poll interval old from here on and the
+	// in-flight window below is planned from the index alone.
+	testenv.WaitFor(t, 20*time.Second, "the first cycle", func() bool { return value(r.m.plans.WithLabelValues("idle")) >= 1 })
 	appendAll(t, e.store, 1, []envelope.Envelope{command("X", 0), command("Y", 0)})
 	testenv.WaitFor(t, 20*time.Second, "first events", func() bool { return e.checkpoint(t).Position == 2 })
 	lists, indexes := value(r.m.plans.WithLabelValues("list")), value(r.m.plans.WithLabelValues("index"))
@@ -723,11 +720,12 @@ func TestIndexPlanInFlight(t *testing.T) {
 }
 
 // TestUncommittedSegmentListed: while positions are in flight the relay
-// still lists once per poll interval, so a segment whose writer died
-// between PUT and commit is published then, not after the append timeout.
+// still looks for their segments once per poll interval (the probe of
+// planFromIndex, by key), so a segment whose writer died between PUT and
+// commit is published then, not after the append timeout.
 func TestUncommittedSegmentListed(t *testing.T) {
 	// The append timeout is an hour: the reservation stays young for the
-	// whole test, so the event can only get out by a LIST that reads the
+	// whole test, so the event can only get out by a probe that reads the
 	// uncommitted segment — never by what happens after the timeout (the
 	// repair, or the LIST that the index plan falls back to for a
 	// reservation past it).

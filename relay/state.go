@@ -33,8 +33,8 @@ type leaderState struct {
 	lastSave time.Time
 	// prefetch is the next cycle's listing and first GETs (backlog).
 	prefetch *prefetch
-	// lastList is when a cycle last listed segments (planFromIndex skips
-	// the LIST of an empty window for at most a poll interval).
+	// lastList is when a cycle last listed segments or probed the
+	// in-flight ones (planFromIndex probes at most once per poll interval).
 	lastList time.Time
 	// lastFull is when the last cycle with the head query started (a
 	// cycle planned from commit hints skips it; hints.go).
