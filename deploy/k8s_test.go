@@ -373,7 +373,7 @@ func checkProbes(t *testing.T, where string, c corev1.Container) {
 // for migrate (it migrates every role's database, docs/scale-out.md).
 func credentialsOf(command string) []string {
 	if command == "migrate" {
-		return []string{"DATABASE_URL", "EVENT_STORE_DATABASE_URL", "REGISTRY_DATABASE_URL"}
+		return []string{"DATABASE_URL", "EVENT_STORE_DATABASE_URL", "EVENT_STORE_SHARD_MAP", "REGISTRY_DATABASE_URL"}
 	}
 	var out []string
 	for _, v := range sluiceconfig.Vars() {
@@ -491,6 +491,8 @@ func sampleCredential(name string) string {
 		return "postgres://sluice:sample@postgres-store:5432/sluice?sslmode=require"
 	case "REGISTRY_DATABASE_URL":
 		return "postgres://sluice:sample@postgres-registry:5432/sluice?sslmode=require"
+	case "EVENT_STORE_SHARD_MAP":
+		return "" // no map: its ranges depend on the overlay's EVENT_STORE_SHARDS (scale_test.go checks one)
 	}
 	return "sample"
 }

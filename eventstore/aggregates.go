@@ -40,6 +40,9 @@ type AggregateInfo struct {
 // last committed sequence of q.Kind. Page on with q.After set to the last
 // id returned; an empty page is the end.
 func (s *Store) Aggregates(ctx context.Context, q AggregateQuery) ([]AggregateInfo, error) {
+	if s.parts != nil {
+		return s.aggregatesServers(ctx, q)
+	}
 	if q.Limit <= 0 {
 		q.Limit = 500
 	}
@@ -74,6 +77,9 @@ func (s *Store) Aggregates(ctx context.Context, q AggregateQuery) ([]AggregateIn
 // CountAggregates returns the number of aggregates of type aggType whose id
 // starts with prefix.
 func (s *Store) CountAggregates(ctx context.Context, aggType, prefix string) (int64, error) {
+	if s.parts != nil {
+		return s.countServers(func(p *Store) (int64, error) { return p.CountAggregates(ctx, aggType, prefix) })
+	}
 	var n int64
 	if err := s.pool.QueryRow(ctx, `SELECT count(*) FROM sluice.sequences WHERE aggregate_type = $1 AND aggregate_id LIKE $2 ESCAPE '\'`,
 		aggType, escapeLike(prefix)+"%").Scan(&n); err != nil {
@@ -94,6 +100,9 @@ func escapeLike(s string) string {
 // it; an id without events gets an empty stream. A rebuild reads a page of
 // aggregates with it instead of one round trip per aggregate.
 func (s *Store) Streams(ctx context.Context, aggregateType string, ids []string, kind envelope.Kind) ([][]Event, error) {
+	if s.parts != nil {
+		return s.streamsServers(ctx, aggregateType, ids, kind)
+	}
 	out := make([][]Event, len(ids))
 	if len(ids) == 0 {
 		return out, nil
@@ -135,6 +144,9 @@ func (s *Store) Streams(ctx context.Context, aggregateType string, ids []string,
 // aggregate "{db}:{class}:{id}" with sep ":"). The instance worker compares
 // it with its index document counts (docs/instanceworker.md#read-model-lost).
 func (s *Store) CountAggregatesByPart(ctx context.Context, aggType, sep string, kind envelope.Kind) (map[string]int64, error) {
+	if s.parts != nil {
+		return s.countByPartServers(ctx, aggType, sep, kind)
+	}
 	if kind != "" && !kind.Valid() {
 		return nil, fmt.Errorf("eventstore: count aggregates: kind %q: want command, domain or empty", kind)
 	}
@@ -167,6 +179,9 @@ func (s *Store) CountAggregatesByPart(ctx context.Context, aggType, sep string, 
 // autovacuum): one catalog read, whatever the size of the store. It is
 // negative when the table was never analyzed.
 func (s *Store) AggregatesEstimate(ctx context.Context) (float64, error) {
+	if s.parts != nil {
+		return s.estimateServers(ctx)
+	}
 	var rows float64
 	if err := s.pool.QueryRow(ctx, `SELECT reltuples FROM pg_class WHERE oid = 'sluice.sequences'::regclass`).Scan(&rows); err != nil {
 		return 0, fmt.Errorf("eventstore: estimate aggregates: %w", err)
@@ -182,6 +197,9 @@ func (s *Store) AggregatesEstimate(ctx context.Context) (float64, error) {
 // instance worker's start-up check of its read models uses it
 // (docs/instanceworker.md#read-model-lost).
 func (s *Store) SampleAggregates(ctx context.Context, aggType string, kind envelope.Kind, n int) ([]string, error) {
+	if s.parts != nil {
+		return s.sampleServers(ctx, aggType, kind, n)
+	}
 	if kind != "" && !kind.Valid() {
 		return nil, fmt.Errorf("eventstore: sample aggregates: kind %q: want command, domain or empty", kind)
 	}
@@ -221,6 +239,15 @@ func (s *Store) SampleAggregates(ctx context.Context, aggType string, kind envel
 // types. Bounded: one primary-key lookup, two index range reads of a few
 // rows, and a walk over the distinct types (one index probe per type).
 func (s *Store) FindStream(ctx context.Context, aggType, aggID string) error {
+	if s.parts != nil {
+		// The aggregate's server says whether it exists, and suggests
+		// from its own aggregates when it does not.
+		p, err := s.serverOfAggregate(aggType, aggID)
+		if err != nil {
+			return err
+		}
+		return p.FindStream(ctx, aggType, aggID)
+	}
 	aggID, err := envelope.NormalizeAggregateID(aggID) // as Stream reads it
 	if err != nil {
 		return err

@@ -26,6 +26,7 @@ type Config struct {
 	SequenceAllocatorMode   string        `env:"EVENT_STORE_SEQUENCE_ALLOCATOR_MODE" envDefault:"postgres" doc:"postgres (the store assigns sequence numbers atomically) or off (the caller supplies sequence_number)."`
 	AppendTimeout           time.Duration `env:"EVENT_STORE_APPEND_TIMEOUT" envDefault:"30s" doc:"Age after which a reserved-but-uncommitted append is treated as crashed (relay repair/abandon)."`
 	Shards                  int           `env:"EVENT_STORE_SHARDS" envDefault:"1" doc:"Shards of the log (1 to 1024): an aggregate lives in one shard, each shard has its own head and positions. Fixed when the store is created (recorded in the index); a store opened with another number is refused (docs/scale-out.md#changing-the-number-of-shards). 1 is the layout of a store from before shards. Above 1 the log is read by cursor (docs/api.md#the-log-cursor), and the relay has a leader per shard (docs/relay.md#shards)."`
+	ShardMap                config.Secret `env:"EVENT_STORE_SHARD_MAP" file:"true" doc:"Shards over several Postgres servers: comma-separated FIRST-LAST=postgres://… entries whose ranges cover shards 0 to EVENT_STORE_SHARDS-1 exactly once (0-1=postgres://a/sluice,2-3=postgres://b/sluice). Each shard lives wholly on its server; every server is migrated by sluice migrate up. Unset: every shard on EVENT_STORE_DATABASE_URL. Fixed when the store is created, like the number of shards (docs/scale-out.md#shards-over-several-servers)."`
 	// The EVENT_STORE_MAX_* envelope limits.
 	envelope.Limits
 
@@ -83,6 +84,11 @@ func (es Config) Validate() error {
 	k.Positive("EVENT_STORE_OBJECT_TIMEOUT", es.ObjectTimeout)
 	if es.Shards < 1 || es.Shards > MaxShards {
 		k.Fail("EVENT_STORE_SHARDS", strconv.Itoa(es.Shards), "must be between 1 and %d", MaxShards)
+	}
+	if es.Shards >= 1 && es.Shards <= MaxShards {
+		if _, err := es.ShardServers(); err != nil {
+			k.Fail("EVENT_STORE_SHARD_MAP", "", "%s", err)
+		}
 	}
 	k.AtLeast("EVENT_STORE_MAX_ENVELOPE_BYTES", int64(es.MaxEnvelopeBytes), 1024)
 	k.AtLeast("EVENT_STORE_MAX_DATA_DEPTH", int64(es.MaxDataDepth), 1)

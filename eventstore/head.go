@@ -89,6 +89,14 @@ func (l ShardLog) PositionAt(ctx context.Context, t time.Time) (int64, error) {
 // (0 when it has none): the value an append's expected_seq is compared with.
 // A handed-out slot may still be reserved, not yet committed.
 func (s *Store) LastSequence(ctx context.Context, aggregateType, aggregateID string) (int64, error) {
+	if s.parts != nil {
+		p, err := s.serverOfAggregate(aggregateType, aggregateID)
+		if err != nil {
+			return 0, err
+		}
+		n, err := p.LastSequence(ctx, aggregateType, aggregateID)
+		return n, p.serverErr("", err)
+	}
 	var n int64
 	err := s.pool.QueryRow(ctx, `SELECT coalesce(max(last_sequence), 0) FROM sluice.sequences WHERE aggregate_type = $1 AND aggregate_id = $2`,
 		aggregateType, aggregateID).Scan(&n)

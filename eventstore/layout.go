@@ -107,10 +107,9 @@ func (s *Store) awaitLayout(configured int) {
 		ctx, cancel := context.WithTimeout(s.ctx, openTimeout)
 		_, err := s.openLayout(ctx, configured)
 		cancel()
-		var mismatch *ShardsMismatchError
 		switch {
-		case errors.As(err, &mismatch):
-			s.log.Error("eventstore: refused: the configured number of shards differs from the store's", "err", err)
+		case layoutRefused(err):
+			s.log.Error("eventstore: refused: the configured number of shards (or shard map) differs from the store's", "err", err)
 			s.layout.mu.Lock()
 			s.layout.err = err
 			s.layout.mu.Unlock()

@@ -221,32 +221,35 @@ func nextCursor(from Cursor, bounds []int64, cands, page []logCandidate, limit i
 	return Cursor{pos: next}
 }
 
-// logBounds returns, per shard, the position up to which a reader after
-// from may read (what is settled: nothing reserved at or below it).
-func (s *Store) logBounds(ctx context.Context, tx pgx.Tx, from Cursor) ([]int64, error) {
+// logBounds sets, for each shard this store's server holds, the position
+// up to which a reader after from may read (what is settled: nothing
+// reserved at or below it) in bounds (one per shard of the store).
+func (s *Store) logBounds(ctx context.Context, tx pgx.Tx, from Cursor, bounds []int64) error {
 	rows, err := tx.Query(ctx, sqlLogBounds, Replan, from.pos)
 	if err != nil {
-		return nil, fmt.Errorf("eventstore: log: %w", err)
+		return fmt.Errorf("eventstore: log: %w", err)
 	}
 	defer rows.Close()
-	bounds := make([]int64, s.shards)
 	seen := 0
 	for rows.Next() {
 		var shard int
 		var bound int64
 		if err := rows.Scan(&shard, &bound); err != nil {
-			return nil, fmt.Errorf("eventstore: log: %w", err)
+			return fmt.Errorf("eventstore: log: %w", err)
+		}
+		if shard < 0 || shard >= len(bounds) || !s.holds(shard) {
+			return fmt.Errorf("eventstore: log: head row of shard %d on the server of %s", shard, shardRanges(s.heldShards()))
 		}
 		bounds[shard] = bound
 		seen++
 	}
 	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("eventstore: log: %w", err)
+		return fmt.Errorf("eventstore: log: %w", err)
 	}
-	if seen != s.shards {
-		return nil, fmt.Errorf("eventstore: log: %d head rows for %d shards", seen, s.shards)
+	if held := len(s.heldShards()); seen != held {
+		return fmt.Errorf("eventstore: log: %d head rows for %d shards", seen, held)
 	}
-	return bounds, nil
+	return nil
 }
 
 // logPageRows reads the index rows of the picked events, in page order.
@@ -285,7 +288,11 @@ func logPageRows(ctx context.Context, tx pgx.Tx, picked []logCandidate) ([]index
 	return idx, nil
 }
 
-// logShards is Log for a store of several shards.
+// logShards is Log for a store of several shards. Each server of a store
+// spread over several (EVENT_STORE_SHARD_MAP) gives its shards' bounds,
+// candidates and rows from one snapshot of its own; a shard is wholly on
+// one server, so every shard's part of the page is read from one
+// snapshot, as on one server.
 func (s *Store) logShards(ctx context.Context, q LogQuery) (LogPage, error) {
 	if q.Cursor.IsZero() && q.After > 0 {
 		return LogPage{Through: q.After}, &CursorShardsError{Cursor: 1, Store: s.shards}
@@ -295,36 +302,31 @@ func (s *Store) logShards(ctx context.Context, q LogQuery) (LogPage, error) {
 		return LogPage{Next: q.Cursor}, err
 	}
 	page := LogPage{Next: from}
-	tx, err := s.pool.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly})
-	if err != nil {
-		return page, fmt.Errorf("eventstore: log: %w", err)
-	}
-	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
-	bounds, err := s.logBounds(ctx, tx, from)
-	if err != nil {
-		return page, err
-	}
-	var shards []int32
-	var afters, ends []int64
-	for sh := range s.shards {
-		if bounds[sh] > from.pos[sh] {
-			shards, afters, ends = append(shards, int32(sh)), append(afters, from.pos[sh]), append(ends, bounds[sh])
+	servers := s.servers()
+	txs := make([]pgx.Tx, len(servers))
+	defer func() {
+		for _, tx := range txs {
+			if tx != nil {
+				_ = tx.Rollback(context.WithoutCancel(ctx))
+			}
 		}
-	}
-	if len(shards) == 0 {
-		return page, nil
-	}
-	rows, err := tx.Query(ctx, sqlLogPrefix, Replan, shards, afters, ends, q.AggregateType, q.Limit)
-	if err != nil {
-		return page, fmt.Errorf("eventstore: log: %w", err)
-	}
-	cands, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (logCandidate, error) {
-		var c logCandidate
-		err := r.Scan(&c.shard, &c.position, &c.ready)
-		return c, err
-	})
-	if err != nil {
-		return page, fmt.Errorf("eventstore: log: %w", err)
+	}()
+	bounds := make([]int64, s.shards)
+	var cands []logCandidate
+	for i, p := range servers {
+		if err := p.layoutChecked(); err != nil {
+			return page, p.serverErr("", err)
+		}
+		tx, err := p.pool.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly})
+		if err != nil {
+			return page, p.serverErr("log", err)
+		}
+		txs[i] = tx
+		pc, err := p.logPrefix(ctx, tx, from, bounds, q)
+		if err != nil {
+			return page, p.serverErr("", err)
+		}
+		cands = append(cands, pc...) // each server's in shard, then position order, its shards its own
 	}
 	picked := mergeCandidates(cands, q.Limit) // sorts cands: the same events, in page order
 	next := nextCursor(from, bounds, cands, picked, q.Limit)
@@ -332,17 +334,64 @@ func (s *Store) logShards(ctx context.Context, q LogQuery) (LogPage, error) {
 		page.Next = next
 		return page, nil
 	}
-	idx, err := logPageRows(ctx, tx, picked)
-	if err != nil {
-		return page, err
+	idx := make([]indexRow, len(picked))
+	for i, p := range servers {
+		var mine []logCandidate
+		var at []int
+		for k, c := range picked {
+			if s.serverIndex(c.shard) == i {
+				mine, at = append(mine, c), append(at, k)
+			}
+		}
+		if len(mine) == 0 {
+			continue
+		}
+		rows, err := logPageRows(ctx, txs[i], mine)
+		if err != nil {
+			return page, p.serverErr("", err)
+		}
+		for k, r := range rows {
+			idx[at[k]] = r
+		}
+		_ = txs[i].Rollback(ctx)
 	}
-	_ = tx.Rollback(ctx)
 	evs, err := s.fetch(ctx, idx)
 	if err != nil {
 		return page, err
 	}
 	page.Events, page.Next = evs, next
 	return page, nil
+}
+
+// logPrefix reads, on this store's server, its shards' bounds into bounds
+// and the candidates of a page of q.Limit after from (sqlLogPrefix).
+func (s *Store) logPrefix(ctx context.Context, tx pgx.Tx, from Cursor, bounds []int64, q LogQuery) ([]logCandidate, error) {
+	if err := s.logBounds(ctx, tx, from, bounds); err != nil {
+		return nil, err
+	}
+	var shards []int32
+	var afters, ends []int64
+	for _, sh := range s.heldShards() {
+		if bounds[sh] > from.pos[sh] {
+			shards, afters, ends = append(shards, int32(sh)), append(afters, from.pos[sh]), append(ends, bounds[sh])
+		}
+	}
+	if len(shards) == 0 {
+		return nil, nil
+	}
+	rows, err := tx.Query(ctx, sqlLogPrefix, Replan, shards, afters, ends, q.AggregateType, q.Limit)
+	if err != nil {
+		return nil, fmt.Errorf("eventstore: log: %w", err)
+	}
+	cands, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (logCandidate, error) {
+		var c logCandidate
+		err := r.Scan(&c.shard, &c.position, &c.ready)
+		return c, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("eventstore: log: %w", err)
+	}
+	return cands, nil
 }
 
 // LogTail is the cursor of a reader that starts now: per shard the
@@ -356,28 +405,41 @@ func (s *Store) LogTail(ctx context.Context) (Cursor, error) {
 	if err := s.layoutChecked(); err != nil {
 		return Cursor{}, err
 	}
+	out := StartCursor(s.shards)
+	for _, p := range s.servers() {
+		if err := p.logTail(ctx, out.pos); err != nil {
+			return Cursor{}, p.serverErr("", err)
+		}
+	}
+	return out, nil
+}
+
+// logTail sets the bounds of the shards this store's server holds in pos.
+func (s *Store) logTail(ctx context.Context, pos []int64) error {
+	if err := s.layoutChecked(); err != nil {
+		return err
+	}
 	rows, err := s.pool.Query(ctx, sqlLogBounds, Replan, make([]int64, s.shards))
 	if err != nil {
-		return Cursor{}, fmt.Errorf("eventstore: log tail: %w", err)
+		return fmt.Errorf("eventstore: log tail: %w", err)
 	}
-	out := StartCursor(s.shards)
 	seen := 0
 	var shard int
 	var bound int64
 	if _, err := pgx.ForEachRow(rows, []any{&shard, &bound}, func() error {
-		if shard < 0 || shard >= s.shards {
-			return fmt.Errorf("head row of shard %d in a store of %d shards", shard, s.shards)
+		if shard < 0 || shard >= s.shards || !s.holds(shard) {
+			return fmt.Errorf("head row of shard %d on the server of %s", shard, shardRanges(s.heldShards()))
 		}
-		out.pos[shard] = max(bound, 0)
+		pos[shard] = max(bound, 0)
 		seen++
 		return nil
 	}); err != nil {
-		return Cursor{}, fmt.Errorf("eventstore: log tail: %w", err)
+		return fmt.Errorf("eventstore: log tail: %w", err)
 	}
-	if seen != s.shards {
-		return Cursor{}, fmt.Errorf("eventstore: log tail: %d head rows for %d shards", seen, s.shards)
+	if held := len(s.heldShards()); seen != held {
+		return fmt.Errorf("eventstore: log tail: %d head rows for %d shards", seen, held)
 	}
-	return out, nil
+	return nil
 }
 
 // LogWalk reads the log after from (the zero Cursor: the beginning),

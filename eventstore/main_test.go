@@ -287,7 +287,7 @@ func snapshot(t testing.TB, pool *pgxpool.Pool) tableSnapshot {
 		segment_key, byte_offset, byte_length, encode(canonical_hash, 'hex'), occurred_at) FROM sluice.appends ORDER BY shard, position`)
 	s.sequences = collect(`SELECT concat_ws('|', aggregate_type, aggregate_id, last_sequence) FROM sluice.sequences ORDER BY 1`)
 	s.heads = collect(`SELECT shard || ':' || next_position FROM sluice.log_head ORDER BY shard`)
-	if err := pool.QueryRow(ctx, `SELECT next_position FROM sluice.log_head WHERE shard = 0`).Scan(&s.head); err != nil {
+	if err := pool.QueryRow(ctx, `SELECT coalesce((SELECT next_position FROM sluice.log_head WHERE shard = 0), 0)`).Scan(&s.head); err != nil {
 		t.Fatal(err)
 	}
 	return s

@@ -134,6 +134,9 @@ const subscribeBuffer = 1024
 // Each Subscribe holds one dedicated Postgres connection (reconnected with
 // backoff); a process with many readers fans one subscription out.
 func (s *Store) Subscribe(ctx context.Context) <-chan Notification {
+	if s.parts != nil {
+		return s.subscribeServers(ctx)
+	}
 	out := make(chan Notification)
 	q := &notifyQueue{wake: make(chan struct{}, 1)}
 	go func() {

@@ -27,8 +27,14 @@ const NotifyChannel = "sluice_appends"
 
 // Deps are the resources a Store works on; it closes none of them.
 type Deps struct {
-	// Pool is the Postgres pool, migrations applied. Required.
+	// Pool is the Postgres pool, migrations applied. Required, but with
+	// a shard map of several servers (Config.ShardMap), where ShardPools
+	// hold the shards.
 	Pool *pgxpool.Pool
+	// ShardPools are the pools of the servers of Config.ShardMap, by the
+	// URL the map names (migrations applied on each). Required for every
+	// server of a map; unused without one.
+	ShardPools map[string]*pgxpool.Pool
 	// Bucket holds the segments. Required.
 	Bucket objstore.Bucket
 	// Logger receives error-level idempotency mismatches (warn mode) and

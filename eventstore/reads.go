@@ -52,6 +52,14 @@ func (s *Store) queryRows(ctx context.Context, sql string, args ...any) ([]index
 // bytes from ranged GETs of the segments, in parallel. Gaps (rejected or
 // abandoned slots) are normal. Page long streams with toSeq.
 func (s *Store) Stream(ctx context.Context, aggregateType, aggregateID string, fromSeq, toSeq int64, kind envelope.Kind) ([]Event, error) {
+	if s.parts != nil {
+		p, err := s.serverOfAggregate(aggregateType, aggregateID)
+		if err != nil {
+			return nil, err
+		}
+		evs, err := p.Stream(ctx, aggregateType, aggregateID, fromSeq, toSeq, kind)
+		return evs, p.serverErr("", err)
+	}
 	id, err := envelope.NormalizeAggregateID(aggregateID)
 	if err != nil {
 		return nil, err
@@ -75,6 +83,9 @@ func (s *Store) Stream(ctx context.Context, aggregateType, aggregateID string, f
 // ByEventID returns the committed event with this event_id, or an error
 // wrapping ErrNotFound.
 func (s *Store) ByEventID(ctx context.Context, eventID string) (Event, error) {
+	if s.parts != nil {
+		return s.byEventIDServers(ctx, eventID)
+	}
 	u, err := uuid.Parse(eventID)
 	if err != nil {
 		return Event{}, &envelope.ValidationError{Code: envelope.CodeInvalid, Field: "event_id", Limit: envelope.UUIDPattern, Reason: "must be a UUID"}
@@ -85,6 +96,14 @@ func (s *Store) ByEventID(ctx context.Context, eventID string) (Event, error) {
 // Command returns the committed command in slot seq of an aggregate, or an
 // error wrapping ErrNotFound.
 func (s *Store) Command(ctx context.Context, aggregateType, aggregateID string, seq int64) (Event, error) {
+	if s.parts != nil {
+		p, err := s.serverOfAggregate(aggregateType, aggregateID)
+		if err != nil {
+			return Event{}, err
+		}
+		ev, err := p.Command(ctx, aggregateType, aggregateID, seq)
+		return ev, p.serverErr("", err)
+	}
 	id, err := envelope.NormalizeAggregateID(aggregateID)
 	if err != nil {
 		return Event{}, err
@@ -147,8 +166,9 @@ func (e *ShardOutOfRangeError) Error() string {
 	return fmt.Sprintf("eventstore: shard %d: the store has %d shard(s), 0..%d", e.Shard, e.Shards, e.Shards-1)
 }
 
-// ShardLog returns the log of shard i (0 <= i < Shards()).
-func (s *Store) ShardLog(i int) ShardLog { return ShardLog{s: s, shard: i} }
+// ShardLog returns the log of shard i (0 <= i < Shards()), read on the
+// Postgres server that holds it (EVENT_STORE_SHARD_MAP).
+func (s *Store) ShardLog(i int) ShardLog { return ShardLog{s: s.serverOf(i), shard: i} }
 
 // Shard is the shard this log reads.
 func (l ShardLog) Shard() int { return l.shard }

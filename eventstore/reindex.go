@@ -55,6 +55,9 @@ func (s *Store) Reindex(ctx context.Context) (ReindexReport, error) {
 // ReindexWithProgress is Reindex calling progress (if not nil) after each
 // page of segments is read (`sluice store reindex` draws its bar from it).
 func (s *Store) ReindexWithProgress(ctx context.Context, progress func(ReindexProgress)) (ReindexReport, error) {
+	if s.parts != nil {
+		return s.reindexServers(ctx, progress)
+	}
 	var rep ReindexReport
 	if err := s.layoutChecked(); err != nil {
 		return rep, err
@@ -97,6 +100,9 @@ func (s *Store) ReindexWithProgress(ctx context.Context, progress func(ReindexPr
 				// index from it would address its events in the wrong shards.
 				return rep, fmt.Errorf("eventstore: reindex: %w", &ShardsMismatchError{Stored: n.shards, Configured: s.shards, Where: "segment " + o.Key})
 			}
+			if !s.holds(n.shard) {
+				continue // another server's group wrote it (EVENT_STORE_SHARD_MAP): its lowest shard is that server's
+			}
 			segs = append(segs, SegmentInfo{Key: o.Key, Shard: n.shard, First: n.first, Last: n.last, Size: o.Size, LastModified: o.LastModified})
 		}
 		rows, err := s.reindexRows(ctx, segs)
@@ -136,9 +142,9 @@ SET last_sequence = greatest(s.last_sequence, EXCLUDED.last_sequence),
 	rows, err := tx.Query(ctx, `
 INSERT INTO sluice.log_head AS h (shard, next_position)
 SELECT g.s, coalesce((SELECT max(a.position) FROM sluice.appends a WHERE a.shard = g.s), 0) + 1
-  FROM generate_series(0, $1::int - 1) AS g(s)
+  FROM unnest($1::int[]) AS g(s)
 ON CONFLICT (shard) DO UPDATE SET next_position = greatest(h.next_position, EXCLUDED.next_position)
-RETURNING shard, next_position`, s.shards)
+RETURNING shard, next_position`, s.heldShards())
 	if err != nil {
 		return rep, fmt.Errorf("eventstore: reindex: log_head: %w", err)
 	}
@@ -147,8 +153,8 @@ RETURNING shard, next_position`, s.shards)
 	var shard int
 	var next int64
 	if _, err := pgx.ForEachRow(rows, []any{&shard, &next}, func() error {
-		if shard < 0 || shard >= s.shards {
-			return fmt.Errorf("head row of shard %d in a store of %d shards", shard, s.shards)
+		if shard < 0 || shard >= s.shards || !s.holds(shard) {
+			return fmt.Errorf("head row of shard %d in a store of %d shards (this server: %s)", shard, s.shards, shardRanges(s.heldShards()))
 		}
 		rep.NextPositions[shard] = next
 		return nil

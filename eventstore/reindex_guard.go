@@ -55,6 +55,9 @@ type ReindexPlan struct {
 // it returns the plan and an error wrapping ErrWriterLive. It changes
 // nothing.
 func (s *Store) PlanReindex(ctx context.Context, quiet time.Duration) (ReindexPlan, error) {
+	if s.parts != nil {
+		return s.planReindexServers(ctx, quiet)
+	}
 	var p ReindexPlan
 	if err := s.layoutChecked(); err != nil {
 		return p, err

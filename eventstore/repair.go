@@ -206,6 +206,9 @@ GROUP BY segment_key ORDER BY min(shard), min(position)`
 // otherwise they are left in flight. Safe to run concurrently with writers,
 // relays and other repairs: every step is conditional on the row's state.
 func (s *Store) Repair(ctx context.Context, olderThan time.Duration) (RepairReport, error) {
+	if s.parts != nil {
+		return s.repairServers(ctx, olderThan)
+	}
 	var rep RepairReport
 	if err := s.layoutChecked(); err != nil {
 		return rep, err

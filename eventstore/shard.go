@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -118,43 +119,89 @@ func (s *Store) RequireOneShard(reader string) error {
 	return nil
 }
 
-// sqlLayout records the number of shards when the index has none yet: a
-// store that already holds something (rows, sequences, a head moved past
-// 1) is a store from before shards, hence one shard; an empty one takes
-// the configured number. It returns the recorded number (NULL when a
-// concurrent opener recorded it between the read and the insert: read
-// again).
+// sqlLayout records the number of shards, and the shards this server
+// holds ($2; NULL: every shard), when the index has none yet: a store
+// that already holds something (rows, sequences, a head moved past 1) is
+// a store from before shards, hence one shard held whole; an empty one
+// takes the configured layout. It returns the recorded layout (NULL
+// shards when a concurrent opener recorded it between the read and the
+// insert: read again).
 const sqlLayout = `
-WITH existing AS (SELECT shards FROM sluice.eventstore_layout WHERE singleton),
+WITH existing AS (SELECT shards, held FROM sluice.eventstore_layout WHERE singleton),
+old AS (SELECT EXISTS (SELECT 1 FROM sluice.appends) OR EXISTS (SELECT 1 FROM sluice.sequences)
+            OR EXISTS (SELECT 1 FROM sluice.log_head WHERE next_position > 1) AS yes),
 ins AS (
-  INSERT INTO sluice.eventstore_layout (singleton, shards)
-  SELECT true, CASE WHEN EXISTS (SELECT 1 FROM sluice.appends) OR EXISTS (SELECT 1 FROM sluice.sequences)
-                      OR EXISTS (SELECT 1 FROM sluice.log_head WHERE next_position > 1) THEN 1 ELSE $1::int END
+  INSERT INTO sluice.eventstore_layout (singleton, shards, held)
+  SELECT true, CASE WHEN old.yes THEN 1 ELSE $1::int END, CASE WHEN old.yes THEN NULL ELSE $2::int[] END
+    FROM old
    WHERE NOT EXISTS (SELECT 1 FROM existing)
   ON CONFLICT (singleton) DO NOTHING
-  RETURNING shards
+  RETURNING shards, held
 )
-SELECT coalesce((SELECT shards FROM existing), (SELECT shards FROM ins))`
+SELECT coalesce((SELECT shards FROM existing), (SELECT shards FROM ins)),
+       CASE WHEN EXISTS (SELECT 1 FROM existing) THEN (SELECT held FROM existing) ELSE (SELECT held FROM ins) END`
 
-// sqlReadLayout reads the recorded number of shards (NULL: none yet), how
-// many head rows there are and whether the index holds nothing (sqlLayout's
-// test); a plain read, so that a store opened with read-only credentials
-// on an existing index writes nothing.
-const sqlReadLayout = `SELECT (SELECT shards FROM sluice.eventstore_layout WHERE singleton), (SELECT count(*) FROM sluice.log_head),
+// sqlReadLayout reads the recorded number of shards (NULL: none yet) and
+// held shards (NULL: every shard), how many head rows there are and
+// whether the index holds nothing (sqlLayout's test); a plain read, so
+// that a store opened with read-only credentials on an existing index
+// writes nothing.
+const sqlReadLayout = `SELECT (SELECT shards FROM sluice.eventstore_layout WHERE singleton),
+  (SELECT held FROM sluice.eventstore_layout WHERE singleton), (SELECT array_agg(shard ORDER BY shard) FROM sluice.log_head),
   NOT (EXISTS (SELECT 1 FROM sluice.appends) OR EXISTS (SELECT 1 FROM sluice.sequences)
        OR EXISTS (SELECT 1 FROM sluice.log_head WHERE next_position > 1))`
 
-// sqlHeadRows makes sure every shard has its head row.
-const sqlHeadRows = `INSERT INTO sluice.log_head (shard, next_position) SELECT s, 1 FROM generate_series(0, $1::int - 1) AS s ON CONFLICT (shard) DO NOTHING`
+// sqlHeadRows makes sure every shard held ($1) has its head row, and
+// removes the unused head rows of shards another server holds (a new
+// database's shard 0, migration 23).
+const sqlHeadRows = `WITH gone AS (DELETE FROM sluice.log_head WHERE shard <> ALL ($1::int[]) AND next_position = 1)
+INSERT INTO sluice.log_head (shard, next_position) SELECT s, 1 FROM unnest($1::int[]) AS s ON CONFLICT (shard) DO NOTHING`
+
+// heldShards are the shards this store holds: s.held on one server's part
+// of a store of several, else 0..N-1.
+func (s *Store) heldShards() []int {
+	if s.held != nil {
+		return s.held
+	}
+	all := make([]int, s.shards)
+	for i := range all {
+		all[i] = i
+	}
+	return all
+}
+
+// holds says whether shard lives on this store's server.
+func (s *Store) holds(shard int) bool {
+	return s.held == nil || slices.Contains(s.held, shard)
+}
+
+// serverName names this store's server in logs and messages: "shards
+// 2-3" for a part of a store of several servers, else "".
+func (s *Store) serverName() string {
+	if s.held == nil {
+		return ""
+	}
+	return ShardServer{Shards: s.held}.Name()
+}
+
+// layoutRefused says whether err is the store refusing its configuration
+// (a number of shards or a shard map other than the store's), for good,
+// rather than Postgres not answering.
+func layoutRefused(err error) bool {
+	var mismatch *ShardsMismatchError
+	var mapMismatch *ShardMapMismatchError
+	return errors.As(err, &mismatch) || errors.As(err, &mapMismatch)
+}
 
 // openLayout reads (or, on a new index, records) the store's number of
-// shards, refuses a configuration that asks for another, and creates the
-// shards' head rows that are missing (a new index; a wiped log_head).
+// shards and the shards this server holds, refuses a configuration that
+// asks for others, and creates the held shards' head rows that are
+// missing (a new index; a wiped log_head).
 func (s *Store) openLayout(ctx context.Context, configured int) (int, error) {
 	var stored *int
-	var heads int
+	var held, heads []int32
 	var empty bool
-	if err := s.pool.QueryRow(ctx, sqlReadLayout).Scan(&stored, &heads, &empty); err != nil {
+	if err := s.pool.QueryRow(ctx, sqlReadLayout).Scan(&stored, &held, &heads, &empty); err != nil {
 		return 0, fmt.Errorf("eventstore: read the store's layout: %w", err)
 	}
 	if stored == nil && empty {
@@ -172,8 +219,12 @@ func (s *Store) openLayout(ctx context.Context, configured int) (int, error) {
 				"shards", configured, "err", err)
 		}
 	}
+	var want []int32 // NULL: every shard
+	for _, sh := range s.held {
+		want = append(want, int32(sh))
+	}
 	for attempt := 0; stored == nil && attempt < 3; attempt++ {
-		if err := s.pool.QueryRow(ctx, sqlLayout, configured).Scan(&stored); err != nil {
+		if err := s.pool.QueryRow(ctx, sqlLayout, configured, want).Scan(&stored, &held); err != nil {
 			return 0, fmt.Errorf("eventstore: record the store's layout: %w", err)
 		}
 	}
@@ -183,12 +234,36 @@ func (s *Store) openLayout(ctx context.Context, configured int) (int, error) {
 	if *stored != configured {
 		return 0, &ShardsMismatchError{Stored: *stored, Configured: configured, Where: "recorded in the index"}
 	}
-	if heads < *stored {
-		if _, err := s.pool.Exec(ctx, sqlHeadRows, *stored); err != nil {
+	if err := s.heldAgrees(held); err != nil {
+		return 0, err
+	}
+	if mine := s.heldShards(); !slices.EqualFunc(heads, mine, func(a int32, b int) bool { return int(a) == b }) {
+		if _, err := s.pool.Exec(ctx, sqlHeadRows, mine); err != nil {
 			return 0, fmt.Errorf("eventstore: create the shards' head rows: %w", err)
 		}
 	}
 	return *stored, nil
+}
+
+// heldAgrees refuses, with a *ShardMapMismatchError, a server whose
+// recorded shards (nil: every shard) are not the ones the map gives it.
+func (s *Store) heldAgrees(recorded []int32) error {
+	stored := s.heldShards()
+	if recorded != nil {
+		stored = make([]int, len(recorded))
+		for i, sh := range recorded {
+			stored[i] = int(sh)
+		}
+		slices.Sort(stored)
+	}
+	if mine := s.heldShards(); !slices.Equal(stored, mine) {
+		name := s.serverName() + " (EVENT_STORE_SHARD_MAP)"
+		if s.held == nil {
+			name = "EVENT_STORE_DATABASE_URL (no EVENT_STORE_SHARD_MAP: every shard)"
+		}
+		return &ShardMapMismatchError{Server: name, Stored: stored, Configured: mine}
+	}
+	return nil
 }
 
 // layoutListTimeout bounds bucketAgrees's listing, within New's openTimeout.
@@ -328,6 +403,9 @@ SELECT h.shard, coalesce(m.p, 0) FROM sluice.log_head h
 // API's readiness probe of the index: until the store's layout is
 // checked, and after it was refused, it answers what appends answer.
 func (s *Store) Heads(ctx context.Context) ([]ShardHead, error) {
+	if s.parts != nil {
+		return s.headsServers(ctx)
+	}
 	if err := s.layoutChecked(); err != nil {
 		return nil, err
 	}

@@ -2,7 +2,6 @@ package eventstore
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"sync"
@@ -39,6 +38,15 @@ type Store struct {
 
 	stats stageStats
 	m     *metrics
+
+	// held are the shards this store holds when it is one server's part
+	// of a store of several (EVENT_STORE_SHARD_MAP); nil: every shard.
+	held []int
+	// parts are the servers' stores of a store of several servers, and
+	// partOf each shard's index in parts; nil on a store of one server
+	// and on a part (docs/scale-out.md#shards-over-several-servers).
+	parts  []*Store
+	partOf []int
 }
 
 // openTimeout bounds New's first read of the store's layout.
@@ -50,12 +58,24 @@ const openTimeout = 5 * time.Second
 // cfg.Shards on a new index) and fails with a *ShardsMismatchError when
 // cfg.Shards differs (docs/eventstore.md#shards).
 func New(cfg Config, deps Deps, opts ...Option) (*Store, error) {
-	if deps.Pool == nil || deps.Bucket == nil {
-		return nil, fmt.Errorf("eventstore: New needs Deps.Pool and Deps.Bucket")
-	}
 	cfg, err := cfg.withDefaults()
 	if err != nil {
 		return nil, err
+	}
+	servers, err := cfg.ShardServers()
+	if err != nil {
+		return nil, fmt.Errorf("eventstore: EVENT_STORE_SHARD_MAP: %w", err)
+	}
+	for _, sv := range servers {
+		if deps.ShardPools[sv.URL] == nil {
+			return nil, fmt.Errorf("eventstore: New needs Deps.ShardPools for the server of %s (EVENT_STORE_SHARD_MAP)", sv.Name())
+		}
+	}
+	if len(servers) == 1 {
+		deps.Pool = deps.ShardPools[servers[0].URL] // one server holds every shard: no map in effect
+	}
+	if (deps.Pool == nil && len(servers) < 2) || deps.Bucket == nil {
+		return nil, fmt.Errorf("eventstore: New needs Deps.Pool and Deps.Bucket")
 	}
 	if deps.Logger == nil {
 		deps.Logger = slog.Default()
@@ -64,8 +84,18 @@ func New(cfg Config, deps Deps, opts ...Option) (*Store, error) {
 	for _, o := range opts {
 		o(&h)
 	}
+	if len(servers) > 1 {
+		return openServers(cfg, deps, h, servers)
+	}
+	return open(cfg, deps, h, nil, nil)
+}
+
+// open opens the store (or, with held set, the part of a store of several
+// servers holding those shards, counting into m) on deps.Pool and starts
+// its committer.
+func open(cfg Config, deps Deps, h hooks, held []int, m *metrics) (*Store, error) {
 	s := &Store{
-		pool: deps.Pool, bucket: deps.Bucket, cfg: cfg, log: deps.Logger, hooks: h,
+		pool: deps.Pool, bucket: deps.Bucket, cfg: cfg, log: deps.Logger, hooks: h, held: held,
 		in:        make(chan []*item, 64),
 		groupDone: make(chan *group),
 		reserved:  make(chan struct{}),
@@ -77,21 +107,23 @@ func New(cfg Config, deps Deps, opts ...Option) (*Store, error) {
 	// Postgres down at start is an outage, not a refusal: the store starts,
 	// checks the layout in the background, and answers what depends on it
 	// as unavailable until then (docs/eventstore.md#shards).
-	s.shards, s.m = cfg.Shards, newMetrics(cfg.Shards)
+	s.shards, s.m = cfg.Shards, m
+	if m == nil {
+		s.m = newMetrics(cfg.Shards)
+	}
 	s.layout.ready = make(chan struct{})
 	s.ctx, s.cancel = context.WithCancel(context.Background())
 	lctx, lcancel := context.WithTimeout(context.Background(), openTimeout)
-	_, err = s.openLayout(lctx, cfg.Shards)
+	_, err := s.openLayout(lctx, cfg.Shards)
 	lcancel()
-	var mismatch *ShardsMismatchError
 	switch {
-	case errors.As(err, &mismatch):
+	case layoutRefused(err):
 		s.cancel()
 		return nil, err
 	case err != nil:
 		p, _, _ := s.layout.setPending(err)
 		s.log.Warn("eventstore: the store's layout is not readable yet; checking it in the background",
-			"waiting_for", p.Waiting, "err", err)
+			"waiting_for", p.Waiting, "err", err, "server", s.serverName())
 		go s.awaitLayout(cfg.Shards)
 	default:
 		close(s.layout.ready)
@@ -104,6 +136,9 @@ func New(cfg Config, deps Deps, opts ...Option) (*Store, error) {
 // flight finish, fails appends still waiting for another writer with
 // ErrClosed, and stops the committer. It does not close the pool or bucket.
 func (s *Store) Close() error {
+	if s.parts != nil {
+		return s.closeServers()
+	}
 	s.mu.Lock()
 	already := s.closed
 	s.closed = true
@@ -170,6 +205,19 @@ func (s *Store) Append(ctx context.Context, envs ...envelope.Envelope) ([]Result
 // written into results at the item's index; the call fails with ErrClosed
 // after Close, or with ctx's error (the items may still be committed).
 func (s *Store) submit(ctx context.Context, items []*item, results []Result) ([]Result, error) {
+	if s.parts != nil {
+		return s.submitServers(ctx, items, results)
+	}
+	if _, err := s.submitWait(ctx, items, results); err != nil {
+		return nil, err
+	}
+	s.m.countResults(results)
+	return results, nil
+}
+
+// submitWait is submit on this store's committer, without counting the
+// results (the store of several servers counts them once).
+func (s *Store) submitWait(ctx context.Context, items []*item, results []Result) ([]Result, error) {
 	s.mu.RLock()
 	if s.closed {
 		s.mu.RUnlock()
@@ -194,7 +242,6 @@ func (s *Store) submit(ctx context.Context, items []*item, results []Result) ([]
 			return nil, ctx.Err()
 		}
 	}
-	s.m.countResults(results)
 	return results, nil
 }
 

@@ -21,6 +21,14 @@ type PostgresConfig struct {
 	StoreURL    config.Secret `env:"EVENT_STORE_DATABASE_URL" file:"true" docDefault:"DATABASE_URL" doc:"Postgres of the store role: the event store's index (log_head, sequences, appends) and the relay's lease and parked records. Used by the api, the relay, the instance worker and the store commands (docs/scale-out.md)."`
 	RegistryURL config.Secret `env:"REGISTRY_DATABASE_URL" file:"true" docDefault:"DATABASE_URL" doc:"Postgres of the registry role: every worker group's processed-event registry and pause flags. Used by the workers, the api (command status) and the registry, dlq and consumer commands (docs/scale-out.md)."`
 	MaxConns    int           `env:"DATABASE_MAX_CONNS" envDefault:"16" doc:"Maximum connections in each Postgres pool of one process (one pool per distinct URL among the roles it uses)."`
+
+	// ShardURLs are further databases of the store role: the servers of
+	// the event store's shard map (EVENT_STORE_SHARD_MAP, declared in
+	// eventstore.Config), which pipeline/sluiceconfig fills in. Databases
+	// lists each (named by that variable), so that UpDatabases migrates
+	// it and OpenPools opens it (Pools.StoreShards). Secrets: they hold
+	// passwords.
+	ShardURLs []config.Secret
 }
 
 // Role is the part of sluice's Postgres state that one URL holds
@@ -115,8 +123,24 @@ func (c PostgresConfig) Databases(roles ...Role) []Database {
 			out[i].vars = append(out[i].vars, v)
 		}
 	}
+	if slices.Contains(roles, RoleStore) {
+		for _, sec := range c.ShardURLs {
+			u := sec.Value()
+			i := slices.IndexFunc(out, func(d Database) bool { return d.URL == u })
+			if i < 0 {
+				out = append(out, Database{URL: u, Roles: []Role{RoleStore}})
+				i = len(out) - 1
+			}
+			if !slices.Contains(out[i].vars, shardMapVar) {
+				out[i].vars = append(out[i].vars, shardMapVar)
+			}
+		}
+	}
 	return out
 }
+
+// shardMapVar names the servers of ShardURLs in messages.
+const shardMapVar = "EVENT_STORE_SHARD_MAP"
 
 // Validate checks the section; every problem is a *config.VarError.
 func (c PostgresConfig) Validate() error {

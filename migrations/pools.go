@@ -14,7 +14,12 @@ import (
 // before the split. A role the process did not open is nil.
 type Pools struct {
 	Main, Store, Registry *pgxpool.Pool
-	opened                []*pgxpool.Pool
+	// StoreShards are the pools of the store role's databases by URL: the
+	// store role's own and the servers of the shard map
+	// (PostgresConfig.ShardURLs), for eventstore.Deps.ShardPools; nil when
+	// the store role was not opened.
+	StoreShards map[string]*pgxpool.Pool
+	opened      []*pgxpool.Pool
 }
 
 // Of returns the pool of role r (nil when it was not opened).
@@ -74,7 +79,15 @@ func OpenPools(ctx context.Context, c PostgresConfig, open func(ctx context.Cont
 		}
 		p.opened = append(p.opened, pool)
 		for _, r := range db.Roles {
-			p.set(r, pool)
+			if c.URLOf(r) == db.URL { // a server of the shard map only is not the role's own database
+				p.set(r, pool)
+			}
+			if r == RoleStore {
+				if p.StoreShards == nil {
+					p.StoreShards = map[string]*pgxpool.Pool{}
+				}
+				p.StoreShards[db.URL] = pool
+			}
 		}
 	}
 	return p, nil

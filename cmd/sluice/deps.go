@@ -44,27 +44,32 @@ func openStoreDeps(cmd *cobra.Command) (*storeDeps, func(), error) {
 // choice of self-test and waiting) and the store; the close func releases
 // them.
 func openDepsWith(cmd *cobra.Command, open func(context.Context, *sluiceconfig.Config, *slog.Logger) (objstore.Bucket, error)) (*storeDeps, func(), error) {
-	cfg, logger, pool, err := loadConfigPool(cmd, migrations.RoleStore)
+	cfg, logger, err := loadConfig(cmd)
 	if err != nil {
 		return nil, nil, err
 	}
-	bucket, st, err := openStoreOn(cmd.Context(), cfg, logger, pool, open)
+	pools, err := openPools(cmd, cfg, migrations.RoleStore) // with the servers of EVENT_STORE_SHARD_MAP
 	if err != nil {
-		pool.Close()
 		return nil, nil, err
 	}
-	return &storeDeps{cfg: cfg, logger: logger, pool: pool, bucket: bucket, store: st}, func() { _ = st.Close(); pool.Close() }, nil
+	bucket, st, err := openStoreOn(cmd.Context(), cfg, logger, pools, open)
+	if err != nil {
+		pools.Close()
+		return nil, nil, err
+	}
+	return &storeDeps{cfg: cfg, logger: logger, pool: pools.Store, bucket: bucket, store: st}, func() { _ = st.Close(); pools.Close() }, nil
 }
 
-// openStoreOn opens the bucket (with open) and the event store on pool, the
-// store role's; the caller closes the store.
-func openStoreOn(ctx context.Context, cfg *sluiceconfig.Config, logger *slog.Logger, pool *pgxpool.Pool,
+// openStoreOn opens the bucket (with open) and the event store on the
+// store role's pools (its own and the shard map's servers); the caller
+// closes the store.
+func openStoreOn(ctx context.Context, cfg *sluiceconfig.Config, logger *slog.Logger, pools *migrations.Pools,
 	open func(context.Context, *sluiceconfig.Config, *slog.Logger) (objstore.Bucket, error)) (objstore.Bucket, *eventstore.Store, error) {
 	bucket, err := open(ctx, cfg, logger)
 	if err != nil {
 		return nil, nil, err
 	}
-	st, err := eventstore.New(cfg.EventStore, eventstore.Deps{Pool: pool, Bucket: bucket, Logger: logger})
+	st, err := eventstore.New(cfg.EventStore, eventstore.Deps{Pool: pools.Store, ShardPools: pools.StoreShards, Bucket: bucket, Logger: logger})
 	if err != nil {
 		return nil, nil, err
 	}

@@ -127,7 +127,7 @@ func runDev(parent context.Context, out io.Writer, cfg *sluiceconfig.Config, log
 		return err
 	}
 	defer pools.Close()
-	bucket, store, err := d.openEventStore(ctx, pools.Store)
+	bucket, store, err := d.openEventStore(ctx, pools)
 	if err != nil {
 		return err
 	}
@@ -254,7 +254,7 @@ func (d *devRun) migrate(ctx context.Context) error {
 
 // openEventStore opens the event store: the file backend in the data dir
 // unless the environment chose one.
-func (d *devRun) openEventStore(ctx context.Context, pool *pgxpool.Pool) (objstore.Bucket, *eventstore.Store, error) {
+func (d *devRun) openEventStore(ctx context.Context, pools *migrations.Pools) (objstore.Bucket, *eventstore.Store, error) {
 	cfg := d.cfg
 	if os.Getenv("EVENT_STORE_BACKEND") == "" {
 		cfg.EventStore.Backend = "file"
@@ -264,7 +264,7 @@ func (d *devRun) openEventStore(ctx context.Context, pool *pgxpool.Pool) (objsto
 	if err != nil {
 		return nil, nil, err
 	}
-	store, err := eventstore.New(cfg.EventStore, eventstore.Deps{Pool: pool, Bucket: bucket, Logger: d.logger})
+	store, err := eventstore.New(cfg.EventStore, eventstore.Deps{Pool: pools.Store, ShardPools: pools.StoreShards, Bucket: bucket, Logger: d.logger})
 	if err != nil {
 		return nil, nil, err
 	}

@@ -45,6 +45,11 @@ func openPool(cmd *cobra.Command, cfg *sluiceconfig.Config, role migrations.Role
 	if err != nil {
 		return nil, err
 	}
+	for _, p := range ps.StoreShards {
+		if p != ps.Of(role) {
+			p.Close() // a server of the shard map only: the caller keeps the role's own pool
+		}
+	}
 	return ps.Of(role), nil
 }
 

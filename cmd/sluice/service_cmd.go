@@ -45,7 +45,7 @@ func runService(cmd *cobra.Command, name string, o pipeline.Options, started fun
 	if svc.NeedsStore {
 		// An object store unreachable at start-up is waited for, as an
 		// outage while running would be (docs/architecture.md#explicit-failure).
-		bucket, st, err := openStoreOn(ctx, cfg, logger, pools.Store, func(ctx context.Context, cfg *sluiceconfig.Config, logger *slog.Logger) (objstore.Bucket, error) {
+		bucket, st, err := openStoreOn(ctx, cfg, logger, pools, func(ctx context.Context, cfg *sluiceconfig.Config, logger *slog.Logger) (objstore.Bucket, error) {
 			return openBucket(ctx, cfg, logger, true)
 		})
 		if err != nil {

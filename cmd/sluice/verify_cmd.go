@@ -61,16 +61,16 @@ Exit code 0 when everything matches, 4 when anything differs.`,
 				return err
 			}
 			ctx := cmd.Context()
-			pool, err := openPool(cmd, cfg, migrations.RoleStore)
+			pools, err := openPools(cmd, cfg, migrations.RoleStore) // with the servers of EVENT_STORE_SHARD_MAP
 			if err != nil {
 				return err
 			}
-			defer pool.Close()
+			defer pools.Close()
 			bucket, err := backend.New(ctx, cfg.EventStore) // no self-test: verify only reads
 			if err != nil {
 				return err
 			}
-			st, err := eventstore.New(cfg.EventStore, eventstore.Deps{Pool: pool, Bucket: bucket, Logger: logger})
+			st, err := eventstore.New(cfg.EventStore, eventstore.Deps{Pool: pools.Store, ShardPools: pools.StoreShards, Bucket: bucket, Logger: logger})
 			if err != nil {
 				return err
 			}

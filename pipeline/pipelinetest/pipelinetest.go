@@ -103,7 +103,7 @@ func Start(t testing.TB, o Options) *Env {
 		t.Fatalf("pipelinetest: event store: %v", err)
 	}
 	logger := slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	st, err := eventstore.New(cfg.EventStore, eventstore.Deps{Pool: pools.Store, Bucket: bucket, Logger: logger})
+	st, err := eventstore.New(cfg.EventStore, eventstore.Deps{Pool: pools.Store, ShardPools: pools.StoreShards, Bucket: bucket, Logger: logger})
 	if err != nil {
 		cancel()
 		t.Fatalf("pipelinetest: event store: %v", err)

@@ -21,6 +21,7 @@ var credentials = []struct {
 	{"DATABASE_URL", func(c *Config) string { return c.Postgres.URL.Value() }},
 	{"EVENT_STORE_DATABASE_URL", func(c *Config) string { return c.Postgres.StoreURL.Value() }},
 	{"REGISTRY_DATABASE_URL", func(c *Config) string { return c.Postgres.RegistryURL.Value() }},
+	{"EVENT_STORE_SHARD_MAP", func(c *Config) string { return c.EventStore.ShardMap.Value() }},
 	{"EVENT_STORE_S3_ACCESS_KEY_ID", func(c *Config) string { return c.EventStore.S3AccessKeyID }},
 	{"EVENT_STORE_S3_SECRET_ACCESS_KEY", func(c *Config) string { return c.EventStore.S3SecretAccessKey.Value() }},
 	{"KAFKA_SASL_USERNAME", func(c *Config) string { return c.Kafka.SASLUsername }},
@@ -56,6 +57,8 @@ func sampleValue(name string) string {
 	switch name {
 	case "DATABASE_URL", "EVENT_STORE_DATABASE_URL", "REGISTRY_DATABASE_URL":
 		return "postgres://sluice:pa55word@db.internal:5432/sluice?sslmode=require"
+	case "EVENT_STORE_SHARD_MAP": // one shard, the default number
+		return "0=postgres://sluice:pa55word@db-shards.internal:5432/sluice?sslmode=require"
 	case "SLUICE_API_TOKENS":
 		return "tok-one,tok-two"
 	}

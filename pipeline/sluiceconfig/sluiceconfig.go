@@ -57,10 +57,20 @@ type Config struct {
 }
 
 // Derive computes the defaults that cross sections: KAFKA_MAX_MESSAGE_BYTES,
-// when unset, is the size budget of the envelope limits.
+// when unset, is the size budget of the envelope limits; the servers of
+// EVENT_STORE_SHARD_MAP are databases of the store role.
 func (c *Config) Derive() {
 	if c.Kafka.MaxMessageBytes == 0 {
 		c.Kafka.MaxMessageBytes = kafka.MessageBudget(c.EventStore.MaxEnvelopeBytes, c.EventStore.MaxMetadataBytes)
+	}
+	// The servers of the store's shard map are databases of the store
+	// role: migrated and opened with the others (an invalid map is
+	// reported by the event store's section).
+	c.Postgres.ShardURLs = nil
+	if servers, err := c.EventStore.ShardServers(); err == nil {
+		for _, sv := range servers {
+			c.Postgres.ShardURLs = append(c.Postgres.ShardURLs, config.Secret(sv.URL))
+		}
 	}
 }
 
