@@ -16,6 +16,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluicehq/sluice/eventstore"
+	"github.com/sluicehq/sluice/eventstore/eventstoretest"
 	"github.com/sluicehq/sluice/relay"
 )
 
@@ -161,7 +163,9 @@ func (p *pipeline) shardLeases() map[int]relay.LeaseInfo {
 }
 
 // TestShardLeaderFailoverUnderLoad is the scale-out acceptance of issue
-// #33: a store of 4 shards, 3 relay processes sharing the shard leases,
+// #33: a store of 4 shards on two Postgres servers (EVENT_STORE_SHARD_MAP:
+// shards 0-1 on the pipeline's database, which also holds the registry and
+// the relay's leases, 2-3 on a second server), 3 relay processes sharing the shard leases,
 // commands appended through 2 API processes by closed-loop clients; the
 // relay process holding the most shards is killed with SIGKILL again and
 // again (the supervisor restarts it). For each kill the time until every
@@ -177,7 +181,7 @@ func (p *pipeline) shardLeases() map[int]relay.LeaseInfo {
 // Elasticsearch version written twice).
 func TestShardLeaderFailoverUnderLoad(t *testing.T) {
 	t.Parallel()
-	p := newPipeline(t, setup{partitions: 3, env: map[string]string{"EVENT_STORE_SHARDS": strconv.Itoa(failoverShards)}})
+	p := newPipeline(t, setup{partitions: 3, env: map[string]string{"EVENT_STORE_SHARDS": strconv.Itoa(failoverShards)}, twoStoreServers: true})
 	set := failoverSettings(t, p.base)
 	kills := failoverKills(t)
 	p.startDefault("api", "relay")
@@ -335,6 +339,26 @@ func TestShardLeaderFailoverUnderLoad(t *testing.T) {
 		t.Errorf("instance worker finished %v records as duplicates, fewer than the %d commands published twice", absorbed, dups)
 	}
 	p.checkEndState(expectation{db: db, class: class, instances: len(insts), applied: len(cmds), faultFree: true})
+	// Both store servers hold their shards' events, and only theirs.
+	perServer := make([]int64, len(p.storePools))
+	for i, pool := range p.storePools {
+		ctx, cancel := p.ctx(30 * time.Second)
+		rows, err := eventstoretest.Select(ctx, pool, eventstoretest.Filter{State: eventstore.StateCommitted})
+		cancel()
+		if err != nil {
+			t.Fatal(err)
+		}
+		perServer[i] = int64(len(rows))
+		for _, r := range rows {
+			if sh := eventstore.ShardOf(r.AggregateType, r.AggregateID, failoverShards); sh != r.Shard || sh/(failoverShards/2) != i {
+				t.Fatalf("store server %d holds event %s of shard %d (row of shard %d)", i, r.EventID, sh, r.Shard)
+			}
+		}
+		if len(rows) == 0 {
+			t.Errorf("store server %d holds no event", i)
+		}
+	}
+	t.Logf("committed events per store server (shards 0-1, 2-3): %v", perServer)
 	checkKills(t, p, func() []string {
 		var n []string
 		for _, r := range relays {

@@ -39,6 +39,7 @@ import (
 	"github.com/sluicehq/sluice/esserver"
 	"github.com/sluicehq/sluice/instanceworker"
 	"github.com/sluicehq/sluice/internal/testenv"
+	"github.com/sluicehq/sluice/migrations"
 	"github.com/sluicehq/sluice/projectionworker"
 	"github.com/sluicehq/sluice/readmodel"
 	"github.com/sluicehq/sluice/shared/envelope"
@@ -104,28 +105,37 @@ type setup struct {
 	// soak kills it and cuts its dependencies), so API answers ≥ 500 are
 	// counted but do not fail the test.
 	allow5xx bool
+	// twoStoreServers spreads the event store's shards (EVENT_STORE_SHARDS
+	// in env, at least 2) over two Postgres servers with
+	// EVENT_STORE_SHARD_MAP: the lower half on the pipeline's database,
+	// the upper half on a database of a second server (storeB).
+	twoStoreServers bool
 }
 
 // pipeline is one isolated sluice deployment: its own database, bucket,
 // Kafka cluster and Elasticsearch server, and the service processes.
 type pipeline struct {
-	t      *testing.T
-	bin    string
-	dbURL  string
-	pool   *pgxpool.Pool
-	pg     *testenv.Proxy
-	s3     *testenv.Proxy
-	minio  *testenv.MinIO
-	bucket string
-	kafka  *testenv.Kafka
-	kcl    *kgo.Client
-	es     *esserver.Server
-	esURL  string
-	writes *esWrites
-	logDir string
-	base   map[string]string
-	setup  setup
-	httpc  *http.Client
+	t     *testing.T
+	bin   string
+	dbURL string
+	pool  *pgxpool.Pool
+	// storeB is the second store server of setup.twoStoreServers, and
+	// storePools the pools of every server holding shards (pool first).
+	storeB     *testenv.PGServer
+	storePools []*pgxpool.Pool
+	pg         *testenv.Proxy
+	s3         *testenv.Proxy
+	minio      *testenv.MinIO
+	bucket     string
+	kafka      *testenv.Kafka
+	kcl        *kgo.Client
+	es         *esserver.Server
+	esURL      string
+	writes     *esWrites
+	logDir     string
+	base       map[string]string
+	setup      setup
+	httpc      *http.Client
 	// api5xx counts API answers ≥ 500 (note5xx).
 	api5xx atomic.Int64
 
@@ -183,8 +193,57 @@ func newPipeline(t *testing.T, s setup) *pipeline {
 		"KAFKA_SESSION_TIMEOUT": "10s",
 	}
 	maps.Copy(p.base, s.env)
+	p.storePools = []*pgxpool.Pool{pool}
+	if s.twoStoreServers {
+		p.addStoreServer()
+	}
 	t.Cleanup(p.stopAll) // registered last: runs first
 	return p
+}
+
+// addStoreServer starts a second Postgres server, migrates a database on
+// it and maps the upper half of the shards to it (EVENT_STORE_SHARD_MAP in
+// every service's environment), the lower half to the pipeline's
+// database.
+func (p *pipeline) addStoreServer() {
+	p.t.Helper()
+	n, err := strconv.Atoi(p.base["EVENT_STORE_SHARDS"])
+	if err != nil || n < 2 {
+		p.t.Fatalf("acceptance: two store servers need EVENT_STORE_SHARDS >= 2, got %q", p.base["EVENT_STORE_SHARDS"])
+	}
+	p.storeB = testenv.NewPGServer(p.t)
+	urlB := p.storeB.NewDatabase(p.t)
+	ctx, cancel := p.ctx(time.Minute)
+	defer cancel()
+	db, err := migrations.Open(urlB)
+	if err != nil {
+		p.t.Fatal(err)
+	}
+	defer db.Close()
+	if _, err := migrations.Up(ctx, db, nil); err != nil {
+		p.t.Fatalf("acceptance: migrate the second store server: %v", err)
+	}
+	poolB, err := pgxpool.New(context.Background(), urlB)
+	if err != nil {
+		p.t.Fatal(err)
+	}
+	p.t.Cleanup(poolB.Close)
+	p.storePools = append(p.storePools, poolB)
+	half := n / 2
+	p.base["EVENT_STORE_SHARD_MAP"] = fmt.Sprintf("0-%d=%s,%d-%d=%s", half-1, p.dbURL, half, n-1, urlB)
+}
+
+// storeSelect is eventstoretest.Select over every server holding shards.
+func (p *pipeline) storeSelect(ctx context.Context, f eventstoretest.Filter) ([]eventstore.IndexEntry, error) {
+	var out []eventstore.IndexEntry
+	for _, pool := range p.storePools {
+		rows, err := eventstoretest.Select(ctx, pool, f)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, rows...)
+	}
+	return out, nil
 }
 
 // ctx returns a context for one step of a test.
@@ -836,11 +895,20 @@ func (p *pipeline) verify(db, class string, wantInstances int) verifyReport {
 
 // --- Postgres ---------------------------------------------------------------
 
-// storeCount counts the event store's index rows f selects.
+// storeCount counts the event store's index rows f selects (on every
+// server holding shards).
 func (p *pipeline) storeCount(f eventstoretest.Filter) (int64, error) {
 	ctx, cancel := p.ctx(30 * time.Second)
 	defer cancel()
-	return eventstoretest.Count(ctx, p.pool, f)
+	var n int64
+	for _, pool := range p.storePools {
+		k, err := eventstoretest.Count(ctx, pool, f)
+		if err != nil {
+			return 0, err
+		}
+		n += k
+	}
+	return n, nil
 }
 
 // mustStoreCount is storeCount that fails the test on an error.
@@ -927,7 +995,7 @@ func (p *pipeline) storeEvents(kind, aggPrefix string) []storeEvent {
 	p.t.Helper()
 	ctx, cancel := p.ctx(30 * time.Second)
 	defer cancel()
-	rows, err := eventstoretest.Select(ctx, p.pool, eventstoretest.Filter{State: eventstore.StateCommitted, Kind: envelope.Kind(kind), AggregateIDPrefix: aggPrefix})
+	rows, err := p.storeSelect(ctx, eventstoretest.Filter{State: eventstore.StateCommitted, Kind: envelope.Kind(kind), AggregateIDPrefix: aggPrefix})
 	if err != nil {
 		p.t.Fatal(err)
 	}

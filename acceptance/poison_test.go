@@ -488,7 +488,7 @@ func (p *pipeline) parkedCount() (int64, error) {
 func (p *pipeline) unfinishedExcept(kind, handler string, except []string) (int64, error) {
 	ctx, cancel := p.ctx(30 * time.Second)
 	defer cancel()
-	rows, err := eventstoretest.Select(ctx, p.pool, eventstoretest.Filter{State: eventstore.StateCommitted, Kind: envelope.Kind(kind)})
+	rows, err := p.storeSelect(ctx, eventstoretest.Filter{State: eventstore.StateCommitted, Kind: envelope.Kind(kind)})
 	if err != nil {
 		return 0, err
 	}

@@ -44,17 +44,17 @@ func Rows(ctx context.Context, pool *pgxpool.Pool) ([]eventstore.IndexEntry, err
 	return Select(ctx, pool, Filter{})
 }
 
-// Select returns the index rows f selects, in position order.
+// Select returns the index rows f selects (with their shard), in position order.
 func Select(ctx context.Context, pool *pgxpool.Pool, f Filter) ([]eventstore.IndexEntry, error) {
 	rows, err := pool.Query(ctx, `SELECT position, event_id::text, kind, aggregate_type, aggregate_id, sequence_number,
-		state, coalesce(segment_key, ''), coalesce(writer_id, ''), reserved_at FROM sluice.appends`+filterSQL+` ORDER BY position`, f.args()...)
+		state, coalesce(segment_key, ''), coalesce(writer_id, ''), reserved_at, shard FROM sluice.appends`+filterSQL+` ORDER BY position, shard`, f.args()...)
 	if err != nil {
 		return nil, fmt.Errorf("eventstoretest: rows: %w", err)
 	}
 	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (eventstore.IndexEntry, error) {
 		var e eventstore.IndexEntry
 		var kind string
-		err := r.Scan(&e.Position, &e.EventID, &kind, &e.AggregateType, &e.AggregateID, &e.SequenceNumber, &e.State, &e.SegmentKey, &e.WriterID, &e.ReservedAt)
+		err := r.Scan(&e.Position, &e.EventID, &kind, &e.AggregateType, &e.AggregateID, &e.SequenceNumber, &e.State, &e.SegmentKey, &e.WriterID, &e.ReservedAt, &e.Shard)
 		e.Kind = envelope.Kind(kind)
 		return e, err
 	})
