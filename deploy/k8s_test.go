@@ -471,13 +471,13 @@ const scaleOutOverlay = "k8s/overlays/scale-out"
 
 // requiredSecret reports whether the Secret key name must exist for the
 // pods of kustomization dir to start: DATABASE_URL everywhere; in the
-// scaled-out overlay the role URLs too, so that no pod puts a role on
-// DATABASE_URL's server for want of its key.
+// scaled-out overlay the role URLs and the shard map too, so that no pod
+// puts a role or shards on another server for want of its key.
 func requiredSecret(dir, name string) bool {
 	switch name {
 	case "DATABASE_URL":
 		return true
-	case "EVENT_STORE_DATABASE_URL", "REGISTRY_DATABASE_URL":
+	case "EVENT_STORE_DATABASE_URL", "REGISTRY_DATABASE_URL", "EVENT_STORE_SHARD_MAP":
 		return dir == scaleOutOverlay
 	}
 	return false

@@ -29,9 +29,10 @@ import (
 )
 
 // The scaled-out examples (docs/deploy.md#scaled-out): the log in
-// scaleShards shards, scaleRelays relay replicas, Postgres split by role
-// over two servers — the store role alone on one, the main and registry
-// roles on the other.
+// scaleShards shards spread over two store servers (EVENT_STORE_SHARD_MAP:
+// the lower half on the store role's server, the upper half on a second),
+// scaleRelays relay replicas, the main and registry roles on a third
+// server.
 const (
 	scaleShards = 4
 	scaleRelays = 2
@@ -76,8 +77,26 @@ func roleHosts(t *testing.T, cfg *sluiceconfig.Config) map[migrations.Role]strin
 	return out
 }
 
+// storeHosts are the hosts of the store's servers: the store role's, then
+// those of the shard map that are not it.
+func storeHosts(t *testing.T, cfg *sluiceconfig.Config) []string {
+	t.Helper()
+	out := []string{hostOf(t, cfg.Postgres.URLOf(migrations.RoleStore))}
+	servers, err := cfg.EventStore.ShardServers()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, sv := range servers {
+		if h := hostOf(t, sv.URL); !slices.Contains(out, h) {
+			out = append(out, h)
+		}
+	}
+	return out
+}
+
 // checkSplit fails unless the configuration puts the store role alone on a
-// database and the main and registry roles together on another.
+// database, the main and registry roles together on another, and the
+// shards half on the store role's database, half on a third.
 func checkSplit(t *testing.T, where string, cfg *sluiceconfig.Config) {
 	t.Helper()
 	dbs := cfg.Postgres.Databases()
@@ -85,8 +104,21 @@ func checkSplit(t *testing.T, where string, cfg *sluiceconfig.Config) {
 	for _, db := range dbs {
 		got = append(got, fmt.Sprint(db.Roles))
 	}
-	if want := []string{"[main registry]", "[store]"}; !slices.Equal(got, want) {
-		t.Errorf("%s: databases by role %v, want %v (the store role alone, main and registry together)", where, got, want)
+	if want := []string{"[main registry]", "[store]", "[store]"}; !slices.Equal(got, want) {
+		t.Errorf("%s: databases by role %v, want %v (the store role alone, main and registry together, a second store server)", where, got, want)
+	}
+	servers, err := cfg.EventStore.ShardServers()
+	if err != nil {
+		t.Fatalf("%s: %v", where, err)
+	}
+	var shards []string
+	for _, sv := range servers {
+		shards = append(shards, hostOf(t, sv.URL)+fmt.Sprint(sv.Shards))
+	}
+	store := hostOf(t, cfg.Postgres.URLOf(migrations.RoleStore))
+	if len(servers) != 2 || hostOf(t, servers[0].URL) != store || hostOf(t, servers[1].URL) == store ||
+		fmt.Sprint(servers[0].Shards, servers[1].Shards) != "[0 1] [2 3]" {
+		t.Errorf("%s: shard map %v, want shards 0-1 on the store role's server %s and 2-3 on another", where, shards, store)
 	}
 	if cfg.EventStore.Shards != scaleShards {
 		t.Errorf("%s: EVENT_STORE_SHARDS gives %d shards, want %d", where, cfg.EventStore.Shards, scaleShards)
@@ -167,7 +199,7 @@ func TestComposeScaleOut(t *testing.T) {
 			t.Errorf("relay: deploy.replicas %s, want %d", fmtReplicas(n), scaleRelays)
 		}
 	})
-	t.Run("two Postgres servers, each with its own volume", func(t *testing.T) {
+	t.Run("three Postgres servers, each with its own volume", func(t *testing.T) {
 		cfg, err := sluiceconfig.Check(envs["migrate"])
 		if err != nil {
 			t.Fatal(err)
@@ -186,8 +218,14 @@ func TestComposeScaleOut(t *testing.T) {
 			}
 			used[h] = true
 		}
-		if len(servers) != 2 || len(used) != 2 {
-			t.Errorf("Postgres services %v, hosts used by the roles %v: want two servers, both used", servers, used)
+		for _, h := range storeHosts(t, cfg) {
+			if !servers[h] {
+				t.Errorf("the shard map names host %s, which is no Postgres service of the project", h)
+			}
+			used[h] = true
+		}
+		if len(servers) != 3 || len(used) != 3 {
+			t.Errorf("Postgres services %v, hosts used by the roles and the shard map %v: want three servers, all used", servers, used)
 		}
 		volumes := map[string]string{}
 		for name := range servers {
@@ -211,6 +249,14 @@ func TestComposeScaleOut(t *testing.T) {
 				if !ok || dep.Condition != types.ServiceConditionHealthy {
 					t.Errorf("%s uses the %s role on %s but does not wait for it to be healthy (%+v)", name, r, hosts[r], dep)
 				}
+				if r != migrations.RoleStore {
+					continue
+				}
+				for _, h := range storeHosts(t, cfg) {
+					if dep, ok := project.Services[name].DependsOn[h]; !ok || dep.Condition != types.ServiceConditionHealthy {
+						t.Errorf("%s uses the store's shards on %s but does not wait for it to be healthy (%+v)", name, h, dep)
+					}
+				}
 			}
 		}
 	})
@@ -226,7 +272,7 @@ func TestComposeScaleOut(t *testing.T) {
 			hosts = append(hosts, hostOf(t, db.URL))
 		}
 		sort.Strings(hosts)
-		if want := []string{"postgres", "postgres-store"}; !slices.Equal(hosts, want) {
+		if want := []string{"postgres", "postgres-store", "postgres-store-b"}; !slices.Equal(hosts, want) {
 			t.Errorf("migrate migrates the databases on %v, want %v", hosts, want)
 		}
 		for _, name := range []string{pipeline.API, pipeline.Relay, pipeline.InstanceWorker, pipeline.ProjectionWorker} {
@@ -276,6 +322,8 @@ var scaleSecret = map[string]string{
 	"DATABASE_URL":             "postgres://sluice:sample@pg-main:5432/sluice?sslmode=require",
 	"REGISTRY_DATABASE_URL":    "postgres://sluice:sample@pg-main:5432/sluice?sslmode=require",
 	"EVENT_STORE_DATABASE_URL": "postgres://sluice:sample@pg-store:5432/sluice?sslmode=require",
+	"EVENT_STORE_SHARD_MAP": "0-1=postgres://sluice:sample@pg-store:5432/sluice?sslmode=require," +
+		"2-3=postgres://sluice:sample@pg-store-b:5432/sluice?sslmode=require",
 }
 
 // podEnv is the environment of a container given the Secret's keys: its
@@ -326,8 +374,8 @@ func TestKustomizeScaleOut(t *testing.T) {
 			}
 			// Without the role keys the pod does not start, rather than
 			// putting a role on DATABASE_URL's server.
-			if _, missing := podEnv(c, r, map[string]string{}); !slices.Equal(missing, []string{"DATABASE_URL", "EVENT_STORE_DATABASE_URL", "REGISTRY_DATABASE_URL"}) {
-				t.Errorf("%s: with an empty Secret it lacks the required keys %v, want the three Postgres URLs", where, missing)
+			if _, missing := podEnv(c, r, map[string]string{}); !slices.Equal(missing, []string{"DATABASE_URL", "EVENT_STORE_DATABASE_URL", "EVENT_STORE_SHARD_MAP", "REGISTRY_DATABASE_URL"}) {
+				t.Errorf("%s: with an empty Secret it lacks the required keys %v, want the three Postgres URLs and the shard map", where, missing)
 			}
 			env, missing := podEnv(c, r, scaleSecret)
 			if len(missing) > 0 {
@@ -339,8 +387,8 @@ func TestKustomizeScaleOut(t *testing.T) {
 				continue
 			}
 			checkSplit(t, where, cfg)
-			if c.Args[0] == "migrate" && len(cfg.Postgres.Databases(migrations.Roles()...)) != 2 {
-				t.Errorf("%s: migrates %d databases, want both", where, len(cfg.Postgres.Databases(migrations.Roles()...)))
+			if c.Args[0] == "migrate" && len(cfg.Postgres.Databases(migrations.Roles()...)) != 3 {
+				t.Errorf("%s: migrates %d databases, want the three", where, len(cfg.Postgres.Databases(migrations.Roles()...)))
 			}
 		}
 	}
