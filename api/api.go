@@ -202,11 +202,12 @@ func New(cfg Config, deps Deps, opts ...Option) (http.Handler, error) {
 	// and read-your-writes reads, which answer 503 while it is out, and an
 	// API that went unready with it would refuse appends its store could
 	// take (docs/scale-out.md#health).
-	if h, ok := deps.Store.(interface {
-		Heads(context.Context) ([]eventstore.ShardHead, error)
-	}); ok {
-		// Heads, not Head: it answers for any number of shards.
-		deps.Health.AddReadiness("event store", func(ctx context.Context) error { _, err := h.Heads(ctx); return err })
+	if h, ok := deps.Store.(interface{ AppendReady(context.Context) error }); ok {
+		// Ready while any of the store's servers takes appends: with the
+		// shards over several servers, one down refuses only its shards'
+		// appends, and an API a load balancer took out would refuse the
+		// others' too (docs/operations.md#a-postgres-server-holding-some-shards-is-down).
+		deps.Health.AddReadiness("event store", h.AppendReady)
 	}
 	mux := observability.Handler(deps.Metrics, deps.Health)
 	const inst = "/v1/dbs/{db}/classes/{class}/instances"

@@ -458,3 +458,25 @@ func (s *Store) planReindexServers(ctx context.Context, quiet time.Duration) (Re
 	}
 	return plan, live
 }
+
+// AppendReady reports whether the store can take appends: nil when at
+// least one of its servers answers (on one server: when it answers). A
+// store over several servers with some of them down takes the appends of
+// the others' shards, so it stays ready; the appends of the shards it
+// cannot reach fail with a *ServerError naming the server
+// (docs/operations.md#a-postgres-server-holding-some-shards-is-down).
+// When no server answers it returns every server's error.
+func (s *Store) AppendReady(ctx context.Context) error {
+	var errs []error
+	for _, p := range s.servers() {
+		_, err := p.Heads(ctx)
+		if err == nil {
+			return nil
+		}
+		if s.parts != nil {
+			err = p.serverErr("", err)
+		}
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
+}

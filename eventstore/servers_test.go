@@ -359,6 +359,9 @@ func TestServerDownPausesOnlyItsShards(t *testing.T) {
 	if _, err := s.ShardLog(0).Head(ctx); err != nil {
 		t.Fatalf("shard 0's head with the other server down: %v", err)
 	}
+	if err := s.AppendReady(ctx); err != nil {
+		t.Fatalf("AppendReady with one of two servers down: %v, want ready (the other takes appends)", err)
+	}
 
 	ts.srvB.Start()
 	var r Result
