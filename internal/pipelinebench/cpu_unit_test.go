@@ -99,3 +99,31 @@ sluice_relay_cycles_totalx{plan="idle"} 100
 		t.Errorf("countDelta: %v, want map[a:3]", d)
 	}
 }
+
+// The disks' flushes come from the 16th counter after a whole disk's name
+// in /proc/diskstats; partitions and lines without the counter are left
+// out.
+func TestParseDiskFlushes(t *testing.T) {
+	text := " 254       0 vda 7457133 341102 173482226 102062741 29522170 3591432 903981368 11481769 0 5724584 115591700 6370029 233 548131176 1047049 10484847 1000140\n" +
+		" 254       1 vda1 10 0 0 0 10 0 0 0 0 0 0 0 0 0 0 99 1\n" +
+		"   8       0 sdb 1 0 0 0 1 0 0 0 0 0 0 0 0 0 0 3 1\n" +
+		"   7       0 loop0 1 0 0 0 1 0 0 0 0 0 0\n"
+	whole := func(name string) bool { return name == "vda" || name == "sdb" || name == "loop0" }
+	got, ok := parseDiskFlushes(text, whole)
+	if !ok || got != 10484850 {
+		t.Fatalf("got %v %v, want 10484850 (vda and sdb; vda1 a partition, loop0 without the counter)", got, ok)
+	}
+	if _, ok := parseDiskFlushes("   7       0 loop0 1 0 0 0 1 0 0 0 0 0 0\n", whole); ok {
+		t.Fatal("a kernel without flush counters gave a figure")
+	}
+}
+
+func TestParseSwitches(t *testing.T) {
+	status := "Name:\tsluice\nState:\tS (sleeping)\nvoluntary_ctxt_switches:\t120\nnonvoluntary_ctxt_switches:\t7\n"
+	if got := parseSwitches(status); got != 127 {
+		t.Fatalf("got %v, want 127", got)
+	}
+	if got := parseSwitches("Name:\tx\n"); got != 0 {
+		t.Fatalf("got %v for a status without the counters", got)
+	}
+}

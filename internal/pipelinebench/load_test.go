@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"os"
 	"slices"
 	"strings"
 	"sync"
@@ -105,7 +106,8 @@ func (d *deployment) phase(b testing.TB, run string, spec loadSpec) phaseResult 
 	b.Helper()
 	ctx := context.Background()
 	pids := d.pids()
-	countsBefore := d.scrapeCounts()
+	workBefore := d.readWork()
+	d.addDB(ctx, workBefore) // settled: the previous phase's reading waited statsSettle
 	before, err := snapshot(ctx, pids, d.pool)
 	if err != nil {
 		b.Fatal(err)
@@ -128,6 +130,8 @@ func (d *deployment) phase(b testing.TB, run string, spec loadSpec) phaseResult 
 		mu.Unlock()
 	}
 	start := time.Now()
+	// The phase's span on the wall clock, for profiles taken meanwhile.
+	fmt.Fprintf(os.Stderr, "pipelinebench: %s phase %s (%s) starts\n", start.Format("15:04:05.000"), spec.name, run)
 	var wg sync.WaitGroup
 	if spec.clients > 0 {
 		for range spec.clients {
@@ -174,8 +178,12 @@ func (d *deployment) phase(b testing.TB, run string, spec loadSpec) phaseResult 
 	if err != nil {
 		b.Fatal(err)
 	}
+	workAfter := d.readWork()
+	fmt.Fprintf(os.Stderr, "pipelinebench: %s phase %s (%s) drained\n", after.at.Format("15:04:05.000"), spec.name, run)
+	time.Sleep(statsSettle) // no load: the services idle while Postgres's counters settle
+	d.addDB(ctx, workAfter)
 	r := phaseResult{spec: spec, accepted: len(sents), failed: failed.Load(), cpu: cpuDelta(before, after), wall: after.at.Sub(before.at),
-		counts: countDelta(countsBefore, d.scrapeCounts())}
+		counts: countDelta(workBefore, workAfter)}
 	r.offered = float64(n.Load()) / sentFor.Seconds()
 	if spec.clients == 0 {
 		r.offered = spec.rate

@@ -115,9 +115,15 @@ func reportPhase(b *testing.B, r phaseResult) {
 			b.ReportMetric(v, g+"-cpu-us/cmd")
 		}
 	}
-	for _, cs := range countSpecs {
-		if v, ok := r.counts[cs.name]; ok {
-			b.ReportMetric(v/float64(r.accepted), strings.ReplaceAll(cs.name, " ", "-")+"/cmd")
+	for _, c := range countColumns() {
+		if v, ok := r.counts[c.name]; ok {
+			unit := "/cmd"
+			if c.total {
+				unit = ""
+			} else {
+				v /= float64(r.accepted)
+			}
+			b.ReportMetric(v, metricName(c.name)+unit)
 		}
 	}
 	b.ReportMetric(0, "ns/op")
@@ -189,16 +195,47 @@ func printTable(w io.Writer, title string, rs []phaseResult) {
 		i := 0
 		row("  "+label, func(phaseResult) string { v := pcs[i][g]; i++; return num(v) })
 	}
-	sb.WriteString("work units per visible command (the services' counters):\n")
-	for _, cs := range countSpecs {
-		if _, ok := rs[0].counts[cs.name]; !ok {
+	sb.WriteString("work units per visible command (the services' counters, Postgres's statistics, the disks'; totals where marked):\n")
+	for _, c := range countColumns() {
+		if _, ok := rs[0].counts[c.name]; !ok {
 			continue
 		}
-		row("  "+cs.name, func(r phaseResult) string {
-			return strconv.FormatFloat(r.counts[cs.name]/float64(r.accepted), 'f', 3, 64)
+		if c.total {
+			row("  "+c.name+" (total)", func(r phaseResult) string { return num(r.counts[c.name]) })
+			continue
+		}
+		row("  "+c.name, func(r phaseResult) string {
+			return strconv.FormatFloat(r.counts[c.name]/float64(r.accepted), 'f', 3, 64)
 		})
 	}
 	fmt.Fprint(w, sb.String())
+}
+
+// countColumn is one count of the report: per command, or the phase's
+// total.
+type countColumn struct {
+	name  string
+	total bool
+}
+
+// countColumns are the counts of the report in order: the services'
+// (countSpecs), then Postgres's and the disks' (extraCounts).
+func countColumns() []countColumn {
+	var out []countColumn
+	for _, cs := range countSpecs {
+		out = append(out, countColumn{cs.name, cs.total})
+	}
+	for _, n := range extraCounts {
+		out = append(out, countColumn{n, false})
+	}
+	return out
+}
+
+// metricName turns a count's name into a benchmark metric's unit (no
+// spaces, parentheses or colons).
+func metricName(s string) string {
+	s = strings.NewReplacer(" ", "-", "(", "", ")", "", ":", "", ">", "over", "'", "").Replace(s)
+	return s
 }
 
 func envInt(name string, def int) int {
