@@ -20,12 +20,16 @@ type committer struct {
 	slots     map[string]struct{} // slot keys in flight
 	inFlight  int
 	reserving int // groups in their reservation transaction
+	// lastArrival is when the previous appends arrived (hooks.gapNow): an
+	// append that follows it within GroupCommitLinger is part of a steady
+	// stream (item.stream).
+	lastArrival time.Time
 }
 
 // run is the committer: it gathers pending appends into groups of up to
 // GroupCommitMaxEvents, waiting at most GroupCommitMaxWait after the oldest
-// one arrived, and hands each group to a worker; at most MaxInFlightGroups
-// run at once. Only this goroutine touches the pending list, the in-flight
+// one arrived (gather), and hands each group to a worker; at most
+// MaxInFlightGroups run at once. Only this goroutine touches the pending list, the in-flight
 // maps and item followers; workers hand groups back on groupDone.
 func (s *Store) run() {
 	defer close(s.exited)
@@ -38,8 +42,9 @@ func (s *Store) run() {
 		select {
 		case batch := <-s.in:
 			now := time.Now()
+			stream := c.arrival()
 			for _, it := range batch {
-				it.arrived = now
+				it.arrived, it.stream = now, stream
 			}
 			c.pending = append(c.pending, batch...)
 		case <-s.reserved:
@@ -86,24 +91,20 @@ func (s *Store) run() {
 func (c *committer) dispatch(now time.Time, quitting bool) time.Time {
 	cfg := c.s.cfg
 	for c.reserving < cfg.MaxReservingGroups && c.inFlight < cfg.MaxInFlightGroups {
-		ready, oldest := 0, time.Time{}
+		ready, oldest, stream := 0, time.Time{}, false
 		for _, it := range c.pending {
 			if it.notBefore.After(now) {
 				continue
 			}
 			if oldest.IsZero() || it.arrived.Before(oldest) {
-				oldest = it.arrived
+				oldest, stream = it.arrived, it.stream
 			}
 			ready++
 		}
 		if ready == 0 {
 			break
 		}
-		// An idle pipeline takes what is there: waiting would only add
-		// latency, and appends arriving during this group's reservation
-		// gather for the next one.
-		idle := c.inFlight == 0
-		if ready < cfg.GroupCommitMaxEvents && !quitting && !idle && now.Before(oldest.Add(cfg.GroupCommitMaxWait)) {
+		if ready < cfg.GroupCommitMaxEvents && !quitting && now.Before(oldest.Add(c.gather(stream))) {
 			break
 		}
 		g := c.form(now)
@@ -128,13 +129,43 @@ func (c *committer) dispatch(now time.Time, quitting bool) time.Time {
 			if c.blocked(it) {
 				continue
 			}
-			t = it.arrived.Add(cfg.GroupCommitMaxWait)
+			t = it.arrived.Add(c.gather(it.stream))
 		}
 		if wake.IsZero() || t.Before(wake) {
 			wake = t
 		}
 	}
 	return wake
+}
+
+// gather is how long the oldest ready append waits for others to join its
+// group (docs/eventstore.md#append-protocol-group-commit): GroupCommitMaxWait
+// while a group is in flight. An idle committer starts at once — waiting
+// would only add latency to a lone append, and appends arriving during this
+// group's reservation gather for the next one — unless the append came in
+// a steady stream (within GroupCommitLinger of the appends before it):
+// then it waits GroupCommitLinger (at most GroupCommitMaxWait), so that a
+// paced load shares a group's reservation, segment, commit and
+// notification as a burst does, instead of paying one of each per append.
+func (c *committer) gather(stream bool) time.Duration {
+	cfg := c.s.cfg
+	switch {
+	case c.inFlight > 0:
+		return cfg.GroupCommitMaxWait
+	case stream:
+		return min(cfg.GroupCommitLinger, cfg.GroupCommitMaxWait)
+	}
+	return 0
+}
+
+// arrival notes that appends arrived (on the hooks.gapNow clock) and
+// reports whether they follow the previous ones within GroupCommitLinger.
+func (c *committer) arrival() bool {
+	l := c.s.cfg.GroupCommitLinger
+	t := c.s.hooks.gapNow()
+	stream := l > 0 && !c.lastArrival.IsZero() && t.Sub(c.lastArrival) < l
+	c.lastArrival = t
+	return stream
 }
 
 func (c *committer) blocked(it *item) bool {

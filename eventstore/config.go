@@ -20,7 +20,8 @@ type Config struct {
 	FileDir string `env:"EVENT_STORE_FILE_DIR" envDefault:"./data/events" doc:"Root directory of the file backend; the bucket is a folder below it."`
 	// The EVENT_STORE_S3_* connection settings.
 	objstore.S3Config
-	GroupCommitMaxWait      time.Duration `env:"EVENT_STORE_GROUP_COMMIT_MAX_WAIT" envDefault:"5ms" doc:"Longest time the committer gathers appends into one group while another group is in flight (an idle committer starts at once)."`
+	GroupCommitMaxWait      time.Duration `env:"EVENT_STORE_GROUP_COMMIT_MAX_WAIT" envDefault:"5ms" doc:"Longest time the committer gathers appends into one group while another group is in flight (an idle committer starts at once, or after EVENT_STORE_GROUP_COMMIT_LINGER in a steady stream)."`
+	GroupCommitLinger       time.Duration `env:"EVENT_STORE_GROUP_COMMIT_LINGER" envDefault:"2ms" doc:"How long an idle committer waits before it starts a group when appends arrive closer together than this (a steady stream): the appends of that time share the group's reservation, segment, commit and notification. An append after a longer pause starts at once, and the wait never exceeds EVENT_STORE_GROUP_COMMIT_MAX_WAIT. 0: an idle committer always starts at once."`
 	GroupCommitMaxEvents    int           `env:"EVENT_STORE_GROUP_COMMIT_MAX_EVENTS" envDefault:"500" doc:"Most envelopes in one group (one segment)."`
 	IdempotencyMismatchMode string        `env:"EVENT_STORE_IDEMPOTENCY_MISMATCH_MODE" envDefault:"error" doc:"Same event_id with a different payload: error (reject with a conflict) or warn (log and return the stored event)."`
 	SequenceAllocatorMode   string        `env:"EVENT_STORE_SEQUENCE_ALLOCATOR_MODE" envDefault:"postgres" doc:"postgres (the store assigns sequence numbers atomically) or off (the caller supplies sequence_number)."`
@@ -77,6 +78,9 @@ func (es Config) Validate() error {
 		k.Fail("EVENT_STORE_S3_ACCESS_KEY_ID", "", "EVENT_STORE_S3_ACCESS_KEY_ID and EVENT_STORE_S3_SECRET_ACCESS_KEY(_FILE) must be set together")
 	}
 	k.Positive("EVENT_STORE_GROUP_COMMIT_MAX_WAIT", es.GroupCommitMaxWait)
+	if es.GroupCommitLinger < 0 {
+		k.Fail("EVENT_STORE_GROUP_COMMIT_LINGER", es.GroupCommitLinger.String(), "must not be negative (0 turns the linger off)")
+	}
 	k.AtLeast("EVENT_STORE_GROUP_COMMIT_MAX_EVENTS", int64(es.GroupCommitMaxEvents), 1)
 	k.OneOf("EVENT_STORE_IDEMPOTENCY_MISMATCH_MODE", es.IdempotencyMismatchMode, "error", "warn")
 	k.OneOf("EVENT_STORE_SEQUENCE_ALLOCATOR_MODE", es.SequenceAllocatorMode, "postgres", "off")

@@ -22,6 +22,7 @@ type item struct {
 	slotKey      string // (aggregate, sequence, kind) when the caller chose the sequence
 	shard        int    // ShardOf its aggregate
 	arrived      time.Time
+	stream       bool // arrived within GroupCommitLinger of the appends before it (committer.gather)
 
 	done      chan struct{}
 	res       Result

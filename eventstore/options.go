@@ -49,6 +49,9 @@ type Option func(*hooks)
 type hooks struct {
 	crash *crashpoint.Crasher
 	now   func() time.Time
+	// gapNow is the clock of the committer's stream test (is an append
+	// part of a steady stream, committer.go): time.Now, or a test's.
+	gapNow func() time.Time
 }
 
 // WithCrasher hands the store its crash points, CrashWorker:after_reserve
@@ -68,7 +71,7 @@ const CrashWorker = "eventstore"
 // withDefaults returns c with every default applied: the EVENT_STORE_*
 // tags for what the caller left unset, then the library knobs.
 func (c Config) withDefaults() (Config, error) {
-	config.FillZero(&c) // the defaults of the EVENT_STORE_* tags for what the caller left unset
+	config.FillZero(&c, "EVENT_STORE_GROUP_COMMIT_LINGER") // the defaults of the EVENT_STORE_* tags for what the caller left unset (a zero linger is off)
 	switch c.IdempotencyMismatchMode {
 	case MismatchError, MismatchWarn:
 	default:
@@ -87,6 +90,9 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if c.MaxInFlightGroups <= 0 {
 		c.MaxInFlightGroups = 4
+	}
+	if c.GroupCommitLinger < 0 {
+		return c, fmt.Errorf("eventstore: EVENT_STORE_GROUP_COMMIT_LINGER must not be negative (0 turns it off), got %s", c.GroupCommitLinger)
 	}
 	if c.MaxReservingGroups <= 0 {
 		c.MaxReservingGroups = 1

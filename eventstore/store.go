@@ -80,7 +80,7 @@ func New(cfg Config, deps Deps, opts ...Option) (*Store, error) {
 	if deps.Logger == nil {
 		deps.Logger = slog.Default()
 	}
-	h := hooks{now: time.Now}
+	h := hooks{now: time.Now, gapNow: time.Now}
 	for _, o := range opts {
 		o(&h)
 	}
