@@ -6,3 +6,7 @@ func UseTemporaryFiles(b *Bucket) { b.noUnnamed.Store(true) }
 
 // UnnamedCreates is the number of objects b created as unnamed files.
 func UnnamedCreates(b *Bucket) int64 { return b.unnamed.Load() }
+
+// SortedEntries is the number of folder entries b's listings kept and
+// sorted.
+func SortedEntries(b *Bucket) int64 { return b.sorted.Load() }

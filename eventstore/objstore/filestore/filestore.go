@@ -38,6 +38,9 @@ type Bucket struct {
 	// unnamed counts the objects created that way.
 	noUnnamed atomic.Bool
 	unnamed   atomic.Int64
+	// sorted counts the folder entries listings kept and sorted (list.go):
+	// the work of a listing beyond reading its folders.
+	sorted atomic.Int64
 }
 
 var _ objstore.Bucket = (*Bucket)(nil)

@@ -262,3 +262,47 @@ func TestConditionalPutAcrossInstances(t *testing.T) {
 		}
 	}
 }
+
+// A listing after a key near the end of a large folder keeps and sorts
+// only the entries it can return, not the whole folder: the relay lists
+// after its checkpoint, at the end of a folder holding every segment of
+// the store, at least once per poll interval (docs/relay.md). The result
+// itself is the acceptance suite's to check; this counts the work.
+func TestListAfterSortsOnlyWhatFollows(t *testing.T) {
+	b := newBucket(t)
+	ctx := t.Context()
+	const n = 400
+	key := func(i int) string { return fmt.Sprintf("segments/%020d-%020d.jsonl", i, i) }
+	for i := 1; i <= n; i++ {
+		if _, err := b.Create(ctx, key(i), []byte("x\n")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := b.Create(ctx, "checkpoints/relay.json", []byte("{}")); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name          string
+		prefix, after string
+		want, maxKept int
+	}{
+		// the root's "segments/" folder, then the 5 keys after the 395th
+		{"after a key near the end", "segments/", key(n - 5), 5, 1 + 5},
+		{"after the last key", "segments/", key(n), 0, 1},
+		{"everything", "", "", n + 1, 2 + n + 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			before := filestore.SortedEntries(b)
+			got, err := b.List(ctx, tc.prefix, tc.after, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(got) != tc.want {
+				t.Fatalf("listed %d objects, want %d", len(got), tc.want)
+			}
+			if kept := filestore.SortedEntries(b) - before; kept > int64(tc.maxKept) {
+				t.Fatalf("the listing kept and sorted %d folder entries, want at most %d (what it can return, and the folders on its way)", kept, tc.maxKept)
+			}
+		})
+	}
+}

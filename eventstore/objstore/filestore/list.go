@@ -60,30 +60,36 @@ func (w *lister) walk(dirKey string) error {
 	if err != nil {
 		return mapErr(err)
 	}
-	entries := make([]entry, 0, len(des))
+	// Only the entries that can be listed are kept and sorted: a folder of
+	// segments holds every segment of the store, and a listing after the
+	// relay's checkpoint wants the few at its end (the others are passed
+	// over without building their keys).
+	var entries []entry
 	for _, de := range des {
 		name := de.Name()
 		switch {
 		case strings.HasPrefix(name, objstore.ReservedSegmentPrefix):
 			continue // temporary and lock files
 		case de.IsDir():
-			entries = append(entries, entry{key: dirKey + name + "/", name: name, dir: true})
+			if key := dirKey + name + "/"; w.mayHoldKeys(key) {
+				entries = append(entries, entry{key: key, name: name, dir: true})
+			}
 		case de.Type().IsRegular():
-			entries = append(entries, entry{key: dirKey + name, name: name})
+			if w.matches(dirKey, name) {
+				entries = append(entries, entry{key: dirKey + name, name: name})
+			}
 		}
 	}
+	w.b.sorted.Add(int64(len(entries)))
 	slices.SortFunc(entries, func(a, b entry) int { return strings.Compare(a.key, b.key) })
 	for _, e := range entries {
 		if e.dir {
-			if !w.mayHoldKeys(e.key) {
-				continue
-			}
 			if err := w.walk(e.key); err != nil {
 				return err
 			}
 			continue
 		}
-		if !strings.HasPrefix(e.key, w.prefix) || e.key <= w.startAfter || objstore.ValidateKey(e.key) != nil {
+		if objstore.ValidateKey(e.key) != nil {
 			continue
 		}
 		oi, err := w.b.stat(filepath.FromSlash(e.key), false)
@@ -113,4 +119,32 @@ func (w *lister) mayHoldKeys(dirKey string) bool {
 		return false
 	}
 	return true
+}
+
+// matches reports whether the key dirKey+name has the prefix and sorts
+// after startAfter, without building it.
+func (w *lister) matches(dirKey, name string) bool {
+	return hasPrefixOf(dirKey, name, w.prefix) && compareJoined(dirKey, name, w.startAfter) > 0
+}
+
+// hasPrefixOf reports whether a+b starts with p.
+func hasPrefixOf(a, b, p string) bool {
+	if len(p) <= len(a) {
+		return strings.HasPrefix(a, p)
+	}
+	return strings.HasPrefix(p, a) && strings.HasPrefix(b, p[len(a):])
+}
+
+// compareJoined compares a+b with s (strings.Compare).
+func compareJoined(a, b, s string) int {
+	if len(s) < len(a) {
+		if c := strings.Compare(a[:len(s)], s); c != 0 {
+			return c
+		}
+		return 1 // s is a proper prefix of a+b
+	}
+	if c := strings.Compare(a, s[:len(a)]); c != 0 {
+		return c
+	}
+	return strings.Compare(b, s[len(a):])
 }
