@@ -53,6 +53,7 @@ type plan struct {
 	items     []item
 	truncated bool  // more to do at once
 	next      int64 // when truncated: where the next listing starts
+	backlog   bool  // more to do at once, past an index plan's batch (no look-ahead)
 	repair    bool  // reserved rows older than the append timeout: repair first
 	// prefetched is the prefetch this plan used; it is cancelled when the
 	// cycle ends.
@@ -125,7 +126,7 @@ func (r *Relay) cycle(ctx context.Context, ls *leaderState) (more bool, err erro
 		r.startPrefetch(ctx, ls, pl.next)
 	}
 	n, err := r.walk(ctx, ls, pl.items, now)
-	return pl.truncated || n > 0, err
+	return pl.truncated || pl.backlog || n > 0, err
 }
 
 // plan lists segments after the checkpoint and turns the holes between them
@@ -320,7 +321,14 @@ type directRead struct {
 // cycle (on MinIO here p50 5 ms, p99 21 ms, against 0.4 ms for the index
 // query), and every append waits for a cycle or two; with groups in flight
 // committing out of order, a window with an in-flight position is common.
-// ok is false, and the cycle lists as usual, for a backlog, a prefetch in
+// In a store of one shard a short backlog (up to indexPlanBacklog batches
+// past the checkpoint) is planned the same way, one batch of positions per
+// cycle, when that batch is all committed: a relay that fell a little
+// behind (a slow flush, a pause) catches up without listing, where the
+// LIST, on the file backend a walk of every segment of the store, made
+// each cycle slower the further behind it was.
+// ok is false, and the cycle lists as usual, for a longer backlog (or one
+// whose first batch holds a position in flight), a prefetch in
 // progress, or any position of the window abandoned, missing or reserved
 // past the append timeout (the LIST and the hole rules of docs/relay.md#what-it-does-per-cycle deal
 // with those). Once per poll interval a store of one shard's window also
@@ -347,10 +355,12 @@ func (r *Relay) planFromIndex(ctx context.Context, ls *leaderState, head int64, 
 		r.m.plans.WithLabelValues("idle").Inc()
 		return plan{}, true, nil
 	}
-	if (n <= 0 && !probe) || n > int64(r.cfg.BatchSize) || ls.prefetch != nil {
+	window, backlog := r.backlogWindow(base, head)
+	if (n <= 0 && !probe) || window < 0 || ls.prefetch != nil {
 		return plan{}, false, nil
 	}
-	rows, ok, err := r.indexWindow(ctx, base, head, probe)
+	probe = probe && !backlog
+	rows, ok, err := r.indexWindow(ctx, base, window, probe)
 	if err != nil || !ok {
 		return plan{}, false, err
 	}
@@ -403,14 +413,41 @@ func (r *Relay) planFromIndex(ctx context.Context, ls *leaderState, head int64, 
 	for _, d := range reads {
 		pl.items[d.item].seg = r.hints.fetchFor(d.seg)
 	}
-	if inFlight && due && !probe {
-		// A store of more shards lists (through its index) at least once
-		// per poll interval while positions are in flight.
+	if inFlight && (backlog || (due && !probe)) {
+		// A backlog behind a position in flight is the LIST's (it
+		// publishes past the batch); a store of more shards lists (through
+		// its index) at least once per poll interval while positions are
+		// in flight.
 		return plan{}, false, nil
 	}
+	pl.backlog = backlog
 	r.indexPlanned(ls, pl, probe, n)
 	return pl, true, nil
 }
+
+// backlogWindow is the last position planFromIndex reads: the head when
+// it is at most a batch past the checkpoint; the first batch of a short
+// backlog (backlog true) of a store of one shard, read without the probe
+// (which runs once caught up; a shard of a store of several finds its
+// segments in the index whatever the plan: no LIST to save there); -1
+// otherwise (the LIST plan).
+func (r *Relay) backlogWindow(base, head int64) (window int64, backlog bool) {
+	batch := int64(r.cfg.BatchSize)
+	switch n := head - base; {
+	case n <= batch:
+		return head, false
+	case n <= indexPlanBacklog*batch && r.shards <= 1:
+		return base + batch, true
+	}
+	return -1, false
+}
+
+// indexPlanBacklog is how many batches (EVENT_PUBLISHER_BATCH_SIZE
+// positions) past the checkpoint planFromIndex takes on in a store of one
+// shard, one batch per cycle; a longer backlog is drained by the LIST
+// plan, whose look-ahead lists and fetches the next page while a cycle
+// publishes.
+const indexPlanBacklog = 8
 
 // indexPlanned counts an index plan (idle when nothing is committed past
 // the checkpoint and it has nothing to walk) and notes the probe's time.

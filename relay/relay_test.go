@@ -719,6 +719,56 @@ func TestIndexPlanInFlight(t *testing.T) {
 	}
 }
 
+// TestIndexPlanShortBacklog: a relay a few batches behind a committed head
+// catches up from the index, one batch of positions per cycle, without a
+// LIST (on the file backend a LIST walks every segment of the store, so a
+// relay that fell behind got slower the further behind it was); a backlog
+// longer than indexPlanBacklog batches is listed, for the LIST plan's
+// look-ahead. Every event is published once, in order.
+func TestIndexPlanShortBacklog(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		events int
+		lists  bool
+	}{
+		{"3.5 batches behind: index plans only", 35, false},
+		{"more than indexPlanBacklog batches behind: listed", 10*indexPlanBacklog + 5, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := newEnv(t, 30*time.Second)
+			custom := e.prefix + "custom"
+			opts := e.opts(t)
+			opts.Config.BatchSize, opts.Config.KafkaFlushBatchSize = 10, 10
+			opts.Config.PollInterval = time.Hour // no LIST for the poll's sake
+			stored := appendAll(t, e.store, 1, mixedEnvelopes(tc.events, 5, custom))
+			r, stop := runRelay(t, e, opts)
+			testenv.WaitFor(t, 30*time.Second, "caught up", func() bool { return e.checkpoint(t).Position == int64(tc.events) })
+			lists, indexes := value(r.m.plans.WithLabelValues("list")), value(r.m.plans.WithLabelValues("index"))
+			stop()
+			if tc.lists && lists == 0 {
+				t.Errorf("no LIST for a backlog of %d positions (batch 10)", tc.events)
+			}
+			if !tc.lists {
+				// One LIST may follow the catch-up: the first of the relay's
+				// life, once nothing is committed past the checkpoint
+				// (TestIndexPlan); the backlog itself lists nothing.
+				if lists > 1 {
+					t.Errorf("%v LIST cycles for a backlog of %d positions, want at most the one after catching up (index plans, batch 10)", lists, tc.events)
+				}
+				if want := float64(tc.events / 10); indexes < want {
+					t.Errorf("%v index plans, want ≥ %v (one batch of positions per cycle)", indexes, want)
+				}
+			}
+			recs := e.consumeAll(t, e.commandsTopic(), e.eventsTopic(), custom)
+			for id, c := range verify(t, e, stored, recs, custom) {
+				if c != 1 {
+					t.Errorf("event %s published %d times", id, c)
+				}
+			}
+		})
+	}
+}
+
 // TestUncommittedSegmentListed: while positions are in flight the relay
 // still looks for their segments once per poll interval (the probe of
 // planFromIndex, by key), so a segment whose writer died between PUT and
