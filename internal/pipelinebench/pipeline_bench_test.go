@@ -58,14 +58,17 @@ func BenchmarkPipelineProcesses(b *testing.B) {
 					results = append(results, r)
 				}
 			})
-			for _, pct := range []int{50, 80} {
-				name := "paced-" + strconv.Itoa(pct) + "pct"
-				b.Run(name, func(b *testing.B) {
-					if capacity == 0 { // the closed loop was filtered out: measure C unreported
-						capacity = d.phase(b, next(), closed).visible
+			for _, p := range pacedPhases() {
+				b.Run(p.name, func(b *testing.B) {
+					rate := p.rate
+					if rate == 0 {
+						if capacity == 0 { // the closed loop was filtered out: measure C unreported
+							capacity = d.phase(b, next(), closed).visible
+						}
+						rate = capacity * float64(p.pct) / 100
 					}
 					for range b.N {
-						r := d.phase(b, next(), loadSpec{name: name, rate: capacity * float64(pct) / 100, d: phaseLen})
+						r := d.phase(b, next(), loadSpec{name: p.name, rate: rate, d: phaseLen})
 						reportPhase(b, r)
 						results = append(results, r)
 					}
@@ -76,6 +79,31 @@ func BenchmarkPipelineProcesses(b *testing.B) {
 			printIdle(os.Stdout, phaseLen/2, idle)
 		})
 	}
+}
+
+// pacedPhase is one paced phase: pct of the run's closed-loop capacity, or
+// a fixed rate.
+type pacedPhase struct {
+	name string
+	pct  int
+	rate float64
+}
+
+// pacedPhases are the paced phases: 50 % and 80 % of the capacity, or the
+// fixed rates of SLUICE_BENCH_PIPELINE_RATES ("150,250", commands/s), so
+// that runs on a machine whose speed varies (other work on it) compare
+// their work per command at the same offered load.
+func pacedPhases() []pacedPhase {
+	var out []pacedPhase
+	for _, f := range strings.Split(os.Getenv("SLUICE_BENCH_PIPELINE_RATES"), ",") {
+		if v, err := strconv.ParseFloat(strings.TrimSpace(f), 64); err == nil && v > 0 {
+			out = append(out, pacedPhase{name: "paced-" + strconv.FormatFloat(v, 'f', -1, 64) + "ps", rate: v})
+		}
+	}
+	if len(out) > 0 {
+		return out
+	}
+	return []pacedPhase{{name: "paced-50pct", pct: 50}, {name: "paced-80pct", pct: 80}}
 }
 
 // reportGroups are the processes of the report, in its order.
