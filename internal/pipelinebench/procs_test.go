@@ -220,7 +220,7 @@ func deploy(b testing.TB, backend string, o deployOptions) *deployment {
 	switch backend {
 	case backendFile:
 		d.base["EVENT_STORE_BACKEND"] = "file"
-		d.base["EVENT_STORE_FILE_DIR"] = filepath.Join(b.TempDir(), "events")
+		d.base["EVENT_STORE_FILE_DIR"] = filepath.Join(fileStoreParent(b), "events")
 	case backendMinIO:
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 		mi, err := testenv.StartMinIO(ctx)
@@ -291,6 +291,30 @@ func deploy(b testing.TB, backend string, o deployOptions) *deployment {
 		d.waitReady(kind, 2*time.Minute)
 	}
 	return d
+}
+
+// fileStoreParent is a new folder for the file backend's data, removed
+// when b ends, on the medium MinIO's data is on (testenv.MinIODataParent:
+// /dev/shm when it is a tmpfs), so that the two backends are measured
+// alike; SLUICE_BENCH_FILE_DIR names another parent (a disk path, to
+// measure the file backend on a drive). On this machine's root file
+// system, an ext4 without a journal, every new file's inode allocation
+// scans the inodes freed in the last minute (find_inode_bit,
+// recently_deleted), reading inode tables from the disk: the segment's
+// create was 11–35 % of the api process's CPU at a paced load and the
+// file backend's tail followed how much the machine had deleted
+// (docs/benchmarks.md) — the reason MinIO's data is on tmpfs.
+func fileStoreParent(b testing.TB) string {
+	parent := os.Getenv("SLUICE_BENCH_FILE_DIR")
+	if parent == "" {
+		parent = testenv.MinIODataParent()
+	}
+	dir, err := os.MkdirTemp(parent, "sluice-pipelinebench-events-")
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = os.RemoveAll(dir) })
+	return dir
 }
 
 // migratedBy creates a database migrated by bin's own `migrate up`, so that
