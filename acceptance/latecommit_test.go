@@ -134,11 +134,12 @@ func runLateCommit(t *testing.T, appendTimeout time.Duration, pastTimeout bool) 
 	vID, vAgg, vShard := lateVictimAggregate(t, db, class)
 	acks := &ackLog{}
 	mustAck := func(apiName, method, path string, body any, key string) ackRec {
+		sent := time.Now()
 		a, err := p.commandVia(apiName, method, path, body, key, time.Minute)
 		if err != nil {
 			t.Fatalf("%s %s via %s: %v", method, path, apiName, err)
 		}
-		return acks.add(a, apiName)
+		return acks.add(a, apiName, sent)
 	}
 	// V's first command through a healthy API, published before the freeze.
 	v1 := mustAck(healthy[0].name, http.MethodPost, instancesPath(db, class), map[string]any{"instance_id": vID, "data": map[string]any{"v": 0}}, "late-v-1")
@@ -200,9 +201,14 @@ func runLateCommit(t *testing.T, appendTimeout time.Duration, pastTimeout bool) 
 
 	// Evidence while frozen, for longer than the lookback by construction:
 	// every shard, the victim's included, publishes commands of other
-	// aggregates acknowledged after frozenAt + twice the lookback + one
-	// poll.
+	// aggregates sent after frozenAt + twice the lookback + one poll, and
+	// after V's later command was acknowledged: their reservations came
+	// after V's later one, so on V's shard the relay has walked past its
+	// position (the within case's negative asserts below rely on that).
 	cut := frozenAt.Add(2*lateLookback + latePoll)
+	if v3.at.After(cut) {
+		cut = v3.at
+	}
 	var waiting []int // shards without that evidence yet
 	publishedAfterCut := func() bool {
 		if loadErr.Load() != nil {
@@ -211,7 +217,7 @@ func runLateCommit(t *testing.T, appendTimeout time.Duration, pastTimeout bool) 
 		waiting = waiting[:0]
 		for sh := range lateShards {
 			if !acks.any(func(a ackRec) bool {
-				return a.shard == sh && a.agg != vAgg && a.at.After(cut) && tail.seenAt(a.eventID) != nil
+				return a.shard == sh && a.agg != vAgg && a.sent.After(cut) && tail.seenAt(a.eventID) != nil
 			}) {
 				waiting = append(waiting, sh)
 			}
@@ -222,7 +228,7 @@ func runLateCommit(t *testing.T, appendTimeout time.Duration, pastTimeout bool) 
 		t.Helper()
 		for deadline := time.Now().Add(lateFreezeBound); !cond(); time.Sleep(100 * time.Millisecond) {
 			if time.Now().After(deadline) {
-				t.Fatalf("victim frozen %v: %s did not happen; shards %v published nothing acknowledged after frozen + 2 × lookback + poll (victim's shard %d)",
+				t.Fatalf("victim frozen %v: %s did not happen; shards %v published nothing sent after frozen + 2 × lookback + poll and V's later command (victim's shard %d)",
 					time.Since(frozenAt).Round(time.Millisecond), what, waiting, vShard)
 			}
 		}
@@ -243,7 +249,7 @@ func runLateCommit(t *testing.T, appendTimeout time.Duration, pastTimeout bool) 
 	} else {
 		untilFrozen("every shard, the victim's other aggregates included, publishing past the lookback", publishedAfterCut)
 		// Positive evidence first (above: V's shard published commands
-		// acknowledged after V's later one), then the negative asserts: the
+		// sent after V's later one was acknowledged), then the negative asserts: the
 		// reservation is still in flight, and nothing of V after it was
 		// published.
 		if r := lateIndexRow(t, p, vEventID); r.State != eventstore.StateReserved {
@@ -278,7 +284,7 @@ func runLateCommit(t *testing.T, appendTimeout time.Duration, pastTimeout bool) 
 	if vr.err != nil || vr.code != http.StatusAccepted {
 		t.Fatalf("the victim's command: %d %s %v, want 202", vr.code, vr.body, vr.err)
 	}
-	v2 := acks.add(vr.acc, victim.name)
+	v2 := acks.add(vr.acc, victim.name, vSent)
 	cancel()
 	wg.Wait()
 	if err := loadErr.Load(); err != nil {
@@ -414,6 +420,7 @@ func lateLoad(ctx context.Context, p *pipeline, acks *ackLog, apiName, db, class
 		key := fmt.Sprintf("late-c%d-%d", client, n)
 		var a accepted
 		var err error
+		sent := time.Now()
 		if !created[k] {
 			a, err = p.commandVia(apiName, http.MethodPost, instancesPath(db, class), map[string]any{"instance_id": mine[k].id, "data": map[string]any{"v": 0}}, key, time.Minute)
 			created[k] = err == nil
@@ -423,17 +430,18 @@ func lateLoad(ctx context.Context, p *pipeline, acks *ackLog, apiName, db, class
 		if err != nil {
 			return fmt.Errorf("client %d via %s (key %s): %w", client, apiName, key, err)
 		}
-		acks.add(a, apiName)
+		acks.add(a, apiName, sent)
 	}
 	return nil
 }
 
-// ackRec is one acknowledged command.
+// ackRec is one acknowledged command: sent is when its request was sent,
+// at when it was acknowledged.
 type ackRec struct {
 	eventID, agg, api string
 	shard             int
 	seq               int64
-	at                time.Time
+	sent, at          time.Time
 }
 
 // ackLog holds every acknowledgement.
@@ -442,8 +450,8 @@ type ackLog struct {
 	recs []ackRec
 }
 
-func (l *ackLog) add(a accepted, apiName string) ackRec {
-	r := ackRec{eventID: a.EventID, agg: a.AggregateID, api: apiName, seq: a.SequenceNumber, at: time.Now(),
+func (l *ackLog) add(a accepted, apiName string, sent time.Time) ackRec {
+	r := ackRec{eventID: a.EventID, agg: a.AggregateID, api: apiName, seq: a.SequenceNumber, sent: sent, at: time.Now(),
 		shard: eventstore.ShardOf(envelope.AggregateTypeInstance, a.AggregateID, lateShards)}
 	l.mu.Lock()
 	l.recs = append(l.recs, r)
