@@ -378,3 +378,35 @@ func TestServerDownPausesOnlyItsShards(t *testing.T) {
 		t.Fatalf("heads after the restart: %v %v", heads, err)
 	}
 }
+
+// AppendReady, the API's readiness check of the store, stays green while
+// any server takes appends and turns red, naming every server, when none
+// answers: an API that reported ready then would take requests it can only
+// answer 503.
+func TestAppendReadyUntilNoServerAnswers(t *testing.T) {
+	ts := newTwoServers(t)
+	s := ts.open(t)
+	ctx := ctxT(t)
+	for _, step := range []struct {
+		name  string
+		down  func()
+		ready bool
+	}{
+		{"both servers up", func() {}, true},
+		{"shards 2-3 down", ts.srvB.Stop, true},
+		{"no server answers", ts.e.pool.Close, false},
+	} {
+		t.Run(step.name, func(t *testing.T) {
+			step.down()
+			err := s.AppendReady(ctx)
+			switch {
+			case step.ready && err != nil:
+				t.Fatalf("AppendReady: %v, want ready", err)
+			case !step.ready && err == nil:
+				t.Fatal("AppendReady: ready, want an error")
+			case !step.ready && (!strings.Contains(err.Error(), "shards 0-1") || !strings.Contains(err.Error(), "shards 2-3")):
+				t.Fatalf("AppendReady: %v, want both servers named", err)
+			}
+		})
+	}
+}
