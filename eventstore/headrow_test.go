@@ -6,7 +6,6 @@ import (
 	"slices"
 	"testing"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
@@ -79,21 +78,9 @@ type indexRows struct {
 // needs shard 0's head row).
 func indexState(t testing.TB, pool *pgxpool.Pool) indexRows {
 	t.Helper()
-	ctx := ctxT(t)
-	collect := func(sql string) []string {
-		rows, err := pool.Query(ctx, sql)
-		if err != nil {
-			t.Fatal(err)
-		}
-		out, err := pgx.CollectRows(rows, pgx.RowTo[string])
-		if err != nil {
-			t.Fatal(err)
-		}
-		return out
-	}
 	return indexRows{
-		appends:   collect(`SELECT concat_ws('|', shard, position, event_id, sequence_number, state) FROM sluice.appends ORDER BY shard, position`),
-		sequences: collect(`SELECT concat_ws('|', aggregate_type, aggregate_id, last_sequence) FROM sluice.sequences ORDER BY 1`),
-		heads:     collect(`SELECT shard || ':' || next_position FROM sluice.log_head ORDER BY shard`),
+		appends:   queryStrings(t, pool, `SELECT concat_ws('|', shard, position, event_id, sequence_number, state) FROM sluice.appends ORDER BY shard, position`),
+		sequences: queryStrings(t, pool, `SELECT concat_ws('|', aggregate_type, aggregate_id, last_sequence) FROM sluice.sequences ORDER BY 1`),
+		heads:     queryStrings(t, pool, `SELECT shard || ':' || next_position FROM sluice.log_head ORDER BY shard`),
 	}
 }

@@ -270,27 +270,30 @@ func snapshot(t testing.TB, pool *pgxpool.Pool) tableSnapshot {
 	t.Helper()
 	ctx := ctxT(t)
 	var s tableSnapshot
-	collect := func(sql string) []string {
-		rows, err := pool.Query(ctx, sql)
-		if err != nil {
-			t.Fatal(err)
-		}
-		out, err := pgx.CollectRows(rows, pgx.RowTo[string])
-		if err != nil {
-			t.Fatal(err)
-		}
-		return out
-	}
 	// shard 0's rows as before shards (TestReservationOutcomes compares them
 	// with what the store wrote then); other shards' prefixed with s{shard}
-	s.appends = collect(`SELECT concat_ws('|', CASE WHEN shard <> 0 THEN 's' || shard END, position, event_id, kind, aggregate_type, aggregate_id, sequence_number, state,
+	s.appends = queryStrings(t, pool, `SELECT concat_ws('|', CASE WHEN shard <> 0 THEN 's' || shard END, position, event_id, kind, aggregate_type, aggregate_id, sequence_number, state,
 		segment_key, byte_offset, byte_length, encode(canonical_hash, 'hex'), occurred_at) FROM sluice.appends ORDER BY shard, position`)
-	s.sequences = collect(`SELECT concat_ws('|', aggregate_type, aggregate_id, last_sequence) FROM sluice.sequences ORDER BY 1`)
-	s.heads = collect(`SELECT shard || ':' || next_position FROM sluice.log_head ORDER BY shard`)
+	s.sequences = queryStrings(t, pool, `SELECT concat_ws('|', aggregate_type, aggregate_id, last_sequence) FROM sluice.sequences ORDER BY 1`)
+	s.heads = queryStrings(t, pool, `SELECT shard || ':' || next_position FROM sluice.log_head ORDER BY shard`)
 	if err := pool.QueryRow(ctx, `SELECT coalesce((SELECT next_position FROM sluice.log_head WHERE shard = 0), 0)`).Scan(&s.head); err != nil {
 		t.Fatal(err)
 	}
 	return s
+}
+
+// queryStrings runs sql, a query of one text column, and returns its rows.
+func queryStrings(t testing.TB, pool *pgxpool.Pool, sql string) []string {
+	t.Helper()
+	rows, err := pool.Query(ctxT(t), sql)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
 }
 
 func rowState(t testing.TB, pool *pgxpool.Pool, eventID string) string {

@@ -12,7 +12,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/pressly/goose/v3"
 
@@ -77,15 +76,7 @@ func TestUpgradeFromOneLog(t *testing.T) {
 	t.Cleanup(pool.Close)
 	oldHead := loadFixture(t, pool)
 	readRows := func(t *testing.T) []string {
-		rows, err := pool.Query(ctx, `SELECT concat_ws('|', `+appendsColumns+`) FROM sluice.appends ORDER BY position`)
-		if err != nil {
-			t.Fatal(err)
-		}
-		out, err := pgx.CollectRows(rows, pgx.RowTo[string])
-		if err != nil {
-			t.Fatal(err)
-		}
-		return out
+		return queryStrings(t, pool, `SELECT concat_ws('|', `+appendsColumns+`) FROM sluice.appends ORDER BY position`)
 	}
 	before := readRows(t)
 	var evs []fixtureEvent
