@@ -331,7 +331,8 @@ type directRead struct {
 // whose first batch holds a position in flight), a prefetch in
 // progress, or any position of the window abandoned, missing or reserved
 // past the append timeout (the LIST and the hole rules of docs/relay.md#what-it-does-per-cycle deal
-// with those). Once per poll interval a store of one shard's window also
+// with those; an abandoned row past the head is passed over: no LIST
+// resolves it before a commit follows it). Once per poll interval a store of one shard's window also
 // takes the reservations past the head (whose segments a LIST would find)
 // and looks for their segments (findWritten): a segment written but not
 // yet committed — its writer died between PUT and commit — is published
@@ -484,6 +485,14 @@ func (r *Relay) indexWindow(ctx context.Context, base, head int64, probe bool) (
 		if row.Position != base+1+int64(i) {
 			return nil, false, nil
 		}
+	}
+	if probe {
+		// An abandoned row past the head has no commit after it yet: no
+		// LIST resolves it before one (hole rule 4 does then, once the
+		// window holds it), so the plan passes over it instead of listing.
+		rows = slices.DeleteFunc(rows, func(row eventstore.IndexEntry) bool {
+			return row.Position > head && row.State == stateAbandoned
+		})
 	}
 	return rows, true, nil
 }

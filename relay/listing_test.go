@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/eventstore"
+	"github.com/sluicehq/sluice/eventstore/eventstoretest"
 	"github.com/sluicehq/sluice/eventstore/objstore"
 	"github.com/sluicehq/sluice/internal/testenv"
 	"github.com/sluicehq/sluice/shared/envelope"
@@ -79,6 +80,17 @@ func TestCaughtUpRelayDoesNotList(t *testing.T) {
 				t.Errorf("gap resolutions %q = %v, want 0: the event must come from its segment, not from the append timeout", how, v)
 			}
 		}
+	})
+	t.Run("an abandoned reservation past the head", func(t *testing.T) {
+		// The tail's last reservation abandoned (a repair found no segment)
+		// and nothing committed after it: no LIST could resolve it before
+		// a commit follows it (the listing's holes end at the head).
+		ctx := ctxT(t, 10*time.Second)
+		if _, _, err := eventstoretest.Forge(ctx, e.pool, eventstoretest.Forged{EventID: "8d6f5f0e-4c3b-4f7e-9a57-2f4d1b1c0a01", Kind: envelope.KindCommand,
+			AggregateType: "X", AggregateID: "abandoned", State: eventstore.StateAbandoned, CanonicalHash: make([]byte, 32), OccurredAt: time.Now()}); err != nil {
+			t.Fatal(err)
+		}
+		pollCycles(t, 10)
 	})
 	if n := lb.lists.Load(); n != 0 {
 		t.Fatalf("the relay listed segments/ %d times while close behind the head, want 0 (a LIST walks the whole store on the file backend)", n)
