@@ -202,7 +202,7 @@ func (s *Store) serverResultErr(err error) error {
 	return s.serverErr("", err)
 }
 
-// mergeNotifications forwards every server's notifications into one
+// subscribeServers forwards every server's notifications into one
 // stream, closed when ctx ends (when every server's stream is closed).
 func (s *Store) subscribeServers(ctx context.Context) <-chan Notification {
 	out := make(chan Notification)
