@@ -134,16 +134,10 @@ func (m *metrics) zero(handler string) {
 	}
 	m.commits.WithLabelValues(handler)
 	m.age.WithLabelValues(handler)
-	for _, v := range []int16{kmsgFetch, kmsgOffsetCommit} {
-		m.kafkaReqs.WithLabelValues(handler, kmsg.NameForKey(v))
+	for _, k := range []kmsg.Key{kmsg.Fetch, kmsg.OffsetCommit} {
+		m.kafkaReqs.WithLabelValues(handler, k.Name())
 	}
 }
-
-// Request keys of the Kafka protocol created at zero.
-const (
-	kmsgFetch        int16 = 1
-	kmsgOffsetCommit int16 = 8
-)
 
 // kafkaRequests is the consumer client's hook that counts the requests it
 // writes (metrics.kafkaReqs), one counter per request key, looked up once.
