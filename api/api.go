@@ -46,6 +46,15 @@ type EventStore interface {
 	ByEventID(ctx context.Context, eventID string) (eventstore.Event, error)
 }
 
+// AppendReadier is the readiness of an EventStore that has one
+// (*eventstore.Store: AppendReady): nil while it takes appends on any of
+// its servers. The API's "event store" readiness check is made of it; a
+// store without it has no such check (the wiring pins that
+// *eventstore.Store has it).
+type AppendReadier interface {
+	AppendReady(ctx context.Context) error
+}
+
 // CommandRegistry is what the API needs of the processed-event registry
 // (*registry.Registry): the rows of a command and the instance worker's last
 // finished slot of an aggregate.
@@ -202,7 +211,7 @@ func New(cfg Config, deps Deps, opts ...Option) (http.Handler, error) {
 	// and read-your-writes reads, which answer 503 while it is out, and an
 	// API that went unready with it would refuse appends its store could
 	// take (docs/scale-out.md#health).
-	if h, ok := deps.Store.(interface{ AppendReady(context.Context) error }); ok {
+	if h, ok := deps.Store.(AppendReadier); ok {
 		// Ready while any of the store's servers takes appends: with the
 		// shards over several servers, one down refuses only its shards'
 		// appends, and an API a load balancer took out would refuse the

@@ -49,6 +49,9 @@ import (
 	"github.com/sluicehq/sluice/shared/observability"
 )
 
+// The API's "event store" readiness check is the store's AppendReady.
+var _ api.AppendReadier = (*eventstore.Store)(nil)
+
 // Names of the services, as the subcommands of the binary name them.
 const (
 	API              = "api"
