@@ -12,7 +12,6 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/sluicehq/sluice/internal/testenv"
-	"github.com/sluicehq/sluice/migrations"
 	"github.com/sluicehq/sluice/shared/config"
 	"github.com/sluicehq/sluice/shared/envelope"
 	"github.com/sluicehq/sluice/shared/failure"
@@ -33,20 +32,7 @@ func newTwoServers(t *testing.T) *twoServers {
 	t.Helper()
 	e := newEnv(t)
 	srvB := testenv.NewPGServer(t)
-	urlB := srvB.NewDatabase(t)
-	db, err := migrations.Open(urlB)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := migrations.Up(ctxT(t), db, nil); err != nil {
-		t.Fatal(err)
-	}
-	_ = db.Close()
-	poolB, err := pgxpool.New(context.Background(), urlB)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(poolB.Close)
+	urlB, poolB := srvB.NewMigratedDatabase(t)
 	cfg := shardedConfig(4)
 	cfg.ShardMap = config.Secret("0-1=" + e.url + ",2-3=" + urlB)
 	return &twoServers{e: e, srvB: srvB, urlB: urlB, poolB: poolB, cfg: cfg, shards: idsByShard("Order", "srv", 4, 3)}

@@ -1,7 +1,6 @@
 package relay
 
 import (
-	"context"
 	"errors"
 	"log/slog"
 	"maps"
@@ -12,7 +11,6 @@ import (
 
 	"github.com/sluicehq/sluice/eventstore"
 	"github.com/sluicehq/sluice/internal/testenv"
-	"github.com/sluicehq/sluice/migrations"
 	"github.com/sluicehq/sluice/shared/config"
 	"github.com/sluicehq/sluice/shared/envelope"
 	"github.com/sluicehq/sluice/shared/failure"
@@ -30,20 +28,7 @@ func TestRelayOverTwoServers(t *testing.T) {
 	e := newEnv(t, 30*time.Second)
 	e.url, e.pool = testenv.NewMigratedDatabase(t) // shards 0-1 and the relay's tables
 	srvB := testenv.NewPGServer(t)
-	urlB := srvB.NewDatabase(t)
-	db, err := migrations.Open(urlB)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := migrations.Up(ctxT(t, time.Minute), db, nil); err != nil {
-		t.Fatal(err)
-	}
-	_ = db.Close()
-	poolB, err := pgxpool.New(context.Background(), urlB)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(poolB.Close)
+	urlB, poolB := srvB.NewMigratedDatabase(t)
 	st, err := eventstore.New(eventstore.Config{
 		Shards: shards, ShardMap: config.Secret("0-1=" + e.url + ",2-3=" + urlB),
 		GroupCommitMaxWait: 2 * time.Millisecond, GroupCommitMaxEvents: 500, AppendTimeout: e.appendTO,

@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
+
 	"github.com/sluicehq/sluice/internal/localpg"
 )
 
@@ -75,6 +77,14 @@ func (s *PGServer) AdminURL() string { return s.admin }
 func (s *PGServer) NewDatabase(t testing.TB) string {
 	t.Helper()
 	return NewDatabaseOn(t, s.admin)
+}
+
+// NewMigratedDatabase creates a database on this server with every sluice
+// migration applied and returns its connection string and a pool closed
+// when the test ends.
+func (s *PGServer) NewMigratedDatabase(t testing.TB) (string, *pgxpool.Pool) {
+	t.Helper()
+	return migratedPool(t, s.NewDatabase(t))
 }
 
 // Stop takes the server down: every connection is cut and new ones are

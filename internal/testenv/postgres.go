@@ -129,7 +129,13 @@ func withDatabase(connString, newDB string) string {
 // and returns its connection string and a pool closed when the test ends.
 func NewMigratedDatabase(t testing.TB) (string, *pgxpool.Pool) {
 	t.Helper()
-	url := NewDatabase(t)
+	return migratedPool(t, NewDatabase(t))
+}
+
+// migratedPool applies every sluice migration to the database at url and
+// returns url and a pool on it closed when the test ends.
+func migratedPool(t testing.TB, url string) (string, *pgxpool.Pool) {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	db, err := migrations.Open(url)
