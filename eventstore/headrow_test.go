@@ -69,6 +69,40 @@ func TestHeadRowMissingFailsTheWrite(t *testing.T) {
 	}
 }
 
+// A head row wiped by hand while no store runs is recreated by the next
+// store to open, past the shard's last position: the next append takes
+// the position after it, never one already handed out.
+func TestWipedHeadRowRecreatedPastTheLog(t *testing.T) {
+	for _, n := range []int{1, 4} {
+		t.Run(fmt.Sprintf("shards=%d", n), func(t *testing.T) {
+			e := newEnv(t)
+			cfg := shardedConfig(n)
+			s := e.store(t, cfg)
+			ids := idsByShard("Order", "wh", n, 3)
+			victim := n - 1
+			var last int64
+			for i, id := range ids[victim] {
+				rs := mustAppend(t, s, command("Order", id, 1))
+				if i == len(ids[victim])-1 {
+					last = rs[0].Event.Envelope.Position
+				}
+			}
+			if err := s.Close(); err != nil {
+				t.Fatal(err)
+			}
+			ctx := ctxT(t)
+			if _, err := e.pool.Exec(ctx, `DELETE FROM sluice.log_head WHERE shard = $1`, victim); err != nil {
+				t.Fatal(err)
+			}
+			s2 := e.store(t, cfg)
+			rs := mustAppend(t, s2, command("Order", ids[victim][0], 2))
+			if got := rs[0].Event.Envelope.Position; got != last+1 {
+				t.Fatalf("after the head row of shard %d was recreated the next append took position %d, want %d (after the shard's last)", victim, got, last+1)
+			}
+		})
+	}
+}
+
 // indexRows is what the index holds, row by row.
 type indexRows struct {
 	appends, sequences, heads []string

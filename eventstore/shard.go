@@ -153,9 +153,14 @@ const sqlReadLayout = `SELECT (SELECT shards FROM sluice.eventstore_layout WHERE
 
 // sqlHeadRows makes sure every shard held ($1) has its head row, and
 // removes the unused head rows of shards another server holds (a new
-// database's shard 0, migration 23).
+// database's shard 0, migration 23). A row it creates starts past the
+// shard's last position in the index (1 on an empty shard): a head row
+// wiped by hand is recreated where it was, never below positions already
+// handed out (one backward step of the appends key per shard).
 const sqlHeadRows = `WITH gone AS (DELETE FROM sluice.log_head WHERE shard <> ALL ($1::int[]) AND next_position = 1)
-INSERT INTO sluice.log_head (shard, next_position) SELECT s, 1 FROM unnest($1::int[]) AS s ON CONFLICT (shard) DO NOTHING`
+INSERT INTO sluice.log_head (shard, next_position)
+SELECT s, coalesce((SELECT a.position FROM sluice.appends a WHERE a.shard = s ORDER BY a.position DESC LIMIT 1), 0) + 1
+FROM unnest($1::int[]) AS s ON CONFLICT (shard) DO NOTHING`
 
 // heldShards are the shards this store holds: s.held on one server's part
 // of a store of several, else 0..N-1.
