@@ -9,7 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kgo"
 
@@ -283,22 +282,7 @@ func drainOnce(b *testing.B, e *env, events, r, run int, gets readCount) (time.D
 // cycle, a flush per 200 records).
 func newBenchRelay(b *testing.B, e *env, k *testenv.Kafka, name, prefix, holder string, lease time.Duration, hook Option, gets readCount) *Relay {
 	b.Helper()
-	pcfg, err := pgxpool.ParseConfig(e.url)
-	if err != nil {
-		b.Fatal(err)
-	}
-	pcfg.MaxConns = 8
-	pool, err := pgxpool.NewWithConfig(context.Background(), pcfg)
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(pool.Close)
-	st, err := eventstore.New(eventstore.Config{Shards: e.store.Shards(), AppendTimeout: e.appendTO},
-		eventstore.Deps{Pool: pool, Bucket: countingGets{e.bucket, gets}, Logger: testLogger(b, slog.LevelWarn)})
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() { _ = st.Close() })
+	st, pool := replicaStore(b, e, countingGets{e.bucket, gets})
 	a := e.opts(b)
 	a.Config.Name, a.Config.Holder = name, holder
 	a.Config.BatchSize, a.Config.KafkaFlushBatchSize = 200, 200

@@ -62,9 +62,10 @@ func startReplica(t *testing.T, e *env, holder string, opts ...Option) *replica 
 	return startReplicaOn(t, e, holder, e.bucket, opts...)
 }
 
-// startReplicaOn is startReplica with the replica's store reading its
-// segments through bucket (a wrapper of e.bucket that counts them).
-func startReplicaOn(t *testing.T, e *env, holder string, bucket objstore.Bucket, opts ...Option) *replica {
+// replicaStore is a relay process's own store reader over bucket and its
+// own pool of 8 connections on e's database, both closed when the test
+// ends, as a separate replica process would have.
+func replicaStore(t testing.TB, e *env, bucket objstore.Bucket) (*eventstore.Store, *pgxpool.Pool) {
 	t.Helper()
 	pcfg, err := pgxpool.ParseConfig(e.url)
 	if err != nil {
@@ -82,6 +83,14 @@ func startReplicaOn(t *testing.T, e *env, holder string, bucket objstore.Bucket,
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = st.Close() })
+	return st, pool
+}
+
+// startReplicaOn is startReplica with the replica's store reading its
+// segments through bucket (a wrapper of e.bucket that counts them).
+func startReplicaOn(t *testing.T, e *env, holder string, bucket objstore.Bucket, opts ...Option) *replica {
+	t.Helper()
+	st, pool := replicaStore(t, e, bucket)
 	a := e.opts(t)
 	a.Config.Holder = holder
 	a.Config.MetricsLogInterval = 0
