@@ -3,12 +3,11 @@ package eventstore
 import (
 	"fmt"
 	"net/http"
-	"net/url"
 	"slices"
 	"strconv"
 	"strings"
 
-	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/sluicehq/sluice/shared/config"
 )
 
 // Shards over several Postgres servers (docs/scale-out.md#shards-over-several-servers):
@@ -122,23 +121,15 @@ func parseShardEntry(entry string, n int) (lo, hi int, u string, err error) {
 	return lo, hi, u, nil
 }
 
-// postgresURLProblem says why s is not a connection string pgx accepts, or
-// "" when it is; the reason never contains s (it holds a password).
+// postgresURLProblem says why s is not a postgres:// or postgresql:// URL
+// pgx accepts, or "" when it is; the reason never contains s (it holds a
+// password). A map entry must be a URL (its ',' and '=' separate entries),
+// so the key=value form config.PostgresURLProblem also accepts is refused.
 func postgresURLProblem(s string) string {
 	if !strings.Contains(s, "://") {
 		return "must be a postgres:// or postgresql:// URL"
 	}
-	p, err := url.Parse(s)
-	if err != nil {
-		return "is not a valid URL (check the escaping of the user and password: %XX for reserved characters)"
-	}
-	if p.Scheme != "postgres" && p.Scheme != "postgresql" {
-		return "must be a postgres:// or postgresql:// URL, not " + strconv.Quote(p.Scheme) + "://"
-	}
-	if _, err := pgconn.ParseConfig(s); err != nil {
-		return "is not a valid Postgres connection string"
-	}
-	return ""
+	return config.PostgresURLProblem(s)
 }
 
 // ShardServers returns the servers of EVENT_STORE_SHARD_MAP (nil when it is

@@ -1,12 +1,8 @@
 package migrations
 
 import (
-	"net/url"
 	"slices"
-	"strconv"
 	"strings"
-
-	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/sluicehq/sluice/shared/config"
 )
@@ -151,28 +147,9 @@ func (c PostgresConfig) Validate() error {
 		if u == "" || (r != RoleMain && u == c.URL) {
 			continue // unset, or DATABASE_URL's: reported once, as DATABASE_URL
 		}
-		if reason := postgresURLProblem(u.Value()); reason != "" {
+		if reason := config.PostgresURLProblem(u.Value()); reason != "" {
 			k.Fail(r.Var(), "", "%s", reason)
 		}
 	}
 	return k.Err()
-}
-
-// postgresURLProblem says why s is not a connection string pgx accepts
-// (a postgres:// or postgresql:// URL, or key=value pairs), or "" when it
-// is. The reason never contains s: it holds a password.
-func postgresURLProblem(s string) string {
-	if strings.Contains(s, "://") {
-		u, err := url.Parse(s)
-		if err != nil {
-			return "is not a valid URL (check the escaping of the user and password: %XX for reserved characters)"
-		}
-		if u.Scheme != "postgres" && u.Scheme != "postgresql" {
-			return "must be a postgres:// or postgresql:// URL (postgres://user:password@host:5432/db?sslmode=require), not " + strconv.Quote(u.Scheme) + "://"
-		}
-	}
-	if _, err := pgconn.ParseConfig(s); err != nil {
-		return "is not a valid Postgres connection string (postgres://user:password@host:5432/db?sslmode=require)"
-	}
-	return ""
 }
