@@ -84,23 +84,13 @@ func BenchmarkRelayShards(b *testing.B) {
 }
 
 // newShardBenchEnv is an env whose store has n shards (n > 1 on a
-// database of its own, as newShardedEnv; it takes a testing.TB).
+// database of its own: newShardedEnv).
 func newShardBenchEnv(t testing.TB, n int) *env {
 	t.Helper()
-	e := newEnv(t, 30*time.Second)
 	if n == 1 {
-		return e
+		return newEnv(t, 30*time.Second)
 	}
-	e.url, e.pool = testenv.NewMigratedDatabase(t)
-	st, err := eventstore.New(eventstore.Config{
-		Shards: n, GroupCommitMaxWait: 2 * time.Millisecond, GroupCommitMaxEvents: 500, AppendTimeout: e.appendTO,
-	}, eventstore.Deps{Pool: e.pool, Bucket: e.bucket, Logger: testLogger(t, slog.LevelWarn)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = st.Close() })
-	e.store = st
-	return e
+	return newShardedEnv(t, n, 30*time.Second)
 }
 
 // seedInBatches appends envs through Append in batches of size, writers

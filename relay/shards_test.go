@@ -25,7 +25,7 @@ import (
 // newShardedEnv is an env whose store has the given number of shards, on a
 // database of its own (the env's store of one shard recorded its layout on
 // the other one).
-func newShardedEnv(t *testing.T, shards int, appendTO time.Duration) *env {
+func newShardedEnv(t testing.TB, shards int, appendTO time.Duration) *env {
 	t.Helper()
 	e := newEnv(t, appendTO)
 	e.url, e.pool = testenv.NewMigratedDatabase(t)
