@@ -216,9 +216,11 @@ func (s *Store) objectError(err error, notWritten bool) error {
 
 const sqlAbandonMine = `
 WITH upd AS (
-  UPDATE sluice.appends SET state = '` + StateAbandoned + `'
-  WHERE segment_key = $1 AND state = '` + StateReserved + `' AND writer_id = $2
-  RETURNING shard, position
+  UPDATE sluice.appends a SET state = '` + StateAbandoned + `'
+    FROM sluice.appends_open o
+  WHERE o.segment_key = $1 AND a.shard = o.shard AND a.position BETWEEN o.first AND o.last
+    AND a.segment_key = $1 AND a.state = '` + StateReserved + `' AND a.writer_id = $2
+  RETURNING a.shard, a.position
 )` + sqlAbandonedNotify
 
 // sqlAbandonedNotify counts the rows upd abandoned, their lowest and

@@ -58,7 +58,9 @@ type LogPage struct {
 
 const sqlLogBound = `
 SELECT least((SELECT next_position - 1 FROM sluice.log_head WHERE shard = 0),
-             coalesce((SELECT min(position) - 1 FROM sluice.appends WHERE shard = 0 AND state = 'reserved' AND position > $1), 9223372036854775807))`
+             coalesce((SELECT min(a.position) - 1 FROM sluice.appends_open o
+                        JOIN sluice.appends a ON a.shard = o.shard AND a.position BETWEEN o.first AND o.last
+                       WHERE o.shard = 0 AND o.last > $1 AND a.position > $1 AND a.state = '` + StateReserved + `'), 9223372036854775807))`
 
 // Log reads the log after a cursor (a store of one shard: after a
 // position): the events every consumer of the store sees, with the cursor
@@ -145,8 +147,10 @@ func (s *Store) logOne(ctx context.Context, q LogQuery) (LogPage, error) {
 // shard 0 first.
 const sqlLogBounds = `
 SELECT h.shard, least(h.next_position - 1,
-       coalesce((SELECT min(a.position) - 1 FROM sluice.appends a
-                  WHERE a.shard = h.shard AND a.state = '` + StateReserved + `' AND a.position > c.lo), 9223372036854775807))
+       coalesce((SELECT min(a.position) - 1 FROM sluice.appends_open o
+                   JOIN sluice.appends a ON a.shard = o.shard AND a.position BETWEEN o.first AND o.last
+                  WHERE o.shard = h.shard AND o.last > c.lo AND a.position > c.lo
+                    AND a.state = '` + StateReserved + `'), 9223372036854775807))
   FROM unnest($1::bigint[]) WITH ORDINALITY AS c(lo, n)
   JOIN sluice.log_head h ON h.shard = c.n - 1
  ORDER BY h.shard`

@@ -397,6 +397,23 @@ type IndexQuery struct {
 	Limit int
 }
 
+const indexEntryColumns = `a.position, a.event_id::text, a.kind, a.aggregate_type, a.aggregate_id, a.sequence_number, a.state,
+	a.segment_key, coalesce(a.byte_offset, 0), coalesce(a.byte_length, 0), a.writer_id, a.reserved_at, a.committed_at`
+
+// sqlIndexRows reads a shard's rows in $1..$2; sqlIndexUncommitted only
+// those not committed, found through appends_open: no index of appends
+// names state (docs/eventstore.md#open-blocks-and-hot-commits).
+const (
+	sqlIndexRows = `SELECT ` + indexEntryColumns + `
+		FROM sluice.appends a WHERE a.shard = $4 AND a.position BETWEEN $1 AND $2 ORDER BY a.position LIMIT $3`
+	sqlIndexUncommitted = `SELECT ` + indexEntryColumns + `
+		FROM sluice.appends a WHERE a.shard = $4 AND a.state <> '` + StateCommitted + `'
+		 AND (a.shard, a.position) IN (SELECT o.shard, p FROM sluice.appends_open o
+		                                CROSS JOIN LATERAL generate_series(greatest(o.first, $1), least(o.last, $2)) p
+		                               WHERE o.shard = $4 AND o.last >= $1 AND o.first <= $2)
+		ORDER BY a.position LIMIT $3`
+)
+
 // Index returns index rows in position order. A store of more than one
 // shard answers *ShardsNotSupportedError: a position names no row there
 // without its shard (ShardLog(i).Index reads one shard's rows).
@@ -419,14 +436,11 @@ func (l ShardLog) Index(ctx context.Context, q IndexQuery) ([]IndexEntry, error)
 	if q.Limit <= 0 {
 		q.Limit = 1000
 	}
-	cond := ""
+	sql := sqlIndexRows
 	if q.UncommittedOnly {
-		cond = " AND state <> '" + StateCommitted + "'"
+		sql = sqlIndexUncommitted
 	}
-	rows, err := l.s.pool.Query(ctx, `SELECT position, event_id::text, kind, aggregate_type, aggregate_id, sequence_number, state,
-		segment_key, coalesce(byte_offset, 0), coalesce(byte_length, 0), writer_id, reserved_at, committed_at
-		FROM sluice.appends WHERE shard = $4 AND position BETWEEN $1 AND $2`+cond+` ORDER BY position LIMIT $3`, Replan,
-		q.FromPosition, q.ToPosition, q.Limit, l.shard)
+	rows, err := l.s.pool.Query(ctx, sql, Replan, q.FromPosition, q.ToPosition, q.Limit, l.shard)
 	if err != nil {
 		return nil, fmt.Errorf("eventstore: index: %w", err)
 	}

@@ -68,7 +68,7 @@ func (s *Store) ReindexWithProgress(ctx context.Context, progress func(ReindexPr
 	}
 	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
 	for _, q := range []string{
-		`LOCK TABLE sluice.log_head, sluice.sequences, sluice.appends IN ACCESS EXCLUSIVE MODE`,
+		`LOCK TABLE sluice.log_head, sluice.sequences, sluice.appends, sluice.appends_open IN ACCESS EXCLUSIVE MODE`,
 		`CREATE TEMP TABLE reindex_appends (LIKE sluice.appends) ON COMMIT DROP`,
 	} {
 		if _, err := tx.Exec(ctx, q); err != nil {
@@ -119,7 +119,7 @@ func (s *Store) ReindexWithProgress(ctx context.Context, progress func(ReindexPr
 			progress(ReindexProgress{Segments: rep.Segments, Lines: lines})
 		}
 	}
-	tag, err := tx.Exec(ctx, `TRUNCATE sluice.appends`)
+	tag, err := tx.Exec(ctx, `TRUNCATE sluice.appends, sluice.appends_open`) // every row it inserts is committed
 	if err != nil {
 		return rep, fmt.Errorf("eventstore: reindex: %w (%s)", err, tag)
 	}

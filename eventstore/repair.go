@@ -27,6 +27,14 @@ WITH upd AS (
   FROM unnest($2::bigint[], $3::text[], $4::bigint[], $5::int[], $6::int[]) AS u(pos, eid, off, len, sh)
   WHERE a.shard = u.sh AND a.position = u.pos AND a.event_id = u.eid::uuid AND a.state = '` + StateReserved + `'
   RETURNING a.shard, a.position
+), blk AS (
+  SELECT u.sh, min(u.pos) AS lo, max(u.pos) AS hi FROM unnest($6::int[], $2::bigint[]) AS u(sh, pos) GROUP BY u.sh
+), closed AS (
+  DELETE FROM sluice.appends_open o USING blk
+   WHERE o.shard = blk.sh AND o.first BETWEEN blk.lo AND blk.hi
+     AND (SELECT count(*) FROM sluice.appends a
+           WHERE a.shard = o.shard AND a.position BETWEEN o.first AND o.last AND a.state <> '` + StateCommitted + `')
+       = (SELECT count(*) FROM upd WHERE upd.shard = o.shard AND upd.position BETWEEN o.first AND o.last)
 )
 SELECT coalesce(array_agg(shard), '{}'), coalesce(array_agg(position), '{}') FROM upd`
 
@@ -41,7 +49,9 @@ const sqlNotify = `SELECT pg_notify('` + NotifyChannel + `', $1)`
 
 // commitRows is step 5 of docs/eventstore.md#append-protocol-group-commit (and the repair of a block whose
 // segment exists): one statement marks the block's reserved rows committed
-// with their byte ranges, and returns the positions it committed. Rows in
+// with their byte ranges (a HOT update: no index of appends covers a
+// column it changes), deletes the appends_open rows of blocks it leaves
+// with every row committed, and returns the positions it committed. Rows in
 // any other state are left alone: committed ones (a repair got there
 // first), and abandoned ones — abandoned is final, because the relay may
 // have passed the position and its bounded lookback; a late writer appends
@@ -130,10 +140,12 @@ const (
 
 const sqlAbandon = `
 WITH upd AS (
-  UPDATE sluice.appends SET state = '` + StateAbandoned + `'
-  WHERE segment_key = $1 AND state = '` + StateReserved + `'
-    AND (($2::text <> '' AND writer_id = $2) OR reserved_at < now() - make_interval(secs => $4))
-  RETURNING shard, position
+  UPDATE sluice.appends a SET state = '` + StateAbandoned + `'
+    FROM sluice.appends_open o
+  WHERE o.segment_key = $1 AND a.shard = o.shard AND a.position BETWEEN o.first AND o.last
+    AND a.segment_key = $1 AND a.state = '` + StateReserved + `'
+    AND (($2::text <> '' AND a.writer_id = $2) OR a.reserved_at < now() - make_interval(secs => $4))
+  RETURNING a.shard, a.position
 )` + sqlAbandonedNotify
 
 // resolveBlock settles the reservations of one segment key: if the segment
@@ -192,10 +204,26 @@ type RepairReport struct {
 	InFlight int64
 }
 
+// sqlReservedBlocks finds the reserved rows through appends_open (no
+// index of appends names state: docs/eventstore.md#open-blocks-and-hot-commits).
 const sqlReservedBlocks = `
-SELECT segment_key, count(*) FROM sluice.appends
-WHERE state = '` + StateReserved + `' AND reserved_at <= now() - make_interval(secs => $1)
-GROUP BY segment_key ORDER BY min(shard), min(position)`
+SELECT r.segment_key, count(*) FROM (
+  SELECT DISTINCT a.shard, a.position, a.segment_key
+    FROM sluice.appends_open o
+    JOIN sluice.appends a ON a.shard = o.shard AND a.position BETWEEN o.first AND o.last
+   WHERE a.state = '` + StateReserved + `' AND a.reserved_at <= now() - make_interval(secs => $1)) r
+GROUP BY r.segment_key ORDER BY min(r.shard), min(r.position)`
+
+// sqlPruneOpen deletes the appends_open rows whose positions hold no row
+// that is not committed: a block whose commit raced a repair's (each
+// statement saw the other's rows reserved), or the one-position blocks the
+// table's trigger made for a writer of a build before migration 26 and
+// that writer committed. A block and its rows are inserted in one
+// statement, so a reservation in flight is never pruned.
+const sqlPruneOpen = `
+DELETE FROM sluice.appends_open o
+ WHERE NOT EXISTS (SELECT 1 FROM sluice.appends a
+                    WHERE a.shard = o.shard AND a.position BETWEEN o.first AND o.last AND a.state <> '` + StateCommitted + `')`
 
 // Repair resolves reservations whose writer may be gone (docs/eventstore.md#append-protocol-group-commit, docs/relay.md#gaps-and-the-bounded-lookback;
 // `sluice store repair`): for every reserved row at least olderThan old
@@ -212,6 +240,9 @@ func (s *Store) Repair(ctx context.Context, olderThan time.Duration) (RepairRepo
 	var rep RepairReport
 	if err := s.layoutChecked(); err != nil {
 		return rep, err
+	}
+	if _, err := s.pool.Exec(ctx, sqlPruneOpen); err != nil {
+		return rep, fmt.Errorf("eventstore: repair: prune open blocks: %w", err)
 	}
 	rows, err := s.pool.Query(ctx, sqlReservedBlocks, olderThan.Seconds())
 	if err != nil {

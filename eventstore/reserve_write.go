@@ -81,7 +81,11 @@ const sqlPlanVerify = `SELECT set_config('sluice.plan_cache_mode_before', curren
 // sequences, so the head rows' locks are held only for the rest of this
 // statement and the commit), and the accepted envelopes' appends rows go
 // in as reserved with the segment key their group will have ($6–$13; a
-// relative sequence is the aggregate's new last sequence minus seq). It
+// relative sequence is the aggregate's new last sequence minus seq), with
+// one appends_open row per shard's block (the relay's, Log's and Repair's
+// way to the rows not committed: docs/eventstore.md#open-blocks-and-hot-commits;
+// sluice.appends_open = 'kept' tells the table's trigger that the
+// statement keeps it itself). It
 // returns whether it wrote, the shards' blocks, when each head row was
 // held and when the statement began to ask for them (the head lock wait,
 // database clock), and the rows' sequence numbers. It turns
@@ -103,7 +107,8 @@ const (
 
 const sqlWriteSequences = `
 WITH go AS (
-  SELECT coalesce(current_setting('sluice.reserve_refused', true), '') = '' AS ok
+  SELECT coalesce(current_setting('sluice.reserve_refused', true), '') = '' AS ok,
+         set_config('sluice.appends_open', 'kept', true) AS kept
 ), created AS (
   INSERT INTO sluice.sequences (aggregate_type, aggregate_id, last_sequence)
   SELECT u.t, u.i, u.d FROM unnest($1::text[], $2::text[], $3::bigint[], $4::boolean[]) WITH ORDINALITY AS u(t, i, d, c, ord)
@@ -144,6 +149,11 @@ const sqlWriteInsertOne = `, ins AS (
          WITH ORDINALITY AS u(eid, kind, t, i, seq, rel, hash, occ, ord)
     LEFT JOIN seqs s ON u.rel AND s.aggregate_type = u.t AND s.aggregate_id = u.i
   RETURNING shard, position, sequence_number
+), opened AS (
+  INSERT INTO sluice.appends_open (shard, first, last, segment_key)
+  SELECT 0, head.first, head.first + $5::bigint - 1,
+         'segments/' || lpad(head.first::text, 20, '0') || '-' || lpad((head.first + $5::bigint - 1)::text, 20, '0') || '.jsonl'
+    FROM head WHERE $5::bigint > 0
 )`
 
 // want is read in full (MATERIALIZED) once the sequences moved, before the
@@ -186,6 +196,9 @@ const sqlWriteInsertSharded = `, seg AS (
     JOIN head hd ON hd.s = u.sh
     LEFT JOIN seqs s ON u.rel AND s.aggregate_type = u.t AND s.aggregate_id = u.i
   RETURNING shard, position, sequence_number
+), opened AS (
+  INSERT INTO sluice.appends_open (shard, first, last, segment_key)
+  SELECT s, first, first + n - 1, (SELECT key FROM seg) FROM head WHERE n > 0
 )`
 
 // sqlWriteResult is the write statement's answer (the same for one shard

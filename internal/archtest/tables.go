@@ -29,7 +29,9 @@ func TableOwners() map[string]string {
 		"appends":          "eventstore",
 		"eventstore_flush": "eventstore",
 		// 00023_eventstore_shards.sql
-		"eventstore_layout":  "eventstore",
+		"eventstore_layout": "eventstore",
+		// 00026_eventstore_open_blocks.sql
+		"appends_open":       "eventstore",
 		"processed_events":   "registry",
 		"aggregate_versions": "registry",
 		"relay_leases":       "relay",
