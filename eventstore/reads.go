@@ -391,7 +391,7 @@ type IndexQuery struct {
 	// FromPosition..ToPosition, inclusive; ToPosition 0: no upper bound.
 	FromPosition, ToPosition int64
 	// UncommittedOnly returns only reserved and abandoned rows (the relay's
-	// gap query; served by a partial index).
+	// gap query; found through appends_open).
 	UncommittedOnly bool
 	// Limit bounds the rows returned (default 1000).
 	Limit int
