@@ -223,6 +223,12 @@ func (m Metadata) String(key string) (string, bool) {
 	if !ok {
 		return "", false
 	}
+	if n := len(raw); n >= 2 && raw[0] == '"' && raw[n-1] == '"' && plainASCII(raw[1:n-1]) {
+		// The ids and trace headers the pipeline reads on every append
+		// and round: no escape, so the text between the quotes is the
+		// value, as json.Unmarshal would decode it.
+		return string(raw[1 : n-1]), true
+	}
 	var s string
 	if err := json.Unmarshal(raw, &s); err != nil {
 		return "", false
@@ -235,8 +241,28 @@ func (m *Metadata) SetString(key, value string) {
 	if *m == nil {
 		*m = Metadata{}
 	}
+	if plainASCII(value) {
+		// Exactly json.Marshal's bytes for a string that needs no escape.
+		b := make([]byte, len(value)+2)
+		b[0], b[len(b)-1] = '"', '"'
+		copy(b[1:], value)
+		(*m)[key] = b
+		return
+	}
 	b, _ := json.Marshal(value) // a Go string always encodes
 	(*m)[key] = b
+}
+
+// plainASCII reports whether b is printable ASCII that json.Marshal
+// writes as it is inside a string: no quote, backslash or control byte, and
+// none of the bytes it escapes for HTML (<, >, &).
+func plainASCII[T ~string | ~[]byte](b T) bool {
+	for i := 0; i < len(b); i++ {
+		if c := b[i]; c < ' ' || c > '~' || c == '"' || c == '\\' || c == '<' || c == '>' || c == '&' {
+			return false
+		}
+	}
+	return true
 }
 
 func (m Metadata) str(key string) string {
