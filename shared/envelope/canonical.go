@@ -1,13 +1,13 @@
 package envelope
 
 import (
+	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
-	"strings"
 	"unicode/utf8"
 )
 
@@ -96,8 +96,10 @@ const maxCanonicalDepth = 10000
 // decoded name and the bounds of its canonical value in the object's
 // scratch buffer.
 type member struct {
-	name       string
-	start, end int
+	// name is the decoded name; quoted, when not nil, its bytes in the
+	// input, already canonical (a plain name: no copy, no decoding).
+	name, quoted []byte
+	start, end   int
 }
 
 // appendCanonical appends the canonical form of the JSON value starting at
@@ -135,18 +137,20 @@ func appendCanonical(dst, src []byte, i, depth int) ([]byte, int, error) {
 			if i >= len(src) || src[i] != '"' {
 				return dst, i, errors.New("object member name expected")
 			}
-			name, end, plain, err := readString(src, i)
+			s, end, plain, err := readString(src, i)
 			if err != nil {
 				return dst, i, err
 			}
+			m := member{start: len(scratch)}
 			if plain {
-				name = string(src[i+1 : end-1])
+				m.name, m.quoted = src[i+1:end-1], src[i:end]
+			} else {
+				m.name = []byte(s)
 			}
 			i = skipSpace(src, end)
 			if i >= len(src) || src[i] != ':' {
 				return dst, i, errors.New("':' expected after an object member name")
 			}
-			m := member{name: name, start: len(scratch)}
 			if scratch, i, err = appendCanonical(scratch, src, skipSpace(src, i+1), depth+1); err != nil {
 				return dst, i, err
 			}
@@ -165,18 +169,22 @@ func appendCanonical(dst, src []byte, i, depth int) ([]byte, int, error) {
 		}
 		// Sort by name keeping input order among equal names, so the
 		// last of a run is the one encoding/json would keep.
-		slices.SortStableFunc(ms, func(a, b member) int { return strings.Compare(a.name, b.name) })
+		slices.SortStableFunc(ms, func(a, b member) int { return bytes.Compare(a.name, b.name) })
 		dst = append(dst, '{')
 		first := true
 		for k, m := range ms {
-			if k+1 < len(ms) && ms[k+1].name == m.name {
+			if k+1 < len(ms) && bytes.Equal(ms[k+1].name, m.name) {
 				continue
 			}
 			if !first {
 				dst = append(dst, ',')
 			}
 			first = false
-			dst = appendCanonicalString(dst, m.name)
+			if m.quoted != nil {
+				dst = append(dst, m.quoted...)
+			} else {
+				dst = appendCanonicalString(dst, string(m.name))
+			}
 			dst = append(dst, ':')
 			dst = append(dst, scratch[m.start:m.end]...)
 		}

@@ -57,8 +57,12 @@ func MaxStoredSize(e Envelope) (int, error) {
 }
 
 // CheckStoredSize refuses e with a limit_exceeded *ValidationError when its
-// stored line could exceed limit bytes (MaxStoredSize).
+// stored line could exceed limit bytes (MaxStoredSize). It expects a valid
+// e (Validate): one under the limit by EncodedBound is not encoded at all.
 func CheckStoredSize(e Envelope, limit int) error {
+	if EncodedBound(e) <= limit {
+		return nil // it cannot exceed the limit: no need to encode it
+	}
 	n, err := MaxStoredSize(e)
 	if err != nil {
 		return err

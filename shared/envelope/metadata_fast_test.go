@@ -76,3 +76,28 @@ func TestEncodedBound(t *testing.T) {
 		})
 	}
 }
+
+// TestValidateMetadataLimitExact: an envelope built in Go whose metadata
+// (scalar values, the kind Validate may size without encoding) encodes to
+// exactly the limit passes, one byte more is refused — the shortcut never
+// decides at the boundary.
+func TestValidateMetadataLimitExact(t *testing.T) {
+	e, err := Parse([]byte(minimalValid), Limits{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const limit = 512
+	for _, extra := range []int{0, 1} {
+		e.Metadata = Metadata{"n": json.RawMessage(`12`), "b": json.RawMessage(`true`)}
+		b, _ := EncodeJSON(e.Metadata)
+		// {"b":true,"n":12,"s":"…"}: 7 bytes for ,"s":"" around the value
+		e.Metadata["s"] = json.RawMessage(`"` + strings.Repeat("m", limit-len(b)-7+extra) + `"`)
+		if b, _ := EncodeJSON(e.Metadata); len(b) != limit+extra {
+			t.Fatalf("built %d bytes of metadata, want %d", len(b), limit+extra)
+		}
+		err := Validate(e, Limits{MaxMetadataBytes: limit})
+		if (err == nil) != (extra == 0) || (err != nil && (fieldOf(err) != "metadata" || codeOf(err) != CodeLimitExceeded)) {
+			t.Fatalf("metadata of %d bytes, limit %d: %v", limit+extra, limit, err)
+		}
+	}
+}

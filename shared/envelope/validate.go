@@ -468,28 +468,34 @@ func validateMetadata(m Metadata, l Limits, scanned bool) error {
 	if len(m) == 0 {
 		return nil
 	}
+	// scalars: every value is a string, number, boolean or null (as the
+	// ids and trace headers are), so the object nests one level and has
+	// no keys but m's; bound bounds its encoding as EncodedBound does.
+	scalars, bound := true, 2
 	for k, v := range m {
-		f := "metadata." + k
 		if err := CheckText(k, "metadata"); err != nil {
 			return err
 		}
 		if !scanned {
 			// Parse checked the whole envelope's text already.
-			if err := CheckJSONText(v, f); err != nil {
+			if err := CheckJSONText(v, "metadata."+k); err != nil {
 				return err
 			}
 		}
 		if len(v) == 0 || !json.Valid(v) {
-			return malformed(f, "JSON", "is not a valid JSON value")
+			return malformed("metadata."+k, "JSON", "is not a valid JSON value")
 		}
+		if c := bytes.TrimLeft(v, " \t\r\n")[0]; c == '{' || c == '[' {
+			scalars = false
+		}
+		bound += 6 * (len(k) + len(v) + 1)
 	}
 	for _, k := range stringMetadataKeys {
-		v, ok := m[k]
-		if !ok {
+		if _, ok := m[k]; !ok {
 			continue
 		}
-		var s string
-		if err := json.Unmarshal(v, &s); err != nil {
+		s, ok := m.String(k)
+		if !ok {
 			return invalid("metadata."+k, "string", "must be a JSON string")
 		}
 		switch k {
@@ -502,6 +508,12 @@ func validateMetadata(m Metadata, l Limits, scanned bool) error {
 				return err
 			}
 		}
+	}
+	if scalars && bound <= l.MaxMetadataBytes {
+		// Under the limit whatever the encoding, and nothing in it a walk
+		// could find: distinct valid keys stay distinct encoded, and
+		// scalar values add no depth.
+		return nil
 	}
 	b, err := EncodeJSON(m)
 	if err != nil {
