@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/go-json-experiment/json/jsontext"
 	"github.com/google/uuid"
 
 	"github.com/sluicehq/sluice/auth"
@@ -175,6 +176,18 @@ func (s *server) buildCommand(r *http.Request, req commandRequest) (envelope.Env
 // and a command that can never be applied. A patch's resulting state is
 // known only to the worker, which rejects it with the reason.
 func (s *server) checkCreatedEvent(cmd envelope.Envelope, commandID string, data json.RawMessage) error {
+	// The domain event holds the command's strings and metadata (a subset
+	// of them), a data no longer than the command's (which wraps it), and
+	// adds its event type and id and the correlation and causation
+	// members: when the command's bound (envelope.EncodedBound) plus as
+	// much for those is under the limit, the event cannot exceed it, and
+	// neither it nor its encoding need be built — a create far under the
+	// limit, the usual one, is not encoded twice more here.
+	added := len(TypeCreated) + len(cmd.EventID) + len(envelope.MetaCorrelationID) + len(commandID) +
+		len(envelope.MetaCausationID) + len(cmd.EventID) + 2
+	if envelope.EncodedBound(cmd)+6*added <= s.opts.Limits.MaxEnvelopeBytes {
+		return nil
+	}
 	if data == nil {
 		data = json.RawMessage(`{}`)
 	}
@@ -196,15 +209,16 @@ func (s *server) resolveInstanceID(req commandRequest, commandID string) (string
 	field := req.class + "_id"
 	var fromData string
 	if req.data != nil {
-		var top map[string]json.RawMessage
-		if err := json.Unmarshal(req.data, &top); err != nil {
+		v, err := topMember(req.data, field)
+		if err != nil {
 			return "", unprocessable("data", "must be a JSON object")
 		}
-		if v, ok := top[field]; ok && !isNull(v) {
+		if v != nil && !isNull(v) {
 			switch {
-			case len(v) > 0 && v[0] == '"':
-				_ = json.Unmarshal(v, &fromData)
-			case len(v) > 0 && (v[0] == '-' || (v[0] >= '0' && v[0] <= '9')):
+			case v[0] == '"':
+				u, _ := jsontext.AppendUnquote(nil, v)
+				fromData = string(u)
+			case v[0] == '-' || (v[0] >= '0' && v[0] <= '9'):
 				fromData = string(v)
 			default:
 				return "", unprocessable("data."+field, "the instance id field %q must be a string or a number", field)
@@ -226,6 +240,41 @@ func (s *server) resolveInstanceID(req commandRequest, commandID string) (string
 	default:
 		return envelope.InstanceIDFromCommand(commandID).String(), nil
 	}
+}
+
+// topMember returns the value of the JSON object data's top-level member
+// name (nil when it has none), reading only the top level's names: the
+// request's scan (scanObject) checked the whole object already (one object,
+// valid text, no duplicate key), so this skips the other members' values
+// instead of decoding data into a map.
+func topMember(data []byte, name string) (json.RawMessage, error) {
+	dec := jsontext.NewDecoder(bytes.NewReader(data), jsontext.AllowDuplicateNames(true), jsontext.AllowInvalidUTF8(true))
+	if tok, err := dec.ReadToken(); err != nil || tok.Kind() != '{' {
+		return nil, errors.New("not a JSON object")
+	}
+	for dec.PeekKind() == '"' {
+		k, err := dec.ReadValue()
+		if err != nil {
+			return nil, err
+		}
+		match := len(k) == len(name)+2 && string(k[1:len(k)-1]) == name
+		if !match && bytes.IndexByte(k, '\\') >= 0 {
+			u, err := jsontext.AppendUnquote(nil, k)
+			match = err == nil && string(u) == name
+		}
+		if !match {
+			if err := dec.SkipValue(); err != nil {
+				return nil, err
+			}
+			continue
+		}
+		v, err := dec.ReadValue()
+		if err != nil {
+			return nil, err
+		}
+		return json.RawMessage(v.Clone()), nil
+	}
+	return nil, nil
 }
 
 func printableASCII(s string) bool {

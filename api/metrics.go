@@ -13,6 +13,9 @@ type metrics struct {
 	requests *prometheus.CounterVec
 	duration *prometheus.HistogramVec
 	commands *prometheus.CounterVec
+	// codes are the status codes' labels, made once ("202", not a new
+	// string per request).
+	codes [600]string
 }
 
 func newMetrics(reg *prometheus.Registry) (*metrics, error) {
@@ -31,6 +34,9 @@ func newMetrics(reg *prometheus.Registry) (*metrics, error) {
 			Help: "Commands submitted, by event type and result (accepted, replayed, conflict, invalid, reused_key, unavailable).",
 		}, []string{"type", "result"}),
 	}
+	for c := range m.codes {
+		m.codes[c] = strconv.Itoa(c)
+	}
 	for _, c := range []prometheus.Collector{m.requests, m.duration, m.commands} {
 		if err := reg.Register(c); err != nil {
 			var are prometheus.AlreadyRegisteredError
@@ -44,7 +50,13 @@ func newMetrics(reg *prometheus.Registry) (*metrics, error) {
 }
 
 func (m *metrics) observe(route string, code int, d time.Duration) {
-	m.requests.WithLabelValues(route, strconv.Itoa(code)).Inc()
+	label := ""
+	if code >= 0 && code < len(m.codes) {
+		label = m.codes[code]
+	} else {
+		label = strconv.Itoa(code)
+	}
+	m.requests.WithLabelValues(route, label).Inc()
 	m.duration.WithLabelValues(route).Observe(d.Seconds())
 }
 
