@@ -96,6 +96,12 @@ func TestCreateResolvesInstanceID(t *testing.T) {
 		{"derived from key", `{"data":{"a":1}}`, "derive-me", envelope.InstanceIDFromCommand("derive-me").String(), 202},
 		{"both disagree", `{"instance_id":"x-9","data":{"order_id":"x-8"}}`, "", "", 422},
 		{"class_id of wrong type", `{"data":{"order_id":{"a":1}}}`, "", "", 422},
+		// only data's own member, after others, its name escaped or not
+		{"class_id after nested namesakes", `{"data":{"a":{"order_id":"inner"},"b":[{"order_id":"in-array"}],"order_id":"outer"}}`, "", "outer", 202},
+		{"class_id name escaped", `{"data":{"order\u005fid":"escaped"}}`, "", "escaped", 202},
+		{"class_id value escaped", `{"data":{"order_id":"x\u002dy"}}`, "", "x-y", 202},
+		{"class_id null", `{"data":{"order_id":null}}`, "null-key", envelope.InstanceIDFromCommand("null-key").String(), 202},
+		{"only a nested class_id", `{"data":{"a":{"order_id":"inner"}}}`, "nested-key", envelope.InstanceIDFromCommand("nested-key").String(), 202},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
