@@ -127,8 +127,13 @@ func appendCanonical(dst, src []byte, i, depth int) ([]byte, int, error) {
 		}
 		return appendCanonicalString(dst, s), end, nil
 	case c == '{':
-		var scratch []byte
-		var ms []member
+		// Room for a typical object's members on the stack (they are
+		// only read below). The members' canonical values go to dst's
+		// end first, at base; the sorted object is appended after them
+		// and then moved down to base: no buffer of its own.
+		var msBuf [16]member
+		ms := msBuf[:0]
+		base := len(dst)
 		i = skipSpace(src, i+1)
 		if i < len(src) && src[i] == '}' {
 			return append(dst, "{}"...), i + 1, nil
@@ -141,7 +146,7 @@ func appendCanonical(dst, src []byte, i, depth int) ([]byte, int, error) {
 			if err != nil {
 				return dst, i, err
 			}
-			m := member{start: len(scratch)}
+			m := member{start: len(dst)}
 			if plain {
 				m.name, m.quoted = src[i+1:end-1], src[i:end]
 			} else {
@@ -151,10 +156,10 @@ func appendCanonical(dst, src []byte, i, depth int) ([]byte, int, error) {
 			if i >= len(src) || src[i] != ':' {
 				return dst, i, errors.New("':' expected after an object member name")
 			}
-			if scratch, i, err = appendCanonical(scratch, src, skipSpace(src, i+1), depth+1); err != nil {
+			if dst, i, err = appendCanonical(dst, src, skipSpace(src, i+1), depth+1); err != nil {
 				return dst, i, err
 			}
-			m.end = len(scratch)
+			m.end = len(dst)
 			ms = append(ms, m)
 			i = skipSpace(src, i)
 			if i < len(src) && src[i] == ',' {
@@ -170,6 +175,7 @@ func appendCanonical(dst, src []byte, i, depth int) ([]byte, int, error) {
 		// Sort by name keeping input order among equal names, so the
 		// last of a run is the one encoding/json would keep.
 		slices.SortStableFunc(ms, func(a, b member) int { return bytes.Compare(a.name, b.name) })
+		out := len(dst)
 		dst = append(dst, '{')
 		first := true
 		for k, m := range ms {
@@ -186,9 +192,11 @@ func appendCanonical(dst, src []byte, i, depth int) ([]byte, int, error) {
 				dst = appendCanonicalString(dst, string(m.name))
 			}
 			dst = append(dst, ':')
-			dst = append(dst, scratch[m.start:m.end]...)
+			dst = append(dst, dst[m.start:m.end]...)
 		}
-		return append(dst, '}'), i, nil
+		dst = append(dst, '}')
+		n := copy(dst[base:], dst[out:])
+		return dst[:base+n], i, nil
 	case c == '[':
 		dst = append(dst, '[')
 		i = skipSpace(src, i+1)
