@@ -310,25 +310,37 @@ func checkPathText(pattern, escapedPath string) *Error {
 	if _, p, ok := strings.Cut(pattern, " "); ok {
 		pattern = p
 	}
-	pat := strings.Split(pattern, "/")
-	segs := strings.Split(escapedPath, "/")
-	for i, ps := range pat {
-		if i >= len(segs) || len(ps) < 2 || ps[0] != '{' || ps[len(ps)-1] != '}' {
-			continue
-		}
-		v, err := url.PathUnescape(segs[i])
+	var e *Error
+	wildcards(pattern, escapedPath, func(name, seg string) bool {
+		v, err := url.PathUnescape(seg)
 		if err != nil {
-			continue // the router decided on this path; it decodes
+			return true // the router decided on this path; it decodes
 		}
-		name := ps[1 : len(ps)-1]
 		if name == "id" {
 			name = "instance_id" // as the other errors about it say
 		}
 		if err := envelope.CheckText(v, name); err != nil {
-			return validationAs(err, name)
+			e = validationAs(err, name)
+			return false
+		}
+		return true
+	})
+	return e
+}
+
+// wildcards calls fn with each wildcard's name of a route's path pattern
+// ("/v1/dbs/{db}/…") and the escaped path's segment in its place, in
+// order, while fn returns true; segments are taken by position, as the
+// router matched them, without splitting either string into a slice.
+func wildcards(pattern, escapedPath string, fn func(name, seg string) bool) {
+	for pattern != "" && escapedPath != "" {
+		var ps, seg string
+		ps, pattern, _ = strings.Cut(pattern, "/")
+		seg, escapedPath, _ = strings.Cut(escapedPath, "/")
+		if len(ps) >= 2 && ps[0] == '{' && ps[len(ps)-1] == '}' && !fn(ps[1:len(ps)-1], seg) {
+			return
 		}
 	}
-	return nil
 }
 
 // recorder captures the router's own replies (404, 405, redirects).

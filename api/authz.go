@@ -154,16 +154,12 @@ func routePermission(pattern string, r *http.Request) (op auth.Operation, res *a
 // pathValues are the percent-decoded wildcards of a route's path.
 func pathValues(pattern, escapedPath string) map[string]string {
 	out := map[string]string{}
-	pat := strings.Split(pattern, "/")
-	segs := strings.Split(escapedPath, "/")
-	for i, ps := range pat {
-		if i >= len(segs) || len(ps) < 2 || ps[0] != '{' || ps[len(ps)-1] != '}' {
-			continue
+	wildcards(pattern, escapedPath, func(name, seg string) bool {
+		if v, err := url.PathUnescape(seg); err == nil {
+			out[name] = v
 		}
-		if v, err := url.PathUnescape(segs[i]); err == nil {
-			out[ps[1:len(ps)-1]] = v
-		}
-	}
+		return true
+	})
 	return out
 }
 

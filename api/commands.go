@@ -154,7 +154,9 @@ func (s *server) buildCommand(r *http.Request, req commandRequest) (envelope.Env
 	stampPrincipal(r, &env.Metadata)
 	norm, err := envelope.Normalize(env)
 	if err == nil {
-		err = envelope.Validate(norm, s.opts.Limits)
+		// data wraps the request's data, which its scan (scanObject, one
+		// level less deep than the limit) checked as Validate would.
+		err = envelope.ValidateBuiltData(norm, s.opts.Limits)
 	}
 	if err != nil {
 		return envelope.Envelope{}, validationAs(err, "")

@@ -101,3 +101,39 @@ func TestValidateMetadataLimitExact(t *testing.T) {
 		}
 	}
 }
+
+// TestValidateBuiltData: ValidateBuiltData leaves data's walk to the
+// caller that built it from checked JSON, and checks every other rule as
+// Validate does.
+func TestValidateBuiltData(t *testing.T) {
+	e, err := Parse([]byte(minimalValid), Limits{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	deep := e
+	deep.Data = json.RawMessage(`{"a":{"b":{}}}`)
+	if err := ValidateBuiltData(deep, Limits{MaxDataDepth: 2}); err != nil {
+		t.Fatalf("data the caller checked is walked again: %v", err)
+	}
+	if err := Validate(deep, Limits{MaxDataDepth: 2}); fieldOf(err) != "data" {
+		t.Fatalf("Validate of data over the depth: %v", err)
+	}
+	for _, c := range []struct {
+		name, field string
+		edit        func(*Envelope)
+		limits      Limits
+	}{
+		{"event_id", "event_id", func(e *Envelope) { e.EventID = "x" }, Limits{}},
+		{"metadata depth", "metadata", func(e *Envelope) { e.Metadata = Metadata{"m": json.RawMessage(`{"a":{"b":{}}}`)} }, Limits{MaxDataDepth: 2}},
+		{"envelope size", "", func(e *Envelope) { e.Data = json.RawMessage(`{"s":"` + strings.Repeat("x", 600) + `"}`) }, Limits{MaxEnvelopeBytes: 512}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			bad := e
+			c.edit(&bad)
+			err := ValidateBuiltData(bad, c.limits)
+			if err == nil || fieldOf(err) != c.field {
+				t.Fatalf("ValidateBuiltData = %v, want an error naming %q", err, c.field)
+			}
+		})
+	}
+}
