@@ -1,18 +1,23 @@
 package api
 
 import (
+	"bytes"
 	"encoding/json"
 	"net/http"
+	"net/url"
 	"regexp"
+	"sort"
 	"strconv"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/sluicehq/sluice/shared/envelope"
 )
 
 // CloudEvents JSON input (structured mode, application/cloudevents+json;
-// batch mode, application/cloudevents-batch+json; CloudEvents 1.0). The
-// mapping onto the envelope (docs/api.md, "CloudEvents"):
+// batch mode, application/cloudevents-batch+json; the HTTP binding's binary
+// mode, ce- headers and a JSON body; CloudEvents 1.0). The mapping onto the
+// envelope (docs/api.md, "CloudEvents"):
 //
 //	specversion      must be "1.0"
 //	id + source      event_id: id itself when it is a UUID (canonical,
@@ -178,4 +183,80 @@ func (s *server) parseCloudEvent(raw []byte, field string) (eventInput, *Error) 
 		}
 	}
 	return in, nil
+}
+
+// isBinaryCloudEvent reports whether h carries a CloudEvent in the binary
+// content mode of the CloudEvents HTTP binding: any ce- header. The
+// caller applies it to a JSON body only; a structured CloudEvent's
+// media type wins over ce- headers, as the binding says.
+func isBinaryCloudEvent(h http.Header) bool {
+	for k := range h {
+		if isCEHeader(k) {
+			return true
+		}
+	}
+	return false
+}
+
+func isCEHeader(k string) bool { return len(k) > 3 && strings.EqualFold(k[:3], "ce-") }
+
+// parseBinaryCloudEvent reads one CloudEvent in the binary content mode of
+// the HTTP binding: each attribute is a header "ce-" + name, its value
+// percent-encoded (RFC 3986, as the binding writes it); the body is the
+// data (a JSON object, or empty for none) and Content-Type its
+// datacontenttype. The event is then mapped exactly as the same event in
+// the structured mode (parseCloudEvent), so both modes store the same
+// envelope; a refusal of an attribute names its header (ce-type), of the
+// data "data".
+func (s *server) parseBinaryCloudEvent(h http.Header, body []byte) (eventInput, *Error) {
+	attrs := map[string]json.RawMessage{}
+	names := make([]string, 0, 8)
+	for k, vs := range h {
+		if !isCEHeader(k) {
+			continue
+		}
+		name := strings.ToLower(k[3:])
+		hdr := "ce-" + name
+		switch {
+		case len(vs) != 1:
+			return eventInput{}, unprocessable(hdr, "the header %s is given %d times; a CloudEvents attribute has one value", hdr, len(vs))
+		case name == "datacontenttype":
+			return eventInput{}, unprocessable(hdr, "in the binary content mode datacontenttype is the Content-Type header, not %s", hdr)
+		case name == "data" || !cloudEventAttr.MatchString(name):
+			return eventInput{}, unprocessable(hdr, "%q is not a CloudEvents attribute name ([a-z0-9]{1,64}, not data)", name)
+		}
+		v, err := url.PathUnescape(vs[0])
+		if err != nil || !utf8.ValidString(v) {
+			return eventInput{}, unprocessable(hdr, "the value of %s must be percent-encoded UTF-8 text (the HTTP binding's rule)", hdr)
+		}
+		attrs[name], _ = json.Marshal(v)
+		names = append(names, name)
+	}
+	if len(bytes.TrimSpace(body)) > 0 {
+		if _, _, e := scanObject(body, depthRule{offset: 0, maxData: s.opts.Limits.MaxDataDepth}, "data"); e != nil {
+			return eventInput{}, e
+		}
+		attrs["data"] = body
+		names = append(names, "data")
+	}
+	// One structured CloudEvent of the same attributes, in a fixed order
+	// (the header map's is random).
+	sort.Strings(names)
+	var doc bytes.Buffer
+	doc.WriteByte('{')
+	for i, name := range names {
+		if i > 0 {
+			doc.WriteByte(',')
+		}
+		key, _ := json.Marshal(name)
+		doc.Write(key)
+		doc.WriteByte(':')
+		doc.Write(attrs[name])
+	}
+	doc.WriteByte('}')
+	in, e := s.parseCloudEvent(doc.Bytes(), "")
+	if e != nil && e.Field != "" && e.Field != "data" && !strings.HasPrefix(e.Field, "data.") && !strings.HasPrefix(e.Field, "data[") {
+		e.Field = "ce-" + e.Field
+	}
+	return in, e
 }

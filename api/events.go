@@ -178,8 +178,9 @@ func (s *server) handleAppendEvents(w http.ResponseWriter, r *http.Request) {
 	if e == nil {
 		mt := mediaTypeOf(r)
 		q := r.URL.Query()
+		binary := mt == mediaJSON && isBinaryCloudEvent(r.Header)
 		switch {
-		case mt == mediaJSON:
+		case mt == mediaJSON && !binary:
 			if q.Has("expected_sequence") {
 				e = badParam("expected_sequence", "a JSON append names expected_sequence in its body")
 				break
@@ -191,7 +192,13 @@ func (s *server) handleAppendEvents(w http.ResponseWriter, r *http.Request) {
 				break
 			}
 			expect, e = parseExpectation(q.Get("expected_sequence"), "expected_sequence")
-			if e == nil {
+			switch {
+			case e == nil && binary:
+				var in eventInput
+				if in, e = s.parseBinaryCloudEvent(r.Header, b); e == nil {
+					inputs = []eventInput{in}
+				}
+			case e == nil:
 				inputs, e = s.parseCloudEvents(b, mt == mediaCloudEventBatch)
 			}
 		}

@@ -341,6 +341,72 @@ func TestCloudEventsInput(t *testing.T) {
 	}
 }
 
+// TestCloudEventsBinaryInput: a CloudEvent in the binary content mode of
+// the HTTP binding (attributes as ce- headers, percent-encoded; the body is
+// the data; Content-Type its datacontenttype) is appended like the same
+// event in the structured mode: same event_id, event_type exactly, the
+// attributes in metadata; and a re-send replays. A refusal names the
+// header at fault.
+func TestCloudEventsBinaryInput(t *testing.T) {
+	a := eventAPI(t, false)
+	const path = "/v1/streams/Device/bin-1/events"
+	headers := []string{"Content-Type: application/json", "ce-specversion: 1.0", "ce-id: B-1", "ce-source: /sensors/bin-1",
+		"ce-type: com.example.reading.taken", "ce-time: 2026-11-21T10:00:00.5+01:00", "ce-subject: bin%201",
+		"ce-dataschema: urn:x:reading", "ce-comexampleshard: 3"}
+	r := a.do("POST", path+"?expected_sequence=no_stream", `{"celsius":21.5}`, headers...).expect(t, http.StatusCreated, "")
+	if ev := r.json["events"].([]any)[0].(map[string]any); ev["event_id"] != CloudEventID("/sensors/bin-1", "B-1") {
+		t.Fatalf("event_id %v, want CloudEventID(source, id)", ev["event_id"])
+	}
+	a.do("POST", path+"?expected_sequence=no_stream", `{"celsius":21.5}`, headers...).expect(t, http.StatusOK, "") // replay
+	page := a.do("GET", path, "").expect(t, http.StatusOK, "")
+	ev := page.json["events"].([]any)[0].(map[string]any)
+	if ev["event_type"] != "com.example.reading.taken" || ev["occurred_at"] != "2026-11-21T09:00:00.500Z" || ev["kind"] != "domain" ||
+		ev["data"].(map[string]any)["celsius"] != 21.5 {
+		t.Fatalf("envelope %v", ev)
+	}
+	md := ev["metadata"].(map[string]any)
+	for k, want := range map[string]any{"ce_id": "B-1", "ce_source": "/sensors/bin-1", "ce_type": "com.example.reading.taken",
+		"ce_subject": "bin 1", "ce_dataschema": "urn:x:reading", "ce_comexampleshard": "3"} {
+		if md[k] != want {
+			t.Errorf("metadata %s = %v, want %v", k, md[k], want)
+		}
+	}
+	if _, ok := md["ce_time"]; ok {
+		t.Errorf("time is occurred_at, not metadata: %v", md)
+	}
+	base := []string{"Content-Type: application/json", "ce-specversion: 1.0", "ce-id: B-2", "ce-source: /s", "ce-type: x.y"}
+	for _, tc := range []struct {
+		name   string
+		extra  []string
+		body   string
+		status int
+		field  string
+	}{
+		{"no specversion", []string{"ce-specversion:"}, `{}`, 422, "ce-specversion"},
+		{"old specversion", []string{"ce-specversion: 0.3"}, `{}`, 422, "ce-specversion"},
+		{"no type", []string{"ce-type:"}, `{}`, 422, "ce-type"},
+		{"type outside the set", []string{"ce-type: com.example/x"}, `{}`, 422, "ce-type"},
+		{"time not RFC 3339", []string{"ce-time: yesterday"}, `{}`, 422, "ce-time"},
+		{"bad percent-encoding", []string{"ce-subject: 100%"}, `{}`, 422, "ce-subject"},
+		{"attribute name outside the rule", []string{"ce-my_ext: 1"}, `{}`, 422, "ce-my_ext"},
+		{"datacontenttype as a header", []string{"ce-datacontenttype: application/json"}, `{}`, 422, "ce-datacontenttype"},
+		{"data not an object", nil, `[1]`, 422, "data"},
+		{"data not JSON", nil, `{"a":`, 400, "data"},
+		{"data not JSON at all", []string{"Content-Type: text/plain"}, `a`, 415, "Content-Type"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			before := a.appendsCount()
+			r := a.do("POST", "/v1/streams/Device/bin-2/events", tc.body, append(append([]string(nil), base...), tc.extra...)...)
+			if r.code != tc.status || r.str("field") != tc.field || r.header.Get("Content-Type") != mediaProblem {
+				t.Fatalf("%d field %q, want %d %q: %s", r.code, r.str("field"), tc.status, tc.field, r.body)
+			}
+			if n := a.appendsCount() - before; n != 0 {
+				t.Fatalf("a refused event stored %d events", n)
+			}
+		})
+	}
+}
+
 // sseEvent is one Server-Sent Event.
 type sseEvent struct{ id, data string }
 
