@@ -144,7 +144,7 @@ func (s *server) parseCloudEvent(raw []byte, field string) (eventInput, *Error) 
 		return in, validationAs(err, at("type"))
 	}
 	in.eventID = CloudEventID(source, id)
-	in.eventType = typ
+	in.eventType, in.typeField = typ, at("type")
 	in.metadata.SetString("ce_id", id)
 	in.metadata.SetString("ce_source", source)
 	in.metadata.SetString("ce_type", typ)
@@ -258,5 +258,6 @@ func (s *server) parseBinaryCloudEvent(h http.Header, body []byte) (eventInput, 
 	if e != nil && e.Field != "" && e.Field != "data" && !strings.HasPrefix(e.Field, "data.") && !strings.HasPrefix(e.Field, "data[") {
 		e.Field = "ce-" + e.Field
 	}
+	in.typeField = "ce-type"
 	return in, e
 }

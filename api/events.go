@@ -90,6 +90,10 @@ type eventInput struct {
 	// schemaVersion is the schema version the producer names (0: none,
 	// the latest registered one is checked).
 	schemaVersion int
+	// typeField is where the request gave the event type when it is not
+	// field + ".event_type": "type" of a CloudEvent, "ce-type" of a
+	// binary one; refusals of the type name it.
+	typeField string
 }
 
 // AppendedEvent is one stored event of an append reply.
@@ -459,6 +463,9 @@ func (s *server) checkSchema(ctx context.Context, env envelope.Envelope, in even
 			Message: de.Error() + "; nothing of the request was written"}
 	case errors.As(err, &nr):
 		field := at("event_type")
+		if in.typeField != "" {
+			field = in.typeField
+		}
 		if nr.Version > 0 {
 			field = at("schema_version")
 		}

@@ -103,11 +103,54 @@ func TestSchemaAtTheDoor(t *testing.T) {
 	}
 }
 
+// TestSchemaStrictMode: in strict mode an unregistered type is refused
+// with 422 schema_not_registered naming the field the request gave the
+// type in: event_type of the JSON body, type of a CloudEvent, the ce-type
+// header of a binary one; nothing is stored.
 func TestSchemaStrictMode(t *testing.T) {
 	a, _ := schemaAPI(t, schema.ModeStrict)
-	r := a.do("POST", "/v1/streams/Order/s-1/events", appendBody(nil, evIn{uuid.NewString(), "Unknown", map[string]any{}})).expect(t, 422, CodeSchemaNotRegistered)
-	if r.str("field") != "events[0].event_type" {
+	binary := []string{"Content-Type: application/json", "ce-specversion: 1.0", "ce-id: b1", "ce-source: /s", "ce-type: com.example.unknown"}
+	for _, tc := range []struct {
+		name, body, field string
+		headers           []string
+	}{
+		{"JSON event", appendBody(nil, evIn{uuid.NewString(), "Unknown", map[string]any{}}), "events[0].event_type", nil},
+		{"CloudEvent", `{"specversion":"1.0","id":"c1","source":"/s","type":"com.example.unknown","data":{}}`, "type", []string{"Content-Type: " + mediaCloudEvent}},
+		{"CloudEvents batch", `[{"specversion":"1.0","id":"c2","source":"/s","type":"com.example.unknown"}]`, "[0].type", []string{"Content-Type: " + mediaCloudEventBatch}},
+		{"binary CloudEvent", `{}`, "ce-type", binary},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			before := a.appendsCount()
+			r := a.do("POST", "/v1/streams/Order/s-1/events", tc.body, tc.headers...).expect(t, 422, CodeSchemaNotRegistered)
+			if r.str("field") != tc.field {
+				t.Fatalf("field %q, want %q: %s", r.str("field"), tc.field, r.body)
+			}
+			if n := a.appendsCount() - before; n != 0 {
+				t.Fatalf("a refused event stored %d events", n)
+			}
+		})
+	}
+}
+
+// TestSchemaAtTheDoorBinaryCloudEvent: a CloudEvent in the HTTP binding's
+// binary content mode is checked like the structured one: 422 naming
+// data, the pointer, the keyword and the version; a valid one records the
+// version.
+func TestSchemaAtTheDoorBinaryCloudEvent(t *testing.T) {
+	ctx := context.Background()
+	a, reg := schemaAPI(t, schema.ModeOpen)
+	if _, err := reg.Register(ctx, "com.example.order.placed", []byte(orderSchema), schema.RegisterOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	h := []string{"Content-Type: application/json", "ce-specversion: 1.0", "ce-id: o1", "ce-source: /shop", "ce-type: com.example.order.placed"}
+	r := a.do("POST", "/v1/streams/Order/b-1/events", `{"id":"x","total":1,"lines":[{"qty":0}]}`, h...).expect(t, 422, CodeSchemaInvalid)
+	if r.str("field") != "data" || r.str("pointer") != "/lines/0/qty" || r.str("keyword") != "minimum" || r.num("schema_version") != 1 {
 		t.Fatalf("problem %s", r.body)
+	}
+	a.do("POST", "/v1/streams/Order/b-1/events", `{"id":"x","total":1}`, h...).expect(t, 201, "")
+	page := a.do("GET", "/v1/streams/Order/b-1/events", "").expect(t, 200, "")
+	if ev := page.json["events"].([]any)[0].(map[string]any); ev["schema_version"] != 1.0 || ev["event_type"] != "com.example.order.placed" {
+		t.Fatalf("stored %v", ev)
 	}
 }
 
