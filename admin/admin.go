@@ -294,7 +294,15 @@ func decode(body []byte, v any) error {
 	dec := json.NewDecoder(strings.NewReader(string(body)))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {
-		return invalid("body: %v", err)
+		// Name the member at fault when the decoder says which.
+		field := "body"
+		var te *json.UnmarshalTypeError
+		if errors.As(err, &te) && te.Field != "" {
+			field = te.Field
+		} else if name, ok := strings.CutPrefix(err.Error(), `json: unknown field "`); ok {
+			field = strings.TrimSuffix(name, `"`)
+		}
+		return atField(field, invalid("body: %v", err))
 	}
 	return nil
 }
@@ -312,6 +320,25 @@ func invalid(format string, a ...any) error {
 }
 
 func kind(k error, err error) error { return fmt.Errorf("%w: %w", k, err) }
+
+// fieldError is a refusal of one part of the request: its problem names
+// it in the member field (the command API's convention), e.g. "schema",
+// "compatibility", or a path value such as "event_type".
+type fieldError struct {
+	field string
+	err   error
+}
+
+func (e *fieldError) Error() string { return e.err.Error() }
+func (e *fieldError) Unwrap() error { return e.err }
+
+// atField names field as the part of the request err refuses (nil stays nil).
+func atField(field string, err error) error {
+	if err == nil {
+		return nil
+	}
+	return &fieldError{field: field, err: err}
+}
 
 func problemOf(err error) (int, string) {
 	switch {
@@ -335,18 +362,33 @@ func writeError(w http.ResponseWriter, err error) {
 	for _, k := range []error{errInvalid, errNotFound, errConflict, errUnsafe} {
 		detail = strings.TrimPrefix(detail, k.Error()+": ")
 	}
-	writeProblem(w, status, code, detail)
+	var fe *fieldError
+	field := ""
+	if errors.As(err, &fe) {
+		field = fe.field
+	}
+	writeProblemAt(w, status, code, field, detail)
 }
 
 // writeProblem answers an RFC 9457 problem, in the shape of the command
 // API's (type urn:sluice:problem:{code}, title, status, code, detail).
 func writeProblem(w http.ResponseWriter, status int, code, detail string) {
+	writeProblemAt(w, status, code, "", detail)
+}
+
+// writeProblemAt is writeProblem with the member field naming the part of
+// the request at fault (left out when "").
+func writeProblemAt(w http.ResponseWriter, status int, code, field, detail string) {
 	w.Header().Set("Content-Type", "application/problem+json")
 	w.Header().Set("Cache-Control", "no-store")
 	w.WriteHeader(status)
-	_ = json.NewEncoder(w).Encode(map[string]any{
+	p := map[string]any{
 		"type": "urn:sluice:problem:" + code, "title": http.StatusText(status), "status": status, "code": code, "detail": detail,
-	})
+	}
+	if field != "" {
+		p["field"] = field
+	}
+	_ = json.NewEncoder(w).Encode(p)
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {

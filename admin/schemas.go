@@ -8,6 +8,7 @@ import (
 	"strconv"
 
 	"github.com/sluicehq/sluice/schema"
+	"github.com/sluicehq/sluice/shared/envelope"
 )
 
 // ---- event schemas (docs/schemas.md) ---------------------------------------
@@ -21,7 +22,7 @@ func (s *Server) schemaRoutes() {
 	s.read("GET "+Prefix+"schemas/{type}/versions/{version}", func(r *http.Request) (any, error) {
 		n, err := strconv.Atoi(r.PathValue("version"))
 		if err != nil || n < 1 {
-			return nil, invalid("version %q: a number >= 1", r.PathValue("version"))
+			return nil, atField("version", invalid("version %q: a number >= 1", r.PathValue("version")))
 		}
 		v, err := s.schemas.Get(r.Context(), r.PathValue("type"), n)
 		return v, schemaError(err)
@@ -66,7 +67,7 @@ type UpcasterRequest struct {
 func fromVersion(r *http.Request) (int, error) {
 	n, err := strconv.Atoi(r.PathValue("from"))
 	if err != nil || n < 1 {
-		return 0, invalid("from %q: a version number >= 1", r.PathValue("from"))
+		return 0, atField("from", invalid("from %q: a version number >= 1", r.PathValue("from")))
 	}
 	return n, nil
 }
@@ -74,6 +75,9 @@ func fromVersion(r *http.Request) (int, error) {
 func (s *Server) upcasterSet(r *http.Request, body []byte) (Action, error) {
 	typ := r.PathValue("type")
 	a := Action{Target: "schema " + typ + " upcaster"}
+	if err := checkEventType(typ); err != nil {
+		return a, err
+	}
 	from, err := fromVersion(r)
 	if err != nil {
 		return a, err
@@ -84,14 +88,14 @@ func (s *Server) upcasterSet(r *http.Request, body []byte) (Action, error) {
 		return a, err
 	}
 	if req.Upcaster == "" {
-		return a, invalid("body: upcaster (the upcaster file's YAML text) is required")
+		return a, atField("upcaster", invalid("body: upcaster (the upcaster file's YAML text) is required"))
 	}
 	u, err := schema.ParseUpcaster(req.Source, []byte(req.Upcaster))
 	if err != nil {
 		return a, schemaError(err)
 	}
 	if u.EventType != typ || u.From != from {
-		return a, invalid("the upcaster is of %s from v%d, not of %s from v%d as the path says", u.EventType, u.From, typ, from)
+		return a, atField("upcaster", invalid("the upcaster is of %s from v%d, not of %s from v%d as the path says", u.EventType, u.From, typ, from))
 	}
 	res, err := s.schemas.SetUpcaster(r.Context(), []byte(req.Upcaster), schema.UpcasterOptions{Source: req.Source, DryRun: req.DryRun})
 	a.DryRun, a.Result = req.DryRun, res
@@ -130,29 +134,45 @@ func schemaError(err error) error {
 		return nil
 	case errors.Is(err, schema.ErrNotFound):
 		return kind(errNotFound, err)
-	case errors.As(err, &ie), errors.As(err, &ce):
-		return kind(errConflict, err)
-	case errors.As(err, &se), errors.As(err, &ue):
-		return kind(errInvalid, err)
+	case errors.As(err, &ie):
+		return atField("schema", kind(errConflict, err))
+	case errors.As(err, &ce):
+		return atField("upcaster", kind(errConflict, err))
+	case errors.As(err, &se):
+		return atField("schema", kind(errInvalid, err))
+	case errors.As(err, &ue):
+		return atField("upcaster", kind(errInvalid, err))
 	}
 	return err
+}
+
+// checkEventType refuses a path's event type outside the rule of
+// docs/architecture.md#event-types, naming the field event_type.
+func checkEventType(typ string) error {
+	if err := envelope.ValidateEventType(typ); err != nil {
+		return atField("event_type", invalid("event type %q: %v", typ, err))
+	}
+	return nil
 }
 
 func (s *Server) schemaRegister(r *http.Request, body []byte) (Action, error) {
 	typ := r.PathValue("type")
 	a := Action{Target: "schema " + typ}
+	if err := checkEventType(typ); err != nil {
+		return a, err
+	}
 	var req SchemaRequest
 	if err := decode(body, &req); err != nil {
 		return a, err
 	}
 	if len(req.Schema) == 0 {
-		return a, invalid("body: schema (the JSON Schema document) is required")
+		return a, atField("schema", invalid("body: schema (the JSON Schema document) is required"))
 	}
 	var mode schema.Compatibility
 	if req.Compatibility != "" {
 		m, err := schema.ParseCompatibility(req.Compatibility)
 		if err != nil {
-			return a, invalid("%v", err)
+			return a, atField("compatibility", invalid("%v", err))
 		}
 		mode = m
 	}
@@ -171,6 +191,9 @@ func (s *Server) schemaRegister(r *http.Request, body []byte) (Action, error) {
 func (s *Server) schemaCheck(r *http.Request, body []byte) (Action, error) {
 	typ := r.PathValue("type")
 	a := Action{Target: "schema " + typ, DryRun: true}
+	if err := checkEventType(typ); err != nil {
+		return a, err
+	}
 	var req SchemaRequest
 	if err := decode(body, &req); err != nil {
 		return a, err
@@ -187,6 +210,9 @@ func (s *Server) schemaCheck(r *http.Request, body []byte) (Action, error) {
 func (s *Server) schemaCompatibility(r *http.Request, body []byte) (Action, error) {
 	typ := r.PathValue("type")
 	a := Action{Target: "schema " + typ}
+	if err := checkEventType(typ); err != nil {
+		return a, err
+	}
 	var req struct {
 		Compatibility string `json:"compatibility"`
 	}
@@ -195,7 +221,7 @@ func (s *Server) schemaCompatibility(r *http.Request, body []byte) (Action, erro
 	}
 	mode, err := schema.ParseCompatibility(req.Compatibility)
 	if err != nil || req.Compatibility == "" {
-		return a, invalid("compatibility must be one of %v", schema.Compatibilities)
+		return a, atField("compatibility", invalid("compatibility must be one of %v", schema.Compatibilities))
 	}
 	a.Result = map[string]any{"event_type": typ, "compatibility": mode}
 	return a, schemaError(s.schemas.SetCompatibility(r.Context(), typ, mode))

@@ -88,3 +88,44 @@ func ex(name string) json.RawMessage {
 func upFor(name string) string {
 	return strings.Replace(string(ex(name)), "event_type: OrderPlaced", "event_type: Ordered", 1)
 }
+
+// TestSchemaAdminRefusalsNameTheField: every refusal of a schema request
+// is a problem+json whose field names the part of the request at fault:
+// the path's event type, version or from, or the body's schema,
+// compatibility or upcaster.
+func TestSchemaAdminRefusalsNameTheField(t *testing.T) {
+	e := start(t)
+	v1 := json.RawMessage(`{"type":"object","properties":{"id":{"type":"string"}},"required":["id"],"additionalProperties":false}`)
+	v2bad := json.RawMessage(`{"type":"object","properties":{"id":{"type":"string"},"c":{"type":"string"}},"required":["id","c"],"additionalProperties":false}`)
+	if status, out, _ := e.call("POST", "/admin/v1/schemas/Shipped", opToken, map[string]any{"schema": v1}); status != 201 {
+		t.Fatalf("register v1: %d %v", status, out)
+	}
+	for _, tc := range []struct {
+		name, method, path string
+		body               any
+		status             int
+		field              string
+	}{
+		{"event type outside the rule", "POST", "/admin/v1/schemas/bad%20type", map[string]any{"schema": v1}, 400, "event_type"},
+		{"check: event type outside the rule", "POST", "/admin/v1/schemas/bad%3Atype/check", map[string]any{"schema": v1}, 400, "event_type"},
+		{"no schema", "POST", "/admin/v1/schemas/Shipped", map[string]any{}, 400, "schema"},
+		{"not a JSON Schema", "POST", "/admin/v1/schemas/Shipped", map[string]any{"schema": json.RawMessage(`{"type":"objekt"}`)}, 400, "schema"},
+		{"incompatible", "POST", "/admin/v1/schemas/Shipped", map[string]any{"schema": v2bad}, 409, "schema"},
+		{"unknown mode on register", "POST", "/admin/v1/schemas/Shipped", map[string]any{"schema": v1, "compatibility": "SIDEWAYS"}, 400, "compatibility"},
+		{"unknown mode", "PUT", "/admin/v1/schemas/Shipped/compatibility", map[string]any{"compatibility": "SIDEWAYS"}, 400, "compatibility"},
+		{"unknown member", "PUT", "/admin/v1/schemas/Shipped/compatibility", map[string]any{"mode": "FULL"}, 400, "mode"},
+		{"mistyped member", "PUT", "/admin/v1/schemas/Shipped/compatibility", map[string]any{"compatibility": 3}, 400, "compatibility"},
+		{"not an object", "DELETE", "/admin/v1/schemas/Shipped", `{"version":`, 400, "body"},
+		{"version not a number", "GET", "/admin/v1/schemas/Shipped/versions/x", nil, 400, "version"},
+		{"from not a number", "PUT", "/admin/v1/schemas/Shipped/upcasters/x", map[string]any{"upcaster": "a"}, 400, "from"},
+		{"no upcaster", "PUT", "/admin/v1/schemas/Shipped/upcasters/1", map[string]any{}, 400, "upcaster"},
+		{"upcaster not YAML of an upcaster", "PUT", "/admin/v1/schemas/Shipped/upcasters/1", map[string]any{"upcaster": "event_type: Shipped\nfrom: 0\n"}, 400, "upcaster"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			status, out, h := e.call(tc.method, tc.path, opToken, tc.body)
+			if status != tc.status || out["field"] != tc.field || h.Get("Content-Type") != "application/problem+json" {
+				t.Fatalf("%d %v (%s), want %d field %q", status, out, h.Get("Content-Type"), tc.status, tc.field)
+			}
+		})
+	}
+}
