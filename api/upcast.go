@@ -77,8 +77,13 @@ func (s *server) present(ctx context.Context, ev eventstore.Event, latest bool) 
 func fromUpcast(err error) *Error {
 	var ue *schema.UpcastError
 	if errors.As(err, &ue) {
+		from := ue.From
+		if ue.From == ue.To && ue.Stored < ue.To {
+			// The result failed the latest schema: no one step did.
+			from = ue.Stored
+		}
 		return &Error{Status: http.StatusInternalServerError, Code: CodeUpcastFailed, Field: "as", SchemaVersion: ue.Stored,
-			Limit:   fmt.Sprintf("%s v%d→v%d", ue.EventType, ue.From, ue.To),
+			Limit:   fmt.Sprintf("%s v%d→v%d", ue.EventType, from, ue.To),
 			Message: ue.Error() + "; fix the upcaster (sluice schema upcaster set) or read without as=latest", cause: err}
 	}
 	return &Error{Status: http.StatusServiceUnavailable, Code: CodeUnavailable, Message: "the schema registry could not be read to upcast events; retry",

@@ -264,3 +264,23 @@ func TestUpcastFailure(t *testing.T) {
 		}
 	})
 }
+
+// TestUpcastFailureOfTheLatestSchema: when the upcast data does not match
+// the latest schema (here a step without an upcaster), the problem's
+// limit names the whole upcast, stored version to latest, not a step from
+// the latest version to itself.
+func TestUpcastFailureOfTheLatestSchema(t *testing.T) {
+	ctx := context.Background()
+	a, reg := upcastAPI(t)
+	if _, err := reg.Register(ctx, "Weighed", []byte(`{"type":"object"}`), schema.RegisterOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	a.do("POST", "/v1/streams/Parcel/w-1/events", `{"events":[`+rawEvent("Weighed", 0, `{"g":1}`)+`]}`).expect(t, 201, "")
+	if _, err := reg.Register(ctx, "Weighed", []byte(`{"type":"object","required":["kg"]}`), schema.RegisterOptions{Compatibility: schema.None}); err != nil {
+		t.Fatal(err)
+	}
+	r := a.do("GET", "/v1/streams/Parcel/w-1/events?as=latest", "").expect(t, http.StatusInternalServerError, CodeUpcastFailed)
+	if r.str("limit") != "Weighed v1→v2" || r.num("schema_version") != 1 || !strings.Contains(r.str("detail"), "does not match schema v2") {
+		t.Fatalf("problem %s, want limit Weighed v1→v2", r.body)
+	}
+}
