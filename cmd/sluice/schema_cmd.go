@@ -14,6 +14,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/sluicehq/sluice/admin"
 	"github.com/sluicehq/sluice/migrations"
 	"github.com/sluicehq/sluice/schema"
 )
@@ -24,6 +25,26 @@ func openSchemas(cmd *cobra.Command) (*schema.Registry, func(), error) {
 		return nil, nil, err
 	}
 	return schema.New(pool, cfg.Schema, logger), pool.Close, nil
+}
+
+// schemaAudit records a change made by a schema command in the admin
+// audit log (who: cli:{user}), with the action names of the admin API.
+type schemaAudit func(action, target string, request, result any) error
+
+// openSchemasAudited is openSchemas for the commands that change the
+// registry: the audit of their changes goes to the same database.
+func openSchemasAudited(cmd *cobra.Command) (*schema.Registry, schemaAudit, func(), error) {
+	cfg, logger, pool, err := loadConfigPool(cmd, migrations.RoleMain)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	audit := func(action, target string, request, result any) error {
+		if err := admin.RecordCLI(cmd.Context(), pool, logger, cliWho(), action, target, request, result); err != nil {
+			return fmt.Errorf("%s: done, but its audit record was not written: %w", target, err)
+		}
+		return nil
+	}
+	return schema.New(pool, cfg.Schema, logger), audit, pool.Close, nil
 }
 
 func printJSON(cmd *cobra.Command, v any) error {
@@ -114,7 +135,7 @@ against the new version — and stored in the same transaction.`,
 					return err
 				}
 			}
-			reg, closeFn, err := openSchemas(cmd)
+			reg, audit, closeFn, err := openSchemasAudited(cmd)
 			if err != nil {
 				return err
 			}
@@ -123,6 +144,12 @@ against the new version — and stored in the same transaction.`,
 			res, err := reg.Register(cmd.Context(), args[0], raw, o)
 			if err != nil {
 				return schemaErr(err)
+			}
+			if !res.DryRun && !res.Existing {
+				req := map[string]any{"file": args[1], "compatibility": compat, "upcaster": upcasterFile}
+				if err := audit("schema.register", "schema "+args[0], req, res); err != nil {
+					return err
+				}
 			}
 			if asJSON {
 				return printJSON(cmd, res)
@@ -214,7 +241,7 @@ func newSchemaDeleteCmd() *cobra.Command {
 		Short: "Delete one version (--version) or every version of an event type's schema; stored events are untouched",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			reg, closeFn, err := openSchemas(cmd)
+			reg, audit, closeFn, err := openSchemasAudited(cmd)
 			if err != nil {
 				return err
 			}
@@ -222,6 +249,12 @@ func newSchemaDeleteCmd() *cobra.Command {
 			vs, err := reg.Delete(cmd.Context(), args[0], delVersion, delDry)
 			if err != nil {
 				return schemaErr(err)
+			}
+			if !delDry {
+				res := map[string]any{"event_type": args[0], "deleted_versions": vs}
+				if err := audit("schema.delete", "schema "+args[0], map[string]any{"version": delVersion}, res); err != nil {
+					return err
+				}
 			}
 			verb := "deleted"
 			if delDry {
@@ -269,7 +302,7 @@ with upcast: latest use it within EVENT_SCHEMA_REFRESH_INTERVAL. Exit 4: invalid
 			if err != nil {
 				return err
 			}
-			reg, closeFn, err := openSchemas(cmd)
+			reg, audit, closeFn, err := openSchemasAudited(cmd)
 			if err != nil {
 				return err
 			}
@@ -277,6 +310,12 @@ with upcast: latest use it within EVENT_SCHEMA_REFRESH_INTERVAL. Exit 4: invalid
 			res, err := reg.SetUpcaster(cmd.Context(), raw, schema.UpcasterOptions{Source: filepath.Base(args[0]), DryRun: dryRun})
 			if err != nil {
 				return schemaErr(err)
+			}
+			if !res.DryRun && !res.Existing {
+				target := fmt.Sprintf("schema %s upcaster v%d", res.EventType, res.From)
+				if err := audit("schema.upcaster", target, map[string]any{"file": args[0]}, res); err != nil {
+					return err
+				}
 			}
 			if asJSON {
 				return printJSON(cmd, res)
@@ -328,13 +367,20 @@ func newSchemaUpcasterDeleteCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			reg, closeFn, err := openSchemas(cmd)
+			reg, audit, closeFn, err := openSchemasAudited(cmd)
 			if err != nil {
 				return err
 			}
 			defer closeFn()
 			if err := reg.DeleteUpcaster(cmd.Context(), args[0], from, delDry); err != nil {
 				return schemaErr(err)
+			}
+			if !delDry {
+				target := fmt.Sprintf("schema %s upcaster v%d", args[0], from)
+				res := map[string]any{"event_type": args[0], "from": from, "to": from + 1, "deleted": true}
+				if err := audit("schema.upcaster_delete", target, map[string]any{}, res); err != nil {
+					return err
+				}
 			}
 			verb := "deleted"
 			if delDry {

@@ -1,11 +1,14 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/jackc/pgx/v5"
 )
 
 // TestSchemaCommands: register, list, show, the offline check of CI and
@@ -136,5 +139,43 @@ func TestSchemaUpcasterCommands(t *testing.T) {
 				t.Fatalf("exit %d %q, want %d containing %q", code, text, st.code, st.want)
 			}
 		})
+	}
+}
+
+// TestSchemaCommandsAreAudited: every change the schema commands make —
+// a registration, an upcaster set or deleted, a version deleted — is in
+// the admin audit log as the admin API records it (who cli:{user}); dry
+// runs and a registration of the same document again change nothing and
+// leave no record.
+func TestSchemaCommandsAreAudited(t *testing.T) {
+	pool := envDatabase(t)
+	ex := filepath.Join("..", "..", "examples", "schemas", "OrderPlaced")
+	for _, args := range [][]string{
+		{"schema", "register", "OrderPlaced", filepath.Join(ex, "v1.json")},
+		{"schema", "register", "OrderPlaced", filepath.Join(ex, "v1.json")},
+		{"schema", "register", "OrderPlaced", filepath.Join(ex, "v2.json"), "--dry-run"},
+		{"schema", "register", "OrderPlaced", filepath.Join(ex, "v2.json")},
+		{"schema", "upcaster", "set", filepath.Join(ex, "upcast-v1.yaml"), "--dry-run"},
+		{"schema", "upcaster", "set", filepath.Join(ex, "upcast-v1.yaml")},
+		{"schema", "upcaster", "delete", "OrderPlaced", "1"},
+		{"schema", "delete", "OrderPlaced", "--version", "2", "--dry-run"},
+		{"schema", "delete", "OrderPlaced", "--version", "2"},
+	} {
+		if _, _, err := run(t, args...); err != nil {
+			t.Fatalf("%v: %v", args, err)
+		}
+	}
+	rows, err := pool.Query(context.Background(), `SELECT action || ' ' || target FROM sluice.admin_audit WHERE who LIKE 'cli:%' ORDER BY id`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []string{"schema.register schema OrderPlaced", "schema.register schema OrderPlaced", "schema.upcaster schema OrderPlaced upcaster v1",
+		"schema.upcaster_delete schema OrderPlaced upcaster v1", "schema.delete schema OrderPlaced"}
+	if strings.Join(got, "\n") != strings.Join(want, "\n") {
+		t.Fatalf("CLI audit records:\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
 	}
 }
