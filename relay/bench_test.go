@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/sluicehq/sluice/eventstore/objstore/filestore"
 	"github.com/sluicehq/sluice/internal/testenv"
@@ -59,6 +60,8 @@ func BenchmarkRelay(b *testing.B) {
 				opts := e.opts(b)
 				opts.Deps.Logger = testLogger(b, 8) // quiet
 				opts.Config.BatchSize, opts.Config.KafkaFlushBatchSize = 200, flush
+				var shape produceShape
+				opts.Opts = append(opts.Opts, WithKafkaOpts(kgo.WithHooks(&shape)))
 				var acked atomic.Int64
 				var lastAck atomic.Pointer[time.Time]
 				opts.Opts = append(opts.Opts, withAckHook(func(ids []string, at time.Time) {
@@ -87,6 +90,7 @@ func BenchmarkRelay(b *testing.B) {
 				b.ReportMetric(float64(events)/last.Sub(start).Seconds(), "events/s")
 				b.ReportMetric(float64(durable.Sub(*last).Microseconds())/1000, "ckpt_ms")
 				b.ReportMetric(float64(events)/durable.Sub(start).Seconds(), "events_to_ckpt/s")
+				shape.report(b)
 				b.ReportMetric(0, "ns/op")
 			}
 		})
@@ -101,6 +105,8 @@ func BenchmarkRelay(b *testing.B) {
 			opts := e.opts(b)
 			opts.Deps.Logger = testLogger(b, 8)
 			opts.Config.PollInterval = time.Second // wake-ups come from LISTEN
+			var shape produceShape
+			opts.Opts = append(opts.Opts, WithKafkaOpts(kgo.WithHooks(&shape)))
 			opts.Opts = append(opts.Opts, withAckHook(func(ids []string, at time.Time) {
 				mu.Lock()
 				defer mu.Unlock()
@@ -161,9 +167,44 @@ func BenchmarkRelay(b *testing.B) {
 			}
 			// Where the append's share goes: the store's stages (means).
 			reportStoreStages(b, reg)
+			shape.report(b)
 			b.ReportMetric(0, "ns/op")
 		}
 	})
+}
+
+// produceShape counts what the relay's producers send the broker
+// (franz-go hooks): produce requests, record batches and records. Records
+// per request is the broker's work per event that the relay's produce
+// shape decides (one request's fixed cost spread over its records).
+type produceShape struct {
+	requests, batches, records, bytes atomic.Int64
+}
+
+// OnBrokerWrite counts produce requests (kmsg key 0).
+func (s *produceShape) OnBrokerWrite(_ kgo.BrokerMetadata, key int16, _ int, _, _ time.Duration, err error) {
+	if key == 0 && err == nil {
+		s.requests.Add(1)
+	}
+}
+
+// OnProduceBatchWritten counts the batches and records Kafka acknowledged.
+func (s *produceShape) OnProduceBatchWritten(_ kgo.BrokerMetadata, _ string, _ int32, m kgo.ProduceBatchMetrics) {
+	s.batches.Add(1)
+	s.records.Add(int64(m.NumRecords))
+	s.bytes.Add(int64(m.CompressedBytes))
+}
+
+// report reports produce_requests, records/request, records/batch and
+// batch_bytes (the mean bytes of a batch as written).
+func (s *produceShape) report(b *testing.B) {
+	req, bat, rec := s.requests.Load(), s.batches.Load(), s.records.Load()
+	b.ReportMetric(float64(req), "produce_requests")
+	if req > 0 && bat > 0 {
+		b.ReportMetric(float64(rec)/float64(req), "records/request")
+		b.ReportMetric(float64(rec)/float64(bat), "records/batch")
+		b.ReportMetric(float64(s.bytes.Load())/float64(bat), "batch_bytes")
+	}
 }
 
 // reportStoreStages reports the mean of each of the event store's group
