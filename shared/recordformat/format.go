@@ -69,8 +69,8 @@ const ContentType = "application/json"
 // expects a stored, valid envelope (as the event store reads it back); it
 // cannot fail.
 func Encode(f Format, e envelope.Envelope, line []byte) *kgo.Record {
-	r := &kgo.Record{Key: envelope.KafkaKey(e)}
 	if f == CloudEvents {
+		r := &kgo.Record{Key: envelope.KafkaKey(e)}
 		// What envelope.Normalize gives a field left unset: data {},
 		// schema_version 1.
 		if len(e.Data) == 0 {
@@ -82,32 +82,79 @@ func Encode(f Format, e envelope.Envelope, line []byte) *kgo.Record {
 		r.Value, r.Headers = []byte(e.Data), cloudEventsHeaders(e)
 		return r
 	}
-	r.Value, r.Headers = line, envelopeHeaders(e)
-	return r
+	return encodeEnvelope(e, line)
 }
 
-// envelopeHeaders are the headers of an envelope record.
-func envelopeHeaders(e envelope.Envelope) []kgo.RecordHeader {
-	h := make([]kgo.RecordHeader, 0, 11)
-	add := func(k, v string) { h = append(h, kgo.RecordHeader{Key: k, Value: []byte(v)}) }
+// maxEnvelopeHeaders is the most headers an envelope record has.
+const maxEnvelopeHeaders = 11
+
+// envelopeRecord is a record of the envelope format with room for its
+// headers: the relay builds one per event, and one allocation for both
+// (and one for every header value and the key, encodeEnvelope) instead of
+// one per header value cut its allocations per event by a third
+// (BenchmarkRelayEvent, docs/benchmarks.md).
+type envelopeRecord struct {
+	rec kgo.Record
+	hdr [maxEnvelopeHeaders]kgo.RecordHeader
+}
+
+// encodeEnvelope is Encode's envelope record: line as value, the key and
+// the headers of docs/kafka.md#the-envelope-format, whose values (and the
+// key) share one byte array, each its own capacity-limited slice of it (an
+// append to one reallocates rather than write over the next).
+func encodeEnvelope(e envelope.Envelope, line []byte) *kgo.Record {
+	key, ordered := e.Metadata.String(envelope.MetaOrderingKey)
+	ordered = ordered && key != ""
+	tp, ts := e.Metadata.Traceparent(), e.Metadata.Tracestate()
+	principal, _ := e.Metadata.String(envelope.MetaPrincipal)
+	size := len(e.EventID) + len(e.EventType) + len(e.Kind) + len(e.AggregateType) + len(e.AggregateID) +
+		2*20 + len(ContentType) + len(tp) + len(ts) + len(principal)
+	if ordered {
+		size += len(key)
+	} else {
+		size += len(e.AggregateType) + 1 + len(e.AggregateID)
+	}
+	buf := make([]byte, 0, size)
+	cut := func(from int) []byte { return buf[from:len(buf):len(buf)] }
+	er := &envelopeRecord{}
+	r := &er.rec
+	h := er.hdr[:0]
+	add := func(k, v string) {
+		from := len(buf)
+		buf = append(buf, v...)
+		h = append(h, kgo.RecordHeader{Key: k, Value: cut(from)})
+	}
+	addInt := func(k string, v int64) {
+		from := len(buf)
+		buf = strconv.AppendInt(buf, v, 10)
+		h = append(h, kgo.RecordHeader{Key: k, Value: cut(from)})
+	}
+	if ordered {
+		buf = append(buf, key...)
+	} else {
+		// envelope.KafkaKey without an ordering key.
+		buf = append(append(append(buf, e.AggregateType...), ':'), e.AggregateID...)
+	}
+	r.Key = cut(0)
 	add(HeaderEventID, e.EventID)
 	add(HeaderEventType, e.EventType)
 	add(HeaderKind, string(e.Kind))
 	add(HeaderAggregateType, e.AggregateType)
 	add(HeaderAggregateID, e.AggregateID)
-	add(HeaderSequenceNumber, strconv.FormatInt(e.SequenceNumber, 10))
-	add(HeaderPosition, strconv.FormatInt(e.Position, 10))
+	addInt(HeaderSequenceNumber, e.SequenceNumber)
+	addInt(HeaderPosition, e.Position)
 	add(HeaderContentType, ContentType)
-	if tp := e.Metadata.Traceparent(); tp != "" {
+	if tp != "" {
 		add(HeaderTraceparent, tp)
 	}
-	if ts := e.Metadata.Tracestate(); ts != "" {
+	if ts != "" {
 		add(HeaderTracestate, ts)
 	}
-	if p, _ := e.Metadata.String(envelope.MetaPrincipal); p != "" {
-		add(HeaderPrincipal, p)
+	if principal != "" {
+		add(HeaderPrincipal, principal)
 	}
-	return h
+	r.Value, r.Headers = line, h
+	return r
 }
 
 // Detect returns the format of a record from its headers: CloudEvents when
