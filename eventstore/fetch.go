@@ -105,11 +105,12 @@ func (s *Store) fetchSpan(ctx context.Context, sg span, rows []indexRow, out []E
 	if int64(len(data)) != sg.end-sg.start {
 		return fmt.Errorf("%w: %s: read %d bytes at %d, want %d", ErrCorruptSegment, sg.key, len(data), sg.start, sg.end-sg.start)
 	}
+	d := newLineDecoder()
 	for _, i := range sg.members {
 		r := rows[i]
 		lo := r.offset - sg.start
 		raw := data[lo : lo+r.length : lo+r.length]
-		e, err := decodeLine(raw)
+		e, err := d.decode(raw)
 		if err != nil {
 			return fmt.Errorf("%w: %s at byte %d: %w", ErrCorruptSegment, sg.key, r.offset, err)
 		}

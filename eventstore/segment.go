@@ -10,6 +10,10 @@ import (
 	"strings"
 	"time"
 
+	jsonv2 "github.com/go-json-experiment/json"
+	"github.com/go-json-experiment/json/jsontext"
+	jsonv1 "github.com/go-json-experiment/json/v1"
+
 	"github.com/sluicehq/sluice/shared/envelope"
 )
 
@@ -143,7 +147,8 @@ type segmentLine struct {
 // parseSegment splits a segment body into its lines and decodes each. It
 // checks that positions are exactly first..last when first > 0.
 func parseSegment(key string, body []byte, first, last int64) ([]segmentLine, error) {
-	var out []segmentLine
+	out := make([]segmentLine, 0, bytes.Count(body, []byte{'\n'})+1)
+	d := newLineDecoder()
 	off := 0
 	for off < len(body) {
 		n := bytes.IndexByte(body[off:], '\n')
@@ -151,9 +156,9 @@ func parseSegment(key string, body []byte, first, last int64) ([]segmentLine, er
 		if n < 0 {
 			end = len(body)
 		}
-		raw := body[off:end]
+		raw := body[off:end:end]
 		if len(raw) > 0 {
-			e, err := decodeLine(raw)
+			e, err := d.decode(raw)
 			if err != nil {
 				return nil, fmt.Errorf("%w: %s at byte %d: %w", ErrCorruptSegment, key, off, err)
 			}
@@ -174,18 +179,67 @@ func parseSegment(key string, body []byte, first, last int64) ([]segmentLine, er
 	return out, nil
 }
 
-// decodeLine decodes a stored line. It is lenient about limits (they may
-// have changed since the line was written) but requires the identity
-// fields the index relies on.
+// decodeLine decodes a stored line (newLineDecoder's decode, for one line).
 func decodeLine(raw []byte) (envelope.Envelope, error) {
+	return newLineDecoder().decode(raw)
+}
+
+// lineDecoder decodes the stored lines of one read, one at a time (not
+// safe for concurrent use).
+//
+// It decodes with encoding/json's rules (go-json-experiment's v1 options:
+// lenient about names, duplicates and UTF-8, as json.Unmarshal was) but in
+// one pass, where json.Unmarshal scanned every line twice (a validity
+// scan, then the decode): the relay decodes every line it publishes, and
+// that was its largest cost (docs/benchmarks.md). Data and the metadata
+// values (json.RawMessage) are not copied: they are the bytes of the line
+// itself, capacity-limited slices of it like Event.Raw (which keeps the
+// line alive anyway), verified byte for byte (a value that is not, which
+// cannot happen, is copied).
+type lineDecoder struct {
+	raw  []byte // the line being decoded
+	opts jsonv2.Options
+}
+
+func newLineDecoder() *lineDecoder {
+	d := &lineDecoder{}
+	d.opts = jsonv2.JoinOptions(jsonv1.DefaultOptionsV1(), jsonv2.WithUnmarshalers(
+		jsonv2.UnmarshalFromFunc(func(dec *jsontext.Decoder, v *json.RawMessage) error {
+			val, err := dec.ReadValue()
+			if err != nil {
+				return err
+			}
+			end := int(dec.InputOffset())
+			if start := end - len(val); start >= 0 && end <= len(d.raw) && bytes.Equal(d.raw[start:end], val) {
+				*v = json.RawMessage(d.raw[start:end:end])
+			} else {
+				*v = bytes.Clone(val)
+			}
+			return nil
+		})))
+	return d
+}
+
+// decode decodes raw. It is lenient about limits (they may have changed
+// since the line was written) but requires the identity fields the index
+// relies on.
+func (d *lineDecoder) decode(raw []byte) (envelope.Envelope, error) {
 	var e envelope.Envelope
-	if err := json.Unmarshal(raw, &e); err != nil {
+	d.raw = raw
+	err := jsonv2.Unmarshal(raw, &e, d.opts)
+	d.raw = nil
+	if err != nil {
 		return e, err
 	}
+	return e, lineIdentity(e)
+}
+
+// lineIdentity checks the identity fields of a decoded line.
+func lineIdentity(e envelope.Envelope) error {
 	if e.EventID == "" || e.Position < 1 || e.SequenceNumber < 1 || !e.Kind.Valid() || e.AggregateType == "" || e.AggregateID == "" {
-		return e, fmt.Errorf("line lacks event_id, kind, aggregate, sequence_number or position")
+		return fmt.Errorf("line lacks event_id, kind, aggregate, sequence_number or position")
 	}
-	return e, nil
+	return nil
 }
 
 // parseBlock splits the body of the segment named n (key) into its lines
