@@ -105,7 +105,8 @@ func (s *Store) fetchSpan(ctx context.Context, sg span, rows []indexRow, out []E
 	if int64(len(data)) != sg.end-sg.start {
 		return fmt.Errorf("%w: %s: read %d bytes at %d, want %d", ErrCorruptSegment, sg.key, len(data), sg.start, sg.end-sg.start)
 	}
-	d := newLineDecoder()
+	d := s.lineDecoder()
+	defer s.lineDecoders.Put(d)
 	for _, i := range sg.members {
 		r := rows[i]
 		lo := r.offset - sg.start

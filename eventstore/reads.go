@@ -353,7 +353,9 @@ func (s *Store) ReadSegment(ctx context.Context, key string) ([]Event, error) {
 		}
 		return nil, fmt.Errorf("eventstore: read segment %s: %w", key, err)
 	}
-	lines, err := parseBlock(name, key, body)
+	d := s.lineDecoder()
+	lines, err := parseBlockWith(d, name, key, body)
+	s.lineDecoders.Put(d)
 	if err != nil {
 		return nil, err
 	}

@@ -146,9 +146,8 @@ type segmentLine struct {
 
 // parseSegment splits a segment body into its lines and decodes each. It
 // checks that positions are exactly first..last when first > 0.
-func parseSegment(key string, body []byte, first, last int64) ([]segmentLine, error) {
+func parseSegment(d *lineDecoder, key string, body []byte, first, last int64) ([]segmentLine, error) {
 	out := make([]segmentLine, 0, bytes.Count(body, []byte{'\n'})+1)
-	d := newLineDecoder()
 	off := 0
 	for off < len(body) {
 		n := bytes.IndexByte(body[off:], '\n')
@@ -184,8 +183,10 @@ func decodeLine(raw []byte) (envelope.Envelope, error) {
 	return newLineDecoder().decode(raw)
 }
 
-// lineDecoder decodes the stored lines of one read, one at a time (not
-// safe for concurrent use).
+// lineDecoder decodes stored lines, one at a time (not safe for
+// concurrent use; the store keeps a pool of them, Store.lineDecoder, as
+// a fresh one fills its per-type caches again: allocations that a read of
+// a few lines, a segment at low load, paid for each of its lines).
 //
 // It decodes with encoding/json's rules (go-json-experiment's v1 options:
 // lenient about names, duplicates and UTF-8, as json.Unmarshal was) but in
@@ -249,10 +250,15 @@ func lineIdentity(e envelope.Envelope) error {
 // contiguous; the lowest shard is the name's, with positions exactly
 // first..last (docs/eventstore.md#shards).
 func parseBlock(n segmentName, key string, body []byte) ([]segmentLine, error) {
+	return parseBlockWith(newLineDecoder(), n, key, body)
+}
+
+// parseBlockWith is parseBlock decoding with d.
+func parseBlockWith(d *lineDecoder, n segmentName, key string, body []byte) ([]segmentLine, error) {
 	if n.shards <= 1 {
-		return parseSegment(key, body, n.first, n.last)
+		return parseSegment(d, key, body, n.first, n.last)
 	}
-	lines, err := parseSegment(key, body, 0, 0)
+	lines, err := parseSegment(d, key, body, 0, 0)
 	if err != nil {
 		return nil, err
 	}
@@ -295,4 +301,13 @@ func randomID() string {
 	b := make([]byte, 8)
 	_, _ = rand.Read(b)
 	return hex.EncodeToString(b)
+}
+
+// lineDecoder returns a line decoder from the store's pool (put it back
+// with s.lineDecoders.Put once its read is decoded).
+func (s *Store) lineDecoder() *lineDecoder {
+	if d, ok := s.lineDecoders.Get().(*lineDecoder); ok {
+		return d
+	}
+	return newLineDecoder()
 }

@@ -87,7 +87,9 @@ func (l ShardLog) readLines(ctx context.Context, seg SegmentInfo) ([]Event, erro
 		}
 		return nil, fmt.Errorf("eventstore: read shard %d of segment %s: %w", l.shard, seg.Key, err)
 	}
-	lines, err := parseShardLines(name, seg, l.shard, body)
+	d := l.s.lineDecoder()
+	lines, err := parseShardLines(d, name, seg, l.shard, body)
+	l.s.lineDecoders.Put(d)
 	if err != nil {
 		return nil, err
 	}
@@ -102,11 +104,11 @@ func (l ShardLog) readLines(ctx context.Context, seg SegmentInfo) ([]Event, erro
 // them into lines: exactly seg.Length bytes, every line of shard, the
 // positions exactly seg.First..seg.Last, and, for the shard the key names,
 // inside the key's block. Offsets are the segment's.
-func parseShardLines(n segmentName, seg SegmentInfo, shard int, body []byte) ([]segmentLine, error) {
+func parseShardLines(d *lineDecoder, n segmentName, seg SegmentInfo, shard int, body []byte) ([]segmentLine, error) {
 	if int64(len(body)) != seg.Length {
 		return nil, fmt.Errorf("%w: %s: read %d bytes at %d, want %d", ErrCorruptSegment, seg.Key, len(body), seg.Offset, seg.Length)
 	}
-	lines, err := parseSegment(seg.Key, body, 0, 0)
+	lines, err := parseSegment(d, seg.Key, body, 0, 0)
 	if err != nil {
 		return nil, fmt.Errorf("%w (the lines of shard %d at byte %d)", err, shard, seg.Offset)
 	}

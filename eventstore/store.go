@@ -23,6 +23,9 @@ type Store struct {
 	layout layoutState
 	log    *slog.Logger
 	hooks  hooks
+	// lineDecoders pools the line decoders of segment reads
+	// (Store.lineDecoder).
+	lineDecoders sync.Pool
 
 	in        chan []*item
 	groupDone chan *group
