@@ -178,7 +178,7 @@ func BenchmarkRelay(b *testing.B) {
 // per request is the broker's work per event that the relay's produce
 // shape decides (one request's fixed cost spread over its records).
 type produceShape struct {
-	requests, batches, records, bytes atomic.Int64
+	requests, batches, records, bytes, raw atomic.Int64
 }
 
 // OnBrokerWrite counts produce requests (kmsg key 0).
@@ -193,10 +193,13 @@ func (s *produceShape) OnProduceBatchWritten(_ kgo.BrokerMetadata, _ string, _ i
 	s.batches.Add(1)
 	s.records.Add(int64(m.NumRecords))
 	s.bytes.Add(int64(m.CompressedBytes))
+	s.raw.Add(int64(m.UncompressedBytes))
 }
 
-// report reports produce_requests, records/request, records/batch and
-// batch_bytes (the mean bytes of a batch as written).
+// report reports produce_requests, records/request, records/batch,
+// batch_bytes (the mean bytes of a batch as written) and
+// compression_ratio (uncompressed over written bytes: franz-go's default
+// snappy).
 func (s *produceShape) report(b *testing.B) {
 	req, bat, rec := s.requests.Load(), s.batches.Load(), s.records.Load()
 	b.ReportMetric(float64(req), "produce_requests")
@@ -204,6 +207,7 @@ func (s *produceShape) report(b *testing.B) {
 		b.ReportMetric(float64(rec)/float64(req), "records/request")
 		b.ReportMetric(float64(rec)/float64(bat), "records/batch")
 		b.ReportMetric(float64(s.bytes.Load())/float64(bat), "batch_bytes")
+		b.ReportMetric(float64(s.raw.Load())/float64(max(s.bytes.Load(), 1)), "compression_ratio")
 	}
 }
 
