@@ -75,7 +75,9 @@ type SegmentInfo struct {
 
 // Event is one stored envelope: the envelope (with sequence_number and
 // position), its line in the segment byte for byte (without the trailing
-// newline), and where that line is.
+// newline), and where that line is. Raw, Envelope.Data and the metadata
+// values are capacity-limited slices of the bytes read (lineDecoder: not
+// copied): read-only, like everything a read returns.
 type Event struct {
 	Envelope   envelope.Envelope
 	Raw        []byte
