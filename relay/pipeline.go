@@ -247,6 +247,9 @@ func (r *Relay) finishBatch(ctx context.Context, ls *leaderState, b *batch) erro
 	acked := make([]string, 0, len(recs))
 	var late int
 	var missingTopics map[string]bool
+	// The published counter is added to once per topic of the batch, not
+	// per record (a label lookup each).
+	var published []topicCount
 	for i := range recs {
 		pr := &recs[i]
 		if pr.err != nil {
@@ -277,11 +280,14 @@ func (r *Relay) finishBatch(ctx context.Context, ls *leaderState, b *batch) erro
 		}
 		ls.markDone(pr.pos)
 		ls.dedup.add(pr.id)
-		r.m.published.WithLabelValues(pr.topic).Inc()
+		published = countTopic(published, pr.topic)
 		acked = append(acked, pr.id)
 		if pr.late {
 			late++
 		}
+	}
+	for _, c := range published {
+		r.m.published.WithLabelValues(c.topic).Add(float64(c.n))
 	}
 	ls.processed += int64(len(recs))
 	if len(acked) > 0 {
@@ -456,4 +462,21 @@ func (r *Relay) writeCheckpoint(ctx context.Context, cp Checkpoint, etag string,
 		return "", fmt.Errorf("%w: position now %d", ErrCheckpointMoved, cur.Position)
 	}
 	return tag, err
+}
+
+// topicCount is a number of records of one topic.
+type topicCount struct {
+	topic string
+	n     int
+}
+
+// countTopic counts one record of topic in cs (a batch names few topics).
+func countTopic(cs []topicCount, topic string) []topicCount {
+	for i := range cs {
+		if cs[i].topic == topic {
+			cs[i].n++
+			return cs
+		}
+	}
+	return append(cs, topicCount{topic, 1})
 }
