@@ -561,7 +561,8 @@ func (r *Relay) planFromHints(ctx context.Context, ls *leaderState) (items []ite
 	if len(chain) == 0 {
 		return nil, 0, false
 	}
-	r.startFetches(ctx, itemsOf(chain))
+	items = itemsOf(chain)
+	r.startFetches(ctx, items)
 	for _, x := range chain {
 		select {
 		case <-x.f.done:
@@ -575,7 +576,7 @@ func (r *Relay) planFromHints(ctx context.Context, ls *leaderState) (items []ite
 		}
 	}
 	r.m.plans.WithLabelValues("hint").Inc()
-	return itemsOf(chain), chain[len(chain)-1].last, true
+	return items, chain[len(chain)-1].last, true
 }
 
 // itemsOf returns the plan items of hinted segments.
@@ -637,8 +638,12 @@ func (r *Relay) indexRange(ctx context.Context, first, last int64) ([]eventstore
 
 // startFetches GETs the plan's segments in order, at most ParallelGets at
 // once (shared with the prefetch); fetches the prefetch started already
-// are skipped.
+// are skipped. When every fetch is under way (a hint plan's, started at
+// their notifications) no goroutine is started.
 func (r *Relay) startFetches(ctx context.Context, items []item) {
+	if !slices.ContainsFunc(items, func(it item) bool { return it.seg != nil && !it.seg.started.Load() }) {
+		return
+	}
 	go func() {
 		for i, it := range items {
 			if it.seg == nil || it.seg.started.Load() {
