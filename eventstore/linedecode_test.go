@@ -9,7 +9,7 @@ import (
 	"github.com/sluicehq/sluice/shared/envelope"
 )
 
-// legacyDecodeLine is decodeLine as it was before lineDecoder: one
+// legacyDecodeLine is how stored lines were decoded before lineDecoder: one
 // encoding/json.Unmarshal per line. The line decoder must agree with it.
 func legacyDecodeLine(raw []byte) (envelope.Envelope, error) {
 	var e envelope.Envelope

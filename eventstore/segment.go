@@ -180,11 +180,6 @@ func parseSegment(d *lineDecoder, key string, body []byte, first, last int64) ([
 	return out, nil
 }
 
-// decodeLine decodes a stored line (newLineDecoder's decode, for one line).
-func decodeLine(raw []byte) (envelope.Envelope, error) {
-	return newLineDecoder().decode(raw)
-}
-
 // lineDecoder decodes stored lines, one at a time (not safe for
 // concurrent use; the store keeps a pool of them, Store.lineDecoder, as
 // a fresh one fills its per-type caches again: allocations that a read of
