@@ -151,7 +151,12 @@ func (ts *Timestamp) UnmarshalJSON(b []byte) error {
 		return nil
 	}
 	var s string
-	if err := json.Unmarshal(b, &s); err != nil {
+	if n := len(b); n >= 2 && b[0] == '"' && b[n-1] == '"' && plainASCII(b[1:n-1]) {
+		// Every stored line's occurred_at (the relay decodes each line it
+		// publishes): no escape, so the text between the quotes is the
+		// string, as json.Unmarshal would decode it.
+		s = string(b[1 : n-1])
+	} else if err := json.Unmarshal(b, &s); err != nil {
 		return fmt.Errorf("timestamp must be a JSON string")
 	}
 	v, err := ParseTimestamp(s)

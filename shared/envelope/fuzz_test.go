@@ -211,3 +211,28 @@ func FuzzScanJSONText(f *testing.F) {
 		}
 	})
 }
+
+// FuzzTimestampUnmarshal checks Timestamp.UnmarshalJSON against its
+// contract on any input: null unsets it; otherwise the value decodes as
+// json.Unmarshal decodes a string and ParseTimestamp parses that, with
+// an error exactly when either fails.
+func FuzzTimestampUnmarshal(f *testing.F) {
+	for _, s := range []string{`"2026-11-21T10:00:00.123Z"`, `"2026-11-21T10:00:00+02:00"`, `"2026-11-21T10:00:00.123\u005a"`, `null`, `"yesterday"`, ` "2026-11-21T10:00:00Z" `, `1`, `"10000-01-01T00:00:00Z"`, "\"2026-11-21T10:00:00Z\xff\""} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, raw []byte) {
+		var got Timestamp
+		err := got.UnmarshalJSON(raw)
+		var want Timestamp
+		var werr error
+		if string(raw) != "null" {
+			var s string
+			if werr = json.Unmarshal(raw, &s); werr == nil {
+				want, werr = ParseTimestamp(s)
+			}
+		}
+		if (err == nil) != (werr == nil) || got != want {
+			t.Fatalf("UnmarshalJSON(%q) = %v, %v; want %v, %v", raw, got, err, want, werr)
+		}
+	})
+}
