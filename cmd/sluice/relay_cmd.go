@@ -11,7 +11,6 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/spf13/cobra"
 
-	"github.com/sluicehq/sluice/eventstore"
 	"github.com/sluicehq/sluice/migrations"
 	"github.com/sluicehq/sluice/pipeline"
 	"github.com/sluicehq/sluice/pipeline/sluiceconfig"
@@ -52,15 +51,11 @@ func newRelayCheckpointShowCmd() *cobra.Command {
 		Short: "Show the checkpoint, the lease and the lag (of every shard, or of --shard)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			d, closeFn, err := openReadStoreDeps(cmd)
+			d, one, closeFn, err := openShardStore(cmd, openReadStoreDeps, shard, false)
 			if err != nil {
 				return err
 			}
 			defer closeFn()
-			one, err := shardArg(cmd, d.store, shard, false)
-			if err != nil {
-				return err
-			}
 			sts, err := relay.Statuses(cmd.Context(), d.store, d.bucket, d.pool, d.cfg.Relay)
 			if err != nil {
 				return err
@@ -123,29 +118,6 @@ func leaseState(info relay.LeaseInfo) string {
 	return "held"
 }
 
-// shardFlag adds --shard to c.
-func shardFlag(c *cobra.Command, shard *int, usage string) {
-	c.Flags().IntVar(shard, "shard", -1, usage)
-}
-
-// shardArg checks --shard against the store: -1 (not set) is every shard
-// of a store of more than one (-1 returned), or shard 0 of a store of one;
-// required refuses -1 for a store of more than one shard.
-func shardArg(cmd *cobra.Command, st *eventstore.Store, shard int, required bool) (int, error) {
-	n := max(st.Shards(), 1)
-	switch {
-	case shard >= n || shard < -1:
-		return 0, fmt.Errorf("--shard %d: the store has %d shard(s), 0..%d", shard, n, n-1)
-	case shard >= 0:
-		return shard, nil
-	case n == 1:
-		return 0, nil
-	case required:
-		return 0, fmt.Errorf("the store has %d shards, each with its own positions and checkpoint: name one with --shard (0..%d)", n, n-1)
-	}
-	return -1, nil
-}
-
 // newRelayCheckpointSetCmd is "sluice relay checkpoint set".
 func newRelayCheckpointSetCmd() *cobra.Command {
 	var position int64
@@ -163,15 +135,11 @@ func newRelayCheckpointSetCmd() *cobra.Command {
 			if posSet == timeSet {
 				return errors.New("set exactly one of --position or --time")
 			}
-			d, closeFn, err := openStoreDeps(cmd)
+			d, sh, closeFn, err := openShardStore(cmd, openStoreDeps, shard, true)
 			if err != nil {
 				return err
 			}
 			defer closeFn()
-			sh, err := shardArg(cmd, d.store, shard, true)
-			if err != nil {
-				return err
-			}
 			ctx := cmd.Context()
 			if timeSet {
 				t, err := time.Parse(time.RFC3339Nano, at)
@@ -219,15 +187,11 @@ func newRelayGapsCmd() *cobra.Command {
 		Short: "List pending gaps of the checkpoint and uncommitted ranges of the index (of every shard, or of --shard)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			d, closeFn, err := openReadStoreDeps(cmd)
+			d, one, closeFn, err := openShardStore(cmd, openReadStoreDeps, shard, false)
 			if err != nil {
 				return err
 			}
 			defer closeFn()
-			one, err := shardArg(cmd, d.store, shard, false)
-			if err != nil {
-				return err
-			}
 			n := max(d.store.Shards(), 1)
 			shards := []int{one}
 			if one < 0 {
@@ -295,15 +259,11 @@ func newRelayRepublishCmd() *cobra.Command {
 			if from < 1 || to < from {
 				return fmt.Errorf("--from-position %d --to-position %d: want 1 <= from <= to", from, to)
 			}
-			d, closeFn, err := openStoreDeps(cmd)
+			d, sh, closeFn, err := openShardStore(cmd, openStoreDeps, shard, true)
 			if err != nil {
 				return err
 			}
 			defer closeFn()
-			sh, err := shardArg(cmd, d.store, shard, true)
-			if err != nil {
-				return err
-			}
 			cl, err := kafka.NewClient(d.cfg.Kafka, kafka.MaxBuffered(2000))
 			if err != nil {
 				return err

@@ -76,7 +76,7 @@ func TestRelayCommandsSharded(t *testing.T) {
 	if err != nil || !strings.Contains(out, fmt.Sprintf("position        %d", heads[sh].Position)) || !strings.Contains(out, "lease           expired") {
 		t.Fatalf("show --shard %d: %q %v", sh, out, err)
 	}
-	if out, err := runRelayCLI(ctx, "checkpoint", "set", "--position", "1", "--yes"); err == nil || !strings.Contains(err.Error()+out, "--shard") {
+	if out, err := runRelayCLI(ctx, "checkpoint", "set", "--position", "1", "--yes"); err == nil || !strings.Contains(err.Error(), "name one with --shard (0..3)") {
 		t.Fatalf("set without --shard over four shards: %q %v", out, err)
 	}
 	if out, err := runRelayCLI(ctx, "checkpoint", "show", "--shard", "4"); err == nil {

@@ -123,9 +123,15 @@ func TestStoreCatShards(t *testing.T) {
 	if total != 11 {
 		t.Fatalf("the shards' heads sum to %d, want the 11 events", total)
 	}
-	for _, args := range [][]string{{"store", "segments"}, {"store", "segments", "--shard", "4"}} {
-		if _, _, err := run(t, args...); err == nil || !strings.Contains(err.Error(), "4 shards") && !strings.Contains(err.Error(), "4 shard(s)") {
-			t.Fatalf("%v on 4 shards: %v, want an error naming the shards", args, err)
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"store", "segments"}, "the store has 4 shards, each with its own positions: name one with --shard (0..3)"},
+		{[]string{"store", "segments", "--shard", "4"}, "--shard 4: the store has 4 shard(s), 0..3"},
+	} {
+		if _, _, err := run(t, tc.args...); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Fatalf("%v on 4 shards: %v, want %q", tc.args, err, tc.want)
 		}
 	}
 }

@@ -32,18 +32,12 @@ has positions per shard: --shard names the shard, whose segments are found throu
 (FIRST and LAST are that shard's positions in each segment; size and time are not read).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			st, closeFn, err := openReadStore(cmd)
+			d, sh, closeFn, err := openShardStore(cmd, openReadStoreDeps, shard, true)
 			if err != nil {
 				return err
 			}
 			defer closeFn()
-			if shard < 0 || shard >= st.Shards() {
-				return fmt.Errorf("--shard %d: the store has %d shard(s), 0 to %d", shard, st.Shards(), st.Shards()-1)
-			}
-			if st.Shards() > 1 && !cmd.Flags().Changed("shard") {
-				return fmt.Errorf("this store has %d shards: name one with --shard (0 to %d)", st.Shards(), st.Shards()-1)
-			}
-			segs, err := st.ShardLog(shard).Segments(cmd.Context(), after, limit)
+			segs, err := d.store.ShardLog(sh).Segments(cmd.Context(), after, limit)
 			if err != nil {
 				return err
 			}
@@ -63,7 +57,7 @@ has positions per shard: --shard names the shard, whose segments are found throu
 	}
 	cmd.Flags().Int64Var(&after, "after", 0, "list segments holding positions after this one (of --shard)")
 	cmd.Flags().IntVar(&limit, "limit", 1000, "most segments to list")
-	cmd.Flags().IntVar(&shard, "shard", 0, "the shard whose segments to list (a store of several shards)")
+	shardFlag(cmd, &shard, "the shard whose segments to list (required for a store of several shards)")
 	return cmd
 }
 
