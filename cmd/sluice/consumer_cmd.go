@@ -49,17 +49,26 @@ event_id). copy-offsets moves a worker to a new group id without re-reading its 
 	return c
 }
 
-// findGroupTopic fails with a *suggest.NotFoundError (exit code 3)
-// naming the nearest existing name when the group, or the topic when
-// given, does not exist (worker.FindGroup, worker.FindTopic).
-func findGroupTopic(cmd *cobra.Command, adm *kadm.Client, group, topic string) error {
-	if err := worker.FindGroup(cmd.Context(), adm, group); err != nil {
-		return err
+// openGroupAdmin is the prologue of the consumer commands that name a
+// group (lag, reset, copy-offsets): openConsumerAdmin, then a
+// *suggest.NotFoundError (exit code 3) naming the nearest existing name
+// when the group, or the topic when given, does not exist
+// (worker.FindGroup, worker.FindTopic). On an error the client is closed
+// already.
+func openGroupAdmin(cmd *cobra.Command, group, topic string) (*kadm.Client, func(), error) {
+	adm, closeFn, err := openConsumerAdmin(cmd)
+	if err != nil {
+		return nil, nil, err
 	}
-	if topic == "" {
-		return nil
+	err = worker.FindGroup(cmd.Context(), adm, group)
+	if err == nil && topic != "" {
+		err = worker.FindTopic(cmd.Context(), adm, topic)
 	}
-	return worker.FindTopic(cmd.Context(), adm, topic)
+	if err != nil {
+		closeFn()
+		return nil, nil, err
+	}
+	return adm, closeFn, nil
 }
 
 func offsetOrDash(o int64) string {
@@ -77,14 +86,11 @@ func newConsumerLagCmd() *cobra.Command {
 		Example: `  sluice consumer lag --group sluice.instance-worker [--topic sluice.commands]`,
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			adm, closeFn, err := openConsumerAdmin(cmd)
+			adm, closeFn, err := openGroupAdmin(cmd, group, topic)
 			if err != nil {
 				return err
 			}
 			defer closeFn()
-			if err := findGroupTopic(cmd, adm, group, topic); err != nil {
-				return err
-			}
 			l, err := worker.Lag(cmd.Context(), adm, group, topic)
 			if err != nil {
 				return err
@@ -143,14 +149,11 @@ skips that check, but Kafka itself refuses offset commits from outside a group t
 			if err != nil {
 				return err
 			}
-			adm, closeFn, err := openConsumerAdmin(cmd)
+			adm, closeFn, err := openGroupAdmin(cmd, group, topic)
 			if err != nil {
 				return err
 			}
 			defer closeFn()
-			if err := findGroupTopic(cmd, adm, group, topic); err != nil {
-				return err
-			}
 			res, err := worker.ResetOffsets(cmd.Context(), adm, worker.ResetOptions{Group: group, Topic: topic, To: target, DryRun: !act, Force: force})
 			if errors.Is(err, worker.ErrGroupActive) {
 				return &exitError{code: exitGroupActive, err: errors.New(res.MembersText() + " (or --force)")}
@@ -211,14 +214,11 @@ do it ahead of the rollout.`,
   sluice consumer copy-offsets --from projection-history-v1 --to sluice.projection-history-v1 --topic sluice.events --yes`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			adm, closeFn, err := openConsumerAdmin(cmd)
+			adm, closeFn, err := openGroupAdmin(cmd, from, topic)
 			if err != nil {
 				return err
 			}
 			defer closeFn()
-			if err := findGroupTopic(cmd, adm, from, topic); err != nil {
-				return err
-			}
 			o := worker.CopyOptions{From: from, To: to, Topic: topic, DryRun: true, Force: force}
 			plan, err := worker.CopyOffsets(cmd.Context(), adm, o)
 			if err != nil {
