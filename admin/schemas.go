@@ -72,17 +72,32 @@ func fromVersion(r *http.Request) (int, error) {
 	return n, nil
 }
 
-func (s *Server) upcasterSet(r *http.Request, body []byte) (Action, error) {
-	typ := r.PathValue("type")
-	a := Action{Target: "schema " + typ + " upcaster"}
-	if err := checkEventType(typ); err != nil {
-		return a, err
+// upcasterAction is the start of the upcaster actions (set, delete): the
+// event type and version of the path, and the Action whose Target the
+// audit record names them by ("schema T upcaster vN"; without the version
+// when the path's is not one, so that the refusal is recorded too). A
+// write (set) first refuses an event type outside the rule
+// (checkEventType); a delete takes any, as the schema delete does.
+func upcasterAction(r *http.Request, write bool) (a Action, typ string, from int, err error) {
+	typ = r.PathValue("type")
+	a = Action{Target: "schema " + typ + " upcaster"}
+	if write {
+		if err = checkEventType(typ); err != nil {
+			return a, typ, 0, err
+		}
 	}
-	from, err := fromVersion(r)
+	if from, err = fromVersion(r); err != nil {
+		return a, typ, 0, err
+	}
+	a.Target = fmt.Sprintf("schema %s upcaster v%d", typ, from)
+	return a, typ, from, nil
+}
+
+func (s *Server) upcasterSet(r *http.Request, body []byte) (Action, error) {
+	a, typ, from, err := upcasterAction(r, true)
 	if err != nil {
 		return a, err
 	}
-	a.Target = fmt.Sprintf("schema %s upcaster v%d", typ, from)
 	var req UpcasterRequest
 	if err := decode(body, &req); err != nil {
 		return a, err
@@ -106,13 +121,10 @@ func (s *Server) upcasterSet(r *http.Request, body []byte) (Action, error) {
 }
 
 func (s *Server) upcasterDelete(r *http.Request, body []byte) (Action, error) {
-	typ := r.PathValue("type")
-	a := Action{Target: "schema " + typ + " upcaster"}
-	from, err := fromVersion(r)
+	a, typ, from, err := upcasterAction(r, false)
 	if err != nil {
 		return a, err
 	}
-	a.Target = fmt.Sprintf("schema %s upcaster v%d", typ, from)
 	var req struct {
 		DryRun bool `json:"dry_run"`
 	}

@@ -47,6 +47,8 @@ func TestSchemaAdmin(t *testing.T) {
 		{"set a broken one", "PUT", "/admin/v1/schemas/Ordered/upcasters/2", opToken, map[string]any{"upcaster": strings.Replace(upFor("upcast-v2.yaml"), "unset: [total]\n", "", 1)}, 409, "breaks its examples"},
 		{"show it", "GET", "/admin/v1/schemas/Ordered/upcasters/2", readToken, nil, 200, `"source":"upcast-v2.yaml"`},
 		{"list them", "GET", "/admin/v1/schemas", readToken, nil, 200, `\"upcasters\": [\n      1,\n      2\n`},
+		{"set with a path version that is none", "PUT", "/admin/v1/schemas/Ordered/upcasters/x", opToken, map[string]any{"upcaster": upFor("upcast-v2.yaml")}, 400, `from \"x\": a version number \u003e= 1`},
+		{"delete with a path version that is none", "DELETE", "/admin/v1/schemas/Ordered/upcasters/0", opToken, map[string]any{}, 400, `from \"0\": a version number \u003e= 1`},
 		{"delete it", "DELETE", "/admin/v1/schemas/Ordered/upcasters/2", opToken, map[string]any{}, 200, `"deleted":true`},
 		{"deleted", "GET", "/admin/v1/schemas/Ordered/upcasters/2", readToken, nil, 404, "no upcaster from version 2"},
 	}
@@ -59,10 +61,20 @@ func TestSchemaAdmin(t *testing.T) {
 			}
 		})
 	}
-	got := map[string]int{}
+	got, targets := map[string]int{}, map[string]bool{}
 	for _, r := range e.audit(t) {
 		if strings.HasPrefix(r.Action, "schema.") {
 			got[r.Action+" "+r.Outcome]++
+			targets[r.Action+" "+r.Outcome+": "+r.Target] = true
+		}
+	}
+	// The upcaster actions name their target alike: with the path's
+	// version, or without it when the path has none.
+	for _, want := range []string{"schema.upcaster ok: schema Ordered upcaster v2", "schema.upcaster invalid: schema Ordered upcaster v1",
+		"schema.upcaster invalid: schema Ordered upcaster", "schema.upcaster_delete ok: schema Ordered upcaster v2",
+		"schema.upcaster_delete invalid: schema Ordered upcaster"} {
+		if !targets[want] {
+			t.Errorf("no audit record %q (have %v)", want, targets)
 		}
 	}
 	for _, want := range []string{"schema.register ok", "schema.register conflict", "schema.register forbidden", "schema.register invalid",
