@@ -246,22 +246,43 @@ func (c *Client) ReadStreamPage(ctx context.Context, aggregateType, aggregateID 
 // at the first error, which it yields (a stream without events: a
 // *NotFoundError).
 func (c *Client) ReadStream(ctx context.Context, aggregateType, aggregateID string, o StreamOptions) iter.Seq2[Event, error] {
+	var next int64
+	return pagedEvents(func() ([]Event, error) {
+		page, err := c.ReadStreamPage(ctx, aggregateType, aggregateID, o)
+		if err != nil {
+			return nil, err
+		}
+		next = page.NextFromSequence
+		return page.Events, nil
+	}, func() bool {
+		if next == 0 {
+			return false
+		}
+		o.FromSequence = next
+		return true
+	})
+}
+
+// pagedEvents is the iteration of ReadStream and ReadLog: it yields the
+// events of the page read returns, then asks more whether another page
+// follows (more moves the read on past the page), until the consumer
+// stops; it stops at the first error, which it yields.
+func pagedEvents(read func() ([]Event, error), more func() bool) iter.Seq2[Event, error] {
 	return func(yield func(Event, error) bool) {
 		for {
-			page, err := c.ReadStreamPage(ctx, aggregateType, aggregateID, o)
+			evs, err := read()
 			if err != nil {
 				yield(Event{}, err)
 				return
 			}
-			for _, ev := range page.Events {
+			for _, ev := range evs {
 				if !yield(ev, nil) {
 					return
 				}
 			}
-			if page.NextFromSequence == 0 {
+			if !more() {
 				return
 			}
-			o.FromSequence = page.NextFromSequence
 		}
 	}
 }
@@ -360,31 +381,26 @@ func (c *Client) ReadLogPage(ctx context.Context, o LogOptions) (*LogPage, error
 // cursor to resume after it (Event.Cursor). The iteration stops at the
 // first error, which it yields.
 func (c *Client) ReadLog(ctx context.Context, o LogOptions) iter.Seq2[Event, error] {
-	return func(yield func(Event, error) bool) {
-		for {
-			page, err := c.ReadLogPage(ctx, o)
-			if err != nil {
-				yield(Event{}, err)
-				return
-			}
-			for _, ev := range page.Events {
-				if !yield(ev, nil) {
-					return
-				}
-			}
-			switch {
-			case page.NextCursor != "":
-				if page.NextCursor == o.Cursor {
-					return
-				}
-				o.Cursor, o.FromPosition = page.NextCursor, 0
-			case page.NextFromPosition > max(o.FromPosition, 1) && o.Cursor == "":
-				o.FromPosition = page.NextFromPosition
-			default:
-				return
-			}
+	var page *LogPage
+	return pagedEvents(func() (evs []Event, err error) {
+		if page, err = c.ReadLogPage(ctx, o); err != nil {
+			return nil, err
 		}
-	}
+		return page.Events, nil
+	}, func() bool {
+		switch {
+		case page.NextCursor != "":
+			if page.NextCursor == o.Cursor {
+				return false
+			}
+			o.Cursor, o.FromPosition = page.NextCursor, 0
+		case page.NextFromPosition > max(o.FromPosition, 1) && o.Cursor == "":
+			o.FromPosition = page.NextFromPosition
+		default:
+			return false
+		}
+		return true
+	})
 }
 
 // setLatest asks a read for the latest schema version of each event.
