@@ -27,25 +27,8 @@ func Vars(v any) []Var {
 	if t.Kind() == reflect.Pointer {
 		t = t.Elem()
 	}
-	return walk(t, "")
-}
-
-func walk(t reflect.Type, section string) []Var {
 	var out []Var
-	for i := range t.NumField() {
-		f := t.Field(i)
-		tag := f.Tag.Get("env")
-		if tag == "" {
-			if f.Type.Kind() == reflect.Struct && f.IsExported() {
-				sec := section
-				if s, ok := f.Tag.Lookup("section"); ok {
-					sec = s
-				}
-				out = append(out, walk(f.Type, sec)...)
-			}
-			continue
-		}
-		key, _, _ := strings.Cut(tag, ",")
+	fields(t, "", nil, func(f reflect.StructField, key, section string, _ []int) {
 		def := f.Tag.Get("envDefault")
 		if d, ok := f.Tag.Lookup("docDefault"); ok {
 			def = d
@@ -60,8 +43,35 @@ func walk(t reflect.Type, section string) []Var {
 				FileOf:  key,
 			})
 		}
-	}
+	})
 	return out
+}
+
+// fields calls fn for every variable the struct type t declares, in
+// declaration order: a field with an env tag is one (key is the tag's
+// name), an exported struct field without one is a section whose
+// variables follow, under its section tag when it has one. index is the
+// field's path from t (reflect.Value.FieldByIndex). Vars and Settings both
+// walk by it, so that `sluice config show` lists what the reference
+// documents.
+func fields(t reflect.Type, section string, index []int, fn func(f reflect.StructField, key, section string, index []int)) {
+	for i := range t.NumField() {
+		f := t.Field(i)
+		at := append(index[:len(index):len(index)], i)
+		tag := f.Tag.Get("env")
+		if tag == "" {
+			if f.Type.Kind() == reflect.Struct && f.IsExported() {
+				sec := section
+				if s, ok := f.Tag.Lookup("section"); ok {
+					sec = s
+				}
+				fields(f.Type, sec, at, fn)
+			}
+			continue
+		}
+		key, _, _ := strings.Cut(tag, ",")
+		fn(f, key, section, at)
+	}
 }
 
 // Markdown renders the configuration reference (docs/configuration.md) of

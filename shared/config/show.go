@@ -23,24 +23,10 @@ func Settings(v any) []Setting {
 	if rv.Kind() == reflect.Pointer {
 		rv = rv.Elem()
 	}
-	return settings(rv)
-}
-
-func settings(v reflect.Value) []Setting {
 	var out []Setting
-	t := v.Type()
-	for i := range t.NumField() {
-		f := t.Field(i)
-		tag := f.Tag.Get("env")
-		if tag == "" {
-			if f.Type.Kind() == reflect.Struct && f.IsExported() {
-				out = append(out, settings(v.Field(i))...)
-			}
-			continue
-		}
-		key, _, _ := strings.Cut(tag, ",")
-		out = append(out, Setting{Key: key, Value: showValue(v.Field(i))})
-	}
+	fields(rv.Type(), "", nil, func(_ reflect.StructField, key, _ string, index []int) {
+		out = append(out, Setting{Key: key, Value: showValue(rv.FieldByIndex(index))})
+	})
 	return out
 }
 
