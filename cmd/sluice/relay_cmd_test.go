@@ -33,10 +33,18 @@ func runRelayCLI(ctx context.Context, args ...string) (string, error) {
 	return out.String() + errb.String(), err
 }
 
-// runRelayUntil runs the relay service (`sluice relay`) until its
-// checkpoint in cps reaches position, then stops it; it fails the test
-// when the service fails or does not get there within a minute.
-func runRelayUntil(t *testing.T, cps *relay.CheckpointStore, position int64, what string) {
+// checkpointAt is true once the checkpoint in cps is at position.
+func checkpointAt(cps *relay.CheckpointStore, position int64) func() bool {
+	return func() bool {
+		cp, _, found, err := cps.Load(context.Background())
+		return err == nil && found && cp.Position == position
+	}
+}
+
+// runRelayUntil runs the relay service (`sluice relay`) until reached is
+// true (checkpointAt), then stops it; it fails the test when the service
+// fails or reached is not true within a minute.
+func runRelayUntil(t *testing.T, what string, reached func() bool) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
@@ -47,10 +55,7 @@ func runRelayUntil(t *testing.T, cps *relay.CheckpointStore, position int64, wha
 		}
 		done <- err
 	}()
-	testenv.WaitFor(t, time.Minute, what, func() bool {
-		cp, _, found, err := cps.Load(context.Background())
-		return err == nil && found && cp.Position == position
-	})
+	testenv.WaitFor(t, time.Minute, what, reached)
 	cancel()
 	if err := <-done; err != nil {
 		t.Fatalf("relay service: %v", err)
@@ -98,7 +103,7 @@ func TestRelayCommands(t *testing.T) {
 
 	// The service, until it has published everything.
 	cps := relay.NewCheckpointStore(bucket, cfg.Relay.CheckpointKey)
-	runRelayUntil(t, cps, 5, "the relay service to publish everything")
+	runRelayUntil(t, "the relay service to publish everything", checkpointAt(cps, 5))
 
 	out, err = runRelayCLI(ctx, "checkpoint", "show")
 	if err != nil || !strings.Contains(out, "position        5") || !strings.Contains(out, "lag             0") || !strings.Contains(out, "lease           expired") {
@@ -172,7 +177,7 @@ func TestRelayParkedCommands(t *testing.T) {
 	}
 
 	cps := relay.NewCheckpointStore(bucket, cfg.Relay.CheckpointKey)
-	runRelayUntil(t, cps, 4, "the relay to pass the refused records")
+	runRelayUntil(t, "the relay to pass the refused records", checkpointAt(cps, 4))
 
 	out, err := runRelayCLI(ctx, "parked", "list")
 	if err != nil || !strings.Contains(out, "2 records") || strings.Count(out, "invalid_topic") != 2 || !strings.Contains(out, ids[2]) || !strings.Contains(out, ids[3]) {

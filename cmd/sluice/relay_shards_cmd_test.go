@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/sluicehq/sluice/internal/testenv"
 	"github.com/sluicehq/sluice/relay"
@@ -39,16 +38,7 @@ func TestRelayCommandsSharded(t *testing.T) {
 		return relay.NewCheckpointStore(bucket, relay.ShardCheckpointKey(cfg.Relay.CheckpointKey, sh, shards))
 	}
 
-	rctx, cancel := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	go func() {
-		out, err := runRelayCLI(rctx)
-		if err != nil {
-			t.Log(out)
-		}
-		done <- err
-	}()
-	testenv.WaitFor(t, time.Minute, "every shard published", func() bool {
+	runRelayUntil(t, "every shard published", func() bool {
 		for _, h := range heads {
 			cp, _, found, err := cps(h.Shard).Load(ctx)
 			if err != nil || !found || cp.Position != h.Position {
@@ -57,10 +47,6 @@ func TestRelayCommandsSharded(t *testing.T) {
 		}
 		return true
 	})
-	cancel()
-	if err := <-done; err != nil {
-		t.Fatalf("relay service: %v", err)
-	}
 
 	out, err := runRelayCLI(ctx, "checkpoint", "show")
 	if err != nil || !strings.Contains(out, "4 shards, lag 0 in all") || !strings.Contains(out, "checkpoints/default/shard-0003.json") {
