@@ -33,6 +33,27 @@ func runRelayCLI(ctx context.Context, args ...string) (string, error) {
 	return out.String() + errb.String(), err
 }
 
+// relayTestEnv is the environment of the relay command tests: a file
+// store, the test Kafka under prefix, a fast poll, quiet logs; kv adds or
+// overrides variables, as name, value pairs.
+func relayTestEnv(t *testing.T, url string, k *testenv.Kafka, prefix string, kv ...string) map[string]string {
+	t.Helper()
+	if len(kv)%2 != 0 {
+		t.Fatalf("relayTestEnv: %q is not name, value pairs", kv)
+	}
+	env := map[string]string{
+		"DATABASE_URL": url, "EVENT_STORE_BACKEND": "file", "EVENT_STORE_FILE_DIR": t.TempDir(),
+		"KAFKA_BROKERS": strings.Join(k.Brokers, ","), "KAFKA_TOPIC_PREFIX": prefix,
+		"KAFKA_TOPIC_REPLICATION_FACTOR": "1", "KAFKA_TOPIC_PARTITIONS": "2",
+		"SLUICE_HTTP_ADDR": "127.0.0.1:0", "EVENT_PUBLISHER_POLL_INTERVAL": "100ms",
+		"EVENT_PUBLISHER_METRICS_LOG_INTERVAL_SECONDS": "0", "SLUICE_LOG_LEVEL": "warn",
+	}
+	for i := 0; i < len(kv); i += 2 {
+		env[kv[i]] = kv[i+1]
+	}
+	return env
+}
+
 // checkpointAt is true once the checkpoint in cps is at position.
 func checkpointAt(cps *relay.CheckpointStore, position int64) func() bool {
 	return func() bool {
@@ -86,13 +107,7 @@ func TestRelayCommands(t *testing.T) {
 	url, pool := testenv.NewMigratedDatabase(t)
 	k := testenv.NewKafka(t)
 	prefix := testenv.UniqueName("cli") + "."
-	env := map[string]string{
-		"DATABASE_URL": url, "EVENT_STORE_BACKEND": "file", "EVENT_STORE_FILE_DIR": t.TempDir(),
-		"KAFKA_BROKERS": strings.Join(k.Brokers, ","), "KAFKA_TOPIC_PREFIX": prefix,
-		"KAFKA_TOPIC_REPLICATION_FACTOR": "1", "KAFKA_TOPIC_PARTITIONS": "2",
-		"SLUICE_HTTP_ADDR": "127.0.0.1:0", "EVENT_PUBLISHER_POLL_INTERVAL": "100ms",
-		"EVENT_PUBLISHER_METRICS_LOG_INTERVAL_SECONDS": "0", "SLUICE_LOG_LEVEL": "warn",
-	}
+	env := relayTestEnv(t, url, k, prefix)
 	cfg, bucket, st := openEnvStore(t, pool, env, "")
 	appendCommands(t, st, 5, func(i int) string { return fmt.Sprintf("o-%d", i%2) })
 
@@ -151,14 +166,7 @@ func TestRelayParkedCommands(t *testing.T) {
 	prefix := testenv.UniqueName("cli") + "."
 	refusedTopic := prefix + "refused"
 	fault := k.Cluster.Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.CreateTopics}, Topic: refusedTopic, Err: kerr.InvalidTopicException, Count: -1})
-	env := map[string]string{
-		"DATABASE_URL": url, "EVENT_STORE_BACKEND": "file", "EVENT_STORE_FILE_DIR": t.TempDir(),
-		"KAFKA_BROKERS": strings.Join(k.Brokers, ","), "KAFKA_TOPIC_PREFIX": prefix,
-		"KAFKA_TOPIC_REPLICATION_FACTOR": "1", "KAFKA_TOPIC_PARTITIONS": "2",
-		"SLUICE_HTTP_ADDR": "127.0.0.1:0", "EVENT_PUBLISHER_POLL_INTERVAL": "100ms",
-		"EVENT_PUBLISHER_METRICS_LOG_INTERVAL_SECONDS": "0", "SLUICE_LOG_LEVEL": "warn",
-		"EVENT_PUBLISHER_PARK_AFTER_ATTEMPTS": "2",
-	}
+	env := relayTestEnv(t, url, k, prefix, "EVENT_PUBLISHER_PARK_AFTER_ATTEMPTS", "2")
 	cfg, bucket, st := openEnvStore(t, pool, env, "")
 	ids := map[int64]string{}
 	for i := range 4 {

@@ -21,13 +21,7 @@ func TestRelayCommandsSharded(t *testing.T) {
 	url, pool := testenv.NewMigratedDatabase(t)
 	k := testenv.NewKafka(t)
 	prefix := testenv.UniqueName("clis") + "."
-	env := map[string]string{
-		"DATABASE_URL": url, "EVENT_STORE_BACKEND": "file", "EVENT_STORE_FILE_DIR": t.TempDir(), "EVENT_STORE_SHARDS": fmt.Sprint(shards),
-		"KAFKA_BROKERS": strings.Join(k.Brokers, ","), "KAFKA_TOPIC_PREFIX": prefix,
-		"KAFKA_TOPIC_REPLICATION_FACTOR": "1", "KAFKA_TOPIC_PARTITIONS": "2",
-		"SLUICE_HTTP_ADDR": "127.0.0.1:0", "EVENT_PUBLISHER_POLL_INTERVAL": "100ms",
-		"EVENT_PUBLISHER_METRICS_LOG_INTERVAL_SECONDS": "0", "SLUICE_LOG_LEVEL": "warn",
-	}
+	env := relayTestEnv(t, url, k, prefix, "EVENT_STORE_SHARDS", fmt.Sprint(shards))
 	cfg, bucket, st := openEnvStore(t, pool, env, "")
 	appendCommands(t, st, 40, func(i int) string { return fmt.Sprintf("o-%d", i%10) })
 	heads, err := st.Heads(ctx)
