@@ -37,24 +37,34 @@ type env struct {
 
 func start(t *testing.T) *env {
 	t.Helper()
-	e := pipelinetest.Start(t, pipelinetest.Options{
-		APIRoutes: func(d pipeline.Deps) map[string]http.Handler {
-			reg, err := registry.New(registry.Config{Owner: "admin-test"}, registry.Deps{Pool: d.Pool})
-			if err != nil {
-				t.Fatal(err)
-			}
-			es, err := readmodel.NewClient(d.Config.Elasticsearch)
-			if err != nil {
-				t.Fatal(err)
-			}
-			srv, err := admin.New(admin.Config{Process: d.Config, OperatorToken: opToken, ReadToken: readToken}, admin.Deps{Pool: d.Pool, Store: d.Store, Bucket: d.Bucket, Registry: reg, ES: es, Logger: d.Logger})
-			if err != nil {
-				t.Fatal(err)
-			}
-			return map[string]http.Handler{admin.Prefix: srv}
-		},
-	})
+	e := pipelinetest.Start(t, pipelinetest.Options{APIRoutes: adminRoutes(t, nil)})
 	return &env{Env: e, t: t}
+}
+
+// adminRoutes mounts the admin API on the pipeline's API: the tests'
+// tokens, a registry and the read model on the pipeline's deps; with,
+// when not nil, adds to the admin API's configuration and deps.
+func adminRoutes(t *testing.T, with func(pipeline.Deps, *admin.Config, *admin.Deps)) func(d pipeline.Deps) map[string]http.Handler {
+	return func(d pipeline.Deps) map[string]http.Handler {
+		reg, err := registry.New(registry.Config{Owner: "admin-test"}, registry.Deps{Pool: d.Pool})
+		if err != nil {
+			t.Fatal(err)
+		}
+		es, err := readmodel.NewClient(d.Config.Elasticsearch)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg := admin.Config{Process: d.Config, OperatorToken: opToken, ReadToken: readToken}
+		deps := admin.Deps{Pool: d.Pool, Store: d.Store, Bucket: d.Bucket, Registry: reg, ES: es, Logger: d.Logger}
+		if with != nil {
+			with(d, &cfg, &deps)
+		}
+		srv, err := admin.New(cfg, deps)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return map[string]http.Handler{admin.Prefix: srv}
+	}
 }
 
 // call sends method path with the token and body; it returns the status

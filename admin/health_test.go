@@ -12,8 +12,6 @@ import (
 	"github.com/sluicehq/sluice/pipeline"
 	"github.com/sluicehq/sluice/pipeline/pipelinetest"
 	"github.com/sluicehq/sluice/projectionworker"
-	"github.com/sluicehq/sluice/readmodel"
-	"github.com/sluicehq/sluice/registry"
 )
 
 // The health strip, the flow and the groups of a deployment: this
@@ -36,24 +34,14 @@ func TestHealthFlowAndGroups(t *testing.T) {
 	}))
 	defer remote.Close()
 	e := &env{t: t, Env: pipelinetest.Start(t, pipelinetest.Options{
-		APIRoutes: func(d pipeline.Deps) map[string]http.Handler {
-			reg, err := registry.New(registry.Config{Owner: "admin-test"}, registry.Deps{Pool: d.Pool})
-			if err != nil {
-				t.Fatal(err)
-			}
-			es, err := readmodel.NewClient(d.Config.Elasticsearch)
-			if err != nil {
-				t.Fatal(err)
-			}
-			srv, err := admin.New(admin.Config{Process: d.Config, OperatorToken: opToken, ReadToken: readToken, Services: []admin.Service{{Name: "relay-2", URL: remote.URL}}, Workers: []admin.Worker{
+		APIRoutes: adminRoutes(t, func(d pipeline.Deps, cfg *admin.Config, deps *admin.Deps) {
+			cfg.Services = []admin.Service{{Name: "relay-2", URL: remote.URL}}
+			cfg.Workers = []admin.Worker{
 				{Handler: instanceworker.HandlerName, Group: d.Config.Kafka.Group(instanceworker.GroupName)},
 				{Handler: projectionworker.HandlerName("instances", 1), Group: d.Config.Kafka.Group(projectionworker.GroupName("instances", 1))},
-			}}, admin.Deps{Pool: d.Pool, Store: d.Store, Bucket: d.Bucket, Registry: reg, ES: es, Logger: d.Logger, Health: d.Health, Metrics: d.Metrics})
-			if err != nil {
-				t.Fatal(err)
 			}
-			return map[string]http.Handler{admin.Prefix: srv}
-		},
+			deps.Health, deps.Metrics = d.Health, d.Metrics
+		}),
 	})}
 	e.create("h-1")
 

@@ -17,7 +17,6 @@ import (
 	"github.com/sluicehq/sluice/internal/testenv"
 	"github.com/sluicehq/sluice/pipeline"
 	"github.com/sluicehq/sluice/pipeline/pipelinetest"
-	"github.com/sluicehq/sluice/readmodel"
 	"github.com/sluicehq/sluice/registry"
 )
 
@@ -34,7 +33,7 @@ func TestAdminPauseResume(t *testing.T) {
 	e := &env{t: t, Env: pipelinetest.Start(t, pipelinetest.Options{
 		Env:       map[string]string{"WORKER_PAUSE_POLL_INTERVAL": "100ms"},
 		Services:  []string{"api", "relay", "instance-worker"},
-		APIRoutes: adminRoutes(t),
+		APIRoutes: adminRoutes(t, withMetrics),
 	})}
 	group := "/admin/v1/consumers/" + e.Config.Kafka.Group(instanceworker.GroupName)
 	reg, err := registry.New(registry.Config{Owner: "pause-test"}, registry.Deps{Pool: e.Pool})
@@ -225,22 +224,6 @@ func gathered(t *testing.T, g prometheus.Gatherer, name string, want map[string]
 	return testenv.MetricSum(t, g, name, want)
 }
 
-// adminRoutes mounts the admin API on the pipeline's API.
-func adminRoutes(t *testing.T) func(d pipeline.Deps) map[string]http.Handler {
-	return func(d pipeline.Deps) map[string]http.Handler {
-		reg, err := registry.New(registry.Config{Owner: "admin-test"}, registry.Deps{Pool: d.Pool})
-		if err != nil {
-			t.Fatal(err)
-		}
-		es, err := readmodel.NewClient(d.Config.Elasticsearch)
-		if err != nil {
-			t.Fatal(err)
-		}
-		srv, err := admin.New(admin.Config{Process: d.Config, OperatorToken: opToken, ReadToken: readToken}, admin.Deps{Pool: d.Pool, Store: d.Store, Bucket: d.Bucket, Registry: reg, ES: es, Logger: d.Logger,
-			Metrics: d.Metrics})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return map[string]http.Handler{admin.Prefix: srv}
-	}
-}
+// withMetrics gives the admin API the pipeline's metrics registry, where
+// the workers of this process report their pause.
+func withMetrics(d pipeline.Deps, _ *admin.Config, deps *admin.Deps) { deps.Metrics = d.Metrics }
