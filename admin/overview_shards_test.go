@@ -8,14 +8,42 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/sluicehq/sluice/eventstore"
+	"github.com/sluicehq/sluice/eventstore/objstore"
 	"github.com/sluicehq/sluice/eventstore/objstore/filestore"
 	"github.com/sluicehq/sluice/internal/testenv"
 	"github.com/sluicehq/sluice/pipeline/sluiceconfig"
 	"github.com/sluicehq/sluice/relay"
 	"github.com/sluicehq/sluice/shared/envelope"
 )
+
+// newStoreWithEvents is an event store of shards shards on a file bucket
+// and a fresh database, holding events events (one per aggregate); the
+// test's cleanup closes it.
+func newStoreWithEvents(t *testing.T, shards, events int) (*eventstore.Store, objstore.Bucket, *pgxpool.Pool) {
+	t.Helper()
+	_, pool := testenv.NewMigratedDatabase(t)
+	b, err := filestore.New(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = b.Close() })
+	st, err := eventstore.New(eventstore.Config{Shards: shards, GroupCommitMaxWait: time.Millisecond}, eventstore.Deps{Pool: pool, Bucket: b})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = st.Close() })
+	for i := range events {
+		res, err := st.AppendOne(context.Background(), envelope.Envelope{EventID: uuid.NewString(), EventType: "ORDER_PLACED", Kind: envelope.KindDomain,
+			AggregateType: "Order", AggregateID: fmt.Sprintf("o-%d", i), Data: json.RawMessage(`{}`)})
+		if err != nil || res.Err != nil {
+			t.Fatalf("append: %v %v", err, res.Err)
+		}
+	}
+	return st, b, pool
+}
 
 // The overview's store part: on a store of several shards every shard's
 // head and their sum, no error; on a store of one shard its head alone, as
@@ -30,24 +58,7 @@ func TestOverviewStoreShards(t *testing.T) {
 	} {
 		t.Run(fmt.Sprintf("%d shards", tc.shards), func(t *testing.T) {
 			ctx := context.Background()
-			_, pool := testenv.NewMigratedDatabase(t)
-			b, err := filestore.New(t.TempDir())
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { _ = b.Close() })
-			st, err := eventstore.New(eventstore.Config{Shards: tc.shards, GroupCommitMaxWait: time.Millisecond}, eventstore.Deps{Pool: pool, Bucket: b})
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { _ = st.Close() })
-			for i := range 6 {
-				res, err := st.AppendOne(ctx, envelope.Envelope{EventID: uuid.NewString(), EventType: "ORDER_PLACED", Kind: envelope.KindDomain,
-					AggregateType: "Order", AggregateID: fmt.Sprintf("o-%d", i), Data: json.RawMessage(`{}`)})
-				if err != nil || res.Err != nil {
-					t.Fatalf("append: %v %v", err, res.Err)
-				}
-			}
+			st, _, _ := newStoreWithEvents(t, tc.shards, 6)
 			s := &Server{opts: settings{Deps: Deps{Store: st}}}
 			ov := &Overview{Errors: map[string]string{}}
 			s.overviewStore(ctx, ov)
@@ -85,24 +96,7 @@ func TestOverviewStoreShards(t *testing.T) {
 // and their sums; a shard without a lease makes the whole "none".
 func TestOverviewRelayShards(t *testing.T) {
 	ctx := context.Background()
-	_, pool := testenv.NewMigratedDatabase(t)
-	b, err := filestore.New(t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = b.Close() })
-	st, err := eventstore.New(eventstore.Config{Shards: 4, GroupCommitMaxWait: time.Millisecond}, eventstore.Deps{Pool: pool, Bucket: b})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = st.Close() })
-	for i := range 12 {
-		res, err := st.AppendOne(ctx, envelope.Envelope{EventID: uuid.NewString(), EventType: "ORDER_PLACED", Kind: envelope.KindDomain,
-			AggregateType: "Order", AggregateID: fmt.Sprintf("o-%d", i), Data: json.RawMessage(`{}`)})
-		if err != nil || res.Err != nil {
-			t.Fatalf("append: %v %v", err, res.Err)
-		}
-	}
+	st, b, pool := newStoreWithEvents(t, 4, 12)
 	heads, err := st.Heads(ctx)
 	if err != nil {
 		t.Fatal(err)
