@@ -134,6 +134,24 @@ func (w *writer) add(ctx context.Context, id string, n int) ([]string, error) {
 	return ids, nil
 }
 
+// lastInEveryShard appends one event to the first aggregate of every
+// shard (aggs, aggregatesByShard) and returns their ids. It closes a
+// subscription check: each shard's events come in position order, so an
+// event delivered twice arrives before its shard's last one; no waiting
+// for one that does not come.
+func (w *writer) lastInEveryShard(t *testing.T, ctx context.Context, aggs [][]string) []string {
+	t.Helper()
+	var last []string
+	for _, shard := range aggs {
+		ids, err := w.add(ctx, shard[0], 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		last = append(last, ids...)
+	}
+	return last
+}
+
 func (w *writer) all() []string {
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -496,17 +514,7 @@ func TestSubscribeAcrossShardsResumes(t *testing.T) {
 	rc.await(t, ctx, "wave 1", wave1)
 	wave2 := appendEach(2)
 	rc.await(t, ctx, "wave 2", wave2)
-	// One last event in every shard closes the check: each shard's
-	// events come in position order, so an event delivered twice arrives
-	// before its shard's last one; no waiting for one that does not come.
-	var last []string
-	for _, shard := range aggs {
-		ids, err := w.add(ctx, shard[0], 1)
-		if err != nil {
-			t.Fatal(err)
-		}
-		last = append(last, ids...)
-	}
+	last := w.lastInEveryShard(t, ctx, aggs)
 	rc.await(t, ctx, "the last events", last)
 	want := append(append(append([]string(nil), wave1...), wave2...), last...)
 	rc.ta.exactly(t, "the subscription", want)
@@ -661,16 +669,7 @@ func TestSubscribeAcrossShardsFromTheHead(t *testing.T) {
 	s.cutAndRefused(t, n)
 	r.start()
 	rc.await(t, ctx, "appended while the server was down", want)
-	// One event more in every shard closes the check (an event twice
-	// comes before its shard's last one).
-	var last []string
-	for _, shard := range aggs {
-		ids, err := w.add(ctx, shard[0], 1)
-		if err != nil {
-			t.Fatal(err)
-		}
-		last = append(last, ids...)
-	}
+	last := w.lastInEveryShard(t, ctx, aggs)
 	rc.await(t, ctx, "the last events", last)
 	rc.ta.exactly(t, "the subscription", append(want, last...))
 }
