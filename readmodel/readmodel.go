@@ -113,51 +113,6 @@ type Meta struct {
 	Deleted        bool               `json:"deleted"`
 }
 
-// Document builds the body of an instance document: the full state (a JSON
-// object; ignored for tombstones) with the Meta fields set on top. A
-// tombstone (m.Deleted) carries only the Meta fields.
-func Document(m Meta, state json.RawMessage) ([]byte, error) {
-	doc := map[string]json.RawMessage{}
-	if !m.Deleted && len(state) > 0 {
-		if err := json.Unmarshal(state, &doc); err != nil {
-			return nil, fmt.Errorf("readmodel: state is not a JSON object: %w", err)
-		}
-		if doc == nil {
-			doc = map[string]json.RawMessage{}
-		}
-	}
-	mb, err := json.Marshal(m)
-	if err != nil {
-		return nil, err
-	}
-	var meta map[string]json.RawMessage
-	if err := json.Unmarshal(mb, &meta); err != nil {
-		return nil, err
-	}
-	for k, v := range meta {
-		doc[k] = v
-	}
-	return json.Marshal(doc)
-}
-
-// SplitDocument is the inverse of Document: it returns the Meta fields and
-// the state (the document without them; {} for tombstones).
-func SplitDocument(source []byte) (Meta, json.RawMessage, error) {
-	var m Meta
-	if err := json.Unmarshal(source, &m); err != nil {
-		return m, nil, fmt.Errorf("readmodel: document: %w", err)
-	}
-	var doc map[string]json.RawMessage
-	if err := json.Unmarshal(source, &doc); err != nil {
-		return m, nil, fmt.Errorf("readmodel: document: %w", err)
-	}
-	for _, f := range ReservedFields() {
-		delete(doc, f)
-	}
-	state, err := json.Marshal(doc)
-	return m, state, err
-}
-
 // NewClient returns a go-elasticsearch client for the configuration
 // (ELASTICSEARCH_*). Every request it sends has a deadline of
 // cfg.RequestTimeout (ELASTICSEARCH_REQUEST_TIMEOUT; none when 0), from the
@@ -390,6 +345,7 @@ func GetInstances(ctx context.Context, es *elasticsearch.Client, refs []Ref) ([]
 	if err != nil {
 		return nil, err
 	}
+	var db DocBuilder
 	for i, d := range got {
 		switch {
 		case d.Err != nil && d.Err.Type == "index_not_found_exception":
@@ -399,7 +355,7 @@ func GetInstances(ctx context.Context, es *elasticsearch.Client, refs []Ref) ([]
 		case !d.Found:
 			out[i].Err = ErrNotFound
 		default:
-			out[i].Meta, out[i].State, out[i].Err = SplitDocument(d.Source)
+			out[i].Meta, out[i].State, out[i].Err = db.Split(d.Source)
 		}
 	}
 	return out, nil
@@ -504,9 +460,13 @@ func WriteInstances(ctx context.Context, es *elasticsearch.Client, ws []Write) (
 	out := make([]WriteItem, len(ws))
 	var body bytes.Buffer
 	pos := make([]int, 0, len(ws)) // index into ws of each bulk item
+	var (
+		db   DocBuilder
+		line []byte
+	)
 	for i, w := range ws {
-		doc, err := Document(w.Meta, w.State)
-		if err != nil {
+		var err error
+		if line, err = db.Append(line[:0], w.Meta, w.State); err != nil {
 			out[i].Err = err
 			continue
 		}
@@ -517,9 +477,9 @@ func WriteInstances(ctx context.Context, es *elasticsearch.Client, ws []Write) (
 		body.WriteString(`,"_id":`)
 		body.Write(id)
 		body.WriteString(`,"version":`)
-		body.WriteString(strconv.FormatInt(w.Meta.SequenceNumber, 10))
+		body.Write(strconv.AppendInt(body.AvailableBuffer(), w.Meta.SequenceNumber, 10))
 		body.WriteString(`,"version_type":"external","require_alias":true}}` + "\n")
-		body.Write(doc)
+		body.Write(line)
 		body.WriteByte('\n')
 		pos = append(pos, i)
 	}
