@@ -72,7 +72,8 @@ func (Instances) Project(e envelope.Envelope) ([]Op, error) {
 	if err != nil {
 		return nil, fmt.Errorf("instances: %w", err)
 	}
-	return []Op{{Scope: db, ID: readmodel.DocumentID(class, id), Version: e.SequenceNumber, Doc: doc}}, nil
+	// readmodel.Document writes compact JSON.
+	return []Op{{Scope: db, ID: readmodel.DocumentID(class, id), Version: e.SequenceNumber, Doc: doc, Compact: true}}, nil
 }
 
 // History is the built-in `history` projection: one document per instance

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/elastic/go-elasticsearch/v8"
+	"github.com/go-json-experiment/json/jsontext"
 
 	"github.com/sluicehq/sluice/readmodel"
 	"github.com/sluicehq/sluice/shared/failure"
@@ -124,41 +125,39 @@ func (b *Bulker) Check(ctx context.Context) error { return b.o.Availability.Chec
 
 // encodeItem returns the NDJSON lines of one item.
 func encodeItem(it BulkItem) ([]byte, error) {
-	// The action line is built by hand (no map, no reflection): it is
-	// encoded once per operation on the hot path.
-	ix, err := json.Marshal(it.Index)
-	if err != nil {
-		return nil, err
-	}
-	id, err := json.Marshal(it.Op.ID)
-	if err != nil {
-		return nil, err
-	}
-	out := bytes.NewBuffer(make([]byte, 0, len(ix)+len(id)+len(it.Op.Doc)+80))
+	// The action line is built by hand (no map, no reflection, one
+	// allocation): it is encoded once per operation on the hot path.
+	// Invalid UTF-8 in the index or id becomes U+FFFD, as json.Marshal
+	// wrote it; the quoted form differs from json.Marshal's only in not
+	// escaping <, > and & for HTML, which JSON does not need.
+	out := make([]byte, 0, len(it.Index)+len(it.Op.ID)+len(it.Op.Doc)+96)
 	if it.Op.Create {
-		out.WriteString(`{"create":{"_index":`)
+		out = append(out, `{"create":{"_index":`...)
 	} else {
-		out.WriteString(`{"index":{"_index":`)
+		out = append(out, `{"index":{"_index":`...)
 	}
-	out.Write(ix)
-	out.WriteString(`,"_id":`)
-	out.Write(id)
+	out, _ = jsontext.AppendQuote(out, it.Index)
+	out = append(out, `,"_id":`...)
+	out, _ = jsontext.AppendQuote(out, it.Op.ID)
 	if it.Op.Version > 0 {
-		out.WriteString(`,"version":`)
-		out.WriteString(strconv.FormatInt(it.Op.Version, 10))
-		out.WriteString(`,"version_type":"external"`)
+		out = append(out, `,"version":`...)
+		out = strconv.AppendInt(out, it.Op.Version, 10)
+		out = append(out, `,"version_type":"external"`...)
 	}
-	out.WriteString("}}\n")
+	out = append(out, "}}\n"...)
 	// Compact: the document must be one line (custom projections may
 	// return indented JSON); this also rejects invalid JSON. A document
 	// the projection encoded compactly itself (Op.Compact) is copied.
 	if it.Op.Compact {
-		out.Write(it.Op.Doc)
-	} else if err := json.Compact(out, it.Op.Doc); err != nil {
-		return nil, fmt.Errorf("projectionworker: document of %s: %w", it.Op.ID, err)
+		out = append(out, it.Op.Doc...)
+	} else {
+		buf := bytes.NewBuffer(out)
+		if err := json.Compact(buf, it.Op.Doc); err != nil {
+			return nil, fmt.Errorf("projectionworker: document of %s: %w", it.Op.ID, err)
+		}
+		out = buf.Bytes()
 	}
-	out.WriteByte('\n')
-	return out.Bytes(), nil
+	return append(out, '\n'), nil
 }
 
 // Do writes items (in one bulk request with other callers' items where

@@ -129,10 +129,10 @@ func (s *DocState) load(ctx context.Context, scope, id string) (Doc, error) {
 	if err := ValidateName(scope); err != nil {
 		return Doc{}, err
 	}
-	if err := s.w.ensure(ctx, scope); err != nil {
+	index, err := s.w.index(ctx, scope)
+	if err != nil {
 		return Doc{}, &LoadError{Err: err}
 	}
-	index := IndexNames(s.w.prefix, scope, s.w.spec.Projection.Name(), s.w.spec.Version).Index
 	res, err := s.w.es.Get(index, id, s.w.es.Get.WithContext(ctx), s.w.es.Get.WithRealtime(true))
 	if err != nil {
 		return Doc{}, &LoadError{Err: err}
@@ -242,12 +242,13 @@ func (s *DocState) prefetch(ctx context.Context, refs []DocRef) error {
 		if ValidateName(r.Scope) != nil {
 			continue // Get reports it
 		}
-		if err := s.w.ensure(ctx, r.Scope); err != nil {
+		index, err := s.w.index(ctx, r.Scope)
+		if err != nil {
 			return err
 		}
 		seen[k] = true
 		keys = append(keys, k)
-		docs = append(docs, readmodel.DocAddr{Index: IndexNames(s.w.prefix, r.Scope, s.w.spec.Projection.Name(), s.w.spec.Version).Index, ID: r.ID})
+		docs = append(docs, readmodel.DocAddr{Index: index, ID: r.ID})
 	}
 	got, err := readmodel.Mget(ctx, s.w.es, docs)
 	if err != nil {

@@ -76,10 +76,13 @@ type Worker struct {
 	// deleted under the worker and Elasticsearch does not create it on
 	// write): the Service rebuilds the read model
 	// (docs/projectionworker.md#read-model-lost).
-	onLost  func(scope, reason string)
-	ensured sync.Map // scope → struct{}
-	ensMu   sync.Mutex
-	m       *metrics
+	onLost func(scope, reason string)
+	// ensured maps each scope whose index exists (index) to the index's
+	// name: a lookup without allocation on every operation of a round.
+	ensured   map[string]string
+	ensuredMu sync.RWMutex // guards ensured
+	ensMu     sync.Mutex   // held while an index is created
+	m         *metrics
 }
 
 var _ worker.BatchHandler = (*Worker)(nil)
@@ -111,7 +114,8 @@ func NewWorker(cfg Config, d Deps, sp Spec, bulk *Bulker) (*Worker, error) {
 	if reg == nil {
 		reg = prometheus.NewRegistry()
 	}
-	return &Worker{spec: sp, prefix: cfg.Elasticsearch.IndexPrefix, es: d.ES, bulk: bulk, log: log, m: newMetrics(reg)}, nil
+	return &Worker{spec: sp, prefix: cfg.Elasticsearch.IndexPrefix, es: d.ES, bulk: bulk, log: log, m: newMetrics(reg),
+		ensured: map[string]string{}}, nil
 }
 
 // HandlerName is the worker's registry handler.
@@ -488,10 +492,11 @@ func (w *Worker) prepare(ctx context.Context, e envelope.Envelope, st *DocState)
 		if err := ValidateName(op.Scope); err != nil {
 			return nil, claim.Outcome{}, worker.Permanent(err)
 		}
-		if err := w.ensure(ctx, op.Scope); err != nil {
+		ix, err := w.index(ctx, op.Scope)
+		if err != nil {
 			return nil, claim.Outcome{}, err
 		}
-		items[i] = BulkItem{Index: IndexNames(w.prefix, op.Scope, p.Name(), w.spec.Version).Index, Op: op}
+		items[i] = BulkItem{Index: ix, Op: op}
 	}
 	return items, claim.Outcome{}, nil
 }
@@ -565,7 +570,9 @@ func (w *Worker) lineEffects(items []BulkItem, res []ItemResult) {
 		case r.Conflict():
 			w.m.conflicts.WithLabelValues(w.spec.Projection.Name(), reasonFor(items[i].Op)).Inc()
 		case !r.OK() && !r.Transient() && r.Status == http.StatusNotFound:
-			w.ensured.Delete(items[i].Op.Scope) // index vanished: ensure again
+			w.ensuredMu.Lock()
+			delete(w.ensured, items[i].Op.Scope) // index vanished: ensure again
+			w.ensuredMu.Unlock()
 			if w.onLost != nil {
 				w.onLost(items[i].Op.Scope, fmt.Sprintf("elasticsearch item %s/%s: %d %s: %s", items[i].Index, items[i].Op.ID, r.Status, r.Type, r.Reason))
 			}
@@ -586,25 +593,34 @@ func reasonFor(op Op) string {
 	return ReasonVersion
 }
 
-// ensure creates scope's concrete index of this version once per process
-// (idempotent across processes).
-func (w *Worker) ensure(ctx context.Context, scope string) error {
-	if _, ok := w.ensured.Load(scope); ok {
-		return nil
+// index creates scope's concrete index of this version once per process
+// (idempotent across processes) and returns its name.
+func (w *Worker) index(ctx context.Context, scope string) (string, error) {
+	if ix, ok := w.ensuredIndex(scope); ok {
+		return ix, nil
 	}
 	w.ensMu.Lock()
 	defer w.ensMu.Unlock()
-	if _, ok := w.ensured.Load(scope); ok {
-		return nil
+	if ix, ok := w.ensuredIndex(scope); ok {
+		return ix, nil
 	}
 	n := IndexNames(w.prefix, scope, w.spec.Projection.Name(), w.spec.Version)
 	err := createIndex(ctx, w.es, n, w.spec.Projection.Template(), w.spec.Mode)
 	w.bulk.Availability().Observe(ctx, err)
 	if err != nil {
-		return worker.Classified(ctx, failure.Elasticsearch, err)
+		return "", worker.Classified(ctx, failure.Elasticsearch, err)
 	}
-	w.ensured.Store(scope, struct{}{})
-	return nil
+	w.ensuredMu.Lock()
+	w.ensured[scope] = n.Index
+	w.ensuredMu.Unlock()
+	return n.Index, nil
+}
+
+func (w *Worker) ensuredIndex(scope string) (string, bool) {
+	w.ensuredMu.RLock()
+	defer w.ensuredMu.RUnlock()
+	ix, ok := w.ensured[scope]
+	return ix, ok
 }
 
 // createIndex creates n.Index unless it exists. Live: with the read and
