@@ -63,8 +63,9 @@ func (r *Registry) ClaimBatch(ctx context.Context, reqs []claim.Request) ([]clai
 		}
 		defer rows.Close()
 		n := 0
+		var row claimRow
 		for rows.Next() {
-			p, res, err := r.scanClaim(rows, len(uniq))
+			p, res, err := r.scanClaim(rows, &row, len(uniq))
 			if err != nil {
 				return err
 			}
@@ -160,22 +161,29 @@ func (b claimBatch) results(uniq []claim.Result, owner string) []claim.Result {
 	return out
 }
 
-// scanClaim reads one row of claimSQL: the index p of the pair it answers
-// (of n) and its result, without the lease of a CLAIMED one.
-func (r *Registry) scanClaim(rows pgx.Rows, n int) (p int, res claim.Result, err error) {
-	var (
-		idx               int32
-		kind              string
-		holder, lerr      pgtype.Text
-		attempt           pgtype.Int4
-		last              int64
-		notBefore         pgtype.Timestamptz
-		waitUS, stalledUS pgtype.Int8
-		outcome           []byte
-	)
-	if err := rows.Scan(&idx, &kind, &attempt, &holder, &last, &notBefore, &waitUS, &stalledUS, &outcome, &lerr); err != nil {
+// claimRow holds the columns of one row of claimSQL as scanned: one per
+// call reused for every row, instead of ten variables that escape to the
+// heap on every row.
+type claimRow struct {
+	idx               int32
+	kind              string
+	holder, lerr      pgtype.Text
+	attempt           pgtype.Int4
+	last              int64
+	notBefore         pgtype.Timestamptz
+	waitUS, stalledUS pgtype.Int8
+	outcome           []byte
+}
+
+// scanClaim reads one row of claimSQL into row: the index p of the pair
+// it answers (of n) and its result, without the lease of a CLAIMED one.
+func (r *Registry) scanClaim(rows pgx.Rows, row *claimRow, n int) (p int, res claim.Result, err error) {
+	*row = claimRow{outcome: row.outcome[:0]}
+	if err := rows.Scan(&row.idx, &row.kind, &row.attempt, &row.holder, &row.last, &row.notBefore, &row.waitUS, &row.stalledUS, &row.outcome, &row.lerr); err != nil {
 		return 0, claim.Result{}, err
 	}
+	idx, kind, holder, lerr, attempt, last := row.idx, row.kind, row.holder, row.lerr, row.attempt, row.last
+	notBefore, waitUS, stalledUS, outcome := row.notBefore, row.waitUS, row.stalledUS, row.outcome
 	if idx < 1 || int(idx) > n {
 		return 0, claim.Result{}, fmt.Errorf("claim result index %d out of range", idx)
 	}

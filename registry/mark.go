@@ -154,10 +154,10 @@ func (r *Registry) MarkDoneBatch(ctx context.Context, items []claim.Done) (errs 
 		outcomeOf = append(outcomeOf, code)
 	}
 	done := make([]bool, len(handlers))
+	var idx int64 // scanned into for every row: one variable, not one per row
 	err = r.run(ctx, "mark done", func(ctx context.Context) error {
 		clear(done)
 		return r.probeQuery(ctx, markDoneSQL, []any{handlers, eventIDs, tokens, outcomes, outcomeOf}, func(rows pgx.Rows) error {
-			var idx int64
 			if err := rows.Scan(&idx); err != nil {
 				return err
 			}
