@@ -117,7 +117,7 @@ func (p *Projection) locate(e envelope.Envelope) (*activation, string, error) {
 	if err != nil {
 		return nil, "", fmt.Errorf("projection %s: event %s: %w", p.spec.Name, e.EventID, err)
 	}
-	vars := &activation{event: event, doc: emptyDoc, memo: map[*program]any{}}
+	vars := &activation{event: event, doc: emptyDoc}
 	kv, err := p.eval(p.key, vars, e)
 	if err != nil {
 		return nil, "", err
@@ -266,6 +266,9 @@ func (p *Projection) eval(pr *program, vars *activation, e envelope.Envelope) (a
 		return nil, p.evalErr(pr, e, err)
 	}
 	if memo {
+		if vars.memo == nil {
+			vars.memo = map[*program]any{} // only for projections that share an expression
+		}
 		vars.memo[pr.shared] = v
 	}
 	return v, nil
