@@ -38,8 +38,7 @@ func SplitDocument(source []byte) (Meta, json.RawMessage, error) {
 // zero value is ready to use; a DocBuilder is not safe for concurrent use.
 type DocBuilder struct {
 	dec     jsontext.Decoder
-	enc     jsontext.Encoder
-	in, out bytes.Buffer
+	in      bytes.Buffer
 	members []member
 	scratch []byte // unquoted names and encoded meta values
 }
@@ -257,28 +256,35 @@ func (b *DocBuilder) setString(dst *string, mb member) error {
 }
 
 // write appends the members to dst as one compact object, sorted by name,
-// the last member of a name winning.
+// the last member of a name winning. Names are written as quoted in the
+// input; values are compacted in place (jsontext.Value.Compact, which
+// leaves strings and numbers as they are written, like json.Compact).
 func (b *DocBuilder) write(dst []byte) ([]byte, error) {
 	ms := b.members
 	slices.SortStableFunc(ms, func(x, y member) int { return bytes.Compare(x.name, y.name) })
-	b.out.Reset()
-	b.enc.Reset(&b.out, jsontext.AllowDuplicateNames(true), jsontext.AllowInvalidUTF8(true))
-	if err := b.enc.WriteToken(jsontext.BeginObject); err != nil {
-		return dst, err
+	need := 2
+	for _, mb := range ms {
+		need += len(mb.qname) + len(mb.value) + 2
 	}
+	dst = slices.Grow(dst, need) // one allocation at most: compacting only shrinks
+	start := len(dst)
+	dst = append(dst, '{')
 	for i, mb := range ms {
 		if i+1 < len(ms) && bytes.Equal(mb.name, ms[i+1].name) {
 			continue
 		}
-		if err := b.enc.WriteValue(mb.qname); err != nil {
-			return dst, err
+		if len(dst) > start+1 {
+			dst = append(dst, ',')
 		}
-		if err := b.enc.WriteValue(mb.value); err != nil {
-			return dst, err
+		dst = append(dst, mb.qname...)
+		dst = append(dst, ':')
+		at := len(dst)
+		dst = append(dst, mb.value...)
+		v := jsontext.Value(dst[at:])
+		if err := v.Compact(); err != nil {
+			return dst[:start], err
 		}
+		dst = append(dst[:at], v...) // v is dst[at:] shortened, unless Compact moved it
 	}
-	if err := b.enc.WriteToken(jsontext.EndObject); err != nil {
-		return dst, err
-	}
-	return append(dst, bytes.TrimSuffix(b.out.Bytes(), []byte("\n"))...), nil
+	return append(dst, '}'), nil
 }

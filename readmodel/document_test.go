@@ -186,3 +186,40 @@ func FuzzDocument(f *testing.F) {
 		checkDocument(t, m, state)
 	})
 }
+
+// BenchmarkDocument counts the work of building and splitting one instance
+// document of a small state, the one-pass DocBuilder (reused, as a bulk or
+// an _mget reuses it; and new for each, as Document) against the
+// encoding/json maps it replaced (v1Document, v1Split). Run with
+// -benchmem: allocations per document are the figure, not the time.
+func BenchmarkDocument(b *testing.B) {
+	ts := envelope.NewTimestamp(time.Date(2026, 11, 21, 10, 0, 0, 0, time.UTC))
+	m := readmodel.Meta{DB: "shop", Class: "orders", InstanceID: "o-1", SequenceNumber: 7, EventID: "0193d0c1-7f4e-7000-8000-000000000001", CreatedAt: ts, UpdatedAt: ts}
+	state := json.RawMessage(`{"customer_id":"c-17","total":42.5,"items":[{"sku":"a","qty":2},{"sku":"b","qty":1}],"note":"gift"}`)
+	doc, err := readmodel.Document(m, state)
+	if err != nil {
+		b.Fatal(err)
+	}
+	var db readmodel.DocBuilder
+	var dst []byte
+	for _, bc := range []struct {
+		name string
+		f    func() error
+	}{
+		{"build/encoding-json-maps", func() error { _, err := v1Document(m, state); return err }},
+		{"build/Document", func() error { _, err := readmodel.Document(m, state); return err }},
+		{"build/DocBuilder", func() error { var err error; dst, err = db.Append(dst[:0], m, state); return err }},
+		{"split/encoding-json-maps", func() error { _, _, err := v1Split(doc); return err }},
+		{"split/SplitDocument", func() error { _, _, err := readmodel.SplitDocument(doc); return err }},
+		{"split/DocBuilder", func() error { _, _, err := db.Split(doc); return err }},
+	} {
+		b.Run(bc.name, func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				if err := bc.f(); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
