@@ -255,3 +255,56 @@ func TestBulkRequestRefused(t *testing.T) {
 		}
 	}
 }
+
+// TestIndexCreatedAgainAfterLoss: a write answered 404 (the scope's index
+// was deleted under the worker) makes the worker forget that it created the
+// index, so the next write of the scope creates it again instead of
+// failing forever (the Service also rebuilds; this worker runs without
+// one).
+func TestIndexCreatedAgainAfterLoss(t *testing.T) {
+	e := newEnv(t, 1)
+	bulk := projectionworker.NewBulker(e.esc, projectionworker.BulkOptions{})
+	w, err := projectionworker.NewWorker(projectionworker.Config{Elasticsearch: readmodel.Config{IndexPrefix: "sluice_"}}, projectionworker.Deps{ES: e.esc},
+		projectionworker.Spec{Projection: projectionworker.Instances{}, Version: 1}, bulk)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := ctxT(t)
+	names := projectionworker.IndexNames("sluice_", "lost", "instances", 1)
+	steps := []struct {
+		name    string
+		id      string
+		attempt int
+		lose    bool
+		applied bool
+	}{
+		{"first write creates the index", "a", 1, false, true},
+		{"write after the index is deleted fails", "b", 1, true, false},
+		{"the next write creates the index again", "b", 2, false, true},
+	}
+	for _, s := range steps {
+		t.Run(s.name, func(t *testing.T) {
+			if s.lose {
+				res, err := e.esc.Indices.Delete([]string{names.Index}, e.esc.Indices.Delete.WithContext(ctx))
+				if err != nil || res.IsError() {
+					t.Fatalf("delete index: %v %v", res, err)
+				}
+				res.Body.Close()
+				// Elasticsearch answers 404 (the test server would create
+				// the index on write, without its aliases).
+				e.es.InjectFault(esserver.Fault{Times: 1, BulkItemStatus: http.StatusNotFound,
+					RejectBulkItems: func(it esserver.BulkItem) bool { return it.Index == names.Index }})
+			}
+			ev := e.event(projectionworker.InstanceCreated, "lost", "things", s.id, 1, map[string]any{"v": 1})
+			out, err := w.Handle(ctx, &worker.Record{Envelope: ev, Attempt: s.attempt})
+			if applied := err == nil && out == claim.Applied(); applied != s.applied {
+				t.Fatalf("Handle: %+v, %v; want applied %v", out, err, s.applied)
+			}
+		})
+	}
+	// Created again by the worker: with its read alias (filtered to live
+	// documents), which an index created by the write would not have.
+	if n := e.countIn(names.ReadAlias); n != 1 {
+		t.Errorf("%d documents through the read alias after the index came back, want 1", n)
+	}
+}
