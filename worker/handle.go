@@ -89,13 +89,15 @@ func (c *Consumer) handleBatch(ctx context.Context, items []*item) {
 	bctx, abort := context.WithCancelCause(ctx)
 	defer abort(nil)
 	hctxs := make([]context.Context, len(run))
+	unwatches := make([]func() bool, len(run))
 	stops := make([]func(), len(run))
 	recs := make([]*Record, len(run))
+	// One function for the batch, not a closure per record.
+	lost := func() { abort(errBatchAborted) }
 	for i, it := range run {
 		hctx, stop := c.deps.Registry.Hold(bctx, it.lease)
-		unwatch := context.AfterFunc(hctx, func() { abort(errBatchAborted) })
-		hctxs[i], recs[i] = hctx, &it.view
-		stops[i] = func() { unwatch(); stop() }
+		unwatches[i] = context.AfterFunc(hctx, lost)
+		hctxs[i], recs[i], stops[i] = hctx, &it.view, stop
 	}
 	res := c.h.HandleBatch(bctx, recs)
 	aborted := bctx.Err() != nil
@@ -104,7 +106,8 @@ func (c *Consumer) handleBatch(ctx context.Context, items []*item) {
 	for i := range run {
 		causes[i] = context.Cause(hctxs[i])
 	}
-	for _, stop := range stops {
+	for i, stop := range stops {
+		unwatches[i]()
 		stop()
 	}
 	c.m.stage.WithLabelValues(c.cfg.HandlerName, "handle").Observe(time.Since(start).Seconds())
