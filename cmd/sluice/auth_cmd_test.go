@@ -4,8 +4,11 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"slices"
 	"strings"
 	"testing"
+
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/sluicehq/sluice/admin"
 	"github.com/sluicehq/sluice/auth"
@@ -64,6 +67,23 @@ func TestAuthKeyCommands(t *testing.T) {
 	if _, err := fresh.Authenticate(ctx, "Bearer "+created.Secret); !errors.Is(err, auth.ErrInvalid) {
 		t.Fatalf("revoked key: %v", err)
 	}
+	recs := cliAudit(t, pool)
+	var actions []string
+	for _, r := range recs {
+		actions = append(actions, r.Action)
+		if strings.Contains(string(r.Detail), created.Secret) || strings.Contains(string(r.Detail), newSecret) {
+			t.Fatalf("the audit log holds a secret: %s", r.Detail)
+		}
+	}
+	if strings.Join(actions, " ") != "auth.key.create auth.key.rotate auth.key.revoke" {
+		t.Fatalf("CLI audit records: %v", actions)
+	}
+}
+
+// cliAudit reads the admin audit log through admin's Go API and returns
+// the records of sluice commands (who cli:…), oldest first.
+func cliAudit(t *testing.T, pool *pgxpool.Pool) []admin.AuditRecord {
+	t.Helper()
 	cfg, err := sluiceconfig.Load(map[string]string{})
 	if err != nil {
 		t.Fatal(err)
@@ -76,20 +96,15 @@ func TestAuthKeyCommands(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	recs, err := adm.Audit(ctx, 10)
+	recs, err := adm.Audit(context.Background(), 1000)
 	if err != nil {
 		t.Fatal(err)
 	}
-	var actions []string
-	for _, r := range recs {
+	var out []admin.AuditRecord
+	for _, r := range slices.Backward(recs) {
 		if strings.HasPrefix(r.Who, "cli:") {
-			actions = append(actions, r.Action)
-		}
-		if strings.Contains(string(r.Detail), created.Secret) || strings.Contains(string(r.Detail), newSecret) {
-			t.Fatalf("the audit log holds a secret: %s", r.Detail)
+			out = append(out, r)
 		}
 	}
-	if strings.Join(actions, " ") != "auth.key.revoke auth.key.rotate auth.key.create" {
-		t.Fatalf("CLI audit records: %v", actions)
-	}
+	return out
 }

@@ -1,14 +1,11 @@
 package main
 
 import (
-	"context"
 	"errors"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
-
-	"github.com/jackc/pgx/v5"
 )
 
 // TestSchemaCommands: register, list, show, the offline check of CI and
@@ -165,13 +162,9 @@ func TestSchemaCommandsAreAudited(t *testing.T) {
 			t.Fatalf("%v: %v", args, err)
 		}
 	}
-	rows, err := pool.Query(context.Background(), `SELECT action || ' ' || target FROM sluice.admin_audit WHERE who LIKE 'cli:%' ORDER BY id`)
-	if err != nil {
-		t.Fatal(err)
-	}
-	got, err := pgx.CollectRows(rows, pgx.RowTo[string])
-	if err != nil {
-		t.Fatal(err)
+	var got []string
+	for _, r := range cliAudit(t, pool) {
+		got = append(got, r.Action+" "+r.Target)
 	}
 	want := []string{"schema.register schema OrderPlaced", "schema.register schema OrderPlaced", "schema.upcaster schema OrderPlaced upcaster v1",
 		"schema.upcaster_delete schema OrderPlaced upcaster v1", "schema.delete schema OrderPlaced"}

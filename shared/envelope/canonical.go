@@ -127,98 +127,9 @@ func appendCanonical(dst, src []byte, i, depth int) ([]byte, int, error) {
 		}
 		return appendCanonicalString(dst, s), end, nil
 	case c == '{':
-		// Room for a typical object's members on the stack (they are
-		// only read below). The members' canonical values go to dst's
-		// end first, at base; the sorted object is appended after them
-		// and then moved down to base: no buffer of its own.
-		var msBuf [16]member
-		ms := msBuf[:0]
-		base := len(dst)
-		i = skipSpace(src, i+1)
-		if i < len(src) && src[i] == '}' {
-			return append(dst, "{}"...), i + 1, nil
-		}
-		for {
-			if i >= len(src) || src[i] != '"' {
-				return dst, i, errors.New("object member name expected")
-			}
-			s, end, plain, err := readString(src, i)
-			if err != nil {
-				return dst, i, err
-			}
-			m := member{start: len(dst)}
-			if plain {
-				m.name, m.quoted = src[i+1:end-1], src[i:end]
-			} else {
-				m.name = []byte(s)
-			}
-			i = skipSpace(src, end)
-			if i >= len(src) || src[i] != ':' {
-				return dst, i, errors.New("':' expected after an object member name")
-			}
-			if dst, i, err = appendCanonical(dst, src, skipSpace(src, i+1), depth+1); err != nil {
-				return dst, i, err
-			}
-			m.end = len(dst)
-			ms = append(ms, m)
-			i = skipSpace(src, i)
-			if i < len(src) && src[i] == ',' {
-				i = skipSpace(src, i+1)
-				continue
-			}
-			if i < len(src) && src[i] == '}' {
-				i++
-				break
-			}
-			return dst, i, errors.New("',' or '}' expected in an object")
-		}
-		// Sort by name keeping input order among equal names, so the
-		// last of a run is the one encoding/json would keep.
-		slices.SortStableFunc(ms, func(a, b member) int { return bytes.Compare(a.name, b.name) })
-		out := len(dst)
-		dst = append(dst, '{')
-		first := true
-		for k, m := range ms {
-			if k+1 < len(ms) && bytes.Equal(ms[k+1].name, m.name) {
-				continue
-			}
-			if !first {
-				dst = append(dst, ',')
-			}
-			first = false
-			if m.quoted != nil {
-				dst = append(dst, m.quoted...)
-			} else {
-				dst = appendCanonicalString(dst, string(m.name))
-			}
-			dst = append(dst, ':')
-			dst = append(dst, dst[m.start:m.end]...)
-		}
-		dst = append(dst, '}')
-		n := copy(dst[base:], dst[out:])
-		return dst[:base+n], i, nil
+		return appendCanonicalObject(dst, src, i, depth)
 	case c == '[':
-		dst = append(dst, '[')
-		i = skipSpace(src, i+1)
-		if i < len(src) && src[i] == ']' {
-			return append(dst, ']'), i + 1, nil
-		}
-		for {
-			var err error
-			if dst, i, err = appendCanonical(dst, src, i, depth+1); err != nil {
-				return dst, i, err
-			}
-			i = skipSpace(src, i)
-			if i < len(src) && src[i] == ',' {
-				dst = append(dst, ',')
-				i = skipSpace(src, i+1)
-				continue
-			}
-			if i < len(src) && src[i] == ']' {
-				return append(dst, ']'), i + 1, nil
-			}
-			return dst, i, errors.New("',' or ']' expected in an array")
-		}
+		return appendCanonicalArray(dst, src, i, depth)
 	default:
 		// a number, true, false or null: kept exactly as written
 		end := i
@@ -229,6 +140,106 @@ func appendCanonical(dst, src []byte, i, depth int) ([]byte, int, error) {
 			return dst, i, fmt.Errorf("unexpected %q", c)
 		}
 		return append(dst, src[i:end]...), end, nil
+	}
+}
+
+// appendCanonicalObject appends the canonical form of the object at src[i]
+// (its members sorted by name, the last of equal names kept).
+func appendCanonicalObject(dst, src []byte, i, depth int) ([]byte, int, error) {
+	// Room for a typical object's members on the stack (they are
+	// only read below). The members' canonical values go to dst's
+	// end first, at base; the sorted object is appended after them
+	// and then moved down to base: no buffer of its own.
+	var msBuf [16]member
+	ms := msBuf[:0]
+	base := len(dst)
+	i = skipSpace(src, i+1)
+	if i < len(src) && src[i] == '}' {
+		return append(dst, "{}"...), i + 1, nil
+	}
+	for {
+		if i >= len(src) || src[i] != '"' {
+			return dst, i, errors.New("object member name expected")
+		}
+		s, end, plain, err := readString(src, i)
+		if err != nil {
+			return dst, i, err
+		}
+		m := member{start: len(dst)}
+		if plain {
+			m.name, m.quoted = src[i+1:end-1], src[i:end]
+		} else {
+			m.name = []byte(s)
+		}
+		i = skipSpace(src, end)
+		if i >= len(src) || src[i] != ':' {
+			return dst, i, errors.New("':' expected after an object member name")
+		}
+		if dst, i, err = appendCanonical(dst, src, skipSpace(src, i+1), depth+1); err != nil {
+			return dst, i, err
+		}
+		m.end = len(dst)
+		ms = append(ms, m)
+		i = skipSpace(src, i)
+		if i < len(src) && src[i] == ',' {
+			i = skipSpace(src, i+1)
+			continue
+		}
+		if i < len(src) && src[i] == '}' {
+			i++
+			break
+		}
+		return dst, i, errors.New("',' or '}' expected in an object")
+	}
+	// Sort by name keeping input order among equal names, so the
+	// last of a run is the one encoding/json would keep.
+	slices.SortStableFunc(ms, func(a, b member) int { return bytes.Compare(a.name, b.name) })
+	out := len(dst)
+	dst = append(dst, '{')
+	first := true
+	for k, m := range ms {
+		if k+1 < len(ms) && bytes.Equal(ms[k+1].name, m.name) {
+			continue
+		}
+		if !first {
+			dst = append(dst, ',')
+		}
+		first = false
+		if m.quoted != nil {
+			dst = append(dst, m.quoted...)
+		} else {
+			dst = appendCanonicalString(dst, string(m.name))
+		}
+		dst = append(dst, ':')
+		dst = append(dst, dst[m.start:m.end]...)
+	}
+	dst = append(dst, '}')
+	n := copy(dst[base:], dst[out:])
+	return dst[:base+n], i, nil
+}
+
+// appendCanonicalArray appends the canonical form of the array at src[i].
+func appendCanonicalArray(dst, src []byte, i, depth int) ([]byte, int, error) {
+	dst = append(dst, '[')
+	i = skipSpace(src, i+1)
+	if i < len(src) && src[i] == ']' {
+		return append(dst, ']'), i + 1, nil
+	}
+	for {
+		var err error
+		if dst, i, err = appendCanonical(dst, src, i, depth+1); err != nil {
+			return dst, i, err
+		}
+		i = skipSpace(src, i)
+		if i < len(src) && src[i] == ',' {
+			dst = append(dst, ',')
+			i = skipSpace(src, i+1)
+			continue
+		}
+		if i < len(src) && src[i] == ']' {
+			return append(dst, ']'), i + 1, nil
+		}
+		return dst, i, errors.New("',' or ']' expected in an array")
 	}
 }
 
