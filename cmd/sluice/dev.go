@@ -160,10 +160,17 @@ func runDev(parent context.Context, out io.Writer, cfg *sluiceconfig.Config, log
 	}
 	defer closeRoutes()
 	apiURL, closeServices, err := d.startServices(ctx, deps, routes, a)
+	// A service is closed after its Run returned (the relay's producers, a
+	// worker's clients), also when a later one failed to build: stop the
+	// group and wait for it first.
+	defer func() {
+		cancel()
+		_ = g.Wait()
+		closeServices()
+	}()
 	if err != nil {
 		return err
 	}
-	defer closeServices()
 	if err := d.startObservability(deps); err != nil {
 		return err
 	}
@@ -353,8 +360,9 @@ func (d *devRun) tracerProvider(ctx context.Context) (tp trace.TracerProvider, s
 }
 
 // startServices builds and runs every service of the one table every
-// service command uses, and returns the api's URL; closeAll closes them,
-// the last built first.
+// service command uses, and returns the api's URL; closeAll closes the
+// ones built, the last built first, once their Run returned (also when
+// err is not nil).
 func (d *devRun) startServices(ctx context.Context, deps pipeline.Deps, routes map[string]http.Handler, a apiAuth) (apiURL string, closeAll func(), err error) {
 	var built []pipeline.Runner
 	closeAll = func() {
@@ -366,8 +374,7 @@ func (d *devRun) startServices(ctx context.Context, deps pipeline.Deps, routes m
 	for _, svc := range pipeline.Table() {
 		r, err := pipeline.Build(ctx, svc.Name, deps, pipeline.Options{APIRoutes: routes, APIKeys: a.keys, APIOIDC: a.oidc})
 		if err != nil {
-			closeAll()
-			return "", nil, err
+			return "", closeAll, err
 		}
 		built = append(built, r)
 		d.goRun(svc.Name, r.Run)
