@@ -140,6 +140,17 @@ func cloudEventsHeaders(e envelope.Envelope) []kgo.RecordHeader {
 			delete(rest, m.key)
 		}
 	}
+	// The producer's own extension attributes, kept by the API as
+	// metadata ce_<name>, go out as the attributes they came in as.
+	for _, k := range slices.Sorted(maps.Keys(rest)) {
+		if !isExtensionHeader(k) {
+			continue
+		}
+		if s, ok := attrString(rest[k]); ok {
+			add(k, s)
+			delete(rest, k)
+		}
+	}
 	if len(rest) > 0 {
 		add(ceMetadata, string(encodeMetadata(rest)))
 	}
@@ -296,14 +307,17 @@ var fieldHeaders = map[string]string{
 }
 
 // headerOfField returns the header of the envelope field f (a dotted path:
-// "data.items[2]", "metadata.command_id").
-func headerOfField(f string) string {
+// "data.items[2]", "metadata.command_id") among the record's headers hs.
+func headerOfField(f string, hs map[string]string) string {
 	top, rest, _ := strings.Cut(f, ".")
 	if top == "metadata" && rest != "" {
 		for _, m := range metaAttrs {
 			if m.key == rest {
 				return m.header + " (metadata." + rest + ")"
 			}
+		}
+		if _, ok := hs[rest]; ok && strings.HasPrefix(rest, cePrefix) && !isCoreOrSluice(rest) {
+			return rest + " (metadata." + rest + ")" // an extension attribute
 		}
 		return ceMetadata + " (metadata." + rest + ")"
 	}
@@ -407,7 +421,7 @@ func decodeCloudEvents(r *kgo.Record, limits envelope.Limits) (envelope.Envelope
 		attr, reason := "record", err.Error()
 		var ve *envelope.ValidationError
 		if errors.As(err, &ve) {
-			attr, reason = headerOfField(ve.Field), ve.Reason
+			attr, reason = headerOfField(ve.Field, hs), ve.Reason
 		}
 		return envelope.Envelope{}, &AttributeError{Attribute: attr, Reason: reason, Err: err}
 	}
@@ -490,6 +504,31 @@ func isCoreOrSluice(k string) bool {
 		return true
 	}
 	return false
+}
+
+// maxExtensionName is the longest extension attribute name sluice
+// writes: CloudEvents 1.0 "SHOULD NOT exceed 20 characters".
+const maxExtensionName = 20
+
+// isExtensionHeader reports whether metadata key k, "ce_<name>", is an
+// extension attribute of the producer that goes out as header k: name is
+// a CloudEvents attribute name of at most 20 characters, and neither a
+// context attribute of CloudEvents 1.0 (datacontenttype and data
+// included) nor one sluice writes or reads as a field of its own. Such a
+// key reads back from header k as itself (metadata).
+func isExtensionHeader(k string) bool {
+	name, ok := strings.CutPrefix(k, cePrefix)
+	if !ok || len(name) > maxExtensionName || !isAttrName(name) {
+		return false
+	}
+	if _, wellKnown := metaKeyOf(k); wellKnown || isCoreOrSluice(k) {
+		return false
+	}
+	switch name {
+	case "datacontenttype", "data":
+		return false
+	}
+	return true
 }
 
 // isAttrName reports whether s is a CloudEvents attribute name: lower-case

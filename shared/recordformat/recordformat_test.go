@@ -386,3 +386,215 @@ func quoteJSON(s string) json.RawMessage {
 	b, _ := json.Marshal(s)
 	return b
 }
+
+// headerValue returns the value of header k of r and whether it is there.
+func headerValue(r *kgo.Record, k string) (string, bool) {
+	for _, h := range r.Headers {
+		if h.Key == k {
+			return string(h.Value), true
+		}
+	}
+	return "", false
+}
+
+// metadataHeader returns the ce_metadata object of r (nil when absent).
+func metadataHeader(t *testing.T, r *kgo.Record) map[string]json.RawMessage {
+	t.Helper()
+	v, ok := headerValue(r, "ce_metadata")
+	if !ok {
+		return nil
+	}
+	var m map[string]json.RawMessage
+	if err := json.Unmarshal([]byte(v), &m); err != nil {
+		t.Fatalf("ce_metadata %s: %v", v, err)
+	}
+	return m
+}
+
+// A producer's own extension attribute, kept by the API as metadata
+// ce_<name>, leaves Kafka as header ce_<name> when it can come back as it
+// was: a CloudEvents attribute name of at most 20 characters that is no
+// attribute of CloudEvents or sluice, and a CloudEvents String written as
+// the store writes it. Anything else stays in ce_metadata. Either way the
+// envelope comes back exactly.
+func TestProducerExtensionAttributes(t *testing.T) {
+	for _, c := range []struct {
+		name, key, value string
+		header           bool // the key leaves as its own header
+		escaped          bool // ce_metadata carries the value \u-escaped
+	}{
+		{name: "extension of the issue", key: "ce_comexamplex", value: `"abc"`, header: true},
+		{name: "20-character name", key: "ce_" + strings.Repeat("a", 19) + "9", value: `"v"`, header: true},
+		{name: "digits only", key: "ce_42", value: `"v"`, header: true},
+		{name: "value with < and non-ASCII", key: "ce_comexampley", value: `"a<b&ü 😀"`, header: true},
+		{name: "producer's sequence extension", key: "ce_sequence", value: `"00017"`, header: true},
+		{name: "21-character name", key: "ce_" + strings.Repeat("a", 21), value: `"v"`},
+		{name: "upper-case name", key: "ce_comExample", value: `"v"`},
+		{name: "underscore in the name", key: "ce_com_example", value: `"v"`},
+		{name: "empty name", key: "ce_", value: `"v"`},
+		{name: "not ce_", key: "comexamplex", value: `"v"`},
+		{name: "number", key: "ce_comexamplen", value: `12.50`},
+		{name: "boolean", key: "ce_comexampleb", value: `true`},
+		{name: "null", key: "ce_comexamplenull", value: `null`},
+		{name: "object", key: "ce_comexampleo", value: `{"a":"b"}`},
+		{name: "empty string", key: "ce_comexamplee", value: `""`},
+		{name: "control character", key: "ce_comexamplec", value: `"a\tb"`},
+		{name: "C1 control", key: "ce_comexamplec", value: "\"a\u0085b\"", escaped: true},
+		{name: "noncharacter", key: "ce_comexamplec", value: "\"a\ufdd0b\"", escaped: true},
+		{name: "escaped as the store would not write it", key: "ce_comexamplec", value: `"a\u0062"`},
+		{name: "HTML-escaped", key: "ce_comexamplec", value: `"a\u003cb"`},
+		{name: "spec id", key: "ce_id", value: `"p-1"`},
+		{name: "spec source", key: "ce_source", value: `"/shop"`},
+		{name: "spec specversion", key: "ce_specversion", value: `"1.0"`},
+		{name: "spec type", key: "ce_type", value: `"x.y"`},
+		{name: "spec subject", key: "ce_subject", value: `"s"`},
+		{name: "spec time", key: "ce_time", value: `"2026-01-01T00:00:00Z"`},
+		{name: "spec dataschema", key: "ce_dataschema", value: `"https://x"`},
+		{name: "spec datacontenttype", key: "ce_datacontenttype", value: `"text/plain"`},
+		{name: "spec data", key: "ce_data", value: `"d"`},
+		{name: "sluice kind", key: "ce_kind", value: `"query"`},
+		{name: "sluice aggregatetype", key: "ce_aggregatetype", value: `"X"`},
+		{name: "sluice sequencenumber", key: "ce_sequencenumber", value: `"99"`},
+		{name: "sluice position", key: "ce_position", value: `"99"`},
+		{name: "sluice expectedseq", key: "ce_expectedseq", value: `"1"`},
+		{name: "sluice actor", key: "ce_actor", value: `"mallory"`},
+		{name: "sluice actorjson", key: "ce_actorjson", value: `"\"m\""`},
+		{name: "sluice schemaversion", key: "ce_schemaversion", value: `"9"`},
+		{name: "sluice metadata", key: "ce_metadata", value: `"{}"`},
+		{name: "sluice commandid", key: "ce_commandid", value: `"other"`},
+		{name: "sluice correlationid", key: "ce_correlationid", value: `"other"`},
+		{name: "sluice causationid", key: "ce_causationid", value: `"other"`},
+		{name: "sluice principal", key: "ce_principal", value: `"other"`},
+		{name: "sluice traceparent", key: "ce_traceparent", value: `"other"`},
+		{name: "sluice tracestate", key: "ce_tracestate", value: `"other"`},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			e := full()
+			e.Metadata[c.key] = json.RawMessage(c.value)
+			want, line := stored(t, e)
+			r := recordformat.Encode(recordformat.CloudEvents, want, line)
+			seen := map[string]bool{}
+			for _, h := range r.Headers {
+				if seen[h.Key] {
+					t.Fatalf("header %s written twice", h.Key)
+				}
+				seen[h.Key] = true
+			}
+			inMeta := metadataHeader(t, r)
+			_, asMeta := inMeta[c.key]
+			if c.header {
+				v, ok := headerValue(r, c.key)
+				var s string
+				_ = json.Unmarshal([]byte(c.value), &s)
+				if !ok || v != s {
+					t.Fatalf("header %s = %q (present %v), want %q", c.key, v, ok, s)
+				}
+				if asMeta {
+					t.Fatalf("%s is also in ce_metadata", c.key)
+				}
+			} else if !asMeta {
+				t.Fatalf("%s is not in ce_metadata %v", c.key, inMeta)
+			}
+			got, err := recordformat.Decode(r, envelope.Limits{})
+			if err != nil {
+				t.Fatalf("decode: %v", err)
+			}
+			gm, wm := got.Metadata, want.Metadata
+			got.Metadata, want.Metadata = nil, nil
+			if !reflect.DeepEqual(got, want) {
+				t.Fatalf("envelope differs:\n got %+v\nwant %+v", got, want)
+			}
+			if !slices.Equal(keys(gm), keys(wm)) {
+				t.Fatalf("metadata keys %v, want %v", keys(gm), keys(wm))
+			}
+			for k, w := range wm {
+				if g := gm[k]; !bytes.Equal(g, w) && !(c.escaped && k == c.key && jsonEqual(t, g, w)) {
+					t.Fatalf("metadata %s = %s, want %s", k, g, w)
+				}
+			}
+			// The decoded envelope is stored as the original was.
+			want.Metadata, got.Metadata = wm, gm
+			gl, err := envelope.Marshal(got)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if wl, _ := envelope.Marshal(want); !c.escaped && !bytes.Equal(gl, wl) {
+				t.Fatalf("stored line differs:\n got %s\nwant %s", gl, wl)
+			}
+		})
+	}
+}
+
+// A record with an extension both as its header and in ce_metadata is
+// refused, naming the header; an invalid extension header value names it.
+func TestExtensionHeaderConflicts(t *testing.T) {
+	r := ceRecord(t)
+	if v, ok := headerValue(r, "ce_comexampletenant"); !ok || v != "t1" {
+		t.Fatalf("ce_comexampletenant = %q %v, want its own header", v, ok)
+	}
+	m := metadataHeader(t, r)
+	m["ce_comexampletenant"] = json.RawMessage(`"t2"`)
+	b, _ := json.Marshal(m)
+	setHeader(r, "ce_metadata", string(b))
+	_, err := recordformat.Decode(r, envelope.Limits{})
+	var ae *recordformat.AttributeError
+	if !errors.As(err, &ae) || ae.Attribute != "ce_comexampletenant" {
+		t.Fatalf("error %v, want an AttributeError on ce_comexampletenant", err)
+	}
+}
+
+// Any metadata key and value the store accepts comes back from a
+// CloudEvents record exactly (or, in ce_metadata, \u-escaped but equal as
+// JSON when it holds characters a CloudEvents String may not).
+func FuzzCloudEventsMetadataRoundTrip(f *testing.F) {
+	for _, s := range [][2]string{
+		{"ce_comexamplex", `"abc"`}, {"ce_kind", `"x"`}, {"ce_metadata", `"{}"`}, {"ce_datacontenttype", `"a"`},
+		{"ce_x", `1`}, {"ce_x", `""`}, {"ce_x", `"a\u0062"`}, {"ce_x", "\"\u0085\""}, {"ce_" + strings.Repeat("z", 21), `"v"`},
+		{"ce_commandid", `"c"`}, {"correlation_id", `"c"`}, {"ce_X", `"v"`}, {"ce_x", `{"a":[1]}`},
+	} {
+		f.Add(s[0], s[1])
+	}
+	f.Fuzz(func(t *testing.T, key, value string) {
+		e := full()
+		e.Metadata[key] = json.RawMessage(value)
+		want, err := envelope.Prepare(e, envelope.Limits{}, func() time.Time { return time.Unix(1_800_000_000, 0) })
+		if err != nil {
+			return // the store refuses it
+		}
+		line, err := envelope.Marshal(want)
+		if err != nil {
+			return
+		}
+		if want, err = envelope.Parse(line, envelope.Limits{}); err != nil {
+			return
+		}
+		r := recordformat.Encode(recordformat.CloudEvents, want, line)
+		got, err := recordformat.Decode(r, envelope.Limits{})
+		if err != nil {
+			t.Fatalf("decode: %v", err)
+		}
+		gm, wm := got.Metadata, want.Metadata
+		got.Metadata, want.Metadata = nil, nil
+		if !reflect.DeepEqual(got, want) {
+			t.Fatalf("envelope differs:\n got %+v\nwant %+v", got, want)
+		}
+		if !slices.Equal(keys(gm), keys(wm)) {
+			t.Fatalf("metadata keys %v, want %v", keys(gm), keys(wm))
+		}
+		for k, w := range wm {
+			if g := gm[k]; !bytes.Equal(g, w) && !jsonEqual(t, g, w) {
+				t.Fatalf("metadata %q = %s, want %s", k, g, w)
+			}
+		}
+		seen := map[string]bool{}
+		for _, h := range r.Headers {
+			if seen[h.Key] {
+				t.Fatalf("header %s written twice", h.Key)
+			}
+			seen[h.Key] = true
+			if name, ok := strings.CutPrefix(h.Key, "ce_"); ok && len(name) > 20 {
+				t.Fatalf("header %s: the name exceeds 20 characters", h.Key)
+			}
+		}
+	})
+}

@@ -132,6 +132,9 @@ func TestCloudEventsSDKReadsOurRecords(t *testing.T) {
 	fromCE := full()
 	fromCE.EventID = envelope.CloudEventID("https://example.com/shop", "order-1-placed")
 	fromCE.Metadata["ce_id"], fromCE.Metadata["ce_source"] = json.RawMessage(`"order-1-placed"`), json.RawMessage(`"https://example.com/shop"`)
+	// The producer's own extensions, as the API keeps them (docs/api.md#cloudevents-input).
+	fromCE.Metadata["ce_comexamplex"] = json.RawMessage(`"abc"`)
+	fromCE.Metadata["ce_comexamplecount"] = json.RawMessage(`3`) // not a string: in ce_metadata
 	for _, c := range []struct {
 		name       string
 		e          envelope.Envelope
@@ -201,11 +204,26 @@ func TestCloudEventsSDKReadsOurRecords(t *testing.T) {
 					delete(rest, key)
 				}
 			}
+			// The producer's extensions (metadata ce_<name>, a string) but
+			// those named like an attribute of CloudEvents or sluice.
+			reserved := []string{"id", "source", "specversion", "type", "datacontenttype", "dataschema", "subject", "time", "data",
+				"kind", "aggregatetype", "sequencenumber", "position", "expectedseq", "actor", "actorjson", "schemaversion", "metadata",
+				"commandid", "correlationid", "causationid", "principal", "traceparent", "tracestate"}
+			for key := range e.Metadata {
+				name, ok := strings.CutPrefix(key, "ce_")
+				if v, isStr := e.Metadata.String(key); ok && isStr && v != "" && !slices.Contains(reserved, name) {
+					want[name] = v
+					delete(rest, key)
+				}
+			}
 			if len(rest) > 0 {
 				b, _ := json.Marshal(rest)
 				want["metadata"] = string(b)
 			}
 			got := ev.Extensions()
+			if _, ok := e.Metadata["ce_comexamplex"]; ok && got["comexamplex"] != "abc" {
+				t.Errorf("extension comexamplex = %v, want \"abc\" (the producer's own)", got["comexamplex"])
+			}
 			if !slices.Equal(slices.Sorted(maps.Keys(got)), slices.Sorted(maps.Keys(want))) {
 				t.Fatalf("extensions %v, want %v", slices.Sorted(maps.Keys(got)), slices.Sorted(maps.Keys(want)))
 			}
