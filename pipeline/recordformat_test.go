@@ -165,6 +165,13 @@ func TestRollingSwitchOfTheRecordFormat(t *testing.T) {
 		if want := map[bool]recordformat.Format{true: recordformat.Envelope, false: recordformat.CloudEvents}[env.Position <= 9]; f != want {
 			t.Fatalf("position %d published as %s, want %s", env.Position, f, want)
 		}
+		// The CloudEvent's own extension leaves as it came in: its own
+		// attribute, not inside ce_metadata.
+		if f == recordformat.CloudEvents && env.EventType == "com.example.order.shipped" {
+			if v, ok := headerOf(r, "ce_comexampletenant"); !ok || v != "t1" {
+				t.Fatalf("position %d: header ce_comexampletenant = %q (present %v), want \"t1\"", env.Position, v, ok)
+			}
+		}
 		k := fmt.Sprintf("%s@%d", env.AggregateID, r.Partition)
 		if formats[k] == nil {
 			formats[k] = map[recordformat.Format]bool{}
@@ -348,4 +355,14 @@ func mustOriginal(t *testing.T, l *dlq.Letter) *kgo.Record {
 		t.Fatal(err)
 	}
 	return r
+}
+
+// headerOf returns the value of header k of r and whether it is there.
+func headerOf(r *kgo.Record, k string) (string, bool) {
+	for _, h := range r.Headers {
+		if h.Key == k {
+			return string(h.Value), true
+		}
+	}
+	return "", false
 }
