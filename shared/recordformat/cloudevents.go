@@ -307,17 +307,14 @@ var fieldHeaders = map[string]string{
 }
 
 // headerOfField returns the header of the envelope field f (a dotted path:
-// "data.items[2]", "metadata.command_id") among the record's headers hs.
-func headerOfField(f string, hs map[string]string) string {
+// "data.items[2]", "metadata.command_id").
+func headerOfField(f string) string {
 	top, rest, _ := strings.Cut(f, ".")
 	if top == "metadata" && rest != "" {
 		for _, m := range metaAttrs {
 			if m.key == rest {
 				return m.header + " (metadata." + rest + ")"
 			}
-		}
-		if _, ok := hs[rest]; ok && strings.HasPrefix(rest, cePrefix) && !isCoreOrSluice(rest) {
-			return rest + " (metadata." + rest + ")" // an extension attribute
 		}
 		return ceMetadata + " (metadata." + rest + ")"
 	}
@@ -421,7 +418,7 @@ func decodeCloudEvents(r *kgo.Record, limits envelope.Limits) (envelope.Envelope
 		attr, reason := "record", err.Error()
 		var ve *envelope.ValidationError
 		if errors.As(err, &ve) {
-			attr, reason = headerOfField(ve.Field, hs), ve.Reason
+			attr, reason = headerOfField(ve.Field), ve.Reason
 		}
 		return envelope.Envelope{}, &AttributeError{Attribute: attr, Reason: reason, Err: err}
 	}

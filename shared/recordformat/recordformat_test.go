@@ -398,13 +398,13 @@ func headerValue(r *kgo.Record, k string) (string, bool) {
 }
 
 // metadataHeader returns the ce_metadata object of r (nil when absent).
-func metadataHeader(t *testing.T, r *kgo.Record) map[string]json.RawMessage {
+func metadataHeader(t *testing.T, r *kgo.Record) envelope.Metadata {
 	t.Helper()
 	v, ok := headerValue(r, "ce_metadata")
 	if !ok {
 		return nil
 	}
-	var m map[string]json.RawMessage
+	var m envelope.Metadata
 	if err := json.Unmarshal([]byte(v), &m); err != nil {
 		t.Fatalf("ce_metadata %s: %v", v, err)
 	}
@@ -493,7 +493,7 @@ func TestProducerExtensionAttributes(t *testing.T) {
 					t.Fatalf("%s is also in ce_metadata", c.key)
 				}
 			} else if !asMeta {
-				t.Fatalf("%s is not in ce_metadata %v", c.key, inMeta)
+				t.Fatalf("%s is not in ce_metadata (keys %v)", c.key, keys(inMeta))
 			}
 			got, err := recordformat.Decode(r, envelope.Limits{})
 			if err != nil {
