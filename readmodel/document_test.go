@@ -178,7 +178,7 @@ func FuzzDocument(f *testing.F) {
 		// mangled it in other places than jsontext does.
 		for _, s := range []string{db, class, id, state} {
 			if !utf8.ValidString(s) || strings.Contains(strings.ToLower(s), `\ud`) {
-				t.Skip()
+				return // not an input the runtime builds a document from
 			}
 		}
 		m := readmodel.Meta{DB: db, Class: class, InstanceID: id, SequenceNumber: seq, EventID: "e", Deleted: deleted,
