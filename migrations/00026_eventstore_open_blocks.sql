@@ -32,6 +32,13 @@ CREATE TABLE sluice.appends_open (
 );
 COMMENT ON TABLE sluice.appends_open IS 'event store: blocks of positions (per shard) that may hold rows not committed; appends.state is the truth';
 
+-- Writers wait from here to the end of the migration's transaction (the
+-- DROP INDEX below would make them wait anyway): a row a writer of an older
+-- build inserted in a transaction still open when the copy below took its
+-- snapshot would otherwise commit after it, before the trigger exists, and
+-- be in no block — Log, Repair and the relay's abandonment would never see
+-- it (TestOpenBlocksMigrationWaitsForWriters).
+LOCK TABLE sluice.appends IN ACCESS EXCLUSIVE MODE;
 INSERT INTO sluice.appends_open (shard, first, last, segment_key)
 SELECT shard, position, position, segment_key FROM sluice.appends WHERE state <> 'committed';
 

@@ -2,8 +2,10 @@ package migrations_test
 
 import (
 	"context"
+	"database/sql"
 	"strings"
 	"testing"
+	"time"
 )
 
 // openBlocksVersion is the migration that makes the event store's commit
@@ -128,6 +130,79 @@ VALUES (3, 1, gen_random_uuid(), 'command', 'Order', 'o-3', 1, 'reserved', 'k3',
 		}
 		if got := open(t); got != "0:2-2 0:3-3 2:2-2 2:3-3" {
 			t.Fatalf("open blocks %q after up again", got)
+		}
+	})
+}
+
+// Migration 26 copes with a writer of an older build inserting as it runs:
+// a reserved row whose transaction is open when the migration starts and
+// commits while it waits for the table gets a block (the migration locks
+// appends before it copies the rows not committed; without the lock the
+// copy's snapshot missed the row and the trigger did not exist yet when it
+// committed: a reserved row that Log, Repair and abandonment never find).
+func TestOpenBlocksMigrationWaitsForWriters(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	db := openDB(t)
+	p := gooseOf(t, db)
+	if _, err := p.UpTo(ctx, openBlocksVersion-1); err != nil {
+		t.Fatal(err)
+	}
+	var writer *sql.Tx
+	testStep(t, "a writer of the old build reserves a row and has not committed", func(t *testing.T) {
+		var err error
+		if writer, err = db.BeginTx(ctx, nil); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := writer.ExecContext(ctx, `
+INSERT INTO sluice.appends (shard, position, event_id, kind, aggregate_type, aggregate_id, sequence_number, state, segment_key,
+                            canonical_hash, occurred_at, writer_id)
+VALUES (0, 1, gen_random_uuid(), 'command', 'Order', 'o-1', 1, 'reserved',
+        'segments/00000000000000000001-00000000000000000001.jsonl', sha256('a'), now(), 'old-build')`); err != nil {
+			t.Fatal(err)
+		}
+	})
+	defer func() { _ = writer.Rollback() }() // committed below unless a step failed
+	migrated := make(chan error, 1)
+	go func() {
+		_, err := p.UpTo(ctx, openBlocksVersion)
+		migrated <- err
+	}()
+	testStep(t, "the migration waits for the table, the writer commits", func(t *testing.T) {
+		// A wait for a condition (the migration's lock request), not a
+		// timed assertion: it ends when Postgres shows the request.
+		for {
+			var waiting int
+			if err := db.QueryRowContext(ctx, `SELECT count(*) FROM pg_locks
+				WHERE NOT granted AND database = (SELECT oid FROM pg_database WHERE datname = current_database())
+				  AND relation = 'sluice.appends'::regclass`).Scan(&waiting); err != nil {
+				t.Fatal(err)
+			}
+			if waiting > 0 {
+				break
+			}
+			select {
+			case err := <-migrated:
+				t.Fatalf("the migration ended (%v) while a writer held appends", err)
+			case <-ctx.Done():
+				t.Fatal(ctx.Err())
+			case <-time.After(10 * time.Millisecond):
+			}
+		}
+		if err := writer.Commit(); err != nil {
+			t.Fatal(err)
+		}
+		if err := <-migrated; err != nil {
+			t.Fatal(err)
+		}
+	})
+	testStep(t, "the writer's reserved row is in a block", func(t *testing.T) {
+		var n int
+		if err := db.QueryRowContext(ctx, `SELECT count(*) FROM sluice.appends_open WHERE shard = 0 AND 1 BETWEEN first AND last`).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		if n != 1 {
+			t.Fatalf("%d blocks hold the reserved row at 0:1, want 1: Log, Repair and abandonment would not see it", n)
 		}
 	})
 }
