@@ -186,7 +186,7 @@ func (s *server) checkCreatedEvent(cmd envelope.Envelope, commandID string, data
 	// neither it nor its encoding need be built — a create far under the
 	// limit, the usual one, is not encoded twice more here.
 	added := len(TypeCreated) + len(cmd.EventID) + len(envelope.MetaCorrelationID) + len(commandID) +
-		len(envelope.MetaCausationID) + len(cmd.EventID) + 2
+		len(envelope.MetaCausationID) + len(cmd.EventID) + 6
 	if envelope.EncodedBound(cmd)+6*added <= s.opts.Limits.MaxEnvelopeBytes {
 		return nil
 	}
