@@ -151,11 +151,10 @@ func (ts *Timestamp) UnmarshalJSON(b []byte) error {
 		return nil
 	}
 	var s string
-	if n := len(b); n >= 2 && b[0] == '"' && b[n-1] == '"' && plainASCII(b[1:n-1]) {
+	if p, ok := plainString(b); ok {
 		// Every stored line's occurred_at (the relay decodes each line it
-		// publishes): no escape, so the text between the quotes is the
-		// string, as json.Unmarshal would decode it.
-		s = string(b[1 : n-1])
+		// publishes).
+		s = p
 	} else if err := json.Unmarshal(b, &s); err != nil {
 		return fmt.Errorf("timestamp must be a JSON string")
 	}
@@ -228,11 +227,10 @@ func (m Metadata) String(key string) (string, bool) {
 	if !ok {
 		return "", false
 	}
-	if n := len(raw); n >= 2 && raw[0] == '"' && raw[n-1] == '"' && plainASCII(raw[1:n-1]) {
+	if p, ok := plainString(raw); ok {
 		// The ids and trace headers the pipeline reads on every append
-		// and round: no escape, so the text between the quotes is the
-		// value, as json.Unmarshal would decode it.
-		return string(raw[1 : n-1]), true
+		// and round.
+		return p, true
 	}
 	var s string
 	if err := json.Unmarshal(raw, &s); err != nil {
@@ -268,6 +266,18 @@ func plainASCII[T ~string | ~[]byte](b T) bool {
 		}
 	}
 	return true
+}
+
+// plainString returns the string the JSON text b holds when b is a
+// quoted string of plainASCII text: no escape, so the text between the
+// quotes is the value, as json.Unmarshal would decode it. ok is false for
+// any other text (decode it with json.Unmarshal).
+func plainString(b []byte) (s string, ok bool) {
+	n := len(b)
+	if n < 2 || b[0] != '"' || b[n-1] != '"' || !plainASCII(b[1:n-1]) {
+		return "", false
+	}
+	return string(b[1 : n-1]), true
 }
 
 func (m Metadata) str(key string) string {
