@@ -29,7 +29,7 @@ type statementLog struct {
 var statementNames = map[string]string{
 	"BEGIN": "BEGIN", "COMMIT": "COMMIT", "ROLLBACK": "ROLLBACK",
 	sqlWriteOne: "write", sqlWriteSharded: "write", sqlFlush: "flush", sqlDropMoved: "drop moved",
-	sqlPlanPerCall: "plan per call", sqlPlanVerify: "plan per call", sqlVerify: "verify",
+	sqlPlanProbes: "probe plans", sqlPlanLargeChecks: "plans per call", sqlVerify: "verify",
 	sqlLockSequences: "lock sequences", sqlLookupEvents: "lookup events", sqlLookupSlots: "lookup slots",
 	sqlCommitRows: "commit rows", sqlNotify: "notify",
 }
@@ -140,8 +140,8 @@ func TestGroupWork(t *testing.T) {
 	}
 
 	reservation := []string{"BEGIN", "write", "COMMIT", "flush"}
-	commit := []string{"BEGIN", "plan per call", "commit rows", "COMMIT", "notify"}
-	withChecks := []string{"BEGIN", "plan per call", "verify", "write", "COMMIT", "flush"}
+	commit := []string{"BEGIN", "probe plans", "commit rows", "COMMIT", "notify"}
+	withChecks := []string{"BEGIN", "probe plans", "verify", "write", "COMMIT", "flush"}
 	var cmds []Result
 	steps := []struct {
 		name  string
@@ -225,8 +225,23 @@ func TestGroupSettingsInStatements(t *testing.T) {
 		return v
 	}
 	sync0, mode0 := setting("synchronous_commit"), setting("plan_cache_mode")
-	if sync0 == "off" || mode0 == "force_custom_plan" {
-		t.Fatalf("session starts with synchronous_commit %s, plan_cache_mode %s", sync0, mode0)
+	if sync0 == "off" || mode0 == "force_generic_plan" || setting("enable_seqscan") == "off" {
+		t.Fatalf("session starts with synchronous_commit %s, plan_cache_mode %s, enable_seqscan %s", sync0, mode0, setting("enable_seqscan"))
+	}
+	// checksUnder runs k's plan settings and empty checks, and fails
+	// unless scans and merge joins are off and hash joins hashJoin.
+	checksUnder := func(k *checks, hashJoin string) error {
+		if _, err := c.Exec(ctx, k.plans()); err != nil {
+			return err
+		}
+		for name, want := range map[string]string{"enable_seqscan": "off", "enable_hashjoin": hashJoin, "enable_mergejoin": "off"} {
+			if v := setting(name); v != want {
+				return fmt.Errorf("%s %s for the checks' plan, want %s", name, v, want)
+			}
+		}
+		_, err := c.Exec(ctx, sqlVerify, []string{}, []string{}, []string{}, []string{}, []int64{}, []string{}, []string{},
+			[]int64{}, []string{}, []string{}, []string{})
+		return err
 	}
 	for _, step := range []struct {
 		name        string
@@ -242,16 +257,11 @@ func TestGroupSettingsInStatements(t *testing.T) {
 			return err
 		}, "off", mode0, sync0},
 		{"the checks", func() error {
-			if _, err := c.Exec(ctx, sqlPlanVerify); err != nil {
-				return err
-			}
-			if setting("plan_cache_mode") != "force_custom_plan" {
-				return fmt.Errorf("checks not planned per call")
-			}
-			_, err := c.Exec(ctx, sqlVerify, []string{}, []string{}, []string{}, []string{}, []int64{}, []string{}, []string{},
-				[]int64{}, []string{}, []string{}, []string{})
-			return err
-		}, sync0, mode0, sync0},
+			return checksUnder(&checks{lastT: make([]string, probeJoinMax)}, "off")
+		}, sync0, "force_generic_plan", sync0},
+		{"the checks of many last sequences", func() error {
+			return checksUnder(&checks{lastT: make([]string, probeJoinMax+1)}, "on")
+		}, sync0, "force_custom_plan", sync0},
 	} {
 		t.Run(step.name, func(t *testing.T) {
 			if _, err := c.Exec(ctx, "BEGIN"); err != nil {
@@ -271,6 +281,9 @@ func TestGroupSettingsInStatements(t *testing.T) {
 			}
 			if got := setting("synchronous_commit"); got != step.afterCommit {
 				t.Errorf("synchronous_commit %s after the transaction, want %s (local to it)", got, step.afterCommit)
+			}
+			if got, scan := setting("plan_cache_mode"), setting("enable_seqscan"); got != mode0 || scan != "on" {
+				t.Errorf("plan_cache_mode %s, enable_seqscan %s after the transaction, want %s, on (local to it)", got, scan, mode0)
 			}
 		})
 	}

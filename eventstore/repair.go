@@ -95,10 +95,11 @@ func (s *Store) commitRoundTrip(ctx context.Context, key string, pos []int64, ei
 	defer release()
 	b := &pgx.Batch{}
 	b.Queue("BEGIN")
-	// Planned per call: a generic plan cached while appends was small
-	// hash-joins the arrays to a sequential scan of appends (measured: 4 ms
-	// per 50-row commit at 40,000 rows, growing until an ANALYZE).
-	b.Queue(sqlPlanPerCall)
+	// Its probe plan: a generic plan made by the statistics of a small
+	// appends hash-joins the arrays to a sequential scan of it (measured:
+	// 4 ms per 50-row commit at 40,000 rows, growing until an ANALYZE);
+	// planned per call, the plan cost as much as the update.
+	b.Queue(sqlPlanProbes)
 	b.Queue(sqlCommitRows, key, pos, eids, offs, lens, shs)
 	b.Queue("COMMIT")
 	b.Queue(sqlNotify, payload)
@@ -106,7 +107,7 @@ func (s *Store) commitRoundTrip(ctx context.Context, key string, pos []int64, ei
 	defer br.Close()
 	var upShards []int32
 	var upPos []int64
-	for range 2 { // BEGIN, sqlPlanPerCall
+	for range 2 { // BEGIN, sqlPlanProbes
 		if _, err := br.Exec(); err != nil {
 			return nil, err
 		}

@@ -30,10 +30,8 @@ import (
 // expected_seq ($11) are read by one probe of an index each (LATERAL …
 // LIMIT: never a scan, whatever the statistics). It returns the reasons,
 // whether only last sequences were wrong, and the last sequences seen.
-// It is planned per call (sqlPlanVerify before it) and puts the plan
-// cache mode back as it was for the statements after it (the write keeps
-// its cached plan): no statement of its own for either. (Without
-// sqlPlanVerify before it, the mode stays as it is.)
+// It runs its probe plan (sqlPlanProbes before it, in the same round
+// trip; the write after it then runs its generic plan too).
 const sqlVerify = `
 WITH locked AS MATERIALIZED (
   SELECT l.t, l.i, l.last
@@ -62,16 +60,9 @@ WITH locked AS MATERIALIZED (
            (SELECT 'stored ' || string_agg(e::text, ', ') FROM stored)) AS why,
          NOT EXISTS (SELECT FROM slot_commands) AND NOT EXISTS (SELECT FROM stored) AS last_only
 )
-SELECT v.why, v.last_only, s.t, s.i, s.seen, set_config('sluice.reserve_refused', v.why, true), (SELECT count(*) FROM locked),
-       set_config('plan_cache_mode', coalesce(nullif(current_setting('sluice.plan_cache_mode_before', true), ''),
-                                              current_setting('plan_cache_mode')), true)
+SELECT v.why, v.last_only, s.t, s.i, s.seen, set_config('sluice.reserve_refused', v.why, true), (SELECT count(*) FROM locked)
 FROM verdict v, (SELECT array_agg(t ORDER BY t, i) AS t, array_agg(i ORDER BY t, i) AS i, array_agg(seen ORDER BY t, i) AS seen
                    FROM last_seqs) s`
-
-// sqlPlanVerify makes sqlVerify plan per call, like sqlPlanPerCall, and
-// keeps the mode it replaces for sqlVerify to restore.
-const sqlPlanVerify = `SELECT set_config('sluice.plan_cache_mode_before', current_setting('plan_cache_mode'), true),
-       set_config('plan_cache_mode', 'force_custom_plan', true)`
 
 // The write statement applies a decision, unless sqlVerify refused its facts: the
 // aggregates' last sequences move ($1–$4: by delta; rows the lookup found
@@ -318,6 +309,29 @@ type checks struct {
 	occIDs             []string
 }
 
+// probeJoinMax is the most assumed last sequences whose checks run their
+// probe plan. The checks join them with the locked sequences rows, and a
+// generic plan joins two arrays by a nested loop: fine for the tens of
+// aggregates of a group, quadratic for more.
+const probeJoinMax = 100
+
+// sqlPlanLargeChecks plans the transaction's statements per call for the
+// actual sizes of the group's arrays (hash joins allowed), and still never
+// scans appends or sequences (enable_seqscan off): the checks of more than
+// probeJoinMax assumed last sequences.
+const sqlPlanLargeChecks = `SELECT set_config('plan_cache_mode', 'force_custom_plan', true),
+       set_config('enable_seqscan', 'off', true), set_config('enable_hashjoin', 'on', true),
+       set_config('enable_mergejoin', 'off', true)`
+
+// plans is the settings statement before the checks: probe plans, or
+// plans per call for a group of many assumed last sequences.
+func (k *checks) plans() string {
+	if len(k.lastT) > probeJoinMax {
+		return sqlPlanLargeChecks
+	}
+	return sqlPlanProbes
+}
+
 // assumedChecks lists the facts of f that the decision rests on and the
 // write's unique indexes do not enforce: the assumed last sequences (and
 // the locks of every aggregate the group advances, taken before any is
@@ -382,7 +396,7 @@ func (s *Store) write(ctx context.Context, c *pgx.Conn, w *writeArgs) (blocks []
 		b.Queue("BEGIN")
 	}
 	if k := w.checks; k != nil {
-		b.Queue(sqlPlanVerify)
+		b.Queue(k.plans())
 		b.Queue(sqlVerify, k.lockT, k.lockI, k.lastT, k.lastI, k.last, k.slotT, k.slotI, k.slotK, k.slotEID, k.slotState, k.occIDs).
 			QueryRow(seen.scan)
 	}
@@ -526,7 +540,7 @@ type verifyResult struct {
 }
 
 func (v *verifyResult) scan(r pgx.Row) error {
-	return r.Scan(&v.why, &v.lastOnly, &v.t, &v.i, &v.seen, nil, nil, nil)
+	return r.Scan(&v.why, &v.lastOnly, &v.t, &v.i, &v.seen, nil, nil)
 }
 
 // refusal is the error of a write whose checks failed.
