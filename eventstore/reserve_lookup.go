@@ -24,8 +24,8 @@ import (
 // (see Replan). Planned per call instead (force_custom_plan, until issue
 // 34), the planning of these statements cost as much Postgres CPU as
 // running them: 0.4 ms per commit, 0.6 ms per check of assumed facts
-// (docs/eventstore.md#plans). A replan after an ANALYZE happens in such a
-// transaction too.
+// (docs/eventstore.md#append-protocol-group-commit, *Plans*). A replan
+// after an ANALYZE happens in such a transaction too.
 const sqlPlanProbes = `SELECT set_config('plan_cache_mode', 'force_generic_plan', true),
        set_config('enable_seqscan', 'off', true), set_config('enable_hashjoin', 'off', true),
        set_config('enable_mergejoin', 'off', true)`
