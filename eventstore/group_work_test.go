@@ -29,7 +29,7 @@ type statementLog struct {
 var statementNames = map[string]string{
 	"BEGIN": "BEGIN", "COMMIT": "COMMIT", "ROLLBACK": "ROLLBACK",
 	sqlWriteOne: "write", sqlWriteSharded: "write", sqlFlush: "flush", sqlDropMoved: "drop moved",
-	sqlPlanProbes: "probe plans", sqlPlanLargeChecks: "plans per call", sqlVerify: "verify",
+	sqlPlanProbes: "probe plans", sqlPlanLargeGroup: "plans per call", sqlVerify: "verify",
 	sqlLockSequences: "lock sequences", sqlLookupEvents: "lookup events", sqlLookupSlots: "lookup slots",
 	sqlCommitRows: "commit rows", sqlNotify: "notify",
 }
@@ -228,10 +228,10 @@ func TestGroupSettingsInStatements(t *testing.T) {
 	if sync0 == "off" || mode0 == "force_generic_plan" || setting("enable_seqscan") == "off" {
 		t.Fatalf("session starts with synchronous_commit %s, plan_cache_mode %s, enable_seqscan %s", sync0, mode0, setting("enable_seqscan"))
 	}
-	// checksUnder runs k's plan settings and empty checks, and fails
+	// checksUnder runs w's plan settings and empty checks, and fails
 	// unless scans and merge joins are off and hash joins hashJoin.
-	checksUnder := func(k *checks, hashJoin string) error {
-		if _, err := c.Exec(ctx, k.plans()); err != nil {
+	checksUnder := func(w *writeArgs, hashJoin string) error {
+		if _, err := c.Exec(ctx, w.plans()); err != nil {
 			return err
 		}
 		for name, want := range map[string]string{"enable_seqscan": "off", "enable_hashjoin": hashJoin, "enable_mergejoin": "off"} {
@@ -257,10 +257,10 @@ func TestGroupSettingsInStatements(t *testing.T) {
 			return err
 		}, "off", mode0, sync0},
 		{"the checks", func() error {
-			return checksUnder(&checks{lastT: make([]string, probeJoinMax)}, "off")
+			return checksUnder(&writeArgs{n: 100, aggT: make([]string, 100), checks: &checks{}}, "off")
 		}, sync0, "force_generic_plan", sync0},
-		{"the checks of many last sequences", func() error {
-			return checksUnder(&checks{lastT: make([]string, probeJoinMax+1)}, "on")
+		{"the checks of a large group", func() error {
+			return checksUnder(&writeArgs{n: 101, aggT: make([]string, 100), checks: &checks{}}, "on")
 		}, sync0, "force_custom_plan", sync0},
 	} {
 		t.Run(step.name, func(t *testing.T) {
@@ -282,8 +282,40 @@ func TestGroupSettingsInStatements(t *testing.T) {
 			if got := setting("synchronous_commit"); got != step.afterCommit {
 				t.Errorf("synchronous_commit %s after the transaction, want %s (local to it)", got, step.afterCommit)
 			}
-			if got, scan := setting("plan_cache_mode"), setting("enable_seqscan"); got != mode0 || scan != "on" {
-				t.Errorf("plan_cache_mode %s, enable_seqscan %s after the transaction, want %s, on (local to it)", got, scan, mode0)
+			if got := setting("plan_cache_mode"); got != mode0 {
+				t.Errorf("plan_cache_mode %s after the transaction, want %s (local to it)", got, mode0)
+			}
+			for _, name := range []string{"enable_seqscan", "enable_hashjoin", "enable_mergejoin"} {
+				if got := setting(name); got != "on" {
+					t.Errorf("%s %s after the transaction, want on (local to it)", name, got)
+				}
+			}
+		})
+	}
+}
+
+// TestWritePlans: which settings a write's round trip starts with. A
+// group whose joins pass probeJoinPairsMax pairs (envelopes × aggregates
+// advanced, or assumed last sequences × locked rows) is planned per call
+// with hash joins, since a generic plan joins them by a nested loop; the
+// checks of a smaller one run probe plans; a write without checks keeps
+// the settings of its transaction.
+func TestWritePlans(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		w    writeArgs
+		want string
+	}{
+		{"no checks", writeArgs{n: 50, aggT: make([]string, 50)}, ""},
+		{"checks", writeArgs{n: 50, aggT: make([]string, 50), checks: &checks{lastT: make([]string, 50), lockT: make([]string, 50)}}, sqlPlanProbes},
+		{"envelopes × aggregates at the limit", writeArgs{n: 100, aggT: make([]string, 100)}, ""},
+		{"envelopes × aggregates past it, no checks", writeArgs{n: 101, aggT: make([]string, 100)}, sqlPlanLargeGroup},
+		{"envelopes × aggregates past it, checks", writeArgs{n: 2000, aggT: make([]string, 6), checks: &checks{}}, sqlPlanLargeGroup},
+		{"assumed last sequences × locked rows past it", writeArgs{n: 10, aggT: make([]string, 10), checks: &checks{lastT: make([]string, 101), lockT: make([]string, 100)}}, sqlPlanLargeGroup},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := tc.w.plans(); got != tc.want {
+				t.Errorf("plans() = %q, want %q", statementName(got), statementName(tc.want))
 			}
 		})
 	}

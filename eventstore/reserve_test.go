@@ -438,6 +438,17 @@ func TestProbePlansProbeTheIndexes(t *testing.T) {
 			}
 			return r.Err()
 		}},
+		{"sqlLockSequences", sqlLockSequences, []any{ts, is}, "sequences_pkey", func(r pgx.Rows) error {
+			for r.Next() {
+				return fmt.Errorf("a sequences row locked that was never written")
+			}
+			return r.Err()
+		}},
+		{"sqlDropMoved", sqlDropMoved, []any{ids}, "appends_event_id_key", func(r pgx.Rows) error {
+			for r.Next() {
+			}
+			return r.Err()
+		}},
 		{"sqlCommitRows", sqlCommitRows, []any{"segments/x", pos, ids, offs, lens, shs}, "appends_pkey", func(r pgx.Rows) error {
 			var upShards []int32
 			var upPos []int64
@@ -450,9 +461,9 @@ func TestProbePlansProbeTheIndexes(t *testing.T) {
 			return nil
 		}},
 	}
-	// run runs one statement with its probe plan in a transaction rolled
-	// back, and returns the plan it ran.
-	run := func(t *testing.T, sql string, args []any, scan func(pgx.Rows) error) string {
+	// run runs one statement after the plan settings statement settings,
+	// in a transaction rolled back, and returns the plan it ran.
+	run := func(t *testing.T, settings, sql string, args []any, scan func(pgx.Rows) error) string {
 		t.Helper()
 		mu.Lock()
 		plans = nil
@@ -462,7 +473,7 @@ func TestProbePlansProbeTheIndexes(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer func() { _ = tx.Rollback(context.Background()) }()
-		if _, err := tx.Exec(ctx, sqlPlanProbes); err != nil {
+		if _, err := tx.Exec(ctx, settings); err != nil {
 			t.Fatal(err)
 		}
 		rows, err := tx.Query(ctx, sql, args...)
@@ -499,7 +510,7 @@ func TestProbePlansProbeTheIndexes(t *testing.T) {
 	}
 	t.Run("plans made on an empty appends", func(t *testing.T) {
 		for _, st := range statements {
-			run(t, st.sql, st.args, nil)
+			run(t, sqlPlanProbes, st.sql, st.args, nil)
 		}
 	})
 	t.Run("appends grows by 30,000 rows, never analyzed", func(t *testing.T) {
@@ -509,15 +520,52 @@ func TestProbePlansProbeTheIndexes(t *testing.T) {
 		        decode(repeat('00', 32), 'hex'), now(), 'w', now() FROM generate_series(1, 30000) AS g`); err != nil {
 			t.Fatal(err)
 		}
+		if _, err := conn.Exec(ctx, `UPDATE sluice.log_head SET next_position = 30001 WHERE shard = 0`); err != nil {
+			t.Fatal(err)
+		}
 	})
 	for _, st := range statements {
 		t.Run(st.name, func(t *testing.T) {
-			plan := run(t, st.sql, st.args, st.scan)
-			if strings.Contains(plan, "Seq Scan on appends ") || !strings.Contains(plan, st.index) {
+			plan := run(t, sqlPlanProbes, st.sql, st.args, st.scan)
+			if strings.Contains(plan, "Seq Scan on ") || !strings.Contains(plan, st.index) {
 				t.Errorf("the plan does not probe %s:\n%s", st.index, plan)
 			}
 		})
 	}
+	// A large group (writeArgs.plans): its write joins the envelopes with
+	// the aggregates it advances by hashing, not by a nested loop over
+	// every pair, and still probes for the rest.
+	t.Run("the write of a large group", func(t *testing.T) {
+		const m = 150
+		w := writeArgs{n: m, writer: "w"}
+		for j := range m {
+			w.aggT, w.aggI = append(w.aggT, "Big"), append(w.aggI, fmt.Sprintf("b-%03d", j))
+			w.delta, w.create = append(w.delta, 1), append(w.create, true)
+			w.eids, w.kinds = append(w.eids, uuid.NewString()), append(w.kinds, "command")
+			w.ts, w.is, w.seqs, w.rel = append(w.ts, "Big"), append(w.is, fmt.Sprintf("b-%03d", j)), append(w.seqs, 0), append(w.rel, true)
+			w.hashes, w.occs = append(w.hashes, make([]byte, 32)), append(w.occs, time.Now())
+		}
+		if w.plans() != sqlPlanLargeGroup {
+			t.Fatalf("a group of %d envelopes of %d aggregates is not planned as a large one", w.n, len(w.aggT))
+		}
+		plan := run(t, w.plans(), sqlWriteOne, []any{w.aggT, w.aggI, w.delta, w.create, w.n, w.eids, w.kinds, w.ts, w.is, w.seqs, w.rel,
+			w.hashes, w.occs, w.writer}, func(r pgx.Rows) error {
+			var res writeResult
+			if !r.Next() {
+				return fmt.Errorf("no row (%v)", r.Err())
+			}
+			if err := res.scan(r); err != nil {
+				return err
+			}
+			if len(res.seqs) != m {
+				return fmt.Errorf("%d rows written, want %d", len(res.seqs), m)
+			}
+			return nil
+		})
+		if !strings.Contains(plan, "Hash Left Join") && !strings.Contains(plan, "Hash Right Join") || strings.Contains(plan, "Seq Scan on ") {
+			t.Errorf("the large group's write does not hash its envelopes with seqs:\n%s", plan)
+		}
+	})
 }
 
 // Optimistic concurrency across writers (two Stores, as two processes):

@@ -31,7 +31,8 @@ import (
 // LIMIT: never a scan, whatever the statistics). It returns the reasons,
 // whether only last sequences were wrong, and the last sequences seen.
 // It runs its probe plan (sqlPlanProbes before it, in the same round
-// trip; the write after it then runs its generic plan too).
+// trip; the write after it then runs its generic plan too), or for a large
+// group plans per call (writeArgs.plans).
 const sqlVerify = `
 WITH locked AS MATERIALIZED (
   SELECT l.t, l.i, l.last
@@ -309,27 +310,41 @@ type checks struct {
 	occIDs             []string
 }
 
-// probeJoinMax is the most assumed last sequences whose checks run their
-// probe plan. The checks join them with the locked sequences rows, and a
-// generic plan joins two arrays by a nested loop: fine for the tens of
-// aggregates of a group, quadratic for more.
-const probeJoinMax = 100
+// probeJoinPairsMax is the most pairs of rows a probe plan may join by a
+// nested loop. The write joins the group's envelopes with the aggregates
+// it advances (seqs), and the checks join the assumed last sequences with
+// the locked sequences rows; a generic plan estimates an array at 10 rows
+// and joins the two by a nested loop, quadratic in the group (500
+// envelopes of 500 aggregates: 40 ms, against 0.8 ms hashed). Fine for
+// the tens of aggregates of a usual group; a larger one runs its
+// transaction planned per call (sqlPlanLargeGroup).
+const probeJoinPairsMax = 10_000
 
-// sqlPlanLargeChecks plans the transaction's statements per call for the
+// sqlPlanLargeGroup plans the transaction's statements per call for the
 // actual sizes of the group's arrays (hash joins allowed), and still never
-// scans appends or sequences (enable_seqscan off): the checks of more than
-// probeJoinMax assumed last sequences.
-const sqlPlanLargeChecks = `SELECT set_config('plan_cache_mode', 'force_custom_plan', true),
+// scans appends or sequences (enable_seqscan off): a group whose joins
+// exceed probeJoinPairsMax.
+const sqlPlanLargeGroup = `SELECT set_config('plan_cache_mode', 'force_custom_plan', true),
        set_config('enable_seqscan', 'off', true), set_config('enable_hashjoin', 'on', true),
        set_config('enable_mergejoin', 'off', true)`
 
-// plans is the settings statement before the checks: probe plans, or
-// plans per call for a group of many assumed last sequences.
-func (k *checks) plans() string {
-	if len(k.lastT) > probeJoinMax {
-		return sqlPlanLargeChecks
+// plans is the settings statement the write's round trip starts with:
+// plans per call for a large group, probe plans before the checks of
+// assumed facts, else none ("": the write runs in the lookup's
+// transaction, with its probe plans, or in one of its own, with its cached
+// plan).
+func (w *writeArgs) plans() string {
+	large := int64(len(w.aggT))*w.n > probeJoinPairsMax
+	if k := w.checks; k != nil && len(k.lastT)*len(k.lockT) > probeJoinPairsMax {
+		large = true
 	}
-	return sqlPlanProbes
+	switch {
+	case large:
+		return sqlPlanLargeGroup
+	case w.checks != nil:
+		return sqlPlanProbes
+	}
+	return ""
 }
 
 // assumedChecks lists the facts of f that the decision rests on and the
@@ -395,8 +410,10 @@ func (s *Store) write(ctx context.Context, c *pgx.Conn, w *writeArgs) (blocks []
 	if c.PgConn().TxStatus() != 'T' { // else the lookup began it
 		b.Queue("BEGIN")
 	}
+	if p := w.plans(); p != "" {
+		b.Queue(p)
+	}
 	if k := w.checks; k != nil {
-		b.Queue(k.plans())
 		b.Queue(sqlVerify, k.lockT, k.lockI, k.lastT, k.lastI, k.last, k.slotT, k.slotI, k.slotK, k.slotEID, k.slotState, k.occIDs).
 			QueryRow(seen.scan)
 	}
