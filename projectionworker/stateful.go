@@ -73,6 +73,18 @@ type DocState struct {
 	// The current event's undo log and the documents it read.
 	undo    []undo
 	touched []docKey
+	// decoded is, per document, what the projection decoded the round's
+	// current source of the document into (PutDecoded, KeepDecoded), so
+	// that the next event of the round takes it instead of decoding the
+	// same bytes again.
+	decoded map[docKey]decodedDoc
+}
+
+// decodedDoc is a document's decoded value and the source it was decoded
+// from (the very bytes: same array, same length).
+type decodedDoc struct {
+	src json.RawMessage
+	v   any
 }
 
 type undo struct {
@@ -91,10 +103,16 @@ func (s *DocState) begin() { s.undo, s.touched = s.undo[:0], s.touched[:0] }
 // commit keeps the current event's changes.
 func (s *DocState) commit() { s.undo = s.undo[:0] }
 
-// rollback undoes the current event's changes.
+// rollback undoes the current event's changes, and forgets the decoded
+// values of every document the event read or wrote: the event may have
+// changed them in place before it failed.
 func (s *DocState) rollback() {
+	for _, k := range s.touched {
+		delete(s.decoded, k)
+	}
 	for i := len(s.undo) - 1; i >= 0; i-- {
 		u := s.undo[i]
+		delete(s.decoded, u.k)
 		if u.existed {
 			s.overlay[u.k] = u.prev
 		} else {
@@ -164,12 +182,77 @@ func (s *DocState) load(ctx context.Context, scope, id string) (Doc, error) {
 
 // Put records the document an operation of this round writes (d.Version
 // is not kept: the round's write of a document always carries the version
-// it was read at, plus one).
+// it was read at, plus one). A decoded value kept for the document is
+// forgotten.
 func (s *DocState) Put(scope, id string, d Doc) {
 	k := docKey{scope, id}
 	prev, existed := s.overlay[k]
 	s.undo = append(s.undo, undo{k: k, prev: prev, existed: existed})
 	s.overlay[k] = d.Source
+	delete(s.decoded, k)
+}
+
+// PutDecoded is Put, and keeps v as what d.Source decodes to
+// (KeepDecoded): a projection that decodes a document, changes the
+// decoded value and encodes it into d.Source hands v over, so that the
+// round's next event of the document takes v (TakeDecoded) instead of
+// decoding d.Source again. The DocState owns v from then on: the caller
+// must neither change v nor keep it.
+func (s *DocState) PutDecoded(scope, id string, d Doc, v any) {
+	s.Put(scope, id, d)
+	s.KeepDecoded(scope, id, d.Source, v)
+}
+
+// KeepDecoded keeps v as what src — the source Get returned for the
+// document scope/id, unchanged since — decodes to, for TakeDecoded (a
+// projection that read a document and wrote nothing hands its decoded
+// value back). It keeps nothing when src is empty or is not the round's
+// current source of the document. The DocState owns v from then on.
+func (s *DocState) KeepDecoded(scope, id string, src json.RawMessage, v any) {
+	k := docKey{scope, id}
+	if !sameBytes(src, s.current(k)) {
+		return
+	}
+	if s.decoded == nil {
+		s.decoded = map[docKey]decodedDoc{}
+	}
+	s.decoded[k] = decodedDoc{src: src, v: v}
+}
+
+// TakeDecoded returns the value kept (PutDecoded, KeepDecoded) for the
+// document scope/id if it was decoded from src — the very bytes, which
+// must be the source Get returned for the document — and forgets it: the
+// caller owns v and may change it in place (it hands it back with
+// PutDecoded or KeepDecoded). A value is returned only for the exact
+// source it was kept for, and only while that source is the round's
+// state of the document: a Put without a value, an event rolled back or
+// another source forgets it, and the caller decodes src itself.
+func (s *DocState) TakeDecoded(scope, id string, src json.RawMessage) (any, bool) {
+	k := docKey{scope, id}
+	d, ok := s.decoded[k]
+	if !ok {
+		return nil, false
+	}
+	delete(s.decoded, k)
+	if !sameBytes(d.src, src) || !sameBytes(src, s.current(k)) {
+		return nil, false
+	}
+	return d.v, true
+}
+
+// current is the round's source of a document: as written earlier in the
+// round, else as read.
+func (s *DocState) current(k docKey) json.RawMessage {
+	if src, ok := s.overlay[k]; ok {
+		return src
+	}
+	return s.read[k].Source
+}
+
+// sameBytes reports whether a and b are the very same non-empty bytes
+// (one array, one length); sources are never changed in place.
+func sameBytes(a, b []byte) bool {
+	return len(a) > 0 && len(a) == len(b) && &a[0] == &b[0]
 }
 
 // isLoadError reports whether err is a LoadError.

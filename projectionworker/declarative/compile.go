@@ -26,8 +26,10 @@ type program struct {
 	prg  cel.Program
 	// shared is the first program with the same source: the memo key of
 	// an evaluation within one event. keyed: evaluated after the key.
-	shared *program
-	keyed  bool
+	// repeated (on a shared program): another program has its source.
+	shared   *program
+	keyed    bool
+	repeated bool
 }
 
 // update is one compiled field update.
@@ -52,6 +54,9 @@ type Projection struct {
 	// upcaster brings events to their latest schema version (upcast:
 	// latest); set by UseUpcaster.
 	upcaster Upcaster
+	// onDecode, when set (by tests), is called each time Apply decodes a
+	// document from JSON.
+	onDecode func()
 }
 
 var (
@@ -149,7 +154,7 @@ func compileOne(env *cel.Env, s Spec) (*Projection, error) {
 	share := func(pr *program) {
 		pr.keyed = true
 		if first, ok := bySource[pr.expr.Source]; ok {
-			pr.shared = first
+			pr.shared, first.repeated = first, true
 		} else {
 			bySource[pr.expr.Source], pr.shared = pr, pr
 		}

@@ -163,11 +163,10 @@ func (p *Projection) Apply(ctx context.Context, e envelope.Envelope, store Store
 	if err != nil {
 		return nil, err
 	}
-	doc := map[string]any{}
-	if cur.Source != nil {
-		if err := decodeDoc(cur.Source, &doc); err != nil {
-			return nil, fmt.Errorf("projection %s: document %s is not a JSON object: %w", p.spec.Name, docID, err)
-		}
+	memo, _ := store.(decodedStore)
+	doc, err := p.decode(scope, docID, cur.Source, memo)
+	if err != nil {
+		return nil, err
 	}
 	meta, _ := doc["sluice"].(map[string]any)
 	applied, _ := meta["applied"].(map[string]any)
@@ -177,6 +176,9 @@ func (p *Projection) Apply(ctx context.Context, e envelope.Envelope, store Store
 	aggKey := envelope.AggregateKey(e.AggregateType, e.AggregateID)
 	if last, ok := applied[aggKey]; ok {
 		if n, ok := toFloat(last); ok && e.SequenceNumber <= int64(n) {
+			if memo != nil {
+				memo.KeepDecoded(scope, docID, cur.Source, doc) // unchanged
+			}
 			return nil, nil // applied already (a replay): nothing to write
 		}
 	}
@@ -242,8 +244,46 @@ func (p *Projection) Apply(ctx context.Context, e envelope.Envelope, store Store
 		return nil, fmt.Errorf("projection %s: document %s: %w", p.spec.Name, docID, err)
 	}
 	version := cur.Version + 1
-	store.Put(scope, docID, projectionworker.Doc{Source: body, Version: version})
+	if memo != nil {
+		memo.PutDecoded(scope, docID, projectionworker.Doc{Source: body, Version: version}, next)
+	} else {
+		store.Put(scope, docID, projectionworker.Doc{Source: body, Version: version})
+	}
 	return []projectionworker.Op{{Scope: scope, ID: docID, Version: version, Doc: body, Compact: true}}, nil
+}
+
+// decodedStore is a Store that keeps a document's decoded value between
+// the events of a round (DocState): Apply changes the value in place and
+// hands it back with the write, so that a document is decoded at most
+// once per round — when it was read — not once per event.
+type decodedStore interface {
+	TakeDecoded(scope, id string, src json.RawMessage) (any, bool)
+	KeepDecoded(scope, id string, src json.RawMessage, v any)
+	PutDecoded(scope, id string, d projectionworker.Doc, v any)
+}
+
+// decode returns the document src (an empty one for nil) as a map the
+// caller may change: the value memo kept for these very bytes, else
+// decoded.
+func (p *Projection) decode(scope, docID string, src json.RawMessage, memo decodedStore) (map[string]any, error) {
+	doc := map[string]any{}
+	if src == nil {
+		return doc, nil
+	}
+	if memo != nil {
+		if v, ok := memo.TakeDecoded(scope, docID, src); ok {
+			if m, ok := v.(map[string]any); ok {
+				return m, nil
+			}
+		}
+	}
+	if p.onDecode != nil {
+		p.onDecode()
+	}
+	if err := decodeDoc(src, &doc); err != nil {
+		return nil, fmt.Errorf("projection %s: document %s is not a JSON object: %w", p.spec.Name, docID, err)
+	}
+	return doc, nil
 }
 
 // eval evaluates one expression for the event; an expression that
@@ -251,10 +291,14 @@ func (p *Projection) Apply(ctx context.Context, e envelope.Envelope, store Store
 // updates) is evaluated once per event (they see the same variables:
 // the event, the key and the document before the event).
 func (p *Projection) eval(pr *program, vars *activation, e envelope.Envelope) (any, error) {
-	memo := pr.keyed && vars.key != ""
+	memo := pr.keyed && pr.shared.repeated && vars.key != ""
 	if memo {
 		if v, ok := vars.memo[pr.shared]; ok {
-			return v, nil
+			// A copy of its own: the updates change the document's
+			// values in place (append, merge), and the document lives on
+			// in the round (decodedStore), so no two of its places may
+			// share a list or an object.
+			return cloneValue(v), nil
 		}
 	}
 	out, _, err := pr.prg.Eval(vars)
@@ -270,6 +314,7 @@ func (p *Projection) eval(pr *program, vars *activation, e envelope.Envelope) (a
 			vars.memo = map[*program]any{} // only for projections that share an expression
 		}
 		vars.memo[pr.shared] = v
+		return cloneValue(v), nil // the memo keeps v as evaluated
 	}
 	return v, nil
 }
@@ -362,6 +407,26 @@ func cloneMap(m map[string]any) map[string]any {
 		}
 	}
 	return out
+}
+
+// cloneValue is a deep copy of a document value (objects and lists;
+// other values are immutable).
+func cloneValue(v any) any {
+	switch t := v.(type) {
+	case map[string]any:
+		out := make(map[string]any, len(t))
+		for k, e := range t {
+			out[k] = cloneValue(e)
+		}
+		return out
+	case []any:
+		out := make([]any, len(t))
+		for i, e := range t {
+			out[i] = cloneValue(e)
+		}
+		return out
+	}
+	return v
 }
 
 func joinPath(p []string) string {
