@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
+	"path"
 	"strconv"
 	"strings"
 	"time"
@@ -87,6 +88,12 @@ func (s *server) buildCommand(r *http.Request, req commandRequest) (envelope.Env
 		commandID = uuid.NewString()
 	} else if err := envelope.ValidateCommandID(commandID); err != nil {
 		return envelope.Envelope{}, validationAs(err, req.keyField)
+	} else if p := "/v1/commands/" + commandID; path.Clean(p) != p {
+		// The router cleans the path before it routes (a "/" at either
+		// end, "//", "." and ".." segments): the command's status resource
+		// could not be read, so the key is refused before anything is
+		// written.
+		return envelope.Envelope{}, unprocessable(req.keyField, "%s %q cannot name a status resource: no '/' at its start or end, no '//', and no '.' or '..' between slashes", req.keyField, commandID)
 	}
 	instanceID := req.instanceID
 	var data []byte
