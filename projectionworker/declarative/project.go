@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"unicode/utf8"
 
 	"github.com/google/cel-go/common/types/ref"
 	"github.com/google/cel-go/interpreter"
@@ -244,7 +245,7 @@ func (p *Projection) Apply(ctx context.Context, e envelope.Envelope, store Store
 		return nil, fmt.Errorf("projection %s: document %s: %w", p.spec.Name, docID, err)
 	}
 	version := cur.Version + 1
-	if memo != nil {
+	if memo != nil && asDecoded(next) {
 		memo.PutDecoded(scope, docID, projectionworker.Doc{Source: body, Version: version}, next)
 	} else {
 		store.Put(scope, docID, projectionworker.Doc{Source: body, Version: version})
@@ -407,6 +408,65 @@ func cloneMap(m map[string]any) map[string]any {
 		}
 	}
 	return out
+}
+
+// asDecoded turns the document m, in place, into what its encoding
+// decodes to, so that the round's next event sees the same value whether
+// it takes m or decodes the bytes written (PutDecoded): a number an
+// update set from CEL (int, uint) becomes the double JSON reads back — a
+// CEL expression on it would otherwise behave differently (doc.n * 2.0
+// has no overload for an int) depending on how the events fell into
+// rounds — and an empty list or object held as nil becomes null. It
+// reports false, leaving m to be dropped, when m holds a value the
+// encoding does not give back as it is (a string that is not valid
+// UTF-8, a type that is not JSON's).
+func asDecoded(m map[string]any) bool {
+	for k, v := range m {
+		if !utf8.ValidString(k) {
+			return false
+		}
+		d, ok := decodedValue(v)
+		if !ok {
+			return false
+		}
+		m[k] = d
+	}
+	return true
+}
+
+// decodedValue is v as its JSON encoding decodes to (asDecoded); lists
+// and objects are changed in place.
+func decodedValue(v any) (any, bool) {
+	switch t := v.(type) {
+	case nil, bool, float64:
+		return v, true
+	case string:
+		return v, utf8.ValidString(t)
+	case int64:
+		return float64(t), true // rounds to nearest as ParseFloat does
+	case int:
+		return float64(t), true
+	case uint64:
+		return float64(t), true
+	case map[string]any:
+		if t == nil {
+			return nil, true
+		}
+		return t, asDecoded(t)
+	case []any:
+		if t == nil {
+			return nil, true
+		}
+		for i, e := range t {
+			d, ok := decodedValue(e)
+			if !ok {
+				return nil, false
+			}
+			t[i] = d
+		}
+		return t, true
+	}
+	return nil, false
 }
 
 // cloneValue is a deep copy of a document value (objects and lists;
