@@ -91,19 +91,6 @@ func memoRec(n int, device, data string) *worker.Record {
 		Position: int64(n), Data: []byte(data), OccurredAt: envelope.NewTimestamp(mustTime(t0))}}
 }
 
-func compileYAML(t *testing.T, src string) *Projection {
-	t.Helper()
-	specs, err := Parse("tally.yaml", []byte(src))
-	if err != nil {
-		t.Fatal(err)
-	}
-	ps, err := Compile(specs)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return ps[0]
-}
-
 // An event that fails in the middle of a round, after some of its updates
 // changed the document (a by: that fails, a when: that is not a bool),
 // leaves no trace in what the round's later events see or in what is
@@ -112,7 +99,7 @@ func compileYAML(t *testing.T, src string) *Projection {
 // hold copies of their own: a later merge into one leaves the other as it
 // was (in the round as across rounds).
 func TestDecodedDocumentFailedEventLeavesNoTrace(t *testing.T) {
-	p := compileYAML(t, memoYAML)
+	p := compileOneYAML(t, memoYAML)
 	recs := func() []*worker.Record {
 		return []*worker.Record{
 			memoRec(1, "d1", `{"site":"s","n":1,"obj":{"x":{"y":1}},"amount":5,"counted":true}`),
@@ -199,7 +186,7 @@ func TestDecodedDocumentFailedEventLeavesNoTrace(t *testing.T) {
 // round decodes it every round. A replay in the round hands the value
 // back unchanged.
 func TestDecodedOncePerRound(t *testing.T) {
-	p := compileYAML(t, memoYAML)
+	p := compileOneYAML(t, memoYAML)
 	decodes := 0
 	p.onDecode = func() { decodes++ }
 	const n = 20
@@ -285,7 +272,7 @@ updates:
 		{"one round", [][]*worker.Record{recs}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			m := newMemoWorld(t, compileYAML(t, spec))
+			m := newMemoWorld(t, compileOneYAML(t, spec))
 			for _, round := range tc.rounds {
 				for i, r := range m.wk.HandleBatch(context.Background(), round) {
 					if r.Err != nil {
