@@ -530,6 +530,10 @@ func TestInstanceIdentity(t *testing.T) {
 		{"case differs", "Order-3", "order-3", "shop:order:Order-3", 409}, // order-3 is a new aggregate (last 0)
 		{"colon and slash", "a:b/c", url.PathEscape("a:b/c"), "shop:order:a:b/c", 202},
 		{"percent and dots", "../%2e", url.PathEscape("../%2e"), "shop:order:../%2e", 202},
+		// A whole segment "." or ".." is cleaned away by every HTTP
+		// router; percent-encoded it is the instance's own segment.
+		{"dot", ".", "%2E", "shop:order:.", 202},
+		{"dot dot", "..", "%2E%2E", "shop:order:..", 202},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

@@ -266,7 +266,16 @@ func (s *server) handleAppendEvents(w http.ResponseWriter, r *http.Request) {
 }
 
 func streamURL(aggType, aggID string) string {
-	return "/v1/streams/" + url.PathEscape(aggType) + "/" + url.PathEscape(aggID) + "/events"
+	return "/v1/streams/" + pathSegment(aggType) + "/" + pathSegment(aggID) + "/events"
+}
+
+// pathSegment escapes s as one path segment, the dots of "." and ".."
+// included: unescaped, a router would remove them as a dot segment.
+func pathSegment(s string) string {
+	if s == "." || s == ".." {
+		return strings.Repeat("%2E", len(s))
+	}
+	return url.PathEscape(s)
 }
 
 func mediaTypeOf(r *http.Request) string {

@@ -246,6 +246,19 @@ func TestEventStreamPaging(t *testing.T) {
 		}
 	}
 	a.do("GET", "/v1/streams/Device/none/events", "").expect(t, 404, CodeStreamNotFound)
+	// The Location of an append names its stream whatever the id holds;
+	// "." and ".." are percent-encoded, or the router would clean them
+	// away.
+	for _, id := range []string{".", "..", "a/b c", ".x"} {
+		t.Run("location of "+id, func(t *testing.T) {
+			r := a.do("POST", streamURL("Device", id), appendBody("no_stream", newEvents(2, "READING_TAKEN")...)).expect(t, 201, "")
+			loc := r.header.Get("Location")
+			got := seqsOf(t, a.do("GET", loc, "").expect(t, 200, ""))
+			if fmt.Sprint(got) != "[1 2]" {
+				t.Fatalf("GET %s: sequences %v, want [1 2]", loc, got)
+			}
+		})
+	}
 	a.do("GET", devicePath+"?direction=sideways", "").expect(t, 400, CodeInvalidParameter)
 	a.do("GET", devicePath+"?limit=0", "").expect(t, 400, CodeInvalidParameter)
 }

@@ -339,7 +339,12 @@ func jsonBody(v any) ([]byte, error) {
 }
 
 // seg escapes one path segment: every byte but unreserved ones, so "/",
-// "%", "." and ":" in ids stay inside the segment.
+// "%" and ":" in ids stay inside the segment, and the dots of a segment
+// that is only "." or "..", which routers and URL resolution would remove
+// as a dot segment (RFC 3986, 5.2.4).
 func seg(s string) string {
+	if s == "." || s == ".." {
+		return strings.Repeat("%2E", len(s))
+	}
 	return url.PathEscape(s)
 }

@@ -110,6 +110,9 @@ func TestURLs(t *testing.T) {
 		{"http://h:8080", streamPath("Device", "a/b %c:d") + "/events", "http://h:8080/v1/streams/Device/a%2Fb%20%25c:d/events"},
 		{"http://h/prefix/", instancesPath("shop", "order") + "/" + seg("café"), "http://h/prefix/v1/dbs/shop/classes/order/instances/caf%C3%A9"},
 		{"https://h", "/v1/commands/" + seg("k?x#y"), "https://h/v1/commands/k%3Fx%23y"},
+		{"http://h", instancesPath("shop", "order") + "/" + seg("."), "http://h/v1/dbs/shop/classes/order/instances/%2E"},
+		{"http://h", streamPath("Device", "..") + "/events", "http://h/v1/streams/Device/%2E%2E/events"},
+		{"http://h", instancesPath("shop", "order") + "/" + seg("..."), "http://h/v1/dbs/shop/classes/order/instances/..."},
 	}
 	for _, tc := range cases {
 		t.Run(tc.want, func(t *testing.T) {

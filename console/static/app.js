@@ -8,23 +8,27 @@ const REFRESH_MS = 2000;
 const WINDOW_MS = 10 * 60 * 1000;
 const MAX_CHARTS = 12;
 
+// seg encodes one path segment; a segment that is only "." or ".." has
+// its dots encoded too, or the browser resolves it away as a dot segment.
+const seg = (s) => (s === "." || s === "..") ? s.replace(/\./g, "%2E") : encodeURIComponent(s);
+
 // The admin API as the console uses it: one place to adapt to its contract.
 const admin = {
   overview: () => call("GET", "/admin/v1/overview"),
   health: () => call("GET", "/admin/v1/health"),
   flow: () => call("GET", "/admin/v1/flow"),
-  trace: (id) => call("GET", "/admin/v1/trace/" + encodeURIComponent(id)),
-  aggregate: (type, id) => call("GET", "/admin/v1/aggregates/" + encodeURIComponent(type) + "/" + encodeURIComponent(id)),
+  trace: (id) => call("GET", "/admin/v1/trace/" + seg(id)),
+  aggregate: (type, id) => call("GET", "/admin/v1/aggregates/" + seg(type) + "/" + seg(id)),
   dlq: (topic, all) => call("GET", "/admin/v1/dlq" + query({ topic, all: all ? "true" : "" })),
   redrive: (topic, letter, dryRun) => call("POST", "/admin/v1/dlq/redrive", { topic, letter, dry_run: dryRun }),
   drop: (topic, letter, reason, dryRun) => call("POST", "/admin/v1/dlq/drop", { topic, letter, reason, dry_run: dryRun }),
   checkpoint: (target, dryRun) => call("POST", "/admin/v1/relay/checkpoint", { ...target, dry_run: dryRun }),
   parked: (state) => call("GET", "/admin/v1/relay/parked" + query({ state, limit: 100 })),
-  parkedResolve: (position, kind, dryRun) => call("POST", "/admin/v1/relay/parked/" + encodeURIComponent(position) + "/" + kind, { dry_run: dryRun }),
-  pause: (group, paused, reason, dryRun) => call("POST", "/admin/v1/consumers/" + encodeURIComponent(group) + (paused ? "/pause" : "/resume"), { reason, dry_run: dryRun }),
-  reset: (group, body, dryRun) => call("POST", "/admin/v1/consumers/" + encodeURIComponent(group) + "/reset", { ...body, dry_run: dryRun }),
-  rebuild: (name, body, dryRun) => call("POST", "/admin/v1/projections/" + encodeURIComponent(name) + "/rebuild", { ...body, dry_run: dryRun }),
-  rollback: (name, body, dryRun) => call("POST", "/admin/v1/projections/" + encodeURIComponent(name) + "/rollback", { ...body, dry_run: dryRun }),
+  parkedResolve: (position, kind, dryRun) => call("POST", "/admin/v1/relay/parked/" + seg(position) + "/" + kind, { dry_run: dryRun }),
+  pause: (group, paused, reason, dryRun) => call("POST", "/admin/v1/consumers/" + seg(group) + (paused ? "/pause" : "/resume"), { reason, dry_run: dryRun }),
+  reset: (group, body, dryRun) => call("POST", "/admin/v1/consumers/" + seg(group) + "/reset", { ...body, dry_run: dryRun }),
+  rebuild: (name, body, dryRun) => call("POST", "/admin/v1/projections/" + seg(name) + "/rebuild", { ...body, dry_run: dryRun }),
+  rollback: (name, body, dryRun) => call("POST", "/admin/v1/projections/" + seg(name) + "/rollback", { ...body, dry_run: dryRun }),
   verify: (body, dryRun) => call("POST", "/admin/v1/verify", { ...body, dry_run: dryRun }),
 };
 
