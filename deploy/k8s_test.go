@@ -19,6 +19,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
 	policyv1 "k8s.io/api/policy/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	sigsyaml "sigs.k8s.io/yaml"
 
 	"github.com/sluicehq/sluice/pipeline/sluiceconfig"
@@ -385,10 +386,10 @@ func credentialsOf(command string) []string {
 }
 
 // sluiceEnv is the environment the container would see: its ConfigMaps,
-// its env values, a sample value for each Secret slot, and GOMEMLIMIT as
-// the downward API computes it from the memory limit. It checks on the way
-// that every credential comes from the Secret and that GOMEMLIMIT follows
-// the memory limit.
+// its env values, a sample value for each Secret slot, and GOMEMLIMIT and
+// GOMAXPROCS as the downward API computes them from the memory and CPU
+// limits. It checks on the way that every credential comes from the Secret
+// and that GOMEMLIMIT and GOMAXPROCS follow the limits.
 func sluiceEnv(t *testing.T, where string, c corev1.Container, r rendered, command string) map[string]string {
 	t.Helper()
 	env := map[string]string{}
@@ -407,7 +408,7 @@ func sluiceEnv(t *testing.T, where string, c corev1.Container, r rendered, comma
 		}
 	}
 	slots := map[string]*corev1.SecretKeySelector{}
-	memLimit := false
+	memLimit, cpuLimit := false, false
 	for _, e := range c.Env {
 		switch {
 		case e.ValueFrom == nil:
@@ -419,26 +420,30 @@ func sluiceEnv(t *testing.T, where string, c corev1.Container, r rendered, comma
 			env[e.Name] = "pod-name-0"
 		case e.ValueFrom.ResourceFieldRef != nil:
 			rf := e.ValueFrom.ResourceFieldRef
-			if e.Name != "GOMEMLIMIT" || rf.Resource != "limits.memory" {
-				t.Errorf("%s: %s from resource %s: only GOMEMLIMIT from limits.memory is expected", where, e.Name, rf.Resource)
+			switch {
+			case e.Name == "GOMEMLIMIT" && rf.Resource == "limits.memory":
+				memLimit = true
+			case e.Name == "GOMAXPROCS" && rf.Resource == "limits.cpu":
+				cpuLimit = true
+			default:
+				t.Errorf("%s: %s from resource %s: only GOMEMLIMIT from limits.memory and GOMAXPROCS from limits.cpu are expected", where, e.Name, rf.Resource)
 				continue
 			}
-			limit := c.Resources.Limits.Memory().Value()
-			divisor := rf.Divisor.Value()
-			if divisor != 1 {
-				t.Errorf("%s: GOMEMLIMIT divisor %s: only 1 gives the plain byte count the Go runtime reads (1Mi would give 512, that is 512 bytes)", where, rf.Divisor.String())
-				divisor = max(divisor, 1)
+			if rf.Divisor.Cmp(resource.MustParse("1")) != 0 {
+				// 1Mi would give 512 (bytes, to the runtime); 1m 1000
+				// threads per CPU.
+				t.Errorf("%s: %s divisor %s: only 1 gives the plain number the Go runtime reads", where, e.Name, rf.Divisor.String())
 			}
-			// As the kubelet computes it: the limit over the divisor,
-			// rounded up.
-			env[e.Name] = fmt.Sprint(int64(math.Ceil(float64(limit) / float64(divisor))))
-			memLimit = true
+			env[e.Name] = downwardValue(c.Resources.Limits, corev1.ResourceName(strings.TrimPrefix(rf.Resource, "limits.")))
 		default:
 			t.Errorf("%s: %s comes from an unexpected source", where, e.Name)
 		}
 	}
 	if !memLimit {
 		t.Errorf("%s: GOMEMLIMIT is not derived from the memory limit (env valueFrom resourceFieldRef limits.memory, divisor 1)", where)
+	}
+	if !cpuLimit {
+		t.Errorf("%s: GOMAXPROCS is not derived from the CPU limit (env valueFrom resourceFieldRef limits.cpu, divisor 1)", where)
 	}
 	for _, name := range credentialsOf(command) {
 		ref, ok := slots[name]
@@ -463,6 +468,14 @@ func sluiceEnv(t *testing.T, where string, c corev1.Container, r rendered, comma
 		}
 	}
 	return env
+}
+
+// downwardValue is what the kubelet gives for a resourceFieldRef of the
+// limit of res with divisor 1: the limit rounded up to a whole number (a
+// CPU limit of 500m gives 1, of 1500m 2; a memory limit its bytes).
+func downwardValue(limits corev1.ResourceList, res corev1.ResourceName) string {
+	q := limits[res]
+	return fmt.Sprint(int64(math.Ceil(float64(q.MilliValue()) / 1000)))
 }
 
 // scaleOutOverlay is the kustomization of the scaled-out deployment

@@ -239,6 +239,10 @@ func deploy(b testing.TB, backend string, o deployOptions) *deployment {
 	default:
 		b.Fatalf("unknown backend %q", backend)
 	}
+	// One thread running Go code per service, as the Kubernetes manifests
+	// run them (GOMAXPROCS from a CPU limit of one, deploy/k8s/base); the
+	// same for a base binary measured with SLUICE_BENCH_BINARY.
+	d.base["GOMAXPROCS"] = "1"
 	// Settings of the services for experiments, "K=V,K=V".
 	for _, kv := range strings.Split(os.Getenv("SLUICE_BENCH_SERVICE_ENV"), ",") {
 		if k, v, ok := strings.Cut(kv, "="); ok {

@@ -195,6 +195,30 @@ func TestGOMEMLIMIT(t *testing.T) {
 	}
 }
 
+// GOMAXPROCS is accepted exactly when the Go runtime would use it (a
+// positive decimal int32); what the runtime ignores without a word is
+// refused. The downward API's whole CPUs (divisor 1) are such numbers.
+func TestGOMAXPROCS(t *testing.T) {
+	for _, tc := range []struct {
+		v  string
+		ok bool
+	}{
+		{"1", true}, {"2", true}, {"64", true}, {"01", true}, {"2147483647", true},
+		{"0", false}, {"-1", false}, {"+2", false}, {" 1", false}, {"1.5", false}, {"500m", false},
+		{"2147483648", false}, {"two", false},
+	} {
+		t.Run(tc.v, func(t *testing.T) {
+			_, err := Load(map[string]string{"PROCESSED_EVENT_OWNER": "w1", "GOMAXPROCS": tc.v})
+			if tc.ok && err != nil {
+				t.Errorf("GOMAXPROCS=%q refused: %v", tc.v, err)
+			}
+			if !tc.ok && (err == nil || !strings.Contains(err.Error(), "GOMAXPROCS")) {
+				t.Errorf("GOMAXPROCS=%q: got %v, want an error naming GOMAXPROCS", tc.v, err)
+			}
+		})
+	}
+}
+
 // Check refuses an unset DATABASE_URL and every variable that looks meant
 // for sluice but is not one it reads, naming the one probably meant.
 func TestCheck(t *testing.T) {

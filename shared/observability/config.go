@@ -35,10 +35,11 @@ func (h *HTTPConfig) Derive() {
 }
 
 // RuntimeConfig configures the Go runtime of a sluice process. The Go runtime
-// reads both variables itself at start-up; sluice applies GOGC's default
+// reads these variables itself at start-up; sluice applies GOGC's default
 // when it is unset (GCPercent).
 type RuntimeConfig struct {
 	GOGC       string `env:"GOGC" envDefault:"400" doc:"Garbage-collector target of the Go runtime: a collection starts when the heap has grown by this percentage over the live heap (off: never). Go's own default is 100; sluice's is 400, which took about a quarter off the pipeline's p99 at 1,000 commands/s for about 100 MB more memory in sluice dev (docs/benchmarks.md). Bound the heap with GOMEMLIMIT."`
+	GOMAXPROCS string `env:"GOMAXPROCS" doc:"Number of goroutines the Go runtime runs at once (its threads running Go code), read by the runtime itself: a positive integer. Unset, Go takes the CPUs the process may use and the container's CPU limit, but never less than 2. The Kubernetes manifests set it to the container's CPU limit through the downward API (docs/deploy.md): under a limit of one CPU a second thread only adds wake-ups and throttling."`
 	GOMEMLIMIT string `env:"GOMEMLIMIT" doc:"Soft memory limit of the Go runtime, read by the runtime itself: a byte count (536870912) or one with a B, KiB, MiB, GiB or TiB suffix (900MiB), or off. Near it the collector runs more often, whatever GOGC says. The Kubernetes manifests set it to the container's memory limit through the downward API (docs/deploy.md)."`
 }
 
@@ -58,10 +59,27 @@ func (c RuntimeConfig) Validate() error {
 	if _, err := strconv.Atoi(c.GOGC); err != nil && c.GOGC != "off" {
 		k.Fail("GOGC", c.GOGC, "must be a percentage (an integer; negative means off) or off, as the Go runtime reads it")
 	}
+	if p := c.GOMAXPROCS; p != "" && !validMaxProcs(p) {
+		k.Fail("GOMAXPROCS", p, "must be a positive integer, as the Go runtime reads it (what the Kubernetes downward API gives for limits.cpu with divisor 1); the runtime ignores anything else")
+	}
 	if m := c.GOMEMLIMIT; m != "" && !validMemLimit(m) {
 		k.Fail("GOMEMLIMIT", m, "must be a byte count as the Go runtime reads it: an integer number of bytes (536870912, what the Kubernetes downward API gives with divisor 1), optionally with a B, KiB, MiB, GiB or TiB suffix (900MiB), or off")
 	}
 	return k.Err()
+}
+
+// validMaxProcs reports whether the Go runtime uses s as GOMAXPROCS: decimal
+// digits only (no sign, no space) of a number from 1 to 2^31-1. The runtime
+// ignores any other value without a word, which would leave an operator's
+// setting silently unapplied, so sluice refuses it.
+func validMaxProcs(s string) bool {
+	for _, c := range []byte(s) {
+		if c < '0' || c > '9' {
+			return false
+		}
+	}
+	n, err := strconv.ParseInt(s, 10, 32)
+	return err == nil && n >= 1
 }
 
 // validMemLimit reports whether the Go runtime accepts s as GOMEMLIMIT
