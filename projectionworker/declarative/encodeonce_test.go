@@ -105,6 +105,16 @@ func encodeOnceScenarios(t *testing.T) map[string]func(t *testing.T) encodeOnceR
 		}
 		return rs
 	}
+	// Ten events of two customers, each projected in turn by Go (even
+	// positions) and declaratively (odd).
+	mixedRound := func(from int) []*worker.Record {
+		var rs []*worker.Record
+		for i := from; i < from+10; i++ {
+			c := "c-" + fmt.Sprint(i/2%2)
+			rs = append(rs, placed(i, fmt.Sprintf("o-%d", i), c, fmt.Sprintf("%d.25", i)))
+		}
+		return rs
+	}
 	failing := func() []*worker.Record {
 		return []*worker.Record{
 			memoRec(1, "d1", `{"site":"s","n":1,"obj":{"x":{"y":1}},"amount":5,"counted":true}`),
@@ -132,8 +142,14 @@ func encodeOnceScenarios(t *testing.T) map[string]func(t *testing.T) encodeOnceR
 			ordersRound(11)[3:])),
 		"tally, failing events change the document first": run(tally, failing()),
 		"tally, one event per round then one round":       run(tally, failing()[:3], failing()[3:]),
-		"go projection mixed in": run(mixedOrderTotals{orders}, ordersRound(1)[:3], slices.Concat(ordersRound(11),
-			[]*worker.Record{placed(41, "o-41", "c-1", `null`)}, ordersRound(21))),
+		"tally, an increment that overflows": run(tally, []*worker.Record{
+			memoRec(1, "d1", `{"site":"s","n":1,"amount":1e308,"counted":true}`),
+			memoRec(2, "d2", `{"site":"s","n":2,"amount":1e308,"counted":true}`), // total +Inf: cannot be encoded
+			memoRec(3, "d3", `{"site":"s","n":3,"amount":-1e308,"counted":true}`),
+			memoRec(4, "d4", `{"site":"s","n":4,"amount":1,"counted":true}`),
+		}),
+		"go projection mixed in": run(mixedOrderTotals{orders}, mixedRound(1)[:3], slices.Concat(mixedRound(11),
+			[]*worker.Record{placed(41, "o-41", "c-1", `null`)}, mixedRound(21), mixedRound(31)[:3])),
 		"rebuild": func(t *testing.T) encodeOnceRun {
 			v2 := compileOneYAML(t, strings.Replace(mustRead(t, "../../examples/projections/order_totals.yaml"), "version: 1", "version: 2", 1))
 			all := slices.Concat(ordersRound(1), ordersRound(11))
