@@ -413,8 +413,12 @@ func (p *Projection) evalErr(pr *program, e envelope.Envelope, err error) error 
 	return &EvalError{Projection: p.spec.Name, What: pr.what, Expr: pr.expr, EventID: e.EventID, Err: err}
 }
 
-// eventVars is the event as the expressions see it (celexpr.EventVars).
-func eventVars(e envelope.Envelope) (map[string]any, error) { return celexpr.EventVars(e) }
+// eventVars is the event as the expressions see it: celexpr.EventVars,
+// with the data decoded directly (decodeDoc: the values and errors of
+// json.Unmarshal, without reflection; TestEventVarsEqualCelexpr).
+func eventVars(e envelope.Envelope) (map[string]any, error) {
+	return celexpr.EventVarsDecoding(e, decodeDoc)
+}
 
 // asKey turns a key or document id value into a string.
 func asKey(v any) (string, error) {
