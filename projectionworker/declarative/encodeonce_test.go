@@ -331,10 +331,29 @@ func randomRounds(r *rand.Rand, spec string, n int) [][]*worker.Record {
 // Random rounds (replays, failing events, values the encoding does not
 // give back as they are) send the same bulk bodies and store the same
 // documents whether the round encodes each document once or every event
-// encodes it, as before.
+// encodes it, as before. Each execution runs two workers over 60 events
+// (about 8 ms), so make test's short run gives it a budget of its own:
+// fuzz-short.sh reads the line below.
+//
+// fuzz-budget: FuzzEncodeOnceEqualsEncodeEachEvent 3000x
 func FuzzEncodeOnceEqualsEncodeEachEvent(f *testing.F) {
 	for seed := range uint64(8) {
 		f.Add(seed, seed%2 == 0)
+	}
+	// Compiled once (the CEL programs are most of a compile's cost), one
+	// projection per spec and way of encoding; a run keeps no state in
+	// them.
+	type key struct {
+		spec      string
+		eachEvent bool
+	}
+	compiled := map[key]*Projection{}
+	for _, spec := range []string{numsYAML, memoYAML} {
+		for _, each := range []bool{false, true} {
+			p := compileOneYAML(f, spec)
+			p.encodeEachEvent = each
+			compiled[key{spec, each}] = p
+		}
 	}
 	f.Fuzz(func(t *testing.T, seed uint64, tally bool) {
 		spec := numsYAML
@@ -343,8 +362,7 @@ func FuzzEncodeOnceEqualsEncodeEachEvent(f *testing.F) {
 		}
 		rounds := randomRounds(rand.New(rand.NewPCG(seed, 1)), spec, 60)
 		run := func(eachEvent bool) encodeOnceRun {
-			p := compileOneYAML(t, spec)
-			p.encodeEachEvent = eachEvent
+			p := compiled[key{spec, eachEvent}]
 			ps := make([]projectionworker.Projection, len(rounds))
 			for i := range ps {
 				ps[i] = p
