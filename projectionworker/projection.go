@@ -93,6 +93,13 @@ type Op struct {
 	// as it is instead of compacting and checking it again. Leave it false
 	// for a document that comes from elsewhere.
 	Compact bool
+	// FromState, for a Stateful projection, says that the document is the
+	// round's state of Scope/ID (Doc is left nil): what the projection
+	// recorded in the DocState with PutValue, encoded once when the round's
+	// write of the document is built — after the round's last event, not
+	// after every event. The encoding is the projection's (Compact applies
+	// to it as to Doc).
+	FromState bool
 }
 
 var nameRE = regexp.MustCompile(`^` + envelope.NamePattern + `$`)

@@ -63,22 +63,46 @@ type docKey struct{ scope, id string }
 // written to it so far. The worker brackets each event with begin and
 // commit (or rollback), so that an event that fails after it wrote to the
 // state leaves no trace in what later events see or in what is written.
+//
+// A projection that works on decoded documents (the declarative ones)
+// keeps the decoded value across the events of a round (GetValue,
+// PutValue, PutDecoded, KeepValue): a document is decoded at most once per
+// round, when it is read, and — written with PutValue and an operation
+// with Op.FromState — encoded once per round, when the round's write is
+// built (or when a projection asks for its bytes with Get), not after
+// every event. Such a value is changed in place only through SetField and
+// DeleteField, which the rollback of a failed event undoes.
 type DocState struct {
 	w       *Worker
-	read    map[docKey]Doc             // as stored when the round read it
-	overlay map[docKey]json.RawMessage // the round's state, per document written
+	read    map[docKey]Doc      // as stored when the round read it
+	overlay map[docKey]roundDoc // the round's state, per document written
 	// notes are what a RoundLocator computed for an event of the round
 	// (by event id), for its ProjectState.
 	notes map[string]any
-	// The current event's undo log and the documents it read.
+	// The current event's undo log, its in-place changes of kept values
+	// and the documents it read.
 	undo    []undo
+	edits   []edit
 	touched []docKey
-	// decoded is, per document, what the projection decoded the round's
-	// current source of the document into (PutDecoded, KeepDecoded), so
-	// that the next event of the round takes it instead of decoding the
-	// same bytes again.
+	// decoded is, per document not written in the round, what the
+	// projection decoded its source as read into (KeepValue), so that the
+	// next event of the round takes it instead of decoding the same bytes
+	// again.
 	decoded map[docKey]decodedDoc
 }
+
+// roundDoc is the round's state of a document it wrote: its source, or —
+// pending — the decoded value whose encoding (enc) is its source, encoded
+// when the bytes are first needed and then kept in src. v, when set, is
+// what src decodes to.
+type roundDoc struct {
+	src json.RawMessage
+	v   any
+	enc func(any) ([]byte, error) // set while pending (src not encoded yet)
+}
+
+// pending reports whether the document's source is not encoded yet.
+func (r roundDoc) pending() bool { return r.src == nil && r.enc != nil }
 
 // decodedDoc is a document's decoded value and the source it was decoded
 // from (the very bytes: same array, same length).
@@ -89,57 +113,148 @@ type decodedDoc struct {
 
 type undo struct {
 	k       docKey
-	prev    json.RawMessage
+	prev    roundDoc
 	existed bool
 }
 
+// edit is one in-place change of a kept value (SetField, DeleteField):
+// m[k] held old (had) before it.
+type edit struct {
+	m   map[string]any
+	k   string
+	old any
+	had bool
+}
+
 func (w *Worker) newDocState() *DocState {
-	return &DocState{w: w, read: map[docKey]Doc{}, overlay: map[docKey]json.RawMessage{}}
+	return &DocState{w: w, read: map[docKey]Doc{}, overlay: map[docKey]roundDoc{}}
 }
 
 // begin starts an event's changes.
-func (s *DocState) begin() { s.undo, s.touched = s.undo[:0], s.touched[:0] }
+func (s *DocState) begin() {
+	s.undo, s.edits, s.touched = s.undo[:0], s.edits[:0], s.touched[:0]
+}
 
 // commit keeps the current event's changes.
-func (s *DocState) commit() { s.undo = s.undo[:0] }
+func (s *DocState) commit() { s.undo, s.edits = s.undo[:0], s.edits[:0] }
 
-// rollback undoes the current event's changes, and forgets the decoded
-// values of every document the event read or wrote: the event may have
-// changed them in place before it failed.
+// rollback undoes the current event's changes: its in-place changes of
+// kept values (newest first), then its writes. A document whose state has
+// its bytes then forgets its decoded value (the next event decodes the
+// bytes); a pending one keeps the value the undone changes restored — its
+// only form.
 func (s *DocState) rollback() {
-	for _, k := range s.touched {
-		delete(s.decoded, k)
+	for i := len(s.edits) - 1; i >= 0; i-- {
+		e := s.edits[i]
+		if e.had {
+			e.m[e.k] = e.old
+		} else {
+			delete(e.m, e.k)
+		}
+		s.edits[i] = edit{}
 	}
 	for i := len(s.undo) - 1; i >= 0; i-- {
 		u := s.undo[i]
-		delete(s.decoded, u.k)
 		if u.existed {
 			s.overlay[u.k] = u.prev
 		} else {
 			delete(s.overlay, u.k)
 		}
 	}
-	s.undo = s.undo[:0]
+	forget := func(k docKey) {
+		delete(s.decoded, k)
+		if r, ok := s.overlay[k]; ok && r.v != nil && !r.pending() {
+			r.v = nil
+			s.overlay[k] = r
+		}
+	}
+	for _, k := range s.touched {
+		forget(k)
+	}
+	for _, u := range s.undo {
+		forget(u.k)
+	}
+	s.undo, s.edits = s.undo[:0], s.edits[:0]
 }
 
 // Get returns the document scope/id: its source as written earlier in this
 // round, else as stored in this version's index; its version is always the
 // one stored when the round read it (the base of the round's single write).
+// A document written with PutValue is encoded now (once: the bytes are
+// kept).
 func (s *DocState) Get(ctx context.Context, scope, id string) (Doc, error) {
 	k := docKey{scope, id}
+	d, err := s.readDoc(ctx, k)
+	if err != nil {
+		return Doc{}, err
+	}
+	if _, ok := s.overlay[k]; ok {
+		src, err := s.source(k)
+		if err != nil {
+			return Doc{}, err
+		}
+		return Doc{Source: src, Version: d.Version}, nil
+	}
+	return d, nil
+}
+
+// GetValue is Get for a projection that works on decoded documents: it
+// returns the document and the decoded value the round keeps for its
+// current state (PutValue, PutDecoded, KeepValue), or a nil value — then
+// the caller decodes d.Source itself. With a value, d.Source is nil while
+// the state is not encoded yet: the value is the document. The value stays
+// the round's: the caller changes it only with SetField and DeleteField,
+// and then writes it (PutValue or PutDecoded) or fails.
+func (s *DocState) GetValue(ctx context.Context, scope, id string) (Doc, any, error) {
+	k := docKey{scope, id}
+	d, err := s.readDoc(ctx, k)
+	if err != nil {
+		return Doc{}, nil, err
+	}
+	if r, ok := s.overlay[k]; ok {
+		return Doc{Source: r.src, Version: d.Version}, r.v, nil
+	}
+	if dd, ok := s.decoded[k]; ok && sameBytes(dd.src, d.Source) {
+		return d, dd.v, nil
+	}
+	return d, nil, nil
+}
+
+// readDoc returns the document k as the round read it (reading it now if
+// the round has not), and counts it as read by the current event.
+func (s *DocState) readDoc(ctx context.Context, k docKey) (Doc, error) {
 	s.touched = append(s.touched, k)
 	d, ok := s.read[k]
 	if !ok {
 		var err error
-		if d, err = s.load(ctx, scope, id); err != nil {
+		if d, err = s.load(ctx, k.scope, k.id); err != nil {
 			return Doc{}, err
 		}
 		s.read[k] = d
 	}
-	if src, ok := s.overlay[k]; ok {
-		return Doc{Source: src, Version: d.Version}, nil
-	}
 	return d, nil
+}
+
+// source returns the round's source of a document it wrote, encoding a
+// pending value (once: the bytes are kept with the value).
+func (s *DocState) source(k docKey) (json.RawMessage, error) {
+	r, ok := s.overlay[k]
+	if !ok {
+		return nil, fmt.Errorf("projectionworker: document %s/%s: the round holds no state of it", k.scope, k.id)
+	}
+	if !r.pending() {
+		return r.src, nil
+	}
+	b, err := r.enc(r.v)
+	if err != nil {
+		return nil, fmt.Errorf("projectionworker: encode document %s/%s: %w", k.scope, k.id, err)
+	}
+	if b == nil {
+		b = json.RawMessage{}
+	}
+	r.src, r.enc = b, nil
+	s.overlay[k] = r
+	return b, nil
 }
 
 // load reads one document from this version's index (realtime).
@@ -180,37 +295,56 @@ func (s *DocState) load(ctx context.Context, scope, id string) (Doc, error) {
 	return Doc{Source: got.Source, Version: got.Version}, nil
 }
 
+// write records the round's new state of the document k, undone if the
+// current event is rolled back.
+func (s *DocState) write(k docKey, r roundDoc) {
+	prev, existed := s.overlay[k]
+	s.undo = append(s.undo, undo{k: k, prev: prev, existed: existed})
+	s.overlay[k] = r
+	delete(s.decoded, k)
+}
+
 // Put records the document an operation of this round writes (d.Version
 // is not kept: the round's write of a document always carries the version
 // it was read at, plus one). A decoded value kept for the document is
 // forgotten.
 func (s *DocState) Put(scope, id string, d Doc) {
-	k := docKey{scope, id}
-	prev, existed := s.overlay[k]
-	s.undo = append(s.undo, undo{k: k, prev: prev, existed: existed})
-	s.overlay[k] = d.Source
-	delete(s.decoded, k)
+	s.write(docKey{scope, id}, roundDoc{src: d.Source})
 }
 
-// PutDecoded is Put, and keeps v as what d.Source decodes to
-// (KeepDecoded): a projection that decodes a document, changes the
-// decoded value and encodes it into d.Source hands v over, so that the
-// round's next event of the document takes v (TakeDecoded) instead of
-// decoding d.Source again. The DocState owns v from then on: the caller
-// must neither change v nor keep it.
+// PutDecoded is Put, and keeps v as what d.Source decodes to: a
+// projection that changed the decoded document and encoded it into
+// d.Source hands v over, so that the round's next event of the document
+// takes v (GetValue) instead of decoding d.Source again.
 func (s *DocState) PutDecoded(scope, id string, d Doc, v any) {
-	s.Put(scope, id, d)
-	s.KeepDecoded(scope, id, d.Source, v)
+	s.write(docKey{scope, id}, roundDoc{src: d.Source, v: v})
 }
 
-// KeepDecoded keeps v as what src — the source Get returned for the
-// document scope/id, unchanged since — decodes to, for TakeDecoded (a
-// projection that read a document and wrote nothing hands its decoded
-// value back). It keeps nothing when src is empty or is not the round's
-// current source of the document. The DocState owns v from then on.
-func (s *DocState) KeepDecoded(scope, id string, src json.RawMessage, v any) {
+// PutValue records v as the round's state of the document scope/id without
+// encoding it: enc(v) is its source, encoded once, when the bytes are
+// first needed — the round's write (an operation with Op.FromState), or a
+// Get. v must be what its encoding decodes to (numbers as float64, as
+// encoding/json decodes them), and enc must not fail on it: the round's
+// next event of the document takes v (GetValue) as the document.
+func (s *DocState) PutValue(scope, id string, v any, enc func(any) ([]byte, error)) {
+	s.write(docKey{scope, id}, roundDoc{v: v, enc: enc})
+}
+
+// KeepValue keeps v as what src — the source GetValue returned for the
+// document scope/id, unchanged since — decodes to, for the round's next
+// GetValue (a projection that decoded a document and wrote nothing hands
+// its decoded value back). It keeps nothing when src is empty or is not
+// the round's current source of the document.
+func (s *DocState) KeepValue(scope, id string, src json.RawMessage, v any) {
 	k := docKey{scope, id}
-	if !sameBytes(src, s.current(k)) {
+	if r, ok := s.overlay[k]; ok {
+		if sameBytes(src, r.src) {
+			r.v = v
+			s.overlay[k] = r
+		}
+		return
+	}
+	if !sameBytes(src, s.read[k].Source) {
 		return
 	}
 	if s.decoded == nil {
@@ -219,34 +353,23 @@ func (s *DocState) KeepDecoded(scope, id string, src json.RawMessage, v any) {
 	s.decoded[k] = decodedDoc{src: src, v: v}
 }
 
-// TakeDecoded returns the value kept (PutDecoded, KeepDecoded) for the
-// document scope/id if it was decoded from src — the very bytes, which
-// must be the source Get returned for the document — and forgets it: the
-// caller owns v and may change it in place (it hands it back with
-// PutDecoded or KeepDecoded). A value is returned only for the exact
-// source it was kept for, and only while that source is the round's
-// state of the document: a Put without a value, an event rolled back or
-// another source forgets it, and the caller decodes src itself.
-func (s *DocState) TakeDecoded(scope, id string, src json.RawMessage) (any, bool) {
-	k := docKey{scope, id}
-	d, ok := s.decoded[k]
-	if !ok {
-		return nil, false
-	}
-	delete(s.decoded, k)
-	if !sameBytes(d.src, src) || !sameBytes(src, s.current(k)) {
-		return nil, false
-	}
-	return d.v, true
+// SetField sets m[k] = v in a value the round keeps (GetValue), undone if
+// the current event is rolled back.
+func (s *DocState) SetField(m map[string]any, k string, v any) {
+	old, had := m[k]
+	s.edits = append(s.edits, edit{m: m, k: k, old: old, had: had})
+	m[k] = v
 }
 
-// current is the round's source of a document: as written earlier in the
-// round, else as read.
-func (s *DocState) current(k docKey) json.RawMessage {
-	if src, ok := s.overlay[k]; ok {
-		return src
+// DeleteField deletes m[k] from a value the round keeps (GetValue), undone
+// if the current event is rolled back.
+func (s *DocState) DeleteField(m map[string]any, k string) {
+	old, had := m[k]
+	if !had {
+		return
 	}
-	return s.read[k].Source
+	s.edits = append(s.edits, edit{m: m, k: k, old: old, had: true})
+	delete(m, k)
 }
 
 // sameBytes reports whether a and b are the very same non-empty bytes

@@ -281,7 +281,51 @@ func (w *Worker) plan(ctx context.Context, recs []*worker.Record) *roundPlan {
 		}
 		pl.out[i] = worker.BatchResult{Outcome: o}
 	}
+	if st != nil {
+		w.encodeStates(st, pl, len(recs))
+	}
 	return pl
+}
+
+// encodeStates builds the round's writes of documents whose operation is
+// the round's state (Op.FromState): each is encoded once, now, from the
+// state its round's last event left. A state that cannot be encoded holds
+// the effects of all the events that wrote the document, and the
+// projection promised it would encode: the round writes nothing, and each
+// event that wrote or relied on a write is run again in a round of its own
+// (errRunAlone), where the one that causes it fails alone (Permanent).
+func (w *Worker) encodeStates(st *DocState, pl *roundPlan, records int) {
+	var failed error
+	for l := range pl.items {
+		it := &pl.items[l]
+		if !it.Op.FromState {
+			continue
+		}
+		src, err := st.source(docKey{it.Op.Scope, it.Op.ID})
+		if err == nil {
+			it.Op.Doc = src
+			pl.lines[l], err = encodeItem(*it)
+		}
+		if err != nil {
+			failed = err
+			break
+		}
+	}
+	if failed == nil {
+		return
+	}
+	for i, d := range pl.deps {
+		if d == nil || pl.out[i].Err != nil {
+			continue
+		}
+		if records == 1 {
+			pl.out[i] = worker.BatchResult{Err: worker.Permanent(failed)}
+		} else {
+			pl.out[i] = worker.BatchResult{Err: worker.Retryable(fmt.Errorf("%s: %w: %w", w.spec.Projection.Name(), errRunAlone, failed))}
+		}
+		pl.deps[i] = nil
+	}
+	pl.lines, pl.items = nil, nil
 }
 
 // readRound reads the documents of a round's events with one _mget when
@@ -315,8 +359,9 @@ func (w *Worker) readRound(ctx context.Context, st *DocState, envs []envelope.En
 	}
 }
 
-// encodeRound encodes one record's items; a stateful write of a document
-// the round writes already carries that write's version.
+// encodeRound encodes one record's items (but those of the round's state,
+// Op.FromState: encodeStates); a stateful write of a document the round
+// writes already carries that write's version.
 func (w *Worker) encodeRound(its []BulkItem, pl *roundPlan, byDoc map[docKey]int) ([][]byte, error) {
 	enc := make([][]byte, len(its))
 	for j := range its {
@@ -324,6 +369,12 @@ func (w *Worker) encodeRound(its []BulkItem, pl *roundPlan, byDoc map[docKey]int
 			if l, ok := byDoc[docKey{its[j].Op.Scope, its[j].Op.ID}]; ok {
 				its[j].Op.Version = pl.items[l].Op.Version
 			}
+		}
+		if its[j].Op.FromState {
+			if byDoc == nil {
+				return nil, fmt.Errorf("projectionworker: operation on %s: FromState needs a Stateful projection", its[j].Op.ID)
+			}
+			continue // encoded once the round's last event is projected (encodeStates)
 		}
 		var err error
 		if enc[j], err = encodeItem(its[j]); err != nil {

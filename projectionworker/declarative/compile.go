@@ -57,6 +57,9 @@ type Projection struct {
 	// onDecode, when set (by tests), is called each time Apply decodes a
 	// document from JSON.
 	onDecode func()
+	// encodeEachEvent, when set (by tests), makes Apply encode the
+	// document after every event, as before the round encoded it once.
+	encodeEachEvent bool
 }
 
 var (

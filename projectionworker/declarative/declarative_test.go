@@ -47,7 +47,7 @@ func TestCompileErrorsNamePositions(t *testing.T) {
 	}
 }
 
-func compileOneYAML(t *testing.T, y string) *Projection {
+func compileOneYAML(t testing.TB, y string) *Projection {
 	t.Helper()
 	specs, err := Parse("t.yaml", []byte(y))
 	if err != nil {

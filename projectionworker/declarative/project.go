@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"strconv"
 	"unicode/utf8"
 
@@ -160,14 +161,16 @@ func (p *Projection) Apply(ctx context.Context, e envelope.Envelope, store Store
 	}
 	key := vars.key
 	scope := p.spec.Scope
-	cur, err := store.Get(ctx, scope, docID)
+	vs, _ := store.(valueStore)
+	cur, doc, kept, err := p.current(ctx, store, vs, scope, docID)
 	if err != nil {
 		return nil, err
 	}
-	memo, _ := store.(decodedStore)
-	doc, err := p.decode(scope, docID, cur.Source, memo)
-	if err != nil {
-		return nil, err
+	// The round's kept value is changed only through the DocState's
+	// journal, which a rollback of this event undoes.
+	var ed fieldEditor = directEdits{}
+	if kept {
+		ed = vs
 	}
 	meta, _ := doc["sluice"].(map[string]any)
 	applied, _ := meta["applied"].(map[string]any)
@@ -177,18 +180,25 @@ func (p *Projection) Apply(ctx context.Context, e envelope.Envelope, store Store
 	aggKey := envelope.AggregateKey(e.AggregateType, e.AggregateID)
 	if last, ok := applied[aggKey]; ok {
 		if n, ok := toFloat(last); ok && e.SequenceNumber <= int64(n) {
-			if memo != nil {
-				memo.KeepDecoded(scope, docID, cur.Source, doc) // unchanged
+			if vs != nil && !kept {
+				vs.KeepValue(scope, docID, cur.Source, doc) // unchanged
 			}
 			return nil, nil // applied already (a replay): nothing to write
 		}
 	}
+	// lazy: the round may encode the document once, after its last event
+	// (PutValue, Op.FromState), because every value this event puts into
+	// it is already what its encoding decodes to and encodes to the bytes
+	// encoding it now would give. Otherwise (an integer beyond 2^53, a
+	// number that is not finite, a string that is not valid UTF-8, a value
+	// that is not JSON's) it is encoded now, as it always was.
+	lazy := vs != nil && !p.encodeEachEvent
 	next := doc
-	delete(next, "sluice")
+	ed.DeleteField(next, "sluice")
 	if d, _ := next["deleted"].(bool); d {
 		next = map[string]any{} // a deleted document starts afresh
 	}
-	delete(next, "deleted")
+	ed.DeleteField(next, "deleted")
 	if p.usesDoc {
 		// Expressions see the document as it was before the event.
 		vars.doc = cloneMap(next)
@@ -227,56 +237,107 @@ func (p *Projection) Apply(ctx context.Context, e envelope.Envelope, store Store
 				if val, err = p.eval(u.value, vars, e); err != nil {
 					return nil, err
 				}
+				if lazy {
+					// val is the event's own (a CEL result, or a copy).
+					val, lazy = deferredValue(val)
+				}
 			}
-			if err := applyUpdate(next, u, val); err != nil {
+			finite, err := applyUpdate(ed, next, u, val)
+			if err != nil {
 				prog := u.value
 				if prog == nil {
 					prog = &program{what: fmt.Sprintf("updates[%d]", i), expr: Expr{Source: u.op + " " + joinPath(u.field), Pos: p.spec.Updates[i].Pos}}
 				}
 				return nil, p.evalErr(prog, e, err)
 			}
+			lazy = lazy && finite
 		}
 	}
-	applied[aggKey] = e.SequenceNumber
-	next["deleted"] = deleted
-	next["sluice"] = map[string]any{"applied": applied, "key": key, "event_id": e.EventID, "updated_at": e.OccurredAt.String()}
+	var seq any = e.SequenceNumber
+	if lazy {
+		seq, lazy = exactFloat(e.SequenceNumber)
+	}
+	ed.SetField(applied, aggKey, seq)
+	ed.SetField(next, "deleted", deleted)
+	updatedAt := e.OccurredAt.String()
+	ed.SetField(next, "sluice", map[string]any{"applied": applied, "key": key, "event_id": e.EventID, "updated_at": updatedAt})
+	version := cur.Version + 1
+	if lazy && utf8.ValidString(key) && utf8.ValidString(aggKey) && utf8.ValidString(e.EventID) && utf8.ValidString(updatedAt) {
+		vs.PutValue(scope, docID, next, encodeDoc)
+		return []projectionworker.Op{{Scope: scope, ID: docID, Version: version, FromState: true, Compact: true}}, nil
+	}
 	body, err := encodeDoc(next)
 	if err != nil {
 		return nil, fmt.Errorf("projection %s: document %s: %w", p.spec.Name, docID, err)
 	}
-	version := cur.Version + 1
-	if memo != nil && asDecoded(next) {
-		memo.PutDecoded(scope, docID, projectionworker.Doc{Source: body, Version: version}, next)
+	if vs != nil && asDecoded(next) {
+		vs.PutDecoded(scope, docID, projectionworker.Doc{Source: body, Version: version}, next)
 	} else {
 		store.Put(scope, docID, projectionworker.Doc{Source: body, Version: version})
 	}
 	return []projectionworker.Op{{Scope: scope, ID: docID, Version: version, Doc: body, Compact: true}}, nil
 }
 
-// decodedStore is a Store that keeps a document's decoded value between
-// the events of a round (DocState): Apply changes the value in place and
-// hands it back with the write, so that a document is decoded at most
-// once per round — when it was read — not once per event.
-type decodedStore interface {
-	TakeDecoded(scope, id string, src json.RawMessage) (any, bool)
-	KeepDecoded(scope, id string, src json.RawMessage, v any)
+// valueStore is a Store that keeps a document's decoded value between
+// the events of a round (projectionworker.DocState): Apply changes the
+// value in place through the store's journal (fieldEditor) and hands it
+// back with the write, so that a document is decoded at most once per
+// round — when it was read — and encoded once per round — when the
+// round's write is built (PutValue, Op.FromState) — not once per event.
+type valueStore interface {
+	GetValue(ctx context.Context, scope, id string) (projectionworker.Doc, any, error)
+	KeepValue(scope, id string, src json.RawMessage, v any)
+	PutValue(scope, id string, v any, enc func(any) ([]byte, error))
 	PutDecoded(scope, id string, d projectionworker.Doc, v any)
+	fieldEditor
 }
 
-// decode returns the document src (an empty one for nil) as a map the
-// caller may change: the value memo kept for these very bytes, else
-// decoded.
-func (p *Projection) decode(scope, docID string, src json.RawMessage, memo decodedStore) (map[string]any, error) {
+// fieldEditor changes a document value in place: through the DocState's
+// journal for the round's kept value (undone if the event is rolled
+// back), or directly (directEdits) for a value of the event's own.
+type fieldEditor interface {
+	SetField(m map[string]any, k string, v any)
+	DeleteField(m map[string]any, k string)
+}
+
+// directEdits changes a value of the event's own in place.
+type directEdits struct{}
+
+func (directEdits) SetField(m map[string]any, k string, v any) { m[k] = v }
+func (directEdits) DeleteField(m map[string]any, k string)     { delete(m, k) }
+
+// current returns the document docID: the round's kept value (kept: the
+// caller changes it only through vs), else decoded from its source (nil:
+// an empty document) into a map of the caller's own.
+func (p *Projection) current(ctx context.Context, store Store, vs valueStore, scope, docID string) (cur projectionworker.Doc, doc map[string]any, kept bool, err error) {
+	if vs == nil {
+		if cur, err = store.Get(ctx, scope, docID); err != nil {
+			return cur, nil, false, err
+		}
+	} else {
+		var v any
+		if cur, v, err = vs.GetValue(ctx, scope, docID); err != nil {
+			return cur, nil, false, err
+		}
+		if m, ok := v.(map[string]any); ok && m != nil {
+			return cur, m, true, nil
+		}
+		if v != nil && cur.Source == nil {
+			// A kept value that is not an object, not encoded yet: its bytes.
+			if cur, err = store.Get(ctx, scope, docID); err != nil {
+				return cur, nil, false, err
+			}
+		}
+	}
+	doc, err = p.decodeSource(docID, cur.Source)
+	return cur, doc, false, err
+}
+
+// decodeSource decodes the document src (an empty one for nil).
+func (p *Projection) decodeSource(docID string, src json.RawMessage) (map[string]any, error) {
 	doc := map[string]any{}
 	if src == nil {
 		return doc, nil
-	}
-	if memo != nil {
-		if v, ok := memo.TakeDecoded(scope, docID, src); ok {
-			if m, ok := v.(map[string]any); ok {
-				return m, nil
-			}
-		}
 	}
 	if p.onDecode != nil {
 		p.onDecode()
@@ -297,7 +358,7 @@ func (p *Projection) eval(pr *program, vars *activation, e envelope.Envelope) (a
 		if v, ok := vars.memo[pr.shared]; ok {
 			// A copy of its own: the updates change the document's
 			// values in place (append, merge), and the document lives on
-			// in the round (decodedStore), so no two of its places may
+			// in the round (valueStore), so no two of its places may
 			// share a list or an object.
 			return cloneValue(v), nil
 		}
@@ -352,8 +413,12 @@ func (p *Projection) evalErr(pr *program, e envelope.Envelope, err error) error 
 	return &EvalError{Projection: p.spec.Name, What: pr.what, Expr: pr.expr, EventID: e.EventID, Err: err}
 }
 
-// eventVars is the event as the expressions see it (celexpr.EventVars).
-func eventVars(e envelope.Envelope) (map[string]any, error) { return celexpr.EventVars(e) }
+// eventVars is the event as the expressions see it: celexpr.EventVars,
+// with the data decoded directly (decodeDoc: the values and errors of
+// json.Unmarshal, without reflection; TestEventVarsEqualCelexpr).
+func eventVars(e envelope.Envelope) (map[string]any, error) {
+	return celexpr.EventVarsDecoding(e, decodeDoc)
+}
 
 // asKey turns a key or document id value into a string.
 func asKey(v any) (string, error) {
@@ -500,29 +565,31 @@ func joinPath(p []string) string {
 	return s
 }
 
-// applyUpdate applies one field update to doc.
-func applyUpdate(doc map[string]any, u update, val any) error {
+// applyUpdate applies one field update to doc, changing it through ed.
+// finite is false when an increment left a number that is not finite
+// (the document cannot be encoded: Apply encodes it now and fails).
+func applyUpdate(ed fieldEditor, doc map[string]any, u update, val any) (finite bool, err error) {
 	parent := doc
 	for _, f := range u.field[:len(u.field)-1] {
 		next, ok := parent[f].(map[string]any)
 		if !ok {
 			if parent[f] != nil && u.op != OpUnset {
-				return fmt.Errorf("field %s: %q is not an object", joinPath(u.field), f)
+				return true, fmt.Errorf("field %s: %q is not an object", joinPath(u.field), f)
 			}
 			if u.op == OpUnset {
-				return nil
+				return true, nil
 			}
 			next = map[string]any{}
-			parent[f] = next
+			ed.SetField(parent, f, next)
 		}
 		parent = next
 	}
 	leaf := u.field[len(u.field)-1]
 	switch u.op {
 	case OpSet:
-		parent[leaf] = val
+		ed.SetField(parent, leaf, val)
 	case OpUnset:
-		delete(parent, leaf)
+		ed.DeleteField(parent, leaf)
 	case OpIncrement:
 		by := any(int64(1))
 		if u.value != nil {
@@ -530,49 +597,119 @@ func applyUpdate(doc map[string]any, u update, val any) error {
 		}
 		d, ok := toFloat(by)
 		if !ok {
-			return fmt.Errorf("increment %s by %v: not a number", joinPath(u.field), by)
+			return true, fmt.Errorf("increment %s by %v: not a number", joinPath(u.field), by)
 		}
 		cur := 0.0
 		if old, present := parent[leaf]; present && old != nil {
 			if cur, ok = toFloat(old); !ok {
-				return fmt.Errorf("increment %s: the field holds %T, not a number", joinPath(u.field), old)
+				return true, fmt.Errorf("increment %s: the field holds %T, not a number", joinPath(u.field), old)
 			}
 		}
-		parent[leaf] = cur + d
+		sum := cur + d
+		ed.SetField(parent, leaf, sum)
+		return !math.IsInf(sum, 0) && !math.IsNaN(sum), nil
 	case OpAppend:
 		list, _ := parent[leaf].([]any)
 		if old, present := parent[leaf]; present && old != nil && list == nil {
-			return fmt.Errorf("append to %s: the field holds %T, not a list", joinPath(u.field), old)
+			return true, fmt.Errorf("append to %s: the field holds %T, not a list", joinPath(u.field), old)
 		}
-		parent[leaf] = append(list, val)
+		ed.SetField(parent, leaf, append(list, val))
 	case OpMerge:
 		patch, ok := val.(map[string]any)
 		if !ok {
-			return fmt.Errorf("merge into %s: the value is %T, not an object", joinPath(u.field), val)
+			return true, fmt.Errorf("merge into %s: the value is %T, not an object", joinPath(u.field), val)
 		}
 		target, _ := parent[leaf].(map[string]any)
-		parent[leaf] = mergePatch(target, patch)
+		ed.SetField(parent, leaf, mergePatch(ed, target, patch))
 	}
-	return nil
+	return true, nil
 }
 
-// mergePatch applies an RFC 7386 merge patch to target.
-func mergePatch(target, patch map[string]any) map[string]any {
+// mergePatch applies an RFC 7386 merge patch to target, changing it
+// through ed.
+func mergePatch(ed fieldEditor, target, patch map[string]any) map[string]any {
 	if target == nil {
 		target = map[string]any{}
 	}
 	for k, v := range patch {
 		switch pv := v.(type) {
 		case nil:
-			delete(target, k)
+			ed.DeleteField(target, k)
 		case map[string]any:
 			t, _ := target[k].(map[string]any)
-			target[k] = mergePatch(t, pv)
+			ed.SetField(target, k, mergePatch(ed, t, pv))
 		default:
-			target[k] = v
+			ed.SetField(target, k, v)
 		}
 	}
 	return target
+}
+
+// maxExact is 2^53: every integer of at most this magnitude is a double
+// exactly, and encodes as the same digits as an integer and as a double.
+const maxExact = 1 << 53
+
+// exactFloat returns n as the double JSON reads its digits back as, and
+// true, when that double encodes to the same digits (|n| ≤ 2^53); else n
+// and false.
+func exactFloat(n int64) (any, bool) {
+	if n < -maxExact || n > maxExact {
+		return n, false
+	}
+	return float64(n), true
+}
+
+// deferredValue is v — a value of the event's own, changed in place — as
+// what its encoding decodes to (numbers as doubles, nil lists and objects
+// as null), and true, when it encodes to the same bytes as v does now:
+// integers of at most 2^53, finite doubles, valid UTF-8. Otherwise false
+// (v may be changed in part, into values that still encode the same).
+func deferredValue(v any) (any, bool) {
+	switch t := v.(type) {
+	case nil, bool:
+		return v, true
+	case float64:
+		return v, !math.IsInf(t, 0) && !math.IsNaN(t)
+	case string:
+		return v, utf8.ValidString(t)
+	case int64:
+		return exactFloat(t)
+	case int:
+		return exactFloat(int64(t))
+	case uint64:
+		if t > maxExact {
+			return v, false
+		}
+		return float64(t), true
+	case map[string]any:
+		if t == nil {
+			return nil, true
+		}
+		for k, e := range t {
+			if !utf8.ValidString(k) {
+				return v, false
+			}
+			d, ok := deferredValue(e)
+			if !ok {
+				return v, false
+			}
+			t[k] = d
+		}
+		return t, true
+	case []any:
+		if t == nil {
+			return nil, true
+		}
+		for i, e := range t {
+			d, ok := deferredValue(e)
+			if !ok {
+				return v, false
+			}
+			t[i] = d
+		}
+		return t, true
+	}
+	return v, false
 }
 
 // Memory is an in-memory document store (sluice projection test, tests).

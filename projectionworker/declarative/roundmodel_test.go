@@ -470,6 +470,7 @@ func runModel(ch *chooser, p *Projection, workers [][]modelEvent, crashes int) e
 type directTransport struct {
 	mu    sync.Mutex
 	store modelStore
+	bulks [][]byte // every bulk body, in order
 }
 
 func (d *directTransport) RoundTrip(req *http.Request) (*http.Response, error) {
@@ -505,6 +506,7 @@ func (d *directTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 		}
 		return resp(http.StatusOK, map[string]any{"docs": docs}), nil
 	case strings.HasSuffix(path, "/_bulk"):
+		d.bulks = append(d.bulks, body)
 		lines := bytes.Split(bytes.TrimSpace(body), []byte("\n"))
 		var items []map[string]any
 		for k := 0; k+1 < len(lines); k += 2 {
