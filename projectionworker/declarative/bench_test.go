@@ -45,14 +45,7 @@ func benchEvents(n int) []envelope.Envelope {
 // iteration projects 1,000 events (a worker round) onto a fresh store, so
 // documents stay small.
 func BenchmarkOrderTotals(b *testing.B) {
-	specs, err := LoadFiles("../../examples/projections/order_totals.yaml")
-	if err != nil {
-		b.Fatal(err)
-	}
-	ps, err := Compile(specs)
-	if err != nil {
-		b.Fatal(err)
-	}
+	ps := compileOrderTotals(b)
 	evs := benchEvents(1000)
 	ctx := context.Background()
 	run := func(b *testing.B, apply func(context.Context, envelope.Envelope, Store) ([]projectionworker.Op, error)) {
@@ -124,16 +117,24 @@ func BenchmarkUpcastLatest(b *testing.B) {
 	}
 }
 
-// The Go twin computes the same documents as the declarative example.
-func TestGoTwinMatchesDeclarative(t *testing.T) {
+// compileOrderTotals compiles the order_totals example (its one
+// projection in ps[0]).
+func compileOrderTotals(tb testing.TB) []*Projection {
+	tb.Helper()
 	specs, err := LoadFiles("../../examples/projections/order_totals.yaml")
 	if err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
 	ps, err := Compile(specs)
 	if err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
+	return ps
+}
+
+// The Go twin computes the same documents as the declarative example.
+func TestGoTwinMatchesDeclarative(t *testing.T) {
+	ps := compileOrderTotals(t)
 	a, b := NewMemory(), NewMemory()
 	for _, e := range benchEvents(3000) {
 		if _, err := ps[0].Apply(context.Background(), e, a); err != nil {

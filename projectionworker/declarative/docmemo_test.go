@@ -100,17 +100,7 @@ func memoRec(n int, device, data string) *worker.Record {
 // was (in the round as across rounds).
 func TestDecodedDocumentFailedEventLeavesNoTrace(t *testing.T) {
 	p := compileOneYAML(t, memoYAML)
-	recs := func() []*worker.Record {
-		return []*worker.Record{
-			memoRec(1, "d1", `{"site":"s","n":1,"obj":{"x":{"y":1}},"amount":5,"counted":true}`),
-			memoRec(2, "d2", `{"site":"s","n":2,"counted":true,"obj":{"x":{"bad":1}},"patch":{"x":{"bad":2}}}`), // no amount: by fails
-			memoRec(3, "t1", `{"site":"t","n":1,"counted":false}`),
-			memoRec(4, "d3", `{"site":"s","n":3,"patch":{"x":{"z":2}},"amount":1,"counted":true}`),
-			memoRec(5, "d4", `{"site":"s","n":4,"counted":"yes"}`), // when: not a bool
-			memoRec(6, "d5", `{"site":"s","n":5,"obj":{"q":{"r":1}},"patch":{"q":{"s":2}},"counted":false}`),
-			memoRec(7, "d6", `{"site":"s","n":6,"counted":true}`), // fails as the round's last event of s
-		}
-	}
+	recs := memoFailingRecs
 	failing := map[int]bool{1: true, 4: true, 6: true}
 	want := map[string]any{
 		"count": 3.0, "seen": []any{1.0, 3.0, 5.0}, "total": 6.0, "before": 2.0, "deleted": false,
@@ -287,5 +277,20 @@ updates:
 				}
 			}
 		})
+	}
+}
+
+// memoFailingRecs is a round of memoYAML's events of which three fail
+// after they changed their document (records 2, 5 and 7; the last is the
+// round's last event of its document).
+func memoFailingRecs() []*worker.Record {
+	return []*worker.Record{
+		memoRec(1, "d1", `{"site":"s","n":1,"obj":{"x":{"y":1}},"amount":5,"counted":true}`),
+		memoRec(2, "d2", `{"site":"s","n":2,"counted":true,"obj":{"x":{"bad":1}},"patch":{"x":{"bad":2}}}`), // no amount: by fails
+		memoRec(3, "t1", `{"site":"t","n":1,"counted":false}`),
+		memoRec(4, "d3", `{"site":"s","n":3,"patch":{"x":{"z":2}},"amount":1,"counted":true}`),
+		memoRec(5, "d4", `{"site":"s","n":4,"counted":"yes"}`), // when: not a bool
+		memoRec(6, "d5", `{"site":"s","n":5,"obj":{"q":{"r":1}},"patch":{"q":{"s":2}},"counted":false}`),
+		memoRec(7, "d6", `{"site":"s","n":6,"counted":true}`), // fails as the round's last event of s
 	}
 }

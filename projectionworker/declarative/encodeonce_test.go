@@ -115,17 +115,7 @@ func encodeOnceScenarios(t *testing.T) map[string]func(t *testing.T) encodeOnceR
 		}
 		return rs
 	}
-	failing := func() []*worker.Record {
-		return []*worker.Record{
-			memoRec(1, "d1", `{"site":"s","n":1,"obj":{"x":{"y":1}},"amount":5,"counted":true}`),
-			memoRec(2, "d2", `{"site":"s","n":2,"counted":true,"obj":{"x":{"bad":1}},"patch":{"x":{"bad":2}}}`), // no amount: by fails
-			memoRec(3, "t1", `{"site":"t","n":1,"counted":false}`),
-			memoRec(4, "d3", `{"site":"s","n":3,"patch":{"x":{"z":2}},"amount":1,"counted":true}`),
-			memoRec(5, "d4", `{"site":"s","n":4,"counted":"yes"}`), // when: not a bool
-			memoRec(6, "d5", `{"site":"s","n":5,"obj":{"q":{"r":1}},"patch":{"q":{"s":2}},"counted":false}`),
-			memoRec(7, "d6", `{"site":"s","n":6,"counted":true}`), // fails as the round's last event of s
-		}
-	}
+	failing := memoFailingRecs
 	run := func(p projectionworker.Projection, rounds ...[]*worker.Record) func(t *testing.T) encodeOnceRun {
 		return func(t *testing.T) encodeOnceRun {
 			return runEncodeOnce(t, []projectionworker.Projection{p}, rounds)
@@ -392,14 +382,7 @@ func FuzzEncodeOnceEqualsEncodeEachEvent(f *testing.F) {
 // the allocations of a round of a stateful read model (the model's own
 // bulk and _mget handling included).
 func BenchmarkRoundOrderTotals(b *testing.B) {
-	specs, err := LoadFiles("../../examples/projections/order_totals.yaml")
-	if err != nil {
-		b.Fatal(err)
-	}
-	ps, err := Compile(specs)
-	if err != nil {
-		b.Fatal(err)
-	}
+	ps := compileOrderTotals(b)
 	recs := make([]*worker.Record, 1000)
 	for i := range recs {
 		recs[i] = orderRec(i+1, "ORDER_PLACED", fmt.Sprintf("o-%d", i), 1, fmt.Sprintf(`{"customer_id":"c-%d","amount":%d.5}`, i%20, i%97))
