@@ -4,6 +4,8 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"regexp"
 	"strings"
 	"testing"
 
@@ -49,6 +51,45 @@ func TestHandlerServesTheEmbeddedPage(t *testing.T) {
 			}
 			if tc.status == 200 && !strings.Contains(res.Header.Get("Content-Security-Policy"), "script-src 'self'") {
 				t.Errorf("no CSP: %v", res.Header)
+			}
+		})
+	}
+}
+
+// Every id the console puts into an API path goes through seg, which
+// encodes a segment that is only "." or ".." as %2E: encodeURIComponent
+// leaves such a segment as it is, and the browser resolves it away as a
+// dot segment, so the request would name another resource.
+func TestAPIPathsEncodeDotSegments(t *testing.T) {
+	b, err := os.ReadFile("static/app.js")
+	if err != nil {
+		t.Fatal(err)
+	}
+	js := string(b)
+	// A line that builds an API path ("/v1/…", "/admin/v1/…"; the
+	// console's own "#/…" links are fragments, never resolved) must not
+	// encode with encodeURIComponent.
+	apiPath := regexp.MustCompile(`"(/admin)?/v1/`)
+	for _, tc := range []struct{ name, re string }{
+		{"paths use seg", ""},
+		{"streams by seg", `"/v1/streams/" + seg(type) + "/" + seg(id) + "/events"`},
+		{"aggregates by seg", `"/admin/v1/aggregates/" + seg(type) + "/" + seg(id)`},
+		// Browsers resolve %2E and %2E%2E as dot segments too (WHATWG
+		// URL): seg refuses such an id rather than send another path.
+		{"seg refuses dot segments", `if (s === "." || s === "..") {
+    throw new Error(`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if tc.re == "" {
+				for _, line := range strings.Split(js, "\n") {
+					if apiPath.MatchString(line) && strings.Contains(line, "encodeURIComponent(") {
+						t.Errorf("an API path segment encoded without seg: %s", strings.TrimSpace(line))
+					}
+				}
+				return
+			}
+			if !strings.Contains(js, tc.re) {
+				t.Errorf("app.js lacks %s", tc.re)
 			}
 		})
 	}

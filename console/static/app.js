@@ -8,9 +8,16 @@ const REFRESH_MS = 2000;
 const WINDOW_MS = 10 * 60 * 1000;
 const MAX_CHARTS = 12;
 
-// seg encodes one path segment; a segment that is only "." or ".." has
-// its dots encoded too, or the browser resolves it away as a dot segment.
-const seg = (s) => (s === "." || s === "..") ? s.replace(/\./g, "%2E") : encodeURIComponent(s);
+// seg encodes one path segment. A segment that is only "." or ".." cannot
+// be sent from a browser: its URL parser (WHATWG URL, which fetch uses)
+// resolves it away as a dot segment even as %2E or %2E%2E, and the request
+// would name another resource. seg refuses it instead (docs/api.md).
+const seg = (s) => {
+  if (s === "." || s === "..") {
+    throw new Error("the id " + JSON.stringify(s) + " cannot be named in a URL a browser sends (a dot segment); use the sluice CLI, the Go client or curl with %2E");
+  }
+  return encodeURIComponent(s);
+};
 
 // The admin API as the console uses it: one place to adapt to its contract.
 const admin = {
@@ -575,7 +582,7 @@ async function showStream(type, id, from) {
   const dir = $("#stream-dir").value;
   const limit = Number($("#stream-limit").value) || 20;
   try {
-    const page = await v1JSON("/v1/streams/" + encodeURIComponent(type) + "/" + encodeURIComponent(id) + "/events" +
+    const page = await v1JSON("/v1/streams/" + seg(type) + "/" + seg(id) + "/events" +
       query({ direction: dir, limit, from_sequence: from || "" }));
     showError(null);
     const evs = (page.events || []).map((e) => (typeof e === "string" ? JSON.parse(e) : e));

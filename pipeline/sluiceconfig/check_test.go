@@ -204,7 +204,7 @@ func TestGOMAXPROCS(t *testing.T) {
 		ok bool
 	}{
 		{"1", true}, {"2", true}, {"64", true}, {"01", true}, {"2147483647", true},
-		{"0", false}, {"-1", false}, {"+2", false}, {" 1", false}, {"1.5", false}, {"500m", false},
+		{"+2", true}, {"0", false}, {"-1", false}, {"+0", false}, {" 1", false}, {"1.5", false}, {"500m", false},
 		{"2147483648", false}, {"two", false},
 	} {
 		t.Run(tc.v, func(t *testing.T) {

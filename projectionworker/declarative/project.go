@@ -203,55 +203,9 @@ func (p *Projection) Apply(ctx context.Context, e envelope.Envelope, store Store
 		// Expressions see the document as it was before the event.
 		vars.doc = cloneMap(next)
 	}
-	deleted := false
-	if p.deleteIf != nil {
-		v, err := p.eval(p.deleteIf, vars, e)
-		if err != nil {
-			return nil, err
-		}
-		b, ok := v.(bool)
-		if !ok {
-			return nil, p.evalErr(p.deleteIf, e, fmt.Errorf("delete_when must be a bool, got %T", v))
-		}
-		deleted = b
-	}
-	if deleted {
-		next = map[string]any{}
-	} else {
-		for i, u := range p.updates {
-			if u.when != nil {
-				v, err := p.eval(u.when, vars, e)
-				if err != nil {
-					return nil, err
-				}
-				b, ok := v.(bool)
-				if !ok {
-					return nil, p.evalErr(u.when, e, fmt.Errorf("when must be a bool, got %T", v))
-				}
-				if !b {
-					continue
-				}
-			}
-			var val any
-			if u.value != nil {
-				if val, err = p.eval(u.value, vars, e); err != nil {
-					return nil, err
-				}
-				if lazy {
-					// val is the event's own (a CEL result, or a copy).
-					val, lazy = deferredValue(val)
-				}
-			}
-			finite, err := applyUpdate(ed, next, u, val)
-			if err != nil {
-				prog := u.value
-				if prog == nil {
-					prog = &program{what: fmt.Sprintf("updates[%d]", i), expr: Expr{Source: u.op + " " + joinPath(u.field), Pos: p.spec.Updates[i].Pos}}
-				}
-				return nil, p.evalErr(prog, e, err)
-			}
-			lazy = lazy && finite
-		}
+	next, deleted, lazy, err := p.applyUpdates(vars, e, ed, next, lazy)
+	if err != nil {
+		return nil, err
 	}
 	var seq any = e.SequenceNumber
 	if lazy {
@@ -276,6 +230,63 @@ func (p *Projection) Apply(ctx context.Context, e envelope.Envelope, store Store
 		store.Put(scope, docID, projectionworker.Doc{Source: body, Version: version})
 	}
 	return []projectionworker.Op{{Scope: scope, ID: docID, Version: version, Doc: body, Compact: true}}, nil
+}
+
+// applyUpdates evaluates delete_when and applies the event's updates to
+// next, changing it through ed. It returns the document the event leaves
+// (an empty one when it is deleted), whether it is deleted, and lazy — as
+// Apply passed it, and false once an update puts a value that must be
+// encoded now (deferredValue, a number that is not finite).
+func (p *Projection) applyUpdates(vars *activation, e envelope.Envelope, ed fieldEditor, next map[string]any, lazy bool) (map[string]any, bool, bool, error) {
+	if p.deleteIf != nil {
+		v, err := p.eval(p.deleteIf, vars, e)
+		if err != nil {
+			return nil, false, false, err
+		}
+		deleted, ok := v.(bool)
+		if !ok {
+			return nil, false, false, p.evalErr(p.deleteIf, e, fmt.Errorf("delete_when must be a bool, got %T", v))
+		}
+		if deleted {
+			return map[string]any{}, true, lazy, nil
+		}
+	}
+	for i, u := range p.updates {
+		if u.when != nil {
+			v, err := p.eval(u.when, vars, e)
+			if err != nil {
+				return nil, false, false, err
+			}
+			b, ok := v.(bool)
+			if !ok {
+				return nil, false, false, p.evalErr(u.when, e, fmt.Errorf("when must be a bool, got %T", v))
+			}
+			if !b {
+				continue
+			}
+		}
+		var val any
+		if u.value != nil {
+			var err error
+			if val, err = p.eval(u.value, vars, e); err != nil {
+				return nil, false, false, err
+			}
+			if lazy {
+				// val is the event's own (a CEL result, or a copy).
+				val, lazy = deferredValue(val)
+			}
+		}
+		finite, err := applyUpdate(ed, next, u, val)
+		if err != nil {
+			prog := u.value
+			if prog == nil {
+				prog = &program{what: fmt.Sprintf("updates[%d]", i), expr: Expr{Source: u.op + " " + joinPath(u.field), Pos: p.spec.Updates[i].Pos}}
+			}
+			return nil, false, false, p.evalErr(prog, e, err)
+		}
+		lazy = lazy && finite
+	}
+	return next, false, lazy, nil
 }
 
 // valueStore is a Store that keeps a document's decoded value between

@@ -39,7 +39,7 @@ func (h *HTTPConfig) Derive() {
 // when it is unset (GCPercent).
 type RuntimeConfig struct {
 	GOGC       string `env:"GOGC" envDefault:"400" doc:"Garbage-collector target of the Go runtime: a collection starts when the heap has grown by this percentage over the live heap (off: never). Go's own default is 100; sluice's is 400, which took about a quarter off the pipeline's p99 at 1,000 commands/s for about 100 MB more memory in sluice dev (docs/benchmarks.md). Bound the heap with GOMEMLIMIT."`
-	GOMAXPROCS string `env:"GOMAXPROCS" doc:"Number of goroutines the Go runtime runs at once (its threads running Go code), read by the runtime itself: a positive integer. Unset, Go takes the CPUs the process may use and the container's CPU limit, but never less than 2. The Kubernetes manifests set it to the container's CPU limit through the downward API (docs/deploy.md): under a limit of one CPU a second thread only adds wake-ups and throttling."`
+	GOMAXPROCS string `env:"GOMAXPROCS" doc:"Number of goroutines the Go runtime runs at once (its threads running Go code), read by the runtime itself: a positive integer. Unset, Go takes the fewer of the CPUs the process may use and the container's CPU limit, rounded up and raised to at least 2 (so 2 under a limit of one CPU on a larger host). The Kubernetes manifests set it to the container's CPU limit through the downward API (docs/deploy.md): under a limit of one CPU a second thread only adds wake-ups and throttling."`
 	GOMEMLIMIT string `env:"GOMEMLIMIT" doc:"Soft memory limit of the Go runtime, read by the runtime itself: a byte count (536870912) or one with a B, KiB, MiB, GiB or TiB suffix (900MiB), or off. Near it the collector runs more often, whatever GOGC says. The Kubernetes manifests set it to the container's memory limit through the downward API (docs/deploy.md)."`
 }
 
@@ -68,16 +68,13 @@ func (c RuntimeConfig) Validate() error {
 	return k.Err()
 }
 
-// validMaxProcs reports whether the Go runtime uses s as GOMAXPROCS: decimal
-// digits only (no sign, no space) of a number from 1 to 2^31-1. The runtime
-// ignores any other value without a word, which would leave an operator's
-// setting silently unapplied, so sluice refuses it.
+// validMaxProcs reports whether the Go runtime uses s as GOMAXPROCS: as
+// it parses the variable (strconv.ParseInt(s, 10, 32) in schedinit), a
+// decimal number from 1 to 2^31-1, a leading + allowed, no space. The
+// runtime ignores any other value without a word, which would leave an
+// operator's setting silently unapplied, so sluice refuses it.
+// TestGOMAXPROCSAsTheRuntimeReadsIt holds it to the toolchain's runtime.
 func validMaxProcs(s string) bool {
-	for _, c := range []byte(s) {
-		if c < '0' || c > '9' {
-			return false
-		}
-	}
 	n, err := strconv.ParseInt(s, 10, 32)
 	return err == nil && n >= 1
 }
