@@ -18,6 +18,7 @@ import (
 	"github.com/sluicehq/sluice/relay"
 	"github.com/sluicehq/sluice/shared/envelope"
 	"github.com/sluicehq/sluice/shared/kafka"
+	"github.com/sluicehq/sluice/shared/suggest"
 	"github.com/sluicehq/sluice/worker"
 )
 
@@ -221,13 +222,25 @@ func (s *Server) groupReset(r *http.Request, body []byte) (Action, error) {
 	a := Action{Target: "group " + group + " to " + req.To, DryRun: req.DryRun}
 	to, err := worker.ParseResetTarget(req.To)
 	if err != nil {
-		return a, invalid("%s", strings.Replace(err.Error(), "--to", "to", 1))
+		return a, atField("to", invalid("%s", strings.Replace(err.Error(), "--to", "to", 1)))
 	}
 	adm, closeFn, err := s.kadm()
 	if err != nil {
 		return a, err
 	}
 	defer closeFn()
+	// As sluice consumer reset: a group or topic that does not exist is
+	// 404 naming the nearest that does — committing offsets for a
+	// mistyped group would create it, and Kafka's own answers
+	// (GROUP_ID_NOT_FOUND, UNKNOWN_TOPIC_OR_PARTITION) read as an outage.
+	if err := worker.FindGroup(r.Context(), adm, group); err != nil {
+		return a, atField("group", err)
+	}
+	if req.Topic != "" {
+		if err := worker.FindTopic(r.Context(), adm, req.Topic); err != nil {
+			return a, atField("topic", err)
+		}
+	}
 	res, err := worker.ResetOffsets(r.Context(), adm, worker.ResetOptions{Group: group, Topic: req.Topic, To: to, DryRun: req.DryRun, Force: req.Force})
 	a.Result = res
 	if errors.Is(err, worker.ErrGroupActive) {
@@ -245,6 +258,9 @@ func (s *Server) groupPauseState(r *http.Request) (any, error) {
 type PauseRequest struct {
 	Reason string `json:"reason"`
 	DryRun bool   `json:"dry_run"`
+	// AllowNew sets the flag of a group that is neither configured here
+	// nor known to Kafka (its workers start later), as --allow-new.
+	AllowNew bool `json:"allow_new"`
 }
 
 func (s *Server) groupPause(pause bool) func(*http.Request, []byte) (Action, error) {
@@ -255,6 +271,11 @@ func (s *Server) groupPause(pause bool) func(*http.Request, []byte) (Action, err
 		}
 		group := r.PathValue("group")
 		a := Action{Target: "group " + group, DryRun: req.DryRun}
+		if !req.AllowNew {
+			if err := s.checkPauseGroup(r.Context(), group, pause); err != nil {
+				return a, atField("group", err)
+			}
+		}
 		res, err := s.opts.Registry.SetGroupPaused(r.Context(), group, pause, whoOf(r), req.Reason, req.DryRun)
 		if err != nil {
 			return a, err
@@ -262,6 +283,47 @@ func (s *Server) groupPause(pause bool) func(*http.Request, []byte) (Action, err
 		a.Result = res
 		return a, nil
 	}
+}
+
+// checkPauseGroup refuses, as sluice consumer pause|resume does, a group
+// that is neither configured here (Workers) nor known to Kafka, naming the
+// nearest that is (404): a mistyped group would otherwise get a durable
+// flag no worker reads. A group whose flag is set may always be resumed.
+// When Kafka cannot be asked within a few seconds the flag is set all the
+// same: a pause must work while Kafka is out.
+func (s *Server) checkPauseGroup(ctx context.Context, group string, pause bool) error {
+	configured := make([]string, 0, len(s.opts.Workers))
+	for _, w := range s.opts.Workers {
+		if w.Group == group {
+			return nil
+		}
+		configured = append(configured, w.Group)
+	}
+	if !pause {
+		if st, err := s.opts.Registry.GroupPaused(ctx, group); err == nil && st.Paused {
+			return nil
+		}
+	}
+	adm, closeFn, err := s.kadm()
+	if err != nil {
+		return nil
+	}
+	defer closeFn()
+	kctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+	defer cancel()
+	err = worker.FindGroup(kctx, adm, group)
+	var nf *suggest.NotFoundError
+	if !errors.As(err, &nf) {
+		if err != nil {
+			s.opts.Logger.Warn("admin: could not check that the group exists; setting its pause flag anyway", "group", group, "err", err)
+		}
+		return nil
+	}
+	if nf.Nearest == "" {
+		nf.Nearest = suggest.Nearest(group, configured)
+	}
+	nf.Note += `; send "allow_new": true to set the flag before its workers start`
+	return nf
 }
 
 // ---- dead letters ---------------------------------------------------------

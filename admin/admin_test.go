@@ -426,6 +426,49 @@ func TestAdminAPI(t *testing.T) {
 		}
 	})
 
+	testenv.Step(t, "names that do not exist", func(t *testing.T) {
+		e := e.on(t)
+		// As the CLI: a group or topic that does not exist is 404 naming
+		// the nearest that does, and nothing is set for it.
+		// (Before: a pause of any name was set, and a reset answered 503.)
+		cmds := e.Config.Kafka.CommandsTopic
+		cases := []struct {
+			name, path      string
+			body            map[string]any
+			status          int
+			field, mentions string
+		}{
+			{"pause of an unknown group", "/admin/v1/consumers/nosuch-group/pause", map[string]any{"reason": "typo"}, 404, "group", "allow_new"},
+			{"pause of the unprefixed group", "/admin/v1/consumers/instance-worker/pause", map[string]any{"dry_run": true}, 404, "group", iwGroup},
+			{"resume of an unknown group", "/admin/v1/consumers/nosuch-group/resume", map[string]any{}, 404, "group", "nosuch-group"},
+			{"reset of the unprefixed group", "/admin/v1/consumers/instance-worker/reset", map[string]any{"to": "earliest", "dry_run": true}, 404, "group", iwGroup},
+			{"reset of a mistyped topic", "/admin/v1/consumers/" + iwGroup + "/reset", map[string]any{"to": "earliest", "topic": strings.TrimSuffix(cmds, "s"), "dry_run": true}, 404, "topic", cmds},
+			{"reset to a bad target", "/admin/v1/consumers/" + iwGroup + "/reset", map[string]any{"to": "yesterday", "dry_run": true}, 400, "to", "yesterday"},
+			{"pause of a new group with allow_new", "/admin/v1/consumers/new-group/pause", map[string]any{"allow_new": true}, 200, "", ""},
+			{"resume of a flagged group", "/admin/v1/consumers/new-group/resume", map[string]any{}, 200, "", ""},
+		}
+		for _, c := range cases {
+			t.Run(c.name, func(t *testing.T) {
+				st, body, h := e.on(t).call("POST", c.path, opToken, c.body)
+				if st != c.status {
+					t.Fatalf("%d %v, want %d", st, body, c.status)
+				}
+				if st == 200 {
+					return
+				}
+				if h.Get("Content-Type") != "application/problem+json" || body["field"] != c.field {
+					t.Errorf("%v (%s), want field %q", body, h.Get("Content-Type"), c.field)
+				}
+				if d, _ := body["detail"].(string); !strings.Contains(d, c.mentions) {
+					t.Errorf("detail %q does not mention %q", d, c.mentions)
+				}
+			})
+		}
+		if st, body, _ := e.call("GET", "/admin/v1/consumers/nosuch-group/pause", readToken, nil); st != 200 || body["paused"] != false || body["changed_at"] != nil {
+			t.Errorf("a refused pause left a flag: %d %v", st, body)
+		}
+	})
+
 	testenv.Step(t, "audit log", func(t *testing.T) {
 		e := e.on(t)
 		// The audit log: every action above, newest first, with role and dry run.
