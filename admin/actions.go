@@ -285,6 +285,45 @@ func (s *Server) groupPause(pause bool) func(*http.Request, []byte) (Action, err
 	}
 }
 
+// planRollback finds the version projectionworker.Rollback would switch
+// to (the highest below the live one) and names it in a's target; a dry
+// run's result is the plan (done). Without one the rollback is refused
+// here, so that neither the dry run says it would roll back nor the act
+// answers 202 for a job that can only fail.
+func (s *Server) planRollback(ctx context.Context, name string, a *Action, dryRun bool) (done bool, err error) {
+	idx, err := projectionworker.Indices(ctx, s.opts.ES, s.opts.Process.Elasticsearch.IndexPrefix, name)
+	if err != nil {
+		return false, err
+	}
+	from, to := rollbackTarget(idx)
+	if from == 0 || to == 0 {
+		return false, kind(errUnsafe, fmt.Errorf("%w: %s (live v%d)", projectionworker.ErrNothingToRollBack, name, from))
+	}
+	a.Target = fmt.Sprintf("projection %s v%d to v%d", name, from, to)
+	if dryRun {
+		a.Result = map[string]any{"dry_run": true, "from": from, "to": to, "indices": idx}
+		return true, nil
+	}
+	return false, nil
+}
+
+// rollbackTarget is what projectionworker.Rollback switches between: the
+// highest live version (from) and the highest version below it (to); 0
+// when there is none.
+func rollbackTarget(idx []projectionworker.IndexInfo) (from, to int) {
+	for _, i := range idx {
+		if i.Live {
+			from = max(from, i.Version)
+		}
+	}
+	for _, i := range idx {
+		if i.Version < from {
+			to = max(to, i.Version)
+		}
+	}
+	return from, to
+}
+
 // checkPauseGroup refuses, as sluice consumer pause|resume does, a group
 // that is neither configured here (Workers) nor known to Kafka, naming the
 // nearest that is (404): a mistyped group would otherwise get a durable
@@ -561,13 +600,8 @@ func (s *Server) projectionSwitch(rebuild bool) func(*http.Request, []byte) (Act
 				a.Result = map[string]any{"dry_run": true, "plan": plan}
 				return a, nil
 			}
-		} else if req.DryRun {
-			idx, err := projectionworker.Indices(r.Context(), s.opts.ES, cfg.Elasticsearch.IndexPrefix, name)
-			if err != nil {
-				return a, err
-			}
-			a.Result = map[string]any{"dry_run": true, "indices": idx}
-			return a, nil
+		} else if done, err := s.planRollback(r.Context(), name, &a, req.DryRun); err != nil || done {
+			return a, err
 		}
 		if s.jobs.running(name) {
 			return a, kind(errConflict, fmt.Errorf("a rebuild or rollback of %s is already running in this process", name))

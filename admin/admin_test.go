@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -373,6 +374,20 @@ func TestAdminAPI(t *testing.T) {
 		if st, _, _ := e.call("POST", "/admin/v1/projections/nosuch/rollback", opToken, map[string]any{"dry_run": true}); st != 404 {
 			t.Errorf("rollback of an unknown projection: %d, want 404", st)
 		}
+		// Only v1 exists: nothing to roll back to. The dry run says so
+		// (it said "would roll back"), and the act starts no job (it
+		// answered 202 for a job that could only fail).
+		for _, dry := range []bool{true, false} {
+			t.Run(fmt.Sprintf("rollback without an older version, dry run %t", dry), func(t *testing.T) {
+				st, body, _ := e.on(t).call("POST", "/admin/v1/projections/history/rollback", opToken, map[string]any{"dry_run": dry})
+				if d, _ := body["detail"].(string); st != 422 || body["code"] != "unsafe" || !strings.Contains(d, "no older version") {
+					t.Errorf("%d %v, want 422 unsafe: no older version", st, body)
+				}
+				if _, ov, _ := e.on(t).call("GET", "/admin/v1/overview", readToken, nil); len(ov["jobs"].([]any)) != 0 {
+					t.Errorf("jobs after a refused rollback: %v", ov["jobs"])
+				}
+			})
+		}
 		st, body, _ = e.call("POST", "/admin/v1/projections/history/rebuild", opToken, map[string]any{"version": 2, "settle": "0s"})
 		if st != http.StatusAccepted || body["job"] == nil {
 			t.Fatalf("rebuild: %d %v", st, body)
@@ -390,8 +405,9 @@ func TestAdminAPI(t *testing.T) {
 			}
 			return false
 		})
-		if st, body, _ := e.call("POST", "/admin/v1/projections/history/rollback", opToken, map[string]any{"dry_run": true}); st != 200 || body["indices"] == nil {
-			t.Errorf("rollback dry run: %d %v", st, body)
+		if st, body, _ := e.call("POST", "/admin/v1/projections/history/rollback", opToken, map[string]any{"dry_run": true}); st != 200 || body["indices"] == nil ||
+			body["from"] != 2.0 || body["to"] != 1.0 {
+			t.Errorf("rollback dry run: %d %v, want from 2 to 1 and the indices", st, body)
 		}
 	})
 
