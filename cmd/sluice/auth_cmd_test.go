@@ -80,6 +80,40 @@ func TestAuthKeyCommands(t *testing.T) {
 	}
 }
 
+// sluice auth key create refuses what would make a key other than the one
+// asked for, and makes none: a negative --expires-in made a key that
+// never expires.
+func TestAuthKeyCreateRefusals(t *testing.T) {
+	ctx := context.Background()
+	pool := envDatabase(t)
+	keys := auth.NewKeys(pool, auth.KeysOptions{})
+	cases := []struct {
+		name     string
+		args     []string
+		mentions string
+	}{
+		{"negative expiry", []string{"--grant", "read=*", "--expires-in", "-5h"}, "--expires-in"},
+		{"unknown operation", []string{"--grant", "drop=*"}, "drop"},
+		{"no grant", nil, "--grant"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			principal := "refused-" + strings.ReplaceAll(c.name, " ", "-")
+			_, _, err := run(t, append([]string{"auth", "key", "create", "--principal", principal}, c.args...)...)
+			if err == nil || !strings.Contains(err.Error(), c.mentions) {
+				t.Fatalf("err %v, want a refusal naming %q", err, c.mentions)
+			}
+			made, err := keys.List(ctx, auth.ListFilter{Principal: principal, All: true})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(made) != 0 {
+				t.Fatalf("a refused create made %d key(s): %+v", len(made), made)
+			}
+		})
+	}
+}
+
 // cliAudit reads the admin audit log through admin's Go API and returns
 // the records of sluice commands (who cli:…), oldest first.
 func cliAudit(t *testing.T, pool *pgxpool.Pool) []admin.AuditRecord {
