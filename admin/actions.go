@@ -367,11 +367,36 @@ func (s *Server) checkPauseGroup(ctx context.Context, group string, pause bool) 
 
 // ---- dead letters ---------------------------------------------------------
 
-func (s *Server) queue(topic string) (*dlq.Queue, error) {
+// queue opens the dead-letter queue of topic. As sluice dlq, a topic that
+// does not exist is 404 naming the nearest (dlq.(*Queue).Find), not
+// Kafka's UNKNOWN_TOPIC_OR_PARTITION read as an outage.
+func (s *Server) queue(ctx context.Context, topic string) (*dlq.Queue, error) {
 	if topic == "" {
-		return nil, invalid("topic is required (e.g. %s)", s.opts.Process.Kafka.CommandsDLQTopic)
+		return nil, atField("topic", invalid("topic is required (e.g. %s)", s.opts.Process.Kafka.CommandsDLQTopic))
 	}
-	return dlq.New(dlq.Config{Topic: topic, Kafka: s.opts.Process.Kafka, By: who(RoleOperator)}, dlq.Deps{Registry: s.opts.Registry})
+	q, err := dlq.New(dlq.Config{Topic: topic, Kafka: s.opts.Process.Kafka, By: who(RoleOperator)}, dlq.Deps{Registry: s.opts.Registry})
+	if err != nil {
+		return nil, err
+	}
+	if err := q.Find(ctx, s.opts.Process.Kafka.CommandsDLQTopic, s.opts.Process.Kafka.EventsDLQTopic); err != nil {
+		q.Close()
+		return nil, atField("topic", err)
+	}
+	return q, nil
+}
+
+// letterError is err of a queue operation on a letter as the admin API
+// answers it: no letter there is 404, a letter named without its
+// partition on a topic of several is 400 naming the field letter.
+func letterError(err error) error {
+	var pe *dlq.PartitionRequiredError
+	switch {
+	case errors.Is(err, dlq.ErrNoLetter):
+		return atField("letter", kind(errNotFound, err))
+	case errors.As(err, &pe):
+		return atField("letter", invalid("topic %s has %d partitions: name the letter as partition:offset", pe.Topic, pe.Partitions))
+	}
+	return err
 }
 
 // parseLetter reads "partition:offset" (or "offset" for a single-partition topic).
@@ -383,7 +408,7 @@ func parseLetter(s string) (dlq.Ref, error) {
 	part, err1 := strconv.ParseInt(p, 10, 32)
 	off, err2 := strconv.ParseInt(o, 10, 64)
 	if err1 != nil || err2 != nil || off < 0 || part < -1 {
-		return dlq.Ref{}, invalid("letter %q: want partition:offset", s)
+		return dlq.Ref{}, atField("letter", invalid("letter %q: want partition:offset", s))
 	}
 	return dlq.Ref{Partition: int32(part), Offset: off}, nil
 }
@@ -416,7 +441,7 @@ func letterView(l *dlq.Letter, state string) LetterView {
 
 func (s *Server) dlqList(r *http.Request) (any, error) {
 	q := r.URL.Query()
-	queue, err := s.queue(q.Get("topic"))
+	queue, err := s.queue(r.Context(), q.Get("topic"))
 	if err != nil {
 		return nil, err
 	}
@@ -444,17 +469,14 @@ func (s *Server) dlqShow(r *http.Request) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	queue, err := s.queue(q.Get("topic"))
+	queue, err := s.queue(r.Context(), q.Get("topic"))
 	if err != nil {
 		return nil, err
 	}
 	defer queue.Close()
 	res, err := queue.Show(r.Context(), ref)
-	if errors.Is(err, dlq.ErrNoLetter) {
-		return nil, kind(errNotFound, err)
-	}
 	if err != nil {
-		return nil, err
+		return nil, letterError(err)
 	}
 	out := map[string]any{"letter": letterView(res.Letter, res.State), "marker": res.Marker}
 	if res.OriginalErr != nil {
@@ -498,17 +520,14 @@ func (s *Server) dlqRedrive(r *http.Request, body []byte) (Action, error) {
 		}
 		o.Ref = &ref
 	}
-	queue, err := s.queue(req.Topic)
+	queue, err := s.queue(r.Context(), req.Topic)
 	if err != nil {
 		return a, err
 	}
 	defer queue.Close()
 	res, err := queue.Redrive(r.Context(), o)
 	a.Result = res
-	if errors.Is(err, dlq.ErrNoLetter) {
-		return a, kind(errNotFound, err)
-	}
-	return a, err
+	return a, letterError(err)
 }
 
 // DropRequest drops one letter.
@@ -529,17 +548,14 @@ func (s *Server) dlqDrop(r *http.Request, body []byte) (Action, error) {
 	if err != nil {
 		return a, err
 	}
-	queue, err := s.queue(req.Topic)
+	queue, err := s.queue(r.Context(), req.Topic)
 	if err != nil {
 		return a, err
 	}
 	defer queue.Close()
 	res, err := queue.Drop(r.Context(), ref, req.Reason, req.DryRun)
-	if errors.Is(err, dlq.ErrNoLetter) {
-		return a, kind(errNotFound, err)
-	}
 	if err != nil {
-		return a, err
+		return a, letterError(err)
 	}
 	out := map[string]any{"letter": res.Letter.ID(), "dry_run": req.DryRun, "dropped": res.Dropped, "already": res.Already}
 	a.Result = out

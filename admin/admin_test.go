@@ -357,6 +357,45 @@ func TestAdminAPI(t *testing.T) {
 		if st, _, _ := e.call("POST", "/admin/v1/dlq/drop", opToken, map[string]any{"topic": dlqTopic, "letter": "x:y"}); st != 400 {
 			t.Errorf("drop of letter x:y: %d, want 400", st)
 		}
+		// Names that do not exist and incomplete ones are the caller's
+		// mistakes, as in sluice dlq: 404 naming the nearest topic, 400
+		// naming the letter — not 503, which says "retry later".
+		twoParts := "admin-test.dlq2"
+		if _, err := kadm.NewClient(cl).CreateTopic(context.Background(), 2, 1, nil, twoParts); err != nil {
+			t.Fatal(err)
+		}
+		mistyped := strings.TrimSuffix(dlqTopic, ".dlq") + "s.dlq"
+		cases := []struct {
+			name, method, path string
+			body               map[string]any
+			status             int
+			field, mentions    string
+		}{
+			{"list of a mistyped topic", "GET", "/admin/v1/dlq?topic=" + mistyped, nil, 404, "topic", dlqTopic},
+			{"show on a mistyped topic", "GET", "/admin/v1/dlq/letter?letter=0:0&topic=" + mistyped, nil, 404, "topic", dlqTopic},
+			{"redrive on a mistyped topic", "POST", "/admin/v1/dlq/redrive", map[string]any{"topic": mistyped, "all": true, "dry_run": true}, 404, "topic", dlqTopic},
+			{"drop on a mistyped topic", "POST", "/admin/v1/dlq/drop", map[string]any{"topic": mistyped, "letter": "0:0", "dry_run": true}, 404, "topic", dlqTopic},
+			{"list without a topic", "GET", "/admin/v1/dlq", nil, 400, "topic", "topic is required"},
+			{"show of a bad letter", "GET", "/admin/v1/dlq/letter?letter=x&topic=" + dlqTopic, nil, 400, "letter", "partition:offset"},
+			{"show without the partition of a topic of two", "GET", "/admin/v1/dlq/letter?letter=0&topic=" + twoParts, nil, 400, "letter", "2 partitions"},
+			{"drop without the partition of a topic of two", "POST", "/admin/v1/dlq/drop", map[string]any{"topic": twoParts, "letter": "0", "dry_run": true}, 400, "letter", "2 partitions"},
+			{"show of a missing letter", "GET", "/admin/v1/dlq/letter?letter=0:99&topic=" + dlqTopic, nil, 404, "letter", "no dead letter"},
+		}
+		for _, c := range cases {
+			t.Run(c.name, func(t *testing.T) {
+				tok := readToken
+				if c.method == "POST" {
+					tok = opToken
+				}
+				st, body, h := e.on(t).call(c.method, c.path, tok, c.body)
+				if st != c.status || body["field"] != c.field || h.Get("Content-Type") != "application/problem+json" {
+					t.Fatalf("%d %v, want %d with field %q", st, body, c.status, c.field)
+				}
+				if d, _ := body["detail"].(string); !strings.Contains(d, c.mentions) {
+					t.Errorf("detail %q does not mention %q", d, c.mentions)
+				}
+			})
+		}
 	})
 
 	testenv.Step(t, "projections", func(t *testing.T) {
