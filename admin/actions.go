@@ -121,15 +121,24 @@ func (s *Server) checkpointSet(r *http.Request, body []byte) (Action, error) {
 func (s *Server) parkedList(r *http.Request) (any, error) {
 	q := r.URL.Query()
 	f := relay.ParkedFilter{Relay: s.opts.Process.Relay.Name, State: q.Get("state"), Reason: q.Get("reason"), Topic: q.Get("topic"), Limit: 100}
-	if f.State == "" {
+	switch f.State {
+	case "":
 		f.State = relay.ParkedStateParked
-	} else if f.State == "all" {
+	case "all":
 		f.State = ""
+	case relay.ParkedStateParked, relay.ParkedStateRepublished, relay.ParkedStateDropped:
+	default:
+		// The caller's mistake, not an outage (it was answered 503).
+		return nil, atField("state", invalid("state %q: want parked, republished, dropped or all", f.State))
 	}
 	if n, err := strconv.Atoi(q.Get("limit")); err == nil && n > 0 {
 		f.Limit = n
 	}
-	return relay.NewParkedStore(s.opts.StorePool).List(r.Context(), f)
+	recs, err := relay.NewParkedStore(s.opts.StorePool).List(r.Context(), f)
+	if recs == nil && err == nil {
+		recs = []relay.ParkedRecord{} // a list, also when empty: [] rather than null
+	}
+	return recs, err
 }
 
 // ResolveRequest republishes or drops a parked record.
@@ -200,7 +209,12 @@ func (s *Server) groupLag(r *http.Request) (any, error) {
 	}
 	defer closeFn()
 	if err := worker.FindGroup(r.Context(), adm, r.PathValue("group")); err != nil {
-		return nil, err
+		return nil, atField("group", err)
+	}
+	if topic := r.URL.Query().Get("topic"); topic != "" {
+		if err := worker.FindTopic(r.Context(), adm, topic); err != nil {
+			return nil, atField("topic", err)
+		}
 	}
 	return worker.Lag(r.Context(), adm, r.PathValue("group"), r.URL.Query().Get("topic"))
 }
@@ -679,10 +693,10 @@ func (s *Server) verify(r *http.Request, body []byte) (Action, error) {
 	a := Action{Target: req.DB + "/" + req.Class, DryRun: true} // verify changes nothing
 	if req.DryRun {
 		if err := envelope.ValidateDBName(req.DB); err != nil {
-			return a, invalid("db: %v", err)
+			return a, atField("db", invalid("db: %v", err))
 		}
 		if err := envelope.ValidateClassName(req.Class); err != nil {
-			return a, invalid("class: %v", err)
+			return a, atField("class", invalid("class: %v", err))
 		}
 		n := readmodel.InstanceNames(s.opts.Process.Elasticsearch.IndexPrefix, req.DB, req.IndexVersion)
 		a.Result = VerifyPlan{DryRun: true, DB: req.DB, Class: req.Class, Index: n.Index, WriteAlias: n.WriteAlias,
@@ -695,8 +709,10 @@ func (s *Server) verify(r *http.Request, body []byte) (Action, error) {
 	}
 	rep, err := instanceworker.Verify(r.Context(), instanceworker.VerifyOptions{Store: s.opts.Store, ES: s.opts.ES,
 		IndexPrefix: s.opts.Process.Elasticsearch.IndexPrefix, DB: req.DB, Class: req.Class, IndexVersion: req.IndexVersion})
-	if err != nil && (strings.HasPrefix(err.Error(), "db:") || strings.HasPrefix(err.Error(), "class:")) {
-		return a, kind(errInvalid, err)
+	for _, f := range []string{"db", "class"} {
+		if err != nil && strings.HasPrefix(err.Error(), f+":") {
+			return a, atField(f, kind(errInvalid, err))
+		}
 	}
 	a.Result = rep
 	return a, err

@@ -276,6 +276,25 @@ func TestAdminAPI(t *testing.T) {
 		if st, body, _ := e.call("POST", "/admin/v1/relay/parked/999/drop", opToken, map[string]any{"dry_run": true}); st != 404 || body["code"] != "not_found" {
 			t.Errorf("drop of a missing parked record: %d %v", st, body)
 		}
+		// An empty list is [] (it was null); a state that does not exist
+		// is 400 naming it (it was 503, as if the store were down).
+		for _, c := range []struct {
+			name, query string
+			status      int
+			field, raw  string
+		}{
+			{"empty list", "", 200, "", "[]"},
+			{"every state", "?state=all", 200, "", "[]"},
+			{"unknown state", "?state=bogus", 400, "state", ""},
+		} {
+			t.Run(c.name, func(t *testing.T) {
+				st, body, _ := e.on(t).call("GET", "/admin/v1/relay/parked"+c.query, readToken, nil)
+				raw, _ := body["_raw"].(string)
+				if st != c.status || (c.field != "" && body["field"] != c.field) || strings.TrimSpace(raw) != c.raw {
+					t.Errorf("%d %v, want %d field %q body %q", st, body, c.status, c.field, c.raw)
+				}
+			})
+		}
 	})
 
 	testenv.Step(t, "consumer reset", func(t *testing.T) {
@@ -294,6 +313,12 @@ func TestAdminAPI(t *testing.T) {
 		}
 		if st, body, _ := e.call("GET", "/admin/v1/consumers/"+iwGroup, readToken, nil); st != 200 || body["total"] != 0.0 {
 			t.Errorf("group lag: %d %v", st, body)
+		}
+		// A topic that does not exist: 404 naming the nearest (it was 503).
+		cmds := e.Config.Kafka.CommandsTopic
+		if st, body, _ := e.call("GET", "/admin/v1/consumers/"+iwGroup+"?topic="+strings.TrimSuffix(cmds, "s"), readToken, nil); st != 404 ||
+			body["field"] != "topic" || !strings.Contains(body["detail"].(string), cmds) {
+			t.Errorf("group lag of a mistyped topic: %d %v, want 404 naming %s", st, body, cmds)
 		}
 	})
 
@@ -459,8 +484,11 @@ func TestAdminAPI(t *testing.T) {
 			body["instances"] != nil || !strings.Contains(body["compares"].(string), "shop/orders") {
 			t.Errorf("verify dry run: %d %v", st, body)
 		}
-		if st, body, _ := e.call("POST", "/admin/v1/verify", opToken, map[string]any{"db": "Shop!", "class": "orders", "dry_run": true}); st != 400 || body["code"] != "invalid" {
-			t.Errorf("verify dry run of a bad db name: %d %v, want 400", st, body)
+		if st, body, _ := e.call("POST", "/admin/v1/verify", opToken, map[string]any{"db": "Shop!", "class": "orders", "dry_run": true}); st != 400 || body["code"] != "invalid" || body["field"] != "db" {
+			t.Errorf("verify dry run of a bad db name: %d %v, want 400 on field db", st, body)
+		}
+		if st, body, _ := e.call("POST", "/admin/v1/verify", opToken, map[string]any{"db": "shop", "dry_run": false}); st != 400 || body["field"] != "class" {
+			t.Errorf("verify without a class: %d %v, want 400 on field class", st, body)
 		}
 		st, body, _ = e.call("POST", "/admin/v1/verify", opToken, map[string]any{"db": "shop", "class": "orders"})
 		if st != 200 || body["instances"] != 1.0 || body["ok"] != 1.0 {
@@ -545,7 +573,7 @@ func TestAdminAPI(t *testing.T) {
 			{"projection.rebuild", "operator", "ok", false, 1},
 			{"projection.rebuild", "operator", "unsafe", true, 1},
 			{"verify", "operator", "ok", true, 2},
-			{"verify", "operator", "invalid", true, 2},
+			{"verify", "operator", "invalid", true, 3},
 		})
 		if len(recs) > 0 && !strings.Contains(string(recs[0].Detail), "request") {
 			t.Errorf("audit detail: %s", recs[0].Detail)
