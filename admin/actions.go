@@ -699,9 +699,13 @@ func (s *Server) verify(r *http.Request, body []byte) (Action, error) {
 			return a, atField("class", invalid("class: %v", err))
 		}
 		n := readmodel.InstanceNames(s.opts.Process.Elasticsearch.IndexPrefix, req.DB, req.IndexVersion)
-		a.Result = VerifyPlan{DryRun: true, DB: req.DB, Class: req.Class, Index: n.Index, WriteAlias: n.WriteAlias,
+		target, err := instanceworker.VerifyIndex(s.opts.Process.Elasticsearch.IndexPrefix, req.DB, req.IndexVersion)
+		if err != nil {
+			return a, atField("index_version", invalid("%v", err))
+		}
+		a.Result = VerifyPlan{DryRun: true, DB: req.DB, Class: req.Class, Index: target, WriteAlias: n.WriteAlias,
 			Compares: "every instance of " + req.DB + "/" + req.Class + " in the event store (its last domain event) against its document in " +
-				n.WriteAlias + "; reads the whole class, changes nothing"}
+				target + "; reads the whole class, changes nothing"}
 		return a, nil
 	}
 	if s.opts.Store == nil || s.opts.ES == nil {
@@ -709,7 +713,7 @@ func (s *Server) verify(r *http.Request, body []byte) (Action, error) {
 	}
 	rep, err := instanceworker.Verify(r.Context(), instanceworker.VerifyOptions{Store: s.opts.Store, ES: s.opts.ES,
 		IndexPrefix: s.opts.Process.Elasticsearch.IndexPrefix, DB: req.DB, Class: req.Class, IndexVersion: req.IndexVersion})
-	for _, f := range []string{"db", "class"} {
+	for _, f := range []string{"db", "class", "index_version"} {
 		if err != nil && strings.HasPrefix(err.Error(), f+":") {
 			return a, atField(f, kind(errInvalid, err))
 		}
