@@ -16,6 +16,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/sluicehq/sluice/admin"
+	"github.com/sluicehq/sluice/instanceworker"
 	"github.com/sluicehq/sluice/internal/testenv"
 	"github.com/sluicehq/sluice/pipeline"
 	"github.com/sluicehq/sluice/pipeline/pipelinetest"
@@ -134,6 +135,57 @@ func TestNoTokenConfiguredIsClosed(t *testing.T) {
 		if w.Code != http.StatusUnauthorized || w.Header().Get("Content-Type") != "application/problem+json" || w.Header().Get("WWW-Authenticate") == "" {
 			t.Errorf("%s %s with %q: %d %s, want 401 problem+json", tc.method, tc.path, tc.auth, w.Code, w.Header())
 		}
+	}
+}
+
+// When the audit record cannot be written the answer is 503 audit_failed
+// with Retry-After, and its detail says what became of the action: done,
+// a dry run, or failed (it said "the action ran (invalid)" for a refused
+// one).
+func TestAuditFailureSaysWhatRan(t *testing.T) {
+	ctx := context.Background()
+	_, pool := testenv.NewMigratedDatabase(t)
+	reg, err := registry.New(registry.Config{Owner: "t"}, registry.Deps{Pool: pool})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := mustConfig(t)
+	srv, err := admin.New(admin.Config{Process: cfg, OperatorToken: opToken}, admin.Deps{Pool: pool, Registry: reg})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pool.Exec(ctx, `ALTER TABLE sluice.admin_audit RENAME TO admin_audit_gone`); err != nil {
+		t.Fatal(err)
+	}
+	group := cfg.Kafka.Group(instanceworker.GroupName)
+	cases := []struct {
+		name, path, body string
+		says             string
+		paused           bool
+	}{
+		{"dry run", "/admin/v1/consumers/" + group + "/pause", `{"dry_run":true}`, "the dry run ran and changed nothing, but", false},
+		{"refused", "/admin/v1/consumers/" + group + "/reset", `{"to":"yesterday"}`, "the action failed (invalid: ", false},
+		{"done", "/admin/v1/consumers/" + group + "/pause", `{"reason":"x"}`, "the action ran, but", true},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			req := httptest.NewRequest("POST", c.path, strings.NewReader(c.body))
+			req.Header.Set("Authorization", "Bearer "+opToken)
+			w := httptest.NewRecorder()
+			srv.ServeHTTP(w, req)
+			var p map[string]any
+			_ = json.Unmarshal(w.Body.Bytes(), &p)
+			if w.Code != http.StatusServiceUnavailable || p["code"] != "audit_failed" || w.Header().Get("Retry-After") == "" {
+				t.Fatalf("%d %v %v, want 503 audit_failed with Retry-After", w.Code, w.Header(), p)
+			}
+			if d, _ := p["detail"].(string); !strings.HasPrefix(d, c.says) {
+				t.Errorf("detail %q, want it to start %q", d, c.says)
+			}
+			st, err := reg.GroupPaused(ctx, group)
+			if err != nil || st.Paused != c.paused {
+				t.Errorf("group paused %v (%v), want %v", st.Paused, err, c.paused)
+			}
+		})
 	}
 }
 
