@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -49,8 +50,36 @@ func (s *Server) routes() {
 	s.schemaRoutes()
 	s.keyRoutes()
 	s.mux.HandleFunc(Prefix, func(w http.ResponseWriter, r *http.Request) {
+		// The catch-all wins over the router's own 405: a path served
+		// under other methods is 405 with Allow, not "no endpoint".
+		if allow := s.allowed(r); len(allow) > 0 {
+			w.Header().Set("Allow", strings.Join(allow, ", "))
+			writeProblem(w, http.StatusMethodNotAllowed, "method_not_allowed",
+				"method "+r.Method+" is not allowed on "+r.URL.Path+"; allowed: "+strings.Join(allow, ", "))
+			return
+		}
 		writeProblem(w, http.StatusNotFound, "not_found", "no admin endpoint "+r.Method+" "+r.URL.Path+" (docs/console.md)")
 	})
+}
+
+// allowed lists the methods an endpoint of r's path answers (none when
+// only the catch-all matches it).
+func (s *Server) allowed(r *http.Request) []string {
+	var allow []string
+	for _, m := range []string{http.MethodGet, http.MethodPost, http.MethodPut, http.MethodDelete} {
+		if m == r.Method {
+			continue
+		}
+		probe := r.Clone(r.Context())
+		probe.Method = m
+		if _, pattern := s.mux.Handler(probe); pattern != "" && pattern != Prefix {
+			allow = append(allow, m)
+		}
+	}
+	if slices.Contains(allow, http.MethodGet) {
+		allow = append(allow, http.MethodHead)
+	}
+	return allow
 }
 
 // ---- relay ----------------------------------------------------------------

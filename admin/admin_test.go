@@ -559,6 +559,21 @@ func TestAdminAPI(t *testing.T) {
 		if st, body, _ := e.call("GET", "/admin/v1/nosuch", readToken, nil); st != 404 || body["code"] != "not_found" {
 			t.Errorf("unknown endpoint: %d %v", st, body)
 		}
+		// A known endpoint under another method: 405 with Allow (it was
+		// 404 "no admin endpoint", which sends the operator to the docs
+		// for a path that exists).
+		for _, c := range []struct{ method, path, allow string }{
+			{"GET", "/admin/v1/verify", "POST"},
+			{"POST", "/admin/v1/overview", "GET, HEAD"},
+			{"DELETE", "/admin/v1/consumers/" + iwGroup + "/pause", "GET, POST, HEAD"},
+		} {
+			t.Run(c.method+" "+c.path, func(t *testing.T) {
+				st, body, h := e.on(t).call(c.method, c.path, opToken, nil)
+				if st != http.StatusMethodNotAllowed || body["code"] != "method_not_allowed" || h.Get("Allow") != c.allow {
+					t.Errorf("%d %v Allow %q, want 405 with Allow %q", st, body, h.Get("Allow"), c.allow)
+				}
+			})
+		}
 	})
 
 	testenv.Step(t, "names that do not exist", func(t *testing.T) {
