@@ -22,6 +22,8 @@ func TestQueryStringRefusals(t *testing.T) {
 		{"from_sequence twice", devicePath + "?from_sequence=1&from_sequence=2", 400, "from_sequence"},
 		{"direction twice", devicePath + "?direction=forward&direction=backward", 400, "direction"},
 		{"the same value twice", devicePath + "?limit=1&limit=1", 400, "limit"},
+		{"any route, any parameter", "/v1/commands/c-1?x=1&x=2", 400, "x"},
+		{"instance events kind twice", "/v1/dbs/shop/classes/orders/instances/1/events?kind=domain&kind=command", 400, "kind"},
 		{"a good filter", "/v1/log?aggregate_type=Device&limit=1", 200, ""},
 		{"an unknown parameter", devicePath + "?limit=1&x=1", 200, ""},
 		{"an escaped ';'", "/v1/log?aggregate_type=Device%3Bx", 400, "aggregate_type"},
