@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -18,6 +19,7 @@ import (
 	"github.com/sluicehq/sluice/relay"
 	"github.com/sluicehq/sluice/shared/envelope"
 	"github.com/sluicehq/sluice/shared/kafka"
+	"github.com/sluicehq/sluice/shared/suggest"
 	"github.com/sluicehq/sluice/worker"
 )
 
@@ -48,8 +50,36 @@ func (s *Server) routes() {
 	s.schemaRoutes()
 	s.keyRoutes()
 	s.mux.HandleFunc(Prefix, func(w http.ResponseWriter, r *http.Request) {
+		// The catch-all wins over the router's own 405: a path served
+		// under other methods is 405 with Allow, not "no endpoint".
+		if allow := s.allowed(r); len(allow) > 0 {
+			w.Header().Set("Allow", strings.Join(allow, ", "))
+			writeProblem(w, http.StatusMethodNotAllowed, "method_not_allowed",
+				"method "+r.Method+" is not allowed on "+r.URL.Path+"; allowed: "+strings.Join(allow, ", "))
+			return
+		}
 		writeProblem(w, http.StatusNotFound, "not_found", "no admin endpoint "+r.Method+" "+r.URL.Path+" (docs/console.md)")
 	})
+}
+
+// allowed lists the methods an endpoint of r's path answers (none when
+// only the catch-all matches it).
+func (s *Server) allowed(r *http.Request) []string {
+	var allow []string
+	for _, m := range []string{http.MethodGet, http.MethodPost, http.MethodPut, http.MethodDelete} {
+		if m == r.Method {
+			continue
+		}
+		probe := r.Clone(r.Context())
+		probe.Method = m
+		if _, pattern := s.mux.Handler(probe); pattern != "" && pattern != Prefix {
+			allow = append(allow, m)
+		}
+	}
+	if slices.Contains(allow, http.MethodGet) {
+		allow = append(allow, http.MethodHead)
+	}
+	return allow
 }
 
 // ---- relay ----------------------------------------------------------------
@@ -120,15 +150,24 @@ func (s *Server) checkpointSet(r *http.Request, body []byte) (Action, error) {
 func (s *Server) parkedList(r *http.Request) (any, error) {
 	q := r.URL.Query()
 	f := relay.ParkedFilter{Relay: s.opts.Process.Relay.Name, State: q.Get("state"), Reason: q.Get("reason"), Topic: q.Get("topic"), Limit: 100}
-	if f.State == "" {
+	switch f.State {
+	case "":
 		f.State = relay.ParkedStateParked
-	} else if f.State == "all" {
+	case "all":
 		f.State = ""
+	case relay.ParkedStateParked, relay.ParkedStateRepublished, relay.ParkedStateDropped:
+	default:
+		// The caller's mistake, not an outage (it was answered 503).
+		return nil, atField("state", invalid("state %q: want parked, republished, dropped or all", f.State))
 	}
 	if n, err := strconv.Atoi(q.Get("limit")); err == nil && n > 0 {
 		f.Limit = n
 	}
-	return relay.NewParkedStore(s.opts.StorePool).List(r.Context(), f)
+	recs, err := relay.NewParkedStore(s.opts.StorePool).List(r.Context(), f)
+	if recs == nil && err == nil {
+		recs = []relay.ParkedRecord{} // a list, also when empty: [] rather than null
+	}
+	return recs, err
 }
 
 // ResolveRequest republishes or drops a parked record.
@@ -199,7 +238,12 @@ func (s *Server) groupLag(r *http.Request) (any, error) {
 	}
 	defer closeFn()
 	if err := worker.FindGroup(r.Context(), adm, r.PathValue("group")); err != nil {
-		return nil, err
+		return nil, atField("group", err)
+	}
+	if topic := r.URL.Query().Get("topic"); topic != "" {
+		if err := worker.FindTopic(r.Context(), adm, topic); err != nil {
+			return nil, atField("topic", err)
+		}
 	}
 	return worker.Lag(r.Context(), adm, r.PathValue("group"), r.URL.Query().Get("topic"))
 }
@@ -221,13 +265,25 @@ func (s *Server) groupReset(r *http.Request, body []byte) (Action, error) {
 	a := Action{Target: "group " + group + " to " + req.To, DryRun: req.DryRun}
 	to, err := worker.ParseResetTarget(req.To)
 	if err != nil {
-		return a, invalid("%s", strings.Replace(err.Error(), "--to", "to", 1))
+		return a, atField("to", invalid("%s", strings.Replace(err.Error(), "--to", "to", 1)))
 	}
 	adm, closeFn, err := s.kadm()
 	if err != nil {
 		return a, err
 	}
 	defer closeFn()
+	// As sluice consumer reset: a group or topic that does not exist is
+	// 404 naming the nearest that does — committing offsets for a
+	// mistyped group would create it, and Kafka's own answers
+	// (GROUP_ID_NOT_FOUND, UNKNOWN_TOPIC_OR_PARTITION) read as an outage.
+	if err := worker.FindGroup(r.Context(), adm, group); err != nil {
+		return a, atField("group", err)
+	}
+	if req.Topic != "" {
+		if err := worker.FindTopic(r.Context(), adm, req.Topic); err != nil {
+			return a, atField("topic", err)
+		}
+	}
 	res, err := worker.ResetOffsets(r.Context(), adm, worker.ResetOptions{Group: group, Topic: req.Topic, To: to, DryRun: req.DryRun, Force: req.Force})
 	a.Result = res
 	if errors.Is(err, worker.ErrGroupActive) {
@@ -245,6 +301,9 @@ func (s *Server) groupPauseState(r *http.Request) (any, error) {
 type PauseRequest struct {
 	Reason string `json:"reason"`
 	DryRun bool   `json:"dry_run"`
+	// AllowNew sets the flag of a group that is neither configured here
+	// nor known to Kafka (its workers start later), as --allow-new.
+	AllowNew bool `json:"allow_new"`
 }
 
 func (s *Server) groupPause(pause bool) func(*http.Request, []byte) (Action, error) {
@@ -255,6 +314,11 @@ func (s *Server) groupPause(pause bool) func(*http.Request, []byte) (Action, err
 		}
 		group := r.PathValue("group")
 		a := Action{Target: "group " + group, DryRun: req.DryRun}
+		if !req.AllowNew {
+			if err := s.checkPauseGroup(r.Context(), group, pause); err != nil {
+				return a, atField("group", err)
+			}
+		}
 		res, err := s.opts.Registry.SetGroupPaused(r.Context(), group, pause, whoOf(r), req.Reason, req.DryRun)
 		if err != nil {
 			return a, err
@@ -264,13 +328,118 @@ func (s *Server) groupPause(pause bool) func(*http.Request, []byte) (Action, err
 	}
 }
 
+// planRollback finds the version projectionworker.Rollback would switch
+// to (the highest below the live one) and names it in a's target; a dry
+// run's result is the plan (done). Without one the rollback is refused
+// here, so that neither the dry run says it would roll back nor the act
+// answers 202 for a job that can only fail.
+func (s *Server) planRollback(ctx context.Context, name string, a *Action, dryRun bool) (done bool, err error) {
+	idx, err := projectionworker.Indices(ctx, s.opts.ES, s.opts.Process.Elasticsearch.IndexPrefix, name)
+	if err != nil {
+		return false, err
+	}
+	from, to := rollbackTarget(idx)
+	if from == 0 || to == 0 {
+		return false, kind(errUnsafe, fmt.Errorf("%w: %s (live v%d)", projectionworker.ErrNothingToRollBack, name, from))
+	}
+	a.Target = fmt.Sprintf("projection %s v%d to v%d", name, from, to)
+	if dryRun {
+		a.Result = map[string]any{"dry_run": true, "from": from, "to": to, "indices": idx}
+		return true, nil
+	}
+	return false, nil
+}
+
+// rollbackTarget is what projectionworker.Rollback switches between: the
+// highest live version (from) and the highest version below it (to); 0
+// when there is none.
+func rollbackTarget(idx []projectionworker.IndexInfo) (from, to int) {
+	for _, i := range idx {
+		if i.Live {
+			from = max(from, i.Version)
+		}
+	}
+	for _, i := range idx {
+		if i.Version < from {
+			to = max(to, i.Version)
+		}
+	}
+	return from, to
+}
+
+// checkPauseGroup refuses, as sluice consumer pause|resume does, a group
+// that is neither configured here (Workers) nor known to Kafka, naming the
+// nearest that is (404): a mistyped group would otherwise get a durable
+// flag no worker reads. A group whose flag is set may always be resumed.
+// When Kafka cannot be asked within a few seconds the flag is set all the
+// same: a pause must work while Kafka is out.
+func (s *Server) checkPauseGroup(ctx context.Context, group string, pause bool) error {
+	configured := make([]string, 0, len(s.opts.Workers))
+	for _, w := range s.opts.Workers {
+		if w.Group == group {
+			return nil
+		}
+		configured = append(configured, w.Group)
+	}
+	if !pause {
+		if st, err := s.opts.Registry.GroupPaused(ctx, group); err == nil && st.Paused {
+			return nil
+		}
+	}
+	adm, closeFn, err := s.kadm()
+	if err != nil {
+		return nil
+	}
+	defer closeFn()
+	kctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+	defer cancel()
+	err = worker.FindGroup(kctx, adm, group)
+	var nf *suggest.NotFoundError
+	if !errors.As(err, &nf) {
+		if err != nil {
+			s.opts.Logger.Warn("admin: could not check that the group exists; setting its pause flag anyway", "group", group, "err", err)
+		}
+		return nil
+	}
+	if nf.Nearest == "" {
+		nf.Nearest = suggest.Nearest(group, configured)
+	}
+	nf.Note += `; send "allow_new": true to set the flag before its workers start`
+	return nf
+}
+
 // ---- dead letters ---------------------------------------------------------
 
-func (s *Server) queue(topic string) (*dlq.Queue, error) {
+// queue opens the dead-letter queue of topic. As sluice dlq, a topic that
+// does not exist is 404 naming the nearest (dlq.(*Queue).Find), not
+// Kafka's UNKNOWN_TOPIC_OR_PARTITION read as an outage.
+func (s *Server) queue(ctx context.Context, topic string) (*dlq.Queue, error) {
 	if topic == "" {
-		return nil, invalid("topic is required (e.g. %s)", s.opts.Process.Kafka.CommandsDLQTopic)
+		return nil, atField("topic", invalid("topic is required (e.g. %s)", s.opts.Process.Kafka.CommandsDLQTopic))
 	}
-	return dlq.New(dlq.Config{Topic: topic, Kafka: s.opts.Process.Kafka, By: who(RoleOperator)}, dlq.Deps{Registry: s.opts.Registry})
+	q, err := dlq.New(dlq.Config{Topic: topic, Kafka: s.opts.Process.Kafka, By: who(RoleOperator)}, dlq.Deps{Registry: s.opts.Registry})
+	if err != nil {
+		return nil, err
+	}
+	if err := q.Find(ctx, s.opts.Process.Kafka.CommandsDLQTopic, s.opts.Process.Kafka.EventsDLQTopic); err != nil {
+		q.Close()
+		return nil, atField("topic", err)
+	}
+	return q, nil
+}
+
+// letterError is err of a queue operation on a letter as the admin API
+// answers it: no letter there is 404, a letter named without its
+// partition on a topic of several is 400 naming the field letter.
+func letterError(err error) error {
+	var pe *dlq.PartitionRequiredError
+	switch {
+	case errors.Is(err, dlq.ErrNoLetter):
+		return atField("letter", kind(errNotFound, err))
+	case errors.As(err, &pe):
+		return atField("letter", invalid("topic %s has %d partitions: name the letter as partition:offset", pe.Topic, pe.Partitions))
+	}
+	return err
 }
 
 // parseLetter reads "partition:offset" (or "offset" for a single-partition topic).
@@ -282,7 +451,7 @@ func parseLetter(s string) (dlq.Ref, error) {
 	part, err1 := strconv.ParseInt(p, 10, 32)
 	off, err2 := strconv.ParseInt(o, 10, 64)
 	if err1 != nil || err2 != nil || off < 0 || part < -1 {
-		return dlq.Ref{}, invalid("letter %q: want partition:offset", s)
+		return dlq.Ref{}, atField("letter", invalid("letter %q: want partition:offset", s))
 	}
 	return dlq.Ref{Partition: int32(part), Offset: off}, nil
 }
@@ -315,7 +484,7 @@ func letterView(l *dlq.Letter, state string) LetterView {
 
 func (s *Server) dlqList(r *http.Request) (any, error) {
 	q := r.URL.Query()
-	queue, err := s.queue(q.Get("topic"))
+	queue, err := s.queue(r.Context(), q.Get("topic"))
 	if err != nil {
 		return nil, err
 	}
@@ -343,17 +512,14 @@ func (s *Server) dlqShow(r *http.Request) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	queue, err := s.queue(q.Get("topic"))
+	queue, err := s.queue(r.Context(), q.Get("topic"))
 	if err != nil {
 		return nil, err
 	}
 	defer queue.Close()
 	res, err := queue.Show(r.Context(), ref)
-	if errors.Is(err, dlq.ErrNoLetter) {
-		return nil, kind(errNotFound, err)
-	}
 	if err != nil {
-		return nil, err
+		return nil, letterError(err)
 	}
 	out := map[string]any{"letter": letterView(res.Letter, res.State), "marker": res.Marker}
 	if res.OriginalErr != nil {
@@ -397,17 +563,14 @@ func (s *Server) dlqRedrive(r *http.Request, body []byte) (Action, error) {
 		}
 		o.Ref = &ref
 	}
-	queue, err := s.queue(req.Topic)
+	queue, err := s.queue(r.Context(), req.Topic)
 	if err != nil {
 		return a, err
 	}
 	defer queue.Close()
 	res, err := queue.Redrive(r.Context(), o)
 	a.Result = res
-	if errors.Is(err, dlq.ErrNoLetter) {
-		return a, kind(errNotFound, err)
-	}
-	return a, err
+	return a, letterError(err)
 }
 
 // DropRequest drops one letter.
@@ -428,17 +591,14 @@ func (s *Server) dlqDrop(r *http.Request, body []byte) (Action, error) {
 	if err != nil {
 		return a, err
 	}
-	queue, err := s.queue(req.Topic)
+	queue, err := s.queue(r.Context(), req.Topic)
 	if err != nil {
 		return a, err
 	}
 	defer queue.Close()
 	res, err := queue.Drop(r.Context(), ref, req.Reason, req.DryRun)
-	if errors.Is(err, dlq.ErrNoLetter) {
-		return a, kind(errNotFound, err)
-	}
 	if err != nil {
-		return a, err
+		return a, letterError(err)
 	}
 	out := map[string]any{"letter": res.Letter.ID(), "dry_run": req.DryRun, "dropped": res.Dropped, "already": res.Already}
 	a.Result = out
@@ -499,13 +659,8 @@ func (s *Server) projectionSwitch(rebuild bool) func(*http.Request, []byte) (Act
 				a.Result = map[string]any{"dry_run": true, "plan": plan}
 				return a, nil
 			}
-		} else if req.DryRun {
-			idx, err := projectionworker.Indices(r.Context(), s.opts.ES, cfg.Elasticsearch.IndexPrefix, name)
-			if err != nil {
-				return a, err
-			}
-			a.Result = map[string]any{"dry_run": true, "indices": idx}
-			return a, nil
+		} else if done, err := s.planRollback(r.Context(), name, &a, req.DryRun); err != nil || done {
+			return a, err
 		}
 		if s.jobs.running(name) {
 			return a, kind(errConflict, fmt.Errorf("a rebuild or rollback of %s is already running in this process", name))
@@ -567,15 +722,19 @@ func (s *Server) verify(r *http.Request, body []byte) (Action, error) {
 	a := Action{Target: req.DB + "/" + req.Class, DryRun: true} // verify changes nothing
 	if req.DryRun {
 		if err := envelope.ValidateDBName(req.DB); err != nil {
-			return a, invalid("db: %v", err)
+			return a, atField("db", invalid("db: %v", err))
 		}
 		if err := envelope.ValidateClassName(req.Class); err != nil {
-			return a, invalid("class: %v", err)
+			return a, atField("class", invalid("class: %v", err))
 		}
 		n := readmodel.InstanceNames(s.opts.Process.Elasticsearch.IndexPrefix, req.DB, req.IndexVersion)
-		a.Result = VerifyPlan{DryRun: true, DB: req.DB, Class: req.Class, Index: n.Index, WriteAlias: n.WriteAlias,
+		target, err := instanceworker.VerifyIndex(s.opts.Process.Elasticsearch.IndexPrefix, req.DB, req.IndexVersion)
+		if err != nil {
+			return a, atField("index_version", invalid("%v", err))
+		}
+		a.Result = VerifyPlan{DryRun: true, DB: req.DB, Class: req.Class, Index: target, WriteAlias: n.WriteAlias,
 			Compares: "every instance of " + req.DB + "/" + req.Class + " in the event store (its last domain event) against its document in " +
-				n.WriteAlias + "; reads the whole class, changes nothing"}
+				target + "; reads the whole class, changes nothing"}
 		return a, nil
 	}
 	if s.opts.Store == nil || s.opts.ES == nil {
@@ -583,8 +742,10 @@ func (s *Server) verify(r *http.Request, body []byte) (Action, error) {
 	}
 	rep, err := instanceworker.Verify(r.Context(), instanceworker.VerifyOptions{Store: s.opts.Store, ES: s.opts.ES,
 		IndexPrefix: s.opts.Process.Elasticsearch.IndexPrefix, DB: req.DB, Class: req.Class, IndexVersion: req.IndexVersion})
-	if err != nil && (strings.HasPrefix(err.Error(), "db:") || strings.HasPrefix(err.Error(), "class:")) {
-		return a, kind(errInvalid, err)
+	for _, f := range []string{"db", "class", "index_version"} {
+		if err != nil && strings.HasPrefix(err.Error(), f+":") {
+			return a, atField(f, kind(errInvalid, err))
+		}
 	}
 	a.Result = rep
 	return a, err

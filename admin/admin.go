@@ -265,8 +265,17 @@ func (s *Server) act(pattern, name string, h func(r *http.Request, body []byte) 
 			e.Outcome, e.Result = e.Code, map[string]string{"error": err.Error()}
 		}
 		if aerr := s.audit(r.Context(), e); aerr != nil {
+			// Say what happened to the action itself: it was "the action
+			// ran (invalid)" even for a refused one.
+			what := "the action ran"
+			switch {
+			case err != nil:
+				what = fmt.Sprintf("the action failed (%s: %v)", e.Code, err)
+			case e.DryRun:
+				what = "the dry run ran and changed nothing"
+			}
 			writeProblem(w, http.StatusServiceUnavailable, "audit_failed",
-				fmt.Sprintf("the action ran (%s) but its audit record could not be written: %v", e.Outcome, aerr))
+				fmt.Sprintf("%s, but its audit record could not be written: %v", what, aerr))
 			return
 		}
 		if err != nil {
@@ -381,6 +390,9 @@ func writeProblem(w http.ResponseWriter, status int, code, detail string) {
 func writeProblemAt(w http.ResponseWriter, status int, code, field, detail string) {
 	w.Header().Set("Content-Type", "application/problem+json")
 	w.Header().Set("Cache-Control", "no-store")
+	if status == http.StatusServiceUnavailable {
+		w.Header().Set("Retry-After", "1") // as the command API's 503s
+	}
 	w.WriteHeader(status)
 	p := map[string]any{
 		"type": "urn:sluice:problem:" + code, "title": http.StatusText(status), "status": status, "code": code, "detail": detail,

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -15,6 +16,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/sluicehq/sluice/admin"
+	"github.com/sluicehq/sluice/instanceworker"
 	"github.com/sluicehq/sluice/internal/testenv"
 	"github.com/sluicehq/sluice/pipeline"
 	"github.com/sluicehq/sluice/pipeline/pipelinetest"
@@ -133,6 +135,57 @@ func TestNoTokenConfiguredIsClosed(t *testing.T) {
 		if w.Code != http.StatusUnauthorized || w.Header().Get("Content-Type") != "application/problem+json" || w.Header().Get("WWW-Authenticate") == "" {
 			t.Errorf("%s %s with %q: %d %s, want 401 problem+json", tc.method, tc.path, tc.auth, w.Code, w.Header())
 		}
+	}
+}
+
+// When the audit record cannot be written the answer is 503 audit_failed
+// with Retry-After, and its detail says what became of the action: done,
+// a dry run, or failed (it said "the action ran (invalid)" for a refused
+// one).
+func TestAuditFailureSaysWhatRan(t *testing.T) {
+	ctx := context.Background()
+	_, pool := testenv.NewMigratedDatabase(t)
+	reg, err := registry.New(registry.Config{Owner: "t"}, registry.Deps{Pool: pool})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := mustConfig(t)
+	srv, err := admin.New(admin.Config{Process: cfg, OperatorToken: opToken}, admin.Deps{Pool: pool, Registry: reg})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pool.Exec(ctx, `ALTER TABLE sluice.admin_audit RENAME TO admin_audit_gone`); err != nil {
+		t.Fatal(err)
+	}
+	group := cfg.Kafka.Group(instanceworker.GroupName)
+	cases := []struct {
+		name, path, body string
+		says             string
+		paused           bool
+	}{
+		{"dry run", "/admin/v1/consumers/" + group + "/pause", `{"dry_run":true}`, "the dry run ran and changed nothing, but", false},
+		{"refused", "/admin/v1/consumers/" + group + "/reset", `{"to":"yesterday"}`, "the action failed (invalid: ", false},
+		{"done", "/admin/v1/consumers/" + group + "/pause", `{"reason":"x"}`, "the action ran, but", true},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			req := httptest.NewRequest("POST", c.path, strings.NewReader(c.body))
+			req.Header.Set("Authorization", "Bearer "+opToken)
+			w := httptest.NewRecorder()
+			srv.ServeHTTP(w, req)
+			var p map[string]any
+			_ = json.Unmarshal(w.Body.Bytes(), &p)
+			if w.Code != http.StatusServiceUnavailable || p["code"] != "audit_failed" || w.Header().Get("Retry-After") == "" {
+				t.Fatalf("%d %v %v, want 503 audit_failed with Retry-After", w.Code, w.Header(), p)
+			}
+			if d, _ := p["detail"].(string); !strings.HasPrefix(d, c.says) {
+				t.Errorf("detail %q, want it to start %q", d, c.says)
+			}
+			st, err := reg.GroupPaused(ctx, group)
+			if err != nil || st.Paused != c.paused {
+				t.Errorf("group paused %v (%v), want %v", st.Paused, err, c.paused)
+			}
+		})
 	}
 }
 
@@ -275,6 +328,25 @@ func TestAdminAPI(t *testing.T) {
 		if st, body, _ := e.call("POST", "/admin/v1/relay/parked/999/drop", opToken, map[string]any{"dry_run": true}); st != 404 || body["code"] != "not_found" {
 			t.Errorf("drop of a missing parked record: %d %v", st, body)
 		}
+		// An empty list is [] (it was null); a state that does not exist
+		// is 400 naming it (it was 503, as if the store were down).
+		for _, c := range []struct {
+			name, query string
+			status      int
+			field, raw  string
+		}{
+			{"empty list", "", 200, "", "[]"},
+			{"every state", "?state=all", 200, "", "[]"},
+			{"unknown state", "?state=bogus", 400, "state", ""},
+		} {
+			t.Run(c.name, func(t *testing.T) {
+				st, body, _ := e.on(t).call("GET", "/admin/v1/relay/parked"+c.query, readToken, nil)
+				raw, _ := body["_raw"].(string)
+				if st != c.status || (c.field != "" && body["field"] != c.field) || strings.TrimSpace(raw) != c.raw {
+					t.Errorf("%d %v, want %d field %q body %q", st, body, c.status, c.field, c.raw)
+				}
+			})
+		}
 	})
 
 	testenv.Step(t, "consumer reset", func(t *testing.T) {
@@ -293,6 +365,12 @@ func TestAdminAPI(t *testing.T) {
 		}
 		if st, body, _ := e.call("GET", "/admin/v1/consumers/"+iwGroup, readToken, nil); st != 200 || body["total"] != 0.0 {
 			t.Errorf("group lag: %d %v", st, body)
+		}
+		// A topic that does not exist: 404 naming the nearest (it was 503).
+		cmds := e.Config.Kafka.CommandsTopic
+		if st, body, _ := e.call("GET", "/admin/v1/consumers/"+iwGroup+"?topic="+strings.TrimSuffix(cmds, "s"), readToken, nil); st != 404 ||
+			body["field"] != "topic" || !strings.Contains(body["detail"].(string), cmds) {
+			t.Errorf("group lag of a mistyped topic: %d %v, want 404 naming %s", st, body, cmds)
 		}
 	})
 
@@ -356,6 +434,45 @@ func TestAdminAPI(t *testing.T) {
 		if st, _, _ := e.call("POST", "/admin/v1/dlq/drop", opToken, map[string]any{"topic": dlqTopic, "letter": "x:y"}); st != 400 {
 			t.Errorf("drop of letter x:y: %d, want 400", st)
 		}
+		// Names that do not exist and incomplete ones are the caller's
+		// mistakes, as in sluice dlq: 404 naming the nearest topic, 400
+		// naming the letter — not 503, which says "retry later".
+		twoParts := "admin-test.dlq2"
+		if _, err := kadm.NewClient(cl).CreateTopic(context.Background(), 2, 1, nil, twoParts); err != nil {
+			t.Fatal(err)
+		}
+		mistyped := strings.TrimSuffix(dlqTopic, ".dlq") + "s.dlq"
+		cases := []struct {
+			name, method, path string
+			body               map[string]any
+			status             int
+			field, mentions    string
+		}{
+			{"list of a mistyped topic", "GET", "/admin/v1/dlq?topic=" + mistyped, nil, 404, "topic", dlqTopic},
+			{"show on a mistyped topic", "GET", "/admin/v1/dlq/letter?letter=0:0&topic=" + mistyped, nil, 404, "topic", dlqTopic},
+			{"redrive on a mistyped topic", "POST", "/admin/v1/dlq/redrive", map[string]any{"topic": mistyped, "all": true, "dry_run": true}, 404, "topic", dlqTopic},
+			{"drop on a mistyped topic", "POST", "/admin/v1/dlq/drop", map[string]any{"topic": mistyped, "letter": "0:0", "dry_run": true}, 404, "topic", dlqTopic},
+			{"list without a topic", "GET", "/admin/v1/dlq", nil, 400, "topic", "topic is required"},
+			{"show of a bad letter", "GET", "/admin/v1/dlq/letter?letter=x&topic=" + dlqTopic, nil, 400, "letter", "partition:offset"},
+			{"show without the partition of a topic of two", "GET", "/admin/v1/dlq/letter?letter=0&topic=" + twoParts, nil, 400, "letter", "2 partitions"},
+			{"drop without the partition of a topic of two", "POST", "/admin/v1/dlq/drop", map[string]any{"topic": twoParts, "letter": "0", "dry_run": true}, 400, "letter", "2 partitions"},
+			{"show of a missing letter", "GET", "/admin/v1/dlq/letter?letter=0:99&topic=" + dlqTopic, nil, 404, "letter", "no dead letter"},
+		}
+		for _, c := range cases {
+			t.Run(c.name, func(t *testing.T) {
+				tok := readToken
+				if c.method == "POST" {
+					tok = opToken
+				}
+				st, body, h := e.on(t).call(c.method, c.path, tok, c.body)
+				if st != c.status || body["field"] != c.field || h.Get("Content-Type") != "application/problem+json" {
+					t.Fatalf("%d %v, want %d with field %q", st, body, c.status, c.field)
+				}
+				if d, _ := body["detail"].(string); !strings.Contains(d, c.mentions) {
+					t.Errorf("detail %q does not mention %q", d, c.mentions)
+				}
+			})
+		}
 	})
 
 	testenv.Step(t, "projections", func(t *testing.T) {
@@ -372,6 +489,20 @@ func TestAdminAPI(t *testing.T) {
 		}
 		if st, _, _ := e.call("POST", "/admin/v1/projections/nosuch/rollback", opToken, map[string]any{"dry_run": true}); st != 404 {
 			t.Errorf("rollback of an unknown projection: %d, want 404", st)
+		}
+		// Only v1 exists: nothing to roll back to. The dry run says so
+		// (it said "would roll back"), and the act starts no job (it
+		// answered 202 for a job that could only fail).
+		for _, dry := range []bool{true, false} {
+			t.Run(fmt.Sprintf("rollback without an older version, dry run %t", dry), func(t *testing.T) {
+				st, body, _ := e.on(t).call("POST", "/admin/v1/projections/history/rollback", opToken, map[string]any{"dry_run": dry})
+				if d, _ := body["detail"].(string); st != 422 || body["code"] != "unsafe" || !strings.Contains(d, "no older version") {
+					t.Errorf("%d %v, want 422 unsafe: no older version", st, body)
+				}
+				if _, ov, _ := e.on(t).call("GET", "/admin/v1/overview", readToken, nil); len(ov["jobs"].([]any)) != 0 {
+					t.Errorf("jobs after a refused rollback: %v", ov["jobs"])
+				}
+			})
 		}
 		st, body, _ = e.call("POST", "/admin/v1/projections/history/rebuild", opToken, map[string]any{"version": 2, "settle": "0s"})
 		if st != http.StatusAccepted || body["job"] == nil {
@@ -390,8 +521,9 @@ func TestAdminAPI(t *testing.T) {
 			}
 			return false
 		})
-		if st, body, _ := e.call("POST", "/admin/v1/projections/history/rollback", opToken, map[string]any{"dry_run": true}); st != 200 || body["indices"] == nil {
-			t.Errorf("rollback dry run: %d %v", st, body)
+		if st, body, _ := e.call("POST", "/admin/v1/projections/history/rollback", opToken, map[string]any{"dry_run": true}); st != 200 || body["indices"] == nil ||
+			body["from"] != 2.0 || body["to"] != 1.0 {
+			t.Errorf("rollback dry run: %d %v, want from 2 to 1 and the indices", st, body)
 		}
 	})
 
@@ -404,8 +536,11 @@ func TestAdminAPI(t *testing.T) {
 			body["instances"] != nil || !strings.Contains(body["compares"].(string), "shop/orders") {
 			t.Errorf("verify dry run: %d %v", st, body)
 		}
-		if st, body, _ := e.call("POST", "/admin/v1/verify", opToken, map[string]any{"db": "Shop!", "class": "orders", "dry_run": true}); st != 400 || body["code"] != "invalid" {
-			t.Errorf("verify dry run of a bad db name: %d %v, want 400", st, body)
+		if st, body, _ := e.call("POST", "/admin/v1/verify", opToken, map[string]any{"db": "Shop!", "class": "orders", "dry_run": true}); st != 400 || body["code"] != "invalid" || body["field"] != "db" {
+			t.Errorf("verify dry run of a bad db name: %d %v, want 400 on field db", st, body)
+		}
+		if st, body, _ := e.call("POST", "/admin/v1/verify", opToken, map[string]any{"db": "shop", "dry_run": false}); st != 400 || body["field"] != "class" {
+			t.Errorf("verify without a class: %d %v, want 400 on field class", st, body)
 		}
 		st, body, _ = e.call("POST", "/admin/v1/verify", opToken, map[string]any{"db": "shop", "class": "orders"})
 		if st != 200 || body["instances"] != 1.0 || body["ok"] != 1.0 {
@@ -423,6 +558,64 @@ func TestAdminAPI(t *testing.T) {
 		e := e.on(t)
 		if st, body, _ := e.call("GET", "/admin/v1/nosuch", readToken, nil); st != 404 || body["code"] != "not_found" {
 			t.Errorf("unknown endpoint: %d %v", st, body)
+		}
+		// A known endpoint under another method: 405 with Allow (it was
+		// 404 "no admin endpoint", which sends the operator to the docs
+		// for a path that exists).
+		for _, c := range []struct{ method, path, allow string }{
+			{"GET", "/admin/v1/verify", "POST"},
+			{"POST", "/admin/v1/overview", "GET, HEAD"},
+			{"DELETE", "/admin/v1/consumers/" + iwGroup + "/pause", "GET, POST, HEAD"},
+		} {
+			t.Run(c.method+" "+c.path, func(t *testing.T) {
+				st, body, h := e.on(t).call(c.method, c.path, opToken, nil)
+				if st != http.StatusMethodNotAllowed || body["code"] != "method_not_allowed" || h.Get("Allow") != c.allow {
+					t.Errorf("%d %v Allow %q, want 405 with Allow %q", st, body, h.Get("Allow"), c.allow)
+				}
+			})
+		}
+	})
+
+	testenv.Step(t, "names that do not exist", func(t *testing.T) {
+		e := e.on(t)
+		// As the CLI: a group or topic that does not exist is 404 naming
+		// the nearest that does, and nothing is set for it.
+		// (Before: a pause of any name was set, and a reset answered 503.)
+		cmds := e.Config.Kafka.CommandsTopic
+		cases := []struct {
+			name, path      string
+			body            map[string]any
+			status          int
+			field, mentions string
+		}{
+			{"pause of an unknown group", "/admin/v1/consumers/nosuch-group/pause", map[string]any{"reason": "typo"}, 404, "group", "allow_new"},
+			{"pause of the unprefixed group", "/admin/v1/consumers/instance-worker/pause", map[string]any{"dry_run": true}, 404, "group", iwGroup},
+			{"resume of an unknown group", "/admin/v1/consumers/nosuch-group/resume", map[string]any{}, 404, "group", "nosuch-group"},
+			{"reset of the unprefixed group", "/admin/v1/consumers/instance-worker/reset", map[string]any{"to": "earliest", "dry_run": true}, 404, "group", iwGroup},
+			{"reset of a mistyped topic", "/admin/v1/consumers/" + iwGroup + "/reset", map[string]any{"to": "earliest", "topic": strings.TrimSuffix(cmds, "s"), "dry_run": true}, 404, "topic", cmds},
+			{"reset to a bad target", "/admin/v1/consumers/" + iwGroup + "/reset", map[string]any{"to": "yesterday", "dry_run": true}, 400, "to", "yesterday"},
+			{"pause of a new group with allow_new", "/admin/v1/consumers/new-group/pause", map[string]any{"allow_new": true}, 200, "", ""},
+			{"resume of a flagged group", "/admin/v1/consumers/new-group/resume", map[string]any{}, 200, "", ""},
+		}
+		for _, c := range cases {
+			t.Run(c.name, func(t *testing.T) {
+				st, body, h := e.on(t).call("POST", c.path, opToken, c.body)
+				if st != c.status {
+					t.Fatalf("%d %v, want %d", st, body, c.status)
+				}
+				if st == 200 {
+					return
+				}
+				if h.Get("Content-Type") != "application/problem+json" || body["field"] != c.field {
+					t.Errorf("%v (%s), want field %q", body, h.Get("Content-Type"), c.field)
+				}
+				if d, _ := body["detail"].(string); !strings.Contains(d, c.mentions) {
+					t.Errorf("detail %q does not mention %q", d, c.mentions)
+				}
+			})
+		}
+		if st, body, _ := e.call("GET", "/admin/v1/consumers/nosuch-group/pause", readToken, nil); st != 200 || body["paused"] != false || body["changed_at"] != nil {
+			t.Errorf("a refused pause left a flag: %d %v", st, body)
 		}
 	})
 
@@ -447,7 +640,7 @@ func TestAdminAPI(t *testing.T) {
 			{"projection.rebuild", "operator", "ok", false, 1},
 			{"projection.rebuild", "operator", "unsafe", true, 1},
 			{"verify", "operator", "ok", true, 2},
-			{"verify", "operator", "invalid", true, 2},
+			{"verify", "operator", "invalid", true, 3},
 		})
 		if len(recs) > 0 && !strings.Contains(string(recs[0].Detail), "request") {
 			t.Errorf("audit detail: %s", recs[0].Detail)

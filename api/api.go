@@ -274,11 +274,45 @@ func (s *server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.handler.S
 
 // route is the innermost layer: the router, with its own 404/405 turned
 // into JSON error bodies.
+// checkQuery refuses a /v1 query string the handlers would misread, naming
+// the parameter: a pair that does not decode (a bad %-escape, a ';' —
+// url.Values drops such a pair silently, so ?aggregate_type=Order;x read
+// the whole log and ?limit=%ZZ the default page), and a parameter given
+// twice (the handlers read the first; every parameter of the API takes
+// one value).
+func checkQuery(raw string) *Error {
+	seen := map[string]bool{}
+	for part := range strings.SplitSeq(raw, "&") {
+		if part == "" {
+			continue
+		}
+		k, v, _ := strings.Cut(part, "=")
+		name, err := url.QueryUnescape(k)
+		if err != nil || strings.Contains(k, ";") {
+			return badParam("query", "query parameter name %q does not decode: percent-encode '%%' as %%25 and ';' as %%3B", k)
+		}
+		if _, err := url.QueryUnescape(v); err != nil || strings.Contains(v, ";") {
+			return badParam(name, "%s=%s does not decode: percent-encode '%%' as %%25 and ';' as %%3B", name, v)
+		}
+		if seen[name] {
+			return badParam(name, "%s must be given once", name)
+		}
+		seen[name] = true
+	}
+	return nil
+}
+
 func (s *server) route(w http.ResponseWriter, r *http.Request) {
 	if pattern := routeOf(r).pattern; pattern != "" {
 		if e := checkPathText(pattern, r.URL.EscapedPath()); e != nil {
 			writeError(w, e)
 			return
+		}
+		if isV1(r) {
+			if e := checkQuery(r.URL.RawQuery); e != nil {
+				writeError(w, e)
+				return
+			}
 		}
 		s.mux.ServeHTTP(w, r)
 		return

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"net/http"
 	"net/url"
 	"regexp"
@@ -594,7 +595,12 @@ func (s *server) handleReadStream(w http.ResponseWriter, r *http.Request) {
 	var lo, hi int64
 	if dir == "forward" {
 		lo = max(from, 1)
-		hi = min(lo+limit-1, head)
+		// hi is min(lo+limit-1, head), computed without lo+limit
+		// overflowing when from_sequence is near the int64 maximum.
+		hi = head
+		if head-lo > limit-1 {
+			hi = lo + limit - 1
+		}
 		if hi < head {
 			n := hi + 1
 			page.NextFromSequence = &n
@@ -748,6 +754,11 @@ func (s *server) parseCursor(param, v string) (eventstore.Cursor, *Error) {
 	shards := s.opts.Events.Shards()
 	if shards <= 1 {
 		if n, ok := parseSeq(v); ok {
+			if n == math.MaxInt64 {
+				// No position follows it: the reply's next_from_position
+				// (cursor + 1) would overflow.
+				return eventstore.Cursor{}, badParam(param, "%s must be a log position below %d, got %q", param, int64(math.MaxInt64), v)
+			}
 			return eventstore.CursorOf(n), nil
 		}
 	}

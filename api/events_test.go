@@ -236,6 +236,11 @@ func TestEventStreamPaging(t *testing.T) {
 	cases := []struct{ dir, from, want string }{
 		{"forward", "", "[[1 2 3] [4 5 6] [7]]"},
 		{"forward", "&from_sequence=6", "[[6 7]]"},
+		// Past the end: one empty page, no next_from_sequence (it was
+		// from+limit overflowed to a negative number at the int64 end).
+		{"forward", "&from_sequence=99", "[[]]"},
+		{"forward", "&from_sequence=9223372036854775807", "[[]]"},
+		{"backward", "&from_sequence=9223372036854775807", "[[7 6 5] [4 3 2] [1]]"},
 		{"backward", "", "[[7 6 5] [4 3 2] [1]]"},
 		{"backward", "&from_sequence=4", "[[4 3 2] [1]]"},
 		{"backward", "&from_sequence=99", "[[7 6 5] [4 3 2] [1]]"},
@@ -293,6 +298,38 @@ func TestEventLogPaging(t *testing.T) {
 		t.Fatalf("Order positions %v %v", pos, types)
 	}
 	a.do("GET", "/v1/log?aggregate_type=no:colon", "").expect(t, 400, CodeInvalidParameter)
+	// The int64 end of positions: a cursor no position follows is
+	// refused (next_from_position, cursor + 1, overflowed to a negative
+	// number); the one before it reads an empty page.
+	for _, c := range []struct {
+		name, query, next string
+		status            int
+	}{
+		{"cursor before the last position", "cursor=9223372036854775806", "9223372036854775807", 200},
+		{"from the last position", "from_position=9223372036854775807", "9223372036854775807", 200},
+		{"cursor at the last position", "cursor=9223372036854775807", "", 400},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			if c.status != 200 {
+				r := a.do("GET", "/v1/log?"+c.query, "").expect(t, c.status, CodeInvalidParameter)
+				if r.json["field"] != "cursor" {
+					t.Errorf("field %v, want cursor", r.json["field"])
+				}
+				return
+			}
+			r := a.do("GET", "/v1/log?"+c.query, "").expect(t, 200, "")
+			var page struct {
+				Events           []json.RawMessage `json:"events"`
+				NextFromPosition json.Number       `json:"next_from_position"`
+			}
+			if err := json.Unmarshal(r.body, &page); err != nil {
+				t.Fatal(err)
+			}
+			if len(page.Events) != 0 || page.NextFromPosition.String() != c.next {
+				t.Errorf("%d events, next_from_position %s, want none and %s", len(page.Events), page.NextFromPosition, c.next)
+			}
+		})
+	}
 }
 
 func TestCloudEventsInput(t *testing.T) {

@@ -225,9 +225,21 @@ func (q *Queue) resolvePartition(ctx context.Context, p int32) (int32, error) {
 		return 0, fmt.Errorf("topic %s: %w", q.cfg.Topic, errors.Join(t.Err, kerr.UnknownTopicOrPartition))
 	}
 	if len(t.Partitions) != 1 {
-		return 0, fmt.Errorf("topic %s has %d partitions: give --partition (dlq list shows letters as partition:offset)", q.cfg.Topic, len(t.Partitions))
+		return 0, &PartitionRequiredError{Topic: q.cfg.Topic, Partitions: len(t.Partitions)}
 	}
 	return 0, nil
+}
+
+// PartitionRequiredError is a letter named by its offset alone on a topic
+// of several partitions: the caller's input is incomplete (an admin API
+// answers 400, not an outage).
+type PartitionRequiredError struct {
+	Topic      string
+	Partitions int
+}
+
+func (e *PartitionRequiredError) Error() string {
+	return fmt.Sprintf("topic %s has %d partitions: give --partition (dlq list shows letters as partition:offset)", e.Topic, e.Partitions)
 }
 
 // Letter reads the letter at ref; an error wrapping ErrNoLetter when there

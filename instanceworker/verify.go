@@ -84,7 +84,9 @@ type VerifyOptions struct {
 	// IndexPrefix is ELASTICSEARCH_INDEX_PREFIX.
 	IndexPrefix string
 	DB, Class   string
-	// IndexVersion of the instances index (default readmodel.DefaultVersion).
+	// IndexVersion selects the instances index compared (VerifyIndex): 0,
+	// the write alias (the live version); N > 0, the concrete index of
+	// version N (one kept for rollback, or one being rebuilt).
 	IndexVersion int
 	// Concurrency of the event-store reads (default 8).
 	Concurrency int
@@ -111,15 +113,35 @@ func Verify(ctx context.Context, o VerifyOptions) (*VerifyReport, error) {
 	if err := envelope.ValidateClassName(o.Class); err != nil {
 		return nil, fmt.Errorf("class: %w", err)
 	}
-	if o.IndexVersion <= 0 {
-		o.IndexVersion = readmodel.DefaultVersion
+	target, err := VerifyIndex(o.IndexPrefix, o.DB, o.IndexVersion)
+	if err != nil {
+		return nil, err
 	}
+	// The scan and the real-time GETs read target: readmodel.GetInstance
+	// reads a Names' write alias.
 	v := &verifier{store: o.Store, es: o.ES, db: o.DB, class: o.Class,
-		names: readmodel.InstanceNames(o.IndexPrefix, o.DB, o.IndexVersion), concurrency: max(o.Concurrency, 1), progress: o.Progress}
+		names: readmodel.Names{WriteAlias: target}, concurrency: max(o.Concurrency, 1), progress: o.Progress}
 	if o.Concurrency == 0 {
 		v.concurrency = 8
 	}
 	return v.run(ctx)
+}
+
+// VerifyIndex is the index or alias Verify compares a db's instances
+// against: with version 0 the write alias of its instances index (the live
+// version, wherever a rebuild moved it), else the concrete index of that
+// version ({prefix}{db}_instances_v{N}). Before, a version was accepted
+// and ignored: every verify read the write alias. A negative version is
+// an error naming index_version.
+func VerifyIndex(prefix, db string, version int) (string, error) {
+	n := readmodel.InstanceNames(prefix, db, version)
+	switch {
+	case version < 0:
+		return "", fmt.Errorf("index_version: must be 0 (the live version, through the write alias) or a version >= 1, got %d", version)
+	case version == 0:
+		return n.WriteAlias, nil
+	}
+	return n.Index, nil
 }
 
 // verifier compares one db/class.

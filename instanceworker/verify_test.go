@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/http/httptest"
 	"strconv"
+	"strings"
 	"testing"
 
 	"github.com/elastic/go-elasticsearch/v8"
@@ -128,6 +129,51 @@ func TestVerify(t *testing.T) {
 	}
 	if _, err := instanceworker.Verify(ctx, instanceworker.VerifyOptions{Store: f.st, ES: f.es, DB: "Shop!", Class: "orders"}); err == nil {
 		t.Error("a bad db name: no error")
+	}
+}
+
+// The index version selects what verify compares: 0 the write alias (the
+// live version), N the concrete index of version N, a negative one is
+// refused. (Before, any version was accepted and the write alias read.)
+func TestVerifyIndexVersion(t *testing.T) {
+	f := newVerifyFixture(t)
+	ctx := context.Background()
+	e := f.event(t, envelope.KindDomain, "INSTANCE_CREATED", "shop:orders:a", `{"n":1}`)
+	f.doc(t, "orders", "a", e, false, `{"n":1}`)
+	v2 := readmodel.InstanceNames(f.prefix, "shop", 2).Index
+	res, err := f.es.Indices.Create(v2, f.es.Indices.Create.WithContext(ctx))
+	if err != nil || res.IsError() {
+		t.Fatalf("create %s: %v %v", v2, res, err)
+	}
+	res.Body.Close()
+	cases := []struct {
+		name          string
+		version       int
+		index         string
+		ok, missing   int
+		wantErrFields string
+	}{
+		{"the live version through the write alias", 0, f.n.WriteAlias, 1, 0, ""},
+		{"version 1, the live one", 1, readmodel.InstanceNames(f.prefix, "shop", 1).Index, 1, 0, ""},
+		{"version 2, an empty index", 2, v2, 0, 1, ""},
+		{"a negative version", -1, "", 0, 0, "index_version"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			rep, err := instanceworker.Verify(ctx, instanceworker.VerifyOptions{Store: f.st, ES: f.es, IndexPrefix: f.prefix, DB: "shop", Class: "orders", IndexVersion: c.version})
+			if c.wantErrFields != "" {
+				if err == nil || !strings.HasPrefix(err.Error(), c.wantErrFields+":") {
+					t.Fatalf("err %v, want one naming %s", err, c.wantErrFields)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if rep.Index != c.index || rep.OK != c.ok || rep.Missing != c.missing {
+				t.Errorf("index %s, %d ok, %d missing; want %s, %d, %d", rep.Index, rep.OK, rep.Missing, c.index, c.ok, c.missing)
+			}
+		})
 	}
 }
 

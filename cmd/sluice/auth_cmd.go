@@ -69,6 +69,11 @@ func newAuthKeyCreateCmd() *cobra.Command {
 			if err := auth.ValidatePrincipal(principal); err != nil {
 				return err
 			}
+			if expiresIn < 0 {
+				// Read as "never" before: a mistyped sign made a key
+				// that never expires.
+				return fmt.Errorf("--expires-in %s: want a positive duration such as 2160h (0: never)", expiresIn)
+			}
 			if expiresIn > 0 {
 				t := time.Now().Add(expiresIn)
 				req.ExpiresAt = &t

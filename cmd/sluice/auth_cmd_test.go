@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -12,8 +13,11 @@ import (
 
 	"github.com/sluicehq/sluice/admin"
 	"github.com/sluicehq/sluice/auth"
+	"github.com/sluicehq/sluice/eventstore"
+	"github.com/sluicehq/sluice/eventstore/objstore"
 	"github.com/sluicehq/sluice/pipeline/sluiceconfig"
 	"github.com/sluicehq/sluice/registry"
+	"github.com/sluicehq/sluice/relay"
 )
 
 // sluice auth key create|list|rotate|revoke: the secret is printed once
@@ -78,6 +82,76 @@ func TestAuthKeyCommands(t *testing.T) {
 	if strings.Join(actions, " ") != "auth.key.create auth.key.rotate auth.key.revoke" {
 		t.Fatalf("CLI audit records: %v", actions)
 	}
+}
+
+// sluice auth key create refuses what would make a key other than the one
+// asked for, and makes none: a negative --expires-in made a key that
+// never expires.
+func TestAuthKeyCreateRefusals(t *testing.T) {
+	ctx := context.Background()
+	pool := envDatabase(t)
+	keys := auth.NewKeys(pool, auth.KeysOptions{})
+	cases := []struct {
+		name     string
+		args     []string
+		mentions string
+	}{
+		{"negative expiry", []string{"--grant", "read=*", "--expires-in", "-5h"}, "--expires-in"},
+		{"unknown operation", []string{"--grant", "drop=*"}, "drop"},
+		{"no grant", nil, "--grant"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			principal := "refused-" + strings.ReplaceAll(c.name, " ", "-")
+			_, _, err := run(t, append([]string{"auth", "key", "create", "--principal", principal}, c.args...)...)
+			if err == nil || !strings.Contains(err.Error(), c.mentions) {
+				t.Fatalf("err %v, want a refusal naming %q", err, c.mentions)
+			}
+			made, err := keys.List(ctx, auth.ListFilter{Principal: principal, All: true})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(made) != 0 {
+				t.Fatalf("a refused create made %d key(s): %+v", len(made), made)
+			}
+		})
+	}
+}
+
+// A record that does not exist exits 3 like a missing group, letter or
+// registry row (docs/operator-commands.md#names-that-do-not-exist): an
+// API key end to end, and the errors of a missing parked record and event
+// as the commands return them. They exited 1.
+func TestMissingRecordsExitNotFound(t *testing.T) {
+	envDatabase(t)
+	_, _, err := run(t, "auth", "key", "revoke", "0000000000000000", "--yes")
+	cases := []struct {
+		name string
+		err  error
+	}{
+		{"auth key revoke of a missing key", err},
+		{"a missing parked record", fmt.Errorf("%w: relay default, position 5", relay.ErrParkedNotFound)},
+		{"a missing event", missingEvent(fmt.Errorf("%w: event 00000000-0000-4000-8000-000000000000", eventstore.ErrNotFound))},
+		{"a missing API key", fmt.Errorf("key x: %w", auth.ErrKeyNotFound)},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			if c.err == nil {
+				t.Fatal("no error")
+			}
+			if code := exitCode(c.err); code != exitNotFound {
+				t.Errorf("exit code %d for %v, want %d", code, c.err, exitNotFound)
+			}
+		})
+	}
+	// A segment missing under an indexed event is damage, not a name
+	// that does not exist.
+	t.Run("a missing segment", func(t *testing.T) {
+		err := missingEvent(fmt.Errorf("%w: segment s: %w", eventstore.ErrNotFound, objstore.ErrNotFound))
+		if code := exitCode(err); code != 1 {
+			t.Errorf("exit code %d for %v, want 1", code, err)
+		}
+	})
 }
 
 // cliAudit reads the admin audit log through admin's Go API and returns

@@ -12,6 +12,8 @@ import (
 	"os/signal"
 	"syscall"
 
+	"github.com/sluicehq/sluice/auth"
+	"github.com/sluicehq/sluice/relay"
 	"github.com/sluicehq/sluice/shared/suggest"
 )
 
@@ -34,7 +36,9 @@ func exitCode(err error) int {
 	switch {
 	case errors.As(err, &ex):
 		return ex.code
-	case suggest.IsNotFound(err):
+	case suggest.IsNotFound(err), errors.Is(err, relay.ErrParkedNotFound), errors.Is(err, auth.ErrKeyNotFound):
+		// A name that does not exist: as a group, a letter or a registry
+		// row, also a parked record or an API key (they were 1).
 		return exitNotFound
 	}
 	return 1

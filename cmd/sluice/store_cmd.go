@@ -11,6 +11,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/sluicehq/sluice/eventstore"
+	"github.com/sluicehq/sluice/eventstore/objstore"
 	"github.com/sluicehq/sluice/shared/envelope"
 )
 
@@ -113,7 +114,7 @@ events; the cursor to resume after is printed last, on stderr ("cursor: …").`,
 			case eventID != "":
 				ev, err := st.ByEventID(ctx, eventID)
 				if err != nil {
-					return err
+					return missingEvent(err)
 				}
 				print(ev)
 			case aggID != "":
@@ -335,4 +336,14 @@ func newStoreRepairCmd() *cobra.Command {
 	}
 	cmd.Flags().DurationVar(&olderThan, "older-than", 0, "abandon reservations older than this without a segment (default EVENT_STORE_APPEND_TIMEOUT)")
 	return cmd
+}
+
+// missingEvent is err of a read by event id: exit 3 when no event has
+// that id (a name that does not exist, as a missing group or letter);
+// a segment missing under an indexed event stays an error (exit 1).
+func missingEvent(err error) error {
+	if errors.Is(err, eventstore.ErrNotFound) && !errors.Is(err, objstore.ErrNotFound) {
+		return &exitError{code: exitNotFound, err: err}
+	}
+	return err
 }

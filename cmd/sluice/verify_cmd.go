@@ -121,7 +121,7 @@ Exit code 0 when everything matches, 4 when anything differs.`,
 	f := cmd.Flags()
 	f.StringVar(&db, "db", "", "database name (required)")
 	f.StringVar(&class, "class", "", "class name (required)")
-	f.IntVar(&version, "index-version", readmodel.DefaultVersion, "instances index version")
+	f.IntVar(&version, "index-version", 0, "instances index version to compare against (0: the live one, through the write alias)")
 	f.IntVar(&concurrency, "concurrency", 8, "parallel event-store reads")
 	f.BoolVar(&asJSON, "json", false, "print the report as JSON")
 	_ = cmd.MarkFlagRequired("db")

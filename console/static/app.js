@@ -844,7 +844,7 @@ function describe(action, r) {
       return "would build " + (r.plan ? r.plan.projection + " v" + r.plan.version + " into " + (r.plan.indices || []).join(", ") + " with group " + r.plan.group : "");
     case "projection.rollback":
       if (r.job) return "started job " + r.job + " (progress below)";
-      return "would roll back to the previous version; indices now: " + (r.indices || []).map((i) => i.Index + " v" + i.Version + (i.Live ? " (live)" : "")).join(", ");
+      return "would roll back from v" + r.from + " to v" + r.to + "; indices now: " + (r.indices || []).map((i) => i.Index + " v" + i.Version + (i.Live ? " (live)" : "")).join(", ");
     case "verify":
       if (r.dry_run) return "would compare " + r.compares;
       return "verified " + r.db + "/" + r.class + " against " + r.index + ": " + r.instances + " instances, " + r.ok + " ok, " + r.missing + " missing, " +
