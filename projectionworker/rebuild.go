@@ -20,9 +20,11 @@ var ErrNothingToRollBack = errors.New("projectionworker: no older version to rol
 
 // Lag is a consumer group's position on a topic, summed over partitions.
 type Lag struct {
-	Committed, End, Lag int64
+	Committed int64 `json:"committed"`
+	End       int64 `json:"end"`
+	Lag       int64 `json:"lag"`
 	// Partitions with lag > 0.
-	Behind int
+	Behind int `json:"behind"`
 }
 
 // GroupLag returns group's lag on topic: per partition end − committed
@@ -48,13 +50,14 @@ func GroupLag(ctx context.Context, adm *kadm.Client, group, topic string) (Lag, 
 	return l, nil
 }
 
-// Progress is reported while a rebuild or rollback runs.
+// Progress is reported while a rebuild or rollback runs (the admin API's
+// jobs show it; Elapsed in nanoseconds).
 type Progress struct {
-	Phase      string // catching_up, restoring_settings, swapping, settling, done
-	Projection string
-	Version    int
-	Lag        Lag
-	Elapsed    time.Duration
+	Phase      string        `json:"phase"` // catching_up, restoring_settings, swapping, settling, done
+	Projection string        `json:"projection"`
+	Version    int           `json:"version"`
+	Lag        Lag           `json:"lag"`
+	Elapsed    time.Duration `json:"elapsed_ns"`
 }
 
 func (p Progress) String() string {
@@ -87,14 +90,16 @@ type SwitchOptions struct {
 	Settle time.Duration
 }
 
-// Summary is the result of a Rebuild or Rollback.
+// Summary is the result of a Rebuild or Rollback (the admin API's jobs
+// show it; Elapsed in nanoseconds).
 type Summary struct {
-	Projection  string
-	From, To    int
-	Scopes      []string
-	Lag         Lag
-	Elapsed     time.Duration
-	OldReplicas string
+	Projection  string        `json:"projection"`
+	From        int           `json:"from"`
+	To          int           `json:"to"`
+	Scopes      []string      `json:"scopes"`
+	Lag         Lag           `json:"lag"`
+	Elapsed     time.Duration `json:"elapsed_ns"`
+	OldReplicas string        `json:"old_replicas"`
 }
 
 // Rebuild builds projection version o.Version blue/green (docs/projectionworker.md#rebuild-and-rollback-runbook):
