@@ -11,7 +11,7 @@ import (
 )
 
 // TestJSONNames: the projection types the admin API answers with (the
-// rollback dry run's indices, the overview's indices, the jobs'
+// rollback plan and its indices, the overview's indices, the jobs'
 // progress and summary) and the CLI prints with --json use snake_case
 // names, as every other body does; the console reads these names.
 func TestJSONNames(t *testing.T) {
@@ -32,6 +32,9 @@ func TestJSONNames(t *testing.T) {
 			[]string{"elapsed_ns", "lag", "phase", "projection", "version"}, map[string][]string{"lag": lagNames}},
 		{"Summary", projectionworker.Summary{Projection: "instances", From: 1, To: 2, Scopes: []string{"shop"}, Lag: lag, Elapsed: time.Second},
 			[]string{"elapsed_ns", "from", "lag", "old_replicas", "projection", "scopes", "to"}, map[string][]string{"lag": lagNames}},
+		{"RollbackPlan", projectionworker.RollbackPlan{Projection: "instances", From: 2, To: 1, Indices: []projectionworker.IndexInfo{idx}},
+			[]string{"from", "indices", "projection", "to"},
+			map[string][]string{"indices[0]": {"docs", "index", "live", "read_alias", "refresh_interval", "replicas", "scope", "version"}}},
 		{"RebuildPlan", projectionworker.RebuildPlan{Projection: "instances", Version: 2},
 			[]string{"group", "handler", "highest", "indices", "live", "projection", "version"}, nil},
 	}
