@@ -328,43 +328,25 @@ func (s *Server) groupPause(pause bool) func(*http.Request, []byte) (Action, err
 	}
 }
 
-// planRollback finds the version projectionworker.Rollback would switch
-// to (the highest below the live one) and names it in a's target; a dry
-// run's result is the plan (done). Without one the rollback is refused
-// here, so that neither the dry run says it would roll back nor the act
-// answers 202 for a job that can only fail.
+// planRollback asks projectionworker.PlanRollback (as sluice projection
+// rollback does) for the version Rollback would switch to and names it in
+// a's target; a dry run's result is the plan (done). Without one the
+// rollback is refused here, so that neither the dry run says it would roll
+// back nor the act answers 202 for a job that can only fail.
 func (s *Server) planRollback(ctx context.Context, name string, a *Action, dryRun bool) (done bool, err error) {
-	idx, err := projectionworker.Indices(ctx, s.opts.ES, s.opts.Process.Elasticsearch.IndexPrefix, name)
+	plan, err := projectionworker.PlanRollback(ctx, s.opts.ES, s.opts.Process.Elasticsearch.IndexPrefix, name)
+	if errors.Is(err, projectionworker.ErrNothingToRollBack) {
+		return false, kind(errUnsafe, err)
+	}
 	if err != nil {
 		return false, err
 	}
-	from, to := rollbackTarget(idx)
-	if from == 0 || to == 0 {
-		return false, kind(errUnsafe, fmt.Errorf("%w: %s (live v%d)", projectionworker.ErrNothingToRollBack, name, from))
-	}
-	a.Target = fmt.Sprintf("projection %s v%d to v%d", name, from, to)
+	a.Target = fmt.Sprintf("projection %s v%d to v%d", name, plan.From, plan.To)
 	if dryRun {
-		a.Result = map[string]any{"dry_run": true, "from": from, "to": to, "indices": idx}
+		a.Result = map[string]any{"dry_run": true, "from": plan.From, "to": plan.To, "indices": plan.Indices}
 		return true, nil
 	}
 	return false, nil
-}
-
-// rollbackTarget is what projectionworker.Rollback switches between: the
-// highest live version (from) and the highest version below it (to); 0
-// when there is none.
-func rollbackTarget(idx []projectionworker.IndexInfo) (from, to int) {
-	for _, i := range idx {
-		if i.Live {
-			from = max(from, i.Version)
-		}
-	}
-	for _, i := range idx {
-		if i.Version < from {
-			to = max(to, i.Version)
-		}
-	}
-	return from, to
 }
 
 // checkPauseGroup refuses, as sluice consumer pause|resume does, a group

@@ -521,10 +521,13 @@ func TestAdminAPI(t *testing.T) {
 			}
 			return false
 		})
-		if st, body, _ := e.call("POST", "/admin/v1/projections/history/rollback", opToken, map[string]any{"dry_run": true}); st != 200 || body["indices"] == nil ||
+		rebuild := body
+		if st, body, _ = e.call("POST", "/admin/v1/projections/history/rollback", opToken, map[string]any{"dry_run": true}); st != 200 || body["indices"] == nil ||
 			body["from"] != 2.0 || body["to"] != 1.0 {
 			t.Errorf("rollback dry run: %d %v, want from 2 to 1 and the indices", st, body)
 		}
+		_, ov, _ := e.call("GET", "/admin/v1/overview", readToken, nil)
+		checkProjectionJSONNames(t, body, ov, rebuild["job"])
 	})
 
 	testenv.Step(t, "verify", func(t *testing.T) {

@@ -94,3 +94,43 @@ func TestAPIPathsEncodeDotSegments(t *testing.T) {
 		})
 	}
 }
+
+// The projection bodies of the admin API (the rollback dry run's indices,
+// the jobs' progress and summary) carry snake_case names, as every other
+// admin body; they used to carry Go field names (Index, Live, Lag, …),
+// which the console read. The console must read the JSON names: a Go name
+// reads undefined and the preview says "undefined v2". The browser test
+// (cmd/sluice TestConsoleInBrowser) reads the rendered text.
+func TestProjectionBodiesReadBySnakeCaseNames(t *testing.T) {
+	b, err := os.ReadFile("static/app.js")
+	if err != nil {
+		t.Fatal(err)
+	}
+	js := string(b)
+	// The Go field names of projectionworker.IndexInfo, Progress, Summary
+	// and Lag, read as a property of a value.
+	goNames := regexp.MustCompile(`\b[a-z]\w*\??\.(Index|Scope|Version|Live|ReadAlias|Docs|RefreshInterval|Replicas|Phase|Projection|Lag|Elapsed|From|To|Scopes|OldReplicas|Committed|End|Behind)\b`)
+	for _, tc := range []struct{ name, read string }{
+		{"no Go field name", ""},
+		{"rollback preview: index name", `i.index + " v" + i.version + (i.live ? " (live)" : "")`},
+		{"rollback preview: versions", `"would roll back from v" + r.from + " to v" + r.to`},
+		{"job summary", `"done: v" + sum.from + " → v" + sum.to + " · " + (lag.end || 0) + " records · " + Math.round((sum.elapsed_ns || 0) / 1e6) + " ms"`},
+		{"job summary lag", `const lag = sum.lag || {};`},
+		{"job progress", `(p.phase || "") + " · " + (lag.end - lag.lag || 0) + "/" + (lag.end || 0)`},
+		{"job progress lag", `const lag = p.lag || {};`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if tc.read == "" {
+				for n, line := range strings.Split(js, "\n") {
+					if m := goNames.FindString(line); m != "" {
+						t.Errorf("app.js:%d reads the Go field name %s: %s", n+1, m, strings.TrimSpace(line))
+					}
+				}
+				return
+			}
+			if !strings.Contains(js, tc.read) {
+				t.Errorf("app.js lacks %s", tc.read)
+			}
+		})
+	}
+}

@@ -16,19 +16,20 @@ import (
 	"github.com/sluicehq/sluice/readmodel"
 )
 
-// IndexInfo is one concrete index of a projection.
+// IndexInfo is one concrete index of a projection. Its JSON names are
+// snake_case, as every body of the admin API and every --json output.
 type IndexInfo struct {
-	Index   string
-	Scope   string
-	Version int
+	Index   string `json:"index"`
+	Scope   string `json:"scope"`
+	Version int    `json:"version"`
 	// Live: the scope's write alias points at this index.
-	Live bool
+	Live bool `json:"live"`
 	// ReadAlias: the scope's read alias points at this index.
-	ReadAlias bool
-	Docs      int64
+	ReadAlias bool  `json:"read_alias"`
+	Docs      int64 `json:"docs"`
 	// RefreshInterval and Replicas as set on the index ("" = default).
-	RefreshInterval string
-	Replicas        string
+	RefreshInterval string `json:"refresh_interval"`
+	Replicas        string `json:"replicas"`
 }
 
 // Indices returns the concrete indices of projection name, ordered by scope

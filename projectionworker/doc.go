@@ -3,8 +3,9 @@
 // Elasticsearch bulk operations), the built-in projections `instances` and
 // `history`, the batched bulk writer, the worker service that runs
 // projections on the shared worker runtime (worker), and the
-// blue/green rebuild, rollback and status operations behind
-// `sluice projection …`.
+// blue/green rebuild, rollback and status operations, with the plans their
+// dry runs print (PlanRebuild, PlanRollback), behind `sluice projection …`
+// and the admin API.
 //
 // The guarantees it keeps (docs/architecture.md#the-guarantees):
 //

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/elastic/go-elasticsearch/v8"
 	"github.com/twmb/franz-go/pkg/kadm"
 
 	"github.com/sluicehq/sluice/shared/kafka"
@@ -20,9 +21,11 @@ var ErrNothingToRollBack = errors.New("projectionworker: no older version to rol
 
 // Lag is a consumer group's position on a topic, summed over partitions.
 type Lag struct {
-	Committed, End, Lag int64
+	Committed int64 `json:"committed"`
+	End       int64 `json:"end"`
+	Lag       int64 `json:"lag"`
 	// Partitions with lag > 0.
-	Behind int
+	Behind int `json:"behind"`
 }
 
 // GroupLag returns group's lag on topic: per partition end − committed
@@ -48,13 +51,14 @@ func GroupLag(ctx context.Context, adm *kadm.Client, group, topic string) (Lag, 
 	return l, nil
 }
 
-// Progress is reported while a rebuild or rollback runs.
+// Progress is reported while a rebuild or rollback runs (the admin API's
+// jobs show it; Elapsed in nanoseconds).
 type Progress struct {
-	Phase      string // catching_up, restoring_settings, swapping, settling, done
-	Projection string
-	Version    int
-	Lag        Lag
-	Elapsed    time.Duration
+	Phase      string        `json:"phase"` // catching_up, restoring_settings, swapping, settling, done
+	Projection string        `json:"projection"`
+	Version    int           `json:"version"`
+	Lag        Lag           `json:"lag"`
+	Elapsed    time.Duration `json:"elapsed_ns"`
 }
 
 func (p Progress) String() string {
@@ -87,14 +91,16 @@ type SwitchOptions struct {
 	Settle time.Duration
 }
 
-// Summary is the result of a Rebuild or Rollback.
+// Summary is the result of a Rebuild or Rollback (the admin API's jobs
+// show it; Elapsed in nanoseconds).
 type Summary struct {
-	Projection  string
-	From, To    int
-	Scopes      []string
-	Lag         Lag
-	Elapsed     time.Duration
-	OldReplicas string
+	Projection  string        `json:"projection"`
+	From        int           `json:"from"`
+	To          int           `json:"to"`
+	Scopes      []string      `json:"scopes"`
+	Lag         Lag           `json:"lag"`
+	Elapsed     time.Duration `json:"elapsed_ns"`
+	OldReplicas string        `json:"old_replicas"`
 }
 
 // Rebuild builds projection version o.Version blue/green (docs/projectionworker.md#rebuild-and-rollback-runbook):
@@ -131,31 +137,56 @@ func Rebuild(ctx context.Context, o SwitchOptions) (Summary, error) {
 	return sum, err
 }
 
+// RollbackPlan is what Rollback would switch: from the live version (the
+// highest a write alias points at) to the highest version below it, with
+// the projection's indices as they are now.
+type RollbackPlan struct {
+	Projection string      `json:"projection"`
+	From       int         `json:"from"`
+	To         int         `json:"to"`
+	Indices    []IndexInfo `json:"indices"`
+}
+
+// PlanRollback returns the switch Rollback would make for projection name;
+// it changes nothing. With no live version, or none below it, it wraps
+// ErrNothingToRollBack (the plan still lists the indices). The admin API
+// and `sluice projection rollback` both call it before they act, and
+// Rollback itself switches to the plan's To.
+func PlanRollback(ctx context.Context, es *elasticsearch.Client, prefix, name string) (RollbackPlan, error) {
+	plan := RollbackPlan{Projection: name, Indices: []IndexInfo{}}
+	idx, err := Indices(ctx, es, prefix, name)
+	if err != nil {
+		return plan, err
+	}
+	if idx != nil {
+		plan.Indices = idx
+	}
+	for _, v := range liveVersions(idx) {
+		plan.From = max(plan.From, v)
+	}
+	for _, i := range idx {
+		if i.Version < plan.From {
+			plan.To = max(plan.To, i.Version)
+		}
+	}
+	if plan.From == 0 || plan.To == 0 {
+		return plan, fmt.Errorf("%w: %s (live v%d)", ErrNothingToRollBack, name, plan.From)
+	}
+	return plan, nil
+}
+
 // Rollback points the aliases back at the highest version below the live
-// one: that version first catches up with its own consumer group (events
-// that arrived after the swap), then the aliases swap atomically. The
-// newer indices stay.
+// one (PlanRollback): that version first catches up with its own consumer
+// group (events that arrived after the swap), then the aliases swap
+// atomically. The newer indices stay.
 func Rollback(ctx context.Context, o SwitchOptions) (Summary, error) {
 	p := o.Projection
-	idx, err := Indices(ctx, o.Deps.ES, o.Config.Elasticsearch.IndexPrefix, p.Name())
+	plan, err := PlanRollback(ctx, o.Deps.ES, o.Config.Elasticsearch.IndexPrefix, p.Name())
 	if err != nil {
 		return Summary{}, err
 	}
-	live := 0
-	for _, v := range liveVersions(idx) {
-		live = max(live, v)
-	}
-	target := 0
-	for _, i := range idx {
-		if i.Version < live {
-			target = max(target, i.Version)
-		}
-	}
-	if live == 0 || target == 0 {
-		return Summary{}, fmt.Errorf("%w: %s (live v%d)", ErrNothingToRollBack, p.Name(), live)
-	}
-	sum, err := switchTo(ctx, o, target, Live, "")
-	sum.From = live
+	sum, err := switchTo(ctx, o, plan.To, Live, "")
+	sum.From = plan.From
 	return sum, err
 }
 

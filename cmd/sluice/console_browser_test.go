@@ -788,10 +788,18 @@ func TestConsoleInBrowser(t *testing.T) {
 			prog = value(b, "job progress", chromedp.Evaluate[string](`(document.querySelector('#jobs tr[data-job][data-state="done"]') || {innerText: ""}).innerText`))
 			return strings.Contains(prog, "done: v1 → v2")
 		})
+		// The job's summary is read by its JSON names (records and ms, not
+		// undefined or NaN).
+		if strings.Contains(prog, "undefined") || strings.Contains(prog, "NaN") || !strings.Contains(prog, " records · ") {
+			t.Errorf("job row: %q", prog)
+		}
 		b.shot("rebuild-job")
-		// Rollback: its preview lists the indices; cancelled, nothing runs.
+		// Rollback: its preview names the versions and lists the indices,
+		// read by their JSON names (index, version, live: they were Go
+		// field names); cancelled, nothing runs.
 		b.run("rollback: dry run", chromedp.Click(chromedp.ID("proj-rollback")), chromedp.WaitVisible(chromedp.ID("confirm-summary")))
-		if summary := value(b, "rollback preview", chromedp.Text(chromedp.ID("confirm-summary"))); !strings.Contains(summary, "would roll back") || !strings.Contains(summary, "_history_v2") {
+		if summary := value(b, "rollback preview", chromedp.Text(chromedp.ID("confirm-summary"))); !strings.Contains(summary, "would roll back from v2 to v1") ||
+			!strings.Contains(summary, "_history_v1 v1, ") || !strings.Contains(summary, "_history_v2 v2 (live)") || strings.Contains(summary, "undefined") {
 			t.Errorf("rollback preview: %q", summary)
 		}
 		b.run("rollback: cancel", chromedp.Click(chromedp.ID("confirm-cancel")), chromedp.WaitNotVisible(chromedp.ID("confirm-summary")))

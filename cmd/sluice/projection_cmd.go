@@ -301,13 +301,15 @@ func runSwitch(cmd *cobra.Command, name string, version int, settle time.Duratio
 }
 
 // switchSummary is the --json output of `sluice projection rebuild` and
-// `rollback`.
+// `rollback`: the plan on --dry-run (a rollback's from, to and indices, as
+// the admin API's dry run answers), the switch's summary otherwise.
 type switchSummary struct {
 	DryRun         bool                          `json:"dry_run,omitempty"`
 	Plan           *projectionworker.RebuildPlan `json:"plan,omitempty"`
 	Projection     string                        `json:"projection,omitempty"`
 	From           int                           `json:"from,omitempty"`
 	To             int                           `json:"to,omitempty"`
+	Indices        []projectionworker.IndexInfo  `json:"indices,omitempty"`
 	Scopes         []string                      `json:"scopes,omitempty"`
 	Records        int64                         `json:"records,omitempty"`
 	ElapsedSeconds float64                       `json:"elapsed_seconds,omitempty"`
@@ -385,19 +387,83 @@ summary.`,
 
 func newProjectionRollbackCmd() *cobra.Command {
 	var settle time.Duration
+	var g guardFlags
 	var asJSON bool
 	cmd := &cobra.Command{
 		Use:   "rollback <name>",
-		Short: "Point the aliases back at the previous version (after it caught up)",
-		Args:  cobra.ExactArgs(1),
+		Short: "Point the aliases back at the previous version, after it caught up (docs/projectionworker.md#rebuild-and-rollback-runbook)",
+		Long: `rollback switches the projection from its live version back to the highest version below it:
+that version's consumer group first catches up with the events that arrived since, then the
+read and write aliases of every scope swap in one request. The newer indices stay. With no
+older version it is refused (exit 7), as the admin API refuses it (422 unsafe).
+
+--dry-run prints the plan (from and to version, the indices now) and changes nothing; acting
+needs --yes (or a "yes" on a terminal). On a terminal a progress bar shows the records
+consumed; --json prints a summary (the plan on --dry-run).`,
+		Example: `  sluice projection rollback history --dry-run
+  sluice projection rollback history --yes`,
+		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			p, err := lookupProjection(cmd, args[0])
+			if err != nil {
+				return err
+			}
+			cfg, es, err := loadConfigES(cmd)
+			if err != nil {
+				return err
+			}
+			plan, err := projectionworker.PlanRollback(cmd.Context(), es, cfg.Elasticsearch.IndexPrefix, p.Name())
+			if errors.Is(err, projectionworker.ErrNothingToRollBack) {
+				return unsafe(err)
+			}
+			if err != nil {
+				return err
+			}
+			if !asJSON {
+				printRollbackPlan(cmd, plan, cfg.Kafka.Group(projectionworker.GroupName(plan.Projection, plan.To)))
+			}
+			act, err := g.confirm(cmd, fmt.Sprintf("roll %s back from v%d to v%d", plan.Projection, plan.From, plan.To))
+			if err != nil {
+				return err
+			}
+			if !act {
+				if asJSON {
+					return writeSummary(cmd.OutOrStdout(), switchSummary{DryRun: true, Projection: plan.Projection,
+						From: plan.From, To: plan.To, Indices: plan.Indices})
+				}
+				cmd.Printf("rollback (dry run): nothing changed\n")
+				return nil
+			}
 			return runSwitch(cmd, args[0], 0, settle, asJSON, projectionworker.Rollback)
 		},
 	}
 	cmd.Flags().DurationVar(&settle, "settle", 5*time.Second, "keep consuming this long after the swap")
-	cmd.Flags().BoolVar(&asJSON, "json", false, "print a JSON summary")
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print a JSON summary (the plan on --dry-run)")
 	addSwitchMetricsFlag(cmd)
+	g.register(cmd, false)
 	return cmd
+}
+
+// printRollbackPlan prints what `sluice projection rollback` would switch
+// (projectionworker.PlanRollback): the versions, the group that catches up
+// and the indices as they are now.
+func printRollbackPlan(cmd *cobra.Command, plan projectionworker.RollbackPlan, group string) {
+	cmd.Printf("rollback plan: %s v%d → v%d: consumer group %s catches up, then the aliases of every scope swap to v%d; v%d is kept\n",
+		plan.Projection, plan.From, plan.To, group, plan.To, plan.From)
+	for _, i := range plan.Indices {
+		var aliases []string
+		if i.Live {
+			aliases = append(aliases, "write")
+		}
+		if i.ReadAlias {
+			aliases = append(aliases, "read")
+		}
+		a := "no alias"
+		if len(aliases) > 0 {
+			a = strings.Join(aliases, "+") + " alias"
+		}
+		cmd.Printf("  %s (scope %s, v%d, %d docs, %s)\n", i.Index, i.Scope, i.Version, i.Docs, a)
+	}
 }
 
 // lookupProjection finds a projection by name among the built-ins and the

@@ -3,8 +3,10 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"testing"
 
@@ -154,5 +156,120 @@ func TestProjectionRebuildGuard(t *testing.T) {
 		if got := live(); got != s.wantIdx {
 			t.Fatalf("%s: indices %s, want %s", s.name, got, s.wantIdx)
 		}
+	}
+}
+
+// TestProjectionRollbackGuard: with instances v2 live and v1 kept,
+// rollback guards as the other destructive commands do — it needs --yes
+// on a non-terminal, and --dry-run prints the plan the admin API's dry run
+// answers (from, to and the indices, snake_case in --json) without moving
+// an alias; with --yes it swaps to v1; then, with nothing older than v1,
+// it is refused (exit 7) even with --yes and on --dry-run. It used to swap
+// at once, with neither a dry run nor a confirmation.
+func TestProjectionRollbackGuard(t *testing.T) {
+	ctx := context.Background()
+	url, _ := testenv.NewMigratedDatabase(t)
+	kafka := testenv.NewKafka(t)
+	ts := httptest.NewServer(esserver.New())
+	t.Cleanup(ts.Close)
+	events := testenv.UniqueName("events-")
+	t.Setenv("DATABASE_URL", url)
+	t.Setenv("ELASTICSEARCH_URLS", ts.URL)
+	t.Setenv("KAFKA_BROKERS", strings.Join(kafka.Brokers, ","))
+	t.Setenv("EVENTS_TOPIC", events)
+	es, err := elasticsearch.NewClient(elasticsearch.Config{Addresses: []string{ts.URL}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	publishInstanceCreated(t, kafka.Brokers, events)
+	if _, err := readmodel.EnsureIndex(ctx, es, "sluice_", "shop", 1); err != nil {
+		t.Fatal(err)
+	}
+	p, err := projectionworker.Lookup("instances")
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := es.Indices.Create(projectionworker.IndexNames("sluice_", "shop", "instances", 2).Index)
+	if err != nil || res.IsError() {
+		t.Fatalf("create v2: %v %v", err, res)
+	}
+	res.Body.Close()
+	if _, err := projectionworker.SwapAliases(ctx, es, "sluice_", p, 2); err != nil {
+		t.Fatal(err)
+	}
+	live := func() (versions string) {
+		idx, err := projectionworker.Indices(ctx, es, "sluice_", "instances")
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, i := range idx {
+			versions += fmt.Sprintf("v%d", i.Version)
+			if i.Live {
+				versions += "*"
+			}
+		}
+		return versions
+	}
+	// planJSON checks the --json plan: the admin API's dry run, with the
+	// projection named.
+	planJSON := func(t *testing.T, out string) {
+		var plan struct {
+			DryRun     bool             `json:"dry_run"`
+			Projection string           `json:"projection"`
+			From       int              `json:"from"`
+			To         int              `json:"to"`
+			Indices    []map[string]any `json:"indices"`
+		}
+		if err := json.Unmarshal([]byte(out), &plan); err != nil {
+			t.Fatalf("--json plan: %v\n%s", err, out)
+		}
+		if !plan.DryRun || plan.Projection != "instances" || plan.From != 2 || plan.To != 1 || len(plan.Indices) != 2 {
+			t.Fatalf("--json plan %s, want a dry run of instances from 2 to 1 with 2 indices", out)
+		}
+		want := []string{"docs", "index", "live", "read_alias", "refresh_interval", "replicas", "scope", "version"}
+		for _, i := range plan.Indices {
+			got := make([]string, 0, len(i))
+			for k := range i {
+				got = append(got, k)
+			}
+			slices.Sort(got)
+			if !slices.Equal(got, want) {
+				t.Errorf("index names %v, want %v", got, want)
+			}
+		}
+		if plan.Indices[1]["index"] != "sluice_shop_instances_v2" || plan.Indices[1]["live"] != true || plan.Indices[0]["live"] != false {
+			t.Errorf("indices %v, want v1 kept and v2 live", plan.Indices)
+		}
+	}
+	steps := []struct {
+		name     string
+		args     []string
+		wantCode int
+		wantOut  []string
+		wantIdx  string // versions afterwards, * = live
+		check    func(t *testing.T, out string)
+	}{
+		{"no --yes on a non-terminal", nil, exitNeedsConfirmation, []string{"rollback plan: instances v2 → v1", "pass --yes"}, "v1v2*", nil},
+		{"dry run", []string{"--dry-run"}, 0, []string{
+			"rollback plan: instances v2 → v1: consumer group sluice.projection-instances-v1 catches up",
+			"sluice_shop_instances_v1 (scope shop, v1, 0 docs, no alias)",
+			"sluice_shop_instances_v2 (scope shop, v2, 0 docs, write+read alias)",
+			"rollback (dry run): nothing changed"}, "v1v2*", nil},
+		{"dry run, json", []string{"--dry-run", "--json"}, 0, nil, "v1v2*", planJSON},
+		{"act", []string{"--yes", "--settle", "0s", "--json"}, 0, []string{`"from": 2`, `"to": 1`}, "v1*v2", nil},
+		{"nothing older, --yes", []string{"--yes"}, exitUnsafe, []string{"no older version"}, "v1*v2", nil},
+		{"nothing older, dry run", []string{"--dry-run"}, exitUnsafe, []string{"no older version"}, "v1*v2", nil},
+	}
+	for _, s := range steps {
+		t.Run(s.name, func(t *testing.T) {
+			out, _, err := runProjection(t, append([]string{"projection", "rollback", "instances"}, s.args...)...)
+			checkGuardStep(t, s.name, out, err, s.wantCode, s.wantOut...)
+			if s.check != nil {
+				s.check(t, out)
+			}
+			if got := live(); got != s.wantIdx {
+				t.Fatalf("indices %s, want %s", got, s.wantIdx)
+			}
+		})
 	}
 }

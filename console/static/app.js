@@ -245,14 +245,14 @@ function jobsView(jobs) {
   const progress = (j) => {
     const sum = j.summary;
     if (sum) {
-      const lag = sum.Lag || {};
-      return "done: v" + sum.From + " → v" + sum.To + " · " + (lag.End || 0) + " records · " + Math.round((sum.Elapsed || 0) / 1e6) + " ms";
+      const lag = sum.lag || {};
+      return "done: v" + sum.from + " → v" + sum.to + " · " + (lag.end || 0) + " records · " + Math.round((sum.elapsed_ns || 0) / 1e6) + " ms";
     }
     const p = j.progress;
     if (!p) return j.ended_at ? "" : "starting";
-    const lag = p.Lag || {};
-    const pct = lag.End > 0 ? Math.round((100 * (lag.End - lag.Lag)) / lag.End) : 100;
-    return (p.Phase || "") + " · " + (lag.End - lag.Lag || 0) + "/" + (lag.End || 0) + " records (" + pct + "%) · lag " + (lag.Lag || 0);
+    const lag = p.lag || {};
+    const pct = lag.end > 0 ? Math.round((100 * (lag.end - lag.lag)) / lag.end) : 100;
+    return (p.phase || "") + " · " + (lag.end - lag.lag || 0) + "/" + (lag.end || 0) + " records (" + pct + "%) · lag " + (lag.lag || 0);
   };
   return el("table", { class: "jobs" },
     el("thead", {}, el("tr", {}, ["job", "kind", "projection", "started", "progress", "ended", "result"].map((c) => el("th", {}, c)))),
@@ -844,7 +844,7 @@ function describe(action, r) {
       return "would build " + (r.plan ? r.plan.projection + " v" + r.plan.version + " into " + (r.plan.indices || []).join(", ") + " with group " + r.plan.group : "");
     case "projection.rollback":
       if (r.job) return "started job " + r.job + " (progress below)";
-      return "would roll back from v" + r.from + " to v" + r.to + "; indices now: " + (r.indices || []).map((i) => i.Index + " v" + i.Version + (i.Live ? " (live)" : "")).join(", ");
+      return "would roll back from v" + r.from + " to v" + r.to + "; indices now: " + (r.indices || []).map((i) => i.index + " v" + i.version + (i.live ? " (live)" : "")).join(", ");
     case "verify":
       if (r.dry_run) return "would compare " + r.compares;
       return "verified " + r.db + "/" + r.class + " against " + r.index + ": " + r.instances + " instances, " + r.ok + " ok, " + r.missing + " missing, " +
