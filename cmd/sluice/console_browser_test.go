@@ -691,10 +691,15 @@ func TestConsoleInBrowser(t *testing.T) {
 	})
 
 	t.Run("checkpoint dry run", func(t *testing.T) {
+		// Each button waits until the last action (its dry run, dialog or
+		// real call) has finished: the console refuses a second action
+		// meanwhile ("another action is in progress"), and on a loaded
+		// machine a cancelled dialog's promise chain can end after the
+		// next click is sent.
 		b := b.with(t)
 		before := d.admin(t, "GET", "/admin/v1/overview", nil)["relay"].(map[string]any)["checkpoint"]
 		b.run("actions", b.open(d.api, "#/actions"), chromedp.WaitVisible(chromedp.CSS(`#cp-position[placeholder^="now "]`)),
-			chromedp.SendKeys(chromedp.ID("cp-position"), "0"), chromedp.Click(chromedp.ID("cp-set")),
+			chromedp.SendKeys(chromedp.ID("cp-position"), "0"), chromedp.WaitReady(chromedp.CSS(`#confirm:not([data-busy])`)), chromedp.Click(chromedp.ID("cp-set")),
 			chromedp.WaitVisible(chromedp.ID("confirm-summary")))
 		summary := value(b, "checkpoint preview", chromedp.Text(chromedp.ID("confirm-summary")))
 		if !strings.Contains(summary, "would move the relay checkpoint from ") || !strings.Contains(summary, " to 0 ") || !strings.Contains(summary, "republish ") {
@@ -708,7 +713,7 @@ func TestConsoleInBrowser(t *testing.T) {
 		}
 		// A consumer reset's preview lists the partitions and the live
 		// member; cancelled, nothing is committed.
-		b.run("reset: dry run", chromedp.SetValue(chromedp.ID("reset-to"), "earliest"), chromedp.Click(chromedp.ID("group-reset")),
+		b.run("reset: dry run", chromedp.SetValue(chromedp.ID("reset-to"), "earliest"), chromedp.WaitReady(chromedp.CSS(`#confirm:not([data-busy])`)), chromedp.Click(chromedp.ID("group-reset")),
 			chromedp.WaitVisible(chromedp.ID("confirm-summary")))
 		if summary := value(b, "reset preview", chromedp.Text(chromedp.ID("confirm-summary"))); !strings.Contains(summary, "would reset ") ||
 			!strings.Contains(summary, " to earliest on 3 partitions; live members: ") {
@@ -717,13 +722,13 @@ func TestConsoleInBrowser(t *testing.T) {
 		b.run("reset: cancel", chromedp.Click(chromedp.ID("confirm-cancel")), chromedp.WaitNotVisible(chromedp.ID("confirm-summary")))
 		// An action the API refuses shows its problem+json: a checkpoint
 		// past the head is unsafe (422).
-		b.run("checkpoint past the head", chromedp.SetValue(chromedp.ID("cp-position"), "999999"), chromedp.Click(chromedp.ID("cp-set")),
+		b.run("checkpoint past the head", chromedp.SetValue(chromedp.ID("cp-position"), "999999"), chromedp.WaitReady(chromedp.CSS(`#confirm:not([data-busy])`)), chromedp.Click(chromedp.ID("cp-set")),
 			chromedp.WaitVisible(chromedp.CSS(`#error[data-code="unsafe"]`)))
 		if msg := value(b, "the refusal", chromedp.Text(chromedp.ID("error"))); !strings.Contains(msg, "422 unsafe") {
 			t.Errorf("refused checkpoint: %q", msg)
 		}
 		// Verify: dry run, confirm, the report.
-		b.run("verify", chromedp.Click(chromedp.ID("verify-run")), chromedp.WaitVisible(chromedp.ID("confirm-summary")))
+		b.run("verify", chromedp.WaitReady(chromedp.CSS(`#confirm:not([data-busy])`)), chromedp.Click(chromedp.ID("verify-run")), chromedp.WaitVisible(chromedp.ID("confirm-summary")))
 		if summary := value(b, "verify preview", chromedp.Text(chromedp.ID("confirm-summary"))); !strings.Contains(summary, "would compare every instance of shop/orders") {
 			t.Errorf("verify preview: %q", summary)
 		}
