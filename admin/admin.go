@@ -192,6 +192,10 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		writeProblem(w, http.StatusForbidden, "forbidden", "principal "+p.Name+" lacks the permission admin_read on *")
 		return
 	}
+	if err := checkQuery(r.URL.RawQuery); err != nil {
+		writeError(w, err)
+		return
+	}
 	ctx := context.WithValue(r.Context(), roleKey{}, role)
 	s.mux.ServeHTTP(w, r.WithContext(auth.WithPrincipal(ctx, p)))
 }
