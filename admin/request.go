@@ -1,6 +1,9 @@
 package admin
 
 import (
+	"fmt"
+	"mime"
+	"net/http"
 	"net/url"
 	"strconv"
 	"strings"
@@ -64,3 +67,31 @@ func queryBool(q url.Values, name string) (bool, error) {
 // maxListLimit is the largest limit of a list endpoint (parked records,
 // dead letters).
 const maxListLimit = 10000
+
+// checkMediaType refuses an action body that is not declared JSON: a
+// request with a body must say Content-Type application/json, with no
+// parameter but charset=utf-8 (the command API's rule); a request without
+// a body needs none.
+func checkMediaType(r *http.Request, body []byte) error {
+	if len(body) == 0 {
+		return nil
+	}
+	const want = "application/json"
+	ct := r.Header.Get("Content-Type")
+	if ct == "" {
+		return atField("Content-Type", kind(errUnsupportedMedia, fmt.Errorf("a request with a body needs Content-Type: %s", want)))
+	}
+	mt, params, err := mime.ParseMediaType(ct)
+	if err != nil {
+		return atField("Content-Type", kind(errUnsupportedMedia, fmt.Errorf("Content-Type %q cannot be parsed; want %s", ct, want)))
+	}
+	for k, v := range params {
+		if k != "charset" || !strings.EqualFold(v, "utf-8") {
+			return atField("Content-Type", kind(errUnsupportedMedia, fmt.Errorf("Content-Type parameter %s=%s is not supported (only charset=utf-8)", k, v)))
+		}
+	}
+	if mt != want {
+		return atField("Content-Type", kind(errUnsupportedMedia, fmt.Errorf("Content-Type %s is not supported; want %s", mt, want)))
+	}
+	return nil
+}
