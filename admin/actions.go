@@ -28,7 +28,10 @@ func (s *Server) routes() {
 	s.read("GET "+Prefix+"health", s.health)
 	s.read("GET "+Prefix+"flow", s.flow)
 	s.read("GET "+Prefix+"audit", func(r *http.Request) (any, error) {
-		n, _ := strconv.Atoi(r.URL.Query().Get("limit"))
+		n, err := queryInt(r.URL.Query(), "limit", 100, 1, 1000)
+		if err != nil {
+			return nil, err
+		}
 		return s.Audit(r.Context(), n)
 	})
 	s.act("POST "+Prefix+"relay/checkpoint", "relay.checkpoint.set", s.checkpointSet)
@@ -160,9 +163,11 @@ func (s *Server) parkedList(r *http.Request) (any, error) {
 		// The caller's mistake, not an outage (it was answered 503).
 		return nil, atField("state", invalid("state %q: want parked, republished, dropped or all", f.State))
 	}
-	if n, err := strconv.Atoi(q.Get("limit")); err == nil && n > 0 {
-		f.Limit = n
+	limit, err := queryInt(q, "limit", 100, 1, maxListLimit)
+	if err != nil {
+		return nil, err
 	}
+	f.Limit = limit
 	recs, err := relay.NewParkedStore(s.opts.StorePool).List(r.Context(), f)
 	if recs == nil && err == nil {
 		recs = []relay.ParkedRecord{} // a list, also when empty: [] rather than null
@@ -466,16 +471,21 @@ func letterView(l *dlq.Letter, state string) LetterView {
 
 func (s *Server) dlqList(r *http.Request) (any, error) {
 	q := r.URL.Query()
+	// limit 0 lists every letter (dlq.ListOptions).
+	limit, err := queryInt(q, "limit", 100, 0, maxListLimit)
+	if err != nil {
+		return nil, err
+	}
+	all, err := queryBool(q, "all")
+	if err != nil {
+		return nil, err
+	}
 	queue, err := s.queue(r.Context(), q.Get("topic"))
 	if err != nil {
 		return nil, err
 	}
 	defer queue.Close()
-	limit := 100
-	if n, err := strconv.Atoi(q.Get("limit")); err == nil && n >= 0 {
-		limit = n
-	}
-	res, err := queue.List(r.Context(), dlq.ListOptions{All: q.Get("all") == "true", Limit: limit})
+	res, err := queue.List(r.Context(), dlq.ListOptions{All: all, Limit: limit})
 	if err != nil {
 		return nil, err
 	}

@@ -192,6 +192,10 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		writeProblem(w, http.StatusForbidden, "forbidden", "principal "+p.Name+" lacks the permission admin_read on *")
 		return
 	}
+	if err := checkQuery(r.URL.RawQuery); err != nil {
+		writeError(w, err)
+		return
+	}
 	ctx := context.WithValue(r.Context(), roleKey{}, role)
 	s.mux.ServeHTTP(w, r.WithContext(auth.WithPrincipal(ctx, p)))
 }
@@ -251,7 +255,14 @@ func (s *Server) act(pattern, name string, h func(r *http.Request, body []byte) 
 			writeProblem(w, http.StatusForbidden, "forbidden", "the read-only role may not act (it lacks admin_act); use the operator token (SLUICE_ADMIN_TOKEN) or a key granted admin_act")
 			return
 		}
-		a, err := h(r, body)
+		// A body not declared JSON is refused (and audited) before the
+		// action reads it.
+		var a Action
+		if err = checkMediaType(r, body); err == nil {
+			a, err = h(r, body)
+		} else {
+			a.Target = r.URL.Path
+		}
 		status := a.Status
 		if status == 0 {
 			status = http.StatusOK
@@ -322,6 +333,8 @@ var (
 	errNotFound = errors.New("not_found")
 	errConflict = errors.New("conflict")
 	errUnsafe   = errors.New("unsafe")
+	// errUnsupportedMedia is a body not declared application/json.
+	errUnsupportedMedia = errors.New("unsupported_media_type")
 )
 
 func invalid(format string, a ...any) error {
@@ -359,6 +372,8 @@ func problemOf(err error) (int, string) {
 		return http.StatusConflict, "conflict"
 	case errors.Is(err, errUnsafe):
 		return http.StatusUnprocessableEntity, "unsafe"
+	case errors.Is(err, errUnsupportedMedia):
+		return http.StatusUnsupportedMediaType, "unsupported_media_type"
 	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, context.Canceled):
 		return http.StatusServiceUnavailable, "unavailable"
 	}
@@ -368,7 +383,7 @@ func problemOf(err error) (int, string) {
 func writeError(w http.ResponseWriter, err error) {
 	status, code := problemOf(err)
 	detail := err.Error()
-	for _, k := range []error{errInvalid, errNotFound, errConflict, errUnsafe} {
+	for _, k := range []error{errInvalid, errNotFound, errConflict, errUnsafe, errUnsupportedMedia} {
 		detail = strings.TrimPrefix(detail, k.Error()+": ")
 	}
 	var fe *fieldError

@@ -79,6 +79,9 @@ func (e *env) call(method, path, token string, body any) (int, map[string]any, h
 		rd = bytes.NewReader(b)
 	}
 	req, _ := http.NewRequest(method, e.APIURL+path, rd)
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
 	if token != "" {
 		req.Header.Set("Authorization", "Bearer "+token)
 	}
@@ -171,6 +174,7 @@ func TestAuditFailureSaysWhatRan(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			req := httptest.NewRequest("POST", c.path, strings.NewReader(c.body))
 			req.Header.Set("Authorization", "Bearer "+opToken)
+			req.Header.Set("Content-Type", "application/json")
 			w := httptest.NewRecorder()
 			srv.ServeHTTP(w, req)
 			var p map[string]any

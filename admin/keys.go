@@ -21,11 +21,15 @@ func (s *Server) keyRoutes() {
 var errNoKeys = errors.New("admin: API keys are not available in this process")
 
 func (s *Server) keysList(r *http.Request) (any, error) {
+	q := r.URL.Query()
+	all, err := queryBool(q, "all")
+	if err != nil {
+		return nil, err
+	}
 	if s.opts.Keys == nil {
 		return nil, errNoKeys
 	}
-	q := r.URL.Query()
-	return s.opts.Keys.List(r.Context(), auth.ListFilter{Principal: q.Get("principal"), All: q.Get("all") == "true"})
+	return s.opts.Keys.List(r.Context(), auth.ListFilter{Principal: q.Get("principal"), All: all})
 }
 
 // KeyCreateRequest makes an API key.

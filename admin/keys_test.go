@@ -30,6 +30,9 @@ func TestKeyEndpoints(t *testing.T) {
 	call := func(method, path, token, body string) (int, map[string]any, string) {
 		t.Helper()
 		req := httptest.NewRequest(method, path, strings.NewReader(body))
+		if body != "" {
+			req.Header.Set("Content-Type", "application/json")
+		}
 		if token != "" {
 			req.Header.Set("Authorization", "Bearer "+token)
 		}

@@ -13,6 +13,10 @@ import (
 	"github.com/sluicehq/sluice/shared/envelope"
 )
 
+// fieldBody is the field of a refusal of the request body as a whole (not
+// JSON, not an object, a body where none is taken).
+const fieldBody = "body"
+
 // Media types the API accepts.
 const (
 	mediaJSON       = "application/json"
@@ -31,7 +35,7 @@ func readBody(w http.ResponseWriter, r *http.Request, limit int64) ([]byte, *Err
 		if errors.As(err, &mbe) {
 			return nil, bodyTooLarge(limit)
 		}
-		return nil, newError(http.StatusBadRequest, CodeMalformedJSON, "", "reading the request body failed: %v", err)
+		return nil, newError(http.StatusBadRequest, CodeMalformedJSON, fieldBody, "reading the request body failed: %v", err)
 	}
 	return b, nil
 }
@@ -133,6 +137,16 @@ func bodyError(err error, rule depthRule, field string) *Error {
 	default:
 		return malformed("not valid JSON: %v", oe.Err)
 	}
+}
+
+// scanBody is scanObject of the whole request body: a refusal that names
+// no member names the body (fieldBody).
+func scanBody(b []byte, rule depthRule) (map[string]json.RawMessage, []string, *Error) {
+	members, order, e := scanObject(b, rule, "")
+	if e != nil && e.Field == "" {
+		e.Field = fieldBody
+	}
+	return members, order, e
 }
 
 // onlyFields rejects members not in allowed (exact, case-sensitive names).

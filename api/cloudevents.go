@@ -64,14 +64,14 @@ func (s *server) parseCloudEvents(b []byte, batch bool) ([]eventInput, *Error) {
 	wrapped := append(append([]byte(`{"events":`), b...), '}')
 	members, _, e := scanObject(wrapped, depthRule{offset: 3, maxData: s.opts.Limits.MaxDataDepth}, "")
 	if e != nil {
-		if e.Field == "events" {
-			e.Field = ""
+		if e.Field == "events" || e.Field == "" {
+			e.Field = fieldBody
 		}
 		return nil, e
 	}
 	var items []json.RawMessage
 	if v := members["events"]; len(v) == 0 || v[0] != '[' || json.Unmarshal(v, &items) != nil {
-		return nil, unprocessable("", "a CloudEvents batch is a JSON array of CloudEvent objects")
+		return nil, unprocessable(fieldBody, "a CloudEvents batch is a JSON array of CloudEvent objects")
 	}
 	out := make([]eventInput, 0, len(items))
 	for i, raw := range items {
@@ -94,6 +94,9 @@ func (s *server) parseCloudEvent(raw []byte, field string) (eventInput, *Error) 
 	}
 	m, order, e := scanObject(raw, depthRule{offset: 1, maxData: s.opts.Limits.MaxDataDepth}, field)
 	if e != nil {
+		if field == "" && e.Field == "" {
+			e.Field = fieldBody // the whole body (structured mode, one event)
+		}
 		return in, e
 	}
 	str := func(name string, required bool) (string, *Error) {

@@ -434,7 +434,7 @@ func (s *server) handleCreate(w http.ResponseWriter, r *http.Request) {
 
 // parseCreate reads a create body {"instance_id"?: string, "data"?: object}.
 func (s *server) parseCreate(b []byte, req *commandRequest) *Error {
-	members, order, e := scanObject(b, depthRule{offset: 1, maxData: s.maxUserDepth()}, "")
+	members, order, e := scanBody(b, depthRule{offset: 1, maxData: s.maxUserDepth()})
 	if e != nil {
 		return e
 	}
@@ -495,7 +495,7 @@ func (s *server) handleDelete(w http.ResponseWriter, r *http.Request) {
 		var b []byte
 		b, e = readBody(w, r, s.opts.MaxBodyBytes)
 		if e == nil && len(bytes.TrimSpace(b)) > 0 {
-			e = newError(http.StatusBadRequest, CodeUnexpectedBody, "", "DELETE takes no body")
+			e = newError(http.StatusBadRequest, CodeUnexpectedBody, fieldBody, "DELETE takes no body")
 		}
 	}
 	if e != nil {
@@ -604,7 +604,7 @@ func (s *server) readBatch(w http.ResponseWriter, r *http.Request) ([]json.RawMe
 	if e == nil {
 		// Items are checked one by one below; the whole body only for
 		// well-formedness and a generous depth.
-		members, order, e = scanObject(b, depthRule{offset: 3, maxData: s.maxUserDepth() + 16}, "")
+		members, order, e = scanBody(b, depthRule{offset: 3, maxData: s.maxUserDepth() + 16})
 	}
 	if e == nil {
 		e = onlyFields(order, "items")

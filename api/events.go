@@ -290,7 +290,7 @@ func mediaTypeOf(r *http.Request) string {
 func (s *server) parseAppendBody(b []byte) (eventstore.Expectation, []eventInput, *Error) {
 	var expect eventstore.Expectation
 	// events[i].data sits three levels below the document.
-	members, order, e := scanObject(b, depthRule{offset: 3, maxData: s.opts.Limits.MaxDataDepth}, "")
+	members, order, e := scanBody(b, depthRule{offset: 3, maxData: s.opts.Limits.MaxDataDepth})
 	if e != nil {
 		return expect, nil, e
 	}

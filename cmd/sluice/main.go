@@ -48,6 +48,16 @@ func exitCode(err error) int {
 // group, a topic, a projection, a letter, an event) that does not exist.
 const exitNotFound = 3
 
+// exitUsage is the exit code of a command given flags it cannot honour:
+// a value out of range, or a flag that does not apply to the read asked
+// for (it was ignored without a word).
+const exitUsage = 2
+
+// usage is a usage error (exit code 2) saying what is wrong.
+func usage(format string, a ...any) error {
+	return &exitError{code: exitUsage, err: fmt.Errorf(format, a...)}
+}
+
 // exitError carries a specific exit code out of a command.
 type exitError struct {
 	code int

@@ -33,6 +33,12 @@ has positions per shard: --shard names the shard, whose segments are found throu
 (FIRST and LAST are that shard's positions in each segment; size and time are not read).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if after < 0 {
+				return usage("--after %d: want a position >= 0", after)
+			}
+			if limit < 1 {
+				return usage("--limit %d: want at least 1", limit)
+			}
 			d, sh, closeFn, err := openShardStore(cmd, openReadStoreDeps, shard, true)
 			if err != nil {
 				return err
@@ -81,6 +87,9 @@ events; the cursor to resume after is printed last, on stderr ("cursor: …").`,
   sluice store cat --event-id 2f1c…`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := catFlagsValid(cmd, from, to, fromSeq, toSeq, most); err != nil {
+				return err
+			}
 			st, closeFn, err := openReadStore(cmd)
 			if err != nil {
 				return err
@@ -88,6 +97,9 @@ events; the cursor to resume after is printed last, on stderr ("cursor: …").`,
 			defer closeFn()
 			ctx := cmd.Context()
 			byCursor := cmd.Flags().Changed("cursor") || (st.Shards() > 1 && eventID == "" && aggID == "")
+			if !byCursor && cmd.Flags().Changed("limit") {
+				return usage("--limit bounds a read by --cursor (or of a store of several shards); with --event-id, --aggregate-id or --from/--to it does not apply")
+			}
 			if byCursor && (cmd.Flags().Changed("from") || cmd.Flags().Changed("to")) {
 				if st.Shards() > 1 {
 					return fmt.Errorf("--from/--to name positions of a store of one shard; this store has %d shards: read it by --cursor", st.Shards())
@@ -145,6 +157,36 @@ events; the cursor to resume after is printed last, on stderr ("cursor: …").`,
 	f.StringVar(&cursor, "cursor", "", "read the log after this cursor (a store of several shards: v1.N.P0.…; default the beginning)")
 	f.IntVar(&most, "limit", 0, "most events to print with --cursor (0: up to where every shard is settled)")
 	return cmd
+}
+
+// catFlagsValid refuses values of store cat's flags it could not honour
+// (they were read as given or ignored: --from -1 printed from the start):
+// a usage error naming the flag.
+func catFlagsValid(cmd *cobra.Command, from, to, fromSeq, toSeq int64, most int) error {
+	f := cmd.Flags()
+	aggID, _ := f.GetString("aggregate-id")
+	switch {
+	case from < 1:
+		return usage("--from %d: want a position >= 1", from)
+	case to < 0:
+		return usage("--to %d: want a position >= 1 (0: the head)", to)
+	case to > 0 && to < from:
+		return usage("--to %d is before --from %d", to, from)
+	case fromSeq < 1:
+		return usage("--from-seq %d: want a sequence number >= 1", fromSeq)
+	case toSeq < 0:
+		return usage("--to-seq %d: want a sequence number >= 1 (0: open)", toSeq)
+	case most < 0:
+		return usage("--limit %d: want 0 (up to where every shard is settled) or more", most)
+	}
+	if aggID == "" {
+		for _, name := range []string{"from-seq", "to-seq", "kind"} {
+			if f.Changed(name) {
+				return usage("--%s applies with --aggregate-id only", name)
+			}
+		}
+	}
+	return nil
 }
 
 // catByCursor prints the log after cursor (the beginning when empty), at

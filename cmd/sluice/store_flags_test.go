@@ -1,0 +1,48 @@
+package main
+
+import (
+	"testing"
+
+	"github.com/sluicehq/sluice/internal/testenv"
+)
+
+// store cat and store segments refuse a flag they cannot honour with a
+// usage error (exit code 2) naming it: --limit without a read by cursor
+// was ignored, --from -1 read from the start, --after -5 listed every
+// segment. The flags they honour still work.
+func TestStoreFlagRefusals(t *testing.T) {
+	url, _ := testenv.NewMigratedDatabase(t)
+	setEnvConfig(t, map[string]string{"DATABASE_URL": url, "EVENT_STORE_BACKEND": "file", "EVENT_STORE_FILE_DIR": t.TempDir()})
+	cases := []struct {
+		name string
+		args []string
+		code int
+		says string
+	}{
+		{"cat --limit without --cursor", []string{"store", "cat", "--limit", "5"}, exitUsage, "--limit bounds a read by --cursor"},
+		{"cat --limit with --from", []string{"store", "cat", "--from", "1", "--limit", "5"}, exitUsage, "--limit"},
+		{"cat --limit with --event-id", []string{"store", "cat", "--event-id", "x", "--limit", "5"}, exitUsage, "--limit"},
+		{"cat --from -1", []string{"store", "cat", "--from", "-1"}, exitUsage, "--from -1"},
+		{"cat --from 0", []string{"store", "cat", "--from", "0"}, exitUsage, "--from 0"},
+		{"cat --to -2", []string{"store", "cat", "--to", "-2"}, exitUsage, "--to -2"},
+		{"cat --to before --from", []string{"store", "cat", "--from", "5", "--to", "3"}, exitUsage, "before --from"},
+		{"cat --limit -1", []string{"store", "cat", "--cursor", "", "--limit", "-1"}, exitUsage, "--limit -1"},
+		{"cat --from-seq 0", []string{"store", "cat", "--aggregate-type", "T", "--aggregate-id", "a", "--from-seq", "0"}, exitUsage, "--from-seq 0"},
+		{"cat --to-seq -1", []string{"store", "cat", "--aggregate-type", "T", "--aggregate-id", "a", "--to-seq", "-1"}, exitUsage, "--to-seq -1"},
+		{"cat --kind without --aggregate-id", []string{"store", "cat", "--kind", "domain"}, exitUsage, "--kind applies with --aggregate-id"},
+		{"segments --after -5", []string{"store", "segments", "--after", "-5"}, exitUsage, "--after -5"},
+		{"segments --limit 0", []string{"store", "segments", "--limit", "0"}, exitUsage, "--limit 0"},
+		{"cat --cursor --limit", []string{"store", "cat", "--cursor", "", "--limit", "5"}, 0, "0 events"},
+		{"cat --from --to", []string{"store", "cat", "--from", "1", "--to", "3"}, 0, ""},
+		{"segments --after 0", []string{"store", "segments", "--after", "0"}, 0, "0 segments"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			out, errOut, err := run(t, c.args...)
+			if c.code != 0 && exitCode(err) != c.code {
+				t.Fatalf("exit %d (%v), want %d", exitCode(err), err, c.code)
+			}
+			checkGuardStep(t, c.name, out+errOut, err, c.code, c.says)
+		})
+	}
+}
