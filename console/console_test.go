@@ -108,8 +108,8 @@ func TestProjectionBodiesReadBySnakeCaseNames(t *testing.T) {
 	}
 	js := string(b)
 	// The Go field names of projectionworker.IndexInfo, Progress, Summary
-	// and Lag, read as a property of a value.
-	goNames := regexp.MustCompile(`\b[a-z]\w*\??\.(Index|Scope|Version|Live|ReadAlias|Docs|RefreshInterval|Replicas|Phase|Projection|Lag|Elapsed|From|To|Scopes|OldReplicas|Committed|End|Behind)\b`)
+	// and Lag, and of relay.ParkedRecord, read as a property of a value.
+	goNames := regexp.MustCompile(`\b[a-z]\w*\??\.(Index|Scope|Version|Live|ReadAlias|Docs|RefreshInterval|Replicas|Phase|Projection|Lag|Elapsed|From|To|Scopes|OldReplicas|Committed|End|Behind|Relay|Shard|Position|EventID|Topic|Reason|Error|Attempts|ParkedAt|State|SegmentKey|EnvelopeBytes|ResolvedAt|ResolvedTopic)\b`)
 	for _, tc := range []struct{ name, read string }{
 		{"no Go field name", ""},
 		{"rollback preview: index name", `i.index + " v" + i.version + (i.live ? " (live)" : "")`},
@@ -118,6 +118,8 @@ func TestProjectionBodiesReadBySnakeCaseNames(t *testing.T) {
 		{"job summary lag", `const lag = sum.lag || {};`},
 		{"job progress", `(p.phase || "") + " · " + (lag.end - lag.lag || 0) + "/" + (lag.end || 0)`},
 		{"job progress lag", `const lag = p.lag || {};`},
+		{"parked row", `el("tr", { "data-position": p.position, "data-state": p.state }`},
+		{"parked row: event and time", `p.event_id ? el("a"`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if tc.read == "" {

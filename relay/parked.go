@@ -58,29 +58,52 @@ var (
 )
 
 // ParkedRecord is one row of sluice.relay_parked: the Kafka record the
-// relay could not publish, why, and what became of it.
+// relay could not publish, why, and what became of it. Its JSON (the
+// admin API's parked list) uses snake_case names like every other body;
+// bytes (key, envelope, header values) are base64, as encoding/json writes
+// them, and the resolution fields are left out while the row is parked.
 type ParkedRecord struct {
-	Relay string
+	Relay string `json:"relay"`
 	// Shard is the shard of Position (0 in a store of one shard).
-	Shard    int
-	Position int64
-	EventID  string
-	Topic    string
-	Key      []byte
-	Headers  []kgo.RecordHeader
+	Shard    int                `json:"shard"`
+	Position int64              `json:"position"`
+	EventID  string             `json:"event_id"`
+	Topic    string             `json:"topic"`
+	Key      []byte             `json:"key"`
+	Headers  []kgo.RecordHeader `json:"-"` // as ParkedHeader in MarshalJSON
 	// Envelope is the stored line, byte for byte (the record's value). List
 	// leaves it nil and sets EnvelopeBytes only.
-	Envelope      []byte
-	EnvelopeBytes int
+	Envelope      []byte `json:"envelope,omitempty"`
+	EnvelopeBytes int    `json:"envelope_bytes"`
 	// SegmentKey is the segment the line is stored in.
-	SegmentKey    string
-	Reason        string
-	Error         string
-	Attempts      int
-	ParkedAt      time.Time
-	State         string
-	ResolvedAt    time.Time // zero while parked
-	ResolvedTopic string    // the topic a republish produced to
+	SegmentKey    string    `json:"segment_key"`
+	Reason        string    `json:"reason"`
+	Error         string    `json:"error"`
+	Attempts      int       `json:"attempts"`
+	ParkedAt      time.Time `json:"parked_at"`
+	State         string    `json:"state"`
+	ResolvedAt    time.Time `json:"resolved_at,omitzero"`     // zero while parked
+	ResolvedTopic string    `json:"resolved_topic,omitempty"` // the topic a republish produced to
+}
+
+// ParkedHeader is a parked record's header in its JSON form.
+type ParkedHeader struct {
+	Key   string `json:"key"`
+	Value []byte `json:"value"`
+}
+
+// MarshalJSON writes p with its headers as ParkedHeader objects (franz-go's
+// RecordHeader has no JSON names of its own).
+func (p ParkedRecord) MarshalJSON() ([]byte, error) {
+	type plain ParkedRecord // without this method
+	hs := make([]ParkedHeader, len(p.Headers))
+	for i, h := range p.Headers {
+		hs[i] = ParkedHeader{Key: h.Key, Value: h.Value}
+	}
+	return json.Marshal(struct {
+		plain
+		Headers []ParkedHeader `json:"headers"`
+	}{plain(p), hs})
 }
 
 // Record returns the Kafka record to produce (to topic when non-empty,

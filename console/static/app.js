@@ -967,13 +967,13 @@ async function showParked() {
     const list = (await admin.parked($("#parked-state").value)) || [];
     body.replaceChildren(list.length ? el("table", { class: "parked" },
       el("thead", {}, el("tr", {}, ["position", "event", "topic", "reason", "error", "attempts", "parked at", "state", ""].map((c) => el("th", {}, c)))),
-      el("tbody", {}, list.map((p) => el("tr", { "data-position": p.Position, "data-state": p.State },
-        el("td", { class: "num" }, p.Position), el("td", {}, p.EventID ? el("a", { href: "#/trace/" + encodeURIComponent(p.EventID) }, p.EventID) : ""),
-        el("td", {}, p.Topic), el("td", {}, p.Reason), el("td", {}, String(p.Error || "").slice(0, 160)), el("td", { class: "num" }, p.Attempts),
-        el("td", {}, fmtTime(p.ParkedAt)), el("td", {}, badge(p.State)),
-        el("td", {}, p.State === "parked" ? [
-          el("button", { class: "small republish", type: "button", onclick: () => resolveParked(p.Position, "republish") }, "Republish…"), " ",
-          el("button", { class: "small drop", type: "button", onclick: () => resolveParked(p.Position, "drop") }, "Drop…")] : "")))))
+      el("tbody", {}, list.map((p) => el("tr", { "data-position": p.position, "data-state": p.state },
+        el("td", { class: "num" }, p.position), el("td", {}, p.event_id ? el("a", { href: "#/trace/" + encodeURIComponent(p.event_id) }, p.event_id) : ""),
+        el("td", {}, p.topic), el("td", {}, p.reason), el("td", {}, String(p.error || "").slice(0, 160)), el("td", { class: "num" }, p.attempts),
+        el("td", {}, fmtTime(p.parked_at)), el("td", {}, badge(p.state)),
+        el("td", {}, p.state === "parked" ? [
+          el("button", { class: "small republish", type: "button", onclick: () => resolveParked(p.position, "republish") }, "Republish…"), " ",
+          el("button", { class: "small drop", type: "button", onclick: () => resolveParked(p.position, "drop") }, "Drop…")] : "")))))
       : el("p", { class: "muted" }, "No parked records."));
   } catch (err) {
     body.replaceChildren();
