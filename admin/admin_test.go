@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -190,6 +191,45 @@ func TestAuditFailureSaysWhatRan(t *testing.T) {
 				t.Errorf("group paused %v (%v), want %v", st.Paused, err, c.paused)
 			}
 		})
+	}
+}
+
+// A pause must work while Kafka is out: when the group cannot be looked
+// up there (here: no broker listens), the flag of a group this process
+// does not configure is set all the same, as docs/console.md says; only a
+// group Kafka answers is unknown is refused.
+func TestPauseWhileKafkaIsOut(t *testing.T) {
+	ctx := context.Background()
+	_, pool := testenv.NewMigratedDatabase(t)
+	reg, err := registry.New(registry.Config{Owner: "t"}, registry.Deps{Pool: pool})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	nobody := ln.Addr().String()
+	ln.Close() // nothing listens there: every connection is refused
+	cfg, err := sluiceconfig.Load(map[string]string{"KAFKA_BROKERS": nobody})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv, err := admin.New(admin.Config{Process: cfg, OperatorToken: opToken}, admin.Deps{Pool: pool, Registry: reg})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const group = "sluice.not-configured-here"
+	req := httptest.NewRequest("POST", "/admin/v1/consumers/"+group+"/pause", strings.NewReader(`{"reason":"kafka is out"}`))
+	req.Header.Set("Authorization", "Bearer "+opToken)
+	req.Header.Set("Content-Type", "application/json")
+	w := httptest.NewRecorder()
+	srv.ServeHTTP(w, req)
+	if w.Code != http.StatusOK {
+		t.Fatalf("pause while Kafka is out: %d %s, want 200", w.Code, w.Body)
+	}
+	if st, err := reg.GroupPaused(ctx, group); err != nil || !st.Paused {
+		t.Errorf("group paused %v (%v), want true", st.Paused, err)
 	}
 }
 

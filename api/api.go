@@ -272,8 +272,6 @@ func withDefaultLimits(l envelope.Limits) envelope.Limits { return l.WithDefault
 // ServeHTTP serves a request through the API's layers (middleware.go).
 func (s *server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.handler.ServeHTTP(w, r) }
 
-// route is the innermost layer: the router, with its own 404/405 turned
-// into JSON error bodies.
 // checkQuery refuses a /v1 query string the handlers would misread, naming
 // the parameter: a pair that does not decode (a bad %-escape, a ';' —
 // url.Values drops such a pair silently, so ?aggregate_type=Order;x read
@@ -295,6 +293,10 @@ func checkQuery(raw string) *Error {
 			return badParam(name, "%s=%s does not decode: percent-encode '%%' as %%25 and ';' as %%3B", name, v)
 		}
 		if seen[name] {
+			if name == "" {
+				// No name to report: field names the query string.
+				return badParam("query", "a query parameter without a name (%q) is given twice", part)
+			}
 			return badParam(name, "%s must be given once", name)
 		}
 		seen[name] = true
@@ -302,6 +304,8 @@ func checkQuery(raw string) *Error {
 	return nil
 }
 
+// route is the innermost layer: the router, with its own 404/405 turned
+// into JSON error bodies.
 func (s *server) route(w http.ResponseWriter, r *http.Request) {
 	if pattern := routeOf(r).pattern; pattern != "" {
 		if e := checkPathText(pattern, r.URL.EscapedPath()); e != nil {

@@ -27,6 +27,8 @@ func TestQueryStringRefusals(t *testing.T) {
 		{"a good filter", "/v1/log?aggregate_type=Device&limit=1", 200, ""},
 		{"an unknown parameter", devicePath + "?limit=1&x=1", 200, ""},
 		{"an escaped ';'", "/v1/log?aggregate_type=Device%3Bx", 400, "aggregate_type"},
+		// A pair without a name has no name to report: field is "query".
+		{"a nameless pair twice", "/v1/log?=1&=2", 400, "query"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
