@@ -320,7 +320,7 @@ func (s *Server) groupPause(pause bool) func(*http.Request, []byte) (Action, err
 		group := r.PathValue("group")
 		a := Action{Target: "group " + group, DryRun: req.DryRun}
 		if !req.AllowNew {
-			if err := s.checkPauseGroup(r.Context(), group, pause); err != nil {
+			if err := s.checkPauseGroup(r.Context(), group); err != nil {
 				return a, atField("group", err)
 			}
 		}
@@ -357,10 +357,11 @@ func (s *Server) planRollback(ctx context.Context, name string, a *Action, dryRu
 // checkPauseGroup refuses, as sluice consumer pause|resume does, a group
 // that is neither configured here (Workers) nor known to Kafka, naming the
 // nearest that is (404): a mistyped group would otherwise get a durable
-// flag no worker reads. A group whose flag is set may always be resumed.
+// flag no worker reads. A group whose flag is set may always be paused
+// again or resumed.
 // When Kafka cannot be asked within a few seconds the flag is set all the
 // same: a pause must work while Kafka is out.
-func (s *Server) checkPauseGroup(ctx context.Context, group string, pause bool) error {
+func (s *Server) checkPauseGroup(ctx context.Context, group string) error {
 	configured := make([]string, 0, len(s.opts.Workers))
 	for _, w := range s.opts.Workers {
 		if w.Group == group {
@@ -368,10 +369,10 @@ func (s *Server) checkPauseGroup(ctx context.Context, group string, pause bool) 
 		}
 		configured = append(configured, w.Group)
 	}
-	if !pause {
-		if st, err := s.opts.Registry.GroupPaused(ctx, group); err == nil && st.Paused {
-			return nil
-		}
+	// A group whose flag is set was named on purpose once: it may be
+	// paused again (idempotent) or resumed without allow_new.
+	if st, err := s.opts.Registry.GroupPaused(ctx, group); err == nil && st.Paused {
+		return nil
 	}
 	adm, closeFn, err := s.kadm()
 	if err != nil {

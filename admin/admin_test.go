@@ -642,6 +642,7 @@ func TestAdminAPI(t *testing.T) {
 			{"reset of a mistyped topic", "/admin/v1/consumers/" + iwGroup + "/reset", map[string]any{"to": "earliest", "topic": strings.TrimSuffix(cmds, "s"), "dry_run": true}, 404, "topic", cmds},
 			{"reset to a bad target", "/admin/v1/consumers/" + iwGroup + "/reset", map[string]any{"to": "yesterday", "dry_run": true}, 400, "to", "yesterday"},
 			{"pause of a new group with allow_new", "/admin/v1/consumers/new-group/pause", map[string]any{"allow_new": true}, 200, "", ""},
+			{"pause again of a flagged group, without allow_new", "/admin/v1/consumers/new-group/pause", map[string]any{}, 200, "", ""},
 			{"resume of a flagged group", "/admin/v1/consumers/new-group/resume", map[string]any{}, 200, "", ""},
 		}
 		for _, c := range cases {

@@ -41,13 +41,10 @@ the change it would make.`,
 				return err
 			}
 			defer closeFn()
-			// A group whose flag is set can always be resumed, however
-			// it got its flag.
-			flagged := false
-			if !pause {
-				st, err := reg.GroupPaused(cmd.Context(), group)
-				flagged = err == nil && st.Paused
-			}
+			// A group whose flag is set can always be paused again
+			// (idempotent) or resumed, however it got its flag.
+			st, err := reg.GroupPaused(cmd.Context(), group)
+			flagged := err == nil && st.Paused
 			if !allowNew && !flagged {
 				if err := checkPauseGroup(cmd, group); err != nil {
 					return err

@@ -45,6 +45,7 @@ func TestNotFoundNamesTheNearest(t *testing.T) {
 			`consumer group "` + worker + `" not found (no worker has joined it and it has no committed offsets; pass --allow-new to set the flag before its workers start); did you mean "` + group + `"?`},
 		{"pause of a group that exists", []string{"consumer", "pause", "--group", group}, ""},
 		{"pause of a new group with --allow-new", []string{"consumer", "pause", "--group", worker + "-new", "--allow-new", "--yes"}, ""},
+		{"pause again of a flagged group needs no --allow-new", []string{"consumer", "pause", "--group", worker + "-new", "--yes"}, ""},
 		{"resume of a flagged group needs no --allow-new", []string{"consumer", "resume", "--group", worker + "-new", "--yes"}, ""},
 		{"projection status of a typo", []string{"projection", "status", "histroy"},
 			`projection "histroy" not found (known: instances, history); did you mean "history"?`},
