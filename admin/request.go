@@ -7,31 +7,16 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+
+	"github.com/sluicehq/sluice/shared/querycheck"
 )
 
-// checkQuery refuses a query string the handlers would misread, naming
-// the parameter (the rule of the command API's /v1 routes): a pair that
-// does not decode (a bad %-escape, a ';' — url.Values drops such a pair
-// silently, so ?limit=%ZZ read the default) and a parameter given twice
-// (the handlers read the first; every parameter takes one value).
+// checkQuery refuses a query string the handlers would misread
+// (querycheck.Check, the rule of the command API's /v1 routes), naming the
+// parameter.
 func checkQuery(raw string) error {
-	seen := map[string]bool{}
-	for part := range strings.SplitSeq(raw, "&") {
-		if part == "" {
-			continue
-		}
-		k, v, _ := strings.Cut(part, "=")
-		name, err := url.QueryUnescape(k)
-		if err != nil || strings.Contains(k, ";") {
-			return atField("query", invalid("query parameter name %q does not decode: percent-encode '%%' as %%25 and ';' as %%3B", k))
-		}
-		if _, err := url.QueryUnescape(v); err != nil || strings.Contains(v, ";") {
-			return atField(name, invalid("%s=%s does not decode: percent-encode '%%' as %%25 and ';' as %%3B", name, v))
-		}
-		if seen[name] {
-			return atField(name, invalid("%s must be given once", name))
-		}
-		seen[name] = true
+	if e := querycheck.Check(raw); e != nil {
+		return atField(e.Field, invalid("%s", e.Message))
 	}
 	return nil
 }

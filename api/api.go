@@ -22,6 +22,7 @@ import (
 	"github.com/sluicehq/sluice/shared/config"
 	"github.com/sluicehq/sluice/shared/envelope"
 	"github.com/sluicehq/sluice/shared/observability"
+	"github.com/sluicehq/sluice/shared/querycheck"
 	"github.com/sluicehq/sluice/shared/tracing"
 )
 
@@ -272,34 +273,11 @@ func withDefaultLimits(l envelope.Limits) envelope.Limits { return l.WithDefault
 // ServeHTTP serves a request through the API's layers (middleware.go).
 func (s *server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.handler.ServeHTTP(w, r) }
 
-// checkQuery refuses a /v1 query string the handlers would misread, naming
-// the parameter: a pair that does not decode (a bad %-escape, a ';' —
-// url.Values drops such a pair silently, so ?aggregate_type=Order;x read
-// the whole log and ?limit=%ZZ the default page), and a parameter given
-// twice (the handlers read the first; every parameter of the API takes
-// one value).
+// checkQuery refuses a /v1 query string the handlers would misread
+// (querycheck.Check), as 400 invalid_parameter naming the parameter.
 func checkQuery(raw string) *Error {
-	seen := map[string]bool{}
-	for part := range strings.SplitSeq(raw, "&") {
-		if part == "" {
-			continue
-		}
-		k, v, _ := strings.Cut(part, "=")
-		name, err := url.QueryUnescape(k)
-		if err != nil || strings.Contains(k, ";") {
-			return badParam("query", "query parameter name %q does not decode: percent-encode '%%' as %%25 and ';' as %%3B", k)
-		}
-		if _, err := url.QueryUnescape(v); err != nil || strings.Contains(v, ";") {
-			return badParam(name, "%s=%s does not decode: percent-encode '%%' as %%25 and ';' as %%3B", name, v)
-		}
-		if seen[name] {
-			if name == "" {
-				// No name to report: field names the query string.
-				return badParam("query", "a query parameter without a name (%q) is given twice", part)
-			}
-			return badParam(name, "%s must be given once", name)
-		}
-		seen[name] = true
+	if e := querycheck.Check(raw); e != nil {
+		return badParam(e.Field, "%s", e.Message)
 	}
 	return nil
 }

@@ -92,51 +92,7 @@ func TestProjectionCommands(t *testing.T) {
 // creating anything, and with --yes builds fresh v4 indices and swaps to
 // them.
 func TestProjectionRebuildGuard(t *testing.T) {
-	ctx := context.Background()
-	url, _ := testenv.NewMigratedDatabase(t)
-	kafka := testenv.NewKafka(t)
-	ts := httptest.NewServer(esserver.New())
-	t.Cleanup(ts.Close)
-	events := testenv.UniqueName("events-")
-	t.Setenv("DATABASE_URL", url)
-	t.Setenv("ELASTICSEARCH_URLS", ts.URL)
-	t.Setenv("KAFKA_BROKERS", strings.Join(kafka.Brokers, ","))
-	t.Setenv("EVENTS_TOPIC", events)
-	es, err := elasticsearch.NewClient(elasticsearch.Config{Addresses: []string{ts.URL}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	publishInstanceCreated(t, kafka.Brokers, events)
-	if _, err := readmodel.EnsureIndex(ctx, es, "sluice_", "shop", 1); err != nil {
-		t.Fatal(err)
-	}
-	p, err := projectionworker.Lookup("instances")
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, v := range []int{2, 3} {
-		res, err := es.Indices.Create(projectionworker.IndexNames("sluice_", "shop", "instances", v).Index)
-		if err != nil || res.IsError() {
-			t.Fatalf("create v%d: %v %v", v, err, res)
-		}
-		res.Body.Close()
-	}
-	if _, err := projectionworker.SwapAliases(ctx, es, "sluice_", p, 2); err != nil {
-		t.Fatal(err)
-	}
-	live := func() (versions string) {
-		idx, err := projectionworker.Indices(ctx, es, "sluice_", "instances")
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, i := range idx {
-			versions += fmt.Sprintf("v%d", i.Version)
-			if i.Live {
-				versions += "*"
-			}
-		}
-		return versions
-	}
+	live := instancesVersions(t, 2, 3)
 	steps := []struct {
 		name     string
 		args     []string
@@ -167,49 +123,7 @@ func TestProjectionRebuildGuard(t *testing.T) {
 // it is refused (exit 7) even with --yes and on --dry-run. It used to swap
 // at once, with neither a dry run nor a confirmation.
 func TestProjectionRollbackGuard(t *testing.T) {
-	ctx := context.Background()
-	url, _ := testenv.NewMigratedDatabase(t)
-	kafka := testenv.NewKafka(t)
-	ts := httptest.NewServer(esserver.New())
-	t.Cleanup(ts.Close)
-	events := testenv.UniqueName("events-")
-	t.Setenv("DATABASE_URL", url)
-	t.Setenv("ELASTICSEARCH_URLS", ts.URL)
-	t.Setenv("KAFKA_BROKERS", strings.Join(kafka.Brokers, ","))
-	t.Setenv("EVENTS_TOPIC", events)
-	es, err := elasticsearch.NewClient(elasticsearch.Config{Addresses: []string{ts.URL}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	publishInstanceCreated(t, kafka.Brokers, events)
-	if _, err := readmodel.EnsureIndex(ctx, es, "sluice_", "shop", 1); err != nil {
-		t.Fatal(err)
-	}
-	p, err := projectionworker.Lookup("instances")
-	if err != nil {
-		t.Fatal(err)
-	}
-	res, err := es.Indices.Create(projectionworker.IndexNames("sluice_", "shop", "instances", 2).Index)
-	if err != nil || res.IsError() {
-		t.Fatalf("create v2: %v %v", err, res)
-	}
-	res.Body.Close()
-	if _, err := projectionworker.SwapAliases(ctx, es, "sluice_", p, 2); err != nil {
-		t.Fatal(err)
-	}
-	live := func() (versions string) {
-		idx, err := projectionworker.Indices(ctx, es, "sluice_", "instances")
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, i := range idx {
-			versions += fmt.Sprintf("v%d", i.Version)
-			if i.Live {
-				versions += "*"
-			}
-		}
-		return versions
-	}
+	live := instancesVersions(t, 2)
 	// planJSON checks the --json plan: the admin API's dry run, with the
 	// projection named.
 	planJSON := func(t *testing.T, out string) {
@@ -272,4 +186,59 @@ func TestProjectionRollbackGuard(t *testing.T) {
 			}
 		})
 	}
+}
+
+// instancesVersions sets up what the projection guard tests run the CLI
+// against (a migrated database, Kafka with an instance event, an
+// Elasticsearch test server, the instances projection's v1 indices), adds
+// the indices of versions (each above 1), makes v2 live, and returns a
+// function listing the versions ("v1v2*v3": * marks the live one).
+func instancesVersions(t *testing.T, versions ...int) func() string {
+	t.Helper()
+	ctx := context.Background()
+	url, _ := testenv.NewMigratedDatabase(t)
+	kafka := testenv.NewKafka(t)
+	ts := httptest.NewServer(esserver.New())
+	t.Cleanup(ts.Close)
+	events := testenv.UniqueName("events-")
+	t.Setenv("DATABASE_URL", url)
+	t.Setenv("ELASTICSEARCH_URLS", ts.URL)
+	t.Setenv("KAFKA_BROKERS", strings.Join(kafka.Brokers, ","))
+	t.Setenv("EVENTS_TOPIC", events)
+	es, err := elasticsearch.NewClient(elasticsearch.Config{Addresses: []string{ts.URL}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	publishInstanceCreated(t, kafka.Brokers, events)
+	if _, err := readmodel.EnsureIndex(ctx, es, "sluice_", "shop", 1); err != nil {
+		t.Fatal(err)
+	}
+	p, err := projectionworker.Lookup("instances")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, v := range versions {
+		res, err := es.Indices.Create(projectionworker.IndexNames("sluice_", "shop", "instances", v).Index)
+		if err != nil || res.IsError() {
+			t.Fatalf("create v%d: %v %v", v, err, res)
+		}
+		res.Body.Close()
+	}
+	if _, err := projectionworker.SwapAliases(ctx, es, "sluice_", p, 2); err != nil {
+		t.Fatal(err)
+	}
+	live := func() (versions string) {
+		idx, err := projectionworker.Indices(ctx, es, "sluice_", "instances")
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, i := range idx {
+			versions += fmt.Sprintf("v%d", i.Version)
+			if i.Live {
+				versions += "*"
+			}
+		}
+		return versions
+	}
+	return live
 }
