@@ -16,15 +16,7 @@ import (
 // default, ?limit=-5 too), a flag that is neither true nor false, a pair
 // that does not decode, a parameter given twice. Good values are served.
 func TestQueryParameterRefusals(t *testing.T) {
-	_, pool := testenv.NewMigratedDatabase(t)
-	reg, err := registry.New(registry.Config{Owner: "t"}, registry.Deps{Pool: pool})
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv, err := admin.New(admin.Config{Process: mustConfig(t), OperatorToken: opToken, ReadToken: readToken}, admin.Deps{Pool: pool, Registry: reg})
-	if err != nil {
-		t.Fatal(err)
-	}
+	srv := newTokenServer(t)
 	cases := []struct {
 		name, target string
 		status       int
@@ -77,15 +69,7 @@ func TestQueryParameterRefusals(t *testing.T) {
 // and audited; application/json (with charset=utf-8 or not) reaches the
 // action, and an empty body needs no Content-Type.
 func TestActionBodyMediaType(t *testing.T) {
-	_, pool := testenv.NewMigratedDatabase(t)
-	reg, err := registry.New(registry.Config{Owner: "t"}, registry.Deps{Pool: pool})
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv, err := admin.New(admin.Config{Process: mustConfig(t), OperatorToken: opToken, ReadToken: readToken}, admin.Deps{Pool: pool, Registry: reg})
-	if err != nil {
-		t.Fatal(err)
-	}
+	srv := newTokenServer(t)
 	do := func(method, target, contentType, body string) (int, map[string]any) {
 		req := httptest.NewRequest(method, target, strings.NewReader(body))
 		req.Header.Set("Authorization", "Bearer "+opToken)
@@ -138,4 +122,20 @@ func TestActionBodyMediaType(t *testing.T) {
 			}
 		})
 	}
+}
+
+// newTokenServer is an admin server on a fresh database with both tokens
+// (opToken, readToken) and nothing but the registry behind it.
+func newTokenServer(t *testing.T) *admin.Server {
+	t.Helper()
+	_, pool := testenv.NewMigratedDatabase(t)
+	reg, err := registry.New(registry.Config{Owner: "t"}, registry.Deps{Pool: pool})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv, err := admin.New(admin.Config{Process: mustConfig(t), OperatorToken: opToken, ReadToken: readToken}, admin.Deps{Pool: pool, Registry: reg})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return srv
 }

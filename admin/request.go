@@ -1,21 +1,19 @@
 package admin
 
 import (
-	"fmt"
-	"mime"
+	"errors"
 	"net/http"
 	"net/url"
 	"strconv"
-	"strings"
 
-	"github.com/sluicehq/sluice/shared/querycheck"
+	"github.com/sluicehq/sluice/shared/httpcheck"
 )
 
 // checkQuery refuses a query string the handlers would misread
-// (querycheck.Check, the rule of the command API's /v1 routes), naming the
+// (httpcheck.Query, the rule of the command API's /v1 routes), naming the
 // parameter.
 func checkQuery(raw string) error {
-	if e := querycheck.Check(raw); e != nil {
+	if e := httpcheck.Query(raw); e != nil {
 		return atField(e.Field, invalid("%s", e.Message))
 	}
 	return nil
@@ -61,22 +59,8 @@ func checkMediaType(r *http.Request, body []byte) error {
 	if len(body) == 0 {
 		return nil
 	}
-	const want = "application/json"
-	ct := r.Header.Get("Content-Type")
-	if ct == "" {
-		return atField("Content-Type", kind(errUnsupportedMedia, fmt.Errorf("a request with a body needs Content-Type: %s", want)))
-	}
-	mt, params, err := mime.ParseMediaType(ct)
-	if err != nil {
-		return atField("Content-Type", kind(errUnsupportedMedia, fmt.Errorf("Content-Type %q cannot be parsed; want %s", ct, want)))
-	}
-	for k, v := range params {
-		if k != "charset" || !strings.EqualFold(v, "utf-8") {
-			return atField("Content-Type", kind(errUnsupportedMedia, fmt.Errorf("Content-Type parameter %s=%s is not supported (only charset=utf-8)", k, v)))
-		}
-	}
-	if mt != want {
-		return atField("Content-Type", kind(errUnsupportedMedia, fmt.Errorf("Content-Type %s is not supported; want %s", mt, want)))
+	if e := httpcheck.MediaType(r.Header.Get("Content-Type"), "application/json"); e != nil {
+		return atField(e.Field, kind(errUnsupportedMedia, errors.New(e.Message)))
 	}
 	return nil
 }

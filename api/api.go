@@ -21,8 +21,8 @@ import (
 	"github.com/sluicehq/sluice/shared/claim"
 	"github.com/sluicehq/sluice/shared/config"
 	"github.com/sluicehq/sluice/shared/envelope"
+	"github.com/sluicehq/sluice/shared/httpcheck"
 	"github.com/sluicehq/sluice/shared/observability"
-	"github.com/sluicehq/sluice/shared/querycheck"
 	"github.com/sluicehq/sluice/shared/tracing"
 )
 
@@ -274,9 +274,9 @@ func withDefaultLimits(l envelope.Limits) envelope.Limits { return l.WithDefault
 func (s *server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.handler.ServeHTTP(w, r) }
 
 // checkQuery refuses a /v1 query string the handlers would misread
-// (querycheck.Check), as 400 invalid_parameter naming the parameter.
+// (httpcheck.Query), as 400 invalid_parameter naming the parameter.
 func checkQuery(raw string) *Error {
-	if e := querycheck.Check(raw); e != nil {
+	if e := httpcheck.Query(raw); e != nil {
 		return badParam(e.Field, "%s", e.Message)
 	}
 	return nil

@@ -5,12 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"mime"
 	"net/http"
 	"strconv"
 	"strings"
 
 	"github.com/sluicehq/sluice/shared/envelope"
+	"github.com/sluicehq/sluice/shared/httpcheck"
 )
 
 // fieldBody is the field of a refusal of the request body as a whole (not
@@ -49,26 +49,10 @@ func bodyTooLarge(limit int64) *Error {
 // checkMediaType accepts a Content-Type naming one of allowed, with no
 // parameter other than charset=utf-8.
 func checkMediaType(r *http.Request, allowed ...string) *Error {
-	ct := r.Header.Get("Content-Type")
-	want := strings.Join(allowed, " or ")
-	if ct == "" {
-		return newError(http.StatusUnsupportedMediaType, CodeUnsupportedMediaType, "Content-Type", "Content-Type is required: %s", want)
+	if e := httpcheck.MediaType(r.Header.Get("Content-Type"), allowed...); e != nil {
+		return newError(http.StatusUnsupportedMediaType, CodeUnsupportedMediaType, e.Field, "%s", e.Message)
 	}
-	mt, params, err := mime.ParseMediaType(ct)
-	if err != nil {
-		return newError(http.StatusUnsupportedMediaType, CodeUnsupportedMediaType, "Content-Type", "Content-Type %q cannot be parsed; want %s", ct, want)
-	}
-	for k, v := range params {
-		if k != "charset" || !strings.EqualFold(v, "utf-8") {
-			return newError(http.StatusUnsupportedMediaType, CodeUnsupportedMediaType, "Content-Type", "Content-Type parameter %s=%s is not supported (only charset=utf-8)", k, v)
-		}
-	}
-	for _, a := range allowed {
-		if mt == a {
-			return nil
-		}
-	}
-	return newError(http.StatusUnsupportedMediaType, CodeUnsupportedMediaType, "Content-Type", "Content-Type %s is not supported here; want %s", mt, want)
+	return nil
 }
 
 // depthRule says how deep a request document may nest: the user's data
