@@ -141,7 +141,7 @@ func checkBulkPromises(t *testing.T, srv http.Handler, rec *httptest.ResponseRec
 	}
 	perIndex := map[string]int{}
 	for _, k := range order {
-		get := serve(srv, http.MethodGet, "/"+url.PathEscape(k.index)+"/_doc/"+url.PathEscape(k.id), "")
+		get := serve(srv, http.MethodGet, "/"+url.PathEscape(k.index)+"/_doc/"+pathSegment(k.id), "")
 		var doc struct {
 			Found bool `json:"found"`
 		}
@@ -170,6 +170,17 @@ func checkBulkPromises(t *testing.T, srv http.Handler, rec *httptest.ResponseRec
 			t.Fatalf("index %s holds %d documents after the bulk, _count says %d", index, want, got)
 		}
 	}
+}
+
+// pathSegment escapes one path segment so that it names s: PathEscape
+// leaves dots alone, and a segment that is only "." or ".." would be
+// resolved away as a dot segment, so their dots are sent as %2E (the
+// server unescapes each segment after splitting).
+func pathSegment(s string) string {
+	if s == "." || s == ".." {
+		return strings.Repeat("%2E", len(s))
+	}
+	return url.PathEscape(s)
 }
 
 // countOf returns the count answered by a 200 from _count.
@@ -270,7 +281,7 @@ func FuzzPaths(f *testing.F) {
 		{"POST", "/idx/_refresh"}, {"GET", "/%3Clogs-%7Bnow%2Fd%7D%3E/_search"}, {"PUT", "/idx/_doc/%ZZ"},
 		{"GET", "/_cluster/health/idx?wait_for_status=purple"}, {"POST", "/idx/_doc?op_type=bogus"},
 		{"DELETE", "/idx/_doc/1?if_seq_no=-1&if_primary_term=0"}, {"GET", "/idx/_search?track_total_hits=x&from=-1"},
-		{"PUT", "/idx/_doc/2"}, {"POST", "/other/_doc"}, {"POST", "/idx/_update/1"},
+		{"PUT", "/idx/_doc/2"}, {"POST", "/other/_doc"}, {"POST", "/idx/_update/1"}, {"PUT", "/idx/_doc/%2E%2E"},
 	}
 	for _, s := range seeds {
 		f.Add(s[0], s[1], `{"a":1}`)
@@ -311,7 +322,7 @@ func checkWritePromise(t *testing.T, srv http.Handler, method string, rec *httpt
 	if strings.ContainsRune(w.Index+w.ID, utf8.RuneError) {
 		return // a name that is not UTF-8 comes back in JSON as U+FFFD: the answer cannot name the document to read back
 	}
-	get := serve(srv, http.MethodGet, "/"+url.PathEscape(w.Index)+"/_doc/"+url.PathEscape(w.ID), "")
+	get := serve(srv, http.MethodGet, "/"+url.PathEscape(w.Index)+"/_doc/"+pathSegment(w.ID), "")
 	var doc struct {
 		Found bool `json:"found"`
 	}
