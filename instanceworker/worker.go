@@ -317,7 +317,9 @@ func (w *Worker) names(ctx context.Context, db string) (readmodel.Names, error) 
 
 // load returns the state of the instance before slot k: the real-time
 // document when it holds a slot below k plus the domain events after it
-// (normally none), else the fold of the domain stream below k.
+// (normally none); when the document is at or past k, the last domain
+// event below k (loadBefore); else (no document) the fold of the domain
+// stream below k.
 func (w *Worker) load(ctx context.Context, c command, n readmodel.Names) (current, error) {
 	var g readmodel.GetResult
 	g.Err = w.esDo(ctx, func(ctx context.Context) (err error) {
@@ -336,7 +338,11 @@ func (w *Worker) loadFrom(ctx context.Context, c command, g readmodel.GetResult)
 	case err == nil && g.Meta.SequenceNumber < k:
 		cur = current{exists: true, deleted: g.Meta.Deleted, state: g.State, createdAt: g.Meta.CreatedAt}
 		from = g.Meta.SequenceNumber + 1
-	case err == nil, errors.Is(err, readmodel.ErrNotFound):
+	case err == nil:
+		if cur, ok, err := w.loadBefore(ctx, c, g.Meta); err != nil || ok {
+			return cur, err
+		}
+	case errors.Is(err, readmodel.ErrNotFound):
 	default:
 		return cur, worker.Classified(ctx, failure.Elasticsearch, err)
 	}
@@ -348,6 +354,66 @@ func (w *Worker) loadFrom(ctx context.Context, c command, g readmodel.GetResult)
 		cur.fold(evs)
 	}
 	return cur, nil
+}
+
+// loadBefore returns the state before slot k of an instance whose document
+// is at or past k (doc): command k was applied before, and is delivered
+// again (a crash between the document's write and the mark). Domain events
+// carry the whole state, so the state before k is the last domain event
+// below k of an instance type, read backward in windows of 1, 4, 16, …
+// slots — after a delete, on to the create or update before it, which
+// says the instance existed. created_at is the document's: no instance
+// was created in slots k…doc (read first), so the document's is the last
+// create below k (used only for the document write, which the version
+// then refuses anyway). ok is false when one was (a delete and a create
+// again, at or after k): the caller folds the stream below k. The reads
+// grow with the slots from the document back to that last event, not
+// with the aggregate (docs/instanceworker.md#processing-command-at-slot-k).
+func (w *Worker) loadBefore(ctx context.Context, c command, doc readmodel.Meta) (cur current, ok bool, err error) {
+	k := c.env.SequenceNumber
+	read := func(from, to int64) ([]eventstore.Event, error) {
+		evs, err := w.store.Stream(ctx, envelope.AggregateTypeInstance, c.env.AggregateID, from, to, envelope.KindDomain)
+		if err != nil {
+			return nil, storeFailure(ctx, fmt.Errorf("read domain stream: %w", err))
+		}
+		return evs, nil
+	}
+	since, err := read(k, doc.SequenceNumber)
+	if err != nil {
+		return current{}, false, err
+	}
+	for _, ev := range since {
+		if ev.Envelope.EventType == InstanceCreated {
+			return current{}, false, nil
+		}
+	}
+	cur.createdAt = doc.CreatedAt
+	found := false // the last event of an instance type below k
+	for to, n := k-1, int64(1); to >= 1; to, n = to-n, 4*n {
+		evs, err := read(max(to-n+1, 1), to)
+		if err != nil {
+			return current{}, false, err
+		}
+		for i := len(evs) - 1; i >= 0; i-- {
+			switch evs[i].Envelope.EventType {
+			case InstanceCreated, InstanceUpdated:
+				switch {
+				case !found:
+					cur.fold(evs[i : i+1])
+				case evs[i].Envelope.EventType == InstanceCreated:
+					cur.createdAt = evs[i].Envelope.OccurredAt
+				}
+				cur.exists = true
+				return cur, true, nil
+			case InstanceDeleted:
+				if !found {
+					cur.fold(evs[i : i+1])
+					found = true
+				}
+			}
+		}
+	}
+	return cur, true, nil // no create or update below k: the instance never existed
 }
 
 // Handle processes one claimed command (worker.Handler).
