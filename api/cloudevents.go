@@ -3,6 +3,8 @@ package api
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
+	"fmt"
 	"net/http"
 	"net/url"
 	"regexp"
@@ -128,8 +130,13 @@ func (s *server) parseCloudEvent(raw []byte, field string) (eventInput, *Error) 
 	if e != nil {
 		return in, e
 	}
-	if id == "" || source == "" || typ == "" {
-		return in, unprocessable(at("id"), "the CloudEvents attributes id, source and type must not be empty")
+	for _, a := range [...]struct{ name, v string }{{"id", id}, {"source", source}, {"type", typ}} {
+		if a.v == "" {
+			return in, unprocessable(at(a.name), "the CloudEvents attribute %s must not be empty", a.name)
+		}
+	}
+	if err := checkURIReference(source, false); err != nil {
+		return in, unprocessable(at("source"), "source must be a URI-reference (RFC 3986): %v", err)
 	}
 	if ct, e := str("datacontenttype", false); e != nil {
 		return in, e
@@ -170,6 +177,14 @@ func (s *server) parseCloudEvent(raw []byte, field string) (eventInput, *Error) 
 			v, e := str(k, false)
 			if e != nil {
 				return in, e
+			}
+			if _, given := m[k]; given && !isNull(m[k]) {
+				if v == "" {
+					return in, unprocessable(at(k), "the CloudEvents attribute %s must not be empty when present", k)
+				}
+				if err := checkURIReference(v, true); k == "dataschema" && err != nil {
+					return in, unprocessable(at(k), "dataschema must be an absolute URI (RFC 3986): %v", err)
+				}
 			}
 			in.metadata.SetString("ce_"+k, v)
 		case "traceparent", "tracestate":
@@ -263,4 +278,38 @@ func (s *server) parseBinaryCloudEvent(h http.Header, body []byte) (eventInput, 
 	}
 	in.typeField = "ce-type"
 	return in, e
+}
+
+// checkURIReference reports why v is not a URI-reference of RFC 3986
+// (section 4.1; with absolute, not a URI with a scheme, section 3): only
+// the characters the RFC allows, each "%" starting a two-digit hex
+// escape, and a structure net/url can parse. The CloudEvents attributes
+// source (a URI-reference) and dataschema (a URI) are checked with it.
+func checkURIReference(v string, absolute bool) error {
+	for i := 0; i < len(v); i++ {
+		c := v[i]
+		switch {
+		case c == '%':
+			if i+2 >= len(v) || !isHex(v[i+1]) || !isHex(v[i+2]) {
+				return fmt.Errorf("%q at byte %d is not a percent-encoded octet", v[i:min(i+3, len(v))], i)
+			}
+			i += 2
+		case c >= 'a' && c <= 'z', c >= 'A' && c <= 'Z', c >= '0' && c <= '9',
+			strings.IndexByte("-._~:/?#[]@!$&'()*+,;=", c) >= 0:
+		default:
+			return fmt.Errorf("character %q at byte %d is not allowed (percent-encode it)", rune(v[i]), i)
+		}
+	}
+	u, err := url.Parse(v)
+	if err != nil {
+		return errors.Unwrap(err)
+	}
+	if absolute && u.Scheme == "" {
+		return errors.New("it has no scheme")
+	}
+	return nil
+}
+
+func isHex(c byte) bool {
+	return c >= '0' && c <= '9' || c >= 'a' && c <= 'f' || c >= 'A' && c <= 'F'
 }

@@ -383,6 +383,18 @@ func TestCloudEventsInput(t *testing.T) {
 		"bad in batch":         {`[{"specversion":"1.0","id":"1","source":"s","type":"t","data":[1]}]`, mediaCloudEventBatch, 422, "[0].data"},
 		"type outside the set": {`{"specversion":"1.0","id":"1","source":"s","type":"com.example/x"}`, mediaCloudEvent, 422, "type"},
 		"type in batch":        {`[{"specversion":"1.0","id":"1","source":"s","type":"a b"}]`, mediaCloudEventBatch, 422, "[0].type"},
+		// Each empty required attribute is named as itself (all three were "id").
+		"empty id":                  {`{"specversion":"1.0","id":"","source":"s","type":"t"}`, mediaCloudEvent, 422, "id"},
+		"empty source":              {`{"specversion":"1.0","id":"1","source":"","type":"t"}`, mediaCloudEvent, 422, "source"},
+		"empty type in batch":       {`[{"specversion":"1.0","id":"1","source":"s","type":""}]`, mediaCloudEventBatch, 422, "[0].type"},
+		"source with a space":       {`{"specversion":"1.0","id":"1","source":"a b","type":"t"}`, mediaCloudEvent, 422, "source"},
+		"source with a bad escape":  {`{"specversion":"1.0","id":"1","source":"/a%zz","type":"t"}`, mediaCloudEvent, 422, "source"},
+		"source not parseable":      {`{"specversion":"1.0","id":"1","source":":x","type":"t"}`, mediaCloudEvent, 422, "source"},
+		"source non-ASCII":          {`{"specversion":"1.0","id":"1","source":"/café","type":"t"}`, mediaCloudEvent, 422, "source"},
+		"empty subject":             {`{"specversion":"1.0","id":"1","source":"s","type":"t","subject":""}`, mediaCloudEvent, 422, "subject"},
+		"dataschema relative":       {`{"specversion":"1.0","id":"1","source":"s","type":"t","dataschema":"schemas/x"}`, mediaCloudEvent, 422, "dataschema"},
+		"dataschema not a URI":      {`{"specversion":"1.0","id":"1","source":"s","type":"t","dataschema":"not a uri"}`, mediaCloudEvent, 422, "dataschema"},
+		"empty dataschema in batch": {`[{"specversion":"1.0","id":"1","source":"s","type":"t","dataschema":""}]`, mediaCloudEventBatch, 422, "[0].dataschema"},
 	} {
 		r := a.do("POST", devicePath, tc.body, "Content-Type: "+tc.ct)
 		if r.code != tc.status || r.str("field") != tc.field {
@@ -435,6 +447,11 @@ func TestCloudEventsBinaryInput(t *testing.T) {
 		{"no specversion", []string{"ce-specversion:"}, `{}`, 422, "ce-specversion"},
 		{"old specversion", []string{"ce-specversion: 0.3"}, `{}`, 422, "ce-specversion"},
 		{"no type", []string{"ce-type:"}, `{}`, 422, "ce-type"},
+		{"empty source", []string{"ce-source: "}, `{}`, 422, "ce-source"},
+		{"empty id", []string{"ce-id: "}, `{}`, 422, "ce-id"},
+		{"source not a URI-reference", []string{"ce-source: /a%20b"}, `{}`, 422, "ce-source"},
+		{"empty subject", []string{"ce-subject: "}, `{}`, 422, "ce-subject"},
+		{"dataschema not absolute", []string{"ce-dataschema: x.json"}, `{}`, 422, "ce-dataschema"},
 		{"type outside the set", []string{"ce-type: com.example/x"}, `{}`, 422, "ce-type"},
 		{"time not RFC 3339", []string{"ce-time: yesterday"}, `{}`, 422, "ce-time"},
 		{"bad percent-encoding", []string{"ce-subject: 100%"}, `{}`, 422, "ce-subject"},
