@@ -154,7 +154,7 @@ func (s *server) parseCloudEvent(raw []byte, field string) (eventInput, *Error) 
 		return in, validationAs(err, at("type"))
 	}
 	in.eventID = CloudEventID(source, id)
-	in.eventType, in.typeField = typ, at("type")
+	in.eventType, in.typeField, in.idField = typ, at("type"), at("id")
 	in.metadata.SetString("ce_id", id)
 	in.metadata.SetString("ce_source", source)
 	in.metadata.SetString("ce_type", typ)
@@ -276,7 +276,7 @@ func (s *server) parseBinaryCloudEvent(h http.Header, body []byte) (eventInput, 
 	if e != nil && e.Field != "" && e.Field != "data" && !strings.HasPrefix(e.Field, "data.") && !strings.HasPrefix(e.Field, "data[") {
 		e.Field = "ce-" + e.Field
 	}
-	in.typeField = "ce-type"
+	in.typeField, in.idField = "ce-type", "ce-id"
 	return in, e
 }
 

@@ -95,6 +95,18 @@ type eventInput struct {
 	// field + ".event_type": "type" of a CloudEvent, "ce-type" of a
 	// binary one; refusals of the type name it.
 	typeField string
+	// idField likewise names where the request gave the event's id when
+	// it is not field + ".event_id": "id" ("[i].id") of a CloudEvent,
+	// "ce-id" of a binary one; an id reused or repeated is refused on it.
+	idField string
+}
+
+// eventIDField is where the request gave in's event id.
+func (in eventInput) eventIDField() string {
+	if in.idField != "" {
+		return in.idField
+	}
+	return strings.TrimPrefix(in.field+".event_id", ".")
 }
 
 // AppendedEvent is one stored event of an append reply.
@@ -209,7 +221,11 @@ func (s *server) handleAppendEvents(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	if e == nil && len(inputs) == 0 {
-		e = unprocessable("events", "events must not be empty")
+		f := "events"
+		if mediaTypeOf(r) == mediaCloudEventBatch {
+			f = fieldBody // a CloudEvents batch is the array itself
+		}
+		e = unprocessable(f, "events must not be empty")
 	}
 	if e == nil && len(inputs) > s.opts.MaxBatchItems {
 		e = newError(http.StatusRequestEntityTooLarge, CodeLimitExceeded, "events", "a batch holds at most %d events, got %d", s.opts.MaxBatchItems, len(inputs))
@@ -223,6 +239,18 @@ func (s *server) handleAppendEvents(w http.ResponseWriter, r *http.Request) {
 			env.SchemaVersion, e = s.checkSchema(r.Context(), env, inputs[i])
 		}
 		envs = append(envs, env)
+	}
+	// One event id twice in a request (a CloudEvent's source and id, or
+	// an event_id) is refused here, naming where the second one was given.
+	for i := 0; e == nil && i < len(envs); i++ {
+		for j := 0; j < i; j++ {
+			if envs[j].EventID == envs[i].EventID {
+				e = unprocessable(inputs[i].eventIDField(), "the event id of %s repeats that of %s (event_id %s): an event is given once in a request",
+					inputs[i].eventIDField(), inputs[j].eventIDField(), envs[i].EventID)
+				e.Limit = "distinct in a batch"
+				break
+			}
+		}
 	}
 	if e != nil {
 		s.metrics.command("event", "invalid")
@@ -493,7 +521,7 @@ func (s *server) fromEventAppend(err error, envs []envelope.Envelope, inputs []e
 	field := func(eventID string) string {
 		for i, env := range envs {
 			if env.EventID == eventID {
-				return inputs[i].field + ".event_id"
+				return inputs[i].eventIDField()
 			}
 		}
 		return "event_id"

@@ -403,6 +403,51 @@ func TestCloudEventsInput(t *testing.T) {
 	}
 }
 
+// TestEventIDRefusalsNameTheAttribute: an event id repeated inside one
+// request, or reused with other content, is refused naming where the
+// request gave it — a CloudEvent's id ("id", "[1].id", the header "ce-id"),
+// an event's event_id ("events[1].event_id") — and an empty CloudEvents
+// batch names the body, which is the array; nothing is stored.
+func TestEventIDRefusalsNameTheAttribute(t *testing.T) {
+	a := eventAPI(t, false)
+	const path = "/v1/streams/Device/ids-1/events"
+	ce := func(id string, n int) string {
+		return `{"specversion":"1.0","id":"` + id + `","source":"/s","type":"x.y","data":{"n":` + strconv.Itoa(n) + `}}`
+	}
+	a.do("POST", path, ce("stored", 1), "Content-Type: "+mediaCloudEvent).expect(t, http.StatusCreated, "")
+	const uuid1 = "5f0c8a52-9d1e-4b7a-8c3f-1e2d3c4b5a69"
+	for _, tc := range []struct {
+		name    string
+		body    string
+		headers []string
+		status  int
+		code    string
+		field   string
+	}{
+		{"CloudEvents batch repeats an id", "[" + ce("a", 1) + "," + ce("b", 1) + "," + ce("a", 1) + "]",
+			[]string{"Content-Type: " + mediaCloudEventBatch}, 422, CodeValidationFailed, "[2].id"},
+		{"event batch repeats an event_id", `{"events":[{"event_id":"` + uuid1 + `","event_type":"x.y","data":{}},{"event_id":"` + uuid1 + `","event_type":"x.y","data":{}}]}`,
+			nil, 422, CodeValidationFailed, "events[1].event_id"},
+		{"empty CloudEvents batch", `[]`, []string{"Content-Type: " + mediaCloudEventBatch}, 422, CodeValidationFailed, "body"},
+		{"CloudEvent id reused", ce("stored", 2), []string{"Content-Type: " + mediaCloudEvent}, 409, CodeEventIDReused, "id"},
+		{"CloudEvent id reused in a batch", "[" + ce("new", 1) + "," + ce("stored", 2) + "]",
+			[]string{"Content-Type: " + mediaCloudEventBatch}, 409, CodeEventIDReused, "[1].id"},
+		{"binary CloudEvent id reused", `{"n":2}`, []string{"Content-Type: application/json", "ce-specversion: 1.0", "ce-id: stored",
+			"ce-source: /s", "ce-type: x.y"}, 409, CodeEventIDReused, "ce-id"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			before := a.appendsCount()
+			r := a.do("POST", path, tc.body, tc.headers...).expect(t, tc.status, tc.code)
+			if r.str("field") != tc.field {
+				t.Fatalf("field %q, want %q: %s", r.str("field"), tc.field, r.body)
+			}
+			if n := a.appendsCount() - before; n != 0 {
+				t.Fatalf("a refused request stored %d events", n)
+			}
+		})
+	}
+}
+
 // TestCloudEventsBinaryInput: a CloudEvent in the binary content mode of
 // the HTTP binding (attributes as ce- headers, percent-encoded; the body is
 // the data; Content-Type its datacontenttype) is appended like the same
