@@ -38,7 +38,9 @@ import (
 //	                 ce_subject, ce_dataschema
 //	traceparent, tracestate (distributed tracing extension)
 //	                 metadata traceparent, tracestate
-//	other extensions metadata "ce_" + name (their JSON values)
+//	other extensions metadata "ce_" + name (their JSON values: a string,
+//	                 a boolean or an int32 — the CloudEvents types; an
+//	                 attribute whose value is null is absent)
 //
 // The aggregate is the request path's, whatever subject says.
 
@@ -170,6 +172,13 @@ func (s *server) parseCloudEvent(raw []byte, field string) (eventInput, *Error) 
 		}
 	}
 	for _, k := range order {
+		if isNull(m[k]) && k != "specversion" && k != "id" && k != "source" && k != "type" {
+			// The JSON format: an attribute whose value is null is absent.
+			if !cloudEventAttr.MatchString(k) && k != "data_base64" {
+				return in, unprocessable(at(k), "%q is not a CloudEvents attribute name ([a-z0-9]{1,64})", k)
+			}
+			continue
+		}
 		switch k {
 		case "specversion", "id", "source", "type", "data", "time", "datacontenttype":
 			continue
@@ -178,13 +187,11 @@ func (s *server) parseCloudEvent(raw []byte, field string) (eventInput, *Error) 
 			if e != nil {
 				return in, e
 			}
-			if _, given := m[k]; given && !isNull(m[k]) {
-				if v == "" {
-					return in, unprocessable(at(k), "the CloudEvents attribute %s must not be empty when present", k)
-				}
-				if err := checkURIReference(v, true); k == "dataschema" && err != nil {
-					return in, unprocessable(at(k), "dataschema must be an absolute URI (RFC 3986): %v", err)
-				}
+			if v == "" {
+				return in, unprocessable(at(k), "the CloudEvents attribute %s must not be empty when present", k)
+			}
+			if err := checkURIReference(v, true); k == "dataschema" && err != nil {
+				return in, unprocessable(at(k), "dataschema must be an absolute URI (RFC 3986): %v", err)
 			}
 			in.metadata.SetString("ce_"+k, v)
 		case "traceparent", "tracestate":
@@ -196,6 +203,9 @@ func (s *server) parseCloudEvent(raw []byte, field string) (eventInput, *Error) 
 		default:
 			if !cloudEventAttr.MatchString(k) {
 				return in, unprocessable(at(k), "%q is not a CloudEvents attribute name ([a-z0-9]{1,64})", k)
+			}
+			if e := checkExtensionValue(m[k], at(k)); e != nil {
+				return in, e
 			}
 			in.metadata["ce_"+k] = m[k]
 		}
@@ -312,4 +322,25 @@ func checkURIReference(v string, absolute bool) error {
 
 func isHex(c byte) bool {
 	return c >= '0' && c <= '9' || c >= 'a' && c <= 'f' || c >= 'A' && c <= 'F'
+}
+
+// checkExtensionValue refuses an extension attribute's JSON value that is
+// none of the CloudEvents types the JSON format maps (section 2.2): a
+// string (String, URI, Timestamp, Binary … are strings), true or false
+// (Boolean), or an integer from -2^31 to 2^31-1 (Integer). Objects,
+// arrays and other numbers are not attribute values.
+func checkExtensionValue(v json.RawMessage, field string) *Error {
+	switch t := bytes.TrimSpace(v); {
+	case len(t) == 0:
+		return unprocessable(field, "an extension attribute needs a value")
+	case t[0] == '"', string(t) == "true", string(t) == "false":
+		return nil
+	case t[0] == '{' || t[0] == '[':
+		return unprocessable(field, "an extension attribute is a string, a boolean or an integer, not a JSON object or array")
+	default:
+		if n, err := strconv.ParseInt(string(t), 10, 32); err != nil || strconv.FormatInt(n, 10) != string(t) {
+			return unprocessable(field, "an extension attribute's number must be an integer from -2147483648 to 2147483647 (the CloudEvents Integer), got %s", t)
+		}
+		return nil
+	}
 }

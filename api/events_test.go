@@ -395,10 +395,42 @@ func TestCloudEventsInput(t *testing.T) {
 		"dataschema relative":       {`{"specversion":"1.0","id":"1","source":"s","type":"t","dataschema":"schemas/x"}`, mediaCloudEvent, 422, "dataschema"},
 		"dataschema not a URI":      {`{"specversion":"1.0","id":"1","source":"s","type":"t","dataschema":"not a uri"}`, mediaCloudEvent, 422, "dataschema"},
 		"empty dataschema in batch": {`[{"specversion":"1.0","id":"1","source":"s","type":"t","dataschema":""}]`, mediaCloudEventBatch, 422, "[0].dataschema"},
+		"extension object":          {`{"specversion":"1.0","id":"1","source":"s","type":"t","myext":{"a":1}}`, mediaCloudEvent, 422, "myext"},
+		"extension array in batch":  {`[{"specversion":"1.0","id":"1","source":"s","type":"t","myext":[1]}]`, mediaCloudEventBatch, 422, "[0].myext"},
+		"extension fraction":        {`{"specversion":"1.0","id":"1","source":"s","type":"t","myext":1.5}`, mediaCloudEvent, 422, "myext"},
+		"extension beyond int32":    {`{"specversion":"1.0","id":"1","source":"s","type":"t","myext":2147483648}`, mediaCloudEvent, 422, "myext"},
+		"null under a bad name":     {`{"specversion":"1.0","id":"1","source":"s","type":"t","my_ext":null}`, mediaCloudEvent, 422, "my_ext"},
 	} {
 		r := a.do("POST", devicePath, tc.body, "Content-Type: "+tc.ct)
 		if r.code != tc.status || r.str("field") != tc.field {
 			t.Errorf("%s: %d field %q, want %d %q: %s", name, r.code, r.str("field"), tc.status, tc.field, r.body)
+		}
+	}
+}
+
+// TestCloudEventNullIsAbsent: in the JSON format an attribute whose value
+// is null is absent — it is not kept in metadata (a null subject was kept
+// as "ce_subject": ""), and the event equals the one without it, so a
+// re-send without the null attributes replays. Extension values of the
+// CloudEvents types (string, boolean, int32) are kept as given.
+func TestCloudEventNullIsAbsent(t *testing.T) {
+	a := eventAPI(t, false)
+	const path = "/v1/streams/Device/null-1/events"
+	withNulls := `{"specversion":"1.0","id":"n-1","source":"/s","type":"x.y","subject":null,"dataschema":null,"time":null,
+		"myext":null,"flag":true,"count":-2147483648,"label":"v","data":{"n":1}}`
+	without := `{"specversion":"1.0","id":"n-1","source":"/s","type":"x.y","flag":true,"count":-2147483648,"label":"v","data":{"n":1}}`
+	a.do("POST", path, withNulls, "Content-Type: "+mediaCloudEvent).expect(t, http.StatusCreated, "")
+	a.do("POST", path, without, "Content-Type: "+mediaCloudEvent).expect(t, http.StatusOK, "") // the same event
+	ev := a.do("GET", path, "").expect(t, http.StatusOK, "").json["events"].([]any)[0].(map[string]any)
+	md := ev["metadata"].(map[string]any)
+	for _, k := range []string{"ce_subject", "ce_dataschema", "ce_myext"} {
+		if v, ok := md[k]; ok {
+			t.Errorf("metadata %s = %#v, want absent (null is absent)", k, v)
+		}
+	}
+	for k, want := range map[string]any{"ce_flag": true, "ce_count": -2147483648.0, "ce_label": "v"} {
+		if md[k] != want {
+			t.Errorf("metadata %s = %#v, want %#v", k, md[k], want)
 		}
 	}
 }
