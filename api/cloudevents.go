@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"mime"
 	"net/http"
 	"net/url"
 	"regexp"
@@ -143,8 +144,16 @@ func (s *server) parseCloudEvent(raw []byte, field string) (eventInput, *Error) 
 	if ct, e := str("datacontenttype", false); e != nil {
 		return in, e
 	} else if ct != "" {
-		mt, _, _ := strings.Cut(ct, ";")
-		mt = strings.ToLower(strings.TrimSpace(mt))
+		// The data is a JSON value of this UTF-8 document: a media type
+		// that cannot be parsed, or names another charset, does not
+		// describe it (the rule of the Content-Type header).
+		mt, params, err := mime.ParseMediaType(ct)
+		if err != nil {
+			return in, newError(http.StatusUnsupportedMediaType, CodeUnsupportedMediaType, at("datacontenttype"), "datacontenttype %q is not a media type (RFC 2046)", ct)
+		}
+		if cs, ok := params["charset"]; ok && !strings.EqualFold(cs, "utf-8") {
+			return in, newError(http.StatusUnsupportedMediaType, CodeUnsupportedMediaType, at("datacontenttype"), "datacontenttype %q: JSON data is UTF-8 (only charset=utf-8)", ct)
+		}
 		if mt != mediaJSON && !strings.HasSuffix(mt, "+json") {
 			return in, newError(http.StatusUnsupportedMediaType, CodeUnsupportedMediaType, at("datacontenttype"), "data must be JSON (datacontenttype %q)", ct)
 		}

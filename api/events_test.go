@@ -376,13 +376,15 @@ func TestCloudEventsInput(t *testing.T) {
 		status   int
 		field    string
 	}{
-		"no specversion":       {`{"id":"1","source":"s","type":"t"}`, mediaCloudEvent, 422, "specversion"},
-		"old specversion":      {`{"specversion":"0.3","id":"1","source":"s","type":"t"}`, mediaCloudEvent, 422, "specversion"},
-		"binary data":          {`{"specversion":"1.0","id":"1","source":"s","type":"t","data_base64":"AA=="}`, mediaCloudEvent, 415, "data_base64"},
-		"xml data":             {`{"specversion":"1.0","id":"1","source":"s","type":"t","datacontenttype":"text/xml"}`, mediaCloudEvent, 415, "datacontenttype"},
-		"bad in batch":         {`[{"specversion":"1.0","id":"1","source":"s","type":"t","data":[1]}]`, mediaCloudEventBatch, 422, "[0].data"},
-		"type outside the set": {`{"specversion":"1.0","id":"1","source":"s","type":"com.example/x"}`, mediaCloudEvent, 422, "type"},
-		"type in batch":        {`[{"specversion":"1.0","id":"1","source":"s","type":"a b"}]`, mediaCloudEventBatch, 422, "[0].type"},
+		"no specversion":                   {`{"id":"1","source":"s","type":"t"}`, mediaCloudEvent, 422, "specversion"},
+		"old specversion":                  {`{"specversion":"0.3","id":"1","source":"s","type":"t"}`, mediaCloudEvent, 422, "specversion"},
+		"binary data":                      {`{"specversion":"1.0","id":"1","source":"s","type":"t","data_base64":"AA=="}`, mediaCloudEvent, 415, "data_base64"},
+		"xml data":                         {`{"specversion":"1.0","id":"1","source":"s","type":"t","datacontenttype":"text/xml"}`, mediaCloudEvent, 415, "datacontenttype"},
+		"data in latin-1":                  {`{"specversion":"1.0","id":"1","source":"s","type":"t","datacontenttype":"application/json; charset=iso-8859-1","data":{}}`, mediaCloudEvent, 415, "datacontenttype"},
+		"datacontenttype not a media type": {`{"specversion":"1.0","id":"1","source":"s","type":"t","datacontenttype":"json;;","data":{}}`, mediaCloudEvent, 415, "datacontenttype"},
+		"bad in batch":                     {`[{"specversion":"1.0","id":"1","source":"s","type":"t","data":[1]}]`, mediaCloudEventBatch, 422, "[0].data"},
+		"type outside the set":             {`{"specversion":"1.0","id":"1","source":"s","type":"com.example/x"}`, mediaCloudEvent, 422, "type"},
+		"type in batch":                    {`[{"specversion":"1.0","id":"1","source":"s","type":"a b"}]`, mediaCloudEventBatch, 422, "[0].type"},
 		// Each empty required attribute is named as itself (all three were "id").
 		"empty id":                  {`{"specversion":"1.0","id":"","source":"s","type":"t"}`, mediaCloudEvent, 422, "id"},
 		"empty source":              {`{"specversion":"1.0","id":"1","source":"","type":"t"}`, mediaCloudEvent, 422, "source"},
