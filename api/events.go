@@ -183,19 +183,26 @@ func parseExpectation(v string, field string) (eventstore.Expectation, *Error) {
 // handleAppendEvents serves POST /v1/streams/{aggregate_type}/{aggregate_id}/events.
 func (s *server) handleAppendEvents(w http.ResponseWriter, r *http.Request) {
 	aggType, aggID, e := streamPath(r)
-	if e == nil {
+	// A CloudEvent without data in the binary content mode has no
+	// Content-Type: the header is its datacontenttype (the HTTP binding,
+	// 3.1.1), which such an event does not have. Its body must be empty.
+	dataless := r.Header.Get("Content-Type") == "" && isBinaryCloudEvent(r.Header)
+	if e == nil && !dataless {
 		e = checkMediaType(r, mediaJSON, mediaCloudEvent, mediaCloudEventBatch)
 	}
 	var b []byte
 	if e == nil {
 		b, e = readBody(w, r, s.opts.MaxBatchBodyBytes)
 	}
+	if e == nil && dataless && len(b) > 0 {
+		e = checkMediaType(r, mediaJSON, mediaCloudEvent, mediaCloudEventBatch) // data needs its media type
+	}
 	var expect eventstore.Expectation
 	var inputs []eventInput
 	if e == nil {
 		mt := mediaTypeOf(r)
 		q := r.URL.Query()
-		binary := mt == mediaJSON && isBinaryCloudEvent(r.Header)
+		binary := (mt == mediaJSON || dataless) && isBinaryCloudEvent(r.Header)
 		switch {
 		case mt == mediaJSON && !binary:
 			if q.Has("expected_sequence") {

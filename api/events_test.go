@@ -515,6 +515,18 @@ func TestCloudEventsBinaryInput(t *testing.T) {
 	if _, ok := md["ce_time"]; ok {
 		t.Errorf("time is occurred_at, not metadata: %v", md)
 	}
+	// An event without data, as CloudEvents SDKs send it in the binary
+	// mode: no body and no Content-Type (it is the datacontenttype); it
+	// was refused with 415. With a body the Content-Type is required.
+	nodata := []string{"ce-specversion: 1.0", "ce-id: B-0", "ce-source: /sensors/bin-1", "ce-type: com.example.ping"}
+	a.do("POST", "/v1/streams/Device/bin-0/events", "", nodata...).expect(t, http.StatusCreated, "")
+	a.do("POST", "/v1/streams/Device/bin-0/events", "", nodata...).expect(t, http.StatusOK, "") // replay
+	if ev := a.do("GET", "/v1/streams/Device/bin-0/events", "").expect(t, http.StatusOK, "").json["events"].([]any)[0].(map[string]any); ev["event_type"] != "com.example.ping" {
+		t.Fatalf("event without data: %v", ev)
+	}
+	if r := a.do("POST", "/v1/streams/Device/bin-0/events", `{"a":1}`, append([]string{"Content-Type:"}, nodata...)...); r.code != http.StatusUnsupportedMediaType || r.str("field") != "Content-Type" {
+		t.Fatalf("data without Content-Type: %d %s", r.code, r.body)
+	}
 	base := []string{"Content-Type: application/json", "ce-specversion: 1.0", "ce-id: B-2", "ce-source: /s", "ce-type: x.y"}
 	for _, tc := range []struct {
 		name   string
