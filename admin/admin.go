@@ -176,10 +176,17 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		writeProblem(w, http.StatusServiceUnavailable, "unavailable", err.Error())
 		return
 	}
-	if h == "" || err != nil {
+	if h == "" {
 		w.Header().Set("WWW-Authenticate", `Bearer realm="sluice-admin"`)
 		writeProblem(w, http.StatusUnauthorized, "unauthorized",
 			"the admin API needs a bearer token (SLUICE_ADMIN_TOKEN, SLUICE_ADMIN_READ_TOKEN or an API key granted admin_read); with none configured it is closed")
+		return
+	}
+	if err != nil {
+		// A token was presented and refused (unknown, revoked, expired,
+		// malformed): say so, as RFC 6750 section 3.1 and the /v1 API do.
+		w.Header().Set("WWW-Authenticate", `Bearer realm="sluice-admin", error="invalid_token"`)
+		writeProblem(w, http.StatusUnauthorized, "unauthorized", err.Error())
 		return
 	}
 	role := ""

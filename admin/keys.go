@@ -3,6 +3,7 @@ package admin
 import (
 	"errors"
 	"net/http"
+	"strconv"
 	"time"
 
 	"github.com/sluicehq/sluice/auth"
@@ -62,19 +63,25 @@ func (s *Server) keyCreate(r *http.Request, body []byte) (Action, error) {
 	if req.ExpiresIn != "" {
 		d, err := time.ParseDuration(req.ExpiresIn)
 		if err != nil || d <= 0 {
-			return a, invalid("expires_in %q: want a positive duration such as 720h", req.ExpiresIn)
+			return a, atField("expires_in", invalid("expires_in %q: want a positive duration such as 720h", req.ExpiresIn))
 		}
 		t := time.Now().Add(d)
 		cr.ExpiresAt = &t
 	}
-	if _, err := auth.CompileGrants(req.Grants); err != nil || len(req.Grants) == 0 {
-		if err == nil {
-			err = errors.New("a key needs at least one grant")
+	if len(req.Grants) == 0 {
+		return a, atField("grants", invalid("a key needs at least one grant"))
+	}
+	for i, g := range req.Grants {
+		// One at a time, so that the refusal names the grant at fault.
+		if _, err := auth.CompileGrants([]auth.Grant{g}); err != nil {
+			return a, atField("grants["+strconv.Itoa(i)+"]", invalid("%v", err))
 		}
-		return a, invalid("%v", err)
+	}
+	if _, err := auth.CompileGrants(req.Grants); err != nil {
+		return a, atField("grants", invalid("%v", err))
 	}
 	if err := auth.ValidatePrincipal(req.Principal); err != nil {
-		return a, invalid("%v", err)
+		return a, atField("principal", invalid("%v", err))
 	}
 	key, secret, err := s.opts.Keys.Create(r.Context(), cr)
 	if err != nil {
@@ -128,7 +135,7 @@ func (s *Server) keyRotate(r *http.Request, body []byte) (Action, error) {
 	if req.Grace != "" {
 		d, err := time.ParseDuration(req.Grace)
 		if err != nil || d < 0 {
-			return a, invalid("grace %q: want a duration >= 0 such as 24h", req.Grace)
+			return a, atField("grace", invalid("grace %q: want a duration >= 0 such as 24h", req.Grace))
 		}
 		grace = d
 	}

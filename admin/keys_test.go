@@ -55,10 +55,16 @@ func TestKeyEndpoints(t *testing.T) {
 	if !strings.HasPrefix(secret, auth.KeyPrefix+keyID+"_") {
 		t.Fatalf("create answered %s", body)
 	}
-	for _, bad := range []string{`{"principal":"admin:x","grants":[{"ops":["read"],"resource":"*"}]}`,
-		`{"principal":"p","grants":[]}`, `{"principal":"p","grants":[{"ops":["read"],"resource":"db:"}]}`} {
-		if code, _, body := call("POST", "/admin/v1/auth/keys", opToken, bad); code != http.StatusBadRequest {
-			t.Errorf("%s: %d %s", bad, code, body)
+	// A refusal names the member at fault (the command API's convention).
+	for _, bad := range []struct{ body, field string }{
+		{`{"principal":"admin:x","grants":[{"ops":["read"],"resource":"*"}]}`, "principal"},
+		{`{"principal":"p","grants":[]}`, "grants"},
+		{`{"principal":"p","grants":[{"ops":["read"],"resource":"*"},{"ops":["read"],"resource":"db:"}]}`, "grants[1]"},
+		{`{"principal":"p","grants":[{"ops":["fly"],"resource":"*"}]}`, "grants[0]"},
+		{`{"principal":"p","grants":[{"ops":["read"],"resource":"*"}],"expires_in":"-1h"}`, "expires_in"},
+	} {
+		if code, out, body := call("POST", "/admin/v1/auth/keys", opToken, bad.body); code != http.StatusBadRequest || out["field"] != bad.field {
+			t.Errorf("%s: %d field %v, want 400 on %q: %s", bad.body, code, out["field"], bad.field, body)
 		}
 	}
 	// The new key reads (read role) and may not act.
@@ -75,6 +81,9 @@ func TestKeyEndpoints(t *testing.T) {
 	}
 	if code, _, _ := call("GET", "/admin/v1/auth/keys", plain, ""); code != http.StatusForbidden {
 		t.Fatalf("a /v1 key on the admin API: %d", code)
+	}
+	if code, out, body := call("POST", "/admin/v1/auth/keys/"+keyID+"/rotate", opToken, `{"grace":"-1s"}`); code != http.StatusBadRequest || out["field"] != "grace" {
+		t.Errorf("rotate with a negative grace: %d field %v, want 400 on grace: %s", code, out["field"], body)
 	}
 	code, out, body = call("POST", "/admin/v1/auth/keys/"+keyID+"/rotate", opToken, `{"grace":"0s"}`)
 	if code != http.StatusCreated {

@@ -3,6 +3,7 @@ package admin_test
 import (
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"testing"
 
 	"github.com/sluicehq/sluice/admin"
@@ -30,17 +31,26 @@ func TestHandleReadIsBehindTheTokens(t *testing.T) {
 	for _, s := range []*admin.Server{open, closed} {
 		s.HandleRead(admin.Prefix+"trace/", view)
 	}
+	// A presented token that is refused says so in its challenge
+	// (RFC 6750 section 3.1: error="invalid_token") and in the detail;
+	// only a request without one is told that a token is needed.
+	const (
+		needed  = `Bearer realm="sluice-admin"`
+		invalid = `Bearer realm="sluice-admin", error="invalid_token"`
+	)
 	tests := []struct {
-		name string
-		srv  *admin.Server
-		auth string
-		want int
+		name      string
+		srv       *admin.Server
+		auth      string
+		want      int
+		challenge string
 	}{
-		{"no token", open, "", http.StatusUnauthorized},
-		{"wrong token", open, "Bearer nope", http.StatusUnauthorized},
-		{"read token", open, "Bearer ro", http.StatusNoContent},
-		{"operator token", open, "Bearer op", http.StatusNoContent},
-		{"none configured", closed, "Bearer op", http.StatusUnauthorized},
+		{"no token", open, "", http.StatusUnauthorized, needed},
+		{"wrong token", open, "Bearer nope", http.StatusUnauthorized, invalid},
+		{"not a bearer token", open, "Basic b3A6", http.StatusUnauthorized, invalid},
+		{"read token", open, "Bearer ro", http.StatusNoContent, ""},
+		{"operator token", open, "Bearer op", http.StatusNoContent, ""},
+		{"none configured", closed, "Bearer op", http.StatusUnauthorized, invalid},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -52,6 +62,12 @@ func TestHandleReadIsBehindTheTokens(t *testing.T) {
 			tc.srv.ServeHTTP(w, req)
 			if w.Code != tc.want {
 				t.Errorf("status %d, want %d", w.Code, tc.want)
+			}
+			if got := w.Header().Get("WWW-Authenticate"); got != tc.challenge {
+				t.Errorf("WWW-Authenticate %q, want %q", got, tc.challenge)
+			}
+			if tc.challenge == invalid && !strings.Contains(w.Body.String(), "not valid") && !strings.Contains(w.Body.String(), "must be") {
+				t.Errorf("the detail does not say the token was refused: %s", w.Body)
 			}
 		})
 	}

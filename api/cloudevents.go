@@ -3,6 +3,9 @@ package api
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
+	"fmt"
+	"mime"
 	"net/http"
 	"net/url"
 	"regexp"
@@ -36,7 +39,9 @@ import (
 //	                 ce_subject, ce_dataschema
 //	traceparent, tracestate (distributed tracing extension)
 //	                 metadata traceparent, tracestate
-//	other extensions metadata "ce_" + name (their JSON values)
+//	other extensions metadata "ce_" + name (their JSON values: a string,
+//	                 a boolean or an int32 — the CloudEvents types; an
+//	                 attribute whose value is null is absent)
 //
 // The aggregate is the request path's, whatever subject says.
 
@@ -128,14 +133,27 @@ func (s *server) parseCloudEvent(raw []byte, field string) (eventInput, *Error) 
 	if e != nil {
 		return in, e
 	}
-	if id == "" || source == "" || typ == "" {
-		return in, unprocessable(at("id"), "the CloudEvents attributes id, source and type must not be empty")
+	for _, a := range [...]struct{ name, v string }{{"id", id}, {"source", source}, {"type", typ}} {
+		if a.v == "" {
+			return in, unprocessable(at(a.name), "the CloudEvents attribute %s must not be empty", a.name)
+		}
+	}
+	if err := checkURIReference(source, false); err != nil {
+		return in, unprocessable(at("source"), "source must be a URI-reference (RFC 3986): %v", err)
 	}
 	if ct, e := str("datacontenttype", false); e != nil {
 		return in, e
 	} else if ct != "" {
-		mt, _, _ := strings.Cut(ct, ";")
-		mt = strings.ToLower(strings.TrimSpace(mt))
+		// The data is a JSON value of this UTF-8 document: a media type
+		// that cannot be parsed, or names another charset, does not
+		// describe it (the rule of the Content-Type header).
+		mt, params, err := mime.ParseMediaType(ct)
+		if err != nil {
+			return in, newError(http.StatusUnsupportedMediaType, CodeUnsupportedMediaType, at("datacontenttype"), "datacontenttype %q is not a media type (RFC 2046)", ct)
+		}
+		if cs, ok := params["charset"]; ok && !strings.EqualFold(cs, "utf-8") {
+			return in, newError(http.StatusUnsupportedMediaType, CodeUnsupportedMediaType, at("datacontenttype"), "datacontenttype %q: JSON data is UTF-8 (only charset=utf-8)", ct)
+		}
 		if mt != mediaJSON && !strings.HasSuffix(mt, "+json") {
 			return in, newError(http.StatusUnsupportedMediaType, CodeUnsupportedMediaType, at("datacontenttype"), "data must be JSON (datacontenttype %q)", ct)
 		}
@@ -147,7 +165,7 @@ func (s *server) parseCloudEvent(raw []byte, field string) (eventInput, *Error) 
 		return in, validationAs(err, at("type"))
 	}
 	in.eventID = CloudEventID(source, id)
-	in.eventType, in.typeField = typ, at("type")
+	in.eventType, in.typeField, in.idField = typ, at("type"), at("id")
 	in.metadata.SetString("ce_id", id)
 	in.metadata.SetString("ce_source", source)
 	in.metadata.SetString("ce_type", typ)
@@ -163,6 +181,13 @@ func (s *server) parseCloudEvent(raw []byte, field string) (eventInput, *Error) 
 		}
 	}
 	for _, k := range order {
+		if isNull(m[k]) && k != "specversion" && k != "id" && k != "source" && k != "type" {
+			// The JSON format: an attribute whose value is null is absent.
+			if !cloudEventAttr.MatchString(k) && k != "data_base64" {
+				return in, unprocessable(at(k), "%q is not a CloudEvents attribute name ([a-z0-9]{1,64})", k)
+			}
+			continue
+		}
 		switch k {
 		case "specversion", "id", "source", "type", "data", "time", "datacontenttype":
 			continue
@@ -170,6 +195,12 @@ func (s *server) parseCloudEvent(raw []byte, field string) (eventInput, *Error) 
 			v, e := str(k, false)
 			if e != nil {
 				return in, e
+			}
+			if v == "" {
+				return in, unprocessable(at(k), "the CloudEvents attribute %s must not be empty when present", k)
+			}
+			if err := checkURIReference(v, true); k == "dataschema" && err != nil {
+				return in, unprocessable(at(k), "dataschema must be an absolute URI (RFC 3986): %v", err)
 			}
 			in.metadata.SetString("ce_"+k, v)
 		case "traceparent", "tracestate":
@@ -181,6 +212,9 @@ func (s *server) parseCloudEvent(raw []byte, field string) (eventInput, *Error) 
 		default:
 			if !cloudEventAttr.MatchString(k) {
 				return in, unprocessable(at(k), "%q is not a CloudEvents attribute name ([a-z0-9]{1,64})", k)
+			}
+			if e := checkExtensionValue(m[k], at(k)); e != nil {
+				return in, e
 			}
 			in.metadata["ce_"+k] = m[k]
 		}
@@ -261,6 +295,61 @@ func (s *server) parseBinaryCloudEvent(h http.Header, body []byte) (eventInput, 
 	if e != nil && e.Field != "" && e.Field != "data" && !strings.HasPrefix(e.Field, "data.") && !strings.HasPrefix(e.Field, "data[") {
 		e.Field = "ce-" + e.Field
 	}
-	in.typeField = "ce-type"
+	in.typeField, in.idField = "ce-type", "ce-id"
 	return in, e
+}
+
+// checkURIReference reports why v is not a URI-reference of RFC 3986
+// (section 4.1; with absolute, not a URI with a scheme, section 3): only
+// the characters the RFC allows, each "%" starting a two-digit hex
+// escape, and a structure net/url can parse. The CloudEvents attributes
+// source (a URI-reference) and dataschema (a URI) are checked with it.
+func checkURIReference(v string, absolute bool) error {
+	for i := 0; i < len(v); i++ {
+		c := v[i]
+		switch {
+		case c == '%':
+			if i+2 >= len(v) || !isHex(v[i+1]) || !isHex(v[i+2]) {
+				return fmt.Errorf("%q at byte %d is not a percent-encoded octet", v[i:min(i+3, len(v))], i)
+			}
+			i += 2
+		case c >= 'a' && c <= 'z', c >= 'A' && c <= 'Z', c >= '0' && c <= '9',
+			strings.IndexByte("-._~:/?#[]@!$&'()*+,;=", c) >= 0:
+		default:
+			return fmt.Errorf("character %q at byte %d is not allowed (percent-encode it)", rune(v[i]), i)
+		}
+	}
+	u, err := url.Parse(v)
+	if err != nil {
+		return errors.Unwrap(err)
+	}
+	if absolute && u.Scheme == "" {
+		return errors.New("it has no scheme")
+	}
+	return nil
+}
+
+func isHex(c byte) bool {
+	return c >= '0' && c <= '9' || c >= 'a' && c <= 'f' || c >= 'A' && c <= 'F'
+}
+
+// checkExtensionValue refuses an extension attribute's JSON value that is
+// none of the CloudEvents types the JSON format maps (section 2.2): a
+// string (String, URI, Timestamp, Binary … are strings), true or false
+// (Boolean), or an integer from -2^31 to 2^31-1 (Integer). Objects,
+// arrays and other numbers are not attribute values.
+func checkExtensionValue(v json.RawMessage, field string) *Error {
+	switch t := bytes.TrimSpace(v); {
+	case len(t) == 0:
+		return unprocessable(field, "an extension attribute needs a value")
+	case t[0] == '"', string(t) == "true", string(t) == "false":
+		return nil
+	case t[0] == '{' || t[0] == '[':
+		return unprocessable(field, "an extension attribute is a string, a boolean or an integer, not a JSON object or array")
+	default:
+		if n, err := strconv.ParseInt(string(t), 10, 32); err != nil || strconv.FormatInt(n, 10) != string(t) {
+			return unprocessable(field, "an extension attribute's number must be an integer from -2147483648 to 2147483647 (the CloudEvents Integer), got %s", t)
+		}
+		return nil
+	}
 }

@@ -95,6 +95,18 @@ type eventInput struct {
 	// field + ".event_type": "type" of a CloudEvent, "ce-type" of a
 	// binary one; refusals of the type name it.
 	typeField string
+	// idField likewise names where the request gave the event's id when
+	// it is not field + ".event_id": "id" ("[i].id") of a CloudEvent,
+	// "ce-id" of a binary one; an id reused or repeated is refused on it.
+	idField string
+}
+
+// eventIDField is where the request gave in's event id.
+func (in eventInput) eventIDField() string {
+	if in.idField != "" {
+		return in.idField
+	}
+	return strings.TrimPrefix(in.field+".event_id", ".")
 }
 
 // AppendedEvent is one stored event of an append reply.
@@ -171,19 +183,26 @@ func parseExpectation(v string, field string) (eventstore.Expectation, *Error) {
 // handleAppendEvents serves POST /v1/streams/{aggregate_type}/{aggregate_id}/events.
 func (s *server) handleAppendEvents(w http.ResponseWriter, r *http.Request) {
 	aggType, aggID, e := streamPath(r)
-	if e == nil {
+	// A CloudEvent without data in the binary content mode has no
+	// Content-Type: the header is its datacontenttype (the HTTP binding,
+	// 3.1.1), which such an event does not have. Its body must be empty.
+	dataless := r.Header.Get("Content-Type") == "" && isBinaryCloudEvent(r.Header)
+	if e == nil && !dataless {
 		e = checkMediaType(r, mediaJSON, mediaCloudEvent, mediaCloudEventBatch)
 	}
 	var b []byte
 	if e == nil {
 		b, e = readBody(w, r, s.opts.MaxBatchBodyBytes)
 	}
+	if e == nil && dataless && len(b) > 0 {
+		e = checkMediaType(r, mediaJSON, mediaCloudEvent, mediaCloudEventBatch) // data needs its media type
+	}
 	var expect eventstore.Expectation
 	var inputs []eventInput
 	if e == nil {
 		mt := mediaTypeOf(r)
 		q := r.URL.Query()
-		binary := mt == mediaJSON && isBinaryCloudEvent(r.Header)
+		binary := (mt == mediaJSON || dataless) && isBinaryCloudEvent(r.Header)
 		switch {
 		case mt == mediaJSON && !binary:
 			if q.Has("expected_sequence") {
@@ -209,7 +228,11 @@ func (s *server) handleAppendEvents(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	if e == nil && len(inputs) == 0 {
-		e = unprocessable("events", "events must not be empty")
+		f := "events"
+		if mediaTypeOf(r) == mediaCloudEventBatch {
+			f = fieldBody // a CloudEvents batch is the array itself
+		}
+		e = unprocessable(f, "events must not be empty")
 	}
 	if e == nil && len(inputs) > s.opts.MaxBatchItems {
 		e = newError(http.StatusRequestEntityTooLarge, CodeLimitExceeded, "events", "a batch holds at most %d events, got %d", s.opts.MaxBatchItems, len(inputs))
@@ -223,6 +246,18 @@ func (s *server) handleAppendEvents(w http.ResponseWriter, r *http.Request) {
 			env.SchemaVersion, e = s.checkSchema(r.Context(), env, inputs[i])
 		}
 		envs = append(envs, env)
+	}
+	// One event id twice in a request (a CloudEvent's source and id, or
+	// an event_id) is refused here, naming where the second one was given.
+	for i := 0; e == nil && i < len(envs); i++ {
+		for j := 0; j < i; j++ {
+			if envs[j].EventID == envs[i].EventID {
+				e = unprocessable(inputs[i].eventIDField(), "the event id of %s repeats that of %s (event_id %s): an event is given once in a request",
+					inputs[i].eventIDField(), inputs[j].eventIDField(), envs[i].EventID)
+				e.Limit = "distinct in a batch"
+				break
+			}
+		}
 	}
 	if e != nil {
 		s.metrics.command("event", "invalid")
@@ -493,7 +528,7 @@ func (s *server) fromEventAppend(err error, envs []envelope.Envelope, inputs []e
 	field := func(eventID string) string {
 		for i, env := range envs {
 			if env.EventID == eventID {
-				return inputs[i].field + ".event_id"
+				return inputs[i].eventIDField()
 			}
 		}
 		return "event_id"

@@ -376,18 +376,109 @@ func TestCloudEventsInput(t *testing.T) {
 		status   int
 		field    string
 	}{
-		"no specversion":       {`{"id":"1","source":"s","type":"t"}`, mediaCloudEvent, 422, "specversion"},
-		"old specversion":      {`{"specversion":"0.3","id":"1","source":"s","type":"t"}`, mediaCloudEvent, 422, "specversion"},
-		"binary data":          {`{"specversion":"1.0","id":"1","source":"s","type":"t","data_base64":"AA=="}`, mediaCloudEvent, 415, "data_base64"},
-		"xml data":             {`{"specversion":"1.0","id":"1","source":"s","type":"t","datacontenttype":"text/xml"}`, mediaCloudEvent, 415, "datacontenttype"},
-		"bad in batch":         {`[{"specversion":"1.0","id":"1","source":"s","type":"t","data":[1]}]`, mediaCloudEventBatch, 422, "[0].data"},
-		"type outside the set": {`{"specversion":"1.0","id":"1","source":"s","type":"com.example/x"}`, mediaCloudEvent, 422, "type"},
-		"type in batch":        {`[{"specversion":"1.0","id":"1","source":"s","type":"a b"}]`, mediaCloudEventBatch, 422, "[0].type"},
+		"no specversion":                   {`{"id":"1","source":"s","type":"t"}`, mediaCloudEvent, 422, "specversion"},
+		"old specversion":                  {`{"specversion":"0.3","id":"1","source":"s","type":"t"}`, mediaCloudEvent, 422, "specversion"},
+		"binary data":                      {`{"specversion":"1.0","id":"1","source":"s","type":"t","data_base64":"AA=="}`, mediaCloudEvent, 415, "data_base64"},
+		"xml data":                         {`{"specversion":"1.0","id":"1","source":"s","type":"t","datacontenttype":"text/xml"}`, mediaCloudEvent, 415, "datacontenttype"},
+		"data in latin-1":                  {`{"specversion":"1.0","id":"1","source":"s","type":"t","datacontenttype":"application/json; charset=iso-8859-1","data":{}}`, mediaCloudEvent, 415, "datacontenttype"},
+		"datacontenttype not a media type": {`{"specversion":"1.0","id":"1","source":"s","type":"t","datacontenttype":"json;;","data":{}}`, mediaCloudEvent, 415, "datacontenttype"},
+		"bad in batch":                     {`[{"specversion":"1.0","id":"1","source":"s","type":"t","data":[1]}]`, mediaCloudEventBatch, 422, "[0].data"},
+		"type outside the set":             {`{"specversion":"1.0","id":"1","source":"s","type":"com.example/x"}`, mediaCloudEvent, 422, "type"},
+		"type in batch":                    {`[{"specversion":"1.0","id":"1","source":"s","type":"a b"}]`, mediaCloudEventBatch, 422, "[0].type"},
+		// Each empty required attribute is named as itself (all three were "id").
+		"empty id":                  {`{"specversion":"1.0","id":"","source":"s","type":"t"}`, mediaCloudEvent, 422, "id"},
+		"empty source":              {`{"specversion":"1.0","id":"1","source":"","type":"t"}`, mediaCloudEvent, 422, "source"},
+		"empty type in batch":       {`[{"specversion":"1.0","id":"1","source":"s","type":""}]`, mediaCloudEventBatch, 422, "[0].type"},
+		"source with a space":       {`{"specversion":"1.0","id":"1","source":"a b","type":"t"}`, mediaCloudEvent, 422, "source"},
+		"source with a bad escape":  {`{"specversion":"1.0","id":"1","source":"/a%zz","type":"t"}`, mediaCloudEvent, 422, "source"},
+		"source not parseable":      {`{"specversion":"1.0","id":"1","source":":x","type":"t"}`, mediaCloudEvent, 422, "source"},
+		"source non-ASCII":          {`{"specversion":"1.0","id":"1","source":"/café","type":"t"}`, mediaCloudEvent, 422, "source"},
+		"empty subject":             {`{"specversion":"1.0","id":"1","source":"s","type":"t","subject":""}`, mediaCloudEvent, 422, "subject"},
+		"dataschema relative":       {`{"specversion":"1.0","id":"1","source":"s","type":"t","dataschema":"schemas/x"}`, mediaCloudEvent, 422, "dataschema"},
+		"dataschema not a URI":      {`{"specversion":"1.0","id":"1","source":"s","type":"t","dataschema":"not a uri"}`, mediaCloudEvent, 422, "dataschema"},
+		"empty dataschema in batch": {`[{"specversion":"1.0","id":"1","source":"s","type":"t","dataschema":""}]`, mediaCloudEventBatch, 422, "[0].dataschema"},
+		"extension object":          {`{"specversion":"1.0","id":"1","source":"s","type":"t","myext":{"a":1}}`, mediaCloudEvent, 422, "myext"},
+		"extension array in batch":  {`[{"specversion":"1.0","id":"1","source":"s","type":"t","myext":[1]}]`, mediaCloudEventBatch, 422, "[0].myext"},
+		"extension fraction":        {`{"specversion":"1.0","id":"1","source":"s","type":"t","myext":1.5}`, mediaCloudEvent, 422, "myext"},
+		"extension beyond int32":    {`{"specversion":"1.0","id":"1","source":"s","type":"t","myext":2147483648}`, mediaCloudEvent, 422, "myext"},
+		"null under a bad name":     {`{"specversion":"1.0","id":"1","source":"s","type":"t","my_ext":null}`, mediaCloudEvent, 422, "my_ext"},
 	} {
 		r := a.do("POST", devicePath, tc.body, "Content-Type: "+tc.ct)
 		if r.code != tc.status || r.str("field") != tc.field {
 			t.Errorf("%s: %d field %q, want %d %q: %s", name, r.code, r.str("field"), tc.status, tc.field, r.body)
 		}
+	}
+}
+
+// TestCloudEventNullIsAbsent: in the JSON format an attribute whose value
+// is null is absent — it is not kept in metadata (a null subject was kept
+// as "ce_subject": ""), and the event equals the one without it, so a
+// re-send without the null attributes replays. Extension values of the
+// CloudEvents types (string, boolean, int32) are kept as given.
+func TestCloudEventNullIsAbsent(t *testing.T) {
+	a := eventAPI(t, false)
+	const path = "/v1/streams/Device/null-1/events"
+	withNulls := `{"specversion":"1.0","id":"n-1","source":"/s","type":"x.y","subject":null,"dataschema":null,"time":null,
+		"myext":null,"flag":true,"count":-2147483648,"label":"v","data":{"n":1}}`
+	without := `{"specversion":"1.0","id":"n-1","source":"/s","type":"x.y","flag":true,"count":-2147483648,"label":"v","data":{"n":1}}`
+	a.do("POST", path, withNulls, "Content-Type: "+mediaCloudEvent).expect(t, http.StatusCreated, "")
+	a.do("POST", path, without, "Content-Type: "+mediaCloudEvent).expect(t, http.StatusOK, "") // the same event
+	ev := a.do("GET", path, "").expect(t, http.StatusOK, "").json["events"].([]any)[0].(map[string]any)
+	md := ev["metadata"].(map[string]any)
+	for _, k := range []string{"ce_subject", "ce_dataschema", "ce_myext"} {
+		if v, ok := md[k]; ok {
+			t.Errorf("metadata %s = %#v, want absent (null is absent)", k, v)
+		}
+	}
+	for k, want := range map[string]any{"ce_flag": true, "ce_count": -2147483648.0, "ce_label": "v"} {
+		if md[k] != want {
+			t.Errorf("metadata %s = %#v, want %#v", k, md[k], want)
+		}
+	}
+}
+
+// TestEventIDRefusalsNameTheAttribute: an event id repeated inside one
+// request, or reused with other content, is refused naming where the
+// request gave it — a CloudEvent's id ("id", "[1].id", the header "ce-id"),
+// an event's event_id ("events[1].event_id") — and an empty CloudEvents
+// batch names the body, which is the array; nothing is stored.
+func TestEventIDRefusalsNameTheAttribute(t *testing.T) {
+	a := eventAPI(t, false)
+	const path = "/v1/streams/Device/ids-1/events"
+	ce := func(id string, n int) string {
+		return `{"specversion":"1.0","id":"` + id + `","source":"/s","type":"x.y","data":{"n":` + strconv.Itoa(n) + `}}`
+	}
+	a.do("POST", path, ce("stored", 1), "Content-Type: "+mediaCloudEvent).expect(t, http.StatusCreated, "")
+	const uuid1 = "5f0c8a52-9d1e-4b7a-8c3f-1e2d3c4b5a69"
+	for _, tc := range []struct {
+		name    string
+		body    string
+		headers []string
+		status  int
+		code    string
+		field   string
+	}{
+		{"CloudEvents batch repeats an id", "[" + ce("a", 1) + "," + ce("b", 1) + "," + ce("a", 1) + "]",
+			[]string{"Content-Type: " + mediaCloudEventBatch}, 422, CodeValidationFailed, "[2].id"},
+		{"event batch repeats an event_id", `{"events":[{"event_id":"` + uuid1 + `","event_type":"x.y","data":{}},{"event_id":"` + uuid1 + `","event_type":"x.y","data":{}}]}`,
+			nil, 422, CodeValidationFailed, "events[1].event_id"},
+		{"empty CloudEvents batch", `[]`, []string{"Content-Type: " + mediaCloudEventBatch}, 422, CodeValidationFailed, "body"},
+		{"CloudEvent id reused", ce("stored", 2), []string{"Content-Type: " + mediaCloudEvent}, 409, CodeEventIDReused, "id"},
+		{"CloudEvent id reused in a batch", "[" + ce("new", 1) + "," + ce("stored", 2) + "]",
+			[]string{"Content-Type: " + mediaCloudEventBatch}, 409, CodeEventIDReused, "[1].id"},
+		{"binary CloudEvent id reused", `{"n":2}`, []string{"Content-Type: application/json", "ce-specversion: 1.0", "ce-id: stored",
+			"ce-source: /s", "ce-type: x.y"}, 409, CodeEventIDReused, "ce-id"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			before := a.appendsCount()
+			r := a.do("POST", path, tc.body, tc.headers...).expect(t, tc.status, tc.code)
+			if r.str("field") != tc.field {
+				t.Fatalf("field %q, want %q: %s", r.str("field"), tc.field, r.body)
+			}
+			if n := a.appendsCount() - before; n != 0 {
+				t.Fatalf("a refused request stored %d events", n)
+			}
+		})
 	}
 }
 
@@ -424,6 +515,18 @@ func TestCloudEventsBinaryInput(t *testing.T) {
 	if _, ok := md["ce_time"]; ok {
 		t.Errorf("time is occurred_at, not metadata: %v", md)
 	}
+	// An event without data, as CloudEvents SDKs send it in the binary
+	// mode: no body and no Content-Type (it is the datacontenttype); it
+	// was refused with 415. With a body the Content-Type is required.
+	nodata := []string{"ce-specversion: 1.0", "ce-id: B-0", "ce-source: /sensors/bin-1", "ce-type: com.example.ping"}
+	a.do("POST", "/v1/streams/Device/bin-0/events", "", nodata...).expect(t, http.StatusCreated, "")
+	a.do("POST", "/v1/streams/Device/bin-0/events", "", nodata...).expect(t, http.StatusOK, "") // replay
+	if ev := a.do("GET", "/v1/streams/Device/bin-0/events", "").expect(t, http.StatusOK, "").json["events"].([]any)[0].(map[string]any); ev["event_type"] != "com.example.ping" {
+		t.Fatalf("event without data: %v", ev)
+	}
+	if r := a.do("POST", "/v1/streams/Device/bin-0/events", `{"a":1}`, append([]string{"Content-Type:"}, nodata...)...); r.code != http.StatusUnsupportedMediaType || r.str("field") != "Content-Type" {
+		t.Fatalf("data without Content-Type: %d %s", r.code, r.body)
+	}
 	base := []string{"Content-Type: application/json", "ce-specversion: 1.0", "ce-id: B-2", "ce-source: /s", "ce-type: x.y"}
 	for _, tc := range []struct {
 		name   string
@@ -435,6 +538,11 @@ func TestCloudEventsBinaryInput(t *testing.T) {
 		{"no specversion", []string{"ce-specversion:"}, `{}`, 422, "ce-specversion"},
 		{"old specversion", []string{"ce-specversion: 0.3"}, `{}`, 422, "ce-specversion"},
 		{"no type", []string{"ce-type:"}, `{}`, 422, "ce-type"},
+		{"empty source", []string{"ce-source: "}, `{}`, 422, "ce-source"},
+		{"empty id", []string{"ce-id: "}, `{}`, 422, "ce-id"},
+		{"source not a URI-reference", []string{"ce-source: /a%20b"}, `{}`, 422, "ce-source"},
+		{"empty subject", []string{"ce-subject: "}, `{}`, 422, "ce-subject"},
+		{"dataschema not absolute", []string{"ce-dataschema: x.json"}, `{}`, 422, "ce-dataschema"},
 		{"type outside the set", []string{"ce-type: com.example/x"}, `{}`, 422, "ce-type"},
 		{"time not RFC 3339", []string{"ce-time: yesterday"}, `{}`, 422, "ce-time"},
 		{"bad percent-encoding", []string{"ce-subject: 100%"}, `{}`, 422, "ce-subject"},

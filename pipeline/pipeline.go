@@ -389,18 +389,28 @@ func (a *APIRunner) Run(ctx context.Context) error {
 // Close closes the listener (a no-op after Run).
 func (a *APIRunner) Close() { _ = a.ln.Close() }
 
+// apiAuthenticator is the authenticator of /v1: API keys, OIDC JWTs, the
+// tokens of SLUICE_API_TOKENS and the admin tokens. The admin tokens are
+// known here so that on /v1 they are authenticated and hold no /v1
+// operation (403 forbidden, docs/security.md#principals) rather than
+// answer 401 as an unknown credential.
+func apiAuthenticator(cfg *sluiceconfig.Config, keys *auth.Keys, oidc *auth.OIDC) *auth.Authenticator {
+	tokens := make([]string, 0, len(cfg.API.Tokens))
+	for _, t := range cfg.API.Tokens {
+		if t.Value() != "" {
+			tokens = append(tokens, t.Value())
+		}
+	}
+	return auth.NewAuthenticator(auth.Options{Keys: keys, OIDC: oidc, Tokens: tokens,
+		AdminToken: cfg.API.AdminToken.Value(), AdminReadToken: cfg.API.AdminReadToken.Value(), Required: cfg.Auth.Required})
+}
+
 // buildAPI is `sluice api`: the HTTP command API, with o.APIRoutes beside.
 func buildAPI(ctx context.Context, d Deps, o Options) (Runner, error) {
 	cfg := d.Config
 	reg, err := registry.New(cfg.Registry.WithRetry(cfg.Worker.InstanceRetry()), registry.Deps{Pool: d.RegistryPool})
 	if err != nil {
 		return nil, err
-	}
-	tokens := make([]string, 0, len(cfg.API.Tokens))
-	for _, t := range cfg.API.Tokens {
-		if t.Value() != "" {
-			tokens = append(tokens, t.Value())
-		}
 	}
 	if err := registerStore(d); err != nil {
 		return nil, err
@@ -420,7 +430,7 @@ func buildAPI(ctx context.Context, d Deps, o Options) (Runner, error) {
 			return nil, err
 		}
 	}
-	authn := auth.NewAuthenticator(auth.Options{Keys: keys, OIDC: oidc, Tokens: tokens, Required: cfg.Auth.Required})
+	authn := apiAuthenticator(cfg, keys, oidc)
 	h, err := api.New(api.Config{Settings: cfg.API, Limits: cfg.EventStore.Limits}, api.Deps{
 		Store: d.Store, Registry: reg, Sequences: d.Store, Logger: d.Logger,
 		Auth: authn, RateLimits: auth.NewLimiter(cfg.Auth),

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"strings"
 	"time"
 )
 
@@ -105,8 +106,20 @@ func NewTimestamp(t time.Time) Timestamp {
 }
 
 // ParseTimestamp parses an RFC 3339 time (any offset, any number of
-// fractional digits) and normalises it to UTC milliseconds.
+// fractional digits; "t" and "z" in lower case, as RFC 3339 section 5.6
+// allows) and normalises it to UTC milliseconds.
 func ParseTimestamp(s string) (Timestamp, error) {
+	// time.Parse wants the upper-case letters; RFC 3339 allows both.
+	if len(s) > 10 && s[10] == 't' || strings.HasSuffix(s, "z") {
+		b := []byte(s)
+		if len(b) > 10 && b[10] == 't' {
+			b[10] = 'T'
+		}
+		if b[len(b)-1] == 'z' {
+			b[len(b)-1] = 'Z'
+		}
+		s = string(b)
+	}
 	t, err := time.Parse(time.RFC3339Nano, s)
 	if err != nil {
 		return Timestamp{}, fmt.Errorf("not an RFC 3339 time: %q", s)

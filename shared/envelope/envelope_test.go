@@ -529,6 +529,18 @@ func TestTimestamp(t *testing.T) {
 	if err := json.Unmarshal([]byte(`5`), &back); err == nil {
 		t.Fatal("number accepted")
 	}
+	// RFC 3339 section 5.6: "t" and "z" may be lower case (a CloudEvent's
+	// time from a producer that writes them so was refused with 422).
+	for _, s := range []string{"2026-11-21t10:00:00.123z", "2026-11-21t10:00:00.123Z", "2026-11-21T10:00:00.123z", "2026-11-21t11:00:00.123+01:00"} {
+		if got, err := ParseTimestamp(s); err != nil || got != ts {
+			t.Errorf("ParseTimestamp(%q) = %v, %v; want %v", s, got, err, ts)
+		}
+	}
+	for _, s := range []string{"2026-11-21x10:00:00Z", "2026-11-21T10:00:00y", "2026-11-21 10:00:00Z", "z", "t"} {
+		if _, err := ParseTimestamp(s); err == nil {
+			t.Errorf("ParseTimestamp(%q) accepted", s)
+		}
+	}
 	var zero Timestamp
 	if b, _ := json.Marshal(zero); string(b) != "null" || zero.String() != "" || !NewTimestamp(time.Time{}).IsZero() {
 		t.Fatalf("zero timestamp: %s", b)
