@@ -1,6 +1,7 @@
 package main
 
 import (
+	"fmt"
 	"io"
 	"log/slog"
 	"runtime/debug"
@@ -53,7 +54,55 @@ func newRootCmd(stdout, stderr io.Writer) *cobra.Command {
 		newSchemaCmd(),
 		newAuthCmd(),
 	)
+	usageExits(root)
 	return root
+}
+
+// usageExits makes every usage error of the command tree exit 2
+// (exitUsage, docs/operator-commands.md): a flag cobra cannot parse (an
+// unknown flag, a value of the wrong type), arguments a command's Args
+// refuses, and an unknown subcommand — also under a group command such as
+// "sluice consumer", which cobra would answer with its help and exit 0.
+// It covers cobra's own help and completion commands too.
+func usageExits(root *cobra.Command) {
+	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error {
+		return &exitError{code: exitUsage, err: err}
+	})
+	root.InitDefaultHelpCmd()
+	root.InitDefaultCompletionCmd()
+	var walk func(c *cobra.Command)
+	walk = func(c *cobra.Command) {
+		switch {
+		case !c.Runnable() && c.HasSubCommands():
+			// A group (cobra checks no Args of a command without a
+			// Run): no argument but a subcommand's name, which cobra
+			// has already taken when it gets here.
+			c.SuggestionsMinimumDistance = 2
+			c.Args = func(cmd *cobra.Command, a []string) error {
+				if len(a) == 0 {
+					return nil
+				}
+				msg := fmt.Sprintf("unknown command %q for %q", a[0], cmd.CommandPath())
+				if s := cmd.SuggestionsFor(a[0]); len(s) > 0 {
+					msg += fmt.Sprintf("; did you mean %q?", s[0])
+				}
+				return usage("%s", msg)
+			}
+			c.RunE = func(cmd *cobra.Command, _ []string) error { return cmd.Help() }
+		case c.Args != nil:
+			args := c.Args
+			c.Args = func(cmd *cobra.Command, a []string) error {
+				if err := args(cmd, a); err != nil {
+					return &exitError{code: exitUsage, err: err}
+				}
+				return nil
+			}
+		}
+		for _, sub := range c.Commands() {
+			walk(sub)
+		}
+	}
+	walk(root)
 }
 
 // loadConfig reads the environment, applies its Go runtime settings
