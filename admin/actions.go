@@ -191,7 +191,7 @@ func (s *Server) parkedResolve(republish bool) func(*http.Request, []byte) (Acti
 		a := Action{Target: "parked " + r.PathValue("position"), DryRun: req.DryRun}
 		pos, err := strconv.ParseInt(r.PathValue("position"), 10, 64)
 		if err != nil || pos < 1 {
-			return a, invalid("position %q: want a position >= 1", r.PathValue("position"))
+			return a, atField("position", invalid("position %q: want a position >= 1", r.PathValue("position")))
 		}
 		ctx := r.Context()
 		cfg := s.opts.Process
@@ -619,7 +619,7 @@ func (s *Server) projectionSwitch(rebuild bool) func(*http.Request, []byte) (Act
 		a := Action{Target: "projection " + name, DryRun: req.DryRun}
 		p, err := projectionworker.Lookup(name)
 		if err != nil {
-			return a, kind(errNotFound, err)
+			return a, atField("name", kind(errNotFound, err))
 		}
 		settle := 5 * time.Second
 		if req.Settle != "" {

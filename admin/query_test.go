@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/sluicehq/sluice/admin"
+	"github.com/sluicehq/sluice/auth"
 	"github.com/sluicehq/sluice/internal/testenv"
 	"github.com/sluicehq/sluice/registry"
 )
@@ -141,4 +142,52 @@ func newTokenServer(t *testing.T) *admin.Server {
 		t.Fatal(err)
 	}
 	return srv
+}
+
+// A name or position in the path that does not exist, or is not one, is
+// refused naming the path value in field, as a consumer group is ("group"):
+// these named nothing.
+func TestPathValueRefusalsNameTheField(t *testing.T) {
+	_, pool := testenv.NewMigratedDatabase(t)
+	reg, err := registry.New(registry.Config{Owner: "t"}, registry.Deps{Pool: pool})
+	if err != nil {
+		t.Fatal(err)
+	}
+	keys := auth.NewKeys(pool, auth.KeysOptions{})
+	srv, err := admin.New(admin.Config{Process: mustConfig(t)}, admin.Deps{Pool: pool, Registry: reg, Keys: keys,
+		Auth: auth.NewAuthenticator(auth.Options{Keys: keys, AdminToken: opToken, AdminReadToken: readToken, Required: true})})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		name, method, target, body string
+		status                     int
+		field                      string
+	}{
+		{"rebuild of an unknown projection", "POST", "/admin/v1/projections/nosuch/rebuild", `{"version":2}`, 404, "name"},
+		{"rollback of an unknown projection", "POST", "/admin/v1/projections/nosuch/rollback", `{}`, 404, "name"},
+		{"revoke of an unknown key", "POST", "/admin/v1/auth/keys/nosuch/revoke", `{}`, 404, "key_id"},
+		{"rotate of an unknown key", "POST", "/admin/v1/auth/keys/nosuch/rotate", `{}`, 404, "key_id"},
+		{"parked position not a number", "POST", "/admin/v1/relay/parked/abc/drop", `{}`, 400, "position"},
+		{"parked position zero", "POST", "/admin/v1/relay/parked/0/republish", `{}`, 400, "position"},
+		{"schema of an unknown type", "GET", "/admin/v1/schemas/Nosuch", "", 404, "event_type"},
+		{"delete of an unknown type", "DELETE", "/admin/v1/schemas/Nosuch", "", 404, "event_type"},
+		{"schema version that does not exist", "GET", "/admin/v1/schemas/Nosuch/versions/3", "", 404, "version"},
+		{"upcaster that does not exist", "GET", "/admin/v1/schemas/Nosuch/upcasters/1", "", 404, "from"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			req := httptest.NewRequest(c.method, c.target, strings.NewReader(c.body))
+			req.Header.Set("Authorization", "Bearer "+opToken)
+			if c.body != "" {
+				req.Header.Set("Content-Type", "application/json")
+			}
+			w := httptest.NewRecorder()
+			srv.ServeHTTP(w, req)
+			var p map[string]any
+			_ = json.Unmarshal(w.Body.Bytes(), &p)
+			if w.Code != c.status || p["field"] != c.field || w.Header().Get("Content-Type") != "application/problem+json" {
+				t.Errorf("%s %s: %d %s; want %d naming %q", c.method, c.target, w.Code, w.Body, c.status, c.field)
+			}
+		})
+	}
 }
