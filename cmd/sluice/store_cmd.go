@@ -8,6 +8,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/spf13/cobra"
 
 	"github.com/sluicehq/sluice/eventstore"
@@ -102,9 +103,9 @@ events; the cursor to resume after is printed last, on stderr ("cursor: …").`,
 			}
 			if byCursor && (cmd.Flags().Changed("from") || cmd.Flags().Changed("to")) {
 				if st.Shards() > 1 {
-					return fmt.Errorf("--from/--to name positions of a store of one shard; this store has %d shards: read it by --cursor", st.Shards())
+					return usage("--from/--to name positions of a store of one shard; this store has %d shards: read it by --cursor", st.Shards())
 				}
-				return errors.New("give --cursor or --from/--to, not both")
+				return usage("give --cursor or --from/--to, not both")
 			}
 			out := cmd.OutOrStdout()
 			n := 0
@@ -178,6 +179,15 @@ func catFlagsValid(cmd *cobra.Command, from, to, fromSeq, toSeq int64, most int)
 		return usage("--to-seq %d: want a sequence number >= 1 (0: open)", toSeq)
 	case most < 0:
 		return usage("--limit %d: want 0 (up to where every shard is settled) or more", most)
+	case f.Changed("cursor") && (f.Changed("from") || f.Changed("to")):
+		return usage("give --cursor or --from/--to, not both")
+	}
+	if id, _ := f.GetString("event-id"); f.Changed("event-id") {
+		// Refused here, before the store is opened (it was exit 1 with the
+		// store's "field event_id: must be a UUID").
+		if _, err := uuid.Parse(id); err != nil {
+			return usage("--event-id %q: want a UUID (an event_id or a command_id)", id)
+		}
 	}
 	if aggID == "" {
 		for _, name := range []string{"from-seq", "to-seq", "kind"} {

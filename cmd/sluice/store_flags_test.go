@@ -21,7 +21,7 @@ func TestStoreFlagRefusals(t *testing.T) {
 	}{
 		{"cat --limit without --cursor", []string{"store", "cat", "--limit", "5"}, exitUsage, "--limit bounds a read by --cursor"},
 		{"cat --limit with --from", []string{"store", "cat", "--from", "1", "--limit", "5"}, exitUsage, "--limit"},
-		{"cat --limit with --event-id", []string{"store", "cat", "--event-id", "x", "--limit", "5"}, exitUsage, "--limit"},
+		{"cat --limit with --event-id", []string{"store", "cat", "--event-id", "0b9f6a2e-6c1d-4f5e-9a3b-2d7c8e1f4a60", "--limit", "5"}, exitUsage, "--limit"},
 		{"cat --from -1", []string{"store", "cat", "--from", "-1"}, exitUsage, "--from -1"},
 		{"cat --from 0", []string{"store", "cat", "--from", "0"}, exitUsage, "--from 0"},
 		{"cat --to -2", []string{"store", "cat", "--to", "-2"}, exitUsage, "--to -2"},
@@ -30,6 +30,9 @@ func TestStoreFlagRefusals(t *testing.T) {
 		{"cat --from-seq 0", []string{"store", "cat", "--aggregate-type", "T", "--aggregate-id", "a", "--from-seq", "0"}, exitUsage, "--from-seq 0"},
 		{"cat --to-seq -1", []string{"store", "cat", "--aggregate-type", "T", "--aggregate-id", "a", "--to-seq", "-1"}, exitUsage, "--to-seq -1"},
 		{"cat --kind without --aggregate-id", []string{"store", "cat", "--kind", "domain"}, exitUsage, "--kind applies with --aggregate-id"},
+		{"cat --event-id not a UUID", []string{"store", "cat", "--event-id", "nosuch"}, exitUsage, `--event-id "nosuch": want a UUID`},
+		{"cat --event-id empty", []string{"store", "cat", "--event-id", ""}, exitUsage, "--event-id"},
+		{"cat --cursor with --from", []string{"store", "cat", "--cursor", "", "--from", "2"}, exitUsage, "not both"},
 		{"segments --after -5", []string{"store", "segments", "--after", "-5"}, exitUsage, "--after -5"},
 		{"segments --limit 0", []string{"store", "segments", "--limit", "0"}, exitUsage, "--limit 0"},
 		{"cat --cursor --limit", []string{"store", "cat", "--cursor", "", "--limit", "5"}, 0, "0 events"},
