@@ -2,7 +2,6 @@ package main
 
 import (
 	"encoding/json"
-	"errors"
 	"fmt"
 	"os"
 	"os/user"
@@ -64,7 +63,7 @@ func newAuthKeyCreateCmd() *cobra.Command {
 				req.Grants = append(req.Grants, g)
 			}
 			if len(req.Grants) == 0 {
-				return errors.New("give at least one --grant op[,op…]=pattern (docs/security.md#permissions)")
+				return usage("give at least one --grant op[,op…]=pattern (docs/security.md#permissions)")
 			}
 			if err := auth.ValidatePrincipal(principal); err != nil {
 				return err
@@ -72,7 +71,7 @@ func newAuthKeyCreateCmd() *cobra.Command {
 			if expiresIn < 0 {
 				// Read as "never" before: a mistyped sign made a key
 				// that never expires.
-				return fmt.Errorf("--expires-in %s: want a positive duration such as 2160h (0: never)", expiresIn)
+				return usage("--expires-in %s: want a positive duration such as 2160h (0: never)", expiresIn)
 			}
 			if expiresIn > 0 {
 				t := time.Now().Add(expiresIn)

@@ -26,7 +26,7 @@ import (
 // only.
 func openDLQ(cmd *cobra.Command, topic string, reg dlq.Registry) (*dlq.Queue, error) {
 	if topic == "" {
-		return nil, errors.New("--topic is required (e.g. sluice.commands.dlq)")
+		return nil, usage("--topic is required (e.g. sluice.commands.dlq)")
 	}
 	cfg, _, err := loadConfig(cmd)
 	if err != nil {
@@ -226,7 +226,7 @@ redriving twice has one effect. Fix the cause first (dlq show).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if all == cmd.Flags().Changed("offset") {
-				return errors.New("give exactly one of --offset or --all")
+				return usage("give exactly one of --offset or --all")
 			}
 			if *topic == "" {
 				_, err := openDLQ(cmd, *topic, nil)

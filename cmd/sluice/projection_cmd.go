@@ -337,7 +337,7 @@ summary.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if version <= 0 {
-				return errors.New("--version N (≥ 1, newer than every existing version) is required")
+				return usage("--version N (≥ 1, newer than every existing version) is required")
 			}
 			p, err := lookupProjection(cmd, args[0])
 			if err != nil {

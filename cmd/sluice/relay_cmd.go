@@ -133,7 +133,7 @@ func newRelayCheckpointSetCmd() *cobra.Command {
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			posSet, timeSet := cmd.Flags().Changed("position"), cmd.Flags().Changed("time")
 			if posSet == timeSet {
-				return errors.New("set exactly one of --position or --time")
+				return usage("set exactly one of --position or --time")
 			}
 			d, sh, closeFn, err := openShardStore(cmd, openStoreDeps, shard, true)
 			if err != nil {
@@ -144,7 +144,7 @@ func newRelayCheckpointSetCmd() *cobra.Command {
 			if timeSet {
 				t, err := time.Parse(time.RFC3339Nano, at)
 				if err != nil {
-					return fmt.Errorf("--time %q: want an RFC 3339 time: %w", at, err)
+					return usage("--time %q: want an RFC 3339 time: %v", at, err)
 				}
 				if position, err = d.store.ShardLog(sh).PositionAt(ctx, t); err != nil {
 					return err
@@ -257,7 +257,7 @@ func newRelayRepublishCmd() *cobra.Command {
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if from < 1 || to < from {
-				return fmt.Errorf("--from-position %d --to-position %d: want 1 <= from <= to", from, to)
+				return usage("--from-position %d --to-position %d: want 1 <= from <= to", from, to)
 			}
 			d, sh, closeFn, err := openShardStore(cmd, openStoreDeps, shard, true)
 			if err != nil {

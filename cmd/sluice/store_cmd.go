@@ -189,6 +189,17 @@ func catFlagsValid(cmd *cobra.Command, from, to, fromSeq, toSeq int64, most int)
 			return usage("--event-id %q: want a UUID (an event_id or a command_id)", id)
 		}
 	}
+	if aggType, _ := f.GetString("aggregate-type"); aggID != "" && aggType == "" {
+		return usage("--aggregate-id needs --aggregate-type")
+	}
+	if kind, _ := f.GetString("kind"); kind != "" && !envelope.Kind(kind).Valid() {
+		return usage("--kind %q: want command, domain or empty", kind)
+	}
+	if cursor, _ := f.GetString("cursor"); cursor != "" {
+		if _, err := eventstore.ParseCursor(cursor); err != nil {
+			return usage("--cursor: %v", err)
+		}
+	}
 	if aggID == "" {
 		for _, name := range []string{"from-seq", "to-seq", "kind"} {
 			if f.Changed(name) {
@@ -207,7 +218,7 @@ func catByCursor(ctx context.Context, st *eventstore.Store, cursor string, most 
 	if cursor != "" {
 		var err error
 		if c, err = eventstore.ParseCursor(cursor); err != nil {
-			return c, fmt.Errorf("--cursor: %w", err)
+			return c, usage("--cursor: %v", err)
 		}
 	}
 	return st.LogWalk(ctx, c, most, func(ev eventstore.Event, _ eventstore.Cursor) error {
@@ -219,10 +230,10 @@ func catByCursor(ctx context.Context, st *eventstore.Store, cursor string, most 
 // catStream prints one aggregate's stream.
 func catStream(ctx context.Context, st *eventstore.Store, aggType, aggID, kind string, fromSeq, toSeq int64, print func(eventstore.Event)) error {
 	if aggType == "" {
-		return errors.New("--aggregate-id needs --aggregate-type")
+		return usage("--aggregate-id needs --aggregate-type")
 	}
 	if kind != "" && !envelope.Kind(kind).Valid() {
-		return fmt.Errorf("--kind %q: want command, domain or empty", kind)
+		return usage("--kind %q: want command, domain or empty", kind)
 	}
 	if err := st.FindStream(ctx, aggType, aggID); err != nil {
 		return err
@@ -241,7 +252,7 @@ func catStream(ctx context.Context, st *eventstore.Store, aggType, aggID, kind s
 // to (0: the head), read from the segments.
 func catPositions(ctx context.Context, st *eventstore.Store, from, to int64, print func(eventstore.Event)) error {
 	if to != 0 && to < from {
-		return errors.New("--to must not be below --from")
+		return usage("--to must not be below --from")
 	}
 	after := max(from-1, 0)
 	for {

@@ -29,13 +29,30 @@ func TestUsageErrorsExit2(t *testing.T) {
 		{"unknown subcommand of a group", []string{"consumer", "lagg"}, 2, `unknown command "lagg" for "sluice consumer"; did you mean "lag"?`},
 		{"unknown subcommand of a nested group", []string{"relay", "checkpoint", "sho"}, 2, `unknown command "sho" for "sluice relay checkpoint"`},
 		{"unknown subcommand of completion", []string{"completion", "nosuch"}, 2, `unknown command "nosuch"`},
+		// Flag values and combinations the commands refuse themselves,
+		// before they connect to anything (they exited 1).
+		{"key without a grant", []string{"auth", "key", "create", "--principal", "p"}, 2, "give at least one --grant"},
+		{"key expiring in the past", []string{"auth", "key", "create", "--principal", "p", "--grant", "read=*", "--expires-in", "-1h"}, 2, "--expires-in"},
+		{"dlq without --topic", []string{"dlq", "list"}, 2, "--topic is required"},
+		{"redrive without --offset or --all", []string{"dlq", "redrive", "--topic", "x"}, 2, "--offset or --all"},
+		{"rebuild without --version", []string{"projection", "rebuild", "history"}, 2, "--version N"},
+		{"checkpoint set without a target", []string{"relay", "checkpoint", "set"}, 2, "--position or --time"},
+		{"republish of an empty range", []string{"relay", "republish", "--from-position", "5", "--to-position", "2"}, 2, "want 1 <= from <= to"},
+		{"verify of a bad db name", []string{"verify", "--db", "BAD!", "--class", "orders"}, 2, "--db"},
+		{"reset to a bad target", []string{"consumer", "reset", "--group", "g", "--to", "yesterday"}, 2, `--to "yesterday"`},
+		{"cat of a bad cursor", []string{"store", "cat", "--cursor", "zzz"}, 2, "--cursor"},
+		{"cat of an id without a type", []string{"store", "cat", "--aggregate-id", "x"}, 2, "--aggregate-id needs --aggregate-type"},
+		{"cat of a bad kind", []string{"store", "cat", "--aggregate-type", "T", "--aggregate-id", "x", "--kind", "weird"}, 2, "--kind"},
 		{"a group alone shows its help", []string{"consumer"}, 0, ""},
 		{"help", []string{"--help"}, 0, ""},
 		{"version", []string{"version"}, 0, ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			cmd := exec.Command(bin, tc.args...)
-			cmd.Env = []string{"PATH=/usr/bin:/bin"}
+			// Nothing to connect to: a refusal must come before any
+			// connection is tried.
+			cmd.Env = []string{"PATH=/usr/bin:/bin", "DATABASE_URL=postgres://127.0.0.1:1/none?connect_timeout=1",
+				"EVENT_STORE_BACKEND=file", "EVENT_STORE_FILE_DIR=" + t.TempDir(), "KAFKA_BROKERS=127.0.0.1:1"}
 			var stderr strings.Builder
 			cmd.Stderr = &stderr
 			err := cmd.Run()

@@ -51,10 +51,10 @@ Exit code 0 when everything matches, 4 when anything differs.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if err := envelope.ValidateDBName(db); err != nil {
-				return fmt.Errorf("--db: %w", err)
+				return usage("--db: %v", err)
 			}
 			if err := envelope.ValidateClassName(class); err != nil {
-				return fmt.Errorf("--class: %w", err)
+				return usage("--class: %v", err)
 			}
 			cfg, logger, err := loadConfig(cmd)
 			if err != nil {
