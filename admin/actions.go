@@ -208,13 +208,13 @@ func (s *Server) parkedResolve(republish bool) func(*http.Request, []byte) (Acti
 			p, err = relay.RepublishParked(ctx, ps, cl, cfg.Relay.Name, pos, opts)
 		} else {
 			if req.Topic != "" {
-				return a, invalid("topic applies to republish only")
+				return a, atField("topic", invalid("topic applies to republish only"))
 			}
 			p, err = relay.DropParked(ctx, ps, cfg.Relay.Name, pos, opts)
 		}
 		switch {
 		case errors.Is(err, relay.ErrParkedNotFound):
-			return a, kind(errNotFound, err)
+			return a, atField("position", kind(errNotFound, err))
 		case errors.Is(err, relay.ErrNotParked):
 			return a, kind(errConflict, err)
 		case err != nil:
@@ -546,7 +546,7 @@ func (s *Server) dlqRedrive(r *http.Request, body []byte) (Action, error) {
 		a.Target = req.Topic + " all"
 	}
 	if req.All == (req.Letter != "") {
-		return a, invalid("give exactly one of letter or all")
+		return a, atField("letter", invalid("give exactly one of letter or all"))
 	}
 	o := dlq.RedriveOptions{All: req.All, DryRun: req.DryRun}
 	if !req.All {

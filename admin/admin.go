@@ -326,7 +326,8 @@ func dryRunOf(body []byte) bool {
 	return v.DryRun
 }
 
-// decode reads a JSON request body into v, refusing unknown fields.
+// decode reads a JSON request body into v, refusing unknown fields and
+// anything after the one JSON value.
 func decode(body []byte, v any) error {
 	if len(strings.TrimSpace(string(body))) == 0 {
 		return nil
@@ -343,6 +344,11 @@ func decode(body []byte, v any) error {
 			field = strings.TrimSuffix(name, `"`)
 		}
 		return atField(field, invalid("body: %v", err))
+	}
+	// One JSON value: what follows it was ignored ({"db":"a"}{"db":"b"}
+	// ran the action on a), where the command API refuses it.
+	if _, err := dec.Token(); err != io.EOF {
+		return atField("body", invalid("body: trailing data after the JSON object"))
 	}
 	return nil
 }

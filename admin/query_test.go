@@ -99,6 +99,10 @@ func TestActionBodyMediaType(t *testing.T) {
 		{"unparsable", "application/json;;", `{"zzz":1}`, 415, "unsupported_media_type", "Content-Type"},
 		{"json", "application/json", `{"zzz":1}`, 400, "invalid", "zzz"},
 		{"json utf-8", "application/json; charset=UTF-8", `{"zzz":1}`, 400, "invalid", "zzz"},
+		// One JSON value: the second was ignored and the action ran.
+		{"trailing data", "application/json", `{"dry_run":true} {"zzz":1}`, 400, "invalid", "body"},
+		{"trailing garbage", "application/json", `{"dry_run":true}x`, 400, "invalid", "body"},
+		{"trailing space", "application/json", "{\"zzz\":1} \n", 400, "invalid", "zzz"},
 		{"empty body, no Content-Type", "", ``, 404, "not_found", ""},
 		// Over 1 MiB: refused whole, naming the body (it was cut at 1 MiB
 		// and answered 400 "unexpected EOF" naming nothing useful).
@@ -170,6 +174,9 @@ func TestPathValueRefusalsNameTheField(t *testing.T) {
 		{"rotate of an unknown key", "POST", "/admin/v1/auth/keys/nosuch/rotate", `{}`, 404, "key_id"},
 		{"parked position not a number", "POST", "/admin/v1/relay/parked/abc/drop", `{}`, 400, "position"},
 		{"parked position zero", "POST", "/admin/v1/relay/parked/0/republish", `{}`, 400, "position"},
+		{"parked position that holds no record", "POST", "/admin/v1/relay/parked/7/drop", `{}`, 404, "position"},
+		{"drop with a topic", "POST", "/admin/v1/relay/parked/7/drop", `{"topic":"t"}`, 400, "topic"},
+		{"redrive of nothing", "POST", "/admin/v1/dlq/redrive", `{"dry_run":true}`, 400, "letter"},
 		{"schema of an unknown type", "GET", "/admin/v1/schemas/Nosuch", "", 404, "event_type"},
 		{"delete of an unknown type", "DELETE", "/admin/v1/schemas/Nosuch", "", 404, "event_type"},
 		{"schema version that does not exist", "GET", "/admin/v1/schemas/Nosuch/versions/3", "", 404, "version"},
