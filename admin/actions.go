@@ -111,7 +111,7 @@ func (s *Server) checkpointSet(r *http.Request, body []byte) (Action, error) {
 	}
 	a := Action{Target: "relay " + s.opts.Process.Relay.Name, DryRun: req.DryRun}
 	if (req.Position == nil) == (req.Time == "") {
-		return a, invalid("give exactly one of position or time")
+		return a, atField("position", invalid("give exactly one of position or time"))
 	}
 	if s.opts.Store == nil || s.opts.Bucket == nil {
 		return a, errors.New("admin: the event store is not available in this process")
@@ -123,7 +123,7 @@ func (s *Server) checkpointSet(r *http.Request, body []byte) (Action, error) {
 	} else {
 		t, err := time.Parse(time.RFC3339Nano, req.Time)
 		if err != nil {
-			return a, invalid("time %q: want RFC 3339: %v", req.Time, err)
+			return a, atField("time", invalid("time %q: want RFC 3339: %v", req.Time, err))
 		}
 		if pos, err = s.opts.Store.PositionAt(ctx, t); err != nil {
 			return a, err
@@ -132,7 +132,11 @@ func (s *Server) checkpointSet(r *http.Request, body []byte) (Action, error) {
 	cps := relay.NewCheckpointStore(s.opts.Bucket, s.opts.Process.Relay.CheckpointKey)
 	plan, err := relay.PlanCheckpoint(ctx, s.opts.Store, cps, pos)
 	if errors.Is(err, relay.ErrCheckpointOutOfRange) {
-		return a, kind(errUnsafe, err)
+		field := "position"
+		if req.Position == nil {
+			field = "time"
+		}
+		return a, atField(field, kind(errUnsafe, err))
 	}
 	if err != nil {
 		return a, err
