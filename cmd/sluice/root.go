@@ -5,6 +5,7 @@ import (
 	"io"
 	"log/slog"
 	"runtime/debug"
+	"strings"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/spf13/cobra"
@@ -103,6 +104,18 @@ func usageExits(root *cobra.Command) {
 		}
 	}
 	walk(root)
+	// "sluice help nosuch" printed the root's help and exited 0.
+	if help, _, err := root.Find([]string{"help"}); err == nil && help.Name() == "help" && help.Run != nil {
+		run := help.Run
+		help.Run = nil
+		help.RunE = func(cmd *cobra.Command, args []string) error {
+			if _, rest, err := root.Find(args); err != nil || len(rest) > 0 {
+				return usage("unknown help topic %q: see sluice --help", strings.Join(args, " "))
+			}
+			run(cmd, args)
+			return nil
+		}
+	}
 }
 
 // loadConfig reads the environment, applies its Go runtime settings
