@@ -34,7 +34,7 @@ func (in *Inspector) Handler() http.Handler {
 		}
 		tr, err := in.Trace(r.Context(), r.PathValue("id"))
 		if err != nil {
-			writeProblem(w, err)
+			writeProblem(w, notFoundAt("id", err))
 			return
 		}
 		writeJSON(w, http.StatusOK, tr)
@@ -60,7 +60,7 @@ func (in *Inspector) Handler() http.Handler {
 		}
 		v, err := in.Aggregate(r.Context(), q)
 		if err != nil {
-			writeProblem(w, err)
+			writeProblem(w, notFoundAt("aggregate_id", err))
 			return
 		}
 		writeJSON(w, http.StatusOK, v)
@@ -78,9 +78,9 @@ func checkQuery(r *http.Request) error {
 	return nil
 }
 
-// fieldError is an ErrInvalid naming the part of the request at fault: a
-// query parameter or a path value; its problem names it in the member
-// field, as the command and admin APIs do.
+// fieldError is an ErrInvalid or ErrNotFound naming the part of the
+// request at fault: a query parameter or a path value; its problem names
+// it in the member field, as the command and admin APIs do.
 type fieldError struct {
 	field string
 	err   error
@@ -88,6 +88,15 @@ type fieldError struct {
 
 func (e *fieldError) Error() string { return e.err.Error() }
 func (e *fieldError) Unwrap() error { return e.err }
+
+// notFoundAt names field as what an ErrNotFound did not find (other
+// errors unchanged).
+func notFoundAt(field string, err error) error {
+	if errors.Is(err, ErrNotFound) {
+		return &fieldError{field: field, err: err}
+	}
+	return err
+}
 
 // invalidAt is an ErrInvalid naming field.
 func invalidAt(field, format string, a ...any) error {
