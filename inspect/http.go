@@ -39,7 +39,7 @@ func (in *Inspector) Handler() http.Handler {
 		}
 		writeJSON(w, http.StatusOK, tr)
 	})
-	mux.HandleFunc("GET "+AggregatePath+"{type}/{id...}", func(w http.ResponseWriter, r *http.Request) {
+	aggregate := func(w http.ResponseWriter, r *http.Request) {
 		if err := checkQuery(r); err != nil {
 			writeProblem(w, err)
 			return
@@ -64,7 +64,24 @@ func (in *Inspector) Handler() http.Handler {
 			return
 		}
 		writeJSON(w, http.StatusOK, v)
-	})
+	}
+	mux.HandleFunc("GET "+AggregatePath+"{type}/{id...}", aggregate)
+	// Without the id's segment: refused naming aggregate_id (the router
+	// redirected it to {type}/, which is).
+	mux.HandleFunc("GET "+AggregatePath+"{type}", aggregate)
+	// Any other request under the two prefixes: a problem, as the admin
+	// API answers it (the router's own were text/plain, and a path short
+	// of a segment was redirected).
+	for _, prefix := range []string{TracePath, AggregatePath} {
+		mux.HandleFunc(prefix, func(w http.ResponseWriter, r *http.Request) {
+			if r.Method != http.MethodGet && r.Method != http.MethodHead {
+				w.Header().Set("Allow", "GET, HEAD")
+				writeStatus(w, http.StatusMethodNotAllowed, "method_not_allowed", "method "+r.Method+" is not allowed on "+r.URL.Path+"; allowed: GET, HEAD", "")
+				return
+			}
+			writeStatus(w, http.StatusNotFound, "not_found", "no admin endpoint "+r.Method+" "+r.URL.Path+": "+TracePath+"{id} or "+AggregatePath+"{type}/{id} (docs/console.md)", "")
+		})
+	}
 	return mux
 }
 
@@ -121,12 +138,21 @@ func writeProblem(w http.ResponseWriter, err error) {
 	case errors.Is(err, ErrInvalid):
 		status, code = http.StatusBadRequest, "invalid"
 	}
-	p := map[string]any{
-		"type": "urn:sluice:problem:" + code, "title": http.StatusText(status), "status": status, "code": code,
-		"detail": strings.TrimPrefix(strings.TrimPrefix(err.Error(), ErrInvalid.Error()+": "), ErrNotFound.Error()+": "),
-	}
+	field := ""
 	if fe := (*fieldError)(nil); errors.As(err, &fe) {
-		p["field"] = fe.field
+		field = fe.field
+	}
+	writeStatus(w, status, code, strings.TrimPrefix(strings.TrimPrefix(err.Error(), ErrInvalid.Error()+": "), ErrNotFound.Error()+": "), field)
+}
+
+// writeStatus answers a problem of status with code and detail, naming
+// field when it is not "".
+func writeStatus(w http.ResponseWriter, status int, code, detail, field string) {
+	p := map[string]any{
+		"type": "urn:sluice:problem:" + code, "title": http.StatusText(status), "status": status, "code": code, "detail": detail,
+	}
+	if field != "" {
+		p["field"] = field
 	}
 	w.Header().Set("Content-Type", "application/problem+json")
 	w.Header().Set("Cache-Control", "no-store")

@@ -30,6 +30,7 @@ func TestHandlerNamesTheField(t *testing.T) {
 		{"from_seq negative", AggregatePath + "Order/o-1?from_seq=-1", "from_seq"},
 		{"a bad aggregate type", AggregatePath + "Order:x/o-1", "aggregate_type"},
 		{"an empty aggregate id", AggregatePath + "Order/", "aggregate_id"},
+		{"no aggregate id", AggregatePath + "Order", "aggregate_id"},
 		{"an empty trace id", TracePath + "%20", "id"},
 		{"a bad trace query", TracePath + "abc?x=%ZZ", "x"},
 	} {
@@ -86,6 +87,40 @@ func TestGetDocEscapesDotIDs(t *testing.T) {
 			}
 			if got := <-paths; got != want {
 				t.Errorf("getDoc(%q) sent path %s, want %s", id, got, want)
+			}
+		})
+	}
+}
+
+// A request the two routes do not take is a problem+json, as the admin
+// API answers: another method is 405 with Allow, a path short of or past
+// the route's segments 404, /aggregates/{type} 400 (they were the
+// router's text/plain, and /aggregates/{type} a redirect).
+func TestHandlerAnswersProblems(t *testing.T) {
+	h := (&Inspector{}).Handler()
+	for _, tc := range []struct {
+		method, target string
+		status         int
+		allow          string
+	}{
+		{http.MethodPost, TracePath + "abc", 405, "GET, HEAD"},
+		{http.MethodDelete, AggregatePath + "Order/o-1", 405, "GET, HEAD"},
+		{http.MethodGet, TracePath, 404, ""},
+		{http.MethodGet, TracePath + "a/b", 404, ""},
+		{http.MethodGet, AggregatePath, 404, ""},
+		{http.MethodGet, AggregatePath + "Order", 400, ""},
+	} {
+		t.Run(tc.method+" "+tc.target, func(t *testing.T) {
+			rec := httptest.NewRecorder()
+			h.ServeHTTP(rec, httptest.NewRequest(tc.method, tc.target, nil))
+			var p struct {
+				Status int    `json:"status"`
+				Code   string `json:"code"`
+			}
+			err := json.Unmarshal(rec.Body.Bytes(), &p)
+			if err != nil || rec.Code != tc.status || p.Status != tc.status || p.Code == "" || rec.Header().Get("Allow") != tc.allow ||
+				rec.Header().Get("Content-Type") != "application/problem+json" {
+				t.Errorf("%s %s: %d %q Allow %q %s; want a %d problem", tc.method, tc.target, rec.Code, rec.Header().Get("Content-Type"), rec.Header().Get("Allow"), rec.Body, tc.status)
 			}
 		})
 	}
