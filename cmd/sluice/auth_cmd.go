@@ -226,6 +226,9 @@ old key keeps working for --grace (default 24h), so clients can move, and
 then answers 401. --grace 0s revokes the old key at once (a leaked key).`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if grace < 0 {
+				return usage("--grace %s: want a duration >= 0 such as 24h (0s: revoke the old key now)", grace)
+			}
 			_, logger, pool, err := loadConfigPool(cmd, migrations.RoleMain)
 			if err != nil {
 				return err

@@ -330,6 +330,14 @@ func newRelayParkedListCmd() *cobra.Command {
 		Example: `  sluice relay parked list [--reason too_large] [--topic T] [--state parked|republished|dropped|all] [--from-position N --to-position M] [--limit 100]`,
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			switch {
+			case f.State != "all" && f.State != relay.ParkedStateParked && f.State != relay.ParkedStateRepublished && f.State != relay.ParkedStateDropped:
+				return usage("--state %q: want parked, republished, dropped or all", f.State)
+			case f.Limit < 1:
+				return usage("--limit %d: want at least 1", f.Limit) // it was read as 100
+			case f.FromPosition < 0 || f.ToPosition < 0:
+				return usage("--from-position %d --to-position %d: want positions >= 0 (0: open)", f.FromPosition, f.ToPosition)
+			}
 			if f.State == "all" {
 				f.State = ""
 			}
@@ -390,6 +398,9 @@ func newRelayParkedShowCmd() *cobra.Command {
 		Example: `  sluice relay parked show --position 1234 [--raw]`,
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if position < 1 {
+				return usage("--position %d: want a position >= 1", position)
+			}
 			d, closeFn, err := openParkedDeps(cmd)
 			if err != nil {
 				return err
@@ -444,6 +455,9 @@ func newRelayParkedResolveCmd(verb string) *cobra.Command {
 		Example: example,
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if position < 1 {
+				return usage("--position %d: want a position >= 1", position)
+			}
 			if !dryRun && !yes {
 				return fmt.Errorf("%s changes the parked record: pass --yes to act, or --dry-run to see what it would do", verb)
 			}

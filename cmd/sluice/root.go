@@ -62,7 +62,8 @@ func newRootCmd(stdout, stderr io.Writer) *cobra.Command {
 // usageExits makes every usage error of the command tree exit 2
 // (exitUsage, docs/operator-commands.md): a flag cobra cannot parse (an
 // unknown flag, a value of the wrong type), arguments a command's Args
-// refuses, and an unknown subcommand — also under a group command such as
+// refuses, a required flag left out or a flag group broken, and an
+// unknown subcommand — also under a group command such as
 // "sluice consumer", which cobra would answer with its help and exit 0.
 // It covers cobra's own help and completion commands too.
 func usageExits(root *cobra.Command) {
@@ -90,11 +91,18 @@ func usageExits(root *cobra.Command) {
 				return usage("%s", msg)
 			}
 			c.RunE = func(cmd *cobra.Command, _ []string) error { return cmd.Help() }
-		case c.Args != nil:
+		case c.Runnable():
+			// cobra checks Args, then required flags and flag groups,
+			// each returning a plain error (exit 1): all three here.
 			args := c.Args
+			if args == nil {
+				args = cobra.ArbitraryArgs // what cobra does for a subcommand without Args
+			}
 			c.Args = func(cmd *cobra.Command, a []string) error {
-				if err := args(cmd, a); err != nil {
-					return &exitError{code: exitUsage, err: err}
+				for _, err := range []error{args(cmd, a), cmd.ValidateRequiredFlags(), cmd.ValidateFlagGroups()} {
+					if err != nil {
+						return &exitError{code: exitUsage, err: err}
+					}
 				}
 				return nil
 			}
