@@ -297,6 +297,10 @@ the ETA; --json prints a summary for scripts.`,
   sluice store reindex --yes --json`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if quiet < 0 {
+				// A negative window saw no writer as live: the guard passed.
+				return usage("--quiet-for %s: want a duration >= 0", quiet)
+			}
 			d, closeFn, err := openStoreDeps(cmd)
 			if err != nil {
 				return err

@@ -33,6 +33,7 @@ func TestStoreFlagRefusals(t *testing.T) {
 		{"cat --event-id not a UUID", []string{"store", "cat", "--event-id", "nosuch"}, exitUsage, `--event-id "nosuch": want a UUID`},
 		{"cat --event-id empty", []string{"store", "cat", "--event-id", ""}, exitUsage, "--event-id"},
 		{"cat --cursor with --from", []string{"store", "cat", "--cursor", "", "--from", "2"}, exitUsage, "not both"},
+		{"reindex --quiet-for -1s", []string{"store", "reindex", "--quiet-for", "-1s", "--dry-run"}, exitUsage, "--quiet-for -1s"},
 		{"segments --after -5", []string{"store", "segments", "--after", "-5"}, exitUsage, "--after -5"},
 		{"segments --limit 0", []string{"store", "segments", "--limit", "0"}, exitUsage, "--limit 0"},
 		{"cat --cursor --limit", []string{"store", "cat", "--cursor", "", "--limit", "5"}, 0, "0 events"},
