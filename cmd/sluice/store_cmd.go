@@ -382,6 +382,11 @@ func newStoreRepairCmd() *cobra.Command {
 		Short: "Resolve reserved rows: commit those whose segment exists, abandon those older than the append timeout without one",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if olderThan < 0 {
+				// Every reservation is older than a negative age: live
+				// writers' included.
+				return usage("--older-than %s: want a duration >= 0 (0: EVENT_STORE_APPEND_TIMEOUT)", olderThan)
+			}
 			d, closeFn, err := openStoreDeps(cmd)
 			if err != nil {
 				return err

@@ -50,6 +50,12 @@ Exit code 0 when everything matches, 4 when anything differs.`,
   sluice verify --db shop --class orders --json | jq .problems`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			switch {
+			case version < 0:
+				return usage("--index-version %d: want 0 (the live version) or a version >= 1", version)
+			case concurrency < 1:
+				return usage("--concurrency %d: want at least 1", concurrency) // it was read as 1
+			}
 			if err := envelope.ValidateDBName(db); err != nil {
 				return usage("--db: %v", err)
 			}
