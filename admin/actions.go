@@ -111,7 +111,7 @@ func (s *Server) checkpointSet(r *http.Request, body []byte) (Action, error) {
 	}
 	a := Action{Target: "relay " + s.opts.Process.Relay.Name, DryRun: req.DryRun}
 	if (req.Position == nil) == (req.Time == "") {
-		return a, invalid("give exactly one of position or time")
+		return a, atField("position", invalid("give exactly one of position or time"))
 	}
 	if s.opts.Store == nil || s.opts.Bucket == nil {
 		return a, errors.New("admin: the event store is not available in this process")
@@ -123,7 +123,7 @@ func (s *Server) checkpointSet(r *http.Request, body []byte) (Action, error) {
 	} else {
 		t, err := time.Parse(time.RFC3339Nano, req.Time)
 		if err != nil {
-			return a, invalid("time %q: want RFC 3339: %v", req.Time, err)
+			return a, atField("time", invalid("time %q: want RFC 3339: %v", req.Time, err))
 		}
 		if pos, err = s.opts.Store.PositionAt(ctx, t); err != nil {
 			return a, err
@@ -132,7 +132,11 @@ func (s *Server) checkpointSet(r *http.Request, body []byte) (Action, error) {
 	cps := relay.NewCheckpointStore(s.opts.Bucket, s.opts.Process.Relay.CheckpointKey)
 	plan, err := relay.PlanCheckpoint(ctx, s.opts.Store, cps, pos)
 	if errors.Is(err, relay.ErrCheckpointOutOfRange) {
-		return a, kind(errUnsafe, err)
+		field := "position"
+		if req.Position == nil {
+			field = "time"
+		}
+		return a, atField(field, kind(errUnsafe, err))
 	}
 	if err != nil {
 		return a, err
@@ -191,7 +195,7 @@ func (s *Server) parkedResolve(republish bool) func(*http.Request, []byte) (Acti
 		a := Action{Target: "parked " + r.PathValue("position"), DryRun: req.DryRun}
 		pos, err := strconv.ParseInt(r.PathValue("position"), 10, 64)
 		if err != nil || pos < 1 {
-			return a, invalid("position %q: want a position >= 1", r.PathValue("position"))
+			return a, atField("position", invalid("position %q: want a position >= 1", r.PathValue("position")))
 		}
 		ctx := r.Context()
 		cfg := s.opts.Process
@@ -208,13 +212,13 @@ func (s *Server) parkedResolve(republish bool) func(*http.Request, []byte) (Acti
 			p, err = relay.RepublishParked(ctx, ps, cl, cfg.Relay.Name, pos, opts)
 		} else {
 			if req.Topic != "" {
-				return a, invalid("topic applies to republish only")
+				return a, atField("topic", invalid("topic applies to republish only"))
 			}
 			p, err = relay.DropParked(ctx, ps, cfg.Relay.Name, pos, opts)
 		}
 		switch {
 		case errors.Is(err, relay.ErrParkedNotFound):
-			return a, kind(errNotFound, err)
+			return a, atField("position", kind(errNotFound, err))
 		case errors.Is(err, relay.ErrNotParked):
 			return a, kind(errConflict, err)
 		case err != nil:
@@ -546,7 +550,7 @@ func (s *Server) dlqRedrive(r *http.Request, body []byte) (Action, error) {
 		a.Target = req.Topic + " all"
 	}
 	if req.All == (req.Letter != "") {
-		return a, invalid("give exactly one of letter or all")
+		return a, atField("letter", invalid("give exactly one of letter or all"))
 	}
 	o := dlq.RedriveOptions{All: req.All, DryRun: req.DryRun}
 	if !req.All {
@@ -619,7 +623,7 @@ func (s *Server) projectionSwitch(rebuild bool) func(*http.Request, []byte) (Act
 		a := Action{Target: "projection " + name, DryRun: req.DryRun}
 		p, err := projectionworker.Lookup(name)
 		if err != nil {
-			return a, kind(errNotFound, err)
+			return a, atField("name", kind(errNotFound, err))
 		}
 		settle := 5 * time.Second
 		if req.Settle != "" {

@@ -252,10 +252,17 @@ type Action struct {
 func (s *Server) act(pattern, name string, h func(r *http.Request, body []byte) (Action, error)) {
 	s.mux.HandleFunc(pattern, func(w http.ResponseWriter, r *http.Request) {
 		role := roleOf(r)
-		body, err := io.ReadAll(io.LimitReader(r.Body, 1<<20))
+		body, err := io.ReadAll(io.LimitReader(r.Body, maxActionBody+1))
 		if err != nil {
-			writeProblem(w, http.StatusBadRequest, "invalid", "read body: "+err.Error())
+			writeProblemAt(w, http.StatusBadRequest, "invalid", "body", "read body: "+err.Error())
 			return
+		}
+		// A body over the limit is refused whole (it was cut at the limit
+		// and read as JSON, answered 400 "unexpected EOF") and not kept in
+		// the audit record.
+		tooLarge := len(body) > maxActionBody
+		if tooLarge {
+			body = nil
 		}
 		if role != RoleOperator {
 			_ = s.audit(r.Context(), auditEntry{Who: whoOf(r), Role: role, Action: name, Target: r.URL.Path, DryRun: dryRunOf(body), Outcome: "forbidden", Status: http.StatusForbidden, Request: body})
@@ -265,7 +272,13 @@ func (s *Server) act(pattern, name string, h func(r *http.Request, body []byte) 
 		// A body not declared JSON is refused (and audited) before the
 		// action reads it.
 		var a Action
-		if err = checkMediaType(r, body); err == nil {
+		switch {
+		case tooLarge:
+			err = atField("body", kind(errTooLarge, fmt.Errorf("the request body exceeds the limit of %d bytes", maxActionBody)))
+		default:
+			err = checkMediaType(r, body)
+		}
+		if err == nil {
 			a, err = h(r, body)
 		} else {
 			a.Target = r.URL.Path
@@ -313,7 +326,8 @@ func dryRunOf(body []byte) bool {
 	return v.DryRun
 }
 
-// decode reads a JSON request body into v, refusing unknown fields.
+// decode reads a JSON request body into v, refusing unknown fields and
+// anything after the one JSON value.
 func decode(body []byte, v any) error {
 	if len(strings.TrimSpace(string(body))) == 0 {
 		return nil
@@ -331,6 +345,11 @@ func decode(body []byte, v any) error {
 		}
 		return atField(field, invalid("body: %v", err))
 	}
+	// One JSON value: what follows it was ignored ({"db":"a"}{"db":"b"}
+	// ran the action on a), where the command API refuses it.
+	if _, err := dec.Token(); err != io.EOF {
+		return atField("body", invalid("body: trailing data after the JSON object"))
+	}
 	return nil
 }
 
@@ -342,7 +361,13 @@ var (
 	errUnsafe   = errors.New("unsafe")
 	// errUnsupportedMedia is a body not declared application/json.
 	errUnsupportedMedia = errors.New("unsupported_media_type")
+	// errTooLarge is a body over maxActionBody.
+	errTooLarge = errors.New("body_too_large")
 )
+
+// maxActionBody is the largest request body of an action (1 MiB, the
+// command API's default SLUICE_API_MAX_BODY_BYTES).
+const maxActionBody = 1 << 20
 
 func invalid(format string, a ...any) error {
 	return fmt.Errorf("%w: %s", errInvalid, fmt.Sprintf(format, a...))
@@ -381,6 +406,8 @@ func problemOf(err error) (int, string) {
 		return http.StatusUnprocessableEntity, "unsafe"
 	case errors.Is(err, errUnsupportedMedia):
 		return http.StatusUnsupportedMediaType, "unsupported_media_type"
+	case errors.Is(err, errTooLarge):
+		return http.StatusRequestEntityTooLarge, "body_too_large"
 	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, context.Canceled):
 		return http.StatusServiceUnavailable, "unavailable"
 	}
@@ -390,7 +417,7 @@ func problemOf(err error) (int, string) {
 func writeError(w http.ResponseWriter, err error) {
 	status, code := problemOf(err)
 	detail := err.Error()
-	for _, k := range []error{errInvalid, errNotFound, errConflict, errUnsafe, errUnsupportedMedia} {
+	for _, k := range []error{errInvalid, errNotFound, errConflict, errUnsafe, errUnsupportedMedia, errTooLarge} {
 		detail = strings.TrimPrefix(detail, k.Error()+": ")
 	}
 	var fe *fieldError

@@ -352,11 +352,11 @@ func TestAdminAPI(t *testing.T) {
 		if st != 200 || body["moved"] != false || body["plan"].(map[string]any)["republish"].(float64) < 1 {
 			t.Fatalf("checkpoint dry run: %d %v", st, body)
 		}
-		if st, body, _ := e.call("POST", "/admin/v1/relay/checkpoint", opToken, map[string]any{"position": head + 100}); st != http.StatusUnprocessableEntity || body["code"] != "unsafe" {
-			t.Errorf("checkpoint past the head: %d %v, want 422", st, body)
+		if st, body, _ := e.call("POST", "/admin/v1/relay/checkpoint", opToken, map[string]any{"position": head + 100}); st != http.StatusUnprocessableEntity || body["code"] != "unsafe" || body["field"] != "position" {
+			t.Errorf("checkpoint past the head: %d %v, want 422 naming position", st, body)
 		}
-		if st, body, _ := e.call("POST", "/admin/v1/relay/checkpoint", opToken, map[string]any{}); st != 400 || body["code"] != "invalid" {
-			t.Errorf("checkpoint without a target: %d %v, want 400", st, body)
+		if st, body, _ := e.call("POST", "/admin/v1/relay/checkpoint", opToken, map[string]any{}); st != 400 || body["code"] != "invalid" || body["field"] != "position" {
+			t.Errorf("checkpoint without a target: %d %v, want 400 naming position", st, body)
 		}
 		if st, body, _ := e.call("POST", "/admin/v1/relay/checkpoint", opToken, map[string]any{"position": head}); st != 200 || body["moved"] != true {
 			t.Errorf("checkpoint set: %d %v", st, body)

@@ -105,7 +105,7 @@ func (s *Server) keyRevoke(r *http.Request, body []byte) (Action, error) {
 	}
 	key, err := s.opts.Keys.Revoke(r.Context(), id, whoOf(r))
 	if errors.Is(err, auth.ErrKeyNotFound) {
-		return a, kind(errNotFound, err)
+		return a, atField("key_id", kind(errNotFound, err))
 	}
 	if err != nil {
 		return a, err
@@ -142,7 +142,7 @@ func (s *Server) keyRotate(r *http.Request, body []byte) (Action, error) {
 	rot, secret, err := s.opts.Keys.Rotate(r.Context(), id, grace, whoOf(r))
 	switch {
 	case errors.Is(err, auth.ErrKeyNotFound):
-		return a, kind(errNotFound, err)
+		return a, atField("key_id", kind(errNotFound, err))
 	case errors.Is(err, auth.ErrKeyRevoked):
 		return a, kind(errConflict, err)
 	case err != nil:

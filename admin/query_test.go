@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/sluicehq/sluice/admin"
+	"github.com/sluicehq/sluice/auth"
 	"github.com/sluicehq/sluice/internal/testenv"
 	"github.com/sluicehq/sluice/registry"
 )
@@ -98,7 +99,14 @@ func TestActionBodyMediaType(t *testing.T) {
 		{"unparsable", "application/json;;", `{"zzz":1}`, 415, "unsupported_media_type", "Content-Type"},
 		{"json", "application/json", `{"zzz":1}`, 400, "invalid", "zzz"},
 		{"json utf-8", "application/json; charset=UTF-8", `{"zzz":1}`, 400, "invalid", "zzz"},
+		// One JSON value: the second was ignored and the action ran.
+		{"trailing data", "application/json", `{"dry_run":true} {"zzz":1}`, 400, "invalid", "body"},
+		{"trailing garbage", "application/json", `{"dry_run":true}x`, 400, "invalid", "body"},
+		{"trailing space", "application/json", "{\"zzz\":1} \n", 400, "invalid", "zzz"},
 		{"empty body, no Content-Type", "", ``, 404, "not_found", ""},
+		// Over 1 MiB: refused whole, naming the body (it was cut at 1 MiB
+		// and answered 400 "unexpected EOF" naming nothing useful).
+		{"over 1 MiB", "application/json", `{"zzz":"` + strings.Repeat("x", 1<<20) + `"}`, 413, "body_too_large", "body"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -106,7 +114,7 @@ func TestActionBodyMediaType(t *testing.T) {
 			if status != c.status || p["code"] != c.code || (c.field != "" && p["field"] != c.field) {
 				t.Fatalf("%d %v, want %d %s field %q", status, p, c.status, c.code, c.field)
 			}
-			if status != 415 {
+			if status != 415 && status != 413 {
 				return
 			}
 			req := httptest.NewRequest("GET", "/admin/v1/audit?limit=1", nil)
@@ -117,7 +125,7 @@ func TestActionBodyMediaType(t *testing.T) {
 			if err := json.Unmarshal(w.Body.Bytes(), &recs); err != nil || len(recs) != 1 {
 				t.Fatalf("audit: %v %s", err, w.Body)
 			}
-			if r := recs[0]; r.Action != "relay.parked.drop" || r.Outcome != "unsupported_media_type" || r.Status != 415 || r.Target != target {
+			if r := recs[0]; r.Action != "relay.parked.drop" || r.Outcome != c.code || r.Status != c.status || r.Target != target || c.status == 413 && len(r.Detail) > 4096 {
 				t.Errorf("audit record %+v, want the refused drop", r)
 			}
 		})
@@ -138,4 +146,55 @@ func newTokenServer(t *testing.T) *admin.Server {
 		t.Fatal(err)
 	}
 	return srv
+}
+
+// A name or position in the path that does not exist, or is not one, is
+// refused naming the path value in field, as a consumer group is ("group"):
+// these named nothing.
+func TestPathValueRefusalsNameTheField(t *testing.T) {
+	_, pool := testenv.NewMigratedDatabase(t)
+	reg, err := registry.New(registry.Config{Owner: "t"}, registry.Deps{Pool: pool})
+	if err != nil {
+		t.Fatal(err)
+	}
+	keys := auth.NewKeys(pool, auth.KeysOptions{})
+	srv, err := admin.New(admin.Config{Process: mustConfig(t)}, admin.Deps{Pool: pool, Registry: reg, Keys: keys,
+		Auth: auth.NewAuthenticator(auth.Options{Keys: keys, AdminToken: opToken, AdminReadToken: readToken, Required: true})})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		name, method, target, body string
+		status                     int
+		field                      string
+	}{
+		{"rebuild of an unknown projection", "POST", "/admin/v1/projections/nosuch/rebuild", `{"version":2}`, 404, "name"},
+		{"rollback of an unknown projection", "POST", "/admin/v1/projections/nosuch/rollback", `{}`, 404, "name"},
+		{"revoke of an unknown key", "POST", "/admin/v1/auth/keys/nosuch/revoke", `{}`, 404, "key_id"},
+		{"rotate of an unknown key", "POST", "/admin/v1/auth/keys/nosuch/rotate", `{}`, 404, "key_id"},
+		{"parked position not a number", "POST", "/admin/v1/relay/parked/abc/drop", `{}`, 400, "position"},
+		{"parked position zero", "POST", "/admin/v1/relay/parked/0/republish", `{}`, 400, "position"},
+		{"parked position that holds no record", "POST", "/admin/v1/relay/parked/7/drop", `{}`, 404, "position"},
+		{"drop with a topic", "POST", "/admin/v1/relay/parked/7/drop", `{"topic":"t"}`, 400, "topic"},
+		{"redrive of nothing", "POST", "/admin/v1/dlq/redrive", `{"dry_run":true}`, 400, "letter"},
+		{"schema of an unknown type", "GET", "/admin/v1/schemas/Nosuch", "", 404, "event_type"},
+		{"delete of an unknown type", "DELETE", "/admin/v1/schemas/Nosuch", "", 404, "event_type"},
+		{"schema version that does not exist", "GET", "/admin/v1/schemas/Nosuch/versions/3", "", 404, "version"},
+		{"upcaster that does not exist", "GET", "/admin/v1/schemas/Nosuch/upcasters/1", "", 404, "from"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			req := httptest.NewRequest(c.method, c.target, strings.NewReader(c.body))
+			req.Header.Set("Authorization", "Bearer "+opToken)
+			if c.body != "" {
+				req.Header.Set("Content-Type", "application/json")
+			}
+			w := httptest.NewRecorder()
+			srv.ServeHTTP(w, req)
+			var p map[string]any
+			_ = json.Unmarshal(w.Body.Bytes(), &p)
+			if w.Code != c.status || p["field"] != c.field || w.Header().Get("Content-Type") != "application/problem+json" {
+				t.Errorf("%s %s: %d %s; want %d naming %q", c.method, c.target, w.Code, w.Body, c.status, c.field)
+			}
+		})
+	}
 }

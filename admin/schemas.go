@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"strconv"
+	"strings"
 
 	"github.com/sluicehq/sluice/schema"
 	"github.com/sluicehq/sluice/shared/envelope"
@@ -145,7 +146,7 @@ func schemaError(err error) error {
 	case err == nil:
 		return nil
 	case errors.Is(err, schema.ErrNotFound):
-		return kind(errNotFound, err)
+		return atField(schemaNotFoundField(err), kind(errNotFound, err))
 	case errors.As(err, &ie):
 		return atField("schema", kind(errConflict, err))
 	case errors.As(err, &ce):
@@ -156,6 +157,22 @@ func schemaError(err error) error {
 		return atField("upcaster", kind(errInvalid, err))
 	}
 	return err
+}
+
+// schemaNotFoundField names the part of the request a schema.ErrNotFound
+// refuses, from the registry's words: the body's upcaster when a version
+// it reads or produces is missing, the path's version or upcaster from,
+// else the event type (no schema registered).
+func schemaNotFoundField(err error) string {
+	switch msg := err.Error(); {
+	case strings.Contains(msg, "for the upcaster to"):
+		return "upcaster"
+	case strings.Contains(msg, "has no upcaster from version"):
+		return "from"
+	case strings.Contains(msg, "has no schema version"):
+		return "version"
+	}
+	return "event_type"
 }
 
 // checkEventType refuses a path's event type outside the rule of

@@ -191,7 +191,7 @@ func TestBadInput(t *testing.T) {
 		{"field name case", "POST", base, `{"Data":{}}`, nil, 422, CodeValidationFailed, "Data"},
 		{"data not object", "POST", base, `{"data":[1]}`, nil, 422, CodeValidationFailed, "data"},
 		{"instance_id not string", "POST", base, `{"instance_id":5}`, nil, 422, CodeValidationFailed, "instance_id"},
-		{"body too large", "POST", base, `{"data":{"a":"` + strings.Repeat("x", 5000) + `"}}`, nil, 413, CodeBodyTooLarge, ""},
+		{"body too large", "POST", base, `{"data":{"a":"` + strings.Repeat("x", 5000) + `"}}`, nil, 413, CodeBodyTooLarge, "body"},
 		{"too deep", "POST", base, `{"data":` + deep + `}`, nil, 413, CodeLimitExceeded, "data"},
 		{"patch too deep", "PATCH", base + "/o", deep, nil, 413, CodeLimitExceeded, "data"},
 		{"wrong content type", "POST", base, `{"data":{}}`, []string{"Content-Type: text/plain"}, 415, CodeUnsupportedMediaType, "Content-Type"},

@@ -24,7 +24,8 @@ const (
 )
 
 // readBody reads the whole request body, at most limit bytes; a longer body
-// is 413 body_too_large and is not read further.
+// is 413 body_too_large naming field "body" (a refusal of the body as a
+// whole) and is not read further.
 func readBody(w http.ResponseWriter, r *http.Request, limit int64) ([]byte, *Error) {
 	if r.ContentLength > limit {
 		return nil, bodyTooLarge(limit)
@@ -41,7 +42,7 @@ func readBody(w http.ResponseWriter, r *http.Request, limit int64) ([]byte, *Err
 }
 
 func bodyTooLarge(limit int64) *Error {
-	e := newError(http.StatusRequestEntityTooLarge, CodeBodyTooLarge, "", "the request body exceeds the limit of %d bytes (SLUICE_API_MAX_BODY_BYTES)", limit)
+	e := newError(http.StatusRequestEntityTooLarge, CodeBodyTooLarge, fieldBody, "the request body exceeds the limit of %d bytes (SLUICE_API_MAX_BODY_BYTES)", limit)
 	e.Limit = strconv.FormatInt(limit, 10) + " bytes"
 	return e
 }

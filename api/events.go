@@ -21,6 +21,7 @@ import (
 	"github.com/sluicehq/sluice/readmodel"
 	"github.com/sluicehq/sluice/schema"
 	"github.com/sluicehq/sluice/shared/envelope"
+	"github.com/sluicehq/sluice/shared/httpcheck"
 )
 
 // EventLog is what the event API (/v1/streams, /v1/log) needs of the event
@@ -307,12 +308,7 @@ func streamURL(aggType, aggID string) string {
 
 // pathSegment escapes s as one path segment, the dots of "." and ".."
 // included: unescaped, a router would remove them as a dot segment.
-func pathSegment(s string) string {
-	if s == "." || s == ".." {
-		return strings.Repeat("%2E", len(s))
-	}
-	return url.PathEscape(s)
-}
+func pathSegment(s string) string { return httpcheck.PathSegment(s) }
 
 func mediaTypeOf(r *http.Request) string {
 	mt, _, _ := strings.Cut(r.Header.Get("Content-Type"), ";")

@@ -77,11 +77,11 @@ type AggregateView struct {
 // when the aggregate has no slot.
 func (in *Inspector) Aggregate(ctx context.Context, q AggregateQuery) (AggregateView, error) {
 	if q.Type == "" || strings.Contains(q.Type, ":") {
-		return AggregateView{}, fmt.Errorf("%w: aggregate type %q", ErrInvalid, q.Type)
+		return AggregateView{}, invalidAt("aggregate_type", "aggregate type %q", q.Type)
 	}
 	id, err := envelope.NormalizeAggregateID(q.ID)
 	if err != nil {
-		return AggregateView{}, fmt.Errorf("%w: aggregate id: %v", ErrInvalid, err)
+		return AggregateView{}, invalidAt("aggregate_id", "aggregate id: %v", err)
 	}
 	if q.Limit <= 0 {
 		q.Limit = DefaultPageSize

@@ -6,11 +6,11 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"net/url"
 	"strings"
 
 	"github.com/sluicehq/sluice/readmodel"
 	"github.com/sluicehq/sluice/shared/envelope"
+	"github.com/sluicehq/sluice/shared/httpcheck"
 )
 
 // Document is an Elasticsearch document as the console shows it.
@@ -91,7 +91,9 @@ func (in *Inspector) document(ctx context.Context, e envelope.Envelope, handler 
 // getDoc reads one document in real time.
 func (in *Inspector) getDoc(ctx context.Context, index, id string) (Document, error) {
 	es := in.o.ES
-	res, err := es.Get(index, url.PathEscape(id), es.Get.WithContext(ctx), es.Get.WithRealtime(true))
+	// The client puts the id in the path as given: escape it, "." and ".."
+	// included, or the request names the index or another document.
+	res, err := es.Get(index, httpcheck.PathSegment(id), es.Get.WithContext(ctx), es.Get.WithRealtime(true))
 	if err != nil {
 		return Document{}, err
 	}

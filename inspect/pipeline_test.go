@@ -294,10 +294,10 @@ func TestTraceFollowsACommandThroughThePipeline(t *testing.T) {
 		want   string
 	}{
 		{inspect.TracePath + cid, 200, `"command_id":"` + cid + `"`},
-		{inspect.TracePath + uuid.NewString(), 404, `"code":"not_found"`},
+		{inspect.TracePath + uuid.NewString(), 404, `"field":"id"`},
 		{inspect.AggregatePath + "Instance/shop:orders:42", 200, `"last_sequence":1`},
-		{inspect.AggregatePath + "Instance/shop:orders:43", 404, `"code":"not_found"`},
-		{inspect.AggregatePath + "Instance/shop:orders:42?limit=x", 400, `"code":"invalid"`},
+		{inspect.AggregatePath + "Instance/shop:orders:43", 404, `"field":"aggregate_id"`},
+		{inspect.AggregatePath + "Instance/shop:orders:42?limit=x", 400, `"field":"limit"`},
 	} {
 		res, err := http.Get(srv.URL + tc.path)
 		if err != nil {

@@ -21,7 +21,7 @@ import (
 func (in *Inspector) Trace(ctx context.Context, id string) (Trace, error) {
 	id = strings.TrimSpace(id)
 	if id == "" {
-		return Trace{}, fmt.Errorf("%w: empty id", ErrInvalid)
+		return Trace{}, invalidAt("id", "empty id")
 	}
 	ev, err := in.find(ctx, id)
 	if err != nil {

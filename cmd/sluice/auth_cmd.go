@@ -2,7 +2,6 @@ package main
 
 import (
 	"encoding/json"
-	"errors"
 	"fmt"
 	"os"
 	"os/user"
@@ -64,7 +63,7 @@ func newAuthKeyCreateCmd() *cobra.Command {
 				req.Grants = append(req.Grants, g)
 			}
 			if len(req.Grants) == 0 {
-				return errors.New("give at least one --grant op[,op…]=pattern (docs/security.md#permissions)")
+				return usage("give at least one --grant op[,op…]=pattern (docs/security.md#permissions)")
 			}
 			if err := auth.ValidatePrincipal(principal); err != nil {
 				return err
@@ -72,7 +71,7 @@ func newAuthKeyCreateCmd() *cobra.Command {
 			if expiresIn < 0 {
 				// Read as "never" before: a mistyped sign made a key
 				// that never expires.
-				return fmt.Errorf("--expires-in %s: want a positive duration such as 2160h (0: never)", expiresIn)
+				return usage("--expires-in %s: want a positive duration such as 2160h (0: never)", expiresIn)
 			}
 			if expiresIn > 0 {
 				t := time.Now().Add(expiresIn)
@@ -227,6 +226,9 @@ old key keeps working for --grace (default 24h), so clients can move, and
 then answers 401. --grace 0s revokes the old key at once (a leaked key).`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if grace < 0 {
+				return usage("--grace %s: want a duration >= 0 such as 24h (0s: revoke the old key now)", grace)
+			}
 			_, logger, pool, err := loadConfigPool(cmd, migrations.RoleMain)
 			if err != nil {
 				return err

@@ -26,7 +26,7 @@ import (
 // only.
 func openDLQ(cmd *cobra.Command, topic string, reg dlq.Registry) (*dlq.Queue, error) {
 	if topic == "" {
-		return nil, errors.New("--topic is required (e.g. sluice.commands.dlq)")
+		return nil, usage("--topic is required (e.g. sluice.commands.dlq)")
 	}
 	cfg, _, err := loadConfig(cmd)
 	if err != nil {
@@ -57,10 +57,28 @@ func openDLQ(cmd *cobra.Command, topic string, reg dlq.Registry) (*dlq.Queue, er
 
 // noLetter gives a missing letter exit code 3.
 func noLetter(err error) error {
-	if errors.Is(err, dlq.ErrNoLetter) {
+	var pr *dlq.PartitionRequiredError
+	switch {
+	case errors.Is(err, dlq.ErrNoLetter):
 		return &exitError{code: exitNotFound, err: err}
+	case errors.As(err, &pr):
+		// The letter is named by --offset alone on a topic of several
+		// partitions: a usage error (it exited 1).
+		return &exitError{code: exitUsage, err: err}
 	}
 	return err
+}
+
+// letterFlags refuses a --partition or --offset no letter can have (an
+// --offset left at -1 read as "required flag not set" only when left out).
+func letterFlags(partition int32, offset int64) error {
+	switch {
+	case partition < -1:
+		return usage("--partition %d: want a partition >= 0", partition)
+	case offset < 0:
+		return usage("--offset %d: want an offset >= 0", offset)
+	}
+	return nil
 }
 
 // readProgress prints the throttled progress of reading a topic; done
@@ -109,6 +127,9 @@ func newDLQListCmd(topic *string) *cobra.Command {
 		Example: `  sluice dlq list --topic sluice.commands.dlq --limit 50`,
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if limit < 0 {
+				return usage("--limit %d: want 0 (every letter) or more", limit)
+			}
 			q, err := openDLQ(cmd, *topic, nil)
 			if err != nil {
 				return err
@@ -155,6 +176,9 @@ func newDLQShowCmd(topic *string) *cobra.Command {
 		Example: `  sluice dlq show --topic sluice.commands.dlq --partition 3 --offset 17`,
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := letterFlags(partition, offset); err != nil {
+				return err
+			}
 			q, err := openDLQ(cmd, *topic, nil)
 			if err != nil {
 				return err
@@ -226,7 +250,10 @@ redriving twice has one effect. Fix the cause first (dlq show).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if all == cmd.Flags().Changed("offset") {
-				return errors.New("give exactly one of --offset or --all")
+				return usage("give exactly one of --offset or --all")
+			}
+			if err := letterFlags(partition, offset); !all && err != nil {
+				return err
 			}
 			if *topic == "" {
 				_, err := openDLQ(cmd, *topic, nil)
@@ -299,6 +326,9 @@ registry row stays dead, so the event is never re-run by redelivery.`,
 		Example: `  sluice dlq drop --topic sluice.commands.dlq --partition 3 --offset 17 --reason "test data"`,
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := letterFlags(partition, offset); err != nil {
+				return err
+			}
 			q, err := openDLQ(cmd, *topic, nil)
 			if err != nil {
 				return err

@@ -192,6 +192,13 @@ func TestDLQListShowRedriveDrop(t *testing.T) {
 	if _, _, err := runOps(t, "dlq", "show", "--topic", dlqTopic, "--offset", "99"); opExitCode(err) != 3 {
 		t.Fatalf("show of a missing letter: %v", err)
 	}
+	// A letter named by its offset alone on a topic of several partitions
+	// is a usage error (it exited 1).
+	multi := dlqTopic + "-multi"
+	k.createTopic(t, multi, 2)
+	if _, _, err := runOps(t, "dlq", "show", "--topic", multi, "--offset", "0"); opExitCode(err) != exitUsage || (err == nil || !strings.Contains(err.Error(), "give --partition")) {
+		t.Fatalf("show by offset alone on 2 partitions: exit %d %v, want %d", opExitCode(err), err, exitUsage)
+	}
 
 	// Dry run: nothing changes.
 	out, _, err = runOps(t, "dlq", "redrive", "--topic", dlqTopic, "--offset", "0", "--dry-run")

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	neturl "net/url"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -29,7 +30,15 @@ a host of 0.0.0.0 or :: is probed on the loopback); SLUICE_HTTP_ADDR=off serves 
 probe needs --url then (exit code 2).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if !cmd.Flags().Changed("url") {
+			if timeout <= 0 {
+				return usage("--timeout %s: want a positive duration", timeout)
+			}
+			if cmd.Flags().Changed("url") {
+				// A URL that names no server failed as a probe (exit 1).
+				if u, err := neturl.Parse(url); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+					return usage("--url %q: want an http:// or https:// URL with a host", url)
+				}
+			} else {
 				var h observability.HTTPConfig
 				if err := config.Parse(&h, config.EnvironOS()); err != nil {
 					return err

@@ -35,6 +35,10 @@ func TestHealthcheckFollowsHTTPAddr(t *testing.T) {
 		{"off", "off", nil, exitUsage, "SLUICE_HTTP_ADDR is off"},
 		{"not host:port", "9090", nil, exitUsage, "not host:port"},
 		{"--url wins", "off", []string{"--url", ready.URL + "/readyz"}, 0, ready.URL + "/readyz"},
+		{"--url without a scheme", "off", []string{"--url", "notaurl"}, exitUsage, `--url "notaurl"`},
+		{"--url of another scheme", "off", []string{"--url", "ftp://h/readyz"}, exitUsage, "--url"},
+		{"--url without a host", "off", []string{"--url", "http:///readyz"}, exitUsage, "--url"},
+		{"--timeout 0", "off", []string{"--url", ready.URL + "/readyz", "--timeout", "0s"}, exitUsage, "--timeout 0s"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

@@ -336,8 +336,11 @@ summary.`,
   sluice projection rebuild history --version 3 --yes`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if settle < 0 {
+				return usage("--settle %s: want a duration >= 0", settle)
+			}
 			if version <= 0 {
-				return errors.New("--version N (≥ 1, newer than every existing version) is required")
+				return usage("--version N (≥ 1, newer than every existing version) is required")
 			}
 			p, err := lookupProjection(cmd, args[0])
 			if err != nil {
@@ -404,6 +407,9 @@ consumed; --json prints a summary (the plan on --dry-run).`,
   sluice projection rollback history --yes`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if settle < 0 {
+				return usage("--settle %s: want a duration >= 0", settle)
+			}
 			p, err := lookupProjection(cmd, args[0])
 			if err != nil {
 				return err

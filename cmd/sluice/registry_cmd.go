@@ -125,12 +125,14 @@ deletes the instance worker's rows: they are the command statuses GET /v1/comman
 reads, and without them an applied command would read as PENDING. --older-than below the
 lease timeout (PROCESSED_EVENT_LEASE_TIMEOUT_SECONDS) or the relay lookback
 (EVENT_PUBLISHER_LOOKBACK_SECONDS) is refused: such rows still absorb redeliveries.
---dry-run prints the rows it would delete per handler; acting needs --yes (or a "yes" on a
-terminal).`,
+--dry-run prints the rows it would delete per handler; acting needs --yes (or a "yes" on a terminal).`,
 		Example: `  sluice registry prune --older-than 72h --dry-run
   sluice registry prune --older-than 72h --yes`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if olderThan < 0 {
+				return usage("--older-than %s: want a duration >= 0 (0: the configured retention)", olderThan)
+			}
 			cfg, _, err := loadConfig(cmd)
 			if err != nil {
 				return err

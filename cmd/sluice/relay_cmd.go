@@ -133,7 +133,7 @@ func newRelayCheckpointSetCmd() *cobra.Command {
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			posSet, timeSet := cmd.Flags().Changed("position"), cmd.Flags().Changed("time")
 			if posSet == timeSet {
-				return errors.New("set exactly one of --position or --time")
+				return usage("set exactly one of --position or --time")
 			}
 			d, sh, closeFn, err := openShardStore(cmd, openStoreDeps, shard, true)
 			if err != nil {
@@ -144,7 +144,7 @@ func newRelayCheckpointSetCmd() *cobra.Command {
 			if timeSet {
 				t, err := time.Parse(time.RFC3339Nano, at)
 				if err != nil {
-					return fmt.Errorf("--time %q: want an RFC 3339 time: %w", at, err)
+					return usage("--time %q: want an RFC 3339 time: %v", at, err)
 				}
 				if position, err = d.store.ShardLog(sh).PositionAt(ctx, t); err != nil {
 					return err
@@ -257,7 +257,7 @@ func newRelayRepublishCmd() *cobra.Command {
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if from < 1 || to < from {
-				return fmt.Errorf("--from-position %d --to-position %d: want 1 <= from <= to", from, to)
+				return usage("--from-position %d --to-position %d: want 1 <= from <= to", from, to)
 			}
 			d, sh, closeFn, err := openShardStore(cmd, openStoreDeps, shard, true)
 			if err != nil {
@@ -330,6 +330,14 @@ func newRelayParkedListCmd() *cobra.Command {
 		Example: `  sluice relay parked list [--reason too_large] [--topic T] [--state parked|republished|dropped|all] [--from-position N --to-position M] [--limit 100]`,
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			switch {
+			case f.State != "all" && f.State != relay.ParkedStateParked && f.State != relay.ParkedStateRepublished && f.State != relay.ParkedStateDropped:
+				return usage("--state %q: want parked, republished, dropped or all", f.State)
+			case f.Limit < 1:
+				return usage("--limit %d: want at least 1", f.Limit) // it was read as 100
+			case f.FromPosition < 0 || f.ToPosition < 0:
+				return usage("--from-position %d --to-position %d: want positions >= 0 (0: open)", f.FromPosition, f.ToPosition)
+			}
 			if f.State == "all" {
 				f.State = ""
 			}
@@ -390,6 +398,9 @@ func newRelayParkedShowCmd() *cobra.Command {
 		Example: `  sluice relay parked show --position 1234 [--raw]`,
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if position < 1 {
+				return usage("--position %d: want a position >= 1", position)
+			}
 			d, closeFn, err := openParkedDeps(cmd)
 			if err != nil {
 				return err
@@ -444,6 +455,9 @@ func newRelayParkedResolveCmd(verb string) *cobra.Command {
 		Example: example,
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if position < 1 {
+				return usage("--position %d: want a position >= 1", position)
+			}
 			if !dryRun && !yes {
 				return fmt.Errorf("%s changes the parked record: pass --yes to act, or --dry-run to see what it would do", verb)
 			}

@@ -1,9 +1,11 @@
 package main
 
 import (
+	"fmt"
 	"io"
 	"log/slog"
 	"runtime/debug"
+	"strings"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/spf13/cobra"
@@ -53,7 +55,75 @@ func newRootCmd(stdout, stderr io.Writer) *cobra.Command {
 		newSchemaCmd(),
 		newAuthCmd(),
 	)
+	usageExits(root)
 	return root
+}
+
+// usageExits makes every usage error of the command tree exit 2
+// (exitUsage, docs/operator-commands.md): a flag cobra cannot parse (an
+// unknown flag, a value of the wrong type), arguments a command's Args
+// refuses, a required flag left out or a flag group broken, and an
+// unknown subcommand — also under a group command such as
+// "sluice consumer", which cobra would answer with its help and exit 0.
+// It covers cobra's own help and completion commands too.
+func usageExits(root *cobra.Command) {
+	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error {
+		return &exitError{code: exitUsage, err: err}
+	})
+	root.InitDefaultHelpCmd()
+	root.InitDefaultCompletionCmd()
+	var walk func(c *cobra.Command)
+	walk = func(c *cobra.Command) {
+		switch {
+		case !c.Runnable() && c.HasSubCommands():
+			// A group (cobra checks no Args of a command without a
+			// Run): no argument but a subcommand's name, which cobra
+			// has already taken when it gets here.
+			c.SuggestionsMinimumDistance = 2
+			c.Args = func(cmd *cobra.Command, a []string) error {
+				if len(a) == 0 {
+					return nil
+				}
+				msg := fmt.Sprintf("unknown command %q for %q", a[0], cmd.CommandPath())
+				if s := cmd.SuggestionsFor(a[0]); len(s) > 0 {
+					msg += fmt.Sprintf("; did you mean %q?", s[0])
+				}
+				return usage("%s", msg)
+			}
+			c.RunE = func(cmd *cobra.Command, _ []string) error { return cmd.Help() }
+		case c.Runnable():
+			// cobra checks Args, then required flags and flag groups,
+			// each returning a plain error (exit 1): all three here.
+			args := c.Args
+			if args == nil {
+				args = cobra.ArbitraryArgs // what cobra does for a subcommand without Args
+			}
+			c.Args = func(cmd *cobra.Command, a []string) error {
+				for _, err := range []error{args(cmd, a), cmd.ValidateRequiredFlags(), cmd.ValidateFlagGroups()} {
+					if err != nil {
+						return &exitError{code: exitUsage, err: err}
+					}
+				}
+				return nil
+			}
+		}
+		for _, sub := range c.Commands() {
+			walk(sub)
+		}
+	}
+	walk(root)
+	// "sluice help nosuch" printed the root's help and exited 0.
+	if help, _, err := root.Find([]string{"help"}); err == nil && help.Name() == "help" && help.Run != nil {
+		run := help.Run
+		help.Run = nil
+		help.RunE = func(cmd *cobra.Command, args []string) error {
+			if _, rest, err := root.Find(args); err != nil || len(rest) > 0 {
+				return usage("unknown help topic %q: see sluice --help", strings.Join(args, " "))
+			}
+			run(cmd, args)
+			return nil
+		}
+	}
 }
 
 // loadConfig reads the environment, applies its Go runtime settings

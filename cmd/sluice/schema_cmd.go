@@ -241,6 +241,9 @@ func newSchemaDeleteCmd() *cobra.Command {
 		Short: "Delete one version (--version) or every version of an event type's schema; stored events are untouched",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if delVersion < 0 {
+				return usage("--version %d: want a version >= 1 (0: all)", delVersion)
+			}
 			reg, audit, closeFn, err := openSchemasAudited(cmd)
 			if err != nil {
 				return err

@@ -1,8 +1,6 @@
 package main
 
 import (
-	"fmt"
-
 	"github.com/spf13/cobra"
 )
 
@@ -23,13 +21,13 @@ func shardArg(n, shard int, required bool) (int, error) {
 	n = max(n, 1)
 	switch {
 	case shard >= n || shard < -1:
-		return 0, fmt.Errorf("--shard %d: the store has %d shard(s), 0..%d", shard, n, n-1)
+		return 0, usage("--shard %d: the store has %d shard(s), 0..%d", shard, n, n-1)
 	case shard >= 0:
 		return shard, nil
 	case n == 1:
 		return 0, nil
 	case required:
-		return 0, fmt.Errorf("the store has %d shards, each with its own positions: name one with --shard (0..%d)", n, n-1)
+		return 0, usage("the store has %d shards, each with its own positions: name one with --shard (0..%d)", n, n-1)
 	}
 	return -1, nil
 }

@@ -8,6 +8,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/spf13/cobra"
 
 	"github.com/sluicehq/sluice/eventstore"
@@ -102,9 +103,9 @@ events; the cursor to resume after is printed last, on stderr ("cursor: …").`,
 			}
 			if byCursor && (cmd.Flags().Changed("from") || cmd.Flags().Changed("to")) {
 				if st.Shards() > 1 {
-					return fmt.Errorf("--from/--to name positions of a store of one shard; this store has %d shards: read it by --cursor", st.Shards())
+					return usage("--from/--to name positions of a store of one shard; this store has %d shards: read it by --cursor", st.Shards())
 				}
-				return errors.New("give --cursor or --from/--to, not both")
+				return usage("give --cursor or --from/--to, not both")
 			}
 			out := cmd.OutOrStdout()
 			n := 0
@@ -178,6 +179,26 @@ func catFlagsValid(cmd *cobra.Command, from, to, fromSeq, toSeq int64, most int)
 		return usage("--to-seq %d: want a sequence number >= 1 (0: open)", toSeq)
 	case most < 0:
 		return usage("--limit %d: want 0 (up to where every shard is settled) or more", most)
+	case f.Changed("cursor") && (f.Changed("from") || f.Changed("to")):
+		return usage("give --cursor or --from/--to, not both")
+	}
+	if id, _ := f.GetString("event-id"); f.Changed("event-id") {
+		// Refused here, before the store is opened (it was exit 1 with the
+		// store's "field event_id: must be a UUID").
+		if _, err := uuid.Parse(id); err != nil {
+			return usage("--event-id %q: want a UUID (an event_id or a command_id)", id)
+		}
+	}
+	if aggType, _ := f.GetString("aggregate-type"); aggID != "" && aggType == "" {
+		return usage("--aggregate-id needs --aggregate-type")
+	}
+	if kind, _ := f.GetString("kind"); kind != "" && !envelope.Kind(kind).Valid() {
+		return usage("--kind %q: want command, domain or empty", kind)
+	}
+	if cursor, _ := f.GetString("cursor"); cursor != "" {
+		if _, err := eventstore.ParseCursor(cursor); err != nil {
+			return usage("--cursor: %v", err)
+		}
 	}
 	if aggID == "" {
 		for _, name := range []string{"from-seq", "to-seq", "kind"} {
@@ -197,7 +218,7 @@ func catByCursor(ctx context.Context, st *eventstore.Store, cursor string, most 
 	if cursor != "" {
 		var err error
 		if c, err = eventstore.ParseCursor(cursor); err != nil {
-			return c, fmt.Errorf("--cursor: %w", err)
+			return c, usage("--cursor: %v", err)
 		}
 	}
 	return st.LogWalk(ctx, c, most, func(ev eventstore.Event, _ eventstore.Cursor) error {
@@ -209,10 +230,10 @@ func catByCursor(ctx context.Context, st *eventstore.Store, cursor string, most 
 // catStream prints one aggregate's stream.
 func catStream(ctx context.Context, st *eventstore.Store, aggType, aggID, kind string, fromSeq, toSeq int64, print func(eventstore.Event)) error {
 	if aggType == "" {
-		return errors.New("--aggregate-id needs --aggregate-type")
+		return usage("--aggregate-id needs --aggregate-type")
 	}
 	if kind != "" && !envelope.Kind(kind).Valid() {
-		return fmt.Errorf("--kind %q: want command, domain or empty", kind)
+		return usage("--kind %q: want command, domain or empty", kind)
 	}
 	if err := st.FindStream(ctx, aggType, aggID); err != nil {
 		return err
@@ -231,7 +252,7 @@ func catStream(ctx context.Context, st *eventstore.Store, aggType, aggID, kind s
 // to (0: the head), read from the segments.
 func catPositions(ctx context.Context, st *eventstore.Store, from, to int64, print func(eventstore.Event)) error {
 	if to != 0 && to < from {
-		return errors.New("--to must not be below --from")
+		return usage("--to must not be below --from")
 	}
 	after := max(from-1, 0)
 	for {
@@ -276,6 +297,10 @@ the ETA; --json prints a summary for scripts.`,
   sluice store reindex --yes --json`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if quiet < 0 {
+				// A negative window saw no writer as live: the guard passed.
+				return usage("--quiet-for %s: want a duration >= 0", quiet)
+			}
 			d, closeFn, err := openStoreDeps(cmd)
 			if err != nil {
 				return err
@@ -357,6 +382,11 @@ func newStoreRepairCmd() *cobra.Command {
 		Short: "Resolve reserved rows: commit those whose segment exists, abandon those older than the append timeout without one",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if olderThan < 0 {
+				// Every reservation is older than a negative age: live
+				// writers' included.
+				return usage("--older-than %s: want a duration >= 0 (0: EVENT_STORE_APPEND_TIMEOUT)", olderThan)
+			}
 			d, closeFn, err := openStoreDeps(cmd)
 			if err != nil {
 				return err

@@ -50,11 +50,17 @@ Exit code 0 when everything matches, 4 when anything differs.`,
   sluice verify --db shop --class orders --json | jq .problems`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			switch {
+			case version < 0:
+				return usage("--index-version %d: want 0 (the live version) or a version >= 1", version)
+			case concurrency < 1:
+				return usage("--concurrency %d: want at least 1", concurrency) // it was read as 1
+			}
 			if err := envelope.ValidateDBName(db); err != nil {
-				return fmt.Errorf("--db: %w", err)
+				return usage("--db: %v", err)
 			}
 			if err := envelope.ValidateClassName(class); err != nil {
-				return fmt.Errorf("--class: %w", err)
+				return usage("--class: %v", err)
 			}
 			cfg, logger, err := loadConfig(cmd)
 			if err != nil {

@@ -4,13 +4,17 @@
 // parameter given twice are refused naming the parameter, never read as a
 // default or as their first value) and the declared media type of a body.
 // It keeps the guarantee that no query parameter is silently ignored and no
-// body is read as JSON unless it says it is.
+// body is read as JSON unless it says it is. It also reads integer
+// parameters (Int) and escapes a path segment for a request a component
+// sends (PathSegment), so an id of "." or ".." never names another
+// resource.
 package httpcheck
 
 import (
 	"fmt"
 	"mime"
 	"net/url"
+	"strconv"
 	"strings"
 )
 
@@ -53,6 +57,32 @@ func Query(raw string) *Error {
 		seen[name] = true
 	}
 	return nil
+}
+
+// Int reads the integer query parameter name of q, which must lie in
+// lo..hi; ok is false when it is absent. A value that is not such an
+// integer (an empty one too) is refused naming the parameter, in the words
+// of both APIs ("limit must be an integer in 1..500, got \"0\"").
+func Int(q url.Values, name string, lo, hi int64) (n int64, ok bool, e *Error) {
+	if !q.Has(name) {
+		return 0, false, nil
+	}
+	n, err := strconv.ParseInt(q.Get(name), 10, 64)
+	if err != nil || n < lo || n > hi {
+		return 0, false, refuse(name, "%s must be an integer in %d..%d, got %q", name, lo, hi, q.Get(name))
+	}
+	return n, true, nil
+}
+
+// PathSegment escapes s as one segment of a request path: as
+// url.PathEscape, and "." and ".." as %2E and %2E%2E, which PathEscape
+// leaves alone and a server would resolve as dot segments, so the request
+// would name another resource (the Go client's rule, client.seg).
+func PathSegment(s string) string {
+	if s == "." || s == ".." {
+		return strings.Repeat("%2E", len(s))
+	}
+	return url.PathEscape(s)
 }
 
 // MediaType accepts a Content-Type header value naming one of allowed,

@@ -1,6 +1,9 @@
 package httpcheck
 
-import "testing"
+import (
+	"net/url"
+	"testing"
+)
 
 func TestQuery(t *testing.T) {
 	for _, tc := range []struct {
@@ -49,5 +52,41 @@ func TestMediaType(t *testing.T) {
 				t.Errorf("MediaType(%q) = %+v, want accepted %v", tc.ct, e, tc.ok)
 			}
 		})
+	}
+}
+
+func TestInt(t *testing.T) {
+	for _, tc := range []struct {
+		name, raw string
+		n         int64
+		ok        bool
+		refused   bool
+	}{
+		{"absent", "", 0, false, false},
+		{"in range", "limit=7", 7, true, false},
+		{"the bounds", "limit=500", 500, true, false},
+		{"below", "limit=0", 0, false, true},
+		{"above", "limit=501", 0, false, true},
+		{"not a number", "limit=abc", 0, false, true},
+		{"empty", "limit=", 0, false, true},
+		{"beyond int64", "limit=99999999999999999999", 0, false, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			q, _ := url.ParseQuery(tc.raw)
+			n, ok, e := Int(q, "limit", 1, 500)
+			if n != tc.n || ok != tc.ok || (e != nil) != tc.refused || e != nil && e.Field != "limit" {
+				t.Errorf("Int(%q) = %d, %v, %+v; want %d, %v, refused %v naming limit", tc.raw, n, ok, e, tc.n, tc.ok, tc.refused)
+			}
+		})
+	}
+}
+
+func TestPathSegment(t *testing.T) {
+	for in, want := range map[string]string{
+		".": "%2E", "..": "%2E%2E", "...": "...", "a.b": "a.b", "a/b": "a%2Fb", "a b": "a%20b", "?#": "%3F%23",
+	} {
+		if got := PathSegment(in); got != want {
+			t.Errorf("PathSegment(%q) = %q, want %q", in, got, want)
+		}
 	}
 }
