@@ -143,20 +143,8 @@ func (s *server) parseCloudEvent(raw []byte, field string) (eventInput, *Error) 
 	}
 	if ct, e := str("datacontenttype", false); e != nil {
 		return in, e
-	} else if ct != "" {
-		// The data is a JSON value of this UTF-8 document: a media type
-		// that cannot be parsed, or names another charset, does not
-		// describe it (the rule of the Content-Type header).
-		mt, params, err := mime.ParseMediaType(ct)
-		if err != nil {
-			return in, newError(http.StatusUnsupportedMediaType, CodeUnsupportedMediaType, at("datacontenttype"), "datacontenttype %q is not a media type (RFC 2046)", ct)
-		}
-		if cs, ok := params["charset"]; ok && !strings.EqualFold(cs, "utf-8") {
-			return in, newError(http.StatusUnsupportedMediaType, CodeUnsupportedMediaType, at("datacontenttype"), "datacontenttype %q: JSON data is UTF-8 (only charset=utf-8)", ct)
-		}
-		if mt != mediaJSON && !strings.HasSuffix(mt, "+json") {
-			return in, newError(http.StatusUnsupportedMediaType, CodeUnsupportedMediaType, at("datacontenttype"), "data must be JSON (datacontenttype %q)", ct)
-		}
+	} else if e := checkDataContentType(ct, at("datacontenttype")); e != nil {
+		return in, e
 	}
 	if _, ok := m["data_base64"]; ok {
 		return in, newError(http.StatusUnsupportedMediaType, CodeUnsupportedMediaType, at("data_base64"), "binary data (data_base64) is not accepted: data must be a JSON object")
@@ -180,11 +168,42 @@ func (s *server) parseCloudEvent(raw []byte, field string) (eventInput, *Error) 
 			return in, unprocessable(at("time"), "time must be an RFC 3339 time: %v", err)
 		}
 	}
+	if e := in.cloudEventAttributes(m, order, at, str); e != nil {
+		return in, e
+	}
+	return in, nil
+}
+
+// checkDataContentType refuses a datacontenttype that does not describe
+// the data: a JSON value of this UTF-8 document. A media type that cannot
+// be parsed, or names another charset, does not (the rule of the
+// Content-Type header). An empty ct is absent.
+func checkDataContentType(ct, field string) *Error {
+	if ct == "" {
+		return nil
+	}
+	mt, params, err := mime.ParseMediaType(ct)
+	if err != nil {
+		return newError(http.StatusUnsupportedMediaType, CodeUnsupportedMediaType, field, "datacontenttype %q is not a media type (RFC 2046)", ct)
+	}
+	if cs, ok := params["charset"]; ok && !strings.EqualFold(cs, "utf-8") {
+		return newError(http.StatusUnsupportedMediaType, CodeUnsupportedMediaType, field, "datacontenttype %q: JSON data is UTF-8 (only charset=utf-8)", ct)
+	}
+	if mt != mediaJSON && !strings.HasSuffix(mt, "+json") {
+		return newError(http.StatusUnsupportedMediaType, CodeUnsupportedMediaType, field, "data must be JSON (datacontenttype %q)", ct)
+	}
+	return nil
+}
+
+// cloudEventAttributes checks the optional attributes and extensions of
+// the event m (members in order; at names a member's field, str reads a
+// string attribute) and keeps them in in.metadata: null is absent.
+func (in *eventInput) cloudEventAttributes(m map[string]json.RawMessage, order []string, at func(string) string, str func(string, bool) (string, *Error)) *Error {
 	for _, k := range order {
 		if isNull(m[k]) && k != "specversion" && k != "id" && k != "source" && k != "type" {
 			// The JSON format: an attribute whose value is null is absent.
 			if !cloudEventAttr.MatchString(k) && k != "data_base64" {
-				return in, unprocessable(at(k), "%q is not a CloudEvents attribute name ([a-z0-9]{1,64})", k)
+				return unprocessable(at(k), "%q is not a CloudEvents attribute name ([a-z0-9]{1,64})", k)
 			}
 			continue
 		}
@@ -194,32 +213,32 @@ func (s *server) parseCloudEvent(raw []byte, field string) (eventInput, *Error) 
 		case "subject", "dataschema":
 			v, e := str(k, false)
 			if e != nil {
-				return in, e
+				return e
 			}
 			if v == "" {
-				return in, unprocessable(at(k), "the CloudEvents attribute %s must not be empty when present", k)
+				return unprocessable(at(k), "the CloudEvents attribute %s must not be empty when present", k)
 			}
 			if err := checkURIReference(v, true); k == "dataschema" && err != nil {
-				return in, unprocessable(at(k), "dataschema must be an absolute URI (RFC 3986): %v", err)
+				return unprocessable(at(k), "dataschema must be an absolute URI (RFC 3986): %v", err)
 			}
 			in.metadata.SetString("ce_"+k, v)
 		case "traceparent", "tracestate":
 			v, e := str(k, false)
 			if e != nil {
-				return in, e
+				return e
 			}
 			in.metadata.SetString(k, v)
 		default:
 			if !cloudEventAttr.MatchString(k) {
-				return in, unprocessable(at(k), "%q is not a CloudEvents attribute name ([a-z0-9]{1,64})", k)
+				return unprocessable(at(k), "%q is not a CloudEvents attribute name ([a-z0-9]{1,64})", k)
 			}
 			if e := checkExtensionValue(m[k], at(k)); e != nil {
-				return in, e
+				return e
 			}
 			in.metadata["ce_"+k] = m[k]
 		}
 	}
-	return in, nil
+	return nil
 }
 
 // isBinaryCloudEvent reports whether h carries a CloudEvent in the binary
