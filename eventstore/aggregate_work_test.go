@@ -61,22 +61,14 @@ func readBlockWork(t *testing.T, pool *pgxpool.Pool) blockWork {
 }
 
 // namedStore opens a Store on a pool of its own whose backends carry a
-// fresh application_name; closeAll closes both and waits until those
+// fresh application_name; the func returned closes both and waits until those
 // backends are gone, so that their counters are flushed (a backend
 // flushes them at the latest when it exits).
-func (e *env) namedStore(t *testing.T) (s *Store, closeAll func()) {
+func (e *env) namedStore(t *testing.T) (*Store, func()) {
 	t.Helper()
 	app := "work-" + uuid.NewString()[:8]
-	cfg, err := pgxpool.ParseConfig(e.url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg.ConnConfig.RuntimeParams["application_name"] = app
-	pool, err := pgxpool.NewWithConfig(ctxT(t), cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	s, err = New(testConfig(), Deps{Pool: pool, Bucket: e.bucket,
+	pool := e.namedPool(t, app)
+	s, err := New(testConfig(), Deps{Pool: pool, Bucket: e.bucket,
 		Logger: slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn}))})
 	if err != nil {
 		pool.Close()
@@ -89,6 +81,22 @@ func (e *env) namedStore(t *testing.T) (s *Store, closeAll func()) {
 		pool.Close()
 		waitBackendsGone(t, e.pool, app)
 	}
+}
+
+// namedPool opens a pool whose backends carry application_name app, so
+// that their statistics can be told from others'.
+func (e *env) namedPool(t *testing.T, app string) *pgxpool.Pool {
+	t.Helper()
+	cfg, err := pgxpool.ParseConfig(e.url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.ConnConfig.RuntimeParams["application_name"] = app
+	pool, err := pgxpool.NewWithConfig(ctxT(t), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return pool
 }
 
 // patchRound appends one command to the aggregate, as the API does for a
@@ -117,16 +125,8 @@ type roundWork struct {
 func (e *env) vacuum(t *testing.T) {
 	t.Helper()
 	app := "vacuum-" + uuid.NewString()[:8]
-	cfg, err := pgxpool.ParseConfig(e.url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg.ConnConfig.RuntimeParams["application_name"] = app
-	pool, err := pgxpool.NewWithConfig(ctxT(t), cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, err = pool.Exec(ctxT(t), `VACUUM (ANALYZE) sluice.appends, sluice.appends_open, sluice.sequences, sluice.log_head, sluice.eventstore_flush`)
+	pool := e.namedPool(t, app)
+	_, err := pool.Exec(ctxT(t), `VACUUM (ANALYZE) sluice.appends, sluice.appends_open, sluice.sequences, sluice.log_head, sluice.eventstore_flush`)
 	pool.Close()
 	if err != nil {
 		t.Fatal(err)
