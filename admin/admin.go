@@ -38,6 +38,7 @@ import (
 	"github.com/sluicehq/sluice/projectionworker"
 	"github.com/sluicehq/sluice/registry"
 	"github.com/sluicehq/sluice/schema"
+	"github.com/sluicehq/sluice/shared/httpcheck"
 	"github.com/sluicehq/sluice/shared/observability"
 	"github.com/sluicehq/sluice/shared/suggest"
 )
@@ -375,23 +376,12 @@ func invalid(format string, a ...any) error {
 
 func kind(k error, err error) error { return fmt.Errorf("%w: %w", k, err) }
 
-// fieldError is a refusal of one part of the request: its problem names
-// it in the member field (the command API's convention), e.g. "schema",
-// "compatibility", or a path value such as "event_type".
-type fieldError struct {
-	field string
-	err   error
-}
-
-func (e *fieldError) Error() string { return e.err.Error() }
-func (e *fieldError) Unwrap() error { return e.err }
-
 // atField names field as the part of the request err refuses (nil stays nil).
 func atField(field string, err error) error {
 	if err == nil {
 		return nil
 	}
-	return &fieldError{field: field, err: err}
+	return &httpcheck.FieldError{Field: field, Err: err}
 }
 
 func problemOf(err error) (int, string) {
@@ -420,12 +410,7 @@ func writeError(w http.ResponseWriter, err error) {
 	for _, k := range []error{errInvalid, errNotFound, errConflict, errUnsafe, errUnsupportedMedia, errTooLarge} {
 		detail = strings.TrimPrefix(detail, k.Error()+": ")
 	}
-	var fe *fieldError
-	field := ""
-	if errors.As(err, &fe) {
-		field = fe.field
-	}
-	writeProblemAt(w, status, code, field, detail)
+	writeProblemAt(w, status, code, httpcheck.FieldOf(err), detail)
 }
 
 // writeProblem answers an RFC 9457 problem, in the shape of the command

@@ -95,29 +95,18 @@ func checkQuery(r *http.Request) error {
 	return nil
 }
 
-// fieldError is an ErrInvalid or ErrNotFound naming the part of the
-// request at fault: a query parameter or a path value; its problem names
-// it in the member field, as the command and admin APIs do.
-type fieldError struct {
-	field string
-	err   error
-}
-
-func (e *fieldError) Error() string { return e.err.Error() }
-func (e *fieldError) Unwrap() error { return e.err }
-
 // notFoundAt names field as what an ErrNotFound did not find (other
 // errors unchanged).
 func notFoundAt(field string, err error) error {
 	if errors.Is(err, ErrNotFound) {
-		return &fieldError{field: field, err: err}
+		return &httpcheck.FieldError{Field: field, Err: err}
 	}
 	return err
 }
 
 // invalidAt is an ErrInvalid naming field.
 func invalidAt(field, format string, a ...any) error {
-	return &fieldError{field: field, err: fmt.Errorf("%w: %s", ErrInvalid, fmt.Sprintf(format, a...))}
+	return &httpcheck.FieldError{Field: field, Err: fmt.Errorf("%w: %s", ErrInvalid, fmt.Sprintf(format, a...))}
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {
@@ -138,11 +127,7 @@ func writeProblem(w http.ResponseWriter, err error) {
 	case errors.Is(err, ErrInvalid):
 		status, code = http.StatusBadRequest, "invalid"
 	}
-	field := ""
-	if fe := (*fieldError)(nil); errors.As(err, &fe) {
-		field = fe.field
-	}
-	writeStatus(w, status, code, strings.TrimPrefix(strings.TrimPrefix(err.Error(), ErrInvalid.Error()+": "), ErrNotFound.Error()+": "), field)
+	writeStatus(w, status, code, strings.TrimPrefix(strings.TrimPrefix(err.Error(), ErrInvalid.Error()+": "), ErrNotFound.Error()+": "), httpcheck.FieldOf(err))
 }
 
 // writeStatus answers a problem of status with code and detail, naming

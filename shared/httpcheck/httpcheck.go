@@ -7,10 +7,12 @@
 // body is read as JSON unless it says it is. It also reads integer
 // parameters (Int) and escapes a path segment for a request a component
 // sends (PathSegment), so an id of "." or ".." never names another
-// resource.
+// resource. FieldError carries the field a handler's refusal names to the
+// code that writes the problem.
 package httpcheck
 
 import (
+	"errors"
 	"fmt"
 	"mime"
 	"net/url"
@@ -26,6 +28,25 @@ type Error struct {
 }
 
 func (e *Error) Error() string { return e.Message }
+
+// FieldError is a handler's error naming the part of the request at
+// fault (a query parameter, a path value, "body"): the problem an API
+// answers for it names Field in its member field.
+type FieldError struct {
+	Field string
+	Err   error
+}
+
+func (e *FieldError) Error() string { return e.Err.Error() }
+func (e *FieldError) Unwrap() error { return e.Err }
+
+// FieldOf is the field the first FieldError in err's chain names, or "".
+func FieldOf(err error) string {
+	if fe := (*FieldError)(nil); errors.As(err, &fe) {
+		return fe.Field
+	}
+	return ""
+}
 
 // Query refuses a query string the handlers would misread: a pair that
 // does not decode (a bad %-escape, or a ';', which url.Values drops with

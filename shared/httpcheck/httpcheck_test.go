@@ -1,6 +1,8 @@
 package httpcheck
 
 import (
+	"errors"
+	"fmt"
 	"net/url"
 	"testing"
 )
@@ -88,5 +90,28 @@ func TestPathSegment(t *testing.T) {
 		if got := PathSegment(in); got != want {
 			t.Errorf("PathSegment(%q) = %q, want %q", in, got, want)
 		}
+	}
+}
+
+func TestFieldOf(t *testing.T) {
+	base := errors.New("bad")
+	for _, c := range []struct {
+		name string
+		err  error
+		want string
+	}{
+		{"none", base, ""},
+		{"nil", nil, ""},
+		{"direct", &FieldError{Field: "limit", Err: base}, "limit"},
+		{"wrapped", fmt.Errorf("list: %w", &FieldError{Field: "name", Err: base}), "name"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			if got := FieldOf(c.err); got != c.want {
+				t.Fatalf("FieldOf = %q, want %q", got, c.want)
+			}
+			if c.want != "" && !errors.Is(c.err, base) {
+				t.Fatal("FieldError does not unwrap to its error")
+			}
+		})
 	}
 }
