@@ -45,7 +45,8 @@ with the instance document in Elasticsearch ({prefix}{db}_instances write alias)
 
 Candidates for missing and stale are re-checked with a real-time GET. On a running
 pipeline, recent commands may show as stale until the instance worker catches up: re-run.
-Exit code 0 when everything matches, 4 when anything differs.`,
+Exit code 0 when everything matches, 4 when anything differs, 3 when neither side
+holds an instance of the db/class (a mistyped --db or --class).`,
 		Example: `  sluice verify --db shop --class orders
   sluice verify --db shop --class orders --json | jq .problems`,
 		Args: cobra.NoArgs,
@@ -120,6 +121,11 @@ Exit code 0 when everything matches, 4 when anything differs.`,
 			}
 			if len(rep.Problems) > 0 {
 				return &exitError{code: exitVerifyDiffers, err: errors.New(rep.Summary())}
+			}
+			if rep.Instances == 0 {
+				// Nothing on either side: a mistyped --db or --class would
+				// otherwise read as a clean result.
+				return &exitError{code: exitNotFound, err: fmt.Errorf("nothing to verify: neither the event store nor Elasticsearch holds an instance of db %q class %q (check --db and --class)", db, class)}
 			}
 			return nil
 		},

@@ -153,13 +153,18 @@ func TestVerifyReportsMissingStaleExtraMismatch(t *testing.T) {
 	}{
 		{"users", "verify: 1 instances, 1 ok, 0 missing, 0 stale, 0 extra, 0 mismatched", 0},
 		// '_' is a LIKE wildcard: unescaped, ord_rs would match the orders aggregates.
-		{"ord_rs", "verify: 0 instances, 0 ok, 0 missing, 0 stale, 0 extra, 0 mismatched", 0},
+		{"ord_rs", "verify: 0 instances, 0 ok, 0 missing, 0 stale, 0 extra, 0 mismatched", exitNotFound},
+		// Nothing on either side is not a clean result: a typo exits 3.
+		{"ordres", "verify: 0 instances", exitNotFound},
 	}
 	for _, tc := range cases {
 		out, _, err := runOps(t, "verify", "--db", "shop", "--class", tc.class)
 		if opExitCode(err) != tc.code || !strings.Contains(out, tc.want) {
 			t.Errorf("verify %s: exit %d (%v), output %q; want %d and %q", tc.class, opExitCode(err), err, out, tc.code, tc.want)
 		}
+	}
+	if _, _, err := runOps(t, "verify", "--db", "nosuchdb", "--class", "orders"); opExitCode(err) != exitNotFound {
+		t.Errorf("verify of a db nothing holds: exit %d (%v), want %d", opExitCode(err), err, exitNotFound)
 	}
 	if _, _, err := runOps(t, "verify", "--db", "Shop!", "--class", "orders"); err == nil || opExitCode(err) == exitVerifyDiffers {
 		t.Errorf("a bad db name must fail plainly, got %v", err)
