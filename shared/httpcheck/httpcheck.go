@@ -3,8 +3,10 @@
 // reads a request: the query string (a pair that does not decode and a
 // parameter given twice are refused naming the parameter, never read as a
 // default or as their first value) and the declared media type of a body.
-// It keeps the guarantee that no query parameter is silently ignored and no
-// body is read as JSON unless it says it is. It also reads integer
+// It keeps the guarantee that no parameter a handler reads is silently
+// misread (dropped, defaulted or taken from its first copy) and no body is
+// read as JSON unless it says it is. A parameter no handler of the route
+// reads is not refused (docs/api.md). It also reads integer
 // parameters (Int) and escapes a path segment for a request a component
 // sends (PathSegment), so an id of "." or ".." never names another
 // resource. FieldError carries the field a handler's refusal names to the
