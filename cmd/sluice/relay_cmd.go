@@ -459,7 +459,7 @@ func newRelayParkedResolveCmd(verb string) *cobra.Command {
 				return usage("--position %d: want a position >= 1", position)
 			}
 			if !dryRun && !yes {
-				return fmt.Errorf("%s changes the parked record: pass --yes to act, or --dry-run to see what it would do", verb)
+				return &exitError{code: exitNeedsConfirmation, err: fmt.Errorf("%s changes the parked record: pass --yes to act, or --dry-run to see what it would do (nothing changed)", verb)}
 			}
 			d, closeFn, err := openParkedDeps(cmd)
 			if err != nil {

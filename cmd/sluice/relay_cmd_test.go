@@ -203,7 +203,7 @@ func TestRelayParkedCommands(t *testing.T) {
 	}
 
 	// Without --yes: refused; --dry-run: nothing changes.
-	if out, err := runRelayCLI(ctx, "parked", "republish", "--position", "2"); err == nil || !strings.Contains(err.Error(), "--yes") {
+	if out, err := runRelayCLI(ctx, "parked", "republish", "--position", "2"); err == nil || !strings.Contains(err.Error(), "--yes") || exitCode(err) != exitNeedsConfirmation {
 		t.Fatalf("republish without --yes: %q %v", out, err)
 	}
 	if out, err := runRelayCLI(ctx, "parked", "republish", "--position", "2", "--dry-run"); err != nil || !strings.Contains(out, "dry run") {
