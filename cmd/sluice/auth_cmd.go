@@ -58,7 +58,7 @@ func newAuthKeyCreateCmd() *cobra.Command {
 			for _, s := range grants {
 				g, err := auth.ParseGrant(s)
 				if err != nil {
-					return err
+					return usage("--grant: %w", err)
 				}
 				req.Grants = append(req.Grants, g)
 			}
@@ -66,7 +66,7 @@ func newAuthKeyCreateCmd() *cobra.Command {
 				return usage("give at least one --grant op[,op…]=pattern (docs/security.md#permissions)")
 			}
 			if err := auth.ValidatePrincipal(principal); err != nil {
-				return err
+				return usage("--principal: %w", err)
 			}
 			if expiresIn < 0 {
 				// Read as "never" before: a mistyped sign made a key

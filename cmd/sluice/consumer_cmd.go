@@ -147,7 +147,7 @@ skips that check, but Kafka itself refuses offset commits from outside a group t
 			act := g.yes && !g.dryRun
 			target, err := worker.ParseResetTarget(to)
 			if err != nil {
-				return usage("%v", err)
+				return usage("%w", err)
 			}
 			adm, closeFn, err := openGroupAdmin(cmd, group, topic)
 			if err != nil {

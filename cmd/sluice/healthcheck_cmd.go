@@ -81,7 +81,7 @@ func healthcheckURL(addr string) (string, error) {
 	}
 	host, port, err := net.SplitHostPort(addr)
 	if err != nil || port == "" {
-		return "", usage("SLUICE_HTTP_ADDR %q is not host:port (%v); give --url", addr, err)
+		return "", usage("SLUICE_HTTP_ADDR %q is not host:port (%w); give --url", addr, err)
 	}
 	switch host {
 	case "", "0.0.0.0", "::":

@@ -144,7 +144,7 @@ func newRelayCheckpointSetCmd() *cobra.Command {
 			if timeSet {
 				t, err := time.Parse(time.RFC3339Nano, at)
 				if err != nil {
-					return usage("--time %q: want an RFC 3339 time: %v", at, err)
+					return usage("--time %q: want an RFC 3339 time: %w", at, err)
 				}
 				if position, err = d.store.ShardLog(sh).PositionAt(ctx, t); err != nil {
 					return err

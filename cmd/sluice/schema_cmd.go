@@ -132,7 +132,7 @@ against the new version — and stored in the same transaction.`,
 			mode := schema.Compatibility("")
 			if compat != "" {
 				if mode, err = schema.ParseCompatibility(compat); err != nil {
-					return err
+					return usage("--compatibility: %w", err)
 				}
 			}
 			reg, audit, closeFn, err := openSchemasAudited(cmd)
@@ -496,7 +496,7 @@ type checkInput struct {
 func checkOffline(cmd *cobra.Command, in checkInput, compat string, previous []string) error {
 	mode, err := schema.ParseCompatibility(compat)
 	if err != nil {
-		return err
+		return usage("--compatibility: %w", err)
 	}
 	cand, err := schema.Compile(in.raw)
 	if err != nil {

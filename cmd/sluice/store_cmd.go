@@ -197,7 +197,7 @@ func catFlagsValid(cmd *cobra.Command, from, to, fromSeq, toSeq int64, most int)
 	}
 	if cursor, _ := f.GetString("cursor"); cursor != "" {
 		if _, err := eventstore.ParseCursor(cursor); err != nil {
-			return usage("--cursor: %v", err)
+			return usage("--cursor: %w", err)
 		}
 	}
 	if aggID == "" {
@@ -218,7 +218,7 @@ func catByCursor(ctx context.Context, st *eventstore.Store, cursor string, most 
 	if cursor != "" {
 		var err error
 		if c, err = eventstore.ParseCursor(cursor); err != nil {
-			return c, usage("--cursor: %v", err)
+			return c, usage("--cursor: %w", err)
 		}
 	}
 	return st.LogWalk(ctx, c, most, func(ev eventstore.Event, _ eventstore.Cursor) error {

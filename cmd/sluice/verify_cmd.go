@@ -58,10 +58,10 @@ holds an instance of the db/class (a mistyped --db or --class).`,
 				return usage("--concurrency %d: want at least 1", concurrency) // it was read as 1
 			}
 			if err := envelope.ValidateDBName(db); err != nil {
-				return usage("--db: %v", err)
+				return usage("--db: %w", err)
 			}
 			if err := envelope.ValidateClassName(class); err != nil {
-				return usage("--class: %v", err)
+				return usage("--class: %w", err)
 			}
 			cfg, logger, err := loadConfig(cmd)
 			if err != nil {

@@ -109,7 +109,9 @@ func NewTimestamp(t time.Time) Timestamp {
 // fractional digits; "t" and "z" in lower case, as RFC 3339 section 5.6
 // allows) and normalises it to UTC milliseconds.
 func ParseTimestamp(s string) (Timestamp, error) {
-	// time.Parse wants the upper-case letters; RFC 3339 allows both.
+	// time.Parse wants the upper-case letters; RFC 3339 allows both. A
+	// refusal quotes s as sent.
+	sent := s
 	if len(s) > 10 && s[10] == 't' || strings.HasSuffix(s, "z") {
 		b := []byte(s)
 		if len(b) > 10 && b[10] == 't' {
@@ -122,7 +124,7 @@ func ParseTimestamp(s string) (Timestamp, error) {
 	}
 	t, err := time.Parse(time.RFC3339Nano, s)
 	if err != nil {
-		return Timestamp{}, fmt.Errorf("not an RFC 3339 time: %q", s)
+		return Timestamp{}, fmt.Errorf("not an RFC 3339 time: %q", sent)
 	}
 	ts := NewTimestamp(t)
 	if y := ts.t.Year(); y < 1 || y > 9999 {

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -536,9 +537,11 @@ func TestTimestamp(t *testing.T) {
 			t.Errorf("ParseTimestamp(%q) = %v, %v; want %v", s, got, err, ts)
 		}
 	}
-	for _, s := range []string{"2026-11-21x10:00:00Z", "2026-11-21T10:00:00y", "2026-11-21 10:00:00Z", "z", "t"} {
-		if _, err := ParseTimestamp(s); err == nil {
-			t.Errorf("ParseTimestamp(%q) accepted", s)
+	for _, s := range []string{"2026-11-21x10:00:00Z", "2026-11-21T10:00:00y", "2026-11-21 10:00:00Z", "z", "t", "2026-13-21t10:00:00z"} {
+		// The refusal quotes the time as sent, not as upper-cased for
+		// time.Parse.
+		if _, err := ParseTimestamp(s); err == nil || !strings.Contains(err.Error(), strconv.Quote(s)) {
+			t.Errorf("ParseTimestamp(%q): %v; want a refusal quoting it", s, err)
 		}
 	}
 	var zero Timestamp
