@@ -146,7 +146,7 @@ func (s *server) parseCloudEvent(raw []byte, field string) (eventInput, *Error) 
 	} else if e := checkDataContentType(ct, at("datacontenttype")); e != nil {
 		return in, e
 	}
-	if _, ok := m["data_base64"]; ok {
+	if v, ok := m["data_base64"]; ok && !isNull(v) { // null: absent, as every optional attribute
 		return in, newError(http.StatusUnsupportedMediaType, CodeUnsupportedMediaType, at("data_base64"), "binary data (data_base64) is not accepted: data must be a JSON object")
 	}
 	if err := envelope.ValidateEventType(typ); err != nil {
@@ -202,7 +202,7 @@ func (in *eventInput) cloudEventAttributes(m map[string]json.RawMessage, order [
 	for _, k := range order {
 		if isNull(m[k]) && k != "specversion" && k != "id" && k != "source" && k != "type" {
 			// The JSON format: an attribute whose value is null is absent.
-			if !cloudEventAttr.MatchString(k) && k != "data_base64" {
+			if !cloudEventAttr.MatchString(k) && k != "data_base64" { // data_base64: a name of the JSON format
 				return unprocessable(at(k), "%q is not a CloudEvents attribute name ([a-z0-9]{1,64})", k)
 			}
 			continue

@@ -418,7 +418,7 @@ func TestCloudEventsInput(t *testing.T) {
 func TestCloudEventNullIsAbsent(t *testing.T) {
 	a := eventAPI(t, false)
 	const path = "/v1/streams/Device/null-1/events"
-	withNulls := `{"specversion":"1.0","id":"n-1","source":"/s","type":"x.y","subject":null,"dataschema":null,"time":null,
+	withNulls := `{"specversion":"1.0","id":"n-1","source":"/s","type":"x.y","subject":null,"dataschema":null,"time":null,"data_base64":null,
 		"myext":null,"flag":true,"count":-2147483648,"label":"v","data":{"n":1}}`
 	without := `{"specversion":"1.0","id":"n-1","source":"/s","type":"x.y","flag":true,"count":-2147483648,"label":"v","data":{"n":1}}`
 	a.do("POST", path, withNulls, "Content-Type: "+mediaCloudEvent).expect(t, http.StatusCreated, "")
