@@ -388,8 +388,10 @@ func (w *Worker) loadBefore(ctx context.Context, c command, doc readmodel.Meta) 
 		}
 	}
 	cur.createdAt = doc.CreatedAt
-	found := false                                                    // the last event of an instance type below k
-	for to, n := k-1, int64(1); to >= 1; to, n = to-n, min(4*n, to) { // capped: never past slot 1, never overflowing
+	found := false // the last event of an instance type below k
+
+	// Each window at most the slots left: never past slot 1, never overflowing.
+	for to, n := k-1, int64(1); to >= 1; to, n = to-n, min(4*n, to) {
 		evs, err := read(max(to-n+1, 1), to)
 		if err != nil {
 			return current{}, false, err
