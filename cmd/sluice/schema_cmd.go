@@ -429,6 +429,11 @@ Exit status 4: incompatible or invalid. See docs/schemas.md.`,
   sluice schema check examples/schemas/OrderPlaced/upcast-v2.yaml`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if online && (compat != "" || len(previous) > 0) {
+				// Online the registered versions and the type's own mode
+				// decide; a flag that would not apply is refused, not ignored.
+				return usage("--compatibility and --previous apply offline; with --online the registered versions and the type's mode are checked (set the mode with sluice schema register --compatibility)")
+			}
 			raw, err := os.ReadFile(args[0])
 			if err != nil {
 				return err

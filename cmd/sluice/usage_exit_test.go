@@ -40,6 +40,8 @@ func TestUsageErrorsExit2(t *testing.T) {
 		{"checkpoint set to a time that is not one", []string{"relay", "checkpoint", "set", "--time", "yesterday"}, 2, `--time "yesterday"`},
 		{"republish of an empty range", []string{"relay", "republish", "--from-position", "5", "--to-position", "2"}, 2, "want 1 <= from <= to"},
 		{"verify of a bad db name", []string{"verify", "--db", "BAD!", "--class", "orders"}, 2, "--db"},
+		{"online check with a mode it would not use", []string{"schema", "check", "--online", "--compatibility", "NONE", "x.json"}, 2, "apply offline"},
+		{"online check with earlier files it would not read", []string{"schema", "check", "--online", "--previous", "v1.json", "x.json"}, 2, "apply offline"},
 		{"reset to a bad target", []string{"consumer", "reset", "--group", "g", "--to", "yesterday"}, 2, `--to "yesterday"`},
 		{"cat of a bad cursor", []string{"store", "cat", "--cursor", "zzz"}, 2, "--cursor"},
 		{"cat of an id without a type", []string{"store", "cat", "--aggregate-id", "x"}, 2, "--aggregate-id needs --aggregate-type"},
