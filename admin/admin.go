@@ -197,7 +197,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	case p.AllowsAny(auth.OpAdminRead):
 		role = RoleRead
 	default:
-		writeProblem(w, http.StatusForbidden, "forbidden", "principal "+p.Name+" lacks the permission admin_read on *")
+		writeForbidden(w, "admin_read on *", "principal "+p.Name+" lacks the permission admin_read on *")
 		return
 	}
 	if err := checkQuery(r.URL.RawQuery); err != nil {
@@ -267,7 +267,7 @@ func (s *Server) act(pattern, name string, h func(r *http.Request, body []byte) 
 		}
 		if role != RoleOperator {
 			_ = s.audit(r.Context(), auditEntry{Who: whoOf(r), Role: role, Action: name, Target: r.URL.Path, DryRun: dryRunOf(body), Outcome: "forbidden", Status: http.StatusForbidden, Request: body})
-			writeProblem(w, http.StatusForbidden, "forbidden", "the read-only role may not act (it lacks admin_act); use the operator token (SLUICE_ADMIN_TOKEN) or a key granted admin_act")
+			writeForbidden(w, "admin_act on *", "the read-only role may not act (it lacks admin_act); use the operator token (SLUICE_ADMIN_TOKEN) or a key granted admin_act")
 			return
 		}
 		// A body not declared JSON is refused (and audited) before the
@@ -422,6 +422,21 @@ func writeProblem(w http.ResponseWriter, status int, code, detail string) {
 // writeProblemAt is writeProblem with the member field naming the part of
 // the request at fault (left out when "").
 func writeProblemAt(w http.ResponseWriter, status int, code, field, detail string) {
+	var members map[string]any
+	if field != "" {
+		members = map[string]any{"field": field}
+	}
+	writeProblemWith(w, status, code, detail, members)
+}
+
+// writeForbidden is the 403 naming the missing permission in the member
+// permission, as the command API's 403 does ("admin_act on *").
+func writeForbidden(w http.ResponseWriter, permission, detail string) {
+	writeProblemWith(w, http.StatusForbidden, "forbidden", detail, map[string]any{"permission": permission})
+}
+
+// writeProblemWith writes the problem with the extra members given.
+func writeProblemWith(w http.ResponseWriter, status int, code, detail string, members map[string]any) {
 	w.Header().Set("Content-Type", "application/problem+json")
 	w.Header().Set("Cache-Control", "no-store")
 	if status == http.StatusServiceUnavailable {
@@ -431,8 +446,8 @@ func writeProblemAt(w http.ResponseWriter, status int, code, field, detail strin
 	p := map[string]any{
 		"type": "urn:sluice:problem:" + code, "title": http.StatusText(status), "status": status, "code": code, "detail": detail,
 	}
-	if field != "" {
-		p["field"] = field
+	for k, v := range members {
+		p[k] = v
 	}
 	_ = json.NewEncoder(w).Encode(p)
 }

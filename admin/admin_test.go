@@ -336,7 +336,7 @@ func TestAdminAPI(t *testing.T) {
 		}
 		for _, a := range actions {
 			if st, body, h := e.call("POST", a.path, readToken, map[string]any{"dry_run": true}); st != http.StatusForbidden ||
-				body["code"] != "forbidden" || h.Get("Content-Type") != "application/problem+json" {
+				body["code"] != "forbidden" || body["permission"] != "admin_act on *" || h.Get("Content-Type") != "application/problem+json" {
 				t.Errorf("POST %s with the read token: %d %v, want 403", a.path, st, body)
 			}
 			if st, _, _ := e.call("POST", a.path, "", map[string]any{"dry_run": true}); st != http.StatusUnauthorized {

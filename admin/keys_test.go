@@ -79,8 +79,8 @@ func TestKeyEndpoints(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if code, _, _ := call("GET", "/admin/v1/auth/keys", plain, ""); code != http.StatusForbidden {
-		t.Fatalf("a /v1 key on the admin API: %d", code)
+	if code, out, _ := call("GET", "/admin/v1/auth/keys", plain, ""); code != http.StatusForbidden || out["permission"] != "admin_read on *" {
+		t.Fatalf("a /v1 key on the admin API: %d %v, want 403 naming admin_read on *", code, out)
 	}
 	if code, out, body := call("POST", "/admin/v1/auth/keys/"+keyID+"/rotate", opToken, `{"grace":"-1s"}`); code != http.StatusBadRequest || out["field"] != "grace" {
 		t.Errorf("rotate with a negative grace: %d field %v, want 400 on grace: %s", code, out["field"], body)
