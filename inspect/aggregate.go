@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/sluicehq/sluice/readmodel"
@@ -76,8 +75,9 @@ type AggregateView struct {
 // rows, every handler's guard and the read-model document. ErrNotFound
 // when the aggregate has no slot.
 func (in *Inspector) Aggregate(ctx context.Context, q AggregateQuery) (AggregateView, error) {
-	if q.Type == "" || strings.Contains(q.Type, ":") {
-		return AggregateView{}, invalidAt("aggregate_type", "aggregate type %q", q.Type)
+	if !envelope.IsAggregateType(q.Type) {
+		// A type no event can have: refused, not looked up and not found.
+		return AggregateView{}, invalidAt("aggregate_type", "aggregate type %q must match %s", q.Type, envelope.AggregateTypePattern)
 	}
 	id, err := envelope.NormalizeAggregateID(q.ID)
 	if err != nil {

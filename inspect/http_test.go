@@ -29,6 +29,8 @@ func TestHandlerNamesTheField(t *testing.T) {
 		{"from_seq not a number", AggregatePath + "Order/o-1?from_seq=x", "from_seq"},
 		{"from_seq negative", AggregatePath + "Order/o-1?from_seq=-1", "from_seq"},
 		{"a bad aggregate type", AggregatePath + "Order:x/o-1", "aggregate_type"},
+		{"an aggregate type no event can have", AggregatePath + "Ord%20er!/o-1", "aggregate_type"},
+		{"an aggregate type starting with a digit", AggregatePath + "1Order/o-1", "aggregate_type"},
 		{"an empty aggregate id", AggregatePath + "Order/", "aggregate_id"},
 		{"no aggregate id", AggregatePath + "Order", "aggregate_id"},
 		{"an empty trace id", TracePath + "%20", "id"},

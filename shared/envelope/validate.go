@@ -684,6 +684,10 @@ func ValidateEventType(s string) error {
 
 func isAlnum(c byte) bool { return isUpper(c) || isLower(c) || isDigit(c) }
 
+// IsAggregateType reports whether s is a well-formed aggregate_type:
+// AggregateTypePattern, [A-Za-z][A-Za-z0-9_]{0,63}.
+func IsAggregateType(s string) bool { return isAggregateType(s) }
+
 // isAggregateType reports whether s matches [A-Za-z][A-Za-z0-9_]{0,63}.
 func isAggregateType(s string) bool {
 	if len(s) < 1 || len(s) > 64 || !(isUpper(s[0]) || isLower(s[0])) {
