@@ -12,6 +12,8 @@ import (
 	"os/signal"
 	"syscall"
 
+	"github.com/spf13/cobra"
+
 	"github.com/sluicehq/sluice/auth"
 	"github.com/sluicehq/sluice/relay"
 	"github.com/sluicehq/sluice/shared/suggest"
@@ -21,13 +23,24 @@ func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	root := newRootCmd(os.Stdout, os.Stderr)
-	if err := root.ExecuteContext(ctx); err != nil {
+	if cmd, err := root.ExecuteContextC(ctx); err != nil {
 		fmt.Fprintln(os.Stderr, "sluice:", err)
 		if errors.Is(err, errStopped) {
 			return // told to stop before it was up: a clean exit
 		}
-		os.Exit(exitCode(err))
+		os.Exit(commandExitCode(cmd, err))
 	}
+}
+
+// commandExitCode is exitCode, except for `sluice healthcheck`: it is
+// run as a Docker HEALTHCHECK, whose exit codes are 0 (healthy) and 1
+// (unhealthy), 2 being reserved; a usage error of it exits 1.
+func commandExitCode(cmd *cobra.Command, err error) int {
+	code := exitCode(err)
+	if cmd != nil && cmd.Name() == "healthcheck" && cmd.HasParent() && !cmd.Parent().HasParent() && code == exitUsage {
+		return 1
+	}
+	return code
 }
 
 // exitCode is the process's exit code for a command's error.

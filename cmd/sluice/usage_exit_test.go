@@ -67,6 +67,11 @@ func TestUsageErrorsExit2(t *testing.T) {
 		{"help of an unknown subcommand", []string{"help", "consumer", "lagg"}, 2, `unknown help topic "consumer lagg"`},
 		{"help of a command", []string{"help", "consumer", "lag"}, 0, ""},
 		{"a group alone shows its help", []string{"consumer"}, 0, ""},
+		// healthcheck is a Docker HEALTHCHECK: 2 is reserved there, so its
+		// usage errors exit 1 (unhealthy).
+		{"healthcheck with a bad flag", []string{"healthcheck", "--bogus"}, 1, "unknown flag: --bogus"},
+		{"healthcheck with a bad --url", []string{"healthcheck", "--url", "notaurl"}, 1, "--url"},
+		{"healthcheck with an argument", []string{"healthcheck", "extra"}, 1, "extra"},
 		{"help", []string{"--help"}, 0, ""},
 		{"version", []string{"version"}, 0, ""},
 	} {
