@@ -448,17 +448,9 @@ Exit status 4: incompatible or invalid. See docs/schemas.md.`,
 			if m := versionFile.FindStringSubmatch(filepath.Base(args[0])); m != nil {
 				candNum, _ = strconv.Atoi(m[1])
 			}
-			upPath := upcasterFile
-			if upPath == "" && candNum > 1 {
-				if p := filepath.Join(filepath.Dir(args[0]), fmt.Sprintf("upcast-v%d.yaml", candNum-1)); fileExists(p) {
-					upPath = p
-				}
-			}
-			var up []byte
-			if upPath != "" {
-				if up, err = os.ReadFile(upPath); err != nil {
-					return err
-				}
+			upPath, up, err := candidateUpcaster(args[0], candNum, upcasterFile)
+			if err != nil {
+				return err
 			}
 			if online {
 				reg, closeFn, err := openSchemas(cmd)
@@ -547,6 +539,24 @@ func checkOffline(cmd *cobra.Command, in checkInput, compat string, previous []s
 func fileExists(p string) bool {
 	_, err := os.Stat(p)
 	return err == nil
+}
+
+// candidateUpcaster is the upcaster file that comes with the candidate
+// schema at path (version candNum): given (--upcaster), else
+// upcast-v{candNum-1}.yaml beside it when there is one; "" and nil when
+// neither.
+func candidateUpcaster(path string, candNum int, given string) (string, []byte, error) {
+	upPath := given
+	if upPath == "" && candNum > 1 {
+		if p := filepath.Join(filepath.Dir(path), fmt.Sprintf("upcast-v%d.yaml", candNum-1)); fileExists(p) {
+			upPath = p
+		}
+	}
+	if upPath == "" {
+		return "", nil, nil
+	}
+	up, err := os.ReadFile(upPath)
+	return upPath, up, err
 }
 
 // checkUpcasterFile is `sluice schema check upcast-vN.yaml`: the upcaster
