@@ -135,6 +135,16 @@ func newRelayCheckpointSetCmd() *cobra.Command {
 			if posSet == timeSet {
 				return usage("set exactly one of --position or --time")
 			}
+			if posSet && position < 0 {
+				return usage("--position %d: want a position >= 0 (0: before the first event)", position)
+			}
+			var t time.Time
+			if timeSet {
+				var err error
+				if t, err = time.Parse(time.RFC3339Nano, at); err != nil {
+					return usage("--time %q: want an RFC 3339 time: %w", at, err)
+				}
+			}
 			d, sh, closeFn, err := openShardStore(cmd, openStoreDeps, shard, true)
 			if err != nil {
 				return err
@@ -142,10 +152,6 @@ func newRelayCheckpointSetCmd() *cobra.Command {
 			defer closeFn()
 			ctx := cmd.Context()
 			if timeSet {
-				t, err := time.Parse(time.RFC3339Nano, at)
-				if err != nil {
-					return usage("--time %q: want an RFC 3339 time: %w", at, err)
-				}
 				if position, err = d.store.ShardLog(sh).PositionAt(ctx, t); err != nil {
 					return err
 				}

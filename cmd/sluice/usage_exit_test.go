@@ -37,6 +37,7 @@ func TestUsageErrorsExit2(t *testing.T) {
 		{"redrive without --offset or --all", []string{"dlq", "redrive", "--topic", "x"}, 2, "--offset or --all"},
 		{"rebuild without --version", []string{"projection", "rebuild", "history"}, 2, "--version N"},
 		{"checkpoint set without a target", []string{"relay", "checkpoint", "set"}, 2, "--position or --time"},
+		{"checkpoint set to a negative position", []string{"relay", "checkpoint", "set", "--position", "-1", "--yes"}, 2, "--position -1"},
 		{"checkpoint set to a time that is not one", []string{"relay", "checkpoint", "set", "--time", "yesterday"}, 2, `--time "yesterday"`},
 		{"republish of an empty range", []string{"relay", "republish", "--from-position", "5", "--to-position", "2"}, 2, "want 1 <= from <= to"},
 		{"verify of a bad db name", []string{"verify", "--db", "BAD!", "--class", "orders"}, 2, "--db"},
