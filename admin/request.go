@@ -4,7 +4,6 @@ import (
 	"errors"
 	"net/http"
 	"net/url"
-	"strconv"
 
 	"github.com/sluicehq/sluice/shared/httpcheck"
 )
@@ -19,18 +18,18 @@ func checkQuery(raw string) error {
 	return nil
 }
 
-// queryInt reads the integer parameter name in min..max, def when absent;
+// queryInt reads the integer parameter name in lo..hi, def when absent;
 // a value that is not such an integer (also an empty one) is refused
-// naming the parameter.
+// naming the parameter (httpcheck.Int, the rule of the inspect reads too).
 func queryInt(q url.Values, name string, def, lo, hi int) (int, error) {
-	if !q.Has(name) {
+	n, ok, e := httpcheck.Int(q, name, int64(lo), int64(hi))
+	if e != nil {
+		return 0, atField(e.Field, invalid("%s", e.Message))
+	}
+	if !ok {
 		return def, nil
 	}
-	n, err := strconv.Atoi(q.Get(name))
-	if err != nil || n < lo || n > hi {
-		return 0, atField(name, invalid("%s must be an integer in %d..%d, got %q", name, lo, hi, q.Get(name)))
-	}
-	return n, nil
+	return int(n), nil
 }
 
 // queryBool reads the flag parameter name: "true" or "false" (absent:
