@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"net/http"
 	"strconv"
-	"strings"
 
 	"github.com/sluicehq/sluice/schema"
 	"github.com/sluicehq/sluice/shared/envelope"
@@ -160,16 +159,20 @@ func schemaError(err error) error {
 }
 
 // schemaNotFoundField names the part of the request a schema.ErrNotFound
-// refuses, from the registry's words: the body's upcaster when a version
-// it reads or produces is missing, the path's version or upcaster from,
-// else the event type (no schema registered).
+// refuses, from what the registry says is missing: the body's upcaster
+// when a version it reads or produces is missing, the path's version or
+// upcaster from, else the event type (no schema registered).
 func schemaNotFoundField(err error) string {
-	switch msg := err.Error(); {
-	case strings.Contains(msg, "for the upcaster to"):
+	var nf *schema.NotFoundError
+	if !errors.As(err, &nf) {
+		return "event_type"
+	}
+	switch nf.Missing {
+	case schema.MissingUpcasterVersion:
 		return "upcaster"
-	case strings.Contains(msg, "has no upcaster from version"):
+	case schema.MissingUpcaster:
 		return "from"
-	case strings.Contains(msg, "has no schema version"):
+	case schema.MissingVersion:
 		return "version"
 	}
 	return "event_type"

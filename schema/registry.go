@@ -84,6 +84,35 @@ var (
 	ErrNotFound = errors.New("schema: not found")
 )
 
+// What a NotFoundError says is missing.
+const (
+	// MissingType: no schema is registered for the event type.
+	MissingType = "type"
+	// MissingVersion: the event type has no such schema version.
+	MissingVersion = "version"
+	// MissingUpcasterVersion: a version an upcaster reads or produces
+	// is not registered.
+	MissingUpcasterVersion = "upcaster_version"
+	// MissingUpcaster: the event type has no upcaster from the version.
+	MissingUpcaster = "upcaster"
+)
+
+// NotFoundError is an ErrNotFound (errors.Is) that says what is missing
+// (Missing, one of the Missing* constants), so that a caller can name the
+// part of its request at fault without reading the message.
+type NotFoundError struct {
+	Missing string
+	Detail  string
+}
+
+func (e *NotFoundError) Error() string        { return ErrNotFound.Error() + ": " + e.Detail }
+func (e *NotFoundError) Is(target error) bool { return target == ErrNotFound }
+
+// notFound is a *NotFoundError of missing with the detail formatted.
+func notFound(missing, format string, a ...any) error {
+	return &NotFoundError{Missing: missing, Detail: fmt.Sprintf(format, a...)}
+}
+
 // InvalidSchemaError: the document is not a JSON Schema the registry takes.
 type InvalidSchemaError struct{ Reason string }
 
@@ -258,7 +287,7 @@ func (r *Registry) registerUpcaster(ctx context.Context, tx pgx.Tx, up *Upcaster
 		}
 	}
 	if from == nil {
-		return fmt.Errorf("%w: event type %s has no schema version %d for the upcaster to read", ErrNotFound, up.EventType, up.From)
+		return notFound(MissingUpcasterVersion, "event type %s has no schema version %d for the upcaster to read", up.EventType, up.From)
 	}
 	if reasons := up.CheckExamples(from, cand); len(reasons) > 0 {
 		return &UpcasterCheckError{EventType: up.EventType, From: up.From, Reasons: reasons}
@@ -383,9 +412,9 @@ func (r *Registry) Get(ctx context.Context, eventType string, version int) (Stor
 		Scan(&s.Version, &s.Compatibility, &raw, &s.CreatedAt)
 	if errors.Is(err, pgx.ErrNoRows) {
 		if version == 0 {
-			return s, fmt.Errorf("%w: event type %s has no registered schema", ErrNotFound, eventType)
+			return s, notFound(MissingType, "event type %s has no registered schema", eventType)
 		}
-		return s, fmt.Errorf("%w: event type %s has no schema version %d", ErrNotFound, eventType, version)
+		return s, notFound(MissingVersion, "event type %s has no schema version %d", eventType, version)
 	}
 	if err != nil {
 		return s, fmt.Errorf("schema: get: %w", err)
@@ -426,9 +455,9 @@ func (r *Registry) Delete(ctx context.Context, eventType string, version int, dr
 	case errors.Is(err, errDryRun):
 		err = nil
 	case errors.Is(err, ErrNotFound) && version > 0:
-		err = fmt.Errorf("%w: event type %s has no schema version %d", ErrNotFound, eventType, version)
+		err = notFound(MissingVersion, "event type %s has no schema version %d", eventType, version)
 	case errors.Is(err, ErrNotFound):
-		err = fmt.Errorf("%w: event type %s has no registered schema", ErrNotFound, eventType)
+		err = notFound(MissingType, "event type %s has no registered schema", eventType)
 	case err != nil:
 		err = fmt.Errorf("schema: delete: %w", err)
 	}

@@ -84,6 +84,40 @@ func TestRegistryLifecycle(t *testing.T) {
 	}
 }
 
+// TestNotFoundSaysWhatIsMissing: every not-found of the registry is
+// ErrNotFound and a *NotFoundError naming what is missing, so the admin
+// API names the part of the request at fault without reading the message.
+func TestNotFoundSaysWhatIsMissing(t *testing.T) {
+	ctx := context.Background()
+	_, pool := testenv.NewMigratedDatabase(t)
+	r := schema.New(pool, schema.Config{}, nil)
+	if _, err := r.Register(ctx, "OrderPlaced", []byte(v1), schema.RegisterOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name, missing, says string
+		do                  func() error
+	}{
+		{"a type with no schema", schema.MissingType, "Nope has no registered schema", func() error { _, err := r.Get(ctx, "Nope", 0); return err }},
+		{"a version not registered", schema.MissingVersion, "has no schema version 9", func() error { _, err := r.Get(ctx, "OrderPlaced", 9); return err }},
+		{"delete of a version not registered", schema.MissingVersion, "has no schema version 9", func() error { _, err := r.Delete(ctx, "OrderPlaced", 9, true); return err }},
+		{"delete of a type with no schema", schema.MissingType, "Nope has no registered schema", func() error { _, err := r.Delete(ctx, "Nope", 0, true); return err }},
+		{"an upcaster not registered", schema.MissingUpcaster, "has no upcaster from version 1", func() error { _, err := r.GetUpcaster(ctx, "OrderPlaced", 1); return err }},
+		{"delete of an upcaster not registered", schema.MissingUpcaster, "has no upcaster from version 1", func() error { return r.DeleteUpcaster(ctx, "OrderPlaced", 1, true) }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			err := tc.do()
+			var nf *schema.NotFoundError
+			if !errors.Is(err, schema.ErrNotFound) || !errors.As(err, &nf) || nf.Missing != tc.missing {
+				t.Fatalf("err = %#v, want ErrNotFound missing %q", err, tc.missing)
+			}
+			if !strings.HasPrefix(err.Error(), "schema: not found: ") || !strings.Contains(err.Error(), tc.says) {
+				t.Fatalf("message %q, want it to say %q after schema: not found", err.Error(), tc.says)
+			}
+		})
+	}
+}
+
 // TestValidateCachesAndRefreshes: Validate answers from memory, asks
 // Postgres for the stamp at most once per refresh interval, sees another
 // process's registration within the interval and its own at once.

@@ -204,9 +204,9 @@ func (r *Registry) SetUpcaster(ctx context.Context, raw []byte, o UpcasterOption
 		}
 		switch {
 		case from == nil:
-			return fmt.Errorf("%w: event type %s has no schema version %d for the upcaster to read", ErrNotFound, u.EventType, u.From)
+			return notFound(MissingUpcasterVersion, "event type %s has no schema version %d for the upcaster to read", u.EventType, u.From)
 		case to == nil:
-			return fmt.Errorf("%w: event type %s has no schema version %d for the upcaster to produce (register it with --upcaster)", ErrNotFound, u.EventType, u.To())
+			return notFound(MissingUpcasterVersion, "event type %s has no schema version %d for the upcaster to produce (register it with --upcaster)", u.EventType, u.To())
 		}
 		if reasons := u.CheckExamples(from, to); len(reasons) > 0 {
 			return &UpcasterCheckError{EventType: u.EventType, From: u.From, Reasons: reasons}
@@ -275,7 +275,7 @@ func (r *Registry) GetUpcaster(ctx context.Context, eventType string, from int) 
 	err := r.pool.QueryRow(ctx, `SELECT source, spec, updated_at FROM sluice.event_schema_upcasters WHERE event_type = $1 AND from_version = $2`,
 		eventType, from).Scan(&s.Source, &s.Spec, &s.UpdatedAt)
 	if errors.Is(err, pgx.ErrNoRows) {
-		return s, fmt.Errorf("%w: event type %s has no upcaster from version %d", ErrNotFound, eventType, from)
+		return s, notFound(MissingUpcaster, "event type %s has no upcaster from version %d", eventType, from)
 	}
 	if err != nil {
 		return s, fmt.Errorf("schema: get upcaster: %w", err)
@@ -294,7 +294,7 @@ func (r *Registry) DeleteUpcaster(ctx context.Context, eventType string, from in
 			return err
 		}
 		if tag.RowsAffected() == 0 {
-			return fmt.Errorf("%w: event type %s has no upcaster from version %d", ErrNotFound, eventType, from)
+			return notFound(MissingUpcaster, "event type %s has no upcaster from version %d", eventType, from)
 		}
 		if dryRun {
 			return errDryRun
