@@ -248,17 +248,8 @@ func (s *server) handleAppendEvents(w http.ResponseWriter, r *http.Request) {
 		}
 		envs = append(envs, env)
 	}
-	// One event id twice in a request (a CloudEvent's source and id, or
-	// an event_id) is refused here, naming where the second one was given.
-	for i := 0; e == nil && i < len(envs); i++ {
-		for j := 0; j < i; j++ {
-			if envs[j].EventID == envs[i].EventID {
-				e = unprocessable(inputs[i].eventIDField(), "the event id of %s repeats that of %s (event_id %s): an event is given once in a request",
-					inputs[i].eventIDField(), inputs[j].eventIDField(), envs[i].EventID)
-				e.Limit = "distinct in a batch"
-				break
-			}
-		}
+	if e == nil {
+		e = repeatedEventID(envs, inputs)
 	}
 	if e != nil {
 		s.metrics.command("event", "invalid")
@@ -302,13 +293,30 @@ func (s *server) handleAppendEvents(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, status, reply)
 }
 
-func streamURL(aggType, aggID string) string {
-	return "/v1/streams/" + pathSegment(aggType) + "/" + pathSegment(aggID) + "/events"
+// repeatedEventID refuses one event id given twice in a request (a
+// CloudEvent's source and id, or an event_id), naming where the second
+// one was given; envs[i] is inputs[i]'s envelope.
+func repeatedEventID(envs []envelope.Envelope, inputs []eventInput) *Error {
+	first := make(map[string]int, len(envs)) // event id -> its first item
+	for i, env := range envs {
+		j, seen := first[env.EventID]
+		if !seen {
+			first[env.EventID] = i
+			continue
+		}
+		e := unprocessable(inputs[i].eventIDField(), "the event id of %s repeats that of %s (event_id %s): an event is given once in a request",
+			inputs[i].eventIDField(), inputs[j].eventIDField(), env.EventID)
+		e.Limit = "distinct in a batch"
+		return e
+	}
+	return nil
 }
 
-// pathSegment escapes s as one path segment, the dots of "." and ".."
-// included: unescaped, a router would remove them as a dot segment.
-func pathSegment(s string) string { return httpcheck.PathSegment(s) }
+// streamURL is the path of a stream, each segment escaped so that ids
+// "." and ".." name the stream, not a dot segment (httpcheck.PathSegment).
+func streamURL(aggType, aggID string) string {
+	return "/v1/streams/" + httpcheck.PathSegment(aggType) + "/" + httpcheck.PathSegment(aggID) + "/events"
+}
 
 func mediaTypeOf(r *http.Request) string {
 	mt, _, _ := strings.Cut(r.Header.Get("Content-Type"), ";")
