@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"strings"
 	"text/tabwriter"
@@ -240,19 +241,39 @@ func kafkaAdmin(cfg *sluiceconfig.Config) (*kadm.Client, func(), error) {
 	return kadm.NewClient(cl), cl.Close, nil
 }
 
-// runSwitch runs a Rebuild or Rollback with a progress bar on a terminal
-// (records consumed of the topic's end) and a summary on stdout: a line,
-// or JSON with asJSON.
-func runSwitch(cmd *cobra.Command, name string, version int, settle time.Duration, asJSON bool,
-	op func(context.Context, projectionworker.SwitchOptions) (projectionworker.Summary, error)) error {
+// switchTarget is what a rebuild or rollback plans and runs with: the
+// projection, the configuration, the process logger and an Elasticsearch
+// client, read once per command.
+type switchTarget struct {
+	p      projectionworker.Projection
+	cfg    *sluiceconfig.Config
+	logger *slog.Logger
+	es     *elasticsearch.Client
+}
+
+// openSwitchTarget looks up projection name and reads the configuration.
+func openSwitchTarget(cmd *cobra.Command, name string) (switchTarget, error) {
 	p, err := lookupProjection(cmd, name)
 	if err != nil {
-		return err
+		return switchTarget{}, err
 	}
 	cfg, logger, err := loadConfig(cmd)
 	if err != nil {
-		return err
+		return switchTarget{}, err
 	}
+	es, err := readmodel.NewClient(cfg.Elasticsearch)
+	if err != nil {
+		return switchTarget{}, err
+	}
+	return switchTarget{p: p, cfg: cfg, logger: logger, es: es}, nil
+}
+
+// runSwitch runs a Rebuild or Rollback with a progress bar on a terminal
+// (records consumed of the topic's end) and a summary on stdout: a line,
+// or JSON with asJSON.
+func runSwitch(cmd *cobra.Command, t switchTarget, version int, settle time.Duration, asJSON bool,
+	op func(context.Context, projectionworker.SwitchOptions) (projectionworker.Summary, error)) error {
+	p, cfg, logger, es := t.p, t.cfg, t.logger, t.es
 	// The registry role, and the main role for the schema registry when the
 	// projection upcasts (docs/scale-out.md).
 	roles := []migrations.Role{migrations.RoleRegistry}
@@ -268,10 +289,6 @@ func runSwitch(cmd *cobra.Command, name string, version int, settle time.Duratio
 	defer pools.Close()
 	if upcasts {
 		d.UseUpcaster(schema.New(pools.Main, cfg.Schema, logger))
-	}
-	es, err := readmodel.NewClient(cfg.Elasticsearch)
-	if err != nil {
-		return err
 	}
 	metrics, stopMetrics, err := serveSwitchMetrics(cmd, logger)
 	if err != nil {
@@ -342,14 +359,11 @@ summary.`,
 			if version <= 0 {
 				return usage("--version N (≥ 1, newer than every existing version) is required")
 			}
-			p, err := lookupProjection(cmd, args[0])
+			t, err := openSwitchTarget(cmd, args[0])
 			if err != nil {
 				return err
 			}
-			cfg, es, err := loadConfigES(cmd)
-			if err != nil {
-				return err
-			}
+			p, cfg, es := t.p, t.cfg, t.es
 			adm, closeAdm, err := kafkaAdmin(cfg)
 			if err != nil {
 				return err
@@ -377,7 +391,7 @@ summary.`,
 				cmd.Printf("rebuild (dry run): nothing changed\n")
 				return nil
 			}
-			return runSwitch(cmd, args[0], version, settle, asJSON, projectionworker.Rebuild)
+			return runSwitch(cmd, t, version, settle, asJSON, projectionworker.Rebuild)
 		},
 	}
 	cmd.Flags().IntVar(&version, "version", 0, "version to build (newer than every existing version)")
@@ -410,15 +424,12 @@ consumed; --json prints a summary (the plan on --dry-run).`,
 			if settle < 0 {
 				return usage("--settle %s: want a duration >= 0", settle)
 			}
-			p, err := lookupProjection(cmd, args[0])
+			t, err := openSwitchTarget(cmd, args[0])
 			if err != nil {
 				return err
 			}
-			cfg, es, err := loadConfigES(cmd)
-			if err != nil {
-				return err
-			}
-			plan, err := projectionworker.PlanRollback(cmd.Context(), es, cfg.Elasticsearch.IndexPrefix, p.Name())
+			cfg := t.cfg
+			plan, err := projectionworker.PlanRollback(cmd.Context(), t.es, cfg.Elasticsearch.IndexPrefix, t.p.Name())
 			if errors.Is(err, projectionworker.ErrNothingToRollBack) {
 				return unsafe(err)
 			}
@@ -440,7 +451,7 @@ consumed; --json prints a summary (the plan on --dry-run).`,
 				cmd.Printf("rollback (dry run): nothing changed\n")
 				return nil
 			}
-			return runSwitch(cmd, args[0], 0, settle, asJSON, projectionworker.Rollback)
+			return runSwitch(cmd, t, 0, settle, asJSON, projectionworker.Rollback)
 		},
 	}
 	cmd.Flags().DurationVar(&settle, "settle", 5*time.Second, "keep consuming this long after the swap")
