@@ -10,3 +10,7 @@ func UnnamedCreates(b *Bucket) int64 { return b.unnamed.Load() }
 // SortedEntries is the number of folder entries b's listings kept and
 // sorted.
 func SortedEntries(b *Bucket) int64 { return b.sorted.Load() }
+
+// TypedEntries is the number of folder entries whose type b's listings
+// looked up (one lstat each).
+func TypedEntries(b *Bucket) int64 { return b.typed.Load() }

@@ -39,8 +39,9 @@ type Bucket struct {
 	noUnnamed atomic.Bool
 	unnamed   atomic.Int64
 	// sorted counts the folder entries listings kept and sorted (list.go):
-	// the work of a listing beyond reading its folders.
-	sorted atomic.Int64
+	// the work of a listing beyond reading its folders' names; typed
+	// counts the entries whose type a listing looked up (one lstat each).
+	sorted, typed atomic.Int64
 }
 
 var _ objstore.Bucket = (*Bucket)(nil)

@@ -285,14 +285,20 @@ func TestListAfterSortsOnlyWhatFollows(t *testing.T) {
 		name          string
 		prefix, after string
 		want, maxKept int
+		// maxTyped: the entries whose type may be looked up (an lstat
+		// each): what maxKept counts, and the name of startAfter itself
+		// (a folder of that name would hold keys after it). Reading a
+		// folder opened in an os.Root with ReadDir lstats every entry, a
+		// walk of the whole store on each relay LIST.
+		maxTyped int
 	}{
 		// the root's "segments/" folder, then the 5 keys after the 395th
-		{"after a key near the end", "segments/", key(n - 5), 5, 1 + 5},
-		{"after the last key", "segments/", key(n), 0, 1},
-		{"everything", "", "", n + 1, 2 + n + 1},
+		{"after a key near the end", "segments/", key(n - 5), 5, 1 + 5, 1 + 5 + 1},
+		{"after the last key", "segments/", key(n), 0, 1, 1 + 1},
+		{"everything", "", "", n + 1, 2 + n + 1, 2 + n + 1},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			before := filestore.SortedEntries(b)
+			before, typedBefore := filestore.SortedEntries(b), filestore.TypedEntries(b)
 			got, err := b.List(ctx, tc.prefix, tc.after, 0)
 			if err != nil {
 				t.Fatal(err)
@@ -302,6 +308,9 @@ func TestListAfterSortsOnlyWhatFollows(t *testing.T) {
 			}
 			if kept := filestore.SortedEntries(b) - before; kept > int64(tc.maxKept) {
 				t.Fatalf("the listing kept and sorted %d folder entries, want at most %d (what it can return, and the folders on its way)", kept, tc.maxKept)
+			}
+			if typed := filestore.TypedEntries(b) - typedBefore; typed > int64(tc.maxTyped) {
+				t.Fatalf("the listing looked up the type of %d folder entries, want at most %d (what it can return, and the folders on its way)", typed, tc.maxTyped)
 			}
 		})
 	}

@@ -55,29 +55,36 @@ func (w *lister) walk(dirKey string) error {
 		}
 		return mapErr(err)
 	}
-	des, err := d.ReadDir(-1)
+	// Names only: ReadDir on a folder opened in an os.Root lstats every
+	// entry to learn its type, and a folder of segments holds every
+	// segment of the store, where a listing after the relay's checkpoint
+	// wants the few at its end. A name is typed (one lstat) only when it
+	// can be listed as a key or as a folder of keys; the others are passed
+	// over without a system call or building their keys.
+	names, err := d.Readdirnames(-1)
 	_ = d.Close()
 	if err != nil {
 		return mapErr(err)
 	}
-	// Only the entries that can be listed are kept and sorted: a folder of
-	// segments holds every segment of the store, and a listing after the
-	// relay's checkpoint wants the few at its end (the others are passed
-	// over without building their keys).
 	var entries []entry
-	for _, de := range des {
-		name := de.Name()
-		switch {
-		case strings.HasPrefix(name, objstore.ReservedSegmentPrefix):
+	for _, name := range names {
+		if strings.HasPrefix(name, objstore.ReservedSegmentPrefix) {
 			continue // temporary and lock files
-		case de.IsDir():
-			if key := dirKey + name + "/"; w.mayHoldKeys(key) {
-				entries = append(entries, entry{key: key, name: name, dir: true})
-			}
-		case de.Type().IsRegular():
-			if w.matches(dirKey, name) {
-				entries = append(entries, entry{key: dirKey + name, name: name})
-			}
+		}
+		asKey, asDir := w.matches(dirKey, name), w.mayHoldKeys(dirKey, name)
+		if !asKey && !asDir {
+			continue
+		}
+		dir, regular, err := w.b.typeOf(filepath.Join(dirName, name))
+		switch {
+		case isNotFound(err):
+			continue // deleted meanwhile
+		case err != nil:
+			return mapErr(err)
+		case dir && asDir:
+			entries = append(entries, entry{key: dirKey + name + "/", name: name, dir: true})
+		case regular && asKey:
+			entries = append(entries, entry{key: dirKey + name, name: name})
 		}
 	}
 	w.b.sorted.Add(int64(len(entries)))
@@ -107,15 +114,26 @@ func (w *lister) walk(dirKey string) error {
 	return nil
 }
 
-// mayHoldKeys reports whether keys starting with dirKey can match the
-// prefix and sort after startAfter.
-func (w *lister) mayHoldKeys(dirKey string) bool {
-	if !strings.HasPrefix(dirKey, w.prefix) && !strings.HasPrefix(w.prefix, dirKey) {
+// typeOf looks up whether name (relative to the root) is a folder or a
+// regular file, with one lstat, and counts the lookup.
+func (b *Bucket) typeOf(name string) (dir, regular bool, err error) {
+	b.typed.Add(1)
+	fi, err := b.root.Lstat(name)
+	if err != nil {
+		return false, false, err
+	}
+	return fi.IsDir(), fi.Mode().IsRegular(), nil
+}
+
+// mayHoldKeys reports whether keys below the folder dirKey+name+"/" can
+// match the prefix and sort after startAfter, without building its key.
+func (w *lister) mayHoldKeys(dirKey, name string) bool {
+	if !hasPrefixJoined(w.prefix, dirKey, name, "/") && !isPrefixOfJoined(w.prefix, dirKey, name, "/") {
 		return false
 	}
-	// Every key below dirKey is < startAfter when dirKey < startAfter and
-	// startAfter does not itself continue dirKey.
-	if dirKey < w.startAfter && !strings.HasPrefix(w.startAfter, dirKey) {
+	// Every key below the folder is < startAfter when the folder's key is
+	// < startAfter and startAfter does not itself continue it.
+	if compareJoined(w.startAfter, dirKey, name, "/") < 0 && !isPrefixOfJoined(w.startAfter, dirKey, name, "/") {
 		return false
 	}
 	return true
@@ -124,27 +142,52 @@ func (w *lister) mayHoldKeys(dirKey string) bool {
 // matches reports whether the key dirKey+name has the prefix and sorts
 // after startAfter, without building it.
 func (w *lister) matches(dirKey, name string) bool {
-	return hasPrefixOf(dirKey, name, w.prefix) && compareJoined(dirKey, name, w.startAfter) > 0
+	return hasPrefixJoined(w.prefix, dirKey, name) && compareJoined(w.startAfter, dirKey, name) > 0
 }
 
-// hasPrefixOf reports whether a+b starts with p.
-func hasPrefixOf(a, b, p string) bool {
-	if len(p) <= len(a) {
-		return strings.HasPrefix(a, p)
+// hasPrefixJoined reports whether the concatenation of parts starts with p.
+func hasPrefixJoined(p string, parts ...string) bool {
+	for _, x := range parts {
+		if len(p) <= len(x) {
+			return strings.HasPrefix(x, p)
+		}
+		if !strings.HasPrefix(p, x) {
+			return false
+		}
+		p = p[len(x):]
 	}
-	return strings.HasPrefix(p, a) && strings.HasPrefix(b, p[len(a):])
+	return p == ""
 }
 
-// compareJoined compares a+b with s (strings.Compare).
-func compareJoined(a, b, s string) int {
-	if len(s) < len(a) {
-		if c := strings.Compare(a[:len(s)], s); c != 0 {
+// isPrefixOfJoined reports whether the concatenation of parts is a prefix
+// of s.
+func isPrefixOfJoined(s string, parts ...string) bool {
+	for _, x := range parts {
+		if !strings.HasPrefix(s, x) {
+			return false
+		}
+		s = s[len(x):]
+	}
+	return true
+}
+
+// compareJoined compares the concatenation of parts with s
+// (strings.Compare).
+func compareJoined(s string, parts ...string) int {
+	for _, x := range parts {
+		if len(s) < len(x) {
+			if c := strings.Compare(x[:len(s)], s); c != 0 {
+				return c
+			}
+			return 1 // s is a proper prefix of the concatenation
+		}
+		if c := strings.Compare(x, s[:len(x)]); c != 0 {
 			return c
 		}
-		return 1 // s is a proper prefix of a+b
+		s = s[len(x):]
 	}
-	if c := strings.Compare(a, s[:len(a)]); c != 0 {
-		return c
+	if s != "" {
+		return -1
 	}
-	return strings.Compare(b, s[len(a):])
+	return 0
 }

@@ -5,21 +5,28 @@ import (
 	"testing"
 )
 
-// The listing compares a folder's key prefix and an entry's name with the
-// prefix and startAfter without joining them; every split of every pair
-// of these strings must answer as the joined key does.
+// The listing compares a folder's key prefix, an entry's name and, for a
+// subfolder, "/" with the prefix and startAfter without joining them;
+// every split of every pair of these strings in two or three parts must
+// answer as the joined key does.
 func TestJoinedComparisons(t *testing.T) {
 	words := []string{"", "s", "segments", "segments/", "segments/0001", "segments/0001-0002.jsonl",
 		"segments/0002", "segments-", "segments/n4/", "segments/n4/0000-1", "t", "a/b/c"}
 	for _, key := range words {
 		for cut := 0; cut <= len(key); cut++ {
-			a, b := key[:cut], key[cut:]
-			for _, s := range words {
-				if got, want := compareJoined(a, b, s), strings.Compare(key, s); got != want {
-					t.Errorf("compareJoined(%q, %q, %q) = %d, want %d", a, b, s, got, want)
-				}
-				if got, want := hasPrefixOf(a, b, s), strings.HasPrefix(key, s); got != want {
-					t.Errorf("hasPrefixOf(%q, %q, %q) = %v, want %v", a, b, s, got, want)
+			for cut2 := cut; cut2 <= len(key); cut2++ {
+				for _, parts := range [][]string{{key[:cut], key[cut:]}, {key[:cut], key[cut:cut2], key[cut2:]}} {
+					for _, s := range words {
+						if got, want := compareJoined(s, parts...), strings.Compare(key, s); got != want {
+							t.Errorf("compareJoined(%q, %q) = %d, want %d", s, parts, got, want)
+						}
+						if got, want := hasPrefixJoined(s, parts...), strings.HasPrefix(key, s); got != want {
+							t.Errorf("hasPrefixJoined(%q, %q) = %v, want %v", s, parts, got, want)
+						}
+						if got, want := isPrefixOfJoined(s, parts...), strings.HasPrefix(s, key); got != want {
+							t.Errorf("isPrefixOfJoined(%q, %q) = %v, want %v", s, parts, got, want)
+						}
+					}
 				}
 			}
 		}
