@@ -16,7 +16,7 @@ import (
 	"github.com/sluicehq/sluice/eventstore/objstore/objstoretest"
 )
 
-func newBucket(t *testing.T) *filestore.Bucket {
+func newBucket(t testing.TB) *filestore.Bucket {
 	t.Helper()
 	b, err := filestore.New(filepath.Join(t.TempDir(), "data", "sluice-events"))
 	if err != nil {
