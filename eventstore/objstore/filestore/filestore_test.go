@@ -271,7 +271,7 @@ func TestConditionalPutAcrossInstances(t *testing.T) {
 func TestListAfterSortsOnlyWhatFollows(t *testing.T) {
 	b := newBucket(t)
 	ctx := t.Context()
-	const n = 400
+	const n = 1100 // more than one chunk of names (namesChunk)
 	key := func(i int) string { return fmt.Sprintf("segments/%020d-%020d.jsonl", i, i) }
 	for i := 1; i <= n; i++ {
 		if _, err := b.Create(ctx, key(i), []byte("x\n")); err != nil {
@@ -292,7 +292,7 @@ func TestListAfterSortsOnlyWhatFollows(t *testing.T) {
 		// walk of the whole store on each relay LIST.
 		maxTyped int
 	}{
-		// the root's "segments/" folder, then the 5 keys after the 395th
+		// the root's "segments/" folder, then the 5 keys after the n-5th
 		{"after a key near the end", "segments/", key(n - 5), 5, 1 + 5, 1 + 5 + 1},
 		{"after the last key", "segments/", key(n), 0, 1, 1 + 1},
 		{"everything", "", "", n + 1, 2 + n + 1, 2 + n + 1},

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -55,37 +57,17 @@ func (w *lister) walk(dirKey string) error {
 		}
 		return mapErr(err)
 	}
-	// Names only: ReadDir on a folder opened in an os.Root lstats every
-	// entry to learn its type, and a folder of segments holds every
-	// segment of the store, where a listing after the relay's checkpoint
-	// wants the few at its end. A name is typed (one lstat) only when it
-	// can be listed as a key or as a folder of keys; the others are passed
-	// over without a system call or building their keys.
-	names, err := d.Readdirnames(-1)
+	// Names only, a chunk at a time: ReadDir on a folder opened in an
+	// os.Root lstats every entry to learn its type, and a folder of
+	// segments holds every segment of the store, where a listing after the
+	// relay's checkpoint wants the few at its end. A name is typed (one
+	// lstat) only when it can be listed as a key or as a folder of keys;
+	// the others are passed over without a system call or building their
+	// keys, and only a chunk of them is held at once.
+	entries, err := w.candidates(d, dirKey, dirName)
 	_ = d.Close()
 	if err != nil {
-		return mapErr(err)
-	}
-	var entries []entry
-	for _, name := range names {
-		if strings.HasPrefix(name, objstore.ReservedSegmentPrefix) {
-			continue // temporary and lock files
-		}
-		asKey, asDir := w.matches(dirKey, name), w.mayHoldKeys(dirKey, name)
-		if !asKey && !asDir {
-			continue
-		}
-		dir, regular, err := w.b.typeOf(filepath.Join(dirName, name))
-		switch {
-		case isNotFound(err):
-			continue // deleted meanwhile
-		case err != nil:
-			return mapErr(err)
-		case dir && asDir:
-			entries = append(entries, entry{key: dirKey + name + "/", name: name, dir: true})
-		case regular && asKey:
-			entries = append(entries, entry{key: dirKey + name, name: name})
-		}
+		return err
 	}
 	w.b.sorted.Add(int64(len(entries)))
 	slices.SortFunc(entries, func(a, b entry) int { return strings.Compare(a.key, b.key) })
@@ -112,6 +94,45 @@ func (w *lister) walk(dirKey string) error {
 		}
 	}
 	return nil
+}
+
+// namesChunk is how many names of a folder a listing reads at once.
+const namesChunk = 1024
+
+// candidates reads the folder d (dirName, whose keys start with dirKey)
+// and returns its entries that can be listed: keys after startAfter with
+// the prefix, and folders that may hold such keys.
+func (w *lister) candidates(d *os.File, dirKey, dirName string) ([]entry, error) {
+	var entries []entry
+	for {
+		names, err := d.Readdirnames(namesChunk)
+		for _, name := range names {
+			if strings.HasPrefix(name, objstore.ReservedSegmentPrefix) {
+				continue // temporary and lock files
+			}
+			asKey, asDir := w.matches(dirKey, name), w.mayHoldKeys(dirKey, name)
+			if !asKey && !asDir {
+				continue
+			}
+			dir, regular, err := w.b.typeOf(filepath.Join(dirName, name))
+			switch {
+			case isNotFound(err):
+				continue // deleted meanwhile
+			case err != nil:
+				return nil, mapErr(err)
+			case dir && asDir:
+				entries = append(entries, entry{key: dirKey + name + "/", name: name, dir: true})
+			case regular && asKey:
+				entries = append(entries, entry{key: dirKey + name, name: name})
+			}
+		}
+		switch {
+		case errors.Is(err, io.EOF):
+			return entries, nil
+		case err != nil:
+			return nil, mapErr(err)
+		}
+	}
 }
 
 // typeOf looks up whether name (relative to the root) is a folder or a
