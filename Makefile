@@ -75,7 +75,9 @@ bench-pipeline: test-deps
 	@echo "results in $(BIN)/bench-pipeline.txt"
 
 ## bench-ab: the main benchmarks of BASE (a git revision) and of this tree,
-## alternated round by round in one run (ROUNDS, BENCHES: scripts/bench-ab.sh)
+## alternated round by round in one run, with the pipeline as deployed of
+## both binaries and head/base ratios per round (ROUNDS, BENCHES, PIPELINE:
+## scripts/bench-ab.sh)
 BASE ?= HEAD~1
 bench-ab:
 	./scripts/bench-ab.sh $(BASE)

@@ -5,7 +5,14 @@
 # built once per side; each runs in its own package directory.
 #
 #   ROUNDS      rounds of base-then-head (default 2)
-#   BENCHES     space-separated pkg:regexp:benchtime (default: the list below)
+#   BENCHES     space-separated pkg:regexp:benchtime (default: the list below;
+#               "" runs none of them, only the pipeline)
+#   PIPELINE    backends of the pipeline as deployed (BenchmarkPipelineProcesses)
+#               run each round for both sides, "file", "minio", "file minio"
+#               (default "file"; "" leaves it out). Head's harness drives both
+#               binaries (SLUICE_BENCH_BINARY), so a base that predates the
+#               benchmark is measured the same way; OUT/pipeline-ratios.txt
+#               gives head/base per round (scripts/bench-ab-ratios.awk).
 #   OUT         output directory (default bin/bench-ab)
 #
 # Compare with benchstat (go run golang.org/x/perf/cmd/benchstat OUT/base.txt OUT/head.txt)
@@ -19,7 +26,7 @@ out=${OUT:-bin/bench-ab}
 # "BenchmarkClaimMarkDone" also ran BenchmarkClaimMarkDoneGrowth, which
 # only head has and which seeds a million registry rows per run: the two
 # sides did not do the same work before their later benchmarks (issue 32).
-benches=${BENCHES:-"registry:^BenchmarkClaimMarkDone\$:3s eventstore:^BenchmarkAppend\$/groupcommit:3s relay:^BenchmarkRelay\$:1x projectionworker:^BenchmarkProjection\$:3s instanceworker:^BenchmarkInstanceWorker\$:3s api:^BenchmarkCreate\$:3s cmd/sluice:^BenchmarkPipeline\$:1x"}
+benches=${BENCHES-"registry:^BenchmarkClaimMarkDone\$:3s eventstore:^BenchmarkAppend\$/groupcommit:3s relay:^BenchmarkRelay\$:1x projectionworker:^BenchmarkProjection\$:3s instanceworker:^BenchmarkInstanceWorker\$:3s api:^BenchmarkCreate\$:3s cmd/sluice:^BenchmarkPipeline\$:1x"}
 ./scripts/test-deps.sh >/dev/null
 mkdir -p "$out"
 out=$(cd "$out" && pwd)
@@ -27,6 +34,7 @@ basetree=$(mktemp -d)
 trap 'git worktree remove --force "$basetree" >/dev/null 2>&1 || true' EXIT
 git worktree add --detach "$basetree" "$base" >/dev/null
 declare -A tree=([base]=$basetree [head]=$PWD)
+pipeline=${PIPELINE-file}
 for side in base head; do
   mkdir -p "$out/$side"
   for b in $benches; do
@@ -34,7 +42,15 @@ for side in base head; do
     (cd "${tree[$side]}" && go test -c -o "$out/$side/${pkg//\//_}.test" "./$pkg")
   done
   : >"$out/$side.txt"
+  if [ -n "$pipeline" ]; then
+    # The binary as shipped (the Makefile's flags), as the harness builds it.
+    (cd "${tree[$side]}" && go build -trimpath -ldflags '-s -w' -o "$out/$side/sluice" ./cmd/sluice)
+    : >"$out/$side-pipeline.txt"
+  fi
 done
+if [ -n "$pipeline" ]; then
+  go test -c -o "$out/pipelinebench.test" ./internal/pipelinebench
+fi
 echo "cpu: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2-), $(nproc) cores; base $(git rev-parse --short "$base"), head $(git rev-parse --short HEAD)" | tee "$out/machine.txt"
 for r in $(seq 1 "$rounds"); do
   for side in base head; do
@@ -45,6 +61,14 @@ for r in $(seq 1 "$rounds"); do
         -test.run '^$' -test.bench "$re" -test.benchtime "$bt" -test.timeout 30m) |
         grep -E '^(Benchmark|FAIL|--- FAIL)' >>"$out/$side.txt" || true
     done
+    for backend in $pipeline; do
+      (cd internal/pipelinebench && SLUICE_BENCH_BINARY="$out/$side/sluice" "$out/pipelinebench.test" \
+        -test.run '^$' -test.bench "^BenchmarkPipelineProcesses/backend=$backend\$" -test.benchtime 1x -test.timeout 30m) |
+        grep -E '^(Benchmark|FAIL|--- FAIL)' >>"$out/$side-pipeline.txt" || true
+    done
   done
 done
 echo "results: $out/base.txt $out/head.txt"
+if [ -n "$pipeline" ]; then
+  awk -f scripts/bench-ab-ratios.awk "$out/base-pipeline.txt" "$out/head-pipeline.txt" | tee "$out/pipeline-ratios.txt"
+fi
