@@ -285,11 +285,13 @@ func TestListAfterSortsOnlyWhatFollows(t *testing.T) {
 		name          string
 		prefix, after string
 		want, maxKept int
-		// maxTyped: the entries whose type may be looked up (an lstat
-		// each): what maxKept counts, and the name of startAfter itself
-		// (a folder of that name would hold keys after it). Reading a
-		// folder opened in an os.Root with ReadDir lstats every entry, a
-		// walk of the whole store on each relay LIST.
+		// maxTyped: the entries whose type the listing may look up (an
+		// lstat each, counted in typeOf): what maxKept counts, and the
+		// name of startAfter itself (a folder of that name would hold
+		// keys after it). The count does not see lstats made inside the
+		// os package: ReadDir on a folder opened in an os.Root lstats
+		// every entry, a walk of the whole store on each relay LIST, and
+		// TestListReadsNamesOnly keeps it out of list.go.
 		maxTyped int
 	}{
 		// the root's "segments/" folder, then the 5 keys after the n-5th

@@ -50,8 +50,19 @@ func (w *lister) walk(dirKey string) error {
 	if dirKey != "" {
 		dirName = filepath.FromSlash(strings.TrimSuffix(dirKey, "/"))
 	}
-	d, err := w.b.root.Open(dirName)
+	// The folder is opened as a Root of its own, so that typing one of its
+	// names is one lstat relative to it (w.b.root.Lstat of dirName/name
+	// opens and closes each folder on the way first).
+	dir, err := w.b.root.OpenRoot(dirName)
 	if err != nil {
+		if isNotFound(err) {
+			return nil // deleted meanwhile
+		}
+		return mapErr(err)
+	}
+	d, err := dir.Open(".")
+	if err != nil {
+		_ = dir.Close()
 		if isNotFound(err) {
 			return nil // deleted meanwhile
 		}
@@ -64,8 +75,9 @@ func (w *lister) walk(dirKey string) error {
 	// lstat) only when it can be listed as a key or as a folder of keys;
 	// the others are passed over without a system call or building their
 	// keys, and only a chunk of them is held at once.
-	entries, err := w.candidates(d, dirKey, dirName)
+	entries, err := w.candidates(dir, d, dirKey)
 	_ = d.Close()
+	_ = dir.Close()
 	if err != nil {
 		return err
 	}
@@ -99,10 +111,10 @@ func (w *lister) walk(dirKey string) error {
 // namesChunk is how many names of a folder a listing reads at once.
 const namesChunk = 1024
 
-// candidates reads the folder d (dirName, whose keys start with dirKey)
-// and returns its entries that can be listed: keys after startAfter with
-// the prefix, and folders that may hold such keys.
-func (w *lister) candidates(d *os.File, dirKey, dirName string) ([]entry, error) {
+// candidates reads the folder d (opened in dir, its keys start with
+// dirKey) and returns its entries that can be listed: keys after
+// startAfter with the prefix, and folders that may hold such keys.
+func (w *lister) candidates(dir *os.Root, d *os.File, dirKey string) ([]entry, error) {
 	var entries []entry
 	for {
 		names, err := d.Readdirnames(namesChunk)
@@ -114,13 +126,13 @@ func (w *lister) candidates(d *os.File, dirKey, dirName string) ([]entry, error)
 			if !asKey && !asDir {
 				continue
 			}
-			dir, regular, err := w.b.typeOf(filepath.Join(dirName, name))
+			isDir, regular, err := w.b.typeOf(dir, name)
 			switch {
 			case isNotFound(err):
 				continue // deleted meanwhile
 			case err != nil:
 				return nil, mapErr(err)
-			case dir && asDir:
+			case isDir && asDir:
 				entries = append(entries, entry{key: dirKey + name + "/", name: name, dir: true})
 			case regular && asKey:
 				entries = append(entries, entry{key: dirKey + name, name: name})
@@ -135,11 +147,11 @@ func (w *lister) candidates(d *os.File, dirKey, dirName string) ([]entry, error)
 	}
 }
 
-// typeOf looks up whether name (relative to the root) is a folder or a
-// regular file, with one lstat, and counts the lookup.
-func (b *Bucket) typeOf(name string) (dir, regular bool, err error) {
+// typeOf looks up whether the entry name of the folder dir is a folder or
+// a regular file, with one lstat, and counts the lookup.
+func (b *Bucket) typeOf(dir *os.Root, name string) (isDir, regular bool, err error) {
 	b.typed.Add(1)
-	fi, err := b.root.Lstat(name)
+	fi, err := dir.Lstat(name)
 	if err != nil {
 		return false, false, err
 	}
