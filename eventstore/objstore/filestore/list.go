@@ -36,9 +36,8 @@ type lister struct {
 }
 
 type entry struct {
-	key  string // for a folder: its key prefix, ending in '/'
-	name string
-	dir  bool
+	key string // for a folder: its key prefix, ending in '/'
+	dir bool
 }
 
 // walk lists the folder whose keys start with dirKey ("" or "a/b/").
@@ -50,19 +49,8 @@ func (w *lister) walk(dirKey string) error {
 	if dirKey != "" {
 		dirName = filepath.FromSlash(strings.TrimSuffix(dirKey, "/"))
 	}
-	// The folder is opened as a Root of its own, so that typing one of its
-	// names is one lstat relative to it (w.b.root.Lstat of dirName/name
-	// opens and closes each folder on the way first).
-	dir, err := w.b.root.OpenRoot(dirName)
+	dir, d, err := w.b.openFolder(dirName)
 	if err != nil {
-		if isNotFound(err) {
-			return nil // deleted meanwhile
-		}
-		return mapErr(err)
-	}
-	d, err := dir.Open(".")
-	if err != nil {
-		_ = dir.Close()
 		if isNotFound(err) {
 			return nil // deleted meanwhile
 		}
@@ -108,6 +96,23 @@ func (w *lister) walk(dirKey string) error {
 	return nil
 }
 
+// openFolder opens the folder dirName as a Root of its own, so that
+// typing one of its names is one lstat relative to it (b.root.Lstat of
+// dirName/name opens and closes each folder on the way first), and the
+// folder itself to read its names.
+func (b *Bucket) openFolder(dirName string) (*os.Root, *os.File, error) {
+	dir, err := b.root.OpenRoot(dirName)
+	if err != nil {
+		return nil, nil, err
+	}
+	d, err := dir.Open(".")
+	if err != nil {
+		_ = dir.Close()
+		return nil, nil, err
+	}
+	return dir, d, nil
+}
+
 // namesChunk is how many names of a folder a listing reads at once.
 const namesChunk = 1024
 
@@ -133,9 +138,9 @@ func (w *lister) candidates(dir *os.Root, d *os.File, dirKey string) ([]entry, e
 			case err != nil:
 				return nil, mapErr(err)
 			case isDir && asDir:
-				entries = append(entries, entry{key: dirKey + name + "/", name: name, dir: true})
+				entries = append(entries, entry{key: dirKey + name + "/", dir: true})
 			case regular && asKey:
-				entries = append(entries, entry{key: dirKey + name, name: name})
+				entries = append(entries, entry{key: dirKey + name})
 			}
 		}
 		switch {
