@@ -37,20 +37,24 @@ func TestJoinedComparisons(t *testing.T) {
 	words := []string{"", "s", "segments", "segments/", "segments/0001", "segments/0001-0002.jsonl",
 		"segments/0002", "segments-", "segments/n4/", "segments/n4/0000-1", "t", "a/b/c"}
 	for _, key := range words {
+		// Every split in two parts, then in three.
+		var splits [][]string
 		for cut := 0; cut <= len(key); cut++ {
+			splits = append(splits, []string{key[:cut], key[cut:]})
 			for cut2 := cut; cut2 <= len(key); cut2++ {
-				for _, parts := range [][]string{{key[:cut], key[cut:]}, {key[:cut], key[cut:cut2], key[cut2:]}} {
-					for _, s := range words {
-						if got, want := compareJoined(s, parts...), strings.Compare(key, s); got != want {
-							t.Errorf("compareJoined(%q, %q) = %d, want %d", s, parts, got, want)
-						}
-						if got, want := hasPrefixJoined(s, parts...), strings.HasPrefix(key, s); got != want {
-							t.Errorf("hasPrefixJoined(%q, %q) = %v, want %v", s, parts, got, want)
-						}
-						if got, want := isPrefixOfJoined(s, parts...), strings.HasPrefix(s, key); got != want {
-							t.Errorf("isPrefixOfJoined(%q, %q) = %v, want %v", s, parts, got, want)
-						}
-					}
+				splits = append(splits, []string{key[:cut], key[cut:cut2], key[cut2:]})
+			}
+		}
+		for _, parts := range splits {
+			for _, s := range words {
+				if got, want := compareJoined(s, parts...), strings.Compare(key, s); got != want {
+					t.Errorf("compareJoined(%q, %q) = %d, want %d", s, parts, got, want)
+				}
+				if got, want := hasPrefixJoined(s, parts...), strings.HasPrefix(key, s); got != want {
+					t.Errorf("hasPrefixJoined(%q, %q) = %v, want %v", s, parts, got, want)
+				}
+				if got, want := isPrefixOfJoined(s, parts...), strings.HasPrefix(s, key); got != want {
+					t.Errorf("isPrefixOfJoined(%q, %q) = %v, want %v", s, parts, got, want)
 				}
 			}
 		}

@@ -104,11 +104,21 @@ func randomTree(t *testing.T, rng *rand.Rand) (*filestore.Bucket, []string) {
 		}
 		return p
 	}
-	// free reports whether p can be a new file or folder: not a key, not
-	// a folder of keys, and not below a key.
 	var keys []string
 	taken := map[string]bool{}   // keys, extras and the folders holding them
 	blocked := map[string]bool{} // keys and extras: nothing goes below them
+	// claim marks p, a key or an extra, as taken and blocked, and the
+	// folders holding it as taken.
+	claim := func(p string) {
+		taken[p], blocked[p] = true, true
+		for i := range len(p) {
+			if p[i] == '/' {
+				taken[p[:i]] = true
+			}
+		}
+	}
+	// free reports whether p can be a new file or folder: not a key, not
+	// a folder of keys, and not below a key.
 	free := func(p string) bool {
 		if taken[p] {
 			return false
@@ -133,12 +143,7 @@ func randomTree(t *testing.T, rng *rand.Rand) (*filestore.Bucket, []string) {
 			t.Fatal(err)
 		}
 		keys = append(keys, k)
-		taken[k], blocked[k] = true, true
-		for i := range len(k) {
-			if k[i] == '/' {
-				taken[k[:i]] = true
-			}
-		}
+		claim(k)
 	}
 	if len(keys) == 0 {
 		return randomTree(t, rng)
@@ -173,12 +178,7 @@ func randomTree(t *testing.T, rng *rand.Rand) (*filestore.Bucket, []string) {
 		if err := extras[rng.IntN(len(extras))](name); err != nil && !os.IsExist(err) {
 			t.Fatal(err)
 		}
-		taken[p], blocked[p] = true, true
-		for i := range len(p) {
-			if p[i] == '/' {
-				taken[p[:i]] = true
-			}
-		}
+		claim(p)
 	}
 	return b, keys
 }
