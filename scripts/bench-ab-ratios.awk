@@ -10,6 +10,7 @@ FNR == 1 { side = (side == "") ? "base" : "head" }
 	split($1, part, "/")
 	backend = part[2]; sub(/^backend=/, "", backend)
 	phase = part[3]; sub(/-[0-9]+$/, "", phase)
+	if (phase ~ /^closed-/) phase = "closed" # closed-N, N the closed loop's clients
 	k = side SUBSEP backend SUBSEP phase
 	round = ++n[k]
 	if (!(backend in seen)) { seen[backend] = 1; order[++nb] = backend }
@@ -17,21 +18,22 @@ FNR == 1 { side = (side == "") ? "base" : "head" }
 	for (i = 3; i < NF; i += 2) v[side, backend, phase, round, $(i + 1)] = $i
 }
 function r(a, b) { return (b > 0) ? sprintf("%.2f", a / b) : "-" }
+# hb is head / base of metric m in phase ph of round k of backend b.
+function hb(b, k, ph, m) { return r(v["head", b, ph, k, m], v["base", b, ph, k, m]) }
+# own is one side's CPU at 50 % against its closed loop.
+function own(s, b, k) { return r(v[s, b, "paced-50pct", k, "machine-cpu-us/cmd"], v[s, b, "closed", k, "machine-cpu-us/cmd"]) }
+# p99 is the readable p99 of head / base in phase ph.
+function p99(b, k, ph) { return sprintf("%.0f / %.0f", v["head", b, ph, k, "readable-p99-ms"], v["base", b, ph, k, "readable-p99-ms"]) }
 END {
 	for (j = 1; j <= nb; j++) {
 		b = order[j]
 		printf "backend %s: head / base per round (CPU: machine µs per visible command)\n", b
 		printf "%-6s %9s %9s %9s %9s %17s %17s %15s\n", "round", "capacity", "CPU closed", "CPU 50%", "CPU 80%", "p99 50% h/b ms", "p99 80% h/b ms", "50%/closed h/b"
 		for (k = 1; k <= rounds[b]; k++) {
-			cap = r(v["head", b, "closed-32", k, "visible/s"], v["base", b, "closed-32", k, "visible/s"])
-			c0 = r(v["head", b, "closed-32", k, "machine-cpu-us/cmd"], v["base", b, "closed-32", k, "machine-cpu-us/cmd"])
-			c5 = r(v["head", b, "paced-50pct", k, "machine-cpu-us/cmd"], v["base", b, "paced-50pct", k, "machine-cpu-us/cmd"])
-			c8 = r(v["head", b, "paced-80pct", k, "machine-cpu-us/cmd"], v["base", b, "paced-80pct", k, "machine-cpu-us/cmd"])
-			p5 = sprintf("%.0f / %.0f", v["head", b, "paced-50pct", k, "readable-p99-ms"], v["base", b, "paced-50pct", k, "readable-p99-ms"])
-			p8 = sprintf("%.0f / %.0f", v["head", b, "paced-80pct", k, "readable-p99-ms"], v["base", b, "paced-80pct", k, "readable-p99-ms"])
-			w = r(v["head", b, "paced-50pct", k, "machine-cpu-us/cmd"], v["head", b, "closed-32", k, "machine-cpu-us/cmd"]) " / " \
-				r(v["base", b, "paced-50pct", k, "machine-cpu-us/cmd"], v["base", b, "closed-32", k, "machine-cpu-us/cmd"])
-			printf "%-6d %9s %9s %9s %9s %17s %17s %15s\n", k, cap, c0, c5, c8, p5, p8, w
+			printf "%-6d %9s %9s %9s %9s %17s %17s %15s\n", k, hb(b, k, "closed", "visible/s"),
+				hb(b, k, "closed", "machine-cpu-us/cmd"), hb(b, k, "paced-50pct", "machine-cpu-us/cmd"),
+				hb(b, k, "paced-80pct", "machine-cpu-us/cmd"), p99(b, k, "paced-50pct"), p99(b, k, "paced-80pct"),
+				own("head", b, k) " / " own("base", b, k)
 		}
 	}
 }

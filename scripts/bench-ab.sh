@@ -43,8 +43,8 @@ for side in base head; do
   done
   : >"$out/$side.txt"
   if [ -n "$pipeline" ]; then
-    # The binary as shipped (the Makefile's flags), as the harness builds it.
-    (cd "${tree[$side]}" && go build -trimpath -ldflags '-s -w' -o "$out/$side/sluice" ./cmd/sluice)
+    # The binary as shipped: each side's own `make build`, into OUT/side.
+    make -s -C "${tree[$side]}" build BIN="$out/$side"
     : >"$out/$side-pipeline.txt"
   fi
 done
