@@ -119,9 +119,10 @@ type Meta struct {
 // connect to the last byte of the answer: a cluster that accepts
 // connections but never answers fails the request with
 // context.DeadlineExceeded, an outage (failure.Classify), within one
-// timeout.
+// timeout. A path prefix in a URL keeps the requests' percent-encoding
+// (PrefixEscaping).
 func NewClient(cfg Config) (*elasticsearch.Client, error) {
-	var tr http.RoundTripper = http.DefaultTransport.(*http.Transport).Clone()
+	var tr http.RoundTripper = PrefixEscaping{Base: http.DefaultTransport.(*http.Transport).Clone()}
 	if cfg.RequestTimeout > 0 {
 		tr = DeadlineTransport{Base: tr, Timeout: cfg.RequestTimeout}
 	}
