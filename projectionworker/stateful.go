@@ -126,8 +126,9 @@ type edit struct {
 	had bool
 }
 
-func (w *Worker) newDocState() *DocState {
-	return &DocState{w: w, read: map[docKey]Doc{}, overlay: map[docKey]roundDoc{}}
+// newDocState returns the state of a round of n records.
+func (w *Worker) newDocState(n int) *DocState {
+	return &DocState{w: w, read: make(map[docKey]Doc, n), overlay: make(map[docKey]roundDoc, n)}
 }
 
 // begin starts an event's changes.
@@ -445,7 +446,7 @@ func (s *DocState) prefetch(ctx context.Context, refs []DocRef) error {
 		if _, ok := s.read[k]; ok || seen[k] {
 			continue
 		}
-		if ValidateName(r.Scope) != nil {
+		if _, ok := s.w.ensuredIndex(r.Scope); !ok && ValidateName(r.Scope) != nil {
 			continue // Get reports it
 		}
 		index, err := s.w.index(ctx, r.Scope)

@@ -219,6 +219,24 @@ type roundPlan struct {
 	// had nothing to write — that decision holds only if they are stored.
 	deps    [][]int
 	noWrite []bool
+	// Scratch reused from record to record: the items of the record being
+	// planned (prepare) and their lines (encodeRound), which place copies
+	// into the round, and the backing array of the deps (depLines).
+	its     []BulkItem
+	enc     [][]byte
+	depsBuf []int
+}
+
+// depLines returns a slice of n lines for one record's deps, cut from one
+// array per round; its capacity is n, so that an append to it never
+// reaches another record's.
+func (pl *roundPlan) depLines(n int) []int {
+	if cap(pl.depsBuf)-len(pl.depsBuf) < n {
+		pl.depsBuf = make([]int, 0, max(n, 2*cap(pl.depsBuf), 16))
+	}
+	l := len(pl.depsBuf)
+	pl.depsBuf = pl.depsBuf[:l+n]
+	return pl.depsBuf[l : l+n : l+n]
 }
 
 // plan projects the records of a round in order into one write per
@@ -226,11 +244,10 @@ type roundPlan struct {
 func (w *Worker) plan(ctx context.Context, recs []*worker.Record) *roundPlan {
 	pl := &roundPlan{out: make([]worker.BatchResult, len(recs)), deps: make([][]int, len(recs)), noWrite: make([]bool, len(recs))}
 	envs, failed := w.upcast(ctx, recs, pl)
-	stateful := isStateful(w.spec.Projection)
 	var st *DocState
 	var byDoc map[docKey]int // stateful: document → its line
-	if stateful {
-		st, byDoc = w.newDocState(), map[docKey]int{}
+	if isStateful(w.spec.Projection) {
+		st, byDoc = w.newDocState(len(recs)), make(map[docKey]int, len(recs))
 		w.readRound(ctx, st, envs, failed)
 	}
 	for i := range recs {
@@ -240,7 +257,10 @@ func (w *Worker) plan(ctx context.Context, recs []*worker.Record) *roundPlan {
 		if st != nil {
 			st.begin()
 		}
-		its, o, err := w.prepare(ctx, envs[i], st)
+		its, o, err := w.prepare(ctx, envs.at(i), st, pl.its)
+		if its != nil {
+			pl.its = its[:0]
+		}
 		if err == nil && its != nil && st != nil {
 			// The swap's base is the version the round read, whatever the
 			// projection put in the op: a write of a document it read is
@@ -332,23 +352,24 @@ func (w *Worker) encodeStates(st *DocState, pl *roundPlan, records int) {
 // the projection names them from the events alone (Locator; a
 // RoundLocator keeps what it computed in st for ProjectState). A failure
 // leaves them to be read one by one.
-func (w *Worker) readRound(ctx context.Context, st *DocState, envs []envelope.Envelope, failed []bool) {
+func (w *Worker) readRound(ctx context.Context, st *DocState, envs roundEnvs, failed []bool) {
 	loc, ok := w.spec.Projection.(Locator)
 	if !ok {
 		return
 	}
 	rl, round := loc.(RoundLocator)
 	var refs []DocRef
-	for i := range envs {
-		if failed[i] || !w.spec.Projection.Handles(envs[i]) {
+	for i := range failed {
+		e := envs.at(i)
+		if failed[i] || !w.spec.Projection.Handles(e) {
 			continue
 		}
 		var r []DocRef
 		var err error
 		if round {
-			r, err = rl.LocateRound(envs[i], st)
+			r, err = rl.LocateRound(e, st)
 		} else {
-			r, err = loc.Locate(envs[i])
+			r, err = loc.Locate(e)
 		}
 		if err == nil {
 			refs = append(refs, r...)
@@ -360,10 +381,13 @@ func (w *Worker) readRound(ctx context.Context, st *DocState, envs []envelope.En
 }
 
 // encodeRound encodes one record's items (but those of the round's state,
-// Op.FromState: encodeStates); a stateful write of a document the round
-// writes already carries that write's version.
+// Op.FromState: encodeStates, their lines are nil) into pl.enc, which it
+// returns; a stateful write of a document the round writes already
+// carries that write's version.
 func (w *Worker) encodeRound(its []BulkItem, pl *roundPlan, byDoc map[docKey]int) ([][]byte, error) {
-	enc := make([][]byte, len(its))
+	enc := slices.Grow(pl.enc[:0], len(its))[:len(its)]
+	clear(enc)
+	pl.enc = enc
 	for j := range its {
 		if byDoc != nil {
 			if l, ok := byDoc[docKey{its[j].Op.Scope, its[j].Op.ID}]; ok {
@@ -388,7 +412,7 @@ func (w *Worker) encodeRound(its []BulkItem, pl *roundPlan, byDoc map[docKey]int
 // lines: a stateful write replaces the round's earlier write of the same
 // document (its state contains that write's effects).
 func (w *Worker) place(its []BulkItem, enc [][]byte, pl *roundPlan, byDoc map[docKey]int) []int {
-	lines := make([]int, len(its))
+	lines := pl.depLines(len(its))
 	for j, it := range its {
 		if byDoc != nil {
 			k := docKey{it.Op.Scope, it.Op.ID}
@@ -443,6 +467,8 @@ func (w *Worker) round(ctx context.Context, recs []*worker.Record) []worker.Batc
 			}
 		}
 	}
+	var items []BulkItem
+	var rs []ItemResult
 	for i := range recs {
 		d := pl.deps[i]
 		if d == nil || pl.out[i].Err != nil {
@@ -456,9 +482,9 @@ func (w *Worker) round(ctx context.Context, recs []*worker.Record) []worker.Batc
 			pl.out[i] = worker.BatchResult{Err: worker.Retryable(fmt.Errorf("%s: %w", w.spec.Projection.Name(), errRunAlone))}
 			continue
 		}
-		items, rs := make([]BulkItem, len(d)), make([]ItemResult, len(d))
-		for j, l := range d {
-			items[j], rs[j] = pl.items[l], res[l]
+		items, rs = items[:0], rs[:0] // evaluate keeps neither
+		for _, l := range d {
+			items, rs = append(items, pl.items[l]), append(rs, res[l])
 		}
 		o, err := w.evaluate(items, rs, pl.noWrite[i])
 		if err == nil && pl.noWrite[i] {
@@ -478,18 +504,37 @@ type Upcasting interface {
 	Upcast(ctx context.Context, e envelope.Envelope) (envelope.Envelope, error)
 }
 
+// roundEnvs are the envelopes of a round's records as the projection
+// reads them: the records' own, unless the projection upcasts (up).
+type roundEnvs struct {
+	recs []*worker.Record
+	up   []envelope.Envelope
+}
+
+// at is the envelope of record i.
+func (r roundEnvs) at(i int) envelope.Envelope {
+	if r.up != nil {
+		return r.up[i]
+	}
+	return r.recs[i].Envelope
+}
+
 // upcast returns the envelopes of recs as the projection reads them, and
 // which ones failed (their result is set in pl): a failed upcast is the
 // event's own (Permanent: its dead letter names the upcaster and the
 // reason), unless the schema registry is out (an outage: the worker
-// pauses; no attempt is spent).
-func (w *Worker) upcast(ctx context.Context, recs []*worker.Record, pl *roundPlan) ([]envelope.Envelope, []bool) {
-	envs := make([]envelope.Envelope, len(recs))
+// pauses; no attempt is spent). A projection that does not upcast reads
+// the records' envelopes (no copy).
+func (w *Worker) upcast(ctx context.Context, recs []*worker.Record, pl *roundPlan) (roundEnvs, []bool) {
 	failed := make([]bool, len(recs))
 	up, ok := w.spec.Projection.(Upcasting)
+	if !ok {
+		return roundEnvs{recs: recs}, failed
+	}
+	envs := make([]envelope.Envelope, len(recs))
 	for i, rec := range recs {
 		envs[i] = rec.Envelope
-		if !ok || !w.spec.Projection.Handles(rec.Envelope) {
+		if !w.spec.Projection.Handles(rec.Envelope) {
 			continue
 		}
 		e, err := up.Upcast(ctx, rec.Envelope)
@@ -500,7 +545,7 @@ func (w *Worker) upcast(ctx context.Context, recs []*worker.Record, pl *roundPla
 		}
 		envs[i] = e
 	}
-	return envs, failed
+	return roundEnvs{recs: recs, up: envs}, failed
 }
 
 // classifyProjectionErr classifies an error of a projection: the event's
@@ -515,9 +560,9 @@ func classifyProjectionErr(ctx context.Context, err error) error {
 }
 
 // prepare projects one event into its bulk items (index names resolved,
-// indices ensured). nil items with a nil error: finished without a write
-// (the returned outcome).
-func (w *Worker) prepare(ctx context.Context, e envelope.Envelope, st *DocState) ([]BulkItem, claim.Outcome, error) {
+// indices ensured), appended to buf[:0]. nil items with a nil error:
+// finished without a write (the returned outcome).
+func (w *Worker) prepare(ctx context.Context, e envelope.Envelope, st *DocState, buf []BulkItem) ([]BulkItem, claim.Outcome, error) {
 	p := w.spec.Projection
 	if !p.Handles(e) {
 		return nil, claim.Ignored(), nil
@@ -538,16 +583,13 @@ func (w *Worker) prepare(ctx context.Context, e envelope.Envelope, st *DocState)
 	if len(ops) == 0 {
 		return nil, claim.Ignored(), nil
 	}
-	items := make([]BulkItem, len(ops))
-	for i, op := range ops {
-		if err := ValidateName(op.Scope); err != nil {
-			return nil, claim.Outcome{}, worker.Permanent(err)
-		}
-		ix, err := w.index(ctx, op.Scope)
+	items := slices.Grow(buf[:0], len(ops))
+	for _, op := range ops {
+		ix, err := w.validIndex(ctx, op.Scope)
 		if err != nil {
 			return nil, claim.Outcome{}, err
 		}
-		items[i] = BulkItem{Index: ix, Op: op}
+		items = append(items, BulkItem{Index: ix, Op: op})
 	}
 	return items, claim.Outcome{}, nil
 }
@@ -644,8 +686,22 @@ func reasonFor(op Op) string {
 	return ReasonVersion
 }
 
+// validIndex is index for a scope a projection named in an Op: one that
+// does not match ValidateName is the event's own error (Permanent). An
+// ensured scope is not matched again: every caller of index validated it.
+func (w *Worker) validIndex(ctx context.Context, scope string) (string, error) {
+	if ix, ok := w.ensuredIndex(scope); ok {
+		return ix, nil
+	}
+	if err := ValidateName(scope); err != nil {
+		return "", worker.Permanent(err)
+	}
+	return w.index(ctx, scope)
+}
+
 // index creates scope's concrete index of this version once per process
-// (idempotent across processes) and returns its name.
+// (idempotent across processes) and returns its name. scope must have
+// passed ValidateName.
 func (w *Worker) index(ctx context.Context, scope string) (string, error) {
 	if ix, ok := w.ensuredIndex(scope); ok {
 		return ix, nil

@@ -56,7 +56,7 @@ func (r *Registry) ClaimBatch(ctx context.Context, reqs []claim.Request) ([]clai
 	tokens := newTokens(len(b.handlers))
 	uniq := make([]claim.Result, len(b.handlers))
 	err = r.run(ctx, "claim", func(ctx context.Context) error {
-		rows, err := r.pool.Query(ctx, claimSQL, b.handlers, b.eventIDs, b.aggregates, b.seqs, b.waits, tokens,
+		rows, err := r.pool.Query(ctx, claimSQL, b.handlers, b.eventIDs, b.aggregates, b.seqs, b.waits, uuidArray(tokens),
 			r.cfg.Owner, instance, r.cfg.LeaseTimeout.Microseconds())
 		if err != nil {
 			return err
@@ -97,11 +97,11 @@ func (r *Registry) ClaimBatch(ctx context.Context, reqs []claim.Request) ([]clai
 // distinct (handler, event_id) pairs, in first-occurrence order.
 type claimBatch struct {
 	pos        []int // per request: its index in the arrays, or -1-j for a repeat of request j
-	handlers   []string
-	eventIDs   []string
-	aggregates []string
-	seqs       []int64
-	waits      []pgtype.Bool // NULL: Unguarded
+	handlers   textArray
+	eventIDs   textArray
+	aggregates textArray
+	seqs       int8Array
+	waits      boolArray // NULL: Unguarded
 }
 
 // newClaimBatch validates the requests and folds the repeats of a
@@ -111,11 +111,11 @@ func newClaimBatch(reqs []claim.Request) (claimBatch, error) {
 	firstOf := make(map[key]int, len(reqs))
 	b := claimBatch{
 		pos:        make([]int, len(reqs)),
-		handlers:   make([]string, 0, len(reqs)),
-		eventIDs:   make([]string, 0, len(reqs)),
-		aggregates: make([]string, 0, len(reqs)),
-		seqs:       make([]int64, 0, len(reqs)),
-		waits:      make([]pgtype.Bool, 0, len(reqs)),
+		handlers:   make(textArray, 0, len(reqs)),
+		eventIDs:   make(textArray, 0, len(reqs)),
+		aggregates: make(textArray, 0, len(reqs)),
+		seqs:       make(int8Array, 0, len(reqs)),
+		waits:      make(boolArray, 0, len(reqs)),
 	}
 	for i, q := range reqs {
 		agg, err := validateClaim(i, q)

@@ -118,9 +118,9 @@ func (r *Registry) MarkDoneBatch(ctx context.Context, items []claim.Done) (errs 
 	var (
 		slot      = make([]int, len(items))
 		seen      = make(map[key]int, len(items))
-		handlers  = make([]string, 0, len(items))
-		eventIDs  = make([]string, 0, len(items))
-		tokens    = make([]pgtype.UUID, 0, len(items))
+		handlers  = make(textArray, 0, len(items))
+		eventIDs  = make(textArray, 0, len(items))
+		tokens    = make(uuidArray, 0, len(items))
 		outcomeOf = make([]int32, 0, len(items))
 		outcomes  []string
 		codes     = map[claim.Outcome]int32{}
@@ -376,9 +376,9 @@ func (r *Registry) HeartbeatBatch(ctx context.Context, leases []claim.Lease) (er
 	if len(leases) == 0 {
 		return nil, nil
 	}
-	handlers := make([]string, len(leases))
-	eventIDs := make([]string, len(leases))
-	tokens := make([]string, len(leases))
+	handlers := make(textArray, len(leases))
+	eventIDs := make(textArray, len(leases))
+	tokens := make(textArray, len(leases))
 	for i, l := range leases {
 		if err := validateLease(i, l); err != nil {
 			return nil, err
