@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/sluicehq/sluice/shared/pgarray"
 )
 
 // LogQuery selects a page of the log (Store.Log).
@@ -258,7 +260,7 @@ func (s *Store) logBounds(ctx context.Context, tx pgx.Tx, from Cursor, bounds []
 
 // logPageRows reads the index rows of the picked events, in page order.
 func logPageRows(ctx context.Context, tx pgx.Tx, picked []logCandidate) ([]indexRow, error) {
-	keyShards, keyPositions := make([]int32, len(picked)), make([]int64, len(picked))
+	keyShards, keyPositions := make(pgarray.Int4, len(picked)), make(pgarray.Int8, len(picked))
 	at := make(map[[2]int64]int, len(picked))
 	for i, c := range picked {
 		keyShards[i], keyPositions[i] = int32(c.shard), c.position

@@ -9,6 +9,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/sluicehq/sluice/eventstore/objstore"
+	"github.com/sluicehq/sluice/shared/pgarray"
 )
 
 // lineRef locates one envelope's line in a segment.
@@ -69,7 +70,7 @@ const sqlNotify = `SELECT pg_notify('` + NotifyChannel + `', $1)`
 // with nothing left to settle them.
 func (s *Store) commitRows(ctx context.Context, key string, refs []lineRef) (map[shardPos]bool, error) {
 	n := len(refs)
-	pos, eids, offs, lens, shs := make([]int64, n), make([]string, n), make([]int64, n), make([]int32, n), make([]int32, n)
+	pos, eids, offs, lens, shs := make(pgarray.Int8, n), make(pgarray.Text, n), make(pgarray.Int8, n), make(pgarray.Int4, n), make(pgarray.Int4, n)
 	var blocks []shardBlock // per shard, ascending (refs are in line order: by shard, then position)
 	for j, r := range refs {
 		pos[j], eids[j], offs[j], lens[j], shs[j] = r.position, r.eventID, r.offset, int32(r.length), int32(r.shard)
@@ -86,7 +87,7 @@ func (s *Store) commitRows(ctx context.Context, key string, refs []lineRef) (map
 	return updated, nil
 }
 
-func (s *Store) commitRoundTrip(ctx context.Context, key string, pos []int64, eids []string, offs []int64, lens, shs []int32,
+func (s *Store) commitRoundTrip(ctx context.Context, key string, pos pgarray.Int8, eids pgarray.Text, offs pgarray.Int8, lens, shs pgarray.Int4,
 	payload string) (map[shardPos]bool, error) {
 	c, release, err := s.txConn(ctx)
 	if err != nil {

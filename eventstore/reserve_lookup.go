@@ -7,6 +7,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/sluicehq/sluice/shared/envelope"
+	"github.com/sluicehq/sluice/shared/pgarray"
 )
 
 // The lookup: what the rules of a group need, read in one round trip at
@@ -71,11 +72,11 @@ JOIN LATERAL (SELECT a.kind, a.event_id, a.state FROM sluice.appends a
 // write's commit.
 func (s *Store) lookup(ctx context.Context, c *pgx.Conn, items []*item) (facts, error) {
 	f := facts{stored: map[string]indexRow{}, superseded: map[string]bool{}, slots: map[string]slotRow{}, last: map[aggKey]lastSeq{}}
-	ids := make([]string, len(items))
+	ids := make(pgarray.UUIDText, len(items)) // pgarray: no allocation per element when sent
 	var aggs []aggKey
 	seen := map[aggKey]bool{}
-	var slotT, slotI []string
-	var slotK []int64
+	var slotT, slotI pgarray.Text
+	var slotK pgarray.Int8
 	for n, it := range items {
 		e := it.env
 		ids[n] = e.EventID
@@ -92,7 +93,7 @@ func (s *Store) lookup(ctx context.Context, c *pgx.Conn, items []*item) (facts, 
 	b.Queue("BEGIN") // the write turns synchronous_commit off for the transaction
 	b.Queue(sqlPlanProbes)
 	if len(aggs) > 0 {
-		aggT, aggI := make([]string, len(aggs)), make([]string, len(aggs))
+		aggT, aggI := make(pgarray.Text, len(aggs)), make(pgarray.Text, len(aggs))
 		for n, k := range aggs {
 			aggT[n], aggI[n] = k.t, k.i
 			f.last[k] = lastSeq{} // known: no row, unless one is read

@@ -14,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/sluicehq/sluice/shared/envelope"
+	"github.com/sluicehq/sluice/shared/pgarray"
 )
 
 // The write: a decision applied in one round trip (docs/eventstore.md#append-protocol-group-commit).
@@ -233,27 +234,29 @@ SELECT pg_backend_pid(), 1 WHERE current_setting('sluice.reserve_wrote', true) <
 ON CONFLICT (backend_pid) DO UPDATE SET flushes = f.flushes + 1`
 
 // writeArgs is a decision as the write's arrays.
+// Its arrays are pgarray types: the same parameters as the plain slices,
+// without an allocation per element when sent.
 type writeArgs struct {
-	aggT, aggI          []string // sorted
-	delta               []int64
-	create              []bool
+	aggT, aggI          pgarray.Text // sorted
+	delta               pgarray.Int8
+	create              pgarray.Bool
 	n                   int64 // accepted envelopes, in the order of their lines (by shard, then position):
-	eids, kinds, ts, is []string
-	seqs                []int64 // sequence, or when rel the distance below the aggregate's new last sequence
-	rel                 []bool
-	hashes              [][]byte
-	occs                []time.Time
+	eids, kinds, ts, is pgarray.Text
+	seqs                pgarray.Int8 // sequence, or when rel the distance below the aggregate's new last sequence
+	rel                 pgarray.Bool
+	hashes              pgarray.Bytea
+	occs                pgarray.Timestamptz
 	writer              string
-	moved               []string // event_ids of abandoned rows that accepted retries replace
-	checks              *checks  // assumed facts to verify first; nil when read
+	moved               pgarray.UUIDText // event_ids of abandoned rows that accepted retries replace
+	checks              *checks          // assumed facts to verify first; nil when read
 	// More than one shard (shards > 1): each row's shard and its rank
 	// (1-based) in its shard's block, and the blocks' shards (ascending)
 	// and sizes.
 	shards    int
-	rowShard  []int32
-	rowRank   []int64
-	headShard []int32
-	headSize  []int64
+	rowShard  pgarray.Int4
+	rowRank   pgarray.Int8
+	headShard pgarray.Int4
+	headSize  pgarray.Int8
 }
 
 // rank is row j's rank (1-based) in its shard's block.
@@ -301,13 +304,13 @@ func newWrite(items []*item, d decision, writer string, shards int) *writeArgs {
 
 // checks are the assumed facts a write verifies (sqlVerify).
 type checks struct {
-	lockT, lockI       []string
-	lastT, lastI       []string
-	last               []int64
-	slotT, slotI       []string
-	slotK              []int64
-	slotEID, slotState []string
-	occIDs             []string
+	lockT, lockI       pgarray.Text
+	lastT, lastI       pgarray.Text
+	last               pgarray.Int8
+	slotT, slotI       pgarray.Text
+	slotK              pgarray.Int8
+	slotEID, slotState pgarray.Text
+	occIDs             pgarray.UUIDText
 }
 
 // probeJoinPairsMax is the most pairs of rows a probe plan may join by a

@@ -11,6 +11,7 @@ import (
 
 	"github.com/sluicehq/sluice/shared/claim"
 	"github.com/sluicehq/sluice/shared/envelope"
+	"github.com/sluicehq/sluice/shared/pgarray"
 )
 
 // claimSQL runs sluice.registry_claim_batch (migrations/00014_registry.sql): all claims
@@ -56,7 +57,7 @@ func (r *Registry) ClaimBatch(ctx context.Context, reqs []claim.Request) ([]clai
 	tokens := newTokens(len(b.handlers))
 	uniq := make([]claim.Result, len(b.handlers))
 	err = r.run(ctx, "claim", func(ctx context.Context) error {
-		rows, err := r.pool.Query(ctx, claimSQL, b.handlers, b.eventIDs, b.aggregates, b.seqs, b.waits, uuidArray(tokens),
+		rows, err := r.pool.Query(ctx, claimSQL, b.handlers, b.eventIDs, b.aggregates, b.seqs, b.waits, pgarray.UUID(tokens),
 			r.cfg.Owner, instance, r.cfg.LeaseTimeout.Microseconds())
 		if err != nil {
 			return err
@@ -97,11 +98,11 @@ func (r *Registry) ClaimBatch(ctx context.Context, reqs []claim.Request) ([]clai
 // distinct (handler, event_id) pairs, in first-occurrence order.
 type claimBatch struct {
 	pos        []int // per request: its index in the arrays, or -1-j for a repeat of request j
-	handlers   textArray
-	eventIDs   textArray
-	aggregates textArray
-	seqs       int8Array
-	waits      boolArray // NULL: Unguarded
+	handlers   pgarray.Text
+	eventIDs   pgarray.Text
+	aggregates pgarray.Text
+	seqs       pgarray.Int8
+	waits      pgarray.NullBool // NULL: Unguarded
 }
 
 // newClaimBatch validates the requests and folds the repeats of a
@@ -111,11 +112,11 @@ func newClaimBatch(reqs []claim.Request) (claimBatch, error) {
 	firstOf := make(map[key]int, len(reqs))
 	b := claimBatch{
 		pos:        make([]int, len(reqs)),
-		handlers:   make(textArray, 0, len(reqs)),
-		eventIDs:   make(textArray, 0, len(reqs)),
-		aggregates: make(textArray, 0, len(reqs)),
-		seqs:       make(int8Array, 0, len(reqs)),
-		waits:      make(boolArray, 0, len(reqs)),
+		handlers:   make(pgarray.Text, 0, len(reqs)),
+		eventIDs:   make(pgarray.Text, 0, len(reqs)),
+		aggregates: make(pgarray.Text, 0, len(reqs)),
+		seqs:       make(pgarray.Int8, 0, len(reqs)),
+		waits:      make(pgarray.NullBool, 0, len(reqs)),
 	}
 	for i, q := range reqs {
 		agg, err := validateClaim(i, q)

@@ -14,6 +14,7 @@ import (
 
 	"github.com/sluicehq/sluice/shared/claim"
 	"github.com/sluicehq/sluice/shared/envelope"
+	"github.com/sluicehq/sluice/shared/pgarray"
 )
 
 // markDoneSQL marks many leases done in one statement: only rows still
@@ -118,9 +119,9 @@ func (r *Registry) MarkDoneBatch(ctx context.Context, items []claim.Done) (errs 
 	var (
 		slot      = make([]int, len(items))
 		seen      = make(map[key]int, len(items))
-		handlers  = make(textArray, 0, len(items))
-		eventIDs  = make(textArray, 0, len(items))
-		tokens    = make(uuidArray, 0, len(items))
+		handlers  = make(pgarray.Text, 0, len(items))
+		eventIDs  = make(pgarray.Text, 0, len(items))
+		tokens    = make(pgarray.UUID, 0, len(items))
 		outcomeOf = make([]int32, 0, len(items))
 		outcomes  []string
 		codes     = map[claim.Outcome]int32{}
@@ -376,9 +377,9 @@ func (r *Registry) HeartbeatBatch(ctx context.Context, leases []claim.Lease) (er
 	if len(leases) == 0 {
 		return nil, nil
 	}
-	handlers := make(textArray, len(leases))
-	eventIDs := make(textArray, len(leases))
-	tokens := make(textArray, len(leases))
+	handlers := make(pgarray.Text, len(leases))
+	eventIDs := make(pgarray.Text, len(leases))
+	tokens := make(pgarray.Text, len(leases))
 	for i, l := range leases {
 		if err := validateLease(i, l); err != nil {
 			return nil, err
