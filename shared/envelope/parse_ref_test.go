@@ -482,3 +482,12 @@ func refValueStart(b []byte, i int) int {
 	skip()
 	return i
 }
+
+func knownField(k string) bool {
+	for _, f := range envelopeFields {
+		if f == k {
+			return true
+		}
+	}
+	return false
+}
