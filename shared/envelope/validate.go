@@ -171,36 +171,89 @@ func isNull(v []byte) bool { return string(v) == "null" }
 // unquote returns the string a JSON string value (already validated by
 // the scan) stands for; ok is false when v is not a string.
 func unquote(v []byte) (string, bool) {
+	u, ok := unquoteBytes(v)
+	return string(u), ok
+}
+
+// unquoteBytes is unquote as bytes: those between the quotes when v has no
+// escape (no copy).
+func unquoteBytes(v []byte) ([]byte, bool) {
 	if len(v) < 2 || v[0] != '"' {
-		return "", false
+		return nil, false
 	}
 	if bytes.IndexByte(v, '\\') < 0 {
-		return string(v[1 : len(v)-1]), true
+		return v[1 : len(v)-1], true
 	}
-	// With escapes: the tokenizer, as the scan read it (the text was
-	// checked by CheckJSONText: no lone surrogate escape is left to
-	// replace).
+	// With escapes: the tokenizer's unquoting, as the scan read it (the
+	// text was checked by CheckJSONText: no lone surrogate escape is left
+	// to replace).
 	u, err := jsontext.AppendUnquote(nil, v)
 	if err != nil {
-		return "", false
+		return nil, false
 	}
-	return string(u), true
+	return u, true
+}
+
+// fieldTexts gathers the string fields of an envelope being decoded, by
+// envelopeFields index, and sets them at once as substrings of one string
+// (one allocation, not one per field).
+type fieldTexts struct {
+	size int
+	text [len(envelopeFields)][]byte // nil: not set
+}
+
+func (t *fieldTexts) add(f int, text []byte) {
+	if text == nil {
+		text = []byte{} // an empty string is set all the same
+	}
+	t.text[f] = text
+	t.size += len(text)
+}
+
+// set sets e's fields that add was given.
+func (t *fieldTexts) set(e *Envelope) {
+	var sb strings.Builder
+	sb.Grow(t.size)
+	for _, b := range t.text {
+		sb.Write(b)
+	}
+	all, at := sb.String(), 0
+	for f, b := range t.text {
+		if b == nil {
+			continue
+		}
+		s := all[at : at+len(b)]
+		at += len(b)
+		switch f {
+		case fEventID:
+			e.EventID = s
+		case fEventType:
+			e.EventType = s
+		case fAggregateType:
+			e.AggregateType = s
+		case fAggregateID:
+			e.AggregateID = s
+		case fActor:
+			e.Actor = s
+		}
+	}
 }
 
 // decodeFields decodes the fields the scan found (raw), with s to split
 // metadata's members.
 func decodeFields(s *objectScanner, raw *wireFields) (Envelope, error) {
 	var e Envelope
-	str := func(f int, dst *string) error {
+	var texts fieldTexts // set once every field is checked
+	str := func(f int) error {
 		v := raw[f]
 		if v == nil || isNull(v) {
 			return nil
 		}
-		u, ok := unquote(v)
+		u, ok := unquoteBytes(v)
 		if !ok {
 			return invalid(envelopeFields[f], "string", "must be a JSON string")
 		}
-		*dst = u
+		texts.add(f, u)
 		return nil
 	}
 	integer := func(f int) (int64, bool, error) {
@@ -221,26 +274,27 @@ func decodeFields(s *objectScanner, raw *wireFields) (Envelope, error) {
 		}
 		return n, true, nil
 	}
-	for f, dst := range [...]*string{fEventID: &e.EventID, fEventType: &e.EventType, fAggregateType: &e.AggregateType, fAggregateID: &e.AggregateID} {
-		if f == fKind {
-			// kind: the two valid values without a copy
-			switch string(raw[fKind]) {
-			case `"` + string(KindDomain) + `"`:
-				e.Kind = KindDomain
-				continue
-			case `"` + string(KindCommand) + `"`:
-				e.Kind = KindCommand
-				continue
-			}
-			var kind string
-			if err := str(fKind, &kind); err != nil {
+	for _, f := range [...]int{fEventID, fEventType, fKind, fAggregateType, fAggregateID} {
+		if f != fKind {
+			if err := str(f); err != nil {
 				return Envelope{}, err
 			}
-			e.Kind = Kind(kind)
 			continue
 		}
-		if err := str(f, dst); err != nil {
-			return Envelope{}, err
+		// kind: the two valid values without a copy
+		switch v := raw[fKind]; string(v) {
+		case `"` + string(KindDomain) + `"`:
+			e.Kind = KindDomain
+		case `"` + string(KindCommand) + `"`:
+			e.Kind = KindCommand
+		default:
+			if v != nil && !isNull(v) {
+				kind, ok := unquote(v)
+				if !ok {
+					return Envelope{}, invalid("kind", "string", "must be a JSON string")
+				}
+				e.Kind = Kind(kind)
+			}
 		}
 	}
 	for _, f := range [...]struct {
@@ -272,7 +326,7 @@ func decodeFields(s *objectScanner, raw *wireFields) (Envelope, error) {
 		}
 		e.OccurredAt = ts
 	}
-	if err := str(fActor, &e.Actor); err != nil {
+	if err := str(fActor); err != nil {
 		return Envelope{}, err
 	}
 	if v := raw[fData]; v != nil && !isNull(v) {
@@ -299,6 +353,7 @@ func decodeFields(s *objectScanner, raw *wireFields) (Envelope, error) {
 		}
 		e.SchemaVersion = int(n)
 	}
+	texts.set(&e)
 	return e, nil
 }
 
