@@ -170,8 +170,15 @@ func storedValue(dec *jsontext.Decoder, raw []byte, f int, e *envelope.Envelope,
 			return false
 		}
 		v, ok := rawValue(dec, raw)
+		if !ok {
+			return false
+		}
+		if ts, ok := envelope.ParseStoredTimestamp(v[1 : len(v)-1]); ok {
+			e.OccurredAt = ts // the form the store writes, without a copy
+			return true
+		}
 		// What encoding/json calls: the value's bytes.
-		return ok && e.OccurredAt.UnmarshalJSON(v) == nil
+		return e.OccurredAt.UnmarshalJSON(v) == nil
 	}
 	// The integers.
 	if dec.PeekKind() != '0' {
