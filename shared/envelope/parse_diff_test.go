@@ -1,6 +1,7 @@
 package envelope
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"reflect"
@@ -62,7 +63,8 @@ var diffSeeds = []string{
 // FuzzParseDifferential checks Parse against refParse (parse_ref_test.go,
 // Parse as it was before the single-pass scanner): for every input and
 // limits, the same envelope or the same *ValidationError (code, field,
-// limit, reason, fault). It also checks ScanObject against refScanObject:
+// limit, reason, fault). It also checks Validate against refValidate, of
+// envelopes whose data or metadata the input is, and ScanObject against refScanObject:
 // the same callbacks in the same order, then the same error.
 func FuzzParseDifferential(f *testing.F) {
 	for _, s := range diffSeeds {
@@ -80,6 +82,38 @@ func FuzzParseDifferential(f *testing.F) {
 			}
 			if !reflect.DeepEqual(got, want) {
 				t.Fatalf("Parse(%q, %+v):\n got %#v\nwant %#v", b, l, got, want)
+			}
+		}
+		// Validate, of envelopes built in Go: b as data, and as metadata.
+		base, err := Parse([]byte(minimalValid), Limits{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		// validateMetadata reports the first bad key in map order, which
+		// is random: one key at a time, and all keys only for whether
+		// they are refused.
+		var m Metadata
+		_ = json.Unmarshal(b, &m)
+		es := []Envelope{func(e Envelope) Envelope { e.Data = b; return e }(base)}
+		for _, k := range []string{"k", MetaCommandID, MetaKafkaTopic, MetaTraceparent} {
+			es = append(es, func(e Envelope) Envelope { e.Metadata = Metadata{k: b}; return e }(base))
+		}
+		for k, v := range m {
+			es = append(es, func(e Envelope) Envelope { e.Metadata = Metadata{k: v}; return e }(base))
+		}
+		for _, e := range es {
+			for _, l := range diffLimits {
+				err, werr := Validate(e, l), refValidate(e, l.WithDefaults(), 0, false)
+				if d := diffErr(err, werr); d != "" {
+					t.Fatalf("Validate(%+v, %+v): %s", e, l, d)
+				}
+			}
+		}
+		all := base
+		all.Metadata = m
+		for _, l := range diffLimits {
+			if err, werr := Validate(all, l), refValidate(all, l.WithDefaults(), 0, false); (err == nil) != (werr == nil) {
+				t.Fatalf("Validate(%+v, %+v) = %v, want %v", all, l, err, werr)
 			}
 		}
 		for _, rule := range []ObjectRule{

@@ -316,13 +316,16 @@ func decodeFields(s *objectScanner, raw *wireFields) (Envelope, error) {
 		e.ExpectedSeq = &n
 	}
 	if v := raw[fOccurredAt]; v != nil && !isNull(v) {
-		occurred, ok := unquote(v)
+		occurred, ok := unquoteBytes(v)
 		if !ok {
 			return Envelope{}, invalid("occurred_at", "RFC 3339", "must be a JSON string in RFC 3339 form")
 		}
-		ts, err := ParseTimestamp(occurred)
-		if err != nil {
-			return Envelope{}, invalid("occurred_at", "RFC 3339", "must be an RFC 3339 time such as 2026-11-21T10:00:00.123Z: %v", err)
+		ts, ok := ParseStoredTimestamp(occurred) // the common form, no copy
+		if !ok {
+			var err error
+			if ts, err = ParseTimestamp(string(occurred)); err != nil {
+				return Envelope{}, invalid("occurred_at", "RFC 3339", "must be an RFC 3339 time such as 2026-11-21T10:00:00.123Z: %v", err)
+			}
 		}
 		e.OccurredAt = ts
 	}
@@ -599,7 +602,23 @@ func validateMetadata(m Metadata, l Limits, scanned bool) error {
 		bound += 6 * (len(k) + len(v) + 1)
 	}
 	for _, k := range stringMetadataKeys {
-		if _, ok := m[k]; !ok {
+		v, ok := m[k]
+		if !ok {
+			continue
+		}
+		if k != MetaCommandID && k != MetaKafkaTopic {
+			// Valid JSON (checked above) that m.String reads: a string,
+			// or null. Nothing else is checked of these keys.
+			if c := bytes.TrimLeft(v, " \t\r\n")[0]; c != '"' && c != 'n' {
+				return invalid("metadata."+k, "string", "must be a JSON string")
+			}
+			continue
+		}
+		if k == MetaCommandID && len(v) >= 2 && v[0] == '"' && v[len(v)-1] == '"' && plainASCII(v[1:len(v)-1]) {
+			// m.String's value, checked without a copy
+			if err := checkCommandID(v[1 : len(v)-1]); err != nil {
+				return err
+			}
 			continue
 		}
 		s, ok := m.String(k)
@@ -641,9 +660,12 @@ func validateMetadata(m Metadata, l Limits, scanned bool) error {
 // Idempotency-Key): 1..255 bytes of printable ASCII without space and
 // without ':'. Excluding ':' keeps the name of DomainEventID uniquely
 // decodable, so distinct commands never share derived ids.
-func ValidateCommandID(id string) error {
+func ValidateCommandID(id string) error { return checkCommandID(id) }
+
+// checkCommandID is ValidateCommandID of a string or of its bytes.
+func checkCommandID[T ~string | ~[]byte](id T) error {
 	const field = "metadata.command_id"
-	if id == "" {
+	if len(id) == 0 {
 		return invalid(field, CommandIDPattern, "must not be empty")
 	}
 	if len(id) > 255 {
