@@ -124,10 +124,10 @@ type wireFields [len(envelopeFields)][]byte
 // rejected. An absent occurred_at stays unset (see FillDefaults). Errors are
 // *ValidationError.
 //
-// The envelope is tokenized once (data and metadata with it: depth,
-// duplicate keys) by a pooled decoder; of the fields, only metadata is read
-// a second time, to split its members. Data is a copy: the envelope never
-// aliases b.
+// After the text check (CheckJSONText, a byte scan), the envelope is
+// tokenized once, data and metadata with it (depth, duplicate keys), by a
+// pooled decoder; of the fields, only metadata is read a second time, to
+// split its members. Data is a copy: the envelope never aliases b.
 func Parse(b []byte, limits Limits) (Envelope, error) {
 	l := limits.WithDefaults()
 	if len(b) > l.MaxEnvelopeBytes {
@@ -239,6 +239,25 @@ func (t *fieldTexts) set(e *Envelope) {
 	}
 }
 
+// decodeKind decodes kind's value v (nil: absent); the two valid kinds
+// without a copy.
+func decodeKind(v []byte) (Kind, error) {
+	switch string(v) {
+	case `"` + string(KindDomain) + `"`:
+		return KindDomain, nil
+	case `"` + string(KindCommand) + `"`:
+		return KindCommand, nil
+	}
+	if v == nil || isNull(v) {
+		return "", nil
+	}
+	kind, ok := unquote(v)
+	if !ok {
+		return "", invalid("kind", "string", "must be a JSON string")
+	}
+	return Kind(kind), nil
+}
+
 // decodeFields decodes the fields the scan found (raw), with s to split
 // metadata's members.
 func decodeFields(s *objectScanner, raw *wireFields) (Envelope, error) {
@@ -275,26 +294,14 @@ func decodeFields(s *objectScanner, raw *wireFields) (Envelope, error) {
 		return n, true, nil
 	}
 	for _, f := range [...]int{fEventID, fEventType, fKind, fAggregateType, fAggregateID} {
-		if f != fKind {
-			if err := str(f); err != nil {
-				return Envelope{}, err
-			}
-			continue
+		var err error
+		if f == fKind {
+			e.Kind, err = decodeKind(raw[fKind])
+		} else {
+			err = str(f)
 		}
-		// kind: the two valid values without a copy
-		switch v := raw[fKind]; string(v) {
-		case `"` + string(KindDomain) + `"`:
-			e.Kind = KindDomain
-		case `"` + string(KindCommand) + `"`:
-			e.Kind = KindCommand
-		default:
-			if v != nil && !isNull(v) {
-				kind, ok := unquote(v)
-				if !ok {
-					return Envelope{}, invalid("kind", "string", "must be a JSON string")
-				}
-				e.Kind = Kind(kind)
-			}
+		if err != nil {
+			return Envelope{}, err
 		}
 	}
 	for _, f := range [...]struct {
@@ -601,14 +608,42 @@ func validateMetadata(m Metadata, l Limits, scanned bool) error {
 		}
 		bound += 6 * (len(k) + len(v) + 1)
 	}
+	if err := checkStringMetadata(m); err != nil {
+		return err
+	}
+	if scalars && bound <= l.MaxMetadataBytes {
+		// Under the limit whatever the encoding, and nothing in it a walk
+		// could find: distinct valid keys stay distinct encoded, and
+		// scalar values add no depth.
+		return nil
+	}
+	b, err := EncodeJSON(m)
+	if err != nil {
+		return malformed("metadata", "JSON", "cannot be encoded: %v", err)
+	}
+	if len(b) > l.MaxMetadataBytes {
+		return limitExceeded("metadata", fmt.Sprintf("%d bytes", l.MaxMetadataBytes),
+			"encoded metadata of %d bytes exceeds the limit of %d bytes", len(b), l.MaxMetadataBytes)
+	}
+	if scanned {
+		return nil
+	}
+	return walkObject(b, "metadata", l.MaxDataDepth)
+}
+
+// checkStringMetadata checks the well-known keys of m that hold strings
+// (stringMetadataKeys): each a JSON string as m.String reads it, and
+// command_id and kafka_topic well-formed. m's values are valid JSON.
+func checkStringMetadata(m Metadata) error {
 	for _, k := range stringMetadataKeys {
 		v, ok := m[k]
 		if !ok {
 			continue
 		}
 		if k != MetaCommandID && k != MetaKafkaTopic {
-			// Valid JSON (checked above) that m.String reads: a string,
-			// or null. Nothing else is checked of these keys.
+			// Valid JSON (validateMetadata checked it) that m.String
+			// reads: a string, or null. Nothing else is checked of these
+			// keys.
 			if c := bytes.TrimLeft(v, " \t\r\n")[0]; c != '"' && c != 'n' {
 				return invalid("metadata."+k, "string", "must be a JSON string")
 			}
@@ -636,24 +671,7 @@ func validateMetadata(m Metadata, l Limits, scanned bool) error {
 			}
 		}
 	}
-	if scalars && bound <= l.MaxMetadataBytes {
-		// Under the limit whatever the encoding, and nothing in it a walk
-		// could find: distinct valid keys stay distinct encoded, and
-		// scalar values add no depth.
-		return nil
-	}
-	b, err := EncodeJSON(m)
-	if err != nil {
-		return malformed("metadata", "JSON", "cannot be encoded: %v", err)
-	}
-	if len(b) > l.MaxMetadataBytes {
-		return limitExceeded("metadata", fmt.Sprintf("%d bytes", l.MaxMetadataBytes),
-			"encoded metadata of %d bytes exceeds the limit of %d bytes", len(b), l.MaxMetadataBytes)
-	}
-	if scanned {
-		return nil
-	}
-	return walkObject(b, "metadata", l.MaxDataDepth)
+	return nil
 }
 
 // ValidateCommandID checks a command id (metadata.command_id, the API's
