@@ -593,9 +593,10 @@ func validateMetadata(m Metadata, l Limits, scanned bool) error {
 			return err
 		}
 		if !scanned {
-			// Parse checked the whole envelope's text already.
-			if err := CheckJSONText(v, "metadata."+k); err != nil {
-				return err
+			// Parse checked the whole envelope's text already. The
+			// field's name is built only for the error.
+			if _, _, ok := ScanJSONText(v); !ok {
+				return CheckJSONText(v, "metadata."+k)
 			}
 		}
 		if len(v) == 0 || !scanned && !json.Valid(v) {
