@@ -61,7 +61,7 @@ func BenchmarkScanJSONText(b *testing.B) {
 //
 // Run: go test -run '^$' -bench BenchmarkValidate -benchmem -benchtime=20000x ./shared/envelope/
 func BenchmarkValidate(b *testing.B) {
-	e, err := refParse(benchEnvelope(1<<10), Limits{})
+	e, err := Parse(benchEnvelope(1<<10), Limits{})
 	if err != nil {
 		b.Fatal(err)
 	}

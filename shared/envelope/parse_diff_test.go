@@ -175,3 +175,29 @@ func diffErr(err, want error) string {
 	}
 	return ""
 }
+
+// TestParseConcurrent parses the differential seeds from several
+// goroutines at once (the worker parses a batch on all cores): the pooled
+// scanners are never shared, so each result is the reference's (run with
+// -race, as make test does).
+func TestParseConcurrent(t *testing.T) {
+	for _, l := range diffLimits {
+		t.Run(fmt.Sprintf("%+v", l), func(t *testing.T) {
+			t.Parallel()
+			for g := 0; g < 4; g++ {
+				t.Run(fmt.Sprint("goroutine", g), func(t *testing.T) {
+					t.Parallel()
+					for i := 0; i < 20; i++ {
+						for _, s := range diffSeeds {
+							got, err := Parse([]byte(s), l)
+							want, werr := refParse([]byte(s), l)
+							if d := diffErr(err, werr); d != "" || !reflect.DeepEqual(got, want) {
+								t.Errorf("Parse(%q): %v %s", s, got, d)
+							}
+						}
+					}
+				})
+			}
+		})
+	}
+}
