@@ -34,6 +34,23 @@ var lineSeeds = []string{
 	`{"event_id":"e","kind":"domain","aggregate_type":"A","aggregate_id":"x","sequence_number":1,"position":1,"data":{"a":`,
 	`{"event_id":"e","unknown":{"deep":[{"x":1}]},"kind":"domain","aggregate_type":"A","aggregate_id":"x","sequence_number":1,"position":1}`,
 	`[]`, `null`, `{}`, `{"data":{}} {}`,
+	// The fast path's edges (decodeStored): each form it takes, and each it
+	// leaves to the general path.
+	`{"event_id":"e","event_type":"T","kind":"domain","aggregate_type":"A","aggregate_id":"x","sequence_number":-0,"position":9223372036854775807,"expected_seq":0,"schema_version":2,"data":"s","metadata":{"command_id":"c","k":{"a":[1,{"b":null}]},"\u006b2":"\u00e9"}}`,
+	`{"event_id":"e","kind":"domain","aggregate_type":"A","aggregate_id":"x","sequence_number":1,"position":9223372036854775808}`,
+	`{"event_id":"e","kind":"domain","aggregate_type":"A","aggregate_id":"x","sequence_number":1,"position":1,"schema_version":1e0}`,
+	`{"event_id":"e","kind":"domain","aggregate_type":"A","aggregate_id":"x","sequence_number":1,"position":1,"kind":"command"}`,
+	`{"event_id":"e","kind":"domain","aggregate_type":"A","aggregate_id":"x","sequence_number":1,"position":1,"metadata":{"a":1,"a":2}}`,
+	`{"event_id":"e","kind":"domain","aggregate_type":"A","aggregate_id":"x","sequence_number":1,"position":1,"metadata":{"a":null}}`,
+	`{"event_id":"e","kind":"domain","aggregate_type":"A","aggregate_id":"x","sequence_number":1,"position":1,"metadata":{"a":1},"metadata":{"b":2}}`,
+	`{"\u0065vent_id":"e","kind":"\u0064omain","aggregate_type":"A","aggregate_id":"x","sequence_number":1,"position":1}`,
+	`{"event_id":"e","kind":"domain","aggregate_type":"A","aggregate_id":"x\ud83d\ude80","actor":"\udc00","sequence_number":1,"position":1}`,
+	"{\"event_id\":\"e\",\"kind\":\"domain\",\"aggregate_type\":\"A\",\"aggregate_id\":\"x\",\"sequence_number\":1,\"position\":1,\"metadata\":{\"k\xff\":1}}",
+	`{"event_id":"e","kind":"domain","aggregate_type":"A","aggregate_id":"x","sequence_number":1,"position":1,"expected_seq":null,"actor":null}`,
+	`{"event_id":"e","kind":"Domain","aggregate_type":"A","aggregate_id":"x","sequence_number":1,"position":1,"occurred_at":"2026-02-29T10:00:00.123Z"}`,
+	`{"event_id":"e","kind":"domain","aggregate_type":"A","aggregate_id":"x","sequence_number":1,"position":1,"occurred_at":"2024-02-29T23:59:60.999Z"}`,
+	`{"event_id":"e","kind":"domain","aggregate_type":"A","aggregate_id":"x","sequence_number":1,"position":1,"occurred_at":"0000-12-31T24:00:00.000Z"}`,
+	`{"event_id":"e","kind":"domain","aggregate_type":"A","aggregate_id":"x","sequence_number":1,"position":1,"occurred_at":"2026-11-21T10:00:00.123+01:00"}`,
 }
 
 // FuzzLineDecoder checks the line decoder against encoding/json on any

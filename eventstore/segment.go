@@ -193,10 +193,14 @@ func parseSegment(d *lineDecoder, key string, body []byte, first, last int64) ([
 // values (json.RawMessage) are not copied: they are the bytes of the line
 // itself, capacity-limited slices of it like Event.Raw (which keeps the
 // line alive anyway), verified byte for byte (a value that is not, which
-// cannot happen, is copied).
+// cannot happen, is copied). A line in the form the store writes is read
+// by a faster path first, a token pass without reflection with the same
+// result (decodeStored, linedecode.go); any other line takes the general
+// path.
 type lineDecoder struct {
-	raw  []byte // the line being decoded
-	opts jsonv2.Options
+	raw    []byte // the line being decoded
+	opts   jsonv2.Options
+	stored storedLine // decodeStored's state
 }
 
 func newLineDecoder() *lineDecoder {
@@ -222,6 +226,9 @@ func newLineDecoder() *lineDecoder {
 // since the line was written) but requires the identity fields the index
 // relies on.
 func (d *lineDecoder) decode(raw []byte) (envelope.Envelope, error) {
+	if e, ok := d.decodeStored(raw); ok {
+		return e, lineIdentity(e)
+	}
 	var e envelope.Envelope
 	d.raw = raw
 	err := jsonv2.Unmarshal(raw, &e, d.opts)

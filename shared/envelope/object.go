@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"sync"
 
 	"github.com/go-json-experiment/json/jsontext"
 )
@@ -112,10 +113,54 @@ func ScanObject(b []byte, rule ObjectRule) error {
 	if err := CheckJSONText(b, rule.Field); err != nil {
 		return err
 	}
-	// A *bytes.Buffer is read in place, without a copy. The text was
-	// checked above, so AllowInvalidUTF8 only spares the tokenizer a
-	// second check; duplicate names are refused by default.
-	dec := jsontext.NewDecoder(bytes.NewBuffer(b), jsontext.AllowInvalidUTF8(true))
+	s := getScanner()
+	defer s.release()
+	return s.scan(b, rule.Offset, rule.MaxDepth, func(name []byte) (string, error) {
+		key := string(name)
+		if rule.OnKey != nil {
+			return key, rule.OnKey(key)
+		}
+		return key, nil
+	}, rule.OnValue)
+}
+
+// objectScanner is a jsontext decoder reading from a bytes.Buffer, pooled
+// (scanners): a decoder keeps the stacks and the duplicate-name
+// namespaces it grew, so a scan of a few small objects allocates nothing
+// once a pooled decoder has seen objects of their shape.
+type objectScanner struct {
+	dec jsontext.Decoder
+	in  bytes.Buffer
+}
+
+// scanners pools objectScanners (getScanner, release).
+var scanners = sync.Pool{New: func() any { return new(objectScanner) }}
+
+// getScanner returns a scanner from the pool; release puts it back.
+func getScanner() *objectScanner { return scanners.Get().(*objectScanner) }
+
+// reset points s's decoder at b, read in place (a *bytes.Buffer is not
+// copied). The text is checked before any scan, so AllowInvalidUTF8 only
+// spares the tokenizer a second check; duplicate names are refused by
+// default.
+func (s *objectScanner) reset(b []byte) {
+	s.in = *bytes.NewBuffer(b)
+	s.dec.Reset(&s.in, jsontext.AllowInvalidUTF8(true))
+}
+
+// release drops s's reference to the input and returns s to the pool.
+func (s *objectScanner) release() {
+	s.reset(nil)
+	scanners.Put(s)
+}
+
+// scan is ScanObject's scan of a text already checked by CheckJSONText.
+// onKey gets each top-level name unquoted (a sub-slice of b when it has no
+// escape; valid only during the call) and returns the key as the member
+// name errors and onValue report, or an error that ends the scan.
+func (s *objectScanner) scan(b []byte, offset, maxDepth int, onKey func(name []byte) (string, error), onValue func(key string, value []byte)) error {
+	s.reset(b)
+	dec := &s.dec
 	switch dec.PeekKind() {
 	case '{':
 	case 0:
@@ -130,9 +175,10 @@ func ScanObject(b []byte, rule ObjectRule) error {
 		return &ObjectError{Fault: ObjectNotAnObject}
 	}
 	member := ""
-	valStart := 0 // where the current top-level value starts (OnValue)
+	valStart := 0 // where the current top-level value starts (onValue)
 	closed := false
 	for {
+		prev := int(dec.InputOffset())
 		tok, err := dec.ReadToken()
 		if err == io.EOF {
 			return nil
@@ -146,8 +192,8 @@ func ScanObject(b []byte, rule ObjectRule) error {
 		}
 		depth := dec.StackDepth()
 		closed = depth == 0
-		if k := tok.Kind(); (k == '{' || k == '[') && depth-rule.Offset > rule.MaxDepth {
-			return &ObjectError{Fault: ObjectTooDeep, Member: member, MaxDepth: rule.MaxDepth}
+		if k := tok.Kind(); (k == '{' || k == '[') && depth-offset > maxDepth {
+			return &ObjectError{Fault: ObjectTooDeep, Member: member, MaxDepth: maxDepth}
 		}
 		if depth != 1 {
 			continue
@@ -155,18 +201,31 @@ func ScanObject(b []byte, rule ObjectRule) error {
 		// Inside the object: a name (odd count) starts a member, a value
 		// (even count) completes one.
 		if _, n := dec.StackIndex(1); n%2 == 1 {
-			member = tok.String()
-			if rule.OnKey != nil {
-				if err := rule.OnKey(member); err != nil {
-					return err
-				}
-			}
-			valStart = valueStart(b, int(dec.InputOffset()))
-		} else if n > 0 && rule.OnValue != nil {
 			end := int(dec.InputOffset())
-			rule.OnValue(member, b[valStart:end:end])
+			if member, err = onKey(nameBytes(b, prev, end, tok)); err != nil {
+				return err
+			}
+			valStart = valueStart(b, end)
+		} else if n > 0 && onValue != nil {
+			end := int(dec.InputOffset())
+			onValue(member, b[valStart:end:end])
 		}
 	}
+}
+
+// nameBytes returns the unquoted object name tok, read from b[prev:end]
+// (after white space and the ',' before it): the bytes between its
+// quotes when it has no escape (no copy), else tok's string.
+func nameBytes(b []byte, prev, end int, tok jsontext.Token) []byte {
+	start := prev
+	for start < end && b[start] != '"' {
+		start++ // white space and the separating ','
+	}
+	raw := b[start:end]
+	if len(raw) < 2 || raw[len(raw)-1] != '"' || bytes.IndexByte(raw, '\\') >= 0 {
+		return []byte(tok.String())
+	}
+	return raw[1 : len(raw)-1]
 }
 
 // objectSyntaxError turns a jsontext error into an *ObjectError naming the
@@ -208,4 +267,63 @@ func valueStart(b []byte, i int) int {
 	}
 	skip()
 	return i
+}
+
+// members splits the JSON object v, which a scan already accepted (valid
+// text, well-formed, no duplicate key), into its members, as json.Unmarshal
+// into a map[string]json.RawMessage would: each key unquoted, each value's
+// bytes (a copy; the values share one array, each capacity-limited).
+func (s *objectScanner) members(v []byte) (Metadata, error) {
+	s.in = *bytes.NewBuffer(v)
+	// Accepted already: the second read needs no duplicate-name check.
+	s.dec.Reset(&s.in, jsontext.AllowInvalidUTF8(true), jsontext.AllowDuplicateNames(true))
+	dec := &s.dec
+	if tok, err := dec.ReadToken(); err != nil || tok.Kind() != '{' {
+		return nil, fmt.Errorf("not a JSON object: %w", err)
+	}
+	m := Metadata{}
+	arena := make([]byte, 0, len(v))
+	for dec.PeekKind() == '"' {
+		prev := int(dec.InputOffset())
+		tok, err := dec.ReadToken()
+		if err != nil {
+			return nil, err
+		}
+		key := metadataKey(nameBytes(v, prev, int(dec.InputOffset()), tok))
+		val, err := dec.ReadValue()
+		if err != nil {
+			return nil, err
+		}
+		start := len(arena)
+		arena = append(arena, val...)
+		m[key] = arena[start:len(arena):len(arena)]
+	}
+	if tok, err := dec.ReadToken(); err != nil || tok.Kind() != '}' {
+		return nil, fmt.Errorf("not a JSON object: %w", err)
+	}
+	return m, nil
+}
+
+// metadataKey returns name as a string, the well-known keys without an
+// allocation.
+func metadataKey(name []byte) string {
+	switch string(name) {
+	case MetaCommandID:
+		return MetaCommandID
+	case MetaCorrelationID:
+		return MetaCorrelationID
+	case MetaCausationID:
+		return MetaCausationID
+	case MetaKafkaTopic:
+		return MetaKafkaTopic
+	case MetaOrderingKey:
+		return MetaOrderingKey
+	case MetaTraceparent:
+		return MetaTraceparent
+	case MetaTracestate:
+		return MetaTracestate
+	case MetaPrincipal:
+		return MetaPrincipal
+	}
+	return string(name)
 }

@@ -76,21 +76,46 @@ const (
 	KafkaTopicPattern = "[A-Za-z0-9._-]{1,249}, not \".\" or \"..\""
 )
 
-// envelopeFields lists the top-level fields in the order they are checked.
+// envelopeFields lists the top-level fields in the order they are checked;
+// the constants below index it.
 var envelopeFields = [...]string{
 	"event_id", "event_type", "kind", "aggregate_type", "aggregate_id",
 	"sequence_number", "position", "expected_seq", "occurred_at", "actor",
 	"data", "metadata", "schema_version",
 }
 
-func knownField(k string) bool {
-	for _, f := range envelopeFields {
-		if f == k {
-			return true
+// Indexes of envelopeFields (wireFields).
+const (
+	fEventID = iota
+	fEventType
+	fKind
+	fAggregateType
+	fAggregateID
+	fSequenceNumber
+	fPosition
+	fExpectedSeq
+	fOccurredAt
+	fActor
+	fData
+	fMetadata
+	fSchemaVersion
+)
+
+// fieldIndex returns the index in envelopeFields of the unquoted name, -1
+// for an unknown name. It does not allocate.
+func fieldIndex(name []byte) int {
+	for i, f := range envelopeFields {
+		if f == string(name) {
+			return i
 		}
 	}
-	return false
+	return -1
 }
+
+// wireFields holds each top-level field's bytes as json.Unmarshal into a
+// map[string]json.RawMessage would, by envelopeFields index; nil: absent
+// (a JSON value is never empty).
+type wireFields [len(envelopeFields)][]byte
 
 // Parse decodes one envelope from the wire, normalises it (Normalize) and
 // validates it (Validate). It is strict: the input must be valid UTF-8, one
@@ -98,27 +123,36 @@ func knownField(k string) bool {
 // fields; explicit 0 for sequence_number, position or schema_version is
 // rejected. An absent occurred_at stays unset (see FillDefaults). Errors are
 // *ValidationError.
+//
+// After the text check (CheckJSONText, a byte scan), the envelope is
+// tokenized once, data and metadata with it (depth, duplicate keys), by a
+// pooled decoder; of the fields, only metadata is read a second time, to
+// split its members. Data is a copy: the envelope never aliases b.
 func Parse(b []byte, limits Limits) (Envelope, error) {
 	l := limits.WithDefaults()
 	if len(b) > l.MaxEnvelopeBytes {
 		return Envelope{}, limitExceeded("", fmt.Sprintf("%d bytes", l.MaxEnvelopeBytes),
 			"envelope of %d bytes exceeds the limit of %d bytes", len(b), l.MaxEnvelopeBytes)
 	}
-	raw := make(map[string]json.RawMessage, len(envelopeFields))
-	err := walkObject(b, "", l.MaxDataDepth, true, func(key string) error {
-		if !knownField(key) {
-			return invalid(key, "known fields", "unknown field; the envelope admits only %s",
-				strings.Join(envelopeFields[:], ", "))
-		}
-		return nil
-	}, func(key string, v []byte) { raw[key] = v })
-	if err != nil {
+	if err := CheckJSONText(b, ""); err != nil {
 		return Envelope{}, err
 	}
-	// raw holds each field's bytes as json.Unmarshal into a
-	// map[string]json.RawMessage would (FuzzParseEnvelope compares them),
-	// without a second pass over the envelope.
-	e, err := decodeFields(raw)
+	var raw wireFields
+	cur := 0
+	s := getScanner()
+	err := s.scan(b, 1, l.MaxDataDepth, func(name []byte) (string, error) {
+		if cur = fieldIndex(name); cur < 0 {
+			return string(name), invalid(string(name), "known fields", "unknown field; the envelope admits only %s",
+				strings.Join(envelopeFields[:], ", "))
+		}
+		return envelopeFields[cur], nil
+	}, func(_ string, v []byte) { raw[cur] = v })
+	if err != nil {
+		s.release()
+		return Envelope{}, envelopeError(err, l.MaxDataDepth)
+	}
+	e, err := decodeFields(s, &raw)
+	s.release()
 	if err != nil {
 		return Envelope{}, err
 	}
@@ -132,46 +166,122 @@ func Parse(b []byte, limits Limits) (Envelope, error) {
 	return e, nil
 }
 
-func isNull(v json.RawMessage) bool { return string(v) == "null" }
+func isNull(v []byte) bool { return string(v) == "null" }
 
 // unquote returns the string a JSON string value (already validated by
-// walkObject) stands for; ok is false when v is not a string.
+// the scan) stands for; ok is false when v is not a string.
 func unquote(v []byte) (string, bool) {
-	if len(v) < 2 || v[0] != '"' {
-		return "", false
-	}
-	if bytes.IndexByte(v, '\\') < 0 {
-		return string(v[1 : len(v)-1]), true
-	}
-	// With escapes: the tokenizer, as walkObject read it (the text was
-	// checked by ScanObject: no lone surrogate escape is left to replace).
-	tok, err := jsontext.NewDecoder(bytes.NewBuffer(v), jsontext.AllowInvalidUTF8(true)).ReadToken()
-	if err != nil || tok.Kind() != '"' {
-		return "", false
-	}
-	return tok.String(), true
+	u, ok := unquoteBytes(v)
+	return string(u), ok
 }
 
-func decodeFields(raw map[string]json.RawMessage) (Envelope, error) {
+// unquoteBytes is unquote as bytes: those between the quotes when v has no
+// escape (no copy).
+func unquoteBytes(v []byte) ([]byte, bool) {
+	if len(v) < 2 || v[0] != '"' {
+		return nil, false
+	}
+	if bytes.IndexByte(v, '\\') < 0 {
+		return v[1 : len(v)-1], true
+	}
+	// With escapes: the tokenizer's unquoting, as the scan read it (the
+	// text was checked by CheckJSONText: no lone surrogate escape is left
+	// to replace).
+	u, err := jsontext.AppendUnquote(nil, v)
+	if err != nil {
+		return nil, false
+	}
+	return u, true
+}
+
+// fieldTexts gathers the string fields of an envelope being decoded, by
+// envelopeFields index, and sets them at once as substrings of one string
+// (one allocation, not one per field).
+type fieldTexts struct {
+	size int
+	text [len(envelopeFields)][]byte // nil: not set
+}
+
+func (t *fieldTexts) add(f int, text []byte) {
+	if text == nil {
+		text = []byte{} // an empty string is set all the same
+	}
+	t.text[f] = text
+	t.size += len(text)
+}
+
+// set sets e's fields that add was given.
+func (t *fieldTexts) set(e *Envelope) {
+	var sb strings.Builder
+	sb.Grow(t.size)
+	for _, b := range t.text {
+		sb.Write(b)
+	}
+	all, at := sb.String(), 0
+	for f, b := range t.text {
+		if b == nil {
+			continue
+		}
+		s := all[at : at+len(b)]
+		at += len(b)
+		switch f {
+		case fEventID:
+			e.EventID = s
+		case fEventType:
+			e.EventType = s
+		case fAggregateType:
+			e.AggregateType = s
+		case fAggregateID:
+			e.AggregateID = s
+		case fActor:
+			e.Actor = s
+		}
+	}
+}
+
+// decodeKind decodes kind's value v (nil: absent); the two valid kinds
+// without a copy.
+func decodeKind(v []byte) (Kind, error) {
+	switch string(v) {
+	case `"` + string(KindDomain) + `"`:
+		return KindDomain, nil
+	case `"` + string(KindCommand) + `"`:
+		return KindCommand, nil
+	}
+	if v == nil || isNull(v) {
+		return "", nil
+	}
+	kind, ok := unquote(v)
+	if !ok {
+		return "", invalid("kind", "string", "must be a JSON string")
+	}
+	return Kind(kind), nil
+}
+
+// decodeFields decodes the fields the scan found (raw), with s to split
+// metadata's members.
+func decodeFields(s *objectScanner, raw *wireFields) (Envelope, error) {
 	var e Envelope
-	str := func(field string, dst *string) error {
-		v, ok := raw[field]
-		if !ok || isNull(v) {
+	var texts fieldTexts // set once every field is checked
+	str := func(f int) error {
+		v := raw[f]
+		if v == nil || isNull(v) {
 			return nil
 		}
-		u, ok := unquote(v)
+		u, ok := unquoteBytes(v)
 		if !ok {
-			return invalid(field, "string", "must be a JSON string")
+			return invalid(envelopeFields[f], "string", "must be a JSON string")
 		}
-		*dst = u
+		texts.add(f, u)
 		return nil
 	}
-	integer := func(field string) (int64, bool, error) {
-		v, ok := raw[field]
-		if !ok || isNull(v) {
+	integer := func(f int) (int64, bool, error) {
+		v := raw[f]
+		if v == nil || isNull(v) {
 			return 0, false, nil
 		}
-		if len(v) == 0 || (v[0] != '-' && (v[0] < '0' || v[0] > '9')) {
+		field := envelopeFields[f]
+		if v[0] != '-' && (v[0] < '0' || v[0] > '9') {
 			return 0, false, invalid(field, "integer", "must be a JSON integer")
 		}
 		n, err := strconv.ParseInt(string(v), 10, 64)
@@ -183,74 +293,69 @@ func decodeFields(raw map[string]json.RawMessage) (Envelope, error) {
 		}
 		return n, true, nil
 	}
-	var kind string
-	for _, s := range []struct {
-		field string
-		dst   *string
-	}{
-		{"event_id", &e.EventID},
-		{"event_type", &e.EventType},
-		{"kind", &kind},
-		{"aggregate_type", &e.AggregateType},
-		{"aggregate_id", &e.AggregateID},
-	} {
-		if err := str(s.field, s.dst); err != nil {
+	for _, f := range [...]int{fEventID, fEventType, fKind, fAggregateType, fAggregateID} {
+		var err error
+		if f == fKind {
+			e.Kind, err = decodeKind(raw[fKind])
+		} else {
+			err = str(f)
+		}
+		if err != nil {
 			return Envelope{}, err
 		}
 	}
-	e.Kind = Kind(kind)
-
-	for _, f := range []struct {
-		field string
-		dst   *int64
-	}{
-		{"sequence_number", &e.SequenceNumber},
-		{"position", &e.Position},
-	} {
-		n, ok, err := integer(f.field)
+	for _, f := range [...]struct {
+		f   int
+		dst *int64
+	}{{fSequenceNumber, &e.SequenceNumber}, {fPosition, &e.Position}} {
+		n, ok, err := integer(f.f)
 		if err != nil {
 			return Envelope{}, err
 		}
 		if ok && n < 1 {
-			return Envelope{}, invalid(f.field, ">= 1", "must be >= 1 when present, got %d", n)
+			return Envelope{}, invalid(envelopeFields[f.f], ">= 1", "must be >= 1 when present, got %d", n)
 		}
 		*f.dst = n
 	}
-	if n, ok, err := integer("expected_seq"); err != nil {
+	if n, ok, err := integer(fExpectedSeq); err != nil {
 		return Envelope{}, err
 	} else if ok {
 		e.ExpectedSeq = &n
 	}
-	var occurred string
-	if v, ok := raw["occurred_at"]; ok && !isNull(v) {
-		var ok bool
-		if occurred, ok = unquote(v); !ok {
+	if v := raw[fOccurredAt]; v != nil && !isNull(v) {
+		occurred, ok := unquoteBytes(v)
+		if !ok {
 			return Envelope{}, invalid("occurred_at", "RFC 3339", "must be a JSON string in RFC 3339 form")
 		}
-		ts, err := ParseTimestamp(occurred)
-		if err != nil {
-			return Envelope{}, invalid("occurred_at", "RFC 3339", "must be an RFC 3339 time such as 2026-11-21T10:00:00.123Z: %v", err)
+		ts, ok := ParseStoredTimestamp(occurred) // the common form, no copy
+		if !ok {
+			var err error
+			if ts, err = ParseTimestamp(string(occurred)); err != nil {
+				return Envelope{}, invalid("occurred_at", "RFC 3339", "must be an RFC 3339 time such as 2026-11-21T10:00:00.123Z: %v", err)
+			}
 		}
 		e.OccurredAt = ts
 	}
-	if err := str("actor", &e.Actor); err != nil {
+	if err := str(fActor); err != nil {
 		return Envelope{}, err
 	}
-	if v, ok := raw["data"]; ok && !isNull(v) {
+	if v := raw[fData]; v != nil && !isNull(v) {
 		if v[0] != '{' {
 			return Envelope{}, invalid("data", "object", "must be a JSON object")
 		}
-		e.Data = bytes.Clone(v) // v may alias the caller's buffer
+		e.Data = bytes.Clone(v) // v aliases the caller's buffer
 	}
-	if v, ok := raw["metadata"]; ok && !isNull(v) {
+	if v := raw[fMetadata]; v != nil && !isNull(v) {
 		if v[0] != '{' {
 			return Envelope{}, invalid("metadata", "object", "must be a JSON object")
 		}
-		if err := json.Unmarshal(v, &e.Metadata); err != nil {
+		m, err := s.members(v)
+		if err != nil {
 			return Envelope{}, malformed("metadata", "object", "must be a JSON object: %v", err)
 		}
+		e.Metadata = m
 	}
-	if n, ok, err := integer("schema_version"); err != nil {
+	if n, ok, err := integer(fSchemaVersion); err != nil {
 		return Envelope{}, err
 	} else if ok {
 		if n < 1 || n > 1<<31-1 {
@@ -258,6 +363,7 @@ func decodeFields(raw map[string]json.RawMessage) (Envelope, error) {
 		}
 		e.SchemaVersion = int(n)
 	}
+	texts.set(&e)
 	return e, nil
 }
 
@@ -471,7 +577,7 @@ func EncodedBound(e Envelope) int {
 }
 
 func checkObject(field string, b []byte, maxDepth int) error {
-	return walkObject(b, field, maxDepth, false, nil, nil)
+	return walkObject(b, field, maxDepth)
 }
 
 func validateMetadata(m Metadata, l Limits, scanned bool) error {
@@ -487,12 +593,15 @@ func validateMetadata(m Metadata, l Limits, scanned bool) error {
 			return err
 		}
 		if !scanned {
-			// Parse checked the whole envelope's text already.
-			if err := CheckJSONText(v, "metadata."+k); err != nil {
-				return err
+			// Parse checked the whole envelope's text already. The
+			// field's name is built only for the error.
+			if _, _, ok := ScanJSONText(v); !ok {
+				return CheckJSONText(v, "metadata."+k)
 			}
 		}
-		if len(v) == 0 || !json.Valid(v) {
+		if len(v) == 0 || !scanned && !json.Valid(v) {
+			// Parse split the values out of the envelope it scanned:
+			// each is one valid JSON value.
 			return malformed("metadata."+k, "JSON", "is not a valid JSON value")
 		}
 		if c := bytes.TrimLeft(v, " \t\r\n")[0]; c == '{' || c == '[' {
@@ -500,24 +609,8 @@ func validateMetadata(m Metadata, l Limits, scanned bool) error {
 		}
 		bound += 6 * (len(k) + len(v) + 1)
 	}
-	for _, k := range stringMetadataKeys {
-		if _, ok := m[k]; !ok {
-			continue
-		}
-		s, ok := m.String(k)
-		if !ok {
-			return invalid("metadata."+k, "string", "must be a JSON string")
-		}
-		switch k {
-		case MetaCommandID:
-			if err := ValidateCommandID(s); err != nil {
-				return err
-			}
-		case MetaKafkaTopic:
-			if err := ValidateKafkaTopic(s); err != nil {
-				return err
-			}
-		}
+	if err := checkStringMetadata(m); err != nil {
+		return err
 	}
 	if scalars && bound <= l.MaxMetadataBytes {
 		// Under the limit whatever the encoding, and nothing in it a walk
@@ -536,16 +629,62 @@ func validateMetadata(m Metadata, l Limits, scanned bool) error {
 	if scanned {
 		return nil
 	}
-	return walkObject(b, "metadata", l.MaxDataDepth, false, nil, nil)
+	return walkObject(b, "metadata", l.MaxDataDepth)
+}
+
+// checkStringMetadata checks the well-known keys of m that hold strings
+// (stringMetadataKeys): each a JSON string as m.String reads it, and
+// command_id and kafka_topic well-formed. m's values are valid JSON.
+func checkStringMetadata(m Metadata) error {
+	for _, k := range stringMetadataKeys {
+		v, ok := m[k]
+		if !ok {
+			continue
+		}
+		if k != MetaCommandID && k != MetaKafkaTopic {
+			// Valid JSON (validateMetadata checked it) that m.String
+			// reads: a string, or null. Nothing else is checked of these
+			// keys.
+			if c := bytes.TrimLeft(v, " \t\r\n")[0]; c != '"' && c != 'n' {
+				return invalid("metadata."+k, "string", "must be a JSON string")
+			}
+			continue
+		}
+		if k == MetaCommandID && len(v) >= 2 && v[0] == '"' && v[len(v)-1] == '"' && plainASCII(v[1:len(v)-1]) {
+			// m.String's value, checked without a copy
+			if err := checkCommandID(v[1 : len(v)-1]); err != nil {
+				return err
+			}
+			continue
+		}
+		s, ok := m.String(k)
+		if !ok {
+			return invalid("metadata."+k, "string", "must be a JSON string")
+		}
+		switch k {
+		case MetaCommandID:
+			if err := ValidateCommandID(s); err != nil {
+				return err
+			}
+		case MetaKafkaTopic:
+			if err := ValidateKafkaTopic(s); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
 }
 
 // ValidateCommandID checks a command id (metadata.command_id, the API's
 // Idempotency-Key): 1..255 bytes of printable ASCII without space and
 // without ':'. Excluding ':' keeps the name of DomainEventID uniquely
 // decodable, so distinct commands never share derived ids.
-func ValidateCommandID(id string) error {
+func ValidateCommandID(id string) error { return checkCommandID(id) }
+
+// checkCommandID is ValidateCommandID of a string or of its bytes.
+func checkCommandID[T ~string | ~[]byte](id T) error {
 	const field = "metadata.command_id"
-	if id == "" {
+	if len(id) == 0 {
 		return invalid(field, CommandIDPattern, "must not be empty")
 	}
 	if len(id) > 255 {
@@ -560,19 +699,31 @@ func ValidateCommandID(id string) error {
 	return nil
 }
 
-// walkObject scans b, which must hold exactly one JSON object, with
-// ScanObject and turns its faults into ValidationErrors. With envelope set,
-// b is a whole envelope: depth is counted inside each top-level field (the
-// field's object is depth 1), errors name that field, and onTopKey is
-// called for each top-level key. Otherwise the object b itself is depth 1
-// and errors name field. onTopValue (if not nil) gets each top-level key
-// with its value's bytes, a sub-slice of b, once the value is complete.
-func walkObject(b []byte, field string, maxDepth int, envelope bool, onTopKey func(string) error, onTopValue func(string, []byte)) error {
-	rule := ObjectRule{Field: field, MaxDepth: maxDepth, OnValue: onTopValue}
-	if envelope {
-		rule.Offset, rule.OnKey = 1, onTopKey
+// walkObject checks b, which must hold exactly one JSON object, as
+// ScanObject does, with a pooled scanner, and turns its faults into
+// ValidationErrors naming field. The object b itself is depth 1.
+func walkObject(b []byte, field string, maxDepth int) error {
+	if err := CheckJSONText(b, field); err != nil {
+		return err
 	}
-	err := ScanObject(b, rule)
+	s := getScanner()
+	defer s.release()
+	// The member names are not needed: errors name field.
+	err := s.scan(b, 0, maxDepth, func([]byte) (string, error) { return "", nil }, nil)
+	return objectFault(err, field, maxDepth, false)
+}
+
+// envelopeError turns a fault of Parse's scan of an envelope into a
+// ValidationError: depth is counted inside each top-level field (the
+// field's object is depth 1) and errors name that field.
+func envelopeError(err error, maxDepth int) error {
+	return objectFault(err, "", maxDepth, true)
+}
+
+// objectFault turns an *ObjectError of a scan into a ValidationError
+// naming field, or with envelope set the top-level member at fault (see
+// envelopeError); any other error is returned as it is.
+func objectFault(err error, field string, maxDepth int, envelope bool) error {
 	var oe *ObjectError
 	if err == nil || !errors.As(err, &oe) {
 		return err
