@@ -30,6 +30,11 @@ func CanonicalJSON(e Envelope) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
+	return canonicalBytes(enc)
+}
+
+// canonicalBytes is the canonical form of enc, canonicalInput's bytes.
+func canonicalBytes(enc []byte) ([]byte, error) {
 	out, next, err := appendCanonical(make([]byte, 0, len(enc)), enc, skipSpace(enc, 0), 0)
 	if err == nil && skipSpace(enc, next) != len(enc) {
 		err = errors.New("data after the top-level value")
@@ -44,29 +49,25 @@ func CanonicalJSON(e Envelope) ([]byte, error) {
 // normalised, without sequence_number, position and the transport metadata
 // keys (metadata omitted when nothing is left in it).
 func canonicalInput(e Envelope) ([]byte, error) {
+	enc, _, err := canonicalInputAt(e)
+	return enc, err
+}
+
+// canonicalInputAt is canonicalInput and the bounds of data's encoding in
+// it.
+func canonicalInputAt(e Envelope) ([]byte, [2]int, error) {
+	var dataAt [2]int
 	e, err := Normalize(e)
 	if err != nil {
-		return nil, err
+		return nil, dataAt, err
 	}
-	e.SequenceNumber = 0
-	e.Position = 0
-	if len(e.Metadata) > 0 {
-		m := make(Metadata, len(e.Metadata))
-		for k, v := range e.Metadata {
-			if !IsTransportMetadataKey(k) {
-				m[k] = v
-			}
-		}
-		if len(m) == 0 {
-			m = nil
-		}
-		e.Metadata = m
-	}
-	enc, err := Marshal(e)
+	// appendEnvelope's canonical variant leaves out sequence_number,
+	// position and the transport keys (no copy of the metadata).
+	enc, err := appendEnvelope(make([]byte, 0, sizeHint(&e)), &e, true, nil, &dataAt)
 	if err != nil {
-		return nil, fmt.Errorf("envelope: canonical form: %w", err)
+		return nil, dataAt, fmt.Errorf("envelope: canonical form: %w", err)
 	}
-	return enc, nil
+	return enc, dataAt, nil
 }
 
 // CanonicalHash returns the SHA-256 of CanonicalJSON(e).
