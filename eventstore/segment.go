@@ -120,8 +120,12 @@ func newLineTemplateHash(e envelope.Envelope) (lineTemplate, [32]byte, error) {
 	if err != nil {
 		return lineTemplate{}, hash, fmt.Errorf("eventstore: encode envelope: %w", err)
 	}
+	// The marker must occur once (raw data or metadata could hold it
+	// too); the second search starts right after the first occurrence's
+	// first byte, so overlapping occurrences count (bytes.Index, not
+	// LastIndex: the latter hashes every byte of the line).
 	i := bytes.Index(b, sentinelMarker)
-	if i < 0 || bytes.LastIndex(b, sentinelMarker) != i {
+	if i < 0 || bytes.Index(b[i+1:], sentinelMarker) >= 0 {
 		return lineTemplate{}, hash, fmt.Errorf("eventstore: encode envelope: unexpected field layout")
 	}
 	return lineTemplate{head: b[:i], tail: b[i+len(sentinelMarker):]}, hash, nil

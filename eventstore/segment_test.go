@@ -3,6 +3,7 @@ package eventstore
 import (
 	"bytes"
 	"encoding/json"
+	"strings"
 	"testing"
 
 	"github.com/sluicehq/sluice/shared/envelope"
@@ -91,5 +92,31 @@ func TestSpansCoalesceAdjacentRanges(t *testing.T) {
 	}
 	if sp[0].key != "a" || sp[0].start != 0 || sp[0].end != 21 || len(sp[0].members) != 2 {
 		t.Errorf("first span %+v", sp[0])
+	}
+}
+
+// Data that holds the sentinel marker makes the line's layout ambiguous:
+// newLineTemplate refuses it (as it always did) rather than splice in the
+// wrong place.
+func TestLineTemplateRefusesMarkerInData(t *testing.T) {
+	for _, tc := range []struct {
+		data    string
+		refused bool
+	}{
+		{`{"a":1` + string(sentinelMarker) + `"b":2}`, true},
+		{`{"a":1` + string(sentinelMarker[:len(sentinelMarker)-1]) + `}`, false},
+	} {
+		t.Run(tc.data, func(t *testing.T) {
+			e := command("Order", "o-1", map[string]any{"a": 1})
+			e.Data = json.RawMessage(tc.data)
+			p, err := envelope.Prepare(e, envelope.DefaultLimits(), nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			_, err = newLineTemplate(p)
+			if refused := err != nil && strings.Contains(err.Error(), "unexpected field layout"); refused != tc.refused || err != nil && !refused {
+				t.Fatalf("error %v, want refused %v", err, tc.refused)
+			}
+		})
 	}
 }
