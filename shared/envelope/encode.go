@@ -7,6 +7,8 @@ import (
 	"reflect"
 	"slices"
 	"strconv"
+
+	"github.com/go-json-experiment/json/jsontext"
 )
 
 // The encoding of an envelope without reflection (issue 34: encoding
@@ -139,11 +141,38 @@ func appendRaw(dst []byte, raw json.RawMessage) ([]byte, error) {
 	if n := len(raw); n >= 2 && raw[0] == '"' && raw[n-1] == '"' && plainASCII(raw[1:n-1]) {
 		return append(dst, raw...), nil
 	}
+	if compactText(raw) && jsontext.Value(raw).IsValid(jsontext.AllowDuplicateNames(true)) {
+		// Already compact, and valid by jsontext's rules (valid UTF-8,
+		// no escaped lone surrogate), which encoding/json's scanner
+		// accepts: json.Compact would return raw unchanged. jsontext
+		// checks it in a fraction of the scanner's time; anything it
+		// refuses takes json.Compact, for its error or its result.
+		return append(dst, raw...), nil
+	}
 	buf := bytes.NewBuffer(dst)
 	if err := json.Compact(buf, raw); err != nil {
 		return nil, &json.MarshalerError{Type: rawMessageType, Err: err}
 	}
 	return buf.Bytes(), nil
+}
+
+// compactText reports whether the JSON text b has no white space outside
+// its strings (b is not checked to be valid).
+func compactText(b []byte) bool {
+	for i := 0; i < len(b); i++ {
+		switch b[i] {
+		case ' ', '\t', '\n', '\r':
+			return false
+		case '"':
+			// skip the string: its end is the next '"' not escaped
+			for i++; i < len(b) && b[i] != '"'; i++ {
+				if b[i] == '\\' {
+					i++
+				}
+			}
+		}
+	}
+	return true
 }
 
 // appendString appends s as encoding/json encodes a string with HTML

@@ -162,6 +162,18 @@ func encodeSeedEnvelopes() []Envelope {
 		Envelope{EventID: "x", OccurredAt: NewTimestamp(time.Date(10000, 1, 1, 0, 0, 0, 0, time.UTC))},
 		Envelope{EventID: "x", OccurredAt: NewTimestamp(time.Date(0, 1, 1, 0, 0, 0, 0, time.UTC))},
 	)
+	// Nesting at encoding/json's limit and one beyond, compact and not.
+	for _, d := range []int{maxCanonicalDepth - 1, maxCanonicalDepth, maxCanonicalDepth + 1} {
+		arrays := strings.Repeat("[", d) + strings.Repeat("]", d)
+		out = append(out, Envelope{EventID: "x", Data: json.RawMessage(arrays)},
+			Envelope{EventID: "x", Data: json.RawMessage(" " + arrays)},
+			Envelope{EventID: "x", Data: json.RawMessage(`{"a":` + arrays[2:] + `}`)})
+	}
+	// Valid for encoding/json, not for jsontext: escaped lone surrogates,
+	// invalid UTF-8, duplicate names; compact and not.
+	for _, data := range []string{`["\ud800"]`, `{"a":"\udc00\ud800"}`, "[\"\xff\"]", `{"a":1,"a":2}`, `{"a":1, "a":2}`, "[\"\xed\xa0\x80\"]"} {
+		out = append(out, Envelope{EventID: "x", Data: json.RawMessage(data), Metadata: Metadata{"m": json.RawMessage(data)}})
+	}
 	// One awkward character in an otherwise plain string, in each
 	// place a string is written.
 	for _, c := range []string{"\\", `"`, "\x00", "\x1f", "\n", "\x7f", "<", "&", "\u2028", "\u2029", "\xff", "\xed\xa0\x80", "é", "\ufffd"} {
