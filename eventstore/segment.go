@@ -122,10 +122,10 @@ func newLineTemplateHash(e envelope.Envelope) (lineTemplate, [32]byte, error) {
 	}
 	// The marker must occur once (raw data or metadata could hold it
 	// too); the second search starts right after the first occurrence's
-	// first byte, so overlapping occurrences count (bytes.Index, not
+	// first byte, so overlapping occurrences count (bytes.Contains, not
 	// LastIndex: the latter hashes every byte of the line).
 	i := bytes.Index(b, sentinelMarker)
-	if i < 0 || bytes.Index(b[i+1:], sentinelMarker) >= 0 {
+	if i < 0 || bytes.Contains(b[i+1:], sentinelMarker) {
 		return lineTemplate{}, hash, fmt.Errorf("eventstore: encode envelope: unexpected field layout")
 	}
 	return lineTemplate{head: b[:i], tail: b[i+len(sentinelMarker):]}, hash, nil
