@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"sync"
 	"unicode/utf8"
 )
 
@@ -30,12 +31,13 @@ func CanonicalJSON(e Envelope) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	return canonicalBytes(enc)
+	return canonicalBytes(make([]byte, 0, len(enc)), enc)
 }
 
-// canonicalBytes is the canonical form of enc, canonicalInput's bytes.
-func canonicalBytes(enc []byte) ([]byte, error) {
-	out, next, err := appendCanonical(make([]byte, 0, len(enc)), enc, skipSpace(enc, 0), 0)
+// canonicalBytes appends the canonical form of enc, canonicalInput's
+// bytes, to dst.
+func canonicalBytes(dst, enc []byte) ([]byte, error) {
+	out, next, err := appendCanonical(dst, enc, skipSpace(enc, 0), 0)
 	if err == nil && skipSpace(enc, next) != len(enc) {
 		err = errors.New("data after the top-level value")
 	}
@@ -49,13 +51,13 @@ func canonicalBytes(enc []byte) ([]byte, error) {
 // normalised, without sequence_number, position and the transport metadata
 // keys (metadata omitted when nothing is left in it).
 func canonicalInput(e Envelope) ([]byte, error) {
-	enc, _, err := canonicalInputAt(e)
+	enc, _, err := canonicalInputAt(nil, e)
 	return enc, err
 }
 
-// canonicalInputAt is canonicalInput and the bounds of data's encoding in
-// it.
-func canonicalInputAt(e Envelope) ([]byte, [2]int, error) {
+// canonicalInputAt appends canonicalInput(e) to dst (a new buffer when dst
+// is nil) and returns the bounds of data's encoding in the result.
+func canonicalInputAt(dst []byte, e Envelope) ([]byte, [2]int, error) {
 	var dataAt [2]int
 	e, err := Normalize(e)
 	if err != nil {
@@ -63,7 +65,10 @@ func canonicalInputAt(e Envelope) ([]byte, [2]int, error) {
 	}
 	// appendEnvelope's canonical variant leaves out sequence_number,
 	// position and the transport keys (no copy of the metadata).
-	enc, err := appendEnvelope(make([]byte, 0, sizeHint(&e)), &e, true, nil, &dataAt)
+	if dst == nil {
+		dst = make([]byte, 0, sizeHint(&e))
+	}
+	enc, err := appendEnvelope(dst, &e, true, nil, &dataAt)
 	if err != nil {
 		return nil, dataAt, fmt.Errorf("envelope: canonical form: %w", err)
 	}
@@ -72,11 +77,34 @@ func canonicalInputAt(e Envelope) ([]byte, [2]int, error) {
 
 // CanonicalHash returns the SHA-256 of CanonicalJSON(e).
 func CanonicalHash(e Envelope) ([32]byte, error) {
-	b, err := CanonicalJSON(e)
+	in, form := scratch.Get().(*[]byte), scratch.Get().(*[]byte)
+	defer putScratch(in)
+	defer putScratch(form)
+	enc, _, err := canonicalInputAt((*in)[:0], e)
 	if err != nil {
 		return [32]byte{}, err
 	}
+	*in = enc
+	b, err := canonicalBytes((*form)[:0], enc)
+	if err != nil {
+		return [32]byte{}, err
+	}
+	*form = b
 	return sha256.Sum256(b), nil
+}
+
+// scratch recycles the buffers of the canonical hash: the canonical input
+// and the canonical form are only hashed, never returned.
+var scratch = sync.Pool{New: func() any { return new([]byte) }}
+
+// putScratch returns b to scratch unless it grew beyond the size of a
+// typical envelope (kept for the next hash, a large one would hold its
+// memory).
+func putScratch(b *[]byte) {
+	if cap(*b) > 64<<10 {
+		*b = nil
+	}
+	scratch.Put(b)
 }
 
 // CanonicalHashHex returns CanonicalHash(e) as lower-case hex, the form used

@@ -199,14 +199,19 @@ func appendString(dst []byte, s string) []byte {
 // error when that fails, else Marshal's. The store calls it once per
 // appended envelope (its line and its idempotency hash).
 func MarshalHash(e Envelope) ([]byte, [32]byte, error) {
-	in, dataAt, err := canonicalInputAt(e)
+	inBuf, form := scratch.Get().(*[]byte), scratch.Get().(*[]byte)
+	defer putScratch(inBuf)
+	defer putScratch(form)
+	in, dataAt, err := canonicalInputAt((*inBuf)[:0], e)
 	if err != nil {
 		return nil, [32]byte{}, err
 	}
-	canon, err := canonicalBytes(in)
+	*inBuf = in
+	canon, err := canonicalBytes((*form)[:0], in)
 	if err != nil {
 		return nil, [32]byte{}, err
 	}
+	*form = canon
 	hash := sha256.Sum256(canon)
 	var data []byte
 	if len(e.Data) > 0 {

@@ -69,7 +69,7 @@ func referenceOldCanonicalJSON(e Envelope) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	return canonicalBytes(enc)
+	return canonicalBytes(nil, enc)
 }
 
 // sameResult fails t unless the two results are equal bytes or equal
