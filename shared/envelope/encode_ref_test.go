@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"math"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 )
@@ -271,4 +272,29 @@ func TestMarshalErrorIsMarshalerError(t *testing.T) {
 	if !errors.As(err, &me) || me.Type != rawMessageType {
 		t.Fatalf("error %v (%T), want a *json.MarshalerError for json.RawMessage", err, err)
 	}
+}
+
+// TestHashScratchConcurrent: the hashes share pooled scratch buffers;
+// concurrent hashes of different envelopes still get their own results
+// (run with -race, as make test does).
+func TestHashScratchConcurrent(t *testing.T) {
+	envs := encodeSeedEnvelopes()
+	want := make([][32]byte, len(envs))
+	for i, e := range envs {
+		want[i], _ = CanonicalHash(e)
+	}
+	var wg sync.WaitGroup
+	for g := range 4 {
+		wg.Go(func() {
+			for n := range 50 {
+				i := (g*7 + n) % len(envs)
+				h, _ := CanonicalHash(envs[i])
+				_, mh, err := MarshalHash(envs[i])
+				if h != want[i] || err == nil && mh != want[i] {
+					t.Errorf("envelope %d: hash %x, MarshalHash %x, want %x", i, h, mh, want[i])
+				}
+			}
+		})
+	}
+	wg.Wait()
 }
