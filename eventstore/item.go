@@ -68,10 +68,9 @@ func (s *Store) newItem(ctx context.Context, e envelope.Envelope) (*item, error)
 	if p.SequenceNumber != 0 {
 		it.slotKey = slotKeyOf(p.AggregateType, p.AggregateID, p.SequenceNumber, p.Kind)
 	}
-	if it.hash, err = envelope.CanonicalHash(p); err != nil {
-		return nil, err
-	}
-	if it.tmpl, err = newLineTemplate(p); err != nil {
+	// One encoding of the data for both (issue 34); an error here cannot
+	// happen after Prepare (it checked data, metadata and occurred_at).
+	if it.tmpl, it.hash, err = newLineTemplateHash(p); err != nil {
 		return nil, err
 	}
 	if err := s.checkLineSize(it.tmpl); err != nil {

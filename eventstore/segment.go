@@ -106,16 +106,29 @@ type lineTemplate struct {
 }
 
 func newLineTemplate(e envelope.Envelope) (lineTemplate, error) {
+	t, _, err := newLineTemplateHash(e)
+	return t, err
+}
+
+// newLineTemplateHash returns e's line template and e's canonical hash
+// (envelope.CanonicalHash), encoded together (envelope.MarshalHash): the
+// canonical form leaves out sequence_number and position, so the
+// sentinels do not change the hash.
+func newLineTemplateHash(e envelope.Envelope) (lineTemplate, [32]byte, error) {
 	e.SequenceNumber, e.Position = sentinelSeq, sentinelPos
-	b, err := envelope.Marshal(e)
+	b, hash, err := envelope.MarshalHash(e)
 	if err != nil {
-		return lineTemplate{}, fmt.Errorf("eventstore: encode envelope: %w", err)
+		return lineTemplate{}, hash, fmt.Errorf("eventstore: encode envelope: %w", err)
 	}
+	// The marker must occur once (raw data or metadata could hold it
+	// too); the second search starts right after the first occurrence's
+	// first byte, so overlapping occurrences count (bytes.Contains, not
+	// LastIndex: the latter hashes every byte of the line).
 	i := bytes.Index(b, sentinelMarker)
-	if i < 0 || bytes.LastIndex(b, sentinelMarker) != i {
-		return lineTemplate{}, fmt.Errorf("eventstore: encode envelope: unexpected field layout")
+	if i < 0 || bytes.Contains(b[i+1:], sentinelMarker) {
+		return lineTemplate{}, hash, fmt.Errorf("eventstore: encode envelope: unexpected field layout")
 	}
-	return lineTemplate{head: b[:i], tail: b[i+len(sentinelMarker):]}, nil
+	return lineTemplate{head: b[:i], tail: b[i+len(sentinelMarker):]}, hash, nil
 }
 
 // appendLine appends the envelope's line with seq and pos to dst.

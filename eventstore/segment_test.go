@@ -3,6 +3,7 @@ package eventstore
 import (
 	"bytes"
 	"encoding/json"
+	"strings"
 	"testing"
 
 	"github.com/sluicehq/sluice/shared/envelope"
@@ -29,7 +30,9 @@ func TestSegmentKeyRoundTrip(t *testing.T) {
 }
 
 // The committer splices sequence_number and position into a line encoded
-// in the caller's goroutine; the result must be exactly envelope.Marshal.
+// in the caller's goroutine; the result must be exactly envelope.Marshal,
+// and exactly what encoding/json's reflection encoder wrote (older
+// versions' lines), and the hash encoded with it envelope.CanonicalHash.
 func TestLineTemplateMatchesMarshal(t *testing.T) {
 	tricky := `x,"sequence_number":7777777777777777771,"position":7777777777777777772,y`
 	cases := []struct {
@@ -43,6 +46,12 @@ func TestLineTemplateMatchesMarshal(t *testing.T) {
 			e.Metadata.SetString("free", tricky)
 		}},
 		{"expected_seq and actor", func(e *envelope.Envelope) { e.ExpectedSeq = expect(0); e.Actor = "ann" }},
+		{"escapes and transport keys", func(e *envelope.Envelope) {
+			e.Actor = "a\u2028<&>\"\\\x01é"
+			e.Data = json.RawMessage(" { \"b\" : [ 1 , 2.50 ] , \"a\" : \"\u2029\" } ")
+			e.Metadata.SetString(envelope.MetaTraceparent, "00-x")
+			e.Metadata["z"] = json.RawMessage(`{ "n" : 12345678901234567890123 }`)
+		}},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -52,15 +61,21 @@ func TestLineTemplateMatchesMarshal(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			tmpl, err := newLineTemplate(p)
+			tmpl, hash, err := newLineTemplateHash(p)
 			if err != nil {
 				t.Fatal(err)
+			}
+			if want, err := envelope.CanonicalHash(p); err != nil || hash != want {
+				t.Fatalf("hash %x, CanonicalHash %x (%v)", hash, want, err)
 			}
 			got := tmpl.appendLine(nil, 42, 123456789)
 			p.SequenceNumber, p.Position = 42, 123456789
 			want, _ := envelope.Marshal(p)
 			if !bytes.Equal(got, want) {
 				t.Fatalf("spliced line\n%s\nwant\n%s", got, want)
+			}
+			if old, _ := envelope.EncodeJSON(p); !bytes.Equal(got, old) {
+				t.Fatalf("spliced line\n%s\nreflection encoder\n%s", got, old)
 			}
 		})
 	}
@@ -77,5 +92,31 @@ func TestSpansCoalesceAdjacentRanges(t *testing.T) {
 	}
 	if sp[0].key != "a" || sp[0].start != 0 || sp[0].end != 21 || len(sp[0].members) != 2 {
 		t.Errorf("first span %+v", sp[0])
+	}
+}
+
+// Data that holds the sentinel marker makes the line's layout ambiguous:
+// newLineTemplate refuses it (as it always did) rather than splice in the
+// wrong place.
+func TestLineTemplateRefusesMarkerInData(t *testing.T) {
+	for _, tc := range []struct {
+		data    string
+		refused bool
+	}{
+		{`{"a":1` + string(sentinelMarker) + `"b":2}`, true},
+		{`{"a":1` + string(sentinelMarker[:len(sentinelMarker)-1]) + `}`, false},
+	} {
+		t.Run(tc.data, func(t *testing.T) {
+			e := command("Order", "o-1", map[string]any{"a": 1})
+			e.Data = json.RawMessage(tc.data)
+			p, err := envelope.Prepare(e, envelope.DefaultLimits(), nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			_, err = newLineTemplate(p)
+			if refused := err != nil && strings.Contains(err.Error(), "unexpected field layout"); refused != tc.refused || err != nil && !refused {
+				t.Fatalf("error %v, want refused %v", err, tc.refused)
+			}
+		})
 	}
 }

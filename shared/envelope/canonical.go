@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"sync"
 	"unicode/utf8"
 )
 
@@ -30,7 +31,13 @@ func CanonicalJSON(e Envelope) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	out, next, err := appendCanonical(make([]byte, 0, len(enc)), enc, skipSpace(enc, 0), 0)
+	return canonicalBytes(make([]byte, 0, len(enc)), enc)
+}
+
+// canonicalBytes appends the canonical form of enc, canonicalInput's
+// bytes, to dst.
+func canonicalBytes(dst, enc []byte) ([]byte, error) {
+	out, next, err := appendCanonical(dst, enc, skipSpace(enc, 0), 0)
 	if err == nil && skipSpace(enc, next) != len(enc) {
 		err = errors.New("data after the top-level value")
 	}
@@ -44,38 +51,60 @@ func CanonicalJSON(e Envelope) ([]byte, error) {
 // normalised, without sequence_number, position and the transport metadata
 // keys (metadata omitted when nothing is left in it).
 func canonicalInput(e Envelope) ([]byte, error) {
+	enc, _, err := canonicalInputAt(nil, e)
+	return enc, err
+}
+
+// canonicalInputAt appends canonicalInput(e) to dst (a new buffer when dst
+// is nil) and returns the bounds of data's encoding in the result.
+func canonicalInputAt(dst []byte, e Envelope) ([]byte, [2]int, error) {
+	var dataAt [2]int
 	e, err := Normalize(e)
 	if err != nil {
-		return nil, err
+		return nil, dataAt, err
 	}
-	e.SequenceNumber = 0
-	e.Position = 0
-	if len(e.Metadata) > 0 {
-		m := make(Metadata, len(e.Metadata))
-		for k, v := range e.Metadata {
-			if !IsTransportMetadataKey(k) {
-				m[k] = v
-			}
-		}
-		if len(m) == 0 {
-			m = nil
-		}
-		e.Metadata = m
+	// appendEnvelope's canonical variant leaves out sequence_number,
+	// position and the transport keys (no copy of the metadata).
+	if dst == nil {
+		dst = make([]byte, 0, sizeHint(&e))
 	}
-	enc, err := Marshal(e)
+	enc, err := appendEnvelope(dst, &e, true, nil, &dataAt)
 	if err != nil {
-		return nil, fmt.Errorf("envelope: canonical form: %w", err)
+		return nil, dataAt, fmt.Errorf("envelope: canonical form: %w", err)
 	}
-	return enc, nil
+	return enc, dataAt, nil
 }
 
 // CanonicalHash returns the SHA-256 of CanonicalJSON(e).
 func CanonicalHash(e Envelope) ([32]byte, error) {
-	b, err := CanonicalJSON(e)
+	in, form := scratch.Get().(*[]byte), scratch.Get().(*[]byte)
+	defer putScratch(in)
+	defer putScratch(form)
+	enc, _, err := canonicalInputAt((*in)[:0], e)
 	if err != nil {
 		return [32]byte{}, err
 	}
+	*in = enc
+	b, err := canonicalBytes((*form)[:0], enc)
+	if err != nil {
+		return [32]byte{}, err
+	}
+	*form = b
 	return sha256.Sum256(b), nil
+}
+
+// scratch recycles the buffers of the canonical hash: the canonical input
+// and the canonical form are only hashed, never returned.
+var scratch = sync.Pool{New: func() any { return new([]byte) }}
+
+// putScratch returns b to scratch unless it grew beyond the size of a
+// typical envelope (kept for the next hash, a large one would hold its
+// memory).
+func putScratch(b *[]byte) {
+	if cap(*b) > 64<<10 {
+		*b = nil
+	}
+	scratch.Put(b)
 }
 
 // CanonicalHashHex returns CanonicalHash(e) as lower-case hex, the form used

@@ -21,6 +21,11 @@
 //     at every level, drops store-assigned and transport fields, and keeps
 //     numbers exactly as written, so the store's idempotency comparison
 //     (docs/eventstore.md#append-protocol-group-commit) depends on content only, not on key order or whitespace.
+//   - The encodings do not change across versions. Marshal and the
+//     canonical form are computed without reflection but are byte for byte
+//     what encoding/json's encoder of the Envelope struct wrote (the
+//     reference FuzzMarshalMatchesReflection keeps), so lines and hashes
+//     stored by older versions compare equal.
 //   - No two aggregates collide on one key. NormalizeAggregateID maps ids
 //     that are equal after Unicode NFC and trimming to one string and keeps
 //     every other difference (case is significant); EncodePathSegment is a

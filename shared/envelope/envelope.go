@@ -70,13 +70,18 @@ type Envelope struct {
 
 // Marshal encodes e as the store writes it: compact JSON, fields in
 // declaration order, metadata keys sorted, no HTML escaping, no trailing
-// newline. It does not validate e.
-func Marshal(e Envelope) ([]byte, error) { return EncodeJSON(e) }
+// newline. It does not validate e. The bytes (and the error for data or
+// metadata that is not valid JSON) are EncodeJSON(e)'s, written without
+// reflection (encode.go).
+func Marshal(e Envelope) ([]byte, error) {
+	return appendEnvelope(make([]byte, 0, sizeHint(&e)), &e, false, nil, nil)
+}
 
 // EncodeJSON encodes v as the store writes JSON: compact, no HTML escaping
 // ('<', '>' and '&' stay one byte each instead of six), no trailing
-// newline. It is the module's one such encoder (envelopes, metadata, the
-// API's replies and problem documents, declarative projections' documents).
+// newline. It is the module's one such encoder (metadata, the API's
+// replies and problem documents, declarative projections' documents);
+// Marshal writes the same bytes for an Envelope without reflection.
 func EncodeJSON(v any) ([]byte, error) {
 	var buf bytes.Buffer
 	enc := json.NewEncoder(&buf)
@@ -152,10 +157,17 @@ func (ts Timestamp) MarshalJSON() ([]byte, error) {
 	if ts.t.IsZero() {
 		return []byte("null"), nil
 	}
+	return ts.appendJSON(make([]byte, 0, len(timestampLayout)+2))
+}
+
+// appendJSON appends the JSON string of a set timestamp.
+func (ts Timestamp) appendJSON(dst []byte) ([]byte, error) {
 	if y := ts.t.Year(); y < 1 || y > 9999 {
 		return nil, fmt.Errorf("envelope: timestamp year %d out of range", y)
 	}
-	return []byte(`"` + ts.String() + `"`), nil
+	dst = append(dst, '"')
+	dst = ts.t.AppendFormat(dst, timestampLayout)
+	return append(dst, '"'), nil
 }
 
 // UnmarshalJSON decodes a JSON string in RFC 3339 form (null leaves the
