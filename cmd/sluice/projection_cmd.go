@@ -510,7 +510,7 @@ with upcast: latest reads the schema registry in Postgres (DATABASE_URL) to upca
 		RunE: func(cmd *cobra.Command, args []string) error {
 			specs, err := declarative.LoadFiles(args[0])
 			if err != nil {
-				return err
+				return namedFileError(err)
 			}
 			ps, err := declarative.Compile(specs)
 			if err != nil {
@@ -535,7 +535,7 @@ with upcast: latest reads the schema registry in Postgres (DATABASE_URL) to upca
 			if events != "-" {
 				f, err := os.Open(events)
 				if err != nil {
-					return err
+					return namedFileError(err)
 				}
 				defer f.Close()
 				in = f

@@ -118,13 +118,13 @@ against the new version — and stored in the same transaction.`,
 		Example: "  sluice schema register OrderPlaced examples/schemas/OrderPlaced/v3.json --compatibility NONE \\\n      --upcaster examples/schemas/OrderPlaced/upcast-v2.yaml",
 		Args:    cobra.ExactArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			raw, err := os.ReadFile(args[1])
+			raw, err := readNamedFile(args[1])
 			if err != nil {
 				return err
 			}
 			o := schema.RegisterOptions{DryRun: dryRun}
 			if upcasterFile != "" {
-				if o.Upcaster, err = os.ReadFile(upcasterFile); err != nil {
+				if o.Upcaster, err = readNamedFile(upcasterFile); err != nil {
 					return err
 				}
 				o.UpcasterSource = filepath.Base(upcasterFile)
@@ -301,7 +301,7 @@ with upcast: latest use it within EVENT_SCHEMA_REFRESH_INTERVAL. Exit 4: invalid
 		Example: "  sluice schema upcaster set examples/schemas/OrderPlaced/upcast-v1.yaml --dry-run",
 		Args:    cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			raw, err := os.ReadFile(args[0])
+			raw, err := readNamedFile(args[0])
 			if err != nil {
 				return err
 			}
@@ -434,7 +434,7 @@ Exit status 4: incompatible or invalid. See docs/schemas.md.`,
 				// decide; a flag that would not apply is refused, not ignored.
 				return usage("--compatibility and --previous apply offline; with --online the registered versions and the type's mode are checked (set the mode with sluice schema register --compatibility)")
 			}
-			raw, err := os.ReadFile(args[0])
+			raw, err := readNamedFile(args[0])
 			if err != nil {
 				return err
 			}
@@ -507,7 +507,7 @@ func checkOffline(cmd *cobra.Command, in checkInput, compat string, previous []s
 	}
 	var earlier []schema.Version
 	for i, f := range files {
-		b, err := os.ReadFile(f)
+		b, err := readNamedFile(f)
 		if err != nil {
 			return err
 		}
@@ -555,7 +555,7 @@ func candidateUpcaster(path string, candNum int, given string) (string, []byte, 
 	if upPath == "" {
 		return "", nil, nil
 	}
-	up, err := os.ReadFile(upPath)
+	up, err := readNamedFile(upPath)
 	return upPath, up, err
 }
 
