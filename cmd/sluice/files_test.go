@@ -1,8 +1,6 @@
 package main
 
 import (
-	"errors"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -31,23 +29,12 @@ func TestMissingNamedFilesExit3(t *testing.T) {
 		{"schema check of a file that is there", []string{"schema", "check", schema}, 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			cmd := exec.Command(bin, tc.args...)
-			cmd.Env = []string{"PATH=/usr/bin:/bin", "HOME=" + t.TempDir()}
-			var stderr strings.Builder
-			cmd.Stderr = &stderr
-			err := cmd.Run()
-			code := 0
-			var ee *exec.ExitError
-			if errors.As(err, &ee) {
-				code = ee.ExitCode()
-			} else if err != nil {
-				t.Fatal(err)
-			}
+			code, stderr := runExit(t, bin, []string{"PATH=/usr/bin:/bin", "HOME=" + t.TempDir()}, tc.args...)
 			if code != tc.code {
-				t.Fatalf("exit %d, want %d; stderr: %s", code, tc.code, stderr.String())
+				t.Fatalf("exit %d, want %d; stderr: %s", code, tc.code, stderr)
 			}
-			if tc.code == 3 && !strings.Contains(stderr.String(), missing) {
-				t.Errorf("stderr does not name the missing file %s: %s", missing, stderr.String())
+			if tc.code == 3 && !strings.Contains(stderr, missing) {
+				t.Errorf("stderr does not name the missing file %s: %s", missing, stderr)
 			}
 		})
 	}

@@ -77,24 +77,32 @@ func TestUsageErrorsExit2(t *testing.T) {
 		{"version", []string{"version"}, 0, ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			cmd := exec.Command(bin, tc.args...)
 			// Nothing to connect to: a refusal must come before any
 			// connection is tried.
-			cmd.Env = []string{"PATH=/usr/bin:/bin", "DATABASE_URL=postgres://127.0.0.1:1/none?connect_timeout=1",
-				"EVENT_STORE_BACKEND=file", "EVENT_STORE_FILE_DIR=" + t.TempDir(), "KAFKA_BROKERS=127.0.0.1:1"}
-			var stderr strings.Builder
-			cmd.Stderr = &stderr
-			err := cmd.Run()
-			code := 0
-			var ee *exec.ExitError
-			if errors.As(err, &ee) {
-				code = ee.ExitCode()
-			} else if err != nil {
-				t.Fatal(err)
-			}
-			if code != tc.code || !strings.Contains(stderr.String(), tc.want) {
-				t.Errorf("sluice %s: exit %d, stderr %q; want exit %d naming %q", strings.Join(tc.args, " "), code, stderr.String(), tc.code, tc.want)
+			code, stderr := runExit(t, bin, []string{"PATH=/usr/bin:/bin", "DATABASE_URL=postgres://127.0.0.1:1/none?connect_timeout=1",
+				"EVENT_STORE_BACKEND=file", "EVENT_STORE_FILE_DIR=" + t.TempDir(), "KAFKA_BROKERS=127.0.0.1:1"}, tc.args...)
+			if code != tc.code || !strings.Contains(stderr, tc.want) {
+				t.Errorf("sluice %s: exit %d, stderr %q; want exit %d naming %q", strings.Join(tc.args, " "), code, stderr, tc.code, tc.want)
 			}
 		})
 	}
+}
+
+// runExit runs the built binary with env and args and returns its exit
+// code and standard error.
+func runExit(t *testing.T, bin string, env []string, args ...string) (int, string) {
+	t.Helper()
+	cmd := exec.Command(bin, args...)
+	cmd.Env = env
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	err := cmd.Run()
+	var ee *exec.ExitError
+	switch {
+	case errors.As(err, &ee):
+		return ee.ExitCode(), stderr.String()
+	case err != nil:
+		t.Fatal(err)
+	}
+	return 0, stderr.String()
 }
