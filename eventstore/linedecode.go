@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"io"
 	"strconv"
-	"strings"
 	"unicode/utf8"
 
 	"github.com/go-json-experiment/json/jsontext"
@@ -30,25 +29,12 @@ const (
 	lineTextFields
 )
 
-// lineTexts are the string fields of a line being decoded, set at once as
-// substrings of one string (one allocation, not one per field).
+// lineTexts are the string fields of a line being decoded, set at once by
+// envelope.SetTextFields (one allocation, not one per field).
 type lineTexts [lineTextFields][]byte
 
 func (t *lineTexts) set(e *envelope.Envelope) {
-	n := 0
-	for _, b := range t {
-		n += len(b)
-	}
-	var sb strings.Builder
-	sb.Grow(n)
-	for _, b := range t {
-		sb.Write(b)
-	}
-	all, at := sb.String(), 0
-	for i, dst := range [...]*string{&e.EventID, &e.EventType, &e.AggregateType, &e.AggregateID, &e.Actor} {
-		*dst = all[at : at+len(t[i])]
-		at += len(t[i])
-	}
+	envelope.SetTextFields(e, t[lineEventID], t[lineEventType], t[lineAggregateType], t[lineAggregateID], t[lineActor])
 }
 
 // decodeStored decodes raw in one token pass without reflection when it

@@ -194,48 +194,25 @@ func unquoteBytes(v []byte) ([]byte, bool) {
 	return u, true
 }
 
-// fieldTexts gathers the string fields of an envelope being decoded, by
-// envelopeFields index, and sets them at once as substrings of one string
-// (one allocation, not one per field).
-type fieldTexts struct {
-	size int
-	text [len(envelopeFields)][]byte // nil: not set
-}
-
-func (t *fieldTexts) add(f int, text []byte) {
-	if text == nil {
-		text = []byte{} // an empty string is set all the same
+// SetTextFields sets e's string fields (event_id, event_type,
+// aggregate_type, aggregate_id, actor) to the given bytes as substrings of
+// one string: one allocation for all of them, not one per field. Parse and
+// the event store's line decoder set a decoded envelope's fields with it.
+func SetTextFields(e *Envelope, eventID, eventType, aggregateType, aggregateID, actor []byte) {
+	parts := [...][]byte{eventID, eventType, aggregateType, aggregateID, actor}
+	n := 0
+	for _, b := range parts {
+		n += len(b)
 	}
-	t.text[f] = text
-	t.size += len(text)
-}
-
-// set sets e's fields that add was given.
-func (t *fieldTexts) set(e *Envelope) {
 	var sb strings.Builder
-	sb.Grow(t.size)
-	for _, b := range t.text {
+	sb.Grow(n)
+	for _, b := range parts {
 		sb.Write(b)
 	}
 	all, at := sb.String(), 0
-	for f, b := range t.text {
-		if b == nil {
-			continue
-		}
-		s := all[at : at+len(b)]
-		at += len(b)
-		switch f {
-		case fEventID:
-			e.EventID = s
-		case fEventType:
-			e.EventType = s
-		case fAggregateType:
-			e.AggregateType = s
-		case fAggregateID:
-			e.AggregateID = s
-		case fActor:
-			e.Actor = s
-		}
+	for i, dst := range [...]*string{&e.EventID, &e.EventType, &e.AggregateType, &e.AggregateID, &e.Actor} {
+		*dst = all[at : at+len(parts[i])]
+		at += len(parts[i])
 	}
 }
 
@@ -262,7 +239,7 @@ func decodeKind(v []byte) (Kind, error) {
 // metadata's members.
 func decodeFields(s *objectScanner, raw *wireFields) (Envelope, error) {
 	var e Envelope
-	var texts fieldTexts // set once every field is checked
+	var texts wireFields // the string fields' unquoted bytes, set once every field is checked
 	str := func(f int) error {
 		v := raw[f]
 		if v == nil || isNull(v) {
@@ -272,7 +249,7 @@ func decodeFields(s *objectScanner, raw *wireFields) (Envelope, error) {
 		if !ok {
 			return invalid(envelopeFields[f], "string", "must be a JSON string")
 		}
-		texts.add(f, u)
+		texts[f] = u
 		return nil
 	}
 	integer := func(f int) (int64, bool, error) {
@@ -363,7 +340,7 @@ func decodeFields(s *objectScanner, raw *wireFields) (Envelope, error) {
 		}
 		e.SchemaVersion = int(n)
 	}
-	texts.set(&e)
+	SetTextFields(&e, texts[fEventID], texts[fEventType], texts[fAggregateType], texts[fAggregateID], texts[fActor])
 	return e, nil
 }
 
