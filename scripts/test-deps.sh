@@ -25,31 +25,39 @@ if [ -z "${SLUICE_TEST_DATABASE_URL:-}" ]; then
     $SUDO apt-get update -qq
     DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq postgresql >/dev/null
   fi
-  if ! pg_isready -q -h /var/run/postgresql; then
-    cluster=$(pg_lsclusters -h 2>/dev/null | awk 'NR==1{print $1" "$2}')
-    if [ -z "$cluster" ]; then
-      major=$(ls /usr/lib/postgresql | sort -n | tail -1)
-      log "creating PostgreSQL cluster $major/main"
-      $SUDO pg_createcluster "$major" main >/dev/null
-      cluster="$major main"
-    fi
+  # The tests connect to the default socket (port 5432): use the cluster that
+  # listens there, whatever its name, and create one only when none does.
+  # Other clusters on the machine (a benchmark's, say) are left alone.
+  cluster=$(pg_lsclusters -h 2>/dev/null | awk '$3==5432{print $1" "$2; exit}')
+  if [ -z "$cluster" ]; then
+    major=$(ls /usr/lib/postgresql | sort -n | tail -1)
+    name=main
+    pg_lsclusters -h 2>/dev/null | awk -v m="$major" '$1==m && $2=="main"{f=1} END{exit !f}' && name=sluice_test
+    log "creating PostgreSQL cluster $major/$name on port 5432"
+    $SUDO pg_createcluster -p 5432 "$major" "$name" >/dev/null
+    cluster="$major $name"
+  fi
+  if ! pg_isready -q -h /var/run/postgresql -p 5432; then
     log "starting PostgreSQL cluster $cluster"
     $SUDO pg_ctlcluster $cluster start
-    for _ in $(seq 1 60); do pg_isready -q -h /var/run/postgresql && break; sleep 0.5; done
+    for _ in $(seq 1 60); do pg_isready -q -h /var/run/postgresql -p 5432 && break; sleep 0.5; done
   fi
   me=$(id -un)
-  if ! psql -h /var/run/postgresql -d postgres -Atc 'select 1' >/dev/null 2>&1; then
+  if ! psql -h /var/run/postgresql -p 5432 -d postgres -Atc 'select 1' >/dev/null 2>&1; then
     log "creating superuser role $me"
-    su postgres -c "createuser -s $me" 2>/dev/null || $SUDO -u postgres createuser -s "$me"
+    if [ "$(id -u)" -eq 0 ]; then
+      su postgres -c "createuser -h /var/run/postgresql -p 5432 -s $me"
+    else
+      sudo -u postgres createuser -h /var/run/postgresql -p 5432 -s "$me"
+    fi
   fi
   # Plenty of connections for parallel test packages.
-  max=$(psql -h /var/run/postgresql -d postgres -Atc 'show max_connections')
+  max=$(psql -h /var/run/postgresql -p 5432 -d postgres -Atc 'show max_connections')
   if [ "$max" -lt 300 ]; then
     log "raising max_connections to 300 (restart)"
-    psql -h /var/run/postgresql -d postgres -qc "alter system set max_connections = 300"
-    cluster=$(pg_lsclusters -h | awk 'NR==1{print $1" "$2}')
+    psql -h /var/run/postgresql -p 5432 -d postgres -qc "alter system set max_connections = 300"
     $SUDO pg_ctlcluster $cluster restart
-    for _ in $(seq 1 60); do pg_isready -q -h /var/run/postgresql && break; sleep 0.5; done
+    for _ in $(seq 1 60); do pg_isready -q -h /var/run/postgresql -p 5432 && break; sleep 0.5; done
   fi
 fi
 
