@@ -46,8 +46,10 @@ func TestMain(m *testing.M) {
 	switch os.Getenv(envRole) {
 	case "":
 	case roleKafka:
+		sluiceRuntime()
 		os.Exit(serveKafka(os.Getenv(envAddr), os.Getenv(envDir)))
 	case roleES:
+		sluiceRuntime()
 		os.Exit(serveES(os.Getenv(envAddr), os.Getenv(envDir)))
 	default:
 		fmt.Fprintf(os.Stderr, "pipelinebench: unknown %s %q\n", envRole, os.Getenv(envRole))

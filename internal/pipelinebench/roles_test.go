@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"runtime/debug"
 	"strconv"
 	"strings"
 	"sync"
@@ -19,6 +20,8 @@ import (
 
 	"github.com/sluicehq/sluice/esserver"
 	"github.com/sluicehq/sluice/readmodel"
+	"github.com/sluicehq/sluice/shared/config"
+	"github.com/sluicehq/sluice/shared/observability"
 )
 
 // The roles the test binary plays when re-executed (TestMain).
@@ -26,6 +29,20 @@ const (
 	roleKafka = "kafka"
 	roleES    = "elasticsearch"
 )
+
+// sluiceRuntime gives a role the Go runtime settings of a sluice process:
+// `sluice dev` runs the embedded Kafka and Elasticsearch server inside its
+// own process, under sluice's GOGC (400 unless set, cmd/sluice
+// applyRuntime), not the Go runtime's 100 — which cost the server a
+// quarter of its CPU in collections of its heap of documents.
+func sluiceRuntime() {
+	var rt observability.RuntimeConfig
+	if err := config.Parse(&rt, config.EnvironOS()); err != nil {
+		fmt.Fprintln(os.Stderr, "pipelinebench role:", err)
+		os.Exit(2)
+	}
+	debug.SetGCPercent(rt.GCPercent())
+}
 
 // serveKafka runs a one-broker kfake cluster on addr with its log in dir,
 // as `sluice dev` runs its embedded Kafka, until SIGTERM.
