@@ -149,7 +149,9 @@ func (History) Project(e envelope.Envelope) ([]Op, error) {
 	if err != nil {
 		return nil, fmt.Errorf("history: %w", err)
 	}
-	return []Op{{Scope: db, ID: envelope.ESDocumentID(e.EventID), Create: true, Doc: doc}}, nil
+	// json.Marshal writes compact JSON (a RawMessage compacted too), so the
+	// bulk line copies it instead of compacting it again.
+	return []Op{{Scope: db, ID: envelope.ESDocumentID(e.EventID), Create: true, Doc: doc, Compact: true}}, nil
 }
 
 func metaString(e envelope.Envelope, key string) string {
