@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"testing"
 
 	"github.com/sluicehq/sluice/esserver"
@@ -50,4 +51,137 @@ func BenchmarkBulkIndexPersistent(b *testing.B) {
 	}
 	defer func() { _ = srv.Close() }()
 	benchBulk(b, srv)
+}
+
+// The benchmarks below reproduce the requests sluice sends per command:
+// the projection worker's and readmodel.WriteInstances' _bulk (index
+// actions through the write alias with version_type external and
+// require_alias, refresh=false), the stateful read models' _mget
+// (realtime=true) and a GET of one instance document. Read them for
+// allocs/op and B/op (-benchtime=Nx); ns/op is not their point.
+
+const (
+	benchItems      = 100
+	benchIndex      = "sluiceapp_instances_v1"
+	benchReadAlias  = "sluiceapp_instances"
+	benchWriteAlias = "sluiceapp_instances_write"
+)
+
+// newInstancesServer returns srv with the instances index and its two
+// aliases, as readmodel.EnsureIndex creates them.
+func newInstancesServer(b *testing.B, srv http.Handler) http.Handler {
+	b.Helper()
+	body := `{"aliases":{"` + benchReadAlias + `":{},"` + benchWriteAlias + `":{"is_write_index":true}}}`
+	benchDo(b, srv, http.MethodPut, "/"+benchIndex, []byte(body))
+	return srv
+}
+
+func benchDo(b *testing.B, srv http.Handler, method, target string, body []byte) *httptest.ResponseRecorder {
+	var req *http.Request
+	if body == nil {
+		req = httptest.NewRequest(method, target, nil)
+	} else {
+		req = httptest.NewRequest(method, target, bytes.NewReader(body))
+		req.Header.Set("Content-Type", "application/json")
+	}
+	rec := httptest.NewRecorder()
+	srv.ServeHTTP(rec, req)
+	if rec.Code != http.StatusOK && rec.Code != http.StatusCreated {
+		b.Fatalf("%s %s: status %d: %s", method, target, rec.Code, rec.Body.String())
+	}
+	return rec
+}
+
+// appendInstanceBulk appends the _bulk body of benchItems instance
+// documents at version, as readmodel.WriteInstances encodes them.
+func appendInstanceBulk(dst []byte, version int64) []byte {
+	for j := 0; j < benchItems; j++ {
+		dst = append(dst, `{"index":{"_index":"`+benchWriteAlias+`","_id":"order:o-`...)
+		dst = strconv.AppendInt(dst, int64(j), 10)
+		dst = append(dst, `","version":`...)
+		dst = strconv.AppendInt(dst, version, 10)
+		dst = append(dst, `,"version_type":"external","require_alias":true}}`+"\n"...)
+		dst = append(dst, `{"amount":12.5,"class":"order","created_at":"2024-05-01T10:00:00Z","customer":"c-`...)
+		dst = strconv.AppendInt(dst, int64(j%97), 10)
+		dst = append(dst, `","db":"app","deleted":false,"event_id":"0190a1b2-c3d4-7e5f-8a9b-0c1d2e3f4a5b","instance_id":"o-`...)
+		dst = strconv.AppendInt(dst, int64(j), 10)
+		dst = append(dst, `","items":3,"sequence_number":`...)
+		dst = strconv.AppendInt(dst, version, 10)
+		dst = append(dst, `,"status":"active","updated_at":"2024-05-01T10:00:00Z"}`+"\n"...)
+	}
+	return dst
+}
+
+// benchInstanceBulk sends one _bulk of benchItems external-version index
+// actions per op, each op one version above the last (every item applied).
+func benchInstanceBulk(b *testing.B, srv http.Handler) {
+	var body []byte
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		body = appendInstanceBulk(body[:0], int64(i+1))
+		rec := benchDo(b, srv, http.MethodPost, "/_bulk?refresh=false", body)
+		if bytes.Contains(rec.Body.Bytes()[:min(rec.Body.Len(), 40)], []byte(`"errors":true`)) {
+			b.Fatalf("bulk item errors: %.300s", rec.Body.String())
+		}
+	}
+}
+
+// BenchmarkBulkIndexExternal is the projection worker's _bulk on the
+// in-memory server.
+func BenchmarkBulkIndexExternal(b *testing.B) {
+	benchInstanceBulk(b, newInstancesServer(b, esserver.New()))
+}
+
+// BenchmarkBulkIndexExternalPipeline is BenchmarkBulkIndexExternal as the
+// pipeline benchmark serves it (internal/pipelinebench serveES): a server
+// made by Open behind a WriteLog.
+func BenchmarkBulkIndexExternalPipeline(b *testing.B) {
+	srv, err := esserver.Open(b.TempDir())
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer func() { _ = srv.Close() }()
+	h := esserver.NewWriteLog(func(esserver.Write) {}).Wrap(srv)
+	benchInstanceBulk(b, newInstancesServer(b, h))
+}
+
+// newLoadedInstancesServer returns an in-memory server whose instances
+// index holds benchItems documents.
+func newLoadedInstancesServer(b *testing.B) http.Handler {
+	srv := newInstancesServer(b, esserver.New())
+	benchDo(b, srv, http.MethodPost, "/_bulk?refresh=false", appendInstanceBulk(nil, 1))
+	return srv
+}
+
+// BenchmarkMget is readmodel.Mget of benchItems documents through the
+// write alias, in real time.
+func BenchmarkMget(b *testing.B) {
+	srv := newLoadedInstancesServer(b)
+	body := []byte(`{"docs":[`)
+	for j := 0; j < benchItems; j++ {
+		if j > 0 {
+			body = append(body, ',')
+		}
+		body = append(body, `{"_index":"`+benchWriteAlias+`","_id":"order:o-`...)
+		body = strconv.AppendInt(body, int64(j), 10)
+		body = append(body, `"}`...)
+	}
+	body = append(body, `]}`...)
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		benchDo(b, srv, http.MethodPost, "/_mget?realtime=true", body)
+	}
+}
+
+// BenchmarkGetDoc is readmodel.GetInstance: one document by id through
+// the write alias, in real time.
+func BenchmarkGetDoc(b *testing.B) {
+	srv := newLoadedInstancesServer(b)
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		benchDo(b, srv, http.MethodGet, "/"+benchWriteAlias+"/_doc/order:o-7?realtime=true", nil)
+	}
 }
