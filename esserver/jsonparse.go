@@ -13,8 +13,13 @@ const maxJSONDepth = 1000
 
 // jsonParser is a small, allocation-conscious JSON parser producing the
 // same values as encoding/json with UseNumber.
+//
+// src is data as one string: the strings without escapes and the numbers
+// the parser returns are slices of it, so a value costs no copy of its own
+// (one copy of the input instead of one per string).
 type jsonParser struct {
 	data  []byte
+	src   string
 	pos   int
 	depth int
 }
@@ -42,7 +47,7 @@ func (p *jsonParser) skipWS() {
 }
 
 func parseJSON(data []byte) (any, error) {
-	p := &jsonParser{data: data}
+	p := &jsonParser{data: data, src: string(data)}
 	p.skipWS()
 	if p.pos >= len(data) {
 		return nil, p.errorf("Unexpected end-of-input: expected a JSON value")
@@ -130,7 +135,7 @@ func (p *jsonParser) number() (any, error) {
 			return nil, p.errorf("Unexpected character: exponent indicator not followed by a digit")
 		}
 	}
-	return json.Number(p.data[start:p.pos]), nil
+	return json.Number(p.src[start:p.pos]), nil
 }
 
 func (p *jsonParser) str() (string, error) {
@@ -140,12 +145,12 @@ func (p *jsonParser) str() (string, error) {
 	for p.pos < len(p.data) {
 		c := p.data[p.pos]
 		if c == '"' {
-			s := p.data[start:p.pos]
+			s := p.src[start:p.pos]
 			p.pos++
-			if !utf8.Valid(s) {
-				return string([]rune(string(s))), nil
+			if !utf8.ValidString(s) {
+				return string([]rune(s)), nil
 			}
-			return string(s), nil
+			return s, nil
 		}
 		if c == '\\' {
 			break
