@@ -230,7 +230,10 @@ func (s *Server) handleBulk(rq *request, target string) response {
 		return errResp(err)
 	}
 	fault := rq.fault
-	results := make([]any, len(items))
+	// The items are rendered into one buffer as they are applied: no
+	// buffer and boxed value per item, no second copy at the end.
+	out := make([]byte, 0, 64+len(items)*256)
+	out = append(out, '[')
 	hasErrors := false
 	type shardRef struct {
 		ix    *index
@@ -260,7 +263,14 @@ func (s *Server) handleBulk(rq *request, target string) response {
 		if res.ix != nil && res.err == nil {
 			touched[shardRef{res.ix, res.ix.shardOf(res.id)}] = true
 		}
-		results[i] = bulkItemResponse(op, res, refresh == refreshForce)
+		if i > 0 {
+			out = append(out, ',')
+		}
+		var aerr error
+		if out, aerr = appendBulkItem(out, op, res, refresh == refreshForce); aerr != nil {
+			s.mu.Unlock()
+			return errResp(newErr(http.StatusInternalServerError, "exception", "esserver: marshal response: %s", aerr.Error()))
+		}
 		if res.err != nil {
 			hasErrors = true
 		}
@@ -271,7 +281,8 @@ func (s *Server) handleBulk(rq *request, target string) response {
 		}
 	}
 	s.mu.Unlock()
-	return ok(newOrderedMap().Set("errors", hasErrors).Set("took", s.took(rq)).Set("items", results))
+	out = append(out, ']')
+	return ok(newOrderedMap().Set("errors", hasErrors).Set("took", s.took(rq)).Set("items", rawJSON(out)))
 }
 
 func rejectedExecution() *esError {
@@ -286,9 +297,10 @@ func faultItemError(status int) *esError {
 	return newErr(status, "exception", "injected bulk item failure with status [%d]", status)
 }
 
-func bulkItemResponse(op *writeOp, res writeResult, forced bool) any {
+// appendBulkItem appends the answer to one bulk item to b.
+func appendBulkItem(b []byte, op *writeOp, res writeResult, forced bool) ([]byte, error) {
 	if res.err == nil && !res.noop && !(op.action == "update" && op.sourceFilter != nil && !op.sourceFilter.disabled) {
-		return rawJSON(appendBulkSuccess(make([]byte, 0, 200), op.action, res, forced))
+		return appendBulkSuccess(b, op.action, res, forced), nil
 	}
 	var body *orderedMap
 	if res.err != nil {
@@ -301,7 +313,7 @@ func bulkItemResponse(op *writeOp, res writeResult, forced bool) any {
 			body.Set("get", updateGet(res, op.sourceFilter))
 		}
 	}
-	return map[string]any{op.action: body}
+	return appendJSON(b, map[string]any{op.action: body})
 }
 
 func nilIfEmpty(id string, op *writeOp) any {
