@@ -238,7 +238,7 @@ func (s *Server) serve(rq *request, w http.ResponseWriter) response {
 	}
 
 	if r.Body != nil {
-		body, rerr := io.ReadAll(io.LimitReader(r.Body, s.cfg.maxBodyBytes+1))
+		body, rerr := readBody(r, s.cfg.maxBodyBytes)
 		if rerr != nil {
 			return errResp(errIllegalArgument("failed to read request body: %s", rerr.Error()))
 		}
@@ -258,6 +258,20 @@ func (s *Server) serve(rq *request, w http.ResponseWriter) response {
 		rq.body = []byte(src)
 	}
 	return s.route(rq)
+}
+
+// readBody reads r's body, at most limit+1 bytes. A body of a known
+// length within the limit is read into one buffer of its size (io.ReadAll
+// would grow one by copies, several times the body per request).
+func readBody(r *http.Request, limit int64) ([]byte, error) {
+	lr := io.LimitReader(r.Body, limit+1)
+	if n := r.ContentLength; n > 0 && n <= limit {
+		var buf bytes.Buffer
+		buf.Grow(int(n) + bytes.MinRead) // ReadFrom wants MinRead free
+		_, err := buf.ReadFrom(lr)
+		return buf.Bytes(), err
+	}
+	return io.ReadAll(lr)
 }
 
 func checkContentType(ct string) *esError {
