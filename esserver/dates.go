@@ -276,8 +276,12 @@ func parseDateFormats(s, formats string) (time.Time, string, error) {
 		t, err := parseDateFormat(s, formats)
 		return t, formats, err
 	}
+	// The formats are cut one by one (no slice per value: this runs for
+	// every date of every document indexed).
 	var firstErr error
-	for _, f := range strings.Split(formats, "||") {
+	for rest, more := formats, true; more; {
+		var f string
+		f, rest, more = strings.Cut(rest, "||")
 		t, err := parseDateFormat(s, strings.TrimSpace(f))
 		if err == nil {
 			return t, f, nil
