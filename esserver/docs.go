@@ -736,6 +736,9 @@ func (s *Server) handleGetDoc(rq *request, target, id string, sourceOnly bool) r
 		}
 		return ok(f.apply(e.parsed))
 	}
+	if !hasStored && f.isNoop() {
+		return ok(appendGetFound(make([]byte, 0, len(e.source)+128+len(ix.name)+len(e.id)), ix, e))
+	}
 	return ok(getBody(ix, e, f, stored, hasStored))
 }
 
