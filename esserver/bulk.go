@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"net/http"
 	"strconv"
+	"strings"
+	"unicode/utf8"
 )
 
 type bulkItem struct {
@@ -48,17 +50,11 @@ func parseBulk(body []byte, defIndex string, defPipeline string, defRequireAlias
 			continue
 		}
 		actionLine := line
-		action, meta, err := parseBulkAction(l, actionLine)
-		if err != nil {
+		op := &writeOp{index: defIndex, pipeline: defPipeline, requireAlias: defRequireAlias, versionType: vtInternal, detectNoop: true}
+		if err := readBulkAction(op, l, actionLine, defSource); err != nil {
 			return nil, err
 		}
-		op := &writeOp{action: action, index: defIndex, pipeline: defPipeline, requireAlias: defRequireAlias, versionType: vtInternal, detectNoop: true}
-		if action == "update" {
-			op.sourceFilter = defSource
-		}
-		if err := applyBulkMeta(op, meta, actionLine); err != nil {
-			return nil, err
-		}
+		action := op.action
 		it := &bulkItem{op: op, line: actionLine}
 		if action != "delete" {
 			src, more := nextLine()
@@ -92,6 +88,187 @@ func parseBulk(body []byte, defIndex string, defPipeline string, defRequireAlias
 		return nil, errValidation("no requests added")
 	}
 	return items, nil
+}
+
+// readBulkAction sets op's action and metadata from action line l: a line
+// of the common form (scanBulkAction) without the general parser, any
+// other through parseBulkAction and applyBulkMeta.
+func readBulkAction(op *writeOp, l []byte, line int, defSource *sourceFilter) *esError {
+	if m, ok := scanBulkAction(l); ok {
+		op.action = m.action
+		if m.action == "update" {
+			op.sourceFilter = defSource
+		}
+		return m.apply(op)
+	}
+	action, meta, err := parseBulkAction(l, line)
+	if err != nil {
+		return err
+	}
+	op.action = action
+	if action == "update" {
+		op.sourceFilter = defSource
+	}
+	return applyBulkMeta(op, meta, line)
+}
+
+// bulkMeta is an action line of the common form, as sluice's projection
+// worker writes it: compact, one action, its members among _index, _id,
+// routing (strings without escapes), version, if_seq_no, if_primary_term
+// (integers), version_type (a string) and require_alias (a boolean), each
+// at most once.
+type bulkMeta struct {
+	action, index, id, versionType                                   string
+	hasIndex, hasID, hasVersion, hasVT, hasRA, ra, hasSeqNo, hasTerm bool
+	hasRouting                                                       bool
+	version, seqNo, term                                             int64
+}
+
+// scanBulkAction reads l when it is of bulkMeta's form; ok is false for
+// any other line (which the general parser then reads, errors included).
+func scanBulkAction(l []byte) (m bulkMeta, ok bool) {
+	sc := &lineScanner{src: string(l)}
+	if !sc.lit("{") {
+		return m, false
+	}
+	if m.action, ok = sc.str(); !ok || !sc.lit(":{") {
+		return m, false
+	}
+	switch m.action {
+	case "index", "create", "update", "delete":
+	default:
+		return m, false
+	}
+	for first := true; !sc.lit("}}"); first = false {
+		if !first && !sc.lit(",") {
+			return m, false
+		}
+		k, ok := sc.str()
+		if !ok || !sc.lit(":") || !m.member(k, sc) {
+			return m, false
+		}
+	}
+	if sc.p != len(sc.src) || !(m.hasIndex || m.hasID || m.hasRouting || m.hasVT || m.hasVersion || m.hasSeqNo || m.hasTerm || m.hasRA) {
+		return m, false
+	}
+	return m, true
+}
+
+// member reads the value of member k at sc; false for a name bulkMeta
+// does not take, a second member of a name, or a value of another form.
+func (m *bulkMeta) member(k string, sc *lineScanner) bool {
+	var dup, ok bool
+	switch k {
+	case "_index":
+		dup, m.hasIndex = m.hasIndex, true
+		m.index, ok = sc.str()
+	case "_id":
+		dup, m.hasID = m.hasID, true
+		m.id, ok = sc.str()
+	case "routing":
+		dup, m.hasRouting = m.hasRouting, true
+		_, ok = sc.str()
+	case "version_type":
+		dup, m.hasVT = m.hasVT, true
+		m.versionType, ok = sc.str()
+	case "version":
+		dup, m.hasVersion = m.hasVersion, true
+		m.version, ok = sc.integer()
+	case "if_seq_no":
+		dup, m.hasSeqNo = m.hasSeqNo, true
+		m.seqNo, ok = sc.integer()
+	case "if_primary_term":
+		dup, m.hasTerm = m.hasTerm, true
+		m.term, ok = sc.integer()
+	case "require_alias":
+		dup, m.hasRA = m.hasRA, true
+		m.ra = sc.lit("true")
+		ok = m.ra || sc.lit("false")
+	}
+	return ok && !dup
+}
+
+// lineScanner reads the tokens of bulkMeta's form from src at p.
+type lineScanner struct {
+	src string
+	p   int
+}
+
+// lit consumes w when src continues with it.
+func (sc *lineScanner) lit(w string) bool {
+	if strings.HasPrefix(sc.src[sc.p:], w) {
+		sc.p += len(w)
+		return true
+	}
+	return false
+}
+
+// str reads a string without escapes: a slice of src.
+func (sc *lineScanner) str() (string, bool) {
+	if sc.p >= len(sc.src) || sc.src[sc.p] != '"' {
+		return "", false
+	}
+	for i := sc.p + 1; i < len(sc.src); i++ {
+		switch c := sc.src[i]; {
+		case c == '"':
+			v := sc.src[sc.p+1 : i]
+			sc.p = i + 1
+			return v, utf8.ValidString(v)
+		case c == '\\' || c < 0x20:
+			return "", false
+		}
+	}
+	return "", false
+}
+
+// integer reads a non-negative integer of at most 18 digits.
+func (sc *lineScanner) integer() (int64, bool) {
+	i := sc.p
+	for i < len(sc.src) && sc.src[i] >= '0' && sc.src[i] <= '9' {
+		i++
+	}
+	if i == sc.p || i-sc.p > 18 || (sc.src[sc.p] == '0' && i-sc.p > 1) {
+		return 0, false
+	}
+	n, err := strconv.ParseInt(sc.src[sc.p:i], 10, 64)
+	sc.p = i
+	return n, err == nil
+}
+
+// apply sets m on op as applyBulkMeta sets the same members.
+func (m *bulkMeta) apply(op *writeOp) *esError {
+	if m.hasIndex {
+		op.index = m.index
+	}
+	if m.hasID {
+		op.id = m.id
+	}
+	if m.hasVersion {
+		op.hasVersion, op.version = true, m.version
+	}
+	if m.hasVT {
+		vt, err := parseVersionType(m.versionType)
+		if err != nil {
+			return err
+		}
+		op.versionType = vt
+	}
+	if m.hasSeqNo {
+		op.hasIfSeqNo, op.ifSeqNo = true, m.seqNo
+	}
+	if m.hasTerm {
+		op.hasIfTerm, op.ifTerm = true, m.term
+	}
+	if m.hasRA {
+		op.requireAlias = m.ra
+	}
+	if !m.hasID && (op.action == "index" || op.action == "create") {
+		op.autoID = true
+	}
+	if op.index == "" {
+		op.missingIndex = true
+	}
+	return nil
 }
 
 func parseBulkAction(l []byte, line int) (string, map[string]any, *esError) {
