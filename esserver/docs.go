@@ -736,6 +736,12 @@ func (s *Server) handleGetDoc(rq *request, target, id string, sourceOnly bool) r
 		}
 		return ok(f.apply(e.parsed))
 	}
+	return getAnswer(ix, e, f, stored, hasStored)
+}
+
+// getAnswer is getBody, rendered directly (appendGetFound) for a document
+// with its whole _source and no stored fields.
+func getAnswer(ix *index, e *docEntry, f *sourceFilter, stored []string, hasStored bool) response {
 	if !hasStored && f.isNoop() {
 		return ok(appendGetFound(make([]byte, 0, len(e.source)+128+len(ix.name)+len(e.id)), ix, e))
 	}
