@@ -260,14 +260,19 @@ func (s *Server) serve(rq *request, w http.ResponseWriter) response {
 	return s.route(rq)
 }
 
+// presizeMax bounds the buffer readBody allocates before the body arrives.
+const presizeMax = 4 << 20
+
 // readBody reads r's body, at most limit+1 bytes. A body of a known
 // length within the limit is read into one buffer of its size (io.ReadAll
-// would grow one by copies, several times the body per request).
+// would grow one by copies, several times the body per request); the size
+// taken on the client's word is capped at presizeMax, so a request that
+// announces a large body and sends little holds little memory.
 func readBody(r *http.Request, limit int64) ([]byte, error) {
 	lr := io.LimitReader(r.Body, limit+1)
 	if n := r.ContentLength; n > 0 && n <= limit {
 		var buf bytes.Buffer
-		buf.Grow(int(n) + bytes.MinRead) // ReadFrom wants MinRead free
+		buf.Grow(int(min(n, presizeMax)) + bytes.MinRead) // ReadFrom wants MinRead free
 		_, err := buf.ReadFrom(lr)
 		return buf.Bytes(), err
 	}
