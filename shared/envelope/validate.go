@@ -122,7 +122,10 @@ type wireFields [len(envelopeFields)][]byte
 // JSON object with no duplicate keys at any level and no unknown top-level
 // fields; explicit 0 for sequence_number, position or schema_version is
 // rejected. An absent occurred_at stays unset (see FillDefaults). Errors are
-// *ValidationError.
+// *ValidationError; the first fault in the input's order is reported, and
+// among the metadata rules Validate applies after the scan, the rule of
+// Validate (the first key at fault in byte order), so the same bytes always
+// get the same error.
 //
 // After the text check (CheckJSONText, a byte scan), the envelope is
 // tokenized once, data and metadata with it (depth, duplicate keys), by a
@@ -408,7 +411,11 @@ func Prepare(e Envelope, limits Limits, now func() time.Time) (Envelope, error) 
 // normalised envelope (see Normalize): an aggregate_id that is not in
 // normal form, an upper-case event_id, nil data or schema_version 0 are
 // reported, not repaired. Store-assigned fields may be unset:
-// sequence_number and position 0, occurred_at zero.
+// sequence_number and position 0, occurred_at zero. When several metadata
+// members are at fault, the error is that of the first in the byte order
+// of their keys (the order Marshal writes them in), never one chosen by Go's
+// map iteration order; the well-known keys (command_id, kafka_topic, …)
+// are checked after every member, in a fixed order.
 func Validate(e Envelope, limits Limits) error {
 	return validate(e, limits.WithDefaults(), 0, false)
 }
@@ -557,6 +564,14 @@ func checkObject(field string, b []byte, maxDepth int) error {
 	return walkObject(b, field, maxDepth)
 }
 
+// validateMetadata checks m's members, its well-known string keys
+// (checkStringMetadata) and its encoded size and depth. When several
+// members are at fault (a key that is not valid text, a value that is not
+// valid text or not one valid JSON value), the error is the one of the
+// first of them in the order of their keys' bytes, the order Marshal
+// writes them in, whatever Go's map iteration order: the same envelope
+// always gets the same error. checkStringMetadata goes through its keys in
+// a fixed order as well.
 func validateMetadata(m Metadata, l Limits, scanned bool) error {
 	if len(m) == 0 {
 		return nil
@@ -565,26 +580,24 @@ func validateMetadata(m Metadata, l Limits, scanned bool) error {
 	// ids and trace headers are), so the object nests one level and has
 	// no keys but m's; bound bounds its encoding as EncodedBound does.
 	scalars, bound := true, 2
+	bad, faulty := "", false // the least key at fault so far
 	for k, v := range m {
-		if err := CheckText(k, "metadata"); err != nil {
-			return err
+		if faulty && k > bad {
+			continue // a later key's fault would not be reported
 		}
-		if !scanned {
-			// Parse checked the whole envelope's text already. The
-			// field's name is built only for the error.
-			if _, _, ok := ScanJSONText(v); !ok {
-				return CheckJSONText(v, "metadata."+k)
-			}
-		}
-		if len(v) == 0 || !scanned && !json.Valid(v) {
-			// Parse split the values out of the envelope it scanned:
-			// each is one valid JSON value.
-			return malformed("metadata."+k, "JSON", "is not a valid JSON value")
+		if checkMetadataMember(k, v, scanned) != nil {
+			bad, faulty = k, true
+			continue
 		}
 		if c := bytes.TrimLeft(v, " \t\r\n")[0]; c == '{' || c == '[' {
 			scalars = false
 		}
 		bound += 6 * (len(k) + len(v) + 1)
+	}
+	if faulty {
+		// Built again for the one key reported: the other faults'
+		// errors are never built.
+		return checkMetadataMember(bad, m[bad], scanned)
 	}
 	if err := checkStringMetadata(m); err != nil {
 		return err
@@ -607,6 +620,28 @@ func validateMetadata(m Metadata, l Limits, scanned bool) error {
 		return nil
 	}
 	return walkObject(b, "metadata", l.MaxDataDepth)
+}
+
+// checkMetadataMember checks one member of metadata: its key is valid
+// text and, unless Parse scanned the envelope (scanned), its value is
+// valid text and one valid JSON value. A nil error means v is not empty.
+func checkMetadataMember(k string, v []byte, scanned bool) error {
+	if err := CheckText(k, "metadata"); err != nil {
+		return err
+	}
+	if !scanned {
+		// Parse checked the whole envelope's text already. The
+		// field's name is built only for the error.
+		if _, _, ok := ScanJSONText(v); !ok {
+			return CheckJSONText(v, "metadata."+k)
+		}
+	}
+	if len(v) == 0 || !scanned && !json.Valid(v) {
+		// Parse split the values out of the envelope it scanned:
+		// each is one valid JSON value.
+		return malformed("metadata."+k, "JSON", "is not a valid JSON value")
+	}
+	return nil
 }
 
 // checkStringMetadata checks the well-known keys of m that hold strings
