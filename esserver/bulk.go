@@ -262,12 +262,7 @@ func (m *bulkMeta) apply(op *writeOp) *esError {
 	if m.hasRA {
 		op.requireAlias = m.ra
 	}
-	if !m.hasID && (op.action == "index" || op.action == "create") {
-		op.autoID = true
-	}
-	if op.index == "" {
-		op.missingIndex = true
-	}
+	settleBulkMeta(op, m.hasID)
 	return nil
 }
 
@@ -380,13 +375,22 @@ func applyBulkMeta(op *writeOp, meta map[string]any, line int) *esError {
 			return errIllegalArgument("Action/metadata line [%d] contains an unknown parameter [%s]", line, k)
 		}
 	}
-	if _, hasID := meta["_id"]; !hasID && (op.action == "index" || op.action == "create") {
+	_, hasID := meta["_id"]
+	settleBulkMeta(op, hasID)
+	return nil
+}
+
+// settleBulkMeta completes op once its action line is read, by either
+// reader: an index or create without _id gets an id of its own, and an
+// op left without an index (none on the line, none in the path) fails as
+// "index is missing".
+func settleBulkMeta(op *writeOp, hasID bool) {
+	if !hasID && (op.action == "index" || op.action == "create") {
 		op.autoID = true
 	}
 	if op.index == "" {
 		op.missingIndex = true
 	}
-	return nil
 }
 
 func (s *Server) handleBulk(rq *request, target string) response {
