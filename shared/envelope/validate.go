@@ -580,13 +580,14 @@ func validateMetadata(m Metadata, l Limits, scanned bool) error {
 	// ids and trace headers are), so the object nests one level and has
 	// no keys but m's; bound bounds its encoding as EncodedBound does.
 	scalars, bound := true, 2
-	bad, faulty := "", false // the least key at fault so far
+	var bad string // the least key at fault so far, badErr its fault
+	var badErr error
 	for k, v := range m {
-		if faulty && k > bad {
+		if badErr != nil && k > bad {
 			continue // a later key's fault would not be reported
 		}
-		if checkMetadataMember(k, v, scanned) != nil {
-			bad, faulty = k, true
+		if err := checkMetadataMember(k, v, scanned); err != nil {
+			bad, badErr = k, err
 			continue
 		}
 		if c := bytes.TrimLeft(v, " \t\r\n")[0]; c == '{' || c == '[' {
@@ -594,10 +595,8 @@ func validateMetadata(m Metadata, l Limits, scanned bool) error {
 		}
 		bound += 6 * (len(k) + len(v) + 1)
 	}
-	if faulty {
-		// Built again for the one key reported: the other faults'
-		// errors are never built.
-		return checkMetadataMember(bad, m[bad], scanned)
+	if badErr != nil {
+		return badErr
 	}
 	if err := checkStringMetadata(m); err != nil {
 		return err
