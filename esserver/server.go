@@ -248,8 +248,8 @@ func (s *Server) serve(rq *request, w http.ResponseWriter) response {
 		rq.body = body
 	}
 	if len(rq.body) > 0 {
-		if e := checkContentType(r.Header.Get("Content-Type")); e != nil {
-			return errResp(e)
+		if resp, bad := checkContentType(r.Header.Values("Content-Type")); bad {
+			return resp
 		}
 		if src := rq.param("source"); src != "" && len(rq.body) == 0 {
 			rq.body = []byte(src)
@@ -279,21 +279,35 @@ func readBody(r *http.Request, limit int64) ([]byte, error) {
 	return io.ReadAll(lr)
 }
 
-func checkContentType(ct string) *esError {
-	if ct == "" {
-		return nil
+// checkContentType answers a request with a body as Elasticsearch 8's
+// RestController does before any handler: a body needs a Content-Type
+// header; the CORS-safelisted types a browser may send cross-site
+// (text/plain, application/x-www-form-urlencoded, multipart/form-data) and
+// types no XContent parser takes are refused with 406 and its simple error
+// body. JSON is application/json, application/x-ndjson, the literal
+// application/* and their application/vnd.elasticsearch+ forms; YAML, CBOR
+// and Smile, which Elasticsearch parses and this server does not, get a
+// 406 of their own. Parameters (charset, compatible-with) are not checked.
+func checkContentType(values []string) (response, bool) {
+	if len(values) == 0 {
+		return simpleErrResp(http.StatusNotAcceptable, "Content-Type header is missing"), true
 	}
-	mt := strings.ToLower(strings.TrimSpace(strings.Split(ct, ";")[0]))
-	switch mt {
-	case "application/json", "application/x-ndjson", "application/vnd.elasticsearch+json", "application/vnd.elasticsearch+x-ndjson", "text/plain":
-		// text/plain is refused by ES, but common clients default to it for
-		// hand-written requests; we accept it as JSON.
-		return nil
+	ct := values[0]
+	mt, _, _ := strings.Cut(ct, ";")
+	switch strings.ToLower(strings.TrimSpace(mt)) {
+	case "application/json", "application/x-ndjson", "application/*", "application/vnd.elasticsearch+json", "application/vnd.elasticsearch+x-ndjson":
+		return response{}, false
 	case "application/yaml", "application/cbor", "application/smile", "application/vnd.elasticsearch+yaml",
 		"application/vnd.elasticsearch+cbor", "application/vnd.elasticsearch+smile":
-		return newErr(http.StatusNotAcceptable, "media_type_header_exception", "Content-Type header [%s] is not supported by this test server (JSON only)", ct)
+		return errResp(newErr(http.StatusNotAcceptable, "media_type_header_exception", "Content-Type header [%s] is not supported by this test server (JSON only)", ct)), true
 	}
-	return newErr(http.StatusNotAcceptable, "media_type_header_exception", "Content-Type header [%s] is not supported", ct)
+	return simpleErrResp(http.StatusNotAcceptable, "Content-Type header ["+strings.Join(values, ",")+"] is not supported"), true
+}
+
+// simpleErrResp is Elasticsearch's simple error response (RestResponse
+// createSimpleErrorResponse): {"error":msg,"status":status}.
+func simpleErrResp(status int, msg string) response {
+	return response{status, newOrderedMap().Set("error", msg).Set("status", status)}
 }
 
 func splitPath(p string) ([]string, error) {

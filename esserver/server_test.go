@@ -547,3 +547,62 @@ func TestWriteLog(t *testing.T) {
 		}
 	}
 }
+
+// TestContentType checks the Content-Type rules Elasticsearch 8's
+// RestController applies to a request with a body.
+func TestContentType(t *testing.T) {
+	const (
+		doc  = `{"a":1}`
+		bulk = "{\"index\":{\"_index\":\"ct\",\"_id\":\"1\"}}\n{\"a\":1}\n"
+	)
+	cases := []struct {
+		name, method, path, body string
+		ct                       []string // Content-Type header values; none when nil
+		status                   int
+		want                     string // the exact body, when set
+	}{
+		{"json doc", "PUT", "/ct/_doc/1", doc, []string{"application/json"}, 201, ""},
+		{"json charset", "PUT", "/ct/_doc/1", doc, []string{"application/json; charset=UTF-8"}, 201, ""},
+		{"upper case", "PUT", "/ct/_doc/1", doc, []string{"Application/JSON"}, 201, ""},
+		{"ndjson bulk", "POST", "/_bulk", bulk, []string{"application/x-ndjson"}, 200, ""},
+		{"vendor json", "PUT", "/ct/_doc/1", doc, []string{"application/vnd.elasticsearch+json;compatible-with=8"}, 201, ""},
+		{"vendor ndjson", "POST", "/_bulk", bulk, []string{"application/vnd.elasticsearch+x-ndjson; compatible-with=8"}, 200, ""},
+		{"application wildcard", "PUT", "/ct/_doc/1", doc, []string{"application/*"}, 201, ""},
+		{"no body no type", "GET", "/", "", nil, 200, ""},
+		{"text/plain bulk", "POST", "/_bulk", bulk, []string{"text/plain"}, 406,
+			`{"error":"Content-Type header [text/plain] is not supported","status":406}`},
+		{"text/plain doc", "PUT", "/ct/_doc/1", doc, []string{"text/plain; charset=UTF-8"}, 406,
+			`{"error":"Content-Type header [text/plain; charset=UTF-8] is not supported","status":406}`},
+		{"form", "POST", "/ct/_doc", doc, []string{"application/x-www-form-urlencoded"}, 406,
+			`{"error":"Content-Type header [application/x-www-form-urlencoded] is not supported","status":406}`},
+		{"multipart", "POST", "/_bulk", bulk, []string{"multipart/form-data"}, 406,
+			`{"error":"Content-Type header [multipart/form-data] is not supported","status":406}`},
+		{"xml", "PUT", "/ct/_doc/1", doc, []string{"application/xml"}, 406,
+			`{"error":"Content-Type header [application/xml] is not supported","status":406}`},
+		{"other +json", "PUT", "/ct/_doc/1", doc, []string{"application/merge-patch+json"}, 406,
+			`{"error":"Content-Type header [application/merge-patch+json] is not supported","status":406}`},
+		{"missing", "POST", "/_bulk", bulk, nil, 406,
+			`{"error":"Content-Type header is missing","status":406}`},
+		{"yaml", "PUT", "/ct/_doc/1", "a: 1\n", []string{"application/yaml"}, 406, ""},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			srv := esserver.New()
+			req := httptest.NewRequest(tc.method, tc.path, strings.NewReader(tc.body))
+			for _, v := range tc.ct {
+				req.Header.Add("Content-Type", v)
+			}
+			rec := httptest.NewRecorder()
+			srv.ServeHTTP(rec, req)
+			if rec.Code != tc.status {
+				t.Fatalf("status %d, want %d: %s", rec.Code, tc.status, rec.Body.String())
+			}
+			if tc.want != "" && rec.Body.String() != tc.want {
+				t.Fatalf("body %s, want %s", rec.Body.String(), tc.want)
+			}
+			if got := rec.Header().Get("X-Elastic-Product"); got != "Elasticsearch" {
+				t.Fatalf("X-Elastic-Product %q", got)
+			}
+		})
+	}
+}
