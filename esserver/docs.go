@@ -210,31 +210,38 @@ func nextVersion(ix *index, op *writeOp, cur *docEntry) (int64, *esError) {
 	return cur.version + 1, nil
 }
 
-// prepareSource parses and maps a document source.
-func (s *Server) prepareSource(ix *index, id string, raw []byte, parsed map[string]any) ([]byte, map[string]any, []mappingUpdate, *esError) {
+// prepareSource parses and maps a document source. The source it returns
+// is the document's own copy and parsed's strings from raw slice it: raw
+// is a slice of the request body (a whole _bulk's), which a stored
+// document must not keep alive.
+func (s *Server) prepareSource(ix *index, id string, raw []byte, parsed map[string]any) (string, map[string]any, []mappingUpdate, *esError) {
+	var src string
+	if raw != nil {
+		src = string(raw)
+	}
 	if parsed == nil {
-		v, err := decodeJSON(raw)
+		v, err := parseJSONString(src)
 		if err != nil {
-			return nil, nil, nil, errDocParsing("failed to parse: %s", jsonErrText(err))
+			return "", nil, nil, errDocParsing("failed to parse: %s", jsonErrText(err))
 		}
 		m, ok := v.(map[string]any)
 		if !ok {
-			return nil, nil, nil, errDocParsing("failed to parse: Malformed content, must start with an object")
+			return "", nil, nil, errDocParsing("failed to parse: Malformed content, must start with an object")
 		}
 		parsed = m
 	}
 	if raw == nil {
 		b, err := marshalJSON(parsed)
 		if err != nil {
-			return nil, nil, nil, errDocParsing("failed to parse: %s", err.Error())
+			return "", nil, nil, errDocParsing("failed to parse: %s", err.Error())
 		}
-		raw = b
+		src = string(b)
 	}
 	ups, err := applyDynamic(ix.mapping, parsed, id)
 	if err != nil {
-		return nil, nil, nil, err
+		return "", nil, nil, err
 	}
-	return raw, parsed, ups, nil
+	return src, parsed, ups, nil
 }
 
 func (s *Server) doIndex(ix *index, op *writeOp, res *writeResult) {
@@ -647,7 +654,7 @@ func getBody(ix *index, e *docEntry, f *sourceFilter, stored []string, hasStored
 	switch {
 	case f != nil && f.disabled:
 	case f.isNoop():
-		m.Set("_source", rawJSON(e.source))
+		m.Set("_source", rawSource(e.source))
 	default:
 		m.Set("_source", f.apply(e.parsed))
 	}
@@ -658,6 +665,11 @@ func getBody(ix *index, e *docEntry, f *sourceFilter, stored []string, hasStored
 type rawJSON []byte
 
 func (r rawJSON) MarshalJSON() ([]byte, error) { return r, nil }
+
+// rawSource embeds a stored document's source, already-encoded JSON.
+type rawSource string
+
+func (r rawSource) MarshalJSON() ([]byte, error) { return []byte(r), nil }
 
 func (s *Server) handleGetDoc(rq *request, target, id string, sourceOnly bool) response {
 	f, explicit, err := sourceFilterFromParams(rq)
@@ -732,7 +744,7 @@ func (s *Server) handleGetDoc(rq *request, target, id string, sourceOnly bool) r
 	}
 	if sourceOnly {
 		if f.isNoop() {
-			return response{http.StatusOK, []byte(e.source)}
+			return response{http.StatusOK, rawSource(e.source)}
 		}
 		return ok(f.apply(e.parsed))
 	}

@@ -37,6 +37,8 @@ func appendJSON(b []byte, v any) ([]byte, error) {
 		return append(b, t...), nil
 	case rawJSON:
 		return append(b, t...), nil
+	case rawSource:
+		return append(b, t...), nil
 	case *orderedMap:
 		b = append(b, '{')
 		for i, k := range t.keys {

@@ -45,8 +45,8 @@ type docEntry struct {
 	seqNo       int64
 	primaryTerm int64
 	deleted     bool
-	source      []byte
-	parsed      map[string]any
+	source      string         // its own copy, not a slice of a request's body
+	parsed      map[string]any // its strings may slice source
 	order       int64
 }
 

@@ -14,12 +14,12 @@ const maxJSONDepth = 1000
 // jsonParser is a small, allocation-conscious JSON parser producing the
 // same values as encoding/json with UseNumber.
 //
-// src is data as one string: the strings without escapes and the numbers
-// the parser returns are slices of it, so a value costs no copy of its own
-// (one copy of the input instead of one per string).
+// The strings without escapes and the numbers the parser returns are
+// slices of data, so a value costs no copy of its own (one copy of the
+// input instead of one per string), and the values keep all of data alive:
+// parse what a value may outlive (a stored document's source) on its own.
 type jsonParser struct {
-	data  []byte
-	src   string
+	data  string
 	pos   int
 	depth int
 }
@@ -46,8 +46,12 @@ func (p *jsonParser) skipWS() {
 	}
 }
 
-func parseJSON(data []byte) (any, error) {
-	p := &jsonParser{data: data, src: string(data)}
+// parseJSON parses one JSON value from a copy of data.
+func parseJSON(data []byte) (any, error) { return parseJSONString(string(data)) }
+
+// parseJSONString parses one JSON value; the strings it returns slice data.
+func parseJSONString(data string) (any, error) {
+	p := &jsonParser{data: data}
 	p.skipWS()
 	if p.pos >= len(data) {
 		return nil, p.errorf("Unexpected end-of-input: expected a JSON value")
@@ -95,7 +99,7 @@ func (p *jsonParser) value() (any, error) {
 }
 
 func (p *jsonParser) literal(word string, v any) (any, error) {
-	if len(p.data)-p.pos >= len(word) && string(p.data[p.pos:p.pos+len(word)]) == word {
+	if len(p.data)-p.pos >= len(word) && p.data[p.pos:p.pos+len(word)] == word {
 		p.pos += len(word)
 		return v, nil
 	}
@@ -135,7 +139,7 @@ func (p *jsonParser) number() (any, error) {
 			return nil, p.errorf("Unexpected character: exponent indicator not followed by a digit")
 		}
 	}
-	return json.Number(p.src[start:p.pos]), nil
+	return json.Number(p.data[start:p.pos]), nil
 }
 
 func (p *jsonParser) str() (string, error) {
@@ -145,7 +149,7 @@ func (p *jsonParser) str() (string, error) {
 	for p.pos < len(p.data) {
 		c := p.data[p.pos]
 		if c == '"' {
-			s := p.src[start:p.pos]
+			s := p.data[start:p.pos]
 			p.pos++
 			if !utf8.ValidString(s) {
 				return string([]rune(s)), nil
@@ -226,7 +230,7 @@ func (p *jsonParser) hex4() (rune, bool) {
 	if p.pos+4 > len(p.data) {
 		return 0, false
 	}
-	n, err := strconv.ParseUint(string(p.data[p.pos:p.pos+4]), 16, 32)
+	n, err := strconv.ParseUint(p.data[p.pos:p.pos+4], 16, 32)
 	if err != nil {
 		return 0, false
 	}

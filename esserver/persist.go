@@ -831,9 +831,8 @@ func decodeDoc(p []byte) (string, *docEntry, error) {
 	}
 	e := &docEntry{id: id, version: nums[0], seqNo: nums[1], primaryTerm: nums[2], order: nums[3], deleted: del == 1}
 	if !e.deleted {
-		src := make([]byte, r.Len())
-		_, _ = io.ReadFull(r, src)
-		v, err := decodeJSON(src)
+		src := string(p[len(p)-r.Len():]) // the document's own copy, which m slices
+		v, err := parseJSONString(src)
 		if err != nil {
 			return "", nil, fmt.Errorf("document [%s]: source: %w", id, err)
 		}

@@ -1104,7 +1104,7 @@ func renderHit(sr *searchReq, h *hit, scored bool) *orderedMap {
 	switch {
 	case src != nil && src.disabled:
 	case src.isNoop():
-		m.Set("_source", rawJSON(e.source))
+		m.Set("_source", rawSource(e.source))
 	default:
 		m.Set("_source", src.apply(e.parsed))
 	}

@@ -344,6 +344,8 @@ func (s *Server) write(w http.ResponseWriter, rq *request, resp response) {
 	case nil:
 	case []byte:
 		data = b
+	case rawSource:
+		data = []byte(b)
 	default:
 		var err error
 		data, err = marshalJSON(b)

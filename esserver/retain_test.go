@@ -1,0 +1,154 @@
+package esserver_test
+
+import (
+	"bytes"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"runtime"
+	"strings"
+	"testing"
+
+	"github.com/sluicehq/sluice/esserver"
+)
+
+// TestStoredDocumentsOwnTheirMemory checks that a stored document keeps
+// alive about its own size and not the request it came in: the server
+// takes a _bulk body in one buffer and parses it without copying every
+// string, so a document that kept a slice of that buffer (its source or a
+// string of its parsed form) would keep the whole body alive for as long
+// as it is the live version. It sends bulks of about 1 MiB, overwrites
+// all but one document of each with small writes, collects and bounds the
+// heap's growth by the live documents' sizes: retention would be about
+// bulks × 1 MiB, several times the bound.
+func TestStoredDocumentsOwnTheirMemory(t *testing.T) {
+	const (
+		bulks   = 32
+		perBulk = 32
+		padSize = 32 << 10 // bytes of one document's padding field
+		keep    = perBulk / 2
+	)
+	pad := strings.Repeat("x", padSize)
+	cases := []struct {
+		name string
+		// line returns the action and source lines of document id.
+		line func(id string) string
+		// overwrite sends the small writes replacing ids.
+		overwrite func(t *testing.T, h http.Handler, ids []string)
+	}{
+		{
+			name: "bulk index, overwritten by PUT _doc",
+			line: func(id string) string {
+				return `{"index":{"_index":"r","_id":"` + id + `"}}` + "\n" + `{"n":"` + id + `","pad":"` + pad + `"}` + "\n"
+			},
+			overwrite: putEach,
+		},
+		{
+			name: "bulk create, overwritten by a small bulk",
+			line: func(id string) string {
+				return `{"create":{"_index":"r","_id":"` + id + `"}}` + "\n" + `{"n":"` + id + `","pad":"` + pad + `"}` + "\n"
+			},
+			overwrite: bulkEach,
+		},
+		{
+			name: "bulk index with escapes and external versions",
+			line: func(id string) string {
+				return `{"index":{"_index":"r","_id":"` + id + `","version":5,"version_type":"external"}}` + "\n" +
+					`{"n":"` + id + `","q":"a\"b","pad":"` + pad + `"}` + "\n"
+			},
+			overwrite: putEach,
+		},
+		{
+			name: "bulk update doc_as_upsert, overwritten by PUT _doc",
+			line: func(id string) string {
+				return `{"update":{"_index":"r","_id":"` + id + `"}}` + "\n" + `{"doc":{"n":"` + id + `","pad":"` + pad + `"},"doc_as_upsert":true}` + "\n"
+			},
+			overwrite: putEach,
+		},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			srv := esserver.New()
+			retainDo(t, srv, http.MethodPut, "/r", `{"settings":{"number_of_shards":1}}`)
+			before := liveHeap()
+			sent := 0
+			var overwritten []string
+			for b := range bulks {
+				var body strings.Builder
+				for d := range perBulk {
+					id := fmt.Sprintf("b%d-d%d", b, d)
+					body.WriteString(tc.line(id))
+					if d != keep {
+						overwritten = append(overwritten, id)
+					}
+				}
+				sent += body.Len()
+				rec := retainDo(t, srv, http.MethodPost, "/_bulk", body.String())
+				if bytes.Contains(rec.Body.Bytes(), []byte(`"errors":true`)) {
+					t.Fatalf("bulk item errors: %.300s", rec.Body.String())
+				}
+			}
+			tc.overwrite(t, srv, overwritten)
+			after := liveHeap()
+			runtime.KeepAlive(srv)
+
+			// The live documents: one padded document per bulk and the
+			// small ones. Each may be held twice (source and parsed
+			// strings) plus a map and bookkeeping; 4 MiB for the rest.
+			liveDocs := bulks + len(overwritten)
+			liveBytes := bulks*(padSize+64) + len(overwritten)*64
+			bound := 2*liveBytes + liveDocs*1024 + 4<<20
+			growth := int64(after) - int64(before)
+			t.Logf("sent %d bulks of %d KiB; heap grew %d KiB, bound %d KiB (live documents %d KiB)",
+				bulks, sent/bulks>>10, growth>>10, bound>>10, liveBytes>>10)
+			if growth > int64(bound) {
+				t.Errorf("heap grew %d KiB for %d live documents of %d KiB: stored documents keep their requests alive (bound %d KiB, sent %d KiB)",
+					growth>>10, liveDocs, liveBytes>>10, bound>>10, sent>>10)
+			}
+		})
+	}
+}
+
+// liveHeap returns the bytes of live heap objects after a collection.
+func liveHeap() uint64 {
+	runtime.GC()
+	runtime.GC()
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	return ms.HeapAlloc
+}
+
+func putEach(t *testing.T, h http.Handler, ids []string) {
+	t.Helper()
+	for _, id := range ids {
+		retainDo(t, h, http.MethodPut, "/r/_doc/"+id+"?version=9&version_type=external", `{"n":"`+id+`"}`)
+	}
+}
+
+func bulkEach(t *testing.T, h http.Handler, ids []string) {
+	t.Helper()
+	for len(ids) > 0 {
+		n := min(len(ids), 31)
+		var body strings.Builder
+		for _, id := range ids[:n] {
+			body.WriteString(`{"index":{"_index":"r","_id":"` + id + `"}}` + "\n" + `{"n":"` + id + `"}` + "\n")
+		}
+		ids = ids[n:]
+		rec := retainDo(t, h, http.MethodPost, "/_bulk", body.String())
+		if bytes.Contains(rec.Body.Bytes(), []byte(`"errors":true`)) {
+			t.Fatalf("bulk item errors: %.300s", rec.Body.String())
+		}
+	}
+}
+
+func retainDo(t *testing.T, h http.Handler, method, target, body string) *httptest.ResponseRecorder {
+	t.Helper()
+	req := httptest.NewRequest(method, target, strings.NewReader(body))
+	req.Header.Set("Content-Type", "application/json")
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, req)
+	if rec.Code != http.StatusOK && rec.Code != http.StatusCreated {
+		t.Fatalf("%s %s: status %d: %.300s", method, target, rec.Code, rec.Body.String())
+	}
+	return rec
+}
