@@ -704,9 +704,11 @@ func (m *fieldMapping) objectChild(name string) *fieldMapping {
 }
 
 // applyUpdates installs dynamic mapping updates into the root mapping.
+// A path from a document's field names slices the document's source, which
+// the mapping outlives: its names are cut from a copy of their own.
 func applyUpdates(root *fieldMapping, ups []mappingUpdate) {
 	for _, u := range ups {
-		parts := strings.Split(u.path, ".")
+		parts := strings.Split(strings.Clone(u.path), ".")
 		cur := root
 		for _, p := range parts[:len(parts)-1] {
 			cur = cur.objectChild(p)
