@@ -3,43 +3,29 @@ package pipelinebench
 import (
 	"math"
 	"testing"
+
+	"github.com/sluicehq/sluice/internal/procstat"
 )
 
-// The report's CPU figures are only as right as the parsing of /proc and
-// the sums of a phase; these check both on fixed inputs.
-func TestParseProcStat(t *testing.T) {
-	// pid (comm) state ppid pgrp session tty tpgid flags minflt cminflt
-	// majflt cmajflt utime stime cutime cstime priority nice threads
-	// itrealvalue starttime …
-	line := "4242 (post (gres) x) S 17 4242 4242 0 -1 4194560 100 0 0 0 250 50 30 20 20 0 1 0 123456 1000 10 …"
-	st, ok := parseProcStat(line)
-	if !ok {
-		t.Fatal("not parsed")
-	}
-	want := procStat{comm: "post (gres) x", ppid: 17, cpu: 3.0, children: 0.5, startedAt: 1234.56}
-	if st != want {
-		t.Fatalf("got %+v, want %+v", st, want)
-	}
-	if _, ok := parseProcStat("4242 (short) S 1 2"); ok {
-		t.Fatal("a truncated line was parsed")
-	}
-}
-
+// The report's CPU figures are only as right as the sums of a phase
+// (procstat's tests check the parsing of /proc); these check the sums on
+// fixed inputs.
 func TestCPUDelta(t *testing.T) {
 	a := cpuSnap{
 		byPID: map[string]float64{"api": 10, "relay": 5},
-		pgDB:  map[int]procStat{100: {cpu: 2, startedAt: 50}, 101: {cpu: 7, startedAt: 60}, 102: {cpu: 1, startedAt: 70}},
+		pgDB: procstat.Backends{Uptime: 500, ByPID: map[int]procstat.Stat{
+			100: {CPU: 2, StartedAt: 50}, 101: {CPU: 7, StartedAt: 60}, 102: {CPU: 1, StartedAt: 70}}},
 		pgAll: 100, busy: 1000, uptime: 500,
 	}
 	z := cpuSnap{
 		byPID: map[string]float64{"api": 12.5, "relay": 5.25},
-		pgDB: map[int]procStat{
-			100: {cpu: 3, startedAt: 50},    // the same backend: +1
-			101: {cpu: 4, startedAt: 510},   // pid reused by a backend started in the phase: all of its 4
-			103: {cpu: 0.5, startedAt: 505}, // new in the phase: all of it
-			104: {cpu: 9, startedAt: 100},   // unseen at the start though older than it: not counted
+		pgDB: procstat.Backends{Uptime: 520, ByPID: map[int]procstat.Stat{
+			100: {CPU: 3, StartedAt: 50},    // the same backend: +1
+			101: {CPU: 4, StartedAt: 510},   // pid reused by a backend started in the phase: all of its 4
+			103: {CPU: 0.5, StartedAt: 505}, // new in the phase: all of it
+			104: {CPU: 9, StartedAt: 100},   // unseen at the start though older than it: not counted
 			// 102 ended in the phase: missed (documented)
-		},
+		}},
 		pgAll: 130, busy: 1040, uptime: 520,
 	}
 	got := cpuDelta(a, z)
