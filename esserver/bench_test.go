@@ -72,11 +72,14 @@ const (
 func newInstancesServer(b *testing.B, srv http.Handler) http.Handler {
 	b.Helper()
 	body := `{"aliases":{"` + benchReadAlias + `":{},"` + benchWriteAlias + `":{"is_write_index":true}}}`
-	benchDo(b, srv, http.MethodPut, "/"+benchIndex, []byte(body))
+	serveOK(b, srv, http.MethodPut, "/"+benchIndex, []byte(body))
 	return srv
 }
 
-func benchDo(b *testing.B, srv http.Handler, method, target string, body []byte) *httptest.ResponseRecorder {
+// serveOK serves one request (a body, when given, as JSON) and fails the
+// test or benchmark unless it answers 200 or 201.
+func serveOK(b testing.TB, srv http.Handler, method, target string, body []byte) *httptest.ResponseRecorder {
+	b.Helper()
 	var req *http.Request
 	if body == nil {
 		req = httptest.NewRequest(method, target, nil)
@@ -87,7 +90,7 @@ func benchDo(b *testing.B, srv http.Handler, method, target string, body []byte)
 	rec := httptest.NewRecorder()
 	srv.ServeHTTP(rec, req)
 	if rec.Code != http.StatusOK && rec.Code != http.StatusCreated {
-		b.Fatalf("%s %s: status %d: %s", method, target, rec.Code, rec.Body.String())
+		b.Fatalf("%s %s: status %d: %.300s", method, target, rec.Code, rec.Body.String())
 	}
 	return rec
 }
@@ -120,7 +123,7 @@ func benchInstanceBulk(b *testing.B, srv http.Handler) {
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
 		body = appendInstanceBulk(body[:0], int64(i+1))
-		rec := benchDo(b, srv, http.MethodPost, "/_bulk?refresh=false", body)
+		rec := serveOK(b, srv, http.MethodPost, "/_bulk?refresh=false", body)
 		if bytes.Contains(rec.Body.Bytes()[:min(rec.Body.Len(), 40)], []byte(`"errors":true`)) {
 			b.Fatalf("bulk item errors: %.300s", rec.Body.String())
 		}
@@ -150,7 +153,7 @@ func BenchmarkBulkIndexExternalPipeline(b *testing.B) {
 // index holds benchItems documents.
 func newLoadedInstancesServer(b *testing.B) http.Handler {
 	srv := newInstancesServer(b, esserver.New())
-	benchDo(b, srv, http.MethodPost, "/_bulk?refresh=false", appendInstanceBulk(nil, 1))
+	serveOK(b, srv, http.MethodPost, "/_bulk?refresh=false", appendInstanceBulk(nil, 1))
 	return srv
 }
 
@@ -171,7 +174,7 @@ func BenchmarkMget(b *testing.B) {
 	b.ReportAllocs()
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
-		benchDo(b, srv, http.MethodPost, "/_mget?realtime=true", body)
+		serveOK(b, srv, http.MethodPost, "/_mget?realtime=true", body)
 	}
 }
 
@@ -182,6 +185,6 @@ func BenchmarkGetDoc(b *testing.B) {
 	b.ReportAllocs()
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
-		benchDo(b, srv, http.MethodGet, "/"+benchWriteAlias+"/_doc/order:o-7?realtime=true", nil)
+		serveOK(b, srv, http.MethodGet, "/"+benchWriteAlias+"/_doc/order:o-7?realtime=true", nil)
 	}
 }

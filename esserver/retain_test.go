@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"fmt"
 	"net/http"
-	"net/http/httptest"
 	"runtime"
 	"strings"
 	"testing"
@@ -78,7 +77,7 @@ func TestStoredDocumentsOwnTheirMemory(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			srv := esserver.New()
-			retainDo(t, srv, http.MethodPut, "/r", `{"settings":{"number_of_shards":1}}`)
+			serveOK(t, srv, http.MethodPut, "/r", []byte(`{"settings":{"number_of_shards":1}}`))
 			before := liveHeap()
 			sent := 0
 			var overwritten []string
@@ -92,7 +91,7 @@ func TestStoredDocumentsOwnTheirMemory(t *testing.T) {
 					}
 				}
 				sent += body.Len()
-				rec := retainDo(t, srv, http.MethodPost, "/_bulk", body.String())
+				rec := serveOK(t, srv, http.MethodPost, "/_bulk", []byte(body.String()))
 				if bytes.Contains(rec.Body.Bytes(), []byte(`"errors":true`)) {
 					t.Fatalf("bulk item errors: %.300s", rec.Body.String())
 				}
@@ -130,7 +129,7 @@ func liveHeap() uint64 {
 func putEach(t *testing.T, h http.Handler, ids []string) {
 	t.Helper()
 	for _, id := range ids {
-		retainDo(t, h, http.MethodPut, "/r/_doc/"+id+"?version=9&version_type=external", `{"n":"`+id+`"}`)
+		serveOK(t, h, http.MethodPut, "/r/_doc/"+id+"?version=9&version_type=external", []byte(`{"n":"`+id+`"}`))
 	}
 }
 
@@ -143,21 +142,9 @@ func bulkEach(t *testing.T, h http.Handler, ids []string) {
 			body.WriteString(`{"index":{"_index":"r","_id":"` + id + `"}}` + "\n" + `{"n":"` + id + `"}` + "\n")
 		}
 		ids = ids[n:]
-		rec := retainDo(t, h, http.MethodPost, "/_bulk", body.String())
+		rec := serveOK(t, h, http.MethodPost, "/_bulk", []byte(body.String()))
 		if bytes.Contains(rec.Body.Bytes(), []byte(`"errors":true`)) {
 			t.Fatalf("bulk item errors: %.300s", rec.Body.String())
 		}
 	}
-}
-
-func retainDo(t *testing.T, h http.Handler, method, target, body string) *httptest.ResponseRecorder {
-	t.Helper()
-	req := httptest.NewRequest(method, target, strings.NewReader(body))
-	req.Header.Set("Content-Type", "application/json")
-	rec := httptest.NewRecorder()
-	h.ServeHTTP(rec, req)
-	if rec.Code != http.StatusOK && rec.Code != http.StatusCreated {
-		t.Fatalf("%s %s: status %d: %.300s", method, target, rec.Code, rec.Body.String())
-	}
-	return rec
 }
