@@ -14,6 +14,11 @@ import (
 // fails its commits, so reindex runs with the writers stopped.
 var ErrWriterLive = errors.New("eventstore: a writer is live")
 
+// ErrNoQuietWindow is wrapped by PlanReindex given a quiet window of 0 or
+// less: no reservation is that recent, so every writer would pass as
+// stopped and the check would always pass.
+var ErrNoQuietWindow = errors.New("eventstore: reindex: the quiet window must be positive")
+
 // ReindexProgress is reported by ReindexWithProgress after each page of
 // segments: the segments read and the lines (events) copied so far.
 type ReindexProgress struct {
@@ -52,9 +57,13 @@ type ReindexPlan struct {
 // writer is live: no reservation made within quiet (the writers stopped at
 // least that long ago; a reservation older than that and still reserved is
 // a crashed writer's, which Reindex resolves from the segments). With a live writer
-// it returns the plan and an error wrapping ErrWriterLive. It changes
-// nothing.
+// it returns the plan and an error wrapping ErrWriterLive; a quiet of 0
+// or less, which would see no writer as live, is refused
+// (ErrNoQuietWindow). It changes nothing.
 func (s *Store) PlanReindex(ctx context.Context, quiet time.Duration) (ReindexPlan, error) {
+	if quiet <= 0 {
+		return ReindexPlan{}, fmt.Errorf("%w: got %s, which sees no writer as live", ErrNoQuietWindow, quiet)
+	}
 	if s.parts != nil {
 		return s.planReindexServers(ctx, quiet)
 	}

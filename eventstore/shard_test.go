@@ -684,7 +684,7 @@ func TestShardedReindex(t *testing.T) {
 		if rows := shardRows(t, e.pool); len(rows) != 0 {
 			t.Fatalf("%d rows written", len(rows))
 		}
-		if _, err := s1.PlanReindex(ctxT(t), 0); !errors.As(err, &me) {
+		if _, err := s1.PlanReindex(ctxT(t), time.Minute); !errors.As(err, &me) {
 			t.Fatalf("PlanReindex: %v", err)
 		}
 	})

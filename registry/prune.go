@@ -2,10 +2,12 @@ package registry
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/sluicehq/sluice/shared/claim"
 	"time"
+
+	"github.com/sluicehq/sluice/shared/claim"
 )
 
 // ErrUnsafePrune is wrapped by PlanPrune and PruneSafely when the requested
@@ -43,15 +45,29 @@ type PruneCount struct {
 }
 
 // PrunePlan is what a prune would delete (and keep), per handler and status.
+// Its JSON (MarshalJSON) gives the two durations in seconds.
 type PrunePlan struct {
-	OlderThan time.Duration `json:"older_than"`
+	OlderThan time.Duration `json:"-"`
 	// Floor is the shortest OlderThan allowed: max(lease timeout, lookback).
-	Floor  time.Duration `json:"floor"`
+	Floor  time.Duration `json:"-"`
 	Counts []PruneCount  `json:"counts"`
 	// Delete is the number of rows a prune deletes now; KeptRows the number
 	// of equally old rows it keeps because users read them.
 	Delete   int64 `json:"delete"`
 	KeptRows int64 `json:"kept_rows"`
+}
+
+// MarshalJSON writes OlderThan and Floor as numbers of seconds,
+// older_than_seconds and floor_seconds, as every --json summary of the
+// CLI gives a duration (elapsed_seconds): encoding/json would write a
+// time.Duration as integer nanoseconds, a unit no reader expects.
+func (p PrunePlan) MarshalJSON() ([]byte, error) {
+	type plan PrunePlan // without this method
+	return json.Marshal(struct {
+		OlderThanSeconds float64 `json:"older_than_seconds"`
+		FloorSeconds     float64 `json:"floor_seconds"`
+		plan
+	}{p.OlderThan.Seconds(), p.Floor.Seconds(), plan(p)})
 }
 
 // pruneFloor is the shortest age a prune may use.

@@ -2,6 +2,7 @@ package registry_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"testing"
 	"time"
@@ -130,5 +131,28 @@ func TestAutoPrune(t *testing.T) {
 		if rows, err := r.Get(ctx, tc.id); err != nil || len(rows) != tc.want {
 			t.Fatalf("event %s: %d rows, %v; want %d", tc.id, len(rows), err, tc.want)
 		}
+	}
+}
+
+// TestPrunePlanJSON: a plan's durations are numbers of seconds in its
+// JSON (the --json summary of sluice registry prune), never nanoseconds.
+func TestPrunePlanJSON(t *testing.T) {
+	cases := []struct {
+		name string
+		plan registry.PrunePlan
+		want string
+	}{
+		{"whole seconds", registry.PrunePlan{OlderThan: 72 * time.Hour, Floor: 15 * time.Minute, Delete: 3, KeptRows: 1},
+			`{"older_than_seconds":259200,"floor_seconds":900,"counts":null,"delete":3,"kept_rows":1}`},
+		{"a fraction", registry.PrunePlan{OlderThan: 1500 * time.Millisecond, Counts: []registry.PruneCount{{Handler: "h", Status: "done", Rows: 2}}},
+			`{"older_than_seconds":1.5,"floor_seconds":0,"counts":[{"handler":"h","status":"done","rows":2}],"delete":0,"kept_rows":0}`},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			b, err := json.Marshal(tc.plan)
+			if err != nil || string(b) != tc.want {
+				t.Errorf("got %s %v\nwant %s", b, err, tc.want)
+			}
+		})
 	}
 }

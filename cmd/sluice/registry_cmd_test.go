@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"strings"
 	"testing"
@@ -99,5 +100,50 @@ func TestRegistryPruneGuard(t *testing.T) {
 		if got := [2]int{rowsOf(status), rowsOf(other)}; got != st.left {
 			t.Fatalf("%s: rows left (status, other) = %v, want %v", st.name, got, st.left)
 		}
+	}
+}
+
+// TestRegistryPruneJSONDurations: the --json summary gives the plan's
+// durations as numbers of seconds (older_than_seconds, floor_seconds), as
+// the other summaries give elapsed_seconds; they were integer nanoseconds
+// under "older_than" and "floor" (604800000000000 for 7 days).
+func TestRegistryPruneJSONDurations(t *testing.T) {
+	envRegistry(t, "cli-test")
+	t.Setenv("PROCESSED_EVENT_RETENTION_DAYS", "2")
+	t.Setenv("PROCESSED_EVENT_LEASE_TIMEOUT_SECONDS", "600")
+	t.Setenv("EVENT_PUBLISHER_LOOKBACK_SECONDS", "1200")
+	cases := []struct {
+		name             string
+		args             []string
+		olderThan, floor float64
+	}{
+		{"dry run, the configured retention", []string{"--dry-run"}, 2 * 24 * 3600, 1200},
+		{"dry run, --older-than", []string{"--dry-run", "--older-than", "90m"}, 5400, 1200},
+		{"act, --older-than of a fraction of a second", []string{"--yes", "--older-than", "1h0m0.5s"}, 3600.5, 1200},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			out, _, err := run(t, append([]string{"registry", "prune", "--json"}, tc.args...)...)
+			if err != nil {
+				t.Fatalf("%v\n%s", err, out)
+			}
+			var sum struct {
+				Plan map[string]any `json:"plan"`
+			}
+			if err := json.Unmarshal([]byte(out), &sum); err != nil {
+				t.Fatalf("%v\n%s", err, out)
+			}
+			want := map[string]float64{"older_than_seconds": tc.olderThan, "floor_seconds": tc.floor}
+			for k, w := range want {
+				if got, ok := sum.Plan[k].(float64); !ok || got != w {
+					t.Errorf("plan.%s = %v, want %v\n%s", k, sum.Plan[k], w, out)
+				}
+			}
+			for _, k := range []string{"older_than", "floor"} {
+				if v, ok := sum.Plan[k]; ok {
+					t.Errorf("plan.%s = %v: a duration without its unit\n%s", k, v, out)
+				}
+			}
+		})
 	}
 }

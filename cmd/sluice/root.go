@@ -91,6 +91,10 @@ func usageExits(root *cobra.Command) {
 				return usage("%s", msg)
 			}
 			c.RunE = func(cmd *cobra.Command, _ []string) error { return cmd.Help() }
+			if c.Annotations == nil {
+				c.Annotations = map[string]string{}
+			}
+			c.Annotations[groupAnnotation] = "true"
 		case c.Runnable():
 			// cobra checks Args, then required flags and flag groups,
 			// each returning a plain error (exit 1): all three here.
@@ -112,6 +116,11 @@ func usageExits(root *cobra.Command) {
 		}
 	}
 	walk(root)
+	// The RunE above makes a group runnable, and cobra's usage shows a
+	// runnable command's own line ("sluice [flags]") above
+	// "sluice [command]": a group's usage is its [command] line only.
+	root.SetUsageTemplate(strings.Replace(root.UsageTemplate(),
+		"Usage:{{if .Runnable}}", `Usage:{{if and .Runnable (not (index .Annotations "`+groupAnnotation+`"))}}`, 1))
 	// "sluice help nosuch" printed the root's help and exited 0.
 	if help, _, err := root.Find([]string{"help"}); err == nil && help.Name() == "help" && help.Run != nil {
 		run := help.Run
@@ -125,6 +134,10 @@ func usageExits(root *cobra.Command) {
 		}
 	}
 }
+
+// groupAnnotation marks a group command (a subcommand is what it runs,
+// as "sluice" or "sluice store") that usageExits made runnable.
+const groupAnnotation = "sluice:group"
 
 // loadConfig reads the environment, applies its Go runtime settings
 // (applyRuntime) and builds the process logger.

@@ -288,7 +288,8 @@ func newStoreReindexCmd() *cobra.Command {
 		Long: `reindex replaces sluice.appends with one row per segment line and raises sequences and
 log_head to what the segments say (never lowers them). It is refused while a writer is live:
 any position reserved within --quiet-for (default twice EVENT_STORE_APPEND_TIMEOUT) by a writer
-other than reindex. Stop the api and the instance workers first.
+other than reindex. Stop the api and the instance workers first. --quiet-for 0 is refused
+(exit 2): a window of 0 sees no writer as live; there is no flag that skips the check.
 
 --dry-run prints the segments, positions and bytes it would read and the index it replaces;
 acting needs --yes (or a "yes" on a terminal). On a terminal a progress bar shows events/s and
@@ -297,9 +298,9 @@ the ETA; --json prints a summary for scripts.`,
   sluice store reindex --yes --json`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if quiet < 0 {
-				// A negative window saw no writer as live: the guard passed.
-				return usage("--quiet-for %s: want a duration >= 0", quiet)
+			if quiet <= 0 && cmd.Flags().Changed("quiet-for") {
+				// A window <= 0 sees no writer as live: the guard would pass.
+				return usage("--quiet-for %s: want a duration > 0 (a window of %s sees no writer as live, so the check would always pass); leave it out for 2 × EVENT_STORE_APPEND_TIMEOUT", quiet, quiet)
 			}
 			d, closeFn, err := openStoreDeps(cmd)
 			if err != nil {
@@ -352,7 +353,7 @@ the ETA; --json prints a summary for scripts.`,
 		},
 	}
 	g.register(cmd, false)
-	cmd.Flags().DurationVar(&quiet, "quiet-for", 0, "a writer that reserved within this long counts as live (default 2 × EVENT_STORE_APPEND_TIMEOUT)")
+	cmd.Flags().DurationVar(&quiet, "quiet-for", 0, "a writer that reserved within this long counts as live; > 0 (default 2 × EVENT_STORE_APPEND_TIMEOUT)")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print a JSON summary")
 	return cmd
 }

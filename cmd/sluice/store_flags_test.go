@@ -34,6 +34,13 @@ func TestStoreFlagRefusals(t *testing.T) {
 		{"cat --event-id empty", []string{"store", "cat", "--event-id", ""}, exitUsage, "--event-id"},
 		{"cat --cursor with --from", []string{"store", "cat", "--cursor", "", "--from", "2"}, exitUsage, "not both"},
 		{"reindex --quiet-for -1s", []string{"store", "reindex", "--quiet-for", "-1s", "--dry-run"}, exitUsage, "--quiet-for -1s"},
+		// 0 is neither the default nor a silent way past the live-writer
+		// check: a window of 0 sees no writer as live.
+		{"reindex --quiet-for 0", []string{"store", "reindex", "--quiet-for", "0", "--dry-run"}, exitUsage, "--quiet-for 0s: want a duration > 0"},
+		{"reindex --quiet-for 0s --yes", []string{"store", "reindex", "--quiet-for", "0s", "--yes"}, exitUsage, "leave it out for 2 × EVENT_STORE_APPEND_TIMEOUT"},
+		{"reindex --quiet-for=0ms", []string{"store", "reindex", "--quiet-for=0ms", "--dry-run"}, exitUsage, "--quiet-for 0s"},
+		{"reindex, the default window", []string{"store", "reindex", "--dry-run"}, 0, "no writer reserved within 1m0s"},
+		{"reindex --quiet-for 1s", []string{"store", "reindex", "--quiet-for", "1s", "--dry-run"}, 0, "no writer reserved within 1s"},
 		{"segments --after -5", []string{"store", "segments", "--after", "-5"}, exitUsage, "--after -5"},
 		{"segments --limit 0", []string{"store", "segments", "--limit", "0"}, exitUsage, "--limit 0"},
 		{"cat --cursor --limit", []string{"store", "cat", "--cursor", "", "--limit", "5"}, 0, "0 events"},
