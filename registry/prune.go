@@ -61,8 +61,13 @@ type PrunePlan struct {
 // older_than_seconds and floor_seconds, as every --json summary of the
 // CLI gives a duration (elapsed_seconds): encoding/json would write a
 // time.Duration as integer nanoseconds, a unit no reader expects.
+// Counts is a list even when empty ([], not null): a script reads one
+// shape.
 func (p PrunePlan) MarshalJSON() ([]byte, error) {
 	type plan PrunePlan // without this method
+	if p.Counts == nil {
+		p.Counts = []PruneCount{}
+	}
 	return json.Marshal(struct {
 		OlderThanSeconds float64 `json:"older_than_seconds"`
 		FloorSeconds     float64 `json:"floor_seconds"`

@@ -143,7 +143,7 @@ func TestPrunePlanJSON(t *testing.T) {
 		want string
 	}{
 		{"whole seconds", registry.PrunePlan{OlderThan: 72 * time.Hour, Floor: 15 * time.Minute, Delete: 3, KeptRows: 1},
-			`{"older_than_seconds":259200,"floor_seconds":900,"counts":null,"delete":3,"kept_rows":1}`},
+			`{"older_than_seconds":259200,"floor_seconds":900,"counts":[],"delete":3,"kept_rows":1}`},
 		{"a fraction", registry.PrunePlan{OlderThan: 1500 * time.Millisecond, Counts: []registry.PruneCount{{Handler: "h", Status: "done", Rows: 2}}},
 			`{"older_than_seconds":1.5,"floor_seconds":0,"counts":[{"handler":"h","status":"done","rows":2}],"delete":0,"kept_rows":0}`},
 	}
