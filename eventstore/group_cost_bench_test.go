@@ -19,15 +19,17 @@ import (
 // backend so that nothing else shares the figure. With one appender every
 // group holds one envelope: the fixed cost of a group, which a paced load
 // pays every few commands and a closed loop shares among many
-// (docs/benchmarks.md, eighth session); with 16 the groups fill. Reported:
-// Postgres CPU µs per append and per group, and envelopes per group. A
-// group is four transactions (the reservation, its flush, the commit and
-// its notification; TestGroupWork counts the statements). A Postgres on another
-// machine has no backends in /proc: the CPU figures are then 0.
+// (docs/benchmarks.md, eighth session); with 8, 32 and 96 the groups fill,
+// and the growth of a group's cost with its size is the cost of an
+// envelope. Reported: Postgres CPU µs per append and per group, and
+// envelopes per group. A group is four transactions (the reservation, its
+// flush, the commit and its notification; TestGroupWork counts the
+// statements). A Postgres on another machine has no backends in /proc:
+// the CPU figures are then 0.
 //
 //	go test -run '^$' -bench '^BenchmarkGroupPostgresCPU$' -benchtime 3000x ./eventstore/
 func BenchmarkGroupPostgresCPU(b *testing.B) {
-	for _, conc := range []int{1, 16} {
+	for _, conc := range []int{1, 8, 32, 96} {
 		b.Run(fmt.Sprintf("appenders=%d", conc), func(b *testing.B) {
 			ctx := context.Background()
 			url, _ := testenv.NewMigratedDatabase(b)
