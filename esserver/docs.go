@@ -211,9 +211,10 @@ func nextVersion(ix *index, op *writeOp, cur *docEntry) (int64, *esError) {
 }
 
 // prepareSource parses and maps a document source. The source it returns
-// is the document's own copy and parsed's strings from raw slice it: raw
-// is a slice of the request body (a whole _bulk's), which a stored
-// document must not keep alive.
+// is the document's own copy and the strings of the parsed fields it
+// returns slice that copy: raw is a slice of the request body (a whole
+// _bulk's), and an update's parsed fields slice its request, which a
+// stored document must not keep alive.
 func (s *Server) prepareSource(ix *index, id string, raw []byte, parsed map[string]any) (string, map[string]any, []mappingUpdate, *esError) {
 	var src string
 	if raw != nil {
@@ -231,11 +232,20 @@ func (s *Server) prepareSource(ix *index, id string, raw []byte, parsed map[stri
 		parsed = m
 	}
 	if raw == nil {
+		// An update's merged fields slice the request that carried them
+		// (its whole body) and the versions before: the stored fields are
+		// parsed again from the document's own encoding.
 		b, err := marshalJSON(parsed)
 		if err != nil {
 			return "", nil, nil, errDocParsing("failed to parse: %s", err.Error())
 		}
 		src = string(b)
+		v, perr := parseJSONString(src)
+		m, ok := v.(map[string]any)
+		if perr != nil || !ok {
+			return "", nil, nil, errDocParsing("failed to parse the updated document")
+		}
+		parsed = m
 	}
 	ups, err := applyDynamic(ix.mapping, parsed, id)
 	if err != nil {

@@ -148,3 +148,51 @@ func bulkEach(t *testing.T, h http.Handler, ids []string) {
 		}
 	}
 }
+
+// TestUpdatedDocumentsOwnTheirMemory checks the same for partial updates:
+// the merged document's fields must not slice the update request, which
+// may carry far more than they keep (here an upsert of 1 MiB each, unused
+// because the documents exist). Each case updates 32 small documents once
+// with a request of about 1 MiB and bounds the heap's growth by a few MiB:
+// a document that kept its request alive would hold 32 MiB.
+func TestUpdatedDocumentsOwnTheirMemory(t *testing.T) {
+	const docs = 32
+	pad := strings.Repeat("x", 1<<20)
+	for _, tc := range []struct {
+		name   string
+		update func(t *testing.T, h http.Handler, id string)
+	}{
+		{"POST _update", func(t *testing.T, h http.Handler, id string) {
+			serveOK(t, h, http.MethodPost, "/r/_update/"+id, []byte(`{"doc":{"n":"v2-`+id+`"},"upsert":{"pad":"`+pad+`"}}`))
+		}},
+		{"bulk update", func(t *testing.T, h http.Handler, id string) {
+			rec := serveOK(t, h, http.MethodPost, "/_bulk", []byte(`{"update":{"_index":"r","_id":"`+id+`"}}`+"\n"+
+				`{"doc":{"n":"v2-`+id+`"},"upsert":{"pad":"`+pad+`"}}`+"\n"))
+			if bytes.Contains(rec.Body.Bytes(), []byte(`"errors":true`)) {
+				t.Fatalf("bulk item errors: %.300s", rec.Body.String())
+			}
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			srv := esserver.New()
+			serveOK(t, srv, http.MethodPut, "/r", []byte(`{"settings":{"number_of_shards":1}}`))
+			ids := make([]string, docs)
+			for i := range ids {
+				ids[i] = fmt.Sprintf("u%d", i)
+			}
+			putEach(t, srv, ids)
+			before := liveHeap()
+			for _, id := range ids {
+				tc.update(t, srv, id)
+			}
+			after := liveHeap()
+			runtime.KeepAlive(srv)
+			const bound = 4 << 20
+			growth := int64(after) - int64(before)
+			t.Logf("updated %d documents with requests of 1 MiB; heap grew %d KiB, bound %d KiB", docs, growth>>10, bound>>10)
+			if growth > bound {
+				t.Errorf("heap grew %d KiB for %d small documents: an updated document keeps its request alive (bound %d KiB)", growth>>10, docs, bound>>10)
+			}
+		})
+	}
+}
