@@ -4,7 +4,8 @@
 // (docs/benchmarks.md). It keeps no guarantee of the pipeline's; what it
 // keeps is that a figure is the processes' own counters (utime + stime),
 // never a wall-clock estimate. Off Linux every reading is empty (ok false,
-// zero), and a benchmark says so instead of reporting a figure.
+// zero); a benchmark that finds no backend of its database fails instead
+// of reporting a figure.
 package procstat
 
 import (
@@ -68,8 +69,8 @@ func Machine() (busy, total, uptime float64) {
 	raw, err := os.ReadFile("/proc/stat")
 	if err == nil {
 		line, _, _ := strings.Cut(string(raw), "\n")
-		f := strings.Fields(line)
-		for i, v := range f[1:] {
+		f := append(strings.Fields(line), "")[1:] // without the "cpu" label
+		for i, v := range f {
 			if i >= 8 { // guest and guest_nice are inside user and nice
 				break
 			}
@@ -131,10 +132,14 @@ type Backends struct {
 }
 
 // ReadBackends reads the backends of q's database (pg_stat_activity: every
-// session of the database, autovacuum workers included). Only a Postgres
-// on this machine has them in /proc; a remote one reads as none.
+// session of the database, autovacuum workers included): the pids that
+// are postgres processes in this machine's /proc. A Postgres elsewhere (a
+// remote server, a container with its own pids) reads as none.
 func ReadBackends(ctx context.Context, q Querier) (Backends, error) {
 	b := Backends{ByPID: map[int]Stat{}}
+	// Before the query: a backend that starts after it is read whole by
+	// the next reading (CPUSince).
+	_, _, b.Uptime = Machine()
 	rows, err := q.Query(ctx, `SELECT pid FROM pg_stat_activity WHERE datname = current_database()`)
 	if err != nil {
 		return b, fmt.Errorf("procstat: backends: %w", err)
@@ -145,14 +150,13 @@ func ReadBackends(ctx context.Context, q Querier) (Backends, error) {
 		if err := rows.Scan(&pid); err != nil {
 			return b, fmt.Errorf("procstat: backends: %w", err)
 		}
-		if st, ok := Read(pid); ok {
+		if st, ok := Read(pid); ok && st.Comm == "postgres" {
 			b.ByPID[pid] = st
 		}
 	}
 	if err := rows.Err(); err != nil {
 		return b, fmt.Errorf("procstat: backends: %w", err)
 	}
-	_, _, b.Uptime = Machine()
 	return b, nil
 }
 
