@@ -247,6 +247,9 @@ func (s *Server) serve(rq *request, w http.ResponseWriter) response {
 		}
 		rq.body = body
 	}
+	if e := checkContentTypeHeader(r.Header.Values("Content-Type")); e != nil {
+		return errResp(e)
+	}
 	if len(rq.body) > 0 {
 		if resp, bad := checkContentType(r.Header.Values("Content-Type")); bad {
 			return resp
@@ -277,6 +280,19 @@ func readBody(r *http.Request, limit int64) ([]byte, error) {
 		return buf.Bytes(), err
 	}
 	return io.ReadAll(lr)
+}
+
+// checkContentTypeHeader refuses, with or without a body, what
+// Elasticsearch 8's RestRequest refuses while it reads the header (a 400
+// before any handler): more than one Content-Type header, or an empty one.
+func checkContentTypeHeader(values []string) *esError {
+	switch {
+	case len(values) > 1:
+		return errIllegalArgument("Incorrect header [Content-Type]. Only one value should be provided")
+	case len(values) == 1 && strings.TrimSpace(values[0]) == "":
+		return errIllegalArgument("Header [Content-Type] cannot be empty.")
+	}
+	return nil
 }
 
 // checkContentType answers a request with a body as Elasticsearch 8's

@@ -584,6 +584,10 @@ func TestContentType(t *testing.T) {
 		{"missing", "POST", "/_bulk", bulk, nil, 406,
 			`{"error":"Content-Type header is missing","status":406}`},
 		{"yaml", "PUT", "/ct/_doc/1", "a: 1\n", []string{"application/yaml"}, 406, ""},
+		{"two headers", "PUT", "/ct/_doc/1", doc, []string{"application/json", "application/json"}, 400, ""},
+		{"two headers without a body", "GET", "/", "", []string{"application/json", "text/plain"}, 400, ""},
+		{"empty header", "PUT", "/ct/_doc/1", doc, []string{" "}, 400, ""},
+		{"empty header without a body", "GET", "/", "", []string{""}, 400, ""},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -599,6 +603,16 @@ func TestContentType(t *testing.T) {
 			}
 			if tc.want != "" && rec.Body.String() != tc.want {
 				t.Fatalf("body %s, want %s", rec.Body.String(), tc.want)
+			}
+			if tc.status == http.StatusBadRequest {
+				// Elasticsearch's reasons for a header it cannot read.
+				reason := "Header [Content-Type] cannot be empty."
+				if len(tc.ct) > 1 {
+					reason = "Incorrect header [Content-Type]. Only one value should be provided"
+				}
+				if b := rec.Body.String(); !strings.Contains(b, `"type":"illegal_argument_exception"`) || !strings.Contains(b, reason) {
+					t.Fatalf("body %s, want an illegal_argument_exception: %s", b, reason)
+				}
 			}
 			if got := rec.Header().Get("X-Elastic-Product"); got != "Elasticsearch" {
 				t.Fatalf("X-Elastic-Product %q", got)
