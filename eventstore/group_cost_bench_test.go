@@ -64,25 +64,16 @@ func BenchmarkGroupPostgresCPU(b *testing.B) {
 			}
 			appendN(200, "warm") // plans cached, connections open
 			st0 := s.stats.snapshot()
-			cpu0, err := procstat.ReadBackends(ctx, pool)
-			if err != nil {
-				b.Fatal(err)
-			}
-			if len(cpu0.ByPID) == 0 {
-				b.Fatal("no backend of the database is a postgres process in this machine's /proc: the benchmark needs a local Postgres")
-			}
-			b.ResetTimer()
-			appendN(int64(b.N), "o")
-			b.StopTimer()
-			cpu1, err := procstat.ReadBackends(ctx, pool)
-			if err != nil {
-				b.Fatal(err)
-			}
+			cpu := procstat.MeasureBackends(b, ctx, pool, func() {
+				b.ResetTimer()
+				appendN(int64(b.N), "o")
+				b.StopTimer()
+			})
 			st := s.stats.snapshot().sub(st0)
 			if st.groups == 0 {
 				b.Fatal("no group was counted")
 			}
-			us := cpu1.CPUSince(cpu0) * 1e6
+			us := cpu * 1e6
 			b.ReportMetric(us/float64(b.N), "pg-cpu-us/append")
 			b.ReportMetric(us/float64(st.groups), "pg-cpu-us/group")
 			b.ReportMetric(float64(st.events)/float64(st.groups), "events/group")

@@ -28,23 +28,14 @@ func BenchmarkRoundPostgresCPU(b *testing.B) {
 			r := newRegistry(b, pool, fmt.Sprintf("round-%d", size), registry.Config{})
 			run := testenv.RandomSuffix(8)
 			claimAndMarkDone(ctx, b, r, benchEvents(run+"-warm", 0, size)) // plans cached
-			cpu0, err := procstat.ReadBackends(ctx, pool)
-			if err != nil {
-				b.Fatal(err)
-			}
-			if len(cpu0.ByPID) == 0 {
-				b.Fatal("no backend of the database is a postgres process in this machine's /proc: the benchmark needs a local Postgres")
-			}
-			b.ResetTimer()
-			for i := range b.N {
-				claimAndMarkDone(ctx, b, r, benchEvents(run, i*size, size))
-			}
-			b.StopTimer()
-			cpu1, err := procstat.ReadBackends(ctx, pool)
-			if err != nil {
-				b.Fatal(err)
-			}
-			us := cpu1.CPUSince(cpu0) * 1e6
+			cpu := procstat.MeasureBackends(b, ctx, pool, func() {
+				b.ResetTimer()
+				for i := range b.N {
+					claimAndMarkDone(ctx, b, r, benchEvents(run, i*size, size))
+				}
+				b.StopTimer()
+			})
+			us := cpu * 1e6
 			b.ReportMetric(us/float64(b.N), "pg-cpu-us/round")
 			b.ReportMetric(us/float64(b.N*size), "pg-cpu-us/event")
 		})

@@ -14,6 +14,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"testing"
 
 	"github.com/jackc/pgx/v5"
 )
@@ -174,4 +175,25 @@ func (b Backends) CPUSince(a Backends) float64 {
 		}
 	}
 	return sum
+}
+
+// MeasureBackends runs work and returns the CPU seconds q's database's
+// backends spent meanwhile (CPUSince of a reading before and one after).
+// It fails tb when a reading fails, or when no backend of the database is
+// local (a figure of 0 would look like a measurement).
+func MeasureBackends(tb testing.TB, ctx context.Context, q Querier, work func()) float64 {
+	tb.Helper()
+	before, err := ReadBackends(ctx, q)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	if len(before.ByPID) == 0 {
+		tb.Fatal("no backend of the database is a postgres process in this machine's /proc: the benchmark needs a local Postgres")
+	}
+	work()
+	after, err := ReadBackends(ctx, q)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return after.CPUSince(before)
 }
