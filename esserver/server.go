@@ -247,15 +247,13 @@ func (s *Server) serve(rq *request, w http.ResponseWriter) response {
 		}
 		rq.body = body
 	}
-	if e := checkContentTypeHeader(r.Header.Values("Content-Type")); e != nil {
+	ct := r.Header.Values("Content-Type")
+	if e := checkContentTypeHeader(ct); e != nil {
 		return errResp(e)
 	}
 	if len(rq.body) > 0 {
-		if resp, bad := checkContentType(r.Header.Values("Content-Type")); bad {
+		if resp, bad := checkContentType(ct); bad {
 			return resp
-		}
-		if src := rq.param("source"); src != "" && len(rq.body) == 0 {
-			rq.body = []byte(src)
 		}
 	} else if src := rq.param("source"); src != "" {
 		rq.body = []byte(src)
@@ -304,6 +302,7 @@ func checkContentTypeHeader(values []string) *esError {
 // application/* and their application/vnd.elasticsearch+ forms; YAML, CBOR
 // and Smile, which Elasticsearch parses and this server does not, get a
 // 406 of their own. Parameters (charset, compatible-with) are not checked.
+// values holds at most one header (checkContentTypeHeader refused more).
 func checkContentType(values []string) (response, bool) {
 	if len(values) == 0 {
 		return simpleErrResp(http.StatusNotAcceptable, "Content-Type header is missing"), true
@@ -317,7 +316,7 @@ func checkContentType(values []string) (response, bool) {
 		"application/vnd.elasticsearch+cbor", "application/vnd.elasticsearch+smile":
 		return errResp(newErr(http.StatusNotAcceptable, "media_type_header_exception", "Content-Type header [%s] is not supported by this test server (JSON only)", ct)), true
 	}
-	return simpleErrResp(http.StatusNotAcceptable, "Content-Type header ["+strings.Join(values, ",")+"] is not supported"), true
+	return simpleErrResp(http.StatusNotAcceptable, "Content-Type header ["+ct+"] is not supported"), true
 }
 
 // simpleErrResp is Elasticsearch's simple error response (RestResponse
