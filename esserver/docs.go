@@ -210,46 +210,32 @@ func nextVersion(ix *index, op *writeOp, cur *docEntry) (int64, *esError) {
 	return cur.version + 1, nil
 }
 
-// prepareSource parses and maps a document source. The source it returns
-// is the document's own copy and the strings of the parsed fields it
-// returns slice that copy: raw is a slice of the request body (a whole
-// _bulk's), and an update's parsed fields slice its request, which a
+// prepareSource parses and maps a document source: raw, or for an update
+// (raw nil) parsed, the merged document, encoded. Either way the fields it
+// returns are parsed from the source it returns, the document's own copy:
+// raw is a slice of the request body (a whole _bulk's), and an update's
+// merged fields slice its request and the versions before, which a
 // stored document must not keep alive.
 func (s *Server) prepareSource(ix *index, id string, raw []byte, parsed map[string]any) (string, map[string]any, []mappingUpdate, *esError) {
-	var src string
-	if raw != nil {
-		src = string(raw)
-	}
-	if parsed == nil {
-		v, err := parseJSONString(src)
-		if err != nil {
-			return "", nil, nil, errDocParsing("failed to parse: %s", jsonErrText(err))
-		}
-		m, ok := v.(map[string]any)
-		if !ok {
-			return "", nil, nil, errDocParsing("failed to parse: Malformed content, must start with an object")
-		}
-		parsed = m
-	}
-	if raw == nil {
-		// An update's merged fields slice the request that carried them
-		// (its whole body) and the versions before: the stored fields are
-		// parsed again from the document's own encoding.
+	src := string(raw)
+	if parsed != nil {
 		b, err := marshalJSON(parsed)
 		if err != nil {
 			return "", nil, nil, errDocParsing("failed to parse: %s", err.Error())
 		}
 		src = string(b)
-		v, perr := parseJSONString(src)
-		m, ok := v.(map[string]any)
-		if perr != nil || !ok {
-			return "", nil, nil, errDocParsing("failed to parse the updated document")
-		}
-		parsed = m
 	}
-	ups, err := applyDynamic(ix.mapping, parsed, id)
+	v, err := parseJSONString(src)
 	if err != nil {
-		return "", nil, nil, err
+		return "", nil, nil, errDocParsing("failed to parse: %s", jsonErrText(err))
+	}
+	parsed, ok := v.(map[string]any)
+	if !ok {
+		return "", nil, nil, errDocParsing("failed to parse: Malformed content, must start with an object")
+	}
+	ups, merr := applyDynamic(ix.mapping, parsed, id)
+	if merr != nil {
+		return "", nil, nil, merr
 	}
 	return src, parsed, ups, nil
 }
