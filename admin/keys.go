@@ -82,6 +82,9 @@ func (s *Server) keyCreate(r *http.Request, body []byte) (Action, error) {
 	if err := auth.ValidatePrincipal(req.Principal); err != nil {
 		return a, atField("principal", invalid("%v", err))
 	}
+	if err := auth.ValidateDescription(req.Description); err != nil {
+		return a, atField("description", invalid("%v", err))
+	}
 	key, secret, err := s.opts.Keys.Create(r.Context(), cr)
 	if err != nil {
 		return a, err

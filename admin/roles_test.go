@@ -33,6 +33,12 @@ func keyServer(t *testing.T) (*admin.Server, *auth.Keys) {
 
 // serve sends one request to srv and returns its status and problem body.
 func serve(srv http.Handler, method, path, token, body string) (int, map[string]any) {
+	code, out, _ := serveRaw(srv, method, path, token, body)
+	return code, out
+}
+
+// serveRaw is serve, with the body as sent too.
+func serveRaw(srv http.Handler, method, path, token, body string) (int, map[string]any, []byte) {
 	req := httptest.NewRequest(method, path, strings.NewReader(body))
 	if body != "" {
 		req.Header.Set("Content-Type", "application/json")
@@ -44,7 +50,7 @@ func serve(srv http.Handler, method, path, token, body string) (int, map[string]
 	srv.ServeHTTP(w, req)
 	out := map[string]any{}
 	_ = json.Unmarshal(w.Body.Bytes(), &out)
-	return w.Code, out
+	return w.Code, out, w.Body.Bytes()
 }
 
 // An admin role needs its operation on * (the only pattern that covers the
