@@ -180,7 +180,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if h == "" {
 		w.Header().Set("WWW-Authenticate", `Bearer realm="sluice-admin"`)
 		writeProblem(w, http.StatusUnauthorized, "unauthorized",
-			"the admin API needs a bearer token (SLUICE_ADMIN_TOKEN, SLUICE_ADMIN_READ_TOKEN or an API key granted admin_read); with none configured it is closed")
+			"the admin API needs a bearer token (SLUICE_ADMIN_TOKEN, SLUICE_ADMIN_READ_TOKEN or an API key granted admin_read on *); with none configured it is closed")
 		return
 	}
 	if err != nil {
@@ -274,7 +274,7 @@ func (s *Server) act(pattern, name string, h func(r *http.Request, body []byte) 
 		}
 		if role != RoleOperator {
 			_ = s.audit(r.Context(), auditEntry{Who: whoOf(r), Role: role, Action: name, Target: r.URL.Path, DryRun: dryRunOf(body), Outcome: "forbidden", Status: http.StatusForbidden, Request: body})
-			writeForbidden(w, "admin_act on *", "the read-only role may not act (it lacks admin_act); use the operator token (SLUICE_ADMIN_TOKEN) or a key granted admin_act")
+			writeForbidden(w, "admin_act on *", "the read-only role may not act (it lacks admin_act on *); use the operator token (SLUICE_ADMIN_TOKEN) or a key granted admin_act on *")
 			return
 		}
 		// A body not declared JSON is refused (and audited) before the

@@ -88,8 +88,13 @@ func TestAdminRoleNeedsGrantOnStar(t *testing.T) {
 			if code, out := serve(srv, "GET", "/admin/v1/auth/keys", secret, ""); code != tc.read || tc.readPerm != "" && out["permission"] != tc.readPerm {
 				t.Errorf("read: %d %v, want %d naming %q", code, out, tc.read, tc.readPerm)
 			}
-			if code, out := serve(srv, "POST", "/admin/v1/auth/keys", secret, escalate); code != tc.act || tc.actPerm != "" && out["permission"] != tc.actPerm {
+			code, out := serve(srv, "POST", "/admin/v1/auth/keys", secret, escalate)
+			if code != tc.act || tc.actPerm != "" && out["permission"] != tc.actPerm {
 				t.Errorf("make a key on *: %d %v, want %d naming %q", code, out, tc.act, tc.actPerm)
+			}
+			// The advice names the pattern a key needs, not only the operation.
+			if d, _ := out["detail"].(string); tc.actPerm == "admin_act on *" && !strings.Contains(d, "a key granted "+tc.actPerm) {
+				t.Errorf("make a key on *: detail %q does not say a key needs %s", d, tc.actPerm)
 			}
 		})
 	}
