@@ -323,6 +323,9 @@ func (s *Server) groupPause(pause bool) func(*http.Request, []byte) (Action, err
 		}
 		group := r.PathValue("group")
 		a := Action{Target: "group " + group, DryRun: req.DryRun}
+		if err := checkText("reason", req.Reason); err != nil {
+			return a, err
+		}
 		if !req.AllowNew {
 			if err := s.checkPauseGroup(r.Context(), group); err != nil {
 				return a, atField("group", err)

@@ -234,6 +234,10 @@ func whoOf(r *http.Request) string {
 // read registers a read endpoint (both roles).
 func (s *Server) read(pattern string, h func(*http.Request) (any, error)) {
 	s.mux.HandleFunc(pattern, func(w http.ResponseWriter, r *http.Request) {
+		if err := checkRequestText(r); err != nil {
+			writeError(w, err)
+			return
+		}
 		v, err := h(r)
 		if err != nil {
 			writeError(w, err)
@@ -285,6 +289,9 @@ func (s *Server) act(pattern, name string, h func(r *http.Request, body []byte) 
 			err = atField("body", kind(errTooLarge, fmt.Errorf("the request body exceeds the limit of %d bytes", maxActionBody)))
 		default:
 			err = checkMediaType(r, body)
+		}
+		if err == nil {
+			err = checkRequestText(r)
 		}
 		if err == nil {
 			a, err = h(r, body)

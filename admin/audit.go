@@ -59,7 +59,8 @@ func (s *Server) audit(ctx context.Context, e auditEntry) error {
 		detail, _ = json.Marshal(map[string]any{"request": req, "result_error": err.Error()})
 	}
 	detail = withoutNUL(detail)
-	e.Target = strings.ReplaceAll(e.Target, "\x00", "\uFFFD") // a path may hold %00
+	// A path may hold %00 or %FF, which a text column refuses.
+	e.Target = strings.ReplaceAll(strings.ToValidUTF8(e.Target, "\uFFFD"), "\x00", "\uFFFD")
 	s.log.Info("admin action", "who", e.Who, "role", e.Role, "action", e.Action, "target", e.Target,
 		"dry_run", e.DryRun, "outcome", e.Outcome, "status", e.Status)
 	// The record survives a client that went away.

@@ -26,8 +26,8 @@ func TestRequestsWithNULAreRefusedAndAudited(t *testing.T) {
 		{"NUL in the principal", "/admin/v1/auth/keys", `{"principal":"p\u0000",` + grant + `}`, http.StatusBadRequest, "principal"},
 		{"NUL in an unknown member", "/admin/v1/auth/keys", `{"x\u0000":1}`, http.StatusBadRequest, `x\x00`},
 		{"NUL in a db", "/admin/v1/verify", `{"db":"a\u0000","class":"c","dry_run":true}`, http.StatusBadRequest, "db"},
-		{"NUL in the path", "/admin/v1/auth/keys/a%00b/revoke", "", http.StatusNotFound, "key_id"},
-		{"NUL in the path of a rotation", "/admin/v1/auth/keys/0123456789abcde%00/rotate", "", http.StatusNotFound, "key_id"},
+		{"NUL in the path", "/admin/v1/auth/keys/a%00b/revoke", "", http.StatusBadRequest, "key_id"},
+		{"no key id in the path of a rotation", "/admin/v1/auth/keys/0123456789abcdeg/rotate", "", http.StatusNotFound, "key_id"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
