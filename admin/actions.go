@@ -663,11 +663,11 @@ func (s *Server) projectionSwitch(rebuild bool) func(*http.Request, []byte) (Act
 		} else if done, err := s.planRollback(r.Context(), name, &a, req.DryRun); err != nil || done {
 			return a, err
 		}
-		if s.jobs.running(name) {
-			return a, kind(errConflict, fmt.Errorf("a rebuild or rollback of %s is already running in this process", name))
-		}
 		k := map[bool]string{true: "rebuild", false: "rollback"}[rebuild]
 		job := s.jobs.start(k, name, req.Version)
+		if job == nil {
+			return a, kind(errConflict, fmt.Errorf("a rebuild or rollback of %s is already running in this process", name))
+		}
 		op := projectionworker.Rollback
 		if rebuild {
 			op = projectionworker.Rebuild

@@ -498,9 +498,15 @@ type Job struct {
 
 func newJobs() *jobs { return &jobs{byID: map[string]*Job{}} }
 
+// start records a new job of projection, unless one is running (nil):
+// the check and the start are one step, so two requests at once (a
+// double click) cannot both start a job.
 func (j *jobs) start(kind, projection string, version int) *Job {
 	j.mu.Lock()
 	defer j.mu.Unlock()
+	if j.runningLocked(projection) {
+		return nil
+	}
 	j.seq++
 	job := &Job{ID: fmt.Sprintf("%s-%s-%d", kind, projection, j.seq), Kind: kind, Projection: projection, Version: version, StartedAt: time.Now().UTC()}
 	j.byID[job.ID] = job
@@ -528,9 +534,7 @@ func (j *jobs) list() []Job {
 	return out
 }
 
-func (j *jobs) running(projection string) bool {
-	j.mu.Lock()
-	defer j.mu.Unlock()
+func (j *jobs) runningLocked(projection string) bool {
 	for _, job := range j.byID {
 		if job.Projection == projection && job.EndedAt.IsZero() {
 			return true
