@@ -14,7 +14,7 @@ import (
 // jsonb, which made the audit row, and so the request, fail with 503
 // audit_failed; a key's description with NUL was a failed insert (503).
 func TestRequestsWithNULAreRefusedAndAudited(t *testing.T) {
-	srv, _ := keyServer(t)
+	srv, _, _ := keyServer(t)
 	grant := `"grants":[{"ops":["read"],"resource":"*"}]`
 	tests := []struct {
 		name, path, body string

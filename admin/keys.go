@@ -108,6 +108,9 @@ func (s *Server) keyCreate(r *http.Request, body []byte) (Action, error) {
 		if _, err := auth.CompileGrants([]auth.Grant{g}); err != nil {
 			return a, atField("grants["+strconv.Itoa(i)+"]", invalid("%v", err))
 		}
+		if err := auth.CheckAdminScope(g); err != nil {
+			return a, atField("grants["+strconv.Itoa(i)+"]", invalid("%v", err))
+		}
 	}
 	if err := auth.ValidatePrincipal(req.Principal); err != nil {
 		return a, atField("principal", invalid("%v", err))

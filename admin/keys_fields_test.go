@@ -8,7 +8,7 @@ import (
 // A refused key names the member at fault by its place, a member of a
 // grant with the grant's index (docs/security.md: grants[i]).
 func TestKeyCreateNamesTheGrantMember(t *testing.T) {
-	srv, _ := keyServer(t)
+	srv, _, _ := keyServer(t)
 	tests := []struct {
 		name, body, field string
 	}{
@@ -21,6 +21,8 @@ func TestKeyCreateNamesTheGrantMember(t *testing.T) {
 		{"grants not an array", `{"principal":"p","grants":{}}`, "grants"},
 		{"unknown member", `{"principal":"p","grant":[]}`, "grant"},
 		{"principal not a string", `{"principal":1,"grants":[{"ops":["read"],"resource":"*"}]}`, "principal"},
+		{"admin_act on a db", `{"principal":"p","grants":[{"ops":["read"],"resource":"*"},{"ops":["admin_act"],"resource":"db:orders"}]}`, "grants[1]"},
+		{"admin_read on a stream", `{"principal":"p","grants":[{"ops":["admin_read","read"],"resource":"stream:Order"}]}`, "grants[0]"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

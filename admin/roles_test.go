@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/jackc/pgx/v5/pgxpool"
+
 	"github.com/sluicehq/sluice/admin"
 	"github.com/sluicehq/sluice/auth"
 	"github.com/sluicehq/sluice/internal/testenv"
@@ -15,7 +17,7 @@ import (
 
 // keyServer is an admin API whose authenticator knows the API keys of a
 // fresh database, with the key endpoints served.
-func keyServer(t *testing.T) (*admin.Server, *auth.Keys) {
+func keyServer(t *testing.T) (*admin.Server, *auth.Keys, *pgxpool.Pool) {
 	t.Helper()
 	_, pool := testenv.NewMigratedDatabase(t)
 	reg, err := registry.New(registry.Config{Owner: "t"}, registry.Deps{Pool: pool})
@@ -28,7 +30,7 @@ func keyServer(t *testing.T) (*admin.Server, *auth.Keys) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return srv, keys
+	return srv, keys, pool
 }
 
 // serve sends one request to srv and returns its status and problem body.
@@ -58,7 +60,7 @@ func serveRaw(srv http.Handler, method, path, token, body string) (int, map[stri
 // admin_read on a db or a stream is not an operator or a reader, or it
 // could make itself a key on everything.
 func TestAdminRoleNeedsGrantOnStar(t *testing.T) {
-	srv, keys := keyServer(t)
+	srv, keys, pool := keyServer(t)
 	escalate := `{"principal":"evil","grants":[{"ops":["append","read","subscribe","command","admin_read","admin_act"],"resource":"*"}]}`
 	tests := []struct {
 		name              string
@@ -81,8 +83,14 @@ func TestAdminRoleNeedsGrantOnStar(t *testing.T) {
 				}
 				gs = append(gs, g)
 			}
-			_, secret, err := keys.Create(t.Context(), auth.CreateRequest{Principal: "p", Grants: gs, By: "t"})
+			// Stored as a key made before admin grants were refused on
+			// anything but * (auth.CheckAdminScope).
+			key, secret, err := keys.Create(t.Context(), auth.CreateRequest{Principal: "p", Grants: []auth.Grant{{Ops: []auth.Operation{auth.OpRead}, Resource: "*"}}, By: "t"})
 			if err != nil {
+				t.Fatal(err)
+			}
+			gj, _ := json.Marshal(gs)
+			if _, err := pool.Exec(t.Context(), `UPDATE sluice.auth_keys SET grants = $1 WHERE key_id = $2`, gj, key.ID); err != nil {
 				t.Fatal(err)
 			}
 			if code, out := serve(srv, "GET", "/admin/v1/auth/keys", secret, ""); code != tc.read || tc.readPerm != "" && out["permission"] != tc.readPerm {

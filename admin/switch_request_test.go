@@ -9,7 +9,7 @@ import (
 // fault, before anything is read (here no Elasticsearch is configured:
 // a request checked after that was answered 503).
 func TestProjectionSwitchRefusalsNameTheField(t *testing.T) {
-	srv, _ := keyServer(t)
+	srv, _, _ := keyServer(t)
 	tests := []struct {
 		name, path, body string
 		field            string

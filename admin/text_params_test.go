@@ -9,7 +9,7 @@ import (
 // (NUL, bytes that are not UTF-8) is refused with 400 naming it; handed
 // on, it failed the query and was answered 503 unavailable.
 func TestTextPostgresRefusesIs400(t *testing.T) {
-	srv, _ := keyServer(t)
+	srv, _, _ := keyServer(t)
 	tests := []struct {
 		name, method, path, body, field string
 	}{

@@ -160,6 +160,11 @@ func newKeyMaterial() (id, key string, sum [sha256.Size]byte, err error) {
 // Create stores a new key and returns it with its full secret form, shown
 // this once.
 func (k *Keys) Create(ctx context.Context, req CreateRequest) (Key, string, error) {
+	for _, g := range req.Grants {
+		if err := CheckAdminScope(g); err != nil {
+			return Key{}, "", err
+		}
+	}
 	return k.create(ctx, k.pool, req, "")
 }
 
