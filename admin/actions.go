@@ -323,6 +323,9 @@ func (s *Server) groupPause(pause bool) func(*http.Request, []byte) (Action, err
 		}
 		group := r.PathValue("group")
 		a := Action{Target: "group " + group, DryRun: req.DryRun}
+		if err := checkText("reason", req.Reason); err != nil {
+			return a, err
+		}
 		if !req.AllowNew {
 			if err := s.checkPauseGroup(r.Context(), group); err != nil {
 				return a, atField("group", err)
@@ -628,17 +631,18 @@ func (s *Server) projectionSwitch(rebuild bool) func(*http.Request, []byte) (Act
 		settle := 5 * time.Second
 		if req.Settle != "" {
 			if settle, err = time.ParseDuration(req.Settle); err != nil || settle < 0 {
-				return a, invalid("settle %q: want a duration", req.Settle)
+				return a, atField("settle", invalid("settle %q: want a duration >= 0 such as 5s", req.Settle))
 			}
+		}
+		// The request is checked whole before anything is read.
+		if rebuild && req.Version <= 0 {
+			return a, atField("version", invalid("version N (>= 1, newer than every existing version) is required"))
 		}
 		if s.opts.ES == nil {
 			return a, errors.New("admin: Elasticsearch is not configured in this process")
 		}
 		cfg := s.opts.Process
 		if rebuild {
-			if req.Version <= 0 {
-				return a, invalid("version N (>= 1, newer than every existing version) is required")
-			}
 			a.Target = fmt.Sprintf("projection %s v%d", name, req.Version)
 			adm, closeFn, err := s.kadm()
 			if err != nil {
@@ -647,7 +651,7 @@ func (s *Server) projectionSwitch(rebuild bool) func(*http.Request, []byte) (Act
 			plan, err := projectionworker.PlanRebuild(r.Context(), s.opts.ES, adm, cfg.Elasticsearch.IndexPrefix, cfg.Kafka.GroupPrefix, p, req.Version)
 			closeFn()
 			if errors.Is(err, projectionworker.ErrStaleVersion) || errors.Is(err, projectionworker.ErrAlreadyLive) {
-				return a, kind(errUnsafe, err)
+				return a, atField("version", kind(errUnsafe, err))
 			}
 			if err != nil {
 				return a, err
@@ -659,11 +663,11 @@ func (s *Server) projectionSwitch(rebuild bool) func(*http.Request, []byte) (Act
 		} else if done, err := s.planRollback(r.Context(), name, &a, req.DryRun); err != nil || done {
 			return a, err
 		}
-		if s.jobs.running(name) {
-			return a, kind(errConflict, fmt.Errorf("a rebuild or rollback of %s is already running in this process", name))
-		}
 		k := map[bool]string{true: "rebuild", false: "rollback"}[rebuild]
 		job := s.jobs.start(k, name, req.Version)
+		if job == nil {
+			return a, kind(errConflict, fmt.Errorf("a rebuild or rollback of %s is already running in this process", name))
+		}
 		op := projectionworker.Rollback
 		if rebuild {
 			op = projectionworker.Rebuild

@@ -1,10 +1,12 @@
 package admin
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
 	"log/slog"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -56,6 +58,9 @@ func (s *Server) audit(ctx context.Context, e auditEntry) error {
 	if err != nil {
 		detail, _ = json.Marshal(map[string]any{"request": req, "result_error": err.Error()})
 	}
+	detail = withoutNUL(detail)
+	// A path may hold %00 or %FF, which a text column refuses.
+	e.Target = strings.ReplaceAll(strings.ToValidUTF8(e.Target, "\uFFFD"), "\x00", "\uFFFD")
 	s.log.Info("admin action", "who", e.Who, "role", e.Role, "action", e.Action, "target", e.Target,
 		"dry_run", e.DryRun, "outcome", e.Outcome, "status", e.Status)
 	// The record survives a client that went away.
@@ -67,6 +72,46 @@ func (s *Server) audit(ctx context.Context, e auditEntry) error {
 		return fmt.Errorf("admin: audit: %w", err)
 	}
 	return nil
+}
+
+// withoutNUL returns the JSON detail with every U+0000 in its strings
+// replaced by U+FFFD: Postgres jsonb refuses the escape \u0000, so a
+// request (or an error echoing it) holding one made the audit row, and
+// with it the action, fail with 503 audit_failed.
+func withoutNUL(detail []byte) []byte {
+	if !bytes.Contains(detail, []byte(`\u0000`)) {
+		return detail
+	}
+	dec := json.NewDecoder(bytes.NewReader(detail))
+	dec.UseNumber()
+	var v any
+	if err := dec.Decode(&v); err != nil {
+		return detail
+	}
+	out, err := json.Marshal(scrubNUL(v))
+	if err != nil {
+		return detail
+	}
+	return out
+}
+
+func scrubNUL(v any) any {
+	const nul, repl = "\x00", "\uFFFD"
+	switch t := v.(type) {
+	case string:
+		return strings.ReplaceAll(t, nul, repl)
+	case []any:
+		for i := range t {
+			t[i] = scrubNUL(t[i])
+		}
+	case map[string]any:
+		m := make(map[string]any, len(t))
+		for k, x := range t {
+			m[strings.ReplaceAll(k, nul, repl)] = scrubNUL(x)
+		}
+		return m
+	}
+	return v
 }
 
 // Audit returns the latest audit records, newest first (at most limit).

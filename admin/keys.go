@@ -1,12 +1,14 @@
 package admin
 
 import (
+	"encoding/json"
 	"errors"
 	"net/http"
 	"strconv"
 	"time"
 
 	"github.com/sluicehq/sluice/auth"
+	"github.com/sluicehq/sluice/shared/httpcheck"
 )
 
 // The API-key endpoints (docs/security.md, "API keys"): list with
@@ -50,9 +52,37 @@ type KeyCreated struct {
 	Old    *auth.Key `json:"old,omitempty"`
 }
 
+// decodeKeyCreate reads a KeyCreateRequest, naming a member of a grant at
+// fault by its place (grants[1].ops): the decoder names it without the
+// index ("grants.ops"), or, for an unknown one, by its bare name ("x").
+func decodeKeyCreate(body []byte) (KeyCreateRequest, error) {
+	var raw struct { // KeyCreateRequest, its grants undecoded
+		Principal   string            `json:"principal"`
+		Grants      []json.RawMessage `json:"grants"`
+		Description string            `json:"description"`
+		ExpiresIn   string            `json:"expires_in"`
+	}
+	if err := decode(body, &raw); err != nil {
+		return KeyCreateRequest{}, err
+	}
+	req := KeyCreateRequest{Principal: raw.Principal, Description: raw.Description, ExpiresIn: raw.ExpiresIn}
+	for i, g := range raw.Grants {
+		at := "grants[" + strconv.Itoa(i) + "]"
+		var grant auth.Grant
+		if err := decode(g, &grant); err != nil {
+			if f := httpcheck.FieldOf(err); f != "" && f != "body" {
+				at += "." + f
+			}
+			return KeyCreateRequest{}, atField(at, err)
+		}
+		req.Grants = append(req.Grants, grant)
+	}
+	return req, nil
+}
+
 func (s *Server) keyCreate(r *http.Request, body []byte) (Action, error) {
-	var req KeyCreateRequest
-	if err := decode(body, &req); err != nil {
+	req, err := decodeKeyCreate(body)
+	if err != nil {
 		return Action{}, err
 	}
 	a := Action{Target: "principal " + req.Principal}
@@ -78,9 +108,15 @@ func (s *Server) keyCreate(r *http.Request, body []byte) (Action, error) {
 		if _, err := auth.CompileGrants([]auth.Grant{g}); err != nil {
 			return a, atField("grants["+strconv.Itoa(i)+"]", invalid("%v", err))
 		}
+		if err := auth.CheckAdminScope(g); err != nil {
+			return a, atField("grants["+strconv.Itoa(i)+"]", invalid("%v", err))
+		}
 	}
 	if err := auth.ValidatePrincipal(req.Principal); err != nil {
 		return a, atField("principal", invalid("%v", err))
+	}
+	if err := auth.ValidateDescription(req.Description); err != nil {
+		return a, atField("description", invalid("%v", err))
 	}
 	key, secret, err := s.opts.Keys.Create(r.Context(), cr)
 	if err != nil {

@@ -4,6 +4,8 @@ import (
 	"errors"
 	"net/http"
 	"net/url"
+	"strings"
+	"unicode/utf8"
 
 	"github.com/sluicehq/sluice/shared/httpcheck"
 )
@@ -60,6 +62,44 @@ func checkMediaType(r *http.Request, body []byte) error {
 	}
 	if e := httpcheck.MediaType(r.Header.Get("Content-Type"), "application/json"); e != nil {
 		return atField(e.Field, kind(errUnsupportedMedia, errors.New(e.Message)))
+	}
+	return nil
+}
+
+// checkText refuses a value Postgres cannot hold as text (a NUL, or bytes
+// that are not UTF-8), naming field: handed on, it failed the query and
+// was answered 503, as if Postgres were out.
+func checkText(field, v string) error {
+	if i := strings.IndexByte(v, 0); i >= 0 {
+		return atField(field, invalid("%s %q: contains NUL at byte %d", field, v, i))
+	}
+	if !utf8.ValidString(v) {
+		return atField(field, invalid("%s %q: is not UTF-8", field, v))
+	}
+	return nil
+}
+
+// checkRequestText applies checkText to every path value of the
+// endpoint's pattern and every query parameter, naming the one at fault.
+func checkRequestText(r *http.Request) error {
+	for rest := r.Pattern; ; {
+		_, after, ok := strings.Cut(rest, "{")
+		if !ok {
+			break
+		}
+		name, tail, _ := strings.Cut(after, "}")
+		rest = tail
+		name = strings.TrimSuffix(name, "...")
+		if err := checkText(name, r.PathValue(name)); err != nil {
+			return err
+		}
+	}
+	for name, vs := range r.URL.Query() {
+		for _, v := range vs {
+			if err := checkText(name, v); err != nil {
+				return err
+			}
+		}
 	}
 	return nil
 }

@@ -1,6 +1,8 @@
 package auth
 
 import (
+	"math"
+	"strconv"
 	"time"
 
 	"github.com/sluicehq/sluice/shared/config"
@@ -40,11 +42,15 @@ func DefaultConfig() Config {
 func (c Config) Validate() error {
 	k := &config.Checker{}
 	k.Positive("SLUICE_AUTH_KEY_REFRESH", c.KeyRefresh)
-	if c.AppendRate < 0 {
-		k.Fail("SLUICE_AUTH_RATE_APPENDS", "", "must not be negative")
-	}
-	if c.CommandRate < 0 {
-		k.Fail("SLUICE_AUTH_RATE_COMMANDS", "", "must not be negative")
+	// NaN passed "< 0" and made every request 429 (a bucket of burst
+	// int(NaN)); +Inf is spelled 0 (no limit).
+	for _, v := range []struct {
+		name string
+		r    float64
+	}{{"SLUICE_AUTH_RATE_APPENDS", c.AppendRate}, {"SLUICE_AUTH_RATE_COMMANDS", c.CommandRate}} {
+		if !(v.r >= 0) || math.IsInf(v.r, 0) {
+			k.Fail(v.name, strconv.FormatFloat(v.r, 'g', -1, 64), "must be a finite number >= 0 (0: no limit)")
+		}
 	}
 	k.AtLeast("SLUICE_AUTH_MAX_SUBSCRIPTIONS", int64(c.MaxSubscriptions), 0)
 	if c.OIDCIssuer != "" || c.OIDCAudience != "" || c.OIDCJWKSURL != "" {

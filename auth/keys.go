@@ -14,6 +14,7 @@ import (
 	"strings"
 	"sync"
 	"time"
+	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -31,13 +32,16 @@ func SplitKey(tok string) (id, secret string, ok bool) {
 		return "", "", false
 	}
 	id, secret, ok = strings.Cut(rest, "_")
-	if !ok || len(id) != 16 || secret == "" {
-		return "", "", false
-	}
-	if _, err := hex.DecodeString(id); err != nil {
+	if !ok || !validKeyID(id) || secret == "" {
 		return "", "", false
 	}
 	return id, secret, true
+}
+
+// validKeyID reports whether id is a key id: 16 hex digits.
+func validKeyID(id string) bool {
+	_, err := hex.DecodeString(id)
+	return len(id) == 16 && err == nil
 }
 
 // Key is one API key as stored, without its secret.
@@ -122,6 +126,22 @@ type CreateRequest struct {
 	By string
 }
 
+// MaxDescriptionLen bounds a key's description, in bytes.
+const MaxDescriptionLen = 1000
+
+// ValidateDescription checks a key's description: at most
+// MaxDescriptionLen bytes of UTF-8 text without NUL, which a Postgres text
+// column refuses (it was a failed insert, not a refusal of the request).
+func ValidateDescription(s string) error {
+	if len(s) > MaxDescriptionLen {
+		return fmt.Errorf("the description is longer than %d bytes", MaxDescriptionLen)
+	}
+	if !utf8.ValidString(s) || strings.ContainsRune(s, 0) {
+		return errors.New("the description must be UTF-8 text without NUL")
+	}
+	return nil
+}
+
 // NewSecret returns a fresh key id and full key.
 func newKeyMaterial() (id, key string, sum [sha256.Size]byte, err error) {
 	var idb [8]byte
@@ -140,6 +160,11 @@ func newKeyMaterial() (id, key string, sum [sha256.Size]byte, err error) {
 // Create stores a new key and returns it with its full secret form, shown
 // this once.
 func (k *Keys) Create(ctx context.Context, req CreateRequest) (Key, string, error) {
+	for _, g := range req.Grants {
+		if err := CheckAdminScope(g); err != nil {
+			return Key{}, "", err
+		}
+	}
 	return k.create(ctx, k.pool, req, "")
 }
 
@@ -158,8 +183,8 @@ func (k *Keys) create(ctx context.Context, q execer, req CreateRequest, rotatedF
 	if err != nil {
 		return Key{}, "", err
 	}
-	if len(req.Description) > 1000 {
-		return Key{}, "", errors.New("the description is longer than 1000 bytes")
+	if err := ValidateDescription(req.Description); err != nil {
+		return Key{}, "", err
 	}
 	id, full, sum, err := newKeyMaterial()
 	if err != nil {
@@ -227,6 +252,9 @@ func (k *Keys) Get(ctx context.Context, id string) (Key, error) {
 
 // Revoke ends a key now. Revoking a revoked key is a no-op that returns it.
 func (k *Keys) Revoke(ctx context.Context, id, by string) (Key, error) {
+	if !validKeyID(id) {
+		return Key{}, ErrKeyNotFound // no such key: nothing to ask Postgres (which refuses a NUL)
+	}
 	key, err := scanKey(k.pool.QueryRow(ctx, `UPDATE sluice.auth_keys SET revoked_at = coalesce(revoked_at, now()), revoked_by = coalesce(revoked_by, $2)
 		WHERE key_id = $1 RETURNING `+keyColumns, id, by))
 	if err != nil {
@@ -252,6 +280,9 @@ type Rotation struct {
 func (k *Keys) Rotate(ctx context.Context, id string, grace time.Duration, by string) (Rotation, string, error) {
 	if grace < 0 {
 		return Rotation{}, "", errors.New("the grace period must not be negative")
+	}
+	if !validKeyID(id) {
+		return Rotation{}, "", ErrKeyNotFound
 	}
 	tx, err := k.pool.Begin(ctx)
 	if err != nil {

@@ -181,3 +181,31 @@ func TestLimiter(t *testing.T) {
 		t.Error("no limits: want nil")
 	}
 }
+
+// A new key may hold admin_read or admin_act on * only (the admin API is
+// not scoped): such a grant on a db or a stream opened nothing.
+func TestKeysCreateRefusesScopedAdminGrants(t *testing.T) {
+	_, pool := testenv.NewMigratedDatabase(t)
+	keys := auth.NewKeys(pool, auth.KeysOptions{})
+	tests := []struct {
+		grant string
+		ok    bool
+	}{
+		{"admin_read=*", true},
+		{"admin_read,admin_act=*", true},
+		{"*=*", true},
+		{"read,command=db:orders", true},
+		{"admin_act=db:orders", false},
+		{"admin_read=stream:Order/eu-*", false},
+		{"*=db:orders", true},
+		{"append,read,subscribe,command,admin_read=db:orders", false},
+	}
+	for _, tc := range tests {
+		t.Run(tc.grant, func(t *testing.T) {
+			_, _, err := keys.Create(t.Context(), auth.CreateRequest{Principal: "p", Grants: grants(t, tc.grant), By: "t"})
+			if (err == nil) != tc.ok {
+				t.Fatalf("err %v, want ok %t", err, tc.ok)
+			}
+		})
+	}
+}

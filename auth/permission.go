@@ -307,6 +307,24 @@ func (g Grant) compile() (Grant, error) {
 	return g, nil
 }
 
+// CheckAdminScope refuses a new grant of admin_read or admin_act on a
+// pattern other than *: the admin resources are covered by * only, so
+// such a grant would open nothing (a key made with it answered 403 on the
+// admin API, where its maker expected a scoped operator). Keys already
+// stored with one still load and rotate. Every operation (the op *, as in
+// "*=db:orders") is let through: it asks for all that the pattern covers.
+func CheckAdminScope(g Grant) error {
+	if g.Resource == "*" || len(g.Ops) == len(Operations) {
+		return nil
+	}
+	for _, op := range g.Ops {
+		if op == OpAdminRead || op == OpAdminAct {
+			return fmt.Errorf("grant on %q: %s applies to the pattern * only (the admin API is not scoped by db or stream)", g.Resource, op)
+		}
+	}
+	return nil
+}
+
 // CompileGrants checks grants (read from JSON) and prepares them for
 // matching.
 func CompileGrants(gs []Grant) ([]Grant, error) {
