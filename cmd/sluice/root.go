@@ -33,7 +33,11 @@ func newRootCmd(stdout, stderr io.Writer) *cobra.Command {
 		Short:         "sluice — an event-sourcing pipeline: S3 event store → Kafka → workers → Elasticsearch",
 		SilenceUsage:  true,
 		SilenceErrors: true,
+		// --version (and -v) as well as `sluice version`: the flag is what
+		// operators and packaging scripts try first (it was exit 2).
+		Version: version,
 	}
+	root.SetVersionTemplate(versionLine())
 	root.SetOut(stdout)
 	root.SetErr(stderr)
 	root.AddCommand(
@@ -160,10 +164,15 @@ func newVersionCmd() *cobra.Command {
 		Short: "Print the version of this binary",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			cmd.Printf("sluice %s (commit %s)\n", version, commit)
+			cmd.Print(versionLine())
 			return nil
 		},
 	}
+}
+
+// versionLine is what `sluice version` and `sluice --version` print.
+func versionLine() string {
+	return fmt.Sprintf("sluice %s (commit %s)\n", version, commit)
 }
 
 // applyRuntime sets the garbage collector's target from GOGC (default 400;
