@@ -5,7 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"os"
+	"slices"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -377,8 +379,7 @@ summary.`,
 				return err
 			}
 			if !asJSON {
-				cmd.Printf("rebuild plan: %s v%d (live %v, highest v%d): create %s; consumer group %s and registry handler %s from the beginning of %s; then swap the aliases\n",
-					plan.Projection, plan.Version, plan.Live, plan.Highest, strings.Join(plan.Indices, ", "), plan.Group, plan.Handler, cfg.Kafka.EventsTopic)
+				cmd.Print(rebuildPlanLine(plan, cfg.Kafka.EventsTopic))
 			}
 			act, err := g.confirm(cmd, fmt.Sprintf("rebuild %s as v%d", plan.Projection, plan.Version))
 			if err != nil {
@@ -400,6 +401,21 @@ summary.`,
 	addSwitchMetricsFlag(cmd)
 	g.register(cmd, false)
 	return cmd
+}
+
+// rebuildPlanLine is the plan `sluice projection rebuild` prints; the live
+// versions per scope read "shop v1, tenant2 v3" ("none" without a live
+// index), not Go's "map[shop:1]".
+func rebuildPlanLine(plan projectionworker.RebuildPlan, topic string) string {
+	live := make([]string, 0, len(plan.Live))
+	for _, scope := range slices.Sorted(maps.Keys(plan.Live)) {
+		live = append(live, fmt.Sprintf("%s v%d", scope, plan.Live[scope]))
+	}
+	if len(live) == 0 {
+		live = append(live, "none")
+	}
+	return fmt.Sprintf("rebuild plan: %s v%d (live %s; highest v%d): create %s; consumer group %s and registry handler %s from the beginning of %s; then swap the aliases\n",
+		plan.Projection, plan.Version, strings.Join(live, ", "), plan.Highest, strings.Join(plan.Indices, ", "), plan.Group, plan.Handler, topic)
 }
 
 func newProjectionRollbackCmd() *cobra.Command {

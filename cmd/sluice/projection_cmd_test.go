@@ -242,3 +242,26 @@ func instancesVersions(t *testing.T, versions ...int) func() string {
 	}
 	return live
 }
+
+// TestRebuildPlanLine: the rebuild plan names the live version of each
+// scope as "shop v1", sorted; it printed Go's map formatting
+// ("live map[shop:1]").
+func TestRebuildPlanLine(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		live map[string]int
+		want string
+	}{
+		{"one scope", map[string]int{"shop": 1}, "(live shop v1; highest v3)"},
+		{"scopes sorted", map[string]int{"zoo": 2, "acme": 3}, "(live acme v3, zoo v2; highest v3)"},
+		{"no live index", map[string]int{}, "(live none; highest v3)"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got := rebuildPlanLine(projectionworker.RebuildPlan{Projection: "history", Version: 4, Live: tc.live, Highest: 3,
+				Indices: []string{"sluice_shop_history_v4"}, Group: "sluice.projection-history-v4", Handler: "projection:history:v4"}, "sluice.events")
+			if !strings.Contains(got, tc.want) || strings.Contains(got, "map[") {
+				t.Errorf("plan line %q, want it to contain %q", got, tc.want)
+			}
+		})
+	}
+}
