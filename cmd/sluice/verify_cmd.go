@@ -77,6 +77,7 @@ holds an instance of the db/class (a mistyped --db or --class).`,
 			if err != nil {
 				return err
 			}
+			cfg.EventStore.LayoutNoWait = true // a command: fail now, do not wait (openDepsWith)
 			st, err := eventstore.New(cfg.EventStore, eventstore.Deps{Pool: pools.Store, ShardPools: pools.StoreShards, Bucket: bucket, Logger: logger})
 			if err != nil {
 				return err
