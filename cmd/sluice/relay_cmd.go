@@ -171,11 +171,7 @@ func newRelayCheckpointSetCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			verb := "forward"
-			if cur.Position < old.Position {
-				verb = "back (positions after it are published again)"
-			}
-			cmd.Printf("checkpoint %s moved %s: %d -> %d; a running relay continues from it\n", cps.Key(), verb, old.Position, cur.Position)
+			cmd.Print(checkpointMovedLine(cps.Key(), old.Position, cur.Position))
 			return nil
 		},
 	}
@@ -184,6 +180,19 @@ func newRelayCheckpointSetCmd() *cobra.Command {
 	shardFlag(set, &shard, "the shard whose checkpoint moves (required for a store of more than one shard; positions are the shard's)")
 	g.register(set, false)
 	return set
+}
+
+// checkpointMovedLine is what `relay checkpoint set` prints once it wrote
+// the checkpoint: moved forward or back, or left where it was (a second
+// run of the same command said "moved forward: 30 -> 30").
+func checkpointMovedLine(key string, from, to int64) string {
+	switch {
+	case to == from:
+		return fmt.Sprintf("checkpoint %s unchanged: already at %d; a running relay continues from it\n", key, to)
+	case to < from:
+		return fmt.Sprintf("checkpoint %s moved back (positions after it are published again): %d -> %d; a running relay continues from it\n", key, from, to)
+	}
+	return fmt.Sprintf("checkpoint %s moved forward: %d -> %d; a running relay continues from it\n", key, from, to)
 }
 
 func newRelayGapsCmd() *cobra.Command {

@@ -279,3 +279,24 @@ func TestConfigCheckSizeBudget(t *testing.T) {
 		})
 	}
 }
+
+// TestCheckpointMovedLine: relay checkpoint set says whether it moved the
+// checkpoint forward, back, or not at all; run twice it said "moved
+// forward: 30 -> 30".
+func TestCheckpointMovedLine(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		from, to int64
+		want     string
+	}{
+		{"back", 41, 30, "moved back (positions after it are published again): 41 -> 30"},
+		{"forward", 30, 41, "moved forward: 30 -> 41"},
+		{"same position", 30, 30, "unchanged: already at 30"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := checkpointMovedLine("checkpoints/default.json", tc.from, tc.to); !strings.Contains(got, tc.want) {
+				t.Errorf("%q, want %q", got, tc.want)
+			}
+		})
+	}
+}
