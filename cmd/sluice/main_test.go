@@ -333,3 +333,27 @@ func TestEveryCommandHelpAndUnknownFlag(t *testing.T) {
 		})
 	}
 }
+
+// TestWrongArgumentsShowTheUsage: a command given too few or too many
+// arguments says which it takes (its usage line) and exits 2; it said
+// only "accepts 1 arg(s), received 0".
+func TestWrongArgumentsShowTheUsage(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"registry show without the id", []string{"registry", "show"}, "accepts 1 arg(s), received 0; usage: sluice registry show <event_id>"},
+		{"registry show with two ids", []string{"registry", "show", "a", "b"}, "received 2; usage: sluice registry show <event_id>"},
+		{"rebuild without the name", []string{"projection", "rebuild", "--version", "2"}, "usage: sluice projection rebuild <name> --version N"},
+		{"schema show without a type", []string{"schema", "show"}, "usage: sluice schema show <event_type> [version]"},
+		{"version with an argument", []string{"version", "x"}, "usage: sluice version"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, _, err := run(t, tc.args...)
+			if err == nil || exitCode(err) != exitUsage || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("sluice %s: %v (exit %d); want exit 2 saying %q", strings.Join(tc.args, " "), err, exitCode(err), tc.want)
+			}
+		})
+	}
+}

@@ -105,6 +105,16 @@ func usageExits(root *cobra.Command) {
 			args := c.Args
 			if args == nil {
 				args = cobra.ArbitraryArgs // what cobra does for a subcommand without Args
+			} else {
+				// cobra says "accepts 1 arg(s), received 0" and not which:
+				// the usage line names them ("show <event_id>").
+				own := args
+				args = func(cmd *cobra.Command, a []string) error {
+					if err := own(cmd, a); err != nil {
+						return fmt.Errorf("%w; usage: %s", err, cmd.UseLine())
+					}
+					return nil
+				}
 			}
 			c.Args = func(cmd *cobra.Command, a []string) error {
 				for _, err := range []error{args(cmd, a), cmd.ValidateRequiredFlags(), cmd.ValidateFlagGroups()} {
