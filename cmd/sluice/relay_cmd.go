@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -285,11 +286,19 @@ func newRelayRepublishCmd() *cobra.Command {
 			}
 			defer cl.Close()
 			router := relay.NewRouter(d.cfg.Kafka.CommandsTopic, d.cfg.Kafka.EventsTopic, nil).WithFormat(d.cfg.Kafka.Format())
-			names := router.Topics()
+			names, spec := router.Topics(), kafka.TopicSpec(d.cfg.Kafka)
 			if topic != "" {
 				names = []string{topic}
+				// The side topic is the operator's own, as dlq's handled
+				// topic: unless KAFKA_TOPIC_REPLICATION_FACTOR is set it
+				// takes the cluster's default.replication.factor (-1,
+				// KIP-464), not the config default of 3, which a one-broker
+				// dev Kafka refuses (INVALID_REPLICATION_FACTOR).
+				if _, set := os.LookupEnv("KAFKA_TOPIC_REPLICATION_FACTOR"); !set {
+					spec.Replication = -1
+				}
 			}
-			if err := kafka.EnsureTopics(cmd.Context(), cl, d.cfg.Kafka, names...); err != nil {
+			if err := kafka.EnsureSpec(cmd.Context(), cl, spec, names...); err != nil {
 				return err
 			}
 			start := time.Now()
