@@ -428,7 +428,7 @@ func newStoreRepairCmd() *cobra.Command {
 			return nil
 		},
 	}
-	cmd.Flags().DurationVar(&olderThan, "older-than", 0, "abandon reservations older than this without a segment (default EVENT_STORE_APPEND_TIMEOUT)")
+	cmd.Flags().DurationVar(&olderThan, "older-than", 0, "look at reservations at least this old (default EVENT_STORE_APPEND_TIMEOUT); one without a segment is abandoned only once older than EVENT_STORE_APPEND_TIMEOUT")
 	return cmd
 }
 

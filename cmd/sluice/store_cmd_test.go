@@ -11,6 +11,7 @@ import (
 	"github.com/sluicehq/sluice/eventstore/eventstoretest"
 
 	"github.com/google/uuid"
+	"github.com/spf13/cobra"
 
 	"github.com/sluicehq/sluice/eventstore"
 	"github.com/sluicehq/sluice/internal/testenv"
@@ -131,5 +132,37 @@ func TestStoreReindexGuard(t *testing.T) {
 		if got := rows(); got != s.wantRows {
 			t.Fatalf("%s: %d index rows, want %d", s.name, got, s.wantRows)
 		}
+	}
+}
+
+// TestStoreFlagHelp: the help of store flags says what they do. repair's
+// --older-than said "abandon reservations older than this", but a
+// reservation without a segment is abandoned only once older than the
+// append timeout, whatever --older-than (eventstore.Repair): the flag
+// chooses which reservations repair looks at.
+func TestStoreFlagHelp(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		cmd     *cobra.Command
+		flag    string
+		says    []string
+		notSays string
+	}{
+		{"repair --older-than", newStoreRepairCmd(), "older-than",
+			[]string{"look at reservations at least this old", "abandoned only once older than EVENT_STORE_APPEND_TIMEOUT"}, "abandon reservations older than this"},
+		{"reindex --quiet-for", newStoreReindexCmd(), "quiet-for",
+			[]string{"at least EVENT_STORE_APPEND_TIMEOUT"}, "> 0"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			usage := tc.cmd.Flags().Lookup(tc.flag).Usage
+			for _, s := range tc.says {
+				if !strings.Contains(usage, s) {
+					t.Errorf("--%s help %q does not say %q", tc.flag, usage, s)
+				}
+			}
+			if strings.Contains(usage, tc.notSays) {
+				t.Errorf("--%s help %q still says %q", tc.flag, usage, tc.notSays)
+			}
+		})
 	}
 }
