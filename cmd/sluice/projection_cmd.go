@@ -308,7 +308,7 @@ func runSwitch(cmd *cobra.Command, t switchTarget, version int, settle time.Dura
 		}})
 	bar.finish()
 	if err != nil {
-		return err
+		return switchError(err, sum)
 	}
 	if asJSON {
 		return writeSummary(cmd.OutOrStdout(), switchSummary{Projection: sum.Projection, From: sum.From, To: sum.To,
@@ -317,6 +317,23 @@ func runSwitch(cmd *cobra.Command, t switchTarget, version int, settle time.Dura
 	fmt.Fprintf(cmd.OutOrStdout(), "%s: v%d → v%d live for %s (%s); v%d kept for rollback\n",
 		sum.Projection, sum.From, sum.To, strings.Join(sum.Scopes, ", "), sum.Elapsed.Round(time.Millisecond), sum.From)
 	return nil
+}
+
+// switchError is the error of a rebuild or rollback that stopped (Ctrl-C,
+// an Elasticsearch or Kafka error), saying whether the aliases had
+// swapped: a Ctrl-C during the settle after the swap printed only
+// "context canceled", with the new version live.
+func switchError(err error, sum projectionworker.Summary) error {
+	switch {
+	case len(sum.Scopes) > 0:
+		return fmt.Errorf("%w: stopped after the aliases swapped: %s v%d is live for %s (v%d kept for rollback); "+
+			"the settle did not finish, and v%d's consumer group goes on from its committed offsets when its workers run",
+			err, sum.Projection, sum.To, strings.Join(sum.Scopes, ", "), sum.From, sum.To)
+	case sum.To > 0:
+		return fmt.Errorf("%w: stopped before the aliases swapped: %s v%d was not made live; the live version is unchanged",
+			err, sum.Projection, sum.To)
+	}
+	return err
 }
 
 // switchSummary is the --json output of `sluice projection rebuild` and

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http/httptest"
 	"slices"
@@ -261,6 +262,30 @@ func TestRebuildPlanLine(t *testing.T) {
 				Indices: []string{"sluice_shop_history_v4"}, Group: "sluice.projection-history-v4", Handler: "projection:history:v4"}, "sluice.events")
 			if !strings.Contains(got, tc.want) || strings.Contains(got, "map[") {
 				t.Errorf("plan line %q, want it to contain %q", got, tc.want)
+			}
+		})
+	}
+}
+
+// TestSwitchError: a rebuild or rollback that stops says whether the
+// aliases had swapped; interrupted during the settle it printed only
+// "context canceled" while the new version was live.
+func TestSwitchError(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		sum  projectionworker.Summary
+		want string
+	}{
+		{"after the swap", projectionworker.Summary{Projection: "history", From: 2, To: 3, Scopes: []string{"shop", "zoo"}},
+			"context canceled: stopped after the aliases swapped: history v3 is live for shop, zoo (v2 kept for rollback)"},
+		{"before the swap", projectionworker.Summary{Projection: "history", From: 2, To: 3},
+			"context canceled: stopped before the aliases swapped: history v3 was not made live; the live version is unchanged"},
+		{"before anything", projectionworker.Summary{}, "context canceled"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			err := switchError(context.Canceled, tc.sum)
+			if !errors.Is(err, context.Canceled) || !strings.HasPrefix(err.Error(), tc.want) {
+				t.Errorf("%q, want it to start %q and wrap the cause", err, tc.want)
 			}
 		})
 	}
