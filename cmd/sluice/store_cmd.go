@@ -343,7 +343,8 @@ the ETA; --json prints a summary for scripts.`,
 			rep, err := st.ReindexWithProgress(cmd.Context(), func(p eventstore.ReindexProgress) { bar.set(p.Lines) })
 			bar.finish()
 			if err != nil {
-				return err
+				servers, _ := d.cfg.EventStore.ShardServers()
+				return reindexError(err, len(servers) > 1)
 			}
 			el := time.Since(start)
 			sum := reindexSummary{Plan: plan, Report: &reindexReportJSON{Segments: rep.Segments, Events: rep.Events,
@@ -360,6 +361,21 @@ the ETA; --json prints a summary for scripts.`,
 	cmd.Flags().DurationVar(&quiet, "quiet-for", 0, "a writer that reserved within this long counts as live; at least EVENT_STORE_APPEND_TIMEOUT (default twice it)")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print a JSON summary")
 	return cmd
+}
+
+// reindexError is the error of a reindex that stopped. Interrupted (Ctrl-C,
+// SIGTERM) it said only "read segments/…: context canceled", not that the
+// index it was replacing is rolled back: reindex replaces it in one
+// transaction (per server of EVENT_STORE_SHARD_MAP: the servers done
+// before keep their new index, which is the same the run again writes).
+func reindexError(err error, servers bool) error {
+	if !errors.Is(err, context.Canceled) {
+		return err
+	}
+	if servers {
+		return fmt.Errorf("%w: reindex interrupted; the server it was reindexing keeps its index as it was (one transaction per server; the servers before it are reindexed); run it again to finish", err)
+	}
+	return fmt.Errorf("%w: reindex interrupted; nothing changed (the index is replaced in one transaction); run it again", err)
 }
 
 // checkQuietFor refuses (exit 2) a --quiet-for shorter than the append

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strings"
 	"testing"
@@ -162,6 +163,34 @@ func TestStoreFlagHelp(t *testing.T) {
 			}
 			if strings.Contains(usage, tc.notSays) {
 				t.Errorf("--%s help %q still says %q", tc.flag, usage, tc.notSays)
+			}
+		})
+	}
+}
+
+// TestReindexError: an interrupted reindex says that the index it was
+// replacing is as it was and to run it again; it said only "read
+// segments/…: context canceled". Other errors are left as they are.
+func TestReindexError(t *testing.T) {
+	canceled := fmt.Errorf("eventstore: reindex: read segments/1-1.jsonl: %w", context.Canceled)
+	other := errors.New("eventstore: reindex: boom")
+	for _, tc := range []struct {
+		name    string
+		err     error
+		servers bool
+		want    string
+	}{
+		{"interrupted", canceled, false, "context canceled: reindex interrupted; nothing changed (the index is replaced in one transaction); run it again"},
+		{"interrupted, several servers", canceled, true, "reindex interrupted; the server it was reindexing keeps its index as it was"},
+		{"another error", other, false, "eventstore: reindex: boom"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got := reindexError(tc.err, tc.servers)
+			if !errors.Is(got, tc.err) || !strings.Contains(got.Error(), tc.want) {
+				t.Errorf("%q, want it to wrap %v and say %q", got, tc.err, tc.want)
+			}
+			if tc.err == other && got.Error() != other.Error() {
+				t.Errorf("%q, want the error unchanged", got)
 			}
 		})
 	}
