@@ -301,10 +301,8 @@ the ETA; --json prints a summary for scripts.`,
   sluice store reindex --yes --json`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if cmd.Flags().Changed("quiet-for") {
-				if err := checkQuietFor(quiet); err != nil {
-					return err
-				}
+			if err := checkQuietFor(cmd, quiet); err != nil {
+				return err
 			}
 			d, closeFn, err := openStoreDeps(cmd)
 			if err != nil {
@@ -343,8 +341,7 @@ the ETA; --json prints a summary for scripts.`,
 			rep, err := st.ReindexWithProgress(cmd.Context(), func(p eventstore.ReindexProgress) { bar.set(p.Lines) })
 			bar.finish()
 			if err != nil {
-				servers, _ := d.cfg.EventStore.ShardServers()
-				return reindexError(err, len(servers) > 1)
+				return reindexError(err, d.cfg.EventStore)
 			}
 			el := time.Since(start)
 			sum := reindexSummary{Plan: plan, Report: &reindexReportJSON{Segments: rep.Segments, Events: rep.Events,
@@ -368,21 +365,24 @@ the ETA; --json prints a summary for scripts.`,
 // index it was replacing is rolled back: reindex replaces it in one
 // transaction (per server of EVENT_STORE_SHARD_MAP: the servers done
 // before keep their new index, which is the same the run again writes).
-func reindexError(err error, servers bool) error {
+func reindexError(err error, cfg eventstore.Config) error {
 	if !errors.Is(err, context.Canceled) {
 		return err
 	}
-	if servers {
+	if servers, _ := cfg.ShardServers(); len(servers) > 1 {
 		return fmt.Errorf("%w: reindex interrupted; the server it was reindexing keeps its index as it was (one transaction per server; the servers before it are reindexed); run it again to finish", err)
 	}
 	return fmt.Errorf("%w: reindex interrupted; nothing changed (the index is replaced in one transaction); run it again", err)
 }
 
-// checkQuietFor refuses (exit 2) a --quiet-for shorter than the append
-// timeout, before anything is opened: a window of 0 sees no writer as
-// live, and one shorter than EVENT_STORE_APPEND_TIMEOUT misses a live
+// checkQuietFor refuses (exit 2) a --quiet-for given shorter than the
+// append timeout, before anything is opened: a window of 0 sees no writer
+// as live, and one shorter than EVENT_STORE_APPEND_TIMEOUT misses a live
 // writer's append still in flight (eventstore.Config.CheckQuietWindow).
-func checkQuietFor(quiet time.Duration) error {
+func checkQuietFor(cmd *cobra.Command, quiet time.Duration) error {
+	if !cmd.Flags().Changed("quiet-for") {
+		return nil // the default, twice the append timeout
+	}
 	cfg, err := sluiceconfig.FromOS()
 	if err != nil {
 		return err

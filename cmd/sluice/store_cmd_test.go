@@ -185,7 +185,11 @@ func TestReindexError(t *testing.T) {
 		{"another error", other, false, "eventstore: reindex: boom"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			got := reindexError(tc.err, tc.servers)
+			cfg := eventstore.DefaultConfig()
+			if tc.servers {
+				cfg.Shards, cfg.ShardMap = 2, "0-0=postgres://a/sluice,1-1=postgres://b/sluice"
+			}
+			got := reindexError(tc.err, cfg)
 			if !errors.Is(got, tc.err) || !strings.Contains(got.Error(), tc.want) {
 				t.Errorf("%q, want it to wrap %v and say %q", got, tc.err, tc.want)
 			}
