@@ -49,6 +49,13 @@ type Config struct {
 	MaxReservingGroups int
 	// ReadConcurrency bounds parallel ranged GETs of one read. Default 8.
 	ReadConcurrency int
+	// LayoutNoWait makes New fail with a *LayoutPendingError (Once set)
+	// when it cannot read the store's layout (Postgres down, migrations
+	// not applied), instead of starting and checking it in the background:
+	// for a command that runs once (the operator commands), which would
+	// otherwise log that it keeps checking and then fail its first
+	// operation anyway. Default false: a service waits out an outage.
+	LayoutNoWait bool
 }
 
 // DefaultConfig is the section with the defaults of its tags, as a process

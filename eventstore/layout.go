@@ -47,9 +47,16 @@ const layoutLogEvery = 12
 type LayoutPendingError struct {
 	Waiting string
 	Err     error
+	// Once: the layout was read once and not waited for
+	// (Config.LayoutNoWait); the message says it could not be read rather
+	// than that the store is waiting.
+	Once bool
 }
 
 func (e *LayoutPendingError) Error() string {
+	if e.Once {
+		return fmt.Sprintf("eventstore: cannot read the store's layout: it needs %s: %v", e.Waiting, e.Err)
+	}
 	return fmt.Sprintf("eventstore: the store's layout is not checked yet: waiting for %s: %v", e.Waiting, e.Err)
 }
 

@@ -138,3 +138,54 @@ func TestLayoutPendingLogRate(t *testing.T) {
 		t.Errorf("logged at checks %v, want %v", logged, want)
 	}
 }
+
+// TestLayoutNoWait: with Config.LayoutNoWait, New fails at once with a
+// *LayoutPendingError that says the layout cannot be read (not that the
+// store is waiting) and names what it needs, and logs nothing about
+// checking in the background: an operator command runs once and cannot
+// wait. The layout readable, it opens as always.
+func TestLayoutNoWait(t *testing.T) {
+	e := newEnv(t)
+	ctx := ctxT(t)
+	for _, tc := range []struct {
+		name    string
+		missing bool // sluice.eventstore_layout renamed away
+		wantErr string
+	}{
+		{"migrations not applied", true, "cannot read the store's layout: it needs the table sluice.eventstore_layout"},
+		{"layout readable", false, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if tc.missing {
+				testenv.MustExec(t, e.pool, `ALTER TABLE sluice.eventstore_layout RENAME TO eventstore_layout_away`)
+				t.Cleanup(func() {
+					testenv.MustExec(t, e.pool, `ALTER TABLE sluice.eventstore_layout_away RENAME TO eventstore_layout`)
+				})
+			}
+			cfg := testConfig()
+			cfg.LayoutNoWait = true
+			rec := &lineRecorder{}
+			s, err := New(cfg, Deps{Pool: e.pool, Bucket: e.bucket, Logger: slog.New(rec)})
+			if tc.wantErr == "" {
+				if err != nil {
+					t.Fatalf("New: %v", err)
+				}
+				defer s.Close()
+				if _, err := s.Heads(ctx); err != nil {
+					t.Fatalf("Heads: %v", err)
+				}
+				return
+			}
+			var pending *LayoutPendingError
+			if s != nil {
+				_ = s.Close()
+			}
+			if !errors.As(err, &pending) || !strings.Contains(err.Error(), tc.wantErr) || !strings.Contains(err.Error(), "sluice migrate up") || strings.Contains(err.Error(), "waiting") {
+				t.Fatalf("New: %v; want a *LayoutPendingError saying %q and sluice migrate up", err, tc.wantErr)
+			}
+			if lines := rec.with("waiting_for"); len(lines) > 0 {
+				t.Errorf("logged %v; want no line about checking in the background", lines)
+			}
+		})
+	}
+}

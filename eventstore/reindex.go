@@ -162,7 +162,10 @@ RETURNING shard, next_position`, s.heldShards())
 		return rep, fmt.Errorf("eventstore: reindex: log_head: %w", err)
 	}
 	rep.NextPosition = rep.NextPositions[0]
-	if err := tx.Commit(ctx); err != nil {
+	// Everything is written: a cancel now (Ctrl-C) must not cut the commit
+	// off midway, which would leave it unknown whether the index was
+	// replaced. Cancelled before this, the transaction rolls back.
+	if err := tx.Commit(context.WithoutCancel(ctx)); err != nil {
 		return rep, fmt.Errorf("eventstore: reindex: commit: %w", err)
 	}
 	return rep, nil

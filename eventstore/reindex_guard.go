@@ -14,10 +14,30 @@ import (
 // fails its commits, so reindex runs with the writers stopped.
 var ErrWriterLive = errors.New("eventstore: a writer is live")
 
-// ErrNoQuietWindow is wrapped by PlanReindex given a quiet window of 0 or
-// less: no reservation is that recent, so every writer would pass as
-// stopped and the check would always pass.
-var ErrNoQuietWindow = errors.New("eventstore: reindex: the quiet window must be positive")
+// ErrNoQuietWindow is wrapped by PlanReindex (and CheckQuietWindow) given
+// a quiet window shorter than the append timeout: 0 or less sees no
+// writer as live, so the check would always pass; a window shorter than
+// EVENT_STORE_APPEND_TIMEOUT misses a live writer whose reservation is
+// older than the window but still in flight (a writer may take up to the
+// append timeout from its reservation to its commit), and reindex would
+// replace the index under it.
+var ErrNoQuietWindow = errors.New("eventstore: reindex: the quiet window is shorter than the append timeout")
+
+// MinQuietWindow is the shortest quiet window PlanReindex takes: the
+// append timeout, the age below which a reservation is a live writer's
+// append in flight (repair and lookups take an older one as crashed).
+func (c Config) MinQuietWindow() time.Duration { return c.AppendTimeout }
+
+// CheckQuietWindow returns an error wrapping ErrNoQuietWindow when quiet is
+// shorter than c.MinQuietWindow() (or not positive), nil otherwise. It
+// reads nothing: a caller checks a window before it connects.
+func (c Config) CheckQuietWindow(quiet time.Duration) error {
+	if minQuiet := c.MinQuietWindow(); quiet <= 0 || quiet < minQuiet {
+		return fmt.Errorf("%w: got %s, want at least %s (EVENT_STORE_APPEND_TIMEOUT): a writer may take that long from its reservation to its commit, so a shorter window does not see it as live",
+			ErrNoQuietWindow, quiet, minQuiet)
+	}
+	return nil
+}
 
 // ReindexProgress is reported by ReindexWithProgress after each page of
 // segments: the segments read and the lines (events) copied so far.
@@ -57,12 +77,13 @@ type ReindexPlan struct {
 // writer is live: no reservation made within quiet (the writers stopped at
 // least that long ago; a reservation older than that and still reserved is
 // a crashed writer's, which Reindex resolves from the segments). With a live writer
-// it returns the plan and an error wrapping ErrWriterLive; a quiet of 0
-// or less, which would see no writer as live, is refused
-// (ErrNoQuietWindow). It changes nothing.
+// it returns the plan and an error wrapping ErrWriterLive; a quiet
+// shorter than the append timeout, which would miss a live writer's append
+// in flight, is refused (ErrNoQuietWindow, CheckQuietWindow). It changes
+// nothing.
 func (s *Store) PlanReindex(ctx context.Context, quiet time.Duration) (ReindexPlan, error) {
-	if quiet <= 0 {
-		return ReindexPlan{}, fmt.Errorf("%w: got %s, which sees no writer as live", ErrNoQuietWindow, quiet)
+	if err := s.cfg.CheckQuietWindow(quiet); err != nil {
+		return ReindexPlan{}, err
 	}
 	if s.parts != nil {
 		return s.planReindexServers(ctx, quiet)

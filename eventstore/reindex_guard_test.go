@@ -7,9 +7,11 @@ import (
 )
 
 // TestPlanReindexQuietWindow: a writer that appended just now is live for
-// any positive quiet window; a window of 0 or less is refused
-// (ErrNoQuietWindow) instead of seeing no writer as live and passing the
-// check (sluice store reindex --quiet-for 0 did).
+// any quiet window of at least the append timeout (30s here); a shorter
+// window is refused (ErrNoQuietWindow): 0 or less sees no writer as live
+// (sluice store reindex --quiet-for 0 passed the check), and 1ns or 1s
+// miss a live writer whose reservation is older but still in flight
+// (--quiet-for 1ns passed too).
 func TestPlanReindexQuietWindow(t *testing.T) {
 	e := newEnv(t)
 	s := e.store(t, testConfig())
@@ -21,7 +23,10 @@ func TestPlanReindexQuietWindow(t *testing.T) {
 	}{
 		{"zero", 0, ErrNoQuietWindow},
 		{"negative", -time.Second, ErrNoQuietWindow},
-		{"a second", time.Second, ErrWriterLive},
+		{"a nanosecond", time.Nanosecond, ErrNoQuietWindow},
+		{"a second", time.Second, ErrNoQuietWindow},
+		{"just below the append timeout", 30*time.Second - time.Millisecond, ErrNoQuietWindow},
+		{"the append timeout", 30 * time.Second, ErrWriterLive},
 		{"an hour", time.Hour, ErrWriterLive},
 	}
 	for _, tc := range cases {

@@ -123,6 +123,11 @@ func open(cfg Config, deps Deps, h hooks, held []int, m *metrics) (*Store, error
 	case layoutRefused(err):
 		s.cancel()
 		return nil, err
+	case err != nil && cfg.LayoutNoWait:
+		s.cancel()
+		p := pendingLayout(err)
+		p.Once = true
+		return nil, p
 	case err != nil:
 		p, _, _ := s.layout.setPending(err)
 		s.log.Warn("eventstore: the store's layout is not readable yet; checking it in the background",

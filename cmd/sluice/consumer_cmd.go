@@ -14,8 +14,8 @@ import (
 	"github.com/sluicehq/sluice/worker"
 )
 
-// exitGroupActive is the exit code of `sluice consumer reset` when it refuses
-// a group with live members.
+// exitGroupActive is the exit code of `sluice consumer reset` and
+// `consumer copy-offsets` when they refuse a group with live members.
 const exitGroupActive = 5
 
 // openConsumerAdmin returns an admin client for the configured brokers.
@@ -236,7 +236,11 @@ do it ahead of the rollout.`,
 			}
 			o.DryRun = false
 			res, err := worker.CopyOffsets(cmd.Context(), adm, o)
-			if errors.Is(err, worker.ErrGroupActive) || errors.Is(err, worker.ErrTargetHasOffsets) {
+			if errors.Is(err, worker.ErrGroupActive) {
+				// Live members: exit 5, as consumer reset (it was 7).
+				return &exitError{code: exitGroupActive, err: err}
+			}
+			if errors.Is(err, worker.ErrTargetHasOffsets) {
 				return unsafe(err)
 			}
 			if err != nil {

@@ -51,4 +51,29 @@ func TestConsumerCopyOffsets(t *testing.T) {
 	if _, _, err := runOps(t, append(args, "--yes", "--force")...); err != nil || target() != "5,3" {
 		t.Fatalf("forced copy: %v, target %s", err, target())
 	}
+
+	// A live member of either group is refused with exit 5, as consumer
+	// reset refuses one (copy-offsets exited 7, the code of a guard that
+	// --yes cannot pass, while stopping the workers is all it takes).
+	fresh := testenv.UniqueName("sluice.instance-worker-")
+	for _, tc := range []struct {
+		name  string
+		group string   // the group with the live member
+		args  []string // after copy-offsets --from from --topic topic --yes
+	}{
+		{"a live member of --from", from, []string{"--to", fresh}},
+		{"a live member of --to", to, []string{"--to", to, "--force"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			leave := testenv.JoinGroup(t, k.brokers, tc.group, topic)
+			defer leave()
+			_, _, err := runOps(t, append([]string{"consumer", "copy-offsets", "--from", from, "--topic", topic, "--yes"}, tc.args...)...)
+			if opExitCode(err) != exitGroupActive || !strings.Contains(err.Error(), "live members") || target() != "5,3" {
+				t.Fatalf("copy with %s: exit %d %v, target %s; want exit %d and nothing copied", tc.name, opExitCode(err), err, target(), exitGroupActive)
+			}
+			if r, err := k.adm.FetchOffsets(ctx, fresh); err == nil && len(r) > 0 {
+				t.Fatalf("copy with %s committed %v to %s", tc.name, r, fresh)
+			}
+		})
+	}
 }

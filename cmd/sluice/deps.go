@@ -48,6 +48,10 @@ func openDepsWith(cmd *cobra.Command, open func(context.Context, *sluiceconfig.C
 	if err != nil {
 		return nil, nil, err
 	}
+	// A command runs once: a store whose layout cannot be read (Postgres
+	// down, migrations not applied) is an error now, not a log line about
+	// checking in the background followed by that error.
+	cfg.EventStore.LayoutNoWait = true
 	pools, err := openPools(cmd, cfg, migrations.RoleStore) // with the servers of EVENT_STORE_SHARD_MAP
 	if err != nil {
 		return nil, nil, err

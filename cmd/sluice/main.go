@@ -10,8 +10,10 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/spf13/cobra"
 
 	"github.com/sluicehq/sluice/auth"
@@ -24,13 +26,33 @@ func main() {
 	defer stop()
 	root := newRootCmd(os.Stdout, os.Stderr)
 	if cmd, err := root.ExecuteContextC(ctx); err != nil {
-		fmt.Fprintln(os.Stderr, "sluice:", err)
+		fmt.Fprintln(os.Stderr, "sluice:", errorMessage(err))
 		if errors.Is(err, errStopped) {
 			return // told to stop before it was up: a clean exit
 		}
 		os.Exit(commandExitCode(cmd, err))
 	}
 }
+
+// errorMessage is what sluice prints for a command's error: the error,
+// and for Postgres's "relation does not exist" or "schema does not exist"
+// (a database the migrations were not applied to, or the wrong
+// DATABASE_URL) what to do about it; the raw SQLSTATE 42P01 said nothing
+// of the migrations.
+func errorMessage(err error) string {
+	msg := err.Error()
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) && (pgErr.Code == pgUndefinedTable || pgErr.Code == pgInvalidSchemaName) && !strings.Contains(msg, "sluice migrate up") {
+		msg += " (the migrations are not applied to this command's database: check DATABASE_URL, or run `sluice migrate up`)"
+	}
+	return msg
+}
+
+// Postgres's SQLSTATEs of a missing table and a missing schema.
+const (
+	pgUndefinedTable    = "42P01"
+	pgInvalidSchemaName = "3F000"
+)
 
 // commandExitCode is exitCode, except for `sluice healthcheck`: it is
 // run as a Docker HEALTHCHECK, whose exit codes are 0 (healthy) and 1

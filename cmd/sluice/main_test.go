@@ -7,10 +7,13 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/spf13/cobra"
 
 	"github.com/sluicehq/sluice/internal/testenv"
 )
@@ -271,5 +274,86 @@ func TestHealthcheck(t *testing.T) {
 		if (err != nil) != tc.wantErr {
 			t.Errorf("healthcheck %s: err=%v, want error=%v", tc.url, err, tc.wantErr)
 		}
+	}
+}
+
+// TestVersionFlag: `sluice --version` and `-v` print what `sluice version`
+// prints and exit 0 (--version was an unknown flag, exit 2).
+func TestVersionFlag(t *testing.T) {
+	want := versionLine()
+	for _, tc := range []struct {
+		name string
+		args []string
+	}{
+		{"command", []string{"version"}},
+		{"long flag", []string{"--version"}},
+		{"short flag", []string{"-v"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			out, _, err := run(t, tc.args...)
+			if err != nil || out != want {
+				t.Fatalf("sluice %s: %q, %v; want %q", strings.Join(tc.args, " "), out, err, want)
+			}
+		})
+	}
+}
+
+// TestEveryCommandHelpAndUnknownFlag walks the whole command tree: -h and
+// --help print the command's usage and succeed, and an unknown flag is a
+// usage error (exit 2) that names the flag.
+func TestEveryCommandHelpAndUnknownFlag(t *testing.T) {
+	var paths [][]string
+	var walk func(c *cobra.Command, path []string)
+	walk = func(c *cobra.Command, path []string) {
+		paths = append(paths, path)
+		for _, sub := range c.Commands() {
+			walk(sub, append(slices.Clone(path), sub.Name()))
+		}
+	}
+	root := newRootCmd(io.Discard, io.Discard)
+	walk(root, nil)
+	if len(paths) < 40 {
+		t.Fatalf("walked %d commands, want the whole tree", len(paths))
+	}
+	for _, p := range paths {
+		name := strings.Join(append([]string{"sluice"}, p...), " ")
+		for _, flag := range []string{"-h", "--help"} {
+			t.Run(name+" "+flag, func(t *testing.T) {
+				out, _, err := run(t, append(slices.Clone(p), flag)...)
+				if err != nil || !strings.Contains(out, "Usage:") {
+					t.Fatalf("%s %s: %v\n%s", name, flag, err, out)
+				}
+			})
+		}
+		t.Run(name+" --no-such-flag", func(t *testing.T) {
+			_, _, err := run(t, append(slices.Clone(p), "--no-such-flag")...)
+			if err == nil || exitCode(err) != exitUsage || !strings.Contains(err.Error(), "--no-such-flag") {
+				t.Fatalf("%s --no-such-flag: %v (exit %d); want exit 2 naming the flag", name, err, exitCode(err))
+			}
+		})
+	}
+}
+
+// TestWrongArgumentsShowTheUsage: a command given too few or too many
+// arguments says which it takes (its usage line) and exits 2; it said
+// only "accepts 1 arg(s), received 0".
+func TestWrongArgumentsShowTheUsage(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"registry show without the id", []string{"registry", "show"}, "accepts 1 arg(s), received 0; usage: sluice registry show <event_id>"},
+		{"registry show with two ids", []string{"registry", "show", "a", "b"}, "received 2; usage: sluice registry show <event_id>"},
+		{"rebuild without the name", []string{"projection", "rebuild", "--version", "2"}, "usage: sluice projection rebuild <name> --version N"},
+		{"schema show without a type", []string{"schema", "show"}, "usage: sluice schema show <event_type> [version]"},
+		{"version with an argument", []string{"version", "x"}, "usage: sluice version"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, _, err := run(t, tc.args...)
+			if err == nil || exitCode(err) != exitUsage || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("sluice %s: %v (exit %d); want exit 2 saying %q", strings.Join(tc.args, " "), err, exitCode(err), tc.want)
+			}
+		})
 	}
 }

@@ -5,7 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"os"
+	"slices"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -306,7 +308,7 @@ func runSwitch(cmd *cobra.Command, t switchTarget, version int, settle time.Dura
 		}})
 	bar.finish()
 	if err != nil {
-		return err
+		return switchError(err, sum)
 	}
 	if asJSON {
 		return writeSummary(cmd.OutOrStdout(), switchSummary{Projection: sum.Projection, From: sum.From, To: sum.To,
@@ -315,6 +317,23 @@ func runSwitch(cmd *cobra.Command, t switchTarget, version int, settle time.Dura
 	fmt.Fprintf(cmd.OutOrStdout(), "%s: v%d → v%d live for %s (%s); v%d kept for rollback\n",
 		sum.Projection, sum.From, sum.To, strings.Join(sum.Scopes, ", "), sum.Elapsed.Round(time.Millisecond), sum.From)
 	return nil
+}
+
+// switchError is the error of a rebuild or rollback that stopped (Ctrl-C,
+// an Elasticsearch or Kafka error), saying whether the aliases had
+// swapped: a Ctrl-C during the settle after the swap printed only
+// "context canceled", with the new version live.
+func switchError(err error, sum projectionworker.Summary) error {
+	switch {
+	case len(sum.Scopes) > 0:
+		return fmt.Errorf("%w: stopped after the aliases swapped: %s v%d is live for %s (v%d kept for rollback); "+
+			"the settle did not finish, and v%d's consumer group goes on from its committed offsets when its workers run",
+			err, sum.Projection, sum.To, strings.Join(sum.Scopes, ", "), sum.From, sum.To)
+	case sum.To > 0:
+		return fmt.Errorf("%w: stopped before the aliases swapped: %s v%d was not made live; the live version is unchanged",
+			err, sum.Projection, sum.To)
+	}
+	return err
 }
 
 // switchSummary is the --json output of `sluice projection rebuild` and
@@ -377,8 +396,7 @@ summary.`,
 				return err
 			}
 			if !asJSON {
-				cmd.Printf("rebuild plan: %s v%d (live %v, highest v%d): create %s; consumer group %s and registry handler %s from the beginning of %s; then swap the aliases\n",
-					plan.Projection, plan.Version, plan.Live, plan.Highest, strings.Join(plan.Indices, ", "), plan.Group, plan.Handler, cfg.Kafka.EventsTopic)
+				cmd.Print(rebuildPlanLine(plan, cfg.Kafka.EventsTopic))
 			}
 			act, err := g.confirm(cmd, fmt.Sprintf("rebuild %s as v%d", plan.Projection, plan.Version))
 			if err != nil {
@@ -400,6 +418,21 @@ summary.`,
 	addSwitchMetricsFlag(cmd)
 	g.register(cmd, false)
 	return cmd
+}
+
+// rebuildPlanLine is the plan `sluice projection rebuild` prints; the live
+// versions per scope read "shop v1, tenant2 v3" ("none" without a live
+// index), not Go's "map[shop:1]".
+func rebuildPlanLine(plan projectionworker.RebuildPlan, topic string) string {
+	live := make([]string, 0, len(plan.Live))
+	for _, scope := range slices.Sorted(maps.Keys(plan.Live)) {
+		live = append(live, fmt.Sprintf("%s v%d", scope, plan.Live[scope]))
+	}
+	if len(live) == 0 {
+		live = append(live, "none")
+	}
+	return fmt.Sprintf("rebuild plan: %s v%d (live %s; highest v%d): create %s; consumer group %s and registry handler %s from the beginning of %s; then swap the aliases\n",
+		plan.Projection, plan.Version, strings.Join(live, ", "), plan.Highest, strings.Join(plan.Indices, ", "), plan.Group, plan.Handler, topic)
 }
 
 func newProjectionRollbackCmd() *cobra.Command {

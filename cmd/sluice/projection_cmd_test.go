@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http/httptest"
 	"slices"
@@ -241,4 +242,51 @@ func instancesVersions(t *testing.T, versions ...int) func() string {
 		return versions
 	}
 	return live
+}
+
+// TestRebuildPlanLine: the rebuild plan names the live version of each
+// scope as "shop v1", sorted; it printed Go's map formatting
+// ("live map[shop:1]").
+func TestRebuildPlanLine(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		live map[string]int
+		want string
+	}{
+		{"one scope", map[string]int{"shop": 1}, "(live shop v1; highest v3)"},
+		{"scopes sorted", map[string]int{"zoo": 2, "acme": 3}, "(live acme v3, zoo v2; highest v3)"},
+		{"no live index", map[string]int{}, "(live none; highest v3)"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got := rebuildPlanLine(projectionworker.RebuildPlan{Projection: "history", Version: 4, Live: tc.live, Highest: 3,
+				Indices: []string{"sluice_shop_history_v4"}, Group: "sluice.projection-history-v4", Handler: "projection:history:v4"}, "sluice.events")
+			if !strings.Contains(got, tc.want) || strings.Contains(got, "map[") {
+				t.Errorf("plan line %q, want it to contain %q", got, tc.want)
+			}
+		})
+	}
+}
+
+// TestSwitchError: a rebuild or rollback that stops says whether the
+// aliases had swapped; interrupted during the settle it printed only
+// "context canceled" while the new version was live.
+func TestSwitchError(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		sum  projectionworker.Summary
+		want string
+	}{
+		{"after the swap", projectionworker.Summary{Projection: "history", From: 2, To: 3, Scopes: []string{"shop", "zoo"}},
+			"context canceled: stopped after the aliases swapped: history v3 is live for shop, zoo (v2 kept for rollback)"},
+		{"before the swap", projectionworker.Summary{Projection: "history", From: 2, To: 3},
+			"context canceled: stopped before the aliases swapped: history v3 was not made live; the live version is unchanged"},
+		{"before anything", projectionworker.Summary{}, "context canceled"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			err := switchError(context.Canceled, tc.sum)
+			if !errors.Is(err, context.Canceled) || !strings.HasPrefix(err.Error(), tc.want) {
+				t.Errorf("%q, want it to start %q and wrap the cause", err, tc.want)
+			}
+		})
+	}
 }

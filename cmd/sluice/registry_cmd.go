@@ -179,7 +179,7 @@ lease timeout (PROCESSED_EVENT_LEASE_TIMEOUT_SECONDS) or the relay lookback
 			}
 			n, err := reg.PruneSafely(cmd.Context(), req)
 			if err != nil {
-				return err
+				return pruneError(err, n)
 			}
 			if asJSON {
 				return writeSummary(out, pruneSummary{Plan: plan, Deleted: n})
@@ -192,6 +192,16 @@ lease timeout (PROCESSED_EVENT_LEASE_TIMEOUT_SECONDS) or the relay lookback
 	prune.Flags().BoolVar(&asJSON, "json", false, "print a JSON summary")
 	g.register(prune, false)
 	return prune
+}
+
+// pruneError is the error of a prune that stopped: it deletes in batches,
+// each its own transaction, so the rows of the batches before stay
+// deleted. Interrupted it said only "context canceled", not how far it got.
+func pruneError(err error, deleted int64) error {
+	if !errors.Is(err, context.Canceled) {
+		return err
+	}
+	return fmt.Errorf("%w: prune interrupted after deleting %d rows (batch by batch; nothing else changed); run it again to finish", err, deleted)
 }
 
 // pruneSummary is the --json output of `sluice registry prune`.

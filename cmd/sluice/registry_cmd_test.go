@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -143,6 +144,28 @@ func TestRegistryPruneJSONDurations(t *testing.T) {
 				if v, ok := sum.Plan[k]; ok {
 					t.Errorf("plan.%s = %v: a duration without its unit\n%s", k, v, out)
 				}
+			}
+		})
+	}
+}
+
+// TestPruneError: an interrupted prune says how many rows its finished
+// batches deleted and to run it again; it said only "context canceled".
+func TestPruneError(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		err     error
+		deleted int64
+		want    string
+	}{
+		{"interrupted", fmt.Errorf("registry: prune: %w", context.Canceled), 2000, "prune interrupted after deleting 2000 rows"},
+		{"interrupted before a batch", context.Canceled, 0, "after deleting 0 rows (batch by batch; nothing else changed); run it again to finish"},
+		{"another error", errors.New("registry: prune: boom"), 7, "registry: prune: boom"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got := pruneError(tc.err, tc.deleted)
+			if !errors.Is(got, tc.err) || !strings.Contains(got.Error(), tc.want) {
+				t.Errorf("%q, want it to wrap %v and say %q", got, tc.err, tc.want)
 			}
 		})
 	}

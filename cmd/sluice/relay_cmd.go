@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -171,11 +172,7 @@ func newRelayCheckpointSetCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			verb := "forward"
-			if cur.Position < old.Position {
-				verb = "back (positions after it are published again)"
-			}
-			cmd.Printf("checkpoint %s moved %s: %d -> %d; a running relay continues from it\n", cps.Key(), verb, old.Position, cur.Position)
+			cmd.Print(checkpointMovedLine(cps.Key(), old.Position, cur.Position))
 			return nil
 		},
 	}
@@ -184,6 +181,19 @@ func newRelayCheckpointSetCmd() *cobra.Command {
 	shardFlag(set, &shard, "the shard whose checkpoint moves (required for a store of more than one shard; positions are the shard's)")
 	g.register(set, false)
 	return set
+}
+
+// checkpointMovedLine is what `relay checkpoint set` prints once it wrote
+// the checkpoint: moved forward or back, or left where it was (a second
+// run of the same command said "moved forward: 30 -> 30").
+func checkpointMovedLine(key string, from, to int64) string {
+	switch {
+	case to == from:
+		return fmt.Sprintf("checkpoint %s unchanged: already at %d; a running relay continues from it\n", key, to)
+	case to < from:
+		return fmt.Sprintf("checkpoint %s moved back (positions after it are published again): %d -> %d; a running relay continues from it\n", key, from, to)
+	}
+	return fmt.Sprintf("checkpoint %s moved forward: %d -> %d; a running relay continues from it\n", key, from, to)
 }
 
 func newRelayGapsCmd() *cobra.Command {
@@ -276,11 +286,19 @@ func newRelayRepublishCmd() *cobra.Command {
 			}
 			defer cl.Close()
 			router := relay.NewRouter(d.cfg.Kafka.CommandsTopic, d.cfg.Kafka.EventsTopic, nil).WithFormat(d.cfg.Kafka.Format())
-			names := router.Topics()
+			names, spec := router.Topics(), kafka.TopicSpec(d.cfg.Kafka)
 			if topic != "" {
 				names = []string{topic}
+				// The side topic is the operator's own, as dlq's handled
+				// topic: unless KAFKA_TOPIC_REPLICATION_FACTOR is set it
+				// takes the cluster's default.replication.factor (-1,
+				// KIP-464), not the config default of 3, which a one-broker
+				// dev Kafka refuses (INVALID_REPLICATION_FACTOR).
+				if _, set := os.LookupEnv("KAFKA_TOPIC_REPLICATION_FACTOR"); !set {
+					spec.Replication = -1
+				}
 			}
-			if err := kafka.EnsureTopics(cmd.Context(), cl, d.cfg.Kafka, names...); err != nil {
+			if err := kafka.EnsureSpec(cmd.Context(), cl, spec, names...); err != nil {
 				return err
 			}
 			start := time.Now()

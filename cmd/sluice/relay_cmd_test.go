@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -275,6 +276,66 @@ func TestConfigCheckSizeBudget(t *testing.T) {
 			}
 			if !strings.Contains(got, tc.want) || (tc.want == "configuration OK") != (err == nil) {
 				t.Errorf("config check: %q (err %v), want %q", got, err, tc.want)
+			}
+		})
+	}
+}
+
+// TestCheckpointMovedLine: relay checkpoint set says whether it moved the
+// checkpoint forward, back, or not at all; run twice it said "moved
+// forward: 30 -> 30".
+func TestCheckpointMovedLine(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		from, to int64
+		want     string
+	}{
+		{"back", 41, 30, "moved back (positions after it are published again): 41 -> 30"},
+		{"forward", 30, 41, "moved forward: 30 -> 41"},
+		{"same position", 30, 30, "unchanged: already at 30"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := checkpointMovedLine("checkpoints/default.json", tc.from, tc.to); !strings.Contains(got, tc.want) {
+				t.Errorf("%q, want %q", got, tc.want)
+			}
+		})
+	}
+}
+
+// TestRelayRepublishSideTopicDefaultEnv: relay republish --topic creates
+// the side topic with the cluster's default replication factor unless
+// KAFKA_TOPIC_REPLICATION_FACTOR is set, as dlq's handled topic does; with
+// the variable unset (config default 3) it failed on the one-broker dev
+// Kafka with INVALID_REPLICATION_FACTOR. Set, it is used.
+func TestRelayRepublishSideTopicDefaultEnv(t *testing.T) {
+	ctx := context.Background()
+	k := testenv.NewKafka(t)
+	for _, tc := range []struct {
+		name string
+		rf   string // "" unset
+	}{
+		{"replication factor unset", ""},
+		{"replication factor 1", "1"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			url, pool := testenv.NewMigratedDatabase(t)
+			prefix := testenv.UniqueName("side") + "."
+			_, _, st := openEnvStore(t, pool, relayTestEnv(t, url, k, prefix), "")
+			if tc.rf == "" {
+				if err := os.Unsetenv("KAFKA_TOPIC_REPLICATION_FACTOR"); err != nil { // restored by t.Setenv
+					t.Fatal(err)
+				}
+			} else {
+				t.Setenv("KAFKA_TOPIC_REPLICATION_FACTOR", tc.rf)
+			}
+			appendCommands(t, st, 3, func(i int) string { return fmt.Sprintf("o-%d", i) })
+			replay := prefix + "replay"
+			out, err := runRelayCLI(ctx, "republish", "--from-position", "1", "--to-position", "3", "--topic", replay)
+			if err != nil || !strings.Contains(out, "republished 3 records") {
+				t.Fatalf("republish --topic %s: %q %v", replay, out, err)
+			}
+			if n := endOffsets(t, k.Brokers, replay)[replay]; n != 3 {
+				t.Fatalf("%d records on %s, want 3", n, replay)
 			}
 		})
 	}

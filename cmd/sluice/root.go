@@ -33,7 +33,11 @@ func newRootCmd(stdout, stderr io.Writer) *cobra.Command {
 		Short:         "sluice — an event-sourcing pipeline: S3 event store → Kafka → workers → Elasticsearch",
 		SilenceUsage:  true,
 		SilenceErrors: true,
+		// --version (and -v) as well as `sluice version`: the flag is what
+		// operators and packaging scripts try first (it was exit 2).
+		Version: version,
 	}
+	root.SetVersionTemplate(versionLine())
 	root.SetOut(stdout)
 	root.SetErr(stderr)
 	root.AddCommand(
@@ -101,6 +105,16 @@ func usageExits(root *cobra.Command) {
 			args := c.Args
 			if args == nil {
 				args = cobra.ArbitraryArgs // what cobra does for a subcommand without Args
+			} else {
+				// cobra says "accepts 1 arg(s), received 0" and not which:
+				// the usage line names them ("show <event_id>").
+				own := args
+				args = func(cmd *cobra.Command, a []string) error {
+					if err := own(cmd, a); err != nil {
+						return fmt.Errorf("%w; usage: %s", err, cmd.UseLine())
+					}
+					return nil
+				}
 			}
 			c.Args = func(cmd *cobra.Command, a []string) error {
 				for _, err := range []error{args(cmd, a), cmd.ValidateRequiredFlags(), cmd.ValidateFlagGroups()} {
@@ -160,10 +174,15 @@ func newVersionCmd() *cobra.Command {
 		Short: "Print the version of this binary",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			cmd.Printf("sluice %s (commit %s)\n", version, commit)
+			cmd.Print(versionLine())
 			return nil
 		},
 	}
+}
+
+// versionLine is what `sluice version` and `sluice --version` print.
+func versionLine() string {
+	return fmt.Sprintf("sluice %s (commit %s)\n", version, commit)
 }
 
 // applyRuntime sets the garbage collector's target from GOGC (default 400;

@@ -13,6 +13,7 @@ import (
 
 	"github.com/sluicehq/sluice/eventstore"
 	"github.com/sluicehq/sluice/eventstore/objstore"
+	"github.com/sluicehq/sluice/pipeline/sluiceconfig"
 	"github.com/sluicehq/sluice/shared/envelope"
 )
 
@@ -288,8 +289,10 @@ func newStoreReindexCmd() *cobra.Command {
 		Long: `reindex replaces sluice.appends with one row per segment line and raises sequences and
 log_head to what the segments say (never lowers them). It is refused while a writer is live:
 any position reserved within --quiet-for (default twice EVENT_STORE_APPEND_TIMEOUT) by a writer
-other than reindex. Stop the api and the instance workers first. --quiet-for 0 is refused
-(exit 2): a window of 0 sees no writer as live; there is no flag that skips the check.
+other than reindex. Stop the api and the instance workers first. A --quiet-for shorter than
+EVENT_STORE_APPEND_TIMEOUT (0 included) is refused (exit 2): a writer may take that long from
+its reservation to its commit, so a shorter window misses a live writer; there is no flag that
+skips the check.
 
 --dry-run prints the segments, positions and bytes it would read and the index it replaces;
 acting needs --yes (or a "yes" on a terminal). On a terminal a progress bar shows events/s and
@@ -298,9 +301,8 @@ the ETA; --json prints a summary for scripts.`,
   sluice store reindex --yes --json`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if quiet <= 0 && cmd.Flags().Changed("quiet-for") {
-				// A window <= 0 sees no writer as live: the guard would pass.
-				return usage("--quiet-for %s: want a duration > 0 (a window of %s sees no writer as live, so the check would always pass); leave it out for 2 × EVENT_STORE_APPEND_TIMEOUT", quiet, quiet)
+			if err := checkQuietFor(cmd, quiet); err != nil {
+				return err
 			}
 			d, closeFn, err := openStoreDeps(cmd)
 			if err != nil {
@@ -339,7 +341,7 @@ the ETA; --json prints a summary for scripts.`,
 			rep, err := st.ReindexWithProgress(cmd.Context(), func(p eventstore.ReindexProgress) { bar.set(p.Lines) })
 			bar.finish()
 			if err != nil {
-				return err
+				return reindexError(err, d.cfg.EventStore)
 			}
 			el := time.Since(start)
 			sum := reindexSummary{Plan: plan, Report: &reindexReportJSON{Segments: rep.Segments, Events: rep.Events,
@@ -353,9 +355,44 @@ the ETA; --json prints a summary for scripts.`,
 		},
 	}
 	g.register(cmd, false)
-	cmd.Flags().DurationVar(&quiet, "quiet-for", 0, "a writer that reserved within this long counts as live; > 0 (default 2 × EVENT_STORE_APPEND_TIMEOUT)")
+	cmd.Flags().DurationVar(&quiet, "quiet-for", 0, "a writer that reserved within this long counts as live; at least EVENT_STORE_APPEND_TIMEOUT (default twice it)")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print a JSON summary")
 	return cmd
+}
+
+// reindexError is the error of a reindex that stopped. Interrupted (Ctrl-C,
+// SIGTERM) it said only "read segments/…: context canceled", not that the
+// index it was replacing is rolled back: reindex replaces it in one
+// transaction (per server of EVENT_STORE_SHARD_MAP: the servers done
+// before keep their new index, which is the same the run again writes).
+func reindexError(err error, cfg eventstore.Config) error {
+	if !errors.Is(err, context.Canceled) {
+		return err
+	}
+	if servers, _ := cfg.ShardServers(); len(servers) > 1 {
+		return fmt.Errorf("%w: reindex interrupted; the server it was reindexing keeps its index as it was (one transaction per server; the servers before it are reindexed); run it again to finish", err)
+	}
+	return fmt.Errorf("%w: reindex interrupted; nothing changed (the index is replaced in one transaction); run it again", err)
+}
+
+// checkQuietFor refuses (exit 2) a --quiet-for given shorter than the
+// append timeout, before anything is opened: a window of 0 sees no writer
+// as live, and one shorter than EVENT_STORE_APPEND_TIMEOUT misses a live
+// writer's append still in flight (eventstore.Config.CheckQuietWindow).
+func checkQuietFor(cmd *cobra.Command, quiet time.Duration) error {
+	if !cmd.Flags().Changed("quiet-for") {
+		return nil // the default, twice the append timeout
+	}
+	cfg, err := sluiceconfig.FromOS()
+	if err != nil {
+		return err
+	}
+	es := cfg.EventStore
+	if es.CheckQuietWindow(quiet) != nil {
+		return usage("--quiet-for %s: want at least %s, EVENT_STORE_APPEND_TIMEOUT (a writer may take that long from its reservation to its commit, so a shorter window misses a live writer); leave it out for 2 × EVENT_STORE_APPEND_TIMEOUT (%s)",
+			quiet, es.MinQuietWindow(), 2*es.AppendTimeout)
+	}
+	return nil
 }
 
 // reindexReportJSON is eventstore.ReindexReport in the --json summary.
@@ -407,7 +444,7 @@ func newStoreRepairCmd() *cobra.Command {
 			return nil
 		},
 	}
-	cmd.Flags().DurationVar(&olderThan, "older-than", 0, "abandon reservations older than this without a segment (default EVENT_STORE_APPEND_TIMEOUT)")
+	cmd.Flags().DurationVar(&olderThan, "older-than", 0, "look at reservations at least this old (default EVENT_STORE_APPEND_TIMEOUT); one without a segment is abandoned only once older than EVENT_STORE_APPEND_TIMEOUT")
 	return cmd
 }
 

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strings"
 	"testing"
@@ -11,6 +12,7 @@ import (
 	"github.com/sluicehq/sluice/eventstore/eventstoretest"
 
 	"github.com/google/uuid"
+	"github.com/spf13/cobra"
 
 	"github.com/sluicehq/sluice/eventstore"
 	"github.com/sluicehq/sluice/internal/testenv"
@@ -131,5 +133,69 @@ func TestStoreReindexGuard(t *testing.T) {
 		if got := rows(); got != s.wantRows {
 			t.Fatalf("%s: %d index rows, want %d", s.name, got, s.wantRows)
 		}
+	}
+}
+
+// TestStoreFlagHelp: the help of store flags says what they do. repair's
+// --older-than said "abandon reservations older than this", but a
+// reservation without a segment is abandoned only once older than the
+// append timeout, whatever --older-than (eventstore.Repair): the flag
+// chooses which reservations repair looks at.
+func TestStoreFlagHelp(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		cmd     *cobra.Command
+		flag    string
+		says    []string
+		notSays string
+	}{
+		{"repair --older-than", newStoreRepairCmd(), "older-than",
+			[]string{"look at reservations at least this old", "abandoned only once older than EVENT_STORE_APPEND_TIMEOUT"}, "abandon reservations older than this"},
+		{"reindex --quiet-for", newStoreReindexCmd(), "quiet-for",
+			[]string{"at least EVENT_STORE_APPEND_TIMEOUT"}, "> 0"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			usage := tc.cmd.Flags().Lookup(tc.flag).Usage
+			for _, s := range tc.says {
+				if !strings.Contains(usage, s) {
+					t.Errorf("--%s help %q does not say %q", tc.flag, usage, s)
+				}
+			}
+			if strings.Contains(usage, tc.notSays) {
+				t.Errorf("--%s help %q still says %q", tc.flag, usage, tc.notSays)
+			}
+		})
+	}
+}
+
+// TestReindexError: an interrupted reindex says that the index it was
+// replacing is as it was and to run it again; it said only "read
+// segments/…: context canceled". Other errors are left as they are.
+func TestReindexError(t *testing.T) {
+	canceled := fmt.Errorf("eventstore: reindex: read segments/1-1.jsonl: %w", context.Canceled)
+	other := errors.New("eventstore: reindex: boom")
+	for _, tc := range []struct {
+		name    string
+		err     error
+		servers bool
+		want    string
+	}{
+		{"interrupted", canceled, false, "context canceled: reindex interrupted; nothing changed (the index is replaced in one transaction); run it again"},
+		{"interrupted, several servers", canceled, true, "reindex interrupted; the server it was reindexing keeps its index as it was"},
+		{"another error", other, false, "eventstore: reindex: boom"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := eventstore.DefaultConfig()
+			if tc.servers {
+				cfg.Shards, cfg.ShardMap = 2, "0-0=postgres://a/sluice,1-1=postgres://b/sluice"
+			}
+			got := reindexError(tc.err, cfg)
+			if !errors.Is(got, tc.err) || !strings.Contains(got.Error(), tc.want) {
+				t.Errorf("%q, want it to wrap %v and say %q", got, tc.err, tc.want)
+			}
+			if tc.err == other && got.Error() != other.Error() {
+				t.Errorf("%q, want the error unchanged", got)
+			}
+		})
 	}
 }

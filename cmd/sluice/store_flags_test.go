@@ -36,11 +36,16 @@ func TestStoreFlagRefusals(t *testing.T) {
 		{"reindex --quiet-for -1s", []string{"store", "reindex", "--quiet-for", "-1s", "--dry-run"}, exitUsage, "--quiet-for -1s"},
 		// 0 is neither the default nor a silent way past the live-writer
 		// check: a window of 0 sees no writer as live.
-		{"reindex --quiet-for 0", []string{"store", "reindex", "--quiet-for", "0", "--dry-run"}, exitUsage, "--quiet-for 0s: want a duration > 0"},
-		{"reindex --quiet-for 0s --yes", []string{"store", "reindex", "--quiet-for", "0s", "--yes"}, exitUsage, "leave it out for 2 × EVENT_STORE_APPEND_TIMEOUT"},
+		{"reindex --quiet-for 0", []string{"store", "reindex", "--quiet-for", "0", "--dry-run"}, exitUsage, "--quiet-for 0s: want at least 30s"},
+		{"reindex --quiet-for 0s --yes", []string{"store", "reindex", "--quiet-for", "0s", "--yes"}, exitUsage, "leave it out for 2 × EVENT_STORE_APPEND_TIMEOUT (1m0s)"},
 		{"reindex --quiet-for=0ms", []string{"store", "reindex", "--quiet-for=0ms", "--dry-run"}, exitUsage, "--quiet-for 0s"},
+		// Nor is a window shorter than the append timeout (1ns passed):
+		// a live writer's append may be in flight that long.
+		{"reindex --quiet-for 1ns", []string{"store", "reindex", "--quiet-for", "1ns", "--yes"}, exitUsage, "--quiet-for 1ns: want at least 30s, EVENT_STORE_APPEND_TIMEOUT"},
+		{"reindex --quiet-for 1s", []string{"store", "reindex", "--quiet-for", "1s", "--dry-run"}, exitUsage, "--quiet-for 1s: want at least 30s"},
+		{"reindex --quiet-for 29.999s", []string{"store", "reindex", "--quiet-for", "29.999s", "--dry-run"}, exitUsage, "want at least 30s"},
 		{"reindex, the default window", []string{"store", "reindex", "--dry-run"}, 0, "no writer reserved within 1m0s"},
-		{"reindex --quiet-for 1s", []string{"store", "reindex", "--quiet-for", "1s", "--dry-run"}, 0, "no writer reserved within 1s"},
+		{"reindex --quiet-for 30s", []string{"store", "reindex", "--quiet-for", "30s", "--dry-run"}, 0, "no writer reserved within 30s"},
 		{"segments --after -5", []string{"store", "segments", "--after", "-5"}, exitUsage, "--after -5"},
 		{"segments --limit 0", []string{"store", "segments", "--limit", "0"}, exitUsage, "--limit 0"},
 		{"cat --cursor --limit", []string{"store", "cat", "--cursor", "", "--limit", "5"}, 0, "0 events"},

@@ -77,6 +77,7 @@ holds an instance of the db/class (a mistyped --db or --class).`,
 			if err != nil {
 				return err
 			}
+			cfg.EventStore.LayoutNoWait = true // a command: fail now, do not wait (openDepsWith)
 			st, err := eventstore.New(cfg.EventStore, eventstore.Deps{Pool: pools.Store, ShardPools: pools.StoreShards, Bucket: bucket, Logger: logger})
 			if err != nil {
 				return err
@@ -103,9 +104,7 @@ holds an instance of the db/class (a mistyped --db or --class).`,
 			}
 			out := cmd.OutOrStdout()
 			if asJSON {
-				enc := json.NewEncoder(out)
-				enc.SetIndent("", "  ")
-				if err := enc.Encode(rep); err != nil {
+				if err := writeVerifyJSON(out, *rep); err != nil {
 					return err
 				}
 			} else {
@@ -187,4 +186,19 @@ func (p *opProgress) print() {
 	filled := int(frac * width)
 	fmt.Fprintf(p.w, "%s [%s%s] %d/%d %s %3.0f%% (%s)\n", p.label, strings.Repeat("#", filled), strings.Repeat(".", width-filled),
 		p.n, p.total, p.unit, frac*100, elapsed)
+}
+
+// verifySummary is the --json output of `sluice verify`: the report with
+// its run time in seconds as well, duration_seconds, like the other
+// summaries' …_seconds (duration_ms stays for the scripts that read it).
+type verifySummary struct {
+	instanceworker.VerifyReport
+	DurationSeconds float64 `json:"duration_seconds"`
+}
+
+// writeVerifyJSON prints rep as verifySummary, one indented JSON document.
+func writeVerifyJSON(w io.Writer, rep instanceworker.VerifyReport) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(verifySummary{VerifyReport: rep, DurationSeconds: float64(rep.DurationMS) / 1000})
 }

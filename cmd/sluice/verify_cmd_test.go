@@ -170,3 +170,32 @@ func TestVerifyReportsMissingStaleExtraMismatch(t *testing.T) {
 		t.Errorf("a bad db name must fail plainly, got %v", err)
 	}
 }
+
+// TestVerifyJSONSeconds: verify --json gives its run time in seconds,
+// duration_seconds, as every other summary's …_seconds (it had only
+// duration_ms), and keeps duration_ms and the report's other fields.
+func TestVerifyJSONSeconds(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		ms   int64
+		want float64
+	}{
+		{"a second and a half", 1500, 1.5},
+		{"under a millisecond", 0, 0},
+		{"two minutes", 120000, 120},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var b strings.Builder
+			if err := writeVerifyJSON(&b, instanceworker.VerifyReport{DB: "shop", Class: "orders", Instances: 2, OK: 2, DurationMS: tc.ms}); err != nil {
+				t.Fatal(err)
+			}
+			var got map[string]any
+			if err := json.Unmarshal([]byte(b.String()), &got); err != nil {
+				t.Fatalf("%v\n%s", err, b.String())
+			}
+			if got["duration_seconds"] != tc.want || got["duration_ms"] != float64(tc.ms) || got["db"] != "shop" || got["ok"] != float64(2) {
+				t.Errorf("verify --json: %s; want duration_seconds %v, duration_ms %d and the report", b.String(), tc.want, tc.ms)
+			}
+		})
+	}
+}
