@@ -113,11 +113,11 @@ func CopyOffsets(ctx context.Context, adm *kadm.Client, o CopyOptions) (CopyResu
 	}
 	switch {
 	case len(res.ToMembers) > 0:
-		return res, fmt.Errorf("%w: group %s has live members (%v): stop its workers first", ErrGroupActive, o.To, res.ToMembers)
+		return res, fmt.Errorf("%w: group %s (%v): stop its workers first", ErrGroupActive, o.To, res.ToMembers)
 	case len(to) > 0 && !o.Force:
 		return res, fmt.Errorf("%w: %s on %s (--force overwrites them)", ErrTargetHasOffsets, o.To, o.Topic)
 	case len(res.FromMembers) > 0 && !o.Force:
-		return res, fmt.Errorf("%w: group %s has live members (%v): its offsets still move; stop its workers first (or --force)", ErrGroupActive, o.From, res.FromMembers)
+		return res, fmt.Errorf("%w: group %s (%v): its offsets still move; stop its workers first (or --force)", ErrGroupActive, o.From, res.FromMembers)
 	}
 	resp, err := adm.CommitOffsets(ctx, o.To, set)
 	if err == nil {

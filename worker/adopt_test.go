@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"strings"
 	"sync/atomic"
 	"testing"
 
@@ -105,6 +106,8 @@ func TestCopyAndAdoptOffsets(t *testing.T) {
 	testenv.JoinGroup(t, k.Brokers, next, topic)
 	if res, err := CopyOffsets(ctx, adm, CopyOptions{From: legacy, To: next, Topic: topic, Force: true}); !errors.Is(err, ErrGroupActive) || len(res.ToMembers) != 1 {
 		t.Fatalf("copy onto a live group: %v %+v", err, res)
+	} else if n := strings.Count(err.Error(), "live members"); n != 1 {
+		t.Fatalf("the refusal says %q %d times, want once: %v", "live members", n, err)
 	}
 }
 
