@@ -356,6 +356,12 @@ func (s *server) submit(w http.ResponseWriter, r *http.Request, req commandReque
 	commandID := env.Metadata.CommandID()
 	if err != nil {
 		ae := fromAppend(err, commandID)
+		if ae.Code == CodeConflict && !r.URL.Query().Has("expected_seq") && len(r.Header.Values("If-Match")) > 0 {
+			// The precondition came as If-Match: name it, not a
+			// query parameter the request does not have.
+			ae.Field = "If-Match"
+			ae.Message = strings.Replace(ae.Message, "expected_seq", "If-Match", 1)
+		}
 		s.metrics.command(req.eventType, resultLabel(ae))
 		s.fail(w, r, ae)
 		return
