@@ -27,6 +27,9 @@ const (
 // is 413 body_too_large naming field "body" (a refusal of the body as a
 // whole) and is not read further.
 func readBody(w http.ResponseWriter, r *http.Request, limit int64) ([]byte, *Error) {
+	if e := checkContentEncoding(w, r); e != nil {
+		return nil, e
+	}
 	if r.ContentLength > limit {
 		return nil, bodyTooLarge(limit)
 	}
@@ -41,6 +44,27 @@ func readBody(w http.ResponseWriter, r *http.Request, limit int64) ([]byte, *Err
 	return b, nil
 }
 
+// checkContentEncoding refuses a body in a content coding (gzip, br, …):
+// the API reads bodies as sent and would misread a compressed one — a
+// gzipped body was refused as invalid text, and a body labelled gzip but
+// sent plain was stored. 415 naming Content-Encoding, with Accept-Encoding:
+// identity (RFC 9110, 15.5.16). A request without a body is not refused.
+func checkContentEncoding(w http.ResponseWriter, r *http.Request) *Error {
+	if r.ContentLength == 0 {
+		return nil
+	}
+	for _, v := range r.Header.Values("Content-Encoding") {
+		for _, c := range strings.Split(v, ",") {
+			if c = strings.TrimSpace(c); c != "" && !strings.EqualFold(c, "identity") {
+				w.Header().Set("Accept-Encoding", "identity")
+				return newError(http.StatusUnsupportedMediaType, CodeUnsupportedMediaType, "Content-Encoding",
+					"Content-Encoding %s is not supported: send the body uncompressed", c)
+			}
+		}
+	}
+	return nil
+}
+
 func bodyTooLarge(limit int64) *Error {
 	e := newError(http.StatusRequestEntityTooLarge, CodeBodyTooLarge, fieldBody, "the request body exceeds the limit of %d bytes (SLUICE_API_MAX_BODY_BYTES)", limit)
 	e.Limit = strconv.FormatInt(limit, 10) + " bytes"
@@ -50,6 +74,11 @@ func bodyTooLarge(limit int64) *Error {
 // checkMediaType accepts a Content-Type naming one of allowed, with no
 // parameter other than charset=utf-8.
 func checkMediaType(r *http.Request, allowed ...string) *Error {
+	// Content-Type has one value (RFC 9110, 8.3); the first of two was
+	// read and the other ignored.
+	if n := len(r.Header.Values("Content-Type")); n > 1 {
+		return newError(http.StatusUnsupportedMediaType, CodeUnsupportedMediaType, "Content-Type", "Content-Type is given %d times; give it once", n)
+	}
 	if e := httpcheck.MediaType(r.Header.Get("Content-Type"), allowed...); e != nil {
 		return newError(http.StatusUnsupportedMediaType, CodeUnsupportedMediaType, e.Field, "%s", e.Message)
 	}

@@ -335,7 +335,12 @@ func checkURIReference(v string, absolute bool) error {
 		case c >= 'a' && c <= 'z', c >= 'A' && c <= 'Z', c >= '0' && c <= '9',
 			strings.IndexByte("-._~:/?#[]@!$&'()*+,;=", c) >= 0:
 		default:
-			return fmt.Errorf("character %q at byte %d is not allowed (percent-encode it)", rune(v[i]), i)
+			// Name the character, not its first byte read as Latin-1
+			// ("/café" said 'Ã').
+			if r, size := utf8.DecodeRuneInString(v[i:]); r != utf8.RuneError || size > 1 {
+				return fmt.Errorf("character %q at byte %d is not allowed (percent-encode it)", r, i)
+			}
+			return fmt.Errorf("byte 0x%02x at byte %d is not allowed (percent-encode it)", c, i)
 		}
 	}
 	u, err := url.Parse(v)

@@ -356,6 +356,12 @@ func (s *server) submit(w http.ResponseWriter, r *http.Request, req commandReque
 	commandID := env.Metadata.CommandID()
 	if err != nil {
 		ae := fromAppend(err, commandID)
+		if ae.Code == CodeConflict && !r.URL.Query().Has("expected_seq") && len(r.Header.Values("If-Match")) > 0 {
+			// The precondition came as If-Match: name it, not a
+			// query parameter the request does not have.
+			ae.Field = "If-Match"
+			ae.Message = strings.Replace(ae.Message, "expected_seq", "If-Match", 1)
+		}
 		s.metrics.command(req.eventType, resultLabel(ae))
 		s.fail(w, r, ae)
 		return
@@ -558,9 +564,9 @@ func (s *server) handleBatch(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	reply := BatchReply{Results: make([]BatchItemResult, len(items))}
-	envs, envIdx := s.buildBatch(r, items, batchKey, reply.Results)
+	envs, slots := s.buildBatch(r, items, batchKey, reply.Results)
 	if len(envs) > 0 {
-		s.appendBatch(r, envs, envIdx, reply.Results)
+		s.appendBatch(r, envs, slots, reply.Results)
 	}
 	for _, it := range reply.Results {
 		if it.Status == http.StatusAccepted {
@@ -629,10 +635,10 @@ func (s *server) readBatch(w http.ResponseWriter, r *http.Request) ([]json.RawMe
 // buildBatch parses and builds each item's command: an item that fails
 // gets its error in results; the others are returned with their indices,
 // to be appended together.
-func (s *server) buildBatch(r *http.Request, items []json.RawMessage, batchKey string, results []BatchItemResult) ([]envelope.Envelope, []int) {
+func (s *server) buildBatch(r *http.Request, items []json.RawMessage, batchKey string, results []BatchItemResult) ([]envelope.Envelope, []batchSlot) {
 	db, class := pathValue(r, "db"), pathValue(r, "class")
 	var envs []envelope.Envelope
-	var envIdx []int
+	var slots []batchSlot
 	for i, raw := range items {
 		req, ie := s.parseBatchItem(raw, db, class)
 		if ie == nil && req.key == "" && batchKey != "" {
@@ -651,23 +657,37 @@ func (s *server) buildBatch(r *http.Request, items []json.RawMessage, batchKey s
 			continue
 		}
 		envs = append(envs, env)
-		envIdx = append(envIdx, i)
+		slots = append(slots, batchSlot{index: i, keyField: req.keyField})
 	}
-	return envs, envIdx
+	return envs, slots
+}
+
+// batchSlot is where a built command of a batch came from: its item's
+// index, and where its command id came from (the item's idempotency_key,
+// or the request's Idempotency-Key), for the item's errors.
+type batchSlot struct {
+	index    int
+	keyField string
 }
 
 // appendBatch appends the built commands in one group commit and writes
-// each one's outcome into results at its index (envIdx).
-func (s *server) appendBatch(r *http.Request, envs []envelope.Envelope, envIdx []int, results []BatchItemResult) {
+// each one's outcome into results at its index (slots).
+func (s *server) appendBatch(r *http.Request, envs []envelope.Envelope, slots []batchSlot, results []BatchItemResult) {
 	res, err := s.traceAppend(r.Context(), envs...)
 	for j, env := range envs {
-		i := envIdx[j]
+		i := slots[j].index
 		ierr := err
 		if ierr == nil {
 			ierr = res[j].Err
 		}
 		if ierr != nil {
 			ae := fromAppend(ierr, env.Metadata.CommandID())
+			if ae.Code == CodeIdempotencyKeyReused && slots[j].keyField != ae.Field {
+				// The item's own key was reused: name the item's
+				// field, not a header the request may not have sent.
+				ae.Message = strings.Replace(ae.Message, ae.Field, slots[j].keyField, 1)
+				ae.Field = slots[j].keyField
+			}
 			if ae.Status >= 500 {
 				s.log.Error("api: batch item failed", "index", i, "status", ae.Status, "err", ae.cause)
 			}

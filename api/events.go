@@ -216,7 +216,12 @@ func (s *server) handleAppendEvents(w http.ResponseWriter, r *http.Request) {
 				e = badParam("expected_sequence", "expected_sequence must be given once")
 				break
 			}
-			expect, e = parseExpectation(q.Get("expected_sequence"), "expected_sequence")
+			// A query parameter that does not parse is 400
+			// invalid_parameter, as every other one (docs/api.md#errors);
+			// the body's expected_sequence stays 422.
+			if expect, e = parseExpectation(q.Get("expected_sequence"), "expected_sequence"); e != nil {
+				e = badParam(e.Field, "%s", e.Message)
+			}
 			switch {
 			case e == nil && binary:
 				var in eventInput

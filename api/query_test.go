@@ -43,3 +43,40 @@ func TestQueryStringRefusals(t *testing.T) {
 		})
 	}
 }
+
+// A CloudEvents append takes expected_sequence as a query parameter; a
+// value that does not parse is 400 invalid_parameter on it, as for every
+// other malformed query parameter (docs/api.md#errors). It was 422
+// validation_failed, the code of a body field, while the same parameter
+// given twice was already 400. Nothing is stored.
+func TestQueryExpectedSequenceRefusals(t *testing.T) {
+	a := eventAPI(t, false)
+	const path = "/v1/streams/Device/q-1/events"
+	binary := []string{"Content-Type: application/json", "ce-specversion: 1.0", "ce-id: q-1", "ce-source: /s", "ce-type: x.y"}
+	structured := []string{"Content-Type: " + mediaCloudEvent}
+	batch := []string{"Content-Type: " + mediaCloudEventBatch}
+	const ce = `{"specversion":"1.0","id":"q-2","source":"/s","type":"x.y","data":{}}`
+	cases := []struct {
+		name, query, body string
+		headers           []string
+	}{
+		{"binary, a word", "bogus", `{}`, binary},
+		{"binary, negative", "-1", `{}`, binary},
+		{"binary, upper case", "NO_STREAM", `{}`, binary},
+		{"binary, overflowing", "99999999999999999999", `{}`, binary},
+		{"structured, a fraction", "1.5", ce, structured},
+		{"batch, an exponent", "1e2", "[" + ce + "]", batch},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			before := a.appendsCount()
+			r := a.do("POST", path+"?expected_sequence="+c.query, c.body, c.headers...).expect(t, 400, CodeInvalidParameter)
+			if r.str("field") != "expected_sequence" {
+				t.Errorf("field %q, want expected_sequence\n%s", r.str("field"), r.body)
+			}
+			if n := a.appendsCount() - before; n != 0 {
+				t.Fatalf("a refused append stored %d events", n)
+			}
+		})
+	}
+}
