@@ -255,10 +255,76 @@ func (s *Server) serve(rq *request, w http.ResponseWriter) response {
 		if resp, bad := checkContentType(ct); bad {
 			return resp
 		}
-	} else if src := rq.param("source"); src != "" {
-		rq.body = []byte(src)
+	} else if rq.has("source") {
+		if e := checkSourceParam(rq); e != nil {
+			return errResp(e)
+		}
+		rq.body = []byte(rq.param("source"))
 	}
 	return s.route(rq)
+}
+
+// checkSourceParam checks a body given as the source query parameter the
+// way Elasticsearch 8's RestRequest.contentOrSourceParam does: it needs
+// source_content_type too, and that type must be one a body's Content-Type
+// may be (400 validation_exception otherwise, as since 8.15.2; 8.15.0 gave
+// a 500 for the same mistake). A type this server cannot parse (YAML, CBOR,
+// Smile) gets the 406 a body of that type gets.
+func checkSourceParam(rq *request) *esError {
+	typ, ok := rq.q["source_content_type"]
+	if !ok {
+		return errValidationException("source and source_content_type parameters are required")
+	}
+	ct := typ[0]
+	mt, _, _ := strings.Cut(ct, ";")
+	main, sub, found := strings.Cut(strings.TrimSpace(mt), "/")
+	if !found || !isToken(main) || !isToken(sub) {
+		return errIllegalArgument("invalid Content-Type header [%s]", ct)
+	}
+	switch mediaTypeKind(ct) {
+	case mediaJSON:
+		return nil
+	case mediaXContent:
+		return newErr(http.StatusNotAcceptable, "media_type_header_exception", "source_content_type [%s] is not supported by this test server (JSON only)", ct)
+	}
+	return errValidationException("Unknown value for source_content_type [" + ct + "]")
+}
+
+// Media type kinds, for a body's Content-Type and for source_content_type.
+const (
+	mediaOther    = iota // no XContent parser takes it
+	mediaJSON            // JSON, which this server speaks
+	mediaXContent        // YAML, CBOR, Smile: Elasticsearch parses them, this server does not
+)
+
+// mediaTypeKind classifies a Content-Type value; parameters (charset,
+// compatible-with) are not checked.
+func mediaTypeKind(ct string) int {
+	mt, _, _ := strings.Cut(ct, ";")
+	switch strings.ToLower(strings.TrimSpace(mt)) {
+	case "application/json", "application/x-ndjson", "application/*", "application/vnd.elasticsearch+json", "application/vnd.elasticsearch+x-ndjson":
+		return mediaJSON
+	case "application/yaml", "application/cbor", "application/smile", "application/vnd.elasticsearch+yaml",
+		"application/vnd.elasticsearch+cbor", "application/vnd.elasticsearch+smile":
+		return mediaXContent
+	}
+	return mediaOther
+}
+
+// isToken reports whether s is an RFC 7230 token, as a media type's type
+// and subtype must be.
+func isToken(s string) bool {
+	if s == "" {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if ('a' <= c && c <= 'z') || ('A' <= c && c <= 'Z') || ('0' <= c && c <= '9') || strings.IndexByte("!#$%&'*+-.^_`|~", c) >= 0 {
+			continue
+		}
+		return false
+	}
+	return true
 }
 
 // presizeMax bounds the buffer readBody allocates before the body arrives.
@@ -308,12 +374,10 @@ func checkContentType(values []string) (response, bool) {
 		return simpleErrResp(http.StatusNotAcceptable, "Content-Type header is missing"), true
 	}
 	ct := values[0]
-	mt, _, _ := strings.Cut(ct, ";")
-	switch strings.ToLower(strings.TrimSpace(mt)) {
-	case "application/json", "application/x-ndjson", "application/*", "application/vnd.elasticsearch+json", "application/vnd.elasticsearch+x-ndjson":
+	switch mediaTypeKind(ct) {
+	case mediaJSON:
 		return response{}, false
-	case "application/yaml", "application/cbor", "application/smile", "application/vnd.elasticsearch+yaml",
-		"application/vnd.elasticsearch+cbor", "application/vnd.elasticsearch+smile":
+	case mediaXContent:
 		return errResp(newErr(http.StatusNotAcceptable, "media_type_header_exception", "Content-Type header [%s] is not supported by this test server (JSON only)", ct)), true
 	}
 	return simpleErrResp(http.StatusNotAcceptable, "Content-Type header ["+ct+"] is not supported"), true

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"strings"
 	"testing"
 	"testing/synctest"
@@ -616,6 +617,58 @@ func TestContentType(t *testing.T) {
 			}
 			if got := rec.Header().Get("X-Elastic-Product"); got != "Elasticsearch" {
 				t.Fatalf("X-Elastic-Product %q", got)
+			}
+		})
+	}
+}
+
+// TestSourceParam checks a body sent as the source query parameter:
+// Elasticsearch 8 takes it only together with source_content_type, and
+// reads it as a body of that Content-Type.
+func TestSourceParam(t *testing.T) {
+	const q = `{"query":{"term":{"k":"b"}}}`
+	cases := []struct {
+		name, params string
+		status       int
+		typ, reason  string // the error's, when status is not 200
+		total        float64
+	}{
+		{"with a JSON type", "source_content_type=application/json", 200, "", "", 1},
+		{"with parameters", "source_content_type=application/json%3B+charset=UTF-8", 200, "", "", 1},
+		{"vendor type", "source_content_type=application/vnd.elasticsearch%2Bjson%3Bcompatible-with=8", 200, "", "", 1},
+		{"without a type", "", 400, "validation_exception",
+			"Validation Failed: 1: source and source_content_type parameters are required;", 0},
+		{"unknown type", "source_content_type=text/plain", 400, "validation_exception",
+			"Validation Failed: 1: Unknown value for source_content_type [text/plain];", 0},
+		{"malformed type", "source_content_type=json", 400, "illegal_argument_exception",
+			"invalid Content-Type header [json]", 0},
+		{"YAML", "source_content_type=application/yaml", 406, "media_type_header_exception",
+			"source_content_type [application/yaml] is not supported by this test server (JSON only)", 0},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			srv := esserver.New()
+			for _, id := range []string{"1", "2"} {
+				if code, m, _ := doReq(t, srv, call{"PUT", "/s/_doc/" + id + "?refresh=true", `{"k":"` + map[string]string{"1": "a", "2": "b"}[id] + `"}`}); code != 201 {
+					t.Fatalf("index: %d %v", code, m)
+				}
+			}
+			path := "/s/_search?source=" + url.QueryEscape(q)
+			if tc.params != "" {
+				path += "&" + tc.params
+			}
+			code, m, _ := doReq(t, srv, call{"GET", path, ""})
+			if code != tc.status {
+				t.Fatalf("status %d, want %d: %v", code, tc.status, m)
+			}
+			if tc.status == 200 {
+				if got := get(m, "hits.total.value"); got != tc.total {
+					t.Fatalf("hits.total.value %v, want %v: %v", got, tc.total, m)
+				}
+				return
+			}
+			if typ, reason := get(m, "error.type"), get(m, "error.reason"); typ != tc.typ || reason != tc.reason {
+				t.Fatalf("error %v: %v, want %s: %s", typ, reason, tc.typ, tc.reason)
 			}
 		})
 	}
