@@ -793,7 +793,7 @@ func (s *Server) writeIndexFor(name string, autoCreate bool) (*index, *esError) 
 // --- handlers ----------------------------------------------------------------
 
 func (s *Server) handleCreateIndex(rq *request, name string) response {
-	body, err := decodeObject(rq.body)
+	body, err := decodeOwnedObject(rq.body)
 	if err != nil {
 		return errResp(err)
 	}
@@ -882,7 +882,7 @@ func (s *Server) handleGetMapping(rq *request, expr string) response {
 }
 
 func (s *Server) handlePutMapping(rq *request, expr string) response {
-	body, err := decodeObject(rq.body)
+	body, err := decodeOwnedObject(rq.body)
 	if err != nil {
 		return errResp(err)
 	}
@@ -935,7 +935,7 @@ func (s *Server) handleGetSettings(rq *request, expr string) response {
 }
 
 func (s *Server) handlePutSettings(rq *request, expr string) response {
-	body, err := decodeObject(rq.body)
+	body, err := decodeOwnedObject(rq.body)
 	if err != nil {
 		return errResp(err)
 	}

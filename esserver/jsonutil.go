@@ -50,6 +50,42 @@ func marshalJSON(v any) ([]byte, error) { return appendJSON(make([]byte, 0, 256)
 // rejects trailing garbage.
 func decodeJSON(data []byte) (any, error) { return parseJSON(data) }
 
+// decodeOwnedObject is decodeObject for what the server keeps (an index's
+// mappings, settings and aliases): the strings of the result are copies of
+// their own, not slices of the request, which would otherwise stay alive
+// for as long as the definition does.
+func decodeOwnedObject(data []byte) (map[string]any, *esError) {
+	m, err := decodeObject(data)
+	if m == nil || err != nil {
+		return m, err
+	}
+	return ownJSON(m).(map[string]any), nil
+}
+
+// ownJSON returns a deep copy of a parsed JSON value whose strings (keys,
+// values and numbers) share no memory with the text it was parsed from.
+func ownJSON(v any) any {
+	switch t := v.(type) {
+	case string:
+		return strings.Clone(t)
+	case json.Number:
+		return json.Number(strings.Clone(string(t)))
+	case map[string]any:
+		m := make(map[string]any, len(t))
+		for k, e := range t {
+			m[strings.Clone(k)] = ownJSON(e)
+		}
+		return m
+	case []any:
+		a := make([]any, len(t))
+		for i, e := range t {
+			a[i] = ownJSON(e)
+		}
+		return a
+	}
+	return v
+}
+
 // decodeObject parses a JSON object body. An empty body yields nil, nil.
 func decodeObject(data []byte) (map[string]any, *esError) {
 	if len(bytes.TrimSpace(data)) == 0 {
