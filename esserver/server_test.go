@@ -673,3 +673,45 @@ func TestSourceParam(t *testing.T) {
 		})
 	}
 }
+
+// TestQueryUnknownParams checks that a query's unknown parameter is
+// refused as Elasticsearch 8 refuses it, not ignored: a misspelt
+// "operator" or "value" would otherwise change the hits without a word.
+func TestQueryUnknownParams(t *testing.T) {
+	cases := []struct {
+		name, query string
+		status      int
+		typ, reason string
+	}{
+		{"term value object", `{"term":{"k":{"value":"a b","boost":2,"_name":"n","case_insensitive":true}}}`, 200, "", ""},
+		{"term typo", `{"term":{"k":{"value":"a b","boots":2}}}`, 400, "parsing_exception", "[term] query does not support [boots]"},
+		{"match options", `{"match":{"t":{"query":"a","operator":"and","minimum_should_match":1,"lenient":true,"fuzziness":"AUTO"}}}`, 200, "", ""},
+		{"match typo", `{"match":{"t":{"query":"a b","operater":"and"}}}`, 400, "parsing_exception", "[match] query does not support [operater]"},
+		{"match_phrase operator", `{"match_phrase":{"t":{"query":"a b","operator":"and"}}}`, 400, "parsing_exception", "[match_phrase] query does not support [operator]"},
+		{"match_phrase slop", `{"match_phrase":{"t":{"query":"a b","slop":1}}}`, 200, "", ""},
+		{"match_phrase_prefix typo", `{"match_phrase_prefix":{"t":{"query":"a b","max_expansion":5}}}`, 400, "parsing_exception", "[match_phrase_prefix] query does not support [max_expansion]"},
+		{"exists typo", `{"exists":{"field":"k","fields":"t"}}`, 400, "parsing_exception", "[exists] query does not support [fields]"},
+		{"prefix typo", `{"prefix":{"k":{"value":"a","case_insensitve":true}}}`, 400, "parsing_exception", "[prefix] query does not support [case_insensitve]"},
+		{"prefix by its name", `{"prefix":{"k":{"prefix":"a"}}}`, 200, "", ""},
+		{"wildcard typo", `{"wildcard":{"k":{"value":"a*","rewrite":"x","foo":1}}}`, 400, "parsing_exception", "[wildcard] query does not support [foo]"},
+		{"regexp flags", `{"regexp":{"k":{"value":"a.*","flags":"ALL"}}}`, 200, "", ""},
+		{"ids typo", `{"ids":{"value":["1"]}}`, 400, "x_content_parse_exception", "[ids] unknown field [value]"},
+	}
+	srv := esserver.New()
+	if code, m, _ := doReq(t, srv, call{"PUT", "/q", `{"mappings":{"properties":{"k":{"type":"keyword"},"t":{"type":"text"}}}}`}); code != 200 {
+		t.Fatalf("create: %d %v", code, m)
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			code, m, _ := doReq(t, srv, call{"POST", "/q/_search", `{"query":` + tc.query + `}`})
+			if code != tc.status {
+				t.Fatalf("status %d, want %d: %v", code, tc.status, m)
+			}
+			if tc.status != 200 {
+				if typ, reason := get(m, "error.type"), get(m, "error.reason"); typ != tc.typ || reason != tc.reason {
+					t.Fatalf("error %v: %v, want %s: %s", typ, reason, tc.typ, tc.reason)
+				}
+			}
+		})
+	}
+}
