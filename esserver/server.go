@@ -209,7 +209,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 
 func (s *Server) serve(rq *request, w http.ResponseWriter) response {
 	r := rq.r
-	q, err := url.ParseQuery(r.URL.RawQuery)
+	q, err := parseQueryString(r.URL.RawQuery)
 	if err != nil {
 		return errResp(errIllegalArgument("failed to parse query string [%s]: %s", r.URL.RawQuery, err.Error()))
 	}
@@ -262,6 +262,30 @@ func (s *Server) serve(rq *request, w http.ResponseWriter) response {
 		rq.body = []byte(rq.param("source"))
 	}
 	return s.route(rq)
+}
+
+// parseQueryString splits a query string the way Elasticsearch's
+// RestUtils.decodeQueryString does: on '&' only. url.ParseQuery also
+// refuses a ';', which Elasticsearch takes as a literal character (in
+// q=a;b, or in an unescaped source_content_type=application/json;charset=UTF-8).
+func parseQueryString(raw string) (url.Values, error) {
+	q := url.Values{}
+	for part := range strings.SplitSeq(raw, "&") {
+		if part == "" {
+			continue
+		}
+		k, v, _ := strings.Cut(part, "=")
+		key, err := url.QueryUnescape(k)
+		if err != nil {
+			return nil, fmt.Errorf("parse %q: %w", k, err)
+		}
+		val, err := url.QueryUnescape(v)
+		if err != nil {
+			return nil, fmt.Errorf("parse %q: %w", v, err)
+		}
+		q[key] = append(q[key], val)
+	}
+	return q, nil
 }
 
 // checkSourceParam checks a body given as the source query parameter the

@@ -715,3 +715,32 @@ func TestQueryUnknownParams(t *testing.T) {
 		})
 	}
 }
+
+// TestQueryStringSemicolon checks that a ';' in the query string is a
+// literal character, as in Elasticsearch, not a 400.
+func TestQueryStringSemicolon(t *testing.T) {
+	cases := []struct {
+		name, path string
+		total      float64
+	}{
+		{"q with a semicolon", "/sc/_search?q=k:%22a;b%22", 1},
+		{"source_content_type with a charset", "/sc/_search?source=" + url.QueryEscape(`{"query":{"term":{"k.keyword":"a;b"}}}`) +
+			"&source_content_type=application/json;charset=UTF-8", 1},
+		{"unescaped term", "/sc/_search?q=k:c&_source=k;x", 0},
+	}
+	srv := esserver.New()
+	if code, m, _ := doReq(t, srv, call{"PUT", "/sc/_doc/1?refresh=true", `{"k":"a;b"}`}); code != 201 {
+		t.Fatalf("index: %d %v", code, m)
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			code, m, _ := doReq(t, srv, call{"GET", tc.path, ""})
+			if code != 200 {
+				t.Fatalf("status %d, want 200: %v", code, m)
+			}
+			if got := get(m, "hits.total.value"); got != tc.total {
+				t.Fatalf("hits.total.value %v, want %v: %v", got, tc.total, m)
+			}
+		})
+	}
+}
