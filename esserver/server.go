@@ -708,14 +708,20 @@ func (s *Server) routeSystem(rq *request) response {
 			return methodNotAllowed(rq, "GET", "POST")
 		}
 	case "_cat":
-		if len(segs) == 2 && get {
+		if (len(segs) == 2 || len(segs) == 3) && get {
+			arg := ""
+			if len(segs) == 3 {
+				arg = segs[2]
+			}
 			switch segs[1] {
 			case "indices":
-				return s.handleCatIndices(rq)
+				return s.handleCatIndices(rq, arg)
 			case "health":
-				return s.handleCatHealth(rq)
+				if len(segs) == 2 {
+					return s.handleCatHealth(rq)
+				}
 			case "aliases":
-				return s.handleCatAliases(rq)
+				return s.handleCatAliases(rq, arg)
 			}
 		}
 	}
