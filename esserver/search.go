@@ -442,17 +442,34 @@ func (sr *searchReq) applyParams(rq *request) *esError {
 			sr.docvalueFields = append(sr.docvalueFields, fieldReq{field: f})
 		}
 	}
-	if b, _ := rq.boolParam("track_scores", false); b {
-		sr.trackScores = true
-	}
-	if b, _ := rq.boolParam("version", false); b {
-		sr.version = true
-	}
-	if b, _ := rq.boolParam("seq_no_primary_term", false); b {
-		sr.seqNoPT = true
+	if err := sr.applyFlagParams(rq); err != nil {
+		return err
 	}
 	if rq.param("scroll") != "" {
 		sr.scroll = true
+	}
+	return nil
+}
+
+// applyFlagParams reads the boolean parameters and search_type, refusing
+// values Elasticsearch refuses.
+func (sr *searchReq) applyFlagParams(rq *request) *esError {
+	for _, p := range []struct {
+		name string
+		dst  *bool
+	}{{"track_scores", &sr.trackScores}, {"version", &sr.version}, {"seq_no_primary_term", &sr.seqNoPT}} {
+		b, err := rq.boolParam(p.name, false)
+		if err != nil {
+			return err
+		}
+		if b {
+			*p.dst = true
+		}
+	}
+	switch st := rq.param("search_type"); st {
+	case "", "query_then_fetch", "dfs_query_then_fetch":
+	default:
+		return errIllegalArgument("No search type for [%s]", st)
 	}
 	return nil
 }

@@ -744,3 +744,38 @@ func TestQueryStringSemicolon(t *testing.T) {
 		})
 	}
 }
+
+// TestSearchParamValues checks that _search refuses a search_type or a
+// boolean parameter value Elasticsearch 8 refuses, rather than ignoring it.
+func TestSearchParamValues(t *testing.T) {
+	cases := []struct {
+		name, params string
+		status       int
+		reason       string
+	}{
+		{"query_then_fetch", "search_type=query_then_fetch", 200, ""},
+		{"dfs_query_then_fetch", "search_type=dfs_query_then_fetch", 200, ""},
+		{"unknown search_type", "search_type=scan", 400, "No search type for [scan]"},
+		{"version", "version=true", 200, ""},
+		{"version not a boolean", "version=yes", 400, "Failed to parse value [yes] as only [true] or [false] are allowed."},
+		{"seq_no_primary_term not a boolean", "seq_no_primary_term=1", 400, "Failed to parse value [1] as only [true] or [false] are allowed."},
+		{"track_scores not a boolean", "track_scores=on", 400, "Failed to parse value [on] as only [true] or [false] are allowed."},
+	}
+	srv := esserver.New()
+	if code, m, _ := doReq(t, srv, call{"PUT", "/sp/_doc/1", `{"k":"a"}`}); code != 201 {
+		t.Fatalf("index: %d %v", code, m)
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			code, m, _ := doReq(t, srv, call{"GET", "/sp/_search?" + tc.params, ""})
+			if code != tc.status {
+				t.Fatalf("status %d, want %d: %v", code, tc.status, m)
+			}
+			if tc.status != 200 {
+				if typ, reason := get(m, "error.type"), get(m, "error.reason"); typ != "illegal_argument_exception" || reason != tc.reason {
+					t.Fatalf("error %v: %v, want illegal_argument_exception: %s", typ, reason, tc.reason)
+				}
+			}
+		})
+	}
+}
