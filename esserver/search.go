@@ -1238,7 +1238,19 @@ func (s *Server) handleDeleteByQuery(rq *request, expr string) response {
 	if err != nil {
 		return errResp(err)
 	}
-	refresh, _ := rq.boolParam("refresh", false)
+	refresh, err := rq.boolParam("refresh", false)
+	if err != nil {
+		return errResp(err)
+	}
+	conflicts, _ := body["conflicts"].(string)
+	if rq.has("conflicts") {
+		conflicts = rq.param("conflicts")
+	}
+	switch c := conflicts; c {
+	case "", "abort", "proceed": // one writer at a time: there are no conflicts to count
+	default:
+		return errResp(errIllegalArgument("conflicts may only be \"proceed\" or \"abort\" but was [%s]", c))
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	targets, err := s.searchTargets(expr, resolveOpts{allowNoIndices: true})

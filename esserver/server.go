@@ -219,6 +219,13 @@ func (s *Server) serve(rq *request, w http.ResponseWriter) response {
 		return errResp(errIllegalArgument("%s", perr.Error()))
 	}
 	rq.segs = segs
+	for _, name := range []string{"timeout", "master_timeout"} {
+		if v, ok := q[name]; ok {
+			if e := checkTimeParam(name, v[0]); e != nil {
+				return errResp(e)
+			}
+		}
+	}
 
 	if f := s.faults.match(r); f != nil {
 		if f.Delay > 0 {
@@ -262,6 +269,22 @@ func (s *Server) serve(rq *request, w http.ResponseWriter) response {
 		rq.body = []byte(rq.param("source"))
 	}
 	return s.route(rq)
+}
+
+// checkTimeParam refuses a time parameter (timeout, master_timeout) that
+// Elasticsearch's TimeValue parser refuses, with its parse_exception:
+// every handler that takes one parses it before doing anything.
+func checkTimeParam(name, v string) *esError {
+	if v == "-1" || v == "0" {
+		return nil
+	}
+	if _, err := parseTimeValue(strings.ToLower(strings.TrimSpace(v))); err != nil {
+		if strings.HasPrefix(err.Error(), "unit missing") {
+			return newErr(http.StatusBadRequest, "parse_exception", "failed to parse setting [%s] with value [%s] as a time value: unit is missing or unrecognized", name, v)
+		}
+		return newErr(http.StatusBadRequest, "parse_exception", "failed to parse [%s]", v)
+	}
+	return nil
 }
 
 // parseQueryString splits a query string the way Elasticsearch's

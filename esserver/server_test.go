@@ -779,3 +779,45 @@ func TestSearchParamValues(t *testing.T) {
 		})
 	}
 }
+
+// TestParamValuesRefused checks parameters whose value Elasticsearch 8
+// parses before doing anything and refuses with a 400: a time value
+// without a unit, and delete_by_query's conflicts.
+func TestParamValuesRefused(t *testing.T) {
+	cases := []struct {
+		name, method, path, body string
+		status                   int
+		typ, reason              string
+	}{
+		{"write timeout", "PUT", "/pv/_doc/1?timeout=30s", `{"k":"a"}`, 201, "", ""},
+		{"write timeout without a unit", "PUT", "/pv/_doc/1?timeout=30", `{"k":"a"}`, 400, "parse_exception",
+			"failed to parse setting [timeout] with value [30] as a time value: unit is missing or unrecognized"},
+		{"search timeout not a number", "GET", "/pv/_search?timeout=xs", "", 400, "parse_exception", "failed to parse [xs]"},
+		{"master_timeout", "PUT", "/pv2?master_timeout=abc", "", 400, "parse_exception",
+			"failed to parse setting [master_timeout] with value [abc] as a time value: unit is missing or unrecognized"},
+		{"timeout -1", "GET", "/_cluster/health?timeout=-1", "", 200, "", ""},
+		{"conflicts proceed", "POST", "/pv/_delete_by_query?conflicts=proceed", `{"query":{"match_none":{}}}`, 200, "", ""},
+		{"conflicts in the body", "POST", "/pv/_delete_by_query", `{"conflicts":"proceed","query":{"match_none":{}}}`, 200, "", ""},
+		{"conflicts unknown", "POST", "/pv/_delete_by_query?conflicts=ignore", `{"query":{"match_none":{}}}`, 400, "illegal_argument_exception",
+			`conflicts may only be "proceed" or "abort" but was [ignore]`},
+		{"refresh not a boolean", "POST", "/pv/_delete_by_query?refresh=wait_for", `{"query":{"match_none":{}}}`, 400, "illegal_argument_exception",
+			"Failed to parse value [wait_for] as only [true] or [false] are allowed."},
+	}
+	srv := esserver.New()
+	if code, m, _ := doReq(t, srv, call{"PUT", "/pv", ""}); code != 200 {
+		t.Fatalf("create: %d %v", code, m)
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			code, m, _ := doReq(t, srv, call{tc.method, tc.path, tc.body})
+			if code != tc.status {
+				t.Fatalf("status %d, want %d: %v", code, tc.status, m)
+			}
+			if tc.typ != "" {
+				if typ, reason := get(m, "error.type"), get(m, "error.reason"); typ != tc.typ || reason != tc.reason {
+					t.Fatalf("error %v: %v, want %s: %s", typ, reason, tc.typ, tc.reason)
+				}
+			}
+		})
+	}
+}
