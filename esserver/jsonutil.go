@@ -2,6 +2,7 @@ package esserver
 
 import (
 	"bytes"
+	"errors"
 	"encoding/json"
 	"math"
 	"strconv"
@@ -93,7 +94,8 @@ func decodeObject(data []byte) (map[string]any, *esError) {
 	}
 	v, err := decodeJSON(data)
 	if err != nil {
-		return nil, errXContent("[1:1] failed to parse request body: %s", jsonErrText(err))
+		line, col := errorLocation(data, err)
+		return nil, errXContent("[%d:%d] failed to parse request body: %s", line, col, jsonErrText(err))
 	}
 	m, ok := v.(map[string]any)
 	if !ok {
@@ -103,6 +105,21 @@ func decodeObject(data []byte) (map[string]any, *esError) {
 		return nil, errParsing("request body or source parameter is required to be a JSON object, found [%s]", jsonKind(v))
 	}
 	return m, nil
+}
+
+// errorLocation is the 1-based line and column of a syntax error in data,
+// as the [line:col] that starts Elasticsearch's parse errors (1:1 when
+// the error has no position).
+func errorLocation(data []byte, err error) (line, col int) {
+	var se *jsonSyntaxError
+	if !errors.As(err, &se) {
+		return 1, 1
+	}
+	pos := min(se.pos, len(data))
+	before := data[:pos]
+	line = 1 + bytes.Count(before, []byte{'\n'})
+	col = pos - bytes.LastIndexByte(before, '\n')
+	return line, col
 }
 
 func jsonErrText(err error) string {

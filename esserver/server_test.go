@@ -821,3 +821,28 @@ func TestParamValuesRefused(t *testing.T) {
 		})
 	}
 }
+
+// TestMalformedBodyLocation checks that a malformed JSON body's error
+// names the line and column where parsing failed, not always [1:1].
+func TestMalformedBodyLocation(t *testing.T) {
+	cases := []struct {
+		name, body, prefix string
+	}{
+		{"first line", `{"query":{"term":{"k":}}}`, "[1:23] "},
+		{"third line", "{\n  \"query\": {\n    \"term\": {\"k\": }\n  }\n}", "[3:19] "},
+		{"cut short", "{\n\"size\":1", "[2:9] "},
+	}
+	srv := esserver.New()
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			code, m, _ := doReq(t, srv, call{"POST", "/_search", tc.body})
+			if code != 400 {
+				t.Fatalf("status %d, want 400: %v", code, m)
+			}
+			reason, _ := get(m, "error.reason").(string)
+			if get(m, "error.type") != "x_content_parse_exception" || !strings.HasPrefix(reason, tc.prefix) {
+				t.Fatalf("error %v: %s, want x_content_parse_exception starting %q", get(m, "error.type"), reason, tc.prefix)
+			}
+		})
+	}
+}
