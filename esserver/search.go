@@ -800,6 +800,9 @@ func sortKeys(h *hit, specs []sortSpec) ([]sortKey, *esError) {
 			return nil, errIllegalArgument("Text fields are not optimised for operations that require per-document field data like aggregations and sorting, so these operations are disabled by default. Please use a keyword field instead. Alternatively, set fielddata=true on [%s] in order to load field data by uninverting the inverted index. Note that this can use significant memory.", sp.field)
 		case kObject:
 			return nil, errIllegalArgument("Fielddata is not supported on field [%s] of type [object]", sp.field)
+		case kID:
+			// indices.id_field_data.enabled is false by default since 8.0.
+			return nil, errIllegalArgument("Fielddata access on the _id field is disallowed, you can re-enable it by updating the dynamic cluster setting: indices.id_field_data.enabled")
 		}
 		vals := a.values(ix, h.e)
 		var cands []sortKey

@@ -846,3 +846,40 @@ func TestMalformedBodyLocation(t *testing.T) {
 		})
 	}
 }
+
+// TestSortOnID checks that sorting on _id is refused as Elasticsearch 8
+// refuses it (indices.id_field_data.enabled is false by default), so a
+// client does not learn a tie-breaker a real cluster rejects; _doc and a
+// keyword copy of the id still sort.
+func TestSortOnID(t *testing.T) {
+	cases := []struct {
+		name, sort string
+		status     int
+	}{
+		{"_id", `["_id"]`, 400},
+		{"_id desc", `[{"_id":{"order":"desc"}}]`, 400},
+		{"tie-breaker after a field", `[{"n":"asc"},{"_id":"asc"}]`, 400},
+		{"keyword copy", `[{"id.keyword":"asc"}]`, 200},
+		{"_doc", `["_doc"]`, 200},
+	}
+	srv := esserver.New()
+	for _, id := range []string{"a", "b"} {
+		if code, m, _ := doReq(t, srv, call{"PUT", "/so/_doc/" + id, `{"id":"` + id + `","n":1}`}); code != 201 {
+			t.Fatalf("index: %d %v", code, m)
+		}
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			code, m, _ := doReq(t, srv, call{"POST", "/so/_search", `{"sort":` + tc.sort + `}`})
+			if code != tc.status {
+				t.Fatalf("status %d, want %d: %v", code, tc.status, m)
+			}
+			if tc.status == 400 {
+				const reason = "Fielddata access on the _id field is disallowed, you can re-enable it by updating the dynamic cluster setting: indices.id_field_data.enabled"
+				if get(m, "error.type") != "search_phase_execution_exception" || get(m, "error.root_cause.0.type") != "illegal_argument_exception" || get(m, "error.root_cause.0.reason") != reason {
+					t.Fatalf("error %v, want a search_phase_execution_exception caused by: %s", m, reason)
+				}
+			}
+		})
+	}
+}
