@@ -35,6 +35,7 @@ type (
 		msm      any
 		phrase   bool
 		prefix   bool
+		lenient  bool // a value the field's type cannot take matches nothing
 		boost    float64
 	}
 	qMultiMatch struct {
@@ -301,6 +302,7 @@ func parseMatchQuery(name string, body any) (qnode, *esError) {
 			}
 		}
 		q.msm = vm["minimum_should_match"]
+		q.lenient, _ = parseBoolValue(vm["lenient"])
 		q.boost = boostOf(vm)
 	}
 	return q, nil
@@ -842,7 +844,11 @@ func (c *compileCtx) compile(q qnode) (matcher, *esError) {
 	case qTerms:
 		return c.compileTerms(t)
 	case qMatch:
-		return c.compileMatch(t.field, t.query, t.operator, t.msm, t.phrase, t.prefix, t.boost)
+		m, err := c.compileMatch(t.field, t.query, t.operator, t.msm, t.phrase, t.prefix, t.boost)
+		if err != nil && t.lenient {
+			return func(*docEntry) (bool, float64) { return false, 0 }, nil
+		}
+		return m, err
 	case qMultiMatch:
 		return c.compileMultiMatch(t)
 	case qRange:

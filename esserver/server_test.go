@@ -677,6 +677,7 @@ func TestSourceParam(t *testing.T) {
 // TestQueryUnknownParams checks that a query's unknown parameter is
 // refused as Elasticsearch 8 refuses it, not ignored: a misspelt
 // "operator" or "value" would otherwise change the hits without a word.
+// A known one that changes the answer (match's lenient) is honoured.
 func TestQueryUnknownParams(t *testing.T) {
 	cases := []struct {
 		name, query string
@@ -696,9 +697,11 @@ func TestQueryUnknownParams(t *testing.T) {
 		{"wildcard typo", `{"wildcard":{"k":{"value":"a*","rewrite":"x","foo":1}}}`, 400, "parsing_exception", "[wildcard] query does not support [foo]"},
 		{"regexp flags", `{"regexp":{"k":{"value":"a.*","flags":"ALL"}}}`, 200, "", ""},
 		{"ids typo", `{"ids":{"value":["1"]}}`, 400, "x_content_parse_exception", "[ids] unknown field [value]"},
+		{"match text on a number", `{"match":{"n":"abc"}}`, 400, "search_phase_execution_exception", "all shards failed"},
+		{"lenient match text on a number", `{"match":{"n":{"query":"abc","lenient":true}}}`, 200, "", ""},
 	}
 	srv := esserver.New()
-	if code, m, _ := doReq(t, srv, call{"PUT", "/q", `{"mappings":{"properties":{"k":{"type":"keyword"},"t":{"type":"text"}}}}`}); code != 200 {
+	if code, m, _ := doReq(t, srv, call{"PUT", "/q", `{"mappings":{"properties":{"k":{"type":"keyword"},"t":{"type":"text"},"n":{"type":"long"}}}}`}); code != 200 {
 		t.Fatalf("create: %d %v", code, m)
 	}
 	for _, tc := range cases {
