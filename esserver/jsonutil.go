@@ -2,8 +2,8 @@ package esserver
 
 import (
 	"bytes"
-	"errors"
 	"encoding/json"
+	"errors"
 	"math"
 	"strconv"
 	"strings"
