@@ -77,7 +77,8 @@ func TestStoredDocumentsOwnTheirMemory(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			srv := esserver.New()
-			serveOK(t, srv, http.MethodPut, "/r", []byte(`{"settings":{"number_of_shards":1}}`))
+			// A new field per document passes the default limit of 1000 fields.
+			serveOK(t, srv, http.MethodPut, "/r", []byte(`{"settings":{"number_of_shards":1,"index.mapping.total_fields.limit":4000}}`))
 			before := liveHeap()
 			sent := 0
 			var overwritten []string

@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"strconv"
 	"strings"
 	"testing"
 	"testing/synctest"
@@ -927,4 +928,98 @@ func TestSortCheckedWithoutHits(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestTotalFieldsLimit checks index.mapping.total_fields.limit on dynamic
+// mapping: a read model whose documents carry one key per user grows a
+// field per key, and Elasticsearch refuses the document that would take
+// the mapping past the limit (1000 by default; a string counts twice, for
+// its keyword sub-field), unless ignore_dynamic_beyond_limit keeps the
+// extra fields in _source only.
+func TestTotalFieldsLimit(t *testing.T) {
+	fields := func(prefix string, n int) string {
+		var b strings.Builder
+		b.WriteString("{")
+		for i := range n {
+			if i > 0 {
+				b.WriteString(",")
+			}
+			b.WriteString(`"` + prefix + strconv.Itoa(i) + `":1`)
+		}
+		b.WriteString("}")
+		return b.String()
+	}
+	const reason = "Limit of total fields [5] has been exceeded while adding new fields [6]"
+	cases := []struct {
+		name, settings string
+		writes         []call
+		status         int // of the last write
+		mapped         int // fields in the mapping after it
+	}{
+		{"default limit, within", "", []call{{"PUT", "/tf/_doc/1", fields("f", 1000)}}, 201, 1000},
+		{"default limit, over", "", []call{{"PUT", "/tf/_doc/1", fields("f", 1001)}}, 400, 0},
+		{"over across documents", `{"settings":{"index.mapping.total_fields.limit":5}}`,
+			[]call{{"PUT", "/tf/_doc/1", fields("a", 4)}, {"PUT", "/tf/_doc/2", `{"s":"x"}`}}, 400, 4},
+		{"existing fields do not count again", `{"settings":{"index.mapping.total_fields.limit":5}}`,
+			[]call{{"PUT", "/tf/_doc/1", fields("a", 5)}, {"PUT", "/tf/_doc/2", fields("a", 5)}}, 201, 5},
+		{"object and its fields", `{"settings":{"index.mapping.total_fields.limit":5}}`,
+			[]call{{"PUT", "/tf/_doc/1", `{"o":{"p":{"q":1,"r":2,"s":"x"}}}`}}, 400, 0},
+		{"bulk item", `{"settings":{"index.mapping.total_fields.limit":5}}`,
+			[]call{{"POST", "/tf/_bulk", "{\"index\":{\"_id\":\"1\"}}\n" + fields("b", 6) + "\n"}}, 200, 0},
+		{"update", `{"settings":{"index.mapping.total_fields.limit":5}}`,
+			[]call{{"PUT", "/tf/_doc/1", `{"a":1}`}, {"POST", "/tf/_update/1", `{"doc":` + fields("u", 5) + `}`}}, 400, 1},
+		{"ignore_dynamic_beyond_limit", `{"settings":{"index.mapping.total_fields.limit":5,"index.mapping.total_fields.ignore_dynamic_beyond_limit":true}}`,
+			[]call{{"PUT", "/tf/_doc/1", fields("a", 8)}}, 201, 5},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			srv := esserver.New()
+			if code, m, _ := doReq(t, srv, call{"PUT", "/tf", tc.settings}); code != 200 {
+				t.Fatalf("create: %d %v", code, m)
+			}
+			var code int
+			var m map[string]any
+			for _, w := range tc.writes {
+				code, m, _ = doReq(t, srv, w)
+			}
+			if code != tc.status {
+				t.Fatalf("status %d, want %d: %v", code, tc.status, m)
+			}
+			if tc.name == "bulk item" {
+				if get(m, "items.0.index.status") != 400.0 || get(m, "items.0.index.error.type") != "document_parsing_exception" {
+					t.Fatalf("bulk item %v, want a 400 document_parsing_exception", get(m, "items.0"))
+				}
+			}
+			if tc.status == 400 && tc.name == "over across documents" {
+				if get(m, "error.type") != "document_parsing_exception" || get(m, "error.caused_by.reason") != "Limit of total fields [5] has been exceeded while adding new fields [2]" {
+					t.Fatalf("error %v", m)
+				}
+			}
+			if tc.status == 400 && tc.name == "object and its fields" {
+				if !strings.HasSuffix(get(m, "error.reason").(string), "failed to parse: "+reason) {
+					t.Fatalf("error %v, want %s", m, reason)
+				}
+			}
+			_, mm, _ := doReq(t, srv, call{"GET", "/tf/_mapping", ""})
+			props, _ := get(mm, "tf.mappings.properties").(map[string]any)
+			if n := countMapped(props); n != tc.mapped {
+				t.Fatalf("%d fields mapped, want %d: %v", n, tc.mapped, props)
+			}
+		})
+	}
+}
+
+// countMapped counts fields as total_fields.limit does: each property,
+// each multi-field, and what is inside objects.
+func countMapped(props map[string]any) int {
+	n := 0
+	for _, v := range props {
+		f, _ := v.(map[string]any)
+		n++
+		sub, _ := f["fields"].(map[string]any)
+		n += len(sub)
+		inner, _ := f["properties"].(map[string]any)
+		n += countMapped(inner)
+	}
+	return n
 }
