@@ -484,7 +484,8 @@ func (s *Server) write(w http.ResponseWriter, rq *request, resp response) {
 		if fp := rq.q.Get("filter_path"); fp != "" && data != nil {
 			data = applyFilterPath(data, fp)
 		}
-		if _, pretty := rq.q["pretty"]; pretty && data != nil {
+		// pretty is a boolean: ?pretty and ?pretty=true indent, ?pretty=false does not.
+		if v, pretty := rq.q["pretty"]; pretty && (v[0] == "" || v[0] == "true") && data != nil {
 			var buf bytes.Buffer
 			if json.Indent(&buf, data, "", "  ") == nil {
 				buf.WriteByte('\n')

@@ -1023,3 +1023,27 @@ func countMapped(props map[string]any) int {
 	}
 	return n
 }
+
+// TestPrettyParam checks that pretty is read as a boolean, as
+// Elasticsearch reads it: ?pretty=false answers compact JSON.
+func TestPrettyParam(t *testing.T) {
+	cases := []struct {
+		name, query string
+		indented    bool
+	}{
+		{"absent", "", false},
+		{"bare", "?pretty", true},
+		{"true", "?pretty=true", true},
+		{"false", "?pretty=false", false},
+	}
+	srv := esserver.New()
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			rec := httptest.NewRecorder()
+			srv.ServeHTTP(rec, httptest.NewRequest("GET", "/"+tc.query, nil))
+			if got := strings.Contains(rec.Body.String(), "\n  "); got != tc.indented {
+				t.Fatalf("indented %v, want %v: %s", got, tc.indented, rec.Body.String())
+			}
+		})
+	}
+}
