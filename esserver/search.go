@@ -552,6 +552,10 @@ func (s *Server) handleSearch(rq *request, expr string, count bool) response {
 	if sr.query == nil {
 		sr.query = qMatchAll{boost: 1}
 	}
+	if len(sr.searchAfter) > 0 && sr.from > 0 {
+		// SearchRequest.validate, before any shard: paging is search_after's job.
+		return errResp(errValidation("[from] parameter must be set to 0 when [search_after] is used"))
+	}
 	if len(sr.searchAfter) > 0 && len(sr.sort) > 0 && len(sr.searchAfter) != len(sr.sort) {
 		return errResp(errIllegalArgument("search_after has %d value(s) but sort has %d.", len(sr.searchAfter), len(sr.sort)))
 	}

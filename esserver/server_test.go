@@ -1005,3 +1005,36 @@ func TestPrettyParam(t *testing.T) {
 		})
 	}
 }
+
+// TestSearchAfterWithFrom checks that search_after with a from above 0
+// is refused as Elasticsearch 8 refuses it, rather than skipping hits
+// after the cursor (a paging bug a client would only see in production).
+func TestSearchAfterWithFrom(t *testing.T) {
+	cases := []struct {
+		name, body string
+		status     int
+	}{
+		{"from 0", `{"sort":["n"],"search_after":[1],"from":0}`, 200},
+		{"no from", `{"sort":["n"],"search_after":[1]}`, 200},
+		{"from 1", `{"sort":["n"],"search_after":[1],"from":1}`, 400},
+		{"from without search_after", `{"sort":["n"],"from":1}`, 200},
+	}
+	srv := esserver.New()
+	for _, n := range []string{"1", "2", "3"} {
+		if code, m, _ := doReq(t, srv, call{"PUT", "/sa/_doc/" + n, `{"n":` + n + `}`}); code != 201 {
+			t.Fatalf("index: %d %v", code, m)
+		}
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			code, m, _ := doReq(t, srv, call{"POST", "/sa/_search", tc.body})
+			if code != tc.status {
+				t.Fatalf("status %d, want %d: %v", code, tc.status, m)
+			}
+			const reason = "Validation Failed: 1: [from] parameter must be set to 0 when [search_after] is used;"
+			if code == 400 && (get(m, "error.type") != "action_request_validation_exception" || get(m, "error.reason") != reason) {
+				t.Fatalf("error %v, want action_request_validation_exception: %s", m, reason)
+			}
+		})
+	}
+}
