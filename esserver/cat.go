@@ -309,3 +309,27 @@ func catBytes(n int64, unit string) string {
 	}
 	return fmt.Sprintf("%d.%d%s", tenths/10, tenths%10, units[i])
 }
+
+var catCountCols = []catCol{
+	{name: "epoch", aliases: []string{"t", "time"}, right: true},
+	{name: "timestamp", aliases: []string{"ts", "hms", "hhmmss"}},
+	{name: "count", aliases: []string{"dc", "docs.count", "docsCount"}, right: true},
+}
+
+// handleCatCount answers GET /_cat/count[/{index}]: the documents a
+// _count would count (searchable ones, through alias filters).
+func (s *Server) handleCatCount(rq *request, expr string) response {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	targets, err := s.searchTargets(expr, resolveOpts{allowNoIndices: true})
+	if err != nil {
+		return errResp(err)
+	}
+	_, total, err := s.execute(&searchReq{count: true, query: qMatchAll{boost: 1}, trackTotal: -1}, targets)
+	if err != nil {
+		return errResp(err)
+	}
+	now := s.now().UTC()
+	t := &catTable{cols: catCountCols, rows: [][]string{{strconv.FormatInt(now.Unix(), 10), now.Format(time.TimeOnly), strconv.Itoa(total)}}}
+	return t.render(rq)
+}

@@ -47,6 +47,9 @@ func TestCat(t *testing.T) {
 			"1714979289 07:08:09 c1 green 3 3 100.0%\n"},
 		{"health as JSON", "/_cat/health?format=json&h=cluster,status,node.total", 200,
 			`[{"cluster":"c1","status":"green","node.total":"1"}]`},
+		{"count", "/_cat/count?v", 200, "     epoch timestamp count\n1714979289 07:08:09      2\n"},
+		{"count through a filtered alias", "/_cat/count/paid?h=count", 200, "1\n"},
+		{"count of a missing index", "/_cat/count/nope", 404, ""},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

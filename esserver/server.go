@@ -746,6 +746,8 @@ func (s *Server) routeSystem(rq *request) response {
 				}
 			case "aliases":
 				return s.handleCatAliases(rq, arg)
+			case "count":
+				return s.handleCatCount(rq, arg)
 			}
 		}
 	}
