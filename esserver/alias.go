@@ -81,7 +81,7 @@ func (s *Server) handleGetAlias(rq *request, indexExpr, nameExpr string, hasName
 }
 
 func (s *Server) handlePutAlias(rq *request, indexExpr, name string) response {
-	body, err := decodeObject(rq.body)
+	body, err := decodeOwnedObject(rq.body)
 	if err != nil {
 		return errResp(err)
 	}
@@ -166,7 +166,7 @@ func (s *Server) handleDeleteAlias(rq *request, indexExpr, nameExpr string) resp
 // action works on a copy of the alias tables (aliasUpdate), and the copy
 // replaces them only when every action and the final state are valid.
 func (s *Server) handleUpdateAliases(rq *request) response {
-	body, err := decodeObject(rq.body)
+	body, err := decodeOwnedObject(rq.body)
 	if err != nil {
 		return errResp(err)
 	}

@@ -237,6 +237,11 @@ func (s *Server) prepareSource(ix *index, id string, raw []byte, parsed map[stri
 	if merr != nil {
 		return "", nil, nil, merr
 	}
+	if len(ups) > 0 {
+		if ups, merr = checkFieldLimit(ix, ups); merr != nil {
+			return "", nil, nil, merr
+		}
+	}
 	return src, parsed, ups, nil
 }
 

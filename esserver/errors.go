@@ -96,6 +96,16 @@ func errValidation(msgs ...string) *esError {
 	return newErr(http.StatusBadRequest, "action_request_validation_exception", "%s", r)
 }
 
+// errValidationException is Elasticsearch's ValidationException (a 400
+// validation_exception), which RestRequest throws for its own checks.
+func errValidationException(msgs ...string) *esError {
+	r := "Validation Failed: "
+	for i, m := range msgs {
+		r += fmt.Sprintf("%d: %s;", i+1, m)
+	}
+	return newErr(http.StatusBadRequest, "validation_exception", "%s", r)
+}
+
 func errIndexNotFound(name string) *esError {
 	return newErr(http.StatusNotFound, "index_not_found_exception", "no such index [%s]", name).
 		with("resource.type", "index_or_alias").with("resource.id", name).

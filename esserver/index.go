@@ -793,7 +793,7 @@ func (s *Server) writeIndexFor(name string, autoCreate bool) (*index, *esError) 
 // --- handlers ----------------------------------------------------------------
 
 func (s *Server) handleCreateIndex(rq *request, name string) response {
-	body, err := decodeObject(rq.body)
+	body, err := decodeOwnedObject(rq.body)
 	if err != nil {
 		return errResp(err)
 	}
@@ -882,7 +882,7 @@ func (s *Server) handleGetMapping(rq *request, expr string) response {
 }
 
 func (s *Server) handlePutMapping(rq *request, expr string) response {
-	body, err := decodeObject(rq.body)
+	body, err := decodeOwnedObject(rq.body)
 	if err != nil {
 		return errResp(err)
 	}
@@ -935,7 +935,7 @@ func (s *Server) handleGetSettings(rq *request, expr string) response {
 }
 
 func (s *Server) handlePutSettings(rq *request, expr string) response {
-	body, err := decodeObject(rq.body)
+	body, err := decodeOwnedObject(rq.body)
 	if err != nil {
 		return errResp(err)
 	}
@@ -1059,62 +1059,6 @@ func statsSection(st *indexStats, docs int) map[string]any {
 		"search":  map[string]any{"query_total": st.queryTotal.Load()},
 		"refresh": map[string]any{"total": st.refreshTotal},
 	}
-}
-
-func (s *Server) handleCatIndices(rq *request) response {
-	s.mu.RLock()
-	defer s.mu.RUnlock()
-	names := make([]string, 0, len(s.indices))
-	for n := range s.indices {
-		names = append(names, n)
-	}
-	sort.Strings(names)
-	var rows []map[string]any
-	var text strings.Builder
-	for _, n := range names {
-		ix := s.indices[n]
-		docs := 0
-		for _, d := range ix.visible {
-			if !d.deleted {
-				docs++
-			}
-		}
-		rows = append(rows, map[string]any{"health": "green", "status": "open", "index": n, "uuid": ix.uuid,
-			"pri": strconv.Itoa(ix.settings.shards), "rep": strconv.Itoa(ix.settings.replicas), "docs.count": strconv.Itoa(docs)})
-		fmt.Fprintf(&text, "green open %s %s %d %d %d\n", n, ix.uuid, ix.settings.shards, ix.settings.replicas, docs)
-	}
-	if rq.param("format") == "json" {
-		if rows == nil {
-			rows = []map[string]any{}
-		}
-		return ok(rows)
-	}
-	return response{http.StatusOK, []byte(text.String())}
-}
-
-func (s *Server) handleCatHealth(rq *request) response {
-	if rq.param("format") == "json" {
-		return ok([]map[string]any{{"cluster": s.cfg.clusterName, "status": "green", "node.total": "1"}})
-	}
-	return response{http.StatusOK, []byte(fmt.Sprintf("%d %s green 1 1\n", s.now().Unix(), s.cfg.clusterName))}
-}
-
-func (s *Server) handleCatAliases(rq *request) response {
-	s.mu.RLock()
-	defer s.mu.RUnlock()
-	var rows []map[string]any
-	for _, ix := range s.indices {
-		for an := range ix.aliases {
-			rows = append(rows, map[string]any{"alias": an, "index": ix.name})
-		}
-	}
-	sort.Slice(rows, func(i, j int) bool {
-		return fmt.Sprint(rows[i]["alias"], rows[i]["index"]) < fmt.Sprint(rows[j]["alias"], rows[j]["index"])
-	})
-	if rows == nil {
-		rows = []map[string]any{}
-	}
-	return ok(rows)
 }
 
 // --- refresh ------------------------------------------------------------------

@@ -3,6 +3,7 @@ package esserver
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"math"
 	"strconv"
 	"strings"
@@ -50,6 +51,42 @@ func marshalJSON(v any) ([]byte, error) { return appendJSON(make([]byte, 0, 256)
 // rejects trailing garbage.
 func decodeJSON(data []byte) (any, error) { return parseJSON(data) }
 
+// decodeOwnedObject is decodeObject for what the server keeps (an index's
+// mappings, settings and aliases): the strings of the result are copies of
+// their own, not slices of the request, which would otherwise stay alive
+// for as long as the definition does.
+func decodeOwnedObject(data []byte) (map[string]any, *esError) {
+	m, err := decodeObject(data)
+	if m == nil || err != nil {
+		return m, err
+	}
+	return ownJSON(m).(map[string]any), nil
+}
+
+// ownJSON returns a deep copy of a parsed JSON value whose strings (keys,
+// values and numbers) share no memory with the text it was parsed from.
+func ownJSON(v any) any {
+	switch t := v.(type) {
+	case string:
+		return strings.Clone(t)
+	case json.Number:
+		return json.Number(strings.Clone(string(t)))
+	case map[string]any:
+		m := make(map[string]any, len(t))
+		for k, e := range t {
+			m[strings.Clone(k)] = ownJSON(e)
+		}
+		return m
+	case []any:
+		a := make([]any, len(t))
+		for i, e := range t {
+			a[i] = ownJSON(e)
+		}
+		return a
+	}
+	return v
+}
+
 // decodeObject parses a JSON object body. An empty body yields nil, nil.
 func decodeObject(data []byte) (map[string]any, *esError) {
 	if len(bytes.TrimSpace(data)) == 0 {
@@ -57,7 +94,8 @@ func decodeObject(data []byte) (map[string]any, *esError) {
 	}
 	v, err := decodeJSON(data)
 	if err != nil {
-		return nil, errXContent("[1:1] failed to parse request body: %s", jsonErrText(err))
+		line, col := errorLocation(data, err)
+		return nil, errXContent("[%d:%d] failed to parse request body: %s", line, col, jsonErrText(err))
 	}
 	m, ok := v.(map[string]any)
 	if !ok {
@@ -67,6 +105,21 @@ func decodeObject(data []byte) (map[string]any, *esError) {
 		return nil, errParsing("request body or source parameter is required to be a JSON object, found [%s]", jsonKind(v))
 	}
 	return m, nil
+}
+
+// errorLocation is the 1-based line and column of a syntax error in data,
+// as the [line:col] that starts Elasticsearch's parse errors (1:1 when
+// the error has no position).
+func errorLocation(data []byte, err error) (line, col int) {
+	var se *jsonSyntaxError
+	if !errors.As(err, &se) {
+		return 1, 1
+	}
+	pos := min(se.pos, len(data))
+	before := data[:pos]
+	line = 1 + bytes.Count(before, []byte{'\n'})
+	col = pos - bytes.LastIndexByte(before, '\n')
+	return line, col
 }
 
 func jsonErrText(err error) string {

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"slices"
 	"sort"
 	"strings"
 )
@@ -701,6 +702,55 @@ func (m *fieldMapping) objectChild(name string) *fieldMapping {
 		child.Properties = map[string]*fieldMapping{}
 	}
 	return child
+}
+
+// fieldCount is the number of mappers under fm as
+// index.mapping.total_fields.limit counts them: every object and leaf
+// field, and every multi-field.
+func fieldCount(fm *fieldMapping) int {
+	n := 0
+	for _, c := range fm.Properties {
+		n += 1 + len(c.Fields) + fieldCount(c)
+	}
+	return n
+}
+
+// checkFieldLimit applies index.mapping.total_fields.limit (default 1000)
+// to the fields a document would add, as Elasticsearch does while it
+// parses the document: over the limit the document is refused, or, with
+// index.mapping.total_fields.ignore_dynamic_beyond_limit, the new fields
+// that do not fit stay in _source only (taken in path order, so parents
+// before their children and the same ones every time).
+func checkFieldLimit(ix *index, ups []mappingUpdate) ([]mappingUpdate, *esError) {
+	limit, err := settingInt(ix.settings.flat, "index.mapping.total_fields.limit", 1000, 0)
+	if err != nil {
+		return nil, err
+	}
+	have, add := fieldCount(ix.mapping), 0
+	for _, u := range ups {
+		add += 1 + len(u.fm.Fields)
+	}
+	if int64(have+add) <= limit {
+		return ups, nil
+	}
+	if ignore, _ := parseBoolValue(ix.settings.flat["index.mapping.total_fields.ignore_dynamic_beyond_limit"]); ignore {
+		sorted := slices.Clone(ups)
+		slices.SortFunc(sorted, func(a, b mappingUpdate) int { return strings.Compare(a.path, b.path) })
+		var kept []mappingUpdate
+		for _, u := range sorted {
+			n := 1 + len(u.fm.Fields)
+			if int64(have+n) > limit {
+				break
+			}
+			have += n
+			kept = append(kept, u)
+		}
+		return kept, nil
+	}
+	reason := fmt.Sprintf("Limit of total fields [%d] has been exceeded while adding new fields [%d]", limit, add)
+	e := errDocParsing("failed to parse: %s", reason)
+	e.CausedBy = errIllegalArgument("%s", reason)
+	return nil, e
 }
 
 // applyUpdates installs dynamic mapping updates into the root mapping.

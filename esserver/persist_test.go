@@ -99,8 +99,8 @@ func persistWrites(t *testing.T, h http.Handler) {
 func persistView(t *testing.T, h http.Handler) map[string]any {
 	view := map[string]any{}
 	for _, p := range []string{
-		"/orders/_search?size=100&sort=_id&version=true&seq_no_primary_term=true",
-		"/events/_search?size=100&sort=_id&version=true&seq_no_primary_term=true",
+		"/orders/_search?size=100&sort=_doc&version=true&seq_no_primary_term=true",
+		"/events/_search?size=100&sort=_doc&version=true&seq_no_primary_term=true",
 		"/orders-read/_count",
 		"/all/_search?q=status:shipped",
 		"/orders/_doc/o2", "/orders/_doc/ext", "/events/_doc/o7",
@@ -193,7 +193,7 @@ func TestPersistTornTail(t *testing.T) {
 				t.Fatal(err)
 			}
 			mustReq(t, s1, "POST", "/_bulk", bulkBody("orders", 0, 30), 200)
-			want := mustReq(t, s1, "GET", "/orders/_search?size=100&sort=_id&version=true&seq_no_primary_term=true", "", 200)
+			want := mustReq(t, s1, "GET", "/orders/_search?size=100&sort=_doc&version=true&seq_no_primary_term=true", "", 200)
 			crash(t, s1)
 			gens, err := listLogs(dir)
 			if err != nil || len(gens) != 1 {
@@ -215,7 +215,7 @@ func TestPersistTornTail(t *testing.T) {
 			if got := s2.Recovery(); got.TornBytes != int64(len(tc.tail)) || got.Documents != 30 {
 				t.Errorf("recovery %+v: want %d torn bytes and 30 documents", got, len(tc.tail))
 			}
-			if got := mustReq(t, s2, "GET", "/orders/_search?size=100&sort=_id&version=true&seq_no_primary_term=true", "", 200); !reflect.DeepEqual(got, want) {
+			if got := mustReq(t, s2, "GET", "/orders/_search?size=100&sort=_doc&version=true&seq_no_primary_term=true", "", 200); !reflect.DeepEqual(got, want) {
 				t.Errorf("after reopen:\n got %v\nwant %v", got, want)
 			}
 			mustReq(t, s2, "PUT", "/orders/_doc/after", `{"total":1}`, 201)

@@ -4,6 +4,7 @@ import (
 	"math"
 	"net/http"
 	"regexp"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -34,6 +35,7 @@ type (
 		msm      any
 		phrase   bool
 		prefix   bool
+		lenient  bool // a value the field's type cannot take matches nothing
 		boost    float64
 	}
 	qMultiMatch struct {
@@ -146,6 +148,37 @@ func singleField(qname string, body any) (string, any, *esError) {
 	return field, val, nil
 }
 
+// queryParams lists the parameters Elasticsearch 8's parsers take inside
+// a field's object for the queries that check them here; any other key is
+// refused as Elasticsearch refuses it, rather than silently ignored (a
+// misspelt "operator" would change what matches).
+var queryParams = map[string][]string{
+	"term": {"value", "term", "boost", "_name", "case_insensitive"},
+	"match": {"query", "analyzer", "boost", "fuzziness", "prefix_length", "max_expansions", "operator",
+		"fuzzy_rewrite", "fuzzy_transpositions", "lenient", "zero_terms_query", "minimum_should_match",
+		"auto_generate_synonyms_phrase_query", "_name"},
+	"match_phrase":        {"query", "analyzer", "boost", "slop", "zero_terms_query", "_name"},
+	"match_phrase_prefix": {"query", "analyzer", "boost", "slop", "max_expansions", "zero_terms_query", "_name"},
+	"match_bool_prefix": {"query", "analyzer", "operator", "minimum_should_match", "fuzziness", "prefix_length",
+		"max_expansions", "fuzzy_transpositions", "fuzzy_rewrite", "boost", "_name"},
+	"exists":   {"field", "boost", "_name"},
+	"prefix":   {"value", "prefix", "boost", "rewrite", "case_insensitive", "_name"},
+	"wildcard": {"value", "wildcard", "boost", "rewrite", "case_insensitive", "_name"},
+	"regexp":   {"value", "flags", "flags_value", "max_determinized_states", "case_insensitive", "boost", "rewrite", "_name"},
+}
+
+// checkQueryParams refuses a key of m that query qname does not take,
+// with Elasticsearch's "[qname] query does not support [key]".
+func checkQueryParams(qname string, m map[string]any) *esError {
+	allowed := queryParams[qname]
+	for _, k := range sortedKeys(m) {
+		if !slices.Contains(allowed, k) {
+			return errParsing("[%s] query does not support [%s]", qname, k)
+		}
+	}
+	return nil
+}
+
 func parseQueryType(name string, body any) (qnode, *esError) {
 	switch name {
 	case "match_all":
@@ -203,7 +236,13 @@ func parseTermQuery(name string, body any) (qnode, *esError) {
 	}
 	q := qTerm{field: f, value: v, boost: 1}
 	if vm, ok := v.(map[string]any); ok {
+		if err := checkQueryParams("term", vm); err != nil {
+			return nil, err
+		}
 		q.value = vm["value"]
+		if t, ok := vm["term"]; ok && q.value == nil {
+			q.value = t
+		}
 		q.boost = boostOf(vm)
 		q.caseInsensitive, _ = vm["case_insensitive"].(bool)
 		if q.value == nil {
@@ -249,6 +288,9 @@ func parseMatchQuery(name string, body any) (qnode, *esError) {
 	}
 	q := qMatch{field: f, query: v, operator: "or", boost: 1, phrase: name == "match_phrase" || name == "match_phrase_prefix", prefix: strings.HasSuffix(name, "_prefix")}
 	if vm, ok := v.(map[string]any); ok {
+		if err := checkQueryParams(name, vm); err != nil {
+			return nil, err
+		}
 		q.query = vm["query"]
 		if q.query == nil {
 			return nil, errParsing("[%s] requires query value", name)
@@ -260,6 +302,7 @@ func parseMatchQuery(name string, body any) (qnode, *esError) {
 			}
 		}
 		q.msm = vm["minimum_should_match"]
+		q.lenient, _ = parseBoolValue(vm["lenient"])
 		q.boost = boostOf(vm)
 	}
 	return q, nil
@@ -333,6 +376,11 @@ func parseIDsQuery(body any) (qnode, *esError) {
 	if !isObj {
 		return nil, errParsing("[ids] query malformed, no start_object after query name")
 	}
+	for _, k := range sortedKeys(obj) {
+		if k != "values" && k != "boost" && k != "_name" {
+			return nil, errXContent("[ids] unknown field [%s]", k)
+		}
+	}
 	vals, ok := obj["values"].([]any)
 	if !ok && obj["values"] != nil {
 		return nil, errParsing("[ids] failed to parse field [values]")
@@ -351,6 +399,9 @@ func parseExistsQuery(body any) (qnode, *esError) {
 	if !isObj {
 		return nil, errParsing("[exists] query malformed, no start_object after query name")
 	}
+	if err := checkQueryParams("exists", obj); err != nil {
+		return nil, err
+	}
 	f, _ := obj["field"].(string)
 	if f == "" {
 		return nil, errParsing("[exists] must be provided with a [field]")
@@ -366,11 +417,14 @@ func parsePatternQuery(name string, body any) (qnode, *esError) {
 	}
 	ci := false
 	if vm, ok := v.(map[string]any); ok {
+		if err := checkQueryParams(name, vm); err != nil {
+			return nil, err
+		}
 		ci, _ = vm["case_insensitive"].(bool)
 		if x, ok := vm["value"]; ok {
 			v = x
-		} else if x, ok := vm["wildcard"]; ok {
-			v = x
+		} else if x, ok := vm[name]; ok && name != "regexp" {
+			v = x // "prefix": {"f": {"prefix": ...}}, "wildcard": {"f": {"wildcard": ...}}
 		}
 	}
 	s, ok := asString(v)
@@ -790,7 +844,11 @@ func (c *compileCtx) compile(q qnode) (matcher, *esError) {
 	case qTerms:
 		return c.compileTerms(t)
 	case qMatch:
-		return c.compileMatch(t.field, t.query, t.operator, t.msm, t.phrase, t.prefix, t.boost)
+		m, err := c.compileMatch(t.field, t.query, t.operator, t.msm, t.phrase, t.prefix, t.boost)
+		if err != nil && t.lenient {
+			return func(*docEntry) (bool, float64) { return false, 0 }, nil
+		}
+		return m, err
 	case qMultiMatch:
 		return c.compileMultiMatch(t)
 	case qRange:

@@ -77,7 +77,8 @@ func TestStoredDocumentsOwnTheirMemory(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			srv := esserver.New()
-			serveOK(t, srv, http.MethodPut, "/r", []byte(`{"settings":{"number_of_shards":1}}`))
+			// A new field per document passes the default limit of 1000 fields.
+			serveOK(t, srv, http.MethodPut, "/r", []byte(`{"settings":{"number_of_shards":1,"index.mapping.total_fields.limit":4000}}`))
 			before := liveHeap()
 			sent := 0
 			var overwritten []string
@@ -192,6 +193,56 @@ func TestUpdatedDocumentsOwnTheirMemory(t *testing.T) {
 			t.Logf("updated %d documents with requests of 1 MiB; heap grew %d KiB, bound %d KiB", docs, growth>>10, bound>>10)
 			if growth > bound {
 				t.Errorf("heap grew %d KiB for %d small documents: an updated document keeps its request alive (bound %d KiB)", growth>>10, docs, bound>>10)
+			}
+		})
+	}
+}
+
+// TestIndexDefinitionsOwnTheirMemory checks the same for what an index
+// definition keeps (mappings, settings, aliases and their filters): each
+// case sends 32 small definitions in requests of about 1 MiB (the rest is
+// whitespace, which JSON allows between tokens) and bounds the heap's
+// growth by a few MiB: a definition that sliced its request would keep all
+// 32 MiB alive.
+func TestIndexDefinitionsOwnTheirMemory(t *testing.T) {
+	const n = 32
+	pad := strings.Repeat(" ", 1<<20)
+	cases := []struct {
+		name string
+		send func(t *testing.T, h http.Handler, i int)
+	}{
+		{"PUT index", func(t *testing.T, h http.Handler, i int) {
+			serveOK(t, h, http.MethodPut, fmt.Sprintf("/i%d", i), []byte(`{"mappings":{"properties":{"k":{"type":"keyword"}}},`+pad+
+				`"settings":{"index":{"number_of_shards":1,"analysis":{"analyzer":{"a":{"type":"standard"}}}}},"aliases":{"al":{"filter":{"term":{"k":"x"}}}}}`))
+		}},
+		{"PUT _mapping", func(t *testing.T, h http.Handler, i int) {
+			serveOK(t, h, http.MethodPut, "/r/_mapping", []byte(fmt.Sprintf(`{"properties":{"f%d":{"type":"keyword"}}}`, i)+pad))
+		}},
+		{"PUT _settings", func(t *testing.T, h http.Handler, i int) {
+			serveOK(t, h, http.MethodPut, "/r/_settings", []byte(fmt.Sprintf(`{"index":{"max_result_window":%d,"x_%d":"v"}}`, 10000+i, i)+pad))
+		}},
+		{"PUT _alias", func(t *testing.T, h http.Handler, i int) {
+			serveOK(t, h, http.MethodPut, fmt.Sprintf("/r/_alias/a%d", i), []byte(`{"filter":{"term":{"k":"x"}}}`+pad))
+		}},
+		{"POST _aliases", func(t *testing.T, h http.Handler, i int) {
+			serveOK(t, h, http.MethodPost, "/_aliases", []byte(fmt.Sprintf(`{"actions":[{"add":{"index":"r","alias":"b%d","filter":{"term":{"k":"x"}}}}]}`, i)+pad))
+		}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			srv := esserver.New()
+			serveOK(t, srv, http.MethodPut, "/r", []byte(`{"settings":{"number_of_shards":1}}`))
+			before := liveHeap()
+			for i := range n {
+				tc.send(t, srv, i)
+			}
+			after := liveHeap()
+			runtime.KeepAlive(srv)
+			const bound = 4 << 20
+			growth := int64(after) - int64(before)
+			t.Logf("sent %d definitions in requests of 1 MiB; heap grew %d KiB, bound %d KiB", n, growth>>10, bound>>10)
+			if growth > bound {
+				t.Errorf("heap grew %d KiB for %d small definitions: an index definition keeps its request alive (bound %d KiB)", growth>>10, n, bound>>10)
 			}
 		})
 	}

@@ -442,17 +442,34 @@ func (sr *searchReq) applyParams(rq *request) *esError {
 			sr.docvalueFields = append(sr.docvalueFields, fieldReq{field: f})
 		}
 	}
-	if b, _ := rq.boolParam("track_scores", false); b {
-		sr.trackScores = true
-	}
-	if b, _ := rq.boolParam("version", false); b {
-		sr.version = true
-	}
-	if b, _ := rq.boolParam("seq_no_primary_term", false); b {
-		sr.seqNoPT = true
+	if err := sr.applyFlagParams(rq); err != nil {
+		return err
 	}
 	if rq.param("scroll") != "" {
 		sr.scroll = true
+	}
+	return nil
+}
+
+// applyFlagParams reads the boolean parameters and search_type, refusing
+// values Elasticsearch refuses.
+func (sr *searchReq) applyFlagParams(rq *request) *esError {
+	for _, p := range []struct {
+		name string
+		dst  *bool
+	}{{"track_scores", &sr.trackScores}, {"version", &sr.version}, {"seq_no_primary_term", &sr.seqNoPT}} {
+		b, err := rq.boolParam(p.name, false)
+		if err != nil {
+			return err
+		}
+		if b {
+			*p.dst = true
+		}
+	}
+	switch st := rq.param("search_type"); st {
+	case "", "query_then_fetch", "dfs_query_then_fetch":
+	default:
+		return errIllegalArgument("No search type for [%s]", st)
 	}
 	return nil
 }
@@ -534,6 +551,10 @@ func (s *Server) handleSearch(rq *request, expr string, count bool) response {
 	}
 	if sr.query == nil {
 		sr.query = qMatchAll{boost: 1}
+	}
+	if len(sr.searchAfter) > 0 && sr.from > 0 {
+		// SearchRequest.validate, before any shard: paging is search_after's job.
+		return errResp(errValidation("[from] parameter must be set to 0 when [search_after] is used"))
 	}
 	if len(sr.searchAfter) > 0 && len(sr.sort) > 0 && len(sr.searchAfter) != len(sr.sort) {
 		return errResp(errIllegalArgument("search_after has %d value(s) but sort has %d.", len(sr.searchAfter), len(sr.sort)))
@@ -783,6 +804,9 @@ func sortKeys(h *hit, specs []sortSpec) ([]sortKey, *esError) {
 			return nil, errIllegalArgument("Text fields are not optimised for operations that require per-document field data like aggregations and sorting, so these operations are disabled by default. Please use a keyword field instead. Alternatively, set fielddata=true on [%s] in order to load field data by uninverting the inverted index. Note that this can use significant memory.", sp.field)
 		case kObject:
 			return nil, errIllegalArgument("Fielddata is not supported on field [%s] of type [object]", sp.field)
+		case kID:
+			// indices.id_field_data.enabled is false by default since 8.0.
+			return nil, errIllegalArgument("Fielddata access on the _id field is disallowed, you can re-enable it by updating the dynamic cluster setting: indices.id_field_data.enabled")
 		}
 		vals := a.values(ix, h.e)
 		var cands []sortKey
@@ -1221,7 +1245,19 @@ func (s *Server) handleDeleteByQuery(rq *request, expr string) response {
 	if err != nil {
 		return errResp(err)
 	}
-	refresh, _ := rq.boolParam("refresh", false)
+	refresh, err := rq.boolParam("refresh", false)
+	if err != nil {
+		return errResp(err)
+	}
+	conflicts, _ := body["conflicts"].(string)
+	if rq.has("conflicts") {
+		conflicts = rq.param("conflicts")
+	}
+	switch c := conflicts; c {
+	case "", "abort", "proceed": // one writer at a time: there are no conflicts to count
+	default:
+		return errResp(errIllegalArgument("conflicts may only be \"proceed\" or \"abort\" but was [%s]", c))
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	targets, err := s.searchTargets(expr, resolveOpts{allowNoIndices: true})

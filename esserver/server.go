@@ -209,7 +209,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 
 func (s *Server) serve(rq *request, w http.ResponseWriter) response {
 	r := rq.r
-	q, err := url.ParseQuery(r.URL.RawQuery)
+	q, err := parseQueryString(r.URL.RawQuery)
 	if err != nil {
 		return errResp(errIllegalArgument("failed to parse query string [%s]: %s", r.URL.RawQuery, err.Error()))
 	}
@@ -219,6 +219,13 @@ func (s *Server) serve(rq *request, w http.ResponseWriter) response {
 		return errResp(errIllegalArgument("%s", perr.Error()))
 	}
 	rq.segs = segs
+	for _, name := range []string{"timeout", "master_timeout"} {
+		if v, ok := q[name]; ok {
+			if e := checkTimeParam(name, v[0]); e != nil {
+				return errResp(e)
+			}
+		}
+	}
 
 	if f := s.faults.match(r); f != nil {
 		if f.Delay > 0 {
@@ -255,10 +262,116 @@ func (s *Server) serve(rq *request, w http.ResponseWriter) response {
 		if resp, bad := checkContentType(ct); bad {
 			return resp
 		}
-	} else if src := rq.param("source"); src != "" {
-		rq.body = []byte(src)
+	} else if rq.has("source") {
+		if e := checkSourceParam(rq); e != nil {
+			return errResp(e)
+		}
+		rq.body = []byte(rq.param("source"))
 	}
 	return s.route(rq)
+}
+
+// checkTimeParam refuses a time parameter (timeout, master_timeout) that
+// Elasticsearch's TimeValue parser refuses, with its parse_exception:
+// every handler that takes one parses it before doing anything.
+func checkTimeParam(name, v string) *esError {
+	if v == "-1" || v == "0" {
+		return nil
+	}
+	if _, err := parseTimeValue(strings.ToLower(strings.TrimSpace(v))); err != nil {
+		if strings.HasPrefix(err.Error(), "unit missing") {
+			return newErr(http.StatusBadRequest, "parse_exception", "failed to parse setting [%s] with value [%s] as a time value: unit is missing or unrecognized", name, v)
+		}
+		return newErr(http.StatusBadRequest, "parse_exception", "failed to parse [%s]", v)
+	}
+	return nil
+}
+
+// parseQueryString splits a query string the way Elasticsearch's
+// RestUtils.decodeQueryString does: on '&' only. url.ParseQuery also
+// refuses a ';', which Elasticsearch takes as a literal character (in
+// q=a;b, or in an unescaped source_content_type=application/json;charset=UTF-8).
+func parseQueryString(raw string) (url.Values, error) {
+	q := url.Values{}
+	for part := range strings.SplitSeq(raw, "&") {
+		if part == "" {
+			continue
+		}
+		k, v, _ := strings.Cut(part, "=")
+		key, err := url.QueryUnescape(k)
+		if err != nil {
+			return nil, fmt.Errorf("parse %q: %w", k, err)
+		}
+		val, err := url.QueryUnescape(v)
+		if err != nil {
+			return nil, fmt.Errorf("parse %q: %w", v, err)
+		}
+		q[key] = append(q[key], val)
+	}
+	return q, nil
+}
+
+// checkSourceParam checks a body given as the source query parameter the
+// way Elasticsearch 8's RestRequest.contentOrSourceParam does: it needs
+// source_content_type too, and that type must be one a body's Content-Type
+// may be (400 validation_exception otherwise, as since 8.15.2; 8.15.0 gave
+// a 500 for the same mistake). A type this server cannot parse (YAML, CBOR,
+// Smile) gets the 406 a body of that type gets.
+func checkSourceParam(rq *request) *esError {
+	typ, ok := rq.q["source_content_type"]
+	if !ok {
+		return errValidationException("source and source_content_type parameters are required")
+	}
+	ct := typ[0]
+	mt, _, _ := strings.Cut(ct, ";")
+	main, sub, found := strings.Cut(strings.TrimSpace(mt), "/")
+	if !found || !isToken(main) || !isToken(sub) {
+		return errIllegalArgument("invalid Content-Type header [%s]", ct)
+	}
+	switch mediaTypeKind(ct) {
+	case mediaJSON:
+		return nil
+	case mediaXContent:
+		return newErr(http.StatusNotAcceptable, "media_type_header_exception", "source_content_type [%s] is not supported by this test server (JSON only)", ct)
+	}
+	return errValidationException("Unknown value for source_content_type [" + ct + "]")
+}
+
+// Media type kinds, for a body's Content-Type and for source_content_type.
+const (
+	mediaOther    = iota // no XContent parser takes it
+	mediaJSON            // JSON, which this server speaks
+	mediaXContent        // YAML, CBOR, Smile: Elasticsearch parses them, this server does not
+)
+
+// mediaTypeKind classifies a Content-Type value; parameters (charset,
+// compatible-with) are not checked.
+func mediaTypeKind(ct string) int {
+	mt, _, _ := strings.Cut(ct, ";")
+	switch strings.ToLower(strings.TrimSpace(mt)) {
+	case "application/json", "application/x-ndjson", "application/*", "application/vnd.elasticsearch+json", "application/vnd.elasticsearch+x-ndjson":
+		return mediaJSON
+	case "application/yaml", "application/cbor", "application/smile", "application/vnd.elasticsearch+yaml",
+		"application/vnd.elasticsearch+cbor", "application/vnd.elasticsearch+smile":
+		return mediaXContent
+	}
+	return mediaOther
+}
+
+// isToken reports whether s is an RFC 7230 token, as a media type's type
+// and subtype must be.
+func isToken(s string) bool {
+	if s == "" {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if ('a' <= c && c <= 'z') || ('A' <= c && c <= 'Z') || ('0' <= c && c <= '9') || strings.IndexByte("!#$%&'*+-.^_`|~", c) >= 0 {
+			continue
+		}
+		return false
+	}
+	return true
 }
 
 // presizeMax bounds the buffer readBody allocates before the body arrives.
@@ -308,12 +421,10 @@ func checkContentType(values []string) (response, bool) {
 		return simpleErrResp(http.StatusNotAcceptable, "Content-Type header is missing"), true
 	}
 	ct := values[0]
-	mt, _, _ := strings.Cut(ct, ";")
-	switch strings.ToLower(strings.TrimSpace(mt)) {
-	case "application/json", "application/x-ndjson", "application/*", "application/vnd.elasticsearch+json", "application/vnd.elasticsearch+x-ndjson":
+	switch mediaTypeKind(ct) {
+	case mediaJSON:
 		return response{}, false
-	case "application/yaml", "application/cbor", "application/smile", "application/vnd.elasticsearch+yaml",
-		"application/vnd.elasticsearch+cbor", "application/vnd.elasticsearch+smile":
+	case mediaXContent:
 		return errResp(newErr(http.StatusNotAcceptable, "media_type_header_exception", "Content-Type header [%s] is not supported by this test server (JSON only)", ct)), true
 	}
 	return simpleErrResp(http.StatusNotAcceptable, "Content-Type header ["+ct+"] is not supported"), true
@@ -373,7 +484,8 @@ func (s *Server) write(w http.ResponseWriter, rq *request, resp response) {
 		if fp := rq.q.Get("filter_path"); fp != "" && data != nil {
 			data = applyFilterPath(data, fp)
 		}
-		if _, pretty := rq.q["pretty"]; pretty && data != nil {
+		// pretty is a boolean: ?pretty and ?pretty=true indent, ?pretty=false does not.
+		if v, pretty := rq.q["pretty"]; pretty && (v[0] == "" || v[0] == "true") && data != nil {
 			var buf bytes.Buffer
 			if json.Indent(&buf, data, "", "  ") == nil {
 				buf.WriteByte('\n')
@@ -620,14 +732,22 @@ func (s *Server) routeSystem(rq *request) response {
 			return methodNotAllowed(rq, "GET", "POST")
 		}
 	case "_cat":
-		if len(segs) == 2 && get {
+		if (len(segs) == 2 || len(segs) == 3) && get {
+			arg := ""
+			if len(segs) == 3 {
+				arg = segs[2]
+			}
 			switch segs[1] {
 			case "indices":
-				return s.handleCatIndices(rq)
+				return s.handleCatIndices(rq, arg)
 			case "health":
-				return s.handleCatHealth(rq)
+				if len(segs) == 2 {
+					return s.handleCatHealth(rq)
+				}
 			case "aliases":
-				return s.handleCatAliases(rq)
+				return s.handleCatAliases(rq, arg)
+			case "count":
+				return s.handleCatCount(rq, arg)
 			}
 		}
 	}

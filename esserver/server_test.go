@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
+	"strconv"
 	"strings"
 	"testing"
 	"testing/synctest"
@@ -616,6 +618,422 @@ func TestContentType(t *testing.T) {
 			}
 			if got := rec.Header().Get("X-Elastic-Product"); got != "Elasticsearch" {
 				t.Fatalf("X-Elastic-Product %q", got)
+			}
+		})
+	}
+}
+
+// TestSourceParam checks a body sent as the source query parameter:
+// Elasticsearch 8 takes it only together with source_content_type, and
+// reads it as a body of that Content-Type.
+func TestSourceParam(t *testing.T) {
+	const q = `{"query":{"term":{"k":"b"}}}`
+	cases := []struct {
+		name, params string
+		status       int
+		typ, reason  string // the error's, when status is not 200
+		total        float64
+	}{
+		{"with a JSON type", "source_content_type=application/json", 200, "", "", 1},
+		{"with parameters", "source_content_type=application/json%3B+charset=UTF-8", 200, "", "", 1},
+		{"vendor type", "source_content_type=application/vnd.elasticsearch%2Bjson%3Bcompatible-with=8", 200, "", "", 1},
+		{"without a type", "", 400, "validation_exception",
+			"Validation Failed: 1: source and source_content_type parameters are required;", 0},
+		{"unknown type", "source_content_type=text/plain", 400, "validation_exception",
+			"Validation Failed: 1: Unknown value for source_content_type [text/plain];", 0},
+		{"malformed type", "source_content_type=json", 400, "illegal_argument_exception",
+			"invalid Content-Type header [json]", 0},
+		{"YAML", "source_content_type=application/yaml", 406, "media_type_header_exception",
+			"source_content_type [application/yaml] is not supported by this test server (JSON only)", 0},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			srv := esserver.New()
+			for _, id := range []string{"1", "2"} {
+				if code, m, _ := doReq(t, srv, call{"PUT", "/s/_doc/" + id + "?refresh=true", `{"k":"` + map[string]string{"1": "a", "2": "b"}[id] + `"}`}); code != 201 {
+					t.Fatalf("index: %d %v", code, m)
+				}
+			}
+			path := "/s/_search?source=" + url.QueryEscape(q)
+			if tc.params != "" {
+				path += "&" + tc.params
+			}
+			code, m, _ := doReq(t, srv, call{"GET", path, ""})
+			if code != tc.status {
+				t.Fatalf("status %d, want %d: %v", code, tc.status, m)
+			}
+			if tc.status == 200 {
+				if got := get(m, "hits.total.value"); got != tc.total {
+					t.Fatalf("hits.total.value %v, want %v: %v", got, tc.total, m)
+				}
+				return
+			}
+			if typ, reason := get(m, "error.type"), get(m, "error.reason"); typ != tc.typ || reason != tc.reason {
+				t.Fatalf("error %v: %v, want %s: %s", typ, reason, tc.typ, tc.reason)
+			}
+		})
+	}
+}
+
+// TestQueryUnknownParams checks that a query's unknown parameter is
+// refused as Elasticsearch 8 refuses it, not ignored: a misspelt
+// "operator" or "value" would otherwise change the hits without a word.
+// A known one that changes the answer (match's lenient) is honoured.
+func TestQueryUnknownParams(t *testing.T) {
+	cases := []struct {
+		name, query string
+		status      int
+		typ, reason string
+	}{
+		{"term value object", `{"term":{"k":{"value":"a b","boost":2,"_name":"n","case_insensitive":true}}}`, 200, "", ""},
+		{"term typo", `{"term":{"k":{"value":"a b","boots":2}}}`, 400, "parsing_exception", "[term] query does not support [boots]"},
+		{"match options", `{"match":{"t":{"query":"a","operator":"and","minimum_should_match":1,"lenient":true,"fuzziness":"AUTO"}}}`, 200, "", ""},
+		{"match typo", `{"match":{"t":{"query":"a b","operater":"and"}}}`, 400, "parsing_exception", "[match] query does not support [operater]"},
+		{"match_phrase operator", `{"match_phrase":{"t":{"query":"a b","operator":"and"}}}`, 400, "parsing_exception", "[match_phrase] query does not support [operator]"},
+		{"match_phrase slop", `{"match_phrase":{"t":{"query":"a b","slop":1}}}`, 200, "", ""},
+		{"match_phrase_prefix typo", `{"match_phrase_prefix":{"t":{"query":"a b","max_expansion":5}}}`, 400, "parsing_exception", "[match_phrase_prefix] query does not support [max_expansion]"},
+		{"exists typo", `{"exists":{"field":"k","fields":"t"}}`, 400, "parsing_exception", "[exists] query does not support [fields]"},
+		{"prefix typo", `{"prefix":{"k":{"value":"a","case_insensitve":true}}}`, 400, "parsing_exception", "[prefix] query does not support [case_insensitve]"},
+		{"prefix by its name", `{"prefix":{"k":{"prefix":"a"}}}`, 200, "", ""},
+		{"wildcard typo", `{"wildcard":{"k":{"value":"a*","rewrite":"x","foo":1}}}`, 400, "parsing_exception", "[wildcard] query does not support [foo]"},
+		{"regexp flags", `{"regexp":{"k":{"value":"a.*","flags":"ALL"}}}`, 200, "", ""},
+		{"ids typo", `{"ids":{"value":["1"]}}`, 400, "x_content_parse_exception", "[ids] unknown field [value]"},
+		{"match text on a number", `{"match":{"n":"abc"}}`, 400, "search_phase_execution_exception", "all shards failed"},
+		{"lenient match text on a number", `{"match":{"n":{"query":"abc","lenient":true}}}`, 200, "", ""},
+	}
+	srv := esserver.New()
+	if code, m, _ := doReq(t, srv, call{"PUT", "/q", `{"mappings":{"properties":{"k":{"type":"keyword"},"t":{"type":"text"},"n":{"type":"long"}}}}`}); code != 200 {
+		t.Fatalf("create: %d %v", code, m)
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			code, m, _ := doReq(t, srv, call{"POST", "/q/_search", `{"query":` + tc.query + `}`})
+			if code != tc.status {
+				t.Fatalf("status %d, want %d: %v", code, tc.status, m)
+			}
+			if tc.status != 200 {
+				if typ, reason := get(m, "error.type"), get(m, "error.reason"); typ != tc.typ || reason != tc.reason {
+					t.Fatalf("error %v: %v, want %s: %s", typ, reason, tc.typ, tc.reason)
+				}
+			}
+		})
+	}
+}
+
+// TestQueryStringSemicolon checks that a ';' in the query string is a
+// literal character, as in Elasticsearch, not a 400.
+func TestQueryStringSemicolon(t *testing.T) {
+	cases := []struct {
+		name, path string
+		total      float64
+	}{
+		{"q with a semicolon", "/sc/_search?q=k:%22a;b%22", 1},
+		{"source_content_type with a charset", "/sc/_search?source=" + url.QueryEscape(`{"query":{"term":{"k.keyword":"a;b"}}}`) +
+			"&source_content_type=application/json;charset=UTF-8", 1},
+		{"unescaped term", "/sc/_search?q=k:c&_source=k;x", 0},
+	}
+	srv := esserver.New()
+	if code, m, _ := doReq(t, srv, call{"PUT", "/sc/_doc/1?refresh=true", `{"k":"a;b"}`}); code != 201 {
+		t.Fatalf("index: %d %v", code, m)
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			code, m, _ := doReq(t, srv, call{"GET", tc.path, ""})
+			if code != 200 {
+				t.Fatalf("status %d, want 200: %v", code, m)
+			}
+			if got := get(m, "hits.total.value"); got != tc.total {
+				t.Fatalf("hits.total.value %v, want %v: %v", got, tc.total, m)
+			}
+		})
+	}
+}
+
+// TestSearchParamValues checks that _search refuses a search_type or a
+// boolean parameter value Elasticsearch 8 refuses, rather than ignoring it.
+func TestSearchParamValues(t *testing.T) {
+	cases := []struct {
+		name, params string
+		status       int
+		reason       string
+	}{
+		{"query_then_fetch", "search_type=query_then_fetch", 200, ""},
+		{"dfs_query_then_fetch", "search_type=dfs_query_then_fetch", 200, ""},
+		{"unknown search_type", "search_type=scan", 400, "No search type for [scan]"},
+		{"version", "version=true", 200, ""},
+		{"version not a boolean", "version=yes", 400, "Failed to parse value [yes] as only [true] or [false] are allowed."},
+		{"seq_no_primary_term not a boolean", "seq_no_primary_term=1", 400, "Failed to parse value [1] as only [true] or [false] are allowed."},
+		{"track_scores not a boolean", "track_scores=on", 400, "Failed to parse value [on] as only [true] or [false] are allowed."},
+	}
+	srv := esserver.New()
+	if code, m, _ := doReq(t, srv, call{"PUT", "/sp/_doc/1", `{"k":"a"}`}); code != 201 {
+		t.Fatalf("index: %d %v", code, m)
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			code, m, _ := doReq(t, srv, call{"GET", "/sp/_search?" + tc.params, ""})
+			if code != tc.status {
+				t.Fatalf("status %d, want %d: %v", code, tc.status, m)
+			}
+			if tc.status != 200 {
+				if typ, reason := get(m, "error.type"), get(m, "error.reason"); typ != "illegal_argument_exception" || reason != tc.reason {
+					t.Fatalf("error %v: %v, want illegal_argument_exception: %s", typ, reason, tc.reason)
+				}
+			}
+		})
+	}
+}
+
+// TestParamValuesRefused checks parameters whose value Elasticsearch 8
+// parses before doing anything and refuses with a 400: a time value
+// without a unit, and delete_by_query's conflicts.
+func TestParamValuesRefused(t *testing.T) {
+	cases := []struct {
+		name, method, path, body string
+		status                   int
+		typ, reason              string
+	}{
+		{"write timeout", "PUT", "/pv/_doc/1?timeout=30s", `{"k":"a"}`, 201, "", ""},
+		{"write timeout without a unit", "PUT", "/pv/_doc/1?timeout=30", `{"k":"a"}`, 400, "parse_exception",
+			"failed to parse setting [timeout] with value [30] as a time value: unit is missing or unrecognized"},
+		{"search timeout not a number", "GET", "/pv/_search?timeout=xs", "", 400, "parse_exception", "failed to parse [xs]"},
+		{"master_timeout", "PUT", "/pv2?master_timeout=abc", "", 400, "parse_exception",
+			"failed to parse setting [master_timeout] with value [abc] as a time value: unit is missing or unrecognized"},
+		{"timeout -1", "GET", "/_cluster/health?timeout=-1", "", 200, "", ""},
+		{"conflicts proceed", "POST", "/pv/_delete_by_query?conflicts=proceed", `{"query":{"match_none":{}}}`, 200, "", ""},
+		{"conflicts in the body", "POST", "/pv/_delete_by_query", `{"conflicts":"proceed","query":{"match_none":{}}}`, 200, "", ""},
+		{"conflicts unknown", "POST", "/pv/_delete_by_query?conflicts=ignore", `{"query":{"match_none":{}}}`, 400, "illegal_argument_exception",
+			`conflicts may only be "proceed" or "abort" but was [ignore]`},
+		{"refresh not a boolean", "POST", "/pv/_delete_by_query?refresh=wait_for", `{"query":{"match_none":{}}}`, 400, "illegal_argument_exception",
+			"Failed to parse value [wait_for] as only [true] or [false] are allowed."},
+	}
+	srv := esserver.New()
+	if code, m, _ := doReq(t, srv, call{"PUT", "/pv", ""}); code != 200 {
+		t.Fatalf("create: %d %v", code, m)
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			code, m, _ := doReq(t, srv, call{tc.method, tc.path, tc.body})
+			if code != tc.status {
+				t.Fatalf("status %d, want %d: %v", code, tc.status, m)
+			}
+			if tc.typ != "" {
+				if typ, reason := get(m, "error.type"), get(m, "error.reason"); typ != tc.typ || reason != tc.reason {
+					t.Fatalf("error %v: %v, want %s: %s", typ, reason, tc.typ, tc.reason)
+				}
+			}
+		})
+	}
+}
+
+// TestMalformedBodyLocation checks that a malformed JSON body's error
+// names the line and column where parsing failed, not always [1:1].
+func TestMalformedBodyLocation(t *testing.T) {
+	cases := []struct {
+		name, body, prefix string
+	}{
+		{"first line", `{"query":{"term":{"k":}}}`, "[1:23] "},
+		{"third line", "{\n  \"query\": {\n    \"term\": {\"k\": }\n  }\n}", "[3:19] "},
+		{"cut short", "{\n\"size\":1", "[2:9] "},
+	}
+	srv := esserver.New()
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			code, m, _ := doReq(t, srv, call{"POST", "/_search", tc.body})
+			if code != 400 {
+				t.Fatalf("status %d, want 400: %v", code, m)
+			}
+			reason, _ := get(m, "error.reason").(string)
+			if get(m, "error.type") != "x_content_parse_exception" || !strings.HasPrefix(reason, tc.prefix) {
+				t.Fatalf("error %v: %s, want x_content_parse_exception starting %q", get(m, "error.type"), reason, tc.prefix)
+			}
+		})
+	}
+}
+
+// TestSortOnID checks that sorting on _id is refused as Elasticsearch 8
+// refuses it (indices.id_field_data.enabled is false by default), so a
+// client does not learn a tie-breaker a real cluster rejects; _doc and a
+// keyword copy of the id still sort.
+func TestSortOnID(t *testing.T) {
+	cases := []struct {
+		name, sort string
+		status     int
+	}{
+		{"_id", `["_id"]`, 400},
+		{"_id desc", `[{"_id":{"order":"desc"}}]`, 400},
+		{"tie-breaker after a field", `[{"n":"asc"},{"_id":"asc"}]`, 400},
+		{"keyword copy", `[{"id.keyword":"asc"}]`, 200},
+		{"_doc", `["_doc"]`, 200},
+	}
+	srv := esserver.New()
+	for _, id := range []string{"a", "b"} {
+		if code, m, _ := doReq(t, srv, call{"PUT", "/so/_doc/" + id, `{"id":"` + id + `","n":1}`}); code != 201 {
+			t.Fatalf("index: %d %v", code, m)
+		}
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			code, m, _ := doReq(t, srv, call{"POST", "/so/_search", `{"sort":` + tc.sort + `}`})
+			if code != tc.status {
+				t.Fatalf("status %d, want %d: %v", code, tc.status, m)
+			}
+			if tc.status == 400 {
+				const reason = "Fielddata access on the _id field is disallowed, you can re-enable it by updating the dynamic cluster setting: indices.id_field_data.enabled"
+				if get(m, "error.type") != "search_phase_execution_exception" || get(m, "error.root_cause.0.type") != "illegal_argument_exception" || get(m, "error.root_cause.0.reason") != reason {
+					t.Fatalf("error %v, want a search_phase_execution_exception caused by: %s", m, reason)
+				}
+			}
+		})
+	}
+}
+
+// TestTotalFieldsLimit checks index.mapping.total_fields.limit on dynamic
+// mapping: a read model whose documents carry one key per user grows a
+// field per key, and Elasticsearch refuses the document that would take
+// the mapping past the limit (1000 by default; a string counts twice, for
+// its keyword sub-field), unless ignore_dynamic_beyond_limit keeps the
+// extra fields in _source only.
+func TestTotalFieldsLimit(t *testing.T) {
+	fields := func(prefix string, n int) string {
+		var b strings.Builder
+		b.WriteString("{")
+		for i := range n {
+			if i > 0 {
+				b.WriteString(",")
+			}
+			b.WriteString(`"` + prefix + strconv.Itoa(i) + `":1`)
+		}
+		b.WriteString("}")
+		return b.String()
+	}
+	const reason = "Limit of total fields [5] has been exceeded while adding new fields [6]"
+	cases := []struct {
+		name, settings string
+		writes         []call
+		status         int // of the last write
+		mapped         int // fields in the mapping after it
+	}{
+		{"default limit, within", "", []call{{"PUT", "/tf/_doc/1", fields("f", 1000)}}, 201, 1000},
+		{"default limit, over", "", []call{{"PUT", "/tf/_doc/1", fields("f", 1001)}}, 400, 0},
+		{"over across documents", `{"settings":{"index.mapping.total_fields.limit":5}}`,
+			[]call{{"PUT", "/tf/_doc/1", fields("a", 4)}, {"PUT", "/tf/_doc/2", `{"s":"x"}`}}, 400, 4},
+		{"existing fields do not count again", `{"settings":{"index.mapping.total_fields.limit":5}}`,
+			[]call{{"PUT", "/tf/_doc/1", fields("a", 5)}, {"PUT", "/tf/_doc/2", fields("a", 5)}}, 201, 5},
+		{"object and its fields", `{"settings":{"index.mapping.total_fields.limit":5}}`,
+			[]call{{"PUT", "/tf/_doc/1", `{"o":{"p":{"q":1,"r":2,"s":"x"}}}`}}, 400, 0},
+		{"bulk item", `{"settings":{"index.mapping.total_fields.limit":5}}`,
+			[]call{{"POST", "/tf/_bulk", "{\"index\":{\"_id\":\"1\"}}\n" + fields("b", 6) + "\n"}}, 200, 0},
+		{"update", `{"settings":{"index.mapping.total_fields.limit":5}}`,
+			[]call{{"PUT", "/tf/_doc/1", `{"a":1}`}, {"POST", "/tf/_update/1", `{"doc":` + fields("u", 5) + `}`}}, 400, 1},
+		{"ignore_dynamic_beyond_limit", `{"settings":{"index.mapping.total_fields.limit":5,"index.mapping.total_fields.ignore_dynamic_beyond_limit":true}}`,
+			[]call{{"PUT", "/tf/_doc/1", fields("a", 8)}}, 201, 5},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			srv := esserver.New()
+			if code, m, _ := doReq(t, srv, call{"PUT", "/tf", tc.settings}); code != 200 {
+				t.Fatalf("create: %d %v", code, m)
+			}
+			var code int
+			var m map[string]any
+			for _, w := range tc.writes {
+				code, m, _ = doReq(t, srv, w)
+			}
+			if code != tc.status {
+				t.Fatalf("status %d, want %d: %v", code, tc.status, m)
+			}
+			if tc.name == "bulk item" {
+				if get(m, "items.0.index.status") != 400.0 || get(m, "items.0.index.error.type") != "document_parsing_exception" {
+					t.Fatalf("bulk item %v, want a 400 document_parsing_exception", get(m, "items.0"))
+				}
+			}
+			if tc.status == 400 && tc.name == "over across documents" {
+				if get(m, "error.type") != "document_parsing_exception" || get(m, "error.caused_by.reason") != "Limit of total fields [5] has been exceeded while adding new fields [2]" {
+					t.Fatalf("error %v", m)
+				}
+			}
+			if tc.status == 400 && tc.name == "object and its fields" {
+				if !strings.HasSuffix(get(m, "error.reason").(string), "failed to parse: "+reason) {
+					t.Fatalf("error %v, want %s", m, reason)
+				}
+			}
+			_, mm, _ := doReq(t, srv, call{"GET", "/tf/_mapping", ""})
+			props, _ := get(mm, "tf.mappings.properties").(map[string]any)
+			if n := countMapped(props); n != tc.mapped {
+				t.Fatalf("%d fields mapped, want %d: %v", n, tc.mapped, props)
+			}
+		})
+	}
+}
+
+// countMapped counts fields as total_fields.limit does: each property,
+// each multi-field, and what is inside objects.
+func countMapped(props map[string]any) int {
+	n := 0
+	for _, v := range props {
+		f, _ := v.(map[string]any)
+		n++
+		sub, _ := f["fields"].(map[string]any)
+		n += len(sub)
+		inner, _ := f["properties"].(map[string]any)
+		n += countMapped(inner)
+	}
+	return n
+}
+
+// TestPrettyParam checks that pretty is read as a boolean, as
+// Elasticsearch reads it: ?pretty=false answers compact JSON.
+func TestPrettyParam(t *testing.T) {
+	cases := []struct {
+		name, query string
+		indented    bool
+	}{
+		{"absent", "", false},
+		{"bare", "?pretty", true},
+		{"true", "?pretty=true", true},
+		{"false", "?pretty=false", false},
+	}
+	srv := esserver.New()
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			rec := httptest.NewRecorder()
+			srv.ServeHTTP(rec, httptest.NewRequest("GET", "/"+tc.query, nil))
+			if got := strings.Contains(rec.Body.String(), "\n  "); got != tc.indented {
+				t.Fatalf("indented %v, want %v: %s", got, tc.indented, rec.Body.String())
+			}
+		})
+	}
+}
+
+// TestSearchAfterWithFrom checks that search_after with a from above 0
+// is refused as Elasticsearch 8 refuses it, rather than skipping hits
+// after the cursor (a paging bug a client would only see in production).
+func TestSearchAfterWithFrom(t *testing.T) {
+	cases := []struct {
+		name, body string
+		status     int
+	}{
+		{"from 0", `{"sort":["n"],"search_after":[1],"from":0}`, 200},
+		{"no from", `{"sort":["n"],"search_after":[1]}`, 200},
+		{"from 1", `{"sort":["n"],"search_after":[1],"from":1}`, 400},
+		{"from without search_after", `{"sort":["n"],"from":1}`, 200},
+	}
+	srv := esserver.New()
+	for _, n := range []string{"1", "2", "3"} {
+		if code, m, _ := doReq(t, srv, call{"PUT", "/sa/_doc/" + n, `{"n":` + n + `}`}); code != 201 {
+			t.Fatalf("index: %d %v", code, m)
+		}
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			code, m, _ := doReq(t, srv, call{"POST", "/sa/_search", tc.body})
+			if code != tc.status {
+				t.Fatalf("status %d, want %d: %v", code, tc.status, m)
+			}
+			const reason = "Validation Failed: 1: [from] parameter must be set to 0 when [search_after] is used;"
+			if code == 400 && (get(m, "error.type") != "action_request_validation_exception" || get(m, "error.reason") != reason) {
+				t.Fatalf("error %v, want action_request_validation_exception: %s", m, reason)
 			}
 		})
 	}
