@@ -589,6 +589,11 @@ func (s *Server) handleSearch(rq *request, expr string, count bool) response {
 // hits and the total number of matches.
 func (s *Server) execute(sr *searchReq, targets []searchTarget) ([]*hit, int, *esError) {
 	now := s.now()
+	if !sr.count && len(sr.sort) > 0 {
+		if err := checkSortFields(sr, targets); err != nil {
+			return nil, 0, searchPhaseFailure(err)
+		}
+	}
 	var all []*hit
 	for i := range targets {
 		t := &targets[i]
@@ -778,6 +783,55 @@ func cmpInt(a, b int64) int {
 func intKey(v int64) sortKey     { return sortKey{isInt: true, i: v, f: float64(v), out: v} }
 func floatKey(v float64) sortKey { return sortKey{f: v, out: v} }
 
+// sortFieldError is Elasticsearch's refusal to sort index ix on field a,
+// or nil when it can.
+func sortFieldError(ix *index, a *fieldAcc, sp sortSpec) *esError {
+	switch a.kind {
+	case kUnmapped:
+		if sp.unmappedType != "" {
+			return nil
+		}
+		return errQueryShard(ix, "No mapping found for [%s] in order to sort on", sp.field)
+	case kText:
+		return errIllegalArgument("Text fields are not optimised for operations that require per-document field data like aggregations and sorting, so these operations are disabled by default. Please use a keyword field instead. Alternatively, set fielddata=true on [%s] in order to load field data by uninverting the inverted index. Note that this can use significant memory.", sp.field)
+	case kObject:
+		return errIllegalArgument("Fielddata is not supported on field [%s] of type [object]", sp.field)
+	case kID:
+		// indices.id_field_data.enabled is false by default since 8.0.
+		return errIllegalArgument("Fielddata access on the _id field is disallowed, you can re-enable it by updating the dynamic cluster setting: indices.id_field_data.enabled")
+	}
+	return nil
+}
+
+// checkSortFields refuses a sort that no target index can run, before any
+// document is looked at: Elasticsearch builds the sort on every shard, so
+// an unmapped sort field fails even on an empty index (a new read model's
+// first search). When some target can sort, hits of the others fail
+// (sortKeys), as before.
+func checkSortFields(sr *searchReq, targets []searchTarget) *esError {
+	var first *esError
+	for i := range targets {
+		ix := targets[i].ix
+		c := &compileCtx{ix: ix}
+		var err *esError
+		for _, sp := range sr.sort {
+			if sp.field == "_score" || sp.field == "_doc" || sp.field == "_shard_doc" {
+				continue
+			}
+			if err = sortFieldError(ix, c.field(sp.field), sp); err != nil {
+				break
+			}
+		}
+		if err == nil {
+			return nil
+		}
+		if first == nil {
+			first = err
+		}
+	}
+	return first
+}
+
 func sortKeys(h *hit, specs []sortSpec) ([]sortKey, *esError) {
 	keys := make([]sortKey, len(specs))
 	ix := h.t.ix
@@ -793,20 +847,11 @@ func sortKeys(h *hit, specs []sortSpec) ([]sortKey, *esError) {
 		}
 		a := c.field(sp.field)
 		if a.kind == kUnmapped && sp.unmappedType != "" {
-			a = &fieldAcc{kind: kUnmapped}
 			keys[i] = missingKey(sp, sp.unmappedType, sp.desc)
 			continue
 		}
-		switch a.kind {
-		case kUnmapped:
-			return nil, errQueryShard(ix, "No mapping found for [%s] in order to sort on", sp.field)
-		case kText:
-			return nil, errIllegalArgument("Text fields are not optimised for operations that require per-document field data like aggregations and sorting, so these operations are disabled by default. Please use a keyword field instead. Alternatively, set fielddata=true on [%s] in order to load field data by uninverting the inverted index. Note that this can use significant memory.", sp.field)
-		case kObject:
-			return nil, errIllegalArgument("Fielddata is not supported on field [%s] of type [object]", sp.field)
-		case kID:
-			// indices.id_field_data.enabled is false by default since 8.0.
-			return nil, errIllegalArgument("Fielddata access on the _id field is disallowed, you can re-enable it by updating the dynamic cluster setting: indices.id_field_data.enabled")
+		if err := sortFieldError(ix, a, sp); err != nil {
+			return nil, err
 		}
 		vals := a.values(ix, h.e)
 		var cands []sortKey

@@ -1038,3 +1038,45 @@ func TestSearchAfterWithFrom(t *testing.T) {
 		})
 	}
 }
+
+// TestSortCheckedWithoutHits checks that a sort an index cannot run is
+// refused even when nothing matches, as Elasticsearch builds the sort on
+// every shard first: a new read model's first search, on an empty index
+// whose sort field is not mapped yet, fails there unless it names an
+// unmapped_type.
+func TestSortCheckedWithoutHits(t *testing.T) {
+	cases := []struct {
+		name, path, body string
+		status           int
+		reason           string
+	}{
+		{"unmapped field, empty index", "/empty/_search", `{"sort":[{"seen_at":"desc"}]}`, 400, "No mapping found for [seen_at] in order to sort on"},
+		{"unmapped field with unmapped_type", "/empty/_search", `{"sort":[{"seen_at":{"order":"desc","unmapped_type":"date"}}]}`, 200, ""},
+		{"unmapped field, no hit", "/full/_search", `{"query":{"term":{"k":"none"}},"sort":["seen_at"]}`, 400, "No mapping found for [seen_at] in order to sort on"},
+		{"text field, no hit", "/full/_search", `{"query":{"term":{"k":"none"}},"sort":["t"]}`, 400, ""},
+		{"mapped in one of two indices", "/empty,full/_search", `{"query":{"term":{"k":"none"}},"sort":["k"]}`, 200, ""},
+		{"_score and _doc", "/empty/_search", `{"sort":["_score","_doc"]}`, 200, ""},
+		{"count ignores sort", "/empty/_count", `{"query":{"match_all":{}}}`, 200, ""},
+	}
+	srv := esserver.New()
+	for _, c := range []call{
+		{"PUT", "/empty", ""},
+		{"PUT", "/full", `{"mappings":{"properties":{"k":{"type":"keyword"},"t":{"type":"text"}}}}`},
+		{"PUT", "/full/_doc/1", `{"k":"a","t":"a"}`},
+	} {
+		if code, m, _ := doReq(t, srv, c); code >= 300 {
+			t.Fatalf("%s %s: %d %v", c.method, c.path, code, m)
+		}
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			code, m, _ := doReq(t, srv, call{"POST", tc.path, tc.body})
+			if code != tc.status {
+				t.Fatalf("status %d, want %d: %v", code, tc.status, m)
+			}
+			if tc.reason != "" && get(m, "error.root_cause.0.reason") != tc.reason {
+				t.Fatalf("root cause %v, want %s", get(m, "error.root_cause.0.reason"), tc.reason)
+			}
+		})
+	}
+}
