@@ -307,7 +307,7 @@ func (v *verifier) scanES(ctx context.Context) (map[string]esDoc, error) {
 		body := map[string]any{
 			"size":  verifyPage,
 			"query": map[string]any{"term": map[string]any{"class": v.class}},
-			"sort":  []any{map[string]any{"instance_id": "asc"}},
+			"sort":  []any{map[string]any{"instance_id": map[string]any{"order": "asc", "unmapped_type": "keyword"}}},
 		}
 		if after != nil {
 			body["search_after"] = after
