@@ -2,10 +2,13 @@ package esserver
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
+	"math"
 	"net/http"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 )
 
@@ -564,6 +567,9 @@ func checkValue(root, fm *fieldMapping, path string, v any, id string, ups *[]ma
 			return nil
 		}
 		nf := dynamicLeaf(root, v)
+		if err := validateLeaf(nf, path, v, id); err != nil {
+			return err // 1e999 maps as float and is refused, as on a mapped field
+		}
 		*ups = append(*ups, mappingUpdate{path, nf})
 		return nil
 	}
@@ -655,6 +661,9 @@ func validateLeaf(fm *fieldMapping, path string, v any, id string) *esError {
 		}
 		f, ok := toFloat(v)
 		if !ok {
+			if inf, isInf := overflowingNumber(v); isInf && !isIntegerType(fm.Type) {
+				return bad(fmt.Sprintf("[%s] supports only finite values, but got [%s]", fm.Type, inf))
+			}
 			return bad(fmt.Sprintf("For input string: \"%s\"", previewValue(v)))
 		}
 		if isIntegerType(fm.Type) {
@@ -681,6 +690,29 @@ func validateLeaf(fm *fieldMapping, path string, v any, id string) *esError {
 		}
 	}
 	return nil
+}
+
+// overflowingNumber reports a JSON number (or numeric string) beyond
+// float64's range, such as 1e999, and how Elasticsearch's Java parser
+// reads it: "Infinity" or "-Infinity".
+func overflowingNumber(v any) (string, bool) {
+	var s string
+	switch n := v.(type) {
+	case json.Number:
+		s = string(n)
+	case string:
+		s = strings.TrimSpace(n)
+	default:
+		return "", false
+	}
+	f, err := strconv.ParseFloat(s, 64)
+	if !errors.Is(err, strconv.ErrRange) || !math.IsInf(f, 0) {
+		return "", false
+	}
+	if f < 0 {
+		return "-Infinity", true
+	}
+	return "Infinity", true
 }
 
 func dateFormatOf(fm *fieldMapping) string {

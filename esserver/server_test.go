@@ -1080,3 +1080,53 @@ func TestSortCheckedWithoutHits(t *testing.T) {
 		})
 	}
 }
+
+// TestNonFiniteNumbersRefused: a JSON number beyond float64's range (1e999)
+// is Infinity to Elasticsearch's parser, and its numeric field types
+// accept only finite values: the document is refused with a 400
+// document_parsing_exception whether the field is mapped already or would
+// be mapped by this document (the server accepted the dynamic case).
+func TestNonFiniteNumbersRefused(t *testing.T) {
+	cases := []struct {
+		name, mappings, doc string
+		status              int
+		cause               string
+	}{
+		{"dynamic, 1e999", "", `{"n":1e999}`, 400, "[float] supports only finite values, but got [Infinity]"},
+		{"dynamic, -1e999", "", `{"n":-1e999}`, 400, "[float] supports only finite values, but got [-Infinity]"},
+		{"dynamic, inside an object", "", `{"o":{"n":1E400}}`, 400, "[float] supports only finite values, but got [Infinity]"},
+		{"mapped double", `{"properties":{"n":{"type":"double"}}}`, `{"n":1e999}`, 400, "[double] supports only finite values, but got [Infinity]"},
+		{"mapped double, a numeric string", `{"properties":{"n":{"type":"double"}}}`, `{"n":"1e999"}`, 400, "[double] supports only finite values, but got [Infinity]"},
+		{"dynamic, the largest finite double", "", `{"n":1.7976931348623157e308}`, 201, ""},
+		{"dynamic, underflow is zero", "", `{"n":1e-999}`, 201, ""},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			srv := esserver.New()
+			body := ""
+			if tc.mappings != "" {
+				body = `{"mappings":` + tc.mappings + `}`
+			}
+			if code, m, _ := doReq(t, srv, call{"PUT", "/nf", body}); code != 200 {
+				t.Fatalf("create: %d %v", code, m)
+			}
+			code, m, _ := doReq(t, srv, call{"PUT", "/nf/_doc/1", tc.doc})
+			if code != tc.status {
+				t.Fatalf("status %d, want %d: %v", code, tc.status, m)
+			}
+			if tc.status != 400 {
+				return
+			}
+			if get(m, "error.type") != "document_parsing_exception" || get(m, "error.caused_by.reason") != tc.cause {
+				t.Fatalf("error %v, want a document_parsing_exception caused by %q", m, tc.cause)
+			}
+			if code, _, _ := doReq(t, srv, call{"GET", "/nf/_doc/1", ""}); code != 404 {
+				t.Fatalf("the refused document is stored: GET answered %d", code)
+			}
+			_, mm, _ := doReq(t, srv, call{"GET", "/nf/_mapping", ""})
+			if tc.mappings == "" && get(mm, "nf.mappings.properties") != nil {
+				t.Fatalf("the refused document mapped fields: %v", mm)
+			}
+		})
+	}
+}
