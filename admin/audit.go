@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 )
@@ -58,7 +59,7 @@ func (s *Server) audit(ctx context.Context, e auditEntry) error {
 	if err != nil {
 		detail, _ = json.Marshal(map[string]any{"request": req, "result_error": err.Error()})
 	}
-	detail = withoutNUL(detail)
+	detail = forJSONB(detail)
 	// A path may hold %00 or %FF, which a text column refuses.
 	e.Target = strings.ReplaceAll(strings.ToValidUTF8(e.Target, "\uFFFD"), "\x00", "\uFFFD")
 	s.log.Info("admin action", "who", e.Who, "role", e.Role, "action", e.Action, "target", e.Target,
@@ -74,12 +75,16 @@ func (s *Server) audit(ctx context.Context, e auditEntry) error {
 	return nil
 }
 
-// withoutNUL returns the JSON detail with every U+0000 in its strings
-// replaced by U+FFFD: Postgres jsonb refuses the escape \u0000, so a
-// request (or an error echoing it) holding one made the audit row, and
-// with it the action, fail with 503 audit_failed.
-func withoutNUL(detail []byte) []byte {
-	if !bytes.Contains(detail, []byte(`\u0000`)) {
+// forJSONB returns the JSON detail as Postgres jsonb takes it: every
+// U+0000 in its strings replaced by U+FFFD, and so every lone surrogate
+// escape (\ud800) and byte that is not UTF-8, which the request body kept
+// as sent (Go's decoder reads them as U+FFFD, so the action ran). jsonb
+// refuses all three, so a request (or an error echoing it) holding one
+// made the audit row fail: 503 audit_failed for an action that was done,
+// and no record of it.
+func forJSONB(detail []byte) []byte {
+	if utf8.Valid(detail) && !bytes.Contains(detail, []byte(`\u0000`)) &&
+		!bytes.Contains(detail, []byte(`\ud`)) && !bytes.Contains(detail, []byte(`\uD`)) {
 		return detail
 	}
 	dec := json.NewDecoder(bytes.NewReader(detail))

@@ -22,6 +22,7 @@ func TestKeyCreateNamesTheGrantMember(t *testing.T) {
 		{"unknown member", `{"principal":"p","grant":[]}`, "grant"},
 		{"principal not a string", `{"principal":1,"grants":[{"ops":["read"],"resource":"*"}]}`, "principal"},
 		{"admin_act on a db", `{"principal":"p","grants":[{"ops":["read"],"resource":"*"},{"ops":["admin_act"],"resource":"db:orders"}]}`, "grants[1]"},
+		{"admin_act six times on a db", `{"principal":"p","grants":[{"ops":["admin_act","admin_act","admin_act","admin_act","admin_act","admin_act"],"resource":"db:orders"}]}`, "grants[0]"},
 		{"admin_read on a stream", `{"principal":"p","grants":[{"ops":["admin_read","read"],"resource":"stream:Order"}]}`, "grants[0]"},
 	}
 	for _, tc := range tests {

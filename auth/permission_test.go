@@ -143,3 +143,34 @@ func TestSplitKey(t *testing.T) {
 		}
 	}
 }
+
+// CheckAdminScope lets an admin operation through on * only, or as part
+// of every operation (the op *), however the grant's ops are spelled: six
+// admin_act on a db are not every operation.
+func TestCheckAdminScope(t *testing.T) {
+	all := append([]Operation(nil), Operations...)
+	six := make([]Operation, len(Operations))
+	for i := range six {
+		six[i] = OpAdminAct
+	}
+	tests := []struct {
+		name string
+		g    Grant
+		ok   bool
+	}{
+		{"admin_act on *", Grant{Ops: []Operation{OpAdminAct}, Resource: "*"}, true},
+		{"every operation on a db", Grant{Ops: all, Resource: "db:orders"}, true},
+		{"every operation, one twice, on a db", Grant{Ops: append([]Operation{OpRead}, all...), Resource: "db:orders"}, true},
+		{"read on a db", Grant{Ops: []Operation{OpRead}, Resource: "db:orders"}, true},
+		{"admin_act on a db", Grant{Ops: []Operation{OpAdminAct}, Resource: "db:orders"}, false},
+		{"admin_act as many times as there are operations", Grant{Ops: six, Resource: "db:orders"}, false},
+		{"admin_read repeated with read", Grant{Ops: []Operation{OpRead, OpRead, OpRead, OpRead, OpAdminRead, OpAdminRead}, Resource: "stream:Order"}, false},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			if err := CheckAdminScope(tc.g); (err == nil) != tc.ok {
+				t.Fatalf("CheckAdminScope(%v on %s): %v, want ok %t", tc.g.Ops, tc.g.Resource, err, tc.ok)
+			}
+		})
+	}
+}

@@ -57,6 +57,9 @@ func newAuthKeyCreateCmd() *cobra.Command {
 			req := auth.CreateRequest{Principal: principal, Description: description, By: cliWho()}
 			for _, s := range grants {
 				g, err := auth.ParseGrant(s)
+				if err == nil {
+					err = auth.CheckAdminScope(g)
+				}
 				if err != nil {
 					return usage("--grant: %w", err)
 				}
@@ -67,6 +70,9 @@ func newAuthKeyCreateCmd() *cobra.Command {
 			}
 			if err := auth.ValidatePrincipal(principal); err != nil {
 				return usage("--principal: %w", err)
+			}
+			if err := auth.ValidateDescription(description); err != nil {
+				return usage("--description: %w", err)
 			}
 			if expiresIn < 0 {
 				// Read as "never" before: a mistyped sign made a key
