@@ -6,6 +6,7 @@ import (
 	"errors"
 	"log/slog"
 	"net/http"
+	"os"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -17,6 +18,7 @@ import (
 	"github.com/sluicehq/sluice/eventstore/objstore/backend"
 	"github.com/sluicehq/sluice/migrations"
 	"github.com/sluicehq/sluice/pipeline/sluiceconfig"
+	"github.com/sluicehq/sluice/shared/kafka"
 	"github.com/sluicehq/sluice/shared/observability"
 )
 
@@ -156,4 +158,16 @@ func serveStartupProbes(addr string, logger *slog.Logger, reason string) func() 
 	done := make(chan struct{})
 	go func() { defer close(done); _ = srv.Serve(ctx) }()
 	return func() { cancel(); <-done }
+}
+
+// sideTopicReplication is the replication factor of a topic the operator
+// names for a command (dlq's handled topic, relay republish --topic):
+// KAFKA_TOPIC_REPLICATION_FACTOR when it is set, else -1, the cluster's
+// default.replication.factor (KIP-464), not the config default of 3,
+// which a one-broker dev Kafka refuses (INVALID_REPLICATION_FACTOR).
+func sideTopicReplication(cfg kafka.Config) int {
+	if _, set := os.LookupEnv("KAFKA_TOPIC_REPLICATION_FACTOR"); set {
+		return cfg.ReplicationFactor
+	}
+	return -1
 }

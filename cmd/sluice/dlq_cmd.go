@@ -32,14 +32,7 @@ func openDLQ(cmd *cobra.Command, topic string, reg dlq.Registry) (*dlq.Queue, er
 	if err != nil {
 		return nil, err
 	}
-	// The handled topic is the operator's own topic. Unless
-	// KAFKA_TOPIC_REPLICATION_FACTOR is set, it takes the cluster's
-	// default.replication.factor (-1, KIP-464) rather than the config
-	// default of 3, which a one-broker dev Kafka refuses.
-	rf := int16(-1)
-	if _, set := os.LookupEnv("KAFKA_TOPIC_REPLICATION_FACTOR"); set {
-		rf = int16(cfg.Kafka.ReplicationFactor)
-	}
+	rf := int16(sideTopicReplication(cfg.Kafka)) // the handled topic is the operator's own
 	by, _ := os.Hostname()
 	if u := os.Getenv("USER"); u != "" {
 		by = u + "@" + by

@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -289,14 +288,7 @@ func newRelayRepublishCmd() *cobra.Command {
 			names, spec := router.Topics(), kafka.TopicSpec(d.cfg.Kafka)
 			if topic != "" {
 				names = []string{topic}
-				// The side topic is the operator's own, as dlq's handled
-				// topic: unless KAFKA_TOPIC_REPLICATION_FACTOR is set it
-				// takes the cluster's default.replication.factor (-1,
-				// KIP-464), not the config default of 3, which a one-broker
-				// dev Kafka refuses (INVALID_REPLICATION_FACTOR).
-				if _, set := os.LookupEnv("KAFKA_TOPIC_REPLICATION_FACTOR"); !set {
-					spec.Replication = -1
-				}
+				spec.Replication = sideTopicReplication(d.cfg.Kafka)
 			}
 			if err := kafka.EnsureSpec(cmd.Context(), cl, spec, names...); err != nil {
 				return err
