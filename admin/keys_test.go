@@ -1,46 +1,23 @@
 package admin_test
 
 import (
-	"encoding/json"
 	"net/http"
-	"net/http/httptest"
 	"strings"
 	"testing"
 
 	"github.com/sluicehq/sluice/admin"
 	"github.com/sluicehq/sluice/auth"
-	"github.com/sluicehq/sluice/internal/testenv"
-	"github.com/sluicehq/sluice/registry"
 )
 
 // The key endpoints: made, listed, rotated and revoked by the operator
 // role, listed by the read role; a key granted admin_read opens the admin
 // API with the read role; every change is audited without the secret.
 func TestKeyEndpoints(t *testing.T) {
-	_, pool := testenv.NewMigratedDatabase(t)
-	reg, err := registry.New(registry.Config{Owner: "t"}, registry.Deps{Pool: pool})
-	if err != nil {
-		t.Fatal(err)
-	}
-	keys := auth.NewKeys(pool, auth.KeysOptions{})
-	srv, err := admin.New(admin.Config{Process: mustConfig(t)}, admin.Deps{Pool: pool, Registry: reg, Keys: keys, Auth: auth.NewAuthenticator(auth.Options{Keys: keys, AdminToken: opToken, AdminReadToken: readToken, Required: true})})
-	if err != nil {
-		t.Fatal(err)
-	}
+	srv, keys, pool := keyServer(t)
 	call := func(method, path, token, body string) (int, map[string]any, string) {
 		t.Helper()
-		req := httptest.NewRequest(method, path, strings.NewReader(body))
-		if body != "" {
-			req.Header.Set("Content-Type", "application/json")
-		}
-		if token != "" {
-			req.Header.Set("Authorization", "Bearer "+token)
-		}
-		w := httptest.NewRecorder()
-		srv.ServeHTTP(w, req)
-		out := map[string]any{}
-		_ = json.Unmarshal(w.Body.Bytes(), &out)
-		return w.Code, out, w.Body.String()
+		code, out, raw := serveRaw(srv, method, path, token, body)
+		return code, out, string(raw)
 	}
 	create := `{"principal":"ops-bot","grants":[{"ops":["admin_read"],"resource":"*"}],"description":"dashboards"}`
 	if code, _, body := call("POST", "/admin/v1/auth/keys", readToken, create); code != http.StatusForbidden {

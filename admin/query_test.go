@@ -7,7 +7,6 @@ import (
 	"testing"
 
 	"github.com/sluicehq/sluice/admin"
-	"github.com/sluicehq/sluice/auth"
 	"github.com/sluicehq/sluice/internal/testenv"
 	"github.com/sluicehq/sluice/registry"
 )
@@ -152,17 +151,7 @@ func newTokenServer(t *testing.T) *admin.Server {
 // refused naming the path value in field, as a consumer group is ("group"):
 // these named nothing.
 func TestPathValueRefusalsNameTheField(t *testing.T) {
-	_, pool := testenv.NewMigratedDatabase(t)
-	reg, err := registry.New(registry.Config{Owner: "t"}, registry.Deps{Pool: pool})
-	if err != nil {
-		t.Fatal(err)
-	}
-	keys := auth.NewKeys(pool, auth.KeysOptions{})
-	srv, err := admin.New(admin.Config{Process: mustConfig(t)}, admin.Deps{Pool: pool, Registry: reg, Keys: keys,
-		Auth: auth.NewAuthenticator(auth.Options{Keys: keys, AdminToken: opToken, AdminReadToken: readToken, Required: true})})
-	if err != nil {
-		t.Fatal(err)
-	}
+	srv, _, _ := keyServer(t)
 	for _, c := range []struct {
 		name, method, target, body string
 		status                     int
