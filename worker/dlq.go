@@ -1,6 +1,7 @@
 package worker
 
 import (
+	"bytes"
 	"context"
 	"encoding/base64"
 	"errors"
@@ -37,7 +38,7 @@ type DLQRecord struct {
 	OriginalKey   string `json:"original_key"`
 	OriginalValue string `json:"original_value"`
 	// OriginalHeaders maps header keys to values (text, or "base64:" +
-	// base64 when not UTF-8).
+	// base64 when not UTF-8 or when the text starts with "base64:").
 	OriginalHeaders map[string]string `json:"original_headers"`
 	Error           string            `json:"error"`
 	// ErrorClass is parse, permanent or retryable (attempts exhausted).
@@ -103,6 +104,20 @@ func textOrBase64(b []byte) (string, string) {
 	return base64.StdEncoding.EncodeToString(b), "base64"
 }
 
+// headerText is a header value as original_headers holds it: the text, or
+// "base64:" + base64 when it is not UTF-8 or is text that itself starts with
+// "base64:" (which a reader would otherwise decode: redrive must re-produce
+// the value byte for byte).
+func headerText(b []byte) string {
+	if utf8.Valid(b) && !bytes.HasPrefix(b, []byte(headerBase64Prefix)) {
+		return string(b)
+	}
+	return headerBase64Prefix + base64.StdEncoding.EncodeToString(b)
+}
+
+// headerBase64Prefix marks an original header value written as base64.
+const headerBase64Prefix = "base64:"
+
 // recordSize is the part of r's size that grows with its content.
 func recordSize(r *kgo.Record) int {
 	n := len(r.Key) + len(r.Value) + dlqOverhead
@@ -162,11 +177,7 @@ func (d deadLetter) full() (*kgo.Record, error) {
 		hdrs = append(hdrs, kgo.RecordHeader{Key: "sluice-original-value-encoding", Value: []byte(enc)})
 	}
 	for _, h := range r.Headers {
-		hv, enc := textOrBase64(h.Value)
-		if enc != "" {
-			hv = "base64:" + hv
-		}
-		v.OriginalHeaders[h.Key] = hv
+		v.OriginalHeaders[h.Key] = headerText(h.Value)
 	}
 	b, err := envelope.EncodeJSON(v)
 	if err != nil {
