@@ -40,7 +40,11 @@ type DLQRecord struct {
 	// OriginalHeaders maps header keys to values (text, or "base64:" +
 	// base64 when not UTF-8 or when the text starts with "base64:").
 	OriginalHeaders map[string]string `json:"original_headers"`
-	Error           string            `json:"error"`
+	// OriginalHeaderList is every original header in its order, values as
+	// in OriginalHeaders, written only when the original repeats a header
+	// key (which the map cannot hold): the reader then takes it instead.
+	OriginalHeaderList []HeaderPair `json:"original_header_list,omitempty"`
+	Error              string       `json:"error"`
 	// ErrorClass is parse, permanent or retryable (attempts exhausted).
 	ErrorClass    string    `json:"error_class"`
 	AttemptCount  int       `json:"attempt_count"`
@@ -115,6 +119,21 @@ func headerText(b []byte) string {
 	return headerBase64Prefix + base64.StdEncoding.EncodeToString(b)
 }
 
+// HeaderPair is one original header of DLQRecord.OriginalHeaderList.
+type HeaderPair struct {
+	Key   string `json:"key"`
+	Value string `json:"value"`
+}
+
+// headerList is hs in order, values as original_headers holds them.
+func headerList(hs []kgo.RecordHeader) []HeaderPair {
+	l := make([]HeaderPair, len(hs))
+	for i, h := range hs {
+		l[i] = HeaderPair{Key: h.Key, Value: headerText(h.Value)}
+	}
+	return l
+}
+
 // headerBase64Prefix marks an original header value written as base64.
 const headerBase64Prefix = "base64:"
 
@@ -177,7 +196,11 @@ func (d deadLetter) full() (*kgo.Record, error) {
 		hdrs = append(hdrs, kgo.RecordHeader{Key: "sluice-original-value-encoding", Value: []byte(enc)})
 	}
 	for _, h := range r.Headers {
-		v.OriginalHeaders[h.Key] = headerText(h.Value)
+		hv := headerText(h.Value)
+		if _, dup := v.OriginalHeaders[h.Key]; dup && v.OriginalHeaderList == nil {
+			v.OriginalHeaderList = headerList(r.Headers)
+		}
+		v.OriginalHeaders[h.Key] = hv
 	}
 	b, err := envelope.EncodeJSON(v)
 	if err != nil {
