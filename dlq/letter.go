@@ -69,22 +69,33 @@ func (l *Letter) Original() (*kgo.Record, error) {
 	if len(key) == 0 {
 		r.Key = nil
 	}
+	if l.Record.OriginalHeaderList != nil {
+		// The original repeated a header key: every header, in order.
+		for _, h := range l.Record.OriginalHeaderList {
+			r.Headers = append(r.Headers, kgo.RecordHeader{Key: h.Key, Value: headerBytes(h.Value)})
+		}
+		return r, nil
+	}
 	keys := make([]string, 0, len(l.Record.OriginalHeaders))
 	for k := range l.Record.OriginalHeaders {
 		keys = append(keys, k)
 	}
 	sort.Strings(keys)
 	for _, k := range keys {
-		v := l.Record.OriginalHeaders[k]
-		b := []byte(v)
-		if rest, ok := strings.CutPrefix(v, "base64:"); ok {
-			if d, err := base64.StdEncoding.DecodeString(rest); err == nil {
-				b = d
-			}
-		}
-		r.Headers = append(r.Headers, kgo.RecordHeader{Key: k, Value: b})
+		r.Headers = append(r.Headers, kgo.RecordHeader{Key: k, Value: headerBytes(l.Record.OriginalHeaders[k])})
 	}
 	return r, nil
+}
+
+// headerBytes is a header value of a letter's original_headers: the text,
+// or the bytes of "base64:" + base64.
+func headerBytes(v string) []byte {
+	if rest, ok := strings.CutPrefix(v, "base64:"); ok {
+		if d, err := base64.StdEncoding.DecodeString(rest); err == nil {
+			return d
+		}
+	}
+	return []byte(v)
 }
 
 // EventID is the original's event_id: the letter's field, else the one

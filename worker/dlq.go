@@ -1,6 +1,7 @@
 package worker
 
 import (
+	"bytes"
 	"context"
 	"encoding/base64"
 	"errors"
@@ -37,9 +38,13 @@ type DLQRecord struct {
 	OriginalKey   string `json:"original_key"`
 	OriginalValue string `json:"original_value"`
 	// OriginalHeaders maps header keys to values (text, or "base64:" +
-	// base64 when not UTF-8).
+	// base64 when not UTF-8 or when the text starts with "base64:").
 	OriginalHeaders map[string]string `json:"original_headers"`
-	Error           string            `json:"error"`
+	// OriginalHeaderList is every original header in its order, values as
+	// in OriginalHeaders, written only when the original repeats a header
+	// key (which the map cannot hold): the reader then takes it instead.
+	OriginalHeaderList []HeaderPair `json:"original_header_list,omitempty"`
+	Error              string       `json:"error"`
 	// ErrorClass is parse, permanent or retryable (attempts exhausted).
 	ErrorClass    string    `json:"error_class"`
 	AttemptCount  int       `json:"attempt_count"`
@@ -103,6 +108,35 @@ func textOrBase64(b []byte) (string, string) {
 	return base64.StdEncoding.EncodeToString(b), "base64"
 }
 
+// headerText is a header value as original_headers holds it: the text, or
+// "base64:" + base64 when it is not UTF-8 or is text that itself starts with
+// "base64:" (which a reader would otherwise decode: redrive must re-produce
+// the value byte for byte).
+func headerText(b []byte) string {
+	if utf8.Valid(b) && !bytes.HasPrefix(b, []byte(headerBase64Prefix)) {
+		return string(b)
+	}
+	return headerBase64Prefix + base64.StdEncoding.EncodeToString(b)
+}
+
+// HeaderPair is one original header of DLQRecord.OriginalHeaderList.
+type HeaderPair struct {
+	Key   string `json:"key"`
+	Value string `json:"value"`
+}
+
+// headerList is hs in order, values as original_headers holds them.
+func headerList(hs []kgo.RecordHeader) []HeaderPair {
+	l := make([]HeaderPair, len(hs))
+	for i, h := range hs {
+		l[i] = HeaderPair{Key: h.Key, Value: headerText(h.Value)}
+	}
+	return l
+}
+
+// headerBase64Prefix marks an original header value written as base64.
+const headerBase64Prefix = "base64:"
+
 // recordSize is the part of r's size that grows with its content.
 func recordSize(r *kgo.Record) int {
 	n := len(r.Key) + len(r.Value) + dlqOverhead
@@ -162,9 +196,9 @@ func (d deadLetter) full() (*kgo.Record, error) {
 		hdrs = append(hdrs, kgo.RecordHeader{Key: "sluice-original-value-encoding", Value: []byte(enc)})
 	}
 	for _, h := range r.Headers {
-		hv, enc := textOrBase64(h.Value)
-		if enc != "" {
-			hv = "base64:" + hv
+		hv := headerText(h.Value)
+		if _, dup := v.OriginalHeaders[h.Key]; dup && v.OriginalHeaderList == nil {
+			v.OriginalHeaderList = headerList(r.Headers)
 		}
 		v.OriginalHeaders[h.Key] = hv
 	}
