@@ -739,3 +739,39 @@ func TestEventTypeFormsAtTheDoor(t *testing.T) {
 		a.do("POST", "/v1/streams/Order/ce-1/events", ce, "Content-Type: "+mediaCloudEvent).expect(t, http.StatusOK, "")
 	})
 }
+
+// TestEventAppendTraceHeaders: the event API keeps the caller's trace
+// context as the command API does — the traceparent header and, with it,
+// the tracestate header — unless the event's own metadata names a
+// traceparent, which then wins with its own tracestate (the tracestate
+// header was dropped before, so the next hop lost the vendor state).
+func TestEventAppendTraceHeaders(t *testing.T) {
+	const tp = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+	const own = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+	cases := []struct {
+		name, metadata    string
+		headers           []string
+		wantTP, wantState string
+	}{
+		{"both headers", ``, []string{"Traceparent: " + tp, "Tracestate: a=b,c=d"}, tp, "a=b,c=d"},
+		{"traceparent header only", ``, []string{"Traceparent: " + tp}, tp, ""},
+		{"tracestate without traceparent", ``, []string{"Tracestate: a=b"}, "", ""},
+		{"the event's own traceparent wins", `,"metadata":{"traceparent":"` + own + `"}`, []string{"Traceparent: " + tp, "Tracestate: a=b"}, own, ""},
+		{"the event's own pair wins", `,"metadata":{"traceparent":"` + own + `","tracestate":"x=y"}`, []string{"Traceparent: " + tp, "Tracestate: a=b"}, own, "x=y"},
+	}
+	a := eventAPI(t, false)
+	for i, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			path := fmt.Sprintf("/v1/streams/Order/trace-%d/events", i)
+			body := `{"events":[{"event_type":"ORDER_PLACED","data":{"n":1}` + tc.metadata + `}]}`
+			a.do("POST", path, body, tc.headers...).expect(t, http.StatusCreated, "")
+			md, _ := a.do("GET", path, "").expect(t, http.StatusOK, "").json["events"].([]any)[0].(map[string]any)["metadata"].(map[string]any)
+			if got, _ := md["traceparent"].(string); got != tc.wantTP {
+				t.Errorf("traceparent %q, want %q", got, tc.wantTP)
+			}
+			if got, _ := md["tracestate"].(string); got != tc.wantState {
+				t.Errorf("tracestate %q, want %q", got, tc.wantState)
+			}
+		})
+	}
+}
