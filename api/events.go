@@ -256,6 +256,9 @@ func (s *server) handleAppendEvents(w http.ResponseWriter, r *http.Request) {
 	if e == nil {
 		e = repeatedEventID(envs, inputs)
 	}
+	if e == nil {
+		e = mixedOrderingKeys(envs, inputs)
+	}
 	if e != nil {
 		s.metrics.command("event", "invalid")
 		s.fail(w, r, e)
@@ -312,6 +315,26 @@ func repeatedEventID(envs []envelope.Envelope, inputs []eventInput) *Error {
 		e := unprocessable(inputs[i].eventIDField(), "the event id of %s repeats that of %s (event_id %s): an event is given once in a request",
 			inputs[i].eventIDField(), inputs[j].eventIDField(), env.EventID)
 		e.Limit = "distinct in a batch"
+		return e
+	}
+	return nil
+}
+
+// mixedOrderingKeys refuses a request whose events do not share one
+// metadata.ordering_key (given or left out alike): the key is the Kafka
+// record key, and an aggregate's events must share it to land in one
+// partition, in order (docs/architecture.md#aggregate-identity). Across
+// appends the store does not compare keys (docs/kafka.md).
+func mixedOrderingKeys(envs []envelope.Envelope, inputs []eventInput) *Error {
+	for i := 1; i < len(envs); i++ {
+		first, this := envs[0].Metadata.OrderingKey(), envs[i].Metadata.OrderingKey()
+		if first == this {
+			continue
+		}
+		f := strings.TrimPrefix(inputs[i].field+".metadata.ordering_key", ".")
+		e := unprocessable(f, "%s is %q where the request's first event has %q: the ordering key is the Kafka record key, and every event of one stream must have the same one (or none) to stay in one partition, in order",
+			f, this, first)
+		e.Limit = "one ordering key per stream"
 		return e
 	}
 	return nil

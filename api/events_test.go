@@ -775,3 +775,47 @@ func TestEventAppendTraceHeaders(t *testing.T) {
 		})
 	}
 }
+
+// TestEventAppendOneOrderingKey: metadata.ordering_key is the Kafka record
+// key, so the events of one request (one stream) must share it — all the
+// same, or all without — else they would land in different partitions;
+// such a request is refused naming the first event that differs, and
+// nothing is stored.
+func TestEventAppendOneOrderingKey(t *testing.T) {
+	ev := func(md string) string {
+		if md != "" {
+			md = `,"metadata":{"ordering_key":` + md + `}`
+		}
+		return `{"event_type":"ORDER_PLACED","data":{"n":1}` + md + `}`
+	}
+	cases := []struct {
+		name   string
+		events []string
+		status int
+		field  string
+	}{
+		{"one key for all", []string{ev(`"tenant-7"`), ev(`"tenant-7"`)}, 201, ""},
+		{"no key at all", []string{ev(""), ev("")}, 201, ""},
+		{"a single event", []string{ev(`"tenant-7"`)}, 201, ""},
+		{"two keys", []string{ev(`"tenant-7"`), ev(`"tenant-8"`)}, 422, "events[1].metadata.ordering_key"},
+		{"a key, then none", []string{ev(`"tenant-7"`), ev(""), ev(`"tenant-7"`)}, 422, "events[1].metadata.ordering_key"},
+		{"none, then a key", []string{ev(""), ev(""), ev(`"tenant-7"`)}, 422, "events[2].metadata.ordering_key"},
+	}
+	a := eventAPI(t, false)
+	for i, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			path := fmt.Sprintf("/v1/streams/Order/okey-%d/events", i)
+			before := a.appendsCount()
+			r := a.do("POST", path, `{"events":[`+strings.Join(tc.events, ",")+`]}`).expect(t, tc.status, "")
+			if tc.status == 201 {
+				return
+			}
+			if got := r.str("field"); got != tc.field {
+				t.Fatalf("field %q, want %q\n%s", got, tc.field, r.body)
+			}
+			if n := a.appendsCount(); n != before {
+				t.Fatalf("a refused request stored %d events", n-before)
+			}
+		})
+	}
+}
