@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -64,6 +65,42 @@ func noLetter(err error) error {
 
 // letterFlags refuses a --partition or --offset no letter can have (an
 // --offset left at -1 read as "required flag not set" only when left out).
+// letterArg reads the optional LETTER argument, PARTITION:OFFSET as dlq
+// list prints it in its LETTER column ("3:17"), into partition and offset;
+// with it, --partition and --offset are not given. It reports whether a
+// letter was named, by the argument or by --offset.
+func letterArg(cmd *cobra.Command, args []string, partition *int32, offset *int64) (bool, error) {
+	if len(args) == 0 {
+		return cmd.Flags().Changed("offset"), nil
+	}
+	if cmd.Flags().Changed("partition") || cmd.Flags().Changed("offset") {
+		return false, usage("letter %s: give the letter or --partition/--offset, not both", args[0])
+	}
+	p, o, ok := strings.Cut(args[0], ":")
+	pi, errP := strconv.ParseInt(p, 10, 32)
+	oi, errO := strconv.ParseInt(o, 10, 64)
+	if !ok || errP != nil || errO != nil || pi < 0 || oi < 0 {
+		return false, usage("letter %q: want PARTITION:OFFSET as dlq list prints it (e.g. 3:17)", args[0])
+	}
+	*partition, *offset = int32(pi), oi
+	return true, nil
+}
+
+// redriveTarget checks redrive's target: exactly one of a letter (the
+// argument or --offset) and --all.
+func redriveTarget(cmd *cobra.Command, args []string, partition *int32, offset *int64, all bool) error {
+	named, err := letterArg(cmd, args, partition, offset)
+	switch {
+	case err != nil:
+		return err
+	case all == named:
+		return usage("give exactly one of a letter (PARTITION:OFFSET or --offset) or --all")
+	case all:
+		return nil
+	}
+	return letterFlags(*partition, *offset)
+}
+
 func letterFlags(partition int32, offset int64) error {
 	switch {
 	case partition < -1:
@@ -164,11 +201,19 @@ func newDLQShowCmd(topic *string) *cobra.Command {
 	var partition int32
 	var offset int64
 	cmd := &cobra.Command{
-		Use:     "show",
-		Short:   "Print one dead letter in full, with the original value decoded",
-		Example: `  sluice dlq show --topic sluice.commands.dlq --partition 3 --offset 17`,
-		Args:    cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
+		Use:   "show [PARTITION:OFFSET]",
+		Short: "Print one dead letter in full, with the original value decoded",
+		Example: `  sluice dlq show --topic sluice.commands.dlq 3:17
+  sluice dlq show --topic sluice.commands.dlq --partition 3 --offset 17`,
+		Args: cobra.MaximumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			named, err := letterArg(cmd, args, &partition, &offset)
+			if err != nil {
+				return err
+			}
+			if !named {
+				return usage("name the letter: PARTITION:OFFSET as dlq list prints it, or --offset")
+			}
 			if err := letterFlags(partition, offset); err != nil {
 				return err
 			}
@@ -221,8 +266,7 @@ func newDLQShowCmd(topic *string) *cobra.Command {
 		},
 	}
 	cmd.Flags().Int32Var(&partition, "partition", -1, "partition of the letter (may be left out for a single-partition topic)")
-	cmd.Flags().Int64Var(&offset, "offset", -1, "offset of the letter (required)")
-	_ = cmd.MarkFlagRequired("offset")
+	cmd.Flags().Int64Var(&offset, "offset", -1, "offset of the letter (or name it PARTITION:OFFSET)")
 	return cmd
 }
 
@@ -231,21 +275,19 @@ func newDLQRedriveCmd(topic *string) *cobra.Command {
 	var offset int64
 	var all, dryRun bool
 	cmd := &cobra.Command{
-		Use:   "redrive",
+		Use:   "redrive [PARTITION:OFFSET]",
 		Short: "Reset the registry row and re-produce the original record to its topic (idempotent)",
 		Long: `redrive resets each letter's registry row (dead → failed, due now, attempts reset) and
 re-produces the original record — key, value and headers — to its original topic, where the
 worker claims it again as attempt 1. A letter already redriven or dropped, a duplicate letter of
 an original already redriven, and a letter whose registry row is no longer dead are skipped, so
 redriving twice has one effect. Fix the cause first (dlq show).`,
-		Example: `  sluice dlq redrive --topic sluice.commands.dlq --partition 3 --offset 17
+		Example: `  sluice dlq redrive --topic sluice.commands.dlq 3:17
+  sluice dlq redrive --topic sluice.commands.dlq --partition 3 --offset 17
   sluice dlq redrive --topic sluice.commands.dlq --all --dry-run`,
-		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			if all == cmd.Flags().Changed("offset") {
-				return usage("give exactly one of --offset or --all")
-			}
-			if err := letterFlags(partition, offset); !all && err != nil {
+		Args: cobra.MaximumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := redriveTarget(cmd, args, &partition, &offset, all); err != nil {
 				return err
 			}
 			if *topic == "" {
@@ -311,14 +353,22 @@ func newDLQDropCmd(topic *string) *cobra.Command {
 	var offset int64
 	var reason string
 	cmd := &cobra.Command{
-		Use:   "drop",
+		Use:   "drop [PARTITION:OFFSET]",
 		Short: "Mark a dead letter as handled without redriving it (recorded in {topic}.handled)",
 		Long: `drop records, durably, that a letter needs no redrive: list hides it from then on, and
 redrive skips it. The letter itself stays in the DLQ topic (Kafka retention removes it); its
 registry row stays dead, so the event is never re-run by redelivery.`,
-		Example: `  sluice dlq drop --topic sluice.commands.dlq --partition 3 --offset 17 --reason "test data"`,
-		Args:    cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
+		Example: `  sluice dlq drop --topic sluice.commands.dlq 3:17 --reason "test data"
+  sluice dlq drop --topic sluice.commands.dlq --partition 3 --offset 17 --reason "test data"`,
+		Args: cobra.MaximumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			named, err := letterArg(cmd, args, &partition, &offset)
+			if err != nil {
+				return err
+			}
+			if !named {
+				return usage("name the letter: PARTITION:OFFSET as dlq list prints it, or --offset")
+			}
 			if err := letterFlags(partition, offset); err != nil {
 				return err
 			}
@@ -340,8 +390,7 @@ registry row stays dead, so the event is never re-run by redelivery.`,
 		},
 	}
 	cmd.Flags().Int32Var(&partition, "partition", -1, "partition of the letter (may be left out for a single-partition topic)")
-	cmd.Flags().Int64Var(&offset, "offset", -1, "offset of the letter (required)")
+	cmd.Flags().Int64Var(&offset, "offset", -1, "offset of the letter (or name it PARTITION:OFFSET)")
 	cmd.Flags().StringVar(&reason, "reason", "", "why it is dropped (kept with the record)")
-	_ = cmd.MarkFlagRequired("offset")
 	return cmd
 }

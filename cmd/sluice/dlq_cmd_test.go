@@ -189,6 +189,10 @@ func TestDLQListShowRedriveDrop(t *testing.T) {
 	if err != nil || !strings.Contains(out, base64.StdEncoding.EncodeToString(origs[1].Value)) || !opHasLine(out, "error_class", "parse") {
 		t.Fatalf("show 1: %v\n%s", err, out)
 	}
+	// The LETTER column of list, as the argument: the same letter.
+	if byArg, _, err := runOps(t, "dlq", "show", "--topic", dlqTopic, "0:1"); err != nil || byArg != out {
+		t.Fatalf("show 0:1: %v\n%s\nwant\n%s", err, byArg, out)
+	}
 	if _, _, err := runOps(t, "dlq", "show", "--topic", dlqTopic, "--offset", "99"); opExitCode(err) != 3 {
 		t.Fatalf("show of a missing letter: %v", err)
 	}
@@ -336,4 +340,37 @@ func opConfig(t *testing.T) *sluiceconfig.Config {
 		t.Fatal(err)
 	}
 	return cfg
+}
+
+// TestDLQLetterArgumentRefusals: show, redrive and drop take the letter as
+// list prints it (PARTITION:OFFSET) or by --partition/--offset; anything
+// else is a usage error before any connection (exit 2, naming what to give).
+func TestDLQLetterArgumentRefusals(t *testing.T) {
+	cases := []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"show without a letter", []string{"show"}, "name the letter"},
+		{"drop without a letter", []string{"drop"}, "name the letter"},
+		{"redrive without a letter or --all", []string{"redrive"}, "exactly one of a letter"},
+		{"redrive with a letter and --all", []string{"redrive", "0:1", "--all"}, "exactly one of a letter"},
+		{"a letter and --offset", []string{"show", "0:1", "--offset", "1"}, "not both"},
+		{"a letter and --partition", []string{"drop", "0:1", "--partition", "0"}, "not both"},
+		{"no colon", []string{"show", "17"}, "want PARTITION:OFFSET"},
+		{"not numbers", []string{"show", "a:b"}, "want PARTITION:OFFSET"},
+		{"a negative offset", []string{"redrive", "0:-1"}, "want PARTITION:OFFSET"},
+		{"a partition beyond int32", []string{"drop", "2147483648:1"}, "want PARTITION:OFFSET"},
+		{"two letters", []string{"show", "0:1", "0:2"}, "accepts at most 1 arg"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			args := append([]string{"dlq"}, tc.args...)
+			args = append(args, "--topic", "sluice.commands.dlq")
+			_, _, err := runOps(t, args...)
+			if opExitCode(err) != exitUsage || err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("exit %d, %v; want %d naming %q", opExitCode(err), err, exitUsage, tc.want)
+			}
+		})
+	}
 }
