@@ -34,7 +34,7 @@ func TestUsageErrorsExit2(t *testing.T) {
 		{"key without a grant", []string{"auth", "key", "create", "--principal", "p"}, 2, "give at least one --grant"},
 		{"key expiring in the past", []string{"auth", "key", "create", "--principal", "p", "--grant", "read=*", "--expires-in", "-1h"}, 2, "--expires-in"},
 		{"dlq without --topic", []string{"dlq", "list"}, 2, "--topic is required"},
-		{"redrive without --offset or --all", []string{"dlq", "redrive", "--topic", "x"}, 2, "--offset or --all"},
+		{"redrive without --offset or --all", []string{"dlq", "redrive", "--topic", "x"}, 2, "or --offset) or --all"},
 		{"rebuild without --version", []string{"projection", "rebuild", "history"}, 2, "--version N"},
 		{"checkpoint set without a target", []string{"relay", "checkpoint", "set"}, 2, "--position or --time"},
 		{"checkpoint set to a negative position", []string{"relay", "checkpoint", "set", "--position", "-1", "--yes"}, 2, "--position -1"},
