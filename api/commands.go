@@ -640,7 +640,7 @@ func (s *server) buildBatch(r *http.Request, items []json.RawMessage, batchKey s
 	var envs []envelope.Envelope
 	var slots []batchSlot
 	for i, raw := range items {
-		req, ie := s.parseBatchItem(raw, db, class)
+		req, ie := s.parseBatchItem(raw, db, class, i)
 		if ie == nil && req.key == "" && batchKey != "" {
 			req.key, req.keyField = batchKey+"."+strconv.Itoa(i), "Idempotency-Key"
 		}
@@ -705,11 +705,15 @@ func (s *server) appendBatch(r *http.Request, envs []envelope.Envelope, slots []
 	}
 }
 
-// parseBatchItem reads one batch item.
-func (s *server) parseBatchItem(raw json.RawMessage, db, class string) (commandRequest, *Error) {
+// parseBatchItem reads one batch item, items[index]. A refusal of the
+// item as a whole (not an object, malformed) names it: items[index].
+func (s *server) parseBatchItem(raw json.RawMessage, db, class string, index int) (commandRequest, *Error) {
 	req := commandRequest{db: db, class: class, keyField: "idempotency_key"}
 	members, order, e := scanObject(raw, depthRule{offset: 1, maxData: s.maxUserDepth()}, "")
 	if e != nil {
+		if e.Field == "" {
+			e.Field = "items[" + strconv.Itoa(index) + "]"
+		}
 		return req, e
 	}
 	if e := onlyFields(order, "op", "instance_id", "data", "expected_seq", "idempotency_key"); e != nil {
