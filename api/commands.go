@@ -308,8 +308,31 @@ func fromDataError(err error) *Error {
 	if de.Rule == readmodel.RuleNotObject {
 		return unprocessable("data", "data %s", de.Reason)
 	}
-	return &Error{Status: http.StatusUnprocessableEntity, Code: CodeInvalidDataKey, Field: de.Field, Limit: de.Rule,
+	return &Error{Status: http.StatusUnprocessableEntity, Code: CodeInvalidDataKey, Field: dataKeyField(de), Limit: de.Rule,
 		Message: fmt.Sprintf("data key %q cannot be stored in the instance's read model: %s", de.Key, de.Reason)}
+}
+
+// dataKeyField is the field of a refused data key: its path, dotted
+// (data.a.b), except that a key the dotted form cannot show — empty, only
+// white space, or with an empty or blank dot segment — is written as a
+// JSON string in brackets after its parent's path: data[""], data.x["y."]
+// (docs/api.md#data-keys-the-read-model-cannot-hold). Only the refused key
+// can be such a key: every key before it on its path passed these rules.
+func dataKeyField(de *readmodel.DataError) string {
+	switch de.Rule {
+	case readmodel.RuleEmptyKey, readmodel.RuleBlankKey, readmodel.RuleEmptySegment:
+	default:
+		return de.Field
+	}
+	parent, ok := strings.CutSuffix(de.Field, "."+de.Key)
+	if !ok {
+		return de.Field
+	}
+	q, err := envelope.EncodeJSON(de.Key)
+	if err != nil {
+		return de.Field
+	}
+	return parent + "[" + strings.TrimSpace(string(q)) + "]"
 }
 
 // validationAs maps an envelope validation error, naming field when given.
@@ -640,7 +663,7 @@ func (s *server) buildBatch(r *http.Request, items []json.RawMessage, batchKey s
 	var envs []envelope.Envelope
 	var slots []batchSlot
 	for i, raw := range items {
-		req, ie := s.parseBatchItem(raw, db, class)
+		req, ie := s.parseBatchItem(raw, db, class, i)
 		if ie == nil && req.key == "" && batchKey != "" {
 			req.key, req.keyField = batchKey+"."+strconv.Itoa(i), "Idempotency-Key"
 		}
@@ -705,11 +728,15 @@ func (s *server) appendBatch(r *http.Request, envs []envelope.Envelope, slots []
 	}
 }
 
-// parseBatchItem reads one batch item.
-func (s *server) parseBatchItem(raw json.RawMessage, db, class string) (commandRequest, *Error) {
+// parseBatchItem reads one batch item, items[index]. A refusal of the
+// item as a whole (not an object, malformed) names it: items[index].
+func (s *server) parseBatchItem(raw json.RawMessage, db, class string, index int) (commandRequest, *Error) {
 	req := commandRequest{db: db, class: class, keyField: "idempotency_key"}
 	members, order, e := scanObject(raw, depthRule{offset: 1, maxData: s.maxUserDepth()}, "")
 	if e != nil {
+		if e.Field == "" {
+			e.Field = "items[" + strconv.Itoa(index) + "]"
+		}
 		return req, e
 	}
 	if e := onlyFields(order, "op", "instance_id", "data", "expected_seq", "idempotency_key"); e != nil {

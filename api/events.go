@@ -457,8 +457,10 @@ func (s *server) buildEvent(r *http.Request, aggType, aggID string, in eventInpu
 	}
 	if in.eventID == "" {
 		in.eventID = uuid.NewString()
-	} else if !envelope.IsCanonicalUUID(strings.ToLower(in.eventID)) || in.eventID == uuid.Nil.String() {
-		return envelope.Envelope{}, unprocessable(at("event_id"), "event_id must be a UUID (%s), not the nil UUID", envelope.UUIDPattern)
+	} else if !envelope.IsCanonicalUUID(strings.ToLower(in.eventID)) {
+		return envelope.Envelope{}, unprocessable(at("event_id"), "event_id must be a UUID (%s), got %q", envelope.UUIDPattern, in.eventID)
+	} else if in.eventID == uuid.Nil.String() {
+		return envelope.Envelope{}, unprocessable(at("event_id"), "event_id must not be the nil UUID")
 	}
 	for k := range in.metadata {
 		if k == envelope.MetaKafkaTopic {

@@ -340,14 +340,17 @@ func (s *server) handleEvents(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, e)
 		return
 	}
-	page := EventsPage{AggregateID: aggID, FromSeq: from, LastSequence: head, Events: []json.RawMessage{}}
-	to := from + limit - 1
-	if to < from { // overflow
-		to = head
-	}
-	to = min(to, head)
-	page.ToSeq = to
+	// A from_seq past the last sequence reads an empty page, as a stream
+	// read past its end does: no events, no next_from_seq, and the empty
+	// range from_seq..from_seq-1.
+	page := EventsPage{AggregateID: aggID, FromSeq: from, ToSeq: from - 1, LastSequence: head, Events: []json.RawMessage{}}
 	if from <= head {
+		// to is min(from+limit-1, head) without from+limit overflowing.
+		to := head
+		if head-from > limit-1 {
+			to = from + limit - 1
+		}
+		page.ToSeq = to
 		evs, err := s.opts.Store.Stream(r.Context(), envelope.AggregateTypeInstance, aggID, from, to, kind)
 		if err != nil {
 			s.fail(w, r, fromRead(err))
@@ -359,8 +362,6 @@ func (s *server) handleEvents(w http.ResponseWriter, r *http.Request) {
 		if to < head {
 			page.NextFromSeq = to + 1
 		}
-	} else {
-		page.ToSeq = head
 	}
 	writeJSON(w, http.StatusOK, page)
 }

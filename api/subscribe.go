@@ -237,6 +237,9 @@ func subscribeShuttingDown() *Error {
 // at the current head).
 func (s *server) subscribeAfter(r *http.Request) (after eventstore.Cursor, fromHead bool, e *Error) {
 	q := r.URL.Query()
+	if vals := r.Header.Values("Last-Event-ID"); len(vals) > 1 {
+		return eventstore.Cursor{}, false, badParam("Last-Event-ID", "Last-Event-ID must be given once, got %d", len(vals))
+	}
 	if v := r.Header.Get("Last-Event-ID"); v != "" {
 		c, e := s.parseCursor("Last-Event-ID", strings.TrimSpace(v))
 		return c, false, e
