@@ -308,31 +308,8 @@ func fromDataError(err error) *Error {
 	if de.Rule == readmodel.RuleNotObject {
 		return unprocessable("data", "data %s", de.Reason)
 	}
-	return &Error{Status: http.StatusUnprocessableEntity, Code: CodeInvalidDataKey, Field: dataKeyField(de), Limit: de.Rule,
+	return &Error{Status: http.StatusUnprocessableEntity, Code: CodeInvalidDataKey, Field: de.Path(), Limit: de.Rule,
 		Message: fmt.Sprintf("data key %q cannot be stored in the instance's read model: %s", de.Key, de.Reason)}
-}
-
-// dataKeyField is the field of a refused data key: its path, dotted
-// (data.a.b), except that a key the dotted form cannot show — empty, only
-// white space, or with an empty or blank dot segment — is written as a
-// JSON string in brackets after its parent's path: data[""], data.x["y."]
-// (docs/api.md#data-keys-the-read-model-cannot-hold). Only the refused key
-// can be such a key: every key before it on its path passed these rules.
-func dataKeyField(de *readmodel.DataError) string {
-	switch de.Rule {
-	case readmodel.RuleEmptyKey, readmodel.RuleBlankKey, readmodel.RuleEmptySegment:
-	default:
-		return de.Field
-	}
-	parent, ok := strings.CutSuffix(de.Field, "."+de.Key)
-	if !ok {
-		return de.Field
-	}
-	q, err := envelope.EncodeJSON(de.Key)
-	if err != nil {
-		return de.Field
-	}
-	return parent + "[" + strings.TrimSpace(string(q)) + "]"
 }
 
 // validationAs maps an envelope validation error, naming field when given.

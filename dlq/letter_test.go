@@ -76,3 +76,39 @@ func TestOriginalHeadersRoundTrip(t *testing.T) {
 		})
 	}
 }
+
+// TestLetterWrittenBeforeHeaderListRedrives: a letter written before
+// original_header_list existed (original_headers only; non-UTF-8 values
+// as "base64:" + base64, text never escaped) gives back the headers it gave
+// before: in key order, "base64:" values decoded, other text as written.
+func TestLetterWrittenBeforeHeaderListRedrives(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		headers string // original_headers as the old writer wrote them
+		want    []kgo.RecordHeader
+	}{
+		{"none", `{}`, nil},
+		{"text", `{"ce_type":"a.b"}`, hdr("ce_type", "a.b")},
+		{"binary as base64", `{"h":"base64:/w=="}`, hdr("h", "\xff")},
+		{"prefix with text that is not base64 stays text", `{"h":"base64:not base64!"}`, hdr("h", "base64:not base64!")},
+		{"key order", `{"b":"1","a":"2"}`, hdr("a", "2", "b", "1")},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			v := `{"original_topic":"sluice.commands","original_partition":1,"original_offset":7,` +
+				`"original_key":"k","original_value":"{}","original_headers":` + tc.headers +
+				`,"error":"boom","error_class":"permanent","attempt_count":1,"handler":"instanceworker"}`
+			got, err := dlq.ParseLetter(&kgo.Record{Topic: "sluice.commands.dlq", Value: []byte(v)}).Original()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(got.Headers) != len(tc.want) {
+				t.Fatalf("headers = %q, want %q", got.Headers, tc.want)
+			}
+			for i := range tc.want {
+				if got.Headers[i].Key != tc.want[i].Key || string(got.Headers[i].Value) != string(tc.want[i].Value) {
+					t.Fatalf("headers = %q, want %q", got.Headers, tc.want)
+				}
+			}
+		})
+	}
+}

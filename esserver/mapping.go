@@ -659,7 +659,13 @@ func validateLeaf(fm *fieldMapping, path string, v any, id string) *esError {
 		if _, ok := v.(bool); ok {
 			return bad("Current token (VALUE_TRUE) not numeric, can not use numeric value accessors")
 		}
+		if nf, isNF := javaNonFinite(v); isNF && !isIntegerType(fm.Type) {
+			return bad(fmt.Sprintf("[%s] supports only finite values, but got [%s]", fm.Type, nf))
+		}
 		f, ok := toFloat(v)
+		if ok && math.IsInf(f, 0) {
+			ok = false // "inf", "infinity": Go reads them, Java's parser does not
+		}
 		if !ok {
 			if inf, isInf := overflowingNumber(v); isInf && !isIntegerType(fm.Type) {
 				return bad(fmt.Sprintf("[%s] supports only finite values, but got [%s]", fm.Type, inf))
@@ -690,6 +696,31 @@ func validateLeaf(fm *fieldMapping, path string, v any, id string) *esError {
 		}
 	}
 	return nil
+}
+
+// javaNonFinite reports a string value that Java's Double.parseDouble
+// reads as a non-finite number ("Infinity", "-Infinity", "NaN", with an
+// optional sign), and how Elasticsearch names it in its refusal.
+func javaNonFinite(v any) (string, bool) {
+	s, ok := v.(string)
+	if !ok {
+		return "", false
+	}
+	s = strings.TrimSpace(s)
+	sign := ""
+	if s != "" && (s[0] == '+' || s[0] == '-') {
+		if s[0] == '-' {
+			sign = "-"
+		}
+		s = s[1:]
+	}
+	switch s {
+	case "Infinity":
+		return sign + "Infinity", true
+	case "NaN":
+		return "NaN", true
+	}
+	return "", false
 }
 
 // overflowingNumber reports a JSON number (or numeric string) beyond

@@ -1097,6 +1097,11 @@ func TestNonFiniteNumbersRefused(t *testing.T) {
 		{"dynamic, inside an object", "", `{"o":{"n":1E400}}`, 400, "[float] supports only finite values, but got [Infinity]"},
 		{"mapped double", `{"properties":{"n":{"type":"double"}}}`, `{"n":1e999}`, 400, "[double] supports only finite values, but got [Infinity]"},
 		{"mapped double, a numeric string", `{"properties":{"n":{"type":"double"}}}`, `{"n":"1e999"}`, 400, "[double] supports only finite values, but got [Infinity]"},
+		{"mapped double, the string Infinity", `{"properties":{"n":{"type":"double"}}}`, `{"n":"Infinity"}`, 400, "[double] supports only finite values, but got [Infinity]"},
+		{"mapped float, the string -Infinity", `{"properties":{"n":{"type":"float"}}}`, `{"n":"-Infinity"}`, 400, "[float] supports only finite values, but got [-Infinity]"},
+		{"mapped double, the string NaN", `{"properties":{"n":{"type":"double"}}}`, `{"n":"NaN"}`, 400, "[double] supports only finite values, but got [NaN]"},
+		{"mapped double, Go's inf is not Java's", `{"properties":{"n":{"type":"double"}}}`, `{"n":"inf"}`, 400, "For input string: \"inf\""},
+		{"dynamic, the string Infinity is text", "", `{"n":"Infinity"}`, 201, ""},
 		{"dynamic, the largest finite double", "", `{"n":1.7976931348623157e308}`, 201, ""},
 		{"dynamic, underflow is zero", "", `{"n":1e-999}`, 201, ""},
 	}

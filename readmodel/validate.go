@@ -9,6 +9,8 @@ import (
 	"strings"
 
 	"github.com/go-json-experiment/json/jsontext"
+
+	"github.com/sluicehq/sluice/shared/envelope"
 )
 
 // Data-key rules (issue 26.3). An instance's state becomes the body of its
@@ -81,12 +83,36 @@ type DataError struct {
 	Reason string
 }
 
-// Error formats the failure as `data key "K" at F: reason`.
+// Error formats the failure as `data key "K" at P: reason`, P the Path.
 func (e *DataError) Error() string {
 	if e.Rule == RuleNotObject {
 		return "data: " + e.Reason
 	}
-	return fmt.Sprintf("data key %q at %s: %s", e.Key, e.Field, e.Reason)
+	return fmt.Sprintf("data key %q at %s: %s", e.Key, e.Path(), e.Reason)
+}
+
+// Path is Field as the API's errors and the instance worker's reasons name
+// the key (docs/api.md#data-keys-the-read-model-cannot-hold): dotted
+// (data.a.b), except that a key the dotted form cannot show — empty, only
+// white space, or with an empty or blank dot segment — is written as a
+// JSON string in brackets after its parent's path: data[""], data.x["y."].
+// Only the refused key can be such a key: every key before it on its path
+// passed these rules.
+func (e *DataError) Path() string {
+	switch e.Rule {
+	case RuleEmptyKey, RuleBlankKey, RuleEmptySegment:
+	default:
+		return e.Field
+	}
+	parent, ok := strings.CutSuffix(e.Field, "."+e.Key)
+	if !ok {
+		return e.Field
+	}
+	q, err := envelope.EncodeJSON(e.Key)
+	if err != nil {
+		return e.Field
+	}
+	return parent + "[" + strings.TrimSpace(string(q)) + "]"
 }
 
 // HTTPStatus is 422: well-formed data that breaks a rule of the read model.

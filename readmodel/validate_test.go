@@ -150,3 +150,35 @@ func TestValidateDataAgreesWithElasticsearch(t *testing.T) {
 		}
 	}
 }
+
+// TestDataErrorNamesKeyAsAPIDoes: the instance worker's rejection reason
+// (ReasonInvalidData + ": " + err.Error()) names a refused key with the
+// path the API's 422 field uses: data[""], not "data." — a key the dotted
+// path cannot show is a JSON string in brackets after its parent's path.
+func TestDataErrorNamesKeyAsAPIDoes(t *testing.T) {
+	for _, tc := range []struct {
+		name, data, path string
+	}{
+		{"empty key", `{"":1}`, `data[""]`},
+		{"nested empty key", `{"a":{"":1}}`, `data.a[""]`},
+		{"empty key in an array", `{"a":[{"ok":1},{"":2}]}`, `data.a[1][""]`},
+		{"blank key", `{"  ":1}`, `data["  "]`},
+		{"dot", `{".":1}`, `data["."]`},
+		{"trailing dot", `{"x":{"y.":1}}`, `data.x["y."]`},
+		{"metadata field stays dotted", `{"_id":1}`, `data._id`},
+		{"reserved dotted key stays dotted", `{"db.name":1}`, `data.db.name`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var de *readmodel.DataError
+			if err := readmodel.ValidateData([]byte(tc.data)); !errors.As(err, &de) {
+				t.Fatalf("ValidateData(%s) = %v, want a *DataError", tc.data, err)
+			}
+			if de.Path() != tc.path {
+				t.Fatalf("Path() = %q, want %q", de.Path(), tc.path)
+			}
+			if want := fmt.Sprintf("data key %q at %s: ", de.Key, tc.path); !strings.HasPrefix(de.Error(), want) {
+				t.Fatalf("Error() = %q, want it to start %q", de.Error(), want)
+			}
+		})
+	}
+}

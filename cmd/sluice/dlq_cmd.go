@@ -63,8 +63,6 @@ func noLetter(err error) error {
 	return err
 }
 
-// letterFlags refuses a --partition or --offset no letter can have (an
-// --offset left at -1 read as "required flag not set" only when left out).
 // letterArg reads the optional LETTER argument, PARTITION:OFFSET as dlq
 // list prints it in its LETTER column ("3:17"), into partition and offset;
 // with it, --partition and --offset are not given. It reports whether a
@@ -101,6 +99,8 @@ func redriveTarget(cmd *cobra.Command, args []string, partition *int32, offset *
 	return letterFlags(*partition, *offset)
 }
 
+// letterFlags refuses a --partition or --offset no letter can have (an
+// --offset left at -1 read as "required flag not set" only when left out).
 func letterFlags(partition int32, offset int64) error {
 	switch {
 	case partition < -1:
