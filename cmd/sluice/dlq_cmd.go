@@ -84,6 +84,19 @@ func letterArg(cmd *cobra.Command, args []string, partition *int32, offset *int6
 	return true, nil
 }
 
+// namedLetter reads the one letter show and drop act on: the argument or
+// --partition/--offset, refusing neither.
+func namedLetter(cmd *cobra.Command, args []string, partition *int32, offset *int64) error {
+	named, err := letterArg(cmd, args, partition, offset)
+	switch {
+	case err != nil:
+		return err
+	case !named:
+		return usage("name the letter: PARTITION:OFFSET as dlq list prints it, or --offset")
+	}
+	return letterFlags(*partition, *offset)
+}
+
 // redriveTarget checks redrive's target: exactly one of a letter (the
 // argument or --offset) and --all.
 func redriveTarget(cmd *cobra.Command, args []string, partition *int32, offset *int64, all bool) error {
@@ -207,14 +220,7 @@ func newDLQShowCmd(topic *string) *cobra.Command {
   sluice dlq show --topic sluice.commands.dlq --partition 3 --offset 17`,
 		Args: cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			named, err := letterArg(cmd, args, &partition, &offset)
-			if err != nil {
-				return err
-			}
-			if !named {
-				return usage("name the letter: PARTITION:OFFSET as dlq list prints it, or --offset")
-			}
-			if err := letterFlags(partition, offset); err != nil {
+			if err := namedLetter(cmd, args, &partition, &offset); err != nil {
 				return err
 			}
 			q, err := openDLQ(cmd, *topic, nil)
@@ -362,14 +368,7 @@ registry row stays dead, so the event is never re-run by redelivery.`,
   sluice dlq drop --topic sluice.commands.dlq --partition 3 --offset 17 --reason "test data"`,
 		Args: cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			named, err := letterArg(cmd, args, &partition, &offset)
-			if err != nil {
-				return err
-			}
-			if !named {
-				return usage("name the letter: PARTITION:OFFSET as dlq list prints it, or --offset")
-			}
-			if err := letterFlags(partition, offset); err != nil {
+			if err := namedLetter(cmd, args, &partition, &offset); err != nil {
 				return err
 			}
 			q, err := openDLQ(cmd, *topic, nil)
