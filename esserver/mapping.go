@@ -659,16 +659,10 @@ func validateLeaf(fm *fieldMapping, path string, v any, id string) *esError {
 		if _, ok := v.(bool); ok {
 			return bad("Current token (VALUE_TRUE) not numeric, can not use numeric value accessors")
 		}
-		if nf, isNF := javaNonFinite(v); isNF && !isIntegerType(fm.Type) {
-			return bad(fmt.Sprintf("[%s] supports only finite values, but got [%s]", fm.Type, nf))
-		}
 		f, ok := toFloat(v)
-		if ok && math.IsInf(f, 0) {
-			ok = false // "inf", "infinity": Go reads them, Java's parser does not
-		}
-		if !ok {
-			if inf, isInf := overflowingNumber(v); isInf && !isIntegerType(fm.Type) {
-				return bad(fmt.Sprintf("[%s] supports only finite values, but got [%s]", fm.Type, inf))
+		if !ok || math.IsInf(f, 0) { // Go reads "inf" too, Java's parser does not
+			if nf, isNF := nonFinite(v); isNF && !isIntegerType(fm.Type) {
+				return bad(fmt.Sprintf("[%s] supports only finite values, but got [%s]", fm.Type, nf))
 			}
 			return bad(fmt.Sprintf("For input string: \"%s\"", previewValue(v)))
 		}
@@ -698,41 +692,32 @@ func validateLeaf(fm *fieldMapping, path string, v any, id string) *esError {
 	return nil
 }
 
-// javaNonFinite reports a string value that Java's Double.parseDouble
-// reads as a non-finite number ("Infinity", "-Infinity", "NaN", with an
-// optional sign), and how Elasticsearch names it in its refusal.
-func javaNonFinite(v any) (string, bool) {
-	s, ok := v.(string)
-	if !ok {
-		return "", false
-	}
-	s = strings.TrimSpace(s)
-	sign := ""
-	if s != "" && (s[0] == '+' || s[0] == '-') {
-		if s[0] == '-' {
-			sign = "-"
-		}
-		s = s[1:]
-	}
-	switch s {
-	case "Infinity":
-		return sign + "Infinity", true
-	case "NaN":
-		return "NaN", true
-	}
-	return "", false
-}
-
-// overflowingNumber reports a JSON number (or numeric string) beyond
-// float64's range, such as 1e999, and how Elasticsearch's Java parser
-// reads it: "Infinity" or "-Infinity".
-func overflowingNumber(v any) (string, bool) {
+// nonFinite reports a value Elasticsearch's Java parser reads as a
+// non-finite double, and how its refusal names it: a JSON number or
+// numeric string beyond float64's range (1e999: "Infinity", "-Infinity"),
+// or a string Double.parseDouble reads as one ("Infinity", "NaN", with an
+// optional sign). Go's own spellings ("inf") are not among them. It is
+// asked only of a value toFloat refused or read as infinite.
+func nonFinite(v any) (string, bool) {
 	var s string
 	switch n := v.(type) {
 	case json.Number:
 		s = string(n)
 	case string:
 		s = strings.TrimSpace(n)
+		sign, lit := "", s
+		if lit != "" && (lit[0] == '+' || lit[0] == '-') {
+			if lit[0] == '-' {
+				sign = "-"
+			}
+			lit = lit[1:]
+		}
+		switch lit {
+		case "Infinity":
+			return sign + "Infinity", true
+		case "NaN":
+			return "NaN", true
+		}
 	default:
 		return "", false
 	}
