@@ -476,16 +476,8 @@ func (s *server) buildEvent(r *http.Request, aggType, aggID string, in eventInpu
 	}
 	env := envelope.Envelope{EventID: in.eventID, EventType: in.eventType, Kind: envelope.KindDomain,
 		AggregateType: aggType, AggregateID: aggID, Data: in.data, Metadata: in.metadata, OccurredAt: in.occurredAt}
-	if v := r.Header.Get("Traceparent"); v != "" && len(v) <= 256 && printableASCII(v) {
-		if _, ok := env.Metadata[envelope.MetaTraceparent]; !ok {
-			// The header pair travels together, as with commands
-			// (setTraceMetadata): the caller's tracestate belongs to this
-			// traceparent, not to one the event carries itself.
-			env.Metadata.SetString(envelope.MetaTraceparent, v)
-			if ts := r.Header.Get("Tracestate"); ts != "" && len(ts) <= 512 && printableASCII(ts) {
-				env.Metadata.SetString(envelope.MetaTracestate, ts)
-			}
-		}
+	if _, ok := env.Metadata[envelope.MetaTraceparent]; !ok {
+		copyTraceHeaders(r, &env.Metadata) // an event's own traceparent wins, with its own tracestate
 	}
 	stampPrincipal(r, &env.Metadata)
 	if in.data != nil {

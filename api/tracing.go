@@ -73,6 +73,13 @@ func (s *server) setTraceMetadata(r *http.Request, md *envelope.Metadata) {
 			return
 		}
 	}
+	copyTraceHeaders(r, md)
+}
+
+// copyTraceHeaders puts the caller's traceparent header into md, and with
+// it the tracestate header, which belongs to that traceparent; a value too
+// long or not printable ASCII is left out.
+func copyTraceHeaders(r *http.Request, md *envelope.Metadata) {
 	if v := r.Header.Get("Traceparent"); v != "" && len(v) <= 256 && printableASCII(v) {
 		md.SetString(envelope.MetaTraceparent, v)
 		if ts := r.Header.Get("Tracestate"); ts != "" && len(ts) <= 512 && printableASCII(ts) {
